@@ -1,0 +1,39 @@
+# fedviews: two entry points, see README.md
+PY ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+ARGS ?=
+
+.PHONY: demo test install install-dev data lint typecheck
+
+$(BIN)/python:
+	$(PY) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+
+install: $(BIN)/python
+	@# Debian's Fashion-MNIST (IDX files under /usr/share/datasets/fashion-mnist)
+	@if [ ! -d /usr/share/datasets/fashion-mnist ]; then \
+	  if [ "$$(id -u)" = 0 ]; then apt-get install -y -q dataset-fashion-mnist >/dev/null || echo "warning: apt-get install dataset-fashion-mnist failed"; \
+	  else sudo apt-get install -y -q dataset-fashion-mnist >/dev/null || echo "warning: could not install dataset-fashion-mnist"; fi; fi
+	$(BIN)/pip install -q torch==2.13.0 || $(BIN)/pip install -q "torch>=2.2"
+	$(BIN)/pip install -q -e ".[torch,grpc]"
+
+install-dev: install
+	$(BIN)/pip install -q -e ".[torch,grpc,dev]"
+
+data: install
+	$(BIN)/fedviews datasets fetch handwritten
+	$(BIN)/fedviews datasets fetch mnist
+
+demo: data
+	$(BIN)/fedviews run configs/mmvfl_handwritten.toml $(ARGS)
+
+lint:
+	$(BIN)/ruff check src tests benchmarks
+	$(BIN)/ruff format --check src tests benchmarks
+
+typecheck:
+	$(BIN)/mypy
+
+test: install-dev data lint typecheck
+	$(BIN)/python -m pytest $(ARGS)

@@ -1,0 +1,114 @@
+"""One way to validate views, labels and sample IDs (used everywhere)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from fedviews.errors import DataError
+
+__all__ = ["check_Xs", "check_ids", "check_y", "one_hot"]
+
+
+def check_Xs(
+    Xs: Any,
+    *,
+    n_views: int | None = None,
+    n_samples: int | None = None,
+    n_features: Sequence[int] | None = None,
+    name: str = "Xs",
+) -> list[np.ndarray]:
+    """Validate a multi-view input and return it as a list of 2-D float64 arrays.
+
+    Parameters
+    ----------
+    Xs : sequence of array-like, each ``(n_samples, d_k)``
+        One array per view; all views must have the same number of rows.
+    n_views, n_samples : int, optional
+        Expected number of views / rows.
+    n_features : sequence of int, optional
+        Expected width of each view (used at prediction time).
+
+    Raises
+    ------
+    DataError
+        If a view is not 2-D, views disagree on the number of samples, a view is
+        empty, or contains NaN or infinite values.
+    """
+    if isinstance(Xs, np.ndarray) and Xs.ndim == 2:
+        raise DataError(f"{name} must be a list of views (one 2-D array per view), got one 2-D array")
+    if not isinstance(Xs, (list, tuple)) or len(Xs) == 0:
+        raise DataError(f"{name} must be a non-empty list of 2-D arrays, got {type(Xs).__name__}")
+    if n_views is not None and len(Xs) != n_views:
+        raise DataError(f"{name} has {len(Xs)} views, expected {n_views}")
+    out: list[np.ndarray] = []
+    for k, X in enumerate(Xs):
+        try:
+            arr = np.asarray(X, dtype=np.float64)
+        except (TypeError, ValueError) as exc:
+            raise DataError(f"{name}[{k}] is not numeric: {exc}") from None
+        if arr.ndim != 2:
+            raise DataError(f"{name}[{k}] must be 2-D (n_samples, n_features), got shape {arr.shape}")
+        if arr.shape[0] == 0 or arr.shape[1] == 0:
+            raise DataError(f"{name}[{k}] is empty (shape {arr.shape})")
+        if not np.isfinite(arr).all():
+            bad = int((~np.isfinite(arr)).sum())
+            raise DataError(f"{name}[{k}] contains {bad} NaN or infinite values; impute or drop them first")
+        out.append(arr)
+    rows = {a.shape[0] for a in out}
+    if len(rows) != 1:
+        raise DataError(
+            f"views of {name} disagree on the number of samples: {[a.shape[0] for a in out]}; "
+            "align them by sample ID first (fedviews.data.align)"
+        )
+    if n_samples is not None and out[0].shape[0] != n_samples:
+        raise DataError(f"{name} has {out[0].shape[0]} samples, expected {n_samples}")
+    if n_features is not None:
+        for k, (arr, d) in enumerate(zip(out, n_features, strict=False)):
+            if arr.shape[1] != d:
+                raise DataError(f"{name}[{k}] has {arr.shape[1]} features, the model was fit with {d}")
+    return out
+
+
+def check_y(y: Any, n_samples: int, *, name: str = "y") -> np.ndarray:
+    """Validate a label vector of length ``n_samples`` (any hashable, non-missing labels)."""
+    arr = np.asarray(y)
+    if arr.ndim == 2 and arr.shape[1] == 1:
+        arr = arr.ravel()
+    if arr.ndim != 1:
+        raise DataError(f"{name} must be 1-D (n_samples,), got shape {arr.shape}")
+    if arr.shape[0] != n_samples:
+        raise DataError(f"{name} has {arr.shape[0]} labels but the views have {n_samples} samples")
+    if arr.dtype.kind == "f" and not np.isfinite(arr).all():
+        raise DataError(f"{name} contains NaN or infinite labels")
+    if arr.dtype.kind == "O" and any(v is None for v in arr):
+        raise DataError(f"{name} contains missing (None) labels")
+    return arr
+
+
+def check_ids(ids: Any, *, name: str = "ids") -> np.ndarray:
+    """Validate a vector of unique sample IDs."""
+    arr = np.asarray(ids)
+    if arr.ndim != 1:
+        raise DataError(f"{name} must be 1-D, got shape {arr.shape}")
+    uniq, counts = np.unique(arr, return_counts=True)
+    if (counts > 1).any():
+        dup = uniq[counts > 1][:5].tolist()
+        raise DataError(f"{name} contains duplicated IDs, e.g. {dup}")
+    return arr
+
+
+def one_hot(y: np.ndarray, classes: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """Return ``(Y, classes)`` with ``Y`` the ``(n, n_classes)`` one-hot float matrix of ``y``."""
+    if classes is None:
+        classes = np.unique(y)
+    index = {c: i for i, c in enumerate(classes.tolist())}
+    try:
+        cols = np.fromiter((index[c] for c in y.tolist()), dtype=np.int64, count=len(y))
+    except KeyError as exc:
+        raise DataError(f"label {exc.args[0]!r} was not seen during fit") from None
+    Y = np.zeros((len(y), len(classes)), dtype=np.float64)
+    Y[np.arange(len(y)), cols] = 1.0
+    return Y, classes

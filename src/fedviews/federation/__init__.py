@@ -1,0 +1,26 @@
+"""Federation runtime: parties, messages, transports, privacy policy, message log.
+
+An algorithm is written as party-local handlers plus a coordinator that drives
+rounds; it never imports a concrete transport. :func:`federate` wires a list of
+parties to a transport (in-process by default).
+"""
+
+from fedviews.federation._log import LogEntry, MessageLog
+from fedviews.federation._message import Message
+from fedviews.federation._party import Coordinator, Party, handles
+from fedviews.federation._policy import PrivacyPolicy
+from fedviews.federation._transport import InProcessTransport, Transport
+from fedviews.federation._run import federate
+
+__all__ = [
+    "Coordinator",
+    "InProcessTransport",
+    "LogEntry",
+    "Message",
+    "MessageLog",
+    "Party",
+    "PrivacyPolicy",
+    "Transport",
+    "federate",
+    "handles",
+]

@@ -1,0 +1,90 @@
+"""The message log and run statistics kept by every transport."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+__all__ = ["LogEntry", "MessageLog"]
+
+
+@dataclass(frozen=True)
+class LogEntry:
+    sender: str
+    receiver: str
+    round: int
+    kind: str
+    arrays: tuple[str, ...]
+    shapes: tuple[tuple[int, ...], ...]
+    nbytes: int  # bytes on the wire (encoded message)
+
+
+@dataclass
+class MessageLog:
+    """Every message that crossed between parties, in order."""
+
+    entries: list[LogEntry] = field(default_factory=list)
+    handler_seconds: dict[str, float] = field(default_factory=lambda: defaultdict(float))
+    keep_entries: bool = True
+    _bytes_sent: dict[str, int] = field(default_factory=lambda: defaultdict(int))
+    _bytes_recv: dict[str, int] = field(default_factory=lambda: defaultdict(int))
+    _messages: int = 0
+    _rounds: int = 0
+    _crossed: dict[tuple[str, str], set[str]] = field(default_factory=lambda: defaultdict(set))
+
+    def record(self, entry: LogEntry) -> None:
+        self._messages += 1
+        self._rounds = max(self._rounds, entry.round)
+        self._bytes_sent[entry.sender] += entry.nbytes
+        self._bytes_recv[entry.receiver] += entry.nbytes
+        self._crossed[(entry.sender, entry.receiver)].update(entry.arrays)
+        if self.keep_entries:
+            self.entries.append(entry)
+
+    # -- queries used by tests and reports -------------------------------
+    def arrays_sent(self, sender: str | None = None, receiver: str | None = None) -> set[str]:
+        """Names of every array that went from ``sender`` to ``receiver`` (None = any)."""
+        out: set[str] = set()
+        for (s, r), names in self._crossed.items():
+            if (sender is None or s == sender) and (receiver is None or r == receiver):
+                out |= names
+        return out
+
+    def crossings(self) -> dict[str, list[str]]:
+        """``{"sender -> receiver": sorted array names}`` for every pair that exchanged arrays."""
+        return {f"{s} -> {r}": sorted(n) for (s, r), n in sorted(self._crossed.items()) if n}
+
+    @property
+    def n_messages(self) -> int:
+        return self._messages
+
+    @property
+    def rounds(self) -> int:
+        return self._rounds
+
+    @property
+    def total_bytes(self) -> int:
+        return int(sum(self._bytes_sent.values()))
+
+    def summary(self) -> dict[str, Any]:
+        """Run statistics: rounds, messages, bytes sent/received and handler time per party."""
+        parties = sorted(set(self._bytes_sent) | set(self._bytes_recv) | set(self.handler_seconds))
+        return {
+            "rounds": self._rounds,
+            "messages": self._messages,
+            "total_bytes": self.total_bytes,
+            "per_party": {
+                p: {
+                    "bytes_sent": int(self._bytes_sent.get(p, 0)),
+                    "bytes_received": int(self._bytes_recv.get(p, 0)),
+                    "wall_seconds": round(float(self.handler_seconds.get(p, 0.0)), 6),
+                }
+                for p in parties
+            },
+            "crossings": self.crossings(),
+        }
+
+    def to_records(self, limit: int | None = None) -> list[dict[str, Any]]:
+        entries = self.entries if limit is None else self.entries[:limit]
+        return [asdict(e) for e in entries]

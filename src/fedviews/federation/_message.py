@@ -1,0 +1,134 @@
+"""Messages: named numpy arrays plus small typed metadata, encoded without pickle.
+
+Wire format (little-endian)::
+
+    b"FVM1" | u32 header_len | header (UTF-8 JSON) | array payloads, concatenated
+
+The JSON header holds ``kind``, ``sender``, ``receiver``, ``round``, ``meta``
+(str/int/float/bool/None values only) and, per array, its ``name``, ``dtype``
+(numpy ``dtype.str``, e.g. ``"<f8"``), ``shape`` and byte ``size``. Only plain
+numeric/bool dtypes are accepted, so decoding never executes code.
+"""
+
+from __future__ import annotations
+
+import json
+import struct
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from fedviews.errors import ProtocolError
+
+__all__ = ["Message", "MetaValue"]
+
+MetaValue = str | int | float | bool | None
+_MAGIC = b"FVM1"
+_ALLOWED_KINDS = set("biuf")  # bool, signed, unsigned, float
+
+
+def _check_array(name: str, arr: Any) -> np.ndarray:
+    a = np.asarray(arr)
+    if a.dtype.kind not in _ALLOWED_KINDS:
+        raise ProtocolError(f"array {name!r} has dtype {a.dtype}; only numeric and bool arrays may be sent")
+    return a
+
+
+@dataclass(frozen=True)
+class Message:
+    """One message between two parties.
+
+    Parameters
+    ----------
+    kind : str
+        What the message is (the receiver's handler is chosen by it).
+    sender, receiver : str
+        Party names.
+    round : int
+        Protocol round (for the log and checkpoints).
+    arrays : mapping of str to ndarray
+        Named numeric arrays: the only payload that crosses the privacy barrier.
+    meta : mapping of str to scalar
+        Small typed metadata (no arrays, no nested objects).
+    """
+
+    kind: str
+    sender: str = ""
+    receiver: str = ""
+    round: int = 0
+    arrays: Mapping[str, np.ndarray] = field(default_factory=dict)
+    meta: Mapping[str, MetaValue] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        arrays = {str(k): _check_array(str(k), v) for k, v in self.arrays.items()}
+        object.__setattr__(self, "arrays", arrays)
+        for k, v in self.meta.items():
+            if not (v is None or isinstance(v, (str, int, float, bool))):
+                raise ProtocolError(f"meta[{k!r}] must be str/int/float/bool/None, got {type(v).__name__}")
+
+    @property
+    def nbytes(self) -> int:
+        """Payload bytes of the arrays (what the log counts)."""
+        return int(sum(a.nbytes for a in self.arrays.values()))
+
+    def shapes(self) -> dict[str, tuple[int, ...]]:
+        return {k: tuple(int(s) for s in a.shape) for k, a in self.arrays.items()}
+
+    def encode(self) -> bytes:
+        """Serialise to bytes (no pickle)."""
+        specs = []
+        payloads = []
+        for name, a in self.arrays.items():
+            c = np.ascontiguousarray(a)
+            le = c.dtype.newbyteorder("<") if c.dtype.byteorder == ">" else c.dtype
+            c = c.astype(le, copy=False)
+            specs.append({"name": name, "dtype": c.dtype.str, "shape": list(c.shape), "size": c.nbytes})
+            payloads.append(c.tobytes())
+        header = json.dumps(
+            {
+                "kind": self.kind,
+                "sender": self.sender,
+                "receiver": self.receiver,
+                "round": int(self.round),
+                "meta": dict(self.meta),
+                "arrays": specs,
+            },
+            allow_nan=True,
+        ).encode("utf-8")
+        return b"".join([_MAGIC, struct.pack("<I", len(header)), header, *payloads])
+
+    @classmethod
+    def decode(cls, data: bytes) -> Message:
+        """Parse bytes produced by :meth:`encode`; raises ProtocolError on corrupt input."""
+        view = memoryview(data)
+        if len(view) < 8 or bytes(view[:4]) != _MAGIC:
+            raise ProtocolError("not a fedviews message (bad magic)")
+        (hlen,) = struct.unpack("<I", view[4:8])
+        try:
+            header = json.loads(bytes(view[8 : 8 + hlen]).decode("utf-8"))
+        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+            raise ProtocolError(f"corrupt message header: {exc}") from None
+        offset = 8 + hlen
+        arrays: dict[str, np.ndarray] = {}
+        for spec in header["arrays"]:
+            dtype = np.dtype(spec["dtype"])
+            if dtype.kind not in _ALLOWED_KINDS:
+                raise ProtocolError(f"array {spec['name']!r} has forbidden dtype {dtype}")
+            size = int(spec["size"])
+            if offset + size > len(view):
+                raise ProtocolError("truncated message payload")
+            arr = np.frombuffer(view[offset : offset + size], dtype=dtype).reshape(spec["shape"])
+            arrays[spec["name"]] = arr.copy()
+            offset += size
+        if offset != len(view):
+            raise ProtocolError("trailing bytes after message payload")
+        return cls(
+            kind=header["kind"],
+            sender=header["sender"],
+            receiver=header["receiver"],
+            round=int(header["round"]),
+            arrays=arrays,
+            meta=header["meta"],
+        )

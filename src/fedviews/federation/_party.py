@@ -1,0 +1,144 @@
+"""Parties and the coordinator: party-local state plus message handlers."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
+
+import numpy as np
+
+from fedviews.errors import ProtocolError
+from fedviews.federation._message import Message, MetaValue
+
+if TYPE_CHECKING:
+    from fedviews.federation._transport import Transport
+
+__all__ = ["Coordinator", "Party", "handles"]
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def handles(kind: str) -> Callable[[F], F]:
+    """Register a :class:`Party` method as the handler of messages of ``kind``.
+
+    The handler receives the incoming :class:`Message` and returns the reply
+    (a :class:`Message`, usually built with :meth:`Party.reply`) or ``None``
+    for a bare acknowledgement.
+    """
+
+    def deco(fn: F) -> F:
+        fn._fedviews_kind = kind  # type: ignore[attr-defined]
+        return fn
+
+    return deco
+
+
+class Party:
+    """A participant: private state that never leaves it, plus message handlers.
+
+    Subclasses keep their private arrays as ordinary attributes and decorate
+    methods with :func:`handles`. They talk to other parties only through
+    :meth:`send` / :meth:`broadcast`, which go through the transport (privacy
+    policy, message log, byte counts).
+    """
+
+    _handlers: ClassVar[dict[str, str]] = {}
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        handlers: dict[str, str] = {}
+        for klass in reversed(cls.__mro__):
+            for attr, val in vars(klass).items():
+                kind = getattr(val, "_fedviews_kind", None)
+                if kind is not None:
+                    handlers[kind] = attr
+        cls._handlers = handlers
+
+    def __init__(self, name: str, role: str = "party") -> None:
+        self.name = name
+        self.role = role
+        self.transport: Transport | None = None
+        self.round = 0
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(name={self.name!r}, role={self.role!r})"
+
+    # -- receiving -------------------------------------------------------
+    def handle(self, msg: Message) -> Message:
+        """Dispatch ``msg`` to the handler registered for its kind."""
+        attr = self._handlers.get(msg.kind)
+        if attr is None:
+            raise ProtocolError(
+                f"party {self.name!r} has no handler for message kind {msg.kind!r}; "
+                f"it handles {sorted(self._handlers)}"
+            )
+        self.round = msg.round
+        reply = getattr(self, attr)(msg)
+        if reply is None:
+            reply = self.reply(msg)
+        if not isinstance(reply, Message):
+            raise ProtocolError(f"handler {type(self).__name__}.{attr} must return a Message or None")
+        return reply
+
+    def reply(
+        self,
+        msg: Message,
+        arrays: Mapping[str, np.ndarray] | None = None,
+        meta: Mapping[str, MetaValue] | None = None,
+    ) -> Message:
+        """Build the reply to ``msg``."""
+        return Message(
+            kind=f"{msg.kind}:reply",
+            sender=self.name,
+            receiver=msg.sender,
+            round=msg.round,
+            arrays=dict(arrays or {}),
+            meta=dict(meta or {}),
+        )
+
+    # -- sending ---------------------------------------------------------
+    def send(
+        self,
+        receiver: str,
+        kind: str,
+        arrays: Mapping[str, np.ndarray] | None = None,
+        meta: Mapping[str, MetaValue] | None = None,
+        round: int | None = None,
+    ) -> Message:
+        """Send a message to ``receiver`` and return its reply."""
+        if self.transport is None:
+            raise ProtocolError(f"party {self.name!r} is not attached to a transport")
+        msg = Message(
+            kind=kind,
+            sender=self.name,
+            receiver=receiver,
+            round=self.round if round is None else round,
+            arrays=dict(arrays or {}),
+            meta=dict(meta or {}),
+        )
+        return self.transport.request(msg)
+
+    def broadcast(
+        self,
+        receivers: list[str],
+        kind: str,
+        arrays: Mapping[str, np.ndarray] | None = None,
+        meta: Mapping[str, MetaValue] | None = None,
+        round: int | None = None,
+    ) -> dict[str, Message]:
+        """Send the same message to every receiver; return their replies by name."""
+        return {r: self.send(r, kind, arrays, meta, round) for r in receivers}
+
+
+class Coordinator(Party):
+    """The party that drives the protocol (server, aggregator or orchestrator).
+
+    Subclasses implement :meth:`run`, which drives rounds by sending messages to
+    the parties and returns the algorithm's (non-private) result.
+    """
+
+    def __init__(self, name: str = "coordinator", role: str = "coordinator") -> None:
+        super().__init__(name, role)
+
+    def run(self) -> Any:  # pragma: no cover - abstract
+        raise NotImplementedError
