@@ -1,0 +1,81 @@
+"""Pieces shared by the deep (PyTorch) algorithms: torch import, device, seeds, batches.
+
+Every deep module imports torch through :func:`require_torch`, so a missing
+extra gives ``pip install 'fedviews[torch]'`` rather than an ImportError from
+deep inside the package.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from fedviews.errors import ConfigError, MissingDependency
+
+if TYPE_CHECKING:
+    import torch
+
+__all__ = [
+    "batches",
+    "require_torch",
+    "resolve_device",
+    "seed_everything",
+    "to_numpy",
+    "to_tensor",
+]
+
+
+def require_torch() -> Any:
+    """Return the ``torch`` module or raise MissingDependency with the install hint."""
+    try:
+        import torch
+    except ImportError as exc:
+        raise MissingDependency("torch", "torch") from exc
+    return torch
+
+
+def resolve_device(device: str = "auto") -> torch.device:
+    """``"auto"`` → CUDA when available, else CPU; ``"cuda"`` without a GPU is a ConfigError."""
+    torch = require_torch()
+    if device == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if device.startswith("cuda") and not torch.cuda.is_available():
+        raise ConfigError(f"device={device!r} but no CUDA device is available; use device='auto' or 'cpu'")
+    try:
+        return torch.device(device)
+    except RuntimeError:
+        raise ConfigError(f"unknown device {device!r}; use 'auto', 'cpu' or 'cuda'") from None
+
+
+def seed_everything(seed: int) -> None:
+    """Seed Python, NumPy and torch (CPU and CUDA)."""
+    torch = require_torch()
+    random.seed(seed)
+    np.random.seed(seed % (2**32))
+    torch.manual_seed(seed)
+
+
+def to_numpy(t: torch.Tensor) -> np.ndarray:
+    """Detach a tensor to a float32 (or native) numpy array on the CPU (for a Message)."""
+    return t.detach().cpu().numpy()
+
+
+def to_tensor(a: np.ndarray, device: torch.device, dtype: Any = None) -> torch.Tensor:
+    """Move a numpy array received in a Message onto ``device``."""
+    torch = require_torch()
+    return torch.as_tensor(np.asarray(a), device=device, dtype=dtype)
+
+
+def batches(n: int, batch_size: int, rng: np.random.Generator | None, *, drop_last: bool = False) -> Iterator[np.ndarray]:
+    """Yield index batches over ``range(n)``; shuffled when ``rng`` is given."""
+    if batch_size <= 0:
+        raise ConfigError(f"batch_size must be positive, got {batch_size}")
+    order = rng.permutation(n) if rng is not None else np.arange(n)
+    stop = n - (n % batch_size) if drop_last else n
+    for start in range(0, stop, batch_size):
+        idx = order[start : start + batch_size]
+        if len(idx):
+            yield idx

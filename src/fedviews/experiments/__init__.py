@@ -1,0 +1,31 @@
+"""Experiments: TOML configs, the registry of algorithms/protocols, and the runner."""
+
+from fedviews.experiments._config import DataConfig, ExperimentConfig, build_dataclass, load_config
+from fedviews.experiments._registry import (
+    ExperimentSpec,
+    get_algorithm,
+    get_experiment,
+    list_algorithms,
+    list_experiments,
+    register_algorithm,
+    register_experiment,
+)
+from fedviews.experiments._runner import ExperimentResult, RunContext, Table, run_experiment
+
+__all__ = [
+    "DataConfig",
+    "ExperimentConfig",
+    "ExperimentResult",
+    "ExperimentSpec",
+    "RunContext",
+    "Table",
+    "build_dataclass",
+    "get_algorithm",
+    "get_experiment",
+    "list_algorithms",
+    "list_experiments",
+    "load_config",
+    "register_algorithm",
+    "register_experiment",
+    "run_experiment",
+]

@@ -1,0 +1,222 @@
+"""Experiment configs: TOML files loaded into frozen dataclasses, with ``key=value`` overrides."""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import json
+import sys
+import types
+import typing
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TypeVar
+
+from fedviews.errors import ConfigError
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
+
+__all__ = ["DataConfig", "ExperimentConfig", "build_dataclass", "load_config", "parse_overrides"]
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class DataConfig:
+    """Which dataset to load and the options passed to :func:`fedviews.data.load`."""
+
+    name: str = "handwritten"
+    options: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class ExperimentConfig:
+    """A whole experiment: what runs, on what data, with which parameters.
+
+    ``params`` is the experiment's own frozen dataclass (see the registry), so
+    every key is checked against what the experiment actually accepts.
+    """
+
+    experiment: str
+    name: str
+    seed: int = 0
+    data: DataConfig = field(default_factory=DataConfig)
+    params: Any = None
+    output_dir: str = "runs"
+    device: str = "auto"
+
+    def to_dict(self) -> dict[str, Any]:
+        out = dataclasses.asdict(self)
+        out["data"] = {"name": self.data.name, **dict(self.data.options)}
+        return out
+
+
+def _closest(key: str, valid: Sequence[str]) -> str:
+    match = difflib.get_close_matches(key, list(valid), n=1, cutoff=0.5)
+    return f"; did you mean {match[0]!r}?" if match else f"; valid keys: {sorted(valid)}"
+
+
+def _coerce(value: Any, tp: Any, where: str) -> Any:
+    """Coerce a TOML/CLI value to the dataclass field type (light-weight, explicit)."""
+    origin = typing.get_origin(tp)
+    args = typing.get_args(tp)
+    if tp is Any or tp is object:
+        return value
+    if origin in (typing.Union, types.UnionType):
+        if value is None and type(None) in args:
+            return None
+        errors = []
+        for a in args:
+            if a is type(None):
+                continue
+            try:
+                return _coerce(value, a, where)
+            except ConfigError as e:
+                errors.append(str(e))
+        raise ConfigError(f"{where}: {value!r} does not match {tp}")
+    if origin in (tuple, list, Sequence) or tp in (tuple, list):
+        if not isinstance(value, (list, tuple)):
+            value = [value]
+        inner = args[0] if args else Any
+        items = [_coerce(v, inner, f"{where}[{i}]") for i, v in enumerate(value)]
+        return tuple(items)
+    if origin in (dict, Mapping) or tp is dict:
+        if not isinstance(value, Mapping):
+            raise ConfigError(f"{where}: expected a table, got {value!r}")
+        return dict(value)
+    if tp is bool:
+        if isinstance(value, bool):
+            return value
+        if isinstance(value, str) and value.lower() in ("true", "false", "1", "0", "yes", "no"):
+            return value.lower() in ("true", "1", "yes")
+        raise ConfigError(f"{where}: expected true/false, got {value!r}")
+    if tp is int:
+        if isinstance(value, bool) or (isinstance(value, float) and not value.is_integer()):
+            raise ConfigError(f"{where}: expected an integer, got {value!r}")
+        try:
+            return int(value)
+        except (TypeError, ValueError):
+            raise ConfigError(f"{where}: expected an integer, got {value!r}") from None
+    if tp is float:
+        if isinstance(value, bool):
+            raise ConfigError(f"{where}: expected a number, got {value!r}")
+        try:
+            return float(value)
+        except (TypeError, ValueError):
+            raise ConfigError(f"{where}: expected a number, got {value!r}") from None
+    if tp is str:
+        if not isinstance(value, str):
+            raise ConfigError(f"{where}: expected a string, got {value!r}")
+        return value
+    if typing.get_origin(tp) is typing.Literal:
+        if value not in args:
+            raise ConfigError(f"{where}: {value!r} is not one of {list(args)}")
+        return value
+    return value
+
+
+def build_dataclass(cls: type[T], values: Mapping[str, Any], where: str) -> T:
+    """Build the frozen dataclass ``cls`` from ``values``; unknown keys raise ConfigError."""
+    hints = typing.get_type_hints(cls)
+    fields = {f.name: f for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
+    kwargs: dict[str, Any] = {}
+    for key, val in values.items():
+        if key not in fields:
+            raise ConfigError(f"unknown key {where}.{key}{_closest(key, list(fields))}")
+        kwargs[key] = _coerce(val, hints[key], f"{where}.{key}")
+    try:
+        obj = cls(**kwargs)
+    except TypeError as exc:
+        raise ConfigError(f"{where}: {exc}") from None
+    validate = getattr(obj, "validate", None)
+    if callable(validate):
+        validate()
+    return obj
+
+
+def parse_overrides(overrides: Sequence[str]) -> dict[str, Any]:
+    """Parse ``["params.beta=0.1", "seed=3"]`` into a nested dict (values parsed as TOML/JSON)."""
+    out: dict[str, Any] = {}
+    for item in overrides:
+        if "=" not in item:
+            raise ConfigError(f"override {item!r} must look like key=value (e.g. params.max_iter=50)")
+        key, raw = item.split("=", 1)
+        key = key.strip()
+        try:
+            value: Any = tomllib.loads(f"v = {raw}")["v"]
+        except tomllib.TOMLDecodeError:
+            try:
+                value = json.loads(raw)
+            except json.JSONDecodeError:
+                value = raw
+        node = out
+        parts = key.split(".")
+        for p in parts[:-1]:
+            node = node.setdefault(p, {})
+            if not isinstance(node, dict):
+                raise ConfigError(f"override {item!r} conflicts with another override")
+        node[parts[-1]] = value
+    return out
+
+
+def _merge(base: dict[str, Any], over: Mapping[str, Any]) -> dict[str, Any]:
+    out = dict(base)
+    for k, v in over.items():
+        if isinstance(v, Mapping) and isinstance(out.get(k), Mapping):
+            out[k] = _merge(dict(out[k]), v)
+        else:
+            out[k] = v
+    return out
+
+
+_TOP_KEYS = ("experiment", "name", "seed", "data", "params", "output_dir", "device")
+
+
+def load_config(source: str | Path | Mapping[str, Any], overrides: Sequence[str] = ()) -> ExperimentConfig:
+    """Load an experiment config from a TOML file (or a dict) and apply overrides.
+
+    Raises
+    ------
+    ConfigError
+        For a missing/invalid file, unknown keys (naming the closest valid key),
+        an unknown experiment name, or values of the wrong type.
+    """
+    from fedviews.experiments._registry import get_experiment
+
+    if isinstance(source, Mapping):
+        raw: dict[str, Any] = dict(source)
+        default_name = str(raw.get("experiment", "experiment"))
+    else:
+        path = Path(source)
+        if not path.is_file():
+            raise ConfigError(f"config file {str(path)!r} does not exist")
+        try:
+            raw = tomllib.loads(path.read_text(encoding="utf-8"))
+        except tomllib.TOMLDecodeError as exc:
+            raise ConfigError(f"{path}: invalid TOML: {exc}") from None
+        default_name = path.stem
+    raw = _merge(raw, parse_overrides(overrides))
+    for key in raw:
+        if key not in _TOP_KEYS:
+            raise ConfigError(f"unknown key {key!r}{_closest(key, _TOP_KEYS)}")
+    if "experiment" not in raw:
+        raise ConfigError("the config must name its experiment, e.g. experiment = \"mmvfl_feature_selection\"")
+    spec = get_experiment(str(raw["experiment"]))
+    data_raw = dict(raw.get("data", {}))
+    data_name = data_raw.pop("name", spec.default_dataset)
+    params = build_dataclass(spec.params, raw.get("params", {}), "params")
+    seed = _coerce(raw.get("seed", 0), int, "seed")
+    device = _coerce(raw.get("device", "auto"), str, "device")
+    return ExperimentConfig(
+        experiment=spec.name,
+        name=_coerce(raw.get("name", default_name), str, "name"),
+        seed=seed,
+        data=DataConfig(name=_coerce(data_name, str, "data.name"), options=data_raw),
+        params=params,
+        output_dir=_coerce(raw.get("output_dir", "runs"), str, "output_dir"),
+        device=device,
+    )

@@ -1,0 +1,189 @@
+"""The runner: one config in, one run directory out (config, metrics, log, plots, report)."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import math
+import time
+import traceback
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+from rich.table import Table as RichTable
+
+from fedviews.errors import FedViewsError
+from fedviews.experiments._config import ExperimentConfig
+from fedviews.experiments._registry import get_experiment
+
+__all__ = ["ExperimentResult", "RunContext", "Table", "run_experiment", "to_jsonable"]
+
+
+@dataclass
+class Table:
+    """A result table (printed in the terminal, stored in metrics.json, shown in the report)."""
+
+    title: str
+    columns: list[str]
+    rows: list[list[Any]]
+    note: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"title": self.title, "columns": self.columns, "rows": self.rows, "note": self.note}
+
+    def to_rich(self) -> RichTable:
+        t = RichTable(title=self.title, caption=self.note or None, caption_justify="left")
+        for c in self.columns:
+            t.add_column(str(c), justify="right" if c != self.columns[0] else "left")
+        for r in self.rows:
+            t.add_row(*[_fmt(v) for v in r])
+        return t
+
+
+def _fmt(v: Any) -> str:
+    if isinstance(v, float):
+        return "nan" if math.isnan(v) else f"{v:.2f}"
+    return str(v)
+
+
+@dataclass
+class ExperimentResult:
+    """What an experiment returns to the runner."""
+
+    metrics: dict[str, Any]
+    tables: list[Table] = field(default_factory=list)
+    figures: list[Path] = field(default_factory=list)
+    message_log: dict[str, Any] | None = None
+    summary: str = ""
+
+
+class RunContext:
+    """Handed to every experiment: output folder, seed, device, progress, checkpoints."""
+
+    def __init__(self, cfg: ExperimentConfig, out_dir: Path, console: Console, quiet: bool = False) -> None:
+        self.cfg = cfg
+        self.out_dir = out_dir
+        self.console = console
+        self.quiet = quiet
+        self.seed = cfg.seed
+        self.device = cfg.device
+
+    def path(self, name: str) -> Path:
+        return self.out_dir / name
+
+    def log(self, text: str) -> None:
+        if not self.quiet:
+            self.console.log(text)
+
+    @contextlib.contextmanager
+    def progress(self, total: int, description: str) -> Iterator[Callable[[int], None]]:
+        """``with ctx.progress(n, "folds x beta") as advance: ... advance(1)``."""
+        if self.quiet:
+            yield lambda k=1: None
+            return
+        prog = Progress(
+            TextColumn("[bold]{task.description}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TimeElapsedColumn(),
+            TextColumn("eta"),
+            TimeRemainingColumn(),
+            console=self.console,
+            transient=False,
+        )
+        with prog:
+            task = prog.add_task(description, total=total)
+            yield lambda k=1: prog.advance(task, k)
+
+    def checkpoint(self, partial: dict[str, Any]) -> None:
+        """Write partial results so that an interrupted run loses nothing already computed."""
+        _write_json(self.path("partial_metrics.json"), partial)
+
+
+def to_jsonable(obj: Any) -> Any:
+    if isinstance(obj, dict):
+        return {str(k): to_jsonable(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [to_jsonable(v) for v in obj]
+    if isinstance(obj, np.ndarray):
+        return to_jsonable(obj.tolist())
+    if isinstance(obj, (np.floating, float)):
+        f = float(obj)
+        return None if math.isnan(f) or math.isinf(f) else f
+    if isinstance(obj, (np.integer,)):
+        return int(obj)
+    if isinstance(obj, Path):
+        return str(obj)
+    if hasattr(obj, "__dataclass_fields__"):
+        import dataclasses
+
+        return to_jsonable(dataclasses.asdict(obj))
+    return obj
+
+
+def _write_json(path: Path, obj: Any) -> None:
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(to_jsonable(obj), indent=2), encoding="utf-8")
+    tmp.replace(path)
+
+
+def run_experiment(
+    cfg: ExperimentConfig,
+    *,
+    console: Console | None = None,
+    quiet: bool = False,
+    out_dir: Path | None = None,
+) -> tuple[Path, ExperimentResult]:
+    """Run ``cfg`` and write ``runs/<name>-<timestamp>/`` (or ``out_dir``).
+
+    Files: ``config.json`` (resolved config), ``metrics.json``, ``message_log.json``,
+    PNG figures and ``report.html``. On failure, ``error.json`` is written next to
+    whatever partial results exist, and the error is re-raised.
+    """
+    from fedviews.report import write_report
+
+    console = console or Console()
+    spec = get_experiment(cfg.experiment)
+    if out_dir is None:
+        stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
+        out_dir = Path(cfg.output_dir) / f"{cfg.name}-{stamp}"
+        k = 1
+        while out_dir.exists():
+            out_dir = Path(cfg.output_dir) / f"{cfg.name}-{stamp}-{k}"
+            k += 1
+    out_dir.mkdir(parents=True, exist_ok=True)
+    _write_json(out_dir / "config.json", cfg.to_dict())
+    ctx = RunContext(cfg, out_dir, console, quiet)
+    t0 = time.perf_counter()
+    try:
+        result: ExperimentResult = spec.run(cfg, ctx)
+    except BaseException as exc:
+        _write_json(
+            out_dir / "error.json",
+            {
+                "error": f"{type(exc).__name__}: {exc}",
+                "traceback": None if isinstance(exc, FedViewsError) else traceback.format_exc(),
+                "seconds": time.perf_counter() - t0,
+            },
+        )
+        raise
+    seconds = time.perf_counter() - t0
+    metrics = {
+        "experiment": cfg.experiment,
+        "name": cfg.name,
+        "seconds": seconds,
+        **result.metrics,
+        "tables": [t.to_dict() for t in result.tables],
+    }
+    _write_json(out_dir / "metrics.json", metrics)
+    if result.message_log is not None:
+        _write_json(out_dir / "message_log.json", result.message_log)
+    (out_dir / "partial_metrics.json").unlink(missing_ok=True)
+    write_report(out_dir, cfg, result, seconds)
+    return out_dir, result
