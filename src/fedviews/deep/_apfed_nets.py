@@ -1,0 +1,245 @@
+"""APFed networks (the paper's Table 3 and Table 4) and the m-i image strips.
+
+Every network works on one horizontal image strip ``(n, C, h, W)``.
+
+* ``Encoder`` — ``f_A`` of the active client, ``ENC_p`` of an APFed-C passive
+  client and the per-client encoder of TVFL: unpadded convolutions, each
+  followed by ReLU, no pooling. Table 3 prints ``conv1 (1, 31, 5)`` followed by
+  ``conv2 (32, 64, 5)``, which cannot be chained; we use 32 output channels for
+  ``conv1``.
+* ``Head`` — ``g_T``: flatten, ``fc1 (d, hidden)``, ReLU, ``fc2 (hidden, classes)``
+  (``d`` = flattened encoder output, as in the tables).
+* ``Decoder`` — ``DEC_p`` of an APFed-R passive client: the transposed
+  convolutions of the tables in reverse order (ReLU between them, a linear last
+  layer), which exactly invert the encoder's spatial shape.
+
+A strip shorter (or narrower) than the encoder's receptive field (e.g. CIFAR
+3-x strips of 11 rows through Table 4's 5-4-5 kernels) is zero-padded at the
+bottom (right) to the smallest size that leaves a 1-pixel output; the decoder
+crops its output back to the strip size. Without this the CIFAR 3-x settings
+could not run at all.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from fedviews.deep._common import require_torch
+from fedviews.errors import ConfigError, DataError
+
+torch = require_torch()
+nn = torch.nn
+F = torch.nn.functional
+
+__all__ = [
+    "ARCHS",
+    "ActiveNet",
+    "Decoder",
+    "Encoder",
+    "Head",
+    "NetSpec",
+    "as_images",
+    "check_setting",
+    "cut_strips",
+    "get_arch",
+    "parse_setting",
+]
+
+
+# -- m-i settings and strips -------------------------------------------------
+def check_setting(m: int, i: int) -> None:
+    """Validate an ``m-i`` setting: ``m >= 2`` strips, active strip ``1 <= i <= m``."""
+    if int(m) != m or m < 2:
+        raise ConfigError(f"m (number of strips) must be an integer >= 2, got {m!r}")
+    if int(i) != i or not 1 <= i <= m:
+        raise ConfigError(f"setting {m}-{i}: the active strip i must satisfy 1 <= i <= m={m}, got i={i}")
+
+
+def parse_setting(setting: str) -> tuple[int, int]:
+    """``"3-2"`` → ``(3, 2)`` (validated)."""
+    try:
+        m_s, i_s = str(setting).split("-")
+        m, i = int(m_s), int(i_s)
+    except ValueError:
+        raise ConfigError(f"setting {setting!r} must look like 'm-i', e.g. '2-1' or '3-2'") from None
+    check_setting(m, i)
+    return m, i
+
+
+def as_images(images: Any, name: str = "images") -> np.ndarray:
+    """Validate images as a float32 ``(n, C, H, W)`` array (``(n, H, W)`` gets ``C = 1``)."""
+    try:
+        arr = np.asarray(images, dtype=np.float32)
+    except (TypeError, ValueError) as exc:
+        raise DataError(f"{name} is not numeric: {exc}") from None
+    if arr.ndim == 3:
+        arr = arr[:, None]
+    if arr.ndim != 4 or min(arr.shape) == 0:
+        raise DataError(
+            f"{name} must have shape (n, H, W) or (n, C, H, W) (channels first), got {arr.shape}"
+        )
+    if not np.isfinite(arr).all():
+        raise DataError(f"{name} contains NaN or infinite pixels")
+    return arr
+
+
+def cut_strips(images: np.ndarray, m: int, *, pad: bool = False) -> list[np.ndarray]:
+    """Cut ``(n, C, H, W)`` images horizontally into ``m`` equal strips (top to bottom).
+
+    The m-i protocol needs equal strips (an APFed-R decoder maps the active
+    representation onto a passive strip of the same size), so ``H`` must be a
+    multiple of ``m``. With ``pad=True`` the images are first zero-padded at the
+    bottom to the next multiple (28-row MNIST with ``m=3`` → 30 rows, strips of 10).
+
+    Raises
+    ------
+    DataError
+        If ``H % m != 0`` and ``pad`` is False.
+    """
+    H = images.shape[2]
+    rem = H % m
+    if rem:
+        if not pad:
+            raise DataError(
+                f"images of height {H} cannot be cut into {m} equal strips; "
+                f"pass pad=True to zero-pad them to {H + m - rem} rows, or crop them"
+            )
+        images = np.pad(images, ((0, 0), (0, 0), (0, m - rem), (0, 0)))
+    h = images.shape[2] // m
+    return [np.ascontiguousarray(images[:, :, k * h : (k + 1) * h]) for k in range(m)]
+
+
+@dataclass(frozen=True)
+class NetSpec:
+    """One column of the paper's Table 3/4.
+
+    Attributes
+    ----------
+    name : str
+    in_channels : int
+        Image channels (1 for MNIST/FMNIST, 3 for CIFAR).
+    convs : tuple of (in, out, kernel)
+        Encoder layers ``conv1, conv2, ...``; the decoder mirrors them.
+    hidden : int
+        Width of ``fc1`` in ``g_T``.
+    """
+
+    name: str
+    in_channels: int
+    convs: tuple[tuple[int, int, int], ...]
+    hidden: int
+
+    @property
+    def shrink(self) -> int:
+        """Rows (and columns) lost through the unpadded encoder."""
+        return sum(k - 1 for _, _, k in self.convs)
+
+    @property
+    def out_channels(self) -> int:
+        return self.convs[-1][1]
+
+    def padded(self, h: int, w: int) -> tuple[int, int]:
+        """Input size after padding a ``(h, w)`` strip up to the receptive field."""
+        return max(h, self.shrink + 1), max(w, self.shrink + 1)
+
+    def out_shape(self, h: int, w: int) -> tuple[int, int, int]:
+        """Encoder output ``(channels, rows, cols)`` for a ``(h, w)`` strip."""
+        ph, pw = self.padded(h, w)
+        return self.out_channels, ph - self.shrink, pw - self.shrink
+
+    def feature_dim(self, h: int, w: int) -> int:
+        """``d`` of the tables: the flattened encoder output size."""
+        c, oh, ow = self.out_shape(h, w)
+        return c * oh * ow
+
+
+ARCHS: dict[str, NetSpec] = {
+    "table3": NetSpec("table3", 1, ((1, 32, 5), (32, 64, 5)), 256),
+    "table4": NetSpec("table4", 3, ((3, 16, 5), (16, 32, 4), (32, 64, 5)), 50),
+}
+
+
+def get_arch(arch: str, in_channels: int) -> NetSpec:
+    """Resolve ``"auto"`` (1 channel → Table 3, 3 channels → Table 4) or a name."""
+    if arch == "auto":
+        for spec in ARCHS.values():
+            if spec.in_channels == in_channels:
+                return spec
+        raise ConfigError(f"no APFed network for {in_channels}-channel images; pass 1- or 3-channel images")
+    if arch not in ARCHS:
+        raise ConfigError(f"unknown APFed network {arch!r}; choose 'auto' or one of {sorted(ARCHS)}")
+    spec = ARCHS[arch]
+    if spec.in_channels != in_channels:
+        raise ConfigError(f"network {arch!r} expects {spec.in_channels}-channel images, got {in_channels}")
+    return spec
+
+
+class Encoder(nn.Module):  # type: ignore[misc]
+    """Unpadded conv stack with ReLU: ``(n, C, h, W) → (n, 64, h', W')``."""
+
+    def __init__(self, spec: NetSpec, strip_hw: tuple[int, int]) -> None:
+        super().__init__()
+        self.strip_hw = tuple(strip_hw)
+        self.pad_hw = spec.padded(*strip_hw)
+        self.convs = nn.ModuleList(nn.Conv2d(i, o, k) for i, o, k in spec.convs)
+
+    def forward(self, x: Any) -> Any:
+        dh = self.pad_hw[0] - x.shape[-2]
+        dw = self.pad_hw[1] - x.shape[-1]
+        if dh > 0 or dw > 0:
+            x = F.pad(x, (0, max(dw, 0), 0, max(dh, 0)))
+        for conv in self.convs:
+            x = F.relu(conv(x))
+        return x
+
+
+class Head(nn.Module):  # type: ignore[misc]
+    """``g_T``: flatten → fc1 → ReLU → fc2 (logits)."""
+
+    def __init__(self, in_dim: int, hidden: int, n_classes: int) -> None:
+        super().__init__()
+        self.fc1 = nn.Linear(in_dim, hidden)
+        self.fc2 = nn.Linear(hidden, n_classes)
+
+    def forward(self, h: Any) -> Any:
+        return self.fc2(F.relu(self.fc1(h.flatten(1))))
+
+
+class Decoder(nn.Module):  # type: ignore[misc]
+    """``DEC_p``: mirrored transposed convolutions, cropped to the strip size."""
+
+    def __init__(self, spec: NetSpec, strip_hw: tuple[int, int]) -> None:
+        super().__init__()
+        self.strip_hw = tuple(strip_hw)
+        self.deconvs = nn.ModuleList(nn.ConvTranspose2d(o, i, k) for i, o, k in reversed(spec.convs))
+
+    def forward(self, h: Any) -> Any:
+        x = h
+        for k, deconv in enumerate(self.deconvs):
+            x = deconv(x)
+            if k < len(self.deconvs) - 1:
+                x = F.relu(x)
+        return x[..., : self.strip_hw[0], : self.strip_hw[1]]
+
+
+class ActiveNet(nn.Module):  # type: ignore[misc]
+    """The active client's complete model ``g_T(f_A(x))`` (what is exported).
+
+    Parameters
+    ----------
+    spec : NetSpec
+    strip_hw : (int, int)
+        Height and width of the active strip.
+    n_classes : int
+    """
+
+    def __init__(self, spec: NetSpec, strip_hw: tuple[int, int], n_classes: int) -> None:
+        super().__init__()
+        self.encoder = Encoder(spec, strip_hw)
+        self.head = Head(spec.feature_dim(*strip_hw), spec.hidden, n_classes)
+
+    def forward(self, x: Any) -> Any:
+        return self.head(self.encoder(x))

@@ -1,0 +1,23 @@
+"""Linear multi-view / vertical FL algorithms (numpy + scipy).
+
+MMVFL and its supervised baselines (supFL, supMVLFL), and the ℓ2,1 solver they share.
+"""
+
+from fedviews.linear._common import select_top_features
+from fedviews.linear._l21 import L21Problem, L21Result, l21_least_squares, l21_norm, row_norms
+from fedviews.linear._mmvfl import MMVFL, MMVFL_POLICY, mmvfl_centralized
+from fedviews.linear._supervised import SupFL, SupMVLFL
+
+__all__ = [
+    "MMVFL",
+    "MMVFL_POLICY",
+    "L21Problem",
+    "L21Result",
+    "SupFL",
+    "SupMVLFL",
+    "l21_least_squares",
+    "l21_norm",
+    "mmvfl_centralized",
+    "row_norms",
+    "select_top_features",
+]

@@ -1,0 +1,363 @@
+r"""MMVFL (Feng & Yu): multi-participant multi-class VFL by label sharing through Z.
+
+Objective (Eq. 4), K parties, party ``l`` (the label owner) holds the one-hot ``Y``:
+
+.. math::
+    \sum_k \|X_k W_k - Z_k\|_F^2 + \beta_k \|W_k\|_{2,1} + \zeta_k \|Z_k - Z\|_F^2
+    + \eta \|Z_l - Y\|_F^2
+
+Algorithm 1, one round:
+
+1. every party runs IRLS (Eqs. 7-8) on ``min ||X_k W_k - Z_k||^2 + beta_k ||W_k||_{2,1}``,
+   warm-started from its previous ``W_k`` (its Gram matrix is cached);
+2. every party updates ``Z_k`` in closed form (Eq. 12; Eq. 11 for the label owner);
+3. parties send ``Z_k`` to the coordinator, which computes ``Z = sum zeta_k Z_k / sum zeta_k``
+   (Eq. 14) and sends ``Z`` back.
+
+Every update is an exact block minimisation (or an IRLS majorisation step), so the
+objective is non-increasing over rounds. Only ``Z_k`` (party → coordinator) and
+``Z`` (coordinator → party) cross the privacy barrier; parties also report the
+scalar value of their local terms in message metadata so that the coordinator can
+track the global objective.
+
+Initialisation (line 1 of Algorithm 1): ``Z`` and every ``Z_k`` are random
+non-negative matrices with orthonormal columns (random cluster indicators),
+drawn from independent streams spawned from ``random_state``. Instead of a random
+``W_k`` the first IRLS iteration starts from ``A = I`` (the ridge solution), the
+usual choice for this solver (Nie et al., 2010); later rounds warm-start.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from sklearn.base import BaseEstimator
+
+from fedviews.data._validation import check_Xs, check_y, one_hot
+from fedviews.errors import ConfigError, DataError
+from fedviews.experiments._registry import register_algorithm
+from fedviews.federation import Coordinator, Message, Party, PrivacyPolicy, Transport, federate, handles
+from fedviews.linear._common import orthonormal_nonnegative, per_party, small_blas
+from fedviews.linear._l21 import L21Problem, row_norms
+
+__all__ = ["MMVFL", "MMVFL_POLICY", "MMVFLParty", "MMVFLServer", "mmvfl_centralized"]
+
+MMVFL_POLICY = PrivacyPolicy.of(
+    "mmvfl",
+    {
+        ("party", "coordinator"): ["Z_k"],
+        ("coordinator", "party"): ["Z"],
+    },
+)
+
+
+def _sq(A: np.ndarray) -> float:
+    return float(np.einsum("ij,ij->", A, A))
+
+
+@dataclass(frozen=True)
+class _Solver:
+    max_iter: int = 20
+    tol: float = 1e-6
+    eps: float = 1e-10
+    method: str = "auto"
+
+
+class MMVFLParty(Party):
+    """One participant: its view ``X_k`` (and ``Y`` for the label owner) never leave it."""
+
+    def __init__(
+        self,
+        name: str,
+        X: np.ndarray,
+        *,
+        beta: float,
+        zeta: float,
+        n_classes: int,
+        seed: np.random.SeedSequence,
+        Y: np.ndarray | None = None,
+        eta: float = 0.0,
+        solver: _Solver = _Solver(),
+    ) -> None:
+        super().__init__(name, role="party")
+        self.problem = L21Problem(X, method=solver.method, eps=solver.eps)
+        self.beta, self.zeta, self.eta = beta, zeta, eta
+        self.Y = Y
+        self.solver = solver
+        self.W: np.ndarray | None = None
+        self.Z_k = orthonormal_nonnegative(X.shape[0], n_classes, np.random.default_rng(seed))
+        self.inner_iterations: list[int] = []
+
+    def local_update(self, Z: np.ndarray) -> float:
+        """W step (IRLS to convergence, warm start) then Z_k step; returns local objective terms."""
+        res = self.problem.solve(
+            self.Z_k, self.beta, W0=self.W, max_iter=self.solver.max_iter, tol=self.solver.tol
+        )
+        self.W = res.W
+        self.inner_iterations.append(res.n_iter)
+        XW = self.problem.X @ self.W
+        if self.Y is not None:  # Eq. (11)
+            self.Z_k = (XW + self.zeta * Z + self.eta * self.Y) / (1.0 + self.zeta + self.eta)
+        else:  # Eq. (12)
+            self.Z_k = (XW + self.zeta * Z) / (1.0 + self.zeta)
+        local = _sq(XW - self.Z_k) + self.beta * float(row_norms(self.W).sum())
+        if self.Y is not None:
+            local += self.eta * _sq(self.Z_k - self.Y)
+        return local
+
+    @handles("update")
+    def on_update(self, msg: Message) -> Message:
+        local = self.local_update(msg.arrays["Z"])
+        return self.reply(msg, arrays={"Z_k": self.Z_k}, meta={"local_objective": local})
+
+
+class MMVFLServer(Coordinator):
+    """The VFL server: averages the ``Z_k`` (Eq. 14) and tracks the global objective."""
+
+    def __init__(
+        self,
+        parties: Sequence[str],
+        zeta: Sequence[float],
+        n_samples: int,
+        n_classes: int,
+        seed: np.random.SeedSequence,
+        *,
+        max_iter: int,
+        tol: float,
+    ) -> None:
+        super().__init__()
+        self.parties = list(parties)
+        self.zeta = np.asarray(zeta, dtype=np.float64)
+        self.Z = orthonormal_nonnegative(n_samples, n_classes, np.random.default_rng(seed))
+        self.max_iter, self.tol = max_iter, tol
+        self.objective: list[float] = []
+        self.converged = False
+
+    def run(self) -> np.ndarray:
+        prev = np.inf
+        for r in range(1, self.max_iter + 1):
+            replies = self.broadcast(self.parties, "update", arrays={"Z": self.Z}, round=r)
+            Zks = [replies[p].arrays["Z_k"] for p in self.parties]
+            self.Z = sum(z * Zk for z, Zk in zip(self.zeta, Zks, strict=True)) / self.zeta.sum()  # Eq. (14)
+            f = sum(float(replies[p].meta["local_objective"]) for p in self.parties)  # type: ignore[arg-type]
+            f += sum(z * _sq(Zk - self.Z) for z, Zk in zip(self.zeta, Zks, strict=True))
+            self.objective.append(f)
+            if np.isfinite(prev) and abs(prev - f) <= self.tol * abs(prev):
+                self.converged = True
+                break
+            prev = f
+        return self.Z
+
+
+def _check_label_owner(label_owner: Any, K: int) -> int:
+    if isinstance(label_owner, bool) or not isinstance(label_owner, (int, np.integer)):
+        raise ConfigError(f"label_owner must be an integer party index, got {label_owner!r}")
+    if not 0 <= int(label_owner) < K:
+        raise ConfigError(f"label_owner={label_owner} is out of range for {K} parties (0..{K - 1})")
+    return int(label_owner)
+
+
+def _check_iter(max_iter: int, tol: float, name: str = "max_iter") -> None:
+    if int(max_iter) < 1:
+        raise ConfigError(f"{name} must be >= 1, got {max_iter}")
+    if not tol >= 0:
+        raise ConfigError(f"tol must be >= 0, got {tol}")
+
+
+def mmvfl_centralized(
+    Xs: Sequence[np.ndarray],
+    Y: np.ndarray,
+    *,
+    beta: float | Sequence[float] = 1.0,
+    zeta: float | Sequence[float] = 1000.0,
+    eta: float = 1000.0,
+    label_owner: int = 0,
+    max_iter: int = 50,
+    tol: float = 1e-6,
+    inner_max_iter: int = 20,
+    inner_tol: float = 1e-6,
+    eps: float = 1e-10,
+    random_state: int | None = 0,
+) -> dict[str, Any]:
+    """The MMVFL updates run centrally in one function (no parties, no messages).
+
+    Same initialisation streams and update order as :class:`MMVFL`; used to check
+    that the federated run equals the centralized computation of the objective.
+    Returns ``{"W": [...], "Z": Z, "Z_k": [...], "objective": [...]}``.
+    """
+    K = len(Xs)
+    betas, zetas = per_party(beta, K, "beta"), per_party(zeta, K, "zeta")
+    with small_blas():
+        return _mmvfl_centralized(Xs, Y, betas, zetas, eta, label_owner, max_iter, tol, inner_max_iter, inner_tol, eps, random_state)
+
+
+def _mmvfl_centralized(
+    Xs: Sequence[np.ndarray],
+    Y: np.ndarray,
+    betas: list[float],
+    zetas: list[float],
+    eta: float,
+    label_owner: int,
+    max_iter: int,
+    tol: float,
+    inner_max_iter: int,
+    inner_tol: float,
+    eps: float,
+    random_state: int | None,
+) -> dict[str, Any]:
+    K = len(Xs)
+    ss = np.random.SeedSequence(random_state).spawn(K + 1)
+    n, c = Y.shape
+    Z = orthonormal_nonnegative(n, c, np.random.default_rng(ss[0]))
+    Zk = [orthonormal_nonnegative(n, c, np.random.default_rng(ss[1 + k])) for k in range(K)]
+    probs = [L21Problem(X, eps=eps) for X in Xs]
+    Ws: list[np.ndarray | None] = [None] * K
+    hist: list[float] = []
+    prev = np.inf
+    for _ in range(max_iter):
+        f = 0.0
+        for k in range(K):
+            Ws[k] = probs[k].solve(Zk[k], betas[k], W0=Ws[k], max_iter=inner_max_iter, tol=inner_tol).W
+            XW = Xs[k] @ Ws[k]
+            if k == label_owner:
+                Zk[k] = (XW + zetas[k] * Z + eta * Y) / (1 + zetas[k] + eta)
+                f += eta * _sq(Zk[k] - Y)
+            else:
+                Zk[k] = (XW + zetas[k] * Z) / (1 + zetas[k])
+            f += _sq(XW - Zk[k]) + betas[k] * float(row_norms(Ws[k]).sum())  # type: ignore[arg-type]
+        Z = sum(z * zk for z, zk in zip(zetas, Zk, strict=True)) / sum(zetas)
+        f += sum(z * _sq(zk - Z) for z, zk in zip(zetas, Zk, strict=True))
+        hist.append(f)
+        if np.isfinite(prev) and abs(prev - f) <= tol * abs(prev):
+            break
+        prev = f
+    return {"W": Ws, "Z": Z, "Z_k": Zk, "objective": hist}
+
+
+@register_algorithm("mmvfl")
+class MMVFL(BaseEstimator):  # type: ignore[misc]
+    """Multi-participant multi-class VFL with ℓ2,1 feature selection (Feng & Yu).
+
+    Parameters
+    ----------
+    beta : float or list of float, default=1.0
+        ℓ2,1 strength β_k (scalar for all parties, or one per party).
+    zeta : float or list of float, default=1000
+        Consensus penalty ζ_k tying each ``Z_k`` to ``Z``.
+    eta : float, default=1000
+        Label penalty η tying the label owner's ``Z_l`` to ``Y``.
+    label_owner : int, default=0
+        Index of the party that owns the labels.
+    max_iter, tol : int, float
+        Outer rounds and the relative-objective-change stopping rule.
+    inner_max_iter, inner_tol : int, float
+        IRLS iterations per round (Algorithm 1, lines 4-7).
+    eps : float
+        ε of Eq. (7).
+    random_state : int or None
+        Seed of the random initial ``Z`` / ``Z_k``.
+    transport : callable, optional
+        ``transport(policy) -> Transport`` (default: in-process). Algorithms never
+        choose a concrete transport themselves.
+
+    Attributes
+    ----------
+    W_ : list of ndarray (d_k, n_classes)
+        Each party's transformation matrix. In this in-process simulation the
+        estimator reads them from the party objects; they are never sent.
+    Z_ : ndarray (n_samples, n_classes)
+        Final consensus pseudo-labels.
+    feature_importances_ : list of ndarray (d_k,)
+        ℓ2 norms of the rows of ``W_k``.
+    objective_ : list of float
+        Global objective (Eq. 4) after every round.
+    run_stats_ : dict
+        Rounds, messages, bytes per party, and which arrays crossed.
+    transport_ : Transport
+        The transport of the run (its ``log`` lists every message).
+    """
+
+    def __init__(
+        self,
+        beta: float | Sequence[float] = 1.0,
+        zeta: float | Sequence[float] = 1000.0,
+        eta: float = 1000.0,
+        label_owner: int = 0,
+        max_iter: int = 50,
+        tol: float = 1e-6,
+        inner_max_iter: int = 20,
+        inner_tol: float = 1e-6,
+        eps: float = 1e-10,
+        random_state: int | None = 0,
+        transport: Any = None,
+    ) -> None:
+        self.beta = beta
+        self.zeta = zeta
+        self.eta = eta
+        self.label_owner = label_owner
+        self.max_iter = max_iter
+        self.tol = tol
+        self.inner_max_iter = inner_max_iter
+        self.inner_tol = inner_tol
+        self.eps = eps
+        self.random_state = random_state
+        self.transport = transport
+
+    def fit(self, Xs: Sequence[np.ndarray], y: np.ndarray) -> MMVFL:
+        """Run the federated protocol; ``Xs[k]`` is party k's view, ``y`` the label owner's labels."""
+        Xs = check_Xs(Xs)
+        K, n = len(Xs), Xs[0].shape[0]
+        y = check_y(y, n)
+        owner = _check_label_owner(self.label_owner, K)
+        betas = per_party(self.beta, K, "beta")
+        zetas = per_party(self.zeta, K, "zeta")
+        (eta,) = per_party(self.eta, 1, "eta")
+        _check_iter(self.max_iter, self.tol)
+        _check_iter(self.inner_max_iter, self.inner_tol, "inner_max_iter")
+        Y, self.classes_ = one_hot(y)
+        c = Y.shape[1]
+        if c < 2:
+            raise DataError("y must contain at least two classes")
+        solver = _Solver(self.inner_max_iter, self.inner_tol, self.eps)
+        ss = np.random.SeedSequence(self.random_state).spawn(K + 1)
+        parties = [
+            MMVFLParty(
+                f"party{k}",
+                Xs[k],
+                beta=betas[k],
+                zeta=zetas[k],
+                n_classes=c,
+                seed=ss[1 + k],
+                Y=Y if k == owner else None,
+                eta=eta if k == owner else 0.0,
+                solver=solver,
+            )
+            for k in range(K)
+        ]
+        server = MMVFLServer(
+            [p.name for p in parties], zetas, n, c, ss[0], max_iter=self.max_iter, tol=self.tol
+        )
+        custom: Transport | None = self.transport(MMVFL_POLICY) if self.transport else None
+        self.transport_ = federate([server, *parties], MMVFL_POLICY, custom)
+        with small_blas():
+            self.Z_ = server.run()
+        self.W_ = [p.W for p in parties]
+        self.Z_k_ = [p.Z_k for p in parties]
+        self.feature_importances_ = [row_norms(W) for W in self.W_]
+        self.objective_ = list(server.objective)
+        self.n_iter_ = len(self.objective_)
+        self.converged_ = server.converged
+        self.n_features_in_ = [X.shape[1] for X in Xs]
+        self.run_stats_ = self.transport_.log.summary()
+        return self
+
+    def predict(self, X: np.ndarray, party: int = 0) -> np.ndarray:
+        """Party ``party``'s own prediction ``argmax X W_k`` from its view ``X``."""
+        W = self.W_[_check_label_owner(party, len(self.W_))]
+        (X,) = check_Xs([X], name="X")
+        if X.shape[1] != W.shape[0]:
+            raise DataError(f"X has {X.shape[1]} features, party {party} was fit with {W.shape[0]}")
+        return self.classes_[np.argmax(X @ W, axis=1)]
