@@ -32,6 +32,11 @@ def dataset_dir(name: str) -> Path:
     return cache_dir() / name
 
 
+def _publish(tmp: str, path: Path) -> None:
+    os.chmod(tmp, 0o644)  # mkstemp creates 0600; cache files are ordinary readable files
+    os.replace(tmp, path)
+
+
 def write_bytes(path: Path, data: bytes) -> None:
     """Write ``data`` to ``path`` atomically (a reader never sees a half-written file)."""
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -39,7 +44,7 @@ def write_bytes(path: Path, data: bytes) -> None:
     try:
         with os.fdopen(fd, "wb") as fh:
             fh.write(data)
-        os.replace(tmp, path)
+        _publish(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
@@ -52,7 +57,7 @@ def save_npz(path: Path, **arrays: np.ndarray) -> None:
     try:
         with os.fdopen(fd, "wb") as fh:
             np.savez_compressed(fh, **arrays)  # type: ignore[arg-type]
-        os.replace(tmp, path)
+        _publish(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise

@@ -100,6 +100,8 @@ def _read_mat(path: Path, x_key: str, y_key: str) -> tuple[list[np.ndarray], np.
     if labels.ndim > 2 or (labels.ndim == 2 and 1 not in labels.shape):
         raise DataError(f"{path}: {y_key} must be an n x 1 label vector, got shape {labels.shape}")
     y = labels.ravel()
+    if y.dtype.kind == "f" and np.isfinite(y).all() and np.array_equal(y, np.round(y)):
+        y = y.astype(np.int64)  # MATLAB stores class numbers as doubles
     views = []
     for k, cell in enumerate(cells.ravel()):
         X = np.asarray(cell)

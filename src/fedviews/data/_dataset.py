@@ -52,7 +52,9 @@ class MultiViewDataset:
         if len(self.ids) != n:
             raise DataError(f"{self.name}: {len(self.ids)} ids for {n} samples")
         if len(self.view_names) != len(views):
-            raise DataError(f"{self.name}: {len(self.view_names)} view names for {len(views)} views")
+            raise DataError(
+                f"{self.name}: {len(self.view_names)} view names for {len(views)} views"
+            )
         if self.images is not None and len(self.images) != n:
             raise DataError(f"{self.name}: {len(self.images)} images for {n} samples")
 

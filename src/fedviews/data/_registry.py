@@ -14,7 +14,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from fedviews.data._cache import cache_dir
 from fedviews.data._dataset import MultiViewDataset
 from fedviews.errors import ConfigError
 

@@ -126,7 +126,9 @@ def _scheme(name: str) -> Callable[[_Partitioner], _Partitioner]:
 
 
 @_scheme("iid")
-def _iid(codes: np.ndarray, n_clients: int, rng: np.random.Generator, _: dict[str, Any]) -> list[np.ndarray]:
+def _iid(
+    codes: np.ndarray, n_clients: int, rng: np.random.Generator, _: dict[str, Any]
+) -> list[np.ndarray]:
     # shuffle, group by class, deal round-robin: sizes and per-class counts differ by <= 1
     order = rng.permutation(len(codes))
     order = order[np.argsort(codes[order], kind="stable")]

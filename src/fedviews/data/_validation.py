@@ -38,7 +38,9 @@ def check_Xs(
         empty, or contains NaN or infinite values.
     """
     if isinstance(Xs, np.ndarray) and Xs.ndim == 2:
-        raise DataError(f"{name} must be a list of views (one 2-D array per view), got one 2-D array")
+        raise DataError(
+            f"{name} must be a list of views (one 2-D array per view), got one 2-D array"
+        )
     if not isinstance(Xs, (list, tuple)) or len(Xs) == 0:
         raise DataError(f"{name} must be a non-empty list of 2-D arrays, got {type(Xs).__name__}")
     if n_views is not None and len(Xs) != n_views:
@@ -50,12 +52,16 @@ def check_Xs(
         except (TypeError, ValueError) as exc:
             raise DataError(f"{name}[{k}] is not numeric: {exc}") from None
         if arr.ndim != 2:
-            raise DataError(f"{name}[{k}] must be 2-D (n_samples, n_features), got shape {arr.shape}")
+            raise DataError(
+                f"{name}[{k}] must be 2-D (n_samples, n_features), got shape {arr.shape}"
+            )
         if arr.shape[0] == 0 or arr.shape[1] == 0:
             raise DataError(f"{name}[{k}] is empty (shape {arr.shape})")
         if not np.isfinite(arr).all():
             bad = int((~np.isfinite(arr)).sum())
-            raise DataError(f"{name}[{k}] contains {bad} NaN or infinite values; impute or drop them first")
+            raise DataError(
+                f"{name}[{k}] contains {bad} NaN or infinite values; impute or drop them first"
+            )
         out.append(arr)
     rows = {a.shape[0] for a in out}
     if len(rows) != 1:
@@ -68,7 +74,9 @@ def check_Xs(
     if n_features is not None:
         for k, (arr, d) in enumerate(zip(out, n_features, strict=False)):
             if arr.shape[1] != d:
-                raise DataError(f"{name}[{k}] has {arr.shape[1]} features, the model was fit with {d}")
+                raise DataError(
+                    f"{name}[{k}] has {arr.shape[1]} features, the model was fit with {d}"
+                )
     return out
 
 

@@ -45,7 +45,9 @@ def split_strips(images: Any, m: int) -> list[np.ndarray]:
     arr = _check_images(images)
     n, height, _ = arr.shape
     if not isinstance(m, (int, np.integer)) or not 1 <= m <= height:
-        raise DataError(f"cannot cut {height}-row images into m={m!r} strips; need 1 <= m <= {height}")
+        raise DataError(
+            f"cannot cut {height}-row images into m={m!r} strips; need 1 <= m <= {height}"
+        )
     return [strip.reshape(n, -1) for strip in np.array_split(arr, int(m), axis=1)]
 
 
@@ -72,9 +74,13 @@ def join_strips(views: Sequence[Any], width: int) -> np.ndarray:
     strips = []
     for k, v in enumerate(arrs):
         if v.ndim != 2 or v.shape[0] != n:
-            raise DataError(f"views[{k}] has shape {v.shape}; every view must be ({n}, rows*{width})")
+            raise DataError(
+                f"views[{k}] has shape {v.shape}; every view must be ({n}, rows*{width})"
+            )
         if v.shape[1] % width:
-            raise DataError(f"views[{k}] has {v.shape[1]} features, not a multiple of width {width}")
+            raise DataError(
+                f"views[{k}] has {v.shape[1]} features, not a multiple of width {width}"
+            )
         strips.append(v.reshape(n, v.shape[1] // width, width))
     return np.concatenate(strips, axis=1)
 

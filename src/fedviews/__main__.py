@@ -1,0 +1,3 @@
+from fedviews.cli import main
+
+main()

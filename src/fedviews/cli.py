@@ -1,0 +1,151 @@
+"""Command line: ``fedviews run CONFIG``, ``fedviews datasets ...``, ``fedviews experiments``.
+
+Every expected failure (bad config, bad data, missing extra, privacy violation, a
+party that dies) is printed as one ``error:`` line with a non-zero exit status;
+tracebacks are shown only with ``--debug``.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable
+from functools import wraps
+from pathlib import Path
+from typing import Annotated, Any, TypeVar
+
+import typer
+from rich.console import Console
+
+from fedviews.errors import FedViewsError
+
+app = typer.Typer(
+    name="fedviews",
+    help="Multi-party vertical federated learning and multi-view learning.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+datasets_app = typer.Typer(help="List, describe and fetch the built-in datasets.", no_args_is_help=True)
+app.add_typer(datasets_app, name="datasets")
+
+console = Console()
+err_console = Console(stderr=True)
+F = TypeVar("F", bound=Callable[..., Any])
+_DEBUG = {"on": False}
+
+
+def _friendly(fn: F) -> F:
+    """Turn fedviews errors into one-line messages with exit status 2."""
+
+    @wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return fn(*args, **kwargs)
+        except FedViewsError as exc:
+            if _DEBUG["on"]:
+                raise
+            err_console.print(f"[bold red]error:[/] {type(exc).__name__}: {exc}", highlight=False)
+            raise typer.Exit(2) from None
+        except KeyboardInterrupt:
+            err_console.print("[bold red]interrupted[/]: partial results (if any) are in the run folder")
+            raise typer.Exit(130) from None
+
+    return wrapper  # type: ignore[return-value]
+
+
+@app.callback()
+def _main(debug: Annotated[bool, typer.Option("--debug", help="Show full tracebacks.")] = False) -> None:
+    _DEBUG["on"] = debug
+
+
+@app.command()
+@_friendly
+def run(
+    config: Annotated[Path, typer.Argument(help="Experiment TOML file (see configs/).")],
+    overrides: Annotated[list[str] | None, typer.Argument(help="key=value overrides, e.g. params.max_iter=10 seed=3")] = None,
+    out: Annotated[Path | None, typer.Option(help="Run folder (default runs/<name>-<timestamp>).")] = None,
+    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bars.")] = False,
+) -> None:
+    """Run an experiment; print its tables and the path of its HTML report."""
+    from fedviews.experiments import load_config, run_experiment
+
+    cfg = load_config(config, overrides or [])
+    console.print(f"[bold]fedviews run[/] {cfg.name}: experiment [cyan]{cfg.experiment}[/] on [cyan]{cfg.data.name}[/]")
+    run_dir, result = run_experiment(cfg, console=console, quiet=quiet, out_dir=out)
+    for table in result.tables:
+        console.print(table.to_rich())
+    if result.summary:
+        console.print(result.summary)
+    console.print(f"report: [bold]{run_dir / 'report.html'}[/]")
+    console.print(f"metrics: {run_dir / 'metrics.json'}")
+
+
+@app.command()
+@_friendly
+def experiments() -> None:
+    """List the registered experiments and algorithms."""
+    from rich.table import Table
+
+    from fedviews.experiments import list_algorithms, list_experiments
+
+    t = Table(title="experiments (use as `experiment = ...` in a config)")
+    t.add_column("name")
+    t.add_column("default data")
+    t.add_column("needs")
+    t.add_column("description")
+    for spec in list_experiments():
+        t.add_row(spec.name, spec.default_dataset, spec.needs or "", spec.description)
+    console.print(t)
+    console.print("algorithms: " + ", ".join(list_algorithms()))
+
+
+@datasets_app.command("list")
+@_friendly
+def datasets_list() -> None:
+    """List the built-in datasets."""
+    from rich.table import Table
+
+    from fedviews.data import info, list_datasets
+
+    t = Table(title="datasets")
+    t.add_column("name")
+    t.add_column("available")
+    t.add_column("description")
+    for name in list_datasets():
+        meta = info(name)
+        t.add_row(name, "yes" if meta.get("available") else "no", str(meta.get("description", "")))
+    console.print(t)
+
+
+@datasets_app.command("info")
+@_friendly
+def datasets_info(name: str) -> None:
+    """Describe one dataset (size, views, source, cache location)."""
+    from fedviews.data import info
+
+    for key, value in info(name).items():
+        console.print(f"[bold]{key}[/]: {value}", highlight=False)
+
+
+@datasets_app.command("fetch")
+@_friendly
+def datasets_fetch(name: str) -> None:
+    """Download/convert a dataset into the cache (~/.cache/fedviews or $FEDVIEWS_DATA)."""
+    from fedviews.data import fetch, load
+
+    path = fetch(name)
+    ds = load(name)
+    console.print(f"{name}: {ds.n_samples} samples, views {dict(zip(ds.view_names, ds.n_features, strict=True))} -> {path}")
+
+
+def main() -> None:
+    """Console-script entry point."""
+    try:
+        app()
+    except FedViewsError as exc:  # pragma: no cover - errors outside commands
+        err_console.print(f"error: {exc}")
+        sys.exit(2)
+
+
+if __name__ == "__main__":  # pragma: no cover
+    main()

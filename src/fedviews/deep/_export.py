@@ -1,0 +1,201 @@
+"""Standalone export of an active client's model (APFed "inferring solely").
+
+An export is a folder::
+
+    model_dir/
+      active_model.pt    torch.save'd state dict of g_T ∘ f_A (loaded with weights_only=True)
+      model.json         architecture, m-i setting, strip/image shapes, classes, training settings
+      active_model.ts    optional TorchScript module (same weights)
+
+:func:`load_active_model` rebuilds the network from ``model.json`` and the
+state dict; it needs neither the passive clients nor the training code's
+objects. :func:`predict_exported` is what ``fedviews apfed predict MODEL DATA.npy``
+calls.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from fedviews.deep._apfed_nets import ActiveNet, NetSpec, as_images, cut_strips
+from fedviews.deep._common import require_torch, resolve_device, to_numpy, to_tensor
+from fedviews.errors import DataError
+
+__all__ = ["ExportedActiveModel", "export_active_model", "load_active_model", "predict_exported"]
+
+FORMAT = "fedviews.apfed.active/1"
+STATE_FILE = "active_model.pt"
+META_FILE = "model.json"
+SCRIPT_FILE = "active_model.ts"
+
+
+def _jsonable(v: Any) -> Any:
+    if isinstance(v, Mapping):
+        return {str(k): _jsonable(x) for k, x in v.items()}
+    if isinstance(v, (list, tuple)):
+        return [_jsonable(x) for x in v]
+    if isinstance(v, np.generic):
+        return v.item()
+    if isinstance(v, np.ndarray):
+        return v.tolist()
+    return v
+
+
+def export_active_model(
+    path: str | Path,
+    net: Any,
+    *,
+    spec: NetSpec,
+    strip_hw: tuple[int, int],
+    image_shape: tuple[int, ...],
+    m: int,
+    i: int,
+    pad: bool,
+    classes: np.ndarray,
+    method: str,
+    settings: Mapping[str, Any] | None = None,
+    torchscript: bool = False,
+) -> Path:
+    """Write ``net`` (an :class:`~fedviews.deep._apfed_nets.ActiveNet`) and its description to ``path``.
+
+    Returns the folder.
+    """
+    torch = require_torch()
+    out = Path(path)
+    out.mkdir(parents=True, exist_ok=True)
+    state = {k: v.detach().cpu() for k, v in net.state_dict().items()}
+    torch.save(state, out / STATE_FILE)
+    meta = {
+        "format": FORMAT,
+        "method": method,
+        "arch": {"name": spec.name, "in_channels": spec.in_channels, "convs": spec.convs, "hidden": spec.hidden},
+        "m": int(m),
+        "i": int(i),
+        "pad": bool(pad),
+        "image_shape": list(image_shape),
+        "strip_hw": list(strip_hw),
+        "classes": np.asarray(classes).tolist(),
+        "settings": dict(settings or {}),
+        "torch_version": str(torch.__version__),
+        "torchscript": SCRIPT_FILE if torchscript else None,
+    }
+    (out / META_FILE).write_text(json.dumps(_jsonable(meta), indent=2), encoding="utf-8")
+    if torchscript:
+        was_training = net.training
+        net.eval()
+        example = torch.zeros((1, spec.in_channels, *strip_hw), device=next(net.parameters()).device)
+        with torch.no_grad():
+            traced = torch.jit.trace(net, example)
+        traced.save(str(out / SCRIPT_FILE))
+        net.train(was_training)
+    return out
+
+
+class ExportedActiveModel:
+    """An exported active model, ready to predict without any passive client.
+
+    Attributes
+    ----------
+    net : torch.nn.Module
+        ``g_T ∘ f_A`` in eval mode.
+    meta : dict
+        The contents of ``model.json``.
+    classes : ndarray
+    """
+
+    def __init__(self, net: Any, meta: dict[str, Any], device: Any) -> None:
+        self.net = net
+        self.meta = meta
+        self.device = device
+        self.classes = np.asarray(meta["classes"])
+
+    def active_strip(self, images: Any) -> np.ndarray:
+        """Accept full images (strip ``i`` is cut out) or already-cut active strips."""
+        X = as_images(images)
+        full = tuple(self.meta["image_shape"])
+        strip = (full[0], *self.meta["strip_hw"])
+        if tuple(X.shape[1:]) == full:
+            return cut_strips(X, self.meta["m"], pad=self.meta["pad"])[self.meta["i"] - 1]
+        if tuple(X.shape[1:]) == strip:
+            return X
+        raise DataError(
+            f"input of shape {X.shape[1:]} fits neither the full images {full} "
+            f"nor the active strip {strip} of this model"
+        )
+
+    def logits(self, images: Any) -> np.ndarray:
+        torch = require_torch()
+        strip = self.active_strip(images)
+        out = []
+        with torch.no_grad():
+            for start in range(0, len(strip), 1024):
+                out.append(to_numpy(self.net(to_tensor(strip[start : start + 1024], self.device, torch.float32))))
+        return np.concatenate(out).astype(np.float64)
+
+    def predict_proba(self, images: Any) -> np.ndarray:
+        z = self.logits(images)
+        e = np.exp(z - z.max(axis=1, keepdims=True))
+        return e / e.sum(axis=1, keepdims=True)
+
+    def predict(self, images: Any) -> np.ndarray:
+        """Predicted labels (the original class labels)."""
+        return self.classes[np.argmax(self.logits(images), axis=1)]
+
+
+def load_active_model(path: str | Path, device: str = "cpu") -> ExportedActiveModel:
+    """Load an export written by :func:`export_active_model` (or ``APFed.export``).
+
+    Raises
+    ------
+    DataError
+        If the folder, ``model.json`` or the state dict is missing or of another format.
+    """
+    torch = require_torch()
+    folder = Path(path)
+    meta_path = folder / META_FILE
+    if not meta_path.is_file() or not (folder / STATE_FILE).is_file():
+        raise DataError(f"{folder} is not an exported APFed model (expected {META_FILE} and {STATE_FILE})")
+    meta = json.loads(meta_path.read_text(encoding="utf-8"))
+    if meta.get("format") != FORMAT:
+        raise DataError(f"{meta_path}: unknown format {meta.get('format')!r}; expected {FORMAT!r}")
+    a = meta["arch"]
+    spec = NetSpec(a["name"], int(a["in_channels"]), tuple(tuple(int(v) for v in c) for c in a["convs"]), int(a["hidden"]))
+    dev = resolve_device(device)
+    net = ActiveNet(spec, (int(meta["strip_hw"][0]), int(meta["strip_hw"][1])), len(meta["classes"]))
+    net.load_state_dict(torch.load(folder / STATE_FILE, map_location=dev, weights_only=True))
+    net.to(dev).eval()
+    return ExportedActiveModel(net, meta, dev)
+
+
+def predict_exported(model_path: str | Path, images_or_npy_path: Any) -> np.ndarray:
+    """Predict labels with an exported active model.
+
+    Parameters
+    ----------
+    model_path : str or Path
+        Folder written by ``APFed.export`` / ``SingleVL.export``.
+    images_or_npy_path : array or str or Path
+        Full images ``(n, H, W)`` / ``(n, C, H, W)`` or active strips, or the
+        path of a ``.npy`` file holding them (read with ``allow_pickle=False``).
+
+    Returns
+    -------
+    ndarray, shape (n,)
+        Predicted class labels.
+    """
+    if isinstance(images_or_npy_path, (str, Path)):
+        p = Path(images_or_npy_path)
+        if not p.is_file():
+            raise DataError(f"data file {str(p)!r} does not exist")
+        try:
+            images = np.load(p, allow_pickle=False)
+        except ValueError as exc:
+            raise DataError(f"{p}: not a numeric .npy array ({exc})") from None
+    else:
+        images = images_or_npy_path
+    return load_active_model(model_path).predict(images)

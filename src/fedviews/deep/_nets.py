@@ -1,0 +1,108 @@
+"""Convolutional building blocks shared by the split-learning algorithms.
+
+A *bottom* model runs at a data owner on its strip of the image; a *top*
+model runs at a label owner on the combined cut-layer activations. Default
+sizes are those of Multi-VFL (Mugunthan et al.): each bottom is one 3x3
+convolution 1 → 32 channels, the top is one convolution and two linear layers.
+
+:class:`SplitNet` is the same network in one process (all bottoms + the top),
+used as the centralized reference in tests and benchmarks.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from fedviews.errors import ConfigError, MissingDependency
+
+try:
+    import torch
+    from torch import nn
+except ImportError as exc:  # pragma: no cover - depends on the environment
+    raise MissingDependency("torch", "torch") from exc
+
+__all__ = ["SplitNet", "combine_activations", "conv_bottom", "conv_top", "split_activation_grad"]
+
+
+def conv_bottom(in_channels: int = 1, channels: int = 32, kernel_size: int = 3) -> nn.Sequential:
+    """Bottom model: one ``kernel_size`` convolution (same padding) + ReLU.
+
+    Maps ``(n, in_channels, h, w)`` to ``(n, channels, h, w)``, so strips of any
+    height keep their height and can be stacked back into a full map.
+    """
+    if kernel_size % 2 == 0:
+        raise ConfigError(f"kernel_size must be odd (same padding), got {kernel_size}")
+    return nn.Sequential(nn.Conv2d(in_channels, channels, kernel_size, padding=kernel_size // 2), nn.ReLU())
+
+
+def conv_top(
+    in_channels: int,
+    height: int,
+    width: int,
+    n_classes: int,
+    *,
+    channels: int = 64,
+    hidden: int = 128,
+) -> nn.Sequential:
+    """Top model: one convolution and two linear layers.
+
+    ``Conv2d(in_channels, channels, 3, stride=2, padding=1)`` → ReLU →
+    ``MaxPool2d(2, ceil_mode=True)`` → flatten → ``Linear(·, hidden)`` → ReLU →
+    ``Linear(hidden, n_classes)``. On a 32x28x28 map the convolution gives
+    64x14x14 and the pooling 64x7x7.
+    """
+    if min(in_channels, height, width, n_classes, channels, hidden) < 1:
+        raise ConfigError(
+            f"conv_top needs positive sizes, got in_channels={in_channels}, height={height}, "
+            f"width={width}, n_classes={n_classes}, channels={channels}, hidden={hidden}"
+        )
+    features = nn.Sequential(
+        nn.Conv2d(in_channels, channels, 3, stride=2, padding=1),
+        nn.ReLU(),
+        nn.MaxPool2d(2, ceil_mode=True),
+        nn.Flatten(),
+    )
+    with torch.no_grad():
+        n_flat = int(features(torch.zeros(1, in_channels, height, width)).shape[1])
+    return nn.Sequential(
+        *features,
+        nn.Linear(n_flat, hidden),
+        nn.ReLU(),
+        nn.Linear(hidden, n_classes),
+    )
+
+
+def combine_activations(activations: Sequence[torch.Tensor]) -> torch.Tensor:
+    """Stack the data owners' ``(n, C, h_d, w)`` activations along the height axis.
+
+    Strip ``d`` covers image rows ``h_0 + ... + h_{d-1}`` onwards, so the result
+    is the ``(n, C, sum h_d, w)`` feature map of the whole image.
+    """
+    return torch.cat(list(activations), dim=2)
+
+
+def split_activation_grad(grad: torch.Tensor, heights: Sequence[int]) -> list[torch.Tensor]:
+    """Inverse of :func:`combine_activations` for the gradient of the combined map."""
+    return list(torch.split(grad, list(heights), dim=2))
+
+
+class SplitNet(nn.Module):
+    """All bottoms and the top in one module (the centralized reference).
+
+    Parameters
+    ----------
+    bottoms : sequence of nn.Module
+        One per strip; ``bottoms[d]`` maps strip ``d`` ``(n, 1, h_d, w)`` to ``(n, C, h_d, w)``.
+    top : nn.Module
+        Consumes the combined ``(n, C, H, w)`` map.
+    """
+
+    def __init__(self, bottoms: Sequence[nn.Module], top: nn.Module) -> None:
+        super().__init__()
+        self.bottoms = nn.ModuleList(bottoms)
+        self.top = top
+
+    def forward(self, strips: Sequence[torch.Tensor]) -> torch.Tensor:
+        if len(strips) != len(self.bottoms):
+            raise ConfigError(f"SplitNet has {len(self.bottoms)} bottoms but got {len(strips)} strips")
+        return self.top(combine_activations([b(x) for b, x in zip(self.bottoms, strips, strict=True)]))

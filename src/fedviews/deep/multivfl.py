@@ -1,0 +1,734 @@
+"""Multi-VFL: D data owners x K label owners split learning (Mugunthan et al., Algorithm 1).
+
+Parties
+-------
+``data_owner_d`` (role ``data_owner``)
+    Holds strip ``d`` of every image (default: rows ``7d .. 7d+6`` of a 28x28
+    image) and one copy ``W_{d,k}`` of its bottom model per label owner ``k``.
+``label_owner_k`` (role ``label_owner``)
+    Holds the labels of its own samples and a top model ``W_k``.
+    ``label_owner_0`` also holds the labels of the evaluation set.
+``server`` (role ``server``)
+    The aggregation server: holds the global top model and the server optimizer,
+    and drives the rounds.
+
+One round (Algorithm 1)
+-----------------------
+1. The server sends every label owner ``train_round`` (control message with
+   the round's shuffling seed). Label owner ``k`` runs ``local_epochs`` over its
+   samples in batches; per batch it asks every data owner for the activations of
+   its bottom copy ``W_{d,k}`` on those samples (``forward`` → ``activations``),
+   stacks the ``D`` activations ``(n, 32, 7, 28)`` along the height axis into the
+   ``(n, 32, 28, 28)`` map of the whole image, runs the top model, the loss and
+   the backward pass, steps its top model, and sends each data owner only the
+   gradient of *its own* activations (``backward`` → ``activation_grad``), with
+   which the data owner finishes the backward pass and steps ``W_{d,k}``.
+   Both sides derive the batch order from the shared seed, so no sample
+   index crosses.
+2. Label owner ``k`` replies with its top-model update ``W_k^{local} - W^{global}``.
+3. The server applies the server optimizer (FedAvg, FedAdam, FedYogi,
+   FedDemonAdam; :mod:`fedviews.deep._serveropt`) and sends the new global top
+   model back to every label owner (``set_top``).
+4. Every data owner averages its ``K`` bottom copies locally (lines 11-13).
+5. The server asks ``label_owner_0`` to evaluate the global model (averaged
+   bottoms + global top) on the held-out set; only the accuracy (a scalar) returns.
+
+Privacy barrier (enforced by the transport): data owner → label owner only
+``activations``; label owner → data owner only ``activation_grad``; label owner
+→ server only the top-model update; server → label owner only the global top
+model. Raw strips, labels and bottom-model weights never leave their owner.
+Sample-ID alignment between the data owners and each label owner goes through
+:func:`fedviews.data.align`.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from fedviews.data import align, check_ids, split_strips
+from fedviews.deep._common import resolve_device, seed_everything, to_numpy, to_tensor
+from fedviews.deep._nets import combine_activations, conv_bottom, conv_top
+from fedviews.deep._serveropt import ServerOptimizer, make_server_optimizer
+from fedviews.errors import ConfigError, DataError, MissingDependency
+from fedviews.experiments._registry import register_algorithm
+from fedviews.federation import Coordinator, Message, Party, PrivacyPolicy, federate, handles
+
+try:
+    import torch
+    from torch import nn
+except ImportError as exc:  # pragma: no cover - depends on the environment
+    raise MissingDependency("torch", "torch") from exc
+
+__all__ = [
+    "MultiVFL",
+    "build_models",
+    "epoch_order",
+    "label_owner_classes",
+    "multivfl_policy",
+    "partition_label_owners",
+]
+
+_NIID = re.compile(r"^(\d+)niid$")
+_LOCAL_OPTIMIZERS = ("adam", "sgd")
+_EVAL_BATCH = 1000
+
+
+# --------------------------------------------------------------------------- data split
+
+
+def label_owner_classes(scenario: str, n_label_owners: int, n_classes: int) -> list[list[int]]:
+    """Classes each label owner holds under ``scenario``.
+
+    ``"iid"``: every owner holds every class. ``"<m>niid"`` (paper Table 3):
+    the last ``m`` owners hold two classes each, ``{0,1}, {2,3}, ...``; the
+    others hold every class. With 5 owners, ``"4niid"`` gives
+    ``[0-9, {0,1}, {2,3}, {4,5}, {6,7}]``.
+
+    Raises
+    ------
+    ConfigError
+        Unknown scenario, or ``m`` larger than the number of owners or ``n_classes // 2``.
+    """
+    every = list(range(n_classes))
+    if scenario == "iid":
+        return [every for _ in range(n_label_owners)]
+    match = _NIID.match(scenario)
+    if match is None:
+        raise ConfigError(f"unknown scenario {scenario!r}; use 'iid' or '<m>niid' such as '4niid' (paper Table 3)")
+    m = int(match.group(1))
+    if not 1 <= m <= n_label_owners or 2 * m > n_classes:
+        raise ConfigError(
+            f"scenario {scenario!r} needs 1 <= {m} <= n_label_owners={n_label_owners} "
+            f"and 2*{m} <= n_classes={n_classes}"
+        )
+    n_iid = n_label_owners - m
+    return [every] * n_iid + [[2 * j, 2 * j + 1] for j in range(m)]
+
+
+def partition_label_owners(
+    y: np.ndarray,
+    scenario: str,
+    n_label_owners: int,
+    samples_per_owner: int | None,
+    rng: np.random.Generator,
+) -> list[np.ndarray]:
+    """Disjoint sample indices for each label owner, class-balanced within each owner.
+
+    Each owner gets ``samples_per_owner`` samples (default ``len(y) // K``),
+    spread evenly over its classes (:func:`label_owner_classes`), drawn without
+    replacement; the two-class owners draw first.
+
+    Raises
+    ------
+    DataError
+        A class has too few samples left for the requested counts.
+    ConfigError
+        ``samples_per_owner`` < 1.
+    """
+    n_classes = int(y.max()) + 1
+    per_owner = len(y) // n_label_owners if samples_per_owner is None else int(samples_per_owner)
+    if per_owner < 1:
+        raise ConfigError(
+            f"each label owner would get {per_owner} samples (samples_per_owner={samples_per_owner}, "
+            f"{len(y)} samples, {n_label_owners} label owners); every label owner needs samples"
+        )
+    owner_classes = label_owner_classes(scenario, n_label_owners, n_classes)
+    pools = [list(rng.permutation(np.flatnonzero(y == c))) for c in range(n_classes)]
+    parts: list[np.ndarray] = [np.empty(0, dtype=np.int64)] * n_label_owners
+    for k in sorted(range(n_label_owners), key=lambda j: len(owner_classes[j])):
+        classes = owner_classes[k]
+        quota = np.full(len(classes), per_owner // len(classes))
+        quota[: per_owner % len(classes)] += 1
+        taken = []
+        for c, q in zip(classes, quota, strict=True):
+            if len(pools[c]) < q:
+                raise DataError(
+                    f"scenario {scenario!r}: label owner {k} needs {q} samples of class {c} but only "
+                    f"{len(pools[c])} are left; lower samples_per_owner (now {per_owner})"
+                )
+            taken.extend(pools[c][:q])
+            pools[c] = pools[c][q:]
+        parts[k] = np.sort(np.asarray(taken, dtype=np.int64))
+    return parts
+
+
+def epoch_order(random_state: int, round_: int, epoch: int, n: int) -> np.ndarray:
+    """The shuffled sample order of one local epoch, derived from a seed both sides know."""
+    return np.random.default_rng([random_state, round_, epoch]).permutation(n)
+
+
+# --------------------------------------------------------------------------- models
+
+
+def build_models(
+    strip_heights: Sequence[int],
+    width: int,
+    n_classes: int,
+    *,
+    channels: int = 32,
+    top_channels: int = 64,
+    hidden: int = 128,
+    random_state: int = 0,
+) -> tuple[list[nn.Module], nn.Module]:
+    """Initial bottom models (one per data owner) and top model, seeded reproducibly."""
+    bottoms = []
+    for d in range(len(strip_heights)):
+        torch.manual_seed(random_state * 1000 + d + 1)
+        bottoms.append(conv_bottom(1, channels))
+    torch.manual_seed(random_state * 1000)
+    top = conv_top(channels, int(sum(strip_heights)), width, n_classes, channels=top_channels, hidden=hidden)
+    return bottoms, top
+
+
+def _state(module: nn.Module) -> dict[str, np.ndarray]:
+    return {k: to_numpy(v).copy() for k, v in module.state_dict().items()}
+
+
+def _load(module: nn.Module, arrays: Mapping[str, np.ndarray], prefix: str, device: torch.device) -> None:
+    module.load_state_dict({k: to_tensor(arrays[prefix + k], device) for k in module.state_dict()})
+
+
+def _local_optimizer(name: str, params: Any, lr: float) -> torch.optim.Optimizer:
+    return torch.optim.Adam(params, lr=lr) if name == "adam" else torch.optim.SGD(params, lr=lr)
+
+
+def multivfl_policy(top_param_names: Sequence[str]) -> PrivacyPolicy:
+    """The Multi-VFL privacy barrier for a top model with these parameter names."""
+    return PrivacyPolicy.of(
+        "multivfl",
+        {
+            ("data_owner", "label_owner"): ["activations"],
+            ("label_owner", "data_owner"): ["activation_grad"],
+            ("label_owner", "server"): [f"update/{n}" for n in top_param_names],
+            ("server", "label_owner"): [f"top/{n}" for n in top_param_names],
+        },
+    )
+
+
+# --------------------------------------------------------------------------- parties
+
+
+class DataOwner(Party):
+    """Holds one strip of every image and ``K`` copies of its bottom model."""
+
+    def __init__(
+        self,
+        name: str,
+        strips: np.ndarray,
+        positions: Mapping[str, np.ndarray],
+        bottom: nn.Module,
+        *,
+        local_optimizer: str,
+        lr: float,
+        device: torch.device,
+    ) -> None:
+        super().__init__(name, role="data_owner")
+        self.device = device
+        # training samples aligned with each label owner, gathered once
+        self.x = {k: to_tensor(strips[pos][:, None], device) for k, pos in positions.items()}
+        self.copies = {k: _clone(bottom, device) for k in positions}
+        self.local_optimizer, self.lr = local_optimizer, lr
+        self.optims = {k: _local_optimizer(local_optimizer, m.parameters(), lr) for k, m in self.copies.items()}
+        self.split_x: dict[str, torch.Tensor] = {}
+        self._order: dict[str, np.ndarray] = {}
+        self._pending: dict[str, torch.Tensor] = {}
+
+    def set_split(self, split: str, strips: np.ndarray) -> None:
+        """Hold evaluation/prediction strips locally (never sent)."""
+        self.split_x[split] = to_tensor(strips[:, None], self.device)
+
+    @handles("begin_epoch")
+    def begin_epoch(self, msg: Message) -> None:
+        n = len(self.x[msg.sender])
+        self._order[msg.sender] = epoch_order(int(msg.meta["seed"]), msg.round, int(msg.meta["epoch"]), n)
+
+    @handles("forward")
+    def forward(self, msg: Message) -> Message:
+        k, b, bs = msg.sender, int(msg.meta["batch"]), int(msg.meta["batch_size"])
+        idx = torch.as_tensor(self._order[k][b * bs : (b + 1) * bs], device=self.device)
+        out = self.copies[k](self.x[k].index_select(0, idx))
+        self._pending[k] = out
+        return self.reply(msg, {"activations": to_numpy(out)})
+
+    @handles("backward")
+    def backward(self, msg: Message) -> None:
+        k = msg.sender
+        out = self._pending.pop(k)
+        opt = self.optims[k]
+        opt.zero_grad(set_to_none=True)
+        out.backward(to_tensor(msg.arrays["activation_grad"], self.device))
+        opt.step()
+
+    @handles("average_bottoms")
+    def average_bottoms(self, msg: Message) -> None:
+        states = [m.state_dict() for m in self.copies.values()]
+        mean = {n: torch.stack([s[n] for s in states]).mean(0) for n in states[0]}
+        for k, m in self.copies.items():
+            m.load_state_dict(mean)
+            self.optims[k] = _local_optimizer(self.local_optimizer, m.parameters(), self.lr)
+
+    @handles("infer")
+    def infer(self, msg: Message) -> Message:
+        x = self.split_x[str(msg.meta["split"])][int(msg.meta["start"]) : int(msg.meta["stop"])]
+        model = next(iter(self.copies.values()))  # all copies are equal after averaging
+        with torch.no_grad():
+            out = model(x)
+        return self.reply(msg, {"activations": to_numpy(out)})
+
+
+def _clone(module: nn.Module, device: torch.device) -> nn.Module:
+    import copy
+
+    return copy.deepcopy(module).to(device)
+
+
+class LabelOwner(Party):
+    """Holds the labels of its samples and the top model; drives its batches."""
+
+    def __init__(
+        self,
+        name: str,
+        y: np.ndarray,
+        top: nn.Module,
+        data_owners: Sequence[str],
+        *,
+        batch_size: int,
+        local_epochs: int,
+        local_optimizer: str,
+        lr: float,
+        device: torch.device,
+    ) -> None:
+        super().__init__(name, role="label_owner")
+        self.device = device
+        self.y = to_tensor(y, device, torch.long)
+        self.top = _clone(top, device)
+        self.data_owners = list(data_owners)
+        self.batch_size, self.local_epochs = batch_size, local_epochs
+        self.local_optimizer, self.lr = local_optimizer, lr
+        self.split_y: dict[str, np.ndarray] = {}
+        self._global: dict[str, np.ndarray] = {}
+
+    @handles("set_top")
+    def set_top(self, msg: Message) -> None:
+        _load(self.top, msg.arrays, "top/", self.device)
+        self._global = {k[4:]: v for k, v in msg.arrays.items()}
+
+    @handles("train_round")
+    def train_round(self, msg: Message) -> Message:
+        seed, n, bs = int(msg.meta["seed"]), len(self.y), self.batch_size
+        opt = _local_optimizer(self.local_optimizer, self.top.parameters(), self.lr)
+        self.top.train()
+        total, n_batches = 0.0, 0
+        for epoch in range(self.local_epochs):
+            for d in self.data_owners:
+                self.send(d, "begin_epoch", meta={"seed": seed, "epoch": epoch})
+            order = torch.as_tensor(epoch_order(seed, msg.round, epoch, n), device=self.device)
+            for b in range((n + bs - 1) // bs):
+                acts = [
+                    to_tensor(self.send(d, "forward", meta={"batch": b, "batch_size": bs}).arrays["activations"], self.device)
+                    .requires_grad_(True)
+                    for d in self.data_owners
+                ]
+                logits = self.top(combine_activations(acts))
+                loss = nn.functional.cross_entropy(logits, self.y.index_select(0, order[b * bs : (b + 1) * bs]))
+                opt.zero_grad(set_to_none=True)
+                loss.backward()
+                opt.step()
+                for d, a in zip(self.data_owners, acts, strict=True):
+                    self.send(d, "backward", {"activation_grad": to_numpy(a.grad)})
+                total += float(loss.detach())
+                n_batches += 1
+        update = {f"update/{k}": v - self._global[k] for k, v in _state(self.top).items()}
+        return self.reply(msg, update, meta={"train_loss": total / max(n_batches, 1), "n_batches": n_batches})
+
+    def set_split_labels(self, split: str, y: np.ndarray) -> None:
+        self.split_y[split] = y
+
+    def predict_split(self, split: str, n: int) -> np.ndarray:
+        """Class indices predicted by the global model for the data owners' ``split``."""
+        self.top.eval()
+        preds = []
+        with torch.no_grad():
+            for start in range(0, n, _EVAL_BATCH):
+                meta = {"split": split, "start": start, "stop": min(n, start + _EVAL_BATCH)}
+                acts = [to_tensor(self.send(d, "infer", meta=meta).arrays["activations"], self.device) for d in self.data_owners]
+                preds.append(to_numpy(self.top(combine_activations(acts)).argmax(1)))
+        return np.concatenate(preds)
+
+    @handles("evaluate")
+    def evaluate(self, msg: Message) -> Message:
+        split = str(msg.meta["split"])
+        y = self.split_y[split]
+        acc = float(np.mean(self.predict_split(split, len(y)) == y))
+        return self.reply(msg, meta={"accuracy": acc})
+
+
+class Server(Coordinator):
+    """Aggregation server: global top model, server optimizer, round loop."""
+
+    def __init__(
+        self,
+        top: nn.Module,
+        optimizer: ServerOptimizer,
+        label_owners: Sequence[str],
+        data_owners: Sequence[str],
+        *,
+        rounds: int,
+        random_state: int,
+        evaluate: bool,
+        callback: Callable[[int, dict[str, float]], None] | None = None,
+    ) -> None:
+        super().__init__("server", role="server")
+        self.params = _state(top)
+        self.optimizer = optimizer
+        self.label_owners, self.data_owners = list(label_owners), list(data_owners)
+        self.rounds, self.random_state, self.evaluate = rounds, random_state, evaluate
+        self.callback = callback
+        self.history: list[dict[str, float]] = []
+
+    def _send_top(self, round_: int) -> None:
+        arrays = {f"top/{k}": v for k, v in self.params.items()}
+        self.broadcast(self.label_owners, "set_top", arrays, round=round_)
+
+    def run(self) -> list[dict[str, float]]:
+        assert self.transport is not None
+        log = self.transport.log
+        self._send_top(0)
+        for r in range(1, self.rounds + 1):
+            t0, b0 = time.perf_counter(), log.total_bytes
+            seed = int(np.random.default_rng([self.random_state, r]).integers(2**31))
+            replies = self.broadcast(self.label_owners, "train_round", meta={"seed": seed}, round=r)
+            updates = [{k[7:]: v for k, v in rep.arrays.items()} for rep in replies.values()]
+            self.params = {k: v.astype(np.float32) for k, v in self.optimizer.step(self.params, updates).items()}
+            self._send_top(r)
+            self.broadcast(self.data_owners, "average_bottoms", round=r)
+            rec = {
+                "round": float(r),
+                "train_loss": float(np.mean([rep.meta["train_loss"] for rep in replies.values()])),
+                "train_seconds": time.perf_counter() - t0,
+                "train_bytes": float(log.total_bytes - b0),
+                "batches": float(sum(int(rep.meta["n_batches"]) for rep in replies.values())),  # type: ignore[arg-type]
+            }
+            if self.evaluate:
+                rep = self.send(self.label_owners[0], "evaluate", meta={"split": "test"}, round=r)
+                rec["accuracy"] = float(rep.meta["accuracy"])  # type: ignore[arg-type]
+            rec["seconds"] = time.perf_counter() - t0
+            self.history.append(rec)
+            if self.callback is not None:
+                self.callback(r, rec)
+        return self.history
+
+
+# --------------------------------------------------------------------------- estimator
+
+
+def _as_strips(X: Any, n_data_owners: int, name: str) -> list[np.ndarray]:
+    """Images ``(n, H, W)`` → D strips ``(n, h_d, W)``; or validate a list of D strips."""
+    if isinstance(X, np.ndarray) and X.ndim == 3:
+        if X.shape[1] < n_data_owners:
+            raise DataError(f"{name}: {X.shape[1]}-row images cannot be cut into {n_data_owners} strips")
+        width = X.shape[2]
+        strips = [s.reshape(len(X), -1, width) for s in split_strips(X, n_data_owners)]
+    elif isinstance(X, (list, tuple)):
+        if len(X) != n_data_owners:
+            raise DataError(f"{name} has {len(X)} strips but n_data_owners={n_data_owners}; pass one strip per data owner")
+        strips = [np.asarray(s) for s in X]
+        for d, s in enumerate(strips):
+            if s.ndim != 3 or 0 in s.shape:
+                raise DataError(f"{name}[{d}] must be a non-empty (n_samples, rows, width) array, got shape {s.shape}")
+        shapes = [s.shape for s in strips]
+        if len({s[0] for s in shapes}) != 1 or len({s[2] for s in shapes}) != 1:
+            raise DataError(
+                f"mismatched strip shapes {shapes}: every strip needs the same number of samples and the "
+                "same width (they are stacked along the height axis); align the data owners by sample ID first"
+            )
+    else:
+        raise DataError(f"{name} must be an (n, H, W) image array or a list of {n_data_owners} (n, rows, W) strips")
+    out = []
+    for s in strips:
+        if s.dtype == np.uint8:
+            out.append(s.astype(np.float32) / 255.0)
+        else:
+            a = s.astype(np.float32)
+            if not np.isfinite(a).all():
+                raise DataError(f"{name} contains NaN or infinite values")
+            out.append(a)
+    return out
+
+
+@register_algorithm("multivfl")
+class MultiVFL:
+    """Multi-VFL: split learning with D data owners and K label owners.
+
+    Parameters
+    ----------
+    n_data_owners : int
+        ``D``: images are cut into ``D`` horizontal strips, one per data owner.
+    n_label_owners : int
+        ``K``: label owners, each with its own disjoint set of labelled samples.
+    optimizer : {"fedavg", "fedadam", "fedyogi", "feddemonadam"}
+        Server optimizer aggregating the label owners' top models.
+    rounds : int
+        Global rounds ``R``.
+    local_epochs : int
+        Epochs each label owner runs over its samples per round.
+    batch_size : int
+    lr : float
+        Local learning rate of the label owners and data owners.
+    local_optimizer : {"adam", "sgd"}
+        Local optimizer (fresh every round, starting from the global model).
+    server_lr, beta1, beta2, tau : float
+        Server optimizer hyper-parameters (paper Table 2); ignored by ``fedavg``.
+    scenario : str
+        Label distribution among label owners: ``"iid"`` or ``"1niid"`` ... (paper Table 3).
+    samples_per_owner : int, optional
+        Samples per label owner (default ``n // K``; the paper uses 5000).
+    channels, top_channels, hidden : int
+        Bottom output channels (32), top convolution channels and hidden units.
+    device : {"auto", "cpu", "cuda"}
+    random_state : int
+    log_entries : bool
+        Keep every message in ``transport_.log.entries`` (totals are always kept).
+
+    Attributes
+    ----------
+    classes_ : ndarray
+    history_ : dict of str to list
+        Per round: ``round``, ``accuracy`` (with ``eval_set``), ``train_loss``,
+        ``seconds``, ``train_seconds``, ``train_bytes``, ``batches``.
+    transport_ : Transport
+        The federation used for training (message log, bytes per party).
+    run_stats_ : dict
+        Totals: seconds, bytes per round and per batch, raw activation sizes.
+    label_owner_samples_ : list of ndarray
+        Training-row indices given to each label owner.
+    """
+
+    def __init__(
+        self,
+        n_data_owners: int = 4,
+        n_label_owners: int = 5,
+        optimizer: str = "fedavg",
+        rounds: int = 10,
+        local_epochs: int = 1,
+        batch_size: int = 64,
+        lr: float = 1e-3,
+        local_optimizer: str = "adam",
+        server_lr: float = 1e-3,
+        beta1: float = 0.9,
+        beta2: float = 0.99,
+        tau: float = 1e-3,
+        scenario: str = "iid",
+        samples_per_owner: int | None = None,
+        channels: int = 32,
+        top_channels: int = 64,
+        hidden: int = 128,
+        device: str = "auto",
+        random_state: int = 0,
+        log_entries: bool = False,
+    ) -> None:
+        self.n_data_owners = n_data_owners
+        self.n_label_owners = n_label_owners
+        self.optimizer = optimizer
+        self.rounds = rounds
+        self.local_epochs = local_epochs
+        self.batch_size = batch_size
+        self.lr = lr
+        self.local_optimizer = local_optimizer
+        self.server_lr = server_lr
+        self.beta1 = beta1
+        self.beta2 = beta2
+        self.tau = tau
+        self.scenario = scenario
+        self.samples_per_owner = samples_per_owner
+        self.channels = channels
+        self.top_channels = top_channels
+        self.hidden = hidden
+        self.device = device
+        self.random_state = random_state
+        self.log_entries = log_entries
+
+    def _validate(self) -> ServerOptimizer:
+        for key in ("n_data_owners", "n_label_owners", "rounds", "local_epochs", "batch_size"):
+            val = getattr(self, key)
+            if not isinstance(val, (int, np.integer)) or val < 1:
+                raise ConfigError(f"{key} must be a positive integer, got {val!r}")
+        if self.lr <= 0:
+            raise ConfigError(f"lr must be positive, got {self.lr}")
+        if self.local_optimizer not in _LOCAL_OPTIMIZERS:
+            raise ConfigError(f"local_optimizer must be one of {_LOCAL_OPTIMIZERS}, got {self.local_optimizer!r}")
+        return make_server_optimizer(
+            self.optimizer,
+            lr=self.server_lr,
+            beta1=self.beta1,
+            beta2=self.beta2,
+            tau=self.tau,
+            total_rounds=self.rounds,
+        )
+
+    def fit(
+        self,
+        X: Any,
+        y: Any,
+        *,
+        ids: Any = None,
+        label_owner_ids: Sequence[Any] | None = None,
+        eval_set: tuple[Any, Any] | None = None,
+        callback: Callable[[int, dict[str, float]], None] | None = None,
+    ) -> MultiVFL:
+        """Train Multi-VFL.
+
+        Parameters
+        ----------
+        X : ndarray (n, H, W) or list of D arrays (n, h_d, W)
+            Training images (cut into ``D`` strips) or the data owners' strips.
+            uint8 pixels are scaled to ``[0, 1]``.
+        y : array-like (n,)
+            Training labels.
+        ids : array-like (n,), optional
+            Sample IDs of the rows of ``X`` (default ``0..n-1``).
+        label_owner_ids : sequence of K ID arrays, optional
+            The samples each label owner holds labels for; overrides ``scenario``
+            and ``samples_per_owner``. The data owners are aligned with each
+            label owner by :func:`fedviews.data.align`.
+        eval_set : (X_test, y_test), optional
+            Held-out set: data owners hold the strips, ``label_owner_0`` the labels;
+            the global model's accuracy on it is recorded every round.
+        callback : callable(round, record), optional
+            Called after every round (progress bars, checkpoints).
+        """
+        server_opt = self._validate()
+        strips = _as_strips(X, self.n_data_owners, "X")
+        n = len(strips[0])
+        y_arr = np.asarray(y)
+        if y_arr.shape != (n,):
+            raise DataError(f"y has shape {y_arr.shape}, expected ({n},) to match X")
+        self.classes_, y_enc = np.unique(y_arr, return_inverse=True)
+        ids_arr = np.arange(n) if ids is None else check_ids(ids)
+        if len(ids_arr) != n:
+            raise DataError(f"ids has {len(ids_arr)} entries, X has {n} samples")
+        rng = np.random.default_rng(self.random_state)
+        if label_owner_ids is None:
+            parts = partition_label_owners(y_enc, self.scenario, self.n_label_owners, self.samples_per_owner, rng)
+            owner_ids = [ids_arr[p] for p in parts]
+        else:
+            if len(label_owner_ids) != self.n_label_owners:
+                raise DataError(f"label_owner_ids has {len(label_owner_ids)} entries, n_label_owners={self.n_label_owners}")
+            owner_ids = [np.asarray(a) for a in label_owner_ids]
+        for k, oid in enumerate(owner_ids):
+            if len(oid) == 0:
+                raise DataError(f"label owner {k} has no samples; give every label owner at least one labelled sample")
+        self.label_owner_samples_ = [np.searchsorted(np.sort(ids_arr), oid) for oid in owner_ids]
+
+        dev = resolve_device(self.device)
+        seed_everything(self.random_state)
+        heights = [s.shape[1] for s in strips]
+        self._strip_shapes = [s.shape[1:] for s in strips]
+        bottoms, top = build_models(
+            heights,
+            strips[0].shape[2],
+            len(self.classes_),
+            channels=self.channels,
+            top_channels=self.top_channels,
+            hidden=self.hidden,
+            random_state=self.random_state,
+        )
+        do_names = [f"data_owner_{d}" for d in range(self.n_data_owners)]
+        lo_names = [f"label_owner_{k}" for k in range(self.n_label_owners)]
+        # sample-ID alignment of every data owner with every label owner (PSI plugs in here)
+        positions: list[dict[str, np.ndarray]] = [{} for _ in do_names]
+        label_owners = []
+        for k, lo in enumerate(lo_names):
+            pos = align(*([ids_arr] * self.n_data_owners), owner_ids[k])
+            for d in range(self.n_data_owners):
+                positions[d][lo] = pos[d]
+            y_k = y_enc[np.searchsorted(np.sort(owner_ids[k]), owner_ids[k][pos[-1]])]
+            y_k = y_enc[pos[0]]  # labels of the aligned samples (the label owner's own labels)
+            label_owners.append(
+                LabelOwner(
+                    lo,
+                    y_k,
+                    top,
+                    do_names,
+                    batch_size=self.batch_size,
+                    local_epochs=self.local_epochs,
+                    local_optimizer=self.local_optimizer,
+                    lr=self.lr,
+                    device=dev,
+                )
+            )
+        data_owners = [
+            DataOwner(name, strips[d], positions[d], bottoms[d], local_optimizer=self.local_optimizer, lr=self.lr, device=dev)
+            for d, name in enumerate(do_names)
+        ]
+        if eval_set is not None:
+            Xt, yt = eval_set
+            t_strips = self._check_predict_strips(Xt)
+            yt_arr = np.asarray(yt)
+            if yt_arr.shape != (len(t_strips[0]),):
+                raise DataError(f"eval_set labels have shape {yt_arr.shape}, expected ({len(t_strips[0])},)")
+            unknown = np.setdiff1d(yt_arr, self.classes_)
+            if len(unknown):
+                raise DataError(f"eval_set has labels {unknown[:5].tolist()} that are not in the training labels")
+            for do, s in zip(data_owners, t_strips, strict=True):
+                do.set_split("test", s)
+            label_owners[0].set_split_labels("test", np.searchsorted(self.classes_, yt_arr))
+        server = Server(
+            top,
+            server_opt,
+            lo_names,
+            do_names,
+            rounds=self.rounds,
+            random_state=self.random_state,
+            evaluate=eval_set is not None,
+            callback=callback,
+        )
+        transport = federate([server, *label_owners, *data_owners], multivfl_policy(list(top.state_dict())))
+        transport.log.keep_entries = self.log_entries
+        t0 = time.perf_counter()
+        records = server.run()
+        seconds = time.perf_counter() - t0
+        self.transport_ = transport
+        self.data_owners_, self.label_owners_, self.server_ = data_owners, label_owners, server
+        self.history_ = {key: [rec.get(key, float("nan")) for rec in records] for key in records[0]}
+        self.history_["round"] = [int(r) for r in self.history_["round"]]
+        n_batches = sum(self.history_["batches"])
+        act = self.channels * sum(heights) * strips[0].shape[2] * 4  # float32 bytes per sample
+        self.run_stats_ = {
+            "seconds": seconds,
+            "train_seconds": float(sum(self.history_["train_seconds"])),
+            "rounds": self.rounds,
+            "batches_per_round": n_batches / self.rounds,
+            "train_bytes_per_round": float(np.mean(self.history_["train_bytes"])),
+            "train_bytes_per_batch": float(sum(self.history_["train_bytes"]) / n_batches),
+            "raw_activation_bytes_per_sample": act,
+            "total_bytes": transport.log.total_bytes,
+            "messages": transport.log.n_messages,
+            "device": str(dev),
+        }
+        return self
+
+    def _check_predict_strips(self, X: Any) -> list[np.ndarray]:
+        strips = _as_strips(X, self.n_data_owners, "X")
+        shapes = [s.shape[1:] for s in strips]
+        if shapes != self._strip_shapes:
+            raise DataError(f"strip shapes {shapes} differ from the training strips {self._strip_shapes}")
+        return strips
+
+    def predict(self, X: Any) -> np.ndarray:
+        """Predict labels: the data owners compute activations, ``label_owner_0`` the classes."""
+        if not hasattr(self, "server_"):
+            raise ConfigError("this MultiVFL is not fitted yet; call fit first")
+        strips = self._check_predict_strips(X)
+        for do, s in zip(self.data_owners_, strips, strict=True):
+            do.set_split("predict", s)
+        return np.asarray(self.classes_[self.label_owners_[0].predict_split("predict", len(strips[0]))])
+
+    def score(self, X: Any, y: Any) -> float:
+        """Accuracy of :meth:`predict` on ``(X, y)``."""
+        return float(np.mean(self.predict(X) == np.asarray(y)))

@@ -1,0 +1,18 @@
+"""The papers' reported numbers (copied into the package; see paper_tables.json)."""
+
+from __future__ import annotations
+
+import json
+from functools import lru_cache
+from importlib import resources
+from typing import Any
+
+__all__ = ["paper_tables"]
+
+
+@lru_cache(maxsize=1)
+def paper_tables() -> dict[str, Any]:
+    """Numbers transcribed from the four papers, for side-by-side tables."""
+    text = resources.files("fedviews.experiments").joinpath("paper_tables.json").read_text("utf-8")
+    data: dict[str, Any] = json.loads(text)
+    return data
