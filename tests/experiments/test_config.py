@@ -1,0 +1,49 @@
+from pathlib import Path
+
+import pytest
+
+from fedviews.errors import ConfigError
+from fedviews.experiments import load_config
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_every_config_in_repo_loads():
+    configs = sorted((ROOT / "configs").glob("*.toml"))
+    assert configs
+    for path in configs:
+        try:
+            cfg = load_config(path)
+        except ConfigError as exc:
+            if "unknown experiment" in str(exc):
+                pytest.skip(f"{path.name}: provider not importable here ({exc})")
+            raise
+        assert cfg.name
+
+
+def test_overrides_and_types():
+    cfg = load_config(ROOT / "configs/mmvfl_handwritten.toml", ["params.zeta=8", "seed=3", "params.betas=[0.1, 1]"])
+    assert cfg.params.zeta == 8.0 and cfg.seed == 3 and cfg.params.betas == (0.1, 1.0)
+    assert cfg.data.name == "handwritten" and cfg.data.options["views"] == ["pix", "fou", "fac", "zer", "kar"]
+    with pytest.raises(ConfigError, match="did you mean 'zeta'"):
+        load_config(ROOT / "configs/mmvfl_handwritten.toml", ["params.zetta=8"])
+    with pytest.raises(ConfigError, match="did you mean 'seed'"):
+        load_config(ROOT / "configs/mmvfl_handwritten.toml", ["sed=1"])
+    with pytest.raises(ConfigError, match="expected a number"):
+        load_config(ROOT / "configs/mmvfl_handwritten.toml", ["params.zeta=abc"])
+    with pytest.raises(ConfigError, match="classifier"):
+        load_config(ROOT / "configs/mmvfl_handwritten.toml", ["params.classifier=svm"])
+    with pytest.raises(ConfigError, match="key=value"):
+        load_config(ROOT / "configs/mmvfl_handwritten.toml", ["params.zeta"])
+
+
+def test_unknown_experiment_and_missing_file(tmp_path):
+    p = tmp_path / "x.toml"
+    p.write_text('experiment = "mmvfl_feature_selectoin"\n')
+    with pytest.raises(ConfigError, match="did you mean 'mmvfl_feature_selection'"):
+        load_config(p)
+    with pytest.raises(ConfigError, match="does not exist"):
+        load_config(tmp_path / "nope.toml")
+    p.write_text("experiment = \n")
+    with pytest.raises(ConfigError, match="invalid TOML"):
+        load_config(p)

@@ -1,0 +1,52 @@
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from hypothesis.extra import numpy as hnp
+
+from fedviews.errors import ProtocolError
+from fedviews.federation import Message
+
+dtypes = st.sampled_from(["<f8", "<f4", "<i8", "<i4", "|u1", "|b1", ">f8", "<f2", "<u2"])
+arrays = dtypes.flatmap(lambda dt: hnp.arrays(np.dtype(dt), hnp.array_shapes(min_dims=0, max_dims=4, max_side=5)))
+meta_values = st.one_of(st.none(), st.booleans(), st.integers(-(2**40), 2**40), st.text(max_size=20), st.floats(allow_nan=False))
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    arrs=st.dictionaries(st.text(min_size=1, max_size=10), arrays, max_size=4),
+    meta=st.dictionaries(st.text(max_size=8), meta_values, max_size=4),
+    kind=st.text(max_size=12),
+    rnd=st.integers(0, 10**6),
+)
+def test_roundtrip_exact(arrs, meta, kind, rnd):
+    msg = Message(kind=kind, sender="a", receiver="b", round=rnd, arrays=arrs, meta=meta)
+    back = Message.decode(msg.encode())
+    assert (back.kind, back.sender, back.receiver, back.round) == (kind, "a", "b", rnd)
+    assert dict(back.meta) == dict(meta)
+    assert list(back.arrays) == list(arrs)
+    for name, a in arrs.items():
+        b = back.arrays[name]
+        assert b.shape == a.shape
+        assert b.dtype.newbyteorder("=") == a.dtype.newbyteorder("=")
+        np.testing.assert_array_equal(b, a)
+
+
+def test_no_pickle_object_arrays_rejected():
+    with pytest.raises(ProtocolError, match="only numeric"):
+        Message("x", arrays={"o": np.array([object()], dtype=object)})
+    with pytest.raises(ProtocolError, match="meta"):
+        Message("x", meta={"bad": [1, 2]})  # type: ignore[dict-item]
+
+
+def test_corrupt_bytes():
+    wire = Message("x", arrays={"a": np.arange(4.0)}).encode()
+    with pytest.raises(ProtocolError, match="magic"):
+        Message.decode(b"XXXX" + wire[4:])
+    with pytest.raises(ProtocolError, match="truncated"):
+        Message.decode(wire[:-3])
+    with pytest.raises(ProtocolError, match="trailing"):
+        Message.decode(wire + b"\0")
+    tampered = wire.replace(b"<f8", b"|O8")
+    with pytest.raises(ProtocolError):
+        Message.decode(tampered)

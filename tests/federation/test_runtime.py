@@ -1,0 +1,89 @@
+import numpy as np
+import pytest
+
+from fedviews.errors import PartyUnavailable, PrivacyError, ProtocolError
+from fedviews.federation import Coordinator, Party, PrivacyPolicy, federate, handles
+
+POLICY = PrivacyPolicy.of("sum", {("party", "coordinator"): ["partial"], ("coordinator", "party"): ["x"]})
+
+
+class Holder(Party):
+    def __init__(self, name, secret):
+        super().__init__(name)
+        self.secret = secret
+
+    @handles("partial")
+    def on_partial(self, msg):
+        return self.reply(msg, arrays={"partial": self.secret.sum(axis=0) * msg.arrays["x"]})
+
+    @handles("leak")
+    def on_leak(self, msg):
+        return self.reply(msg, arrays={"secret": self.secret})
+
+    @handles("crash")
+    def on_crash(self, msg):
+        raise ZeroDivisionError("boom")
+
+
+class Summer(Coordinator):
+    def run(self):
+        replies = self.broadcast(["a", "b"], "partial", arrays={"x": np.array([2.0])}, round=1)
+        return sum(r.arrays["partial"] for r in replies.values())
+
+
+def test_protocol_runs_and_is_logged():
+    a, b = Holder("a", np.ones((3, 2))), Holder("b", np.full((2, 2), 2.0))
+    server = Summer()
+    t = federate([server, a, b], POLICY)
+    np.testing.assert_array_equal(server.run(), [14.0, 14.0])
+    log = t.log
+    assert log.n_messages == 4 and log.rounds == 1
+    assert log.arrays_sent(sender="a") == {"partial"}
+    assert log.arrays_sent(receiver="a") == {"x"}
+    assert log.crossings() == {
+        "a -> coordinator": ["partial"],
+        "b -> coordinator": ["partial"],
+        "coordinator -> a": ["x"],
+        "coordinator -> b": ["x"],
+    }
+    s = log.summary()
+    assert s["per_party"]["a"]["bytes_sent"] > 16 and s["per_party"]["coordinator"]["bytes_received"] > 32
+    assert [e.kind for e in log.entries] == ["partial", "partial:reply"] * 2
+
+
+def test_received_arrays_are_copies():
+    a = Holder("a", np.ones((3, 2)))
+    server = Summer()
+    federate([server, a, Holder("b", np.ones((1, 2)))], POLICY)
+    x = np.array([1.0])
+    reply = server.send("a", "partial", arrays={"x": x})
+    reply.arrays["partial"][:] = -1
+    assert a.secret.min() == 1.0
+
+
+def test_privacy_violation_raises_before_sending():
+    a = Holder("a", np.ones((3, 2)))
+    server = Summer()
+    t = federate([server, a], POLICY)
+    with pytest.raises(PrivacyError, match=r"forbids 'a' \(party\) from sending \['secret'\]"):
+        server.send("a", "leak")
+    assert "secret" not in t.log.arrays_sent()
+    with pytest.raises(PrivacyError, match="coordinator"):
+        server.send("a", "partial", arrays={"raw_view": np.ones(3)})
+
+
+def test_dead_or_unknown_party_and_unknown_kind():
+    a = Holder("a", np.ones((3, 2)))
+    server = Summer()
+    federate([server, a], POLICY)
+    with pytest.raises(PartyUnavailable, match="'a'.*boom"):
+        server.send("a", "crash")
+    with pytest.raises(PartyUnavailable, match="'zed'"):
+        server.send("zed", "partial")
+    with pytest.raises(ProtocolError, match="no handler for message kind 'nope'"):
+        server.send("a", "nope")
+
+
+def test_duplicate_party_names():
+    with pytest.raises(ProtocolError, match="two parties"):
+        federate([Holder("a", np.ones(1)), Holder("a", np.ones(1))], POLICY)

@@ -1,0 +1,168 @@
+"""MMVFL: naive reference, federated == centralized, monotone objective, privacy, feature selection."""
+
+import numpy as np
+import pytest
+
+from fedviews.data import one_hot
+from fedviews.errors import ConfigError, DataError, PrivacyError
+from fedviews.federation import InProcessTransport
+from fedviews.linear import MMVFL, SupFL, SupMVLFL, mmvfl_centralized
+from fedviews.linear._common import orthonormal_nonnegative
+
+
+def _data(seed=0, n=90, dims=(6, 9, 14), c=3):
+    rng = np.random.default_rng(seed)
+    y = np.arange(n) % c
+    Xs = []
+    for d in dims:
+        X = rng.normal(size=(n, d))
+        X[:, :2] += 1.5 * np.eye(c)[y][:, :2]  # two informative features per view
+        Xs.append(X)
+    return Xs, y
+
+
+def naive_mmvfl(Xs, Y, beta, zeta, eta, owner, rounds, inner, seed):
+    """Algorithm 1 written out with explicit inverses (same init streams as MMVFL)."""
+    K = len(Xs)
+    ss = np.random.SeedSequence(seed).spawn(K + 1)
+    n, c = Y.shape
+    Z = orthonormal_nonnegative(n, c, np.random.default_rng(ss[0]))
+    Zk = [orthonormal_nonnegative(n, c, np.random.default_rng(ss[1 + k])) for k in range(K)]
+    A = [np.eye(X.shape[1]) for X in Xs]
+    W = [None] * K
+    obj = []
+    for _ in range(rounds):
+        for k, X in enumerate(Xs):
+            for _ in range(inner):
+                W[k] = np.linalg.inv(X.T @ X + beta * A[k]) @ X.T @ Zk[k]
+                A[k] = np.diag(1 / (2 * (np.linalg.norm(W[k], axis=1) + 1e-10)))
+            if k == owner:
+                Zk[k] = (X @ W[k] + zeta * Z + eta * Y) / (1 + zeta + eta)
+            else:
+                Zk[k] = (X @ W[k] + zeta * Z) / (1 + zeta)
+        Z = sum(zeta * z for z in Zk) / (zeta * K)
+        f = sum(
+            np.linalg.norm(X @ w - z) ** 2 + beta * np.linalg.norm(w, axis=1).sum() + zeta * np.linalg.norm(z - Z) ** 2
+            for X, w, z in zip(Xs, W, Zk)
+        ) + eta * np.linalg.norm(Zk[owner] - Y) ** 2
+        obj.append(f)
+    return W, Z, obj
+
+
+def test_mmvfl_matches_naive_reference():
+    Xs, y = _data()
+    Y, _ = one_hot(y)
+    m = MMVFL(beta=0.5, zeta=5.0, eta=7.0, label_owner=1, max_iter=6, tol=0, inner_max_iter=4, inner_tol=0, random_state=3)
+    m.fit(Xs, y)
+    W_ref, Z_ref, obj_ref = naive_mmvfl(Xs, Y, 0.5, 5.0, 7.0, 1, 6, 4, 3)
+    for a, b in zip(m.W_, W_ref):
+        np.testing.assert_allclose(a, b, rtol=1e-8, atol=1e-10)
+    np.testing.assert_allclose(m.Z_, Z_ref, rtol=1e-8, atol=1e-12)
+    np.testing.assert_allclose(m.objective_, obj_ref, rtol=1e-8)
+
+
+def test_federated_equals_centralized():
+    Xs, y = _data(1)
+    Y, _ = one_hot(y)
+    kw = dict(beta=[0.1, 1.0, 3.0], zeta=[10.0, 20.0, 30.0], eta=50.0, label_owner=2, max_iter=15, tol=0)
+    m = MMVFL(**kw, random_state=7).fit(Xs, y)
+    c = mmvfl_centralized(Xs, Y, **kw, random_state=7)
+    for a, b in zip(m.W_, c["W"]):
+        np.testing.assert_allclose(a, b, rtol=1e-8, atol=1e-12)
+    np.testing.assert_allclose(m.Z_, c["Z"], rtol=1e-8, atol=1e-12)
+    np.testing.assert_allclose(m.objective_, c["objective"], rtol=1e-10)
+
+
+@pytest.mark.parametrize("zeta,eta", [(1.0, 1.0), (1000.0, 1000.0), (3.0, 100.0)])
+def test_objective_non_increasing(zeta, eta):
+    Xs, y = _data(2, dims=(5, 40, 120))  # includes a Woodbury view (n < d)
+    m = MMVFL(beta=0.3, zeta=zeta, eta=eta, max_iter=40, tol=0).fit(Xs, y)
+    obj = np.asarray(m.objective_)
+    assert len(obj) == 40
+    assert np.all(np.diff(obj) <= 1e-9 * obj[:-1]), np.diff(obj).max()
+
+
+def test_only_Zk_and_Z_cross_the_barrier():
+    Xs, y = _data(3)
+    m = MMVFL(beta=1.0, max_iter=5).fit(Xs, y)
+    log = m.transport_.log
+    assert log.arrays_sent() == {"Z", "Z_k"}
+    for k in range(3):
+        assert log.arrays_sent(sender=f"party{k}") == {"Z_k"}
+        assert log.arrays_sent(receiver=f"party{k}") == {"Z"}
+    # nothing travels party to party
+    assert all(e.sender == "coordinator" or e.receiver == "coordinator" for e in log.entries)
+    stats = m.run_stats_
+    assert stats["rounds"] == m.n_iter_
+    n, c = 90, 3
+    assert stats["per_party"]["party0"]["bytes_sent"] >= m.n_iter_ * n * c * 8
+
+
+def test_privacy_policy_blocks_a_leaking_party():
+    from fedviews.linear._mmvfl import MMVFLParty
+
+    class LeakyParty(MMVFLParty):
+        def on_update(self, msg):
+            reply = super().on_update(msg)
+            return self.reply(msg, arrays={**reply.arrays, "X_k": self.problem.X}, meta=reply.meta)
+
+    Xs, y = _data(4)
+    import fedviews.linear._mmvfl as mod
+
+    orig = mod.MMVFLParty
+    mod.MMVFLParty = LeakyParty
+    try:
+        with pytest.raises(PrivacyError, match="X_k"):
+            MMVFL(max_iter=2).fit(Xs, y)
+    finally:
+        mod.MMVFLParty = orig
+
+
+def test_feature_selection_recovers_planted_support_at_every_party():
+    """Parties without labels recover their informative features through Z."""
+    rng = np.random.default_rng(5)
+    n, c = 300, 3
+    y = rng.integers(0, c, n)
+    Xs = []
+    for d in (20, 25, 30):
+        X = rng.normal(size=(n, d))
+        X[:, :3] += 2.5 * np.eye(c)[y]  # planted support: features 0, 1, 2
+        Xs.append(X)
+    m = MMVFL(beta=30.0, zeta=10.0, eta=10.0, max_iter=30).fit(Xs, y)
+    for imp in m.feature_importances_:
+        assert set(np.argsort(-imp)[:3]) == {0, 1, 2}
+    # parties predict the labels from their own view alone
+    for k in range(3):
+        assert (m.predict(Xs[k], party=k) == y).mean() > 0.8
+
+
+def test_supervised_baselines():
+    Xs, y = _data(6)
+    s = SupFL(beta=0.5).fit(Xs, y)
+    j = SupMVLFL(beta=0.5).fit(Xs, y)
+    assert [W.shape for W in s.W_] == [(6, 3), (9, 3), (14, 3)]
+    assert [W.shape for W in j.W_] == [(6, 3), (9, 3), (14, 3)]
+    assert (j.predict_joint(Xs) == y).mean() >= max((s.predict(X, party=k) == y).mean() for k, X in enumerate(Xs)) - 0.05
+    # supMVLFL is the joint problem, not K copies of supFL
+    assert not np.allclose(s.W_[0], j.W_[0])
+
+
+def test_bad_input_errors():
+    Xs, y = _data(7)
+    with pytest.raises(ConfigError, match="label_owner=5 is out of range"):
+        MMVFL(label_owner=5).fit(Xs, y)
+    with pytest.raises(ConfigError, match="beta"):
+        MMVFL(beta=0).fit(Xs, y)
+    with pytest.raises(ConfigError, match="beta has 2 values"):
+        MMVFL(beta=[1.0, 2.0]).fit(Xs, y)
+    bad = [X.copy() for X in Xs]
+    bad[1][3, 2] = np.nan
+    with pytest.raises(DataError, match=r"Xs\[1\] contains 1 NaN"):
+        MMVFL().fit(bad, y)
+    with pytest.raises(DataError, match="disagree on the number of samples"):
+        MMVFL().fit([Xs[0], Xs[1][:-1]], y)
+    with pytest.raises(DataError, match="labels but the views have"):
+        MMVFL().fit(Xs, y[:-1])
+    m = MMVFL(max_iter=2).fit(Xs, y)
+    with pytest.raises(DataError, match="features"):
+        m.predict(Xs[0], party=1)
