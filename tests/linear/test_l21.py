@@ -5,19 +5,7 @@ import pytest
 
 from fedviews.errors import ConfigError, DataError
 from fedviews.linear import L21Problem, l21_least_squares, l21_norm
-
-
-def naive_irls(X, T, beta, n_iter, eps=1e-10):
-    """Eqs. (7)-(8) verbatim: explicit inverse, no caching, A = I at the start."""
-    d = X.shape[1]
-    A = np.eye(d)
-    hist = []
-    W = None
-    for _ in range(n_iter):
-        W = np.linalg.inv(X.T @ X + beta * A) @ X.T @ T
-        A = np.diag(1.0 / (2.0 * (np.linalg.norm(W, axis=1) + eps)))
-        hist.append(np.linalg.norm(X @ W - T) ** 2 + beta * sum(np.linalg.norm(W, axis=1)))
-    return W, hist
+from fedviews.linear._reference import naive_irls
 
 
 @pytest.mark.parametrize("shape", [(60, 8), (40, 25)])

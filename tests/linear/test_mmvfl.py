@@ -7,7 +7,7 @@ from fedviews.data import one_hot
 from fedviews.errors import ConfigError, DataError, PrivacyError
 from fedviews.federation import InProcessTransport
 from fedviews.linear import MMVFL, SupFL, SupMVLFL, mmvfl_centralized
-from fedviews.linear._common import orthonormal_nonnegative
+from fedviews.linear._reference import naive_mmvfl
 
 
 def _data(seed=0, n=90, dims=(6, 9, 14), c=3):
@@ -19,34 +19,6 @@ def _data(seed=0, n=90, dims=(6, 9, 14), c=3):
         X[:, :2] += 1.5 * np.eye(c)[y][:, :2]  # two informative features per view
         Xs.append(X)
     return Xs, y
-
-
-def naive_mmvfl(Xs, Y, beta, zeta, eta, owner, rounds, inner, seed):
-    """Algorithm 1 written out with explicit inverses (same init streams as MMVFL)."""
-    K = len(Xs)
-    ss = np.random.SeedSequence(seed).spawn(K + 1)
-    n, c = Y.shape
-    Z = orthonormal_nonnegative(n, c, np.random.default_rng(ss[0]))
-    Zk = [orthonormal_nonnegative(n, c, np.random.default_rng(ss[1 + k])) for k in range(K)]
-    A = [np.eye(X.shape[1]) for X in Xs]
-    W = [None] * K
-    obj = []
-    for _ in range(rounds):
-        for k, X in enumerate(Xs):
-            for _ in range(inner):
-                W[k] = np.linalg.inv(X.T @ X + beta * A[k]) @ X.T @ Zk[k]
-                A[k] = np.diag(1 / (2 * (np.linalg.norm(W[k], axis=1) + 1e-10)))
-            if k == owner:
-                Zk[k] = (X @ W[k] + zeta * Z + eta * Y) / (1 + zeta + eta)
-            else:
-                Zk[k] = (X @ W[k] + zeta * Z) / (1 + zeta)
-        Z = sum(zeta * z for z in Zk) / (zeta * K)
-        f = sum(
-            np.linalg.norm(X @ w - z) ** 2 + beta * np.linalg.norm(w, axis=1).sum() + zeta * np.linalg.norm(z - Z) ** 2
-            for X, w, z in zip(Xs, W, Zk)
-        ) + eta * np.linalg.norm(Zk[owner] - Y) ** 2
-        obj.append(f)
-    return W, Z, obj
 
 
 def test_mmvfl_matches_naive_reference():

@@ -182,15 +182,13 @@ class Encoder(nn.Module):  # type: ignore[misc]
 
     def __init__(self, spec: NetSpec, strip_hw: tuple[int, int]) -> None:
         super().__init__()
-        self.strip_hw = tuple(strip_hw)
-        self.pad_hw = spec.padded(*strip_hw)
+        ph, pw = spec.padded(*strip_hw)
+        self.padding = (0, pw - strip_hw[1], 0, ph - strip_hw[0])  # (left, right, top, bottom)
         self.convs = nn.ModuleList(nn.Conv2d(i, o, k) for i, o, k in spec.convs)
 
     def forward(self, x: Any) -> Any:
-        dh = self.pad_hw[0] - x.shape[-2]
-        dw = self.pad_hw[1] - x.shape[-1]
-        if dh > 0 or dw > 0:
-            x = F.pad(x, (0, max(dw, 0), 0, max(dh, 0)))
+        if any(self.padding):
+            x = F.pad(x, self.padding)
         for conv in self.convs:
             x = F.relu(conv(x))
         return x

@@ -16,6 +16,7 @@ calls.
 from __future__ import annotations
 
 import json
+import warnings
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -89,9 +90,12 @@ def export_active_model(
         was_training = net.training
         net.eval()
         example = torch.zeros((1, spec.in_channels, *strip_hw), device=next(net.parameters()).device)
-        with torch.no_grad():
+        with torch.no_grad(), warnings.catch_warnings():
+            # TorchScript is deprecated in recent torch but still the one self-contained format
+            # that loads without the model's Python code (torch.jit.load)
+            warnings.simplefilter("ignore", DeprecationWarning)
             traced = torch.jit.trace(net, example)
-        traced.save(str(out / SCRIPT_FILE))
+            traced.save(str(out / SCRIPT_FILE))
         net.train(was_training)
     return out
 

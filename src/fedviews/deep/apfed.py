@@ -500,7 +500,8 @@ class _StripEstimator:
 
     def predict(self, images: Any) -> np.ndarray:
         """Labels predicted by the active client alone (Eq. 11)."""
-        return np.asarray(self.classes_[np.argmax(self._logits(self._active_strip(images)), axis=1)])
+        logits = self._logits(self._active_strip(images))
+        return np.asarray(self.classes_[np.argmax(logits, axis=1)])
 
     def score(self, images: Any, y: Any) -> float:
         """Accuracy of :meth:`predict`."""

@@ -71,6 +71,7 @@ __all__ = [
     "label_owner_classes",
     "multivfl_policy",
     "partition_label_owners",
+    "round_seed",
 ]
 
 _NIID = re.compile(r"^(\d+)niid$")
@@ -157,9 +158,14 @@ def partition_label_owners(
     return parts
 
 
-def epoch_order(random_state: int, round_: int, epoch: int, n: int) -> np.ndarray:
+def round_seed(random_state: int, round_: int) -> int:
+    """The shuffling seed the server hands to every label owner in round ``round_``."""
+    return int(np.random.default_rng([random_state, round_]).integers(2**31))
+
+
+def epoch_order(seed: int, round_: int, epoch: int, n: int) -> np.ndarray:
     """The shuffled sample order of one local epoch, derived from a seed both sides know."""
-    return np.random.default_rng([random_state, round_, epoch]).permutation(n)
+    return np.random.default_rng([seed, round_, epoch]).permutation(n)
 
 
 # --------------------------------------------------------------------------- models
@@ -401,7 +407,7 @@ class Server(Coordinator):
         self._send_top(0)
         for r in range(1, self.rounds + 1):
             t0, b0 = time.perf_counter(), log.total_bytes
-            seed = int(np.random.default_rng([self.random_state, r]).integers(2**31))
+            seed = round_seed(self.random_state, r)
             replies = self.broadcast(self.label_owners, "train_round", meta={"seed": seed}, round=r)
             updates = [{k[7:]: v for k, v in rep.arrays.items()} for rep in replies.values()]
             self.params = {k: v.astype(np.float32) for k, v in self.optimizer.step(self.params, updates).items()}

@@ -158,14 +158,24 @@ class L21Problem:
         if max_iter < 1:
             raise ConfigError(f"max_iter must be >= 1, got {max_iter}")
         XtT = self.X.T @ T if self.method == "primal" else None
+        TT = float(np.einsum("ij,ij->", T, T))
+
+        def objective(W: np.ndarray) -> float:
+            if XtT is None:
+                return self.objective(W, T, beta)
+            # ||XW - T||^2 = tr(W^T G W) - 2 tr(W^T X^T T) + ||T||^2: O(d^2 c), not O(n d c)
+            assert self.gram is not None
+            fit = float(np.einsum("ij,ij->", W, self.gram @ W - 2.0 * XtT)) + TT
+            return max(fit, 0.0) + float(np.sum(beta * row_norms(W)))
+
         W = W0
-        prev = self.objective(W0, T, beta) if W0 is not None else np.inf
+        prev = objective(W0) if W0 is not None else np.inf
         hist: list[float] = []
         converged = False
         it = 0
         for it in range(1, max_iter + 1):  # noqa: B007
             W = self.step(W, T, beta, XtT)
-            f = self.objective(W, T, beta)
+            f = objective(W)
             hist.append(f)
             if tol > 0 and np.isfinite(prev) and abs(prev - f) <= tol * max(abs(prev), 1e-300):
                 converged = True

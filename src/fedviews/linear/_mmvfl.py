@@ -321,28 +321,28 @@ class MMVFL(BaseEstimator):  # type: ignore[misc]
         c = Y.shape[1]
         if c < 2:
             raise DataError("y must contain at least two classes")
-        solver = _Solver(self.inner_max_iter, self.inner_tol, self.eps)
-        ss = np.random.SeedSequence(self.random_state).spawn(K + 1)
-        parties = [
-            MMVFLParty(
-                f"party{k}",
-                Xs[k],
-                beta=betas[k],
-                zeta=zetas[k],
-                n_classes=c,
-                seed=ss[1 + k],
-                Y=Y if k == owner else None,
-                eta=eta if k == owner else 0.0,
-                solver=solver,
-            )
-            for k in range(K)
-        ]
-        server = MMVFLServer(
-            [p.name for p in parties], zetas, n, c, ss[0], max_iter=self.max_iter, tol=self.tol
-        )
-        custom: Transport | None = self.transport(MMVFL_POLICY) if self.transport else None
-        self.transport_ = federate([server, *parties], MMVFL_POLICY, custom)
         with small_blas():
+            solver = _Solver(self.inner_max_iter, self.inner_tol, self.eps)
+            ss = np.random.SeedSequence(self.random_state).spawn(K + 1)
+            parties = [
+                MMVFLParty(
+                    f"party{k}",
+                    Xs[k],
+                    beta=betas[k],
+                    zeta=zetas[k],
+                    n_classes=c,
+                    seed=ss[1 + k],
+                    Y=Y if k == owner else None,
+                    eta=eta if k == owner else 0.0,
+                    solver=solver,
+                )
+                for k in range(K)
+            ]
+            server = MMVFLServer(
+                [p.name for p in parties], zetas, n, c, ss[0], max_iter=self.max_iter, tol=self.tol
+            )
+            custom: Transport | None = self.transport(MMVFL_POLICY) if self.transport else None
+            self.transport_ = federate([server, *parties], MMVFL_POLICY, custom)
             self.Z_ = server.run()
         self.W_ = [p.W for p in parties]
         self.Z_k_ = [p.Z_k for p in parties]

@@ -1,0 +1,623 @@
+"""FedMV experiments (Che et al., Tables 1-2 and Fig. 5) on public multi-view data.
+
+The paper's data (BiAffect keystrokes) is private, so its numbers are shown as
+context only, never as a reproduction target.
+
+Protocol (``fedmv_vertical`` / ``fedmv_horizontal``), for each of ``n_repeats``
+repetitions with seed ``seed + r``:
+
+1. stratified split into train / validation / test (``test_size``, ``val_size``);
+   optionally a binary task (``positive_classes`` -> 1, the rest -> 0);
+2. features standardised with training statistics (vertical: every party with its
+   own view's statistics; horizontal: the pooled training statistics, which a
+   deployment would obtain as one more sample-weighted aggregate);
+3. horizontal only: the training part is split among ``n_clients`` clients with
+   :func:`fedviews.data.partition_clients` (``"iid"`` = class-balanced as in the
+   paper, ``"label_skew"`` = non-IID);
+4. every method is trained on the training part and scored on the test part
+   (accuracy, precision, recall, F1 in %, ``average`` = macro, or binary for the
+   binary task as in the paper).
+
+ζ (shared by all views) and η are chosen from ``zetas`` x ``etas`` (paper:
+{2^0..2^5}) by validation accuracy of the main method (V-FedMV / H-FedMV) on the
+first repetition's split; the pairwise and local multi-view baselines reuse them.
+β = 4 everywhere (paper).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from fedviews.errors import ConfigError
+from fedviews.experiments._config import ExperimentConfig
+from fedviews.experiments._paper import paper_tables
+from fedviews.experiments._registry import register_experiment
+from fedviews.experiments._runner import ExperimentResult, RunContext, Table
+
+__all__ = [
+    "FedMVHorizontalParams",
+    "FedMVTSNEParams",
+    "FedMVVerticalParams",
+    "run_fedmv_horizontal",
+    "run_fedmv_tsne",
+    "run_fedmv_vertical",
+]
+
+METRICS = ("accuracy", "precision", "recall", "f1")
+VERTICAL_METHODS = ("vfedmv", "pairwise", "single_view")
+HORIZONTAL_METHODS = ("hfedmv", "mv_local", "pairwise", "single_view_fl")
+AVERAGES = ("macro", "binary")
+
+
+@dataclass(frozen=True)
+class FedMVVerticalParams:
+    methods: tuple[str, ...] = VERTICAL_METHODS
+    n_repeats: int = 10
+    test_size: float = 0.2
+    val_size: float = 0.2
+    n_per_class: int = 0  # 0: every sample
+    positive_classes: tuple[int, ...] = ()  # non-empty: binary task
+    average: str = "macro"
+    beta: float = 4.0
+    zetas: tuple[float, ...] = (1, 2, 4, 8, 16, 32)
+    etas: tuple[float, ...] = (1, 2, 4, 8, 16, 32)
+    max_iter: int = 30
+    inner_max_iter: int = 5
+    standardize: bool = True
+    paper_table: str = "fedmv_table1_vertical"
+
+    def _valid_methods(self) -> tuple[str, ...]:
+        return VERTICAL_METHODS
+
+    def validate(self) -> None:
+        for m in self.methods:
+            if m not in self._valid_methods():
+                raise ConfigError(
+                    f"params.methods: unknown method {m!r}; choose from {list(self._valid_methods())}"
+                )
+        if not self.methods:
+            raise ConfigError("params.methods must not be empty")
+        if self.n_repeats < 1:
+            raise ConfigError("params.n_repeats must be >= 1")
+        if not (
+            0 < self.test_size < 1 and 0 < self.val_size < 1 and self.test_size + self.val_size < 1
+        ):
+            raise ConfigError(
+                "params.test_size and params.val_size must lie in (0, 1) and sum to < 1"
+            )
+        if self.average not in AVERAGES:
+            raise ConfigError(
+                f"params.average must be one of {list(AVERAGES)}, got {self.average!r}"
+            )
+        if self.average == "binary" and not self.positive_classes:
+            raise ConfigError(
+                "params.average = 'binary' needs params.positive_classes (the binary task)"
+            )
+        if not self.zetas or not self.etas or min((*self.zetas, *self.etas, self.beta)) <= 0:
+            raise ConfigError(
+                "params.zetas, params.etas and params.beta must be positive (non-empty)"
+            )
+        if self.max_iter < 1 or self.inner_max_iter < 1:
+            raise ConfigError("params.max_iter and params.inner_max_iter must be >= 1")
+
+
+@dataclass(frozen=True)
+class FedMVHorizontalParams(FedMVVerticalParams):
+    methods: tuple[str, ...] = HORIZONTAL_METHODS
+    n_clients: int = 4
+    partition: str = "iid"  # or "label_skew", "dirichlet"
+    classes_per_client: int = 2
+    dirichlet_alpha: float = 0.5
+    n_rounds: int = 20
+    local_iter: int = 1
+    paper_table: str = "fedmv_table2_horizontal"
+
+    def _valid_methods(self) -> tuple[str, ...]:
+        return HORIZONTAL_METHODS
+
+    def validate(self) -> None:
+        super().validate()
+        if self.n_clients < 1 or self.n_rounds < 1 or self.local_iter < 1:
+            raise ConfigError(
+                "params.n_clients, params.n_rounds and params.local_iter must be >= 1"
+            )
+        if self.partition not in ("iid", "label_skew", "dirichlet"):
+            raise ConfigError(
+                f"params.partition must be 'iid', 'label_skew' or 'dirichlet', got {self.partition!r}"
+            )
+
+
+# --------------------------------------------------------------------------- data
+
+
+@dataclass
+class _Split:
+    Xtr: list[np.ndarray]
+    Xval: list[np.ndarray]
+    Xte: list[np.ndarray]
+    ytr: np.ndarray
+    yval: np.ndarray
+    yte: np.ndarray
+
+
+def _load(cfg: ExperimentConfig, p: FedMVVerticalParams) -> Any:
+    from fedviews.data import balanced_subsample, load
+
+    ds = load(cfg.data.name, **dict(cfg.data.options))
+    if p.n_per_class:
+        ds = ds.subset(balanced_subsample(ds.y, p.n_per_class, random_state=cfg.seed))
+    if p.positive_classes:
+        known = set(np.unique(ds.y).tolist())
+        bad = [c for c in p.positive_classes if c not in known]
+        if bad:
+            raise ConfigError(
+                f"params.positive_classes {bad} are not labels of {ds.name} ({sorted(known)})"
+            )
+        y = np.isin(ds.y, list(p.positive_classes)).astype(np.int64)
+    else:
+        y = np.asarray(ds.y)
+    return ds, y
+
+
+def _standardize(Xs: list[np.ndarray], *others: list[np.ndarray]) -> list[list[np.ndarray]]:
+    out: list[list[np.ndarray]] = [[] for _ in range(1 + len(others))]
+    for k, X in enumerate(Xs):
+        mu, sd = X.mean(axis=0), X.std(axis=0)
+        sd[sd < 1e-12] = 1.0
+        for j, arrs in enumerate((Xs, *others)):
+            out[j].append((arrs[k] - mu) / sd)
+    return out
+
+
+def _split(views: list[np.ndarray], y: np.ndarray, p: FedMVVerticalParams, seed: int) -> _Split:
+    from sklearn.model_selection import train_test_split
+
+    idx = np.arange(len(y))
+    rest, te = train_test_split(idx, test_size=p.test_size, stratify=y, random_state=seed)
+    tr, val = train_test_split(
+        rest, test_size=p.val_size / (1 - p.test_size), stratify=y[rest], random_state=seed
+    )
+    Xtr, Xval, Xte = ([v[i] for v in views] for i in (tr, val, te))
+    if p.standardize:
+        Xtr, Xval, Xte = _standardize(Xtr, Xval, Xte)
+    return _Split(Xtr, Xval, Xte, y[tr], y[val], y[te])
+
+
+def _metrics(y_true: np.ndarray, y_pred: np.ndarray, average: str) -> dict[str, float]:
+    from sklearn.metrics import accuracy_score, f1_score, precision_score, recall_score
+
+    kw: dict[str, Any] = {"average": average, "zero_division": 0}
+    return {
+        "accuracy": 100.0 * accuracy_score(y_true, y_pred),
+        "precision": 100.0 * precision_score(y_true, y_pred, **kw),
+        "recall": 100.0 * recall_score(y_true, y_pred, **kw),
+        "f1": 100.0 * f1_score(y_true, y_pred, **kw),
+    }
+
+
+# --------------------------------------------------------------------------- methods
+
+
+def _vfedmv(p: FedMVVerticalParams, zeta: float, eta: float, seed: int) -> Any:
+    from fedviews.linear import VFedMV
+
+    return VFedMV(
+        beta=p.beta,
+        zeta=zeta,
+        eta=eta,
+        max_iter=p.max_iter,
+        inner_max_iter=p.inner_max_iter,
+        random_state=seed,
+    )
+
+
+def _hfedmv(p: FedMVHorizontalParams, zeta: float, eta: float, seed: int) -> Any:
+    from fedviews.linear import HFedMV
+
+    return HFedMV(
+        beta=p.beta,
+        zeta=zeta,
+        eta=eta,
+        n_rounds=p.n_rounds,
+        local_iter=p.local_iter,
+        inner_max_iter=p.inner_max_iter,
+        random_state=seed,
+    )
+
+
+def _clients(
+    s: _Split, p: FedMVHorizontalParams, seed: int, views: list[int] | None = None
+) -> list[Any]:
+    from fedviews.data import partition_clients
+
+    parts = partition_clients(
+        s.ytr,
+        p.n_clients,
+        p.partition,
+        alpha=p.dirichlet_alpha,
+        classes_per_client=p.classes_per_client,
+        random_state=seed,
+    )
+    keep = range(len(s.Xtr)) if views is None else views
+    return [([s.Xtr[k][idx] for k in keep], s.ytr[idx]) for idx in parts]
+
+
+def _tune(
+    fit_predict: Any, p: FedMVVerticalParams, s: _Split, advance: Any
+) -> tuple[float, float, list[list[float]]]:
+    """Grid over (zeta, eta) scored by validation accuracy; ties go to the first pair."""
+    grid = np.zeros((len(p.zetas), len(p.etas)))
+    for i, z in enumerate(p.zetas):
+        for j, e in enumerate(p.etas):
+            grid[i, j] = 100.0 * np.mean(fit_predict(z, e, s.Xval) == s.yval)
+            advance(1)
+    best = np.unravel_index(int(np.argmax(grid)), grid.shape)
+    return float(p.zetas[int(best[0])]), float(p.etas[int(best[1])]), grid.tolist()
+
+
+def _vertical_rows(
+    p: FedMVVerticalParams,
+    names: list[str],
+    s: _Split,
+    zeta: float,
+    eta: float,
+    seed: int,
+    keep: dict[str, Any],
+) -> dict[str, dict[str, float]]:
+    from fedviews.linear import SupFL
+
+    out: dict[str, dict[str, float]] = {}
+    K = len(names)
+    if "vfedmv" in p.methods:
+        m = _vfedmv(p, zeta, eta, seed).fit(s.Xtr, s.ytr)
+        out["V-FedMV"] = _metrics(s.yte, m.predict(s.Xte), p.average)
+        keep.setdefault("log", m.run_stats_)
+        keep.setdefault("objective", m.objective_)
+    if "pairwise" in p.methods and K > 2:
+        for v in range(K):
+            rest = [k for k in range(K) if k != v]
+            m = _vfedmv(p, zeta, eta, seed).fit([s.Xtr[k] for k in rest], s.ytr)
+            out[f"Pairwise FL w/o {names[v]}"] = _metrics(
+                s.yte, m.predict([s.Xte[k] for k in rest]), p.average
+            )
+    if "single_view" in p.methods:
+        for v in range(K):
+            sv = SupFL(beta=p.beta, max_iter=p.max_iter * p.inner_max_iter).fit([s.Xtr[v]], s.ytr)
+            out[f"{names[v]} w/o FL"] = _metrics(s.yte, sv.predict(s.Xte[v]), p.average)
+    return out
+
+
+def _horizontal_rows(
+    p: FedMVHorizontalParams,
+    names: list[str],
+    s: _Split,
+    zeta: float,
+    eta: float,
+    seed: int,
+    keep: dict[str, Any],
+) -> dict[str, dict[str, float]]:
+    from fedviews.linear import LocalMVL, SingleViewFL
+
+    out: dict[str, dict[str, float]] = {}
+    K = len(names)
+    clients = _clients(s, p, seed)
+    if "hfedmv" in p.methods:
+        m = _hfedmv(p, zeta, eta, seed).fit(clients)
+        out["H-FedMV"] = _metrics(s.yte, m.predict(s.Xte), p.average)
+        keep.setdefault("log", m.run_stats_)
+        keep.setdefault("objective", m.objective_)
+        keep.setdefault("client_sizes", m.client_sizes_)
+    if "mv_local" in p.methods:
+        classes = np.unique(s.ytr)
+        per_client = []
+        for Xs, y in clients:
+            lm = LocalMVL(
+                beta=p.beta,
+                zeta=zeta,
+                eta=eta,
+                n_iter=p.n_rounds * p.local_iter,
+                inner_max_iter=p.inner_max_iter,
+                random_state=seed,
+            ).fit(Xs, y, classes=classes)
+            per_client.append(_metrics(s.yte, lm.predict(s.Xte), p.average))
+        out["MV w/o FL"] = {k: float(np.mean([c[k] for c in per_client])) for k in METRICS}
+    if "pairwise" in p.methods and K > 2:
+        for v in range(K):
+            rest = [k for k in range(K) if k != v]
+            sub = [([Xs[k] for k in rest], y) for Xs, y in clients]
+            m = _hfedmv(p, zeta, eta, seed).fit(sub)
+            out[f"Pairwise FL w/o {names[v]}"] = _metrics(
+                s.yte, m.predict([s.Xte[k] for k in rest]), p.average
+            )
+    if "single_view_fl" in p.methods:
+        for v in range(K):
+            sv = SingleViewFL(
+                beta=p.beta,
+                n_rounds=p.n_rounds,
+                local_iter=p.local_iter * p.inner_max_iter,
+                random_state=seed,
+            ).fit([(Xs[v], y) for Xs, y in clients])
+            out[f"Single View FL - {names[v]}"] = _metrics(s.yte, sv.predict(s.Xte[v]), p.average)
+    return out
+
+
+# --------------------------------------------------------------------------- tables
+
+
+def _pm(mean: float, std: float) -> str:
+    return f"{mean:.2f} ± {std:.2f}"
+
+
+def _tables(
+    summary: dict[str, dict[str, list[float]]], p: FedMVVerticalParams, title: str, note: str
+) -> list[Table]:
+    cols = ["method", "Accuracy (%)", "Precision (%)", "Recall (%)", "F1 (%)"]
+    rows = [[name, *[_pm(*m[k]) for k in METRICS]] for name, m in summary.items()]
+    tables = [Table(title, cols, rows, note)]
+    paper = paper_tables().get(p.paper_table) if p.paper_table else None
+    if paper:
+        prow = [
+            [name, *[_pm(*vals[k]) for k in METRICS]]
+            for name, vals in paper.items()
+            if not name.startswith("_")
+        ]
+        tables.append(
+            Table(
+                f"Paper ({p.paper_table}): BiAffect, binary mood — context only, not a reproduction target",
+                cols,
+                prow,
+                "Different (private) data with 3 views (alphanum, special, accel); positive-class precision/recall.",
+            )
+        )
+    return tables
+
+
+def _run(cfg: ExperimentConfig, ctx: RunContext, horizontal: bool) -> ExperimentResult:
+    p = cfg.params
+    ds, y = _load(cfg, p)
+    names = list(ds.view_names)
+    n_grid = len(p.zetas) * len(p.etas)
+    ctx.log(
+        f"{ds.name}: {len(y)} samples, views {dict(zip(names, ds.n_features, strict=True))}, "
+        f"{len(np.unique(y))} classes; {p.n_repeats} repeats, grid {n_grid} (zeta, eta)"
+    )
+    s0 = _split(list(ds.views), y, p, cfg.seed)
+    keep: dict[str, Any] = {}
+    per_rep: list[dict[str, dict[str, float]]] = []
+    seconds: list[float] = []
+    with ctx.progress(n_grid + p.n_repeats, "tuning (zeta, eta), then repeats") as advance:
+        if horizontal:
+
+            def fit_predict(z: float, e: float, Xv: list[np.ndarray]) -> np.ndarray:
+                return np.asarray(
+                    _hfedmv(p, z, e, cfg.seed).fit(_clients(s0, p, cfg.seed)).predict(Xv)
+                )
+        else:
+
+            def fit_predict(z: float, e: float, Xv: list[np.ndarray]) -> np.ndarray:
+                return np.asarray(_vfedmv(p, z, e, cfg.seed).fit(s0.Xtr, s0.ytr).predict(Xv))
+
+        t0 = time.perf_counter()
+        zeta, eta, grid = _tune(fit_predict, p, s0, advance)
+        tune_seconds = time.perf_counter() - t0
+        ctx.log(f"selected zeta={zeta:g}, eta={eta:g} on validation ({tune_seconds:.1f}s)")
+        for r in range(p.n_repeats):
+            seed = cfg.seed + r
+            s = s0 if r == 0 else _split(list(ds.views), y, p, seed)
+            t0 = time.perf_counter()
+            rows_fn = _horizontal_rows if horizontal else _vertical_rows
+            per_rep.append(rows_fn(p, names, s, zeta, eta, seed, keep))
+            seconds.append(time.perf_counter() - t0)
+            ctx.checkpoint({"zeta": zeta, "eta": eta, "per_repeat": per_rep})
+            advance(1)
+    summary = {
+        name: {
+            k: [
+                float(np.mean([rep[name][k] for rep in per_rep])),
+                float(np.std([rep[name][k] for rep in per_rep])),
+            ]
+            for k in METRICS
+        }
+        for name in per_rep[0]
+    }
+    setting = "H-FedMV" if horizontal else "V-FedMV"
+    extra = (
+        f"{p.n_clients} clients, partition={p.partition}, {p.n_rounds} rounds; "
+        if horizontal
+        else ""
+    )
+    task = (
+        f"binary ({list(p.positive_classes)} vs rest)"
+        if p.positive_classes
+        else f"{len(np.unique(y))} classes"
+    )
+    note = (
+        f"{ds.name}, {task}; mean ± std over {p.n_repeats} seeds; {extra}beta={p.beta:g}, "
+        f"zeta={zeta:g}, eta={eta:g} (validation); {p.average} precision/recall/F1"
+    )
+    tables = _tables(summary, p, f"{setting} and baselines on {ds.name} (%)", note)
+    best = max(summary, key=lambda n: summary[n]["accuracy"][0])
+    metrics = {
+        "dataset": ds.summary(),
+        "task": task,
+        "selected": {
+            "zeta": zeta,
+            "eta": eta,
+            "validation_accuracy_grid": grid,
+            "zetas": list(p.zetas),
+            "etas": list(p.etas),
+        },
+        "results": summary,
+        "per_repeat": per_rep,
+        "seconds_tuning": tune_seconds,
+        "seconds_per_repeat": seconds,
+        "objective_first_fit": keep.get("objective", []),
+        "client_sizes_first_fit": keep.get("client_sizes"),
+    }
+    main = "H-FedMV" if horizontal else "V-FedMV"
+    msg = (
+        f"{main}: acc {summary[main]['accuracy'][0]:.2f} ± {summary[main]['accuracy'][1]:.2f}; "
+        if main in summary
+        else ""
+    )
+    return ExperimentResult(
+        metrics=metrics,
+        tables=tables,
+        message_log=keep.get("log"),
+        summary=f"{msg}best: {best} ({summary[best]['accuracy'][0]:.2f})",
+    )
+
+
+@register_experiment(
+    "fedmv_vertical",
+    FedMVVerticalParams,
+    description="V-FedMV vs Pairwise FL and Single View w/o FL (FedMV paper, Table 1)",
+    default_dataset="handwritten",
+)
+def run_fedmv_vertical(cfg: ExperimentConfig, ctx: RunContext) -> ExperimentResult:
+    return _run(cfg, ctx, horizontal=False)
+
+
+@register_experiment(
+    "fedmv_horizontal",
+    FedMVHorizontalParams,
+    description="H-FedMV vs MV w/o FL, Pairwise FL and Single View FL (FedMV paper, Table 2)",
+    default_dataset="handwritten",
+)
+def run_fedmv_horizontal(cfg: ExperimentConfig, ctx: RunContext) -> ExperimentResult:
+    return _run(cfg, ctx, horizontal=True)
+
+
+# --------------------------------------------------------------------------- t-SNE (Fig. 5)
+
+
+@dataclass(frozen=True)
+class FedMVTSNEParams:
+    n_samples: int = 300  # test samples shown
+    test_size: float = 0.3
+    positive_classes: tuple[int, ...] = ()
+    beta: float = 4.0
+    zeta: float = 8.0
+    eta: float = 16.0
+    max_iter: int = 30
+    inner_max_iter: int = 5
+    n_clients: int = 4
+    n_rounds: int = 20
+    local_iter: int = 1
+    perplexity: float = 30.0
+    standardize: bool = True
+
+    def validate(self) -> None:
+        if self.n_samples < 10:
+            raise ConfigError("params.n_samples must be >= 10")
+        if not 0 < self.test_size < 1:
+            raise ConfigError("params.test_size must lie in (0, 1)")
+        if min(self.beta, self.zeta, self.eta, self.perplexity) <= 0:
+            raise ConfigError("params.beta, zeta, eta and perplexity must be positive")
+
+
+@register_experiment(
+    "fedmv_tsne",
+    FedMVTSNEParams,
+    description="t-SNE of the views before learning and of X_k W_k and Z after V-/H-FedMV (FedMV paper, Fig. 5)",
+    default_dataset="handwritten",
+)
+def run_fedmv_tsne(cfg: ExperimentConfig, ctx: RunContext) -> ExperimentResult:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from sklearn.manifold import TSNE
+    from sklearn.model_selection import train_test_split
+
+    from fedviews.data import partition_clients
+    from fedviews.linear import HFedMV, VFedMV
+
+    p: FedMVTSNEParams = cfg.params
+    ds = _load(cfg, FedMVVerticalParams(positive_classes=p.positive_classes))
+    ds, y = ds
+    names = list(ds.view_names)
+    K = len(names)
+    tr, te = train_test_split(
+        np.arange(len(y)), test_size=p.test_size, stratify=y, random_state=cfg.seed
+    )
+    Xtr, Xte = [v[tr] for v in ds.views], [v[te] for v in ds.views]
+    if p.standardize:
+        Xtr, Xte = _standardize(Xtr, Xte)
+    ytr, yte = y[tr], y[te]
+    show = np.random.default_rng(cfg.seed).permutation(len(te))[: p.n_samples]
+    v = VFedMV(
+        beta=p.beta,
+        zeta=p.zeta,
+        eta=p.eta,
+        max_iter=p.max_iter,
+        inner_max_iter=p.inner_max_iter,
+        random_state=cfg.seed,
+    ).fit(Xtr, ytr)
+    parts = partition_clients(ytr, p.n_clients, "iid", random_state=cfg.seed)
+    h = HFedMV(
+        beta=p.beta,
+        zeta=p.zeta,
+        eta=p.eta,
+        n_rounds=p.n_rounds,
+        local_iter=p.local_iter,
+        inner_max_iter=p.inner_max_iter,
+        random_state=cfg.seed,
+    ).fit([([X[i] for X in Xtr], ytr[i]) for i in parts])
+    Xs_show = [X[show] for X in Xte]
+    panels: list[tuple[str, np.ndarray]] = [
+        (f"{n} (input)", X) for n, X in zip(names, Xs_show, strict=True)
+    ]
+    for label, model in (("V-FedMV", v), ("H-FedMV", h)):
+        panels += [
+            (f"{n}: X W ({label})", X @ W) for n, X, W in zip(names, Xs_show, model.W_, strict=True)
+        ]
+        panels.append((f"Z test ({label})", model.decision_function(Xs_show)))
+    acc = {
+        "V-FedMV": float(np.mean(v.predict(Xte) == yte) * 100),
+        "H-FedMV": float(np.mean(h.predict(Xte) == yte) * 100),
+    }
+    emb: list[np.ndarray] = []
+    with ctx.progress(len(panels), "t-SNE panels") as advance:
+        for _, A in panels:
+            perp = min(p.perplexity, (len(A) - 1) / 3)
+            emb.append(
+                TSNE(
+                    n_components=2, perplexity=perp, init="pca", random_state=cfg.seed
+                ).fit_transform(A)
+            )
+            advance(1)
+    ncol = K + 1
+    fig, axes = plt.subplots(3, ncol, figsize=(2.6 * ncol, 7.8))
+    yy = y[te][show]
+    for r, start in enumerate((0, K, 2 * K + 1)):
+        count = K if r == 0 else K + 1
+        for c in range(ncol):
+            ax = axes[r, c]
+            ax.set_xticks([])
+            ax.set_yticks([])
+            if c >= count:
+                ax.axis("off")
+                continue
+            title, _ = panels[start + c]
+            E = emb[start + c]
+            ax.scatter(E[:, 0], E[:, 1], c=yy, cmap="tab10", s=5)
+            ax.set_title(title, fontsize=8)
+    fig.suptitle(
+        f"{ds.name}: t-SNE of {len(show)} test samples (colour = class). Row 1: views; rows 2-3: X_k W_k and consensus Z^test",
+        fontsize=9,
+    )
+    fig.tight_layout()
+    path = ctx.path("tsne.png")
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return ExperimentResult(
+        metrics={"dataset": ds.summary(), "test_accuracy": acc, "n_shown": int(len(show))},
+        figures=[path],
+        message_log=v.run_stats_,
+        summary=f"test accuracy V-FedMV {acc['V-FedMV']:.2f}, H-FedMV {acc['H-FedMV']:.2f}",
+    )

@@ -1,0 +1,265 @@
+"""APFed-R / APFed-C, TVFL and SingleVL: equations, protocol, privacy, export, errors."""
+
+from __future__ import annotations
+
+import copy
+import math
+import pickle
+import warnings
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from fedviews.deep._apfed_nets import ARCHS, Decoder, Encoder, cut_strips, parse_setting  # noqa: E402
+from fedviews.deep._cifar import load_cifar  # noqa: E402
+from fedviews.deep._export import load_active_model, predict_exported  # noqa: E402
+from fedviews.deep.apfed import (  # noqa: E402
+    APFED_POLICY,
+    TVFL,
+    ActiveClient,
+    APFed,
+    PassiveClient,
+    SingleVL,
+    contrastive_loss,
+)
+from fedviews.errors import ConfigError, DataError, PrivacyError  # noqa: E402
+from fedviews.federation import federate  # noqa: E402
+
+F = torch.nn.functional
+
+
+@pytest.fixture(scope="module")
+def images() -> tuple[np.ndarray, np.ndarray]:
+    """96 random 28x28 images whose class shows in both halves (3 classes)."""
+    rng = np.random.default_rng(0)
+    y = np.repeat(np.arange(3), 32)
+    X = rng.random((96, 28, 28)) * 0.3
+    for c in range(3):
+        X[y == c, :, 4 + 8 * c : 8 + 8 * c] += 0.7
+    return X.astype(np.float32), y
+
+
+def _fit_kw(**kw: object) -> dict[str, object]:
+    return {"epochs": 2, "batch_size": 16, "lr": 0.01, "device": "cpu", "random_state": 3, **kw}
+
+
+# -- Eq. 14 ------------------------------------------------------------------------
+def test_contrastive_loss_equals_loop_over_eq14() -> None:
+    g = torch.Generator().manual_seed(0)
+    ha = torch.randn(5, 3, 2, 2, generator=g, dtype=torch.float64)
+    hp = torch.randn(5, 3, 2, 2, generator=g, dtype=torch.float64)
+    tau = 0.3
+    a, p = ha.flatten(1).numpy(), hp.flatten(1).numpy()
+
+    def s(u: np.ndarray, v: np.ndarray) -> float:
+        return float(u @ v / (np.linalg.norm(u) * np.linalg.norm(v)))
+
+    terms = []
+    for i in range(5):
+        den = sum((j != i) * math.exp(s(a[i], a[j]) / tau) + math.exp(s(a[i], p[j]) / tau) for j in range(5))
+        terms.append(-math.log(math.exp(s(a[i], p[i]) / tau) / den))
+    assert float(contrastive_loss(ha, hp, tau)) == pytest.approx(np.mean(terms), rel=1e-12)
+
+
+# -- Eq. 9: the returned gradient and the active update ---------------------------
+@pytest.mark.parametrize("variant", ["R", "C"])
+def test_split_gradients_equal_unsplit_autograd(images: tuple[np.ndarray, np.ndarray], variant: str) -> None:
+    X, y = images
+    views = cut_strips(X[:, None], 2)
+    spec, lam = ARCHS["table3"], 0.7
+    passive = PassiveClient("passive2", views[1], variant, spec, seed=5, tau=0.4, lr=0.01)
+    active = ActiveClient(views[0], y, 3, spec, passives=["passive2"], lams=[lam], seed=4, batch_size=16)
+    federate([active, passive], APFED_POLICY)
+    a_net, p_net = copy.deepcopy(active.net), copy.deepcopy(passive.net)
+    active.send("passive2", "apfed.epoch", meta={"shuffle_seed": 11, "batch_size": 16})
+    idx = passive._order[0]
+
+    # unsplit model: L = L_A + λ L_p with every parameter in one graph
+    x_a, x_p = torch.as_tensor(views[0][idx]), torch.as_tensor(views[1][idx])
+    h = a_net.encoder(x_a)
+    l_a = F.cross_entropy(a_net.head(h), torch.as_tensor(y[idx]))
+    l_p = F.mse_loss(p_net(h), x_p) if variant == "R" else contrastive_loss(h, p_net(x_p), 0.4)
+    (grad_h,) = torch.autograd.grad(lam * l_p, h, retain_graph=True)
+    (l_a + lam * l_p).backward()
+
+    # split: the passive's reply to h_A is λ ∂L_p/∂h_A ...
+    reply = active.send("passive2", "apfed.forward", arrays={"h_A": h.detach().numpy()}, meta={"batch": 0, "lam": lam})
+    np.testing.assert_allclose(reply.arrays["grad_h_A"], grad_h.numpy(), rtol=1e-5, atol=1e-7)
+
+    # ... and one full protocol step gives the active encoder the unsplit gradient
+    active2 = ActiveClient(views[0], y, 3, spec, passives=["passive2"], lams=[lam], seed=4, batch_size=16)
+    passive2 = PassiveClient("passive2", views[1], variant, spec, seed=5, tau=0.4, lr=0.01)
+    federate([active2, passive2], APFED_POLICY)
+    active2.send("passive2", "apfed.epoch", meta={"shuffle_seed": 11, "batch_size": 16})
+    active2._step(0, 0, idx, 0)
+    for (name, p_split), p_full in zip(active2.net.named_parameters(), a_net.parameters(), strict=True):
+        np.testing.assert_allclose(p_split.grad.numpy(), p_full.grad.numpy(), rtol=1e-4, atol=1e-6, err_msg=name)
+
+
+# -- λ = 0 is SingleVL ---------------------------------------------------------------
+@pytest.mark.parametrize("variant", ["R", "C"])
+def test_lambda_zero_reproduces_singlevl_exactly(images: tuple[np.ndarray, np.ndarray], variant: str) -> None:
+    X, y = images
+    apf = APFed(variant=variant, m=2, i=2, lam=0.0, **_fit_kw()).fit(X, y)
+    single = SingleVL(m=2, i=2, **_fit_kw()).fit(X, y)
+    sa, sb = apf.active_.net.state_dict(), single.active_.net.state_dict()
+    assert all(torch.equal(sa[k], sb[k]) for k in sa)
+    np.testing.assert_array_equal(apf.predict_proba(X), single.predict_proba(X))
+    assert apf.history_ == single.history_
+    # the passive client did take part (and learned), but its gradient was zero
+    assert apf.transport_.log.arrays_sent("active", "passive1") == {"h_A"}
+    with_lam = APFed(variant=variant, m=2, i=2, lam=1.0, **_fit_kw()).fit(X, y)
+    assert not torch.equal(with_lam.active_.net.head.fc2.weight, sb["head.fc2.weight"])
+
+
+# -- privacy --------------------------------------------------------------------------
+def test_only_representations_and_their_gradients_cross(images: tuple[np.ndarray, np.ndarray]) -> None:
+    X, y = images
+    est = APFed(variant="R", m=3, i=2, lam=1.0, pad=True, **_fit_kw(epochs=1)).fit(X, y)
+    log = est.transport_.log
+    assert log.crossings() == {
+        "active -> passive1": ["h_A"],
+        "active -> passive3": ["h_A"],
+        "passive1 -> active": ["grad_h_A"],
+        "passive3 -> active": ["grad_h_A"],
+    }
+    assert est.message_log_["messages"] == 2 * 2 * (1 + 6)  # epoch + 6 batches, request + reply
+    passive = est.passives_[0]
+    with pytest.raises(PrivacyError):
+        passive.send("active", "leak", arrays={"x_p": np.zeros(3)})
+    with pytest.raises(PrivacyError):
+        est.active_.send("passive1", "leak", arrays={"y": y})
+    tv = TVFL(m=2, i=1, **_fit_kw(epochs=1)).fit(X, y)
+    assert tv.transport_.log.crossings() == {"active -> passive2": ["grad_h_p"], "passive2 -> active": ["h_p"]}
+
+
+# -- inferring solely: the export ----------------------------------------------------------
+def test_export_predicts_like_the_trained_active_model(images: tuple[np.ndarray, np.ndarray], tmp_path) -> None:
+    X, y = images
+    est = APFed(variant="C", m=3, i=3, lam=1.0, pad=True, **_fit_kw(epochs=1)).fit(X, y + 10)
+    expected = est.predict(X)
+    proba = est.predict_proba(X)
+    folder = est.export(tmp_path / "model", torchscript=True)
+    del est  # no passive client (nor the estimator) exists any more
+    model = load_active_model(folder)
+    np.testing.assert_array_equal(model.predict(X), expected)
+    np.testing.assert_allclose(model.predict_proba(X), proba, rtol=0, atol=0)
+    assert set(expected) <= {10, 11, 12}
+    strip = cut_strips(X[:, None], 3, pad=True)[2]
+    np.testing.assert_array_equal(model.predict(strip), expected)  # active strips only
+    np.save(tmp_path / "new.npy", X)
+    np.testing.assert_array_equal(predict_exported(folder, tmp_path / "new.npy"), expected)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        scripted = torch.jit.load(str(folder / "active_model.ts"))
+    np.testing.assert_allclose(scripted(torch.as_tensor(strip)).detach().numpy(), model.logits(strip), rtol=1e-5, atol=1e-6)
+    with pytest.raises(DataError, match="fits neither"):
+        model.predict(X[:, :20])
+    with pytest.raises(DataError, match="not an exported"):
+        load_active_model(tmp_path)
+
+
+# -- TVFL baselines ----------------------------------------------------------------------
+def test_tvfl_fills(images: tuple[np.ndarray, np.ndarray]) -> None:
+    X, y = images
+    tv = TVFL(m=2, i=1, **_fit_kw()).fit(X, y)
+    assert len(tv.active_.passive_mean) == 1 and tuple(tv.active_.passive_mean[0].shape) == (64, 6, 20)
+    assert torch.all(tv.active_.passive_mean[0] >= 0)  # mean of ReLU outputs
+    preds = {f: tv.predict(X, f) for f in ("zero", "mean", "random")}
+    np.testing.assert_array_equal(tv.predict(X, "random"), preds["random"])  # seeded noise
+    assert all(set(p) <= {0, 1, 2} for p in preds.values())
+    with pytest.raises(ConfigError, match="fill"):
+        tv.predict(X, "median")
+
+
+# -- errors ----------------------------------------------------------------------------------
+def test_clear_errors(images: tuple[np.ndarray, np.ndarray]) -> None:
+    X, y = images
+    with pytest.raises(ConfigError, match="1 <= i <= m"):
+        APFed(m=2, i=3).fit(X, y)
+    with pytest.raises(ConfigError, match="1 <= i <= m"):
+        parse_setting("3-4")
+    with pytest.raises(DataError, match="cannot be cut into 3 equal strips"):
+        APFed(m=3, i=1).fit(X, y)
+    with pytest.raises(DataError, match="cannot be cut"):
+        SingleVL(m=3, i=1).fit(X, y)
+    with pytest.raises(ConfigError, match=">= 0"):
+        APFed(lam=-0.5).fit(X, y)
+    with pytest.raises(ConfigError, match="2 passive"):
+        APFed(m=3, lam=[1.0]).fit(X, y)
+    with pytest.raises(ConfigError, match="variant"):
+        APFed(variant="X").fit(X, y)
+    with pytest.raises(ConfigError, match="not fitted"):
+        APFed().predict(X)
+    fitted = SingleVL(**_fit_kw(epochs=1)).fit(X, y)
+    with pytest.raises(DataError, match="was fit on"):
+        fitted.predict(X[:, :26])
+
+
+def test_cut_strips_padding_and_table4_small_strips() -> None:
+    X = np.arange(2 * 28 * 4, dtype=np.float32).reshape(2, 1, 28, 4)
+    strips = cut_strips(X, 3, pad=True)
+    assert [s.shape for s in strips] == [(2, 1, 10, 4)] * 3
+    np.testing.assert_array_equal(np.concatenate(strips, axis=2)[:, :, :28], X)
+    assert not strips[2][:, :, 8:].any()
+    # CIFAR 3-x: 11-row strips are padded inside the encoder, decoder output cropped back
+    spec = ARCHS["table4"]
+    x = torch.zeros(2, 3, 11, 32)
+    h = Encoder(spec, (11, 32))(x)
+    assert tuple(h.shape) == (2, 64, 1, 21)
+    assert tuple(Decoder(spec, (11, 32))(h).shape) == (2, 3, 11, 32)
+
+
+def test_cifar_shaped_images_train_with_table4() -> None:
+    rng = np.random.default_rng(1)
+    X = rng.random((24, 3, 32, 32)).astype(np.float32)
+    y = np.arange(24) % 4
+    est = APFed(variant="R", m=3, i=1, pad=True, **_fit_kw(epochs=1, batch_size=8)).fit(X, y)
+    assert est.spec_.name == "table4" and est.strip_hw_ == (11, 32)
+    assert est.predict(X).shape == (24,)
+
+
+# -- CIFAR loader -----------------------------------------------------------------------------
+def _write_batch(path, n: int, key: bytes, seed: int) -> None:
+    rng = np.random.default_rng(seed)
+    batch = {b"data": rng.integers(0, 256, (n, 3072), dtype=np.uint8), key: list(rng.integers(0, 10, n))}
+    with path.open("wb") as fh:
+        pickle.dump(batch, fh)
+
+
+def test_cifar_loader_reads_python_batches(tmp_path) -> None:
+    folder = tmp_path / "cifar-10-batches-py"
+    folder.mkdir()
+    for k in range(1, 6):
+        _write_batch(folder / f"data_batch_{k}", 3, b"labels", k)
+    _write_batch(folder / "test_batch", 2, b"labels", 9)
+    Xtr, ytr = load_cifar(tmp_path, "cifar10", "train")  # parent folder works
+    Xte, yte = load_cifar(folder, "cifar10", "test")  # and the folder itself
+    assert Xtr.shape == (15, 3, 32, 32) and Xtr.dtype == np.float32 and ytr.shape == (15,)
+    assert Xte.shape == (2, 3, 32, 32) and 0 <= Xte.min() and Xte.max() <= 1
+    with (folder / "test_batch").open("rb") as fh:
+        raw = pickle.load(fh, encoding="bytes")
+    np.testing.assert_allclose(Xte[1, 2, 0, :4] * 255, raw[b"data"][1, 2048:2052])  # channels-first layout
+    c100 = tmp_path / "cifar-100-python"
+    c100.mkdir()
+    _write_batch(c100 / "train", 4, b"fine_labels", 1)
+    with pytest.raises(DataError, match="missing"):
+        load_cifar(tmp_path, "cifar100", "test")
+    assert load_cifar(tmp_path, "cifar100", "train")[0].shape == (4, 3, 32, 32)
+    with pytest.raises(DataError, match="coarse_labels"):
+        load_cifar(tmp_path, "cifar100", "train", label="coarse")
+    with pytest.raises(DataError, match="kriz/cifar"):
+        load_cifar(tmp_path / "nowhere", "cifar10")
+
+
+# -- GPU ---------------------------------------------------------------------------------------
+@pytest.mark.cuda
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_cuda_training_and_cpu_export(images: tuple[np.ndarray, np.ndarray], tmp_path) -> None:
+    X, y = images
+    est = APFed(variant="C", m=2, i=1, **_fit_kw(device="cuda")).fit(X, y)
+    assert next(est.active_.net.parameters()).is_cuda
+    model = load_active_model(est.export(tmp_path / "m"), device="cpu")
+    np.testing.assert_allclose(model.predict_proba(X), est.predict_proba(X), atol=1e-4)

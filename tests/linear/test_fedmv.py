@@ -1,0 +1,181 @@
+"""FedMV (V-FedMV, H-FedMV and baselines) on small slices of the real Handwritten data."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from fedviews import data
+from fedviews.data import one_hot, partition_clients
+from fedviews.errors import DataError, PrivacyError
+from fedviews.linear import (
+    VFEDMV_POLICY,
+    HFedMV,
+    LocalMVL,
+    SingleViewFL,
+    VFedMV,
+    fedmv_consensus,
+    hfedmv_policy,
+    mvl_local,
+    vfedmv_centralized,
+)
+
+
+def _std(X: np.ndarray) -> np.ndarray:
+    sd = X.std(axis=0)
+    sd[sd < 1e-12] = 1.0
+    return (X - X.mean(axis=0)) / sd
+
+
+@pytest.fixture(scope="module")
+def hw() -> tuple[list[np.ndarray], np.ndarray, list[np.ndarray], np.ndarray]:
+    data.fetch("handwritten")
+    ds = data.load("handwritten", views=["fou", "zer", "kar"])
+    idx = data.balanced_subsample(ds.y, 16, random_state=0)  # 160 samples
+    rng = np.random.default_rng(0)
+    idx = rng.permutation(idx)
+    Xs = [_std(v[idx]) for v in ds.views]
+    y = ds.y[idx]
+    return [X[:120] for X in Xs], y[:120], [X[120:] for X in Xs], y[120:]
+
+
+def test_vfedmv_federated_equals_centralized(hw) -> None:
+    Xs, y, _, _ = hw
+    kw = {
+        "beta": 4.0,
+        "zeta": [2.0, 8.0, 4.0],
+        "eta": 16.0,
+        "max_iter": 8,
+        "inner_max_iter": 5,
+        "random_state": 3,
+    }
+    fed = VFedMV(**kw).fit(Xs, y)
+    cen = vfedmv_centralized(Xs, one_hot(y)[0], **kw)
+    np.testing.assert_allclose(fed.objective_, cen["objective"], rtol=1e-10)
+    for Wf, Wc in zip(fed.W_, cen["W"], strict=True):
+        np.testing.assert_allclose(Wf, Wc, atol=1e-8)
+    np.testing.assert_allclose(fed.Z_, cen["Z"], atol=1e-8)
+
+
+def test_vfedmv_objective_non_increasing_and_accurate(hw) -> None:
+    Xs, y, Xte, yte = hw
+    m = VFedMV(max_iter=25, inner_max_iter=5).fit(Xs, y)
+    obj = np.array(m.objective_)
+    assert np.all(np.diff(obj) <= 1e-9 * obj[:-1])
+    assert obj[-1] < 0.5 * obj[0]
+    assert np.mean(m.predict(Xte) == yte) > 0.7  # 10 classes, 120 training samples
+
+
+def test_testing_phase_equals_closed_form_minimiser(hw) -> None:
+    Xs, y, Xte, _ = hw
+    zeta = [1.0, 8.0, 32.0]  # unequal: the consensus needs many iterations
+    m = VFedMV(zeta=zeta, max_iter=5, inner_max_iter=3, test_max_iter=5000, test_tol=1e-13).fit(
+        Xs, y
+    )
+    Z = m.decision_function(Xte)
+    P = [X @ W for X, W in zip(Xte, m.W_, strict=True)]
+    w = np.array(zeta) / (1 + np.array(zeta))
+    closed = sum(wk * Pk for wk, Pk in zip(w, P, strict=True)) / w.sum()
+    np.testing.assert_allclose(Z, closed, atol=1e-9)
+    assert m.test_iterations_ > 10
+    # the local (centralized) twin of the testing phase agrees
+    Zl, _ = fedmv_consensus(P, zeta, max_iter=5000, tol=1e-13)
+    np.testing.assert_allclose(Zl, Z, atol=1e-10)
+    # Z^test minimises Eq. (2) over Z (with Z_k eliminated): gradient is zero
+    grad = sum(wk * (Z - Pk) for wk, Pk in zip(w, P, strict=True))
+    assert np.abs(grad).max() < 1e-8
+    np.testing.assert_array_equal(m.predict(Xte), m.classes_[np.argmax(closed, axis=1)])
+
+
+def test_vfedmv_message_log_only_allowed_arrays(hw) -> None:
+    Xs, y, Xte, _ = hw
+    m = VFedMV(max_iter=3, inner_max_iter=2).fit(Xs, y)
+    m.predict(Xte)
+    log = m.transport_.log
+    assert log.arrays_sent(receiver="coordinator") == {"Z_k", "Z_k_test"}
+    assert log.arrays_sent(sender="coordinator") == {"Z", "Z_test"}
+    for k in range(3):  # parties never talk to each other, and never send W_k or X_k^test
+        assert log.arrays_sent(sender=f"party{k}") == {"Z_k", "Z_k_test"}
+    with pytest.raises(PrivacyError):
+        VFEDMV_POLICY.check("party0", "party", "coordinator", "coordinator", ["W_k"])
+
+
+def test_vfedmv_errors(hw) -> None:
+    Xs, y, Xte, _ = hw
+    with pytest.raises(DataError, match="labels are missing"):
+        VFedMV().fit(Xs, None)
+    m = VFedMV(max_iter=2, inner_max_iter=2).fit(Xs, y)
+    with pytest.raises(DataError):
+        m.predict(Xte[:2])
+
+
+def _clients(Xs: list[np.ndarray], y: np.ndarray, n: int, scheme: str = "iid") -> list:
+    parts = partition_clients(y, n, scheme, classes_per_client=4, random_state=0)
+    return [([X[p] for X in Xs], y[p]) for p in parts]
+
+
+def test_hfedmv_single_client_equals_local_mvl(hw) -> None:
+    Xs, y, _, _ = hw
+    kw = {"beta": 4.0, "zeta": [2.0, 4.0, 8.0], "eta": 8.0, "inner_max_iter": 4, "random_state": 7}
+    h = HFedMV(n_rounds=3, local_iter=2, **kw).fit([(Xs, y)])
+    ref = mvl_local(Xs, one_hot(y)[0], n_iter=6, **kw)
+    for Wh, Wr in zip(h.W_, ref["W"], strict=True):
+        np.testing.assert_allclose(Wh, Wr, atol=1e-10)
+    np.testing.assert_allclose(h.objective_, ref["objective"][1::2], rtol=1e-10)
+    local = LocalMVL(n_iter=6, **kw).fit(Xs, y)
+    for Wh, Wl in zip(h.W_, local.W_, strict=True):
+        np.testing.assert_allclose(Wh, Wl, atol=1e-10)
+
+
+def test_hfedmv_aggregation_is_sample_weighted_mean(hw) -> None:
+    Xs, y, Xte, yte = hw
+    # three unequal clients: 60, 40, 20 samples
+    cuts = [slice(0, 60), slice(60, 100), slice(100, 120)]
+    clients = [([X[c] for X in Xs], y[c]) for c in cuts]
+    h = HFedMV(n_rounds=4, local_iter=1, inner_max_iter=3).fit(clients)
+    assert h.client_sizes_ == [60, 40, 20]
+    for k in range(3):
+        expected = (60 * h.local_W_[0][k] + 40 * h.local_W_[1][k] + 20 * h.local_W_[2][k]) / 120
+        np.testing.assert_allclose(h.W_[k], expected, atol=1e-12)
+    assert np.mean(h.predict(Xte) == yte) > 0.6
+
+
+def test_hfedmv_message_log_only_w(hw) -> None:
+    Xs, y, _, _ = hw
+    h = HFedMV(n_rounds=2, local_iter=1, inner_max_iter=2).fit(_clients(Xs, y, 4))
+    log = h.transport_.log
+    assert log.arrays_sent(receiver="coordinator") == {"W_local_0", "W_local_1", "W_local_2"}
+    assert log.arrays_sent(sender="coordinator") == {"W_0", "W_1", "W_2"}
+    assert log.rounds == 2
+    with pytest.raises(PrivacyError):
+        hfedmv_policy(3).check("client0", "client", "coordinator", "coordinator", ["Z"])
+
+
+def test_hfedmv_errors(hw) -> None:
+    Xs, y, _, _ = hw
+    clients = _clients(Xs, y, 2)
+    missing = [clients[0], (clients[1][0][:2], clients[1][1])]
+    with pytest.raises(DataError, match="holds 2 views but client 0 holds 3"):
+        HFedMV(n_rounds=1).fit(missing)
+    wrong = [
+        clients[0],
+        ([clients[1][0][0], clients[1][0][1][:, :5], clients[1][0][2]], clients[1][1]),
+    ]
+    with pytest.raises(DataError, match="view dimensions differ"):
+        HFedMV(n_rounds=1).fit(wrong)
+    with pytest.raises(DataError, match="labels are missing"):
+        HFedMV(n_rounds=1).fit([clients[0], (clients[1][0], None)])
+    with pytest.raises(DataError):
+        HFedMV(n_rounds=1).fit([])
+
+
+def test_hfedmv_label_skew_and_single_view_fl(hw) -> None:
+    Xs, y, Xte, yte = hw
+    clients = _clients(Xs, y, 4, "label_skew")
+    assert all(len(np.unique(c[1])) <= 4 for c in clients)
+    h = HFedMV(n_rounds=5, local_iter=1, inner_max_iter=3).fit(clients)
+    assert len(h.classes_) == 10
+    assert np.mean(h.predict(Xte) == yte) > 0.5
+    sv = SingleViewFL(n_rounds=3, local_iter=3).fit([(c[0][0], c[1]) for c in clients])
+    assert sv.predict(Xte[0]).shape == yte.shape
+    assert sv.transport_.log.arrays_sent(receiver="coordinator") == {"W_local_0"}
