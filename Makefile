@@ -36,4 +36,5 @@ typecheck:
 	$(BIN)/mypy
 
 test: install-dev data lint typecheck
-	$(BIN)/python -m pytest $(ARGS)
+	@# pytest exits 5 when it collects nothing: that is a failure too
+	$(BIN)/python -m pytest $(ARGS); rc=$$?; if [ $$rc -eq 5 ]; then echo "no tests collected" >&2; exit 1; fi; exit $$rc

@@ -29,6 +29,8 @@ datasets_app = typer.Typer(help="List, describe and fetch the built-in datasets.
 app.add_typer(datasets_app, name="datasets")
 
 console = Console()
+if not console.is_terminal:  # pipes and CI logs: keep wide tables on one line
+    console = Console(width=160)
 err_console = Console(stderr=True)
 F = TypeVar("F", bound=Callable[..., Any])
 _DEBUG = {"on": False}

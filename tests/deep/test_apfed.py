@@ -58,19 +58,26 @@ def test_contrastive_loss_equals_loop_over_eq14() -> None:
 
     terms = []
     for i in range(5):
-        den = sum((j != i) * math.exp(s(a[i], a[j]) / tau) + math.exp(s(a[i], p[j]) / tau) for j in range(5))
+        den = sum(
+            (j != i) * math.exp(s(a[i], a[j]) / tau) + math.exp(s(a[i], p[j]) / tau)
+            for j in range(5)
+        )
         terms.append(-math.log(math.exp(s(a[i], p[i]) / tau) / den))
     assert float(contrastive_loss(ha, hp, tau)) == pytest.approx(np.mean(terms), rel=1e-12)
 
 
 # -- Eq. 9: the returned gradient and the active update ---------------------------
 @pytest.mark.parametrize("variant", ["R", "C"])
-def test_split_gradients_equal_unsplit_autograd(images: tuple[np.ndarray, np.ndarray], variant: str) -> None:
+def test_split_gradients_equal_unsplit_autograd(
+    images: tuple[np.ndarray, np.ndarray], variant: str
+) -> None:
     X, y = images
     views = cut_strips(X[:, None], 2)
     spec, lam = ARCHS["table3"], 0.7
     passive = PassiveClient("passive2", views[1], variant, spec, seed=5, tau=0.4, lr=0.01)
-    active = ActiveClient(views[0], y, 3, spec, passives=["passive2"], lams=[lam], seed=4, batch_size=16)
+    active = ActiveClient(
+        views[0], y, 3, spec, passives=["passive2"], lams=[lam], seed=4, batch_size=16
+    )
     federate([active, passive], APFED_POLICY)
     a_net, p_net = copy.deepcopy(active.net), copy.deepcopy(passive.net)
     active.send("passive2", "apfed.epoch", meta={"shuffle_seed": 11, "batch_size": 16})
@@ -85,22 +92,35 @@ def test_split_gradients_equal_unsplit_autograd(images: tuple[np.ndarray, np.nda
     (l_a + lam * l_p).backward()
 
     # split: the passive's reply to h_A is λ ∂L_p/∂h_A ...
-    reply = active.send("passive2", "apfed.forward", arrays={"h_A": h.detach().numpy()}, meta={"batch": 0, "lam": lam})
+    reply = active.send(
+        "passive2",
+        "apfed.forward",
+        arrays={"h_A": h.detach().numpy()},
+        meta={"batch": 0, "lam": lam},
+    )
     np.testing.assert_allclose(reply.arrays["grad_h_A"], grad_h.numpy(), rtol=1e-5, atol=1e-7)
 
     # ... and one full protocol step gives the active encoder the unsplit gradient
-    active2 = ActiveClient(views[0], y, 3, spec, passives=["passive2"], lams=[lam], seed=4, batch_size=16)
+    active2 = ActiveClient(
+        views[0], y, 3, spec, passives=["passive2"], lams=[lam], seed=4, batch_size=16
+    )
     passive2 = PassiveClient("passive2", views[1], variant, spec, seed=5, tau=0.4, lr=0.01)
     federate([active2, passive2], APFED_POLICY)
     active2.send("passive2", "apfed.epoch", meta={"shuffle_seed": 11, "batch_size": 16})
     active2._step(0, 0, idx, 0)
-    for (name, p_split), p_full in zip(active2.net.named_parameters(), a_net.parameters(), strict=True):
-        np.testing.assert_allclose(p_split.grad.numpy(), p_full.grad.numpy(), rtol=1e-4, atol=1e-6, err_msg=name)
+    for (name, p_split), p_full in zip(
+        active2.net.named_parameters(), a_net.parameters(), strict=True
+    ):
+        np.testing.assert_allclose(
+            p_split.grad.numpy(), p_full.grad.numpy(), rtol=1e-4, atol=1e-6, err_msg=name
+        )
 
 
 # -- λ = 0 is SingleVL ---------------------------------------------------------------
 @pytest.mark.parametrize("variant", ["R", "C"])
-def test_lambda_zero_reproduces_singlevl_exactly(images: tuple[np.ndarray, np.ndarray], variant: str) -> None:
+def test_lambda_zero_reproduces_singlevl_exactly(
+    images: tuple[np.ndarray, np.ndarray], variant: str
+) -> None:
     X, y = images
     apf = APFed(variant=variant, m=2, i=2, lam=0.0, **_fit_kw()).fit(X, y)
     single = SingleVL(m=2, i=2, **_fit_kw()).fit(X, y)
@@ -115,7 +135,9 @@ def test_lambda_zero_reproduces_singlevl_exactly(images: tuple[np.ndarray, np.nd
 
 
 # -- privacy --------------------------------------------------------------------------
-def test_only_representations_and_their_gradients_cross(images: tuple[np.ndarray, np.ndarray]) -> None:
+def test_only_representations_and_their_gradients_cross(
+    images: tuple[np.ndarray, np.ndarray],
+) -> None:
     X, y = images
     est = APFed(variant="R", m=3, i=2, lam=1.0, pad=True, **_fit_kw(epochs=1)).fit(X, y)
     log = est.transport_.log
@@ -132,11 +154,16 @@ def test_only_representations_and_their_gradients_cross(images: tuple[np.ndarray
     with pytest.raises(PrivacyError):
         est.active_.send("passive1", "leak", arrays={"y": y})
     tv = TVFL(m=2, i=1, **_fit_kw(epochs=1)).fit(X, y)
-    assert tv.transport_.log.crossings() == {"active -> passive2": ["grad_h_p"], "passive2 -> active": ["h_p"]}
+    assert tv.transport_.log.crossings() == {
+        "active -> passive2": ["grad_h_p"],
+        "passive2 -> active": ["h_p"],
+    }
 
 
 # -- inferring solely: the export ----------------------------------------------------------
-def test_export_predicts_like_the_trained_active_model(images: tuple[np.ndarray, np.ndarray], tmp_path) -> None:
+def test_export_predicts_like_the_trained_active_model(
+    images: tuple[np.ndarray, np.ndarray], tmp_path
+) -> None:
     X, y = images
     est = APFed(variant="C", m=3, i=3, lam=1.0, pad=True, **_fit_kw(epochs=1)).fit(X, y + 10)
     expected = est.predict(X)
@@ -154,7 +181,9 @@ def test_export_predicts_like_the_trained_active_model(images: tuple[np.ndarray,
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", DeprecationWarning)
         scripted = torch.jit.load(str(folder / "active_model.ts"))
-    np.testing.assert_allclose(scripted(torch.as_tensor(strip)).detach().numpy(), model.logits(strip), rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(
+        scripted(torch.as_tensor(strip)).detach().numpy(), model.logits(strip), rtol=1e-5, atol=1e-6
+    )
     with pytest.raises(DataError, match="fits neither"):
         model.predict(X[:, :20])
     with pytest.raises(DataError, match="not an exported"):
@@ -165,7 +194,11 @@ def test_export_predicts_like_the_trained_active_model(images: tuple[np.ndarray,
 def test_tvfl_fills(images: tuple[np.ndarray, np.ndarray]) -> None:
     X, y = images
     tv = TVFL(m=2, i=1, **_fit_kw()).fit(X, y)
-    assert len(tv.active_.passive_mean) == 1 and tuple(tv.active_.passive_mean[0].shape) == (64, 6, 20)
+    assert len(tv.active_.passive_mean) == 1 and tuple(tv.active_.passive_mean[0].shape) == (
+        64,
+        6,
+        20,
+    )
     assert torch.all(tv.active_.passive_mean[0] >= 0)  # mean of ReLU outputs
     preds = {f: tv.predict(X, f) for f in ("zero", "mean", "random")}
     np.testing.assert_array_equal(tv.predict(X, "random"), preds["random"])  # seeded noise
@@ -224,7 +257,10 @@ def test_cifar_shaped_images_train_with_table4() -> None:
 # -- CIFAR loader -----------------------------------------------------------------------------
 def _write_batch(path, n: int, key: bytes, seed: int) -> None:
     rng = np.random.default_rng(seed)
-    batch = {b"data": rng.integers(0, 256, (n, 3072), dtype=np.uint8), key: list(rng.integers(0, 10, n))}
+    batch = {
+        b"data": rng.integers(0, 256, (n, 3072), dtype=np.uint8),
+        key: list(rng.integers(0, 10, n)),
+    }
     with path.open("wb") as fh:
         pickle.dump(batch, fh)
 
@@ -241,7 +277,9 @@ def test_cifar_loader_reads_python_batches(tmp_path) -> None:
     assert Xte.shape == (2, 3, 32, 32) and 0 <= Xte.min() and Xte.max() <= 1
     with (folder / "test_batch").open("rb") as fh:
         raw = pickle.load(fh, encoding="bytes")
-    np.testing.assert_allclose(Xte[1, 2, 0, :4] * 255, raw[b"data"][1, 2048:2052])  # channels-first layout
+    np.testing.assert_allclose(
+        Xte[1, 2, 0, :4] * 255, raw[b"data"][1, 2048:2052]
+    )  # channels-first layout
     c100 = tmp_path / "cifar-100-python"
     c100.mkdir()
     _write_batch(c100 / "train", 4, b"fine_labels", 1)

