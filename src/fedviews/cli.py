@@ -140,6 +140,26 @@ def datasets_fetch(name: str) -> None:
     console.print(f"{name}: {ds.n_samples} samples, views {dict(zip(ds.view_names, ds.n_features, strict=True))} -> {path}")
 
 
+_OPTIONAL = ("torch", "grpc", "cryptography")
+
+
+def _register_plugins() -> None:
+    """Command groups that live next to their subsystems (deployment, APFed export ...)."""
+    import importlib
+
+    for module in ("fedviews.deploy._cli", "fedviews.deep._cli"):
+        try:
+            mod = importlib.import_module(module)
+        except ModuleNotFoundError as exc:
+            if exc.name is not None and (exc.name.startswith("fedviews") or exc.name in _OPTIONAL):
+                continue  # subsystem not present, or its optional extra is not installed
+            raise
+        mod.register(app)
+
+
+_register_plugins()
+
+
 def main() -> None:
     """Console-script entry point."""
     try:

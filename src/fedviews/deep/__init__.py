@@ -4,5 +4,16 @@ Requires the ``torch`` extra: ``pip install 'fedviews[torch]'``.
 """
 
 from fedviews.deep._common import require_torch, resolve_device, seed_everything
+from fedviews.deep._export import load_active_model, predict_exported
+from fedviews.deep.apfed import TVFL, APFed, SingleVL
 
-__all__ = ["require_torch", "resolve_device", "seed_everything"]
+__all__ = [
+    "APFed",
+    "SingleVL",
+    "TVFL",
+    "load_active_model",
+    "predict_exported",
+    "require_torch",
+    "resolve_device",
+    "seed_everything",
+]
