@@ -34,7 +34,9 @@ def best_of(fn, repeat):
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     ap.add_argument("--rounds", type=int, default=20)
     ap.add_argument("--inner", type=int, default=10)
     ap.add_argument("--beta", type=float, default=0.1)
@@ -44,10 +46,19 @@ def main() -> None:
     ds = load("handwritten", views=["pix", "fou", "fac", "zer", "kar"])
     Xs = [(v - v.mean(0)) / np.where(v.std(0) > 0, v.std(0), 1) for v in ds.views]
     Y, _ = one_hot(ds.y)
-    print(f"Handwritten: {ds.n_samples} samples, views {ds.n_features}; {args.rounds} rounds x {args.inner} IRLS iterations")
+    print(
+        f"Handwritten: {ds.n_samples} samples, views {ds.n_features}; {args.rounds} rounds x {args.inner} IRLS iterations"
+    )
 
     def fast():
-        return MMVFL(beta=args.beta, max_iter=args.rounds, tol=0, inner_max_iter=args.inner, inner_tol=0, random_state=0).fit(Xs, ds.y)
+        return MMVFL(
+            beta=args.beta,
+            max_iter=args.rounds,
+            tol=0,
+            inner_max_iter=args.inner,
+            inner_tol=0,
+            random_state=0,
+        ).fit(Xs, ds.y)
 
     def naive():
         return naive_mmvfl(Xs, Y, args.beta, 1000.0, 1000.0, 0, args.rounds, args.inner, 0)
@@ -58,18 +69,31 @@ def main() -> None:
     t_naive_mt, _ = best_of(naive, 1)
     rel = abs(m.objective_[-1] - obj[-1]) / abs(obj[-1])
     print(f"MMVFL fast                  : {t_fast:8.3f} s   objective {m.objective_[-1]:.10g}")
-    print(f"MMVFL naive (1 BLAS thread) : {t_naive:8.3f} s   objective {obj[-1]:.10g}   (relative difference {rel:.1e})")
+    print(
+        f"MMVFL naive (1 BLAS thread) : {t_naive:8.3f} s   objective {obj[-1]:.10g}   (relative difference {rel:.1e})"
+    )
     print(f"MMVFL naive (default BLAS)  : {t_naive_mt:8.3f} s")
-    print(f"speed-up vs naive           : {t_naive / t_fast:8.1f}x (1 thread), {t_naive_mt / t_fast:.1f}x (default)   goal >= 10x")
-    print(f"bytes on the wire: {m.run_stats_['total_bytes']:,} in {m.run_stats_['messages']} messages")
+    print(
+        f"speed-up vs naive           : {t_naive / t_fast:8.1f}x (1 thread), {t_naive_mt / t_fast:.1f}x (default)   goal >= 10x"
+    )
+    print(
+        f"bytes on the wire: {m.run_stats_['total_bytes']:,} in {m.run_stats_['messages']} messages"
+    )
 
     X = Xs[0]
-    t_sup, _ = best_of(lambda: SupFL(beta=args.beta * 100, max_iter=100, tol=1e-6).fit([X], ds.y), args.repeat)
+    t_sup, _ = best_of(
+        lambda: SupFL(beta=args.beta * 100, max_iter=100, tol=1e-6).fit([X], ds.y), args.repeat
+    )
     from sklearn.linear_model import MultiTaskLasso
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        t_mtl, _ = best_of(lambda: MultiTaskLasso(alpha=args.beta * 100 / (2 * len(X)), max_iter=1000, tol=1e-6).fit(X, Y), args.repeat)
+        t_mtl, _ = best_of(
+            lambda: MultiTaskLasso(
+                alpha=args.beta * 100 / (2 * len(X)), max_iter=1000, tol=1e-6
+            ).fit(X, Y),
+            args.repeat,
+        )
     print(f"supFL (pix, IRLS)          : {t_sup:8.3f} s")
     print(f"sklearn MultiTaskLasso (CD): {t_mtl:8.3f} s   ratio {t_mtl / t_sup:.1f}x")
 

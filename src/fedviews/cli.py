@@ -25,7 +25,9 @@ app = typer.Typer(
     add_completion=False,
     pretty_exceptions_enable=False,
 )
-datasets_app = typer.Typer(help="List, describe and fetch the built-in datasets.", no_args_is_help=True)
+datasets_app = typer.Typer(
+    help="List, describe and fetch the built-in datasets.", no_args_is_help=True
+)
 app.add_typer(datasets_app, name="datasets")
 
 console = Console()
@@ -49,14 +51,18 @@ def _friendly(fn: F) -> F:
             err_console.print(f"[bold red]error:[/] {type(exc).__name__}: {exc}", highlight=False)
             raise typer.Exit(2) from None
         except KeyboardInterrupt:
-            err_console.print("[bold red]interrupted[/]: partial results (if any) are in the run folder")
+            err_console.print(
+                "[bold red]interrupted[/]: partial results (if any) are in the run folder"
+            )
             raise typer.Exit(130) from None
 
     return wrapper  # type: ignore[return-value]
 
 
 @app.callback()
-def _main(debug: Annotated[bool, typer.Option("--debug", help="Show full tracebacks.")] = False) -> None:
+def _main(
+    debug: Annotated[bool, typer.Option("--debug", help="Show full tracebacks.")] = False,
+) -> None:
     _DEBUG["on"] = debug
 
 
@@ -64,15 +70,21 @@ def _main(debug: Annotated[bool, typer.Option("--debug", help="Show full traceba
 @_friendly
 def run(
     config: Annotated[Path, typer.Argument(help="Experiment TOML file (see configs/).")],
-    overrides: Annotated[list[str] | None, typer.Argument(help="key=value overrides, e.g. params.max_iter=10 seed=3")] = None,
-    out: Annotated[Path | None, typer.Option(help="Run folder (default runs/<name>-<timestamp>).")] = None,
+    overrides: Annotated[
+        list[str] | None, typer.Argument(help="key=value overrides, e.g. params.max_iter=10 seed=3")
+    ] = None,
+    out: Annotated[
+        Path | None, typer.Option(help="Run folder (default runs/<name>-<timestamp>).")
+    ] = None,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bars.")] = False,
 ) -> None:
     """Run an experiment; print its tables and the path of its HTML report."""
     from fedviews.experiments import load_config, run_experiment
 
     cfg = load_config(config, overrides or [])
-    console.print(f"[bold]fedviews run[/] {cfg.name}: experiment [cyan]{cfg.experiment}[/] on [cyan]{cfg.data.name}[/]")
+    console.print(
+        f"[bold]fedviews run[/] {cfg.name}: experiment [cyan]{cfg.experiment}[/] on [cyan]{cfg.data.name}[/]"
+    )
     run_dir, result = run_experiment(cfg, console=console, quiet=quiet, out_dir=out)
     for table in result.tables:
         console.print(table.to_rich())
@@ -137,7 +149,9 @@ def datasets_fetch(name: str) -> None:
 
     path = fetch(name)
     ds = load(name)
-    console.print(f"{name}: {ds.n_samples} samples, views {dict(zip(ds.view_names, ds.n_features, strict=True))} -> {path}")
+    console.print(
+        f"{name}: {ds.n_samples} samples, views {dict(zip(ds.view_names, ds.n_features, strict=True))} -> {path}"
+    )
 
 
 _OPTIONAL = ("torch", "grpc", "cryptography")

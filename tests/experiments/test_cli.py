@@ -9,11 +9,19 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def fedviews(*args, cwd=ROOT):
-    return subprocess.run([sys.executable, "-m", "fedviews", *args], capture_output=True, text=True, cwd=cwd, timeout=600)
+    return subprocess.run(
+        [sys.executable, "-m", "fedviews", *args],
+        capture_output=True,
+        text=True,
+        cwd=cwd,
+        timeout=600,
+    )
 
 
 def test_bad_config_key_is_one_line_error(tmp_path):
-    r = fedviews("run", "configs/mmvfl_handwritten.toml", "params.bta=1", "--out", str(tmp_path / "r"))
+    r = fedviews(
+        "run", "configs/mmvfl_handwritten.toml", "params.bta=1", "--out", str(tmp_path / "r")
+    )
     assert r.returncode == 2
     assert "error: ConfigError: unknown key params.bta; did you mean 'beta" in r.stderr
     assert "Traceback" not in r.stderr + r.stdout
@@ -27,7 +35,13 @@ def test_missing_config_and_unknown_dataset(tmp_path):
 
 
 def test_bad_data_in_run_is_clean_error(tmp_path):
-    r = fedviews("run", "configs/mmvfl_handwritten.toml", "data.views=[\"pix\",\"nope\"]", "--out", str(tmp_path / "r"))
+    r = fedviews(
+        "run",
+        "configs/mmvfl_handwritten.toml",
+        'data.views=["pix","nope"]',
+        "--out",
+        str(tmp_path / "r"),
+    )
     assert r.returncode == 2 and "nope" in r.stderr and "Traceback" not in r.stderr
 
 
@@ -45,13 +59,21 @@ def test_small_mmvfl_run_writes_report(tmp_path):
     )
     assert r.returncode == 0, r.stderr
     assert "Table 2" in r.stdout and "report:" in r.stdout
-    for name in ("config.json", "metrics.json", "message_log.json", "report.html", "accuracy_vs_percent.png"):
+    for name in (
+        "config.json",
+        "metrics.json",
+        "message_log.json",
+        "report.html",
+        "accuracy_vs_percent.png",
+    ):
         assert (out / name).is_file(), name
     metrics = json.loads((out / "metrics.json").read_text())
     acc = metrics["accuracy"]["mmvfl"]["pix"]["mean"]
     assert len(acc) == 3 and 80 < acc[-1] <= 100  # 1-NN on all pixel features of Handwritten
     log = json.loads((out / "message_log.json").read_text())
-    assert set(log["crossings"]) == {f"party{k} -> coordinator" for k in range(5)} | {f"coordinator -> party{k}" for k in range(5)}
+    assert set(log["crossings"]) == {f"party{k} -> coordinator" for k in range(5)} | {
+        f"coordinator -> party{k}" for k in range(5)
+    }
     assert all(v == ["Z_k"] for k, v in log["crossings"].items() if k.startswith("party"))
 
 

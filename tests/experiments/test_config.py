@@ -22,9 +22,18 @@ def test_every_config_in_repo_loads():
 
 
 def test_overrides_and_types():
-    cfg = load_config(ROOT / "configs/mmvfl_handwritten.toml", ["params.zeta=8", "seed=3", "params.betas=[0.1, 1]"])
+    cfg = load_config(
+        ROOT / "configs/mmvfl_handwritten.toml",
+        ["params.zeta=8", "seed=3", "params.betas=[0.1, 1]"],
+    )
     assert cfg.params.zeta == 8.0 and cfg.seed == 3 and cfg.params.betas == (0.1, 1.0)
-    assert cfg.data.name == "handwritten" and cfg.data.options["views"] == ["pix", "fou", "fac", "zer", "kar"]
+    assert cfg.data.name == "handwritten" and cfg.data.options["views"] == [
+        "pix",
+        "fou",
+        "fac",
+        "zer",
+        "kar",
+    ]
     with pytest.raises(ConfigError, match="did you mean 'zeta'"):
         load_config(ROOT / "configs/mmvfl_handwritten.toml", ["params.zetta=8"])
     with pytest.raises(ConfigError, match="did you mean 'seed'"):

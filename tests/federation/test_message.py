@@ -8,8 +8,16 @@ from fedviews.errors import ProtocolError
 from fedviews.federation import Message
 
 dtypes = st.sampled_from(["<f8", "<f4", "<i8", "<i4", "|u1", "|b1", ">f8", "<f2", "<u2"])
-arrays = dtypes.flatmap(lambda dt: hnp.arrays(np.dtype(dt), hnp.array_shapes(min_dims=0, max_dims=4, max_side=5)))
-meta_values = st.one_of(st.none(), st.booleans(), st.integers(-(2**40), 2**40), st.text(max_size=20), st.floats(allow_nan=False))
+arrays = dtypes.flatmap(
+    lambda dt: hnp.arrays(np.dtype(dt), hnp.array_shapes(min_dims=0, max_dims=4, max_side=5))
+)
+meta_values = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(-(2**40), 2**40),
+    st.text(max_size=20),
+    st.floats(allow_nan=False),
+)
 
 
 @settings(max_examples=200, deadline=None)

@@ -4,7 +4,9 @@ import pytest
 from fedviews.errors import PartyUnavailable, PrivacyError, ProtocolError
 from fedviews.federation import Coordinator, Party, PrivacyPolicy, federate, handles
 
-POLICY = PrivacyPolicy.of("sum", {("party", "coordinator"): ["partial"], ("coordinator", "party"): ["x"]})
+POLICY = PrivacyPolicy.of(
+    "sum", {("party", "coordinator"): ["partial"], ("coordinator", "party"): ["x"]}
+)
 
 
 class Holder(Party):
@@ -47,7 +49,10 @@ def test_protocol_runs_and_is_logged():
         "coordinator -> b": ["x"],
     }
     s = log.summary()
-    assert s["per_party"]["a"]["bytes_sent"] > 16 and s["per_party"]["coordinator"]["bytes_received"] > 32
+    assert (
+        s["per_party"]["a"]["bytes_sent"] > 16
+        and s["per_party"]["coordinator"]["bytes_received"] > 32
+    )
     assert [e.kind for e in log.entries] == ["partial", "partial:reply"] * 2
 
 

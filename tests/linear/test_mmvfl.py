@@ -5,7 +5,6 @@ import pytest
 
 from fedviews.data import one_hot
 from fedviews.errors import ConfigError, DataError, PrivacyError
-from fedviews.federation import InProcessTransport
 from fedviews.linear import MMVFL, SupFL, SupMVLFL, mmvfl_centralized
 from fedviews.linear._reference import naive_mmvfl
 
@@ -24,7 +23,17 @@ def _data(seed=0, n=90, dims=(6, 9, 14), c=3):
 def test_mmvfl_matches_naive_reference():
     Xs, y = _data()
     Y, _ = one_hot(y)
-    m = MMVFL(beta=0.5, zeta=5.0, eta=7.0, label_owner=1, max_iter=6, tol=0, inner_max_iter=4, inner_tol=0, random_state=3)
+    m = MMVFL(
+        beta=0.5,
+        zeta=5.0,
+        eta=7.0,
+        label_owner=1,
+        max_iter=6,
+        tol=0,
+        inner_max_iter=4,
+        inner_tol=0,
+        random_state=3,
+    )
     m.fit(Xs, y)
     W_ref, Z_ref, obj_ref = naive_mmvfl(Xs, Y, 0.5, 5.0, 7.0, 1, 6, 4, 3)
     for a, b in zip(m.W_, W_ref):
@@ -36,7 +45,9 @@ def test_mmvfl_matches_naive_reference():
 def test_federated_equals_centralized():
     Xs, y = _data(1)
     Y, _ = one_hot(y)
-    kw = dict(beta=[0.1, 1.0, 3.0], zeta=[10.0, 20.0, 30.0], eta=50.0, label_owner=2, max_iter=15, tol=0)
+    kw = dict(
+        beta=[0.1, 1.0, 3.0], zeta=[10.0, 20.0, 30.0], eta=50.0, label_owner=2, max_iter=15, tol=0
+    )
     m = MMVFL(**kw, random_state=7).fit(Xs, y)
     c = mmvfl_centralized(Xs, Y, **kw, random_state=7)
     for a, b in zip(m.W_, c["W"]):
@@ -114,7 +125,9 @@ def test_supervised_baselines():
     j = SupMVLFL(beta=0.5).fit(Xs, y)
     assert [W.shape for W in s.W_] == [(6, 3), (9, 3), (14, 3)]
     assert [W.shape for W in j.W_] == [(6, 3), (9, 3), (14, 3)]
-    assert (j.predict_joint(Xs) == y).mean() >= max((s.predict(X, party=k) == y).mean() for k, X in enumerate(Xs)) - 0.05
+    assert (j.predict_joint(Xs) == y).mean() >= max(
+        (s.predict(X, party=k) == y).mean() for k, X in enumerate(Xs)
+    ) - 0.05
     # supMVLFL is the joint problem, not K copies of supFL
     assert not np.allclose(s.W_[0], j.W_[0])
 

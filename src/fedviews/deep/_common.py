@@ -43,7 +43,9 @@ def resolve_device(device: str = "auto") -> torch.device:
     if device == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     if device.startswith("cuda") and not torch.cuda.is_available():
-        raise ConfigError(f"device={device!r} but no CUDA device is available; use device='auto' or 'cpu'")
+        raise ConfigError(
+            f"device={device!r} but no CUDA device is available; use device='auto' or 'cpu'"
+        )
     try:
         return torch.device(device)
     except RuntimeError:
@@ -54,7 +56,7 @@ def seed_everything(seed: int) -> None:
     """Seed Python, NumPy and torch (CPU and CUDA)."""
     torch = require_torch()
     random.seed(seed)
-    np.random.seed(seed % (2**32))
+    np.random.seed(seed % (2**32))  # noqa: NPY002 - third-party code may use the legacy global RNG
     torch.manual_seed(seed)
 
 
@@ -69,7 +71,9 @@ def to_tensor(a: np.ndarray, device: torch.device, dtype: Any = None) -> torch.T
     return torch.as_tensor(np.asarray(a), device=device, dtype=dtype)
 
 
-def batches(n: int, batch_size: int, rng: np.random.Generator | None, *, drop_last: bool = False) -> Iterator[np.ndarray]:
+def batches(
+    n: int, batch_size: int, rng: np.random.Generator | None, *, drop_last: bool = False
+) -> Iterator[np.ndarray]:
     """Yield index batches over ``range(n)``; shuffled when ``rng`` is given."""
     if batch_size <= 0:
         raise ConfigError(f"batch_size must be positive, got {batch_size}")

@@ -143,7 +143,9 @@ def parse_overrides(overrides: Sequence[str]) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for item in overrides:
         if "=" not in item:
-            raise ConfigError(f"override {item!r} must look like key=value (e.g. params.max_iter=50)")
+            raise ConfigError(
+                f"override {item!r} must look like key=value (e.g. params.max_iter=50)"
+            )
         key, raw = item.split("=", 1)
         key = key.strip()
         try:
@@ -176,7 +178,9 @@ def _merge(base: dict[str, Any], over: Mapping[str, Any]) -> dict[str, Any]:
 _TOP_KEYS = ("experiment", "name", "seed", "data", "params", "output_dir", "device")
 
 
-def load_config(source: str | Path | Mapping[str, Any], overrides: Sequence[str] = ()) -> ExperimentConfig:
+def load_config(
+    source: str | Path | Mapping[str, Any], overrides: Sequence[str] = ()
+) -> ExperimentConfig:
     """Load an experiment config from a TOML file (or a dict) and apply overrides.
 
     Raises
@@ -204,11 +208,13 @@ def load_config(source: str | Path | Mapping[str, Any], overrides: Sequence[str]
         if key not in _TOP_KEYS:
             raise ConfigError(f"unknown key {key!r}{_closest(key, _TOP_KEYS)}")
     if "experiment" not in raw:
-        raise ConfigError("the config must name its experiment, e.g. experiment = \"mmvfl_feature_selection\"")
+        raise ConfigError(
+            'the config must name its experiment, e.g. experiment = "mmvfl_feature_selection"'
+        )
     spec = get_experiment(str(raw["experiment"]))
     data_raw = dict(raw.get("data", {}))
     data_name = data_raw.pop("name", spec.default_dataset)
-    params = build_dataclass(spec.params, raw.get("params", {}), "params")
+    params: Any = build_dataclass(spec.params, raw.get("params", {}), "params")
     seed = _coerce(raw.get("seed", 0), int, "seed")
     device = _coerce(raw.get("device", "auto"), str, "device")
     return ExperimentConfig(

@@ -15,7 +15,14 @@ from typing import Any
 
 import numpy as np
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    TextColumn,
+    TimeElapsedColumn,
+    TimeRemainingColumn,
+)
 from rich.table import Table as RichTable
 
 from fedviews.errors import FedViewsError
@@ -63,10 +70,16 @@ class ExperimentResult:
     summary: str = ""
 
 
+def _noop(k: int = 1) -> None:
+    """Progress callback used with ``quiet``."""
+
+
 class RunContext:
     """Handed to every experiment: output folder, seed, device, progress, checkpoints."""
 
-    def __init__(self, cfg: ExperimentConfig, out_dir: Path, console: Console, quiet: bool = False) -> None:
+    def __init__(
+        self, cfg: ExperimentConfig, out_dir: Path, console: Console, quiet: bool = False
+    ) -> None:
         self.cfg = cfg
         self.out_dir = out_dir
         self.console = console
@@ -85,7 +98,7 @@ class RunContext:
     def progress(self, total: int, description: str) -> Iterator[Callable[[int], None]]:
         """``with ctx.progress(n, "folds x beta") as advance: ... advance(1)``."""
         if self.quiet:
-            yield lambda k=1: None
+            yield _noop
             return
         prog = Progress(
             TextColumn("[bold]{task.description}"),
@@ -99,7 +112,11 @@ class RunContext:
         )
         with prog:
             task = prog.add_task(description, total=total)
-            yield lambda k=1: prog.advance(task, k)
+
+            def advance(k: int = 1) -> None:
+                prog.advance(task, k)
+
+            yield advance
 
     def checkpoint(self, partial: dict[str, Any]) -> None:
         """Write partial results so that an interrupted run loses nothing already computed."""

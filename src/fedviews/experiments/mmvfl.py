@@ -37,7 +37,11 @@ from fedviews.experiments._runner import ExperimentResult, RunContext, Table
 __all__ = ["MMVFLParams", "run_mmvfl_feature_selection"]
 
 ALGORITHMS = ("mmvfl", "supfl", "supmvlfl")
-LABELS = {"mmvfl": "MMVFL", "supfl": "supFL (labels at all parties)", "supmvlfl": "supMVLFL (labels at all parties)"}
+LABELS = {
+    "mmvfl": "MMVFL",
+    "supfl": "supFL (labels at all parties)",
+    "supmvlfl": "supMVLFL (labels at all parties)",
+}
 
 
 @dataclass(frozen=True)
@@ -62,9 +66,13 @@ class MMVFLParams:
     def validate(self) -> None:
         for a in self.algorithms:
             if a not in ALGORITHMS:
-                raise ConfigError(f"params.algorithms: unknown algorithm {a!r}; choose from {list(ALGORITHMS)}")
+                raise ConfigError(
+                    f"params.algorithms: unknown algorithm {a!r}; choose from {list(ALGORITHMS)}"
+                )
         if self.classifier not in CLASSIFIERS:
-            raise ConfigError(f"params.classifier must be one of {list(CLASSIFIERS)}, got {self.classifier!r}")
+            raise ConfigError(
+                f"params.classifier must be one of {list(CLASSIFIERS)}, got {self.classifier!r}"
+            )
         if self.n_folds < 2:
             raise ConfigError("params.n_folds must be >= 2")
         if not self.betas or any(b <= 0 for b in self.betas):
@@ -82,7 +90,16 @@ def _standardize(train: np.ndarray, test: np.ndarray) -> tuple[np.ndarray, np.nd
     return (train - mu) / sd, (test - mu) / sd
 
 
-def _fit_importances(alg: str, Xs: list[np.ndarray], y: np.ndarray, beta: float, p: MMVFLParams, zeta: float, eta: float, seed: int) -> tuple[list[np.ndarray], Any]:
+def _fit_importances(
+    alg: str,
+    Xs: list[np.ndarray],
+    y: np.ndarray,
+    beta: float,
+    p: MMVFLParams,
+    zeta: float,
+    eta: float,
+    seed: int,
+) -> tuple[list[np.ndarray], Any]:
     from fedviews.linear import MMVFL, SupFL, SupMVLFL
 
     if alg == "mmvfl":
@@ -105,7 +122,14 @@ def _fit_importances(alg: str, Xs: list[np.ndarray], y: np.ndarray, beta: float,
     return m.feature_importances_, m
 
 
-def _knn1_curve(Xtr: np.ndarray, ytr: np.ndarray, Xte: np.ndarray, yte: np.ndarray, order: np.ndarray, ks: list[int]) -> list[float]:
+def _knn1_curve(
+    Xtr: np.ndarray,
+    ytr: np.ndarray,
+    Xte: np.ndarray,
+    yte: np.ndarray,
+    order: np.ndarray,
+    ks: list[int],
+) -> list[float]:
     """1-NN accuracy on the top-k ranked features, for every k in ``ks`` (ascending).
 
     The top-k sets are nested, so squared distances are accumulated chunk by chunk
@@ -229,10 +253,15 @@ def run_mmvfl_feature_selection(cfg: ExperimentConfig, ctx: RunContext) -> Exper
         "betas": list(p.betas),
         "classifier": p.classifier,
         "accuracy": {
-            alg: {v: {"mean": mean[a, i].tolist(), "std": std[a, i].tolist()} for i, v in enumerate(views)}
+            alg: {
+                v: {"mean": mean[a, i].tolist(), "std": std[a, i].tolist()}
+                for i, v in enumerate(views)
+            }
             for a, alg in enumerate(algs)
         },
-        "best_beta_index": {alg: np.nanargmax(acc[a], axis=0).tolist() for a, alg in enumerate(algs)},
+        "best_beta_index": {
+            alg: np.nanargmax(acc[a], axis=0).tolist() for a, alg in enumerate(algs)
+        },
         "mmvfl_objective_first_fit": keep.get("objective", []),
     }
     tables: list[Table] = []
@@ -252,8 +281,18 @@ def run_mmvfl_feature_selection(cfg: ExperimentConfig, ctx: RunContext) -> Exper
         line_panels(
             ctx.path("accuracy_vs_percent.png"),
             pct,
-            {f"participant {i + 1} ({v})": {LABELS[a].split(" ")[0]: mean[k, i] for k, a in enumerate(algs)} for i, v in enumerate(views)},
-            errors={f"participant {i + 1} ({v})": {LABELS[a].split(" ")[0]: std[k, i] for k, a in enumerate(algs)} for i, v in enumerate(views)},
+            {
+                f"participant {i + 1} ({v})": {
+                    LABELS[a].split(" ")[0]: mean[k, i] for k, a in enumerate(algs)
+                }
+                for i, v in enumerate(views)
+            },
+            errors={
+                f"participant {i + 1} ({v})": {
+                    LABELS[a].split(" ")[0]: std[k, i] for k, a in enumerate(algs)
+                }
+                for i, v in enumerate(views)
+            },
             xlabel="features selected p (%)",
             ylabel="accuracy (%)",
             title=f"{ds.name}: accuracy vs % selected features (mean ± std over folds)",
@@ -277,7 +316,9 @@ def run_mmvfl_feature_selection(cfg: ExperimentConfig, ctx: RunContext) -> Exper
             if pap is not None and len(pap) == len(d):
                 pavg = paper[f"avg_vs_{base}"]
                 trows.append([f"MMVFL - {base} (paper)", *pap, pavg])
-                trows.append([f"  ours - paper", *[x - y for x, y in zip(d, pap, strict=True)], avg - pavg])
+                trows.append(
+                    ["  ours - paper", *[x - y for x, y in zip(d, pap, strict=True)], avg - pavg]
+                )
         tables.append(
             Table(
                 "Table 2: performance differences (%), averaged over p",
@@ -295,7 +336,9 @@ def run_mmvfl_feature_selection(cfg: ExperimentConfig, ctx: RunContext) -> Exper
         metrics["zeta_sweep"] = {"zeta_eta": list(p.zeta_sweep), "accuracy_avg_over_p": sm.tolist()}
         srows = [[f"{z:g}", *sm[j].tolist()] for j, z in enumerate(p.zeta_sweep)]
         if "supfl" in algs:
-            srows.append(["supFL", *[float(mean[algs.index('supfl'), i].mean()) for i in range(len(views))]])
+            srows.append(
+                ["supFL", *[float(mean[algs.index("supfl"), i].mean()) for i in range(len(views))]]
+            )
         tables.append(
             Table(
                 "MMVFL accuracy (%) averaged over p vs zeta = eta",
@@ -321,7 +364,8 @@ def run_mmvfl_feature_selection(cfg: ExperimentConfig, ctx: RunContext) -> Exper
     summary = ""
     if "table2_differences" in metrics:
         summary = "; ".join(
-            f"MMVFL - {b}: {np.mean(d):+.2f} points on average" for b, d in metrics["table2_differences"].items()
+            f"MMVFL - {b}: {np.mean(d):+.2f} points on average"
+            for b, d in metrics["table2_differences"].items()
         )
     return ExperimentResult(
         metrics=metrics,

@@ -9,8 +9,8 @@ from fedviews.federation._log import LogEntry, MessageLog
 from fedviews.federation._message import Message
 from fedviews.federation._party import Coordinator, Party, handles
 from fedviews.federation._policy import PrivacyPolicy
-from fedviews.federation._transport import InProcessTransport, Transport
 from fedviews.federation._run import federate
+from fedviews.federation._transport import InProcessTransport, Transport
 
 __all__ = [
     "Coordinator",

@@ -32,7 +32,9 @@ _ALLOWED_KINDS = set("biuf")  # bool, signed, unsigned, float
 def _check_array(name: str, arr: Any) -> np.ndarray:
     a = np.asarray(arr)
     if a.dtype.kind not in _ALLOWED_KINDS:
-        raise ProtocolError(f"array {name!r} has dtype {a.dtype}; only numeric and bool arrays may be sent")
+        raise ProtocolError(
+            f"array {name!r} has dtype {a.dtype}; only numeric and bool arrays may be sent"
+        )
     return a
 
 
@@ -66,7 +68,9 @@ class Message:
         object.__setattr__(self, "arrays", arrays)
         for k, v in self.meta.items():
             if not (v is None or isinstance(v, (str, int, float, bool))):
-                raise ProtocolError(f"meta[{k!r}] must be str/int/float/bool/None, got {type(v).__name__}")
+                raise ProtocolError(
+                    f"meta[{k!r}] must be str/int/float/bool/None, got {type(v).__name__}"
+                )
 
     @property
     def nbytes(self) -> int:
@@ -84,7 +88,9 @@ class Message:
             c = np.asarray(a, order="C")
             le = c.dtype.newbyteorder("<") if c.dtype.byteorder == ">" else c.dtype
             c = c.astype(le, copy=False)
-            specs.append({"name": name, "dtype": c.dtype.str, "shape": list(c.shape), "size": c.nbytes})
+            specs.append(
+                {"name": name, "dtype": c.dtype.str, "shape": list(c.shape), "size": c.nbytes}
+            )
             payloads.append(c.tobytes())
         header = json.dumps(
             {
@@ -119,7 +125,9 @@ class Message:
             size = int(spec["size"])
             if offset + size > len(view):
                 raise ProtocolError("truncated message payload")
-            arr = np.frombuffer(view[offset : offset + size], dtype=dtype).reshape(tuple(spec["shape"]))
+            arr = np.frombuffer(view[offset : offset + size], dtype=dtype).reshape(
+                tuple(spec["shape"])
+            )
             arrays[spec["name"]] = arr.copy()
             offset += size
         if offset != len(view):

@@ -77,7 +77,9 @@ class Party:
         if reply is None:
             reply = self.reply(msg)
         if not isinstance(reply, Message):
-            raise ProtocolError(f"handler {type(self).__name__}.{attr} must return a Message or None")
+            raise ProtocolError(
+                f"handler {type(self).__name__}.{attr} must return a Message or None"
+            )
         return reply
 
     def reply(

@@ -33,7 +33,9 @@ class PrivacyPolicy:
     def of(cls, name: str, rules: Mapping[tuple[str, str], Iterable[str]]) -> PrivacyPolicy:
         return cls(name=name, allowed={k: frozenset(v) for k, v in rules.items()})
 
-    def check(self, sender: str, sender_role: str, receiver: str, receiver_role: str, names: Iterable[str]) -> None:
+    def check(
+        self, sender: str, sender_role: str, receiver: str, receiver_role: str, names: Iterable[str]
+    ) -> None:
         """Raise PrivacyError if any of ``names`` may not go from sender to receiver."""
         names = list(names)
         if not names:

@@ -80,7 +80,9 @@ class InProcessTransport(Transport):
         if msg.sender not in self.roles:
             raise ProtocolError(f"unknown sender {msg.sender!r}")
         # policy check happens before encoding: a forbidden array never leaves
-        self.policy.check(msg.sender, self.roles[msg.sender], msg.receiver, party.role, msg.arrays.keys())
+        self.policy.check(
+            msg.sender, self.roles[msg.sender], msg.receiver, party.role, msg.arrays.keys()
+        )
         wire = msg.encode()
         self._check_and_log(msg, len(wire))
         t0 = time.perf_counter()
@@ -89,7 +91,9 @@ class InProcessTransport(Transport):
         except FedViewsError:
             raise
         except Exception as exc:  # a party crashed: report it by name, keep the cause
-            raise PartyUnavailable(msg.receiver, f"failed while handling {msg.kind!r}: {exc!r}") from exc
+            raise PartyUnavailable(
+                msg.receiver, f"failed while handling {msg.kind!r}: {exc!r}"
+            ) from exc
         finally:
             self.log.handler_seconds[party.name] += time.perf_counter() - t0
         if reply.receiver != msg.sender or reply.sender != party.name:

@@ -26,7 +26,9 @@ def small_blas() -> Iterator[None]:
         yield
 
 
-def per_party(value: float | Sequence[float], n: int, name: str, *, positive: bool = True) -> list[float]:
+def per_party(
+    value: float | Sequence[float], n: int, name: str, *, positive: bool = True
+) -> list[float]:
     """Broadcast a scalar hyper-parameter to ``n`` parties, or check a per-party list."""
     if isinstance(value, (list, tuple, np.ndarray)):
         vals = [float(v) for v in value]
@@ -36,7 +38,9 @@ def per_party(value: float | Sequence[float], n: int, name: str, *, positive: bo
         try:
             vals = [float(value)] * n  # type: ignore[arg-type]
         except (TypeError, ValueError):
-            raise ConfigError(f"{name} must be a number or a list of numbers, got {value!r}") from None
+            raise ConfigError(
+                f"{name} must be a number or a list of numbers, got {value!r}"
+            ) from None
     for v in vals:
         if not np.isfinite(v) or (v <= 0 if positive else v < 0):
             raise ConfigError(f"{name} must be {'> 0' if positive else '>= 0'}, got {v}")
@@ -69,5 +73,3 @@ def select_top_features(importances: np.ndarray, percent: float) -> np.ndarray:
     k = max(1, int(round(d * percent / 100.0)))
     order = np.argsort(-np.asarray(importances), kind="stable")
     return order[:k]
-
-

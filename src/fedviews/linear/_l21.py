@@ -222,4 +222,6 @@ def l21_least_squares(
     from fedviews.linear._common import small_blas
 
     with small_blas():
-        return L21Problem(X, method=method, eps=eps).solve(T, beta, W0=W0, max_iter=max_iter, tol=tol)
+        return L21Problem(X, method=method, eps=eps).solve(
+            T, beta, W0=W0, max_iter=max_iter, tol=tol
+        )

@@ -39,7 +39,15 @@ from sklearn.base import BaseEstimator
 from fedviews.data._validation import check_Xs, check_y, one_hot
 from fedviews.errors import ConfigError, DataError
 from fedviews.experiments._registry import register_algorithm
-from fedviews.federation import Coordinator, Message, Party, PrivacyPolicy, Transport, federate, handles
+from fedviews.federation import (
+    Coordinator,
+    Message,
+    Party,
+    PrivacyPolicy,
+    Transport,
+    federate,
+    handles,
+)
 from fedviews.linear._common import orthonormal_nonnegative, per_party, small_blas
 from fedviews.linear._l21 import L21Problem, row_norms
 
@@ -141,9 +149,9 @@ class MMVFLServer(Coordinator):
         for r in range(1, self.max_iter + 1):
             replies = self.broadcast(self.parties, "update", arrays={"Z": self.Z}, round=r)
             Zks = [replies[p].arrays["Z_k"] for p in self.parties]
-            self.Z = sum(z * Zk for z, Zk in zip(self.zeta, Zks, strict=True)) / self.zeta.sum()  # Eq. (14)
-            f = sum(float(replies[p].meta["local_objective"]) for p in self.parties)  # type: ignore[arg-type]
-            f += sum(z * _sq(Zk - self.Z) for z, Zk in zip(self.zeta, Zks, strict=True))
+            self.Z = np.tensordot(self.zeta, np.stack(Zks), axes=1) / self.zeta.sum()  # Eq. (14)
+            f = float(sum(float(replies[p].meta["local_objective"] or 0.0) for p in self.parties))
+            f += float(sum(z * _sq(Zk - self.Z) for z, Zk in zip(self.zeta, Zks, strict=True)))
             self.objective.append(f)
             if self.tol > 0 and np.isfinite(prev) and abs(prev - f) <= self.tol * abs(prev):
                 self.converged = True
@@ -191,7 +199,20 @@ def mmvfl_centralized(
     K = len(Xs)
     betas, zetas = per_party(beta, K, "beta"), per_party(zeta, K, "zeta")
     with small_blas():
-        return _mmvfl_centralized(Xs, Y, betas, zetas, eta, label_owner, max_iter, tol, inner_max_iter, inner_tol, eps, random_state)
+        return _mmvfl_centralized(
+            Xs,
+            Y,
+            betas,
+            zetas,
+            eta,
+            label_owner,
+            max_iter,
+            tol,
+            inner_max_iter,
+            inner_tol,
+            eps,
+            random_state,
+        )
 
 
 def _mmvfl_centralized(
@@ -214,21 +235,24 @@ def _mmvfl_centralized(
     Z = orthonormal_nonnegative(n, c, np.random.default_rng(ss[0]))
     Zk = [orthonormal_nonnegative(n, c, np.random.default_rng(ss[1 + k])) for k in range(K)]
     probs = [L21Problem(X, eps=eps) for X in Xs]
-    Ws: list[np.ndarray | None] = [None] * K
+    Ws: list[np.ndarray] = [np.empty((0, 0))] * K
+    started = [False] * K
     hist: list[float] = []
     prev = np.inf
     for _ in range(max_iter):
         f = 0.0
         for k in range(K):
-            Ws[k] = probs[k].solve(Zk[k], betas[k], W0=Ws[k], max_iter=inner_max_iter, tol=inner_tol).W
+            W0 = Ws[k] if started[k] else None
+            started[k] = True
+            Ws[k] = probs[k].solve(Zk[k], betas[k], W0=W0, max_iter=inner_max_iter, tol=inner_tol).W
             XW = Xs[k] @ Ws[k]
             if k == label_owner:
                 Zk[k] = (XW + zetas[k] * Z + eta * Y) / (1 + zetas[k] + eta)
                 f += eta * _sq(Zk[k] - Y)
             else:
                 Zk[k] = (XW + zetas[k] * Z) / (1 + zetas[k])
-            f += _sq(XW - Zk[k]) + betas[k] * float(row_norms(Ws[k]).sum())  # type: ignore[arg-type]
-        Z = sum(z * zk for z, zk in zip(zetas, Zk, strict=True)) / sum(zetas)
+            f += _sq(XW - Zk[k]) + betas[k] * float(row_norms(Ws[k]).sum())
+        Z = np.tensordot(np.asarray(zetas), np.stack(Zk), axes=1) / sum(zetas)
         f += sum(z * _sq(zk - Z) for z, zk in zip(zetas, Zk, strict=True))
         hist.append(f)
         if tol > 0 and np.isfinite(prev) and abs(prev - f) <= tol * abs(prev):
@@ -238,7 +262,7 @@ def _mmvfl_centralized(
 
 
 @register_algorithm("mmvfl")
-class MMVFL(BaseEstimator):  # type: ignore[misc]
+class MMVFL(BaseEstimator):
     """Multi-participant multi-class VFL with ℓ2,1 feature selection (Feng & Yu).
 
     Parameters
@@ -344,7 +368,7 @@ class MMVFL(BaseEstimator):  # type: ignore[misc]
             custom: Transport | None = self.transport(MMVFL_POLICY) if self.transport else None
             self.transport_ = federate([server, *parties], MMVFL_POLICY, custom)
             self.Z_ = server.run()
-        self.W_ = [p.W for p in parties]
+        self.W_: list[np.ndarray] = [p.W for p in parties if p.W is not None]
         self.Z_k_ = [p.Z_k for p in parties]
         self.feature_importances_ = [row_norms(W) for W in self.W_]
         self.objective_ = list(server.objective)

@@ -64,7 +64,7 @@ def naive_mmvfl(
                 Zk[k] = (X @ W[k] + zeta * Z + eta * Y) / (1 + zeta + eta)
             else:
                 Zk[k] = (X @ W[k] + zeta * Z) / (1 + zeta)
-        Z = sum(zeta * z for z in Zk) / (zeta * K)
+        Z = np.sum(Zk, axis=0) / K  # Eq. (14) with equal zeta
         f = sum(
             np.linalg.norm(X @ w - z) ** 2
             + beta * np.linalg.norm(w, axis=1).sum()

@@ -31,7 +31,7 @@ from fedviews.linear._l21 import L21Problem, row_norms
 __all__ = ["SupFL", "SupMVLFL"]
 
 
-class _PerPartyLinear(BaseEstimator):  # type: ignore[misc]
+class _PerPartyLinear(BaseEstimator):
     """Shared parameters, validation and ``predict`` of the supervised baselines."""
 
     #: these baselines need labels at every party (reported as such in results)
@@ -49,7 +49,9 @@ class _PerPartyLinear(BaseEstimator):  # type: ignore[misc]
         self.tol = tol
         self.eps = eps
 
-    def _prepare(self, Xs: Sequence[np.ndarray], y: np.ndarray) -> tuple[list[np.ndarray], np.ndarray, list[float]]:
+    def _prepare(
+        self, Xs: Sequence[np.ndarray], y: np.ndarray
+    ) -> tuple[list[np.ndarray], np.ndarray, list[float]]:
         Xs = check_Xs(Xs)
         y = check_y(y, Xs[0].shape[0])
         if int(self.max_iter) < 1:
@@ -117,4 +119,6 @@ class SupMVLFL(_PerPartyLinear):
     def predict_joint(self, Xs: Sequence[np.ndarray]) -> np.ndarray:
         """Prediction from all views together: ``argmax sum_k X_k W_k``."""
         Xs = check_Xs(Xs, n_views=len(self.W_), n_features=self.n_features_in_)
-        return self.classes_[np.argmax(sum(X @ W for X, W in zip(Xs, self.W_, strict=True)), axis=1)]
+        return self.classes_[
+            np.argmax(sum(X @ W for X, W in zip(Xs, self.W_, strict=True)), axis=1)
+        ]

@@ -30,12 +30,16 @@ def _cell(v: Any) -> str:
 
 def _table_html(t: Table) -> str:
     head = "".join(f"<th>{html.escape(str(c))}</th>" for c in t.columns)
-    body = "".join("<tr>" + "".join(f"<td>{_cell(v)}</td>" for v in row) + "</tr>" for row in t.rows)
+    body = "".join(
+        "<tr>" + "".join(f"<td>{_cell(v)}</td>" for v in row) + "</tr>" for row in t.rows
+    )
     note = f'<p class="note">{html.escape(t.note)}</p>' if t.note else ""
     return f"<h3>{html.escape(t.title)}</h3><table><tr>{head}</tr>{body}</table>{note}"
 
 
-def write_report(out_dir: Path, cfg: ExperimentConfig, result: ExperimentResult, seconds: float) -> Path:
+def write_report(
+    out_dir: Path, cfg: ExperimentConfig, result: ExperimentResult, seconds: float
+) -> Path:
     """Write ``out_dir/report.html`` and return its path."""
     from fedviews.experiments._runner import to_jsonable
 
@@ -50,10 +54,14 @@ def write_report(out_dir: Path, cfg: ExperimentConfig, result: ExperimentResult,
         parts.append(f"<p>{html.escape(result.summary)}</p>")
     parts += [_table_html(t) for t in result.tables]
     for fig in result.figures:
-        parts.append(f"<h3>{html.escape(Path(fig).stem)}</h3><img src='{html.escape(Path(fig).name)}'>")
+        parts.append(
+            f"<h3>{html.escape(Path(fig).stem)}</h3><img src='{html.escape(Path(fig).name)}'>"
+        )
     if result.message_log:
         parts.append("<h2>What crossed the privacy barrier</h2>")
-        parts.append(f"<pre>{html.escape(json.dumps(to_jsonable(result.message_log), indent=2))}</pre>")
+        parts.append(
+            f"<pre>{html.escape(json.dumps(to_jsonable(result.message_log), indent=2))}</pre>"
+        )
     parts.append("<h2>Resolved config</h2>")
     parts.append(f"<pre>{html.escape(json.dumps(to_jsonable(cfg.to_dict()), indent=2))}</pre>")
     parts.append("</body></html>")
