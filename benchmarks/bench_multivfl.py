@@ -22,9 +22,14 @@ from fedviews.deep._nets import SplitNet
 from fedviews.deep.multivfl import MultiVFL, build_models, epoch_order, round_seed
 
 
-def plain_epoch(images: np.ndarray, y: np.ndarray, d: int, batch_size: int, lr: float, device: str) -> float:
+def plain_epoch(
+    images: np.ndarray, y: np.ndarray, d: int, batch_size: int, lr: float, device: str
+) -> float:
     """Seconds for one epoch of the unsplit loop over the batches Multi-VFL uses in round 1."""
-    strips = [s.reshape(len(images), 1, -1, 28) for s in np.array_split(images.astype(np.float32) / 255, d, axis=1)]
+    strips = [
+        s.reshape(len(images), 1, -1, 28)
+        for s in np.array_split(images.astype(np.float32) / 255, d, axis=1)
+    ]
     bottoms, top = build_models([s.shape[2] for s in strips], 28, 10, random_state=0)
     net = SplitNet(bottoms, top).to(device)
     opt = torch.optim.Adam(net.parameters(), lr=lr)
@@ -34,7 +39,9 @@ def plain_epoch(images: np.ndarray, y: np.ndarray, d: int, batch_size: int, lr: 
     order = torch.as_tensor(epoch_order(round_seed(0, 1), 1, 0, len(y)), device=device)
     for b in range(0, len(y), batch_size):
         idx = order[b : b + batch_size]
-        loss = torch.nn.functional.cross_entropy(net([x.index_select(0, idx) for x in xs]), yt.index_select(0, idx))
+        loss = torch.nn.functional.cross_entropy(
+            net([x.index_select(0, idx) for x in xs]), yt.index_select(0, idx)
+        )
         opt.zero_grad(set_to_none=True)
         loss.backward()
         opt.step()
@@ -43,16 +50,26 @@ def plain_epoch(images: np.ndarray, y: np.ndarray, d: int, batch_size: int, lr: 
     return time.perf_counter() - t0
 
 
-def federated_epoch(images: np.ndarray, y: np.ndarray, d: int, batch_size: int, lr: float, device: str) -> MultiVFL:
+def federated_epoch(
+    images: np.ndarray, y: np.ndarray, d: int, batch_size: int, lr: float, device: str
+) -> MultiVFL:
     est = MultiVFL(
-        n_data_owners=d, n_label_owners=1, optimizer="fedavg", rounds=1, batch_size=batch_size, lr=lr, device=device
+        n_data_owners=d,
+        n_label_owners=1,
+        optimizer="fedavg",
+        rounds=1,
+        batch_size=batch_size,
+        lr=lr,
+        device=device,
     )
     return est.fit(images, y, label_owner_ids=[np.arange(len(y))])
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--samples", type=int, default=5000, help="samples of the one label owner (paper: 5000)")
+    ap.add_argument(
+        "--samples", type=int, default=5000, help="samples of the one label owner (paper: 5000)"
+    )
     ap.add_argument("--data-owners", type=int, default=4)
     ap.add_argument("--batch-size", type=int, default=64)
     ap.add_argument("--repeats", type=int, default=2)
@@ -76,11 +93,19 @@ def main() -> None:
     raw_act = s["raw_activation_bytes_per_sample"]
     raw_batch = 2 * raw_act * len(y) / n_batches  # activations forward + gradients backward
     top_bytes = sum(v.nbytes for v in est.server_.params.values())
-    print(f"D={d}, K=1, FedAvg, {len(y)} samples, batch {bs}, {n_batches} batches, device {args.device}, torch threads {torch.get_num_threads()}")
-    print(f"plain loop      : {min(plain_t):8.3f} s/epoch  (runs {', '.join(f'{t:.3f}' for t in plain_t)})")
-    print(f"Multi-VFL       : {min(fed_t):8.3f} s/epoch  (runs {', '.join(f'{t:.3f}' for t in fed_t)})")
+    print(
+        f"D={d}, K=1, FedAvg, {len(y)} samples, batch {bs}, {n_batches} batches, device {args.device}, torch threads {torch.get_num_threads()}"
+    )
+    print(
+        f"plain loop      : {min(plain_t):8.3f} s/epoch  (runs {', '.join(f'{t:.3f}' for t in plain_t)})"
+    )
+    print(
+        f"Multi-VFL       : {min(fed_t):8.3f} s/epoch  (runs {', '.join(f'{t:.3f}' for t in fed_t)})"
+    )
     print(f"ratio           : {min(fed_t) / min(plain_t):8.3f}  (goal <= 1.2)")
-    print(f"bytes per batch : {s['train_bytes_per_batch'] / 1e6:8.3f} MB on the wire vs {raw_batch / 1e6:.3f} MB raw activations + gradients")
+    print(
+        f"bytes per batch : {s['train_bytes_per_batch'] / 1e6:8.3f} MB on the wire vs {raw_batch / 1e6:.3f} MB raw activations + gradients"
+    )
     print(
         f"bytes per round : {s['train_bytes_per_round'] / 1e6:8.3f} MB on the wire vs "
         f"{(raw_batch * n_batches + 2 * top_bytes) / 1e6:.3f} MB raw (activations + gradients + top model up and down)"

@@ -35,9 +35,14 @@ def _params(module: torch.nn.Module) -> list[np.ndarray]:
     return [p.detach().numpy().copy() for p in module.parameters()]
 
 
-def _reference(images: np.ndarray, y: np.ndarray, n_strips: int, batch_size: int, lr: float, epochs: int) -> SplitNet:
+def _reference(
+    images: np.ndarray, y: np.ndarray, n_strips: int, batch_size: int, lr: float, epochs: int
+) -> SplitNet:
     """Plain single-process training of the same split network on the same batches."""
-    strips = [s.reshape(len(images), 1, -1, 28) for s in np.array_split(images.astype(np.float32) / 255, n_strips, axis=1)]
+    strips = [
+        s.reshape(len(images), 1, -1, 28)
+        for s in np.array_split(images.astype(np.float32) / 255, n_strips, axis=1)
+    ]
     heights = [s.shape[2] for s in strips]
     bottoms, top = build_models(heights, 28, 10, random_state=0)
     net = SplitNet(bottoms, top)
@@ -64,8 +69,14 @@ def test_split_equals_unsplit(fmnist, n_data_owners: int) -> None:
     lr = 0.05
     for batch_size in (128, 32):  # one batch (gradient equality), then several batches
         est = MultiVFL(
-            n_data_owners=n_data_owners, n_label_owners=1, rounds=1, batch_size=batch_size, lr=lr,
-            local_optimizer="sgd", device="cpu", random_state=0,
+            n_data_owners=n_data_owners,
+            n_label_owners=1,
+            rounds=1,
+            batch_size=batch_size,
+            lr=lr,
+            local_optimizer="sgd",
+            device="cpu",
+            random_state=0,
         ).fit(images, y, label_owner_ids=[np.arange(len(y))])
         ref = _reference(images, y, n_data_owners, batch_size, lr, epochs=1)
         top = est.label_owners_[0].top
@@ -85,11 +96,15 @@ def test_split_equals_unsplit(fmnist, n_data_owners: int) -> None:
 def test_fedavg_identical_owners_equals_one_owner(fmnist) -> None:
     images, y, _ = fmnist
     images, y = images[:192], y[:192]
-    kw = dict(n_data_owners=2, rounds=2, batch_size=64, device="cpu", random_state=3, optimizer="fedavg")
+    kw = dict(
+        n_data_owners=2, rounds=2, batch_size=64, device="cpu", random_state=3, optimizer="fedavg"
+    )
     one = MultiVFL(n_label_owners=1, **kw).fit(images, y, label_owner_ids=[np.arange(192)])
     three = MultiVFL(n_label_owners=3, **kw).fit(images, y, label_owner_ids=[np.arange(192)] * 3)
     for k in one.server_.params:
-        np.testing.assert_allclose(three.server_.params[k], one.server_.params[k], rtol=1e-4, atol=1e-5)
+        np.testing.assert_allclose(
+            three.server_.params[k], one.server_.params[k], rtol=1e-4, atol=1e-5
+        )
     for d in range(2):
         for a, b in zip(
             _params(three.data_owners_[d].copies["label_owner_2"]),
@@ -103,8 +118,13 @@ def test_fedavg_identical_owners_equals_one_owner(fmnist) -> None:
 def test_privacy_barrier_in_message_log(fmnist) -> None:
     images, y, ids = fmnist
     est = MultiVFL(
-        n_data_owners=4, n_label_owners=2, rounds=1, batch_size=100, samples_per_owner=100,
-        device="cpu", log_entries=True,
+        n_data_owners=4,
+        n_label_owners=2,
+        rounds=1,
+        batch_size=100,
+        samples_per_owner=100,
+        device="cpu",
+        log_entries=True,
     ).fit(images[:400], y[:400], ids=ids[:400], eval_set=(images[400:500], y[400:500]))
     log = est.transport_.log
     top_names = {f"update/{k}" for k in est.server_.params}
@@ -114,7 +134,9 @@ def test_privacy_barrier_in_message_log(fmnist) -> None:
         assert log.arrays_sent(sender=f"data_owner_{d}", receiver="server") == set()
     for k in range(2):
         assert log.arrays_sent(sender=f"label_owner_{k}", receiver="server") == top_names
-        assert log.arrays_sent(sender="server", receiver=f"label_owner_{k}") == {f"top/{n}" for n in est.server_.params}
+        assert log.arrays_sent(sender="server", receiver=f"label_owner_{k}") == {
+            f"top/{n}" for n in est.server_.params
+        }
     assert log.arrays_sent(sender="server", receiver="data_owner_0") == set()
     # activations are (batch, 32, 7, 28); nothing with the shape of a raw strip or a label vector crosses
     shapes = {s for e in log.entries for s in e.shapes}
@@ -122,16 +144,23 @@ def test_privacy_barrier_in_message_log(fmnist) -> None:
     assert not any(s[1:] == (7, 28) or s == (100,) for s in shapes)
     # labels never leave label owners: the only label-owner arrays are gradients and top updates
     assert all(
-        set(e.arrays) <= {"activation_grad"} | top_names for e in log.entries if e.sender.startswith("label_owner")
+        set(e.arrays) <= {"activation_grad"} | top_names
+        for e in log.entries
+        if e.sender.startswith("label_owner")
     )
     assert 0.0 <= est.history_["accuracy"][0] <= 1.0
 
 
 def test_table3_scenarios_match_paper() -> None:
-    table = json.loads(resources.files("fedviews.experiments").joinpath("paper_tables.json").read_text())
+    table = json.loads(
+        resources.files("fedviews.experiments").joinpath("paper_tables.json").read_text()
+    )
     for scenario, owners in table["multivfl_claims"]["table3_non_iid"].items():
         got = label_owner_classes(scenario, 5, 10)
-        expect = [list(range(10)) if o == "0-9" else [int(c) for c in o.strip("{}").split(",")] for o in owners]
+        expect = [
+            list(range(10)) if o == "0-9" else [int(c) for c in o.strip("{}").split(",")]
+            for o in owners
+        ]
         assert got == expect
 
 
@@ -153,11 +182,15 @@ def test_errors(fmnist) -> None:
         strips = [images[:, 0:7], images[:, 7:14, :20], images[:, 14:21], images[:, 21:]]
         MultiVFL(n_label_owners=1).fit(strips, y)
     with pytest.raises(DataError, match="mismatched strip shapes"):
-        MultiVFL(n_label_owners=1).fit([images[:, 0:7], images[:10, 7:14], images[:, 14:21], images[:, 21:]], y)
+        MultiVFL(n_label_owners=1).fit(
+            [images[:, 0:7], images[:10, 7:14], images[:, 14:21], images[:, 21:]], y
+        )
     with pytest.raises(DataError, match="has 2 strips"):
         MultiVFL(n_label_owners=1).fit([images[:, :14], images[:, 14:]], y)
     with pytest.raises(DataError, match="label owner 1 has no samples"):
-        MultiVFL(n_label_owners=2).fit(images, y, label_owner_ids=[np.arange(10), np.array([], dtype=int)])
+        MultiVFL(n_label_owners=2).fit(
+            images, y, label_owner_ids=[np.arange(10), np.array([], dtype=int)]
+        )
     with pytest.raises(ConfigError, match="every label owner needs samples"):
         MultiVFL(n_label_owners=5).fit(images[:4], y[:4])
     with pytest.raises(ConfigError, match="unknown scenario"):
@@ -168,7 +201,9 @@ def test_errors(fmnist) -> None:
 
 def test_predict_checks_strip_shapes(fmnist) -> None:
     images, y, _ = fmnist
-    est = MultiVFL(n_data_owners=2, n_label_owners=1, rounds=1, batch_size=100, device="cpu").fit(images[:100], y[:100])
+    est = MultiVFL(n_data_owners=2, n_label_owners=1, rounds=1, batch_size=100, device="cpu").fit(
+        images[:100], y[:100]
+    )
     assert est.predict(images[:7]).shape == (7,)
     with pytest.raises(DataError, match="differ from the training strips"):
         est.predict(images[:7, :, :20])
@@ -178,6 +213,8 @@ def test_predict_checks_strip_shapes(fmnist) -> None:
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 def test_cuda_round(fmnist) -> None:
     images, y, _ = fmnist
-    est = MultiVFL(n_label_owners=2, rounds=2, device="cuda").fit(images[:400], y[:400], eval_set=(images[400:], y[400:]))
+    est = MultiVFL(n_label_owners=2, rounds=2, device="cuda").fit(
+        images[:400], y[:400], eval_set=(images[400:], y[400:])
+    )
     assert est.run_stats_["device"].startswith("cuda")
     assert est.history_["accuracy"][-1] > 0.3

@@ -19,8 +19,14 @@ from fedviews.deep._serveropt import (
 from fedviews.errors import ConfigError, DataError
 
 X0 = {"w": np.array([1.0, -2.0, 0.5]), "b": np.array([0.1])}
-U1 = [{"w": np.array([0.2, 0.0, -0.4]), "b": np.array([0.3])}, {"w": np.array([0.0, 0.2, -0.2]), "b": np.array([-0.1])}]
-U2 = [{"w": np.array([-0.1, 0.1, 0.1]), "b": np.array([0.2])}, {"w": np.array([-0.3, 0.1, 0.3]), "b": np.array([0.0])}]
+U1 = [
+    {"w": np.array([0.2, 0.0, -0.4]), "b": np.array([0.3])},
+    {"w": np.array([0.0, 0.2, -0.2]), "b": np.array([-0.1])},
+]
+U2 = [
+    {"w": np.array([-0.1, 0.1, 0.1]), "b": np.array([0.2])},
+    {"w": np.array([-0.3, 0.1, 0.3]), "b": np.array([0.0])},
+]
 # mean updates: round 1 d1 = w [0.1, 0.1, -0.3], b [0.1]; round 2 d2 = w [-0.2, 0.1, 0.2], b [0.1]
 D1 = {"w": np.array([0.1, 0.1, -0.3]), "b": np.array([0.1])}
 D2 = {"w": np.array([-0.2, 0.1, 0.2]), "b": np.array([0.1])}
@@ -55,7 +61,9 @@ def test_fedadam_two_steps() -> None:
         np.testing.assert_allclose(x1[k], e1, rtol=1e-12)
         np.testing.assert_allclose(x2[k], e2, rtol=1e-12)
     # first bias-corrected step is ~ lr * sign(delta)
-    np.testing.assert_allclose(x1["w"] - X0["w"], LR * np.sign(D1["w"]), rtol=0.15)  # tau shrinks it slightly
+    np.testing.assert_allclose(
+        x1["w"] - X0["w"], LR * np.sign(D1["w"]), rtol=0.15
+    )  # tau shrinks it slightly
 
 
 def test_fedyogi_two_steps() -> None:

@@ -6,9 +6,11 @@ Requires the ``torch`` extra: ``pip install 'fedviews[torch]'``.
 from fedviews.deep._common import require_torch, resolve_device, seed_everything
 from fedviews.deep._export import load_active_model, predict_exported
 from fedviews.deep.apfed import TVFL, APFed, SingleVL
+from fedviews.deep.multivfl import MultiVFL
 
 __all__ = [
     "APFed",
+    "MultiVFL",
     "SingleVL",
     "TVFL",
     "load_active_model",

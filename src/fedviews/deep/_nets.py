@@ -32,7 +32,9 @@ def conv_bottom(in_channels: int = 1, channels: int = 32, kernel_size: int = 3) 
     """
     if kernel_size % 2 == 0:
         raise ConfigError(f"kernel_size must be odd (same padding), got {kernel_size}")
-    return nn.Sequential(nn.Conv2d(in_channels, channels, kernel_size, padding=kernel_size // 2), nn.ReLU())
+    return nn.Sequential(
+        nn.Conv2d(in_channels, channels, kernel_size, padding=kernel_size // 2), nn.ReLU()
+    )
 
 
 def conv_top(
@@ -104,5 +106,9 @@ class SplitNet(nn.Module):
 
     def forward(self, strips: Sequence[torch.Tensor]) -> torch.Tensor:
         if len(strips) != len(self.bottoms):
-            raise ConfigError(f"SplitNet has {len(self.bottoms)} bottoms but got {len(strips)} strips")
-        return self.top(combine_activations([b(x) for b, x in zip(self.bottoms, strips, strict=True)]))
+            raise ConfigError(
+                f"SplitNet has {len(self.bottoms)} bottoms but got {len(strips)} strips"
+            )
+        return self.top(
+            combine_activations([b(x) for b, x in zip(self.bottoms, strips, strict=True)])
+        )

@@ -79,7 +79,9 @@ def mean_update(updates: Sequence[Mapping[str, Any]]) -> Params:
         total = updates[0][name]
         for u in updates[1:]:
             if tuple(u[name].shape) != tuple(total.shape):
-                raise DataError(f"update {name!r}: shapes {tuple(u[name].shape)} and {tuple(total.shape)} differ")
+                raise DataError(
+                    f"update {name!r}: shapes {tuple(u[name].shape)} and {tuple(total.shape)} differ"
+                )
             total = total + u[name]
         out[name] = total / len(updates)
     return out
@@ -154,7 +156,9 @@ class FedAdam(ServerOptimizer):
 
     name = "fedadam"
 
-    def __init__(self, lr: float = 1e-3, beta1: float = 0.9, beta2: float = 0.99, tau: float = 1e-3) -> None:
+    def __init__(
+        self, lr: float = 1e-3, beta1: float = 0.9, beta2: float = 0.99, tau: float = 1e-3
+    ) -> None:
         super().__init__()
         for key, val in (("beta1", beta1), ("beta2", beta2)):
             if not 0.0 <= val < 1.0:
@@ -174,7 +178,11 @@ class FedAdam(ServerOptimizer):
 
     def _second_moment(self, name: str, d: Any) -> Any:
         d2 = d * d
-        return d2 * (1 - self.beta2) if name not in self.v else self.v[name] * self.beta2 + d2 * (1 - self.beta2)
+        return (
+            d2 * (1 - self.beta2)
+            if name not in self.v
+            else self.v[name] * self.beta2 + d2 * (1 - self.beta2)
+        )
 
     def _correction(self) -> float:
         return math.sqrt(1 - self.beta2**self.t) / (1 - self.beta1**self.t)
@@ -268,7 +276,9 @@ def make_server_optimizer(
     if key not in SERVER_OPTIMIZERS:
         match = difflib.get_close_matches(key, list(SERVER_OPTIMIZERS), n=1, cutoff=0.3)
         hint = f"; did you mean {match[0]!r}?" if match else ""
-        raise ConfigError(f"unknown server optimizer {name!r}{hint} (known: {sorted(SERVER_OPTIMIZERS)})")
+        raise ConfigError(
+            f"unknown server optimizer {name!r}{hint} (known: {sorted(SERVER_OPTIMIZERS)})"
+        )
     if key == "fedavg":
         return FedAvg()
     if key == "feddemonadam":

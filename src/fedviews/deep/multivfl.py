@@ -46,7 +46,7 @@ from __future__ import annotations
 import re
 import time
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 
@@ -54,9 +54,10 @@ from fedviews.data import align, check_ids, split_strips
 from fedviews.deep._common import resolve_device, seed_everything, to_numpy, to_tensor
 from fedviews.deep._nets import combine_activations, conv_bottom, conv_top
 from fedviews.deep._serveropt import ServerOptimizer, make_server_optimizer
-from fedviews.errors import ConfigError, DataError, MissingDependency
+from fedviews.errors import ConfigError, DataError, MissingDependency, ProtocolError
 from fedviews.experiments._registry import register_algorithm
 from fedviews.federation import Coordinator, Message, Party, PrivacyPolicy, federate, handles
+from fedviews.federation._message import MetaValue
 
 try:
     import torch
@@ -74,6 +75,7 @@ __all__ = [
     "round_seed",
 ]
 
+T = TypeVar("T")
 _NIID = re.compile(r"^(\d+)niid$")
 _LOCAL_OPTIMIZERS = ("adam", "sgd")
 _EVAL_BATCH = 1000
@@ -100,7 +102,9 @@ def label_owner_classes(scenario: str, n_label_owners: int, n_classes: int) -> l
         return [every for _ in range(n_label_owners)]
     match = _NIID.match(scenario)
     if match is None:
-        raise ConfigError(f"unknown scenario {scenario!r}; use 'iid' or '<m>niid' such as '4niid' (paper Table 3)")
+        raise ConfigError(
+            f"unknown scenario {scenario!r}; use 'iid' or '<m>niid' such as '4niid' (paper Table 3)"
+        )
     m = int(match.group(1))
     if not 1 <= m <= n_label_owners or 2 * m > n_classes:
         raise ConfigError(
@@ -109,6 +113,14 @@ def label_owner_classes(scenario: str, n_label_owners: int, n_classes: int) -> l
         )
     n_iid = n_label_owners - m
     return [every] * n_iid + [[2 * j, 2 * j + 1] for j in range(m)]
+
+
+def _quota(total: int, counts: np.ndarray) -> np.ndarray:
+    """Split ``total`` over classes in proportion to ``counts`` (largest remainder)."""
+    share = total * counts / counts.sum()
+    quota = np.floor(share).astype(np.int64)
+    quota[np.argsort(quota - share, kind="stable")[: total - int(quota.sum())]] += 1
+    return quota
 
 
 def partition_label_owners(
@@ -120,9 +132,10 @@ def partition_label_owners(
 ) -> list[np.ndarray]:
     """Disjoint sample indices for each label owner, class-balanced within each owner.
 
-    Each owner gets ``samples_per_owner`` samples (default ``len(y) // K``),
-    spread evenly over its classes (:func:`label_owner_classes`), drawn without
-    replacement; the two-class owners draw first.
+    Each owner gets ``samples_per_owner`` samples (default ``len(y) // K``) of
+    its classes (:func:`label_owner_classes`), split over them in proportion to
+    the class frequencies of ``y`` (a stratified draw: balanced classes stay
+    balanced), drawn without replacement; the two-class owners draw first.
 
     Raises
     ------
@@ -140,11 +153,11 @@ def partition_label_owners(
         )
     owner_classes = label_owner_classes(scenario, n_label_owners, n_classes)
     pools = [list(rng.permutation(np.flatnonzero(y == c))) for c in range(n_classes)]
+    counts = np.bincount(y, minlength=n_classes)
     parts: list[np.ndarray] = [np.empty(0, dtype=np.int64)] * n_label_owners
     for k in sorted(range(n_label_owners), key=lambda j: len(owner_classes[j])):
         classes = owner_classes[k]
-        quota = np.full(len(classes), per_owner // len(classes))
-        quota[: per_owner % len(classes)] += 1
+        quota = _quota(per_owner, counts[classes])
         taken = []
         for c, q in zip(classes, quota, strict=True):
             if len(pools[c]) < q:
@@ -182,20 +195,42 @@ def build_models(
     random_state: int = 0,
 ) -> tuple[list[nn.Module], nn.Module]:
     """Initial bottom models (one per data owner) and top model, seeded reproducibly."""
-    bottoms = []
+    bottoms: list[nn.Module] = []
     for d in range(len(strip_heights)):
         torch.manual_seed(random_state * 1000 + d + 1)
         bottoms.append(conv_bottom(1, channels))
     torch.manual_seed(random_state * 1000)
-    top = conv_top(channels, int(sum(strip_heights)), width, n_classes, channels=top_channels, hidden=hidden)
+    top: nn.Module = conv_top(
+        channels, int(sum(strip_heights)), width, n_classes, channels=top_channels, hidden=hidden
+    )
     return bottoms, top
+
+
+def _meta(msg: Message, key: str, kind: type[T]) -> T:
+    """``msg.meta[key]`` checked to be of type ``kind`` (ints are accepted as floats)."""
+    val = msg.meta.get(key)
+    if kind is float and isinstance(val, int):
+        val = float(val)
+    if not isinstance(val, kind):
+        raise ProtocolError(
+            f"{msg.kind!r} from {msg.sender!r}: meta[{key!r}] must be {kind.__name__}, got {val!r}"
+        )
+    return val
+
+
+def _grad(t: torch.Tensor) -> torch.Tensor:
+    if t.grad is None:
+        raise ProtocolError("the top model did not back-propagate to the activations")
+    return t.grad
 
 
 def _state(module: nn.Module) -> dict[str, np.ndarray]:
     return {k: to_numpy(v).copy() for k, v in module.state_dict().items()}
 
 
-def _load(module: nn.Module, arrays: Mapping[str, np.ndarray], prefix: str, device: torch.device) -> None:
+def _load(
+    module: nn.Module, arrays: Mapping[str, np.ndarray], prefix: str, device: torch.device
+) -> None:
     module.load_state_dict({k: to_tensor(arrays[prefix + k], device) for k in module.state_dict()})
 
 
@@ -239,7 +274,9 @@ class DataOwner(Party):
         self.x = {k: to_tensor(strips[pos][:, None], device) for k, pos in positions.items()}
         self.copies = {k: _clone(bottom, device) for k in positions}
         self.local_optimizer, self.lr = local_optimizer, lr
-        self.optims = {k: _local_optimizer(local_optimizer, m.parameters(), lr) for k, m in self.copies.items()}
+        self.optims = {
+            k: _local_optimizer(local_optimizer, m.parameters(), lr) for k, m in self.copies.items()
+        }
         self.split_x: dict[str, torch.Tensor] = {}
         self._order: dict[str, np.ndarray] = {}
         self._pending: dict[str, torch.Tensor] = {}
@@ -251,11 +288,13 @@ class DataOwner(Party):
     @handles("begin_epoch")
     def begin_epoch(self, msg: Message) -> None:
         n = len(self.x[msg.sender])
-        self._order[msg.sender] = epoch_order(int(msg.meta["seed"]), msg.round, int(msg.meta["epoch"]), n)
+        self._order[msg.sender] = epoch_order(
+            _meta(msg, "seed", int), msg.round, _meta(msg, "epoch", int), n
+        )
 
     @handles("forward")
     def forward(self, msg: Message) -> Message:
-        k, b, bs = msg.sender, int(msg.meta["batch"]), int(msg.meta["batch_size"])
+        k, b, bs = msg.sender, _meta(msg, "batch", int), _meta(msg, "batch_size", int)
         idx = torch.as_tensor(self._order[k][b * bs : (b + 1) * bs], device=self.device)
         out = self.copies[k](self.x[k].index_select(0, idx))
         self._pending[k] = out
@@ -280,7 +319,9 @@ class DataOwner(Party):
 
     @handles("infer")
     def infer(self, msg: Message) -> Message:
-        x = self.split_x[str(msg.meta["split"])][int(msg.meta["start"]) : int(msg.meta["stop"])]
+        x = self.split_x[_meta(msg, "split", str)][
+            _meta(msg, "start", int) : _meta(msg, "stop", int)
+        ]
         model = next(iter(self.copies.values()))  # all copies are equal after averaging
         with torch.no_grad():
             out = model(x)
@@ -326,7 +367,7 @@ class LabelOwner(Party):
 
     @handles("train_round")
     def train_round(self, msg: Message) -> Message:
-        seed, n, bs = int(msg.meta["seed"]), len(self.y), self.batch_size
+        seed, n, bs = _meta(msg, "seed", int), len(self.y), self.batch_size
         opt = _local_optimizer(self.local_optimizer, self.top.parameters(), self.lr)
         self.top.train()
         total, n_batches = 0.0, 0
@@ -336,21 +377,29 @@ class LabelOwner(Party):
             order = torch.as_tensor(epoch_order(seed, msg.round, epoch, n), device=self.device)
             for b in range((n + bs - 1) // bs):
                 acts = [
-                    to_tensor(self.send(d, "forward", meta={"batch": b, "batch_size": bs}).arrays["activations"], self.device)
-                    .requires_grad_(True)
+                    to_tensor(
+                        self.send(d, "forward", meta={"batch": b, "batch_size": bs}).arrays[
+                            "activations"
+                        ],
+                        self.device,
+                    ).requires_grad_(True)
                     for d in self.data_owners
                 ]
                 logits = self.top(combine_activations(acts))
-                loss = nn.functional.cross_entropy(logits, self.y.index_select(0, order[b * bs : (b + 1) * bs]))
+                loss = nn.functional.cross_entropy(
+                    logits, self.y.index_select(0, order[b * bs : (b + 1) * bs])
+                )
                 opt.zero_grad(set_to_none=True)
                 loss.backward()
                 opt.step()
                 for d, a in zip(self.data_owners, acts, strict=True):
-                    self.send(d, "backward", {"activation_grad": to_numpy(a.grad)})
+                    self.send(d, "backward", {"activation_grad": to_numpy(_grad(a))})
                 total += float(loss.detach())
                 n_batches += 1
         update = {f"update/{k}": v - self._global[k] for k, v in _state(self.top).items()}
-        return self.reply(msg, update, meta={"train_loss": total / max(n_batches, 1), "n_batches": n_batches})
+        return self.reply(
+            msg, update, meta={"train_loss": total / max(n_batches, 1), "n_batches": n_batches}
+        )
 
     def set_split_labels(self, split: str, y: np.ndarray) -> None:
         self.split_y[split] = y
@@ -361,14 +410,21 @@ class LabelOwner(Party):
         preds = []
         with torch.no_grad():
             for start in range(0, n, _EVAL_BATCH):
-                meta = {"split": split, "start": start, "stop": min(n, start + _EVAL_BATCH)}
-                acts = [to_tensor(self.send(d, "infer", meta=meta).arrays["activations"], self.device) for d in self.data_owners]
+                meta: dict[str, MetaValue] = {
+                    "split": split,
+                    "start": start,
+                    "stop": min(n, start + _EVAL_BATCH),
+                }
+                acts = [
+                    to_tensor(self.send(d, "infer", meta=meta).arrays["activations"], self.device)
+                    for d in self.data_owners
+                ]
                 preds.append(to_numpy(self.top(combine_activations(acts)).argmax(1)))
         return np.concatenate(preds)
 
     @handles("evaluate")
     def evaluate(self, msg: Message) -> Message:
-        split = str(msg.meta["split"])
+        split = _meta(msg, "split", str)
         y = self.split_y[split]
         acc = float(np.mean(self.predict_split(split, len(y)) == y))
         return self.reply(msg, meta={"accuracy": acc})
@@ -410,19 +466,24 @@ class Server(Coordinator):
             seed = round_seed(self.random_state, r)
             replies = self.broadcast(self.label_owners, "train_round", meta={"seed": seed}, round=r)
             updates = [{k[7:]: v for k, v in rep.arrays.items()} for rep in replies.values()]
-            self.params = {k: v.astype(np.float32) for k, v in self.optimizer.step(self.params, updates).items()}
+            self.params = {
+                k: v.astype(np.float32)
+                for k, v in self.optimizer.step(self.params, updates).items()
+            }
             self._send_top(r)
             self.broadcast(self.data_owners, "average_bottoms", round=r)
             rec = {
                 "round": float(r),
-                "train_loss": float(np.mean([rep.meta["train_loss"] for rep in replies.values()])),
+                "train_loss": float(
+                    np.mean([_meta(rep, "train_loss", float) for rep in replies.values()])
+                ),
                 "train_seconds": time.perf_counter() - t0,
                 "train_bytes": float(log.total_bytes - b0),
-                "batches": float(sum(int(rep.meta["n_batches"]) for rep in replies.values())),  # type: ignore[arg-type]
+                "batches": float(sum(_meta(rep, "n_batches", int) for rep in replies.values())),
             }
             if self.evaluate:
                 rep = self.send(self.label_owners[0], "evaluate", meta={"split": "test"}, round=r)
-                rec["accuracy"] = float(rep.meta["accuracy"])  # type: ignore[arg-type]
+                rec["accuracy"] = _meta(rep, "accuracy", float)
             rec["seconds"] = time.perf_counter() - t0
             self.history.append(rec)
             if self.callback is not None:
@@ -437,16 +498,22 @@ def _as_strips(X: Any, n_data_owners: int, name: str) -> list[np.ndarray]:
     """Images ``(n, H, W)`` → D strips ``(n, h_d, W)``; or validate a list of D strips."""
     if isinstance(X, np.ndarray) and X.ndim == 3:
         if X.shape[1] < n_data_owners:
-            raise DataError(f"{name}: {X.shape[1]}-row images cannot be cut into {n_data_owners} strips")
+            raise DataError(
+                f"{name}: {X.shape[1]}-row images cannot be cut into {n_data_owners} strips"
+            )
         width = X.shape[2]
         strips = [s.reshape(len(X), -1, width) for s in split_strips(X, n_data_owners)]
     elif isinstance(X, (list, tuple)):
         if len(X) != n_data_owners:
-            raise DataError(f"{name} has {len(X)} strips but n_data_owners={n_data_owners}; pass one strip per data owner")
+            raise DataError(
+                f"{name} has {len(X)} strips but n_data_owners={n_data_owners}; pass one strip per data owner"
+            )
         strips = [np.asarray(s) for s in X]
         for d, s in enumerate(strips):
             if s.ndim != 3 or 0 in s.shape:
-                raise DataError(f"{name}[{d}] must be a non-empty (n_samples, rows, width) array, got shape {s.shape}")
+                raise DataError(
+                    f"{name}[{d}] must be a non-empty (n_samples, rows, width) array, got shape {s.shape}"
+                )
         shapes = [s.shape for s in strips]
         if len({s[0] for s in shapes}) != 1 or len({s[2] for s in shapes}) != 1:
             raise DataError(
@@ -454,7 +521,9 @@ def _as_strips(X: Any, n_data_owners: int, name: str) -> list[np.ndarray]:
                 "same width (they are stacked along the height axis); align the data owners by sample ID first"
             )
     else:
-        raise DataError(f"{name} must be an (n, H, W) image array or a list of {n_data_owners} (n, rows, W) strips")
+        raise DataError(
+            f"{name} must be an (n, H, W) image array or a list of {n_data_owners} (n, rows, W) strips"
+        )
     out = []
     for s in strips:
         if s.dtype == np.uint8:
@@ -567,7 +636,9 @@ class MultiVFL:
         if self.lr <= 0:
             raise ConfigError(f"lr must be positive, got {self.lr}")
         if self.local_optimizer not in _LOCAL_OPTIMIZERS:
-            raise ConfigError(f"local_optimizer must be one of {_LOCAL_OPTIMIZERS}, got {self.local_optimizer!r}")
+            raise ConfigError(
+                f"local_optimizer must be one of {_LOCAL_OPTIMIZERS}, got {self.local_optimizer!r}"
+            )
         return make_server_optimizer(
             self.optimizer,
             lr=self.server_lr,
@@ -620,17 +691,23 @@ class MultiVFL:
             raise DataError(f"ids has {len(ids_arr)} entries, X has {n} samples")
         rng = np.random.default_rng(self.random_state)
         if label_owner_ids is None:
-            parts = partition_label_owners(y_enc, self.scenario, self.n_label_owners, self.samples_per_owner, rng)
+            parts = partition_label_owners(
+                y_enc, self.scenario, self.n_label_owners, self.samples_per_owner, rng
+            )
             owner_ids = [ids_arr[p] for p in parts]
         else:
             if len(label_owner_ids) != self.n_label_owners:
-                raise DataError(f"label_owner_ids has {len(label_owner_ids)} entries, n_label_owners={self.n_label_owners}")
+                raise DataError(
+                    f"label_owner_ids has {len(label_owner_ids)} entries, n_label_owners={self.n_label_owners}"
+                )
             owner_ids = [np.asarray(a) for a in label_owner_ids]
         order = np.argsort(ids_arr, kind="stable")
         owner_rows = []
         for k, oid in enumerate(owner_ids):
             if len(oid) == 0:
-                raise DataError(f"label owner {k} has no samples; give every label owner at least one labelled sample")
+                raise DataError(
+                    f"label owner {k} has no samples; give every label owner at least one labelled sample"
+                )
             rows = order[np.clip(np.searchsorted(ids_arr[order], oid), 0, n - 1)]
             if not np.array_equal(ids_arr[rows], oid):
                 raise DataError(f"label_owner_ids[{k}] names samples that are not in ids")
@@ -674,7 +751,15 @@ class MultiVFL:
                 )
             )
         data_owners = [
-            DataOwner(name, strips[d], positions[d], bottoms[d], local_optimizer=self.local_optimizer, lr=self.lr, device=dev)
+            DataOwner(
+                name,
+                strips[d],
+                positions[d],
+                bottoms[d],
+                local_optimizer=self.local_optimizer,
+                lr=self.lr,
+                device=dev,
+            )
             for d, name in enumerate(do_names)
         ]
         if eval_set is not None:
@@ -682,10 +767,14 @@ class MultiVFL:
             t_strips = self._check_predict_strips(Xt)
             yt_arr = np.asarray(yt)
             if yt_arr.shape != (len(t_strips[0]),):
-                raise DataError(f"eval_set labels have shape {yt_arr.shape}, expected ({len(t_strips[0])},)")
+                raise DataError(
+                    f"eval_set labels have shape {yt_arr.shape}, expected ({len(t_strips[0])},)"
+                )
             unknown = np.setdiff1d(yt_arr, self.classes_)
             if len(unknown):
-                raise DataError(f"eval_set has labels {unknown[:5].tolist()} that are not in the training labels")
+                raise DataError(
+                    f"eval_set has labels {unknown[:5].tolist()} that are not in the training labels"
+                )
             for do, s in zip(data_owners, t_strips, strict=True):
                 do.set_split("test", s)
             label_owners[0].set_split_labels("test", np.searchsorted(self.classes_, yt_arr))
@@ -699,7 +788,9 @@ class MultiVFL:
             evaluate=eval_set is not None,
             callback=callback,
         )
-        transport = federate([server, *label_owners, *data_owners], multivfl_policy(list(top.state_dict())))
+        transport = federate(
+            [server, *label_owners, *data_owners], multivfl_policy(list(top.state_dict()))
+        )
         transport.log.keep_entries = self.log_entries
         t0 = time.perf_counter()
         records = server.run()
@@ -728,7 +819,9 @@ class MultiVFL:
         strips = _as_strips(X, self.n_data_owners, "X")
         shapes = [s.shape[1:] for s in strips]
         if shapes != self._strip_shapes:
-            raise DataError(f"strip shapes {shapes} differ from the training strips {self._strip_shapes}")
+            raise DataError(
+                f"strip shapes {shapes} differ from the training strips {self._strip_shapes}"
+            )
         return strips
 
     def predict(self, X: Any) -> np.ndarray:
@@ -738,7 +831,9 @@ class MultiVFL:
         strips = self._check_predict_strips(X)
         for do, s in zip(self.data_owners_, strips, strict=True):
             do.set_split("predict", s)
-        return np.asarray(self.classes_[self.label_owners_[0].predict_split("predict", len(strips[0]))])
+        return np.asarray(
+            self.classes_[self.label_owners_[0].predict_split("predict", len(strips[0]))]
+        )
 
     def score(self, X: Any, y: Any) -> float:
         """Accuracy of :meth:`predict` on ``(X, y)``."""

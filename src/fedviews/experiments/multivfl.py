@@ -57,10 +57,19 @@ class MultiVFLNonIIDParams:
         from fedviews.deep._serveropt import make_server_optimizer
 
         if not self.scenarios or not self.optimizers:
-            raise ConfigError("params.scenarios and params.optimizers must each name at least one entry")
+            raise ConfigError(
+                "params.scenarios and params.optimizers must each name at least one entry"
+            )
         for name in self.optimizers:
             make_server_optimizer(name)
-        for key in ("rounds", "local_epochs", "batch_size", "n_data_owners", "n_label_owners", "samples_per_owner"):
+        for key in (
+            "rounds",
+            "local_epochs",
+            "batch_size",
+            "n_data_owners",
+            "n_label_owners",
+            "samples_per_owner",
+        ):
             if getattr(self, key) < 1:
                 raise ConfigError(f"params.{key} must be >= 1, got {getattr(self, key)}")
         if not 0.0 < self.test_fraction < 1.0:
@@ -89,7 +98,9 @@ def _load_split(cfg: ExperimentConfig, p: MultiVFLNonIIDParams) -> tuple[Any, An
         return tr.images, tr.y, tr.ids, te.images, te.y
     ds = data.load(name, **opts)
     if ds.images is None:
-        raise ConfigError(f"dataset {name!r} has no images; Multi-VFL needs an image dataset (fashion_mnist, mnist)")
+        raise ConfigError(
+            f"dataset {name!r} has no images; Multi-VFL needs an image dataset (fashion_mnist, mnist)"
+        )
     rng = np.random.default_rng(cfg.seed)
     test = np.concatenate(
         [
@@ -120,7 +131,9 @@ def _run(cfg: ExperimentConfig, ctx: RunContext) -> ExperimentResult:
             label = f"{scenario}/{opt}"
             acc: list[float] = []
 
-            def on_round(r: int, rec: dict[str, float], acc: list[float] = acc) -> None:
+            def on_round(
+                r: int, rec: dict[str, float], acc: list[float] = acc, label: str = label
+            ) -> None:
                 acc.append(rec["accuracy"])
                 advance(1)
                 ctx.checkpoint({"curves": {**curves, label: acc}})
@@ -151,7 +164,11 @@ def _run(cfg: ExperimentConfig, ctx: RunContext) -> ExperimentResult:
             )
             ctx.log(f"{label}: final accuracy {100 * acc[-1]:.2f}% after {p.rounds} rounds")
     rounds = list(range(1, p.rounds + 1))
-    panel = "FedAvg, non-IID label owners" if len(p.optimizers) == 1 else f"{', '.join(p.scenarios)}: server optimizers"
+    panel = (
+        "FedAvg, non-IID label owners"
+        if len(p.optimizers) == 1
+        else f"{', '.join(p.scenarios)}: server optimizers"
+    )
     fig = line_panels(
         ctx.path("accuracy.png"),
         rounds,

@@ -1,0 +1,218 @@
+"""Bidirectional GRU feature extractor for variable-length sequences (S-FedMV, Sec. 6).
+
+Sequences of a batch are padded and then *packed*
+(:func:`torch.nn.utils.rnn.pack_padded_sequence`), so the GRU never reads a
+padding step: the forward direction stops at each sequence's own last step and
+the backward direction starts there. The embedding of a sequence is the
+concatenation of the last hidden state of the forward and of the backward
+direction of the top layer (``2 * hidden_size`` features); a linear head on it
+is used only to train the extractor (cross-entropy), as in the paper where the
+GRU's embedding becomes the feature matrix ``X_k`` of H-FedMV.
+
+Nothing is truncated: the lengths of a batch are whatever the samples are
+(filtering too short / too long samples is the data loader's job,
+:meth:`fedviews.data.MultiViewSequences.filter_lengths`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from fedviews.deep._common import batches, require_torch
+from fedviews.errors import ConfigError
+
+if TYPE_CHECKING:
+    import torch
+
+__all__ = [
+    "BiGRUExtractor",
+    "GRUConfig",
+    "get_params",
+    "make_extractor",
+    "new_rng_state",
+    "pad_batch",
+    "private_rng",
+    "sequence_embed",
+    "sequence_logits",
+    "set_params",
+    "train_epochs",
+]
+
+torch = require_torch()
+nn = torch.nn
+_rnn = torch.nn.utils.rnn
+
+
+@dataclass(frozen=True)
+class GRUConfig:
+    """Architecture and optimisation of one view's extractor (Algorithm 4's LocalTraining).
+
+    Parameters
+    ----------
+    hidden_size : int, default=32
+        GRU units per direction; the embedding has ``2 * hidden_size`` features.
+    num_layers : int, default=1
+    dropout : float, default=0.1
+        Dropout on the embedding before the head (and between GRU layers);
+        paper: from {0.1, 0.3}.
+    lr : float, default=0.005
+        RMSProp learning rate (paper: from {0.001, 0.005}).
+    batch_size : int, default=128
+        Paper: 128.
+    local_epochs : int, default=2
+        Epochs of local training per round (paper: from {10, 15}).
+    n_rounds : int, default=10
+        FedAvg rounds per view (paper: 150-170). Local / centralized training
+        runs ``n_rounds * local_epochs`` epochs.
+    """
+
+    hidden_size: int = 32
+    num_layers: int = 1
+    dropout: float = 0.1
+    lr: float = 0.005
+    batch_size: int = 128
+    local_epochs: int = 2
+    n_rounds: int = 10
+
+    def validate(self) -> None:
+        for name in ("hidden_size", "num_layers", "batch_size", "local_epochs", "n_rounds"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1:
+                raise ConfigError(f"{name} must be an integer >= 1, got {v!r}")
+        if not 0.0 <= self.dropout < 1.0:
+            raise ConfigError(f"dropout must lie in [0, 1), got {self.dropout!r}")
+        if not self.lr > 0:
+            raise ConfigError(f"lr must be > 0, got {self.lr!r}")
+
+
+class BiGRUExtractor(nn.Module):  # type: ignore[misc]
+    """Bidirectional GRU over packed sequences + a linear classification head."""
+
+    def __init__(self, n_channels: int, n_classes: int, cfg: GRUConfig) -> None:
+        super().__init__()
+        self.gru = nn.GRU(
+            n_channels,
+            cfg.hidden_size,
+            num_layers=cfg.num_layers,
+            batch_first=True,
+            bidirectional=True,
+            dropout=cfg.dropout if cfg.num_layers > 1 else 0.0,
+        )
+        self.drop = nn.Dropout(cfg.dropout)
+        self.head = nn.Linear(2 * cfg.hidden_size, n_classes)
+
+    def embed(self, x: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
+        """``(B, 2H)``: last forward and backward states of the top layer (input order kept)."""
+        packed = _rnn.pack_padded_sequence(x, lengths.cpu(), batch_first=True, enforce_sorted=False)
+        _, h = self.gru(packed)  # (num_layers * 2, B, H), already un-sorted to input order
+        return torch.cat([h[-2], h[-1]], dim=1)
+
+    def forward(self, x: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
+        return self.head(self.drop(self.embed(x, lengths)))
+
+
+def make_extractor(n_channels: int, n_classes: int, cfg: GRUConfig, seed: int) -> BiGRUExtractor:
+    """A freshly initialised extractor; the global torch RNG is left untouched."""
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        return BiGRUExtractor(n_channels, n_classes, cfg)
+
+
+def pad_batch(seqs: Sequence[np.ndarray], device: Any) -> tuple[torch.Tensor, torch.Tensor]:
+    """Zero-pad ``(T_i, c)`` arrays to ``(B, max T, c)``; returns the padded batch and lengths."""
+    lengths = torch.as_tensor([len(s) for s in seqs], dtype=torch.int64)
+    x = _rnn.pad_sequence([torch.from_numpy(np.asarray(s)) for s in seqs], batch_first=True)
+    return x.to(device), lengths
+
+
+def get_params(model: BiGRUExtractor) -> dict[str, np.ndarray]:
+    """All parameters as float32 numpy arrays, keyed by their state-dict names."""
+    return {k: v.detach().cpu().numpy().copy() for k, v in model.state_dict().items()}
+
+
+def set_params(model: BiGRUExtractor, params: dict[str, np.ndarray]) -> None:
+    """Copy ``params`` into ``model`` in place (an optimizer bound to it stays valid)."""
+    state = {k: torch.as_tensor(np.asarray(v)) for k, v in params.items()}
+    model.load_state_dict(state, strict=True)
+
+
+@contextmanager
+def private_rng(state: dict[str, Any]) -> Iterator[None]:
+    """Run a block with a party's own torch RNG stream (dropout), saved back to ``state``.
+
+    Keeps each party's randomness independent of how many other parties run in
+    the same process and in which order.
+    """
+    with torch.random.fork_rng(devices=[]):
+        torch.set_rng_state(state["torch"])
+        yield
+        state["torch"] = torch.get_rng_state()
+
+
+def new_rng_state(seed: int) -> dict[str, Any]:
+    """``{"torch": ..., "numpy": Generator}`` for a party seeded with ``seed``."""
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        t = torch.get_rng_state()
+    return {"torch": t, "numpy": np.random.default_rng(seed)}
+
+
+def train_epochs(
+    model: BiGRUExtractor,
+    optimizer: Any,
+    seqs: Sequence[np.ndarray],
+    y: np.ndarray,
+    epochs: int,
+    batch_size: int,
+    rng_state: dict[str, Any],
+    device: Any,
+) -> float:
+    """``epochs`` passes of mini-batch cross-entropy training; returns the last epoch's mean loss."""
+    model.train()
+    y_t = torch.as_tensor(np.asarray(y), dtype=torch.int64, device=device)
+    loss_fn = nn.CrossEntropyLoss()
+    last = float("nan")
+    with private_rng(rng_state):
+        for _ in range(epochs):
+            total, n = 0.0, 0
+            for idx in batches(len(seqs), batch_size, rng_state["numpy"]):
+                x, lengths = pad_batch([seqs[i] for i in idx], device)
+                optimizer.zero_grad()
+                loss = loss_fn(model(x, lengths), y_t[idx])
+                loss.backward()
+                optimizer.step()
+                total += float(loss.detach()) * len(idx)
+                n += len(idx)
+            last = total / max(n, 1)
+    return last
+
+
+def _apply(
+    fn: Any, model: BiGRUExtractor, seqs: Sequence[np.ndarray], batch_size: int, device: Any
+) -> np.ndarray:
+    model.eval()
+    out = []
+    with torch.no_grad():
+        for idx in batches(len(seqs), batch_size, None):
+            x, lengths = pad_batch([seqs[i] for i in idx], device)
+            out.append(fn(x, lengths).cpu().numpy())
+    return np.concatenate(out).astype(np.float64)
+
+
+def sequence_embed(
+    model: BiGRUExtractor, seqs: Sequence[np.ndarray], batch_size: int = 256, device: Any = "cpu"
+) -> np.ndarray:
+    """``(n, 2H)`` embeddings (eval mode, packed batches): the feature matrix ``X_k``."""
+    return _apply(model.embed, model, seqs, batch_size, device)
+
+
+def sequence_logits(
+    model: BiGRUExtractor, seqs: Sequence[np.ndarray], batch_size: int = 256, device: Any = "cpu"
+) -> np.ndarray:
+    """``(n, n_classes)`` head outputs (eval mode), e.g. to track accuracy per round."""
+    return _apply(model, model, seqs, batch_size, device)

@@ -1,0 +1,141 @@
+"""Deployment configs: which algorithm, which parties, timeouts, hyper-parameters.
+
+A deployment TOML file (``configs/deploy_*.toml``)::
+
+    algorithm = "mmvfl"
+    name = "deploy_mmvfl_handwritten"
+    seed = 0
+
+    [federation]
+    parties = ["pix", "fou", "fac", "zer", "kar"]   # order = party index (seeds)
+    label_owner = "pix"
+    timeout = 20.0          # seconds of silence before a party is declared unavailable
+    heartbeat = 2.0
+
+    [data]                  # what `fedviews launch` / `split-data` generate
+    dataset = "handwritten"
+    n_per_class = 40
+    overlap = 0.9
+
+    [params]                # the algorithm's hyper-parameters (see its deploy app)
+    max_iter = 20
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from fedviews.errors import ConfigError
+from fedviews.experiments._config import _merge, build_dataclass, parse_overrides
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
+
+__all__ = ["DeployConfig", "FederationSpec", "SplitSpec", "load_deploy_config"]
+
+
+@dataclass(frozen=True)
+class FederationSpec:
+    """Who takes part and how failures are detected."""
+
+    parties: tuple[str, ...] = ()
+    label_owner: str = ""
+    coordinator: str = "coordinator"
+    timeout: float = 20.0
+    heartbeat: float = 2.0
+    connect_timeout: float = 60.0
+    alignment: str = "psi"
+
+    def validate(self) -> None:
+        if len(self.parties) < 1 or len(set(self.parties)) != len(self.parties):
+            raise ConfigError("federation.parties must list unique party names")
+        if self.coordinator in self.parties:
+            raise ConfigError(f"a party may not be named like the coordinator ({self.coordinator!r})")
+        if self.label_owner not in self.parties:
+            raise ConfigError(
+                f"federation.label_owner={self.label_owner!r} is not one of {list(self.parties)}"
+            )
+        if not 0 < self.heartbeat < self.timeout:
+            raise ConfigError("need 0 < federation.heartbeat < federation.timeout")
+        if self.alignment not in ("psi", "none"):
+            raise ConfigError("federation.alignment must be 'psi' or 'none'")
+
+
+@dataclass(frozen=True)
+class SplitSpec:
+    """How `fedviews split-data` turns a built-in dataset into one file per party."""
+
+    dataset: str = "handwritten"
+    views: tuple[str, ...] = ()
+    n_per_class: int = 0
+    overlap: float = 1.0
+    format: str = "npz"
+
+    def validate(self) -> None:
+        if not 0 < self.overlap <= 1:
+            raise ConfigError("data.overlap must be in (0, 1]")
+        if self.format not in ("npz", "csv"):
+            raise ConfigError("data.format must be 'npz' or 'csv'")
+
+
+@dataclass(frozen=True)
+class DeployConfig:
+    algorithm: str
+    name: str
+    seed: int = 0
+    federation: FederationSpec = field(default_factory=FederationSpec)
+    data: SplitSpec = field(default_factory=SplitSpec)
+    params: Any = None
+    output_dir: str = "runs"
+
+    def roles(self) -> dict[str, str]:
+        from fedviews.deploy._apps import get_app
+
+        app = get_app(self.algorithm)
+        return {p: app.role(self, p) for p in self.federation.parties}
+
+
+def load_deploy_config(
+    source: str | Path | Mapping[str, Any], overrides: Sequence[str] = ()
+) -> DeployConfig:
+    """Load a deployment TOML (or dict), apply ``key=value`` overrides, validate every key."""
+    from fedviews.deploy._apps import get_app
+
+    if isinstance(source, Mapping):
+        raw = dict(source)
+    else:
+        path = Path(source)
+        if not path.is_file():
+            raise ConfigError(f"config file {str(path)!r} does not exist")
+        try:
+            raw = tomllib.loads(path.read_text())
+        except tomllib.TOMLDecodeError as exc:
+            raise ConfigError(f"{path}: invalid TOML: {exc}") from None
+    raw = _merge(raw, parse_overrides(overrides))
+    unknown = set(raw) - {"algorithm", "name", "seed", "federation", "data", "params", "output_dir"}
+    if unknown:
+        raise ConfigError(f"unknown top-level keys {sorted(unknown)} in the deployment config")
+    if "algorithm" not in raw:
+        raise ConfigError("the deployment config needs `algorithm = ...` (e.g. \"mmvfl\")")
+    app = get_app(str(raw["algorithm"]))
+    fed = build_dataclass(FederationSpec, raw.get("federation", {}), "federation")
+    split = build_dataclass(SplitSpec, raw.get("data", {}), "data")
+    params = build_dataclass(app.params_cls, raw.get("params", {}), "params")
+    seed = raw.get("seed", 0)
+    if isinstance(seed, bool) or not isinstance(seed, int):
+        raise ConfigError(f"seed must be an integer, got {seed!r}")
+    return DeployConfig(
+        algorithm=str(raw["algorithm"]),
+        name=str(raw.get("name", raw["algorithm"])),
+        seed=seed,
+        federation=fed,
+        data=split,
+        params=params,
+        output_dir=str(raw.get("output_dir", "runs")),
+    )

@@ -1,0 +1,251 @@
+"""One deployed run: the coordinator process and the party processes.
+
+Session protocol (all through the transport, so policy-checked and logged):
+
+1. PSI on the sample IDs (``federation.alignment = "psi"``), see :mod:`fedviews.privacy`;
+2. ``deploy:setup`` — every party restricts its data to the common IDs (sorted) and
+   reports ``n_samples``; the label owner also reports ``n_classes``;
+3. ``deploy:build`` — every party builds its algorithm party object from its own
+   data with the in-process random streams; the coordinator builds the server;
+4. the algorithm runs unchanged (``server.run()``), its messages go over gRPC;
+5. ``deploy:finish`` — every party writes its own results (e.g. its ``W_k``) to its
+   own folder; the coordinator writes ``results.json`` and the message log.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from fedviews.deploy._apps import DeployApp, get_app
+from fedviews.deploy._config import DeployConfig
+from fedviews.deploy._data import PartyData
+from fedviews.errors import DataError, FedViewsError, ProtocolError
+from fedviews.federation import Coordinator, Message, PrivacyPolicy, handles
+from fedviews.federation._certs import TLSFiles
+from fedviews.federation._grpc import GrpcHub, GrpcOptions, GrpcPartyTransport
+from fedviews.linear._common import small_blas
+from fedviews.privacy._psi import PSI_POLICY, PSIParty, run_psi
+
+__all__ = ["DeployCoordinator", "DeployParty", "run_coordinator", "run_party"]
+
+Printer = Callable[[str], None]
+
+
+def session_policy(app: DeployApp) -> PrivacyPolicy:
+    """The algorithm's policy plus the PSI arrays."""
+    rules: dict[tuple[str, str], set[str]] = {}
+    for pol in (app.policy, PSI_POLICY):
+        for key, names in pol.allowed.items():
+            rules.setdefault(key, set()).update(names)
+    return PrivacyPolicy.of(f"{app.policy.name}+psi", rules)
+
+
+def options_of(cfg: DeployConfig) -> GrpcOptions:
+    f = cfg.federation
+    return GrpcOptions(timeout=f.timeout, heartbeat=f.heartbeat, connect_timeout=f.connect_timeout)
+
+
+def _write_json(path: Path, obj: Any) -> None:
+    path.write_text(json.dumps(obj, indent=2, default=str))
+
+
+class DeployParty(PSIParty):
+    """A party process: runs the session steps, then hands messages to its algorithm party."""
+
+    def __init__(
+        self, cfg: DeployConfig, name: str, data: PartyData, out_dir: Path, echo: Printer
+    ) -> None:
+        self.app = get_app(cfg.algorithm)
+        super().__init__(name, data.ids, role=self.app.role(cfg, name))
+        if name == cfg.federation.label_owner and data.y is None:
+            raise DataError(f"{name!r} is the label owner but its data file has no labels (y)")
+        self.cfg, self.data, self.out_dir, self.echo = cfg, data, out_dir, echo
+        self.aligned: PartyData | None = None
+        self.algo: Any = None
+        self._shown = 0
+
+    def handle(self, msg: Message) -> Message:
+        if msg.kind in self._handlers:
+            return super().handle(msg)
+        if self.algo is None:
+            raise ProtocolError(f"{self.name!r} got {msg.kind!r} before deploy:build")
+        if msg.round > self._shown:
+            self._shown = msg.round
+            self.echo(f"round {msg.round}")
+        return self.algo.handle(msg)
+
+    @handles("deploy:setup")
+    def on_setup(self, msg: Message) -> Message:
+        if self.cfg.federation.alignment == "psi":
+            if self.rows is None:
+                raise ProtocolError("deploy:setup before the PSI finished")
+            rows = self.rows
+        else:
+            rows = np.arange(len(self.ids))
+        d = self.data.take(rows)
+        X = d.X
+        if getattr(self.cfg.params, "standardize", False):  # with this party's own statistics
+            sd = X.std(axis=0)
+            sd[sd < 1e-12] = 1.0
+            X = (X - X.mean(axis=0)) / sd
+        self.aligned = PartyData(d.ids, X, d.y if self.name == self.cfg.federation.label_owner else None)
+        meta: dict[str, Any] = {"n_samples": len(rows), "n_features": int(X.shape[1])}
+        if self.aligned.y is not None:
+            meta.update(self.app.label_info(self.aligned.y))
+        self.echo(f"aligned {len(rows)} of {len(self.ids)} samples")
+        return self.reply(msg, meta=meta)
+
+    @handles("deploy:build")
+    def on_build(self, msg: Message) -> Message:
+        if self.aligned is None:
+            raise ProtocolError("deploy:build before deploy:setup")
+        self.algo = self.app.build_party(
+            self.cfg, self.name, self.aligned.X, self.aligned.y, dict(msg.meta)
+        )
+        self.algo.transport = self.transport
+        return self.reply(msg)
+
+    @handles("deploy:finish")
+    def on_finish(self, msg: Message) -> Message:
+        self.out_dir.mkdir(parents=True, exist_ok=True)
+        arrays = self.app.party_results(self.algo)
+        np.savez(self.out_dir / "result.npz", **arrays)
+        assert self.transport is not None
+        _write_json(self.out_dir / "message_log.json", self.transport.log.summary())
+        self.echo(f"finished; results in {self.out_dir}")
+        return self.reply(msg)
+
+
+class DeployCoordinator(Coordinator):
+    """The coordinator process: drives the session and the algorithm's server."""
+
+    def __init__(self, cfg: DeployConfig, echo: Printer) -> None:
+        super().__init__(cfg.federation.coordinator)
+        self.cfg, self.echo = cfg, echo
+        self.app = get_app(cfg.algorithm)
+        self.parties = list(cfg.federation.parties)
+        self.server: Any = None
+        self.setup: dict[str, Any] = {}
+
+    def run(self) -> dict[str, Any]:
+        fed = self.cfg.federation
+        if fed.alignment == "psi":
+            t0 = time.perf_counter()
+            n = run_psi(self, self.parties)
+            self.echo(f"PSI: {n} common sample IDs ({time.perf_counter() - t0:.1f} s)")
+        replies = self.broadcast(self.parties, "deploy:setup")
+        sizes = {p: int(r.meta["n_samples"]) for p, r in replies.items()}  # type: ignore[arg-type]
+        if len(set(sizes.values())) != 1:
+            raise DataError(f"the parties hold different numbers of aligned samples: {sizes}")
+        owner = replies[fed.label_owner].meta
+        self.setup = {"n_samples": sizes[self.parties[0]], **{k: v for k, v in owner.items() if k.startswith("n_") and k not in ("n_samples", "n_features")}}
+        self.broadcast(self.parties, "deploy:build", meta=self.setup)
+        self.server = self.app.build_coordinator(self.cfg, self.setup)
+        self.server.transport = self.transport
+        done = threading.Event()
+        threading.Thread(target=self._progress, args=(done,), daemon=True).start()
+        try:
+            self.server.run()
+        finally:
+            done.set()
+        self.broadcast(self.parties, "deploy:finish")
+        return self.results()
+
+    def _progress(self, done: threading.Event) -> None:
+        shown = 0
+        while not done.wait(0.5):
+            obj = list(getattr(self.server, "objective", []))
+            for r in range(shown, len(obj)):
+                self.echo(f"round {r + 1}: objective {obj[r]:.6g}")
+            shown = len(obj)
+
+    def results(self) -> dict[str, Any]:
+        if self.server is None:
+            return {}
+        metrics, _ = self.app.coordinator_results(self.server)
+        return metrics
+
+
+def _print_to(prefix: str, echo: Printer | None) -> Printer:
+    def out(line: str) -> None:
+        (echo or print)(f"[{prefix}] {line}")
+
+    return out
+
+
+def run_coordinator(
+    cfg: DeployConfig,
+    listen: str,
+    out_dir: Path,
+    *,
+    tls: TLSFiles | None,
+    port_file: Path | None = None,
+    echo: Printer | None = None,
+) -> dict[str, Any]:
+    """Serve the federation until the run ends; write ``results.json`` even when it fails."""
+    say = _print_to(cfg.federation.coordinator, echo)
+    app = get_app(cfg.algorithm)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    hub = GrpcHub(session_policy(app), cfg.roles(), listen=listen, tls=tls, options=options_of(cfg))
+    coord = DeployCoordinator(cfg, say)
+    hub.register(coord)
+    if port_file is not None:
+        port_file.write_text(str(hub.port))
+    say(f"listening on port {hub.port} ({'mutual TLS' if tls else 'INSECURE plain text'}); "
+        f"waiting for {list(cfg.federation.parties)}")
+    status = "ok"
+    t0 = time.perf_counter()
+    try:
+        hub.wait_for_parties()
+        say("all parties joined")
+        with small_blas():
+            coord.run()
+        return coord.results()
+    except FedViewsError as exc:
+        status = f"{type(exc).__name__}: {exc}"
+        raise
+    finally:
+        result = {"status": status, "seconds": round(time.perf_counter() - t0, 3), **coord.results()}
+        _write_json(out_dir / "results.json", result)
+        if coord.server is not None:
+            np.savez(out_dir / "result.npz", **app.coordinator_results(coord.server)[1])
+        _write_json(out_dir / "message_log.json", hub.log.summary())
+        hub.close()
+        say(f"{status}; results in {out_dir}")
+
+
+def run_party(
+    cfg: DeployConfig,
+    name: str,
+    data: PartyData,
+    coordinator: str,
+    out_dir: Path,
+    *,
+    tls: TLSFiles | None,
+    echo: Printer | None = None,
+) -> None:
+    """Dial the coordinator and serve this party's part of the run until it ends."""
+    say = _print_to(name, echo)
+    if name not in cfg.federation.parties:
+        raise DataError(f"{name!r} is not a party of this federation: {list(cfg.federation.parties)}")
+    app = get_app(cfg.algorithm)
+    party = DeployParty(cfg, name, data, out_dir, say)
+    transport = GrpcPartyTransport(
+        session_policy(app),
+        coordinator,
+        tls=tls,
+        server_name=cfg.federation.coordinator,
+        options=options_of(cfg),
+    )
+    transport.register(party)
+    transport.connect()
+    say(f"connected to {coordinator}")
+    with small_blas():
+        transport.serve()

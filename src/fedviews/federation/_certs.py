@@ -1,0 +1,212 @@
+"""A federation's certificate authority and per-party certificates (mutual TLS).
+
+``fedviews certs init DIR`` creates ``DIR/ca.key`` and ``DIR/ca.crt``;
+``fedviews certs issue DIR NAME`` creates ``DIR/NAME.key`` and ``DIR/NAME.crt``
+with the party name as common name and DNS subject-alternative name. The
+coordinator's certificate is issued the same way (name ``coordinator``); extra
+``--host`` names/addresses can be added to it. ``fedviews certs revoke DIR NAME``
+adds the certificate's serial number to ``DIR/revoked.txt``, which the
+coordinator reads at start-up. Only ``NAME.key``, ``NAME.crt`` and ``ca.crt``
+are handed to each organisation; ``ca.key`` stays with whoever runs the CA.
+"""
+
+from __future__ import annotations
+
+import datetime
+import ipaddress
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from fedviews.errors import ConfigError, require
+
+__all__ = ["TLSFiles", "init_ca", "issue_certificate", "revoke_certificate"]
+
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
+_DAYS = 825
+
+
+def _crypto() -> Any:
+    require("cryptography", "grpc")
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+
+    return x509, hashes, serialization, ec, NameOID, ExtendedKeyUsageOID
+
+
+def _check_name(name: str) -> str:
+    if not _NAME.match(name):
+        raise ConfigError(
+            f"party name {name!r} must be 1-64 letters, digits, '_', '-' or '.', "
+            "starting with a letter or digit"
+        )
+    return name
+
+
+def _write_key(path: Path, key: Any) -> None:
+    _, _, serialization, _, _, _ = _crypto()
+    path.write_bytes(
+        key.private_bytes(
+            serialization.Encoding.PEM,
+            serialization.PrivateFormat.PKCS8,
+            serialization.NoEncryption(),
+        )
+    )
+    path.chmod(0o600)
+
+
+def init_ca(directory: str | Path, name: str = "fedviews federation CA") -> Path:
+    """Create a federation CA (``ca.key``, ``ca.crt``) in ``directory``; return ``ca.crt``."""
+    x509, hashes, serialization, ec, NameOID, _ = _crypto()
+    d = Path(directory)
+    d.mkdir(parents=True, exist_ok=True)
+    if (d / "ca.key").exists():
+        raise ConfigError(f"{d / 'ca.key'} exists already; use another directory")
+    key = ec.generate_private_key(ec.SECP256R1())
+    subject = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, name)])
+    now = datetime.datetime.now(datetime.timezone.utc)
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(subject)
+        .issuer_name(subject)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(minutes=5))
+        .not_valid_after(now + datetime.timedelta(days=10 * 365))
+        .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
+        .add_extension(
+            x509.KeyUsage(
+                digital_signature=True,
+                content_commitment=False,
+                key_encipherment=False,
+                data_encipherment=False,
+                key_agreement=False,
+                key_cert_sign=True,
+                crl_sign=True,
+                encipher_only=False,
+                decipher_only=False,
+            ),
+            critical=True,
+        )
+        .sign(key, hashes.SHA256())
+    )
+    _write_key(d / "ca.key", key)
+    (d / "ca.crt").write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    return d / "ca.crt"
+
+
+def issue_certificate(
+    directory: str | Path, name: str, hosts: Sequence[str] = (), days: int = _DAYS
+) -> Path:
+    """Issue ``NAME.crt``/``NAME.key`` signed by the CA in ``directory``; return the cert path.
+
+    The certificate works for both ends of a connection (client and server auth);
+    its common name and first DNS name are ``name``; ``hosts`` adds DNS names or
+    IP addresses (for the coordinator's address).
+    """
+    x509, hashes, serialization, ec, NameOID, EKU = _crypto()
+    d = Path(directory)
+    _check_name(name)
+    if not (d / "ca.key").is_file():
+        raise ConfigError(f"no CA in {d}; create one with: fedviews certs init {d}")
+    ca_key = serialization.load_pem_private_key((d / "ca.key").read_bytes(), password=None)
+    ca_cert = x509.load_pem_x509_certificate((d / "ca.crt").read_bytes())
+    key = ec.generate_private_key(ec.SECP256R1())
+    alt: list[Any] = [x509.DNSName(name)]
+    for h in hosts:
+        try:
+            alt.append(x509.IPAddress(ipaddress.ip_address(h)))
+        except ValueError:
+            alt.append(x509.DNSName(h))
+    now = datetime.datetime.now(datetime.timezone.utc)
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, name)]))
+        .issuer_name(ca_cert.subject)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(minutes=5))
+        .not_valid_after(now + datetime.timedelta(days=days))
+        .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
+        .add_extension(x509.SubjectAlternativeName(alt), critical=False)
+        .add_extension(
+            x509.ExtendedKeyUsage([EKU.SERVER_AUTH, EKU.CLIENT_AUTH]), critical=False
+        )
+        .sign(ca_key, hashes.SHA256())
+    )
+    _write_key(d / f"{name}.key", key)
+    path = d / f"{name}.crt"
+    path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    return path
+
+
+def revoke_certificate(directory: str | Path, name: str) -> int:
+    """Add the serial number of ``DIR/NAME.crt`` to ``DIR/revoked.txt``; return it."""
+    x509 = _crypto()[0]
+    d = Path(directory)
+    path = d / f"{_check_name(name)}.crt"
+    if not path.is_file():
+        raise ConfigError(f"no certificate {path}")
+    serial = int(x509.load_pem_x509_certificate(path.read_bytes()).serial_number)
+    with (d / "revoked.txt").open("a") as fh:
+        fh.write(f"{serial:x} {name}\n")
+    return serial
+
+
+@dataclass(frozen=True)
+class TLSFiles:
+    """The PEM files one process needs: the federation CA, its certificate and key.
+
+    ``revoked`` holds serial numbers (hex) that the coordinator refuses.
+    """
+
+    ca: Path
+    cert: Path
+    key: Path
+    revoked: frozenset[str] = field(default_factory=frozenset)
+
+    @classmethod
+    def from_dir(cls, directory: str | Path, name: str) -> TLSFiles:
+        """``DIR/ca.crt``, ``DIR/NAME.crt``, ``DIR/NAME.key`` (and ``DIR/revoked.txt``)."""
+        d = Path(directory)
+        files = cls(d / "ca.crt", d / f"{name}.crt", d / f"{name}.key")
+        for p in (files.ca, files.cert, files.key):
+            if not p.is_file():
+                raise ConfigError(
+                    f"missing {p}; create it with `fedviews certs init {d}` and "
+                    f"`fedviews certs issue {d} {name}` (or pass --insecure for a plain-text test)"
+                )
+        rl = d / "revoked.txt"
+        revoked = (
+            frozenset(line.split()[0] for line in rl.read_text().splitlines() if line.strip())
+            if rl.is_file()
+            else frozenset()
+        )
+        return cls(files.ca, files.cert, files.key, revoked)
+
+    def server_credentials(self) -> Any:
+        grpc: Any = require("grpc", "grpc")
+        return grpc.ssl_server_credentials(
+            [(self.key.read_bytes(), self.cert.read_bytes())],
+            root_certificates=self.ca.read_bytes(),
+            require_client_auth=True,
+        )
+
+    def channel_credentials(self) -> Any:
+        grpc: Any = require("grpc", "grpc")
+        return grpc.ssl_channel_credentials(
+            root_certificates=self.ca.read_bytes(),
+            private_key=self.key.read_bytes(),
+            certificate_chain=self.cert.read_bytes(),
+        )
+
+    def is_revoked(self, pem: bytes) -> bool:
+        """Whether the PEM certificate a peer presented has a revoked serial number."""
+        if not self.revoked or not pem:
+            return False
+        x509 = _crypto()[0]
+        return f"{x509.load_pem_x509_certificate(pem).serial_number:x}" in self.revoked

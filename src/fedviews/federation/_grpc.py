@@ -1,0 +1,705 @@
+"""gRPC transport: a coordinator hub that parties dial out to.
+
+Topology
+--------
+The coordinator process runs :class:`GrpcHub` (a gRPC server). Every other party
+runs :class:`GrpcPartyTransport`, which **dials out** to the hub (parties usually
+sit behind firewalls) and keeps one bidirectional stream open for the whole run.
+``hub.request(msg)`` pushes the encoded :class:`Message` down the receiver's
+stream and waits for its reply; a party's own ``send`` (e.g. a data owner sending
+activations to a label owner from inside its handler) goes up to the hub, which
+relays it to the receiver and relays the reply back. Both ends enforce the
+:class:`PrivacyPolicy` before anything leaves them and keep a :class:`MessageLog`;
+the hub's log sees every message of the federation, exactly like the in-process
+transport's.
+
+Wire format
+-----------
+One gRPC method, ``/fedviews.Hub/Connect`` (stream-stream, raw bytes: no protoc
+step, no pickle). Every gRPC message is one *frame*::
+
+    b"FVF1" | u8 type | u64 message id | u32 chunk index | u32 n_chunks | u32 CRC-32 | chunk
+
+A :class:`Message` is encoded with :meth:`Message.encode` and split into chunks of
+``chunk_size`` bytes (below gRPC's message limit); the receiver reassembles the
+chunks and checks the CRC-32 of the whole encoded message before decoding it.
+
+Failure handling
+----------------
+Both ends send a heartbeat frame every ``heartbeat`` seconds (also while a
+handler computes). A peer whose stream breaks, or from which nothing has arrived
+for ``timeout`` seconds, is declared dead: every pending request to it raises
+:class:`~fedviews.errors.PartyUnavailable` naming it. Every request also has a
+deadline (``request_timeout``). A party retries connecting with exponential
+backoff (``connect_retries`` attempts).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import queue
+import struct
+import threading
+import time
+import zlib
+from collections.abc import Iterator, Mapping
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, NoReturn
+
+from fedviews import errors
+from fedviews.errors import FedViewsError, PartyUnavailable, ProtocolError, require
+from fedviews.federation._message import Message
+from fedviews.federation._party import Party
+from fedviews.federation._policy import PrivacyPolicy
+from fedviews.federation._transport import Transport
+
+if TYPE_CHECKING:
+    from fedviews.federation._certs import TLSFiles
+
+__all__ = ["GrpcHub", "GrpcOptions", "GrpcPartyTransport"]
+
+log = logging.getLogger("fedviews.grpc")
+
+_METHOD = "/fedviews.Hub/Connect"
+_HEADER = struct.Struct("<4sBQIII")
+_MAGIC = b"FVF1"
+HELLO, WELCOME, REQUEST, REPLY, ERROR, HEARTBEAT, BYE = range(1, 8)
+_MB = 1024 * 1024
+
+
+def _grpc() -> Any:
+    return require("grpc", "grpc")
+
+
+@dataclass(frozen=True)
+class GrpcOptions:
+    """Timing and size settings shared by the hub and the parties.
+
+    Parameters
+    ----------
+    timeout : float
+        Seconds of silence (no frame, not even a heartbeat) after which a peer is
+        declared unavailable.
+    heartbeat : float
+        Seconds between heartbeat frames.
+    request_timeout : float
+        Deadline of one request (its handler's whole computation), in seconds.
+    connect_timeout : float
+        Seconds to wait for each connection attempt (and for all parties to join).
+    connect_retries : int
+        Connection attempts before a party gives up.
+    backoff : float
+        First pause between connection attempts (doubled after each failure).
+    chunk_size : int
+        Bytes per frame; messages larger than this are split.
+    """
+
+    timeout: float = 20.0
+    heartbeat: float = 2.0
+    request_timeout: float = 3600.0
+    connect_timeout: float = 30.0
+    connect_retries: int = 8
+    backoff: float = 0.5
+    chunk_size: int = 2 * _MB
+
+    def channel_options(self) -> list[tuple[str, int]]:
+        limit = self.chunk_size + 64 * 1024
+        return [
+            ("grpc.max_send_message_length", limit),
+            ("grpc.max_receive_message_length", limit),
+            ("grpc.keepalive_time_ms", int(max(self.heartbeat, 1.0) * 5000)),
+            ("grpc.keepalive_timeout_ms", int(self.timeout * 1000)),
+            ("grpc.keepalive_permit_without_calls", 1),
+            ("grpc.http2.max_pings_without_data", 0),
+        ]
+
+
+# -- framing ------------------------------------------------------------------
+
+
+class _Link:
+    """One stream end: chunked frames out (a queue), reassembly in, liveness."""
+
+    def __init__(self, peer: str, chunk_size: int) -> None:
+        self.peer = peer
+        self.chunk_size = chunk_size
+        self.out: queue.Queue[bytes | None] = queue.Queue()
+        self.partial: dict[tuple[int, int], list[bytes]] = {}
+        self.last_seen = time.monotonic()
+        self.closed = threading.Event()
+        self.reason = ""
+        self.bytes_out = 0
+        self.bytes_in = 0
+        self._lock = threading.Lock()
+
+    def send(self, ftype: int, msg_id: int = 0, data: bytes = b"") -> None:
+        if self.closed.is_set():
+            raise PartyUnavailable(self.peer, self.reason or "connection closed")
+        crc = zlib.crc32(data)
+        n = max(1, -(-len(data) // self.chunk_size))
+        view = memoryview(data)
+        with self._lock:  # the chunks of one message stay contiguous
+            for i in range(n):
+                chunk = view[i * self.chunk_size : (i + 1) * self.chunk_size]
+                frame = _HEADER.pack(_MAGIC, ftype, msg_id, i, n, crc) + chunk
+                self.bytes_out += len(frame)
+                self.out.put(frame)
+
+    def receive(self, frame: bytes) -> tuple[int, int, bytes] | None:
+        """Feed one frame; return ``(type, id, data)`` once a message is complete."""
+        self.last_seen = time.monotonic()
+        self.bytes_in += len(frame)
+        if len(frame) < _HEADER.size:
+            raise ProtocolError(f"short frame from {self.peer!r}")
+        magic, ftype, msg_id, i, n, crc = _HEADER.unpack_from(frame)
+        if magic != _MAGIC:
+            raise ProtocolError(f"bad frame magic from {self.peer!r}")
+        chunk = frame[_HEADER.size :]
+        if n == 1:
+            data = chunk
+        else:
+            parts = self.partial.setdefault((ftype, msg_id), [])
+            if i != len(parts):
+                raise ProtocolError(f"chunk {i} of message {msg_id} from {self.peer!r} out of order")
+            parts.append(chunk)
+            if len(parts) < n:
+                return None
+            data = b"".join(self.partial.pop((ftype, msg_id)))
+        if zlib.crc32(data) != crc:
+            raise ProtocolError(f"checksum mismatch on message {msg_id} from {self.peer!r}")
+        return ftype, msg_id, data
+
+    def outgoing(self) -> Iterator[bytes]:
+        while True:
+            frame = self.out.get()
+            if frame is None:
+                return
+            yield frame
+
+    def close(self, reason: str) -> None:
+        if not self.closed.is_set():
+            self.reason = reason
+            self.closed.set()
+            self.out.put(None)
+
+
+@dataclass
+class _Slot:
+    event: threading.Event = field(default_factory=threading.Event)
+    ftype: int = 0
+    data: bytes = b""
+
+
+class _Calls:
+    """Requests waiting for their reply, by message id."""
+
+    def __init__(self) -> None:
+        self._next = 0
+        self._slots: dict[int, _Slot] = {}
+        self._lock = threading.Lock()
+
+    def new(self) -> tuple[int, _Slot]:
+        with self._lock:
+            self._next += 1
+            slot = _Slot()
+            self._slots[self._next] = slot
+            return self._next, slot
+
+    def resolve(self, msg_id: int, ftype: int, data: bytes) -> None:
+        with self._lock:
+            slot = self._slots.pop(msg_id, None)
+        if slot is not None:
+            slot.ftype, slot.data = ftype, data
+            slot.event.set()
+
+    def drop(self, msg_id: int) -> None:
+        with self._lock:
+            self._slots.pop(msg_id, None)
+
+
+def _error_payload(exc: BaseException) -> bytes:
+    return json.dumps({"type": type(exc).__name__, "message": str(exc)}).encode()
+
+
+def _raise_remote(peer: str, kind: str, data: bytes) -> None:
+    """Re-raise an error that a remote handler reported, as the in-process transport would."""
+    info = json.loads(data.decode())
+    cls = getattr(errors, info.get("type", ""), None)
+    if (
+        isinstance(cls, type)
+        and issubclass(cls, FedViewsError)
+        and cls not in (PartyUnavailable, errors.MissingDependency)
+    ):
+        raise cls(info["message"])
+    if cls is PartyUnavailable:
+        raise ProtocolError(info["message"])
+    raise PartyUnavailable(peer, f"failed while handling {kind!r}: {info['type']}: {info['message']}")
+
+
+class _Endpoint(Transport):
+    """What the hub and a party transport share: waiting for replies, heartbeats."""
+
+    def __init__(self, policy: PrivacyPolicy, options: GrpcOptions, keep_entries: bool) -> None:
+        super().__init__(policy, keep_entries=keep_entries)
+        self.options = options
+        self.calls = _Calls()
+        self.local: dict[str, Party] = {}
+        self._stop = threading.Event()
+
+    def register(self, party: Party) -> None:
+        super().register(party)
+        self.local[party.name] = party
+
+    def _links(self) -> list[_Link]:
+        raise NotImplementedError
+
+    def _heartbeats(self) -> None:
+        while not self._stop.wait(self.options.heartbeat):
+            for link in self._links():
+                if not link.closed.is_set():
+                    try:
+                        link.send(HEARTBEAT)
+                    except PartyUnavailable:
+                        pass
+
+    def _await(self, link: _Link, msg_id: int, slot: _Slot, kind: str) -> tuple[int, bytes]:
+        deadline = time.monotonic() + self.options.request_timeout
+        try:
+            while not slot.event.wait(0.2):
+                now = time.monotonic()
+                if link.closed.is_set():
+                    raise PartyUnavailable(link.peer, link.reason or "connection closed")
+                if now - link.last_seen > self.options.timeout:
+                    reason = f"no message or heartbeat for {self.options.timeout:g} s"
+                    link.close(reason)
+                    raise PartyUnavailable(link.peer, reason)
+                if now > deadline:
+                    raise PartyUnavailable(
+                        link.peer,
+                        f"no reply to {kind!r} within {self.options.request_timeout:g} s",
+                    )
+        finally:
+            self.calls.drop(msg_id)
+        return slot.ftype, slot.data
+
+    def _remote_request(self, link: _Link, msg: Message) -> Message:
+        """Send ``msg`` over ``link`` and wait for the reply (policy checked, both logged)."""
+        self.policy.check(
+            msg.sender,
+            self.roles.get(msg.sender, "?"),
+            msg.receiver,
+            self.roles[msg.receiver],
+            msg.arrays.keys(),
+        )
+        wire = msg.encode()
+        self._check_and_log(msg, len(wire))
+        msg_id, slot = self.calls.new()
+        link.send(REQUEST, msg_id, wire)
+        ftype, data = self._await(link, msg_id, slot, msg.kind)
+        if ftype == ERROR:
+            _raise_remote(msg.receiver, msg.kind, data)
+        reply = Message.decode(data)
+        if reply.receiver != msg.sender or reply.sender != msg.receiver:
+            raise ProtocolError(f"party {msg.receiver!r} replied with a misaddressed message")
+        self._check_and_log(reply, len(data))
+        return reply
+
+    def _handle_local(self, msg: Message) -> Message:
+        """Run the local party's handler; the reply is policy-checked before it leaves."""
+        party = self.local.get(msg.receiver)
+        if party is None:
+            raise PartyUnavailable(msg.receiver, "not hosted here")
+        t0 = time.perf_counter()
+        try:
+            reply = party.handle(msg)
+        finally:
+            self.log.handler_seconds[party.name] += time.perf_counter() - t0
+        if reply.receiver != msg.sender or reply.sender != party.name:
+            raise ProtocolError(f"party {party.name!r} replied with a misaddressed message")
+        return reply
+
+    def _serve_request(self, link: _Link, msg_id: int, data: bytes) -> None:
+        """Answer a request that arrived over ``link`` (runs in a worker thread)."""
+        try:
+            reply, unlogged = self._answer(link, Message.decode(data), len(data))
+            rwire = reply.encode()
+            if unlogged:
+                self._check_and_log(reply, len(rwire))
+            link.send(REPLY, msg_id, rwire)
+        except Exception as exc:  # reported to the requester, which raises it
+            if not isinstance(exc, FedViewsError):
+                log.exception("handler failed")
+            try:
+                link.send(ERROR, msg_id, _error_payload(exc))
+            except PartyUnavailable:
+                pass
+
+    def _answer(self, link: _Link, msg: Message, nbytes: int) -> tuple[Message, bool]:
+        """Produce the reply to ``msg``; the flag says whether it still has to be logged."""
+        raise NotImplementedError
+
+
+# -- coordinator side -----------------------------------------------------------
+
+
+class GrpcHub(_Endpoint):
+    """The coordinator's transport: a gRPC server that parties dial out to.
+
+    Parameters
+    ----------
+    policy : PrivacyPolicy
+        Enforced on every message that crosses the hub.
+    parties : mapping of str to str
+        The remote parties expected, ``{name: role}``. Nobody else may join.
+    listen : str
+        ``HOST:PORT`` to listen on (port 0 picks a free port, see :attr:`port`).
+    tls : TLSFiles or None
+        The coordinator's certificate, key and the federation CA. Clients must
+        present a certificate signed by that CA whose common name is the party
+        name they claim. ``None`` means plain text (insecure; for tests only).
+    options : GrpcOptions
+        Timeouts, heartbeats, chunk size.
+    """
+
+    def __init__(
+        self,
+        policy: PrivacyPolicy,
+        parties: Mapping[str, str],
+        *,
+        listen: str = "127.0.0.1:0",
+        tls: TLSFiles | None = None,
+        options: GrpcOptions | None = None,
+        keep_entries: bool = True,
+    ) -> None:
+        super().__init__(policy, options or GrpcOptions(), keep_entries)
+        self.expected = dict(parties)
+        self.roles.update(self.expected)
+        self.links: dict[str, _Link] = {}
+        self.refusals: list[str] = []
+        self.tls = tls
+        self._joined = threading.Condition()
+        self._pool = ThreadPoolExecutor(max_workers=4, thread_name_prefix="fedviews-relay")
+        grpc = _grpc()
+        self.server = grpc.server(
+            ThreadPoolExecutor(max_workers=2 * len(self.expected) + 4),
+            options=self.options.channel_options(),
+        )
+        handler = grpc.method_handlers_generic_handler(
+            "fedviews.Hub", {"Connect": grpc.stream_stream_rpc_method_handler(self._connect)}
+        )
+        self.server.add_generic_rpc_handlers((handler,))
+        if tls is None:
+            log.warning("coordinator listening WITHOUT TLS (--insecure): anyone can join")
+            self.port = self.server.add_insecure_port(listen)
+        else:
+            self.port = self.server.add_secure_port(listen, tls.server_credentials())
+        if self.port == 0:
+            raise ProtocolError(f"could not listen on {listen!r} (address in use?)")
+        self.server.start()
+        threading.Thread(target=self._heartbeats, daemon=True).start()
+
+    def _links(self) -> list[_Link]:
+        return list(self.links.values())
+
+    # -- joining ---------------------------------------------------------------
+    def _refuse(self, context: Any, reason: str) -> NoReturn:
+        log.warning("refused a connection from %s: %s", context.peer(), reason)
+        self.refusals.append(reason)
+        context.abort(_grpc().StatusCode.PERMISSION_DENIED, reason)
+        raise AssertionError("unreachable")  # context.abort raises
+
+    def _identify(self, context: Any, hello: bytes) -> str:
+        try:
+            claimed = str(json.loads(hello.decode())["party"])
+        except (ValueError, KeyError, UnicodeDecodeError):
+            self._refuse(context, "malformed hello")
+        if self.tls is not None:
+            auth = context.auth_context()
+            names = {v.decode() for v in auth.get("x509_common_name", [])}
+            if claimed not in names:
+                self._refuse(
+                    context,
+                    f"certificate of {sorted(names) or 'nobody'} claims to be party {claimed!r}",
+                )
+            pem = auth.get("x509_pem_cert", [b""])[0]
+            if self.tls.is_revoked(pem):
+                self._refuse(context, f"certificate of party {claimed!r} is revoked")
+        if claimed not in self.expected:
+            self._refuse(context, f"unknown party {claimed!r}; expected {sorted(self.expected)}")
+        live = self.links.get(claimed)
+        if live is not None and not live.closed.is_set():
+            self._refuse(context, f"party {claimed!r} is already connected")
+        return claimed
+
+    def _connect(self, request_iterator: Iterator[bytes], context: Any) -> Iterator[bytes]:
+        try:
+            first = next(request_iterator)
+        except StopIteration:
+            return
+        probe = _Link("?", self.options.chunk_size)
+        got = probe.receive(first)
+        if got is None or got[0] != HELLO:
+            self._refuse(context, "the first frame must be a hello")
+        name = self._identify(context, got[2])
+        link = _Link(name, self.options.chunk_size)
+        link.bytes_in = probe.bytes_in
+        context.add_callback(lambda: link.close("stream cancelled"))
+        link.send(WELCOME, 0, json.dumps({"roles": self.roles}).encode())
+        with self._joined:
+            self.links[name] = link
+            self._joined.notify_all()
+        log.info("party %r joined from %s", name, context.peer())
+        threading.Thread(
+            target=self._read, args=(link, request_iterator), daemon=True, name=f"read-{name}"
+        ).start()
+        yield from link.outgoing()
+
+    def _read(self, link: _Link, frames: Iterator[bytes]) -> None:
+        try:
+            for frame in frames:
+                got = link.receive(frame)
+                if got is None:
+                    continue
+                ftype, msg_id, data = got
+                if ftype in (REPLY, ERROR):
+                    self.calls.resolve(msg_id, ftype, data)
+                elif ftype == REQUEST:
+                    self._pool.submit(self._serve_request, link, msg_id, data)
+                elif ftype == BYE:
+                    break
+            link.close("party left")
+        except Exception as exc:  # the stream broke: the party is gone
+            link.close(f"connection lost ({type(exc).__name__})")
+
+    def wait_for_parties(self, timeout: float | None = None) -> None:
+        """Block until every expected party has joined; else raise PartyUnavailable."""
+        limit = self.options.connect_timeout if timeout is None else timeout
+        deadline = time.monotonic() + limit
+        with self._joined:
+            while True:
+                missing = [p for p in self.expected if p not in self.links]
+                if not missing:
+                    return
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    detail = f"did not join within {limit:g} s"
+                    if self.refusals:
+                        detail += f"; refused: {self.refusals}"
+                    raise PartyUnavailable(", ".join(missing), detail)
+                self._joined.wait(min(left, 0.5))
+
+    # -- messaging -----------------------------------------------------------
+    def request(self, msg: Message) -> Message:
+        if msg.receiver in self.local:
+            return self._local_request(msg)
+        link = self.links.get(msg.receiver)
+        if msg.receiver not in self.roles:
+            raise PartyUnavailable(msg.receiver, "no such party in this federation")
+        if link is None:
+            raise PartyUnavailable(msg.receiver, "has not joined")
+        return self._remote_request(link, msg)
+
+    def _local_request(self, msg: Message) -> Message:
+        self.policy.check(
+            msg.sender,
+            self.roles.get(msg.sender, "?"),
+            msg.receiver,
+            self.roles[msg.receiver],
+            msg.arrays.keys(),
+        )
+        wire = msg.encode()
+        self._check_and_log(msg, len(wire))
+        reply = self._handle_local(Message.decode(wire))
+        rwire = reply.encode()
+        self._check_and_log(reply, len(rwire))
+        return Message.decode(rwire)
+
+    def _answer(self, link: _Link, msg: Message, nbytes: int) -> tuple[Message, bool]:
+        if msg.sender != link.peer:
+            raise errors.PrivacyError(
+                f"party {link.peer!r} tried to send a message as {msg.sender!r}"
+            )
+        if msg.receiver in self.local:
+            self._check_and_log(msg, nbytes)
+            return self._handle_local(msg), True
+        target = self.links.get(msg.receiver)
+        if target is None:
+            raise PartyUnavailable(msg.receiver, "has not joined")
+        return self._remote_request(target, msg), False  # relayed: both legs logged there
+
+    @property
+    def wire_bytes(self) -> int:
+        """Frame bytes sent and received by the hub (message bytes plus frame headers)."""
+        return int(sum(lk.bytes_out + lk.bytes_in for lk in self.links.values()))
+
+    def close(self, grace: float = 2.0) -> None:
+        """Say goodbye to every party and stop the server."""
+        for link in self.links.values():
+            if not link.closed.is_set():
+                try:
+                    link.send(BYE)
+                except PartyUnavailable:
+                    pass
+        deadline = time.monotonic() + grace
+        for link in self.links.values():
+            while not link.out.empty() and time.monotonic() < deadline:
+                time.sleep(0.02)
+        self._stop.set()
+        for link in self.links.values():
+            link.close("coordinator shut down")
+        self.server.stop(grace).wait(grace + 1.0)
+        self._pool.shutdown(wait=False, cancel_futures=True)
+
+
+# -- party side ---------------------------------------------------------------
+
+
+class GrpcPartyTransport(_Endpoint):
+    """A party's transport: dials out to the coordinator's hub and serves requests.
+
+    Parameters
+    ----------
+    policy : PrivacyPolicy
+        Checked before anything leaves this party.
+    coordinator : str
+        ``HOST:PORT`` of the hub.
+    tls : TLSFiles or None
+        This party's certificate and key and the federation CA (the hub's
+        certificate must be signed by it and name ``server_name``). ``None``
+        means plain text (insecure).
+    server_name : str
+        Name in the coordinator's certificate (default ``"coordinator"``).
+    options : GrpcOptions
+        Timeouts, heartbeats, retries, chunk size.
+    """
+
+    def __init__(
+        self,
+        policy: PrivacyPolicy,
+        coordinator: str,
+        *,
+        tls: TLSFiles | None = None,
+        server_name: str = "coordinator",
+        options: GrpcOptions | None = None,
+        keep_entries: bool = True,
+    ) -> None:
+        super().__init__(policy, options or GrpcOptions(), keep_entries)
+        self.address = coordinator
+        self.tls = tls
+        self.server_name = server_name
+        self.link: _Link | None = None
+        self._channel: Any = None
+        self._call: Any = None
+        self._work = ThreadPoolExecutor(max_workers=1, thread_name_prefix="fedviews-handler")
+
+    def _links(self) -> list[_Link]:
+        return [self.link] if self.link is not None else []
+
+    def _open_channel(self) -> Any:
+        grpc = _grpc()
+        opts: list[tuple[str, Any]] = list(self.options.channel_options())
+        if self.tls is None:
+            return grpc.insecure_channel(self.address, options=opts)
+        opts.append(("grpc.ssl_target_name_override", self.server_name))
+        return grpc.secure_channel(self.address, self.tls.channel_credentials(), options=opts)
+
+    def connect(self) -> None:
+        """Dial the hub (bounded retries with backoff), say hello, receive the roles."""
+        grpc = _grpc()
+        if len(self.local) != 1:
+            raise ProtocolError("register exactly one local party before connect()")
+        (name,) = self.local
+        pause = self.options.backoff
+        last = ""
+        for attempt in range(1, self.options.connect_retries + 1):
+            channel = self._open_channel()
+            link = _Link(self.server_name, self.options.chunk_size)
+            link.send(HELLO, 0, json.dumps({"party": name}).encode())
+            call = channel.stream_stream(_METHOD)(link.outgoing())
+            timer = threading.Timer(self.options.connect_timeout, call.cancel)
+            timer.start()
+            try:
+                got = link.receive(next(call))
+                timer.cancel()
+                if got is None or got[0] != WELCOME:
+                    raise ProtocolError("the coordinator did not answer the hello with a welcome")
+                self.roles.update(json.loads(got[2].decode())["roles"])
+                self.link, self._channel, self._call = link, channel, call
+                return
+            except grpc.RpcError as exc:
+                timer.cancel()
+                link.close("failed")
+                channel.close()
+                code = exc.code()
+                last = f"{code.name}: {exc.details()}"
+                if code == grpc.StatusCode.PERMISSION_DENIED:
+                    raise errors.PrivacyError(f"the coordinator refused {name!r}: {exc.details()}")
+                log.warning("connection attempt %d to %s failed: %s", attempt, self.address, last)
+            if attempt < self.options.connect_retries:
+                time.sleep(pause)
+                pause *= 2
+        hint = "" if self.tls is None else " (or the TLS handshake failed: check the certificates)"
+        raise PartyUnavailable(
+            self.server_name,
+            f"could not reach {self.address} after {self.options.connect_retries} attempts{hint}; "
+            f"last error: {last}",
+        )
+
+    def serve(self) -> None:
+        """Answer requests until the coordinator says goodbye; raise if it disappears."""
+        grpc = _grpc()
+        link = self.link
+        if link is None:
+            raise ProtocolError("call connect() first")
+        threading.Thread(target=self._heartbeats, daemon=True).start()
+        watchdog = threading.Thread(target=self._watch, args=(link,), daemon=True)
+        watchdog.start()
+        try:
+            for frame in self._call:
+                got = link.receive(frame)
+                if got is None:
+                    continue
+                ftype, msg_id, data = got
+                if ftype == REQUEST:
+                    self._work.submit(self._serve_request, link, msg_id, data)
+                elif ftype in (REPLY, ERROR):
+                    self.calls.resolve(msg_id, ftype, data)
+                elif ftype == BYE:
+                    self._work.shutdown(wait=True)
+                    return
+            raise PartyUnavailable(self.server_name, link.reason or "the stream ended")
+        except grpc.RpcError as exc:
+            raise PartyUnavailable(
+                self.server_name, link.reason or f"connection lost: {exc.code().name}"
+            ) from None
+        finally:
+            self.close()
+
+    def _watch(self, link: _Link) -> None:
+        while not link.closed.wait(0.5):
+            if time.monotonic() - link.last_seen > self.options.timeout:
+                link.close(f"no message or heartbeat for {self.options.timeout:g} s")
+                self._call.cancel()
+
+    def _answer(self, link: _Link, msg: Message, nbytes: int) -> tuple[Message, bool]:
+        if msg.receiver not in self.local:
+            raise ProtocolError(f"received a message for {msg.receiver!r}")
+        self._check_and_log(msg, nbytes)
+        return self._handle_local(msg), True
+
+    def request(self, msg: Message) -> Message:
+        if msg.receiver not in self.roles:
+            raise PartyUnavailable(msg.receiver, "no such party in this federation")
+        if self.link is None:
+            raise ProtocolError("not connected")
+        return self._remote_request(self.link, msg)
+
+    def close(self) -> None:
+        self._stop.set()
+        if self.link is not None:
+            self.link.close("closed")
+        if self._channel is not None:
+            self._channel.close()
+        self._work.shutdown(wait=False, cancel_futures=True)
