@@ -150,17 +150,20 @@ class DeployCoordinator(Coordinator):
         self.server = self.app.build_coordinator(self.cfg, self.setup)
         self.server.transport = self.transport
         done = threading.Event()
-        threading.Thread(target=self._progress, args=(done,), daemon=True).start()
+        progress = threading.Thread(target=self._progress, args=(done,), daemon=True)
+        progress.start()
         try:
             self.server.run()
         finally:
             done.set()
+            progress.join()
         self.broadcast(self.parties, "deploy:finish")
         return self.results()
 
     def _progress(self, done: threading.Event) -> None:
-        shown = 0
-        while not done.wait(0.5):
+        shown, finished = 0, False
+        while not finished:
+            finished = done.wait(0.5)
             obj = list(getattr(self.server, "objective", []))
             for r in range(shown, len(obj)):
                 self.echo(f"round {r + 1}: objective {obj[r]:.6g}")

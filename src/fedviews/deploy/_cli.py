@@ -1,0 +1,180 @@
+"""Deployment commands: ``certs``, ``coordinator``, ``party``, ``launch``, ``split-data``."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+__all__ = ["register"]
+
+_Overrides = Annotated[
+    list[str] | None, typer.Argument(help="key=value overrides, e.g. params.max_iter=5")
+]
+_Certs = Annotated[
+    Path | None, typer.Option(help="Folder with ca.crt and this process's NAME.crt/NAME.key.")
+]
+_Insecure = Annotated[
+    bool, typer.Option("--insecure", help="Plain text, no authentication (local tests only).")
+]
+
+
+def register(app: typer.Typer) -> None:
+    """Add the deployment commands to the ``fedviews`` app."""
+    from fedviews.cli import _friendly, console, err_console
+
+    certs_app = typer.Typer(help="Federation CA and per-party certificates (mutual TLS).", no_args_is_help=True)
+    app.add_typer(certs_app, name="certs")
+
+    def tls_for(certs: Path | None, insecure: bool, name: str):  # type: ignore[no-untyped-def]
+        from fedviews.errors import ConfigError
+        from fedviews.federation._certs import TLSFiles
+
+        if insecure:
+            err_console.print(
+                "[bold yellow]WARNING[/]: --insecure: messages travel in plain text and "
+                "nobody is authenticated; use certificates (fedviews certs) for real deployments"
+            )
+            return None
+        if certs is None:
+            raise ConfigError("pass --certs DIR (see `fedviews certs init`) or --insecure")
+        return TLSFiles.from_dir(certs, name)
+
+    def setup_logging() -> None:
+        logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+
+    @certs_app.command("init")
+    @_friendly
+    def certs_init(directory: Path) -> None:
+        """Create a federation CA (DIR/ca.key stays with the CA operator, DIR/ca.crt goes to everyone)."""
+        from fedviews.federation._certs import init_ca
+
+        console.print(f"CA certificate: {init_ca(directory)}")
+
+    @certs_app.command("issue")
+    @_friendly
+    def certs_issue(
+        directory: Path,
+        name: str,
+        host: Annotated[list[str] | None, typer.Option(help="Extra DNS name or IP (coordinator).")] = None,
+    ) -> None:
+        """Issue NAME.crt/NAME.key (common name = party name) signed by the CA in DIR."""
+        from fedviews.federation._certs import issue_certificate
+
+        console.print(f"certificate: {issue_certificate(directory, name, hosts=host or [])}")
+
+    @certs_app.command("revoke")
+    @_friendly
+    def certs_revoke(directory: Path, name: str) -> None:
+        """Revoke NAME's certificate (the coordinator refuses it from its next start)."""
+        from fedviews.federation._certs import revoke_certificate
+
+        console.print(f"revoked serial {revoke_certificate(directory, name):x} ({name})")
+
+    @app.command()
+    @_friendly
+    def coordinator(
+        config: Path,
+        overrides: _Overrides = None,
+        listen: Annotated[str, typer.Option(help="HOST:PORT to listen on.")] = "0.0.0.0:50051",
+        certs: _Certs = None,
+        insecure: _Insecure = False,
+        out: Annotated[Path | None, typer.Option(help="Result folder.")] = None,
+        port_file: Annotated[Path | None, typer.Option(help="Write the bound port here.")] = None,
+    ) -> None:
+        """Run the coordinator of a deployment: listen, wait for the parties, drive the run."""
+        from fedviews.deploy._config import load_deploy_config
+        from fedviews.deploy._session import run_coordinator
+
+        setup_logging()
+        cfg = load_deploy_config(config, overrides or [])
+        tls = tls_for(certs, insecure, cfg.federation.coordinator)
+        res = run_coordinator(
+            cfg, listen, out or Path(cfg.output_dir) / cfg.name / "coordinator", tls=tls, port_file=port_file
+        )
+        if "objective" in res and res["objective"]:
+            print(f"[{cfg.federation.coordinator}] final objective {res['objective'][-1]:.10g}", flush=True)
+
+    @app.command()
+    @_friendly
+    def party(
+        config: Path,
+        overrides: _Overrides = None,
+        party: Annotated[str, typer.Option("--party", help="This party's name.")] = "",
+        data: Annotated[Path | None, typer.Option(help="This party's data file (.npz or .csv).")] = None,
+        coordinator: Annotated[str, typer.Option(help="HOST:PORT of the coordinator.")] = "",
+        certs: _Certs = None,
+        insecure: _Insecure = False,
+        out: Annotated[Path | None, typer.Option(help="Result folder.")] = None,
+    ) -> None:
+        """Run one party: load only its own data, dial out to the coordinator, serve the run."""
+        from fedviews.deploy._config import load_deploy_config
+        from fedviews.deploy._data import load_party_data
+        from fedviews.deploy._session import run_party
+        from fedviews.errors import ConfigError
+
+        setup_logging()
+        if not party or data is None or not coordinator:
+            raise ConfigError("--party, --data and --coordinator are required")
+        cfg = load_deploy_config(config, overrides or [])
+        tls = tls_for(certs, insecure, party)
+        run_party(
+            cfg,
+            party,
+            load_party_data(data),
+            coordinator,
+            out or Path(cfg.output_dir) / cfg.name / party,
+            tls=tls,
+        )
+
+    @app.command()
+    @_friendly
+    def launch(
+        config: Path,
+        overrides: _Overrides = None,
+        out: Annotated[Path | None, typer.Option(help="Run folder (default runs/<name>-<time>).")] = None,
+        data_dir: Annotated[Path | None, typer.Option(help="Folder of <party>.npz/.csv files.")] = None,
+        certs: _Certs = None,
+        insecure: _Insecure = False,
+    ) -> None:
+        """Coordinator + every party as separate local processes over loopback gRPC (mutual TLS)."""
+        from fedviews.deploy._config import load_deploy_config
+        from fedviews.deploy._launch import launch as _launch
+
+        cfg = load_deploy_config(config, overrides or [])
+        if insecure:
+            tls_for(None, True, "")
+        run_dir = _launch(
+            config, cfg, overrides or [], out_dir=out, data_dir=data_dir, certs_dir=certs, insecure=insecure
+        )
+        console.print(f"run folder: [bold]{run_dir}[/]")
+
+    @app.command("split-data")
+    @_friendly
+    def split_data(
+        dataset: str,
+        outdir: Path,
+        views: Annotated[str, typer.Option(help="Comma-separated views (default: all).")] = "",
+        label_owner: Annotated[str, typer.Option(help="View that gets the labels (default: first).")] = "",
+        n_per_class: Annotated[int, typer.Option(help="Balanced subsample (0 = all).")] = 0,
+        overlap: Annotated[float, typer.Option(help="Fraction of samples each party keeps.")] = 1.0,
+        fmt: Annotated[str, typer.Option("--format", help="npz or csv.")] = "npz",
+        seed: int = 0,
+    ) -> None:
+        """Write one data file per party (view) of a built-in dataset, IDs in each file."""
+        from fedviews.deploy._data import split_dataset
+
+        files = split_dataset(
+            dataset,
+            outdir,
+            views=tuple(v for v in views.split(",") if v),
+            label_owner=label_owner,
+            n_per_class=n_per_class,
+            overlap=overlap,
+            fmt=fmt,
+            seed=seed,
+        )
+        for name, path in files.items():
+            console.print(f"{name}: {path}")

@@ -1,0 +1,136 @@
+"""`fedviews launch`: the coordinator and every party as separate local processes."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Sequence
+from datetime import datetime
+from pathlib import Path
+
+from fedviews.deploy._config import DeployConfig
+from fedviews.deploy._data import split_dataset
+from fedviews.errors import PartyUnavailable, ProtocolError
+from fedviews.federation._certs import init_ca, issue_certificate
+
+__all__ = ["launch", "make_certs"]
+
+
+def make_certs(directory: Path, cfg: DeployConfig) -> Path:
+    """A fresh CA plus one certificate for the coordinator and each party."""
+    init_ca(directory)
+    issue_certificate(directory, cfg.federation.coordinator, hosts=["localhost", "127.0.0.1"])
+    for p in cfg.federation.parties:
+        issue_certificate(directory, p)
+    return directory
+
+
+def _pump(proc: subprocess.Popen[str], echo: Callable[[str], None]) -> None:
+    assert proc.stdout is not None
+    for line in proc.stdout:
+        echo(line.rstrip("\n"))
+
+
+def launch(
+    config: Path,
+    cfg: DeployConfig,
+    overrides: Sequence[str] = (),
+    *,
+    out_dir: Path | None = None,
+    data_dir: Path | None = None,
+    certs_dir: Path | None = None,
+    insecure: bool = False,
+    echo: Callable[[str], None] = print,
+    party_wait: float = 10.0,
+) -> Path:
+    """Run a whole deployment on this machine over loopback gRPC; return the run folder.
+
+    Data files come from ``data_dir`` (``<party>.npz`` or ``.csv``) or, if not
+    given, are written by :func:`split_dataset` from ``[data]`` of the config.
+    Certificates come from ``certs_dir`` or are created in ``RUN_DIR/certs``.
+    Raises :class:`PartyUnavailable` / :class:`ProtocolError` when a process fails.
+    """
+    run_dir = out_dir or Path(cfg.output_dir) / f"{cfg.name}-{datetime.now():%Y%m%d-%H%M%S}"
+    run_dir.mkdir(parents=True, exist_ok=True)
+    fed = cfg.federation
+    if data_dir is None:
+        data_dir = run_dir / "data"
+        split_dataset(
+            cfg.data.dataset,
+            data_dir,
+            views=cfg.data.views or fed.parties,
+            label_owner=fed.label_owner,
+            n_per_class=cfg.data.n_per_class,
+            overlap=cfg.data.overlap,
+            fmt=cfg.data.format,
+            seed=cfg.seed,
+        )
+    files = {}
+    for p in fed.parties:
+        found = [data_dir / f"{p}.{ext}" for ext in ("npz", "csv") if (data_dir / f"{p}.{ext}").is_file()]
+        if not found:
+            raise ProtocolError(f"no data file {data_dir / p}.npz or .csv for party {p!r}")
+        files[p] = found[0]
+    security: list[str]
+    if insecure:
+        security = ["--insecure"]
+    else:
+        certs = certs_dir or make_certs(run_dir / "certs", cfg)
+        security = ["--certs", str(certs)]
+    base = [sys.executable, "-m", "fedviews"]
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    port_file = run_dir / "coordinator.port"
+    port_file.unlink(missing_ok=True)
+    procs: dict[str, subprocess.Popen[str]] = {}
+
+    def start(name: str, args: list[str]) -> None:
+        proc = subprocess.Popen(
+            [*base, *args, str(config), *overrides, *security],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            env=env,
+        )
+        procs[name] = proc
+        threading.Thread(target=_pump, args=(proc, echo), daemon=True).start()
+
+    try:
+        start(fed.coordinator, ["coordinator", "--listen", "127.0.0.1:0", "--port-file", str(port_file), "--out", str(run_dir / fed.coordinator)])
+        deadline = time.monotonic() + 60
+        while not port_file.is_file() or not port_file.read_text().strip():
+            if procs[fed.coordinator].poll() is not None or time.monotonic() > deadline:
+                raise ProtocolError("the coordinator process did not start (see its output above)")
+            time.sleep(0.1)
+        address = f"127.0.0.1:{port_file.read_text().strip()}"
+        for p in fed.parties:
+            start(p, ["party", "--party", p, "--data", str(files[p]), "--coordinator", address, "--out", str(run_dir / p)])
+        rc = procs[fed.coordinator].wait()
+        end = time.monotonic() + party_wait
+        failed = []
+        for p in fed.parties:
+            try:
+                prc = procs[p].wait(max(0.1, end - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                prc = None
+            if prc != 0:
+                failed.append(p)
+        if rc != 0:
+            raise PartyUnavailable(
+                fed.coordinator,
+                f"the coordinator exited with status {rc}; see {run_dir / fed.coordinator / 'results.json'}",
+            )
+        if failed:
+            raise ProtocolError(f"party processes {failed} did not finish cleanly")
+        return run_dir
+    finally:
+        for proc in procs.values():  # never leave a process behind
+            if proc.poll() is None:
+                proc.terminate()
+                try:
+                    proc.wait(5)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+                    proc.wait()

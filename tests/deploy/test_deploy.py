@@ -1,0 +1,255 @@
+"""Deployment: real processes on loopback, mutual TLS, failures, PSI."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+pytest.importorskip("grpc")
+pytest.importorskip("cryptography")
+
+from fedviews.data import align_views  # noqa: E402
+from fedviews.deploy import load_deploy_config, load_party_data, split_dataset  # noqa: E402
+from fedviews.errors import PartyUnavailable, PrivacyError  # noqa: E402
+from fedviews.federation import Coordinator, InProcessTransport, Party, PrivacyPolicy, handles  # noqa: E402
+from fedviews.federation._certs import TLSFiles, init_ca, issue_certificate  # noqa: E402
+from fedviews.federation._grpc import GrpcHub, GrpcOptions, GrpcPartyTransport  # noqa: E402
+from fedviews.linear import MMVFL  # noqa: E402
+from fedviews.privacy import PSI_POLICY, PSIParty, psi_intersect, run_psi  # noqa: E402
+
+PARTIES = ("pix", "fou", "zer")
+CONFIG = """
+algorithm = "mmvfl"
+name = "deploy_test"
+seed = 3
+[federation]
+parties = ["pix", "fou", "zer"]
+label_owner = "fou"
+timeout = {timeout}
+heartbeat = {heartbeat}
+[data]
+dataset = "handwritten"
+n_per_class = 15
+overlap = 0.9
+[params]
+beta = 0.5
+max_iter = {max_iter}
+tol = {tol}
+inner_max_iter = 10
+"""
+
+
+def _write_config(tmp: Path, *, timeout=20.0, heartbeat=2.0, max_iter=4, tol=1e-6) -> Path:
+    path = tmp / "deploy.toml"
+    path.write_text(CONFIG.format(timeout=timeout, heartbeat=heartbeat, max_iter=max_iter, tol=tol))
+    return path
+
+
+def _fedviews(*args: str, **kw) -> subprocess.Popen:
+    return subprocess.Popen(
+        [sys.executable, "-m", "fedviews", *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        **kw,
+    )
+
+
+def test_launch_equals_in_process(tmp_path):
+    """Coordinator + 3 party processes over loopback gRPC with mutual TLS == MMVFL.fit."""
+    config = _write_config(tmp_path)
+    run = tmp_path / "run"
+    proc = _fedviews("launch", str(config), "--out", str(run))
+    out, _ = proc.communicate(timeout=150)
+    assert proc.returncode == 0, out
+    assert "[coordinator] round 4: objective" in out and "[fou] aligned" in out
+    cfg = load_deploy_config(config)
+    # in-process reference on the same files: plain alignment, each party standardises its view
+    datas = [load_party_data(run / "data" / f"{p}.npz") for p in PARTIES]
+    Xs, ids = align_views([d.X for d in datas], [d.ids for d in datas])
+    Xs = [(X - X.mean(0)) / np.where(X.std(0) < 1e-12, 1.0, X.std(0)) for X in Xs]
+    owner = datas[1]
+    y = owner.y[np.searchsorted(owner.ids, ids, sorter=np.argsort(owner.ids))[...]]
+    y = owner.y[np.argsort(owner.ids)][np.searchsorted(np.sort(owner.ids), ids)]
+    p = cfg.params
+    ref = MMVFL(
+        beta=p.beta, zeta=p.zeta, eta=p.eta, label_owner=1, max_iter=p.max_iter, tol=p.tol,
+        inner_max_iter=p.inner_max_iter, inner_tol=p.inner_tol, random_state=cfg.seed,
+    ).fit(Xs, y)
+    import json
+
+    res = json.loads((run / "coordinator" / "results.json").read_text())
+    assert res["status"] == "ok"
+    np.testing.assert_allclose(res["objective"], ref.objective_, rtol=1e-12)
+    for k, name in enumerate(PARTIES):
+        with np.load(run / name / "result.npz") as z:
+            np.testing.assert_allclose(z["W"], ref.W_[k], rtol=1e-10, atol=1e-12)
+    log = json.loads((run / "coordinator" / "message_log.json").read_text())
+    assert log["crossings"]["pix -> coordinator"] == ["Z_k", "psi_set"]
+    assert log["crossings"]["coordinator -> pix"] == ["Z", "psi_positions", "psi_set"]
+
+
+class _Echo(Party):
+    @handles("ping")
+    def on_ping(self, msg):
+        return self.reply(msg, arrays={"v": msg.arrays["v"] + 1})
+
+
+_POLICY = PrivacyPolicy.of("echo", {("party", "coordinator"): ["v"], ("coordinator", "party"): ["v"]})
+_FAST = GrpcOptions(timeout=3.0, heartbeat=0.5, connect_timeout=5.0, connect_retries=2, backoff=0.1)
+
+
+def _hub(certs: Path, parties=("a",)) -> GrpcHub:
+    hub = GrpcHub(
+        _POLICY, {p: "party" for p in parties}, tls=TLSFiles.from_dir(certs, "coordinator"), options=_FAST
+    )
+    hub.register(Coordinator())
+    return hub
+
+
+def _dial(hub: GrpcHub, certs: Path, cert_name: str, party_name: str) -> GrpcPartyTransport:
+    t = GrpcPartyTransport(
+        _POLICY, f"127.0.0.1:{hub.port}", tls=TLSFiles.from_dir(certs, cert_name), options=_FAST
+    )
+    t.register(_Echo(party_name))
+    t.connect()
+    return t
+
+
+@pytest.fixture()
+def two_cas(tmp_path):
+    good, evil = tmp_path / "ca", tmp_path / "evil"
+    for d in (good, evil):
+        init_ca(d)
+        for n in ("coordinator", "a", "b"):
+            issue_certificate(d, n)
+    return good, evil
+
+
+def test_mutual_tls_round_trip_and_refusals(two_cas):
+    good, evil = two_cas
+    hub = _hub(good, parties=("a", "b"))
+    try:
+        party = _dial(hub, good, "a", "a")
+        threading.Thread(target=party.serve, daemon=True).start()
+        # a certificate from another CA fails the TLS handshake
+        with pytest.raises(PartyUnavailable, match="coordinator"):
+            _dial(hub, evil, "b", "b")
+        # a valid certificate of `a` claiming to be `b` is refused and logged
+        with pytest.raises(PrivacyError, match="claims to be party 'b'"):
+            _dial(hub, good, "a", "b")
+        assert any("claims to be party 'b'" in r for r in hub.refusals)
+        with pytest.raises(PartyUnavailable, match="'b'"):
+            hub.wait_for_parties(0.5)
+        coord = hub.local["coordinator"]
+        big = np.arange(700_000, dtype=np.float64)  # 5.6 MB: chunked over 3 frames
+        reply = coord.send("a", "ping", arrays={"v": big})
+        np.testing.assert_array_equal(reply.arrays["v"], big + 1)
+    finally:
+        hub.close()
+
+
+def test_stopped_party_is_unavailable_and_run_shuts_down(tmp_path):
+    """A party that stops answering (SIGSTOP: no heartbeats) -> PartyUnavailable naming it."""
+    config = _write_config(tmp_path, timeout=3.0, heartbeat=0.5, max_iter=500, tol=0.0)
+    data = tmp_path / "data"
+    split_dataset("handwritten", data, views=PARTIES, label_owner="fou", n_per_class=15, seed=0)
+    out = tmp_path / "run"
+    port_file = out / "port"
+    out.mkdir()
+    common = [str(config), "--insecure"]
+    coord = _fedviews("coordinator", *common, "--listen", "127.0.0.1:0", "--port-file", str(port_file), "--out", str(out / "coordinator"))
+    parties = {}
+    try:
+        deadline = time.monotonic() + 60
+        while not (port_file.is_file() and port_file.read_text()):
+            assert time.monotonic() < deadline and coord.poll() is None
+            time.sleep(0.1)
+        address = f"127.0.0.1:{port_file.read_text()}"
+        for p in PARTIES:
+            parties[p] = _fedviews("party", *common, "--party", p, "--data", str(data / f"{p}.npz"), "--coordinator", address, "--out", str(out / p))
+        victim = parties["zer"]
+        assert victim.stdout is not None
+        for line in victim.stdout:  # wait until training is under way
+            if "round 2" in line:
+                break
+        os.kill(victim.pid, signal.SIGSTOP)
+        t0 = time.monotonic()
+        text, _ = coord.communicate(timeout=30)
+        elapsed = time.monotonic() - t0
+        assert coord.returncode == 2, text
+        assert "PartyUnavailable" in text and "'zer'" in text
+        assert elapsed < 3.0 + 8.0  # the timeout plus shutdown
+        import json
+
+        res = json.loads((out / "coordinator" / "results.json").read_text())
+        assert "zer" in res["status"] and len(res["objective"]) >= 1  # results so far written
+        for p in ("pix", "fou"):  # the others are told to stop and exit
+            parties[p].wait(timeout=20)
+    finally:
+        for proc in [coord, *parties.values()]:
+            if proc.poll() is None:
+                os.kill(proc.pid, signal.SIGKILL)
+                proc.wait()
+
+
+class _Recording(InProcessTransport):
+    def __init__(self, policy):
+        super().__init__(policy)
+        self.wire: list[bytes] = []
+
+    def request(self, msg):
+        self.wire.append(msg.encode())
+        reply = super().request(msg)
+        self.wire.append(reply.encode())
+        return reply
+
+
+class _Driver(Coordinator):
+    def __init__(self, names):
+        super().__init__()
+        self.names = names
+
+    def run(self):
+        return run_psi(self, self.names)
+
+
+def test_psi_finds_exactly_the_intersection_and_leaks_no_id():
+    rng = np.random.default_rng(7)
+    universe = np.array([f"user-{i:05d}" for i in range(2000)])
+    sets = [rng.choice(universe, size=s, replace=False) for s in (300, 400, 350)]
+    expected = sets[0]
+    for s in sets[1:]:
+        expected = np.intersect1d(expected, s)
+    assert 0 < len(expected) < 300
+    got, transport = psi_intersect(sets)
+    np.testing.assert_array_equal(got, np.sort(expected))
+    assert transport.log.arrays_sent() == {"psi_set", "psi_positions"}
+
+    parties = [PSIParty(f"p{k}", s) for k, s in enumerate(sets)]
+    driver = _Driver([p.name for p in parties])
+    rec = _Recording(PSI_POLICY)
+    for p in [driver, *parties]:
+        rec.register(p)
+    assert driver.run() == len(expected)
+    for p in parties:
+        np.testing.assert_array_equal(p.ids[p.rows], np.sort(expected))
+    blob = b"".join(rec.wire)
+    assert not any(uid.encode() in blob for uid in universe)  # no ID in the clear
+    from fedviews.privacy._psi import _ec, _hash_to_point
+
+    ec = _ec()
+    from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
+
+    for uid in sets[0][:20]:  # nor an unblinded hash of one
+        x = _hash_to_point(ec, ec.SECP256R1(), uid).public_bytes(Encoding.X962, PublicFormat.CompressedPoint)[1:]
+        assert x not in blob
