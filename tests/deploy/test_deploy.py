@@ -20,7 +20,12 @@ from fedviews.data import align_views  # noqa: E402
 from fedviews.deploy import load_deploy_config, load_party_data, split_dataset  # noqa: E402
 from fedviews.errors import PartyUnavailable, PrivacyError  # noqa: E402
 from fedviews.federation import Coordinator, InProcessTransport, Party, PrivacyPolicy, handles  # noqa: E402
-from fedviews.federation._certs import TLSFiles, init_ca, issue_certificate  # noqa: E402
+from fedviews.federation._certs import (  # noqa: E402
+    TLSFiles,
+    init_ca,
+    issue_certificate,
+    revoke_certificate,
+)  # noqa: E402
 from fedviews.federation._grpc import GrpcHub, GrpcOptions, GrpcPartyTransport  # noqa: E402
 from fedviews.linear import MMVFL  # noqa: E402
 from fedviews.privacy import PSI_POLICY, PSIParty, psi_intersect, run_psi  # noqa: E402
@@ -78,12 +83,18 @@ def test_launch_equals_in_process(tmp_path):
     Xs, ids = align_views([d.X for d in datas], [d.ids for d in datas])
     Xs = [(X - X.mean(0)) / np.where(X.std(0) < 1e-12, 1.0, X.std(0)) for X in Xs]
     owner = datas[1]
-    y = owner.y[np.searchsorted(owner.ids, ids, sorter=np.argsort(owner.ids))[...]]
     y = owner.y[np.argsort(owner.ids)][np.searchsorted(np.sort(owner.ids), ids)]
     p = cfg.params
     ref = MMVFL(
-        beta=p.beta, zeta=p.zeta, eta=p.eta, label_owner=1, max_iter=p.max_iter, tol=p.tol,
-        inner_max_iter=p.inner_max_iter, inner_tol=p.inner_tol, random_state=cfg.seed,
+        beta=p.beta,
+        zeta=p.zeta,
+        eta=p.eta,
+        label_owner=1,
+        max_iter=p.max_iter,
+        tol=p.tol,
+        inner_max_iter=p.inner_max_iter,
+        inner_tol=p.inner_tol,
+        random_state=cfg.seed,
     ).fit(Xs, y)
     import json
 
@@ -104,13 +115,18 @@ class _Echo(Party):
         return self.reply(msg, arrays={"v": msg.arrays["v"] + 1})
 
 
-_POLICY = PrivacyPolicy.of("echo", {("party", "coordinator"): ["v"], ("coordinator", "party"): ["v"]})
+_POLICY = PrivacyPolicy.of(
+    "echo", {("party", "coordinator"): ["v"], ("coordinator", "party"): ["v"]}
+)
 _FAST = GrpcOptions(timeout=3.0, heartbeat=0.5, connect_timeout=5.0, connect_retries=2, backoff=0.1)
 
 
 def _hub(certs: Path, parties=("a",)) -> GrpcHub:
     hub = GrpcHub(
-        _POLICY, {p: "party" for p in parties}, tls=TLSFiles.from_dir(certs, "coordinator"), options=_FAST
+        _POLICY,
+        {p: "party" for p in parties},
+        tls=TLSFiles.from_dir(certs, "coordinator"),
+        options=_FAST,
     )
     hub.register(Coordinator())
     return hub
@@ -156,6 +172,13 @@ def test_mutual_tls_round_trip_and_refusals(two_cas):
         np.testing.assert_array_equal(reply.arrays["v"], big + 1)
     finally:
         hub.close()
+    revoke_certificate(good, "a")  # a revoked certificate is refused from the next start
+    hub = _hub(good)
+    try:
+        with pytest.raises(PrivacyError, match="revoked"):
+            _dial(hub, good, "a", "a")
+    finally:
+        hub.close()
 
 
 def test_stopped_party_is_unavailable_and_run_shuts_down(tmp_path):
@@ -167,7 +190,16 @@ def test_stopped_party_is_unavailable_and_run_shuts_down(tmp_path):
     port_file = out / "port"
     out.mkdir()
     common = [str(config), "--insecure"]
-    coord = _fedviews("coordinator", *common, "--listen", "127.0.0.1:0", "--port-file", str(port_file), "--out", str(out / "coordinator"))
+    coord = _fedviews(
+        "coordinator",
+        *common,
+        "--listen",
+        "127.0.0.1:0",
+        "--port-file",
+        str(port_file),
+        "--out",
+        str(out / "coordinator"),
+    )
     parties = {}
     try:
         deadline = time.monotonic() + 60
@@ -176,7 +208,18 @@ def test_stopped_party_is_unavailable_and_run_shuts_down(tmp_path):
             time.sleep(0.1)
         address = f"127.0.0.1:{port_file.read_text()}"
         for p in PARTIES:
-            parties[p] = _fedviews("party", *common, "--party", p, "--data", str(data / f"{p}.npz"), "--coordinator", address, "--out", str(out / p))
+            parties[p] = _fedviews(
+                "party",
+                *common,
+                "--party",
+                p,
+                "--data",
+                str(data / f"{p}.npz"),
+                "--coordinator",
+                address,
+                "--out",
+                str(out / p),
+            )
         victim = parties["zer"]
         assert victim.stdout is not None
         for line in victim.stdout:  # wait until training is under way
@@ -251,5 +294,7 @@ def test_psi_finds_exactly_the_intersection_and_leaks_no_id():
     from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 
     for uid in sets[0][:20]:  # nor an unblinded hash of one
-        x = _hash_to_point(ec, ec.SECP256R1(), uid).public_bytes(Encoding.X962, PublicFormat.CompressedPoint)[1:]
+        x = _hash_to_point(ec, ec.SECP256R1(), uid).public_bytes(
+            Encoding.X962, PublicFormat.CompressedPoint
+        )[1:]
         assert x not in blob

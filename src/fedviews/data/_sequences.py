@@ -512,9 +512,9 @@ def _block_mean(x: np.ndarray, factor: int) -> np.ndarray:
 
 def load_watch(
     *,
-    downsample: int = 2,
+    downsample: int = 5,
     window_seconds: Sequence[float] | None = (3.0, 6.0),
-    min_length: int = 50,
+    min_length: int = 20,
     max_length: int | None = None,
     views: Sequence[str] | None = None,
     random_state: int = 0,
@@ -524,7 +524,7 @@ def load_watch(
     Parameters
     ----------
     downsample : int, default=2
-        Average blocks of this many 50 Hz steps (2 -> 25 Hz).
+        Average blocks of this many 50 Hz steps (5 -> 10 Hz).
     window_seconds : (float, float) or None, default=(3.0, 6.0)
         Cut every recording into consecutive non-overlapping windows whose
         durations are drawn uniformly from this range (so lengths vary, like

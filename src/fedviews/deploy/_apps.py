@@ -37,7 +37,9 @@ class DeployApp(Protocol):
 
     def party_results(self, party: Party) -> dict[str, np.ndarray]: ...
 
-    def coordinator_results(self, coord: Coordinator) -> tuple[dict[str, Any], dict[str, np.ndarray]]: ...
+    def coordinator_results(
+        self, coord: Coordinator
+    ) -> tuple[dict[str, Any], dict[str, np.ndarray]]: ...
 
 
 _APPS: dict[str, DeployApp] = {}
@@ -87,7 +89,7 @@ class _MMVFLApp:
     params_cls = MMVFLDeployParams
 
     @property
-    def policy(self) -> PrivacyPolicy:  # type: ignore[override]
+    def policy(self) -> PrivacyPolicy:
         from fedviews.linear._mmvfl import MMVFL_POLICY
 
         return MMVFL_POLICY
@@ -140,7 +142,9 @@ class _MMVFLApp:
         W = party.W  # type: ignore[attr-defined]
         return {"W": W, "Z_k": party.Z_k, "feature_importances": row_norms(W)}  # type: ignore[attr-defined]
 
-    def coordinator_results(self, coord: Coordinator) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
+    def coordinator_results(
+        self, coord: Coordinator
+    ) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
         obj = list(coord.objective)  # type: ignore[attr-defined]
         return (
             {"objective": obj, "n_iter": len(obj), "converged": bool(coord.converged)},  # type: ignore[attr-defined]

@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
+
+if TYPE_CHECKING:
+    from fedviews.federation._certs import TLSFiles
 
 __all__ = ["register"]
 
@@ -25,10 +28,12 @@ def register(app: typer.Typer) -> None:
     """Add the deployment commands to the ``fedviews`` app."""
     from fedviews.cli import _friendly, console, err_console
 
-    certs_app = typer.Typer(help="Federation CA and per-party certificates (mutual TLS).", no_args_is_help=True)
+    certs_app = typer.Typer(
+        help="Federation CA and per-party certificates (mutual TLS).", no_args_is_help=True
+    )
     app.add_typer(certs_app, name="certs")
 
-    def tls_for(certs: Path | None, insecure: bool, name: str):  # type: ignore[no-untyped-def]
+    def tls_for(certs: Path | None, insecure: bool, name: str) -> TLSFiles | None:
         from fedviews.errors import ConfigError
         from fedviews.federation._certs import TLSFiles
 
@@ -58,7 +63,9 @@ def register(app: typer.Typer) -> None:
     def certs_issue(
         directory: Path,
         name: str,
-        host: Annotated[list[str] | None, typer.Option(help="Extra DNS name or IP (coordinator).")] = None,
+        host: Annotated[
+            list[str] | None, typer.Option(help="Extra DNS name or IP (coordinator).")
+        ] = None,
     ) -> None:
         """Issue NAME.crt/NAME.key (common name = party name) signed by the CA in DIR."""
         from fedviews.federation._certs import issue_certificate
@@ -92,10 +99,17 @@ def register(app: typer.Typer) -> None:
         cfg = load_deploy_config(config, overrides or [])
         tls = tls_for(certs, insecure, cfg.federation.coordinator)
         res = run_coordinator(
-            cfg, listen, out or Path(cfg.output_dir) / cfg.name / "coordinator", tls=tls, port_file=port_file
+            cfg,
+            listen,
+            out or Path(cfg.output_dir) / cfg.name / "coordinator",
+            tls=tls,
+            port_file=port_file,
         )
         if "objective" in res and res["objective"]:
-            print(f"[{cfg.federation.coordinator}] final objective {res['objective'][-1]:.10g}", flush=True)
+            print(
+                f"[{cfg.federation.coordinator}] final objective {res['objective'][-1]:.10g}",
+                flush=True,
+            )
 
     @app.command()
     @_friendly
@@ -103,7 +117,9 @@ def register(app: typer.Typer) -> None:
         config: Path,
         overrides: _Overrides = None,
         party: Annotated[str, typer.Option("--party", help="This party's name.")] = "",
-        data: Annotated[Path | None, typer.Option(help="This party's data file (.npz or .csv).")] = None,
+        data: Annotated[
+            Path | None, typer.Option(help="This party's data file (.npz or .csv).")
+        ] = None,
         coordinator: Annotated[str, typer.Option(help="HOST:PORT of the coordinator.")] = "",
         certs: _Certs = None,
         insecure: _Insecure = False,
@@ -134,8 +150,12 @@ def register(app: typer.Typer) -> None:
     def launch(
         config: Path,
         overrides: _Overrides = None,
-        out: Annotated[Path | None, typer.Option(help="Run folder (default runs/<name>-<time>).")] = None,
-        data_dir: Annotated[Path | None, typer.Option(help="Folder of <party>.npz/.csv files.")] = None,
+        out: Annotated[
+            Path | None, typer.Option(help="Run folder (default runs/<name>-<time>).")
+        ] = None,
+        data_dir: Annotated[
+            Path | None, typer.Option(help="Folder of <party>.npz/.csv files.")
+        ] = None,
         certs: _Certs = None,
         insecure: _Insecure = False,
     ) -> None:
@@ -147,7 +167,13 @@ def register(app: typer.Typer) -> None:
         if insecure:
             tls_for(None, True, "")
         run_dir = _launch(
-            config, cfg, overrides or [], out_dir=out, data_dir=data_dir, certs_dir=certs, insecure=insecure
+            config,
+            cfg,
+            overrides or [],
+            out_dir=out,
+            data_dir=data_dir,
+            certs_dir=certs,
+            insecure=insecure,
         )
         console.print(f"run folder: [bold]{run_dir}[/]")
 
@@ -157,7 +183,9 @@ def register(app: typer.Typer) -> None:
         dataset: str,
         outdir: Path,
         views: Annotated[str, typer.Option(help="Comma-separated views (default: all).")] = "",
-        label_owner: Annotated[str, typer.Option(help="View that gets the labels (default: first).")] = "",
+        label_owner: Annotated[
+            str, typer.Option(help="View that gets the labels (default: first).")
+        ] = "",
         n_per_class: Annotated[int, typer.Option(help="Balanced subsample (0 = all).")] = 0,
         overlap: Annotated[float, typer.Option(help="Fraction of samples each party keeps.")] = 1.0,
         fmt: Annotated[str, typer.Option("--format", help="npz or csv.")] = "npz",

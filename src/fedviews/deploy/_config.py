@@ -50,13 +50,15 @@ class FederationSpec:
     timeout: float = 20.0
     heartbeat: float = 2.0
     connect_timeout: float = 60.0
-    alignment: str = "psi"
+    alignment: str = "psi"  # or "none": every party holds the same IDs (rows sorted by ID)
 
     def validate(self) -> None:
         if len(self.parties) < 1 or len(set(self.parties)) != len(self.parties):
             raise ConfigError("federation.parties must list unique party names")
         if self.coordinator in self.parties:
-            raise ConfigError(f"a party may not be named like the coordinator ({self.coordinator!r})")
+            raise ConfigError(
+                f"a party may not be named like the coordinator ({self.coordinator!r})"
+            )
         if self.label_owner not in self.parties:
             raise ConfigError(
                 f"federation.label_owner={self.label_owner!r} is not one of {list(self.parties)}"
@@ -122,11 +124,11 @@ def load_deploy_config(
     if unknown:
         raise ConfigError(f"unknown top-level keys {sorted(unknown)} in the deployment config")
     if "algorithm" not in raw:
-        raise ConfigError("the deployment config needs `algorithm = ...` (e.g. \"mmvfl\")")
+        raise ConfigError('the deployment config needs `algorithm = ...` (e.g. "mmvfl")')
     app = get_app(str(raw["algorithm"]))
     fed = build_dataclass(FederationSpec, raw.get("federation", {}), "federation")
     split = build_dataclass(SplitSpec, raw.get("data", {}), "data")
-    params = build_dataclass(app.params_cls, raw.get("params", {}), "params")
+    params: Any = build_dataclass(app.params_cls, raw.get("params", {}), "params")
     seed = raw.get("seed", 0)
     if isinstance(seed, bool) or not isinstance(seed, int):
         raise ConfigError(f"seed must be an integer, got {seed!r}")

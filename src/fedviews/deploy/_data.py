@@ -12,6 +12,7 @@ from __future__ import annotations
 import csv
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -65,7 +66,11 @@ def load_party_data(path: str | Path) -> PartyData:
         i_y = head.index("label") if "label" in head else None
         feats = [j for j in range(len(head)) if j not in (i_id, i_y)]
         raw_ids = [r[i_id] for r in body]
-        ids = np.array([int(v) for v in raw_ids]) if all(v.lstrip("-").isdigit() for v in raw_ids) else np.array(raw_ids)
+        ids = (
+            np.array([int(v) for v in raw_ids])
+            if all(v.lstrip("-").isdigit() for v in raw_ids)
+            else np.array(raw_ids)
+        )
         try:
             X = np.array([[float(r[j]) for j in feats] for r in body])
             y = None if i_y is None else np.array([int(r[i_y]) for r in body])
@@ -79,14 +84,20 @@ def save_party_data(path: str | Path, data: PartyData) -> Path:
     p = Path(path)
     p.parent.mkdir(parents=True, exist_ok=True)
     if p.suffix == ".npz":
-        arrays = {"ids": data.ids, "X": data.X}
+        arrays: dict[str, Any] = {"ids": data.ids, "X": data.X}
         if data.y is not None:
             arrays["y"] = data.y
         np.savez(p, **arrays)
     elif p.suffix == ".csv":
         with p.open("w", newline="") as fh:
             w = csv.writer(fh)
-            w.writerow(["id", *(["label"] if data.y is not None else []), *[f"f{j}" for j in range(data.X.shape[1])]])
+            w.writerow(
+                [
+                    "id",
+                    *(["label"] if data.y is not None else []),
+                    *[f"f{j}" for j in range(data.X.shape[1])],
+                ]
+            )
             for i in range(len(data.ids)):
                 lab = [int(data.y[i])] if data.y is not None else []
                 w.writerow([data.ids[i], *lab, *[repr(float(v)) for v in data.X[i]]])
@@ -125,5 +136,7 @@ def split_dataset(
     for name, X in zip(ds.view_names, ds.views, strict=True):
         keep = rng.permutation(ds.n_samples)[: max(1, int(round(overlap * ds.n_samples)))]
         y = ds.y[keep] if name == owner else None
-        out[name] = save_party_data(Path(out_dir) / f"{name}.{fmt}", PartyData(ds.ids[keep], X[keep], y))
+        out[name] = save_party_data(
+            Path(out_dir) / f"{name}.{fmt}", PartyData(ds.ids[keep], X[keep], y)
+        )
     return out

@@ -70,7 +70,9 @@ def launch(
         )
     files = {}
     for p in fed.parties:
-        found = [data_dir / f"{p}.{ext}" for ext in ("npz", "csv") if (data_dir / f"{p}.{ext}").is_file()]
+        found = [
+            data_dir / f"{p}.{ext}" for ext in ("npz", "csv") if (data_dir / f"{p}.{ext}").is_file()
+        ]
         if not found:
             raise ProtocolError(f"no data file {data_dir / p}.npz or .csv for party {p!r}")
         files[p] = found[0]
@@ -98,7 +100,18 @@ def launch(
         threading.Thread(target=_pump, args=(proc, echo), daemon=True).start()
 
     try:
-        start(fed.coordinator, ["coordinator", "--listen", "127.0.0.1:0", "--port-file", str(port_file), "--out", str(run_dir / fed.coordinator)])
+        start(
+            fed.coordinator,
+            [
+                "coordinator",
+                "--listen",
+                "127.0.0.1:0",
+                "--port-file",
+                str(port_file),
+                "--out",
+                str(run_dir / fed.coordinator),
+            ],
+        )
         deadline = time.monotonic() + 60
         while not port_file.is_file() or not port_file.read_text().strip():
             if procs[fed.coordinator].poll() is not None or time.monotonic() > deadline:
@@ -106,7 +119,20 @@ def launch(
             time.sleep(0.1)
         address = f"127.0.0.1:{port_file.read_text().strip()}"
         for p in fed.parties:
-            start(p, ["party", "--party", p, "--data", str(files[p]), "--coordinator", address, "--out", str(run_dir / p)])
+            start(
+                p,
+                [
+                    "party",
+                    "--party",
+                    p,
+                    "--data",
+                    str(files[p]),
+                    "--coordinator",
+                    address,
+                    "--out",
+                    str(run_dir / p),
+                ],
+            )
         rc = procs[fed.coordinator].wait()
         end = time.monotonic() + party_wait
         failed = []

@@ -87,15 +87,17 @@ class DeployParty(PSIParty):
             if self.rows is None:
                 raise ProtocolError("deploy:setup before the PSI finished")
             rows = self.rows
-        else:
-            rows = np.arange(len(self.ids))
+        else:  # the parties hold the same IDs: sorting aligns them
+            rows = np.argsort(self.ids, kind="stable")
         d = self.data.take(rows)
         X = d.X
         if getattr(self.cfg.params, "standardize", False):  # with this party's own statistics
             sd = X.std(axis=0)
             sd[sd < 1e-12] = 1.0
             X = (X - X.mean(axis=0)) / sd
-        self.aligned = PartyData(d.ids, X, d.y if self.name == self.cfg.federation.label_owner else None)
+        self.aligned = PartyData(
+            d.ids, X, d.y if self.name == self.cfg.federation.label_owner else None
+        )
         meta: dict[str, Any] = {"n_samples": len(rows), "n_features": int(X.shape[1])}
         if self.aligned.y is not None:
             meta.update(self.app.label_info(self.aligned.y))
@@ -115,7 +117,7 @@ class DeployParty(PSIParty):
     @handles("deploy:finish")
     def on_finish(self, msg: Message) -> Message:
         self.out_dir.mkdir(parents=True, exist_ok=True)
-        arrays = self.app.party_results(self.algo)
+        arrays: dict[str, Any] = dict(self.app.party_results(self.algo))
         np.savez(self.out_dir / "result.npz", **arrays)
         assert self.transport is not None
         _write_json(self.out_dir / "message_log.json", self.transport.log.summary())
@@ -133,6 +135,7 @@ class DeployCoordinator(Coordinator):
         self.parties = list(cfg.federation.parties)
         self.server: Any = None
         self.setup: dict[str, Any] = {}
+        self.train_seconds = 0.0
 
     def run(self) -> dict[str, Any]:
         fed = self.cfg.federation
@@ -145,16 +148,25 @@ class DeployCoordinator(Coordinator):
         if len(set(sizes.values())) != 1:
             raise DataError(f"the parties hold different numbers of aligned samples: {sizes}")
         owner = replies[fed.label_owner].meta
-        self.setup = {"n_samples": sizes[self.parties[0]], **{k: v for k, v in owner.items() if k.startswith("n_") and k not in ("n_samples", "n_features")}}
+        self.setup = {
+            "n_samples": sizes[self.parties[0]],
+            **{
+                k: v
+                for k, v in owner.items()
+                if k.startswith("n_") and k not in ("n_samples", "n_features")
+            },
+        }
         self.broadcast(self.parties, "deploy:build", meta=self.setup)
         self.server = self.app.build_coordinator(self.cfg, self.setup)
         self.server.transport = self.transport
         done = threading.Event()
         progress = threading.Thread(target=self._progress, args=(done,), daemon=True)
         progress.start()
+        t0 = time.perf_counter()
         try:
             self.server.run()
         finally:
+            self.train_seconds = time.perf_counter() - t0
             done.set()
             progress.join()
         self.broadcast(self.parties, "deploy:finish")
@@ -173,7 +185,7 @@ class DeployCoordinator(Coordinator):
         if self.server is None:
             return {}
         metrics, _ = self.app.coordinator_results(self.server)
-        return metrics
+        return {**metrics, "train_seconds": round(self.train_seconds, 4)}
 
 
 def _print_to(prefix: str, echo: Printer | None) -> Printer:
@@ -201,8 +213,10 @@ def run_coordinator(
     hub.register(coord)
     if port_file is not None:
         port_file.write_text(str(hub.port))
-    say(f"listening on port {hub.port} ({'mutual TLS' if tls else 'INSECURE plain text'}); "
-        f"waiting for {list(cfg.federation.parties)}")
+    say(
+        f"listening on port {hub.port} ({'mutual TLS' if tls else 'INSECURE plain text'}); "
+        f"waiting for {list(cfg.federation.parties)}"
+    )
     status = "ok"
     t0 = time.perf_counter()
     try:
@@ -215,10 +229,15 @@ def run_coordinator(
         status = f"{type(exc).__name__}: {exc}"
         raise
     finally:
-        result = {"status": status, "seconds": round(time.perf_counter() - t0, 3), **coord.results()}
+        result = {
+            "status": status,
+            "seconds": round(time.perf_counter() - t0, 3),
+            **coord.results(),
+        }
         _write_json(out_dir / "results.json", result)
         if coord.server is not None:
-            np.savez(out_dir / "result.npz", **app.coordinator_results(coord.server)[1])
+            final: dict[str, Any] = dict(app.coordinator_results(coord.server)[1])
+            np.savez(out_dir / "result.npz", **final)
         _write_json(out_dir / "message_log.json", hub.log.summary())
         hub.close()
         say(f"{status}; results in {out_dir}")
@@ -237,7 +256,9 @@ def run_party(
     """Dial the coordinator and serve this party's part of the run until it ends."""
     say = _print_to(name, echo)
     if name not in cfg.federation.parties:
-        raise DataError(f"{name!r} is not a party of this federation: {list(cfg.federation.parties)}")
+        raise DataError(
+            f"{name!r} is not a party of this federation: {list(cfg.federation.parties)}"
+        )
     app = get_app(cfg.algorithm)
     party = DeployParty(cfg, name, data, out_dir, say)
     transport = GrpcPartyTransport(

@@ -162,7 +162,9 @@ class _Link:
         else:
             parts = self.partial.setdefault((ftype, msg_id), [])
             if i != len(parts):
-                raise ProtocolError(f"chunk {i} of message {msg_id} from {self.peer!r} out of order")
+                raise ProtocolError(
+                    f"chunk {i} of message {msg_id} from {self.peer!r} out of order"
+                )
             parts.append(chunk)
             if len(parts) < n:
                 return None
@@ -235,7 +237,9 @@ def _raise_remote(peer: str, kind: str, data: bytes) -> None:
         raise cls(info["message"])
     if cls is PartyUnavailable:
         raise ProtocolError(info["message"])
-    raise PartyUnavailable(peer, f"failed while handling {kind!r}: {info['type']}: {info['message']}")
+    raise PartyUnavailable(
+        peer, f"failed while handling {kind!r}: {info['type']}: {info['message']}"
+    )
 
 
 class _Endpoint(Transport):
@@ -635,7 +639,9 @@ class GrpcPartyTransport(_Endpoint):
                 code = exc.code()
                 last = f"{code.name}: {exc.details()}"
                 if code == grpc.StatusCode.PERMISSION_DENIED:
-                    raise errors.PrivacyError(f"the coordinator refused {name!r}: {exc.details()}")
+                    raise errors.PrivacyError(
+                        f"the coordinator refused {name!r}: {exc.details()}"
+                    ) from None
                 log.warning("connection attempt %d to %s failed: %s", attempt, self.address, last)
             if attempt < self.options.connect_retries:
                 time.sleep(pause)

@@ -175,17 +175,15 @@ def run_psi(coordinator: Party, parties: Sequence[str]) -> int:
     """
     names = list(parties)
     K = len(names)
+
+    def step(k: int, s: int, points: np.ndarray) -> np.ndarray:
+        kind, arrays = ("psi:blind", {}) if s == 0 else ("psi:reblind", {"psi_set": points})
+        return coordinator.send(names[(k + s) % K], kind, arrays=arrays).arrays["psi_set"]
+
+    sets = [np.empty((0, _WIDTH), dtype=np.uint8)] * K
     with ThreadPoolExecutor(max_workers=K) as pool:
-        sets = list(pool.map(lambda p: coordinator.send(p, "psi:blind").arrays["psi_set"], names))
-        for s in range(1, K):
-            sets = list(
-                pool.map(
-                    lambda k: coordinator.send(
-                        names[(k + s) % K], "psi:reblind", arrays={"psi_set": sets[k]}
-                    ).arrays["psi_set"],
-                    range(K),
-                )
-            )
+        for s in range(K):
+            sets = list(pool.map(step, range(K), [s] * K, sets))
     full = [_as_rows(x) for x in sets]
     common = full[0]
     for f in full[1:]:

@@ -1,0 +1,71 @@
+"""Deployment commands that need no network: certificates, data files, configs."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+pytest.importorskip("grpc")
+pytest.importorskip("cryptography")
+
+from typer.testing import CliRunner  # noqa: E402
+
+from fedviews.cli import app  # noqa: E402
+from fedviews.deploy import PartyData, load_deploy_config, load_party_data, save_party_data  # noqa: E402
+from fedviews.errors import ConfigError, DataError  # noqa: E402
+
+runner = CliRunner()
+
+
+def test_certs_commands(tmp_path):
+    from cryptography import x509
+
+    ca = tmp_path / "ca"
+    assert runner.invoke(app, ["certs", "init", str(ca)]).exit_code == 0
+    res = runner.invoke(app, ["certs", "issue", str(ca), "coordinator", "--host", "10.0.0.5"])
+    assert res.exit_code == 0, res.output
+    cert = x509.load_pem_x509_certificate((ca / "coordinator.crt").read_bytes())
+    assert cert.subject.rfc4514_string() == "CN=coordinator"
+    san = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+    assert "coordinator" in san.get_values_for_type(x509.DNSName)
+    assert oct((ca / "coordinator.key").stat().st_mode)[-3:] == "600"
+    assert runner.invoke(app, ["certs", "revoke", str(ca), "coordinator"]).exit_code == 0
+    assert f"{cert.serial_number:x}" in (ca / "revoked.txt").read_text()
+    bad = runner.invoke(app, ["certs", "issue", str(ca), "../evil"])
+    assert bad.exit_code == 2 and "party name" in bad.output
+
+
+def test_split_data_and_party_files(tmp_path):
+    res = runner.invoke(
+        app,
+        ["split-data", "handwritten", str(tmp_path), "--views", "fou,zer", "--n-per-class", "3"]
+        + ["--overlap", "0.8", "--label-owner", "zer", "--format", "csv"],
+    )
+    assert res.exit_code == 0, res.output
+    fou, zer = load_party_data(tmp_path / "fou.csv"), load_party_data(tmp_path / "zer.csv")
+    assert fou.X.shape == (24, 76) and zer.X.shape == (24, 47)
+    assert fou.y is None and zer.y is not None and set(zer.y) <= set(range(10))
+    assert len(np.intersect1d(fou.ids, zer.ids)) < 30
+    d = PartyData(np.array([3, 1, 2]), np.arange(6.0).reshape(3, 2), np.array([0, 1, 0]))
+    for ext in ("npz", "csv"):
+        back = load_party_data(save_party_data(tmp_path / f"p.{ext}", d))
+        np.testing.assert_array_equal(back.ids, d.ids)
+        np.testing.assert_array_equal(back.X, d.X)
+        np.testing.assert_array_equal(back.y, d.y)
+    with pytest.raises(DataError, match="duplicated"):
+        PartyData(np.array([1, 1]), np.zeros((2, 1)))
+
+
+def test_deploy_config_validation(tmp_path):
+    base = {
+        "algorithm": "mmvfl",
+        "federation": {"parties": ["a", "b"], "label_owner": "a"},
+    }
+    cfg = load_deploy_config(base, ["params.max_iter=3"])
+    assert cfg.params.max_iter == 3 and cfg.roles() == {"a": "party", "b": "party"}
+    with pytest.raises(ConfigError, match="label_owner"):
+        load_deploy_config({**base, "federation": {"parties": ["a"], "label_owner": "z"}})
+    with pytest.raises(ConfigError, match="did you mean 'max_iter'"):
+        load_deploy_config(base, ["params.max_iters=3"])
+    with pytest.raises(ConfigError, match="cannot be deployed"):
+        load_deploy_config({**base, "algorithm": "apfed"})
