@@ -87,6 +87,11 @@ def align(*id_lists: Any, method: str = "plain") -> list[np.ndarray]:
     """
     if not id_lists:
         raise DataError("align needs at least one ID list")
+    if method not in _METHODS and method == "psi":
+        from fedviews.errors import require
+
+        require("cryptography", "grpc")
+        import fedviews.privacy  # noqa: F401  (registers "psi")
     if method not in _METHODS:
         match = difflib.get_close_matches(method, list(_METHODS), n=1, cutoff=0.4)
         hint = f"did you mean {match[0]!r}?" if match else f"registered: {sorted(_METHODS)}"

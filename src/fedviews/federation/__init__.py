@@ -13,6 +13,8 @@ from fedviews.federation._run import federate
 from fedviews.federation._transport import InProcessTransport, Transport
 
 __all__ = [
+    "GrpcHub",
+    "GrpcPartyTransport",
     "Coordinator",
     "InProcessTransport",
     "LogEntry",
@@ -24,3 +26,15 @@ __all__ = [
     "federate",
     "handles",
 ]
+
+
+def __getattr__(name: str) -> object:
+    """The gRPC transports load lazily: they need the ``grpc`` extra."""
+    if name in ("GrpcHub", "GrpcPartyTransport"):
+        from fedviews.errors import require
+
+        require("grpc", "grpc")
+        from fedviews.federation import _grpc
+
+        return getattr(_grpc, name)
+    raise AttributeError(f"module 'fedviews.federation' has no attribute {name!r}")
