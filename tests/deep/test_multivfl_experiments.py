@@ -13,7 +13,12 @@ from fedviews.errors import ConfigError  # noqa: E402
 from fedviews.experiments import load_config, run_experiment  # noqa: E402
 
 CONFIGS = sorted(Path(__file__).resolve().parents[2].joinpath("configs").glob("multivfl_*.toml"))
-TINY = ["params.rounds=2", "params.samples_per_owner=40", "params.eval_samples=100", "params.batch_size=20"]
+TINY = [
+    "params.rounds=2",
+    "params.samples_per_owner=40",
+    "params.eval_samples=100",
+    "params.batch_size=20",
+]
 
 
 def test_every_config_loads() -> None:

@@ -24,12 +24,24 @@ from fedviews.data._cache import cache_dir
 from fedviews.data._dataset import MultiViewDataset
 from fedviews.data._idx import read_idx
 from fedviews.data._registry import fetch, info, list_datasets, load, register_dataset
+from fedviews.data._sequences import (
+    MultiViewSequences,
+    check_sequences,
+    list_sequence_datasets,
+    load_sequences,
+    sequences_from_arrays,
+)
 from fedviews.data._split import balanced_subsample, partition_clients, stratified_kfold
 from fedviews.data._validation import check_ids, check_Xs, check_y, one_hot
 from fedviews.data._views import join_strips, split_strips
 
 __all__ = [
     "MultiViewDataset",
+    "MultiViewSequences",
+    "check_sequences",
+    "list_sequence_datasets",
+    "load_sequences",
+    "sequences_from_arrays",
     "align",
     "align_views",
     "balanced_subsample",

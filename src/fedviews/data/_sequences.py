@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import codecs
 import difflib
+import importlib
 import inspect
 import io
 import pickle
@@ -273,7 +274,9 @@ class MultiViewSequences:
         pos = [self.view_names.index(v) for v in names]
         return replace(self, views=[self.views[p] for p in pos], view_names=names)
 
-    def filter_lengths(self, min_length: int = 1, max_length: int | None = None) -> MultiViewSequences:
+    def filter_lengths(
+        self, min_length: int = 1, max_length: int | None = None
+    ) -> MultiViewSequences:
         """Drop samples with any view shorter than ``min_length`` or longer than ``max_length``.
 
         Sequences are never truncated or padded here: a sample is kept whole or
@@ -366,7 +369,9 @@ def sequences_from_arrays(
         views=seqs,
         y=np.asarray(y_idx, dtype=np.int64),
         client_ids=cids,
-        view_names=list(view_names) if view_names is not None else [f"view{k}" for k in range(len(seqs))],
+        view_names=list(view_names)
+        if view_names is not None
+        else [f"view{k}" for k in range(len(seqs))],
         class_names=cnames,
         ids=ids_arr,
         groups=grp,
@@ -384,10 +389,9 @@ class _NumpyOnlyUnpickler(pickle.Unpickler):
 
     def find_class(self, module: str, name: str) -> Any:
         try:
-            from numpy._core.multiarray import _reconstruct  # numpy >= 2
+            _reconstruct = importlib.import_module("numpy._core.multiarray")._reconstruct
         except ImportError:  # pragma: no cover - numpy 1.x
-            from numpy.core.multiarray import _reconstruct
-
+            _reconstruct = importlib.import_module("numpy.core.multiarray")._reconstruct
         allowed: dict[tuple[str, str], Any] = {
             ("numpy", "ndarray"): np.ndarray,
             ("numpy", "dtype"): np.dtype,
@@ -546,7 +550,9 @@ def load_watch(
     """
     if isinstance(downsample, bool) or int(downsample) < 1:
         raise ConfigError(f"downsample must be an integer >= 1, got {downsample!r}")
-    names = list(WATCH_VIEWS) if views is None else ([views] if isinstance(views, str) else list(views))
+    names = (
+        list(WATCH_VIEWS) if views is None else ([views] if isinstance(views, str) else list(views))
+    )
     bad = [v for v in names if v not in WATCH_VIEWS]
     if bad or not names or len(set(names)) != len(names):
         raise ConfigError(f"watch: views={names!r} must be distinct names from {list(WATCH_VIEWS)}")
@@ -554,7 +560,9 @@ def load_watch(
     if window_seconds is not None:
         lo, hi = (float(v) for v in window_seconds)
         if not 0 < lo <= hi:
-            raise ConfigError(f"window_seconds must be (min, max) with 0 < min <= max, got {window_seconds!r}")
+            raise ConfigError(
+                f"window_seconds must be (min, max) with 0 < min <= max, got {window_seconds!r}"
+            )
     a = _watch_arrays()
     offsets = np.concatenate([[0], np.cumsum(a["lengths"])])
     rng = np.random.default_rng(random_state)
@@ -579,7 +587,9 @@ def load_watch(
             subj.append(int(a["subject"][r]))
             grp.append(r)
             ids.append(f"watch-r{r:03d}-w{j:02d}")
-    cnames = [str(c) for c in a["class_names"].tolist()] or [str(c) for c in range(int(a["y"].max()) + 1)]
+    cnames = [str(c) for c in a["class_names"].tolist()] or [
+        str(c) for c in range(int(a["y"].max()) + 1)
+    ]
     ds = MultiViewSequences(
         views=[[s[:, list(WATCH_VIEWS[v])] for s in seqs] for v in names],
         y=np.asarray(y, dtype=np.int64),

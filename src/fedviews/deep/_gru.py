@@ -90,7 +90,7 @@ class GRUConfig:
             raise ConfigError(f"lr must be > 0, got {self.lr!r}")
 
 
-class BiGRUExtractor(nn.Module):  # type: ignore[misc]
+class BiGRUExtractor(nn.Module):
     """Bidirectional GRU over packed sequences + a linear classification head."""
 
     def __init__(self, n_channels: int, n_classes: int, cfg: GRUConfig) -> None:

@@ -31,9 +31,9 @@ Local Sequential LocalMV            ``"local"``               ``"local"``
 Centralized Sequential H-FedMV      ``"centralized"``         ``"hfedmv"``
 =================================  ========================  ============
 
-``"local"``: every client trains its own GRUs alone for ``n_rounds *
-local_epochs`` epochs (same seed streams as in the federation), so the clients'
-embeddings live in unrelated feature spaces. ``"centralized"``: one set of GRUs
+``"local"``: every client draws its own initial GRUs and trains them alone for
+``n_rounds * local_epochs`` epochs, so the clients' embeddings live in unrelated
+feature spaces. ``"centralized"``: one set of GRUs
 trained on the pooled training sequences of all clients (a non-private upper
 bound). ``fusion="local"``: every client fits :class:`fedviews.linear.LocalMVL`
 on its own embeddings (no federation at all).
@@ -175,10 +175,10 @@ class SequenceClient(Party):
             model = make_extractor(self.views[k][0].shape[1], self.n_classes, self.cfg, 0)
             self.models[k] = model.to(self.device)
             self.optimizers[k] = torch.optim.RMSprop(model.parameters(), lr=self.cfg.lr)
-        model = self.models[k]
-        assert model is not None
-        set_params(model, params)
-        return model
+        loaded = self.models[k]
+        assert loaded is not None
+        set_params(loaded, params)
+        return loaded
 
     @handles("train_view")
     def on_train_view(self, msg: Message) -> Message:
@@ -251,7 +251,10 @@ class SequenceServer(Coordinator):
                 self.params[k] = self.aggregate(local, sizes)
                 self.local[k] = local
                 self.loss[k].append(
-                    sum(n * _meta_number(replies[c], "loss") for n, c in zip(sizes, self.clients, strict=True))
+                    sum(
+                        n * _meta_number(replies[c], "loss")
+                        for n, c in zip(sizes, self.clients, strict=True)
+                    )
                     / sum(sizes)
                 )
                 set_params(self.models[k], self.params[k])
@@ -281,21 +284,25 @@ def train_local_extractors(
     device: Any = "cpu",
     on_round: RoundCallback | None = None,
     report_as: int | None = None,
+    own_init: bool = False,
 ) -> list[BiGRUExtractor]:
     """One data holder trains its per-view extractors alone (no messages).
 
-    ``n_rounds * local_epochs`` epochs with one persistent RMSProp per view,
-    from the same initial GRU and with the same RNG streams as client
-    ``client_index`` of the federation, so that FedAvg with one client gives the
-    same result. ``on_round(view, t, report_as, model)`` is called every
-    ``local_epochs`` epochs.
+    ``n_rounds * local_epochs`` epochs with one persistent RMSProp per view and
+    the RNG streams of client ``client_index`` of the federation. The initial
+    GRU is the federation server's (``own_init=False``: FedAvg with one client
+    then gives exactly this result) or drawn from the holder's own stream
+    (``own_init=True``: clients that never talk start from unrelated GRUs).
+    ``on_round(view, t, report_as, model)`` is called every ``local_epochs`` epochs.
     """
     cfg.validate()
     dev = resolve_device(device) if isinstance(device, str) else device
     models = []
     for k, seqs in enumerate(views):
         init_seed, seed = view_seeds(random_state, k, client_index)
-        model = make_extractor(seqs[0].shape[1], n_classes, cfg, init_seed).to(dev)
+        model = make_extractor(
+            seqs[0].shape[1], n_classes, cfg, seed + 1 if own_init else init_seed
+        ).to(dev)
         opt = torch.optim.RMSprop(model.parameters(), lr=cfg.lr)
         rng = new_rng_state(seed)
         for t in range(1, cfg.n_rounds + 1):
@@ -395,6 +402,8 @@ class SFedMV(BaseEstimator):
     client_sizes_ : list of int
     """
 
+    extractors_: Any
+
     def __init__(
         self,
         extractors: str = "federated",
@@ -438,7 +447,9 @@ class SFedMV(BaseEstimator):
     # -- helpers ---------------------------------------------------------
     def _config(self) -> GRUConfig:
         if self.extractors not in EXTRACTOR_MODES:
-            raise ConfigError(f"extractors must be one of {list(EXTRACTOR_MODES)}, got {self.extractors!r}")
+            raise ConfigError(
+                f"extractors must be one of {list(EXTRACTOR_MODES)}, got {self.extractors!r}"
+            )
         if self.fusion not in FUSIONS:
             raise ConfigError(f"fusion must be one of {list(FUSIONS)}, got {self.fusion!r}")
         cfg = GRUConfig(
@@ -458,13 +469,15 @@ class SFedMV(BaseEstimator):
 
     def _extractors_of(self, client: int | None) -> list[BiGRUExtractor]:
         if self.extractors != "local":
-            return self.extractors_  # type: ignore[no-any-return]
+            shared: list[BiGRUExtractor] = self.extractors_
+            return shared
         if client is None or not 0 <= client < len(self.extractors_):
             raise ConfigError(
                 f"extractors='local': pass client=0..{len(self.extractors_) - 1}, the client whose "
                 "own GRUs embed these sequences"
             )
-        return self.extractors_[client]  # type: ignore[no-any-return]
+        own: list[BiGRUExtractor] = self.extractors_[client]
+        return own
 
     # -- stage 1 ---------------------------------------------------------
     def fit_extractors(self, clients: Any, on_round: RoundCallback | None = None) -> SFedMV:
@@ -487,16 +500,29 @@ class SFedMV(BaseEstimator):
         if self.extractors == "local":
             self.extractors_ = [
                 train_local_extractors(
-                    views[l], yi[l], c, cfg, random_state=self.random_state, client_index=l,
-                    device=dev, on_round=on_round, report_as=l,
+                    views[l],
+                    yi[l],
+                    c,
+                    cfg,
+                    random_state=self.random_state,
+                    client_index=l,
+                    device=dev,
+                    on_round=on_round,
+                    report_as=l,
+                    own_init=True,
                 )
                 for l in range(M)  # noqa: E741
             ]
         elif self.extractors == "centralized":
             pooled = [[s for l in range(M) for s in views[l][k]] for k in range(K)]  # noqa: E741
             self.extractors_ = train_local_extractors(
-                pooled, np.concatenate(yi), c, cfg, random_state=self.random_state,
-                device=dev, on_round=on_round,
+                pooled,
+                np.concatenate(yi),
+                c,
+                cfg,
+                random_state=self.random_state,
+                device=dev,
+                on_round=on_round,
             )
         else:
             inits = [
@@ -505,13 +531,22 @@ class SFedMV(BaseEstimator):
             ]
             parties = [
                 SequenceClient(
-                    f"client{l}", views[l], yi[l], c, cfg,
-                    [view_seeds(self.random_state, k, l)[1] for k in range(K)], dev,
+                    f"client{l}",
+                    views[l],
+                    yi[l],
+                    c,
+                    cfg,
+                    [view_seeds(self.random_state, k, l)[1] for k in range(K)],
+                    dev,
                 )
                 for l in range(M)  # noqa: E741
             ]
             server = SequenceServer(
-                [p.name for p in parties], [get_params(m) for m in inits], cfg.n_rounds, inits, on_round
+                [p.name for p in parties],
+                [get_params(m) for m in inits],
+                cfg.n_rounds,
+                inits,
+                on_round,
             )
             policy = sequence_policy(list(get_params(inits[0])), K)
             custom: Transport | None = self.transport(policy) if self.transport else None
@@ -538,16 +573,24 @@ class SFedMV(BaseEstimator):
         seed = _fusion_seed(self.random_state)
         if self.fusion == "hfedmv":
             self.fusion_: Any = HFedMV(
-                beta=self.beta, zeta=self.zeta, eta=self.eta, n_rounds=self.fusion_rounds,
-                local_iter=self.local_iter, inner_max_iter=self.inner_max_iter,
-                random_state=seed, transport=self.transport,
+                beta=self.beta,
+                zeta=self.zeta,
+                eta=self.eta,
+                n_rounds=self.fusion_rounds,
+                local_iter=self.local_iter,
+                inner_max_iter=self.inner_max_iter,
+                random_state=seed,
+                transport=self.transport,
             ).fit(list(zip(Xs, yi, strict=True)))
         else:
             self.fusion_ = [
                 LocalMVL(
-                    beta=self.beta, zeta=self.zeta, eta=self.eta,
+                    beta=self.beta,
+                    zeta=self.zeta,
+                    eta=self.eta,
                     n_iter=self.fusion_rounds * self.local_iter,
-                    inner_max_iter=self.inner_max_iter, random_state=seed,
+                    inner_max_iter=self.inner_max_iter,
+                    random_state=seed,
                 ).fit(X, y, classes=np.arange(len(self.classes_)))
                 for X, y in zip(Xs, yi, strict=True)
             ]
@@ -565,7 +608,9 @@ class SFedMV(BaseEstimator):
         """
         seqs = check_sequences(views, n_views=len(self.n_channels_), n_channels=self.n_channels_)
         models = self._extractors_of(client)
-        return [sequence_embed(m, s, device=self.device_) for m, s in zip(models, seqs, strict=True)]
+        return [
+            sequence_embed(m, s, device=self.device_) for m, s in zip(models, seqs, strict=True)
+        ]
 
     def predict(self, views: Any, client: int | None = None) -> np.ndarray:
         """Class labels of the sequences held by ``client`` (needed for local extractors / fusion)."""

@@ -24,6 +24,7 @@ class DeployApp(Protocol):
     name: ClassVar[str]
     params_cls: ClassVar[type]
     policy: ClassVar[PrivacyPolicy]
+    round_message: ClassVar[str]  # a party's round ends when it has answered this kind
 
     def role(self, cfg: Any, party: str) -> str: ...
 
@@ -40,6 +41,16 @@ class DeployApp(Protocol):
     def coordinator_results(
         self, coord: Coordinator
     ) -> tuple[dict[str, Any], dict[str, np.ndarray]]: ...
+
+    def party_state(self, party: Party) -> dict[str, np.ndarray]: ...
+
+    def load_party_state(self, party: Party, state: dict[str, np.ndarray]) -> None: ...
+
+    def coordinator_state(self, coord: Coordinator) -> dict[str, np.ndarray]: ...
+
+    def load_coordinator_state(self, coord: Coordinator, state: dict[str, np.ndarray]) -> None: ...
+
+    def run_coordinator(self, coord: Coordinator, on_round_end: Any) -> Any: ...
 
 
 _APPS: dict[str, DeployApp] = {}
@@ -87,6 +98,7 @@ def _seeds(cfg: Any) -> list[np.random.SeedSequence]:
 class _MMVFLApp:
     name = "mmvfl"
     params_cls = MMVFLDeployParams
+    round_message = "update"
 
     @property
     def policy(self) -> PrivacyPolicy:
@@ -150,6 +162,21 @@ class _MMVFLApp:
             {"objective": obj, "n_iter": len(obj), "converged": bool(coord.converged)},  # type: ignore[attr-defined]
             {"Z": coord.Z},  # type: ignore[attr-defined]
         )
+
+    def party_state(self, party: Party) -> dict[str, np.ndarray]:
+        return party.state_dict()  # type: ignore[attr-defined]
+
+    def load_party_state(self, party: Party, state: dict[str, np.ndarray]) -> None:
+        party.load_state(state)  # type: ignore[attr-defined]
+
+    def coordinator_state(self, coord: Coordinator) -> dict[str, np.ndarray]:
+        return coord.state_dict()  # type: ignore[attr-defined]
+
+    def load_coordinator_state(self, coord: Coordinator, state: dict[str, np.ndarray]) -> None:
+        coord.load_state(state)  # type: ignore[attr-defined]
+
+    def run_coordinator(self, coord: Coordinator, on_round_end: Any) -> Any:
+        return coord.run(on_round_end=on_round_end)  # type: ignore[call-arg]
 
 
 register_app(_MMVFLApp())  # type: ignore[arg-type]

@@ -22,6 +22,13 @@ _Certs = Annotated[
 _Insecure = Annotated[
     bool, typer.Option("--insecure", help="Plain text, no authentication (local tests only).")
 ]
+_Resume = Annotated[
+    Path | None,
+    typer.Option(
+        help="This process's folder of a killed run: continue after the last round that all "
+        "processes checkpointed (also the default --out)."
+    ),
+]
 
 
 def register(app: typer.Typer) -> None:
@@ -90,6 +97,7 @@ def register(app: typer.Typer) -> None:
         insecure: _Insecure = False,
         out: Annotated[Path | None, typer.Option(help="Result folder.")] = None,
         port_file: Annotated[Path | None, typer.Option(help="Write the bound port here.")] = None,
+        resume: _Resume = None,
     ) -> None:
         """Run the coordinator of a deployment: listen, wait for the parties, drive the run."""
         from fedviews.deploy._config import load_deploy_config
@@ -101,9 +109,10 @@ def register(app: typer.Typer) -> None:
         res = run_coordinator(
             cfg,
             listen,
-            out or Path(cfg.output_dir) / cfg.name / "coordinator",
+            out or resume or Path(cfg.output_dir) / cfg.name / "coordinator",
             tls=tls,
             port_file=port_file,
+            resume=resume,
         )
         if "objective" in res and res["objective"]:
             print(
@@ -124,6 +133,7 @@ def register(app: typer.Typer) -> None:
         certs: _Certs = None,
         insecure: _Insecure = False,
         out: Annotated[Path | None, typer.Option(help="Result folder.")] = None,
+        resume: _Resume = None,
     ) -> None:
         """Run one party: load only its own data, dial out to the coordinator, serve the run."""
         from fedviews.deploy._config import load_deploy_config
@@ -141,8 +151,9 @@ def register(app: typer.Typer) -> None:
             party,
             load_party_data(data),
             coordinator,
-            out or Path(cfg.output_dir) / cfg.name / party,
+            out or resume or Path(cfg.output_dir) / cfg.name / party,
             tls=tls,
+            resume=resume,
         )
 
     @app.command()
@@ -158,6 +169,12 @@ def register(app: typer.Typer) -> None:
         ] = None,
         certs: _Certs = None,
         insecure: _Insecure = False,
+        resume: Annotated[
+            Path | None,
+            typer.Option(
+                help="Run folder of a killed launch: continue it (same config and overrides)."
+            ),
+        ] = None,
     ) -> None:
         """Coordinator + every party as separate local processes over loopback gRPC (mutual TLS)."""
         from fedviews.deploy._config import load_deploy_config
@@ -174,6 +191,7 @@ def register(app: typer.Typer) -> None:
             data_dir=data_dir,
             certs_dir=certs,
             insecure=insecure,
+            resume=resume,
         )
         console.print(f"run folder: [bold]{run_dir}[/]")
 

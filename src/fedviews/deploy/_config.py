@@ -11,6 +11,7 @@ A deployment TOML file (``configs/deploy_*.toml``)::
     label_owner = "pix"
     timeout = 20.0          # seconds of silence before a party is declared unavailable
     heartbeat = 2.0
+    checkpoint_every = 1    # rounds between checkpoints (continue: --resume RUN_DIR)
 
     [data]                  # what `fedviews launch` / `split-data` generate
     dataset = "handwritten"
@@ -51,6 +52,7 @@ class FederationSpec:
     heartbeat: float = 2.0
     connect_timeout: float = 60.0
     alignment: str = "psi"  # or "none": every party holds the same IDs (rows sorted by ID)
+    checkpoint_every: int = 1  # every process checkpoints its state every this many rounds
 
     def validate(self) -> None:
         if len(self.parties) < 1 or len(set(self.parties)) != len(self.parties):
@@ -67,6 +69,8 @@ class FederationSpec:
             raise ConfigError("need 0 < federation.heartbeat < federation.timeout")
         if self.alignment not in ("psi", "none"):
             raise ConfigError("federation.alignment must be 'psi' or 'none'")
+        if self.checkpoint_every < 1:
+            raise ConfigError("federation.checkpoint_every must be >= 1 (rounds)")
 
 
 @dataclass(frozen=True)

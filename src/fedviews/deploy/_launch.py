@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -45,14 +46,30 @@ def launch(
     insecure: bool = False,
     echo: Callable[[str], None] = print,
     party_wait: float = 10.0,
+    resume: Path | None = None,
 ) -> Path:
     """Run a whole deployment on this machine over loopback gRPC; return the run folder.
 
     Data files come from ``data_dir`` (``<party>.npz`` or ``.csv``) or, if not
     given, are written by :func:`split_dataset` from ``[data]`` of the config.
     Certificates come from ``certs_dir`` or are created in ``RUN_DIR/certs``.
-    Raises :class:`PartyUnavailable` / :class:`ProtocolError` when a process fails.
+    ``resume``: the folder of a killed launch; the run continues there, with its data
+    files and certificates, after the last round every process checkpointed.
+    Raises :class:`PartyUnavailable` (naming the party that failed) or
+    :class:`ProtocolError` when a process fails.
     """
+    if resume is not None:
+        if not (resume / cfg.federation.coordinator).is_dir():
+            raise ProtocolError(
+                f"{resume} is not the folder of a launched run (no {cfg.federation.coordinator}/)"
+            )
+        if out_dir is not None and out_dir != resume:
+            raise ProtocolError("--resume continues the run in its own folder; drop --out")
+        out_dir = resume
+        if data_dir is None and (resume / "data").is_dir():
+            data_dir = resume / "data"
+        if certs_dir is None and not insecure and (resume / "certs" / "ca.crt").is_file():
+            certs_dir = resume / "certs"
     run_dir = out_dir or Path(cfg.output_dir) / f"{cfg.name}-{datetime.now():%Y%m%d-%H%M%S}"
     run_dir.mkdir(parents=True, exist_ok=True)
     fed = cfg.federation
@@ -89,8 +106,9 @@ def launch(
     procs: dict[str, subprocess.Popen[str]] = {}
 
     def start(name: str, args: list[str]) -> None:
+        again = [] if resume is None else ["--resume", str(run_dir / name)]
         proc = subprocess.Popen(
-            [*base, *args, str(config), *overrides, *security],
+            [*base, *args, *again, str(config), *overrides, *security],
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             text=True,
@@ -144,9 +162,19 @@ def launch(
             if prc != 0:
                 failed.append(p)
         if rc != 0:
+            results = run_dir / fed.coordinator / "results.json"
+            info = json.loads(results.read_text()) if results.is_file() else {}
+            hint = f"see {results}"
+            if info.get("last_checkpoint_round"):
+                again = " ".join(
+                    ["fedviews launch", str(config), *overrides, "--resume", str(run_dir)]
+                )
+                hint += f"; checkpoint of round {info['last_checkpoint_round']} kept: `{again}`"
+            status = str(info.get("status", f"the coordinator exited with status {rc}"))
+            if "unavailable_party" in info:  # its status reads "PartyUnavailable: party 'x' ..."
+                status = status.partition(" is unavailable: ")[2] or status
             raise PartyUnavailable(
-                fed.coordinator,
-                f"the coordinator exited with status {rc}; see {run_dir / fed.coordinator / 'results.json'}",
+                info.get("unavailable_party", fed.coordinator), f"{status}; {hint}"
             )
         if failed:
             raise ProtocolError(f"party processes {failed} did not finish cleanly")

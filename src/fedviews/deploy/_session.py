@@ -6,14 +6,18 @@ Session protocol (all through the transport, so policy-checked and logged):
 2. ``deploy:setup`` — every party restricts its data to the common IDs (sorted) and
    reports ``n_samples``; the label owner also reports ``n_classes``;
 3. ``deploy:build`` — every party builds its algorithm party object from its own
-   data with the in-process random streams; the coordinator builds the server;
+   data with the in-process random streams; the coordinator builds the server.
+   With ``--resume`` the coordinator announces ``resume_round`` (its last checkpoint)
+   and everyone loads its own checkpoint of that round (:mod:`._checkpoint`);
 4. the algorithm runs unchanged (``server.run()``), its messages go over gRPC;
+   every process checkpoints its state at round boundaries (``checkpoint_every``);
 5. ``deploy:finish`` — every party writes its own results (e.g. its ``W_k``) to its
    own folder; the coordinator writes ``results.json`` and the message log.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import threading
 import time
@@ -24,9 +28,10 @@ from typing import Any
 import numpy as np
 
 from fedviews.deploy._apps import DeployApp, get_app
+from fedviews.deploy._checkpoint import Checkpoints, fingerprint
 from fedviews.deploy._config import DeployConfig
 from fedviews.deploy._data import PartyData
-from fedviews.errors import DataError, FedViewsError, ProtocolError
+from fedviews.errors import ConfigError, DataError, FedViewsError, PartyUnavailable, ProtocolError
 from fedviews.federation import Coordinator, Message, PrivacyPolicy, handles
 from fedviews.federation._certs import TLSFiles
 from fedviews.federation._grpc import GrpcHub, GrpcOptions, GrpcPartyTransport
@@ -52,6 +57,18 @@ def options_of(cfg: DeployConfig) -> GrpcOptions:
     return GrpcOptions(timeout=f.timeout, heartbeat=f.heartbeat, connect_timeout=f.connect_timeout)
 
 
+def run_identity(cfg: DeployConfig) -> dict[str, Any]:
+    """What a resumed run must share with the killed one (timeouts, paths may change)."""
+    f = cfg.federation
+    return {
+        "algorithm": cfg.algorithm,
+        "seed": cfg.seed,
+        "parties": list(f.parties),
+        "label_owner": f.label_owner,
+        "params": cfg.params,
+    }
+
+
 def _write_json(path: Path, obj: Any) -> None:
     path.write_text(json.dumps(obj, indent=2, default=str))
 
@@ -60,15 +77,24 @@ class DeployParty(PSIParty):
     """A party process: runs the session steps, then hands messages to its algorithm party."""
 
     def __init__(
-        self, cfg: DeployConfig, name: str, data: PartyData, out_dir: Path, echo: Printer
+        self,
+        cfg: DeployConfig,
+        name: str,
+        data: PartyData,
+        out_dir: Path,
+        echo: Printer,
+        resume: Path | None = None,
     ) -> None:
         self.app = get_app(cfg.algorithm)
         super().__init__(name, data.ids, role=self.app.role(cfg, name))
         if name == cfg.federation.label_owner and data.y is None:
             raise DataError(f"{name!r} is the label owner but its data file has no labels (y)")
         self.cfg, self.data, self.out_dir, self.echo = cfg, data, out_dir, echo
+        self.resume = resume
         self.aligned: PartyData | None = None
         self.algo: Any = None
+        self.checkpoints: Checkpoints | None = None
+        self.fingerprint = ""
         self._shown = 0
 
     def handle(self, msg: Message) -> Message:
@@ -79,7 +105,13 @@ class DeployParty(PSIParty):
         if msg.round > self._shown:
             self._shown = msg.round
             self.echo(f"round {msg.round}")
-        return self.algo.handle(msg)
+        reply = self.algo.handle(msg)
+        every = self.cfg.federation.checkpoint_every
+        ckpt = self.checkpoints
+        if ckpt is not None and msg.kind == self.app.round_message and msg.round % every == 0:
+            # before the reply leaves: whatever round the coordinator completed, we have it
+            ckpt.save(msg.round, self.app.party_state(self.algo))
+        return reply
 
     @handles("deploy:setup")
     def on_setup(self, msg: Message) -> Message:
@@ -98,9 +130,17 @@ class DeployParty(PSIParty):
         self.aligned = PartyData(
             d.ids, X, d.y if self.name == self.cfg.federation.label_owner else None
         )
+        self.fingerprint = fingerprint(
+            run=run_identity(self.cfg),
+            party=self.name,
+            X=hashlib.sha256(np.ascontiguousarray(X).tobytes()).hexdigest(),
+        )
         meta: dict[str, Any] = {"n_samples": len(rows), "n_features": int(X.shape[1])}
         if self.aligned.y is not None:
             meta.update(self.app.label_info(self.aligned.y))
+        if self.resume is not None:  # the rounds this party could resume from
+            have = Checkpoints(self.resume / "checkpoints", self.fingerprint).rounds()
+            meta["checkpoints"] = ",".join(map(str, have))
         self.echo(f"aligned {len(rows)} of {len(self.ids)} samples")
         return self.reply(msg, meta=meta)
 
@@ -108,10 +148,23 @@ class DeployParty(PSIParty):
     def on_build(self, msg: Message) -> Message:
         if self.aligned is None:
             raise ProtocolError("deploy:build before deploy:setup")
-        self.algo = self.app.build_party(
-            self.cfg, self.name, self.aligned.X, self.aligned.y, dict(msg.meta)
-        )
+        setup = dict(msg.meta)
+        resume_round = int(setup.pop("resume_round", 0) or 0)
+        self.algo = self.app.build_party(self.cfg, self.name, self.aligned.X, self.aligned.y, setup)
         self.algo.transport = self.transport
+        fp = self.fingerprint
+        self.checkpoints = Checkpoints(self.out_dir / "checkpoints", fp)
+        if resume_round > 0:
+            if self.resume is None:
+                raise ConfigError(
+                    f"the coordinator resumes after round {resume_round} but {self.name!r} "
+                    "was started without --resume (pass its run folder of the killed run)"
+                )
+            state = Checkpoints(self.resume / "checkpoints", fp).load(resume_round)
+            self.app.load_party_state(self.algo, state)
+            self.checkpoints.save(resume_round, state)
+            self._shown = resume_round
+            self.echo(f"resumed from its checkpoint of round {resume_round}")
         return self.reply(msg)
 
     @handles("deploy:finish")
@@ -126,11 +179,23 @@ class DeployParty(PSIParty):
 
 
 class DeployCoordinator(Coordinator):
-    """The coordinator process: drives the session and the algorithm's server."""
+    """The coordinator process: drives the session and the algorithm's server.
 
-    def __init__(self, cfg: DeployConfig, echo: Printer) -> None:
+    Writes its round checkpoints to ``out_dir/checkpoints`` (none if ``out_dir`` is
+    None) and, with ``resume`` (the folder of a killed run), goes on after its last one.
+    """
+
+    def __init__(
+        self,
+        cfg: DeployConfig,
+        echo: Printer,
+        out_dir: Path | None = None,
+        resume: Path | None = None,
+    ) -> None:
         super().__init__(cfg.federation.coordinator)
-        self.cfg, self.echo = cfg, echo
+        self.cfg, self.echo, self.out_dir, self.resume = cfg, echo, out_dir, resume
+        self.checkpoints: Checkpoints | None = None
+        self.resumed_from = 0
         self.app = get_app(cfg.algorithm)
         self.parties = list(cfg.federation.parties)
         self.server: Any = None
@@ -156,15 +221,34 @@ class DeployCoordinator(Coordinator):
                 if k.startswith("n_") and k not in ("n_samples", "n_features")
             },
         }
-        self.broadcast(self.parties, "deploy:build", meta=self.setup)
+        fp = fingerprint(run=run_identity(self.cfg), setup=self.setup)
+        if self.out_dir is not None:
+            self.checkpoints = Checkpoints(self.out_dir / "checkpoints", fp)
+        state = None
+        if self.resume is not None:
+            source = Checkpoints(self.resume / "checkpoints", fp)
+            self.resumed_from = self._resume_round(source.rounds(), replies)
+            if self.resumed_from:
+                state = source.load(self.resumed_from)
+            else:
+                self.echo(f"no checkpoint in {source.directory}: starting from round 1")
+        self.broadcast(
+            self.parties, "deploy:build", meta={**self.setup, "resume_round": self.resumed_from}
+        )
         self.server = self.app.build_coordinator(self.cfg, self.setup)
         self.server.transport = self.transport
+        if state is not None:
+            self.app.load_coordinator_state(self.server, state)
+            if self.checkpoints is not None:
+                self.checkpoints.save(self.resumed_from, state)
+            self.echo(f"resuming after round {self.resumed_from}")
         done = threading.Event()
-        progress = threading.Thread(target=self._progress, args=(done,), daemon=True)
+        shown = len(getattr(self.server, "objective", []))
+        progress = threading.Thread(target=self._progress, args=(done, shown), daemon=True)
         progress.start()
         t0 = time.perf_counter()
         try:
-            self.server.run()
+            self.app.run_coordinator(self.server, self._checkpoint)
         finally:
             self.train_seconds = time.perf_counter() - t0
             done.set()
@@ -172,8 +256,31 @@ class DeployCoordinator(Coordinator):
         self.broadcast(self.parties, "deploy:finish")
         return self.results()
 
-    def _progress(self, done: threading.Event) -> None:
-        shown, finished = 0, False
+    def _resume_round(self, mine: list[int], replies: dict[str, Message]) -> int:
+        """The last round that the coordinator and every party have a checkpoint of."""
+        have = {
+            p: {int(r) for r in str(m.meta.get("checkpoints") or "").split(",") if r}
+            for p, m in replies.items()
+        }
+        common = set(mine).intersection(*have.values())
+        if common:
+            return max(common)
+        if mine:
+            detail = ", ".join(
+                f"{p}: {sorted(r) or 'none (started without --resume?)'}" for p, r in have.items()
+            )
+            raise ProtocolError(
+                f"no round is checkpointed by every process (coordinator: {mine}; {detail}); "
+                "resume every process from its folder of the same killed run"
+            )
+        return 0
+
+    def _checkpoint(self, round: int) -> None:
+        if self.checkpoints is not None and round % self.cfg.federation.checkpoint_every == 0:
+            self.checkpoints.save(round, self.app.coordinator_state(self.server))
+
+    def _progress(self, done: threading.Event, shown: int) -> None:
+        finished = False
         while not finished:
             finished = done.wait(0.5)
             obj = list(getattr(self.server, "objective", []))
@@ -185,7 +292,13 @@ class DeployCoordinator(Coordinator):
         if self.server is None:
             return {}
         metrics, _ = self.app.coordinator_results(self.server)
-        return {**metrics, "train_seconds": round(self.train_seconds, 4)}
+        last = self.checkpoints.latest() if self.checkpoints is not None else 0
+        return {
+            **metrics,
+            "train_seconds": round(self.train_seconds, 4),
+            "resumed_from_round": self.resumed_from,
+            "last_checkpoint_round": last,
+        }
 
 
 def _print_to(prefix: str, echo: Printer | None) -> Printer:
@@ -203,13 +316,18 @@ def run_coordinator(
     tls: TLSFiles | None,
     port_file: Path | None = None,
     echo: Printer | None = None,
+    resume: Path | None = None,
 ) -> dict[str, Any]:
-    """Serve the federation until the run ends; write ``results.json`` even when it fails."""
+    """Serve the federation until the run ends; write ``results.json`` even when it fails.
+
+    ``resume``: the coordinator folder of a killed run; the run goes on after the last
+    round of which it has a checkpoint (the parties must be started with ``--resume``).
+    """
     say = _print_to(cfg.federation.coordinator, echo)
     app = get_app(cfg.algorithm)
     out_dir.mkdir(parents=True, exist_ok=True)
     hub = GrpcHub(session_policy(app), cfg.roles(), listen=listen, tls=tls, options=options_of(cfg))
-    coord = DeployCoordinator(cfg, say)
+    coord = DeployCoordinator(cfg, say, out_dir, resume)
     hub.register(coord)
     if port_file is not None:
         port_file.write_text(str(hub.port))
@@ -218,6 +336,7 @@ def run_coordinator(
         f"waiting for {list(cfg.federation.parties)}"
     )
     status = "ok"
+    unavailable = None
     t0 = time.perf_counter()
     try:
         hub.wait_for_parties()
@@ -227,6 +346,8 @@ def run_coordinator(
         return coord.results()
     except FedViewsError as exc:
         status = f"{type(exc).__name__}: {exc}"
+        if isinstance(exc, PartyUnavailable):
+            unavailable = exc.party
         raise
     finally:
         result = {
@@ -234,6 +355,8 @@ def run_coordinator(
             "seconds": round(time.perf_counter() - t0, 3),
             **coord.results(),
         }
+        if unavailable is not None:
+            result["unavailable_party"] = unavailable
         _write_json(out_dir / "results.json", result)
         if coord.server is not None:
             final: dict[str, Any] = dict(app.coordinator_results(coord.server)[1])
@@ -241,6 +364,11 @@ def run_coordinator(
         _write_json(out_dir / "message_log.json", hub.log.summary())
         hub.close()
         say(f"{status}; results in {out_dir}")
+        if status != "ok" and result.get("last_checkpoint_round"):
+            say(
+                f"checkpoint of round {result['last_checkpoint_round']} kept: continue with "
+                f"--resume {out_dir} (and --resume <its folder> for every party)"
+            )
 
 
 def run_party(
@@ -252,15 +380,20 @@ def run_party(
     *,
     tls: TLSFiles | None,
     echo: Printer | None = None,
+    resume: Path | None = None,
 ) -> None:
-    """Dial the coordinator and serve this party's part of the run until it ends."""
+    """Dial the coordinator and serve this party's part of the run until it ends.
+
+    ``resume``: this party's folder of a killed run; its checkpoint of the round the
+    coordinator resumes from is loaded there.
+    """
     say = _print_to(name, echo)
     if name not in cfg.federation.parties:
         raise DataError(
             f"{name!r} is not a party of this federation: {list(cfg.federation.parties)}"
         )
     app = get_app(cfg.algorithm)
-    party = DeployParty(cfg, name, data, out_dir, say)
+    party = DeployParty(cfg, name, data, out_dir, say, resume)
     transport = GrpcPartyTransport(
         session_policy(app),
         coordinator,

@@ -29,7 +29,7 @@ usual choice for this solver (Nie et al., 2010); later rounds warm-start.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -116,6 +116,27 @@ class MMVFLParty(Party):
             local += self.eta * _sq(self.Z_k - self.Y)
         return local
 
+    def state_dict(self) -> dict[str, np.ndarray]:
+        """This party's private state after a round: ``W`` (the warm start), ``Z_k``, IRLS counts."""
+        state = {"Z_k": self.Z_k, "inner_iterations": np.asarray(self.inner_iterations, np.int64)}
+        if self.W is not None:
+            state["W"] = self.W
+        return state
+
+    def load_state(self, state: Mapping[str, np.ndarray]) -> None:
+        """Continue from :meth:`state_dict`; the next round then equals the uninterrupted one."""
+        (n, d), c = self.problem.X.shape, self.Z_k.shape[1]
+        W = state.get("W")
+        if state["Z_k"].shape != (n, c) or (W is not None and W.shape != (d, c)):
+            raise DataError(
+                f"party {self.name!r}: the saved state does not fit this party's data "
+                f"(Z_k {state['Z_k'].shape} vs {(n, c)}, W {None if W is None else W.shape} "
+                f"vs {(d, c)}); resume with the same data and config"
+            )
+        self.W = None if W is None else np.array(W, dtype=np.float64)
+        self.Z_k = np.array(state["Z_k"], dtype=np.float64)
+        self.inner_iterations = [int(i) for i in state["inner_iterations"]]
+
     @handles("update")
     def on_update(self, msg: Message) -> Message:
         local = self.local_update(msg.arrays["Z"])
@@ -144,17 +165,45 @@ class MMVFLServer(Coordinator):
         self.objective: list[float] = []
         self.converged = False
 
-    def run(self) -> np.ndarray:
-        prev = np.inf
-        for r in range(1, self.max_iter + 1):
+    def state_dict(self) -> dict[str, np.ndarray]:
+        """The server's state after a round: ``Z``, the objective history, ``converged``."""
+        return {
+            "Z": self.Z,
+            "objective": np.asarray(self.objective, dtype=np.float64),
+            "converged": np.asarray(self.converged),
+        }
+
+    def load_state(self, state: Mapping[str, np.ndarray]) -> None:
+        """Continue from :meth:`state_dict`: :meth:`run` goes on with the next round."""
+        if state["Z"].shape != self.Z.shape:
+            raise DataError(
+                f"the saved Z has shape {state['Z'].shape}, this run needs {self.Z.shape}; "
+                "resume with the same data and config"
+            )
+        self.Z = np.array(state["Z"], dtype=np.float64)
+        self.objective = [float(f) for f in state["objective"]]
+        self.converged = bool(state["converged"])
+
+    def run(self, on_round_end: Callable[[int], None] | None = None) -> np.ndarray:
+        """Rounds ``len(objective) + 1 .. max_iter`` (all of them unless :meth:`load_state`).
+
+        ``on_round_end(r)`` is called after round ``r`` (e.g. to write a checkpoint).
+        """
+        if self.converged:
+            return self.Z
+        prev = self.objective[-1] if self.objective else np.inf
+        for r in range(len(self.objective) + 1, self.max_iter + 1):
             replies = self.broadcast(self.parties, "update", arrays={"Z": self.Z}, round=r)
             Zks = [replies[p].arrays["Z_k"] for p in self.parties]
             self.Z = np.tensordot(self.zeta, np.stack(Zks), axes=1) / self.zeta.sum()  # Eq. (14)
             f = float(sum(float(replies[p].meta["local_objective"] or 0.0) for p in self.parties))
             f += float(sum(z * _sq(Zk - self.Z) for z, Zk in zip(self.zeta, Zks, strict=True)))
             self.objective.append(f)
-            if self.tol > 0 and np.isfinite(prev) and abs(prev - f) <= self.tol * abs(prev):
-                self.converged = True
+            converged = self.tol > 0 and np.isfinite(prev) and abs(prev - f) <= self.tol * abs(prev)
+            self.converged = bool(converged)
+            if on_round_end is not None:
+                on_round_end(r)
+            if converged:
                 break
             prev = f
         return self.Z

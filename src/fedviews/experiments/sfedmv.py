@@ -1,0 +1,301 @@
+"""S-FedMV experiment (FedMV paper, Table 3) on public multi-view sequence data.
+
+The paper's BiAffect keystroke sequences are private; its numbers are shown as
+context only. Default data: the smartwatch recordings of ``seglearn==1.2.5``
+(:func:`fedviews.data.load_sequences` ``"watch"``): views = accelerometer /
+gyroscope, 7 exercise classes, windows of 3-6 s at 10 Hz (variable length).
+
+Protocol, for each of ``n_repeats`` repetitions with seed ``seed + r``:
+
+1. clients = subjects, dealt in sorted order into ``n_clients`` groups;
+2. train / test split inside every client: ``split="time"`` puts the last
+   ``test_fraction`` of every recording's windows into the test set (windows do
+   not overlap; the analogue of the paper's split of one participant's sessions);
+   ``split="recording"`` holds out whole recordings, ``test_fraction`` of every
+   (client, class) cell, at least one (harder: the held-out arm side is unseen);
+3. the four methods of Table 3 (:class:`fedviews.deep.SFedMV` settings) are
+   fitted on the clients' training sequences and scored on all clients' test
+   sequences pooled (each client predicts its own test samples): accuracy,
+   macro precision, recall, F1 in %;
+4. after every round, the test accuracy of each view's GRU classification head
+   is recorded (federated: global model; centralized: the pooled model after the
+   same number of epochs; local: every client's own model on its own test data),
+   plotted as ``accuracy_per_round.png``.
+
+The two local baselines share one set of locally trained GRUs.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Any
+
+import numpy as np
+
+from fedviews.errors import ConfigError
+from fedviews.experiments._config import ExperimentConfig
+from fedviews.experiments._metrics import classification_metrics, mean_std
+from fedviews.experiments._paper import paper_tables
+from fedviews.experiments._registry import register_experiment
+from fedviews.experiments._runner import ExperimentResult, RunContext, Table
+
+__all__ = ["METHODS", "SFedMVParams", "run_sfedmv"]
+
+#: method key -> (Table 3 name, extractors, fusion)
+METHODS: dict[str, tuple[str, str, str]] = {
+    "sfedmv": ("S-FedMV", "federated", "hfedmv"),
+    "local_hfedmv": ("Local Sequential H-FedMV", "local", "hfedmv"),
+    "local_localmv": ("Local Sequential LocalMV", "local", "local"),
+    "centralized_hfedmv": ("Centralized Sequential H-FedMV", "centralized", "hfedmv"),
+}
+SPLITS = ("time", "recording")
+_METRICS = ("accuracy", "precision", "recall", "f1")
+
+
+@dataclass(frozen=True)
+class SFedMVParams:
+    methods: tuple[str, ...] = tuple(METHODS)
+    n_repeats: int = 3
+    n_clients: int = 5
+    split: str = "time"
+    test_fraction: float = 0.25
+    max_per_client: int = 0  # >0: keep only this many training samples per client (smoke tests)
+    hidden_size: int = 32
+    num_layers: int = 1
+    dropout: float = 0.1
+    lr: float = 0.005
+    batch_size: int = 128
+    local_epochs: int = 2
+    n_rounds: int = 15
+    beta: float = 4.0
+    zeta: float = 8.0
+    eta: float = 16.0
+    fusion_rounds: int = 20
+    local_iter: int = 2
+    inner_max_iter: int = 5
+    torch_threads: int = 1
+    paper_table: str = "fedmv_table3_sequential"
+
+    def validate(self) -> None:
+        bad = [m for m in self.methods if m not in METHODS]
+        if bad or not self.methods:
+            raise ConfigError(
+                f"params.methods: unknown {bad or 'empty'}; choose from {list(METHODS)}"
+            )
+        if self.split not in SPLITS:
+            raise ConfigError(f"params.split must be one of {list(SPLITS)}, got {self.split!r}")
+        if not 0 < self.test_fraction < 1:
+            raise ConfigError("params.test_fraction must lie in (0, 1)")
+        for name in (
+            "n_repeats",
+            "n_clients",
+            "n_rounds",
+            "local_epochs",
+            "fusion_rounds",
+            "torch_threads",
+        ):
+            if getattr(self, name) < 1:
+                raise ConfigError(f"params.{name} must be >= 1")
+        if self.max_per_client < 0:
+            raise ConfigError("params.max_per_client must be >= 0 (0 = all)")
+
+
+def _assign_clients(ds: Any, n_clients: int) -> Any:
+    subjects = ds.clients()
+    if n_clients > len(subjects):
+        raise ConfigError(f"params.n_clients={n_clients} but the data has {len(subjects)} subjects")
+    group = {s: i * n_clients // len(subjects) for i, s in enumerate(subjects)}
+    return replace(ds, client_ids=np.array([group[s] for s in ds.client_ids.tolist()]))
+
+
+def _test_mask(ds: Any, p: SFedMVParams, seed: int) -> np.ndarray:
+    test = np.zeros(ds.n_samples, dtype=bool)
+    groups = np.asarray(ds.groups)
+    if p.split == "time":
+        for g in np.unique(groups):
+            idx = np.flatnonzero(groups == g)
+            k = int(np.ceil(p.test_fraction * len(idx)))
+            if len(idx) > k:  # a recording with one window stays in training
+                test[idx[-k:]] = True
+        return test
+    rng = np.random.default_rng(seed)
+    first = {g: i for i, g in reversed(list(enumerate(groups.tolist())))}
+    for c in np.unique(ds.client_ids):
+        for y in np.unique(ds.y):
+            recs = sorted({g for g, i in first.items() if ds.client_ids[i] == c and ds.y[i] == y})
+            if len(recs) < 2:
+                continue
+            k = max(1, round(p.test_fraction * len(recs)))
+            test |= np.isin(groups, rng.choice(recs, size=min(k, len(recs) - 1), replace=False))
+    return test
+
+
+def _cap(clients: list[Any], n: int) -> list[Any]:
+    if n <= 0:
+        return clients
+    out = []
+    for views, y in clients:  # evenly spaced, so that every recording / class keeps some windows
+        idx = np.unique(np.linspace(0, len(y) - 1, min(n, len(y))).round().astype(int))
+        out.append(([[v[i] for i in idx] for v in views], y[idx]))
+    return out
+
+
+@register_experiment(
+    "sfedmv",
+    SFedMVParams,
+    description="S-FedMV vs local / centralized sequential baselines (FedMV paper, Table 3)",
+    default_dataset="watch",
+    needs="torch",
+)
+def run_sfedmv(cfg: ExperimentConfig, ctx: RunContext) -> ExperimentResult:
+    from fedviews.data import load_sequences
+    from fedviews.deep._common import require_torch
+    from fedviews.deep._gru import sequence_logits
+    from fedviews.deep.sfedmv import SFedMV
+    from fedviews.report import line_panels
+
+    torch = require_torch()
+    p: SFedMVParams = cfg.params
+    ds = _assign_clients(load_sequences(cfg.data.name, **dict(cfg.data.options)), p.n_clients)
+    K, R = ds.n_views, p.n_rounds
+    modes = sorted({METHODS[m][1] for m in p.methods})
+    scores: dict[str, list[dict[str, float]]] = {m: [] for m in p.methods}
+    curves: dict[str, np.ndarray] = {m: np.zeros((p.n_repeats, K, R)) for m in modes}
+    log_summary: dict[str, Any] | None = None
+    threads = torch.get_num_threads()
+    torch.set_num_threads(p.torch_threads)
+    work = p.n_repeats * (len(modes) + len(p.methods))
+    try:
+        with ctx.progress(work, "repeats x (extractors + fusions)") as advance:
+            for r in range(p.n_repeats):
+                seed = cfg.seed + r
+                test = _test_mask(ds, p, seed)
+                train_cl = _cap(
+                    ds.subset(~test).by_client(list(range(p.n_clients))), p.max_per_client
+                )
+                test_cl = ds.subset(test).by_client(list(range(p.n_clients)))
+                for mode in modes:
+                    correct = np.zeros((K, R))
+
+                    def on_round(
+                        k: int,
+                        t: int,
+                        client: int | None,
+                        model: Any,
+                        _c: Any = correct,
+                        _test: Any = test_cl,
+                    ) -> None:
+                        cl = range(p.n_clients) if client is None else [client]
+                        for l in cl:  # noqa: E741
+                            views, y = _test[l]
+                            # labels of the test clients are global class indices; so are the model's
+                            # (every class occurs in the training data, checked below)
+                            _c[k, t - 1] += (sequence_logits(model, views[k]).argmax(1) == y).sum()
+
+                    est = SFedMV(
+                        extractors=mode,
+                        hidden_size=p.hidden_size,
+                        num_layers=p.num_layers,
+                        dropout=p.dropout,
+                        lr=p.lr,
+                        batch_size=p.batch_size,
+                        local_epochs=p.local_epochs,
+                        n_rounds=R,
+                        beta=p.beta,
+                        zeta=p.zeta,
+                        eta=p.eta,
+                        fusion_rounds=p.fusion_rounds,
+                        local_iter=p.local_iter,
+                        inner_max_iter=p.inner_max_iter,
+                        random_state=seed,
+                        device=cfg.device,
+                    )
+                    est.fit_extractors(train_cl, on_round=on_round)
+                    if len(est.classes_) != ds.n_classes:
+                        raise ConfigError(
+                            "a class is missing from the training data; lower test_fraction"
+                        )
+                    curves[mode][r] = 100.0 * correct / sum(len(y) for _, y in test_cl)
+                    if mode == "federated":
+                        assert est.transport_ is not None
+                        log_summary = est.transport_.log.summary()
+                    advance(1)
+                    for m in p.methods:
+                        _, m_mode, fusion = METHODS[m]
+                        if m_mode != mode:
+                            continue
+                        est.set_params(fusion=fusion).fit_fusion(train_cl)
+                        y_true = np.concatenate([y for _, y in test_cl])
+                        y_pred = np.concatenate(
+                            [est.predict(v, client=l) for l, (v, _) in enumerate(test_cl)]  # noqa: E741
+                        )
+                        scores[m].append(classification_metrics(y_true, y_pred))
+                        advance(1)
+                ctx.checkpoint({"repeats_done": r + 1, "scores": scores})
+    finally:
+        torch.set_num_threads(threads)
+
+    summary = {
+        METHODS[m][0]: {k: list(mean_std([s[k] for s in scores[m]])) for k in _METRICS}
+        for m in p.methods
+    }
+    cols = ["method", "Accuracy (%)", "Precision (%)", "Recall (%)", "F1 (%)"]
+    rows = [
+        [name, *[f"{v[k][0]:.2f} ± {v[k][1]:.2f}" for k in _METRICS]] for name, v in summary.items()
+    ]
+    n_train = int(sum(len(y) for _, y in train_cl))
+    note = (
+        f"{ds.name}: {ds.n_samples} samples ({ds.n_dropped} dropped by the length filter), "
+        f"{K} views {ds.view_names}, {ds.n_classes} classes, {p.n_clients} clients, split={p.split!r} "
+        f"({n_train} train / {int(test.sum())} test in the last repeat); {p.n_repeats} repeats, "
+        f"{R} rounds x {p.local_epochs} local epochs; macro metrics, mean ± std over repeats."
+    )
+    tables = [Table("S-FedMV and baselines (Table 3 shape)", cols, rows, note)]
+    paper = paper_tables().get(p.paper_table) if p.paper_table else None
+    if paper:
+        tables.append(
+            Table(
+                f"Paper ({p.paper_table}): BiAffect, binary mood — context only, not a reproduction target",
+                cols,
+                [
+                    [name, *[f"{vals[k][0]:.2f} ± {vals[k][1]:.2f}" for k in _METRICS]]
+                    for name, vals in paper.items()
+                    if not name.startswith("_")
+                ],
+                "Different (private) data with 3 views; 150-170 FedAvg rounds.",
+            )
+        )
+    label = {
+        "federated": "S-FedMV (FedAvg GRU)",
+        "centralized": "centralized GRU",
+        "local": "local GRUs",
+    }
+    fig = line_panels(
+        ctx.path("accuracy_per_round.png"),
+        list(range(1, R + 1)),
+        {
+            f"view {ds.view_names[k]}": {label[m]: curves[m][:, k].mean(0).tolist() for m in modes}
+            for k in range(K)
+        },
+        errors={
+            f"view {ds.view_names[k]}": {label[m]: curves[m][:, k].std(0).tolist() for m in modes}
+            for k in range(K)
+        },
+        xlabel=f"round (local/centralized: x {p.local_epochs} epochs)",
+        ylabel="test accuracy of the GRU head (%)",
+        title="Per-view extractor accuracy per round",
+    )
+    acc = {name: v["accuracy"][0] for name, v in summary.items()}
+    return ExperimentResult(
+        metrics={
+            "summary": summary,
+            "per_repeat": scores,
+            "accuracy_per_round": {m: curves[m].mean(0).tolist() for m in modes},
+            "n_samples": ds.n_samples,
+            "n_dropped": ds.n_dropped,
+        },
+        tables=tables,
+        figures=[fig],
+        message_log=log_summary,
+        summary="accuracy: " + ", ".join(f"{k} {v:.1f}%" for k, v in acc.items()),
+    )

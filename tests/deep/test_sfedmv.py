@@ -1,0 +1,179 @@
+"""S-FedMV (FedMV paper, Algorithm 4) on a small subset of the real smartwatch sequences."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import replace
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from fedviews.data import MultiViewSequences, load_sequences  # noqa: E402
+from fedviews.deep._gru import (  # noqa: E402
+    GRUConfig,
+    get_params,
+    make_extractor,
+    sequence_embed,
+    sequence_logits,
+)
+from fedviews.deep.sfedmv import (  # noqa: E402
+    SequenceServer,
+    SFedMV,
+    sequence_policy,
+    train_local_extractors,
+)
+from fedviews.errors import ConfigError, DataError, PrivacyError  # noqa: E402
+
+TINY = {"hidden_size": 8, "n_rounds": 2, "local_epochs": 1, "batch_size": 16, "fusion_rounds": 3}
+
+
+@pytest.fixture(autouse=True)
+def one_thread() -> Iterator[None]:
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)  # small GRUs: threads only add contention on a busy CI box
+    yield
+    torch.set_num_threads(n)
+
+
+@pytest.fixture(scope="module")
+def watch() -> MultiViewSequences:
+    return load_sequences("watch")
+
+
+def _clients(ds: MultiViewSequences, n_clients: int, per_client: int) -> MultiViewSequences:
+    """``per_client`` windows of each of the first ``n_clients`` subjects, one subject per client."""
+    subjects = ds.clients()[:n_clients]
+    idx = np.concatenate([np.flatnonzero(ds.client_ids == s)[::2][:per_client] for s in subjects])
+    return ds.subset(idx)
+
+
+def test_fedavg_with_one_client_equals_local_training(watch: MultiViewSequences) -> None:
+    ds = _clients(watch, 1, 40)
+    ((views, y),) = ds.by_client()
+    fed = SFedMV(**TINY, random_state=3).fit_extractors([(views, y)])
+    cfg = GRUConfig(hidden_size=8, n_rounds=2, local_epochs=1, batch_size=16)
+    classes = np.unique(y)  # SFedMV encodes labels as indices into the sorted classes
+    local = train_local_extractors(
+        views, np.searchsorted(classes, y), len(classes), cfg, random_state=3
+    )
+    for k in range(2):
+        a, b = get_params(fed.extractors_[k]), get_params(local[k])
+        assert a.keys() == b.keys()
+        for name in a:
+            np.testing.assert_array_equal(a[name], b[name])
+    # and the training actually moved the weights away from the server's initialisation
+    init = get_params(make_extractor(3, len(fed.classes_), cfg, 0))
+    assert not np.array_equal(init["head.weight"], get_params(local[0])["head.weight"])
+
+
+def test_aggregate_is_the_sample_weighted_mean(watch: MultiViewSequences) -> None:
+    ds = _clients(watch, 3, 30)
+    clients = ds.by_client()
+    clients = [
+        clients[0],
+        (  # unequal sizes: 30, 12, 30
+            [v[:12] for v in clients[1][0]],
+            clients[1][1][:12],
+        ),
+        clients[2],
+    ]
+    est = SFedMV(**TINY, random_state=0).fit_extractors(clients)
+    sizes = np.array(est.client_sizes_, dtype=float)
+    assert sizes.tolist() == [30, 12, 30]
+    for k in range(2):
+        glob = get_params(est.extractors_[k])
+        local = est.local_params_[k]
+        for name, value in glob.items():
+            expected = sum(w * p[name] for w, p in zip(sizes / sizes.sum(), local, strict=True))
+            np.testing.assert_allclose(value, expected, rtol=1e-6, atol=1e-7)
+            assert not np.allclose(local[0][name], local[1][name])  # clients did differ
+    # the static rule itself, on numbers
+    out = SequenceServer.aggregate(
+        [{"w": np.array([1.0, 2.0])}, {"w": np.array([4.0, 8.0])}], [1, 3]
+    )
+    np.testing.assert_allclose(out["w"], [3.25, 6.5])
+
+
+def test_packed_batches_equal_one_by_one(watch: MultiViewSequences) -> None:
+    seqs = watch.views[1][::40][:20]
+    lengths = {len(s) for s in seqs}
+    assert len(lengths) > 5  # really variable lengths
+    model = make_extractor(3, 7, GRUConfig(hidden_size=8), seed=1)
+    batch = sequence_embed(model, seqs, batch_size=64)
+    single = np.vstack([sequence_embed(model, [s], batch_size=1) for s in seqs])
+    np.testing.assert_allclose(batch, single, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(
+        sequence_logits(model, seqs),
+        np.vstack([sequence_logits(model, [s]) for s in seqs]),
+        rtol=1e-5,
+        atol=1e-6,
+    )
+    # padding is never read: appending steps to the *other* sequences changes nothing for s[0]
+    longer = [seqs[0], *[np.vstack([s, s]) for s in seqs[1:]]]
+    np.testing.assert_allclose(sequence_embed(model, longer)[0], batch[0], rtol=1e-5, atol=1e-6)
+
+
+def test_only_gru_parameters_cross_in_the_sequence_stage(watch: MultiViewSequences) -> None:
+    ds = _clients(watch, 2, 30)
+    est = SFedMV(**TINY, random_state=0).fit(ds.by_client())
+    names = set(get_params(est.extractors_[0]))
+    expected = {f"view{k}/{n}" for k in range(2) for n in names}
+    log = est.transport_.log
+    assert log.arrays_sent() == expected
+    assert log.arrays_sent(sender="client0") == expected
+    assert all(n.split("/")[1].startswith(("gru.", "head.")) for n in log.arrays_sent())
+    assert log.rounds == 2 * TINY["n_rounds"]
+    # stage 2 is H-FedMV: only W_k cross there
+    assert est.fusion_.transport_.log.arrays_sent() <= {"W_0", "W_1", "W_local_0", "W_local_1"}
+    policy = sequence_policy(sorted(names), 2)
+    with pytest.raises(PrivacyError):
+        policy.check("client0", "client", "coordinator", "coordinator", ["y"])
+    with pytest.raises(PrivacyError):
+        policy.check("client0", "client", "coordinator", "coordinator", ["embedding"])
+
+
+def test_baselines_fit_and_predict(watch: MultiViewSequences) -> None:
+    ds = _clients(watch, 2, 30)
+    clients = ds.by_client()
+    for extractors, fusion in [("centralized", "hfedmv"), ("local", "hfedmv"), ("local", "local")]:
+        est = SFedMV(extractors=extractors, fusion=fusion, **TINY).fit(clients)
+        pred = est.predict(clients[1][0], client=1)
+        assert pred.shape == (30,) and set(pred) <= set(est.classes_)
+        assert est.transport_ is None  # no federated stage-1 messages
+    with pytest.raises(ConfigError, match="client"):
+        est.predict(clients[1][0])
+    with pytest.raises(ConfigError, match="extractors"):
+        SFedMV(extractors="pooled").fit(clients)
+
+
+def test_round_callback_sees_every_round(watch: MultiViewSequences) -> None:
+    ds = _clients(watch, 2, 20)
+    seen: list[tuple[int, int, object]] = []
+    SFedMV(**TINY).fit_extractors(
+        ds.by_client(), on_round=lambda k, t, c, m: seen.append((k, t, c))
+    )
+    assert seen == [(0, 1, None), (0, 2, None), (1, 1, None), (1, 2, None)]
+
+
+def test_errors_for_bad_client_data(watch: MultiViewSequences) -> None:
+    ds = _clients(watch, 2, 20)
+    (v0, y0), (v1, y1) = ds.by_client()
+    est = SFedMV(**TINY)
+    with pytest.raises(DataError, match="different sample counts"):
+        est.fit([([v0[0], v0[1][:-1]], y0), (v1, y1)])
+    with pytest.raises(DataError, match="every client must hold every view"):
+        est.fit([(v0, y0), ([v1[0]], y1)])
+    with pytest.raises(DataError, match="missing"):
+        est.fit([(v0, y0), ([v1[0], None], y1)])
+    with pytest.raises(DataError, match="channels"):
+        est.fit([(v0, y0), ([v1[0], [s[:, :2] for s in v1[1]]], y1)])
+    with pytest.raises(DataError, match="labels"):
+        est.fit([(v0, y0), (v1, y1[:-1])])
+
+
+def test_one_client_subset_keeps_whole_sequences(watch: MultiViewSequences) -> None:
+    ds = _clients(watch, 1, 10)
+    sub = replace(ds, name="x").subset([3, 1])
+    assert [len(s) for s in sub.views[0]] == [len(ds.views[0][3]), len(ds.views[0][1])]

@@ -1,0 +1,212 @@
+"""Round checkpoints and resuming a killed deployment."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from fedviews.data import align_views
+from fedviews.deploy import load_deploy_config, load_party_data
+from fedviews.deploy._checkpoint import Checkpoints
+from fedviews.deploy._session import DeployCoordinator
+from fedviews.errors import ConfigError, DataError, ProtocolError
+from fedviews.federation import Message, federate
+from fedviews.linear import MMVFL
+from fedviews.linear._mmvfl import MMVFL_POLICY, MMVFLParty, MMVFLServer
+
+PARTIES = ("pix", "fou", "zer")
+ROUNDS = 200  # tol = 0: every round runs; a few ms each, so the kill lands well before the end
+CONFIG = f"""
+algorithm = "mmvfl"
+name = "resume_test"
+seed = 5
+[federation]
+parties = ["pix", "fou", "zer"]
+label_owner = "fou"
+alignment = "none"
+[data]
+dataset = "handwritten"
+n_per_class = 10
+[params]
+beta = 0.5
+max_iter = {ROUNDS}
+tol = 0.0
+inner_max_iter = 5
+"""
+
+
+def _mmvfl_objects(Xs, Y, rounds):
+    ss = np.random.SeedSequence(1).spawn(len(Xs) + 1)
+    parties = [
+        MMVFLParty(
+            f"p{k}",
+            X,
+            beta=0.5,
+            zeta=1000.0,
+            n_classes=Y.shape[1],
+            seed=ss[1 + k],
+            Y=Y if k == 0 else None,
+            eta=1000.0 if k == 0 else 0.0,
+        )
+        for k, X in enumerate(Xs)
+    ]
+    server = MMVFLServer(
+        [p.name for p in parties], [1000.0] * len(Xs), len(Y), Y.shape[1], ss[0],
+        max_iter=rounds, tol=0.0,
+    )  # fmt: skip
+    federate([server, *parties], MMVFL_POLICY)
+    return server, parties
+
+
+def test_state_dicts_resume_in_process_bit_for_bit():
+    rng = np.random.default_rng(0)
+    Xs = [rng.normal(size=(40, d)) for d in (6, 9)]
+    y = np.arange(40) % 3
+    Y = np.eye(3)[y]
+    ref = MMVFL(beta=0.5, max_iter=9, tol=0.0, random_state=1).fit(Xs, y)
+    server, parties = _mmvfl_objects(Xs, Y, rounds=9)
+    saved = {}
+    server.max_iter = 4  # "killed" after round 4
+    server.run(on_round_end=lambda r: saved.update({r: server.state_dict()}))
+    assert sorted(saved) == [1, 2, 3, 4]
+    states = [p.state_dict() for p in parties]
+    server, parties = _mmvfl_objects(Xs, Y, rounds=9)  # fresh processes
+    server.load_state(saved[4])
+    for p, s in zip(parties, states, strict=True):
+        p.load_state(s)
+    server.run()
+    assert server.objective == ref.objective_
+    for p, W in zip(parties, ref.W_, strict=True):
+        np.testing.assert_array_equal(p.W, W)
+    with pytest.raises(DataError, match="does not fit"):
+        parties[0].load_state({**states[0], "W": np.zeros((2, 3))})
+
+
+def test_checkpoints_atomic_pruned_and_fingerprinted(tmp_path):
+    ck = Checkpoints(tmp_path / "ck", "abc", keep=2)
+    for r in (1, 2, 3, 4):
+        ck.save(r, {"a": np.full(3, r)})
+    assert ck.rounds() == [3, 4] and ck.latest() == 4
+    ck.save(3, {"a": np.full(3, 3)})  # a run rewound to round 3 drops the stale round 4
+    assert ck.rounds() == [3]
+    assert not list((tmp_path / "ck").glob("*.tmp"))
+    np.testing.assert_array_equal(ck.load(3)["a"], [3, 3, 3])
+    with pytest.raises(DataError, match="no checkpoint of round 9"):
+        ck.load(9)
+    with pytest.raises(ConfigError, match="another config"):
+        Checkpoints(tmp_path / "ck", "xyz").load(3)
+
+
+def test_resume_round_is_the_last_one_everybody_has():
+    cfg = load_deploy_config(
+        {"algorithm": "mmvfl", "federation": {"parties": ["a", "b"], "label_owner": "a"}}
+    )
+    coord = DeployCoordinator(cfg, print)
+
+    def replies(a: str, b: str) -> dict[str, Message]:
+        return {
+            p: Message("deploy:setup:reply", p, "coordinator", 0, meta={"checkpoints": have})
+            for p, have in (("a", a), ("b", b))
+        }
+
+    assert coord._resume_round([6, 7], replies("6,7", "7,8")) == 7  # b is one round ahead
+    assert coord._resume_round([6, 7], replies("5,6", "6,7")) == 6
+    assert coord._resume_round([], replies("", "")) == 0  # killed before round 1: start over
+    with pytest.raises(ProtocolError, match=r"b: none \(started without --resume\?\)"):
+        coord._resume_round([6, 7], replies("6,7", ""))
+
+
+def _children(pid: int) -> list[int]:
+    out = []
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        out += [int(c) for c in (task / "children").read_text().split()]
+    return out
+
+
+def _party_pid(launcher: int, party: str) -> int:
+    for child in _children(launcher):
+        args = Path(f"/proc/{child}/cmdline").read_bytes().split(b"\0")
+        if b"--party" in args and args[args.index(b"--party") + 1] == party.encode():
+            return child
+    raise AssertionError(f"no process of party {party!r}")
+
+
+def _launch(*args: str) -> subprocess.Popen:
+    return subprocess.Popen(
+        [sys.executable, "-m", "fedviews", "launch", *args, "--insecure"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+    )
+
+
+@pytest.mark.skipif(not Path("/proc/self/task").is_dir(), reason="needs Linux /proc")
+def test_killed_party_then_resume_equals_uninterrupted(tmp_path):
+    pytest.importorskip("grpc")
+    config = tmp_path / "deploy.toml"
+    config.write_text(CONFIG)
+    run = tmp_path / "run"
+    proc = _launch(str(config), "--out", str(run))
+    lines = []
+    try:
+        assert proc.stdout is not None
+        for line in proc.stdout:  # SIGKILL `zer` once it works on round 5
+            lines.append(line)
+            if line.strip() == "[zer] round 5":
+                os.kill(_party_pid(proc.pid, "zer"), signal.SIGKILL)
+                break
+        t0 = time.monotonic()
+        rest, _ = proc.communicate(timeout=60)
+        out = "".join(lines) + rest
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 2, out
+    flat = " ".join(out.split())  # the error line may be wrapped
+    assert "PartyUnavailable: party 'zer' is unavailable" in flat and "--resume" in flat
+    assert time.monotonic() - t0 < 30  # detected at once (the stream breaks), no hang
+    res = json.loads((run / "coordinator" / "results.json").read_text())
+    assert res["unavailable_party"] == "zer" and "zer" in res["status"]
+    done = res["last_checkpoint_round"]
+    assert 4 <= done == len(res["objective"]) < ROUNDS  # results so far written
+    assert Checkpoints(run / "coordinator" / "checkpoints", "").rounds()[-1] == done
+    for p in PARTIES:  # every party holds (its own) checkpoint of that round
+        assert done in Checkpoints(run / p / "checkpoints", "").rounds()
+
+    proc = _launch(str(config), "--resume", str(run))
+    out, _ = proc.communicate(timeout=120)
+    assert proc.returncode == 0, out
+    res = json.loads((run / "coordinator" / "results.json").read_text())
+    resumed = res["resumed_from_round"]
+    assert res["status"] == "ok" and resumed == done
+    assert f"[zer] resumed from its checkpoint of round {resumed}" in out
+
+    cfg = load_deploy_config(config)
+    datas = [load_party_data(run / "data" / f"{p}.npz") for p in PARTIES]
+    Xs, ids = align_views([d.X for d in datas], [d.ids for d in datas])
+    Xs = [(X - X.mean(0)) / np.where(X.std(0) < 1e-12, 1.0, X.std(0)) for X in Xs]
+    owner = datas[1]
+    y = owner.y[np.argsort(owner.ids)][np.searchsorted(np.sort(owner.ids), ids)]
+    p = cfg.params
+    ref = MMVFL(
+        beta=p.beta,
+        label_owner=1,
+        max_iter=p.max_iter,
+        tol=p.tol,
+        inner_max_iter=p.inner_max_iter,
+        random_state=cfg.seed,
+    ).fit(Xs, y)
+    assert res["objective"] == ref.objective_  # bit for bit
+    for k, name in enumerate(PARTIES):
+        with np.load(run / name / "result.npz") as z:
+            np.testing.assert_array_equal(z["W"], ref.W_[k])
