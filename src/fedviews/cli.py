@@ -38,7 +38,7 @@ F = TypeVar("F", bound=Callable[..., Any])
 _DEBUG = {"on": False}
 
 
-def _friendly(fn: F) -> F:
+def friendly(fn: F) -> F:
     """Turn fedviews errors into one-line messages with exit status 2."""
 
     @wraps(fn)
@@ -67,7 +67,7 @@ def _main(
 
 
 @app.command()
-@_friendly
+@friendly
 def run(
     config: Annotated[Path, typer.Argument(help="Experiment TOML file (see configs/).")],
     overrides: Annotated[
@@ -95,7 +95,7 @@ def run(
 
 
 @app.command()
-@_friendly
+@friendly
 def experiments() -> None:
     """List the registered experiments and algorithms."""
     from rich.table import Table
@@ -114,7 +114,7 @@ def experiments() -> None:
 
 
 @datasets_app.command("list")
-@_friendly
+@friendly
 def datasets_list() -> None:
     """List the built-in datasets."""
     from rich.table import Table
@@ -132,7 +132,7 @@ def datasets_list() -> None:
 
 
 @datasets_app.command("info")
-@_friendly
+@friendly
 def datasets_info(name: str) -> None:
     """Describe one dataset (size, views, source, cache location)."""
     from fedviews.data import info
@@ -142,7 +142,7 @@ def datasets_info(name: str) -> None:
 
 
 @datasets_app.command("fetch")
-@_friendly
+@friendly
 def datasets_fetch(name: str) -> None:
     """Download/convert a dataset into the cache (~/.cache/fedviews or $FEDVIEWS_DATA)."""
     from fedviews.data import fetch, load

@@ -237,7 +237,7 @@ def test_stopped_party_is_unavailable_and_run_shuts_down(tmp_path):
         res = json.loads((out / "coordinator" / "results.json").read_text())
         assert "zer" in res["status"] and len(res["objective"]) >= 1  # results so far written
         for p in ("pix", "fou"):  # the others are told to stop and exit
-            parties[p].wait(timeout=20)
+            parties[p].communicate(timeout=20)  # drain the pipe: a full pipe would block the exit
     finally:
         for proc in [coord, *parties.values()]:
             if proc.poll() is None:

@@ -38,6 +38,10 @@ def test_roundtrip_exact(arrs, meta, kind, rnd):
         assert b.shape == a.shape
         assert b.dtype.newbyteorder("=") == a.dtype.newbyteorder("=")
         np.testing.assert_array_equal(b, a)
+    zero_copy = Message.decode(msg.encode_buffer())
+    for name, a in arrs.items():
+        np.testing.assert_array_equal(zero_copy.arrays[name], a)
+        assert zero_copy.arrays[name].flags.writeable
 
 
 def test_no_pickle_object_arrays_rejected():

@@ -1,13 +1,34 @@
 """Deep (PyTorch) vertical FL algorithms: Multi-VFL, APFed, S-FedMV.
 
-Requires the ``torch`` extra: ``pip install 'fedviews[torch]'``.
+Requires the ``torch`` extra: ``pip install 'fedviews[torch]'``. Names load lazily,
+so ``import fedviews.deep`` works without torch and the first use of a class
+raises :class:`~fedviews.errors.MissingDependency` with the install hint.
 """
 
-from fedviews.deep._common import require_torch, resolve_device, seed_everything
-from fedviews.deep._export import load_active_model, predict_exported
-from fedviews.deep.apfed import TVFL, APFed, SingleVL
-from fedviews.deep.multivfl import MultiVFL
-from fedviews.deep.sfedmv import SFedMV
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from fedviews.deep._common import require_torch, resolve_device, seed_everything
+    from fedviews.deep._export import load_active_model, predict_exported
+    from fedviews.deep.apfed import TVFL, APFed, SingleVL
+    from fedviews.deep.multivfl import MultiVFL
+    from fedviews.deep.sfedmv import SFedMV
+
+_WHERE = {
+    "APFed": "fedviews.deep.apfed",
+    "SingleVL": "fedviews.deep.apfed",
+    "TVFL": "fedviews.deep.apfed",
+    "MultiVFL": "fedviews.deep.multivfl",
+    "SFedMV": "fedviews.deep.sfedmv",
+    "load_active_model": "fedviews.deep._export",
+    "predict_exported": "fedviews.deep._export",
+    "require_torch": "fedviews.deep._common",
+    "resolve_device": "fedviews.deep._common",
+    "seed_everything": "fedviews.deep._common",
+}
 
 __all__ = [
     "APFed",
@@ -21,3 +42,12 @@ __all__ = [
     "resolve_device",
     "seed_everything",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _WHERE:
+        raise AttributeError(f"module 'fedviews.deep' has no attribute {name!r}")
+    from fedviews.deep._common import require_torch
+
+    require_torch()  # MissingDependency with the pip hint when torch is absent
+    return getattr(importlib.import_module(_WHERE[name]), name)

@@ -6,11 +6,29 @@ process loads only its own data file, aligns IDs by PSI, builds only its own
 party object, and talks to the coordinator's hub over one outgoing stream.
 """
 
-from fedviews.deploy._apps import MMVFLDeployParams, get_app, register_app
-from fedviews.deploy._config import DeployConfig, FederationSpec, SplitSpec, load_deploy_config
-from fedviews.deploy._data import PartyData, load_party_data, save_party_data, split_dataset
-from fedviews.deploy._launch import launch, make_certs
-from fedviews.deploy._session import run_coordinator, run_party
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+# names load lazily: the transports need the ``grpc`` extra, the CLI must start fast
+_WHERE = {
+    "DeployConfig": "fedviews.deploy._config",
+    "FederationSpec": "fedviews.deploy._config",
+    "MMVFLDeployParams": "fedviews.deploy._apps",
+    "PartyData": "fedviews.deploy._data",
+    "SplitSpec": "fedviews.deploy._config",
+    "get_app": "fedviews.deploy._apps",
+    "launch": "fedviews.deploy._launch",
+    "load_deploy_config": "fedviews.deploy._config",
+    "load_party_data": "fedviews.deploy._data",
+    "make_certs": "fedviews.deploy._launch",
+    "register_app": "fedviews.deploy._apps",
+    "run_coordinator": "fedviews.deploy._session",
+    "run_party": "fedviews.deploy._session",
+    "save_party_data": "fedviews.deploy._data",
+    "split_dataset": "fedviews.deploy._data",
+}
 
 __all__ = [
     "DeployConfig",
@@ -29,3 +47,9 @@ __all__ = [
     "save_party_data",
     "split_dataset",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _WHERE:
+        raise AttributeError(f"module 'fedviews.deploy' has no attribute {name!r}")
+    return getattr(importlib.import_module(_WHERE[name]), name)

@@ -33,7 +33,7 @@ _Resume = Annotated[
 
 def register(app: typer.Typer) -> None:
     """Add the deployment commands to the ``fedviews`` app."""
-    from fedviews.cli import _friendly, console, err_console
+    from fedviews.cli import console, err_console, friendly
 
     certs_app = typer.Typer(
         help="Federation CA and per-party certificates (mutual TLS).", no_args_is_help=True
@@ -58,7 +58,7 @@ def register(app: typer.Typer) -> None:
         logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
 
     @certs_app.command("init")
-    @_friendly
+    @friendly
     def certs_init(directory: Path) -> None:
         """Create a federation CA (DIR/ca.key stays with the CA operator, DIR/ca.crt goes to everyone)."""
         from fedviews.federation._certs import init_ca
@@ -66,7 +66,7 @@ def register(app: typer.Typer) -> None:
         console.print(f"CA certificate: {init_ca(directory)}")
 
     @certs_app.command("issue")
-    @_friendly
+    @friendly
     def certs_issue(
         directory: Path,
         name: str,
@@ -80,7 +80,7 @@ def register(app: typer.Typer) -> None:
         console.print(f"certificate: {issue_certificate(directory, name, hosts=host or [])}")
 
     @certs_app.command("revoke")
-    @_friendly
+    @friendly
     def certs_revoke(directory: Path, name: str) -> None:
         """Revoke NAME's certificate (the coordinator refuses it from its next start)."""
         from fedviews.federation._certs import revoke_certificate
@@ -88,7 +88,7 @@ def register(app: typer.Typer) -> None:
         console.print(f"revoked serial {revoke_certificate(directory, name):x} ({name})")
 
     @app.command()
-    @_friendly
+    @friendly
     def coordinator(
         config: Path,
         overrides: _Overrides = None,
@@ -121,7 +121,7 @@ def register(app: typer.Typer) -> None:
             )
 
     @app.command()
-    @_friendly
+    @friendly
     def party(
         config: Path,
         overrides: _Overrides = None,
@@ -157,7 +157,7 @@ def register(app: typer.Typer) -> None:
         )
 
     @app.command()
-    @_friendly
+    @friendly
     def launch(
         config: Path,
         overrides: _Overrides = None,
@@ -196,7 +196,7 @@ def register(app: typer.Typer) -> None:
         console.print(f"run folder: [bold]{run_dir}[/]")
 
     @app.command("split-data")
-    @_friendly
+    @friendly
     def split_data(
         dataset: str,
         outdir: Path,

@@ -82,6 +82,15 @@ class Message:
 
     def encode(self) -> bytes:
         """Serialise to bytes (no pickle)."""
+        return bytes(self.encode_buffer())
+
+    def encode_buffer(self) -> bytearray:
+        """Serialise into one freshly allocated, writable buffer (one copy of every array).
+
+        :meth:`decode` of a writable buffer returns arrays that view it without a
+        further copy; the in-process transport uses this to keep per-batch split
+        learning cheap.
+        """
         specs = []
         payloads = []
         for name, a in self.arrays.items():
@@ -91,7 +100,7 @@ class Message:
             specs.append(
                 {"name": name, "dtype": c.dtype.str, "shape": list(c.shape), "size": c.nbytes}
             )
-            payloads.append(c.tobytes())
+            payloads.append(c)
         header = json.dumps(
             {
                 "kind": self.kind,
@@ -103,12 +112,27 @@ class Message:
             },
             allow_nan=True,
         ).encode("utf-8")
-        return b"".join([_MAGIC, struct.pack("<I", len(header)), header, *payloads])
+        total = 8 + len(header) + sum(c.nbytes for c in payloads)
+        buf = bytearray(total)
+        buf[:4] = _MAGIC
+        buf[4:8] = struct.pack("<I", len(header))
+        buf[8 : 8 + len(header)] = header
+        out = np.frombuffer(buf, dtype=np.uint8)
+        offset = 8 + len(header)
+        for c in payloads:
+            out[offset : offset + c.nbytes] = c.reshape(-1).view(np.uint8)
+            offset += c.nbytes
+        return buf
 
     @classmethod
-    def decode(cls, data: bytes) -> Message:
-        """Parse bytes produced by :meth:`encode`; raises ProtocolError on corrupt input."""
+    def decode(cls, data: bytes | bytearray) -> Message:
+        """Parse bytes produced by :meth:`encode`; raises ProtocolError on corrupt input.
+
+        Arrays are copies when ``data`` is immutable, and views of ``data`` (no copy)
+        when it is a writable buffer that the caller hands over.
+        """
         view = memoryview(data)
+        owned = not view.readonly
         if len(view) < 8 or bytes(view[:4]) != _MAGIC:
             raise ProtocolError("not a fedviews message (bad magic)")
         (hlen,) = struct.unpack("<I", view[4:8])
@@ -128,7 +152,7 @@ class Message:
             arr = np.frombuffer(view[offset : offset + size], dtype=dtype).reshape(
                 tuple(spec["shape"])
             )
-            arrays[spec["name"]] = arr.copy()
+            arrays[spec["name"]] = arr if owned else arr.copy()
             offset += size
         if offset != len(view):
             raise ProtocolError("trailing bytes after message payload")

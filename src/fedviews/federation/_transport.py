@@ -83,7 +83,7 @@ class InProcessTransport(Transport):
         self.policy.check(
             msg.sender, self.roles[msg.sender], msg.receiver, party.role, msg.arrays.keys()
         )
-        wire = msg.encode()
+        wire = msg.encode_buffer()
         self._check_and_log(msg, len(wire))
         t0 = time.perf_counter()
         try:
@@ -98,6 +98,6 @@ class InProcessTransport(Transport):
             self.log.handler_seconds[party.name] += time.perf_counter() - t0
         if reply.receiver != msg.sender or reply.sender != party.name:
             raise ProtocolError(f"party {party.name!r} replied with a misaddressed message")
-        rwire = reply.encode()
+        rwire = reply.encode_buffer()
         self._check_and_log(reply, len(rwire))
         return Message.decode(rwire)
