@@ -13,8 +13,10 @@ $(BIN)/python:
 install: $(BIN)/python
 	@# Debian's Fashion-MNIST (IDX files under /usr/share/datasets/fashion-mnist)
 	@if [ ! -d /usr/share/datasets/fashion-mnist ]; then \
-	  if [ "$$(id -u)" = 0 ]; then apt-get install -y -q dataset-fashion-mnist >/dev/null || echo "warning: apt-get install dataset-fashion-mnist failed"; \
-	  else sudo apt-get install -y -q dataset-fashion-mnist >/dev/null || echo "warning: could not install dataset-fashion-mnist"; fi; fi
+	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
+	  $$SUDO apt-get install -y -q dataset-fashion-mnist >/dev/null 2>&1 || \
+	  { $$SUDO apt-get update -q >/dev/null && $$SUDO apt-get install -y -q dataset-fashion-mnist >/dev/null; } || \
+	  echo "warning: could not install dataset-fashion-mnist (Fashion-MNIST experiments and tests will fail)"; fi
 	$(BIN)/pip install -q torch==2.13.0 || $(BIN)/pip install -q "torch>=2.2"
 	$(BIN)/pip install -q -e ".[torch,grpc]"
 
