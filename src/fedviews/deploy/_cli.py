@@ -155,6 +155,14 @@ def register(app: typer.Typer) -> None:
             tls=tls,
             resume=resume,
         )
+        # The results are written. Leave now: a gRPC worker thread still winding down
+        # must not keep a finished party process alive (seen as a rare hang at exit).
+        import os
+        import sys
+
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(0)
 
     @app.command()
     @friendly

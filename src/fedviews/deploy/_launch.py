@@ -45,7 +45,7 @@ def launch(
     certs_dir: Path | None = None,
     insecure: bool = False,
     echo: Callable[[str], None] = print,
-    party_wait: float = 10.0,
+    party_wait: float = 30.0,
     resume: Path | None = None,
 ) -> Path:
     """Run a whole deployment on this machine over loopback gRPC; return the run folder.
@@ -152,7 +152,9 @@ def launch(
                 ],
             )
         rc = procs[fed.coordinator].wait()
-        end = time.monotonic() + party_wait
+        # after a clean run parties exit on their own (give them time on a busy machine);
+        # after a failure they were told to stop, and the rest are killed below
+        end = time.monotonic() + (party_wait if rc == 0 else min(party_wait, 10.0))
         failed = []
         for p in fed.parties:
             try:
@@ -160,7 +162,7 @@ def launch(
             except subprocess.TimeoutExpired:
                 prc = None
             if prc != 0:
-                failed.append(p)
+                failed.append(f"{p} (exit status {prc})" if prc is not None else f"{p} (running)")
         if rc != 0:
             results = run_dir / fed.coordinator / "results.json"
             info = json.loads(results.read_text()) if results.is_file() else {}

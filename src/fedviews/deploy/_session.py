@@ -175,6 +175,7 @@ class DeployParty(PSIParty):
         assert self.transport is not None
         _write_json(self.out_dir / "message_log.json", self.transport.log.summary())
         self.echo(f"finished; results in {self.out_dir}")
+        self.finished = True
         return self.reply(msg)
 
 
@@ -404,5 +405,26 @@ def run_party(
     transport.register(party)
     transport.connect()
     say(f"connected to {coordinator}")
-    with small_blas():
-        transport.serve()
+    outcome: list[BaseException] = []
+
+    def serve() -> None:
+        with small_blas():
+            try:
+                transport.serve()
+            except BaseException as exc:  # handed to the main thread below
+                outcome.append(exc)
+
+    worker = threading.Thread(target=serve, name=f"serve-{name}", daemon=True)
+    worker.start()
+    finished_at: float | None = None
+    while worker.is_alive():
+        worker.join(0.5)
+        if getattr(party, "finished", False):
+            finished_at = finished_at or time.monotonic()
+            if time.monotonic() - finished_at > 10.0:
+                break  # results written; the coordinator's goodbye never arrived
+    if outcome and not (
+        getattr(party, "finished", False) and isinstance(outcome[0], PartyUnavailable)
+    ):
+        # once this party has written its results, a closed stream ends the session
+        raise outcome[0]

@@ -505,6 +505,17 @@ class GrpcHub(_Endpoint):
             raise PartyUnavailable(msg.receiver, "has not joined")
         return self._remote_request(link, msg)
 
+    def request_many(self, msgs: list[Message]) -> list[Message]:
+        """Send to several parties at once: they compute in parallel, replies keep their order."""
+        remote = [m for m in msgs if m.receiver not in self.local]
+        if len(remote) < 2 or any(m.kind.startswith("deploy:") for m in msgs):
+            # session control (setup, build, finish) stays sequential and ordered
+            return [self.request(m) for m in msgs]
+        from concurrent.futures import ThreadPoolExecutor
+
+        with ThreadPoolExecutor(max_workers=len(msgs)) as pool:
+            return list(pool.map(self.request, msgs))
+
     def _local_request(self, msg: Message) -> Message:
         self.policy.check(
             msg.sender,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 from collections import defaultdict
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -32,8 +33,13 @@ class MessageLog:
     _messages: int = 0
     _rounds: int = 0
     _crossed: dict[tuple[str, str], set[str]] = field(default_factory=lambda: defaultdict(set))
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     def record(self, entry: LogEntry) -> None:
+        with self._lock:  # transports may deliver concurrently
+            self._record(entry)
+
+    def _record(self, entry: LogEntry) -> None:
         self._messages += 1
         self._rounds = max(self._rounds, entry.round)
         self._bytes_sent[entry.sender] += entry.nbytes

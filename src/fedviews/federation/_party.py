@@ -128,8 +128,26 @@ class Party:
         meta: Mapping[str, MetaValue] | None = None,
         round: int | None = None,
     ) -> dict[str, Message]:
-        """Send the same message to every receiver; return their replies by name."""
-        return {r: self.send(r, kind, arrays, meta, round) for r in receivers}
+        """Send the same message to every receiver; return their replies by name.
+
+        The transport may deliver them concurrently (e.g. over gRPC every party
+        computes in parallel); replies are returned by receiver name either way.
+        """
+        if self.transport is None:
+            raise ProtocolError(f"party {self.name!r} is not attached to a transport")
+        msgs = [
+            Message(
+                kind=kind,
+                sender=self.name,
+                receiver=r,
+                round=self.round if round is None else round,
+                arrays=dict(arrays or {}),
+                meta=dict(meta or {}),
+            )
+            for r in receivers
+        ]
+        replies = self.transport.request_many(msgs)
+        return dict(zip(receivers, replies, strict=True))
 
 
 class Coordinator(Party):

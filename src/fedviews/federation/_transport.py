@@ -59,6 +59,14 @@ class Transport(ABC):
     def request(self, msg: Message) -> Message:
         """Deliver ``msg`` to ``msg.receiver`` and return its reply."""
 
+    def request_many(self, msgs: list[Message]) -> list[Message]:
+        """Deliver several messages and return the replies in order.
+
+        Sequential here; transports whose parties run elsewhere override it to
+        send concurrently, so that parties compute in parallel.
+        """
+        return [self.request(m) for m in msgs]
+
 
 class InProcessTransport(Transport):
     """All parties live in this process; every message is still encoded to bytes
