@@ -129,6 +129,12 @@ def datasets_list() -> None:
         meta = info(name)
         t.add_row(name, "yes" if meta.get("available") else "no", str(meta.get("description", "")))
     console.print(t)
+    from fedviews.data import list_sequence_datasets
+
+    console.print(
+        "multi-view sequence datasets (fedviews.data.load_sequences): "
+        + ", ".join(list_sequence_datasets())
+    )
 
 
 @datasets_app.command("info")
