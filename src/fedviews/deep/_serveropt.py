@@ -128,6 +128,16 @@ class ServerOptimizer(ABC):
         self.t += 1
         return self._apply(params, delta)
 
+    def state_dict(self) -> dict[str, np.ndarray]:
+        """The optimizer's state as named arrays (checkpoints; see :meth:`load_state`)."""
+        return {"t": np.array(self.t, dtype=np.int64)}
+
+    def load_state(self, state: Mapping[str, np.ndarray]) -> None:
+        """Continue from :meth:`state_dict`: the next :meth:`step` equals the uninterrupted one."""
+        if "t" not in state:
+            raise DataError(f"{self.name} state lacks the step count 't'")
+        self.t = int(state["t"])
+
     @abstractmethod
     def _apply(self, params: Mapping[str, Any], delta: Params) -> Params: ...
 
@@ -195,6 +205,18 @@ class FedAdam(ServerOptimizer):
             self.v[k] = self._second_moment(k, delta[k])
             out[k] = params[k] + self.m[k] * c / (_sqrt(self.v[k]) + self.tau)
         return out
+
+    def state_dict(self) -> dict[str, np.ndarray]:
+        return {
+            **super().state_dict(),
+            **{f"m/{k}": np.asarray(v) for k, v in self.m.items()},
+            **{f"v/{k}": np.asarray(v) for k, v in self.v.items()},
+        }
+
+    def load_state(self, state: Mapping[str, np.ndarray]) -> None:
+        super().load_state(state)
+        self.m = {k[2:]: np.array(v) for k, v in state.items() if k.startswith("m/")}
+        self.v = {k[2:]: np.array(v) for k, v in state.items() if k.startswith("v/")}
 
 
 class FedYogi(FedAdam):

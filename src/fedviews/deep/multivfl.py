@@ -317,6 +317,16 @@ class DataOwner(Party):
             m.load_state_dict(mean)
             self.optims[k] = _local_optimizer(self.local_optimizer, m.parameters(), self.lr)
 
+    def state_dict(self) -> dict[str, np.ndarray]:
+        """The bottom model after :meth:`average_bottoms` (all copies are equal then)."""
+        return {f"bottom/{k}": v for k, v in _state(next(iter(self.copies.values()))).items()}
+
+    def load_state(self, state: Mapping[str, np.ndarray]) -> None:
+        """Continue from :meth:`state_dict` (a round boundary): every copy gets the bottom."""
+        for k, m in self.copies.items():
+            _load(m, state, "bottom/", self.device)
+            self.optims[k] = _local_optimizer(self.local_optimizer, m.parameters(), self.lr)
+
     @handles("infer")
     def infer(self, msg: Message) -> Message:
         x = self.split_x[_meta(msg, "split", str)][
@@ -457,11 +467,33 @@ class Server(Coordinator):
         arrays = {f"top/{k}": v for k, v in self.params.items()}
         self.broadcast(self.label_owners, "set_top", arrays, round=round_)
 
+    def state_dict(self) -> dict[str, np.ndarray]:
+        """Global top model, server-optimizer state and history (a round boundary)."""
+        hist = {
+            f"history/{k}": np.array([rec.get(k, np.nan) for rec in self.history])
+            for k in (self.history[0] if self.history else {})
+        }
+        opt = {f"opt/{k}": v for k, v in self.optimizer.state_dict().items()}
+        return {**{f"top/{k}": v for k, v in self.params.items()}, **opt, **hist}
+
+    def load_state(self, state: Mapping[str, np.ndarray]) -> None:
+        """Continue from :meth:`state_dict`: :meth:`run` goes on after its last round."""
+        missing = set(self.params) - {k[4:] for k in state if k.startswith("top/")}
+        if missing:
+            raise DataError(f"the server state lacks the top-model arrays {sorted(missing)}")
+        self.params = {k: np.asarray(state[f"top/{k}"], dtype=np.float32) for k in self.params}
+        self.optimizer.load_state({k[4:]: v for k, v in state.items() if k.startswith("opt/")})
+        cols = {k[8:]: v for k, v in state.items() if k.startswith("history/")}
+        n = len(next(iter(cols.values()))) if cols else 0
+        self.history = [{k: float(v[i]) for k, v in cols.items()} for i in range(n)]
+
     def run(self) -> list[dict[str, float]]:
+        """Rounds ``len(history) + 1 .. rounds`` (all of them unless :meth:`load_state` ran)."""
         assert self.transport is not None
         log = self.transport.log
-        self._send_top(0)
-        for r in range(1, self.rounds + 1):
+        start = len(self.history)
+        self._send_top(start)
+        for r in range(start + 1, self.rounds + 1):
             t0, b0 = time.perf_counter(), log.total_bytes
             seed = round_seed(self.random_state, r)
             replies = self.broadcast(self.label_owners, "train_round", meta={"seed": seed}, round=r)

@@ -15,7 +15,10 @@ from typing import Any
 _WHERE = {
     "DeployConfig": "fedviews.deploy._config",
     "FederationSpec": "fedviews.deploy._config",
-    "MMVFLDeployParams": "fedviews.deploy._apps",
+    "AlignGroup": "fedviews.deploy._apps",
+    "DeployApp": "fedviews.deploy._apps",
+    "MMVFLDeployParams": "fedviews.deploy._app_mmvfl",
+    "MultiVFLDeployParams": "fedviews.deploy._app_multivfl",
     "PartyData": "fedviews.deploy._data",
     "SplitSpec": "fedviews.deploy._config",
     "get_app": "fedviews.deploy._apps",
@@ -31,9 +34,12 @@ _WHERE = {
 }
 
 __all__ = [
+    "AlignGroup",
+    "DeployApp",
     "DeployConfig",
     "FederationSpec",
     "MMVFLDeployParams",
+    "MultiVFLDeployParams",
     "PartyData",
     "SplitSpec",
     "get_app",

@@ -1,168 +1,193 @@
 """Deploy apps: how one process builds *its own* party (or the coordinator) of an algorithm.
 
-An app knows an algorithm's roles, privacy policy and hyper-parameters, and
-builds exactly one party object from that party's aligned data, with the same
-random streams as the in-process estimator, so that a deployed run gives the
-in-process result.
+An app knows an algorithm's roles, privacy policy, alignment groups and
+hyper-parameters, and builds exactly one party object from that party's aligned
+data, with the same random streams as the in-process estimator, so that a
+deployed run gives the in-process result. The session (:mod:`._session`) is the
+same for every algorithm; an app overrides only what differs from the defaults
+of :class:`DeployApp` (one label owner, one alignment group of all parties,
+2-D features).
+
+Apps of the built-in algorithms live in ``_app_<name>.py`` and are imported on
+first use, so that the command line starts without torch.
 """
 
 from __future__ import annotations
 
 import difflib
+import importlib
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, ClassVar, Protocol
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 
-from fedviews.errors import ConfigError
+from fedviews.errors import ConfigError, DataError
 from fedviews.federation import Coordinator, Party, PrivacyPolicy
 
-__all__ = ["DeployApp", "MMVFLDeployParams", "get_app", "register_app"]
+if TYPE_CHECKING:
+    from fedviews.deploy._config import DeployConfig, FederationSpec
+    from fedviews.deploy._data import PartyData
 
+__all__ = ["AlignGroup", "DeployApp", "Local", "get_app", "register_app", "seeds"]
 
-class DeployApp(Protocol):
-    name: ClassVar[str]
-    params_cls: ClassVar[type]
-    policy: ClassVar[PrivacyPolicy]
-    round_message: ClassVar[str]  # a party's round ends when it has answered this kind
-
-    def role(self, cfg: Any, party: str) -> str: ...
-
-    def build_party(
-        self, cfg: Any, party: str, X: np.ndarray, y: np.ndarray | None, setup: dict[str, Any]
-    ) -> Party: ...
-
-    def build_coordinator(self, cfg: Any, setup: dict[str, Any]) -> Coordinator: ...
-
-    def label_info(self, y: np.ndarray) -> dict[str, Any]: ...
-
-    def party_results(self, party: Party) -> dict[str, np.ndarray]: ...
-
-    def coordinator_results(
-        self, coord: Coordinator
-    ) -> tuple[dict[str, Any], dict[str, np.ndarray]]: ...
-
-    def party_state(self, party: Party) -> dict[str, np.ndarray]: ...
-
-    def load_party_state(self, party: Party, state: dict[str, np.ndarray]) -> None: ...
-
-    def coordinator_state(self, coord: Coordinator) -> dict[str, np.ndarray]: ...
-
-    def load_coordinator_state(self, coord: Coordinator, state: dict[str, np.ndarray]) -> None: ...
-
-    def run_coordinator(self, coord: Coordinator, on_round_end: Any) -> Any: ...
-
-
-_APPS: dict[str, DeployApp] = {}
-
-
-def register_app(app: DeployApp) -> DeployApp:
-    _APPS[app.name] = app
-    return app
-
-
-def get_app(name: str) -> DeployApp:
-    if name not in _APPS:
-        match = difflib.get_close_matches(name, list(_APPS), n=1)
-        hint = f"did you mean {match[0]!r}?" if match else f"deployable: {sorted(_APPS)}"
-        raise ConfigError(f"algorithm {name!r} cannot be deployed yet; {hint}")
-    return _APPS[name]
+# algorithm name -> module that registers its app (imported on first use)
+_BUILTIN = {
+    "mmvfl": "fedviews.deploy._app_mmvfl",
+    "multivfl": "fedviews.deploy._app_multivfl",
+}
 
 
 @dataclass(frozen=True)
-class MMVFLDeployParams:
-    """Hyper-parameters of :class:`fedviews.linear.MMVFL` (same names and defaults)."""
+class AlignGroup:
+    """Parties whose sample IDs are aligned together (one PSI), on one of their splits.
 
-    beta: float = 1.0
-    zeta: float = 1000.0
-    eta: float = 1000.0
-    max_iter: int = 50
-    tol: float = 1e-6
-    inner_max_iter: int = 20
-    inner_tol: float = 1e-6
-    eps: float = 1e-10
-    standardize: bool = True
+    ``split`` names the ID list each member uses: ``"train"`` (its main arrays)
+    or ``"test"`` (its held-out arrays, see :class:`~fedviews.deploy.PartyData`).
+    """
 
-    def validate(self) -> None:
-        if min(self.beta, self.zeta, self.eta) <= 0:
-            raise ConfigError("params.beta, params.zeta and params.eta must be > 0")
-        if self.max_iter < 1 or self.inner_max_iter < 1:
-            raise ConfigError("params.max_iter and params.inner_max_iter must be >= 1")
+    name: str
+    parties: tuple[str, ...]
+    split: str = "train"
 
 
-def _seeds(cfg: Any) -> list[np.random.SeedSequence]:
-    """The streams of the in-process estimator: ``ss[0]`` server, ``ss[1 + k]`` party k."""
+@dataclass(frozen=True)
+class Local:
+    """One party's own data after alignment: its file and its rows in every group it is in.
+
+    ``rows[group]`` are positions in the group's split of :attr:`data`, in
+    ascending ID order (the same samples in the same order at every member).
+    """
+
+    data: PartyData
+    rows: Mapping[str, np.ndarray]
+    groups: Mapping[str, AlignGroup]
+
+    def take(self, group: str) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+        """``(ids, X, y)`` of this party's aligned samples of ``group``."""
+        if group not in self.rows:
+            raise DataError(f"this party is not in the alignment group {group!r}")
+        ids, X, y = self.data.split(self.groups[group].split)
+        r = self.rows[group]
+        return ids[r], X[r], None if y is None else y[r]
+
+
+def seeds(cfg: DeployConfig) -> list[np.random.SeedSequence]:
+    """The streams of the in-process linear estimators: ``ss[0]`` server, ``ss[1 + k]`` party k."""
     return np.random.SeedSequence(cfg.seed).spawn(len(cfg.federation.parties) + 1)
 
 
-class _MMVFLApp:
-    name = "mmvfl"
-    params_cls = MMVFLDeployParams
-    round_message = "update"
+class DeployApp:
+    """Base of the deploy apps: the defaults fit a linear algorithm with one label owner.
+
+    Subclasses set :attr:`name`, :attr:`params_cls` (a frozen dataclass of the
+    hyper-parameters, the ``[params]`` table of the config) and implement
+    :meth:`policy`, :meth:`build_party`, :meth:`build_coordinator` and
+    :meth:`run_coordinator`. Roles: a party's role is :meth:`role`; the
+    coordinator's role is always ``"coordinator"``.
+    """
+
+    name: ClassVar[str]
+    params_cls: ClassVar[type]
 
     @property
-    def policy(self) -> PrivacyPolicy:
-        from fedviews.linear._mmvfl import MMVFL_POLICY
+    def policy(self) -> PrivacyPolicy:  # pragma: no cover - abstract
+        raise NotImplementedError
 
-        return MMVFL_POLICY
-
-    def role(self, cfg: Any, party: str) -> str:
+    # -- who is who ------------------------------------------------------------
+    def role(self, cfg: DeployConfig, party: str) -> str:
         return "party"
+
+    def check_federation(self, fed: FederationSpec) -> None:
+        """Raise :class:`ConfigError` when the ``[federation]`` table does not fit the algorithm."""
+        if len(fed.owners()) != 1:
+            raise ConfigError(f"{self.name} has one label owner: set federation.label_owner")
+
+    def groups(self, cfg: DeployConfig) -> list[AlignGroup]:
+        """Alignment groups (one PSI each); default: all parties, training IDs."""
+        return [AlignGroup("train", tuple(cfg.federation.parties))]
+
+    def check_data(self, cfg: DeployConfig, party: str, data: PartyData) -> None:
+        """Raise :class:`DataError` when ``party``'s file cannot play its part."""
+        owners = cfg.federation.owners()
+        if party in owners and data.y is None:
+            raise DataError(f"{party!r} is a label owner but its data file has no labels (y)")
+        if party not in owners and data.y is not None:
+            raise DataError(
+                f"{party!r} is not a label owner but its data file holds labels (y); "
+                "remove them: labels must stay with their owner"
+            )
+
+    # -- setup -----------------------------------------------------------------
+    def party_info(self, cfg: DeployConfig, party: str, local: Local) -> dict[str, Any]:
+        """Scalars a party reports to the coordinator after alignment (no data)."""
+        _, X, y = local.take(next(iter(local.rows)))
+        info: dict[str, Any] = {"n_features": int(np.prod(X.shape[1:]))}
+        if y is not None:
+            info.update(self.label_info(y))
+        return info
 
     def label_info(self, y: np.ndarray) -> dict[str, Any]:
         return {"n_classes": int(len(np.unique(y)))}
 
+    def make_setup(
+        self, cfg: DeployConfig, infos: Mapping[str, Mapping[str, Any]]
+    ) -> dict[str, Any]:
+        """What every process needs to build its part (sent to all of them)."""
+        first = self.groups(cfg)[0].name
+        owner = infos[cfg.federation.owners()[0]]
+        return {
+            "n_samples": int(owner[f"n/{first}"]),
+            **{
+                k: v
+                for k, v in owner.items()
+                if k.startswith("n_") and k not in ("n_samples", "n_features")
+            },
+        }
+
+    def write_data(self, cfg: DeployConfig, out_dir: Path) -> dict[str, Path]:
+        """One data file per party from the config's ``[data]`` (``fedviews launch``)."""
+        from fedviews.deploy._data import split_dataset
+
+        fed = cfg.federation
+        return split_dataset(
+            cfg.data.dataset,
+            out_dir,
+            views=cfg.data.views or fed.parties,
+            label_owner=fed.owners()[0],
+            n_per_class=cfg.data.n_per_class,
+            overlap=cfg.data.overlap,
+            fmt=cfg.data.format,
+            seed=cfg.seed,
+        )
+
+    # -- building --------------------------------------------------------------
     def build_party(
-        self, cfg: Any, party: str, X: np.ndarray, y: np.ndarray | None, setup: dict[str, Any]
-    ) -> Party:
-        from fedviews.data._validation import one_hot
-        from fedviews.linear._mmvfl import MMVFLParty, _Solver
+        self, cfg: DeployConfig, party: str, local: Local, setup: Mapping[str, Any]
+    ) -> Party:  # pragma: no cover - abstract
+        raise NotImplementedError
 
-        p: MMVFLDeployParams = cfg.params
-        k = cfg.federation.parties.index(party)
-        Y = None if y is None else one_hot(y)[0]
-        return MMVFLParty(
-            party,
-            X,
-            beta=p.beta,
-            zeta=p.zeta,
-            n_classes=int(setup["n_classes"]),
-            seed=_seeds(cfg)[1 + k],
-            Y=Y,
-            eta=p.eta if Y is not None else 0.0,
-            solver=_Solver(p.inner_max_iter, p.inner_tol, p.eps),
-        )
+    def build_coordinator(
+        self, cfg: DeployConfig, setup: Mapping[str, Any]
+    ) -> Coordinator:  # pragma: no cover - abstract
+        raise NotImplementedError
 
-    def build_coordinator(self, cfg: Any, setup: dict[str, Any]) -> Coordinator:
-        from fedviews.linear._mmvfl import MMVFLServer
+    # -- running ---------------------------------------------------------------
+    def round_message(self, role: str) -> str:
+        """A party of ``role`` checkpoints when it answers this kind of message (round r)."""
+        return "update"
 
-        p: MMVFLDeployParams = cfg.params
-        parties = list(cfg.federation.parties)
-        return MMVFLServer(
-            parties,
-            [p.zeta] * len(parties),
-            int(setup["n_samples"]),
-            int(setup["n_classes"]),
-            _seeds(cfg)[0],
-            max_iter=p.max_iter,
-            tol=p.tol,
-        )
+    def run_coordinator(
+        self, coord: Coordinator, on_round_end: Any
+    ) -> Any:  # pragma: no cover - abstract
+        raise NotImplementedError
 
-    def party_results(self, party: Party) -> dict[str, np.ndarray]:
-        from fedviews.linear._l21 import row_norms
+    def progress(self, coord: Coordinator) -> list[str]:
+        """One line per finished round (the coordinator prints the new ones)."""
+        return []
 
-        W = party.W  # type: ignore[attr-defined]
-        return {"W": W, "Z_k": party.Z_k, "feature_importances": row_norms(W)}  # type: ignore[attr-defined]
-
-    def coordinator_results(
-        self, coord: Coordinator
-    ) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
-        obj = list(coord.objective)  # type: ignore[attr-defined]
-        return (
-            {"objective": obj, "n_iter": len(obj), "converged": bool(coord.converged)},  # type: ignore[attr-defined]
-            {"Z": coord.Z},  # type: ignore[attr-defined]
-        )
-
+    # -- state and results -------------------------------------------------------
     def party_state(self, party: Party) -> dict[str, np.ndarray]:
         return party.state_dict()  # type: ignore[attr-defined]
 
@@ -175,8 +200,39 @@ class _MMVFLApp:
     def load_coordinator_state(self, coord: Coordinator, state: dict[str, np.ndarray]) -> None:
         coord.load_state(state)  # type: ignore[attr-defined]
 
-    def run_coordinator(self, coord: Coordinator, on_round_end: Any) -> Any:
-        return coord.run(on_round_end=on_round_end)  # type: ignore[call-arg]
+    def party_results(self, party: Party) -> dict[str, np.ndarray]:
+        """Arrays a party writes to its own folder at the end (they never leave it)."""
+        return {}
+
+    def coordinator_results(
+        self, coord: Coordinator
+    ) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
+        """``(metrics for results.json, arrays for result.npz)`` of the coordinator."""
+        return {}, {}
 
 
-register_app(_MMVFLApp())  # type: ignore[arg-type]
+_APPS: dict[str, DeployApp] = {}
+
+
+def register_app(app: DeployApp) -> DeployApp:
+    """Make ``app`` deployable under ``app.name`` (third-party algorithms too)."""
+    _APPS[app.name] = app
+    return app
+
+
+def get_app(name: str) -> DeployApp:
+    if name not in _APPS and name in _BUILTIN:
+        importlib.import_module(_BUILTIN[name])
+    if name not in _APPS:
+        known = sorted(set(_APPS) | set(_BUILTIN))
+        match = difflib.get_close_matches(name, known, n=1)
+        hint = f"did you mean {match[0]!r}?" if match else f"deployable: {known}"
+        raise ConfigError(f"algorithm {name!r} cannot be deployed; {hint}")
+    return _APPS[name]
+
+
+def standardized(X: np.ndarray) -> np.ndarray:
+    """Columns scaled with this party's own mean and standard deviation (2-D features)."""
+    sd = X.std(axis=0)
+    sd[sd < 1e-12] = 1.0
+    return (X - X.mean(axis=0)) / sd

@@ -46,7 +46,8 @@ class FederationSpec:
     """Who takes part and how failures are detected."""
 
     parties: tuple[str, ...] = ()
-    label_owner: str = ""
+    label_owner: str = ""  # the one label owner (MMVFL, FedMV) ...
+    label_owners: tuple[str, ...] = ()  # ... or several (Multi-VFL): give one of the two
     coordinator: str = "coordinator"
     timeout: float = 20.0
     heartbeat: float = 2.0
@@ -61,16 +62,28 @@ class FederationSpec:
             raise ConfigError(
                 f"a party may not be named like the coordinator ({self.coordinator!r})"
             )
-        if self.label_owner not in self.parties:
+        if bool(self.label_owner) == bool(self.label_owners):
             raise ConfigError(
-                f"federation.label_owner={self.label_owner!r} is not one of {list(self.parties)}"
+                "give federation.label_owner (one label owner) or federation.label_owners "
+                "(several), not both and not neither"
             )
+        for owner in self.owners():
+            if owner not in self.parties:
+                raise ConfigError(
+                    f"federation.label_owner(s): {owner!r} is not one of federation.parties={list(self.parties)}"
+                )
+        if len(set(self.label_owners)) != len(self.label_owners):
+            raise ConfigError("federation.label_owners lists a party twice")
         if not 0 < self.heartbeat < self.timeout:
             raise ConfigError("need 0 < federation.heartbeat < federation.timeout")
         if self.alignment not in ("psi", "none"):
             raise ConfigError("federation.alignment must be 'psi' or 'none'")
         if self.checkpoint_every < 1:
             raise ConfigError("federation.checkpoint_every must be >= 1 (rounds)")
+
+    def owners(self) -> tuple[str, ...]:
+        """The label owners, in order."""
+        return self.label_owners or (self.label_owner,)
 
 
 @dataclass(frozen=True)
@@ -82,6 +95,10 @@ class SplitSpec:
     n_per_class: int = 0
     overlap: float = 1.0
     format: str = "npz"
+    # Multi-VFL: how training labels are dealt to the label owners, and test images
+    scenario: str = "iid"
+    samples_per_owner: int = 0
+    n_test: int = 0
 
     def validate(self) -> None:
         if not 0 < self.overlap <= 1:
@@ -131,6 +148,7 @@ def load_deploy_config(
         raise ConfigError('the deployment config needs `algorithm = ...` (e.g. "mmvfl")')
     app = get_app(str(raw["algorithm"]))
     fed = build_dataclass(FederationSpec, raw.get("federation", {}), "federation")
+    app.check_federation(fed)
     split = build_dataclass(SplitSpec, raw.get("data", {}), "data")
     params: Any = build_dataclass(app.params_cls, raw.get("params", {}), "params")
     seed = raw.get("seed", 0)

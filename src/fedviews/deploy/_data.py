@@ -1,10 +1,15 @@
-"""One data file per party: its sample IDs, its features and (label owner) its labels.
+"""One data file per party: its sample IDs, its features and (label owners) its labels.
 
 Formats
 -------
-``.npz``: arrays ``ids`` (n,), ``X`` (n, d) and optionally ``y`` (n,).
+``.npz``: arrays ``ids`` (n,), ``X`` (n, ...) and optionally ``y`` (n,); a party
+that holds no features (a pure label owner of Multi-VFL) may omit ``X``. An
+optional held-out split has the same names with the suffix ``_test``
+(``ids_test``, ``X_test``, ``y_test``). ``X`` may have any number of trailing
+dimensions (image strips ``(n, rows, width)``, sequences ``(n, T, d)``);
+``uint8`` and ``float32`` arrays keep their type, other numbers become ``float64``.
 ``.csv``: a header row; column ``id`` holds the sample IDs, an optional column
-``label`` the labels, every other column is a numeric feature.
+``label`` the labels, every other column is a numeric feature (2-D only, no test split).
 """
 
 from __future__ import annotations
@@ -21,27 +26,96 @@ from fedviews.errors import DataError
 
 __all__ = ["PartyData", "load_party_data", "save_party_data", "split_dataset"]
 
+_KEEP = (np.dtype(np.uint8), np.dtype(np.float32), np.dtype(np.float64))
+
+
+def _features(X: Any, n: int, what: str) -> np.ndarray:
+    if X is None:
+        return np.empty((n, 0))
+    arr = np.asarray(X)
+    if arr.dtype not in _KEEP:
+        if not (np.issubdtype(arr.dtype, np.number) or arr.dtype == bool):
+            raise DataError(f"{what} must be numeric, got dtype {arr.dtype}")
+        arr = arr.astype(np.float64)
+    if arr.ndim < 2 or arr.shape[0] != n:
+        raise DataError(f"{what} has shape {arr.shape} but there are {n} IDs")
+    if arr.dtype != np.uint8 and not np.isfinite(arr).all():
+        raise DataError(f"{what} contains NaN or infinite values")
+    return arr
+
+
+def _labels(y: Any, n: int, what: str) -> np.ndarray | None:
+    if y is None:
+        return None
+    arr = np.asarray(y)
+    if arr.shape != (n,):
+        raise DataError(f"{what} has shape {arr.shape} for {n} IDs")
+    return arr
+
 
 @dataclass(frozen=True)
 class PartyData:
+    """What one organisation holds: IDs, features (possibly none), labels (label owners).
+
+    ``ids_test``/``X_test``/``y_test``: an optional held-out split (e.g. the test
+    images whose strips the Multi-VFL data owners hold).
+    """
+
     ids: np.ndarray
-    X: np.ndarray
+    X: np.ndarray | None = None
     y: np.ndarray | None = None
+    ids_test: np.ndarray | None = None
+    X_test: np.ndarray | None = None
+    y_test: np.ndarray | None = None
 
     def __post_init__(self) -> None:
         ids = check_ids(self.ids, name="ids")
-        X = np.asarray(self.X, dtype=np.float64)
-        if X.ndim != 2 or X.shape[0] != len(ids):
-            raise DataError(f"X has shape {X.shape} but there are {len(ids)} IDs")
-        if not np.isfinite(X).all():
-            raise DataError("X contains NaN or infinite values")
-        if self.y is not None and len(self.y) != len(ids):
-            raise DataError(f"{len(self.y)} labels for {len(ids)} IDs")
         object.__setattr__(self, "ids", ids)
-        object.__setattr__(self, "X", X)
+        object.__setattr__(self, "X", _features(self.X, len(ids), "X"))
+        object.__setattr__(self, "y", _labels(self.y, len(ids), "y"))
+        if self.ids_test is None:
+            if self.X_test is not None or self.y_test is not None:
+                raise DataError("X_test/y_test given without ids_test")
+            return
+        ids_t = check_ids(self.ids_test, name="ids_test")
+        object.__setattr__(self, "ids_test", ids_t)
+        X_t = _features(self.X_test, len(ids_t), "X_test")
+        if X_t.shape[1:] != self.features.shape[1:]:
+            raise DataError(
+                f"X_test rows have shape {X_t.shape[1:]} but X rows {self.features.shape[1:]}"
+            )
+        object.__setattr__(self, "X_test", X_t)
+        object.__setattr__(self, "y_test", _labels(self.y_test, len(ids_t), "y_test"))
+
+    @property
+    def features(self) -> np.ndarray:
+        """``X`` (never None after construction; ``(n, 0)`` for a party without features)."""
+        assert self.X is not None
+        return self.X
+
+    def split(self, name: str) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+        """``(ids, X, y)`` of the ``"train"`` (the main arrays) or ``"test"`` split."""
+        if name == "train":
+            return self.ids, self.features, self.y
+        if name == "test":
+            if self.ids_test is None or self.X_test is None:
+                raise DataError("this party's data file has no test split (ids_test, X_test)")
+            return self.ids_test, self.X_test, self.y_test
+        raise DataError(f"unknown split {name!r}; use 'train' or 'test'")
 
     def take(self, rows: np.ndarray) -> PartyData:
-        return PartyData(self.ids[rows], self.X[rows], None if self.y is None else self.y[rows])
+        """The training rows ``rows`` (the test split is dropped)."""
+        return PartyData(
+            self.ids[rows], self.features[rows], None if self.y is None else self.y[rows]
+        )
+
+    def arrays(self) -> dict[str, np.ndarray]:
+        names = ("ids", "X", "y", "ids_test", "X_test", "y_test")
+        out = {k: getattr(self, k) for k in names if getattr(self, k) is not None}
+        if self.features.shape[1:] == (0,):  # a party without features
+            out.pop("X")
+            out.pop("X_test", None)
+        return out
 
 
 def load_party_data(path: str | Path) -> PartyData:
@@ -51,10 +125,17 @@ def load_party_data(path: str | Path) -> PartyData:
         raise DataError(f"data file {p} does not exist")
     if p.suffix == ".npz":
         with np.load(p, allow_pickle=False) as z:
-            missing = {"ids", "X"} - set(z.files)
-            if missing:
-                raise DataError(f"{p} lacks the arrays {sorted(missing)} (needs ids, X[, y])")
-            return PartyData(z["ids"], z["X"], z["y"] if "y" in z.files else None)
+            if "ids" not in z.files:
+                raise DataError(f"{p} lacks the array 'ids' (needs ids[, X, y, ids_test, ...])")
+            known = {"ids", "X", "y", "ids_test", "X_test", "y_test"}
+            extra = set(z.files) - known
+            if extra:
+                raise DataError(f"{p}: unknown arrays {sorted(extra)}; expected {sorted(known)}")
+            got = {k: z[k] for k in z.files}
+        try:
+            return PartyData(**got)
+        except DataError as exc:
+            raise DataError(f"{p}: {exc}") from None
     if p.suffix == ".csv":
         with p.open(newline="") as fh:
             rows = list(csv.reader(fh))
@@ -84,23 +165,23 @@ def save_party_data(path: str | Path, data: PartyData) -> Path:
     p = Path(path)
     p.parent.mkdir(parents=True, exist_ok=True)
     if p.suffix == ".npz":
-        arrays: dict[str, Any] = {"ids": data.ids, "X": data.X}
-        if data.y is not None:
-            arrays["y"] = data.y
+        arrays: dict[str, Any] = data.arrays()
         np.savez(p, **arrays)
     elif p.suffix == ".csv":
+        if data.features.ndim != 2 or data.ids_test is not None:
+            raise DataError(f"{p}: CSV holds 2-D features without a test split; use .npz")
         with p.open("w", newline="") as fh:
             w = csv.writer(fh)
             w.writerow(
                 [
                     "id",
                     *(["label"] if data.y is not None else []),
-                    *[f"f{j}" for j in range(data.X.shape[1])],
+                    *[f"f{j}" for j in range(data.features.shape[1])],
                 ]
             )
             for i in range(len(data.ids)):
                 lab = [int(data.y[i])] if data.y is not None else []
-                w.writerow([data.ids[i], *lab, *[repr(float(v)) for v in data.X[i]]])
+                w.writerow([data.ids[i], *lab, *[repr(float(v)) for v in data.features[i]]])
     else:
         raise DataError(f"{p}: unsupported data file type {p.suffix!r}; use .npz or .csv")
     return p

@@ -12,8 +12,8 @@ from collections.abc import Callable, Sequence
 from datetime import datetime
 from pathlib import Path
 
+from fedviews.deploy._apps import get_app
 from fedviews.deploy._config import DeployConfig
-from fedviews.deploy._data import split_dataset
 from fedviews.errors import PartyUnavailable, ProtocolError
 from fedviews.federation._certs import init_ca, issue_certificate
 
@@ -75,16 +75,7 @@ def launch(
     fed = cfg.federation
     if data_dir is None:
         data_dir = run_dir / "data"
-        split_dataset(
-            cfg.data.dataset,
-            data_dir,
-            views=cfg.data.views or fed.parties,
-            label_owner=fed.label_owner,
-            n_per_class=cfg.data.n_per_class,
-            overlap=cfg.data.overlap,
-            fmt=cfg.data.format,
-            seed=cfg.seed,
-        )
+        get_app(cfg.algorithm).write_data(cfg, data_dir)
     files = {}
     for p in fed.parties:
         found = [

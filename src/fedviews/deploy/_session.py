@@ -27,7 +27,7 @@ from typing import Any
 
 import numpy as np
 
-from fedviews.deploy._apps import DeployApp, get_app
+from fedviews.deploy._apps import DeployApp, Local, get_app
 from fedviews.deploy._checkpoint import Checkpoints, fingerprint
 from fedviews.deploy._config import DeployConfig
 from fedviews.deploy._data import PartyData
@@ -36,19 +36,21 @@ from fedviews.federation import Coordinator, Message, PrivacyPolicy, handles
 from fedviews.federation._certs import TLSFiles
 from fedviews.federation._grpc import GrpcHub, GrpcOptions, GrpcPartyTransport
 from fedviews.linear._common import small_blas
-from fedviews.privacy._psi import PSI_POLICY, PSIParty, run_psi
+from fedviews.privacy._psi import PSIParty, run_psi
 
 __all__ = ["DeployCoordinator", "DeployParty", "run_coordinator", "run_party"]
 
 Printer = Callable[[str], None]
 
 
-def session_policy(app: DeployApp) -> PrivacyPolicy:
-    """The algorithm's policy plus the PSI arrays."""
+def session_policy(app: DeployApp, cfg: DeployConfig) -> PrivacyPolicy:
+    """The algorithm's policy plus the PSI arrays between every party role and the coordinator."""
     rules: dict[tuple[str, str], set[str]] = {}
-    for pol in (app.policy, PSI_POLICY):
-        for key, names in pol.allowed.items():
-            rules.setdefault(key, set()).update(names)
+    for key, names in app.policy.allowed.items():
+        rules.setdefault(key, set()).update(names)
+    for role in set(cfg.roles().values()):
+        rules.setdefault((role, "coordinator"), set()).add("psi_set")
+        rules.setdefault(("coordinator", role), set()).update({"psi_set", "psi_positions"})
     return PrivacyPolicy.of(f"{app.policy.name}+psi", rules)
 
 
@@ -64,7 +66,7 @@ def run_identity(cfg: DeployConfig) -> dict[str, Any]:
         "algorithm": cfg.algorithm,
         "seed": cfg.seed,
         "parties": list(f.parties),
-        "label_owner": f.label_owner,
+        "label_owners": list(f.owners()),
         "params": cfg.params,
     }
 
@@ -87,15 +89,20 @@ class DeployParty(PSIParty):
     ) -> None:
         self.app = get_app(cfg.algorithm)
         super().__init__(name, data.ids, role=self.app.role(cfg, name))
-        if name == cfg.federation.label_owner and data.y is None:
-            raise DataError(f"{name!r} is the label owner but its data file has no labels (y)")
+        self.app.check_data(cfg, name, data)
+        self.groups = {g.name: g for g in self.app.groups(cfg) if name in g.parties}
         self.cfg, self.data, self.out_dir, self.echo = cfg, data, out_dir, echo
         self.resume = resume
-        self.aligned: PartyData | None = None
+        self.local: Local | None = None
         self.algo: Any = None
         self.checkpoints: Checkpoints | None = None
         self.fingerprint = ""
         self._shown = 0
+
+    def psi_ids(self, group: str) -> np.ndarray:
+        if group not in self.groups:
+            raise ProtocolError(f"{self.name!r} is not in the alignment group {group!r}")
+        return self.data.split(self.groups[group].split)[0]
 
     def handle(self, msg: Message) -> Message:
         if msg.kind in self._handlers:
@@ -108,49 +115,50 @@ class DeployParty(PSIParty):
         reply = self.algo.handle(msg)
         every = self.cfg.federation.checkpoint_every
         ckpt = self.checkpoints
-        if ckpt is not None and msg.kind == self.app.round_message and msg.round % every == 0:
+        if (
+            ckpt is not None
+            and msg.kind == self.app.round_message(self.role)
+            and msg.round > 0
+            and msg.round % every == 0
+        ):
             # before the reply leaves: whatever round the coordinator completed, we have it
             ckpt.save(msg.round, self.app.party_state(self.algo))
         return reply
 
     @handles("deploy:setup")
     def on_setup(self, msg: Message) -> Message:
-        if self.cfg.federation.alignment == "psi":
-            if self.rows is None:
-                raise ProtocolError("deploy:setup before the PSI finished")
-            rows = self.rows
-        else:  # the parties hold the same IDs: sorting aligns them
-            rows = np.argsort(self.ids, kind="stable")
-        d = self.data.take(rows)
-        X = d.X
-        if getattr(self.cfg.params, "standardize", False):  # with this party's own statistics
-            sd = X.std(axis=0)
-            sd[sd < 1e-12] = 1.0
-            X = (X - X.mean(axis=0)) / sd
-        self.aligned = PartyData(
-            d.ids, X, d.y if self.name == self.cfg.federation.label_owner else None
-        )
+        rows: dict[str, np.ndarray] = {}
+        for g, group in self.groups.items():
+            if self.cfg.federation.alignment == "psi":
+                if g not in self.psi_rows:
+                    raise ProtocolError(f"deploy:setup before the PSI of group {g!r} finished")
+                rows[g] = self.psi_rows[g]
+            else:  # the members hold the same IDs: sorting aligns them
+                rows[g] = np.argsort(self.data.split(group.split)[0], kind="stable")
+        self.local = Local(self.data, rows, self.groups)
+        digest = hashlib.sha256()
+        for g in sorted(rows):
+            _, X, _ = self.local.take(g)
+            digest.update(np.ascontiguousarray(X).tobytes())
         self.fingerprint = fingerprint(
-            run=run_identity(self.cfg),
-            party=self.name,
-            X=hashlib.sha256(np.ascontiguousarray(X).tobytes()).hexdigest(),
+            run=run_identity(self.cfg), party=self.name, X=digest.hexdigest()
         )
-        meta: dict[str, Any] = {"n_samples": len(rows), "n_features": int(X.shape[1])}
-        if self.aligned.y is not None:
-            meta.update(self.app.label_info(self.aligned.y))
+        meta: dict[str, Any] = {f"n/{g}": len(r) for g, r in rows.items()}
+        meta.update(self.app.party_info(self.cfg, self.name, self.local))
         if self.resume is not None:  # the rounds this party could resume from
             have = Checkpoints(self.resume / "checkpoints", self.fingerprint).rounds()
             meta["checkpoints"] = ",".join(map(str, have))
-        self.echo(f"aligned {len(rows)} of {len(self.ids)} samples")
+        sizes = ", ".join(f"{g}: {len(r)}" for g, r in rows.items())
+        self.echo(f"aligned samples ({sizes}) of {len(self.ids)}")
         return self.reply(msg, meta=meta)
 
     @handles("deploy:build")
     def on_build(self, msg: Message) -> Message:
-        if self.aligned is None:
+        if self.local is None:
             raise ProtocolError("deploy:build before deploy:setup")
         setup = dict(msg.meta)
         resume_round = int(setup.pop("resume_round", 0) or 0)
-        self.algo = self.app.build_party(self.cfg, self.name, self.aligned.X, self.aligned.y, setup)
+        self.algo = self.app.build_party(self.cfg, self.name, self.local, setup)
         self.algo.transport = self.transport
         fp = self.fingerprint
         self.checkpoints = Checkpoints(self.out_dir / "checkpoints", fp)
@@ -205,23 +213,31 @@ class DeployCoordinator(Coordinator):
 
     def run(self) -> dict[str, Any]:
         fed = self.cfg.federation
+        groups = self.app.groups(self.cfg)
         if fed.alignment == "psi":
-            t0 = time.perf_counter()
-            n = run_psi(self, self.parties)
-            self.echo(f"PSI: {n} common sample IDs ({time.perf_counter() - t0:.1f} s)")
+            for g in groups:
+                t0 = time.perf_counter()
+                n = run_psi(self, g.parties, group=g.name)
+                self.echo(
+                    f"PSI {g.name} ({g.split} IDs of {len(g.parties)} parties): {n} common "
+                    f"sample IDs ({time.perf_counter() - t0:.1f} s)"
+                )
         replies = self.broadcast(self.parties, "deploy:setup")
-        sizes = {p: int(r.meta["n_samples"]) for p, r in replies.items()}  # type: ignore[arg-type]
-        if len(set(sizes.values())) != 1:
-            raise DataError(f"the parties hold different numbers of aligned samples: {sizes}")
-        owner = replies[fed.label_owner].meta
-        self.setup = {
-            "n_samples": sizes[self.parties[0]],
-            **{
-                k: v
-                for k, v in owner.items()
-                if k.startswith("n_") and k not in ("n_samples", "n_features")
-            },
-        }
+        for g in groups:
+            sizes = {p: int(replies[p].meta[f"n/{g.name}"]) for p in g.parties}  # type: ignore[arg-type]
+            if len(set(sizes.values())) != 1:
+                raise DataError(
+                    f"the parties of alignment group {g.name!r} hold different numbers of "
+                    f"aligned samples: {sizes}"
+                    + (
+                        " (with alignment = 'none' they must hold the same IDs)"
+                        if fed.alignment == "none"
+                        else ""
+                    )
+                )
+            if not next(iter(sizes.values())):
+                raise DataError(f"the parties of alignment group {g.name!r} share no sample ID")
+        self.setup = self.app.make_setup(self.cfg, {p: r.meta for p, r in replies.items()})
         fp = fingerprint(run=run_identity(self.cfg), setup=self.setup)
         if self.out_dir is not None:
             self.checkpoints = Checkpoints(self.out_dir / "checkpoints", fp)
@@ -244,7 +260,7 @@ class DeployCoordinator(Coordinator):
                 self.checkpoints.save(self.resumed_from, state)
             self.echo(f"resuming after round {self.resumed_from}")
         done = threading.Event()
-        shown = len(getattr(self.server, "objective", []))
+        shown = len(self.app.progress(self.server))
         progress = threading.Thread(target=self._progress, args=(done, shown), daemon=True)
         progress.start()
         t0 = time.perf_counter()
@@ -284,10 +300,10 @@ class DeployCoordinator(Coordinator):
         finished = False
         while not finished:
             finished = done.wait(0.5)
-            obj = list(getattr(self.server, "objective", []))
-            for r in range(shown, len(obj)):
-                self.echo(f"round {r + 1}: objective {obj[r]:.6g}")
-            shown = len(obj)
+            lines = self.app.progress(self.server)
+            for line in lines[shown:]:
+                self.echo(line)
+            shown = len(lines)
 
     def results(self) -> dict[str, Any]:
         if self.server is None:
@@ -327,7 +343,9 @@ def run_coordinator(
     say = _print_to(cfg.federation.coordinator, echo)
     app = get_app(cfg.algorithm)
     out_dir.mkdir(parents=True, exist_ok=True)
-    hub = GrpcHub(session_policy(app), cfg.roles(), listen=listen, tls=tls, options=options_of(cfg))
+    hub = GrpcHub(
+        session_policy(app, cfg), cfg.roles(), listen=listen, tls=tls, options=options_of(cfg)
+    )
     coord = DeployCoordinator(cfg, say, out_dir, resume)
     hub.register(coord)
     if port_file is not None:
@@ -396,7 +414,7 @@ def run_party(
     app = get_app(cfg.algorithm)
     party = DeployParty(cfg, name, data, out_dir, say, resume)
     transport = GrpcPartyTransport(
-        session_policy(app),
+        session_policy(app, cfg),
         coordinator,
         tls=tls,
         server_name=cfg.federation.coordinator,

