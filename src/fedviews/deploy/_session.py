@@ -348,8 +348,10 @@ def run_coordinator(
     )
     coord = DeployCoordinator(cfg, say, out_dir, resume)
     hub.register(coord)
-    if port_file is not None:
-        port_file.write_text(str(hub.port))
+    if port_file is not None:  # atomically: a launcher polls for it
+        tmp = port_file.with_name(port_file.name + ".tmp")
+        tmp.write_text(str(hub.port))
+        tmp.replace(port_file)
     say(
         f"listening on port {hub.port} ({'mutual TLS' if tls else 'INSECURE plain text'}); "
         f"waiting for {list(cfg.federation.parties)}"
