@@ -48,7 +48,10 @@ def friendly(fn: F) -> F:
         except FedViewsError as exc:
             if _DEBUG["on"]:
                 raise
-            err_console.print(f"[bold red]error:[/] {type(exc).__name__}: {exc}", highlight=False)
+            # soft wrap: a path or a command in the message stays on one line (copy-paste)
+            err_console.print(
+                f"[bold red]error:[/] {type(exc).__name__}: {exc}", highlight=False, soft_wrap=True
+            )
             raise typer.Exit(2) from None
         except KeyboardInterrupt:
             err_console.print(
@@ -69,7 +72,12 @@ def _main(
 @app.command()
 @friendly
 def run(
-    config: Annotated[Path, typer.Argument(help="Experiment TOML file (see configs/).")],
+    config: Annotated[
+        Path | None,
+        typer.Argument(
+            help="Experiment TOML (configs/*.toml) or deployment TOML (configs/deploy_*)."
+        ),
+    ] = None,
     overrides: Annotated[
         list[str] | None, typer.Argument(help="key=value overrides, e.g. params.max_iter=10 seed=3")
     ] = None,
@@ -77,8 +85,41 @@ def run(
         Path | None, typer.Option(help="Run folder (default runs/<name>-<timestamp>).")
     ] = None,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bars.")] = False,
+    resume: Annotated[
+        Path | None,
+        typer.Option(
+            help="Run folder of a killed deployment run: continue it from its checkpoints."
+        ),
+    ] = None,
 ) -> None:
-    """Run an experiment; print its tables and the path of its HTML report."""
+    """Run an experiment (tables + HTML report) or a deployment (one process per party).
+
+    A deployment config (with a ``[federation]`` table) is run as ``fedviews launch``:
+    the coordinator and every party as separate processes over loopback gRPC with
+    mutual TLS. ``--resume RUN_DIR`` continues such a run after it was killed.
+    """
+    from fedviews.errors import ConfigError
+
+    if resume is not None:
+        if config is not None:
+            raise ConfigError(
+                "--resume RUN_DIR continues a run with its own saved config: drop CONFIG"
+            )
+        from fedviews.deploy._launch import resume_launch
+
+        console.print(f"run folder: [bold]{resume_launch(resume)}[/]")
+        return
+    if config is None:
+        raise ConfigError("give a CONFIG file (see configs/) or --resume RUN_DIR")
+    if _is_deployment(config):
+        from fedviews.deploy._config import load_deploy_config
+        from fedviews.deploy._launch import launch
+
+        dcfg = load_deploy_config(config, overrides or [])
+        console.print(f"[bold]fedviews run[/] {dcfg.name}: deployment of [cyan]{dcfg.algorithm}[/]")
+        run_dir = launch(config, dcfg, overrides or [], out_dir=out)
+        console.print(f"run folder: [bold]{run_dir}[/]")
+        return
     from fedviews.experiments import load_config, run_experiment
 
     cfg = load_config(config, overrides or [])
@@ -92,6 +133,22 @@ def run(
         console.print(result.summary)
     console.print(f"report: [bold]{run_dir / 'report.html'}[/]")
     console.print(f"metrics: {run_dir / 'metrics.json'}")
+
+
+def _is_deployment(config: Path) -> bool:
+    """A deployment config names its federation (``[federation]``); experiments do not."""
+    if sys.version_info >= (3, 11):
+        import tomllib
+    else:  # pragma: no cover
+        import tomli as tomllib
+    from fedviews.errors import ConfigError
+
+    if not config.is_file():
+        raise ConfigError(f"config file {str(config)!r} does not exist")
+    try:
+        return "federation" in tomllib.loads(config.read_text(encoding="utf-8"))
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{config}: invalid TOML: {exc}") from None
 
 
 @app.command()

@@ -173,7 +173,8 @@ def test_killed_party_then_resume_equals_uninterrupted(tmp_path):
             proc.wait()
     assert proc.returncode == 2, out
     flat = " ".join(out.split())  # the error line may be wrapped
-    assert "PartyUnavailable: party 'zer' is unavailable" in flat and "--resume" in flat
+    assert "PartyUnavailable: party 'zer' is unavailable" in flat
+    assert f"`fedviews run --resume {run}`" in out  # one line, ready to copy
     assert time.monotonic() - t0 < 30  # detected at once (the stream breaks), no hang
     res = json.loads((run / "coordinator" / "results.json").read_text())
     assert res["unavailable_party"] == "zer" and "zer" in res["status"]
@@ -183,7 +184,13 @@ def test_killed_party_then_resume_equals_uninterrupted(tmp_path):
     for p in PARTIES:  # every party holds (its own) checkpoint of that round
         assert done in Checkpoints(run / p / "checkpoints", "").rounds()
 
-    proc = _launch(str(config), "--resume", str(run))
+    proc = subprocess.Popen(  # the command the error message suggests
+        [sys.executable, "-m", "fedviews", "run", "--resume", str(run)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+    )
     out, _ = proc.communicate(timeout=120)
     assert proc.returncode == 0, out
     res = json.loads((run / "coordinator" / "results.json").read_text())

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import threading
@@ -17,7 +18,10 @@ from fedviews.deploy._config import DeployConfig
 from fedviews.errors import PartyUnavailable, ProtocolError
 from fedviews.federation._certs import init_ca, issue_certificate
 
-__all__ = ["launch", "make_certs"]
+__all__ = ["launch", "make_certs", "resume_launch"]
+
+LAUNCH_INFO = "launch.json"
+LAUNCH_CONFIG = "config.toml"
 
 
 def make_certs(directory: Path, cfg: DeployConfig) -> Path:
@@ -72,6 +76,14 @@ def launch(
             certs_dir = resume / "certs"
     run_dir = out_dir or Path(cfg.output_dir) / f"{cfg.name}-{datetime.now():%Y%m%d-%H%M%S}"
     run_dir.mkdir(parents=True, exist_ok=True)
+    if resume is None:  # what `fedviews run --resume RUN_DIR` needs to continue this run
+        shutil.copyfile(config, run_dir / LAUNCH_CONFIG)
+        (run_dir / LAUNCH_INFO).write_text(
+            json.dumps(
+                {"config": LAUNCH_CONFIG, "overrides": list(overrides), "insecure": insecure}
+            )
+        )
+        config = run_dir / LAUNCH_CONFIG
     fed = cfg.federation
     if data_dir is None:
         data_dir = run_dir / "data"
@@ -159,10 +171,10 @@ def launch(
             info = json.loads(results.read_text()) if results.is_file() else {}
             hint = f"see {results}"
             if info.get("last_checkpoint_round"):
-                again = " ".join(
-                    ["fedviews launch", str(config), *overrides, "--resume", str(run_dir)]
+                hint += (
+                    f"; checkpoint of round {info['last_checkpoint_round']} kept: "
+                    f"`fedviews run --resume {run_dir}`"
                 )
-                hint += f"; checkpoint of round {info['last_checkpoint_round']} kept: `{again}`"
             status = str(info.get("status", f"the coordinator exited with status {rc}"))
             if "unavailable_party" in info:  # its status reads "PartyUnavailable: party 'x' ..."
                 status = status.partition(" is unavailable: ")[2] or status
@@ -181,3 +193,27 @@ def launch(
                 except subprocess.TimeoutExpired:
                     proc.kill()
                     proc.wait()
+
+
+def resume_launch(run_dir: Path, echo: Callable[[str], None] = print) -> Path:
+    """Continue the launched run in ``run_dir`` (killed, or a party died) from its checkpoints.
+
+    Uses the config copy and overrides the launch saved there, so the resumed run is
+    the same run; every process goes on after the last round all of them checkpointed.
+    """
+    from fedviews.deploy._config import load_deploy_config
+
+    info_path = run_dir / LAUNCH_INFO
+    if not info_path.is_file():
+        raise ProtocolError(
+            f"{run_dir} is not the folder of a `fedviews launch`/`fedviews run` deployment "
+            f"(no {LAUNCH_INFO}); for a coordinator or party started by hand, restart each "
+            "process with --resume <its folder>"
+        )
+    info = json.loads(info_path.read_text())
+    config = run_dir / str(info["config"])
+    overrides = [str(o) for o in info.get("overrides", [])]
+    cfg = load_deploy_config(config, overrides)
+    return launch(
+        config, cfg, overrides, insecure=bool(info.get("insecure")), echo=echo, resume=run_dir
+    )
