@@ -1,40 +1,73 @@
-"""MMVFL on Handwritten: time and bytes per round, in-process vs loopback gRPC (mutual TLS).
+"""Time and bytes per round, in-process vs loopback gRPC (mutual TLS), for any deployable algorithm.
 
-    .venv/bin/python benchmarks/bench_grpc.py [--rounds 10] [--n-per-class 200] [--insecure]
+    .venv/bin/python benchmarks/bench_grpc.py mmvfl    [--rounds 10] [--insecure]
+    .venv/bin/python benchmarks/bench_grpc.py multivfl [--rounds 2]  [--insecure]
 
-In-process: the parties and the server of :class:`fedviews.linear.MMVFL` in this
-process (every message still encoded and decoded). gRPC: this process is the
-coordinator hub; each of the 5 parties is its own ``fedviews party`` process
-holding only its view file. Time = ``server.run()`` only (both sides build their
-Gram matrices before it). Bytes: raw array bytes of the round messages vs the
-encoded messages vs the frames handed to gRPC vs what the coordinator process
-sent over the loopback interface during the rounds (``/proc/net/dev``: TLS
-records, HTTP/2 and TCP/IP headers, heartbeats included; other loopback traffic
-on the machine would be counted too).
+``mmvfl``: MMVFL on Handwritten (5 views x 2000 samples). ``multivfl``: Multi-VFL on
+MNIST (4 data owners, 2 label owners, 2000 training images, one local epoch per
+round, so a round is one epoch). Set ``--set key=value`` to change the config.
+
+In-process: the deploy app's objects of every party in this process
+(:func:`fedviews.deploy._session.in_process`, every message still encoded and
+decoded) — the same objects the processes build. gRPC: this process is the
+coordinator hub; each party is its own ``fedviews party`` process holding only
+its data file. Time = the coordinator's training loop only. Bytes: the raw array
+bytes of all messages of the rounds; the encoded message bytes; the frame bytes
+the hub sent + received (a party-to-party message, relayed by the hub, crosses
+two links and is counted twice); what crossed the loopback interface during the
+rounds (``/proc/net/dev``: TLS records, HTTP/2 and TCP/IP headers, heartbeats;
+other loopback traffic on the machine would be counted too).
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
-import numpy as np
-
-from fedviews.deploy import load_deploy_config, make_certs, split_dataset
-from fedviews.deploy._session import DeployCoordinator, options_of, session_policy
-from fedviews.federation import federate
+from fedviews.deploy import get_app, load_deploy_config, load_party_data, make_certs
+from fedviews.deploy._session import DeployCoordinator, in_process, options_of, session_policy
+from fedviews.federation import InProcessTransport, Message
 from fedviews.federation._certs import TLSFiles
 from fedviews.federation._grpc import GrpcHub
 from fedviews.linear._common import small_blas
-from fedviews.linear._mmvfl import MMVFL_POLICY, MMVFLParty, MMVFLServer, _Solver
 
-VIEWS = ("pix", "fou", "fac", "zer", "kar")
+CONFIGS = {
+    "mmvfl": """algorithm = "mmvfl"
+name = "bench_grpc_mmvfl"
+[federation]
+parties = ["pix", "fou", "fac", "zer", "kar"]
+label_owner = "pix"
+alignment = "none"
+[data]
+dataset = "handwritten"
+[params]
+max_iter = {rounds}
+tol = 0.0
+""",
+    "multivfl": """algorithm = "multivfl"
+name = "bench_grpc_multivfl"
+[federation]
+parties = ["s0", "s1", "s2", "s3", "lo0", "lo1"]
+label_owners = ["lo0", "lo1"]
+alignment = "psi"  # label owners hold subsets: PSI (not timed)
+timeout = 60.0
+[data]
+dataset = "mnist"
+n_per_class = 200
+n_test = 0
+[params]
+rounds = {rounds}
+batch_size = 64
+evaluate = false
+device = "cpu"
+""",
+}
 
 
 def _loopback_bytes() -> int:
@@ -47,151 +80,126 @@ def _loopback_bytes() -> int:
     return 0
 
 
-def _config(tmp: Path, rounds: int) -> Path:
-    path = tmp / "bench.toml"
-    path.write_text(
-        f"""algorithm = "mmvfl"
-name = "bench_grpc"
-seed = 0
-[federation]
-parties = {json.dumps(list(VIEWS))}
-label_owner = "pix"
-alignment = "none"
-[params]
-max_iter = {rounds}
-tol = 0.0
-standardize = true
-"""
-    )
-    return path
+class _Counting(InProcessTransport):
+    """Counts the raw array bytes of every request and reply."""
+
+    raw = 0
+
+    def request(self, msg: Message) -> Message:
+        reply = super().request(msg)
+        self.raw += msg.nbytes + reply.nbytes
+        return reply
 
 
-def in_process(data: Path, cfg) -> dict:
-    from fedviews.data._validation import one_hot
-    from fedviews.deploy import load_party_data
-
-    p = cfg.params
-    datas = [load_party_data(data / f"{v}.npz") for v in VIEWS]
-    Xs = []
-    for d in datas:
-        X = d.X[np.argsort(d.ids)]
-        sd = X.std(0)
-        sd[sd < 1e-12] = 1.0
-        Xs.append((X - X.mean(0)) / sd)
-    owner = datas[0]
-    Y = one_hot(owner.y[np.argsort(owner.ids)])[0]
-    K, (n, c) = len(Xs), Y.shape
-    ss = np.random.SeedSequence(cfg.seed).spawn(K + 1)
+def run_in_process(cfg: Any, data: Path) -> dict[str, Any]:
+    files = {p: load_party_data(data / f"{p}.npz") for p in cfg.federation.parties}
+    app, coord, parties, plain = in_process(cfg, files, keep_entries=False)
+    counting = _Counting(plain.policy, keep_entries=False)
+    for obj in (coord, *parties.values()):
+        counting.register(obj)
     with small_blas():
-        parties = [
-            MMVFLParty(
-                v,
-                Xs[k],
-                beta=p.beta,
-                zeta=p.zeta,
-                n_classes=c,
-                seed=ss[1 + k],
-                Y=Y if k == 0 else None,
-                eta=p.eta if k == 0 else 0.0,
-                solver=_Solver(p.inner_max_iter, p.inner_tol, p.eps),
-            )
-            for k, v in enumerate(VIEWS)
-        ]
-        server = MMVFLServer(list(VIEWS), [p.zeta] * K, n, c, ss[0], max_iter=p.max_iter, tol=p.tol)
-        t = federate([server, *parties], MMVFL_POLICY)
         t0 = time.perf_counter()
-        server.run()
+        app.run_coordinator(coord, lambda r: None)
         seconds = time.perf_counter() - t0
-    entries = [e for e in t.log.entries if e.kind.startswith("update")]
-    raw = 2 * K * n * c * 8 * len(server.objective)
     return {
         "seconds": seconds,
-        "rounds": len(server.objective),
-        "objective": server.objective[-1],
-        "raw_bytes": raw,
-        "message_bytes": sum(e.nbytes for e in entries),
+        "raw_bytes": counting.raw,
+        "message_bytes": counting.log.total_bytes,
+        "lines": app.progress(coord),
     }
 
 
-def over_grpc(config: Path, data: Path, certs: Path | None, cfg) -> dict:
+def run_grpc(cfg: Any, config: Path, data: Path, certs: Path | None) -> dict[str, Any]:
+    app = get_app(cfg.algorithm)
     tls = None if certs is None else TLSFiles.from_dir(certs, "coordinator")
     hub = GrpcHub(
-        session_policy_for(cfg), cfg.roles(), listen="127.0.0.1:0", tls=tls, options=options_of(cfg)
+        session_policy(app, cfg),
+        cfg.roles(),
+        listen="127.0.0.1:0",
+        tls=tls,
+        options=options_of(cfg),
+        keep_entries=False,
     )
     coord = DeployCoordinator(cfg, lambda line: None)
     hub.register(coord)
     sec = ["--insecure"] if certs is None else ["--certs", str(certs)]
     procs = [
         subprocess.Popen(
-            [sys.executable, "-m", "fedviews", "party", str(config), *sec, "--party", v]
-            + ["--data", str(data / f"{v}.npz"), "--coordinator", f"127.0.0.1:{hub.port}"]
-            + ["--out", str(data.parent / v)],
+            [sys.executable, "-m", "fedviews", "party", str(config), *sec, "--party", p]
+            + ["--data", str(data / f"{p}.npz"), "--coordinator", f"127.0.0.1:{hub.port}"]
+            + ["--out", str(data.parent / p)],
             stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
             env={**os.environ, "PYTHONUNBUFFERED": "1"},
         )
-        for v in VIEWS
+        for p in cfg.federation.parties
     ]
+    marks: dict[str, int] = {}
+    original = app.run_coordinator
+
+    def timed(server: Any, on_round_end: Any) -> Any:  # bytes of the training loop only
+        marks.update(io0=_loopback_bytes(), f0=hub.wire_bytes, m0=hub.log.total_bytes)
+        try:
+            return original(server, on_round_end)
+        finally:
+            marks.update(io1=_loopback_bytes(), f1=hub.wire_bytes, m1=hub.log.total_bytes)
+
+    app.run_coordinator = timed  # type: ignore[method-assign]
     try:
         hub.wait_for_parties(120)
-        io0, frames0 = _loopback_bytes(), hub.wire_bytes
         with small_blas():
             coord.run()
-        io1, frames1 = _loopback_bytes(), hub.wire_bytes
     finally:
+        app.run_coordinator = original  # type: ignore[method-assign]
         hub.close()
         for p in procs:
-            p.wait(30)
-    entries = [e for e in hub.log.entries if e.kind.startswith("update")]
-    K, rounds = len(VIEWS), len(coord.server.objective)
-    n, c = coord.server.Z.shape
+            p.wait(60)
     return {
         "seconds": coord.train_seconds,
-        "rounds": rounds,
-        "objective": coord.server.objective[-1],
-        "raw_bytes": 2 * K * n * c * 8 * rounds,
-        "message_bytes": sum(e.nbytes for e in entries),
-        "frame_bytes_session": frames1 - frames0,
-        "socket_bytes_session": io1 - io0,
+        "message_bytes": marks["m1"] - marks["m0"],
+        "frame_bytes": marks["f1"] - marks["f0"],
+        "socket_bytes": marks["io1"] - marks["io0"],
+        "lines": app.progress(coord.server),
     }
-
-
-def session_policy_for(cfg):
-    from fedviews.deploy import get_app
-
-    return session_policy(get_app(cfg.algorithm))
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--rounds", type=int, default=10)
-    ap.add_argument("--n-per-class", type=int, default=200)
+    ap.add_argument("algorithm", choices=sorted(CONFIGS))
+    ap.add_argument("--rounds", type=int, default=0, help="default: 10 (mmvfl), 2 (multivfl)")
     ap.add_argument("--insecure", action="store_true", help="plain-text gRPC instead of mutual TLS")
+    ap.add_argument("--set", nargs="*", default=[], help="config overrides key=value")
     args = ap.parse_args()
+    rounds = args.rounds or (10 if args.algorithm == "mmvfl" else 2)
     with tempfile.TemporaryDirectory() as tmp_:
         tmp = Path(tmp_)
-        config = _config(tmp, args.rounds)
-        cfg = load_deploy_config(config)
+        config = tmp / "bench.toml"
+        config.write_text(CONFIGS[args.algorithm].format(rounds=rounds))
+        cfg = load_deploy_config(config, args.set)
         data = tmp / "data"
-        split_dataset("handwritten", data, views=VIEWS, n_per_class=args.n_per_class, seed=0)
+        files = get_app(cfg.algorithm).write_data(cfg, data)
         certs = None if args.insecure else make_certs(tmp / "certs", cfg)
-        a = in_process(data, cfg)
-        b = over_grpc(config, data, certs, cfg)
-    r = a["rounds"]
-    print(f"MMVFL, Handwritten {len(VIEWS)} views x {args.n_per_class * 10} samples, {r} rounds")
-    print(f"{'':28s}{'in-process':>14s}{'loopback gRPC':>16s}{'ratio':>8s}")
-    ta, tb = a["seconds"] / r, b["seconds"] / b["rounds"]
-    print(f"{'seconds per round':28s}{ta:14.4f}{tb:16.4f}{tb / ta:8.2f}")
+        n = load_party_data(next(iter(files.values()))).ids.size
+        a = run_in_process(cfg, data)
+        b = run_grpc(cfg, config, data, certs)
+    mode = "plain text" if args.insecure else "mutual TLS"
+    print(f"{args.algorithm}: {cfg.data.dataset}, {n} samples, {rounds} rounds, gRPC with {mode}")
+    print(f"{'':30s}{'in-process':>14s}{'loopback gRPC':>16s}{'ratio':>8s}")
+    ta, tb = a["seconds"] / rounds, b["seconds"] / rounds
+    print(f"{'seconds per round':30s}{ta:14.4f}{tb:16.4f}{tb / ta:8.2f}")
+    raw = a["raw_bytes"] / rounds
+    print(f"{'raw array bytes per round':30s}{raw:14.0f}{'':16s}{'1.000':>8s}")
+    print(
+        f"{'message bytes per round':30s}{a['message_bytes'] / rounds:14.0f}"
+        f"{b['message_bytes'] / rounds:16.0f}{b['message_bytes'] / a['raw_bytes']:8.3f}"
+    )
     for key, label in (
-        ("raw_bytes", "raw array bytes/round"),
-        ("message_bytes", "message bytes/round"),
+        ("frame_bytes", "hub frame bytes per round"),
+        ("socket_bytes", "loopback bytes per round"),
     ):
-        print(f"{label:28s}{a[key] / r:14.0f}{b[key] / r:16.0f}{b[key] / b['raw_bytes']:8.3f}")
-    for key, label in (
-        ("frame_bytes_session", "gRPC frame bytes/round"),
-        ("socket_bytes_session", "loopback bytes/round"),
-    ):
-        print(f"{label:28s}{'':14s}{b[key] / r:16.0f}{b[key] / b['raw_bytes']:8.3f}")
-    print(f"same final objective: {a['objective'] == b['objective']} ({a['objective']:.10g})")
+        print(f"{label:30s}{'':14s}{b[key] / rounds:16.0f}{b[key] / a['raw_bytes']:8.3f}")
+    same = a["lines"][-1].split("(")[0] == b["lines"][-1].split("(")[0]
+    print(f"same last round: {same} ({a['lines'][-1]})")
 
 
 if __name__ == "__main__":

@@ -16,6 +16,7 @@ pytest.importorskip("grpc")
 
 from fedviews.deep.multivfl import MultiVFL  # noqa: E402
 from fedviews.deploy import load_deploy_config, load_party_data  # noqa: E402
+from fedviews.deploy._session import in_process  # noqa: E402
 from fedviews.errors import ConfigError, DataError  # noqa: E402
 
 DOS = ("top", "middle", "bottom")
@@ -133,25 +134,7 @@ class _Stop(Exception):
 
 
 def _federation(cfg, files):
-    """The deploy app's objects (coordinator + one per party) federated in one process."""
-    from fedviews.data import align
-    from fedviews.deploy import get_app
-    from fedviews.deploy._apps import Local
-    from fedviews.federation import federate
-
-    app = get_app(cfg.algorithm)
-    groups = {g.name: g for g in app.groups(cfg)}
-    rows: dict[str, dict[str, np.ndarray]] = {p: {} for p in files}
-    for g in groups.values():
-        pos = align(*[files[p].split(g.split)[0] for p in g.parties])
-        for p, r in zip(g.parties, pos, strict=True):
-            rows[p][g.name] = r
-    locals_ = {p: Local(files[p], rows[p], {g: groups[g] for g in rows[p]}) for p in files}
-    infos = {p: app.party_info(cfg, p, loc) for p, loc in locals_.items()}
-    setup = app.make_setup(cfg, infos)
-    parties = {p: app.build_party(cfg, p, loc, setup) for p, loc in locals_.items()}
-    server = app.build_coordinator(cfg, setup)
-    federate([server, *parties.values()], app.policy)
+    app, server, parties, _ = in_process(cfg, files)
     return app, server, parties
 
 

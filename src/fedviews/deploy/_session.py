@@ -21,7 +21,7 @@ import hashlib
 import json
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -32,13 +32,13 @@ from fedviews.deploy._checkpoint import Checkpoints, fingerprint
 from fedviews.deploy._config import DeployConfig
 from fedviews.deploy._data import PartyData
 from fedviews.errors import ConfigError, DataError, FedViewsError, PartyUnavailable, ProtocolError
-from fedviews.federation import Coordinator, Message, PrivacyPolicy, handles
+from fedviews.federation import Coordinator, InProcessTransport, Message, PrivacyPolicy, handles
 from fedviews.federation._certs import TLSFiles
 from fedviews.federation._grpc import GrpcHub, GrpcOptions, GrpcPartyTransport
 from fedviews.linear._common import small_blas
 from fedviews.privacy._psi import PSIParty, run_psi
 
-__all__ = ["DeployCoordinator", "DeployParty", "run_coordinator", "run_party"]
+__all__ = ["DeployCoordinator", "DeployParty", "in_process", "run_coordinator", "run_party"]
 
 Printer = Callable[[str], None]
 
@@ -448,3 +448,44 @@ def run_party(
     ):
         # once this party has written its results, a closed stream ends the session
         raise outcome[0]
+
+
+def in_process(
+    cfg: DeployConfig, files: Mapping[str, PartyData], *, keep_entries: bool = True
+) -> tuple[DeployApp, Coordinator, dict[str, Any], InProcessTransport]:
+    """The deployment's objects in one process: ``(app, coordinator, parties, transport)``.
+
+    Every party is built by its deploy app from its own data exactly as its process
+    would build it (alignment in the clear instead of the PSI: same rows, same order),
+    and all of them are federated by an :class:`InProcessTransport` (every message is
+    still encoded, policy-checked and logged). Run it with
+    ``app.run_coordinator(coordinator, on_round_end)``: the reference a deployed run
+    must equal, and the baseline of ``benchmarks/bench_grpc.py``.
+    """
+    from fedviews.data import align
+
+    app = get_app(cfg.algorithm)
+    missing = set(cfg.federation.parties) - set(files)
+    if missing:
+        raise DataError(f"no data for the parties {sorted(missing)}")
+    groups = app.groups(cfg)
+    rows: dict[str, dict[str, np.ndarray]] = {p: {} for p in cfg.federation.parties}
+    for g in groups:
+        pos = align(*[files[p].split(g.split)[0] for p in g.parties])
+        for p, r in zip(g.parties, pos, strict=True):
+            rows[p][g.name] = r
+    by_name = {g.name: g for g in groups}
+    locals_ = {}
+    for p in cfg.federation.parties:
+        app.check_data(cfg, p, files[p])
+        locals_[p] = Local(files[p], rows[p], {g: by_name[g] for g in rows[p]})
+    infos = {p: app.party_info(cfg, p, loc) for p, loc in locals_.items()}
+    for p, r in rows.items():
+        infos[p] = {**infos[p], **{f"n/{g}": len(v) for g, v in r.items()}}
+    setup = app.make_setup(cfg, infos)
+    parties = {p: app.build_party(cfg, p, loc, setup) for p, loc in locals_.items()}
+    coord = app.build_coordinator(cfg, setup)
+    transport = InProcessTransport(app.policy, keep_entries=keep_entries)
+    for obj in (coord, *parties.values()):
+        transport.register(obj)
+    return app, coord, parties, transport
