@@ -56,6 +56,34 @@ def test_split_data_and_party_files(tmp_path):
         PartyData(np.array([1, 1]), np.zeros((2, 1)))
 
 
+def test_split_data_for_multivfl_and_nd_party_files(tmp_path):
+    """--config writes what the algorithm needs: image strips, label owners, a test split."""
+    config = tmp_path / "d.toml"
+    config.write_text(
+        'algorithm = "multivfl"\n[federation]\nparties = ["a", "b", "lo"]\n'
+        'label_owners = ["lo"]\n[data]\nn_per_class = 3\nn_test = 7\n'
+    )
+    out = tmp_path / "files"
+    res = runner.invoke(app, ["split-data", "mnist", str(out), "--config", str(config)])
+    assert res.exit_code == 0, res.output
+    a, b, lo = (load_party_data(out / f"{p}.npz") for p in ("a", "b", "lo"))
+    assert a.X.shape == (30, 14, 28) and a.X.dtype == np.uint8 and a.X_test.shape == (7, 14, 28)
+    assert a.y is None and b.y is None and lo.X.shape == (30, 0) and lo.y_test.shape == (7,)
+    assert set(lo.ids) == set(a.ids) and set(lo.ids_test) == set(b.ids_test)
+    # the strips are the top and bottom halves of the same images
+    img = np.concatenate([a.X[np.argsort(a.ids)], b.X[np.argsort(b.ids)]], axis=1)
+    assert img.shape == (30, 28, 28) and img.max() > 0
+    with pytest.raises(DataError, match="NaN"):
+        PartyData(np.arange(2), np.full((2, 3, 3), np.nan))
+    with pytest.raises(DataError, match="shape"):
+        PartyData(np.arange(2), np.zeros((2, 3)), ids_test=np.arange(1), X_test=np.zeros((1, 4)))
+    with pytest.raises(DataError, match="unknown arrays"):
+        np.savez(tmp_path / "bad.npz", ids=np.arange(2), Z=np.zeros(2))
+        load_party_data(tmp_path / "bad.npz")
+    with pytest.raises(DataError, match="use .npz"):
+        save_party_data(tmp_path / "x.csv", a)
+
+
 def test_deploy_config_validation(tmp_path):
     base = {
         "algorithm": "mmvfl",
@@ -67,5 +95,5 @@ def test_deploy_config_validation(tmp_path):
         load_deploy_config({**base, "federation": {"parties": ["a"], "label_owner": "z"}})
     with pytest.raises(ConfigError, match="did you mean 'max_iter'"):
         load_deploy_config(base, ["params.max_iters=3"])
-    with pytest.raises(ConfigError, match="cannot be deployed"):
-        load_deploy_config({**base, "algorithm": "apfed"})
+    with pytest.raises(ConfigError, match="cannot be deployed; did you mean 'mmvfl'"):
+        load_deploy_config({**base, "algorithm": "mmvfll"})

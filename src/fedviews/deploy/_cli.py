@@ -216,10 +216,30 @@ def register(app: typer.Typer) -> None:
         overlap: Annotated[float, typer.Option(help="Fraction of samples each party keeps.")] = 1.0,
         fmt: Annotated[str, typer.Option("--format", help="npz or csv.")] = "npz",
         seed: int = 0,
+        config: Annotated[
+            Path | None,
+            typer.Option(
+                help="Deployment config: write the files its algorithm needs (its parties, "
+                "label owners, [data] table; e.g. Multi-VFL image strips), from DATASET."
+            ),
+        ] = None,
     ) -> None:
-        """Write one data file per party (view) of a built-in dataset, IDs in each file."""
+        """Write one data file per party of a built-in dataset, IDs in each file.
+
+        Without --config: one file per view (the first view, or --label-owner, gets the
+        labels). With --config: the parties of that deployment config, as
+        `fedviews launch` would write them.
+        """
         from fedviews.deploy._data import split_dataset
 
+        if config is not None:
+            from fedviews.deploy._apps import get_app
+            from fedviews.deploy._config import load_deploy_config
+
+            cfg = load_deploy_config(config, [f"data.dataset={dataset}", f"seed={seed}"])
+            for name, path in get_app(cfg.algorithm).write_data(cfg, outdir).items():
+                console.print(f"{name}: {path}")
+            return
         files = split_dataset(
             dataset,
             outdir,
