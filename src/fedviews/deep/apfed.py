@@ -24,6 +24,12 @@ passive client):
   in a control message, so no sample indices are sent as arrays.
 * After training the active client predicts alone (Eq. 11); see
   :meth:`APFed.export` and :func:`fedviews.deep._export.load_active_model`.
+* **Deployed** (``fedviews launch``, algorithm ``"apfed"``, see
+  :mod:`fedviews.deploy._app_apfed`): the active client is a party process; a
+  data-less driver asks it for one epoch at a time (``apfed.train``, handled by
+  :meth:`ActiveClient.train_epoch`), then sends ``apfed.epoch_done`` to the
+  passive clients; both sides checkpoint there (``state_dict``/``load_state``).
+  Same messages and random streams as in-process, so the same result.
 
 Weight decay (``r_A``, ``r_a``, ``r_p`` of Eqs. 6-7) is the optimiser's L2
 weight decay. ``λ = 0`` reproduces :class:`SingleVL` bit for bit: both draw
@@ -32,7 +38,7 @@ the same seeds, initialise ``f_A``/``g_T`` identically and add an exact zero.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -127,6 +133,60 @@ def _build(seed: int, factory: Any, device: Any) -> Any:
     return module.to(device)
 
 
+def _copy(t: Any) -> np.ndarray:
+    return np.array(to_numpy(t), copy=True)
+
+
+def _module_arrays(prefix: str, module: Any) -> dict[str, np.ndarray]:
+    return {f"{prefix}/{k}": _copy(v) for k, v in module.state_dict().items()}
+
+
+def _optimizer_arrays(prefix: str, opt: Any) -> dict[str, np.ndarray]:
+    """The tensors of an optimiser's per-parameter state (SGD: the momentum buffers)."""
+    out: dict[str, np.ndarray] = {}
+    for idx, st in opt.state_dict()["state"].items():
+        for key, val in st.items():
+            if torch.is_tensor(val):
+                out[f"{prefix}/{idx}/{key}"] = _copy(val)
+    return out
+
+
+def _load_module(prefix: str, module: Any, state: Mapping[str, np.ndarray], who: str) -> None:
+    own = module.state_dict()
+    got = {k[len(prefix) + 1 :]: v for k, v in state.items() if k.startswith(prefix + "/")}
+    bad = sorted(
+        k
+        for k in set(own) | set(got)
+        if k not in got or k not in own or tuple(own[k].shape) != got[k].shape
+    )
+    if bad:
+        raise DataError(f"{who}: checkpointed {prefix!r} does not fit its network ({bad})")
+    module.load_state_dict({k: torch.as_tensor(np.asarray(v)) for k, v in got.items()})
+
+
+def _load_optimizer(prefix: str, opt: Any, state: Mapping[str, np.ndarray]) -> None:
+    sd = opt.state_dict()
+    per: dict[int, dict[str, Any]] = {}
+    for key, val in state.items():
+        if key.startswith(prefix + "/"):
+            idx, name = key[len(prefix) + 1 :].split("/", 1)
+            per.setdefault(int(idx), {})[name] = torch.as_tensor(np.asarray(val))
+    sd["state"] = per
+    opt.load_state_dict(sd)
+
+
+def _net_logits(net: Any, strip: np.ndarray, device: Any) -> np.ndarray:
+    """Logits of ``net`` (eval mode, no gradient) on a strip, in batches of ``_EVAL_BATCH``."""
+    net.eval()
+    out = []
+    with torch.no_grad():
+        for start in range(0, len(strip), _EVAL_BATCH):
+            out.append(
+                to_numpy(net(to_tensor(strip[start : start + _EVAL_BATCH], device, torch.float32)))
+            )
+    return np.concatenate(out).astype(np.float64)
+
+
 # -- APFed parties -----------------------------------------------------------
 class PassiveClient(Party):
     """A passive client: its own strip and decoder (APFed-R) or encoder (APFed-C).
@@ -172,6 +232,7 @@ class PassiveClient(Party):
         self.opt = _sgd(self.net.parameters(), lr, momentum, weight_decay)
         self._order: list[np.ndarray] = []
         self.losses: list[float] = []
+        self.epochs_done = 0
 
     def local_loss(self, h_a: Any, x: Any) -> Any:
         """``L_p`` of Eq. 7 without the weight decay term (that is in the optimiser)."""
@@ -202,6 +263,27 @@ class PassiveClient(Party):
         self.opt.step()
         self.losses.append(float(loss.detach()))
         return self.reply(msg, arrays={"grad_h_A": to_numpy(grad)})
+
+    @handles("apfed.epoch_done")
+    def _on_epoch_done(self, msg: Message) -> None:
+        """Epoch ``msg.round`` is over (sent by a deployment's driver: checkpoint here)."""
+        self.epochs_done = int(msg.round)
+
+    def state_dict(self) -> dict[str, np.ndarray]:
+        """Its network, optimiser state and losses (a checkpoint at an epoch boundary)."""
+        return {
+            **_module_arrays("net", self.net),
+            **_optimizer_arrays("opt", self.opt),
+            "losses": np.asarray(self.losses, dtype=np.float64),
+            "epochs_done": np.asarray(self.epochs_done, dtype=np.int64),
+        }
+
+    def load_state(self, state: Mapping[str, np.ndarray]) -> None:
+        """Restore :meth:`state_dict` (raises DataError if it does not fit)."""
+        _load_module("net", self.net, state, self.name)
+        _load_optimizer("opt", self.opt, state)
+        self.losses = [float(v) for v in np.asarray(state.get("losses", []))]
+        self.epochs_done = int(state.get("epochs_done", 0))
 
 
 class ActiveClient(Coordinator):
@@ -253,28 +335,96 @@ class ActiveClient(Coordinator):
         hw = (view.shape[2], view.shape[3])
         self.net = _build(seed, lambda: ActiveNet(spec, hw, n_classes), self.device)
         self.opt = _sgd(self.net.parameters(), lr, momentum, weight_decay)
+        self.spec = spec
+        self.classes = np.arange(n_classes)  # the labels of the class indices
+        self.model_info: dict[str, Any] = {}  # a description kept with its model (deployment)
+        self._seed = seed
         self._rng = np.random.default_rng(seed)
         self.history: list[float] = []
+        self.steps = 0  # batches trained so far (the round number of in-process messages)
+        self._test: tuple[np.ndarray, np.ndarray] | None = None
 
     def run(self) -> list[float]:
-        """Train for ``epochs`` epochs; return the mean ``L_A`` of each epoch."""
-        step = 0
-        for epoch in range(self.epochs):
-            shuffle_seed = int(self._rng.integers(2**31))
-            for p in self.passives:
-                self.send(
-                    p,
-                    "apfed.epoch",
-                    meta={"shuffle_seed": shuffle_seed, "batch_size": self.batch_size},
-                    round=step,
-                )
-            order = batches(len(self._X), self.batch_size, np.random.default_rng(shuffle_seed))
-            total = 0.0
-            for b, idx in enumerate(order):
-                total += self._step(epoch, b, idx, step) * len(idx)
-                step += 1
-            self.history.append(total / len(self._X))
+        """Train until ``epochs`` epochs are done; return the mean ``L_A`` of each epoch.
+
+        After :meth:`load_state` it goes on with the epochs left.
+        """
+        while len(self.history) < self.epochs:
+            self.train_epoch()
         return self.history
+
+    def train_epoch(self, round: int | None = None) -> float:
+        """One epoch over all batches; return its mean ``L_A``.
+
+        ``round``: the round number of its messages (default: the batch counter;
+        a deployment numbers them by epoch).
+        """
+        epoch = len(self.history)
+        shuffle_seed = int(self._rng.integers(2**31))
+        for p in self.passives:
+            self.send(
+                p,
+                "apfed.epoch",
+                meta={"shuffle_seed": shuffle_seed, "batch_size": self.batch_size},
+                round=self.steps if round is None else round,
+            )
+        order = batches(len(self._X), self.batch_size, np.random.default_rng(shuffle_seed))
+        total = 0.0
+        for b, idx in enumerate(order):
+            total += self._step(epoch, b, idx, self.steps if round is None else round) * len(idx)
+            self.steps += 1
+        self.history.append(total / len(self._X))
+        return self.history[-1]
+
+    # -- deployment: a driver asks for each epoch, the active client evaluates alone
+    def set_test(self, view: np.ndarray, y: np.ndarray) -> None:
+        """Its own strip of held-out images and their class indices (``-1``: unseen class)."""
+        if len(view) != len(y):
+            raise DataError(f"{len(view)} test strips but {len(y)} test labels")
+        self._test = (np.asarray(view, dtype=np.float32), np.asarray(y, dtype=np.int64))
+
+    def logits(self, view: np.ndarray) -> np.ndarray:
+        """Logits of ``g_T(f_A(x))`` on strips of its own view (no passive client needed)."""
+        return _net_logits(self.net, view, self.device)
+
+    def test_accuracy(self) -> float:
+        """Accuracy on :meth:`set_test`'s strips, predicted alone (Eq. 11)."""
+        if self._test is None:
+            raise ProtocolError(f"{self.name}: no test split (set_test)")
+        view, y = self._test
+        return float(np.mean(np.argmax(self.logits(view), axis=1) == y))
+
+    @handles("apfed.train")
+    def _on_train(self, msg: Message) -> Message:
+        """Train epoch ``msg.round`` (1-based); reply with its scalar metrics only."""
+        if msg.round != len(self.history) + 1:
+            raise ProtocolError(
+                f"{self.name}: asked for epoch {msg.round} after {len(self.history)} epochs"
+            )
+        loss = self.train_epoch(round=msg.round)
+        meta: dict[str, Any] = {"epoch": len(self.history), "loss": loss}
+        if self._test is not None:
+            meta["accuracy"] = self.test_accuracy()
+        return self.reply(msg, meta=meta)
+
+    def state_dict(self) -> dict[str, np.ndarray]:
+        """Network, optimiser state and per-epoch losses (a checkpoint at an epoch boundary)."""
+        return {
+            **_module_arrays("net", self.net),
+            **_optimizer_arrays("opt", self.opt),
+            "history": np.asarray(self.history, dtype=np.float64),
+            "steps": np.asarray(self.steps, dtype=np.int64),
+        }
+
+    def load_state(self, state: Mapping[str, np.ndarray]) -> None:
+        """Restore :meth:`state_dict`; the epochs' shuffle seeds go on where they stopped."""
+        _load_module("net", self.net, state, self.name)
+        _load_optimizer("opt", self.opt, state)
+        self.history = [float(v) for v in np.asarray(state["history"])]
+        self.steps = int(state["steps"])
+        self._rng = np.random.default_rng(self._seed)
+        for _ in self.history:  # one shuffle seed drawn per finished epoch
+            self._rng.integers(2**31)
 
     def _step(self, epoch: int, b: int, idx: np.ndarray, step: int) -> float:
         self.net.train()
@@ -607,21 +757,7 @@ class _ActiveOnly(_StripEstimator):
         self.message_log_ = self.transport_.log.summary()
 
     def _logits(self, strip: np.ndarray) -> np.ndarray:
-        net = self.active_.net
-        net.eval()
-        out = []
-        with torch.no_grad():
-            for start in range(0, len(strip), _EVAL_BATCH):
-                out.append(
-                    to_numpy(
-                        net(
-                            to_tensor(
-                                strip[start : start + _EVAL_BATCH], self.device_, torch.float32
-                            )
-                        )
-                    )
-                )
-        return np.concatenate(out).astype(np.float64)
+        return _net_logits(self.active_.net, strip, self.device_)
 
     def export(self, path: str | Path, *, torchscript: bool = False) -> Path:
         """Write the active client's standalone model to the folder ``path``.

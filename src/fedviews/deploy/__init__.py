@@ -13,6 +13,8 @@ from typing import Any
 
 # names load lazily: the transports need the ``grpc`` extra, the CLI must start fast
 _WHERE = {
+    "APFedDeployParams": "fedviews.deploy._app_apfed",
+    "export_apfed_model": "fedviews.deploy._app_apfed",
     "DeployConfig": "fedviews.deploy._config",
     "FederationSpec": "fedviews.deploy._config",
     "AlignGroup": "fedviews.deploy._apps",
@@ -34,6 +36,7 @@ _WHERE = {
 }
 
 __all__ = [
+    "APFedDeployParams",
     "AlignGroup",
     "DeployApp",
     "DeployConfig",
@@ -42,6 +45,7 @@ __all__ = [
     "MultiVFLDeployParams",
     "PartyData",
     "SplitSpec",
+    "export_apfed_model",
     "get_app",
     "launch",
     "load_deploy_config",

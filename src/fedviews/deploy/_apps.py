@@ -34,6 +34,7 @@ __all__ = ["AlignGroup", "DeployApp", "Local", "get_app", "register_app", "seeds
 
 # algorithm name -> module that registers its app (imported on first use)
 _BUILTIN = {
+    "apfed": "fedviews.deploy._app_apfed",
     "mmvfl": "fedviews.deploy._app_mmvfl",
     "multivfl": "fedviews.deploy._app_multivfl",
 }

@@ -1,0 +1,234 @@
+"""APFed deployed: the app in-process (== APFed.fit, resume) and a real launch over gRPC."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from fedviews.deep._export import load_active_model  # noqa: E402
+from fedviews.deep.apfed import APFed  # noqa: E402
+from fedviews.deploy import (  # noqa: E402
+    PartyData,
+    export_apfed_model,
+    get_app,
+    load_deploy_config,
+    load_party_data,
+)
+from fedviews.deploy._app_apfed import write_apfed_data  # noqa: E402
+from fedviews.deploy._session import in_process  # noqa: E402
+from fedviews.errors import ConfigError, DataError  # noqa: E402
+
+PARTIES = ("top", "mid", "bot")  # strips top to bottom; "mid" is active: setting 3-2
+CONFIG = """
+algorithm = "apfed"
+name = "deploy_apfed_test"
+seed = 4
+[federation]
+parties = ["top", "mid", "bot"]
+label_owner = "mid"
+timeout = 30.0
+[data]
+dataset = "mnist"
+n_per_class = {n_per_class}
+n_test = 60
+overlap = 0.9
+[params]
+variant = "{variant}"
+lams = [1.0, 0.5]
+epochs = 2
+batch_size = 64
+lr = 0.03
+device = "cpu"
+torch_threads = 1
+"""
+
+
+@pytest.fixture(autouse=True)
+def one_thread() -> Iterator[None]:
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)  # as the party processes (torch_threads = 1): tiny networks
+    yield
+    torch.set_num_threads(n)
+
+
+def _config(variant: str = "C", n_per_class: int = 16) -> dict:
+    from fedviews.deploy._config import tomllib  # tomli before Python 3.11
+
+    return tomllib.loads(CONFIG.format(variant=variant, n_per_class=n_per_class))
+
+
+@pytest.fixture(scope="module")
+def files(tmp_path_factory) -> dict[str, Path]:
+    cfg = load_deploy_config(_config())
+    return write_apfed_data(cfg, tmp_path_factory.mktemp("apfed_data"))
+
+
+def _aligned(datas: dict[str, PartyData]) -> np.ndarray:
+    common = np.sort(list(set.intersection(*(set(d.ids.tolist()) for d in datas.values()))))
+    return common
+
+
+def _rows(data: PartyData, common: np.ndarray) -> np.ndarray:
+    order = np.argsort(data.ids)
+    return order[np.searchsorted(data.ids[order], common)]
+
+
+def _reference(cfg, datas: dict[str, PartyData]) -> tuple[APFed, np.ndarray]:
+    """APFed.fit on the aligned images (rows by ascending ID, strips stacked top to bottom)."""
+    common = _aligned(datas)
+    strips = [datas[p].features[_rows(datas[p], common)] for p in PARTIES]
+    images = np.concatenate(strips, axis=1) / 255.0
+    active = datas["mid"]
+    y = np.asarray(active.y)[_rows(active, common)]
+    p = cfg.params
+    est = APFed(
+        variant=p.variant,
+        m=3,
+        i=2,
+        lam=list(p.lams),
+        tau=p.tau,
+        epochs=p.epochs,
+        batch_size=p.batch_size,
+        lr=p.lr,
+        momentum=p.momentum,
+        weight_decay=p.weight_decay,
+        pad=False,
+        device="cpu",
+        random_state=cfg.seed,
+    ).fit(images, y)
+    X_test = np.asarray(active.X_test / 255.0, dtype=np.float32)[:, None]
+    pred = est.classes_[np.argmax(est._logits(X_test), axis=1)]
+    return est, pred
+
+
+def _objects(cfg, datas: dict[str, PartyData]):
+    """The driver and every party built by the app as in their processes, one transport."""
+    app, driver, parties, _ = in_process(cfg, datas)
+    return app, driver, parties
+
+
+class _Killed(Exception):
+    pass
+
+
+@pytest.mark.parametrize("variant", ["R", "C"])
+def test_app_equals_apfed_fit_and_resumes(files, variant):
+    """The app's objects == APFed.fit bit for bit; a run killed after epoch 1 resumes to the same."""
+    cfg = load_deploy_config(_config(variant))
+    datas = {p: load_party_data(f) for p, f in files.items()}
+    est, pred = _reference(cfg, datas)
+
+    app, driver, parties = _objects(cfg, datas)
+    app.run_coordinator(driver, lambda r: None)
+    metrics, _ = app.coordinator_results(driver)
+    assert metrics["history"]["loss"] == est.history_
+    assert metrics["final_accuracy"] == np.mean(pred == datas["mid"].y_test)
+    full = app.party_results(parties["mid"])
+    for k, v in est.active_.net.state_dict().items():
+        np.testing.assert_array_equal(full[f"net/{k}"], v.numpy(), err_msg=k)
+    for k, v in est.passives_[1].net.state_dict().items():  # "bot" is the second passive
+        np.testing.assert_array_equal(app.party_results(parties["bot"])[f"net/{k}"], v.numpy())
+
+    # killed after epoch 1: every process had checkpointed; fresh processes load them
+    app, driver, parties = _objects(cfg, datas)
+    saved: dict[str, dict[str, np.ndarray]] = {}
+
+    def kill_after_epoch_1(r: int) -> None:
+        saved.update({p: app.party_state(obj) for p, obj in parties.items()})
+        saved["coordinator"] = app.coordinator_state(driver)
+        raise _Killed
+
+    with pytest.raises(_Killed):
+        app.run_coordinator(driver, kill_after_epoch_1)
+    app, driver, parties = _objects(cfg, datas)
+    app.load_coordinator_state(driver, saved["coordinator"])
+    for p, obj in parties.items():
+        app.load_party_state(obj, saved[p])
+    app.run_coordinator(driver, lambda r: None)
+    resumed, _ = app.coordinator_results(driver)
+    assert resumed["history"]["loss"] == est.history_
+    assert resumed["history"]["accuracy"] == metrics["history"]["accuracy"]
+    after = app.party_results(parties["mid"])
+    for k, v in full.items():
+        np.testing.assert_array_equal(after[k], v, err_msg=k)
+    first = next(k for k in saved["top"] if k.startswith("net/"))
+    with pytest.raises(DataError, match="does not fit"):
+        app.load_party_state(parties["top"], {**saved["top"], first: np.zeros(3)})
+
+
+def test_config_and_data_errors(files):
+    with pytest.raises(ConfigError, match="one active party"):
+        load_deploy_config(
+            {"algorithm": "apfed", "federation": {"parties": ["a", "b"], "label_owners": ["a"]}}
+        )
+    with pytest.raises(ConfigError, match="variant"):
+        load_deploy_config({**_config(), "params": {"variant": "X"}})
+    cfg = load_deploy_config(_config())
+    app = get_app("apfed")
+    with pytest.raises(ConfigError, match="2 passive"):
+        one_lam = load_deploy_config({**_config(), "params": {"lams": [1.0]}})
+        app.check_data(one_lam, "mid", load_party_data(files["mid"]))
+    passive = load_party_data(files["top"])
+    with pytest.raises(DataError, match="image strips"):
+        app.check_data(
+            cfg, "top", PartyData(passive.ids, passive.features.reshape(len(passive.ids), -1))
+        )
+    infos = {p: {"channels": 1, "height": 10, "width": 28, "n/train": 5} for p in PARTIES}
+    infos["mid"]["n_classes"] = 10
+    infos["bot"] = {**infos["bot"], "height": 8}
+    with pytest.raises(DataError, match="equal size"):
+        app.make_setup(cfg, infos)
+
+
+def test_launch_equals_in_process(tmp_path):
+    """Coordinator (driver) + 3 party processes over gRPC with mutual TLS and PSI == APFed.fit."""
+    config = tmp_path / "deploy.toml"
+    config.write_text(CONFIG.format(variant="C", n_per_class=16))
+    run = tmp_path / "run"
+    proc = subprocess.run(
+        [sys.executable, "-m", "fedviews", "launch", str(config), "--out", str(run)],
+        capture_output=True,
+        text=True,
+        timeout=240,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+    )
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out
+    assert "[coordinator] epoch 2: loss" in out and "test accuracy" in out
+    cfg = load_deploy_config(config)
+    datas = {p: load_party_data(run / "data" / f"{p}.npz") for p in PARTIES}
+    assert datas["top"].y is None and datas["top"].ids_test is None  # passives: strips only
+    est, pred = _reference(cfg, datas)
+
+    res = json.loads((run / "coordinator" / "results.json").read_text())
+    assert res["status"] == "ok" and res["epochs_done"] == 2 and res["last_checkpoint_round"] == 2
+    np.testing.assert_allclose(res["history"]["loss"], est.history_, rtol=1e-4)
+    acc = float(np.mean(pred == datas["mid"].y_test))
+    assert abs(res["final_accuracy"] - acc) <= 1.5 / len(pred)
+    with np.load(run / "mid" / "result.npz") as z:
+        for k, v in est.active_.net.state_dict().items():
+            np.testing.assert_allclose(z[f"net/{k}"], v.numpy(), rtol=1e-3, atol=1e-5, err_msg=k)
+    # the active party predicts alone from its own result
+    model = load_active_model(export_apfed_model(run / "mid" / "result.npz", tmp_path / "model"))
+    strips = datas["mid"].X_test[:, None] / 255.0
+    assert np.mean(model.predict(strips) == pred) >= 1 - 1.5 / len(pred)
+
+    # only h_A and grad_h_A crossed between parties, only the PSI arrays with the coordinator
+    log = json.loads((run / "coordinator" / "message_log.json").read_text())
+    crossed = log["crossings"]
+    for p in ("top", "bot"):
+        assert crossed[f"mid -> {p}"] == ["h_A"]
+        assert crossed[f"{p} -> mid"] == ["grad_h_A"]
+    for p in PARTIES:
+        assert crossed[f"{p} -> coordinator"] == ["psi_set"]
+        assert crossed[f"coordinator -> {p}"] == ["psi_positions", "psi_set"]
+    assert len(crossed) == 4 + 2 * len(PARTIES)
