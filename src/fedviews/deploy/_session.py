@@ -472,16 +472,16 @@ def in_process(
     rows: dict[str, dict[str, np.ndarray]] = {p: {} for p in cfg.federation.parties}
     for g in groups:
         pos = align(*[files[p].split(g.split)[0] for p in g.parties])
-        for p, r in zip(g.parties, pos, strict=True):
-            rows[p][g.name] = r
+        for p, at in zip(g.parties, pos, strict=True):
+            rows[p][g.name] = at
     by_name = {g.name: g for g in groups}
     locals_ = {}
     for p in cfg.federation.parties:
         app.check_data(cfg, p, files[p])
         locals_[p] = Local(files[p], rows[p], {g: by_name[g] for g in rows[p]})
     infos = {p: app.party_info(cfg, p, loc) for p, loc in locals_.items()}
-    for p, r in rows.items():
-        infos[p] = {**infos[p], **{f"n/{g}": len(v) for g, v in r.items()}}
+    for p, mine in rows.items():
+        infos[p] = {**infos[p], **{f"n/{g}": len(v) for g, v in mine.items()}}
     setup = app.make_setup(cfg, infos)
     parties = {p: app.build_party(cfg, p, loc, setup) for p, loc in locals_.items()}
     coord = app.build_coordinator(cfg, setup)
