@@ -1,4 +1,4 @@
-"""Deployment: real processes on loopback, mutual TLS, failures, PSI."""
+"""Deployment: real processes on loopback, mutual TLS, failures (PSI: tests/privacy)."""
 
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ pytest.importorskip("cryptography")
 from fedviews.data import align_views  # noqa: E402
 from fedviews.deploy import load_deploy_config, load_party_data, split_dataset  # noqa: E402
 from fedviews.errors import PartyUnavailable, PrivacyError  # noqa: E402
-from fedviews.federation import Coordinator, InProcessTransport, Party, PrivacyPolicy, handles  # noqa: E402
+from fedviews.federation import Coordinator, Party, PrivacyPolicy, handles  # noqa: E402
 from fedviews.federation._certs import (  # noqa: E402
     TLSFiles,
     init_ca,
@@ -28,7 +28,6 @@ from fedviews.federation._certs import (  # noqa: E402
 )  # noqa: E402
 from fedviews.federation._grpc import GrpcHub, GrpcOptions, GrpcPartyTransport  # noqa: E402
 from fedviews.linear import MMVFL  # noqa: E402
-from fedviews.privacy import PSI_POLICY, PSIParty, psi_intersect, run_psi  # noqa: E402
 
 PARTIES = ("pix", "fou", "zer")
 CONFIG = """
@@ -243,58 +242,3 @@ def test_stopped_party_is_unavailable_and_run_shuts_down(tmp_path):
             if proc.poll() is None:
                 os.kill(proc.pid, signal.SIGKILL)
                 proc.wait()
-
-
-class _Recording(InProcessTransport):
-    def __init__(self, policy):
-        super().__init__(policy)
-        self.wire: list[bytes] = []
-
-    def request(self, msg):
-        self.wire.append(msg.encode())
-        reply = super().request(msg)
-        self.wire.append(reply.encode())
-        return reply
-
-
-class _Driver(Coordinator):
-    def __init__(self, names):
-        super().__init__()
-        self.names = names
-
-    def run(self):
-        return run_psi(self, self.names)
-
-
-def test_psi_finds_exactly_the_intersection_and_leaks_no_id():
-    rng = np.random.default_rng(7)
-    universe = np.array([f"user-{i:05d}" for i in range(2000)])
-    sets = [rng.choice(universe, size=s, replace=False) for s in (300, 400, 350)]
-    expected = sets[0]
-    for s in sets[1:]:
-        expected = np.intersect1d(expected, s)
-    assert 0 < len(expected) < 300
-    got, transport = psi_intersect(sets)
-    np.testing.assert_array_equal(got, np.sort(expected))
-    assert transport.log.arrays_sent() == {"psi_set", "psi_positions"}
-
-    parties = [PSIParty(f"p{k}", s) for k, s in enumerate(sets)]
-    driver = _Driver([p.name for p in parties])
-    rec = _Recording(PSI_POLICY)
-    for p in [driver, *parties]:
-        rec.register(p)
-    assert driver.run() == len(expected)
-    for p in parties:
-        np.testing.assert_array_equal(p.ids[p.rows], np.sort(expected))
-    blob = b"".join(rec.wire)
-    assert not any(uid.encode() in blob for uid in universe)  # no ID in the clear
-    from fedviews.privacy._psi import _ec, _hash_to_point
-
-    ec = _ec()
-    from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
-
-    for uid in sets[0][:20]:  # nor an unblinded hash of one
-        x = _hash_to_point(ec, ec.SECP256R1(), uid).public_bytes(
-            Encoding.X962, PublicFormat.CompressedPoint
-        )[1:]
-        assert x not in blob

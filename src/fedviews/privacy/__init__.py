@@ -1,8 +1,28 @@
 """Privacy tools. Importing this package registers ``align(..., method="psi")``.
 
-- :mod:`fedviews.privacy._psi`: ECDH private set intersection on P-256 (semi-honest).
+- :mod:`fedviews.privacy._psi`: ECDH private set intersection in ristretto255
+  (semi-honest, non-colluding; leaks set and intersection sizes), with
+  independent alignment groups per session.
 """
 
-from fedviews.privacy._psi import PSI_POLICY, PSIParty, blind_ids, psi_intersect, reblind, run_psi
+from fedviews.privacy._psi import (
+    PSI_POLICY,
+    PSIParty,
+    blind_ids,
+    hash_ids,
+    new_key,
+    psi_intersect,
+    reblind,
+    run_psi,
+)
 
-__all__ = ["PSI_POLICY", "PSIParty", "blind_ids", "psi_intersect", "reblind", "run_psi"]
+__all__ = [
+    "PSI_POLICY",
+    "PSIParty",
+    "blind_ids",
+    "hash_ids",
+    "new_key",
+    "psi_intersect",
+    "reblind",
+    "run_psi",
+]

@@ -1,51 +1,75 @@
-r"""Private set intersection (PSI) by commutative Diffie-Hellman blinding on P-256.
+r"""Private set intersection (PSI) by commutative Diffie-Hellman blinding in ristretto255.
 
 Protocol (semi-honest, coordinator-assisted, K >= 1 parties)
 -----------------------------------------------------------
-Every party ``k`` draws a secret scalar ``a_k`` and hashes each of its IDs to a
-point ``H(id)`` of the NIST P-256 curve (prime order, cofactor 1). A point is
-represented by its x-coordinate only, and the blinding ``x(P) -> x(a P)`` is
-computed with ECDH (the ``cryptography`` package, OpenSSL). Because ``P`` and
-``-P`` share their x-coordinate, ``x(b \cdot x(a P)) = x(ab P) = x(a \cdot x(b P))``:
-blinding by x-coordinates commutes.
+Every party ``k`` draws a fresh secret scalar ``a_k`` (uniform modulo the group
+order ``l``, non-zero) and hashes each of its IDs to a group element ``H(id)``
+of ristretto255, the prime-order group built on Curve25519 (RFC 9496). Scalar
+multiplication commutes, ``b (a P) = a (b P)``, so blinding in any order gives
+the same element.
 
-1. ``psi:blind`` — party ``k`` sends ``{x(a_k H(id))}`` for its IDs, in a secret
+1. ``psi:blind`` — party ``k`` sends ``{a_k H(id)}`` for its IDs, in a secret
    random order, to the coordinator;
 2. ``psi:reblind`` — the coordinator passes that set through every other party
    ``j`` in turn (chains run in parallel, one party per chain per step), which
-   raises every element to ``a_j``; the fully blinded set ``{x(a_1 \cdots a_K H(id))}``
-   goes back to the coordinator, never to a party;
+   multiplies every element by ``a_j``; the fully blinded set
+   ``{a_1 \cdots a_K H(id)}`` goes back to the coordinator, never to a party;
 3. ``psi:result`` — the coordinator intersects the K fully blinded sets and tells
    each party the positions (in its own secret order) of its IDs that are in the
    intersection. Each party sorts its common IDs, so every party ends up with the
    same rows in the same order.
 
-Hash to curve: ``H(id)`` is try-and-increment — the first counter ``c`` for which
-``SHA-256("fedviews-psi-v1|P-256|" || c || id)`` is the x-coordinate of a curve
-point (about two tries on average). IDs are encoded with their type
-(``i:<int>``, ``s:<utf-8>``), so ``5`` and ``"5"`` never collide.
+Every ``psi:*`` message carries ``meta={"group": <name>}``: one session can run
+several independent PSIs (alignment *groups*, e.g. each data owner with each
+label owner, or a test split), sequentially or concurrently; a party keeps its
+key, secret order and result per group (see :class:`PSIParty`).
+
+Hash to group: ``H(id) = ristretto255_from_hash(SHA-512(DST || enc(id)))``
+with ``DST = "fedviews-psi-v2|ristretto255|SHA-512|"`` — the 64-byte uniform
+string is mapped by the RFC 9496 one-way map (two Elligator maps and a point
+addition), the standard hash-to-ristretto255, so ``H`` behaves as a random
+oracle into the group and no discrete logarithm of ``H(id)`` is known. IDs are
+encoded with their type (``i:<decimal int>``, ``s:<utf-8>``, ``b:<bytes>``), so
+``5`` and ``"5"`` never collide. Elements travel as their canonical 32-byte
+encodings; a party rejects (:class:`~fedviews.errors.ProtocolError`) any element
+that is not a canonical encoding or is the identity. The group operations are
+libsodium's (bundled by the ``rbcl`` package); they release the GIL, so every
+party blinds its chunks on all its cores.
 
 Threat model and leakage
 ------------------------
 Semi-honest (honest-but-curious) parties and coordinator that do not collude;
-security rests on the decisional Diffie-Hellman assumption on P-256 with ``H``
-modelled as a random oracle. A party learns the intersection (its own IDs that
-every party holds) and the **set sizes** of the other parties (it re-blinds
-their sets). The coordinator learns no ID but learns the **set sizes** and, by
-comparing fully blinded sets, the size of every intersection of a subset of
-parties (the Venn-diagram cell counts); with two parties that is just the
-intersection size. A coordinator colluding with a party can test guessed IDs
-of the other parties; malicious parties (wrong keys, fake sets) are not
-prevented. Only the arrays ``psi_set`` and ``psi_positions`` cross the
-barrier (see :data:`PSI_POLICY`).
+security rests on the decisional Diffie-Hellman assumption in ristretto255 with
+``H`` modelled as a random oracle. Keys are fresh for every run and group, so
+blinded sets of two runs cannot be linked. What leaks, and to whom:
+
+- a **party** learns the intersection (its own IDs that every party in the group
+  holds) and the **set sizes** of the other parties (it re-blinds their sets);
+  it sees the other sets only under keys it does not know;
+- the **coordinator** learns no ID but learns every party's **set size** and, by
+  comparing fully blinded sets, the size of every intersection of a subset of
+  the parties (all Venn-diagram cell counts: for parties ``A, B, C`` the counts
+  ``|A∩B|``, ``|A∩C|``, ``|B∩C|``, ``|A∩B∩C|``); with two parties that is just the
+  intersection size. It also learns which positions of each (secretly shuffled)
+  set are common — nothing about which ID sits there.
+
+Not covered: a coordinator colluding with a party can test guessed IDs of the
+other parties (dictionary attack on the blinded sets); malicious parties (wrong
+keys, fake or inflated sets) are not prevented. Only the arrays ``psi_set`` and
+``psi_positions`` cross the barrier (see :data:`PSI_POLICY`); the metadata is
+the group name and the number of common rows.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
-import struct
-from collections.abc import Sequence
+import os
+import tempfile
+import threading
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -54,144 +78,327 @@ from fedviews.data._align import register_intersection
 from fedviews.errors import DataError, ProtocolError, require
 from fedviews.federation import Coordinator, Message, Party, PrivacyPolicy, federate, handles
 
-__all__ = ["PSI_POLICY", "PSIParty", "blind_ids", "psi_intersect", "reblind", "run_psi"]
+__all__ = [
+    "PSI_POLICY",
+    "PSIParty",
+    "blind_ids",
+    "hash_ids",
+    "new_key",
+    "psi_intersect",
+    "reblind",
+    "run_psi",
+]
 
 PSI_POLICY = PrivacyPolicy.of(
     "psi",
     {("party", "coordinator"): ["psi_set"], ("coordinator", "party"): ["psi_set", "psi_positions"]},
 )
-_DST = b"fedviews-psi-v1|P-256|"
-_WIDTH = 32  # bytes of an x-coordinate
+_DST = b"fedviews-psi-v2|ristretto255|SHA-512|"
+_WIDTH = 32  # bytes of an encoded ristretto255 element
+_PARALLEL_MIN = 2048  # below this, one thread: a pool costs more than it saves
 
 
-def _ec() -> Any:
-    require("cryptography", "grpc")
-    from cryptography.hazmat.primitives.asymmetric import ec
-
-    return ec
+_RBCL: Any = None
+_RBCL_LOCK = threading.Lock()
 
 
+def _sodium() -> Any:
+    """The ``rbcl`` module: libsodium's ristretto255 functions (GIL released in C)."""
+    global _RBCL
+    with _RBCL_LOCK:
+        if _RBCL is None:
+            rb = require("rbcl", "grpc")
+            _drop_library_copy(rb)
+            _RBCL = rb
+    return _RBCL
+
+
+def _drop_library_copy(rb: Any) -> None:
+    """Remove the copy of libsodium that ``rbcl`` writes to a fresh temporary file at
+    every import and never deletes; once loaded it is not needed (POSIX keeps the
+    mapping), so processes that use the PSI do not leave megabytes behind."""
+    path = getattr(getattr(rb, "_sodium", None), "_name", None)
+    if (
+        os.name == "posix"
+        and isinstance(path, str)
+        and os.path.dirname(path) == tempfile.gettempdir()
+        and os.path.basename(path).startswith("tmp")
+        and path.endswith(".so")
+    ):
+        with contextlib.suppress(OSError):
+            os.unlink(path)
+
+
+# -- ID encoding and hash to group ------------------------------------------
 def _encode_id(v: Any) -> bytes:
     if isinstance(v, (bytes, np.bytes_)):
         return b"b:" + bytes(v)
     if isinstance(v, (str, np.str_)):
         return b"s:" + str(v).encode("utf-8")
-    return b"i:" + str(int(v)).encode("ascii")
+    if isinstance(v, (int, np.integer)):  # bool is an int
+        return b"i:%d" % int(v)
+    if isinstance(v, (float, np.floating)) and float(v).is_integer():
+        return b"i:%d" % int(v)
+    raise DataError(f"PSI IDs must be integers, strings or bytes, got {v!r}")
 
 
-def _hash_to_point(ec: Any, curve: Any, v: Any) -> Any:
-    data = _encode_id(v)
-    for counter in range(256):
-        x = hashlib.sha256(_DST + struct.pack("<B", counter) + data).digest()
+def _encode_ids(ids: np.ndarray) -> list[bytes]:
+    """Typed, injective byte encodings of the IDs (vectorised per dtype)."""
+    kind = ids.dtype.kind
+    if kind in "iub":
+        return [b"i:%d" % v for v in ids.tolist()]
+    if kind == "U":
+        return [b"s:" + v.encode("utf-8") for v in ids.tolist()]
+    if kind == "S":
+        return [b"b:" + v for v in ids.tolist()]
+    if kind == "f" and bool(np.all(np.isfinite(ids))) and bool(np.all(ids == np.trunc(ids))):
+        return [b"i:%d" % int(v) for v in ids.tolist()]
+    if kind == "O":
+        return [_encode_id(v) for v in ids.tolist()]
+    raise DataError(f"PSI IDs must be integers, strings or bytes, got dtype {ids.dtype}")
+
+
+def _as_points(raw: bytes, n: int) -> np.ndarray:
+    return np.frombuffer(raw, dtype=np.uint8).reshape(n, _WIDTH).copy()
+
+
+def _workers() -> int:
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # pragma: no cover - not Linux
+        return max(1, os.cpu_count() or 1)
+
+
+def _chunked(fn: Callable[[int, int], bytes], n: int) -> bytes:
+    """``fn(lo, hi)`` over chunks of ``range(n)`` on a thread per core, concatenated."""
+    workers = _workers()
+    if n < _PARALLEL_MIN or workers == 1:
+        return fn(0, n)
+    step = -(-n // (4 * workers))  # a few chunks per thread evens out the load
+    bounds = [(lo, min(lo + step, n)) for lo in range(0, n, step)]
+    with ThreadPoolExecutor(max_workers=workers) as pool:
+        return b"".join(pool.map(lambda b: fn(*b), bounds))
+
+
+def new_key() -> bytes:
+    """A fresh secret blinding scalar: 32 bytes, uniform and non-zero modulo the group order."""
+    return bytes(_sodium().crypto_core_ristretto255_scalar_random())
+
+
+def hash_ids(ids: Any) -> np.ndarray:
+    """``(n, 32)`` uint8 encodings of the unblinded ``H(id)`` (for tests and audits)."""
+    arr = np.asarray(ids)
+    enc = _encode_ids(arr)
+    from_hash = _sodium().crypto_core_ristretto255_from_hash
+
+    def work(lo: int, hi: int) -> bytes:
+        return b"".join([from_hash(hashlib.sha512(_DST + e).digest()) for e in enc[lo:hi]])
+
+    return _as_points(_chunked(work, len(enc)), len(enc))
+
+
+def blind_ids(key: bytes, ids: Any) -> np.ndarray:
+    """``(n, 32)`` uint8 encodings of ``key * H(id)`` for every ID, in order."""
+    arr = np.asarray(ids)
+    enc = _encode_ids(arr)
+    rb = _sodium()
+    from_hash, mul = rb.crypto_core_ristretto255_from_hash, rb.crypto_scalarmult_ristretto255
+
+    def work(lo: int, hi: int) -> bytes:
         try:
-            return ec.EllipticCurvePublicKey.from_encoded_point(curve, b"\x02" + x)
-        except ValueError:  # x is not on the curve: try the next counter
-            continue
-    raise ProtocolError("hash to curve failed 256 times (probability 2^-256)")  # pragma: no cover
-
-
-def new_key() -> Any:
-    """A fresh secret blinding scalar (a P-256 private key)."""
-    ec = _ec()
-    return ec.generate_private_key(ec.SECP256R1())
-
-
-def blind_ids(key: Any, ids: np.ndarray) -> np.ndarray:
-    """``(n, 32)`` uint8 x-coordinates of ``key * H(id)`` for every ID."""
-    ec = _ec()
-    curve, ecdh = ec.SECP256R1(), ec.ECDH()
-    out = bytearray()
-    for v in ids.tolist():
-        out += key.exchange(ecdh, _hash_to_point(ec, curve, v))
-    return np.frombuffer(bytes(out), dtype=np.uint8).reshape(len(ids), _WIDTH).copy()
-
-
-def reblind(key: Any, points: np.ndarray) -> np.ndarray:
-    """Raise every x-coordinate in ``points`` ((n, 32) uint8) to ``key``."""
-    ec = _ec()
-    pts = np.ascontiguousarray(points, dtype=np.uint8)
-    if pts.ndim != 2 or pts.shape[1] != _WIDTH:
-        raise ProtocolError(f"psi_set must have shape (n, {_WIDTH}), got {pts.shape}")
-    curve, ecdh = ec.SECP256R1(), ec.ECDH()
-    out = bytearray()
-    raw = pts.tobytes()
-    for i in range(len(pts)):
-        try:
-            P = ec.EllipticCurvePublicKey.from_encoded_point(
-                curve, b"\x02" + raw[i * _WIDTH : (i + 1) * _WIDTH]
+            return b"".join(
+                [mul(key, from_hash(hashlib.sha512(_DST + e).digest())) for e in enc[lo:hi]]
             )
-        except ValueError:
-            raise ProtocolError(f"psi_set element {i} is not a curve point") from None
-        out += key.exchange(ecdh, P)
-    return np.frombuffer(bytes(out), dtype=np.uint8).reshape(len(pts), _WIDTH).copy()
+        except RuntimeError:  # pragma: no cover - an ID hashing to the identity: 2^-252
+            raise ProtocolError("an ID hashed to the identity element") from None
+
+    return _as_points(_chunked(work, len(enc)), len(enc))
+
+
+def reblind(key: bytes, points: Any) -> np.ndarray:
+    """Multiply every element of ``points`` ((n, 32) uint8 encodings) by ``key``.
+
+    Raises :class:`~fedviews.errors.ProtocolError` on a wrong shape, a
+    non-canonical or invalid encoding, or the identity element.
+    """
+    pts = np.ascontiguousarray(points)
+    if pts.dtype != np.uint8 or pts.ndim != 2 or pts.shape[1] != _WIDTH:
+        raise ProtocolError(
+            f"psi_set must be uint8 of shape (n, {_WIDTH}), got {pts.dtype} {pts.shape}"
+        )
+    raw = pts.tobytes()
+    mul = _sodium().crypto_scalarmult_ristretto255
+
+    def work(lo: int, hi: int) -> bytes:
+        out = []
+        for i in range(lo, hi):
+            try:
+                out.append(mul(key, raw[i * _WIDTH : (i + 1) * _WIDTH]))
+            except RuntimeError:  # libsodium: not a canonical encoding, or the identity
+                raise ProtocolError(
+                    f"psi_set element {i} is not a valid ristretto255 element"
+                ) from None
+        return b"".join(out)
+
+    return _as_points(_chunked(work, len(pts)), len(pts))
+
+
+# -- parties -----------------------------------------------------------------
+@dataclass
+class _GroupState:
+    key: bytes
+    order: np.ndarray  # secret permutation: set position -> row of ``ids``
+    ids: np.ndarray  # the ID list used for this group
+
+
+def _group_of(msg: Message) -> str:
+    group = msg.meta.get("group")
+    if not isinstance(group, str) or not group:
+        raise ProtocolError(f"{msg.kind!r} without a PSI group name (meta['group'])")
+    return group
 
 
 class PSIParty(Party):
-    """A party's side of the PSI: its IDs never leave it, only blinded points do.
+    """A party's side of the PSI: its IDs never leave it, only blinded elements do.
 
-    After the protocol, :attr:`rows` holds the positions of the common IDs in
-    this party's ID list, ordered by ascending ID (the same order at every party).
+    Several alignment groups may run (also concurrently); for each group the
+    party blinds the IDs returned by :meth:`psi_ids` and, once that group's PSI
+    finished, :attr:`psi_rows` ``[group]`` holds the positions of the common IDs
+    in that ID list, ordered by ascending ID (the same order at every party).
     """
 
     def __init__(self, name: str, ids: Any, role: str = "party") -> None:
         super().__init__(name, role)
         self.ids = np.asarray(ids)
-        self.rows: np.ndarray | None = None
-        self._key: Any = None
-        self._order: np.ndarray | None = None
+        self.psi_rows: dict[str, np.ndarray] = {}
+        self._psi_state: dict[str, _GroupState] = {}
+        self._psi_lock = threading.Lock()
+
+    def psi_ids(self, group: str) -> np.ndarray:
+        """The IDs this party intersects in ``group`` (default: :attr:`ids` for every group)."""
+        return self.ids
+
+    def _state(self, msg: Message) -> _GroupState:
+        group = _group_of(msg)
+        with self._psi_lock:
+            state = self._psi_state.get(group)
+        if state is None:
+            raise ProtocolError(f"{self.name!r}: {msg.kind!r} of group {group!r} before psi:blind")
+        return state
 
     @handles("psi:blind")
     def on_psi_blind(self, msg: Message) -> Message:
-        self._key = new_key()
-        rng = np.random.default_rng()  # secret order, unrelated to the ID order
-        self._order = rng.permutation(len(self.ids))
-        return self.reply(msg, arrays={"psi_set": blind_ids(self._key, self.ids[self._order])})
+        group = _group_of(msg)
+        ids = np.asarray(self.psi_ids(group))
+        if ids.ndim != 1:
+            raise DataError(f"{self.name!r}: PSI IDs of group {group!r} must be one-dimensional")
+        if len(np.unique(ids)) != len(ids):
+            raise DataError(f"{self.name!r}: the PSI IDs of group {group!r} have duplicates")
+        state = _GroupState(
+            key=new_key(),
+            order=np.random.default_rng().permutation(len(ids)),  # unrelated to the ID order
+            ids=ids,
+        )
+        with self._psi_lock:
+            self._psi_state[group] = state
+            self.psi_rows.pop(group, None)
+        return self.reply(
+            msg, arrays={"psi_set": blind_ids(state.key, ids[state.order])}, meta={"group": group}
+        )
 
     @handles("psi:reblind")
     def on_psi_reblind(self, msg: Message) -> Message:
-        if self._key is None:
-            raise ProtocolError(f"{self.name!r}: psi:reblind before psi:blind")
-        return self.reply(msg, arrays={"psi_set": reblind(self._key, msg.arrays["psi_set"])})
+        state = self._state(msg)
+        points = msg.arrays.get("psi_set")
+        if points is None:
+            raise ProtocolError(f"{self.name!r}: psi:reblind without psi_set")
+        return self.reply(
+            msg, arrays={"psi_set": reblind(state.key, points)}, meta={"group": _group_of(msg)}
+        )
 
     @handles("psi:result")
     def on_psi_result(self, msg: Message) -> Message:
-        if self._order is None:
-            raise ProtocolError(f"{self.name!r}: psi:result before psi:blind")
-        rows = self._order[np.asarray(msg.arrays["psi_positions"], dtype=np.int64)]
-        self.rows = rows[np.argsort(self.ids[rows], kind="stable")]
-        self._key = None  # the scalar is single-use
-        return self.reply(msg, meta={"n_common": len(rows)})
+        state, group = self._state(msg), _group_of(msg)
+        pos = np.asarray(msg.arrays.get("psi_positions", np.empty(0)))
+        if pos.dtype.kind not in "iu" or pos.ndim != 1:
+            raise ProtocolError(f"{self.name!r}: psi_positions must be a 1-d integer array")
+        pos = pos.astype(np.int64)
+        if len(pos) and (pos.min() < 0 or pos.max() >= len(state.order)):
+            raise ProtocolError(f"{self.name!r}: psi_positions out of range")
+        if len(np.unique(pos)) != len(pos):
+            raise ProtocolError(f"{self.name!r}: psi_positions has duplicates")
+        rows = state.order[pos]
+        rows = rows[np.argsort(state.ids[rows], kind="stable")]
+        with self._psi_lock:
+            self.psi_rows[group] = rows
+            self._psi_state.pop(group, None)  # the scalar is single-use
+        return self.reply(msg, meta={"group": group, "n_common": len(rows)})
 
 
-def _as_rows(a: np.ndarray) -> np.ndarray:
-    return np.ascontiguousarray(a, dtype=np.uint8).view(f"V{_WIDTH}").ravel()
+# -- coordinator ---------------------------------------------------------------
+def _full_set(reply: Message, sender: str, n: int | None) -> np.ndarray:
+    pts = reply.arrays.get("psi_set")
+    if pts is None or pts.dtype != np.uint8 or pts.ndim != 2 or pts.shape[1] != _WIDTH:
+        raise ProtocolError(f"{sender!r} replied without a valid psi_set")
+    if n is not None and len(pts) != n:
+        raise ProtocolError(f"{sender!r} re-blinded {n} elements into {len(pts)}")
+    return pts
 
 
-def run_psi(coordinator: Party, parties: Sequence[str]) -> int:
-    """Drive the PSI from ``coordinator`` among ``parties``; return the intersection size.
+def _common_positions(sets: Sequence[np.ndarray]) -> list[np.ndarray]:
+    """Positions, in each set, of the elements common to all sets (sorted)."""
+    # fixed-width "S32" compares all 32 bytes (every element has exactly 32), and
+    # sorts faster than the equivalent "V32"
+    keys = [np.ascontiguousarray(s).view(f"S{_WIDTH}").ravel() for s in sets]
+    common, pos = keys[0], [np.arange(len(keys[0]))]
+    for k in keys[1:]:
+        common, i_common, i_k = np.intersect1d(common, k, return_indices=True)
+        pos = [p[i_common] for p in pos] + [i_k]
+    return [np.sort(p) for p in pos]
+
+
+def run_psi(coordinator: Party, parties: Sequence[str], group: str = "default") -> int:
+    """Drive the PSI of ``group`` from ``coordinator`` among ``parties``; return the
+    intersection size.
 
     Chain ``k`` (party ``k``'s set) visits party ``(k + s) mod K`` at step ``s``,
-    so all parties work in parallel without waiting for each other.
+    so all parties work in parallel without waiting for each other. Several
+    groups may run concurrently (e.g. from different threads of the coordinator);
+    afterwards each party holds the group's rows in ``psi_rows[group]``.
     """
     names = list(parties)
     K = len(names)
+    if K == 0:
+        raise DataError("psi needs at least one party")
+    if len(set(names)) != K:
+        raise DataError(f"a party appears twice in the PSI of group {group!r}: {names}")
+    if not isinstance(group, str) or not group:
+        raise DataError("the PSI group name must be a non-empty string")
+    meta = {"group": group}
 
     def step(k: int, s: int, points: np.ndarray) -> np.ndarray:
-        kind, arrays = ("psi:blind", {}) if s == 0 else ("psi:reblind", {"psi_set": points})
-        return coordinator.send(names[(k + s) % K], kind, arrays=arrays).arrays["psi_set"]
+        target = names[(k + s) % K]
+        if s == 0:
+            return _full_set(coordinator.send(target, "psi:blind", meta=meta), target, None)
+        reply = coordinator.send(target, "psi:reblind", arrays={"psi_set": points}, meta=meta)
+        return _full_set(reply, target, len(points))
 
     sets = [np.empty((0, _WIDTH), dtype=np.uint8)] * K
     with ThreadPoolExecutor(max_workers=K) as pool:
         for s in range(K):
             sets = list(pool.map(step, range(K), [s] * K, sets))
-    full = [_as_rows(x) for x in sets]
-    common = full[0]
-    for f in full[1:]:
-        common = np.intersect1d(common, f)
-    for name, f in zip(names, full, strict=True):
-        pos = np.flatnonzero(np.isin(f, common)).astype(np.int64)
-        coordinator.send(name, "psi:result", arrays={"psi_positions": pos})
-    return int(len(common))
+        positions = _common_positions(sets)
+        n_common = len(positions[0])
+
+        def result(k: int) -> None:
+            small = np.int32 if len(sets[k]) < 2**31 else np.int64
+            arrays = {"psi_positions": positions[k].astype(small)}
+            reply = coordinator.send(names[k], "psi:result", arrays=arrays, meta=meta)
+            if reply.meta.get("n_common") != n_common:
+                raise ProtocolError(f"{names[k]!r} did not take the PSI result of {group!r}")
+
+        list(pool.map(result, range(K)))
+    return n_common
 
 
 class _PSIDriver(Coordinator):
@@ -203,10 +410,10 @@ class _PSIDriver(Coordinator):
         return run_psi(self, self.parties)
 
 
-def psi_intersect(id_arrays: Sequence[np.ndarray]) -> tuple[np.ndarray, Any]:
+def psi_intersect(id_arrays: Sequence[Any]) -> tuple[np.ndarray, Any]:
     """Run the PSI among in-process parties; return ``(common IDs sorted, transport)``.
 
-    The transport's message log shows what crossed (only blinded points and
+    The transport's message log shows what crossed (only blinded elements and
     positions).
     """
     if not id_arrays:
@@ -216,8 +423,7 @@ def psi_intersect(id_arrays: Sequence[np.ndarray]) -> tuple[np.ndarray, Any]:
     transport = federate([driver, *parties], PSI_POLICY)
     driver.run()
     first = parties[0]
-    assert first.rows is not None
-    return np.sort(first.ids[first.rows]), transport
+    return first.ids[first.psi_rows["default"]], transport
 
 
 @register_intersection("psi")
