@@ -53,7 +53,8 @@ Choices where the paper is silent
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+import json
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -206,6 +207,61 @@ class SequenceClient(Party):
         k = int(_meta_number(msg, "view"))
         self.load(k, _unprefixed(k, msg.arrays))
 
+    def state_dict(self) -> dict[str, np.ndarray]:
+        """Private state after a round: per view the model, RMSProp state, RNG streams, losses.
+
+        Keys ``view{k}/param/<name>``, ``view{k}/opt/<i>/<name>``, ``view{k}/rng_torch``,
+        ``view{k}/rng_numpy`` (the generator's state as JSON) and ``view{k}/loss``.
+        """
+        state: dict[str, np.ndarray] = {}
+        for k, model in enumerate(self.models):
+            state[f"view{k}/rng_torch"] = self.rng[k]["torch"].numpy().copy()
+            state[f"view{k}/rng_numpy"] = np.array(
+                json.dumps(self.rng[k]["numpy"].bit_generator.state)
+            )
+            state[f"view{k}/loss"] = np.asarray(self.losses[k], dtype=np.float64)
+            if model is None:
+                continue
+            for name, a in get_params(model).items():
+                state[f"view{k}/param/{name}"] = a
+            for i, st in self.optimizers[k].state_dict()["state"].items():
+                for name, v in st.items():
+                    arr = v.detach().cpu().numpy() if torch.is_tensor(v) else np.asarray(v)
+                    state[f"view{k}/opt/{i}/{name}"] = arr.copy()
+        return state
+
+    def load_state(self, state: Mapping[str, np.ndarray]) -> None:
+        """Continue from :meth:`state_dict`; the next round then equals the uninterrupted one."""
+        for k in range(len(self.views)):
+            pre = f"view{k}/"
+            if pre + "rng_torch" not in state:
+                raise DataError(
+                    f"client {self.name!r}: the saved state has no view {k}; resume with the "
+                    "same data and config"
+                )
+            self.rng[k]["torch"] = torch.from_numpy(np.array(state[pre + "rng_torch"]))
+            gen = np.random.default_rng()
+            gen.bit_generator.state = json.loads(str(state[pre + "rng_numpy"]))
+            self.rng[k]["numpy"] = gen
+            self.losses[k] = [float(v) for v in state[pre + "loss"]]
+            params = {
+                n[len(pre + "param/") :]: v
+                for n, v in state.items()
+                if n.startswith(pre + "param/")
+            }
+            if not params:
+                continue
+            self.load(k, params)
+            opt_state: dict[int, dict[str, Any]] = {}
+            for n, v in state.items():
+                if n.startswith(pre + "opt/"):
+                    i, name = n[len(pre + "opt/") :].split("/", 1)
+                    opt_state.setdefault(int(i), {})[name] = torch.as_tensor(np.array(v))
+            opt = self.optimizers[k]
+            saved = opt.state_dict()
+            saved["state"] = opt_state
+            opt.load_state_dict(saved)
+
 
 class SequenceServer(Coordinator):
     """The S-FedMV server: FedAvg of every view's extractor with weights ``N_l / N``."""
@@ -226,6 +282,7 @@ class SequenceServer(Coordinator):
         self.on_round = on_round
         self.local: list[list[Params]] = [[] for _ in init_params]
         self.loss: list[list[float]] = [[] for _ in init_params]
+        self.rounds_done = 0  # over all views: view k, round t is round k * n_rounds + t
 
     @staticmethod
     def aggregate(local: Sequence[Params], sizes: Sequence[float]) -> Params:
@@ -236,9 +293,52 @@ class SequenceServer(Coordinator):
             for name in local[0]
         }
 
-    def run(self) -> list[Params]:
+    def state_dict(self) -> dict[str, np.ndarray]:
+        """The server's state after a round: every view's global parameters and losses."""
+        state: dict[str, np.ndarray] = {"rounds_done": np.asarray(self.rounds_done, np.int64)}
+        for k, params in enumerate(self.params):
+            state.update({f"view{k}/{n}": a for n, a in params.items()})
+            state[f"loss/{k}"] = np.asarray(self.loss[k], dtype=np.float64)
+        return state
+
+    def load_state(self, state: Mapping[str, np.ndarray]) -> None:
+        """Continue from :meth:`state_dict`: :meth:`run` goes on with the next round.
+
+        (:attr:`local`, the clients' parameters of the last round, is not restored.)
+        """
+        for k, params in enumerate(self.params):
+            missing = [n for n in params if f"view{k}/{n}" not in state]
+            if missing:
+                raise DataError(f"the server state lacks view {k}'s parameters {missing}")
+            self.params[k] = {n: np.array(state[f"view{k}/{n}"]) for n in params}
+            self.loss[k] = [float(v) for v in state[f"loss/{k}"]]
+            set_params(self.models[k], self.params[k])
+        self.rounds_done = int(state["rounds_done"])
+
+    def _send_final(self, k: int) -> None:
+        self.broadcast(
+            self.clients,
+            "final_view",
+            arrays=_prefixed(k, self.params[k]),
+            meta={"view": k},
+            round=(k + 1) * self.n_rounds,
+        )
+
+    def run(self, on_round_end: Callable[[int], None] | None = None) -> list[Params]:
+        """Rounds ``rounds_done + 1 ..`` of every view (all of them unless :meth:`load_state`).
+
+        ``on_round_end(r)`` is called after round ``r = k * n_rounds + t`` (view ``k``,
+        round ``t``), e.g. to write a checkpoint. A resumed run first sends the final
+        parameters of every finished view again (the clients may have missed them).
+        """
+        resumed = self.rounds_done > 0
         for k in range(len(self.params)):
-            for t in range(1, self.n_rounds + 1):
+            done = self.rounds_done - k * self.n_rounds
+            if done >= self.n_rounds:
+                if resumed:
+                    self._send_final(k)
+                continue
+            for t in range(max(done, 0) + 1, self.n_rounds + 1):
                 replies = self.broadcast(
                     self.clients,
                     "train_view",
@@ -260,13 +360,10 @@ class SequenceServer(Coordinator):
                 set_params(self.models[k], self.params[k])
                 if self.on_round is not None:
                     self.on_round(k, t, None, self.models[k])
-            self.broadcast(
-                self.clients,
-                "final_view",
-                arrays=_prefixed(k, self.params[k]),
-                meta={"view": k},
-                round=(k + 1) * self.n_rounds,
-            )
+                self.rounds_done = k * self.n_rounds + t
+                if on_round_end is not None:
+                    on_round_end(self.rounds_done)
+            self._send_final(k)
         return self.params
 
 

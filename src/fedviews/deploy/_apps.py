@@ -37,6 +37,9 @@ _BUILTIN = {
     "apfed": "fedviews.deploy._app_apfed",
     "mmvfl": "fedviews.deploy._app_mmvfl",
     "multivfl": "fedviews.deploy._app_multivfl",
+    "vfedmv": "fedviews.deploy._app_fedmv",
+    "hfedmv": "fedviews.deploy._app_fedmv",
+    "sfedmv": "fedviews.deploy._app_sfedmv",
 }
 
 

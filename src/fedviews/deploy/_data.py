@@ -8,6 +8,11 @@ optional held-out split has the same names with the suffix ``_test``
 (``ids_test``, ``X_test``, ``y_test``). ``X`` may have any number of trailing
 dimensions (image strips ``(n, rows, width)``, sequences ``(n, T, d)``);
 ``uint8`` and ``float32`` arrays keep their type, other numbers become ``float64``.
+A party that holds several views (a horizontal FedMV client: all views of its own
+samples) stores them side by side along the last axis of ``X`` and lists their
+widths in the optional integer array ``view_dims`` (e.g. ``[240, 76, 216]`` for
+``X`` of shape ``(n, 532)``, or ``[3, 3]`` for sequences ``(n, T, 6)``); without it
+``X`` is one view.
 ``.csv``: a header row; column ``id`` holds the sample IDs, an optional column
 ``label`` the labels, every other column is a numeric feature (2-D only, no test split).
 """
@@ -58,7 +63,9 @@ class PartyData:
     """What one organisation holds: IDs, features (possibly none), labels (label owners).
 
     ``ids_test``/``X_test``/``y_test``: an optional held-out split (e.g. the test
-    images whose strips the Multi-VFL data owners hold).
+    images whose strips the Multi-VFL data owners hold). ``view_dims``: the widths
+    of several views stored side by side along the last axis of ``X`` (and
+    ``X_test``); ``None`` = one view (see :meth:`views`).
     """
 
     ids: np.ndarray
@@ -67,12 +74,24 @@ class PartyData:
     ids_test: np.ndarray | None = None
     X_test: np.ndarray | None = None
     y_test: np.ndarray | None = None
+    view_dims: tuple[int, ...] | None = None
 
     def __post_init__(self) -> None:
         ids = check_ids(self.ids, name="ids")
         object.__setattr__(self, "ids", ids)
         object.__setattr__(self, "X", _features(self.X, len(ids), "X"))
         object.__setattr__(self, "y", _labels(self.y, len(ids), "y"))
+        if self.view_dims is not None:
+            dims = np.asarray(self.view_dims)
+            if dims.ndim != 1 or not len(dims) or not np.issubdtype(dims.dtype, np.integer):
+                raise DataError(f"view_dims must be a 1-D list of integers, got {self.view_dims!r}")
+            width = self.features.shape[-1] if self.features.ndim > 1 else 0
+            if (dims < 1).any() or int(dims.sum()) != width:
+                raise DataError(
+                    f"view_dims {dims.tolist()} must be positive and add up to the "
+                    f"{width} columns of X's last axis"
+                )
+            object.__setattr__(self, "view_dims", tuple(int(d) for d in dims))
         if self.ids_test is None:
             if self.X_test is not None or self.y_test is not None:
                 raise DataError("X_test/y_test given without ids_test")
@@ -106,12 +125,23 @@ class PartyData:
     def take(self, rows: np.ndarray) -> PartyData:
         """The training rows ``rows`` (the test split is dropped)."""
         return PartyData(
-            self.ids[rows], self.features[rows], None if self.y is None else self.y[rows]
+            self.ids[rows],
+            self.features[rows],
+            None if self.y is None else self.y[rows],
+            view_dims=self.view_dims,
         )
+
+    def views(self, X: np.ndarray) -> list[np.ndarray]:
+        """``X`` (rows of this party's ``X`` or ``X_test``) cut into its views along the last axis."""
+        dims = self.view_dims or (X.shape[-1],)
+        cuts = np.cumsum(dims)[:-1]
+        return list(np.split(X, cuts, axis=-1))
 
     def arrays(self) -> dict[str, np.ndarray]:
         names = ("ids", "X", "y", "ids_test", "X_test", "y_test")
         out = {k: getattr(self, k) for k in names if getattr(self, k) is not None}
+        if self.view_dims is not None:
+            out["view_dims"] = np.asarray(self.view_dims, dtype=np.int64)
         if self.features.shape[1:] == (0,):  # a party without features
             out.pop("X")
             out.pop("X_test", None)
@@ -127,7 +157,7 @@ def load_party_data(path: str | Path) -> PartyData:
         with np.load(p, allow_pickle=False) as z:
             if "ids" not in z.files:
                 raise DataError(f"{p} lacks the array 'ids' (needs ids[, X, y, ids_test, ...])")
-            known = {"ids", "X", "y", "ids_test", "X_test", "y_test"}
+            known = {"ids", "X", "y", "ids_test", "X_test", "y_test", "view_dims"}
             extra = set(z.files) - known
             if extra:
                 raise DataError(f"{p}: unknown arrays {sorted(extra)}; expected {sorted(known)}")
@@ -168,8 +198,10 @@ def save_party_data(path: str | Path, data: PartyData) -> Path:
         arrays: dict[str, Any] = data.arrays()
         np.savez(p, **arrays)
     elif p.suffix == ".csv":
-        if data.features.ndim != 2 or data.ids_test is not None:
-            raise DataError(f"{p}: CSV holds 2-D features without a test split; use .npz")
+        if data.features.ndim != 2 or data.ids_test is not None or data.view_dims is not None:
+            raise DataError(
+                f"{p}: CSV holds one 2-D view without a test split (no view_dims); use .npz"
+            )
         with p.open("w", newline="") as fh:
             w = csv.writer(fh)
             w.writerow(

@@ -53,7 +53,7 @@ random ``W_k`` (``N(0, 1/d_k)`` entries) as in Algorithm 3; the clients' random
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -214,6 +214,27 @@ class VFedMVParty(Party):
         self.Z_k = (XW + self.zeta * Z) / (1.0 + self.zeta)
         return _sq(XW - self.Z_k) + self.beta * float(row_norms(self.W).sum())
 
+    def state_dict(self) -> dict[str, np.ndarray]:
+        """This party's private state after a round: ``W`` (the warm start) and ``Z_k``."""
+        state = {"Z_k": self.Z_k}
+        if self.W is not None:
+            state["W"] = self.W
+        return state
+
+    def load_state(self, state: Mapping[str, np.ndarray]) -> None:
+        """Continue from :meth:`state_dict`; the next round then equals the uninterrupted one."""
+        (n, d), c = self.problem.X.shape, self.Z_k.shape[1]
+        W = state.get("W")
+        if state["Z_k"].shape != (n, c) or (W is not None and W.shape != (d, c)):
+            raise DataError(
+                f"party {self.name!r}: the saved state does not fit this party's data "
+                f"(Z_k {state['Z_k'].shape} vs {(n, c)}, W {None if W is None else W.shape} "
+                f"vs {(d, c)}); resume with the same data and config"
+            )
+        self.W = None if W is None else np.array(W, dtype=np.float64)
+        self.Z_k = np.array(state["Z_k"], dtype=np.float64)
+        self.P_test = self.Z_k_test = None
+
     @handles("update")
     def on_update(self, msg: Message) -> Message:
         local = self.local_update(msg.arrays["Z"])
@@ -268,9 +289,34 @@ class VFedMVServer(Coordinator):
         self.converged = False
         self.test_iterations = 0
 
-    def run(self) -> np.ndarray:
-        prev = np.inf
-        for r in range(1, self.max_iter + 1):
+    def state_dict(self) -> dict[str, np.ndarray]:
+        """The server's state after a round: ``Z``, the objective history, ``converged``."""
+        return {
+            "Z": self.Z,
+            "objective": np.asarray(self.objective, dtype=np.float64),
+            "converged": np.asarray(self.converged),
+        }
+
+    def load_state(self, state: Mapping[str, np.ndarray]) -> None:
+        """Continue from :meth:`state_dict`: :meth:`run` goes on with the next round."""
+        if state["Z"].shape != self.Z.shape:
+            raise DataError(
+                f"the saved Z has shape {state['Z'].shape}, this run needs {self.Z.shape}; "
+                "resume with the same data and config"
+            )
+        self.Z = np.array(state["Z"], dtype=np.float64)
+        self.objective = [float(f) for f in state["objective"]]
+        self.converged = bool(state["converged"])
+
+    def run(self, on_round_end: Callable[[int], None] | None = None) -> np.ndarray:
+        """Rounds ``len(objective) + 1 .. max_iter`` (all of them unless :meth:`load_state`).
+
+        ``on_round_end(r)`` is called after round ``r`` (e.g. to write a checkpoint).
+        """
+        if self.converged:
+            return self.Z
+        prev = self.objective[-1] if self.objective else np.inf
+        for r in range(len(self.objective) + 1, self.max_iter + 1):
             replies = self.broadcast(self.parties, "update", arrays={"Z": self.Z}, round=r)
             Zks = [replies[p].arrays["Z_k"] for p in self.parties]
             zetas = [_meta(replies[p], "zeta") for p in self.parties]
@@ -280,8 +326,10 @@ class VFedMVServer(Coordinator):
             f += sum(z * _sq(Zk - self.Z) for z, Zk in zip(zetas, Zks, strict=True))
             f += self.eta * _sq(self.Z - self.Y)
             self.objective.append(f)
-            if np.isfinite(prev) and abs(prev - f) <= self.tol * abs(prev):
-                self.converged = True
+            self.converged = bool(np.isfinite(prev) and abs(prev - f) <= self.tol * abs(prev))
+            if on_round_end is not None:
+                on_round_end(r)
+            if self.converged:
                 break
             prev = f
         return self.Z
@@ -705,6 +753,31 @@ class HFedMVClient(Party):
             meta={"n_samples": self.n_samples, "local_objective": self.learner.objective[-1]},
         )
 
+    def state_dict(self) -> dict[str, np.ndarray]:
+        """This client's private state after a round: its ``Z^l``, local ``W^l_k``, objectives."""
+        state = {f"W_local_{k}": np.asarray(W) for k, W in enumerate(self.W_local)}
+        state["objective"] = np.asarray(self.learner.objective, dtype=np.float64)
+        if isinstance(self.learner, _LocalMVL):
+            state["Z"] = self.learner.Z
+        return state
+
+    def load_state(self, state: Mapping[str, np.ndarray]) -> None:
+        """Continue from :meth:`state_dict`; the next round then equals the uninterrupted one."""
+        K = len(self.learner.problems)
+        if isinstance(self.learner, _LocalMVL):
+            if "Z" not in state or state["Z"].shape != self.learner.Z.shape:
+                raise DataError(
+                    f"client {self.name!r}: the saved state does not fit this client's data "
+                    f"(Z {state['Z'].shape if 'Z' in state else None} vs "
+                    f"{self.learner.Z.shape}); resume with the same data and config"
+                )
+            self.learner.Z = np.array(state["Z"], dtype=np.float64)
+        self.learner.objective = [float(f) for f in state["objective"]]
+        names = [f"W_local_{k}" for k in range(K)]
+        self.W_local = (
+            [np.array(state[n], dtype=np.float64) for n in names] if names[0] in state else []
+        )
+
 
 class _SingleViewLearner:
     """Eq. (20) on one client's single view, warm-started from the global ``W`` (Single View FL)."""
@@ -742,9 +815,31 @@ class HFedMVServer(Coordinator):
         K = len(local[0])
         return [sum((n / N) * Ws[k] for n, Ws in zip(sizes, local, strict=True)) for k in range(K)]  # type: ignore[misc]
 
-    def run(self) -> list[np.ndarray]:
+    def state_dict(self) -> dict[str, np.ndarray]:
+        """The server's state after a round: the global ``W_k`` and the objective history."""
+        state = {f"W_{k}": W for k, W in enumerate(self.W)}
+        state["objective"] = np.asarray(self.objective, dtype=np.float64)
+        return state
+
+    def load_state(self, state: Mapping[str, np.ndarray]) -> None:
+        """Continue from :meth:`state_dict`: :meth:`run` goes on with the next round."""
+        shapes = [W.shape for W in self.W]
+        got = [state[f"W_{k}"].shape if f"W_{k}" in state else None for k in range(len(shapes))]
+        if got != shapes:
+            raise DataError(
+                f"the saved W_k have shapes {got}, this run needs {shapes}; "
+                "resume with the same data and config"
+            )
+        self.W = [np.array(state[f"W_{k}"], dtype=np.float64) for k in range(len(shapes))]
+        self.objective = [float(f) for f in state["objective"]]
+
+    def run(self, on_round_end: Callable[[int], None] | None = None) -> list[np.ndarray]:
+        """Rounds ``len(objective) + 1 .. n_rounds`` (all of them unless :meth:`load_state`).
+
+        ``on_round_end(r)`` is called after round ``r`` (e.g. to write a checkpoint).
+        """
         K = len(self.W)
-        for r in range(1, self.n_rounds + 1):
+        for r in range(len(self.objective) + 1, self.n_rounds + 1):
             replies = self.broadcast(
                 self.clients,
                 "local_train",
@@ -755,6 +850,8 @@ class HFedMVServer(Coordinator):
             sizes = [_meta(replies[c], "n_samples") for c in self.clients]
             self.W = self.aggregate(local, sizes)
             self.objective.append(sum(_meta(replies[c], "local_objective") for c in self.clients))
+            if on_round_end is not None:
+                on_round_end(r)
         return self.W
 
 
