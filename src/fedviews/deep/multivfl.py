@@ -382,17 +382,15 @@ class LabelOwner(Party):
         self.top.train()
         total, n_batches = 0.0, 0
         for epoch in range(self.local_epochs):
-            for d in self.data_owners:
-                self.send(d, "begin_epoch", meta={"seed": seed, "epoch": epoch})
+            self.broadcast(self.data_owners, "begin_epoch", meta={"seed": seed, "epoch": epoch})
             order = torch.as_tensor(epoch_order(seed, msg.round, epoch, n), device=self.device)
             for b in range((n + bs - 1) // bs):
+                # every data owner at once (over gRPC they compute in parallel)
+                got = self.broadcast(
+                    self.data_owners, "forward", meta={"batch": b, "batch_size": bs}
+                )
                 acts = [
-                    to_tensor(
-                        self.send(d, "forward", meta={"batch": b, "batch_size": bs}).arrays[
-                            "activations"
-                        ],
-                        self.device,
-                    ).requires_grad_(True)
+                    to_tensor(got[d].arrays["activations"], self.device).requires_grad_(True)
                     for d in self.data_owners
                 ]
                 logits = self.top(combine_activations(acts))
@@ -402,8 +400,13 @@ class LabelOwner(Party):
                 opt.zero_grad(set_to_none=True)
                 loss.backward()
                 opt.step()
-                for d, a in zip(self.data_owners, acts, strict=True):
-                    self.send(d, "backward", {"activation_grad": to_numpy(_grad(a))})
+                self.scatter(
+                    "backward",
+                    {
+                        d: {"activation_grad": to_numpy(_grad(a))}
+                        for d, a in zip(self.data_owners, acts, strict=True)
+                    },
+                )
                 total += float(loss.detach())
                 n_batches += 1
         update = {f"update/{k}": v - self._global[k] for k, v in _state(self.top).items()}
@@ -425,9 +428,9 @@ class LabelOwner(Party):
                     "start": start,
                     "stop": min(n, start + _EVAL_BATCH),
                 }
+                got = self.broadcast(self.data_owners, "infer", meta=meta)
                 acts = [
-                    to_tensor(self.send(d, "infer", meta=meta).arrays["activations"], self.device)
-                    for d in self.data_owners
+                    to_tensor(got[d].arrays["activations"], self.device) for d in self.data_owners
                 ]
                 preds.append(to_numpy(self.top(combine_activations(acts)).argmax(1)))
         return np.concatenate(preds)

@@ -251,6 +251,9 @@ class _Endpoint(Transport):
         self.calls = _Calls()
         self.local: dict[str, Party] = {}
         self._stop = threading.Event()
+        self._fanout: ThreadPoolExecutor | None = None
+        self._fanout_size = 0
+        self._fanout_lock = threading.Lock()
 
     def register(self, party: Party) -> None:
         super().register(party)
@@ -258,6 +261,33 @@ class _Endpoint(Transport):
 
     def _links(self) -> list[_Link]:
         raise NotImplementedError
+
+    def _close_fanout(self) -> None:
+        with self._fanout_lock:
+            if self._fanout is not None:
+                self._fanout.shutdown(wait=False, cancel_futures=True)
+                self._fanout = None
+
+    def request_many(self, msgs: list[Message]) -> list[Message]:
+        """Send to several parties at once: they compute in parallel, replies keep their order.
+
+        Used by the coordinator's broadcasts and by a party that sends to several
+        others (a Multi-VFL label owner asking every data owner for its activations).
+        """
+        remote = [m for m in msgs if m.receiver not in self.local]
+        if len(remote) < 2 or any(m.kind.startswith("deploy:") for m in msgs):
+            # session control (setup, build, finish) stays sequential and ordered
+            return [self.request(m) for m in msgs]
+        with self._fanout_lock:
+            if self._fanout is None or self._fanout_size < len(msgs):
+                if self._fanout is not None:
+                    self._fanout.shutdown(wait=False)
+                self._fanout_size = max(len(msgs), 4)
+                self._fanout = ThreadPoolExecutor(
+                    max_workers=self._fanout_size, thread_name_prefix="fedviews-fanout"
+                )
+            pool = self._fanout
+        return list(pool.map(self.request, msgs))
 
     def _heartbeats(self) -> None:
         while not self._stop.wait(self.options.heartbeat):
@@ -505,17 +535,6 @@ class GrpcHub(_Endpoint):
             raise PartyUnavailable(msg.receiver, "has not joined")
         return self._remote_request(link, msg)
 
-    def request_many(self, msgs: list[Message]) -> list[Message]:
-        """Send to several parties at once: they compute in parallel, replies keep their order."""
-        remote = [m for m in msgs if m.receiver not in self.local]
-        if len(remote) < 2 or any(m.kind.startswith("deploy:") for m in msgs):
-            # session control (setup, build, finish) stays sequential and ordered
-            return [self.request(m) for m in msgs]
-        from concurrent.futures import ThreadPoolExecutor
-
-        with ThreadPoolExecutor(max_workers=len(msgs)) as pool:
-            return list(pool.map(self.request, msgs))
-
     def _local_request(self, msg: Message) -> Message:
         self.policy.check(
             msg.sender,
@@ -566,6 +585,7 @@ class GrpcHub(_Endpoint):
             link.close("coordinator shut down")
         self.server.stop(grace).wait(grace + 1.0)
         self._pool.shutdown(wait=False, cancel_futures=True)
+        self._close_fanout()
 
 
 # -- party side ---------------------------------------------------------------
@@ -720,3 +740,4 @@ class GrpcPartyTransport(_Endpoint):
         if self._channel is not None:
             self._channel.close()
         self._work.shutdown(wait=False, cancel_futures=True)
+        self._close_fanout()

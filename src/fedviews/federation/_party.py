@@ -149,6 +149,33 @@ class Party:
         replies = self.transport.request_many(msgs)
         return dict(zip(receivers, replies, strict=True))
 
+    def scatter(
+        self,
+        kind: str,
+        arrays: Mapping[str, Mapping[str, np.ndarray]],
+        meta: Mapping[str, MetaValue] | None = None,
+        round: int | None = None,
+    ) -> dict[str, Message]:
+        """Send ``arrays[receiver]`` to every receiver (one message each); replies by name.
+
+        Like :meth:`broadcast`, the transport may deliver them concurrently.
+        """
+        if self.transport is None:
+            raise ProtocolError(f"party {self.name!r} is not attached to a transport")
+        msgs = [
+            Message(
+                kind=kind,
+                sender=self.name,
+                receiver=r,
+                round=self.round if round is None else round,
+                arrays=dict(a),
+                meta=dict(meta or {}),
+            )
+            for r, a in arrays.items()
+        ]
+        replies = self.transport.request_many(msgs)
+        return dict(zip(arrays, replies, strict=True))
+
 
 class Coordinator(Party):
     """The party that drives the protocol (server, aggregator or orchestrator).
