@@ -346,6 +346,12 @@ class APFedApp(DeployApp):
             )
         return lines
 
+    def write_party_results(self, party: Party, out_dir: Path) -> None:
+        """``result.npz``; the active party also writes its export folder ``model/``."""
+        super().write_party_results(party, out_dir)
+        if party.role == "active":
+            export_apfed_model(out_dir / "result.npz", out_dir / "model")
+
     def party_results(self, party: Party) -> dict[str, np.ndarray]:
         """The active party's complete model (it predicts alone); a passive party's network."""
         if party.role != "active":

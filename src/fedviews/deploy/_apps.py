@@ -208,6 +208,11 @@ class DeployApp:
         """Arrays a party writes to its own folder at the end (they never leave it)."""
         return {}
 
+    def write_party_results(self, party: Party, out_dir: Path) -> None:
+        """Write a party's results into its own folder (default: ``result.npz``)."""
+        arrays: dict[str, Any] = dict(self.party_results(party))
+        np.savez(out_dir / "result.npz", **arrays)
+
     def coordinator_results(
         self, coord: Coordinator
     ) -> tuple[dict[str, Any], dict[str, np.ndarray]]:

@@ -178,8 +178,7 @@ class DeployParty(PSIParty):
     @handles("deploy:finish")
     def on_finish(self, msg: Message) -> Message:
         self.out_dir.mkdir(parents=True, exist_ok=True)
-        arrays: dict[str, Any] = dict(self.app.party_results(self.algo))
-        np.savez(self.out_dir / "result.npz", **arrays)
+        self.app.write_party_results(self.algo, self.out_dir)
         assert self.transport is not None
         _write_json(self.out_dir / "message_log.json", self.transport.log.summary())
         self.echo(f"finished; results in {self.out_dir}")
