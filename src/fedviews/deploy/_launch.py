@@ -33,10 +33,11 @@ def make_certs(directory: Path, cfg: DeployConfig) -> Path:
     return directory
 
 
-def _pump(proc: subprocess.Popen[str], echo: Callable[[str], None]) -> None:
+def _pump(proc: subprocess.Popen[str], echo: Callable[[str], None], lock: threading.Lock) -> None:
     assert proc.stdout is not None
     for line in proc.stdout:
-        echo(line.rstrip("\n"))
+        with lock:  # one process's line never splits another's
+            echo(line.rstrip("\n"))
 
 
 def launch(
@@ -107,6 +108,7 @@ def launch(
     port_file = run_dir / "coordinator.port"
     port_file.unlink(missing_ok=True)
     procs: dict[str, subprocess.Popen[str]] = {}
+    lines = threading.Lock()
 
     def start(name: str, args: list[str]) -> None:
         again = [] if resume is None else ["--resume", str(run_dir / name)]
@@ -118,7 +120,7 @@ def launch(
             env=env,
         )
         procs[name] = proc
-        threading.Thread(target=_pump, args=(proc, echo), daemon=True).start()
+        threading.Thread(target=_pump, args=(proc, echo, lines), daemon=True).start()
 
     try:
         start(
