@@ -22,6 +22,7 @@ install: $(BIN)/python
 
 install-dev: install
 	$(BIN)/pip install -q -e ".[torch,grpc,dev]"
+	$(BIN)/pip install -q -e ".[torch,grpc,dev,flower]"
 
 data: install
 	$(BIN)/fedviews datasets fetch handwritten

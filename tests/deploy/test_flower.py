@@ -1,0 +1,332 @@
+"""Flower (flwr 1.41) as the transport of the deployed session: MMVFL through Flower == in-process.
+
+* ``test_loopback_grid_*``: the real ``server_app`` / ``client_app`` behind a Flower
+  ``Grid`` that plays the SuperLink and the SuperNodes in this process, every node
+  with its own ``Context`` (node config ``party=... data=... out=...``) and, as in
+  the deployment engine, a fresh party object for every message (rebuilt from
+  ``Context.state``). Fast, no Ray, no processes.
+* ``test_simulation_engine_equals_in_process``: Flower's simulation engine
+  (``flower-superlink --simulation`` + ``flwr run``, Ray) on loopback.
+* ``test_deployment_engine_equals_in_process``: ``flower-superlink`` + one
+  ``flower-supernode`` per party + ``flwr run``: a Flower message costs seconds
+  there (a new ClientApp process per message), so the run takes minutes on a
+  small machine; it runs only with ``FEDVIEWS_TEST_FLOWER_DEPLOYMENT=1``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+import uuid
+from collections.abc import Iterable
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+pytest.importorskip("flwr")
+
+from flwr.app import Context, Message, RecordDict  # noqa: E402
+from flwr.serverapp import Grid  # noqa: E402
+
+from fedviews.deploy import _flower, load_deploy_config, load_party_data, split_dataset  # noqa: E402
+from fedviews.deploy._apps import get_app  # noqa: E402
+from fedviews.deploy._session import DeployCoordinator, DeployParty, session_policy  # noqa: E402
+from fedviews.errors import ConfigError, PartyUnavailable, ProtocolError  # noqa: E402
+from fedviews.federation import InProcessTransport, PrivacyPolicy  # noqa: E402
+from fedviews.federation import Message as FVMessage  # noqa: E402
+
+PARTIES = ("pix", "fou", "zer")
+OWNER = "fou"
+RUN_ID = 4242
+
+
+@pytest.fixture(autouse=True)
+def _task_identity(monkeypatch):
+    """What a Flower engine sets in the ServerApp process before it builds messages."""
+    from flwr.supercore.task_identity import TaskIdentity
+
+    for attr, value in (("_run_id", RUN_ID), ("_node_id", 0), ("_task_id", 1)):
+        monkeypatch.setattr(TaskIdentity, attr, value)
+
+
+@pytest.fixture(scope="module")
+def deployment(tmp_path_factory):
+    """Three party files of Handwritten (90 % overlap: the PSI aligns them) and a config."""
+    root = tmp_path_factory.mktemp("flower")
+    data = root / "data"
+    split_dataset(
+        "handwritten", data, views=PARTIES, label_owner=OWNER, n_per_class=10, overlap=0.9, seed=0
+    )
+    path = root / "deploy.toml"
+    path.write_text(
+        f"""
+algorithm = "mmvfl"
+name = "flower_test"
+seed = 3
+[federation]
+parties = {json.dumps(list(PARTIES))}
+label_owner = "{OWNER}"
+connect_timeout = 20.0
+[params]
+beta = 0.5
+max_iter = 3
+tol = 0.0
+inner_max_iter = 10
+"""
+    )
+    return path, data
+
+
+@pytest.fixture(scope="module")
+def reference(deployment, tmp_path_factory):
+    """The same deployment in one process (InProcessTransport): objective and W per party."""
+    path, data = deployment
+    out = tmp_path_factory.mktemp("in-process")
+    cfg = load_deploy_config(path)
+    transport = InProcessTransport(session_policy(get_app(cfg.algorithm), cfg))
+    coord = DeployCoordinator(cfg, lambda line: None, out / "coordinator")
+    transport.register(coord)
+    for p in PARTIES:
+        party = DeployParty(cfg, p, load_party_data(data / f"{p}.npz"), out / p, lambda _: None)
+        transport.register(party)
+    res = coord.run()
+    W = {}
+    for p in PARTIES:
+        with np.load(out / p / "result.npz") as z:
+            W[p] = z["W"]
+    return res, W
+
+
+def _check_against(reference, run: Path, res: dict) -> None:
+    ref, W = reference
+    assert res["status"] == "ok", res["status"]
+    assert res["transport"] == "flower" and sorted(res["nodes"]) == sorted(PARTIES)
+    assert len(res["objective"]) == 3
+    np.testing.assert_allclose(res["objective"], ref["objective"], rtol=1e-10)
+    for p in PARTIES:
+        with np.load(run / p / "result.npz") as z:
+            np.testing.assert_allclose(z["W"], W[p], rtol=1e-10, atol=1e-12)
+    log = json.loads((run / "coordinator" / "message_log.json").read_text())
+    for p in PARTIES:  # only the policy's arrays crossed, in both directions
+        assert log["crossings"][f"{p} -> coordinator"] == ["Z_k", "psi_set"]
+        assert log["crossings"][f"coordinator -> {p}"] == ["Z", "psi_positions", "psi_set"]
+    assert not [k for k in log["crossings"] if "coordinator" not in k]  # no party-to-party
+    for p in PARTIES:  # every node's own log (kept across its fresh processes) agrees
+        mine = json.loads((run / p / "message_log.json").read_text())
+        assert mine["crossings"] == {
+            f"{p} -> coordinator": ["Z_k", "psi_set"],
+            f"coordinator -> {p}": ["Z", "psi_positions", "psi_set"],
+        }
+        # both legs of every exchange, but the reply to deploy:finish (written before it left)
+        assert mine["messages"] == log["messages"] // len(PARTIES) - 1
+
+
+class LoopbackGrid(Grid):
+    """A Flower Grid that plays the SuperLink and one SuperNode per node config, here.
+
+    Each pushed message goes to the real ``client_app`` with its node's ``Context``
+    (state kept between messages, one message at a time per node, nodes in
+    parallel). ``fresh=True`` drops the node's live party before every message, as
+    the deployment engine starts a new ClientApp process for every message.
+    """
+
+    def __init__(self, node_configs: Iterable[dict], run_config: dict, *, fresh: bool = True):
+        self.run_id = RUN_ID
+        self.fresh = fresh
+        self.contexts = {
+            1000 + k: Context(self.run_id, 1000 + k, dict(nc), RecordDict(), dict(run_config))
+            for k, nc in enumerate(node_configs)
+        }
+        self.workers = {n: ThreadPoolExecutor(max_workers=1) for n in self.contexts}
+        self.replies: dict[str, Message] = {}
+        self.lock = threading.Lock()
+        self.delivered = 0
+
+    def set_run(self, run):  # pragma: no cover - not used by the ServerApp
+        raise NotImplementedError
+
+    @property
+    def run(self):  # pragma: no cover - not used by the ServerApp
+        raise NotImplementedError
+
+    def create_message(self, *args, **kwargs):  # pragma: no cover - not used
+        raise NotImplementedError
+
+    def get_node_ids(self):
+        return list(self.contexts)
+
+    def push_messages(self, messages):
+        ids = []
+        for m in messages:
+            mid = uuid.uuid4().hex
+            m.metadata.__dict__["_message_id"] = mid
+            self.workers[m.metadata.dst_node_id].submit(self._deliver, m)
+            ids.append(mid)
+        return ids
+
+    def _deliver(self, m: Message) -> None:
+        node = m.metadata.dst_node_id
+        if self.fresh:
+            with _flower._LIVE_LOCK:
+                _flower._LIVE.pop((self.run_id, node), None)
+        reply = _flower.client_app(m, self.contexts[node])
+        reply.metadata.__dict__["_message_id"] = uuid.uuid4().hex
+        with self.lock:
+            self.replies[m.metadata.message_id] = reply
+            self.delivered += 1
+
+    def pull_messages(self, message_ids):
+        with self.lock:
+            return [self.replies.pop(i) for i in list(message_ids) if i in self.replies]
+
+    def send_and_receive(self, messages, *, timeout=None):  # pragma: no cover - not used
+        raise NotImplementedError
+
+    def close(self):
+        for w in self.workers.values():
+            w.shutdown(wait=True)
+
+
+def _node_configs(data: Path, run: Path, parties=PARTIES) -> list[dict]:
+    return [{"party": p, "data": str(data / f"{p}.npz"), "out": str(run / p)} for p in parties]
+
+
+def test_loopback_grid_equals_in_process(deployment, reference, tmp_path):
+    """server_app + client_app (a fresh party per message) == the session in one process."""
+    path, data = deployment
+    run = tmp_path / "run"
+    rc = {"deploy-config": str(path), "out-dir": str(run)}
+    # node order != party order: the hello maps them
+    grid = LoopbackGrid(reversed(_node_configs(data, run)), rc)
+    try:
+        _flower.server_app(grid, Context(0, 0, {}, RecordDict(), rc))
+    finally:
+        grid.close()
+    res = json.loads((run / "coordinator" / "results.json").read_text())
+    _check_against(reference, run, res)
+    assert res["nodes"] == {"zer": "1000", "fou": "1001", "pix": "1002"}
+    assert grid.delivered >= 3 * 9  # hello, PSI, setup, build, 3 rounds, finish
+
+
+def test_loopback_grid_reuses_live_party(deployment, reference, tmp_path, monkeypatch):
+    """Where the ClientApp process survives (Ray actors), the live party is reused."""
+    path, data = deployment
+    run = tmp_path / "run"
+    rc = {"deploy-config": str(path), "out-dir": str(run)}
+    grid = LoopbackGrid(_node_configs(data, run), rc, fresh=False)
+    restored = []
+    monkeypatch.setattr(_flower._Node, "restore", lambda self, state: restored.append(state))
+    try:
+        res = _flower.run_flower_coordinator(load_deploy_config(path), grid, run / "coordinator")
+    finally:
+        grid.close()
+    _check_against(reference, run, res)
+    assert restored == []  # never rebuilt from Context.state
+
+
+@pytest.mark.parametrize(
+    ("nodes", "error", "match"),
+    [
+        (
+            [{"party": "pix"}, {"party": "bob"}],
+            ConfigError,
+            "node 100.: party 'bob'.* is not one of",
+        ),
+        ([{"party": "pix"}, {"party": "pix"}], ConfigError, "both declare party 'pix'"),
+        ([{"data": "x.npz"}], ConfigError, "node 1000: .*does not say which party"),
+        ([{"party": "pix"}, {"party": "fou"}], PartyUnavailable, "'zer' is unavailable"),
+    ],
+)
+def test_loopback_grid_node_errors(deployment, tmp_path, nodes, error, match):
+    """Unknown, duplicate, undeclared and missing parties are clear fedviews errors."""
+    path, data = deployment
+    cfg = load_deploy_config(path)
+    for nc in nodes:
+        if "party" in nc:
+            nc["data"] = str(data / f"{nc['party']}.npz")
+    grid = LoopbackGrid(nodes, {"deploy-config": str(path)})
+    opts = _flower.FlowerOptions(join_timeout=0.5)
+    try:
+        with pytest.raises(error, match=match):
+            _flower.run_flower_coordinator(cfg, grid, tmp_path / "coordinator", options=opts)
+    finally:
+        grid.close()
+    res = json.loads((tmp_path / "coordinator" / "results.json").read_text())
+    assert res["status"].startswith(error.__name__)
+
+
+def test_node_with_another_config_is_refused(deployment, tmp_path):
+    path, data = deployment
+    other = tmp_path / "other.toml"
+    other.write_text(path.read_text().replace("seed = 3", "seed = 4"))
+    nodes = [{"party": p, "data": str(data / f"{p}.npz")} for p in PARTIES]
+    nodes[1]["config"] = str(other)  # this node's own copy of the config differs
+    grid = LoopbackGrid(nodes, {"deploy-config": str(path)})
+    try:
+        with pytest.raises(ConfigError, match="'fou'.*another deployment config"):
+            _flower.run_flower_coordinator(load_deploy_config(path), grid, tmp_path / "c")
+    finally:
+        grid.close()
+
+
+def test_party_to_party_messages_are_refused():
+    """Per-batch split learning (a party sends to another) needs the gRPC transport."""
+    cfg = load_deploy_config(
+        {
+            "algorithm": "mmvfl",
+            "federation": {"parties": ["a", "b"], "label_owner": "a"},
+        }
+    )
+    split = PrivacyPolicy.of(
+        "split", {("data_owner", "label_owner"): ["activations"], ("party", "coordinator"): ["x"]}
+    )
+    with pytest.raises(ConfigError, match="between parties.*gRPC"):
+        _flower._check_coarse_rounds(cfg, split)
+    _flower._check_coarse_rounds(cfg, session_policy(get_app("mmvfl"), cfg))  # MMVFL is fine
+    node = _flower.FlowerNodeTransport(split, {"b": "label_owner", "coordinator": "coordinator"})
+    with pytest.raises(ProtocolError, match="gRPC transport"):
+        node.request(FVMessage("forward", sender="a", receiver="b"))
+
+
+def test_wire_round_trip_has_no_pickle():
+    msg = FVMessage(
+        "update", "coordinator", "pix", 2, arrays={"Z": np.arange(6.0).reshape(3, 2)}, meta={"k": 1}
+    )
+    content = _flower.pack(msg.encode())
+    arr = content.array_records["fedviews"]["message"]
+    assert arr.stype == _flower.STYPE and arr.dtype == "uint8"
+    back = FVMessage.decode(_flower.unpack(content))
+    np.testing.assert_array_equal(back.arrays["Z"], msg.arrays["Z"])
+    assert (back.kind, back.round, dict(back.meta)) == ("update", 2, {"k": 1})
+    with pytest.raises(ProtocolError, match="no fedviews message"):
+        _flower.unpack(RecordDict())
+
+
+@pytest.mark.slow
+def test_simulation_engine_equals_in_process(deployment, reference, tmp_path):
+    """flower-superlink --simulation (Ray) + flwr run on loopback == in-process."""
+    pytest.importorskip("ray")
+    path, data = deployment
+    run = tmp_path / "run"
+    lines: list[str] = []
+    res = _flower.launch_flower(
+        path, run, engine="simulation", data_dir=data, timeout=80, echo=lines.append
+    )
+    _check_against(reference, run, res)
+    assert any(line.startswith("[coordinator] round 3: objective") for line in lines), lines
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(
+    os.environ.get("FEDVIEWS_TEST_FLOWER_DEPLOYMENT") != "1",
+    reason="minutes: set FEDVIEWS_TEST_FLOWER_DEPLOYMENT=1 to run the deployment engine",
+)
+def test_deployment_engine_equals_in_process(deployment, reference, tmp_path):
+    """flower-superlink + one flower-supernode per party (node config) + flwr run == in-process."""
+    path, data = deployment
+    run = tmp_path / "run"
+    res = _flower.launch_flower(path, run, engine="deployment", data_dir=data, timeout=900)
+    _check_against(reference, run, res)
