@@ -21,7 +21,6 @@ install: $(BIN)/python
 	$(BIN)/pip install -q -e ".[torch,grpc]"
 
 install-dev: install
-	$(BIN)/pip install -q -e ".[torch,grpc,dev]"
 	$(BIN)/pip install -q -e ".[torch,grpc,dev,flower]"
 
 data: install

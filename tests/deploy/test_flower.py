@@ -330,3 +330,20 @@ def test_deployment_engine_equals_in_process(deployment, reference, tmp_path):
     run = tmp_path / "run"
     res = _flower.launch_flower(path, run, engine="deployment", data_dir=data, timeout=900)
     _check_against(reference, run, res)
+
+
+def test_flower_cli_writes_the_app_and_refuses_unknown_engines(tmp_path):
+    from typer.testing import CliRunner
+
+    from fedviews.cli import app
+
+    runner = CliRunner()
+    config = Path(__file__).resolve().parents[2] / "configs" / "deploy_mmvfl_handwritten.toml"
+    res = runner.invoke(app, ["flower", "app", str(tmp_path / "fa"), "--config", str(config)])
+    assert res.exit_code == 0, res.output
+    text = (tmp_path / "fa" / "pyproject.toml").read_text()
+    assert f'deploy-config = "{config}"' in text and "fedviews.deploy._flower:server_app" in text
+    bad = runner.invoke(
+        app, ["flower", "launch", str(config), "--out", str(tmp_path / "r")] + ["--engine", "ray"]
+    )
+    assert bad.exit_code == 2 and "--engine must be" in bad.output

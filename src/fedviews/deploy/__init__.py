@@ -28,6 +28,8 @@ _WHERE = {
     "VFedMVDeployParams": "fedviews.deploy._app_fedmv",
     "get_app": "fedviews.deploy._apps",
     "launch": "fedviews.deploy._launch",
+    "launch_flower": "fedviews.deploy._flower",
+    "write_flower_app": "fedviews.deploy._flower",
     "load_deploy_config": "fedviews.deploy._config",
     "load_party_data": "fedviews.deploy._data",
     "make_certs": "fedviews.deploy._launch",
@@ -54,6 +56,7 @@ __all__ = [
     "export_apfed_model",
     "get_app",
     "launch",
+    "launch_flower",
     "load_deploy_config",
     "load_party_data",
     "make_certs",
@@ -62,6 +65,7 @@ __all__ = [
     "run_party",
     "save_party_data",
     "split_dataset",
+    "write_flower_app",
 ]
 
 

@@ -203,6 +203,65 @@ def register(app: typer.Typer) -> None:
         )
         console.print(f"run folder: [bold]{run_dir}[/]")
 
+    flower_app = typer.Typer(
+        help="Run coarse-round deployments (MMVFL, FedMV) on Flower infrastructure (flwr).",
+        no_args_is_help=True,
+    )
+    app.add_typer(flower_app, name="flower")
+
+    @flower_app.command("app")
+    @friendly
+    def flower_write_app(
+        directory: Path,
+        config: Annotated[Path, typer.Option(help="The deployment config (TOML).")],
+        out: Annotated[Path | None, typer.Option(help="Result folder of the run.")] = None,
+        data_dir: Annotated[
+            Path | None, typer.Option(help="Folder of <party>.npz files (simulation engine).")
+        ] = None,
+    ) -> None:
+        """Write the Flower app project that `flwr run DIRECTORY` submits to a SuperLink."""
+        from fedviews.deploy._flower import write_flower_app
+
+        where = write_flower_app(
+            directory,
+            deploy_config=config.resolve(),
+            out_dir=out.resolve() if out else "",
+            data_dir=data_dir.resolve() if data_dir else "",
+        )
+        console.print(f"Flower app: {where}")
+        console.print(f"submit it with: flwr run {directory} <federation>  (see docs/flower.md)")
+
+    @flower_app.command("launch")
+    @friendly
+    def flower_launch(
+        config: Path,
+        out: Annotated[Path, typer.Option(help="Run folder.")],
+        engine: Annotated[
+            str, typer.Option(help="deployment (SuperLink + SuperNodes) or simulation (Ray).")
+        ] = "deployment",
+        data_dir: Annotated[
+            Path | None, typer.Option(help="Folder of <party>.npz/.csv files.")
+        ] = None,
+        ping: Annotated[int, typer.Option(help="Only time N echo round trips.")] = 0,
+        ping_bytes: Annotated[int, typer.Option(help="Bytes per echo message.")] = 0,
+    ) -> None:
+        """A whole Flower deployment on this machine over loopback (one SuperNode per party)."""
+        from fedviews.deploy._flower import launch_flower
+
+        if engine not in ("deployment", "simulation"):
+            from fedviews.errors import ConfigError
+
+            raise ConfigError("--engine must be 'deployment' or 'simulation'")
+        res = launch_flower(
+            config, out, engine=engine, data_dir=data_dir, ping=ping, ping_bytes=ping_bytes
+        )
+        status = str(res.get("status", "?"))
+        per_round = res.get("seconds_per_round")
+        extra = f", {per_round:.3f} s per round" if isinstance(per_round, (int, float)) else ""
+        console.print(f"status: {status}{extra}; results in {out}")
+        if status != "ok":
+            raise typer.Exit(1)
+
     @app.command("split-data")
     @friendly
     def split_data(

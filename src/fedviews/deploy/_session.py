@@ -369,6 +369,9 @@ def run_coordinator(
         if isinstance(exc, PartyUnavailable):
             unavailable = exc.party
         raise
+    except BaseException as exc:  # a bug or an interrupt: never recorded as "ok"
+        status = f"{type(exc).__name__}: {exc}"
+        raise
     finally:
         result = {
             "status": status,
