@@ -49,7 +49,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 
@@ -730,13 +730,10 @@ def client_results(client: HFedMVDeployClient) -> dict[str, np.ndarray]:
     return out
 
 
-class HFedMVApp(DeployApp):
-    name = "hfedmv"
-    params_cls = HFedMVDeployParams
+class ClientDeployApp(DeployApp):
+    """Horizontal clients (H-FedMV, S-FedMV): every party a client with its own labelled samples."""
 
-    @property
-    def policy(self) -> PrivacyPolicy:
-        return _hfedmv_policy()
+    client_ndim: ClassVar[int] = 2  # of X: (n, d) features or (n, T, d) sequences
 
     def role(self, cfg: DeployConfig, party: str) -> str:
         return "client"
@@ -749,7 +746,7 @@ class HFedMVApp(DeployApp):
 
     def check_data(self, cfg: DeployConfig, party: str, data: PartyData) -> None:
         super().check_data(cfg, party, data)
-        check_client_data(cfg, party, data, ndim=2)
+        check_client_data(cfg, party, data, ndim=self.client_ndim)
 
     def party_info(self, cfg: DeployConfig, party: str, local: Local) -> dict[str, Any]:
         return client_info(local)
@@ -758,6 +755,15 @@ class HFedMVApp(DeployApp):
         self, cfg: DeployConfig, infos: Mapping[str, Mapping[str, Any]]
     ) -> dict[str, Any]:
         return client_setup(cfg, infos)
+
+
+class HFedMVApp(ClientDeployApp):
+    name = "hfedmv"
+    params_cls = HFedMVDeployParams
+
+    @property
+    def policy(self) -> PrivacyPolicy:
+        return _hfedmv_policy()
 
     def build_party(
         self, cfg: DeployConfig, party: str, local: Local, setup: Mapping[str, Any]

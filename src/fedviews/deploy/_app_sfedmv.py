@@ -35,20 +35,16 @@ import numpy as np
 
 from fedviews.deploy._app_fedmv import (
     MAX_VIEWS,
+    ClientDeployApp,
     _as_coordinator,
     _DeployServer,
     _hfedmv_policy,
     _wrapped,
-    check_client_data,
-    check_clients,
-    client_groups,
-    client_info,
-    client_setup,
     final_to_clients,
     view_dims_of,
 )
-from fedviews.deploy._apps import AlignGroup, DeployApp, Local, register_app
-from fedviews.deploy._config import DeployConfig, FederationSpec
+from fedviews.deploy._apps import Local, register_app
+from fedviews.deploy._config import DeployConfig
 from fedviews.deploy._data import PartyData, save_party_data
 from fedviews.errors import ConfigError, DataError, ProtocolError
 from fedviews.federation import Coordinator, Message, Party, PrivacyPolicy, handles
@@ -238,34 +234,14 @@ def _sfedmv_policy() -> PrivacyPolicy:
     )
 
 
-class SFedMVApp(DeployApp):
+class SFedMVApp(ClientDeployApp):
     name = "sfedmv"
     params_cls = SFedMVDeployParams
+    client_ndim = 3
 
     @property
     def policy(self) -> PrivacyPolicy:
         return _sfedmv_policy()
-
-    def role(self, cfg: DeployConfig, party: str) -> str:
-        return "client"
-
-    def check_federation(self, fed: FederationSpec) -> None:
-        check_clients(fed, self.name)
-
-    def groups(self, cfg: DeployConfig) -> list[AlignGroup]:
-        return client_groups(cfg)
-
-    def check_data(self, cfg: DeployConfig, party: str, data: PartyData) -> None:
-        super().check_data(cfg, party, data)
-        check_client_data(cfg, party, data, ndim=3)
-
-    def party_info(self, cfg: DeployConfig, party: str, local: Local) -> dict[str, Any]:
-        return client_info(local)
-
-    def make_setup(
-        self, cfg: DeployConfig, infos: Mapping[str, Mapping[str, Any]]
-    ) -> dict[str, Any]:
-        return client_setup(cfg, infos)
 
     def build_party(
         self, cfg: DeployConfig, party: str, local: Local, setup: Mapping[str, Any]

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 
 import numpy as np
 from threadpoolctl import threadpool_limits
@@ -73,3 +73,34 @@ def select_top_features(importances: np.ndarray, percent: float) -> np.ndarray:
     k = max(1, int(round(d * percent / 100.0)))
     order = np.argsort(-np.asarray(importances), kind="stable")
     return order[:k]
+
+
+class ConsensusState:
+    """Checkpoint state of a server that keeps a consensus ``Z`` (MMVFL, V-FedMV).
+
+    Mixed into the server: it has ``Z``, ``objective`` (one value per finished
+    round) and ``converged``, and its ``run`` goes on after ``len(objective)``.
+    """
+
+    Z: np.ndarray
+    objective: list[float]
+    converged: bool
+
+    def state_dict(self) -> dict[str, np.ndarray]:
+        """The server's state after a round: ``Z``, the objective history, ``converged``."""
+        return {
+            "Z": self.Z,
+            "objective": np.asarray(self.objective, dtype=np.float64),
+            "converged": np.asarray(self.converged),
+        }
+
+    def load_state(self, state: Mapping[str, np.ndarray]) -> None:
+        """Continue from :meth:`state_dict`: ``run`` goes on with the next round."""
+        if state["Z"].shape != self.Z.shape:
+            raise DataError(
+                f"the saved Z has shape {state['Z'].shape}, this run needs {self.Z.shape}; "
+                "resume with the same data and config"
+            )
+        self.Z = np.array(state["Z"], dtype=np.float64)
+        self.objective = [float(f) for f in state["objective"]]
+        self.converged = bool(state["converged"])

@@ -72,7 +72,12 @@ from fedviews.federation import (
     federate,
     handles,
 )
-from fedviews.linear._common import orthonormal_nonnegative, per_party, small_blas
+from fedviews.linear._common import (
+    ConsensusState,
+    orthonormal_nonnegative,
+    per_party,
+    small_blas,
+)
 from fedviews.linear._l21 import L21Problem, row_norms
 
 __all__ = [
@@ -267,7 +272,7 @@ class VFedMVParty(Party):
         return self.reply(msg, arrays={"Z_k_test": self.Z_k_test})
 
 
-class VFedMVServer(Coordinator):
+class VFedMVServer(ConsensusState, Coordinator):
     """The V-FedMV server: holds ``Y``, computes ``Z`` (Eq. 10) and ``Z^test`` (Eq. 12)."""
 
     def __init__(
@@ -288,25 +293,6 @@ class VFedMVServer(Coordinator):
         self.objective: list[float] = []
         self.converged = False
         self.test_iterations = 0
-
-    def state_dict(self) -> dict[str, np.ndarray]:
-        """The server's state after a round: ``Z``, the objective history, ``converged``."""
-        return {
-            "Z": self.Z,
-            "objective": np.asarray(self.objective, dtype=np.float64),
-            "converged": np.asarray(self.converged),
-        }
-
-    def load_state(self, state: Mapping[str, np.ndarray]) -> None:
-        """Continue from :meth:`state_dict`: :meth:`run` goes on with the next round."""
-        if state["Z"].shape != self.Z.shape:
-            raise DataError(
-                f"the saved Z has shape {state['Z'].shape}, this run needs {self.Z.shape}; "
-                "resume with the same data and config"
-            )
-        self.Z = np.array(state["Z"], dtype=np.float64)
-        self.objective = [float(f) for f in state["objective"]]
-        self.converged = bool(state["converged"])
 
     def run(self, on_round_end: Callable[[int], None] | None = None) -> np.ndarray:
         """Rounds ``len(objective) + 1 .. max_iter`` (all of them unless :meth:`load_state`).

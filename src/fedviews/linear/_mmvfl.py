@@ -48,7 +48,12 @@ from fedviews.federation import (
     federate,
     handles,
 )
-from fedviews.linear._common import orthonormal_nonnegative, per_party, small_blas
+from fedviews.linear._common import (
+    ConsensusState,
+    orthonormal_nonnegative,
+    per_party,
+    small_blas,
+)
 from fedviews.linear._l21 import L21Problem, row_norms
 
 __all__ = ["MMVFL", "MMVFL_POLICY", "MMVFLParty", "MMVFLServer", "mmvfl_centralized"]
@@ -143,7 +148,7 @@ class MMVFLParty(Party):
         return self.reply(msg, arrays={"Z_k": self.Z_k}, meta={"local_objective": local})
 
 
-class MMVFLServer(Coordinator):
+class MMVFLServer(ConsensusState, Coordinator):
     """The VFL server: averages the ``Z_k`` (Eq. 14) and tracks the global objective."""
 
     def __init__(
@@ -164,25 +169,6 @@ class MMVFLServer(Coordinator):
         self.max_iter, self.tol = max_iter, tol
         self.objective: list[float] = []
         self.converged = False
-
-    def state_dict(self) -> dict[str, np.ndarray]:
-        """The server's state after a round: ``Z``, the objective history, ``converged``."""
-        return {
-            "Z": self.Z,
-            "objective": np.asarray(self.objective, dtype=np.float64),
-            "converged": np.asarray(self.converged),
-        }
-
-    def load_state(self, state: Mapping[str, np.ndarray]) -> None:
-        """Continue from :meth:`state_dict`: :meth:`run` goes on with the next round."""
-        if state["Z"].shape != self.Z.shape:
-            raise DataError(
-                f"the saved Z has shape {state['Z'].shape}, this run needs {self.Z.shape}; "
-                "resume with the same data and config"
-            )
-        self.Z = np.array(state["Z"], dtype=np.float64)
-        self.objective = [float(f) for f in state["objective"]]
-        self.converged = bool(state["converged"])
 
     def run(self, on_round_end: Callable[[int], None] | None = None) -> np.ndarray:
         """Rounds ``len(objective) + 1 .. max_iter`` (all of them unless :meth:`load_state`).
