@@ -15,6 +15,7 @@ import pytest
 
 pytest.importorskip("grpc")
 pytest.importorskip("cryptography")
+pytest.importorskip("rbcl")  # the PSI
 
 from fedviews.data import align_views  # noqa: E402
 from fedviews.deploy import load_deploy_config, load_party_data, split_dataset  # noqa: E402

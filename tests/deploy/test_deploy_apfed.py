@@ -13,6 +13,8 @@ import numpy as np
 import pytest
 
 torch = pytest.importorskip("torch")
+pytest.importorskip("grpc")
+pytest.importorskip("rbcl")  # the PSI
 
 from fedviews.deep._export import load_active_model  # noqa: E402
 from fedviews.deep.apfed import APFed  # noqa: E402

@@ -18,6 +18,7 @@ import pytest
 
 pytest.importorskip("grpc")
 pytest.importorskip("cryptography")
+pytest.importorskip("rbcl")  # the PSI
 
 from fedviews.data import align_views  # noqa: E402
 from fedviews.deploy import PartyData, load_deploy_config, load_party_data, save_party_data  # noqa: E402

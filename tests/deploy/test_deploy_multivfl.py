@@ -13,6 +13,7 @@ import pytest
 
 pytest.importorskip("torch")
 pytest.importorskip("grpc")
+pytest.importorskip("rbcl")  # the PSI
 
 from fedviews.deep.multivfl import MultiVFL  # noqa: E402
 from fedviews.deploy import load_deploy_config, load_party_data  # noqa: E402

@@ -27,6 +27,7 @@ import numpy as np
 import pytest
 
 pytest.importorskip("flwr")
+pytest.importorskip("rbcl")  # the PSI
 
 from flwr.app import Context, Message, RecordDict  # noqa: E402
 from flwr.serverapp import Grid  # noqa: E402

@@ -90,7 +90,7 @@ def align(*id_lists: Any, method: str = "plain") -> list[np.ndarray]:
     if method not in _METHODS and method == "psi":
         from fedviews.errors import require
 
-        require("cryptography", "grpc")
+        require("rbcl", "grpc")
         import fedviews.privacy  # noqa: F401  (registers "psi")
     if method not in _METHODS:
         match = difflib.get_close_matches(method, list(_METHODS), n=1, cutoff=0.4)
