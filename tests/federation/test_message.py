@@ -62,3 +62,23 @@ def test_corrupt_bytes():
     tampered = wire.replace(b"<f8", b"|O8")
     with pytest.raises(ProtocolError):
         Message.decode(tampered)
+
+
+def test_peek_reads_the_header_without_the_arrays_and_rejects_corrupt_specs():
+    import json as _json
+    import struct as _struct
+
+    msg = Message("fwd", "a", "b", 3, arrays={"x": np.zeros((2, 5), np.float32)}, meta={"k": 1})
+    wire = msg.encode()
+    head = Message.peek(memoryview(wire))
+    assert head == msg.header()
+    assert (head.names, head.shapes, head.round) == (("x",), ((2, 5),), 3)
+    hlen = _struct.unpack("<I", wire[4:8])[0]
+    header = _json.loads(wire[8 : 8 + hlen])
+    header["arrays"][0]["shape"] = [2, 6]  # claims more data than the size says
+    forged = _json.dumps(header).encode()
+    bad = wire[:4] + _struct.pack("<I", len(forged)) + forged + wire[8 + hlen :]
+    with pytest.raises(ProtocolError, match="size does not match"):
+        Message.peek(bad)
+    with pytest.raises(ProtocolError, match="truncated"):
+        Message.peek(wire[:-1])

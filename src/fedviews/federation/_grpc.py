@@ -67,6 +67,7 @@ _HEADER = struct.Struct("<4sBQIII")
 _MAGIC = b"FVF1"
 HELLO, WELCOME, REQUEST, REPLY, ERROR, HEARTBEAT, BYE = range(1, 8)
 _MB = 1024 * 1024
+Buffer = bytes | bytearray | memoryview
 
 
 def _grpc() -> Any:
@@ -126,7 +127,7 @@ class _Link:
         self.peer = peer
         self.chunk_size = chunk_size
         self.out: queue.Queue[bytes | None] = queue.Queue()
-        self.partial: dict[tuple[int, int], list[bytes]] = {}
+        self.partial: dict[tuple[int, int], list[memoryview]] = {}
         self.last_seen = time.monotonic()
         self.closed = threading.Event()
         self.reason = ""
@@ -134,7 +135,7 @@ class _Link:
         self.bytes_in = 0
         self._lock = threading.Lock()
 
-    def send(self, ftype: int, msg_id: int = 0, data: bytes = b"") -> None:
+    def send(self, ftype: int, msg_id: int = 0, data: Buffer = b"") -> None:
         if self.closed.is_set():
             raise PartyUnavailable(self.peer, self.reason or "connection closed")
         crc = zlib.crc32(data)
@@ -147,8 +148,12 @@ class _Link:
                 self.bytes_out += len(frame)
                 self.out.put(frame)
 
-    def receive(self, frame: bytes) -> tuple[int, int, bytes] | None:
-        """Feed one frame; return ``(type, id, data)`` once a message is complete."""
+    def receive(self, frame: bytes) -> tuple[int, int, Buffer] | None:
+        """Feed one frame; return ``(type, id, data)`` once a message is complete.
+
+        ``data`` is a read-only view of the frame (one chunk) or a fresh ``bytearray``
+        (several chunks): no copy beyond the one reassembly needs.
+        """
         self.last_seen = time.monotonic()
         self.bytes_in += len(frame)
         if len(frame) < _HEADER.size:
@@ -156,7 +161,8 @@ class _Link:
         magic, ftype, msg_id, i, n, crc = _HEADER.unpack_from(frame)
         if magic != _MAGIC:
             raise ProtocolError(f"bad frame magic from {self.peer!r}")
-        chunk = frame[_HEADER.size :]
+        chunk = memoryview(frame)[_HEADER.size :]
+        data: Buffer
         if n == 1:
             data = chunk
         else:
@@ -168,7 +174,7 @@ class _Link:
             parts.append(chunk)
             if len(parts) < n:
                 return None
-            data = b"".join(self.partial.pop((ftype, msg_id)))
+            data = bytearray().join(self.partial.pop((ftype, msg_id)))
         if zlib.crc32(data) != crc:
             raise ProtocolError(f"checksum mismatch on message {msg_id} from {self.peer!r}")
         return ftype, msg_id, data
@@ -191,7 +197,7 @@ class _Link:
 class _Slot:
     event: threading.Event = field(default_factory=threading.Event)
     ftype: int = 0
-    data: bytes = b""
+    data: Buffer = b""
 
 
 class _Calls:
@@ -209,7 +215,7 @@ class _Calls:
             self._slots[self._next] = slot
             return self._next, slot
 
-    def resolve(self, msg_id: int, ftype: int, data: bytes) -> None:
+    def resolve(self, msg_id: int, ftype: int, data: Buffer) -> None:
         with self._lock:
             slot = self._slots.pop(msg_id, None)
         if slot is not None:
@@ -225,9 +231,9 @@ def _error_payload(exc: BaseException) -> bytes:
     return json.dumps({"type": type(exc).__name__, "message": str(exc)}).encode()
 
 
-def _raise_remote(peer: str, kind: str, data: bytes) -> None:
+def _raise_remote(peer: str, kind: str, data: Buffer) -> None:
     """Re-raise an error that a remote handler reported, as the in-process transport would."""
-    info = json.loads(data.decode())
+    info = json.loads(bytes(data))
     cls = getattr(errors, info.get("type", ""), None)
     if (
         isinstance(cls, type)
@@ -298,7 +304,7 @@ class _Endpoint(Transport):
                     except PartyUnavailable:
                         pass
 
-    def _await(self, link: _Link, msg_id: int, slot: _Slot, kind: str) -> tuple[int, bytes]:
+    def _await(self, link: _Link, msg_id: int, slot: _Slot, kind: str) -> tuple[int, Buffer]:
         deadline = time.monotonic() + self.options.request_timeout
         try:
             while not slot.event.wait(0.2):
@@ -327,7 +333,7 @@ class _Endpoint(Transport):
             self.roles[msg.receiver],
             msg.arrays.keys(),
         )
-        wire = msg.encode()
+        wire = msg.encode_buffer()
         self._check_and_log(msg, len(wire))
         msg_id, slot = self.calls.new()
         link.send(REQUEST, msg_id, wire)
@@ -354,11 +360,11 @@ class _Endpoint(Transport):
             raise ProtocolError(f"party {party.name!r} replied with a misaddressed message")
         return reply
 
-    def _serve_request(self, link: _Link, msg_id: int, data: bytes) -> None:
+    def _serve_request(self, link: _Link, msg_id: int, data: Buffer) -> None:
         """Answer a request that arrived over ``link`` (runs in a worker thread)."""
         try:
             reply, unlogged = self._answer(link, Message.decode(data), len(data))
-            rwire = reply.encode()
+            rwire = reply.encode_buffer()
             if unlogged:
                 self._check_and_log(reply, len(rwire))
             link.send(REPLY, msg_id, rwire)
@@ -414,7 +420,11 @@ class GrpcHub(_Endpoint):
         self.refusals: list[str] = []
         self.tls = tls
         self._joined = threading.Condition()
-        self._pool = ThreadPoolExecutor(max_workers=4, thread_name_prefix="fedviews-relay")
+        # a relay holds its worker until the reply comes back: room for every pair at once
+        n = len(self.expected)
+        self._pool = ThreadPoolExecutor(
+            max_workers=min(64, n * n + 4), thread_name_prefix="fedviews-relay"
+        )
         grpc = _grpc()
         self.server = grpc.server(
             ThreadPoolExecutor(max_workers=2 * len(self.expected) + 4),
@@ -444,9 +454,9 @@ class GrpcHub(_Endpoint):
         context.abort(_grpc().StatusCode.PERMISSION_DENIED, reason)
         raise AssertionError("unreachable")  # context.abort raises
 
-    def _identify(self, context: Any, hello: bytes) -> str:
+    def _identify(self, context: Any, hello: Buffer) -> str:
         try:
-            claimed = str(json.loads(hello.decode())["party"])
+            claimed = str(json.loads(bytes(hello))["party"])
         except (ValueError, KeyError, UnicodeDecodeError):
             self._refuse(context, "malformed hello")
         if self.tls is not None:
@@ -549,6 +559,51 @@ class GrpcHub(_Endpoint):
         rwire = reply.encode()
         self._check_and_log(reply, len(rwire))
         return Message.decode(rwire)
+
+    def _serve_request(self, link: _Link, msg_id: int, data: Buffer) -> None:
+        """Answer a party's request; relay it unchanged if it is for another party.
+
+        A relayed message is not decoded: its header names sender, receiver and
+        arrays, which is all the policy check and the log need, and its bytes go on
+        as they came (per-batch activations cross the hub without a copy).
+        """
+        try:
+            head = Message.peek(data)
+        except FedViewsError as exc:
+            link.send(ERROR, msg_id, _error_payload(exc))
+            return
+        if head.receiver in self.local:
+            super()._serve_request(link, msg_id, data)
+            return
+        try:
+            if head.sender != link.peer:
+                raise errors.PrivacyError(
+                    f"party {link.peer!r} tried to send a message as {head.sender!r}"
+                )
+            if head.receiver not in self.roles:
+                raise PartyUnavailable(head.receiver, "no such party in this federation")
+            target = self.links.get(head.receiver)
+            if target is None:
+                raise PartyUnavailable(head.receiver, "has not joined")
+            self._admit(head, len(data))
+            rid, slot = self.calls.new()
+            target.send(REQUEST, rid, data)
+            ftype, rdata = self._await(target, rid, slot, head.kind)
+            if ftype == ERROR:  # the receiver's error goes back as it came
+                link.send(ERROR, msg_id, rdata)
+                return
+            rhead = Message.peek(rdata)
+            if rhead.receiver != head.sender or rhead.sender != head.receiver:
+                raise ProtocolError(f"party {head.receiver!r} replied with a misaddressed message")
+            self._admit(rhead, len(rdata))
+            link.send(REPLY, msg_id, rdata)
+        except Exception as exc:  # reported to the requester, which raises it
+            if not isinstance(exc, FedViewsError):
+                log.exception("relay failed")
+            try:
+                link.send(ERROR, msg_id, _error_payload(exc))
+            except PartyUnavailable:
+                pass
 
     def _answer(self, link: _Link, msg: Message, nbytes: int) -> tuple[Message, bool]:
         if msg.sender != link.peer:
@@ -660,7 +715,7 @@ class GrpcPartyTransport(_Endpoint):
                 timer.cancel()
                 if got is None or got[0] != WELCOME:
                     raise ProtocolError("the coordinator did not answer the hello with a welcome")
-                self.roles.update(json.loads(got[2].decode())["roles"])
+                self.roles.update(json.loads(bytes(got[2]))["roles"])
                 self.link, self._channel, self._call = link, channel, call
                 return
             except grpc.RpcError as exc:

@@ -124,8 +124,35 @@ class Message:
             offset += c.nbytes
         return buf
 
+    def header(self) -> Header:
+        """What the privacy policy and the log look at (no array data)."""
+        return Header(
+            kind=self.kind,
+            sender=self.sender,
+            receiver=self.receiver,
+            round=int(self.round),
+            names=tuple(self.arrays),
+            shapes=tuple(tuple(int(d) for d in a.shape) for a in self.arrays.values()),
+        )
+
+    @staticmethod
+    def peek(data: bytes | bytearray | memoryview) -> Header:
+        """The header of an encoded message, without touching (or copying) its arrays.
+
+        Checks that the array sizes add up to the message length, as :meth:`decode` does.
+        """
+        head, specs, _ = _parse_header(memoryview(data))
+        return Header(
+            kind=head["kind"],
+            sender=head["sender"],
+            receiver=head["receiver"],
+            round=int(head["round"]),
+            names=tuple(str(a["name"]) for a in specs),
+            shapes=tuple(tuple(int(d) for d in a["shape"]) for a in specs),
+        )
+
     @classmethod
-    def decode(cls, data: bytes | bytearray) -> Message:
+    def decode(cls, data: bytes | bytearray | memoryview) -> Message:
         """Parse bytes produced by :meth:`encode`; raises ProtocolError on corrupt input.
 
         Arrays are copies when ``data`` is immutable, and views of ``data`` (no copy)
@@ -133,29 +160,14 @@ class Message:
         """
         view = memoryview(data)
         owned = not view.readonly
-        if len(view) < 8 or bytes(view[:4]) != _MAGIC:
-            raise ProtocolError("not a fedviews message (bad magic)")
-        (hlen,) = struct.unpack("<I", view[4:8])
-        try:
-            header = json.loads(bytes(view[8 : 8 + hlen]).decode("utf-8"))
-        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-            raise ProtocolError(f"corrupt message header: {exc}") from None
-        offset = 8 + hlen
+        header, specs, offset = _parse_header(view)
         arrays: dict[str, np.ndarray] = {}
-        for spec in header["arrays"]:
-            dtype = np.dtype(spec["dtype"])
-            if dtype.kind not in _ALLOWED_KINDS:
-                raise ProtocolError(f"array {spec['name']!r} has forbidden dtype {dtype}")
+        for spec in specs:
             size = int(spec["size"])
-            if offset + size > len(view):
-                raise ProtocolError("truncated message payload")
-            arr = np.frombuffer(view[offset : offset + size], dtype=dtype).reshape(
-                tuple(spec["shape"])
-            )
+            arr = np.frombuffer(view[offset : offset + size], dtype=np.dtype(spec["dtype"]))
+            arr = arr.reshape(tuple(spec["shape"]))
             arrays[spec["name"]] = arr if owned else arr.copy()
             offset += size
-        if offset != len(view):
-            raise ProtocolError("trailing bytes after message payload")
         return cls(
             kind=header["kind"],
             sender=header["sender"],
@@ -164,3 +176,51 @@ class Message:
             arrays=arrays,
             meta=header["meta"],
         )
+
+
+@dataclass(frozen=True)
+class Header:
+    """A message without its arrays: who, what kind, which round, array names and shapes."""
+
+    kind: str
+    sender: str
+    receiver: str
+    round: int
+    names: tuple[str, ...]
+    shapes: tuple[tuple[int, ...], ...]
+
+
+def _parse_header(view: memoryview) -> tuple[dict[str, Any], list[dict[str, Any]], int]:
+    """``(header, array specs, payload offset)``; raises ProtocolError on corrupt input."""
+    if len(view) < 8 or bytes(view[:4]) != _MAGIC:
+        raise ProtocolError("not a fedviews message (bad magic)")
+    (hlen,) = struct.unpack("<I", view[4:8])
+    try:
+        header = json.loads(bytes(view[8 : 8 + hlen]).decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ProtocolError(f"corrupt message header: {exc}") from None
+    missing = [
+        k for k in ("kind", "sender", "receiver", "round", "meta", "arrays") if k not in header
+    ]
+    if missing:
+        raise ProtocolError(f"corrupt message header: no {missing}")
+    specs = list(header["arrays"])
+    offset = 8 + hlen
+    total = offset
+    for spec in specs:
+        try:
+            dtype = np.dtype(spec["dtype"])
+            size = int(spec["size"])
+            expected = dtype.itemsize * int(np.prod(spec["shape"], dtype=np.int64))
+        except (KeyError, TypeError, ValueError) as exc:
+            raise ProtocolError(f"corrupt array spec {spec!r}: {exc}") from None
+        if dtype.kind not in _ALLOWED_KINDS:
+            raise ProtocolError(f"array {spec['name']!r} has forbidden dtype {dtype}")
+        if size != expected:
+            raise ProtocolError(f"array {spec['name']!r}: size does not match its shape")
+        total += size
+    if total > len(view):
+        raise ProtocolError("truncated message payload")
+    if total != len(view):
+        raise ProtocolError("trailing bytes after message payload")
+    return header, specs, offset

@@ -7,7 +7,7 @@ from abc import ABC, abstractmethod
 
 from fedviews.errors import FedViewsError, PartyUnavailable, ProtocolError
 from fedviews.federation._log import LogEntry, MessageLog
-from fedviews.federation._message import Message
+from fedviews.federation._message import Header, Message
 from fedviews.federation._party import Party
 from fedviews.federation._policy import PrivacyPolicy
 
@@ -34,23 +34,27 @@ class Transport(ABC):
         party.transport = self
 
     def _check_and_log(self, msg: Message, wire_bytes: int) -> None:
-        if msg.receiver not in self.roles:
-            raise PartyUnavailable(msg.receiver, "no such party in this federation")
+        self._admit(msg.header(), wire_bytes)
+
+    def _admit(self, head: Header, wire_bytes: int) -> None:
+        """Enforce the policy on a message (by its header) and record it in the log."""
+        if head.receiver not in self.roles:
+            raise PartyUnavailable(head.receiver, "no such party in this federation")
         self.policy.check(
-            msg.sender,
-            self.roles.get(msg.sender, "?"),
-            msg.receiver,
-            self.roles[msg.receiver],
-            msg.arrays.keys(),
+            head.sender,
+            self.roles.get(head.sender, "?"),
+            head.receiver,
+            self.roles[head.receiver],
+            head.names,
         )
         self.log.record(
             LogEntry(
-                sender=msg.sender,
-                receiver=msg.receiver,
-                round=msg.round,
-                kind=msg.kind,
-                arrays=tuple(msg.arrays),
-                shapes=tuple(tuple(int(s) for s in a.shape) for a in msg.arrays.values()),
+                sender=head.sender,
+                receiver=head.receiver,
+                round=head.round,
+                kind=head.kind,
+                arrays=head.names,
+                shapes=head.shapes,
                 nbytes=wire_bytes,
             )
         )
