@@ -97,3 +97,33 @@ def test_deploy_config_validation(tmp_path):
         load_deploy_config(base, ["params.max_iters=3"])
     with pytest.raises(ConfigError, match="cannot be deployed; did you mean 'mmvfl'"):
         load_deploy_config({**base, "algorithm": "mmvfll"})
+
+
+def test_parquet_party_files_round_trip_and_bad_tables(tmp_path):
+    pa = pytest.importorskip("pyarrow")
+    pq = pytest.importorskip("pyarrow.parquet")
+    res = runner.invoke(
+        app,
+        ["split-data", "handwritten", str(tmp_path), "--views", "fou,zer", "--n-per-class", "2"]
+        + ["--label-owner", "zer", "--format", "parquet"],
+    )
+    assert res.exit_code == 0, res.output
+    zer = load_party_data(tmp_path / "zer.parquet")
+    assert zer.X.shape == (20, 47) and zer.y is not None and zer.ids.dtype.kind == "U"
+    d = PartyData(np.array([7, 3]), np.arange(6.0).reshape(2, 3), np.array([1, 0]))
+    back = load_party_data(save_party_data(tmp_path / "p.parquet", d))
+    np.testing.assert_array_equal(back.ids, d.ids)
+    np.testing.assert_array_equal(back.X, d.X)
+    np.testing.assert_array_equal(back.y, d.y)
+    pq.write_table(pa.table({"id": [1, 2], "f0": [1.0, None]}), tmp_path / "nan.parquet")
+    with pytest.raises(DataError, match="missing values"):
+        load_party_data(tmp_path / "nan.parquet")
+    pq.write_table(pa.table({"id": [1, 2], "f0": ["a", "b"]}), tmp_path / "txt.parquet")
+    with pytest.raises(DataError, match="non-numeric"):
+        load_party_data(tmp_path / "txt.parquet")
+    pq.write_table(pa.table({"key": [1, 2]}), tmp_path / "noid.parquet")
+    with pytest.raises(DataError, match="`id` column"):
+        load_party_data(tmp_path / "noid.parquet")
+    (tmp_path / "junk.parquet").write_bytes(b"not parquet")
+    with pytest.raises(DataError, match="not a readable Parquet"):
+        load_party_data(tmp_path / "junk.parquet")

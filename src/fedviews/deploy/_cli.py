@@ -127,7 +127,7 @@ def register(app: typer.Typer) -> None:
         overrides: _Overrides = None,
         party: Annotated[str, typer.Option("--party", help="This party's name.")] = "",
         data: Annotated[
-            Path | None, typer.Option(help="This party's data file (.npz or .csv).")
+            Path | None, typer.Option(help="This party's data file (.npz, .csv or .parquet).")
         ] = None,
         coordinator: Annotated[str, typer.Option(help="HOST:PORT of the coordinator.")] = "",
         certs: _Certs = None,
@@ -273,7 +273,7 @@ def register(app: typer.Typer) -> None:
         ] = "",
         n_per_class: Annotated[int, typer.Option(help="Balanced subsample (0 = all).")] = 0,
         overlap: Annotated[float, typer.Option(help="Fraction of samples each party keeps.")] = 1.0,
-        fmt: Annotated[str, typer.Option("--format", help="npz or csv.")] = "npz",
+        fmt: Annotated[str, typer.Option("--format", help="npz, csv or parquet.")] = "npz",
         seed: int = 0,
         config: Annotated[
             Path | None,

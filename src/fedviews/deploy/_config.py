@@ -103,8 +103,8 @@ class SplitSpec:
     def validate(self) -> None:
         if not 0 < self.overlap <= 1:
             raise ConfigError("data.overlap must be in (0, 1]")
-        if self.format not in ("npz", "csv"):
-            raise ConfigError("data.format must be 'npz' or 'csv'")
+        if self.format not in ("npz", "csv", "parquet"):
+            raise ConfigError("data.format must be 'npz', 'csv' or 'parquet'")
 
 
 @dataclass(frozen=True)

@@ -13,8 +13,9 @@ samples) stores them side by side along the last axis of ``X`` and lists their
 widths in the optional integer array ``view_dims`` (e.g. ``[240, 76, 216]`` for
 ``X`` of shape ``(n, 532)``, or ``[3, 3]`` for sequences ``(n, T, 6)``); without it
 ``X`` is one view.
-``.csv``: a header row; column ``id`` holds the sample IDs, an optional column
-``label`` the labels, every other column is a numeric feature (2-D only, no test split).
+``.csv`` (a header row) or ``.parquet`` (needs ``pip install 'fedviews[parquet]'``):
+column ``id`` holds the sample IDs, an optional column ``label`` the labels, every
+other column is a numeric feature (2-D only, no test split).
 """
 
 from __future__ import annotations
@@ -27,9 +28,13 @@ from typing import Any
 import numpy as np
 
 from fedviews.data._validation import check_ids
-from fedviews.errors import DataError
+from fedviews.errors import DataError, require
 
 __all__ = ["PartyData", "load_party_data", "save_party_data", "split_dataset"]
+
+#: the data file types a party can hold (``.parquet`` needs the ``parquet`` extra)
+SUFFIXES = ("npz", "csv", "parquet")
+_TYPES = ", ".join("." + s for s in SUFFIXES)
 
 _KEEP = (np.dtype(np.uint8), np.dtype(np.float32), np.dtype(np.float64))
 
@@ -188,7 +193,39 @@ def load_party_data(path: str | Path) -> PartyData:
         except ValueError as exc:
             raise DataError(f"{p}: non-numeric value ({exc})") from None
         return PartyData(ids, X.reshape(len(body), len(feats)), y)
-    raise DataError(f"{p}: unsupported data file type {p.suffix!r}; use .npz or .csv")
+    if p.suffix == ".parquet":
+        return _load_parquet(p)
+    raise DataError(f"{p}: unsupported data file type {p.suffix!r}; use {_TYPES}")
+
+
+def _load_parquet(p: Path) -> PartyData:
+    """Columns ``id``, optional ``label``, every other column a numeric feature."""
+    pq: Any = require("pyarrow.parquet", "parquet")
+    try:
+        table = pq.read_table(p)
+    except Exception as exc:  # pyarrow raises its own types for unreadable files
+        raise DataError(f"{p}: not a readable Parquet file ({exc})") from None
+    names = list(table.column_names)
+    if "id" not in names:
+        raise DataError(f"{p}: the table needs an `id` column (has {names[:8]})")
+    for name in names:
+        if table.column(name).null_count:
+            raise DataError(f"{p}: column {name!r} has missing values")
+    ids = np.asarray(table.column("id").to_numpy(zero_copy_only=False))
+    if ids.dtype == object:
+        ids = ids.astype(str)
+    y = (
+        np.asarray(table.column("label").to_numpy(zero_copy_only=False))
+        if "label" in names
+        else None
+    )
+    feats = [n for n in names if n not in ("id", "label")]
+    cols = [np.asarray(table.column(n).to_numpy(zero_copy_only=False)) for n in feats]
+    bad = [n for n, c in zip(feats, cols, strict=True) if not np.issubdtype(c.dtype, np.number)]
+    if bad:
+        raise DataError(f"{p}: non-numeric feature columns {bad[:5]}")
+    X = np.column_stack(cols).astype(np.float64) if cols else np.empty((len(ids), 0))
+    return PartyData(ids, X, y)
 
 
 def save_party_data(path: str | Path, data: PartyData) -> Path:
@@ -198,10 +235,7 @@ def save_party_data(path: str | Path, data: PartyData) -> Path:
         arrays: dict[str, Any] = data.arrays()
         np.savez(p, **arrays)
     elif p.suffix == ".csv":
-        if data.features.ndim != 2 or data.ids_test is not None or data.view_dims is not None:
-            raise DataError(
-                f"{p}: CSV holds one 2-D view without a test split (no view_dims); use .npz"
-            )
+        _check_tabular(p, data)
         with p.open("w", newline="") as fh:
             w = csv.writer(fh)
             w.writerow(
@@ -214,9 +248,25 @@ def save_party_data(path: str | Path, data: PartyData) -> Path:
             for i in range(len(data.ids)):
                 lab = [int(data.y[i])] if data.y is not None else []
                 w.writerow([data.ids[i], *lab, *[repr(float(v)) for v in data.features[i]]])
+    elif p.suffix == ".parquet":
+        _check_tabular(p, data)
+        pa: Any = require("pyarrow", "parquet")
+        pq: Any = require("pyarrow.parquet", "parquet")
+        cols: dict[str, Any] = {"id": data.ids}
+        if data.y is not None:
+            cols["label"] = data.y
+        cols.update({f"f{j}": data.features[:, j] for j in range(data.features.shape[1])})
+        pq.write_table(pa.table(cols), p)
     else:
-        raise DataError(f"{p}: unsupported data file type {p.suffix!r}; use .npz or .csv")
+        raise DataError(f"{p}: unsupported data file type {p.suffix!r}; use {_TYPES}")
     return p
+
+
+def _check_tabular(p: Path, data: PartyData) -> None:
+    if data.features.ndim != 2 or data.ids_test is not None or data.view_dims is not None:
+        raise DataError(
+            f"{p}: a table holds one 2-D view without a test split (no view_dims); use .npz"
+        )
 
 
 def split_dataset(

@@ -108,7 +108,7 @@ from flwr.serverapp import Grid, ServerApp  # noqa: E402
 from fedviews.deploy._apps import get_app  # noqa: E402
 from fedviews.deploy._checkpoint import fingerprint  # noqa: E402
 from fedviews.deploy._config import DeployConfig, load_deploy_config  # noqa: E402
-from fedviews.deploy._data import load_party_data  # noqa: E402
+from fedviews.deploy._data import SUFFIXES, load_party_data  # noqa: E402
 from fedviews.deploy._session import (  # noqa: E402
     DeployCoordinator,
     DeployParty,
@@ -668,7 +668,7 @@ def _settings(context: Context) -> _NodeSettings:
             raise ConfigError(
                 f"no data file for party {party!r}: add data='PATH' to its --node-config"
             )
-        found = [Path(data_dir) / f"{party}.{ext}" for ext in ("npz", "csv")]
+        found = [Path(data_dir) / f"{party}.{ext}" for ext in SUFFIXES]
         data = str(next((f for f in found if f.is_file()), found[0]))
     out = str(nc.get("out", "") or "")
     resume = str(nc.get("resume", "") or "")
@@ -1050,10 +1050,10 @@ def launch_flower(
     data_dir = Path(data_dir).absolute()
     files = {}
     for p in cfg.federation.parties:
-        found = [data_dir / f"{p}.{ext}" for ext in ("npz", "csv")]
+        found = [data_dir / f"{p}.{ext}" for ext in SUFFIXES]
         files[p] = next((f for f in found if f.is_file()), None)
         if files[p] is None:
-            raise ConfigError(f"no data file {data_dir / p}.npz or .csv for party {p!r}")
+            raise ConfigError(f"no data file {data_dir / p}.npz, .csv or .parquet for party {p!r}")
     app_dir = write_flower_app(
         run_dir / "flower-app", deploy_config=config, out_dir=run_dir, data_dir=data_dir
     )

@@ -15,6 +15,7 @@ from pathlib import Path
 
 from fedviews.deploy._apps import get_app
 from fedviews.deploy._config import DeployConfig
+from fedviews.deploy._data import SUFFIXES
 from fedviews.errors import PartyUnavailable, ProtocolError
 from fedviews.federation._certs import init_ca, issue_certificate
 
@@ -91,11 +92,11 @@ def launch(
         get_app(cfg.algorithm).write_data(cfg, data_dir)
     files = {}
     for p in fed.parties:
-        found = [
-            data_dir / f"{p}.{ext}" for ext in ("npz", "csv") if (data_dir / f"{p}.{ext}").is_file()
-        ]
+        found = [data_dir / f"{p}.{ext}" for ext in SUFFIXES if (data_dir / f"{p}.{ext}").is_file()]
         if not found:
-            raise ProtocolError(f"no data file {data_dir / p}.npz or .csv for party {p!r}")
+            raise ProtocolError(
+                f"no data file {data_dir / p}.npz, .csv or .parquet for party {p!r}"
+            )
         files[p] = found[0]
     security: list[str]
     if insecure:
