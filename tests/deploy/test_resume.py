@@ -139,23 +139,19 @@ def _party_pid(launcher: int, party: str) -> int:
     raise AssertionError(f"no process of party {party!r}")
 
 
-def _launch(*args: str) -> subprocess.Popen:
-    return subprocess.Popen(
-        [sys.executable, "-m", "fedviews", "launch", *args, "--insecure"],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        env={**os.environ, "PYTHONUNBUFFERED": "1"},
-    )
-
-
 @pytest.mark.skipif(not Path("/proc/self/task").is_dir(), reason="needs Linux /proc")
 def test_killed_party_then_resume_equals_uninterrupted(tmp_path):
     pytest.importorskip("grpc")
     config = tmp_path / "deploy.toml"
     config.write_text(CONFIG)
     run = tmp_path / "run"
-    proc = _launch(str(config), "--out", str(run))
+    proc = subprocess.Popen(  # a deployment config given to `fedviews run` is launched (TLS)
+        [sys.executable, "-m", "fedviews", "run", str(config), "--out", str(run)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+    )
     lines = []
     try:
         assert proc.stdout is not None
