@@ -104,3 +104,24 @@ class ConsensusState:
         self.Z = np.array(state["Z"], dtype=np.float64)
         self.objective = [float(f) for f in state["objective"]]
         self.converged = bool(state["converged"])
+
+
+def restored_w_z(
+    party: str,
+    x_shape: tuple[int, ...],
+    z_shape: tuple[int, ...],
+    state: Mapping[str, np.ndarray],
+) -> tuple[np.ndarray | None, np.ndarray]:
+    """A linear party's checkpointed ``(W, Z_k)``, checked against its data ``(n, d)``."""
+    (n, d), c = x_shape, z_shape[1]
+    W = state.get("W")
+    if state["Z_k"].shape != (n, c) or (W is not None and W.shape != (d, c)):
+        raise DataError(
+            f"party {party!r}: the saved state does not fit this party's data "
+            f"(Z_k {state['Z_k'].shape} vs {(n, c)}, W {None if W is None else W.shape} "
+            f"vs {(d, c)}); resume with the same data and config"
+        )
+    return (
+        None if W is None else np.array(W, dtype=np.float64),
+        np.array(state["Z_k"], dtype=np.float64),
+    )

@@ -76,6 +76,7 @@ from fedviews.linear._common import (
     ConsensusState,
     orthonormal_nonnegative,
     per_party,
+    restored_w_z,
     small_blas,
 )
 from fedviews.linear._l21 import L21Problem, row_norms
@@ -228,16 +229,7 @@ class VFedMVParty(Party):
 
     def load_state(self, state: Mapping[str, np.ndarray]) -> None:
         """Continue from :meth:`state_dict`; the next round then equals the uninterrupted one."""
-        (n, d), c = self.problem.X.shape, self.Z_k.shape[1]
-        W = state.get("W")
-        if state["Z_k"].shape != (n, c) or (W is not None and W.shape != (d, c)):
-            raise DataError(
-                f"party {self.name!r}: the saved state does not fit this party's data "
-                f"(Z_k {state['Z_k'].shape} vs {(n, c)}, W {None if W is None else W.shape} "
-                f"vs {(d, c)}); resume with the same data and config"
-            )
-        self.W = None if W is None else np.array(W, dtype=np.float64)
-        self.Z_k = np.array(state["Z_k"], dtype=np.float64)
+        self.W, self.Z_k = restored_w_z(self.name, self.problem.X.shape, self.Z_k.shape, state)
         self.P_test = self.Z_k_test = None
 
     @handles("update")
