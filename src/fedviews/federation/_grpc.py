@@ -231,6 +231,16 @@ def _error_payload(exc: BaseException) -> bytes:
     return json.dumps({"type": type(exc).__name__, "message": str(exc)}).encode()
 
 
+def _report(link: _Link, msg_id: int, exc: BaseException, what: str) -> None:
+    """Send ``exc`` back as the ERROR reply to request ``msg_id`` (if the link still lives)."""
+    if not isinstance(exc, FedViewsError):
+        log.exception("%s failed", what)
+    try:
+        link.send(ERROR, msg_id, _error_payload(exc))
+    except PartyUnavailable:
+        pass
+
+
 def _raise_remote(peer: str, kind: str, data: Buffer) -> None:
     """Re-raise an error that a remote handler reported, as the in-process transport would."""
     info = json.loads(bytes(data))
@@ -363,21 +373,15 @@ class _Endpoint(Transport):
     def _serve_request(self, link: _Link, msg_id: int, data: Buffer) -> None:
         """Answer a request that arrived over ``link`` (runs in a worker thread)."""
         try:
-            reply, unlogged = self._answer(link, Message.decode(data), len(data))
+            reply = self._answer(link, Message.decode(data), len(data))
             rwire = reply.encode_buffer()
-            if unlogged:
-                self._check_and_log(reply, len(rwire))
+            self._check_and_log(reply, len(rwire))
             link.send(REPLY, msg_id, rwire)
         except Exception as exc:  # reported to the requester, which raises it
-            if not isinstance(exc, FedViewsError):
-                log.exception("handler failed")
-            try:
-                link.send(ERROR, msg_id, _error_payload(exc))
-            except PartyUnavailable:
-                pass
+            _report(link, msg_id, exc, "handler")
 
-    def _answer(self, link: _Link, msg: Message, nbytes: int) -> tuple[Message, bool]:
-        """Produce the reply to ``msg``; the flag says whether it still has to be logged."""
+    def _answer(self, link: _Link, msg: Message, nbytes: int) -> Message:
+        """Check and log ``msg`` and produce its reply (by a party hosted here)."""
         raise NotImplementedError
 
 
@@ -598,25 +602,16 @@ class GrpcHub(_Endpoint):
             self._admit(rhead, len(rdata))
             link.send(REPLY, msg_id, rdata)
         except Exception as exc:  # reported to the requester, which raises it
-            if not isinstance(exc, FedViewsError):
-                log.exception("relay failed")
-            try:
-                link.send(ERROR, msg_id, _error_payload(exc))
-            except PartyUnavailable:
-                pass
+            _report(link, msg_id, exc, "relay")
 
-    def _answer(self, link: _Link, msg: Message, nbytes: int) -> tuple[Message, bool]:
+    def _answer(self, link: _Link, msg: Message, nbytes: int) -> Message:
         if msg.sender != link.peer:
             raise errors.PrivacyError(
                 f"party {link.peer!r} tried to send a message as {msg.sender!r}"
             )
-        if msg.receiver in self.local:
-            self._check_and_log(msg, nbytes)
-            return self._handle_local(msg), True
-        target = self.links.get(msg.receiver)
-        if target is None:
-            raise PartyUnavailable(msg.receiver, "has not joined")
-        return self._remote_request(target, msg), False  # relayed: both legs logged there
+        # only messages for the coordinator get here (others are relayed undecoded)
+        self._check_and_log(msg, nbytes)
+        return self._handle_local(msg)
 
     @property
     def wire_bytes(self) -> int:
@@ -775,11 +770,11 @@ class GrpcPartyTransport(_Endpoint):
                 link.close(f"no message or heartbeat for {self.options.timeout:g} s")
                 self._call.cancel()
 
-    def _answer(self, link: _Link, msg: Message, nbytes: int) -> tuple[Message, bool]:
+    def _answer(self, link: _Link, msg: Message, nbytes: int) -> Message:
         if msg.receiver not in self.local:
             raise ProtocolError(f"received a message for {msg.receiver!r}")
         self._check_and_log(msg, nbytes)
-        return self._handle_local(msg), True
+        return self._handle_local(msg)
 
     def request(self, msg: Message) -> Message:
         if msg.receiver not in self.roles:
