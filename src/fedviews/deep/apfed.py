@@ -434,10 +434,15 @@ class ActiveClient(Coordinator):
         received = []
         if self.passives:
             h_np = to_numpy(h)
-            for p, lam in zip(self.passives, self.lams, strict=True):
-                meta = {"epoch": epoch, "batch": b, "lam": lam}
-                reply = self.send(p, "apfed.forward", arrays={"h_A": h_np}, meta=meta, round=step)
-                received.append(reply.arrays["grad_h_A"])
+            # every passive party at once (over gRPC they compute in parallel)
+            replies = self.scatter(
+                "apfed.forward",
+                {p: {"h_A": h_np} for p in self.passives},
+                meta={"epoch": epoch, "batch": b},
+                meta_for={p: {"lam": lam} for p, lam in zip(self.passives, self.lams, strict=True)},
+                round=step,
+            )
+            received = [replies[p].arrays["grad_h_A"] for p in self.passives]
         self.opt.zero_grad()
         loss.backward()
         assert h_cut.grad is not None

@@ -155,10 +155,13 @@ class Party:
         arrays: Mapping[str, Mapping[str, np.ndarray]],
         meta: Mapping[str, MetaValue] | None = None,
         round: int | None = None,
+        meta_for: Mapping[str, Mapping[str, MetaValue]] | None = None,
     ) -> dict[str, Message]:
         """Send ``arrays[receiver]`` to every receiver (one message each); replies by name.
 
-        Like :meth:`broadcast`, the transport may deliver them concurrently.
+        ``meta`` goes to everyone, ``meta_for[receiver]`` (if given) is added for that
+        receiver only. Like :meth:`broadcast`, the transport may deliver them
+        concurrently; the messages are built and listed in the order of ``arrays``.
         """
         if self.transport is None:
             raise ProtocolError(f"party {self.name!r} is not attached to a transport")
@@ -169,7 +172,7 @@ class Party:
                 receiver=r,
                 round=self.round if round is None else round,
                 arrays=dict(a),
-                meta=dict(meta or {}),
+                meta={**(meta or {}), **((meta_for or {}).get(r) or {})},
             )
             for r, a in arrays.items()
         ]
