@@ -3,9 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -191,20 +188,12 @@ def test_config_and_data_errors(files):
         app.make_setup(cfg, infos)
 
 
-def test_launch_equals_in_process(tmp_path):
+def test_launch_equals_in_process(tmp_path, launch):
     """Coordinator (driver) + 3 party processes over gRPC with mutual TLS and PSI == APFed.fit."""
     config = tmp_path / "deploy.toml"
     config.write_text(CONFIG.format(variant="C", n_per_class=16))
     run = tmp_path / "run"
-    proc = subprocess.run(
-        [sys.executable, "-m", "fedviews", "launch", str(config), "--out", str(run)],
-        capture_output=True,
-        text=True,
-        timeout=240,
-        env={**os.environ, "PYTHONUNBUFFERED": "1"},
-    )
-    out = proc.stdout + proc.stderr
-    assert proc.returncode == 0, out
+    out = launch(config, run)
     assert "[coordinator] epoch 2: loss" in out and "test accuracy" in out
     cfg = load_deploy_config(config)
     datas = {p: load_party_data(run / "data" / f"{p}.npz") for p in PARTIES}

@@ -3,9 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -84,19 +81,11 @@ def _in_process(run: Path, cfg) -> MultiVFL:
     ).fit(strips, y, ids=ids, label_owner_ids=owner_ids, eval_set=(t_strips, y_test))
 
 
-def test_launch_equals_in_process_and_only_activations_cross(tmp_path):
+def test_launch_equals_in_process_and_only_activations_cross(tmp_path, launch):
     config = tmp_path / "deploy.toml"
     config.write_text(CONFIG)
     run = tmp_path / "run"
-    proc = subprocess.run(
-        [sys.executable, "-m", "fedviews", "launch", str(config), "--out", str(run)],
-        capture_output=True,
-        text=True,
-        timeout=240,
-        env={**os.environ, "PYTHONUNBUFFERED": "1"},
-    )
-    out = proc.stdout + proc.stderr
-    assert proc.returncode == 0, out
+    out = launch(config, run)
     assert "[coordinator] round 2: train loss" in out and "PSI bank" in out
     cfg = load_deploy_config(config)
     ref = _in_process(run, cfg)

@@ -71,6 +71,14 @@ def run_identity(cfg: DeployConfig) -> dict[str, Any]:
     }
 
 
+def setup_info(app: DeployApp, cfg: DeployConfig, party: str, local: Local) -> dict[str, Any]:
+    """What a party reports at setup: its aligned sample count per group, then its app's info."""
+    return {
+        **{f"n/{g}": len(r) for g, r in local.rows.items()},
+        **app.party_info(cfg, party, local),
+    }
+
+
 def _write_json(path: Path, obj: Any) -> None:
     path.write_text(json.dumps(obj, indent=2, default=str))
 
@@ -143,8 +151,7 @@ class DeployParty(PSIParty):
         self.fingerprint = fingerprint(
             run=run_identity(self.cfg), party=self.name, X=digest.hexdigest()
         )
-        meta: dict[str, Any] = {f"n/{g}": len(r) for g, r in rows.items()}
-        meta.update(self.app.party_info(self.cfg, self.name, self.local))
+        meta = setup_info(self.app, self.cfg, self.name, self.local)
         if self.resume is not None:  # the rounds this party could resume from
             have = Checkpoints(self.resume / "checkpoints", self.fingerprint).rounds()
             meta["checkpoints"] = ",".join(map(str, have))
@@ -481,9 +488,7 @@ def in_process(
     for p in cfg.federation.parties:
         app.check_data(cfg, p, files[p])
         locals_[p] = Local(files[p], rows[p], {g: by_name[g] for g in rows[p]})
-    infos = {p: app.party_info(cfg, p, loc) for p, loc in locals_.items()}
-    for p, mine in rows.items():
-        infos[p] = {**infos[p], **{f"n/{g}": len(v) for g, v in mine.items()}}
+    infos = {p: setup_info(app, cfg, p, loc) for p, loc in locals_.items()}
     setup = app.make_setup(cfg, infos)
     parties = {p: app.build_party(cfg, p, loc, setup) for p, loc in locals_.items()}
     coord = app.build_coordinator(cfg, setup)
