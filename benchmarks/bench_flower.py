@@ -46,12 +46,11 @@ from typing import Any
 
 import numpy as np
 
-from fedviews.deploy import get_app, load_deploy_config, load_party_data
+from fedviews.deploy import load_deploy_config, load_party_data, write_demo_data
 from fedviews.deploy._flower import launch_flower
 from fedviews.deploy._session import DeployCoordinator, DeployParty, session_policy
 from fedviews.federation import Coordinator, InProcessTransport, Party, PrivacyPolicy, handles
 from fedviews.federation._grpc import GrpcHub, GrpcOptions, GrpcPartyTransport
-from fedviews.linear._common import small_blas
 
 CONFIG = """algorithm = "mmvfl"
 name = "bench_flower"
@@ -64,6 +63,7 @@ connect_timeout = 120.0
 [data]
 dataset = "handwritten"
 [params]
+standardize = true
 max_iter = {rounds}
 tol = 0.0
 """
@@ -76,7 +76,7 @@ def run_grpc(config: Path, data: Path, out: Path) -> dict[str, Any]:
 
     cfg = load_deploy_config(config)
     hub = GrpcHub(
-        session_policy(get_app(cfg.algorithm), cfg),
+        session_policy(cfg),
         cfg.roles(),
         options=options_of(cfg),
         keep_entries=False,
@@ -96,7 +96,7 @@ def run_grpc(config: Path, data: Path, out: Path) -> dict[str, Any]:
     ]
     try:
         hub.wait_for_parties(120)
-        with small_blas():
+        with coord.app.compute_limits():
             res = coord.run()
     finally:
         hub.close()
@@ -107,14 +107,14 @@ def run_grpc(config: Path, data: Path, out: Path) -> dict[str, Any]:
 
 def run_in_process(config: Path, data: Path, out: Path) -> dict[str, Any]:
     cfg = load_deploy_config(config)
-    transport = InProcessTransport(session_policy(get_app(cfg.algorithm), cfg), keep_entries=False)
+    transport = InProcessTransport(session_policy(cfg), keep_entries=False)
     coord = DeployCoordinator(cfg, lambda line: None, out / "coordinator")
     transport.register(coord)
     for p in cfg.federation.parties:
         transport.register(
             DeployParty(cfg, p, load_party_data(data / f"{p}.npz"), out / p, lambda line: None)
         )
-    with small_blas():
+    with coord.app.compute_limits():
         res = coord.run()
     return {**res, "seconds_per_round": res["train_seconds"] / res["n_iter"]}
 
@@ -187,7 +187,7 @@ def main() -> None:
         config.write_text(CONFIG.format(rounds=args.rounds))
         cfg = load_deploy_config(config)
         data = tmp / "data"
-        get_app(cfg.algorithm).write_data(cfg, data)
+        write_demo_data(cfg, data)
         n = load_party_data(data / "pix.npz").ids.size
         rows.append(("in-process", args.rounds, run_in_process(config, data, tmp / "inproc")))
         rows.append(("gRPC", args.rounds, run_grpc(config, data, tmp / "grpc")))

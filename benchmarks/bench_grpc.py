@@ -8,7 +8,7 @@ MNIST (4 data owners, 2 label owners, 2000 training images, one local epoch per
 round, so a round is one epoch). Set ``--set key=value`` to change the config.
 
 In-process: the deploy app's objects of every party in this process
-(:func:`fedviews.deploy._session.in_process`, every message still encoded and
+(:func:`fedviews.federation.build_in_process`, every message still encoded and
 decoded) — the same objects the processes build. gRPC: this process is the
 coordinator hub; each party is its own ``fedviews party`` process holding only
 its data file. Time = the coordinator's training loop only. Bytes: the raw array
@@ -30,12 +30,11 @@ import time
 from pathlib import Path
 from typing import Any
 
-from fedviews.deploy import get_app, load_deploy_config, load_party_data, make_certs
-from fedviews.deploy._session import DeployCoordinator, in_process, options_of, session_policy
-from fedviews.federation import InProcessTransport, Message
+from fedviews.deploy import load_deploy_config, load_party_data, make_certs, write_demo_data
+from fedviews.deploy._session import DeployCoordinator, options_of, session_policy
+from fedviews.federation import InProcessTransport, Message, build_in_process, get_algorithm_spec
 from fedviews.federation._certs import TLSFiles
 from fedviews.federation._grpc import GrpcHub
-from fedviews.linear._common import small_blas
 
 CONFIGS = {
     "mmvfl": """algorithm = "mmvfl"
@@ -47,6 +46,7 @@ alignment = "none"
 [data]
 dataset = "handwritten"
 [params]
+standardize = true
 max_iter = {rounds}
 tol = 0.0
 """,
@@ -93,11 +93,12 @@ class _Counting(InProcessTransport):
 
 def run_in_process(cfg: Any, data: Path) -> dict[str, Any]:
     files = {p: load_party_data(data / f"{p}.npz") for p in cfg.federation.parties}
-    app, coord, parties, plain = in_process(cfg, files, keep_entries=False)
-    counting = _Counting(plain.policy, keep_entries=False)
-    for obj in (coord, *parties.values()):
+    run = build_in_process(cfg, files, keep_entries=False)
+    app, coord = run.algorithm, run.coordinator
+    counting = _Counting(run.transport.policy, keep_entries=False)
+    for obj in (coord, *run.parties.values()):
         counting.register(obj)
-    with small_blas():
+    with app.compute_limits():
         t0 = time.perf_counter()
         app.run_coordinator(coord, lambda r: None)
         seconds = time.perf_counter() - t0
@@ -110,10 +111,10 @@ def run_in_process(cfg: Any, data: Path) -> dict[str, Any]:
 
 
 def run_grpc(cfg: Any, config: Path, data: Path, certs: Path | None) -> dict[str, Any]:
-    app = get_app(cfg.algorithm)
+    app = get_algorithm_spec(cfg.algorithm)
     tls = None if certs is None else TLSFiles.from_dir(certs, "coordinator")
     hub = GrpcHub(
-        session_policy(app, cfg),
+        session_policy(cfg),
         cfg.roles(),
         listen="127.0.0.1:0",
         tls=tls,
@@ -147,7 +148,7 @@ def run_grpc(cfg: Any, config: Path, data: Path, certs: Path | None) -> dict[str
     app.run_coordinator = timed  # type: ignore[method-assign]
     try:
         hub.wait_for_parties(120)
-        with small_blas():
+        with app.compute_limits():
             coord.run()
     finally:
         app.run_coordinator = original  # type: ignore[method-assign]
@@ -177,7 +178,7 @@ def main() -> None:
         config.write_text(CONFIGS[args.algorithm].format(rounds=rounds))
         cfg = load_deploy_config(config, args.set)
         data = tmp / "data"
-        files = get_app(cfg.algorithm).write_data(cfg, data)
+        files = write_demo_data(cfg, data)
         certs = None if args.insecure else make_certs(tmp / "certs", cfg)
         n = load_party_data(next(iter(files.values()))).ids.size
         a = run_in_process(cfg, data)

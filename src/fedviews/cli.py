@@ -217,14 +217,43 @@ def datasets_fetch(name: str) -> None:
     )
 
 
+apfed_app = typer.Typer(help="APFed: use an exported active-client model.", no_args_is_help=True)
+app.add_typer(apfed_app, name="apfed")
+
+
+@apfed_app.command("predict")
+@friendly
+def apfed_predict(
+    model: Annotated[Path, typer.Argument(help="Folder written by APFed.export(...).")],
+    data: Annotated[Path, typer.Argument(help=".npy of images (n,H,W) or active strips.")],
+    out: Annotated[
+        Path | None, typer.Option(help="Write predictions to this .npy / .csv file.")
+    ] = None,
+) -> None:
+    """Predict labels for new data with the exported active model (no passive client)."""
+    import numpy as np
+
+    from fedviews.deep import predict_exported
+
+    pred = predict_exported(model, data)
+    if out is None:
+        console.print("\n".join(str(p) for p in pred.tolist()))
+    elif out.suffix == ".csv":
+        np.savetxt(out, pred, fmt="%s", delimiter=",")
+        console.print(f"{len(pred)} predictions -> {out}")
+    else:
+        np.save(out, pred)
+        console.print(f"{len(pred)} predictions -> {out}")
+
+
 _OPTIONAL = ("torch", "grpc", "cryptography")
 
 
 def _register_plugins() -> None:
-    """Command groups that live next to their subsystems (deployment, APFed export ...)."""
+    """Command groups that live next to their subsystems (the deployment commands)."""
     import importlib
 
-    for module in ("fedviews.deploy._cli", "fedviews.deep._cli"):
+    for module in ("fedviews.deploy._cli",):
         try:
             mod = importlib.import_module(module)
         except ModuleNotFoundError as exc:

@@ -9,19 +9,32 @@ so a caller (or the CLI) can catch one type and print a one-line message::
     ├── ProtocolError      a party broke the message protocol
     │   └── PartyUnavailable   a party died or stopped answering
     ├── PrivacyError       an array tried to cross the privacy barrier illegally
-    └── MissingDependency  an optional extra is not installed
+    ├── MissingDependency  an optional extra is not installed
+    └── NotFittedError     an estimator was used before ``fit`` (also scikit-learn's
+                           ``NotFittedError``, hence a ValueError and an AttributeError)
+
+:class:`NotFittedError` is built on first use, so importing this module does not
+import scikit-learn (about a second); :func:`check_fitted` raises it.
 """
 
 from __future__ import annotations
+
+import threading
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from sklearn.exceptions import NotFittedError as _SklearnNotFittedError
 
 __all__ = [
     "ConfigError",
     "DataError",
     "FedViewsError",
     "MissingDependency",
+    "NotFittedError",
     "PartyUnavailable",
     "PrivacyError",
     "ProtocolError",
+    "check_fitted",
 ]
 
 
@@ -67,6 +80,63 @@ class MissingDependency(FedViewsError, ImportError):
         super().__init__(
             f"{package!r} is required for this feature; install it with: "
             f"pip install 'fedviews[{extra}]'"
+        )
+
+
+if TYPE_CHECKING:
+
+    class NotFittedError(FedViewsError, _SklearnNotFittedError):
+        """An estimator was used before ``fit`` (built by :func:`_not_fitted_error`)."""
+
+
+_NOT_FITTED: list[type[FedViewsError]] = []
+_NOT_FITTED_LOCK = threading.Lock()
+
+
+def _not_fitted_error() -> type[FedViewsError]:
+    """The class :class:`NotFittedError`, created once (this imports scikit-learn)."""
+    with _NOT_FITTED_LOCK:
+        if not _NOT_FITTED:
+            from sklearn.exceptions import NotFittedError as SklearnNotFittedError
+
+            class NotFittedError(FedViewsError, SklearnNotFittedError):
+                """An estimator was used before ``fit``.
+
+                Also scikit-learn's :class:`~sklearn.exceptions.NotFittedError`
+                (a ValueError and an AttributeError), so scikit-learn tools and
+                ``except AttributeError`` handlers treat it as theirs.
+                """
+
+            NotFittedError.__qualname__ = "NotFittedError"
+            _NOT_FITTED.append(NotFittedError)
+        return _NOT_FITTED[0]
+
+
+def __getattr__(name: str) -> Any:
+    """``fedviews.errors.NotFittedError``, created on first access."""
+    if name == "NotFittedError":
+        return _not_fitted_error()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def check_fitted(estimator: object, *attributes: str) -> None:
+    """Raise :class:`NotFittedError` unless ``estimator`` has every one of ``attributes``.
+
+    Parameters
+    ----------
+    estimator : object
+        The estimator about to predict, transform or export.
+    *attributes : str
+        Attributes that ``fit`` sets (learned state, names ending in ``_``).
+
+    Raises
+    ------
+    NotFittedError
+        Naming the estimator's class: ``"MultiVFL is not fitted yet: call fit(...) first"``.
+    """
+    if not all(hasattr(estimator, a) for a in attributes):
+        raise _not_fitted_error()(
+            f"{type(estimator).__name__} is not fitted yet: call fit(...) first"
         )
 
 

@@ -24,7 +24,7 @@ from fedviews.deep.apfed import (  # noqa: E402
     SingleVL,
     contrastive_loss,
 )
-from fedviews.errors import ConfigError, DataError, PrivacyError  # noqa: E402
+from fedviews.errors import ConfigError, DataError, NotFittedError, PrivacyError  # noqa: E402
 from fedviews.federation import federate  # noqa: E402
 
 F = torch.nn.functional
@@ -224,7 +224,7 @@ def test_clear_errors(images: tuple[np.ndarray, np.ndarray]) -> None:
         APFed(m=3, lam=[1.0]).fit(X, y)
     with pytest.raises(ConfigError, match="variant"):
         APFed(variant="X").fit(X, y)
-    with pytest.raises(ConfigError, match="not fitted"):
+    with pytest.raises(NotFittedError, match="not fitted"):
         APFed().predict(X)
     fitted = SingleVL(**_fit_kw(epochs=1)).fit(X, y)
     with pytest.raises(DataError, match="was fit on"):

@@ -17,6 +17,8 @@ pytest.importorskip("grpc")
 pytest.importorskip("cryptography")
 pytest.importorskip("rbcl")  # the PSI
 
+from _protocol import footprint  # noqa: E402
+
 from fedviews.data import align_views  # noqa: E402
 from fedviews.deploy import load_deploy_config, load_party_data, split_dataset  # noqa: E402
 from fedviews.errors import PartyUnavailable, PrivacyError  # noqa: E402
@@ -45,6 +47,7 @@ dataset = "handwritten"
 n_per_class = 15
 overlap = 0.9
 [params]
+standardize = true
 beta = 0.5
 max_iter = {max_iter}
 tol = {tol}
@@ -107,6 +110,15 @@ def test_launch_equals_in_process(tmp_path):
     log = json.loads((run / "coordinator" / "message_log.json").read_text())
     assert log["crossings"]["pix -> coordinator"] == ["Z_k", "psi_set"]
     assert log["crossings"]["coordinator -> pix"] == ["Z", "psi_positions", "psi_set"]
+    # the deployed protocol is the in-process one: same (roles, kind, arrays) exchanges
+    roles = {**cfg.roles(), "coordinator": "coordinator"}
+    deployed = footprint(log["exchanges"], roles)
+    ref_roles = {f"party{k}": "party" for k in range(3)} | {"coordinator": "coordinator"}
+    assert deployed == footprint(ref.transport_.log.exchanges(), ref_roles)
+    assert deployed == {
+        ("coordinator", "party", "update", ("Z",)),
+        ("party", "coordinator", "update:reply", ("Z_k",)),
+    }
 
 
 class _Echo(Party):
@@ -243,3 +255,39 @@ def test_stopped_party_is_unavailable_and_run_shuts_down(tmp_path):
             if proc.poll() is None:
                 os.kill(proc.pid, signal.SIGKILL)
                 proc.wait()
+
+
+def test_session_kinds_from_a_party_are_refused_by_the_hub(two_cas):
+    """A dishonest party skips its own policy check: the hub still refuses its
+    ``deploy:finish`` to another party and names the sender, never the victim."""
+    good, _ = two_cas
+    policy = _POLICY.merged(
+        PrivacyPolicy.of("session", {}, kinds={("coordinator", "party"): ["deploy:finish"]})
+    )
+    hub = GrpcHub(
+        policy,
+        {"a": "party", "b": "party"},
+        tls=TLSFiles.from_dir(good, "coordinator"),
+        options=_FAST,
+    )
+    hub.register(Coordinator())
+    try:
+        parties = {}
+        for name in ("a", "b"):
+            t = GrpcPartyTransport(
+                policy, f"127.0.0.1:{hub.port}", tls=TLSFiles.from_dir(good, name), options=_FAST
+            )
+            t.register(_Echo(name))
+            t.connect()
+            threading.Thread(target=t.serve, daemon=True).start()
+            parties[name] = t
+        hub.wait_for_parties(5)
+        honest = parties["a"].local["a"]
+        with pytest.raises(PrivacyError, match="'a' \\(party\\) from sending a 'deploy:finish'"):
+            honest.send("b", "deploy:finish")  # the honest sender's own check
+        parties["a"]._check_send = lambda msg: None  # type: ignore[method-assign]
+        with pytest.raises(PrivacyError, match="'a' \\(party\\) from sending a 'deploy:finish'"):
+            honest.send("b", "deploy:finish")  # the hub's check
+        assert not any(e.kind == "deploy:finish" for e in hub.log.entries)
+    finally:
+        hub.close()

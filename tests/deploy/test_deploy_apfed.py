@@ -18,13 +18,12 @@ from fedviews.deep.apfed import APFed  # noqa: E402
 from fedviews.deploy import (  # noqa: E402
     PartyData,
     export_apfed_model,
-    get_app,
     load_deploy_config,
     load_party_data,
+    write_demo_data,
 )
-from fedviews.deploy._app_apfed import write_apfed_data  # noqa: E402
-from fedviews.deploy._session import in_process  # noqa: E402
 from fedviews.errors import ConfigError, DataError  # noqa: E402
+from fedviews.federation import build_in_process, get_algorithm_spec  # noqa: E402
 
 PARTIES = ("top", "mid", "bot")  # strips top to bottom; "mid" is active: setting 3-2
 CONFIG = """
@@ -68,7 +67,7 @@ def _config(variant: str = "C", n_per_class: int = 16) -> dict:
 @pytest.fixture(scope="module")
 def files(tmp_path_factory) -> dict[str, Path]:
     cfg = load_deploy_config(_config())
-    return write_apfed_data(cfg, tmp_path_factory.mktemp("apfed_data"))
+    return write_demo_data(cfg, tmp_path_factory.mktemp("apfed_data"))
 
 
 def _aligned(datas: dict[str, PartyData]) -> np.ndarray:
@@ -111,8 +110,8 @@ def _reference(cfg, datas: dict[str, PartyData]) -> tuple[APFed, np.ndarray]:
 
 def _objects(cfg, datas: dict[str, PartyData]):
     """The driver and every party built by the app as in their processes, one transport."""
-    app, driver, parties, _ = in_process(cfg, datas)
-    return app, driver, parties
+    run = build_in_process(cfg, datas)
+    return run.algorithm, run.coordinator, run.parties
 
 
 class _Killed(Exception):
@@ -142,16 +141,16 @@ def test_app_equals_apfed_fit_and_resumes(files, variant):
     saved: dict[str, dict[str, np.ndarray]] = {}
 
     def kill_after_epoch_1(r: int) -> None:
-        saved.update({p: app.party_state(obj) for p, obj in parties.items()})
-        saved["coordinator"] = app.coordinator_state(driver)
+        saved.update({p: obj.state_dict() for p, obj in parties.items()})
+        saved["coordinator"] = driver.state_dict()
         raise _Killed
 
     with pytest.raises(_Killed):
         app.run_coordinator(driver, kill_after_epoch_1)
     app, driver, parties = _objects(cfg, datas)
-    app.load_coordinator_state(driver, saved["coordinator"])
+    driver.load_state(saved["coordinator"])
     for p, obj in parties.items():
-        app.load_party_state(obj, saved[p])
+        obj.load_state(saved[p])
     app.run_coordinator(driver, lambda r: None)
     resumed, _ = app.coordinator_results(driver)
     assert resumed["history"]["loss"] == est.history_
@@ -161,7 +160,7 @@ def test_app_equals_apfed_fit_and_resumes(files, variant):
         np.testing.assert_array_equal(after[k], v, err_msg=k)
     first = next(k for k in saved["top"] if k.startswith("net/"))
     with pytest.raises(DataError, match="does not fit"):
-        app.load_party_state(parties["top"], {**saved["top"], first: np.zeros(3)})
+        parties["top"].load_state({**saved["top"], first: np.zeros(3)})
 
 
 def test_config_and_data_errors(files):
@@ -172,7 +171,7 @@ def test_config_and_data_errors(files):
     with pytest.raises(ConfigError, match="variant"):
         load_deploy_config({**_config(), "params": {"variant": "X"}})
     cfg = load_deploy_config(_config())
-    app = get_app("apfed")
+    app = get_algorithm_spec("apfed")
     with pytest.raises(ConfigError, match="2 passive"):
         one_lam = load_deploy_config({**_config(), "params": {"lams": [1.0]}})
         app.check_data(one_lam, "mid", load_party_data(files["mid"]))

@@ -13,9 +13,13 @@ pytest.importorskip("grpc")
 pytest.importorskip("rbcl")  # the PSI
 
 from fedviews.deep.multivfl import MultiVFL  # noqa: E402
-from fedviews.deploy import load_deploy_config, load_party_data  # noqa: E402
-from fedviews.deploy._session import in_process  # noqa: E402
+from fedviews.deploy import (  # noqa: E402
+    load_deploy_config,
+    load_party_data,
+    write_demo_data,  # noqa: E402
+)
 from fedviews.errors import ConfigError, DataError  # noqa: E402
+from fedviews.federation import build_in_process  # noqa: E402
 
 DOS = ("top", "middle", "bottom")
 LOS = ("bank", "clinic")
@@ -124,18 +128,16 @@ class _Stop(Exception):
 
 
 def _federation(cfg, files):
-    app, server, parties, _ = in_process(cfg, files)
-    return app, server, parties
+    run = build_in_process(cfg, files)
+    return run.algorithm, run.coordinator, run.parties
 
 
 def test_deploy_app_state_resumes_bit_for_bit(tmp_path):
     """Kill after round 2 (states saved as the processes do), resume in fresh objects."""
-    from fedviews.deploy import get_app
-
     (tmp_path / "c.toml").write_text(CONFIG)
     cfg = load_deploy_config(tmp_path / "c.toml", ["params.rounds=4", "params.optimizer=fedyogi"])
     files_dir = tmp_path / "data"
-    get_app("multivfl").write_data(cfg, files_dir)
+    write_demo_data(cfg, files_dir)
     files = {p: load_party_data(files_dir / f"{p}.npz") for p in cfg.federation.parties}
 
     app, server, _ = _federation(cfg, files)
@@ -147,16 +149,16 @@ def test_deploy_app_state_resumes_bit_for_bit(tmp_path):
 
     def kill_after_2(r: int) -> None:
         if r == 2:
-            saved["server"] = app.coordinator_state(server)
-            saved.update({p: app.party_state(obj) for p, obj in parties.items()})
+            saved["server"] = server.state_dict()
+            saved.update({p: obj.state_dict() for p, obj in parties.items()})
             raise _Stop
 
     with pytest.raises(_Stop):
         app.run_coordinator(server, kill_after_2)
     app, server, parties = _federation(cfg, files)  # fresh "processes"
-    app.load_coordinator_state(server, saved["server"])
+    server.load_state(saved["server"])
     for p, obj in parties.items():
-        app.load_party_state(obj, saved[p])
+        obj.load_state(saved[p])
     app.run_coordinator(server, lambda r: None)
     resumed = app.coordinator_results(server)
     assert resumed[0]["rounds_done"] == 4
@@ -165,7 +167,7 @@ def test_deploy_app_state_resumes_bit_for_bit(tmp_path):
     for k, v in uninterrupted[1].items():
         np.testing.assert_array_equal(resumed[1][k], v)
     with pytest.raises(DataError, match="lacks the top-model arrays"):
-        app.load_coordinator_state(server, {})
+        server.load_state({})
 
 
 def test_multivfl_deploy_config_errors(tmp_path):

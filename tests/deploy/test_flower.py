@@ -33,10 +33,9 @@ from flwr.app import Context, Message, RecordDict  # noqa: E402
 from flwr.serverapp import Grid  # noqa: E402
 
 from fedviews.deploy import _flower, load_deploy_config, load_party_data, split_dataset  # noqa: E402
-from fedviews.deploy._apps import get_app  # noqa: E402
 from fedviews.deploy._session import DeployCoordinator, DeployParty, session_policy  # noqa: E402
 from fedviews.errors import ConfigError, PartyUnavailable, ProtocolError  # noqa: E402
-from fedviews.federation import InProcessTransport, PrivacyPolicy  # noqa: E402
+from fedviews.federation import InProcessTransport, PrivacyPolicy, get_algorithm_spec  # noqa: E402
 from fedviews.federation import Message as FVMessage  # noqa: E402
 
 PARTIES = ("pix", "fou", "zer")
@@ -72,6 +71,7 @@ parties = {json.dumps(list(PARTIES))}
 label_owner = "{OWNER}"
 connect_timeout = 20.0
 [params]
+standardize = true
 beta = 0.5
 max_iter = 3
 tol = 0.0
@@ -87,7 +87,7 @@ def reference(deployment, tmp_path_factory):
     path, data = deployment
     out = tmp_path_factory.mktemp("in-process")
     cfg = load_deploy_config(path)
-    transport = InProcessTransport(session_policy(get_app(cfg.algorithm), cfg))
+    transport = InProcessTransport(session_policy(cfg))
     coord = DeployCoordinator(cfg, lambda line: None, out / "coordinator")
     transport.register(coord)
     for p in PARTIES:
@@ -285,8 +285,8 @@ def test_party_to_party_messages_are_refused():
         "split", {("data_owner", "label_owner"): ["activations"], ("party", "coordinator"): ["x"]}
     )
     with pytest.raises(ConfigError, match="between parties.*gRPC"):
-        _flower._check_coarse_rounds(cfg, split)
-    _flower._check_coarse_rounds(cfg, session_policy(get_app("mmvfl"), cfg))  # MMVFL is fine
+        _flower._check_coarse_rounds(cfg, get_algorithm_spec("multivfl"))
+    _flower._check_coarse_rounds(cfg, get_algorithm_spec("mmvfl"))  # MMVFL is fine
     node = _flower.FlowerNodeTransport(split, {"b": "label_owner", "coordinator": "coordinator"})
     with pytest.raises(ProtocolError, match="gRPC transport"):
         node.request(FVMessage("forward", sender="a", receiver="b"))

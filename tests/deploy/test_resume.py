@@ -36,6 +36,7 @@ alignment = "none"
 dataset = "handwritten"
 n_per_class = 10
 [params]
+standardize = true
 beta = 0.5
 max_iter = {ROUNDS}
 tol = 0.0

@@ -23,6 +23,7 @@ from fedviews.data._align import align, align_views, register_intersection
 from fedviews.data._cache import cache_dir
 from fedviews.data._dataset import MultiViewDataset
 from fedviews.data._idx import read_idx
+from fedviews.data._party import PartyData, deal_views, standardized
 from fedviews.data._registry import fetch, info, list_datasets, load, register_dataset
 from fedviews.data._sequences import (
     MultiViewSequences,
@@ -38,6 +39,9 @@ from fedviews.data._views import join_strips, split_strips
 __all__ = [
     "MultiViewDataset",
     "MultiViewSequences",
+    "PartyData",
+    "deal_views",
+    "standardized",
     "check_sequences",
     "list_sequence_datasets",
     "load_sequences",

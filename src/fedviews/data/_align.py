@@ -6,25 +6,30 @@ intersection method looked up by name; ``"plain"`` compares the IDs in the
 clear. A private-set-intersection protocol registers itself with
 :func:`register_intersection` (e.g. ``fedviews.privacy`` registering ``"psi"``)
 and is then used with ``align(..., method="psi")`` without changing callers.
+Methods live in a :class:`~fedviews._registry.Registry` whose providers are
+imported on the first unknown name, so this layer never imports the layers
+above it.
 """
 
 from __future__ import annotations
 
-import difflib
 from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
 
+from fedviews._registry import Registry
 from fedviews.data._validation import check_ids
-from fedviews.errors import ConfigError, DataError
+from fedviews.errors import DataError
 
 __all__ = ["align", "align_views", "register_intersection"]
 
 #: ``intersect(id_arrays) -> sorted unique common IDs``
 Intersection = Callable[[Sequence[np.ndarray]], np.ndarray]
 
-_METHODS: dict[str, Intersection] = {}
+#: intersection methods by name; ``fedviews.privacy`` (imported on the first
+#: unknown name, as a module name only) registers ``"psi"``
+_METHODS: Registry[Intersection] = Registry("alignment method", ("fedviews.privacy",))
 
 
 def register_intersection(name: str) -> Callable[[Intersection], Intersection]:
@@ -32,13 +37,13 @@ def register_intersection(name: str) -> Callable[[Intersection], Intersection]:
 
     The function receives one validated, duplicate-free ID array per party and
     returns the common IDs sorted ascending.
+
+    Raises
+    ------
+    ConfigError
+        Another function is already registered under ``name``.
     """
-
-    def deco(fn: Intersection) -> Intersection:
-        _METHODS[name] = fn
-        return fn
-
-    return deco
+    return _METHODS.register(name)
 
 
 @register_intersection("plain")
@@ -61,8 +66,9 @@ def align(*id_lists: Any, method: str = "plain") -> list[np.ndarray]:
     *id_lists : array-like, each 1-D
         One ID list per party (strings or integers, unique within a party).
     method : str
-        Intersection method: ``"plain"`` (IDs compared in the clear) or one
-        registered with :func:`register_intersection`.
+        Intersection method: ``"plain"`` (IDs compared in the clear), ``"psi"``
+        (private set intersection of :mod:`fedviews.privacy`; needs the ``grpc``
+        extra) or one registered with :func:`register_intersection`.
 
     Returns
     -------
@@ -75,6 +81,8 @@ def align(*id_lists: Any, method: str = "plain") -> list[np.ndarray]:
     ------
     ConfigError
         Unknown ``method``.
+    MissingDependency
+        ``method="psi"`` without the ``grpc`` extra.
     DataError
         No ID lists, an ID list with duplicates, ID lists of different types
         (strings vs integers), or no ID common to all parties.
@@ -87,20 +95,12 @@ def align(*id_lists: Any, method: str = "plain") -> list[np.ndarray]:
     """
     if not id_lists:
         raise DataError("align needs at least one ID list")
-    if method not in _METHODS and method == "psi":
-        from fedviews.errors import require
-
-        require("rbcl", "grpc")
-        import fedviews.privacy  # noqa: F401  (registers "psi")
-    if method not in _METHODS:
-        match = difflib.get_close_matches(method, list(_METHODS), n=1, cutoff=0.4)
-        hint = f"did you mean {match[0]!r}?" if match else f"registered: {sorted(_METHODS)}"
-        raise ConfigError(f"unknown alignment method {method!r}; {hint}")
+    intersect = _METHODS.get(method)
     arrays = [check_ids(ids, name=f"ids of party {p}") for p, ids in enumerate(id_lists)]
     kinds = {_id_kind(a) for a in arrays}
     if len(kinds) > 1:
         raise DataError(f"ID lists mix types {sorted(kinds)}; convert them to one type first")
-    common = _METHODS[method](arrays)
+    common = intersect(arrays)
     if len(common) == 0:
         raise DataError(f"the {len(arrays)} parties share no sample ID; nothing to align")
     positions = []

@@ -1,8 +1,8 @@
 """The dataset registry: names → loaders, plus the on-disk cache that fetchers fill.
 
-A dataset module registers its loader with :func:`register_dataset`; the public
-functions :func:`load`, :func:`fetch`, :func:`info` and :func:`list_datasets`
-only ever look names up in the registry (no if/elif chains).
+A dataset module registers its loader with :func:`register_dataset` (once per
+name); the public functions :func:`load`, :func:`fetch`, :func:`info` and
+:func:`list_datasets` only ever look names up in the registry (no if/elif chains).
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from fedviews._registry import Registry
 from fedviews.data._dataset import MultiViewDataset
 from fedviews.errors import ConfigError
 
@@ -28,7 +29,7 @@ __all__ = [
 
 Loader = Callable[..., MultiViewDataset]
 
-_DATASETS: dict[str, DatasetSpec] = {}
+_DATASETS: Registry[DatasetSpec] = Registry("dataset")
 
 
 @dataclass(frozen=True)
@@ -84,6 +85,11 @@ def register_dataset(
 ) -> Callable[[Loader], Loader]:
     """Function decorator: register ``loader`` under ``name``.
 
+    Raises
+    ------
+    ConfigError
+        ``name`` is already registered.
+
     Examples
     --------
     >>> @register_dataset("toy", description="...", size="...", source="...",
@@ -92,8 +98,8 @@ def register_dataset(
     """
 
     def deco(loader: Loader) -> Loader:
-        _DATASETS[name] = DatasetSpec(
-            name, loader, description, size, source, fetch, location, available
+        _DATASETS.add(
+            name, DatasetSpec(name, loader, description, size, source, fetch, location, available)
         )
         return loader
 
@@ -108,14 +114,12 @@ def _closest(name: str, valid: list[str], what: str) -> str:
 
 def get_spec(name: str) -> DatasetSpec:
     """Return the registered :class:`DatasetSpec` or raise ``ConfigError`` with a suggestion."""
-    if name not in _DATASETS:
-        raise ConfigError(_closest(name, list(_DATASETS), "dataset"))
-    return _DATASETS[name]
+    return _DATASETS.get(name)
 
 
 def list_datasets() -> list[str]:
     """Return the names of all registered datasets, sorted."""
-    return sorted(_DATASETS)
+    return _DATASETS.names()
 
 
 def load(name: str, **options: Any) -> MultiViewDataset:

@@ -3,12 +3,18 @@
 Every deep module imports torch through :func:`require_torch`, so a missing
 extra gives ``pip install 'fedviews[torch]'`` rather than an ImportError from
 deep inside the package.
+
+Estimators never reseed the global random number generators: they seed their
+own streams (:func:`torch_seed` around a model's construction, numpy
+``Generator`` objects for shuffling), so fitting one leaves the caller's
+``torch``, ``numpy`` and ``random`` states as they were.
 """
 
 from __future__ import annotations
 
 import random
 from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -25,6 +31,7 @@ __all__ = [
     "seed_everything",
     "to_numpy",
     "to_tensor",
+    "torch_seed",
 ]
 
 
@@ -53,11 +60,25 @@ def resolve_device(device: str = "auto") -> torch.device:
 
 
 def seed_everything(seed: int) -> None:
-    """Seed Python, NumPy and torch (CPU and CUDA)."""
+    """Seed Python, NumPy and torch (CPU and CUDA): for scripts, never called by an estimator."""
     torch = require_torch()
     random.seed(seed)
     np.random.seed(seed % (2**32))  # noqa: NPY002 - third-party code may use the legacy global RNG
     torch.manual_seed(seed)
+
+
+@contextmanager
+def torch_seed(seed: int) -> Iterator[None]:
+    """Run a block with torch's CPU generator seeded with ``seed``; restore it afterwards.
+
+    A module built inside is initialised exactly as after ``torch.manual_seed(seed)``
+    on the CPU (build on the CPU, then move it), but the global torch RNG state is
+    the same after the block as before it, and the CUDA generators are not touched.
+    """
+    torch = require_torch()
+    with torch.random.fork_rng(devices=[]):
+        torch.default_generator.manual_seed(seed)
+        yield
 
 
 def to_numpy(t: torch.Tensor) -> np.ndarray:

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from fedviews.deep._common import batches, require_torch
+from fedviews.deep._common import batches, require_torch, torch_seed
 from fedviews.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -118,8 +118,7 @@ class BiGRUExtractor(nn.Module):
 
 def make_extractor(n_channels: int, n_classes: int, cfg: GRUConfig, seed: int) -> BiGRUExtractor:
     """A freshly initialised extractor; the global torch RNG is left untouched."""
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(seed)
+    with torch_seed(seed):
         return BiGRUExtractor(n_channels, n_classes, cfg)
 
 
@@ -156,8 +155,7 @@ def private_rng(state: dict[str, Any]) -> Iterator[None]:
 
 def new_rng_state(seed: int) -> dict[str, Any]:
     """``{"torch": ..., "numpy": Generator}`` for a party seeded with ``seed``."""
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(seed)
+    with torch_seed(seed):
         t = torch.get_rng_state()
     return {"torch": t, "numpy": np.random.default_rng(seed)}
 

@@ -43,7 +43,9 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from sklearn.base import BaseEstimator
 
+from fedviews._registry import register_estimator
 from fedviews.deep._apfed_nets import (
     ActiveNet,
     Decoder,
@@ -55,9 +57,8 @@ from fedviews.deep._apfed_nets import (
     cut_strips,
     get_arch,
 )
-from fedviews.deep._common import batches, resolve_device, to_numpy, to_tensor
-from fedviews.errors import ConfigError, DataError, MissingDependency, ProtocolError
-from fedviews.experiments._registry import register_algorithm
+from fedviews.deep._common import batches, resolve_device, to_numpy, to_tensor, torch_seed
+from fedviews.errors import ConfigError, DataError, MissingDependency, ProtocolError, check_fitted
 from fedviews.federation import Coordinator, Message, Party, PrivacyPolicy, federate, handles
 
 try:
@@ -127,8 +128,7 @@ def _seeds(random_state: int, n: int) -> list[int]:
 
 def _build(seed: int, factory: Any, device: Any) -> Any:
     """Build a module with its own torch seed, leaving the global RNG untouched."""
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(seed)
+    with torch_seed(seed):
         module = factory()
     return module.to(device)
 
@@ -629,8 +629,13 @@ class TVFLActiveClient(Coordinator):
 
 
 # -- estimators ------------------------------------------------------------------
-class _StripEstimator:
-    """Shared pieces: validation, strips, label encoding, active-only prediction."""
+class _StripEstimator(BaseEstimator):
+    """Shared pieces: validation, strips, label encoding, active-only prediction.
+
+    Every estimator here runs a federation (SingleVL one of the active client
+    alone), so a fitted one has ``transport_``, ``run_stats_`` (its
+    ``log.summary()``, also ``message_log_``) and ``history_`` (mean loss per epoch).
+    """
 
     m: int
     i: int
@@ -675,10 +680,7 @@ class _StripEstimator:
 
     def _active_strip(self, images: Any) -> np.ndarray:
         """The active strip of full images (strips of other clients are discarded)."""
-        if not hasattr(self, "classes_"):
-            raise ConfigError(
-                f"this {type(self).__name__} is not fitted yet; call fit(images, y) first"
-            )
+        check_fitted(self, "active_", "image_shape_")
         X = as_images(images)
         if tuple(X.shape[1:]) != self.image_shape_:
             raise DataError(
@@ -759,7 +761,7 @@ class _ActiveOnly(_StripEstimator):
         self.history_ = active.run()
         self.active_ = active
         self.passives_ = passives
-        self.message_log_ = self.transport_.log.summary()
+        self.run_stats_ = self.message_log_ = self.transport_.log.summary()
 
     def _logits(self, strip: np.ndarray) -> np.ndarray:
         return _net_logits(self.active_.net, strip, self.device_)
@@ -772,10 +774,7 @@ class _ActiveOnly(_StripEstimator):
         """
         from fedviews.deep._export import export_active_model
 
-        if not hasattr(self, "active_"):
-            raise ConfigError(
-                f"this {type(self).__name__} is not fitted yet; call fit(images, y) first"
-            )
+        check_fitted(self, "active_", "image_shape_")
         settings = {
             k: v for k, v in vars(self).items() if not k.endswith("_") and not k.startswith("_")
         }
@@ -795,7 +794,7 @@ class _ActiveOnly(_StripEstimator):
         )
 
 
-@register_algorithm("apfed")
+@register_estimator("apfed")
 class APFed(_ActiveOnly):
     """APFed-R / APFed-C: train with passive clients, predict with the active client alone.
 
@@ -829,7 +828,7 @@ class APFed(_ActiveOnly):
         Mean ``L_A`` per epoch.
     transport_ : Transport
         The federation (its ``log`` records every message).
-    message_log_ : dict
+    run_stats_, message_log_ : dict
         ``transport_.log.summary()``.
 
     Examples
@@ -909,12 +908,14 @@ class APFed(_ActiveOnly):
         return self
 
 
-@register_algorithm("singlevl")
+@register_estimator("singlevl")
 class SingleVL(_ActiveOnly):
     """SingleVL baseline: the active client trained on its own strip alone.
 
     Same parameters as :class:`APFed` without ``variant``, ``lam`` and ``tau``;
-    it is exactly APFed with ``λ = 0``.
+    it is exactly APFed with ``λ = 0``. It still runs the federation runtime, with
+    the active client as its only party: ``transport_`` (an empty message log),
+    ``run_stats_`` and ``history_`` are those of :class:`APFed`.
     """
 
     def __init__(
@@ -953,7 +954,7 @@ class SingleVL(_ActiveOnly):
 _FILLS = ("zero", "mean", "random")
 
 
-@register_algorithm("tvfl")
+@register_estimator("tvfl")
 class TVFL(_StripEstimator):
     """Typical split-learning VFL trained on all ``m`` strips; predicts with the active strip only.
 
@@ -964,6 +965,18 @@ class TVFL(_StripEstimator):
         TVFL-0, TVFL-A (training mean) or TVFL-R (standard normal).
     m, i, epochs, batch_size, lr, momentum, weight_decay, pad, arch, device, random_state
         As in :class:`APFed`.
+
+    Attributes
+    ----------
+    classes_ : ndarray
+    active_ : TVFLActiveClient
+    passives_ : list of TVFLPassiveClient
+    history_ : list of float
+        Mean training loss per epoch.
+    transport_ : Transport
+        The federation (its ``log`` records every message).
+    run_stats_, message_log_ : dict
+        ``transport_.log.summary()``.
     """
 
     def __init__(
@@ -1026,7 +1039,7 @@ class TVFL(_StripEstimator):
         self.history_ = active.run()
         self.active_ = active
         self.passives_ = passives
-        self.message_log_ = self.transport_.log.summary()
+        self.run_stats_ = self.message_log_ = self.transport_.log.summary()
         return self
 
     def _logits(self, strip: np.ndarray, fill: str | None = None) -> np.ndarray:

@@ -49,13 +49,14 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TypeVar
 
 import numpy as np
+from sklearn.base import BaseEstimator
 
+from fedviews._registry import register_estimator
 from fedviews.data import align, check_ids, split_strips
-from fedviews.deep._common import resolve_device, seed_everything, to_numpy, to_tensor
+from fedviews.deep._common import resolve_device, to_numpy, to_tensor, torch_seed
 from fedviews.deep._nets import combine_activations, conv_bottom, conv_top
 from fedviews.deep._serveropt import ServerOptimizer, make_server_optimizer
-from fedviews.errors import ConfigError, DataError, MissingDependency, ProtocolError
-from fedviews.experiments._registry import register_algorithm
+from fedviews.errors import ConfigError, DataError, MissingDependency, ProtocolError, check_fitted
 from fedviews.federation import Coordinator, Message, Party, PrivacyPolicy, federate, handles
 from fedviews.federation._message import MetaValue
 
@@ -194,15 +195,24 @@ def build_models(
     hidden: int = 128,
     random_state: int = 0,
 ) -> tuple[list[nn.Module], nn.Module]:
-    """Initial bottom models (one per data owner) and top model, seeded reproducibly."""
+    """Initial bottom models (one per data owner) and top model, seeded reproducibly.
+
+    Bottom ``d`` is drawn with seed ``1000 * random_state + d + 1``, the top with
+    ``1000 * random_state``; the global torch RNG is left as it was.
+    """
     bottoms: list[nn.Module] = []
     for d in range(len(strip_heights)):
-        torch.manual_seed(random_state * 1000 + d + 1)
-        bottoms.append(conv_bottom(1, channels))
-    torch.manual_seed(random_state * 1000)
-    top: nn.Module = conv_top(
-        channels, int(sum(strip_heights)), width, n_classes, channels=top_channels, hidden=hidden
-    )
+        with torch_seed(random_state * 1000 + d + 1):
+            bottoms.append(conv_bottom(1, channels))
+    with torch_seed(random_state * 1000):
+        top: nn.Module = conv_top(
+            channels,
+            int(sum(strip_heights)),
+            width,
+            n_classes,
+            channels=top_channels,
+            hidden=hidden,
+        )
     return bottoms, top
 
 
@@ -571,8 +581,8 @@ def _as_strips(X: Any, n_data_owners: int, name: str) -> list[np.ndarray]:
     return out
 
 
-@register_algorithm("multivfl")
-class MultiVFL:
+@register_estimator("multivfl")
+class MultiVFL(BaseEstimator):
     """Multi-VFL: split learning with D data owners and K label owners.
 
     Parameters
@@ -614,9 +624,19 @@ class MultiVFL:
     transport_ : Transport
         The federation used for training (message log, bytes per party).
     run_stats_ : dict
-        Totals: seconds, bytes per round and per batch, raw activation sizes.
+        ``transport_.log.summary()`` at the end of ``fit`` (rounds, messages,
+        bytes per party, crossings) plus totals: ``seconds``, ``train_seconds``,
+        ``batches_per_round``, bytes per round and per batch, raw activation
+        sizes and ``device``.
     label_owner_samples_ : list of ndarray
         Training-row indices given to each label owner.
+    strip_shapes_ : list of tuple
+        ``(rows, width)`` of every data owner's strip; :meth:`predict` checks it.
+
+    Notes
+    -----
+    ``fit`` draws the initial models from their own seeds (:func:`build_models`)
+    and leaves the global torch, numpy and ``random`` states unchanged.
     """
 
     def __init__(
@@ -750,9 +770,8 @@ class MultiVFL:
         self.label_owner_samples_ = owner_rows
 
         dev = resolve_device(self.device)
-        seed_everything(self.random_state)
         heights = [s.shape[1] for s in strips]
-        self._strip_shapes = [s.shape[1:] for s in strips]
+        self.strip_shapes_ = [s.shape[1:] for s in strips]
         bottoms, top = build_models(
             heights,
             strips[0].shape[2],
@@ -837,6 +856,7 @@ class MultiVFL:
         n_batches = sum(self.history_["batches"])
         act = self.channels * sum(heights) * strips[0].shape[2] * 4  # float32 bytes per sample
         self.run_stats_ = {
+            **transport.log.summary(),
             "seconds": seconds,
             "train_seconds": float(sum(self.history_["train_seconds"])),
             "rounds": self.rounds,
@@ -853,16 +873,15 @@ class MultiVFL:
     def _check_predict_strips(self, X: Any) -> list[np.ndarray]:
         strips = _as_strips(X, self.n_data_owners, "X")
         shapes = [s.shape[1:] for s in strips]
-        if shapes != self._strip_shapes:
+        if shapes != self.strip_shapes_:
             raise DataError(
-                f"strip shapes {shapes} differ from the training strips {self._strip_shapes}"
+                f"strip shapes {shapes} differ from the training strips {self.strip_shapes_}"
             )
         return strips
 
     def predict(self, X: Any) -> np.ndarray:
         """Predict labels: the data owners compute activations, ``label_owner_0`` the classes."""
-        if not hasattr(self, "server_"):
-            raise ConfigError("this MultiVFL is not fitted yet; call fit first")
+        check_fitted(self, "server_", "strip_shapes_")
         strips = self._check_predict_strips(X)
         for do, s in zip(self.data_owners_, strips, strict=True):
             do.set_split("predict", s)

@@ -60,6 +60,7 @@ from typing import Any
 import numpy as np
 from sklearn.base import BaseEstimator
 
+from fedviews._registry import register_estimator
 from fedviews.data._sequences import check_sequences
 from fedviews.deep._common import require_torch, resolve_device
 from fedviews.deep._gru import (
@@ -72,8 +73,7 @@ from fedviews.deep._gru import (
     set_params,
     train_epochs,
 )
-from fedviews.errors import ConfigError, DataError, ProtocolError
-from fedviews.experiments._registry import register_algorithm
+from fedviews.errors import ConfigError, DataError, ProtocolError, check_fitted
 from fedviews.federation import (
     Coordinator,
     Message,
@@ -457,7 +457,7 @@ def check_sequence_clients(
 # --------------------------------------------------------------------------- estimator
 
 
-@register_algorithm("sfedmv")
+@register_estimator("sfedmv")
 class SFedMV(BaseEstimator):
     """S-FedMV (Algorithm 4 + H-FedMV) and the baselines of the paper's Table 3.
 
@@ -491,12 +491,23 @@ class SFedMV(BaseEstimator):
     transport_ : Transport or None
         Stage-1 transport (``None`` unless ``extractors="federated"``); its
         ``log`` lists every message. Stage 2's is ``fusion_.transport_``.
+    run_stats_ : dict or None
+        ``transport_.log.summary()`` (``None`` when ``transport_`` is). Stage 2's
+        are ``fusion_.run_stats_`` and ``fusion_.history_`` (H-FedMV only:
+        ``fusion="local"`` sends nothing).
     local_params_ : list of list of dict
         ``[k][l]``: client ``l``'s parameters of view ``k`` sent in the last round
         (simulation only; the aggregation test checks the global ones against them).
     round_loss_ : list of list of float
         ``[k][t]``: sample-weighted mean training loss of round ``t`` (federated only).
+    history_ : list of list of float
+        ``round_loss_`` (the per-round record every federated estimator exposes).
     client_sizes_ : list of int
+
+    Notes
+    -----
+    Every party draws from its own torch and numpy streams, so ``fit`` leaves the
+    global torch, numpy and ``random`` states unchanged.
     """
 
     extractors_: Any
@@ -652,6 +663,8 @@ class SFedMV(BaseEstimator):
             self.extractors_ = inits  # the server's models hold the final global parameters
             self.local_params_ = server.local
             self.round_loss_ = server.loss
+        self.history_ = self.round_loss_
+        self.run_stats_ = None if self.transport_ is None else self.transport_.log.summary()
         return self
 
     # -- stage 2 ---------------------------------------------------------
@@ -661,6 +674,7 @@ class SFedMV(BaseEstimator):
         Lets the two local baselines share one set of locally trained GRUs:
         ``est.set_params(fusion="local").fit_fusion(clients)``.
         """
+        check_fitted(self, "extractors_", "client_sizes_")
         self._config()
         views, ys = check_sequence_clients(clients)
         if len(views) != len(self.client_sizes_):
@@ -703,6 +717,7 @@ class SFedMV(BaseEstimator):
 
         ``client`` selects whose GRUs to use when ``extractors="local"``.
         """
+        check_fitted(self, "extractors_", "n_channels_")
         seqs = check_sequences(views, n_views=len(self.n_channels_), n_channels=self.n_channels_)
         models = self._extractors_of(client)
         return [
@@ -711,6 +726,7 @@ class SFedMV(BaseEstimator):
 
     def predict(self, views: Any, client: int | None = None) -> np.ndarray:
         """Class labels of the sequences held by ``client`` (needed for local extractors / fusion)."""
+        check_fitted(self, "extractors_", "fusion_")
         Xs = self.transform(views, client)
         if self.fusion == "local":
             if client is None or not 0 <= client < len(self.fusion_):

@@ -38,23 +38,30 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from fedviews.deploy._apps import DeployApp, Local, register_app
-from fedviews.deploy._config import DeployConfig, FederationSpec
-from fedviews.deploy._data import PartyData, save_party_data
+from fedviews.data import PartyData
 from fedviews.errors import ConfigError, DataError, ProtocolError
-from fedviews.federation import Coordinator, Party, PrivacyPolicy
+from fedviews.federation import (
+    Algorithm,
+    Coordinator,
+    Local,
+    Party,
+    PrivacyPolicy,
+    Roster,
+    RunSpec,
+    register_algorithm_spec,
+)
 
 if TYPE_CHECKING:
     from fedviews.deep.apfed import ActiveClient
 
-__all__ = ["APFedDeployParams", "APFedDriver", "export_apfed_model", "write_apfed_data"]
+__all__ = ["APFedDeployParams", "APFedDriver", "export_apfed_model", "apfed_demo_data"]
 
 #: the arrays the paper lets cross (Algorithm 1, steps 4 and 7); the coordinator sends none
 _POLICY_RULES = {("active", "passive"): ["h_A"], ("passive", "active"): ["grad_h_A"]}
@@ -111,16 +118,16 @@ class APFedDeployParams:
             raise ConfigError("params.torch_threads must be >= 0 (0 = torch's default)")
 
 
-def _active(cfg: DeployConfig) -> str:
+def _active(cfg: RunSpec) -> str:
     return cfg.federation.owners()[0]
 
 
-def _passives(cfg: DeployConfig) -> list[str]:
+def _passives(cfg: RunSpec) -> list[str]:
     active = _active(cfg)
     return [p for p in cfg.federation.parties if p != active]
 
 
-def _lams(cfg: DeployConfig) -> list[float]:
+def _lams(cfg: RunSpec) -> list[float]:
     p: APFedDeployParams = cfg.params
     n = len(cfg.federation.parties) - 1
     if not p.lams:
@@ -190,18 +197,18 @@ class APFedDriver(Coordinator):
             self.history.append(rec)
 
 
-class APFedApp(DeployApp):
+class APFedApp(Algorithm):
     name = "apfed"
-    params_cls = APFedDeployParams
+    peer_to_peer = True
+    Params = APFedDeployParams
 
-    @property
-    def policy(self) -> PrivacyPolicy:
+    def policy(self, cfg: RunSpec, setup: Mapping[str, Any]) -> PrivacyPolicy:
         return PrivacyPolicy.of("apfed", _POLICY_RULES)
 
-    def role(self, cfg: DeployConfig, party: str) -> str:
+    def role(self, cfg: RunSpec, party: str) -> str:
         return "active" if party == _active(cfg) else "passive"
 
-    def check_federation(self, fed: FederationSpec) -> None:
+    def check_federation(self, fed: Roster) -> None:
         if fed.label_owners or not fed.label_owner:
             raise ConfigError(
                 "apfed has one active party: set federation.label_owner (not label_owners)"
@@ -209,7 +216,7 @@ class APFedApp(DeployApp):
         if len(fed.parties) < 2:
             raise ConfigError("apfed needs the active party and at least one passive party")
 
-    def check_data(self, cfg: DeployConfig, party: str, data: PartyData) -> None:
+    def check_data(self, cfg: RunSpec, party: str, data: PartyData) -> None:
         super().check_data(cfg, party, data)
         _lams(cfg)  # one λ per passive party
         if data.features.ndim not in (3, 4):
@@ -223,16 +230,14 @@ class APFedApp(DeployApp):
                 "(or set params.evaluate = false)"
             )
 
-    def party_info(self, cfg: DeployConfig, party: str, local: Local) -> dict[str, Any]:
+    def party_info(self, cfg: RunSpec, party: str, local: Local) -> dict[str, Any]:
         C, h, w = _strips(local.data.features[:1]).shape[1:]
         info: dict[str, Any] = {"channels": int(C), "height": int(h), "width": int(w)}
         if party == _active(cfg):
             info["n_classes"] = int(len(np.unique(np.asarray(local.take("train")[2]))))
         return info
 
-    def make_setup(
-        self, cfg: DeployConfig, infos: Mapping[str, Mapping[str, Any]]
-    ) -> dict[str, Any]:
+    def make_setup(self, cfg: RunSpec, infos: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
         shapes = {
             p: tuple(int(i[k]) for k in ("channels", "height", "width")) for p, i in infos.items()
         }
@@ -253,7 +258,7 @@ class APFedApp(DeployApp):
         }
 
     def build_party(
-        self, cfg: DeployConfig, party: str, local: Local, setup: Mapping[str, Any]
+        self, cfg: RunSpec, party: str, local: Local, setup: Mapping[str, Any]
     ) -> Party:
         from fedviews.deep._apfed_nets import get_arch
         from fedviews.deep._common import require_torch, resolve_device
@@ -263,7 +268,7 @@ class APFedApp(DeployApp):
         if p.torch_threads:  # this process's own setting (results do not depend on it)
             require_torch().set_num_threads(p.torch_threads)
         parties = list(cfg.federation.parties)
-        seeds = _seeds(cfg.seed, len(parties))  # [0]: active, [1 + j]: j-th passive
+        seeds = _seeds(int(cfg.seed or 0), len(parties))  # [0]: active, [1 + j]: j-th passive
         spec = get_arch(p.arch, int(setup["channels"]))
         dev = resolve_device(p.device)
         common: dict[str, Any] = {
@@ -323,7 +328,9 @@ class APFedApp(DeployApp):
             active.set_test(_strips(X_test), y_test_idx)
         return active
 
-    def build_coordinator(self, cfg: DeployConfig, setup: Mapping[str, Any]) -> Coordinator:
+    def build_coordinator(
+        self, cfg: RunSpec, setup: Mapping[str, Any], local: Local | None = None
+    ) -> Coordinator:
         p: APFedDeployParams = cfg.params
         return APFedDriver(
             cfg.federation.coordinator, _active(cfg), _passives(cfg), p.epochs, p.evaluate
@@ -332,7 +339,9 @@ class APFedApp(DeployApp):
     def round_message(self, role: str) -> str:
         return "apfed.train" if role == "active" else "apfed.epoch_done"
 
-    def run_coordinator(self, coord: Coordinator, on_round_end: Any) -> Any:
+    def run_coordinator(
+        self, coord: Coordinator, on_round_end: Callable[[int], None] | None = None
+    ) -> Any:
         driver: APFedDriver = coord  # type: ignore[assignment]
         return driver.run(on_round_end)
 
@@ -355,7 +364,7 @@ class APFedApp(DeployApp):
     def party_results(self, party: Party) -> dict[str, np.ndarray]:
         """The active party's complete model (it predicts alone); a passive party's network."""
         if party.role != "active":
-            return {k: v for k, v in party.state_dict().items() if k.startswith("net/")}  # type: ignore[attr-defined]
+            return {k: v for k, v in party.state_dict().items() if k.startswith("net/")}
         active: ActiveClient = party  # type: ignore[assignment]
         from fedviews.deep._export import FORMAT
 
@@ -383,12 +392,12 @@ class APFedApp(DeployApp):
             metrics["final_accuracy"] = history["accuracy"][-1]
         return metrics, {k: np.asarray(v) for k, v in history.items()}
 
-    def write_data(self, cfg: DeployConfig, out_dir: Path) -> dict[str, Path]:
-        """One file per party from ``[data]`` (see :func:`write_apfed_data`)."""
-        return write_apfed_data(cfg, out_dir)
+    def demo_data(self, cfg: Any) -> dict[str, PartyData]:
+        """Each party's data from ``[data]`` (see :func:`apfed_demo_data`)."""
+        return apfed_demo_data(cfg)
 
 
-def write_apfed_data(cfg: DeployConfig, out_dir: Path) -> dict[str, Path]:
+def apfed_demo_data(cfg: Any) -> dict[str, PartyData]:
     """Cut an image dataset into the strips of the ``m`` parties (``m = len(parties)``).
 
     ``[data]``: ``dataset`` (``mnist`` or ``fashion_mnist``), ``n_per_class``
@@ -423,7 +432,7 @@ def write_apfed_data(cfg: DeployConfig, out_dir: Path) -> dict[str, Path]:
         return [s[:, 0] if arr.ndim == 3 else s for s in strips]  # (n, h, W) for grey images
 
     strips, test_strips = cut(Xtr), cut(Xte)
-    files: dict[str, Path] = {}
+    files: dict[str, PartyData] = {}
     n = len(ytr)
     for k, name in enumerate(parties):
         keep = rng.permutation(n)[: max(1, int(round(spec.overlap * n)))]
@@ -436,9 +445,7 @@ def write_apfed_data(cfg: DeployConfig, out_dir: Path) -> dict[str, Path]:
                 "X_test": test_strips[k][tperm],
                 "y_test": yte[tperm],
             }
-        files[name] = save_party_data(
-            Path(out_dir) / f"{name}.npz", PartyData(ids[keep], strips[k][keep], **extra)
-        )
+        files[name] = PartyData(ids[keep], strips[k][keep], **extra)
     return files
 
 
@@ -483,4 +490,4 @@ def export_apfed_model(result: str | Path, folder: str | Path) -> Path:
     )
 
 
-register_app(APFedApp())
+register_algorithm_spec(APFedApp())

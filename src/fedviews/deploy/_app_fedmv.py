@@ -46,18 +46,28 @@ Checkpoints at round boundaries (``--resume``) use the ``state_dict`` /
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 
-from fedviews.deploy._apps import AlignGroup, DeployApp, Local, register_app, seeds
-from fedviews.deploy._config import DeployConfig, FederationSpec
-from fedviews.deploy._data import PartyData, save_party_data
+from fedviews.data import PartyData
 from fedviews.errors import ConfigError, DataError, ProtocolError
-from fedviews.federation import Coordinator, Message, Party, PrivacyPolicy, handles
+from fedviews.federation import (
+    Algorithm,
+    AlignGroup,
+    Coordinator,
+    Local,
+    Message,
+    Party,
+    PrivacyPolicy,
+    Roster,
+    RunSpec,
+    handles,
+    register_algorithm_spec,
+    spawn_streams,
+)
 
 if TYPE_CHECKING:
     from fedviews.linear._fedmv import HFedMVClient, HFedMVServer, VFedMVParty, VFedMVServer
@@ -65,8 +75,8 @@ if TYPE_CHECKING:
 __all__ = [
     "HFedMVDeployParams",
     "VFedMVDeployParams",
-    "write_hfedmv_data",
-    "write_vfedmv_data",
+    "hfedmv_demo_data",
+    "vfedmv_demo_data",
 ]
 
 STANDARDIZE = ("pooled", "local", "none")
@@ -130,10 +140,10 @@ class _DeployServer(Coordinator):
         self.results: dict[str, Any] = {}
 
     def state_dict(self) -> dict[str, np.ndarray]:
-        return self.inner.state_dict()  # type: ignore[attr-defined]
+        return self.inner.state_dict()
 
     def load_state(self, state: Mapping[str, np.ndarray]) -> None:
-        self.inner.load_state(state)  # type: ignore[attr-defined]
+        self.inner.load_state(state)
 
 
 # =========================================================================== V-FedMV
@@ -244,25 +254,24 @@ def _vfedmv_policy() -> PrivacyPolicy:
     )
 
 
-class VFedMVApp(DeployApp):
+class VFedMVApp(Algorithm):
     name = "vfedmv"
-    params_cls = VFedMVDeployParams
+    Params = VFedMVDeployParams
 
-    @property
-    def policy(self) -> PrivacyPolicy:
+    def policy(self, cfg: RunSpec, setup: Mapping[str, Any]) -> PrivacyPolicy:
         return _vfedmv_policy()
 
-    def role(self, cfg: DeployConfig, party: str) -> str:
+    def role(self, cfg: RunSpec, party: str) -> str:
         return "label_owner" if party in cfg.federation.owners() else "party"
 
-    def groups(self, cfg: DeployConfig) -> list[AlignGroup]:
+    def groups(self, cfg: RunSpec) -> list[AlignGroup]:
         everyone = tuple(cfg.federation.parties)
         out = [AlignGroup("train", everyone)]
         if cfg.params.evaluate:
             out.append(AlignGroup("test", everyone, "test"))
         return out
 
-    def check_data(self, cfg: DeployConfig, party: str, data: PartyData) -> None:
+    def check_data(self, cfg: RunSpec, party: str, data: PartyData) -> None:
         super().check_data(cfg, party, data)
         if data.features.ndim != 2 or data.features.shape[1] == 0:
             raise DataError(
@@ -281,7 +290,7 @@ class VFedMVApp(DeployApp):
                     f"label owner {party!r}: its file needs y_test (or set params.evaluate = false)"
                 )
 
-    def party_info(self, cfg: DeployConfig, party: str, local: Local) -> dict[str, Any]:
+    def party_info(self, cfg: RunSpec, party: str, local: Local) -> dict[str, Any]:
         _, X, y = local.take("train")
         info: dict[str, Any] = {"n_features": int(X.shape[1])}
         if y is not None:
@@ -289,7 +298,7 @@ class VFedMVApp(DeployApp):
         return info
 
     def build_party(
-        self, cfg: DeployConfig, party: str, local: Local, setup: Mapping[str, Any]
+        self, cfg: RunSpec, party: str, local: Local, setup: Mapping[str, Any]
     ) -> Party:
         from fedviews.linear._fedmv import VFedMVParty, _Solver
 
@@ -313,14 +322,16 @@ class VFedMVApp(DeployApp):
             beta=p.beta,
             zeta=p.zeta,
             n_classes=int(setup["n_classes"]),
-            seed=seeds(cfg)[1 + k],
+            seed=spawn_streams(cfg.seed, len(cfg.federation.parties) + 1)[1 + k],
             solver=_Solver(p.inner_max_iter, p.inner_tol, p.eps),
         )
         return VFedMVDeployParty(
             inner, self.role(cfg, party), X_test=X_test, y=y, y_test=y_test, scaler=scaler
         )
 
-    def build_coordinator(self, cfg: DeployConfig, setup: Mapping[str, Any]) -> Coordinator:
+    def build_coordinator(
+        self, cfg: RunSpec, setup: Mapping[str, Any], local: Local | None = None
+    ) -> Coordinator:
         from fedviews.linear._fedmv import VFedMVServer
 
         p: VFedMVDeployParams = cfg.params
@@ -329,7 +340,7 @@ class VFedMVApp(DeployApp):
             list(cfg.federation.parties),
             np.zeros((n, c)),  # the label owner's Y arrives before round 1
             p.eta,
-            seeds(cfg)[0],
+            spawn_streams(cfg.seed, len(cfg.federation.parties) + 1)[0],
             max_iter=p.max_iter,
             tol=p.tol,
         )
@@ -337,7 +348,9 @@ class VFedMVApp(DeployApp):
             cfg.federation.coordinator, server, owner=cfg.federation.owners()[0], params=p
         )
 
-    def run_coordinator(self, coord: Coordinator, on_round_end: Any) -> Any:
+    def run_coordinator(
+        self, coord: Coordinator, on_round_end: Callable[[int], None] | None = None
+    ) -> Any:
         server: VFedMVServer = _wrapped(coord)
         info = coord.info  # type: ignore[attr-defined]
         p: VFedMVDeployParams = info["params"]
@@ -409,12 +422,12 @@ class VFedMVApp(DeployApp):
             arrays["Z_test"] = res["Z_test"]
         return metrics, arrays
 
-    def write_data(self, cfg: DeployConfig, out_dir: Path) -> dict[str, Path]:
-        """One file per view owner from ``[data]`` (see :func:`write_vfedmv_data`)."""
-        return write_vfedmv_data(cfg, out_dir)
+    def demo_data(self, cfg: Any) -> dict[str, PartyData]:
+        """Each view owner's data from ``[data]`` (see :func:`vfedmv_demo_data`)."""
+        return vfedmv_demo_data(cfg)
 
 
-def _load_subsample(cfg: DeployConfig, views: Sequence[str]) -> Any:
+def _load_subsample(cfg: Any, views: Sequence[str]) -> Any:
     from fedviews.data import balanced_subsample, load
 
     spec = cfg.data
@@ -437,7 +450,7 @@ def _test_split(y: np.ndarray, n_test: int, seed: int) -> tuple[np.ndarray, np.n
     return np.sort(tr), np.sort(te)
 
 
-def write_vfedmv_data(cfg: DeployConfig, out_dir: Path) -> dict[str, Path]:
+def vfedmv_demo_data(cfg: Any) -> dict[str, PartyData]:
     """Cut a built-in multi-view dataset into one file per view owner (V-FedMV).
 
     ``[data]``: ``dataset``, ``views`` (default: the party names), ``n_per_class``
@@ -456,7 +469,7 @@ def write_vfedmv_data(cfg: DeployConfig, out_dir: Path) -> dict[str, Path]:
     rng = np.random.default_rng(cfg.seed)
     y = np.asarray(ds.y)
     owner = fed.owners()[0]
-    files: dict[str, Path] = {}
+    files: dict[str, PartyData] = {}
     for party, X in zip(fed.parties, ds.views, strict=True):
         keep = tr[rng.permutation(len(tr))[: max(1, int(round(spec.overlap * len(tr))))]]
         test: dict[str, Any] = {}
@@ -465,10 +478,7 @@ def write_vfedmv_data(cfg: DeployConfig, out_dir: Path) -> dict[str, Path]:
             test = {"ids_test": ds.ids[tperm], "X_test": X[tperm]}
             if party == owner:
                 test["y_test"] = y[tperm]
-        files[party] = save_party_data(
-            Path(out_dir) / f"{party}.{spec.format}",
-            PartyData(ds.ids[keep], X[keep], y[keep] if party == owner else None, **test),
-        )
+        files[party] = PartyData(ds.ids[keep], X[keep], y[keep] if party == owner else None, **test)
     return files
 
 
@@ -628,7 +638,7 @@ def _hfedmv_policy(n_views: int = MAX_VIEWS) -> PrivacyPolicy:
 # -- shared with S-FedMV (horizontal federations: every client holds labels) -------------
 
 
-def check_clients(fed: FederationSpec, algorithm: str) -> None:
+def check_clients(fed: Roster, algorithm: str) -> None:
     """Every party is a client that owns its labels: ``label_owners`` lists them all."""
     if set(fed.label_owners) != set(fed.parties):
         raise ConfigError(
@@ -637,7 +647,7 @@ def check_clients(fed: FederationSpec, algorithm: str) -> None:
         )
 
 
-def client_groups(cfg: DeployConfig) -> list[AlignGroup]:
+def client_groups(cfg: RunSpec) -> list[AlignGroup]:
     """One alignment group per client (its own IDs), and one per client's test split."""
     out = [AlignGroup(c, (c,)) for c in cfg.federation.parties]
     if cfg.params.evaluate:
@@ -645,7 +655,7 @@ def client_groups(cfg: DeployConfig) -> list[AlignGroup]:
     return out
 
 
-def check_client_data(cfg: DeployConfig, party: str, data: PartyData, ndim: int) -> None:
+def check_client_data(cfg: RunSpec, party: str, data: PartyData, ndim: int) -> None:
     """Labels are class indices; ``X`` has ``ndim`` axes; a test split when evaluating."""
     X = data.features
     if X.ndim != ndim or X.shape[-1] == 0:
@@ -670,7 +680,7 @@ def client_info(local: Local) -> dict[str, Any]:
     return {"n_classes": int(np.max(data.y)) + 1, "view_dims": ",".join(map(str, dims))}
 
 
-def client_setup(cfg: DeployConfig, infos: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
+def client_setup(cfg: RunSpec, infos: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
     """The agreed label set (``0..C-1``) and view layout, checked to be the same everywhere."""
     layouts = {p: str(infos[p]["view_dims"]) for p in cfg.federation.parties}
     if len(set(layouts.values())) != 1:
@@ -730,43 +740,40 @@ def client_results(client: HFedMVDeployClient) -> dict[str, np.ndarray]:
     return out
 
 
-class ClientDeployApp(DeployApp):
+class ClientDeployApp(Algorithm):
     """Horizontal clients (H-FedMV, S-FedMV): every party a client with its own labelled samples."""
 
     client_ndim: ClassVar[int] = 2  # of X: (n, d) features or (n, T, d) sequences
 
-    def role(self, cfg: DeployConfig, party: str) -> str:
+    def role(self, cfg: RunSpec, party: str) -> str:
         return "client"
 
-    def check_federation(self, fed: FederationSpec) -> None:
+    def check_federation(self, fed: Roster) -> None:
         check_clients(fed, self.name)
 
-    def groups(self, cfg: DeployConfig) -> list[AlignGroup]:
+    def groups(self, cfg: RunSpec) -> list[AlignGroup]:
         return client_groups(cfg)
 
-    def check_data(self, cfg: DeployConfig, party: str, data: PartyData) -> None:
+    def check_data(self, cfg: RunSpec, party: str, data: PartyData) -> None:
         super().check_data(cfg, party, data)
         check_client_data(cfg, party, data, ndim=self.client_ndim)
 
-    def party_info(self, cfg: DeployConfig, party: str, local: Local) -> dict[str, Any]:
+    def party_info(self, cfg: RunSpec, party: str, local: Local) -> dict[str, Any]:
         return client_info(local)
 
-    def make_setup(
-        self, cfg: DeployConfig, infos: Mapping[str, Mapping[str, Any]]
-    ) -> dict[str, Any]:
+    def make_setup(self, cfg: RunSpec, infos: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
         return client_setup(cfg, infos)
 
 
 class HFedMVApp(ClientDeployApp):
     name = "hfedmv"
-    params_cls = HFedMVDeployParams
+    Params = HFedMVDeployParams
 
-    @property
-    def policy(self) -> PrivacyPolicy:
+    def policy(self, cfg: RunSpec, setup: Mapping[str, Any]) -> PrivacyPolicy:
         return _hfedmv_policy()
 
     def build_party(
-        self, cfg: DeployConfig, party: str, local: Local, setup: Mapping[str, Any]
+        self, cfg: RunSpec, party: str, local: Local, setup: Mapping[str, Any]
     ) -> Party:
         from fedviews.linear._fedmv import HFedMVClient, _LocalMVL, _Solver
 
@@ -805,7 +812,9 @@ class HFedMVApp(ClientDeployApp):
             test_tol=p.test_tol,
         )
 
-    def build_coordinator(self, cfg: DeployConfig, setup: Mapping[str, Any]) -> Coordinator:
+    def build_coordinator(
+        self, cfg: RunSpec, setup: Mapping[str, Any], local: Local | None = None
+    ) -> Coordinator:
         from fedviews.linear._fedmv import HFedMVServer, _init_W
 
         p: HFedMVDeployParams = cfg.params
@@ -815,7 +824,9 @@ class HFedMVApp(ClientDeployApp):
         server = HFedMVServer(clients, W0, p.n_rounds)
         return _DeployServer(cfg.federation.coordinator, server, params=p)
 
-    def run_coordinator(self, coord: Coordinator, on_round_end: Any) -> Any:
+    def run_coordinator(
+        self, coord: Coordinator, on_round_end: Callable[[int], None] | None = None
+    ) -> Any:
         server: HFedMVServer = _wrapped(coord)
         p: HFedMVDeployParams = coord.info["params"]  # type: ignore[attr-defined]
         if p.standardize == "pooled":
@@ -843,9 +854,9 @@ class HFedMVApp(ClientDeployApp):
         metrics = {"objective": obj, "rounds_done": len(obj), **coord.results}  # type: ignore[attr-defined]
         return metrics, {f"W_{k}": W for k, W in enumerate(server.W)}
 
-    def write_data(self, cfg: DeployConfig, out_dir: Path) -> dict[str, Path]:
-        """One file per client from ``[data]`` (see :func:`write_hfedmv_data`)."""
-        return write_hfedmv_data(cfg, out_dir)
+    def demo_data(self, cfg: Any) -> dict[str, PartyData]:
+        """Each client's data from ``[data]`` (see :func:`hfedmv_demo_data`)."""
+        return hfedmv_demo_data(cfg)
 
 
 def _accuracy_line(res: Mapping[str, Any]) -> list[str]:
@@ -872,7 +883,7 @@ def pooled_scaler(server: Coordinator, clients: Sequence[str]) -> tuple[np.ndarr
     return mean, sd
 
 
-def write_hfedmv_data(cfg: DeployConfig, out_dir: Path) -> dict[str, Path]:
+def hfedmv_demo_data(cfg: Any) -> dict[str, PartyData]:
     """Deal a built-in multi-view dataset to the clients: all views of their own samples.
 
     ``[data]``: ``dataset``, ``views`` (default: all of the dataset's), ``n_per_class``
@@ -895,19 +906,16 @@ def write_hfedmv_data(cfg: DeployConfig, out_dir: Path) -> dict[str, Path]:
     parts = partition_clients(y[tr], M, spec.scenario, random_state=cfg.seed)
     tparts = partition_clients(y[te], M, "iid", random_state=cfg.seed) if len(te) else None
     rng = np.random.default_rng(cfg.seed)
-    files: dict[str, Path] = {}
+    files: dict[str, PartyData] = {}
     for m, client in enumerate(fed.parties):
         rows = tr[parts[m]][rng.permutation(len(parts[m]))]
         test: dict[str, Any] = {}
         if tparts is not None:
             trows = te[tparts[m]][rng.permutation(len(tparts[m]))]
             test = {"ids_test": ds.ids[trows], "X_test": X[trows], "y_test": y[trows]}
-        files[client] = save_party_data(
-            Path(out_dir) / f"{client}.npz",
-            PartyData(ds.ids[rows], X[rows], y[rows], view_dims=tuple(dims), **test),
-        )
+        files[client] = PartyData(ds.ids[rows], X[rows], y[rows], view_dims=tuple(dims), **test)
     return files
 
 
-register_app(VFedMVApp())
-register_app(HFedMVApp())
+register_algorithm_spec(VFedMVApp())
+register_algorithm_spec(HFedMVApp())

@@ -18,18 +18,25 @@ first one also ``ids_test`` and ``y_test``.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from fedviews.deploy._apps import AlignGroup, DeployApp, Local, register_app
-from fedviews.deploy._config import DeployConfig, FederationSpec
-from fedviews.deploy._data import PartyData, save_party_data
+from fedviews.data import PartyData
 from fedviews.errors import ConfigError, DataError
-from fedviews.federation import Coordinator, Party, PrivacyPolicy
+from fedviews.federation import (
+    Algorithm,
+    AlignGroup,
+    Coordinator,
+    Local,
+    Party,
+    PrivacyPolicy,
+    Roster,
+    RunSpec,
+    register_algorithm_spec,
+)
 
 if TYPE_CHECKING:
     from fedviews.deep.multivfl import DataOwner, LabelOwner, Server
@@ -73,7 +80,7 @@ class MultiVFLDeployParams:
             raise ConfigError("params.device must be 'auto', 'cpu' or 'cuda'")
 
 
-def _data_owners(cfg: DeployConfig) -> list[str]:
+def _data_owners(cfg: RunSpec) -> list[str]:
     owners = set(cfg.federation.owners())
     return [p for p in cfg.federation.parties if p not in owners]
 
@@ -85,35 +92,35 @@ def _strip(X: np.ndarray) -> np.ndarray:
     return _as_strips([X], 1, "X")[0]
 
 
-class MultiVFLApp(DeployApp):
+class MultiVFLApp(Algorithm):
     name = "multivfl"
-    params_cls = MultiVFLDeployParams
+    peer_to_peer = True
+    Params = MultiVFLDeployParams
 
-    @property
-    def policy(self) -> PrivacyPolicy:
+    def policy(self, cfg: RunSpec, setup: Mapping[str, Any]) -> PrivacyPolicy:
         from fedviews.deep._nets import conv_top
 
         p = MultiVFLDeployParams()  # parameter *names* do not depend on the sizes
         names = list(conv_top(p.channels, 28, 28, 10).state_dict())
         return _server_as_coordinator(names)
 
-    def role(self, cfg: DeployConfig, party: str) -> str:
+    def role(self, cfg: RunSpec, party: str) -> str:
         return "label_owner" if party in cfg.federation.owners() else "data_owner"
 
-    def check_federation(self, fed: FederationSpec) -> None:
+    def check_federation(self, fed: Roster) -> None:
         if not fed.label_owners:
             raise ConfigError("multivfl: list the label owners in federation.label_owners")
         if len(fed.parties) - len(fed.label_owners) < 1:
             raise ConfigError("multivfl needs at least one data owner (a party not a label owner)")
 
-    def groups(self, cfg: DeployConfig) -> list[AlignGroup]:
+    def groups(self, cfg: RunSpec) -> list[AlignGroup]:
         dos, los = tuple(_data_owners(cfg)), cfg.federation.owners()
         out = [AlignGroup(lo, (*dos, lo)) for lo in los]
         if cfg.params.evaluate:
             out.append(AlignGroup("test", (*dos, los[0]), "test"))
         return out
 
-    def check_data(self, cfg: DeployConfig, party: str, data: PartyData) -> None:
+    def check_data(self, cfg: RunSpec, party: str, data: PartyData) -> None:
         super().check_data(cfg, party, data)
         evaluate = cfg.params.evaluate
         if party in cfg.federation.owners():
@@ -139,16 +146,14 @@ class MultiVFLApp(DeployApp):
                     "(or set params.evaluate = false)"
                 )
 
-    def party_info(self, cfg: DeployConfig, party: str, local: Local) -> dict[str, Any]:
+    def party_info(self, cfg: RunSpec, party: str, local: Local) -> dict[str, Any]:
         if party in cfg.federation.owners():
             assert local.data.y is not None
             return {"n_classes": int(np.max(local.data.y)) + 1}
         X = local.data.features
         return {"height": int(X.shape[1]), "width": int(X.shape[2])}
 
-    def make_setup(
-        self, cfg: DeployConfig, infos: Mapping[str, Mapping[str, Any]]
-    ) -> dict[str, Any]:
+    def make_setup(self, cfg: RunSpec, infos: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
         dos = _data_owners(cfg)
         widths = {d: int(infos[d]["width"]) for d in dos}
         if len(set(widths.values())) != 1:
@@ -159,7 +164,7 @@ class MultiVFLApp(DeployApp):
             **{f"height/{d}": int(infos[d]["height"]) for d in dos},
         }
 
-    def _models(self, cfg: DeployConfig, setup: Mapping[str, Any]) -> tuple[list[Any], Any]:
+    def _models(self, cfg: RunSpec, setup: Mapping[str, Any]) -> tuple[list[Any], Any]:
         from fedviews.deep.multivfl import build_models
 
         p: MultiVFLDeployParams = cfg.params
@@ -170,11 +175,11 @@ class MultiVFLApp(DeployApp):
             channels=p.channels,
             top_channels=p.top_channels,
             hidden=p.hidden,
-            random_state=cfg.seed,
+            random_state=int(cfg.seed or 0),
         )
 
     def build_party(
-        self, cfg: DeployConfig, party: str, local: Local, setup: Mapping[str, Any]
+        self, cfg: RunSpec, party: str, local: Local, setup: Mapping[str, Any]
     ) -> Party:
         from fedviews.deep._common import resolve_device
         from fedviews.deep.multivfl import DataOwner, LabelOwner
@@ -212,7 +217,9 @@ class MultiVFLApp(DeployApp):
             do.set_split("test", _strip(local.take("test")[1]))
         return do
 
-    def build_coordinator(self, cfg: DeployConfig, setup: Mapping[str, Any]) -> Coordinator:
+    def build_coordinator(
+        self, cfg: RunSpec, setup: Mapping[str, Any], local: Local | None = None
+    ) -> Coordinator:
         from fedviews.deep._serveropt import make_server_optimizer
         from fedviews.deep.multivfl import Server
 
@@ -231,7 +238,7 @@ class MultiVFLApp(DeployApp):
             cfg.federation.owners(),
             _data_owners(cfg),
             rounds=p.rounds,
-            random_state=cfg.seed,
+            random_state=int(cfg.seed or 0),
             evaluate=p.evaluate,
         )
         # the server speaks as the coordinator process (its name and role on the wire)
@@ -241,9 +248,13 @@ class MultiVFLApp(DeployApp):
     def round_message(self, role: str) -> str:
         return "average_bottoms" if role == "data_owner" else "set_top"
 
-    def run_coordinator(self, coord: Coordinator, on_round_end: Any) -> Any:
+    def run_coordinator(
+        self, coord: Coordinator, on_round_end: Callable[[int], None] | None = None
+    ) -> Any:
         server: Server = coord  # type: ignore[assignment]
-        server.callback = lambda r, rec: on_round_end(r)
+        if on_round_end is not None:
+            done = on_round_end
+            server.callback = lambda r, rec: done(r)
         return server.run()
 
     def progress(self, coord: Coordinator) -> list[str]:
@@ -260,7 +271,7 @@ class MultiVFLApp(DeployApp):
     def party_state(self, party: Party) -> dict[str, np.ndarray]:
         if party.role == "label_owner":  # its top model is the server's after set_top
             return {}
-        return party.state_dict()  # type: ignore[attr-defined]
+        return party.state_dict()
 
     def load_party_state(self, party: Party, state: dict[str, np.ndarray]) -> None:
         if party.role == "data_owner":
@@ -273,7 +284,7 @@ class MultiVFLApp(DeployApp):
         if party.role == "label_owner":
             lo: LabelOwner = party  # type: ignore[assignment]
             return {f"top/{k}": v for k, v in _state(lo.top).items()}
-        return party.state_dict()  # type: ignore[attr-defined]
+        return party.state_dict()
 
     def coordinator_results(
         self, coord: Coordinator
@@ -286,9 +297,9 @@ class MultiVFLApp(DeployApp):
             metrics["final_accuracy"] = history["accuracy"][-1]
         return metrics, {f"top/{k}": v for k, v in server.params.items()}
 
-    def write_data(self, cfg: DeployConfig, out_dir: Path) -> dict[str, Path]:
-        """One file per party from ``[data]`` (see :func:`write_multivfl_data`)."""
-        return write_multivfl_data(cfg, out_dir)
+    def demo_data(self, cfg: Any) -> dict[str, PartyData]:
+        """Each party's data from ``[data]`` (see :func:`multivfl_demo_data`)."""
+        return multivfl_demo_data(cfg)
 
 
 def _server_as_coordinator(top_names: list[str]) -> PrivacyPolicy:
@@ -300,7 +311,7 @@ def _server_as_coordinator(top_names: list[str]) -> PrivacyPolicy:
     return PrivacyPolicy.of(pol.name, rules)
 
 
-def write_multivfl_data(cfg: DeployConfig, out_dir: Path) -> dict[str, Path]:
+def multivfl_demo_data(cfg: Any) -> dict[str, PartyData]:
     """Cut an image dataset into the files of D data owners and K label owners.
 
     ``[data]``: ``dataset`` (``mnist`` or ``fashion_mnist``), ``n_per_class``
@@ -338,28 +349,22 @@ def write_multivfl_data(cfg: DeployConfig, out_dir: Path) -> dict[str, Path]:
     )
     strips = split_strips(Xtr, len(dos))
     test_strips = split_strips(Xte, len(dos))
-    out_dir = Path(out_dir)
-    files: dict[str, Path] = {}
+    files: dict[str, PartyData] = {}
     n = len(ytr)
     for d, name in enumerate(dos):
         keep = rng.permutation(n)[: max(1, int(round(spec.overlap * n)))]
         tperm = rng.permutation(len(yte))
         S = strips[d].reshape(n, -1, Xtr.shape[2])
         T = test_strips[d].reshape(len(yte), -1, Xte.shape[2])
-        files[name] = save_party_data(
-            out_dir / f"{name}.npz",
-            PartyData(ids[keep], S[keep], ids_test=ids_te[tperm], X_test=T[tperm]),
-        )
+        files[name] = PartyData(ids[keep], S[keep], ids_test=ids_te[tperm], X_test=T[tperm])
     for k, name in enumerate(los):
         rows = rng.permutation(parts[k])
         test: dict[str, Any] = {}
         if k == 0:
             tperm = rng.permutation(len(yte))
             test = {"ids_test": ids_te[tperm], "y_test": np.searchsorted(classes, yte[tperm])}
-        files[name] = save_party_data(
-            out_dir / f"{name}.npz", PartyData(ids[rows], None, y_enc[rows], **test)
-        )
+        files[name] = PartyData(ids[rows], None, y_enc[rows], **test)
     return files
 
 
-register_app(MultiVFLApp())
+register_algorithm_spec(MultiVFLApp())

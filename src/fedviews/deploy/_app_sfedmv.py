@@ -7,7 +7,7 @@ side by side along the channel axis, with the channels per view in ``view_dims``
 (e.g. ``[3, 3]``: accelerometer, gyroscope), labels as class indices ``0..C-1``
 and its own test sequences (``ids_test``, ``X_test``, ``y_test``). The file format
 holds sequences of one length ``T`` (dense arrays), so the built-in ``watch`` data
-is cut into fixed-length windows (:func:`write_sfedmv_data`).
+is cut into fixed-length windows (:func:`sfedmv_demo_data`).
 
 Alignment: as H-FedMV (:mod:`._app_fedmv`), every client is its own group.
 
@@ -26,13 +26,13 @@ round and redoes the fusion, which is deterministic.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from fedviews.data import PartyData
 from fedviews.deploy._app_fedmv import (
     MAX_VIEWS,
     ClientDeployApp,
@@ -43,17 +43,23 @@ from fedviews.deploy._app_fedmv import (
     final_to_clients,
     view_dims_of,
 )
-from fedviews.deploy._apps import Local, register_app
-from fedviews.deploy._config import DeployConfig
-from fedviews.deploy._data import PartyData, save_party_data
 from fedviews.errors import ConfigError, DataError, ProtocolError
-from fedviews.federation import Coordinator, Message, Party, PrivacyPolicy, handles
+from fedviews.federation import (
+    Coordinator,
+    Local,
+    Message,
+    Party,
+    PrivacyPolicy,
+    RunSpec,
+    handles,
+    register_algorithm_spec,
+)
 
 if TYPE_CHECKING:
     from fedviews.deep.sfedmv import SequenceClient, SequenceServer
     from fedviews.linear._fedmv import HFedMVClient, HFedMVServer
 
-__all__ = ["SFedMVDeployParams", "write_sfedmv_data"]
+__all__ = ["SFedMVDeployParams", "sfedmv_demo_data"]
 
 #: GRU depths whose parameter names the privacy policy lists
 MAX_LAYERS = 4
@@ -141,7 +147,7 @@ def _torch_setup(p: SFedMVDeployParams) -> Any:
     return resolve_device(p.device)
 
 
-def _fusion_streams(cfg: DeployConfig) -> list[np.random.SeedSequence]:
+def _fusion_streams(cfg: RunSpec) -> list[np.random.SeedSequence]:
     """The streams of the fusion stage's H-FedMV (``SFedMV.fit_fusion``)."""
     from fedviews.deep.sfedmv import _fusion_seed
 
@@ -236,15 +242,14 @@ def _sfedmv_policy() -> PrivacyPolicy:
 
 class SFedMVApp(ClientDeployApp):
     name = "sfedmv"
-    params_cls = SFedMVDeployParams
+    Params = SFedMVDeployParams
     client_ndim = 3
 
-    @property
-    def policy(self) -> PrivacyPolicy:
+    def policy(self, cfg: RunSpec, setup: Mapping[str, Any]) -> PrivacyPolicy:
         return _sfedmv_policy()
 
     def build_party(
-        self, cfg: DeployConfig, party: str, local: Local, setup: Mapping[str, Any]
+        self, cfg: RunSpec, party: str, local: Local, setup: Mapping[str, Any]
     ) -> Party:
         from fedviews.data import check_sequences
         from fedviews.deep.sfedmv import SequenceClient, view_seeds
@@ -292,7 +297,9 @@ class SFedMVApp(ClientDeployApp):
             inner, make_fusion, test_views=test_views, y_test=y_test, zeta=p.zeta
         )
 
-    def build_coordinator(self, cfg: DeployConfig, setup: Mapping[str, Any]) -> Coordinator:
+    def build_coordinator(
+        self, cfg: RunSpec, setup: Mapping[str, Any], local: Local | None = None
+    ) -> Coordinator:
         from fedviews.deep._gru import get_params, make_extractor
         from fedviews.deep.sfedmv import SequenceServer, view_seeds
         from fedviews.linear._fedmv import HFedMVServer, _init_W
@@ -313,7 +320,9 @@ class SFedMVApp(ClientDeployApp):
         stage2.name, stage2.role = cfg.federation.coordinator, "coordinator"
         return _DeployServer(cfg.federation.coordinator, stage1, fusion=stage2, params=p)
 
-    def run_coordinator(self, coord: Coordinator, on_round_end: Any) -> Any:
+    def run_coordinator(
+        self, coord: Coordinator, on_round_end: Callable[[int], None] | None = None
+    ) -> Any:
         stage1: SequenceServer = _wrapped(coord)
         info = coord.info  # type: ignore[attr-defined]
         stage1.run(on_round_end=on_round_end)
@@ -374,9 +383,9 @@ class SFedMVApp(ClientDeployApp):
         arrays.update({f"W_{k}": W for k, W in enumerate(stage2.W)})
         return metrics, arrays
 
-    def write_data(self, cfg: DeployConfig, out_dir: Path) -> dict[str, Path]:
-        """One file per client from ``[data]`` (see :func:`write_sfedmv_data`)."""
-        return write_sfedmv_data(cfg, out_dir)
+    def demo_data(self, cfg: Any) -> dict[str, PartyData]:
+        """Each client's data from ``[data]`` (see :func:`sfedmv_demo_data`)."""
+        return sfedmv_demo_data(cfg)
 
 
 def _evenly(idx: np.ndarray, n: int) -> np.ndarray:
@@ -386,7 +395,7 @@ def _evenly(idx: np.ndarray, n: int) -> np.ndarray:
     return idx[np.unique(np.linspace(0, len(idx) - 1, n).round().astype(int))]
 
 
-def write_sfedmv_data(cfg: DeployConfig, out_dir: Path) -> dict[str, Path]:
+def sfedmv_demo_data(cfg: Any) -> dict[str, PartyData]:
     """Deal the ``watch`` sequences to the clients: subjects, fixed-length windows.
 
     ``[data]``: ``dataset = "watch"``, ``views`` (default both: accelerometer,
@@ -425,7 +434,7 @@ def write_sfedmv_data(cfg: DeployConfig, out_dir: Path) -> dict[str, Path]:
     dims = tuple(int(c) for c in ds.n_channels)
     y = np.asarray(ds.y, dtype=np.int64)
     rng = np.random.default_rng(cfg.seed)
-    files: dict[str, Path] = {}
+    files: dict[str, PartyData] = {}
     for m, name in enumerate(fed.parties):
         mine = client == m
         rows = np.concatenate(
@@ -438,19 +447,16 @@ def write_sfedmv_data(cfg: DeployConfig, out_dir: Path) -> dict[str, Path]:
         if not len(rows):
             raise DataError(f"client {name!r} got no training windows")
         rows, trows = rows[rng.permutation(len(rows))], trows[rng.permutation(len(trows))]
-        files[name] = save_party_data(
-            Path(out_dir) / f"{name}.npz",
-            PartyData(
-                ds.ids[rows],
-                X[rows],
-                y[rows],
-                ids_test=ds.ids[trows],
-                X_test=X[trows],
-                y_test=y[trows],
-                view_dims=dims,
-            ),
+        files[name] = PartyData(
+            ds.ids[rows],
+            X[rows],
+            y[rows],
+            ids_test=ds.ids[trows],
+            X_test=X[trows],
+            y_test=y[trows],
+            view_dims=dims,
         )
     return files
 
 
-register_app(SFedMVApp())
+register_algorithm_spec(SFedMVApp())

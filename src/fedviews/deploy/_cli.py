@@ -292,11 +292,11 @@ def register(app: typer.Typer) -> None:
         from fedviews.deploy._data import split_dataset
 
         if config is not None:
-            from fedviews.deploy._apps import get_app
             from fedviews.deploy._config import load_deploy_config
+            from fedviews.deploy._data import write_demo_data
 
             cfg = load_deploy_config(config, [f"data.dataset={dataset}", f"seed={seed}"])
-            for name, path in get_app(cfg.algorithm).write_data(cfg, outdir).items():
+            for name, path in write_demo_data(cfg, outdir).items():
                 console.print(f"{name}: {path}")
             return
         files = split_dataset(

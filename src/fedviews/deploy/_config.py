@@ -32,6 +32,7 @@ from typing import Any
 
 from fedviews.errors import ConfigError
 from fedviews.experiments._config import _merge, build_dataclass, parse_overrides
+from fedviews.federation import Roster, RunSpec, get_algorithm_spec
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -42,13 +43,9 @@ __all__ = ["DeployConfig", "FederationSpec", "SplitSpec", "load_deploy_config"]
 
 
 @dataclass(frozen=True)
-class FederationSpec:
-    """Who takes part and how failures are detected."""
+class FederationSpec(Roster):
+    """Who takes part (a :class:`~fedviews.federation.Roster`) and how failures are detected."""
 
-    parties: tuple[str, ...] = ()
-    label_owner: str = ""  # the one label owner (MMVFL, FedMV) ...
-    label_owners: tuple[str, ...] = ()  # ... or several (Multi-VFL): give one of the two
-    coordinator: str = "coordinator"
     timeout: float = 20.0
     heartbeat: float = 2.0
     connect_timeout: float = 60.0
@@ -81,10 +78,6 @@ class FederationSpec:
         if self.checkpoint_every < 1:
             raise ConfigError("federation.checkpoint_every must be >= 1 (rounds)")
 
-    def owners(self) -> tuple[str, ...]:
-        """The label owners, in order."""
-        return self.label_owners or (self.label_owner,)
-
 
 @dataclass(frozen=True)
 class SplitSpec:
@@ -108,28 +101,22 @@ class SplitSpec:
 
 
 @dataclass(frozen=True)
-class DeployConfig:
-    algorithm: str
-    name: str
-    seed: int = 0
+class DeployConfig(RunSpec):
+    """A deployment: the run (algorithm, params, roster, seed) plus timeouts, data and output."""
+
     federation: FederationSpec = field(default_factory=FederationSpec)
+    name: str = ""
     data: SplitSpec = field(default_factory=SplitSpec)
-    params: Any = None
     output_dir: str = "runs"
 
     def roles(self) -> dict[str, str]:
-        from fedviews.deploy._apps import get_app
-
-        app = get_app(self.algorithm)
-        return {p: app.role(self, p) for p in self.federation.parties}
+        return get_algorithm_spec(self.algorithm).roles(self)
 
 
 def load_deploy_config(
     source: str | Path | Mapping[str, Any], overrides: Sequence[str] = ()
 ) -> DeployConfig:
     """Load a deployment TOML (or dict), apply ``key=value`` overrides, validate every key."""
-    from fedviews.deploy._apps import get_app
-
     if isinstance(source, Mapping):
         raw = dict(source)
     else:
@@ -146,11 +133,16 @@ def load_deploy_config(
         raise ConfigError(f"unknown top-level keys {sorted(unknown)} in the deployment config")
     if "algorithm" not in raw:
         raise ConfigError('the deployment config needs `algorithm = ...` (e.g. "mmvfl")')
-    app = get_app(str(raw["algorithm"]))
+    try:
+        app = get_algorithm_spec(str(raw["algorithm"]))
+    except ConfigError as exc:  # "unknown algorithm 'x'; did you mean ...?"
+        hint = str(exc).split("; ", 1)[-1]
+        raise ConfigError(f"algorithm {raw['algorithm']!r} cannot be deployed; {hint}") from None
     fed = build_dataclass(FederationSpec, raw.get("federation", {}), "federation")
     app.check_federation(fed)
     split = build_dataclass(SplitSpec, raw.get("data", {}), "data")
-    params: Any = build_dataclass(app.params_cls, raw.get("params", {}), "params")
+    params: Any = build_dataclass(app.Params, raw.get("params", {}), "params")
+    app.check_params(params, fed)
     seed = raw.get("seed", 0)
     if isinstance(seed, bool) or not isinstance(seed, int):
         raise ConfigError(f"seed must be an integer, got {seed!r}")

@@ -27,14 +27,14 @@ A node therefore keeps what it needs in its ``Context.state`` (which Flower hand
 from message to message, and which stays on the node) and rebuilds its party from
 its data file when needed: the PSI secrets and rows (random, so stored); the
 algorithm party's state after its last round message (the deploy app's
-``party_state``: what a round checkpoint holds, which ``--resume`` already relies
+``state_dict``: what a round checkpoint holds, which ``--resume`` already relies
 on); every other request it answered (``deploy:setup``, ``deploy:build``, an
 algorithm's set-up or test-phase messages), replayed in order around that state;
 and its message log. Where the process survives (the simulation engine's Ray
 actors) a module-level cache keyed by ``(run_id, node_id)`` with a generation
 counter skips the rebuild. This fits the coarse-round algorithms (MMVFL: one
 ``update`` per party and round); an algorithm whose party keeps state between two
-messages of a round that its ``party_state`` does not hold would need it there.
+messages of a round that its ``state_dict`` does not hold would need it there.
 
 Per-batch split learning (Multi-VFL, APFed) is not supported: there a party sends
 its own messages (activations to the label owner) from inside a handler, and a
@@ -105,10 +105,9 @@ from flwr.app import Message as FlowerMessage  # noqa: E402
 from flwr.clientapp import ClientApp  # noqa: E402
 from flwr.serverapp import Grid, ServerApp  # noqa: E402
 
-from fedviews.deploy._apps import get_app  # noqa: E402
 from fedviews.deploy._checkpoint import fingerprint  # noqa: E402
 from fedviews.deploy._config import DeployConfig, load_deploy_config  # noqa: E402
-from fedviews.deploy._data import SUFFIXES, load_party_data  # noqa: E402
+from fedviews.deploy._data import SUFFIXES, load_party_data, write_demo_data  # noqa: E402
 from fedviews.deploy._session import (  # noqa: E402
     DeployCoordinator,
     DeployParty,
@@ -117,11 +116,16 @@ from fedviews.deploy._session import (  # noqa: E402
     run_identity,
     session_policy,
 )
-from fedviews.federation import Message, Party, PrivacyPolicy  # noqa: E402
+from fedviews.federation import (  # noqa: E402
+    Algorithm,
+    Message,
+    Party,
+    PrivacyPolicy,
+    get_algorithm_spec,
+)
 from fedviews.federation._grpc import _error_payload, _raise_remote  # noqa: E402
 from fedviews.federation._log import LogEntry  # noqa: E402
 from fedviews.federation._transport import Transport  # noqa: E402
-from fedviews.linear._common import small_blas  # noqa: E402
 
 __all__ = [
     "FlowerGridTransport",
@@ -364,10 +368,7 @@ class FlowerGridTransport(Transport):
             node = self.nodes.get(m.receiver)
             if node is None:
                 raise PartyUnavailable(m.receiver, "no Flower node declared this party")
-            # policy check before encoding: a forbidden array never leaves
-            self.policy.check(
-                m.sender, self.roles[m.sender], m.receiver, self.roles[m.receiver], m.arrays.keys()
-            )
+            self._check_send(m)
             wire = m.encode()
             self._check_and_log(m, len(wire))
             out.append(
@@ -457,12 +458,11 @@ def run_flower_coordinator(
     (:meth:`FlowerGridTransport.ping`) instead of running the session.
     """
     say = _print_to(cfg.federation.coordinator, echo)
-    app = get_app(cfg.algorithm)
+    app = get_algorithm_spec(cfg.algorithm)
     opts = options or FlowerOptions(join_timeout=cfg.federation.connect_timeout)
     out_dir.mkdir(parents=True, exist_ok=True)
-    policy = session_policy(app, cfg)
-    _check_coarse_rounds(cfg, policy)
-    transport = FlowerGridTransport(policy, cfg.roles(), grid, options=opts)
+    _check_coarse_rounds(cfg, app)
+    transport = FlowerGridTransport(session_policy(cfg), cfg.roles(), grid, options=opts)
     coord = DeployCoordinator(cfg, say, out_dir, resume)
     transport.register(coord)
     say(f"Flower ServerApp: waiting for nodes declaring {list(cfg.federation.parties)}")
@@ -480,7 +480,7 @@ def run_flower_coordinator(
                 f"{np.median(pings['broadcast']):.4f} s (all nodes at once)"
             )
         else:
-            with small_blas():
+            with app.compute_limits():
                 coord.run()
         return _results(coord, transport, status, t0)
     except Exception as exc:  # recorded in results.json, then raised
@@ -500,12 +500,11 @@ def run_flower_coordinator(
         say(f"{status}; results in {out_dir}")
 
 
-def _check_coarse_rounds(cfg: DeployConfig, policy: PrivacyPolicy) -> None:
+def _check_coarse_rounds(cfg: DeployConfig, app: Algorithm) -> None:
     """Refuse algorithms whose parties send each other messages (per-batch split learning)."""
-    direct = sorted(f"{a} -> {b}" for a, b in policy.allowed if "coordinator" not in (a, b))
-    if direct:
+    if app.peer_to_peer:
         raise ConfigError(
-            f"{cfg.algorithm} sends messages between parties ({', '.join(direct)}): per-batch "
+            f"{cfg.algorithm} sends messages between parties: per-batch "
             "split learning cannot run over Flower, where a ClientApp only answers the "
             "ServerApp and every message costs a SuperLink round trip; deploy it with "
             "fedviews' gRPC transport (fedviews launch / fedviews party)"
@@ -615,13 +614,7 @@ class FlowerNodeTransport(Transport):
             self.log.handler_seconds[party.name] += time.perf_counter() - t0
         if reply.receiver != msg.sender or reply.sender != party.name:
             raise ProtocolError(f"party {party.name!r} replied with a misaddressed message")
-        self.policy.check(
-            reply.sender,
-            self.roles[reply.sender],
-            reply.receiver,
-            self.roles.get(reply.receiver, "?"),
-            reply.arrays.keys(),
-        )
+        self._check_send(reply)
         wire = reply.encode()
         self._check_and_log(reply, len(wire))
         return wire
@@ -719,7 +712,7 @@ class _Node:
 
     What a fresh process needs to continue as this party: the PSI state (its secrets
     are random, so it is stored, not replayed); the party's state after its last
-    round message (the deploy app's ``party_state``, what a round checkpoint holds);
+    round message (the party's ``state_dict``, what a round checkpoint holds);
     and every other request it answered (``deploy:setup``, ``deploy:build``, an
     algorithm's set-up or test-phase messages), replayed in order around that state:
     the ones before the last round message, then the state, then the ones after it.
@@ -734,9 +727,9 @@ class _Node:
             if not self.quiet:
                 say(line)
 
-        self.app = get_app(s.cfg.algorithm)
+        self.app = get_algorithm_spec(s.cfg.algorithm)
         self.transport = FlowerNodeTransport(
-            session_policy(self.app, s.cfg),
+            session_policy(s.cfg),
             {**s.cfg.roles(), s.cfg.federation.coordinator: "coordinator"},
         )
         self.party = DeployParty(s.cfg, s.party, load_party_data(s.data), s.out_dir, echo, s.resume)
@@ -748,7 +741,7 @@ class _Node:
 
     def handle(self, data: bytes) -> bytes:
         msg = Message.decode(data)
-        with small_blas():
+        with self.app.compute_limits():
             wire = self.transport.answer(data, self.settings.cfg.federation.coordinator)
         if msg.kind.startswith("psi:"):
             pass  # kept by _psi_snapshot
@@ -782,7 +775,7 @@ class _Node:
             {k: Array(np.ascontiguousarray(v)) for k, v in psi_arrays.items()}
         )
         if self.new_snapshot:  # only at a round message: later requests are replayed on it
-            algo = self.app.party_state(p.algo)
+            algo = p.algo.state_dict()
             state[_STATE_ALGO] = ArrayRecord(
                 {k: Array(np.ascontiguousarray(v)) for k, v in algo.items()}
             )
@@ -808,7 +801,7 @@ class _Node:
             for i, wire in enumerate(wires):
                 if i == self.snapshot_at and algo is not None:
                     self._load(algo)
-                with small_blas():
+                with self.app.compute_limits():
                     p.handle(Message.decode(wire))
                 self.replay.append(wire)
             if len(wires) == self.snapshot_at and algo is not None:
@@ -836,7 +829,7 @@ class _Node:
     def _load(self, algo: ArrayRecord) -> None:
         if self.party.algo is None:
             raise ProtocolError(f"{self.party.name!r}: round state saved before deploy:build")
-        self.app.load_party_state(self.party.algo, {k: a.numpy() for k, a in algo.items()})
+        self.party.algo.load_state({k: a.numpy() for k, a in algo.items()})
 
 
 def _int(v: Any) -> int:
@@ -1046,7 +1039,7 @@ def launch_flower(
     run_dir.mkdir(parents=True, exist_ok=True)
     if data_dir is None:
         data_dir = run_dir / "data"
-        get_app(cfg.algorithm).write_data(cfg, data_dir)
+        write_demo_data(cfg, data_dir)
     data_dir = Path(data_dir).absolute()
     files = {}
     for p in cfg.federation.parties:

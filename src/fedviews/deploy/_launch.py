@@ -13,9 +13,8 @@ from collections.abc import Callable, Sequence
 from datetime import datetime
 from pathlib import Path
 
-from fedviews.deploy._apps import get_app
 from fedviews.deploy._config import DeployConfig
-from fedviews.deploy._data import SUFFIXES
+from fedviews.deploy._data import SUFFIXES, write_demo_data
 from fedviews.errors import PartyUnavailable, ProtocolError
 from fedviews.federation._certs import init_ca, issue_certificate
 
@@ -89,7 +88,7 @@ def launch(
     fed = cfg.federation
     if data_dir is None:
         data_dir = run_dir / "data"
-        get_app(cfg.algorithm).write_data(cfg, data_dir)
+        write_demo_data(cfg, data_dir)
     files = {}
     for p in fed.parties:
         found = [data_dir / f"{p}.{ext}" for ext in SUFFIXES if (data_dir / f"{p}.{ext}").is_file()]

@@ -27,31 +27,60 @@ from typing import Any
 
 import numpy as np
 
-from fedviews.deploy._apps import DeployApp, Local, get_app
+from fedviews.data import PartyData
 from fedviews.deploy._checkpoint import Checkpoints, fingerprint
 from fedviews.deploy._config import DeployConfig
-from fedviews.deploy._data import PartyData
 from fedviews.errors import ConfigError, DataError, FedViewsError, PartyUnavailable, ProtocolError
-from fedviews.federation import Coordinator, InProcessTransport, Message, PrivacyPolicy, handles
+from fedviews.federation import (
+    Algorithm,
+    Coordinator,
+    Local,
+    Message,
+    PrivacyPolicy,
+    check_group_sizes,
+    get_algorithm_spec,
+    handles,
+    setup_info,
+)
 from fedviews.federation._certs import TLSFiles
 from fedviews.federation._grpc import GrpcHub, GrpcOptions, GrpcPartyTransport
-from fedviews.linear._common import small_blas
-from fedviews.privacy._psi import PSIParty, run_psi
+from fedviews.privacy import PSIParty, run_psi
 
-__all__ = ["DeployCoordinator", "DeployParty", "in_process", "run_coordinator", "run_party"]
+__all__ = ["DeployCoordinator", "DeployParty", "run_coordinator", "run_party"]
+
+#: the kinds of the session; only the coordinator sends them
+SESSION_KINDS = (
+    "deploy:setup",
+    "deploy:build",
+    "deploy:finish",
+    "psi:blind",
+    "psi:reblind",
+    "psi:result",
+)
 
 Printer = Callable[[str], None]
 
 
-def session_policy(app: DeployApp, cfg: DeployConfig) -> PrivacyPolicy:
-    """The algorithm's policy plus the PSI arrays between every party role and the coordinator."""
+def session_policy(cfg: DeployConfig) -> PrivacyPolicy:
+    """The session's own policy: the coordinator sends the session kinds, PSI arrays both ways.
+
+    Until the setup is known nothing else may cross; then every process widens its
+    transport's policy by exactly the algorithm's policy of this run
+    (:func:`run_policy`).
+    """
     rules: dict[tuple[str, str], set[str]] = {}
-    for key, names in app.policy.allowed.items():
-        rules.setdefault(key, set()).update(names)
+    kinds: dict[tuple[str, str], tuple[str, ...]] = {}
     for role in set(cfg.roles().values()):
-        rules.setdefault((role, "coordinator"), set()).add("psi_set")
-        rules.setdefault(("coordinator", role), set()).update({"psi_set", "psi_positions"})
-    return PrivacyPolicy.of(f"{app.policy.name}+psi", rules)
+        rules[(role, "coordinator")] = {"psi_set"}
+        rules[("coordinator", role)] = {"psi_set", "psi_positions"}
+        kinds[("coordinator", role)] = SESSION_KINDS
+    return PrivacyPolicy.of("session", rules, kinds=kinds)
+
+
+def run_policy(app: Algorithm, cfg: DeployConfig, setup: Mapping[str, Any]) -> PrivacyPolicy:
+    """The session's policy plus the algorithm's policy of this run and setup."""
+    algo = app.policy(cfg, setup)
+    return session_policy(cfg).merged(algo, name=f"{algo.name}+session")
 
 
 def options_of(cfg: DeployConfig) -> GrpcOptions:
@@ -71,14 +100,6 @@ def run_identity(cfg: DeployConfig) -> dict[str, Any]:
     }
 
 
-def setup_info(app: DeployApp, cfg: DeployConfig, party: str, local: Local) -> dict[str, Any]:
-    """What a party reports at setup: its aligned sample count per group, then its app's info."""
-    return {
-        **{f"n/{g}": len(r) for g, r in local.rows.items()},
-        **app.party_info(cfg, party, local),
-    }
-
-
 def _write_json(path: Path, obj: Any) -> None:
     path.write_text(json.dumps(obj, indent=2, default=str))
 
@@ -95,7 +116,7 @@ class DeployParty(PSIParty):
         echo: Printer,
         resume: Path | None = None,
     ) -> None:
-        self.app = get_app(cfg.algorithm)
+        self.app = get_algorithm_spec(cfg.algorithm)
         super().__init__(name, data.ids, role=self.app.role(cfg, name))
         self.app.check_data(cfg, name, data)
         self.groups = {g.name: g for g in self.app.groups(cfg) if name in g.parties}
@@ -130,7 +151,7 @@ class DeployParty(PSIParty):
             and msg.round % every == 0
         ):
             # before the reply leaves: whatever round the coordinator completed, we have it
-            ckpt.save(msg.round, self.app.party_state(self.algo))
+            ckpt.save(msg.round, self.algo.state_dict())
         return reply
 
     @handles("deploy:setup")
@@ -165,6 +186,8 @@ class DeployParty(PSIParty):
             raise ProtocolError("deploy:build before deploy:setup")
         setup = dict(msg.meta)
         resume_round = int(setup.pop("resume_round", 0) or 0)
+        assert self.transport is not None
+        self.transport.policy = run_policy(self.app, self.cfg, setup)
         self.algo = self.app.build_party(self.cfg, self.name, self.local, setup)
         self.algo.transport = self.transport
         fp = self.fingerprint
@@ -176,7 +199,7 @@ class DeployParty(PSIParty):
                     "was started without --resume (pass its run folder of the killed run)"
                 )
             state = Checkpoints(self.resume / "checkpoints", fp).load(resume_round)
-            self.app.load_party_state(self.algo, state)
+            self.algo.load_state(state)
             self.checkpoints.save(resume_round, state)
             self._shown = resume_round
             self.echo(f"resumed from its checkpoint of round {resume_round}")
@@ -211,7 +234,7 @@ class DeployCoordinator(Coordinator):
         self.cfg, self.echo, self.out_dir, self.resume = cfg, echo, out_dir, resume
         self.checkpoints: Checkpoints | None = None
         self.resumed_from = 0
-        self.app = get_app(cfg.algorithm)
+        self.app = get_algorithm_spec(cfg.algorithm)
         self.parties = list(cfg.federation.parties)
         self.server: Any = None
         self.setup: dict[str, Any] = {}
@@ -229,21 +252,10 @@ class DeployCoordinator(Coordinator):
                     f"sample IDs ({time.perf_counter() - t0:.1f} s)"
                 )
         replies = self.broadcast(self.parties, "deploy:setup")
-        for g in groups:
-            sizes = {p: int(replies[p].meta[f"n/{g.name}"]) for p in g.parties}  # type: ignore[arg-type]
-            if len(set(sizes.values())) != 1:
-                raise DataError(
-                    f"the parties of alignment group {g.name!r} hold different numbers of "
-                    f"aligned samples: {sizes}"
-                    + (
-                        " (with alignment = 'none' they must hold the same IDs)"
-                        if fed.alignment == "none"
-                        else ""
-                    )
-                )
-            if not next(iter(sizes.values())):
-                raise DataError(f"the parties of alignment group {g.name!r} share no sample ID")
-        self.setup = self.app.make_setup(self.cfg, {p: r.meta for p, r in replies.items()})
+        infos = {p: r.meta for p, r in replies.items()}
+        hint = " (with alignment = 'none' they must hold the same IDs)"
+        check_group_sizes(groups, infos, hint if fed.alignment == "none" else "")
+        self.setup = self.app.make_setup(self.cfg, infos)
         fp = fingerprint(run=run_identity(self.cfg), setup=self.setup)
         if self.out_dir is not None:
             self.checkpoints = Checkpoints(self.out_dir / "checkpoints", fp)
@@ -255,13 +267,15 @@ class DeployCoordinator(Coordinator):
                 state = source.load(self.resumed_from)
             else:
                 self.echo(f"no checkpoint in {source.directory}: starting from round 1")
+        assert self.transport is not None
+        self.transport.policy = run_policy(self.app, self.cfg, self.setup)
         self.broadcast(
             self.parties, "deploy:build", meta={**self.setup, "resume_round": self.resumed_from}
         )
         self.server = self.app.build_coordinator(self.cfg, self.setup)
         self.server.transport = self.transport
         if state is not None:
-            self.app.load_coordinator_state(self.server, state)
+            self.server.load_state(state)
             if self.checkpoints is not None:
                 self.checkpoints.save(self.resumed_from, state)
             self.echo(f"resuming after round {self.resumed_from}")
@@ -300,7 +314,7 @@ class DeployCoordinator(Coordinator):
 
     def _checkpoint(self, round: int) -> None:
         if self.checkpoints is not None and round % self.cfg.federation.checkpoint_every == 0:
-            self.checkpoints.save(round, self.app.coordinator_state(self.server))
+            self.checkpoints.save(round, self.server.state_dict())
 
     def _progress(self, done: threading.Event, shown: int) -> None:
         finished = False
@@ -347,11 +361,9 @@ def run_coordinator(
     round of which it has a checkpoint (the parties must be started with ``--resume``).
     """
     say = _print_to(cfg.federation.coordinator, echo)
-    app = get_app(cfg.algorithm)
+    app = get_algorithm_spec(cfg.algorithm)
     out_dir.mkdir(parents=True, exist_ok=True)
-    hub = GrpcHub(
-        session_policy(app, cfg), cfg.roles(), listen=listen, tls=tls, options=options_of(cfg)
-    )
+    hub = GrpcHub(session_policy(cfg), cfg.roles(), listen=listen, tls=tls, options=options_of(cfg))
     coord = DeployCoordinator(cfg, say, out_dir, resume)
     hub.register(coord)
     if port_file is not None:  # atomically: a launcher polls for it
@@ -368,7 +380,7 @@ def run_coordinator(
     try:
         hub.wait_for_parties()
         say("all parties joined")
-        with small_blas():
+        with app.compute_limits():
             coord.run()
         return coord.results()
     except FedViewsError as exc:
@@ -422,10 +434,9 @@ def run_party(
         raise DataError(
             f"{name!r} is not a party of this federation: {list(cfg.federation.parties)}"
         )
-    app = get_app(cfg.algorithm)
     party = DeployParty(cfg, name, data, out_dir, say, resume)
     transport = GrpcPartyTransport(
-        session_policy(app, cfg),
+        session_policy(cfg),
         coordinator,
         tls=tls,
         server_name=cfg.federation.coordinator,
@@ -437,7 +448,7 @@ def run_party(
     outcome: list[BaseException] = []
 
     def serve() -> None:
-        with small_blas():
+        with party.app.compute_limits():
             try:
                 transport.serve()
             except BaseException as exc:  # handed to the main thread below
@@ -457,42 +468,3 @@ def run_party(
     ):
         # once this party has written its results, a closed stream ends the session
         raise outcome[0]
-
-
-def in_process(
-    cfg: DeployConfig, files: Mapping[str, PartyData], *, keep_entries: bool = True
-) -> tuple[DeployApp, Coordinator, dict[str, Any], InProcessTransport]:
-    """The deployment's objects in one process: ``(app, coordinator, parties, transport)``.
-
-    Every party is built by its deploy app from its own data exactly as its process
-    would build it (alignment in the clear instead of the PSI: same rows, same order),
-    and all of them are federated by an :class:`InProcessTransport` (every message is
-    still encoded, policy-checked and logged). Run it with
-    ``app.run_coordinator(coordinator, on_round_end)``: the reference a deployed run
-    must equal, and the baseline of ``benchmarks/bench_grpc.py``.
-    """
-    from fedviews.data import align
-
-    app = get_app(cfg.algorithm)
-    missing = set(cfg.federation.parties) - set(files)
-    if missing:
-        raise DataError(f"no data for the parties {sorted(missing)}")
-    groups = app.groups(cfg)
-    rows: dict[str, dict[str, np.ndarray]] = {p: {} for p in cfg.federation.parties}
-    for g in groups:
-        pos = align(*[files[p].split(g.split)[0] for p in g.parties])
-        for p, at in zip(g.parties, pos, strict=True):
-            rows[p][g.name] = at
-    by_name = {g.name: g for g in groups}
-    locals_ = {}
-    for p in cfg.federation.parties:
-        app.check_data(cfg, p, files[p])
-        locals_[p] = Local(files[p], rows[p], {g: by_name[g] for g in rows[p]})
-    infos = {p: setup_info(app, cfg, p, loc) for p, loc in locals_.items()}
-    setup = app.make_setup(cfg, infos)
-    parties = {p: app.build_party(cfg, p, loc, setup) for p, loc in locals_.items()}
-    coord = app.build_coordinator(cfg, setup)
-    transport = InProcessTransport(app.policy, keep_entries=keep_entries)
-    for obj in (coord, *parties.values()):
-        transport.register(obj)
-    return app, coord, parties, transport

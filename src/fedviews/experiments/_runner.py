@@ -13,7 +13,6 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 from rich.console import Console
 from rich.progress import (
     BarColumn,
@@ -28,6 +27,7 @@ from rich.table import Table as RichTable
 from fedviews.errors import FedViewsError
 from fedviews.experiments._config import ExperimentConfig
 from fedviews.experiments._registry import get_experiment
+from fedviews.report import to_jsonable, write_report
 
 __all__ = ["ExperimentResult", "RunContext", "Table", "run_experiment", "to_jsonable"]
 
@@ -123,27 +123,6 @@ class RunContext:
         _write_json(self.path("partial_metrics.json"), partial)
 
 
-def to_jsonable(obj: Any) -> Any:
-    if isinstance(obj, dict):
-        return {str(k): to_jsonable(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return [to_jsonable(v) for v in obj]
-    if isinstance(obj, np.ndarray):
-        return to_jsonable(obj.tolist())
-    if isinstance(obj, (np.floating, float)):
-        f = float(obj)
-        return None if math.isnan(f) or math.isinf(f) else f
-    if isinstance(obj, (np.integer,)):
-        return int(obj)
-    if isinstance(obj, Path):
-        return str(obj)
-    if hasattr(obj, "__dataclass_fields__"):
-        import dataclasses
-
-        return to_jsonable(dataclasses.asdict(obj))
-    return obj
-
-
 def _write_json(path: Path, obj: Any) -> None:
     tmp = path.with_suffix(".tmp")
     tmp.write_text(json.dumps(to_jsonable(obj), indent=2), encoding="utf-8")
@@ -163,8 +142,6 @@ def run_experiment(
     PNG figures and ``report.html``. On failure, ``error.json`` is written next to
     whatever partial results exist, and the error is re-raised.
     """
-    from fedviews.report import write_report
-
     console = console or Console()
     spec = get_experiment(cfg.experiment)
     if out_dir is None:

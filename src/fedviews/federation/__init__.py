@@ -1,10 +1,27 @@
 """Federation runtime: parties, messages, transports, privacy policy, message log.
 
-An algorithm is written as party-local handlers plus a coordinator that drives
-rounds; it never imports a concrete transport. :func:`federate` wires a list of
-parties to a transport (in-process by default).
+An algorithm is defined once, as an :class:`Algorithm` spec: party-local handlers
+plus a coordinator that drives rounds, its params, roles, alignment groups and
+privacy policy; it never imports a concrete transport. :func:`build_in_process`
+runs a spec in one process; :mod:`fedviews.deploy` runs the same spec with one
+process per party. :func:`federate` wires a list of parties to a transport.
 """
 
+from fedviews.federation._algorithm import (
+    ALGORITHMS,
+    Algorithm,
+    AlignGroup,
+    InProcessRun,
+    Local,
+    Roster,
+    RunSpec,
+    build_in_process,
+    check_group_sizes,
+    get_algorithm_spec,
+    register_algorithm_spec,
+    setup_info,
+    spawn_streams,
+)
 from fedviews.federation._log import LogEntry, MessageLog
 from fedviews.federation._message import Message
 from fedviews.federation._party import Coordinator, Party, handles
@@ -13,6 +30,19 @@ from fedviews.federation._run import federate
 from fedviews.federation._transport import InProcessTransport, Transport
 
 __all__ = [
+    "ALGORITHMS",
+    "Algorithm",
+    "AlignGroup",
+    "InProcessRun",
+    "Local",
+    "Roster",
+    "RunSpec",
+    "build_in_process",
+    "check_group_sizes",
+    "get_algorithm_spec",
+    "register_algorithm_spec",
+    "setup_info",
+    "spawn_streams",
     "GrpcHub",
     "GrpcPartyTransport",
     "Coordinator",

@@ -336,13 +336,7 @@ class _Endpoint(Transport):
 
     def _remote_request(self, link: _Link, msg: Message) -> Message:
         """Send ``msg`` over ``link`` and wait for the reply (policy checked, both logged)."""
-        self.policy.check(
-            msg.sender,
-            self.roles.get(msg.sender, "?"),
-            msg.receiver,
-            self.roles[msg.receiver],
-            msg.arrays.keys(),
-        )
+        self._check_send(msg)
         wire = msg.encode_buffer()
         self._check_and_log(msg, len(wire))
         msg_id, slot = self.calls.new()
@@ -550,13 +544,7 @@ class GrpcHub(_Endpoint):
         return self._remote_request(link, msg)
 
     def _local_request(self, msg: Message) -> Message:
-        self.policy.check(
-            msg.sender,
-            self.roles.get(msg.sender, "?"),
-            msg.receiver,
-            self.roles[msg.receiver],
-            msg.arrays.keys(),
-        )
+        self._check_send(msg)
         wire = msg.encode()
         self._check_and_log(msg, len(wire))
         reply = self._handle_local(Message.decode(wire))

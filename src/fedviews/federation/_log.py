@@ -33,6 +33,7 @@ class MessageLog:
     _messages: int = 0
     _rounds: int = 0
     _crossed: dict[tuple[str, str], set[str]] = field(default_factory=lambda: defaultdict(set))
+    _exchanges: set[tuple[str, str, str, tuple[str, ...]]] = field(default_factory=set)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     def record(self, entry: LogEntry) -> None:
@@ -45,6 +46,8 @@ class MessageLog:
         self._bytes_sent[entry.sender] += entry.nbytes
         self._bytes_recv[entry.receiver] += entry.nbytes
         self._crossed[(entry.sender, entry.receiver)].update(entry.arrays)
+        names = tuple(sorted(entry.arrays))
+        self._exchanges.add((entry.sender, entry.receiver, entry.kind, names))
         if self.keep_entries:
             self.entries.append(entry)
 
@@ -60,6 +63,14 @@ class MessageLog:
     def crossings(self) -> dict[str, list[str]]:
         """``{"sender -> receiver": sorted array names}`` for every pair that exchanged arrays."""
         return {f"{s} -> {r}": sorted(n) for (s, r), n in sorted(self._crossed.items()) if n}
+
+    def exchanges(self) -> list[tuple[str, str, str, tuple[str, ...]]]:
+        """Every distinct ``(sender, receiver, kind, array names)`` that crossed, sorted.
+
+        The protocol's footprint: the same run in one process and deployed must
+        produce the same set (up to the deployment's own session messages).
+        """
+        return sorted(self._exchanges)
 
     @property
     def n_messages(self) -> int:
@@ -89,6 +100,7 @@ class MessageLog:
                 for p in parties
             },
             "crossings": self.crossings(),
+            "exchanges": [[s, r, k, list(n)] for s, r, k, n in self.exchanges()],
         }
 
     def to_records(self, limit: int | None = None) -> list[dict[str, Any]]:

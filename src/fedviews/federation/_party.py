@@ -48,10 +48,18 @@ class Party:
         super().__init_subclass__(**kwargs)
         handlers: dict[str, str] = {}
         for klass in reversed(cls.__mro__):
+            own: dict[str, str] = {}
             for attr, val in vars(klass).items():
                 kind = getattr(val, "_fedviews_kind", None)
-                if kind is not None:
-                    handlers[kind] = attr
+                if kind is None:
+                    continue
+                if kind in own:
+                    raise ProtocolError(
+                        f"{klass.__name__} registers two handlers of {kind!r}: "
+                        f"{own[kind]} and {attr}"
+                    )
+                own[kind] = attr
+            handlers.update(own)
         cls._handlers = handlers
 
     def __init__(self, name: str, role: str = "party") -> None:
@@ -62,6 +70,22 @@ class Party:
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(name={self.name!r}, role={self.role!r})"
+
+    # -- checkpoints -----------------------------------------------------------
+    def state_dict(self) -> dict[str, np.ndarray]:
+        """This party's private state at a round boundary (a checkpoint; it never leaves).
+
+        A party whose state changes over rounds overrides this and :meth:`load_state`
+        so that a run resumed from the checkpoint equals the uninterrupted one.
+        """
+        return {}
+
+    def load_state(self, state: Mapping[str, np.ndarray]) -> None:
+        """Continue from :meth:`state_dict`."""
+        if state:
+            raise ProtocolError(
+                f"{type(self).__name__} keeps no state but was given {sorted(state)}"
+            )
 
     # -- receiving -------------------------------------------------------
     def handle(self, msg: Message) -> Message:

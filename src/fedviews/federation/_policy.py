@@ -1,4 +1,4 @@
-"""Privacy policies: which named arrays may leave which role, towards which role."""
+"""Privacy policies: which message kinds and named arrays may go from which role to which role."""
 
 from __future__ import annotations
 
@@ -7,36 +7,84 @@ from dataclasses import dataclass, field
 
 from fedviews.errors import PrivacyError
 
-__all__ = ["PrivacyPolicy"]
+__all__ = ["SESSION_PREFIXES", "PrivacyPolicy"]
+
+#: kinds of the session (setup, PSI): only the coordinator may send them, and only
+#: when a policy lists them, whatever else the policy allows
+SESSION_PREFIXES = ("deploy:", "psi:")
+
+Pair = tuple[str, str]
 
 
 @dataclass(frozen=True)
 class PrivacyPolicy:
-    """Declared barrier of an algorithm.
+    """Declared barrier of a run.
 
     ``allowed[(sender_role, receiver_role)]`` is the set of array names that a
-    party with role ``sender_role`` may send to a party with ``receiver_role``.
-    Anything else raises :class:`~fedviews.errors.PrivacyError` *before* it is
-    sent. Messages without arrays (control messages, acknowledgements) are
-    always allowed.
+    party with role ``sender_role`` may send to a party with ``receiver_role``;
+    ``kinds[(sender_role, receiver_role)]`` the set of request kinds it may send
+    (the reply ``"<kind>:reply"`` may then go back the other way). With
+    ``strict_kinds`` only listed kinds may go; without it (a policy built with
+    ``kinds=None``) algorithm kinds are unchecked, but session kinds
+    (``deploy:*``, ``psi:*``) are accepted only where ``kinds`` lists them.
+    Anything else raises :class:`~fedviews.errors.PrivacyError` — at the sender
+    *before* it is sent, and again at the hub and the receiver (a dishonest
+    sender skips its own check).
 
     Examples
     --------
     >>> policy = PrivacyPolicy.of("mmvfl", {("party", "coordinator"): ["Z_k"],
-    ...                                     ("coordinator", "party"): ["Z"]})
+    ...                                     ("coordinator", "party"): ["Z"]},
+    ...                           kinds={("coordinator", "party"): ["update"]})
     """
 
     name: str
-    allowed: Mapping[tuple[str, str], frozenset[str]] = field(default_factory=dict)
+    allowed: Mapping[Pair, frozenset[str]] = field(default_factory=dict)
+    kinds: Mapping[Pair, frozenset[str]] = field(default_factory=dict)
+    strict_kinds: bool = False
 
     @classmethod
-    def of(cls, name: str, rules: Mapping[tuple[str, str], Iterable[str]]) -> PrivacyPolicy:
-        return cls(name=name, allowed={k: frozenset(v) for k, v in rules.items()})
+    def of(
+        cls,
+        name: str,
+        rules: Mapping[Pair, Iterable[str]],
+        kinds: Mapping[Pair, Iterable[str]] | None = None,
+    ) -> PrivacyPolicy:
+        return cls(name, _frozen(rules), _frozen(kinds or {}), strict_kinds=kinds is not None)
+
+    def merged(self, other: PrivacyPolicy, name: str | None = None) -> PrivacyPolicy:
+        """The union of two policies (e.g. the session's and the algorithm's)."""
+        return PrivacyPolicy(
+            name or f"{self.name}+{other.name}",
+            _union(self.allowed, other.allowed),
+            _union(self.kinds, other.kinds),
+            strict_kinds=self.strict_kinds and other.strict_kinds,
+        )
+
+    def kind_allowed(self, sender_role: str, receiver_role: str, kind: str) -> bool:
+        """May a party of ``sender_role`` send a message of ``kind`` to one of ``receiver_role``?"""
+        reply = kind.endswith(":reply")
+        base = kind[: -len(":reply")] if reply else kind
+        pair = (receiver_role, sender_role) if reply else (sender_role, receiver_role)
+        if base in self.kinds.get(pair, frozenset()):
+            return True
+        return not self.strict_kinds and not base.startswith(SESSION_PREFIXES)
 
     def check(
-        self, sender: str, sender_role: str, receiver: str, receiver_role: str, names: Iterable[str]
+        self,
+        sender: str,
+        sender_role: str,
+        receiver: str,
+        receiver_role: str,
+        names: Iterable[str],
+        kind: str | None = None,
     ) -> None:
-        """Raise PrivacyError if any of ``names`` may not go from sender to receiver."""
+        """Raise PrivacyError if ``kind`` or any of ``names`` may not go from sender to receiver."""
+        if kind is not None and not self.kind_allowed(sender_role, receiver_role, kind):
+            raise PrivacyError(
+                f"privacy policy {self.name!r} forbids {sender!r} ({sender_role}) from sending "
+                f"a {kind!r} message to {receiver!r} ({receiver_role})"
+            )
         names = list(names)
         if not names:
             return
@@ -47,3 +95,15 @@ class PrivacyPolicy:
                 f"privacy policy {self.name!r} forbids {sender!r} ({sender_role}) from sending "
                 f"{bad} to {receiver!r} ({receiver_role}); allowed: {sorted(ok) or 'nothing'}"
             )
+
+
+def _frozen(table: Mapping[Pair, Iterable[str]]) -> dict[Pair, frozenset[str]]:
+    return {k: frozenset(v) for k, v in table.items()}
+
+
+def _union(*tables: Mapping[Pair, Iterable[str]]) -> dict[Pair, frozenset[str]]:
+    out: dict[Pair, set[str]] = {}
+    for table in tables:
+        for key, names in table.items():
+            out.setdefault(key, set()).update(names)
+    return _frozen(out)

@@ -33,6 +33,17 @@ class Transport(ABC):
         self.roles[party.name] = party.role
         party.transport = self
 
+    def _check_send(self, msg: Message) -> None:
+        """The sender's policy check, before ``msg`` is encoded: a forbidden array never leaves."""
+        self.policy.check(
+            msg.sender,
+            self.roles.get(msg.sender, "?"),
+            msg.receiver,
+            self.roles.get(msg.receiver, "?"),
+            msg.arrays.keys(),
+            msg.kind,
+        )
+
     def _check_and_log(self, msg: Message, wire_bytes: int) -> None:
         self._admit(msg.header(), wire_bytes)
 
@@ -46,6 +57,7 @@ class Transport(ABC):
             head.receiver,
             self.roles[head.receiver],
             head.names,
+            head.kind,
         )
         self.log.record(
             LogEntry(
@@ -91,10 +103,7 @@ class InProcessTransport(Transport):
             raise PartyUnavailable(msg.receiver, "no such party in this federation")
         if msg.sender not in self.roles:
             raise ProtocolError(f"unknown sender {msg.sender!r}")
-        # policy check happens before encoding: a forbidden array never leaves
-        self.policy.check(
-            msg.sender, self.roles[msg.sender], msg.receiver, party.role, msg.arrays.keys()
-        )
+        self._check_send(msg)
         wire = msg.encode_buffer()
         self._check_and_log(msg, len(wire))
         t0 = time.perf_counter()

@@ -60,9 +60,9 @@ from typing import Any
 import numpy as np
 from sklearn.base import BaseEstimator
 
+from fedviews._registry import register_estimator
 from fedviews.data._validation import check_Xs, check_y, one_hot
-from fedviews.errors import ConfigError, DataError, ProtocolError
-from fedviews.experiments._registry import register_algorithm
+from fedviews.errors import ConfigError, DataError, ProtocolError, check_fitted
 from fedviews.federation import (
     Coordinator,
     Message,
@@ -398,7 +398,8 @@ class _ConsensusPredictor(BaseEstimator):
 
     def predict(self, Xs: Sequence[np.ndarray]) -> np.ndarray:
         """Class labels: ``argmax`` of the consensus ``Z^test`` (Eqs. 12-13)."""
-        return self.classes_[np.argmax(self.decision_function(Xs), axis=1)]
+        Z = self.decision_function(Xs)  # raises NotFittedError before fit
+        return self.classes_[np.argmax(Z, axis=1)]
 
 
 def _prepare_views(Xs: Any, y: Any, where: str) -> tuple[list[np.ndarray], np.ndarray]:
@@ -407,7 +408,7 @@ def _prepare_views(Xs: Any, y: Any, where: str) -> tuple[list[np.ndarray], np.nd
     return Xs, check_y(y, Xs[0].shape[0])
 
 
-@register_algorithm("vfedmv")
+@register_estimator("vfedmv")
 class VFedMV(_ConsensusPredictor):
     """Vertical federated multi-view learning (Algorithm 2), with its consensus testing phase.
 
@@ -444,6 +445,8 @@ class VFedMV(_ConsensusPredictor):
         Final consensus pseudo-labels (server side).
     objective_ : list of float
         Objective (Eq. 1) after every round (non-increasing).
+    history_ : list of float
+        ``objective_`` (the per-round record every federated estimator exposes).
     feature_importances_ : list of ndarray
         Row norms of every ``W_k``.
     test_iterations_ : int
@@ -521,6 +524,7 @@ class VFedMV(_ConsensusPredictor):
         self.Z_k_ = [p.Z_k for p in parties]
         self.feature_importances_ = [row_norms(W) for W in self.W_]
         self.objective_ = list(server.objective)
+        self.history_ = self.objective_
         self.n_iter_ = len(self.objective_)
         self.converged_ = server.converged
         self.n_features_in_ = [X.shape[1] for X in Xs]
@@ -533,6 +537,7 @@ class VFedMV(_ConsensusPredictor):
         Each party loads its own test view and computes ``X_k^test W_k`` locally;
         only ``Z_k_test`` and ``Z_test`` are exchanged.
         """
+        check_fitted(self, "parties_", "server_")
         Xs = check_Xs(Xs, n_views=len(self.parties_), n_features=self.n_features_in_)
         for party, X in zip(self.parties_, Xs, strict=True):
             party.load_test(X)
@@ -634,12 +639,14 @@ def mvl_local(
     return {"W": Ws, "Z": Z, "objective": hist}
 
 
-@register_algorithm("mv_local")
+@register_estimator("mv_local")
 class LocalMVL(_ConsensusPredictor):
     """Multi-view learning on one holder's data, no federation (the "MV w/o FL" baseline).
 
     Parameters are those of :class:`HFedMV`; ``n_iter`` passes of Algorithm 3's
     local loop from a random ``W``. ``predict`` runs the testing phase locally.
+    No party sends anything, so there is no ``transport_``, ``run_stats_`` or
+    ``history_``; ``objective_`` is the objective after every pass.
     """
 
     def __init__(
@@ -694,6 +701,7 @@ class LocalMVL(_ConsensusPredictor):
 
     def decision_function(self, Xs: Sequence[np.ndarray]) -> np.ndarray:
         """Consensus ``Z^test`` (testing phase run locally)."""
+        check_fitted(self, "W_", "zetas_")
         Xs = check_Xs(Xs, n_views=len(self.W_), n_features=self.n_features_in_)
         Z, self.test_iterations_ = fedmv_consensus(
             [X @ W for X, W in zip(Xs, self.W_, strict=True)],
@@ -874,7 +882,7 @@ def _global_classes(ys: Sequence[np.ndarray]) -> np.ndarray:
     return classes
 
 
-@register_algorithm("hfedmv")
+@register_estimator("hfedmv")
 class HFedMV(_ConsensusPredictor):
     """Horizontal federated multi-view learning (Algorithm 3).
 
@@ -905,6 +913,8 @@ class HFedMV(_ConsensusPredictor):
         to the server, which is what the aggregation test checks).
     objective_ : list of float
         Sum over clients of the local objective (Eq. 1 on local data) after local training, per round.
+    history_ : list of float
+        ``objective_`` (the per-round record every federated estimator exposes).
     client_sizes_ : list of int
     classes_, run_stats_, transport_
     """
@@ -984,12 +994,14 @@ class HFedMV(_ConsensusPredictor):
         self.local_W_ = [p.W_local for p in parties]
         self.client_sizes_ = [p.n_samples for p in parties]
         self.objective_ = list(server.objective)
+        self.history_ = self.objective_
         self.feature_importances_ = [row_norms(W) for W in self.W_]
         self.run_stats_ = self.transport_.log.summary()
         return self
 
     def decision_function(self, Xs: Sequence[np.ndarray]) -> np.ndarray:
         """Consensus ``Z^test`` of Eqs. (18)-(19), computed locally by the client holding ``Xs``."""
+        check_fitted(self, "W_", "zetas_")
         Xs = check_Xs(Xs, n_views=len(self.W_), n_features=self.n_features_in_)
         Z, self.test_iterations_ = fedmv_consensus(
             [X @ W for X, W in zip(Xs, self.W_, strict=True)],
@@ -1000,7 +1012,7 @@ class HFedMV(_ConsensusPredictor):
         return Z
 
 
-@register_algorithm("single_view_fl")
+@register_estimator("single_view_fl")
 class SingleViewFL(BaseEstimator):
     """The "Single View FL" baseline: FedAvg of Eq. (20) over clients holding one view.
 
@@ -1009,6 +1021,33 @@ class SingleViewFL(BaseEstimator):
     server averages with weights ``N_l / N`` (same server and policy as H-FedMV).
 
     ``fit(clients)`` takes ``[(X_l, y_l), ...]`` with one 2-D view per client.
+
+    Parameters
+    ----------
+    beta : float, default=4
+        ℓ2,1 strength of Eq. (20).
+    n_rounds : int, default=20
+        Communication rounds.
+    local_iter : int, default=5
+        IRLS iterations per client and round.
+    inner_tol, eps : float
+        IRLS stopping rule and ε of Eq. (5).
+    random_state : int or None
+        Seed of the server's random initial ``W``.
+    transport : callable, optional
+        ``transport(policy) -> Transport`` (default: in-process).
+
+    Attributes
+    ----------
+    W_ : ndarray (d, n_classes)
+        The global ``W`` after the last round.
+    objective_ : list of float
+        Sum over clients of their local objective, per round.
+    history_ : list of float
+        ``objective_`` (the per-round record every federated estimator exposes).
+    classes_, n_features_in_
+    run_stats_, transport_
+        Message statistics and the transport (its ``log`` lists every message).
     """
 
     def __init__(
@@ -1058,10 +1097,12 @@ class SingleViewFL(BaseEstimator):
             self.transport_ = federate([server, *parties], policy, custom)
             self.W_ = server.run()[0]
         self.objective_ = list(server.objective)
+        self.history_ = self.objective_
         self.run_stats_ = self.transport_.log.summary()
         return self
 
     def predict(self, X: np.ndarray) -> np.ndarray:
         """``argmax X W`` with the global ``W``."""
+        check_fitted(self, "W_", "classes_")
         (X,) = check_Xs([X], name="X", n_features=[self.n_features_in_])
         return self.classes_[np.argmax(X @ self.W_, axis=1)]

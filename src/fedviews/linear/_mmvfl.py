@@ -30,23 +30,28 @@ usual choice for this solver (Nie et al., 2010); later rounds warm-start.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, fields, replace
 from typing import Any
 
 import numpy as np
 from sklearn.base import BaseEstimator
 
-from fedviews.data._validation import check_Xs, check_y, one_hot
-from fedviews.errors import ConfigError, DataError
-from fedviews.experiments._registry import register_algorithm
+from fedviews._registry import register_estimator
+from fedviews.data import PartyData, check_Xs, check_y, one_hot, standardized
+from fedviews.errors import ConfigError, DataError, check_fitted
 from fedviews.federation import (
+    Algorithm,
     Coordinator,
+    Local,
     Message,
     Party,
     PrivacyPolicy,
-    Transport,
-    federate,
+    Roster,
+    RunSpec,
+    build_in_process,
     handles,
+    register_algorithm_spec,
+    spawn_streams,
 )
 from fedviews.linear._common import (
     ConsensusState,
@@ -57,7 +62,16 @@ from fedviews.linear._common import (
 )
 from fedviews.linear._l21 import L21Problem, row_norms
 
-__all__ = ["MMVFL", "MMVFL_POLICY", "MMVFLParty", "MMVFLServer", "mmvfl_centralized"]
+__all__ = [
+    "MMVFL",
+    "MMVFL_POLICY",
+    "MMVFL_SPEC",
+    "MMVFLAlgorithm",
+    "MMVFLParams",
+    "MMVFLParty",
+    "MMVFLServer",
+    "mmvfl_centralized",
+]
 
 MMVFL_POLICY = PrivacyPolicy.of(
     "mmvfl",
@@ -65,6 +79,7 @@ MMVFL_POLICY = PrivacyPolicy.of(
         ("party", "coordinator"): ["Z_k"],
         ("coordinator", "party"): ["Z"],
     },
+    kinds={("coordinator", "party"): ["update"]},
 )
 
 
@@ -187,6 +202,11 @@ class MMVFLServer(ConsensusState, Coordinator):
         return self.Z
 
 
+def _as_param(value: Any) -> Any:
+    """A per-party list as the tuple a frozen params dataclass holds; scalars as they are."""
+    return tuple(value) if isinstance(value, (list, tuple, np.ndarray)) else value
+
+
 def _check_label_owner(label_owner: Any, K: int) -> int:
     if isinstance(label_owner, bool) or not isinstance(label_owner, (int, np.integer)):
         raise ConfigError(f"label_owner must be an integer party index, got {label_owner!r}")
@@ -257,7 +277,7 @@ def _mmvfl_centralized(
     random_state: int | None,
 ) -> dict[str, Any]:
     K = len(Xs)
-    ss = np.random.SeedSequence(random_state).spawn(K + 1)
+    ss = spawn_streams(random_state, K + 1)
     n, c = Y.shape
     Z = orthonormal_nonnegative(n, c, np.random.default_rng(ss[0]))
     Zk = [orthonormal_nonnegative(n, c, np.random.default_rng(ss[1 + k])) for k in range(K)]
@@ -288,7 +308,127 @@ def _mmvfl_centralized(
     return {"W": Ws, "Z": Z, "Z_k": Zk, "objective": hist}
 
 
-@register_algorithm("mmvfl")
+@dataclass(frozen=True)
+class MMVFLParams:
+    """Hyper-parameters of MMVFL: the one declaration used by :class:`MMVFL`, experiments
+    and deployments (the ``[params]`` table).
+
+    ``beta`` and ``zeta`` take one value for every party or one per party (in the
+    order of the parties). ``standardize``: every party scales its own view with
+    its own column means and standard deviations before training (no statistics
+    cross the barrier); off by default, as in the paper.
+    """
+
+    beta: float | tuple[float, ...] = 1.0
+    zeta: float | tuple[float, ...] = 1000.0
+    eta: float = 1000.0
+    max_iter: int = 50
+    tol: float = 1e-6
+    inner_max_iter: int = 20
+    inner_tol: float = 1e-6
+    eps: float = 1e-10
+    standardize: bool = False
+
+    def validate(self, n_parties: int | None = None) -> None:
+        """Raise :class:`ConfigError` for an invalid value (per-party lists need ``n_parties``)."""
+        for name in ("beta", "zeta"):
+            value = getattr(self, name)
+            if n_parties is not None or not isinstance(value, tuple):
+                per_party(value, n_parties or 1, name)
+        per_party(self.eta, 1, "eta")
+        _check_iter(self.max_iter, self.tol)
+        _check_iter(self.inner_max_iter, self.inner_tol, "inner_max_iter")
+        if not self.eps > 0:
+            raise ConfigError(f"eps must be > 0, got {self.eps}")
+
+
+class MMVFLAlgorithm(Algorithm):
+    """MMVFL as a federated algorithm: every party a view owner, one of them the label owner."""
+
+    name = "mmvfl"
+    Params = MMVFLParams
+
+    def check_params(self, params: Any, fed: Roster) -> None:
+        super().check_params(params, fed)
+        params.validate(len(fed.parties))
+
+    def policy(self, run: RunSpec, setup: Mapping[str, Any]) -> PrivacyPolicy:
+        return MMVFL_POLICY
+
+    def make_setup(self, run: RunSpec, infos: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
+        setup = super().make_setup(run, infos)
+        if setup["n_classes"] < 2:
+            raise DataError("y must contain at least two classes")
+        return setup
+
+    def build_party(
+        self, run: RunSpec, party: str, local: Local, setup: Mapping[str, Any]
+    ) -> MMVFLParty:
+        p: MMVFLParams = run.params
+        parties = run.federation.parties
+        k = parties.index(party)
+        _, X, y = local.take("train")
+        X = X.reshape(len(X), -1).astype(np.float64)
+        if p.standardize:  # with this party's own statistics
+            X = standardized(X)
+        Y = None if y is None else one_hot(y)[0]
+        return MMVFLParty(
+            party,
+            X,
+            beta=per_party(p.beta, len(parties), "beta")[k],
+            zeta=per_party(p.zeta, len(parties), "zeta")[k],
+            n_classes=int(setup["n_classes"]),
+            seed=spawn_streams(run.seed, len(parties) + 1)[1 + k],
+            Y=Y,
+            eta=p.eta if Y is not None else 0.0,
+            solver=_Solver(p.inner_max_iter, p.inner_tol, p.eps),
+        )
+
+    def build_coordinator(
+        self, run: RunSpec, setup: Mapping[str, Any], local: Local | None = None
+    ) -> MMVFLServer:
+        p: MMVFLParams = run.params
+        parties = run.federation.parties
+        return MMVFLServer(
+            parties,
+            per_party(p.zeta, len(parties), "zeta"),
+            int(setup["n_samples"]),
+            int(setup["n_classes"]),
+            spawn_streams(run.seed, len(parties) + 1)[0],
+            max_iter=p.max_iter,
+            tol=p.tol,
+        )
+
+    def run_coordinator(
+        self, coord: Coordinator, on_round_end: Callable[[int], None] | None = None
+    ) -> np.ndarray:
+        assert isinstance(coord, MMVFLServer)
+        with small_blas():
+            return coord.run(on_round_end=on_round_end)
+
+    def progress(self, coord: Coordinator) -> list[str]:
+        assert isinstance(coord, MMVFLServer)
+        return [f"round {r + 1}: objective {v:.6g}" for r, v in enumerate(list(coord.objective))]
+
+    def party_results(self, party: Party) -> dict[str, np.ndarray]:
+        assert isinstance(party, MMVFLParty)
+        if party.W is None:
+            return {"Z_k": party.Z_k}
+        return {"W": party.W, "Z_k": party.Z_k, "feature_importances": row_norms(party.W)}
+
+    def coordinator_results(
+        self, coord: Coordinator
+    ) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
+        assert isinstance(coord, MMVFLServer)
+        obj = list(coord.objective)
+        metrics = {"objective": obj, "n_iter": len(obj), "converged": bool(coord.converged)}
+        return metrics, {"Z": coord.Z}
+
+
+MMVFL_SPEC = register_algorithm_spec(MMVFLAlgorithm())
+
+
+@register_estimator("mmvfl")
 class MMVFL(BaseEstimator):
     """Multi-participant multi-class VFL with ℓ2,1 feature selection (Feng & Yu).
 
@@ -308,6 +448,8 @@ class MMVFL(BaseEstimator):
         IRLS iterations per round (Algorithm 1, lines 4-7).
     eps : float
         ε of Eq. (7).
+    standardize : bool, default=False
+        Every party scales its own view with its own column statistics first.
     random_state : int or None
         Seed of the random initial ``Z`` / ``Z_k``.
     transport : callable, optional
@@ -342,6 +484,7 @@ class MMVFL(BaseEstimator):
         inner_max_iter: int = 20,
         inner_tol: float = 1e-6,
         eps: float = 1e-10,
+        standardize: bool = False,
         random_state: int | None = 0,
         transport: Any = None,
     ) -> None:
@@ -354,51 +497,45 @@ class MMVFL(BaseEstimator):
         self.inner_max_iter = inner_max_iter
         self.inner_tol = inner_tol
         self.eps = eps
+        self.standardize = standardize
         self.random_state = random_state
         self.transport = transport
 
     def fit(self, Xs: Sequence[np.ndarray], y: np.ndarray) -> MMVFL:
-        """Run the federated protocol; ``Xs[k]`` is party k's view, ``y`` the label owner's labels."""
+        """Run the federated protocol; ``Xs[k]`` is party k's view, ``y`` the label owner's labels.
+
+        The parties are named ``party0 .. party{K-1}``; each is built from its own
+        view only (:class:`MMVFLAlgorithm`), exactly as a deployed party process.
+        """
         Xs = check_Xs(Xs)
         K, n = len(Xs), Xs[0].shape[0]
         y = check_y(y, n)
         owner = _check_label_owner(self.label_owner, K)
-        betas = per_party(self.beta, K, "beta")
-        zetas = per_party(self.zeta, K, "zeta")
-        (eta,) = per_party(self.eta, 1, "eta")
-        _check_iter(self.max_iter, self.tol)
-        _check_iter(self.inner_max_iter, self.inner_tol, "inner_max_iter")
-        Y, self.classes_ = one_hot(y)
-        c = Y.shape[1]
-        if c < 2:
-            raise DataError("y must contain at least two classes")
+        params = MMVFLParams(**{f.name: getattr(self, f.name) for f in fields(MMVFLParams)})
+        params = replace(
+            params,
+            beta=_as_param(params.beta),
+            zeta=_as_param(params.zeta),
+        )
+        names = tuple(f"party{k}" for k in range(K))
+        run = RunSpec("mmvfl", params, Roster(names, label_owner=names[owner]), self.random_state)
+        ids = np.arange(n)
+        datas = {p: PartyData(ids, Xs[k], y if k == owner else None) for k, p in enumerate(names)}
+        self.classes_ = np.unique(y)
         with small_blas():
-            solver = _Solver(self.inner_max_iter, self.inner_tol, self.eps)
-            ss = np.random.SeedSequence(self.random_state).spawn(K + 1)
-            parties = [
-                MMVFLParty(
-                    f"party{k}",
-                    Xs[k],
-                    beta=betas[k],
-                    zeta=zetas[k],
-                    n_classes=c,
-                    seed=ss[1 + k],
-                    Y=Y if k == owner else None,
-                    eta=eta if k == owner else 0.0,
-                    solver=solver,
-                )
-                for k in range(K)
-            ]
-            server = MMVFLServer(
-                [p.name for p in parties], zetas, n, c, ss[0], max_iter=self.max_iter, tol=self.tol
-            )
-            custom: Transport | None = self.transport(MMVFL_POLICY) if self.transport else None
-            self.transport_ = federate([server, *parties], MMVFL_POLICY, custom)
-            self.Z_ = server.run()
-        self.W_: list[np.ndarray] = [p.W for p in parties if p.W is not None]
-        self.Z_k_ = [p.Z_k for p in parties]
+            fed = build_in_process(run, datas, transport=self.transport)
+            self.transport_ = fed.transport
+            self.Z_ = fed()
+        parties = [fed.parties[p] for p in names]
+        server = fed.coordinator
+        assert isinstance(server, MMVFLServer)
+        self.W_: list[np.ndarray] = [
+            p.W for p in parties if isinstance(p, MMVFLParty) and p.W is not None
+        ]
+        self.Z_k_ = [p.Z_k for p in parties if isinstance(p, MMVFLParty)]
         self.feature_importances_ = [row_norms(W) for W in self.W_]
         self.objective_ = list(server.objective)
+        self.history_ = self.objective_
         self.n_iter_ = len(self.objective_)
         self.converged_ = server.converged
         self.n_features_in_ = [X.shape[1] for X in Xs]
@@ -407,6 +544,7 @@ class MMVFL(BaseEstimator):
 
     def predict(self, X: np.ndarray, party: int = 0) -> np.ndarray:
         """Party ``party``'s own prediction ``argmax X W_k`` from its view ``X``."""
+        check_fitted(self, "W_", "classes_")
         W = self.W_[_check_label_owner(party, len(self.W_))]
         (X,) = check_Xs([X], name="X")
         if X.shape[1] != W.shape[0]:

@@ -13,6 +13,9 @@ an MVL architecture")::
 
 i.e. ℓ2,1 regression on the concatenated views with a block-wise β. Each party's
 feature importances are the row norms of its own block ``W_k``.
+
+Both are computed in one place (no parties, no messages), so unlike the federated
+estimators they have no ``transport_``, ``run_stats_`` or ``history_``.
 """
 
 from __future__ import annotations
@@ -22,9 +25,9 @@ from collections.abc import Sequence
 import numpy as np
 from sklearn.base import BaseEstimator
 
+from fedviews._registry import register_estimator
 from fedviews.data._validation import check_Xs, check_y, one_hot
-from fedviews.errors import ConfigError, DataError
-from fedviews.experiments._registry import register_algorithm
+from fedviews.errors import ConfigError, DataError, check_fitted
 from fedviews.linear._common import per_party, small_blas
 from fedviews.linear._l21 import L21Problem, row_norms
 
@@ -68,6 +71,7 @@ class _PerPartyLinear(BaseEstimator):
 
     def predict(self, X: np.ndarray, party: int = 0) -> np.ndarray:
         """Party ``party``'s prediction ``argmax X W_k`` from its own view."""
+        check_fitted(self, "W_", "classes_")
         if not 0 <= party < len(self.W_):
             raise ConfigError(f"party={party} out of range (0..{len(self.W_) - 1})")
         (X,) = check_Xs([X], name="X")
@@ -77,12 +81,12 @@ class _PerPartyLinear(BaseEstimator):
         return self.classes_[np.argmax(X @ W, axis=1)]
 
 
-@register_algorithm("supfl")
+@register_estimator("supfl")
 class SupFL(_PerPartyLinear):
     """supFL (Eq. 15): independent supervised ℓ2,1 feature selection at every party.
 
     Attributes: ``W_`` (list), ``feature_importances_`` (list), ``objective_`` (list of
-    per-party IRLS histories).
+    per-party IRLS histories). A local computation: no ``transport_`` (see the module docstring).
     """
 
     def fit(self, Xs: Sequence[np.ndarray], y: np.ndarray) -> SupFL:
@@ -97,11 +101,12 @@ class SupFL(_PerPartyLinear):
         return self
 
 
-@register_algorithm("supmvlfl")
+@register_estimator("supmvlfl")
 class SupMVLFL(_PerPartyLinear):
     """supMVLFL (Eq. 16, joint multi-view reading; see the module docstring).
 
     Attributes: ``W_`` (list of per-view blocks), ``feature_importances_``, ``objective_``.
+    A local computation: no ``transport_`` (see the module docstring).
     """
 
     def fit(self, Xs: Sequence[np.ndarray], y: np.ndarray) -> SupMVLFL:
@@ -118,6 +123,7 @@ class SupMVLFL(_PerPartyLinear):
 
     def predict_joint(self, Xs: Sequence[np.ndarray]) -> np.ndarray:
         """Prediction from all views together: ``argmax sum_k X_k W_k``."""
+        check_fitted(self, "W_", "classes_")
         Xs = check_Xs(Xs, n_views=len(self.W_), n_features=self.n_features_in_)
         return self.classes_[
             np.argmax(sum(X @ W for X, W in zip(Xs, self.W_, strict=True)), axis=1)

@@ -74,7 +74,7 @@ from typing import Any
 
 import numpy as np
 
-from fedviews.data._align import register_intersection
+from fedviews.data import register_intersection
 from fedviews.errors import DataError, ProtocolError, require
 from fedviews.federation import Coordinator, Message, Party, PrivacyPolicy, federate, handles
 
@@ -92,6 +92,7 @@ __all__ = [
 PSI_POLICY = PrivacyPolicy.of(
     "psi",
     {("party", "coordinator"): ["psi_set"], ("coordinator", "party"): ["psi_set", "psi_positions"]},
+    kinds={("coordinator", "party"): ["psi:blind", "psi:reblind", "psi:result"]},
 )
 _DST = b"fedviews-psi-v2|ristretto255|SHA-512|"
 _WIDTH = 32  # bytes of an encoded ristretto255 element
@@ -428,4 +429,6 @@ def psi_intersect(id_arrays: Sequence[Any]) -> tuple[np.ndarray, Any]:
 
 @register_intersection("psi")
 def _psi(id_arrays: Sequence[np.ndarray]) -> np.ndarray:
+    """``align(..., method="psi")``: the common IDs, found by :func:`psi_intersect`."""
+    _sodium()  # a missing extra raises MissingDependency here, not inside a party
     return psi_intersect(id_arrays)[0]

@@ -1,17 +1,77 @@
-"""A self-contained HTML report of one run (tables, figures, config, message log)."""
+"""A self-contained HTML report of one run (tables, figures, config, message log).
+
+The report sits below the experiments: it describes what it reads as protocols
+(:class:`ReportTable`, :class:`ReportResult`, :class:`ReportConfig`), which the
+runner's ``Table``, ``ExperimentResult`` and ``ExperimentConfig`` satisfy.
+"""
 
 from __future__ import annotations
 
 import html
 import json
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
-if TYPE_CHECKING:
-    from fedviews.experiments._config import ExperimentConfig
-    from fedviews.experiments._runner import ExperimentResult, Table
+from fedviews.report._json import to_jsonable
 
-__all__ = ["write_report"]
+__all__ = ["ReportConfig", "ReportResult", "ReportTable", "write_report"]
+
+
+class ReportTable(Protocol):
+    """A result table: title, column names, rows of cells and a note under it."""
+
+    @property
+    def title(self) -> str: ...
+
+    @property
+    def columns(self) -> Sequence[Any]: ...
+
+    @property
+    def rows(self) -> Sequence[Sequence[Any]]: ...
+
+    @property
+    def note(self) -> str: ...
+
+
+class ReportResult(Protocol):
+    """What a run produced: a summary, tables, figure files and the message log."""
+
+    @property
+    def summary(self) -> str: ...
+
+    @property
+    def tables(self) -> Sequence[ReportTable]: ...
+
+    @property
+    def figures(self) -> Sequence[Path | str]: ...
+
+    @property
+    def message_log(self) -> Mapping[str, Any] | None: ...
+
+
+class _NamedData(Protocol):
+    @property
+    def name(self) -> str: ...
+
+
+class ReportConfig(Protocol):
+    """The resolved configuration of a run."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def experiment(self) -> str: ...
+
+    @property
+    def seed(self) -> int: ...
+
+    @property
+    def data(self) -> _NamedData: ...
+
+    def to_dict(self) -> dict[str, Any]: ...
+
 
 _CSS = """
 body{font-family:system-ui,sans-serif;max-width:1100px;margin:2em auto;color:#222}
@@ -28,7 +88,7 @@ def _cell(v: Any) -> str:
     return html.escape(str(v))
 
 
-def _table_html(t: Table) -> str:
+def _table_html(t: ReportTable) -> str:
     head = "".join(f"<th>{html.escape(str(c))}</th>" for c in t.columns)
     body = "".join(
         "<tr>" + "".join(f"<td>{_cell(v)}</td>" for v in row) + "</tr>" for row in t.rows
@@ -37,12 +97,25 @@ def _table_html(t: Table) -> str:
     return f"<h3>{html.escape(t.title)}</h3><table><tr>{head}</tr>{body}</table>{note}"
 
 
-def write_report(
-    out_dir: Path, cfg: ExperimentConfig, result: ExperimentResult, seconds: float
-) -> Path:
-    """Write ``out_dir/report.html`` and return its path."""
-    from fedviews.experiments._runner import to_jsonable
+def write_report(out_dir: Path, cfg: ReportConfig, result: ReportResult, seconds: float) -> Path:
+    """Write ``out_dir/report.html`` and return its path.
 
+    Parameters
+    ----------
+    out_dir : Path
+        The run directory; figures are referred to by file name, relative to it.
+    cfg : ReportConfig
+        The resolved configuration (e.g. an ``ExperimentConfig``).
+    result : ReportResult
+        What the run produced (e.g. an ``ExperimentResult``).
+    seconds : float
+        How long the run took.
+
+    Returns
+    -------
+    Path
+        ``out_dir / "report.html"``.
+    """
     parts = [
         f"<!doctype html><html><head><meta charset='utf-8'><title>{html.escape(cfg.name)}</title>",
         f"<style>{_CSS}</style></head><body>",

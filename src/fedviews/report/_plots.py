@@ -6,11 +6,7 @@ import math
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-import matplotlib
-
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
+import numpy as np
 
 __all__ = ["line_panels"]
 
@@ -31,6 +27,11 @@ def line_panels(
 
     ``errors`` (same structure) draws a shaded ±band. Returns ``path``.
     """
+    import matplotlib  # here, not at import: ``fedviews.report`` is imported by the runner
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
     n = len(panels)
     ncols = min(ncols, n)
     nrows = math.ceil(n / ncols)

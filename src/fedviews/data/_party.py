@@ -1,0 +1,177 @@
+"""What one organisation holds: :class:`PartyData` (IDs, features, labels) and dealing a dataset.
+
+A party's local data in every run, in one process or deployed: the estimators
+build one :class:`PartyData` per party from the arrays they are given, a
+deployment reads it from the party's own file (:mod:`fedviews.deploy`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from fedviews.data._validation import check_ids
+from fedviews.errors import DataError
+
+__all__ = ["PartyData", "deal_views", "standardized"]
+
+_KEEP = (np.dtype(np.uint8), np.dtype(np.float32), np.dtype(np.float64))
+
+
+def _features(X: Any, n: int, what: str) -> np.ndarray:
+    if X is None:
+        return np.empty((n, 0))
+    arr = np.asarray(X)
+    if arr.dtype not in _KEEP:
+        if not (np.issubdtype(arr.dtype, np.number) or arr.dtype == bool):
+            raise DataError(f"{what} must be numeric, got dtype {arr.dtype}")
+        arr = arr.astype(np.float64)
+    if arr.ndim < 2 or arr.shape[0] != n:
+        raise DataError(f"{what} has shape {arr.shape} but there are {n} IDs")
+    if arr.dtype != np.uint8 and not np.isfinite(arr).all():
+        raise DataError(f"{what} contains NaN or infinite values")
+    return arr
+
+
+def _labels(y: Any, n: int, what: str) -> np.ndarray | None:
+    if y is None:
+        return None
+    arr = np.asarray(y)
+    if arr.shape != (n,):
+        raise DataError(f"{what} has shape {arr.shape} for {n} IDs")
+    return arr
+
+
+@dataclass(frozen=True)
+class PartyData:
+    """What one organisation holds: IDs, features (possibly none), labels (label owners).
+
+    ``ids_test``/``X_test``/``y_test``: an optional held-out split (e.g. the test
+    images whose strips the Multi-VFL data owners hold). ``view_dims``: the widths
+    of several views stored side by side along the last axis of ``X`` (and
+    ``X_test``); ``None`` = one view (see :meth:`views`).
+    """
+
+    ids: np.ndarray
+    X: np.ndarray | None = None
+    y: np.ndarray | None = None
+    ids_test: np.ndarray | None = None
+    X_test: np.ndarray | None = None
+    y_test: np.ndarray | None = None
+    view_dims: tuple[int, ...] | None = None
+
+    def __post_init__(self) -> None:
+        ids = check_ids(self.ids, name="ids")
+        object.__setattr__(self, "ids", ids)
+        object.__setattr__(self, "X", _features(self.X, len(ids), "X"))
+        object.__setattr__(self, "y", _labels(self.y, len(ids), "y"))
+        if self.view_dims is not None:
+            dims = np.asarray(self.view_dims)
+            if dims.ndim != 1 or not len(dims) or not np.issubdtype(dims.dtype, np.integer):
+                raise DataError(f"view_dims must be a 1-D list of integers, got {self.view_dims!r}")
+            width = self.features.shape[-1] if self.features.ndim > 1 else 0
+            if (dims < 1).any() or int(dims.sum()) != width:
+                raise DataError(
+                    f"view_dims {dims.tolist()} must be positive and add up to the "
+                    f"{width} columns of X's last axis"
+                )
+            object.__setattr__(self, "view_dims", tuple(int(d) for d in dims))
+        if self.ids_test is None:
+            if self.X_test is not None or self.y_test is not None:
+                raise DataError("X_test/y_test given without ids_test")
+            return
+        ids_t = check_ids(self.ids_test, name="ids_test")
+        object.__setattr__(self, "ids_test", ids_t)
+        X_t = _features(self.X_test, len(ids_t), "X_test")
+        if X_t.shape[1:] != self.features.shape[1:]:
+            raise DataError(
+                f"X_test rows have shape {X_t.shape[1:]} but X rows {self.features.shape[1:]}"
+            )
+        object.__setattr__(self, "X_test", X_t)
+        object.__setattr__(self, "y_test", _labels(self.y_test, len(ids_t), "y_test"))
+
+    @property
+    def features(self) -> np.ndarray:
+        """``X`` (never None after construction; ``(n, 0)`` for a party without features)."""
+        assert self.X is not None
+        return self.X
+
+    def split(self, name: str) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+        """``(ids, X, y)`` of the ``"train"`` (the main arrays) or ``"test"`` split."""
+        if name == "train":
+            return self.ids, self.features, self.y
+        if name == "test":
+            if self.ids_test is None or self.X_test is None:
+                raise DataError("this party's data file has no test split (ids_test, X_test)")
+            return self.ids_test, self.X_test, self.y_test
+        raise DataError(f"unknown split {name!r}; use 'train' or 'test'")
+
+    def take(self, rows: np.ndarray) -> PartyData:
+        """The training rows ``rows`` (the test split is dropped)."""
+        return PartyData(
+            self.ids[rows],
+            self.features[rows],
+            None if self.y is None else self.y[rows],
+            view_dims=self.view_dims,
+        )
+
+    def views(self, X: np.ndarray) -> list[np.ndarray]:
+        """``X`` (rows of this party's ``X`` or ``X_test``) cut into its views along the last axis."""
+        dims = self.view_dims or (X.shape[-1],)
+        cuts = np.cumsum(dims)[:-1]
+        return list(np.split(X, cuts, axis=-1))
+
+    def arrays(self) -> dict[str, np.ndarray]:
+        names = ("ids", "X", "y", "ids_test", "X_test", "y_test")
+        out = {k: getattr(self, k) for k in names if getattr(self, k) is not None}
+        if self.view_dims is not None:
+            out["view_dims"] = np.asarray(self.view_dims, dtype=np.int64)
+        if self.features.shape[1:] == (0,):  # a party without features
+            out.pop("X")
+            out.pop("X_test", None)
+        return out
+
+
+def deal_views(
+    dataset: str,
+    *,
+    views: tuple[str, ...] = (),
+    label_owner: str = "",
+    n_per_class: int = 0,
+    overlap: float = 1.0,
+    seed: int = 0,
+) -> dict[str, PartyData]:
+    """One :class:`PartyData` per view of a built-in dataset, as separate organisations hold it.
+
+    Each party keeps a random ``overlap`` fraction of the samples (so the parties
+    share only part of their IDs and must align them), in its own random order;
+    only ``label_owner`` (default: the first view) gets the labels.
+    """
+    from fedviews.data._registry import load
+    from fedviews.data._split import balanced_subsample
+
+    ds = load(dataset, **({"views": list(views)} if views else {}))
+    if n_per_class:
+        ds = ds.subset(balanced_subsample(ds.y, n_per_class, random_state=seed))
+    owner = label_owner or ds.view_names[0]
+    if owner not in ds.view_names:
+        raise DataError(f"label owner {owner!r} is not a view of {dataset}: {ds.view_names}")
+    rng = np.random.default_rng(seed)
+    out: dict[str, PartyData] = {}
+    for name, X in zip(ds.view_names, ds.views, strict=True):
+        keep = rng.permutation(ds.n_samples)[: max(1, int(round(overlap * ds.n_samples)))]
+        y = ds.y[keep] if name == owner else None
+        out[name] = PartyData(ds.ids[keep], X[keep], y)
+    return out
+
+
+def standardized(X: np.ndarray) -> np.ndarray:
+    """Columns scaled with their own mean and standard deviation (constant columns: scale 1).
+
+    A party applies it to its own view with its own statistics; nothing crosses.
+    """
+    sd = X.std(axis=0)
+    sd[sd < 1e-12] = 1.0
+    return (X - X.mean(axis=0)) / sd

@@ -1,0 +1,387 @@
+"""An algorithm, defined once: its spec, and the runner that executes it in one process.
+
+An :class:`Algorithm` declares everything about a federated algorithm that does
+not depend on where it runs: its hyper-parameters (:attr:`Algorithm.Params`, a
+frozen dataclass and the only declaration of them), the role of every party, the
+groups of parties whose sample IDs are aligned together, the privacy policy of
+*this* run (computed from the params and the setup: exact view counts, layer
+names and shapes, nothing wider), how one party builds its party object from its
+own local data, how the coordinator is built and driven, checkpoint state and
+results. The runtime executes the same spec
+
+* in one process (:func:`build_in_process`, used by every estimator's ``fit``),
+* one process per party over gRPC, or on Flower (:mod:`fedviews.deploy`, which
+  calls the same methods for the one party a process hosts),
+
+so the protocol that tests run in-process is exactly the protocol users deploy.
+
+The setup protocol, wherever it runs: every party aligns its IDs per
+:class:`AlignGroup`, reports :meth:`Algorithm.party_info` (scalars, never data);
+the coordinator merges them with :meth:`Algorithm.make_setup` and every process
+builds its part from that setup.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from contextlib import AbstractContextManager, nullcontext
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, ClassVar
+
+import numpy as np
+from threadpoolctl import threadpool_limits
+
+from fedviews._registry import Registry
+from fedviews.data import PartyData, align
+from fedviews.errors import ConfigError, DataError
+from fedviews.federation._party import Coordinator, Party
+from fedviews.federation._policy import PrivacyPolicy
+from fedviews.federation._transport import InProcessTransport, Transport
+
+__all__ = [
+    "ALGORITHMS",
+    "AlignGroup",
+    "Algorithm",
+    "InProcessRun",
+    "Local",
+    "Roster",
+    "RunSpec",
+    "build_in_process",
+    "check_group_sizes",
+    "get_algorithm_spec",
+    "register_algorithm_spec",
+    "setup_info",
+    "spawn_streams",
+]
+
+
+@dataclass(frozen=True)
+class Roster:
+    """Who takes part: the parties (their order is their index), the label owner(s), the coordinator."""
+
+    parties: tuple[str, ...] = ()
+    label_owner: str = ""  # the one label owner (MMVFL, FedMV) ...
+    label_owners: tuple[str, ...] = ()  # ... or several (Multi-VFL): give one of the two
+    coordinator: str = "coordinator"
+
+    def owners(self) -> tuple[str, ...]:
+        """The label owners, in order."""
+        return self.label_owners or ((self.label_owner,) if self.label_owner else ())
+
+
+@dataclass(frozen=True)
+class RunSpec:
+    """One run of an algorithm: which, with which params, who takes part, the seed."""
+
+    algorithm: str
+    params: Any = None
+    federation: Roster = field(default_factory=Roster)
+    seed: int | None = 0
+
+
+def spawn_streams(seed: int | None, n: int) -> list[np.random.SeedSequence]:
+    """The ``n`` independent random streams of a run (``SeedSequence(seed).spawn(n)``).
+
+    Every algorithm draws its randomness from these, so a party built in its own
+    process draws exactly what it draws in an in-process run of the same seed.
+    """
+    return np.random.SeedSequence(seed).spawn(n)
+
+
+@dataclass(frozen=True)
+class AlignGroup:
+    """Parties whose sample IDs are aligned together (one PSI), on one of their splits.
+
+    ``split`` names the ID list each member uses: ``"train"`` (its main arrays)
+    or ``"test"`` (its held-out arrays, see :class:`~fedviews.data.PartyData`).
+    """
+
+    name: str
+    parties: tuple[str, ...]
+    split: str = "train"
+
+
+@dataclass(frozen=True)
+class Local:
+    """One party's own data after alignment: its data and its rows in every group it is in.
+
+    ``rows[group]`` are positions in the group's split of :attr:`data`, in
+    ascending ID order (the same samples in the same order at every member).
+    """
+
+    data: PartyData
+    rows: Mapping[str, np.ndarray]
+    groups: Mapping[str, AlignGroup]
+
+    def take(self, group: str) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+        """``(ids, X, y)`` of this party's aligned samples of ``group``."""
+        if group not in self.rows:
+            raise DataError(f"this party is not in the alignment group {group!r}")
+        ids, X, y = self.data.split(self.groups[group].split)
+        r = self.rows[group]
+        return ids[r], X[r], None if y is None else y[r]
+
+
+class Algorithm:
+    """The one definition of a federated algorithm (see the module docstring).
+
+    Subclasses set :attr:`name` and :attr:`Params` and implement :meth:`policy`,
+    :meth:`build_party`, :meth:`build_coordinator` and :meth:`run_coordinator`;
+    the other methods have defaults that fit a linear algorithm with one label
+    owner and one alignment group of all parties. The coordinator's role is
+    always ``"coordinator"``.
+    """
+
+    name: ClassVar[str]
+    Params: ClassVar[type]
+    #: whether parties send each other messages (per-batch split learning), rather than
+    #: only talking to the coordinator in coarse rounds
+    peer_to_peer: ClassVar[bool] = False
+    #: BLAS threads of a process that runs a party or the coordinator (``None``: no
+    #: limit). One by default: the algorithms do many small factorisations, where
+    #: multi-threaded OpenBLAS was measured up to 100x slower on a busy 2-core machine.
+    blas_threads: ClassVar[int | None] = 1
+
+    def compute_limits(self) -> AbstractContextManager[Any]:
+        """The thread limits under which a process runs its part of this algorithm."""
+        if self.blas_threads is None:
+            return nullcontext()
+        return threadpool_limits(limits=self.blas_threads, user_api="blas")
+
+    # -- who is who ------------------------------------------------------------
+    def role(self, run: RunSpec, party: str) -> str:
+        return "party"
+
+    def roles(self, run: RunSpec) -> dict[str, str]:
+        """``{party: role}`` of every party of the run."""
+        return {p: self.role(run, p) for p in run.federation.parties}
+
+    def check_federation(self, fed: Roster) -> None:
+        """Raise :class:`ConfigError` when the roster does not fit the algorithm."""
+        if len(fed.owners()) != 1:
+            raise ConfigError(f"{self.name} has one label owner: set federation.label_owner")
+
+    def check_params(self, params: Any, fed: Roster) -> None:
+        """Raise :class:`ConfigError` when ``params`` do not fit this roster (e.g. per-party lists)."""
+        if not isinstance(params, self.Params):
+            raise ConfigError(
+                f"{self.name} takes {self.Params.__name__} params, got {type(params).__name__}"
+            )
+        validate = getattr(params, "validate", None)
+        if callable(validate):
+            validate()
+
+    def groups(self, run: RunSpec) -> list[AlignGroup]:
+        """Alignment groups (one PSI each); default: all parties, training IDs."""
+        return [AlignGroup("train", tuple(run.federation.parties))]
+
+    def check_data(self, run: RunSpec, party: str, data: PartyData) -> None:
+        """Raise :class:`DataError` when ``party``'s data cannot play its part."""
+        owners = run.federation.owners()
+        if party in owners and data.y is None:
+            raise DataError(f"{party!r} is a label owner but its data holds no labels (y)")
+        if party not in owners and data.y is not None:
+            raise DataError(
+                f"{party!r} is not a label owner but its data holds labels (y); "
+                "remove them: labels must stay with their owner"
+            )
+
+    # -- setup -----------------------------------------------------------------
+    def party_info(self, run: RunSpec, party: str, local: Local) -> dict[str, Any]:
+        """Scalars a party reports to the coordinator after alignment (no data)."""
+        _, X, y = local.take(next(iter(local.rows)))
+        info: dict[str, Any] = {"n_features": int(np.prod(X.shape[1:]))}
+        if y is not None:
+            info["n_classes"] = int(len(np.unique(y)))
+        return info
+
+    def make_setup(self, run: RunSpec, infos: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
+        """What every process needs to build its part (sent to all of them)."""
+        first = self.groups(run)[0].name
+        owner = infos[run.federation.owners()[0]]
+        return {
+            "n_samples": int(owner[f"n/{first}"]),
+            **{
+                k: v
+                for k, v in owner.items()
+                if k.startswith("n_") and k not in ("n_samples", "n_features")
+            },
+        }
+
+    def policy(self, run: RunSpec, setup: Mapping[str, Any]) -> PrivacyPolicy:
+        """The privacy policy of this run: which kinds and arrays may go from role to role."""
+        raise NotImplementedError  # pragma: no cover - abstract
+
+    # -- building --------------------------------------------------------------
+    def build_party(
+        self, run: RunSpec, party: str, local: Local, setup: Mapping[str, Any]
+    ) -> Party:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def build_coordinator(
+        self, run: RunSpec, setup: Mapping[str, Any], local: Local | None = None
+    ) -> Coordinator:  # pragma: no cover - abstract
+        """The coordinator; ``local``: its own data where it holds some (e.g. the labels,
+        when the roster names the coordinator as label owner: V-FedMV's server holds ``Y``)."""
+        raise NotImplementedError
+
+    # -- running ---------------------------------------------------------------
+    def round_message(self, role: str) -> str:
+        """A party of ``role`` checkpoints when it answers this kind of message (round r)."""
+        return "update"
+
+    def run_coordinator(
+        self, coord: Coordinator, on_round_end: Callable[[int], None] | None = None
+    ) -> Any:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def progress(self, coord: Coordinator) -> list[str]:
+        """One line per finished round (a deployed coordinator prints the new ones)."""
+        return []
+
+    # -- results ---------------------------------------------------------------
+    def party_results(self, party: Party) -> dict[str, np.ndarray]:
+        """Arrays a party keeps at the end (a deployed party writes them to its own folder)."""
+        return {}
+
+    def write_party_results(self, party: Party, out_dir: Path) -> None:
+        """Write a party's results into its own folder (default: ``result.npz``)."""
+        arrays: dict[str, Any] = dict(self.party_results(party))
+        np.savez(out_dir / "result.npz", **arrays)
+
+    def coordinator_results(
+        self, coord: Coordinator
+    ) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
+        """``(metrics for results.json, arrays for result.npz)`` of the coordinator."""
+        return {}, {}
+
+    # -- demo data -------------------------------------------------------------
+    def demo_data(self, cfg: Any) -> dict[str, PartyData]:
+        """Each party's data dealt from a built-in dataset (``cfg.data``: the ``[data]`` table
+        of a deployment config), for ``fedviews launch`` and ``fedviews split-data``."""
+        from fedviews.data import deal_views
+
+        fed, split = cfg.federation, cfg.data
+        return deal_views(
+            split.dataset,
+            views=split.views or fed.parties,
+            label_owner=fed.owners()[0],
+            n_per_class=split.n_per_class,
+            overlap=split.overlap,
+            seed=cfg.seed or 0,
+        )
+
+
+#: the algorithm specs by name (the built-in ones register on first lookup)
+ALGORITHMS: Registry[Algorithm] = Registry(
+    "algorithm",
+    (
+        "fedviews.linear",
+        "fedviews.deploy._app_fedmv",
+        "fedviews.deploy._app_sfedmv",
+        "fedviews.deploy._app_multivfl",
+        "fedviews.deploy._app_apfed",
+    ),
+)
+
+
+def register_algorithm_spec(spec: Algorithm) -> Algorithm:
+    """Make ``spec`` runnable (and deployable) under ``spec.name``; a second one is an error."""
+    return ALGORITHMS.add(spec.name, spec)
+
+
+def get_algorithm_spec(name: str) -> Algorithm:
+    """The spec registered under ``name`` (a :class:`ConfigError` naming the closest otherwise)."""
+    return ALGORITHMS.get(name)
+
+
+def setup_info(algo: Algorithm, run: RunSpec, party: str, local: Local) -> dict[str, Any]:
+    """What a party reports at setup: its aligned sample count per group, then its own info."""
+    return {
+        **{f"n/{g}": len(r) for g, r in local.rows.items()},
+        **algo.party_info(run, party, local),
+    }
+
+
+def check_group_sizes(
+    groups: Sequence[AlignGroup], infos: Mapping[str, Mapping[str, Any]], hint: str = ""
+) -> None:
+    """Every member of a group must hold the same, non-zero number of aligned samples."""
+    for g in groups:
+        sizes = {p: int(infos[p][f"n/{g.name}"]) for p in g.parties}
+        if len(set(sizes.values())) != 1:
+            raise DataError(
+                f"the parties of alignment group {g.name!r} hold different numbers of "
+                f"aligned samples: {sizes}{hint}"
+            )
+        if not next(iter(sizes.values())):
+            raise DataError(f"the parties of alignment group {g.name!r} share no sample ID")
+
+
+@dataclass
+class InProcessRun:
+    """Every party of a run and its coordinator in one process, wired to one transport."""
+
+    algorithm: Algorithm
+    run: RunSpec
+    setup: dict[str, Any]
+    coordinator: Coordinator
+    parties: dict[str, Party]
+    transport: Transport
+
+    def __call__(self, on_round_end: Callable[[int], None] | None = None) -> Any:
+        """Run the protocol to the end; returns what the coordinator's run returns."""
+        return self.algorithm.run_coordinator(self.coordinator, on_round_end)
+
+
+def build_in_process(
+    run: RunSpec,
+    datas: Mapping[str, PartyData],
+    *,
+    transport: Callable[[PrivacyPolicy], Transport] | None = None,
+    keep_entries: bool = True,
+) -> InProcessRun:
+    """Build a run in one process: every party from its own data, exactly as its process would.
+
+    ``datas[party]`` is each party's data; ``datas[coordinator]``, if given, the
+    coordinator's own (only algorithms whose coordinator may hold data use it).
+
+    Alignment is done in the clear (same rows, same order as the PSI), each party
+    builds its party object with :meth:`Algorithm.build_party` from its own
+    :class:`Local` only, and all of them are federated by ``transport(policy)``
+    (default: an :class:`InProcessTransport`; every message is still encoded,
+    policy-checked at sender and receiver, and logged).
+    """
+    algo = get_algorithm_spec(run.algorithm)
+    algo.check_federation(run.federation)
+    algo.check_params(run.params, run.federation)
+    parties = list(run.federation.parties)
+    missing = set(parties) - set(datas)
+    if missing:
+        raise DataError(f"no data for the parties {sorted(missing)}")
+    coordinator = run.federation.coordinator
+    members = parties + ([coordinator] if coordinator in datas else [])
+    groups = algo.groups(run)
+    rows: dict[str, dict[str, np.ndarray]] = {p: {} for p in members}
+    for g in groups:
+        pos = align(*[datas[p].split(g.split)[0] for p in g.parties])
+        for p, at in zip(g.parties, pos, strict=True):
+            rows[p][g.name] = at
+    by_name = {g.name: g for g in groups}
+    locals_ = {}
+    for p in members:
+        algo.check_data(run, p, datas[p])
+        locals_[p] = Local(datas[p], rows[p], {g: by_name[g] for g in rows[p]})
+    infos = {p: setup_info(algo, run, p, loc) for p, loc in locals_.items()}
+    check_group_sizes(groups, infos)
+    setup = algo.make_setup(run, infos)
+    built = {p: algo.build_party(run, p, locals_[p], setup) for p in parties}
+    coord = algo.build_coordinator(run, setup, locals_.get(coordinator))
+    policy = algo.policy(run, setup)
+    t = transport(policy) if transport is not None else None
+    if t is None:
+        t = InProcessTransport(policy, keep_entries=keep_entries)
+    for obj in (coord, *built.values()):
+        t.register(obj)
+    return InProcessRun(algo, run, setup, coord, built, t)

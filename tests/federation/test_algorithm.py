@@ -1,0 +1,137 @@
+"""The algorithm spec, its registry and the privacy policy of kinds."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from fedviews.errors import ConfigError, PrivacyError, ProtocolError
+from fedviews.federation import (
+    Coordinator,
+    Party,
+    PrivacyPolicy,
+    build_in_process,
+    federate,
+    get_algorithm_spec,
+    handles,
+    register_algorithm_spec,
+    spawn_streams,
+)
+from fedviews.linear import MMVFL
+from fedviews.linear._mmvfl import MMVFL_SPEC, MMVFLParams
+
+
+def test_policy_checks_kinds_and_their_replies():
+    p = PrivacyPolicy.of(
+        "t", {("coordinator", "party"): ["Z"]}, kinds={("coordinator", "party"): ["update"]}
+    )
+    p.check("c", "coordinator", "a", "party", ["Z"], "update")
+    p.check("a", "party", "c", "coordinator", [], "update:reply")
+    with pytest.raises(PrivacyError, match="'a' \\(party\\) from sending a 'update'"):
+        p.check("a", "party", "b", "party", [], "update")
+    with pytest.raises(PrivacyError, match="'stop'"):
+        p.check("c", "coordinator", "a", "party", [], "stop")
+    with pytest.raises(PrivacyError, match="forbids"):
+        p.check("c", "coordinator", "a", "party", [], "update:reply")  # a reply the other way
+
+
+def test_open_policies_still_reserve_session_kinds_for_the_coordinator():
+    algo = PrivacyPolicy.of("algo", {("party", "party"): ["h"]})  # kinds unchecked
+    session = PrivacyPolicy.of("session", {}, kinds={("coordinator", "party"): ["deploy:finish"]})
+    merged = algo.merged(session)
+    assert not merged.strict_kinds
+    merged.check("a", "party", "b", "party", ["h"], "anything")
+    merged.check("c", "coordinator", "a", "party", [], "deploy:finish")
+    for kind in ("deploy:finish", "psi:blind", "deploy:build"):
+        with pytest.raises(PrivacyError, match=kind):
+            merged.check("a", "party", "b", "party", [], kind)
+
+
+def test_a_party_class_may_not_register_a_kind_twice():
+    with pytest.raises(ProtocolError, match="two handlers of 'x'"):
+
+        class _Twice(Party):
+            @handles("x")
+            def one(self, msg):
+                return None
+
+            @handles("x")
+            def two(self, msg):
+                return None
+
+    class _Base(Party):
+        @handles("x")
+        def one(self, msg):
+            return None
+
+    class _Override(_Base):  # overriding in a subclass is fine
+        @handles("x")
+        def other(self, msg):
+            return None
+
+    assert _Override._handlers["x"] == "other"
+
+
+def test_registering_an_algorithm_twice_is_an_error():
+    assert get_algorithm_spec("mmvfl") is MMVFL_SPEC
+    register_algorithm_spec(MMVFL_SPEC)  # the same object again: a no-op
+    clone = type(MMVFL_SPEC)()
+    with pytest.raises(ConfigError, match="registered twice"):
+        register_algorithm_spec(clone)
+    with pytest.raises(ConfigError, match="did you mean 'mmvfl'"):
+        get_algorithm_spec("mmvf")
+
+
+def test_receiver_checks_the_policy_too():
+    """A sender that skips its own check is stopped when its message is admitted."""
+
+    class Sink(Party):
+        @handles("update")
+        def on(self, msg):
+            return None
+
+    class Hub(Coordinator):
+        pass
+
+    policy = PrivacyPolicy.of("t", {}, kinds={("coordinator", "party"): ["update"]})
+    a, b, c = Sink("a"), Sink("b"), Hub()
+    t = federate([c, a, b], policy)
+    t._check_send = lambda msg: None  # type: ignore[method-assign]  # a dishonest sender
+    with pytest.raises(PrivacyError, match="'a' \\(party\\) from sending a 'update'"):
+        a.send("b", "update")
+    assert t.log.n_messages == 0
+
+
+def test_the_estimator_runs_the_registered_spec_and_its_params():
+    rng = np.random.default_rng(0)
+    Xs = [rng.normal(size=(30, d)) for d in (4, 5)]
+    y = np.arange(30) % 3
+    m = MMVFL(beta=[0.5, 1.0], max_iter=3, tol=0.0, random_state=2).fit(Xs, y)
+    # the estimator's parameters are exactly the Params fields plus its own
+    own = {"label_owner", "random_state", "transport"}
+    fields = set(MMVFLParams.__dataclass_fields__)
+    assert set(m.get_params()) == fields | own
+    defaults = MMVFL().get_params()
+    for f in fields:
+        assert defaults[f] == getattr(MMVFLParams(), f), f
+    # the same run through the spec, with PartyData built by hand
+    from fedviews.data import PartyData
+    from fedviews.federation import Roster, RunSpec
+
+    params = MMVFLParams(beta=(0.5, 1.0), max_iter=3, tol=0.0)
+    run = RunSpec("mmvfl", params, Roster(("u", "v"), label_owner="u"), seed=2)
+    ids = np.arange(30)
+    fed = build_in_process(run, {"u": PartyData(ids, Xs[0], y), "v": PartyData(ids, Xs[1])})
+    fed()
+    np.testing.assert_allclose(fed.coordinator.objective, m.objective_, rtol=1e-12)
+    with pytest.raises(ConfigError, match="beta has 3 values"):
+        build_in_process(
+            RunSpec("mmvfl", MMVFLParams(beta=(1.0, 1.0, 1.0)), run.federation),
+            {"u": PartyData(ids, Xs[0], y), "v": PartyData(ids, Xs[1])},
+        )
+
+
+def test_spawn_streams_is_seed_sequence_spawn():
+    a = [s.generate_state(2) for s in spawn_streams(5, 3)]
+    b = [s.generate_state(2) for s in np.random.SeedSequence(5).spawn(3)]
+    np.testing.assert_array_equal(a, b)
