@@ -22,3 +22,17 @@ def footprint(
             continue
         out.add((roles[str(sender)], roles[str(receiver)], str(kind), tuple(names)))  # type: ignore[arg-type]
     return out
+
+
+def assert_tight(policy: object, seen: set[tuple[str, str, str, tuple[str, ...]]]) -> None:
+    """The policy allows exactly what crossed: every allowed array name and request kind
+    of every role pair was used (nothing wider), and nothing else crossed."""
+    names: dict[tuple[str, str], set[str]] = {}
+    kinds: dict[tuple[str, str], set[str]] = {}
+    for s, r, kind, arrays in seen:
+        names.setdefault((s, r), set()).update(arrays)
+        if not kind.endswith(":reply"):
+            kinds.setdefault((s, r), set()).add(kind)
+    allowed = {k: set(v) for k, v in policy.allowed.items() if v}  # type: ignore[attr-defined]
+    assert {k: v for k, v in names.items() if v} == allowed
+    assert kinds == {k: set(v) for k, v in policy.kinds.items() if v}  # type: ignore[attr-defined]

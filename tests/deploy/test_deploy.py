@@ -17,7 +17,7 @@ pytest.importorskip("grpc")
 pytest.importorskip("cryptography")
 pytest.importorskip("rbcl")  # the PSI
 
-from _protocol import footprint  # noqa: E402
+from _protocol import assert_tight, footprint  # noqa: E402
 
 from fedviews.data import align_views  # noqa: E402
 from fedviews.deploy import load_deploy_config, load_party_data, split_dataset  # noqa: E402
@@ -119,6 +119,7 @@ def test_launch_equals_in_process(tmp_path):
         ("coordinator", "party", "update", ("Z",)),
         ("party", "coordinator", "update:reply", ("Z_k",)),
     }
+    assert_tight(ref.transport_.policy, deployed)
 
 
 class _Echo(Party):

@@ -20,10 +20,16 @@ pytest.importorskip("grpc")
 pytest.importorskip("cryptography")
 pytest.importorskip("rbcl")  # the PSI
 
+from _protocol import assert_tight, footprint  # noqa: E402
+
 from fedviews.data import align_views  # noqa: E402
 from fedviews.deploy import PartyData, load_deploy_config, load_party_data, save_party_data  # noqa: E402
 from fedviews.errors import DataError  # noqa: E402
-from fedviews.federation import federate  # noqa: E402
+from fedviews.federation import (  # noqa: E402
+    build_in_process,
+    federate,  # noqa: E402
+    get_algorithm_spec,
+)
 from fedviews.linear import HFedMV, VFedMV  # noqa: E402
 
 V_PARTIES = ("pix", "fou")
@@ -49,6 +55,8 @@ zeta = 4.0
 eta = 8.0
 max_iter = 5
 inner_max_iter = 10
+standardize = true
+evaluate = true
 """,
     "hfedmv": """
 algorithm = "hfedmv"
@@ -190,6 +198,18 @@ def test_vfedmv_launch_equals_in_process(launched):
     for name in V_PARTIES:
         assert crossed[f"coordinator -> {name}"] == {"Z", "Z_test", "psi_positions", "psi_set"}
     assert len(crossed) == 2 * len(V_PARTIES)
+    # the same config in one process runs exactly the deployed protocol, and the
+    # policy of this run allows exactly what crossed
+    fed = build_in_process(cfg, {p: load_party_data(run / "data" / f"{p}.npz") for p in V_PARTIES})
+    fed()
+    roles = {**cfg.roles(), "coordinator": "coordinator"}
+    seen = footprint(
+        json.loads((run / "coordinator" / "message_log.json").read_text())["exchanges"], roles
+    )
+    assert seen == footprint(fed.transport.log.exchanges(), roles)
+    assert_tight(fed.transport.policy, seen)
+    assert fed.transport.policy == get_algorithm_spec("vfedmv").policy(cfg, fed.setup)
+    np.testing.assert_allclose(fed.coordinator.objective, res["objective"], rtol=1e-12)
 
 
 # --------------------------------------------------------------------------- H-FedMV
@@ -308,7 +328,7 @@ def test_sfedmv_launch_equals_in_process(launched):
 
 
 def _vfedmv_objects(Xs, Y, rounds):
-    from fedviews.linear._fedmv import VFEDMV_POLICY, VFedMVParty, VFedMVServer
+    from fedviews.linear._vfedmv import VFEDMV_POLICY, VFedMVParty, VFedMVServer
 
     ss = np.random.SeedSequence(2).spawn(len(Xs) + 1)
     parties = [
@@ -321,12 +341,12 @@ def _vfedmv_objects(Xs, Y, rounds):
 
 
 def _hfedmv_objects(clients, rounds):
+    from fedviews.linear._consensus import IRLSOptions
     from fedviews.linear._fedmv import (
         HFedMVClient,
         HFedMVServer,
         _init_W,
         _LocalMVL,
-        _Solver,
         hfedmv_policy,
     )
 
@@ -335,7 +355,13 @@ def _hfedmv_objects(clients, rounds):
         HFedMVClient(
             f"c{m}",
             _LocalMVL(
-                Xs, Y, betas=[1.0] * 2, zetas=[4.0] * 2, eta=8.0, seed=ss[1 + m], solver=_Solver(5)
+                Xs,
+                Y,
+                betas=[1.0] * 2,
+                zetas=[4.0] * 2,
+                eta=8.0,
+                seed=ss[1 + m],
+                solver=IRLSOptions(5),
             ),
             len(Y),
             2,

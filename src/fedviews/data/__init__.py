@@ -23,7 +23,7 @@ from fedviews.data._align import align, align_views, register_intersection
 from fedviews.data._cache import cache_dir
 from fedviews.data._dataset import MultiViewDataset
 from fedviews.data._idx import read_idx
-from fedviews.data._party import PartyData, deal_views, standardized
+from fedviews.data._party import PartyData, deal_views, standardized, standardized_with
 from fedviews.data._registry import fetch, info, list_datasets, load, register_dataset
 from fedviews.data._sequences import (
     MultiViewSequences,
@@ -32,7 +32,12 @@ from fedviews.data._sequences import (
     load_sequences,
     sequences_from_arrays,
 )
-from fedviews.data._split import balanced_subsample, partition_clients, stratified_kfold
+from fedviews.data._split import (
+    balanced_subsample,
+    held_out_split,
+    partition_clients,
+    stratified_kfold,
+)
 from fedviews.data._validation import check_ids, check_Xs, check_y, one_hot
 from fedviews.data._views import join_strips, split_strips
 
@@ -42,6 +47,8 @@ __all__ = [
     "PartyData",
     "deal_views",
     "standardized",
+    "standardized_with",
+    "held_out_split",
     "check_sequences",
     "list_sequence_datasets",
     "load_sequences",

@@ -15,7 +15,7 @@ import numpy as np
 from fedviews.data._validation import check_ids
 from fedviews.errors import DataError
 
-__all__ = ["PartyData", "deal_views", "standardized"]
+__all__ = ["PartyData", "deal_views", "standardized", "standardized_with"]
 
 _KEEP = (np.dtype(np.uint8), np.dtype(np.float32), np.dtype(np.float64))
 
@@ -141,16 +141,20 @@ def deal_views(
     label_owner: str = "",
     n_per_class: int = 0,
     overlap: float = 1.0,
+    n_test: int = 0,
     seed: int = 0,
 ) -> dict[str, PartyData]:
     """One :class:`PartyData` per view of a built-in dataset, as separate organisations hold it.
 
-    Each party keeps a random ``overlap`` fraction of the samples (so the parties
-    share only part of their IDs and must align them), in its own random order;
-    only ``label_owner`` (default: the first view) gets the labels.
+    ``n_per_class``: a balanced subsample first (0 = all). ``n_test``: a stratified
+    held-out split that every party holds (its ``X_test``; the label owner also its
+    ``y_test``). Each party keeps a random ``overlap`` fraction of the training
+    samples (so the parties share only part of their IDs and must align them), in
+    its own random order; only ``label_owner`` (default: the first view) gets the
+    labels. Keys are the view names, in the dataset's order.
     """
     from fedviews.data._registry import load
-    from fedviews.data._split import balanced_subsample
+    from fedviews.data._split import balanced_subsample, held_out_split
 
     ds = load(dataset, **({"views": list(views)} if views else {}))
     if n_per_class:
@@ -158,13 +162,31 @@ def deal_views(
     owner = label_owner or ds.view_names[0]
     if owner not in ds.view_names:
         raise DataError(f"label owner {owner!r} is not a view of {dataset}: {ds.view_names}")
+    y = np.asarray(ds.y)
+    tr, te = held_out_split(y, n_test, seed)
     rng = np.random.default_rng(seed)
     out: dict[str, PartyData] = {}
     for name, X in zip(ds.view_names, ds.views, strict=True):
-        keep = rng.permutation(ds.n_samples)[: max(1, int(round(overlap * ds.n_samples)))]
-        y = ds.y[keep] if name == owner else None
-        out[name] = PartyData(ds.ids[keep], X[keep], y)
+        keep = tr[rng.permutation(len(tr))[: max(1, int(round(overlap * len(tr))))]]
+        test: dict[str, Any] = {}
+        if len(te):
+            tperm = te[rng.permutation(len(te))]
+            test = {"ids_test": ds.ids[tperm], "X_test": X[tperm]}
+            if name == owner:
+                test["y_test"] = y[tperm]
+        out[name] = PartyData(ds.ids[keep], X[keep], y[keep] if name == owner else None, **test)
     return out
+
+
+def standardized_with(X: np.ndarray) -> tuple[np.ndarray, tuple[np.ndarray, np.ndarray]]:
+    """``X`` with its columns scaled by their own mean and standard deviation, and the two.
+
+    Constant columns get scale 1. A party applies it to its own view with its own
+    statistics; nothing crosses.
+    """
+    mu, sd = X.mean(axis=0), X.std(axis=0)
+    sd[sd < 1e-12] = 1.0
+    return (X - mu) / sd, (mu, sd)
 
 
 def standardized(X: np.ndarray) -> np.ndarray:
@@ -172,6 +194,4 @@ def standardized(X: np.ndarray) -> np.ndarray:
 
     A party applies it to its own view with its own statistics; nothing crosses.
     """
-    sd = X.std(axis=0)
-    sd[sd < 1e-12] = 1.0
-    return (X - X.mean(axis=0)) / sd
+    return standardized_with(X)[0]

@@ -248,3 +248,16 @@ def partition_clients(
     rng = np.random.default_rng(random_state)
     opts = {"alpha": alpha, "classes_per_client": classes_per_client}
     return [np.sort(p) for p in _SCHEMES[scheme](codes, n_clients, rng, opts)]
+
+
+def held_out_split(y: np.ndarray, n_test: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """Stratified ``(train, test)`` positions of ``y``, each sorted; ``n_test = 0``: no test samples."""
+    idx = np.arange(len(y))
+    if not n_test:
+        return idx, idx[:0]
+    from sklearn.model_selection import train_test_split
+
+    if not 0 < n_test < len(y):
+        raise ConfigError(f"data.n_test = {n_test} must lie in (0, {len(y)})")
+    tr, te = train_test_split(idx, test_size=n_test, stratify=y, random_state=seed)
+    return np.sort(tr), np.sort(te)

@@ -52,7 +52,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 
-from fedviews.data import PartyData
+from fedviews.data import PartyData, held_out_split
 from fedviews.errors import ConfigError, DataError, ProtocolError
 from fedviews.federation import (
     Algorithm,
@@ -66,18 +66,12 @@ from fedviews.federation import (
     RunSpec,
     handles,
     register_algorithm_spec,
-    spawn_streams,
 )
 
 if TYPE_CHECKING:
-    from fedviews.linear._fedmv import HFedMVClient, HFedMVServer, VFedMVParty, VFedMVServer
+    from fedviews.linear._fedmv import HFedMVClient, HFedMVServer
 
-__all__ = [
-    "HFedMVDeployParams",
-    "VFedMVDeployParams",
-    "hfedmv_demo_data",
-    "vfedmv_demo_data",
-]
+__all__ = ["HFedMVDeployParams", "hfedmv_demo_data"]
 
 STANDARDIZE = ("pooled", "local", "none")
 #: the most views a horizontal client may hold (the privacy policy names ``W_0 .. W_15``)
@@ -146,287 +140,6 @@ class _DeployServer(Coordinator):
         self.inner.load_state(state)
 
 
-# =========================================================================== V-FedMV
-
-
-@dataclass(frozen=True)
-class VFedMVDeployParams:
-    """Hyper-parameters of :class:`fedviews.linear.VFedMV` (same names and defaults).
-
-    ``standardize``: every party scales its view (and its test rows) with its own
-    training mean and standard deviation. ``evaluate``: run the testing phase on
-    the parties' test splits and report the accuracy (the label owner scores).
-    """
-
-    beta: float = 4.0
-    zeta: float = 8.0
-    eta: float = 16.0
-    max_iter: int = 30
-    tol: float = 1e-6
-    inner_max_iter: int = 20
-    inner_tol: float = 1e-6
-    test_max_iter: int = 1000
-    test_tol: float = 1e-8
-    eps: float = 1e-10
-    standardize: bool = True
-    evaluate: bool = True
-
-    def validate(self) -> None:
-        _positive(self, "beta", "zeta", "eta", "eps")
-        _at_least_one(self, "max_iter", "inner_max_iter", "test_max_iter")
-        if min(self.tol, self.inner_tol, self.test_tol) < 0:
-            raise ConfigError("params.tol, inner_tol and test_tol must be >= 0")
-
-
-class VFedMVDeployParty(Party):
-    """A V-FedMV party process's algorithm object: :class:`VFedMVParty` plus deployment steps.
-
-    ``inner`` is exactly the in-process party (same view, streams, solver); this
-    wrapper adds the test rows (loaded into ``inner`` when the testing phase
-    starts) and, at the label owner, the labels: ``vfedmv:labels`` sends the
-    one-hot ``Y`` to the coordinator, ``vfedmv:score`` scores the final ``Z_test``.
-    """
-
-    def __init__(
-        self,
-        inner: VFedMVParty,
-        role: str,
-        *,
-        X_test: np.ndarray | None = None,
-        y: np.ndarray | None = None,
-        y_test: np.ndarray | None = None,
-        scaler: tuple[np.ndarray, np.ndarray] | None = None,
-    ) -> None:
-        super().__init__(inner.name, role=role)
-        self.inner, self.X_test, self.y, self.y_test, self.scaler = inner, X_test, y, y_test, scaler
-        self.y_test_pred: np.ndarray | None = None
-        self.test_accuracy: float | None = None
-
-    def handle(self, msg: Message) -> Message:
-        if msg.kind in self._handlers:
-            return super().handle(msg)
-        if msg.kind == "test_init" and self.inner.P_test is None:
-            if self.X_test is None:
-                raise DataError(f"{self.name!r} has no test split (ids_test, X_test)")
-            self.inner.load_test(self.X_test)  # P_k = X_k^test W_k, locally
-        return self.inner.handle(msg)
-
-    def _labels(self) -> np.ndarray:
-        if self.y is None:
-            raise ProtocolError(f"{self.name!r} holds no labels: only the label owner is asked")
-        return self.y
-
-    @handles("vfedmv:labels")
-    def on_labels(self, msg: Message) -> Message:
-        from fedviews.data._validation import one_hot
-
-        return self.reply(msg, arrays={"Y": one_hot(self._labels())[0]})
-
-    @handles("vfedmv:score")
-    def on_score(self, msg: Message) -> Message:
-        classes = np.unique(self._labels())
-        if self.y_test is None:
-            raise ProtocolError(f"{self.name!r} holds no test labels (y_test)")
-        Z = msg.arrays["Z_test"]
-        if Z.shape != (len(self.y_test), len(classes)):
-            raise ProtocolError(
-                f"Z_test has shape {Z.shape}, expected {(len(self.y_test), len(classes))}"
-            )
-        self.y_test_pred = classes[np.argmax(Z, axis=1)]
-        self.test_accuracy = float(np.mean(self.y_test_pred == self.y_test))
-        return self.reply(msg, meta={"accuracy": self.test_accuracy, "n_test": len(self.y_test)})
-
-    def state_dict(self) -> dict[str, np.ndarray]:
-        return self.inner.state_dict()
-
-    def load_state(self, state: Mapping[str, np.ndarray]) -> None:
-        self.inner.load_state(state)
-
-
-def _vfedmv_policy() -> PrivacyPolicy:
-    from fedviews.linear._fedmv import VFEDMV_POLICY
-
-    up = VFEDMV_POLICY.allowed[("party", "coordinator")]
-    down = VFEDMV_POLICY.allowed[("coordinator", "party")]
-    return _as_coordinator(
-        VFEDMV_POLICY,
-        {("label_owner", "coordinator"): [*up, "Y"], ("coordinator", "label_owner"): list(down)},
-    )
-
-
-class VFedMVApp(Algorithm):
-    name = "vfedmv"
-    Params = VFedMVDeployParams
-
-    def policy(self, cfg: RunSpec, setup: Mapping[str, Any]) -> PrivacyPolicy:
-        return _vfedmv_policy()
-
-    def role(self, cfg: RunSpec, party: str) -> str:
-        return "label_owner" if party in cfg.federation.owners() else "party"
-
-    def groups(self, cfg: RunSpec) -> list[AlignGroup]:
-        everyone = tuple(cfg.federation.parties)
-        out = [AlignGroup("train", everyone)]
-        if cfg.params.evaluate:
-            out.append(AlignGroup("test", everyone, "test"))
-        return out
-
-    def check_data(self, cfg: RunSpec, party: str, data: PartyData) -> None:
-        super().check_data(cfg, party, data)
-        if data.features.ndim != 2 or data.features.shape[1] == 0:
-            raise DataError(
-                f"{party!r} must hold one view as a 2-D X (n, d) with d >= 1, got X of shape "
-                f"{data.features.shape}"
-            )
-        if data.view_dims is not None and len(data.view_dims) > 1:
-            raise DataError(f"{party!r}: a V-FedMV party holds one view (its file has view_dims)")
-        if cfg.params.evaluate:
-            if data.X_test is None:
-                raise DataError(
-                    f"{party!r}: its file needs ids_test and X_test (or set params.evaluate = false)"
-                )
-            if party in cfg.federation.owners() and data.y_test is None:
-                raise DataError(
-                    f"label owner {party!r}: its file needs y_test (or set params.evaluate = false)"
-                )
-
-    def party_info(self, cfg: RunSpec, party: str, local: Local) -> dict[str, Any]:
-        _, X, y = local.take("train")
-        info: dict[str, Any] = {"n_features": int(X.shape[1])}
-        if y is not None:
-            info["n_classes"] = int(len(np.unique(y)))
-        return info
-
-    def build_party(
-        self, cfg: RunSpec, party: str, local: Local, setup: Mapping[str, Any]
-    ) -> Party:
-        from fedviews.linear._fedmv import VFedMVParty, _Solver
-
-        p: VFedMVDeployParams = cfg.params
-        k = cfg.federation.parties.index(party)
-        _, X, y = local.take("train")
-        X = X.astype(np.float64)
-        X_test = y_test = None
-        if "test" in local.rows:
-            _, Xt, y_test = local.take("test")
-            X_test = Xt.astype(np.float64)
-        scaler = None
-        if p.standardize:  # with this party's own training statistics
-            scaler = _scaler(X)
-            X = (X - scaler[0]) / scaler[1]
-            if X_test is not None:
-                X_test = (X_test - scaler[0]) / scaler[1]
-        inner = VFedMVParty(
-            party,
-            X,
-            beta=p.beta,
-            zeta=p.zeta,
-            n_classes=int(setup["n_classes"]),
-            seed=spawn_streams(cfg.seed, len(cfg.federation.parties) + 1)[1 + k],
-            solver=_Solver(p.inner_max_iter, p.inner_tol, p.eps),
-        )
-        return VFedMVDeployParty(
-            inner, self.role(cfg, party), X_test=X_test, y=y, y_test=y_test, scaler=scaler
-        )
-
-    def build_coordinator(
-        self, cfg: RunSpec, setup: Mapping[str, Any], local: Local | None = None
-    ) -> Coordinator:
-        from fedviews.linear._fedmv import VFedMVServer
-
-        p: VFedMVDeployParams = cfg.params
-        n, c = int(setup["n_samples"]), int(setup["n_classes"])
-        server = VFedMVServer(
-            list(cfg.federation.parties),
-            np.zeros((n, c)),  # the label owner's Y arrives before round 1
-            p.eta,
-            spawn_streams(cfg.seed, len(cfg.federation.parties) + 1)[0],
-            max_iter=p.max_iter,
-            tol=p.tol,
-        )
-        return _DeployServer(
-            cfg.federation.coordinator, server, owner=cfg.federation.owners()[0], params=p
-        )
-
-    def run_coordinator(
-        self, coord: Coordinator, on_round_end: Callable[[int], None] | None = None
-    ) -> Any:
-        server: VFedMVServer = _wrapped(coord)
-        info = coord.info  # type: ignore[attr-defined]
-        p: VFedMVDeployParams = info["params"]
-        Y = server.send(info["owner"], "vfedmv:labels").arrays["Y"]
-        if Y.shape != server.Y.shape:
-            raise ProtocolError(
-                f"the label owner sent Y of shape {Y.shape}, expected {server.Y.shape}"
-            )
-        server.Y = Y
-        server.run(on_round_end=on_round_end)
-        out = coord.results  # type: ignore[attr-defined]
-        if p.evaluate:
-            Z_test = server.consensus(p.test_max_iter, p.test_tol)
-            reply = server.send(
-                info["owner"],
-                "vfedmv:score",
-                arrays={"Z_test": Z_test},
-                round=len(server.objective) + server.test_iterations,
-            )
-            out.update(
-                Z_test=Z_test,
-                test_accuracy=_number(reply, "accuracy"),
-                n_test=int(_number(reply, "n_test")),
-                test_iterations=server.test_iterations,
-            )
-        return server.Z
-
-    def round_message(self, role: str) -> str:
-        return "update"
-
-    def progress(self, coord: Coordinator) -> list[str]:
-        server: VFedMVServer = coord.inner  # type: ignore[attr-defined]
-        lines = [f"round {r + 1}: objective {v:.6g}" for r, v in enumerate(list(server.objective))]
-        res = coord.results  # type: ignore[attr-defined]
-        if "test_accuracy" in res:
-            lines.append(
-                f"test: consensus in {res['test_iterations']} iterations, accuracy "
-                f"{res['test_accuracy']:.4f} on {res['n_test']} samples (scored by the label owner)"
-            )
-        return lines
-
-    def party_results(self, party: Party) -> dict[str, np.ndarray]:
-        from fedviews.linear._l21 import row_norms
-
-        me: VFedMVDeployParty = party  # type: ignore[assignment]
-        inner = me.inner
-        assert inner.W is not None
-        out = {"W": inner.W, "Z_k": inner.Z_k, "feature_importances": row_norms(inner.W)}
-        if me.scaler is not None:
-            out.update(x_mean=me.scaler[0], x_scale=me.scaler[1])
-        if me.y_test_pred is not None:
-            out["y_test_pred"] = me.y_test_pred
-        return out
-
-    def coordinator_results(
-        self, coord: Coordinator
-    ) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
-        server: VFedMVServer = coord.inner  # type: ignore[attr-defined]
-        res = dict(coord.results)  # type: ignore[attr-defined]
-        obj = list(server.objective)
-        metrics: dict[str, Any] = {
-            "objective": obj,
-            "n_iter": len(obj),
-            "converged": server.converged,
-        }
-        metrics.update({k: v for k, v in res.items() if k != "Z_test"})
-        arrays = {"Z": server.Z}
-        if "Z_test" in res:
-            arrays["Z_test"] = res["Z_test"]
-        return metrics, arrays
-
-    def demo_data(self, cfg: Any) -> dict[str, PartyData]:
-        """Each view owner's data from ``[data]`` (see :func:`vfedmv_demo_data`)."""
-        return vfedmv_demo_data(cfg)
-
-
 def _load_subsample(cfg: Any, views: Sequence[str]) -> Any:
     from fedviews.data import balanced_subsample, load
 
@@ -435,51 +148,6 @@ def _load_subsample(cfg: Any, views: Sequence[str]) -> Any:
     if spec.n_per_class:
         ds = ds.subset(balanced_subsample(ds.y, spec.n_per_class, random_state=cfg.seed))
     return ds
-
-
-def _test_split(y: np.ndarray, n_test: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
-    """Stratified ``(train, test)`` positions; ``n_test = 0``: no test samples."""
-    idx = np.arange(len(y))
-    if not n_test:
-        return idx, idx[:0]
-    from sklearn.model_selection import train_test_split
-
-    if not 0 < n_test < len(y):
-        raise ConfigError(f"data.n_test = {n_test} must lie in (0, {len(y)})")
-    tr, te = train_test_split(idx, test_size=n_test, stratify=y, random_state=seed)
-    return np.sort(tr), np.sort(te)
-
-
-def vfedmv_demo_data(cfg: Any) -> dict[str, PartyData]:
-    """Cut a built-in multi-view dataset into one file per view owner (V-FedMV).
-
-    ``[data]``: ``dataset``, ``views`` (default: the party names), ``n_per_class``
-    (balanced subsample, 0 = all), ``n_test`` (stratified held-out samples that
-    every party holds, 0 = none), ``overlap`` (each party keeps this random
-    fraction of the training samples, so PSI has something to do). The label
-    owner also gets ``y`` and ``y_test``. Every file lists its rows in its own
-    random order.
-    """
-    fed, spec = cfg.federation, cfg.data
-    views = spec.views or fed.parties
-    if len(views) != len(fed.parties):
-        raise ConfigError(f"data.views lists {len(views)} views for {len(fed.parties)} parties")
-    ds = _load_subsample(cfg, views)
-    tr, te = _test_split(np.asarray(ds.y), spec.n_test, cfg.seed)
-    rng = np.random.default_rng(cfg.seed)
-    y = np.asarray(ds.y)
-    owner = fed.owners()[0]
-    files: dict[str, PartyData] = {}
-    for party, X in zip(fed.parties, ds.views, strict=True):
-        keep = tr[rng.permutation(len(tr))[: max(1, int(round(spec.overlap * len(tr))))]]
-        test: dict[str, Any] = {}
-        if len(te):
-            tperm = te[rng.permutation(len(te))]
-            test = {"ids_test": ds.ids[tperm], "X_test": X[tperm]}
-            if party == owner:
-                test["y_test"] = y[tperm]
-        files[party] = PartyData(ds.ids[keep], X[keep], y[keep] if party == owner else None, **test)
-    return files
 
 
 # =========================================================================== H-FedMV
@@ -775,7 +443,8 @@ class HFedMVApp(ClientDeployApp):
     def build_party(
         self, cfg: RunSpec, party: str, local: Local, setup: Mapping[str, Any]
     ) -> Party:
-        from fedviews.linear._fedmv import HFedMVClient, _LocalMVL, _Solver
+        from fedviews.linear._consensus import IRLSOptions
+        from fedviews.linear._fedmv import HFedMVClient, _LocalMVL
 
         p: HFedMVDeployParams = cfg.params
         fed = cfg.federation
@@ -791,7 +460,7 @@ class HFedMVApp(ClientDeployApp):
         if f"{party}:test" in local.rows:
             _, Xt, y_test = local.take(f"{party}:test")
             test_views = [np.ascontiguousarray(v, dtype=np.float64) for v in local.data.views(Xt)]
-        solver = _Solver(p.inner_max_iter, p.inner_tol, p.eps)
+        solver = IRLSOptions(p.inner_max_iter, p.inner_tol, p.eps)
 
         def make(Xs: list[np.ndarray]) -> HFedMVClient:
             learner = _LocalMVL(
@@ -901,7 +570,7 @@ def hfedmv_demo_data(cfg: Any) -> dict[str, PartyData]:
     y = np.searchsorted(classes, np.asarray(ds.y)).astype(np.int64)
     X = np.hstack([np.asarray(v, dtype=np.float64) for v in ds.views])
     dims = [int(v.shape[1]) for v in ds.views]
-    tr, te = _test_split(y, spec.n_test, cfg.seed)
+    tr, te = held_out_split(y, spec.n_test, cfg.seed)
     M = len(fed.parties)
     parts = partition_clients(y[tr], M, spec.scenario, random_state=cfg.seed)
     tparts = partition_clients(y[te], M, "iid", random_state=cfg.seed) if len(te) else None
@@ -917,5 +586,4 @@ def hfedmv_demo_data(cfg: Any) -> dict[str, PartyData]:
     return files
 
 
-register_algorithm_spec(VFedMVApp())
 register_algorithm_spec(HFedMVApp())

@@ -253,7 +253,8 @@ class SFedMVApp(ClientDeployApp):
     ) -> Party:
         from fedviews.data import check_sequences
         from fedviews.deep.sfedmv import SequenceClient, view_seeds
-        from fedviews.linear._fedmv import HFedMVClient, _LocalMVL, _Solver
+        from fedviews.linear._consensus import IRLSOptions
+        from fedviews.linear._fedmv import HFedMVClient, _LocalMVL
 
         p: SFedMVDeployParams = cfg.params
         dev = _torch_setup(p)
@@ -289,7 +290,7 @@ class SFedMVApp(ClientDeployApp):
                 zetas=[p.zeta] * K,
                 eta=p.eta,
                 seed=seed,
-                solver=_Solver(p.inner_max_iter, 1e-6, 1e-10),
+                solver=IRLSOptions(p.inner_max_iter, 1e-6, 1e-10),
             )
             return HFedMVClient(party, learner, len(y), p.local_iter)
 

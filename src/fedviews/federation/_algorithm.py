@@ -258,19 +258,29 @@ class Algorithm:
 
     # -- demo data -------------------------------------------------------------
     def demo_data(self, cfg: Any) -> dict[str, PartyData]:
-        """Each party's data dealt from a built-in dataset (``cfg.data``: the ``[data]`` table
-        of a deployment config), for ``fedviews launch`` and ``fedviews split-data``."""
+        """Each party's data dealt from a built-in dataset, for ``fedviews launch`` and
+        ``fedviews split-data`` (``cfg.data``: the ``[data]`` table of a deployment config).
+
+        Default: one view per party, in order (``data.views``, default the party
+        names), labels with the first label owner (see :func:`fedviews.data.deal_views`).
+        """
         from fedviews.data import deal_views
 
         fed, split = cfg.federation, cfg.data
-        return deal_views(
+        views = tuple(split.views or fed.parties)
+        if len(views) != len(fed.parties):
+            raise ConfigError(f"data.views lists {len(views)} views for {len(fed.parties)} parties")
+        owner = views[fed.parties.index(fed.owners()[0])]
+        dealt = deal_views(
             split.dataset,
-            views=split.views or fed.parties,
-            label_owner=fed.owners()[0],
+            views=views,
+            label_owner=owner,
             n_per_class=split.n_per_class,
             overlap=split.overlap,
+            n_test=split.n_test,
             seed=cfg.seed or 0,
         )
+        return dict(zip(fed.parties, dealt.values(), strict=True))
 
 
 #: the algorithm specs by name (the built-in ones register on first lookup)

@@ -5,19 +5,22 @@ MMVFL and its supervised baselines (supFL, supMVLFL), and the ℓ2,1 solver they
 
 from fedviews.linear._common import select_top_features
 from fedviews.linear._fedmv import (
-    VFEDMV_POLICY,
     HFedMV,
     LocalMVL,
     SingleViewFL,
-    VFedMV,
     fedmv_consensus,
     hfedmv_policy,
     mvl_local,
-    vfedmv_centralized,
 )
 from fedviews.linear._l21 import L21Problem, L21Result, l21_least_squares, l21_norm, row_norms
-from fedviews.linear._mmvfl import MMVFL, MMVFL_POLICY, mmvfl_centralized
+from fedviews.linear._mmvfl import MMVFL, MMVFL_POLICY, MMVFLParams, mmvfl_centralized
 from fedviews.linear._supervised import SupFL, SupMVLFL
+from fedviews.linear._vfedmv import (
+    VFEDMV_POLICY,
+    VFedMV,
+    VFedMVParams,
+    vfedmv_centralized,
+)
 
 __all__ = [
     "VFEDMV_POLICY",
@@ -31,6 +34,8 @@ __all__ = [
     "vfedmv_centralized",
     "MMVFL",
     "MMVFL_POLICY",
+    "MMVFLParams",
+    "VFedMVParams",
     "L21Problem",
     "L21Result",
     "SupFL",

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 from threadpoolctl import threadpool_limits
 
 from fedviews.errors import ConfigError, DataError
 
-__all__ = ["orthonormal_nonnegative", "per_party", "select_top_features", "small_blas"]
+__all__ = ["as_param", "orthonormal_nonnegative", "per_party", "select_top_features", "small_blas"]
 
 
 @contextlib.contextmanager
@@ -45,6 +46,11 @@ def per_party(
         if not np.isfinite(v) or (v <= 0 if positive else v < 0):
             raise ConfigError(f"{name} must be {'> 0' if positive else '>= 0'}, got {v}")
     return vals
+
+
+def as_param(value: Any) -> Any:
+    """A per-party list as the tuple a frozen params dataclass holds; scalars as they are."""
+    return tuple(value) if isinstance(value, (list, tuple, np.ndarray)) else value
 
 
 def orthonormal_nonnegative(n: int, c: int, rng: np.random.Generator) -> np.ndarray:

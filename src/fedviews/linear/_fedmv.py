@@ -54,7 +54,6 @@ random ``W_k`` (``N(0, 1/d_k)`` entries) as in Algorithm 3; the clients' random
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -62,7 +61,7 @@ from sklearn.base import BaseEstimator
 
 from fedviews._registry import register_estimator
 from fedviews.data._validation import check_Xs, check_y, one_hot
-from fedviews.errors import ConfigError, DataError, ProtocolError, check_fitted
+from fedviews.errors import ConfigError, DataError, check_fitted
 from fedviews.federation import (
     Coordinator,
     Message,
@@ -73,33 +72,21 @@ from fedviews.federation import (
     handles,
 )
 from fedviews.linear._common import (
-    ConsensusState,
     orthonormal_nonnegative,
     per_party,
-    restored_w_z,
     small_blas,
 )
+from fedviews.linear._consensus import IRLSOptions, consensus_weights, number, sq
 from fedviews.linear._l21 import L21Problem, row_norms
 
 __all__ = [
-    "VFEDMV_POLICY",
     "HFedMV",
     "LocalMVL",
     "SingleViewFL",
-    "VFedMV",
     "fedmv_consensus",
     "hfedmv_policy",
     "mvl_local",
-    "vfedmv_centralized",
 ]
-
-VFEDMV_POLICY = PrivacyPolicy.of(
-    "v-fedmv",
-    {
-        ("party", "coordinator"): ["Z_k", "Z_k_test"],
-        ("coordinator", "party"): ["Z", "Z_test"],
-    },
-)
 
 
 def hfedmv_policy(n_views: int) -> PrivacyPolicy:
@@ -111,25 +98,6 @@ def hfedmv_policy(n_views: int) -> PrivacyPolicy:
             ("coordinator", "client"): [f"W_{k}" for k in range(n_views)],
         },
     )
-
-
-def _sq(A: np.ndarray) -> float:
-    return float(np.einsum("ij,ij->", A, A))
-
-
-def _meta(msg: Message, key: str) -> float:
-    """A numeric metadata value of a reply (``zeta``, ``n_samples``, ``local_objective``)."""
-    value = msg.meta[key]
-    if not isinstance(value, (int, float)):
-        raise ProtocolError(f"{msg.sender} sent meta[{key!r}] = {value!r}, expected a number")
-    return float(value)
-
-
-@dataclass(frozen=True)
-class _Solver:
-    max_iter: int = 20
-    tol: float = 1e-6
-    eps: float = 1e-10
 
 
 def _check_iter(value: int, tol: float, name: str) -> None:
@@ -150,11 +118,6 @@ def _labels_present(y: Any, where: str) -> None:
 # --------------------------------------------------------------------------- testing phase
 
 
-def _consensus_weights(zetas: Sequence[float]) -> np.ndarray:
-    z = np.asarray(zetas, dtype=np.float64)
-    return z / z.sum()
-
-
 def fedmv_consensus(
     Ps: Sequence[np.ndarray],
     zeta: float | Sequence[float],
@@ -170,222 +133,18 @@ def fedmv_consensus(
     """
     zetas = per_party(zeta, len(Ps), "zeta")
     _check_iter(max_iter, tol, "test_max_iter")
-    w = _consensus_weights(zetas)
+    w = consensus_weights(zetas)
     Zk = [np.array(P, dtype=np.float64) for P in Ps]
     Z = sum(wk * z for wk, z in zip(w, Zk, strict=True))  # Eq. (12)
     it = 1
     for it in range(2, max_iter + 1):  # noqa: B007
         Zk = [(P + z * Z) / (1.0 + z) for P, z in zip(Ps, zetas, strict=True)]  # Eq. (13)
         Z_new = sum(wk * z for wk, z in zip(w, Zk, strict=True))
-        done = np.sqrt(_sq(Z_new - Z)) <= tol * max(np.sqrt(_sq(Z_new)), 1e-300)
+        done = np.sqrt(sq(Z_new - Z)) <= tol * max(np.sqrt(sq(Z_new)), 1e-300)
         Z = Z_new
         if done:
             break
     return np.asarray(Z), it
-
-
-# --------------------------------------------------------------------------- V-FedMV
-
-
-class VFedMVParty(Party):
-    """Data owner ``L_k`` of Algorithm 2: ``X_k``, ``W_k`` and ``X_k^test`` never leave it."""
-
-    def __init__(
-        self,
-        name: str,
-        X: np.ndarray,
-        *,
-        beta: float,
-        zeta: float,
-        n_classes: int,
-        seed: np.random.SeedSequence,
-        solver: _Solver = _Solver(),
-    ) -> None:
-        super().__init__(name, role="party")
-        self.problem = L21Problem(X, eps=solver.eps)
-        self.beta, self.zeta = beta, zeta
-        self.solver = solver
-        self.W: np.ndarray | None = None
-        self.Z_k = orthonormal_nonnegative(X.shape[0], n_classes, np.random.default_rng(seed))
-        self.P_test: np.ndarray | None = None
-        self.Z_k_test: np.ndarray | None = None
-
-    def local_update(self, Z: np.ndarray) -> float:
-        """W step (IRLS, warm start) then Z_k step (Eq. 8); returns the party's local terms."""
-        res = self.problem.solve(
-            self.Z_k, self.beta, W0=self.W, max_iter=self.solver.max_iter, tol=self.solver.tol
-        )
-        self.W = res.W
-        XW = self.problem.X @ self.W
-        self.Z_k = (XW + self.zeta * Z) / (1.0 + self.zeta)
-        return _sq(XW - self.Z_k) + self.beta * float(row_norms(self.W).sum())
-
-    def state_dict(self) -> dict[str, np.ndarray]:
-        """This party's private state after a round: ``W`` (the warm start) and ``Z_k``."""
-        state = {"Z_k": self.Z_k}
-        if self.W is not None:
-            state["W"] = self.W
-        return state
-
-    def load_state(self, state: Mapping[str, np.ndarray]) -> None:
-        """Continue from :meth:`state_dict`; the next round then equals the uninterrupted one."""
-        self.W, self.Z_k = restored_w_z(self.name, self.problem.X.shape, self.Z_k.shape, state)
-        self.P_test = self.Z_k_test = None
-
-    @handles("update")
-    def on_update(self, msg: Message) -> Message:
-        local = self.local_update(msg.arrays["Z"])
-        return self.reply(
-            msg, arrays={"Z_k": self.Z_k}, meta={"local_objective": local, "zeta": self.zeta}
-        )
-
-    def load_test(self, X_test: np.ndarray) -> None:
-        """Local: the party reads its own test view and computes ``P_k = X_k^test W_k``."""
-        assert self.W is not None
-        if X_test.shape[1] != self.W.shape[0]:
-            raise DataError(
-                f"{self.name}: test view has {X_test.shape[1]} features, fit with {self.W.shape[0]}"
-            )
-        self.P_test = X_test @ self.W
-
-    @handles("test_init")
-    def on_test_init(self, msg: Message) -> Message:
-        if self.P_test is None:
-            raise DataError(f"{self.name} has no test data loaded")
-        self.Z_k_test = self.P_test.copy()
-        return self.reply(msg, arrays={"Z_k_test": self.Z_k_test}, meta={"zeta": self.zeta})
-
-    @handles("test_update")
-    def on_test_update(self, msg: Message) -> Message:
-        assert self.P_test is not None
-        self.Z_k_test = (self.P_test + self.zeta * msg.arrays["Z_test"]) / (
-            1.0 + self.zeta
-        )  # Eq. (13)
-        return self.reply(msg, arrays={"Z_k_test": self.Z_k_test})
-
-
-class VFedMVServer(ConsensusState, Coordinator):
-    """The V-FedMV server: holds ``Y``, computes ``Z`` (Eq. 10) and ``Z^test`` (Eq. 12)."""
-
-    def __init__(
-        self,
-        parties: Sequence[str],
-        Y: np.ndarray,
-        eta: float,
-        seed: np.random.SeedSequence,
-        *,
-        max_iter: int,
-        tol: float,
-    ) -> None:
-        super().__init__()
-        self.parties = list(parties)
-        self.Y, self.eta = Y, eta
-        self.Z = orthonormal_nonnegative(Y.shape[0], Y.shape[1], np.random.default_rng(seed))
-        self.max_iter, self.tol = max_iter, tol
-        self.objective: list[float] = []
-        self.converged = False
-        self.test_iterations = 0
-
-    def run(self, on_round_end: Callable[[int], None] | None = None) -> np.ndarray:
-        """Rounds ``len(objective) + 1 .. max_iter`` (all of them unless :meth:`load_state`).
-
-        ``on_round_end(r)`` is called after round ``r`` (e.g. to write a checkpoint).
-        """
-        if self.converged:
-            return self.Z
-        prev = self.objective[-1] if self.objective else np.inf
-        for r in range(len(self.objective) + 1, self.max_iter + 1):
-            replies = self.broadcast(self.parties, "update", arrays={"Z": self.Z}, round=r)
-            Zks = [replies[p].arrays["Z_k"] for p in self.parties]
-            zetas = [_meta(replies[p], "zeta") for p in self.parties]
-            num = sum(z * Zk for z, Zk in zip(zetas, Zks, strict=True)) + self.eta * self.Y
-            self.Z = num / (sum(zetas) + self.eta)  # Eq. (10)
-            f = sum(_meta(replies[p], "local_objective") for p in self.parties)
-            f += sum(z * _sq(Zk - self.Z) for z, Zk in zip(zetas, Zks, strict=True))
-            f += self.eta * _sq(self.Z - self.Y)
-            self.objective.append(f)
-            self.converged = bool(np.isfinite(prev) and abs(prev - f) <= self.tol * abs(prev))
-            if on_round_end is not None:
-                on_round_end(r)
-            if self.converged:
-                break
-            prev = f
-        return self.Z
-
-    def consensus(self, max_iter: int, tol: float) -> np.ndarray:
-        """Testing phase of Algorithm 2 (no labels): iterate Eqs. (12)-(13) with the parties."""
-        r0 = len(self.objective)
-        replies = self.broadcast(self.parties, "test_init", round=r0 + 1)
-        zetas = [float(replies[p].meta["zeta"]) for p in self.parties]  # type: ignore[arg-type]
-        w = _consensus_weights(zetas)
-        Z = sum(wk * replies[p].arrays["Z_k_test"] for wk, p in zip(w, self.parties, strict=True))
-        it = 1
-        for it in range(2, max_iter + 1):  # noqa: B007
-            replies = self.broadcast(
-                self.parties, "test_update", arrays={"Z_test": Z}, round=r0 + it
-            )
-            Z_new = sum(
-                wk * replies[p].arrays["Z_k_test"] for wk, p in zip(w, self.parties, strict=True)
-            )
-            done = np.sqrt(_sq(Z_new - Z)) <= tol * max(np.sqrt(_sq(Z_new)), 1e-300)
-            Z = Z_new
-            if done:
-                break
-        self.test_iterations = it
-        return np.asarray(Z)
-
-
-def vfedmv_centralized(
-    Xs: Sequence[np.ndarray],
-    Y: np.ndarray,
-    *,
-    beta: float | Sequence[float] = 4.0,
-    zeta: float | Sequence[float] = 8.0,
-    eta: float = 16.0,
-    max_iter: int = 30,
-    tol: float = 1e-6,
-    inner_max_iter: int = 20,
-    inner_tol: float = 1e-6,
-    eps: float = 1e-10,
-    random_state: int | None = 0,
-) -> dict[str, Any]:
-    """Algorithm 1 (training phase) run centrally: no parties, no messages.
-
-    Same initialisation streams and update order as :class:`VFedMV`; used to check
-    that the federated run equals the centralized computation of the objective.
-    Returns ``{"W": [...], "Z": Z, "Z_k": [...], "objective": [...]}``.
-    """
-    K = len(Xs)
-    betas, zetas = per_party(beta, K, "beta"), per_party(zeta, K, "zeta")
-    ss = np.random.SeedSequence(random_state).spawn(K + 1)
-    n, c = Y.shape
-    Z = orthonormal_nonnegative(n, c, np.random.default_rng(ss[0]))
-    Zk = [orthonormal_nonnegative(n, c, np.random.default_rng(ss[1 + k])) for k in range(K)]
-    hist: list[float] = []
-    with small_blas():
-        probs = [L21Problem(X, eps=eps) for X in Xs]
-        Ws: list[Any] = [None] * K
-        prev = np.inf
-        for _ in range(max_iter):
-            f = 0.0
-            for k in range(K):
-                Ws[k] = (
-                    probs[k]
-                    .solve(Zk[k], betas[k], W0=Ws[k], max_iter=inner_max_iter, tol=inner_tol)
-                    .W
-                )
-                XW = Xs[k] @ Ws[k]
-                Zk[k] = (XW + zetas[k] * Z) / (1 + zetas[k])
-                f += _sq(XW - Zk[k]) + betas[k] * float(row_norms(Ws[k]).sum())
-            Z = (sum(z * zk for z, zk in zip(zetas, Zk, strict=True)) + eta * Y) / (
-                sum(zetas) + eta
-            )
-            f += sum(z * _sq(zk - Z) for z, zk in zip(zetas, Zk, strict=True)) + eta * _sq(Z - Y)
-            hist.append(f)
-            if np.isfinite(prev) and abs(prev - f) <= tol * abs(prev):
-                break
-            prev = f
-    return {"W": Ws, "Z": Z, "Z_k": Zk, "objective": hist}
 
 
 class _ConsensusPredictor(BaseEstimator):
@@ -406,145 +165,6 @@ def _prepare_views(Xs: Any, y: Any, where: str) -> tuple[list[np.ndarray], np.nd
     Xs = check_Xs(Xs)
     _labels_present(y, where)
     return Xs, check_y(y, Xs[0].shape[0])
-
-
-@register_estimator("vfedmv")
-class VFedMV(_ConsensusPredictor):
-    """Vertical federated multi-view learning (Algorithm 2), with its consensus testing phase.
-
-    Party ``k`` holds view ``X_k``; the server holds the labels. Row-wise ℓ2,1 (see
-    the module docstring for the choice).
-
-    Parameters
-    ----------
-    beta : float or list of float, default=4
-        ℓ2,1 strength β_k (the paper uses 4).
-    zeta : float or list of float, default=8
-        ζ_k, tying ``Z_k`` to ``Z`` (paper: chosen in {2^0..2^5} on validation).
-    eta : float, default=16
-        η, tying ``Z`` to ``Y`` (paper: chosen in {2^0..2^5}).
-    max_iter, tol : int, float
-        Outer rounds and the relative-objective-change stopping rule.
-    inner_max_iter, inner_tol : int, float
-        IRLS iterations per round (Algorithm 2, inner loop).
-    test_max_iter, test_tol : int, float
-        Iterations / stopping rule of the testing-phase consensus.
-    eps : float
-        ε of Eq. (5).
-    random_state : int or None
-        Seed of the random initial ``Z`` / ``Z_k``.
-    transport : callable, optional
-        ``transport(policy) -> Transport`` (default: in-process).
-
-    Attributes
-    ----------
-    W_ : list of ndarray (d_k, n_classes)
-        Each party's transformation matrix (read from the party objects of the
-        in-process simulation; never sent).
-    Z_ : ndarray (n_samples, n_classes)
-        Final consensus pseudo-labels (server side).
-    objective_ : list of float
-        Objective (Eq. 1) after every round (non-increasing).
-    history_ : list of float
-        ``objective_`` (the per-round record every federated estimator exposes).
-    feature_importances_ : list of ndarray
-        Row norms of every ``W_k``.
-    test_iterations_ : int
-        Consensus iterations of the last :meth:`predict` / :meth:`decision_function`.
-    run_stats_, transport_
-        Message statistics and the transport (its ``log`` lists every message,
-        including those of the testing phase).
-    """
-
-    def __init__(
-        self,
-        beta: float | Sequence[float] = 4.0,
-        zeta: float | Sequence[float] = 8.0,
-        eta: float = 16.0,
-        max_iter: int = 30,
-        tol: float = 1e-6,
-        inner_max_iter: int = 20,
-        inner_tol: float = 1e-6,
-        test_max_iter: int = 1000,
-        test_tol: float = 1e-8,
-        eps: float = 1e-10,
-        random_state: int | None = 0,
-        transport: Any = None,
-    ) -> None:
-        self.beta = beta
-        self.zeta = zeta
-        self.eta = eta
-        self.max_iter = max_iter
-        self.tol = tol
-        self.inner_max_iter = inner_max_iter
-        self.inner_tol = inner_tol
-        self.test_max_iter = test_max_iter
-        self.test_tol = test_tol
-        self.eps = eps
-        self.random_state = random_state
-        self.transport = transport
-
-    def fit(self, Xs: Sequence[np.ndarray], y: np.ndarray) -> VFedMV:
-        """Run Algorithm 2: ``Xs[k]`` is party k's view, ``y`` the server's labels."""
-        Xs, y = _prepare_views(Xs, y, "V-FedMV")
-        K = len(Xs)
-        betas = per_party(self.beta, K, "beta")
-        zetas = per_party(self.zeta, K, "zeta")
-        (eta,) = per_party(self.eta, 1, "eta")
-        _check_iter(self.max_iter, self.tol, "max_iter")
-        _check_iter(self.inner_max_iter, self.inner_tol, "inner_max_iter")
-        _check_iter(self.test_max_iter, self.test_tol, "test_max_iter")
-        Y, self.classes_ = one_hot(y)
-        c = Y.shape[1]
-        if c < 2:
-            raise DataError("y must contain at least two classes")
-        solver = _Solver(self.inner_max_iter, self.inner_tol, self.eps)
-        ss = np.random.SeedSequence(self.random_state).spawn(K + 1)
-        with small_blas():
-            parties = [
-                VFedMVParty(
-                    f"party{k}",
-                    Xs[k],
-                    beta=betas[k],
-                    zeta=zetas[k],
-                    n_classes=c,
-                    seed=ss[1 + k],
-                    solver=solver,
-                )
-                for k in range(K)
-            ]
-            server = VFedMVServer(
-                [p.name for p in parties], Y, eta, ss[0], max_iter=self.max_iter, tol=self.tol
-            )
-            custom: Transport | None = self.transport(VFEDMV_POLICY) if self.transport else None
-            self.transport_ = federate([server, *parties], VFEDMV_POLICY, custom)
-            self.Z_ = server.run()
-        self.parties_, self.server_ = parties, server
-        self.W_: list[np.ndarray] = [p.W for p in parties if p.W is not None]
-        self.Z_k_ = [p.Z_k for p in parties]
-        self.feature_importances_ = [row_norms(W) for W in self.W_]
-        self.objective_ = list(server.objective)
-        self.history_ = self.objective_
-        self.n_iter_ = len(self.objective_)
-        self.converged_ = server.converged
-        self.n_features_in_ = [X.shape[1] for X in Xs]
-        self.run_stats_ = self.transport_.log.summary()
-        return self
-
-    def decision_function(self, Xs: Sequence[np.ndarray]) -> np.ndarray:
-        """Consensus ``Z^test`` by the federated testing phase (Algorithm 2, Eqs. 12-13).
-
-        Each party loads its own test view and computes ``X_k^test W_k`` locally;
-        only ``Z_k_test`` and ``Z_test`` are exchanged.
-        """
-        check_fitted(self, "parties_", "server_")
-        Xs = check_Xs(Xs, n_views=len(self.parties_), n_features=self.n_features_in_)
-        for party, X in zip(self.parties_, Xs, strict=True):
-            party.load_test(X)
-        Z = self.server_.consensus(self.test_max_iter, self.test_tol)
-        self.test_iterations_ = self.server_.test_iterations
-        self.run_stats_ = self.transport_.log.summary()
-        return Z
 
 
 # --------------------------------------------------------------------------- local MVL
@@ -568,7 +188,7 @@ class _LocalMVL:
         zetas: Sequence[float],
         eta: float,
         seed: np.random.SeedSequence,
-        solver: _Solver,
+        solver: IRLSOptions,
     ) -> None:
         self.problems = [L21Problem(X, eps=solver.eps) for X in Xs]
         self.Y, self.betas, self.zetas, self.eta = Y, list(betas), list(zetas), eta
@@ -588,9 +208,9 @@ class _LocalMVL:
                 p.solve(zk, b, W0=W, max_iter=self.solver.max_iter, tol=self.solver.tol).W
                 for p, zk, b, W in zip(self.problems, Zk, self.betas, Ws, strict=True)
             ]
-            f = self.eta * _sq(self.Z - self.Y)
+            f = self.eta * sq(self.Z - self.Y)
             for p, W, zk, b, z in zip(self.problems, Ws, Zk, self.betas, self.zetas, strict=True):
-                f += _sq(p.X @ W - zk) + b * float(row_norms(W).sum()) + z * _sq(zk - self.Z)
+                f += sq(p.X @ W - zk) + b * float(row_norms(W).sum()) + z * sq(zk - self.Z)
             self.objective.append(f)
         return Ws
 
@@ -632,9 +252,9 @@ def mvl_local(
                 pr.solve(zk, b, W0=W, max_iter=inner_max_iter, tol=inner_tol).W
                 for pr, zk, b, W in zip(probs, Zk, betas, Ws, strict=True)
             ]
-            f = eta * _sq(Z - Y)
+            f = eta * sq(Z - Y)
             for X, W, zk, b, z in zip(Xs, Ws, Zk, betas, zetas, strict=True):
-                f += _sq(X @ W - zk) + b * float(row_norms(W).sum()) + z * _sq(zk - Z)
+                f += sq(X @ W - zk) + b * float(row_norms(W).sum()) + z * sq(zk - Z)
             hist.append(f)
     return {"W": Ws, "Z": Z, "objective": hist}
 
@@ -768,7 +388,7 @@ class HFedMVClient(Party):
 class _SingleViewLearner:
     """Eq. (20) on one client's single view, warm-started from the global ``W`` (Single View FL)."""
 
-    def __init__(self, X: np.ndarray, Y: np.ndarray, beta: float, solver: _Solver) -> None:
+    def __init__(self, X: np.ndarray, Y: np.ndarray, beta: float, solver: IRLSOptions) -> None:
         self.problems = [L21Problem(X, eps=solver.eps)]
         self.Y, self.beta, self.solver = Y, beta, solver
         self.objective: list[float] = []
@@ -833,9 +453,9 @@ class HFedMVServer(Coordinator):
                 round=r,
             )
             local = [[replies[c].arrays[f"W_local_{k}"] for k in range(K)] for c in self.clients]
-            sizes = [_meta(replies[c], "n_samples") for c in self.clients]
+            sizes = [number(replies[c], "n_samples") for c in self.clients]
             self.W = self.aggregate(local, sizes)
-            self.objective.append(sum(_meta(replies[c], "local_objective") for c in self.clients))
+            self.objective.append(sum(number(replies[c], "local_objective") for c in self.clients))
             if on_round_end is not None:
                 on_round_end(r)
         return self.W
@@ -963,7 +583,7 @@ class HFedMV(_ConsensusPredictor):
             _check_iter(v, t, name)
         self.classes_ = _global_classes(ys)  # the label set is agreed beforehand (public metadata)
         c = len(self.classes_)
-        solver = _Solver(self.inner_max_iter, self.inner_tol, self.eps)
+        solver = IRLSOptions(self.inner_max_iter, self.inner_tol, self.eps)
         ss = np.random.SeedSequence(self.random_state).spawn(M + 1)
         self.n_features_in_ = [X.shape[1] for X in Xss[0]]
         policy = hfedmv_policy(K)
@@ -1074,7 +694,7 @@ class SingleViewFL(BaseEstimator):
         for name, v in [("n_rounds", self.n_rounds), ("local_iter", self.local_iter)]:
             _check_iter(v, self.inner_tol, name)
         self.classes_ = _global_classes(ys)
-        solver = _Solver(self.local_iter, self.inner_tol, self.eps)
+        solver = IRLSOptions(self.local_iter, self.inner_tol, self.eps)
         ss = np.random.SeedSequence(self.random_state).spawn(1)
         self.n_features_in_ = Xss[0][0].shape[1]
         policy = hfedmv_policy(1)

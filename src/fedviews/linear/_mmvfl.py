@@ -43,23 +43,21 @@ from fedviews.federation import (
     Algorithm,
     Coordinator,
     Local,
-    Message,
     Party,
     PrivacyPolicy,
     Roster,
     RunSpec,
     build_in_process,
-    handles,
     register_algorithm_spec,
     spawn_streams,
 )
 from fedviews.linear._common import (
-    ConsensusState,
+    as_param,
     orthonormal_nonnegative,
     per_party,
-    restored_w_z,
     small_blas,
 )
+from fedviews.linear._consensus import ConsensusParty, ConsensusServer, IRLSOptions, sq
 from fedviews.linear._l21 import L21Problem, row_norms
 
 __all__ = [
@@ -83,80 +81,16 @@ MMVFL_POLICY = PrivacyPolicy.of(
 )
 
 
-def _sq(A: np.ndarray) -> float:
-    return float(np.einsum("ij,ij->", A, A))
+class MMVFLParty(ConsensusParty):
+    """One MMVFL participant: its view ``X_k`` (and ``Y`` for the label owner) never leave it.
+
+    The shared consensus party (:class:`~fedviews.linear._consensus.ConsensusParty`);
+    the label owner's Z_k step holds the label term ``eta ||Z_l - Y||^2`` (Eq. 11).
+    """
 
 
-@dataclass(frozen=True)
-class _Solver:
-    max_iter: int = 20
-    tol: float = 1e-6
-    eps: float = 1e-10
-    method: str = "auto"
-
-
-class MMVFLParty(Party):
-    """One participant: its view ``X_k`` (and ``Y`` for the label owner) never leave it."""
-
-    def __init__(
-        self,
-        name: str,
-        X: np.ndarray,
-        *,
-        beta: float,
-        zeta: float,
-        n_classes: int,
-        seed: np.random.SeedSequence,
-        Y: np.ndarray | None = None,
-        eta: float = 0.0,
-        solver: _Solver = _Solver(),
-    ) -> None:
-        super().__init__(name, role="party")
-        self.problem = L21Problem(X, method=solver.method, eps=solver.eps)
-        self.beta, self.zeta, self.eta = beta, zeta, eta
-        self.Y = Y
-        self.solver = solver
-        self.W: np.ndarray | None = None
-        self.Z_k = orthonormal_nonnegative(X.shape[0], n_classes, np.random.default_rng(seed))
-        self.inner_iterations: list[int] = []
-
-    def local_update(self, Z: np.ndarray) -> float:
-        """W step (IRLS to convergence, warm start) then Z_k step; returns local objective terms."""
-        res = self.problem.solve(
-            self.Z_k, self.beta, W0=self.W, max_iter=self.solver.max_iter, tol=self.solver.tol
-        )
-        self.W = res.W
-        self.inner_iterations.append(res.n_iter)
-        XW = self.problem.X @ self.W
-        if self.Y is not None:  # Eq. (11)
-            self.Z_k = (XW + self.zeta * Z + self.eta * self.Y) / (1.0 + self.zeta + self.eta)
-        else:  # Eq. (12)
-            self.Z_k = (XW + self.zeta * Z) / (1.0 + self.zeta)
-        local = _sq(XW - self.Z_k) + self.beta * float(row_norms(self.W).sum())
-        if self.Y is not None:
-            local += self.eta * _sq(self.Z_k - self.Y)
-        return local
-
-    def state_dict(self) -> dict[str, np.ndarray]:
-        """This party's private state after a round: ``W`` (the warm start), ``Z_k``, IRLS counts."""
-        state = {"Z_k": self.Z_k, "inner_iterations": np.asarray(self.inner_iterations, np.int64)}
-        if self.W is not None:
-            state["W"] = self.W
-        return state
-
-    def load_state(self, state: Mapping[str, np.ndarray]) -> None:
-        """Continue from :meth:`state_dict`; the next round then equals the uninterrupted one."""
-        self.W, self.Z_k = restored_w_z(self.name, self.problem.X.shape, self.Z_k.shape, state)
-        self.inner_iterations = [int(i) for i in state["inner_iterations"]]
-
-    @handles("update")
-    def on_update(self, msg: Message) -> Message:
-        local = self.local_update(msg.arrays["Z"])
-        return self.reply(msg, arrays={"Z_k": self.Z_k}, meta={"local_objective": local})
-
-
-class MMVFLServer(ConsensusState, Coordinator):
-    """The VFL server: averages the ``Z_k`` (Eq. 14) and tracks the global objective."""
+class MMVFLServer(ConsensusServer):
+    """The MMVFL server: ``Z = sum zeta_k Z_k / sum zeta_k`` (Eq. 14), the global objective."""
 
     def __init__(
         self,
@@ -169,42 +103,7 @@ class MMVFLServer(ConsensusState, Coordinator):
         max_iter: int,
         tol: float,
     ) -> None:
-        super().__init__()
-        self.parties = list(parties)
-        self.zeta = np.asarray(zeta, dtype=np.float64)
-        self.Z = orthonormal_nonnegative(n_samples, n_classes, np.random.default_rng(seed))
-        self.max_iter, self.tol = max_iter, tol
-        self.objective: list[float] = []
-        self.converged = False
-
-    def run(self, on_round_end: Callable[[int], None] | None = None) -> np.ndarray:
-        """Rounds ``len(objective) + 1 .. max_iter`` (all of them unless :meth:`load_state`).
-
-        ``on_round_end(r)`` is called after round ``r`` (e.g. to write a checkpoint).
-        """
-        if self.converged:
-            return self.Z
-        prev = self.objective[-1] if self.objective else np.inf
-        for r in range(len(self.objective) + 1, self.max_iter + 1):
-            replies = self.broadcast(self.parties, "update", arrays={"Z": self.Z}, round=r)
-            Zks = [replies[p].arrays["Z_k"] for p in self.parties]
-            self.Z = np.tensordot(self.zeta, np.stack(Zks), axes=1) / self.zeta.sum()  # Eq. (14)
-            f = float(sum(float(replies[p].meta["local_objective"] or 0.0) for p in self.parties))
-            f += float(sum(z * _sq(Zk - self.Z) for z, Zk in zip(self.zeta, Zks, strict=True)))
-            self.objective.append(f)
-            converged = self.tol > 0 and np.isfinite(prev) and abs(prev - f) <= self.tol * abs(prev)
-            self.converged = bool(converged)
-            if on_round_end is not None:
-                on_round_end(r)
-            if converged:
-                break
-            prev = f
-        return self.Z
-
-
-def _as_param(value: Any) -> Any:
-    """A per-party list as the tuple a frozen params dataclass holds; scalars as they are."""
-    return tuple(value) if isinstance(value, (list, tuple, np.ndarray)) else value
+        super().__init__(parties, n_samples, n_classes, seed, max_iter=max_iter, tol=tol, zeta=zeta)
 
 
 def _check_label_owner(label_owner: Any, K: int) -> int:
@@ -295,12 +194,12 @@ def _mmvfl_centralized(
             XW = Xs[k] @ Ws[k]
             if k == label_owner:
                 Zk[k] = (XW + zetas[k] * Z + eta * Y) / (1 + zetas[k] + eta)
-                f += eta * _sq(Zk[k] - Y)
+                f += eta * sq(Zk[k] - Y)
             else:
                 Zk[k] = (XW + zetas[k] * Z) / (1 + zetas[k])
-            f += _sq(XW - Zk[k]) + betas[k] * float(row_norms(Ws[k]).sum())
+            f += sq(XW - Zk[k]) + betas[k] * float(row_norms(Ws[k]).sum())
         Z = np.tensordot(np.asarray(zetas), np.stack(Zk), axes=1) / sum(zetas)
-        f += sum(z * _sq(zk - Z) for z, zk in zip(zetas, Zk, strict=True))
+        f += sum(z * sq(zk - Z) for z, zk in zip(zetas, Zk, strict=True))
         hist.append(f)
         if tol > 0 and np.isfinite(prev) and abs(prev - f) <= tol * abs(prev):
             break
@@ -381,7 +280,7 @@ class MMVFLAlgorithm(Algorithm):
             seed=spawn_streams(run.seed, len(parties) + 1)[1 + k],
             Y=Y,
             eta=p.eta if Y is not None else 0.0,
-            solver=_Solver(p.inner_max_iter, p.inner_tol, p.eps),
+            solver=IRLSOptions(p.inner_max_iter, p.inner_tol, p.eps),
         )
 
     def build_coordinator(
@@ -402,27 +301,23 @@ class MMVFLAlgorithm(Algorithm):
     def run_coordinator(
         self, coord: Coordinator, on_round_end: Callable[[int], None] | None = None
     ) -> np.ndarray:
-        assert isinstance(coord, MMVFLServer)
+        assert isinstance(coord, ConsensusServer)
         with small_blas():
             return coord.run(on_round_end=on_round_end)
 
     def progress(self, coord: Coordinator) -> list[str]:
-        assert isinstance(coord, MMVFLServer)
-        return [f"round {r + 1}: objective {v:.6g}" for r, v in enumerate(list(coord.objective))]
+        assert isinstance(coord, ConsensusServer)
+        return coord.progress()
 
     def party_results(self, party: Party) -> dict[str, np.ndarray]:
-        assert isinstance(party, MMVFLParty)
-        if party.W is None:
-            return {"Z_k": party.Z_k}
-        return {"W": party.W, "Z_k": party.Z_k, "feature_importances": row_norms(party.W)}
+        assert isinstance(party, ConsensusParty)
+        return party.results()
 
     def coordinator_results(
         self, coord: Coordinator
     ) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
-        assert isinstance(coord, MMVFLServer)
-        obj = list(coord.objective)
-        metrics = {"objective": obj, "n_iter": len(obj), "converged": bool(coord.converged)}
-        return metrics, {"Z": coord.Z}
+        assert isinstance(coord, ConsensusServer)
+        return coord.summary()
 
 
 MMVFL_SPEC = register_algorithm_spec(MMVFLAlgorithm())
@@ -514,8 +409,8 @@ class MMVFL(BaseEstimator):
         params = MMVFLParams(**{f.name: getattr(self, f.name) for f in fields(MMVFLParams)})
         params = replace(
             params,
-            beta=_as_param(params.beta),
-            zeta=_as_param(params.zeta),
+            beta=as_param(params.beta),
+            zeta=as_param(params.zeta),
         )
         names = tuple(f"party{k}" for k in range(K))
         run = RunSpec("mmvfl", params, Roster(names, label_owner=names[owner]), self.random_state)

@@ -1,0 +1,497 @@
+r"""V-FedMV (Che et al., Algorithm 2), defined once: params, spec, estimator, reference.
+
+Party ``k`` holds view ``X_k``; the server runs the Z step (Eq. 10) with the
+labels. The protocol is the shared consensus protocol of
+:mod:`fedviews.linear._consensus` with the label term at the server. Where the
+labels are: the paper's server holds ``Y`` (the estimator: the roster names the
+coordinator as label owner); in a deployment the server is a separate process,
+so a label-owner party sends the one-hot ``Y`` to it once before round 1 and
+scores the test consensus (``evaluate``). Crossing the barrier: ``Z_k`` (and
+``Z_k_test``) party → server, ``Z`` (and ``Z_test``) server → party, ``Y`` once
+label owner → server when the labels are at a party; ``X_k``, ``X_k^test`` and
+``W_k`` never leave their party.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, fields
+from typing import Any
+
+import numpy as np
+
+from fedviews._registry import register_estimator
+from fedviews.data import PartyData, check_Xs, one_hot, standardized_with
+from fedviews.errors import ConfigError, DataError, check_fitted
+from fedviews.federation import (
+    Algorithm,
+    AlignGroup,
+    Coordinator,
+    Local,
+    Party,
+    PrivacyPolicy,
+    Roster,
+    RunSpec,
+    build_in_process,
+    register_algorithm_spec,
+    spawn_streams,
+)
+from fedviews.linear._common import as_param, orthonormal_nonnegative, per_party, small_blas
+from fedviews.linear._consensus import ConsensusParty, ConsensusServer, IRLSOptions, sq
+from fedviews.linear._fedmv import _check_iter, _ConsensusPredictor, _prepare_views
+from fedviews.linear._l21 import L21Problem, row_norms
+
+__all__ = [
+    "VFEDMV_POLICY",
+    "VFedMV",
+    "VFedMVAlgorithm",
+    "VFedMVParams",
+    "VFedMVParty",
+    "VFedMVServer",
+    "vfedmv_centralized",
+    "vfedmv_policy",
+]
+
+_TRAIN = ("update",)
+_TEST = ("test_init", "test_update")
+
+
+def vfedmv_policy(*, labels_at_party: bool = False, evaluate: bool = False) -> PrivacyPolicy:
+    """The V-FedMV barrier: ``Z_k``/``Z`` (and test twins); ``Y`` once if a party holds it."""
+    up, down = ["Z_k", "Z_k_test"], ["Z", "Z_test"]
+    rules: dict[tuple[str, str], list[str]] = {
+        ("party", "coordinator"): up,
+        ("coordinator", "party"): down,
+    }
+    kinds: dict[tuple[str, str], list[str]] = {("coordinator", "party"): [*_TRAIN, *_TEST]}
+    if labels_at_party:
+        rules[("label_owner", "coordinator")] = [*up, "Y"]
+        rules[("coordinator", "label_owner")] = down
+        kinds[("coordinator", "label_owner")] = [
+            *_TRAIN,
+            *_TEST,
+            "labels",
+            *(["score"] if evaluate else []),
+        ]
+    return PrivacyPolicy.of("v-fedmv", rules, kinds=kinds)
+
+
+#: the paper's barrier: the server holds the labels
+VFEDMV_POLICY = vfedmv_policy()
+
+
+class VFedMVParty(ConsensusParty):
+    """Data owner ``L_k`` of Algorithm 2 (``scaler``: its own training mean and scale, if used)."""
+
+    def __init__(
+        self, *args: Any, scaler: tuple[np.ndarray, np.ndarray] | None = None, **kw: Any
+    ) -> None:
+        super().__init__(*args, **kw)
+        self.scaler = scaler
+
+    def results(self) -> dict[str, np.ndarray]:
+        out = super().results()
+        if self.scaler is not None:
+            out.update(x_mean=self.scaler[0], x_scale=self.scaler[1])
+        return out
+
+
+class VFedMVServer(ConsensusServer):
+    """The V-FedMV server: holds ``Y`` (or receives it from ``label_owner``), computes
+    ``Z`` (Eq. 10) and ``Z^test`` (Eq. 12)."""
+
+    def __init__(
+        self,
+        parties: Sequence[str],
+        Y: np.ndarray,
+        eta: float,
+        seed: np.random.SeedSequence,
+        *,
+        max_iter: int,
+        tol: float,
+        label_owner: str | None = None,
+        test: tuple[int, float] | None = None,
+    ) -> None:
+        n, c = Y.shape
+        super().__init__(
+            parties, n, c, seed, max_iter=max_iter, tol=tol, Y=Y, eta=eta,
+            label_owner=label_owner, test=test,
+        )  # fmt: skip
+
+
+@dataclass(frozen=True)
+class VFedMVParams:
+    """Hyper-parameters of V-FedMV: the one declaration used by :class:`VFedMV`, experiments
+    and deployments (``[params]``).
+
+    ``beta``/``zeta``: one value or one per party. ``standardize``: every party
+    scales its view (and its test rows) with its own training mean and standard
+    deviation. ``evaluate`` (deployments): after training, run the testing phase
+    on the parties' test splits; the label owner scores it (the estimator
+    predicts with :meth:`VFedMV.predict` instead).
+    """
+
+    beta: float | tuple[float, ...] = 4.0
+    zeta: float | tuple[float, ...] = 8.0
+    eta: float = 16.0
+    max_iter: int = 30
+    tol: float = 1e-6
+    inner_max_iter: int = 20
+    inner_tol: float = 1e-6
+    test_max_iter: int = 1000
+    test_tol: float = 1e-8
+    eps: float = 1e-10
+    standardize: bool = False
+    evaluate: bool = False
+
+    def validate(self, n_parties: int | None = None) -> None:
+        """Raise :class:`ConfigError` for an invalid value (per-party lists need ``n_parties``)."""
+        for name in ("beta", "zeta"):
+            value = getattr(self, name)
+            if n_parties is not None or not isinstance(value, tuple):
+                per_party(value, n_parties or 1, name)
+        per_party(self.eta, 1, "eta")
+        _check_iter(self.max_iter, self.tol, "max_iter")
+        _check_iter(self.inner_max_iter, self.inner_tol, "inner_max_iter")
+        _check_iter(self.test_max_iter, self.test_tol, "test_max_iter")
+        if not self.eps > 0:
+            raise ConfigError(f"eps must be > 0, got {self.eps}")
+
+
+class VFedMVAlgorithm(Algorithm):
+    """V-FedMV as a federated algorithm: view owners, one label owner (a party or the server)."""
+
+    name = "vfedmv"
+    Params = VFedMVParams
+
+    @staticmethod
+    def _owner(run: RunSpec) -> str:
+        return run.federation.owners()[0]
+
+    def _labels_at_party(self, run: RunSpec) -> bool:
+        return self._owner(run) != run.federation.coordinator
+
+    def role(self, run: RunSpec, party: str) -> str:
+        return "label_owner" if party == self._owner(run) else "party"
+
+    def check_federation(self, fed: Roster) -> None:
+        super().check_federation(fed)
+        if fed.owners()[0] not in (*fed.parties, fed.coordinator):
+            raise ConfigError(f"the label owner {fed.owners()[0]!r} is not a party")
+
+    def check_params(self, params: Any, fed: Roster) -> None:
+        super().check_params(params, fed)
+        params.validate(len(fed.parties))
+        if params.evaluate and fed.owners()[0] == fed.coordinator:
+            raise ConfigError("params.evaluate needs the labels at a party (the scorer)")
+
+    def groups(self, run: RunSpec) -> list[AlignGroup]:
+        parties = tuple(run.federation.parties)
+        members = parties if self._labels_at_party(run) else (*parties, run.federation.coordinator)
+        out = [AlignGroup("train", members)]
+        if run.params.evaluate:
+            out.append(AlignGroup("test", parties, "test"))
+        return out
+
+    def check_data(self, run: RunSpec, party: str, data: PartyData) -> None:
+        super().check_data(run, party, data)
+        if party == run.federation.coordinator:
+            return  # the server's labels: no view
+        if data.features.ndim != 2 or data.features.shape[1] == 0:
+            raise DataError(
+                f"{party!r} must hold one view as a 2-D X (n, d) with d >= 1, got X of shape "
+                f"{data.features.shape}"
+            )
+        if data.view_dims is not None and len(data.view_dims) > 1:
+            raise DataError(f"{party!r}: a V-FedMV party holds one view (its file has view_dims)")
+        if run.params.evaluate:
+            if data.X_test is None:
+                raise DataError(
+                    f"{party!r}: its file needs ids_test and X_test (or set params.evaluate = false)"
+                )
+            if party == self._owner(run) and data.y_test is None:
+                raise DataError(
+                    f"label owner {party!r}: its file needs y_test (or set params.evaluate = false)"
+                )
+
+    def make_setup(self, run: RunSpec, infos: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
+        setup = super().make_setup(run, infos)
+        if setup["n_classes"] < 2:
+            raise DataError("y must contain at least two classes")
+        return setup
+
+    def policy(self, run: RunSpec, setup: Mapping[str, Any]) -> PrivacyPolicy:
+        return vfedmv_policy(
+            labels_at_party=self._labels_at_party(run), evaluate=run.params.evaluate
+        )
+
+    def build_party(
+        self, run: RunSpec, party: str, local: Local, setup: Mapping[str, Any]
+    ) -> VFedMVParty:
+        p: VFedMVParams = run.params
+        parties = run.federation.parties
+        k = parties.index(party)
+        _, X, y = local.take("train")
+        X = X.astype(np.float64)
+        X_test = y_test = None
+        if "test" in local.rows:
+            _, Xt, y_test = local.take("test")
+            X_test = Xt.astype(np.float64)
+        scaler = None
+        if p.standardize:  # with this party's own training statistics
+            X, scaler = standardized_with(X)
+            if X_test is not None:
+                X_test = (X_test - scaler[0]) / scaler[1]
+        labels = None if y is None else (one_hot(y)[0], np.unique(y), y_test)
+        return VFedMVParty(
+            party,
+            X,
+            beta=per_party(p.beta, len(parties), "beta")[k],
+            zeta=per_party(p.zeta, len(parties), "zeta")[k],
+            n_classes=int(setup["n_classes"]),
+            seed=spawn_streams(run.seed, len(parties) + 1)[1 + k],
+            solver=IRLSOptions(p.inner_max_iter, p.inner_tol, p.eps),
+            role=self.role(run, party),
+            labels=labels,
+            X_test=X_test,
+            scaler=scaler,
+        )
+
+    def build_coordinator(
+        self, run: RunSpec, setup: Mapping[str, Any], local: Local | None = None
+    ) -> VFedMVServer:
+        p: VFedMVParams = run.params
+        n, c = int(setup["n_samples"]), int(setup["n_classes"])
+        owner: str | None = self._owner(run)
+        if local is not None:  # the server holds the labels (the paper)
+            _, _, y = local.take("train")
+            assert y is not None
+            Y, owner = one_hot(y)[0], None
+        else:  # a placeholder: the label owner sends Y before round 1
+            Y = np.zeros((n, c))
+        return VFedMVServer(
+            run.federation.parties,
+            Y,
+            p.eta,
+            spawn_streams(run.seed, len(run.federation.parties) + 1)[0],
+            max_iter=p.max_iter,
+            tol=p.tol,
+            label_owner=owner,
+            test=(p.test_max_iter, p.test_tol) if p.evaluate else None,
+        )
+
+    def run_coordinator(
+        self, coord: Coordinator, on_round_end: Callable[[int], None] | None = None
+    ) -> np.ndarray:
+        assert isinstance(coord, ConsensusServer)
+        with small_blas():
+            return coord.run(on_round_end=on_round_end)
+
+    def progress(self, coord: Coordinator) -> list[str]:
+        assert isinstance(coord, ConsensusServer)
+        return coord.progress()
+
+    def party_results(self, party: Party) -> dict[str, np.ndarray]:
+        assert isinstance(party, ConsensusParty)
+        return party.results()
+
+    def coordinator_results(
+        self, coord: Coordinator
+    ) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
+        assert isinstance(coord, ConsensusServer)
+        return coord.summary()
+
+
+VFEDMV_SPEC = register_algorithm_spec(VFedMVAlgorithm())
+
+
+def vfedmv_centralized(
+    Xs: Sequence[np.ndarray],
+    Y: np.ndarray,
+    *,
+    beta: float | Sequence[float] = 4.0,
+    zeta: float | Sequence[float] = 8.0,
+    eta: float = 16.0,
+    max_iter: int = 30,
+    tol: float = 1e-6,
+    inner_max_iter: int = 20,
+    inner_tol: float = 1e-6,
+    eps: float = 1e-10,
+    random_state: int | None = 0,
+) -> dict[str, Any]:
+    """Algorithm 1 (training phase) run centrally: no parties, no messages.
+
+    Same initialisation streams and update order as :class:`VFedMV`; used to check
+    that the federated run equals the centralized computation of the objective.
+    Returns ``{"W": [...], "Z": Z, "Z_k": [...], "objective": [...]}``.
+    """
+    K = len(Xs)
+    betas, zetas = per_party(beta, K, "beta"), per_party(zeta, K, "zeta")
+    ss = np.random.SeedSequence(random_state).spawn(K + 1)
+    n, c = Y.shape
+    Z = orthonormal_nonnegative(n, c, np.random.default_rng(ss[0]))
+    Zk = [orthonormal_nonnegative(n, c, np.random.default_rng(ss[1 + k])) for k in range(K)]
+    hist: list[float] = []
+    with small_blas():
+        probs = [L21Problem(X, eps=eps) for X in Xs]
+        Ws: list[Any] = [None] * K
+        prev = np.inf
+        for _ in range(max_iter):
+            f = 0.0
+            for k in range(K):
+                Ws[k] = (
+                    probs[k]
+                    .solve(Zk[k], betas[k], W0=Ws[k], max_iter=inner_max_iter, tol=inner_tol)
+                    .W
+                )
+                XW = Xs[k] @ Ws[k]
+                Zk[k] = (XW + zetas[k] * Z) / (1 + zetas[k])
+                f += sq(XW - Zk[k]) + betas[k] * float(row_norms(Ws[k]).sum())
+            Z = (sum(z * zk for z, zk in zip(zetas, Zk, strict=True)) + eta * Y) / (
+                sum(zetas) + eta
+            )
+            f += sum(z * sq(zk - Z) for z, zk in zip(zetas, Zk, strict=True)) + eta * sq(Z - Y)
+            hist.append(f)
+            if np.isfinite(prev) and abs(prev - f) <= tol * abs(prev):
+                break
+            prev = f
+    return {"W": Ws, "Z": Z, "Z_k": Zk, "objective": hist}
+
+
+@register_estimator("vfedmv")
+class VFedMV(_ConsensusPredictor):
+    """Vertical federated multi-view learning (Algorithm 2), with its consensus testing phase.
+
+    Party ``k`` holds view ``X_k``; the server holds the labels. Row-wise ℓ2,1 (see
+    the module docstring for the choice).
+
+    Parameters
+    ----------
+    beta : float or list of float, default=4
+        ℓ2,1 strength β_k (the paper uses 4).
+    zeta : float or list of float, default=8
+        ζ_k, tying ``Z_k`` to ``Z`` (paper: chosen in {2^0..2^5} on validation).
+    eta : float, default=16
+        η, tying ``Z`` to ``Y`` (paper: chosen in {2^0..2^5}).
+    max_iter, tol : int, float
+        Outer rounds and the relative-objective-change stopping rule.
+    inner_max_iter, inner_tol : int, float
+        IRLS iterations per round (Algorithm 2, inner loop).
+    test_max_iter, test_tol : int, float
+        Iterations / stopping rule of the testing-phase consensus.
+    eps : float
+        ε of Eq. (5).
+    standardize : bool, default=False
+        Every party scales its own view with its own column statistics first.
+    random_state : int or None
+        Seed of the random initial ``Z`` / ``Z_k``.
+    transport : callable, optional
+        ``transport(policy) -> Transport`` (default: in-process).
+
+    Attributes
+    ----------
+    W_ : list of ndarray (d_k, n_classes)
+        Each party's transformation matrix (read from the party objects of the
+        in-process simulation; never sent).
+    Z_ : ndarray (n_samples, n_classes)
+        Final consensus pseudo-labels (server side).
+    objective_ : list of float
+        Objective (Eq. 1) after every round (non-increasing).
+    history_ : list of float
+        ``objective_`` (the per-round record every federated estimator exposes).
+    feature_importances_ : list of ndarray
+        Row norms of every ``W_k``.
+    test_iterations_ : int
+        Consensus iterations of the last :meth:`predict` / :meth:`decision_function`.
+    run_stats_, transport_
+        Message statistics and the transport (its ``log`` lists every message,
+        including those of the testing phase).
+    """
+
+    def __init__(
+        self,
+        beta: float | Sequence[float] = 4.0,
+        zeta: float | Sequence[float] = 8.0,
+        eta: float = 16.0,
+        max_iter: int = 30,
+        tol: float = 1e-6,
+        inner_max_iter: int = 20,
+        inner_tol: float = 1e-6,
+        test_max_iter: int = 1000,
+        test_tol: float = 1e-8,
+        eps: float = 1e-10,
+        standardize: bool = False,
+        random_state: int | None = 0,
+        transport: Any = None,
+    ) -> None:
+        self.beta = beta
+        self.zeta = zeta
+        self.eta = eta
+        self.max_iter = max_iter
+        self.tol = tol
+        self.inner_max_iter = inner_max_iter
+        self.inner_tol = inner_tol
+        self.test_max_iter = test_max_iter
+        self.test_tol = test_tol
+        self.eps = eps
+        self.standardize = standardize
+        self.random_state = random_state
+        self.transport = transport
+
+    def fit(self, Xs: Sequence[np.ndarray], y: np.ndarray) -> VFedMV:
+        """Run Algorithm 2: ``Xs[k]`` is party k's view, ``y`` the server's labels.
+
+        The parties are named ``party0 .. party{K-1}``; the server (``coordinator``)
+        holds the labels, as in the paper. Every party is built from its own view
+        only (:class:`VFedMVAlgorithm`), exactly as in a deployment.
+        """
+        Xs, y = _prepare_views(Xs, y, "V-FedMV")
+        K, n = len(Xs), Xs[0].shape[0]
+        params = VFedMVParams(
+            **{
+                f.name: as_param(getattr(self, f.name))
+                for f in fields(VFedMVParams)
+                if f.name != "evaluate"
+            }
+        )
+        names = tuple(f"party{k}" for k in range(K))
+        run = RunSpec("vfedmv", params, Roster(names, label_owner="coordinator"), self.random_state)
+        ids = np.arange(n)
+        datas = {p: PartyData(ids, Xs[k]) for k, p in enumerate(names)}
+        datas["coordinator"] = PartyData(ids, None, y)
+        self.classes_ = np.unique(y)
+        with small_blas():
+            fed = build_in_process(run, datas, transport=self.transport)
+            self.transport_ = fed.transport
+            self.Z_ = fed()
+        parties = [fed.parties[p] for p in names]
+        server = fed.coordinator
+        assert isinstance(server, VFedMVServer)
+        assert all(isinstance(p, VFedMVParty) for p in parties)
+        self.parties_: list[VFedMVParty] = parties  # type: ignore[assignment]
+        self.server_ = server
+        self.W_: list[np.ndarray] = [p.W for p in self.parties_ if p.W is not None]
+        self.Z_k_ = [p.Z_k for p in self.parties_]
+        self.feature_importances_ = [row_norms(W) for W in self.W_]
+        self.objective_ = list(server.objective)
+        self.history_ = self.objective_
+        self.n_iter_ = len(self.objective_)
+        self.converged_ = server.converged
+        self.n_features_in_ = [X.shape[1] for X in Xs]
+        self.run_stats_ = self.transport_.log.summary()
+        return self
+
+    def decision_function(self, Xs: Sequence[np.ndarray]) -> np.ndarray:
+        """Consensus ``Z^test`` by the federated testing phase (Algorithm 2, Eqs. 12-13).
+
+        Each party loads its own test view and computes ``X_k^test W_k`` locally;
+        only ``Z_k_test`` and ``Z_test`` are exchanged.
+        """
+        check_fitted(self, "parties_", "server_")
+        Xs = check_Xs(Xs, n_views=len(self.parties_), n_features=self.n_features_in_)
+        for party, X in zip(self.parties_, Xs, strict=True):
+            party.load_test(X)
+        Z = self.server_.consensus(self.test_max_iter, self.test_tol)
+        self.test_iterations_ = self.server_.test_iterations
+        self.run_stats_ = self.transport_.log.summary()
+        return Z
