@@ -1,8 +1,11 @@
-"""Multi-VFL: split == unsplit, FedAvg of identical owners, privacy barrier, errors."""
+"""Multi-VFL: split == unsplit, FedAvg of identical owners, privacy barrier, errors, one spec."""
 
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
+from dataclasses import fields
 from importlib import resources
 
 import numpy as np
@@ -218,3 +221,114 @@ def test_cuda_round(fmnist) -> None:
     )
     assert est.run_stats_["device"].startswith("cuda")
     assert est.history_["accuracy"][-1] > 0.3
+
+
+def test_estimator_params_are_the_spec_params() -> None:
+    """The estimator's parameters are exactly the MultiVFLParams fields plus its own."""
+    from fedviews.deep import MultiVFLParams
+
+    own = {
+        "n_data_owners",
+        "n_label_owners",
+        "scenario",
+        "samples_per_owner",
+        "random_state",
+        "log_entries",
+        "transport",
+    }
+    names = {f.name for f in fields(MultiVFLParams)}
+    defaults = MultiVFL().get_params()
+    assert set(defaults) == names | own
+    for name in names:
+        assert defaults[name] == getattr(MultiVFLParams(), name), name
+
+
+def test_fit_runs_the_registered_spec(fmnist) -> None:
+    """``fit`` == the spec run by hand on one PartyData per party; its policy is this run's."""
+    from fedviews.data import PartyData
+    from fedviews.deep import MultiVFLParams
+    from fedviews.federation import Roster, RunSpec, build_in_process, get_algorithm_spec
+
+    images, y, _ = fmnist
+    images, y = images[:96], y[:96]
+    est = MultiVFL(
+        n_data_owners=2,
+        n_label_owners=2,
+        rounds=1,
+        batch_size=32,
+        channels=4,
+        top_channels=4,
+        hidden=8,
+        device="cpu",
+        random_state=5,
+    ).fit(
+        images,
+        y,
+        label_owner_ids=[np.arange(48), np.arange(48, 96)],
+        eval_set=(images[:20], y[:20]),
+    )
+    params = MultiVFLParams(
+        rounds=1, batch_size=32, channels=4, top_channels=4, hidden=8, device="cpu"
+    )
+    roster = Roster(("u", "v", "a", "b"), label_owners=("a", "b"))
+    ids = np.arange(96)
+    classes = np.unique(y)
+    parts = est.label_owner_samples_
+    datas = {
+        "u": PartyData(ids, images[:, :14], ids_test=ids[:20], X_test=images[:20, :14]),
+        "v": PartyData(ids, images[:, 14:], ids_test=ids[:20], X_test=images[:20, 14:]),
+        "a": PartyData(
+            ids[parts[0]],
+            None,
+            np.searchsorted(classes, y[parts[0]]),
+            ids_test=ids[:20],
+            y_test=np.searchsorted(classes, y[:20]),
+        ),
+        "b": PartyData(ids[parts[1]], None, np.searchsorted(classes, y[parts[1]])),
+    }
+    fed = build_in_process(RunSpec("multivfl", params, roster, seed=5), datas)
+    fed()
+    for k, v in est.server_.params.items():
+        np.testing.assert_array_equal(fed.coordinator.params[k], v)
+    assert [r["accuracy"] for r in fed.coordinator.history] == est.history_["accuracy"]
+    spec = get_algorithm_spec("multivfl")
+    assert spec.policy(fed.run, fed.setup) == est.transport_.policy == fed.transport.policy
+    layers = set(est.server_.params)
+    assert est.transport_.policy.allowed[("coordinator", "label_owner")] == {
+        f"top/{k}" for k in layers
+    }
+    assert fed.setup == {"width": 28, "n_classes": 10, "height/u": 14, "height/v": 14}
+
+
+def test_the_spec_loads_without_torch() -> None:
+    """The registry's provider and a deployment config load where torch is not installed."""
+    code = """
+import sys
+
+class NoTorch:
+    def find_spec(self, name, path=None, target=None):
+        if name == "torch" or name.startswith("torch."):
+            raise ModuleNotFoundError("No module named 'torch'", name="torch")
+
+sys.meta_path.insert(0, NoTorch())
+from fedviews.deep import MultiVFLParams
+from fedviews.deploy import load_deploy_config
+from fedviews.federation import ALGORITHMS
+
+assert "fedviews.deep._multivfl_spec" in ALGORITHMS.providers
+cfg = load_deploy_config(
+    {"algorithm": "multivfl", "federation": {"parties": ["a", "lo"], "label_owners": ["lo"]},
+     "params": {"rounds": 3}}
+)
+assert cfg.params == MultiVFLParams(rounds=3) and cfg.roles()["a"] == "data_owner"
+assert "torch" not in sys.modules
+try:
+    from fedviews.deep import MultiVFL
+except ImportError as exc:
+    print("MissingDependency" if type(exc).__name__ == "MissingDependency" else exc)
+"""
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=False, timeout=120
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "MissingDependency"

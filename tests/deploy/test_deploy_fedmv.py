@@ -73,6 +73,8 @@ n_test = 30
 [params]
 n_rounds = 4
 local_iter = 2
+standardize = "pooled"
+evaluate = true
 """,
     "sfedmv": """
 algorithm = "sfedmv"
@@ -248,6 +250,20 @@ def test_hfedmv_launch_equals_in_process(launched):
         correct += int(np.sum(pred == yt))
         np.testing.assert_allclose(mine["x_scale"], sd, rtol=1e-10)
     assert res["test_accuracy"] == pytest.approx(correct / res["n_test"])
+    # the same config in one process runs exactly the deployed protocol; the policy of
+    # this run (3 views, pooled scaling) allows exactly what crossed: W_0..W_2, nothing more
+    fed = build_in_process(cfg, {c: load_party_data(run / "data" / f"{c}.npz") for c in H_CLIENTS})
+    fed()
+    roles = {**cfg.roles(), "coordinator": "coordinator"}
+    seen = footprint(
+        json.loads((run / "coordinator" / "message_log.json").read_text())["exchanges"], roles
+    )
+    assert seen == footprint(fed.transport.log.exchanges(), roles)
+    assert_tight(fed.transport.policy, seen)
+    assert fed.transport.policy.allowed[("coordinator", "client")] == {
+        "W_0", "W_1", "W_2", "x_mean", "x_scale"
+    }  # fmt: skip
+    np.testing.assert_allclose(fed.coordinator.objective, res["objective"], rtol=1e-12)
     # only W_k / W_local_k, the pooled-statistics aggregates and the PSI arrays cross
     crossed = _crossings(run)
     K = len(ref.W_)
@@ -341,31 +357,19 @@ def _vfedmv_objects(Xs, Y, rounds):
 
 
 def _hfedmv_objects(clients, rounds):
+    from fedviews.linear import HFedMVClient, HFedMVServer, hfedmv_policy
     from fedviews.linear._consensus import IRLSOptions
-    from fedviews.linear._fedmv import (
-        HFedMVClient,
-        HFedMVServer,
-        _init_W,
-        _LocalMVL,
-        hfedmv_policy,
-    )
+    from fedviews.linear._fedmv import _init_W, _LocalMVL
 
     ss = np.random.SeedSequence(2).spawn(len(clients) + 1)
-    objs = [
-        HFedMVClient(
-            f"c{m}",
-            _LocalMVL(
-                Xs,
-                Y,
-                betas=[1.0] * 2,
-                zetas=[4.0] * 2,
-                eta=8.0,
-                seed=ss[1 + m],
-                solver=IRLSOptions(5),
-            ),
-            len(Y),
-            2,
+
+    def learner(m, Y):
+        return lambda Xs: _LocalMVL(
+            Xs, Y, betas=[1.0] * 2, zetas=[4.0] * 2, eta=8.0, seed=ss[1 + m], solver=IRLSOptions(5)
         )
+
+    objs = [
+        HFedMVClient(f"c{m}", Xs, Y, learner(m, Y), local_iter=2)
         for m, (Xs, Y) in enumerate(clients)
     ]
     dims = [X.shape[1] for X in clients[0][0]]

@@ -1,9 +1,19 @@
-"""Multi-VFL deployed: data owners and label owners as real processes == in-process MultiVFL."""
+"""Multi-VFL deployed: data owners and label owners as real processes == in-process MultiVFL.
+
+The estimator and the deployment run the one definition of the algorithm
+(:class:`fedviews.deep.multivfl.MultiVFLAlgorithm`): same numbers, same protocol
+footprint, same privacy policy.
+"""
 
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
+from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -12,6 +22,8 @@ pytest.importorskip("torch")
 pytest.importorskip("grpc")
 pytest.importorskip("rbcl")  # the PSI
 
+from _protocol import footprint  # noqa: E402
+
 from fedviews.deep.multivfl import MultiVFL  # noqa: E402
 from fedviews.deploy import (  # noqa: E402
     load_deploy_config,
@@ -19,7 +31,7 @@ from fedviews.deploy import (  # noqa: E402
     write_demo_data,  # noqa: E402
 )
 from fedviews.errors import ConfigError, DataError  # noqa: E402
-from fedviews.federation import build_in_process  # noqa: E402
+from fedviews.federation import build_in_process, get_algorithm_spec  # noqa: E402
 
 DOS = ("top", "middle", "bottom")
 LOS = ("bank", "clinic")
@@ -85,14 +97,39 @@ def _in_process(run: Path, cfg) -> MultiVFL:
     ).fit(strips, y, ids=ids, label_owner_ids=owner_ids, eval_set=(t_strips, y_test))
 
 
-def test_launch_equals_in_process_and_only_activations_cross(tmp_path, launch):
-    config = tmp_path / "deploy.toml"
+@dataclass(frozen=True)
+class Launched:
+    """One launched deployment of ``CONFIG`` and the same federation run in one process."""
+
+    run: Path  # the run folder of ``fedviews launch``
+    out: str  # what it printed
+    cfg: Any
+    ref: MultiVFL  # the estimator on the same files
+
+
+@pytest.fixture(scope="module")
+def launched(tmp_path_factory: pytest.TempPathFactory) -> Launched:
+    """``fedviews launch`` as a user runs it (once for the tests below), and the estimator."""
+    tmp = tmp_path_factory.mktemp("multivfl")
+    config = tmp / "deploy.toml"
     config.write_text(CONFIG)
-    run = tmp_path / "run"
-    out = launch(config, run)
-    assert "[coordinator] round 2: train loss" in out and "PSI bank" in out
+    run = tmp / "run"
+    proc = subprocess.run(
+        [sys.executable, "-m", "fedviews", "launch", str(config), "--out", str(run)],
+        capture_output=True,
+        text=True,
+        timeout=240,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+    )
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out
     cfg = load_deploy_config(config)
-    ref = _in_process(run, cfg)
+    return Launched(run, out, cfg, _in_process(run, cfg))
+
+
+def test_launch_equals_in_process_and_only_activations_cross(launched):
+    run, out, ref = launched.run, launched.out, launched.ref
+    assert "[coordinator] round 2: train loss" in out and "PSI bank" in out
     res = json.loads((run / "coordinator" / "results.json").read_text())
     assert res["status"] == "ok" and res["rounds_done"] == 2
     np.testing.assert_allclose(res["history"]["train_loss"], ref.history_["train_loss"], rtol=1e-5)
@@ -121,6 +158,91 @@ def test_launch_equals_in_process_and_only_activations_cross(tmp_path, launch):
     assert crossed == {"activations", "activation_grad", "psi_set", "psi_positions"} | (
         top_names | update_names
     )
+
+
+def _roles(cfg) -> dict[str, str]:
+    return {**cfg.roles(), cfg.federation.coordinator: "coordinator"}
+
+
+def test_in_process_and_deployed_runs_have_one_footprint(launched):
+    """Every (sender role, receiver role, kind, array names) of the estimator's run, and
+    nothing else, crossed in the deployment."""
+    ref = launched.ref
+    log = json.loads((launched.run / "coordinator" / "message_log.json").read_text())
+    deployed = footprint(log["exchanges"], _roles(launched.cfg))
+    parties = [ref.server_, *ref.data_owners_, *ref.label_owners_]
+    in_process = footprint(ref.transport_.log.exchanges(), {p.name: p.role for p in parties})
+    assert deployed == in_process
+    kinds = {k for _, _, k, _ in deployed}
+    assert kinds == {
+        k + r
+        for k in ("train_round", "set_top", "average_bottoms", "evaluate")
+        + ("begin_epoch", "forward", "backward", "infer")
+        for r in ("", ":reply")
+    }
+    # a data owner only ever answers, and only with activations
+    assert {(k, n) for s, _, k, n in deployed if s == "data_owner"} == {
+        (f"{k}:reply", n)
+        for k, n in (
+            ("forward", ("activations",)),
+            ("infer", ("activations",)),
+            ("begin_epoch", ()),
+            ("backward", ()),
+            ("average_bottoms", ()),
+        )
+    }
+
+
+def test_deployed_policy_is_the_in_process_policy(launched):
+    """The policy every deployed process computes from this run's setup is exactly the one
+    the estimator's transport enforced: this run's top-model layers, nothing wider."""
+    run, cfg, ref = launched.run, launched.cfg, launched.ref
+    spec = get_algorithm_spec("multivfl")
+    files = {p: load_party_data(run / "data" / f"{p}.npz") for p in cfg.federation.parties}
+    setup = build_in_process(cfg, files).setup  # what the deployed coordinator broadcast
+    # this run's image: 28 rows cut into 10 + 9 + 9, 28 wide, 10 classes
+    assert setup == {
+        "width": 28,
+        "n_classes": 10,
+        "height/top": 10,
+        "height/middle": 9,
+        "height/bottom": 9,
+    }
+    policy = spec.policy(cfg, setup)
+    assert policy == ref.transport_.policy
+    layers = list(ref.server_.params)
+    assert layers == spec.top_names(cfg, setup)
+    assert policy.strict_kinds
+    assert policy.allowed == {
+        ("data_owner", "label_owner"): {"activations"},
+        ("label_owner", "data_owner"): {"activation_grad"},
+        ("label_owner", "coordinator"): {f"update/{k}" for k in layers},
+        ("coordinator", "label_owner"): {f"top/{k}" for k in layers},
+    }
+    assert policy.kinds == {
+        ("coordinator", "label_owner"): {"train_round", "set_top", "evaluate"},
+        ("coordinator", "data_owner"): {"average_bottoms"},
+        ("label_owner", "data_owner"): {"begin_epoch", "forward", "backward", "infer"},
+    }
+    # the layers are those of this run's top model: its shapes follow the setup and params
+    p = cfg.params
+    shapes = {k: v.shape for k, v in ref.server_.params.items()}
+    assert shapes == {
+        "0.weight": (p.top_channels, p.channels, 3, 3),
+        "0.bias": (p.top_channels,),
+        "4.weight": (p.hidden, p.top_channels * 7 * 7),
+        "4.bias": (p.hidden,),
+        "6.weight": (setup["n_classes"], p.hidden),
+        "6.bias": (setup["n_classes"],),
+    }
+    with np.load(run / "coordinator" / "result.npz") as z:
+        assert {k: z[k].shape for k in z.files} == {f"top/{k}": s for k, s in shapes.items()}
+    # without evaluation the coordinator may not ask for it
+    quiet = replace(cfg, params=replace(cfg.params, evaluate=False))
+    assert spec.policy(quiet, setup).kinds[("coordinator", "label_owner")] == {
+        "train_round",
+        "set_top",
+    }
 
 
 class _Stop(Exception):

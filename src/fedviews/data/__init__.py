@@ -23,6 +23,7 @@ from fedviews.data._align import align, align_views, register_intersection
 from fedviews.data._cache import cache_dir
 from fedviews.data._dataset import MultiViewDataset
 from fedviews.data._idx import read_idx
+from fedviews.data._images import image_split
 from fedviews.data._party import PartyData, deal_views, standardized, standardized_with
 from fedviews.data._registry import fetch, info, list_datasets, load, register_dataset
 from fedviews.data._sequences import (
@@ -61,6 +62,7 @@ __all__ = [
     "check_ids",
     "check_y",
     "fetch",
+    "image_split",
     "info",
     "join_strips",
     "list_datasets",

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from fedviews.deep._common import require_torch, resolve_device, seed_everything
     from fedviews.deep._export import load_active_model, predict_exported
+    from fedviews.deep._multivfl_spec import MultiVFLParams
     from fedviews.deep.apfed import TVFL, APFed, SingleVL
     from fedviews.deep.multivfl import MultiVFL
     from fedviews.deep.sfedmv import SFedMV
@@ -22,6 +23,7 @@ _WHERE = {
     "SingleVL": "fedviews.deep.apfed",
     "TVFL": "fedviews.deep.apfed",
     "MultiVFL": "fedviews.deep.multivfl",
+    "MultiVFLParams": "fedviews.deep._multivfl_spec",
     "SFedMV": "fedviews.deep.sfedmv",
     "load_active_model": "fedviews.deep._export",
     "predict_exported": "fedviews.deep._export",
@@ -30,9 +32,13 @@ _WHERE = {
     "seed_everything": "fedviews.deep._common",
 }
 
+#: names that load without torch (hyper-parameters read by deployment configs)
+_NO_TORCH = frozenset({"MultiVFLParams"})
+
 __all__ = [
     "APFed",
     "MultiVFL",
+    "MultiVFLParams",
     "SFedMV",
     "SingleVL",
     "TVFL",
@@ -49,5 +55,6 @@ def __getattr__(name: str) -> Any:
         raise AttributeError(f"module 'fedviews.deep' has no attribute {name!r}")
     from fedviews.deep._common import require_torch
 
-    require_torch()  # MissingDependency with the pip hint when torch is absent
+    if name not in _NO_TORCH:
+        require_torch()  # MissingDependency with the pip hint when torch is absent
     return getattr(importlib.import_module(_WHERE[name]), name)

@@ -8,9 +8,14 @@ Parties
 ``label_owner_k`` (role ``label_owner``)
     Holds the labels of its own samples and a top model ``W_k``.
     ``label_owner_0`` also holds the labels of the evaluation set.
-``server`` (role ``server``)
+``server`` (role ``coordinator``)
     The aggregation server: holds the global top model and the server optimizer,
     and drives the rounds.
+
+The algorithm is defined once (:class:`MultiVFLAlgorithm`, in
+:mod:`fedviews.deep._multivfl_spec`: params, roles, alignment, policy); ``fit``
+builds every party from its own data with it (:func:`fedviews.federation.build_in_process`),
+exactly as a deployed party process does, and runs that protocol in one process.
 
 One round (Algorithm 1)
 -----------------------
@@ -33,31 +38,48 @@ One round (Algorithm 1)
 5. The server asks ``label_owner_0`` to evaluate the global model (averaged
    bottoms + global top) on the held-out set; only the accuracy (a scalar) returns.
 
-Privacy barrier (enforced by the transport): data owner → label owner only
-``activations``; label owner → data owner only ``activation_grad``; label owner
-→ server only the top-model update; server → label owner only the global top
-model. Raw strips, labels and bottom-model weights never leave their owner.
-Sample-ID alignment between the data owners and each label owner goes through
-:func:`fedviews.data.align`.
+Privacy barrier (enforced by the transport, :func:`multivfl_policy`): data owner →
+label owner only ``activations``; label owner → data owner only ``activation_grad``;
+label owner → server only the top-model update; server → label owner only the
+global top model; every message kind only in its direction. Raw strips, labels and
+bottom-model weights never leave their owner. Sample-ID alignment between the data
+owners and each label owner goes through :func:`fedviews.data.align`.
 """
 
 from __future__ import annotations
 
-import re
 import time
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import fields, replace
 from typing import Any, TypeVar
 
 import numpy as np
 from sklearn.base import BaseEstimator
 
 from fedviews._registry import register_estimator
-from fedviews.data import align, check_ids, split_strips
+from fedviews.data import PartyData, check_ids, split_strips
 from fedviews.deep._common import resolve_device, to_numpy, to_tensor, torch_seed
+from fedviews.deep._multivfl_spec import (
+    MULTIVFL_SPEC,
+    MultiVFLAlgorithm,
+    MultiVFLParams,
+    label_owner_classes,
+    multivfl_policy,
+    partition_label_owners,
+    scaled_strip,
+)
 from fedviews.deep._nets import combine_activations, conv_bottom, conv_top
-from fedviews.deep._serveropt import ServerOptimizer, make_server_optimizer
+from fedviews.deep._serveropt import ServerOptimizer
 from fedviews.errors import ConfigError, DataError, MissingDependency, ProtocolError, check_fitted
-from fedviews.federation import Coordinator, Message, Party, PrivacyPolicy, federate, handles
+from fedviews.federation import (
+    Coordinator,
+    Message,
+    Party,
+    Roster,
+    RunSpec,
+    build_in_process,
+    handles,
+)
 from fedviews.federation._message import MetaValue
 
 try:
@@ -67,8 +89,16 @@ except ImportError as exc:  # pragma: no cover - depends on the environment
     raise MissingDependency("torch", "torch") from exc
 
 __all__ = [
+    "MULTIVFL_SPEC",
+    "DataOwner",
+    "LabelOwner",
     "MultiVFL",
+    "MultiVFLAlgorithm",
+    "MultiVFLParams",
+    "Server",
+    "build_bottom",
     "build_models",
+    "build_top",
     "epoch_order",
     "label_owner_classes",
     "multivfl_policy",
@@ -77,99 +107,10 @@ __all__ = [
 ]
 
 T = TypeVar("T")
-_NIID = re.compile(r"^(\d+)niid$")
-_LOCAL_OPTIMIZERS = ("adam", "sgd")
 _EVAL_BATCH = 1000
 
 
-# --------------------------------------------------------------------------- data split
-
-
-def label_owner_classes(scenario: str, n_label_owners: int, n_classes: int) -> list[list[int]]:
-    """Classes each label owner holds under ``scenario``.
-
-    ``"iid"``: every owner holds every class. ``"<m>niid"`` (paper Table 3):
-    the last ``m`` owners hold two classes each, ``{0,1}, {2,3}, ...``; the
-    others hold every class. With 5 owners, ``"4niid"`` gives
-    ``[0-9, {0,1}, {2,3}, {4,5}, {6,7}]``.
-
-    Raises
-    ------
-    ConfigError
-        Unknown scenario, or ``m`` larger than the number of owners or ``n_classes // 2``.
-    """
-    every = list(range(n_classes))
-    if scenario == "iid":
-        return [every for _ in range(n_label_owners)]
-    match = _NIID.match(scenario)
-    if match is None:
-        raise ConfigError(
-            f"unknown scenario {scenario!r}; use 'iid' or '<m>niid' such as '4niid' (paper Table 3)"
-        )
-    m = int(match.group(1))
-    if not 1 <= m <= n_label_owners or 2 * m > n_classes:
-        raise ConfigError(
-            f"scenario {scenario!r} needs 1 <= {m} <= n_label_owners={n_label_owners} "
-            f"and 2*{m} <= n_classes={n_classes}"
-        )
-    n_iid = n_label_owners - m
-    return [every] * n_iid + [[2 * j, 2 * j + 1] for j in range(m)]
-
-
-def _quota(total: int, counts: np.ndarray) -> np.ndarray:
-    """Split ``total`` over classes in proportion to ``counts`` (largest remainder)."""
-    share = total * counts / counts.sum()
-    quota = np.floor(share).astype(np.int64)
-    quota[np.argsort(quota - share, kind="stable")[: total - int(quota.sum())]] += 1
-    return quota
-
-
-def partition_label_owners(
-    y: np.ndarray,
-    scenario: str,
-    n_label_owners: int,
-    samples_per_owner: int | None,
-    rng: np.random.Generator,
-) -> list[np.ndarray]:
-    """Disjoint sample indices for each label owner, class-balanced within each owner.
-
-    Each owner gets ``samples_per_owner`` samples (default ``len(y) // K``) of
-    its classes (:func:`label_owner_classes`), split over them in proportion to
-    the class frequencies of ``y`` (a stratified draw: balanced classes stay
-    balanced), drawn without replacement; the two-class owners draw first.
-
-    Raises
-    ------
-    DataError
-        A class has too few samples left for the requested counts.
-    ConfigError
-        ``samples_per_owner`` < 1.
-    """
-    n_classes = int(y.max()) + 1
-    per_owner = len(y) // n_label_owners if samples_per_owner is None else int(samples_per_owner)
-    if per_owner < 1:
-        raise ConfigError(
-            f"each label owner would get {per_owner} samples (samples_per_owner={samples_per_owner}, "
-            f"{len(y)} samples, {n_label_owners} label owners); every label owner needs samples"
-        )
-    owner_classes = label_owner_classes(scenario, n_label_owners, n_classes)
-    pools = [list(rng.permutation(np.flatnonzero(y == c))) for c in range(n_classes)]
-    counts = np.bincount(y, minlength=n_classes)
-    parts: list[np.ndarray] = [np.empty(0, dtype=np.int64)] * n_label_owners
-    for k in sorted(range(n_label_owners), key=lambda j: len(owner_classes[j])):
-        classes = owner_classes[k]
-        quota = _quota(per_owner, counts[classes])
-        taken = []
-        for c, q in zip(classes, quota, strict=True):
-            if len(pools[c]) < q:
-                raise DataError(
-                    f"scenario {scenario!r}: label owner {k} needs {q} samples of class {c} but only "
-                    f"{len(pools[c])} are left; lower samples_per_owner (now {per_owner})"
-                )
-            taken.extend(pools[c][:q])
-            pools[c] = pools[c][q:]
-        parts[k] = np.sort(np.asarray(taken, dtype=np.int64))
-    return parts
+# --------------------------------------------------------------------------- rounds
 
 
 def round_seed(random_state: int, round_: int) -> int:
@@ -183,6 +124,34 @@ def epoch_order(seed: int, round_: int, epoch: int, n: int) -> np.ndarray:
 
 
 # --------------------------------------------------------------------------- models
+
+
+def build_bottom(d: int, channels: int = 32, random_state: int = 0) -> nn.Module:
+    """The initial bottom model of data owner ``d`` (seed ``1000 * random_state + d + 1``)."""
+    with torch_seed(random_state * 1000 + d + 1):
+        return conv_bottom(1, channels)
+
+
+def build_top(
+    strip_heights: Sequence[int],
+    width: int,
+    n_classes: int,
+    *,
+    channels: int = 32,
+    top_channels: int = 64,
+    hidden: int = 128,
+    random_state: int = 0,
+) -> nn.Module:
+    """The initial top model (seed ``1000 * random_state``) on the stacked ``channels`` maps."""
+    with torch_seed(random_state * 1000):
+        return conv_top(
+            channels,
+            int(sum(strip_heights)),
+            width,
+            n_classes,
+            channels=top_channels,
+            hidden=hidden,
+        )
 
 
 def build_models(
@@ -200,19 +169,16 @@ def build_models(
     Bottom ``d`` is drawn with seed ``1000 * random_state + d + 1``, the top with
     ``1000 * random_state``; the global torch RNG is left as it was.
     """
-    bottoms: list[nn.Module] = []
-    for d in range(len(strip_heights)):
-        with torch_seed(random_state * 1000 + d + 1):
-            bottoms.append(conv_bottom(1, channels))
-    with torch_seed(random_state * 1000):
-        top: nn.Module = conv_top(
-            channels,
-            int(sum(strip_heights)),
-            width,
-            n_classes,
-            channels=top_channels,
-            hidden=hidden,
-        )
+    bottoms = [build_bottom(d, channels, random_state) for d in range(len(strip_heights))]
+    top = build_top(
+        strip_heights,
+        width,
+        n_classes,
+        channels=channels,
+        top_channels=top_channels,
+        hidden=hidden,
+        random_state=random_state,
+    )
     return bottoms, top
 
 
@@ -246,19 +212,6 @@ def _load(
 
 def _local_optimizer(name: str, params: Any, lr: float) -> torch.optim.Optimizer:
     return torch.optim.Adam(params, lr=lr) if name == "adam" else torch.optim.SGD(params, lr=lr)
-
-
-def multivfl_policy(top_param_names: Sequence[str]) -> PrivacyPolicy:
-    """The Multi-VFL privacy barrier for a top model with these parameter names."""
-    return PrivacyPolicy.of(
-        "multivfl",
-        {
-            ("data_owner", "label_owner"): ["activations"],
-            ("label_owner", "data_owner"): ["activation_grad"],
-            ("label_owner", "server"): [f"update/{n}" for n in top_param_names],
-            ("server", "label_owner"): [f"top/{n}" for n in top_param_names],
-        },
-    )
 
 
 # --------------------------------------------------------------------------- parties
@@ -427,6 +380,10 @@ class LabelOwner(Party):
     def set_split_labels(self, split: str, y: np.ndarray) -> None:
         self.split_y[split] = y
 
+    def top_state(self) -> dict[str, np.ndarray]:
+        """This label owner's top model (the global one after ``set_top``)."""
+        return {f"top/{k}": v for k, v in _state(self.top).items()}
+
     def predict_split(self, split: str, n: int) -> np.ndarray:
         """Class indices predicted by the global model for the data owners' ``split``."""
         self.top.eval()
@@ -467,8 +424,9 @@ class Server(Coordinator):
         random_state: int,
         evaluate: bool,
         callback: Callable[[int, dict[str, float]], None] | None = None,
+        name: str = "server",
     ) -> None:
-        super().__init__("server", role="server")
+        super().__init__(name, role="coordinator")
         self.params = _state(top)
         self.optimizer = optimizer
         self.label_owners, self.data_owners = list(label_owners), list(data_owners)
@@ -569,21 +527,21 @@ def _as_strips(X: Any, n_data_owners: int, name: str) -> list[np.ndarray]:
         raise DataError(
             f"{name} must be an (n, H, W) image array or a list of {n_data_owners} (n, rows, W) strips"
         )
-    out = []
-    for s in strips:
-        if s.dtype == np.uint8:
-            out.append(s.astype(np.float32) / 255.0)
-        else:
-            a = s.astype(np.float32)
-            if not np.isfinite(a).all():
-                raise DataError(f"{name} contains NaN or infinite values")
-            out.append(a)
-    return out
+    return [scaled_strip(s, name) for s in strips]
+
+
+def _positive_int(name: str, val: Any) -> None:
+    if isinstance(val, bool) or not isinstance(val, (int, np.integer)) or val < 1:
+        raise ConfigError(f"{name} must be a positive integer, got {val!r}")
 
 
 @register_estimator("multivfl")
 class MultiVFL(BaseEstimator):
     """Multi-VFL: split learning with D data owners and K label owners.
+
+    ``fit`` runs the one definition of the algorithm (:class:`MultiVFLAlgorithm`):
+    every data owner and label owner is built from its own data only, exactly as a
+    deployed party process (``fedviews launch`` with ``algorithm = "multivfl"``).
 
     Parameters
     ----------
@@ -610,10 +568,18 @@ class MultiVFL(BaseEstimator):
         Samples per label owner (default ``n // K``; the paper uses 5000).
     channels, top_channels, hidden : int
         Bottom output channels (32), top convolution channels and hidden units.
-    device : {"auto", "cpu", "cuda"}
+    device : {"auto", "cpu", "cuda", "cuda:<index>", "mps"}
+    evaluate : bool, default=True
+        Record the accuracy of the global model on ``eval_set`` after every round
+        (no effect without ``eval_set``; with ``False`` the eval set is not used).
     random_state : int
     log_entries : bool
         Keep every message in ``transport_.log.entries`` (totals are always kept).
+    transport : callable, optional
+        ``transport(policy) -> Transport`` (default: in-process).
+
+    The parameters shared with deployments are exactly the fields of
+    :class:`MultiVFLParams`, with the same defaults.
 
     Attributes
     ----------
@@ -628,6 +594,11 @@ class MultiVFL(BaseEstimator):
         bytes per party, crossings) plus totals: ``seconds``, ``train_seconds``,
         ``batches_per_round``, bytes per round and per batch, raw activation
         sizes and ``device``.
+    data_owners_, label_owners_ : list of Party
+        The party objects (``data_owner_d``, ``label_owner_k``); in this in-process
+        simulation the estimator reads their state, which never crosses.
+    server_ : Server
+        The coordinator (named ``server``): global top model and round history.
     label_owner_samples_ : list of ndarray
         Training-row indices given to each label owner.
     strip_shapes_ : list of tuple
@@ -636,7 +607,9 @@ class MultiVFL(BaseEstimator):
     Notes
     -----
     ``fit`` draws the initial models from their own seeds (:func:`build_models`)
-    and leaves the global torch, numpy and ``random`` states unchanged.
+    and leaves the global torch, numpy and ``random`` states unchanged. As
+    deployed, the top model has one output per class up to the largest class that
+    a label owner holds labels of.
     """
 
     def __init__(
@@ -659,8 +632,10 @@ class MultiVFL(BaseEstimator):
         top_channels: int = 64,
         hidden: int = 128,
         device: str = "auto",
+        evaluate: bool = True,
         random_state: int = 0,
         log_entries: bool = False,
+        transport: Any = None,
     ) -> None:
         self.n_data_owners = n_data_owners
         self.n_label_owners = n_label_owners
@@ -680,28 +655,64 @@ class MultiVFL(BaseEstimator):
         self.top_channels = top_channels
         self.hidden = hidden
         self.device = device
+        self.evaluate = evaluate
         self.random_state = random_state
         self.log_entries = log_entries
+        self.transport = transport
 
-    def _validate(self) -> ServerOptimizer:
-        for key in ("n_data_owners", "n_label_owners", "rounds", "local_epochs", "batch_size"):
-            val = getattr(self, key)
-            if not isinstance(val, (int, np.integer)) or val < 1:
-                raise ConfigError(f"{key} must be a positive integer, got {val!r}")
-        if self.lr <= 0:
-            raise ConfigError(f"lr must be positive, got {self.lr}")
-        if self.local_optimizer not in _LOCAL_OPTIMIZERS:
-            raise ConfigError(
-                f"local_optimizer must be one of {_LOCAL_OPTIMIZERS}, got {self.local_optimizer!r}"
+    def _params(self) -> MultiVFLParams:
+        """The run's :class:`MultiVFLParams` (validated) from this estimator's parameters."""
+        for key in ("n_data_owners", "n_label_owners"):
+            _positive_int(key, getattr(self, key))
+        params = MultiVFLParams(**{f.name: getattr(self, f.name) for f in fields(MultiVFLParams)})
+        params.validate()
+        return params
+
+    def _label_owner_rows(
+        self, y_enc: np.ndarray, ids_arr: np.ndarray, label_owner_ids: Sequence[Any] | None
+    ) -> tuple[list[np.ndarray], list[np.ndarray]]:
+        """``(ids, rows)`` of the samples each label owner holds labels for."""
+        n = len(ids_arr)
+        if label_owner_ids is None:
+            rng = np.random.default_rng(self.random_state)
+            parts = partition_label_owners(
+                y_enc, self.scenario, self.n_label_owners, self.samples_per_owner, rng
             )
-        return make_server_optimizer(
-            self.optimizer,
-            lr=self.server_lr,
-            beta1=self.beta1,
-            beta2=self.beta2,
-            tau=self.tau,
-            total_rounds=self.rounds,
-        )
+            owner_ids = [ids_arr[p] for p in parts]
+        else:
+            if len(label_owner_ids) != self.n_label_owners:
+                raise DataError(
+                    f"label_owner_ids has {len(label_owner_ids)} entries, n_label_owners={self.n_label_owners}"
+                )
+            owner_ids = [np.asarray(a) for a in label_owner_ids]
+        order = np.argsort(ids_arr, kind="stable")
+        owner_rows = []
+        for k, oid in enumerate(owner_ids):
+            if len(oid) == 0:
+                raise DataError(
+                    f"label owner {k} has no samples; give every label owner at least one labelled sample"
+                )
+            rows = order[np.clip(np.searchsorted(ids_arr[order], oid), 0, n - 1)]
+            if not np.array_equal(ids_arr[rows], oid):
+                raise DataError(f"label_owner_ids[{k}] names samples that are not in ids")
+            owner_rows.append(rows)
+        return owner_ids, owner_rows
+
+    def _eval_split(self, eval_set: tuple[Any, Any]) -> tuple[list[np.ndarray], np.ndarray]:
+        """The eval set as the data owners' test strips and the encoded test labels."""
+        Xt, yt = eval_set
+        t_strips = self._check_predict_strips(Xt)
+        yt_arr = np.asarray(yt)
+        if yt_arr.shape != (len(t_strips[0]),):
+            raise DataError(
+                f"eval_set labels have shape {yt_arr.shape}, expected ({len(t_strips[0])},)"
+            )
+        unknown = np.setdiff1d(yt_arr, self.classes_)
+        if len(unknown):
+            raise DataError(
+                f"eval_set has labels {unknown[:5].tolist()} that are not in the training labels"
+            )
+        return t_strips, np.searchsorted(self.classes_, yt_arr)
 
     def fit(
         self,
@@ -734,7 +745,7 @@ class MultiVFL(BaseEstimator):
         callback : callable(round, record), optional
             Called after every round (progress bars, checkpoints).
         """
-        server_opt = self._validate()
+        params = self._params()
         strips = _as_strips(X, self.n_data_owners, "X")
         n = len(strips[0])
         y_arr = np.asarray(y)
@@ -744,119 +755,53 @@ class MultiVFL(BaseEstimator):
         ids_arr = np.arange(n) if ids is None else check_ids(ids)
         if len(ids_arr) != n:
             raise DataError(f"ids has {len(ids_arr)} entries, X has {n} samples")
-        rng = np.random.default_rng(self.random_state)
-        if label_owner_ids is None:
-            parts = partition_label_owners(
-                y_enc, self.scenario, self.n_label_owners, self.samples_per_owner, rng
-            )
-            owner_ids = [ids_arr[p] for p in parts]
-        else:
-            if len(label_owner_ids) != self.n_label_owners:
-                raise DataError(
-                    f"label_owner_ids has {len(label_owner_ids)} entries, n_label_owners={self.n_label_owners}"
-                )
-            owner_ids = [np.asarray(a) for a in label_owner_ids]
-        order = np.argsort(ids_arr, kind="stable")
-        owner_rows = []
-        for k, oid in enumerate(owner_ids):
-            if len(oid) == 0:
-                raise DataError(
-                    f"label owner {k} has no samples; give every label owner at least one labelled sample"
-                )
-            rows = order[np.clip(np.searchsorted(ids_arr[order], oid), 0, n - 1)]
-            if not np.array_equal(ids_arr[rows], oid):
-                raise DataError(f"label_owner_ids[{k}] names samples that are not in ids")
-            owner_rows.append(rows)
+        owner_ids, owner_rows = self._label_owner_rows(y_enc, ids_arr, label_owner_ids)
         self.label_owner_samples_ = owner_rows
-
-        dev = resolve_device(self.device)
-        heights = [s.shape[1] for s in strips]
         self.strip_shapes_ = [s.shape[1:] for s in strips]
-        bottoms, top = build_models(
-            heights,
-            strips[0].shape[2],
-            len(self.classes_),
-            channels=self.channels,
-            top_channels=self.top_channels,
-            hidden=self.hidden,
-            random_state=self.random_state,
+        evaluate = bool(params.evaluate) and eval_set is not None
+        params = replace(params, evaluate=evaluate)
+
+        # every party's own data, as its file would hold it in a deployment
+        do_names = tuple(f"data_owner_{d}" for d in range(self.n_data_owners))
+        lo_names = tuple(f"label_owner_{k}" for k in range(self.n_label_owners))
+        test: list[dict[str, Any]] = [{} for _ in do_names]
+        lo_test: dict[str, Any] = {}
+        if evaluate:
+            assert eval_set is not None
+            t_strips, yt_enc = self._eval_split(eval_set)
+            t_ids = np.arange(len(yt_enc))
+            test = [{"ids_test": t_ids, "X_test": s} for s in t_strips]
+            lo_test = {"ids_test": t_ids, "y_test": yt_enc}
+        datas = {name: PartyData(ids_arr, strips[d], **test[d]) for d, name in enumerate(do_names)}
+        for k, name in enumerate(lo_names):
+            extra = lo_test if k == 0 else {}
+            datas[name] = PartyData(owner_ids[k], None, y_enc[owner_rows[k]], **extra)
+        run = RunSpec(
+            MULTIVFL_SPEC.name,
+            params,
+            Roster(do_names + lo_names, label_owners=lo_names, coordinator="server"),
+            self.random_state,
         )
-        do_names = [f"data_owner_{d}" for d in range(self.n_data_owners)]
-        lo_names = [f"label_owner_{k}" for k in range(self.n_label_owners)]
-        # sample-ID alignment of every data owner with every label owner (PSI plugs in here)
-        positions: list[dict[str, np.ndarray]] = [{} for _ in do_names]
-        label_owners = []
-        for k, lo in enumerate(lo_names):
-            pos = align(*([ids_arr] * self.n_data_owners), owner_ids[k])
-            for d in range(self.n_data_owners):
-                positions[d][lo] = pos[d]
-            y_k = y_enc[owner_rows[k]][pos[-1]]  # the label owner's own labels, in aligned order
-            label_owners.append(
-                LabelOwner(
-                    lo,
-                    y_k,
-                    top,
-                    do_names,
-                    batch_size=self.batch_size,
-                    local_epochs=self.local_epochs,
-                    local_optimizer=self.local_optimizer,
-                    lr=self.lr,
-                    device=dev,
-                )
-            )
-        data_owners = [
-            DataOwner(
-                name,
-                strips[d],
-                positions[d],
-                bottoms[d],
-                local_optimizer=self.local_optimizer,
-                lr=self.lr,
-                device=dev,
-            )
-            for d, name in enumerate(do_names)
-        ]
-        if eval_set is not None:
-            Xt, yt = eval_set
-            t_strips = self._check_predict_strips(Xt)
-            yt_arr = np.asarray(yt)
-            if yt_arr.shape != (len(t_strips[0]),):
-                raise DataError(
-                    f"eval_set labels have shape {yt_arr.shape}, expected ({len(t_strips[0])},)"
-                )
-            unknown = np.setdiff1d(yt_arr, self.classes_)
-            if len(unknown):
-                raise DataError(
-                    f"eval_set has labels {unknown[:5].tolist()} that are not in the training labels"
-                )
-            for do, s in zip(data_owners, t_strips, strict=True):
-                do.set_split("test", s)
-            label_owners[0].set_split_labels("test", np.searchsorted(self.classes_, yt_arr))
-        server = Server(
-            top,
-            server_opt,
-            lo_names,
-            do_names,
-            rounds=self.rounds,
-            random_state=self.random_state,
-            evaluate=eval_set is not None,
-            callback=callback,
-        )
-        transport = federate(
-            [server, *label_owners, *data_owners], multivfl_policy(list(top.state_dict()))
-        )
-        transport.log.keep_entries = self.log_entries
+        fed = build_in_process(run, datas, transport=self.transport, keep_entries=self.log_entries)
+        fed.transport.log.keep_entries = self.log_entries
+        server = fed.coordinator
+        assert isinstance(server, Server)
+        server.callback = callback
         t0 = time.perf_counter()
-        records = server.run()
+        records = fed()
         seconds = time.perf_counter() - t0
-        self.transport_ = transport
-        self.data_owners_, self.label_owners_, self.server_ = data_owners, label_owners, server
+        self.transport_ = fed.transport
+        self.data_owners_ = [_as(DataOwner, fed.parties[p]) for p in do_names]
+        self.label_owners_ = [_as(LabelOwner, fed.parties[p]) for p in lo_names]
+        self.server_ = server
         self.history_ = {key: [rec.get(key, float("nan")) for rec in records] for key in records[0]}
         self.history_["round"] = [int(r) for r in self.history_["round"]]
         n_batches = sum(self.history_["batches"])
+        heights = [s.shape[1] for s in strips]
         act = self.channels * sum(heights) * strips[0].shape[2] * 4  # float32 bytes per sample
+        log = self.transport_.log
         self.run_stats_ = {
-            **transport.log.summary(),
+            **log.summary(),
             "seconds": seconds,
             "train_seconds": float(sum(self.history_["train_seconds"])),
             "rounds": self.rounds,
@@ -864,9 +809,9 @@ class MultiVFL(BaseEstimator):
             "train_bytes_per_round": float(np.mean(self.history_["train_bytes"])),
             "train_bytes_per_batch": float(sum(self.history_["train_bytes"]) / n_batches),
             "raw_activation_bytes_per_sample": act,
-            "total_bytes": transport.log.total_bytes,
-            "messages": transport.log.n_messages,
-            "device": str(dev),
+            "total_bytes": log.total_bytes,
+            "messages": log.n_messages,
+            "device": str(resolve_device(self.device)),
         }
         return self
 
@@ -892,3 +837,11 @@ class MultiVFL(BaseEstimator):
     def score(self, X: Any, y: Any) -> float:
         """Accuracy of :meth:`predict` on ``(X, y)``."""
         return float(np.mean(self.predict(X) == np.asarray(y)))
+
+
+P = TypeVar("P", bound=Party)
+
+
+def _as(cls: type[P], party: Party) -> P:
+    assert isinstance(party, cls)
+    return party

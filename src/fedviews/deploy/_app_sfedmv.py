@@ -26,23 +26,13 @@ round and redoes the fusion, which is deterministic.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from fedviews.data import PartyData
-from fedviews.deploy._app_fedmv import (
-    MAX_VIEWS,
-    ClientDeployApp,
-    _as_coordinator,
-    _DeployServer,
-    _hfedmv_policy,
-    _wrapped,
-    final_to_clients,
-    view_dims_of,
-)
 from fedviews.errors import ConfigError, DataError, ProtocolError
 from fedviews.federation import (
     Coordinator,
@@ -54,15 +44,23 @@ from fedviews.federation import (
     handles,
     register_algorithm_spec,
 )
+from fedviews.linear import (
+    HFedMVClient,
+    HFedMVServer,
+    HorizontalClients,
+    hfedmv_policy,
+    view_dims_of,
+)
 
 if TYPE_CHECKING:
     from fedviews.deep.sfedmv import SequenceClient, SequenceServer
-    from fedviews.linear._fedmv import HFedMVClient, HFedMVServer
 
 __all__ = ["SFedMVDeployParams", "sfedmv_demo_data"]
 
 #: GRU depths whose parameter names the privacy policy lists
 MAX_LAYERS = 4
+#: the most views a client may hold (the privacy policy names ``W_0 .. W_15``)
+MAX_VIEWS = 16
 #: how the built-in ``watch`` recordings become fixed-length windows (10 Hz, 3 s)
 WATCH_WINDOWS: dict[str, Any] = {
     "downsample": 5,
@@ -138,6 +136,48 @@ class SFedMVDeployParams:
             raise ConfigError("params.torch_threads must be >= 0 (0 = torch's default)")
 
 
+def _as_coordinator(
+    pol: PrivacyPolicy, extra: Mapping[tuple[str, str], Sequence[str]]
+) -> PrivacyPolicy:
+    """``pol`` with the role ``server`` renamed ``coordinator`` (its role on the wire), plus ``extra``."""
+    rename = {"server": "coordinator"}
+    rules: dict[tuple[str, str], set[str]] = {}
+    for (a, b), names in pol.allowed.items():
+        rules.setdefault((rename.get(a, a), rename.get(b, b)), set()).update(names)
+    for key, more in extra.items():
+        rules.setdefault(key, set()).update(more)
+    return PrivacyPolicy.of(pol.name, rules)
+
+
+def _wrapped(coord: Coordinator) -> Any:
+    """The algorithm's server inside a deploy coordinator, attached to its transport."""
+    inner = coord.inner  # type: ignore[attr-defined]
+    inner.transport = coord.transport
+    return inner
+
+
+class _DeployServer(Coordinator):
+    """The coordinator process's algorithm object: the unchanged server plus deployment steps.
+
+    ``inner`` is exactly the server the in-process estimator builds (it speaks
+    with the coordinator's name); deployment-only steps (fetching the labels,
+    scoring, evaluation) are messages of their own around its ``run()``.
+    """
+
+    def __init__(self, name: str, inner: Coordinator, **info: Any) -> None:
+        super().__init__(name)
+        inner.name, inner.role = name, "coordinator"
+        self.inner = inner
+        self.info = info
+        self.results: dict[str, Any] = {}
+
+    def state_dict(self) -> dict[str, np.ndarray]:
+        return self.inner.state_dict()
+
+    def load_state(self, state: Mapping[str, np.ndarray]) -> None:
+        self.inner.load_state(state)
+
+
 def _torch_setup(p: SFedMVDeployParams) -> Any:
     from fedviews.deep._common import require_torch, resolve_device
 
@@ -159,7 +199,7 @@ class SFedMVDeployClient(Party):
 
     ``inner`` is exactly the in-process :class:`SequenceClient` (stage 1); the
     fusion client (exactly H-FedMV's, on this client's embeddings) is built on the
-    first ``local_train``; ``hfedmv:final`` brings the final ``W_k``, with which this
+    first ``local_train``; ``final`` brings the final ``W_k``, with which this
     client predicts its own test sequences.
     """
 
@@ -200,7 +240,7 @@ class SFedMVDeployClient(Party):
             return self.fusion.handle(msg)
         return self.inner.handle(msg)
 
-    @handles("hfedmv:final")
+    @handles("final")
     def on_final(self, msg: Message) -> Message:
         from fedviews.linear._fedmv import fedmv_consensus
 
@@ -235,12 +275,12 @@ def _sfedmv_policy() -> PrivacyPolicy:
         )
     seq = sequence_policy(sorted(names), MAX_VIEWS)
     return _as_coordinator(
-        _hfedmv_policy(),
+        hfedmv_policy(MAX_VIEWS),
         {key: sorted(v) for key, v in seq.allowed.items()},
     )
 
 
-class SFedMVApp(ClientDeployApp):
+class SFedMVApp(HorizontalClients):
     name = "sfedmv"
     Params = SFedMVDeployParams
     client_ndim = 3
@@ -248,13 +288,20 @@ class SFedMVApp(ClientDeployApp):
     def policy(self, cfg: RunSpec, setup: Mapping[str, Any]) -> PrivacyPolicy:
         return _sfedmv_policy()
 
+    def check_data(self, cfg: RunSpec, party: str, data: PartyData) -> None:
+        super().check_data(cfg, party, data)
+        if data.view_dims is not None and len(data.view_dims) > MAX_VIEWS:
+            raise DataError(
+                f"client {party!r} holds {len(data.view_dims)} views; at most {MAX_VIEWS}"
+            )
+
     def build_party(
         self, cfg: RunSpec, party: str, local: Local, setup: Mapping[str, Any]
     ) -> Party:
         from fedviews.data import check_sequences
         from fedviews.deep.sfedmv import SequenceClient, view_seeds
         from fedviews.linear._consensus import IRLSOptions
-        from fedviews.linear._fedmv import HFedMVClient, _LocalMVL
+        from fedviews.linear._fedmv import _LocalMVL
 
         p: SFedMVDeployParams = cfg.params
         dev = _torch_setup(p)
@@ -283,16 +330,18 @@ class SFedMVApp(ClientDeployApp):
         Y = np.eye(c)[y]
 
         def make_fusion(Xs: list[np.ndarray]) -> HFedMVClient:
-            learner = _LocalMVL(
-                Xs,
-                Y,
-                betas=[p.beta] * K,
-                zetas=[p.zeta] * K,
-                eta=p.eta,
-                seed=seed,
-                solver=IRLSOptions(p.inner_max_iter, 1e-6, 1e-10),
-            )
-            return HFedMVClient(party, learner, len(y), p.local_iter)
+            def learner(views: list[np.ndarray]) -> _LocalMVL:
+                return _LocalMVL(
+                    views,
+                    Y,
+                    betas=[p.beta] * K,
+                    zetas=[p.zeta] * K,
+                    eta=p.eta,
+                    seed=seed,
+                    solver=IRLSOptions(p.inner_max_iter, 1e-6, 1e-10),
+                )
+
+            return HFedMVClient(party, Xs, Y, learner, local_iter=p.local_iter)
 
         return SFedMVDeployClient(
             inner, make_fusion, test_views=test_views, y_test=y_test, zeta=p.zeta
@@ -303,7 +352,7 @@ class SFedMVApp(ClientDeployApp):
     ) -> Coordinator:
         from fedviews.deep._gru import get_params, make_extractor
         from fedviews.deep.sfedmv import SequenceServer, view_seeds
-        from fedviews.linear._fedmv import HFedMVServer, _init_W
+        from fedviews.linear._fedmv import _init_W
 
         p: SFedMVDeployParams = cfg.params
         dev = _torch_setup(p)
@@ -330,8 +379,7 @@ class SFedMVApp(ClientDeployApp):
         stage2: HFedMVServer = info["fusion"]
         stage2.transport = coord.transport
         stage2.run()
-        last = len(stage1.params) * stage1.n_rounds
-        coord.results.update(final_to_clients(stage2, stage2.clients, last))  # type: ignore[attr-defined]
+        coord.results.update(stage2.results)  # type: ignore[attr-defined]
         return stage2.W
 
     def round_message(self, role: str) -> str:

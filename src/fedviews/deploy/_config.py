@@ -5,6 +5,7 @@ A deployment TOML file (``configs/deploy_*.toml``)::
     algorithm = "mmvfl"
     name = "deploy_mmvfl_handwritten"
     seed = 0
+    # modules = ["fedridge"]  # optional: imported first, to find an algorithm of your own
 
     [federation]
     parties = ["pix", "fou", "fac", "zer", "kar"]   # order = party index (seeds)
@@ -31,7 +32,13 @@ from pathlib import Path
 from typing import Any
 
 from fedviews.errors import ConfigError
-from fedviews.experiments._config import _merge, build_dataclass, parse_overrides
+from fedviews.experiments._config import (
+    _MODULES_HINT,
+    _merge,
+    build_dataclass,
+    import_modules,
+    parse_overrides,
+)
 from fedviews.federation import Roster, RunSpec, get_algorithm_spec
 
 if sys.version_info >= (3, 11):
@@ -102,21 +109,43 @@ class SplitSpec:
 
 @dataclass(frozen=True)
 class DeployConfig(RunSpec):
-    """A deployment: the run (algorithm, params, roster, seed) plus timeouts, data and output."""
+    """A deployment: the run (algorithm, params, roster, seed) plus timeouts, data and output.
+
+    ``modules``: the modules the config imported before looking the algorithm up.
+    """
 
     federation: FederationSpec = field(default_factory=FederationSpec)
     name: str = ""
     data: SplitSpec = field(default_factory=SplitSpec)
     output_dir: str = "runs"
+    modules: tuple[str, ...] = ()
 
     def roles(self) -> dict[str, str]:
         return get_algorithm_spec(self.algorithm).roles(self)
 
 
+_TOP_KEYS = (
+    "algorithm",
+    "name",
+    "seed",
+    "federation",
+    "data",
+    "params",
+    "output_dir",
+    "modules",
+)
+
+
 def load_deploy_config(
     source: str | Path | Mapping[str, Any], overrides: Sequence[str] = ()
 ) -> DeployConfig:
-    """Load a deployment TOML (or dict), apply ``key=value`` overrides, validate every key."""
+    """Load a deployment TOML (or dict), apply ``key=value`` overrides, validate every key.
+
+    ``modules = [...]`` (optional) are imported before the algorithm is looked up, so
+    that an algorithm registered outside fedviews is found
+    (:func:`~fedviews.experiments._config.import_modules`). Every process of a
+    deployment loads its config through this function, so each imports them too.
+    """
     if isinstance(source, Mapping):
         raw = dict(source)
     else:
@@ -128,16 +157,22 @@ def load_deploy_config(
         except tomllib.TOMLDecodeError as exc:
             raise ConfigError(f"{path}: invalid TOML: {exc}") from None
     raw = _merge(raw, parse_overrides(overrides))
-    unknown = set(raw) - {"algorithm", "name", "seed", "federation", "data", "params", "output_dir"}
+    unknown = set(raw) - set(_TOP_KEYS)
     if unknown:
-        raise ConfigError(f"unknown top-level keys {sorted(unknown)} in the deployment config")
+        raise ConfigError(
+            f"unknown top-level keys {sorted(unknown)} in the deployment config; "
+            f"valid keys: {list(_TOP_KEYS)}"
+        )
     if "algorithm" not in raw:
         raise ConfigError('the deployment config needs `algorithm = ...` (e.g. "mmvfl")')
+    modules = import_modules(raw.get("modules", []))
     try:
         app = get_algorithm_spec(str(raw["algorithm"]))
     except ConfigError as exc:  # "unknown algorithm 'x'; did you mean ...?"
         hint = str(exc).split("; ", 1)[-1]
-        raise ConfigError(f"algorithm {raw['algorithm']!r} cannot be deployed; {hint}") from None
+        raise ConfigError(
+            f"algorithm {raw['algorithm']!r} cannot be deployed; {hint}{_MODULES_HINT}"
+        ) from None
     fed = build_dataclass(FederationSpec, raw.get("federation", {}), "federation")
     app.check_federation(fed)
     split = build_dataclass(SplitSpec, raw.get("data", {}), "data")
@@ -154,4 +189,5 @@ def load_deploy_config(
         data=split,
         params=params,
         output_dir=str(raw.get("output_dir", "runs")),
+        modules=modules,
     )

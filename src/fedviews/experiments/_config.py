@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import importlib
 import json
 import sys
 import types
@@ -20,7 +21,14 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover
     import tomli as tomllib
 
-__all__ = ["DataConfig", "ExperimentConfig", "build_dataclass", "load_config", "parse_overrides"]
+__all__ = [
+    "DataConfig",
+    "ExperimentConfig",
+    "build_dataclass",
+    "import_modules",
+    "load_config",
+    "parse_overrides",
+]
 
 T = TypeVar("T")
 
@@ -39,6 +47,8 @@ class ExperimentConfig:
 
     ``params`` is the experiment's own frozen dataclass (see the registry), so
     every key is checked against what the experiment actually accepts.
+    ``modules``: the modules the config imported before looking the experiment up
+    (:func:`import_modules`; e.g. one that registers an experiment of its own).
     """
 
     experiment: str
@@ -48,6 +58,7 @@ class ExperimentConfig:
     params: Any = None
     output_dir: str = "runs"
     device: str = "auto"
+    modules: tuple[str, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
         out = dataclasses.asdict(self)
@@ -175,7 +186,58 @@ def _merge(base: dict[str, Any], over: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
-_TOP_KEYS = ("experiment", "name", "seed", "data", "params", "output_dir", "device")
+def import_modules(value: Any, where: str = "modules") -> tuple[str, ...]:
+    """Import the modules a config names (``modules = ["fedridge"]``); return their names.
+
+    A config's ``modules`` list lets ``fedviews run`` / ``fedviews launch`` find an
+    algorithm or experiment that fedviews itself does not ship: importing the module
+    registers it (:func:`~fedviews.federation.register_algorithm_spec`,
+    :func:`~fedviews.experiments.register_experiment`). Modules are found on the
+    Python path (``PYTHONPATH``), which every process of a deployment inherits from
+    the launcher. Importing a module twice is a no-op.
+
+    Raises
+    ------
+    ConfigError
+        When ``value`` is not a list of dotted module names, or a module cannot be
+        imported (naming what to put on ``PYTHONPATH``).
+    """
+    example = f'e.g. {where} = ["fedridge"]'
+    if isinstance(value, str) or not isinstance(value, (list, tuple)):
+        raise ConfigError(f"{where} must be a list of module names ({example}), got {value!r}")
+    names: list[str] = []
+    for item in value:
+        if not isinstance(item, str) or not all(p.isidentifier() for p in item.split(".")):
+            raise ConfigError(
+                f"{where}: {item!r} is not an importable module name (dotted Python "
+                f"identifiers, {example})"
+            )
+        names.append(item)
+    for name in names:
+        try:
+            importlib.import_module(name)
+        except ModuleNotFoundError as exc:
+            missing = exc.name or ""
+            if missing and (name == missing or name.startswith(missing + ".")):
+                path = name.replace(".", "/")
+                raise ConfigError(
+                    f"{where}: no module named {name!r} on the Python path; put the folder "
+                    f"that holds {path}.py (or the package {path}/) on PYTHONPATH, e.g. "
+                    f"`PYTHONPATH=/that/folder fedviews ...`, or pip-install it (every "
+                    f"process of a deployment needs it)"
+                ) from None
+            raise ConfigError(
+                f"{where}: importing {name!r} failed: {exc} (a module it imports is missing)"
+            ) from None
+        except ImportError as exc:
+            raise ConfigError(f"{where}: importing {name!r} failed: {exc}") from None
+    return tuple(names)
+
+
+#: appended to "unknown experiment/algorithm" errors
+_MODULES_HINT = " (one defined outside fedviews: name its module in `modules = [...]`)"
+
+_TOP_KEYS = ("experiment", "name", "seed", "data", "params", "output_dir", "device", "modules")
 
 
 def load_config(
@@ -183,11 +245,15 @@ def load_config(
 ) -> ExperimentConfig:
     """Load an experiment config from a TOML file (or a dict) and apply overrides.
 
+    ``modules = [...]`` (optional): modules imported before the experiment is looked
+    up, so that an experiment registered outside fedviews is found (:func:`import_modules`).
+
     Raises
     ------
     ConfigError
         For a missing/invalid file, unknown keys (naming the closest valid key),
-        an unknown experiment name, or values of the wrong type.
+        a module that cannot be imported, an unknown experiment name, or values of
+        the wrong type.
     """
     from fedviews.experiments._registry import get_experiment
 
@@ -211,7 +277,11 @@ def load_config(
         raise ConfigError(
             'the config must name its experiment, e.g. experiment = "mmvfl_feature_selection"'
         )
-    spec = get_experiment(str(raw["experiment"]))
+    modules = import_modules(raw.get("modules", []))
+    try:
+        spec = get_experiment(str(raw["experiment"]))
+    except ConfigError as exc:
+        raise ConfigError(f"{exc}{_MODULES_HINT}") from None
     data_raw = dict(raw.get("data", {}))
     data_name = data_raw.pop("name", spec.default_dataset)
     params: Any = build_dataclass(spec.params, raw.get("params", {}), "params")
@@ -225,4 +295,5 @@ def load_config(
         params=params,
         output_dir=_coerce(raw.get("output_dir", "runs"), str, "output_dir"),
         device=device,
+        modules=modules,
     )

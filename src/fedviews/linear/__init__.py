@@ -4,13 +4,16 @@ MMVFL and its supervised baselines (supFL, supMVLFL), and the ℓ2,1 solver they
 """
 
 from fedviews.linear._common import select_top_features
-from fedviews.linear._fedmv import (
+from fedviews.linear._fedmv import LocalMVL, fedmv_consensus, mvl_local
+from fedviews.linear._hfedmv import (
     HFedMV,
-    LocalMVL,
+    HFedMVClient,
+    HFedMVParams,
+    HFedMVServer,
+    HorizontalClients,
     SingleViewFL,
-    fedmv_consensus,
     hfedmv_policy,
-    mvl_local,
+    view_dims_of,
 )
 from fedviews.linear._l21 import L21Problem, L21Result, l21_least_squares, l21_norm, row_norms
 from fedviews.linear._mmvfl import MMVFL, MMVFL_POLICY, MMVFLParams, mmvfl_centralized
@@ -36,6 +39,11 @@ __all__ = [
     "MMVFL_POLICY",
     "MMVFLParams",
     "VFedMVParams",
+    "HFedMVClient",
+    "HFedMVParams",
+    "HFedMVServer",
+    "HorizontalClients",
+    "view_dims_of",
     "L21Problem",
     "L21Result",
     "SupFL",

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator, Mapping, Sequence
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 from threadpoolctl import threadpool_limits
@@ -37,7 +37,7 @@ def per_party(
             raise ConfigError(f"{name} has {len(vals)} values but there are {n} parties")
     else:
         try:
-            vals = [float(value)] * n  # type: ignore[arg-type]
+            vals = [float(cast(float, value))] * n  # anything float() takes; else ConfigError
         except (TypeError, ValueError):
             raise ConfigError(
                 f"{name} must be a number or a list of numbers, got {value!r}"

@@ -464,11 +464,9 @@ class VFedMV(_ConsensusPredictor):
             fed = build_in_process(run, datas, transport=self.transport)
             self.transport_ = fed.transport
             self.Z_ = fed()
-        parties = [fed.parties[p] for p in names]
         server = fed.coordinator
         assert isinstance(server, VFedMVServer)
-        assert all(isinstance(p, VFedMVParty) for p in parties)
-        self.parties_: list[VFedMVParty] = parties  # type: ignore[assignment]
+        self.parties_ = [p for n in names if isinstance(p := fed.parties[n], VFedMVParty)]
         self.server_ = server
         self.W_: list[np.ndarray] = [p.W for p in self.parties_ if p.W is not None]
         self.Z_k_ = [p.Z_k for p in self.parties_]

