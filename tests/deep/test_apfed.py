@@ -6,6 +6,7 @@ import copy
 import math
 import pickle
 import warnings
+from dataclasses import fields
 
 import numpy as np
 import pytest
@@ -13,6 +14,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from fedviews.deep._apfed_nets import ARCHS, Decoder, Encoder, cut_strips, parse_setting  # noqa: E402
+from fedviews.deep._apfed_spec import APFedAlgorithm, apfed_policy  # noqa: E402
 from fedviews.deep._cifar import load_cifar  # noqa: E402
 from fedviews.deep._export import load_active_model, predict_exported  # noqa: E402
 from fedviews.deep.apfed import (  # noqa: E402
@@ -25,7 +27,7 @@ from fedviews.deep.apfed import (  # noqa: E402
     contrastive_loss,
 )
 from fedviews.errors import ConfigError, DataError, NotFittedError, PrivacyError  # noqa: E402
-from fedviews.federation import federate  # noqa: E402
+from fedviews.federation import federate, get_algorithm_spec  # noqa: E402
 
 F = torch.nn.functional
 
@@ -147,7 +149,12 @@ def test_only_representations_and_their_gradients_cross(
         "passive1 -> active": ["grad_h_A"],
         "passive3 -> active": ["grad_h_A"],
     }
-    assert est.message_log_["messages"] == 2 * 2 * (1 + 6)  # epoch + 6 batches, request + reply
+    # epoch + 6 batches, request + reply, between the active client and each passive one ...
+    between = [e for e in log.entries if "coordinator" not in (e.sender, e.receiver)]
+    assert len(between) == 2 * 2 * (1 + 6)
+    # ... and the driver's (the deployed protocol): apfed.train to the active client,
+    # apfed.epoch_done to each passive client, request + reply
+    assert est.message_log_["messages"] == 2 * 2 * (1 + 6) + 2 * (1 + 2)
     passive = est.passives_[0]
     with pytest.raises(PrivacyError):
         passive.send("active", "leak", arrays={"x_p": np.zeros(3)})
@@ -158,6 +165,44 @@ def test_only_representations_and_their_gradients_cross(
         "active -> passive2": ["grad_h_p"],
         "passive2 -> active": ["h_p"],
     }
+
+
+# -- one definition ------------------------------------------------------------------------
+def test_estimator_parameters_are_the_params_fields() -> None:
+    """APFed's hyper-parameters are APFedParams' fields with the same defaults (less the
+    deployment-only ones), plus the m-i setting and the estimator's own; SingleVL's are
+    APFed's less variant, lam and tau."""
+    from fedviews.deep import APFedParams
+    from fedviews.deep._apfed_spec import DEPLOY_ONLY
+
+    shared = {f.name: f.default for f in fields(APFedParams) if f.name not in DEPLOY_ONLY}
+    est = APFed().get_params()
+    assert {k: est[k] for k in shared} == shared
+    assert set(est) - set(shared) == {"m", "i", "random_state", "transport"}
+    single = SingleVL().get_params()
+    assert single == {k: v for k, v in est.items() if k not in ("variant", "lam", "tau")}
+
+
+def test_estimators_run_the_registered_spec(images: tuple[np.ndarray, np.ndarray]) -> None:
+    """fit builds every client from its own strip with the "apfed" spec, driver included."""
+    X, y = images
+    est = APFed(variant="C", m=2, i=2, lam=[0.5], **_fit_kw(epochs=1)).fit(X, y)
+    roles = est.transport_.roles
+    assert roles == {"coordinator": "coordinator", "active": "active", "passive1": "passive"}
+    spec = get_algorithm_spec("apfed")
+    assert isinstance(spec, APFedAlgorithm) and spec.peer_to_peer
+    assert est.transport_.policy == apfed_policy(1) == APFED_POLICY
+    kinds = {(roles[e.sender], roles[e.receiver], e.kind) for e in est.transport_.log.entries}
+    assert {k for k in kinds if not k[2].endswith(":reply")} == {
+        ("coordinator", "active", "apfed.train"),
+        ("coordinator", "passive", "apfed.epoch_done"),
+        ("active", "passive", "apfed.epoch"),
+        ("active", "passive", "apfed.forward"),
+    }
+    single = SingleVL(m=2, i=2, **_fit_kw(epochs=1)).fit(X, y)
+    assert single.transport_.policy == apfed_policy(0)
+    assert single.transport_.log.crossings() == {}
+    assert single.run_stats_["messages"] == 2  # apfed.train and its reply
 
 
 # -- inferring solely: the export ----------------------------------------------------------

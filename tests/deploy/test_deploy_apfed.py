@@ -1,4 +1,4 @@
-"""APFed deployed: the app in-process (== APFed.fit, resume) and a real launch over gRPC."""
+"""APFed deployed: the spec in-process (== APFed.fit, resume) and a real launch over gRPC."""
 
 from __future__ import annotations
 
@@ -13,11 +13,12 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("grpc")
 pytest.importorskip("rbcl")  # the PSI
 
-from fedviews.deep._export import load_active_model  # noqa: E402
+from _protocol import assert_tight, footprint  # noqa: E402
+
+from fedviews.deep import export_apfed_model, load_active_model  # noqa: E402
 from fedviews.deep.apfed import APFed  # noqa: E402
 from fedviews.deploy import (  # noqa: E402
     PartyData,
-    export_apfed_model,
     load_deploy_config,
     load_party_data,
     write_demo_data,
@@ -41,11 +42,12 @@ n_test = 60
 overlap = 0.9
 [params]
 variant = "{variant}"
-lams = [1.0, 0.5]
+lam = [1.0, 0.5]
 epochs = 2
 batch_size = 64
 lr = 0.03
 device = "cpu"
+pad = true
 torch_threads = 1
 """
 
@@ -92,7 +94,7 @@ def _reference(cfg, datas: dict[str, PartyData]) -> tuple[APFed, np.ndarray]:
         variant=p.variant,
         m=3,
         i=2,
-        lam=list(p.lams),
+        lam=list(p.lam),
         tau=p.tau,
         epochs=p.epochs,
         batch_size=p.batch_size,
@@ -173,7 +175,7 @@ def test_config_and_data_errors(files):
     cfg = load_deploy_config(_config())
     app = get_algorithm_spec("apfed")
     with pytest.raises(ConfigError, match="2 passive"):
-        one_lam = load_deploy_config({**_config(), "params": {"lams": [1.0]}})
+        one_lam = load_deploy_config({**_config(), "params": {"lam": [1.0]}})
         app.check_data(one_lam, "mid", load_party_data(files["mid"]))
     passive = load_party_data(files["top"])
     with pytest.raises(DataError, match="image strips"):
@@ -223,3 +225,17 @@ def test_launch_equals_in_process(tmp_path, launch):
         assert crossed[f"{p} -> coordinator"] == ["psi_set"]
         assert crossed[f"coordinator -> {p}"] == ["psi_positions", "psi_set"]
     assert len(crossed) == 4 + 2 * len(PARTIES)
+
+    # the same config in one process runs exactly the deployed protocol, and the policy
+    # of this run allows exactly what crossed
+    fed = build_in_process(cfg, datas)
+    fed()
+    roles = {**cfg.roles(), "coordinator": "coordinator"}
+    seen = footprint(log["exchanges"], roles)
+    assert seen == footprint(fed.transport.log.exchanges(), roles)
+    assert_tight(fed.transport.policy, seen)
+    assert fed.transport.policy == get_algorithm_spec("apfed").policy(cfg, fed.setup)
+    assert fed.coordinator.history[-1]["loss"] == pytest.approx(res["history"]["loss"][-1])
+    # and so does the estimator on the same data and params (its clients named by strip)
+    assert seen == footprint(est.transport_.log.exchanges(), est.transport_.roles)
+    assert_tight(est.transport_.policy, seen)

@@ -11,17 +11,21 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from fedviews.deep._apfed_spec import APFedParams, export_apfed_model
     from fedviews.deep._common import require_torch, resolve_device, seed_everything
     from fedviews.deep._export import load_active_model, predict_exported
     from fedviews.deep._multivfl_spec import MultiVFLParams
-    from fedviews.deep.apfed import TVFL, APFed, SingleVL
+    from fedviews.deep._tvfl import TVFL
+    from fedviews.deep.apfed import APFed, SingleVL
     from fedviews.deep.multivfl import MultiVFL
     from fedviews.deep.sfedmv import SFedMV
 
 _WHERE = {
     "APFed": "fedviews.deep.apfed",
+    "APFedParams": "fedviews.deep._apfed_spec",
     "SingleVL": "fedviews.deep.apfed",
-    "TVFL": "fedviews.deep.apfed",
+    "TVFL": "fedviews.deep._tvfl",
+    "export_apfed_model": "fedviews.deep._apfed_spec",
     "MultiVFL": "fedviews.deep.multivfl",
     "MultiVFLParams": "fedviews.deep._multivfl_spec",
     "SFedMV": "fedviews.deep.sfedmv",
@@ -33,15 +37,17 @@ _WHERE = {
 }
 
 #: names that load without torch (hyper-parameters read by deployment configs)
-_NO_TORCH = frozenset({"MultiVFLParams"})
+_NO_TORCH = frozenset({"MultiVFLParams", "APFedParams"})
 
 __all__ = [
     "APFed",
+    "APFedParams",
     "MultiVFL",
     "MultiVFLParams",
     "SFedMV",
     "SingleVL",
     "TVFL",
+    "export_apfed_model",
     "load_active_model",
     "predict_exported",
     "require_torch",

@@ -13,8 +13,6 @@ from typing import Any
 
 # names load lazily: the transports need the ``grpc`` extra, the CLI must start fast
 _WHERE = {
-    "APFedDeployParams": "fedviews.deploy._app_apfed",
-    "export_apfed_model": "fedviews.deploy._app_apfed",
     "DeployConfig": "fedviews.deploy._config",
     "FederationSpec": "fedviews.deploy._config",
     "PartyData": "fedviews.deploy._data",
@@ -34,13 +32,11 @@ _WHERE = {
 }
 
 __all__ = [
-    "APFedDeployParams",
     "DeployConfig",
     "FederationSpec",
     "PartyData",
     "SFedMVDeployParams",
     "SplitSpec",
-    "export_apfed_model",
     "launch",
     "launch_flower",
     "load_deploy_config",

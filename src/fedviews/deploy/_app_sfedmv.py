@@ -9,7 +9,7 @@ and its own test sequences (``ids_test``, ``X_test``, ``y_test``). The file form
 holds sequences of one length ``T`` (dense arrays), so the built-in ``watch`` data
 is cut into fixed-length windows (:func:`sfedmv_demo_data`).
 
-Alignment: as H-FedMV (:mod:`._app_fedmv`), every client is its own group.
+Alignment: as H-FedMV (:class:`fedviews.linear.HorizontalClients`), every client is its own group.
 
 Stage 1 (Algorithm 4): the coordinator runs the unchanged
 :class:`~fedviews.deep.sfedmv.SequenceServer` (FedAvg of every view's GRU, only

@@ -203,7 +203,7 @@ def _train_kwargs(p: Any, cfg: ExperimentConfig, seed: int) -> dict[str, Any]:
     needs="torch",
 )
 def run_table2(cfg: ExperimentConfig, ctx: RunContext) -> ExperimentResult:
-    from fedviews.deep.apfed import TVFL, APFed, SingleVL
+    from fedviews.deep import TVFL, APFed, SingleVL
 
     p: APFedTableParams = cfg.params
     Xtr, ytr, Xte, yte, note = _load(cfg, p)
@@ -345,7 +345,7 @@ def _bar_figure(
     needs="torch",
 )
 def run_lambda(cfg: ExperimentConfig, ctx: RunContext) -> ExperimentResult:
-    from fedviews.deep.apfed import APFed
+    from fedviews.deep import APFed
 
     p: APFedLambdaParams = cfg.params
     Xtr, ytr, Xte, yte, note = _load(cfg, p)

@@ -290,7 +290,7 @@ ALGORITHMS: Registry[Algorithm] = Registry(
         "fedviews.linear",
         "fedviews.deploy._app_sfedmv",
         "fedviews.deep._multivfl_spec",
-        "fedviews.deploy._app_apfed",
+        "fedviews.deep._apfed_spec",
     ),
 )
 

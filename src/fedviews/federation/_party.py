@@ -27,7 +27,7 @@ def handles(kind: str) -> Callable[[F], F]:
     """
 
     def deco(fn: F) -> F:
-        fn._fedviews_kind = kind  # type: ignore[attr-defined]
+        fn.__dict__["_fedviews_kind"] = kind  # read back by Party.__init_subclass__
         return fn
 
     return deco

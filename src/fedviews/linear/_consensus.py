@@ -37,11 +37,17 @@ from typing import Any
 import numpy as np
 
 from fedviews.errors import DataError, ProtocolError
-from fedviews.federation import Coordinator, Message, Party, handles
-from fedviews.linear._common import ConsensusState, orthonormal_nonnegative, restored_w_z
+from fedviews.federation import Algorithm, Coordinator, Message, Party, handles
+from fedviews.linear._common import (
+    ConsensusState,
+    orthonormal_nonnegative,
+    restored_w_z,
+    small_blas,
+)
 from fedviews.linear._l21 import L21Problem, row_norms
 
 __all__ = [
+    "ConsensusAlgorithm",
     "ConsensusParty",
     "ConsensusServer",
     "IRLSOptions",
@@ -386,3 +392,29 @@ class ConsensusServer(ConsensusState, Coordinator):
         if "Z_test" in self.results:
             arrays["Z_test"] = self.results["Z_test"]
         return metrics, arrays
+
+
+class ConsensusAlgorithm(Algorithm):
+    """What the MMVFL and V-FedMV specs share: running, progress and results of the
+    consensus server and parties (they differ in roles, params and where ``eta Y`` sits)."""
+
+    def run_coordinator(
+        self, coord: Coordinator, on_round_end: Callable[[int], None] | None = None
+    ) -> np.ndarray:
+        assert isinstance(coord, ConsensusServer)
+        with small_blas():
+            return coord.run(on_round_end=on_round_end)
+
+    def progress(self, coord: Coordinator) -> list[str]:
+        assert isinstance(coord, ConsensusServer)
+        return coord.progress()
+
+    def party_results(self, party: Party) -> dict[str, np.ndarray]:
+        assert isinstance(party, ConsensusParty)
+        return party.results()
+
+    def coordinator_results(
+        self, coord: Coordinator
+    ) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
+        assert isinstance(coord, ConsensusServer)
+        return coord.summary()

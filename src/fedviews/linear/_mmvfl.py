@@ -29,7 +29,7 @@ usual choice for this solver (Nie et al., 2010); later rounds warm-start.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, fields, replace
 from typing import Any
 
@@ -40,10 +40,7 @@ from fedviews._registry import register_estimator
 from fedviews.data import PartyData, check_Xs, check_y, one_hot, standardized
 from fedviews.errors import ConfigError, DataError, check_fitted
 from fedviews.federation import (
-    Algorithm,
-    Coordinator,
     Local,
-    Party,
     PrivacyPolicy,
     Roster,
     RunSpec,
@@ -57,7 +54,13 @@ from fedviews.linear._common import (
     per_party,
     small_blas,
 )
-from fedviews.linear._consensus import ConsensusParty, ConsensusServer, IRLSOptions, sq
+from fedviews.linear._consensus import (
+    ConsensusAlgorithm,
+    ConsensusParty,
+    ConsensusServer,
+    IRLSOptions,
+    sq,
+)
 from fedviews.linear._l21 import L21Problem, row_norms
 
 __all__ = [
@@ -241,7 +244,7 @@ class MMVFLParams:
             raise ConfigError(f"eps must be > 0, got {self.eps}")
 
 
-class MMVFLAlgorithm(Algorithm):
+class MMVFLAlgorithm(ConsensusAlgorithm):
     """MMVFL as a federated algorithm: every party a view owner, one of them the label owner."""
 
     name = "mmvfl"
@@ -297,27 +300,6 @@ class MMVFLAlgorithm(Algorithm):
             max_iter=p.max_iter,
             tol=p.tol,
         )
-
-    def run_coordinator(
-        self, coord: Coordinator, on_round_end: Callable[[int], None] | None = None
-    ) -> np.ndarray:
-        assert isinstance(coord, ConsensusServer)
-        with small_blas():
-            return coord.run(on_round_end=on_round_end)
-
-    def progress(self, coord: Coordinator) -> list[str]:
-        assert isinstance(coord, ConsensusServer)
-        return coord.progress()
-
-    def party_results(self, party: Party) -> dict[str, np.ndarray]:
-        assert isinstance(party, ConsensusParty)
-        return party.results()
-
-    def coordinator_results(
-        self, coord: Coordinator
-    ) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
-        assert isinstance(coord, ConsensusServer)
-        return coord.summary()
 
 
 MMVFL_SPEC = register_algorithm_spec(MMVFLAlgorithm())

@@ -14,7 +14,7 @@ label owner → server when the labels are at a party; ``X_k``, ``X_k^test`` and
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, fields
 from typing import Any
 
@@ -24,11 +24,8 @@ from fedviews._registry import register_estimator
 from fedviews.data import PartyData, check_Xs, one_hot, standardized_with
 from fedviews.errors import ConfigError, DataError, check_fitted
 from fedviews.federation import (
-    Algorithm,
     AlignGroup,
-    Coordinator,
     Local,
-    Party,
     PrivacyPolicy,
     Roster,
     RunSpec,
@@ -37,7 +34,13 @@ from fedviews.federation import (
     spawn_streams,
 )
 from fedviews.linear._common import as_param, orthonormal_nonnegative, per_party, small_blas
-from fedviews.linear._consensus import ConsensusParty, ConsensusServer, IRLSOptions, sq
+from fedviews.linear._consensus import (
+    ConsensusAlgorithm,
+    ConsensusParty,
+    ConsensusServer,
+    IRLSOptions,
+    sq,
+)
 from fedviews.linear._fedmv import _check_iter, _ConsensusPredictor, _prepare_views
 from fedviews.linear._l21 import L21Problem, row_norms
 
@@ -158,7 +161,7 @@ class VFedMVParams:
             raise ConfigError(f"eps must be > 0, got {self.eps}")
 
 
-class VFedMVAlgorithm(Algorithm):
+class VFedMVAlgorithm(ConsensusAlgorithm):
     """V-FedMV as a federated algorithm: view owners, one label owner (a party or the server)."""
 
     name = "vfedmv"
@@ -279,27 +282,6 @@ class VFedMVAlgorithm(Algorithm):
             label_owner=owner,
             test=(p.test_max_iter, p.test_tol) if p.evaluate else None,
         )
-
-    def run_coordinator(
-        self, coord: Coordinator, on_round_end: Callable[[int], None] | None = None
-    ) -> np.ndarray:
-        assert isinstance(coord, ConsensusServer)
-        with small_blas():
-            return coord.run(on_round_end=on_round_end)
-
-    def progress(self, coord: Coordinator) -> list[str]:
-        assert isinstance(coord, ConsensusServer)
-        return coord.progress()
-
-    def party_results(self, party: Party) -> dict[str, np.ndarray]:
-        assert isinstance(party, ConsensusParty)
-        return party.results()
-
-    def coordinator_results(
-        self, coord: Coordinator
-    ) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
-        assert isinstance(coord, ConsensusServer)
-        return coord.summary()
 
 
 VFEDMV_SPEC = register_algorithm_spec(VFedMVAlgorithm())

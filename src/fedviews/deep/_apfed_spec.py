@@ -1,0 +1,607 @@
+"""APFed, defined once: hyper-parameters, roles, privacy policy, the epoch driver, demo data.
+
+:class:`APFedAlgorithm` is the one definition that the estimators
+(:class:`fedviews.deep.APFed` and :class:`fedviews.deep.SingleVL`, in one process)
+and a deployment (``fedviews launch``, one process per party) both run. This
+module needs no torch to import (the registry loads it to read deployment
+configs); the parties and networks live in :mod:`fedviews.deep.apfed` and are
+imported when a party is built.
+
+Parties: ``federation.parties`` lists the ``m`` clients in the order of their
+image strips (top to bottom); ``federation.label_owner`` is the **active** party
+(role ``"active"``: its own strip, all labels, ``f_A`` and ``g_T``); every other
+party is **passive** (role ``"passive"``: its own strip and its decoder (APFed-R)
+or encoder (APFed-C)). So the ``m-i`` setting is ``m = len(parties)`` and ``i`` =
+the active party's position (1-based). With the active party alone it is SingleVL.
+
+Protocol (every message policy-checked and logged, in one process or deployed):
+
+* the coordinator is a small **driver** (:class:`APFedDriver`) that holds no data
+  and no model: it asks the active party for one epoch at a time (``apfed.train``,
+  round = epoch), keeps the scalars it reports (mean ``L_A``; the test accuracy
+  with ``evaluate``), then tells the passive parties the epoch is over
+  (``apfed.epoch_done``, their checkpoint point);
+* within an epoch the active party sends each passive party the epoch's shuffle
+  seed (``apfed.epoch``) and, per batch, ``h_A`` (``apfed.forward``); the passive
+  party replies ``λ_p ∂L_p/∂h_A`` (``grad_h_A``). Deployed, these go through the
+  coordinator's hub, whose message log shows every array that crossed;
+* with ``evaluate`` the active party scores its own strip of the test images after
+  every epoch, alone (Eq. 11); its results hold its complete model, and a deployed
+  active party writes its export folder ``model/`` (:func:`export_apfed_model`).
+
+Alignment: one PSI of all parties on the training IDs. The test split is the
+active party's alone.
+
+Data (a :class:`~fedviews.data.PartyData` per party; ``fedviews launch`` writes
+them from ``[data]``, see :func:`apfed_demo_data`): every party holds ``ids`` and
+``X`` ``(n, h, W)`` (or ``(n, C, h, W)``), its strip of every image; the active
+party also ``y`` and, to evaluate, ``ids_test``, ``X_test``, ``y_test``. ``uint8``
+pixels are scaled to ``[0, 1]`` (``X / 255``), other values are used as given.
+
+Random streams: ``spawn_streams(seed, m)``: ``[0]`` the active party, ``[1 + j]``
+the ``j``-th passive party; a deployed run equals ``APFed(m=len(parties), i=...,
+random_state=seed).fit(images, y)`` on the aligned images (rows in ascending ID
+order, strips stacked top to bottom).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from fedviews.data import PartyData, balanced_subsample, image_split
+from fedviews.errors import ConfigError, DataError, ProtocolError
+from fedviews.federation import (
+    Algorithm,
+    Coordinator,
+    Local,
+    Message,
+    Party,
+    PrivacyPolicy,
+    Roster,
+    RunSpec,
+    register_algorithm_spec,
+    spawn_streams,
+)
+
+if TYPE_CHECKING:
+    from fedviews.deep.apfed import ActiveClient, PassiveClient
+
+__all__ = [
+    "APFED_POLICY",
+    "APFED_SPEC",
+    "DEPLOY_ONLY",
+    "APFedAlgorithm",
+    "APFedDriver",
+    "APFedParams",
+    "apfed_demo_data",
+    "apfed_policy",
+    "as_strips",
+    "check_training",
+    "export_apfed_model",
+    "meta_number",
+    "party_seeds",
+]
+
+VARIANTS = ("R", "C")
+ARCH_NAMES = ("auto", "table3", "table4")
+_DEVICE = re.compile(r"^(auto|cpu|mps|cuda(:\d+)?)$")
+
+#: fields of :class:`APFedParams` that only a deployment uses (the estimators have none)
+DEPLOY_ONLY = ("evaluate", "torch_threads")
+
+
+# --------------------------------------------------------------------------- params
+
+
+def check_training(
+    epochs: Any, batch_size: Any, lr: float, momentum: float, weight_decay: float
+) -> None:
+    """The SGD settings every APFed / SingleVL / TVFL party trains with (ConfigError if bad)."""
+    if isinstance(epochs, bool) or int(epochs) != epochs or epochs < 1:
+        raise ConfigError(f"epochs must be a positive integer, got {epochs!r}")
+    if isinstance(batch_size, bool) or int(batch_size) != batch_size or batch_size < 2:
+        raise ConfigError(f"batch_size must be an integer >= 2, got {batch_size!r}")
+    if not lr > 0:
+        raise ConfigError(f"lr must be positive, got {lr!r}")
+    if not 0 <= momentum < 1 or not weight_decay >= 0:
+        raise ConfigError("momentum must be in [0, 1) and weight_decay >= 0")
+
+
+@dataclass(frozen=True)
+class APFedParams:
+    """Hyper-parameters of APFed: the one declaration used by :class:`~fedviews.deep.APFed`,
+    :class:`~fedviews.deep.SingleVL` and deployments (the ``[params]`` table).
+
+    ``variant``: the passive loss, ``"R"`` (reconstruction, decoder, MSE) or ``"C"``
+    (contrastive, encoder, Eq. 14 with temperature ``tau``). ``lam``: ``λ_p`` of
+    Eq. 8, one value for every passive party or one each (in strip order),
+    ``>= 0``. ``epochs``, ``batch_size``, ``lr``, ``momentum``, ``weight_decay``:
+    SGD settings of every party (paper: lr 1e-3, momentum 0.9, weight decay 1e-4).
+    ``pad``: zero rows at the bottom when the image height is not a multiple of
+    ``m`` (the estimators cut images with it; ``fedviews launch`` cuts the demo
+    data with it: the parties' files must hold strips of equal size). ``arch``:
+    the networks of the paper's Table 3 (1 channel) or Table 4 (3 channels).
+    ``device``: ``"auto"``, ``"cpu"``, ``"cuda"`` (``"cuda:<k>"``) or ``"mps"``.
+
+    Deployment only (:data:`DEPLOY_ONLY`; the estimators run with the defaults
+    that change nothing): ``evaluate``: the active party reports its test accuracy
+    after every epoch (its file needs a test split); ``torch_threads``: torch
+    threads of every party process (0 = torch's default).
+    """
+
+    variant: str = "R"
+    lam: float | tuple[float, ...] = 1.0
+    tau: float = 0.5
+    epochs: int = 10
+    batch_size: int = 64
+    lr: float = 1e-3
+    momentum: float = 0.9
+    weight_decay: float = 1e-4
+    pad: bool = False
+    arch: str = "auto"
+    device: str = "auto"
+    evaluate: bool = True
+    torch_threads: int = 0
+
+    def lams(self, n_passive: int) -> list[float]:
+        """``λ_p`` of each of ``n_passive`` passive parties (ConfigError if ``lam`` does not fit)."""
+        lam = self.lam
+        if isinstance(lam, (list, tuple, np.ndarray)):
+            lams = [float(v) for v in lam]
+            if len(lams) != n_passive:
+                raise ConfigError(
+                    f"lam has {len(lams)} values for {n_passive} passive parties "
+                    "(give one value for all, or one per passive party)"
+                )
+        else:
+            try:
+                lams = [float(lam)] * n_passive
+            except (TypeError, ValueError):
+                raise ConfigError(
+                    f"lam must be a number or a list of numbers, got {lam!r}"
+                ) from None
+        if any(not np.isfinite(v) or v < 0 for v in lams):
+            raise ConfigError(
+                f"lam (the trade-off λ of Eq. 8) must be finite and >= 0, got {lam!r}"
+            )
+        return lams
+
+    def validate(self, n_passive: int | None = None) -> None:
+        """Raise :class:`ConfigError` for an invalid value (a per-party ``lam`` needs ``n_passive``)."""
+        if self.variant not in VARIANTS:
+            raise ConfigError(
+                f"variant must be 'R' (reconstruction) or 'C' (contrastive), got {self.variant!r}"
+            )
+        if n_passive is None:  # the count is checked once the roster is known
+            n_passive = len(self.lam) if isinstance(self.lam, (list, tuple)) else 1
+        self.lams(n_passive)
+        if not self.tau > 0:
+            raise ConfigError(f"tau must be positive, got {self.tau!r}")
+        check_training(self.epochs, self.batch_size, self.lr, self.momentum, self.weight_decay)
+        if self.arch not in ARCH_NAMES:
+            raise ConfigError(f"arch must be one of {list(ARCH_NAMES)}, got {self.arch!r}")
+        if not isinstance(self.device, str) or not _DEVICE.match(self.device):
+            raise ConfigError(
+                f"device must be 'auto', 'cpu', 'cuda', 'cuda:<index>' or 'mps', got {self.device!r}"
+            )
+        if isinstance(self.torch_threads, bool) or self.torch_threads < 0:
+            raise ConfigError("torch_threads must be >= 0 (0 = torch's default)")
+
+
+# --------------------------------------------------------------------------- policy
+
+
+def apfed_policy(n_passive: int) -> PrivacyPolicy:
+    """The APFed barrier of a run with ``n_passive`` passive parties.
+
+    Arrays: only ``h_A`` (active → passive) and ``grad_h_A`` (passive → active)
+    cross (Algorithm 1, steps 4 and 7); the driver sends and receives none. Kinds:
+    the driver asks the active party for epochs (``apfed.train``) and tells the
+    passive parties when one is over (``apfed.epoch_done``); the active party
+    starts each epoch (``apfed.epoch``) and sends every batch (``apfed.forward``).
+    A passive party sends nothing but replies. Without passive parties (SingleVL)
+    only ``apfed.train`` goes.
+    """
+    rules: dict[tuple[str, str], list[str]] = {}
+    kinds: dict[tuple[str, str], list[str]] = {("coordinator", "active"): ["apfed.train"]}
+    if n_passive:
+        rules = {("active", "passive"): ["h_A"], ("passive", "active"): ["grad_h_A"]}
+        kinds[("active", "passive")] = ["apfed.epoch", "apfed.forward"]
+        kinds[("coordinator", "passive")] = ["apfed.epoch_done"]
+    return PrivacyPolicy.of("apfed", rules, kinds=kinds)
+
+
+#: the barrier of a run with passive parties (any number of them: the policy is per role)
+APFED_POLICY = apfed_policy(1)
+
+
+# --------------------------------------------------------------------------- helpers
+
+
+def meta_number(msg: Message, key: str) -> float:
+    """A numeric metadata value of ``msg`` (ProtocolError when absent)."""
+    v = msg.meta.get(key)
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        raise ProtocolError(f"message {msg.kind!r} from {msg.sender!r} lacks numeric meta[{key!r}]")
+    return v
+
+
+def party_seeds(seed: int | None, n: int) -> list[int]:
+    """Initialisation seeds: ``[0]`` the active party, ``[1 + j]`` the ``j``-th passive party."""
+    return [int(s.generate_state(1)[0]) for s in spawn_streams(seed, n)]
+
+
+def as_strips(X: np.ndarray) -> np.ndarray:
+    """A party's strips as the networks see them: float32 ``(n, C, h, W)``, uint8 pixels / 255."""
+    if X.ndim == 3:
+        X = X[:, None]
+    if X.dtype == np.uint8:
+        return np.asarray(X / 255.0, dtype=np.float32)
+    return np.asarray(X, dtype=np.float32)
+
+
+def _active(run: RunSpec) -> str:
+    return run.federation.owners()[0]
+
+
+def _passives(run: RunSpec) -> list[str]:
+    active = _active(run)
+    return [p for p in run.federation.parties if p != active]
+
+
+# --------------------------------------------------------------------------- the driver
+
+
+class APFedDriver(Coordinator):
+    """The coordinator of an APFed run: asks the active party for each epoch.
+
+    It holds no data and no model; it receives only the scalar metrics of each
+    epoch (``history``) and tells the passive parties when an epoch is over.
+    """
+
+    def __init__(
+        self, name: str, active: str, passives: Sequence[str], epochs: int, evaluate: bool
+    ) -> None:
+        super().__init__(name)
+        self.active, self.passives = active, list(passives)
+        self.epochs, self.evaluate = int(epochs), evaluate
+        self.history: list[dict[str, float]] = []
+
+    def run(self, on_round_end: Callable[[int], None] | None = None) -> list[dict[str, float]]:
+        """Train the epochs left; ``on_round_end(epoch)`` after each (the checkpoint point)."""
+        while len(self.history) < self.epochs:
+            epoch = len(self.history) + 1
+            t0 = time.perf_counter()
+            reply = self.send(self.active, "apfed.train", round=epoch)
+            if meta_number(reply, "epoch") != epoch:
+                raise ProtocolError(
+                    f"{self.active!r} reported epoch {reply.meta.get('epoch')!r}, expected {epoch}"
+                )
+            rec = {"epoch": float(epoch), "loss": meta_number(reply, "loss")}
+            if self.evaluate:
+                rec["accuracy"] = meta_number(reply, "accuracy")
+            if self.passives:
+                self.broadcast(self.passives, "apfed.epoch_done", round=epoch)
+            rec["seconds"] = time.perf_counter() - t0
+            self.history.append(rec)
+            if on_round_end is not None:
+                on_round_end(epoch)
+        return self.history
+
+    def progress(self) -> list[str]:
+        """One line per finished epoch."""
+        lines = []
+        for rec in list(self.history):
+            acc = f", test accuracy {rec['accuracy']:.4f}" if "accuracy" in rec else ""
+            lines.append(
+                f"epoch {int(rec['epoch'])}: loss {rec['loss']:.4f}{acc} ({rec['seconds']:.1f} s)"
+            )
+        return lines
+
+    def summary(self) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
+        """``(metrics, arrays)``: the per-epoch records and the final accuracy."""
+        keys = list(self.history[0]) if self.history else []
+        history = {k: [rec[k] for rec in self.history] for k in keys}
+        metrics: dict[str, Any] = {"history": history, "epochs_done": len(self.history)}
+        if history.get("accuracy"):
+            metrics["final_accuracy"] = history["accuracy"][-1]
+        return metrics, {k: np.asarray(v) for k, v in history.items()}
+
+    def state_dict(self) -> dict[str, np.ndarray]:
+        keys = ("epoch", "loss", "accuracy", "seconds")
+        return {
+            k: np.asarray([rec.get(k, np.nan) for rec in self.history], dtype=np.float64)
+            for k in keys
+        }
+
+    def load_state(self, state: Mapping[str, np.ndarray]) -> None:
+        self.history = []
+        for r in range(len(state["epoch"])):
+            rec = {k: float(state[k][r]) for k in ("epoch", "loss", "seconds")}
+            if self.evaluate:
+                rec["accuracy"] = float(state["accuracy"][r])
+            self.history.append(rec)
+
+
+# --------------------------------------------------------------------------- the spec
+
+
+class APFedAlgorithm(Algorithm):
+    """APFed as a federated algorithm: one active party, passive parties, a driver."""
+
+    name = "apfed"
+    Params = APFedParams
+    peer_to_peer = True  # the active party and the passive parties exchange every batch
+
+    def role(self, run: RunSpec, party: str) -> str:
+        return "active" if party == _active(run) else "passive"
+
+    def check_federation(self, fed: Roster) -> None:
+        if fed.label_owners or not fed.label_owner:
+            raise ConfigError(
+                "apfed has one active party: set federation.label_owner (not label_owners)"
+            )
+        if fed.label_owner not in fed.parties:
+            raise ConfigError(f"the active party {fed.label_owner!r} is not one of the parties")
+
+    def check_params(self, params: Any, fed: Roster) -> None:
+        super().check_params(params, fed)
+        params.validate(len(fed.parties) - 1)  # one λ per passive party
+
+    def check_data(self, run: RunSpec, party: str, data: PartyData) -> None:
+        super().check_data(run, party, data)
+        if data.features.ndim not in (3, 4):
+            raise DataError(
+                f"{party!r} must hold image strips (n, h, W) or (n, C, h, W), got X of shape "
+                f"{data.features.shape}"
+            )
+        if party == _active(run) and run.params.evaluate and data.y_test is None:
+            raise DataError(
+                f"{party!r} is the active party: its file needs ids_test, X_test and y_test "
+                "(or set params.evaluate = false)"
+            )
+
+    def party_info(self, run: RunSpec, party: str, local: Local) -> dict[str, Any]:
+        X = local.data.features
+        C = 1 if X.ndim == 3 else int(X.shape[1])
+        info: dict[str, Any] = {
+            "channels": C,
+            "height": int(X.shape[-2]),
+            "width": int(X.shape[-1]),
+        }
+        if party == _active(run):
+            info["n_classes"] = int(len(np.unique(np.asarray(local.take("train")[2]))))
+        return info
+
+    def make_setup(self, run: RunSpec, infos: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
+        shapes = {
+            p: tuple(int(i[k]) for k in ("channels", "height", "width")) for p, i in infos.items()
+        }
+        if len(set(shapes.values())) != 1:
+            raise DataError(
+                f"APFed needs strips of equal size (C, h, W) at every party, got {shapes}; "
+                "cut the images into equal strips (pad them, see params.pad)"
+            )
+        active = infos[_active(run)]
+        if int(active["n_classes"]) < 2:
+            raise DataError("the active party's labels must contain at least two classes")
+        C, h, w = shapes[_active(run)]
+        return {"n_samples": int(active["n/train"]), "channels": C, "height": h, "width": w}
+
+    def policy(self, run: RunSpec, setup: Mapping[str, Any]) -> PrivacyPolicy:
+        return apfed_policy(len(_passives(run)))
+
+    def build_party(
+        self, run: RunSpec, party: str, local: Local, setup: Mapping[str, Any]
+    ) -> ActiveClient | PassiveClient:
+        from fedviews.deep._apfed_nets import get_arch
+        from fedviews.deep._common import require_torch, resolve_device
+        from fedviews.deep.apfed import ActiveClient, PassiveClient
+
+        p: APFedParams = run.params
+        if p.torch_threads:  # this process's own setting (results do not depend on it)
+            require_torch().set_num_threads(p.torch_threads)
+        parties, passives = list(run.federation.parties), _passives(run)
+        seeds = party_seeds(run.seed, len(parties))
+        spec = get_arch(p.arch, int(setup["channels"]))
+        common: dict[str, Any] = {
+            "lr": p.lr,
+            "momentum": p.momentum,
+            "weight_decay": p.weight_decay,
+            "device": resolve_device(p.device),
+        }
+        _, X, y = local.take("train")
+        if party != _active(run):
+            return PassiveClient(
+                party,
+                as_strips(X),
+                p.variant,
+                spec,
+                seed=seeds[1 + passives.index(party)],
+                tau=p.tau,
+                **common,
+            )
+        classes, y_idx = np.unique(np.asarray(y), return_inverse=True)
+        lams = p.lams(len(passives))
+        active = ActiveClient(
+            as_strips(X),
+            y_idx.astype(np.int64),
+            len(classes),
+            spec,
+            passives=passives,
+            lams=lams,
+            seed=seeds[0],
+            epochs=int(p.epochs),
+            batch_size=int(p.batch_size),
+            name=party,
+            **common,
+        )
+        active.classes = classes
+        h, w, m = int(setup["height"]), int(setup["width"]), len(parties)
+        active.model_info = {  # model.json of its export (fedviews.deep._export)
+            "method": f"APFed-{p.variant}" if passives else "SingleVL",
+            "m": m,
+            "i": parties.index(party) + 1,
+            "pad": False,  # full images given to the export must have m * h rows
+            "image_shape": [spec.in_channels, m * h, w],
+            "settings": {**asdict(p), "lam": lams, "random_state": run.seed},
+        }
+        if p.evaluate:
+            _, X_test, y_test = local.data.split("test")
+            assert y_test is not None  # check_data
+            pos = np.clip(np.searchsorted(classes, y_test), 0, len(classes) - 1)
+            y_test_idx = np.where(classes[pos] == y_test, pos, -1)  # unseen class: never right
+            active.set_test(as_strips(X_test), y_test_idx)
+        return active
+
+    def build_coordinator(
+        self, run: RunSpec, setup: Mapping[str, Any], local: Local | None = None
+    ) -> APFedDriver:
+        p: APFedParams = run.params
+        return APFedDriver(
+            run.federation.coordinator, _active(run), _passives(run), p.epochs, p.evaluate
+        )
+
+    def round_message(self, role: str) -> str:
+        return "apfed.train" if role == "active" else "apfed.epoch_done"
+
+    def run_coordinator(
+        self, coord: Coordinator, on_round_end: Callable[[int], None] | None = None
+    ) -> list[dict[str, float]]:
+        assert isinstance(coord, APFedDriver)
+        return coord.run(on_round_end)
+
+    def progress(self, coord: Coordinator) -> list[str]:
+        assert isinstance(coord, APFedDriver)
+        return coord.progress()
+
+    def party_results(self, party: Party) -> dict[str, np.ndarray]:
+        """The active party's complete model (it predicts alone); a passive party's network."""
+        from fedviews.deep.apfed import ActiveClient, PassiveClient
+
+        assert isinstance(party, (ActiveClient, PassiveClient))
+        return party.results()
+
+    def write_party_results(self, party: Party, out_dir: Path) -> None:
+        """``result.npz``; the active party also writes its export folder ``model/``."""
+        from fedviews.deep.apfed import ActiveClient
+
+        super().write_party_results(party, out_dir)
+        if isinstance(party, ActiveClient):
+            party.export(out_dir / "model")
+
+    def coordinator_results(
+        self, coord: Coordinator
+    ) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
+        assert isinstance(coord, APFedDriver)
+        return coord.summary()
+
+    def demo_data(self, cfg: Any) -> dict[str, PartyData]:
+        """Each party's data from ``[data]`` (see :func:`apfed_demo_data`)."""
+        return apfed_demo_data(cfg)
+
+
+APFED_SPEC = register_algorithm_spec(APFedAlgorithm())
+
+
+# --------------------------------------------------------------------------- data, export
+
+
+def apfed_demo_data(cfg: Any) -> dict[str, PartyData]:
+    """Cut an image dataset into the strips of the ``m`` parties (``m = len(parties)``).
+
+    ``[data]``: ``dataset`` (``mnist`` or ``fashion_mnist``), ``n_per_class``
+    (balanced training subsample, 0 = all), ``n_test`` (test images, 0 = all;
+    MNIST: a stratified fifth of the images is the test set), ``overlap`` (each
+    party keeps this random fraction of the training images). Images are cut
+    into ``m`` equal strips top to bottom in the order of ``federation.parties``
+    (``params.pad``: zero rows at the bottom when the height is not a multiple of
+    ``m``), as :func:`fedviews.deep._apfed_nets.cut_strips`. The active party also
+    gets the labels and its strip of the test images; every file lists its rows
+    in its own random order.
+    """
+    from fedviews.deep._apfed_nets import cut_strips
+
+    spec, parties, active = cfg.data, list(cfg.federation.parties), _active(cfg)
+    Xtr, ytr, ids, Xte, yte, ids_te = image_split(spec.dataset, {}, cfg.seed, 0.2)
+    rng = np.random.default_rng(cfg.seed)
+    if spec.n_per_class:
+        keep = balanced_subsample(ytr, spec.n_per_class, random_state=cfg.seed)
+        Xtr, ytr, ids = Xtr[keep], ytr[keep], ids[keep]
+    if spec.n_test:
+        keep = np.sort(rng.permutation(len(yte))[: spec.n_test])
+        Xte, yte, ids_te = Xte[keep], yte[keep], ids_te[keep]
+    pad = bool(cfg.params.pad)
+    m = len(parties)
+
+    def cut(X: np.ndarray) -> list[np.ndarray]:
+        arr = np.asarray(X)
+        strips = cut_strips(arr[:, None] if arr.ndim == 3 else arr, m, pad=pad)
+        return [s[:, 0] if arr.ndim == 3 else s for s in strips]  # (n, h, W) for grey images
+
+    strips, test_strips = cut(Xtr), cut(Xte)
+    files: dict[str, PartyData] = {}
+    n = len(ytr)
+    for k, name in enumerate(parties):
+        keep = rng.permutation(n)[: max(1, int(round(spec.overlap * n)))]
+        extra: dict[str, Any] = {}
+        if name == active:
+            tperm = rng.permutation(len(yte))
+            extra = {
+                "y": ytr[keep],
+                "ids_test": ids_te[tperm],
+                "X_test": test_strips[k][tperm],
+                "y_test": yte[tperm],
+            }
+        files[name] = PartyData(ids[keep], strips[k][keep], **extra)
+    return files
+
+
+def export_apfed_model(result: str | Path, folder: str | Path) -> Path:
+    """Turn an active party's ``result.npz`` into an export folder (``fedviews apfed predict``).
+
+    Load it with :func:`fedviews.deep.load_active_model`; it predicts from the
+    active strip alone (or from full images of ``m`` equal strips). A deployed
+    active party writes this folder itself (``model/`` beside its ``result.npz``).
+    """
+    from fedviews.deep._apfed_nets import ActiveNet, NetSpec
+    from fedviews.deep._common import require_torch
+    from fedviews.deep._export import export_active_model
+
+    torch = require_torch()
+    with np.load(result, allow_pickle=False) as z:
+        if "model_json" not in z.files:
+            raise DataError(f"{result} is not the result of an APFed active party")
+        meta = json.loads(str(z["model_json"]))
+        state = {k[4:]: torch.as_tensor(z[k]) for k in z.files if k.startswith("net/")}
+    a = meta["arch"]
+    spec = NetSpec(
+        a["name"],
+        int(a["in_channels"]),
+        tuple((int(c[0]), int(c[1]), int(c[2])) for c in a["convs"]),
+        int(a["hidden"]),
+    )
+    strip_hw = (int(meta["strip_hw"][0]), int(meta["strip_hw"][1]))
+    net = ActiveNet(spec, strip_hw, len(meta["classes"]))
+    net.load_state_dict(state)
+    return export_active_model(
+        folder,
+        net,
+        spec=spec,
+        strip_hw=strip_hw,
+        image_shape=tuple(meta["image_shape"]),
+        m=int(meta["m"]),
+        i=int(meta["i"]),
+        pad=bool(meta["pad"]),
+        classes=np.asarray(meta["classes"]),
+        method=str(meta["method"]),
+        settings=meta.get("settings"),
+    )

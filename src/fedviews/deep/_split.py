@@ -1,0 +1,254 @@
+"""Split learning on image strips: what APFed, SingleVL and TVFL share.
+
+* :class:`SplitBottom` — the bottom (passive) party of split learning: its own
+  strip and network, its own SGD, the batch order of each epoch (derived from a
+  seed the label owner sends, so no sample index crosses) and its checkpoint.
+  APFed's :class:`~fedviews.deep.apfed.PassiveClient` and TVFL's
+  :class:`~fedviews.deep._tvfl.TVFLPassiveClient` add only their protocol.
+* :class:`StripEstimator` — the estimators' common part: images cut into ``m``
+  strips, label encoding, prediction from the active strip alone.
+* Helpers: seeded construction of a network, SGD, checkpoint arrays of networks
+  and optimisers, batched evaluation.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import numpy as np
+from sklearn.base import BaseEstimator
+
+from fedviews.deep._apfed_nets import NetSpec, as_images, cut_strips, get_arch
+from fedviews.deep._apfed_spec import meta_number
+from fedviews.deep._common import batches, resolve_device, to_numpy, to_tensor, torch_seed
+from fedviews.errors import DataError, MissingDependency, ProtocolError, check_fitted
+from fedviews.federation import Message, Party
+
+try:
+    import torch
+except ImportError as exc:  # pragma: no cover - depends on the environment
+    raise MissingDependency("torch", "torch") from exc
+
+__all__ = [
+    "EVAL_BATCH",
+    "SplitBottom",
+    "StripEstimator",
+    "build_module",
+    "load_module",
+    "load_optimizer",
+    "module_arrays",
+    "net_logits",
+    "optimizer_arrays",
+    "sgd",
+]
+
+#: rows per batch when a network only evaluates
+EVAL_BATCH = 1024
+
+
+# --------------------------------------------------------------------------- helpers
+
+
+def sgd(params: Any, lr: float, momentum: float, weight_decay: float) -> Any:
+    return torch.optim.SGD(params, lr=lr, momentum=momentum, weight_decay=weight_decay)
+
+
+def build_module(seed: int, factory: Callable[[], Any], device: Any) -> Any:
+    """Build a module with its own torch seed, leaving the global RNG untouched."""
+    with torch_seed(seed):
+        module = factory()
+    return module.to(device)
+
+
+def _copy(t: Any) -> np.ndarray:
+    return np.array(to_numpy(t), copy=True)
+
+
+def module_arrays(prefix: str, module: Any) -> dict[str, np.ndarray]:
+    """A network's parameters and buffers as ``{prefix/name: array}``."""
+    return {f"{prefix}/{k}": _copy(v) for k, v in module.state_dict().items()}
+
+
+def optimizer_arrays(prefix: str, opt: Any) -> dict[str, np.ndarray]:
+    """The tensors of an optimiser's per-parameter state (SGD: the momentum buffers)."""
+    out: dict[str, np.ndarray] = {}
+    for idx, st in opt.state_dict()["state"].items():
+        for key, val in st.items():
+            if torch.is_tensor(val):
+                out[f"{prefix}/{idx}/{key}"] = _copy(val)
+    return out
+
+
+def load_module(prefix: str, module: Any, state: Mapping[str, np.ndarray], who: str) -> None:
+    """Restore :func:`module_arrays` (DataError naming the keys that do not fit)."""
+    own = module.state_dict()
+    got = {k[len(prefix) + 1 :]: v for k, v in state.items() if k.startswith(prefix + "/")}
+    bad = sorted(
+        k
+        for k in set(own) | set(got)
+        if k not in got or k not in own or tuple(own[k].shape) != got[k].shape
+    )
+    if bad:
+        raise DataError(f"{who}: checkpointed {prefix!r} does not fit its network ({bad})")
+    module.load_state_dict({k: torch.as_tensor(np.asarray(v)) for k, v in got.items()})
+
+
+def load_optimizer(prefix: str, opt: Any, state: Mapping[str, np.ndarray]) -> None:
+    """Restore :func:`optimizer_arrays`."""
+    sd = opt.state_dict()
+    per: dict[int, dict[str, Any]] = {}
+    for key, val in state.items():
+        if key.startswith(prefix + "/"):
+            idx, name = key[len(prefix) + 1 :].split("/", 1)
+            per.setdefault(int(idx), {})[name] = torch.as_tensor(np.asarray(val))
+    sd["state"] = per
+    opt.load_state_dict(sd)
+
+
+def net_logits(net: Any, strip: np.ndarray, device: Any) -> np.ndarray:
+    """Logits of ``net`` (eval mode, no gradient) on a strip, in batches of :data:`EVAL_BATCH`."""
+    net.eval()
+    out = []
+    with torch.no_grad():
+        for start in range(0, len(strip), EVAL_BATCH):
+            out.append(
+                to_numpy(net(to_tensor(strip[start : start + EVAL_BATCH], device, torch.float32)))
+            )
+    return np.concatenate(out).astype(np.float64)
+
+
+# --------------------------------------------------------------------------- the bottom party
+
+
+class SplitBottom(Party):
+    """The bottom (passive) party of split learning on one image strip.
+
+    It holds its strip and its network (built by ``factory(strip_hw)`` with its
+    own seed) and trains it with its own SGD. Each epoch's batch order comes from
+    the label owner's shuffle seed (:meth:`start_epoch`), so the two sides draw
+    the same batches without any sample index crossing. Subclasses register the
+    handlers of their protocol.
+
+    Parameters
+    ----------
+    name : str
+    view : ndarray, shape (n, C, h, W)
+        Its strip, aligned with the label owner's samples.
+    factory : callable
+        ``factory((h, W))`` builds its network.
+    seed : int
+        Initialisation seed of its network.
+    lr, momentum, weight_decay : float
+        Its own SGD settings.
+    device : torch.device or str
+    """
+
+    def __init__(
+        self,
+        name: str,
+        view: np.ndarray,
+        factory: Callable[[tuple[int, int]], Any],
+        *,
+        seed: int,
+        lr: float = 1e-3,
+        momentum: float = 0.9,
+        weight_decay: float = 1e-4,
+        device: Any = "cpu",
+    ) -> None:
+        super().__init__(name, role="passive")
+        self.device = torch.device(device)
+        self._X = to_tensor(view, self.device, torch.float32)
+        hw = (int(view.shape[2]), int(view.shape[3]))
+        self.net = build_module(seed, lambda: factory(hw), self.device)
+        self.opt = sgd(self.net.parameters(), lr, momentum, weight_decay)
+        self._order: list[np.ndarray] = []
+
+    def start_epoch(self, msg: Message) -> None:
+        """The batches of a new epoch, from ``meta["shuffle_seed"]`` and ``meta["batch_size"]``."""
+        rng = np.random.default_rng(int(meta_number(msg, "shuffle_seed")))
+        self._order = list(batches(len(self._X), int(meta_number(msg, "batch_size")), rng))
+
+    def batch_rows(self, msg: Message) -> np.ndarray:
+        """The rows of batch ``meta["batch"]`` of the current epoch."""
+        b = int(meta_number(msg, "batch"))
+        if not 0 <= b < len(self._order):
+            raise ProtocolError(f"{self.name}: batch {b} is not in the current epoch")
+        return self._order[b]
+
+    def results(self) -> dict[str, np.ndarray]:
+        """What it keeps at the end: its network."""
+        return module_arrays("net", self.net)
+
+    def state_dict(self) -> dict[str, np.ndarray]:
+        """Its network and optimiser state (a checkpoint at an epoch boundary)."""
+        return {**module_arrays("net", self.net), **optimizer_arrays("opt", self.opt)}
+
+    def load_state(self, state: Mapping[str, np.ndarray]) -> None:
+        """Restore :meth:`state_dict` (raises DataError if it does not fit)."""
+        load_module("net", self.net, state, self.name)
+        load_optimizer("opt", self.opt, state)
+
+
+# --------------------------------------------------------------------------- estimators
+
+
+class StripEstimator(BaseEstimator):
+    """Shared pieces of APFed, SingleVL and TVFL: strips, label encoding, active-only prediction.
+
+    Every estimator here runs a federation, so a fitted one has ``transport_``,
+    ``run_stats_`` (its ``log.summary()``, also ``message_log_``) and
+    ``history_`` (mean loss per epoch).
+    """
+
+    m: int
+    i: int
+    pad: bool
+    arch: str
+    device: str
+
+    def _prepare(self, images: Any, y: Any) -> tuple[list[np.ndarray], np.ndarray]:
+        """The ``m`` strips of ``images`` and the labels; sets the shape and class attributes."""
+        X = as_images(images)
+        yy = np.asarray(y)
+        if yy.ndim != 1 or len(yy) != len(X):
+            raise DataError(
+                f"y must be 1-D with one label per image ({len(X)}), got shape {yy.shape}"
+            )
+        self.classes_ = np.unique(yy)
+        if len(self.classes_) < 2:
+            raise DataError("y must contain at least two classes")
+        views = cut_strips(X, self.m, pad=self.pad)
+        self.image_shape_ = tuple(int(s) for s in X.shape[1:])
+        self.strip_hw_ = (int(views[0].shape[2]), int(views[0].shape[3]))
+        self.spec_: NetSpec = get_arch(self.arch, X.shape[1])
+        self.device_ = resolve_device(self.device)
+        return views, yy
+
+    def _active_strip(self, images: Any) -> np.ndarray:
+        """The active strip of full images (strips of other clients are discarded)."""
+        check_fitted(self, "active_", "image_shape_")
+        X = as_images(images)
+        if tuple(X.shape[1:]) != self.image_shape_:
+            raise DataError(
+                f"images have shape {X.shape[1:]}, the model was fit on {self.image_shape_}"
+            )
+        return cut_strips(X, self.m, pad=self.pad)[self.i - 1]
+
+    def _logits(self, strip: np.ndarray) -> np.ndarray:  # pragma: no cover - overridden
+        raise NotImplementedError
+
+    def predict_proba(self, images: Any) -> np.ndarray:
+        """Class probabilities from the active client's strip alone."""
+        logits = self._logits(self._active_strip(images))
+        e = np.exp(logits - logits.max(axis=1, keepdims=True))
+        return e / e.sum(axis=1, keepdims=True)
+
+    def predict(self, images: Any) -> np.ndarray:
+        """Labels predicted by the active client alone (Eq. 11)."""
+        logits = self._logits(self._active_strip(images))
+        return np.asarray(self.classes_[np.argmax(logits, axis=1)])
+
+    def score(self, images: Any, y: Any) -> float:
+        """Accuracy of :meth:`predict`."""
+        return float(np.mean(self.predict(images) == np.asarray(y)))

@@ -1,0 +1,335 @@
+"""TVFL-0 / TVFL-A / TVFL-R: the typical split-learning VFL baselines of the APFed paper.
+
+Every client encodes its own strip (:class:`TVFLPassiveClient`, a
+:class:`~fedviews.deep._split.SplitBottom` that sends ``h_p`` and receives
+``grad_h_p``); the label owner (:class:`TVFLActiveClient`, which drives the
+epochs) encodes its strip too and trains a head on all ``m`` representations.
+At inference without the passive clients their representations are replaced by
+zeros (TVFL-0), their training mean (TVFL-A, collected at the end of training)
+or standard-normal noise (TVFL-R). Only ``h_p`` (passive → active) and
+``grad_h_p`` (active → passive) cross the privacy barrier (:data:`TVFL_POLICY`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from fedviews._registry import register_estimator
+from fedviews.deep._apfed_nets import Encoder, Head, NetSpec, check_setting
+from fedviews.deep._apfed_spec import check_training, meta_number, party_seeds
+from fedviews.deep._common import batches, to_numpy, to_tensor
+from fedviews.deep._split import EVAL_BATCH, SplitBottom, StripEstimator, build_module, sgd
+from fedviews.errors import ConfigError, MissingDependency, ProtocolError
+from fedviews.federation import Coordinator, Message, PrivacyPolicy, federate, handles
+
+try:
+    import torch
+    from torch.nn import functional as F
+except ImportError as exc:  # pragma: no cover - depends on the environment
+    raise MissingDependency("torch", "torch") from exc
+
+__all__ = ["TVFL", "TVFL_POLICY", "TVFLActiveClient", "TVFLPassiveClient"]
+
+#: only the representations and their gradients cross; the label owner drives every step
+TVFL_POLICY = PrivacyPolicy.of(
+    "tvfl",
+    {("passive", "active"): ["h_p"], ("active", "passive"): ["grad_h_p"]},
+    kinds={
+        ("active", "passive"): ["tvfl.epoch", "tvfl.forward", "tvfl.backward", "tvfl.represent"]
+    },
+)
+_FILLS = ("zero", "mean", "random")
+
+
+class TVFLPassiveClient(SplitBottom):
+    """A TVFL client: its strip and encoder; sends ``h_p``, receives ``grad_h_p``."""
+
+    def __init__(
+        self,
+        name: str,
+        view: np.ndarray,
+        spec: NetSpec,
+        *,
+        seed: int,
+        lr: float = 1e-3,
+        momentum: float = 0.9,
+        weight_decay: float = 1e-4,
+        device: Any = "cpu",
+    ) -> None:
+        super().__init__(
+            name,
+            view,
+            lambda hw: Encoder(spec, hw),
+            seed=seed,
+            lr=lr,
+            momentum=momentum,
+            weight_decay=weight_decay,
+            device=device,
+        )
+        self._pending: Any = None
+
+    @handles("tvfl.epoch")
+    def _on_epoch(self, msg: Message) -> None:
+        self.start_epoch(msg)
+
+    @handles("tvfl.forward")
+    def _on_forward(self, msg: Message) -> Message:
+        self.net.train()
+        self._pending = self.net(self._X[self.batch_rows(msg)])
+        return self.reply(msg, arrays={"h_p": to_numpy(self._pending)})
+
+    @handles("tvfl.backward")
+    def _on_backward(self, msg: Message) -> None:
+        if self._pending is None:
+            raise ProtocolError(f"{self.name}: gradient received before a forward pass")
+        self.opt.zero_grad()
+        self._pending.backward(to_tensor(msg.arrays["grad_h_p"], self.device, torch.float32))
+        self.opt.step()
+        self._pending = None
+
+    @handles("tvfl.represent")
+    def _on_represent(self, msg: Message) -> Message:
+        """Representations of training rows ``[start, stop)`` (used for TVFL-A's mean)."""
+        self.net.eval()
+        start, stop = int(meta_number(msg, "start")), int(meta_number(msg, "stop"))
+        with torch.no_grad():
+            h = self.net(self._X[start:stop])
+        return self.reply(msg, arrays={"h_p": to_numpy(h)})
+
+
+class TVFLActiveClient(Coordinator):
+    """The TVFL label owner: its own strip ``i`` and encoder, and the head on all ``m`` representations.
+
+    At inference without the passive clients, their representations are
+    replaced by zeros (TVFL-0), their training mean (TVFL-A, collected at the
+    end of training) or standard-normal noise (TVFL-R).
+    """
+
+    def __init__(
+        self,
+        view: np.ndarray,
+        y: np.ndarray,
+        n_classes: int,
+        spec: NetSpec,
+        *,
+        passives: Sequence[str],
+        position: int,
+        seed: int,
+        epochs: int = 10,
+        batch_size: int = 64,
+        lr: float = 1e-3,
+        momentum: float = 0.9,
+        weight_decay: float = 1e-4,
+        device: Any = "cpu",
+        name: str = "active",
+    ) -> None:
+        super().__init__(name, role="active")
+        self.passives = list(passives)
+        self.position = position  # index of the active strip among the m views
+        self.epochs = epochs
+        self.batch_size = batch_size
+        self.device = torch.device(device)
+        self._X = to_tensor(view, self.device, torch.float32)
+        self._y = to_tensor(y, self.device, torch.int64)
+        hw = (view.shape[2], view.shape[3])
+        m = len(self.passives) + 1
+        self.rep_shape = spec.out_shape(*hw)
+        self.encoder = build_module(seed, lambda: Encoder(spec, hw), self.device)
+        self.head = build_module(
+            seed + 1, lambda: Head(m * spec.feature_dim(*hw), spec.hidden, n_classes), self.device
+        )
+        params = [*self.encoder.parameters(), *self.head.parameters()]
+        self.opt = sgd(params, lr, momentum, weight_decay)
+        self._rng = np.random.default_rng(seed)
+        self.history: list[float] = []
+        self.passive_mean: list[Any] = []
+
+    def _join(self, h_a: Any, others: list[Any]) -> Any:
+        hs = list(others)
+        hs.insert(self.position, h_a)
+        return torch.cat([h.flatten(1) for h in hs], dim=1)
+
+    def run(self) -> list[float]:
+        step = 0
+        for _ in range(self.epochs):
+            shuffle_seed = int(self._rng.integers(2**31))
+            for p in self.passives:
+                self.send(
+                    p,
+                    "tvfl.epoch",
+                    meta={"shuffle_seed": shuffle_seed, "batch_size": self.batch_size},
+                    round=step,
+                )
+            total = 0.0
+            for b, idx in enumerate(
+                batches(len(self._X), self.batch_size, np.random.default_rng(shuffle_seed))
+            ):
+                self.encoder.train()
+                self.head.train()
+                h_a = self.encoder(self._X[idx])
+                hps = [
+                    to_tensor(
+                        self.send(p, "tvfl.forward", meta={"batch": b}, round=step).arrays["h_p"],
+                        self.device,
+                        torch.float32,
+                    ).requires_grad_(True)
+                    for p in self.passives
+                ]
+                loss = F.cross_entropy(self.head(self._join(h_a, hps)), self._y[idx])
+                self.opt.zero_grad()
+                loss.backward()
+                self.opt.step()
+                for p, hp in zip(self.passives, hps, strict=True):
+                    assert hp.grad is not None
+                    self.send(
+                        p, "tvfl.backward", arrays={"grad_h_p": to_numpy(hp.grad)}, round=step
+                    )
+                total += float(loss.detach()) * len(idx)
+                step += 1
+            self.history.append(total / len(self._X))
+        self._collect_means(step)
+        return self.history
+
+    def _collect_means(self, step: int) -> None:
+        """Last training step: average each passive client's representation over the training set."""
+        n = len(self._X)
+        self.passive_mean = []
+        for p in self.passives:
+            acc = torch.zeros(self.rep_shape, dtype=torch.float64, device=self.device)
+            for start in range(0, n, EVAL_BATCH):
+                meta = {"start": start, "stop": min(start + EVAL_BATCH, n)}
+                h = self.send(p, "tvfl.represent", meta=meta, round=step).arrays["h_p"]
+                acc += to_tensor(h, self.device, torch.float64).sum(0)
+            self.passive_mean.append((acc / n).float())
+
+    def logits_alone(self, x: Any, fill: str, generator: Any) -> Any:
+        """Logits from the active strip only; passive representations replaced per ``fill``."""
+        h_a = self.encoder(x)
+        shape = (len(x), *self.rep_shape)
+        if fill == "zero":
+            others = [torch.zeros(shape, device=self.device) for _ in self.passives]
+        elif fill == "mean":
+            others = [mu.expand(shape) for mu in self.passive_mean]
+        else:
+            others = [
+                torch.randn(shape, generator=generator).to(self.device) for _ in self.passives
+            ]
+        return self.head(self._join(h_a, others))
+
+
+@register_estimator("tvfl")
+class TVFL(StripEstimator):
+    """Typical split-learning VFL trained on all ``m`` strips; predicts with the active strip only.
+
+    Parameters
+    ----------
+    fill : {"zero", "mean", "random"}
+        Default replacement for the passive representations at inference:
+        TVFL-0, TVFL-A (training mean) or TVFL-R (standard normal).
+    m, i, epochs, batch_size, lr, momentum, weight_decay, pad, arch, device, random_state
+        As in :class:`~fedviews.deep.APFed`.
+
+    Attributes
+    ----------
+    classes_ : ndarray
+    active_ : TVFLActiveClient
+    passives_ : list of TVFLPassiveClient
+    history_ : list of float
+        Mean training loss per epoch.
+    transport_ : Transport
+        The federation (its ``log`` records every message).
+    run_stats_, message_log_ : dict
+        ``transport_.log.summary()``.
+    """
+
+    def __init__(
+        self,
+        fill: str = "zero",
+        m: int = 2,
+        i: int = 1,
+        epochs: int = 10,
+        batch_size: int = 64,
+        lr: float = 1e-3,
+        momentum: float = 0.9,
+        weight_decay: float = 1e-4,
+        pad: bool = False,
+        arch: str = "auto",
+        device: str = "auto",
+        random_state: int = 0,
+    ) -> None:
+        self.fill = fill
+        self.m = m
+        self.i = i
+        self.epochs = epochs
+        self.batch_size = batch_size
+        self.lr = lr
+        self.momentum = momentum
+        self.weight_decay = weight_decay
+        self.pad = pad
+        self.arch = arch
+        self.device = device
+        self.random_state = random_state
+
+    def fit(self, images: Any, y: Any) -> TVFL:
+        """Train all ``m`` clients together (split learning, labels on the active client)."""
+        if self.fill not in _FILLS:
+            raise ConfigError(f"fill must be one of {_FILLS}, got {self.fill!r}")
+        check_setting(self.m, self.i)
+        check_training(self.epochs, self.batch_size, self.lr, self.momentum, self.weight_decay)
+        views, labels = self._prepare(images, y)
+        y_idx = np.searchsorted(self.classes_, labels).astype(np.int64)
+        seeds = party_seeds(self.random_state, self.m)
+        common: dict[str, Any] = {
+            "lr": self.lr,
+            "momentum": self.momentum,
+            "weight_decay": self.weight_decay,
+            "device": self.device_,
+        }
+        passives = [
+            TVFLPassiveClient(f"passive{k + 1}", views[k], self.spec_, seed=seeds[n + 1], **common)
+            for n, k in enumerate(k for k in range(self.m) if k != self.i - 1)
+        ]
+        active = TVFLActiveClient(
+            views[self.i - 1],
+            y_idx,
+            len(self.classes_),
+            self.spec_,
+            passives=[p.name for p in passives],
+            position=self.i - 1,
+            seed=seeds[0],
+            epochs=int(self.epochs),
+            batch_size=int(self.batch_size),
+            **common,
+        )
+        self.transport_ = federate([active, *passives], TVFL_POLICY)
+        self.history_ = active.run()
+        self.active_ = active
+        self.passives_ = passives
+        self.run_stats_ = self.message_log_ = self.transport_.log.summary()
+        return self
+
+    def _logits(self, strip: np.ndarray, fill: str | None = None) -> np.ndarray:
+        fill = self.fill if fill is None else fill
+        if fill not in _FILLS:
+            raise ConfigError(f"fill must be one of {_FILLS}, got {fill!r}")
+        a = self.active_
+        a.encoder.eval()
+        a.head.eval()
+        gen = torch.Generator().manual_seed(int(self.random_state))
+        out = []
+        with torch.no_grad():
+            for start in range(0, len(strip), EVAL_BATCH):
+                x = to_tensor(strip[start : start + EVAL_BATCH], self.device_, torch.float32)
+                out.append(to_numpy(a.logits_alone(x, fill, gen)))
+        return np.concatenate(out).astype(np.float64)
+
+    def predict(self, images: Any, fill: str | None = None) -> np.ndarray:
+        """Labels from the active strip alone, passive representations replaced per ``fill``."""
+        logits = self._logits(self._active_strip(images), fill)
+        return np.asarray(self.classes_[np.argmax(logits, axis=1)])
+
+    def score(self, images: Any, y: Any, fill: str | None = None) -> float:
+        return float(np.mean(self.predict(images, fill) == np.asarray(y)))
