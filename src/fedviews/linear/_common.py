@@ -11,7 +11,14 @@ from threadpoolctl import threadpool_limits
 
 from fedviews.errors import ConfigError, DataError
 
-__all__ = ["as_param", "orthonormal_nonnegative", "per_party", "select_top_features", "small_blas"]
+__all__ = [
+    "as_param",
+    "check_weights",
+    "orthonormal_nonnegative",
+    "per_party",
+    "select_top_features",
+    "small_blas",
+]
 
 
 @contextlib.contextmanager
@@ -46,6 +53,18 @@ def per_party(
         if not np.isfinite(v) or (v <= 0 if positive else v < 0):
             raise ConfigError(f"{name} must be {'> 0' if positive else '>= 0'}, got {v}")
     return vals
+
+
+def check_weights(params: Any, n: int | None = None) -> None:
+    """Check a params dataclass's ``beta``/``zeta`` (one value, or one per party or view:
+    ``n`` of them when ``n`` is known), ``eta > 0`` and ``eps > 0``."""
+    for name in ("beta", "zeta"):
+        value = getattr(params, name)
+        count = n if n is not None else (len(value) if isinstance(value, tuple) else 1)
+        per_party(value, count, name)
+    per_party(params.eta, 1, "eta")
+    if not params.eps > 0:
+        raise ConfigError(f"eps must be > 0, got {params.eps}")
 
 
 def as_param(value: Any) -> Any:

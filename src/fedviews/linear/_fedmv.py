@@ -128,9 +128,24 @@ class _ConsensusPredictor(BaseEstimator):
     """``predict = argmax`` of the consensus ``Z^test`` (shared by the multi-view estimators)."""
 
     classes_: np.ndarray
+    W_: list[np.ndarray]
+    zetas_: list[float]
+    n_features_in_: list[int]
+    test_max_iter: int
+    test_tol: float
 
-    def decision_function(self, Xs: Sequence[np.ndarray]) -> np.ndarray:  # pragma: no cover
-        raise NotImplementedError
+    def decision_function(self, Xs: Sequence[np.ndarray]) -> np.ndarray:
+        """Consensus ``Z^test`` of the testing phase (Eqs. 12-13 / 18-19), run locally by the
+        holder of ``Xs`` with the fitted ``W_k`` (V-FedMV overrides it with the federated one)."""
+        check_fitted(self, "W_", "zetas_")
+        Xs = check_Xs(Xs, n_views=len(self.W_), n_features=self.n_features_in_)
+        Z, self.test_iterations_ = fedmv_consensus(
+            [X @ W for X, W in zip(Xs, self.W_, strict=True)],
+            self.zetas_,
+            max_iter=self.test_max_iter,
+            tol=self.test_tol,
+        )
+        return Z
 
     def predict(self, Xs: Sequence[np.ndarray]) -> np.ndarray:
         """Class labels: ``argmax`` of the consensus ``Z^test`` (Eqs. 12-13)."""
@@ -295,15 +310,3 @@ class LocalMVL(_ConsensusPredictor):
         self.zetas_ = per_party(self.zeta, len(Xs), "zeta")
         self.n_features_in_ = [X.shape[1] for X in Xs]
         return self
-
-    def decision_function(self, Xs: Sequence[np.ndarray]) -> np.ndarray:
-        """Consensus ``Z^test`` (testing phase run locally)."""
-        check_fitted(self, "W_", "zetas_")
-        Xs = check_Xs(Xs, n_views=len(self.W_), n_features=self.n_features_in_)
-        Z, self.test_iterations_ = fedmv_consensus(
-            [X @ W for X, W in zip(Xs, self.W_, strict=True)],
-            self.zetas_,
-            max_iter=self.test_max_iter,
-            tol=self.test_tol,
-        )
-        return Z

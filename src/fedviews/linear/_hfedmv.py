@@ -50,7 +50,7 @@ from fedviews.federation import (
     register_algorithm_spec,
     spawn_streams,
 )
-from fedviews.linear._common import as_param, per_party, small_blas
+from fedviews.linear._common import as_param, check_weights, per_party, small_blas
 from fedviews.linear._consensus import IRLSOptions, number
 from fedviews.linear._fedmv import (
     _check_iter,
@@ -503,13 +503,7 @@ class HFedMVParams:
     evaluate: bool = False
 
     def validate(self) -> None:
-        for name in ("beta", "zeta"):
-            value = getattr(self, name)
-            if not isinstance(value, tuple):
-                per_party(value, 1, name)
-            elif value:
-                per_party(value, len(value), name)
-        per_party(self.eta, 1, "eta")
+        check_weights(self)  # one per view: checked against the views at build
         for name, tol in [
             ("n_rounds", 0.0),
             ("local_iter", 0.0),
@@ -517,8 +511,6 @@ class HFedMVParams:
             ("test_max_iter", self.test_tol),
         ]:
             _check_iter(getattr(self, name), tol, name)
-        if not self.eps > 0:
-            raise ConfigError(f"eps must be > 0, got {self.eps}")
         if self.standardize not in STANDARDIZE:
             raise ConfigError(f"params.standardize must be one of {list(STANDARDIZE)}")
 
@@ -823,18 +815,6 @@ class HFedMV(_ConsensusPredictor):
         self.feature_importances_ = [row_norms(W) for W in self.W_]
         self.run_stats_ = self.transport_.log.summary()
         return self
-
-    def decision_function(self, Xs: Sequence[np.ndarray]) -> np.ndarray:
-        """Consensus ``Z^test`` of Eqs. (18)-(19), computed locally by the client holding ``Xs``."""
-        check_fitted(self, "W_", "zetas_")
-        Xs = check_Xs(Xs, n_views=len(self.W_), n_features=self.n_features_in_)
-        Z, self.test_iterations_ = fedmv_consensus(
-            [X @ W for X, W in zip(Xs, self.W_, strict=True)],
-            self.zetas_,
-            max_iter=self.test_max_iter,
-            tol=self.test_tol,
-        )
-        return Z
 
 
 @register_estimator("single_view_fl")

@@ -33,7 +33,13 @@ from fedviews.federation import (
     register_algorithm_spec,
     spawn_streams,
 )
-from fedviews.linear._common import as_param, orthonormal_nonnegative, per_party, small_blas
+from fedviews.linear._common import (
+    as_param,
+    check_weights,
+    orthonormal_nonnegative,
+    per_party,
+    small_blas,
+)
 from fedviews.linear._consensus import (
     ConsensusAlgorithm,
     ConsensusParty,
@@ -149,16 +155,10 @@ class VFedMVParams:
 
     def validate(self, n_parties: int | None = None) -> None:
         """Raise :class:`ConfigError` for an invalid value (per-party lists need ``n_parties``)."""
-        for name in ("beta", "zeta"):
-            value = getattr(self, name)
-            if n_parties is not None or not isinstance(value, tuple):
-                per_party(value, n_parties or 1, name)
-        per_party(self.eta, 1, "eta")
+        check_weights(self, n_parties)
         _check_iter(self.max_iter, self.tol, "max_iter")
         _check_iter(self.inner_max_iter, self.inner_tol, "inner_max_iter")
         _check_iter(self.test_max_iter, self.test_tol, "test_max_iter")
-        if not self.eps > 0:
-            raise ConfigError(f"eps must be > 0, got {self.eps}")
 
 
 class VFedMVAlgorithm(ConsensusAlgorithm):
