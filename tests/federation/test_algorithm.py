@@ -135,3 +135,32 @@ def test_spawn_streams_is_seed_sequence_spawn():
     a = [s.generate_state(2) for s in spawn_streams(5, 3)]
     b = [s.generate_state(2) for s in np.random.SeedSequence(5).spawn(3)]
     np.testing.assert_array_equal(a, b)
+
+
+def test_receivers_check_shapes_and_name_the_sender():
+    from fedviews.data import PartyData
+    from fedviews.federation import Message, Roster, RunSpec
+
+    msg = Message("update", sender="p", receiver="c", arrays={"Z": np.zeros((3, 2))})
+    assert msg.array("Z", (3, None)).shape == (3, 2)
+    with pytest.raises(
+        ProtocolError, match="'p' sent 'Z' of shape \\(3, 2\\) in 'update', expected \\(4, \\*\\)"
+    ):
+        msg.array("Z", (4, None))
+    with pytest.raises(ProtocolError, match="without the array 'W'"):
+        msg.array("W", (3, 2))
+
+    rng = np.random.default_rng(1)
+    Xs = [rng.normal(size=(20, d)) for d in (3, 4)]
+    y = np.arange(20) % 2
+    run = RunSpec("mmvfl", MMVFLParams(max_iter=2), Roster(("u", "v"), label_owner="u"))
+    ids = np.arange(20)
+    fed = build_in_process(run, {"u": PartyData(ids, Xs[0], y), "v": PartyData(ids, Xs[1])})
+    bad = fed.parties["v"]
+
+    def short_reply(msg):  # a dishonest party answers with a Z_k of the wrong size
+        return bad.reply(msg, arrays={"Z_k": np.zeros((5, 2))}, meta={"local_objective": 0.0})
+
+    bad.on_update = short_reply  # type: ignore[method-assign]
+    with pytest.raises(ProtocolError, match="'v' sent 'Z_k' of shape \\(5, 2\\)"):
+        fed()

@@ -77,6 +77,23 @@ class Message:
         """Payload bytes of the arrays (what the log counts)."""
         return int(sum(a.nbytes for a in self.arrays.values()))
 
+    def array(self, name: str, shape: tuple[int | None, ...]) -> np.ndarray:
+        """The array ``name``, checked by its receiver: present, and of ``shape``
+        (``None``: any length on that axis); a :class:`ProtocolError` names the sender."""
+        arr = self.arrays.get(name)
+        if arr is None:
+            raise ProtocolError(f"{self.sender!r} sent {self.kind!r} without the array {name!r}")
+        ok = arr.ndim == len(shape) and all(
+            want is None or got == want for got, want in zip(arr.shape, shape, strict=True)
+        )
+        if not ok:
+            want = ", ".join("*" if s is None else str(s) for s in shape)
+            raise ProtocolError(
+                f"{self.sender!r} sent {name!r} of shape {arr.shape} in {self.kind!r}, "
+                f"expected ({want})"
+            )
+        return arr
+
     def shapes(self) -> dict[str, tuple[int, ...]]:
         return {k: tuple(int(s) for s in a.shape) for k, a in self.arrays.items()}
 

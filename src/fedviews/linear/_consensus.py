@@ -150,7 +150,7 @@ class ConsensusParty(Party):
 
     @handles("update")
     def on_update(self, msg: Message) -> Message:
-        local = self.local_update(msg.arrays["Z"])
+        local = self.local_update(msg.array("Z", self.Z_k.shape))
         return self.reply(
             msg, arrays={"Z_k": self.Z_k}, meta={"local_objective": local, "zeta": self.zeta}
         )
@@ -183,11 +183,7 @@ class ConsensusParty(Party):
         _, classes, y_test = self._labels()
         if y_test is None:
             raise ProtocolError(f"{self.name!r} holds no test labels (y_test)")
-        Z = msg.arrays["Z_test"]
-        if Z.shape != (len(y_test), len(classes)):
-            raise ProtocolError(
-                f"Z_test has shape {Z.shape}, expected {(len(y_test), len(classes))}"
-            )
+        Z = msg.array("Z_test", (len(y_test), len(classes)))
         self.y_test_pred = classes[np.argmax(Z, axis=1)]
         accuracy = float(np.mean(self.y_test_pred == y_test))
         return self.reply(msg, meta={"accuracy": accuracy, "n_test": len(y_test)})
@@ -217,7 +213,8 @@ class ConsensusParty(Party):
     def on_test_update(self, msg: Message) -> Message:
         if self.P_test is None:
             raise ProtocolError(f"{self.name!r} got test_update before test_init")
-        self.Z_k_test = (self.P_test + self.zeta * msg.arrays["Z_test"]) / (1.0 + self.zeta)
+        Z_test = msg.array("Z_test", self.P_test.shape)
+        self.Z_k_test = (self.P_test + self.zeta * Z_test) / (1.0 + self.zeta)
         return self.reply(msg, arrays={"Z_k_test": self.Z_k_test})  # Eq. (13)
 
     def results(self) -> dict[str, np.ndarray]:
@@ -277,19 +274,11 @@ class ConsensusServer(ConsensusState, Coordinator):
 
     def _fetch_labels(self) -> None:
         assert self.label_owner is not None and self.Y is not None
-        Y = self.send(self.label_owner, "labels", round=len(self.objective)).arrays["Y"]
-        if Y.shape != self.Y.shape:
-            raise ProtocolError(
-                f"the label owner {self.label_owner!r} sent Y of shape {Y.shape}, "
-                f"expected {self.Y.shape}"
-            )
-        self.Y = Y
+        reply = self.send(self.label_owner, "labels", round=len(self.objective))
+        self.Y = reply.array("Y", self.Y.shape)
 
     def _z_step(self, replies: Mapping[str, Message]) -> float:
-        Zks = [replies[p].arrays["Z_k"] for p in self.parties]
-        for p, Zk in zip(self.parties, Zks, strict=True):
-            if Zk.shape != self.Z.shape:
-                raise ProtocolError(f"{p} sent Z_k of shape {Zk.shape}, expected {self.Z.shape}")
+        Zks = [replies[p].array("Z_k", self.Z.shape) for p in self.parties]
         f = float(sum(number(replies[p], "local_objective") for p in self.parties))
         if self.Y is None:  # MMVFL Eq. (14)
             assert self.zeta is not None
@@ -335,14 +324,18 @@ class ConsensusServer(ConsensusState, Coordinator):
         r0 = len(self.objective)
         replies = self.broadcast(self.parties, "test_init", round=r0 + 1)
         w = consensus_weights([number(replies[p], "zeta") for p in self.parties])
-        Z = sum(wk * replies[p].arrays["Z_k_test"] for wk, p in zip(w, self.parties, strict=True))
+        shape = replies[self.parties[0]].array("Z_k_test", (None, self.Z.shape[1])).shape
+        Z = sum(
+            wk * replies[p].array("Z_k_test", shape) for wk, p in zip(w, self.parties, strict=True)
+        )
         it = 1
         for it in range(2, max_iter + 1):  # noqa: B007
             replies = self.broadcast(
                 self.parties, "test_update", arrays={"Z_test": Z}, round=r0 + it
             )
             Z_new = sum(
-                wk * replies[p].arrays["Z_k_test"] for wk, p in zip(w, self.parties, strict=True)
+                wk * replies[p].array("Z_k_test", shape)
+                for wk, p in zip(w, self.parties, strict=True)
             )
             done = np.sqrt(sq(Z_new - Z)) <= tol * max(np.sqrt(sq(Z_new)), 1e-300)
             Z = Z_new

@@ -202,12 +202,10 @@ class HFedMVClient(Party):
 
     @handles("scale")
     def on_scale(self, msg: Message) -> Message:
-        mean, scale = msg.arrays["x_mean"], msg.arrays["x_scale"]
         width = sum(v.shape[1] for v in self.views)
-        if mean.shape != (width,) or scale.shape != (width,) or (scale <= 0).any():
-            raise ProtocolError(
-                f"{msg.sender} sent a pooled mean/scale that does not fit {width} features"
-            )
+        mean, scale = msg.array("x_mean", (width,)), msg.array("x_scale", (width,))
+        if not (scale > 0).all():
+            raise ProtocolError(f"{msg.sender!r} sent a pooled scale that is not positive")
         self._build((mean, scale))
         return self.reply(msg)
 
@@ -215,7 +213,10 @@ class HFedMVClient(Party):
     def on_local_train(self, msg: Message) -> Message:
         learner = self._learner()
         K = len(learner.problems)
-        self.W_local = learner.passes([msg.arrays[f"W_{k}"] for k in range(K)], self.local_iter)
+        shapes = [(pr.X.shape[1], self.Y.shape[1]) for pr in learner.problems]
+        self.W_local = learner.passes(
+            [msg.array(f"W_{k}", shapes[k]) for k in range(K)], self.local_iter
+        )
         return self.reply(
             msg,
             arrays={f"W_local_{k}": W for k, W in enumerate(self.W_local)},
@@ -225,7 +226,8 @@ class HFedMVClient(Party):
     @handles("final")
     def on_final(self, msg: Message) -> Message:
         """Keep the final global ``W_k``; predict this client's own test samples with it."""
-        self.W = [np.asarray(msg.arrays[f"W_{k}"]) for k in range(len(self.views))]
+        c = self.Y.shape[1]
+        self.W = [msg.array(f"W_{k}", (v.shape[1], c)) for k, v in enumerate(self.views)]
         if self.test is None:
             return self.reply(msg)
         test_views, y_test = self.test
@@ -336,10 +338,11 @@ class HFedMVServer(Coordinator):
         """Pooled training mean / standard deviation from the clients' sums; sent back to them."""
         replies = self.broadcast(self.clients, "moments", round=len(self.objective))
         n = np.array([number(replies[c], "n_samples") for c in self.clients])
-        sums = np.stack([replies[c].arrays["x_sum"] for c in self.clients])
-        m2 = np.stack([replies[c].arrays["x_m2"] for c in self.clients])
-        if sums.ndim != 2 or m2.shape != sums.shape or (n < 1).any():
-            raise ProtocolError("the clients' feature sums do not fit together")
+        width = sum(W.shape[0] for W in self.W)
+        sums = np.stack([replies[c].array("x_sum", (width,)) for c in self.clients])
+        m2 = np.stack([replies[c].array("x_m2", (width,)) for c in self.clients])
+        if (n < 1).any():
+            raise ProtocolError("a client reported no training samples for the pooled statistics")
         mean = sums.sum(axis=0) / n.sum()
         means = sums / n[:, None]
         var = (m2.sum(axis=0) + (n[:, None] * (means - mean) ** 2).sum(axis=0)) / n.sum()
@@ -366,10 +369,10 @@ class HFedMVServer(Coordinator):
                 arrays={f"W_{k}": W for k, W in enumerate(self.W)},
                 round=r,
             )
-            local = [[replies[c].arrays[f"W_local_{k}"] for k in range(K)] for c in self.clients]
-            for c, Ws in zip(self.clients, local, strict=True):
-                if [W.shape for W in Ws] != [W.shape for W in self.W]:
-                    raise ProtocolError(f"{c} sent W_local of the wrong shapes")
+            local = [
+                [replies[c].array(f"W_local_{k}", self.W[k].shape) for k in range(K)]
+                for c in self.clients
+            ]
             sizes = [number(replies[c], "n_samples") for c in self.clients]
             self.W = self.aggregate(local, sizes)
             self.objective.append(sum(number(replies[c], "local_objective") for c in self.clients))
