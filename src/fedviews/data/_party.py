@@ -52,6 +52,12 @@ class PartyData:
     images whose strips the Multi-VFL data owners hold). ``view_dims``: the widths
     of several views stored side by side along the last axis of ``X`` (and
     ``X_test``); ``None`` = one view (see :meth:`views`).
+
+    Variable-length sequences (S-FedMV) are stored padded: ``X`` of shape
+    ``(n, T_max, c_1 + ... + c_K)`` and ``lengths`` of shape ``(n, K)``, the number
+    of valid time steps of every sample in every view (``lengths_test`` likewise);
+    the padding is never read (:meth:`sequences`). Without ``lengths`` every
+    sequence has all ``T_max`` steps.
     """
 
     ids: np.ndarray
@@ -61,6 +67,8 @@ class PartyData:
     X_test: np.ndarray | None = None
     y_test: np.ndarray | None = None
     view_dims: tuple[int, ...] | None = None
+    lengths: np.ndarray | None = None
+    lengths_test: np.ndarray | None = None
 
     def __post_init__(self) -> None:
         ids = check_ids(self.ids, name="ids")
@@ -78,9 +86,10 @@ class PartyData:
                     f"{width} columns of X's last axis"
                 )
             object.__setattr__(self, "view_dims", tuple(int(d) for d in dims))
+        object.__setattr__(self, "lengths", self._lengths(self.lengths, self.features, "lengths"))
         if self.ids_test is None:
-            if self.X_test is not None or self.y_test is not None:
-                raise DataError("X_test/y_test given without ids_test")
+            if self.X_test is not None or self.y_test is not None or self.lengths_test is not None:
+                raise DataError("X_test/y_test/lengths_test given without ids_test")
             return
         ids_t = check_ids(self.ids_test, name="ids_test")
         object.__setattr__(self, "ids_test", ids_t)
@@ -91,6 +100,25 @@ class PartyData:
             )
         object.__setattr__(self, "X_test", X_t)
         object.__setattr__(self, "y_test", _labels(self.y_test, len(ids_t), "y_test"))
+        object.__setattr__(
+            self, "lengths_test", self._lengths(self.lengths_test, X_t, "lengths_test")
+        )
+
+    def _lengths(self, lengths: Any, X: np.ndarray, what: str) -> np.ndarray | None:
+        if lengths is None:
+            return None
+        arr = np.asarray(lengths)
+        K = len(self.view_dims or (1,))
+        if X.ndim != 3:
+            raise DataError(f"{what} is given but X is not a batch of sequences (n, T, channels)")
+        if arr.shape != (X.shape[0], K) or not np.issubdtype(arr.dtype, np.integer):
+            raise DataError(
+                f"{what} must be integers of shape (n, views) = {(X.shape[0], K)}, got "
+                f"{arr.dtype} {arr.shape}"
+            )
+        if len(arr) and (arr.min() < 1 or arr.max() > X.shape[1]):
+            raise DataError(f"{what} must lie in 1..{X.shape[1]} (the padded length of X)")
+        return arr.astype(np.int64)
 
     @property
     def features(self) -> np.ndarray:
@@ -108,6 +136,33 @@ class PartyData:
             return self.ids_test, self.X_test, self.y_test
         raise DataError(f"unknown split {name!r}; use 'train' or 'test'")
 
+    def sequences(self, split: str, rows: np.ndarray) -> list[list[np.ndarray]]:
+        """``views[k][i]``: the ``rows`` of a split of sequences, per view, without padding."""
+        X = self.split(split)[1][rows]
+        lengths = self.lengths if split == "train" else self.lengths_test
+        if X.ndim != 3:
+            raise DataError(f"X has shape {X.shape}; sequences are (n, T, channels)")
+        L = np.full((len(X), len(self.views(X))), X.shape[1]) if lengths is None else lengths[rows]
+        return [
+            [np.ascontiguousarray(V[i, : L[i, k]], dtype=np.float32) for i in range(len(V))]
+            for k, V in enumerate(self.views(X))
+        ]
+
+    @classmethod
+    def from_sequences(cls, ids: Any, views: list[list[np.ndarray]], y: Any = None) -> PartyData:
+        """Variable-length sequences ``views[k][i]`` (``(T_ik, c_k)``) padded into one ``X``."""
+        n, T = len(views[0]), max(len(s) for v in views for s in v)
+        dims = tuple(int(v[0].shape[1]) for v in views)
+        X = np.zeros((n, T, sum(dims)), dtype=np.float32)
+        lengths = np.zeros((n, len(views)), dtype=np.int64)
+        start = 0
+        for k, v in enumerate(views):
+            for i, s in enumerate(v):
+                X[i, : len(s), start : start + dims[k]] = s
+                lengths[i, k] = len(s)
+            start += dims[k]
+        return cls(np.asarray(ids), X, y, view_dims=dims, lengths=lengths)
+
     def take(self, rows: np.ndarray) -> PartyData:
         """The training rows ``rows`` (the test split is dropped)."""
         return PartyData(
@@ -115,6 +170,7 @@ class PartyData:
             self.features[rows],
             None if self.y is None else self.y[rows],
             view_dims=self.view_dims,
+            lengths=None if self.lengths is None else self.lengths[rows],
         )
 
     def views(self, X: np.ndarray) -> list[np.ndarray]:
@@ -124,7 +180,7 @@ class PartyData:
         return list(np.split(X, cuts, axis=-1))
 
     def arrays(self) -> dict[str, np.ndarray]:
-        names = ("ids", "X", "y", "ids_test", "X_test", "y_test")
+        names = ("ids", "X", "y", "ids_test", "X_test", "y_test", "lengths", "lengths_test")
         out = {k: getattr(self, k) for k in names if getattr(self, k) is not None}
         if self.view_dims is not None:
             out["view_dims"] = np.asarray(self.view_dims, dtype=np.int64)

@@ -86,7 +86,6 @@ __all__ = [
     "as_strips",
     "check_training",
     "export_apfed_model",
-    "meta_number",
     "party_seeds",
 ]
 
@@ -281,13 +280,13 @@ class APFedDriver(Coordinator):
             epoch = len(self.history) + 1
             t0 = time.perf_counter()
             reply = self.send(self.active, "apfed.train", round=epoch)
-            if meta_number(reply, "epoch") != epoch:
+            if reply.number("epoch") != epoch:
                 raise ProtocolError(
                     f"{self.active!r} reported epoch {reply.meta.get('epoch')!r}, expected {epoch}"
                 )
-            rec = {"epoch": float(epoch), "loss": meta_number(reply, "loss")}
+            rec = {"epoch": float(epoch), "loss": reply.number("loss")}
             if self.evaluate:
-                rec["accuracy"] = meta_number(reply, "accuracy")
+                rec["accuracy"] = reply.number("accuracy")
             if self.passives:
                 self.broadcast(self.passives, "apfed.epoch_done", round=epoch)
             rec["seconds"] = time.perf_counter() - t0

@@ -20,7 +20,6 @@ import numpy as np
 from sklearn.base import BaseEstimator
 
 from fedviews.deep._apfed_nets import NetSpec, as_images, cut_strips, get_arch
-from fedviews.deep._apfed_spec import meta_number
 from fedviews.deep._common import batches, resolve_device, to_numpy, to_tensor, torch_seed
 from fedviews.errors import DataError, MissingDependency, ProtocolError, check_fitted
 from fedviews.federation import Message, Party
@@ -166,12 +165,12 @@ class SplitBottom(Party):
 
     def start_epoch(self, msg: Message) -> None:
         """The batches of a new epoch, from ``meta["shuffle_seed"]`` and ``meta["batch_size"]``."""
-        rng = np.random.default_rng(int(meta_number(msg, "shuffle_seed")))
-        self._order = list(batches(len(self._X), int(meta_number(msg, "batch_size")), rng))
+        rng = np.random.default_rng(int(msg.number("shuffle_seed")))
+        self._order = list(batches(len(self._X), int(msg.number("batch_size")), rng))
 
     def batch_rows(self, msg: Message) -> np.ndarray:
         """The rows of batch ``meta["batch"]`` of the current epoch."""
-        b = int(meta_number(msg, "batch"))
+        b = int(msg.number("batch"))
         if not 0 <= b < len(self._order):
             raise ProtocolError(f"{self.name}: batch {b} is not in the current epoch")
         return self._order[b]

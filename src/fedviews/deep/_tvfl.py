@@ -19,7 +19,7 @@ import numpy as np
 
 from fedviews._registry import register_estimator
 from fedviews.deep._apfed_nets import Encoder, Head, NetSpec, check_setting
-from fedviews.deep._apfed_spec import check_training, meta_number, party_seeds
+from fedviews.deep._apfed_spec import check_training, party_seeds
 from fedviews.deep._common import batches, to_numpy, to_tensor
 from fedviews.deep._split import EVAL_BATCH, SplitBottom, StripEstimator, build_module, sgd
 from fedviews.errors import ConfigError, MissingDependency, ProtocolError
@@ -94,7 +94,7 @@ class TVFLPassiveClient(SplitBottom):
     def _on_represent(self, msg: Message) -> Message:
         """Representations of training rows ``[start, stop)`` (used for TVFL-A's mean)."""
         self.net.eval()
-        start, stop = int(meta_number(msg, "start")), int(meta_number(msg, "stop"))
+        start, stop = int(msg.number("start")), int(msg.number("stop"))
         with torch.no_grad():
             h = self.net(self._X[start:stop])
         return self.reply(msg, arrays={"h_p": to_numpy(h)})

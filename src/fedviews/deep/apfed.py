@@ -42,7 +42,6 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
-from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
@@ -55,7 +54,6 @@ from fedviews.deep._apfed_spec import (
     APFED_POLICY,
     DEPLOY_ONLY,
     APFedParams,
-    meta_number,
 )
 from fedviews.deep._common import batches, to_numpy, to_tensor
 from fedviews.deep._split import (
@@ -71,7 +69,15 @@ from fedviews.deep._split import (
 )
 from fedviews.deep._tvfl import TVFL
 from fedviews.errors import DataError, MissingDependency, ProtocolError, check_fitted
-from fedviews.federation import Message, Party, Roster, RunSpec, build_in_process, handles
+from fedviews.federation import (
+    Message,
+    Party,
+    Roster,
+    RunSpec,
+    build_in_process,
+    estimator_params,
+    handles,
+)
 
 try:
     import torch
@@ -181,7 +187,7 @@ class PassiveClient(SplitBottom):
         self.opt.zero_grad()
         loss.backward()
         assert h.grad is not None
-        grad = h.grad * meta_number(msg, "lam")
+        grad = h.grad * msg.number("lam")
         self.opt.step()
         self.losses.append(float(loss.detach()))
         return self.reply(msg, arrays={"grad_h_A": to_numpy(grad)})
@@ -478,20 +484,6 @@ class _ActiveOnly(StripEstimator):
         )
 
 
-def _estimator_params(est: Any, **fixed: Any) -> APFedParams:
-    """The :class:`APFedParams` of an estimator: its parameters of the same name, ``fixed``
-    for those it does not have, the defaults for the deployment-only ones."""
-    values: dict[str, Any] = {}
-    for f in fields(APFedParams):
-        if f.name in fixed:
-            values[f.name] = fixed[f.name]
-        elif f.name not in DEPLOY_ONLY:
-            values[f.name] = getattr(est, f.name)
-    if isinstance(values.get("lam"), (list, tuple, np.ndarray)):
-        values["lam"] = tuple(float(v) for v in values["lam"])
-    return APFedParams(**values, evaluate=False)
-
-
 @register_estimator("apfed")
 class APFed(_ActiveOnly):
     """APFed-R / APFed-C: train with passive clients, predict with the active client alone.
@@ -586,7 +578,12 @@ class APFed(_ActiveOnly):
         y : array, shape (n,)
             Labels (held by the active client only).
         """
-        self._fit(images, y, _estimator_params(self), passives=True)
+        self._fit(
+            images,
+            y,
+            estimator_params(APFedParams, self, skip=DEPLOY_ONLY, evaluate=False),
+            passives=True,
+        )
         return self
 
 
@@ -630,6 +627,8 @@ class SingleVL(_ActiveOnly):
 
     def fit(self, images: Any, y: Any) -> SingleVL:
         """Train ``g_T ∘ f_A`` on the active strip of ``images``."""
-        params = _estimator_params(self, variant="R", lam=0.0, tau=0.5)
+        params = estimator_params(
+            APFedParams, self, skip=DEPLOY_ONLY, evaluate=False, variant="R", lam=0.0, tau=0.5
+        )
         self._fit(images, y, params, passives=False)
         return self

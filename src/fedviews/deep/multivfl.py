@@ -50,7 +50,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import fields, replace
+from dataclasses import replace
 from typing import Any, TypeVar
 
 import numpy as np
@@ -78,6 +78,7 @@ from fedviews.federation import (
     Roster,
     RunSpec,
     build_in_process,
+    estimator_params,
     handles,
 )
 from fedviews.federation._message import MetaValue
@@ -664,7 +665,7 @@ class MultiVFL(BaseEstimator):
         """The run's :class:`MultiVFLParams` (validated) from this estimator's parameters."""
         for key in ("n_data_owners", "n_label_owners"):
             _positive_int(key, getattr(self, key))
-        params = MultiVFLParams(**{f.name: getattr(self, f.name) for f in fields(MultiVFLParams)})
+        params = estimator_params(MultiVFLParams, self)
         params.validate()
         return params
 

@@ -12,7 +12,8 @@ A party that holds several views (a horizontal FedMV client: all views of its ow
 samples) stores them side by side along the last axis of ``X`` and lists their
 widths in the optional integer array ``view_dims`` (e.g. ``[240, 76, 216]`` for
 ``X`` of shape ``(n, 532)``, or ``[3, 3]`` for sequences ``(n, T, 6)``); without it
-``X`` is one view.
+``X`` is one view. Variable-length sequences are padded to one ``T`` and list their
+valid steps per sample and view in ``lengths`` ``(n, K)`` (``lengths_test``).
 ``.csv`` (a header row) or ``.parquet`` (needs ``pip install 'fedviews[parquet]'``):
 column ``id`` holds the sample IDs, an optional column ``label`` the labels, every
 other column is a numeric feature (2-D only, no test split).
@@ -53,6 +54,7 @@ def load_party_data(path: str | Path) -> PartyData:
             if "ids" not in z.files:
                 raise DataError(f"{p} lacks the array 'ids' (needs ids[, X, y, ids_test, ...])")
             known = {"ids", "X", "y", "ids_test", "X_test", "y_test", "view_dims"}
+            known |= {"lengths", "lengths_test"}
             extra = set(z.files) - known
             if extra:
                 raise DataError(f"{p}: unknown arrays {sorted(extra)}; expected {sorted(known)}")

@@ -23,6 +23,7 @@ builds its part from that setup.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
@@ -49,6 +50,7 @@ __all__ = [
     "RunSpec",
     "build_in_process",
     "check_group_sizes",
+    "estimator_params",
     "get_algorithm_spec",
     "register_algorithm_spec",
     "setup_info",
@@ -78,6 +80,21 @@ class RunSpec:
     params: Any = None
     federation: Roster = field(default_factory=Roster)
     seed: int | None = 0
+
+
+def estimator_params(Params: type, est: Any, *, skip: Sequence[str] = (), **fixed: Any) -> Any:
+    """The ``Params`` of an estimator: its attributes of the same names (a list becomes the
+    tuple a frozen dataclass holds), ``fixed`` values for names it lacks, the defaults for
+    ``skip`` (e.g. deployment-only fields). The estimator and the deployment thus read the
+    one declaration of the hyper-parameters."""
+    values: dict[str, Any] = {}
+    for f in dataclasses.fields(Params):
+        if f.name in fixed:
+            values[f.name] = fixed[f.name]
+        elif f.name not in skip:
+            v = getattr(est, f.name)
+            values[f.name] = tuple(v) if isinstance(v, (list, tuple, np.ndarray)) else v
+    return Params(**values)
 
 
 def spawn_streams(seed: int | None, n: int) -> list[np.random.SeedSequence]:
@@ -121,6 +138,11 @@ class Local:
         ids, X, y = self.data.split(self.groups[group].split)
         r = self.rows[group]
         return ids[r], X[r], None if y is None else y[r]
+
+    def sequences(self, group: str) -> list[list[np.ndarray]]:
+        """``views[k][i]``: the aligned samples of ``group`` as sequences, padding removed."""
+        self.take(group)  # the group check
+        return self.data.sequences(self.groups[group].split, self.rows[group])
 
 
 class Algorithm:

@@ -77,6 +77,16 @@ class Message:
         """Payload bytes of the arrays (what the log counts)."""
         return int(sum(a.nbytes for a in self.arrays.values()))
 
+    def number(self, key: str) -> float:
+        """The numeric metadata value ``key``, checked by its receiver (a
+        :class:`ProtocolError` names the sender of anything else)."""
+        value = self.meta.get(key)
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise ProtocolError(
+                f"{self.sender!r} sent meta[{key!r}] = {value!r}, expected a number"
+            )
+        return float(value)
+
     def array(self, name: str, shape: tuple[int | None, ...]) -> np.ndarray:
         """The array ``name``, checked by its receiver: present, and of ``shape``
         (``None``: any length on that axis); a :class:`ProtocolError` names the sender."""

@@ -52,7 +52,6 @@ __all__ = [
     "ConsensusServer",
     "IRLSOptions",
     "consensus_weights",
-    "number",
     "sq",
 ]
 
@@ -60,14 +59,6 @@ __all__ = [
 def sq(A: np.ndarray) -> float:
     """``||A||_F^2``."""
     return float(np.einsum("ij,ij->", A, A))
-
-
-def number(msg: Message, key: str) -> float:
-    """A numeric metadata value of a message (``zeta``, ``local_objective``, ``accuracy``)."""
-    value = msg.meta.get(key)
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise ProtocolError(f"{msg.sender} sent meta[{key!r}] = {value!r}, expected a number")
-    return float(value)
 
 
 def consensus_weights(zetas: Sequence[float]) -> np.ndarray:
@@ -279,14 +270,14 @@ class ConsensusServer(ConsensusState, Coordinator):
 
     def _z_step(self, replies: Mapping[str, Message]) -> float:
         Zks = [replies[p].array("Z_k", self.Z.shape) for p in self.parties]
-        f = float(sum(number(replies[p], "local_objective") for p in self.parties))
+        f = float(sum(replies[p].number("local_objective") for p in self.parties))
         if self.Y is None:  # MMVFL Eq. (14)
             assert self.zeta is not None
             zetas = self.zeta
             self.Z = np.tensordot(zetas, np.stack(Zks), axes=1) / zetas.sum()
             return f + float(sum(z * sq(Zk - self.Z) for z, Zk in zip(zetas, Zks, strict=True)))
         if self.zeta is None:
-            zl = [number(replies[p], "zeta") for p in self.parties]
+            zl = [replies[p].number("zeta") for p in self.parties]
         else:
             zl = [float(z) for z in self.zeta]
         num = sum(z * Zk for z, Zk in zip(zl, Zks, strict=True)) + self.eta * self.Y
@@ -323,7 +314,7 @@ class ConsensusServer(ConsensusState, Coordinator):
         """Testing phase (FedMV Eqs. 12-13, no labels), iterated with the parties."""
         r0 = len(self.objective)
         replies = self.broadcast(self.parties, "test_init", round=r0 + 1)
-        w = consensus_weights([number(replies[p], "zeta") for p in self.parties])
+        w = consensus_weights([replies[p].number("zeta") for p in self.parties])
         shape = replies[self.parties[0]].array("Z_k_test", (None, self.Z.shape[1])).shape
         Z = sum(
             wk * replies[p].array("Z_k_test", shape) for wk, p in zip(w, self.parties, strict=True)
@@ -356,8 +347,8 @@ class ConsensusServer(ConsensusState, Coordinator):
         )
         self.results.update(
             Z_test=Z_test,
-            test_accuracy=number(reply, "accuracy"),
-            n_test=int(number(reply, "n_test")),
+            test_accuracy=reply.number("accuracy"),
+            n_test=int(reply.number("n_test")),
             test_iterations=self.test_iterations,
         )
 

@@ -23,7 +23,7 @@ clients' random ``Z^l_k`` of line 2 are overwritten by Eq. (16) before they are 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from functools import partial
 from typing import Any, ClassVar
 
@@ -45,13 +45,14 @@ from fedviews.federation import (
     RunSpec,
     Transport,
     build_in_process,
+    estimator_params,
     federate,
     handles,
     register_algorithm_spec,
     spawn_streams,
 )
-from fedviews.linear._common import as_param, check_weights, per_party, small_blas
-from fedviews.linear._consensus import IRLSOptions, number
+from fedviews.linear._common import check_weights, per_party, small_blas
+from fedviews.linear._consensus import IRLSOptions
 from fedviews.linear._fedmv import (
     _check_iter,
     _ConsensusPredictor,
@@ -337,7 +338,7 @@ class HFedMVServer(Coordinator):
     def pool_statistics(self) -> tuple[np.ndarray, np.ndarray]:
         """Pooled training mean / standard deviation from the clients' sums; sent back to them."""
         replies = self.broadcast(self.clients, "moments", round=len(self.objective))
-        n = np.array([number(replies[c], "n_samples") for c in self.clients])
+        n = np.array([replies[c].number("n_samples") for c in self.clients])
         width = sum(W.shape[0] for W in self.W)
         sums = np.stack([replies[c].array("x_sum", (width,)) for c in self.clients])
         m2 = np.stack([replies[c].array("x_m2", (width,)) for c in self.clients])
@@ -373,9 +374,9 @@ class HFedMVServer(Coordinator):
                 [replies[c].array(f"W_local_{k}", self.W[k].shape) for k in range(K)]
                 for c in self.clients
             ]
-            sizes = [number(replies[c], "n_samples") for c in self.clients]
+            sizes = [replies[c].number("n_samples") for c in self.clients]
             self.W = self.aggregate(local, sizes)
-            self.objective.append(sum(number(replies[c], "local_objective") for c in self.clients))
+            self.objective.append(sum(replies[c].number("local_objective") for c in self.clients))
             if on_round_end is not None:
                 on_round_end(r)
         self._final()
@@ -391,7 +392,7 @@ class HFedMVServer(Coordinator):
         if any("n_test" not in r.meta for r in replies.values()):
             return
         counts = {
-            c: (int(number(r, "n_test")), int(number(r, "n_correct"))) for c, r in replies.items()
+            c: (int(r.number("n_test")), int(r.number("n_correct"))) for c, r in replies.items()
         }
         n_test = sum(n for n, _ in counts.values())
         correct = sum(k for _, k in counts.values())
@@ -782,13 +783,7 @@ class HFedMV(_ConsensusPredictor):
         Xss, ys = _check_clients(clients)
         K = len(Xss[0])
         self.classes_ = _global_classes(ys)  # the label set is agreed beforehand (public metadata)
-        params = HFedMVParams(
-            **{
-                f.name: as_param(getattr(self, f.name))
-                for f in fields(HFedMVParams)
-                if f.name != "evaluate"
-            }
-        )
+        params = estimator_params(HFedMVParams, self, skip=("evaluate",))
         self.zetas_ = per_party(params.zeta, K, "zeta")
         names = tuple(f"client{l}" for l in range(len(Xss)))  # noqa: E741
         run = RunSpec("hfedmv", params, Roster(names, label_owners=names), self.random_state)

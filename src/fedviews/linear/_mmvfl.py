@@ -30,7 +30,7 @@ usual choice for this solver (Nie et al., 2010); later rounds warm-start.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -45,11 +45,11 @@ from fedviews.federation import (
     Roster,
     RunSpec,
     build_in_process,
+    estimator_params,
     register_algorithm_spec,
     spawn_streams,
 )
 from fedviews.linear._common import (
-    as_param,
     check_weights,
     orthonormal_nonnegative,
     per_party,
@@ -383,12 +383,7 @@ class MMVFL(BaseEstimator):
         K, n = len(Xs), Xs[0].shape[0]
         y = check_y(y, n)
         owner = _check_label_owner(self.label_owner, K)
-        params = MMVFLParams(**{f.name: getattr(self, f.name) for f in fields(MMVFLParams)})
-        params = replace(
-            params,
-            beta=as_param(params.beta),
-            zeta=as_param(params.zeta),
-        )
+        params = estimator_params(MMVFLParams, self)
         names = tuple(f"party{k}" for k in range(K))
         run = RunSpec("mmvfl", params, Roster(names, label_owner=names[owner]), self.random_state)
         ids = np.arange(n)

@@ -15,7 +15,7 @@ label owner → server when the labels are at a party; ``X_k``, ``X_k^test`` and
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -30,11 +30,11 @@ from fedviews.federation import (
     Roster,
     RunSpec,
     build_in_process,
+    estimator_params,
     register_algorithm_spec,
     spawn_streams,
 )
 from fedviews.linear._common import (
-    as_param,
     check_weights,
     orthonormal_nonnegative,
     per_party,
@@ -429,13 +429,7 @@ class VFedMV(_ConsensusPredictor):
         """
         Xs, y = _prepare_views(Xs, y, "V-FedMV")
         K, n = len(Xs), Xs[0].shape[0]
-        params = VFedMVParams(
-            **{
-                f.name: as_param(getattr(self, f.name))
-                for f in fields(VFedMVParams)
-                if f.name != "evaluate"
-            }
-        )
+        params = estimator_params(VFedMVParams, self, skip=("evaluate",))
         names = tuple(f"party{k}" for k in range(K))
         run = RunSpec("vfedmv", params, Roster(names, label_owner="coordinator"), self.random_state)
         ids = np.arange(n)
