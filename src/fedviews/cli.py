@@ -8,14 +8,12 @@ tracebacks are shown only with ``--debug``.
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable
-from functools import wraps
 from pathlib import Path
-from typing import Annotated, Any, TypeVar
+from typing import Annotated
 
 import typer
-from rich.console import Console
 
+from fedviews._console import DEBUG, console, err_console, friendly
 from fedviews.errors import FedViewsError
 
 app = typer.Typer(
@@ -30,43 +28,12 @@ datasets_app = typer.Typer(
 )
 app.add_typer(datasets_app, name="datasets")
 
-console = Console()
-if not console.is_terminal:  # pipes and CI logs: keep wide tables on one line
-    console = Console(width=160)
-err_console = Console(stderr=True)
-F = TypeVar("F", bound=Callable[..., Any])
-_DEBUG = {"on": False}
-
-
-def friendly(fn: F) -> F:
-    """Turn fedviews errors into one-line messages with exit status 2."""
-
-    @wraps(fn)
-    def wrapper(*args: Any, **kwargs: Any) -> Any:
-        try:
-            return fn(*args, **kwargs)
-        except FedViewsError as exc:
-            if _DEBUG["on"]:
-                raise
-            # soft wrap: a path or a command in the message stays on one line (copy-paste)
-            err_console.print(
-                f"[bold red]error:[/] {type(exc).__name__}: {exc}", highlight=False, soft_wrap=True
-            )
-            raise typer.Exit(2) from None
-        except KeyboardInterrupt:
-            err_console.print(
-                "[bold red]interrupted[/]: partial results (if any) are in the run folder"
-            )
-            raise typer.Exit(130) from None
-
-    return wrapper  # type: ignore[return-value]
-
 
 @app.callback()
 def _main(
     debug: Annotated[bool, typer.Option("--debug", help="Show full tracebacks.")] = False,
 ) -> None:
-    _DEBUG["on"] = debug
+    DEBUG["on"] = debug
 
 
 @app.command()

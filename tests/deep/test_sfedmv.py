@@ -120,13 +120,26 @@ def test_only_gru_parameters_cross_in_the_sequence_stage(watch: MultiViewSequenc
     est = SFedMV(**TINY, random_state=0).fit(ds.by_client())
     names = set(get_params(est.extractors_[0]))
     expected = {f"view{k}/{n}" for k in range(2) for n in names}
-    log = est.transport_.log
-    assert log.arrays_sent() == expected
-    assert log.arrays_sent(sender="client0") == expected
-    assert all(n.split("/")[1].startswith(("gru.", "head.")) for n in log.arrays_sent())
-    assert log.rounds == 2 * TINY["n_rounds"]
-    # stage 2 is H-FedMV: only W_k cross there
-    assert est.fusion_.transport_.log.arrays_sent() <= {"W_0", "W_1", "W_local_0", "W_local_1"}
+    log = est.transport_.log  # one run, both stages
+    stage1 = {"train_view", "final_view"}
+
+    def sent(sender: str | None = None, kinds: set[str] = stage1) -> set[str]:
+        return {
+            a
+            for s, _, kind, arrays in log.exchanges()
+            if kind.removesuffix(":reply") in kinds and sender in (None, s)
+            for a in arrays
+        }
+
+    assert sent() == expected
+    assert sent("client0") == expected
+    assert all(n.split("/")[1].startswith(("gru.", "head.")) for n in sent())
+    assert sent(kinds={"local_train", "final"}) == {"W_0", "W_1", "W_local_0", "W_local_1"}
+    assert log.arrays_sent() == expected | {"W_0", "W_1", "W_local_0", "W_local_1"}
+    assert [len(losses) for losses in est.round_loss_] == [TINY["n_rounds"]] * 2
+    # stage 2 is H-FedMV on the same run
+    assert est.fusion_.transport_ is est.transport_
+    assert len(est.fusion_.objective_) == TINY["fusion_rounds"]
     policy = sequence_policy(sorted(names), 2)
     with pytest.raises(PrivacyError):
         policy.check("client0", "client", "coordinator", "coordinator", ["y"])
@@ -177,3 +190,41 @@ def test_one_client_subset_keeps_whole_sequences(watch: MultiViewSequences) -> N
     ds = _clients(watch, 1, 10)
     sub = replace(ds, name="x").subset([3, 1])
     assert [len(s) for s in sub.views[0]] == [len(ds.views[0][3]), len(ds.views[0][1])]
+
+
+def test_fit_runs_both_stages_as_one_run_equal_to_the_two_steps(watch: MultiViewSequences) -> None:
+    ds = _clients(watch, 2, 24)
+    clients = ds.by_client()
+    one = SFedMV(**TINY, random_state=2).fit(clients)
+    two = SFedMV(**TINY, random_state=2).fit_extractors(clients).fit_fusion(clients)
+    assert one.round_loss_ == two.round_loss_
+    np.testing.assert_allclose(one.fusion_.objective_, two.fusion_.objective_, rtol=1e-10)
+    for a, b in zip(one.fusion_.W_, two.fusion_.W_, strict=True):
+        np.testing.assert_allclose(a, b, rtol=1e-8, atol=1e-12)
+    views, _ = clients[1]
+    np.testing.assert_array_equal(one.predict(views), two.predict(views))
+    # the one run's policy names this run's GRU parameters and views, nothing wider
+    policy = one.transport_.policy
+    names = {f"view{k}/{n}" for k in range(2) for n in get_params(one.extractors_[0])}
+    assert policy.allowed[("coordinator", "client")] == names | {"W_0", "W_1"}
+    assert policy.allowed[("client", "coordinator")] == names | {"W_local_0", "W_local_1"}
+    assert set(policy.kinds[("coordinator", "client")]) == {
+        "train_view", "final_view", "local_train", "final"
+    }  # fmt: skip
+
+
+def test_variable_length_sequences_round_trip_through_party_data(watch: MultiViewSequences) -> None:
+    from fedviews.data import PartyData
+
+    seqs = [watch.views[0][::40][:6], watch.views[1][::40][:6]]
+    seqs[1] = [s[: max(1, len(s) // 2)] for s in seqs[1]]  # views of one sample differ in length
+    data = PartyData.from_sequences(np.arange(6), seqs, np.arange(6) % 2)
+    assert data.features.shape == (6, max(len(s) for s in seqs[0]), 6)
+    back = data.sequences("train", np.array([4, 0]))
+    for k in range(2):
+        for got, i in zip(back[k], (4, 0), strict=True):
+            np.testing.assert_array_equal(got, seqs[k][i])
+    with pytest.raises(DataError, match="lengths"):
+        PartyData(data.ids, data.X, data.y, view_dims=(3, 3), lengths=data.lengths[:, :1])
+    with pytest.raises(DataError, match="lengths"):
+        PartyData(data.ids, data.X, data.y, view_dims=(3, 3), lengths=data.lengths + 10_000)

@@ -94,6 +94,8 @@ local_epochs = 1
 batch_size = 16
 fusion_rounds = 3
 local_iter = 1
+torch_threads = 1
+evaluate = true
 """,
 }
 
@@ -338,6 +340,21 @@ def test_sfedmv_launch_equals_in_process(launched):
         assert {n for n in up if not n.startswith("view")} == {"W_local_0", "W_local_1", "psi_set"}
         assert {n for n in down if not n.startswith("view")} == {"W_0", "W_1", "psi_positions"}
         assert {n.split("/")[0] for n in up | down if n.startswith("view")} == {"view0", "view1"}
+    # the same config in one process runs exactly the deployed protocol; the policy of
+    # this run (2 views, this GRU's parameters) allows exactly what crossed
+    threads = torch.get_num_threads()
+    try:
+        fed = build_in_process(cfg, dict(zip(S_CLIENTS, datas, strict=True)))
+        fed()
+    finally:
+        torch.set_num_threads(threads)
+    roles = {**cfg.roles(), "coordinator": "coordinator"}
+    seen = footprint(
+        json.loads((run / "coordinator" / "message_log.json").read_text())["exchanges"], roles
+    )
+    assert seen == footprint(fed.transport.log.exchanges(), roles)
+    assert_tight(fed.transport.policy, seen)
+    np.testing.assert_allclose(fed.coordinator.loss, res["round_loss"], rtol=1e-5)
 
 
 # --------------------------------------------------------------------------- resume, files
@@ -435,7 +452,7 @@ def test_sfedmv_state_dicts_resume_bit_for_bit():
             )
             for m in (0, 1)
         ]
-        server = SequenceServer([c.name for c in clients], [get_params(m) for m in inits], 2, inits)
+        server = SequenceServer([c.name for c in clients], inits, 2)
         federate([server, *clients], sequence_policy(list(get_params(inits[0])), 2))
         return server, clients
 

@@ -15,6 +15,7 @@ if TYPE_CHECKING:
     from fedviews.deep._common import require_torch, resolve_device, seed_everything
     from fedviews.deep._export import load_active_model, predict_exported
     from fedviews.deep._multivfl_spec import MultiVFLParams
+    from fedviews.deep._sfedmv_spec import SFedMVParams
     from fedviews.deep._tvfl import TVFL
     from fedviews.deep.apfed import APFed, SingleVL
     from fedviews.deep.multivfl import MultiVFL
@@ -29,6 +30,7 @@ _WHERE = {
     "MultiVFL": "fedviews.deep.multivfl",
     "MultiVFLParams": "fedviews.deep._multivfl_spec",
     "SFedMV": "fedviews.deep.sfedmv",
+    "SFedMVParams": "fedviews.deep._sfedmv_spec",
     "load_active_model": "fedviews.deep._export",
     "predict_exported": "fedviews.deep._export",
     "require_torch": "fedviews.deep._common",
@@ -37,7 +39,7 @@ _WHERE = {
 }
 
 #: names that load without torch (hyper-parameters read by deployment configs)
-_NO_TORCH = frozenset({"MultiVFLParams", "APFedParams"})
+_NO_TORCH = frozenset({"MultiVFLParams", "APFedParams", "SFedMVParams"})
 
 __all__ = [
     "APFed",
@@ -45,6 +47,7 @@ __all__ = [
     "MultiVFL",
     "MultiVFLParams",
     "SFedMV",
+    "SFedMVParams",
     "SingleVL",
     "TVFL",
     "export_apfed_model",

@@ -16,9 +16,12 @@ and backward GRU states).
 Stage 2 — fusion: H-FedMV (Algorithm 3, :class:`fedviews.linear.HFedMV`) on the
 clients' embedding matrices ``(X^l_1..X^l_K, y^l)``.
 
-Only extractor parameters cross in stage 1 (array names ``view{k}/{param}``,
-enforced by :func:`sequence_policy` and visible in ``transport_.log``); only
-``W_k`` cross in stage 2. Sequences, labels and embeddings stay on their client.
+The protocol is defined once, in :mod:`fedviews.deep._sfedmv_spec`
+(:class:`SFedMVAlgorithm`; this module holds its torch parties): ``fit`` with
+federated extractors and H-FedMV fusion runs exactly what ``fedviews launch``
+deploys. Only extractor parameters cross in stage 1 (``view{k}/{param}``), only
+``W_k``/``W_local_k`` in stage 2 (one policy, one message log:
+``transport_.log``). Sequences, labels and embeddings stay on their client.
 
 Baselines of the paper's Table 3 are the same estimator with other settings:
 
@@ -45,8 +48,7 @@ Choices where the paper is silent
   FedAvg with a single client is *exactly* local training for ``n_rounds *
   local_epochs`` epochs (tested).
 * Every party has its own RNG streams (shuffling and dropout), derived from
-  ``random_state`` by ``SeedSequence`` (view ``k``: child ``k``; its child 0
-  initialises the server's GRU, child ``1 + l`` is client ``l``'s stream).
+  ``random_state`` (:func:`~fedviews.deep._sfedmv_spec.view_seeds`).
 * Embeddings are used as they are (tanh-bounded GRU states); no
   standardisation, which would need another federated aggregate.
 """
@@ -61,6 +63,7 @@ import numpy as np
 from sklearn.base import BaseEstimator
 
 from fedviews._registry import register_estimator
+from fedviews.data import PartyData
 from fedviews.data._sequences import check_sequences
 from fedviews.deep._common import require_torch, resolve_device
 from fedviews.deep._gru import (
@@ -73,22 +76,34 @@ from fedviews.deep._gru import (
     set_params,
     train_epochs,
 )
+from fedviews.deep._sfedmv_spec import (
+    DEPLOY_ONLY,
+    SFedMVParams,
+    _prefixed,
+    _unprefixed,
+    fusion_seed,
+    sequence_policy,
+    view_seeds,
+)
 from fedviews.errors import ConfigError, DataError, ProtocolError, check_fitted
 from fedviews.federation import (
     Coordinator,
     Message,
     Party,
-    PrivacyPolicy,
-    Transport,
-    federate,
+    Roster,
+    RunSpec,
+    build_in_process,
+    estimator_params,
     handles,
 )
-from fedviews.linear import HFedMV, LocalMVL
+from fedviews.linear import HFEDMV_SPEC, HFedMV, HFedMVClient, HFedMVServer, LocalMVL
 
 __all__ = [
     "EXTRACTOR_MODES",
     "FUSIONS",
     "SFedMV",
+    "SFedMVClient",
+    "SFedMVServer",
     "SequenceClient",
     "SequenceServer",
     "check_sequence_clients",
@@ -104,49 +119,10 @@ FUSIONS = ("hfedmv", "local")
 
 #: ``on_round(view, round, client, model)``: ``client`` is None for a shared (global) model.
 RoundCallback = Callable[[int, int, "int | None", BiGRUExtractor], None]
-Params = dict[str, np.ndarray]
+Weights = dict[str, np.ndarray]
 
 
-def view_seeds(random_state: int | None, view: int, client: int) -> tuple[int, int]:
-    """``(init_seed, client_seed)`` of view ``view``: the server's GRU init and client ``client``'s stream."""
-    ss = np.random.SeedSequence(random_state).spawn(view + 1)[view]
-    children = ss.spawn(client + 2)
-    return int(children[0].generate_state(1)[0]), int(children[client + 1].generate_state(1)[0])
-
-
-def _fusion_seed(random_state: int | None) -> int:
-    """The fusion stage's seed: the root sequence's own state (the views use its children)."""
-    return int(np.random.SeedSequence(random_state).generate_state(1)[0])
-
-
-def sequence_policy(param_names: Sequence[str], n_views: int) -> PrivacyPolicy:
-    """The S-FedMV stage-1 barrier: only ``view{k}/{param}`` extractor parameters cross."""
-    names = [f"view{k}/{p}" for k in range(n_views) for p in param_names]
-    return PrivacyPolicy.of(
-        "s-fedmv", {("client", "coordinator"): names, ("coordinator", "client"): names}
-    )
-
-
-def _prefixed(k: int, params: Params) -> Params:
-    return {f"view{k}/{name}": a for name, a in params.items()}
-
-
-def _unprefixed(k: int, arrays: Any) -> Params:
-    prefix = f"view{k}/"
-    out = {n[len(prefix) :]: a for n, a in arrays.items() if n.startswith(prefix)}
-    if len(out) != len(arrays):
-        raise ProtocolError(f"expected only view {k} parameters, got {sorted(arrays)}")
-    return out
-
-
-def _meta_number(msg: Message, key: str) -> float:
-    value = msg.meta.get(key)
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise ProtocolError(f"{msg.sender} sent meta[{key!r}] = {value!r}, expected a number")
-    return float(value)
-
-
-# --------------------------------------------------------------------------- parties
+# --------------------------------------------------------------------------- stage 1
 
 
 class SequenceClient(Party):
@@ -170,21 +146,28 @@ class SequenceClient(Party):
         self.rng = [new_rng_state(s) for s in seeds]
         self.losses: list[list[float]] = [[] for _ in views]
 
-    def load(self, k: int, params: Params) -> BiGRUExtractor:
-        """Put the received global parameters of view ``k`` into the local model."""
+    def model(self, k: int) -> BiGRUExtractor:
+        """View ``k``'s local model (built, with its RMSProp, on first use)."""
+        if not 0 <= k < len(self.views):
+            raise ProtocolError(f"{self.name!r} holds {len(self.views)} views, not view {k}")
         if self.models[k] is None:
             model = make_extractor(self.views[k][0].shape[1], self.n_classes, self.cfg, 0)
             self.models[k] = model.to(self.device)
             self.optimizers[k] = torch.optim.RMSprop(model.parameters(), lr=self.cfg.lr)
-        loaded = self.models[k]
-        assert loaded is not None
-        set_params(loaded, params)
-        return loaded
+        built = self.models[k]
+        assert built is not None
+        return built
+
+    def load(self, k: int, msg: Message) -> BiGRUExtractor:
+        """Put the received global parameters of view ``k`` into the local model."""
+        model = self.model(k)
+        set_params(model, _unprefixed(k, msg, get_params(model)))
+        return model
 
     @handles("train_view")
     def on_train_view(self, msg: Message) -> Message:
-        k = int(_meta_number(msg, "view"))
-        model = self.load(k, _unprefixed(k, msg.arrays))
+        k = int(msg.number("view"))
+        model = self.load(k, msg)
         loss = train_epochs(
             model,
             self.optimizers[k],
@@ -204,8 +187,13 @@ class SequenceClient(Party):
 
     @handles("final_view")
     def on_final_view(self, msg: Message) -> None:
-        k = int(_meta_number(msg, "view"))
-        self.load(k, _unprefixed(k, msg.arrays))
+        self.load(int(msg.number("view")), msg)
+
+    def embed(self, views: list[list[np.ndarray]]) -> list[np.ndarray]:
+        """``X_k``: ``views`` embedded with this client's (final) extractors."""
+        if any(m is None for m in self.models):
+            raise ProtocolError(f"{self.name!r}: a view's final extractor was never received")
+        return [sequence_embed(self.model(k), s, device=self.device) for k, s in enumerate(views)]
 
     def state_dict(self) -> dict[str, np.ndarray]:
         """Private state after a round: per view the model, RMSProp state, RNG streams, losses.
@@ -251,7 +239,7 @@ class SequenceClient(Party):
             }
             if not params:
                 continue
-            self.load(k, params)
+            set_params(self.model(k), params)
             opt_state: dict[int, dict[str, Any]] = {}
             for n, v in state.items():
                 if n.startswith(pre + "opt/"):
@@ -264,34 +252,36 @@ class SequenceClient(Party):
 
 
 class SequenceServer(Coordinator):
-    """The S-FedMV server: FedAvg of every view's extractor with weights ``N_l / N``."""
+    """The stage-1 server: FedAvg of every view's extractor with weights ``N_l / N``."""
 
     def __init__(
         self,
         clients: Sequence[str],
-        init_params: Sequence[Params],
-        n_rounds: int,
         models: Sequence[BiGRUExtractor],
+        n_rounds: int,
         on_round: RoundCallback | None = None,
     ) -> None:
         super().__init__()
         self.clients = list(clients)
-        self.params = list(init_params)
+        self.models = list(models)  # they hold the global parameters
+        self.params = [get_params(m) for m in models]
         self.n_rounds = n_rounds
-        self.models = list(models)
         self.on_round = on_round
-        self.local: list[list[Params]] = [[] for _ in init_params]
-        self.loss: list[list[float]] = [[] for _ in init_params]
+        self.local: list[list[Weights]] = [[] for _ in models]
+        self.loss: list[list[float]] = [[] for _ in models]
         self.rounds_done = 0  # over all views: view k, round t is round k * n_rounds + t
 
     @staticmethod
-    def aggregate(local: Sequence[Params], sizes: Sequence[float]) -> Params:
+    def aggregate(local: Sequence[Weights], sizes: Sequence[float]) -> Weights:
         """``w = sum_l (N_l / N) w_l`` for every parameter (Algorithm 4)."""
         N = float(sum(sizes))
-        return {
-            name: sum((n / N) * p[name] for n, p in zip(sizes, local, strict=True))  # type: ignore[misc]
-            for name in local[0]
-        }
+        out = {}
+        for name in local[0]:
+            acc = np.zeros_like(local[0][name])
+            for n, p in zip(sizes, local, strict=True):
+                acc = acc + (n / N) * p[name]
+            out[name] = acc
+        return out
 
     def state_dict(self) -> dict[str, np.ndarray]:
         """The server's state after a round: every view's global parameters and losses."""
@@ -324,7 +314,7 @@ class SequenceServer(Coordinator):
             round=(k + 1) * self.n_rounds,
         )
 
-    def run(self, on_round_end: Callable[[int], None] | None = None) -> list[Params]:
+    def run(self, on_round_end: Callable[[int], None] | None = None) -> Any:
         """Rounds ``rounds_done + 1 ..`` of every view (all of them unless :meth:`load_state`).
 
         ``on_round_end(r)`` is called after round ``r = k * n_rounds + t`` (view ``k``,
@@ -346,17 +336,12 @@ class SequenceServer(Coordinator):
                     meta={"view": k},
                     round=k * self.n_rounds + t,
                 )
-                local = [_unprefixed(k, replies[c].arrays) for c in self.clients]
-                sizes = [_meta_number(replies[c], "n_samples") for c in self.clients]
+                local = [_unprefixed(k, replies[c], self.params[k]) for c in self.clients]
+                sizes = [replies[c].number("n_samples") for c in self.clients]
+                losses = [replies[c].number("loss") for c in self.clients]
                 self.params[k] = self.aggregate(local, sizes)
                 self.local[k] = local
-                self.loss[k].append(
-                    sum(
-                        n * _meta_number(replies[c], "loss")
-                        for n, c in zip(sizes, self.clients, strict=True)
-                    )
-                    / sum(sizes)
-                )
+                self.loss[k].append(float(np.dot(sizes, losses) / sum(sizes)))
                 set_params(self.models[k], self.params[k])
                 if self.on_round is not None:
                     self.on_round(k, t, None, self.models[k])
@@ -365,6 +350,91 @@ class SequenceServer(Coordinator):
                     on_round_end(self.rounds_done)
             self._send_final(k)
         return self.params
+
+
+# --------------------------------------------------------------------------- the whole run
+
+
+class SFedMVClient(SequenceClient):
+    """A client of both stages: stage 1 as :class:`SequenceClient`; on the first
+    ``local_train`` it embeds its own sequences (and test sequences) and builds its
+    H-FedMV client from them with ``make_fusion(X, X_test)``."""
+
+    def __init__(
+        self,
+        *args: Any,
+        make_fusion: Callable[[list[np.ndarray], list[np.ndarray] | None], HFedMVClient],
+        test_views: list[list[np.ndarray]] | None = None,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(*args, **kwargs)
+        self.make_fusion, self.test_views = make_fusion, test_views
+        self.fusion: HFedMVClient | None = None
+
+    def _fusion(self) -> HFedMVClient:
+        if self.fusion is None:  # stage 2 starts
+            test = None if self.test_views is None else self.embed(self.test_views)
+            self.fusion = self.make_fusion(self.embed(self.views), test)
+        return self.fusion
+
+    @handles("local_train")
+    def on_local_train(self, msg: Message) -> Message:
+        return self._fusion().on_local_train(msg)
+
+    @handles("final")
+    def on_final(self, msg: Message) -> Message:
+        return self._fusion().on_final(msg)
+
+    def load_state(self, state: Mapping[str, np.ndarray]) -> None:
+        super().load_state(state)
+        self.fusion = None  # a resumed run redoes the (deterministic) fusion
+
+    def results(self) -> dict[str, np.ndarray]:
+        """What a client keeps: its final extractors and H-FedMV's results (``W_k``, test predictions)."""
+        out = {} if self.fusion is None else HFEDMV_SPEC.party_results(self.fusion)
+        for k, model in enumerate(self.models):
+            if model is not None:
+                out.update(_prefixed(k, get_params(model)))
+        return out
+
+
+class SFedMVServer(SequenceServer):
+    """The server of both stages: stage 1, then the H-FedMV server ``fusion`` on the embeddings."""
+
+    def __init__(self, *args: Any, fusion: HFedMVServer, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.fusion = fusion
+
+    def run(self, on_round_end: Callable[[int], None] | None = None, *, fuse: bool = True) -> Any:
+        """Stage 1 (checkpointed by ``on_round_end``), then (``fuse``) the fusion."""
+        super().run(on_round_end)
+        if not fuse:
+            return self.params
+        self.fusion.name, self.fusion.transport = self.name, self.transport
+        with HFEDMV_SPEC.compute_limits():
+            return self.fusion.run()
+
+    def progress(self) -> list[str]:
+        R = self.n_rounds
+        lines = [
+            f"round {k * R + t + 1}: view {k} round {t + 1}, train loss {v:.4f}"
+            for k, losses in enumerate(self.loss)
+            for t, v in enumerate(list(losses))
+        ]
+        return lines + [f"fusion {line}" for line in self.fusion.progress()]
+
+    def results(self) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
+        """``(metrics, arrays)``: stage 1's losses and global GRUs, H-FedMV's results."""
+        fused, arrays = HFEDMV_SPEC.coordinator_results(self.fusion)
+        metrics = {
+            "round_loss": [list(v) for v in self.loss],
+            "rounds_done": self.rounds_done,
+            "fusion_objective": fused.pop("objective"),
+            **{k: v for k, v in fused.items() if k != "rounds_done"},
+        }
+        for k, ps in enumerate(self.params):
+            arrays.update(_prefixed(k, ps))
+        return metrics, arrays
 
 
 # --------------------------------------------------------------------------- local training
@@ -469,8 +539,8 @@ class SFedMV(BaseEstimator):
         H-FedMV across clients, or LocalMVL per client on its own embeddings.
     hidden_size, num_layers, dropout, lr, batch_size, local_epochs, n_rounds
         Extractor architecture and FedAvg schedule, see :class:`GRUConfig`.
-    beta, zeta, eta : float
-        FedMV weights (β_k, ζ_k, η) of the fusion stage.
+    beta, zeta, eta : float or list
+        FedMV weights (β_k, ζ_k, η) of the fusion stage (β, ζ: one value or one per view).
     fusion_rounds : int, default=20
         H-FedMV rounds (paper: 20); LocalMVL runs ``fusion_rounds * local_iter`` passes.
     local_iter, inner_max_iter : int
@@ -481,6 +551,11 @@ class SFedMV(BaseEstimator):
     transport : callable, optional
         ``transport(policy) -> Transport`` for both stages (default in-process).
 
+    The hyper-parameters besides ``extractors``, ``fusion``, ``random_state`` and
+    ``transport`` are those of :class:`~fedviews.deep._sfedmv_spec.SFedMVParams`
+    (a deployment's ``[params]``), less the deployment-only ``torch_threads`` and
+    ``evaluate``.
+
     Attributes
     ----------
     classes_ : ndarray
@@ -489,12 +564,12 @@ class SFedMV(BaseEstimator):
         ``extractors_[l][k]`` is client ``l``'s own.
     fusion_ : HFedMV or list of LocalMVL
     transport_ : Transport or None
-        Stage-1 transport (``None`` unless ``extractors="federated"``); its
-        ``log`` lists every message. Stage 2's is ``fusion_.transport_``.
+        The federation of the federated extractors (``None`` otherwise); its ``log``
+        lists every message. ``fit`` with H-FedMV fusion runs both stages on it
+        (``fusion_.transport_`` is the same one); ``fit_fusion`` alone runs H-FedMV
+        on a transport of its own (``fusion_.transport_``).
     run_stats_ : dict or None
-        ``transport_.log.summary()`` (``None`` when ``transport_`` is). Stage 2's
-        are ``fusion_.run_stats_`` and ``fusion_.history_`` (H-FedMV only:
-        ``fusion="local"`` sends nothing).
+        ``transport_.log.summary()`` (``None`` when ``transport_`` is).
     local_params_ : list of list of dict
         ``[k][l]``: client ``l``'s parameters of view ``k`` sent in the last round
         (simulation only; the aggregation test checks the global ones against them).
@@ -523,8 +598,8 @@ class SFedMV(BaseEstimator):
         batch_size: int = 128,
         local_epochs: int = 2,
         n_rounds: int = 10,
-        beta: float = 4.0,
-        zeta: float = 8.0,
+        beta: float | Sequence[float] = 4.0,
+        zeta: float | Sequence[float] = 8.0,
         eta: float = 16.0,
         fusion_rounds: int = 20,
         local_iter: int = 2,
@@ -553,24 +628,16 @@ class SFedMV(BaseEstimator):
         self.transport = transport
 
     # -- helpers ---------------------------------------------------------
-    def _config(self) -> GRUConfig:
+    def _params(self) -> SFedMVParams:
         if self.extractors not in EXTRACTOR_MODES:
             raise ConfigError(
                 f"extractors must be one of {list(EXTRACTOR_MODES)}, got {self.extractors!r}"
             )
         if self.fusion not in FUSIONS:
             raise ConfigError(f"fusion must be one of {list(FUSIONS)}, got {self.fusion!r}")
-        cfg = GRUConfig(
-            self.hidden_size,
-            self.num_layers,
-            self.dropout,
-            self.lr,
-            self.batch_size,
-            self.local_epochs,
-            self.n_rounds,
-        )
-        cfg.validate()
-        return cfg
+        params: SFedMVParams = estimator_params(SFedMVParams, self, skip=DEPLOY_ONLY)
+        params.validate()
+        return params
 
     def _encode(self, ys: Sequence[np.ndarray]) -> list[np.ndarray]:
         return [np.searchsorted(self.classes_, y).astype(np.int64) for y in ys]
@@ -590,7 +657,13 @@ class SFedMV(BaseEstimator):
     # -- stage 1 ---------------------------------------------------------
     def fit_extractors(self, clients: Any, on_round: RoundCallback | None = None) -> SFedMV:
         """Stage 1 only: train the per-view extractors (``on_round`` after every round)."""
-        cfg = self._config()
+        self._stage1(clients, on_round, fuse=False)
+        return self
+
+    def _stage1(self, clients: Any, on_round: RoundCallback | None, *, fuse: bool) -> Any:
+        """Stage 1 (and, ``fuse``, the H-FedMV fusion on the same run); returns the run."""
+        p = self._params()
+        cfg = p.gru()
         views, ys = check_sequence_clients(clients)
         self.classes_ = np.unique(np.concatenate(ys))
         if len(self.classes_) < 2:
@@ -601,10 +674,11 @@ class SFedMV(BaseEstimator):
         self.device_ = dev
         self.n_channels_ = [v[0].shape[1] for v in views[0]]
         self.client_sizes_ = [len(y) for y in ys]
-        self.transport_: Transport | None = None
+        self.transport_: Any = None
         self.round_loss_: list[list[float]] = []
-        self.local_params_: list[list[Params]] = []
+        self.local_params_: list[list[Weights]] = []
         K, M = len(self.n_channels_), len(views)
+        fed = None
         if self.extractors == "local":
             self.extractors_ = [
                 train_local_extractors(
@@ -632,67 +706,52 @@ class SFedMV(BaseEstimator):
                 device=dev,
                 on_round=on_round,
             )
-        else:
-            inits = [
-                make_extractor(ch, c, cfg, view_seeds(self.random_state, k, 0)[0]).to(dev)
-                for k, ch in enumerate(self.n_channels_)
-            ]
-            parties = [
-                SequenceClient(
-                    f"client{l}",
-                    views[l],
-                    yi[l],
-                    c,
-                    cfg,
-                    [view_seeds(self.random_state, k, l)[1] for k in range(K)],
-                    dev,
-                )
-                for l in range(M)  # noqa: E741
-            ]
-            server = SequenceServer(
-                [p.name for p in parties],
-                [get_params(m) for m in inits],
-                cfg.n_rounds,
-                inits,
-                on_round,
-            )
-            policy = sequence_policy(list(get_params(inits[0])), K)
-            custom: Transport | None = self.transport(policy) if self.transport else None
-            self.transport_ = federate([server, *parties], policy, custom)
-            server.run()
-            self.extractors_ = inits  # the server's models hold the final global parameters
+        else:  # the deployed protocol: every client built from its own data by the spec
+            names = tuple(f"client{l}" for l in range(M))  # noqa: E741
+            run = RunSpec("sfedmv", p, Roster(names, label_owners=names), self.random_state)
+            datas = {
+                n: PartyData.from_sequences(np.arange(len(y)), v, y)
+                for n, v, y in zip(names, views, yi, strict=True)
+            }
+            fed = build_in_process(run, datas, transport=self.transport)
+            server = fed.coordinator
+            assert isinstance(server, SFedMVServer)
+            server.on_round = on_round
+            server.run(fuse=fuse)
+            self.transport_ = fed.transport
+            self.extractors_ = server.models  # they hold the final global parameters
             self.local_params_ = server.local
             self.round_loss_ = server.loss
         self.history_ = self.round_loss_
         self.run_stats_ = None if self.transport_ is None else self.transport_.log.summary()
-        return self
+        return fed
 
     # -- stage 2 ---------------------------------------------------------
+    def _fusion_estimator(self, p: SFedMVParams) -> HFedMV:
+        fp = p.fusion()
+        return HFedMV(
+            **{k: getattr(fp, k) for k in ("beta", "zeta", "eta", "local_iter", "inner_max_iter")},
+            n_rounds=fp.n_rounds,
+            random_state=fusion_seed(self.random_state),
+            transport=self.transport,
+        )
+
     def fit_fusion(self, clients: Any) -> SFedMV:
         """Stage 2 only, with the fitted extractors: embed locally, then H-FedMV / LocalMVL.
 
         Lets the two local baselines share one set of locally trained GRUs:
-        ``est.set_params(fusion="local").fit_fusion(clients)``.
+        ``est.set_params(fusion="local").fit_fusion(clients)``. H-FedMV here is the
+        same protocol with the same seed as the fusion stage of :meth:`fit`.
         """
         check_fitted(self, "extractors_", "client_sizes_")
-        self._config()
+        p = self._params()
         views, ys = check_sequence_clients(clients)
         if len(views) != len(self.client_sizes_):
             raise DataError(f"fit with {len(self.client_sizes_)} clients, got {len(views)}")
         Xs = [self.transform(v, client=l) for l, v in enumerate(views)]  # noqa: E741
         yi = self._encode(ys)
-        seed = _fusion_seed(self.random_state)
         if self.fusion == "hfedmv":
-            self.fusion_: Any = HFedMV(
-                beta=self.beta,
-                zeta=self.zeta,
-                eta=self.eta,
-                n_rounds=self.fusion_rounds,
-                local_iter=self.local_iter,
-                inner_max_iter=self.inner_max_iter,
-                random_state=seed,
-                transport=self.transport,
-            ).fit(list(zip(Xs, yi, strict=True)))
+            self.fusion_: Any = self._fusion_estimator(p).fit(list(zip(Xs, yi, strict=True)))
         else:
             self.fusion_ = [
                 LocalMVL(
@@ -701,15 +760,31 @@ class SFedMV(BaseEstimator):
                     eta=self.eta,
                     n_iter=self.fusion_rounds * self.local_iter,
                     inner_max_iter=self.inner_max_iter,
-                    random_state=seed,
+                    random_state=fusion_seed(self.random_state),
                 ).fit(X, y, classes=np.arange(len(self.classes_)))
                 for X, y in zip(Xs, yi, strict=True)
             ]
         return self
 
     def fit(self, clients: Any, on_round: RoundCallback | None = None) -> SFedMV:
-        """Both stages; ``clients[l] = (views_l, y_l)`` with ``views_l[k]`` client l's view-k sequences."""
-        return self.fit_extractors(clients, on_round).fit_fusion(clients)
+        """Both stages; ``clients[l] = (views_l, y_l)`` with ``views_l[k]`` client l's view-k sequences.
+
+        Federated extractors with H-FedMV fusion run the whole deployed protocol
+        (:class:`~fedviews.deep._sfedmv_spec.SFedMVAlgorithm`) in one process.
+        """
+        if (self.extractors, self.fusion) != ("federated", "hfedmv"):
+            return self.fit_extractors(clients, on_round).fit_fusion(clients)
+        fed = self._stage1(clients, on_round, fuse=True)
+        server = fed.coordinator
+        p = self._params()
+        fusion = self._fusion_estimator(p)
+        fusion.classes_ = np.arange(len(self.classes_))
+        K = len(self.n_channels_)
+        fusion.zetas_ = [float(z) for z in np.broadcast_to(np.asarray(p.zeta, float), (K,))]
+        fusion.n_features_in_ = [2 * p.hidden_size] * K
+        clients_ = [fed.parties[n].fusion for n in fed.run.federation.parties]
+        self.fusion_ = fusion.adopt(server.fusion, clients_, fed.transport)
+        return self
 
     # -- inference -------------------------------------------------------
     def transform(self, views: Any, client: int | None = None) -> list[np.ndarray]:

@@ -33,7 +33,7 @@ _Resume = Annotated[
 
 def register(app: typer.Typer) -> None:
     """Add the deployment commands to the ``fedviews`` app."""
-    from fedviews.cli import console, err_console, friendly
+    from fedviews._console import console, err_console, friendly
 
     certs_app = typer.Typer(
         help="Federation CA and per-party certificates (mutual TLS).", no_args_is_help=True

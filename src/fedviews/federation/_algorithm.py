@@ -310,7 +310,7 @@ ALGORITHMS: Registry[Algorithm] = Registry(
     "algorithm",
     (
         "fedviews.linear",
-        "fedviews.deploy._app_sfedmv",
+        "fedviews.deep._sfedmv_spec",
         "fedviews.deep._multivfl_spec",
         "fedviews.deep._apfed_spec",
     ),

@@ -6,6 +6,7 @@ MMVFL and its supervised baselines (supFL, supMVLFL), and the ℓ2,1 solver they
 from fedviews.linear._common import select_top_features
 from fedviews.linear._fedmv import LocalMVL, fedmv_consensus, mvl_local
 from fedviews.linear._hfedmv import (
+    HFEDMV_SPEC,
     HFedMV,
     HFedMVClient,
     HFedMVParams,
@@ -39,6 +40,7 @@ __all__ = [
     "MMVFL_POLICY",
     "MMVFLParams",
     "VFedMVParams",
+    "HFEDMV_SPEC",
     "HFedMVClient",
     "HFedMVParams",
     "HFedMVServer",

@@ -800,18 +800,24 @@ class HFedMV(_ConsensusPredictor):
         self.n_features_in_ = list(dims)
         with small_blas():
             fed = build_in_process(run, datas, transport=self.transport)
-            self.transport_ = fed.transport
             fed()
         server = fed.coordinator
         assert isinstance(server, HFedMVServer)
-        parties = [p for n in names if isinstance(p := fed.parties[n], HFedMVClient)]
+        return self.adopt(server, [fed.parties[n] for n in names], fed.transport)
+
+    def adopt(self, server: HFedMVServer, clients: Sequence[Party], transport: Transport) -> HFedMV:
+        """Take the fitted model from a finished run's server and clients (this estimator's,
+        or the fusion stage of S-FedMV); ``classes_``, ``zetas_`` and ``n_features_in_``
+        are the caller's."""
+        parties = [c for c in clients if isinstance(c, HFedMVClient)]
         self.W_ = server.W
         self.local_W_ = [p.W_local for p in parties]
         self.client_sizes_ = [p.n_samples for p in parties]
         self.objective_ = list(server.objective)
         self.history_ = self.objective_
         self.feature_importances_ = [row_norms(W) for W in self.W_]
-        self.run_stats_ = self.transport_.log.summary()
+        self.transport_ = transport
+        self.run_stats_ = transport.log.summary()
         return self
 
 

@@ -1,0 +1,49 @@
+"""The terminal of every command (the ``fedviews`` app and the deployment commands):
+one console for results, one for errors, and :func:`friendly`, which turns a
+fedviews error into one ``error:`` line with exit status 2 (tracebacks only with
+``--debug``)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from functools import wraps
+from typing import Any, TypeVar, cast
+
+import typer
+from rich.console import Console
+
+from fedviews.errors import FedViewsError
+
+__all__ = ["DEBUG", "console", "err_console", "friendly"]
+
+console = Console()
+if not console.is_terminal:  # pipes and CI logs: keep wide tables on one line
+    console = Console(width=160)
+err_console = Console(stderr=True)
+F = TypeVar("F", bound=Callable[..., Any])
+#: ``fedviews --debug``: show tracebacks instead of one-line errors
+DEBUG = {"on": False}
+
+
+def friendly(fn: F) -> F:
+    """Turn fedviews errors into one-line messages with exit status 2."""
+
+    @wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return fn(*args, **kwargs)
+        except FedViewsError as exc:
+            if DEBUG["on"]:
+                raise
+            # soft wrap: a path or a command in the message stays on one line (copy-paste)
+            err_console.print(
+                f"[bold red]error:[/] {type(exc).__name__}: {exc}", highlight=False, soft_wrap=True
+            )
+            raise typer.Exit(2) from None
+        except KeyboardInterrupt:
+            err_console.print(
+                "[bold red]interrupted[/]: partial results (if any) are in the run folder"
+            )
+            raise typer.Exit(130) from None
+
+    return cast(F, wrapper)

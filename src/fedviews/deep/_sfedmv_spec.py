@@ -1,0 +1,380 @@
+r"""S-FedMV (Che et al., Section 6, Algorithm 4), defined once: stage-1 parties and the spec.
+
+Stage 1 (Algorithm 4): for each view ``k`` the server sends the global GRU
+parameters ``w^k_t`` (``train_view``); every client runs ``local_epochs`` epochs of
+RMSProp on its own sequences of view ``k`` and returns ``w^{k,l}_{t+1}`` with its
+sample count; the server sets ``w^k_{t+1} = sum_l (N_l / N) w^{k,l}_{t+1}``. After
+a view's last round it sends the final ``w^k`` (``final_view``). Rounds are
+numbered over the views: view ``k``, round ``t`` is round ``k * n_rounds + t``.
+
+Stage 2: every client embeds its own sequences with the final GRUs and the run
+goes on as H-FedMV (:class:`fedviews.linear.HFedMVAlgorithm`, built by that spec
+from the embeddings, with the fusion's own seed): ``local_train`` rounds, then
+``final`` (clients with a test split predict it and report their counts).
+
+Only ``view{k}/<parameter>`` (stage 1) and ``W_k``/``W_local_k`` (stage 2) cross;
+sequences, labels and embeddings stay with their client. The policy names the
+parameters of this run's GRUs and exactly its views.
+
+Random streams: view ``k`` uses child ``k`` of ``SeedSequence(seed)``; its child 0
+initialises the server's GRU, child ``1 + l`` is client ``l``'s stream. The fusion
+is H-FedMV with seed :func:`fusion_seed` (the root sequence's own state).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from fedviews.data import PartyData
+from fedviews.errors import ConfigError, DataError, ProtocolError
+from fedviews.federation import (
+    Local,
+    Message,
+    PrivacyPolicy,
+    Roster,
+    RunSpec,
+    register_algorithm_spec,
+)
+from fedviews.linear import (
+    HFEDMV_SPEC,
+    HFedMVClient,
+    HFedMVParams,
+    HFedMVServer,
+    HorizontalClients,
+    view_dims_of,
+)
+
+if TYPE_CHECKING:
+    from fedviews.deep._gru import GRUConfig
+    from fedviews.deep.sfedmv import SFedMVClient, SFedMVServer
+
+__all__ = [
+    "DEPLOY_ONLY",
+    "SFEDMV_SPEC",
+    "SFedMVAlgorithm",
+    "SFedMVParams",
+    "fusion_seed",
+    "sequence_policy",
+    "view_seeds",
+    "watch_clients",
+]
+
+Weights = dict[str, np.ndarray]
+#: params a deployment reads and the estimator leaves at their defaults
+DEPLOY_ONLY = ("torch_threads", "evaluate")
+#: the kinds of stage 1, from the server to the clients
+STAGE1_KINDS = ("train_view", "final_view")
+#: how the built-in ``watch`` recordings become the demo data's windows (10 Hz, 3 s)
+WATCH_WINDOWS: dict[str, Any] = {
+    "downsample": 5,
+    "window_seconds": (3.0, 3.0),
+    "min_length": 30,
+    "max_length": 30,
+}
+#: the last quarter of every recording's windows is held out (the experiment's "time" split)
+TEST_FRACTION = 0.25
+
+
+def view_seeds(random_state: int | None, view: int, client: int) -> tuple[int, int]:
+    """``(init_seed, client_seed)`` of view ``view``: the server's GRU init and client ``client``'s stream."""
+    ss = np.random.SeedSequence(random_state).spawn(view + 1)[view]
+    children = ss.spawn(client + 2)
+    return int(children[0].generate_state(1)[0]), int(children[client + 1].generate_state(1)[0])
+
+
+def fusion_seed(random_state: int | None) -> int:
+    """The fusion stage's seed: the root sequence's own state (the views use its children)."""
+    return int(np.random.SeedSequence(random_state).generate_state(1)[0])
+
+
+def sequence_policy(param_names: Sequence[str], n_views: int) -> PrivacyPolicy:
+    """The S-FedMV stage-1 barrier: only ``view{k}/{param}`` extractor parameters cross."""
+    names = [f"view{k}/{p}" for k in range(n_views) for p in param_names]
+    return PrivacyPolicy.of(
+        "s-fedmv",
+        {("client", "coordinator"): names, ("coordinator", "client"): names},
+        kinds={("coordinator", "client"): STAGE1_KINDS},
+    )
+
+
+def _prefixed(k: int, params: Weights) -> Weights:
+    return {f"view{k}/{name}": a for name, a in params.items()}
+
+
+def _unprefixed(k: int, msg: Message, like: Weights | None) -> Weights:
+    """View ``k``'s parameters of ``msg``, checked against ``like`` (names and shapes) when given."""
+    prefix = f"view{k}/"
+    out = {n[len(prefix) :]: a for n, a in msg.arrays.items() if n.startswith(prefix)}
+    if len(out) != len(msg.arrays) or (like is not None and out.keys() != like.keys()):
+        raise ProtocolError(
+            f"{msg.sender!r} sent {sorted(msg.arrays)[:4]}... for view {k}; expected exactly "
+            "that view's GRU parameters"
+        )
+    if like is not None:
+        out = {n: msg.array(prefix + n, like[n].shape) for n in like}
+    return out
+
+
+@dataclass(frozen=True)
+class SFedMVParams:
+    """Hyper-parameters of S-FedMV (federated extractors, H-FedMV fusion): the one declaration
+    used by :class:`~fedviews.deep.SFedMV` and deployments (``[params]``).
+
+    GRU and FedAvg schedule: :class:`~fedviews.deep._gru.GRUConfig`. Fusion:
+    ``beta``/``zeta`` (one value or one per view), ``eta``, ``fusion_rounds``
+    H-FedMV rounds of ``local_iter`` passes, ``inner_max_iter`` IRLS iterations.
+    ``device``: ``"auto"``, ``"cpu"`` or ``"cuda"``. Deployment only
+    (:data:`DEPLOY_ONLY`): ``torch_threads`` of every process (0 = torch's
+    default); ``evaluate``: every client predicts its own test split.
+    """
+
+    hidden_size: int = 32
+    num_layers: int = 1
+    dropout: float = 0.1
+    lr: float = 0.005
+    batch_size: int = 128
+    local_epochs: int = 2
+    n_rounds: int = 10
+    beta: float | tuple[float, ...] = 4.0
+    zeta: float | tuple[float, ...] = 8.0
+    eta: float = 16.0
+    fusion_rounds: int = 20
+    local_iter: int = 2
+    inner_max_iter: int = 5
+    device: str = "cpu"
+    torch_threads: int = 0
+    evaluate: bool = False
+
+    def gru(self) -> GRUConfig:
+        from fedviews.deep._gru import GRUConfig
+
+        return GRUConfig(
+            self.hidden_size,
+            self.num_layers,
+            self.dropout,
+            self.lr,
+            self.batch_size,
+            self.local_epochs,
+            self.n_rounds,
+        )
+
+    def fusion(self) -> HFedMVParams:
+        """The fusion stage's H-FedMV params."""
+        return HFedMVParams(
+            beta=self.beta,
+            zeta=self.zeta,
+            eta=self.eta,
+            n_rounds=self.fusion_rounds,
+            local_iter=self.local_iter,
+            inner_max_iter=self.inner_max_iter,
+            evaluate=self.evaluate,
+        )
+
+    def validate(self) -> None:
+        self.gru().validate()
+        fusion = self.fusion()
+        try:
+            fusion.validate()
+        except ConfigError as exc:  # name the fusion's rounds as S-FedMV calls them
+            raise ConfigError(str(exc).replace("n_rounds", "fusion_rounds")) from None
+        if self.device not in ("auto", "cpu", "cuda"):
+            raise ConfigError("params.device must be 'auto', 'cpu' or 'cuda'")
+        if isinstance(self.torch_threads, bool) or self.torch_threads < 0:
+            raise ConfigError("params.torch_threads must be >= 0 (0 = torch's default)")
+
+
+def _fusion_run(run: RunSpec) -> RunSpec:
+    fed = run.federation
+    roster = Roster(fed.parties, label_owners=fed.parties, coordinator=fed.coordinator)
+    return RunSpec("hfedmv", run.params.fusion(), roster, fusion_seed(run.seed))
+
+
+def _fusion_setup(run: RunSpec, setup: Mapping[str, Any]) -> dict[str, Any]:
+    K = len(view_dims_of(setup))
+    return {**setup, "view_dims": ",".join([str(2 * run.params.hidden_size)] * K)}
+
+
+class SFedMVAlgorithm(HorizontalClients):
+    """S-FedMV as a federated algorithm: clients with all sequential views of their own samples.
+
+    A client's data: ``X`` ``(n, T, c_1 + ... + c_K)`` with ``view_dims`` and, for
+    variable-length sequences, ``lengths`` (see :class:`~fedviews.data.PartyData`).
+    """
+
+    name = "sfedmv"
+    Params = SFedMVParams
+    client_ndim = 3
+
+    def policy(self, run: RunSpec, setup: Mapping[str, Any]) -> PrivacyPolicy:
+        from fedviews.deep._gru import get_params, make_extractor
+
+        K, c = len(view_dims_of(setup)), int(setup["n_classes"])
+        names = list(get_params(make_extractor(1, c, run.params.gru(), 0)))
+        fusion = HFEDMV_SPEC.policy(_fusion_run(run), _fusion_setup(run, setup))
+        return sequence_policy(names, K).merged(fusion, name="s-fedmv")
+
+    def _device(self, p: SFedMVParams) -> Any:
+        from fedviews.deep._common import require_torch, resolve_device
+
+        if p.torch_threads:  # this process's own setting (results do not depend on it)
+            require_torch().set_num_threads(p.torch_threads)
+        return resolve_device(p.device)
+
+    def build_party(
+        self, run: RunSpec, party: str, local: Local, setup: Mapping[str, Any]
+    ) -> SFedMVClient:
+        from fedviews.deep.sfedmv import SFedMVClient
+
+        p: SFedMVParams = run.params
+        index = run.federation.parties.index(party)
+        K, c = len(view_dims_of(setup)), int(setup["n_classes"])
+        _, _, y = local.take(party)
+        assert y is not None
+        test = f"{party}:test"
+        has_test = test in local.rows
+        fusion_run, fusion_setup = _fusion_run(run), _fusion_setup(run, setup)
+        n, n_test = len(y), len(local.rows[test]) if has_test else 0
+
+        def make_fusion(X: list[np.ndarray], X_test: list[np.ndarray] | None) -> HFedMVClient:
+            """H-FedMV's own client, built by its spec from this client's embeddings."""
+            extra: dict[str, Any] = {}
+            if X_test is not None:
+                _, _, y_test = local.take(test)
+                extra = {"ids_test": np.arange(n_test), "X_test": np.hstack(X_test)}
+                extra["y_test"] = y_test
+            data = PartyData(
+                np.arange(n), np.hstack(X), y, view_dims=tuple(x.shape[1] for x in X), **extra
+            )
+            groups = {g.name: g for g in HFEDMV_SPEC.groups(fusion_run) if party in g.parties}
+            rows = {party: np.arange(n), **({test: np.arange(n_test)} if has_test else {})}
+            built = HFEDMV_SPEC.build_party(
+                fusion_run, party, Local(data, rows, groups), fusion_setup
+            )
+            assert isinstance(built, HFedMVClient)
+            return built
+
+        return SFedMVClient(
+            party,
+            local.sequences(party),
+            np.asarray(y, dtype=np.int64),
+            c,
+            p.gru(),
+            [view_seeds(run.seed, k, index)[1] for k in range(K)],
+            self._device(p),
+            make_fusion=make_fusion,
+            test_views=local.sequences(test) if has_test else None,
+        )
+
+    def build_coordinator(
+        self, run: RunSpec, setup: Mapping[str, Any], local: Local | None = None
+    ) -> SFedMVServer:
+        from fedviews.deep._gru import make_extractor
+        from fedviews.deep.sfedmv import SFedMVServer
+
+        p: SFedMVParams = run.params
+        dev = self._device(p)
+        c = int(setup["n_classes"])
+        inits = [
+            make_extractor(ch, c, p.gru(), view_seeds(run.seed, k, 0)[0]).to(dev)
+            for k, ch in enumerate(view_dims_of(setup))
+        ]
+        fusion = HFEDMV_SPEC.build_coordinator(_fusion_run(run), _fusion_setup(run, setup))
+        assert isinstance(fusion, HFedMVServer)
+        return SFedMVServer(run.federation.parties, inits, p.n_rounds, fusion=fusion)
+
+    def run_coordinator(self, coord: Any, on_round_end: Callable[[int], None] | None = None) -> Any:
+        return coord.run(on_round_end)
+
+    def round_message(self, role: str) -> str:
+        return "train_view"  # the fusion is not checkpointed: a resumed run redoes it
+
+    # the server and clients (fedviews.deep.sfedmv, which needs torch) report their own
+    def progress(self, coord: Any) -> list[str]:
+        return list(coord.progress())
+
+    def party_results(self, party: Any) -> dict[str, np.ndarray]:
+        return dict(party.results())
+
+    def coordinator_results(self, coord: Any) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
+        return coord.results()
+
+    def demo_data(self, cfg: Any) -> dict[str, PartyData]:
+        return watch_clients(cfg)
+
+
+def _evenly(idx: np.ndarray, n: int) -> np.ndarray:
+    """At most ``n`` of ``idx``, evenly spaced (0 = all)."""
+    if not n or len(idx) <= n:
+        return idx
+    return idx[np.unique(np.linspace(0, len(idx) - 1, n).round().astype(int))]
+
+
+def watch_clients(cfg: Any) -> dict[str, PartyData]:
+    """Deal the ``watch`` sequences to the clients: subjects, fixed-length windows.
+
+    ``[data]``: ``dataset = "watch"``, ``views`` (default both: accelerometer,
+    gyroscope), ``n_per_class`` (at most this many training windows per client and
+    class, evenly spaced over time; 0 = all), ``n_test`` (at most this many test
+    windows per client; 0 = all). The recordings are cut into windows of 3 s at
+    10 Hz (``T = 30``, :data:`WATCH_WINDOWS`); the 10 subjects are dealt in sorted
+    order to the clients; the last quarter of every recording's windows is the
+    test split (the S-FedMV experiment's ``split = "time"``). Labels are the 7
+    exercises ``0..6``; rows are in each file's own random order.
+    """
+    from fedviews.data import load_sequences
+
+    fed, spec = cfg.federation, cfg.data
+    if spec.dataset != "watch":
+        raise ConfigError(
+            f"sfedmv writes its data files from data.dataset = 'watch', not {spec.dataset!r}"
+        )
+    ds = load_sequences(
+        "watch", views=list(spec.views) or None, random_state=cfg.seed, **WATCH_WINDOWS
+    )
+    subjects = ds.clients()
+    M = len(fed.parties)
+    if M > len(subjects):
+        raise ConfigError(f"{M} clients but the watch data has {len(subjects)} subjects")
+    group = {s: i * M // len(subjects) for i, s in enumerate(subjects)}
+    client = np.array([group[s] for s in np.asarray(ds.client_ids).tolist()])
+    recording = np.asarray(ds.groups)
+    test = np.zeros(ds.n_samples, dtype=bool)
+    for g in np.unique(recording):
+        idx = np.flatnonzero(recording == g)
+        k = int(np.ceil(TEST_FRACTION * len(idx)))
+        if len(idx) > k:  # a recording with one window stays in training
+            test[idx[-k:]] = True
+    X = np.concatenate([np.stack(v) for v in ds.views], axis=2).astype(np.float32)
+    dims = tuple(int(c) for c in ds.n_channels)
+    y = np.asarray(ds.y, dtype=np.int64)
+    rng = np.random.default_rng(cfg.seed)
+    files: dict[str, PartyData] = {}
+    for m, name in enumerate(fed.parties):
+        mine = client == m
+        rows = np.concatenate(
+            [
+                _evenly(np.flatnonzero(mine & ~test & (y == c)), spec.n_per_class)
+                for c in np.unique(y)
+            ]
+        )
+        trows = _evenly(np.flatnonzero(mine & test), spec.n_test)
+        if not len(rows):
+            raise DataError(f"client {name!r} got no training windows")
+        rows, trows = rows[rng.permutation(len(rows))], trows[rng.permutation(len(trows))]
+        files[name] = PartyData(
+            ds.ids[rows],
+            X[rows],
+            y[rows],
+            ids_test=ds.ids[trows],
+            X_test=X[trows],
+            y_test=y[trows],
+            view_dims=dims,
+        )
+    return files
+
+
+SFEDMV_SPEC = register_algorithm_spec(SFedMVAlgorithm())
