@@ -21,7 +21,7 @@ from fedviews.errors import ConfigError
 SRC = Path(fedviews.__file__).resolve().parent
 
 #: lower modules every layer may import, private names included
-SHARED = ("fedviews._registry", "fedviews._console", "fedviews.errors")
+SHARED = ("fedviews._registry", "fedviews._console", "fedviews._tables", "fedviews.errors")
 
 
 @dataclass(frozen=True)

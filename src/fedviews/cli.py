@@ -72,15 +72,14 @@ def run(
             raise ConfigError(
                 "--resume RUN_DIR continues a run with its own saved config: drop CONFIG"
             )
-        from fedviews.deploy._launch import resume_launch
+        from fedviews.deploy import resume_launch
 
         console.print(f"run folder: [bold]{resume_launch(resume)}[/]")
         return
     if config is None:
         raise ConfigError("give a CONFIG file (see configs/) or --resume RUN_DIR")
     if _is_deployment(config):
-        from fedviews.deploy._config import load_deploy_config
-        from fedviews.deploy._launch import launch
+        from fedviews.deploy import launch, load_deploy_config
 
         dcfg = load_deploy_config(config, overrides or [])
         console.print(f"[bold]fedviews run[/] {dcfg.name}: deployment of [cyan]{dcfg.algorithm}[/]")

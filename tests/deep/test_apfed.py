@@ -13,9 +13,9 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
+from fedviews.data import load_cifar  # noqa: E402
 from fedviews.deep._apfed_nets import ARCHS, Decoder, Encoder, cut_strips, parse_setting  # noqa: E402
 from fedviews.deep._apfed_spec import APFedAlgorithm, apfed_policy  # noqa: E402
-from fedviews.deep._cifar import load_cifar  # noqa: E402
 from fedviews.deep._export import load_active_model, predict_exported  # noqa: E402
 from fedviews.deep.apfed import (  # noqa: E402
     APFED_POLICY,

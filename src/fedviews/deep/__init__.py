@@ -11,10 +11,13 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from fedviews.deep._apfed_nets import parse_setting
     from fedviews.deep._apfed_spec import APFedParams, export_apfed_model
     from fedviews.deep._common import require_torch, resolve_device, seed_everything
     from fedviews.deep._export import load_active_model, predict_exported
+    from fedviews.deep._gru import sequence_logits
     from fedviews.deep._multivfl_spec import MultiVFLParams
+    from fedviews.deep._serveropt import make_server_optimizer
     from fedviews.deep._sfedmv_spec import SFedMVParams
     from fedviews.deep._tvfl import TVFL
     from fedviews.deep.apfed import APFed, SingleVL
@@ -30,6 +33,9 @@ _WHERE = {
     "MultiVFL": "fedviews.deep.multivfl",
     "MultiVFLParams": "fedviews.deep._multivfl_spec",
     "SFedMV": "fedviews.deep.sfedmv",
+    "make_server_optimizer": "fedviews.deep._serveropt",
+    "parse_setting": "fedviews.deep._apfed_nets",
+    "sequence_logits": "fedviews.deep._gru",
     "SFedMVParams": "fedviews.deep._sfedmv_spec",
     "load_active_model": "fedviews.deep._export",
     "predict_exported": "fedviews.deep._export",
@@ -39,7 +45,9 @@ _WHERE = {
 }
 
 #: names that load without torch (hyper-parameters read by deployment configs)
-_NO_TORCH = frozenset({"MultiVFLParams", "APFedParams", "SFedMVParams"})
+_NO_TORCH = frozenset(
+    {"MultiVFLParams", "APFedParams", "SFedMVParams", "make_server_optimizer", "parse_setting"}
+)
 
 __all__ = [
     "APFed",
@@ -52,10 +60,13 @@ __all__ = [
     "TVFL",
     "export_apfed_model",
     "load_active_model",
+    "make_server_optimizer",
+    "parse_setting",
     "predict_exported",
     "require_torch",
     "resolve_device",
     "seed_everything",
+    "sequence_logits",
 ]
 
 

@@ -74,6 +74,7 @@ from fedviews.errors import ConfigError, DataError, MissingDependency, ProtocolE
 from fedviews.federation import (
     Coordinator,
     Message,
+    MetaValue,
     Party,
     Roster,
     RunSpec,
@@ -81,7 +82,6 @@ from fedviews.federation import (
     estimator_params,
     handles,
 )
-from fedviews.federation._message import MetaValue
 
 try:
     import torch

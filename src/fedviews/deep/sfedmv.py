@@ -63,8 +63,7 @@ import numpy as np
 from sklearn.base import BaseEstimator
 
 from fedviews._registry import register_estimator
-from fedviews.data import PartyData
-from fedviews.data._sequences import check_sequences
+from fedviews.data import PartyData, check_sequences
 from fedviews.deep._common import require_torch, resolve_device
 from fedviews.deep._gru import (
     BiGRUExtractor,

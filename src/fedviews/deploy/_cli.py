@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 if TYPE_CHECKING:
-    from fedviews.federation._certs import TLSFiles
+    from fedviews.federation import TLSFiles
 
 __all__ = ["register"]
 
@@ -42,7 +42,7 @@ def register(app: typer.Typer) -> None:
 
     def tls_for(certs: Path | None, insecure: bool, name: str) -> TLSFiles | None:
         from fedviews.errors import ConfigError
-        from fedviews.federation._certs import TLSFiles
+        from fedviews.federation import TLSFiles
 
         if insecure:
             err_console.print(
@@ -61,7 +61,7 @@ def register(app: typer.Typer) -> None:
     @friendly
     def certs_init(directory: Path) -> None:
         """Create a federation CA (DIR/ca.key stays with the CA operator, DIR/ca.crt goes to everyone)."""
-        from fedviews.federation._certs import init_ca
+        from fedviews.federation import init_ca
 
         console.print(f"CA certificate: {init_ca(directory)}")
 
@@ -75,7 +75,7 @@ def register(app: typer.Typer) -> None:
         ] = None,
     ) -> None:
         """Issue NAME.crt/NAME.key (common name = party name) signed by the CA in DIR."""
-        from fedviews.federation._certs import issue_certificate
+        from fedviews.federation import issue_certificate
 
         console.print(f"certificate: {issue_certificate(directory, name, hosts=host or [])}")
 
@@ -83,7 +83,7 @@ def register(app: typer.Typer) -> None:
     @friendly
     def certs_revoke(directory: Path, name: str) -> None:
         """Revoke NAME's certificate (the coordinator refuses it from its next start)."""
-        from fedviews.federation._certs import revoke_certificate
+        from fedviews.federation import revoke_certificate
 
         console.print(f"revoked serial {revoke_certificate(directory, name):x} ({name})")
 

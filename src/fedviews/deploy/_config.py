@@ -31,14 +31,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from fedviews.errors import ConfigError
-from fedviews.experiments._config import (
-    _MODULES_HINT,
-    _merge,
+from fedviews._tables import (
+    MODULES_HINT,
     build_dataclass,
     import_modules,
+    merge_tables,
     parse_overrides,
 )
+from fedviews.errors import ConfigError
 from fedviews.federation import Roster, RunSpec, get_algorithm_spec
 
 if sys.version_info >= (3, 11):
@@ -143,7 +143,7 @@ def load_deploy_config(
 
     ``modules = [...]`` (optional) are imported before the algorithm is looked up, so
     that an algorithm registered outside fedviews is found
-    (:func:`~fedviews.experiments._config.import_modules`). Every process of a
+    (:func:`~fedviews._tables.import_modules`). Every process of a
     deployment loads its config through this function, so each imports them too.
     """
     if isinstance(source, Mapping):
@@ -156,7 +156,7 @@ def load_deploy_config(
             raw = tomllib.loads(path.read_text())
         except tomllib.TOMLDecodeError as exc:
             raise ConfigError(f"{path}: invalid TOML: {exc}") from None
-    raw = _merge(raw, parse_overrides(overrides))
+    raw = merge_tables(raw, parse_overrides(overrides))
     unknown = set(raw) - set(_TOP_KEYS)
     if unknown:
         raise ConfigError(
@@ -171,7 +171,7 @@ def load_deploy_config(
     except ConfigError as exc:  # "unknown algorithm 'x'; did you mean ...?"
         hint = str(exc).split("; ", 1)[-1]
         raise ConfigError(
-            f"algorithm {raw['algorithm']!r} cannot be deployed; {hint}{_MODULES_HINT}"
+            f"algorithm {raw['algorithm']!r} cannot be deployed; {hint}{MODULES_HINT}"
         ) from None
     fed = build_dataclass(FederationSpec, raw.get("federation", {}), "federation")
     app.check_federation(fed)

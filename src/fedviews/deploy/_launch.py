@@ -16,7 +16,7 @@ from pathlib import Path
 from fedviews.deploy._config import DeployConfig
 from fedviews.deploy._data import SUFFIXES, write_demo_data
 from fedviews.errors import PartyUnavailable, ProtocolError
-from fedviews.federation._certs import init_ca, issue_certificate
+from fedviews.federation import init_ca, issue_certificate
 
 __all__ = ["launch", "make_certs", "resume_launch"]
 

@@ -34,16 +34,18 @@ from fedviews.errors import ConfigError, DataError, FedViewsError, PartyUnavaila
 from fedviews.federation import (
     Algorithm,
     Coordinator,
+    GrpcHub,
+    GrpcOptions,
+    GrpcPartyTransport,
     Local,
     Message,
     PrivacyPolicy,
+    TLSFiles,
     check_group_sizes,
     get_algorithm_spec,
     handles,
     setup_info,
 )
-from fedviews.federation._certs import TLSFiles
-from fedviews.federation._grpc import GrpcHub, GrpcOptions, GrpcPartyTransport
 from fedviews.privacy import PSIParty, run_psi
 
 __all__ = ["DeployCoordinator", "DeployParty", "run_coordinator", "run_party"]

@@ -64,7 +64,7 @@ class APFedTableParams:
     pad: bool = True
 
     def validate(self) -> None:
-        from fedviews.deep._apfed_nets import parse_setting
+        from fedviews.deep import parse_setting
 
         for s in self.settings:
             parse_setting(s)
@@ -96,7 +96,7 @@ class APFedLambdaParams:
     pad: bool = True
 
     def validate(self) -> None:
-        from fedviews.deep._apfed_nets import parse_setting
+        from fedviews.deep import parse_setting
 
         parse_setting(self.setting)
         if not self.lams or any(v < 0 for v in self.lams):
@@ -126,7 +126,7 @@ def _load(
     name = cfg.data.name
     opts = dict(cfg.data.options)
     if name in ("cifar10", "cifar100"):
-        from fedviews.deep._cifar import load_cifar
+        from fedviews.data import load_cifar
 
         if "path" not in opts:
             raise ConfigError(

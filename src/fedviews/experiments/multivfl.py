@@ -56,7 +56,7 @@ class MultiVFLNonIIDParams:
     eval_samples: int = 0
 
     def validate(self) -> None:
-        from fedviews.deep._serveropt import make_server_optimizer
+        from fedviews.deep import make_server_optimizer
 
         if not self.scenarios or not self.optimizers:
             raise ConfigError(

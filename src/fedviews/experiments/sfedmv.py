@@ -27,11 +27,12 @@ The two local baselines share one set of locally trained GRUs.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, fields, replace
 from typing import Any
 
 import numpy as np
 
+from fedviews.deep import SFedMVParams
 from fedviews.errors import ConfigError
 from fedviews.experiments._config import ExperimentConfig
 from fedviews.experiments._metrics import classification_metrics, mean_std
@@ -39,7 +40,7 @@ from fedviews.experiments._paper import paper_tables
 from fedviews.experiments._registry import register_experiment
 from fedviews.experiments._runner import ExperimentResult, RunContext, Table
 
-__all__ = ["METHODS", "SFedMVParams", "run_sfedmv"]
+__all__ = ["METHODS", "SFedMVExperimentParams", "run_sfedmv"]
 
 #: method key -> (Table 3 name, extractors, fusion)
 METHODS: dict[str, tuple[str, str, str]] = {
@@ -53,30 +54,25 @@ _METRICS = ("accuracy", "precision", "recall", "f1")
 
 
 @dataclass(frozen=True)
-class SFedMVParams:
+class SFedMVExperimentParams(SFedMVParams):
+    """The algorithm's :class:`~fedviews.deep.SFedMVParams` (its fields and checks; the
+    experiment runs 15 rounds on 1 torch thread by default) plus the protocol above:
+    ``methods``, ``n_repeats``, ``n_clients``, ``split``, ``test_fraction``,
+    ``max_per_client`` (>0: at most this many training windows per client, for smoke
+    tests) and ``paper_table``. ``device``: the ``[run]`` table's."""
+
+    n_rounds: int = 15
+    torch_threads: int = 1
     methods: tuple[str, ...] = tuple(METHODS)
     n_repeats: int = 3
     n_clients: int = 5
     split: str = "time"
     test_fraction: float = 0.25
-    max_per_client: int = 0  # >0: keep only this many training samples per client (smoke tests)
-    hidden_size: int = 32
-    num_layers: int = 1
-    dropout: float = 0.1
-    lr: float = 0.005
-    batch_size: int = 128
-    local_epochs: int = 2
-    n_rounds: int = 15
-    beta: float = 4.0
-    zeta: float = 8.0
-    eta: float = 16.0
-    fusion_rounds: int = 20
-    local_iter: int = 2
-    inner_max_iter: int = 5
-    torch_threads: int = 1
+    max_per_client: int = 0
     paper_table: str = "fedmv_table3_sequential"
 
     def validate(self) -> None:
+        super().validate()
         bad = [m for m in self.methods if m not in METHODS]
         if bad or not self.methods:
             raise ConfigError(
@@ -86,14 +82,7 @@ class SFedMVParams:
             raise ConfigError(f"params.split must be one of {list(SPLITS)}, got {self.split!r}")
         if not 0 < self.test_fraction < 1:
             raise ConfigError("params.test_fraction must lie in (0, 1)")
-        for name in (
-            "n_repeats",
-            "n_clients",
-            "n_rounds",
-            "local_epochs",
-            "fusion_rounds",
-            "torch_threads",
-        ):
+        for name in ("n_repeats", "n_clients", "torch_threads"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"params.{name} must be >= 1")
         if self.max_per_client < 0:
@@ -108,7 +97,7 @@ def _assign_clients(ds: Any, n_clients: int) -> Any:
     return replace(ds, client_ids=np.array([group[s] for s in ds.client_ids.tolist()]))
 
 
-def _test_mask(ds: Any, p: SFedMVParams, seed: int) -> np.ndarray:
+def _test_mask(ds: Any, p: SFedMVExperimentParams, seed: int) -> np.ndarray:
     test = np.zeros(ds.n_samples, dtype=bool)
     groups = np.asarray(ds.groups)
     if p.split == "time":
@@ -142,20 +131,24 @@ def _cap(clients: list[Any], n: int) -> list[Any]:
 
 @register_experiment(
     "sfedmv",
-    SFedMVParams,
+    SFedMVExperimentParams,
     description="S-FedMV vs local / centralized sequential baselines (FedMV paper, Table 3)",
     default_dataset="watch",
     needs="torch",
 )
 def run_sfedmv(cfg: ExperimentConfig, ctx: RunContext) -> ExperimentResult:
     from fedviews.data import load_sequences
-    from fedviews.deep._common import require_torch
-    from fedviews.deep._gru import sequence_logits
+    from fedviews.deep import require_torch, sequence_logits
     from fedviews.deep.sfedmv import SFedMV
     from fedviews.report import line_panels
 
     torch = require_torch()
-    p: SFedMVParams = cfg.params
+    p: SFedMVExperimentParams = cfg.params
+    if p.device != SFedMVParams.device:
+        raise ConfigError("params.device: set the experiment's top-level `device` instead")
+    # the estimator's hyper-parameters are the algorithm's, less the deployment-only ones
+    names = {f.name for f in fields(SFedMVParams)} & set(SFedMV().get_params())
+    algo = {name: getattr(p, name) for name in names} | {"device": cfg.device}
     ds = _assign_clients(load_sequences(cfg.data.name, **dict(cfg.data.options)), p.n_clients)
     K, R = ds.n_views, p.n_rounds
     modes = sorted({METHODS[m][1] for m in p.methods})
@@ -192,24 +185,7 @@ def run_sfedmv(cfg: ExperimentConfig, ctx: RunContext) -> ExperimentResult:
                             # (every class occurs in the training data, checked below)
                             _c[k, t - 1] += (sequence_logits(model, views[k]).argmax(1) == y).sum()
 
-                    est = SFedMV(
-                        extractors=mode,
-                        hidden_size=p.hidden_size,
-                        num_layers=p.num_layers,
-                        dropout=p.dropout,
-                        lr=p.lr,
-                        batch_size=p.batch_size,
-                        local_epochs=p.local_epochs,
-                        n_rounds=R,
-                        beta=p.beta,
-                        zeta=p.zeta,
-                        eta=p.eta,
-                        fusion_rounds=p.fusion_rounds,
-                        local_iter=p.local_iter,
-                        inner_max_iter=p.inner_max_iter,
-                        random_state=seed,
-                        device=cfg.device,
-                    )
+                    est = SFedMV(extractors=mode, **algo, random_state=seed)
                     est.fit_extractors(train_cl, on_round=on_round)
                     if len(est.classes_) != ds.n_classes:
                         raise ConfigError(

@@ -7,6 +7,8 @@ runs a spec in one process; :mod:`fedviews.deploy` runs the same spec with one
 process per party. :func:`federate` wires a list of parties to a transport.
 """
 
+from typing import TYPE_CHECKING
+
 from fedviews.federation._algorithm import (
     ALGORITHMS,
     Algorithm,
@@ -23,12 +25,16 @@ from fedviews.federation._algorithm import (
     setup_info,
     spawn_streams,
 )
+from fedviews.federation._certs import TLSFiles, init_ca, issue_certificate, revoke_certificate
 from fedviews.federation._log import LogEntry, MessageLog
-from fedviews.federation._message import Message
+from fedviews.federation._message import Message, MetaValue
 from fedviews.federation._party import Coordinator, Party, handles
 from fedviews.federation._policy import PrivacyPolicy
 from fedviews.federation._run import federate
 from fedviews.federation._transport import InProcessTransport, Transport
+
+if TYPE_CHECKING:
+    from fedviews.federation._grpc import GrpcHub, GrpcOptions, GrpcPartyTransport
 
 __all__ = [
     "ALGORITHMS",
@@ -46,7 +52,13 @@ __all__ = [
     "setup_info",
     "spawn_streams",
     "GrpcHub",
+    "GrpcOptions",
     "GrpcPartyTransport",
+    "MetaValue",
+    "TLSFiles",
+    "init_ca",
+    "issue_certificate",
+    "revoke_certificate",
     "Coordinator",
     "InProcessTransport",
     "LogEntry",
@@ -62,7 +74,7 @@ __all__ = [
 
 def __getattr__(name: str) -> object:
     """The gRPC transports load lazily: they need the ``grpc`` extra."""
-    if name in ("GrpcHub", "GrpcPartyTransport"):
+    if name in ("GrpcHub", "GrpcOptions", "GrpcPartyTransport"):
         from fedviews.errors import require
 
         require("grpc", "grpc")

@@ -1,0 +1,207 @@
+"""TOML tables into frozen dataclasses, for every config fedviews reads (experiments,
+deployments): type coercion with clear errors, unknown keys named with the closest
+valid one, ``key=value`` overrides, and the ``modules = [...]`` list of modules to
+import first."""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import importlib
+import json
+import sys
+import types
+import typing
+from collections.abc import Mapping, Sequence
+from typing import Any, TypeVar
+
+from fedviews.errors import ConfigError
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
+
+__all__ = [
+    "MODULES_HINT",
+    "build_dataclass",
+    "closest",
+    "coerce",
+    "import_modules",
+    "merge_tables",
+    "parse_overrides",
+]
+
+T = TypeVar("T")
+
+
+def closest(key: str, valid: Sequence[str]) -> str:
+    match = difflib.get_close_matches(key, list(valid), n=1, cutoff=0.5)
+    return f"; did you mean {match[0]!r}?" if match else f"; valid keys: {sorted(valid)}"
+
+
+def coerce(value: Any, tp: Any, where: str) -> Any:
+    """Coerce a TOML/CLI value to the dataclass field type (light-weight, explicit)."""
+    origin = typing.get_origin(tp)
+    args = typing.get_args(tp)
+    if tp is Any or tp is object:
+        return value
+    if origin in (typing.Union, types.UnionType):
+        if value is None and type(None) in args:
+            return None
+        errors = []
+        for a in args:
+            if a is type(None):
+                continue
+            try:
+                return coerce(value, a, where)
+            except ConfigError as e:
+                errors.append(str(e))
+        raise ConfigError(f"{where}: {value!r} does not match {tp}")
+    if origin in (tuple, list, Sequence) or tp in (tuple, list):
+        if not isinstance(value, (list, tuple)):
+            value = [value]
+        inner = args[0] if args else Any
+        items = [coerce(v, inner, f"{where}[{i}]") for i, v in enumerate(value)]
+        return tuple(items)
+    if origin in (dict, Mapping) or tp is dict:
+        if not isinstance(value, Mapping):
+            raise ConfigError(f"{where}: expected a table, got {value!r}")
+        return dict(value)
+    if tp is bool:
+        if isinstance(value, bool):
+            return value
+        if isinstance(value, str) and value.lower() in ("true", "false", "1", "0", "yes", "no"):
+            return value.lower() in ("true", "1", "yes")
+        raise ConfigError(f"{where}: expected true/false, got {value!r}")
+    if tp is int:
+        if isinstance(value, bool) or (isinstance(value, float) and not value.is_integer()):
+            raise ConfigError(f"{where}: expected an integer, got {value!r}")
+        try:
+            return int(value)
+        except (TypeError, ValueError):
+            raise ConfigError(f"{where}: expected an integer, got {value!r}") from None
+    if tp is float:
+        if isinstance(value, bool):
+            raise ConfigError(f"{where}: expected a number, got {value!r}")
+        try:
+            return float(value)
+        except (TypeError, ValueError):
+            raise ConfigError(f"{where}: expected a number, got {value!r}") from None
+    if tp is str:
+        if not isinstance(value, str):
+            raise ConfigError(f"{where}: expected a string, got {value!r}")
+        return value
+    if typing.get_origin(tp) is typing.Literal:
+        if value not in args:
+            raise ConfigError(f"{where}: {value!r} is not one of {list(args)}")
+        return value
+    return value
+
+
+def build_dataclass(cls: type[T], values: Mapping[str, Any], where: str) -> T:
+    """Build the frozen dataclass ``cls`` from ``values``; unknown keys raise ConfigError."""
+    hints = typing.get_type_hints(cls)
+    fields = {f.name: f for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
+    kwargs: dict[str, Any] = {}
+    for key, val in values.items():
+        if key not in fields:
+            raise ConfigError(f"unknown key {where}.{key}{closest(key, list(fields))}")
+        kwargs[key] = coerce(val, hints[key], f"{where}.{key}")
+    try:
+        obj = cls(**kwargs)
+    except TypeError as exc:
+        raise ConfigError(f"{where}: {exc}") from None
+    validate = getattr(obj, "validate", None)
+    if callable(validate):
+        validate()
+    return obj
+
+
+def parse_overrides(overrides: Sequence[str]) -> dict[str, Any]:
+    """Parse ``["params.beta=0.1", "seed=3"]`` into a nested dict (values parsed as TOML/JSON)."""
+    out: dict[str, Any] = {}
+    for item in overrides:
+        if "=" not in item:
+            raise ConfigError(
+                f"override {item!r} must look like key=value (e.g. params.max_iter=50)"
+            )
+        key, raw = item.split("=", 1)
+        key = key.strip()
+        try:
+            value: Any = tomllib.loads(f"v = {raw}")["v"]
+        except tomllib.TOMLDecodeError:
+            try:
+                value = json.loads(raw)
+            except json.JSONDecodeError:
+                value = raw
+        node = out
+        parts = key.split(".")
+        for p in parts[:-1]:
+            node = node.setdefault(p, {})
+            if not isinstance(node, dict):
+                raise ConfigError(f"override {item!r} conflicts with another override")
+        node[parts[-1]] = value
+    return out
+
+
+def merge_tables(base: dict[str, Any], over: Mapping[str, Any]) -> dict[str, Any]:
+    out = dict(base)
+    for k, v in over.items():
+        if isinstance(v, Mapping) and isinstance(out.get(k), Mapping):
+            out[k] = merge_tables(dict(out[k]), v)
+        else:
+            out[k] = v
+    return out
+
+
+def import_modules(value: Any, where: str = "modules") -> tuple[str, ...]:
+    """Import the modules a config names (``modules = ["fedridge"]``); return their names.
+
+    A config's ``modules`` list lets ``fedviews run`` / ``fedviews launch`` find an
+    algorithm or experiment that fedviews itself does not ship: importing the module
+    registers it (:func:`~fedviews.federation.register_algorithm_spec`,
+    :func:`~fedviews.experiments.register_experiment`). Modules are found on the
+    Python path (``PYTHONPATH``), which every process of a deployment inherits from
+    the launcher. Importing a module twice is a no-op.
+
+    Raises
+    ------
+    ConfigError
+        When ``value`` is not a list of dotted module names, or a module cannot be
+        imported (naming what to put on ``PYTHONPATH``).
+    """
+    example = f'e.g. {where} = ["fedridge"]'
+    if isinstance(value, str) or not isinstance(value, (list, tuple)):
+        raise ConfigError(f"{where} must be a list of module names ({example}), got {value!r}")
+    names: list[str] = []
+    for item in value:
+        if not isinstance(item, str) or not all(p.isidentifier() for p in item.split(".")):
+            raise ConfigError(
+                f"{where}: {item!r} is not an importable module name (dotted Python "
+                f"identifiers, {example})"
+            )
+        names.append(item)
+    for name in names:
+        try:
+            importlib.import_module(name)
+        except ModuleNotFoundError as exc:
+            missing = exc.name or ""
+            if missing and (name == missing or name.startswith(missing + ".")):
+                path = name.replace(".", "/")
+                raise ConfigError(
+                    f"{where}: no module named {name!r} on the Python path; put the folder "
+                    f"that holds {path}.py (or the package {path}/) on PYTHONPATH, e.g. "
+                    f"`PYTHONPATH=/that/folder fedviews ...`, or pip-install it (every "
+                    f"process of a deployment needs it)"
+                ) from None
+            raise ConfigError(
+                f"{where}: importing {name!r} failed: {exc} (a module it imports is missing)"
+            ) from None
+        except ImportError as exc:
+            raise ConfigError(f"{where}: importing {name!r} failed: {exc}") from None
+    return tuple(names)
+
+
+#: appended to "unknown experiment/algorithm" errors
+MODULES_HINT = " (one defined outside fedviews: name its module in `modules = [...]`)"
