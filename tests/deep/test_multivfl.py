@@ -332,3 +332,35 @@ except ImportError as exc:
     )
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "MissingDependency"
+
+
+def test_a_label_owner_checks_what_data_owners_send(fmnist) -> None:
+    """A dishonest data owner's misshapen activations are named, not crashed on."""
+    from fedviews.data import PartyData
+    from fedviews.deep import MultiVFLParams
+    from fedviews.errors import ProtocolError
+    from fedviews.federation import Roster, RunSpec, build_in_process
+
+    images, y, _ = fmnist
+    images, y = images[:32], np.searchsorted(np.unique(y[:32]), y[:32])
+    params = MultiVFLParams(
+        rounds=1, batch_size=16, channels=4, top_channels=4, hidden=8, device="cpu", evaluate=False
+    )
+    ids = np.arange(32)
+    datas = {
+        "u": PartyData(ids, images[:, :14]),
+        "v": PartyData(ids, images[:, 14:]),
+        "a": PartyData(ids, None, y),
+    }
+    run = RunSpec("multivfl", params, Roster(("u", "v", "a"), label_owners=("a",)), seed=1)
+    fed = build_in_process(run, datas)
+    bad = fed.parties["v"]
+    honest = bad.forward
+
+    def forward(msg):  # one sample short
+        reply = honest(msg)
+        return bad.reply(msg, {"activations": reply.arrays["activations"][1:]})
+
+    bad.forward = forward  # type: ignore[method-assign]
+    with pytest.raises(ProtocolError, match="'v' sent 'activations' of shape \\(15, "):
+        fed()

@@ -211,6 +211,26 @@ def _load(
     module.load_state_dict({k: to_tensor(arrays[prefix + k], device) for k in module.state_dict()})
 
 
+def _received(msg: Message, module: nn.Module, prefix: str) -> dict[str, np.ndarray]:
+    """``module``'s parameters as ``msg`` carries them, checked by the receiver: every
+    one present under ``prefix`` with its shape (a :class:`ProtocolError` names the sender)."""
+    return {k: msg.array(prefix + k, tuple(v.shape)) for k, v in module.state_dict().items()}
+
+
+def _activations(replies: Mapping[str, Message], owners: Sequence[str], rows: int) -> list[Any]:
+    """The data owners' ``(rows, C, h_d, w)`` activations of one batch, checked by the label
+    owner: the batch's rows, and the same channels and width as the first owner's."""
+    arrays = [replies[d].array("activations", (rows, None, None, None)) for d in owners]
+    C, W = arrays[0].shape[1], arrays[0].shape[3]
+    for d, a in zip(owners, arrays, strict=True):
+        if (a.shape[1], a.shape[3]) != (C, W):
+            raise ProtocolError(
+                f"{d!r} sent activations of shape {a.shape}; {owners[0]!r}'s have {C} "
+                f"channels and width {W}"
+            )
+    return arrays
+
+
 def _local_optimizer(name: str, params: Any, lr: float) -> torch.optim.Optimizer:
     return torch.optim.Adam(params, lr=lr) if name == "adam" else torch.optim.SGD(params, lr=lr)
 
@@ -267,10 +287,12 @@ class DataOwner(Party):
     @handles("backward")
     def backward(self, msg: Message) -> None:
         k = msg.sender
-        out = self._pending.pop(k)
+        out = self._pending.pop(k, None)
+        if out is None:
+            raise ProtocolError(f"{k!r} sent a gradient for activations it never asked for")
         opt = self.optims[k]
         opt.zero_grad(set_to_none=True)
-        out.backward(to_tensor(msg.arrays["activation_grad"], self.device))
+        out.backward(to_tensor(msg.array("activation_grad", tuple(out.shape)), self.device))
         opt.step()
 
     @handles("average_bottoms")
@@ -336,8 +358,8 @@ class LabelOwner(Party):
 
     @handles("set_top")
     def set_top(self, msg: Message) -> None:
-        _load(self.top, msg.arrays, "top/", self.device)
-        self._global = {k[4:]: v for k, v in msg.arrays.items()}
+        self._global = _received(msg, self.top, "top/")
+        _load(self.top, self._global, "", self.device)
 
     @handles("train_round")
     def train_round(self, msg: Message) -> Message:
@@ -353,9 +375,10 @@ class LabelOwner(Party):
                 got = self.broadcast(
                     self.data_owners, "forward", meta={"batch": b, "batch_size": bs}
                 )
+                rows = len(order[b * bs : (b + 1) * bs])
                 acts = [
-                    to_tensor(got[d].arrays["activations"], self.device).requires_grad_(True)
-                    for d in self.data_owners
+                    to_tensor(a, self.device).requires_grad_(True)
+                    for a in _activations(got, self.data_owners, rows)
                 ]
                 logits = self.top(combine_activations(acts))
                 loss = nn.functional.cross_entropy(
@@ -391,14 +414,12 @@ class LabelOwner(Party):
         preds = []
         with torch.no_grad():
             for start in range(0, n, _EVAL_BATCH):
-                meta: dict[str, MetaValue] = {
-                    "split": split,
-                    "start": start,
-                    "stop": min(n, start + _EVAL_BATCH),
-                }
+                stop = min(n, start + _EVAL_BATCH)
+                meta: dict[str, MetaValue] = {"split": split, "start": start, "stop": stop}
                 got = self.broadcast(self.data_owners, "infer", meta=meta)
                 acts = [
-                    to_tensor(got[d].arrays["activations"], self.device) for d in self.data_owners
+                    to_tensor(a, self.device)
+                    for a in _activations(got, self.data_owners, stop - start)
                 ]
                 preds.append(to_numpy(self.top(combine_activations(acts)).argmax(1)))
         return np.concatenate(preds)
@@ -469,7 +490,10 @@ class Server(Coordinator):
             t0, b0 = time.perf_counter(), log.total_bytes
             seed = round_seed(self.random_state, r)
             replies = self.broadcast(self.label_owners, "train_round", meta={"seed": seed}, round=r)
-            updates = [{k[7:]: v for k, v in rep.arrays.items()} for rep in replies.values()]
+            updates = [
+                {k: rep.array(f"update/{k}", v.shape) for k, v in self.params.items()}
+                for rep in replies.values()
+            ]
             self.params = {
                 k: v.astype(np.float32)
                 for k, v in self.optimizer.step(self.params, updates).items()
