@@ -40,17 +40,8 @@ TARGET = ("mor", 3)  # demo data: the label owner's y is this column of this vie
 
 @dataclass(frozen=True)
 class FedRidgeParams:
-    """Hyper-parameters: the ``[params]`` table of a config.
-
-    Parameters
-    ----------
-    alpha : float
-        Ridge penalty.
-    max_iter : int
-        Rounds; a round is one Gauss-Seidel sweep over every party.
-    tol : float
-        Stop once a round changes the prediction by at most ``tol`` times its norm.
-    """
+    """The ``[params]`` table: ridge penalty, rounds (one sweep over every party each) and
+    ``tol`` (stop once a round changes the prediction by at most ``tol`` times its norm)."""
 
     alpha: float = 1.0
     max_iter: int = 100
@@ -79,11 +70,14 @@ class RidgeParty(fv.Party):
     def on_residual(self, msg: fv.Message) -> fv.Message:
         return self.reply(msg, arrays={"residual": self.y - msg.arrays["prediction"]})
 
-    def state_dict(self) -> dict[str, np.ndarray]:
+    def state_dict(self) -> dict[str, np.ndarray]:  # a checkpoint (it never leaves)
         return {"w": self.w}
 
     def load_state(self, state: Any) -> None:
         self.w = np.array(state["w"], dtype=np.float64)
+
+    def results(self) -> dict[str, np.ndarray]:  # what a deployed party writes at the end
+        return {"w": self.w}
 
 
 class RidgeCoordinator(fv.Coordinator):
@@ -121,6 +115,13 @@ class RidgeCoordinator(fv.Coordinator):
         self.Xw, self.w2 = np.array(state["Xw"]), np.array(state["w2"])
         self.objective = [float(f) for f in state["objective"]]
 
+    def progress(self) -> list[str]:
+        return [f"round {r + 1}: objective {f:.10g}" for r, f in enumerate(list(self.objective))]
+
+    def summary(self) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
+        metrics = {"objective": self.objective, "converged": self.converged}
+        return metrics, {"prediction": self.Xw.sum(0)}
+
 
 class FedRidgeAlgorithm(fv.Algorithm):
     """The spec; the defaults give one label owner and one alignment group of all parties."""
@@ -144,25 +145,9 @@ class FedRidgeAlgorithm(fv.Algorithm):
         fed = run.federation
         return RidgeCoordinator(fed.parties, fed.owners()[0], setup["n_samples"], run.params)
 
-    def run_coordinator(self, coord: Any, on_round_end: Any = None) -> np.ndarray:
-        return coord.run(on_round_end)
-
-    def progress(self, coord: Any) -> list[str]:
-        return [f"round {r + 1}: objective {f:.10g}" for r, f in enumerate(list(coord.objective))]
-
-    def party_results(self, party: Any) -> dict[str, np.ndarray]:
-        return {"w": party.w}
-
-    def coordinator_results(self, coord: Any) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
-        metrics = {"objective": coord.objective, "converged": coord.converged}
-        return metrics, {"prediction": coord.Xw.sum(0)}
-
     def demo_data(self, cfg: Any) -> dict[str, PartyData]:
-        """``[data]`` views dealt to the parties; the label owner's ``y`` is ``TARGET``.
-
-        Each party standardises its own view and the label owner centres its ``y``
-        (own statistics, nothing crosses), so the model needs no intercept.
-        """
+        """``[data]`` views dealt to the parties, each standardised with its own statistics;
+        the label owner's ``y`` is ``TARGET``, centred (so no intercept is needed)."""
         dealt = super().demo_data(cfg)  # each party's view, a random share of the samples
         src = load(cfg.data.dataset, views=[TARGET[0]])
         value = dict(zip(src.ids, src.views[0][:, TARGET[1]], strict=True))
@@ -178,22 +163,8 @@ fv.register_algorithm_spec(FedRidgeAlgorithm())
 
 
 class FedRidge(BaseEstimator):
-    """Federated ridge regression with every party in this process; party 0 holds ``y``.
-
-    Parameters
-    ----------
-    alpha, max_iter, tol : float, int, float
-        See :class:`FedRidgeParams`.
-
-    Attributes
-    ----------
-    coef_ : list of ndarray
-        Each party's ``w_k``, read from the party objects here (never sent).
-    objective_ : list of float
-        The objective after every round.
-    transport_ : Transport
-        The run's transport; ``transport_.log`` holds every message.
-    """
+    """Every party in this process, party 0 holds ``y``. ``coef_``: each party's ``w_k``
+    (read from the party objects, never sent); ``objective_`` per round; ``transport_``."""
 
     def __init__(self, alpha: float = 1.0, max_iter: int = 100, tol: float = 1e-12) -> None:
         self.alpha, self.max_iter, self.tol = alpha, max_iter, tol

@@ -23,7 +23,7 @@ is H-FedMV with seed :func:`fusion_seed` (the root sequence's own state).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -286,21 +286,8 @@ class SFedMVAlgorithm(HorizontalClients):
         assert isinstance(fusion, HFedMVServer)
         return SFedMVServer(run.federation.parties, inits, p.n_rounds, fusion=fusion)
 
-    def run_coordinator(self, coord: Any, on_round_end: Callable[[int], None] | None = None) -> Any:
-        return coord.run(on_round_end)
-
     def round_message(self, role: str) -> str:
         return "train_view"  # the fusion is not checkpointed: a resumed run redoes it
-
-    # the server and clients (fedviews.deep.sfedmv, which needs torch) report their own
-    def progress(self, coord: Any) -> list[str]:
-        return list(coord.progress())
-
-    def party_results(self, party: Any) -> dict[str, np.ndarray]:
-        return dict(party.results())
-
-    def coordinator_results(self, coord: Any) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
-        return coord.results()
 
     def demo_data(self, cfg: Any) -> dict[str, PartyData]:
         return watch_clients(cfg)

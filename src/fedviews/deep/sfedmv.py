@@ -422,7 +422,7 @@ class SFedMVServer(SequenceServer):
         ]
         return lines + [f"fusion {line}" for line in self.fusion.progress()]
 
-    def results(self) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
+    def summary(self) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
         """``(metrics, arrays)``: stage 1's losses and global GRUs, H-FedMV's results."""
         fused, arrays = HFEDMV_SPEC.coordinator_results(self.fusion)
         metrics = {

@@ -149,10 +149,12 @@ class Algorithm:
     """The one definition of a federated algorithm (see the module docstring).
 
     Subclasses set :attr:`name` and :attr:`Params` and implement :meth:`policy`,
-    :meth:`build_party`, :meth:`build_coordinator` and :meth:`run_coordinator`;
-    the other methods have defaults that fit a linear algorithm with one label
-    owner and one alignment group of all parties. The coordinator's role is
-    always ``"coordinator"``.
+    :meth:`build_party` and :meth:`build_coordinator`; the other methods have
+    defaults that fit a linear algorithm with one label owner and one alignment
+    group of all parties, and that ask the built objects themselves
+    (:meth:`Coordinator.run`, :meth:`~Coordinator.progress`,
+    :meth:`~Coordinator.summary`, a party's ``results()``). The coordinator's role
+    is always ``"coordinator"``.
     """
 
     name: ClassVar[str]
@@ -255,17 +257,20 @@ class Algorithm:
 
     def run_coordinator(
         self, coord: Coordinator, on_round_end: Callable[[int], None] | None = None
-    ) -> Any:  # pragma: no cover - abstract
-        raise NotImplementedError
+    ) -> Any:
+        """Drive the protocol (default: ``coord.run(on_round_end)``)."""
+        runner: Any = coord
+        return runner.run(on_round_end)
 
     def progress(self, coord: Coordinator) -> list[str]:
-        """One line per finished round (a deployed coordinator prints the new ones)."""
-        return []
+        """One line per finished round (default: ``coord.progress()``)."""
+        return coord.progress()
 
     # -- results ---------------------------------------------------------------
     def party_results(self, party: Party) -> dict[str, np.ndarray]:
-        """Arrays a party keeps at the end (a deployed party writes them to its own folder)."""
-        return {}
+        """Arrays a party keeps at the end (default: ``party.results()`` where it has one)."""
+        results = getattr(party, "results", None)
+        return dict(results()) if callable(results) else {}
 
     def write_party_results(self, party: Party, out_dir: Path) -> None:
         """Write a party's results into its own folder (default: ``result.npz``)."""
@@ -275,8 +280,8 @@ class Algorithm:
     def coordinator_results(
         self, coord: Coordinator
     ) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
-        """``(metrics for results.json, arrays for result.npz)`` of the coordinator."""
-        return {}, {}
+        """``(metrics for results.json, arrays for result.npz)`` (default: ``coord.summary()``)."""
+        return coord.summary()
 
     # -- demo data -------------------------------------------------------------
     def demo_data(self, cfg: Any) -> dict[str, PartyData]:

@@ -208,11 +208,22 @@ class Coordinator(Party):
     """The party that drives the protocol (server, aggregator or orchestrator).
 
     Subclasses implement :meth:`run`, which drives rounds by sending messages to
-    the parties and returns the algorithm's (non-private) result.
+    the parties and returns the algorithm's (non-private) result, and usually
+    :meth:`progress` and :meth:`summary`.
     """
 
     def __init__(self, name: str = "coordinator", role: str = "coordinator") -> None:
         super().__init__(name, role)
 
     def run(self) -> Any:  # pragma: no cover - abstract
+        """Drive the protocol to its end (an algorithm's coordinator usually takes
+        ``on_round_end``: called after round ``r``, e.g. to write a checkpoint)."""
         raise NotImplementedError
+
+    def progress(self) -> list[str]:
+        """One line per finished round (a deployed coordinator prints the new ones)."""
+        return []
+
+    def summary(self) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
+        """``(metrics for results.json, arrays for result.npz)`` at the end."""
+        return {}, {}
