@@ -46,11 +46,18 @@ from typing import Any
 
 import numpy as np
 
-from fedviews.deploy import load_deploy_config, load_party_data, write_demo_data
-from fedviews.deploy._flower import launch_flower
+from fedviews.deploy import launch_flower, load_deploy_config, load_party_data, write_demo_data
 from fedviews.deploy._session import DeployCoordinator, DeployParty, session_policy
-from fedviews.federation import Coordinator, InProcessTransport, Party, PrivacyPolicy, handles
-from fedviews.federation._grpc import GrpcHub, GrpcOptions, GrpcPartyTransport
+from fedviews.federation import (
+    Coordinator,
+    GrpcHub,
+    GrpcOptions,
+    GrpcPartyTransport,
+    InProcessTransport,
+    Party,
+    PrivacyPolicy,
+    handles,
+)
 
 CONFIG = """algorithm = "mmvfl"
 name = "bench_flower"

@@ -32,7 +32,15 @@ pytest.importorskip("rbcl")  # the PSI
 from flwr.app import Context, Message, RecordDict  # noqa: E402
 from flwr.serverapp import Grid  # noqa: E402
 
-from fedviews.deploy import _flower, load_deploy_config, load_party_data, split_dataset  # noqa: E402
+from fedviews.deploy import (  # noqa: E402
+    _flower,
+    _flower_node,
+    _flower_transport,
+    launch_flower,
+    load_deploy_config,
+    load_party_data,
+    split_dataset,
+)
 from fedviews.deploy._session import DeployCoordinator, DeployParty, session_policy  # noqa: E402
 from fedviews.errors import ConfigError, PartyUnavailable, ProtocolError  # noqa: E402
 from fedviews.federation import InProcessTransport, PrivacyPolicy, get_algorithm_spec  # noqa: E402
@@ -171,8 +179,8 @@ class LoopbackGrid(Grid):
     def _deliver(self, m: Message) -> None:
         node = m.metadata.dst_node_id
         if self.fresh:
-            with _flower._LIVE_LOCK:
-                _flower._LIVE.pop((self.run_id, node), None)
+            with _flower_node._LIVE_LOCK:
+                _flower_node._LIVE.pop((self.run_id, node), None)
         reply = _flower.client_app(m, self.contexts[node])
         reply.metadata.__dict__["_message_id"] = uuid.uuid4().hex
         with self.lock:
@@ -219,7 +227,7 @@ def test_loopback_grid_reuses_live_party(deployment, reference, tmp_path, monkey
     rc = {"deploy-config": str(path), "out-dir": str(run)}
     grid = LoopbackGrid(_node_configs(data, run), rc, fresh=False)
     restored = []
-    monkeypatch.setattr(_flower._Node, "restore", lambda self, state: restored.append(state))
+    monkeypatch.setattr(_flower_node._Node, "restore", lambda self, state: restored.append(state))
     try:
         res = _flower.run_flower_coordinator(load_deploy_config(path), grid, run / "coordinator")
     finally:
@@ -287,7 +295,9 @@ def test_party_to_party_messages_are_refused():
     with pytest.raises(ConfigError, match="between parties.*gRPC"):
         _flower._check_coarse_rounds(cfg, get_algorithm_spec("multivfl"))
     _flower._check_coarse_rounds(cfg, get_algorithm_spec("mmvfl"))  # MMVFL is fine
-    node = _flower.FlowerNodeTransport(split, {"b": "label_owner", "coordinator": "coordinator"})
+    node = _flower_transport.FlowerNodeTransport(
+        split, {"b": "label_owner", "coordinator": "coordinator"}
+    )
     with pytest.raises(ProtocolError, match="gRPC transport"):
         node.request(FVMessage("forward", sender="a", receiver="b"))
 
@@ -296,14 +306,14 @@ def test_wire_round_trip_has_no_pickle():
     msg = FVMessage(
         "update", "coordinator", "pix", 2, arrays={"Z": np.arange(6.0).reshape(3, 2)}, meta={"k": 1}
     )
-    content = _flower.pack(msg.encode())
+    content = _flower_transport.pack(msg.encode())
     arr = content.array_records["fedviews"]["message"]
-    assert arr.stype == _flower.STYPE and arr.dtype == "uint8"
-    back = FVMessage.decode(_flower.unpack(content))
+    assert arr.stype == _flower_transport.STYPE and arr.dtype == "uint8"
+    back = FVMessage.decode(_flower_transport.unpack(content))
     np.testing.assert_array_equal(back.arrays["Z"], msg.arrays["Z"])
     assert (back.kind, back.round, dict(back.meta)) == ("update", 2, {"k": 1})
     with pytest.raises(ProtocolError, match="no fedviews message"):
-        _flower.unpack(RecordDict())
+        _flower_transport.unpack(RecordDict())
 
 
 @pytest.mark.slow
@@ -313,7 +323,7 @@ def test_simulation_engine_equals_in_process(deployment, reference, tmp_path):
     path, data = deployment
     run = tmp_path / "run"
     lines: list[str] = []
-    res = _flower.launch_flower(
+    res = launch_flower(
         path, run, engine="simulation", data_dir=data, timeout=80, echo=lines.append
     )
     _check_against(reference, run, res)
@@ -329,7 +339,7 @@ def test_deployment_engine_equals_in_process(deployment, reference, tmp_path):
     """flower-superlink + one flower-supernode per party (node config) + flwr run == in-process."""
     path, data = deployment
     run = tmp_path / "run"
-    res = _flower.launch_flower(path, run, engine="deployment", data_dir=data, timeout=900)
+    res = launch_flower(path, run, engine="deployment", data_dir=data, timeout=900)
     _check_against(reference, run, res)
 
 

@@ -220,7 +220,7 @@ def register(app: typer.Typer) -> None:
         ] = None,
     ) -> None:
         """Write the Flower app project that `flwr run DIRECTORY` submits to a SuperLink."""
-        from fedviews.deploy._flower import write_flower_app
+        from fedviews.deploy._flower_launch import write_flower_app
 
         where = write_flower_app(
             directory,
@@ -246,7 +246,7 @@ def register(app: typer.Typer) -> None:
         ping_bytes: Annotated[int, typer.Option(help="Bytes per echo message.")] = 0,
     ) -> None:
         """A whole Flower deployment on this machine over loopback (one SuperNode per party)."""
-        from fedviews.deploy._flower import launch_flower
+        from fedviews.deploy._flower_launch import launch_flower
 
         if engine not in ("deployment", "simulation"):
             from fedviews.errors import ConfigError

@@ -39,6 +39,7 @@ from fedviews.federation import (
     GrpcPartyTransport,
     Local,
     Message,
+    MessageLog,
     PrivacyPolicy,
     TLSFiles,
     check_group_sizes,
@@ -399,13 +400,7 @@ def run_coordinator(
             "seconds": round(time.perf_counter() - t0, 3),
             **coord.results(),
         }
-        if unavailable is not None:
-            result["unavailable_party"] = unavailable
-        _write_json(out_dir / "results.json", result)
-        if coord.server is not None:
-            final: dict[str, Any] = dict(app.coordinator_results(coord.server)[1])
-            np.savez(out_dir / "result.npz", **final)
-        _write_json(out_dir / "message_log.json", hub.log.summary())
+        write_coordinator_outputs(out_dir, coord, result, unavailable, hub.log)
         hub.close()
         say(f"{status}; results in {out_dir}")
         if status != "ok" and result.get("last_checkpoint_round"):
@@ -413,6 +408,25 @@ def run_coordinator(
                 f"checkpoint of round {result['last_checkpoint_round']} kept: continue with "
                 f"--resume {out_dir} (and --resume <its folder> for every party)"
             )
+
+
+def write_coordinator_outputs(
+    out_dir: Path,
+    coord: DeployCoordinator,
+    result: dict[str, Any],
+    unavailable: str | None,
+    log: MessageLog,
+) -> None:
+    """The coordinator's folder at the end of a run, whatever its status: ``results.json``
+    (naming the party that became unavailable), the final arrays in ``result.npz`` (once the
+    server was built) and ``message_log.json``."""
+    if unavailable is not None:
+        result["unavailable_party"] = unavailable
+    _write_json(out_dir / "results.json", result)
+    if coord.server is not None:
+        final: dict[str, Any] = dict(coord.app.coordinator_results(coord.server)[1])
+        np.savez(out_dir / "result.npz", **final)
+    _write_json(out_dir / "message_log.json", log.summary())
 
 
 def run_party(

@@ -27,7 +27,7 @@ from fedviews.federation._algorithm import (
 )
 from fedviews.federation._certs import TLSFiles, init_ca, issue_certificate, revoke_certificate
 from fedviews.federation._log import LogEntry, MessageLog
-from fedviews.federation._message import Message, MetaValue
+from fedviews.federation._message import Message, MetaValue, error_payload, raise_remote
 from fedviews.federation._party import Coordinator, Party, handles
 from fedviews.federation._policy import PrivacyPolicy
 from fedviews.federation._run import federate
@@ -55,6 +55,8 @@ __all__ = [
     "GrpcOptions",
     "GrpcPartyTransport",
     "MetaValue",
+    "error_payload",
+    "raise_remote",
     "TLSFiles",
     "init_ca",
     "issue_certificate",

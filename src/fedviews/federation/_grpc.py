@@ -50,7 +50,7 @@ from typing import TYPE_CHECKING, Any, NoReturn
 
 from fedviews import errors
 from fedviews.errors import FedViewsError, PartyUnavailable, ProtocolError, require
-from fedviews.federation._message import Message
+from fedviews.federation._message import Message, error_payload, raise_remote
 from fedviews.federation._party import Party
 from fedviews.federation._policy import PrivacyPolicy
 from fedviews.federation._transport import Transport
@@ -227,35 +227,14 @@ class _Calls:
             self._slots.pop(msg_id, None)
 
 
-def _error_payload(exc: BaseException) -> bytes:
-    return json.dumps({"type": type(exc).__name__, "message": str(exc)}).encode()
-
-
 def _report(link: _Link, msg_id: int, exc: BaseException, what: str) -> None:
     """Send ``exc`` back as the ERROR reply to request ``msg_id`` (if the link still lives)."""
     if not isinstance(exc, FedViewsError):
         log.exception("%s failed", what)
     try:
-        link.send(ERROR, msg_id, _error_payload(exc))
+        link.send(ERROR, msg_id, error_payload(exc))
     except PartyUnavailable:
         pass
-
-
-def _raise_remote(peer: str, kind: str, data: Buffer) -> None:
-    """Re-raise an error that a remote handler reported, as the in-process transport would."""
-    info = json.loads(bytes(data))
-    cls = getattr(errors, info.get("type", ""), None)
-    if (
-        isinstance(cls, type)
-        and issubclass(cls, FedViewsError)
-        and cls not in (PartyUnavailable, errors.MissingDependency)
-    ):
-        raise cls(info["message"])
-    if cls is PartyUnavailable:
-        raise ProtocolError(info["message"])
-    raise PartyUnavailable(
-        peer, f"failed while handling {kind!r}: {info['type']}: {info['message']}"
-    )
 
 
 class _Endpoint(Transport):
@@ -343,7 +322,7 @@ class _Endpoint(Transport):
         link.send(REQUEST, msg_id, wire)
         ftype, data = self._await(link, msg_id, slot, msg.kind)
         if ftype == ERROR:
-            _raise_remote(msg.receiver, msg.kind, data)
+            raise_remote(msg.receiver, msg.kind, data)
         reply = Message.decode(data)
         if reply.receiver != msg.sender or reply.sender != msg.receiver:
             raise ProtocolError(f"party {msg.receiver!r} replied with a misaddressed message")
@@ -562,7 +541,7 @@ class GrpcHub(_Endpoint):
         try:
             head = Message.peek(data)
         except FedViewsError as exc:
-            link.send(ERROR, msg_id, _error_payload(exc))
+            link.send(ERROR, msg_id, error_payload(exc))
             return
         if head.receiver in self.local:
             super()._serve_request(link, msg_id, data)

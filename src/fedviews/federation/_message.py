@@ -20,7 +20,8 @@ from typing import Any
 
 import numpy as np
 
-from fedviews.errors import ProtocolError
+from fedviews import errors
+from fedviews.errors import FedViewsError, PartyUnavailable, ProtocolError
 
 __all__ = ["Message", "MetaValue"]
 
@@ -251,3 +252,27 @@ def _parse_header(view: memoryview) -> tuple[dict[str, Any], list[dict[str, Any]
     if total != len(view):
         raise ProtocolError("trailing bytes after message payload")
     return header, specs, offset
+
+
+def error_payload(exc: BaseException) -> bytes:
+    """How a transport reports a handler's failure back to the requester (JSON, no pickle)."""
+    return json.dumps({"type": type(exc).__name__, "message": str(exc)}).encode()
+
+
+def raise_remote(peer: str, kind: str, data: bytes | bytearray | memoryview) -> None:
+    """Re-raise an error that ``peer``'s handler of ``kind`` reported (:func:`error_payload`),
+    as the in-process transport would: a fedviews error keeps its type; anything else
+    (a crash) makes ``peer`` unavailable."""
+    info = json.loads(bytes(data))
+    cls = getattr(errors, info.get("type", ""), None)
+    if (
+        isinstance(cls, type)
+        and issubclass(cls, FedViewsError)
+        and cls not in (PartyUnavailable, errors.MissingDependency)
+    ):
+        raise cls(info["message"])
+    if cls is PartyUnavailable:
+        raise ProtocolError(info["message"])
+    raise PartyUnavailable(
+        peer, f"failed while handling {kind!r}: {info['type']}: {info['message']}"
+    )

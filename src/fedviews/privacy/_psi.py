@@ -63,11 +63,12 @@ the group name and the number of common rows.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import hashlib
 import os
 import tempfile
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
@@ -278,6 +279,35 @@ class PSIParty(Party):
     def psi_ids(self, group: str) -> np.ndarray:
         """The IDs this party intersects in ``group`` (default: :attr:`ids` for every group)."""
         return self.ids
+
+    def psi_snapshot(self) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
+        """This party's PSI state as ``(meta, arrays)`` (finished groups' rows, the secrets of
+        running ones), for a process that must rebuild the party between two messages (Flower);
+        it stays on this party's node."""
+        meta: dict[str, Any] = {}
+        arrays = {f"rows/{g}": np.asarray(rows) for g, rows in self.psi_rows.items()}
+        for group, st in self._psi_state.items():
+            meta[f"psi/{group}"] = ",".join(f.name for f in dataclasses.fields(st))
+            for f in dataclasses.fields(st):
+                v = getattr(st, f.name)
+                if isinstance(v, bytes):
+                    meta[f"psi/{group}/{f.name}"] = v
+                else:
+                    arrays[f"psi/{group}/{f.name}"] = np.asarray(v)
+        return meta, arrays
+
+    def psi_restore(self, meta: Mapping[str, Any], arrays: Mapping[str, np.ndarray]) -> None:
+        """Continue from :meth:`psi_snapshot`."""
+        for name, v in arrays.items():
+            if name.startswith("rows/"):
+                self.psi_rows[name[len("rows/") :]] = v
+        for name, fields in meta.items():
+            if name.startswith("psi/") and name.count("/") == 1:
+                values: dict[str, Any] = {
+                    f: meta[f"{name}/{f}"] if f"{name}/{f}" in meta else arrays[f"{name}/{f}"]
+                    for f in str(fields).split(",")
+                }
+                self._psi_state[name[len("psi/") :]] = _GroupState(**values)
 
     def _state(self, msg: Message) -> _GroupState:
         group = _group_of(msg)

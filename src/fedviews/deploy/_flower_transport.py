@@ -1,0 +1,367 @@
+"""The Flower transports of the deployed session and their wire format.
+
+:class:`FlowerGridTransport` is the ServerApp's: it sends every fedviews
+:class:`~fedviews.federation.Message` to the Flower node of its receiver through the
+``Grid`` (Message API), after the same privacy-policy check and logging as
+in-process (:meth:`Transport._check_and_log`). :class:`FlowerNodeTransport` is a
+ClientApp's: it only answers the ServerApp.
+
+Wire: the :meth:`Message.encode` bytes (no pickle) ride in an ``ArrayRecord`` as one
+``uint8`` :class:`flwr.app.Array` of serialisation type :data:`STYPE` (Flower
+chunks large arrays); a handler failure comes back as a ``ConfigRecord``
+``fedviews-error`` and is re-raised as the same :mod:`fedviews.errors` type.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+import numpy as np
+
+from fedviews.errors import (
+    ConfigError,
+    DataError,
+    PartyUnavailable,
+    PrivacyError,
+    ProtocolError,
+    require,
+)
+
+require("flwr", "flower")
+
+from flwr.app import Array, ArrayRecord, ConfigRecord, RecordDict  # noqa: E402
+from flwr.app import Message as FlowerMessage  # noqa: E402
+from flwr.serverapp import Grid  # noqa: E402
+
+from fedviews.federation import (  # noqa: E402  # noqa: E402
+    Message,
+    Party,
+    PrivacyPolicy,
+    Transport,
+    error_payload,
+    raise_remote,
+)
+
+__all__ = ["FlowerGridTransport", "FlowerNodeTransport", "FlowerOptions", "pack", "unpack"]
+
+STYPE = "fedviews.message.v1"  # serialisation type of the Array that carries a Message
+ACTION = "fedviews"  # Flower message type "query.fedviews": one fedviews Message
+HELLO = "fedviews_hello"  # "query.fedviews_hello": which party is this node?
+PING = "fedviews_ping"  # "query.fedviews_ping": echo, to time Flower's message round trip
+_PAYLOAD, _BYTES, _ERROR = "fedviews", "message", "fedviews-error"
+_GRPC_HINT = "fedviews' gRPC transport (fedviews launch / fedviews party)"
+
+
+@dataclass(frozen=True)
+class FlowerOptions:
+    """How the ServerApp waits for the nodes.
+
+    Parameters
+    ----------
+    poll_interval : float
+        Seconds between two pulls of pending replies from the SuperLink.
+    request_timeout : float
+        Deadline of one request in seconds (also the Flower message TTL).
+    join_timeout : float
+        Seconds to wait until a node has declared every party of the federation.
+    """
+
+    poll_interval: float = 0.02
+    request_timeout: float = 3600.0
+    join_timeout: float = 60.0
+
+
+def pack(wire: bytes | bytearray) -> RecordDict:
+    """A fedviews wire message as Flower content (one uint8 Array, no pickle)."""
+    data = bytes(wire)
+    arr = Array(dtype="uint8", shape=(len(data),), stype=STYPE, data=data)
+    return RecordDict({_PAYLOAD: ArrayRecord({_BYTES: arr})})
+
+
+def unpack(content: RecordDict) -> bytes:
+    """The fedviews wire bytes in Flower content made by :func:`pack`."""
+    try:
+        arr = content.array_records[_PAYLOAD][_BYTES]
+    except KeyError:
+        raise ProtocolError("the Flower message carries no fedviews message") from None
+    if arr.stype != STYPE:
+        raise ProtocolError(f"unexpected Flower array type {arr.stype!r} (want {STYPE!r})")
+    return bytes(arr.data)
+
+
+def error_content(exc: BaseException) -> RecordDict:
+    """A handler failure as Flower content, re-raised by :func:`node_error` on the ServerApp."""
+    return RecordDict({_ERROR: ConfigRecord({"payload": error_payload(exc)})})
+
+
+def node_error(party: str, kind: str, reply: FlowerMessage) -> None:
+    """Raise what a node reported: a fedviews error, or Flower's own error."""
+    if reply.has_error():
+        err = reply.error
+        raise PartyUnavailable(party, f"Flower error {err.code} on {kind!r}: {err.reason}")
+    records = reply.content.config_records
+    if _ERROR in records:
+        payload = records[_ERROR]["payload"]
+        assert isinstance(payload, bytes)
+        raise_remote(party, kind, payload)
+
+
+class FlowerGridTransport(Transport):
+    """The coordinator's transport: every message goes to its receiver's Flower node.
+
+    Parameters
+    ----------
+    policy : PrivacyPolicy
+        Enforced on every message before it is encoded, and on every reply.
+    parties : mapping of str to str
+        The parties of the federation, ``{name: role}``.
+    grid : flwr.serverapp.Grid
+        The ServerApp's grid (deployment or simulation engine).
+    options : FlowerOptions
+        Poll interval and timeouts.
+    """
+
+    def __init__(
+        self,
+        policy: PrivacyPolicy,
+        parties: Mapping[str, str],
+        grid: Grid,
+        *,
+        options: FlowerOptions | None = None,
+        keep_entries: bool = True,
+    ) -> None:
+        super().__init__(policy, keep_entries=keep_entries)
+        self.expected = dict(parties)
+        self.roles.update(self.expected)
+        self.grid = grid
+        self.options = options or FlowerOptions()
+        self.nodes: dict[str, int] = {}
+        self.local: dict[str, Party] = {}
+        self.exchanges: list[tuple[str, int, float]] = []  # (kind, messages, seconds)
+        self.pings: dict[str, list[float]] = {}
+        self._grid_lock = threading.Lock()  # one grid call at a time (PSI chains are threads)
+
+    def register(self, party: Party) -> None:
+        super().register(party)
+        self.local[party.name] = party
+
+    # -- joining -------------------------------------------------------------
+    def connect(self, run_fingerprint: str = "") -> dict[str, int]:
+        """Ask every node which party it is until all parties are mapped; return the map.
+
+        Raises ConfigError for a node without a party, a party not of this federation,
+        two nodes claiming one party or a node whose deployment config differs from the
+        coordinator's (``run_fingerprint``), and PartyUnavailable for a party that no
+        node declared within ``join_timeout``.
+        """
+        limit = self.options.join_timeout
+        deadline = time.monotonic() + limit
+        asked: set[int] = set()
+        coordinator = next(iter(self.local), "coordinator")
+        while True:
+            with self._grid_lock:
+                new = sorted(set(self.grid.get_node_ids()) - asked)
+            if new:
+                asked.update(new)
+                content = ConfigRecord({"coordinator": coordinator, "run": run_fingerprint})
+                left = max(deadline - time.monotonic(), 5.0)
+                msgs = [self._query(RecordDict({"hello": content}), n, HELLO, left) for n in new]
+                for node, reply in zip(new, self._exchange(msgs, left, "hello"), strict=True):
+                    self._declare(node, reply, run_fingerprint)
+            missing = [p for p in self.expected if p not in self.nodes]
+            if not missing:
+                return dict(self.nodes)
+            if time.monotonic() > deadline:
+                raise PartyUnavailable(
+                    ", ".join(missing),
+                    f"no Flower node declared it within {limit:g} s (nodes: "
+                    f"{self.nodes or 'none'}); start one SuperNode per party with "
+                    "--node-config \"party='NAME' data='PATH'\"",
+                )
+            time.sleep(0.25)
+
+    def _declare(self, node: int, reply: FlowerMessage | None, run_fingerprint: str) -> None:
+        where = f"Flower node {node}"
+        if reply is None:
+            raise PartyUnavailable(where, "did not answer the hello")
+        try:
+            node_error(where, "hello", reply)
+        except PartyUnavailable:
+            raise
+        except (ConfigError, DataError, PrivacyError, ProtocolError) as exc:  # say which node
+            raise type(exc)(f"{where}: {exc}") from None
+        rec = reply.content.config_records.get("hello")
+        if rec is None:
+            raise ProtocolError(f"{where} answered the hello without a party name")
+        party = str(rec["party"])
+        if party not in self.expected:
+            raise ConfigError(
+                f"{where} declares party {party!r}, which is not one of this federation's "
+                f"parties {sorted(self.expected)}"
+            )
+        if party in self.nodes:
+            raise ConfigError(
+                f"Flower nodes {self.nodes[party]} and {node} both declare party {party!r}; "
+                "give every SuperNode its own --node-config party=..."
+            )
+        theirs = str(rec.get("run", ""))
+        if run_fingerprint and theirs != run_fingerprint:
+            raise ConfigError(
+                f"party {party!r} ({where}) runs another deployment config "
+                "(algorithm, seed, parties, label owner or params differ from the coordinator's)"
+            )
+        self.nodes[party] = node
+
+    # -- messaging ------------------------------------------------------------
+    def _query(
+        self, content: RecordDict, node: int, action: str, ttl: float | None = None, group: str = ""
+    ) -> FlowerMessage:
+        """A ``query.<action>`` message to ``node`` (TTL: the request timeout)."""
+        ttl = self.options.request_timeout if ttl is None else ttl
+        kind = f"query.{action}"
+        return FlowerMessage(content, dst_node_id=node, message_type=kind, ttl=ttl, group_id=group)
+
+    def _exchange(
+        self, msgs: list[FlowerMessage], timeout: float, what: str
+    ) -> list[FlowerMessage | None]:
+        """Push all messages, then pull until every reply is in (None: no reply in time)."""
+        with self._grid_lock:
+            ids = list(self.grid.push_messages(msgs))
+        if len(ids) != len(msgs) or any(not i for i in ids):
+            raise ProtocolError(f"the SuperLink refused {what} message(s) (too large or malformed)")
+        pending = {str(i): k for k, i in enumerate(ids)}
+        out: list[FlowerMessage | None] = [None] * len(msgs)
+        deadline = time.monotonic() + timeout
+        while pending:
+            with self._grid_lock:
+                got = list(self.grid.pull_messages(list(pending)))
+            for reply in got:
+                k = pending.pop(reply.metadata.reply_to_message_id, None)
+                if k is not None:
+                    out[k] = reply
+            if pending:
+                if time.monotonic() > deadline:
+                    break
+                time.sleep(self.options.poll_interval)
+        return out
+
+    def _answer(self, party: str, kind: str, reply: FlowerMessage | None) -> bytes:
+        """The fedviews bytes of a node's reply; raise what went wrong instead."""
+        if reply is None:
+            timeout = self.options.request_timeout
+            raise PartyUnavailable(party, f"no reply to {kind!r} within {timeout:g} s")
+        node_error(party, kind, reply)
+        return unpack(reply.content)
+
+    def request(self, msg: Message) -> Message:
+        return self.request_many([msg])[0]
+
+    def request_many(self, msgs: list[Message]) -> list[Message]:
+        """Send every message, then collect every reply: the nodes compute concurrently."""
+        if not msgs:
+            return []
+        t0 = time.perf_counter()
+        out: list[FlowerMessage] = []
+        for m in msgs:
+            if m.sender not in self.local:
+                raise ProtocolError(
+                    f"{m.sender!r} cannot send {m.kind!r} over Flower: only the ServerApp "
+                    "sends; a party's own messages (per-batch split learning) need " + _GRPC_HINT
+                )
+            if m.receiver not in self.roles:
+                raise PartyUnavailable(m.receiver, "no such party in this federation")
+            node = self.nodes.get(m.receiver)
+            if node is None:
+                raise PartyUnavailable(m.receiver, "no Flower node declared this party")
+            self._check_send(m)
+            wire = m.encode()
+            self._check_and_log(m, len(wire))
+            out.append(self._query(pack(wire), node, ACTION, group=str(m.round)))
+        replies = self._exchange(out, self.options.request_timeout, msgs[0].kind)
+        result: list[Message] = []
+        for m, fr in zip(msgs, replies, strict=True):
+            data = self._answer(m.receiver, m.kind, fr)
+            reply = Message.decode(data)
+            if reply.receiver != m.sender or reply.sender != m.receiver:
+                raise ProtocolError(f"party {m.receiver!r} replied with a misaddressed message")
+            self._check_and_log(reply, len(data))
+            result.append(reply)
+        self.exchanges.append((msgs[0].kind, len(msgs), time.perf_counter() - t0))
+        return result
+
+    def ping(self, n: int, nbytes: int = 0) -> dict[str, list[float]]:
+        """Wall times of ``n`` echo round trips (no party work, ``nbytes`` each way).
+
+        ``single``: one message to the first party's node; ``broadcast``: one message
+        to every node at once (what a round of a coarse-round algorithm sends).
+        """
+        out: dict[str, list[float]] = {"single": [], "broadcast": []}
+        for key, nodes in (
+            ("single", [self.nodes[next(iter(self.expected))]]),
+            ("broadcast", list(self.nodes.values())),
+        ):
+            for _ in range(n):
+                msgs = [self._query(pack(bytes(nbytes)), node, PING) for node in nodes]
+                t0 = time.perf_counter()
+                replies = self._exchange(msgs, self.options.request_timeout, "ping")
+                dt = time.perf_counter() - t0
+                for node, r in zip(nodes, replies, strict=True):
+                    if len(self._answer(f"Flower node {node}", "ping", r)) != nbytes:
+                        raise ProtocolError(f"Flower node {node} echoed another payload")
+                out[key].append(dt)
+        self.pings = out
+        return out
+
+    def round_trip_seconds(self) -> float:
+        """Median wall time of one exchange (push, the nodes' work, pull)."""
+        if not self.exchanges:
+            return float("nan")
+        return float(np.median([s for _, _, s in self.exchanges]))
+
+
+class FlowerNodeTransport(Transport):
+    """A node's transport: answers the ServerApp; a party cannot send on its own."""
+
+    def __init__(self, policy: PrivacyPolicy, roles: Mapping[str, str]) -> None:
+        super().__init__(policy)
+        self.local: dict[str, Party] = {}
+        self._others = dict(roles)
+
+    def register(self, party: Party) -> None:
+        super().register(party)
+        self.local[party.name] = party
+        for name, role in self._others.items():
+            self.roles.setdefault(name, role)
+
+    def request(self, msg: Message) -> Message:
+        raise ProtocolError(
+            f"{msg.sender!r} tried to send {msg.kind!r} to {msg.receiver!r}: over Flower a "
+            "party only answers the ServerApp, it cannot send its own messages (per-batch "
+            "split learning such as Multi-VFL or APFed); deploy this algorithm with " + _GRPC_HINT
+        )
+
+    def answer(self, data: bytes, coordinator: str) -> bytes:
+        """Decode a request, let the party handle it, return the encoded reply."""
+        msg = Message.decode(data)
+        party = self.local.get(msg.receiver)
+        if party is None:
+            raise ProtocolError(
+                f"a message for {msg.receiver!r} reached the node of {list(self.local)}"
+            )
+        if msg.sender != coordinator:
+            raise PrivacyError(f"only the coordinator sends over Flower, not {msg.sender!r}")
+        self._check_and_log(msg, len(data))
+        t0 = time.perf_counter()
+        try:
+            reply = party.handle(msg)
+        finally:
+            self.log.handler_seconds[party.name] += time.perf_counter() - t0
+        if reply.receiver != msg.sender or reply.sender != party.name:
+            raise ProtocolError(f"party {party.name!r} replied with a misaddressed message")
+        self._check_send(reply)
+        wire = reply.encode()
+        self._check_and_log(reply, len(wire))
+        return wire
