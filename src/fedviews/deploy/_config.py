@@ -12,6 +12,9 @@ A deployment TOML file (``configs/deploy_*.toml``)::
     label_owner = "pix"
     timeout = 20.0          # seconds of silence before a party is declared unavailable
     heartbeat = 2.0
+    request_timeout = 600.0 # the longest one request may take (a party that heartbeats
+                            # but never answers is named after this)
+    max_message_mb = 1024   # the largest message a process accepts (MiB)
     checkpoint_every = 1    # rounds between checkpoints (continue: --resume RUN_DIR)
 
     [data]                  # what `fedviews launch` / `split-data` generate
@@ -56,6 +59,9 @@ class FederationSpec(Roster):
     timeout: float = 20.0
     heartbeat: float = 2.0
     connect_timeout: float = 60.0
+    request_timeout: float = 600.0  # one request's deadline (its handler's whole computation)
+    max_message_mb: float = 1024.0  # the largest message a process reassembles
+    max_incomplete: int = 64  # messages a peer may have half-sent at once
     alignment: str = "psi"  # or "none": every party holds the same IDs (rows sorted by ID)
     checkpoint_every: int = 1  # every process checkpoints its state every this many rounds
 
@@ -80,6 +86,10 @@ class FederationSpec(Roster):
             raise ConfigError("federation.label_owners lists a party twice")
         if not 0 < self.heartbeat < self.timeout:
             raise ConfigError("need 0 < federation.heartbeat < federation.timeout")
+        if not self.request_timeout > 0:
+            raise ConfigError("federation.request_timeout must be > 0 (seconds)")
+        if not self.max_message_mb > 0 or self.max_incomplete < 1:
+            raise ConfigError("need federation.max_message_mb > 0 and max_incomplete >= 1")
         if self.alignment not in ("psi", "none"):
             raise ConfigError("federation.alignment must be 'psi' or 'none'")
         if self.checkpoint_every < 1:

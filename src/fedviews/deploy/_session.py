@@ -88,7 +88,14 @@ def run_policy(app: Algorithm, cfg: DeployConfig, setup: Mapping[str, Any]) -> P
 
 def options_of(cfg: DeployConfig) -> GrpcOptions:
     f = cfg.federation
-    return GrpcOptions(timeout=f.timeout, heartbeat=f.heartbeat, connect_timeout=f.connect_timeout)
+    return GrpcOptions(
+        timeout=f.timeout,
+        heartbeat=f.heartbeat,
+        connect_timeout=f.connect_timeout,
+        request_timeout=f.request_timeout,
+        max_message_bytes=int(f.max_message_mb * 1024 * 1024),
+        max_incomplete=f.max_incomplete,
+    )
 
 
 def run_identity(cfg: DeployConfig) -> dict[str, Any]:

@@ -39,6 +39,7 @@ from __future__ import annotations
 import json
 import logging
 import queue
+import secrets
 import struct
 import threading
 import time
@@ -95,6 +96,11 @@ class GrpcOptions:
         First pause between connection attempts (doubled after each failure).
     chunk_size : int
         Bytes per frame; messages larger than this are split.
+    max_message_bytes : int
+        The largest message a receiver reassembles; a peer that announces a larger
+        one (its chunk count times ``chunk_size``) is cut off, named.
+    max_incomplete : int
+        Messages a peer may have half-sent at once (their chunks are held in memory).
     """
 
     timeout: float = 20.0
@@ -104,6 +110,8 @@ class GrpcOptions:
     connect_retries: int = 8
     backoff: float = 0.5
     chunk_size: int = 2 * _MB
+    max_message_bytes: int = 1024 * _MB
+    max_incomplete: int = 64
 
     def channel_options(self) -> list[tuple[str, int]]:
         limit = self.chunk_size + 64 * 1024
@@ -121,11 +129,13 @@ class GrpcOptions:
 
 
 class _Link:
-    """One stream end: chunked frames out (a queue), reassembly in, liveness."""
+    """One stream end: chunked frames out (a queue), bounded reassembly in, liveness."""
 
-    def __init__(self, peer: str, chunk_size: int) -> None:
+    def __init__(self, peer: str, options: GrpcOptions) -> None:
         self.peer = peer
-        self.chunk_size = chunk_size
+        self.chunk_size = options.chunk_size
+        self.max_chunks = max(1, options.max_message_bytes // options.chunk_size)
+        self.max_incomplete = options.max_incomplete
         self.out: queue.Queue[bytes | None] = queue.Queue()
         self.partial: dict[tuple[int, int], list[memoryview]] = {}
         self.last_seen = time.monotonic()
@@ -162,11 +172,24 @@ class _Link:
         if magic != _MAGIC:
             raise ProtocolError(f"bad frame magic from {self.peer!r}")
         chunk = memoryview(frame)[_HEADER.size :]
+        if len(chunk) > self.chunk_size or not 0 <= i < n:
+            raise ProtocolError(f"malformed frame header from {self.peer!r}")
         data: Buffer
         if n == 1:
             data = chunk
         else:
-            parts = self.partial.setdefault((ftype, msg_id), [])
+            if n > self.max_chunks:
+                raise ProtocolError(
+                    f"{self.peer!r} announced a message of {n} chunks; at most "
+                    f"{self.max_chunks} are accepted (max_message_bytes)"
+                )
+            key = (ftype, msg_id)
+            if key not in self.partial and len(self.partial) >= self.max_incomplete:
+                raise ProtocolError(
+                    f"{self.peer!r} has {len(self.partial)} incomplete messages in flight; "
+                    f"at most {self.max_incomplete} are accepted"
+                )
+            parts = self.partial.setdefault(key, [])
             if i != len(parts):
                 raise ProtocolError(
                     f"chunk {i} of message {msg_id} from {self.peer!r} out of order"
@@ -195,32 +218,42 @@ class _Link:
 
 @dataclass
 class _Slot:
+    link: _Link
     event: threading.Event = field(default_factory=threading.Event)
     ftype: int = 0
     data: Buffer = b""
 
 
 class _Calls:
-    """Requests waiting for their reply, by message id."""
+    """Requests waiting for their reply, by message id.
+
+    Ids are random 63-bit numbers, and a reply (or error) resolves a request only
+    when it arrives over the link the request went out on: a party can neither
+    guess another party's pending request nor answer it for that party.
+    """
 
     def __init__(self) -> None:
-        self._next = 0
         self._slots: dict[int, _Slot] = {}
         self._lock = threading.Lock()
 
-    def new(self) -> tuple[int, _Slot]:
+    def new(self, link: _Link) -> tuple[int, _Slot]:
+        slot = _Slot(link)
         with self._lock:
-            self._next += 1
-            slot = _Slot()
-            self._slots[self._next] = slot
-            return self._next, slot
+            msg_id = secrets.randbits(63) or 1
+            while msg_id in self._slots:
+                msg_id = secrets.randbits(63) or 1
+            self._slots[msg_id] = slot
+            return msg_id, slot
 
-    def resolve(self, msg_id: int, ftype: int, data: Buffer) -> None:
+    def resolve(self, link: _Link, msg_id: int, ftype: int, data: Buffer) -> None:
         with self._lock:
-            slot = self._slots.pop(msg_id, None)
-        if slot is not None:
-            slot.ftype, slot.data = ftype, data
-            slot.event.set()
+            slot = self._slots.get(msg_id)
+            if slot is None or slot.link is not link:
+                log.warning("%r sent a reply to no request of its own: ignored", link.peer)
+                return
+            del self._slots[msg_id]
+        slot.ftype, slot.data = ftype, data
+        slot.event.set()
 
     def drop(self, msg_id: int) -> None:
         with self._lock:
@@ -318,7 +351,7 @@ class _Endpoint(Transport):
         self._check_send(msg)
         wire = msg.encode_buffer()
         self._check_and_log(msg, len(wire))
-        msg_id, slot = self.calls.new()
+        msg_id, slot = self.calls.new(link)
         link.send(REQUEST, msg_id, wire)
         ftype, data = self._await(link, msg_id, slot, msg.kind)
         if ftype == ERROR:
@@ -459,12 +492,12 @@ class GrpcHub(_Endpoint):
             first = next(request_iterator)
         except StopIteration:
             return
-        probe = _Link("?", self.options.chunk_size)
+        probe = _Link("?", self.options)
         got = probe.receive(first)
         if got is None or got[0] != HELLO:
             self._refuse(context, "the first frame must be a hello")
         name = self._identify(context, got[2])
-        link = _Link(name, self.options.chunk_size)
+        link = _Link(name, self.options)
         link.bytes_in = probe.bytes_in
         context.add_callback(lambda: link.close("stream cancelled"))
         link.send(WELCOME, 0, json.dumps({"roles": self.roles}).encode())
@@ -485,7 +518,7 @@ class GrpcHub(_Endpoint):
                     continue
                 ftype, msg_id, data = got
                 if ftype in (REPLY, ERROR):
-                    self.calls.resolve(msg_id, ftype, data)
+                    self.calls.resolve(link, msg_id, ftype, data)
                 elif ftype == REQUEST:
                     self._pool.submit(self._serve_request, link, msg_id, data)
                 elif ftype == BYE:
@@ -557,7 +590,7 @@ class GrpcHub(_Endpoint):
             if target is None:
                 raise PartyUnavailable(head.receiver, "has not joined")
             self._admit(head, len(data))
-            rid, slot = self.calls.new()
+            rid, slot = self.calls.new(target)
             target.send(REQUEST, rid, data)
             ftype, rdata = self._await(target, rid, slot, head.kind)
             if ftype == ERROR:  # the receiver's error goes back as it came
@@ -667,7 +700,7 @@ class GrpcPartyTransport(_Endpoint):
         last = ""
         for attempt in range(1, self.options.connect_retries + 1):
             channel = self._open_channel()
-            link = _Link(self.server_name, self.options.chunk_size)
+            link = _Link(self.server_name, self.options)
             link.send(HELLO, 0, json.dumps({"party": name}).encode())
             call = channel.stream_stream(_METHOD)(link.outgoing())
             timer = threading.Timer(self.options.connect_timeout, call.cancel)
@@ -719,7 +752,7 @@ class GrpcPartyTransport(_Endpoint):
                 if ftype == REQUEST:
                     self._work.submit(self._serve_request, link, msg_id, data)
                 elif ftype in (REPLY, ERROR):
-                    self.calls.resolve(msg_id, ftype, data)
+                    self.calls.resolve(link, msg_id, ftype, data)
                 elif ftype == BYE:
                     self._work.shutdown(wait=True)
                     return

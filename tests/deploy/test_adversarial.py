@@ -1,0 +1,205 @@
+"""A dishonest party with a valid certificate, speaking raw frames to the hub.
+
+Each attack is refused or survives as described in the deployment's threat model;
+where the attacker is not needed the honest exchange still completes, and where
+the attacker breaks its own link the run names the attacker, never its victim.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+
+import numpy as np
+import pytest
+
+pytest.importorskip("grpc")
+pytest.importorskip("cryptography")
+
+from fedviews.errors import PartyUnavailable  # noqa: E402
+from fedviews.federation import (  # noqa: E402
+    Coordinator,
+    GrpcHub,
+    GrpcOptions,
+    GrpcPartyTransport,
+    Message,
+    Party,
+    PrivacyPolicy,
+    TLSFiles,
+    error_payload,
+    handles,
+    init_ca,
+    issue_certificate,
+)
+from fedviews.federation._grpc import ERROR, REPLY, REQUEST  # noqa: E402
+
+POLICY = PrivacyPolicy.of(
+    "echo",
+    {("party", "coordinator"): ["v"], ("coordinator", "party"): ["v"]},
+    kinds={("coordinator", "party"): ["ping"]},
+)
+FAST = GrpcOptions(
+    timeout=3.0,
+    heartbeat=0.5,
+    connect_timeout=5.0,
+    connect_retries=2,
+    backoff=0.1,
+    chunk_size=1024,
+    max_message_bytes=64 * 1024,
+    max_incomplete=4,
+)
+
+
+class Slow(Party):
+    """Answers ``ping`` with ``v + 1`` after ``delay`` seconds (time for an attack)."""
+
+    def __init__(self, name: str, delay: float = 0.0) -> None:
+        super().__init__(name)
+        self.delay = delay
+
+    @handles("ping")
+    def on_ping(self, msg: Message) -> Message:
+        time.sleep(self.delay)
+        return self.reply(msg, arrays={"v": msg.arrays["v"] + 1})
+
+
+def _serve(t: GrpcPartyTransport) -> None:
+    """A party's serving thread; it ends with the hub (or when the hub cuts it off)."""
+    try:
+        t.serve()
+    except PartyUnavailable:
+        pass
+
+
+@pytest.fixture()
+def federation(tmp_path) -> Iterator[tuple[GrpcHub, dict[str, GrpcPartyTransport]]]:
+    """A hub with an honest slow party ``a`` and the attacker ``b`` (both certified)."""
+    init_ca(tmp_path)
+    for name in ("coordinator", "a", "b"):
+        issue_certificate(tmp_path, name)
+    hub = GrpcHub(
+        POLICY,
+        {"a": "party", "b": "party"},
+        tls=TLSFiles.from_dir(tmp_path, "coordinator"),
+        options=FAST,
+    )
+    hub.register(Coordinator())
+    parties = {}
+    try:
+        for name, delay in (("a", 1.0), ("b", 0.0)):
+            t = GrpcPartyTransport(
+                POLICY, f"127.0.0.1:{hub.port}", tls=TLSFiles.from_dir(tmp_path, name), options=FAST
+            )
+            t.register(Slow(name, delay))
+            t.connect()
+            threading.Thread(target=_serve, args=(t,), daemon=True).start()
+            parties[name] = t
+        hub.wait_for_parties(5)
+        yield hub, parties
+    finally:
+        hub.close()
+
+
+def _pending_ids(hub: GrpcHub) -> list[int]:
+    deadline = time.monotonic() + 5
+    while not hub.calls._slots:
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
+    return list(hub.calls._slots)
+
+
+def _ping_a(hub: GrpcHub, out: dict[str, object]) -> threading.Thread:
+    def call() -> None:
+        try:
+            out["reply"] = hub.local["coordinator"].send("a", "ping", arrays={"v": np.ones(3)})
+        except Exception as exc:  # noqa: BLE001 - recorded for the assertion
+            out["error"] = exc
+
+    thread = threading.Thread(target=call)
+    thread.start()
+    return thread
+
+
+def test_a_party_cannot_answer_or_fail_a_request_sent_to_another(federation) -> None:
+    hub, parties = federation
+    out: dict[str, object] = {}
+    thread = _ping_a(hub, out)
+    (msg_id,) = _pending_ids(hub)  # even knowing the id (it cannot guess it: 63 random bits)
+    forged = Message("ping:reply", "a", "coordinator", arrays={"v": np.full(3, 666.0)})
+    attacker = parties["b"].link
+    assert attacker is not None
+    attacker.send(REPLY, msg_id, forged.encode())  # a reply as if from `a`
+    attacker.send(ERROR, msg_id, error_payload(RuntimeError("a crashed")))  # blame `a`
+    thread.join(10)
+    assert "error" not in out, out
+    reply = out["reply"]
+    assert isinstance(reply, Message) and reply.sender == "a"
+    np.testing.assert_array_equal(reply.arrays["v"], np.full(3, 2.0))  # a's own answer
+    assert msg_id.bit_length() > 32  # not a counter
+
+
+def test_oversized_or_unfinished_messages_cut_off_the_sender_only(federation) -> None:
+    hub, parties = federation
+    attacker = parties["b"].link
+    assert attacker is not None
+    # announce a 1 GiB message (a million 1 KiB chunks): refused before anything is held
+    from fedviews.federation._grpc import _HEADER, _MAGIC
+
+    frame = _HEADER.pack(_MAGIC, REQUEST, 7, 0, 1_000_000, 0) + b"x" * 1024
+    attacker.out.put(frame)
+    deadline = time.monotonic() + 5
+    while not hub.links["b"].closed.is_set():
+        assert time.monotonic() < deadline, "the hub kept the link of a party that lied"
+        time.sleep(0.05)
+    assert "chunks" in hub.links["b"].reason or "ProtocolError" in hub.links["b"].reason
+    with pytest.raises(PartyUnavailable, match="'b'"):
+        hub.local["coordinator"].send("b", "ping", arrays={"v": np.ones(1)})
+    # the honest party is untouched
+    reply = hub.local["coordinator"].send("a", "ping", arrays={"v": np.zeros(2)})
+    np.testing.assert_array_equal(reply.arrays["v"], np.ones(2))
+
+
+def test_too_many_half_sent_messages_cut_off_the_sender(federation) -> None:
+    hub, parties = federation
+    attacker = parties["b"].link
+    assert attacker is not None
+    from fedviews.federation._grpc import _HEADER, _MAGIC
+
+    for msg_id in range(1, FAST.max_incomplete + 2):  # first chunk of 2, never the second
+        attacker.out.put(_HEADER.pack(_MAGIC, REQUEST, msg_id, 0, 2, 0) + b"x" * 1024)
+    deadline = time.monotonic() + 5
+    while not hub.links["b"].closed.is_set():
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    assert len(hub.links["b"].partial) <= FAST.max_incomplete
+
+
+def test_a_party_that_heartbeats_but_never_answers_is_named_within_the_deadline(tmp_path) -> None:
+    init_ca(tmp_path)
+    for name in ("coordinator", "mute"):
+        issue_certificate(tmp_path, name)
+    opts = GrpcOptions(
+        timeout=3.0, heartbeat=0.3, connect_timeout=5.0, connect_retries=2, request_timeout=1.5
+    )
+    hub = GrpcHub(
+        POLICY, {"mute": "party"}, tls=TLSFiles.from_dir(tmp_path, "coordinator"), options=opts
+    )
+    hub.register(Coordinator())
+    try:
+        t = GrpcPartyTransport(
+            POLICY,
+            f"127.0.0.1:{hub.port}",
+            tls=TLSFiles.from_dir(tmp_path, "mute"),
+            options=opts,
+        )
+        t.register(Slow("mute", delay=30.0))  # alive (heartbeats go on), never answers
+        t.connect()
+        threading.Thread(target=_serve, args=(t,), daemon=True).start()
+        hub.wait_for_parties(5)
+        t0 = time.monotonic()
+        with pytest.raises(PartyUnavailable, match="'mute'.*no reply to 'ping' within 1.5 s"):
+            hub.local["coordinator"].send("mute", "ping", arrays={"v": np.ones(1)})
+        assert time.monotonic() - t0 < 1.5 + 1.0
+    finally:
+        hub.close()
