@@ -62,7 +62,6 @@ from fedviews.federation import (
     Algorithm,
     Coordinator,
     Local,
-    Message,
     Party,
     PrivacyPolicy,
     Roster,
@@ -86,7 +85,9 @@ __all__ = [
     "as_strips",
     "check_training",
     "export_apfed_model",
+    "export_described",
     "party_seeds",
+    "sgd_settings",
 ]
 
 VARIANTS = ("R", "C")
@@ -225,12 +226,9 @@ APFED_POLICY = apfed_policy(1)
 # --------------------------------------------------------------------------- helpers
 
 
-def meta_number(msg: Message, key: str) -> float:
-    """A numeric metadata value of ``msg`` (ProtocolError when absent)."""
-    v = msg.meta.get(key)
-    if isinstance(v, bool) or not isinstance(v, (int, float)):
-        raise ProtocolError(f"message {msg.kind!r} from {msg.sender!r} lacks numeric meta[{key!r}]")
-    return v
+def sgd_settings(p: Any, device: Any) -> dict[str, Any]:
+    """The keyword arguments every party's constructor takes: ``p``'s SGD settings, ``device``."""
+    return {"lr": p.lr, "momentum": p.momentum, "weight_decay": p.weight_decay, "device": device}
 
 
 def party_seeds(seed: int | None, n: int) -> list[int]:
@@ -411,12 +409,7 @@ class APFedAlgorithm(Algorithm):
         parties, passives = list(run.federation.parties), _passives(run)
         seeds = party_seeds(run.seed, len(parties))
         spec = get_arch(p.arch, int(setup["channels"]))
-        common: dict[str, Any] = {
-            "lr": p.lr,
-            "momentum": p.momentum,
-            "weight_decay": p.weight_decay,
-            "device": resolve_device(p.device),
-        }
+        common = sgd_settings(p, resolve_device(p.device))
         _, X, y = local.take("train")
         if party != _active(run):
             return PassiveClient(
@@ -573,7 +566,6 @@ def export_apfed_model(result: str | Path, folder: str | Path) -> Path:
     """
     from fedviews.deep._apfed_nets import ActiveNet, NetSpec
     from fedviews.deep._common import require_torch
-    from fedviews.deep._export import export_active_model
 
     torch = require_torch()
     with np.load(result, allow_pickle=False) as z:
@@ -588,14 +580,26 @@ def export_apfed_model(result: str | Path, folder: str | Path) -> Path:
         tuple((int(c[0]), int(c[1]), int(c[2])) for c in a["convs"]),
         int(a["hidden"]),
     )
-    strip_hw = (int(meta["strip_hw"][0]), int(meta["strip_hw"][1]))
-    net = ActiveNet(spec, strip_hw, len(meta["classes"]))
+    net = ActiveNet(
+        spec, (int(meta["strip_hw"][0]), int(meta["strip_hw"][1])), len(meta["classes"])
+    )
     net.load_state_dict(state)
+    return export_described(folder, net, spec, meta)
+
+
+def export_described(
+    folder: str | Path, net: Any, spec: Any, meta: Mapping[str, Any], *, torchscript: bool = False
+) -> Path:
+    """Export ``net`` (``g_T ∘ f_A`` of architecture ``spec``) as its ``model.json`` ``meta``
+    describes it (:meth:`ActiveClient.model_meta`, or a result's ``model_json``); see
+    :func:`fedviews.deep._export.export_active_model`."""
+    from fedviews.deep._export import export_active_model
+
     return export_active_model(
         folder,
         net,
         spec=spec,
-        strip_hw=strip_hw,
+        strip_hw=(int(meta["strip_hw"][0]), int(meta["strip_hw"][1])),
         image_shape=tuple(meta["image_shape"]),
         m=int(meta["m"]),
         i=int(meta["i"]),
@@ -603,4 +607,5 @@ def export_apfed_model(result: str | Path, folder: str | Path) -> Path:
         classes=np.asarray(meta["classes"]),
         method=str(meta["method"]),
         settings=meta.get("settings"),
+        torchscript=torchscript,
     )

@@ -5,15 +5,16 @@
   seed the label owner sends, so no sample index crosses) and its checkpoint.
   APFed's :class:`~fedviews.deep.apfed.PassiveClient` and TVFL's
   :class:`~fedviews.deep._tvfl.TVFLPassiveClient` add only their protocol.
-* :class:`StripEstimator` — the estimators' common part: images cut into ``m``
-  strips, label encoding, prediction from the active strip alone.
+* :class:`StripEstimator` — the estimators' common part: their hyper-parameters,
+  images cut into ``m`` strips, label encoding, the fitted federation's
+  attributes, prediction from the active strip alone.
 * Helpers: seeded construction of a network, SGD, checkpoint arrays of networks
   and optimisers, batched evaluation.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -193,18 +194,43 @@ class SplitBottom(Party):
 
 
 class StripEstimator(BaseEstimator):
-    """Shared pieces of APFed, SingleVL and TVFL: strips, label encoding, active-only prediction.
+    """Shared pieces of APFed, SingleVL and TVFL: hyper-parameters, strips, label encoding, the
+    fitted federation, active-only prediction.
 
-    Every estimator here runs a federation, so a fitted one has ``transport_``,
-    ``run_stats_`` (its ``log.summary()``, also ``message_log_``) and
-    ``history_`` (mean loss per epoch).
+    A subclass lists its hyper-parameters in ``__init__``, which stores them
+    with :meth:`_set_params`. Every estimator here runs a federation, so a
+    fitted one has ``transport_``, ``run_stats_`` (its ``log.summary()``, also
+    ``message_log_``), ``history_`` (mean loss per epoch), ``active_`` and
+    ``passives_`` (see :meth:`_keep_run`).
     """
 
     m: int
     i: int
+    epochs: int
+    batch_size: int
+    lr: float
+    momentum: float
+    weight_decay: float
     pad: bool
     arch: str
     device: str
+    random_state: int | None
+
+    def _set_params(self, args: Mapping[str, Any]) -> None:
+        """Store the ``__init__`` arguments ``args`` (its ``locals()``), in order and as they are
+        (scikit-learn's contract: validation and derived state belong to ``fit``)."""
+        names = self._get_param_names()
+        for name, value in args.items():
+            if name in names:
+                setattr(self, name, value)
+
+    def _keep_run(self, active: Any, passives: Sequence[Any], transport: Any) -> None:
+        """The fitted federation: its parties, transport, per-epoch losses and message summary."""
+        self.active_ = active
+        self.passives_ = list(passives)
+        self.transport_ = transport
+        self.history_ = active.history
+        self.run_stats_ = self.message_log_ = transport.log.summary()
 
     def _prepare(self, images: Any, y: Any) -> tuple[list[np.ndarray], np.ndarray]:
         """The ``m`` strips of ``images`` and the labels; sets the shape and class attributes."""

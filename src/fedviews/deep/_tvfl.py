@@ -19,7 +19,7 @@ import numpy as np
 
 from fedviews._registry import register_estimator
 from fedviews.deep._apfed_nets import Encoder, Head, NetSpec, check_setting
-from fedviews.deep._apfed_spec import check_training, party_seeds
+from fedviews.deep._apfed_spec import check_training, party_seeds, sgd_settings
 from fedviews.deep._common import batches, to_numpy, to_tensor
 from fedviews.deep._split import EVAL_BATCH, SplitBottom, StripEstimator, build_module, sgd
 from fedviews.errors import ConfigError, MissingDependency, ProtocolError
@@ -42,6 +42,13 @@ TVFL_POLICY = PrivacyPolicy.of(
     },
 )
 _FILLS = ("zero", "mean", "random")
+
+
+def _check_fill(fill: str) -> str:
+    """``fill`` if it names a replacement of the passive representations (ConfigError if not)."""
+    if fill not in _FILLS:
+        raise ConfigError(f"fill must be one of {_FILLS}, got {fill!r}")
+    return fill
 
 
 class TVFLPassiveClient(SplitBottom):
@@ -234,16 +241,15 @@ class TVFL(StripEstimator):
 
     Attributes
     ----------
-    classes_ : ndarray
     active_ : TVFLActiveClient
     passives_ : list of TVFLPassiveClient
-    history_ : list of float
-        Mean training loss per epoch.
-    transport_ : Transport
-        The federation (its ``log`` records every message).
-    run_stats_, message_log_ : dict
-        ``transport_.log.summary()``.
+    classes_, history_, transport_, run_stats_, message_log_
+        As in :class:`~fedviews.deep.APFed` (``history_``: mean training loss per epoch).
     """
+
+    fill: str
+    random_state: int
+    active_: TVFLActiveClient
 
     def __init__(
         self,
@@ -260,34 +266,17 @@ class TVFL(StripEstimator):
         device: str = "auto",
         random_state: int = 0,
     ) -> None:
-        self.fill = fill
-        self.m = m
-        self.i = i
-        self.epochs = epochs
-        self.batch_size = batch_size
-        self.lr = lr
-        self.momentum = momentum
-        self.weight_decay = weight_decay
-        self.pad = pad
-        self.arch = arch
-        self.device = device
-        self.random_state = random_state
+        self._set_params(locals())
 
     def fit(self, images: Any, y: Any) -> TVFL:
         """Train all ``m`` clients together (split learning, labels on the active client)."""
-        if self.fill not in _FILLS:
-            raise ConfigError(f"fill must be one of {_FILLS}, got {self.fill!r}")
+        _check_fill(self.fill)
         check_setting(self.m, self.i)
         check_training(self.epochs, self.batch_size, self.lr, self.momentum, self.weight_decay)
         views, labels = self._prepare(images, y)
         y_idx = np.searchsorted(self.classes_, labels).astype(np.int64)
         seeds = party_seeds(self.random_state, self.m)
-        common: dict[str, Any] = {
-            "lr": self.lr,
-            "momentum": self.momentum,
-            "weight_decay": self.weight_decay,
-            "device": self.device_,
-        }
+        common = sgd_settings(self, self.device_)
         passives = [
             TVFLPassiveClient(f"passive{k + 1}", views[k], self.spec_, seed=seeds[n + 1], **common)
             for n, k in enumerate(k for k in range(self.m) if k != self.i - 1)
@@ -304,17 +293,13 @@ class TVFL(StripEstimator):
             batch_size=int(self.batch_size),
             **common,
         )
-        self.transport_ = federate([active, *passives], TVFL_POLICY)
-        self.history_ = active.run()
-        self.active_ = active
-        self.passives_ = passives
-        self.run_stats_ = self.message_log_ = self.transport_.log.summary()
+        transport = federate([active, *passives], TVFL_POLICY)
+        active.run()
+        self._keep_run(active, passives, transport)
         return self
 
     def _logits(self, strip: np.ndarray, fill: str | None = None) -> np.ndarray:
-        fill = self.fill if fill is None else fill
-        if fill not in _FILLS:
-            raise ConfigError(f"fill must be one of {_FILLS}, got {fill!r}")
+        how = _check_fill(self.fill if fill is None else fill)
         a = self.active_
         a.encoder.eval()
         a.head.eval()
@@ -323,7 +308,7 @@ class TVFL(StripEstimator):
         with torch.no_grad():
             for start in range(0, len(strip), EVAL_BATCH):
                 x = to_tensor(strip[start : start + EVAL_BATCH], self.device_, torch.float32)
-                out.append(to_numpy(a.logits_alone(x, fill, gen)))
+                out.append(to_numpy(a.logits_alone(x, how, gen)))
         return np.concatenate(out).astype(np.float64)
 
     def predict(self, images: Any, fill: str | None = None) -> np.ndarray:
@@ -332,4 +317,5 @@ class TVFL(StripEstimator):
         return np.asarray(self.classes_[np.argmax(logits, axis=1)])
 
     def score(self, images: Any, y: Any, fill: str | None = None) -> float:
+        """Accuracy of :meth:`predict` with ``fill``."""
         return float(np.mean(self.predict(images, fill) == np.asarray(y)))

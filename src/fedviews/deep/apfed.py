@@ -54,6 +54,7 @@ from fedviews.deep._apfed_spec import (
     APFED_POLICY,
     DEPLOY_ONLY,
     APFedParams,
+    export_described,
 )
 from fedviews.deep._common import batches, to_numpy, to_tensor
 from fedviews.deep._split import (
@@ -122,18 +123,12 @@ class PassiveClient(SplitBottom):
 
     Parameters
     ----------
-    name : str
-    view : ndarray, shape (n, C, h, W)
-        Its strip, aligned with the active client's samples.
     variant : {"R", "C"}
     spec : NetSpec
-    seed : int
-        Initialisation seed of its network.
     tau : float
         Contrastive temperature (APFed-C).
-    lr, momentum, weight_decay : float
-        Its own SGD settings.
-    device : torch.device
+    name, view, seed, lr, momentum, weight_decay, device
+        As in :class:`~fedviews.deep._split.SplitBottom`.
     """
 
     def __init__(
@@ -374,23 +369,8 @@ class ActiveClient(Party):
     def export(self, folder: str | Path, *, torchscript: bool = False, **override: Any) -> Path:
         """Write its standalone model to ``folder`` (see :meth:`model_meta` for ``override``:
         ``method``, ``m``, ``i``, ``pad``, ``image_shape``, ``settings``)."""
-        from fedviews.deep._export import export_active_model
-
         meta = self.model_meta(**override)
-        return export_active_model(
-            folder,
-            self.net,
-            spec=self.spec,
-            strip_hw=self.strip_hw,
-            image_shape=tuple(meta["image_shape"]),
-            m=int(meta["m"]),
-            i=int(meta["i"]),
-            pad=bool(meta["pad"]),
-            classes=self.classes,
-            method=str(meta["method"]),
-            settings=meta.get("settings"),
-            torchscript=torchscript,
-        )
+        return export_described(folder, self.net, self.spec, meta, torchscript=torchscript)
 
     def results(self) -> dict[str, np.ndarray]:
         """Its complete model (``net/*``, ``classes``, ``model_json``) and per-epoch losses."""
@@ -426,15 +406,16 @@ _ACTIVE = "active"
 class _ActiveOnly(StripEstimator):
     """APFed and SingleVL: the active client ends with a self-contained model."""
 
-    random_state: int | None
     transport: Any
     active_: ActiveClient
 
-    def _params(self) -> APFedParams:  # pragma: no cover - overridden
-        raise NotImplementedError
+    def _fit(self, images: Any, y: Any, *, passives: bool, **fixed: Any) -> None:
+        """Run the ``apfed`` spec in one process: every client built from its own strip.
 
-    def _fit(self, images: Any, y: Any, params: APFedParams, passives: bool) -> None:
-        """Run the ``apfed`` spec in one process: every client built from its own strip."""
+        The run's :class:`APFedParams` are the estimator's attributes of the same
+        names, ``fixed`` for those it lacks; ``passives=False`` runs the active client alone.
+        """
+        params = estimator_params(APFedParams, self, skip=DEPLOY_ONLY, evaluate=False, **fixed)
         check_setting(self.m, self.i)
         params.validate(self.m - 1 if passives else 0)
         views, labels = self._prepare(images, y)
@@ -449,13 +430,8 @@ class _ActiveOnly(StripEstimator):
         run = RunSpec("apfed", params, roster, self.random_state)
         fed = build_in_process(run, datas, transport=self.transport)
         fed()
-        active = fed.parties[_ACTIVE]
-        assert isinstance(active, ActiveClient)
-        self.active_ = active
-        self.passives_ = [p for p in fed.parties.values() if isinstance(p, PassiveClient)]
-        self.transport_ = fed.transport
-        self.history_ = active.history
-        self.run_stats_ = self.message_log_ = self.transport_.log.summary()
+        passive_clients = [p for p in fed.parties.values() if isinstance(p, PassiveClient)]
+        self._keep_run(fed.parties[_ACTIVE], passive_clients, fed.transport)
 
     def _logits(self, strip: np.ndarray) -> np.ndarray:
         return net_logits(self.active_.net, strip, self.device_)
@@ -475,7 +451,6 @@ class _ActiveOnly(StripEstimator):
         return self.active_.export(
             path,
             torchscript=torchscript,
-            method=type(self).__name__ if not isinstance(self, APFed) else f"APFed-{self.variant}",
             m=self.m,
             i=self.i,
             pad=self.pad,
@@ -552,21 +527,7 @@ class APFed(_ActiveOnly):
         random_state: int | None = 0,
         transport: Any = None,
     ) -> None:
-        self.variant = variant
-        self.m = m
-        self.i = i
-        self.lam = lam
-        self.tau = tau
-        self.epochs = epochs
-        self.batch_size = batch_size
-        self.lr = lr
-        self.momentum = momentum
-        self.weight_decay = weight_decay
-        self.pad = pad
-        self.arch = arch
-        self.device = device
-        self.random_state = random_state
-        self.transport = transport
+        self._set_params(locals())
 
     def fit(self, images: Any, y: Any) -> APFed:
         """Train the active and passive clients together on full images.
@@ -578,12 +539,7 @@ class APFed(_ActiveOnly):
         y : array, shape (n,)
             Labels (held by the active client only).
         """
-        self._fit(
-            images,
-            y,
-            estimator_params(APFedParams, self, skip=DEPLOY_ONLY, evaluate=False),
-            passives=True,
-        )
+        self._fit(images, y, passives=True)
         return self
 
 
@@ -612,23 +568,9 @@ class SingleVL(_ActiveOnly):
         random_state: int | None = 0,
         transport: Any = None,
     ) -> None:
-        self.m = m
-        self.i = i
-        self.epochs = epochs
-        self.batch_size = batch_size
-        self.lr = lr
-        self.momentum = momentum
-        self.weight_decay = weight_decay
-        self.pad = pad
-        self.arch = arch
-        self.device = device
-        self.random_state = random_state
-        self.transport = transport
+        self._set_params(locals())
 
     def fit(self, images: Any, y: Any) -> SingleVL:
         """Train ``g_T ∘ f_A`` on the active strip of ``images``."""
-        params = estimator_params(
-            APFedParams, self, skip=DEPLOY_ONLY, evaluate=False, variant="R", lam=0.0, tau=0.5
-        )
-        self._fit(images, y, params, passives=False)
+        self._fit(images, y, passives=False, variant="R", lam=0.0, tau=0.5)
         return self
