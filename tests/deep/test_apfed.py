@@ -346,3 +346,33 @@ def test_cuda_training_and_cpu_export(images: tuple[np.ndarray, np.ndarray], tmp
     assert next(est.active_.net.parameters()).is_cuda
     model = load_active_model(est.export(tmp_path / "m"), device="cpu")
     np.testing.assert_allclose(model.predict_proba(X), est.predict_proba(X), atol=1e-4)
+
+
+def test_the_active_party_checks_what_passive_parties_send(
+    images: tuple[np.ndarray, np.ndarray],
+) -> None:
+    """A dishonest passive party's misshapen gradient is named, not crashed on."""
+    from fedviews.errors import ProtocolError
+    from fedviews.federation import InProcessTransport
+
+    def dishonest(policy):  # a transport whose passive party answers with half a gradient
+        t = InProcessTransport(policy)
+        register = t.register
+
+        def with_a_liar(party):
+            if party.role == "passive":
+                honest = party._on_forward
+
+                def forward(msg):
+                    grad = honest(msg).arrays["grad_h_A"]
+                    return party.reply(msg, arrays={"grad_h_A": grad[1:]})
+
+                party._on_forward = forward
+            register(party)
+
+        t.register = with_a_liar  # type: ignore[method-assign]
+        return t
+
+    X, y = images
+    with pytest.raises(ProtocolError, match="'passive2' sent 'grad_h_A' of shape"):
+        APFed(variant="R", m=2, i=1, transport=dishonest, **_fit_kw(epochs=1)).fit(X, y)

@@ -93,7 +93,8 @@ class TVFLPassiveClient(SplitBottom):
         if self._pending is None:
             raise ProtocolError(f"{self.name}: gradient received before a forward pass")
         self.opt.zero_grad()
-        self._pending.backward(to_tensor(msg.arrays["grad_h_p"], self.device, torch.float32))
+        grad = msg.array("grad_h_p", tuple(self._pending.shape))
+        self._pending.backward(to_tensor(grad, self.device, torch.float32))
         self.opt.step()
         self._pending = None
 
@@ -177,9 +178,12 @@ class TVFLActiveClient(Coordinator):
                 self.encoder.train()
                 self.head.train()
                 h_a = self.encoder(self._X[idx])
+                shape = (len(idx), *self.rep_shape)
                 hps = [
                     to_tensor(
-                        self.send(p, "tvfl.forward", meta={"batch": b}, round=step).arrays["h_p"],
+                        self.send(p, "tvfl.forward", meta={"batch": b}, round=step).array(
+                            "h_p", shape
+                        ),
                         self.device,
                         torch.float32,
                     ).requires_grad_(True)
@@ -208,7 +212,8 @@ class TVFLActiveClient(Coordinator):
             acc = torch.zeros(self.rep_shape, dtype=torch.float64, device=self.device)
             for start in range(0, n, EVAL_BATCH):
                 meta = {"start": start, "stop": min(start + EVAL_BATCH, n)}
-                h = self.send(p, "tvfl.represent", meta=meta, round=step).arrays["h_p"]
+                reply = self.send(p, "tvfl.represent", meta=meta, round=step)
+                h = reply.array("h_p", (meta["stop"] - meta["start"], *self.rep_shape))
                 acc += to_tensor(h, self.device, torch.float64).sum(0)
             self.passive_mean.append((acc / n).float())
 

@@ -158,6 +158,8 @@ class PassiveClient(SplitBottom):
         )
         self.variant = variant
         self.tau = tau
+        # strips are of one size, so the active encoder's h_A has this party's encoder shape
+        self.rep_shape = spec.out_shape(int(view.shape[2]), int(view.shape[3]))
         self.losses: list[float] = []
         self.epochs_done = 0
 
@@ -174,9 +176,8 @@ class PassiveClient(SplitBottom):
     @handles("apfed.forward")
     def _on_forward(self, msg: Message) -> Message:
         idx = self.batch_rows(msg)
-        h = to_tensor(msg.arrays["h_A"], self.device, torch.float32).requires_grad_(True)
-        if h.shape[0] != len(idx):
-            raise ProtocolError(f"{self.name}: h_A has {h.shape[0]} rows for a batch of {len(idx)}")
+        h_a = msg.array("h_A", (len(idx), *self.rep_shape))
+        h = to_tensor(h_a, self.device, torch.float32).requires_grad_(True)
         self.net.train()
         loss = self.local_loss(h, self._X[idx])
         self.opt.zero_grad()
@@ -317,7 +318,8 @@ class ActiveClient(Party):
                 meta_for={p: {"lam": lam} for p, lam in zip(self.passives, self.lams, strict=True)},
                 round=step,
             )
-            received = [replies[p].arrays["grad_h_A"] for p in self.passives]
+            shape = tuple(h_np.shape)
+            received = [replies[p].array("grad_h_A", shape) for p in self.passives]
         self.opt.zero_grad()
         loss.backward()
         assert h_cut.grad is not None
