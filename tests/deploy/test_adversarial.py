@@ -203,3 +203,53 @@ def test_a_party_that_heartbeats_but_never_answers_is_named_within_the_deadline(
         assert time.monotonic() - t0 < 1.5 + 1.0
     finally:
         hub.close()
+
+
+def test_idle_streams_of_outsiders_do_not_keep_parties_out(tmp_path) -> None:
+    """Many idle TLS streams with a non-member (same CA) or revoked certificate are refused
+    before their hello, so the honest party still joins."""
+    import grpc
+
+    from fedviews.federation import revoke_certificate
+    from fedviews.federation._grpc import _METHOD
+
+    init_ca(tmp_path)
+    for name in ("coordinator", "a", "mallory", "b"):
+        issue_certificate(tmp_path, name)
+    revoke_certificate(tmp_path, "b")
+    hub = GrpcHub(
+        POLICY, {"a": "party", "b": "party"}, tls=TLSFiles.from_dir(tmp_path, "coordinator"),
+        options=FAST,
+    )  # fmt: skip
+    hub.register(Coordinator())
+    never = threading.Event()
+
+    def silence() -> Iterator[bytes]:  # a stream that never says hello
+        never.wait(30)
+        yield b""
+
+    calls = []
+    try:
+        for who in ["mallory"] * 6 + ["b"] * 6:
+            tls = TLSFiles.from_dir(tmp_path, who)
+            channel = grpc.secure_channel(
+                f"127.0.0.1:{hub.port}",
+                tls.channel_credentials(),
+                options=[("grpc.ssl_target_name_override", "coordinator")],
+            )
+            calls.append(channel.stream_stream(_METHOD)(silence()))
+        t = GrpcPartyTransport(
+            POLICY, f"127.0.0.1:{hub.port}", tls=TLSFiles.from_dir(tmp_path, "a"), options=FAST
+        )
+        t.register(Slow("a"))
+        t.connect()  # joins although a dozen idle outsiders came first
+        threading.Thread(target=_serve, args=(t,), daemon=True).start()
+        reply = hub.local["coordinator"].send("a", "ping", arrays={"v": np.zeros(1)})
+        np.testing.assert_array_equal(reply.arrays["v"], np.ones(1))
+        assert any("'mallory'" in r and "not a party" in r for r in hub.refusals)
+        assert any("revoked" in r for r in hub.refusals)
+    finally:
+        never.set()
+        for call in calls:
+            call.cancel()
+        hub.close()

@@ -487,7 +487,21 @@ class GrpcHub(_Endpoint):
             self._refuse(context, f"party {claimed!r} is already connected")
         return claimed
 
+    def _screen(self, context: Any) -> None:
+        """Refuse a TLS connection at once, before waiting for its hello, when its
+        certificate is revoked or names no party of this federation (so idle
+        connections of outsiders cannot hold the hub's threads while parties join)."""
+        if self.tls is None:
+            return
+        auth = context.auth_context()
+        names = {v.decode() for v in auth.get("x509_common_name", [])}
+        if not names & set(self.expected):
+            self._refuse(context, f"certificate of {sorted(names) or 'nobody'} is not a party's")
+        if self.tls.is_revoked(auth.get("x509_pem_cert", [b""])[0]):
+            self._refuse(context, f"certificate of {sorted(names)} is revoked")
+
     def _connect(self, request_iterator: Iterator[bytes], context: Any) -> Iterator[bytes]:
+        self._screen(context)
         try:
             first = next(request_iterator)
         except StopIteration:
