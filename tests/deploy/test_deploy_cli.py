@@ -127,3 +127,27 @@ def test_parquet_party_files_round_trip_and_bad_tables(tmp_path):
     (tmp_path / "junk.parquet").write_bytes(b"not parquet")
     with pytest.raises(DataError, match="not a readable Parquet"):
         load_party_data(tmp_path / "junk.parquet")
+
+
+def test_bad_command_line_input_is_one_error_line(tmp_path):
+    """A corrupt data file or an address grpc cannot parse: `error:` and exit 2, no traceback."""
+    from pathlib import Path
+
+    config = Path(__file__).resolve().parents[2] / "configs" / "deploy_mmvfl_handwritten.toml"
+    corrupt = tmp_path / "pix.npz"
+    corrupt.write_bytes(b"not an npz file")
+    res = runner.invoke(
+        app,
+        ["party", str(config), "--insecure", "--party", "pix", "--data", str(corrupt)]
+        + ["--coordinator", "127.0.0.1:1", "--out", str(tmp_path / "p")],
+    )
+    assert res.exit_code == 2, res.output
+    assert "DataError" in res.output and "not a readable .npz" in res.output
+    assert "Traceback" not in res.output
+    res = runner.invoke(
+        app,
+        ["coordinator", str(config), "--insecure", "--listen", "notanaddress"]
+        + ["--out", str(tmp_path / "c")],
+    )
+    assert res.exit_code == 2, res.output
+    assert "ConfigError" in res.output and "cannot listen on 'notanaddress'" in res.output

@@ -22,6 +22,7 @@ other column is a numeric feature (2-D only, no test split).
 from __future__ import annotations
 
 import csv
+import zipfile
 from pathlib import Path
 from typing import Any
 
@@ -50,15 +51,20 @@ def load_party_data(path: str | Path) -> PartyData:
     if not p.is_file():
         raise DataError(f"data file {p} does not exist")
     if p.suffix == ".npz":
-        with np.load(p, allow_pickle=False) as z:
-            if "ids" not in z.files:
-                raise DataError(f"{p} lacks the array 'ids' (needs ids[, X, y, ids_test, ...])")
-            known = {"ids", "X", "y", "ids_test", "X_test", "y_test", "view_dims"}
-            known |= {"lengths", "lengths_test"}
-            extra = set(z.files) - known
-            if extra:
-                raise DataError(f"{p}: unknown arrays {sorted(extra)}; expected {sorted(known)}")
-            got = {k: z[k] for k in z.files}
+        try:
+            with np.load(p, allow_pickle=False) as z:
+                if "ids" not in z.files:
+                    raise DataError(f"{p} lacks the array 'ids' (needs ids[, X, y, ids_test, ...])")
+                known = {"ids", "X", "y", "ids_test", "X_test", "y_test", "view_dims"}
+                known |= {"lengths", "lengths_test"}
+                extra = set(z.files) - known
+                if extra:
+                    raise DataError(
+                        f"{p}: unknown arrays {sorted(extra)}; expected {sorted(known)}"
+                    )
+                got = {k: z[k] for k in z.files}
+        except (OSError, ValueError, EOFError, zipfile.BadZipFile) as exc:
+            raise DataError(f"{p}: not a readable .npz data file ({exc})") from None
         try:
             return PartyData(**got)
         except DataError as exc:

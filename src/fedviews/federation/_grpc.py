@@ -50,7 +50,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, NoReturn
 
 from fedviews import errors
-from fedviews.errors import FedViewsError, PartyUnavailable, ProtocolError, require
+from fedviews.errors import ConfigError, FedViewsError, PartyUnavailable, ProtocolError, require
 from fedviews.federation._message import Message, error_payload, raise_remote
 from fedviews.federation._party import Party
 from fedviews.federation._policy import PrivacyPolicy
@@ -444,11 +444,14 @@ class GrpcHub(_Endpoint):
             "fedviews.Hub", {"Connect": grpc.stream_stream_rpc_method_handler(self._connect)}
         )
         self.server.add_generic_rpc_handlers((handler,))
-        if tls is None:
-            log.warning("coordinator listening WITHOUT TLS (--insecure): anyone can join")
-            self.port = self.server.add_insecure_port(listen)
-        else:
-            self.port = self.server.add_secure_port(listen, tls.server_credentials())
+        try:
+            if tls is None:
+                log.warning("coordinator listening WITHOUT TLS (--insecure): anyone can join")
+                self.port = self.server.add_insecure_port(listen)
+            else:
+                self.port = self.server.add_secure_port(listen, tls.server_credentials())
+        except RuntimeError as exc:  # grpc's answer to an address it cannot parse or bind
+            raise ConfigError(f"cannot listen on {listen!r} (expected HOST:PORT): {exc}") from None
         if self.port == 0:
             raise ProtocolError(f"could not listen on {listen!r} (address in use?)")
         self.server.start()
