@@ -179,10 +179,6 @@ def _private_violations() -> list[str]:
     return sorted(found)
 
 
-@pytest.mark.xfail(
-    strict=False,
-    reason="private cross-package imports in cli, deploy/, deep/, linear/ and experiments/ remain",
-)
 def test_no_private_names_across_subpackages() -> None:
     """A subpackage uses another one only through its public names."""
     violations = _private_violations()

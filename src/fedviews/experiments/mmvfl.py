@@ -232,7 +232,7 @@ def run_mmvfl_feature_selection(cfg: ExperimentConfig, ctx: RunContext) -> Exper
     )
     keep: dict[str, Any] = {}
     n_units = len(folds) * len(p.betas) * (1 + len(p.zeta_sweep))
-    from fedviews.linear._common import small_blas
+    from fedviews.linear import small_blas
 
     with ctx.progress(n_units, "folds x beta (x zeta)") as advance, small_blas():
         acc = _sweep(ds, folds, algs, p, p.zeta, p.eta, cfg.seed, advance, keep)

@@ -3,7 +3,7 @@
 MMVFL and its supervised baselines (supFL, supMVLFL), and the ℓ2,1 solver they share.
 """
 
-from fedviews.linear._common import select_top_features
+from fedviews.linear._common import select_top_features, small_blas
 from fedviews.linear._fedmv import LocalMVL, fedmv_consensus, mvl_local
 from fedviews.linear._hfedmv import (
     HFEDMV_SPEC,
@@ -55,4 +55,5 @@ __all__ = [
     "mmvfl_centralized",
     "row_norms",
     "select_top_features",
+    "small_blas",
 ]

@@ -3,21 +3,28 @@
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any, cast
 
 import numpy as np
 from threadpoolctl import threadpool_limits
 
-from fedviews.errors import ConfigError, DataError
+from fedviews.data import check_Xs
+from fedviews.errors import ConfigError, DataError, check_fitted
+from fedviews.federation import Algorithm, Coordinator
 
 __all__ = [
+    "LinearAlgorithm",
+    "PartyPredictor",
     "as_param",
+    "check_iter",
     "check_weights",
     "orthonormal_nonnegative",
+    "party_index",
     "per_party",
     "select_top_features",
     "small_blas",
+    "store_params",
 ]
 
 
@@ -32,6 +39,35 @@ def small_blas() -> Iterator[None]:
     """
     with threadpool_limits(limits=1, user_api="blas"):
         yield
+
+
+class LinearAlgorithm(Algorithm):
+    """The base of the linear specs (MMVFL, V-FedMV, H-FedMV): the coordinator runs with
+    single-threaded BLAS (:func:`small_blas`) in process too, as a deployed process does
+    (:meth:`~fedviews.federation.Algorithm.compute_limits`)."""
+
+    def run_coordinator(
+        self, coord: Coordinator, on_round_end: Callable[[int], None] | None = None
+    ) -> Any:
+        with small_blas():
+            return super().run_coordinator(coord, on_round_end)
+
+
+class PartyPredictor:
+    """``predict(X, party)`` of the estimators whose every party can predict alone from
+    its own view with its own ``W_k`` (MMVFL, supFL, supMVLFL)."""
+
+    W_: list[np.ndarray]
+    classes_: np.ndarray
+
+    def predict(self, X: np.ndarray, party: int = 0) -> np.ndarray:
+        """Party ``party``'s own prediction ``argmax X W_k`` from its view ``X``."""
+        check_fitted(self, "W_", "classes_")
+        W = self.W_[party_index(party, len(self.W_), "party")]
+        (X,) = check_Xs([X], name="X")
+        if X.shape[1] != W.shape[0]:
+            raise DataError(f"X has {X.shape[1]} features, party {party} was fit with {W.shape[0]}")
+        return self.classes_[np.argmax(X @ W, axis=1)]
 
 
 def per_party(
@@ -55,6 +91,15 @@ def per_party(
     return vals
 
 
+def party_index(value: Any, n: int, name: str) -> int:
+    """``value`` (parameter ``name``) as the index of one of ``n`` parties."""
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+        raise ConfigError(f"{name} must be an integer party index, got {value!r}")
+    if not 0 <= int(value) < n:
+        raise ConfigError(f"{name}={value} is out of range for {n} parties (0..{n - 1})")
+    return int(value)
+
+
 def check_weights(params: Any, n: int | None = None) -> None:
     """Check a params dataclass's ``beta``/``zeta`` (one value, or one per party or view:
     ``n`` of them when ``n`` is known), ``eta > 0`` and ``eps > 0``."""
@@ -65,6 +110,25 @@ def check_weights(params: Any, n: int | None = None) -> None:
     per_party(params.eta, 1, "eta")
     if not params.eps > 0:
         raise ConfigError(f"eps must be > 0, got {params.eps}")
+
+
+def check_iter(value: int, tol: float, name: str) -> None:
+    """Check an iteration count ``name`` (an integer ``>= 1``) and its tolerance (``>= 0``)."""
+    if isinstance(value, bool) or int(value) < 1:
+        raise ConfigError(f"{name} must be an integer >= 1, got {value!r}")
+    if not tol >= 0:
+        raise ConfigError(f"tolerance for {name} must be >= 0, got {tol!r}")
+
+
+def store_params(est: Any, params: Mapping[str, Any]) -> None:
+    """scikit-learn's ``__init__`` contract: store every parameter as given, unvalidated.
+
+    An estimator's ``__init__`` calls ``store_params(self, locals())`` before anything
+    else, so that ``params`` holds ``self`` and exactly the parameters of its signature.
+    """
+    for name, value in params.items():
+        if name != "self":
+            setattr(est, name, value)
 
 
 def as_param(value: Any) -> Any:
@@ -98,55 +162,3 @@ def select_top_features(importances: np.ndarray, percent: float) -> np.ndarray:
     k = max(1, int(round(d * percent / 100.0)))
     order = np.argsort(-np.asarray(importances), kind="stable")
     return order[:k]
-
-
-class ConsensusState:
-    """Checkpoint state of a server that keeps a consensus ``Z`` (MMVFL, V-FedMV).
-
-    Mixed into the server: it has ``Z``, ``objective`` (one value per finished
-    round) and ``converged``, and its ``run`` goes on after ``len(objective)``.
-    """
-
-    Z: np.ndarray
-    objective: list[float]
-    converged: bool
-
-    def state_dict(self) -> dict[str, np.ndarray]:
-        """The server's state after a round: ``Z``, the objective history, ``converged``."""
-        return {
-            "Z": self.Z,
-            "objective": np.asarray(self.objective, dtype=np.float64),
-            "converged": np.asarray(self.converged),
-        }
-
-    def load_state(self, state: Mapping[str, np.ndarray]) -> None:
-        """Continue from :meth:`state_dict`: ``run`` goes on with the next round."""
-        if state["Z"].shape != self.Z.shape:
-            raise DataError(
-                f"the saved Z has shape {state['Z'].shape}, this run needs {self.Z.shape}; "
-                "resume with the same data and config"
-            )
-        self.Z = np.array(state["Z"], dtype=np.float64)
-        self.objective = [float(f) for f in state["objective"]]
-        self.converged = bool(state["converged"])
-
-
-def restored_w_z(
-    party: str,
-    x_shape: tuple[int, ...],
-    z_shape: tuple[int, ...],
-    state: Mapping[str, np.ndarray],
-) -> tuple[np.ndarray | None, np.ndarray]:
-    """A linear party's checkpointed ``(W, Z_k)``, checked against its data ``(n, d)``."""
-    (n, d), c = x_shape, z_shape[1]
-    W = state.get("W")
-    if state["Z_k"].shape != (n, c) or (W is not None and W.shape != (d, c)):
-        raise DataError(
-            f"party {party!r}: the saved state does not fit this party's data "
-            f"(Z_k {state['Z_k'].shape} vs {(n, c)}, W {None if W is None else W.shape} "
-            f"vs {(d, c)}); resume with the same data and config"
-        )
-    return (
-        None if W is None else np.array(W, dtype=np.float64),
-        np.array(state["Z_k"], dtype=np.float64),
-    )

@@ -23,6 +23,10 @@ deployment of V-FedMV, where the server is a separate process — at a label-own
 party that sends the one-hot ``Y`` to the server once (``labels``) and scores the
 test-phase consensus (``score``).
 
+Initialisation (MMVFL Algorithm 1, line 1; FedMV Algorithm 2): ``Z`` (stream 0)
+and party ``k``'s ``Z_k`` (stream ``1 + k``) are random non-negative matrices with
+orthonormal columns; the first W step starts IRLS from ``A = I`` (ridge).
+
 Testing phase (FedMV Eqs. 12-13): with ``P_k = X_k^test W_k`` fixed, alternate
 ``Z^test = sum zeta_k Z_k^test / sum zeta_k`` and
 ``Z_k^test = (P_k + zeta_k Z^test) / (1 + zeta_k)`` from ``Z_k^test = P_k``.
@@ -36,23 +40,40 @@ from typing import Any
 
 import numpy as np
 
+from fedviews.data import PartyData, standardized_with
 from fedviews.errors import DataError, ProtocolError
-from fedviews.federation import Algorithm, Coordinator, Message, Party, handles
+from fedviews.federation import (
+    Coordinator,
+    Local,
+    Message,
+    Party,
+    Roster,
+    RunSpec,
+    build_in_process,
+    handles,
+    spawn_streams,
+)
 from fedviews.linear._common import (
-    ConsensusState,
+    LinearAlgorithm,
     orthonormal_nonnegative,
-    restored_w_z,
+    per_party,
     small_blas,
 )
 from fedviews.linear._l21 import L21Problem, row_norms
 
 __all__ = [
     "ConsensusAlgorithm",
+    "ConsensusFit",
     "ConsensusParty",
     "ConsensusServer",
     "IRLSOptions",
+    "consensus_centralized",
+    "consensus_iterations",
     "consensus_weights",
+    "label_z_step",
+    "relative_change_below",
     "sq",
+    "z_k_step",
 ]
 
 
@@ -65,6 +86,60 @@ def consensus_weights(zetas: Sequence[float]) -> np.ndarray:
     """``zeta_k / sum zeta`` (the weights of the consensus averages)."""
     z = np.asarray(zetas, dtype=np.float64)
     return z / z.sum()
+
+
+def z_k_step(
+    XW: np.ndarray, Z: np.ndarray, zeta: float, eta: float = 0.0, Y: np.ndarray | None = None
+) -> np.ndarray:
+    """The closed-form Z_k step ``(X_k W_k + zeta_k Z) / (1 + zeta_k)`` (MMVFL Eq. 12;
+    FedMV Eqs. 8, 16, and 13 with ``P_k`` and ``Z^test``); with a label term (``Y`` and
+    ``eta > 0``), ``(X_k W_k + zeta_k Z + eta Y) / (1 + zeta_k + eta)`` (MMVFL Eq. 11)."""
+    if Y is not None and eta:
+        return (XW + zeta * Z + eta * Y) / (1.0 + zeta + eta)
+    return (XW + zeta * Z) / (1.0 + zeta)
+
+
+def label_z_step(
+    zetas: Sequence[float], Zks: Sequence[np.ndarray], eta: float, Y: np.ndarray
+) -> np.ndarray:
+    """The Z step with the label term, ``(sum_k zeta_k Z_k + eta Y) / (sum_k zeta_k + eta)``
+    (FedMV Eqs. 10 and 17)."""
+    return (sum(z * Zk for z, Zk in zip(zetas, Zks, strict=True)) + eta * Y) / (sum(zetas) + eta)
+
+
+def relative_change_below(prev: float, f: float, tol: float) -> bool:
+    """The outer stopping rule: ``|f_prev - f| <= tol |f_prev|`` (never with ``tol = 0``)."""
+    return bool(tol > 0 and np.isfinite(prev) and abs(prev - f) <= tol * abs(prev))
+
+
+def consensus_iterations(
+    Zks: Sequence[np.ndarray],
+    update: Callable[[np.ndarray, int], Sequence[np.ndarray]],
+    w: np.ndarray,
+    max_iter: int,
+    tol: float,
+) -> tuple[np.ndarray, int]:
+    """The testing-phase loop (FedMV Eqs. 12-13), run locally or with the parties.
+
+    Iteration 1 averages ``Zks`` (the ``Z_k^test = P_k``) into
+    ``Z^test = sum_k w_k Z_k^test`` (Eq. 12); iteration ``it`` averages
+    ``update(Z^test, it)``, the ``Z_k^test`` of Eq. (13). Stops when
+    ``||Z_t - Z_{t-1}||_F <= tol ||Z_t||_F`` or after ``max_iter`` iterations.
+
+    Returns
+    -------
+    Z_test, n_iter
+        The consensus and the number of iterations run.
+    """
+    Z = sum(wk * z for wk, z in zip(w, Zks, strict=True))
+    it = 1
+    for it in range(2, max_iter + 1):  # noqa: B007
+        Z_new = sum(wk * z for wk, z in zip(w, update(Z, it), strict=True))
+        done = np.sqrt(sq(Z_new - Z)) <= tol * max(np.sqrt(sq(Z_new)), 1e-300)
+        Z = Z_new
+        if done:
+            break
+    return np.asarray(Z), it
 
 
 @dataclass(frozen=True)
@@ -130,10 +205,7 @@ class ConsensusParty(Party):
         self.W = res.W
         self.inner_iterations.append(res.n_iter)
         XW = self.problem.X @ self.W
-        if self.Y is not None and self.eta:  # MMVFL Eq. (11)
-            self.Z_k = (XW + self.zeta * Z + self.eta * self.Y) / (1.0 + self.zeta + self.eta)
-        else:  # MMVFL Eq. (12), FedMV Eq. (8)
-            self.Z_k = (XW + self.zeta * Z) / (1.0 + self.zeta)
+        self.Z_k = z_k_step(XW, Z, self.zeta, self.eta, self.Y)  # MMVFL Eqs. (11)-(12)
         local = sq(XW - self.Z_k) + self.beta * float(row_norms(self.W).sum())
         if self.Y is not None and self.eta:
             local += self.eta * sq(self.Z_k - self.Y)
@@ -155,7 +227,16 @@ class ConsensusParty(Party):
 
     def load_state(self, state: Mapping[str, np.ndarray]) -> None:
         """Continue from :meth:`state_dict`; the next round then equals the uninterrupted one."""
-        self.W, self.Z_k = restored_w_z(self.name, self.problem.X.shape, self.Z_k.shape, state)
+        (n, d), c = self.problem.X.shape, self.Z_k.shape[1]
+        W = state.get("W")
+        if state["Z_k"].shape != (n, c) or (W is not None and W.shape != (d, c)):
+            raise DataError(
+                f"party {self.name!r}: the saved state does not fit this party's data "
+                f"(Z_k {state['Z_k'].shape} vs {(n, c)}, W {None if W is None else W.shape} "
+                f"vs {(d, c)}); resume with the same data and config"
+            )
+        self.W = None if W is None else np.array(W, dtype=np.float64)
+        self.Z_k = np.array(state["Z_k"], dtype=np.float64)
         self.inner_iterations = [int(i) for i in state.get("inner_iterations", [])]
         self.P_test = self.Z_k_test = None
 
@@ -205,7 +286,7 @@ class ConsensusParty(Party):
         if self.P_test is None:
             raise ProtocolError(f"{self.name!r} got test_update before test_init")
         Z_test = msg.array("Z_test", self.P_test.shape)
-        self.Z_k_test = (self.P_test + self.zeta * Z_test) / (1.0 + self.zeta)
+        self.Z_k_test = z_k_step(self.P_test, Z_test, self.zeta)
         return self.reply(msg, arrays={"Z_k_test": self.Z_k_test})  # Eq. (13)
 
     def results(self) -> dict[str, np.ndarray]:
@@ -218,7 +299,7 @@ class ConsensusParty(Party):
         return out
 
 
-class ConsensusServer(ConsensusState, Coordinator):
+class ConsensusServer(Coordinator):
     """The server: averages the ``Z_k`` into ``Z``, tracks the objective, runs the test phase.
 
     Parameters
@@ -261,7 +342,26 @@ class ConsensusServer(ConsensusState, Coordinator):
         self.objective: list[float] = []
         self.converged = False
         self.test_iterations = 0
-        self.results: dict[str, Any] = {}
+        self.scores: dict[str, Any] = {}
+
+    def state_dict(self) -> dict[str, np.ndarray]:
+        """The server's state after a round: ``Z``, the objective history, ``converged``."""
+        return {
+            "Z": self.Z,
+            "objective": np.asarray(self.objective, dtype=np.float64),
+            "converged": np.asarray(self.converged),
+        }
+
+    def load_state(self, state: Mapping[str, np.ndarray]) -> None:
+        """Continue from :meth:`state_dict`: :meth:`run` goes on with the next round."""
+        if state["Z"].shape != self.Z.shape:
+            raise DataError(
+                f"the saved Z has shape {state['Z'].shape}, this run needs {self.Z.shape}; "
+                "resume with the same data and config"
+            )
+        self.Z = np.array(state["Z"], dtype=np.float64)
+        self.objective = [float(f) for f in state["objective"]]
+        self.converged = bool(state["converged"])
 
     def _fetch_labels(self) -> None:
         assert self.label_owner is not None and self.Y is not None
@@ -280,8 +380,7 @@ class ConsensusServer(ConsensusState, Coordinator):
             zl = [replies[p].number("zeta") for p in self.parties]
         else:
             zl = [float(z) for z in self.zeta]
-        num = sum(z * Zk for z, Zk in zip(zl, Zks, strict=True)) + self.eta * self.Y
-        self.Z = num / (sum(zl) + self.eta)  # FedMV Eq. (10)
+        self.Z = label_z_step(zl, Zks, self.eta, self.Y)  # FedMV Eq. (10)
         f += sum(z * sq(Zk - self.Z) for z, Zk in zip(zl, Zks, strict=True))
         return f + self.eta * sq(self.Z - self.Y)
 
@@ -300,9 +399,7 @@ class ConsensusServer(ConsensusState, Coordinator):
             replies = self.broadcast(self.parties, "update", arrays={"Z": self.Z}, round=r)
             f = self._z_step(replies)
             self.objective.append(f)
-            self.converged = bool(
-                self.tol > 0 and np.isfinite(prev) and abs(prev - f) <= self.tol * abs(prev)
-            )
+            self.converged = relative_change_below(prev, f, self.tol)
             if on_round_end is not None:
                 on_round_end(r)
             prev = f
@@ -316,24 +413,16 @@ class ConsensusServer(ConsensusState, Coordinator):
         replies = self.broadcast(self.parties, "test_init", round=r0 + 1)
         w = consensus_weights([replies[p].number("zeta") for p in self.parties])
         shape = replies[self.parties[0]].array("Z_k_test", (None, self.Z.shape[1])).shape
-        Z = sum(
-            wk * replies[p].array("Z_k_test", shape) for wk, p in zip(w, self.parties, strict=True)
-        )
-        it = 1
-        for it in range(2, max_iter + 1):  # noqa: B007
+
+        def update(Z: np.ndarray, it: int) -> list[np.ndarray]:  # Eq. (13) at every party
             replies = self.broadcast(
                 self.parties, "test_update", arrays={"Z_test": Z}, round=r0 + it
             )
-            Z_new = sum(
-                wk * replies[p].array("Z_k_test", shape)
-                for wk, p in zip(w, self.parties, strict=True)
-            )
-            done = np.sqrt(sq(Z_new - Z)) <= tol * max(np.sqrt(sq(Z_new)), 1e-300)
-            Z = Z_new
-            if done:
-                break
-        self.test_iterations = it
-        return np.asarray(Z)
+            return [replies[p].array("Z_k_test", shape) for p in self.parties]
+
+        Z_k_test = [replies[p].array("Z_k_test", shape) for p in self.parties]
+        Z, self.test_iterations = consensus_iterations(Z_k_test, update, w, max_iter, tol)
+        return Z
 
     def _evaluate(self, max_iter: int, tol: float) -> None:
         if self.label_owner is None:
@@ -345,7 +434,7 @@ class ConsensusServer(ConsensusState, Coordinator):
             arrays={"Z_test": Z_test},
             round=len(self.objective) + self.test_iterations,
         )
-        self.results.update(
+        self.scores.update(
             Z_test=Z_test,
             test_accuracy=reply.number("accuracy"),
             n_test=int(reply.number("n_test")),
@@ -355,7 +444,7 @@ class ConsensusServer(ConsensusState, Coordinator):
     def progress(self) -> list[str]:
         """One line per finished round, then the test result (once scored)."""
         lines = [f"round {r + 1}: objective {v:.6g}" for r, v in enumerate(list(self.objective))]
-        res = self.results
+        res = self.scores
         if "test_accuracy" in res:
             lines.append(
                 f"test: consensus in {res['test_iterations']} iterations, accuracy "
@@ -371,34 +460,181 @@ class ConsensusServer(ConsensusState, Coordinator):
             "n_iter": len(obj),
             "converged": self.converged,
         }
-        metrics.update({k: v for k, v in self.results.items() if k != "Z_test"})
+        metrics.update({k: v for k, v in self.scores.items() if k != "Z_test"})
         arrays = {"Z": self.Z}
-        if "Z_test" in self.results:
-            arrays["Z_test"] = self.results["Z_test"]
+        if "Z_test" in self.scores:
+            arrays["Z_test"] = self.scores["Z_test"]
         return metrics, arrays
 
 
-class ConsensusAlgorithm(Algorithm):
-    """What the MMVFL and V-FedMV specs share: running, progress and results of the
-    consensus server and parties (they differ in roles, params and where ``eta Y`` sits)."""
+#: a party's own training mean and standard deviation (``params.standardize``)
+Scaler = tuple[np.ndarray, np.ndarray]
 
-    def run_coordinator(
-        self, coord: Coordinator, on_round_end: Callable[[int], None] | None = None
-    ) -> np.ndarray:
-        assert isinstance(coord, ConsensusServer)
+
+class ConsensusAlgorithm(LinearAlgorithm):
+    """What the MMVFL and V-FedMV specs share: params checked per party, at least two
+    classes and how a party reads its data; the server and parties report progress and
+    results themselves (the specs differ in roles, params and where ``eta Y`` sits)."""
+
+    def check_params(self, params: Any, fed: Roster) -> None:
+        super().check_params(params, fed)
+        params.validate(len(fed.parties))
+
+    def make_setup(self, run: RunSpec, infos: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
+        setup = super().make_setup(run, infos)
+        if setup["n_classes"] < 2:
+            raise DataError("y must contain at least two classes")
+        return setup
+
+    def party_inputs(
+        self, run: RunSpec, party: str, local: Local, setup: Mapping[str, Any]
+    ) -> tuple[np.ndarray | None, np.ndarray | None, Scaler | None, dict[str, Any]]:
+        """What party ``k`` builds its :class:`ConsensusParty` from, all of it its own:
+        ``(y, y_test, scaler, kwargs)``. ``y``/``y_test``: its labels, if any; ``scaler``:
+        with ``params.standardize``, its own training mean and standard deviation, applied
+        to its training and test rows (nothing crosses); ``kwargs``: ``X``, ``X_test`` (with
+        a ``test`` group), ``beta_k``, ``zeta_k``, ``n_classes``, the ``Z_k`` stream
+        ``1 + k`` (stream 0 is the server's ``Z``) and the IRLS options.
+        """
+        p, parties = run.params, run.federation.parties
+        k = parties.index(party)
+        _, X, y = local.take("train")
+        X = X.reshape(len(X), -1).astype(np.float64)
+        X_test = y_test = None
+        if "test" in local.rows:
+            _, Xt, y_test = local.take("test")
+            X_test = Xt.astype(np.float64)
+        scaler = None
+        if p.standardize:
+            X, scaler = standardized_with(X)
+            if X_test is not None:
+                X_test = (X_test - scaler[0]) / scaler[1]
+        kwargs = {
+            "X": X,
+            "X_test": X_test,
+            "beta": per_party(p.beta, len(parties), "beta")[k],
+            "zeta": per_party(p.zeta, len(parties), "zeta")[k],
+            "n_classes": int(setup["n_classes"]),
+            "seed": spawn_streams(run.seed, len(parties) + 1)[1 + k],
+            "solver": IRLSOptions(p.inner_max_iter, p.inner_tol, p.eps),
+        }
+        return y, y_test, scaler, kwargs
+
+
+class ConsensusFit:
+    """The in-process fit of the MMVFL and V-FedMV estimators (mixed into them)."""
+
+    transport: Any
+    random_state: int | None
+
+    def fit_run(
+        self,
+        algorithm: str,
+        params: Any,
+        Xs: Sequence[np.ndarray],
+        y: np.ndarray,
+        owner: int | None,
+    ) -> tuple[ConsensusServer, list[ConsensusParty]]:
+        """Run ``algorithm`` with ``params`` in this process: party ``k`` (``party{k}``) is
+        built from its own view ``Xs[k]`` only, with ``y`` if ``k == owner`` (``None``: the
+        coordinator holds ``y``), exactly as in a deployment.
+
+        Sets ``classes_``, ``transport_``, ``Z_``, ``W_`` and ``Z_k_`` (read from the
+        party objects of the simulation; never sent), ``feature_importances_``,
+        ``objective_`` (= ``history_``), ``n_iter_``, ``converged_``,
+        ``n_features_in_`` and ``run_stats_``. Returns the server and the parties.
+        """
+        names = tuple(f"party{k}" for k in range(len(Xs)))
+        holder = "coordinator" if owner is None else names[owner]
+        run = RunSpec(algorithm, params, Roster(names, label_owner=holder), self.random_state)
+        ids = np.arange(len(y))
+        datas = {
+            p: PartyData(ids, X, y if p == holder else None) for p, X in zip(names, Xs, strict=True)
+        }
+        if owner is None:
+            datas[holder] = PartyData(ids, None, y)
+        self.classes_ = np.unique(y)
         with small_blas():
-            return coord.run(on_round_end=on_round_end)
+            fed = build_in_process(run, datas, transport=self.transport)
+            self.transport_ = fed.transport
+            self.Z_ = fed()
+        server = fed.coordinator
+        assert isinstance(server, ConsensusServer)
+        parties = [p for n in names if isinstance(p := fed.parties[n], ConsensusParty)]
+        self.W_: list[np.ndarray] = [p.W for p in parties if p.W is not None]
+        self.Z_k_ = [p.Z_k for p in parties]
+        self.feature_importances_ = [row_norms(W) for W in self.W_]
+        self.objective_ = list(server.objective)
+        self.history_ = self.objective_
+        self.n_iter_ = len(self.objective_)
+        self.converged_ = server.converged
+        self.n_features_in_ = [X.shape[1] for X in Xs]
+        self.run_stats_ = self.transport_.log.summary()
+        return server, parties
 
-    def progress(self, coord: Coordinator) -> list[str]:
-        assert isinstance(coord, ConsensusServer)
-        return coord.progress()
 
-    def party_results(self, party: Party) -> dict[str, np.ndarray]:
-        assert isinstance(party, ConsensusParty)
-        return party.results()
+# --------------------------------------------------------------------------- reference
 
-    def coordinator_results(
-        self, coord: Coordinator
-    ) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
-        assert isinstance(coord, ConsensusServer)
-        return coord.summary()
+
+def consensus_centralized(
+    Xs: Sequence[np.ndarray],
+    Y: np.ndarray,
+    betas: Sequence[float],
+    zetas: Sequence[float],
+    eta: float,
+    *,
+    label_owner: int | None,
+    max_iter: int,
+    tol: float,
+    solver: IRLSOptions,
+    random_state: int | None,
+) -> dict[str, Any]:
+    """The consensus updates run centrally in one function (no parties, no messages).
+
+    The reference of :func:`~fedviews.linear.mmvfl_centralized` and
+    :func:`~fedviews.linear.vfedmv_centralized`: the same initialisation streams
+    (``Z`` from stream 0, ``Z_k`` from stream ``1 + k``), update order and stopping
+    rule as the federated run, to check that it equals the centralized computation.
+
+    Parameters
+    ----------
+    label_owner
+        The party whose Z_k step holds ``eta ||Z_l - Y||^2`` (MMVFL Eq. 11; the Z
+        step is Eq. 14); ``None``: the Z step holds ``eta ||Z - Y||^2`` (FedMV Eq. 10).
+
+    Returns
+    -------
+    dict
+        ``{"W": [...], "Z": Z, "Z_k": [...], "objective": [...]}``.
+    """
+    K = len(Xs)
+    ss = spawn_streams(random_state, K + 1)
+    n, c = Y.shape
+    Z = orthonormal_nonnegative(n, c, np.random.default_rng(ss[0]))
+    Zk = [orthonormal_nonnegative(n, c, np.random.default_rng(ss[1 + k])) for k in range(K)]
+    Ws: list[Any] = [None] * K
+    hist: list[float] = []
+    prev = np.inf
+    n_in, tol_in = solver.max_iter, solver.tol
+    with small_blas():
+        probs = [L21Problem(X, method=solver.method, eps=solver.eps) for X in Xs]
+        for _ in range(max_iter):
+            f = 0.0
+            for k in range(K):
+                Ws[k] = probs[k].solve(Zk[k], betas[k], W0=Ws[k], max_iter=n_in, tol=tol_in).W
+                XW = Xs[k] @ Ws[k]
+                Zk[k] = z_k_step(XW, Z, zetas[k], eta, Y if k == label_owner else None)
+                if k == label_owner:  # MMVFL Eq. (11)
+                    f += eta * sq(Zk[k] - Y)
+                f += sq(XW - Zk[k]) + betas[k] * float(row_norms(Ws[k]).sum())
+            if label_owner is None:  # FedMV Eq. (10)
+                Z = label_z_step(zetas, Zk, eta, Y)
+                f += sum(z * sq(zk - Z) for z, zk in zip(zetas, Zk, strict=True)) + eta * sq(Z - Y)
+            else:  # MMVFL Eq. (14)
+                Z = np.tensordot(np.asarray(zetas), np.stack(Zk), axes=1) / sum(zetas)
+                f += sum(z * sq(zk - Z) for z, zk in zip(zetas, Zk, strict=True))
+            hist.append(f)
+            if relative_change_below(prev, f, tol):
+                break
+            prev = f
+    return {"W": Ws, "Z": Z, "Z_k": Zk, "objective": hist}

@@ -27,28 +27,13 @@ converges to the closed-form minimiser of Eq. (2),
 ``Z^test = sum_k w_k P_k / sum_k w_k`` with ``w_k = zeta_k / (1 + zeta_k)``, at the
 linear rate ``sum_k (zeta_k^2/(1+zeta_k)) / sum_k zeta_k`` per iteration.
 
-V-FedMV (Algorithm 2): party ``k`` holds ``X_k`` and runs the W and Z_k steps; the
-server holds ``Y`` and runs the Z step. Crossing the barrier: ``Z_k`` (and
-``Z_k_test``) party → server, ``Z`` (and ``Z_test``) server → party; ``zeta_k`` and
-the party's local objective terms travel as scalar metadata (the paper has the
-parties send ``zeta_k`` with ``Z_k``). ``X_k``, ``X_k^test`` and ``W_k`` never leave
-their party.
-
-H-FedMV (Algorithm 3): client ``l`` holds all views ``X^l_k`` and labels ``Y^l`` of
-its own samples. Each round the server sends the global ``W_k``; every client runs
-``local_iter`` passes of local multi-view learning in the order of Algorithm 3
-(Z_k step (16), Z step (17), W step (14-15)), starting from the global ``W_k``
-and keeping its ``Z^l`` between rounds; it returns ``W^l_k`` and its sample count
-``N_l`` (metadata); the server sets ``W_k = sum_l (N_l / N) W^l_k``. Only the
-``W`` matrices cross; views, labels and ``Z`` stay local.
-
-Initialisation: ``Z`` and ``Z_k`` are random non-negative matrices with
-orthonormal columns (Algorithms 1-3, line 1-3), drawn from independent streams
-spawned from ``random_state``. As in MMVFL, the first V-FedMV W step starts IRLS
-from ``A = I`` (ridge) instead of a random ``W_k``. In H-FedMV the server draws a
-random ``W_k`` (``N(0, 1/d_k)`` entries) as in Algorithm 3; the clients' random
-``Z^l_k`` of line 2 are overwritten by Eq. (16) before they are read, so only
-``Z^l`` is drawn.
+This module holds what both share: the testing phase (:func:`fedmv_consensus`),
+the consensus predictor, and local multi-view learning in the order of Algorithm 3
+(:class:`LocalMVL`, :func:`mvl_local`; an H-FedMV client's loop). V-FedMV
+(Algorithm 2, the consensus protocol of :mod:`fedviews.linear._consensus`) is
+defined in :mod:`fedviews.linear._vfedmv`, H-FedMV (Algorithm 3) in
+:mod:`fedviews.linear._hfedmv`; their docstrings say what crosses the barrier and
+how every stream is drawn.
 """
 
 from __future__ import annotations
@@ -60,14 +45,23 @@ import numpy as np
 from sklearn.base import BaseEstimator
 
 from fedviews._registry import register_estimator
-from fedviews.data._validation import check_Xs, check_y, one_hot
-from fedviews.errors import ConfigError, DataError, check_fitted
+from fedviews.data import check_Xs, check_y, one_hot
+from fedviews.errors import DataError, check_fitted
 from fedviews.linear._common import (
+    check_iter,
     orthonormal_nonnegative,
     per_party,
     small_blas,
+    store_params,
 )
-from fedviews.linear._consensus import IRLSOptions, consensus_weights, sq
+from fedviews.linear._consensus import (
+    IRLSOptions,
+    consensus_iterations,
+    consensus_weights,
+    label_z_step,
+    sq,
+    z_k_step,
+)
 from fedviews.linear._l21 import L21Problem, row_norms
 
 __all__ = [
@@ -75,13 +69,6 @@ __all__ = [
     "fedmv_consensus",
     "mvl_local",
 ]
-
-
-def _check_iter(value: int, tol: float, name: str) -> None:
-    if isinstance(value, bool) or int(value) < 1:
-        raise ConfigError(f"{name} must be an integer >= 1, got {value!r}")
-    if not tol >= 0:
-        raise ConfigError(f"tolerance for {name} must be >= 0, got {tol!r}")
 
 
 def _labels_present(y: Any, where: str) -> None:
@@ -109,19 +96,13 @@ def fedmv_consensus(
     the V-FedMV testing protocol.
     """
     zetas = per_party(zeta, len(Ps), "zeta")
-    _check_iter(max_iter, tol, "test_max_iter")
-    w = consensus_weights(zetas)
+    check_iter(max_iter, tol, "test_max_iter")
+
+    def update(Z: np.ndarray, it: int) -> list[np.ndarray]:  # Eq. (13)
+        return [z_k_step(P, Z, z) for P, z in zip(Ps, zetas, strict=True)]
+
     Zk = [np.array(P, dtype=np.float64) for P in Ps]
-    Z = sum(wk * z for wk, z in zip(w, Zk, strict=True))  # Eq. (12)
-    it = 1
-    for it in range(2, max_iter + 1):  # noqa: B007
-        Zk = [(P + z * Z) / (1.0 + z) for P, z in zip(Ps, zetas, strict=True)]  # Eq. (13)
-        Z_new = sum(wk * z for wk, z in zip(w, Zk, strict=True))
-        done = np.sqrt(sq(Z_new - Z)) <= tol * max(np.sqrt(sq(Z_new)), 1e-300)
-        Z = Z_new
-        if done:
-            break
-    return np.asarray(Z), it
+    return consensus_iterations(Zk, update, consensus_weights(zetas), max_iter, tol)
 
 
 class _ConsensusPredictor(BaseEstimator):
@@ -193,9 +174,8 @@ class _LocalMVL:
         Ws = list(Ws)
         for _ in range(n_pass):
             XW = [p.X @ W for p, W in zip(self.problems, Ws, strict=True)]
-            Zk = [(xw + z * self.Z) / (1.0 + z) for xw, z in zip(XW, self.zetas, strict=True)]
-            num = sum(z * zk for z, zk in zip(self.zetas, Zk, strict=True)) + self.eta * self.Y
-            self.Z = num / (sum(self.zetas) + self.eta)
+            Zk = [z_k_step(xw, self.Z, z) for xw, z in zip(XW, self.zetas, strict=True)]  # (16)
+            self.Z = label_z_step(self.zetas, Zk, self.eta, self.Y)  # (17)
             Ws = [
                 p.solve(zk, b, W0=W, max_iter=self.solver.max_iter, tol=self.solver.tol).W
                 for p, zk, b, W in zip(self.problems, Zk, self.betas, Ws, strict=True)
@@ -228,27 +208,14 @@ def mvl_local(
     """
     K = len(Xs)
     betas, zetas = per_party(beta, K, "beta"), per_party(zeta, K, "zeta")
-    _check_iter(n_iter, inner_tol, "n_iter")
+    check_iter(n_iter, inner_tol, "n_iter")
     ss = np.random.SeedSequence(random_state).spawn(2)
     Ws = _init_W([X.shape[1] for X in Xs], Y.shape[1], ss[0])
-    hist: list[float] = []
     with small_blas():
-        probs = [L21Problem(X, eps=eps) for X in Xs]
-        Z = orthonormal_nonnegative(Y.shape[0], Y.shape[1], np.random.default_rng(ss[1]))
-        for _ in range(n_iter):
-            Zk = [(X @ W + z * Z) / (1 + z) for X, W, z in zip(Xs, Ws, zetas, strict=True)]
-            Z = (sum(z * zk for z, zk in zip(zetas, Zk, strict=True)) + eta * Y) / (
-                sum(zetas) + eta
-            )
-            Ws = [
-                pr.solve(zk, b, W0=W, max_iter=inner_max_iter, tol=inner_tol).W
-                for pr, zk, b, W in zip(probs, Zk, betas, Ws, strict=True)
-            ]
-            f = eta * sq(Z - Y)
-            for X, W, zk, b, z in zip(Xs, Ws, Zk, betas, zetas, strict=True):
-                f += sq(X @ W - zk) + b * float(row_norms(W).sum()) + z * sq(zk - Z)
-            hist.append(f)
-    return {"W": Ws, "Z": Z, "objective": hist}
+        solver = IRLSOptions(inner_max_iter, inner_tol, eps)
+        mvl = _LocalMVL(Xs, Y, betas=betas, zetas=zetas, eta=eta, seed=ss[1], solver=solver)
+        Ws = mvl.passes(Ws, n_iter)
+    return {"W": Ws, "Z": mvl.Z, "objective": mvl.objective}
 
 
 @register_estimator("mv_local")
@@ -274,16 +241,7 @@ class LocalMVL(_ConsensusPredictor):
         eps: float = 1e-10,
         random_state: int | None = 0,
     ) -> None:
-        self.beta = beta
-        self.zeta = zeta
-        self.eta = eta
-        self.n_iter = n_iter
-        self.inner_max_iter = inner_max_iter
-        self.inner_tol = inner_tol
-        self.test_max_iter = test_max_iter
-        self.test_tol = test_tol
-        self.eps = eps
-        self.random_state = random_state
+        store_params(self, locals())
 
     def fit(
         self, Xs: Sequence[np.ndarray], y: np.ndarray, classes: np.ndarray | None = None
@@ -293,19 +251,9 @@ class LocalMVL(_ConsensusPredictor):
         Y, self.classes_ = one_hot(y, None if classes is None else np.asarray(classes))
         if Y.shape[1] < 2:
             raise DataError("the label set must contain at least two classes")
-        _check_iter(self.test_max_iter, self.test_tol, "test_max_iter")
-        out = mvl_local(
-            Xs,
-            Y,
-            beta=self.beta,
-            zeta=self.zeta,
-            eta=self.eta,
-            n_iter=self.n_iter,
-            inner_max_iter=self.inner_max_iter,
-            inner_tol=self.inner_tol,
-            eps=self.eps,
-            random_state=self.random_state,
-        )
+        check_iter(self.test_max_iter, self.test_tol, "test_max_iter")
+        params = self.get_params(deep=False)  # mvl_local's, and the testing phase's
+        out = mvl_local(Xs, Y, **{k: v for k, v in params.items() if not k.startswith("test_")})
         self.W_, self.Z_, self.objective_ = out["W"], out["Z"], out["objective"]
         self.zetas_ = per_party(self.zeta, len(Xs), "zeta")
         self.n_features_in_ = [X.shape[1] for X in Xs]

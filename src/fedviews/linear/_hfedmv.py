@@ -51,10 +51,16 @@ from fedviews.federation import (
     register_algorithm_spec,
     spawn_streams,
 )
-from fedviews.linear._common import check_weights, per_party, small_blas
+from fedviews.linear._common import (
+    LinearAlgorithm,
+    check_iter,
+    check_weights,
+    per_party,
+    small_blas,
+    store_params,
+)
 from fedviews.linear._consensus import IRLSOptions
 from fedviews.linear._fedmv import (
-    _check_iter,
     _ConsensusPredictor,
     _init_W,
     _labels_present,
@@ -103,8 +109,10 @@ def hfedmv_policy(n_views: int, *, pooled: bool = False) -> PrivacyPolicy:
 class _SingleViewLearner:
     """Eq. (20) on one client's single view, warm-started from the global ``W`` (Single View FL)."""
 
-    def __init__(self, X: np.ndarray, Y: np.ndarray, beta: float, solver: IRLSOptions) -> None:
-        self.problems = [L21Problem(X, eps=solver.eps)]
+    def __init__(
+        self, Xs: list[np.ndarray], *, Y: np.ndarray, beta: float, solver: IRLSOptions
+    ) -> None:
+        self.problems = [L21Problem(Xs[0], eps=solver.eps)]
         self.Y, self.beta, self.solver = Y, beta, solver
         self.objective: list[float] = []
 
@@ -115,12 +123,6 @@ class _SingleViewLearner:
         )
         self.objective.append(res.objective[-1])
         return [res.W]
-
-
-def _single_view(
-    Xs: list[np.ndarray], *, Y: np.ndarray, beta: float, solver: IRLSOptions
-) -> Learner:
-    return _SingleViewLearner(Xs[0], Y, beta, solver)
 
 
 class HFedMVClient(Party):
@@ -288,7 +290,7 @@ class HFedMVServer(Coordinator):
 
     ``pooled``: pool the clients' feature statistics before round 1 (``moments``,
     ``scale``). After the last round it sends the final ``W_k`` (``final``) and pools
-    the clients' test counts into :attr:`results`.
+    the clients' test counts into :attr:`scores`.
     """
 
     def __init__(
@@ -300,7 +302,7 @@ class HFedMVServer(Coordinator):
         self.n_rounds = n_rounds
         self.pooled = pooled
         self.objective: list[float] = []
-        self.results: dict[str, Any] = {}
+        self.scores: dict[str, Any] = {}
 
     @staticmethod
     def aggregate(
@@ -396,7 +398,7 @@ class HFedMVServer(Coordinator):
         }
         n_test = sum(n for n, _ in counts.values())
         correct = sum(k for _, k in counts.values())
-        self.results.update(
+        self.scores.update(
             test_accuracy=correct / max(n_test, 1),
             n_test=n_test,
             test_accuracy_per_client={c: k / max(n, 1) for c, (n, k) in counts.items()},
@@ -404,13 +406,19 @@ class HFedMVServer(Coordinator):
 
     def progress(self) -> list[str]:
         lines = [f"round {r + 1}: objective {v:.6g}" for r, v in enumerate(list(self.objective))]
-        res = self.results
+        res = self.scores
         if "test_accuracy" in res:
             lines.append(
                 f"test: accuracy {res['test_accuracy']:.4f} on {res['n_test']} samples "
                 "(every client predicts its own)"
             )
         return lines
+
+    def summary(self) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
+        """``(metrics, arrays)`` of the run: objective, rounds, test scores; the global ``W_k``."""
+        obj = list(self.objective)
+        metrics = {"objective": obj, "rounds_done": len(obj), **self.scores}
+        return metrics, {f"W_{k}": W for k, W in enumerate(self.W)}
 
 
 # --------------------------------------------------------------------------- the spec
@@ -514,12 +522,12 @@ class HFedMVParams:
             ("inner_max_iter", self.inner_tol),
             ("test_max_iter", self.test_tol),
         ]:
-            _check_iter(getattr(self, name), tol, name)
+            check_iter(getattr(self, name), tol, name)
         if self.standardize not in STANDARDIZE:
             raise ConfigError(f"params.standardize must be one of {list(STANDARDIZE)}")
 
 
-class HFedMVAlgorithm(HorizontalClients):
+class HFedMVAlgorithm(HorizontalClients, LinearAlgorithm):
     """H-FedMV as a federated algorithm: clients with all views of their own samples."""
 
     name = "hfedmv"
@@ -549,7 +557,7 @@ class HFedMVAlgorithm(HorizontalClients):
                 y_test,
             )
         make = partial(
-            _local_mvl,
+            _LocalMVL,
             Y=Y,
             betas=betas,
             zetas=zetas,
@@ -581,31 +589,8 @@ class HFedMVAlgorithm(HorizontalClients):
         )
         return HFedMVServer(clients, W0, p.n_rounds, pooled=p.standardize == "pooled")
 
-    def run_coordinator(
-        self, coord: Coordinator, on_round_end: Callable[[int], None] | None = None
-    ) -> list[np.ndarray]:
-        assert isinstance(coord, HFedMVServer)
-        with small_blas():
-            return coord.run(on_round_end=on_round_end)
-
     def round_message(self, role: str) -> str:
         return "local_train"
-
-    def progress(self, coord: Coordinator) -> list[str]:
-        assert isinstance(coord, HFedMVServer)
-        return coord.progress()
-
-    def party_results(self, party: Party) -> dict[str, np.ndarray]:
-        assert isinstance(party, HFedMVClient)
-        return party.results()
-
-    def coordinator_results(
-        self, coord: Coordinator
-    ) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
-        assert isinstance(coord, HFedMVServer)
-        obj = list(coord.objective)
-        metrics = {"objective": obj, "rounds_done": len(obj), **coord.results}
-        return metrics, {f"W_{k}": W for k, W in enumerate(coord.W)}
 
     def demo_data(self, cfg: Any) -> dict[str, PartyData]:
         """Deal a built-in multi-view dataset to the clients: all views of their own samples.
@@ -641,19 +626,6 @@ class HFedMVAlgorithm(HorizontalClients):
                 test = {"ids_test": ds.ids[trows], "X_test": X[trows], "y_test": y[trows]}
             files[client] = PartyData(ds.ids[rows], X[rows], y[rows], view_dims=tuple(dims), **test)
         return files
-
-
-def _local_mvl(
-    Xs: list[np.ndarray],
-    *,
-    Y: np.ndarray,
-    betas: Sequence[float],
-    zetas: Sequence[float],
-    eta: float,
-    seed: np.random.SeedSequence,
-    solver: IRLSOptions,
-) -> _LocalMVL:
-    return _LocalMVL(Xs, Y, betas=betas, zetas=zetas, eta=eta, seed=seed, solver=solver)
 
 
 HFEDMV_SPEC = register_algorithm_spec(HFedMVAlgorithm())
@@ -760,19 +732,7 @@ class HFedMV(_ConsensusPredictor):
         random_state: int | None = 0,
         transport: Any = None,
     ) -> None:
-        self.beta = beta
-        self.zeta = zeta
-        self.eta = eta
-        self.n_rounds = n_rounds
-        self.local_iter = local_iter
-        self.inner_max_iter = inner_max_iter
-        self.inner_tol = inner_tol
-        self.test_max_iter = test_max_iter
-        self.test_tol = test_tol
-        self.eps = eps
-        self.standardize = standardize
-        self.random_state = random_state
-        self.transport = transport
+        store_params(self, locals())
 
     def fit(self, clients: Sequence[tuple[Sequence[np.ndarray], np.ndarray]]) -> HFedMV:
         """Run Algorithm 3; ``clients[l] = (Xs_l, y_l)`` with every view of client l's samples.
@@ -869,19 +829,13 @@ class SingleViewFL(BaseEstimator):
         random_state: int | None = 0,
         transport: Any = None,
     ) -> None:
-        self.beta = beta
-        self.n_rounds = n_rounds
-        self.local_iter = local_iter
-        self.inner_tol = inner_tol
-        self.eps = eps
-        self.random_state = random_state
-        self.transport = transport
+        store_params(self, locals())
 
     def fit(self, clients: Sequence[tuple[np.ndarray, np.ndarray]]) -> SingleViewFL:
         Xss, ys = _check_clients(clients, single_view=True)
         (beta,) = per_party(self.beta, 1, "beta")
         for name, v in [("n_rounds", self.n_rounds), ("local_iter", self.local_iter)]:
-            _check_iter(v, self.inner_tol, name)
+            check_iter(v, self.inner_tol, name)
         self.classes_ = _global_classes(ys)
         solver = IRLSOptions(self.local_iter, self.inner_tol, self.eps)
         ss = np.random.SeedSequence(self.random_state).spawn(1)
@@ -893,7 +847,7 @@ class SingleViewFL(BaseEstimator):
                     f"client{l}",
                     Xs,
                     Y,
-                    partial(_single_view, Y=Y, beta=beta, solver=solver),
+                    partial(_SingleViewLearner, Y=Y, beta=beta, solver=solver),
                     local_iter=self.local_iter,
                 )
                 for l, (Xs, y) in enumerate(zip(Xss, ys, strict=True))  # noqa: E741

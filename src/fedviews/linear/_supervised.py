@@ -26,15 +26,15 @@ import numpy as np
 from sklearn.base import BaseEstimator
 
 from fedviews._registry import register_estimator
-from fedviews.data._validation import check_Xs, check_y, one_hot
+from fedviews.data import check_Xs, check_y, one_hot
 from fedviews.errors import ConfigError, DataError, check_fitted
-from fedviews.linear._common import per_party, small_blas
+from fedviews.linear._common import PartyPredictor, per_party, small_blas, store_params
 from fedviews.linear._l21 import L21Problem, row_norms
 
 __all__ = ["SupFL", "SupMVLFL"]
 
 
-class _PerPartyLinear(BaseEstimator):
+class _PerPartyLinear(PartyPredictor, BaseEstimator):
     """Shared parameters, validation and ``predict`` of the supervised baselines."""
 
     #: these baselines need labels at every party (reported as such in results)
@@ -47,10 +47,7 @@ class _PerPartyLinear(BaseEstimator):
         tol: float = 1e-6,
         eps: float = 1e-10,
     ) -> None:
-        self.beta = beta
-        self.max_iter = max_iter
-        self.tol = tol
-        self.eps = eps
+        store_params(self, locals())
 
     def _prepare(
         self, Xs: Sequence[np.ndarray], y: np.ndarray
@@ -68,17 +65,6 @@ class _PerPartyLinear(BaseEstimator):
         self.W_ = Ws
         self.feature_importances_ = [row_norms(W) for W in Ws]
         self.n_features_in_ = [W.shape[0] for W in Ws]
-
-    def predict(self, X: np.ndarray, party: int = 0) -> np.ndarray:
-        """Party ``party``'s prediction ``argmax X W_k`` from its own view."""
-        check_fitted(self, "W_", "classes_")
-        if not 0 <= party < len(self.W_):
-            raise ConfigError(f"party={party} out of range (0..{len(self.W_) - 1})")
-        (X,) = check_Xs([X], name="X")
-        W = self.W_[party]
-        if X.shape[1] != W.shape[0]:
-            raise DataError(f"X has {X.shape[1]} features, party {party} was fit with {W.shape[0]}")
-        return self.classes_[np.argmax(X @ W, axis=1)]
 
 
 @register_estimator("supfl")

@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 
 from fedviews._registry import register_estimator
-from fedviews.data import PartyData, check_Xs, one_hot, standardized_with
+from fedviews.data import PartyData, check_Xs, one_hot
 from fedviews.errors import ConfigError, DataError, check_fitted
 from fedviews.federation import (
     AlignGroup,
@@ -29,26 +29,21 @@ from fedviews.federation import (
     PrivacyPolicy,
     Roster,
     RunSpec,
-    build_in_process,
     estimator_params,
     register_algorithm_spec,
     spawn_streams,
 )
-from fedviews.linear._common import (
-    check_weights,
-    orthonormal_nonnegative,
-    per_party,
-    small_blas,
-)
+from fedviews.linear._common import check_iter, check_weights, per_party, store_params
 from fedviews.linear._consensus import (
     ConsensusAlgorithm,
+    ConsensusFit,
     ConsensusParty,
     ConsensusServer,
     IRLSOptions,
-    sq,
+    Scaler,
+    consensus_centralized,
 )
-from fedviews.linear._fedmv import _check_iter, _ConsensusPredictor, _prepare_views
-from fedviews.linear._l21 import L21Problem, row_norms
+from fedviews.linear._fedmv import _ConsensusPredictor, _prepare_views
 
 __all__ = [
     "VFEDMV_POLICY",
@@ -92,9 +87,7 @@ VFEDMV_POLICY = vfedmv_policy()
 class VFedMVParty(ConsensusParty):
     """Data owner ``L_k`` of Algorithm 2 (``scaler``: its own training mean and scale, if used)."""
 
-    def __init__(
-        self, *args: Any, scaler: tuple[np.ndarray, np.ndarray] | None = None, **kw: Any
-    ) -> None:
+    def __init__(self, *args: Any, scaler: Scaler | None = None, **kw: Any) -> None:
         super().__init__(*args, **kw)
         self.scaler = scaler
 
@@ -156,9 +149,9 @@ class VFedMVParams:
     def validate(self, n_parties: int | None = None) -> None:
         """Raise :class:`ConfigError` for an invalid value (per-party lists need ``n_parties``)."""
         check_weights(self, n_parties)
-        _check_iter(self.max_iter, self.tol, "max_iter")
-        _check_iter(self.inner_max_iter, self.inner_tol, "inner_max_iter")
-        _check_iter(self.test_max_iter, self.test_tol, "test_max_iter")
+        check_iter(self.max_iter, self.tol, "max_iter")
+        check_iter(self.inner_max_iter, self.inner_tol, "inner_max_iter")
+        check_iter(self.test_max_iter, self.test_tol, "test_max_iter")
 
 
 class VFedMVAlgorithm(ConsensusAlgorithm):
@@ -184,7 +177,6 @@ class VFedMVAlgorithm(ConsensusAlgorithm):
 
     def check_params(self, params: Any, fed: Roster) -> None:
         super().check_params(params, fed)
-        params.validate(len(fed.parties))
         if params.evaluate and fed.owners()[0] == fed.coordinator:
             raise ConfigError("params.evaluate needs the labels at a party (the scorer)")
 
@@ -217,12 +209,6 @@ class VFedMVAlgorithm(ConsensusAlgorithm):
                     f"label owner {party!r}: its file needs y_test (or set params.evaluate = false)"
                 )
 
-    def make_setup(self, run: RunSpec, infos: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
-        setup = super().make_setup(run, infos)
-        if setup["n_classes"] < 2:
-            raise DataError("y must contain at least two classes")
-        return setup
-
     def policy(self, run: RunSpec, setup: Mapping[str, Any]) -> PrivacyPolicy:
         return vfedmv_policy(
             labels_at_party=self._labels_at_party(run), evaluate=run.params.evaluate
@@ -231,34 +217,10 @@ class VFedMVAlgorithm(ConsensusAlgorithm):
     def build_party(
         self, run: RunSpec, party: str, local: Local, setup: Mapping[str, Any]
     ) -> VFedMVParty:
-        p: VFedMVParams = run.params
-        parties = run.federation.parties
-        k = parties.index(party)
-        _, X, y = local.take("train")
-        X = X.astype(np.float64)
-        X_test = y_test = None
-        if "test" in local.rows:
-            _, Xt, y_test = local.take("test")
-            X_test = Xt.astype(np.float64)
-        scaler = None
-        if p.standardize:  # with this party's own training statistics
-            X, scaler = standardized_with(X)
-            if X_test is not None:
-                X_test = (X_test - scaler[0]) / scaler[1]
+        y, y_test, scaler, kwargs = self.party_inputs(run, party, local, setup)
         labels = None if y is None else (one_hot(y)[0], np.unique(y), y_test)
-        return VFedMVParty(
-            party,
-            X,
-            beta=per_party(p.beta, len(parties), "beta")[k],
-            zeta=per_party(p.zeta, len(parties), "zeta")[k],
-            n_classes=int(setup["n_classes"]),
-            seed=spawn_streams(run.seed, len(parties) + 1)[1 + k],
-            solver=IRLSOptions(p.inner_max_iter, p.inner_tol, p.eps),
-            role=self.role(run, party),
-            labels=labels,
-            X_test=X_test,
-            scaler=scaler,
-        )
+        role = self.role(run, party)
+        return VFedMVParty(party, role=role, labels=labels, scaler=scaler, **kwargs)
 
     def build_coordinator(
         self, run: RunSpec, setup: Mapping[str, Any], local: Local | None = None
@@ -304,44 +266,20 @@ def vfedmv_centralized(
     """Algorithm 1 (training phase) run centrally: no parties, no messages.
 
     Same initialisation streams and update order as :class:`VFedMV`; used to check
-    that the federated run equals the centralized computation of the objective.
-    Returns ``{"W": [...], "Z": Z, "Z_k": [...], "objective": [...]}``.
+    that the federated run equals the centralized computation of the objective
+    (:func:`~fedviews.linear._consensus.consensus_centralized`, the label term in
+    the Z step). Returns ``{"W": [...], "Z": Z, "Z_k": [...], "objective": [...]}``.
     """
     K = len(Xs)
-    betas, zetas = per_party(beta, K, "beta"), per_party(zeta, K, "zeta")
-    ss = np.random.SeedSequence(random_state).spawn(K + 1)
-    n, c = Y.shape
-    Z = orthonormal_nonnegative(n, c, np.random.default_rng(ss[0]))
-    Zk = [orthonormal_nonnegative(n, c, np.random.default_rng(ss[1 + k])) for k in range(K)]
-    hist: list[float] = []
-    with small_blas():
-        probs = [L21Problem(X, eps=eps) for X in Xs]
-        Ws: list[Any] = [None] * K
-        prev = np.inf
-        for _ in range(max_iter):
-            f = 0.0
-            for k in range(K):
-                Ws[k] = (
-                    probs[k]
-                    .solve(Zk[k], betas[k], W0=Ws[k], max_iter=inner_max_iter, tol=inner_tol)
-                    .W
-                )
-                XW = Xs[k] @ Ws[k]
-                Zk[k] = (XW + zetas[k] * Z) / (1 + zetas[k])
-                f += sq(XW - Zk[k]) + betas[k] * float(row_norms(Ws[k]).sum())
-            Z = (sum(z * zk for z, zk in zip(zetas, Zk, strict=True)) + eta * Y) / (
-                sum(zetas) + eta
-            )
-            f += sum(z * sq(zk - Z) for z, zk in zip(zetas, Zk, strict=True)) + eta * sq(Z - Y)
-            hist.append(f)
-            if np.isfinite(prev) and abs(prev - f) <= tol * abs(prev):
-                break
-            prev = f
-    return {"W": Ws, "Z": Z, "Z_k": Zk, "objective": hist}
+    return consensus_centralized(
+        Xs, Y, per_party(beta, K, "beta"), per_party(zeta, K, "zeta"), eta,
+        label_owner=None, max_iter=max_iter, tol=tol,
+        solver=IRLSOptions(inner_max_iter, inner_tol, eps), random_state=random_state,
+    )  # fmt: skip
 
 
 @register_estimator("vfedmv")
-class VFedMV(_ConsensusPredictor):
+class VFedMV(ConsensusFit, _ConsensusPredictor):
     """Vertical federated multi-view learning (Algorithm 2), with its consensus testing phase.
 
     Party ``k`` holds view ``X_k``; the server holds the labels. Row-wise ℓ2,1 (see
@@ -406,19 +344,7 @@ class VFedMV(_ConsensusPredictor):
         random_state: int | None = 0,
         transport: Any = None,
     ) -> None:
-        self.beta = beta
-        self.zeta = zeta
-        self.eta = eta
-        self.max_iter = max_iter
-        self.tol = tol
-        self.inner_max_iter = inner_max_iter
-        self.inner_tol = inner_tol
-        self.test_max_iter = test_max_iter
-        self.test_tol = test_tol
-        self.eps = eps
-        self.standardize = standardize
-        self.random_state = random_state
-        self.transport = transport
+        store_params(self, locals())
 
     def fit(self, Xs: Sequence[np.ndarray], y: np.ndarray) -> VFedMV:
         """Run Algorithm 2: ``Xs[k]`` is party k's view, ``y`` the server's labels.
@@ -428,31 +354,8 @@ class VFedMV(_ConsensusPredictor):
         only (:class:`VFedMVAlgorithm`), exactly as in a deployment.
         """
         Xs, y = _prepare_views(Xs, y, "V-FedMV")
-        K, n = len(Xs), Xs[0].shape[0]
         params = estimator_params(VFedMVParams, self, skip=("evaluate",))
-        names = tuple(f"party{k}" for k in range(K))
-        run = RunSpec("vfedmv", params, Roster(names, label_owner="coordinator"), self.random_state)
-        ids = np.arange(n)
-        datas = {p: PartyData(ids, Xs[k]) for k, p in enumerate(names)}
-        datas["coordinator"] = PartyData(ids, None, y)
-        self.classes_ = np.unique(y)
-        with small_blas():
-            fed = build_in_process(run, datas, transport=self.transport)
-            self.transport_ = fed.transport
-            self.Z_ = fed()
-        server = fed.coordinator
-        assert isinstance(server, VFedMVServer)
-        self.parties_ = [p for n in names if isinstance(p := fed.parties[n], VFedMVParty)]
-        self.server_ = server
-        self.W_: list[np.ndarray] = [p.W for p in self.parties_ if p.W is not None]
-        self.Z_k_ = [p.Z_k for p in self.parties_]
-        self.feature_importances_ = [row_norms(W) for W in self.W_]
-        self.objective_ = list(server.objective)
-        self.history_ = self.objective_
-        self.n_iter_ = len(self.objective_)
-        self.converged_ = server.converged
-        self.n_features_in_ = [X.shape[1] for X in Xs]
-        self.run_stats_ = self.transport_.log.summary()
+        self.server_, self.parties_ = self.fit_run("vfedmv", params, Xs, y, None)
         return self
 
     def decision_function(self, Xs: Sequence[np.ndarray]) -> np.ndarray:
