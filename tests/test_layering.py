@@ -21,7 +21,13 @@ from fedviews.errors import ConfigError
 SRC = Path(fedviews.__file__).resolve().parent
 
 #: lower modules every layer may import, private names included
-SHARED = ("fedviews._registry", "fedviews._console", "fedviews._tables", "fedviews.errors")
+SHARED = (
+    "fedviews._console",
+    "fedviews._estimator",
+    "fedviews._registry",
+    "fedviews._tables",
+    "fedviews.errors",
+)
 
 
 @dataclass(frozen=True)

@@ -216,14 +216,6 @@ class StripEstimator(BaseEstimator):
     device: str
     random_state: int | None
 
-    def _set_params(self, args: Mapping[str, Any]) -> None:
-        """Store the ``__init__`` arguments ``args`` (its ``locals()``), in order and as they are
-        (scikit-learn's contract: validation and derived state belong to ``fit``)."""
-        names = self._get_param_names()
-        for name, value in args.items():
-            if name in names:
-                setattr(self, name, value)
-
     def _keep_run(self, active: Any, passives: Sequence[Any], transport: Any) -> None:
         """The fitted federation: its parties, transport, per-epoch losses and message summary."""
         self.active_ = active

@@ -17,6 +17,7 @@ from typing import Any
 
 import numpy as np
 
+from fedviews._estimator import store_params
 from fedviews._registry import register_estimator
 from fedviews.deep._apfed_nets import Encoder, Head, NetSpec, check_setting
 from fedviews.deep._apfed_spec import check_training, party_seeds, sgd_settings
@@ -271,7 +272,7 @@ class TVFL(StripEstimator):
         device: str = "auto",
         random_state: int = 0,
     ) -> None:
-        self._set_params(locals())
+        store_params(self, locals())
 
     def fit(self, images: Any, y: Any) -> TVFL:
         """Train all ``m`` clients together (split learning, labels on the active client)."""

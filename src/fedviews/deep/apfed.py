@@ -47,6 +47,7 @@ from typing import Any
 
 import numpy as np
 
+from fedviews._estimator import store_params
 from fedviews._registry import register_estimator
 from fedviews.data import PartyData
 from fedviews.deep._apfed_nets import ActiveNet, Decoder, Encoder, NetSpec, check_setting
@@ -529,7 +530,7 @@ class APFed(_ActiveOnly):
         random_state: int | None = 0,
         transport: Any = None,
     ) -> None:
-        self._set_params(locals())
+        store_params(self, locals())
 
     def fit(self, images: Any, y: Any) -> APFed:
         """Train the active and passive clients together on full images.
@@ -570,7 +571,7 @@ class SingleVL(_ActiveOnly):
         random_state: int | None = 0,
         transport: Any = None,
     ) -> None:
-        self._set_params(locals())
+        store_params(self, locals())
 
     def fit(self, images: Any, y: Any) -> SingleVL:
         """Train ``g_T ∘ f_A`` on the active strip of ``images``."""

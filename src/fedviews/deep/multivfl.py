@@ -56,6 +56,7 @@ from typing import Any, TypeVar
 import numpy as np
 from sklearn.base import BaseEstimator
 
+from fedviews._estimator import store_params
 from fedviews._registry import register_estimator
 from fedviews.data import PartyData, check_ids, split_strips
 from fedviews.deep._common import resolve_device, to_numpy, to_tensor, torch_seed
@@ -662,28 +663,7 @@ class MultiVFL(BaseEstimator):
         log_entries: bool = False,
         transport: Any = None,
     ) -> None:
-        self.n_data_owners = n_data_owners
-        self.n_label_owners = n_label_owners
-        self.optimizer = optimizer
-        self.rounds = rounds
-        self.local_epochs = local_epochs
-        self.batch_size = batch_size
-        self.lr = lr
-        self.local_optimizer = local_optimizer
-        self.server_lr = server_lr
-        self.beta1 = beta1
-        self.beta2 = beta2
-        self.tau = tau
-        self.scenario = scenario
-        self.samples_per_owner = samples_per_owner
-        self.channels = channels
-        self.top_channels = top_channels
-        self.hidden = hidden
-        self.device = device
-        self.evaluate = evaluate
-        self.random_state = random_state
-        self.log_entries = log_entries
-        self.transport = transport
+        store_params(self, locals())
 
     def _params(self) -> MultiVFLParams:
         """The run's :class:`MultiVFLParams` (validated) from this estimator's parameters."""

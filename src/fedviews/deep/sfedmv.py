@@ -62,6 +62,7 @@ from typing import Any
 import numpy as np
 from sklearn.base import BaseEstimator
 
+from fedviews._estimator import store_params
 from fedviews._registry import register_estimator
 from fedviews.data import PartyData, check_sequences
 from fedviews.deep._common import require_torch, resolve_device
@@ -607,24 +608,7 @@ class SFedMV(BaseEstimator):
         device: str = "cpu",
         transport: Any = None,
     ) -> None:
-        self.extractors = extractors
-        self.fusion = fusion
-        self.hidden_size = hidden_size
-        self.num_layers = num_layers
-        self.dropout = dropout
-        self.lr = lr
-        self.batch_size = batch_size
-        self.local_epochs = local_epochs
-        self.n_rounds = n_rounds
-        self.beta = beta
-        self.zeta = zeta
-        self.eta = eta
-        self.fusion_rounds = fusion_rounds
-        self.local_iter = local_iter
-        self.inner_max_iter = inner_max_iter
-        self.random_state = random_state
-        self.device = device
-        self.transport = transport
+        store_params(self, locals())
 
     # -- helpers ---------------------------------------------------------
     def _params(self) -> SFedMVParams:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any, cast
 
 import numpy as np
@@ -24,7 +24,6 @@ __all__ = [
     "per_party",
     "select_top_features",
     "small_blas",
-    "store_params",
 ]
 
 
@@ -118,17 +117,6 @@ def check_iter(value: int, tol: float, name: str) -> None:
         raise ConfigError(f"{name} must be an integer >= 1, got {value!r}")
     if not tol >= 0:
         raise ConfigError(f"tolerance for {name} must be >= 0, got {tol!r}")
-
-
-def store_params(est: Any, params: Mapping[str, Any]) -> None:
-    """scikit-learn's ``__init__`` contract: store every parameter as given, unvalidated.
-
-    An estimator's ``__init__`` calls ``store_params(self, locals())`` before anything
-    else, so that ``params`` holds ``self`` and exactly the parameters of its signature.
-    """
-    for name, value in params.items():
-        if name != "self":
-            setattr(est, name, value)
 
 
 def as_param(value: Any) -> Any:

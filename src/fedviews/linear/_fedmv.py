@@ -44,6 +44,7 @@ from typing import Any
 import numpy as np
 from sklearn.base import BaseEstimator
 
+from fedviews._estimator import store_params
 from fedviews._registry import register_estimator
 from fedviews.data import check_Xs, check_y, one_hot
 from fedviews.errors import DataError, check_fitted
@@ -52,7 +53,6 @@ from fedviews.linear._common import (
     orthonormal_nonnegative,
     per_party,
     small_blas,
-    store_params,
 )
 from fedviews.linear._consensus import (
     IRLSOptions,

@@ -30,6 +30,7 @@ from typing import Any, ClassVar
 import numpy as np
 from sklearn.base import BaseEstimator
 
+from fedviews._estimator import store_params
 from fedviews._registry import register_estimator
 from fedviews.data import PartyData, check_Xs, check_y, held_out_split, one_hot, standardized_with
 from fedviews.errors import ConfigError, DataError, ProtocolError, check_fitted
@@ -57,7 +58,6 @@ from fedviews.linear._common import (
     check_weights,
     per_party,
     small_blas,
-    store_params,
 )
 from fedviews.linear._consensus import IRLSOptions
 from fedviews.linear._fedmv import (

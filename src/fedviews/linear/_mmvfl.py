@@ -36,6 +36,7 @@ from typing import Any
 import numpy as np
 from sklearn.base import BaseEstimator
 
+from fedviews._estimator import store_params
 from fedviews._registry import register_estimator
 from fedviews.data import check_Xs, check_y, one_hot
 from fedviews.federation import (
@@ -52,7 +53,6 @@ from fedviews.linear._common import (
     check_weights,
     party_index,
     per_party,
-    store_params,
 )
 from fedviews.linear._consensus import (
     ConsensusAlgorithm,

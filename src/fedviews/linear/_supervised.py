@@ -25,10 +25,11 @@ from collections.abc import Sequence
 import numpy as np
 from sklearn.base import BaseEstimator
 
+from fedviews._estimator import store_params
 from fedviews._registry import register_estimator
 from fedviews.data import check_Xs, check_y, one_hot
 from fedviews.errors import ConfigError, DataError, check_fitted
-from fedviews.linear._common import PartyPredictor, per_party, small_blas, store_params
+from fedviews.linear._common import PartyPredictor, per_party, small_blas
 from fedviews.linear._l21 import L21Problem, row_norms
 
 __all__ = ["SupFL", "SupMVLFL"]

@@ -20,6 +20,7 @@ from typing import Any
 
 import numpy as np
 
+from fedviews._estimator import store_params
 from fedviews._registry import register_estimator
 from fedviews.data import PartyData, check_Xs, one_hot
 from fedviews.errors import ConfigError, DataError, check_fitted
@@ -33,7 +34,7 @@ from fedviews.federation import (
     register_algorithm_spec,
     spawn_streams,
 )
-from fedviews.linear._common import check_iter, check_weights, per_party, store_params
+from fedviews.linear._common import check_iter, check_weights, per_party
 from fedviews.linear._consensus import (
     ConsensusAlgorithm,
     ConsensusFit,
