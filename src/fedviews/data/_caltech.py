@@ -15,11 +15,11 @@ be reported as such.
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import numpy as np
 
+from fedviews.data._cache import user_path
 from fedviews.data._dataset import MultiViewDataset
 from fedviews.data._features import image_features
 from fedviews.data._mnist import (
@@ -55,10 +55,7 @@ _HOW_TO_GET = (
 
 
 def _caltech_path(path: str | Path | None = None) -> Path | None:
-    if path is not None:
-        return Path(path).expanduser()
-    env = os.environ.get(_CALTECH_ENV)
-    return Path(env).expanduser() if env else None
+    return user_path(path, _CALTECH_ENV)
 
 
 def _caltech_available() -> bool:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -77,14 +77,13 @@ class MultiViewDataset:
     def subset(self, index: np.ndarray) -> MultiViewDataset:
         """Return the dataset restricted to the rows ``index`` (positions or boolean mask)."""
         index = np.asarray(index)
-        return MultiViewDataset(
+        return replace(
+            self,
             views=[v[index] for v in self.views],
             y=self.y[index],
             ids=self.ids[index],
             view_names=list(self.view_names),
             class_names=list(self.class_names),
-            name=self.name,
-            description=self.description,
             images=None if self.images is None else self.images[index],
         )
 
@@ -93,16 +92,9 @@ class MultiViewDataset:
         missing = [n for n in names if n not in self.view_names]
         if missing:
             raise DataError(f"{self.name} has no view(s) {missing}; available: {self.view_names}")
-        idx = [self.view_names.index(n) for n in names]
-        return MultiViewDataset(
-            views=[self.views[i] for i in idx],
-            y=self.y,
-            ids=self.ids,
-            view_names=list(names),
-            class_names=list(self.class_names),
-            name=self.name,
-            description=self.description,
-            images=self.images,
+        views = [self.views[self.view_names.index(n)] for n in names]
+        return replace(
+            self, views=views, view_names=list(names), class_names=list(self.class_names)
         )
 
     def summary(self) -> dict[str, object]:

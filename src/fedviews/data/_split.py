@@ -12,6 +12,7 @@ from typing import Any
 
 import numpy as np
 
+from fedviews._registry import Registry
 from fedviews.errors import ConfigError, DataError
 
 __all__ = ["balanced_subsample", "partition_clients", "stratified_kfold"]
@@ -114,18 +115,10 @@ def stratified_kfold(
 # --------------------------------------------------------------------------- client partitions
 
 _Partitioner = Callable[[np.ndarray, int, np.random.Generator, dict[str, Any]], list[np.ndarray]]
-_SCHEMES: dict[str, _Partitioner] = {}
+_SCHEMES: Registry[_Partitioner] = Registry("partition scheme")
 
 
-def _scheme(name: str) -> Callable[[_Partitioner], _Partitioner]:
-    def deco(fn: _Partitioner) -> _Partitioner:
-        _SCHEMES[name] = fn
-        return fn
-
-    return deco
-
-
-@_scheme("iid")
+@_SCHEMES.register("iid")
 def _iid(
     codes: np.ndarray, n_clients: int, rng: np.random.Generator, _: dict[str, Any]
 ) -> list[np.ndarray]:
@@ -135,7 +128,7 @@ def _iid(
     return [order[c::n_clients] for c in range(n_clients)]
 
 
-@_scheme("label_skew")
+@_SCHEMES.register("label_skew")
 def _label_skew(
     codes: np.ndarray, n_clients: int, rng: np.random.Generator, opts: dict[str, Any]
 ) -> list[np.ndarray]:
@@ -167,7 +160,7 @@ def _label_skew(
     return [np.concatenate(p) for p in parts]
 
 
-@_scheme("dirichlet")
+@_SCHEMES.register("dirichlet")
 def _dirichlet(
     codes: np.ndarray, n_clients: int, rng: np.random.Generator, opts: dict[str, Any]
 ) -> list[np.ndarray]:
@@ -235,19 +228,14 @@ def partition_clients(
         The partition is impossible (more clients than samples, classes cannot
         be covered, ...).
     """
-    import difflib
-
     _, codes, _ = _labels(y)
     n_clients = _positive_int(n_clients, "n_clients")
-    if scheme not in _SCHEMES:
-        match = difflib.get_close_matches(str(scheme), list(_SCHEMES), n=1, cutoff=0.4)
-        hint = f"did you mean {match[0]!r}?" if match else f"valid: {sorted(_SCHEMES)}"
-        raise ConfigError(f"unknown partition scheme {scheme!r}; {hint}")
+    partition = _SCHEMES.get(str(scheme))
     if n_clients > len(codes):
         raise DataError(f"cannot give {n_clients} clients at least one of {len(codes)} samples")
     rng = np.random.default_rng(random_state)
     opts = {"alpha": alpha, "classes_per_client": classes_per_client}
-    return [np.sort(p) for p in _SCHEMES[scheme](codes, n_clients, rng, opts)]
+    return [np.sort(p) for p in partition(codes, n_clients, rng, opts)]
 
 
 def held_out_split(y: np.ndarray, n_test: int, seed: int) -> tuple[np.ndarray, np.ndarray]:

@@ -7,9 +7,9 @@ from typing import Any
 
 import numpy as np
 
-from fedviews.errors import DataError
+from fedviews.errors import ConfigError, DataError
 
-__all__ = ["check_Xs", "check_ids", "check_y", "one_hot"]
+__all__ = ["check_Xs", "check_ids", "check_view_names", "check_y", "one_hot"]
 
 
 def check_Xs(
@@ -106,6 +106,18 @@ def check_ids(ids: Any, *, name: str = "ids") -> np.ndarray:
         dup = uniq[counts > 1][:5].tolist()
         raise DataError(f"{name} contains duplicated IDs, e.g. {dup}")
     return arr
+
+
+def check_view_names(views: Any, valid: Sequence[str], *, dataset: str) -> list[str]:
+    """Return the view names a loader's ``views`` option asks for, in that order.
+
+    ``None`` means all of ``valid``; a single string is one name. Raises
+    ``ConfigError`` unless the names are distinct, non-empty and all in ``valid``.
+    """
+    names = list(valid) if views is None else ([views] if isinstance(views, str) else list(views))
+    if not names or len(set(names)) != len(names) or not set(names) <= set(valid):
+        raise ConfigError(f"{dataset}: views={names!r} must be distinct names from {list(valid)}")
+    return names
 
 
 def one_hot(y: np.ndarray, classes: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:

@@ -97,16 +97,14 @@ def image_views(
     if views == "pixels":
         if n_views not in (None, 1):
             raise ConfigError(f"{dataset}: views='pixels' is one view; got n_views={n_views}")
-        parts, edges = [images.reshape(len(images), -1)], [(0, images.shape[1])]
+        m = 1
     elif views == "strips":
         m = 4 if n_views is None else n_views
         if not isinstance(m, int) or not 1 <= m <= images.shape[1]:
             raise ConfigError(f"{dataset}: n_views={m!r} must be an int in 1..{images.shape[1]}")
-        parts = split_strips(images, m)
-        sizes = [len(r) for r in np.array_split(np.arange(images.shape[1]), m)]
-        starts = np.cumsum([0, *sizes])
-        edges = [(int(a), int(b)) for a, b in zip(starts[:-1], starts[1:], strict=True)]
     else:
         raise ConfigError(f"{dataset}: views={views!r} must be 'strips' or 'pixels'")
-    names = [f"rows{a:02d}-{b - 1:02d}" for a, b in edges]
+    parts = split_strips(images, m)
+    starts = np.cumsum([0, *(p.shape[1] // images.shape[2] for p in parts)])
+    names = [f"rows{a:02d}-{b - 1:02d}" for a, b in zip(starts[:-1], starts[1:], strict=True)]
     return [np.divide(p, 255.0, dtype=np.float64) for p in parts], names

@@ -1,17 +1,32 @@
-"""Classification metrics and the classifiers that score selected features."""
+"""Classification metrics, the classifiers that score selected features, and mean ± std tables."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
 from sklearn.metrics import accuracy_score, f1_score, precision_score, recall_score
 
 from fedviews.errors import ConfigError
+from fedviews.experiments._paper import paper_tables
+from fedviews.experiments._runner import Table
 
-__all__ = ["CLASSIFIERS", "classification_metrics", "make_classifier", "mean_std"]
+__all__ = [
+    "CLASSIFIERS",
+    "METRICS",
+    "classification_metrics",
+    "make_classifier",
+    "mean_std",
+    "metric_tables",
+    "pm",
+    "summarize",
+]
 
 CLASSIFIERS = ("knn1", "linear_svm", "logreg")
+#: the keys of :func:`classification_metrics`, in table order
+METRICS = ("accuracy", "precision", "recall", "f1")
+_METRIC_COLUMNS = ["method", "Accuracy (%)", "Precision (%)", "Recall (%)", "F1 (%)"]
 
 
 def make_classifier(name: str, random_state: int = 0) -> Any:
@@ -31,16 +46,64 @@ def make_classifier(name: str, random_state: int = 0) -> Any:
     raise ConfigError(f"unknown classifier {name!r}; choose one of {list(CLASSIFIERS)}")
 
 
-def classification_metrics(y_true: np.ndarray, y_pred: np.ndarray) -> dict[str, float]:
-    """Accuracy, macro precision, macro recall, macro F1, in percent."""
+def classification_metrics(
+    y_true: np.ndarray, y_pred: np.ndarray, average: str = "macro"
+) -> dict[str, float]:
+    """Accuracy and precision, recall, F1 (``average``: ``"macro"`` or ``"binary"``), in percent."""
+    kw: dict[str, Any] = {"average": average, "zero_division": 0}
     return {
         "accuracy": 100.0 * accuracy_score(y_true, y_pred),
-        "precision": 100.0 * precision_score(y_true, y_pred, average="macro", zero_division=0),
-        "recall": 100.0 * recall_score(y_true, y_pred, average="macro", zero_division=0),
-        "f1": 100.0 * f1_score(y_true, y_pred, average="macro", zero_division=0),
+        "precision": 100.0 * precision_score(y_true, y_pred, **kw),
+        "recall": 100.0 * recall_score(y_true, y_pred, **kw),
+        "f1": 100.0 * f1_score(y_true, y_pred, **kw),
     }
 
 
-def mean_std(values: list[float] | np.ndarray) -> tuple[float, float]:
+def mean_std(values: Sequence[float] | np.ndarray) -> tuple[float, float]:
+    """Mean and population standard deviation (``ddof=0``)."""
     arr = np.asarray(values, dtype=float)
     return float(arr.mean()), float(arr.std(ddof=0))
+
+
+def pm(mean: float, std: float) -> str:
+    """``"mean ± std"`` with two decimals, as every table prints it."""
+    return f"{mean:.2f} ± {std:.2f}"
+
+
+def summarize(runs: Sequence[Mapping[str, float]]) -> dict[str, list[float]]:
+    """``{metric: [mean, std]}`` over runs of :func:`classification_metrics`."""
+    return {k: list(mean_std([run[k] for run in runs])) for k in METRICS}
+
+
+def metric_tables(
+    summary: Mapping[str, Mapping[str, Sequence[float]]],
+    title: str,
+    note: str,
+    paper_table: str,
+    paper_note: str,
+) -> list[Table]:
+    """The ``method x metric`` table of ``summary`` (``{method: summarize(...)}``), then,
+    when ``paper_table`` names an entry of the paper's numbers, the paper's table beside it."""
+    tables = [
+        Table(
+            title,
+            _METRIC_COLUMNS,
+            [[name, *[pm(*m[k]) for k in METRICS]] for name, m in summary.items()],
+            note,
+        )
+    ]
+    paper = paper_tables().get(paper_table) if paper_table else None
+    if paper:
+        tables.append(
+            Table(
+                f"Paper ({paper_table}): BiAffect, binary mood — context only, not a reproduction target",
+                _METRIC_COLUMNS,
+                [
+                    [name, *[pm(*vals[k]) for k in METRICS]]
+                    for name, vals in paper.items()
+                    if not name.startswith("_")
+                ],
+                paper_note,
+            )
+        )
+    return tables

@@ -9,7 +9,6 @@ python-version folder; see :mod:`fedviews.deep._cifar`). ``n_train`` /
 
 from __future__ import annotations
 
-import json
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,7 +17,10 @@ from typing import Any
 import numpy as np
 
 from fedviews.errors import ConfigError
+from fedviews.experiments._common import pyplot, save_figure
 from fedviews.experiments._config import ExperimentConfig
+from fedviews.experiments._metrics import mean_std, pm
+from fedviews.experiments._paper import paper_tables
 from fedviews.experiments._registry import register_experiment
 from fedviews.experiments._runner import ExperimentResult, RunContext, Table
 
@@ -33,56 +35,10 @@ _PAPER_KEY = {
 }
 
 
-def _check_train(p: Any) -> None:
-    if p.n_seeds < 1 or p.epochs < 1 or p.batch_size < 2:
-        raise ConfigError("n_seeds and epochs must be >= 1 and batch_size >= 2")
-    if p.lr <= 0 or not 0 <= p.momentum < 1 or p.weight_decay < 0:
-        raise ConfigError("lr must be > 0, momentum in [0, 1), weight_decay >= 0")
-    if p.tau <= 0:
-        raise ConfigError(f"tau must be positive, got {p.tau}")
-    if p.n_train < 0 or p.n_test < 0 or not 0 < p.test_size < 1:
-        raise ConfigError("n_train/n_test must be >= 0 (0 = all) and 0 < test_size < 1")
-
-
 @dataclass(frozen=True)
-class APFedTableParams:
-    """Parameters of ``apfed_table2`` (defaults: the CPU budget; paper: lr 1e-3)."""
+class _TrainParams:
+    """Training and data parameters shared by both APFed experiments (CPU-budget defaults)."""
 
-    settings: tuple[str, ...] = ("2-1", "2-2", "3-1", "3-2", "3-3")
-    methods: tuple[str, ...] = METHODS
-    n_seeds: int = 5
-    epochs: int = 3
-    batch_size: int = 64
-    lr: float = 0.01
-    momentum: float = 0.9
-    weight_decay: float = 1e-4
-    lam: float = 1.0
-    tau: float = 0.5
-    n_train: int = 0
-    n_test: int = 0
-    test_size: float = 0.2
-    pad: bool = True
-
-    def validate(self) -> None:
-        from fedviews.deep import parse_setting
-
-        for s in self.settings:
-            parse_setting(s)
-        bad = [m for m in self.methods if m not in METHODS]
-        if bad or not self.methods:
-            raise ConfigError(f"unknown methods {bad}; choose from {list(METHODS)}")
-        if self.lam < 0:
-            raise ConfigError(f"lam must be >= 0, got {self.lam}")
-        _check_train(self)
-
-
-@dataclass(frozen=True)
-class APFedLambdaParams:
-    """Parameters of ``apfed_lambda``: accuracy of APFed-R/C against λ in one setting."""
-
-    setting: str = "2-1"
-    lams: tuple[float, ...] = (0.0, 0.1, 0.5, 1.0, 2.0, 5.0, 10.0)
-    variants: tuple[str, ...] = ("R", "C")
     n_seeds: int = 3
     epochs: int = 3
     batch_size: int = 64
@@ -96,6 +52,60 @@ class APFedLambdaParams:
     pad: bool = True
 
     def validate(self) -> None:
+        if self.n_seeds < 1 or self.epochs < 1 or self.batch_size < 2:
+            raise ConfigError("n_seeds and epochs must be >= 1 and batch_size >= 2")
+        if self.lr <= 0 or not 0 <= self.momentum < 1 or self.weight_decay < 0:
+            raise ConfigError("lr must be > 0, momentum in [0, 1), weight_decay >= 0")
+        if self.tau <= 0:
+            raise ConfigError(f"tau must be positive, got {self.tau}")
+        if self.n_train < 0 or self.n_test < 0 or not 0 < self.test_size < 1:
+            raise ConfigError("n_train/n_test must be >= 0 (0 = all) and 0 < test_size < 1")
+
+    def train_kwargs(self, device: str, seed: int) -> dict[str, Any]:
+        """Keyword arguments of every estimator: training schedule, ``device`` and ``seed``."""
+        return {
+            "epochs": self.epochs,
+            "batch_size": self.batch_size,
+            "lr": self.lr,
+            "momentum": self.momentum,
+            "weight_decay": self.weight_decay,
+            "pad": self.pad,
+            "device": device,
+            "random_state": seed,
+        }
+
+
+@dataclass(frozen=True)
+class APFedTableParams(_TrainParams):
+    """Parameters of ``apfed_table2`` (defaults: the CPU budget; paper: lr 1e-3)."""
+
+    settings: tuple[str, ...] = ("2-1", "2-2", "3-1", "3-2", "3-3")
+    methods: tuple[str, ...] = METHODS
+    n_seeds: int = 5
+    lam: float = 1.0
+
+    def validate(self) -> None:
+        from fedviews.deep import parse_setting
+
+        for s in self.settings:
+            parse_setting(s)
+        bad = [m for m in self.methods if m not in METHODS]
+        if bad or not self.methods:
+            raise ConfigError(f"unknown methods {bad}; choose from {list(METHODS)}")
+        if self.lam < 0:
+            raise ConfigError(f"lam must be >= 0, got {self.lam}")
+        super().validate()
+
+
+@dataclass(frozen=True)
+class APFedLambdaParams(_TrainParams):
+    """Parameters of ``apfed_lambda``: accuracy of APFed-R/C against λ in one setting."""
+
+    setting: str = "2-1"
+    lams: tuple[float, ...] = (0.0, 0.1, 0.5, 1.0, 2.0, 5.0, 10.0)
+    variants: tuple[str, ...] = ("R", "C")
+
+    def validate(self) -> None:
         from fedviews.deep import parse_setting
 
         parse_setting(self.setting)
@@ -105,7 +115,7 @@ class APFedLambdaParams:
             )
         if not self.variants or any(v not in ("R", "C") for v in self.variants):
             raise ConfigError(f"variants must be 'R' and/or 'C', got {list(self.variants)}")
-        _check_train(self)
+        super().validate()
 
 
 # -- data ------------------------------------------------------------------------
@@ -120,7 +130,7 @@ def _stratified(y: np.ndarray, n: int, seed: int) -> np.ndarray:
 
 
 def _load(
-    cfg: ExperimentConfig, p: Any
+    cfg: ExperimentConfig, p: _TrainParams
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, str]:
     """Train/test images (float32 in [0, 1]) and labels, plus a provenance note."""
     name = cfg.data.name
@@ -175,22 +185,9 @@ def _load(
 
 
 def _paper(dataset: str) -> dict[str, Any] | None:
-    tables = json.loads((Path(__file__).parent / "paper_tables.json").read_text(encoding="utf-8"))
+    """The paper's Table 2 entry for ``dataset`` (``None`` for a dataset it does not report)."""
     key = _PAPER_KEY.get(dataset)
-    return tables["apfed_table2"].get(key) if key else None
-
-
-def _train_kwargs(p: Any, cfg: ExperimentConfig, seed: int) -> dict[str, Any]:
-    return {
-        "epochs": p.epochs,
-        "batch_size": p.batch_size,
-        "lr": p.lr,
-        "momentum": p.momentum,
-        "weight_decay": p.weight_decay,
-        "pad": p.pad,
-        "device": cfg.device,
-        "random_state": seed,
-    }
+    return paper_tables()["apfed_table2"].get(key) if key else None
 
 
 # -- Table 2 ----------------------------------------------------------------------
@@ -222,7 +219,7 @@ def run_table2(cfg: ExperimentConfig, ctx: RunContext) -> ExperimentResult:
             seed = cfg.seed + s
             for setting in p.settings:
                 m, i = (int(v) for v in setting.split("-"))
-                kw = _train_kwargs(p, cfg, seed)
+                kw = p.train_kwargs(cfg.device, seed)
                 if tvfl_needed:
                     t0 = time.perf_counter()
                     tv = TVFL(m=m, i=i, **kw).fit(Xtr, ytr)
@@ -263,8 +260,8 @@ def run_table2(cfg: ExperimentConfig, ctx: RunContext) -> ExperimentResult:
                 [
                     setting,
                     meth,
-                    f"{a.mean():.2f} ± {a.std():.2f}",
-                    f"{ref[0]:.2f} ± {ref[1]:.2f}" if ref else "n/a",
+                    pm(a.mean(), a.std()),
+                    pm(ref[0], ref[1]) if ref else "n/a",
                     round(float(a.mean() - ref[0]), 2) if ref else "n/a",
                 ]
             )
@@ -312,12 +309,7 @@ def _bar_figure(
     acc: dict[str, dict[str, list[float]]],
     dataset: str,
 ) -> Path:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(8, 3.6))
+    fig, ax = pyplot().subplots(figsize=(8, 3.6))
     width = 0.8 / len(methods)
     x = np.arange(len(settings))
     for k, meth in enumerate(methods):
@@ -330,10 +322,7 @@ def _bar_figure(
     ax.set_title(f"APFed Table 2 ({dataset}): active client predicting alone")
     ax.legend(fontsize=7, ncols=3)
     ax.grid(axis="y", alpha=0.3)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return save_figure(fig, path)
 
 
 # -- λ sweep -------------------------------------------------------------------------
@@ -366,20 +355,12 @@ def run_lambda(cfg: ExperimentConfig, ctx: RunContext) -> ExperimentResult:
                         i=i,
                         lam=lam,
                         tau=p.tau,
-                        **_train_kwargs(p, cfg, cfg.seed + s),
+                        **p.train_kwargs(cfg.device, cfg.seed + s),
                     )
                     acc[v][str(lam)].append(100 * est.fit(Xtr, ytr).score(Xte, yte))
                     advance(1)
                     ctx.checkpoint({"accuracy": acc})
-    rows = []
-    for lam in p.lams:
-        rows.append(
-            [lam]
-            + [
-                f"{np.mean(acc[v][str(lam)]):.2f} ± {np.std(acc[v][str(lam)]):.2f}"
-                for v in p.variants
-            ]
-        )
+    rows = [[lam, *[pm(*mean_std(acc[v][str(lam)])) for v in p.variants]] for lam in p.lams]
     table = Table(
         title=f"APFed accuracy (%) against λ — {cfg.data.name} {p.setting}",
         columns=["λ", *[f"APFed-{v}" for v in p.variants]],
@@ -402,12 +383,7 @@ def run_lambda(cfg: ExperimentConfig, ctx: RunContext) -> ExperimentResult:
 def _lambda_figure(
     path: Path, lams: tuple[float, ...], acc: dict[str, dict[str, list[float]]], label: str
 ) -> Path:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, axes = plt.subplots(1, len(acc), figsize=(4.4 * len(acc), 3.4), squeeze=False)
+    fig, axes = pyplot().subplots(1, len(acc), figsize=(4.4 * len(acc), 3.4), squeeze=False)
     for ax, (v, by_lam) in zip(axes.ravel(), acc.items(), strict=True):
         mu = np.array([np.mean(by_lam[str(lam)]) for lam in lams])
         sd = np.array([np.std(by_lam[str(lam)]) for lam in lams])
@@ -422,7 +398,4 @@ def _lambda_figure(
         ax.set_title(f"APFed-{v}")
         ax.grid(alpha=0.3)
         ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return save_figure(fig, path)

@@ -33,10 +33,12 @@ from typing import Any
 import numpy as np
 
 from fedviews.errors import ConfigError
+from fedviews.experiments._common import pyplot, save_figure, standardize
 from fedviews.experiments._config import ExperimentConfig
-from fedviews.experiments._paper import paper_tables
+from fedviews.experiments._metrics import METRICS, classification_metrics, metric_tables, pm
+from fedviews.experiments._metrics import summarize as _summarize
 from fedviews.experiments._registry import register_experiment
-from fedviews.experiments._runner import ExperimentResult, RunContext, Table
+from fedviews.experiments._runner import ExperimentResult, RunContext
 
 __all__ = [
     "FedMVHorizontalParams",
@@ -47,7 +49,6 @@ __all__ = [
     "run_fedmv_vertical",
 ]
 
-METRICS = ("accuracy", "precision", "recall", "f1")
 VERTICAL_METHODS = ("vfedmv", "pairwise", "single_view")
 HORIZONTAL_METHODS = ("hfedmv", "mv_local", "pairwise", "single_view_fl")
 AVERAGES = ("macro", "binary")
@@ -163,16 +164,6 @@ def _load(cfg: ExperimentConfig, p: FedMVVerticalParams) -> Any:
     return ds, y
 
 
-def _standardize(Xs: list[np.ndarray], *others: list[np.ndarray]) -> list[list[np.ndarray]]:
-    out: list[list[np.ndarray]] = [[] for _ in range(1 + len(others))]
-    for k, X in enumerate(Xs):
-        mu, sd = X.mean(axis=0), X.std(axis=0)
-        sd[sd < 1e-12] = 1.0
-        for j, arrs in enumerate((Xs, *others)):
-            out[j].append((arrs[k] - mu) / sd)
-    return out
-
-
 def _split(views: list[np.ndarray], y: np.ndarray, p: FedMVVerticalParams, seed: int) -> _Split:
     from sklearn.model_selection import train_test_split
 
@@ -183,26 +174,15 @@ def _split(views: list[np.ndarray], y: np.ndarray, p: FedMVVerticalParams, seed:
     )
     Xtr, Xval, Xte = ([v[i] for v in views] for i in (tr, val, te))
     if p.standardize:
-        Xtr, Xval, Xte = _standardize(Xtr, Xval, Xte)
+        Xtr, Xval, Xte = standardize(Xtr, Xval, Xte)
     return _Split(Xtr, Xval, Xte, y[tr], y[val], y[te])
-
-
-def _metrics(y_true: np.ndarray, y_pred: np.ndarray, average: str) -> dict[str, float]:
-    from sklearn.metrics import accuracy_score, f1_score, precision_score, recall_score
-
-    kw: dict[str, Any] = {"average": average, "zero_division": 0}
-    return {
-        "accuracy": 100.0 * accuracy_score(y_true, y_pred),
-        "precision": 100.0 * precision_score(y_true, y_pred, **kw),
-        "recall": 100.0 * recall_score(y_true, y_pred, **kw),
-        "f1": 100.0 * f1_score(y_true, y_pred, **kw),
-    }
 
 
 # --------------------------------------------------------------------------- methods
 
 
-def _vfedmv(p: FedMVVerticalParams, zeta: float, eta: float, seed: int) -> Any:
+def _vfedmv(p: Any, zeta: float, eta: float, seed: int) -> Any:
+    """V-FedMV with ``p``'s beta and iteration counts (experiment or t-SNE params)."""
     from fedviews.linear import VFedMV
 
     return VFedMV(
@@ -215,7 +195,8 @@ def _vfedmv(p: FedMVVerticalParams, zeta: float, eta: float, seed: int) -> Any:
     )
 
 
-def _hfedmv(p: FedMVHorizontalParams, zeta: float, eta: float, seed: int) -> Any:
+def _hfedmv(p: Any, zeta: float, eta: float, seed: int) -> Any:
+    """H-FedMV with ``p``'s beta, rounds and iteration counts (experiment or t-SNE params)."""
     from fedviews.linear import HFedMV
 
     return HFedMV(
@@ -259,6 +240,27 @@ def _tune(
     return float(p.zetas[int(best[0])]), float(p.etas[int(best[1])]), grid.tolist()
 
 
+def _keep_first(keep: dict[str, Any], m: Any, *attrs: str) -> None:
+    """Remember the message log and the objective (and ``attrs``) of the first main fit."""
+    keep.setdefault("log", m.run_stats_)
+    keep.setdefault("objective", m.objective_)
+    for attr in attrs:
+        keep.setdefault(attr, getattr(m, f"{attr}_"))
+
+
+def _pairwise(
+    p: Any, names: list[str], s: _Split, fit: Any, out: dict[str, dict[str, float]]
+) -> None:
+    """Leave each view out in turn (with > 2 views): ``fit(rest)`` is scored on the test part."""
+    K = len(names)
+    if "pairwise" in p.methods and K > 2:
+        for v in range(K):
+            rest = [k for k in range(K) if k != v]
+            out[f"Pairwise FL w/o {names[v]}"] = classification_metrics(
+                s.yte, fit(rest).predict([s.Xte[k] for k in rest]), p.average
+            )
+
+
 def _vertical_rows(
     p: FedMVVerticalParams,
     names: list[str],
@@ -268,26 +270,28 @@ def _vertical_rows(
     seed: int,
     keep: dict[str, Any],
 ) -> dict[str, dict[str, float]]:
+    """Test metrics of every vertical method on one split: ``{row name: metrics}``."""
     from fedviews.linear import SupFL
 
     out: dict[str, dict[str, float]] = {}
     K = len(names)
     if "vfedmv" in p.methods:
         m = _vfedmv(p, zeta, eta, seed).fit(s.Xtr, s.ytr)
-        out["V-FedMV"] = _metrics(s.yte, m.predict(s.Xte), p.average)
-        keep.setdefault("log", m.run_stats_)
-        keep.setdefault("objective", m.objective_)
-    if "pairwise" in p.methods and K > 2:
-        for v in range(K):
-            rest = [k for k in range(K) if k != v]
-            m = _vfedmv(p, zeta, eta, seed).fit([s.Xtr[k] for k in rest], s.ytr)
-            out[f"Pairwise FL w/o {names[v]}"] = _metrics(
-                s.yte, m.predict([s.Xte[k] for k in rest]), p.average
-            )
+        out["V-FedMV"] = classification_metrics(s.yte, m.predict(s.Xte), p.average)
+        _keep_first(keep, m)
+    _pairwise(
+        p,
+        names,
+        s,
+        lambda rest: _vfedmv(p, zeta, eta, seed).fit([s.Xtr[k] for k in rest], s.ytr),
+        out,
+    )
     if "single_view" in p.methods:
         for v in range(K):
             sv = SupFL(beta=p.beta, max_iter=p.max_iter * p.inner_max_iter).fit([s.Xtr[v]], s.ytr)
-            out[f"{names[v]} w/o FL"] = _metrics(s.yte, sv.predict(s.Xte[v]), p.average)
+            out[f"{names[v]} w/o FL"] = classification_metrics(
+                s.yte, sv.predict(s.Xte[v]), p.average
+            )
     return out
 
 
@@ -300,6 +304,7 @@ def _horizontal_rows(
     seed: int,
     keep: dict[str, Any],
 ) -> dict[str, dict[str, float]]:
+    """Test metrics of every horizontal method on one split: ``{row name: metrics}``."""
     from fedviews.linear import LocalMVL, SingleViewFL
 
     out: dict[str, dict[str, float]] = {}
@@ -307,10 +312,8 @@ def _horizontal_rows(
     clients = _clients(s, p, seed)
     if "hfedmv" in p.methods:
         m = _hfedmv(p, zeta, eta, seed).fit(clients)
-        out["H-FedMV"] = _metrics(s.yte, m.predict(s.Xte), p.average)
-        keep.setdefault("log", m.run_stats_)
-        keep.setdefault("objective", m.objective_)
-        keep.setdefault("client_sizes", m.client_sizes_)
+        out["H-FedMV"] = classification_metrics(s.yte, m.predict(s.Xte), p.average)
+        _keep_first(keep, m, "client_sizes")
     if "mv_local" in p.methods:
         classes = np.unique(s.ytr)
         per_client = []
@@ -323,16 +326,17 @@ def _horizontal_rows(
                 inner_max_iter=p.inner_max_iter,
                 random_state=seed,
             ).fit(Xs, y, classes=classes)
-            per_client.append(_metrics(s.yte, lm.predict(s.Xte), p.average))
+            per_client.append(classification_metrics(s.yte, lm.predict(s.Xte), p.average))
         out["MV w/o FL"] = {k: float(np.mean([c[k] for c in per_client])) for k in METRICS}
-    if "pairwise" in p.methods and K > 2:
-        for v in range(K):
-            rest = [k for k in range(K) if k != v]
-            sub = [([Xs[k] for k in rest], y) for Xs, y in clients]
-            m = _hfedmv(p, zeta, eta, seed).fit(sub)
-            out[f"Pairwise FL w/o {names[v]}"] = _metrics(
-                s.yte, m.predict([s.Xte[k] for k in rest]), p.average
-            )
+    _pairwise(
+        p,
+        names,
+        s,
+        lambda rest: _hfedmv(p, zeta, eta, seed).fit(
+            [([Xs[k] for k in rest], y) for Xs, y in clients]
+        ),
+        out,
+    )
     if "single_view_fl" in p.methods:
         for v in range(K):
             sv = SingleViewFL(
@@ -341,39 +345,10 @@ def _horizontal_rows(
                 local_iter=p.local_iter * p.inner_max_iter,
                 random_state=seed,
             ).fit([(Xs[v], y) for Xs, y in clients])
-            out[f"Single View FL - {names[v]}"] = _metrics(s.yte, sv.predict(s.Xte[v]), p.average)
-    return out
-
-
-# --------------------------------------------------------------------------- tables
-
-
-def _pm(mean: float, std: float) -> str:
-    return f"{mean:.2f} ± {std:.2f}"
-
-
-def _tables(
-    summary: dict[str, dict[str, list[float]]], p: FedMVVerticalParams, title: str, note: str
-) -> list[Table]:
-    cols = ["method", "Accuracy (%)", "Precision (%)", "Recall (%)", "F1 (%)"]
-    rows = [[name, *[_pm(*m[k]) for k in METRICS]] for name, m in summary.items()]
-    tables = [Table(title, cols, rows, note)]
-    paper = paper_tables().get(p.paper_table) if p.paper_table else None
-    if paper:
-        prow = [
-            [name, *[_pm(*vals[k]) for k in METRICS]]
-            for name, vals in paper.items()
-            if not name.startswith("_")
-        ]
-        tables.append(
-            Table(
-                f"Paper ({p.paper_table}): BiAffect, binary mood — context only, not a reproduction target",
-                cols,
-                prow,
-                "Different (private) data with 3 views (alphanum, special, accel); positive-class precision/recall.",
+            out[f"Single View FL - {names[v]}"] = classification_metrics(
+                s.yte, sv.predict(s.Xte[v]), p.average
             )
-        )
-    return tables
+    return out
 
 
 def _run(cfg: ExperimentConfig, ctx: RunContext, horizontal: bool) -> ExperimentResult:
@@ -414,16 +389,7 @@ def _run(cfg: ExperimentConfig, ctx: RunContext, horizontal: bool) -> Experiment
             seconds.append(time.perf_counter() - t0)
             ctx.checkpoint({"zeta": zeta, "eta": eta, "per_repeat": per_rep})
             advance(1)
-    summary = {
-        name: {
-            k: [
-                float(np.mean([rep[name][k] for rep in per_rep])),
-                float(np.std([rep[name][k] for rep in per_rep])),
-            ]
-            for k in METRICS
-        }
-        for name in per_rep[0]
-    }
+    summary = {name: _summarize([rep[name] for rep in per_rep]) for name in per_rep[0]}
     setting = "H-FedMV" if horizontal else "V-FedMV"
     extra = (
         f"{p.n_clients} clients, partition={p.partition}, {p.n_rounds} rounds; "
@@ -439,7 +405,13 @@ def _run(cfg: ExperimentConfig, ctx: RunContext, horizontal: bool) -> Experiment
         f"{ds.name}, {task}; mean ± std over {p.n_repeats} seeds; {extra}beta={p.beta:g}, "
         f"zeta={zeta:g}, eta={eta:g} (validation); {p.average} precision/recall/F1"
     )
-    tables = _tables(summary, p, f"{setting} and baselines on {ds.name} (%)", note)
+    tables = metric_tables(
+        summary,
+        f"{setting} and baselines on {ds.name} (%)",
+        note,
+        p.paper_table,
+        "Different (private) data with 3 views (alphanum, special, accel); positive-class precision/recall.",
+    )
     best = max(summary, key=lambda n: summary[n]["accuracy"][0])
     metrics = {
         "dataset": ds.summary(),
@@ -458,12 +430,7 @@ def _run(cfg: ExperimentConfig, ctx: RunContext, horizontal: bool) -> Experiment
         "objective_first_fit": keep.get("objective", []),
         "client_sizes_first_fit": keep.get("client_sizes"),
     }
-    main = "H-FedMV" if horizontal else "V-FedMV"
-    msg = (
-        f"{main}: acc {summary[main]['accuracy'][0]:.2f} ± {summary[main]['accuracy'][1]:.2f}; "
-        if main in summary
-        else ""
-    )
+    msg = f"{setting}: acc {pm(*summary[setting]['accuracy'])}; " if setting in summary else ""
     return ExperimentResult(
         metrics=metrics,
         tables=tables,
@@ -476,7 +443,6 @@ def _run(cfg: ExperimentConfig, ctx: RunContext, horizontal: bool) -> Experiment
     "fedmv_vertical",
     FedMVVerticalParams,
     description="V-FedMV vs Pairwise FL and Single View w/o FL (FedMV paper, Table 1)",
-    default_dataset="handwritten",
 )
 def run_fedmv_vertical(cfg: ExperimentConfig, ctx: RunContext) -> ExperimentResult:
     return _run(cfg, ctx, horizontal=False)
@@ -486,7 +452,6 @@ def run_fedmv_vertical(cfg: ExperimentConfig, ctx: RunContext) -> ExperimentResu
     "fedmv_horizontal",
     FedMVHorizontalParams,
     description="H-FedMV vs MV w/o FL, Pairwise FL and Single View FL (FedMV paper, Table 2)",
-    default_dataset="handwritten",
 )
 def run_fedmv_horizontal(cfg: ExperimentConfig, ctx: RunContext) -> ExperimentResult:
     return _run(cfg, ctx, horizontal=True)
@@ -524,22 +489,15 @@ class FedMVTSNEParams:
     "fedmv_tsne",
     FedMVTSNEParams,
     description="t-SNE of the views before learning and of X_k W_k and Z after V-/H-FedMV (FedMV paper, Fig. 5)",
-    default_dataset="handwritten",
 )
 def run_fedmv_tsne(cfg: ExperimentConfig, ctx: RunContext) -> ExperimentResult:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
     from sklearn.manifold import TSNE
     from sklearn.model_selection import train_test_split
 
     from fedviews.data import partition_clients
-    from fedviews.linear import HFedMV, VFedMV
 
     p: FedMVTSNEParams = cfg.params
-    ds = _load(cfg, FedMVVerticalParams(positive_classes=p.positive_classes))
-    ds, y = ds
+    ds, y = _load(cfg, FedMVVerticalParams(positive_classes=p.positive_classes))
     names = list(ds.view_names)
     K = len(names)
     tr, te = train_test_split(
@@ -547,27 +505,12 @@ def run_fedmv_tsne(cfg: ExperimentConfig, ctx: RunContext) -> ExperimentResult:
     )
     Xtr, Xte = [v[tr] for v in ds.views], [v[te] for v in ds.views]
     if p.standardize:
-        Xtr, Xte = _standardize(Xtr, Xte)
+        Xtr, Xte = standardize(Xtr, Xte)
     ytr, yte = y[tr], y[te]
     show = np.random.default_rng(cfg.seed).permutation(len(te))[: p.n_samples]
-    v = VFedMV(
-        beta=p.beta,
-        zeta=p.zeta,
-        eta=p.eta,
-        max_iter=p.max_iter,
-        inner_max_iter=p.inner_max_iter,
-        random_state=cfg.seed,
-    ).fit(Xtr, ytr)
+    v = _vfedmv(p, p.zeta, p.eta, cfg.seed).fit(Xtr, ytr)
     parts = partition_clients(ytr, p.n_clients, "iid", random_state=cfg.seed)
-    h = HFedMV(
-        beta=p.beta,
-        zeta=p.zeta,
-        eta=p.eta,
-        n_rounds=p.n_rounds,
-        local_iter=p.local_iter,
-        inner_max_iter=p.inner_max_iter,
-        random_state=cfg.seed,
-    ).fit([([X[i] for X in Xtr], ytr[i]) for i in parts])
+    h = _hfedmv(p, p.zeta, p.eta, cfg.seed).fit([([X[i] for X in Xtr], ytr[i]) for i in parts])
     Xs_show = [X[show] for X in Xte]
     panels: list[tuple[str, np.ndarray]] = [
         (f"{n} (input)", X) for n, X in zip(names, Xs_show, strict=True)
@@ -592,7 +535,7 @@ def run_fedmv_tsne(cfg: ExperimentConfig, ctx: RunContext) -> ExperimentResult:
             )
             advance(1)
     ncol = K + 1
-    fig, axes = plt.subplots(3, ncol, figsize=(2.6 * ncol, 7.8))
+    fig, axes = pyplot().subplots(3, ncol, figsize=(2.6 * ncol, 7.8))
     yy = y[te][show]
     for r, start in enumerate((0, K, 2 * K + 1)):
         count = K if r == 0 else K + 1
@@ -611,10 +554,7 @@ def run_fedmv_tsne(cfg: ExperimentConfig, ctx: RunContext) -> ExperimentResult:
         f"{ds.name}: t-SNE of {len(show)} test samples (colour = class). Row 1: views; rows 2-3: X_k W_k and consensus Z^test",
         fontsize=9,
     )
-    fig.tight_layout()
-    path = ctx.path("tsne.png")
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    path = save_figure(fig, ctx.path("tsne.png"))
     return ExperimentResult(
         metrics={"dataset": ds.summary(), "test_accuracy": acc, "n_shown": int(len(show))},
         figures=[path],

@@ -28,6 +28,7 @@ from typing import Any
 import numpy as np
 
 from fedviews.errors import ConfigError
+from fedviews.experiments._common import pyplot, save_figure, standardize
 from fedviews.experiments._config import ExperimentConfig
 from fedviews.experiments._metrics import CLASSIFIERS, make_classifier
 from fedviews.experiments._paper import paper_tables
@@ -81,13 +82,6 @@ class MMVFLParams:
             raise ConfigError("params.percents must lie in (0, 100]")
         if self.zeta <= 0 or self.eta <= 0 or any(z <= 0 for z in self.zeta_sweep):
             raise ConfigError("params.zeta, params.eta and params.zeta_sweep must be positive")
-
-
-def _standardize(train: np.ndarray, test: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    mu = train.mean(axis=0)
-    sd = train.std(axis=0)
-    sd[sd < 1e-12] = 1.0
-    return (train - mu) / sd, (test - mu) / sd
 
 
 def _fit_importances(
@@ -190,9 +184,9 @@ def _sweep(
     V, P = ds.n_views, len(p.percents)
     acc = np.full((len(algs), len(p.betas), len(folds), V, P), np.nan)
     for f, (tr, te) in enumerate(folds):
-        pairs = [_standardize(v[tr], v[te]) if p.standardize else (v[tr], v[te]) for v in ds.views]
-        Xtr = [a for a, _ in pairs]
-        Xte = [b for _, b in pairs]
+        Xtr, Xte = [v[tr] for v in ds.views], [v[te] for v in ds.views]
+        if p.standardize:
+            Xtr, Xte = standardize(Xtr, Xte)
         ytr, yte = ds.y[tr], ds.y[te]
         for b, beta in enumerate(p.betas):
             for a, alg in enumerate(algs):
@@ -212,7 +206,6 @@ def _sweep(
     "mmvfl_feature_selection",
     MMVFLParams,
     description="MMVFL vs supFL / supMVLFL: per-party accuracy vs % of selected features (MMVFL paper, Sec. 6)",
-    default_dataset="handwritten",
 )
 def run_mmvfl_feature_selection(cfg: ExperimentConfig, ctx: RunContext) -> ExperimentResult:
     from fedviews.data import balanced_subsample, load, stratified_kfold
@@ -246,6 +239,7 @@ def run_mmvfl_feature_selection(cfg: ExperimentConfig, ctx: RunContext) -> Exper
     mean = best.mean(axis=1)  # [alg, view, p]
     std = best.std(axis=1)
     views = ds.view_names
+    parts = [f"{i + 1} ({v})" for i, v in enumerate(views)]
     pct = list(p.percents)
     metrics: dict[str, Any] = {
         "dataset": ds.summary(),
@@ -265,9 +259,10 @@ def run_mmvfl_feature_selection(cfg: ExperimentConfig, ctx: RunContext) -> Exper
         "mmvfl_objective_first_fit": keep.get("objective", []),
     }
     tables: list[Table] = []
-    rows = []
-    for i, v in enumerate(views):
-        rows.append([f"{i + 1} ({v})", *[float(mean[a, i].mean()) for a in range(len(algs))]])
+    rows = [
+        [part, *[float(mean[a, i].mean()) for a in range(len(algs))]]
+        for i, part in enumerate(parts)
+    ]
     tables.append(
         Table(
             "Accuracy (%) averaged over p, per participant",
@@ -277,22 +272,20 @@ def run_mmvfl_feature_selection(cfg: ExperimentConfig, ctx: RunContext) -> Exper
             f"label owner = participant {p.label_owner + 1}",
         )
     )
+
+    def panels(arr: np.ndarray) -> dict[str, dict[str, Any]]:
+        """``{participant: {algorithm: arr[algorithm, participant]}}`` for the figure."""
+        return {
+            f"participant {part}": {LABELS[a].split(" ")[0]: arr[k, i] for k, a in enumerate(algs)}
+            for i, part in enumerate(parts)
+        }
+
     figures = [
         line_panels(
             ctx.path("accuracy_vs_percent.png"),
             pct,
-            {
-                f"participant {i + 1} ({v})": {
-                    LABELS[a].split(" ")[0]: mean[k, i] for k, a in enumerate(algs)
-                }
-                for i, v in enumerate(views)
-            },
-            errors={
-                f"participant {i + 1} ({v})": {
-                    LABELS[a].split(" ")[0]: std[k, i] for k, a in enumerate(algs)
-                }
-                for i, v in enumerate(views)
-            },
+            panels(mean),
+            errors=panels(std),
             xlabel="features selected p (%)",
             ylabel="accuracy (%)",
             title=f"{ds.name}: accuracy vs % selected features (mean ± std over folds)",
@@ -322,7 +315,7 @@ def run_mmvfl_feature_selection(cfg: ExperimentConfig, ctx: RunContext) -> Exper
         tables.append(
             Table(
                 "Table 2: performance differences (%), averaged over p",
-                ["", *[f"{i + 1} ({v})" for i, v in enumerate(views)], "avg"],
+                ["", *parts, "avg"],
                 trows,
                 note="positive = MMVFL better. supFL/supMVLFL are non-federated and assume labels at every party.",
             )
@@ -342,25 +335,19 @@ def run_mmvfl_feature_selection(cfg: ExperimentConfig, ctx: RunContext) -> Exper
         tables.append(
             Table(
                 "MMVFL accuracy (%) averaged over p vs zeta = eta",
-                ["zeta = eta", *[f"{i + 1} ({v})" for i, v in enumerate(views)]],
+                ["zeta = eta", *parts],
                 srows,
             )
         )
-        import matplotlib.pyplot as plt
-
-        fig, ax = plt.subplots(figsize=(6.5, 4))
-        for i, v in enumerate(views):
-            ax.plot(p.zeta_sweep, sm[:, i], marker="o", label=f"{i + 1} ({v})")
+        fig, ax = pyplot().subplots(figsize=(6.5, 4))
+        for i, part in enumerate(parts):
+            ax.plot(p.zeta_sweep, sm[:, i], marker="o", label=part)
         ax.set_xscale("log", base=2)
         ax.set_xlabel("zeta = eta")
         ax.set_ylabel("MMVFL accuracy, avg over p (%)")
         ax.grid(alpha=0.3)
         ax.legend(fontsize=8)
-        fig.tight_layout()
-        path = ctx.path("zeta_sweep.png")
-        fig.savefig(path, dpi=110)
-        plt.close(fig)
-        figures.append(path)
+        figures.append(save_figure(fig, ctx.path("zeta_sweep.png")))
     summary = ""
     if "table2_differences" in metrics:
         summary = "; ".join(

