@@ -1,4 +1,5 @@
-"""Pieces shared by the deep (PyTorch) algorithms: torch import, device, seeds, batches.
+"""Pieces shared by the deep (PyTorch) algorithms: torch import, device, seeds, batches,
+model state as named numpy arrays, and the checks of integer hyper-parameters.
 
 Every deep module imports torch through :func:`require_torch`, so a missing
 extra gives ``pip install 'fedviews[torch]'`` rather than an ImportError from
@@ -13,9 +14,9 @@ own streams (:func:`torch_seed` around a model's construction, numpy
 from __future__ import annotations
 
 import random
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import numpy as np
 
@@ -26,13 +27,20 @@ if TYPE_CHECKING:
 
 __all__ = [
     "batches",
+    "check_positive_ints",
+    "load_arrays",
+    "prefixed",
     "require_torch",
     "resolve_device",
     "seed_everything",
+    "state_arrays",
     "to_numpy",
     "to_tensor",
     "torch_seed",
+    "unprefixed",
 ]
+
+V = TypeVar("V")
 
 
 def require_torch() -> Any:
@@ -86,10 +94,46 @@ def to_numpy(t: torch.Tensor) -> np.ndarray:
     return t.detach().cpu().numpy()
 
 
-def to_tensor(a: np.ndarray, device: torch.device, dtype: Any = None) -> torch.Tensor:
+def to_tensor(a: np.ndarray, device: torch.device | None, dtype: Any = None) -> torch.Tensor:
     """Move a numpy array received in a Message onto ``device``."""
     torch = require_torch()
     return torch.as_tensor(np.asarray(a), device=device, dtype=dtype)
+
+
+def state_arrays(module: torch.nn.Module) -> dict[str, np.ndarray]:
+    """A copy of ``module``'s state dict as numpy arrays on the CPU, keyed by state-dict name."""
+    return {k: to_numpy(v).copy() for k, v in module.state_dict().items()}
+
+
+def load_arrays(
+    module: torch.nn.Module,
+    arrays: Mapping[str, np.ndarray],
+    prefix: str = "",
+    device: torch.device | None = None,
+) -> None:
+    """Inverse of :func:`state_arrays`: load ``arrays[prefix + name]`` into every state entry."""
+    module.load_state_dict({k: to_tensor(arrays[prefix + k], device) for k in module.state_dict()})
+
+
+def prefixed(prefix: str, arrays: Mapping[str, V]) -> dict[str, V]:
+    """``arrays`` with every key written ``prefix + key`` (names in a message or checkpoint)."""
+    return {prefix + k: v for k, v in arrays.items()}
+
+
+def unprefixed(prefix: str, state: Mapping[str, V]) -> dict[str, V]:
+    """The entries of ``state`` whose key starts with ``prefix``, with the prefix cut off."""
+    return {k[len(prefix) :]: v for k, v in state.items() if k.startswith(prefix)}
+
+
+def check_positive_ints(
+    obj: object, names: Iterable[str], what: str = "a positive integer"
+) -> None:
+    """ConfigError ``"<name> must be <what>, got <value>"`` unless every attribute ``names``
+    of ``obj`` is an integer >= 1 (a bool is not)."""
+    for name in names:
+        val = getattr(obj, name)
+        if isinstance(val, bool) or not isinstance(val, (int, np.integer)) or val < 1:
+            raise ConfigError(f"{name} must be {what}, got {val!r}")
 
 
 def batches(

@@ -23,7 +23,14 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from fedviews.deep._common import batches, require_torch, torch_seed
+from fedviews.deep._common import (
+    batches,
+    check_positive_ints,
+    require_torch,
+    state_arrays,
+    to_numpy,
+    torch_seed,
+)
 from fedviews.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -80,10 +87,8 @@ class GRUConfig:
     n_rounds: int = 10
 
     def validate(self) -> None:
-        for name in ("hidden_size", "num_layers", "batch_size", "local_epochs", "n_rounds"):
-            v = getattr(self, name)
-            if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1:
-                raise ConfigError(f"{name} must be an integer >= 1, got {v!r}")
+        names = ("hidden_size", "num_layers", "batch_size", "local_epochs", "n_rounds")
+        check_positive_ints(self, names, "an integer >= 1")
         if not 0.0 <= self.dropout < 1.0:
             raise ConfigError(f"dropout must lie in [0, 1), got {self.dropout!r}")
         if not self.lr > 0:
@@ -131,7 +136,7 @@ def pad_batch(seqs: Sequence[np.ndarray], device: Any) -> tuple[torch.Tensor, to
 
 def get_params(model: BiGRUExtractor) -> dict[str, np.ndarray]:
     """All parameters as float32 numpy arrays, keyed by their state-dict names."""
-    return {k: v.detach().cpu().numpy().copy() for k, v in model.state_dict().items()}
+    return state_arrays(model)
 
 
 def set_params(model: BiGRUExtractor, params: dict[str, np.ndarray]) -> None:
@@ -198,7 +203,7 @@ def _apply(
     with torch.no_grad():
         for idx in batches(len(seqs), batch_size, None):
             x, lengths = pad_batch([seqs[i] for i in idx], device)
-            out.append(fn(x, lengths).cpu().numpy())
+            out.append(to_numpy(fn(x, lengths)))
     return np.concatenate(out).astype(np.float64)
 
 

@@ -33,7 +33,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from fedviews.data import PartyData, balanced_subsample, image_split, split_strips
-from fedviews.deep._serveropt import make_server_optimizer
+from fedviews.deep._common import check_positive_ints, prefixed
+from fedviews.deep._serveropt import ServerOptimizer, make_server_optimizer
 from fedviews.errors import ConfigError, DataError
 from fedviews.federation import (
     Algorithm,
@@ -96,10 +97,9 @@ class MultiVFLParams:
 
     def validate(self) -> None:
         """Raise :class:`ConfigError` for an invalid value."""
-        for key in ("rounds", "local_epochs", "batch_size", "channels", "top_channels", "hidden"):
-            val = getattr(self, key)
-            if isinstance(val, bool) or not isinstance(val, (int, np.integer)) or val < 1:
-                raise ConfigError(f"{key} must be a positive integer, got {val!r}")
+        check_positive_ints(
+            self, ("rounds", "local_epochs", "batch_size", "channels", "top_channels", "hidden")
+        )
         if not self.lr > 0:
             raise ConfigError(f"lr must be positive, got {self.lr}")
         if self.local_optimizer not in LOCAL_OPTIMIZERS:
@@ -110,7 +110,11 @@ class MultiVFLParams:
             raise ConfigError(
                 f"device must be 'auto', 'cpu', 'cuda', 'cuda:<index>' or 'mps', got {self.device!r}"
             )
-        make_server_optimizer(
+        self.server_optimizer()
+
+    def server_optimizer(self) -> ServerOptimizer:
+        """A fresh server optimizer of these settings (a :class:`ConfigError` if invalid)."""
+        return make_server_optimizer(
             self.optimizer,
             lr=self.server_lr,
             beta1=self.beta1,
@@ -404,14 +408,7 @@ class MultiVFLAlgorithm(Algorithm):
         p: MultiVFLParams = run.params
         return Server(
             self._top(run, setup),
-            make_server_optimizer(
-                p.optimizer,
-                lr=p.server_lr,
-                beta1=p.beta1,
-                beta2=p.beta2,
-                tau=p.tau,
-                total_rounds=p.rounds,
-            ),
+            p.server_optimizer(),
             run.federation.owners(),
             data_owners(run),
             rounds=p.rounds,
@@ -455,12 +452,11 @@ class MultiVFLAlgorithm(Algorithm):
         self, coord: Coordinator
     ) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
         server = _server(coord)
-        keys = list(server.history[0]) if server.history else []
-        history = {k: [rec.get(k, float("nan")) for rec in server.history] for k in keys}
+        history = server.history_columns()
         metrics: dict[str, Any] = {"history": history, "rounds_done": len(server.history)}
         if history.get("accuracy"):
             metrics["final_accuracy"] = history["accuracy"][-1]
-        return metrics, {f"top/{k}": v for k, v in server.params.items()}
+        return metrics, prefixed("top/", server.params)
 
     # -- demo data -------------------------------------------------------------
     def demo_data(self, cfg: Any) -> dict[str, PartyData]:

@@ -305,5 +305,5 @@ def make_server_optimizer(
         return FedAvg()
     if key == "feddemonadam":
         return FedDemonAdam(total_rounds, lr, beta1, beta2, tau)
-    cls = SERVER_OPTIMIZERS[key]
-    return cls(lr, beta1, beta2, tau)  # type: ignore[call-arg]
+    adam = FedYogi if key == "fedyogi" else FedAdam
+    return adam(lr, beta1, beta2, tau)

@@ -48,6 +48,7 @@ owners and each label owner goes through :func:`fedviews.data.align`.
 
 from __future__ import annotations
 
+import copy
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
@@ -59,7 +60,17 @@ from sklearn.base import BaseEstimator
 from fedviews._estimator import store_params
 from fedviews._registry import register_estimator
 from fedviews.data import PartyData, check_ids, split_strips
-from fedviews.deep._common import resolve_device, to_numpy, to_tensor, torch_seed
+from fedviews.deep._common import (
+    check_positive_ints,
+    load_arrays,
+    prefixed,
+    resolve_device,
+    state_arrays,
+    to_numpy,
+    to_tensor,
+    torch_seed,
+    unprefixed,
+)
 from fedviews.deep._multivfl_spec import (
     MULTIVFL_SPEC,
     MultiVFLAlgorithm,
@@ -71,7 +82,7 @@ from fedviews.deep._multivfl_spec import (
 )
 from fedviews.deep._nets import combine_activations, conv_bottom, conv_top
 from fedviews.deep._serveropt import ServerOptimizer
-from fedviews.errors import ConfigError, DataError, MissingDependency, ProtocolError, check_fitted
+from fedviews.errors import DataError, MissingDependency, ProtocolError, check_fitted
 from fedviews.federation import (
     Coordinator,
     Message,
@@ -202,25 +213,24 @@ def _grad(t: torch.Tensor) -> torch.Tensor:
     return t.grad
 
 
-def _state(module: nn.Module) -> dict[str, np.ndarray]:
-    return {k: to_numpy(v).copy() for k, v in module.state_dict().items()}
+def _received(msg: Message, like: Mapping[str, Any], prefix: str) -> dict[str, np.ndarray]:
+    """The arrays named like ``like``'s (a state dict or named arrays) as ``msg`` carries them,
+    checked by the receiver: every one present under ``prefix`` with the shape of its namesake
+    in ``like`` (a :class:`ProtocolError` names the sender)."""
+    return {k: msg.array(prefix + k, tuple(v.shape)) for k, v in like.items()}
 
 
-def _load(
-    module: nn.Module, arrays: Mapping[str, np.ndarray], prefix: str, device: torch.device
-) -> None:
-    module.load_state_dict({k: to_tensor(arrays[prefix + k], device) for k in module.state_dict()})
-
-
-def _received(msg: Message, module: nn.Module, prefix: str) -> dict[str, np.ndarray]:
-    """``module``'s parameters as ``msg`` carries them, checked by the receiver: every
-    one present under ``prefix`` with its shape (a :class:`ProtocolError` names the sender)."""
-    return {k: msg.array(prefix + k, tuple(v.shape)) for k, v in module.state_dict().items()}
-
-
-def _activations(replies: Mapping[str, Message], owners: Sequence[str], rows: int) -> list[Any]:
-    """The data owners' ``(rows, C, h_d, w)`` activations of one batch, checked by the label
-    owner: the batch's rows, and the same channels and width as the first owner's."""
+def _activations(
+    replies: Mapping[str, Message],
+    owners: Sequence[str],
+    rows: int,
+    device: torch.device,
+    *,
+    grad: bool = False,
+) -> list[torch.Tensor]:
+    """The data owners' ``(rows, C, h_d, w)`` activations of one batch as tensors on ``device``
+    (leaves that require grad with ``grad``), checked by the label owner: the batch's rows,
+    and the same channels and width as the first owner's."""
     arrays = [replies[d].array("activations", (rows, None, None, None)) for d in owners]
     C, W = arrays[0].shape[1], arrays[0].shape[3]
     for d, a in zip(owners, arrays, strict=True):
@@ -229,7 +239,7 @@ def _activations(replies: Mapping[str, Message], owners: Sequence[str], rows: in
                 f"{d!r} sent activations of shape {a.shape}; {owners[0]!r}'s have {C} "
                 f"channels and width {W}"
             )
-    return arrays
+    return [to_tensor(a, device).requires_grad_(grad) for a in arrays]
 
 
 def _local_optimizer(name: str, params: Any, lr: float) -> torch.optim.Optimizer:
@@ -257,14 +267,25 @@ class DataOwner(Party):
         self.device = device
         # training samples aligned with each label owner, gathered once
         self.x = {k: to_tensor(strips[pos][:, None], device) for k, pos in positions.items()}
-        self.copies = {k: _clone(bottom, device) for k in positions}
+        self.copies = {k: copy.deepcopy(bottom).to(device) for k in positions}
         self.local_optimizer, self.lr = local_optimizer, lr
-        self.optims = {
-            k: _local_optimizer(local_optimizer, m.parameters(), lr) for k, m in self.copies.items()
-        }
+        self.optims: dict[str, torch.optim.Optimizer] = {}
+        self._new_optimizers()
         self.split_x: dict[str, torch.Tensor] = {}
         self._order: dict[str, np.ndarray] = {}
         self._pending: dict[str, torch.Tensor] = {}
+
+    @property
+    def bottom(self) -> nn.Module:
+        """The first bottom copy (all copies are equal after :meth:`average_bottoms`)."""
+        return next(iter(self.copies.values()))
+
+    def _new_optimizers(self) -> None:
+        """A fresh local optimizer for every bottom copy (after its weights were replaced)."""
+        self.optims = {
+            k: _local_optimizer(self.local_optimizer, m.parameters(), self.lr)
+            for k, m in self.copies.items()
+        }
 
     def set_split(self, split: str, strips: np.ndarray) -> None:
         """Hold evaluation/prediction strips locally (never sent)."""
@@ -300,35 +321,28 @@ class DataOwner(Party):
     def average_bottoms(self, msg: Message) -> None:
         states = [m.state_dict() for m in self.copies.values()]
         mean = {n: torch.stack([s[n] for s in states]).mean(0) for n in states[0]}
-        for k, m in self.copies.items():
+        for m in self.copies.values():
             m.load_state_dict(mean)
-            self.optims[k] = _local_optimizer(self.local_optimizer, m.parameters(), self.lr)
+        self._new_optimizers()
 
     def state_dict(self) -> dict[str, np.ndarray]:
         """The bottom model after :meth:`average_bottoms` (all copies are equal then)."""
-        return {f"bottom/{k}": v for k, v in _state(next(iter(self.copies.values()))).items()}
+        return prefixed("bottom/", state_arrays(self.bottom))
 
     def load_state(self, state: Mapping[str, np.ndarray]) -> None:
         """Continue from :meth:`state_dict` (a round boundary): every copy gets the bottom."""
-        for k, m in self.copies.items():
-            _load(m, state, "bottom/", self.device)
-            self.optims[k] = _local_optimizer(self.local_optimizer, m.parameters(), self.lr)
+        for m in self.copies.values():
+            load_arrays(m, state, "bottom/", self.device)
+        self._new_optimizers()
 
     @handles("infer")
     def infer(self, msg: Message) -> Message:
         x = self.split_x[_meta(msg, "split", str)][
             _meta(msg, "start", int) : _meta(msg, "stop", int)
         ]
-        model = next(iter(self.copies.values()))  # all copies are equal after averaging
         with torch.no_grad():
-            out = model(x)
+            out = self.bottom(x)
         return self.reply(msg, {"activations": to_numpy(out)})
-
-
-def _clone(module: nn.Module, device: torch.device) -> nn.Module:
-    import copy
-
-    return copy.deepcopy(module).to(device)
 
 
 class LabelOwner(Party):
@@ -350,7 +364,7 @@ class LabelOwner(Party):
         super().__init__(name, role="label_owner")
         self.device = device
         self.y = to_tensor(y, device, torch.long)
-        self.top = _clone(top, device)
+        self.top = copy.deepcopy(top).to(device)
         self.data_owners = list(data_owners)
         self.batch_size, self.local_epochs = batch_size, local_epochs
         self.local_optimizer, self.lr = local_optimizer, lr
@@ -359,8 +373,8 @@ class LabelOwner(Party):
 
     @handles("set_top")
     def set_top(self, msg: Message) -> None:
-        self._global = _received(msg, self.top, "top/")
-        _load(self.top, self._global, "", self.device)
+        self._global = _received(msg, self.top.state_dict(), "top/")
+        load_arrays(self.top, self._global, device=self.device)
 
     @handles("train_round")
     def train_round(self, msg: Message) -> Message:
@@ -377,10 +391,7 @@ class LabelOwner(Party):
                     self.data_owners, "forward", meta={"batch": b, "batch_size": bs}
                 )
                 rows = len(order[b * bs : (b + 1) * bs])
-                acts = [
-                    to_tensor(a, self.device).requires_grad_(True)
-                    for a in _activations(got, self.data_owners, rows)
-                ]
+                acts = _activations(got, self.data_owners, rows, self.device, grad=True)
                 logits = self.top(combine_activations(acts))
                 loss = nn.functional.cross_entropy(
                     logits, self.y.index_select(0, order[b * bs : (b + 1) * bs])
@@ -397,7 +408,7 @@ class LabelOwner(Party):
                 )
                 total += float(loss.detach())
                 n_batches += 1
-        update = {f"update/{k}": v - self._global[k] for k, v in _state(self.top).items()}
+        update = {f"update/{k}": v - self._global[k] for k, v in state_arrays(self.top).items()}
         return self.reply(
             msg, update, meta={"train_loss": total / max(n_batches, 1), "n_batches": n_batches}
         )
@@ -407,7 +418,7 @@ class LabelOwner(Party):
 
     def top_state(self) -> dict[str, np.ndarray]:
         """This label owner's top model (the global one after ``set_top``)."""
-        return {f"top/{k}": v for k, v in _state(self.top).items()}
+        return prefixed("top/", state_arrays(self.top))
 
     def predict_split(self, split: str, n: int) -> np.ndarray:
         """Class indices predicted by the global model for the data owners' ``split``."""
@@ -418,10 +429,7 @@ class LabelOwner(Party):
                 stop = min(n, start + _EVAL_BATCH)
                 meta: dict[str, MetaValue] = {"split": split, "start": start, "stop": stop}
                 got = self.broadcast(self.data_owners, "infer", meta=meta)
-                acts = [
-                    to_tensor(a, self.device)
-                    for a in _activations(got, self.data_owners, stop - start)
-                ]
+                acts = _activations(got, self.data_owners, stop - start, self.device)
                 preds.append(to_numpy(self.top(combine_activations(acts)).argmax(1)))
         return np.concatenate(preds)
 
@@ -450,7 +458,7 @@ class Server(Coordinator):
         name: str = "server",
     ) -> None:
         super().__init__(name, role="coordinator")
-        self.params = _state(top)
+        self.params = state_arrays(top)
         self.optimizer = optimizer
         self.label_owners, self.data_owners = list(label_owners), list(data_owners)
         self.rounds, self.random_state, self.evaluate = rounds, random_state, evaluate
@@ -458,26 +466,32 @@ class Server(Coordinator):
         self.history: list[dict[str, float]] = []
 
     def _send_top(self, round_: int) -> None:
-        arrays = {f"top/{k}": v for k, v in self.params.items()}
-        self.broadcast(self.label_owners, "set_top", arrays, round=round_)
+        self.broadcast(self.label_owners, "set_top", prefixed("top/", self.params), round=round_)
+
+    def history_columns(self) -> dict[str, list[float]]:
+        """The history by column: every key of the first record → its value per round (NaN
+        in a round that lacks it)."""
+        keys = self.history[0] if self.history else {}
+        return {k: [rec.get(k, float("nan")) for rec in self.history] for k in keys}
 
     def state_dict(self) -> dict[str, np.ndarray]:
         """Global top model, server-optimizer state and history (a round boundary)."""
-        hist = {
-            f"history/{k}": np.array([rec.get(k, np.nan) for rec in self.history])
-            for k in (self.history[0] if self.history else {})
+        hist = {k: np.array(v) for k, v in self.history_columns().items()}
+        return {
+            **prefixed("top/", self.params),
+            **prefixed("opt/", self.optimizer.state_dict()),
+            **prefixed("history/", hist),
         }
-        opt = {f"opt/{k}": v for k, v in self.optimizer.state_dict().items()}
-        return {**{f"top/{k}": v for k, v in self.params.items()}, **opt, **hist}
 
     def load_state(self, state: Mapping[str, np.ndarray]) -> None:
         """Continue from :meth:`state_dict`: :meth:`run` goes on after its last round."""
-        missing = set(self.params) - {k[4:] for k in state if k.startswith("top/")}
+        top = unprefixed("top/", state)
+        missing = set(self.params) - set(top)
         if missing:
             raise DataError(f"the server state lacks the top-model arrays {sorted(missing)}")
-        self.params = {k: np.asarray(state[f"top/{k}"], dtype=np.float32) for k in self.params}
-        self.optimizer.load_state({k[4:]: v for k, v in state.items() if k.startswith("opt/")})
-        cols = {k[8:]: v for k, v in state.items() if k.startswith("history/")}
+        self.params = {k: np.asarray(top[k], dtype=np.float32) for k in self.params}
+        self.optimizer.load_state(unprefixed("opt/", state))
+        cols = unprefixed("history/", state)
         n = len(next(iter(cols.values()))) if cols else 0
         self.history = [{k: float(v[i]) for k, v in cols.items()} for i in range(n)]
 
@@ -491,10 +505,7 @@ class Server(Coordinator):
             t0, b0 = time.perf_counter(), log.total_bytes
             seed = round_seed(self.random_state, r)
             replies = self.broadcast(self.label_owners, "train_round", meta={"seed": seed}, round=r)
-            updates = [
-                {k: rep.array(f"update/{k}", v.shape) for k, v in self.params.items()}
-                for rep in replies.values()
-            ]
+            updates = [_received(rep, self.params, "update/") for rep in replies.values()]
             self.params = {
                 k: v.astype(np.float32)
                 for k, v in self.optimizer.step(self.params, updates).items()
@@ -554,11 +565,6 @@ def _as_strips(X: Any, n_data_owners: int, name: str) -> list[np.ndarray]:
             f"{name} must be an (n, H, W) image array or a list of {n_data_owners} (n, rows, W) strips"
         )
     return [scaled_strip(s, name) for s in strips]
-
-
-def _positive_int(name: str, val: Any) -> None:
-    if isinstance(val, bool) or not isinstance(val, (int, np.integer)) or val < 1:
-        raise ConfigError(f"{name} must be a positive integer, got {val!r}")
 
 
 @register_estimator("multivfl")
@@ -667,8 +673,7 @@ class MultiVFL(BaseEstimator):
 
     def _params(self) -> MultiVFLParams:
         """The run's :class:`MultiVFLParams` (validated) from this estimator's parameters."""
-        for key in ("n_data_owners", "n_label_owners"):
-            _positive_int(key, getattr(self, key))
+        check_positive_ints(self, ("n_data_owners", "n_label_owners"))
         params = estimator_params(MultiVFLParams, self)
         params.validate()
         return params
@@ -793,13 +798,13 @@ class MultiVFL(BaseEstimator):
         assert isinstance(server, Server)
         server.callback = callback
         t0 = time.perf_counter()
-        records = fed()
+        fed()
         seconds = time.perf_counter() - t0
         self.transport_ = fed.transport
         self.data_owners_ = [_as(DataOwner, fed.parties[p]) for p in do_names]
         self.label_owners_ = [_as(LabelOwner, fed.parties[p]) for p in lo_names]
         self.server_ = server
-        self.history_ = {key: [rec.get(key, float("nan")) for rec in records] for key in records[0]}
+        self.history_ = server.history_columns()
         self.history_["round"] = [int(r) for r in self.history_["round"]]
         n_batches = sum(self.history_["batches"])
         heights = [s.shape[1] for s in strips]
