@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import numpy as np
 
-from fedviews.errors import ConfigError, MissingDependency
+from fedviews.errors import ConfigError, DataError, MissingDependency
 
 if TYPE_CHECKING:
     import torch
@@ -30,6 +30,10 @@ __all__ = [
     "check_positive_ints",
     "load_arrays",
     "prefixed",
+    "load_module",
+    "load_optimizer",
+    "module_arrays",
+    "optimizer_arrays",
     "require_torch",
     "resolve_device",
     "seed_everything",
@@ -113,6 +117,53 @@ def load_arrays(
 ) -> None:
     """Inverse of :func:`state_arrays`: load ``arrays[prefix + name]`` into every state entry."""
     module.load_state_dict({k: to_tensor(arrays[prefix + k], device) for k in module.state_dict()})
+
+
+def _copy(t: Any) -> np.ndarray:
+    return np.array(to_numpy(t), copy=True)
+
+
+def module_arrays(prefix: str, module: Any) -> dict[str, np.ndarray]:
+    """A network's parameters and buffers as ``{prefix/name: array}``."""
+    return {f"{prefix}/{k}": _copy(v) for k, v in module.state_dict().items()}
+
+
+def optimizer_arrays(prefix: str, opt: Any) -> dict[str, np.ndarray]:
+    """The tensors of an optimiser's per-parameter state (SGD: the momentum buffers)."""
+    out: dict[str, np.ndarray] = {}
+    for idx, st in opt.state_dict()["state"].items():
+        for key, val in st.items():
+            if require_torch().is_tensor(val):
+                out[f"{prefix}/{idx}/{key}"] = _copy(val)
+    return out
+
+
+def load_module(prefix: str, module: Any, state: Mapping[str, np.ndarray], who: str) -> None:
+    """Restore :func:`module_arrays` (DataError naming the keys that do not fit)."""
+    own = module.state_dict()
+    got = {k[len(prefix) + 1 :]: v for k, v in state.items() if k.startswith(prefix + "/")}
+    bad = sorted(
+        k
+        for k in set(own) | set(got)
+        if k not in got or k not in own or tuple(own[k].shape) != got[k].shape
+    )
+    if bad:
+        raise DataError(f"{who}: checkpointed {prefix!r} does not fit its network ({bad})")
+    torch = require_torch()
+    module.load_state_dict({k: torch.as_tensor(np.asarray(v)) for k, v in got.items()})
+
+
+def load_optimizer(prefix: str, opt: Any, state: Mapping[str, np.ndarray]) -> None:
+    """Restore :func:`optimizer_arrays`."""
+    torch = require_torch()
+    sd = opt.state_dict()
+    per: dict[int, dict[str, Any]] = {}
+    for key, val in state.items():
+        if key.startswith(prefix + "/"):
+            idx, name = key[len(prefix) + 1 :].split("/", 1)
+            per.setdefault(int(idx), {})[name] = torch.as_tensor(np.asarray(val))
+    sd["state"] = per
+    opt.load_state_dict(sd)
 
 
 def prefixed(prefix: str, arrays: Mapping[str, V]) -> dict[str, V]:

@@ -21,7 +21,17 @@ import numpy as np
 from sklearn.base import BaseEstimator
 
 from fedviews.deep._apfed_nets import NetSpec, as_images, cut_strips, get_arch
-from fedviews.deep._common import batches, resolve_device, to_numpy, to_tensor, torch_seed
+from fedviews.deep._common import (
+    batches,
+    load_module,
+    load_optimizer,
+    module_arrays,
+    optimizer_arrays,
+    resolve_device,
+    to_numpy,
+    to_tensor,
+    torch_seed,
+)
 from fedviews.errors import DataError, MissingDependency, ProtocolError, check_fitted
 from fedviews.federation import Message, Party
 
@@ -35,11 +45,7 @@ __all__ = [
     "SplitBottom",
     "StripEstimator",
     "build_module",
-    "load_module",
-    "load_optimizer",
-    "module_arrays",
     "net_logits",
-    "optimizer_arrays",
     "sgd",
 ]
 
@@ -59,51 +65,6 @@ def build_module(seed: int, factory: Callable[[], Any], device: Any) -> Any:
     with torch_seed(seed):
         module = factory()
     return module.to(device)
-
-
-def _copy(t: Any) -> np.ndarray:
-    return np.array(to_numpy(t), copy=True)
-
-
-def module_arrays(prefix: str, module: Any) -> dict[str, np.ndarray]:
-    """A network's parameters and buffers as ``{prefix/name: array}``."""
-    return {f"{prefix}/{k}": _copy(v) for k, v in module.state_dict().items()}
-
-
-def optimizer_arrays(prefix: str, opt: Any) -> dict[str, np.ndarray]:
-    """The tensors of an optimiser's per-parameter state (SGD: the momentum buffers)."""
-    out: dict[str, np.ndarray] = {}
-    for idx, st in opt.state_dict()["state"].items():
-        for key, val in st.items():
-            if torch.is_tensor(val):
-                out[f"{prefix}/{idx}/{key}"] = _copy(val)
-    return out
-
-
-def load_module(prefix: str, module: Any, state: Mapping[str, np.ndarray], who: str) -> None:
-    """Restore :func:`module_arrays` (DataError naming the keys that do not fit)."""
-    own = module.state_dict()
-    got = {k[len(prefix) + 1 :]: v for k, v in state.items() if k.startswith(prefix + "/")}
-    bad = sorted(
-        k
-        for k in set(own) | set(got)
-        if k not in got or k not in own or tuple(own[k].shape) != got[k].shape
-    )
-    if bad:
-        raise DataError(f"{who}: checkpointed {prefix!r} does not fit its network ({bad})")
-    module.load_state_dict({k: torch.as_tensor(np.asarray(v)) for k, v in got.items()})
-
-
-def load_optimizer(prefix: str, opt: Any, state: Mapping[str, np.ndarray]) -> None:
-    """Restore :func:`optimizer_arrays`."""
-    sd = opt.state_dict()
-    per: dict[int, dict[str, Any]] = {}
-    for key, val in state.items():
-        if key.startswith(prefix + "/"):
-            idx, name = key[len(prefix) + 1 :].split("/", 1)
-            per.setdefault(int(idx), {})[name] = torch.as_tensor(np.asarray(val))
-    sd["state"] = per
-    opt.load_state_dict(sd)
 
 
 def net_logits(net: Any, strip: np.ndarray, device: Any) -> np.ndarray:

@@ -57,18 +57,16 @@ from fedviews.deep._apfed_spec import (
     APFedParams,
     export_described,
 )
-from fedviews.deep._common import batches, to_numpy, to_tensor
-from fedviews.deep._split import (
-    SplitBottom,
-    StripEstimator,
-    build_module,
+from fedviews.deep._common import (
+    batches,
     load_module,
     load_optimizer,
     module_arrays,
-    net_logits,
     optimizer_arrays,
-    sgd,
+    to_numpy,
+    to_tensor,
 )
+from fedviews.deep._split import SplitBottom, StripEstimator, build_module, net_logits, sgd
 from fedviews.deep._tvfl import TVFL
 from fedviews.errors import DataError, MissingDependency, ProtocolError, check_fitted
 from fedviews.federation import (

@@ -65,7 +65,14 @@ from sklearn.base import BaseEstimator
 from fedviews._estimator import store_params
 from fedviews._registry import register_estimator
 from fedviews.data import PartyData, check_sequences
-from fedviews.deep._common import require_torch, resolve_device
+from fedviews.deep._common import (
+    load_module,
+    load_optimizer,
+    module_arrays,
+    optimizer_arrays,
+    require_torch,
+    resolve_device,
+)
 from fedviews.deep._gru import (
     BiGRUExtractor,
     GRUConfig,
@@ -208,14 +215,9 @@ class SequenceClient(Party):
                 json.dumps(self.rng[k]["numpy"].bit_generator.state)
             )
             state[f"view{k}/loss"] = np.asarray(self.losses[k], dtype=np.float64)
-            if model is None:
-                continue
-            for name, a in get_params(model).items():
-                state[f"view{k}/param/{name}"] = a
-            for i, st in self.optimizers[k].state_dict()["state"].items():
-                for name, v in st.items():
-                    arr = v.detach().cpu().numpy() if torch.is_tensor(v) else np.asarray(v)
-                    state[f"view{k}/opt/{i}/{name}"] = arr.copy()
+            if model is not None:
+                state.update(module_arrays(f"view{k}/param", model))
+                state.update(optimizer_arrays(f"view{k}/opt", self.optimizers[k]))
         return state
 
     def load_state(self, state: Mapping[str, np.ndarray]) -> None:
@@ -232,23 +234,9 @@ class SequenceClient(Party):
             gen.bit_generator.state = json.loads(str(state[pre + "rng_numpy"]))
             self.rng[k]["numpy"] = gen
             self.losses[k] = [float(v) for v in state[pre + "loss"]]
-            params = {
-                n[len(pre + "param/") :]: v
-                for n, v in state.items()
-                if n.startswith(pre + "param/")
-            }
-            if not params:
-                continue
-            set_params(self.model(k), params)
-            opt_state: dict[int, dict[str, Any]] = {}
-            for n, v in state.items():
-                if n.startswith(pre + "opt/"):
-                    i, name = n[len(pre + "opt/") :].split("/", 1)
-                    opt_state.setdefault(int(i), {})[name] = torch.as_tensor(np.array(v))
-            opt = self.optimizers[k]
-            saved = opt.state_dict()
-            saved["state"] = opt_state
-            opt.load_state_dict(saved)
+            if any(n.startswith(pre + "param/") for n in state):
+                load_module(pre + "param", self.model(k), state, self.name)
+                load_optimizer(pre + "opt", self.optimizers[k], state)
 
 
 class SequenceServer(Coordinator):
