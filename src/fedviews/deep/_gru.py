@@ -18,20 +18,18 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from fedviews.deep._common import (
     batches,
-    check_positive_ints,
     require_torch,
     state_arrays,
     to_numpy,
     torch_seed,
 )
-from fedviews.errors import ConfigError
+from fedviews.deep._sfedmv_spec import GRUConfig
 
 if TYPE_CHECKING:
     import torch
@@ -53,46 +51,6 @@ __all__ = [
 torch = require_torch()
 nn = torch.nn
 _rnn = torch.nn.utils.rnn
-
-
-@dataclass(frozen=True)
-class GRUConfig:
-    """Architecture and optimisation of one view's extractor (Algorithm 4's LocalTraining).
-
-    Parameters
-    ----------
-    hidden_size : int, default=32
-        GRU units per direction; the embedding has ``2 * hidden_size`` features.
-    num_layers : int, default=1
-    dropout : float, default=0.1
-        Dropout on the embedding before the head (and between GRU layers);
-        paper: from {0.1, 0.3}.
-    lr : float, default=0.005
-        RMSProp learning rate (paper: from {0.001, 0.005}).
-    batch_size : int, default=128
-        Paper: 128.
-    local_epochs : int, default=2
-        Epochs of local training per round (paper: from {10, 15}).
-    n_rounds : int, default=10
-        FedAvg rounds per view (paper: 150-170). Local / centralized training
-        runs ``n_rounds * local_epochs`` epochs.
-    """
-
-    hidden_size: int = 32
-    num_layers: int = 1
-    dropout: float = 0.1
-    lr: float = 0.005
-    batch_size: int = 128
-    local_epochs: int = 2
-    n_rounds: int = 10
-
-    def validate(self) -> None:
-        names = ("hidden_size", "num_layers", "batch_size", "local_epochs", "n_rounds")
-        check_positive_ints(self, names, "an integer >= 1")
-        if not 0.0 <= self.dropout < 1.0:
-            raise ConfigError(f"dropout must lie in [0, 1), got {self.dropout!r}")
-        if not self.lr > 0:
-            raise ConfigError(f"lr must be > 0, got {self.lr!r}")
 
 
 class BiGRUExtractor(nn.Module):

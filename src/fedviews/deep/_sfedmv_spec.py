@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from fedviews.data import PartyData
+from fedviews.deep._common import check_positive_ints
 from fedviews.errors import ConfigError, DataError, ProtocolError
 from fedviews.federation import (
     Local,
@@ -49,13 +50,13 @@ from fedviews.linear import (
 )
 
 if TYPE_CHECKING:
-    from fedviews.deep._gru import GRUConfig
     from fedviews.deep.sfedmv import SFedMVClient, SFedMVServer
 
 __all__ = [
     "DEPLOY_ONLY",
     "SFEDMV_SPEC",
     "SFedMVAlgorithm",
+    "GRUConfig",
     "SFedMVParams",
     "fusion_seed",
     "sequence_policy",
@@ -120,16 +121,26 @@ def _unprefixed(k: int, msg: Message, like: Weights | None) -> Weights:
 
 
 @dataclass(frozen=True)
-class SFedMVParams:
-    """Hyper-parameters of S-FedMV (federated extractors, H-FedMV fusion): the one declaration
-    used by :class:`~fedviews.deep.SFedMV` and deployments (``[params]``).
+class GRUConfig:
+    """Architecture and optimisation of one view's extractor (Algorithm 4's LocalTraining).
 
-    GRU and FedAvg schedule: :class:`~fedviews.deep._gru.GRUConfig`. Fusion:
-    ``beta``/``zeta`` (one value or one per view), ``eta``, ``fusion_rounds``
-    H-FedMV rounds of ``local_iter`` passes, ``inner_max_iter`` IRLS iterations.
-    ``device``: ``"auto"``, ``"cpu"`` or ``"cuda"``. Deployment only
-    (:data:`DEPLOY_ONLY`): ``torch_threads`` of every process (0 = torch's
-    default); ``evaluate``: every client predicts its own test split.
+    Parameters
+    ----------
+    hidden_size : int, default=32
+        GRU units per direction; the embedding has ``2 * hidden_size`` features.
+    num_layers : int, default=1
+    dropout : float, default=0.1
+        Dropout on the embedding before the head (and between GRU layers);
+        paper: from {0.1, 0.3}.
+    lr : float, default=0.005
+        RMSProp learning rate (paper: from {0.001, 0.005}).
+    batch_size : int, default=128
+        Paper: 128.
+    local_epochs : int, default=2
+        Epochs of local training per round (paper: from {10, 15}).
+    n_rounds : int, default=10
+        FedAvg rounds per view (paper: 150-170). Local / centralized training
+        runs ``n_rounds * local_epochs`` epochs.
     """
 
     hidden_size: int = 32
@@ -139,6 +150,29 @@ class SFedMVParams:
     batch_size: int = 128
     local_epochs: int = 2
     n_rounds: int = 10
+
+    def validate(self) -> None:
+        names = ("hidden_size", "num_layers", "batch_size", "local_epochs", "n_rounds")
+        check_positive_ints(self, names, "an integer >= 1")
+        if not 0.0 <= self.dropout < 1.0:
+            raise ConfigError(f"dropout must lie in [0, 1), got {self.dropout!r}")
+        if not self.lr > 0:
+            raise ConfigError(f"lr must be > 0, got {self.lr!r}")
+
+
+@dataclass(frozen=True)
+class SFedMVParams(GRUConfig):
+    """Hyper-parameters of S-FedMV (federated extractors, H-FedMV fusion): the one declaration
+    used by :class:`~fedviews.deep.SFedMV` and deployments (``[params]``).
+
+    GRU and FedAvg schedule: the fields of :class:`GRUConfig`. Fusion:
+    ``beta``/``zeta`` (one value or one per view), ``eta``, ``fusion_rounds``
+    H-FedMV rounds of ``local_iter`` passes, ``inner_max_iter`` IRLS iterations.
+    ``device``: ``"auto"``, ``"cpu"`` or ``"cuda"``. Deployment only
+    (:data:`DEPLOY_ONLY`): ``torch_threads`` of every process (0 = torch's
+    default); ``evaluate``: every client predicts its own test split.
+    """
+
     beta: float | tuple[float, ...] = 4.0
     zeta: float | tuple[float, ...] = 8.0
     eta: float = 16.0
@@ -150,17 +184,8 @@ class SFedMVParams:
     evaluate: bool = False
 
     def gru(self) -> GRUConfig:
-        from fedviews.deep._gru import GRUConfig
-
-        return GRUConfig(
-            self.hidden_size,
-            self.num_layers,
-            self.dropout,
-            self.lr,
-            self.batch_size,
-            self.local_epochs,
-            self.n_rounds,
-        )
+        """The extractors' architecture and schedule (these params are one)."""
+        return self
 
     def fusion(self) -> HFedMVParams:
         """The fusion stage's H-FedMV params."""
@@ -175,7 +200,7 @@ class SFedMVParams:
         )
 
     def validate(self) -> None:
-        self.gru().validate()
+        super().validate()
         fusion = self.fusion()
         try:
             fusion.validate()
