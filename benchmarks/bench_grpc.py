@@ -22,7 +22,6 @@ other loopback traffic on the machine would be counted too).
 from __future__ import annotations
 
 import argparse
-import os
 import subprocess
 import sys
 import tempfile
@@ -30,7 +29,13 @@ import time
 from pathlib import Path
 from typing import Any
 
-from fedviews.deploy import load_deploy_config, load_party_data, make_certs, write_demo_data
+from fedviews.deploy import (
+    load_deploy_config,
+    load_party_data,
+    make_certs,
+    process_env,
+    write_demo_data,
+)
 from fedviews.deploy._session import DeployCoordinator, options_of, session_policy
 from fedviews.federation import (
     GrpcHub,
@@ -136,7 +141,7 @@ def run_grpc(cfg: Any, config: Path, data: Path, certs: Path | None) -> dict[str
             + ["--out", str(data.parent / p)],
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
-            env={**os.environ, "PYTHONUNBUFFERED": "1"},
+            env=process_env(len(cfg.federation.parties) + 1),  # as `fedviews launch` does
         )
         for p in cfg.federation.parties
     ]

@@ -18,7 +18,7 @@ from fedviews.deploy._data import SUFFIXES, write_demo_data
 from fedviews.errors import PartyUnavailable, ProtocolError
 from fedviews.federation import init_ca, issue_certificate
 
-__all__ = ["launch", "make_certs", "resume_launch"]
+__all__ = ["THREAD_VARS", "launch", "make_certs", "process_env", "resume_launch"]
 
 LAUNCH_INFO = "launch.json"
 LAUNCH_CONFIG = "config.toml"
@@ -31,6 +31,25 @@ def make_certs(directory: Path, cfg: DeployConfig) -> Path:
     for p in cfg.federation.parties:
         issue_certificate(directory, p)
     return directory
+
+
+#: thread counts of the numeric libraries a process may load (OpenMP: torch; MKL; OpenBLAS)
+THREAD_VARS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")
+
+
+def process_env(n_processes: int) -> dict[str, str]:
+    """The environment of ``n_processes`` processes started on this one machine.
+
+    They share its cores, so each gets ``cores // n_processes`` threads (at least one)
+    in every variable of :data:`THREAD_VARS` the user has not set. Left at the
+    libraries' defaults, every process starts one OpenMP thread per core: a Multi-VFL
+    epoch over loopback gRPC (7 processes on 2 cores) took 9.1 s instead of 4.1 s.
+    """
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    per_process = str(max(1, (os.cpu_count() or 1) // max(1, n_processes)))
+    for var in THREAD_VARS:
+        env.setdefault(var, per_process)
+    return env
 
 
 def _pump(proc: subprocess.Popen[str], echo: Callable[[str], None], lock: threading.Lock) -> None:
@@ -104,7 +123,7 @@ def launch(
         certs = certs_dir or make_certs(run_dir / "certs", cfg)
         security = ["--certs", str(certs)]
     base = [sys.executable, "-m", "fedviews"]
-    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    env = process_env(len(fed.parties) + 1)
     port_file = run_dir / "coordinator.port"
     port_file.unlink(missing_ok=True)
     procs: dict[str, subprocess.Popen[str]] = {}
