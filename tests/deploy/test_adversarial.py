@@ -253,3 +253,50 @@ def test_idle_streams_of_outsiders_do_not_keep_parties_out(tmp_path) -> None:
         for call in calls:
             call.cancel()
         hub.close()
+
+
+def test_a_member_stream_without_hello_is_cancelled_and_the_party_can_still_join(
+    tmp_path,
+) -> None:
+    import grpc
+
+    from fedviews.federation._grpc import _METHOD
+
+    init_ca(tmp_path)
+    for name in ("coordinator", "a"):
+        issue_certificate(tmp_path, name)
+    opts = GrpcOptions(
+        timeout=3.0, heartbeat=0.5, connect_timeout=5.0, connect_retries=2, hello_timeout=0.5
+    )
+    hub = GrpcHub(
+        POLICY, {"a": "party"}, tls=TLSFiles.from_dir(tmp_path, "coordinator"), options=opts
+    )
+    hub.register(Coordinator())
+    never = threading.Event()
+
+    def silence() -> Iterator[bytes]:
+        never.wait(30)
+        yield b""
+
+    try:
+        tls = TLSFiles.from_dir(tmp_path, "a")  # a valid member certificate, then silence
+        channel = grpc.secure_channel(
+            f"127.0.0.1:{hub.port}",
+            tls.channel_credentials(),
+            options=[("grpc.ssl_target_name_override", "coordinator")],
+        )
+        idle = channel.stream_stream(_METHOD)(silence())
+        deadline = time.monotonic() + 5
+        while not any("no hello within 0.5 s" in r for r in hub.refusals):
+            assert time.monotonic() < deadline, hub.refusals
+            time.sleep(0.05)
+        t = GrpcPartyTransport(POLICY, f"127.0.0.1:{hub.port}", tls=tls, options=opts)
+        t.register(Slow("a"))
+        t.connect()
+        threading.Thread(target=_serve, args=(t,), daemon=True).start()
+        reply = hub.local["coordinator"].send("a", "ping", arrays={"v": np.zeros(1)})
+        np.testing.assert_array_equal(reply.arrays["v"], np.ones(1))
+    finally:
+        never.set()
+        idle.cancel()
+        hub.close()

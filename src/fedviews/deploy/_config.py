@@ -62,6 +62,7 @@ class FederationSpec(Roster):
     request_timeout: float = 600.0  # one request's deadline (its handler's whole computation)
     max_message_mb: float = 1024.0  # the largest message a process reassembles
     max_incomplete: int = 64  # messages a peer may have half-sent at once
+    hello_timeout: float = 10.0  # seconds a new connection may take to say hello
     alignment: str = "psi"  # or "none": every party holds the same IDs (rows sorted by ID)
     checkpoint_every: int = 1  # every process checkpoints its state every this many rounds
 
@@ -88,6 +89,8 @@ class FederationSpec(Roster):
             raise ConfigError("need 0 < federation.heartbeat < federation.timeout")
         if not self.request_timeout > 0:
             raise ConfigError("federation.request_timeout must be > 0 (seconds)")
+        if not self.hello_timeout > 0:
+            raise ConfigError("federation.hello_timeout must be > 0 (seconds)")
         if not self.max_message_mb > 0 or self.max_incomplete < 1:
             raise ConfigError("need federation.max_message_mb > 0 and max_incomplete >= 1")
         if self.alignment not in ("psi", "none"):

@@ -95,6 +95,7 @@ def options_of(cfg: DeployConfig) -> GrpcOptions:
         request_timeout=f.request_timeout,
         max_message_bytes=int(f.max_message_mb * 1024 * 1024),
         max_incomplete=f.max_incomplete,
+        hello_timeout=f.hello_timeout,
     )
 
 

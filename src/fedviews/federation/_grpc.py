@@ -101,6 +101,8 @@ class GrpcOptions:
         one (its chunk count times ``chunk_size``) is cut off, named.
     max_incomplete : int
         Messages a peer may have half-sent at once (their chunks are held in memory).
+    hello_timeout : float
+        Seconds a new stream may take to say hello before the hub cancels it.
     """
 
     timeout: float = 20.0
@@ -112,6 +114,7 @@ class GrpcOptions:
     chunk_size: int = 2 * _MB
     max_message_bytes: int = 1024 * _MB
     max_incomplete: int = 64
+    hello_timeout: float = 10.0
 
     def channel_options(self) -> list[tuple[str, int]]:
         limit = self.chunk_size + 64 * 1024
@@ -505,10 +508,21 @@ class GrpcHub(_Endpoint):
 
     def _connect(self, request_iterator: Iterator[bytes], context: Any) -> Iterator[bytes]:
         self._screen(context)
+        # a stream that does not say hello within hello_timeout is cancelled: it holds one
+        # of the hub's threads, and idle streams must not keep the parties out
+        silent = threading.Timer(self.options.hello_timeout, context.cancel)
+        silent.daemon = True
+        silent.start()
         try:
             first = next(request_iterator)
         except StopIteration:
             return
+        except Exception:  # the stream was cancelled (no hello in time) or broke
+            if not silent.is_alive():
+                self.refusals.append(f"no hello within {self.options.hello_timeout:g} s")
+            return
+        finally:
+            silent.cancel()
         probe = _Link("?", self.options)
         got = probe.receive(first)
         if got is None or got[0] != HELLO:
