@@ -376,3 +376,20 @@ def test_the_active_party_checks_what_passive_parties_send(
     X, y = images
     with pytest.raises(ProtocolError, match="'passive2' sent 'grad_h_A' of shape"):
         APFed(variant="R", m=2, i=1, transport=dishonest, **_fit_kw(epochs=1)).fit(X, y)
+
+
+def test_a_tampered_cifar_batch_cannot_run_code(tmp_path) -> None:
+    import os
+    import pickle
+
+    class Evil:
+        def __reduce__(self):  # what a malicious pickle would run on load
+            return (os.remove, (str(tmp_path / "canary"),))
+
+    (tmp_path / "canary").write_text("alive")
+    folder = tmp_path / "cifar-10-batches-py"
+    folder.mkdir()
+    (folder / "data_batch_1").write_bytes(pickle.dumps({b"data": Evil()}))
+    with pytest.raises(DataError, match="refusing to load"):
+        load_cifar(tmp_path)
+    assert (tmp_path / "canary").read_text() == "alive"

