@@ -10,6 +10,7 @@ import difflib
 import importlib
 import json
 import sys
+import threading
 import types
 import typing
 from collections.abc import Mapping, Sequence
@@ -99,9 +100,27 @@ def coerce(value: Any, tp: Any, where: str) -> Any:
     return value
 
 
+_HINTS: dict[type, dict[str, Any]] = {}
+_HINTS_LOCK = threading.Lock()
+
+
+def _type_hints(cls: type) -> dict[str, Any]:
+    """``typing.get_type_hints(cls)``, computed once per class under a lock.
+
+    The annotations are strings (``from __future__ import annotations``), so resolving
+    them compiles code; CPython 3.11 can fail with "AST constructor recursion depth
+    mismatch" when threads compile at once (a Flower node loads its config in each of
+    its message threads).
+    """
+    with _HINTS_LOCK:
+        if cls not in _HINTS:
+            _HINTS[cls] = typing.get_type_hints(cls)
+        return _HINTS[cls]
+
+
 def build_dataclass(cls: type[T], values: Mapping[str, Any], where: str) -> T:
     """Build the frozen dataclass ``cls`` from ``values``; unknown keys raise ConfigError."""
-    hints = typing.get_type_hints(cls)
+    hints = _type_hints(cls)
     fields = {f.name: f for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
     kwargs: dict[str, Any] = {}
     for key, val in values.items():

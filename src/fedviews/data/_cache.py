@@ -10,6 +10,7 @@ import shlex
 import subprocess
 import sys
 import tempfile
+import threading
 import zipfile
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
@@ -76,6 +77,18 @@ def save_npz(path: Path, **arrays: np.ndarray) -> None:
     _write_atomically(path, lambda fh: np.savez_compressed(fh, **arrays))  # type: ignore[arg-type]
 
 
+#: NumPy parses every ``.npy`` header with ``ast.literal_eval``; CPython 3.11 can fail
+#: ("SystemError: AST constructor recursion depth mismatch") when threads do that at once
+#: (a Flower node's message threads, concurrent handlers), so fedviews reads one at a time
+_NPZ_LOCK = threading.Lock()
+
+
+def read_npz(path: Path) -> dict[str, np.ndarray]:
+    """Every array of the ``.npz`` at ``path`` (no pickles), read under the process's lock."""
+    with _NPZ_LOCK, np.load(path, allow_pickle=False) as npz:
+        return {k: npz[k] for k in npz.files}
+
+
 def load_npz(path: Path, keys: Sequence[str]) -> dict[str, np.ndarray] | None:
     """Load ``keys`` from the ``.npz`` at ``path``; ``None`` if it is missing or unreadable.
 
@@ -84,10 +97,10 @@ def load_npz(path: Path, keys: Sequence[str]) -> dict[str, np.ndarray] | None:
     if not path.is_file():
         return None
     try:
-        with np.load(path, allow_pickle=False) as npz:
-            if not set(keys) <= set(npz.files):
-                return None
-            return {k: npz[k] for k in keys}
+        got = read_npz(path)
+        if not set(keys) <= set(got):
+            return None
+        return {k: got[k] for k in keys}
     except (OSError, ValueError, EOFError, zipfile.BadZipFile):
         return None
 

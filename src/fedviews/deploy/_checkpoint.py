@@ -31,6 +31,7 @@ from typing import Any
 
 import numpy as np
 
+from fedviews.data import read_npz
 from fedviews.errors import ConfigError, DataError
 
 __all__ = ["Checkpoints", "fingerprint"]
@@ -105,8 +106,7 @@ class Checkpoints:
                 f"no checkpoint of round {round} in {self.directory} "
                 f"(it has {have or 'none'}); resume from the run folder of the killed run"
             )
-        with np.load(path, allow_pickle=False) as z:
-            arrays = {k: z[k] for k in z.files}
+        arrays = read_npz(path)
         saved = str(arrays.pop(_FINGERPRINT, ""))
         if saved != self.fingerprint:
             raise ConfigError(

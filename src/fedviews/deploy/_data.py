@@ -28,7 +28,7 @@ from typing import Any
 
 import numpy as np
 
-from fedviews.data import PartyData, deal_views
+from fedviews.data import PartyData, deal_views, read_npz
 from fedviews.errors import DataError, require
 
 __all__ = [
@@ -52,19 +52,16 @@ def load_party_data(path: str | Path) -> PartyData:
         raise DataError(f"data file {p} does not exist")
     if p.suffix == ".npz":
         try:
-            with np.load(p, allow_pickle=False) as z:
-                if "ids" not in z.files:
-                    raise DataError(f"{p} lacks the array 'ids' (needs ids[, X, y, ids_test, ...])")
-                known = {"ids", "X", "y", "ids_test", "X_test", "y_test", "view_dims"}
-                known |= {"lengths", "lengths_test"}
-                extra = set(z.files) - known
-                if extra:
-                    raise DataError(
-                        f"{p}: unknown arrays {sorted(extra)}; expected {sorted(known)}"
-                    )
-                got = {k: z[k] for k in z.files}
+            got: dict[str, Any] = read_npz(p)
         except (OSError, ValueError, EOFError, zipfile.BadZipFile) as exc:
             raise DataError(f"{p}: not a readable .npz data file ({exc})") from None
+        if "ids" not in got:
+            raise DataError(f"{p} lacks the array 'ids' (needs ids[, X, y, ids_test, ...])")
+        known = {"ids", "X", "y", "ids_test", "X_test", "y_test", "view_dims"}
+        known |= {"lengths", "lengths_test"}
+        extra = set(got) - known
+        if extra:
+            raise DataError(f"{p}: unknown arrays {sorted(extra)}; expected {sorted(known)}")
         try:
             return PartyData(**got)
         except DataError as exc:
