@@ -24,7 +24,7 @@ from fedviews.data._cache import cache_dir, read_npz
 from fedviews.data._cifar import load_cifar
 from fedviews.data._dataset import MultiViewDataset
 from fedviews.data._idx import read_idx
-from fedviews.data._images import image_split
+from fedviews.data._images import demo_image_split, image_split
 from fedviews.data._party import PartyData, deal_views, standardized, standardized_with
 from fedviews.data._registry import fetch, info, list_datasets, load, register_dataset
 from fedviews.data._sequences import (
@@ -65,6 +65,7 @@ __all__ = [
     "check_ids",
     "check_y",
     "fetch",
+    "demo_image_split",
     "image_split",
     "info",
     "join_strips",

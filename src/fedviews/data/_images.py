@@ -10,7 +10,7 @@ import numpy as np
 from fedviews.data._registry import load
 from fedviews.errors import ConfigError
 
-__all__ = ["image_split"]
+__all__ = ["demo_image_split", "image_split"]
 
 
 def image_split(
@@ -50,3 +50,26 @@ def image_split(
         ds.y[test],
         ds.ids[test],
     )
+
+
+def demo_image_split(
+    dataset: str, n_per_class: int, n_test: int, seed: int | None
+) -> tuple[tuple[Any, ...], np.random.Generator]:
+    """The images a deployment's demo data is dealt from: :func:`image_split` (a fifth held
+    out where the dataset has no test set), then at most ``n_per_class`` training images per
+    class (balanced) and ``n_test`` test images (0 = all).
+
+    Returns the six arrays of :func:`image_split` and the generator (seeded with ``seed``)
+    that drew the test images, for the caller's further draws.
+    """
+    from fedviews.data._split import balanced_subsample
+
+    Xtr, ytr, ids, Xte, yte, ids_te = image_split(dataset, {}, seed, 0.2)
+    rng = np.random.default_rng(seed)
+    if n_per_class:
+        keep = balanced_subsample(ytr, n_per_class, random_state=seed)
+        Xtr, ytr, ids = Xtr[keep], ytr[keep], ids[keep]
+    if n_test:
+        keep = np.sort(rng.permutation(len(yte))[:n_test])
+        Xte, yte, ids_te = Xte[keep], yte[keep], ids_te[keep]
+    return (Xtr, ytr, ids, Xte, yte, ids_te), rng

@@ -56,7 +56,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from fedviews.data import PartyData, balanced_subsample, image_split
+from fedviews.data import PartyData, demo_image_split
 from fedviews.errors import ConfigError, DataError, ProtocolError
 from fedviews.federation import (
     Algorithm,
@@ -523,14 +523,9 @@ def apfed_demo_data(cfg: Any) -> dict[str, PartyData]:
     from fedviews.deep._apfed_nets import cut_strips
 
     spec, parties, active = cfg.data, list(cfg.federation.parties), _active(cfg)
-    Xtr, ytr, ids, Xte, yte, ids_te = image_split(spec.dataset, {}, cfg.seed, 0.2)
-    rng = np.random.default_rng(cfg.seed)
-    if spec.n_per_class:
-        keep = balanced_subsample(ytr, spec.n_per_class, random_state=cfg.seed)
-        Xtr, ytr, ids = Xtr[keep], ytr[keep], ids[keep]
-    if spec.n_test:
-        keep = np.sort(rng.permutation(len(yte))[: spec.n_test])
-        Xte, yte, ids_te = Xte[keep], yte[keep], ids_te[keep]
+    (Xtr, ytr, ids, Xte, yte, ids_te), rng = demo_image_split(
+        spec.dataset, spec.n_per_class, spec.n_test, cfg.seed
+    )
     pad = bool(cfg.params.pad)
     m = len(parties)
 

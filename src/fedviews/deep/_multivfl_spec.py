@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from fedviews.data import PartyData, balanced_subsample, image_split, split_strips
+from fedviews.data import PartyData, demo_image_split, split_strips
 from fedviews.deep._common import check_positive_ints, prefixed
 from fedviews.deep._serveropt import ServerOptimizer, make_server_optimizer
 from fedviews.errors import ConfigError, DataError
@@ -480,14 +480,9 @@ def multivfl_demo_data(cfg: Any) -> dict[str, PartyData]:
     """
     spec, fed = cfg.data, cfg.federation
     dos, los = data_owners(cfg), fed.owners()
-    Xtr, ytr, ids, Xte, yte, ids_te = image_split(spec.dataset, {}, cfg.seed, 0.2)
-    rng = np.random.default_rng(cfg.seed)
-    if spec.n_per_class:
-        keep = balanced_subsample(ytr, spec.n_per_class, random_state=cfg.seed)
-        Xtr, ytr, ids = Xtr[keep], ytr[keep], ids[keep]
-    if spec.n_test:
-        keep = np.sort(rng.permutation(len(yte))[: spec.n_test])
-        Xte, yte, ids_te = Xte[keep], yte[keep], ids_te[keep]
+    (Xtr, ytr, ids, Xte, yte, ids_te), rng = demo_image_split(
+        spec.dataset, spec.n_per_class, spec.n_test, cfg.seed
+    )
     classes = np.unique(ytr)
     y_enc = np.searchsorted(classes, ytr)
     parts = partition_label_owners(

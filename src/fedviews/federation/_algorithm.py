@@ -131,18 +131,20 @@ class Local:
     rows: Mapping[str, np.ndarray]
     groups: Mapping[str, AlignGroup]
 
-    def take(self, group: str) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
-        """``(ids, X, y)`` of this party's aligned samples of ``group``."""
+    def _rows(self, group: str) -> np.ndarray:
         if group not in self.rows:
             raise DataError(f"this party is not in the alignment group {group!r}")
+        return self.rows[group]
+
+    def take(self, group: str) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+        """``(ids, X, y)`` of this party's aligned samples of ``group``."""
+        r = self._rows(group)
         ids, X, y = self.data.split(self.groups[group].split)
-        r = self.rows[group]
         return ids[r], X[r], None if y is None else y[r]
 
     def sequences(self, group: str) -> list[list[np.ndarray]]:
         """``views[k][i]``: the aligned samples of ``group`` as sequences, padding removed."""
-        self.take(group)  # the group check
-        return self.data.sequences(self.groups[group].split, self.rows[group])
+        return self.data.sequences(self.groups[group].split, self._rows(group))
 
 
 class Algorithm:
