@@ -32,7 +32,7 @@ def plain_epoch(
     ]
     bottoms, top = build_models([s.shape[2] for s in strips], 28, 10, random_state=0)
     net = SplitNet(bottoms, top).to(device)
-    opt = torch.optim.Adam(net.parameters(), lr=lr)
+    opt = torch.optim.SGD(net.parameters(), lr=lr)  # MultiVFL's default local step
     xs = [torch.as_tensor(np.ascontiguousarray(s), device=device) for s in strips]
     yt = torch.as_tensor(y, device=device)
     t0 = time.perf_counter()

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
@@ -55,7 +55,8 @@ def run(
     resume: Annotated[
         Path | None,
         typer.Option(
-            help="Run folder of a killed deployment run: continue it from its checkpoints."
+            help="Run folder of a killed or interrupted run (experiment or deployment): "
+            "continue it, skipping the work it already finished."
         ),
     ] = None,
 ) -> None:
@@ -63,7 +64,9 @@ def run(
 
     A deployment config (with a ``[federation]`` table) is run as ``fedviews launch``:
     the coordinator and every party as separate processes over loopback gRPC with
-    mutual TLS. ``--resume RUN_DIR`` continues such a run after it was killed.
+    mutual TLS. ``--resume RUN_DIR`` continues a run after it was killed: an
+    experiment skips the cells (setting x method x seed, ...) it finished, a
+    deployment goes on from the parties' last checkpoints.
     """
     from fedviews.errors import ConfigError
 
@@ -72,6 +75,12 @@ def run(
             raise ConfigError(
                 "--resume RUN_DIR continues a run with its own saved config: drop CONFIG"
             )
+        if (resume / "config.json").is_file():
+            from fedviews.experiments import resume_experiment
+
+            console.print(f"[bold]fedviews run --resume[/] {resume}")
+            _show(*resume_experiment(resume, console=console, quiet=quiet))
+            return
         from fedviews.deploy import resume_launch
 
         console.print(f"run folder: [bold]{resume_launch(resume)}[/]")
@@ -92,7 +101,11 @@ def run(
     console.print(
         f"[bold]fedviews run[/] {cfg.name}: experiment [cyan]{cfg.experiment}[/] on [cyan]{cfg.data.name}[/]"
     )
-    run_dir, result = run_experiment(cfg, console=console, quiet=quiet, out_dir=out)
+    _show(*run_experiment(cfg, console=console, quiet=quiet, out_dir=out))
+
+
+def _show(run_dir: Path, result: Any) -> None:
+    """Print a finished experiment's tables, summary and files."""
     for table in result.tables:
         console.print(table.to_rich())
     if result.summary:

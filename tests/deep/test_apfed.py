@@ -25,6 +25,7 @@ from fedviews.deep.apfed import (  # noqa: E402
     PassiveClient,
     SingleVL,
     contrastive_loss,
+    reconstruction_loss,
 )
 from fedviews.errors import ConfigError, DataError, NotFittedError, PrivacyError  # noqa: E402
 from fedviews.federation import federate, get_algorithm_spec  # noqa: E402
@@ -69,14 +70,32 @@ def test_contrastive_loss_equals_loop_over_eq14() -> None:
 
 
 # -- Eq. 9: the returned gradient and the active update ---------------------------
-@pytest.mark.parametrize("variant", ["R", "C"])
+def _eq12(x_hat: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+    """Eq. 12 (q = 2) averaged over samples as in Eq. 7, written out sample by sample."""
+    terms = [torch.sqrt(((x[i] - x_hat[i]) ** 2).sum()) for i in range(len(x))]
+    return torch.stack(terms).sum() / len(x)
+
+
+def test_reconstruction_loss_is_eq12_per_sample_norm() -> None:
+    g = torch.Generator().manual_seed(1)
+    x = torch.rand(4, 1, 3, 5, generator=g, dtype=torch.float64)
+    x_hat = torch.rand(4, 1, 3, 5, generator=g, dtype=torch.float64)
+    norms = [np.linalg.norm((x[i] - x_hat[i]).numpy().ravel()) for i in range(4)]
+    assert float(reconstruction_loss(x_hat, x)) == pytest.approx(np.mean(norms), rel=1e-12)
+    assert float(reconstruction_loss(x_hat, x, "mse")) == pytest.approx(
+        float(((x - x_hat) ** 2).mean()), rel=1e-12
+    )
+
+
+@pytest.mark.parametrize(("variant", "recon"), [("R", "l2"), ("R", "mse"), ("C", "l2")])
 def test_split_gradients_equal_unsplit_autograd(
-    images: tuple[np.ndarray, np.ndarray], variant: str
+    images: tuple[np.ndarray, np.ndarray], variant: str, recon: str
 ) -> None:
     X, y = images
     views = cut_strips(X[:, None], 2)
     spec, lam = ARCHS["table3"], 0.7
-    passive = PassiveClient("passive2", views[1], variant, spec, seed=5, tau=0.4, lr=0.01)
+    kw = {"seed": 5, "tau": 0.4, "lr": 0.01, "recon_loss": recon}
+    passive = PassiveClient("passive2", views[1], variant, spec, **kw)
     active = ActiveClient(
         views[0], y, 3, spec, passives=["passive2"], lams=[lam], seed=4, batch_size=16
     )
@@ -89,7 +108,10 @@ def test_split_gradients_equal_unsplit_autograd(
     x_a, x_p = torch.as_tensor(views[0][idx]), torch.as_tensor(views[1][idx])
     h = a_net.encoder(x_a)
     l_a = F.cross_entropy(a_net.head(h), torch.as_tensor(y[idx]))
-    l_p = F.mse_loss(p_net(h), x_p) if variant == "R" else contrastive_loss(h, p_net(x_p), 0.4)
+    if variant == "C":
+        l_p = contrastive_loss(h, p_net(x_p), 0.4)
+    else:
+        l_p = _eq12(p_net(h), x_p) if recon == "l2" else F.mse_loss(p_net(h), x_p)
     (grad_h,) = torch.autograd.grad(lam * l_p, h, retain_graph=True)
     (l_a + lam * l_p).backward()
 
@@ -106,7 +128,7 @@ def test_split_gradients_equal_unsplit_autograd(
     active2 = ActiveClient(
         views[0], y, 3, spec, passives=["passive2"], lams=[lam], seed=4, batch_size=16
     )
-    passive2 = PassiveClient("passive2", views[1], variant, spec, seed=5, tau=0.4, lr=0.01)
+    passive2 = PassiveClient("passive2", views[1], variant, spec, **kw)
     federate([active2, passive2], APFED_POLICY)
     active2.send("passive2", "apfed.epoch", meta={"shuffle_seed": 11, "batch_size": 16})
     active2._step(0, 0, idx, 0)
@@ -180,7 +202,9 @@ def test_estimator_parameters_are_the_params_fields() -> None:
     assert {k: est[k] for k in shared} == shared
     assert set(est) - set(shared) == {"m", "i", "random_state", "transport"}
     single = SingleVL().get_params()
-    assert single == {k: v for k, v in est.items() if k not in ("variant", "lam", "tau")}
+    assert single == {
+        k: v for k, v in est.items() if k not in ("variant", "lam", "tau", "recon_loss")
+    }
 
 
 def test_estimators_run_the_registered_spec(images: tuple[np.ndarray, np.ndarray]) -> None:
@@ -239,12 +263,21 @@ def test_export_predicts_like_the_trained_active_model(
 def test_tvfl_fills(images: tuple[np.ndarray, np.ndarray]) -> None:
     X, y = images
     tv = TVFL(m=2, i=1, **_fit_kw()).fit(X, y)
-    assert len(tv.active_.passive_mean) == 1 and tuple(tv.active_.passive_mean[0].shape) == (
-        64,
-        6,
-        20,
-    )
-    assert torch.all(tv.active_.passive_mean[0] >= 0)  # mean of ReLU outputs
+    # TVFL-A (APFed Sec. 5.2): the average of the *active* client's representations
+    strip = tv._active_strip(X)
+    with torch.no_grad():
+        h_a = tv.active_.encoder.eval()(torch.as_tensor(strip, dtype=torch.float32))
+    mean = tv.active_.active_mean
+    assert tuple(mean.shape) == (64, 6, 20)
+    torch.testing.assert_close(mean, h_a.mean(0), rtol=1e-5, atol=1e-6)
+    with torch.no_grad():
+        alone = tv.active_.logits_alone(torch.as_tensor(strip[:5]), "mean", None)
+        direct = tv.active_.head(
+            torch.cat([h_a[:5].flatten(1), h_a.mean(0).expand(5, -1, -1, -1).flatten(1)], 1)
+        )
+    torch.testing.assert_close(alone, direct, rtol=1e-5, atol=1e-5)
+    kinds = {e.kind for e in tv.transport_.log.entries}
+    assert "tvfl.represent" not in kinds  # the fill needs no message
     preds = {f: tv.predict(X, f) for f in ("zero", "mean", "random")}
     np.testing.assert_array_equal(tv.predict(X, "random"), preds["random"])  # seeded noise
     assert all(set(p) <= {0, 1, 2} for p in preds.values())

@@ -84,3 +84,48 @@ def test_bad_params_are_config_errors() -> None:
         load_config(CONFIGS / "apfed_lambda_mnist.toml", ["params.lams=[-1.0]"])
     with pytest.raises(ConfigError, match="unknown methods"):
         load_config(CONFIGS / "apfed_table2_mnist.toml", ["params.methods=['FedAvg']"])
+
+
+def test_an_interrupted_run_resumes_to_the_same_tables(tmp_path: Path, monkeypatch) -> None:
+    """Killed after two of four cells, ``fedviews run --resume`` finishes it: same tables as an
+    uninterrupted run, and the finished cells are not trained again."""
+    _mnist_or_skip()
+    from typer.testing import CliRunner
+
+    import fedviews.experiments.apfed as apfed_exp
+    from fedviews.cli import app
+
+    cfg = load_config(
+        CONFIGS / "apfed_table2_mnist.toml",
+        [
+            "params.settings=['2-1']",
+            "params.methods=['SingleVL', 'APFed-R']",
+            "params.n_seeds=2",
+            "params.epochs=1",
+            "params.n_train=160",
+            "params.n_test=80",
+        ],
+    )
+    _, whole = run_experiment(cfg, out_dir=tmp_path / "whole", quiet=True)
+
+    real, calls = apfed_exp._train_cell, []
+
+    def dies_on_third(*args: object) -> object:
+        calls.append(args[:3])
+        if len(calls) == 3:
+            raise KeyboardInterrupt  # as a Ctrl-C or a killed process would
+        return real(*args)
+
+    monkeypatch.setattr(apfed_exp, "_train_cell", dies_on_third)
+    with pytest.raises(KeyboardInterrupt):
+        run_experiment(cfg, out_dir=tmp_path / "cut", quiet=True)
+    assert len(json.loads((tmp_path / "cut" / "cells.json").read_text())) == 2
+    assert (tmp_path / "cut" / "error.json").is_file()
+
+    result = CliRunner().invoke(app, ["run", "--resume", str(tmp_path / "cut"), "--quiet"])
+    assert result.exit_code == 0, result.output
+    assert len(calls) == 3 + 2  # only the two unfinished cells trained again
+    resumed = json.loads((tmp_path / "cut" / "metrics.json").read_text())
+    assert [t["rows"] for t in resumed["tables"]] == [t.rows for t in whole.tables]
+    assert len(whole.tables) == 2  # Table 2 and the paired APFed − SingleVL table
+    assert not (tmp_path / "cut" / "error.json").exists()

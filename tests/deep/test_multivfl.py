@@ -96,6 +96,34 @@ def test_split_equals_unsplit(fmnist, n_data_owners: int) -> None:
                 np.testing.assert_allclose(a, b, atol=2e-6)
 
 
+def test_sgd_local_step_is_w_minus_eta_grad(fmnist) -> None:
+    """Algorithm 1 line 7 (the default local step): one batch moves every weight, bottom and
+    top, by exactly ``-lr * dℓ/dW`` at the initial weights (gradients by autograd, no optimizer)."""
+    images, y, _ = fmnist
+    images, y, lr = images[:64], y[:64], 0.1
+    est = MultiVFL(
+        n_data_owners=2, n_label_owners=1, rounds=1, batch_size=64, lr=lr, device="cpu"
+    ).fit(images, y, label_owner_ids=[np.arange(len(y))])
+    assert est.local_optimizer == "sgd"
+    strips = [
+        torch.as_tensor(s.reshape(len(images), 1, -1, 28))
+        for s in np.array_split(images.astype(np.float32) / 255, 2, axis=1)
+    ]
+    bottoms, top = build_models([s.shape[2] for s in strips], 28, 10, random_state=0)
+    net = SplitNet(bottoms, top)
+    w0 = [p.detach().clone() for p in net.parameters()]
+    loss = torch.nn.functional.cross_entropy(net(strips), torch.as_tensor(y))
+    grads = torch.autograd.grad(loss, list(net.parameters()))
+    expected = [w - lr * g for w, g in zip(w0, grads, strict=True)]
+    got = [
+        *[p for d in range(2) for p in _params(est.data_owners_[d].copies["label_owner_0"])],
+        *_params(est.label_owners_[0].top),
+    ]
+    assert len(got) == len(expected)
+    for a, b in zip(got, expected, strict=True):
+        np.testing.assert_allclose(a, b.numpy(), rtol=1e-5, atol=1e-6)
+
+
 def test_fedavg_identical_owners_equals_one_owner(fmnist) -> None:
     images, y, _ = fmnist
     images, y = images[:192], y[:192]

@@ -22,7 +22,7 @@ TINY = [
 
 
 def test_every_config_loads() -> None:
-    assert len(CONFIGS) == 4
+    assert len(CONFIGS) == 5
     for path in CONFIGS:
         cfg = load_config(path)
         assert cfg.experiment in ("multivfl_noniid", "multivfl_optimizers")
@@ -30,10 +30,24 @@ def test_every_config_loads() -> None:
 
 def test_config_runs(tmp_path: Path) -> None:
     path = next(p for p in CONFIGS if p.stem == "multivfl_fig3_fmnist")
-    cfg = load_config(path, [*TINY, "params.optimizers=['fedavg', 'fedyogi']"])
+    cfg = load_config(
+        path,
+        [
+            *TINY,
+            "params.optimizers=['fedavg', 'fedyogi']",
+            "params.local_optimizers=['sgd', 'adam']",
+        ],
+    )
     out, result = run_experiment(cfg, quiet=True, out_dir=tmp_path)
     metrics = json.loads((out / "metrics.json").read_text())
-    assert sorted(metrics["accuracy"]) == ["4niid/fedavg", "4niid/fedyogi"]
+    assert sorted(metrics["accuracy"]) == [
+        "4niid/fedavg/adam",
+        "4niid/fedavg/sgd",
+        "4niid/fedyogi/adam",
+        "4niid/fedyogi/sgd",
+    ]
+    assert [r[2] for r in result.tables[0].rows] == ["sgd", "adam", "sgd", "adam"]
+    assert len(json.loads((out / "cells.json").read_text())) == 4
     for curve in metrics["accuracy"].values():
         assert len(curve) == 2 and all(0.0 <= a <= 1.0 for a in curve)
     assert (out / "accuracy.png").is_file() and (out / "report.html").is_file()

@@ -72,14 +72,15 @@ def test_fedyogi_two_steps() -> None:
     x2 = opt.step(x1, U2)
     for k in X0:
         m1 = (1 - B1) * D1[k]
-        v1 = (1 - B2) * D1[k] ** 2  # v0 = 0
+        v0 = TAU**2  # Reddi et al. 2021, Algorithm 2
+        v1 = v0 - (1 - B2) * D1[k] ** 2 * np.sign(v0 - D1[k] ** 2)
         e1 = X0[k] + LR * math.sqrt(1 - B2) / (1 - B1) * m1 / (np.sqrt(v1) + TAU)
         m2 = B1 * m1 + (1 - B1) * D2[k]
         v2 = v1 - (1 - B2) * D2[k] ** 2 * np.sign(v1 - D2[k] ** 2)
         e2 = e1 + LR * math.sqrt(1 - B2**2) / (1 - B1**2) * m2 / (np.sqrt(v2) + TAU)
         np.testing.assert_allclose(x1[k], e1, rtol=1e-12)
         np.testing.assert_allclose(x2[k], e2, rtol=1e-12)
-    # Yogi and Adam differ from the second step on
+    # Yogi and Adam differ (from the first step, since v starts at tau^2)
     adam = FedAdam(lr=LR, beta1=B1, beta2=B2, tau=TAU)
     assert not np.allclose(adam.step(adam.step(X0, U1), U2)["w"], x2["w"])
 

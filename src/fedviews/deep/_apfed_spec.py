@@ -91,6 +91,8 @@ __all__ = [
 ]
 
 VARIANTS = ("R", "C")
+#: APFed-R's ``ℓ_p`` (Eq. 12): the per-sample L2 norm, or the per-pixel mean square (older)
+RECON_LOSSES = ("l2", "mse")
 ARCH_NAMES = ("auto", "table3", "table4")
 _DEVICE = re.compile(r"^(auto|cpu|mps|cuda(:\d+)?)$")
 
@@ -120,8 +122,13 @@ class APFedParams:
     """Hyper-parameters of APFed: the one declaration used by :class:`~fedviews.deep.APFed`,
     :class:`~fedviews.deep.SingleVL` and deployments (the ``[params]`` table).
 
-    ``variant``: the passive loss, ``"R"`` (reconstruction, decoder, MSE) or ``"C"``
-    (contrastive, encoder, Eq. 14 with temperature ``tau``). ``lam``: ``λ_p`` of
+    ``variant``: the passive loss, ``"R"`` (reconstruction, decoder, Eq. 12) or ``"C"``
+    (contrastive, encoder, Eq. 14 with temperature ``tau``). ``recon_loss``:
+    APFed-R's ``ℓ_p``, ``"l2"`` (Eq. 12 with ``q = 2``: the L2 norm of each
+    sample's residual ``x_i^p − DEC(h_i^A)``, averaged over the batch as Eq. 7
+    averages over samples) or ``"mse"`` (the mean square over every pixel of the
+    batch, which fedviews used before 2026-11; its gradient on ``h_A`` is about
+    20× smaller at initialisation, so ``λ`` means something else). ``lam``: ``λ_p`` of
     Eq. 8, one value for every passive party or one each (in strip order),
     ``>= 0``. ``epochs``, ``batch_size``, ``lr``, ``momentum``, ``weight_decay``:
     SGD settings of every party (paper: lr 1e-3, momentum 0.9, weight decay 1e-4).
@@ -138,6 +145,7 @@ class APFedParams:
     """
 
     variant: str = "R"
+    recon_loss: str = "l2"
     lam: float | tuple[float, ...] = 1.0
     tau: float = 0.5
     epochs: int = 10
@@ -179,6 +187,10 @@ class APFedParams:
         if self.variant not in VARIANTS:
             raise ConfigError(
                 f"variant must be 'R' (reconstruction) or 'C' (contrastive), got {self.variant!r}"
+            )
+        if self.recon_loss not in RECON_LOSSES:
+            raise ConfigError(
+                f"recon_loss must be one of {list(RECON_LOSSES)}, got {self.recon_loss!r}"
             )
         if n_passive is None:  # the count is checked once the roster is known
             n_passive = len(self.lam) if isinstance(self.lam, (list, tuple)) else 1
@@ -419,6 +431,7 @@ class APFedAlgorithm(Algorithm):
                 spec,
                 seed=seeds[1 + passives.index(party)],
                 tau=p.tau,
+                recon_loss=p.recon_loss,
                 **common,
             )
         classes, y_idx = np.unique(np.asarray(y), return_inverse=True)

@@ -64,7 +64,7 @@ __all__ = [
 
 _NIID = re.compile(r"^(\d+)niid$")
 _DEVICE = re.compile(r"^(auto|cpu|mps|cuda(:\d+)?)$")
-LOCAL_OPTIMIZERS = ("adam", "sgd")
+LOCAL_OPTIMIZERS = ("sgd", "adam")
 
 
 # --------------------------------------------------------------------------- params
@@ -75,6 +75,12 @@ class MultiVFLParams:
     """Hyper-parameters of Multi-VFL: the one declaration used by
     :class:`~fedviews.deep.multivfl.MultiVFL` and by deployments (the ``[params]`` table).
 
+    ``local_optimizer``: the label owners' and data owners' local step.
+    ``"sgd"`` (default) is Algorithm 1 line 7, ``W ← W − η_k ∇ℓ`` per batch;
+    ``"adam"`` is an explicit option (not in the paper): a fresh
+    ``torch.optim.Adam`` every round, starting from the global model, so its
+    moments never outlive a round.
+
     ``evaluate``: the first label owner evaluates the global model on the test
     split after every round (only the accuracy reaches the coordinator).
     """
@@ -84,7 +90,7 @@ class MultiVFLParams:
     local_epochs: int = 1
     batch_size: int = 64
     lr: float = 1e-3
-    local_optimizer: str = "adam"
+    local_optimizer: str = "sgd"
     server_lr: float = 1e-3
     beta1: float = 0.9
     beta2: float = 0.99

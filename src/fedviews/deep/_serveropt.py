@@ -10,7 +10,8 @@ and the pseudo-gradient step direction is their mean::
 ``fedavg``                ``x <- x + delta``  (the average of the local models)
 ``fedadam``               ``m <- b1 m + (1 - b1) delta``;
                           ``v <- b2 v + (1 - b2) delta^2``
-``fedyogi``               ``m`` as Adam; ``v <- v - (1 - b2) delta^2 sign(v - delta^2)``
+``fedyogi``               ``m`` as Adam; ``v <- v - (1 - b2) delta^2 sign(v - delta^2)``,
+                          from ``v = tau^2`` (Reddi et al. 2021, Algorithm 2)
 ``feddemonadam``          ``b1_r = b1 (1 - r/R) / ((1 - b1) + b1 (1 - r/R))``;
                           ``m <- b1_r m + delta``; ``v`` as Adam
 ========================  =====================================================
@@ -220,15 +221,19 @@ class FedAdam(ServerOptimizer):
 
 
 class FedYogi(FedAdam):
-    """FedYogi: Adam with Yogi's additive second-moment update (Reddi et al. 2021)."""
+    """FedYogi: Adam with Yogi's additive second-moment update (Reddi et al. 2021).
+
+    The second moment starts at ``tau^2`` as in Reddi et al.'s Algorithm 2
+    (``v_{-1} >= tau^2``); FedAdam's starts at 0 as in Adam, whose bias
+    correction both apply.
+    """
 
     name = "fedyogi"
 
     def _second_moment(self, name: str, d: Any) -> Any:
         d2 = d * d
-        if name not in self.v:  # v_0 = 0: sign(0 - d^2) = -1
-            return d2 * (1 - self.beta2)
-        v = self.v[name]
+        # v starts at tau^2 (Reddi et al. 2021, Algorithm 2: v_{-1} >= tau^2), not at 0
+        v = self.v[name] if name in self.v else d2 * 0 + self.tau**2
         return v - d2 * _sign(v - d2) * (1 - self.beta2)
 
 

@@ -5,8 +5,10 @@ Every client encodes its own strip (:class:`TVFLPassiveClient`, a
 ``grad_h_p``); the label owner (:class:`TVFLActiveClient`, which drives the
 epochs) encodes its strip too and trains a head on all ``m`` representations.
 At inference without the passive clients their representations are replaced by
-zeros (TVFL-0), their training mean (TVFL-A, collected at the end of training)
-or standard-normal noise (TVFL-R). Only ``h_p`` (passive → active) and
+self-generated ones (APFed paper, Sec. 5.2): zeros (TVFL-0), "the average of the
+active client's representations" (TVFL-A: the mean of the active encoder's
+output over its training strip, computed locally at the end of training) or
+standard-normal noise (TVFL-R). Only ``h_p`` (passive → active) and
 ``grad_h_p`` (active → passive) cross the privacy barrier (:data:`TVFL_POLICY`).
 """
 
@@ -38,9 +40,7 @@ __all__ = ["TVFL", "TVFL_POLICY", "TVFLActiveClient", "TVFLPassiveClient"]
 TVFL_POLICY = PrivacyPolicy.of(
     "tvfl",
     {("passive", "active"): ["h_p"], ("active", "passive"): ["grad_h_p"]},
-    kinds={
-        ("active", "passive"): ["tvfl.epoch", "tvfl.forward", "tvfl.backward", "tvfl.represent"]
-    },
+    kinds={("active", "passive"): ["tvfl.epoch", "tvfl.forward", "tvfl.backward"]},
 )
 _FILLS = ("zero", "mean", "random")
 
@@ -99,22 +99,13 @@ class TVFLPassiveClient(SplitBottom):
         self.opt.step()
         self._pending = None
 
-    @handles("tvfl.represent")
-    def _on_represent(self, msg: Message) -> Message:
-        """Representations of training rows ``[start, stop)`` (used for TVFL-A's mean)."""
-        self.net.eval()
-        start, stop = int(msg.number("start")), int(msg.number("stop"))
-        with torch.no_grad():
-            h = self.net(self._X[start:stop])
-        return self.reply(msg, arrays={"h_p": to_numpy(h)})
-
 
 class TVFLActiveClient(Coordinator):
     """The TVFL label owner: its own strip ``i`` and encoder, and the head on all ``m`` representations.
 
     At inference without the passive clients, their representations are
-    replaced by zeros (TVFL-0), their training mean (TVFL-A, collected at the
-    end of training) or standard-normal noise (TVFL-R).
+    replaced by zeros (TVFL-0), the mean of the active encoder's training
+    representations (TVFL-A, :attr:`active_mean`) or standard-normal noise (TVFL-R).
     """
 
     def __init__(
@@ -154,7 +145,7 @@ class TVFLActiveClient(Coordinator):
         self.opt = sgd(params, lr, momentum, weight_decay)
         self._rng = np.random.default_rng(seed)
         self.history: list[float] = []
-        self.passive_mean: list[Any] = []
+        self.active_mean: Any = None
 
     def _join(self, h_a: Any, others: list[Any]) -> Any:
         hs = list(others)
@@ -202,21 +193,17 @@ class TVFLActiveClient(Coordinator):
                 total += float(loss.detach()) * len(idx)
                 step += 1
             self.history.append(total / len(self._X))
-        self._collect_means(step)
+        self.active_mean = self._mean_representation()
         return self.history
 
-    def _collect_means(self, step: int) -> None:
-        """Last training step: average each passive client's representation over the training set."""
-        n = len(self._X)
-        self.passive_mean = []
-        for p in self.passives:
-            acc = torch.zeros(self.rep_shape, dtype=torch.float64, device=self.device)
-            for start in range(0, n, EVAL_BATCH):
-                meta = {"start": start, "stop": min(start + EVAL_BATCH, n)}
-                reply = self.send(p, "tvfl.represent", meta=meta, round=step)
-                h = reply.array("h_p", (meta["stop"] - meta["start"], *self.rep_shape))
-                acc += to_tensor(h, self.device, torch.float64).sum(0)
-            self.passive_mean.append((acc / n).float())
+    def _mean_representation(self) -> Any:
+        """TVFL-A's fill: the trained active encoder's output averaged over its training strip."""
+        self.encoder.eval()
+        acc = torch.zeros(self.rep_shape, dtype=torch.float64, device=self.device)
+        with torch.no_grad():
+            for start in range(0, len(self._X), EVAL_BATCH):
+                acc += self.encoder(self._X[start : start + EVAL_BATCH]).double().sum(0)
+        return (acc / len(self._X)).float()
 
     def logits_alone(self, x: Any, fill: str, generator: Any) -> Any:
         """Logits from the active strip only; passive representations replaced per ``fill``."""
@@ -225,7 +212,7 @@ class TVFLActiveClient(Coordinator):
         if fill == "zero":
             others = [torch.zeros(shape, device=self.device) for _ in self.passives]
         elif fill == "mean":
-            others = [mu.expand(shape) for mu in self.passive_mean]
+            others = [self.active_mean.expand(shape) for _ in self.passives]
         else:
             others = [
                 torch.randn(shape, generator=generator).to(self.device) for _ in self.passives
@@ -241,7 +228,8 @@ class TVFL(StripEstimator):
     ----------
     fill : {"zero", "mean", "random"}
         Default replacement for the passive representations at inference:
-        TVFL-0, TVFL-A (training mean) or TVFL-R (standard normal).
+        TVFL-0, TVFL-A (mean of the active client's training representations)
+        or TVFL-R (standard normal).
     m, i, epochs, batch_size, lr, momentum, weight_decay, pad, arch, device, random_state
         As in :class:`~fedviews.deep.APFed`.
 

@@ -94,6 +94,7 @@ __all__ = [
     "PassiveClient",
     "SingleVL",
     "contrastive_loss",
+    "reconstruction_loss",
 ]
 
 
@@ -116,6 +117,18 @@ def contrastive_loss(h_a: Any, h_p: Any, tau: float) -> Any:
     return (log_den - s_ap.diagonal()).mean()
 
 
+def reconstruction_loss(x_hat: Any, x: Any, kind: str = "l2") -> Any:
+    """APFed-R's ``ℓ_p`` (Eq. 12) averaged over the batch (Eq. 7).
+
+    ``"l2"``: ``mean_i ||x_i − x̂_i||_2`` (the ``L_q`` norm of each sample's
+    residual with ``q = 2``; the paper does not give ``q``). ``"mse"``: the mean
+    of the squared residual over every pixel of the batch (``F.mse_loss``).
+    """
+    if kind == "mse":
+        return F.mse_loss(x_hat, x)
+    return torch.linalg.vector_norm((x - x_hat).flatten(1), ord=2, dim=1).mean()
+
+
 # -- APFed parties -----------------------------------------------------------
 class PassiveClient(SplitBottom):
     """A passive client: its own strip and decoder (APFed-R) or encoder (APFed-C).
@@ -126,6 +139,8 @@ class PassiveClient(SplitBottom):
     spec : NetSpec
     tau : float
         Contrastive temperature (APFed-C).
+    recon_loss : {"l2", "mse"}
+        APFed-R's ``ℓ_p`` (:func:`reconstruction_loss`).
     name, view, seed, lr, momentum, weight_decay, device
         As in :class:`~fedviews.deep._split.SplitBottom`.
     """
@@ -139,6 +154,7 @@ class PassiveClient(SplitBottom):
         *,
         seed: int,
         tau: float = 0.5,
+        recon_loss: str = "l2",
         lr: float = 1e-3,
         momentum: float = 0.9,
         weight_decay: float = 1e-4,
@@ -157,6 +173,7 @@ class PassiveClient(SplitBottom):
         )
         self.variant = variant
         self.tau = tau
+        self.recon_loss = recon_loss
         # strips are of one size, so the active encoder's h_A has this party's encoder shape
         self.rep_shape = spec.out_shape(int(view.shape[2]), int(view.shape[3]))
         self.losses: list[float] = []
@@ -165,7 +182,7 @@ class PassiveClient(SplitBottom):
     def local_loss(self, h_a: Any, x: Any) -> Any:
         """``L_p`` of Eq. 7 without the weight decay term (that is in the optimiser)."""
         if self.variant == "R":
-            return F.mse_loss(self.net(h_a), x)
+            return reconstruction_loss(self.net(h_a), x, self.recon_loss)
         return contrastive_loss(h_a, self.net(x), self.tau)
 
     @handles("apfed.epoch")
@@ -467,7 +484,10 @@ class APFed(_ActiveOnly):
     Parameters
     ----------
     variant : {"R", "C"}
-        Passive loss: reconstruction (decoder, MSE) or contrastive (encoder, Eq. 14).
+        Passive loss: reconstruction (decoder, Eq. 12) or contrastive (encoder, Eq. 14).
+    recon_loss : {"l2", "mse"}
+        APFed-R's ``ℓ_p``: the per-sample L2 norm of Eq. 12 averaged over samples
+        (default) or the older per-pixel mean square (:func:`reconstruction_loss`).
     m, i : int
         ``m-i`` setting: ``m`` horizontal strips, strip ``i`` (1-based) is active.
     lam : float or sequence of float
@@ -516,6 +536,7 @@ class APFed(_ActiveOnly):
         m: int = 2,
         i: int = 1,
         lam: float | Sequence[float] = 1.0,
+        recon_loss: str = "l2",
         tau: float = 0.5,
         epochs: int = 10,
         batch_size: int = 64,
@@ -548,8 +569,8 @@ class APFed(_ActiveOnly):
 class SingleVL(_ActiveOnly):
     """SingleVL baseline: the active client trained on its own strip alone.
 
-    Same parameters as :class:`APFed` without ``variant``, ``lam`` and ``tau``;
-    it is exactly APFed with ``λ = 0``. It runs the same protocol with the active
+    Same parameters as :class:`APFed` without ``variant``, ``recon_loss``, ``lam``
+    and ``tau``; it is exactly APFed with ``λ = 0``. It runs the same protocol with the active
     client as the only party (the driver still asks it for every epoch), so
     ``transport_``, ``run_stats_`` and ``history_`` are those of :class:`APFed`.
     """
@@ -573,5 +594,5 @@ class SingleVL(_ActiveOnly):
 
     def fit(self, images: Any, y: Any) -> SingleVL:
         """Train ``g_T ∘ f_A`` on the active strip of ``images``."""
-        self._fit(images, y, passives=False, variant="R", lam=0.0, tau=0.5)
+        self._fit(images, y, passives=False, variant="R", lam=0.0, tau=0.5, recon_loss="l2")
         return self

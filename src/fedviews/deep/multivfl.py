@@ -590,8 +590,10 @@ class MultiVFL(BaseEstimator):
     batch_size : int
     lr : float
         Local learning rate of the label owners and data owners.
-    local_optimizer : {"adam", "sgd"}
-        Local optimizer (fresh every round, starting from the global model).
+    local_optimizer : {"sgd", "adam"}
+        Local step of label owners and data owners: ``"sgd"`` is Algorithm 1's
+        ``W ← W − η_k ∇ℓ``; ``"adam"`` (not in the paper) is a fresh Adam every
+        round, starting from the global model.
     server_lr, beta1, beta2, tau : float
         Server optimizer hyper-parameters (paper Table 2); ignored by ``fedavg``.
     scenario : str
@@ -653,7 +655,7 @@ class MultiVFL(BaseEstimator):
         local_epochs: int = 1,
         batch_size: int = 64,
         lr: float = 1e-3,
-        local_optimizer: str = "adam",
+        local_optimizer: str = "sgd",
         server_lr: float = 1e-3,
         beta1: float = 0.9,
         beta2: float = 0.99,

@@ -10,7 +10,13 @@ from fedviews.experiments._registry import (
     register_algorithm,
     register_experiment,
 )
-from fedviews.experiments._runner import ExperimentResult, RunContext, Table, run_experiment
+from fedviews.experiments._runner import (
+    ExperimentResult,
+    RunContext,
+    Table,
+    resume_experiment,
+    run_experiment,
+)
 
 __all__ = [
     "DataConfig",
@@ -27,5 +33,6 @@ __all__ = [
     "load_config",
     "register_algorithm",
     "register_experiment",
+    "resume_experiment",
     "run_experiment",
 ]

@@ -19,6 +19,7 @@ __all__ = [
     "make_classifier",
     "mean_std",
     "metric_tables",
+    "paired_difference",
     "pm",
     "summarize",
 ]
@@ -68,6 +69,38 @@ def mean_std(values: Sequence[float] | np.ndarray) -> tuple[float, float]:
 def pm(mean: float, std: float) -> str:
     """``"mean ± std"`` with two decimals, as every table prints it."""
     return f"{mean:.2f} ± {std:.2f}"
+
+
+def paired_difference(
+    a: Sequence[float], b: Sequence[float], level: float = 0.95
+) -> dict[str, Any]:
+    """The paired difference ``a − b`` across seeds: mean, sample std, Student-t interval.
+
+    ``a[s]`` and ``b[s]`` come from the same seed (same data split, same
+    initialisation stream), so their difference removes the seed-to-seed
+    variation both share. ``verdict``: ``"a > b"`` or ``"a < b"`` when the
+    two-sided ``level`` interval excludes 0, else ``"inconclusive"`` (also with
+    fewer than two seeds).
+    """
+    from scipy import stats
+
+    d = np.asarray(a, dtype=float) - np.asarray(b, dtype=float)
+    n = len(d)
+    mean = float(d.mean()) if n else float("nan")
+    if n < 2:
+        return {
+            "n": n,
+            "mean": mean,
+            "std": float("nan"),
+            "low": float("nan"),
+            "high": float("nan"),
+            "verdict": "inconclusive",
+        }
+    std = float(d.std(ddof=1))
+    half = float(stats.t.ppf(0.5 + level / 2, n - 1)) * std / np.sqrt(n)
+    low, high = mean - half, mean + half
+    verdict = "a > b" if low > 0 else "a < b" if high < 0 else "inconclusive"
+    return {"n": n, "mean": mean, "std": std, "low": low, "high": high, "verdict": verdict}
 
 
 def summarize(runs: Sequence[Mapping[str, float]]) -> dict[str, list[float]]:

@@ -29,7 +29,18 @@ from fedviews.experiments._config import ExperimentConfig
 from fedviews.experiments._registry import get_experiment
 from fedviews.report import to_jsonable, write_report
 
-__all__ = ["ExperimentResult", "RunContext", "Table", "run_experiment", "to_jsonable"]
+__all__ = [
+    "CELLS_FILE",
+    "ExperimentResult",
+    "RunContext",
+    "Table",
+    "resume_experiment",
+    "run_experiment",
+    "to_jsonable",
+]
+
+#: finished units of work of a run (``RunContext.cell``): what ``--resume`` does not redo
+CELLS_FILE = "cells.json"
 
 
 @dataclass
@@ -75,7 +86,13 @@ def _noop(k: int = 1) -> None:
 
 
 class RunContext:
-    """Handed to every experiment: output folder, seed, device, progress, checkpoints."""
+    """Handed to every experiment: output folder, seed, device, progress, checkpoints.
+
+    Long experiments split their work into *cells* (``ctx.cell(key, compute)``,
+    e.g. one per setting × method × seed): each finished cell is written to
+    ``cells.json`` at once, and a run continued with ``fedviews run --resume
+    RUN_DIR`` takes finished cells from there instead of computing them again.
+    """
 
     def __init__(
         self, cfg: ExperimentConfig, out_dir: Path, console: Console, quiet: bool = False
@@ -86,6 +103,14 @@ class RunContext:
         self.quiet = quiet
         self.seed = cfg.seed
         self.device = cfg.device
+        self.cells: dict[str, Any] = {}
+        self.restored = 0
+        path = out_dir / CELLS_FILE
+        if path.is_file():
+            try:
+                self.cells = dict(json.loads(path.read_text(encoding="utf-8")))
+            except (ValueError, TypeError) as exc:
+                raise FedViewsError(f"{path} is not a cells file of a run: {exc}") from None
 
     def path(self, name: str) -> Path:
         return self.out_dir / name
@@ -118,6 +143,22 @@ class RunContext:
 
             yield advance
 
+    def cell(self, key: str, compute: Callable[[], Any]) -> Any:
+        """The result of the unit of work ``key``: from ``cells.json`` when a resumed run
+        already has it, else ``compute()``, stored at once.
+
+        The value is returned as it reads back from JSON (lists for tuples and
+        arrays, exact floats), so a resumed run and an uninterrupted one compute
+        their tables from identical values.
+        """
+        if key in self.cells:
+            self.restored += 1
+            return self.cells[key]
+        value = json.loads(json.dumps(to_jsonable(compute())))
+        self.cells[key] = value
+        _write_json(self.path(CELLS_FILE), self.cells)
+        return value
+
     def checkpoint(self, partial: dict[str, Any]) -> None:
         """Write partial results so that an interrupted run loses nothing already computed."""
         _write_json(self.path("partial_metrics.json"), partial)
@@ -135,16 +176,22 @@ def run_experiment(
     console: Console | None = None,
     quiet: bool = False,
     out_dir: Path | None = None,
+    resume: bool = False,
 ) -> tuple[Path, ExperimentResult]:
     """Run ``cfg`` and write ``runs/<name>-<timestamp>/`` (or ``out_dir``).
 
-    Files: ``config.json`` (resolved config), ``metrics.json``, ``message_log.json``,
-    PNG figures and ``report.html``. On failure, ``error.json`` is written next to
-    whatever partial results exist, and the error is re-raised.
+    Files: ``config.json`` (resolved config), ``cells.json`` (finished units of
+    work), ``metrics.json``, ``message_log.json``, PNG figures and ``report.html``.
+    On failure, ``error.json`` is written next to whatever partial results exist,
+    and the error is re-raised. ``resume=True`` continues the run in ``out_dir``
+    (see :func:`resume_experiment`).
     """
     console = console or Console()
     spec = get_experiment(cfg.experiment)
-    if out_dir is None:
+    if resume:
+        if out_dir is None or not out_dir.is_dir():
+            raise FedViewsError(f"cannot resume: {out_dir} is not a run folder")
+    elif out_dir is None:
         stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
         out_dir = Path(cfg.output_dir) / f"{cfg.name}-{stamp}"
         k = 1
@@ -153,7 +200,10 @@ def run_experiment(
             k += 1
     out_dir.mkdir(parents=True, exist_ok=True)
     _write_json(out_dir / "config.json", cfg.to_dict())
+    (out_dir / "error.json").unlink(missing_ok=True)
     ctx = RunContext(cfg, out_dir, console, quiet)
+    if ctx.cells:
+        ctx.log(f"resuming: {len(ctx.cells)} finished cells in {out_dir / CELLS_FILE}")
     t0 = time.perf_counter()
     try:
         result: ExperimentResult = spec.run(cfg, ctx)
@@ -181,3 +231,25 @@ def run_experiment(
     (out_dir / "partial_metrics.json").unlink(missing_ok=True)
     write_report(out_dir, cfg, result, seconds)
     return out_dir, result
+
+
+def resume_experiment(
+    run_dir: Path, *, console: Console | None = None, quiet: bool = False
+) -> tuple[Path, ExperimentResult]:
+    """Continue the experiment run in ``run_dir`` (killed, interrupted, or failed).
+
+    The run's own ``config.json`` is loaded again, so the resumed run is the same
+    run; cells finished before (``cells.json``) are not computed again. The
+    finished run writes one set of tables from all cells, old and new.
+    """
+    from fedviews.experiments._config import load_config
+
+    path = Path(run_dir) / "config.json"
+    if not path.is_file():
+        raise FedViewsError(f"{run_dir} is not an experiment run folder (no config.json)")
+    try:
+        raw = json.loads(path.read_text(encoding="utf-8"))
+    except ValueError as exc:
+        raise FedViewsError(f"{path} is not a run config: {exc}") from None
+    cfg = load_config(raw)
+    return run_experiment(cfg, console=console, quiet=quiet, out_dir=Path(run_dir), resume=True)

@@ -9,6 +9,7 @@ python-version folder; see :mod:`fedviews.deep._cifar`). ``n_train`` /
 
 from __future__ import annotations
 
+import functools
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,7 +20,7 @@ import numpy as np
 from fedviews.errors import ConfigError
 from fedviews.experiments._common import pyplot, save_figure
 from fedviews.experiments._config import ExperimentConfig
-from fedviews.experiments._metrics import mean_std, pm
+from fedviews.experiments._metrics import mean_std, paired_difference, pm
 from fedviews.experiments._paper import paper_tables
 from fedviews.experiments._registry import register_experiment
 from fedviews.experiments._runner import ExperimentResult, RunContext, Table
@@ -46,6 +47,7 @@ class _TrainParams:
     momentum: float = 0.9
     weight_decay: float = 1e-4
     tau: float = 0.5
+    recon_loss: str = "l2"
     n_train: int = 0
     n_test: int = 0
     test_size: float = 0.2
@@ -58,6 +60,9 @@ class _TrainParams:
             raise ConfigError("lr must be > 0, momentum in [0, 1), weight_decay >= 0")
         if self.tau <= 0:
             raise ConfigError(f"tau must be positive, got {self.tau}")
+        from fedviews.deep import APFedParams
+
+        APFedParams(recon_loss=self.recon_loss).validate()
         if self.n_train < 0 or self.n_test < 0 or not 0 < self.test_size < 1:
             raise ConfigError("n_train/n_test must be >= 0 (0 = all) and 0 < test_size < 1")
 
@@ -200,54 +205,36 @@ def _paper(dataset: str) -> dict[str, Any] | None:
     needs="torch",
 )
 def run_table2(cfg: ExperimentConfig, ctx: RunContext) -> ExperimentResult:
-    from fedviews.deep import TVFL, APFed, SingleVL
-
     p: APFedTableParams = cfg.params
     Xtr, ytr, Xte, yte, note = _load(cfg, p)
     ctx.log(note)
     acc: dict[str, dict[str, list[float]]] = {s: {m: [] for m in p.methods} for s in p.settings}
+    curves: dict[str, dict[str, list[list[float]]]] = {
+        s: {m: [] for m in p.methods} for s in p.settings
+    }
     seconds: dict[str, float] = {m: 0.0 for m in p.methods}
     log: dict[str, Any] = {}
-    tvfl_needed = any(m.startswith("TVFL") for m in p.methods)
-    units = (
-        len(p.settings)
-        * p.n_seeds
-        * (int(tvfl_needed) + sum(not m.startswith("TVFL") for m in p.methods))
-    )
-    with ctx.progress(units, f"APFed Table 2 ({cfg.data.name})") as advance:
+    groups = _method_groups(p.methods)
+    with ctx.progress(
+        len(p.settings) * p.n_seeds * len(groups), f"APFed Table 2 ({cfg.data.name})"
+    ) as advance:
         for s in range(p.n_seeds):
             seed = cfg.seed + s
             for setting in p.settings:
-                m, i = (int(v) for v in setting.split("-"))
-                kw = p.train_kwargs(cfg.device, seed)
-                if tvfl_needed:
-                    t0 = time.perf_counter()
-                    tv = TVFL(m=m, i=i, **kw).fit(Xtr, ytr)
-                    dt = time.perf_counter() - t0
-                    for meth, fill in (
-                        ("TVFL-0", "zero"),
-                        ("TVFL-A", "mean"),
-                        ("TVFL-R", "random"),
-                    ):
+                for group in groups:
+                    out = ctx.cell(
+                        f"{setting}/{group}/seed{seed}",
+                        functools.partial(
+                            _train_cell, group, setting, seed, p, cfg.device, (Xtr, ytr, Xte, yte)
+                        ),
+                    )
+                    for meth, a in out["accuracy"].items():
                         if meth in p.methods:
-                            acc[setting][meth].append(100 * tv.score(Xte, yte, fill))
-                            seconds[meth] += dt
-                    log["TVFL"] = tv.message_log_
+                            acc[setting][meth].append(a)
+                            curves[setting][meth].append(out["history"])
+                            seconds[meth] += out["seconds"]
+                    log[group] = out["message_log"]
                     advance(1)
-                for meth in p.methods:
-                    if meth.startswith("TVFL"):
-                        continue
-                    t0 = time.perf_counter()
-                    if meth == "SingleVL":
-                        est: Any = SingleVL(m=m, i=i, **kw)
-                    else:
-                        est = APFed(variant=meth[-1], m=m, i=i, lam=p.lam, tau=p.tau, **kw)
-                    est.fit(Xtr, ytr)
-                    acc[setting][meth].append(100 * est.score(Xte, yte))
-                    seconds[meth] += time.perf_counter() - t0
-                    log[meth] = est.message_log_
-                    advance(1)
-                ctx.checkpoint({"accuracy": acc})
     paper = _paper(cfg.data.name)
     rows: list[list[Any]] = []
     means: dict[str, list[float]] = {m: [] for m in p.methods}
@@ -278,28 +265,146 @@ def run_table2(cfg: ExperimentConfig, ctx: RunContext) -> ExperimentResult:
                 round(avg - ref_avg, 2) if ref_avg is not None else "n/a",
             ]
         )
-    table = Table(
-        title=f"APFed Table 2 — {_PAPER_KEY.get(cfg.data.name, cfg.data.name)} accuracy (%)",
-        columns=["Setting", "Method", "Ours (mean ± std)", "Paper", "Δ (ours − paper)"],
-        rows=rows,
-        note=f"{note}; {p.n_seeds} seeds, {p.epochs} epochs, lr {p.lr}, batch {p.batch_size}, "
-        f"λ={p.lam}, τ={p.tau}, device {cfg.device}",
+    schedule = (
+        f"{p.n_seeds} seeds, {p.epochs} epochs, lr {p.lr}, momentum {p.momentum}, "
+        f"weight decay {p.weight_decay}, batch {p.batch_size}, λ={p.lam}, "
+        f"APFed-R loss {p.recon_loss}, τ={p.tau}, device {cfg.device}"
     )
-    fig = _bar_figure(ctx.path("table2.png"), p.settings, p.methods, acc, cfg.data.name)
+    tables = [
+        Table(
+            title=f"APFed Table 2 — {_PAPER_KEY.get(cfg.data.name, cfg.data.name)} accuracy (%)",
+            columns=["Setting", "Method", "Ours (mean ± std)", "Paper", "Δ (ours − paper)"],
+            rows=rows,
+            note=f"{note}; {schedule}",
+        )
+    ]
+    paired = _paired(acc, p, paper)
+    if paired:
+        tables.append(
+            Table(
+                title="APFed − SingleVL, paired by seed (accuracy points)",
+                columns=["Setting", "Method", "mean ± std", "95% interval", "verdict", "paper Δ"],
+                rows=[
+                    [
+                        r["setting"],
+                        r["method"],
+                        pm(r["mean"], r["std"]),
+                        f"[{r['low']:.2f}, {r['high']:.2f}]",
+                        r["verdict"],
+                        r["paper"],
+                    ]
+                    for r in paired
+                ],
+                note="Each seed trains both methods on the same split and initialisation; "
+                "verdict: the interval excludes 0 (Student t over seeds) or not.",
+            )
+        )
+    figures = [
+        _bar_figure(ctx.path("table2.png"), p.settings, p.methods, acc, cfg.data.name),
+        _curve_figure(ctx.path("training_loss.png"), curves, cfg.data.name),
+    ]
     best = max(p.methods, key=lambda m: float(np.mean(means[m])))
     return ExperimentResult(
         metrics={
             "accuracy": acc,
             "mean": {m: dict(zip(p.settings, means[m], strict=True)) for m in p.methods},
+            "paired_vs_singlevl": paired,
+            "training_loss": curves,
             "train_seconds": seconds,
             "data": note,
             "paper": paper,
         },
-        tables=[table],
-        figures=[fig],
+        tables=tables,
+        figures=figures,
         message_log=log,
         summary=f"best average: {best} {np.mean(means[best]):.2f}%",
     )
+
+
+def _method_groups(methods: tuple[str, ...]) -> list[str]:
+    """Units of training: one ``TVFL`` run serves TVFL-0/A/R; every other method is its own."""
+    groups = ["TVFL"] if any(m.startswith("TVFL") for m in methods) else []
+    return groups + [m for m in methods if not m.startswith("TVFL")]
+
+
+def _train_cell(
+    group: str,
+    setting: str,
+    seed: int,
+    p: APFedTableParams,
+    device: str,
+    data: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray],
+) -> dict[str, Any]:
+    """Train one ``group`` (``TVFL``, ``SingleVL``, ``APFed-R``, ``APFed-C``) in ``setting``
+    with ``seed``: test accuracy (%) of each method it gives, loss curve, time, message log."""
+    from fedviews.deep import TVFL, APFed, SingleVL
+
+    Xtr, ytr, Xte, yte = data
+    m, i = (int(v) for v in setting.split("-"))
+    kw = p.train_kwargs(device, seed)
+    t0 = time.perf_counter()
+    est: Any
+    if group == "TVFL":
+        est = TVFL(m=m, i=i, **kw).fit(Xtr, ytr)
+        accuracy = {
+            meth: 100 * est.score(Xte, yte, fill)
+            for meth, fill in (("TVFL-0", "zero"), ("TVFL-A", "mean"), ("TVFL-R", "random"))
+        }
+    else:
+        if group == "SingleVL":
+            est = SingleVL(m=m, i=i, **kw)
+        else:
+            est = APFed(
+                variant=group[-1], m=m, i=i, lam=p.lam, tau=p.tau, recon_loss=p.recon_loss, **kw
+            )
+        accuracy = {group: 100 * est.fit(Xtr, ytr).score(Xte, yte)}
+    return {
+        "accuracy": accuracy,
+        "history": [float(v) for v in est.history_],
+        "seconds": time.perf_counter() - t0,
+        "message_log": est.message_log_,
+    }
+
+
+def _paired(
+    acc: dict[str, dict[str, list[float]]], p: APFedTableParams, paper: dict[str, Any] | None
+) -> list[dict[str, Any]]:
+    """APFed-R/C − SingleVL per setting, paired by seed (:func:`paired_difference`)."""
+    if "SingleVL" not in p.methods:
+        return []
+    out = []
+    base = METHODS.index("SingleVL")
+    for setting in p.settings:
+        for meth in ("APFed-R", "APFed-C"):
+            if meth not in p.methods:
+                continue
+            d = paired_difference(acc[setting][meth], acc[setting]["SingleVL"])
+            ref = paper.get(setting) if paper else None
+            gap = round(ref[METHODS.index(meth)][0] - ref[base][0], 2) if ref else "n/a"
+            out.append({"setting": setting, "method": meth, **d, "paper": gap})
+    return out
+
+
+def _curve_figure(
+    path: Path, curves: dict[str, dict[str, list[list[float]]]], dataset: str
+) -> Path:
+    """Mean training loss per epoch of every trained method (does it flatten?)."""
+    settings = list(curves)
+    fig, axes = pyplot().subplots(
+        1, len(settings), figsize=(4.2 * len(settings), 3.2), squeeze=False
+    )
+    for ax, setting in zip(axes.ravel(), settings, strict=True):
+        for meth, runs in curves[setting].items():
+            if not runs or meth in ("TVFL-A", "TVFL-R"):  # one TVFL run serves all three
+                continue
+            mu = np.mean(np.asarray(runs, dtype=float), axis=0)
+            ax.plot(np.arange(1, len(mu) + 1), mu, label="TVFL" if meth == "TVFL-0" else meth)
+        ax.set_xlabel("epoch")
+        ax.set_ylabel("training loss (mean over seeds)")
+        ax.set_title(f"{dataset} {setting}")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=7)
+    return save_figure(fig, path)
 
 
 def _bar_figure(
@@ -349,23 +454,28 @@ def run_lambda(cfg: ExperimentConfig, ctx: RunContext) -> ExperimentResult:
         for s in range(p.n_seeds):
             for v in p.variants:
                 for lam in p.lams:
-                    est = APFed(
-                        variant=v,
-                        m=m,
-                        i=i,
-                        lam=lam,
-                        tau=p.tau,
-                        **p.train_kwargs(cfg.device, cfg.seed + s),
-                    )
-                    acc[v][str(lam)].append(100 * est.fit(Xtr, ytr).score(Xte, yte))
+
+                    def train(v: str = v, lam: float = lam, seed: int = cfg.seed + s) -> float:
+                        est = APFed(
+                            variant=v,
+                            m=m,
+                            i=i,
+                            lam=lam,
+                            tau=p.tau,
+                            recon_loss=p.recon_loss,
+                            **p.train_kwargs(cfg.device, seed),
+                        )
+                        return 100 * est.fit(Xtr, ytr).score(Xte, yte)
+
+                    acc[v][str(lam)].append(ctx.cell(f"{v}/lam{lam}/seed{cfg.seed + s}", train))
                     advance(1)
-                    ctx.checkpoint({"accuracy": acc})
     rows = [[lam, *[pm(*mean_std(acc[v][str(lam)])) for v in p.variants]] for lam in p.lams]
     table = Table(
         title=f"APFed accuracy (%) against λ — {cfg.data.name} {p.setting}",
         columns=["λ", *[f"APFed-{v}" for v in p.variants]],
         rows=rows,
-        note=f"{note}; {p.n_seeds} seeds, {p.epochs} epochs, lr {p.lr}; λ = 0 is SingleVL",
+        note=f"{note}; {p.n_seeds} seeds, {p.epochs} epochs, lr {p.lr}, APFed-R loss "
+        f"{p.recon_loss}; λ = 0 is SingleVL",
     )
     fig = _lambda_figure(ctx.path("lambda.png"), p.lams, acc, f"{cfg.data.name} {p.setting}")
     return ExperimentResult(
