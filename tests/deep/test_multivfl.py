@@ -124,6 +124,52 @@ def test_sgd_local_step_is_w_minus_eta_grad(fmnist) -> None:
         np.testing.assert_allclose(a, b.numpy(), rtol=1e-5, atol=1e-6)
 
 
+def test_a_killed_fit_continues_from_its_checkpoint(fmnist, tmp_path) -> None:
+    """``fit(checkpoint=...)`` killed after round 2 of 4 and called again ends with the model
+    and history of an uninterrupted fit (FedYogi: server moments are part of the state)."""
+    images, y, _ = fmnist
+    kw = {"n_data_owners": 2, "n_label_owners": 2, "optimizer": "fedyogi", "rounds": 4}
+    kw.update(batch_size=50, samples_per_owner=100, device="cpu", random_state=1)
+    eval_set = (images[500:], y[500:])
+    whole = MultiVFL(**kw).fit(images[:500], y[:500], eval_set=eval_set)
+
+    class Killed(Exception):
+        pass
+
+    def dies(r: int, rec: dict) -> None:
+        if r == 3:
+            raise Killed
+
+    ckpt = tmp_path / "mvfl.npz"
+    with pytest.raises(Killed):
+        MultiVFL(**kw).fit(
+            images[:500],
+            y[:500],
+            eval_set=eval_set,
+            callback=dies,
+            checkpoint=ckpt,
+            checkpoint_every=2,
+        )
+    rounds_run: list[int] = []
+    resumed = MultiVFL(**kw).fit(
+        images[:500],
+        y[:500],
+        eval_set=eval_set,
+        checkpoint=ckpt,
+        checkpoint_every=2,
+        callback=lambda r, rec: rounds_run.append(r),
+    )
+    assert rounds_run == [3, 4]
+    assert resumed.history_["accuracy"] == whole.history_["accuracy"]
+    assert resumed.history_["train_loss"] == whole.history_["train_loss"]
+    for k, v in whole.server_.params.items():
+        np.testing.assert_array_equal(resumed.server_.params[k], v)
+    for a, b in zip(resumed.data_owners_, whole.data_owners_, strict=True):
+        for pa, pb in zip(_params(a.bottom), _params(b.bottom), strict=True):
+            np.testing.assert_array_equal(pa, pb)
+    np.testing.assert_array_equal(resumed.predict(images[500:]), whole.predict(images[500:]))
+
+
 def test_fedavg_identical_owners_equals_one_owner(fmnist) -> None:
     images, y, _ = fmnist
     images, y = images[:192], y[:192]

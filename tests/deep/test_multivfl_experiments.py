@@ -46,7 +46,8 @@ def test_config_runs(tmp_path: Path) -> None:
         "4niid/fedyogi/adam",
         "4niid/fedyogi/sgd",
     ]
-    assert [r[2] for r in result.tables[0].rows] == ["sgd", "adam", "sgd", "adam"]
+    assert [r[2] for r in result.tables[0].rows] == ["sgd", "sgd", "adam", "adam"]
+    assert not list((out / "checkpoints").glob("*.npz"))  # removed once a curve is stored
     assert len(json.loads((out / "cells.json").read_text())) == 4
     for curve in metrics["accuracy"].values():
         assert len(curve) == 2 and all(0.0 <= a <= 1.0 for a in curve)

