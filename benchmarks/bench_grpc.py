@@ -2,6 +2,11 @@
 
     .venv/bin/python benchmarks/bench_grpc.py mmvfl    [--rounds 10] [--insecure]
     .venv/bin/python benchmarks/bench_grpc.py multivfl [--rounds 2]  [--insecure]
+    .venv/bin/python benchmarks/bench_grpc.py multivfl --e2e-cost
+
+``--e2e-cost`` also runs gRPC with ``federation.end_to_end = false`` (mutual TLS,
+party-to-party payloads not sealed) in the same process and prints what sealing
+every relayed activation and gradient costs.
 
 ``mmvfl``: MMVFL on Handwritten (5 views x 2000 samples). ``multivfl``: Multi-VFL on
 MNIST (4 data owners, 2 label owners, 2000 training images, one local epoch per
@@ -180,6 +185,9 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=0, help="default: 10 (mmvfl), 2 (multivfl)")
     ap.add_argument("--insecure", action="store_true", help="plain-text gRPC instead of mutual TLS")
     ap.add_argument("--set", nargs="*", default=[], help="config overrides key=value")
+    ap.add_argument(
+        "--e2e-cost", action="store_true", help="also run without end-to-end sealing (TLS only)"
+    )
     args = ap.parse_args()
     rounds = args.rounds or (10 if args.algorithm == "mmvfl" else 2)
     with tempfile.TemporaryDirectory() as tmp_:
@@ -193,6 +201,12 @@ def main() -> None:
         n = load_party_data(next(iter(files.values()))).ids.size
         a = run_in_process(cfg, data)
         b = run_grpc(cfg, config, data, certs)
+        plain = None
+        if args.e2e_cost and certs is not None:
+            text = CONFIGS[args.algorithm].format(rounds=rounds)
+            config2 = tmp / "bench_no_e2e.toml"
+            config2.write_text(text.replace("[federation]\n", "[federation]\nend_to_end = false\n"))
+            plain = run_grpc(load_deploy_config(config2, args.set), config2, data, certs)
     mode = "plain text" if args.insecure else "mutual TLS"
     print(f"{args.algorithm}: {cfg.data.dataset}, {n} samples, {rounds} rounds, gRPC with {mode}")
     print(f"{'':30s}{'in-process':>14s}{'loopback gRPC':>16s}{'ratio':>8s}")
@@ -211,6 +225,12 @@ def main() -> None:
         print(f"{label:30s}{'':14s}{b[key] / rounds:16.0f}{b[key] / a['raw_bytes']:8.3f}")
     same = a["lines"][-1].split("(")[0] == b["lines"][-1].split("(")[0]
     print(f"same last round: {same} ({a['lines'][-1]})")
+    if plain is not None:
+        tp = plain["seconds"] / rounds
+        print(
+            f"end-to-end sealing: {tb:.4f} s per round sealed vs {tp:.4f} s TLS only "
+            f"(ratio {tb / tp:.2f}); message bytes {b['message_bytes'] / plain['message_bytes']:.4f}x"
+        )
 
 
 if __name__ == "__main__":

@@ -286,7 +286,7 @@ def test_a_member_stream_without_hello_is_cancelled_and_the_party_can_still_join
             options=[("grpc.ssl_target_name_override", "coordinator")],
         )
         idle = channel.stream_stream(_METHOD)(silence())
-        deadline = time.monotonic() + 5
+        deadline = time.monotonic() + 20  # generous: a loaded CI machine
         while not any("no hello within 0.5 s" in r for r in hub.refusals):
             assert time.monotonic() < deadline, hub.refusals
             time.sleep(0.05)

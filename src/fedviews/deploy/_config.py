@@ -15,6 +15,8 @@ A deployment TOML file (``configs/deploy_*.toml``)::
     request_timeout = 600.0 # the longest one request may take (a party that heartbeats
                             # but never answers is named after this)
     max_message_mb = 1024   # the largest message a process accepts (MiB)
+    end_to_end = true       # with TLS, seal party-to-party payloads: the hub relays them
+                            # but cannot read or alter them (every process must agree)
     checkpoint_every = 1    # rounds between checkpoints (continue: --resume RUN_DIR)
 
     [data]                  # what `fedviews launch` / `split-data` generate
@@ -63,6 +65,7 @@ class FederationSpec(Roster):
     max_message_mb: float = 1024.0  # the largest message a process reassembles
     max_incomplete: int = 64  # messages a peer may have half-sent at once
     hello_timeout: float = 10.0  # seconds a new connection may take to say hello
+    end_to_end: bool = True  # seal party-to-party payloads so the hub cannot read them (TLS)
     alignment: str = "psi"  # or "none": every party holds the same IDs (rows sorted by ID)
     checkpoint_every: int = 1  # every process checkpoints its state every this many rounds
 

@@ -96,6 +96,7 @@ def options_of(cfg: DeployConfig) -> GrpcOptions:
         max_message_bytes=int(f.max_message_mb * 1024 * 1024),
         max_incomplete=f.max_incomplete,
         hello_timeout=f.hello_timeout,
+        end_to_end=f.end_to_end,
     )
 
 

@@ -51,6 +51,7 @@ from typing import TYPE_CHECKING, Any, NoReturn
 
 from fedviews import errors
 from fedviews.errors import ConfigError, FedViewsError, PartyUnavailable, ProtocolError, require
+from fedviews.federation._e2e import E2EKeys, HubProof
 from fedviews.federation._message import Message, error_payload, raise_remote
 from fedviews.federation._party import Party
 from fedviews.federation._policy import PrivacyPolicy
@@ -66,7 +67,7 @@ log = logging.getLogger("fedviews.grpc")
 _METHOD = "/fedviews.Hub/Connect"
 _HEADER = struct.Struct("<4sBQIII")
 _MAGIC = b"FVF1"
-HELLO, WELCOME, REQUEST, REPLY, ERROR, HEARTBEAT, BYE = range(1, 8)
+HELLO, WELCOME, REQUEST, REPLY, ERROR, HEARTBEAT, BYE, PEERS = range(1, 9)
 _MB = 1024 * 1024
 Buffer = bytes | bytearray | memoryview
 
@@ -103,6 +104,11 @@ class GrpcOptions:
         Messages a peer may have half-sent at once (their chunks are held in memory).
     hello_timeout : float
         Seconds a new stream may take to say hello before the hub cancels it.
+    end_to_end : bool
+        With TLS, seal every party-to-party payload between the two parties
+        (:mod:`fedviews.federation._e2e`): the hub relays it but can neither read
+        nor alter it. The hub and every party must agree (a mismatch is refused at
+        join, or at the first party-to-party message, with a clear error).
     """
 
     timeout: float = 20.0
@@ -115,6 +121,7 @@ class GrpcOptions:
     max_message_bytes: int = 1024 * _MB
     max_incomplete: int = 64
     hello_timeout: float = 10.0
+    end_to_end: bool = True
 
     def channel_options(self) -> list[tuple[str, int]]:
         limit = self.chunk_size + 64 * 1024
@@ -349,17 +356,25 @@ class _Endpoint(Transport):
             self.calls.drop(msg_id)
         return slot.ftype, slot.data
 
+    def _encode(self, msg: Message) -> bytearray:
+        """``msg`` as it goes on the wire (a party seals party-to-party messages)."""
+        return msg.encode_buffer()
+
+    def _decode(self, data: Buffer) -> Message:
+        """A message that arrived (a party opens the sealed ones)."""
+        return Message.decode(data)
+
     def _remote_request(self, link: _Link, msg: Message) -> Message:
         """Send ``msg`` over ``link`` and wait for the reply (policy checked, both logged)."""
         self._check_send(msg)
-        wire = msg.encode_buffer()
+        wire = self._encode(msg)
         self._check_and_log(msg, len(wire))
         msg_id, slot = self.calls.new(link)
         link.send(REQUEST, msg_id, wire)
         ftype, data = self._await(link, msg_id, slot, msg.kind)
         if ftype == ERROR:
             raise_remote(msg.receiver, msg.kind, data)
-        reply = Message.decode(data)
+        reply = self._decode(data)
         if reply.receiver != msg.sender or reply.sender != msg.receiver:
             raise ProtocolError(f"party {msg.receiver!r} replied with a misaddressed message")
         self._check_and_log(reply, len(data))
@@ -382,8 +397,8 @@ class _Endpoint(Transport):
     def _serve_request(self, link: _Link, msg_id: int, data: Buffer) -> None:
         """Answer a request that arrived over ``link`` (runs in a worker thread)."""
         try:
-            reply = self._answer(link, Message.decode(data), len(data))
-            rwire = reply.encode_buffer()
+            reply = self._answer(link, self._decode(data), len(data))
+            rwire = self._encode(reply)
             self._check_and_log(reply, len(rwire))
             link.send(REPLY, msg_id, rwire)
         except Exception as exc:  # reported to the requester, which raises it
@@ -432,6 +447,9 @@ class GrpcHub(_Endpoint):
         self.links: dict[str, _Link] = {}
         self.refusals: list[str] = []
         self.tls = tls
+        #: the parties' signed end-to-end keys (with TLS), handed to all once all joined
+        self.bundles: dict[str, dict[str, str]] = {}
+        self.session = secrets.token_bytes(16)
         self._joined = threading.Condition()
         # a relay holds its worker until the reply comes back: room for every pair at once
         n = len(self.expected)
@@ -470,10 +488,11 @@ class GrpcHub(_Endpoint):
         context.abort(_grpc().StatusCode.PERMISSION_DENIED, reason)
         raise AssertionError("unreachable")  # context.abort raises
 
-    def _identify(self, context: Any, hello: Buffer) -> str:
+    def _identify(self, context: Any, hello: Buffer) -> tuple[str, dict[str, Any]]:
         try:
-            claimed = str(json.loads(bytes(hello))["party"])
-        except (ValueError, KeyError, UnicodeDecodeError):
+            said = json.loads(bytes(hello))
+            claimed = str(said["party"])
+        except (ValueError, KeyError, TypeError, UnicodeDecodeError, RecursionError):
             self._refuse(context, "malformed hello")
         if self.tls is not None:
             auth = context.auth_context()
@@ -486,12 +505,24 @@ class GrpcHub(_Endpoint):
             pem = auth.get("x509_pem_cert", [b""])[0]
             if self.tls.is_revoked(pem):
                 self._refuse(context, f"certificate of party {claimed!r} is revoked")
+            bundle = said.get("e2e") if self.options.end_to_end else {}
+            if not isinstance(bundle, dict) or not isinstance(said.get("nonce"), str):
+                self._refuse(
+                    context,
+                    f"party {claimed!r} sent no end-to-end key in its hello "
+                    "(federation.end_to_end must be the same for every process)",
+                )
+            said["bundle"] = {
+                "cert": pem.decode("ascii"),
+                "x25519": str(bundle.get("x25519", "")),
+                "sig": str(bundle.get("sig", "")),
+            }
         if claimed not in self.expected:
             self._refuse(context, f"unknown party {claimed!r}; expected {sorted(self.expected)}")
         live = self.links.get(claimed)
         if live is not None and not live.closed.is_set():
             self._refuse(context, f"party {claimed!r} is already connected")
-        return claimed
+        return claimed, said
 
     def _screen(self, context: Any) -> None:
         """Refuse a TLS connection at once, before waiting for its hello, when its
@@ -510,7 +541,13 @@ class GrpcHub(_Endpoint):
         self._screen(context)
         # a stream that does not say hello within hello_timeout is cancelled: it holds one
         # of the hub's threads, and idle streams must not keep the parties out
-        silent = threading.Timer(self.options.hello_timeout, context.cancel)
+        expired = threading.Event()
+
+        def expire() -> None:
+            expired.set()  # before the cancel, which wakes the reader below at once
+            context.cancel()
+
+        silent = threading.Timer(self.options.hello_timeout, expire)
         silent.daemon = True
         silent.start()
         try:
@@ -518,7 +555,7 @@ class GrpcHub(_Endpoint):
         except StopIteration:
             return
         except Exception:  # the stream was cancelled (no hello in time) or broke
-            if not silent.is_alive():
+            if expired.is_set():
                 self.refusals.append(f"no hello within {self.options.hello_timeout:g} s")
             return
         finally:
@@ -527,19 +564,41 @@ class GrpcHub(_Endpoint):
         got = probe.receive(first)
         if got is None or got[0] != HELLO:
             self._refuse(context, "the first frame must be a hello")
-        name = self._identify(context, got[2])
+        name, hello = self._identify(context, got[2])
         link = _Link(name, self.options)
         link.bytes_in = probe.bytes_in
         context.add_callback(lambda: link.close("stream cancelled"))
-        link.send(WELCOME, 0, json.dumps({"roles": self.roles}).encode())
+        welcome: dict[str, Any] = {"roles": self.roles}
+        if self.tls is not None:
+            try:
+                nonce = bytes.fromhex(hello["nonce"])
+            except ValueError:
+                self._refuse(context, "malformed hello")
+            welcome["proof"] = HubProof.make(self.tls, name, nonce)
+        link.send(WELCOME, 0, json.dumps(welcome).encode())
         with self._joined:
             self.links[name] = link
+            if self.tls is not None and self.options.end_to_end:
+                self.bundles[name] = hello["bundle"]
+                self._hand_out_keys()
             self._joined.notify_all()
         log.info("party %r joined from %s", name, context.peer())
         threading.Thread(
             target=self._read, args=(link, request_iterator), daemon=True, name=f"read-{name}"
         ).start()
         yield from link.outgoing()
+
+    def _hand_out_keys(self) -> None:
+        """Once every party has joined (again), give each the others' signed keys."""
+        if set(self.bundles) != set(self.expected):
+            return
+        frame = json.dumps({"session": self.session.hex(), "peers": self.bundles}).encode()
+        for link in self.links.values():
+            if not link.closed.is_set():
+                try:
+                    link.send(PEERS, 0, frame)
+                except PartyUnavailable:
+                    pass
 
     def _read(self, link: _Link, frames: Iterator[bytes]) -> None:
         try:
@@ -709,6 +768,8 @@ class GrpcPartyTransport(_Endpoint):
         self._channel: Any = None
         self._call: Any = None
         self._work = ThreadPoolExecutor(max_workers=1, thread_name_prefix="fedviews-handler")
+        #: with TLS, party-to-party payloads are sealed end to end (see ``_e2e``)
+        self.e2e: E2EKeys | None = None
 
     def _links(self) -> list[_Link]:
         return [self.link] if self.link is not None else []
@@ -729,10 +790,16 @@ class GrpcPartyTransport(_Endpoint):
         (name,) = self.local
         pause = self.options.backoff
         last = ""
+        hello: dict[str, Any] = {"party": name}
+        if self.tls is not None:
+            hello["nonce"] = secrets.token_bytes(16).hex()
+            if self.options.end_to_end:
+                self.e2e = E2EKeys(name, self.tls)
+                hello["e2e"] = self.e2e.bundle()
         for attempt in range(1, self.options.connect_retries + 1):
             channel = self._open_channel()
             link = _Link(self.server_name, self.options)
-            link.send(HELLO, 0, json.dumps({"party": name}).encode())
+            link.send(HELLO, 0, json.dumps(hello).encode())
             call = channel.stream_stream(_METHOD)(link.outgoing())
             timer = threading.Timer(self.options.connect_timeout, call.cancel)
             timer.start()
@@ -741,7 +808,11 @@ class GrpcPartyTransport(_Endpoint):
                 timer.cancel()
                 if got is None or got[0] != WELCOME:
                     raise ProtocolError("the coordinator did not answer the hello with a welcome")
-                self.roles.update(json.loads(bytes(got[2]))["roles"])
+                welcome = json.loads(bytes(got[2]))
+                if self.tls is not None:
+                    nonce = bytes.fromhex(hello["nonce"])
+                    HubProof.check(self.tls, self.server_name, name, nonce, welcome.get("proof"))
+                self.roles.update(welcome["roles"])
                 self.link, self._channel, self._call = link, channel, call
                 return
             except grpc.RpcError as exc:
@@ -784,6 +855,13 @@ class GrpcPartyTransport(_Endpoint):
                     self._work.submit(self._serve_request, link, msg_id, data)
                 elif ftype in (REPLY, ERROR):
                     self.calls.resolve(link, msg_id, ftype, data)
+                elif ftype == PEERS and self.e2e is not None:
+                    try:
+                        keys = json.loads(bytes(data))
+                        peers, session = keys["peers"], bytes.fromhex(keys["session"])
+                    except (ValueError, KeyError, TypeError, RecursionError):
+                        raise ProtocolError("the hub sent malformed key bundles") from None
+                    self.e2e.set_peers(peers, session)
                 elif ftype == BYE:
                     self._work.shutdown(wait=True)
                     return
@@ -800,6 +878,16 @@ class GrpcPartyTransport(_Endpoint):
             if time.monotonic() - link.last_seen > self.options.timeout:
                 link.close(f"no message or heartbeat for {self.options.timeout:g} s")
                 self._call.cancel()
+
+    def _encode(self, msg: Message) -> bytearray:
+        if self.e2e is not None and msg.receiver != self.server_name:
+            return self.e2e.seal(msg)
+        return msg.encode_buffer()
+
+    def _decode(self, data: Buffer) -> Message:
+        if self.e2e is not None and Message.peek(data).sender != self.server_name:
+            return self.e2e.open(data)
+        return Message.decode(data)
 
     def _answer(self, link: _Link, msg: Message, nbytes: int) -> Message:
         if msg.receiver not in self.local:

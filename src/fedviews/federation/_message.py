@@ -28,6 +28,7 @@ __all__ = ["Message", "MetaValue"]
 MetaValue = str | int | float | bool | None
 _MAGIC = b"FVM1"
 _ALLOWED_KINDS = set("biuf")  # bool, signed, unsigned, float
+_MAX_META = 1 << 20  # bytes of a sealed meta table
 
 
 def _check_array(name: str, arr: Any) -> np.ndarray:
@@ -169,7 +170,7 @@ class Message:
 
         Checks that the array sizes add up to the message length, as :meth:`decode` does.
         """
-        head, specs, _ = _parse_header(memoryview(data))
+        head, specs, _ = parse_header(memoryview(data))
         return Header(
             kind=head["kind"],
             sender=head["sender"],
@@ -188,7 +189,12 @@ class Message:
         """
         view = memoryview(data)
         owned = not view.readonly
-        header, specs, offset = _parse_header(view)
+        header, specs, offset = parse_header(view)
+        if "sealed" in header:
+            raise ProtocolError(
+                f"a message of {header['sender']!r} sealed end to end for "
+                f"{header['receiver']!r}: only that party can open it"
+            )
         arrays: dict[str, np.ndarray] = {}
         for spec in specs:
             size = int(spec["size"])
@@ -218,7 +224,7 @@ class Header:
     shapes: tuple[tuple[int, ...], ...]
 
 
-def _parse_header(view: memoryview) -> tuple[dict[str, Any], list[dict[str, Any]], int]:
+def parse_header(view: memoryview) -> tuple[dict[str, Any], list[dict[str, Any]], int]:
     """``(header, array specs, payload offset)``; raises ProtocolError on corrupt input."""
     if len(view) < 8 or bytes(view[:4]) != _MAGIC:
         raise ProtocolError("not a fedviews message (bad magic)")
@@ -234,7 +240,7 @@ def _parse_header(view: memoryview) -> tuple[dict[str, Any], list[dict[str, Any]
         raise ProtocolError(f"corrupt message header: no {missing}")
     specs = list(header["arrays"])
     offset = 8 + hlen
-    total = offset
+    total = offset + _sealed_overhead(header)
     for spec in specs:
         try:
             dtype = np.dtype(spec["dtype"])
@@ -252,6 +258,25 @@ def _parse_header(view: memoryview) -> tuple[dict[str, Any], list[dict[str, Any]
     if total != len(view):
         raise ProtocolError("trailing bytes after message payload")
     return header, specs, offset
+
+
+#: AES-GCM tag after a sealed payload (fedviews.federation._e2e)
+SEAL_TAG = 16
+
+
+def _sealed_overhead(header: Mapping[str, Any]) -> int:
+    """Bytes a sealed message carries beyond its arrays (encrypted meta, tag); 0 if not sealed."""
+    sealed = header.get("sealed")
+    if sealed is None:
+        return 0
+    try:
+        nonce = bytes.fromhex(str(sealed["nonce"]))
+        seq, n_meta = int(sealed["seq"]), int(sealed["meta_bytes"])
+    except (KeyError, TypeError, ValueError, AttributeError):
+        raise ProtocolError(f"corrupt sealed-message header: {sealed!r}") from None
+    if len(nonce) != 12 or seq < 1 or not 0 <= n_meta <= _MAX_META or header.get("meta"):
+        raise ProtocolError(f"corrupt sealed-message header: {sealed!r}")
+    return n_meta + SEAL_TAG
 
 
 def error_payload(exc: BaseException) -> bytes:

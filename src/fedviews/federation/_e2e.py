@@ -1,0 +1,328 @@
+"""End-to-end protection of party-to-party messages that the coordinator's hub relays.
+
+TLS ends at the hub, so without this layer the coordinator could read (and
+alter) every activation and gradient that one party sends another through it.
+With TLS on, every party-to-party payload is sealed between the two parties:
+
+* **Keys.** Each party process makes a fresh X25519 key pair and signs its public
+  key with its certificate's private key (ECDSA P-256, SHA-256) in its hello. The
+  hub hands every party the others' bundles (certificate, X25519 key, signature)
+  once all have joined. A party accepts a bundle only if the certificate is signed
+  by the federation CA, names exactly that party, is valid now and not on its
+  revocation list, and the signature verifies: a hub without the CA's key cannot
+  substitute a key of its own. The pairwise key of the direction ``a → b`` is
+  ``HKDF-SHA256(X25519(a, b), salt=session, info="fedviews-e2e-v1" | a | b)``;
+  ``session`` is a random value of this run.
+* **Sealing.** The array bytes and the ``meta`` table are encrypted with AES-256-GCM
+  under a random 96-bit nonce; the clear header (kind, sender, receiver, round,
+  array names, dtypes, shapes, sizes: what the hub's policy check and log need)
+  is the associated data, so the hub can neither read the payload nor change the
+  header. A per-direction sequence number in the header (authenticated too) lets
+  the receiver refuse a replayed message.
+* **What the hub can still do.** Drop, delay or reorder messages, and report a
+  party as unavailable (availability is the coordinator's to give). It learns
+  the header fields above and the size of ``meta``. A coordinator that also holds
+  the CA's private key can issue itself a certificate under a party's name and
+  so defeat this layer: keep the CA with someone other than the coordinator's
+  operator where that matters.
+
+Sealed message layout (see :meth:`fedviews.federation.Message.encode`)::
+
+    b"FVM1" | u32 header length | header JSON (meta = {}, "sealed": {...}) |
+    AES-GCM(meta JSON | array bytes) | 16-byte tag
+"""
+
+from __future__ import annotations
+
+import base64
+import datetime
+import json
+import secrets
+import struct
+import threading
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from fedviews.errors import PrivacyError, ProtocolError, require
+from fedviews.federation._message import Message, parse_header
+
+if TYPE_CHECKING:
+    from fedviews.federation._certs import TLSFiles
+
+__all__ = ["E2EKeys", "HubProof", "verify_certificate"]
+
+_INFO = b"fedviews-e2e-v1"
+_HUB = b"fedviews-hub-v1"
+#: sequence numbers this far behind the newest one seen are refused as replays
+_WINDOW = 4096
+
+
+def _b64(data: bytes) -> str:
+    return base64.b64encode(data).decode("ascii")
+
+
+def _unb64(text: Any, what: str) -> bytes:
+    try:
+        return base64.b64decode(str(text), validate=True)
+    except (ValueError, TypeError):
+        raise ProtocolError(f"{what} is not base64") from None
+
+
+def _crypto() -> Any:
+    require("cryptography", "grpc")
+    from cryptography import x509
+    from cryptography.exceptions import InvalidSignature, InvalidTag
+    from cryptography.hazmat.primitives import hashes
+    from cryptography.hazmat.primitives.asymmetric import ec, x25519
+    from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+    from cryptography.hazmat.primitives.kdf.hkdf import HKDF
+    from cryptography.hazmat.primitives.serialization import load_pem_private_key
+    from cryptography.x509.oid import NameOID
+
+    return {
+        "x509": x509,
+        "InvalidSignature": InvalidSignature,
+        "InvalidTag": InvalidTag,
+        "hashes": hashes,
+        "ec": ec,
+        "x25519": x25519,
+        "AESGCM": AESGCM,
+        "HKDF": HKDF,
+        "load_key": load_pem_private_key,
+        "NameOID": NameOID,
+    }
+
+
+def verify_certificate(tls: TLSFiles, pem: bytes, name: str) -> Any:
+    """The public key of ``pem`` if it is a valid certificate of party ``name`` in this
+    federation: signed by its CA, common name exactly ``name``, valid now, not revoked."""
+    c = _crypto()
+    x509, ec = c["x509"], c["ec"]
+    try:
+        cert = x509.load_pem_x509_certificate(pem)
+        ca = x509.load_pem_x509_certificate(tls.ca.read_bytes())
+        hash_alg = cert.signature_hash_algorithm
+        if cert.issuer != ca.subject or hash_alg is None:
+            raise PrivacyError(f"the certificate offered for {name!r} is not from this CA")
+        ca.public_key().verify(cert.signature, cert.tbs_certificate_bytes, ec.ECDSA(hash_alg))
+    except c["InvalidSignature"]:
+        raise PrivacyError(
+            f"the certificate offered for {name!r} is not signed by the CA"
+        ) from None
+    except ValueError as exc:
+        raise PrivacyError(f"the certificate offered for {name!r} is unreadable: {exc}") from None
+    names = [a.value for a in cert.subject.get_attributes_for_oid(c["NameOID"].COMMON_NAME)]
+    if names != [name]:  # exact: TLS host names compare case-insensitively, fedviews does not
+        raise PrivacyError(f"a certificate of {names} was offered as {name!r}'s")
+    now = datetime.datetime.now(datetime.timezone.utc)
+    if not cert.not_valid_before_utc <= now <= cert.not_valid_after_utc:
+        raise PrivacyError(f"the certificate of {name!r} is not valid now")
+    if f"{cert.serial_number:x}" in tls.revoked:
+        raise PrivacyError(f"the certificate of {name!r} is revoked")
+    return cert.public_key()
+
+
+class _Signer:
+    """This process's certificate and private key (the ones it uses for TLS)."""
+
+    def __init__(self, tls: TLSFiles) -> None:
+        c = _crypto()
+        self.tls = tls
+        self.cert_pem = tls.cert.read_bytes()
+        self._key = c["load_key"](tls.key.read_bytes(), password=None)
+        self._ecdsa = c["ec"].ECDSA(c["hashes"].SHA256())
+
+    def sign(self, data: bytes) -> bytes:
+        return bytes(self._key.sign(data, self._ecdsa))
+
+    def verify(self, pem: bytes, name: str, data: bytes, sig: bytes) -> None:
+        """Check that ``sig`` over ``data`` comes from a valid certificate of ``name``."""
+        key = verify_certificate(self.tls, pem, name)
+        try:
+            key.verify(sig, data, self._ecdsa)
+        except _crypto()["InvalidSignature"]:
+            raise PrivacyError(f"a signature claimed to be {name!r}'s does not verify") from None
+
+
+class HubProof:
+    """The hub proves it holds the key of a certificate named exactly as the coordinator.
+
+    TLS checks the hub's certificate against the name a party expects, but
+    compares host names case-insensitively (and grpc does not show the client
+    which certificate it accepted); the hub therefore also signs the party's hello
+    nonce, and the party checks that signature against a certificate whose common
+    name is exactly the coordinator's name.
+    """
+
+    @staticmethod
+    def make(tls: TLSFiles, party: str, nonce: bytes) -> dict[str, str]:
+        signer = _Signer(tls)
+        sig = signer.sign(_HUB + b"\0" + party.encode() + b"\0" + nonce)
+        return {"cert": signer.cert_pem.decode("ascii"), "sig": _b64(sig)}
+
+    @staticmethod
+    def check(tls: TLSFiles, coordinator: str, party: str, nonce: bytes, proof: Any) -> None:
+        if not isinstance(proof, Mapping) or "cert" not in proof or "sig" not in proof:
+            raise PrivacyError(
+                f"the hub did not prove that it is {coordinator!r} (no signed welcome)"
+            )
+        _Signer(tls).verify(
+            str(proof["cert"]).encode("ascii"),
+            coordinator,
+            _HUB + b"\0" + party.encode() + b"\0" + nonce,
+            _unb64(proof["sig"], "the hub's signature"),
+        )
+
+
+class E2EKeys:
+    """One party's end-to-end keys: its signed X25519 bundle, its peers', seal and open."""
+
+    def __init__(self, name: str, tls: TLSFiles) -> None:
+        c = _crypto()
+        self.name = name
+        self._signer = _Signer(tls)
+        self._secret = c["x25519"].X25519PrivateKey.generate()
+        self._public = self._secret.public_key().public_bytes_raw()
+        self._send: dict[str, Any] = {}  # receiver -> AESGCM
+        self._recv: dict[str, Any] = {}  # sender -> AESGCM
+        self._seq: dict[str, int] = {}
+        self._seen: dict[str, tuple[int, set[int]]] = {}
+        self._lock = threading.Lock()
+
+    def _signed(self, name: str, public: bytes) -> bytes:
+        return _INFO + b"\0" + name.encode() + b"\0" + public
+
+    def bundle(self) -> dict[str, str]:
+        """What this party's hello carries: its X25519 key, signed with its certificate's key."""
+        return {
+            "x25519": _b64(self._public),
+            "sig": _b64(self._signer.sign(self._signed(self.name, self._public))),
+        }
+
+    def set_peers(self, peers: Mapping[str, Any], session: bytes) -> None:
+        """Verify every peer's bundle (``{name: {"cert", "x25519", "sig"}}``) and derive keys."""
+        c = _crypto()
+        send: dict[str, Any] = {}
+        recv: dict[str, Any] = {}
+        for peer, b in peers.items():
+            if peer == self.name:
+                continue
+            if not isinstance(b, Mapping) or not {"cert", "x25519", "sig"} <= set(b):
+                raise ProtocolError(f"the hub sent a malformed key bundle for {peer!r}")
+            public = _unb64(b["x25519"], f"{peer!r}'s key")
+            self._signer.verify(
+                str(b["cert"]).encode("ascii"),
+                peer,
+                self._signed(peer, public),
+                _unb64(b["sig"], f"{peer!r}'s signature"),
+            )
+            try:
+                shared = self._secret.exchange(
+                    c["x25519"].X25519PublicKey.from_public_bytes(public)
+                )
+            except ValueError:
+                raise PrivacyError(f"{peer!r}'s X25519 key is invalid") from None
+
+            def key(a: str, b_: str, shared: bytes = shared) -> Any:
+                info = _INFO + b"\0" + a.encode() + b"\0" + b_.encode()
+                hkdf = c["HKDF"](algorithm=c["hashes"].SHA256(), length=32, salt=session, info=info)
+                return c["AESGCM"](hkdf.derive(shared))
+
+            send[peer], recv[peer] = key(self.name, peer), key(peer, self.name)
+        with self._lock:
+            self._send, self._recv = send, recv
+            self._seq = {p: 0 for p in send}
+            self._seen = {p: (0, set()) for p in recv}
+
+    def has_key(self, peer: str) -> bool:
+        return peer in self._send
+
+    def seal(self, msg: Message) -> bytearray:
+        """``msg`` encoded with its meta and arrays encrypted for ``msg.receiver``."""
+        aead = self._send.get(msg.receiver)
+        if aead is None:
+            raise PrivacyError(
+                f"no end-to-end key for {msg.receiver!r}: refusing to send it a message "
+                "the hub could read"
+            )
+        with self._lock:
+            self._seq[msg.receiver] += 1
+            seq = self._seq[msg.receiver]
+        plain = msg.encode_buffer()
+        view = memoryview(plain)
+        (hlen,) = struct.unpack("<I", view[4:8])
+        meta = json.dumps(dict(msg.meta), allow_nan=True).encode("utf-8")
+        nonce = secrets.token_bytes(12)
+        head = json.loads(bytes(view[8 : 8 + hlen]))
+        head["meta"] = {}
+        head["sealed"] = {"nonce": nonce.hex(), "seq": seq, "meta_bytes": len(meta)}
+        clear = json.dumps(head, allow_nan=True).encode("utf-8")
+        prefix = plain[:4] + struct.pack("<I", len(clear)) + clear
+        body = aead.encrypt(nonce, meta + bytes(view[8 + hlen :]), bytes(prefix))
+        out = bytearray(len(prefix) + len(body))
+        out[: len(prefix)] = prefix
+        out[len(prefix) :] = body
+        return out
+
+    def open(self, data: bytes | bytearray | memoryview) -> Message:
+        """The message sealed in ``data`` (checked: sender's key, header, no replay)."""
+        view = memoryview(data)
+        head, specs, offset = parse_header(view)
+        sealed = head.get("sealed")
+        sender = str(head["sender"])
+        if not isinstance(sealed, Mapping):
+            raise PrivacyError(
+                f"{sender!r} sent an unsealed message; party-to-party messages must be "
+                "end-to-end encrypted"
+            )
+        if head["receiver"] != self.name:
+            raise PrivacyError(f"a message for {head['receiver']!r} was delivered to {self.name!r}")
+        aead = self._recv.get(sender)
+        if aead is None:
+            raise PrivacyError(f"no end-to-end key for {sender!r}: cannot open its message")
+        try:
+            plain = aead.decrypt(
+                bytes.fromhex(str(sealed["nonce"])), bytes(view[offset:]), bytes(view[:offset])
+            )
+        except (_crypto()["InvalidTag"], ValueError):
+            raise PrivacyError(
+                f"a message claimed to be {sender!r}'s failed authentication "
+                "(altered or forged on the way)"
+            ) from None
+        self._check_replay(sender, int(sealed["seq"]))
+        n_meta = int(sealed["meta_bytes"])
+        try:
+            meta = json.loads(plain[:n_meta].decode("utf-8"))
+        except (UnicodeDecodeError, json.JSONDecodeError):
+            raise ProtocolError(f"{sender!r} sealed a corrupt meta table") from None
+        if not isinstance(meta, dict):
+            raise ProtocolError(f"{sender!r} sealed a meta value that is not a table")
+        arrays: dict[str, np.ndarray] = {}
+        buf = memoryview(bytearray(plain[n_meta:]))  # writable: the arrays view it, no copy
+        at = 0
+        for spec in specs:
+            size = int(spec["size"])
+            arr = np.frombuffer(buf[at : at + size], dtype=np.dtype(spec["dtype"]))
+            arrays[str(spec["name"])] = arr.reshape(tuple(spec["shape"]))
+            at += size
+        return Message(
+            kind=head["kind"],
+            sender=sender,
+            receiver=self.name,
+            round=int(head["round"]),
+            arrays=arrays,
+            meta=meta,
+        )
+
+    def _check_replay(self, sender: str, seq: int) -> None:
+        with self._lock:
+            newest, seen = self._seen[sender]
+            if seq <= newest - _WINDOW or seq in seen or seq < 1:
+                raise PrivacyError(f"a replayed message of {sender!r} (sequence {seq}) was refused")
+            seen.add(seq)
+            if seq > newest:
+                newest = seq
+                seen = {s for s in seen if s > newest - _WINDOW}
+            self._seen[sender] = (newest, seen)

@@ -1,0 +1,191 @@
+"""End-to-end sealing of party-to-party messages: the hub relays what it cannot read or alter.
+
+A party ``a`` sends ``b`` an array through the coordinator's hub (as a Multi-VFL
+data owner sends activations to a label owner). The hub sees the header (the log
+still shows the crossing) but not the payload; a payload it alters, replays or
+forges is refused by ``b``; a hub whose certificate only matches the
+coordinator's name case-insensitively is refused by the parties.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import numpy as np
+import pytest
+
+pytest.importorskip("grpc")
+pytest.importorskip("cryptography")
+
+from fedviews.errors import PrivacyError, ProtocolError  # noqa: E402
+from fedviews.federation import (  # noqa: E402
+    Coordinator,
+    GrpcHub,
+    GrpcOptions,
+    GrpcPartyTransport,
+    Message,
+    Party,
+    PrivacyPolicy,
+    TLSFiles,
+    handles,
+    init_ca,
+    issue_certificate,
+)
+
+POLICY = PrivacyPolicy.of(
+    "relay",
+    {("party", "party"): ["x", "y"]},
+    kinds={("coordinator", "party"): ["go"], ("party", "party"): ["pass"]},
+)
+FAST = GrpcOptions(timeout=5.0, heartbeat=0.5, connect_timeout=5.0, connect_retries=2, backoff=0.1)
+SECRET = np.arange(1000, 1064, dtype=np.float64) * 3.25  # bytes easy to look for
+
+
+class Sender(Party):
+    """``go`` from the coordinator makes it send ``SECRET`` to ``b`` and return b's answer."""
+
+    @handles("go")
+    def on_go(self, msg: Message) -> Message:
+        reply = self.send("b", "pass", arrays={"x": SECRET}, meta={"note": 7})
+        return self.reply(msg, meta={"sum": float(reply.arrays["y"].sum())})
+
+
+class Receiver(Party):
+    def __init__(self, name: str) -> None:
+        super().__init__(name)
+        self.got: list[Message] = []
+
+    @handles("pass")
+    def on_pass(self, msg: Message) -> Message:
+        self.got.append(msg)
+        return self.reply(msg, arrays={"y": msg.arrays["x"] * 2})
+
+
+def _serve(t: GrpcPartyTransport, errors: list[BaseException]) -> None:
+    try:
+        t.serve()
+    except Exception as exc:  # noqa: BLE001 - recorded for the assertions
+        errors.append(exc)
+
+
+@pytest.fixture()
+def relay(tmp_path) -> Iterator[dict[str, Any]]:
+    init_ca(tmp_path)
+    for name in ("coordinator", "a", "b"):
+        issue_certificate(tmp_path, name)
+    roles = {"a": "party", "b": "party"}
+    hub = GrpcHub(POLICY, roles, tls=TLSFiles.from_dir(tmp_path, "coordinator"), options=FAST)
+    hub.register(Coordinator())
+    seen: list[bytes] = []  # what the hub relays, as it relays it
+    real = hub._serve_request
+
+    def spy(link: Any, msg_id: int, data: Any) -> None:
+        seen.append(bytes(data))
+        real(link, msg_id, data)
+
+    hub._serve_request = spy  # type: ignore[method-assign]
+    receiver, errors = Receiver("b"), []
+    try:
+        for name, party in (("a", Sender("a")), ("b", receiver)):
+            t = GrpcPartyTransport(
+                POLICY, f"127.0.0.1:{hub.port}", tls=TLSFiles.from_dir(tmp_path, name), options=FAST
+            )
+            t.register(party)
+            t.connect()
+            threading.Thread(target=_serve, args=(t, errors), daemon=True).start()
+        hub.wait_for_parties(5)
+        yield {"hub": hub, "seen": seen, "b": receiver, "errors": errors, "real": real}
+    finally:
+        hub.close()
+
+
+def test_the_hub_relays_a_payload_it_cannot_read(relay) -> None:
+    hub = relay["hub"]
+    reply = hub.local["coordinator"].send("a", "go")
+    assert reply.meta["sum"] == pytest.approx(2 * SECRET.sum())
+    got = relay["b"].got[0]
+    np.testing.assert_array_equal(got.arrays["x"], SECRET)
+    assert got.meta == {"note": 7}
+    relayed = [d for d in relay["seen"] if Message.peek(d).kind == "pass"]
+    assert len(relayed) == 1
+    data = relayed[0]
+    assert SECRET.tobytes() not in data and SECRET[:4].tobytes() not in data
+    with pytest.raises(ProtocolError, match="sealed end to end"):
+        Message.decode(data)  # what the coordinator would have to do to read it
+    head = Message.peek(data)
+    assert (head.sender, head.receiver, head.names, head.shapes) == ("a", "b", ("x",), ((64,),))
+    assert b'"note"' not in data  # meta travels sealed too
+    # the hub's log still shows what crossed (names, not contents), both ways
+    crossings = hub.log.crossings()
+    assert crossings["a -> b"] == ["x"] and crossings["b -> a"] == ["y"]
+
+
+def _relay_to_b(relay: dict[str, Any], data: bytes) -> Exception | None:
+    """Let the hub push ``data`` to ``b`` as a relayed request and return b's error, if any."""
+    hub = relay["hub"]
+    link = hub.links["b"]
+    rid, slot = hub.calls.new(link)
+    from fedviews.federation._grpc import ERROR, REQUEST
+
+    link.send(REQUEST, rid, data)
+    ftype, rdata = hub._await(link, rid, slot, "pass")
+    if ftype != ERROR:
+        return None
+    import json
+
+    info = json.loads(bytes(rdata))
+    return PrivacyError(info["message"]) if info["type"] == "PrivacyError" else None
+
+
+def test_an_altered_replayed_or_forged_payload_is_refused(relay) -> None:
+    hub = relay["hub"]
+    hub.local["coordinator"].send("a", "go")
+    data = next(d for d in relay["seen"] if Message.peek(d).kind == "pass")
+    assert len(relay["b"].got) == 1
+
+    # replay of the genuine message
+    err = _relay_to_b(relay, data)
+    assert err is not None and "replayed" in str(err)
+    # one flipped payload bit
+    flipped = bytearray(data)
+    flipped[-20] ^= 1
+    err = _relay_to_b(relay, bytes(flipped))
+    assert err is not None and "failed authentication" in str(err)
+    # a header the hub edits (the round) is authenticated as well
+    edited = data.replace(b'"round": 0', b'"round": 5')
+    assert edited != data
+    err = _relay_to_b(relay, edited)
+    assert err is not None and "failed authentication" in str(err)
+    # a plain message the hub makes up in a's name
+    forged = Message("pass", "a", "b", arrays={"x": np.zeros(64)}).encode()
+    err = _relay_to_b(relay, forged)
+    assert err is not None and "unsealed" in str(err)
+    assert len(relay["b"].got) == 1  # none of them reached b's handler
+    assert relay["errors"] == []
+
+
+def test_a_hub_named_coordinator_only_up_to_case_is_refused(tmp_path) -> None:
+    init_ca(tmp_path)
+    for name in ("Coordinator", "a"):
+        issue_certificate(tmp_path, name)
+    hub = GrpcHub(
+        POLICY, {"a": "party"}, tls=TLSFiles.from_dir(tmp_path, "Coordinator"), options=FAST
+    )
+    hub.register(Coordinator())
+    try:
+        t = GrpcPartyTransport(
+            POLICY,
+            f"127.0.0.1:{hub.port}",
+            tls=TLSFiles.from_dir(tmp_path, "a"),
+            server_name="coordinator",
+            options=FAST,
+        )
+        t.register(Receiver("a"))
+        with pytest.raises(PrivacyError, match=r"\['Coordinator'\] was offered as 'coordinator'"):
+            t.connect()
+    finally:
+        hub.close()
+    time.sleep(0.1)
