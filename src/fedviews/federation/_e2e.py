@@ -38,7 +38,6 @@ import base64
 import datetime
 import json
 import secrets
-import struct
 import threading
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
@@ -46,7 +45,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from fedviews.errors import PrivacyError, ProtocolError, require
-from fedviews.federation._message import Message, parse_header
+from fedviews.federation._message import SEAL_TAG, Message, parse_header, prefix, write_arrays
 
 if TYPE_CHECKING:
     from fedviews.federation._certs import TLSFiles
@@ -250,20 +249,18 @@ class E2EKeys:
         with self._lock:
             self._seq[msg.receiver] += 1
             seq = self._seq[msg.receiver]
-        plain = msg.encode_buffer()
-        view = memoryview(plain)
-        (hlen,) = struct.unpack("<I", view[4:8])
-        meta = json.dumps(dict(msg.meta), allow_nan=True).encode("utf-8")
+        head, payloads = msg.layout()
+        meta = json.dumps(head["meta"], allow_nan=True).encode("utf-8")
         nonce = secrets.token_bytes(12)
-        head = json.loads(bytes(view[8 : 8 + hlen]))
         head["meta"] = {}
         head["sealed"] = {"nonce": nonce.hex(), "seq": seq, "meta_bytes": len(meta)}
-        clear = json.dumps(head, allow_nan=True).encode("utf-8")
-        prefix = plain[:4] + struct.pack("<I", len(clear)) + clear
-        body = aead.encrypt(nonce, meta + bytes(view[8 + hlen :]), bytes(prefix))
-        out = bytearray(len(prefix) + len(body))
-        out[: len(prefix)] = prefix
-        out[len(prefix) :] = body
+        clear = prefix(json.dumps(head, allow_nan=True).encode("utf-8"))
+        plain = bytearray(len(meta) + sum(c.nbytes for c in payloads))
+        plain[: len(meta)] = meta
+        write_arrays(plain, len(meta), payloads)  # the one copy of the arrays, as unsealed
+        out = bytearray(len(clear) + len(plain) + SEAL_TAG)
+        out[: len(clear)] = clear
+        aead.encrypt_into(nonce, plain, clear, memoryview(out)[len(clear) :])
         return out
 
     def open(self, data: bytes | bytearray | memoryview) -> Message:
@@ -282,9 +279,10 @@ class E2EKeys:
         aead = self._recv.get(sender)
         if aead is None:
             raise PrivacyError(f"no end-to-end key for {sender!r}: cannot open its message")
+        plain = bytearray(len(view) - offset - SEAL_TAG)  # writable: the arrays view it
         try:
-            plain = aead.decrypt(
-                bytes.fromhex(str(sealed["nonce"])), bytes(view[offset:]), bytes(view[:offset])
+            aead.decrypt_into(
+                bytes.fromhex(str(sealed["nonce"])), view[offset:], view[:offset], plain
             )
         except (_crypto()["InvalidTag"], ValueError):
             raise PrivacyError(
@@ -300,8 +298,8 @@ class E2EKeys:
         if not isinstance(meta, dict):
             raise ProtocolError(f"{sender!r} sealed a meta value that is not a table")
         arrays: dict[str, np.ndarray] = {}
-        buf = memoryview(bytearray(plain[n_meta:]))  # writable: the arrays view it, no copy
-        at = 0
+        buf = memoryview(plain)
+        at = n_meta
         for spec in specs:
             size = int(spec["size"])
             arr = np.frombuffer(buf[at : at + size], dtype=np.dtype(spec["dtype"]))

@@ -120,6 +120,15 @@ class Message:
         further copy; the in-process transport uses this to keep per-batch split
         learning cheap.
         """
+        head, payloads = self.layout()
+        header = json.dumps(head, allow_nan=True).encode("utf-8")
+        buf = bytearray(8 + len(header) + sum(c.nbytes for c in payloads))
+        buf[: 8 + len(header)] = prefix(header)
+        write_arrays(buf, 8 + len(header), payloads)
+        return buf
+
+    def layout(self) -> tuple[dict[str, Any], list[np.ndarray]]:
+        """The header table and the little-endian, C-ordered arrays of the encoding."""
         specs = []
         payloads = []
         for name, a in self.arrays.items():
@@ -130,28 +139,15 @@ class Message:
                 {"name": name, "dtype": c.dtype.str, "shape": list(c.shape), "size": c.nbytes}
             )
             payloads.append(c)
-        header = json.dumps(
-            {
-                "kind": self.kind,
-                "sender": self.sender,
-                "receiver": self.receiver,
-                "round": int(self.round),
-                "meta": dict(self.meta),
-                "arrays": specs,
-            },
-            allow_nan=True,
-        ).encode("utf-8")
-        total = 8 + len(header) + sum(c.nbytes for c in payloads)
-        buf = bytearray(total)
-        buf[:4] = _MAGIC
-        buf[4:8] = struct.pack("<I", len(header))
-        buf[8 : 8 + len(header)] = header
-        out = np.frombuffer(buf, dtype=np.uint8)
-        offset = 8 + len(header)
-        for c in payloads:
-            out[offset : offset + c.nbytes] = c.reshape(-1).view(np.uint8)
-            offset += c.nbytes
-        return buf
+        head = {
+            "kind": self.kind,
+            "sender": self.sender,
+            "receiver": self.receiver,
+            "round": int(self.round),
+            "meta": dict(self.meta),
+            "arrays": specs,
+        }
+        return head, payloads
 
     def header(self) -> Header:
         """What the privacy policy and the log look at (no array data)."""
@@ -210,6 +206,19 @@ class Message:
             arrays=arrays,
             meta=header["meta"],
         )
+
+
+def prefix(header: bytes) -> bytes:
+    """The start of an encoded message: magic, header length, header JSON."""
+    return _MAGIC + struct.pack("<I", len(header)) + header
+
+
+def write_arrays(buf: bytearray | memoryview, offset: int, arrays: list[np.ndarray]) -> None:
+    """Copy ``arrays``' bytes into ``buf`` from ``offset`` on, one after the other."""
+    out = np.frombuffer(buf, dtype=np.uint8)
+    for c in arrays:
+        out[offset : offset + c.nbytes] = c.reshape(-1).view(np.uint8)
+        offset += c.nbytes
 
 
 @dataclass(frozen=True)
