@@ -26,7 +26,7 @@ EXAMPLES = ROOT / "docs" / "examples"
 #: every array name the toy's policy declares
 DECLARED = {"Xw", "residual", "prediction"}
 #: the deployment's own session arrays (PSI), next to the algorithm's
-SESSION = {"psi_set", "psi_positions"}
+SESSION = {"psi_set", "psi_sealed", "psi_positions"}
 
 
 @pytest.fixture(scope="module")
@@ -217,9 +217,9 @@ def test_fedviews_launch_equals_in_process(tmp_path, fedridge):
         np.testing.assert_allclose(z["prediction"], fed.coordinator.Xw.sum(0), atol=1e-10)
     # only the declared arrays (and the PSI's) crossed, and the same exchanges as in-process
     log = json.loads((run / "coordinator" / "message_log.json").read_text())
-    assert log["crossings"]["fou -> coordinator"] == ["Xw", "psi_set", "residual"]
-    assert log["crossings"]["zer -> coordinator"] == ["Xw", "psi_set"]
-    assert log["crossings"]["coordinator -> kar"] == ["psi_positions", "psi_set", "residual"]
+    assert log["crossings"]["fou -> coordinator"] == ["Xw", "psi_sealed", "psi_set", "residual"]
+    assert log["crossings"]["zer -> coordinator"] == ["Xw", "psi_sealed", "psi_set"]
+    assert log["crossings"]["coordinator -> kar"] == ["psi_positions", "psi_sealed", "residual"]
     assert set().union(*log["crossings"].values()) == DECLARED | SESSION
     deployed = {tuple(e[:3]) + (tuple(e[3]),) for e in log["exchanges"]}
     deployed = {e for e in deployed if not e[2].startswith(("deploy:", "psi:"))}

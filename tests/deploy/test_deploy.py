@@ -108,8 +108,10 @@ def test_launch_equals_in_process(tmp_path):
         with np.load(run / name / "result.npz") as z:
             np.testing.assert_allclose(z["W"], ref.W_[k], rtol=1e-10, atol=1e-12)
     log = json.loads((run / "coordinator" / "message_log.json").read_text())
-    assert log["crossings"]["pix -> coordinator"] == ["Z_k", "psi_set"]
-    assert log["crossings"]["coordinator -> pix"] == ["Z", "psi_positions", "psi_set"]
+    # PSI chains are sealed between parties: the coordinator relays psi_sealed, and only
+    # the fully blinded psi_set of a chain's last step reaches it in the clear
+    assert log["crossings"]["pix -> coordinator"] == ["Z_k", "psi_sealed", "psi_set"]
+    assert log["crossings"]["coordinator -> pix"] == ["Z", "psi_positions", "psi_sealed"]
     # the deployed protocol is the in-process one: same (roles, kind, arrays) exchanges
     roles = {**cfg.roles(), "coordinator": "coordinator"}
     deployed = footprint(log["exchanges"], roles)

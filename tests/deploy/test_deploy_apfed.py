@@ -222,8 +222,8 @@ def test_launch_equals_in_process(tmp_path, launch):
         assert crossed[f"mid -> {p}"] == ["h_A"]
         assert crossed[f"{p} -> mid"] == ["grad_h_A"]
     for p in PARTIES:
-        assert crossed[f"{p} -> coordinator"] == ["psi_set"]
-        assert crossed[f"coordinator -> {p}"] == ["psi_positions", "psi_set"]
+        assert crossed[f"{p} -> coordinator"] == ["psi_sealed", "psi_set"]
+        assert crossed[f"coordinator -> {p}"] == ["psi_positions", "psi_sealed"]
     assert len(crossed) == 4 + 2 * len(PARTIES)
 
     # the same config in one process runs exactly the deployed protocol, and the policy

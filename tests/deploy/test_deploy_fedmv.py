@@ -197,10 +197,10 @@ def test_vfedmv_launch_equals_in_process(launched):
     np.testing.assert_array_equal(_npz(run / "fou" / "result.npz")["y_test_pred"], pred)
     # only Z_k / Z (+ test twins), the label owner's Y once, and the PSI arrays cross
     crossed = _crossings(run)
-    assert crossed["fou -> coordinator"] == {"Y", "Z_k", "Z_k_test", "psi_set"}
-    assert crossed["pix -> coordinator"] == {"Z_k", "Z_k_test", "psi_set"}
+    assert crossed["fou -> coordinator"] == {"Y", "Z_k", "Z_k_test", "psi_sealed", "psi_set"}
+    assert crossed["pix -> coordinator"] == {"Z_k", "Z_k_test", "psi_sealed", "psi_set"}
     for name in V_PARTIES:
-        assert crossed[f"coordinator -> {name}"] == {"Z", "Z_test", "psi_positions", "psi_set"}
+        assert crossed[f"coordinator -> {name}"] == {"Z", "Z_test", "psi_positions", "psi_sealed"}
     assert len(crossed) == 2 * len(V_PARTIES)
     # the same config in one process runs exactly the deployed protocol, and the
     # policy of this run allows exactly what crossed

@@ -146,18 +146,22 @@ def test_launch_equals_in_process_and_only_activations_cross(launched):
     top_names = {f"top/{k}" for k in ref.server_.params}
     update_names = {f"update/{k}" for k in ref.server_.params}
     for d in DOS:
-        assert set(cross[f"{d} -> coordinator"]) == {"psi_set"}
+        assert set(cross[f"{d} -> coordinator"]) == {"psi_sealed", "psi_set"}
         for lo in LOS:  # only activations and their gradients between owners
             assert cross[f"{d} -> {lo}"] == ["activations"]
             assert cross[f"{lo} -> {d}"] == ["activation_grad"]
     for lo in LOS:
-        assert set(cross[f"{lo} -> coordinator"]) == update_names | {"psi_set"}
-        assert set(cross[f"coordinator -> {lo}"]) == top_names | {"psi_set", "psi_positions"}
+        assert set(cross[f"{lo} -> coordinator"]) == update_names | {"psi_sealed", "psi_set"}
+        assert set(cross[f"coordinator -> {lo}"]) == top_names | {"psi_sealed", "psi_positions"}
     # raw strips, labels and bottom models stay home: no other array name ever crossed
     crossed = {n for names in cross.values() for n in names}
-    assert crossed == {"activations", "activation_grad", "psi_set", "psi_positions"} | (
-        top_names | update_names
-    )
+    assert crossed == {
+        "activations",
+        "activation_grad",
+        "psi_set",
+        "psi_sealed",
+        "psi_positions",
+    } | (top_names | update_names)
 
 
 def _roles(cfg) -> dict[str, str]:

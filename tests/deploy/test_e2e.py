@@ -189,3 +189,66 @@ def test_a_hub_named_coordinator_only_up_to_case_is_refused(tmp_path) -> None:
     finally:
         hub.close()
     time.sleep(0.1)
+
+
+def test_a_coordinator_cannot_use_a_party_as_a_psi_oracle(tmp_path) -> None:
+    """Sealed PSI chains: the intersection is right; the coordinator's own set is never
+    re-blinded (dictionary attack), nor is a party's sealed set re-blinded twice."""
+    from fedviews.privacy import PSI_POLICY, PSIParty, hash_ids, run_psi
+
+    init_ca(tmp_path)
+    for name in ("coordinator", "a", "b"):
+        issue_certificate(tmp_path, name)
+    hub = GrpcHub(
+        PSI_POLICY,
+        {"a": "party", "b": "party"},
+        tls=TLSFiles.from_dir(tmp_path, "coordinator"),
+        options=FAST,
+    )
+    coord = Coordinator()
+    hub.register(coord)
+    ids = {"a": np.arange(0, 300), "b": np.arange(200, 500)}
+    errors: list[BaseException] = []
+    parties = {}
+    try:
+        for name in ("a", "b"):
+            t = GrpcPartyTransport(
+                PSI_POLICY,
+                f"127.0.0.1:{hub.port}",
+                tls=TLSFiles.from_dir(tmp_path, name),
+                options=FAST,
+            )
+            parties[name] = PSIParty(name, ids[name])
+            t.register(parties[name])
+            t.connect()
+            threading.Thread(target=_serve, args=(t, errors), daemon=True).start()
+        hub.wait_for_parties(5)
+        assert run_psi(coord, ["a", "b"], "g1") == 100
+        np.testing.assert_array_equal(ids["a"][parties["a"].psi_rows["g1"]], np.arange(200, 300))
+        relayed = {e.kind: e.arrays for e in hub.log.entries}
+        assert relayed["psi:reblind"] == ("psi_sealed",)  # the coordinator relays, cannot read
+
+        # the dictionary attack: have "a" re-blind the coordinator's own candidates
+        coord.send("a", "psi:blind", meta={"group": "g2", "next": "b"})
+        candidates = hash_ids(np.arange(1000))
+        with pytest.raises(PrivacyError, match="re-blinds only sets sealed by another party"):
+            coord.send("a", "psi:reblind", arrays={"psi_set": candidates}, meta={"group": "g2"})
+
+        # a genuine sealed set of "b", re-blinded once; a second time is refused
+        sealed = coord.send("b", "psi:blind", meta={"group": "g2", "next": "a"})
+        blob = sealed.arrays["psi_sealed"]
+        once = coord.send("a", "psi:reblind", arrays={"psi_sealed": blob}, meta={"group": "g2"})
+        assert once.arrays["psi_set"].shape == (300, 32)
+        with pytest.raises(PrivacyError, match="replayed"):
+            coord.send("a", "psi:reblind", arrays={"psi_sealed": blob}, meta={"group": "g2"})
+        again = coord.send("b", "psi:blind", meta={"group": "g2", "next": "a"})  # a fresh seal
+        with pytest.raises(PrivacyError, match="already re-blinded the set of 'b'"):
+            coord.send(
+                "a",
+                "psi:reblind",
+                arrays={"psi_sealed": again.arrays["psi_sealed"]},
+                meta={"group": "g2"},
+            )
+    finally:
+        hub.close()
+    assert errors == []

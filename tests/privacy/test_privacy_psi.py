@@ -224,8 +224,8 @@ def test_only_blinded_elements_cross_and_keys_are_fresh():
             for name, shape in zip(e.arrays, e.shapes):
                 expected_ndim, width = (2, (32,)) if name == "psi_set" else (1, shape[-1:])
                 assert len(shape) == expected_ndim and shape[-1:] == width
-        for m in rec.messages:  # metadata: the group name and the common count only
-            assert set(m.meta) <= {"group", "n_common"}
+        for m in rec.messages:  # metadata: group, next party of a chain, set size, common count
+            assert set(m.meta) <= {"group", "next", "n", "n_common"}
         blob = rec.blob()
         assert not any(uid.encode() in blob for uid in universe)  # no ID in the clear
         hashed = {r.tobytes() for r in hash_ids(universe)}

@@ -74,8 +74,8 @@ def session_policy(cfg: DeployConfig) -> PrivacyPolicy:
     rules: dict[tuple[str, str], set[str]] = {}
     kinds: dict[tuple[str, str], tuple[str, ...]] = {}
     for role in set(cfg.roles().values()):
-        rules[(role, "coordinator")] = {"psi_set"}
-        rules[("coordinator", role)] = {"psi_set", "psi_positions"}
+        rules[(role, "coordinator")] = {"psi_set", "psi_sealed"}
+        rules[("coordinator", role)] = {"psi_set", "psi_sealed", "psi_positions"}
         kinds[("coordinator", role)] = SESSION_KINDS
     return PrivacyPolicy.of("session", rules, kinds=kinds)
 

@@ -53,11 +53,29 @@ blinded sets of two runs cannot be linked. What leaks, and to whom:
   intersection size. It also learns which positions of each (secretly shuffled)
   set are common — nothing about which ID sits there.
 
-Not covered: a coordinator colluding with a party can test guessed IDs of the
-other parties (dictionary attack on the blinded sets); malicious parties (wrong
-keys, fake or inflated sets) are not prevented. Only the arrays ``psi_set`` and
-``psi_positions`` cross the barrier (see :data:`PSI_POLICY`); the metadata is
-the group name and the number of common rows.
+Sealed chains (deployments with TLS)
+------------------------------------
+A coordinator that could have a party re-blind *any* set could test guessed IDs:
+send the party ``{H(c)}`` for a dictionary of candidates ``c`` and compare the
+answer with that party's blinded set. Where the transport seals party-to-party
+messages end to end (:mod:`fedviews.federation._e2e`; a TLS deployment), the
+chains are therefore sealed: with ``psi:blind`` the coordinator names the next
+party of the chain, and each party hands its (re-)blinded set to the coordinator
+sealed for that next party (``psi_sealed``: an opaque byte array the coordinator
+relays but can neither read nor forge). A party re-blinds only a sealed set from
+another party of the federation, at most once per origin party and group, and
+hands the fully blinded set of the last step to the coordinator in the clear.
+The coordinator then never sees a singly or partly blinded set and cannot have
+anything of its own re-blinded: the dictionary attack is closed. It still learns
+the sizes and intersection counts listed above. In one process (no sealing) a
+party re-blinds what the coordinator sends it, as before.
+
+Not covered: a coordinator colluding with a party can still test guessed IDs of
+the other parties (the party seals a dictionary for its next hop, once per
+group); malicious parties (wrong keys, fake or inflated sets) are not prevented.
+Only the arrays ``psi_set``, ``psi_sealed`` and ``psi_positions`` cross the
+barrier (see :data:`PSI_POLICY`); the metadata is the group name, the next party
+of a chain, the set size and the number of common rows.
 """
 
 from __future__ import annotations
@@ -76,7 +94,7 @@ from typing import Any
 import numpy as np
 
 from fedviews.data import register_intersection
-from fedviews.errors import DataError, ProtocolError, require
+from fedviews.errors import DataError, PrivacyError, ProtocolError, require
 from fedviews.federation import Coordinator, Message, Party, PrivacyPolicy, federate, handles
 
 __all__ = [
@@ -92,7 +110,10 @@ __all__ = [
 
 PSI_POLICY = PrivacyPolicy.of(
     "psi",
-    {("party", "coordinator"): ["psi_set"], ("coordinator", "party"): ["psi_set", "psi_positions"]},
+    {
+        ("party", "coordinator"): ["psi_set", "psi_sealed"],
+        ("coordinator", "party"): ["psi_set", "psi_sealed", "psi_positions"],
+    },
     kinds={("coordinator", "party"): ["psi:blind", "psi:reblind", "psi:result"]},
 )
 _DST = b"fedviews-psi-v2|ristretto255|SHA-512|"
@@ -251,6 +272,7 @@ class _GroupState:
     key: bytes
     order: np.ndarray  # secret permutation: set position -> row of ``ids``
     ids: np.ndarray  # the ID list used for this group
+    reblinded: str = ""  # origins whose sealed chain this party re-blinded (comma-separated)
 
 
 def _group_of(msg: Message) -> str:
@@ -290,7 +312,7 @@ class PSIParty(Party):
             meta[f"psi/{group}"] = ",".join(f.name for f in dataclasses.fields(st))
             for f in dataclasses.fields(st):
                 v = getattr(st, f.name)
-                if isinstance(v, bytes):
+                if isinstance(v, (bytes, str)):
                     meta[f"psi/{group}/{f.name}"] = v
                 else:
                     arrays[f"psi/{group}/{f.name}"] = np.asarray(v)
@@ -327,25 +349,71 @@ class PSIParty(Party):
             raise DataError(f"{self.name!r}: the PSI IDs of group {group!r} have duplicates")
         state = _GroupState(
             key=new_key(),
-            order=np.random.default_rng().permutation(len(ids)),  # unrelated to the ID order
+            order=_secret_permutation(len(ids)),  # unrelated to the ID order
             ids=ids,
         )
         with self._psi_lock:
             self._psi_state[group] = state
             self.psi_rows.pop(group, None)
-        return self.reply(
-            msg, arrays={"psi_set": blind_ids(state.key, ids[state.order])}, meta={"group": group}
+        points = blind_ids(state.key, ids[state.order])
+        return self._hand_on(msg, group, self.name, points, {"n": len(ids)})
+
+    def _sealing(self) -> Any:
+        """The transport's end-to-end keys, if it seals party-to-party messages."""
+        return getattr(self.transport, "e2e", None)
+
+    def _hand_on(
+        self, msg: Message, group: str, origin: str, points: np.ndarray, meta: dict[str, Any]
+    ) -> Message:
+        """Reply with ``points``: sealed for the chain's next party if there is one (and this
+        transport seals), else in the clear."""
+        nxt = msg.meta.get("next", "")
+        keys = self._sealing()
+        if keys is None or not nxt:
+            return self.reply(msg, arrays={"psi_set": points}, meta={"group": group, **meta})
+        if not isinstance(nxt, str) or nxt == self.name:
+            raise ProtocolError(f"{self.name!r}: bad next party {nxt!r} for a PSI chain")
+        inner = Message(
+            "psi:chain",
+            self.name,
+            nxt,
+            arrays={"psi_set": points},
+            meta={"group": group, "origin": origin},
         )
+        blob = np.frombuffer(keys.seal(inner), dtype=np.uint8)
+        return self.reply(msg, arrays={"psi_sealed": blob}, meta={"group": group, **meta})
 
     @handles("psi:reblind")
     def on_psi_reblind(self, msg: Message) -> Message:
-        state = self._state(msg)
-        points = msg.arrays.get("psi_set")
-        if points is None:
-            raise ProtocolError(f"{self.name!r}: psi:reblind without psi_set")
-        return self.reply(
-            msg, arrays={"psi_set": reblind(state.key, points)}, meta={"group": _group_of(msg)}
-        )
+        state, group = self._state(msg), _group_of(msg)
+        keys = self._sealing()
+        if keys is None:  # in one process: re-blind what the coordinator sends
+            points = msg.arrays.get("psi_set")
+            if points is None:
+                raise ProtocolError(f"{self.name!r}: psi:reblind without psi_set")
+            return self.reply(
+                msg, arrays={"psi_set": reblind(state.key, points)}, meta={"group": group}
+            )
+        blob = msg.arrays.get("psi_sealed")
+        if blob is None:
+            raise PrivacyError(
+                f"{self.name!r} re-blinds only sets sealed by another party (the coordinator "
+                "sent one of its own: refused, it could test guessed IDs with it)"
+            )
+        inner = keys.open(np.ascontiguousarray(blob, dtype=np.uint8).tobytes())
+        origin = str(inner.meta.get("origin", ""))
+        if inner.kind != "psi:chain" or inner.meta.get("group") != group or not origin:
+            raise PrivacyError(f"{self.name!r}: a sealed PSI set of another chain or group")
+        with self._psi_lock:
+            done = set(filter(None, state.reblinded.split(",")))
+            if origin == self.name or origin in done:
+                raise PrivacyError(
+                    f"{self.name!r} already re-blinded the set of {origin!r} in group {group!r}: "
+                    "each set is re-blinded once"
+                )
+            state.reblinded = ",".join(sorted(done | {origin}))
+        points = reblind(state.key, inner.array("psi_set", (None, _WIDTH)))
+        return self._hand_on(msg, group, origin, points, {})
 
     @handles("psi:result")
     def on_psi_result(self, msg: Message) -> Message:
@@ -367,7 +435,18 @@ class PSIParty(Party):
 
 
 # -- coordinator ---------------------------------------------------------------
+def _secret_permutation(n: int) -> np.ndarray:
+    """A uniformly random permutation of ``range(n)`` from the OS's CSPRNG."""
+    seed = int.from_bytes(os.urandom(32), "little")
+    return np.random.Generator(np.random.PCG64(seed)).permutation(n)
+
+
 def _full_set(reply: Message, sender: str, n: int | None) -> np.ndarray:
+    sealed = reply.arrays.get("psi_sealed")
+    if sealed is not None:  # a sealed chain: relayed as it is to the next party
+        if sealed.dtype != np.uint8 or sealed.ndim != 1:
+            raise ProtocolError(f"{sender!r} replied with a malformed psi_sealed")
+        return sealed
     pts = reply.arrays.get("psi_set")
     if pts is None or pts.dtype != np.uint8 or pts.ndim != 2 or pts.shape[1] != _WIDTH:
         raise ProtocolError(f"{sender!r} replied without a valid psi_set")
@@ -406,18 +485,30 @@ def run_psi(coordinator: Party, parties: Sequence[str], group: str = "default") 
     if not isinstance(group, str) or not group:
         raise DataError("the PSI group name must be a non-empty string")
     meta = {"group": group}
+    sizes: dict[int, int] = {}
 
     def step(k: int, s: int, points: np.ndarray) -> np.ndarray:
         target = names[(k + s) % K]
+        hop = {**meta, "next": names[(k + s + 1) % K] if s < K - 1 else ""}
         if s == 0:
-            return _full_set(coordinator.send(target, "psi:blind", meta=meta), target, None)
-        reply = coordinator.send(target, "psi:reblind", arrays={"psi_set": points}, meta=meta)
-        return _full_set(reply, target, len(points))
+            reply = coordinator.send(target, "psi:blind", meta=hop)
+            n = reply.meta.get("n")
+            sizes[k] = int(n) if isinstance(n, (int, float)) else -1
+            return _full_set(reply, target, None)
+        name = "psi_sealed" if points.ndim == 1 else "psi_set"
+        reply = coordinator.send(target, "psi:reblind", arrays={name: points}, meta=hop)
+        return _full_set(reply, target, len(points) if name == "psi_set" else None)
 
     sets = [np.empty((0, _WIDTH), dtype=np.uint8)] * K
     with ThreadPoolExecutor(max_workers=K) as pool:
         for s in range(K):
             sets = list(pool.map(step, range(K), [s] * K, sets))
+        for k, pts in enumerate(sets):
+            if pts.ndim != 2 or (sizes.get(k, -1) >= 0 and len(pts) != sizes[k]):
+                raise ProtocolError(
+                    f"the PSI chain of {names[k]!r} in group {group!r} came back without its "
+                    f"{sizes.get(k)} fully blinded elements"
+                )
         positions = _common_positions(sets)
         n_common = len(positions[0])
 
