@@ -56,6 +56,8 @@ _INFO = b"fedviews-e2e-v1"
 _HUB = b"fedviews-hub-v1"
 #: sequence numbers this far behind the newest one seen are refused as replays
 _WINDOW = 4096
+#: seconds a party waits for the peers' keys before a party-to-party message fails
+_KEYS_WAIT = 30.0
 
 
 def _b64(data: bytes) -> str:
@@ -189,6 +191,7 @@ class E2EKeys:
         self._seq: dict[str, int] = {}
         self._seen: dict[str, tuple[int, set[int]]] = {}
         self._lock = threading.Lock()
+        self._ready = threading.Event()  # the hub handed out the peers' keys
 
     def _signed(self, name: str, public: bytes) -> bytes:
         return _INFO + b"\0" + name.encode() + b"\0" + public
@@ -234,12 +237,15 @@ class E2EKeys:
             self._send, self._recv = send, recv
             self._seq = {p: 0 for p in send}
             self._seen = {p: (0, set()) for p in recv}
+        self._ready.set()
 
     def has_key(self, peer: str) -> bool:
         return peer in self._send
 
     def seal(self, msg: Message) -> bytearray:
         """``msg`` encoded with its meta and arrays encrypted for ``msg.receiver``."""
+        if not self._ready.is_set():  # the peers' keys come right after the last party joined
+            self._ready.wait(_KEYS_WAIT)
         aead = self._send.get(msg.receiver)
         if aead is None:
             raise PrivacyError(
@@ -276,6 +282,8 @@ class E2EKeys:
             )
         if head["receiver"] != self.name:
             raise PrivacyError(f"a message for {head['receiver']!r} was delivered to {self.name!r}")
+        if not self._ready.is_set():
+            self._ready.wait(_KEYS_WAIT)
         aead = self._recv.get(sender)
         if aead is None:
             raise PrivacyError(f"no end-to-end key for {sender!r}: cannot open its message")

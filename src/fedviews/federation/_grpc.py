@@ -552,12 +552,12 @@ class GrpcHub(_Endpoint):
         silent.start()
         try:
             first = next(request_iterator)
-        except StopIteration:
-            return
-        except Exception:  # the stream was cancelled (no hello in time) or broke
+        except BaseException as exc:  # cancelled (no hello in time: it may end or raise) or broke
             if expired.is_set():
                 self.refusals.append(f"no hello within {self.options.hello_timeout:g} s")
-            return
+            if isinstance(exc, (StopIteration, Exception)):
+                return
+            raise
         finally:
             silent.cancel()
         probe = _Link("?", self.options)
