@@ -97,6 +97,55 @@ def test_deploy_config_validation(tmp_path):
         load_deploy_config(base, ["params.max_iters=3"])
     with pytest.raises(ConfigError, match="cannot be deployed; did you mean 'mmvfl'"):
         load_deploy_config({**base, "algorithm": "mmvfll"})
+    # names become folders and file names, and TLS compares them case-insensitively
+    for parties, match in (
+        (["a", "../../x"], "must be 1-64 letters"),
+        (["a", "b/c"], "must be 1-64 letters"),
+        (["a", "A"], "more than letter case"),
+        (["a", "Coordinator"], "more than letter case"),
+    ):
+        with pytest.raises(ConfigError, match=match):
+            load_deploy_config({**base, "federation": {"parties": parties, "label_owner": "a"}})
+
+
+def test_certificates_are_not_overwritten_and_keys_are_private(tmp_path):
+    pytest.importorskip("cryptography")
+    import stat
+
+    from fedviews.federation import init_ca, issue_certificate
+
+    init_ca(tmp_path)
+    ca = (tmp_path / "ca.crt").read_bytes()
+    with pytest.raises(ConfigError, match="'ca' names the federation's CA"):
+        issue_certificate(tmp_path, "ca")
+    assert (tmp_path / "ca.crt").read_bytes() == ca  # the CA is intact
+    first = issue_certificate(tmp_path, "pix").read_bytes()
+    for key in ("ca.key", "pix.key"):
+        assert stat.S_IMODE((tmp_path / key).stat().st_mode) == 0o600
+    with pytest.raises(ConfigError, match="exists; pass --replace"):
+        issue_certificate(tmp_path, "pix")
+    assert (tmp_path / "pix.crt").read_bytes() == first
+    issue_certificate(tmp_path, "pix", replace=True)  # the old one is revoked first
+    assert "pix" in (tmp_path / "revoked.txt").read_text()
+    assert (tmp_path / "pix.crt").read_bytes() != first
+
+
+def test_a_label_owner_cannot_size_everyone_s_allocations():
+    """``n_classes`` reported by the label owner goes into every party's arrays: it is checked."""
+    from fedviews.errors import ProtocolError
+    from fedviews.federation import Roster, RunSpec, get_algorithm_spec
+    from fedviews.linear import MMVFLParams
+
+    algo = get_algorithm_spec("mmvfl")
+    run = RunSpec("mmvfl", MMVFLParams(), Roster(("a", "b"), "a"), 0)
+    infos = {"a": {"n/train": 100, "n_classes": 10**9}, "b": {"n/train": 100}}
+    with pytest.raises(ProtocolError, match="label owner 'a' reported 1000000000 classes"):
+        algo.make_setup(run, infos)
+    infos["a"]["n_classes"] = "many"
+    with pytest.raises(ProtocolError, match="not a count"):
+        algo.make_setup(run, infos)
+    infos["a"]["n_classes"] = 3
+    assert algo.make_setup(run, infos)["n_classes"] == 3
 
 
 def test_parquet_party_files_round_trip_and_bad_tables(tmp_path):

@@ -82,3 +82,30 @@ def test_peek_reads_the_header_without_the_arrays_and_rejects_corrupt_specs():
         Message.peek(bad)
     with pytest.raises(ProtocolError, match="truncated"):
         Message.peek(wire[:-1])
+
+
+def test_a_malformed_header_is_a_protocol_error_not_a_crash():
+    """Deep nesting or a header that is not an object must give an error reply, never a
+    RecursionError/TypeError that kills the receiving thread (and leaves the sender hanging)."""
+    import struct
+
+    def frame(header: bytes) -> bytes:
+        return b"FVM1" + struct.pack("<I", len(header)) + header
+
+    for header, match in (
+        (b"[" * 100_000 + b"]" * 100_000, "nested too deeply|corrupt"),
+        (b"[1, 2]", "not a JSON object"),
+        (b"17", "not a JSON object"),
+        (
+            b'{"kind": "x", "sender": "a", "receiver": "b", "round": 0, "meta": [], "arrays": []}',
+            "'meta' an object",
+        ),
+        (
+            b'{"kind": "x", "sender": "a", "receiver": "b", "round": 0, "meta": {}, "arrays": 3}',
+            "'arrays' must be a list",
+        ),
+    ):
+        with pytest.raises(ProtocolError, match=match):
+            Message.peek(frame(header))
+        with pytest.raises(ProtocolError):
+            Message.decode(frame(header))

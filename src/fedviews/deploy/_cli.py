@@ -73,11 +73,15 @@ def register(app: typer.Typer) -> None:
         host: Annotated[
             list[str] | None, typer.Option(help="Extra DNS name or IP (coordinator).")
         ] = None,
+        replace: Annotated[
+            bool, typer.Option(help="Replace NAME's certificate (the old one is revoked).")
+        ] = False,
     ) -> None:
         """Issue NAME.crt/NAME.key (common name = party name) signed by the CA in DIR."""
         from fedviews.federation import issue_certificate
 
-        console.print(f"certificate: {issue_certificate(directory, name, hosts=host or [])}")
+        cert = issue_certificate(directory, name, hosts=host or [], replace=replace)
+        console.print(f"certificate: {cert}")
 
     @certs_app.command("revoke")
     @friendly
@@ -92,7 +96,13 @@ def register(app: typer.Typer) -> None:
     def coordinator(
         config: Path,
         overrides: _Overrides = None,
-        listen: Annotated[str, typer.Option(help="HOST:PORT to listen on.")] = "0.0.0.0:50051",
+        listen: Annotated[
+            str | None,
+            typer.Option(
+                help="HOST:PORT to listen on (default 0.0.0.0:50051; with --insecure "
+                "127.0.0.1:50051, this machine only)."
+            ),
+        ] = None,
         certs: _Certs = None,
         insecure: _Insecure = False,
         out: Annotated[Path | None, typer.Option(help="Result folder.")] = None,
@@ -106,6 +116,8 @@ def register(app: typer.Typer) -> None:
         setup_logging()
         cfg = load_deploy_config(config, overrides or [])
         tls = tls_for(certs, insecure, cfg.federation.coordinator)
+        if listen is None:  # plain text stays on this machine unless asked otherwise
+            listen = "127.0.0.1:50051" if insecure else "0.0.0.0:50051"
         res = run_coordinator(
             cfg,
             listen,

@@ -30,6 +30,7 @@ A deployment TOML file (``configs/deploy_*.toml``)::
 
 from __future__ import annotations
 
+import re
 import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -53,6 +54,9 @@ else:  # pragma: no cover
 
 __all__ = ["DeployConfig", "FederationSpec", "SplitSpec", "load_deploy_config"]
 
+#: party names: the rule certificate names follow (no path separators, no "..")
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
+
 
 @dataclass(frozen=True)
 class FederationSpec(Roster):
@@ -72,6 +76,18 @@ class FederationSpec(Roster):
     def validate(self) -> None:
         if len(self.parties) < 1 or len(set(self.parties)) != len(self.parties):
             raise ConfigError("federation.parties must list unique party names")
+        for name in (*self.parties, self.coordinator):  # names become folders and file names
+            if not isinstance(name, str) or not _NAME.match(name):
+                raise ConfigError(
+                    f"party name {name!r} must be 1-64 letters, digits, '_', '-' or '.', "
+                    "starting with a letter or digit (names become folder and file names)"
+                )
+        lowered = [n.lower() for n in (*self.parties, self.coordinator)]
+        if len(set(lowered)) != len(lowered):
+            raise ConfigError(
+                "party and coordinator names must differ in more than letter case "
+                "(certificate names compare case-insensitively in TLS)"
+            )
         if self.coordinator in self.parties:
             raise ConfigError(
                 f"a party may not be named like the coordinator ({self.coordinator!r})"

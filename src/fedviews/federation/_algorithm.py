@@ -35,7 +35,7 @@ from threadpoolctl import threadpool_limits
 
 from fedviews._registry import Registry
 from fedviews.data import PartyData, align, read_npz, save_npz
-from fedviews.errors import ConfigError, DataError
+from fedviews.errors import ConfigError, DataError, ProtocolError
 from fedviews.federation._party import Coordinator, Party
 from fedviews.federation._policy import PrivacyPolicy
 from fedviews.federation._transport import InProcessTransport, Transport
@@ -225,14 +225,26 @@ class Algorithm:
     def make_setup(self, run: RunSpec, infos: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
         """What every process needs to build its part (sent to all of them)."""
         first = self.groups(run)[0].name
-        owner = infos[run.federation.owners()[0]]
+        name = run.federation.owners()[0]
+        owner = infos[name]
+        n_samples = int(owner[f"n/{first}"])
+        counts = {
+            k: v
+            for k, v in owner.items()
+            if k.startswith("n_") and k not in ("n_samples", "n_features")
+        }
+        # what the label owner reports sizes every party's allocations: it must be sane
+        for k, v in counts.items():
+            if isinstance(v, bool) or not isinstance(v, int) or v < 0:
+                raise ProtocolError(f"label owner {name!r} reported {k}={v!r} (not a count)")
+        if "n_classes" in counts and not 1 <= counts["n_classes"] <= max(n_samples, 1):
+            raise ProtocolError(
+                f"label owner {name!r} reported {counts['n_classes']} classes for "
+                f"{n_samples} samples"
+            )
         return {
-            "n_samples": int(owner[f"n/{first}"]),
-            **{
-                k: v
-                for k, v in owner.items()
-                if k.startswith("n_") and k not in ("n_samples", "n_features")
-            },
+            "n_samples": n_samples,
+            **counts,
         }
 
     def policy(self, run: RunSpec, setup: Mapping[str, Any]) -> PrivacyPolicy:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import datetime
 import ipaddress
+import os
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -48,15 +49,17 @@ def _check_name(name: str) -> str:
 
 
 def _write_key(path: Path, key: Any) -> None:
+    """Write a private key readable by its owner only, from the first byte on."""
     _, _, serialization, _, _, _ = _crypto()
-    path.write_bytes(
-        key.private_bytes(
-            serialization.Encoding.PEM,
-            serialization.PrivateFormat.PKCS8,
-            serialization.NoEncryption(),
-        )
+    pem = key.private_bytes(
+        serialization.Encoding.PEM,
+        serialization.PrivateFormat.PKCS8,
+        serialization.NoEncryption(),
     )
-    path.chmod(0o600)
+    path.unlink(missing_ok=True)  # a new file gets the mode below (an old one keeps its own)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "wb") as fh:
+        fh.write(pem)
 
 
 def init_ca(directory: str | Path, name: str = "fedviews federation CA") -> Path:
@@ -100,19 +103,34 @@ def init_ca(directory: str | Path, name: str = "fedviews federation CA") -> Path
 
 
 def issue_certificate(
-    directory: str | Path, name: str, hosts: Sequence[str] = (), days: int = _DAYS
+    directory: str | Path,
+    name: str,
+    hosts: Sequence[str] = (),
+    days: int = _DAYS,
+    *,
+    replace: bool = False,
 ) -> Path:
     """Issue ``NAME.crt``/``NAME.key`` signed by the CA in ``directory``; return the cert path.
 
     The certificate works for both ends of a connection (client and server auth);
     its common name and first DNS name are ``name``; ``hosts`` adds DNS names or
-    IP addresses (for the coordinator's address).
+    IP addresses (for the coordinator's address). A name that already has a
+    certificate is refused unless ``replace``, which revokes the old one first.
     """
     x509, hashes, serialization, ec, NameOID, EKU = _crypto()
     d = Path(directory)
     _check_name(name)
+    if name.lower() == "ca":
+        raise ConfigError("'ca' names the federation's CA files; choose another party name")
     if not (d / "ca.key").is_file():
         raise ConfigError(f"no CA in {d}; create one with: fedviews certs init {d}")
+    if (d / f"{name}.crt").exists():
+        if not replace:
+            raise ConfigError(
+                f"{d / (name + '.crt')} exists; pass --replace to issue a new one "
+                "(the old certificate is revoked)"
+            )
+        revoke_certificate(d, name)
     ca_key = serialization.load_pem_private_key((d / "ca.key").read_bytes(), password=None)
     ca_cert = x509.load_pem_x509_certificate((d / "ca.crt").read_bytes())
     key = ec.generate_private_key(ec.SECP256R1())

@@ -242,6 +242,14 @@ def parse_header(view: memoryview) -> tuple[dict[str, Any], list[dict[str, Any]]
         header = json.loads(bytes(view[8 : 8 + hlen]).decode("utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise ProtocolError(f"corrupt message header: {exc}") from None
+    except RecursionError:
+        raise ProtocolError("corrupt message header: nested too deeply") from None
+    if not isinstance(header, dict):
+        raise ProtocolError("corrupt message header: not a JSON object")
+    if not isinstance(header.get("arrays", []), list) or not isinstance(
+        header.get("meta", {}), dict
+    ):
+        raise ProtocolError("corrupt message header: 'arrays' must be a list and 'meta' an object")
     missing = [
         k for k in ("kind", "sender", "receiver", "round", "meta", "arrays") if k not in header
     ]
