@@ -106,6 +106,8 @@ def test_deploy_config_validation(tmp_path):
     ):
         with pytest.raises(ConfigError, match=match):
             load_deploy_config({**base, "federation": {"parties": parties, "label_owner": "a"}})
+    with pytest.raises(ConfigError, match="names the run's folder"):
+        load_deploy_config({**base, "name": "../../elsewhere"})
 
 
 def test_certificates_are_not_overwritten_and_keys_are_private(tmp_path):

@@ -213,9 +213,15 @@ def load_deploy_config(
     seed = raw.get("seed", 0)
     if isinstance(seed, bool) or not isinstance(seed, int):
         raise ConfigError(f"seed must be an integer, got {seed!r}")
+    name = str(raw.get("name", raw["algorithm"]))
+    if not _NAME.match(name):  # the run's folder under output_dir
+        raise ConfigError(
+            f"name {name!r} must be 1-64 letters, digits, '_', '-' or '.', starting with a "
+            "letter or digit (it names the run's folder)"
+        )
     return DeployConfig(
         algorithm=str(raw["algorithm"]),
-        name=str(raw.get("name", raw["algorithm"])),
+        name=name,
         seed=seed,
         federation=fed,
         data=split,
