@@ -121,6 +121,7 @@ def test_the_hub_relays_a_payload_it_cannot_read(relay) -> None:
     # the hub's log still shows what crossed (names, not contents), both ways
     crossings = hub.log.crossings()
     assert crossings["a -> b"] == ["x"] and crossings["b -> a"] == ["y"]
+    assert "a -> b" not in hub.log.summary()["meta_keys"]  # sealed: not even the keys
 
 
 def _relay_to_b(relay: dict[str, Any], data: bytes) -> Exception | None:

@@ -29,7 +29,9 @@ class Holder(Party):
 
 class Summer(Coordinator):
     def run(self):
-        replies = self.broadcast(["a", "b"], "partial", arrays={"x": np.array([2.0])}, round=1)
+        replies = self.broadcast(
+            ["a", "b"], "partial", arrays={"x": np.array([2.0])}, meta={"scale": 2.5}, round=1
+        )
         return sum(r.arrays["partial"] for r in replies.values())
 
 
@@ -54,6 +56,9 @@ def test_protocol_runs_and_is_logged():
         and s["per_party"]["coordinator"]["bytes_received"] > 32
     )
     assert [e.kind for e in log.entries] == ["partial", "partial:reply"] * 2
+    # metadata keys are logged (not their values), per pair
+    assert s["meta_keys"] == {"coordinator -> a": ["scale"], "coordinator -> b": ["scale"]}
+    assert log.entries[0].meta == ("scale",)
 
 
 def test_received_arrays_are_copies():

@@ -208,6 +208,7 @@ class _Node:
         p._shown = _int(meta["shown"])
         for rec in json.loads(str(meta["log"])):
             rec.update(arrays=tuple(rec["arrays"]), shapes=tuple(map(tuple, rec["shapes"])))
+            rec["meta"] = tuple(rec.get("meta", ()))
             self.transport.log.record(LogEntry(**rec))
         seconds = meta["handler_seconds"]
         assert isinstance(seconds, float)

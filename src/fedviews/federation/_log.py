@@ -19,6 +19,7 @@ class LogEntry:
     arrays: tuple[str, ...]
     shapes: tuple[tuple[int, ...], ...]
     nbytes: int  # bytes on the wire (encoded message)
+    meta: tuple[str, ...] = ()  # the keys of its scalar metadata (values are not logged)
 
 
 @dataclass
@@ -33,6 +34,7 @@ class MessageLog:
     _messages: int = 0
     _rounds: int = 0
     _crossed: dict[tuple[str, str], set[str]] = field(default_factory=lambda: defaultdict(set))
+    _meta: dict[tuple[str, str], set[str]] = field(default_factory=lambda: defaultdict(set))
     _exchanges: set[tuple[str, str, str, tuple[str, ...]]] = field(default_factory=set)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
@@ -46,6 +48,7 @@ class MessageLog:
         self._bytes_sent[entry.sender] += entry.nbytes
         self._bytes_recv[entry.receiver] += entry.nbytes
         self._crossed[(entry.sender, entry.receiver)].update(entry.arrays)
+        self._meta[(entry.sender, entry.receiver)].update(entry.meta)
         names = tuple(sorted(entry.arrays))
         self._exchanges.add((entry.sender, entry.receiver, entry.kind, names))
         if self.keep_entries:
@@ -100,6 +103,10 @@ class MessageLog:
                 for p in parties
             },
             "crossings": self.crossings(),
+            # metadata keys per pair (scalars only; a hub sees none of a sealed message)
+            "meta_keys": {
+                f"{s} -> {r}": sorted(k) for (s, r), k in sorted(self._meta.items()) if k
+            },
             "exchanges": [[s, r, k, list(n)] for s, r, k, n in self.exchanges()],
         }
 

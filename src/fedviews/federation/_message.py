@@ -158,6 +158,7 @@ class Message:
             round=int(self.round),
             names=tuple(self.arrays),
             shapes=tuple(tuple(int(d) for d in a.shape) for a in self.arrays.values()),
+            meta=tuple(str(k) for k in self.meta),
         )
 
     @staticmethod
@@ -174,6 +175,7 @@ class Message:
             round=int(head["round"]),
             names=tuple(str(a["name"]) for a in specs),
             shapes=tuple(tuple(int(d) for d in a["shape"]) for a in specs),
+            meta=tuple(str(k) for k in head["meta"]),
         )
 
     @classmethod
@@ -231,6 +233,7 @@ class Header:
     round: int
     names: tuple[str, ...]
     shapes: tuple[tuple[int, ...], ...]
+    meta: tuple[str, ...] = ()
 
 
 def parse_header(view: memoryview) -> tuple[dict[str, Any], list[dict[str, Any]], int]:

@@ -68,6 +68,7 @@ class Transport(ABC):
                 arrays=head.names,
                 shapes=head.shapes,
                 nbytes=wire_bytes,
+                meta=head.meta,
             )
         )
 
