@@ -266,7 +266,11 @@ class E2EKeys:
         write_arrays(plain, len(meta), payloads)  # the one copy of the arrays, as unsealed
         out = bytearray(len(clear) + len(plain) + SEAL_TAG)
         out[: len(clear)] = clear
-        aead.encrypt_into(nonce, plain, clear, memoryview(out)[len(clear) :])
+        body = memoryview(out)[len(clear) :]
+        if hasattr(aead, "encrypt_into"):  # cryptography >= 45: no extra copy
+            aead.encrypt_into(nonce, plain, clear, body)
+        else:  # pragma: no cover - older cryptography
+            body[:] = aead.encrypt(nonce, bytes(plain), clear)
         return out
 
     def open(self, data: bytes | bytearray | memoryview) -> Message:
@@ -289,9 +293,11 @@ class E2EKeys:
             raise PrivacyError(f"no end-to-end key for {sender!r}: cannot open its message")
         plain = bytearray(len(view) - offset - SEAL_TAG)  # writable: the arrays view it
         try:
-            aead.decrypt_into(
-                bytes.fromhex(str(sealed["nonce"])), view[offset:], view[:offset], plain
-            )
+            nonce = bytes.fromhex(str(sealed["nonce"]))
+            if hasattr(aead, "decrypt_into"):  # cryptography >= 45: no extra copy
+                aead.decrypt_into(nonce, view[offset:], view[:offset], plain)
+            else:  # pragma: no cover - older cryptography
+                plain[:] = aead.decrypt(nonce, bytes(view[offset:]), bytes(view[:offset]))
         except (_crypto()["InvalidTag"], ValueError):
             raise PrivacyError(
                 f"a message claimed to be {sender!r}'s failed authentication "
