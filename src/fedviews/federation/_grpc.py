@@ -811,7 +811,15 @@ class GrpcPartyTransport(_Endpoint):
                 welcome = json.loads(bytes(got[2]))
                 if self.tls is not None:
                     nonce = bytes.fromhex(hello["nonce"])
-                    HubProof.check(self.tls, self.server_name, name, nonce, welcome.get("proof"))
+                    try:
+                        HubProof.check(
+                            self.tls, self.server_name, name, nonce, welcome.get("proof")
+                        )
+                    except FedViewsError:  # not the coordinator we were told to join
+                        link.close("refused the hub")
+                        call.cancel()
+                        channel.close()
+                        raise
                 self.roles.update(welcome["roles"])
                 self.link, self._channel, self._call = link, channel, call
                 return
