@@ -9,7 +9,7 @@ import pytest
 
 pytest.importorskip("torch")
 
-from fedviews.errors import ConfigError, DataError  # noqa: E402
+from fedviews.errors import ConfigError, DataError, FedViewsError  # noqa: E402
 from fedviews.experiments import load_config, run_experiment  # noqa: E402
 
 CONFIGS = Path(__file__).resolve().parents[2] / "configs"
@@ -129,3 +129,5 @@ def test_an_interrupted_run_resumes_to_the_same_tables(tmp_path: Path, monkeypat
     assert [t["rows"] for t in resumed["tables"]] == [t.rows for t in whole.tables]
     assert len(whole.tables) == 2  # Table 2 and the paired APFed − SingleVL table
     assert not (tmp_path / "cut" / "error.json").exists()
+    with pytest.raises(FedViewsError, match="holds a run already"):  # never mixed with a new run
+        run_experiment(cfg, out_dir=tmp_path / "cut", quiet=True)

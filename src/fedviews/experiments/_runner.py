@@ -191,6 +191,11 @@ def run_experiment(
     if resume:
         if out_dir is None or not out_dir.is_dir():
             raise FedViewsError(f"cannot resume: {out_dir} is not a run folder")
+    elif out_dir is not None and (out_dir / CELLS_FILE).exists():
+        raise FedViewsError(
+            f"{out_dir} holds a run already: continue it with `fedviews run --resume {out_dir}`, "
+            "or choose another --out"
+        )
     elif out_dir is None:
         stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
         out_dir = Path(cfg.output_dir) / f"{cfg.name}-{stamp}"
