@@ -36,16 +36,22 @@ from __future__ import annotations
 
 import base64
 import datetime
+import functools
 import json
 import secrets
 import threading
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-import numpy as np
-
 from fedviews.errors import PrivacyError, ProtocolError, require
-from fedviews.federation._message import SEAL_TAG, Message, parse_header, prefix, write_arrays
+from fedviews.federation._message import (
+    SEAL_TAG,
+    Message,
+    parse_header,
+    prefix,
+    read_arrays,
+    write_arrays,
+)
 
 if TYPE_CHECKING:
     from fedviews.federation._certs import TLSFiles
@@ -71,6 +77,7 @@ def _unb64(text: Any, what: str) -> bytes:
         raise ProtocolError(f"{what} is not base64") from None
 
 
+@functools.cache
 def _crypto() -> Any:
     require("cryptography", "grpc")
     from cryptography import x509
@@ -239,13 +246,14 @@ class E2EKeys:
             self._seen = {p: (0, set()) for p in recv}
         self._ready.set()
 
-    def has_key(self, peer: str) -> bool:
-        return peer in self._send
+    def _wait_for_keys(self) -> None:
+        """The peers' keys come right after the last party joined: wait for them (bounded)."""
+        if not self._ready.is_set():
+            self._ready.wait(_KEYS_WAIT)
 
     def seal(self, msg: Message) -> bytearray:
         """``msg`` encoded with its meta and arrays encrypted for ``msg.receiver``."""
-        if not self._ready.is_set():  # the peers' keys come right after the last party joined
-            self._ready.wait(_KEYS_WAIT)
+        self._wait_for_keys()
         aead = self._send.get(msg.receiver)
         if aead is None:
             raise PrivacyError(
@@ -286,8 +294,7 @@ class E2EKeys:
             )
         if head["receiver"] != self.name:
             raise PrivacyError(f"a message for {head['receiver']!r} was delivered to {self.name!r}")
-        if not self._ready.is_set():
-            self._ready.wait(_KEYS_WAIT)
+        self._wait_for_keys()
         aead = self._recv.get(sender)
         if aead is None:
             raise PrivacyError(f"no end-to-end key for {sender!r}: cannot open its message")
@@ -311,20 +318,12 @@ class E2EKeys:
             raise ProtocolError(f"{sender!r} sealed a corrupt meta table") from None
         if not isinstance(meta, dict):
             raise ProtocolError(f"{sender!r} sealed a meta value that is not a table")
-        arrays: dict[str, np.ndarray] = {}
-        buf = memoryview(plain)
-        at = n_meta
-        for spec in specs:
-            size = int(spec["size"])
-            arr = np.frombuffer(buf[at : at + size], dtype=np.dtype(spec["dtype"]))
-            arrays[str(spec["name"])] = arr.reshape(tuple(spec["shape"]))
-            at += size
         return Message(
             kind=head["kind"],
             sender=sender,
             receiver=self.name,
             round=int(head["round"]),
-            arrays=arrays,
+            arrays=read_arrays(memoryview(plain), n_meta, specs, copy=False),
             meta=meta,
         )
 
@@ -334,7 +333,7 @@ class E2EKeys:
             if seq <= newest - _WINDOW or seq in seen or seq < 1:
                 raise PrivacyError(f"a replayed message of {sender!r} (sequence {seq}) was refused")
             seen.add(seq)
-            if seq > newest:
-                newest = seq
+            newest = max(newest, seq)
+            if len(seen) > 2 * _WINDOW:  # forget what the window check refuses anyway
                 seen = {s for s in seen if s > newest - _WINDOW}
             self._seen[sender] = (newest, seen)

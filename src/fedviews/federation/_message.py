@@ -193,13 +193,7 @@ class Message:
                 f"a message of {header['sender']!r} sealed end to end for "
                 f"{header['receiver']!r}: only that party can open it"
             )
-        arrays: dict[str, np.ndarray] = {}
-        for spec in specs:
-            size = int(spec["size"])
-            arr = np.frombuffer(view[offset : offset + size], dtype=np.dtype(spec["dtype"]))
-            arr = arr.reshape(tuple(spec["shape"]))
-            arrays[spec["name"]] = arr if owned else arr.copy()
-            offset += size
+        arrays = read_arrays(view, offset, specs, copy=not owned)
         return cls(
             kind=header["kind"],
             sender=header["sender"],
@@ -213,6 +207,21 @@ class Message:
 def prefix(header: bytes) -> bytes:
     """The start of an encoded message: magic, header length, header JSON."""
     return _MAGIC + struct.pack("<I", len(header)) + header
+
+
+def read_arrays(
+    view: memoryview, offset: int, specs: list[dict[str, Any]], *, copy: bool
+) -> dict[str, np.ndarray]:
+    """The arrays ``specs`` describe, one after the other in ``view`` from ``offset`` on:
+    views of it (``copy=False``, for a buffer handed over) or copies."""
+    arrays: dict[str, np.ndarray] = {}
+    for spec in specs:
+        size = int(spec["size"])
+        arr = np.frombuffer(view[offset : offset + size], dtype=np.dtype(spec["dtype"]))
+        arr = arr.reshape(tuple(spec["shape"]))
+        arrays[str(spec["name"])] = arr.copy() if copy else arr
+        offset += size
+    return arrays
 
 
 def write_arrays(buf: bytearray | memoryview, offset: int, arrays: list[np.ndarray]) -> None:
