@@ -30,7 +30,6 @@ A deployment TOML file (``configs/deploy_*.toml``)::
 
 from __future__ import annotations
 
-import re
 import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -45,7 +44,7 @@ from fedviews._tables import (
     parse_overrides,
 )
 from fedviews.errors import ConfigError
-from fedviews.federation import Roster, RunSpec, get_algorithm_spec
+from fedviews.federation import Roster, RunSpec, check_name, get_algorithm_spec
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -53,9 +52,6 @@ else:  # pragma: no cover
     import tomli as tomllib
 
 __all__ = ["DeployConfig", "FederationSpec", "SplitSpec", "load_deploy_config"]
-
-#: party names: the rule certificate names follow (no path separators, no "..")
-_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 
 
 @dataclass(frozen=True)
@@ -76,12 +72,8 @@ class FederationSpec(Roster):
     def validate(self) -> None:
         if len(self.parties) < 1 or len(set(self.parties)) != len(self.parties):
             raise ConfigError("federation.parties must list unique party names")
-        for name in (*self.parties, self.coordinator):  # names become folders and file names
-            if not isinstance(name, str) or not _NAME.match(name):
-                raise ConfigError(
-                    f"party name {name!r} must be 1-64 letters, digits, '_', '-' or '.', "
-                    "starting with a letter or digit (names become folder and file names)"
-                )
+        for name in (*self.parties, self.coordinator):
+            check_name(name, why=" (names become folder and file names)")
         lowered = [n.lower() for n in (*self.parties, self.coordinator)]
         if len(set(lowered)) != len(lowered):
             raise ConfigError(
@@ -214,11 +206,7 @@ def load_deploy_config(
     if isinstance(seed, bool) or not isinstance(seed, int):
         raise ConfigError(f"seed must be an integer, got {seed!r}")
     name = str(raw.get("name", raw["algorithm"]))
-    if not _NAME.match(name):  # the run's folder under output_dir
-        raise ConfigError(
-            f"name {name!r} must be 1-64 letters, digits, '_', '-' or '.', starting with a "
-            "letter or digit (it names the run's folder)"
-        )
+    check_name(name, "name", " (it names the run's folder)")
     return DeployConfig(
         algorithm=str(raw["algorithm"]),
         name=name,

@@ -25,7 +25,13 @@ from fedviews.federation._algorithm import (
     setup_info,
     spawn_streams,
 )
-from fedviews.federation._certs import TLSFiles, init_ca, issue_certificate, revoke_certificate
+from fedviews.federation._certs import (
+    TLSFiles,
+    check_name,
+    init_ca,
+    issue_certificate,
+    revoke_certificate,
+)
 from fedviews.federation._log import LogEntry, MessageLog
 from fedviews.federation._message import Message, MetaValue, error_payload, raise_remote
 from fedviews.federation._party import Coordinator, Party, handles
@@ -58,6 +64,7 @@ __all__ = [
     "error_payload",
     "raise_remote",
     "TLSFiles",
+    "check_name",
     "init_ca",
     "issue_certificate",
     "revoke_certificate",

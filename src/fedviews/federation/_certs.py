@@ -23,7 +23,7 @@ from typing import Any
 
 from fedviews.errors import ConfigError, require
 
-__all__ = ["TLSFiles", "init_ca", "issue_certificate", "revoke_certificate"]
+__all__ = ["TLSFiles", "check_name", "init_ca", "issue_certificate", "revoke_certificate"]
 
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 _DAYS = 825
@@ -39,11 +39,12 @@ def _crypto() -> Any:
     return x509, hashes, serialization, ec, NameOID, ExtendedKeyUsageOID
 
 
-def _check_name(name: str) -> str:
-    if not _NAME.match(name):
+def check_name(name: str, what: str = "party name", why: str = "") -> str:
+    """``name`` if it can name a party, a certificate, a file and a folder (else ConfigError)."""
+    if not isinstance(name, str) or not _NAME.match(name):
         raise ConfigError(
-            f"party name {name!r} must be 1-64 letters, digits, '_', '-' or '.', "
-            "starting with a letter or digit"
+            f"{what} {name!r} must be 1-64 letters, digits, '_', '-' or '.', "
+            f"starting with a letter or digit{why}"
         )
     return name
 
@@ -119,7 +120,7 @@ def issue_certificate(
     """
     x509, hashes, serialization, ec, NameOID, EKU = _crypto()
     d = Path(directory)
-    _check_name(name)
+    check_name(name)
     if name.lower() == "ca":
         raise ConfigError("'ca' names the federation's CA files; choose another party name")
     if not (d / "ca.key").is_file():
@@ -164,7 +165,7 @@ def revoke_certificate(directory: str | Path, name: str) -> int:
     """Add the serial number of ``DIR/NAME.crt`` to ``DIR/revoked.txt``; return it."""
     x509 = _crypto()[0]
     d = Path(directory)
-    path = d / f"{_check_name(name)}.crt"
+    path = d / f"{check_name(name)}.crt"
     if not path.is_file():
         raise ConfigError(f"no certificate {path}")
     serial = int(x509.load_pem_x509_certificate(path.read_bytes()).serial_number)
