@@ -104,6 +104,24 @@ def run(
     _show(*run_experiment(cfg, console=console, quiet=quiet, out_dir=out))
 
 
+@app.command()
+@friendly
+def audit(
+    run_dir: Annotated[Path, typer.Argument(help="Folder of a finished privacy_audit run.")],
+    overrides: Annotated[
+        list[str] | None,
+        typer.Argument(help="key=value overrides, e.g. params.labelled=100 params.attacks=[...]"),
+    ] = None,
+) -> None:
+    """Re-run the leakage attacks of a privacy_audit run on its recorded messages (no training)."""
+    from fedviews.experiments.privacy_audit import reaudit
+
+    result = reaudit(run_dir, overrides or [])
+    for table in result.tables:
+        console.print(table.to_rich())
+    console.print(f"table: [bold]{run_dir / 'reaudit.json'}[/]")
+
+
 def _show(run_dir: Path, result: Any) -> None:
     """Print a finished experiment's tables, summary and files."""
     for table in result.tables:

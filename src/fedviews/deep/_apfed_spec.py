@@ -57,13 +57,16 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from fedviews.data import PartyData, demo_image_split
+from fedviews.deep._common import batches
 from fedviews.errors import ConfigError, DataError, ProtocolError
 from fedviews.federation import (
     Algorithm,
     Coordinator,
     Local,
+    Observation,
     Party,
     PrivacyPolicy,
+    Recording,
     Roster,
     RunSpec,
     register_algorithm_spec,
@@ -407,6 +410,30 @@ class APFedAlgorithm(Algorithm):
 
     def policy(self, run: RunSpec, setup: Mapping[str, Any]) -> PrivacyPolicy:
         return apfed_policy(len(_passives(run)))
+
+    def observations(
+        self, run: RunSpec, setup: Mapping[str, Any], recording: Recording
+    ) -> list[Observation]:
+        """A passive party's view: the active party's representation ``h_A`` of every sample in
+        the last epoch it saw (rows from the epoch's ``shuffle_seed``, as the passive party
+        derives them). ``h_A = f_A(x_A)`` is a function of the active party's strip, and it
+        is trained to predict the active party's labels."""
+        active = _active(run)
+        if recording.party == active:
+            return []
+        seed, bs, got = 0, 1, list[tuple[int, np.ndarray]]()
+        for m in recording:
+            if m.kind == "apfed.epoch":  # a new epoch: keep only the last one
+                seed, bs, got = int(m.number("shuffle_seed")), int(m.number("batch_size")), []
+            elif m.kind == "apfed.forward" and "h_A" in m.arrays:
+                got.append((int(m.number("batch")), m.arrays["h_A"]))
+        if not got:
+            return []
+        n = sum(len(h) for _, h in got)
+        order = list(batches(n, bs, np.random.default_rng(seed)))
+        rows = np.concatenate([order[b] for b, _ in got])
+        values = np.concatenate([h for _, h in got])
+        return [Observation("h_A", "representation", "train", rows, values, active, active)]
 
     def build_party(
         self, run: RunSpec, party: str, local: Local, setup: Mapping[str, Any]

@@ -41,8 +41,10 @@ from fedviews.federation import (
     AlignGroup,
     Coordinator,
     Local,
+    Observation,
     Party,
     PrivacyPolicy,
+    Recording,
     Roster,
     RunSpec,
     register_algorithm_spec,
@@ -58,13 +60,75 @@ __all__ = [
     "label_owner_classes",
     "multivfl_demo_data",
     "multivfl_policy",
+    "epoch_order",
     "partition_label_owners",
+    "round_seed",
     "scaled_strip",
 ]
 
 _NIID = re.compile(r"^(\d+)niid$")
 _DEVICE = re.compile(r"^(auto|cpu|mps|cuda(:\d+)?)$")
 LOCAL_OPTIMIZERS = ("sgd", "adam")
+
+
+# --------------------------------------------------------------------------- rounds
+
+
+def round_seed(random_state: int, round_: int) -> int:
+    """The shuffling seed the server hands to every label owner in round ``round_``."""
+    return int(np.random.default_rng([random_state, round_]).integers(2**31))
+
+
+def epoch_order(seed: int, round_: int, epoch: int, n: int) -> np.ndarray:
+    """The shuffled sample order of one local epoch, derived from a seed both sides know."""
+    return np.random.default_rng([seed, round_, epoch]).permutation(n)
+
+
+#: one batch a party saw: ``(seed, round, epoch, batch, values)``
+_Batch = tuple[int, int, int, int, np.ndarray]
+
+
+def _gradients_seen(recording: Recording, owner: str) -> list[_Batch]:
+    """The ``activation_grad`` batches a data owner received from label owner ``owner``."""
+    got: list[_Batch] = []
+    seed = rnd = epoch = batch = 0
+    for m in recording:
+        if m.sender != owner:
+            continue
+        if m.kind == "begin_epoch":
+            seed, rnd, epoch = int(m.number("seed")), m.round, int(m.number("epoch"))
+        elif m.kind == "forward":
+            batch = int(m.number("batch"))
+        elif m.kind == "backward" and "activation_grad" in m.arrays:
+            got.append((seed, rnd, epoch, batch, m.arrays["activation_grad"]))
+    return got
+
+
+def _activations_seen(recording: Recording) -> dict[str, list[_Batch]]:
+    """The activation batches a label owner received, per data owner: the replies to its
+    ``forward`` requests, numbered in order within each epoch (its own loop)."""
+    got: dict[str, list[_Batch]] = {}
+    count: dict[str, int] = {}
+    seed, epoch = 0, -1
+    for m in recording:
+        if m.kind == "train_round":
+            seed, epoch = int(m.number("seed")), -1
+        elif m.kind == "begin_epoch:reply" and (count or epoch < 0):
+            epoch, count = epoch + 1, {}  # the first reply of the next epoch's broadcast
+        elif m.kind == "forward:reply" and "activations" in m.arrays:
+            b = count[m.sender] = count.get(m.sender, -1) + 1
+            got.setdefault(m.sender, []).append((seed, m.round, epoch, b, m.arrays["activations"]))
+    return got
+
+
+def _last_epoch(got: list[_Batch], batch_size: int) -> tuple[np.ndarray, np.ndarray]:
+    """``(rows, values)`` of the last epoch in ``got``: its order comes from its seed, as
+    both sides derive it (:func:`epoch_order`)."""
+    seed, rnd, epoch = got[-1][:3]
+    mine = [(b, v) for s, r, e, b, v in got if (s, r, e) == (seed, rnd, epoch)]
+    order = epoch_order(seed, rnd, epoch, sum(len(v) for _, v in mine))
+    rows = np.concatenate([order[b * batch_size : b * batch_size + len(v)] for b, v in mine])
+    return rows, np.concatenate([v for _, v in mine])
 
 
 # --------------------------------------------------------------------------- params
@@ -353,6 +417,37 @@ class MultiVFLAlgorithm(Algorithm):
 
     def policy(self, run: RunSpec, setup: Mapping[str, Any]) -> PrivacyPolicy:
         return multivfl_policy(self.top_names(run, setup), evaluate=bool(run.params.evaluate))
+
+    # -- leakage ---------------------------------------------------------------
+    def observations(
+        self, run: RunSpec, setup: Mapping[str, Any], recording: Recording
+    ) -> list[Observation]:
+        """Per sample, from the last local epoch the recording holds (batch orders are
+        derived from the seeds received, as the parties derive them):
+
+        * a data owner: the gradient of every label owner's loss w.r.t. its activations
+          (``activation_grad``), which depends on that label owner's labels;
+        * a label owner: every data owner's activations, a function of its private strip.
+        """
+        bs = int(run.params.batch_size)
+        if self.role(run, recording.party) == "data_owner":
+            return [
+                Observation(f"activation_grad from {k}", "gradient", k, *_last_epoch(got, bs), k)
+                for k in run.federation.owners()
+                if (got := _gradients_seen(recording, k))
+            ]
+        if recording.party in run.federation.owners():
+            return [
+                Observation(
+                    f"activations of {d}",
+                    "representation",
+                    recording.party,
+                    *_last_epoch(got, bs),
+                    features_of=d,
+                )
+                for d, got in _activations_seen(recording).items()
+            ]
+        return []
 
     # -- building --------------------------------------------------------------
     def _top(self, run: RunSpec, setup: Mapping[str, Any]) -> Any:

@@ -76,9 +76,11 @@ from fedviews.deep._multivfl_spec import (
     MULTIVFL_SPEC,
     MultiVFLAlgorithm,
     MultiVFLParams,
+    epoch_order,
     label_owner_classes,
     multivfl_policy,
     partition_label_owners,
+    round_seed,
     scaled_strip,
 )
 from fedviews.deep._nets import combine_activations, conv_bottom, conv_top
@@ -125,16 +127,6 @@ _EVAL_BATCH = 1000
 
 
 # --------------------------------------------------------------------------- rounds
-
-
-def round_seed(random_state: int, round_: int) -> int:
-    """The shuffling seed the server hands to every label owner in round ``round_``."""
-    return int(np.random.default_rng([random_state, round_]).integers(2**31))
-
-
-def epoch_order(seed: int, round_: int, epoch: int, n: int) -> np.ndarray:
-    """The shuffled sample order of one local epoch, derived from a seed both sides know."""
-    return np.random.default_rng([seed, round_, epoch]).permutation(n)
 
 
 # --------------------------------------------------------------------------- models

@@ -47,6 +47,7 @@ _EXPERIMENTS: Registry[ExperimentSpec] = Registry(
         "fedviews.experiments.multivfl",
         "fedviews.experiments.apfed",
         "fedviews.experiments.sfedmv",
+        "fedviews.experiments.privacy_audit",
     ),
 )
 

@@ -36,6 +36,7 @@ from fedviews.federation._log import LogEntry, MessageLog
 from fedviews.federation._message import Message, MetaValue, error_payload, raise_remote
 from fedviews.federation._party import Coordinator, Party, handles
 from fedviews.federation._policy import PrivacyPolicy
+from fedviews.federation._record import Observation, Observed, Recording
 from fedviews.federation._run import federate
 from fedviews.federation._transport import InProcessTransport, Transport
 
@@ -75,6 +76,9 @@ __all__ = [
     "MessageLog",
     "Party",
     "PrivacyPolicy",
+    "Observation",
+    "Observed",
+    "Recording",
     "Transport",
     "federate",
     "handles",

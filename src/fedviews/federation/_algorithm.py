@@ -24,7 +24,7 @@ builds its part from that setup.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -38,6 +38,7 @@ from fedviews.data import PartyData, align, read_npz, save_npz
 from fedviews.errors import ConfigError, DataError, ProtocolError
 from fedviews.federation._party import Coordinator, Party
 from fedviews.federation._policy import PrivacyPolicy
+from fedviews.federation._record import Observation, Recording
 from fedviews.federation._transport import InProcessTransport, Transport
 
 __all__ = [
@@ -297,6 +298,16 @@ class Algorithm:
         """``(metrics for results.json, arrays for result.npz)`` (default: ``coord.summary()``)."""
         return coord.summary()
 
+    # -- leakage ---------------------------------------------------------------
+    def observations(
+        self, run: RunSpec, setup: Mapping[str, Any], recording: Recording
+    ) -> list[Observation]:
+        """What ``recording`` (all that one party or the coordinator received) holds about
+        other parties' labels or features, per sample, for the attacks of
+        :mod:`fedviews.privacy.attacks`. Only the recording and public facts of the run
+        (params, setup, roster) may be used. Default: nothing per-sample."""
+        return []
+
     # -- demo data -------------------------------------------------------------
     def demo_data(self, cfg: Any) -> dict[str, PartyData]:
         """Each party's data dealt from a built-in dataset, for ``fedviews launch`` and
@@ -379,6 +390,8 @@ class InProcessRun:
     coordinator: Coordinator
     parties: dict[str, Party]
     transport: Transport
+    #: every member's own data after alignment (the experimenter's, e.g. to score an attack)
+    locals: dict[str, Local] = field(default_factory=dict)
 
     def __call__(self, on_round_end: Callable[[int], None] | None = None) -> Any:
         """Run the protocol to the end; returns what the coordinator's run returns."""
@@ -386,6 +399,27 @@ class InProcessRun:
 
     def _members(self) -> list[tuple[str, Party]]:
         return [*self.parties.items(), (self.coordinator.name, self.coordinator)]
+
+    def record(
+        self,
+        attackers: Sequence[str],
+        *,
+        kinds: Collection[str] | None = None,
+        rounds: Collection[int] | None = None,
+    ) -> dict[str, Recording]:
+        """Start recording what each of ``attackers`` (parties or the coordinator) receives."""
+        members = dict(self._members())
+        out = {}
+        for name in attackers:
+            if name not in members:
+                raise ConfigError(
+                    f"{name!r} takes no part in this {self.run.algorithm} run; "
+                    f"its members are {sorted(members)}"
+                )
+            member = members[name]
+            rec = Recording.of(name, member.role, self.run.algorithm, kinds=kinds, rounds=rounds)
+            out[name] = member.record(rec)
+        return out
 
     def save_state(self, path: Path) -> None:
         """Write every party's and the coordinator's ``state_dict`` to one ``.npz`` (atomically).
@@ -460,4 +494,4 @@ def build_in_process(
         t = InProcessTransport(policy, keep_entries=keep_entries)
     for obj in (coord, *built.values()):
         t.register(obj)
-    return InProcessRun(algo, run, setup, coord, built, t)
+    return InProcessRun(algo, run, setup, coord, built, t, locals_)

@@ -11,6 +11,7 @@ from fedviews.errors import ProtocolError
 from fedviews.federation._message import Message, MetaValue
 
 if TYPE_CHECKING:
+    from fedviews.federation._record import Recording
     from fedviews.federation._transport import Transport
 
 __all__ = ["Coordinator", "Party", "handles"]
@@ -67,6 +68,8 @@ class Party:
         self.role = role
         self.transport: Transport | None = None
         self.round = 0
+        #: what this party receives is copied here when set (:meth:`record`)
+        self.recording: Recording | None = None
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(name={self.name!r}, role={self.role!r})"
@@ -88,8 +91,22 @@ class Party:
             )
 
     # -- receiving -------------------------------------------------------
+    def record(self, recording: Recording) -> Recording:
+        """Copy every message delivered to this party into ``recording`` from now on: the
+        requests it handles and the replies to what it sends (its view, for attacks)."""
+        self.recording = recording
+        return recording
+
+    def _received(self, replies: list[Message]) -> list[Message]:
+        if self.recording is not None:
+            for r in replies:
+                self.recording.add(r)
+        return replies
+
     def handle(self, msg: Message) -> Message:
         """Dispatch ``msg`` to the handler registered for its kind."""
+        if self.recording is not None:
+            self.recording.add(msg)
         attr = self._handlers.get(msg.kind)
         if attr is None:
             raise ProtocolError(
@@ -142,7 +159,7 @@ class Party:
             arrays=dict(arrays or {}),
             meta=dict(meta or {}),
         )
-        return self.transport.request(msg)
+        return self._received([self.transport.request(msg)])[0]
 
     def broadcast(
         self,
@@ -170,7 +187,7 @@ class Party:
             )
             for r in receivers
         ]
-        replies = self.transport.request_many(msgs)
+        replies = self._received(self.transport.request_many(msgs))
         return dict(zip(receivers, replies, strict=True))
 
     def scatter(
@@ -200,7 +217,7 @@ class Party:
             )
             for r, a in arrays.items()
         ]
-        replies = self.transport.request_many(msgs)
+        replies = self._received(self.transport.request_many(msgs))
         return dict(zip(arrays, replies, strict=True))
 
 

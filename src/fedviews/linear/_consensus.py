@@ -46,7 +46,9 @@ from fedviews.federation import (
     Coordinator,
     Local,
     Message,
+    Observation,
     Party,
+    Recording,
     Roster,
     RunSpec,
     build_in_process,
@@ -485,6 +487,30 @@ class ConsensusAlgorithm(LinearAlgorithm):
         if setup["n_classes"] < 2:
             raise DataError("y must contain at least two classes")
         return setup
+
+    def observations(
+        self, run: RunSpec, setup: Mapping[str, Any], recording: Recording
+    ) -> list[Observation]:
+        """The label owner's labels as others see them: every party receives the consensus
+        ``Z`` (close to the one-hot ``Y``: it is pulled towards it); the coordinator
+        computes it from the ``Z_k`` and their ``zeta`` (and with a label-owner party,
+        receives ``Y`` itself). Rows: the ``train`` group, in the aligned order."""
+        owner = run.federation.owners()[0]
+        if recording.party == owner:
+            return []  # its own labels
+        rows = np.arange(int(setup["n_samples"]))
+        out = []
+        for m in recording.select("labels:reply", "Y")[-1:]:
+            out.append(Observation("Y", "consensus", "train", rows, m.arrays["Y"], owner))
+        for m in recording.select("update", "Z")[-1:]:
+            out.append(Observation("Z", "consensus", "train", rows, m.arrays["Z"], owner))
+        replies = recording.select("update:reply", "Z_k")
+        last = [m for m in replies if m.round == max((r.round for r in replies), default=0)]
+        if last:  # the coordinator's own consensus (MMVFL Eq. 14), from what it received
+            w = consensus_weights([float(m.meta.get("zeta") or 1.0) for m in last])
+            Z = np.tensordot(w, np.stack([m.arrays["Z_k"] for m in last]), axes=1)
+            out.append(Observation("Z from the Z_k", "consensus", "train", rows, Z, owner))
+        return out
 
     def party_inputs(
         self, run: RunSpec, party: str, local: Local, setup: Mapping[str, Any]

@@ -1,0 +1,224 @@
+"""``privacy_audit``: train one algorithm in-process, record what each attacker received, attack it.
+
+The run is described as a deployment is (``algorithm``, ``federation``, the
+algorithm's ``params``, how the dataset is dealt to the parties), so the audited
+protocol is exactly the one ``fedviews launch`` deploys. Every chosen attacker (a
+party or the coordinator) records the messages delivered to it
+(:class:`~fedviews.federation.Recording`); after training, the algorithm reads
+per-sample observations out of each recording
+(:meth:`~fedviews.federation.Algorithm.observations`) and every applicable attack of
+:mod:`fedviews.privacy.attacks` runs on them with the declared auxiliary knowledge.
+The recordings and the answer key are saved in the run folder, so
+``fedviews audit RUN_DIR`` re-runs the attacks without training.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from fedviews.errors import ConfigError, DataError
+from fedviews.experiments._common import pyplot, save_figure
+from fedviews.experiments._config import ExperimentConfig
+from fedviews.experiments._registry import register_experiment
+from fedviews.experiments._runner import ExperimentResult, RunContext, Table
+from fedviews.federation import Recording, build_in_process, get_algorithm_spec
+from fedviews.privacy.attacks import (
+    AuxKnowledge,
+    LeakageRow,
+    Reconstruction,
+    Truth,
+    audit,
+    check_attacks,
+)
+
+__all__ = ["AuditParams", "leakage_table", "reaudit"]
+
+RECORDINGS = "recordings"
+TRUTH = "truth.npz"
+
+
+@dataclass(frozen=True)
+class AuditParams:
+    """The ``[params]`` of ``privacy_audit``.
+
+    ``algorithm``, ``federation`` (a deployment's ``[federation]`` table: ``parties``,
+    ``label_owner`` or ``label_owners``), ``run`` (the algorithm's params, as a
+    deployment's ``[params]``) and ``split`` (a deployment's ``[data]`` table without
+    ``dataset``, which is the config's ``[data] name``) describe the run.
+    ``attackers``: who records and attacks (default: every party and the
+    coordinator). ``attacks``: which of :data:`~fedviews.privacy.attacks.ATTACKS` to run
+    (default: every one that applies). ``labelled`` / ``known_features``: the auxiliary knowledge granted to
+    every attacker (:class:`~fedviews.privacy.attacks.AuxKnowledge`).
+    """
+
+    algorithm: str = "mmvfl"
+    federation: Mapping[str, Any] = field(default_factory=dict)
+    run: Mapping[str, Any] = field(default_factory=dict)
+    split: Mapping[str, Any] = field(default_factory=dict)
+    attackers: tuple[str, ...] = ()
+    attacks: tuple[str, ...] = ()
+    labelled: int = 40
+    known_features: int = 500
+
+
+def _deploy_config(cfg: ExperimentConfig, p: AuditParams) -> Any:
+    from fedviews.deploy import load_deploy_config
+
+    if cfg.data.options:
+        raise ConfigError("privacy_audit: put the data options in params.split, not [data]")
+    return load_deploy_config(
+        {
+            "algorithm": p.algorithm,
+            "name": cfg.name,
+            "seed": cfg.seed,
+            "federation": dict(p.federation),
+            "params": dict(p.run),
+            "data": {"dataset": cfg.data.name, **dict(p.split)},
+        }
+    )
+
+
+def leakage_table(rows: Sequence[LeakageRow], title: str, accuracy: str) -> Table:
+    return Table(
+        title,
+        ["attacker", "role", "observes", "attack", "secret", "aux", "metric", "value", "chance"],
+        [
+            [r.attacker, r.role, r.observation, r.attack, r.secret, r.aux, r.metric]
+            + [f"{v:.4g}" if r.metric == "mse" else round(v, 2) for v in (r.value, r.chance)]
+            for r in rows
+        ],
+        note=f"main task: {accuracy}. 'chance': the most common label (recovery) or the "
+        "mean image of the aux rows (reconstruction). Scored on rows not granted as aux.",
+    )
+
+
+def _figure(examples: Sequence[Reconstruction], path: Path) -> Path | None:
+    if not examples:
+        return None
+    plt = pyplot()
+    k = max(len(e.true) for e in examples)
+    fig, axes = plt.subplots(
+        2 * len(examples), k, figsize=(1.3 * k, 1.0 * 2 * len(examples)), squeeze=False
+    )
+    for i, e in enumerate(examples):
+        for j in range(k):
+            for r, (img, label) in enumerate(((e.true, "true"), (e.guess, "attack"))):
+                ax = axes[2 * i + r][j]
+                ax.axis("off")
+                if j < len(img):
+                    pic = np.asarray(img[j], dtype=float).reshape(-1, img[j].shape[-1])
+                    ax.imshow(pic, cmap="gray", vmin=0, vmax=1)
+                if j == 0:
+                    ax.set_title(f"{e.title}: {label}", fontsize=7, loc="left")
+    return save_figure(fig, path)
+
+
+def _main_task(metrics: Mapping[str, Any]) -> str:
+    acc = {k: v for k, v in metrics.items() if "accuracy" in k and np.ndim(v) <= 1}
+    if not acc:
+        return "no accuracy reported"
+    k, v = next(iter(acc.items()))
+    v = np.asarray(v, dtype=float)
+    last = float(v.ravel()[-1]) if v.size else float("nan")
+    return f"{k} {100 * last if last <= 1 else last:.2f} %"
+
+
+def _finish(
+    out_dir: Path,
+    title: str,
+    rows: list[LeakageRow],
+    examples: list[Reconstruction],
+    task: str,
+    prefix: str = "",
+) -> ExperimentResult:
+    fig = _figure(examples, out_dir / f"{prefix}reconstructions.png")
+    return ExperimentResult(
+        metrics={"leakage": [asdict(r) for r in rows], "main_task": task},
+        tables=[leakage_table(rows, title, task)],
+        figures=[fig] if fig else [],
+    )
+
+
+@register_experiment(
+    "privacy_audit",
+    AuditParams,
+    description="Leakage: attacks on what each party and the coordinator received",
+    default_dataset="handwritten",
+)
+def run_privacy_audit(cfg: ExperimentConfig, ctx: RunContext) -> ExperimentResult:
+    p: AuditParams = cfg.params
+    dep = _deploy_config(cfg, p)
+    algo = get_algorithm_spec(dep.algorithm)
+    aux = AuxKnowledge(p.labelled, p.known_features, cfg.seed)
+    check_attacks(p.attacks, aux)
+    datas = algo.demo_data(dep)
+    fed = build_in_process(dep, datas)
+    members = [*fed.parties, fed.coordinator.name]
+    attackers = list(p.attackers) or members
+    recordings = fed.record(attackers)
+    t0 = time.perf_counter()
+    ctx.log(f"training {dep.algorithm} ({len(fed.parties)} parties), recording {attackers}")
+    fed()
+    train_s = time.perf_counter() - t0
+    metrics, _ = algo.coordinator_results(fed.coordinator)
+    truth = Truth.of_run(fed.locals)
+    out = ctx.path(RECORDINGS)
+    out.mkdir(exist_ok=True)
+    for name, rec in recordings.items():
+        rec.save(out / f"{name}.npz")
+    truth.save(ctx.path(TRUTH))
+    t1 = time.perf_counter()
+    examples: list[Reconstruction] = []
+    rows = audit(algo, dep, fed.setup, recordings, truth, aux, attacks=p.attacks, examples=examples)
+    ctx.log(f"trained in {train_s:.1f} s, attacked in {time.perf_counter() - t1:.1f} s")
+    result = _finish(
+        ctx.out_dir, f"What leaks: {dep.algorithm}", rows, examples, _main_task(metrics)
+    )
+    result.metrics |= {"train_seconds": train_s, "setup": dict(fed.setup), "attackers": attackers}
+    result.message_log = fed.transport.log.summary()
+    return result
+
+
+def reaudit(run_dir: Path, overrides: Sequence[str] = ()) -> ExperimentResult:
+    """The attacks of a finished ``privacy_audit`` run again, on its saved recordings only
+    (no training, no party): its own config with ``overrides`` (e.g. other aux counts or
+    ``params.attacks``). Writes ``reaudit.json`` and ``reaudit_reconstructions.png``."""
+    from fedviews.experiments._config import load_config
+
+    run_dir = Path(run_dir)
+    folder = run_dir / RECORDINGS
+    paths = [run_dir / n for n in ("config.json", "metrics.json", TRUTH)]
+    if not folder.is_dir() or not all(p.is_file() for p in paths):
+        raise DataError(
+            f"{run_dir} is not a finished privacy_audit run (it needs {RECORDINGS}/, "
+            f"config.json, metrics.json and {TRUTH})"
+        )
+    try:
+        raw = json.loads(paths[0].read_text(encoding="utf-8"))
+        metrics = json.loads(paths[1].read_text(encoding="utf-8"))
+    except ValueError as exc:
+        raise DataError(f"{run_dir}: unreadable run files: {exc}") from None
+    cfg = load_config(raw, overrides)
+    if cfg.experiment != "privacy_audit":
+        raise ConfigError(f"{run_dir} is a {cfg.experiment!r} run, not a privacy_audit run")
+    p: AuditParams = cfg.params
+    dep = _deploy_config(cfg, p)
+    algo = get_algorithm_spec(dep.algorithm)
+    order = metrics.get("attackers") or sorted(f.stem for f in folder.glob("*.npz"))
+    recordings = {a: Recording.load(folder / f"{a}.npz") for a in order}
+    aux = AuxKnowledge(p.labelled, p.known_features, cfg.seed)
+    examples: list[Reconstruction] = []
+    truth = Truth.load(run_dir / TRUTH)
+    setup = metrics.get("setup", {})
+    rows = audit(algo, dep, setup, recordings, truth, aux, attacks=p.attacks, examples=examples)
+    result = _finish(run_dir, f"What leaks: {dep.algorithm} (re-audit)", rows, examples,
+                     metrics.get("main_task", ""), "reaudit_")  # fmt: skip
+    (run_dir / "reaudit.json").write_text(json.dumps(result.metrics, indent=2), encoding="utf-8")
+    return result

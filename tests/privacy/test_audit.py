@@ -1,0 +1,152 @@
+"""The leakage audit: recordings hold exactly what reached the attacker, observations map rows
+right, attacks run on a recording alone, and bad requests are clear errors."""
+
+from __future__ import annotations
+
+import gc
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from fedviews.data import PartyData
+from fedviews.errors import ConfigError, DataError
+from fedviews.federation import Recording, Roster, RunSpec, build_in_process, get_algorithm_spec
+from fedviews.linear import MMVFLParams
+from fedviews.privacy.attacks import AuxKnowledge, Truth, audit, check_attacks
+
+
+def _mmvfl_run(n: int = 60, seed: int = 0):
+    rng = np.random.default_rng(seed)
+    y = np.repeat(np.arange(3), n // 3)
+    names = ("a", "b", "c")
+    datas = {}
+    for k, p in enumerate(names):
+        X = rng.normal(size=(n, 4 + k)) + y[:, None]  # every view is informative
+        datas[p] = PartyData(np.arange(n), X, y if p == "a" else None)
+    params = MMVFLParams(beta=1.0, zeta=10.0, eta=10.0, max_iter=5)
+    run = RunSpec("mmvfl", params, Roster(names, label_owner="a"))
+    return run, build_in_process(run, datas), y
+
+
+def test_a_recording_holds_exactly_the_messages_addressed_to_its_party(tmp_path: Path) -> None:
+    run, fed, _ = _mmvfl_run()
+    recs = fed.record(["b", "coordinator"])
+    fed()
+    for name, rec in recs.items():
+        logged = [
+            (e.sender, e.kind, tuple(sorted(e.arrays)))
+            for e in fed.transport.log.entries
+            if e.receiver == name
+        ]
+        got = [(m.sender, m.kind, tuple(sorted(m.arrays))) for m in rec]
+        assert got == logged and len(got) > 0
+    # b received the consensus Z each round, never another party's view, labels or W
+    names = {a for m in recs["b"] for a in m.arrays}
+    assert names == {"Z"}
+    # the coordinator received the Z_k (MMVFL: the label owner's is pulled towards its Y)
+    assert {a for m in recs["coordinator"] for a in m.arrays} == {"Z_k"}
+    # save / load round trip
+    recs["b"].save(tmp_path / "b.npz")
+    back = Recording.load(tmp_path / "b.npz")
+    assert (back.party, back.role, back.algorithm) == ("b", "party", "mmvfl")
+    assert len(back) == len(recs["b"])
+    for m1, m2 in zip(back, recs["b"]):
+        assert (m1.sender, m1.round, m1.kind, m1.meta) == (m2.sender, m2.round, m2.kind, m2.meta)
+        np.testing.assert_array_equal(m1.arrays["Z"], m2.arrays["Z"])
+
+
+def test_attacks_run_on_a_saved_recording_after_the_parties_are_gone(tmp_path: Path) -> None:
+    run, fed, y = _mmvfl_run()
+    recs = fed.record(["b", "coordinator"])
+    fed()
+    truth, setup = Truth.of_run(fed.locals), dict(fed.setup)
+    live = audit(fed.algorithm, run, setup, recs, truth, AuxKnowledge())
+    for name, rec in recs.items():
+        rec.save(tmp_path / f"{name}.npz")
+    truth.save(tmp_path / "truth.npz")
+    del fed, recs
+    gc.collect()
+    loaded = {n: Recording.load(tmp_path / f"{n}.npz") for n in ("b", "coordinator")}
+    again = audit(
+        get_algorithm_spec("mmvfl"), run, setup, loaded, Truth.load(tmp_path / "truth.npz"),
+        AuxKnowledge(),
+    )  # fmt: skip
+    assert again == live
+    rows = {(r.attacker, r.observation): r for r in again}
+    assert set(rows) == {("b", "Z"), ("coordinator", "Z from the Z_k")}
+    # the label owner's labels, from what crossed: the consensus is pulled towards them
+    for r in rows.values():
+        assert r.value > 90 and r.chance == pytest.approx(100 / 3)
+    assert all(r.secret == "labels of a" for r in again)
+
+
+@pytest.mark.slow
+def test_multivfl_observations_are_the_activations_of_the_rows_they_name() -> None:
+    """lr = 1e-30: nothing trains, so a label owner's observed activations of data owner d must
+    equal d's bottom model on d's strips of exactly the rows the observation names."""
+    torch = pytest.importorskip("torch")
+    from fedviews.deep import MultiVFLParams
+
+    rng = np.random.default_rng(0)
+    n, D = 90, 2
+    y = rng.integers(0, 3, size=n)
+    y[:3] = [0, 1, 2]
+    names = ("d0", "d1", "lo")
+    datas = {
+        d: PartyData(np.arange(n), rng.integers(0, 255, size=(n, 14, 28)).astype(np.uint8), None)
+        for d in names[:D]
+    }
+    datas["lo"] = PartyData(np.arange(n), np.zeros((n, 0)), y)
+    params = MultiVFLParams(rounds=2, batch_size=16, lr=1e-30, evaluate=False, device="cpu")
+    run = RunSpec("multivfl", params, Roster(names, label_owners=("lo",), coordinator="server"))
+    fed = build_in_process(run, datas)
+    recs = fed.record(["lo", "d1"])
+    fed()
+    algo = fed.algorithm
+    (grad_obs,) = algo.observations(run, fed.setup, recs["d1"])
+    assert grad_obs.kind == "gradient" and grad_obs.labels_of == "lo"
+    assert sorted(grad_obs.rows) == list(range(n))
+    obs = algo.observations(run, fed.setup, recs["lo"])
+    assert [o.features_of for o in obs] == ["d0", "d1"]
+    for o in obs:
+        party = fed.parties[o.features_of]
+        with torch.no_grad():
+            x = party.x["lo"][torch.as_tensor(o.rows)]
+            expect = party.bottom(x).numpy()
+        assert sorted(o.rows) == list(range(n))
+        np.testing.assert_allclose(o.values, expect, rtol=1e-5, atol=1e-6)
+
+
+def test_bad_requests_are_clear_errors() -> None:
+    run, fed, _ = _mmvfl_run()
+    with pytest.raises(ConfigError, match="'mallory' takes no part"):
+        fed.record(["mallory"])
+    with pytest.raises(ConfigError, match="unknown attack 'telepathy'"):
+        check_attacks(["telepathy"], AuxKnowledge())
+    with pytest.raises(ConfigError, match="needs auxiliary knowledge: set labelled > 0"):
+        check_attacks(["direction"], AuxKnowledge(labelled=0))
+    with pytest.raises(ConfigError, match=">= 0"):
+        check_attacks([], AuxKnowledge(labelled=-1))
+    recs = fed.record(["b"])
+    fed()
+    truth = Truth.of_run(fed.locals)
+    with pytest.raises(ConfigError, match="'reconstruction' does not apply to mmvfl"):
+        audit(
+            fed.algorithm, run, fed.setup, recs, truth, AuxKnowledge(), attacks=["reconstruction"]
+        )
+    with pytest.raises(DataError, match="no true labels of 'x'"):
+        truth.get("labels", "x", "train")
+
+
+def test_a_recording_refuses_to_outgrow_its_memory_budget() -> None:
+    run, fed, _ = _mmvfl_run()
+    fed.parties["b"].record(Recording.of("b", "party", max_bytes=1000))
+    with pytest.raises(ConfigError, match="record fewer message kinds or rounds"):
+        fed()
+
+
+def test_a_file_that_is_not_a_recording_is_refused(tmp_path: Path) -> None:
+    np.savez(tmp_path / "x.npz", a=np.zeros(3))
+    with pytest.raises(DataError, match="is not a fedviews recording"):
+        Recording.load(tmp_path / "x.npz")
