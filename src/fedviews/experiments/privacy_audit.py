@@ -121,12 +121,13 @@ def _figure(examples: Sequence[Reconstruction], path: Path) -> Path | None:
 
 
 def _main_task(metrics: Mapping[str, Any]) -> str:
-    acc = {k: v for k, v in metrics.items() if "accuracy" in k and np.ndim(v) <= 1}
-    if not acc:
+    """The trained model's accuracy as the coordinator reports it (its final value)."""
+    keys = [k for k in metrics if "accuracy" in k and np.ndim(metrics[k]) <= 1]
+    if not keys:
         return "no accuracy reported"
-    k, v = next(iter(acc.items()))
-    v = np.asarray(v, dtype=float)
-    last = float(v.ravel()[-1]) if v.size else float("nan")
+    k = min(keys, key=lambda k: (k != "final_accuracy", k != "test_accuracy", k))
+    v = np.asarray(metrics[k], dtype=float).ravel()
+    last = float(v[-1]) if v.size else float("nan")
     return f"{k} {100 * last if last <= 1 else last:.2f} %"
 
 

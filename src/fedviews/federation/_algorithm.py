@@ -343,6 +343,7 @@ ALGORITHMS: Registry[Algorithm] = Registry(
         "fedviews.deep._sfedmv_spec",
         "fedviews.deep._multivfl_spec",
         "fedviews.deep._apfed_spec",
+        "fedviews.deep._splitnn_spec",
     ),
 )
 

@@ -202,36 +202,36 @@ class Attack:
     """An attack of the audit: which observations it applies to and what aux it needs."""
 
     title: str
-    kind: str  # the observation kind it reads
+    kinds: tuple[str, ...]  # the observation kinds it reads
     secret: str  # "labels" or "features"
     needs: str | None  # the AuxKnowledge field it needs (> 0), if any
     run: Any
 
     def applies(self, obs: Observation) -> bool:
         whose = obs.labels_of if self.secret == "labels" else obs.features_of
-        return obs.kind == self.kind and whose is not None
+        return obs.kind in self.kinds and whose is not None
 
 
 #: the attacks by the name a config uses (``params.attacks``)
 ATTACKS: dict[str, Attack] = {
     "consensus": Attack(
-        "argmax of the consensus", "consensus", "labels", None,
+        "argmax of the consensus", ("consensus",), "labels", None,
         _no_aux_labels(labels_from_consensus),
     ),
     "batch_label": Attack(
-        "batch label inference", "softmax_gradient", "labels", None,
+        "batch label inference", ("softmax_gradient",), "labels", None,
         _no_aux_labels(labels_from_softmax_gradient),
     ),
     "direction": Attack(
-        "gradient direction", "gradient", "labels", "labelled",
+        "gradient direction", ("gradient", "softmax_gradient"), "labels", "labelled",
         _with_aux_labels(labels_by_direction),
     ),
     "completion": Attack(
-        "model completion", "representation", "labels", "labelled",
+        "model completion", ("representation",), "labels", "labelled",
         _with_aux_labels(labels_by_completion),
     ),
     "reconstruction": Attack(
-        "inverse model (ridge)", "representation", "features", "known_features",
+        "inverse model (ridge)", ("representation",), "features", "known_features",
         _reconstruction,
     ),
 }  # fmt: skip
@@ -316,7 +316,7 @@ def audit(
         if ATTACKS[name].title not in titles:
             raise ConfigError(
                 f"the attack {name!r} does not apply to {run.algorithm} with the attackers "
-                f"{sorted(recordings)}: none of them observes {ATTACKS[name].kind} values "
+                f"{sorted(recordings)}: none of them observes {'/'.join(ATTACKS[name].kinds)} values "
                 f"that depend on another party's {ATTACKS[name].secret}"
             )
     return rows

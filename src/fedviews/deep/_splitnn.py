@@ -1,0 +1,227 @@
+"""The parties of the plain split NN (:mod:`fedviews.deep._splitnn_spec`): torch lives here."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from fedviews.deep._common import batches, to_numpy, to_tensor
+from fedviews.deep._split import EVAL_BATCH, SplitBottom
+from fedviews.deep._splitnn_spec import epoch_seed
+from fedviews.errors import MissingDependency, ProtocolError
+from fedviews.federation import Coordinator, Message, handles
+
+try:
+    import torch
+    from torch import nn
+except ImportError as exc:  # pragma: no cover - depends on the environment
+    raise MissingDependency("torch", "torch") from exc
+
+__all__ = ["SplitNNActive", "SplitNNDriver", "SplitNNPassive", "bottom_mlp", "strips"]
+
+
+def bottom_mlp(in_features: int, hidden: int, n_classes: int) -> nn.Module:
+    """A bottom model: flatten, ``hidden`` ReLU units, ``n_classes`` logits."""
+    return nn.Sequential(
+        nn.Flatten(), nn.Linear(in_features, hidden), nn.ReLU(), nn.Linear(hidden, n_classes)
+    )
+
+
+def strips(X: np.ndarray) -> np.ndarray:
+    """``(n, h, W)`` or ``(n, C, h, W)`` strips as float32 ``(n, C, h, W)`` (uint8 pixels / 255)."""
+    X = np.asarray(X)
+    X = X[:, None] if X.ndim == 3 else X
+    return X.astype(np.float32) / 255.0 if X.dtype == np.uint8 else X.astype(np.float32)
+
+
+def _factory(hidden: int, n_classes: int, channels: int) -> Callable[[tuple[int, int]], Any]:
+    return lambda hw: bottom_mlp(channels * hw[0] * hw[1], hidden, n_classes)
+
+
+class SplitNNPassive(SplitBottom):
+    """A passive party: its strip and bottom MLP; sends ``logits``, receives ``grad_logits``."""
+
+    def __init__(
+        self,
+        name: str,
+        X: np.ndarray,
+        X_test: np.ndarray | None,
+        *,
+        hidden: int,
+        n_classes: int,
+        seed: int,
+        lr: float,
+        momentum: float,
+        weight_decay: float,
+        device: Any,
+    ) -> None:
+        view = strips(X)
+        factory = _factory(hidden, n_classes, view.shape[1])
+        super().__init__(
+            name, view, factory, seed=seed, lr=lr, momentum=momentum,
+            weight_decay=weight_decay, device=device,
+        )  # fmt: skip
+        self.n_classes = n_classes
+        self._X_test = None if X_test is None else to_tensor(strips(X_test), self.device)
+        self._pending: Any = None
+
+    @handles("splitnn.epoch")
+    def on_epoch(self, msg: Message) -> None:
+        self.start_epoch(msg)
+
+    @handles("splitnn.forward")
+    def on_forward(self, msg: Message) -> Message:
+        self.net.train()
+        self._pending = self.net(self._X[self.batch_rows(msg)])
+        return self.reply(msg, arrays={"logits": to_numpy(self._pending)})
+
+    @handles("splitnn.backward")
+    def on_backward(self, msg: Message) -> None:
+        if self._pending is None:
+            raise ProtocolError(f"{self.name}: {msg.sender!r} sent a gradient before a forward")
+        grad = msg.array("grad_logits", tuple(self._pending.shape))
+        self.opt.zero_grad()
+        self._pending.backward(to_tensor(grad, self.device))
+        self.opt.step()
+        self._pending = None
+
+    @handles("splitnn.infer")
+    def on_infer(self, msg: Message) -> Message:
+        if self._X_test is None:
+            raise ProtocolError(f"{self.name} holds no test strips")
+        start, stop = int(msg.number("start")), int(msg.number("stop"))
+        if not 0 <= start < stop <= len(self._X_test):
+            raise ProtocolError(f"{msg.sender!r} asked for test rows {start}:{stop}")
+        self.net.eval()
+        with torch.no_grad():
+            out = self.net(self._X_test[start:stop])
+        return self.reply(msg, arrays={"logits": to_numpy(out)})
+
+
+class SplitNNActive(SplitBottom):
+    """The label owner: its strip, bottom MLP and labels; the top model is the sum of logits."""
+
+    def __init__(
+        self,
+        name: str,
+        X: np.ndarray,
+        y: np.ndarray,
+        X_test: np.ndarray | None,
+        y_test: np.ndarray | None,
+        passives: Sequence[str],
+        batch_size: int,
+        *,
+        hidden: int,
+        n_classes: int,
+        seed: int,
+        lr: float,
+        momentum: float,
+        weight_decay: float,
+        device: Any,
+    ) -> None:
+        view = strips(X)
+        factory = _factory(hidden, n_classes, view.shape[1])
+        super().__init__(
+            name, view, factory, seed=seed, lr=lr, momentum=momentum,
+            weight_decay=weight_decay, device=device,
+        )  # fmt: skip
+        self.role = "active"
+        self.y = to_tensor(np.asarray(y), self.device, torch.int64)
+        self.X_test = None if X_test is None else to_tensor(strips(X_test), self.device)
+        self.y_test = None if y_test is None else np.asarray(y_test)
+        self.passives, self.batch_size, self.n_classes = list(passives), batch_size, n_classes
+
+    def _logits(self, replies: Mapping[str, Message], rows: int, grad: bool) -> list[Any]:
+        return [
+            to_tensor(
+                replies[p].array("logits", (rows, self.n_classes)), self.device
+            ).requires_grad_(grad)
+            for p in self.passives
+        ]
+
+    @handles("splitnn.train")
+    def on_train(self, msg: Message) -> Message:
+        """One epoch; replies with its mean training loss and (``evaluate``) test accuracy."""
+        seed = int(msg.number("shuffle_seed"))
+        meta = {"shuffle_seed": seed, "batch_size": self.batch_size}
+        self.broadcast(self.passives, "splitnn.epoch", meta=meta)
+        self.net.train()
+        total = 0.0
+        order = batches(len(self._X), self.batch_size, np.random.default_rng(seed))
+        for b, idx in enumerate(order):
+            got = self.broadcast(self.passives, "splitnn.forward", meta={"batch": b})
+            theirs = self._logits(got, len(idx), grad=True)
+            z = self.net(self._X[idx]) + sum(theirs)
+            loss = nn.functional.cross_entropy(z, self.y[idx])
+            self.opt.zero_grad()
+            loss.backward()
+            self.opt.step()
+            grads = {
+                p: {"grad_logits": to_numpy(t.grad)}
+                for p, t in zip(self.passives, theirs, strict=True)
+            }
+            self.scatter("splitnn.backward", grads)
+            total += float(loss.detach()) * len(idx)
+        out: dict[str, Any] = {"loss": total / len(self._X)}
+        if self.X_test is not None and self.y_test is not None:
+            out["accuracy"] = float(np.mean(self.predict_test() == self.y_test))
+        return self.reply(msg, meta=out)
+
+    def predict_test(self) -> np.ndarray:
+        """Class indices of the test rows: the sum of every party's logits."""
+        assert self.X_test is not None
+        self.net.eval()
+        preds = []
+        for start in range(0, len(self.X_test), EVAL_BATCH):
+            stop = min(len(self.X_test), start + EVAL_BATCH)
+            got = self.broadcast(
+                self.passives, "splitnn.infer", meta={"start": start, "stop": stop}
+            )
+            with torch.no_grad():
+                z = self.net(self.X_test[start:stop]) + sum(self._logits(got, stop - start, False))
+            preds.append(to_numpy(z.argmax(1)))
+        return np.concatenate(preds)
+
+
+class SplitNNDriver(Coordinator):
+    """Starts every epoch at the label owner; keeps the per-epoch history."""
+
+    def __init__(self, active: str, epochs: int, seed: int | None, *, name: str) -> None:
+        super().__init__(name)
+        self.active, self.epochs, self.seed = active, epochs, seed
+        self.history: list[dict[str, float]] = []
+
+    def run(self, on_round_end: Callable[[int], None] | None = None) -> list[dict[str, float]]:
+        for e in range(len(self.history) + 1, self.epochs + 1):
+            seed = epoch_seed(self.seed, e)
+            rep = self.send(self.active, "splitnn.train", meta={"shuffle_seed": seed}, round=e)
+            rec = {"epoch": float(e), "loss": rep.number("loss")}
+            if "accuracy" in rep.meta:
+                rec["accuracy"] = rep.number("accuracy")
+            self.history.append(rec)
+            if on_round_end is not None:
+                on_round_end(e)
+        return self.history
+
+    def state_dict(self) -> dict[str, np.ndarray]:
+        keys = self.history[0] if self.history else {}
+        return {k: np.array([r[k] for r in self.history]) for k in keys}
+
+    def load_state(self, state: Mapping[str, np.ndarray]) -> None:
+        n = len(state["epoch"]) if "epoch" in state else 0
+        self.history = [{k: float(v[i]) for k, v in state.items()} for i in range(n)]
+
+    def progress(self) -> list[str]:
+        return [
+            f"epoch {int(r['epoch'])}: loss {r['loss']:.4f}"
+            + (f", test accuracy {100 * r['accuracy']:.2f} %" if "accuracy" in r else "")
+            for r in self.history
+        ]
+
+    def summary(self) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
+        metrics: dict[str, Any] = {k: [r[k] for r in self.history] for k in self.state_dict()}
+        if self.history and "accuracy" in self.history[-1]:
+            metrics["final_accuracy"] = self.history[-1]["accuracy"]
+        return metrics, {}

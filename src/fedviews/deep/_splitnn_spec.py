@@ -1,0 +1,224 @@
+"""A plain split neural network, defined once: the baseline the leakage audit compares with.
+
+The setting VFLAIR and most label-inference papers use: every party holds a strip
+of every image and a bottom MLP that maps it to ``C`` logits; the label owner
+(role ``active``, ``federation.label_owner``) holds the labels, sums its own
+logits and the passive parties' (the top model is the sum, nothing trainable),
+takes the softmax cross-entropy and sends each passive party the gradient of
+the loss w.r.t. *its* logits. That gradient is ``(softmax(z) - onehot(y)) / B``
+per row: its only negative entry is the label (batch label inference). No
+published system of fedviews works like this; it is here so that the audit has
+the peers' reference point (:mod:`fedviews.privacy.attacks`).
+
+Only ``logits`` (passive → active) and ``grad_logits`` (active → passive) cross;
+the coordinator only starts the epochs. The parties live in
+:mod:`fedviews.deep._splitnn` (torch), imported when one is built.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from fedviews.data import PartyData, demo_image_split
+from fedviews.deep._common import batches, check_positive_ints
+from fedviews.errors import ConfigError, DataError
+from fedviews.federation import (
+    Algorithm,
+    AlignGroup,
+    Local,
+    Observation,
+    PrivacyPolicy,
+    Recording,
+    Roster,
+    RunSpec,
+    register_algorithm_spec,
+    spawn_streams,
+)
+
+if TYPE_CHECKING:
+    from fedviews.deep._splitnn import SplitNNActive, SplitNNDriver, SplitNNPassive
+
+__all__ = ["SPLITNN_SPEC", "SplitNNAlgorithm", "SplitNNParams", "epoch_seed", "splitnn_policy"]
+
+
+@dataclass(frozen=True)
+class SplitNNParams:
+    """Hyper-parameters: ``epochs``, ``batch_size``, every party's SGD (``lr``, ``momentum``,
+    ``weight_decay``), the bottom MLPs' ``hidden`` width, whether the label owner reports
+    test accuracy after every epoch (``evaluate``; every party then needs test strips),
+    ``pad`` (demo data: zero rows so that the image height divides into equal strips) and
+    the torch ``device``."""
+
+    epochs: int = 5
+    batch_size: int = 64
+    lr: float = 0.01
+    momentum: float = 0.9
+    weight_decay: float = 0.0
+    hidden: int = 128
+    evaluate: bool = True
+    pad: bool = False
+    device: str = "auto"
+
+    def validate(self) -> None:
+        check_positive_ints(self, ("epochs", "batch_size", "hidden"))
+        if not self.lr > 0 or not 0 <= self.momentum < 1 or not self.weight_decay >= 0:
+            raise ConfigError("splitnn needs lr > 0, 0 <= momentum < 1 and weight_decay >= 0")
+
+
+def splitnn_policy(evaluate: bool) -> PrivacyPolicy:
+    """The barrier: logits up, their gradients down; the coordinator only starts epochs."""
+    kinds = ["splitnn.epoch", "splitnn.forward", "splitnn.backward"]
+    return PrivacyPolicy.of(
+        "splitnn",
+        {("passive", "active"): ["logits"], ("active", "passive"): ["grad_logits"]},
+        kinds={
+            ("active", "passive"): kinds + (["splitnn.infer"] if evaluate else []),
+            ("coordinator", "active"): ["splitnn.train"],
+        },
+    )
+
+
+def epoch_seed(seed: int | None, epoch: int) -> int:
+    """The shuffling seed of ``epoch`` that the coordinator hands to the label owner."""
+    return int(np.random.default_rng([int(seed or 0), epoch]).integers(2**31))
+
+
+def _active(run: RunSpec) -> str:
+    return run.federation.owners()[0]
+
+
+class SplitNNAlgorithm(Algorithm):
+    """A split NN: bottom MLPs at every party, the label owner sums their logits."""
+
+    name = "splitnn"
+    Params = SplitNNParams
+    peer_to_peer = True
+
+    def role(self, run: RunSpec, party: str) -> str:
+        return "active" if party == _active(run) else "passive"
+
+    def check_federation(self, fed: Roster) -> None:
+        if fed.label_owners or fed.label_owner not in fed.parties or len(fed.parties) < 2:
+            raise ConfigError(
+                "splitnn needs at least two parties, one of them federation.label_owner"
+            )
+
+    def groups(self, run: RunSpec) -> list[AlignGroup]:
+        parties = tuple(run.federation.parties)
+        out = [AlignGroup("train", parties)]
+        return out + [AlignGroup("test", parties, "test")] if run.params.evaluate else out
+
+    def check_data(self, run: RunSpec, party: str, data: PartyData) -> None:
+        super().check_data(run, party, data)
+        if data.features.ndim not in (3, 4):
+            raise DataError(f"{party!r} must hold image strips (n, h, W) or (n, C, h, W)")
+        if run.params.evaluate and data.X_test is None:
+            raise DataError(f"{party!r}: evaluate needs its test strips (ids_test, X_test)")
+        if run.params.evaluate and party == _active(run) and data.y_test is None:
+            raise DataError(f"{party!r}: evaluate needs the test labels (y_test)")
+
+    def party_info(self, run: RunSpec, party: str, local: Local) -> dict[str, Any]:
+        if party != _active(run):
+            return {}
+        y = np.asarray(local.take("train")[2])
+        if not np.issubdtype(y.dtype, np.integer) or (y < 0).any():
+            raise DataError(f"{party!r}: labels must be class indices 0..C-1 (integers)")
+        return {"n_classes": int(y.max()) + 1}
+
+    def policy(self, run: RunSpec, setup: Mapping[str, Any]) -> PrivacyPolicy:
+        return splitnn_policy(bool(run.params.evaluate))
+
+    def build_party(
+        self, run: RunSpec, party: str, local: Local, setup: Mapping[str, Any]
+    ) -> SplitNNActive | SplitNNPassive:
+        from fedviews.deep._common import resolve_device
+        from fedviews.deep._splitnn import SplitNNActive, SplitNNPassive
+
+        p: SplitNNParams = run.params
+        parties = run.federation.parties
+        seed = int(spawn_streams(run.seed, len(parties))[parties.index(party)].generate_state(1)[0])
+        _, X, y = local.take("train")
+        X_test = local.take("test")[1] if p.evaluate else None
+        kw: dict[str, Any] = {
+            "hidden": p.hidden,
+            "n_classes": int(setup["n_classes"]),
+            "seed": seed,
+        }
+        kw |= {"lr": p.lr, "momentum": p.momentum, "weight_decay": p.weight_decay}
+        kw |= {"device": resolve_device(p.device)}
+        if party != _active(run):
+            return SplitNNPassive(party, X, X_test, **kw)
+        y_test = local.take("test")[2] if p.evaluate else None
+        assert y is not None  # check_data: the label owner holds labels
+        passives = [q for q in parties if q != party]
+        return SplitNNActive(party, X, y, X_test, y_test, passives, p.batch_size, **kw)
+
+    def build_coordinator(
+        self, run: RunSpec, setup: Mapping[str, Any], local: Local | None = None
+    ) -> SplitNNDriver:
+        from fedviews.deep._splitnn import SplitNNDriver
+
+        p: SplitNNParams = run.params
+        return SplitNNDriver(_active(run), p.epochs, run.seed, name=run.federation.coordinator)
+
+    def round_message(self, role: str) -> str:
+        return "splitnn.train" if role == "active" else "splitnn.epoch"
+
+    def observations(
+        self, run: RunSpec, setup: Mapping[str, Any], recording: Recording
+    ) -> list[Observation]:
+        """A passive party's view: the gradient of the loss w.r.t. its logits, per sample of
+        the last epoch it saw (rows from the epoch's shuffle seed, as it derives them)."""
+        active = _active(run)
+        if recording.party == active:
+            return []
+        seed, bs, batch = 0, 1, 0
+        grads: list[np.ndarray] = []
+        got: list[int] = []
+        for m in recording:
+            if m.kind == "splitnn.epoch":  # a new epoch: keep only the last one
+                seed, bs = int(m.number("shuffle_seed")), int(m.number("batch_size"))
+                grads, got = [], []
+            elif m.kind == "splitnn.forward":
+                batch = int(m.number("batch"))
+            elif m.kind == "splitnn.backward" and "grad_logits" in m.arrays:
+                grads.append(m.arrays["grad_logits"])
+                got.append(batch)
+        if not grads:
+            return []
+        n = sum(len(g) for g in grads)  # every row once per epoch
+        order = list(batches(n, bs, np.random.default_rng(seed)))
+        rows = np.concatenate([order[b] for b in got])
+        G = np.concatenate(grads)
+        return [Observation("grad_logits", "softmax_gradient", "train", rows, G, active)]
+
+    def demo_data(self, cfg: Any) -> dict[str, PartyData]:
+        """``[data]`` images (``dataset``, ``n_per_class``, ``n_test``) cut into one strip per
+        party, top to bottom in the order of ``federation.parties``; the label owner also
+        holds the labels. Every party keeps all training and test images."""
+        from fedviews.deep._apfed_nets import cut_strips
+
+        spec, parties = cfg.data, list(cfg.federation.parties)
+        (Xtr, ytr, ids, Xte, yte, ids_te), _ = demo_image_split(
+            spec.dataset, spec.n_per_class, spec.n_test, cfg.seed
+        )
+
+        def cut(X: np.ndarray) -> list[np.ndarray]:
+            return [
+                s[:, 0]
+                for s in cut_strips(np.asarray(X)[:, None], len(parties), pad=cfg.params.pad)
+            ]
+
+        strips, tests = cut(Xtr), cut(Xte)
+        out = {}
+        for k, name in enumerate(parties):
+            labels = {"y": ytr, "y_test": yte} if name == _active(cfg) else {}
+            out[name] = PartyData(ids, strips[k], ids_test=ids_te, X_test=tests[k], **labels)
+        return out
+
+
+SPLITNN_SPEC = register_algorithm_spec(SplitNNAlgorithm())

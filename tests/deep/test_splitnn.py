@@ -1,0 +1,93 @@
+"""The plain split NN (the audit's reference point): federated equals centralized, only logits and
+their gradients cross, and a passive party's observations name the right rows."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from fedviews.data import PartyData  # noqa: E402
+from fedviews.deep._common import batches  # noqa: E402
+from fedviews.deep._split import build_module  # noqa: E402
+from fedviews.deep._splitnn import bottom_mlp, strips  # noqa: E402
+from fedviews.deep._splitnn_spec import SplitNNParams, epoch_seed  # noqa: E402
+from fedviews.errors import ConfigError, DataError  # noqa: E402
+from fedviews.federation import Roster, RunSpec, build_in_process, spawn_streams  # noqa: E402
+from fedviews.privacy.attacks import labels_from_softmax_gradient  # noqa: E402
+
+
+def _data(n: int = 40, seed: int = 0):
+    rng = np.random.default_rng(seed)
+    y = rng.integers(0, 3, size=n)
+    y[:3] = [0, 1, 2]
+    Xp = rng.integers(0, 255, size=(n, 4, 6)).astype(np.uint8)
+    Xa = rng.integers(0, 255, size=(n, 4, 6)).astype(np.uint8)
+    ids = np.arange(n)
+    return {"p": PartyData(ids, Xp), "a": PartyData(ids[::-1], Xa[::-1], y[::-1])}, Xp, Xa, y
+
+
+PARAMS = SplitNNParams(epochs=2, batch_size=16, lr=0.1, hidden=8, evaluate=False, device="cpu")
+
+
+def _run(params=PARAMS, seed=3):
+    datas, Xp, Xa, y = _data()
+    run = RunSpec("splitnn", params, Roster(("p", "a"), label_owner="a"), seed=seed)
+    return run, build_in_process(run, datas), Xp, Xa, y
+
+
+def test_federated_equals_one_model_on_both_strips():
+    run, fed, Xp, Xa, y = _run()
+    fed()
+    # centralized: the same two bottoms (same seeds), one SGD over all of them, the same batches
+    seeds = [int(s.generate_state(1)[0]) for s in spawn_streams(run.seed, 2)]
+    nets = [build_module(s, lambda: bottom_mlp(24, 8, 3), "cpu") for s in seeds]
+    params = [q for net in nets for q in net.parameters()]
+    opt = torch.optim.SGD(params, lr=0.1, momentum=0.9, weight_decay=0.0)
+    X = [torch.as_tensor(strips(Xp)), torch.as_tensor(strips(Xa))]
+    Y = torch.as_tensor(y)
+    for e in range(1, PARAMS.epochs + 1):
+        rng = np.random.default_rng(epoch_seed(run.seed, e))
+        for idx in batches(len(y), PARAMS.batch_size, rng):
+            loss = torch.nn.functional.cross_entropy(
+                nets[1](X[1][idx]) + nets[0](X[0][idx]), Y[idx]
+            )
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+    for name, net in zip(("p", "a"), nets):
+        got = fed.parties[name].net.state_dict()
+        for k, v in net.state_dict().items():
+            np.testing.assert_allclose(got[k].numpy(), v.numpy(), rtol=1e-5, atol=1e-6)
+    assert len(fed.coordinator.history) == PARAMS.epochs
+
+
+def test_only_logits_and_their_gradients_cross_and_the_passive_sees_the_labels():
+    run, fed, _, _, y = _run()
+    rec = fed.record(["p"])["p"]
+    fed()
+    log = fed.transport.log
+    assert log.arrays_sent("p", "a") == {"logits"}
+    assert log.arrays_sent("a", "p") == {"grad_logits"}
+    assert log.arrays_sent("coordinator") == set() and log.arrays_sent(None, "coordinator") == set()
+    (obs,) = fed.algorithm.observations(run, fed.setup, rec)
+    assert obs.kind == "softmax_gradient" and obs.labels_of == "a"
+    assert sorted(obs.rows) == list(range(len(y)))
+    # the rows are the passive party's own rows: their labels are y in its (ID) order
+    assert (labels_from_softmax_gradient(obs.values) == y[obs.rows]).all()
+
+
+def test_bad_configs_are_clear_errors():
+    datas, *_ = _data()
+    with pytest.raises(ConfigError, match="lr > 0"):
+        build_in_process(
+            RunSpec("splitnn", SplitNNParams(lr=0), Roster(("p", "a"), label_owner="a")), datas
+        )
+    with pytest.raises(ConfigError, match="one of them federation.label_owner"):
+        build_in_process(RunSpec("splitnn", PARAMS, Roster(("p", "a"), label_owner="x")), datas)
+    with pytest.raises(DataError, match="no test split"):
+        build_in_process(
+            RunSpec("splitnn", SplitNNParams(device="cpu"), Roster(("p", "a"), label_owner="a")),
+            datas,
+        )
