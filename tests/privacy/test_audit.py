@@ -150,3 +150,37 @@ def test_a_file_that_is_not_a_recording_is_refused(tmp_path: Path) -> None:
     np.savez(tmp_path / "x.npz", a=np.zeros(3))
     with pytest.raises(DataError, match="is not a fedviews recording"):
         Recording.load(tmp_path / "x.npz")
+
+
+def test_hfedmv_models_label_the_samples_whose_features_an_attacker_knows() -> None:
+    from fedviews.linear import HFedMVParams
+    from fedviews.linear._hfedmv import linear_predictor
+
+    rng = np.random.default_rng(1)
+    centres = rng.normal(scale=3.0, size=(3, 7))
+    datas = {}
+    for c in ("c0", "c1", "c2"):
+        y = rng.integers(0, 3, size=60)
+        y[:3] = [0, 1, 2]
+        X = centres[y] + rng.normal(size=(60, 7))
+        datas[c] = PartyData(np.arange(60), X, y, view_dims=(3, 4))
+    params = HFedMVParams(n_rounds=3, standardize="pooled", evaluate=False)
+    run = RunSpec("hfedmv", params, Roster(("c0", "c1", "c2"), label_owners=("c0", "c1", "c2")))
+    fed = build_in_process(run, datas)
+    recs = fed.record(["coordinator", "c0"])
+    fed()
+    truth = Truth.of_run(fed.locals)
+    rows = audit(fed.algorithm, run, fed.setup, recs, truth, AuxKnowledge(known_features=30))
+    seen = {(r.attacker, r.observation, r.secret) for r in rows}
+    assert seen == {
+        ("coordinator", "W_local from c0", "labels of c0"),
+        ("coordinator", "W_local from c1", "labels of c1"),
+        ("coordinator", "W_local from c2", "labels of c2"),
+        ("c0", "global W", "labels of c1"),
+        ("c0", "global W", "labels of c2"),
+    }
+    assert all(r.value > 90 and r.n_scored == 30 for r in rows)
+    # the predictor itself, on a planted linear model: sum over views of X_k W_k
+    W = [np.eye(3), np.zeros((4, 3))]
+    X = np.hstack([np.eye(3)[[2, 0, 1]] * 5, rng.normal(size=(3, 4))])
+    assert list(linear_predictor(W, (np.zeros(7), np.ones(7)))(X)) == [2, 0, 1]

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import json
 import threading
-from collections.abc import Collection, Iterator
+from collections.abc import Callable, Collection, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -183,8 +183,10 @@ class Observation:
 
     ``kind``: ``"consensus"`` (a matrix close to the one-hot labels), ``"gradient"``
     (per-sample loss gradients w.r.t. the attacker's own outputs), ``"softmax_gradient"``
-    (the same, when those outputs are added straight into softmax logits) or
-    ``"representation"`` (another party's outputs on its private features).
+    (the same, when those outputs are added straight into softmax logits),
+    ``"representation"`` (another party's outputs on its private features) or ``"model"``
+    (a model the attacker received: ``predict`` maps the victim's features of some rows,
+    once the attacker knows them, to labels; ``values`` is empty).
     ``values[i]`` belongs to row ``rows[i]`` of alignment group ``group``.
     ``labels_of``/``features_of``: whose labels / private features the values depend on.
     """
@@ -196,3 +198,4 @@ class Observation:
     values: np.ndarray
     labels_of: str | None = None
     features_of: str | None = None
+    predict: Callable[[np.ndarray], np.ndarray] | None = None

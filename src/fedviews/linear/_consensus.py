@@ -494,7 +494,9 @@ class ConsensusAlgorithm(LinearAlgorithm):
         """The label owner's labels as others see them: every party receives the consensus
         ``Z`` (close to the one-hot ``Y``: it is pulled towards it); the coordinator
         computes it from the ``Z_k`` and their ``zeta`` (and with a label-owner party,
-        receives ``Y`` itself). Rows: the ``train`` group, in the aligned order."""
+        receives ``Y`` itself). Rows: the ``train`` group, in the aligned order; with a
+        testing phase, also its consensus ``Z_test`` (rows of the ``test`` group): the
+        model's predictions of the label owner's test samples."""
         owner = run.federation.owners()[0]
         if recording.party == owner:
             return []  # its own labels
@@ -504,6 +506,9 @@ class ConsensusAlgorithm(LinearAlgorithm):
             out.append(Observation("Y", "consensus", "train", rows, m.arrays["Y"], owner))
         for m in recording.select("update", "Z")[-1:]:
             out.append(Observation("Z", "consensus", "train", rows, m.arrays["Z"], owner))
+        for m in recording.select("test_update", "Z_test")[-1:]:  # the testing phase
+            Z = m.arrays["Z_test"]
+            out.append(Observation("Z_test", "consensus", "test", np.arange(len(Z)), Z, owner))
         replies = recording.select("update:reply", "Z_k")
         last = [m for m in replies if m.round == max((r.round for r in replies), default=0)]
         if last:  # the coordinator's own consensus (MMVFL Eq. 14), from what it received

@@ -40,8 +40,10 @@ from fedviews.federation import (
     Coordinator,
     Local,
     Message,
+    Observation,
     Party,
     PrivacyPolicy,
+    Recording,
     Roster,
     RunSpec,
     Transport,
@@ -285,6 +287,44 @@ class HFedMVClient(Party):
         return out
 
 
+def pooled_moments(
+    n: np.ndarray, sums: np.ndarray, m2: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """Pooled mean and standard deviation from per-client counts, sums and centred sums of
+    squares (a constant feature gets scale 1)."""
+    mean = sums.sum(axis=0) / n.sum()
+    means = sums / n[:, None]
+    var = (m2.sum(axis=0) + (n[:, None] * (means - mean) ** 2).sum(axis=0)) / n.sum()
+    sd = np.sqrt(var)
+    sd[sd < 1e-12] = 1.0
+    return mean, sd
+
+
+def linear_predictor(
+    Ws: Sequence[np.ndarray], scaler: tuple[np.ndarray, np.ndarray] | None
+) -> Callable[[np.ndarray], np.ndarray]:
+    """``X -> argmax_c sum_k (X_k W_k)[:, c]`` for features ``X`` with the views side by side
+    (scaled with ``scaler``, or with the given rows' own mean and deviation when it is
+    ``None``): how a holder of the ``W_k`` labels samples whose features it knows."""
+    W = np.vstack(Ws)
+
+    def predict(X: np.ndarray) -> np.ndarray:
+        X = np.asarray(X, dtype=np.float64).reshape(len(X), -1)
+        mean, sd = scaler if scaler is not None else (X.mean(0), X.std(0))
+        return np.argmax(((X - mean) / np.where(sd > 1e-12, sd, 1.0)) @ W, axis=1)
+
+    return predict
+
+
+def _model(
+    name: str, victim: str, Ws: list[np.ndarray], scaler: tuple[np.ndarray, np.ndarray] | None
+) -> Observation:
+    """A received model as an observation about ``victim``'s samples (rows: all of its group)."""
+    none = np.zeros(0, dtype=np.int64)
+    predict = linear_predictor(Ws, scaler)
+    return Observation(name, "model", victim, none, none, victim, victim, predict)
+
+
 class HFedMVServer(Coordinator):
     """The H-FedMV server: broadcasts the global ``W_k`` and averages with weights ``N_l / N``.
 
@@ -346,11 +386,7 @@ class HFedMVServer(Coordinator):
         m2 = np.stack([replies[c].array("x_m2", (width,)) for c in self.clients])
         if (n < 1).any():
             raise ProtocolError("a client reported no training samples for the pooled statistics")
-        mean = sums.sum(axis=0) / n.sum()
-        means = sums / n[:, None]
-        var = (m2.sum(axis=0) + (n[:, None] * (means - mean) ** 2).sum(axis=0)) / n.sum()
-        sd = np.sqrt(var)
-        sd[sd < 1e-12] = 1.0
+        mean, sd = pooled_moments(n, sums, m2)
         self.broadcast(
             self.clients, "scale", arrays={"x_mean": mean, "x_scale": sd}, round=len(self.objective)
         )
@@ -591,6 +627,40 @@ class HFedMVAlgorithm(HorizontalClients, LinearAlgorithm):
 
     def round_message(self, role: str) -> str:
         return "local_train"
+
+    def observations(
+        self, run: RunSpec, setup: Mapping[str, Any], recording: Recording
+    ) -> list[Observation]:
+        """The models an attacker received, as label predictors for samples whose features it
+        knows: the server gets every client's own ``W_local_k`` (trained on that client's
+        samples only), a client gets the global ``W_k`` (about every other client). With
+        pooled scaling both know the pooled statistics; otherwise the attacker scales the
+        rows it knows with their own statistics."""
+        K, scaler = len(view_dims_of(setup)), None
+        if run.params.standardize == "pooled":
+            got = recording.select("moments:reply") or recording.select("scale")
+            if got and got[0].kind == "scale":
+                scaler = (got[0].arrays["x_mean"], got[0].arrays["x_scale"])
+            elif got:
+                counts = np.array([m.number("n_samples") for m in got])
+                sums = np.stack([m.arrays["x_sum"] for m in got])
+                scaler = pooled_moments(counts, sums, np.stack([m.arrays["x_m2"] for m in got]))
+        out = []
+        clients = run.federation.parties
+        if recording.party == run.federation.coordinator:
+            replies = recording.select("local_train:reply")
+            last = max((m.round for m in replies), default=0)
+            for m in replies:
+                if m.round == last:
+                    Ws = [m.arrays[f"W_local_{k}"] for k in range(K)]
+                    out.append(_model(f"W_local from {m.sender}", m.sender, Ws, scaler))
+        else:
+            for m in (recording.select("final") or recording.select("local_train"))[-1:]:
+                Ws = [m.arrays[f"W_{k}"] for k in range(K)]
+                for c in clients:
+                    if c != recording.party:
+                        out.append(_model("global W", c, Ws, scaler))
+        return out
 
     def demo_data(self, cfg: Any) -> dict[str, PartyData]:
         """Deal a built-in multi-view dataset to the clients: all views of their own samples.

@@ -147,12 +147,13 @@ class _Context:
     attacker: str
 
 
-def _aux_rows(n: int, k: int, obs: Observation, ctx: _Context) -> np.ndarray:
-    """``k`` of the ``n`` rows (at most ``n - 1``), drawn from a stream of their own for this
-    attacker, observation and kind of aux, so the draw does not depend on what ran before."""
-    key = f"{ctx.attacker}/{obs.name}/{k}".encode()
+def _aux_rows(n: int, k: int, obs: Observation, ctx: _Context, *, spare: int = 1) -> np.ndarray:
+    """``k`` of the ``n`` rows (leaving at least ``spare`` to score), drawn from a stream of
+    their own for this attacker, observation and kind of aux, so the draw does not depend
+    on what ran before."""
+    key = f"{ctx.attacker}/{obs.name}/{obs.group}/{k}".encode()
     rng = np.random.default_rng([ctx.aux.seed, zlib.crc32(key)])
-    return np.sort(rng.choice(n, size=min(k, max(n - 1, 0)), replace=False))
+    return np.sort(rng.choice(n, size=min(k, max(n - spare, 0)), replace=False))
 
 
 def _labels(obs: Observation, ctx: _Context) -> np.ndarray:
@@ -197,6 +198,17 @@ def _reconstruction(obs: Observation, ctx: _Context) -> tuple[str, list[_Score]]
     return f"{len(idx)} rows' raw features", scores
 
 
+def _model_on_known_features(obs: Observation, ctx: _Context) -> tuple[str, list[_Score]]:
+    """The received model applied to victim rows whose features the attacker knows (aux)."""
+    assert obs.predict is not None and obs.labels_of is not None
+    y = ctx.truth.get("labels", obs.labels_of, obs.group)
+    X = ctx.truth.get("features", obs.labels_of, obs.group)
+    idx = _aux_rows(len(y), ctx.aux.known_features, obs, ctx, spare=0)  # scored on these
+    pred = obs.predict(X[idx])
+    score = ("label recovery %", label_recovery(pred, y[idx]), chance_level(y[idx]), len(idx))
+    return f"{len(idx)} rows' raw features", [score]
+
+
 @dataclass(frozen=True)
 class Attack:
     """An attack of the audit: which observations it applies to and what aux it needs."""
@@ -229,6 +241,10 @@ ATTACKS: dict[str, Attack] = {
     "completion": Attack(
         "model completion", ("representation",), "labels", "labelled",
         _with_aux_labels(labels_by_completion),
+    ),
+    "model": Attack(
+        "received model on known features", ("model",), "labels", "known_features",
+        _model_on_known_features,
     ),
     "reconstruction": Attack(
         "inverse model (ridge)", ("representation",), "features", "known_features",
