@@ -20,7 +20,7 @@ caltech7_substitute   7 Fashion-MNIST classes x 6 hand-crafted feature views (no
 
 from fedviews.data import _caltech, _handwritten, _mnist  # noqa: F401  (register the datasets)
 from fedviews.data._align import align, align_views, register_intersection
-from fedviews.data._cache import cache_dir, read_npz, save_npz
+from fedviews.data._cache import cache_dir, read_npz, save_npz, write_npz
 from fedviews.data._cifar import load_cifar
 from fedviews.data._dataset import MultiViewDataset
 from fedviews.data._idx import read_idx
@@ -46,6 +46,7 @@ from fedviews.data._views import join_strips, split_strips
 __all__ = [
     "read_npz",
     "save_npz",
+    "write_npz",
     "load_cifar",
     "MultiViewDataset",
     "MultiViewSequences",

@@ -21,6 +21,7 @@ import numpy as np
 from fedviews.errors import DataError
 
 __all__ = [
+    "write_npz",
     "cache_dir",
     "cached_arrays",
     "dataset_dir",
@@ -74,7 +75,14 @@ def _write_bytes(path: Path, data: bytes) -> None:
 
 def save_npz(path: Path, **arrays: np.ndarray) -> None:
     """Save ``arrays`` as a compressed ``.npz`` at ``path``, atomically."""
-    _write_atomically(path, lambda fh: np.savez_compressed(fh, **arrays))  # type: ignore[arg-type]
+    write_npz(path, arrays)
+
+
+def write_npz(path: Path, arrays: Mapping[str, np.ndarray], *, compress: bool = True) -> None:
+    """Save ``arrays`` as a ``.npz`` at ``path``, atomically; ``compress=False`` for large
+    float arrays that hardly compress (much faster)."""
+    save = np.savez_compressed if compress else np.savez
+    _write_atomically(path, lambda fh: save(fh, **arrays))  # type: ignore[arg-type]
 
 
 #: NumPy parses every ``.npy`` header with ``ast.literal_eval``; CPython 3.11 can fail

@@ -419,6 +419,9 @@ class MultiVFLAlgorithm(Algorithm):
         return multivfl_policy(self.top_names(run, setup), evaluate=bool(run.params.evaluate))
 
     # -- leakage ---------------------------------------------------------------
+    def audit_rounds(self, run: RunSpec) -> set[int]:
+        return {int(run.params.rounds)}  # the last local epochs are read
+
     def observations(
         self, run: RunSpec, setup: Mapping[str, Any], recording: Recording
     ) -> list[Observation]:

@@ -168,6 +168,9 @@ class SplitNNAlgorithm(Algorithm):
     def round_message(self, role: str) -> str:
         return "splitnn.train" if role == "active" else "splitnn.epoch"
 
+    def audit_rounds(self, run: RunSpec) -> set[int]:
+        return {int(run.params.epochs)}  # the last epoch is read
+
     def observations(
         self, run: RunSpec, setup: Mapping[str, Any], recording: Recording
     ) -> list[Observation]:

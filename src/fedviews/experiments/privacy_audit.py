@@ -163,7 +163,7 @@ def run_privacy_audit(cfg: ExperimentConfig, ctx: RunContext) -> ExperimentResul
     fed = build_in_process(dep, datas)
     members = [*fed.parties, fed.coordinator.name]
     attackers = list(p.attackers) or members
-    recordings = fed.record(attackers)
+    recordings = fed.record(attackers, rounds=algo.audit_rounds(dep))
     t0 = time.perf_counter()
     ctx.log(f"training {dep.algorithm} ({len(fed.parties)} parties), recording {attackers}")
     fed()

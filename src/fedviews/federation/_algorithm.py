@@ -299,6 +299,11 @@ class Algorithm:
         return coord.summary()
 
     # -- leakage ---------------------------------------------------------------
+    def audit_rounds(self, run: RunSpec) -> Collection[int] | None:
+        """The rounds whose messages :meth:`observations` reads (``None``: all): an attacker's
+        recording keeps only those, so an audit of a long run stays small."""
+        return None
+
     def observations(
         self, run: RunSpec, setup: Mapping[str, Any], recording: Recording
     ) -> list[Observation]:

@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from fedviews.data import read_npz, save_npz
+from fedviews.data import read_npz, write_npz
 from fedviews.errors import ConfigError, DataError
 from fedviews.federation._message import Message, MetaValue
 
@@ -150,7 +150,7 @@ class Recording:
             f"{i}/{name}": a for i, m in enumerate(self.messages) for name, a in m.arrays.items()
         }
         raw = np.frombuffer(json.dumps(index).encode(), dtype=np.uint8)
-        save_npz(Path(path), __index__=raw, **arrays)
+        write_npz(Path(path), {"__index__": raw, **arrays}, compress=False)
 
     @classmethod
     def load(cls, path: Path) -> Recording:
