@@ -104,8 +104,14 @@ def _figure(examples: Sequence[Reconstruction], path: Path) -> Path | None:
         return None
     plt = pyplot()
     k = max(len(e.true) for e in examples)
+    shapes = [np.asarray(e.true[0]).reshape(-1, e.true[0].shape[-1]).shape for e in examples]
+    heights = [r for h, w in shapes for r in (h / w, h / w)]  # true and attack rows
     fig, axes = plt.subplots(
-        2 * len(examples), k, figsize=(1.3 * k, 1.0 * 2 * len(examples)), squeeze=False
+        2 * len(examples),
+        k,
+        figsize=(1.3 * k, 1.3 * sum(heights) + 0.3 * len(heights)),
+        squeeze=False,
+        gridspec_kw={"height_ratios": heights},
     )
     for i, e in enumerate(examples):
         for j in range(k):
