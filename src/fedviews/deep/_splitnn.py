@@ -36,12 +36,8 @@ def strips(X: np.ndarray) -> np.ndarray:
     return X.astype(np.float32) / 255.0 if X.dtype == np.uint8 else X.astype(np.float32)
 
 
-def _factory(hidden: int, n_classes: int, channels: int) -> Callable[[tuple[int, int]], Any]:
-    return lambda hw: bottom_mlp(channels * hw[0] * hw[1], hidden, n_classes)
-
-
-class SplitNNPassive(SplitBottom):
-    """A passive party: its strip and bottom MLP; sends ``logits``, receives ``grad_logits``."""
+class _MLPBottom(SplitBottom):
+    """A split-NN party's strips (training and test) and its bottom MLP with its own SGD."""
 
     def __init__(
         self,
@@ -52,19 +48,21 @@ class SplitNNPassive(SplitBottom):
         hidden: int,
         n_classes: int,
         seed: int,
-        lr: float,
-        momentum: float,
-        weight_decay: float,
-        device: Any,
+        **sgd: Any,
     ) -> None:
         view = strips(X)
-        factory = _factory(hidden, n_classes, view.shape[1])
-        super().__init__(
-            name, view, factory, seed=seed, lr=lr, momentum=momentum,
-            weight_decay=weight_decay, device=device,
-        )  # fmt: skip
+        C = view.shape[1]
+        factory = lambda hw: bottom_mlp(C * hw[0] * hw[1], hidden, n_classes)  # noqa: E731
+        super().__init__(name, view, factory, seed=seed, **sgd)
         self.n_classes = n_classes
         self._X_test = None if X_test is None else to_tensor(strips(X_test), self.device)
+
+
+class SplitNNPassive(_MLPBottom):
+    """A passive party: its strip and bottom MLP; sends ``logits``, receives ``grad_logits``."""
+
+    def __init__(self, name: str, X: np.ndarray, X_test: np.ndarray | None, **kw: Any) -> None:
+        super().__init__(name, X, X_test, **kw)
         self._pending: Any = None
 
     @handles("splitnn.epoch")
@@ -100,7 +98,7 @@ class SplitNNPassive(SplitBottom):
         return self.reply(msg, arrays={"logits": to_numpy(out)})
 
 
-class SplitNNActive(SplitBottom):
+class SplitNNActive(_MLPBottom):
     """The label owner: its strip, bottom MLP and labels; the top model is the sum of logits."""
 
     def __init__(
@@ -112,26 +110,13 @@ class SplitNNActive(SplitBottom):
         y_test: np.ndarray | None,
         passives: Sequence[str],
         batch_size: int,
-        *,
-        hidden: int,
-        n_classes: int,
-        seed: int,
-        lr: float,
-        momentum: float,
-        weight_decay: float,
-        device: Any,
+        **kw: Any,
     ) -> None:
-        view = strips(X)
-        factory = _factory(hidden, n_classes, view.shape[1])
-        super().__init__(
-            name, view, factory, seed=seed, lr=lr, momentum=momentum,
-            weight_decay=weight_decay, device=device,
-        )  # fmt: skip
+        super().__init__(name, X, X_test, **kw)
         self.role = "active"
         self.y = to_tensor(np.asarray(y), self.device, torch.int64)
-        self.X_test = None if X_test is None else to_tensor(strips(X_test), self.device)
         self.y_test = None if y_test is None else np.asarray(y_test)
-        self.passives, self.batch_size, self.n_classes = list(passives), batch_size, n_classes
+        self.passives, self.batch_size = list(passives), batch_size
 
     def _logits(self, replies: Mapping[str, Message], rows: int, grad: bool) -> list[Any]:
         return [
@@ -165,22 +150,22 @@ class SplitNNActive(SplitBottom):
             self.scatter("splitnn.backward", grads)
             total += float(loss.detach()) * len(idx)
         out: dict[str, Any] = {"loss": total / len(self._X)}
-        if self.X_test is not None and self.y_test is not None:
+        if self._X_test is not None and self.y_test is not None:
             out["accuracy"] = float(np.mean(self.predict_test() == self.y_test))
         return self.reply(msg, meta=out)
 
     def predict_test(self) -> np.ndarray:
         """Class indices of the test rows: the sum of every party's logits."""
-        assert self.X_test is not None
+        assert self._X_test is not None
         self.net.eval()
         preds = []
-        for start in range(0, len(self.X_test), EVAL_BATCH):
-            stop = min(len(self.X_test), start + EVAL_BATCH)
+        for start in range(0, len(self._X_test), EVAL_BATCH):
+            stop = min(len(self._X_test), start + EVAL_BATCH)
             got = self.broadcast(
                 self.passives, "splitnn.infer", meta={"start": start, "stop": stop}
             )
             with torch.no_grad():
-                z = self.net(self.X_test[start:stop]) + sum(self._logits(got, stop - start, False))
+                z = self.net(self._X_test[start:stop]) + sum(self._logits(got, stop - start, False))
             preds.append(to_numpy(z.argmax(1)))
         return np.concatenate(preds)
 
