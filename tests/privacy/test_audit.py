@@ -184,3 +184,45 @@ def test_hfedmv_models_label_the_samples_whose_features_an_attacker_knows() -> N
     W = [np.eye(3), np.zeros((4, 3))]
     X = np.hstack([np.eye(3)[[2, 0, 1]] * 5, rng.normal(size=(3, 4))])
     assert list(linear_predictor(W, (np.zeros(7), np.ones(7)))(X)) == [2, 0, 1]
+
+
+@pytest.mark.slow
+def test_sfedmv_server_averages_the_extractors_it_sent_and_labels_known_sequences() -> None:
+    """Variable-length sequences: the server's view of the global GRUs (the average of the
+    last replies it received) equals what every client received; both label a victim's
+    sequences whose values they know, with the lengths honoured."""
+    pytest.importorskip("torch")
+    from fedviews.deep import SFedMVParams
+    from fedviews.deep._sfedmv_spec import _averaged_extractors, _params_of
+
+    rng = np.random.default_rng(2)
+    datas = {}
+    for c in ("c0", "c1", "c2"):
+        y = np.arange(30) % 2
+        views = [
+            [rng.normal(loc=2.0 * y[i], size=(int(rng.integers(4, 9)), d)) for i in range(30)]
+            for d in (2, 3)
+        ]
+        datas[c] = PartyData.from_sequences(np.arange(30), views, y)
+    params = SFedMVParams(
+        hidden_size=4, n_rounds=2, batch_size=8, fusion_rounds=2, evaluate=False, device="cpu"
+    )
+    run = RunSpec("sfedmv", params, Roster(("c0", "c1", "c2"), label_owners=("c0", "c1", "c2")))
+    fed = build_in_process(run, datas)
+    recs = fed.record(["coordinator", "c0"])
+    fed()
+    mine = _averaged_extractors(recs["coordinator"])
+    for m in recs["c0"].select("final_view"):
+        for name, a in _params_of(m).items():
+            np.testing.assert_allclose(mine[int(m.number("view"))][name], a, rtol=1e-5, atol=1e-6)
+    truth = Truth.of_run(fed.locals)
+    assert truth.lengths[("c1", "c1")].shape == (30, 2)
+    rows = audit(fed.algorithm, run, fed.setup, recs, truth, AuxKnowledge(known_features=20))
+    assert {(r.attacker, r.secret) for r in rows} == {
+        ("coordinator", "labels of c0"),
+        ("coordinator", "labels of c1"),
+        ("coordinator", "labels of c2"),
+        ("c0", "labels of c1"),
+        ("c0", "labels of c2"),
+    }
+    assert all(r.value >= 80 and r.n_scored == 20 for r in rows)  # the classes are far apart

@@ -23,8 +23,8 @@ is H-FedMV with seed :func:`fusion_seed` (the root sequence's own state).
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -35,7 +35,9 @@ from fedviews.errors import ConfigError, DataError, ProtocolError
 from fedviews.federation import (
     Local,
     Message,
+    Observation,
     PrivacyPolicy,
+    Recording,
     Roster,
     RunSpec,
     register_algorithm_spec,
@@ -212,6 +214,58 @@ class SFedMVParams(GRUConfig):
             raise ConfigError("params.torch_threads must be >= 0 (0 = torch's default)")
 
 
+def _view_of(m: Any) -> int:
+    """The view ``k`` of a message of ``view{k}/...`` extractor parameters."""
+    return int(next(iter(m.arrays)).split("/", 1)[0][len("view") :])
+
+
+def _params_of(m: Any) -> dict[str, np.ndarray]:
+    """The extractor parameters of a ``view{k}/...`` message, without the prefix."""
+    return {n.split("/", 1)[1]: a for n, a in m.arrays.items()}
+
+
+def _averaged_extractors(recording: Recording) -> dict[int, dict[str, np.ndarray]]:
+    """Per view, the weighted average of the clients' last ``train_view`` replies (weights
+    ``n_samples``): the global extractor the server sends out (FedAvg, stage 1)."""
+    last: dict[int, int] = {}
+    for m in recording.select("train_view:reply"):
+        last[_view_of(m)] = max(last.get(_view_of(m), 0), m.round)
+    out = {}
+    for k, rnd in last.items():
+        got = [
+            m for m in recording.select("train_view:reply") if m.round == rnd and _view_of(m) == k
+        ]
+        w = np.array([m.number("n_samples") for m in got]) / sum(m.number("n_samples") for m in got)
+        params = [_params_of(m) for m in got]
+        out[k] = {n: sum(wi * p[n] for wi, p in zip(w, params, strict=True)) for n in params[0]}
+    return out
+
+
+def _sequence_predictor(
+    grus: Mapping[int, Mapping[str, np.ndarray]],
+    fuse: Callable[[np.ndarray, np.ndarray | None], np.ndarray],
+    dims: Sequence[int],
+    n_classes: int,
+    run: RunSpec,
+) -> Callable[[np.ndarray, np.ndarray | None], np.ndarray]:
+    """``(X, lengths) -> labels``: each view's sequences embedded by its received extractor,
+    then ``fuse`` (the received fusion model) on the embeddings."""
+
+    def predict(X: np.ndarray, lengths: np.ndarray | None) -> np.ndarray:
+        from fedviews.deep._gru import make_extractor, sequence_embed, set_params
+
+        data = PartyData(np.arange(len(X)), X, view_dims=tuple(dims), lengths=lengths)
+        views = data.sequences("train", np.arange(len(X)))
+        emb = []
+        for k, seqs in enumerate(views):
+            model = make_extractor(dims[k], n_classes, run.params.gru(), 0)
+            set_params(model, dict(grus[k]))
+            emb.append(sequence_embed(model, seqs))
+        return fuse(np.hstack(emb), None)
+
+    return predict
+
+
 def _fusion_run(run: RunSpec) -> RunSpec:
     fed = run.federation
     roster = Roster(fed.parties, label_owners=fed.parties, coordinator=fed.coordinator)
@@ -313,6 +367,30 @@ class SFedMVAlgorithm(HorizontalClients):
 
     def round_message(self, role: str) -> str:
         return "train_view"  # the fusion is not checkpointed: a resumed run redoes it
+
+    def observations(
+        self, run: RunSpec, setup: Mapping[str, Any], recording: Recording
+    ) -> list[Observation]:
+        """The received models, as label predictors for sequences whose values the attacker
+        knows: per view the global GRU extractor, then the fusion's ``W_k`` on the
+        embeddings (the H-FedMV observations of stage 2: the server holds every client's
+        own ``W_local_k``, a client the global ``W_k``). A client receives the global
+        extractors (``final_view``); the server averages the last replies it received, as
+        it did to compute them."""
+        K, c = len(view_dims_of(setup)), int(setup["n_classes"])
+        if recording.party == run.federation.coordinator:
+            grus = _averaged_extractors(recording)  # as the server computed them
+        else:
+            grus = {int(m.number("view")): _params_of(m) for m in recording.select("final_view")}
+        if len(grus) != K:
+            return []
+        fusion = HFEDMV_SPEC.observations(_fusion_run(run), _fusion_setup(run, setup), recording)
+        out = []
+        for obs in fusion:
+            assert obs.predict is not None
+            predict = _sequence_predictor(grus, obs.predict, view_dims_of(setup), c, run)
+            out.append(replace(obs, name=f"global GRUs + {obs.name}", predict=predict))
+        return out
 
     def demo_data(self, cfg: Any) -> dict[str, PartyData]:
         return watch_clients(cfg)

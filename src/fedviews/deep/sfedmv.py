@@ -398,7 +398,9 @@ class SFedMVServer(SequenceServer):
         super().run(on_round_end)
         if not fuse:
             return self.params
+        # the fusion server acts as this one: same name, transport and recording
         self.fusion.name, self.fusion.transport = self.name, self.transport
+        self.fusion.recording = self.recording
         with HFEDMV_SPEC.compute_limits():
             return self.fusion.run()
 

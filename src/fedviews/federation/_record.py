@@ -185,8 +185,9 @@ class Observation:
     (per-sample loss gradients w.r.t. the attacker's own outputs), ``"softmax_gradient"``
     (the same, when those outputs are added straight into softmax logits),
     ``"representation"`` (another party's outputs on its private features) or ``"model"``
-    (a model the attacker received: ``predict`` maps the victim's features of some rows,
-    once the attacker knows them, to labels; ``values`` is empty).
+    (a model the attacker received: ``predict(X, lengths)`` maps the victim's features of
+    some rows, once the attacker knows them, to labels — ``lengths``: the valid time steps
+    per view of sequences, or ``None``; ``values`` is empty).
     ``values[i]`` belongs to row ``rows[i]`` of alignment group ``group``.
     ``labels_of``/``features_of``: whose labels / private features the values depend on.
     """
@@ -198,4 +199,4 @@ class Observation:
     values: np.ndarray
     labels_of: str | None = None
     features_of: str | None = None
-    predict: Callable[[np.ndarray], np.ndarray] | None = None
+    predict: Callable[[np.ndarray, np.ndarray | None], np.ndarray] | None = None

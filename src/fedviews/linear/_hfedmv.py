@@ -302,13 +302,13 @@ def pooled_moments(
 
 def linear_predictor(
     Ws: Sequence[np.ndarray], scaler: tuple[np.ndarray, np.ndarray] | None
-) -> Callable[[np.ndarray], np.ndarray]:
+) -> Callable[[np.ndarray, np.ndarray | None], np.ndarray]:
     """``X -> argmax_c sum_k (X_k W_k)[:, c]`` for features ``X`` with the views side by side
     (scaled with ``scaler``, or with the given rows' own mean and deviation when it is
     ``None``): how a holder of the ``W_k`` labels samples whose features it knows."""
     W = np.vstack(Ws)
 
-    def predict(X: np.ndarray) -> np.ndarray:
+    def predict(X: np.ndarray, lengths: np.ndarray | None = None) -> np.ndarray:
         X = np.asarray(X, dtype=np.float64).reshape(len(X), -1)
         mean, sd = scaler if scaler is not None else (X.mean(0), X.std(0))
         return np.argmax(((X - mean) / np.where(sd > 1e-12, sd, 1.0)) @ W, axis=1)

@@ -73,6 +73,7 @@ class Truth:
 
     labels: dict[tuple[str, str], np.ndarray] = field(default_factory=dict)
     features: dict[tuple[str, str], np.ndarray] = field(default_factory=dict)
+    lengths: dict[tuple[str, str], np.ndarray] = field(default_factory=dict)  # of sequences
 
     @classmethod
     def of_run(cls, locals_: Mapping[str, Any]) -> Truth:
@@ -87,11 +88,16 @@ class Truth:
                 if X.size:
                     X = np.asarray(X)
                     truth.features[(party, group)] = X / 255.0 if X.dtype == np.uint8 else X
+                split = local.groups[group].split
+                lengths = local.data.lengths if split == "train" else local.data.lengths_test
+                if lengths is not None:
+                    truth.lengths[(party, group)] = lengths[local.rows[group]]
         return truth
 
     def save(self, path: Path) -> None:
         arrays = {f"labels/{p}/{g}": v for (p, g), v in self.labels.items()}
         arrays |= {f"features/{p}/{g}": v for (p, g), v in self.features.items()}
+        arrays |= {f"lengths/{p}/{g}": v for (p, g), v in self.lengths.items()}
         save_npz(Path(path), **arrays)
 
     @classmethod
@@ -204,7 +210,8 @@ def _model_on_known_features(obs: Observation, ctx: _Context) -> tuple[str, list
     y = ctx.truth.get("labels", obs.labels_of, obs.group)
     X = ctx.truth.get("features", obs.labels_of, obs.group)
     idx = _aux_rows(len(y), ctx.aux.known_features, obs, ctx, spare=0)  # scored on these
-    pred = obs.predict(X[idx])
+    lengths = ctx.truth.lengths.get((obs.labels_of, obs.group))
+    pred = obs.predict(X[idx], None if lengths is None else lengths[idx])
     score = ("label recovery %", label_recovery(pred, y[idx]), chance_level(y[idx]), len(idx))
     return f"{len(idx)} rows' raw features", [score]
 
