@@ -438,3 +438,36 @@ def test_a_label_owner_checks_what_data_owners_send(fmnist) -> None:
     bad.forward = forward  # type: ignore[method-assign]
     with pytest.raises(ProtocolError, match="'v' sent 'activations' of shape \\(15, "):
         fed()
+
+
+@pytest.mark.parametrize(
+    ("acts", "grads", "up", "down"),
+    [
+        ("fp16", "bf16", {"activations"}, {"activation_grad"}),
+        (
+            "int8",
+            "topk",
+            {"activations", "activations.scale"},
+            {"activation_grad", "activation_grad.idx"},
+        ),
+    ],
+)
+def test_lossy_wire_encodings_cut_bytes_and_still_train(fmnist, acts, grads, up, down) -> None:
+    """Opt-in codecs change the math, so the run differs from the exact one, but it trains
+    close to it with a fraction of the bytes; the policy admits exactly their arrays."""
+    images, y, ids = fmnist
+    kw = dict(n_data_owners=2, n_label_owners=1, rounds=2, batch_size=50, device="cpu")
+    fit = dict(ids=ids[:300], eval_set=(images[300:500], y[300:500]))
+    exact = MultiVFL(**kw).fit(images[:300], y[:300], **fit)
+    lossy = MultiVFL(**kw, wire_activations=acts, wire_gradients=grads, topk_ratio=0.2).fit(
+        images[:300], y[:300], **fit
+    )
+    log = lossy.transport_.log
+    assert log.arrays_sent(sender="data_owner_0", receiver="label_owner_0") == up
+    assert log.arrays_sent(sender="label_owner_0", receiver="data_owner_0") == down
+    ratio = lossy.run_stats_["train_bytes_per_round"] / exact.run_stats_["train_bytes_per_round"]
+    assert ratio < (0.55 if acts == "fp16" else 0.4)  # top-k: values and int32 positions
+    assert lossy.history_["train_loss"][-1] < lossy.history_["train_loss"][0]
+    assert abs(lossy.history_["accuracy"][-1] - exact.history_["accuracy"][-1]) < 0.1
+    with pytest.raises(ConfigError, match="top-k is for the returned gradients"):
+        MultiVFL(**kw, wire_activations="topk").fit(images[:300], y[:300], **fit)

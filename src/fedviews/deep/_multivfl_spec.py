@@ -39,9 +39,12 @@ from fedviews.errors import ConfigError, DataError
 from fedviews.federation import (
     Algorithm,
     AlignGroup,
+    Codec,
     Coordinator,
     Local,
+    Message,
     Observation,
+    Observed,
     Party,
     PrivacyPolicy,
     Recording,
@@ -88,8 +91,17 @@ def epoch_order(seed: int, round_: int, epoch: int, n: int) -> np.ndarray:
 _Batch = tuple[int, int, int, int, np.ndarray]
 
 
-def _gradients_seen(recording: Recording, owner: str) -> list[_Batch]:
-    """The ``activation_grad`` batches a data owner received from label owner ``owner``."""
+def _decoded(m: Observed, name: str, codec: Codec, shape: tuple[int | None, ...]) -> np.ndarray:
+    """Array ``name`` of a recorded message as its receiver decoded it (lossy wire codecs)."""
+    msg = Message(m.kind, m.sender, m.receiver, m.round, m.arrays, m.meta)
+    return codec.unpack(msg, name, shape)
+
+
+def _gradients_seen(
+    recording: Recording, owner: str, codec: Codec, shape: tuple[int, ...]
+) -> list[_Batch]:
+    """The ``activation_grad`` batches a data owner received from label owner ``owner``
+    (``shape``: one sample's activation)."""
     got: list[_Batch] = []
     seed = rnd = epoch = batch = 0
     for m in recording:
@@ -100,11 +112,13 @@ def _gradients_seen(recording: Recording, owner: str) -> list[_Batch]:
         elif m.kind == "forward":
             batch = int(m.number("batch"))
         elif m.kind == "backward" and "activation_grad" in m.arrays:
-            got.append((seed, rnd, epoch, batch, m.arrays["activation_grad"]))
+            rows = len(m.arrays[codec.names("activation_grad")[-1]])
+            grad = _decoded(m, "activation_grad", codec, (rows, *shape))
+            got.append((seed, rnd, epoch, batch, grad))
     return got
 
 
-def _activations_seen(recording: Recording) -> dict[str, list[_Batch]]:
+def _activations_seen(recording: Recording, codec: Codec) -> dict[str, list[_Batch]]:
     """The activation batches a label owner received, per data owner: the replies to its
     ``forward`` requests, numbered in order within each epoch (its own loop)."""
     got: dict[str, list[_Batch]] = {}
@@ -117,7 +131,8 @@ def _activations_seen(recording: Recording) -> dict[str, list[_Batch]]:
             epoch, count = epoch + 1, {}  # the first reply of the next epoch's broadcast
         elif m.kind == "forward:reply" and "activations" in m.arrays:
             b = count[m.sender] = count.get(m.sender, -1) + 1
-            got.setdefault(m.sender, []).append((seed, m.round, epoch, b, m.arrays["activations"]))
+            acts = _decoded(m, "activations", codec, (None, None, None, None))
+            got.setdefault(m.sender, []).append((seed, m.round, epoch, b, acts))
     return got
 
 
@@ -164,12 +179,24 @@ class MultiVFLParams:
     hidden: int = 128
     device: str = "auto"
     evaluate: bool = True
+    wire_activations: str = "none"
+    wire_gradients: str = "none"
+    topk_ratio: float = 0.1
+
+    def codecs(self) -> tuple[Codec, Codec]:
+        """How activations and their gradients travel (:mod:`fedviews.federation._codec`)."""
+        return Codec(self.wire_activations), Codec(self.wire_gradients, self.topk_ratio)
 
     def validate(self) -> None:
         """Raise :class:`ConfigError` for an invalid value."""
         check_positive_ints(
             self, ("rounds", "local_epochs", "batch_size", "channels", "top_channels", "hidden")
         )
+        acts, grads = self.codecs()
+        acts.validate("wire_activations")
+        grads.validate("wire_gradients")
+        if acts.kind == "topk":
+            raise ConfigError("wire_activations: top-k is for the returned gradients only")
         if not self.lr > 0:
             raise ConfigError(f"lr must be positive, got {self.lr}")
         if self.local_optimizer not in LOCAL_OPTIMIZERS:
@@ -297,7 +324,12 @@ def scaled_strip(strip: np.ndarray, name: str = "X") -> np.ndarray:
 # --------------------------------------------------------------------------- policy
 
 
-def multivfl_policy(top_param_names: Sequence[str], *, evaluate: bool = True) -> PrivacyPolicy:
+def multivfl_policy(
+    top_param_names: Sequence[str],
+    *,
+    evaluate: bool = True,
+    codecs: tuple[Codec, Codec] = (Codec(), Codec()),
+) -> PrivacyPolicy:
     """The Multi-VFL privacy barrier for a top model with these parameter names.
 
     Arrays: data owner → label owner only ``activations`` (replies to ``forward``
@@ -307,14 +339,15 @@ def multivfl_policy(top_param_names: Sequence[str], *, evaluate: bool = True) ->
     ``set_top``, ``average_bottoms``, and ``evaluate`` when the run evaluates); a
     label owner drives its batches and the inference of the global model
     (``begin_epoch``, ``forward``, ``backward``, ``infer``). A data owner sends
-    nothing but replies.
+    nothing but replies. With lossy ``codecs`` (activations, gradients) their extra
+    arrays (``activations.scale``, ``activation_grad.idx``, ...) go the same way.
     """
     coord_to_lo = ["train_round", "set_top", *(["evaluate"] if evaluate else [])]
     return PrivacyPolicy.of(
         "multivfl",
         {
-            ("data_owner", "label_owner"): ["activations"],
-            ("label_owner", "data_owner"): ["activation_grad"],
+            ("data_owner", "label_owner"): codecs[0].names("activations"),
+            ("label_owner", "data_owner"): codecs[1].names("activation_grad"),
             ("label_owner", "coordinator"): [f"update/{n}" for n in top_param_names],
             ("coordinator", "label_owner"): [f"top/{n}" for n in top_param_names],
         },
@@ -416,7 +449,10 @@ class MultiVFLAlgorithm(Algorithm):
         return list(self._top(run, setup).state_dict())
 
     def policy(self, run: RunSpec, setup: Mapping[str, Any]) -> PrivacyPolicy:
-        return multivfl_policy(self.top_names(run, setup), evaluate=bool(run.params.evaluate))
+        p: MultiVFLParams = run.params
+        return multivfl_policy(
+            self.top_names(run, setup), evaluate=bool(p.evaluate), codecs=p.codecs()
+        )
 
     # -- leakage ---------------------------------------------------------------
     def audit_rounds(self, run: RunSpec) -> set[int]:
@@ -432,12 +468,15 @@ class MultiVFLAlgorithm(Algorithm):
           (``activation_grad``), which depends on that label owner's labels;
         * a label owner: every data owner's activations, a function of its private strip.
         """
-        bs = int(run.params.batch_size)
-        if self.role(run, recording.party) == "data_owner":
+        p: MultiVFLParams = run.params
+        bs, (acts, grads) = int(p.batch_size), p.codecs()
+        party = recording.party
+        if party in data_owners(run):
+            shape = (p.channels, int(setup[f"height/{party}"]), int(setup["width"]))
             return [
                 Observation(f"activation_grad from {k}", "gradient", k, *_last_epoch(got, bs), k)
                 for k in run.federation.owners()
-                if (got := _gradients_seen(recording, k))
+                if (got := _gradients_seen(recording, k, grads, shape))
             ]
         if recording.party in run.federation.owners():
             return [
@@ -448,7 +487,7 @@ class MultiVFLAlgorithm(Algorithm):
                     *_last_epoch(got, bs),
                     features_of=d,
                 )
-                for d, got in _activations_seen(recording).items()
+                for d, got in _activations_seen(recording, acts).items()
             ]
         return []
 
@@ -487,6 +526,7 @@ class MultiVFLAlgorithm(Algorithm):
                 local_optimizer=p.local_optimizer,
                 lr=p.lr,
                 device=dev,
+                codecs=p.codecs(),
             )
             if "test" in local.rows:
                 lo.set_split_labels("test", np.asarray(local.take("test")[2]))
@@ -499,6 +539,7 @@ class MultiVFLAlgorithm(Algorithm):
             local_optimizer=p.local_optimizer,
             lr=p.lr,
             device=dev,
+            codecs=p.codecs(),
         )
         if "test" in local.rows:
             do.set_split("test", scaled_strip(local.take("test")[1], "X_test"))

@@ -87,6 +87,7 @@ from fedviews.deep._nets import combine_activations, conv_bottom, conv_top
 from fedviews.deep._serveropt import ServerOptimizer
 from fedviews.errors import DataError, MissingDependency, ProtocolError, check_fitted
 from fedviews.federation import (
+    Codec,
     Coordinator,
     Message,
     MetaValue,
@@ -218,13 +219,14 @@ def _activations(
     owners: Sequence[str],
     rows: int,
     device: torch.device,
+    codec: Codec,
     *,
     grad: bool = False,
 ) -> list[torch.Tensor]:
     """The data owners' ``(rows, C, h_d, w)`` activations of one batch as tensors on ``device``
     (leaves that require grad with ``grad``), checked by the label owner: the batch's rows,
     and the same channels and width as the first owner's."""
-    arrays = [replies[d].array("activations", (rows, None, None, None)) for d in owners]
+    arrays = [codec.unpack(replies[d], "activations", (rows, None, None, None)) for d in owners]
     C, W = arrays[0].shape[1], arrays[0].shape[3]
     for d, a in zip(owners, arrays, strict=True):
         if (a.shape[1], a.shape[3]) != (C, W):
@@ -255,9 +257,11 @@ class DataOwner(Party):
         local_optimizer: str,
         lr: float,
         device: torch.device,
+        codecs: tuple[Codec, Codec] = (Codec(), Codec()),
     ) -> None:
         super().__init__(name, role="data_owner")
         self.device = device
+        self.act_codec, self.grad_codec = codecs
         # training samples aligned with each label owner, gathered once
         self.x = {k: to_tensor(strips[pos][:, None], device) for k, pos in positions.items()}
         self.copies = {k: copy.deepcopy(bottom).to(device) for k in positions}
@@ -297,7 +301,7 @@ class DataOwner(Party):
         idx = torch.as_tensor(self._order[k][b * bs : (b + 1) * bs], device=self.device)
         out = self.copies[k](self.x[k].index_select(0, idx))
         self._pending[k] = out
-        return self.reply(msg, {"activations": to_numpy(out)})
+        return self.reply(msg, self.act_codec.pack("activations", to_numpy(out)))
 
     @handles("backward")
     def backward(self, msg: Message) -> None:
@@ -307,7 +311,8 @@ class DataOwner(Party):
             raise ProtocolError(f"{k!r} sent a gradient for activations it never asked for")
         opt = self.optims[k]
         opt.zero_grad(set_to_none=True)
-        out.backward(to_tensor(msg.array("activation_grad", tuple(out.shape)), self.device))
+        grad = self.grad_codec.unpack(msg, "activation_grad", tuple(out.shape))
+        out.backward(to_tensor(grad, self.device))
         opt.step()
 
     @handles("average_bottoms")
@@ -335,7 +340,7 @@ class DataOwner(Party):
         ]
         with torch.no_grad():
             out = self.bottom(x)
-        return self.reply(msg, {"activations": to_numpy(out)})
+        return self.reply(msg, self.act_codec.pack("activations", to_numpy(out)))
 
 
 class LabelOwner(Party):
@@ -353,8 +358,10 @@ class LabelOwner(Party):
         local_optimizer: str,
         lr: float,
         device: torch.device,
+        codecs: tuple[Codec, Codec] = (Codec(), Codec()),
     ) -> None:
         super().__init__(name, role="label_owner")
+        self.act_codec, self.grad_codec = codecs
         self.device = device
         self.y = to_tensor(y, device, torch.long)
         self.top = copy.deepcopy(top).to(device)
@@ -384,7 +391,9 @@ class LabelOwner(Party):
                     self.data_owners, "forward", meta={"batch": b, "batch_size": bs}
                 )
                 rows = len(order[b * bs : (b + 1) * bs])
-                acts = _activations(got, self.data_owners, rows, self.device, grad=True)
+                acts = _activations(
+                    got, self.data_owners, rows, self.device, self.act_codec, grad=True
+                )
                 logits = self.top(combine_activations(acts))
                 loss = nn.functional.cross_entropy(
                     logits, self.y.index_select(0, order[b * bs : (b + 1) * bs])
@@ -395,7 +404,7 @@ class LabelOwner(Party):
                 self.scatter(
                     "backward",
                     {
-                        d: {"activation_grad": to_numpy(_grad(a))}
+                        d: self.grad_codec.pack("activation_grad", to_numpy(_grad(a)))
                         for d, a in zip(self.data_owners, acts, strict=True)
                     },
                 )
@@ -422,7 +431,9 @@ class LabelOwner(Party):
                 stop = min(n, start + _EVAL_BATCH)
                 meta: dict[str, MetaValue] = {"split": split, "start": start, "stop": stop}
                 got = self.broadcast(self.data_owners, "infer", meta=meta)
-                acts = _activations(got, self.data_owners, stop - start, self.device)
+                acts = _activations(
+                    got, self.data_owners, stop - start, self.device, self.act_codec
+                )
                 preds.append(to_numpy(self.top(combine_activations(acts)).argmax(1)))
         return np.concatenate(preds)
 
@@ -660,6 +671,9 @@ class MultiVFL(BaseEstimator):
         hidden: int = 128,
         device: str = "auto",
         evaluate: bool = True,
+        wire_activations: str = "none",
+        wire_gradients: str = "none",
+        topk_ratio: float = 0.1,
         random_state: int = 0,
         log_entries: bool = False,
         transport: Any = None,

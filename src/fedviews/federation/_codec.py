@@ -1,0 +1,117 @@
+"""Opt-in lossy encodings of the per-sample arrays of split learning (activations, gradients).
+
+A :class:`Codec` turns one named float array into the arrays that go on the wire and
+back. Every encoding but ``"none"`` changes the math (the receiver computes with an
+approximation of what the sender computed), so they are off by default and a
+federated run with one no longer equals its centralized computation:
+
+``"fp16"``
+    IEEE half precision (10-bit mantissa; values beyond ±65504 are refused rather than
+    sent as infinities).
+``"bf16"``
+    bfloat16: the upper 16 bits of the float32, rounded to nearest even (8-bit
+    mantissa, float32's range), sent as ``uint16``.
+``"int8"``
+    Symmetric 8-bit quantization per sample (row): ``q = round(x / s)``, ``s = max|x| / 127``;
+    the per-row scales go as ``<name>.scale`` (float32).
+``"topk"``
+    Per sample, the ``ceil(ratio * d)`` entries of largest magnitude (the others are
+    zero at the receiver): values as ``<name>`` and their flat positions as
+    ``<name>.idx`` (int32). Meant for returned gradients.
+
+The receiver checks everything it decodes (dtypes, shapes, index range) and names the
+sender of anything malformed (:class:`~fedviews.errors.ProtocolError`).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from fedviews.errors import ConfigError, ProtocolError
+from fedviews.federation._message import Message
+
+__all__ = ["CODECS", "Codec"]
+
+CODECS = ("none", "fp16", "bf16", "int8", "topk")
+_FP16_MAX = float(np.finfo(np.float16).max)
+
+
+@dataclass(frozen=True)
+class Codec:
+    """How one array travels: ``kind`` (one of :data:`CODECS`); ``ratio`` for ``"topk"``."""
+
+    kind: str = "none"
+    ratio: float = 0.1
+
+    def validate(self, what: str = "codec") -> None:
+        if self.kind not in CODECS:
+            raise ConfigError(f"{what} must be one of {list(CODECS)}, got {self.kind!r}")
+        if self.kind == "topk" and not 0 < self.ratio <= 1:
+            raise ConfigError(f"{what}: topk keeps a fraction 0 < ratio <= 1, got {self.ratio}")
+
+    def names(self, name: str) -> list[str]:
+        """The array names that carry ``name`` on the wire (for the privacy policy)."""
+        extra = {"int8": [f"{name}.scale"], "topk": [f"{name}.idx"]}.get(self.kind, [])
+        return [name, *extra]
+
+    def pack(self, name: str, x: np.ndarray) -> dict[str, np.ndarray]:
+        """``x`` (float, first axis = samples) as the arrays to send."""
+        x = np.asarray(x, dtype=np.float32)
+        if self.kind == "none":
+            return {name: x}
+        if self.kind == "fp16":
+            if np.abs(x).max(initial=0.0) > _FP16_MAX:
+                raise ProtocolError(f"{name} exceeds the float16 range (±{_FP16_MAX:g})")
+            return {name: x.astype(np.float16)}
+        if self.kind == "bf16":
+            bits = x.view(np.uint32)
+            rounded = bits + np.uint32(0x7FFF) + ((bits >> np.uint32(16)) & np.uint32(1))
+            return {name: (rounded >> np.uint32(16)).astype(np.uint16)}
+        flat = x.reshape(len(x), -1)
+        if self.kind == "int8":
+            scale = np.abs(flat).max(axis=1) / 127.0
+            safe = np.where(scale > 0, scale, 1.0)
+            q = np.clip(np.rint(flat / safe[:, None]), -127, 127).astype(np.int8)
+            return {name: q.reshape(x.shape), f"{name}.scale": scale.astype(np.float32)}
+        k = self.kept(flat.shape[1])
+        idx = np.argpartition(-np.abs(flat), k - 1, axis=1)[:, :k].astype(np.int32)
+        return {name: np.take_along_axis(flat, idx, axis=1), f"{name}.idx": idx}
+
+    def kept(self, d: int) -> int:
+        """Entries per sample that ``"topk"`` keeps out of ``d``."""
+        return max(1, min(d, math.ceil(self.ratio * d)))
+
+    def unpack(self, msg: Message, name: str, shape: tuple[int | None, ...]) -> np.ndarray:
+        """The float32 array ``name`` of ``shape`` that ``msg`` carries, checked by its receiver
+        (``None``: any length on that axis, except for ``"topk"``, which needs the shape)."""
+        if self.kind == "none":
+            return msg.array(name, shape).astype(np.float32, copy=False)
+        if self.kind in ("fp16", "bf16"):
+            a = msg.array(name, shape)
+            want = np.float16 if self.kind == "fp16" else np.uint16
+            if a.dtype != want:
+                raise ProtocolError(f"{msg.sender!r} sent {name} as {a.dtype}, expected {want}")
+            if self.kind == "fp16":
+                return a.astype(np.float32)
+            return (a.astype(np.uint32) << np.uint32(16)).view(np.float32)
+        if self.kind == "int8":
+            q = msg.array(name, shape)
+            scale = msg.array(f"{name}.scale", (len(q),))
+            if q.dtype != np.int8 or not np.isfinite(scale).all() or (scale < 0).any():
+                raise ProtocolError(f"{msg.sender!r} sent a malformed int8 {name}")
+            flat = q.reshape(len(q), -1).astype(np.float32) * scale[:, None].astype(np.float32)
+            return flat.reshape(q.shape)
+        if any(s is None for s in shape):
+            raise ConfigError(f"top-k {name}: the receiver must know its whole shape")
+        full = tuple(int(s or 0) for s in shape)
+        n, d = full[0], int(np.prod(full[1:], dtype=np.int64))
+        k = self.kept(d)
+        vals, idx = msg.array(name, (n, k)), msg.array(f"{name}.idx", (n, k))
+        if not np.issubdtype(idx.dtype, np.integer) or ((idx < 0) | (idx >= d)).any():
+            raise ProtocolError(f"{msg.sender!r} sent top-k positions of {name} out of range")
+        out = np.zeros((n, d), dtype=np.float32)
+        np.put_along_axis(out, idx.astype(np.int64), vals.astype(np.float32), axis=1)
+        return out.reshape(full)
