@@ -1,12 +1,13 @@
-"""Opt-in wire encodings of Multi-VFL: bytes per round against final accuracy, beside the exact run.
+"""Opt-in wire encodings of split learning: bytes per round against final accuracy, beside the exact run.
 
-Every setting trains the same Multi-VFL federation (D data owners, 1 label owner, the same
-initialisation and batches) for ``--rounds`` rounds on ``--samples`` random training
-images and evaluates on ``--eval`` random test images; only how activations and their gradients
-travel differs (``wire_activations`` / ``wire_gradients``, :mod:`fedviews.federation._codec`).
-Prints a table per dataset and writes ``--plot`` (accuracy against bytes per round).
+Every setting trains the same federation (same initialisation and batches) for ``--rounds``
+rounds (epochs) on ``--samples`` random training images and evaluates on ``--eval`` random test
+images; only how activations and their gradients travel differs (``wire_activations`` /
+``wire_gradients``, :class:`fedviews.federation.Codec`). Multi-VFL: 4 data owners, 1 label owner,
+Adam local step. APFed-R: setting 2-1 (the active party holds the top half), SGD lr 0.01; its
+accuracy is the active party's, predicting alone. Prints one line per run and writes ``--plot``.
 
-    python benchmarks/bench_wire.py [--datasets mnist fashion_mnist] [--samples 2000] [--rounds 5]
+    python benchmarks/bench_wire.py [--algorithms multivfl apfed] [--datasets mnist fashion_mnist]
 """
 
 from __future__ import annotations
@@ -17,7 +18,9 @@ from pathlib import Path
 import numpy as np
 
 from fedviews import data
+from fedviews.deep import APFed
 from fedviews.deep.multivfl import MultiVFL
+from fedviews.errors import FedViewsError
 
 #: (label, wire_activations, wire_gradients)
 SETTINGS = [
@@ -29,54 +32,68 @@ SETTINGS = [
 ]
 
 
-def run(name: str, args: argparse.Namespace) -> list[tuple[str, float, float]]:
+def train(algorithm: str, acts: str, grads: str, split: tuple, rounds: int) -> tuple[float, float]:
+    """``(MB per round, test accuracy %)`` of one run."""
+    X, y, Xte, yte = split
+    wire = {"wire_activations": acts, "wire_gradients": grads, "topk_ratio": 0.1}
+    if algorithm == "multivfl":
+        est = MultiVFL(
+            n_data_owners=4, n_label_owners=1, rounds=rounds, local_optimizer="adam",
+            device="cpu", **wire,
+        ).fit(X, y, label_owner_ids=[np.arange(len(y))], eval_set=(Xte, yte))  # fmt: skip
+        return est.run_stats_["train_bytes_per_round"] / 1e6, 100 * est.history_["accuracy"][-1]
+    est = APFed(variant="R", m=2, i=1, epochs=rounds, lr=0.01, device="cpu", **wire).fit(X, y)
+    return est.message_log_["total_bytes"] / rounds / 1e6, 100 * est.score(Xte, yte)
+
+
+def run(algorithm: str, name: str, args: argparse.Namespace) -> list[tuple[str, float, float]]:
     Xtr, ytr, _, Xte, yte, _ = data.image_split(name, {}, 0, 0.2)  # MNIST: a stratified fifth
     rng = np.random.default_rng(0)
     take = rng.permutation(len(ytr))[: args.samples]
-    X, y = Xtr[take], ytr[take]
     keep = rng.permutation(len(yte))[: args.eval]
+    split = (Xtr[take], ytr[take], Xte[keep], yte[keep])
     out = []
     for label, acts, grads in SETTINGS:
-        est = MultiVFL(
-            n_data_owners=4,
-            n_label_owners=1,
-            rounds=args.rounds,
-            local_optimizer="adam",
-            wire_activations=acts,
-            wire_gradients=grads,
-            topk_ratio=0.1,
-            device="cpu",
-        ).fit(X, y, label_owner_ids=[np.arange(len(y))], eval_set=(Xte[keep], yte[keep]))
-        mb = est.run_stats_["train_bytes_per_round"] / 1e6
-        acc = 100 * est.history_["accuracy"][-1]
+        try:
+            mb, acc = train(algorithm, acts, grads, split, args.rounds)
+        except FedViewsError as exc:  # e.g. fp16 refuses values beyond its range
+            print(f"{algorithm:9s} {name:14s} {label:26s} refused: {exc}", flush=True)
+            continue
         out.append((label, mb, acc))
-        print(f"{name:14s} {label:26s} {mb:9.1f} MB/round  accuracy {acc:6.2f} %", flush=True)
+        print(
+            f"{algorithm:9s} {name:14s} {label:26s} {mb:9.1f} MB/round  accuracy {acc:6.2f} %",
+            flush=True,
+        )
     return out
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--algorithms", nargs="+", default=["multivfl", "apfed"])
     ap.add_argument("--datasets", nargs="+", default=["mnist", "fashion_mnist"])
     ap.add_argument("--samples", type=int, default=2000)
     ap.add_argument("--eval", type=int, default=1000)
     ap.add_argument("--rounds", type=int, default=5)
-    ap.add_argument("--plot", type=Path, default=Path("docs/img/wire_codecs_multivfl.png"))
+    ap.add_argument("--plot", type=Path, default=Path("docs/img/wire_codecs.png"))
     args = ap.parse_args()
-    results = {name: run(name, args) for name in args.datasets}
+    results = {(a, n): run(a, n, args) for a in args.algorithms for n in args.datasets}
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(1, len(results), figsize=(5 * len(results), 3.6), squeeze=False)
-    for ax, (name, rows) in zip(axes[0], results.items(), strict=True):
+    ncols = len(args.datasets)
+    fig, axes = plt.subplots(
+        len(args.algorithms), ncols, figsize=(5 * ncols, 3.6 * len(args.algorithms)), squeeze=False
+    )
+    for ax, ((algorithm, name), rows) in zip(axes.ravel(), results.items(), strict=True):
         for label, mb, acc in rows:
-            ax.scatter(mb, acc, s=30)
-            ax.annotate(label, (mb, acc), fontsize=7, xytext=(4, 2), textcoords="offset points")
+            ax.scatter(mb, acc, s=36, label=label)
         ax.set_xlabel("MB on the wire per round")
         ax.set_ylabel(f"test accuracy after {args.rounds} rounds (%)")
-        ax.set_title(f"Multi-VFL, {name}, {args.samples} images")
+        ax.set_title(f"{algorithm}, {name}, {args.samples} images", fontsize=10)
         ax.grid(alpha=0.3)
+    axes.ravel()[0].legend(fontsize=7)
     fig.tight_layout()
     fig.savefig(args.plot, dpi=110)
     print(f"figure: {args.plot}")

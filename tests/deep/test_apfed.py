@@ -193,7 +193,7 @@ def test_only_representations_and_their_gradients_cross(
 def test_estimator_parameters_are_the_params_fields() -> None:
     """APFed's hyper-parameters are APFedParams' fields with the same defaults (less the
     deployment-only ones), plus the m-i setting and the estimator's own; SingleVL's are
-    APFed's less variant, lam and tau."""
+    APFed's less variant, lam, tau, the loss and how h_A travels (it has no passive party)."""
     from fedviews.deep import APFedParams
     from fedviews.deep._apfed_spec import DEPLOY_ONLY
 
@@ -203,7 +203,10 @@ def test_estimator_parameters_are_the_params_fields() -> None:
     assert set(est) - set(shared) == {"m", "i", "random_state", "transport"}
     single = SingleVL().get_params()
     assert single == {
-        k: v for k, v in est.items() if k not in ("variant", "lam", "tau", "recon_loss")
+        k: v
+        for k, v in est.items()
+        if k not in ("variant", "lam", "tau", "recon_loss")
+        and k not in ("wire_activations", "wire_gradients", "topk_ratio")
     }
 
 
@@ -426,3 +429,36 @@ def test_a_tampered_cifar_batch_cannot_run_code(tmp_path) -> None:
     with pytest.raises(DataError, match="refusing to load"):
         load_cifar(tmp_path)
     assert (tmp_path / "canary").read_text() == "alive"
+
+
+def test_lossy_wire_encodings_of_h_a_and_its_gradient(
+    images: tuple[np.ndarray, np.ndarray],
+) -> None:
+    """Opt-in codecs: the policy admits exactly their arrays, fewer bytes cross, and the active
+    party still learns (its training loss falls)."""
+    X, y = images
+    exact = APFed(variant="R", m=2, i=1, **_fit_kw()).fit(X, y)
+    lossy = APFed(
+        variant="R", m=2, i=1, wire_activations="int8", wire_gradients="topk", topk_ratio=0.25,
+        **_fit_kw(),
+    ).fit(X, y)  # fmt: skip
+    assert lossy.transport_.log.crossings() == {
+        "active -> passive2": ["h_A", "h_A.scale"],
+        "passive2 -> active": ["grad_h_A", "grad_h_A.idx"],
+    }
+    assert lossy.message_log_["total_bytes"] < 0.6 * exact.message_log_["total_bytes"]
+    assert lossy.history_[-1] < lossy.history_[0]  # the active party's epoch losses
+    with pytest.raises(ConfigError, match="top-k is for the returned gradients"):
+        APFed(wire_activations="topk", **_fit_kw()).fit(X, y)
+
+
+def test_uint8_images_are_scaled_as_a_deployed_party_scales_them(
+    images: tuple[np.ndarray, np.ndarray],
+) -> None:
+    """The estimator takes raw uint8 pixels like a deployed party's strips: as ``X / 255``."""
+    X, y = images
+    pixels = np.round(X * 255).astype(np.uint8)
+    a = APFed(variant="R", m=2, i=1, **_fit_kw(epochs=1)).fit(pixels, y)
+    b = APFed(variant="R", m=2, i=1, **_fit_kw(epochs=1)).fit(pixels / np.float32(255), y)
+    np.testing.assert_allclose(a.history_, b.history_, rtol=1e-5)
+    np.testing.assert_array_equal(a.predict(pixels), b.predict(pixels / np.float32(255)))

@@ -75,11 +75,18 @@ def parse_setting(setting: str) -> tuple[int, int]:
 
 
 def as_images(images: Any, name: str = "images") -> np.ndarray:
-    """Validate images as a float32 ``(n, C, H, W)`` array (``(n, H, W)`` gets ``C = 1``)."""
+    """Validate images as a float32 ``(n, C, H, W)`` array (``(n, H, W)`` gets ``C = 1``).
+
+    ``uint8`` pixels are scaled to ``[0, 1]`` (``/ 255``), as a deployed party's strips are
+    (:func:`fedviews.deep._apfed_spec.as_strips`); other values are used as given.
+    """
     try:
-        arr = np.asarray(images, dtype=np.float32)
+        raw = np.asarray(images)
+        arr = np.asarray(raw, dtype=np.float32)
     except (TypeError, ValueError) as exc:
         raise DataError(f"{name} is not numeric: {exc}") from None
+    if raw.dtype == np.uint8:
+        arr = arr / np.float32(255.0)
     if arr.ndim == 3:
         arr = arr[:, None]
     if arr.ndim != 4 or min(arr.shape) == 0:

@@ -61,8 +61,10 @@ from fedviews.deep._common import batches
 from fedviews.errors import ConfigError, DataError, ProtocolError
 from fedviews.federation import (
     Algorithm,
+    Codec,
     Coordinator,
     Local,
+    Message,
     Observation,
     Party,
     PrivacyPolicy,
@@ -71,6 +73,7 @@ from fedviews.federation import (
     RunSpec,
     register_algorithm_spec,
     spawn_streams,
+    wire_codecs,
 )
 
 if TYPE_CHECKING:
@@ -161,6 +164,14 @@ class APFedParams:
     device: str = "auto"
     evaluate: bool = True
     torch_threads: int = 0
+    wire_activations: str = "none"
+    wire_gradients: str = "none"
+    topk_ratio: float = 0.1
+
+    def codecs(self) -> tuple[Codec, Codec]:
+        """How ``h_A`` and ``grad_h_A`` travel (:class:`~fedviews.federation.Codec`; lossy
+        ones change the math, so they are off by default)."""
+        return wire_codecs(self.wire_activations, self.wire_gradients, self.topk_ratio)
 
     def lams(self, n_passive: int) -> list[float]:
         """``λ_p`` of each of ``n_passive`` passive parties (ConfigError if ``lam`` does not fit)."""
@@ -209,12 +220,13 @@ class APFedParams:
             )
         if isinstance(self.torch_threads, bool) or self.torch_threads < 0:
             raise ConfigError("torch_threads must be >= 0 (0 = torch's default)")
+        self.codecs()
 
 
 # --------------------------------------------------------------------------- policy
 
 
-def apfed_policy(n_passive: int) -> PrivacyPolicy:
+def apfed_policy(n_passive: int, codecs: tuple[Codec, Codec] = (Codec(), Codec())) -> PrivacyPolicy:
     """The APFed barrier of a run with ``n_passive`` passive parties.
 
     Arrays: only ``h_A`` (active → passive) and ``grad_h_A`` (passive → active)
@@ -228,7 +240,10 @@ def apfed_policy(n_passive: int) -> PrivacyPolicy:
     rules: dict[tuple[str, str], list[str]] = {}
     kinds: dict[tuple[str, str], list[str]] = {("coordinator", "active"): ["apfed.train"]}
     if n_passive:
-        rules = {("active", "passive"): ["h_A"], ("passive", "active"): ["grad_h_A"]}
+        rules = {
+            ("active", "passive"): codecs[0].names("h_A"),
+            ("passive", "active"): codecs[1].names("grad_h_A"),
+        }
         kinds[("active", "passive")] = ["apfed.epoch", "apfed.forward"]
         kinds[("coordinator", "passive")] = ["apfed.epoch_done"]
     return PrivacyPolicy.of("apfed", rules, kinds=kinds)
@@ -409,7 +424,7 @@ class APFedAlgorithm(Algorithm):
         return {"n_samples": int(active["n/train"]), "channels": C, "height": h, "width": w}
 
     def policy(self, run: RunSpec, setup: Mapping[str, Any]) -> PrivacyPolicy:
-        return apfed_policy(len(_passives(run)))
+        return apfed_policy(len(_passives(run)), run.params.codecs())
 
     def observations(
         self, run: RunSpec, setup: Mapping[str, Any], recording: Recording
@@ -426,7 +441,9 @@ class APFedAlgorithm(Algorithm):
             if m.kind == "apfed.epoch":  # a new epoch: keep only the last one
                 seed, bs, got = int(m.number("shuffle_seed")), int(m.number("batch_size")), []
             elif m.kind == "apfed.forward" and "h_A" in m.arrays:
-                got.append((int(m.number("batch")), m.arrays["h_A"]))
+                msg = Message(m.kind, m.sender, m.receiver, m.round, m.arrays, m.meta)
+                h_a = run.params.codecs()[0].unpack(msg, "h_A", (None,) * m.arrays["h_A"].ndim)
+                got.append((int(m.number("batch")), h_a))
         if not got:
             return []
         n = sum(len(h) for _, h in got)
@@ -459,6 +476,7 @@ class APFedAlgorithm(Algorithm):
                 seed=seeds[1 + passives.index(party)],
                 tau=p.tau,
                 recon_loss=p.recon_loss,
+                codecs=p.codecs(),
                 **common,
             )
         classes, y_idx = np.unique(np.asarray(y), return_inverse=True)
@@ -474,6 +492,7 @@ class APFedAlgorithm(Algorithm):
             epochs=int(p.epochs),
             batch_size=int(p.batch_size),
             name=party,
+            codecs=p.codecs(),
             **common,
         )
         active.classes = classes

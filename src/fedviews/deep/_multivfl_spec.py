@@ -51,6 +51,7 @@ from fedviews.federation import (
     Roster,
     RunSpec,
     register_algorithm_spec,
+    wire_codecs,
 )
 
 if TYPE_CHECKING:
@@ -184,19 +185,15 @@ class MultiVFLParams:
     topk_ratio: float = 0.1
 
     def codecs(self) -> tuple[Codec, Codec]:
-        """How activations and their gradients travel (:mod:`fedviews.federation._codec`)."""
-        return Codec(self.wire_activations), Codec(self.wire_gradients, self.topk_ratio)
+        """How activations and their gradients travel (:class:`~fedviews.federation.Codec`)."""
+        return wire_codecs(self.wire_activations, self.wire_gradients, self.topk_ratio)
 
     def validate(self) -> None:
         """Raise :class:`ConfigError` for an invalid value."""
         check_positive_ints(
             self, ("rounds", "local_epochs", "batch_size", "channels", "top_channels", "hidden")
         )
-        acts, grads = self.codecs()
-        acts.validate("wire_activations")
-        grads.validate("wire_gradients")
-        if acts.kind == "topk":
-            raise ConfigError("wire_activations: top-k is for the returned gradients only")
+        self.codecs()
         if not self.lr > 0:
             raise ConfigError(f"lr must be positive, got {self.lr}")
         if self.local_optimizer not in LOCAL_OPTIMIZERS:

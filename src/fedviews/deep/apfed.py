@@ -70,6 +70,7 @@ from fedviews.deep._split import SplitBottom, StripEstimator, build_module, net_
 from fedviews.deep._tvfl import TVFL
 from fedviews.errors import DataError, MissingDependency, ProtocolError, check_fitted
 from fedviews.federation import (
+    Codec,
     Message,
     Party,
     Roster,
@@ -159,6 +160,7 @@ class PassiveClient(SplitBottom):
         momentum: float = 0.9,
         weight_decay: float = 1e-4,
         device: Any = "cpu",
+        codecs: tuple[Codec, Codec] = (Codec(), Codec()),
     ) -> None:
         net = Decoder if variant == "R" else Encoder
         super().__init__(
@@ -174,6 +176,7 @@ class PassiveClient(SplitBottom):
         self.variant = variant
         self.tau = tau
         self.recon_loss = recon_loss
+        self.act_codec, self.grad_codec = codecs  # how h_A arrives and grad_h_A leaves
         # strips are of one size, so the active encoder's h_A has this party's encoder shape
         self.rep_shape = spec.out_shape(int(view.shape[2]), int(view.shape[3]))
         self.losses: list[float] = []
@@ -192,7 +195,7 @@ class PassiveClient(SplitBottom):
     @handles("apfed.forward")
     def _on_forward(self, msg: Message) -> Message:
         idx = self.batch_rows(msg)
-        h_a = msg.array("h_A", (len(idx), *self.rep_shape))
+        h_a = self.act_codec.unpack(msg, "h_A", (len(idx), *self.rep_shape))
         h = to_tensor(h_a, self.device, torch.float32).requires_grad_(True)
         self.net.train()
         loss = self.local_loss(h, self._X[idx])
@@ -202,7 +205,7 @@ class PassiveClient(SplitBottom):
         grad = h.grad * msg.number("lam")
         self.opt.step()
         self.losses.append(float(loss.detach()))
-        return self.reply(msg, arrays={"grad_h_A": to_numpy(grad)})
+        return self.reply(msg, arrays=self.grad_codec.pack("grad_h_A", to_numpy(grad)))
 
     @handles("apfed.epoch_done")
     def _on_epoch_done(self, msg: Message) -> None:
@@ -260,8 +263,10 @@ class ActiveClient(Party):
         weight_decay: float = 1e-4,
         device: Any = "cpu",
         name: str = "active",
+        codecs: tuple[Codec, Codec] = (Codec(), Codec()),
     ) -> None:
         super().__init__(name, role="active")
+        self.act_codec, self.grad_codec = codecs  # how h_A leaves and grad_h_A arrives
         self.passives = list(passives)
         self.lams = [float(v) for v in lams]
         self.epochs = epochs
@@ -329,13 +334,15 @@ class ActiveClient(Party):
             # every passive party at once (over gRPC they compute in parallel)
             replies = self.scatter(
                 "apfed.forward",
-                {p: {"h_A": h_np} for p in self.passives},
+                {p: self.act_codec.pack("h_A", h_np) for p in self.passives},
                 meta={"epoch": epoch, "batch": b},
                 meta_for={p: {"lam": lam} for p, lam in zip(self.passives, self.lams, strict=True)},
                 round=step,
             )
             shape = tuple(h_np.shape)
-            received = [replies[p].array("grad_h_A", shape) for p in self.passives]
+            received = [
+                self.grad_codec.unpack(replies[p], "grad_h_A", shape) for p in self.passives
+            ]
         self.opt.zero_grad()
         loss.backward()
         assert h_cut.grad is not None
@@ -546,6 +553,9 @@ class APFed(_ActiveOnly):
         pad: bool = False,
         arch: str = "auto",
         device: str = "auto",
+        wire_activations: str = "none",
+        wire_gradients: str = "none",
+        topk_ratio: float = 0.1,
         random_state: int | None = 0,
         transport: Any = None,
     ) -> None:
@@ -594,5 +604,8 @@ class SingleVL(_ActiveOnly):
 
     def fit(self, images: Any, y: Any) -> SingleVL:
         """Train ``g_T ∘ f_A`` on the active strip of ``images``."""
-        self._fit(images, y, passives=False, variant="R", lam=0.0, tau=0.5, recon_loss="l2")
+        self._fit(
+            images, y, passives=False, variant="R", lam=0.0, tau=0.5, recon_loss="l2",
+            wire_activations="none", wire_gradients="none", topk_ratio=0.1,
+        )  # fmt: skip
         return self

@@ -32,7 +32,7 @@ from fedviews.federation._certs import (
     issue_certificate,
     revoke_certificate,
 )
-from fedviews.federation._codec import CODECS, Codec
+from fedviews.federation._codec import CODECS, Codec, wire_codecs
 from fedviews.federation._log import LogEntry, MessageLog
 from fedviews.federation._message import Message, MetaValue, error_payload, raise_remote
 from fedviews.federation._party import Coordinator, Party, handles
@@ -85,6 +85,7 @@ __all__ = [
     "Transport",
     "federate",
     "handles",
+    "wire_codecs",
 ]
 
 

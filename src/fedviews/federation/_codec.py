@@ -33,7 +33,7 @@ import numpy as np
 from fedviews.errors import ConfigError, ProtocolError
 from fedviews.federation._message import Message
 
-__all__ = ["CODECS", "Codec"]
+__all__ = ["CODECS", "Codec", "wire_codecs"]
 
 CODECS = ("none", "fp16", "bf16", "int8", "topk")
 _FP16_MAX = float(np.finfo(np.float16).max)
@@ -115,3 +115,14 @@ class Codec:
         out = np.zeros((n, d), dtype=np.float32)
         np.put_along_axis(out, idx.astype(np.int64), vals.astype(np.float32), axis=1)
         return out.reshape(full)
+
+
+def wire_codecs(activations: str, gradients: str, ratio: float) -> tuple[Codec, Codec]:
+    """The checked codecs of split learning's two directions (an algorithm's params
+    ``wire_activations``, ``wire_gradients``, ``topk_ratio``): top-k only for gradients."""
+    acts, grads = Codec(activations), Codec(gradients, ratio)
+    acts.validate("wire_activations")
+    grads.validate("wire_gradients")
+    if acts.kind == "topk":
+        raise ConfigError("wire_activations: top-k is for the returned gradients only")
+    return acts, grads
