@@ -74,8 +74,9 @@ def main() -> None:
     ap.add_argument("--samples", type=int, default=2000)
     ap.add_argument("--eval", type=int, default=1000)
     ap.add_argument("--rounds", type=int, default=5)
-    ap.add_argument("--plot", type=Path, default=Path("docs/img/wire_codecs.png"))
+    ap.add_argument("--plot", type=Path, help="default: docs/img/wire_codecs_<algorithms>.png")
     args = ap.parse_args()
+    args.plot = args.plot or Path(f"docs/img/wire_codecs_{'_'.join(args.algorithms)}.png")
     results = {(a, n): run(a, n, args) for a in args.algorithms for n in args.datasets}
     import matplotlib
 
