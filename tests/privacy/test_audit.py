@@ -152,7 +152,8 @@ def test_a_file_that_is_not_a_recording_is_refused(tmp_path: Path) -> None:
         Recording.load(tmp_path / "x.npz")
 
 
-def test_hfedmv_models_label_the_samples_whose_features_an_attacker_knows() -> None:
+@pytest.mark.parametrize("standardize", ["pooled", "none", "local"])
+def test_hfedmv_models_label_the_samples_whose_features_an_attacker_knows(standardize) -> None:
     from fedviews.linear import HFedMVParams
     from fedviews.linear._hfedmv import linear_predictor
 
@@ -164,7 +165,7 @@ def test_hfedmv_models_label_the_samples_whose_features_an_attacker_knows() -> N
         y[:3] = [0, 1, 2]
         X = centres[y] + rng.normal(size=(60, 7))
         datas[c] = PartyData(np.arange(60), X, y, view_dims=(3, 4))
-    params = HFedMVParams(n_rounds=3, standardize="pooled", evaluate=False)
+    params = HFedMVParams(n_rounds=3, standardize=standardize, evaluate=False)
     run = RunSpec("hfedmv", params, Roster(("c0", "c1", "c2"), label_owners=("c0", "c1", "c2")))
     fed = build_in_process(run, datas)
     recs = fed.record(["coordinator", "c0"])

@@ -634,9 +634,13 @@ class HFedMVAlgorithm(HorizontalClients, LinearAlgorithm):
         """The models an attacker received, as label predictors for samples whose features it
         knows: the server gets every client's own ``W_local_k`` (trained on that client's
         samples only), a client gets the global ``W_k`` (about every other client). With
-        pooled scaling both know the pooled statistics; otherwise the attacker scales the
-        rows it knows with their own statistics."""
-        K, scaler = len(view_dims_of(setup)), None
+        pooled scaling both know the pooled statistics, without scaling none is needed; with
+        each client's own scaling the attacker scales the rows it knows with their own
+        statistics."""
+        K, width = len(view_dims_of(setup)), sum(view_dims_of(setup))
+        scaler: tuple[np.ndarray, np.ndarray] | None = None  # "local": unknown to the attacker
+        if run.params.standardize == "none":  # the model is on raw features
+            scaler = (np.zeros(width), np.ones(width))
         if run.params.standardize == "pooled":
             got = recording.select("moments:reply") or recording.select("scale")
             if got and got[0].kind == "scale":
