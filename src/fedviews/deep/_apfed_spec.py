@@ -57,14 +57,13 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from fedviews.data import PartyData, demo_image_split
-from fedviews.deep._common import batches
+from fedviews.deep._common import epoch_rows
 from fedviews.errors import ConfigError, DataError, ProtocolError
 from fedviews.federation import (
     Algorithm,
     Codec,
     Coordinator,
     Local,
-    Message,
     Observation,
     Party,
     PrivacyPolicy,
@@ -436,20 +435,17 @@ class APFedAlgorithm(Algorithm):
         active = _active(run)
         if recording.party == active:
             return []
-        seed, bs, got = 0, 1, list[tuple[int, np.ndarray]]()
+        codec, seed, bs = run.params.codecs()[0], 0, 1
+        got: list[tuple[int, np.ndarray]] = []
         for m in recording:
             if m.kind == "apfed.epoch":  # a new epoch: keep only the last one
                 seed, bs, got = int(m.number("shuffle_seed")), int(m.number("batch_size")), []
             elif m.kind == "apfed.forward" and "h_A" in m.arrays:
-                msg = Message(m.kind, m.sender, m.receiver, m.round, m.arrays, m.meta)
-                h_a = run.params.codecs()[0].unpack(msg, "h_A", (None,) * m.arrays["h_A"].ndim)
-                got.append((int(m.number("batch")), h_a))
+                shape = (None,) * m.arrays["h_A"].ndim
+                got.append((int(m.number("batch")), codec.unpack(m.message(), "h_A", shape)))
         if not got:
             return []
-        n = sum(len(h) for _, h in got)
-        order = list(batches(n, bs, np.random.default_rng(seed)))
-        rows = np.concatenate([order[b] for b, _ in got])
-        values = np.concatenate([h for _, h in got])
+        rows, values = epoch_rows(seed, bs, got)
         return [Observation("h_A", "representation", "train", rows, values, active, active)]
 
     def build_party(

@@ -199,3 +199,14 @@ def batches(
         idx = order[start : start + batch_size]
         if len(idx):
             yield idx
+
+
+def epoch_rows(
+    seed: int, batch_size: int, seen: list[tuple[int, np.ndarray]]
+) -> tuple[np.ndarray, np.ndarray]:
+    """``(rows, values)`` of one shuffled epoch from the per-batch values a party saw,
+    ``seen = [(batch index, values), ...]``: the order is :func:`batches` with
+    ``default_rng(seed)`` over every row of the epoch, as both sides derive it."""
+    order = list(batches(sum(len(v) for _, v in seen), batch_size, np.random.default_rng(seed)))
+    rows = np.concatenate([order[b] for b, _ in seen])
+    return rows, np.concatenate([v for _, v in seen])

@@ -42,9 +42,7 @@ from fedviews.federation import (
     Codec,
     Coordinator,
     Local,
-    Message,
     Observation,
-    Observed,
     Party,
     PrivacyPolicy,
     Recording,
@@ -92,12 +90,6 @@ def epoch_order(seed: int, round_: int, epoch: int, n: int) -> np.ndarray:
 _Batch = tuple[int, int, int, int, np.ndarray]
 
 
-def _decoded(m: Observed, name: str, codec: Codec, shape: tuple[int | None, ...]) -> np.ndarray:
-    """Array ``name`` of a recorded message as its receiver decoded it (lossy wire codecs)."""
-    msg = Message(m.kind, m.sender, m.receiver, m.round, m.arrays, m.meta)
-    return codec.unpack(msg, name, shape)
-
-
 def _gradients_seen(
     recording: Recording, owner: str, codec: Codec, shape: tuple[int, ...]
 ) -> list[_Batch]:
@@ -114,7 +106,7 @@ def _gradients_seen(
             batch = int(m.number("batch"))
         elif m.kind == "backward" and "activation_grad" in m.arrays:
             rows = len(m.arrays[codec.names("activation_grad")[-1]])
-            grad = _decoded(m, "activation_grad", codec, (rows, *shape))
+            grad = codec.unpack(m.message(), "activation_grad", (rows, *shape))
             got.append((seed, rnd, epoch, batch, grad))
     return got
 
@@ -132,7 +124,7 @@ def _activations_seen(recording: Recording, codec: Codec) -> dict[str, list[_Bat
             epoch, count = epoch + 1, {}  # the first reply of the next epoch's broadcast
         elif m.kind == "forward:reply" and "activations" in m.arrays:
             b = count[m.sender] = count.get(m.sender, -1) + 1
-            acts = _decoded(m, "activations", codec, (None, None, None, None))
+            acts = codec.unpack(m.message(), "activations", (None, None, None, None))
             got.setdefault(m.sender, []).append((seed, m.round, epoch, b, acts))
     return got
 

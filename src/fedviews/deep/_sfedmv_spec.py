@@ -225,19 +225,18 @@ def _params_of(m: Any) -> dict[str, np.ndarray]:
 
 
 def _averaged_extractors(recording: Recording) -> dict[int, dict[str, np.ndarray]]:
-    """Per view, the weighted average of the clients' last ``train_view`` replies (weights
-    ``n_samples``): the global extractor the server sends out (FedAvg, stage 1)."""
-    last: dict[int, int] = {}
+    """Per view, the clients' last ``train_view`` replies averaged with the server's own FedAvg
+    (weights ``n_samples``): the global extractor it sends out (stage 1)."""
+    from fedviews.deep.sfedmv import SequenceServer
+
+    by_view: dict[int, list[Any]] = {}
     for m in recording.select("train_view:reply"):
-        last[_view_of(m)] = max(last.get(_view_of(m), 0), m.round)
+        by_view.setdefault(_view_of(m), []).append(m)
     out = {}
-    for k, rnd in last.items():
-        got = [
-            m for m in recording.select("train_view:reply") if m.round == rnd and _view_of(m) == k
-        ]
-        w = np.array([m.number("n_samples") for m in got]) / sum(m.number("n_samples") for m in got)
-        params = [_params_of(m) for m in got]
-        out[k] = {n: sum(wi * p[n] for wi, p in zip(w, params, strict=True)) for n in params[0]}
+    for k, replies in by_view.items():
+        last = [m for m in replies if m.round == max(r.round for r in replies)]
+        sizes = [m.number("n_samples") for m in last]
+        out[k] = SequenceServer.aggregate([_params_of(m) for m in last], sizes)
     return out
 
 

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from fedviews.data import PartyData, demo_image_split
-from fedviews.deep._common import batches, check_positive_ints
+from fedviews.deep._common import check_positive_ints, epoch_rows
 from fedviews.errors import ConfigError, DataError
 from fedviews.federation import (
     Algorithm,
@@ -180,23 +180,17 @@ class SplitNNAlgorithm(Algorithm):
         if recording.party == active:
             return []
         seed, bs, batch = 0, 1, 0
-        grads: list[np.ndarray] = []
-        got: list[int] = []
+        got: list[tuple[int, np.ndarray]] = []
         for m in recording:
             if m.kind == "splitnn.epoch":  # a new epoch: keep only the last one
-                seed, bs = int(m.number("shuffle_seed")), int(m.number("batch_size"))
-                grads, got = [], []
+                seed, bs, got = int(m.number("shuffle_seed")), int(m.number("batch_size")), []
             elif m.kind == "splitnn.forward":
                 batch = int(m.number("batch"))
             elif m.kind == "splitnn.backward" and "grad_logits" in m.arrays:
-                grads.append(m.arrays["grad_logits"])
-                got.append(batch)
-        if not grads:
+                got.append((batch, m.arrays["grad_logits"]))
+        if not got:
             return []
-        n = sum(len(g) for g in grads)  # every row once per epoch
-        order = list(batches(n, bs, np.random.default_rng(seed)))
-        rows = np.concatenate([order[b] for b in got])
-        G = np.concatenate(grads)
+        rows, G = epoch_rows(seed, bs, got)
         return [Observation("grad_logits", "softmax_gradient", "train", rows, G, active)]
 
     def demo_data(self, cfg: Any) -> dict[str, PartyData]:

@@ -41,6 +41,11 @@ class Observed:
     meta: dict[str, MetaValue]
     arrays: dict[str, np.ndarray]
 
+    def message(self) -> Message:
+        """The message as it was delivered (e.g. to decode a wire codec's arrays with
+        :meth:`~fedviews.federation.Codec.unpack`, as its receiver did)."""
+        return Message(self.kind, self.sender, self.receiver, self.round, self.arrays, self.meta)
+
     def number(self, key: str) -> float:
         """The numeric metadata value ``key`` (a :class:`DataError` if it is not one)."""
         value = self.meta.get(key)

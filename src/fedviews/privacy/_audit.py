@@ -226,9 +226,10 @@ class Attack:
     needs: str | None  # the AuxKnowledge field it needs (> 0), if any
     run: Any
 
-    def applies(self, obs: Observation) -> bool:
+    def victim(self, obs: Observation) -> str | None:
+        """Whose secret ``obs`` reveals to this attack (``None``: it does not apply)."""
         whose = obs.labels_of if self.secret == "labels" else obs.features_of
-        return obs.kind in self.kinds and whose is not None
+        return whose if obs.kind in self.kinds else None
 
 
 #: the attacks by the name a config uses (``params.attacks``)
@@ -288,13 +289,14 @@ def attack_observations(
     """Every chosen attack (default: all that aux allows) on every observation it applies to,
     scored on the rows not granted as aux."""
     ctx = _Context(truth, aux, examples, attacker)
+    names = check_attacks(attacks, aux)
     out: list[LeakageRow] = []
     for obs in observations:
-        for name in check_attacks(attacks, aux):
+        for name in names:
             attack = ATTACKS[name]
-            if not attack.applies(obs):
+            whose = attack.victim(obs)
+            if whose is None:
                 continue
-            whose = obs.labels_of if attack.secret == "labels" else obs.features_of
             try:
                 note, scores = attack.run(obs, ctx)
             except ConfigError as exc:  # e.g. one class among the drawn aux rows
