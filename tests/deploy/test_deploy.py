@@ -124,6 +124,45 @@ def test_launch_equals_in_process(tmp_path):
     assert_tight(ref.transport_.policy, deployed)
 
 
+def test_launch_with_secure_aggregation_equals_in_process(tmp_path):
+    """MMVFL with ``[defense] kind = "secagg"`` over mutual TLS: the parties' keys are signed
+    with their certificates, the coordinator receives only masked sums, and the run equals
+    the in-process secure run (and the plain one, to fixed-point resolution)."""
+    config = _write_config(tmp_path, max_iter=3)
+    config.write_text(config.read_text() + '[defense]\nkind = "secagg"\n')
+    run = tmp_path / "run"
+    proc = _fedviews("launch", str(config), "--out", str(run))
+    out, _ = proc.communicate(timeout=150)
+    assert proc.returncode == 0, out
+    cfg = load_deploy_config(config)
+    assert cfg.defense.kind == "secagg"
+    datas = [load_party_data(run / "data" / f"{p}.npz") for p in PARTIES]
+    Xs, ids = align_views([d.X for d in datas], [d.ids for d in datas])
+    Xs = [(X - X.mean(0)) / np.where(X.std(0) < 1e-12, 1.0, X.std(0)) for X in Xs]
+    owner = datas[1]
+    y = owner.y[np.argsort(owner.ids)][np.searchsorted(np.sort(owner.ids), ids)]
+    p = cfg.params
+    kw = dict(beta=p.beta, label_owner=1, max_iter=3, inner_max_iter=10, random_state=cfg.seed)
+    ref = MMVFL(defense="secagg", **kw).fit(Xs, y)
+    plain = MMVFL(**kw).fit(Xs, y)
+    import json
+
+    res = json.loads((run / "coordinator" / "results.json").read_text())
+    assert res["status"] == "ok"
+    np.testing.assert_allclose(res["objective"], ref.objective_, rtol=1e-10)
+    np.testing.assert_allclose(res["objective"], plain.objective_, rtol=1e-8)
+    log = json.loads((run / "coordinator" / "message_log.json").read_text())
+    assert log["crossings"]["pix -> coordinator"] == [
+        "masked_stats_Z_k", "masked_zeta_Z_k", "psi_sealed", "psi_set",
+    ]  # fmt: skip
+    roles = {**cfg.roles(), "coordinator": "coordinator"}
+    deployed = footprint(log["exchanges"], roles)
+    ref_roles = {f"party{k}": "party" for k in range(3)} | {"coordinator": "coordinator"}
+    assert deployed == footprint(ref.transport_.log.exchanges(), ref_roles)
+    assert ("party", "coordinator", "secagg:keys:reply", ()) in deployed
+    assert_tight(ref.transport_.policy, deployed)
+
+
 class _Echo(Party):
     @handles("ping")
     def on_ping(self, msg):

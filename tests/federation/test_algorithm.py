@@ -108,7 +108,7 @@ def test_the_estimator_runs_the_registered_spec_and_its_params():
     y = np.arange(30) % 3
     m = MMVFL(beta=[0.5, 1.0], max_iter=3, tol=0.0, random_state=2).fit(Xs, y)
     # the estimator's parameters are exactly the Params fields plus its own
-    own = {"label_owner", "random_state", "transport"}
+    own = {"label_owner", "random_state", "transport", "defense"}
     fields = set(MMVFLParams.__dataclass_fields__)
     assert set(m.get_params()) == fields | own
     defaults = MMVFL().get_params()

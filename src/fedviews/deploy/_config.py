@@ -26,6 +26,9 @@ A deployment TOML file (``configs/deploy_*.toml``)::
 
     [params]                # the algorithm's hyper-parameters (see its deploy app)
     max_iter = 20
+
+    [defense]               # optional (see fedviews.federation.Defense)
+    kind = "secagg"         # e.g. secure aggregation of the Z_k (MMVFL, V-FedMV)
 """
 
 from __future__ import annotations
@@ -44,7 +47,7 @@ from fedviews._tables import (
     parse_overrides,
 )
 from fedviews.errors import ConfigError
-from fedviews.federation import Roster, RunSpec, check_name, get_algorithm_spec
+from fedviews.federation import Defense, Roster, RunSpec, check_name, get_algorithm_spec
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -155,6 +158,7 @@ _TOP_KEYS = (
     "federation",
     "data",
     "params",
+    "defense",
     "output_dir",
     "modules",
 )
@@ -202,6 +206,8 @@ def load_deploy_config(
     split = build_dataclass(SplitSpec, raw.get("data", {}), "data")
     params: Any = build_dataclass(app.Params, raw.get("params", {}), "params")
     app.check_params(params, fed)
+    defense = Defense.of(raw.get("defense"))
+    app.check_defense(defense)
     seed = raw.get("seed", 0)
     if isinstance(seed, bool) or not isinstance(seed, int):
         raise ConfigError(f"seed must be an integer, got {seed!r}")
@@ -214,6 +220,7 @@ def load_deploy_config(
         federation=fed,
         data=split,
         params=params,
+        defense=defense,
         output_dir=str(raw.get("output_dir", "runs")),
         modules=modules,
     )

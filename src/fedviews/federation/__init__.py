@@ -33,12 +33,21 @@ from fedviews.federation._certs import (
     revoke_certificate,
 )
 from fedviews.federation._codec import CODECS, Codec, wire_codecs
+from fedviews.federation._defense import DEFENSES, Defense
 from fedviews.federation._log import LogEntry, MessageLog
 from fedviews.federation._message import Message, MetaValue, error_payload, raise_remote
 from fedviews.federation._party import Coordinator, Party, handles
 from fedviews.federation._policy import PrivacyPolicy
 from fedviews.federation._record import Observation, Observed, Recording
 from fedviews.federation._run import federate
+from fedviews.federation._secagg import (
+    SECAGG_KINDS,
+    SecureSum,
+    SecureSumParty,
+    secure_sum_setup,
+    secured_policy,
+    unmask_sum,
+)
 from fedviews.federation._transport import InProcessTransport, Transport
 
 if TYPE_CHECKING:
@@ -48,6 +57,8 @@ __all__ = [
     "ALGORITHMS",
     "CODECS",
     "Codec",
+    "DEFENSES",
+    "Defense",
     "Algorithm",
     "AlignGroup",
     "InProcessRun",
@@ -73,6 +84,12 @@ __all__ = [
     "issue_certificate",
     "revoke_certificate",
     "Coordinator",
+    "SECAGG_KINDS",
+    "SecureSum",
+    "SecureSumParty",
+    "secure_sum_setup",
+    "secured_policy",
+    "unmask_sum",
     "InProcessTransport",
     "LogEntry",
     "Message",

@@ -36,6 +36,7 @@ from threadpoolctl import threadpool_limits
 from fedviews._registry import Registry
 from fedviews.data import PartyData, align, read_npz, save_npz
 from fedviews.errors import ConfigError, DataError, ProtocolError
+from fedviews.federation._defense import Defense
 from fedviews.federation._party import Coordinator, Party
 from fedviews.federation._policy import PrivacyPolicy
 from fedviews.federation._record import Observation, Recording
@@ -75,12 +76,14 @@ class Roster:
 
 @dataclass(frozen=True)
 class RunSpec:
-    """One run of an algorithm: which, with which params, who takes part, the seed."""
+    """One run of an algorithm: which, with which params, who takes part, the seed, and
+    its :class:`~fedviews.federation.Defense` (default: none)."""
 
     algorithm: str
     params: Any = None
     federation: Roster = field(default_factory=Roster)
     seed: int | None = 0
+    defense: Defense = field(default_factory=Defense)
 
 
 def estimator_params(Params: type, est: Any, *, skip: Sequence[str] = (), **fixed: Any) -> Any:
@@ -169,6 +172,8 @@ class Algorithm:
     #: limit). One by default: the algorithms do many small factorisations, where
     #: multi-threaded OpenBLAS was measured up to 100x slower on a busy 2-core machine.
     blas_threads: ClassVar[int | None] = 1
+    #: the :class:`~fedviews.federation.Defense` kinds that apply to this algorithm
+    defenses: ClassVar[frozenset[str]] = frozenset({"none"})
 
     def compute_limits(self) -> AbstractContextManager[Any]:
         """The thread limits under which a process runs its part of this algorithm."""
@@ -198,6 +203,15 @@ class Algorithm:
         validate = getattr(params, "validate", None)
         if callable(validate):
             validate()
+
+    def check_defense(self, defense: Defense) -> None:
+        """Raise :class:`ConfigError` when ``defense`` does not apply to this algorithm."""
+        defense.validate()
+        if defense.kind not in self.defenses:
+            raise ConfigError(
+                f"defense {defense.kind!r} does not apply to {self.name}; it takes "
+                f"{sorted(self.defenses)}"
+            )
 
     def groups(self, run: RunSpec) -> list[AlignGroup]:
         """Alignment groups (one PSI each); default: all parties, training IDs."""
@@ -472,6 +486,7 @@ def build_in_process(
     algo = get_algorithm_spec(run.algorithm)
     algo.check_federation(run.federation)
     algo.check_params(run.params, run.federation)
+    algo.check_defense(run.defense)
     parties = list(run.federation.parties)
     missing = set(parties) - set(datas)
     if missing:

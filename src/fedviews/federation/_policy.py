@@ -9,9 +9,9 @@ from fedviews.errors import PrivacyError
 
 __all__ = ["SESSION_PREFIXES", "PrivacyPolicy"]
 
-#: kinds of the session (setup, PSI): only the coordinator may send them, and only
+#: kinds of the session (setup, PSI, secure-aggregation keys): only the coordinator may send them, and only
 #: when a policy lists them, whatever else the policy allows
-SESSION_PREFIXES = ("deploy:", "psi:")
+SESSION_PREFIXES = ("deploy:", "psi:", "secagg:")
 
 Pair = tuple[str, str]
 

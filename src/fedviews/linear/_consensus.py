@@ -30,6 +30,15 @@ orthonormal columns; the first W step starts IRLS from ``A = I`` (ridge).
 Testing phase (FedMV Eqs. 12-13): with ``P_k = X_k^test W_k`` fixed, alternate
 ``Z^test = sum zeta_k Z_k^test / sum zeta_k`` and
 ``Z_k^test = (P_k + zeta_k Z^test) / (1 + zeta_k)`` from ``Z_k^test = P_k``.
+
+Secure aggregation (``defense.kind = "secagg"``, :mod:`fedviews.federation._secagg`):
+the server needs the ``Z_k`` only through ``S = sum_k zeta_k Z_k``, ``sum_k zeta_k``
+and, for the objective, ``sum_k zeta_k ||Z_k||^2`` and the parties' summed local
+terms (``sum_k zeta_k ||Z_k - Z||^2 = sum_k zeta_k ||Z_k||^2 - 2 <S, Z> + sum_k zeta_k
+||Z||^2``). Every party then sends ``zeta_k Z_k`` and those scalars masked
+(``masked_zeta_Z_k``, ``masked_stats_Z_k``; their test twins), and the server
+learns only the sums. The iterates equal the plain run's to the fixed-point
+resolution (``2^-frac_bits`` per value).
 """
 
 from __future__ import annotations
@@ -44,16 +53,21 @@ from fedviews.data import PartyData, standardized_with
 from fedviews.errors import DataError, ProtocolError
 from fedviews.federation import (
     Coordinator,
+    Defense,
     Local,
     Message,
     Observation,
-    Party,
+    PrivacyPolicy,
     Recording,
     Roster,
     RunSpec,
+    SecureSumParty,
     build_in_process,
     handles,
+    secure_sum_setup,
+    secured_policy,
     spawn_streams,
+    unmask_sum,
 )
 from fedviews.linear._common import (
     LinearAlgorithm,
@@ -77,6 +91,12 @@ __all__ = [
     "sq",
     "z_k_step",
 ]
+
+
+def masked_names(name: str) -> tuple[str, str]:
+    """The masked arrays that stand for ``name`` (``Z_k``, ``Z_k_test``) under secure
+    aggregation: ``zeta_k`` times it, and ``(zeta_k, zeta_k ||.||^2, local terms)``."""
+    return f"masked_zeta_{name}", f"masked_stats_{name}"
 
 
 def sq(A: np.ndarray) -> float:
@@ -154,7 +174,7 @@ class IRLSOptions:
     method: str = "auto"
 
 
-class ConsensusParty(Party):
+class ConsensusParty(SecureSumParty):
     """Party ``k``: its view ``X_k``, its ``W_k`` (and test rows, labels) never leave it.
 
     Parameters
@@ -167,6 +187,9 @@ class ConsensusParty(Party):
         (``labels``) and scores the test consensus (``score``): V-FedMV deployed.
     X_test
         This party's test rows, loaded for the testing phase when it starts.
+    secure
+        Send ``Z_k`` (and ``Z_k_test``) only masked for the server's secure sum; a
+        request before the key exchange is refused.
     """
 
     def __init__(
@@ -184,8 +207,10 @@ class ConsensusParty(Party):
         role: str = "party",
         labels: tuple[np.ndarray, np.ndarray, np.ndarray | None] | None = None,
         X_test: np.ndarray | None = None,
+        secure: bool = False,
     ) -> None:
         super().__init__(name, role=role)
+        self.secure = secure
         self.problem = L21Problem(X, method=solver.method, eps=solver.eps)
         self.beta, self.zeta, self.eta = beta, zeta, eta
         self.Y = Y
@@ -216,9 +241,26 @@ class ConsensusParty(Party):
     @handles("update")
     def on_update(self, msg: Message) -> Message:
         local = self.local_update(msg.array("Z", self.Z_k.shape))
-        return self.reply(
-            msg, arrays={"Z_k": self.Z_k}, meta={"local_objective": local, "zeta": self.zeta}
-        )
+        return self._send_Z(msg, "Z_k", self.Z_k, local)
+
+    def _send_Z(self, msg: Message, name: str, Z_k: np.ndarray, local: float | None) -> Message:
+        """The reply with ``Z_k`` (``name``), ``zeta_k`` and the local objective terms: in the
+        clear, or (``secure``) masked for the server's secure sum of ``zeta_k Z_k``,
+        ``zeta_k``, ``zeta_k ||Z_k||^2`` and the local terms."""
+        if not self.secure:
+            meta: dict[str, float] = {"zeta": self.zeta}
+            if local is not None:
+                meta["local_objective"] = local
+            return self.reply(msg, arrays={name: Z_k}, meta=meta)
+        if self.secure_sum is None:
+            raise ProtocolError(
+                f"{self.name!r} was asked for {name} before the secure-aggregation key "
+                "exchange: it sends it only masked"
+            )
+        zeta_name, stats_name = masked_names(name)
+        stats = np.array([self.zeta, self.zeta * sq(Z_k), local or 0.0])
+        arrays = {zeta_name: self.zeta * Z_k, stats_name: stats}
+        return self.reply(msg, arrays=self.secure_sum.mask(arrays, msg.round))
 
     def state_dict(self) -> dict[str, np.ndarray]:
         """This party's private state after a round: ``W`` (the warm start), ``Z_k``, IRLS counts."""
@@ -281,15 +323,15 @@ class ConsensusParty(Party):
             self.load_test(self.X_test)
         assert self.P_test is not None
         self.Z_k_test = self.P_test.copy()
-        return self.reply(msg, arrays={"Z_k_test": self.Z_k_test}, meta={"zeta": self.zeta})
+        return self._send_Z(msg, "Z_k_test", self.Z_k_test, None)
 
     @handles("test_update")
     def on_test_update(self, msg: Message) -> Message:
         if self.P_test is None:
             raise ProtocolError(f"{self.name!r} got test_update before test_init")
         Z_test = msg.array("Z_test", self.P_test.shape)
-        self.Z_k_test = z_k_step(self.P_test, Z_test, self.zeta)
-        return self.reply(msg, arrays={"Z_k_test": self.Z_k_test})  # Eq. (13)
+        self.Z_k_test = z_k_step(self.P_test, Z_test, self.zeta)  # Eq. (13)
+        return self._send_Z(msg, "Z_k_test", self.Z_k_test, None)
 
     def results(self) -> dict[str, np.ndarray]:
         """What this party keeps at the end: ``W``, ``Z_k``, feature importances (row norms)."""
@@ -317,6 +359,9 @@ class ConsensusServer(Coordinator):
     test
         ``(max_iter, tol)``: after training, run the testing phase on the parties'
         own test rows and have ``label_owner`` score it.
+    frac_bits
+        Secure aggregation: the parties' ``Z_k`` arrive masked, fixed point with this
+        many fractional bits, and the server learns only their sums; ``None``: plain.
     """
 
     def __init__(
@@ -333,8 +378,10 @@ class ConsensusServer(Coordinator):
         eta: float = 0.0,
         label_owner: str | None = None,
         test: tuple[int, float] | None = None,
+        frac_bits: int | None = None,
     ) -> None:
         super().__init__()
+        self.frac_bits = frac_bits
         self.parties = list(parties)
         self.zeta = None if zeta is None else np.asarray(zeta, dtype=np.float64)
         self.Y, self.eta = Y, eta
@@ -370,7 +417,36 @@ class ConsensusServer(Coordinator):
         reply = self.send(self.label_owner, "labels", round=len(self.objective))
         self.Y = reply.array("Y", self.Y.shape)
 
+    def _secure_sums(
+        self, replies: Mapping[str, Message], name: str
+    ) -> tuple[np.ndarray, float, float, float]:
+        """``(sum zeta_k Z_k, sum zeta_k, sum zeta_k ||Z_k||^2, sum of local terms)`` of
+        the masked replies (each checked: shape, ``uint64``)."""
+        assert self.frac_bits is not None
+        zeta_name, stats_name = masked_names(name)
+        n = replies[self.parties[0]].array(zeta_name, (None, self.Z.shape[1])).shape[0]
+        sums = unmask_sum(
+            replies, {zeta_name: (n, self.Z.shape[1]), stats_name: (3,)}, self.frac_bits
+        )
+        zsum, zsq, local = (float(v) for v in sums[stats_name])
+        if not zsum > 0:
+            raise ProtocolError(f"the parties' zeta_k sum to {zsum}: each must be > 0")
+        return sums[zeta_name], zsum, zsq, local
+
+    def _secure_z_step(self, replies: Mapping[str, Message]) -> float:
+        """The Z step from the secure sums (MMVFL Eq. 14; FedMV Eq. 10 with ``Y``)."""
+        S, zsum, zsq, f = self._secure_sums(replies, "Z_k")
+        if self.Y is None:
+            self.Z = S / zsum
+        else:
+            self.Z = (S + self.eta * self.Y) / (zsum + self.eta)
+            f += self.eta * sq(self.Z - self.Y)
+        # sum_k zeta_k ||Z_k - Z||^2 from the sums alone
+        return f + zsq - 2.0 * float(np.einsum("ij,ij->", S, self.Z)) + zsum * sq(self.Z)
+
     def _z_step(self, replies: Mapping[str, Message]) -> float:
+        if self.frac_bits is not None:
+            return self._secure_z_step(replies)
         Zks = [replies[p].array("Z_k", self.Z.shape) for p in self.parties]
         f = float(sum(replies[p].number("local_objective") for p in self.parties))
         if self.Y is None:  # MMVFL Eq. (14)
@@ -392,6 +468,8 @@ class ConsensusServer(Coordinator):
 
         ``on_round_end(r)`` is called after round ``r`` (e.g. to write a checkpoint).
         """
+        if self.frac_bits is not None:  # fresh keys every run (and every resumption)
+            secure_sum_setup(self, self.parties, self.frac_bits, round=len(self.objective))
         if self.label_owner is not None:
             self._fetch_labels()
         prev = self.objective[-1] if self.objective else np.inf
@@ -412,18 +490,30 @@ class ConsensusServer(Coordinator):
     def consensus(self, max_iter: int, tol: float) -> np.ndarray:
         """Testing phase (FedMV Eqs. 12-13, no labels), iterated with the parties."""
         r0 = len(self.objective)
+        if self.frac_bits is not None:  # fresh keys: the test values are new values
+            secure_sum_setup(self, self.parties, self.frac_bits, round=r0)
         replies = self.broadcast(self.parties, "test_init", round=r0 + 1)
-        w = consensus_weights([replies[p].number("zeta") for p in self.parties])
-        shape = replies[self.parties[0]].array("Z_k_test", (None, self.Z.shape[1])).shape
+        if self.frac_bits is not None:  # one "party": the securely summed average
+            w = np.ones(1)
+
+            def received(replies: Mapping[str, Message]) -> list[np.ndarray]:
+                S, zsum, _, _ = self._secure_sums(replies, "Z_k_test")
+                return [S / zsum]
+
+        else:
+            w = consensus_weights([replies[p].number("zeta") for p in self.parties])
+            shape = replies[self.parties[0]].array("Z_k_test", (None, self.Z.shape[1])).shape
+
+            def received(replies: Mapping[str, Message]) -> list[np.ndarray]:
+                return [replies[p].array("Z_k_test", shape) for p in self.parties]
 
         def update(Z: np.ndarray, it: int) -> list[np.ndarray]:  # Eq. (13) at every party
             replies = self.broadcast(
                 self.parties, "test_update", arrays={"Z_test": Z}, round=r0 + it
             )
-            return [replies[p].array("Z_k_test", shape) for p in self.parties]
+            return received(replies)
 
-        Z_k_test = [replies[p].array("Z_k_test", shape) for p in self.parties]
-        Z, self.test_iterations = consensus_iterations(Z_k_test, update, w, max_iter, tol)
+        Z, self.test_iterations = consensus_iterations(received(replies), update, w, max_iter, tol)
         return Z
 
     def _evaluate(self, max_iter: int, tol: float) -> None:
@@ -476,7 +566,21 @@ Scaler = tuple[np.ndarray, np.ndarray]
 class ConsensusAlgorithm(LinearAlgorithm):
     """What the MMVFL and V-FedMV specs share: params checked per party, at least two
     classes and how a party reads its data; the server and parties report progress and
-    results themselves (the specs differ in roles, params and where ``eta Y`` sits)."""
+    results themselves (the specs differ in roles, params and where ``eta Y`` sits).
+    Both take secure aggregation of the ``Z_k`` (``defense.kind = "secagg"``)."""
+
+    defenses = frozenset({"none", "secagg"})
+
+    @staticmethod
+    def frac_bits(run: RunSpec) -> int | None:
+        """The fixed-point bits of the secure sums; ``None``: the plain protocol."""
+        return run.defense.frac_bits if run.defense.kind == "secagg" else None
+
+    def secured(self, run: RunSpec, policy: PrivacyPolicy) -> PrivacyPolicy:
+        """``policy``, with the masked arrays in place of ``Z_k``/``Z_k_test`` under secagg."""
+        if self.frac_bits(run) is None:
+            return policy
+        return secured_policy(policy, {n: masked_names(n) for n in ("Z_k", "Z_k_test")})
 
     def check_params(self, params: Any, fed: Roster) -> None:
         super().check_params(params, fed)
@@ -515,6 +619,16 @@ class ConsensusAlgorithm(LinearAlgorithm):
             w = consensus_weights([float(m.meta.get("zeta") or 1.0) for m in last])
             Z = np.tensordot(w, np.stack([m.arrays["Z_k"] for m in last]), axes=1)
             out.append(Observation("Z from the Z_k", "consensus", "train", rows, Z, owner))
+        zeta_name, stats_name = masked_names("Z_k")
+        masked = recording.select("update:reply", zeta_name)
+        last = [m for m in masked if m.round == max((r.round for r in masked), default=0)]
+        bits = self.frac_bits(run)
+        if last and bits is not None:  # secure aggregation: the sum is all it learns
+            msgs = {m.sender: m.message() for m in last}
+            shape = next(iter(msgs.values())).arrays[zeta_name].shape
+            sums = unmask_sum(msgs, {zeta_name: shape, stats_name: (3,)}, bits)
+            Z = sums[zeta_name] / sums[stats_name][0]
+            out.append(Observation("Z from the masked sum", "consensus", "train", rows, Z, owner))
         return out
 
     def party_inputs(
@@ -548,6 +662,7 @@ class ConsensusAlgorithm(LinearAlgorithm):
             "n_classes": int(setup["n_classes"]),
             "seed": spawn_streams(run.seed, len(parties) + 1)[1 + k],
             "solver": IRLSOptions(p.inner_max_iter, p.inner_tol, p.eps),
+            "secure": self.frac_bits(run) is not None,
         }
         return y, y_test, scaler, kwargs
 
@@ -557,6 +672,7 @@ class ConsensusFit:
 
     transport: Any
     random_state: int | None
+    defense: Any
 
     def fit_run(
         self,
@@ -577,7 +693,8 @@ class ConsensusFit:
         """
         names = tuple(f"party{k}" for k in range(len(Xs)))
         holder = "coordinator" if owner is None else names[owner]
-        run = RunSpec(algorithm, params, Roster(names, label_owner=holder), self.random_state)
+        roster = Roster(names, label_owner=holder)
+        run = RunSpec(algorithm, params, roster, self.random_state, Defense.of(self.defense))
         ids = np.arange(len(y))
         datas = {
             p: PartyData(ids, X, y if p == holder else None) for p, X in zip(names, Xs, strict=True)

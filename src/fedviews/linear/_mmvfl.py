@@ -105,8 +105,12 @@ class MMVFLServer(ConsensusServer):
         *,
         max_iter: int,
         tol: float,
+        frac_bits: int | None = None,
     ) -> None:
-        super().__init__(parties, n_samples, n_classes, seed, max_iter=max_iter, tol=tol, zeta=zeta)
+        super().__init__(
+            parties, n_samples, n_classes, seed, max_iter=max_iter, tol=tol, zeta=zeta,
+            frac_bits=frac_bits,
+        )  # fmt: skip
 
 
 def mmvfl_centralized(
@@ -174,7 +178,7 @@ class MMVFLAlgorithm(ConsensusAlgorithm):
     Params = MMVFLParams
 
     def policy(self, run: RunSpec, setup: Mapping[str, Any]) -> PrivacyPolicy:
-        return MMVFL_POLICY
+        return self.secured(run, MMVFL_POLICY)
 
     def build_party(
         self, run: RunSpec, party: str, local: Local, setup: Mapping[str, Any]
@@ -196,6 +200,7 @@ class MMVFLAlgorithm(ConsensusAlgorithm):
             spawn_streams(run.seed, len(parties) + 1)[0],
             max_iter=p.max_iter,
             tol=p.tol,
+            frac_bits=self.frac_bits(run),
         )
 
 
@@ -229,6 +234,9 @@ class MMVFL(ConsensusFit, PartyPredictor, BaseEstimator):
     transport : callable, optional
         ``transport(policy) -> Transport`` (default: in-process). Algorithms never
         choose a concrete transport themselves.
+    defense : str, dict or Defense, optional
+        ``"secagg"``: secure aggregation of the ``Z_k`` (the server learns only
+        ``sum_k zeta_k Z_k``; :class:`~fedviews.federation.Defense`). Default: none.
 
     Attributes
     ----------
@@ -261,6 +269,7 @@ class MMVFL(ConsensusFit, PartyPredictor, BaseEstimator):
         standardize: bool = False,
         random_state: int | None = 0,
         transport: Any = None,
+        defense: Any = None,
     ) -> None:
         store_params(self, locals())
 

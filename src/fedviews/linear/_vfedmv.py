@@ -114,11 +114,12 @@ class VFedMVServer(ConsensusServer):
         tol: float,
         label_owner: str | None = None,
         test: tuple[int, float] | None = None,
+        frac_bits: int | None = None,
     ) -> None:
         n, c = Y.shape
         super().__init__(
             parties, n, c, seed, max_iter=max_iter, tol=tol, Y=Y, eta=eta,
-            label_owner=label_owner, test=test,
+            label_owner=label_owner, test=test, frac_bits=frac_bits,
         )  # fmt: skip
 
 
@@ -211,9 +212,10 @@ class VFedMVAlgorithm(ConsensusAlgorithm):
                 )
 
     def policy(self, run: RunSpec, setup: Mapping[str, Any]) -> PrivacyPolicy:
-        return vfedmv_policy(
+        plain = vfedmv_policy(
             labels_at_party=self._labels_at_party(run), evaluate=run.params.evaluate
         )
+        return self.secured(run, plain)
 
     def build_party(
         self, run: RunSpec, party: str, local: Local, setup: Mapping[str, Any]
@@ -244,6 +246,7 @@ class VFedMVAlgorithm(ConsensusAlgorithm):
             tol=p.tol,
             label_owner=owner,
             test=(p.test_max_iter, p.test_tol) if p.evaluate else None,
+            frac_bits=self.frac_bits(run),
         )
 
 
@@ -308,6 +311,9 @@ class VFedMV(ConsensusFit, _ConsensusPredictor):
         Seed of the random initial ``Z`` / ``Z_k``.
     transport : callable, optional
         ``transport(policy) -> Transport`` (default: in-process).
+    defense : str, dict or Defense, optional
+        ``"secagg"``: secure aggregation of the ``Z_k`` (the server learns only
+        ``sum_k zeta_k Z_k``; :class:`~fedviews.federation.Defense`). Default: none.
 
     Attributes
     ----------
@@ -344,6 +350,7 @@ class VFedMV(ConsensusFit, _ConsensusPredictor):
         standardize: bool = False,
         random_state: int | None = 0,
         transport: Any = None,
+        defense: Any = None,
     ) -> None:
         store_params(self, locals())
 

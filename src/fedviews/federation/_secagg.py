@@ -1,0 +1,307 @@
+"""Secure aggregation: the coordinator learns a sum of the parties' arrays and no single one.
+
+Where a coordinator needs only ``sum_k x_k`` (MMVFL/V-FedMV's ``sum_k zeta_k Z_k``),
+every party sends ``x_k`` masked with pairwise masks that cancel in the sum
+(Bonawitz et al., CCS 2017, without the dropout recovery):
+
+* **Keys.** At the start of a run the coordinator asks every party for a fresh
+  X25519 public key (``secagg:keys``) and hands each the others' keys
+  (``secagg:peers``), with a random session salt. On a transport with TLS
+  certificates (a ``fedviews launch``/``serve`` deployment) every key is signed with
+  its party's certificate key and every party checks the peers' signatures against
+  the federation CA (:func:`fedviews.federation._e2e.verify_certificate`), so a
+  coordinator that relays the keys cannot substitute its own and unmask a party.
+  Without certificates (in one process, or a deployment without TLS) the keys are
+  not authenticated: the protection then holds against an honest-but-curious
+  coordinator only.
+* **Masks.** Parties ``a < b`` (by name) share ``s_ab = HKDF-SHA256(X25519(a, b),
+  salt=session, info="fedviews-secagg-v1" | a | b)``. For the array ``name`` of
+  round ``r`` the mask is the AES-256-CTR keystream under
+  ``HKDF(s_ab, info=... | r | name)``, read as 64-bit words; ``a`` adds it, ``b``
+  subtracts it. A party refuses to mask the same ``(round, name)`` twice with
+  different values (the difference of two maskings would reveal the difference of
+  the values).
+* **Ring.** Values are fixed point, ``round(x 2^f)`` in the ring of 64-bit integers
+  (``f = frac_bits``, default 32: a resolution of 2.3e-10). A party refuses (a
+  :class:`~fedviews.errors.DataError`, never a silent clip) a value that the sum of
+  ``K`` of them could overflow: ``|x| < 2^(62 - f) / K``. The coordinator checks
+  every masked array it receives (name, shape, ``uint64``) and names the sender of
+  a wrong one; it then adds them modulo 2^64 and decodes the sum.
+
+What it does not do: recover from a party that drops out (in VFL every party's
+view is needed every round, so a missing party stops the run with
+:class:`~fedviews.errors.PartyUnavailable` as without masking); protect against
+parties that collude with the coordinator (with ``K`` parties, ``K - 1`` of them and
+the coordinator learn the last one's array from the sum); hide what the
+*result* reveals (the coordinator still learns, and MMVFL broadcasts, the sum).
+Every masked array is uniform over the ring given all but one party's masks.
+"""
+
+from __future__ import annotations
+
+import base64
+import functools
+import hashlib
+import json
+import secrets
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from fedviews.errors import DataError, PrivacyError, ProtocolError, require
+from fedviews.federation._message import Message
+from fedviews.federation._party import Coordinator, Party, handles
+from fedviews.federation._policy import PrivacyPolicy
+
+__all__ = [
+    "SECAGG_KINDS",
+    "SecureSum",
+    "SecureSumParty",
+    "decode",
+    "encode",
+    "secure_sum_setup",
+    "secured_policy",
+    "unmask_sum",
+]
+
+#: the kinds of the key exchange (session kinds: only the coordinator sends them)
+SECAGG_KINDS = ("secagg:keys", "secagg:peers")
+
+_INFO = b"fedviews-secagg-v1"
+DEFAULT_FRAC_BITS = 32
+
+
+@functools.cache
+def _crypto() -> Any:
+    require("cryptography", "grpc")
+    from cryptography.hazmat.primitives import hashes
+    from cryptography.hazmat.primitives.asymmetric import x25519
+    from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
+    from cryptography.hazmat.primitives.kdf.hkdf import HKDF
+
+    return hashes, x25519, Cipher, algorithms, modes, HKDF
+
+
+def _hkdf(secret: bytes, info: bytes, salt: bytes | None = None) -> bytes:
+    hashes, _, _, _, _, HKDF = _crypto()
+    return bytes(HKDF(algorithm=hashes.SHA256(), length=32, salt=salt, info=info).derive(secret))
+
+
+def _keystream(key: bytes, n: int) -> np.ndarray:
+    """``n`` pseudo-random 64-bit words: the AES-256-CTR keystream of ``key`` (a fresh key
+    for every use, so the all-zero counter block is never reused under one key)."""
+    _, _, Cipher, algorithms, modes, _ = _crypto()
+    enc = Cipher(algorithms.AES(key), modes.CTR(bytes(16))).encryptor()
+    return np.frombuffer(enc.update(bytes(8 * n)) + enc.finalize(), dtype="<u8")
+
+
+def encode(x: np.ndarray, frac_bits: int, n_members: int, what: str) -> np.ndarray:
+    """``x`` as fixed point in the ring of 64-bit integers; refuses what the sum could overflow."""
+    a = np.asarray(x, dtype=np.float64)
+    if not np.all(np.isfinite(a)):
+        raise DataError(f"{what} holds NaN or infinite values: it cannot be aggregated")
+    limit = 2.0 ** (62 - frac_bits) / max(n_members, 1)
+    big = float(np.max(np.abs(a))) if a.size else 0.0
+    if big >= limit:
+        raise DataError(
+            f"{what} holds a value of magnitude {big:.3g}, beyond what the secure sum of "
+            f"{n_members} parties holds with frac_bits={frac_bits} (|x| < {limit:.3g}); "
+            "lower defense.frac_bits"
+        )
+    return np.rint(a * 2.0**frac_bits).astype(np.int64).view(np.uint64)
+
+
+def decode(s: np.ndarray, frac_bits: int) -> np.ndarray:
+    """The real numbers a ring sum of :func:`encode` values stands for."""
+    return np.asarray(s, dtype=np.uint64).view(np.int64).astype(np.float64) / 2.0**frac_bits
+
+
+def _b64(data: bytes) -> str:
+    return base64.b64encode(data).decode("ascii")
+
+
+def _unb64(text: Any, what: str) -> bytes:
+    try:
+        return base64.b64decode(str(text), validate=True)
+    except (ValueError, TypeError):
+        raise ProtocolError(f"{what} is not base64") from None
+
+
+class SecureSum:
+    """One party's side: its X25519 key, the pairwise mask keys, and :meth:`mask`.
+
+    ``tls``: the party's certificate files (:class:`~fedviews.federation.TLSFiles`);
+    with them its key is signed and the peers' keys must be signed by theirs.
+    """
+
+    def __init__(self, name: str, frac_bits: int = DEFAULT_FRAC_BITS, tls: Any = None) -> None:
+        _, x25519, *_ = _crypto()
+        self.name, self.frac_bits, self.tls = name, int(frac_bits), tls
+        self._secret = x25519.X25519PrivateKey.generate()
+        self._public = self._secret.public_key().public_bytes_raw()
+        self._pairs: dict[str, tuple[int, bytes]] = {}  # peer -> (sign, pair key)
+        self._used: dict[tuple[int, str], str] = {}  # (round, name) -> digest of the value
+        self.n_members = 0
+
+    def _signed(self, name: str, public: bytes) -> bytes:
+        return _INFO + b"\0" + name.encode() + b"\0" + public
+
+    def bundle(self) -> dict[str, str]:
+        """This party's public key, signed with its certificate's key when it has one."""
+        out = {"x25519": _b64(self._public)}
+        if self.tls is not None:
+            from fedviews.federation._e2e import _Signer
+
+            signer = _Signer(self.tls)
+            out["cert"] = signer.cert_pem.decode("ascii")
+            out["sig"] = _b64(signer.sign(self._signed(self.name, self._public)))
+        return out
+
+    def set_peers(self, members: Sequence[str], bundles: Mapping[str, Any], session: bytes) -> None:
+        """Check every other member's bundle and derive the pairwise mask keys."""
+        _, x25519, *_ = _crypto()
+        if self.name not in members or len(set(members)) != len(members):
+            raise ProtocolError(
+                f"the coordinator listed the members {list(members)} to {self.name!r}"
+            )
+        signer = None
+        if self.tls is not None:
+            from fedviews.federation._e2e import _Signer
+
+            signer = _Signer(self.tls)
+        pairs = {}
+        for peer in members:
+            if peer == self.name:
+                continue
+            b = bundles.get(peer)
+            if not isinstance(b, Mapping) or "x25519" not in b:
+                raise ProtocolError(
+                    f"the coordinator sent no key of {peer!r} for secure aggregation"
+                )
+            public = _unb64(b["x25519"], f"{peer!r}'s key")
+            if signer is not None:
+                if "cert" not in b or "sig" not in b:
+                    raise PrivacyError(
+                        f"{peer!r}'s secure-aggregation key is not signed: refusing to mask "
+                        "with a key the coordinator could have substituted"
+                    )
+                signer.verify(
+                    str(b["cert"]).encode("ascii"),
+                    peer,
+                    self._signed(peer, public),
+                    _unb64(b["sig"], f"{peer!r}'s signature"),
+                )
+            try:
+                shared = self._secret.exchange(x25519.X25519PublicKey.from_public_bytes(public))
+            except ValueError:
+                raise PrivacyError(f"{peer!r}'s X25519 key is invalid") from None
+            lo, hi = sorted((self.name, peer))
+            key = _hkdf(shared, _INFO + b"\0" + lo.encode() + b"\0" + hi.encode(), salt=session)
+            pairs[peer] = (1 if self.name == lo else -1, key)
+        self._pairs, self._used, self.n_members = pairs, {}, len(members)
+
+    def mask(self, arrays: Mapping[str, np.ndarray], round: int) -> dict[str, np.ndarray]:
+        """``arrays`` in fixed point plus this party's pairwise masks (``uint64``), for the
+        secure sum of round ``round``."""
+        if not self.n_members:
+            raise ProtocolError(f"{self.name!r} has no secure-aggregation keys (no secagg:peers)")
+        out = {}
+        for name, x in arrays.items():
+            enc = encode(x, self.frac_bits, self.n_members, f"{self.name}'s {name!r}")
+            digest = hashlib.sha256(enc.tobytes() + repr(enc.shape).encode()).hexdigest()
+            if self._used.setdefault((round, name), digest) != digest:
+                raise ProtocolError(
+                    f"{self.name!r} was asked to mask {name!r} of round {round} twice with "
+                    "different values (that would reveal their difference)"
+                )
+            info = _INFO + b"\0" + str(int(round)).encode() + b"\0" + name.encode()
+            total = enc.reshape(-1).copy()
+            for sign, key in self._pairs.values():
+                stream = _keystream(_hkdf(key, info), total.size)
+                total = total + stream if sign > 0 else total - stream  # modulo 2^64
+            out[name] = total.reshape(enc.shape)
+        return out
+
+
+def unmask_sum(
+    replies: Mapping[str, Message], shapes: Mapping[str, tuple[int, ...]], frac_bits: int
+) -> dict[str, np.ndarray]:
+    """The decoded sums of the masked arrays ``shapes`` over all ``replies`` (by party),
+    each checked on arrival: present, of its shape, ``uint64`` (the sender is named)."""
+    sums = {name: np.zeros(shape, dtype=np.uint64) for name, shape in shapes.items()}
+    for msg in replies.values():
+        for name, shape in shapes.items():
+            a = msg.array(name, shape)
+            if a.dtype != np.uint64:
+                raise ProtocolError(
+                    f"{msg.sender!r} sent {name!r} as {a.dtype}: a masked array is uint64"
+                )
+            np.add(sums[name], a, out=sums[name])  # modulo 2^64
+    return {name: decode(s, frac_bits) for name, s in sums.items()}
+
+
+def secure_sum_setup(
+    coord: Coordinator, parties: Sequence[str], frac_bits: int, round: int = 0
+) -> None:
+    """The key exchange of a run's secure sums, driven by the coordinator: it relays the
+    parties' public keys (it learns nothing it could unmask with)."""
+    replies = coord.broadcast(
+        list(parties), "secagg:keys", meta={"frac_bits": frac_bits}, round=round
+    )
+    bundles = {}
+    for p, r in replies.items():
+        raw = r.meta.get("bundle")
+        try:
+            bundles[p] = json.loads(str(raw))
+        except json.JSONDecodeError:
+            raise ProtocolError(f"{p!r} sent a malformed secure-aggregation key") from None
+    meta = {
+        "members": json.dumps(list(parties)),
+        "bundles": json.dumps(bundles),
+        "session": secrets.token_hex(32),
+    }
+    coord.broadcast(list(parties), "secagg:peers", meta=meta, round=round)
+
+
+class SecureSumParty(Party):
+    """A party that can take part in secure sums (the handlers of :func:`secure_sum_setup`)."""
+
+    secure_sum: SecureSum | None = None
+
+    @handles("secagg:keys")
+    def on_secagg_keys(self, msg: Message) -> Message:
+        bits = int(msg.number("frac_bits"))
+        if not 8 <= bits <= 48:
+            raise ProtocolError(f"the coordinator asked for frac_bits={bits} (8..48)")
+        self.secure_sum = SecureSum(self.name, bits, tls=getattr(self.transport, "tls", None))
+        return self.reply(msg, meta={"bundle": json.dumps(self.secure_sum.bundle())})
+
+    @handles("secagg:peers")
+    def on_secagg_peers(self, msg: Message) -> None:
+        if self.secure_sum is None:
+            raise ProtocolError(f"{self.name!r} got secagg:peers before secagg:keys")
+        try:
+            members = json.loads(str(msg.meta.get("members")))
+            bundles = json.loads(str(msg.meta.get("bundles")))
+            session = bytes.fromhex(str(msg.meta.get("session")))
+        except (json.JSONDecodeError, ValueError):
+            raise ProtocolError("the coordinator sent malformed secure-aggregation keys") from None
+        if not isinstance(members, list) or not isinstance(bundles, dict) or len(session) < 16:
+            raise ProtocolError("the coordinator sent malformed secure-aggregation keys")
+        self.secure_sum.set_peers([str(m) for m in members], bundles, session)
+
+
+def secured_policy(policy: PrivacyPolicy, masked: Mapping[str, Sequence[str]]) -> PrivacyPolicy:
+    """``policy`` with secure sums: every array ``name`` of ``masked`` is replaced by the
+    masked arrays ``masked[name]`` that stand for it, and the coordinator may send the
+    key-exchange kinds to every role it sends anything to (nothing else widens)."""
+    allowed = {
+        pair: frozenset(m for n in names for m in masked.get(n, (n,)))
+        for pair, names in policy.allowed.items()
+    }
+    kinds = {
+        pair: ks | frozenset(SECAGG_KINDS) if pair[0] == "coordinator" else ks
+        for pair, ks in policy.kinds.items()
+    }
+    return PrivacyPolicy(f"{policy.name}+secagg", allowed, kinds, policy.strict_kinds)
