@@ -55,12 +55,14 @@ class AuditParams:
     ``attackers``: who records and attacks (default: every party and the
     coordinator). ``attacks``: which of :data:`~fedviews.privacy.attacks.ATTACKS` to run
     (default: every one that applies). ``labelled`` / ``known_features``: the auxiliary knowledge granted to
-    every attacker (:class:`~fedviews.privacy.attacks.AuxKnowledge`).
+    every attacker (:class:`~fedviews.privacy.attacks.AuxKnowledge`). ``defense``: the
+    run's defense (a deployment's ``[defense]`` table, e.g. ``{kind = "secagg"}``).
     """
 
     algorithm: str = "mmvfl"
     federation: Mapping[str, Any] = field(default_factory=dict)
     run: Mapping[str, Any] = field(default_factory=dict)
+    defense: Mapping[str, Any] = field(default_factory=dict)
     split: Mapping[str, Any] = field(default_factory=dict)
     attackers: tuple[str, ...] = ()
     attacks: tuple[str, ...] = ()
@@ -80,6 +82,7 @@ def _deploy_config(cfg: ExperimentConfig, p: AuditParams) -> Any:
             "seed": cfg.seed,
             "federation": dict(p.federation),
             "params": dict(p.run),
+            "defense": dict(p.defense),
             "data": {"dataset": cfg.data.name, **dict(p.split)},
         }
     )

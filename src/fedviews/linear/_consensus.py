@@ -619,6 +619,14 @@ class ConsensusAlgorithm(LinearAlgorithm):
             w = consensus_weights([float(m.meta.get("zeta") or 1.0) for m in last])
             Z = np.tensordot(w, np.stack([m.arrays["Z_k"] for m in last]), axes=1)
             out.append(Observation("Z from the Z_k", "consensus", "train", rows, Z, owner))
+            for m in last:  # each party's own Z_k, less the common part: ~ X_k W_k / (1 + zeta_k)
+                scale = 1.0 + float(m.meta.get("zeta") or 0.0)
+                rep = scale * (m.arrays["Z_k"] - Z)
+                name = f"Z_k of {m.sender}"
+                out.append(Observation(name, "representation", "train", rows, rep, None, m.sender))
+                # the baseline: what the consensus alone tells about the same features
+                name = f"Z, for {m.sender}'s features"
+                out.append(Observation(name, "representation", "train", rows, Z, None, m.sender))
         zeta_name, stats_name = masked_names("Z_k")
         masked = recording.select("update:reply", zeta_name)
         last = [m for m in masked if m.round == max((r.round for r in masked), default=0)]
@@ -629,6 +637,9 @@ class ConsensusAlgorithm(LinearAlgorithm):
             sums = unmask_sum(msgs, {zeta_name: shape, stats_name: (3,)}, bits)
             Z = sums[zeta_name] / sums[stats_name][0]
             out.append(Observation("Z from the masked sum", "consensus", "train", rows, Z, owner))
+            for p in run.federation.parties:  # all it has about any party's features
+                name = f"Z, for {p}'s features"
+                out.append(Observation(name, "representation", "train", rows, Z, None, p))
         return out
 
     def party_inputs(
