@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import secrets
 import threading
 import time
 from collections.abc import Callable, Mapping
@@ -43,8 +44,10 @@ from fedviews.federation import (
     PrivacyPolicy,
     TLSFiles,
     check_group_sizes,
+    defend_local,
     get_algorithm_spec,
     handles,
+    privacy_ledger,
     setup_info,
 )
 from fedviews.privacy import PSIParty, run_psi
@@ -109,6 +112,7 @@ def run_identity(cfg: DeployConfig) -> dict[str, Any]:
         "parties": list(f.parties),
         "label_owners": list(f.owners()),
         "params": cfg.params,
+        "defense": cfg.defense,
     }
 
 
@@ -139,6 +143,29 @@ class DeployParty(PSIParty):
         self.checkpoints: Checkpoints | None = None
         self.fingerprint = ""
         self._shown = 0
+
+    def _private_entropy(self) -> int | None:
+        """This label owner's private randomness for ``label_rr``: drawn from the OS once and
+        kept in its own run folder (a resumed run reads it back: a second draw would spend
+        the privacy budget twice); ``None`` where the defense needs none."""
+        d = self.cfg.defense
+        if d.kind != "label_rr" or self.data.y is None:
+            return None
+        if d.seed is not None:
+            self.echo(
+                "warning: defense.seed is set: randomized response is reproducible by "
+                "anyone who has the config (for tests only; it voids the guarantee)"
+            )
+            return None
+        name = "label_rr_entropy.txt"
+        if self.resume is not None and (self.resume / name).is_file():
+            entropy = int((self.resume / name).read_text().strip())
+        else:
+            entropy = secrets.randbits(128)
+        path = self.out_dir / name
+        path.write_text(f"{entropy}\n")
+        path.chmod(0o600)
+        return entropy
 
     def psi_ids(self, group: str) -> np.ndarray:
         if group not in self.groups:
@@ -176,7 +203,8 @@ class DeployParty(PSIParty):
                 rows[g] = self.psi_rows[g]
             else:  # the members hold the same IDs: sorting aligns them
                 rows[g] = np.argsort(self.data.split(group.split)[0], kind="stable")
-        self.local = Local(self.data, rows, self.groups)
+        local = Local(self.data, rows, self.groups)
+        self.local = defend_local(self.cfg, self.name, local, self._private_entropy())
         digest = hashlib.sha256()
         for g in sorted(rows):
             _, X, _ = self.local.take(g)
@@ -342,8 +370,11 @@ class DeployCoordinator(Coordinator):
             return {}
         metrics, _ = self.app.coordinator_results(self.server)
         last = self.checkpoints.latest() if self.checkpoints is not None else 0
+        n_classes = int(self.setup.get("n_classes", 0)) if self.setup else 0
+        privacy = privacy_ledger(self.cfg, list(self.cfg.federation.owners()), n_classes)
         return {
             **metrics,
+            **({"privacy": privacy} if privacy else {}),
             "train_seconds": round(self.train_seconds, 4),
             "resumed_from_round": self.resumed_from,
             "last_checkpoint_round": last,

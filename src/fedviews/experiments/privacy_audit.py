@@ -14,6 +14,7 @@ The recordings and the answer key are saved in the run folder, so
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import time
 from collections.abc import Mapping, Sequence
@@ -191,7 +192,13 @@ def run_privacy_audit(cfg: ExperimentConfig, ctx: RunContext) -> ExperimentResul
     result = _finish(
         ctx.out_dir, f"What leaks: {dep.algorithm}", rows, examples, _main_task(metrics)
     )
-    result.metrics |= {"train_seconds": train_s, "setup": dict(fed.setup), "attackers": attackers}
+    result.metrics |= {
+        "train_seconds": train_s,
+        "setup": dict(fed.setup),
+        "attackers": attackers,
+        "defense": dataclasses.asdict(dep.defense),
+        "privacy": fed.privacy,
+    }
     result.message_log = fed.transport.log.summary()
     return result
 

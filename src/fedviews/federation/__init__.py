@@ -33,7 +33,13 @@ from fedviews.federation._certs import (
     revoke_certificate,
 )
 from fedviews.federation._codec import CODECS, Codec, wire_codecs
-from fedviews.federation._defense import DEFENSES, Defense
+from fedviews.federation._defense import (
+    DEFENSES,
+    Defense,
+    defend_local,
+    privacy_ledger,
+    randomized_response,
+)
 from fedviews.federation._log import LogEntry, MessageLog
 from fedviews.federation._message import Message, MetaValue, error_payload, raise_remote
 from fedviews.federation._party import Coordinator, Party, handles
@@ -59,6 +65,9 @@ __all__ = [
     "Codec",
     "DEFENSES",
     "Defense",
+    "defend_local",
+    "privacy_ledger",
+    "randomized_response",
     "Algorithm",
     "AlignGroup",
     "InProcessRun",

@@ -36,7 +36,7 @@ from threadpoolctl import threadpool_limits
 from fedviews._registry import Registry
 from fedviews.data import PartyData, align, read_npz, save_npz
 from fedviews.errors import ConfigError, DataError, ProtocolError
-from fedviews.federation._defense import Defense
+from fedviews.federation._defense import Defense, defend_local, privacy_ledger
 from fedviews.federation._party import Coordinator, Party
 from fedviews.federation._policy import PrivacyPolicy
 from fedviews.federation._record import Observation, Recording
@@ -173,7 +173,7 @@ class Algorithm:
     #: multi-threaded OpenBLAS was measured up to 100x slower on a busy 2-core machine.
     blas_threads: ClassVar[int | None] = 1
     #: the :class:`~fedviews.federation.Defense` kinds that apply to this algorithm
-    defenses: ClassVar[frozenset[str]] = frozenset({"none"})
+    defenses: ClassVar[frozenset[str]] = frozenset({"none", "label_rr"})
 
     def compute_limits(self) -> AbstractContextManager[Any]:
         """The thread limits under which a process runs its part of this algorithm."""
@@ -412,6 +412,8 @@ class InProcessRun:
     transport: Transport
     #: every member's own data after alignment (the experimenter's, e.g. to score an attack)
     locals: dict[str, Local] = field(default_factory=dict)
+    #: the privacy the run's defense spends, per party (:func:`privacy_ledger`)
+    privacy: dict[str, Any] = field(default_factory=dict)
 
     def __call__(self, on_round_end: Callable[[int], None] | None = None) -> Any:
         """Run the protocol to the end; returns what the coordinator's run returns."""
@@ -504,15 +506,20 @@ def build_in_process(
     for p in members:
         algo.check_data(run, p, datas[p])
         locals_[p] = Local(datas[p], rows[p], {g: by_name[g] for g in rows[p]})
-    infos = {p: setup_info(algo, run, p, loc) for p, loc in locals_.items()}
+    # what each member builds from: its own data under the run's defense (e.g. its
+    # randomized labels); ``locals_`` keeps the true data (the experimenter's answer key)
+    defended = {p: defend_local(run, p, loc) for p, loc in locals_.items()}
+    infos = {p: setup_info(algo, run, p, loc) for p, loc in defended.items()}
     check_group_sizes(groups, infos)
     setup = algo.make_setup(run, infos)
-    built = {p: algo.build_party(run, p, locals_[p], setup) for p in parties}
-    coord = algo.build_coordinator(run, setup, locals_.get(coordinator))
+    built = {p: algo.build_party(run, p, defended[p], setup) for p in parties}
+    coord = algo.build_coordinator(run, setup, defended.get(coordinator))
     policy = algo.policy(run, setup)
     t = transport(policy) if transport is not None else None
     if t is None:
         t = InProcessTransport(policy, keep_entries=keep_entries)
     for obj in (coord, *built.values()):
         t.register(obj)
-    return InProcessRun(algo, run, setup, coord, built, t, locals_)
+    holders = [p for p, loc in locals_.items() if loc.data.y is not None]
+    ledger = privacy_ledger(run, holders, int(setup.get("n_classes", 0)))
+    return InProcessRun(algo, run, setup, coord, built, t, locals_, ledger)

@@ -569,7 +569,7 @@ class ConsensusAlgorithm(LinearAlgorithm):
     results themselves (the specs differ in roles, params and where ``eta Y`` sits).
     Both take secure aggregation of the ``Z_k`` (``defense.kind = "secagg"``)."""
 
-    defenses = frozenset({"none", "secagg"})
+    defenses = frozenset({"none", "secagg", "label_rr"})
 
     @staticmethod
     def frac_bits(run: RunSpec) -> int | None:
@@ -729,6 +729,7 @@ class ConsensusFit:
         self.converged_ = server.converged
         self.n_features_in_ = [X.shape[1] for X in Xs]
         self.run_stats_ = self.transport_.log.summary()
+        self.privacy_ = fed.privacy
         return server, parties
 
 
