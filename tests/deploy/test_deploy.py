@@ -163,6 +163,29 @@ def test_launch_with_secure_aggregation_equals_in_process(tmp_path):
     assert_tight(ref.transport_.policy, deployed)
 
 
+def test_launch_with_label_dp_draws_privately_and_reports_the_budget(tmp_path):
+    """``[defense] kind = "label_rr"``: the label owner draws its randomized response from the
+    OS and keeps the draw in its own folder only (private, for resumption); the coordinator
+    reports the budget spent."""
+    config = _write_config(tmp_path, max_iter=2)
+    config.write_text(config.read_text() + '[defense]\nkind = "label_rr"\nepsilon = 1.5\n')
+    run = tmp_path / "run"
+    proc = _fedviews("launch", str(config), "--out", str(run))
+    out, _ = proc.communicate(timeout=150)
+    assert proc.returncode == 0, out
+    import json
+    import stat
+
+    res = json.loads((run / "coordinator" / "results.json").read_text())
+    assert res["status"] == "ok"
+    assert res["privacy"]["parties"]["fou"]["epsilon"] == pytest.approx(1.5, rel=1e-3)
+    assert res["privacy"]["parties"]["fou"]["delta"] == 0.0
+    draw = run / "fou" / "label_rr_entropy.txt"
+    assert draw.is_file() and stat.S_IMODE(draw.stat().st_mode) == 0o600
+    assert not any((run / p / draw.name).exists() for p in ("pix", "zer", "coordinator"))
+    assert "defense.seed is set" not in out
+
+
 class _Echo(Party):
     @handles("ping")
     def on_ping(self, msg):

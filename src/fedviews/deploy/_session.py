@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import secrets
 import threading
 import time
@@ -162,9 +163,11 @@ class DeployParty(PSIParty):
             entropy = int((self.resume / name).read_text().strip())
         else:
             entropy = secrets.randbits(128)
-        path = self.out_dir / name
-        path.write_text(f"{entropy}\n")
-        path.chmod(0o600)
+        self.out_dir.mkdir(parents=True, exist_ok=True)
+        fd = os.open(self.out_dir / name, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        os.fchmod(fd, 0o600)  # also if the file was there before
+        with os.fdopen(fd, "w") as f:  # never readable by others, not even for a moment
+            f.write(f"{entropy}\n")
         return entropy
 
     def psi_ids(self, group: str) -> np.ndarray:
