@@ -33,8 +33,14 @@ def test_mmvfl_audit_and_reaudit(tmp_path):
     rows = metrics["leakage"]
     # every non-owner party and the coordinator, each with the consensus it received
     assert {row["attacker"] for row in rows} == {"fou", "fac", "zer", "kar", "coordinator"}
-    assert all(row["secret"] == "labels of pix" for row in rows)
-    assert all(row["value"] > 90 and row["chance"] < 20 for row in rows)
+    labels = [row for row in rows if row["secret"].startswith("labels")]
+    assert {row["attacker"] for row in labels} == {"fou", "fac", "zer", "kar", "coordinator"}
+    assert all(row["secret"] == "labels of pix" for row in labels)
+    assert all(row["value"] > 90 and row["chance"] < 20 for row in labels)
+    # only the coordinator receives per-party Z_k (features of each party, scored by MSE)
+    feats = [row for row in rows if row["secret"].startswith("features")]
+    assert {row["attacker"] for row in feats} == {"coordinator"} and feats
+    assert {row["metric"] for row in feats} == {"mse"}
     assert metrics["main_task"] == "no accuracy reported"  # MMVFL selects features
     assert sorted(p.name for p in (out / "recordings").iterdir()) == sorted(
         f"{p}.npz" for p in ("pix", "fou", "fac", "zer", "kar", "coordinator")
@@ -47,7 +53,7 @@ def test_mmvfl_audit_and_reaudit(tmp_path):
     again = json.loads((copy / "reaudit.json").read_text())["leakage"]
     assert again == rows
     # a requested attack that does not apply to MMVFL is a one-line error
-    r = fedviews("audit", str(copy), "params.attacks=['reconstruction']")
+    r = fedviews("audit", str(copy), "params.attacks=['batch_label']")
     assert r.returncode == 2 and "does not apply to mmvfl" in r.stderr
     assert "Traceback" not in r.stderr
 

@@ -94,7 +94,9 @@ def test_the_coordinator_receives_only_uniform_masked_values():
         assert np.abs(approx - 1000.0 * fed.parties[m.sender].Z_k).min() > 1.0
     # the audit's view of the coordinator: the sum (hence the consensus), nothing per party
     obs = fed.algorithm.observations(fed.run, fed.setup, rec)
-    assert [o.name for o in obs] == ["Z from the masked sum"]
+    assert [o.name for o in obs] == ["Z from the masked sum"] + [
+        f"Z, for party{k}'s features" for k in range(3)
+    ]  # the sum, read as a representation of each party's features: no Z_k of anyone
     np.testing.assert_allclose(obs[0].values, fed.coordinator.Z, atol=1e-8)
 
 

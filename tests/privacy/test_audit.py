@@ -73,12 +73,19 @@ def test_attacks_run_on_a_saved_recording_after_the_parties_are_gone(tmp_path: P
         AuxKnowledge(),
     )  # fmt: skip
     assert again == live
-    rows = {(r.attacker, r.observation): r for r in again}
+    rows = {(r.attacker, r.observation): r for r in again if r.secret.startswith("labels")}
     assert set(rows) == {("b", "Z"), ("coordinator", "Z from the Z_k")}
+    # the coordinator also holds each party's Z_k: a representation of that party's
+    # features, scored beside what the consensus alone gives (tabular: MSE, no SSIM)
+    feats = {(r.observation, r.metric) for r in again if r.secret.startswith("features")}
+    assert feats == {
+        (o, "mse") for p in "abc" for o in (f"Z_k of {p}", f"Z, for {p}'s features")
+    }
+    assert all(r.attacker == "coordinator" for r in again if r.secret.startswith("features"))
     # the label owner's labels, from what crossed: the consensus is pulled towards them
     for r in rows.values():
         assert r.value > 90 and r.chance == pytest.approx(100 / 3)
-    assert all(r.secret == "labels of a" for r in again)
+    assert all(r.secret == "labels of a" for r in rows.values())
 
 
 @pytest.mark.slow

@@ -48,6 +48,8 @@ from fedviews.federation import (
     Recording,
     Roster,
     RunSpec,
+    member_entropy,
+    noise_multiplier,
     register_algorithm_spec,
     wire_codecs,
 )
@@ -370,6 +372,12 @@ class MultiVFLAlgorithm(Algorithm):
     name = "multivfl"
     Params = MultiVFLParams
     peer_to_peer = True
+    defenses = frozenset({"none", "label_rr", "grad_dp"})
+
+    def dp_releases(self, run: RunSpec) -> int:
+        """Under ``grad_dp`` a sample's label enters one release per local epoch."""
+        p: MultiVFLParams = run.params
+        return int(p.rounds) * int(p.local_epochs)
 
     # -- who is who ------------------------------------------------------------
     def role(self, run: RunSpec, party: str) -> str:
@@ -499,12 +507,17 @@ class MultiVFLAlgorithm(Algorithm):
         self, run: RunSpec, party: str, local: Local, setup: Mapping[str, Any]
     ) -> Party:
         from fedviews.deep._common import resolve_device
-        from fedviews.deep.multivfl import DataOwner, LabelOwner, build_bottom
+        from fedviews.deep.multivfl import DataOwner, GradDP, LabelOwner, build_bottom
 
         p: MultiVFLParams = run.params
         dev = resolve_device(p.device)
         dos, los = data_owners(run), run.federation.owners()
         if party in los:
+            d = run.defense
+            dp = None
+            if d.kind == "grad_dp":
+                z = noise_multiplier(d, self.dp_releases(run))
+                dp = GradDP(float(d.clip), 2.0 * z * float(d.clip), member_entropy(run, party))
             lo = LabelOwner(
                 party,
                 np.asarray(local.take(party)[2]),
@@ -516,6 +529,7 @@ class MultiVFLAlgorithm(Algorithm):
                 lr=p.lr,
                 device=dev,
                 codecs=p.codecs(),
+                dp=dp,
             )
             if "test" in local.rows:
                 lo.set_split_labels("test", np.asarray(local.take("test")[2]))

@@ -51,7 +51,7 @@ from __future__ import annotations
 import copy
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -89,6 +89,7 @@ from fedviews.errors import DataError, MissingDependency, ProtocolError, check_f
 from fedviews.federation import (
     Codec,
     Coordinator,
+    Defense,
     Message,
     MetaValue,
     Party,
@@ -237,6 +238,70 @@ def _activations(
     return [to_tensor(a, device).requires_grad_(grad) for a in arrays]
 
 
+@dataclass(frozen=True)
+class GradDP:
+    """A label owner's ``grad_dp`` defense (:mod:`fedviews.federation._defense`): per-sample
+    clip norm ``clip``, noise std ``sigma`` (``noise_multiplier * 2 * clip``), and the
+    private random stream its noise is drawn from (one generator per round, so a round
+    replayed after a resume releases the same values rather than fresh ones)."""
+
+    clip: float
+    sigma: float
+    stream: np.random.SeedSequence
+
+    def generator(self, round_: int, device: torch.device) -> torch.Generator:
+        seq = np.random.SeedSequence([*self.stream.generate_state(4), int(round_)])
+        gen = torch.Generator(device=device)
+        gen.manual_seed(int(seq.generate_state(1, np.uint64)[0] >> np.uint64(1)))
+        return gen
+
+
+def private_gradients(
+    top: nn.Module,
+    acts: Sequence[torch.Tensor],
+    y: torch.Tensor,
+    dp: GradDP,
+    gen: torch.Generator,
+) -> tuple[dict[str, torch.Tensor], list[torch.Tensor]]:
+    """DP-SGD's step at the label owner for one batch of ``B`` rows.
+
+    Per sample ``i``: the gradient of its own cross-entropy with respect to the top
+    model's parameters and to its activation rows (``torch.func``: ``vmap`` of ``grad``),
+    the joint vector clipped to L2 norm ``dp.clip``. Returns the top-model gradient
+    ``(sum_i clipped_i + N(0, sigma^2 I)) / B`` and each data owner's activation gradient,
+    row ``i`` = ``(clipped_i + N(0, sigma^2 I)) / B``: with no clipping and no noise,
+    exactly the gradients of the batch's mean loss (what the plain protocol sends).
+    Noise is drawn from ``gen`` in a fixed order (parameters, then owners).
+    """
+    from torch.func import functional_call, grad, vmap
+
+    params = {k: v.detach() for k, v in top.named_parameters()}
+
+    def loss_one(
+        p: dict[str, torch.Tensor], parts: tuple[torch.Tensor, ...], target: torch.Tensor
+    ) -> torch.Tensor:
+        x = combine_activations([a.unsqueeze(0) for a in parts])
+        return nn.functional.cross_entropy(functional_call(top, p, (x,)), target.unsqueeze(0))
+
+    parts = tuple(a.detach() for a in acts)
+    g_par, g_act = vmap(grad(loss_one, argnums=(0, 1)), in_dims=(None, 0, 0))(params, parts, y)
+    sq = sum(g.flatten(1).pow(2).sum(1) for g in (*g_par.values(), *g_act))
+    scale = (dp.clip / (torch.sqrt(sq) + 1e-12)).clamp(max=1.0)
+    B = len(y)
+
+    def noise(shape: torch.Size, like: torch.Tensor) -> torch.Tensor:
+        if dp.sigma == 0:
+            return torch.zeros(shape, dtype=like.dtype, device=like.device)
+        return dp.sigma * torch.randn(shape, generator=gen, dtype=like.dtype, device=like.device)
+
+    def clipped(g: torch.Tensor) -> torch.Tensor:
+        return g * scale.view(-1, *([1] * (g.dim() - 1)))
+
+    par = {k: (clipped(g).sum(0) + noise(g.shape[1:], g)) / B for k, g in g_par.items()}
+    act = [(clipped(g) + noise(g.shape, g)) / B for g in g_act]
+    return par, act
+
+
 def _local_optimizer(name: str, params: Any, lr: float) -> torch.optim.Optimizer:
     return torch.optim.Adam(params, lr=lr) if name == "adam" else torch.optim.SGD(params, lr=lr)
 
@@ -359,8 +424,10 @@ class LabelOwner(Party):
         lr: float,
         device: torch.device,
         codecs: tuple[Codec, Codec] = (Codec(), Codec()),
+        dp: GradDP | None = None,
     ) -> None:
         super().__init__(name, role="label_owner")
+        self.dp = dp
         self.act_codec, self.grad_codec = codecs
         self.device = device
         self.y = to_tensor(y, device, torch.long)
@@ -382,6 +449,7 @@ class LabelOwner(Party):
         opt = _local_optimizer(self.local_optimizer, self.top.parameters(), self.lr)
         self.top.train()
         total, n_batches = 0.0, 0
+        gen: torch.Generator | None = None  # grad_dp's noise of this round
         for epoch in range(self.local_epochs):
             self.broadcast(self.data_owners, "begin_epoch", meta={"seed": seed, "epoch": epoch})
             order = torch.as_tensor(epoch_order(seed, msg.round, epoch, n), device=self.device)
@@ -394,26 +462,32 @@ class LabelOwner(Party):
                 acts = _activations(
                     got, self.data_owners, rows, self.device, self.act_codec, grad=True
                 )
-                logits = self.top(combine_activations(acts))
-                loss = nn.functional.cross_entropy(
-                    logits, self.y.index_select(0, order[b * bs : (b + 1) * bs])
-                )
+                target = self.y.index_select(0, order[b * bs : (b + 1) * bs])
                 opt.zero_grad(set_to_none=True)
-                loss.backward()
+                if self.dp is None:
+                    loss = nn.functional.cross_entropy(self.top(combine_activations(acts)), target)
+                    loss.backward()
+                    grads = [_grad(a) for a in acts]
+                    total += float(loss.detach())
+                else:
+                    gen = gen or self.dp.generator(msg.round, self.device)
+                    g_par, grads = private_gradients(self.top, acts, target, self.dp, gen)
+                    for k, param in self.top.named_parameters():
+                        param.grad = g_par[k]
                 opt.step()
                 self.scatter(
                     "backward",
                     {
-                        d: self.grad_codec.pack("activation_grad", to_numpy(_grad(a)))
-                        for d, a in zip(self.data_owners, acts, strict=True)
+                        d: self.grad_codec.pack("activation_grad", to_numpy(g))
+                        for d, g in zip(self.data_owners, grads, strict=True)
                     },
                 )
-                total += float(loss.detach())
                 n_batches += 1
         update = {f"update/{k}": v - self._global[k] for k, v in state_arrays(self.top).items()}
-        return self.reply(
-            msg, update, meta={"train_loss": total / max(n_batches, 1), "n_batches": n_batches}
-        )
+        meta: dict[str, MetaValue] = {"n_batches": n_batches}
+        if self.dp is None:  # under grad_dp the loss of the true labels is not released
+            meta["train_loss"] = total / max(n_batches, 1)
+        return self.reply(msg, update, meta=meta)
 
     def set_split_labels(self, split: str, y: np.ndarray) -> None:
         self.split_y[split] = y
@@ -516,11 +590,14 @@ class Server(Coordinator):
             }
             self._send_top(r)
             self.broadcast(self.data_owners, "average_bottoms", round=r)
+            losses = [
+                _meta(rep, "train_loss", float)
+                for rep in replies.values()
+                if "train_loss" in rep.meta
+            ]
             rec = {
                 "round": float(r),
-                "train_loss": float(
-                    np.mean([_meta(rep, "train_loss", float) for rep in replies.values()])
-                ),
+                "train_loss": float(np.mean(losses)) if losses else float("nan"),
                 "train_seconds": time.perf_counter() - t0,
                 "train_bytes": float(log.total_bytes - b0),
                 "batches": float(sum(_meta(rep, "n_batches", int) for rep in replies.values())),
@@ -610,6 +687,11 @@ class MultiVFL(BaseEstimator):
     evaluate : bool, default=True
         Record the accuracy of the global model on ``eval_set`` after every round
         (no effect without ``eval_set``; with ``False`` the eval set is not used).
+    defense : str, dict or Defense, optional
+        The run's defense (:class:`~fedviews.federation.Defense`): ``"label_rr"``
+        (randomized labels) or ``"grad_dp"`` (per-sample clipped, noised gradients at
+        the label owners), e.g. ``{"kind": "grad_dp", "epsilon": 4, "clip": 1}``.
+        Default: none. The budget spent is in ``privacy_``.
     random_state : int
     log_entries : bool
         Keep every message in ``transport_.log.entries`` (totals are always kept).
@@ -641,6 +723,9 @@ class MultiVFL(BaseEstimator):
         Training-row indices given to each label owner.
     strip_shapes_ : list of tuple
         ``(rows, width)`` of every data owner's strip; :meth:`predict` checks it.
+    privacy_ : dict
+        The privacy ledger of the run's defense per label owner (``epsilon``, ``delta``,
+        accountant); empty without one.
 
     Notes
     -----
@@ -674,6 +759,7 @@ class MultiVFL(BaseEstimator):
         wire_activations: str = "none",
         wire_gradients: str = "none",
         topk_ratio: float = 0.1,
+        defense: Any = None,
         random_state: int = 0,
         log_entries: bool = False,
         transport: Any = None,
@@ -810,6 +896,7 @@ class MultiVFL(BaseEstimator):
             params,
             Roster(do_names + lo_names, label_owners=lo_names, coordinator="server"),
             self.random_state,
+            Defense.of(self.defense),
         )
         fed = build_in_process(run, datas, transport=self.transport, keep_entries=self.log_entries)
         fed.transport.log.keep_entries = self.log_entries
@@ -832,6 +919,7 @@ class MultiVFL(BaseEstimator):
         self.data_owners_ = [_as(DataOwner, fed.parties[p]) for p in do_names]
         self.label_owners_ = [_as(LabelOwner, fed.parties[p]) for p in lo_names]
         self.server_ = server
+        self.privacy_ = fed.privacy
         self.history_ = server.history_columns()
         self.history_["round"] = [int(r) for r in self.history_["round"]]
         n_batches = sum(self.history_["batches"])

@@ -17,6 +17,7 @@ Session protocol (all through the transport, so policy-checked and logged):
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import os
@@ -34,6 +35,7 @@ from fedviews.deploy._checkpoint import Checkpoints, fingerprint
 from fedviews.deploy._config import DeployConfig
 from fedviews.errors import ConfigError, DataError, FedViewsError, PartyUnavailable, ProtocolError
 from fedviews.federation import (
+    RANDOMIZED,
     Algorithm,
     Coordinator,
     GrpcHub,
@@ -140,25 +142,26 @@ class DeployParty(PSIParty):
         self.cfg, self.data, self.out_dir, self.echo = cfg, data, out_dir, echo
         self.resume = resume
         self.local: Local | None = None
+        self.entropy: int | None = None
         self.algo: Any = None
         self.checkpoints: Checkpoints | None = None
         self.fingerprint = ""
         self._shown = 0
 
     def _private_entropy(self) -> int | None:
-        """This label owner's private randomness for ``label_rr``: drawn from the OS once and
-        kept in its own run folder (a resumed run reads it back: a second draw would spend
-        the privacy budget twice); ``None`` where the defense needs none."""
+        """This label owner's private randomness for ``label_rr`` or ``grad_dp``: drawn from
+        the OS once and kept in its own run folder (a resumed run reads it back: a second
+        draw would spend the privacy budget twice); ``None`` where the defense needs none."""
         d = self.cfg.defense
-        if d.kind != "label_rr" or self.data.y is None:
+        if d.kind not in RANDOMIZED or self.data.y is None:
             return None
         if d.seed is not None:
             self.echo(
-                "warning: defense.seed is set: randomized response is reproducible by "
+                f"warning: defense.seed is set: the {d.kind} draw is reproducible by "
                 "anyone who has the config (for tests only; it voids the guarantee)"
             )
             return None
-        name = "label_rr_entropy.txt"
+        name = f"{d.kind}_entropy.txt"
         if self.resume is not None and (self.resume / name).is_file():
             entropy = int((self.resume / name).read_text().strip())
         else:
@@ -207,7 +210,8 @@ class DeployParty(PSIParty):
             else:  # the members hold the same IDs: sorting aligns them
                 rows[g] = np.argsort(self.data.split(group.split)[0], kind="stable")
         local = Local(self.data, rows, self.groups)
-        self.local = defend_local(self.cfg, self.name, local, self._private_entropy())
+        self.entropy = self._private_entropy()
+        self.local = defend_local(self.cfg, self.name, local, self.entropy)
         digest = hashlib.sha256()
         for g in sorted(rows):
             _, X, _ = self.local.take(g)
@@ -231,7 +235,12 @@ class DeployParty(PSIParty):
         resume_round = int(setup.pop("resume_round", 0) or 0)
         assert self.transport is not None
         self.transport.policy = run_policy(self.app, self.cfg, setup)
-        self.algo = self.app.build_party(self.cfg, self.name, self.local, setup)
+        run = self.cfg  # its own private draw, where the defense needs one, builds its part
+        if self.entropy is not None:
+            run = dataclasses.replace(
+                run, defense=dataclasses.replace(run.defense, seed=self.entropy)
+            )
+        self.algo = self.app.build_party(run, self.name, self.local, setup)
         self.algo.transport = self.transport
         fp = self.fingerprint
         self.checkpoints = Checkpoints(self.out_dir / "checkpoints", fp)
@@ -374,7 +383,9 @@ class DeployCoordinator(Coordinator):
         metrics, _ = self.app.coordinator_results(self.server)
         last = self.checkpoints.latest() if self.checkpoints is not None else 0
         n_classes = int(self.setup.get("n_classes", 0)) if self.setup else 0
-        privacy = privacy_ledger(self.cfg, list(self.cfg.federation.owners()), n_classes)
+        privacy = privacy_ledger(
+            self.cfg, list(self.cfg.federation.owners()), n_classes, self.app.dp_releases(self.cfg)
+        )
         return {
             **metrics,
             **({"privacy": privacy} if privacy else {}),

@@ -35,8 +35,12 @@ from fedviews.federation._certs import (
 from fedviews.federation._codec import CODECS, Codec, wire_codecs
 from fedviews.federation._defense import (
     DEFENSES,
+    RANDOMIZED,
     Defense,
     defend_local,
+    gaussian_epsilon,
+    member_entropy,
+    noise_multiplier,
     privacy_ledger,
     randomized_response,
 )
@@ -65,7 +69,11 @@ __all__ = [
     "Codec",
     "DEFENSES",
     "Defense",
+    "RANDOMIZED",
     "defend_local",
+    "gaussian_epsilon",
+    "member_entropy",
+    "noise_multiplier",
     "privacy_ledger",
     "randomized_response",
     "Algorithm",

@@ -175,6 +175,11 @@ class Algorithm:
     #: the :class:`~fedviews.federation.Defense` kinds that apply to this algorithm
     defenses: ClassVar[frozenset[str]] = frozenset({"none", "label_rr"})
 
+    def dp_releases(self, run: RunSpec) -> int:
+        """How many releases of a Gaussian ``grad_dp`` defense each sample's label enters in
+        this run (its privacy ledger composes that many); only for algorithms that take it."""
+        return 1
+
     def compute_limits(self) -> AbstractContextManager[Any]:
         """The thread limits under which a process runs its part of this algorithm."""
         if self.blas_threads is None:
@@ -521,5 +526,5 @@ def build_in_process(
     for obj in (coord, *built.values()):
         t.register(obj)
     holders = [p for p, loc in locals_.items() if loc.data.y is not None]
-    ledger = privacy_ledger(run, holders, int(setup.get("n_classes", 0)))
+    ledger = privacy_ledger(run, holders, int(setup.get("n_classes", 0)), algo.dp_releases(run))
     return InProcessRun(algo, run, setup, coord, built, t, locals_, ledger)

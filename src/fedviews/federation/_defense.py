@@ -28,6 +28,27 @@ Kinds:
   own run folder, so a resumed run uses the same randomized labels (a second
   draw would spend the budget twice), and an in-process run derives it from the
   run's seed (a simulation).
+* ``"grad_dp"``: differentially private gradients at the label owner (DP-SGD with
+  per-sample clipping, Abadi et al. 2016), for split learning (Multi-VFL). For every
+  sample ``i`` of a batch the label owner computes its own loss gradient with respect
+  to the top model's parameters *and* to the activations it received for ``i``,
+  clips that joint vector to L2 norm ``clip``, and adds Gaussian noise of standard
+  deviation ``sigma = noise_multiplier * 2 * clip`` to every coordinate of what
+  leaves the sum (the summed top-model gradient, which updates its model) and of
+  every returned activation-gradient row. *Sensitivity:* a sample's label enters
+  only its own clipped vector, so replacing one label moves the released vector by
+  at most ``2 * clip`` in L2 (replace-one neighbours, as for ``label_rr``); the
+  release is a Gaussian mechanism of multiplier ``noise_multiplier``. Everything
+  else the label owner sends afterwards (its top-model update, later gradients) is
+  post-processing of these releases, and each sample takes part in one release per
+  local epoch, so the run composes ``rounds * local_epochs`` of them (no
+  amplification by sampling is claimed: batches are a shuffle, not Poisson draws).
+  ``clip``: ``C``. ``noise_multiplier``: ``z``; or give ``epsilon`` (and ``delta``)
+  instead and ``z`` is calibrated with dp-accounting's PLD accountant for the run's
+  number of releases. ``delta``: the ``delta`` of the ledger. The training loss a
+  label owner reports is then left out (it is computed from the true labels). The
+  run is ``(epsilon, delta)``-label-DP for every label owner, against the data
+  owners and the coordinator. ``seed``: as for ``label_rr`` (the noise).
 """
 
 from __future__ import annotations
@@ -45,10 +66,22 @@ from fedviews.errors import ConfigError, DataError
 if TYPE_CHECKING:
     from fedviews.federation._algorithm import Local, RunSpec
 
-__all__ = ["DEFENSES", "Defense", "defend_local", "privacy_ledger", "randomized_response"]
+__all__ = [
+    "DEFENSES",
+    "RANDOMIZED",
+    "Defense",
+    "defend_local",
+    "gaussian_epsilon",
+    "member_entropy",
+    "noise_multiplier",
+    "privacy_ledger",
+    "randomized_response",
+]
 
 #: the defense kinds fedviews implements
-DEFENSES = ("none", "secagg", "label_rr")
+DEFENSES = ("none", "secagg", "label_rr", "grad_dp")
+#: the kinds that draw private randomness (a deployed party keeps its draw: see ``seed``)
+RANDOMIZED = frozenset({"label_rr", "grad_dp"})
 
 
 @dataclass(frozen=True)
@@ -59,6 +92,9 @@ class Defense:
     frac_bits: int = 32
     epsilon: float = 0.0
     seed: int | None = None
+    clip: float = 1.0
+    noise_multiplier: float = 0.0
+    delta: float = 1e-5
 
     def validate(self) -> None:
         if self.kind not in DEFENSES:
@@ -72,10 +108,30 @@ class Defense:
             isinstance(eps, bool) or not isinstance(eps, (int, float)) or not 0 < eps < 50
         ):
             raise ConfigError(f"defense.epsilon of label_rr must be in (0, 50), got {eps!r}")
+        if self.kind == "grad_dp":
+            self._check_grad_dp()
         if self.seed is not None and (
             isinstance(self.seed, bool) or not isinstance(self.seed, int)
         ):
             raise ConfigError(f"defense.seed must be an integer, got {self.seed!r}")
+
+    def _check_grad_dp(self) -> None:
+        for key, lo, hi in (
+            ("clip", 0.0, math.inf),
+            ("noise_multiplier", 0.0, math.inf),
+            ("epsilon", 0.0, math.inf),
+            ("delta", 0.0, 1.0),
+        ):
+            v = getattr(self, key)
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
+                raise ConfigError(f"defense.{key} must be a finite number, got {v!r}")
+            if not lo <= v < hi or (key in ("clip", "delta") and v == 0):
+                raise ConfigError(f"defense.{key} of grad_dp must be in ({lo}, {hi}), got {v!r}")
+        if (self.noise_multiplier > 0) == (self.epsilon > 0):
+            raise ConfigError(
+                "grad_dp takes either defense.noise_multiplier (the noise) or defense.epsilon "
+                f"(the budget, noise calibrated to it), not {'both' if self.epsilon else 'neither'}"
+            )
 
     @property
     def active(self) -> bool:
@@ -112,6 +168,18 @@ def randomized_response(y: np.ndarray, epsilon: float, rng: np.random.Generator)
     return classes[np.where(keep, idx, other)]
 
 
+def member_entropy(run: RunSpec, member: str, entropy: int | None = None) -> np.random.SeedSequence:
+    """The random stream of ``member``'s defense: ``defense.seed`` if set, else ``entropy``
+    (a deployed party's private draw), else derived from the run's seed (a simulation)."""
+    d = run.defense
+    if d.seed is not None:
+        entropy = d.seed
+    if entropy is None:
+        entropy = int(run.seed or 0)
+    tag = int.from_bytes(member.encode()[:16].ljust(16, b"\0"), "little")
+    return np.random.SeedSequence([entropy, {"label_rr": 0x4C52}.get(d.kind, 0x4744), tag])
+
+
 def defend_local(run: RunSpec, member: str, local: Local, entropy: int | None = None) -> Local:
     """What ``member`` builds its part from under the run's defense: with ``label_rr``, its
     own data with its training labels randomized once (``entropy``: its private draw;
@@ -120,24 +188,68 @@ def defend_local(run: RunSpec, member: str, local: Local, entropy: int | None = 
     data = local.data
     if d.kind != "label_rr" or data.y is None:
         return local
-    if d.seed is not None:
-        entropy = d.seed
-    if entropy is None:
-        entropy = int(run.seed or 0)
-    tag = [int.from_bytes(member.encode()[:16].ljust(16, b"\0"), "little")]
-    rng = np.random.default_rng(np.random.SeedSequence([entropy, 0x4C52, *tag]))
+    rng = np.random.default_rng(member_entropy(run, member, entropy))
     y = randomized_response(data.y, float(d.epsilon), rng)
     return dataclasses.replace(local, data=dataclasses.replace(data, y=y))
 
 
-def privacy_ledger(run: RunSpec, label_holders: list[str], n_classes: int) -> dict[str, Any]:
+def _dp_accounting() -> Any:
+    from fedviews.errors import require
+
+    return require("dp_accounting", "privacy")
+
+
+def gaussian_epsilon(noise_multiplier: float, releases: int, delta: float) -> float:
+    """The ``epsilon`` at ``delta`` of ``releases`` Gaussian mechanisms of multiplier
+    ``noise_multiplier`` (noise std / L2 sensitivity).
+
+    ``T`` adaptively composed Gaussian mechanisms of multiplier ``z`` are exactly one
+    Gaussian mechanism of multiplier ``z / sqrt(T)`` (their privacy-loss distributions
+    compose to a Gaussian one), whose tight ``(epsilon, delta)`` curve is dp-accounting's
+    analytic ``get_epsilon_gaussian`` (Balle & Wang 2018). A test checks it against the
+    PLD accountant's composition and the closed form."""
+    dpa = _dp_accounting()
+    return float(dpa.get_epsilon_gaussian(noise_multiplier / math.sqrt(releases), delta))
+
+
+def noise_multiplier(defense: Defense, releases: int) -> float:
+    """The Gaussian multiplier of a ``grad_dp`` defense over ``releases`` releases: the
+    configured one, or the smallest that keeps the run within ``(epsilon, delta)``
+    (dp-accounting's analytic ``get_sigma_gaussian``, times ``sqrt(releases)``: see
+    :func:`gaussian_epsilon`)."""
+    if defense.noise_multiplier > 0:
+        return float(defense.noise_multiplier)
+    dpa = _dp_accounting()
+    sigma = float(dpa.get_sigma_gaussian(float(defense.epsilon), float(defense.delta)))
+    return sigma * math.sqrt(int(releases))
+
+
+def privacy_ledger(
+    run: RunSpec, label_holders: list[str], n_classes: int, releases: int = 1
+) -> dict[str, Any]:
     """The privacy spent by the run's defense, per party: ``{"mechanism", "parties":
-    {party: {"epsilon", "delta", "accountant"}}}``; empty without a DP defense.
+    {party: {"epsilon", "delta", "accountant", ...}}}``; empty without a DP defense.
 
     Randomized response is composed with dp-accounting's PLD accountant (replace-one
     neighbours: one label changed) where it is installed, and otherwise given in closed
-    form (the two agree: a test checks it)."""
+    form (the two agree: a test checks it). ``grad_dp`` composes ``releases`` Gaussian
+    mechanisms (the algorithm's :meth:`~fedviews.federation.Algorithm.dp_releases`) with
+    the same accountant."""
     d = run.defense
+    if d.kind == "grad_dp":
+        z = noise_multiplier(d, releases)
+        entry = {
+            "epsilon": gaussian_epsilon(z, releases, d.delta),
+            "delta": float(d.delta),
+            "accountant": "dp-accounting analytic Gaussian",
+            "noise_multiplier": z,
+            "clip": float(d.clip),
+            "releases": int(releases),
+        }
+        return {
+            "mechanism": "grad_dp: per-sample clipped, Gaussian-noised label gradients (label DP)",
+            "parties": {p: dict(entry) for p in label_holders},
+        }
     if d.kind != "label_rr":
         return {}
     eps, how = float(d.epsilon), "closed form (randomized response, one draw)"

@@ -200,7 +200,8 @@ def _reconstruction(obs: Observation, ctx: _Context) -> tuple[str, list[_Score]]
     if ctx.examples is not None:
         pick = rest[:6]
         ctx.examples.append(Reconstruction(f"{ctx.attacker} ← {obs.name}", X[pick], X_hat[pick]))
-    scores = [(m, got[m], base[m], len(rest)) for m in ("ssim", "mse")]
+    # SSIM only where it is defined (images); a NaN row would say nothing and compare unequal
+    scores = [(m, got[m], base[m], len(rest)) for m in ("ssim", "mse") if np.isfinite(got[m])]
     return f"{len(idx)} rows' raw features", scores
 
 
