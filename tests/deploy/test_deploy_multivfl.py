@@ -93,6 +93,7 @@ def _in_process(run: Path, cfg) -> MultiVFL:
         top_channels=p.top_channels,
         hidden=p.hidden,
         device="cpu",
+        defense=cfg.defense,
         random_state=cfg.seed,
     ).fit(strips, y, ids=ids, label_owner_ids=owner_ids, eval_set=(t_strips, y_test))
 
@@ -307,3 +308,48 @@ def test_multivfl_deploy_config_errors(tmp_path):
         load_deploy_config({**base, "federation": {"parties": ["a", "lo"], "label_owner": "lo"}})
     with pytest.raises(ConfigError, match="at least one data owner"):
         load_deploy_config({**base, "federation": {"parties": ["lo"], "label_owners": ["lo"]}})
+
+
+def test_launch_with_gradient_dp_equals_in_process(tmp_path):
+    """``[defense] kind = "grad_dp"`` deployed: the label owners clip and noise what they
+    release exactly as in one process (the noise from ``defense.seed``, for the test), the
+    same arrays cross, no training loss leaves a label owner, and the coordinator reports
+    the budget of the run's ``rounds x local_epochs`` releases."""
+    pytest.importorskip("dp_accounting")
+    config = tmp_path / "deploy.toml"
+    config.write_text(CONFIG + '[defense]\nkind = "grad_dp"\nepsilon = 8.0\nclip = 1.0\nseed = 5\n')
+    run = tmp_path / "run"
+    proc = subprocess.run(
+        [sys.executable, "-m", "fedviews", "launch", str(config), "--out", str(run)],
+        capture_output=True,
+        text=True,
+        timeout=240,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+    )
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out
+    assert "defense.seed is set" in out  # a seeded draw is for tests only, and says so
+    cfg = load_deploy_config(config)
+    ref = _in_process(run, cfg)
+    res = json.loads((run / "coordinator" / "results.json").read_text())
+    assert res["status"] == "ok"
+    np.testing.assert_allclose(res["history"]["accuracy"], ref.history_["accuracy"], atol=1e-12)
+    assert all(v is None or np.isnan(v) for v in res["history"]["train_loss"])
+    with np.load(run / "coordinator" / "result.npz") as z:
+        for k, v in ref.server_.params.items():
+            np.testing.assert_allclose(z[f"top/{k}"], v, rtol=1e-4, atol=1e-6)
+    for d, owner in zip(DOS, ref.data_owners_, strict=True):
+        with np.load(run / d / "result.npz") as z:
+            for k, v in owner.state_dict().items():
+                np.testing.assert_allclose(z[k], v, rtol=1e-4, atol=1e-6)
+    for k, lo in enumerate(LOS):
+        got = res["privacy"]["parties"][lo]
+        assert got == ref.privacy_["parties"][f"label_owner_{k}"]
+        assert got["epsilon"] == pytest.approx(8.0) and got["releases"] == 2
+    log = json.loads((run / "coordinator" / "message_log.json").read_text())
+    roles = _roles(cfg)
+    parties = [ref.server_, *ref.data_owners_, *ref.label_owners_]
+    in_process = footprint(ref.transport_.log.exchanges(), {p.name: p.role for p in parties})
+    assert footprint(log["exchanges"], roles) == in_process
+    for lo in LOS:
+        assert "train_loss" not in log["meta_keys"].get(f"{lo} -> coordinator", [])

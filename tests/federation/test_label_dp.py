@@ -67,7 +67,8 @@ def test_a_label_dp_run_is_the_plain_run_on_the_randomized_labels(Est):
     from fedviews.federation import Local
 
     local = Local(PartyData(ids, None, y), {"train": ids}, {})
-    run = RunSpec(Est.__name__.lower(), defense=Defense.of(d))
+    roster = Roster(("party0", "party1", "party2"), label_owner=holder)
+    run = RunSpec(Est.__name__.lower(), federation=roster, defense=Defense.of(d))
     y_rr = defend_local(run, holder, local).data.y
     assert 0.4 < (y_rr == y).mean() < 0.8  # keep probability e / (e + 2) = 0.58
     plain = Est(max_iter=5, tol=0).fit(Xs, y_rr)

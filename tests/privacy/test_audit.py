@@ -78,9 +78,7 @@ def test_attacks_run_on_a_saved_recording_after_the_parties_are_gone(tmp_path: P
     # the coordinator also holds each party's Z_k: a representation of that party's
     # features, scored beside what the consensus alone gives (tabular: MSE, no SSIM)
     feats = {(r.observation, r.metric) for r in again if r.secret.startswith("features")}
-    assert feats == {
-        (o, "mse") for p in "abc" for o in (f"Z_k of {p}", f"Z, for {p}'s features")
-    }
+    assert feats == {(o, "mse") for p in "abc" for o in (f"Z_k of {p}", f"Z, for {p}'s features")}
     assert all(r.attacker == "coordinator" for r in again if r.secret.startswith("features"))
     # the label owner's labels, from what crossed: the consensus is pulled towards them
     for r in rows.values():

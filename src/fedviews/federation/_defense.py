@@ -170,14 +170,19 @@ def randomized_response(y: np.ndarray, epsilon: float, rng: np.random.Generator)
 
 def member_entropy(run: RunSpec, member: str, entropy: int | None = None) -> np.random.SeedSequence:
     """The random stream of ``member``'s defense: ``defense.seed`` if set, else ``entropy``
-    (a deployed party's private draw), else derived from the run's seed (a simulation)."""
+    (a deployed party's private draw), else derived from the run's seed (a simulation).
+
+    Members are told apart by their place in the roster (the coordinator after the
+    parties), not their names, so an estimator's run and a deployment of the same roster
+    under other names draw the same streams."""
     d = run.defense
     if d.seed is not None:
         entropy = d.seed
     if entropy is None:
         entropy = int(run.seed or 0)
-    tag = int.from_bytes(member.encode()[:16].ljust(16, b"\0"), "little")
-    return np.random.SeedSequence([entropy, {"label_rr": 0x4C52}.get(d.kind, 0x4744), tag])
+    parties = list(run.federation.parties)
+    index = parties.index(member) if member in parties else len(parties)
+    return np.random.SeedSequence([entropy, {"label_rr": 0x4C52}.get(d.kind, 0x4744), index])
 
 
 def defend_local(run: RunSpec, member: str, local: Local, entropy: int | None = None) -> Local:

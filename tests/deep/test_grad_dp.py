@@ -1,0 +1,195 @@
+"""grad_dp: DP-SGD at the Multi-VFL label owner. The per-sample clipping against a slow
+loop, the noise scale against the accountant, the ledger against the closed form, and
+what crosses."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("dp_accounting")
+
+from scipy.stats import norm  # noqa: E402
+
+from fedviews.deep._nets import combine_activations  # noqa: E402
+from fedviews.deep.multivfl import (  # noqa: E402
+    GradDP,
+    MultiVFL,
+    build_models,
+    private_gradients,
+)
+from fedviews.errors import ConfigError  # noqa: E402
+from fedviews.federation import (  # noqa: E402
+    Defense,
+    RunSpec,
+    gaussian_epsilon,
+    noise_multiplier,
+    privacy_ledger,
+)
+from fedviews.linear import MMVFL  # noqa: E402
+
+
+def _batch(B=12, heights=(3, 4), C=4, W=5, n_classes=3, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    _, top = build_models(heights, W, n_classes, channels=C, top_channels=6, hidden=8)
+    acts = [torch.randn(B, C, h, W, generator=g) for h in heights]
+    y = torch.randint(0, n_classes, (B,), generator=g)
+    return top, acts, y
+
+
+def _dp(clip, sigma):
+    return GradDP(clip, sigma, np.random.SeedSequence(0))
+
+
+def test_without_clipping_or_noise_it_is_the_plain_gradient_of_the_mean_loss():
+    top, acts, y = _batch()
+    leaves = [a.clone().requires_grad_(True) for a in acts]
+    loss = torch.nn.functional.cross_entropy(top(combine_activations(leaves)), y)
+    top.zero_grad()
+    loss.backward()
+    par, act = private_gradients(top, acts, y, _dp(1e9, 0.0), torch.Generator())
+    for k, p in top.named_parameters():
+        torch.testing.assert_close(par[k], p.grad, rtol=1e-5, atol=1e-7)
+    for a, leaf in zip(act, leaves):
+        torch.testing.assert_close(a, leaf.grad, rtol=1e-5, atol=1e-8)
+
+
+@pytest.mark.parametrize("clip", [0.05, 0.5])
+def test_per_sample_clipping_equals_a_slow_loop(clip):
+    """One sample at a time with autograd: its joint (parameters, activation rows) gradient,
+    clipped to ``clip``, summed over the batch for the parameters, divided by B."""
+    top, acts, y = _batch(seed=1)
+    B = len(y)
+    want_par = {k: torch.zeros_like(p) for k, p in top.named_parameters()}
+    want_act = [torch.zeros_like(a) for a in acts]
+    clipped_any = False
+    for i in range(B):
+        leaves = [a[i : i + 1].clone().requires_grad_(True) for a in acts]
+        loss = torch.nn.functional.cross_entropy(top(combine_activations(leaves)), y[i : i + 1])
+        top.zero_grad()
+        loss.backward()
+        grads = [p.grad.clone() for _, p in top.named_parameters()] + [x.grad for x in leaves]
+        norm_i = math.sqrt(sum(float(g.pow(2).sum()) for g in grads))
+        f = min(1.0, clip / norm_i)
+        clipped_any |= f < 1.0
+        for (k, _), g in zip(top.named_parameters(), grads):
+            want_par[k] += f * g / B
+        for d, leaf in enumerate(leaves):
+            want_act[d][i] = f * leaf.grad[0] / B
+    assert clipped_any  # the test clips something
+    par, act = private_gradients(top, acts, y, _dp(clip, 0.0), torch.Generator())
+    for k in want_par:
+        torch.testing.assert_close(par[k], want_par[k], rtol=1e-4, atol=1e-7)
+    for a, w in zip(act, want_act):
+        torch.testing.assert_close(a, w, rtol=1e-4, atol=1e-8)
+    # every sample's released joint vector (times B) has norm <= clip
+    joint = torch.cat([a.flatten(1) for a in act], 1) * B
+    assert float(joint.norm(dim=1).max()) <= clip * (1 + 1e-5)
+
+
+def test_the_noise_has_the_calibrated_standard_deviation():
+    """With the signal clipped away, B * (released) is the noise: N(0, sigma^2) per coordinate,
+    sigma = noise_multiplier * 2 * clip as the defense computes it."""
+    d = Defense.of({"kind": "grad_dp", "epsilon": 3.0, "delta": 1e-5, "clip": 1e-9})
+    z = noise_multiplier(d, releases=20)
+    sigma = 2 * z * d.clip * 1e9  # rescale: look at it with clip = 1
+    top, acts, y = _batch(B=64)
+    _, act = private_gradients(top, acts, y, _dp(1e-9, sigma), torch.Generator().manual_seed(3))
+    noise = torch.cat([a.flatten() for a in act]).double() * len(y)
+    assert abs(float(noise.mean())) < 4 * sigma / math.sqrt(noise.numel())
+    assert float(noise.std()) == pytest.approx(sigma, rel=0.03)  # ~2,300 draws
+
+
+def test_the_calibrated_noise_meets_the_budget_in_closed_form():
+    """T Gaussian mechanisms of multiplier z are one of multiplier z/sqrt(T); its exact delta at
+    epsilon (Balle & Wang 2018) equals the target delta, and PLD composition agrees."""
+    import dp_accounting
+    from dp_accounting.pld import pld_privacy_accountant as pld
+
+    for eps, delta, T in ((1.0, 1e-5, 10), (4.0, 1e-6, 150), (0.5, 1e-5, 1)):
+        d = Defense.of({"kind": "grad_dp", "epsilon": eps, "delta": delta})
+        z = noise_multiplier(d, T)
+        s = z / math.sqrt(T)
+        exact = norm.cdf(1 / (2 * s) - eps * s) - math.exp(eps) * norm.cdf(-1 / (2 * s) - eps * s)
+        assert exact == pytest.approx(delta, rel=1e-3)
+        acc = pld.PLDAccountant()
+        acc.compose(dp_accounting.GaussianDpEvent(z), T)
+        assert acc.get_epsilon(delta) == pytest.approx(eps, rel=2e-3)
+        assert gaussian_epsilon(z, T, delta) == pytest.approx(eps, rel=1e-6)
+
+
+def test_the_ledger_grows_with_rounds_as_the_accountant_says():
+    d = Defense.of({"kind": "grad_dp", "noise_multiplier": 2.0, "clip": 1.0})
+    run = RunSpec("multivfl", defense=d)
+    eps = [privacy_ledger(run, ["bank"], 10, T)["parties"]["bank"]["epsilon"] for T in (1, 4, 16)]
+    assert eps[0] < eps[1] < eps[2]
+    # the composition of T is one Gaussian of multiplier z / sqrt(T)
+    for T, e in zip((1, 4, 16), eps):
+        assert e == pytest.approx(gaussian_epsilon(2.0 / math.sqrt(T), 1, 1e-5), rel=1e-9)
+
+
+@pytest.mark.parametrize(
+    "table, msg",
+    [
+        ({"kind": "grad_dp"}, "not neither"),
+        ({"kind": "grad_dp", "epsilon": 1.0, "noise_multiplier": 1.0}, "not both"),
+        ({"kind": "grad_dp", "epsilon": 1.0, "clip": 0}, "defense.clip"),
+        ({"kind": "grad_dp", "epsilon": 1.0, "delta": 1.5}, "defense.delta"),
+        ({"kind": "grad_dp", "epsilon": 1.0, "clipp": 1}, "did you mean 'clip'"),
+    ],
+)
+def test_bad_grad_dp_tables_are_config_errors(table, msg):
+    with pytest.raises(ConfigError, match=msg):
+        Defense.of(table)
+
+
+def test_grad_dp_does_not_apply_to_mmvfl():
+    rng = np.random.default_rng(0)
+    Xs, y = [rng.normal(size=(30, 4)), rng.normal(size=(30, 3))], np.arange(30) % 2
+    with pytest.raises(ConfigError, match="does not apply to mmvfl"):
+        MMVFL(defense={"kind": "grad_dp", "epsilon": 1.0}).fit(Xs, y)
+
+
+@pytest.fixture(scope="module")
+def images():
+    from fedviews import data
+
+    ds = data.load("fashion_mnist", subset="test")
+    idx = np.random.default_rng(0).permutation(len(ds.y))[:360]
+    return ds.images[idx], ds.y[idx]
+
+
+def _fit(images, defense, **kw):
+    X, y = images
+    return MultiVFL(
+        n_data_owners=2, n_label_owners=2, rounds=2, batch_size=32, lr=0.05, channels=4,
+        top_channels=4, hidden=8, device="cpu", defense=defense, log_entries=True,
+        samples_per_owner=120, **kw,
+    ).fit(X[:300], y[:300], eval_set=(X[300:], y[300:]))  # fmt: skip
+
+
+def test_a_grad_dp_run_sends_what_the_plain_run_sends_but_not_the_loss(images):
+    plain = _fit(images, None)
+    dp = _fit(images, {"kind": "grad_dp", "noise_multiplier": 1.0, "clip": 1.0})
+    assert dp.run_stats_["crossings"] == plain.run_stats_["crossings"]
+    sent = dp.transport_.log.entries
+    replies = [e for e in sent if e.kind == "train_round:reply"]
+    assert replies and all("train_loss" not in e.meta for e in replies)
+    assert any("train_loss" in e.meta for e in plain.transport_.log.entries)
+    assert all(np.isnan(dp.history_["train_loss"]))
+    led = dp.privacy_["parties"]
+    assert set(led) == {"label_owner_0", "label_owner_1"}
+    assert led["label_owner_0"]["releases"] == 2  # rounds x local epochs
+    assert led["label_owner_0"]["epsilon"] == pytest.approx(gaussian_epsilon(1.0, 2, 1e-5))
+    # the released gradients differ from the plain ones (noise), reproducibly per seed
+    again = _fit(images, {"kind": "grad_dp", "noise_multiplier": 1.0, "clip": 1.0})
+    for a, b in zip(dp.label_owners_, again.label_owners_):
+        for k, v in a.top.state_dict().items():
+            torch.testing.assert_close(v, b.top.state_dict()[k])
+    p0 = plain.label_owners_[0].top.state_dict()
+    assert any(
+        not torch.allclose(v, p0[k]) for k, v in dp.label_owners_[0].top.state_dict().items()
+    )
