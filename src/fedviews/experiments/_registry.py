@@ -48,6 +48,7 @@ _EXPERIMENTS: Registry[ExperimentSpec] = Registry(
         "fedviews.experiments.apfed",
         "fedviews.experiments.sfedmv",
         "fedviews.experiments.privacy_audit",
+        "fedviews.experiments.defense_sweep",
     ),
 )
 

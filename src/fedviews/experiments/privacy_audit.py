@@ -39,7 +39,15 @@ from fedviews.privacy.attacks import (
     check_attacks,
 )
 
-__all__ = ["AuditParams", "leakage_table", "reaudit"]
+__all__ = [
+    "AuditParams",
+    "Audited",
+    "audit_once",
+    "deploy_config",
+    "leakage_table",
+    "main_accuracy",
+    "reaudit",
+]
 
 RECORDINGS = "recordings"
 TRUTH = "truth.npz"
@@ -71,7 +79,14 @@ class AuditParams:
     known_features: int = 500
 
 
-def _deploy_config(cfg: ExperimentConfig, p: AuditParams) -> Any:
+def deploy_config(
+    cfg: ExperimentConfig,
+    p: AuditParams,
+    defense: Mapping[str, Any] | None = None,
+    run: Mapping[str, Any] | None = None,
+) -> Any:
+    """The deployment config an audit runs (``defense`` / ``run``: a setting's own defense
+    table and overrides of ``params.run``)."""
     from fedviews.deploy import load_deploy_config
 
     if cfg.data.options:
@@ -82,8 +97,8 @@ def _deploy_config(cfg: ExperimentConfig, p: AuditParams) -> Any:
             "name": cfg.name,
             "seed": cfg.seed,
             "federation": dict(p.federation),
-            "params": dict(p.run),
-            "defense": dict(p.defense),
+            "params": {**dict(p.run), **dict(run or {})},
+            "defense": dict(p.defense if defense is None else defense),
             "data": {"dataset": cfg.data.name, **dict(p.split)},
         }
     )
@@ -130,15 +145,30 @@ def _figure(examples: Sequence[Reconstruction], path: Path) -> Path | None:
     return save_figure(fig, path)
 
 
-def _main_task(metrics: Mapping[str, Any]) -> str:
-    """The trained model's accuracy as the coordinator reports it (its final value)."""
+def _accuracy_key(metrics: Mapping[str, Any]) -> str | None:
     keys = [k for k in metrics if "accuracy" in k and np.ndim(metrics[k]) <= 1]
     if not keys:
-        return "no accuracy reported"
-    k = min(keys, key=lambda k: (k != "final_accuracy", k != "test_accuracy", k))
+        return None
+    return min(keys, key=lambda k: (k != "final_accuracy", k != "test_accuracy", k))
+
+
+def main_accuracy(metrics: Mapping[str, Any]) -> float:
+    """The trained model's final accuracy in ``[0, 1]`` as the coordinator reports it
+    (NaN where it reports none)."""
+    k = _accuracy_key(metrics)
+    if k is None:
+        return float("nan")
     v = np.asarray(metrics[k], dtype=float).ravel()
     last = float(v[-1]) if v.size else float("nan")
-    return f"{k} {100 * last if last <= 1 else last:.2f} %"
+    return last / 100 if last > 1 else last
+
+
+def _main_task(metrics: Mapping[str, Any]) -> str:
+    """The trained model's accuracy as the coordinator reports it (its final value)."""
+    k = _accuracy_key(metrics)
+    if k is None:
+        return "no accuracy reported"
+    return f"{k} {100 * main_accuracy(metrics):.2f} %"
 
 
 def _finish(
@@ -165,9 +195,51 @@ def _finish(
 )
 def run_privacy_audit(cfg: ExperimentConfig, ctx: RunContext) -> ExperimentResult:
     p: AuditParams = cfg.params
-    dep = _deploy_config(cfg, p)
+    dep = deploy_config(cfg, p)
+    examples: list[Reconstruction] = []
+    done = audit_once(dep, p, cfg.seed, ctx, examples, save=True)
+    result = _finish(
+        ctx.out_dir, f"What leaks: {dep.algorithm}", done.rows, examples, done.main_task
+    )
+    result.metrics |= {
+        "train_seconds": done.train_seconds,
+        "setup": done.setup,
+        "attackers": done.attackers,
+        "defense": dataclasses.asdict(dep.defense),
+        "privacy": done.privacy,
+    }
+    result.message_log = done.message_log
+    return result
+
+
+@dataclass
+class Audited:
+    """One audited run: its leakage rows, main task and what its defense spent."""
+
+    rows: list[LeakageRow]
+    main_task: str
+    accuracy: float  # the main task's final accuracy in [0, 1] (NaN: none reported)
+    privacy: dict[str, Any]
+    train_seconds: float
+    setup: dict[str, Any]
+    attackers: list[str]
+    message_log: dict[str, Any]
+
+
+def audit_once(
+    dep: Any,
+    p: AuditParams,
+    seed: int | None,
+    ctx: RunContext,
+    examples: list[Reconstruction] | None = None,
+    *,
+    save: bool = False,
+) -> Audited:
+    """Train ``dep`` (a deployment config) in one process, record ``p.attackers`` and attack
+    what they received; ``save``: keep the recordings and the answer key in the run folder
+    (what ``fedviews audit`` re-attacks)."""
     algo = get_algorithm_spec(dep.algorithm)
-    aux = AuxKnowledge(p.labelled, p.known_features, cfg.seed)
+    aux = AuxKnowledge(p.labelled, p.known_features, seed)
     check_attacks(p.attacks, aux)
     datas = algo.demo_data(dep)
     fed = build_in_process(dep, datas)
@@ -180,27 +252,25 @@ def run_privacy_audit(cfg: ExperimentConfig, ctx: RunContext) -> ExperimentResul
     train_s = time.perf_counter() - t0
     metrics, _ = algo.coordinator_results(fed.coordinator)
     truth = Truth.of_run(fed.locals)
-    out = ctx.path(RECORDINGS)
-    out.mkdir(exist_ok=True)
-    for name, rec in recordings.items():
-        rec.save(out / f"{name}.npz")
-    truth.save(ctx.path(TRUTH))
+    if save:
+        out = ctx.path(RECORDINGS)
+        out.mkdir(exist_ok=True)
+        for name, rec in recordings.items():
+            rec.save(out / f"{name}.npz")
+        truth.save(ctx.path(TRUTH))
     t1 = time.perf_counter()
-    examples: list[Reconstruction] = []
     rows = audit(algo, dep, fed.setup, recordings, truth, aux, attacks=p.attacks, examples=examples)
     ctx.log(f"trained in {train_s:.1f} s, attacked in {time.perf_counter() - t1:.1f} s")
-    result = _finish(
-        ctx.out_dir, f"What leaks: {dep.algorithm}", rows, examples, _main_task(metrics)
+    return Audited(
+        rows,
+        _main_task(metrics),
+        main_accuracy(metrics),
+        fed.privacy,
+        train_s,
+        dict(fed.setup),
+        attackers,
+        fed.transport.log.summary(),
     )
-    result.metrics |= {
-        "train_seconds": train_s,
-        "setup": dict(fed.setup),
-        "attackers": attackers,
-        "defense": dataclasses.asdict(dep.defense),
-        "privacy": fed.privacy,
-    }
-    result.message_log = fed.transport.log.summary()
-    return result
 
 
 def reaudit(run_dir: Path, overrides: Sequence[str] = ()) -> ExperimentResult:
@@ -226,7 +296,7 @@ def reaudit(run_dir: Path, overrides: Sequence[str] = ()) -> ExperimentResult:
     if cfg.experiment != "privacy_audit":
         raise ConfigError(f"{run_dir} is a {cfg.experiment!r} run, not a privacy_audit run")
     p: AuditParams = cfg.params
-    dep = _deploy_config(cfg, p)
+    dep = deploy_config(cfg, p)
     algo = get_algorithm_spec(dep.algorithm)
     order = metrics.get("attackers") or sorted(f.stem for f in folder.glob("*.npz"))
     recordings = {a: Recording.load(folder / f"{a}.npz") for a in order}
