@@ -229,7 +229,7 @@ class Audited:
 def audit_once(
     dep: Any,
     p: AuditParams,
-    seed: int | None,
+    seed: int,
     ctx: RunContext,
     examples: list[Reconstruction] | None = None,
     *,
