@@ -372,12 +372,14 @@ class MultiVFLAlgorithm(Algorithm):
     name = "multivfl"
     Params = MultiVFLParams
     peer_to_peer = True
-    defenses = frozenset({"none", "label_rr", "grad_dp"})
+    defenses = frozenset({"none", "label_rr", "grad_dp", "act_dp"})
 
     def dp_releases(self, run: RunSpec) -> int:
-        """Under ``grad_dp`` a sample's label enters one release per local epoch."""
+        """Per local epoch, a sample's label enters one release under ``grad_dp``; its
+        features two under ``act_dp`` (the activation row and the bottom's update)."""
         p: MultiVFLParams = run.params
-        return int(p.rounds) * int(p.local_epochs)
+        per_epoch = 2 if run.defense.kind == "act_dp" else 1
+        return per_epoch * int(p.rounds) * int(p.local_epochs)
 
     # -- who is who ------------------------------------------------------------
     def role(self, run: RunSpec, party: str) -> str:
@@ -512,12 +514,18 @@ class MultiVFLAlgorithm(Algorithm):
         p: MultiVFLParams = run.params
         dev = resolve_device(p.device)
         dos, los = data_owners(run), run.federation.owners()
+        d = run.defense
+        dp = None
+        if d.kind == ("grad_dp" if party in los else "act_dp"):
+            z = noise_multiplier(d, self.dp_releases(run))
+            dp = GradDP(
+                float(d.clip),
+                2.0 * z * float(d.clip),
+                member_entropy(run, party),
+                float(d.grad_clip),
+                2.0 * z * float(d.grad_clip),
+            )
         if party in los:
-            d = run.defense
-            dp = None
-            if d.kind == "grad_dp":
-                z = noise_multiplier(d, self.dp_releases(run))
-                dp = GradDP(float(d.clip), 2.0 * z * float(d.clip), member_entropy(run, party))
             lo = LabelOwner(
                 party,
                 np.asarray(local.take(party)[2]),
@@ -543,6 +551,7 @@ class MultiVFLAlgorithm(Algorithm):
             lr=p.lr,
             device=dev,
             codecs=p.codecs(),
+            dp=dp,
         )
         if "test" in local.rows:
             do.set_split("test", scaled_strip(local.take("test")[1], "X_test"))

@@ -240,20 +240,45 @@ def _activations(
 
 @dataclass(frozen=True)
 class GradDP:
-    """A label owner's ``grad_dp`` defense (:mod:`fedviews.federation._defense`): per-sample
-    clip norm ``clip``, noise std ``sigma`` (``noise_multiplier * 2 * clip``), and the
-    private random stream its noise is drawn from (one generator per round, so a round
-    replayed after a resume releases the same values rather than fresh ones)."""
+    """A party's Gaussian defense (``grad_dp`` at a label owner, ``act_dp`` at a data owner;
+    :mod:`fedviews.federation._defense`): per-sample clip norm ``clip``, noise std ``sigma``
+    (``noise_multiplier * 2 * clip``), and the private random stream its noise is drawn
+    from: one generator per ``key`` (round, batch, ...), so a round replayed after a resume
+    releases the same values rather than fresh ones, and concurrent requests draw the
+    same noise in any order. ``grad_clip``, ``grad_sigma``: the same for the per-sample
+    gradients of a data owner's bottom model (``act_dp``)."""
 
     clip: float
     sigma: float
     stream: np.random.SeedSequence
+    grad_clip: float = 1.0
+    grad_sigma: float = 0.0
 
-    def generator(self, round_: int, device: torch.device) -> torch.Generator:
-        seq = np.random.SeedSequence([*self.stream.generate_state(4), int(round_)])
+    def generator(self, key: Sequence[int], device: torch.device) -> torch.Generator:
+        seq = np.random.SeedSequence([*self.stream.generate_state(4), *map(int, key)])
         gen = torch.Generator(device=device)
         gen.manual_seed(int(seq.generate_state(1, np.uint64)[0] >> np.uint64(1)))
         return gen
+
+
+def _clip_scale(per_sample: Sequence[torch.Tensor], clip: float) -> torch.Tensor:
+    """``min(1, clip / ||v_i||)`` for every sample ``i`` of the joint vectors ``v_i`` whose
+    parts are ``per_sample`` (each ``(B, ...)``)."""
+    sq = sum(g.flatten(1).pow(2).sum(1) for g in per_sample)
+    assert isinstance(sq, torch.Tensor)
+    return (clip / (torch.sqrt(sq) + 1e-12)).clamp(max=1.0)
+
+
+def _scaled(g: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
+    return g * scale.view(-1, *([1] * (g.dim() - 1)))
+
+
+def _noise(
+    sigma: float, shape: Sequence[int], like: torch.Tensor, gen: torch.Generator
+) -> torch.Tensor:
+    if sigma == 0:
+        return torch.zeros(tuple(shape), dtype=like.dtype, device=like.device)
+    return sigma * torch.randn(tuple(shape), generator=gen, dtype=like.dtype, device=like.device)
 
 
 def private_gradients(
@@ -263,7 +288,7 @@ def private_gradients(
     dp: GradDP,
     gen: torch.Generator,
 ) -> tuple[dict[str, torch.Tensor], list[torch.Tensor]]:
-    """DP-SGD's step at the label owner for one batch of ``B`` rows.
+    """DP-SGD's step at the label owner for one batch of ``B`` rows (``grad_dp``).
 
     Per sample ``i``: the gradient of its own cross-entropy with respect to the top
     model's parameters and to its activation rows (``torch.func``: ``vmap`` of ``grad``),
@@ -285,21 +310,52 @@ def private_gradients(
 
     parts = tuple(a.detach() for a in acts)
     g_par, g_act = vmap(grad(loss_one, argnums=(0, 1)), in_dims=(None, 0, 0))(params, parts, y)
-    sq = sum(g.flatten(1).pow(2).sum(1) for g in (*g_par.values(), *g_act))
-    scale = (dp.clip / (torch.sqrt(sq) + 1e-12)).clamp(max=1.0)
+    scale = _clip_scale([*g_par.values(), *g_act], dp.clip)
     B = len(y)
-
-    def noise(shape: torch.Size, like: torch.Tensor) -> torch.Tensor:
-        if dp.sigma == 0:
-            return torch.zeros(shape, dtype=like.dtype, device=like.device)
-        return dp.sigma * torch.randn(shape, generator=gen, dtype=like.dtype, device=like.device)
-
-    def clipped(g: torch.Tensor) -> torch.Tensor:
-        return g * scale.view(-1, *([1] * (g.dim() - 1)))
-
-    par = {k: (clipped(g).sum(0) + noise(g.shape[1:], g)) / B for k, g in g_par.items()}
-    act = [(clipped(g) + noise(g.shape, g)) / B for g in g_act]
+    par = {
+        k: (_scaled(g, scale).sum(0) + _noise(dp.sigma, g.shape[1:], g, gen)) / B
+        for k, g in g_par.items()
+    }
+    act = [(_scaled(g, scale) + _noise(dp.sigma, g.shape, g, gen)) / B for g in g_act]
     return par, act
+
+
+def clip_rows(a: torch.Tensor, clip: float) -> torch.Tensor:
+    """Every row (sample) of ``a`` scaled down to L2 norm at most ``clip``."""
+    return _scaled(a, _clip_scale([a], clip))
+
+
+def private_bottom_gradients(
+    bottom: nn.Module,
+    x: torch.Tensor,
+    grad_out: torch.Tensor,
+    dp: GradDP,
+    gen: torch.Generator,
+) -> dict[str, torch.Tensor]:
+    """DP-SGD's step at a data owner for one batch of ``B`` rows (``act_dp``).
+
+    ``grad_out``: the gradient received for the (clipped, noised) activations it sent,
+    i.e. ``(1/B) d loss_i / d a_i`` per row. Per sample ``i``: the gradient of
+    ``<clip_rows(bottom(x_i)), B * grad_out_i>`` with respect to the bottom's
+    parameters, clipped to ``dp.grad_clip``; returns ``(sum_i clipped_i + N(0,
+    grad_sigma^2 I)) / B``. With no clipping and no noise: exactly what
+    ``out.backward(grad_out)`` accumulates (the plain protocol).
+    """
+    from torch.func import functional_call, grad, vmap
+
+    params = {k: v.detach() for k, v in bottom.named_parameters()}
+    B = len(x)
+
+    def surrogate(p: dict[str, torch.Tensor], xi: torch.Tensor, gi: torch.Tensor) -> torch.Tensor:
+        a = functional_call(bottom, p, (xi.unsqueeze(0),))
+        return (clip_rows(a, dp.clip) * gi.unsqueeze(0)).sum()
+
+    h = vmap(grad(surrogate), in_dims=(None, 0, 0))(params, x, grad_out * B)
+    scale = _clip_scale(list(h.values()), dp.grad_clip)
+    return {
+        k: (_scaled(g, scale).sum(0) + _noise(dp.grad_sigma, g.shape[1:], g, gen)) / B
+        for k, g in h.items()
+    }
 
 
 def _local_optimizer(name: str, params: Any, lr: float) -> torch.optim.Optimizer:
@@ -323,8 +379,18 @@ class DataOwner(Party):
         lr: float,
         device: torch.device,
         codecs: tuple[Codec, Codec] = (Codec(), Codec()),
+        dp: GradDP | None = None,
     ) -> None:
         super().__init__(name, role="data_owner")
+        self.dp = dp
+        if dp is not None:  # act_dp accounts one forward and one backward per sample and epoch
+            rows = np.concatenate([np.asarray(p) for p in positions.values()])
+            if len(np.unique(rows)) != len(rows):
+                raise DataError(
+                    f"{name!r}: act_dp needs the label owners' samples to be disjoint (a "
+                    "sample in two groups would be released more often than accounted)"
+                )
+        self.owner_index = {k: i for i, k in enumerate(positions)}
         self.device = device
         self.act_codec, self.grad_codec = codecs
         # training samples aligned with each label owner, gathered once
@@ -336,6 +402,8 @@ class DataOwner(Party):
         self.split_x: dict[str, torch.Tensor] = {}
         self._order: dict[str, np.ndarray] = {}
         self._pending: dict[str, torch.Tensor] = {}
+        self._batch: dict[str, tuple[torch.Tensor, int, int]] = {}  # act_dp: x, epoch, batch
+        self._epoch: dict[str, int] = {}
 
     @property
     def bottom(self) -> nn.Module:
@@ -355,17 +423,30 @@ class DataOwner(Party):
 
     @handles("begin_epoch")
     def begin_epoch(self, msg: Message) -> None:
-        n = len(self.x[msg.sender])
-        self._order[msg.sender] = epoch_order(
-            _meta(msg, "seed", int), msg.round, _meta(msg, "epoch", int), n
-        )
+        n, epoch = len(self.x[msg.sender]), _meta(msg, "epoch", int)
+        self._order[msg.sender] = epoch_order(_meta(msg, "seed", int), msg.round, epoch, n)
+        self._epoch[msg.sender] = epoch
+
+    def _gen(self, msg: Message, k: str, epoch: int, batch: int, phase: int) -> torch.Generator:
+        assert self.dp is not None
+        key = [msg.round, self.owner_index[k], epoch, batch, phase]
+        return self.dp.generator(key, self.device)
 
     @handles("forward")
     def forward(self, msg: Message) -> Message:
         k, b, bs = msg.sender, _meta(msg, "batch", int), _meta(msg, "batch_size", int)
         idx = torch.as_tensor(self._order[k][b * bs : (b + 1) * bs], device=self.device)
-        out = self.copies[k](self.x[k].index_select(0, idx))
+        x = self.x[k].index_select(0, idx)
+        if self.dp is None:
+            out = self.copies[k](x)
+            self._pending[k] = out
+            return self.reply(msg, self.act_codec.pack("activations", to_numpy(out)))
+        epoch = self._epoch.get(k, 0)
+        with torch.no_grad():  # the release: clipped rows plus Gaussian noise
+            out = clip_rows(self.copies[k](x), self.dp.clip)
+            out = out + _noise(self.dp.sigma, out.shape, out, self._gen(msg, k, epoch, b, 0))
         self._pending[k] = out
+        self._batch[k] = (x, epoch, b)
         return self.reply(msg, self.act_codec.pack("activations", to_numpy(out)))
 
     @handles("backward")
@@ -376,8 +457,18 @@ class DataOwner(Party):
             raise ProtocolError(f"{k!r} sent a gradient for activations it never asked for")
         opt = self.optims[k]
         opt.zero_grad(set_to_none=True)
-        grad = self.grad_codec.unpack(msg, "activation_grad", tuple(out.shape))
-        out.backward(to_tensor(grad, self.device))
+        grad = to_tensor(
+            self.grad_codec.unpack(msg, "activation_grad", tuple(out.shape)), self.device
+        )
+        if self.dp is None:
+            out.backward(grad)
+        else:
+            x, epoch, b = self._batch.pop(k)
+            model = self.copies[k]
+            gen = self._gen(msg, k, epoch, b, 1)
+            g = private_bottom_gradients(model, x, grad, self.dp, gen)
+            for name, param in model.named_parameters():
+                param.grad = g[name]
         opt.step()
 
     @handles("average_bottoms")
@@ -405,6 +496,8 @@ class DataOwner(Party):
         ]
         with torch.no_grad():
             out = self.bottom(x)
+            if self.dp is not None:  # evaluation rows: clipped as in training, not noised
+                out = clip_rows(out, self.dp.clip)
         return self.reply(msg, self.act_codec.pack("activations", to_numpy(out)))
 
 
@@ -470,7 +563,7 @@ class LabelOwner(Party):
                     grads = [_grad(a) for a in acts]
                     total += float(loss.detach())
                 else:
-                    gen = gen or self.dp.generator(msg.round, self.device)
+                    gen = gen or self.dp.generator([msg.round], self.device)
                     g_par, grads = private_gradients(self.top, acts, target, self.dp, gen)
                     for k, param in self.top.named_parameters():
                         param.grad = g_par[k]

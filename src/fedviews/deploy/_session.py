@@ -35,7 +35,6 @@ from fedviews.deploy._checkpoint import Checkpoints, fingerprint
 from fedviews.deploy._config import DeployConfig
 from fedviews.errors import ConfigError, DataError, FedViewsError, PartyUnavailable, ProtocolError
 from fedviews.federation import (
-    RANDOMIZED,
     Algorithm,
     Coordinator,
     GrpcHub,
@@ -149,11 +148,11 @@ class DeployParty(PSIParty):
         self._shown = 0
 
     def _private_entropy(self) -> int | None:
-        """This label owner's private randomness for ``label_rr`` or ``grad_dp``: drawn from
+        """This party's private randomness where its defense draws (``Defense.draws``): from
         the OS once and kept in its own run folder (a resumed run reads it back: a second
         draw would spend the privacy budget twice); ``None`` where the defense needs none."""
         d = self.cfg.defense
-        if d.kind not in RANDOMIZED or self.data.y is None:
+        if not d.draws(self.data):
             return None
         if d.seed is not None:
             self.echo(

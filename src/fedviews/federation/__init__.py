@@ -35,6 +35,7 @@ from fedviews.federation._certs import (
 from fedviews.federation._codec import CODECS, Codec, wire_codecs
 from fedviews.federation._defense import (
     DEFENSES,
+    GAUSSIAN,
     RANDOMIZED,
     Defense,
     defend_local,
@@ -69,6 +70,7 @@ __all__ = [
     "Codec",
     "DEFENSES",
     "Defense",
+    "GAUSSIAN",
     "RANDOMIZED",
     "defend_local",
     "gaussian_epsilon",

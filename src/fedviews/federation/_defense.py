@@ -49,6 +49,21 @@ Kinds:
   label owner reports is then left out (it is computed from the true labels). The
   run is ``(epsilon, delta)``-label-DP for every label owner, against the data
   owners and the coordinator. ``seed``: as for ``label_rr`` (the noise).
+* ``"act_dp"``: differentially private activations at the data owners (feature DP,
+  Multi-VFL). Every activation row a data owner sends for a training sample is
+  clipped to L2 norm ``clip`` and noised with ``N(0, (noise_multiplier * 2 *
+  clip)^2)`` per coordinate, and its bottom model learns by DP-SGD: the per-sample
+  gradient of ``<clipped activation_i, received gradient_i>`` clipped to
+  ``grad_clip``, summed, noised with ``N(0, (noise_multiplier * 2 * grad_clip)^2)``.
+  *Sensitivity:* replacing one sample's features moves each of the two releases by
+  at most twice its clip norm; the gradients it receives are functions of released
+  rows and labels only (post-processing). A training sample thus enters ``2 *
+  rounds * local_epochs`` Gaussian mechanisms of multiplier ``noise_multiplier``
+  (the label owners' samples must be disjoint; a :class:`DataError` otherwise), and
+  the run is ``(epsilon, delta)``-DP for each data owner's features (replace-one)
+  against the label owners and the coordinator. Evaluation rows are clipped, not
+  noised, and not covered. ``noise_multiplier`` or ``epsilon``, ``delta``, ``seed``:
+  as for ``grad_dp``.
 """
 
 from __future__ import annotations
@@ -68,6 +83,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "DEFENSES",
+    "GAUSSIAN",
     "RANDOMIZED",
     "Defense",
     "defend_local",
@@ -79,9 +95,11 @@ __all__ = [
 ]
 
 #: the defense kinds fedviews implements
-DEFENSES = ("none", "secagg", "label_rr", "grad_dp")
+DEFENSES = ("none", "secagg", "label_rr", "grad_dp", "act_dp")
 #: the kinds that draw private randomness (a deployed party keeps its draw: see ``seed``)
-RANDOMIZED = frozenset({"label_rr", "grad_dp"})
+RANDOMIZED = frozenset({"label_rr", "grad_dp", "act_dp"})
+#: the Gaussian kinds (clip + noise, accounted with dp-accounting)
+GAUSSIAN = frozenset({"grad_dp", "act_dp"})
 
 
 @dataclass(frozen=True)
@@ -95,6 +113,7 @@ class Defense:
     clip: float = 1.0
     noise_multiplier: float = 0.0
     delta: float = 1e-5
+    grad_clip: float = 1.0
 
     def validate(self) -> None:
         if self.kind not in DEFENSES:
@@ -108,16 +127,17 @@ class Defense:
             isinstance(eps, bool) or not isinstance(eps, (int, float)) or not 0 < eps < 50
         ):
             raise ConfigError(f"defense.epsilon of label_rr must be in (0, 50), got {eps!r}")
-        if self.kind == "grad_dp":
-            self._check_grad_dp()
+        if self.kind in GAUSSIAN:
+            self._check_gaussian()
         if self.seed is not None and (
             isinstance(self.seed, bool) or not isinstance(self.seed, int)
         ):
             raise ConfigError(f"defense.seed must be an integer, got {self.seed!r}")
 
-    def _check_grad_dp(self) -> None:
+    def _check_gaussian(self) -> None:
         for key, lo, hi in (
             ("clip", 0.0, math.inf),
+            ("grad_clip", 0.0, math.inf),
             ("noise_multiplier", 0.0, math.inf),
             ("epsilon", 0.0, math.inf),
             ("delta", 0.0, 1.0),
@@ -125,13 +145,23 @@ class Defense:
             v = getattr(self, key)
             if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
                 raise ConfigError(f"defense.{key} must be a finite number, got {v!r}")
-            if not lo <= v < hi or (key in ("clip", "delta") and v == 0):
-                raise ConfigError(f"defense.{key} of grad_dp must be in ({lo}, {hi}), got {v!r}")
+            if not lo <= v < hi or (key in ("clip", "grad_clip", "delta") and v == 0):
+                raise ConfigError(
+                    f"defense.{key} of {self.kind} must be in ({lo}, {hi}), got {v!r}"
+                )
         if (self.noise_multiplier > 0) == (self.epsilon > 0):
             raise ConfigError(
-                "grad_dp takes either defense.noise_multiplier (the noise) or defense.epsilon "
+                f"{self.kind} takes either defense.noise_multiplier (the noise) or defense.epsilon "
                 f"(the budget, noise calibrated to it), not {'both' if self.epsilon else 'neither'}"
             )
+
+    def draws(self, data: Any) -> bool:
+        """Whether a member holding ``data`` (a :class:`~fedviews.data.PartyData`) draws
+        private randomness under this defense: the label holders for ``label_rr`` and
+        ``grad_dp``, the feature holders for ``act_dp``."""
+        if self.kind == "act_dp":
+            return bool(data.features.size)
+        return self.kind in RANDOMIZED and data.y is not None
 
     @property
     def active(self) -> bool:
@@ -241,7 +271,7 @@ def privacy_ledger(
     mechanisms (the algorithm's :meth:`~fedviews.federation.Algorithm.dp_releases`) with
     the same accountant."""
     d = run.defense
-    if d.kind == "grad_dp":
+    if d.kind in GAUSSIAN:
         z = noise_multiplier(d, releases)
         entry = {
             "epsilon": gaussian_epsilon(z, releases, d.delta),
@@ -251,6 +281,14 @@ def privacy_ledger(
             "clip": float(d.clip),
             "releases": int(releases),
         }
+        if d.kind == "act_dp":  # the feature holders: every party that is no label owner
+            owners = set(run.federation.owners())
+            feature_holders = [p for p in run.federation.parties if p not in owners]
+            return {
+                "mechanism": "act_dp: clipped, Gaussian-noised activations and DP-SGD bottoms "
+                "(feature DP)",
+                "parties": {p: dict(entry, grad_clip=float(d.grad_clip)) for p in feature_holders},
+            }
         return {
             "mechanism": "grad_dp: per-sample clipped, Gaussian-noised label gradients (label DP)",
             "parties": {p: dict(entry) for p in label_holders},

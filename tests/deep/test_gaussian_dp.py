@@ -1,6 +1,7 @@
-"""grad_dp: DP-SGD at the Multi-VFL label owner. The per-sample clipping against a slow
-loop, the noise scale against the accountant, the ledger against the closed form, and
-what crosses."""
+"""Gaussian defenses of Multi-VFL: ``grad_dp`` (DP-SGD at the label owners, label DP) and
+``act_dp`` (noised activations and DP-SGD bottoms at the data owners, feature DP). The
+per-sample clipping against slow loops, the noise scale against the accountant, the
+ledger against the closed form, and what crosses."""
 
 from __future__ import annotations
 
@@ -18,10 +19,13 @@ from fedviews.deep._nets import combine_activations  # noqa: E402
 from fedviews.deep.multivfl import (  # noqa: E402
     GradDP,
     MultiVFL,
+    build_bottom,
     build_models,
+    clip_rows,
+    private_bottom_gradients,
     private_gradients,
 )
-from fedviews.errors import ConfigError  # noqa: E402
+from fedviews.errors import ConfigError, DataError  # noqa: E402
 from fedviews.federation import (  # noqa: E402
     Defense,
     RunSpec,
@@ -40,8 +44,8 @@ def _batch(B=12, heights=(3, 4), C=4, W=5, n_classes=3, seed=0):
     return top, acts, y
 
 
-def _dp(clip, sigma):
-    return GradDP(clip, sigma, np.random.SeedSequence(0))
+def _dp(clip, sigma, grad_clip=1.0):
+    return GradDP(clip, sigma, np.random.SeedSequence(0), grad_clip, 0.0)
 
 
 def test_without_clipping_or_noise_it_is_the_plain_gradient_of_the_mean_loss():
@@ -193,3 +197,107 @@ def test_a_grad_dp_run_sends_what_the_plain_run_sends_but_not_the_loss(images):
     assert any(
         not torch.allclose(v, p0[k]) for k, v in dp.label_owners_[0].top.state_dict().items()
     )
+
+
+# ----------------------------------------------------------------------------- act_dp
+
+
+def _bottom_batch(B=10, seed=2):
+    g = torch.Generator().manual_seed(seed)
+    bottom = build_bottom(0, channels=3)
+    x = torch.rand(B, 1, 4, 6, generator=g)
+    grad_out = torch.randn(B, 3, 4, 6, generator=g) / B
+    return bottom, x, grad_out
+
+
+def test_act_dp_without_clipping_or_noise_is_the_plain_bottom_step():
+    bottom, x, grad_out = _bottom_batch()
+    bottom.zero_grad()
+    bottom(x).backward(grad_out)
+    got = private_bottom_gradients(bottom, x, grad_out, _dp(1e9, 0.0, 1e9), torch.Generator())
+    for k, p in bottom.named_parameters():
+        torch.testing.assert_close(got[k], p.grad, rtol=1e-5, atol=1e-7)
+
+
+@pytest.mark.parametrize("clip, grad_clip", [(0.5, 1e9), (1e9, 0.05), (0.8, 0.05)])
+def test_act_dp_clipping_equals_a_slow_loop(clip, grad_clip):
+    """Per sample: the activation row clipped to ``clip`` (as released), the bottom's
+    gradient of <that row, B * received gradient row> (through the clipping: it is part
+    of the function whose output was released) clipped to ``grad_clip``."""
+    bottom, x, grad_out = _bottom_batch()
+    B = len(x)
+    want = {k: torch.zeros_like(p) for k, p in bottom.named_parameters()}
+    for i in range(B):
+        bottom.zero_grad()
+        a = bottom(x[i : i + 1])
+        f = torch.clamp(clip / a.norm(), max=1.0)
+        ((a * f) * (B * grad_out[i : i + 1])).sum().backward()
+        grads = {k: p.grad.clone() for k, p in bottom.named_parameters()}
+        n = math.sqrt(sum(float(g.pow(2).sum()) for g in grads.values()))
+        for k, g in grads.items():
+            want[k] += min(1.0, grad_clip / n) * g / B
+    got = private_bottom_gradients(
+        bottom, x, grad_out, _dp(clip, 0.0, grad_clip), torch.Generator()
+    )
+    for k in want:
+        torch.testing.assert_close(got[k], want[k], rtol=1e-4, atol=1e-8)
+    rows = clip_rows(bottom(x).detach(), clip)
+    assert float(rows.flatten(1).norm(dim=1).max()) <= clip * (1 + 1e-6)
+
+
+def test_an_act_dp_run_accounts_two_releases_per_epoch_for_the_data_owners(images):
+    plain = _fit(images, None)
+    d = {"kind": "act_dp", "noise_multiplier": 1.5, "clip": 5.0, "grad_clip": 0.5}
+    dp = _fit(images, d, local_epochs=2)
+    assert dp.run_stats_["crossings"] == plain.run_stats_["crossings"]
+    led = dp.privacy_["parties"]
+    assert set(led) == {"data_owner_0", "data_owner_1"}  # whose features are protected
+    assert led["data_owner_0"]["releases"] == 2 * 2 * 2  # (forward + backward) x R x E
+    assert led["data_owner_0"]["epsilon"] == pytest.approx(gaussian_epsilon(1.5, 8, 1e-5))
+    assert led["data_owner_0"]["grad_clip"] == 0.5
+    again = _fit(images, d, local_epochs=2)  # the noise is reproducible per seed
+    for a, b in zip(dp.data_owners_, again.data_owners_):
+        for k, v in a.state_dict().items():
+            np.testing.assert_array_equal(v, b.state_dict()[k])
+
+
+def test_act_dp_refuses_label_owners_that_share_samples(images):
+    X, y = images
+    ids = np.arange(300)
+    with pytest.raises(DataError, match="act_dp needs the label owners' samples to be disjoint"):
+        MultiVFL(
+            n_data_owners=2, n_label_owners=2, rounds=1, channels=4, top_channels=4, hidden=8,
+            device="cpu", defense={"kind": "act_dp", "epsilon": 2.0},
+        ).fit(X[:300], y[:300], label_owner_ids=[ids[:200], ids[100:]])  # fmt: skip
+
+
+def test_the_noise_on_released_activations_has_the_calibrated_scale(images):
+    """What a label owner receives under act_dp, read from its recording: rows of norm
+    about sigma * sqrt(dims) around clipped rows of norm <= C."""
+    from fedviews.data import PartyData
+    from fedviews.deep._multivfl_spec import MultiVFLParams
+    from fedviews.federation import Roster, build_in_process
+
+    X, y = images
+    strips = [X[:200, :14].astype(np.float32) / 255, X[:200, 14:].astype(np.float32) / 255]
+    ids = np.arange(200)
+    datas = {
+        "a": PartyData(ids, strips[0]),
+        "b": PartyData(ids, strips[1]),
+        "bank": PartyData(ids, None, y[:200].astype(np.int64)),
+    }
+    d = Defense.of({"kind": "act_dp", "noise_multiplier": 0.01, "clip": 1.0})
+    params = MultiVFLParams(rounds=1, channels=2, top_channels=4, hidden=8, evaluate=False)
+    run = RunSpec("multivfl", params, Roster(("a", "b", "bank"), label_owners=("bank",)), 0, d)
+    fed = build_in_process(run, datas)
+    rec = fed.record(["bank"])["bank"]
+    fed()
+    sigma = 2 * 0.01 * 1.0
+    rows = np.concatenate(
+        [m.arrays["activations"].reshape(len(m.arrays["activations"]), -1)
+         for m in rec if m.kind == "forward:reply" and m.sender == "a"]
+    )  # fmt: skip
+    dims = rows.shape[1]
+    # each row: a clipped row (norm <= 1) plus noise of norm ~ sigma * sqrt(dims)
+    assert np.all(np.linalg.norm(rows, axis=1) <= 1.0 + sigma * math.sqrt(dims) * 1.5)
+    assert np.median(np.linalg.norm(rows, axis=1)) > 0.5 * sigma * math.sqrt(dims)
