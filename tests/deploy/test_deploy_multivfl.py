@@ -310,14 +310,10 @@ def test_multivfl_deploy_config_errors(tmp_path):
         load_deploy_config({**base, "federation": {"parties": ["lo"], "label_owners": ["lo"]}})
 
 
-def test_launch_with_gradient_dp_equals_in_process(tmp_path):
-    """``[defense] kind = "grad_dp"`` deployed: the label owners clip and noise what they
-    release exactly as in one process (the noise from ``defense.seed``, for the test), the
-    same arrays cross, no training loss leaves a label owner, and the coordinator reports
-    the budget of the run's ``rounds x local_epochs`` releases."""
-    pytest.importorskip("dp_accounting")
+def _launch_with(tmp_path: Path, defense: str) -> tuple[Path, str, Any, MultiVFL]:
+    """``CONFIG`` with a ``[defense]`` table launched, and the estimator on the same files."""
     config = tmp_path / "deploy.toml"
-    config.write_text(CONFIG + '[defense]\nkind = "grad_dp"\nepsilon = 8.0\nclip = 1.0\nseed = 5\n')
+    config.write_text(CONFIG + "[defense]\n" + defense)
     run = tmp_path / "run"
     proc = subprocess.run(
         [sys.executable, "-m", "fedviews", "launch", str(config), "--out", str(run)],
@@ -328,13 +324,14 @@ def test_launch_with_gradient_dp_equals_in_process(tmp_path):
     )
     out = proc.stdout + proc.stderr
     assert proc.returncode == 0, out
-    assert "defense.seed is set" in out  # a seeded draw is for tests only, and says so
     cfg = load_deploy_config(config)
-    ref = _in_process(run, cfg)
+    return run, out, cfg, _in_process(run, cfg)
+
+
+def _assert_same_models(run: Path, ref: MultiVFL) -> dict[str, Any]:
     res = json.loads((run / "coordinator" / "results.json").read_text())
     assert res["status"] == "ok"
     np.testing.assert_allclose(res["history"]["accuracy"], ref.history_["accuracy"], atol=1e-12)
-    assert all(v is None or np.isnan(v) for v in res["history"]["train_loss"])
     with np.load(run / "coordinator" / "result.npz") as z:
         for k, v in ref.server_.params.items():
             np.testing.assert_allclose(z[f"top/{k}"], v, rtol=1e-4, atol=1e-6)
@@ -342,14 +339,47 @@ def test_launch_with_gradient_dp_equals_in_process(tmp_path):
         with np.load(run / d / "result.npz") as z:
             for k, v in owner.state_dict().items():
                 np.testing.assert_allclose(z[k], v, rtol=1e-4, atol=1e-6)
+    return res
+
+
+def _footprints(run: Path, cfg: Any, ref: MultiVFL) -> tuple[set, set, dict[str, Any]]:
+    log = json.loads((run / "coordinator" / "message_log.json").read_text())
+    parties = [ref.server_, *ref.data_owners_, *ref.label_owners_]
+    in_process = footprint(ref.transport_.log.exchanges(), {p.name: p.role for p in parties})
+    return footprint(log["exchanges"], _roles(cfg)), in_process, log
+
+
+def test_launch_with_gradient_dp_equals_in_process(tmp_path):
+    """``[defense] kind = "grad_dp"`` deployed: the label owners clip and noise what they
+    release exactly as in one process (the noise from ``defense.seed``, for the test), the
+    same arrays cross, no training loss leaves a label owner, and the coordinator reports
+    the budget of the run's ``rounds x local_epochs`` releases."""
+    pytest.importorskip("dp_accounting")
+    defense = 'kind = "grad_dp"\nepsilon = 8.0\nclip = 1.0\nseed = 5\n'
+    run, out, cfg, ref = _launch_with(tmp_path, defense)
+    assert "defense.seed is set" in out  # a seeded draw is for tests only, and says so
+    res = _assert_same_models(run, ref)
+    assert all(v is None or np.isnan(v) for v in res["history"]["train_loss"])
     for k, lo in enumerate(LOS):
         got = res["privacy"]["parties"][lo]
         assert got == ref.privacy_["parties"][f"label_owner_{k}"]
         assert got["epsilon"] == pytest.approx(8.0) and got["releases"] == 2
-    log = json.loads((run / "coordinator" / "message_log.json").read_text())
-    roles = _roles(cfg)
-    parties = [ref.server_, *ref.data_owners_, *ref.label_owners_]
-    in_process = footprint(ref.transport_.log.exchanges(), {p.name: p.role for p in parties})
-    assert footprint(log["exchanges"], roles) == in_process
+    deployed, in_process, log = _footprints(run, cfg, ref)
+    assert deployed == in_process
     for lo in LOS:
         assert "train_loss" not in log["meta_keys"].get(f"{lo} -> coordinator", [])
+
+
+def test_launch_with_secure_aggregation_equals_in_process(tmp_path):
+    """``[defense] kind = "secagg"`` deployed (mutual TLS: the label owners sign their
+    X25519 keys): the server receives only masked updates, and the run equals the
+    in-process secure run and, within fixed point, the plain one."""
+    run, _, cfg, ref = _launch_with(tmp_path, 'kind = "secagg"\n')
+    res = _assert_same_models(run, ref)
+    np.testing.assert_allclose(res["history"]["train_loss"], ref.history_["train_loss"], rtol=1e-5)
+    deployed, in_process, log = _footprints(run, cfg, ref)
+    assert deployed == in_process
+    assert ("label_owner", "coordinator", "secagg:keys:reply", ()) in deployed
+    names = {f"masked_update/{k}" for k in ref.server_.params}
+    for lo in LOS:
+        assert set(log["crossings"][f"{lo} -> coordinator"]) == names | {"psi_sealed", "psi_set"}

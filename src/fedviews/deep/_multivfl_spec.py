@@ -51,6 +51,7 @@ from fedviews.federation import (
     member_entropy,
     noise_multiplier,
     register_algorithm_spec,
+    secured_policy,
     wire_codecs,
 )
 
@@ -372,7 +373,7 @@ class MultiVFLAlgorithm(Algorithm):
     name = "multivfl"
     Params = MultiVFLParams
     peer_to_peer = True
-    defenses = frozenset({"none", "label_rr", "grad_dp", "act_dp"})
+    defenses = frozenset({"none", "secagg", "label_rr", "grad_dp", "act_dp"})
 
     def dp_releases(self, run: RunSpec) -> int:
         """Per local epoch, a sample's label enters one release under ``grad_dp``; its
@@ -433,6 +434,11 @@ class MultiVFLAlgorithm(Algorithm):
         return {"height": int(X.shape[1]), "width": int(X.shape[2])}
 
     def make_setup(self, run: RunSpec, infos: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
+        if run.defense.kind == "secagg" and len(run.federation.owners()) < 2:
+            raise ConfigError(
+                "secagg hides each label owner's update in their sum: it needs at least two "
+                "label owners (with one, the sum is its update)"
+            )
         dos = data_owners(run)
         widths = {d: int(infos[d]["width"]) for d in dos}
         if len(set(widths.values())) != 1:
@@ -449,9 +455,11 @@ class MultiVFLAlgorithm(Algorithm):
 
     def policy(self, run: RunSpec, setup: Mapping[str, Any]) -> PrivacyPolicy:
         p: MultiVFLParams = run.params
-        return multivfl_policy(
-            self.top_names(run, setup), evaluate=bool(p.evaluate), codecs=p.codecs()
-        )
+        names = self.top_names(run, setup)
+        policy = multivfl_policy(names, evaluate=bool(p.evaluate), codecs=p.codecs())
+        if run.defense.secagg_bits is None:
+            return policy
+        return secured_policy(policy, {f"update/{n}": [f"masked_update/{n}"] for n in names})
 
     # -- leakage ---------------------------------------------------------------
     def audit_rounds(self, run: RunSpec) -> set[int]:
@@ -538,6 +546,7 @@ class MultiVFLAlgorithm(Algorithm):
                 device=dev,
                 codecs=p.codecs(),
                 dp=dp,
+                secure=run.defense.secagg_bits is not None,
             )
             if "test" in local.rows:
                 lo.set_split_labels("test", np.asarray(local.take("test")[2]))
@@ -572,6 +581,7 @@ class MultiVFLAlgorithm(Algorithm):
             random_state=int(run.seed or 0),
             evaluate=p.evaluate,
             name=run.federation.coordinator,
+            frac_bits=run.defense.secagg_bits,
         )
 
     # -- running ---------------------------------------------------------------

@@ -95,9 +95,12 @@ from fedviews.federation import (
     Party,
     Roster,
     RunSpec,
+    SecureSumParty,
     build_in_process,
     estimator_params,
     handles,
+    secure_sum_setup,
+    unmask_sum,
 )
 
 try:
@@ -501,8 +504,11 @@ class DataOwner(Party):
         return self.reply(msg, self.act_codec.pack("activations", to_numpy(out)))
 
 
-class LabelOwner(Party):
-    """Holds the labels of its samples and the top model; drives its batches."""
+class LabelOwner(SecureSumParty):
+    """Holds the labels of its samples and the top model; drives its batches.
+
+    ``secure``: its top-model update leaves only masked for the server's secure sum
+    (``defense.kind = "secagg"``, as ``masked_update/<name>``)."""
 
     def __init__(
         self,
@@ -518,9 +524,10 @@ class LabelOwner(Party):
         device: torch.device,
         codecs: tuple[Codec, Codec] = (Codec(), Codec()),
         dp: GradDP | None = None,
+        secure: bool = False,
     ) -> None:
         super().__init__(name, role="label_owner")
-        self.dp = dp
+        self.dp, self.secure = dp, secure
         self.act_codec, self.grad_codec = codecs
         self.device = device
         self.y = to_tensor(y, device, torch.long)
@@ -577,6 +584,13 @@ class LabelOwner(Party):
                 )
                 n_batches += 1
         update = {f"update/{k}": v - self._global[k] for k, v in state_arrays(self.top).items()}
+        if self.secure:
+            if self.secure_sum is None:
+                raise ProtocolError(
+                    f"{self.name!r} was asked for its update before the secure-aggregation key "
+                    "exchange: it sends it only masked"
+                )
+            update = self.secure_sum.mask({f"masked_{k}": v for k, v in update.items()}, msg.round)
         meta: dict[str, MetaValue] = {"n_batches": n_batches}
         if self.dp is None:  # under grad_dp the loss of the true labels is not released
             meta["train_loss"] = total / max(n_batches, 1)
@@ -627,8 +641,10 @@ class Server(Coordinator):
         evaluate: bool,
         callback: Callable[[int, dict[str, float]], None] | None = None,
         name: str = "server",
+        frac_bits: int | None = None,
     ) -> None:
         super().__init__(name, role="coordinator")
+        self.frac_bits = frac_bits  # secure aggregation of the updates (None: plain)
         self.params = state_arrays(top)
         self.optimizer = optimizer
         self.label_owners, self.data_owners = list(label_owners), list(data_owners)
@@ -638,6 +654,16 @@ class Server(Coordinator):
 
     def _send_top(self, round_: int) -> None:
         self.broadcast(self.label_owners, "set_top", prefixed("top/", self.params), round=round_)
+
+    def _updates(self, replies: Mapping[str, Message]) -> list[dict[str, np.ndarray]]:
+        """The label owners' updates, each checked on arrival; under secure aggregation only
+        their mean, from the masked sum (the one thing the server optimizer needs)."""
+        if self.frac_bits is None:
+            return [_received(rep, self.params, "update/") for rep in replies.values()]
+        shapes = {f"masked_update/{k}": v.shape for k, v in self.params.items()}
+        sums = unmask_sum(replies, shapes, self.frac_bits)
+        n = len(replies)
+        return [{k: sums[f"masked_update/{k}"] / n for k in self.params}]
 
     def history_columns(self) -> dict[str, list[float]]:
         """The history by column: every key of the first record → its value per round (NaN
@@ -671,12 +697,14 @@ class Server(Coordinator):
         assert self.transport is not None
         log = self.transport.log
         start = len(self.history)
+        if self.frac_bits is not None:  # fresh keys for this run (also a resumed one)
+            secure_sum_setup(self, self.label_owners, self.frac_bits, round=start)
         self._send_top(start)
         for r in range(start + 1, self.rounds + 1):
             t0, b0 = time.perf_counter(), log.total_bytes
             seed = round_seed(self.random_state, r)
             replies = self.broadcast(self.label_owners, "train_round", meta={"seed": seed}, round=r)
-            updates = [_received(rep, self.params, "update/") for rep in replies.values()]
+            updates = self._updates(replies)
             self.params = {
                 k: v.astype(np.float32)
                 for k, v in self.optimizer.step(self.params, updates).items()

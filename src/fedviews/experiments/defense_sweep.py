@@ -78,35 +78,59 @@ def _attack_key(row: Mapping[str, Any]) -> str:
     return f"{row['attacker']} ← {row['observation']}: {row['attack']} ({row['metric']})"
 
 
-def _label_success(rows: list[Mapping[str, Any]]) -> tuple[float, float]:
-    """The strongest label attack of a setting: ``(recovery %, its chance %)``."""
-    label_rows = [r for r in rows if r["metric"] == "label recovery %"]
-    if not label_rows:
+def _strongest(rows: list[Mapping[str, Any]], metric: str) -> tuple[float, float]:
+    """The strongest attack of a setting by ``metric`` (``"label recovery %"``: labels;
+    ``"ssim"``: reconstructed features): ``(value, its chance)``; NaN where none ran."""
+    scored = [r for r in rows if r["metric"] == metric]
+    if not scored:
         return math.nan, math.nan
-    best = max(label_rows, key=lambda r: float(r["value"]))
+    best = max(scored, key=lambda r: float(r["value"]))
     return float(best["value"]), float(best["chance"])
+
+
+def _label_success(rows: list[Mapping[str, Any]]) -> tuple[float, float]:
+    return _strongest(rows, "label recovery %")
+
+
+def _feature_success(rows: list[Mapping[str, Any]]) -> tuple[float, float]:
+    return _strongest(rows, "ssim")
+
+
+_PANELS = (
+    (_label_success, "strongest label attack: labels recovered (%)"),
+    (_feature_success, "strongest feature attack: SSIM of the reconstructions"),
+)
 
 
 def _plot(cells: dict[str, dict[str, Any]], path: Path) -> Path:
     plt = pyplot()
-    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(10, 4))
+    panels = [
+        (fn, title)
+        for fn, title in _PANELS
+        if any(math.isfinite(fn(c["rows"])[0]) for c in cells.values())
+    ]
+    fig, axes = plt.subplots(1, len(panels) + 1, figsize=(5 * (len(panels) + 1), 4))
     kinds = sorted({c["kind"] for c in cells.values()})
     colors = {k: f"C{i}" for i, k in enumerate(kinds)}
     finite = [c["epsilon"] for c in cells.values() if c["epsilon"] is not None]
     right = 2 * max(finite) if finite else 1.0  # where "no DP" (epsilon = inf) is drawn
+    ax2 = axes[-1]
     for label, c in cells.items():
-        acc, (rec, chance) = 100 * _num(c["accuracy"], math.nan), _label_success(c["rows"])
-        col = colors[c["kind"]]
-        ax1.scatter(rec, acc, color=col)
-        ax1.annotate(label, (rec, acc), fontsize=7, xytext=(3, 3), textcoords="offset points")
+        acc, col = 100 * _num(c["accuracy"], math.nan), colors[c["kind"]]
+        for ax, (fn, _) in zip(axes, panels, strict=False):
+            value, chance = fn(c["rows"])
+            ax.scatter(value, acc, color=col)
+            ax.annotate(label, (value, acc), fontsize=7, xytext=(3, 3), textcoords="offset points")
+            if math.isfinite(chance):
+                ax.axvline(chance, color="grey", lw=0.8, ls=":")
         eps = _num(c["epsilon"], right)
         ax2.scatter(eps, acc, color=col, marker="o" if c["epsilon"] is not None else "x")
         ax2.annotate(label, (eps, acc), fontsize=7, xytext=(3, 3), textcoords="offset points")
-        if math.isfinite(chance):
-            ax1.axvline(chance, color="grey", lw=0.8, ls=":")
-    ax1.set_xlabel("strongest label attack: labels recovered (%)")
-    ax1.set_ylabel("main task: test accuracy (%)")
-    ax1.set_title("accuracy vs attack success (dotted: chance)", fontsize=9)
+    for ax, (_, title) in zip(axes, panels, strict=False):
+        ax.set_xlabel(title)
+        ax.set_ylabel("main task: test accuracy (%)")
+        ax.set_title("accuracy vs attack success (dotted: chance)", fontsize=9)
+    ax1 = axes[0]
     ax2.set_xscale("log")
     ax2.set_xlabel("epsilon spent (log; x: no DP guarantee)")
     ax2.set_ylabel("main task: test accuracy (%)")
@@ -150,9 +174,15 @@ def run_defense_sweep(cfg: ExperimentConfig, ctx: RunContext) -> ExperimentResul
 
             cells[label] = ctx.cell(label, compute)
             advance(1)
+    attacks = [
+        (fn, head)
+        for fn, head in ((_label_success, "label attack %"), (_feature_success, "feature SSIM"))
+        if any(math.isfinite(fn(c["rows"])[0]) for c in cells.values())
+    ]
     summary = Table(
         f"Defenses against the leakage of {p.algorithm}",
-        ["setting", "defense", "epsilon", "delta", "accuracy %", "label attack %", "chance %"],
+        ["setting", "defense", "epsilon", "delta", "accuracy %"]
+        + [h for _, head in attacks for h in (head, "chance")],
         [
             [
                 label,
@@ -160,12 +190,13 @@ def run_defense_sweep(cfg: ExperimentConfig, ctx: RunContext) -> ExperimentResul
                 "∞" if c["epsilon"] is None else round(c["epsilon"], 3),
                 f"{c['delta']:g}",
                 round(100 * _num(c["accuracy"], math.nan), 2),
-                *(round(v, 2) for v in _label_success(c["rows"])),
+                *(round(v, 3) for fn, _ in attacks for v in fn(c["rows"])),
             ]
             for label, c in cells.items()
         ],
-        note="label attack: the strongest label-recovery attack of any attacker (rows not "
-        "granted as aux); epsilon: the largest any party spent (∞: no DP guarantee).",
+        note="label attack: the strongest label-recovery attack of any attacker; feature "
+        "SSIM: the best reconstruction of any attacker (both on rows not granted as aux); "
+        "epsilon: the largest any party spent (∞: no DP guarantee).",
     )
     keys = list(dict.fromkeys(_attack_key(r) for c in cells.values() for r in c["rows"]))
     detail = Table(

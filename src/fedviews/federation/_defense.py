@@ -10,7 +10,8 @@ Kinds:
 
 * ``"none"`` (the default): the protocol of the paper.
 * ``"secagg"``: secure aggregation (:mod:`fedviews.federation._secagg`) of what
-  the coordinator only needs summed. ``frac_bits``: the fixed-point resolution
+  the coordinator only needs summed (MMVFL/V-FedMV: the ``zeta_k Z_k``; Multi-VFL:
+  the label owners' top-model updates). ``frac_bits``: the fixed-point resolution
   ``2^-frac_bits`` of the masked values (default 32).
 * ``"label_rr"``: label differential privacy by randomized response (Warner 1965;
   Ghazi et al., NeurIPS 2021). Before anything is built, every member that holds
@@ -162,6 +163,11 @@ class Defense:
         if self.kind == "act_dp":
             return bool(data.features.size)
         return self.kind in RANDOMIZED and data.y is not None
+
+    @property
+    def secagg_bits(self) -> int | None:
+        """The fixed-point bits of secure sums under ``secagg``; ``None`` otherwise."""
+        return int(self.frac_bits) if self.kind == "secagg" else None
 
     @property
     def active(self) -> bool:

@@ -574,7 +574,7 @@ class ConsensusAlgorithm(LinearAlgorithm):
     @staticmethod
     def frac_bits(run: RunSpec) -> int | None:
         """The fixed-point bits of the secure sums; ``None``: the plain protocol."""
-        return run.defense.frac_bits if run.defense.kind == "secagg" else None
+        return run.defense.secagg_bits
 
     def secured(self, run: RunSpec, policy: PrivacyPolicy) -> PrivacyPolicy:
         """``policy``, with the masked arrays in place of ``Z_k``/``Z_k_test`` under secagg."""
