@@ -76,6 +76,26 @@ local_iter = 2
 standardize = "pooled"
 evaluate = true
 """,
+    "hfedmv_secagg": """
+algorithm = "hfedmv"
+name = "deploy_hfedmv_secagg_test"
+seed = 4
+[federation]
+parties = ["north", "south"]
+label_owners = ["north", "south"]
+[data]
+dataset = "handwritten"
+views = ["pix", "fou", "zer"]
+n_per_class = 12
+n_test = 30
+[params]
+n_rounds = 4
+local_iter = 2
+standardize = "pooled"
+evaluate = true
+[defense]
+kind = "secagg"
+""",
     "sfedmv": """
 algorithm = "sfedmv"
 name = "deploy_sfedmv_test"
@@ -283,6 +303,29 @@ def test_hfedmv_launch_equals_in_process(launched):
             "psi_positions",
         }
     assert len(crossed) == 2 * len(H_CLIENTS)
+
+
+def test_hfedmv_secagg_launch_equals_in_process_and_the_plain_run(launched):
+    """Secure aggregation deployed (mutual TLS: the clients sign their X25519 keys): the
+    server receives only masked sums, and the run equals the plain deployment."""
+    cfg, run, _, res = _finished(launched, "hfedmv_secagg")
+    _, _, _, plain = _finished(launched, "hfedmv")
+    np.testing.assert_allclose(res["objective"], plain["objective"], rtol=1e-8)
+    assert res["test_accuracy"] == plain["test_accuracy"]
+    fed = build_in_process(cfg, {c: load_party_data(run / "data" / f"{c}.npz") for c in H_CLIENTS})
+    fed()
+    roles = {**cfg.roles(), "coordinator": "coordinator"}
+    seen = footprint(
+        json.loads((run / "coordinator" / "message_log.json").read_text())["exchanges"], roles
+    )
+    assert seen == footprint(fed.transport.log.exchanges(), roles)
+    assert_tight(fed.transport.policy, seen)
+    crossed = _crossings(run)
+    for name in H_CLIENTS:
+        assert crossed[f"{name} -> coordinator"] == {
+            "masked_W_local_0", "masked_W_local_1", "masked_W_local_2", "masked_objective",
+            "masked_x_sum", "masked_x_sq", "psi_set",
+        }  # fmt: skip
 
 
 # --------------------------------------------------------------------------- S-FedMV

@@ -80,8 +80,10 @@ def _attack_key(row: Mapping[str, Any]) -> str:
 
 def _strongest(rows: list[Mapping[str, Any]], metric: str) -> tuple[float, float]:
     """The strongest attack of a setting by ``metric`` (``"label recovery %"``: labels;
-    ``"ssim"``: reconstructed features): ``(value, its chance)``; NaN where none ran."""
-    scored = [r for r in rows if r["metric"] == metric]
+    ``"ssim"``: reconstructed features) on training rows (what the defenses protect; a test
+    row's label read off a released prediction is the model's output): ``(value, its
+    chance)``; NaN where none ran."""
+    scored = [r for r in rows if r["metric"] == metric and r.get("group", "train") != "test"]
     if not scored:
         return math.nan, math.nan
     best = max(scored, key=lambda r: float(r["value"]))
@@ -195,7 +197,8 @@ def run_defense_sweep(cfg: ExperimentConfig, ctx: RunContext) -> ExperimentResul
             for label, c in cells.items()
         ],
         note="label attack: the strongest label-recovery attack of any attacker; feature "
-        "SSIM: the best reconstruction of any attacker (both on rows not granted as aux); "
+        "SSIM: the best reconstruction of any attacker (both on training rows not granted "
+        "as aux); "
         "epsilon: the largest any party spent (∞: no DP guarantee).",
     )
     keys = list(dict.fromkeys(_attack_key(r) for c in cells.values() for r in c["rows"]))

@@ -38,21 +38,27 @@ from fedviews.federation import (
     Algorithm,
     AlignGroup,
     Coordinator,
+    Defense,
     Local,
     Message,
+    MetaValue,
     Observation,
     Party,
     PrivacyPolicy,
     Recording,
     Roster,
     RunSpec,
+    SecureSumParty,
     Transport,
     build_in_process,
     estimator_params,
     federate,
     handles,
     register_algorithm_spec,
+    secure_sum_setup,
+    secured_policy,
     spawn_streams,
+    unmask_sum,
 )
 from fedviews.linear._common import (
     LinearAlgorithm,
@@ -127,7 +133,7 @@ class _SingleViewLearner:
         return [res.W]
 
 
-class HFedMVClient(Party):
+class HFedMVClient(SecureSumParty):
     """Client ``L_l`` of Algorithm 3: all views and labels of its own samples stay here.
 
     Its learner is built by ``make(views)`` from its (scaled) views: at once, or —
@@ -145,6 +151,10 @@ class HFedMVClient(Party):
     test
         ``(test_views, y_test)``: this client's own test samples, predicted with the
         final global ``W_k`` (``final``) by the consensus of Eqs. (18)-(19) with ``zetas``.
+    secure
+        Secure aggregation (``defense.kind = "secagg"``): ``N_l W^l_k``, the local
+        objective and the pooled-statistics sums leave only masked for the server's
+        secure sums (``masked_*``); ``N_l`` stays public.
     """
 
     def __init__(
@@ -159,8 +169,10 @@ class HFedMVClient(Party):
         test: tuple[list[np.ndarray], np.ndarray] | None = None,
         zetas: Sequence[float] = (),
         test_opts: tuple[int, float] = (1000, 1e-8),
+        secure: bool = False,
     ) -> None:
         super().__init__(name, role="client")
+        self.secure = secure
         self.views, self.Y, self.make = views, Y, make
         self.n_samples = len(Y)
         self.local_iter = local_iter
@@ -195,14 +207,25 @@ class HFedMVClient(Party):
             raise ProtocolError(f"{self.name!r} got a training round before the pooled statistics")
         return self.learner
 
+    def _masked(self, arrays: dict[str, np.ndarray], round_: int) -> dict[str, np.ndarray]:
+        """``arrays`` masked as ``masked_<name>`` for the server's secure sum."""
+        if self.secure_sum is None:
+            raise ProtocolError(
+                f"{self.name!r} was asked for {sorted(arrays)} before the secure-aggregation "
+                "key exchange: it sends them only masked"
+            )
+        return self.secure_sum.mask({f"masked_{k}": v for k, v in arrays.items()}, round_)
+
     @handles("moments")
     def on_moments(self, msg: Message) -> Message:
         X = np.hstack(self.views)
+        meta: dict[str, MetaValue] = {"n_samples": len(X)}
+        if self.secure:  # sums the server may add up: no client's own mean or spread
+            sums = {"x_sum": X.sum(axis=0), "x_sq": (X**2).sum(axis=0)}
+            return self.reply(msg, arrays=self._masked(sums, msg.round), meta=meta)
         mean = X.mean(axis=0)
         return self.reply(
-            msg,
-            arrays={"x_sum": X.sum(axis=0), "x_m2": ((X - mean) ** 2).sum(axis=0)},
-            meta={"n_samples": len(X)},
+            msg, arrays={"x_sum": X.sum(axis=0), "x_m2": ((X - mean) ** 2).sum(axis=0)}, meta=meta
         )
 
     @handles("scale")
@@ -222,6 +245,12 @@ class HFedMVClient(Party):
         self.W_local = learner.passes(
             [msg.array(f"W_{k}", shapes[k]) for k in range(K)], self.local_iter
         )
+        if self.secure:  # N_l W^l_k and the objective, for the server's weighted sums
+            arrays = {f"W_local_{k}": self.n_samples * W for k, W in enumerate(self.W_local)}
+            arrays["objective"] = np.array([learner.objective[-1]])
+            return self.reply(
+                msg, arrays=self._masked(arrays, msg.round), meta={"n_samples": self.n_samples}
+            )
         return self.reply(
             msg,
             arrays={f"W_local_{k}": W for k, W in enumerate(self.W_local)},
@@ -334,9 +363,16 @@ class HFedMVServer(Coordinator):
     """
 
     def __init__(
-        self, clients: Sequence[str], Ws: list[np.ndarray], n_rounds: int, *, pooled: bool = False
+        self,
+        clients: Sequence[str],
+        Ws: list[np.ndarray],
+        n_rounds: int,
+        *,
+        pooled: bool = False,
+        frac_bits: int | None = None,
     ) -> None:
         super().__init__()
+        self.frac_bits = frac_bits  # secure aggregation (None: the plain protocol)
         self.clients = list(clients)
         self.W = Ws
         self.n_rounds = n_rounds
@@ -382,11 +418,21 @@ class HFedMVServer(Coordinator):
         replies = self.broadcast(self.clients, "moments", round=len(self.objective))
         n = np.array([replies[c].number("n_samples") for c in self.clients])
         width = sum(W.shape[0] for W in self.W)
-        sums = np.stack([replies[c].array("x_sum", (width,)) for c in self.clients])
-        m2 = np.stack([replies[c].array("x_m2", (width,)) for c in self.clients])
         if (n < 1).any():
             raise ProtocolError("a client reported no training samples for the pooled statistics")
-        mean, sd = pooled_moments(n, sums, m2)
+        if self.frac_bits is not None:  # only the sums over all clients
+            got = unmask_sum(
+                replies, {"masked_x_sum": (width,), "masked_x_sq": (width,)}, self.frac_bits
+            )
+            N = float(n.sum())
+            mean = got["masked_x_sum"] / N
+            var = np.maximum(got["masked_x_sq"] / N - mean**2, 0.0)
+            sd = np.sqrt(var)
+            sd[sd < 1e-12] = 1.0
+        else:
+            sums = np.stack([replies[c].array("x_sum", (width,)) for c in self.clients])
+            m2 = np.stack([replies[c].array("x_m2", (width,)) for c in self.clients])
+            mean, sd = pooled_moments(n, sums, m2)
         self.broadcast(
             self.clients, "scale", arrays={"x_mean": mean, "x_scale": sd}, round=len(self.objective)
         )
@@ -398,6 +444,8 @@ class HFedMVServer(Coordinator):
 
         ``on_round_end(r)`` is called after round ``r`` (e.g. to write a checkpoint).
         """
+        if self.frac_bits is not None:  # fresh keys for this run (also a resumed one)
+            secure_sum_setup(self, self.clients, self.frac_bits, round=len(self.objective))
         if self.pooled:
             self.pool_statistics()
         K = len(self.W)
@@ -408,13 +456,22 @@ class HFedMVServer(Coordinator):
                 arrays={f"W_{k}": W for k, W in enumerate(self.W)},
                 round=r,
             )
-            local = [
-                [replies[c].array(f"W_local_{k}", self.W[k].shape) for k in range(K)]
-                for c in self.clients
-            ]
             sizes = [replies[c].number("n_samples") for c in self.clients]
-            self.W = self.aggregate(local, sizes)
-            self.objective.append(sum(replies[c].number("local_objective") for c in self.clients))
+            if self.frac_bits is not None:  # sum_l N_l W^l_k, divided by N: nothing per client
+                shapes = {f"masked_W_local_{k}": W.shape for k, W in enumerate(self.W)}
+                got = unmask_sum(replies, {**shapes, "masked_objective": (1,)}, self.frac_bits)
+                N = float(sum(sizes))
+                self.W = [got[f"masked_W_local_{k}"] / N for k in range(K)]
+                self.objective.append(float(got["masked_objective"][0]))
+            else:
+                local = [
+                    [replies[c].array(f"W_local_{k}", self.W[k].shape) for k in range(K)]
+                    for c in self.clients
+                ]
+                self.W = self.aggregate(local, sizes)
+                self.objective.append(
+                    sum(replies[c].number("local_objective") for c in self.clients)
+                )
             if on_round_end is not None:
                 on_round_end(r)
         self._final()
@@ -568,9 +625,18 @@ class HFedMVAlgorithm(HorizontalClients, LinearAlgorithm):
 
     name = "hfedmv"
     Params = HFedMVParams
+    defenses = frozenset({"none", "secagg", "label_rr"})
 
     def policy(self, run: RunSpec, setup: Mapping[str, Any]) -> PrivacyPolicy:
-        return hfedmv_policy(len(view_dims_of(setup)), pooled=run.params.standardize == "pooled")
+        K, pooled = len(view_dims_of(setup)), run.params.standardize == "pooled"
+        policy = hfedmv_policy(K, pooled=pooled)
+        if run.defense.secagg_bits is None:
+            return policy
+        masked = {f"W_local_{k}": [f"masked_W_local_{k}"] for k in range(K)}
+        masked["W_local_0"].append("masked_objective")
+        if pooled:
+            masked |= {"x_sum": ["masked_x_sum"], "x_m2": ["masked_x_sq"]}
+        return secured_policy(policy, masked)
 
     def build_party(
         self, run: RunSpec, party: str, local: Local, setup: Mapping[str, Any]
@@ -611,6 +677,7 @@ class HFedMVAlgorithm(HorizontalClients, LinearAlgorithm):
             test=test,
             zetas=zetas,
             test_opts=(p.test_max_iter, p.test_tol),
+            secure=run.defense.secagg_bits is not None,
         )
 
     def build_coordinator(
@@ -623,7 +690,13 @@ class HFedMVAlgorithm(HorizontalClients, LinearAlgorithm):
             int(setup["n_classes"]),
             spawn_streams(run.seed, len(clients) + 1)[0],
         )
-        return HFedMVServer(clients, W0, p.n_rounds, pooled=p.standardize == "pooled")
+        return HFedMVServer(
+            clients,
+            W0,
+            p.n_rounds,
+            pooled=p.standardize == "pooled",
+            frac_bits=run.defense.secagg_bits,
+        )
 
     def round_message(self, role: str) -> str:
         return "local_train"
@@ -770,6 +843,10 @@ class HFedMV(_ConsensusPredictor):
         Feature scaling before training: none, every client with its own training
         statistics, or the pooled statistics of all clients (from their sums; only
         per-feature sums cross).
+    defense : str, dict or Defense, optional
+        ``"secagg"``: the server learns only the weighted sums of the clients' models
+        (and, pooled, of their feature sums), never one client's; ``"label_rr"``: every
+        client randomizes its training labels (:class:`~fedviews.federation.Defense`).
     random_state : int or None
         Stream 0: server's random ``W_k``; stream ``1 + l``: client ``l``'s ``Z^l``.
     transport : callable, optional
@@ -803,6 +880,7 @@ class HFedMV(_ConsensusPredictor):
         test_tol: float = 1e-8,
         eps: float = 1e-10,
         standardize: str = "none",
+        defense: Any = None,
         random_state: int | None = 0,
         transport: Any = None,
     ) -> None:
@@ -820,7 +898,13 @@ class HFedMV(_ConsensusPredictor):
         params = estimator_params(HFedMVParams, self, skip=("evaluate",))
         self.zetas_ = per_party(params.zeta, K, "zeta")
         names = tuple(f"client{l}" for l in range(len(Xss)))  # noqa: E741
-        run = RunSpec("hfedmv", params, Roster(names, label_owners=names), self.random_state)
+        run = RunSpec(
+            "hfedmv",
+            params,
+            Roster(names, label_owners=names),
+            self.random_state,
+            Defense.of(self.defense),
+        )
         dims = tuple(X.shape[1] for X in Xss[0])
         datas = {
             name: PartyData(

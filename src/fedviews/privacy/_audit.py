@@ -130,6 +130,7 @@ class LeakageRow:
     value: float
     chance: float
     n_scored: int
+    group: str = "train"  # the alignment group of the rows scored (e.g. "test")
 
 
 @dataclass
@@ -305,9 +306,9 @@ def attack_observations(
             out += [
                 LeakageRow(
                     algorithm, attacker, role, obs.name, attack.title,
-                    f"{attack.secret} of {whose}", note, *score,
+                    f"{attack.secret} of {whose}", note, metric, value, chance, n, obs.group,
                 )
-                for score in scores
+                for metric, value, chance, n in scores
             ]  # fmt: skip
     return out
 
