@@ -1,10 +1,13 @@
-"""Secure aggregation overhead: MMVFL and V-FedMV with ``defense="secagg"`` beside the plain run.
+"""Secure aggregation overhead: MMVFL, V-FedMV and H-FedMV with ``defense="secagg"`` beside the
+plain run (Multi-VFL's is in ``bench_defenses.py``).
 
 Each configuration is fitted plain and secure, alternately, ``--repeat`` times in this process
 (this machine is noisy: the ratio of medians is what to read); bytes are the message log's
 totals (every message, key exchange included). Two data sizes: Handwritten (2,000 samples,
 6 views, 10 classes) and a synthetic problem of ``--samples`` rows, where masking cost grows
-with ``n x classes x (parties - 1)``. Also checks that both runs reach the same consensus.
+with ``n x classes x (parties - 1)``; H-FedMV deals the same rows to 4 clients (every view,
+pooled scaling), where it grows with ``features x classes x (clients - 1)``. Also checks
+that both runs reach the same model (``Z``, or H-FedMV's global ``W_k``).
 
     python benchmarks/bench_secagg.py [--repeat 3] [--samples 20000]
 """
@@ -17,7 +20,7 @@ import time
 import numpy as np
 
 from fedviews import data
-from fedviews.linear import MMVFL, VFedMV
+from fedviews.linear import MMVFL, HFedMV, VFedMV
 
 
 def problems(n_synth: int) -> list[tuple[str, list[np.ndarray], np.ndarray]]:
@@ -33,6 +36,16 @@ def problems(n_synth: int) -> list[tuple[str, list[np.ndarray], np.ndarray]]:
     return [("handwritten (n=2000, K=6)", Xs, y), (f"synthetic (n={n_synth}, K=4)", synth, ys)]
 
 
+def fit(Est: type, kind: str, Xs: list[np.ndarray], y: np.ndarray, rounds: int) -> object:
+    """One fit: the consensus algorithms on all views, H-FedMV on 4 clients' rows."""
+    if Est is HFedMV:
+        parts = np.array_split(np.random.default_rng(1).permutation(len(y)), 4)
+        clients = [([X[p] for X in Xs], y[p]) for p in parts]
+        est = HFedMV(n_rounds=rounds, local_iter=1, standardize="pooled", defense=kind)
+        return est.fit(clients)
+    return Est(max_iter=rounds, tol=0, defense=kind).fit(Xs, y)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--repeat", type=int, default=3)
@@ -40,23 +53,26 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=10)
     args = ap.parse_args()
     print(
-        "| algorithm | data | plain s | secagg s | time ratio | plain MB | secagg MB | bytes ratio | max abs diff of Z |"
+        "| algorithm | data | plain s | secagg s | time ratio | plain MB | secagg MB | bytes ratio | max abs diff of the model |"
     )
     print("|---|---|---|---|---|---|---|---|---|")
     for name, Xs, y in problems(args.samples):
-        for Est in (MMVFL, VFedMV):
+        for Est in (MMVFL, VFedMV, HFedMV):
             times: dict[str, list[float]] = {"none": [], "secagg": []}
             fitted = {}
             for _ in range(args.repeat):
                 for kind in ("none", "secagg"):
                     t = time.perf_counter()
-                    fitted[kind] = Est(max_iter=args.rounds, tol=0, defense=kind).fit(Xs, y)
+                    fitted[kind] = fit(Est, kind, Xs, y, args.rounds)
                     times[kind].append(time.perf_counter() - t)
             plain, secure = fitted["none"], fitted["secagg"]
             tp, ts = np.median(times["none"]), np.median(times["secagg"])
             bp = plain.run_stats_["total_bytes"] / 1e6
             bs = secure.run_stats_["total_bytes"] / 1e6
-            diff = float(np.abs(plain.Z_ - secure.Z_).max())
+            if Est is HFedMV:
+                diff = max(float(np.abs(a - b).max()) for a, b in zip(plain.W_, secure.W_))
+            else:
+                diff = float(np.abs(plain.Z_ - secure.Z_).max())
             print(
                 f"| {Est.__name__} | {name} | {tp:.2f} | {ts:.2f} | {ts / tp:.2f} | {bp:.2f} | "
                 f"{bs:.2f} | {bs / bp:.2f} | {diff:.1e} |",

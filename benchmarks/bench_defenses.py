@@ -1,0 +1,63 @@
+"""The cost of each Multi-VFL defense beside the plain run, in one process.
+
+MNIST, 4 data owners (7-row strips), 2 label owners, ``--images`` training images,
+``--rounds`` rounds of one local epoch; every defense fitted after the plain run, alternately,
+``--repeat`` times after one untimed pass (this machine is noisy: read the ratio of medians). Bytes are the message
+log's totals. ``grad_dp`` and ``act_dp`` compute per-sample gradients (``torch.func``), which
+is where their time goes.
+
+    python benchmarks/bench_defenses.py [--images 2000] [--rounds 3] [--repeat 2]
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+import numpy as np
+
+from fedviews import data
+from fedviews.deep.multivfl import MultiVFL
+
+DEFENSES = {
+    "none": None,
+    "secagg": "secagg",
+    "label_rr": {"kind": "label_rr", "epsilon": 2.0},
+    "grad_dp": {"kind": "grad_dp", "epsilon": 8.0, "clip": 1.0},
+    "act_dp": {"kind": "act_dp", "epsilon": 1e4, "clip": 5.0},
+}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--images", type=int, default=2000)
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--repeat", type=int, default=2)
+    args = ap.parse_args()
+    Xtr, ytr, *_ = data.image_split("mnist", {}, 0, 0.2)  # MNIST: a stratified fifth
+    take = np.random.default_rng(0).permutation(len(ytr))[: args.images]
+    X, y = Xtr[take], ytr[take]
+    halves = np.array_split(np.arange(len(y)), 2)  # the two label owners' samples
+    times: dict[str, list[float]] = {k: [] for k in DEFENSES}
+    stats: dict[str, dict] = {}
+    for rep in range(args.repeat + 1):  # the first pass warms up (torch, allocators): not timed
+        for name, defense in DEFENSES.items():
+            t = time.perf_counter()
+            est = MultiVFL(
+                n_data_owners=4, n_label_owners=2, rounds=args.rounds, lr=1e-3,
+                local_optimizer="adam", device="cpu", defense=defense,
+            ).fit(X, y, label_owner_ids=halves)  # fmt: skip
+            if rep:
+                times[name].append(time.perf_counter() - t)
+            stats[name] = est.run_stats_
+    base_t = float(np.median(times["none"]))
+    base_b = stats["none"]["total_bytes"]
+    print("| defense | seconds | time ratio | MB | bytes ratio |")
+    print("|---|---|---|---|---|")
+    for name in DEFENSES:
+        t, b = float(np.median(times[name])), stats[name]["total_bytes"]
+        print(f"| {name} | {t:.2f} | {t / base_t:.2f} | {b / 1e6:.1f} | {b / base_b:.3f} |")
+
+
+if __name__ == "__main__":
+    main()
