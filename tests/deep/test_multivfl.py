@@ -306,6 +306,7 @@ def test_estimator_params_are_the_spec_params() -> None:
         "n_label_owners",
         "scenario",
         "samples_per_owner",
+        "defense",
         "random_state",
         "log_entries",
         "transport",

@@ -74,9 +74,10 @@ def test_a_sweep_puts_each_defense_beside_the_undefended_run(tmp_path):
         ("params.settings=[{label='a'}, {label='a'}]", "labels must differ"),
         ("params.settings=[{defense={kind='label_rr', epsilon=1}}]", "needs a label"),
         (
-            "params.settings=[{label='a', defense={kind='secagg'}}]",
-            "defense 'secagg' does not apply to multivfl",
+            "params.settings=[{label='a', defense={kind='grad_dp'}}]",
+            "grad_dp takes either defense.noise_multiplier",
         ),
+        ("params.settings=[{label='a', run={rounds=0}}]", "rounds"),
     ],
 )
 def test_bad_settings_are_one_line_errors(tmp_path, override, msg):

@@ -114,11 +114,12 @@ def test_a_party_never_sends_Zk_in_the_clear_under_secagg():
 
 
 def test_defense_that_does_not_apply_is_a_config_error():
-    from fedviews.deep import MultiVFL  # noqa: F401  (registers the spec)
     from fedviews.federation import get_algorithm_spec
 
-    with pytest.raises(ConfigError, match="defense 'secagg' does not apply to multivfl"):
-        get_algorithm_spec("multivfl").check_defense(Defense.of("secagg"))
+    with pytest.raises(ConfigError, match="defense 'secagg' does not apply to apfed"):
+        get_algorithm_spec("apfed").check_defense(Defense.of("secagg"))
+    with pytest.raises(ConfigError, match="defense 'grad_dp' does not apply to mmvfl"):
+        get_algorithm_spec("mmvfl").check_defense(Defense.of({"kind": "grad_dp", "epsilon": 1}))
     Xs, y = _data()
     with pytest.raises(ConfigError, match="unknown defense.kind"):
         MMVFL(defense="laplace").fit(Xs, y)
