@@ -85,3 +85,30 @@ def test_secure_pooled_statistics_equal_the_plain_pooled_statistics():
            transport=transport).fit(clients)  # fmt: skip
     client = [r for k, r in seen if k == "moments"]
     assert len(client) == 3 and all(r.arrays["masked_x_sum"].dtype == np.uint64 for r in client)
+
+
+def test_the_servers_view_under_secagg_is_the_global_model_only():
+    from fedviews.data import PartyData
+    from fedviews.federation import Defense, Roster, RunSpec, build_in_process
+    from fedviews.linear._hfedmv import HFedMVParams
+
+    clients = _clients(2)
+    names = tuple(f"c{i}" for i in range(3))
+    datas = {
+        n: PartyData(np.arange(len(y)), np.hstack(Xs), y.astype(np.int64), view_dims=(5, 8))
+        for n, (Xs, y) in zip(names, clients)
+    }
+    params = HFedMVParams(n_rounds=2, local_iter=1, inner_max_iter=2, standardize="pooled")
+    run = RunSpec("hfedmv", params, Roster(names, label_owners=names), 0, Defense.of("secagg"))
+    fed = build_in_process(run, datas)
+    rec = fed.record(["coordinator"])["coordinator"]
+    fed()
+    obs = fed.algorithm.observations(run, fed.setup, rec)
+    assert [o.name for o in obs] == ["W from the masked sum"] * 3  # one per victim client
+    # it predicts with the global model the server computed (and broadcast), on features
+    # scaled with the pooled statistics it unmasked, which equal the pooled moments of all rows
+    from fedviews.linear._hfedmv import linear_predictor
+
+    allX = np.vstack([np.hstack(Xs) for Xs, _ in clients])
+    ref = linear_predictor(fed.coordinator.W, (allX.mean(0), allX.std(0)))
+    np.testing.assert_array_equal(obs[0].predict(allX, None), ref(allX, None))

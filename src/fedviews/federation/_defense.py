@@ -65,6 +65,16 @@ Kinds:
   against the label owners and the coordinator. Evaluation rows are clipped, not
   noised, and not covered. ``noise_multiplier`` or ``epsilon``, ``delta``, ``seed``:
   as for ``grad_dp``.
+* ``"model_dp"``: client-level differential privacy of the shared models (DP-FedAvg,
+  McMahan et al. 2018; H-FedMV). Every round each client clips its model update
+  ``W^l - W`` (all views jointly, Frobenius norm) to ``clip`` and adds ``N(0, (
+  noise_multiplier * 2 * clip)^2)`` per coordinate before it sends ``W^l``.
+  *Sensitivity:* replacing a client's whole dataset (every sample's features and
+  labels) moves its clipped update by at most ``2 * clip``; the global model, later
+  rounds and the final predictions are post-processing, so a run composes
+  ``n_rounds`` Gaussian mechanisms and is ``(epsilon, delta)``-DP for each client's
+  whole dataset against the server and the other clients. The local objective is then
+  not reported, and pooled scaling is refused (its moments are not noised).
 """
 
 from __future__ import annotations
@@ -96,11 +106,11 @@ __all__ = [
 ]
 
 #: the defense kinds fedviews implements
-DEFENSES = ("none", "secagg", "label_rr", "grad_dp", "act_dp")
+DEFENSES = ("none", "secagg", "label_rr", "grad_dp", "act_dp", "model_dp")
 #: the kinds that draw private randomness (a deployed party keeps its draw: see ``seed``)
-RANDOMIZED = frozenset({"label_rr", "grad_dp", "act_dp"})
+RANDOMIZED = frozenset({"label_rr", "grad_dp", "act_dp", "model_dp"})
 #: the Gaussian kinds (clip + noise, accounted with dp-accounting)
-GAUSSIAN = frozenset({"grad_dp", "act_dp"})
+GAUSSIAN = frozenset({"grad_dp", "act_dp", "model_dp"})
 
 
 @dataclass(frozen=True)
@@ -158,8 +168,9 @@ class Defense:
 
     def draws(self, data: Any) -> bool:
         """Whether a member holding ``data`` (a :class:`~fedviews.data.PartyData`) draws
-        private randomness under this defense: the label holders for ``label_rr`` and
-        ``grad_dp``, the feature holders for ``act_dp``."""
+        private randomness under this defense: the label holders for ``label_rr``,
+        ``grad_dp`` and ``model_dp`` (H-FedMV's clients), the feature holders for
+        ``act_dp``."""
         if self.kind == "act_dp":
             return bool(data.features.size)
         return self.kind in RANDOMIZED and data.y is not None
@@ -295,10 +306,12 @@ def privacy_ledger(
                 "(feature DP)",
                 "parties": {p: dict(entry, grad_clip=float(d.grad_clip)) for p in feature_holders},
             }
-        return {
-            "mechanism": "grad_dp: per-sample clipped, Gaussian-noised label gradients (label DP)",
-            "parties": {p: dict(entry) for p in label_holders},
-        }
+        mechanism = {
+            "grad_dp": "grad_dp: per-sample clipped, Gaussian-noised label gradients (label DP)",
+            "model_dp": "model_dp: clipped, Gaussian-noised model updates (client-level DP of "
+            "each client's whole dataset)",
+        }[d.kind]
+        return {"mechanism": mechanism, "parties": {p: dict(entry) for p in label_holders}}
     if d.kind != "label_rr":
         return {}
     eps, how = float(d.epsilon), "closed form (randomized response, one draw)"

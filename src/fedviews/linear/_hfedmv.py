@@ -54,6 +54,8 @@ from fedviews.federation import (
     estimator_params,
     federate,
     handles,
+    member_entropy,
+    noise_multiplier,
     register_algorithm_spec,
     secure_sum_setup,
     secured_policy,
@@ -155,6 +157,11 @@ class HFedMVClient(SecureSumParty):
         Secure aggregation (``defense.kind = "secagg"``): ``N_l W^l_k``, the local
         objective and the pooled-statistics sums leave only masked for the server's
         secure sums (``masked_*``); ``N_l`` stays public.
+    dp
+        ``(clip, sigma, stream)`` of ``defense.kind = "model_dp"``: the update
+        ``W^l - W`` (all views) is clipped to ``clip`` and noised with ``N(0, sigma^2)``
+        per coordinate before ``W^l`` leaves (:func:`private_update`); the local objective
+        is not reported.
     """
 
     def __init__(
@@ -170,9 +177,10 @@ class HFedMVClient(SecureSumParty):
         zetas: Sequence[float] = (),
         test_opts: tuple[int, float] = (1000, 1e-8),
         secure: bool = False,
+        dp: tuple[float, float, np.random.SeedSequence] | None = None,
     ) -> None:
         super().__init__(name, role="client")
-        self.secure = secure
+        self.secure, self.dp = secure, dp
         self.views, self.Y, self.make = views, Y, make
         self.n_samples = len(Y)
         self.local_iter = local_iter
@@ -242,9 +250,19 @@ class HFedMVClient(SecureSumParty):
         learner = self._learner()
         K = len(learner.problems)
         shapes = [(pr.X.shape[1], self.Y.shape[1]) for pr in learner.problems]
-        self.W_local = learner.passes(
-            [msg.array(f"W_{k}", shapes[k]) for k in range(K)], self.local_iter
-        )
+        W_global = [msg.array(f"W_{k}", shapes[k]) for k in range(K)]
+        self.W_local = learner.passes(W_global, self.local_iter)
+        if self.dp is not None:
+            clip, sigma, stream = self.dp
+            rng = np.random.default_rng(
+                np.random.SeedSequence([*stream.generate_state(4), msg.round])
+            )
+            sent = private_update(W_global, self.W_local, clip, sigma, rng)
+            return self.reply(
+                msg,
+                arrays={f"W_local_{k}": W for k, W in enumerate(sent)},
+                meta={"n_samples": self.n_samples},
+            )
         if self.secure:  # N_l W^l_k and the objective, for the server's weighted sums
             arrays = {f"W_local_{k}": self.n_samples * W for k, W in enumerate(self.W_local)}
             arrays["objective"] = np.array([learner.objective[-1]])
@@ -314,6 +332,38 @@ class HFedMVClient(SecureSumParty):
         if self.y_test_pred is not None:
             out["y_test_pred"] = self.y_test_pred
         return out
+
+
+def private_update(
+    W_global: Sequence[np.ndarray],
+    W_local: Sequence[np.ndarray],
+    clip: float,
+    sigma: float,
+    rng: np.random.Generator,
+) -> list[np.ndarray]:
+    """What a client sends under ``model_dp``: ``W + clip(W^l - W) + N(0, sigma^2)`` per view,
+    the update clipped to Frobenius norm ``clip`` over all views jointly."""
+    delta = [L - G for L, G in zip(W_local, W_global, strict=True)]
+    norm = float(np.sqrt(sum(float(np.sum(d * d)) for d in delta)))
+    f = min(1.0, clip / norm) if norm > 0 else 1.0
+    return [
+        G + f * d + sigma * rng.standard_normal(G.shape)
+        for G, d in zip(W_global, delta, strict=True)
+    ]
+
+
+def secure_pooled_moments(
+    replies: Mapping[str, Message], width: int, frac_bits: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """Pooled mean and standard deviation from the clients' masked ``moments`` replies under
+    secure aggregation: only ``N = sum_l N_l`` and the totals of the feature sums and sums of
+    squares are learnt (a constant feature gets scale 1)."""
+    got = unmask_sum(replies, {"masked_x_sum": (width,), "masked_x_sq": (width,)}, frac_bits)
+    N = float(sum(m.number("n_samples") for m in replies.values()))
+    mean = got["masked_x_sum"] / N
+    sd = np.sqrt(np.maximum(got["masked_x_sq"] / N - mean**2, 0.0))
+    sd[sd < 1e-12] = 1.0
+    return mean, sd
 
 
 def pooled_moments(
@@ -421,14 +471,7 @@ class HFedMVServer(Coordinator):
         if (n < 1).any():
             raise ProtocolError("a client reported no training samples for the pooled statistics")
         if self.frac_bits is not None:  # only the sums over all clients
-            got = unmask_sum(
-                replies, {"masked_x_sum": (width,), "masked_x_sq": (width,)}, self.frac_bits
-            )
-            N = float(n.sum())
-            mean = got["masked_x_sum"] / N
-            var = np.maximum(got["masked_x_sq"] / N - mean**2, 0.0)
-            sd = np.sqrt(var)
-            sd[sd < 1e-12] = 1.0
+            mean, sd = secure_pooled_moments(replies, width, self.frac_bits)
         else:
             sums = np.stack([replies[c].array("x_sum", (width,)) for c in self.clients])
             m2 = np.stack([replies[c].array("x_m2", (width,)) for c in self.clients])
@@ -469,8 +512,11 @@ class HFedMVServer(Coordinator):
                     for c in self.clients
                 ]
                 self.W = self.aggregate(local, sizes)
-                self.objective.append(
-                    sum(replies[c].number("local_objective") for c in self.clients)
+                reported = [r.meta.get("local_objective") for r in replies.values()]
+                self.objective.append(  # NaN under model_dp: the clients report none
+                    float("nan")
+                    if any(v is None for v in reported)
+                    else sum(replies[c].number("local_objective") for c in self.clients)
                 )
             if on_round_end is not None:
                 on_round_end(r)
@@ -625,7 +671,19 @@ class HFedMVAlgorithm(HorizontalClients, LinearAlgorithm):
 
     name = "hfedmv"
     Params = HFedMVParams
-    defenses = frozenset({"none", "secagg", "label_rr"})
+    defenses = frozenset({"none", "secagg", "label_rr", "model_dp"})
+
+    def dp_releases(self, run: RunSpec) -> int:
+        """Under ``model_dp`` a client's data enters one release (its update) per round."""
+        return int(run.params.n_rounds)
+
+    def make_setup(self, run: RunSpec, infos: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
+        if run.defense.kind == "model_dp" and run.params.standardize == "pooled":
+            raise ConfigError(
+                "model_dp does not noise the pooled feature moments: set params.standardize "
+                "to 'local' or 'none'"
+            )
+        return super().make_setup(run, infos)
 
     def policy(self, run: RunSpec, setup: Mapping[str, Any]) -> PrivacyPolicy:
         K, pooled = len(view_dims_of(setup)), run.params.standardize == "pooled"
@@ -678,7 +736,15 @@ class HFedMVAlgorithm(HorizontalClients, LinearAlgorithm):
             zetas=zetas,
             test_opts=(p.test_max_iter, p.test_tol),
             secure=run.defense.secagg_bits is not None,
+            dp=self._dp(run, party),
         )
+
+    def _dp(self, run: RunSpec, party: str) -> tuple[float, float, np.random.SeedSequence] | None:
+        d = run.defense
+        if d.kind != "model_dp":
+            return None
+        z = noise_multiplier(d, self.dp_releases(run))
+        return float(d.clip), 2.0 * z * float(d.clip), member_entropy(run, party)
 
     def build_coordinator(
         self, run: RunSpec, setup: Mapping[str, Any], local: Local | None = None
@@ -714,10 +780,13 @@ class HFedMVAlgorithm(HorizontalClients, LinearAlgorithm):
         scaler: tuple[np.ndarray, np.ndarray] | None = None  # "local": unknown to the attacker
         if run.params.standardize == "none":  # the model is on raw features
             scaler = (np.zeros(width), np.ones(width))
+        bits = run.defense.secagg_bits
         if run.params.standardize == "pooled":
             got = recording.select("moments:reply") or recording.select("scale")
             if got and got[0].kind == "scale":
                 scaler = (got[0].arrays["x_mean"], got[0].arrays["x_scale"])
+            elif got and bits is not None:  # the server, under secure aggregation
+                scaler = secure_pooled_moments({m.sender: m.message() for m in got}, width, bits)
             elif got:
                 counts = np.array([m.number("n_samples") for m in got])
                 sums = np.stack([m.arrays["x_sum"] for m in got])
@@ -726,11 +795,18 @@ class HFedMVAlgorithm(HorizontalClients, LinearAlgorithm):
         clients = run.federation.parties
         if recording.party == run.federation.coordinator:
             replies = recording.select("local_train:reply")
-            last = max((m.round for m in replies), default=0)
-            for m in replies:
-                if m.round == last:
-                    Ws = [m.arrays[f"W_local_{k}"] for k in range(K)]
-                    out.append(_model(f"W_local from {m.sender}", m.sender, Ws, scaler))
+            last = [m for m in replies if m.round == max((r.round for r in replies), default=0)]
+            if last and bits is not None:  # the sum is all it learns: the global model
+                shapes = {f"masked_W_local_{k}": last[0].arrays[f"masked_W_local_{k}"].shape
+                          for k in range(K)}  # fmt: skip
+                msgs = {m.sender: m.message() for m in last}
+                totals = unmask_sum(msgs, {**shapes, "masked_objective": (1,)}, bits)
+                N = float(sum(m.number("n_samples") for m in last))
+                Ws = [totals[f"masked_W_local_{k}"] / N for k in range(K)]
+                out += [_model("W from the masked sum", c, Ws, scaler) for c in clients]
+            for m in last if bits is None else []:
+                Ws = [m.arrays[f"W_local_{k}"] for k in range(K)]
+                out.append(_model(f"W_local from {m.sender}", m.sender, Ws, scaler))
         else:
             for m in (recording.select("final") or recording.select("local_train"))[-1:]:
                 Ws = [m.arrays[f"W_{k}"] for k in range(K)]
@@ -846,7 +922,8 @@ class HFedMV(_ConsensusPredictor):
     defense : str, dict or Defense, optional
         ``"secagg"``: the server learns only the weighted sums of the clients' models
         (and, pooled, of their feature sums), never one client's; ``"label_rr"``: every
-        client randomizes its training labels (:class:`~fedviews.federation.Defense`).
+        client randomizes its training labels; ``"model_dp"``: clipped, noised updates,
+        client-level DP (:class:`~fedviews.federation.Defense`).
     random_state : int or None
         Stream 0: server's random ``W_k``; stream ``1 + l``: client ``l``'s ``Z^l``.
     transport : callable, optional
@@ -864,6 +941,8 @@ class HFedMV(_ConsensusPredictor):
     history_ : list of float
         ``objective_`` (the per-round record every federated estimator exposes).
     client_sizes_ : list of int
+    privacy_ : dict
+        The privacy ledger of the run's defense per client; empty without one.
     classes_, run_stats_, transport_
     """
 
@@ -921,6 +1000,7 @@ class HFedMV(_ConsensusPredictor):
             fed()
         server = fed.coordinator
         assert isinstance(server, HFedMVServer)
+        self.privacy_ = fed.privacy
         return self.adopt(server, [fed.parties[n] for n in names], fed.transport)
 
     def adopt(self, server: HFedMVServer, clients: Sequence[Party], transport: Transport) -> HFedMV:
