@@ -76,26 +76,6 @@ local_iter = 2
 standardize = "pooled"
 evaluate = true
 """,
-    "hfedmv_secagg": """
-algorithm = "hfedmv"
-name = "deploy_hfedmv_secagg_test"
-seed = 4
-[federation]
-parties = ["north", "south"]
-label_owners = ["north", "south"]
-[data]
-dataset = "handwritten"
-views = ["pix", "fou", "zer"]
-n_per_class = 12
-n_test = 30
-[params]
-n_rounds = 4
-local_iter = 2
-standardize = "pooled"
-evaluate = true
-[defense]
-kind = "secagg"
-""",
     "sfedmv": """
 algorithm = "sfedmv"
 name = "deploy_sfedmv_test"
@@ -118,6 +98,13 @@ torch_threads = 1
 evaluate = true
 """,
 }
+
+
+# the H-FedMV run again, with secure aggregation
+CONFIGS["hfedmv_secagg"] = (
+    CONFIGS["hfedmv"].replace("deploy_hfedmv_test", "deploy_hfedmv_secagg_test")
+    + '[defense]\nkind = "secagg"\n'
+)
 
 
 @pytest.fixture(scope="module")

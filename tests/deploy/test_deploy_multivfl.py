@@ -111,21 +111,7 @@ class Launched:
 @pytest.fixture(scope="module")
 def launched(tmp_path_factory: pytest.TempPathFactory) -> Launched:
     """``fedviews launch`` as a user runs it (once for the tests below), and the estimator."""
-    tmp = tmp_path_factory.mktemp("multivfl")
-    config = tmp / "deploy.toml"
-    config.write_text(CONFIG)
-    run = tmp / "run"
-    proc = subprocess.run(
-        [sys.executable, "-m", "fedviews", "launch", str(config), "--out", str(run)],
-        capture_output=True,
-        text=True,
-        timeout=240,
-        env={**os.environ, "PYTHONUNBUFFERED": "1"},
-    )
-    out = proc.stdout + proc.stderr
-    assert proc.returncode == 0, out
-    cfg = load_deploy_config(config)
-    return Launched(run, out, cfg, _in_process(run, cfg))
+    return Launched(*_launch_with(tmp_path_factory.mktemp("multivfl"), ""))
 
 
 def test_launch_equals_in_process_and_only_activations_cross(launched):
@@ -311,9 +297,10 @@ def test_multivfl_deploy_config_errors(tmp_path):
 
 
 def _launch_with(tmp_path: Path, defense: str) -> tuple[Path, str, Any, MultiVFL]:
-    """``CONFIG`` with a ``[defense]`` table launched, and the estimator on the same files."""
+    """``CONFIG`` launched (with ``defense``, the body of a ``[defense]`` table, if given),
+    and the estimator on the same files."""
     config = tmp_path / "deploy.toml"
-    config.write_text(CONFIG + "[defense]\n" + defense)
+    config.write_text(CONFIG + (f"[defense]\n{defense}" if defense else ""))
     run = tmp_path / "run"
     proc = subprocess.run(
         [sys.executable, "-m", "fedviews", "launch", str(config), "--out", str(run)],
