@@ -33,6 +33,7 @@ from fedviews.data import PartyData
 from fedviews.deep._common import check_positive_ints
 from fedviews.errors import ConfigError, DataError, ProtocolError
 from fedviews.federation import (
+    SECAGG_KINDS,
     Local,
     Message,
     Observation,
@@ -94,13 +95,21 @@ def fusion_seed(random_state: int | None) -> int:
     return int(np.random.SeedSequence(random_state).generate_state(1)[0])
 
 
-def sequence_policy(param_names: Sequence[str], n_views: int) -> PrivacyPolicy:
-    """The S-FedMV stage-1 barrier: only ``view{k}/{param}`` extractor parameters cross."""
+def sequence_policy(
+    param_names: Sequence[str], n_views: int, *, secure: bool = False
+) -> PrivacyPolicy:
+    """The S-FedMV stage-1 barrier: only ``view{k}/{param}`` extractor parameters cross
+    (``secure``: upwards only their masked ``N_l``-weighted stand-ins and the masked loss,
+    and the coordinator may run the key exchange)."""
     names = [f"view{k}/{p}" for k in range(n_views) for p in param_names]
+    up, kinds = names, list(STAGE1_KINDS)
+    if secure:
+        up = [f"masked_{n}" for n in names] + [f"masked_view{k}/loss" for k in range(n_views)]
+        kinds += SECAGG_KINDS
     return PrivacyPolicy.of(
         "s-fedmv",
-        {("client", "coordinator"): names, ("coordinator", "client"): names},
-        kinds={("coordinator", "client"): STAGE1_KINDS},
+        {("client", "coordinator"): up, ("coordinator", "client"): names},
+        kinds={("coordinator", "client"): kinds},
     )
 
 
@@ -215,8 +224,8 @@ class SFedMVParams(GRUConfig):
 
 
 def _view_of(m: Any) -> int:
-    """The view ``k`` of a message of ``view{k}/...`` extractor parameters."""
-    return int(next(iter(m.arrays)).split("/", 1)[0][len("view") :])
+    """The view ``k`` of a message of ``view{k}/...`` (or ``masked_view{k}/...``) arrays."""
+    return int(next(iter(m.arrays)).split("/", 1)[0].removeprefix("masked_")[len("view") :])
 
 
 def _params_of(m: Any) -> dict[str, np.ndarray]:
@@ -224,10 +233,13 @@ def _params_of(m: Any) -> dict[str, np.ndarray]:
     return {n.split("/", 1)[1]: a for n, a in m.arrays.items()}
 
 
-def _averaged_extractors(recording: Recording) -> dict[int, dict[str, np.ndarray]]:
+def _averaged_extractors(
+    recording: Recording, frac_bits: int | None
+) -> dict[int, dict[str, np.ndarray]]:
     """Per view, the clients' last ``train_view`` replies averaged with the server's own FedAvg
-    (weights ``n_samples``): the global extractor it sends out (stage 1)."""
-    from fedviews.deep.sfedmv import SequenceServer
+    (weights ``n_samples``; under secure aggregation from their masked sum): the global
+    extractor it sends out (stage 1)."""
+    from fedviews.deep.sfedmv import SequenceServer, secure_average
 
     by_view: dict[int, list[Any]] = {}
     for m in recording.select("train_view:reply"):
@@ -235,6 +247,15 @@ def _averaged_extractors(recording: Recording) -> dict[int, dict[str, np.ndarray
     out = {}
     for k, replies in by_view.items():
         last = [m for m in replies if m.round == max(r.round for r in replies)]
+        if frac_bits is not None:
+            like = {  # the masked words stand for float32 parameters of these names and shapes
+                n: np.zeros(a.shape, np.float32)
+                for n, a in _params_of(last[0]).items()
+                if n != "loss"
+            }
+            msgs = {m.sender: m.message() for m in last}
+            out[k] = secure_average(msgs, k, like, frac_bits)[0]
+            continue
         sizes = [m.number("n_samples") for m in last]
         out[k] = SequenceServer.aggregate([_params_of(m) for m in last], sizes)
     return out
@@ -268,7 +289,7 @@ def _sequence_predictor(
 def _fusion_run(run: RunSpec) -> RunSpec:
     fed = run.federation
     roster = Roster(fed.parties, label_owners=fed.parties, coordinator=fed.coordinator)
-    return RunSpec("hfedmv", run.params.fusion(), roster, fusion_seed(run.seed))
+    return RunSpec("hfedmv", run.params.fusion(), roster, fusion_seed(run.seed), run.defense)
 
 
 def _fusion_setup(run: RunSpec, setup: Mapping[str, Any]) -> dict[str, Any]:
@@ -286,6 +307,7 @@ class SFedMVAlgorithm(HorizontalClients):
     name = "sfedmv"
     Params = SFedMVParams
     client_ndim = 3
+    defenses = frozenset({"none", "secagg", "label_rr"})
 
     def policy(self, run: RunSpec, setup: Mapping[str, Any]) -> PrivacyPolicy:
         from fedviews.deep._gru import get_params, make_extractor
@@ -293,7 +315,8 @@ class SFedMVAlgorithm(HorizontalClients):
         K, c = len(view_dims_of(setup)), int(setup["n_classes"])
         names = list(get_params(make_extractor(1, c, run.params.gru(), 0)))
         fusion = HFEDMV_SPEC.policy(_fusion_run(run), _fusion_setup(run, setup))
-        return sequence_policy(names, K).merged(fusion, name="s-fedmv")
+        stage1 = sequence_policy(names, K, secure=run.defense.secagg_bits is not None)
+        return stage1.merged(fusion, name="s-fedmv")
 
     def _device(self, p: SFedMVParams) -> Any:
         from fedviews.deep._common import require_torch, resolve_device
@@ -343,6 +366,7 @@ class SFedMVAlgorithm(HorizontalClients):
             p.gru(),
             [view_seeds(run.seed, k, index)[1] for k in range(K)],
             self._device(p),
+            secure=run.defense.secagg_bits is not None,
             make_fusion=make_fusion,
             test_views=local.sequences(test) if has_test else None,
         )
@@ -362,7 +386,13 @@ class SFedMVAlgorithm(HorizontalClients):
         ]
         fusion = HFEDMV_SPEC.build_coordinator(_fusion_run(run), _fusion_setup(run, setup))
         assert isinstance(fusion, HFedMVServer)
-        return SFedMVServer(run.federation.parties, inits, p.n_rounds, fusion=fusion)
+        return SFedMVServer(
+            run.federation.parties,
+            inits,
+            p.n_rounds,
+            fusion=fusion,
+            frac_bits=run.defense.secagg_bits,
+        )
 
     def round_message(self, role: str) -> str:
         return "train_view"  # the fusion is not checkpointed: a resumed run redoes it
@@ -378,7 +408,7 @@ class SFedMVAlgorithm(HorizontalClients):
         it did to compute them."""
         K, c = len(view_dims_of(setup)), int(setup["n_classes"])
         if recording.party == run.federation.coordinator:
-            grus = _averaged_extractors(recording)  # as the server computed them
+            grus = _averaged_extractors(recording, run.defense.secagg_bits)  # as the server did
         else:
             grus = {int(m.number("view")): _params_of(m) for m in recording.select("final_view")}
         if len(grus) != K:

@@ -95,13 +95,16 @@ from fedviews.deep._sfedmv_spec import (
 from fedviews.errors import ConfigError, DataError, ProtocolError, check_fitted
 from fedviews.federation import (
     Coordinator,
+    Defense,
     Message,
-    Party,
     Roster,
     RunSpec,
+    SecureSumParty,
     build_in_process,
     estimator_params,
     handles,
+    secure_sum_setup,
+    unmask_sum,
 )
 from fedviews.linear import HFEDMV_SPEC, HFedMV, HFedMVClient, HFedMVServer, LocalMVL
 
@@ -132,8 +135,11 @@ Weights = dict[str, np.ndarray]
 # --------------------------------------------------------------------------- stage 1
 
 
-class SequenceClient(Party):
-    """Client ``L_l``: its sequences, labels, extractors and optimizer state never leave it."""
+class SequenceClient(SecureSumParty):
+    """Client ``L_l``: its sequences, labels, extractors and optimizer state never leave it.
+
+    ``secure`` (``defense.kind = "secagg"``): ``N_l w_l`` and ``N_l loss_l`` of a view leave
+    only masked for the server's secure sum (``masked_view{k}/...``)."""
 
     def __init__(
         self,
@@ -144,8 +150,10 @@ class SequenceClient(Party):
         cfg: GRUConfig,
         seeds: Sequence[int],
         device: Any,
+        secure: bool = False,
     ) -> None:
         super().__init__(name, role="client")
+        self.secure = secure
         self.views, self.y = views, y
         self.n_classes, self.cfg, self.device = n_classes, cfg, device
         self.models: list[BiGRUExtractor | None] = [None] * len(views)
@@ -186,10 +194,24 @@ class SequenceClient(Party):
             self.device,
         )
         self.losses[k].append(loss)
+        n = len(self.y)
+        if self.secure:  # what the server's weighted average needs, summed over the clients
+            if self.secure_sum is None:
+                raise ProtocolError(
+                    f"{self.name!r} was asked for view {k} before the secure-aggregation key "
+                    "exchange: it sends it only masked"
+                )
+            values = {
+                f"masked_{name}": n * a for name, a in _prefixed(k, get_params(model)).items()
+            }
+            values[f"masked_view{k}/loss"] = np.array([n * loss])
+            return self.reply(
+                msg, arrays=self.secure_sum.mask(values, msg.round), meta={"n_samples": n}
+            )
         return self.reply(
             msg,
             arrays=_prefixed(k, get_params(model)),
-            meta={"n_samples": len(self.y), "loss": loss},
+            meta={"n_samples": n, "loss": loss},
         )
 
     @handles("final_view")
@@ -248,8 +270,10 @@ class SequenceServer(Coordinator):
         models: Sequence[BiGRUExtractor],
         n_rounds: int,
         on_round: RoundCallback | None = None,
+        frac_bits: int | None = None,
     ) -> None:
         super().__init__()
+        self.frac_bits = frac_bits  # secure aggregation (None: the plain protocol)
         self.clients = list(clients)
         self.models = list(models)  # they hold the global parameters
         self.params = [get_params(m) for m in models]
@@ -310,6 +334,8 @@ class SequenceServer(Coordinator):
         parameters of every finished view again (the clients may have missed them).
         """
         resumed = self.rounds_done > 0
+        if self.frac_bits is not None:  # fresh keys for this run (also a resumed one)
+            secure_sum_setup(self, self.clients, self.frac_bits, round=self.rounds_done)
         for k in range(len(self.params)):
             done = self.rounds_done - k * self.n_rounds
             if done >= self.n_rounds:
@@ -324,12 +350,18 @@ class SequenceServer(Coordinator):
                     meta={"view": k},
                     round=k * self.n_rounds + t,
                 )
-                local = [_unprefixed(k, replies[c], self.params[k]) for c in self.clients]
                 sizes = [replies[c].number("n_samples") for c in self.clients]
-                losses = [replies[c].number("loss") for c in self.clients]
-                self.params[k] = self.aggregate(local, sizes)
-                self.local[k] = local
-                self.loss[k].append(float(np.dot(sizes, losses) / sum(sizes)))
+                if self.frac_bits is not None:  # only the sums over the clients
+                    self.params[k], loss = secure_average(
+                        replies, k, self.params[k], self.frac_bits
+                    )
+                    self.loss[k].append(loss)
+                else:
+                    local = [_unprefixed(k, replies[c], self.params[k]) for c in self.clients]
+                    losses = [replies[c].number("loss") for c in self.clients]
+                    self.params[k] = self.aggregate(local, sizes)
+                    self.local[k] = local
+                    self.loss[k].append(float(np.dot(sizes, losses) / sum(sizes)))
                 set_params(self.models[k], self.params[k])
                 if self.on_round is not None:
                     self.on_round(k, t, None, self.models[k])
@@ -338,6 +370,18 @@ class SequenceServer(Coordinator):
                     on_round_end(self.rounds_done)
             self._send_final(k)
         return self.params
+
+
+def secure_average(
+    replies: Mapping[str, Message], k: int, like: Weights, frac_bits: int
+) -> tuple[Weights, float]:
+    """View ``k``'s FedAvg ``sum_l N_l w_l / N`` and mean loss from the clients' masked
+    replies (secure aggregation): the parameters named and shaped as ``like``."""
+    shapes = {f"masked_view{k}/{n}": a.shape for n, a in like.items()}
+    totals = unmask_sum(replies, {**shapes, f"masked_view{k}/loss": (1,)}, frac_bits)
+    N = float(sum(m.number("n_samples") for m in replies.values()))
+    params = {n: (totals[f"masked_view{k}/{n}"] / N).astype(a.dtype) for n, a in like.items()}
+    return params, float(totals[f"masked_view{k}/loss"][0] / N)
 
 
 # --------------------------------------------------------------------------- the whole run
@@ -367,7 +411,9 @@ class SFedMVClient(SequenceClient):
 
     @handles("local_train")
     def on_local_train(self, msg: Message) -> Message:
-        return self._fusion().on_local_train(msg)
+        fusion = self._fusion()
+        fusion.secure_sum = self.secure_sum  # the keys of the fusion's exchange, if any
+        return fusion.on_local_train(msg)
 
     @handles("final")
     def on_final(self, msg: Message) -> Message:
@@ -535,6 +581,10 @@ class SFedMV(BaseEstimator):
         H-FedMV rounds (paper: 20); LocalMVL runs ``fusion_rounds * local_iter`` passes.
     local_iter, inner_max_iter : int
         H-FedMV local passes per round and IRLS iterations per W step.
+    defense : str, dict or Defense, optional
+        With federated extractors: ``"secagg"`` (the server learns only the sums of the
+        clients' ``N_l``-weighted extractors and fusion models) or ``"label_rr"``
+        (:class:`~fedviews.federation.Defense`).
     random_state : int or None
     device : str, default="cpu"
         ``"auto"``, ``"cpu"`` or ``"cuda"``.
@@ -568,6 +618,8 @@ class SFedMV(BaseEstimator):
     history_ : list of list of float
         ``round_loss_`` (the per-round record every federated estimator exposes).
     client_sizes_ : list of int
+    privacy_ : dict
+        The privacy ledger of the federated run's defense (federated extractors only).
 
     Notes
     -----
@@ -594,6 +646,7 @@ class SFedMV(BaseEstimator):
         fusion_rounds: int = 20,
         local_iter: int = 2,
         inner_max_iter: int = 5,
+        defense: Any = None,
         random_state: int | None = 0,
         device: str = "cpu",
         transport: Any = None,
@@ -681,7 +734,13 @@ class SFedMV(BaseEstimator):
             )
         else:  # the deployed protocol: every client built from its own data by the spec
             names = tuple(f"client{l}" for l in range(M))  # noqa: E741
-            run = RunSpec("sfedmv", p, Roster(names, label_owners=names), self.random_state)
+            run = RunSpec(
+                "sfedmv",
+                p,
+                Roster(names, label_owners=names),
+                self.random_state,
+                Defense.of(self.defense),
+            )
             datas = {
                 n: PartyData.from_sequences(np.arange(len(y)), v, y)
                 for n, v, y in zip(names, views, yi, strict=True)
@@ -692,6 +751,7 @@ class SFedMV(BaseEstimator):
             server.on_round = on_round
             server.run(fuse=fuse)
             self.transport_ = fed.transport
+            self.privacy_ = fed.privacy
             self.extractors_ = server.models  # they hold the final global parameters
             self.local_params_ = server.local
             self.round_loss_ = server.loss
