@@ -234,7 +234,7 @@ def _params_of(m: Any) -> dict[str, np.ndarray]:
 
 
 def _averaged_extractors(
-    recording: Recording, frac_bits: int | None
+    recording: Recording, frac_bits: int | None = None
 ) -> dict[int, dict[str, np.ndarray]]:
     """Per view, the clients' last ``train_view`` replies averaged with the server's own FedAvg
     (weights ``n_samples``; under secure aggregation from their masked sum): the global
