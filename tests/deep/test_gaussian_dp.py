@@ -301,3 +301,15 @@ def test_the_noise_on_released_activations_has_the_calibrated_scale(images):
     # each row: a clipped row (norm <= 1) plus noise of norm ~ sigma * sqrt(dims)
     assert np.all(np.linalg.norm(rows, axis=1) <= 1.0 + sigma * math.sqrt(dims) * 1.5)
     assert np.median(np.linalg.norm(rows, axis=1)) > 0.5 * sigma * math.sqrt(dims)
+
+
+def test_gaussian_defenses_need_the_privacy_extra_before_anything_runs(monkeypatch):
+    import sys
+
+    from fedviews.errors import MissingDependency
+    from fedviews.federation import get_algorithm_spec
+
+    monkeypatch.setitem(sys.modules, "dp_accounting", None)  # as if not installed
+    with pytest.raises(MissingDependency, match=r"fedviews\[privacy\]"):
+        get_algorithm_spec("multivfl").check_defense(Defense.of({"kind": "grad_dp", "epsilon": 1}))
+    get_algorithm_spec("multivfl").check_defense(Defense.of("secagg"))  # needs no accountant

@@ -36,7 +36,7 @@ from threadpoolctl import threadpool_limits
 from fedviews._registry import Registry
 from fedviews.data import PartyData, align, read_npz, save_npz
 from fedviews.errors import ConfigError, DataError, ProtocolError
-from fedviews.federation._defense import Defense, defend_local, privacy_ledger
+from fedviews.federation._defense import GAUSSIAN, Defense, defend_local, privacy_ledger
 from fedviews.federation._party import Coordinator, Party
 from fedviews.federation._policy import PrivacyPolicy
 from fedviews.federation._record import Observation, Recording
@@ -217,6 +217,10 @@ class Algorithm:
                 f"defense {defense.kind!r} does not apply to {self.name}; it takes "
                 f"{sorted(self.defenses)}"
             )
+        if defense.kind in GAUSSIAN:  # its noise and ledger need the accountant: say so now
+            from fedviews.errors import require
+
+            require("dp_accounting", "privacy")
 
     def groups(self, run: RunSpec) -> list[AlignGroup]:
         """Alignment groups (one PSI each); default: all parties, training IDs."""
