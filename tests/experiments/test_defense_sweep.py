@@ -37,30 +37,41 @@ def test_a_sweep_puts_each_defense_beside_the_undefended_run(tmp_path):
         "{label='top1', run={wire_gradients='topk', topk_ratio=0.01}}]"
     )
     r = fedviews(
-        "run", "configs/defenses_multivfl_mnist.toml", *TINY, settings, "--out", str(out),
-        "--quiet",
+        "run", "configs/defenses_multivfl_mnist.toml", *TINY, settings, "params.seeds=[0, 1]",
+        "--out", str(out), "--quiet",
     )  # fmt: skip
     assert r.returncode == 0, r.stderr
     metrics = json.loads((out / "metrics.json").read_text())
     cells = metrics["settings"]
-    assert list(cells) == ["none", "RR", "DP", "top1"]
+    assert list(cells) == ["none", "RR", "DP", "top1"] and metrics["seeds"] == [0, 1]
     assert cells["none"]["epsilon"] is None and cells["top1"]["epsilon"] is None
     assert cells["RR"]["epsilon"] == pytest.approx(0.5, rel=1e-3)
     assert cells["RR"]["delta"] == 0.0
     dp = cells["DP"]["privacy"]["parties"]
     assert set(dp) == {"bank", "clinic"} and dp["bank"]["noise_multiplier"] == 2.0
     assert dp["bank"]["releases"] == 1 and cells["DP"]["epsilon"] == dp["bank"]["epsilon"]
-    for c in cells.values():  # the same attack on every setting
-        assert [row["observation"] for row in c["rows"]] == [
-            "activation_grad from bank", "activation_grad from clinic",
-        ]  # fmt: skip
-        assert 0 <= c["accuracy"] <= 1
+    for c in cells.values():  # the same attack on every setting, for both seeds
+        assert [run["seed"] for run in c["runs"]] == [0, 1]
+        for run in c["runs"]:
+            assert [row["observation"] for row in run["rows"]] == [
+                "activation_grad from bank", "activation_grad from clinic",
+            ]  # fmt: skip
+            assert 0 <= run["accuracy"] <= 1
+        # the summary is the mean over the seeds of the strongest attack
+        best = [max(row["value"] for row in run["rows"]) for run in c["runs"]]
+        assert c["summary"]["label_attack"] == pytest.approx(sum(best) / 2)
+        assert c["summary"]["n_seeds"] == 2
+    # the seeds are different runs (data, models and noise follow the seed)
+    runs = cells["none"]["runs"]
+    assert runs[0]["rows"] != runs[1]["rows"] or runs[0]["accuracy"] != runs[1]["accuracy"]
     summary = metrics["tables"][0]
     assert [row[0] for row in summary["rows"]] == ["none", "RR", "DP", "top1"]
+    assert all(" ± " in row[4] for row in summary["rows"])  # accuracy: mean ± std
     assert (out / "tradeoff.png").stat().st_size > 10_000
     assert "tradeoff.png" in (out / "report.html").read_text()
     # resumed from its cells: nothing is trained again and the tables are the same
     cells_before = (out / "cells.json").read_text()
+    assert len(json.loads(cells_before)) == 8  # settings x seeds
     r = fedviews("run", "--resume", str(out), "--quiet")
     assert r.returncode == 0, r.stderr
     assert (out / "cells.json").read_text() == cells_before
@@ -78,6 +89,7 @@ def test_a_sweep_puts_each_defense_beside_the_undefended_run(tmp_path):
             "grad_dp takes either defense.noise_multiplier",
         ),
         ("params.settings=[{label='a', run={rounds=0}}]", "rounds"),
+        ("params.seeds=[1, 1]", "params.seeds must differ"),
     ],
 )
 def test_bad_settings_are_one_line_errors(tmp_path, override, msg):

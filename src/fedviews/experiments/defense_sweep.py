@@ -3,7 +3,9 @@
 One ``privacy_audit`` (same run, attackers, attacks and auxiliary knowledge) per
 *setting*: a label, a ``[defense]`` table and overrides of the algorithm's params
 (so the cheap baselines that are params, e.g. top-k gradients, sit beside the
-defenses). Each setting is one resumable cell (``fedviews run --resume RUN_DIR``).
+defenses), run for every seed of ``seeds`` (data split, models, defense noise all
+follow the seed). Each (setting, seed) is one resumable cell (``fedviews run --resume
+RUN_DIR``); tables and plots show the mean and standard deviation over the seeds.
 The result: the main task's accuracy, the privacy spent (``epsilon``, ``delta`` from
 the run's ledger) and every attack's success per setting, and two trade-off plots
 (accuracy against the strongest label attack, accuracy against ``epsilon``).
@@ -17,6 +19,8 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
+
+import numpy as np
 
 from fedviews.errors import ConfigError
 from fedviews.experiments._common import pyplot, save_figure
@@ -36,9 +40,11 @@ class DefenseSweepParams(AuditParams):
     attackers, the attacks, the aux knowledge) plus ``settings``, one inline table each:
     ``label`` (its name in tables and plots), ``defense`` (a ``[defense]`` table; default
     none) and ``run`` (overrides of ``params.run``, e.g. ``{wire_gradients = "topk"}``).
+    ``seeds``: the run seeds of every setting (default: the config's ``seed`` alone).
     """
 
     settings: tuple[Mapping[str, Any], ...] = ()
+    seeds: tuple[int, ...] = ()
 
     def validate(self) -> None:
         if not self.settings:
@@ -58,6 +64,8 @@ class DefenseSweepParams(AuditParams):
             labels.append(s["label"])
         if len(set(labels)) != len(labels):
             raise ConfigError(f"params.settings: labels must differ, got {labels}")
+        if len(set(self.seeds)) != len(self.seeds):
+            raise ConfigError(f"params.seeds must differ, got {list(self.seeds)}")
 
 
 def _epsilon(privacy: Mapping[str, Any]) -> tuple[float, float]:
@@ -98,48 +106,76 @@ def _feature_success(rows: list[Mapping[str, Any]]) -> tuple[float, float]:
     return _strongest(rows, "ssim")
 
 
+def _stat(values: list[float]) -> tuple[float, float]:
+    """Mean and (sample) standard deviation, NaN-aware; std 0 for one value."""
+    a = np.asarray([v for v in values if math.isfinite(v)], dtype=float)
+    if not a.size:
+        return math.nan, math.nan
+    return float(a.mean()), float(a.std(ddof=1)) if a.size > 1 else 0.0
+
+
+def _fmt(mean: float, std: float, n: int, digits: int) -> Any:
+    """``mean`` (one seed) or ``"mean ± std"`` (several) for a table cell."""
+    if not math.isfinite(mean):
+        return "—"
+    return round(mean, digits) if n == 1 else f"{mean:.{digits}f} ± {std:.{digits}f}"
+
+
+def _summarise(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """A setting over its seeds: mean and std of the accuracy and the strongest attacks."""
+    out: dict[str, Any] = {"n_seeds": len(runs)}
+    acc = [100 * _num(r["accuracy"], math.nan) for r in runs]
+    out["accuracy"], out["accuracy_std"] = _stat(acc)
+    for key, fn in (("label_attack", _label_success), ("feature_ssim", _feature_success)):
+        scored = [fn(r["rows"]) for r in runs]
+        out[key], out[f"{key}_std"] = _stat([v for v, _ in scored])
+        out[f"{key}_chance"] = _stat([c for _, c in scored])[0]
+    return out
+
+
 _PANELS = (
-    (_label_success, "strongest label attack: labels recovered (%)"),
-    (_feature_success, "strongest feature attack: SSIM of the reconstructions"),
+    ("label_attack", "strongest label attack: labels recovered (%)"),
+    ("feature_ssim", "strongest feature attack: SSIM of the reconstructions"),
 )
 
 
-def _plot(cells: dict[str, dict[str, Any]], path: Path) -> Path:
+def _plot(settings: dict[str, dict[str, Any]], path: Path) -> Path:
     plt = pyplot()
     panels = [
-        (fn, title)
-        for fn, title in _PANELS
-        if any(math.isfinite(fn(c["rows"])[0]) for c in cells.values())
+        (key, title)
+        for key, title in _PANELS
+        if any(math.isfinite(c["summary"][key]) for c in settings.values())
     ]
     fig, axes = plt.subplots(1, len(panels) + 1, figsize=(5 * (len(panels) + 1), 4))
-    kinds = sorted({c["kind"] for c in cells.values()})
+    kinds = sorted({c["kind"] for c in settings.values()})
     colors = {k: f"C{i}" for i, k in enumerate(kinds)}
-    finite = [c["epsilon"] for c in cells.values() if c["epsilon"] is not None]
+    finite = [c["epsilon"] for c in settings.values() if c["epsilon"] is not None]
     right = 2 * max(finite) if finite else 1.0  # where "no DP" (epsilon = inf) is drawn
     ax2 = axes[-1]
-    for label, c in cells.items():
-        acc, col = 100 * _num(c["accuracy"], math.nan), colors[c["kind"]]
-        for ax, (fn, _) in zip(axes, panels, strict=False):
-            value, chance = fn(c["rows"])
-            ax.scatter(value, acc, color=col)
-            ax.annotate(label, (value, acc), fontsize=7, xytext=(3, 3), textcoords="offset points")
-            if math.isfinite(chance):
-                ax.axvline(chance, color="grey", lw=0.8, ls=":")
+    for label, c in settings.items():
+        m, col = c["summary"], colors[c["kind"]]
+        acc, acc_sd = m["accuracy"], m["accuracy_std"]
+        for ax, (key, _) in zip(axes, panels, strict=False):
+            x, x_sd = m[key], m[f"{key}_std"]
+            ax.errorbar(x, acc, xerr=x_sd, yerr=acc_sd, fmt="o", color=col, capsize=2)
+            ax.annotate(label, (x, acc), fontsize=7, xytext=(3, 3), textcoords="offset points")
+            if math.isfinite(m[f"{key}_chance"]):
+                ax.axvline(m[f"{key}_chance"], color="grey", lw=0.8, ls=":")
         eps = _num(c["epsilon"], right)
-        ax2.scatter(eps, acc, color=col, marker="o" if c["epsilon"] is not None else "x")
+        marker = "o" if c["epsilon"] is not None else "x"
+        ax2.errorbar(eps, acc, yerr=acc_sd, fmt=marker, color=col, capsize=2)
         ax2.annotate(label, (eps, acc), fontsize=7, xytext=(3, 3), textcoords="offset points")
     for ax, (_, title) in zip(axes, panels, strict=False):
         ax.set_xlabel(title)
         ax.set_ylabel("main task: test accuracy (%)")
         ax.set_title("accuracy vs attack success (dotted: chance)", fontsize=9)
-    ax1 = axes[0]
     ax2.set_xscale("log")
     ax2.set_xlabel("epsilon spent (log; x: no DP guarantee)")
     ax2.set_ylabel("main task: test accuracy (%)")
     ax2.set_title("accuracy vs epsilon", fontsize=9)
     for k, col in colors.items():
-        ax1.scatter([], [], color=col, label=k)
-    ax1.legend(fontsize=7, title="defense", title_fontsize=7)
+        axes[0].scatter([], [], color=col, label=k)
+    axes[0].legend(fontsize=7, title="defense", title_fontsize=7)
     return save_figure(fig, path)
 
 
@@ -151,19 +187,24 @@ def _plot(cells: dict[str, dict[str, Any]], path: Path) -> Path:
 )
 def run_defense_sweep(cfg: ExperimentConfig, ctx: RunContext) -> ExperimentResult:
     p: DefenseSweepParams = cfg.params
+    seeds = list(p.seeds) or [cfg.seed]
     deps = {
-        s["label"]: deploy_config(cfg, p, s.get("defense") or {}, s.get("run") or {})
+        (s["label"], seed): deploy_config(
+            cfg, p, s.get("defense") or {}, s.get("run") or {}, seed=seed
+        )
         for s in p.settings
+        for seed in seeds
     }  # every setting's config is checked before the first one trains
-    cells: dict[str, dict[str, Any]] = {}
-    with ctx.progress(len(deps), "defense settings") as advance:
-        for label, dep in deps.items():
+    runs: dict[str, list[dict[str, Any]]] = {s["label"]: [] for s in p.settings}
+    with ctx.progress(len(deps), "defense settings x seeds") as advance:
+        for (label, seed), dep in deps.items():
 
-            def compute(dep: Any = dep, label: str = label) -> dict[str, Any]:
-                ctx.log(f"setting {label!r}: defense {dataclasses.asdict(dep.defense)}")
-                done = audit_once(dep, p, cfg.seed, ctx)
+            def compute(dep: Any = dep, label: str = label, seed: int = seed) -> dict[str, Any]:
+                ctx.log(f"setting {label!r}, seed {seed}: {dataclasses.asdict(dep.defense)}")
+                done = audit_once(dep, p, seed, ctx)
                 eps, delta = _epsilon(done.privacy)
                 return {
+                    "seed": seed,
                     "kind": dep.defense.kind,
                     "defense": dataclasses.asdict(dep.defense),
                     "rows": [asdict(r) for r in done.rows],
@@ -174,15 +215,29 @@ def run_defense_sweep(cfg: ExperimentConfig, ctx: RunContext) -> ExperimentResul
                     "train_seconds": done.train_seconds,
                 }
 
-            cells[label] = ctx.cell(label, compute)
+            runs[label].append(ctx.cell(f"{label} @ seed {seed}", compute))
             advance(1)
+    settings = {
+        label: {
+            "kind": rs[0]["kind"],
+            "defense": rs[0]["defense"],
+            "epsilon": rs[0]["epsilon"],  # the ledger depends on the config, not the seed
+            "delta": rs[0]["delta"],
+            "privacy": rs[0]["privacy"],
+            "summary": _summarise(rs),
+            "runs": rs,
+        }
+        for label, rs in runs.items()
+    }
+    n = len(seeds)
     attacks = [
-        (fn, head)
-        for fn, head in ((_label_success, "label attack %"), (_feature_success, "feature SSIM"))
-        if any(math.isfinite(fn(c["rows"])[0]) for c in cells.values())
+        (key, head)
+        for key, head in (("label_attack", "label attack %"), ("feature_ssim", "feature SSIM"))
+        if any(math.isfinite(c["summary"][key]) for c in settings.values())
     ]
     summary = Table(
-        f"Defenses against the leakage of {p.algorithm}",
+        f"Defenses against the leakage of {p.algorithm}"
+        + (f" (mean ± std over {n} seeds)" if n > 1 else ""),
         ["setting", "defense", "epsilon", "delta", "accuracy %"]
         + [h for _, head in attacks for h in (head, "chance")],
         [
@@ -191,38 +246,54 @@ def run_defense_sweep(cfg: ExperimentConfig, ctx: RunContext) -> ExperimentResul
                 c["kind"],
                 "∞" if c["epsilon"] is None else round(c["epsilon"], 3),
                 f"{c['delta']:g}",
-                round(100 * _num(c["accuracy"], math.nan), 2),
-                *(round(v, 3) for fn, _ in attacks for v in fn(c["rows"])),
+                _fmt(c["summary"]["accuracy"], c["summary"]["accuracy_std"], n, 2),
+                *(
+                    v
+                    for key, _ in attacks
+                    for v in (
+                        _fmt(c["summary"][key], c["summary"][f"{key}_std"], n, 3),
+                        _fmt(c["summary"][f"{key}_chance"], 0.0, 1, 3),
+                    )
+                ),
             ]
-            for label, c in cells.items()
+            for label, c in settings.items()
         ],
         note="label attack: the strongest label-recovery attack of any attacker; feature "
         "SSIM: the best reconstruction of any attacker (both on training rows not granted "
-        "as aux); "
-        "epsilon: the largest any party spent (∞: no DP guarantee).",
+        "as aux); epsilon: the largest any party spent (∞: no DP guarantee).",
     )
-    keys = list(dict.fromkeys(_attack_key(r) for c in cells.values() for r in c["rows"]))
+    keys = list(
+        dict.fromkeys(_attack_key(r) for rs in runs.values() for x in rs for r in x["rows"])
+    )
     detail = Table(
-        "Every attack per setting (value; chance in the leakage tables)",
-        ["attack", *cells],
+        "Every attack per setting (value, mean over the seeds; chance in the leakage tables)",
+        ["attack", *settings],
         [
             [
                 k,
                 *(
-                    next(
-                        (round(float(r["value"]), 3) for r in c["rows"] if _attack_key(r) == k),
-                        "",
+                    _fmt(
+                        *_stat(
+                            [
+                                float(r["value"])
+                                for x in rs
+                                for r in x["rows"]
+                                if _attack_key(r) == k
+                            ]
+                        ),
+                        1,
+                        3,
                     )
-                    for c in cells.values()
+                    for rs in runs.values()
                 ),
             ]
             for k in keys
         ],
     )
-    fig = _plot(cells, ctx.path("tradeoff.png"))
+    fig = _plot(settings, ctx.path("tradeoff.png"))
     return ExperimentResult(
-        metrics={"settings": cells},
+        metrics={"seeds": seeds, "settings": settings},
         tables=[summary, detail],
         figures=[fig],
-        summary=f"{len(cells)} defense settings of {p.algorithm}",
+        summary=f"{len(settings)} defense settings of {p.algorithm}, {n} seed(s) each",
     )

@@ -84,9 +84,10 @@ def deploy_config(
     p: AuditParams,
     defense: Mapping[str, Any] | None = None,
     run: Mapping[str, Any] | None = None,
+    seed: int | None = None,
 ) -> Any:
     """The deployment config an audit runs (``defense`` / ``run``: a setting's own defense
-    table and overrides of ``params.run``)."""
+    table and overrides of ``params.run``; ``seed``: instead of the config's)."""
     from fedviews.deploy import load_deploy_config
 
     if cfg.data.options:
@@ -95,7 +96,7 @@ def deploy_config(
         {
             "algorithm": p.algorithm,
             "name": cfg.name,
-            "seed": cfg.seed,
+            "seed": cfg.seed if seed is None else seed,
             "federation": dict(p.federation),
             "params": {**dict(p.run), **dict(run or {})},
             "defense": dict(p.defense if defense is None else defense),
