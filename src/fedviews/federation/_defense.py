@@ -10,8 +10,9 @@ Kinds:
 
 * ``"none"`` (the default): the protocol of the paper.
 * ``"secagg"``: secure aggregation (:mod:`fedviews.federation._secagg`) of what
-  the coordinator only needs summed (MMVFL/V-FedMV: the ``zeta_k Z_k``; Multi-VFL:
-  the label owners' top-model updates). ``frac_bits``: the fixed-point resolution
+  the coordinator only needs summed (MMVFL/V-FedMV: the ``zeta_k Z_k``; H-FedMV:
+  ``N_l W^l_k`` and the pooled-scaling sums; S-FedMV: ``N_l``-weighted extractors,
+  then as H-FedMV; Multi-VFL: the label owners' top-model updates). ``frac_bits``: the fixed-point resolution
   ``2^-frac_bits`` of the masked values (default 32).
 * ``"label_rr"``: label differential privacy by randomized response (Warner 1965;
   Ghazi et al., NeurIPS 2021). Before anything is built, every member that holds
@@ -45,8 +46,8 @@ Kinds:
   local epoch, so the run composes ``rounds * local_epochs`` of them (no
   amplification by sampling is claimed: batches are a shuffle, not Poisson draws).
   ``clip``: ``C``. ``noise_multiplier``: ``z``; or give ``epsilon`` (and ``delta``)
-  instead and ``z`` is calibrated with dp-accounting's PLD accountant for the run's
-  number of releases. ``delta``: the ``delta`` of the ledger. The training loss a
+  instead and ``z`` is calibrated for the run's number of releases with
+  dp-accounting's analytic Gaussian (see :func:`gaussian_epsilon`). ``delta``: the ``delta`` of the ledger. The training loss a
   label owner reports is then left out (it is computed from the true labels). The
   run is ``(epsilon, delta)``-label-DP for every label owner, against the data
   owners and the coordinator. ``seed``: as for ``label_rr`` (the noise).
@@ -115,7 +116,10 @@ GAUSSIAN = frozenset({"grad_dp", "act_dp", "model_dp"})
 
 @dataclass(frozen=True)
 class Defense:
-    """A run's defense: ``kind`` (one of :data:`DEFENSES`) and its settings."""
+    """A run's defense: ``kind`` (one of :data:`DEFENSES`) and its settings (each kind reads
+    its own: ``frac_bits`` secagg; ``epsilon`` label_rr and the Gaussian kinds; ``clip``,
+    ``noise_multiplier``, ``delta`` the Gaussian kinds; ``grad_clip`` act_dp; ``seed`` the
+    randomized kinds)."""
 
     kind: str = "none"
     frac_bits: int = 32
