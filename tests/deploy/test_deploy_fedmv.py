@@ -142,6 +142,17 @@ def _finished(launched, algo: str) -> tuple[object, Path, str, dict]:
     return load_deploy_config(config), run, out, res
 
 
+def _same_protocol(cfg, run: Path, fed) -> None:
+    """The deployment's footprint, checked to equal the in-process run ``fed`` of the same
+    config and to be exactly what the run's policy allows."""
+    roles = {**cfg.roles(), "coordinator": "coordinator"}
+    seen = footprint(
+        json.loads((run / "coordinator" / "message_log.json").read_text())["exchanges"], roles
+    )
+    assert seen == footprint(fed.transport.log.exchanges(), roles)
+    assert_tight(fed.transport.policy, seen)
+
+
 def _crossings(run: Path) -> dict[str, set[str]]:
     log = json.loads((run / "coordinator" / "message_log.json").read_text())
     return {k: set(v) for k, v in log["crossings"].items()}
@@ -213,12 +224,7 @@ def test_vfedmv_launch_equals_in_process(launched):
     # policy of this run allows exactly what crossed
     fed = build_in_process(cfg, {p: load_party_data(run / "data" / f"{p}.npz") for p in V_PARTIES})
     fed()
-    roles = {**cfg.roles(), "coordinator": "coordinator"}
-    seen = footprint(
-        json.loads((run / "coordinator" / "message_log.json").read_text())["exchanges"], roles
-    )
-    assert seen == footprint(fed.transport.log.exchanges(), roles)
-    assert_tight(fed.transport.policy, seen)
+    _same_protocol(cfg, run, fed)
     assert fed.transport.policy == get_algorithm_spec("vfedmv").policy(cfg, fed.setup)
     np.testing.assert_allclose(fed.coordinator.objective, res["objective"], rtol=1e-12)
 
@@ -263,12 +269,7 @@ def test_hfedmv_launch_equals_in_process(launched):
     # this run (3 views, pooled scaling) allows exactly what crossed: W_0..W_2, nothing more
     fed = build_in_process(cfg, {c: load_party_data(run / "data" / f"{c}.npz") for c in H_CLIENTS})
     fed()
-    roles = {**cfg.roles(), "coordinator": "coordinator"}
-    seen = footprint(
-        json.loads((run / "coordinator" / "message_log.json").read_text())["exchanges"], roles
-    )
-    assert seen == footprint(fed.transport.log.exchanges(), roles)
-    assert_tight(fed.transport.policy, seen)
+    _same_protocol(cfg, run, fed)
     assert fed.transport.policy.allowed[("coordinator", "client")] == {
         "W_0", "W_1", "W_2", "x_mean", "x_scale"
     }  # fmt: skip
@@ -301,12 +302,7 @@ def test_hfedmv_secagg_launch_equals_in_process_and_the_plain_run(launched):
     assert res["test_accuracy"] == plain["test_accuracy"]
     fed = build_in_process(cfg, {c: load_party_data(run / "data" / f"{c}.npz") for c in H_CLIENTS})
     fed()
-    roles = {**cfg.roles(), "coordinator": "coordinator"}
-    seen = footprint(
-        json.loads((run / "coordinator" / "message_log.json").read_text())["exchanges"], roles
-    )
-    assert seen == footprint(fed.transport.log.exchanges(), roles)
-    assert_tight(fed.transport.policy, seen)
+    _same_protocol(cfg, run, fed)
     crossed = _crossings(run)
     for name in H_CLIENTS:
         assert crossed[f"{name} -> coordinator"] == {
@@ -378,12 +374,7 @@ def test_sfedmv_launch_equals_in_process(launched):
         fed()
     finally:
         torch.set_num_threads(threads)
-    roles = {**cfg.roles(), "coordinator": "coordinator"}
-    seen = footprint(
-        json.loads((run / "coordinator" / "message_log.json").read_text())["exchanges"], roles
-    )
-    assert seen == footprint(fed.transport.log.exchanges(), roles)
-    assert_tight(fed.transport.policy, seen)
+    _same_protocol(cfg, run, fed)
     np.testing.assert_allclose(fed.coordinator.loss, res["round_loss"], rtol=1e-5)
 
 
