@@ -1,10 +1,44 @@
-"""The protocol footprint of a run: which roles exchanged which kinds and array names."""
+"""Helpers of the deployment tests: launching a config as a user does, and the protocol
+footprint of a run (which roles exchanged which kinds and array names)."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
 
 SESSION = ("deploy:", "psi:")
+
+
+def mmvfl_inputs(run: Path, parties: Sequence[str], owner: int) -> tuple[list, object]:
+    """``(Xs, y)`` of a launched MMVFL run's party files as one process holds them: plain
+    alignment by ID, every view standardised by its own party, ``parties[owner]``'s labels."""
+    import numpy as np
+
+    from fedviews.data import align_views
+    from fedviews.deploy import load_party_data
+
+    datas = [load_party_data(run / "data" / f"{p}.npz") for p in parties]
+    Xs, ids = align_views([d.X for d in datas], [d.ids for d in datas])
+    Xs = [(X - X.mean(0)) / np.where(X.std(0) < 1e-12, 1.0, X.std(0)) for X in Xs]
+    held = datas[owner]
+    return Xs, held.y[np.argsort(held.ids)][np.searchsorted(np.sort(held.ids), ids)]
+
+
+def launch_config(config: Path, out: Path, timeout: float = 240) -> str:
+    """`fedviews launch CONFIG --out OUT` as a user runs it; its output (the exit code checked)."""
+    proc = subprocess.run(
+        [sys.executable, "-m", "fedviews", "launch", str(config), "--out", str(out)],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+    )
+    output = proc.stdout + proc.stderr
+    assert proc.returncode == 0, output
+    return output
 
 
 def footprint(

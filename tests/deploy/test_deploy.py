@@ -17,10 +17,9 @@ pytest.importorskip("grpc")
 pytest.importorskip("cryptography")
 pytest.importorskip("rbcl")  # the PSI
 
-from _protocol import assert_tight, footprint  # noqa: E402
+from _protocol import assert_tight, footprint, launch_config, mmvfl_inputs  # noqa: E402
 
-from fedviews.data import align_views  # noqa: E402
-from fedviews.deploy import load_deploy_config, load_party_data, split_dataset  # noqa: E402
+from fedviews.deploy import load_deploy_config, split_dataset  # noqa: E402
 from fedviews.errors import PartyUnavailable, PrivacyError  # noqa: E402
 from fedviews.federation import Coordinator, Party, PrivacyPolicy, handles  # noqa: E402
 from fedviews.federation._certs import (  # noqa: E402
@@ -82,11 +81,7 @@ def test_launch_equals_in_process(tmp_path):
     assert "[coordinator] round 4: objective" in out and "[fou] aligned" in out
     cfg = load_deploy_config(config)
     # in-process reference on the same files: plain alignment, each party standardises its view
-    datas = [load_party_data(run / "data" / f"{p}.npz") for p in PARTIES]
-    Xs, ids = align_views([d.X for d in datas], [d.ids for d in datas])
-    Xs = [(X - X.mean(0)) / np.where(X.std(0) < 1e-12, 1.0, X.std(0)) for X in Xs]
-    owner = datas[1]
-    y = owner.y[np.argsort(owner.ids)][np.searchsorted(np.sort(owner.ids), ids)]
+    Xs, y = mmvfl_inputs(run, PARTIES, owner=1)
     p = cfg.params
     ref = MMVFL(
         beta=p.beta,
@@ -131,16 +126,10 @@ def test_launch_with_secure_aggregation_equals_in_process(tmp_path):
     config = _write_config(tmp_path, max_iter=3)
     config.write_text(config.read_text() + '[defense]\nkind = "secagg"\n')
     run = tmp_path / "run"
-    proc = _fedviews("launch", str(config), "--out", str(run))
-    out, _ = proc.communicate(timeout=150)
-    assert proc.returncode == 0, out
+    launch_config(config, run, timeout=150)
     cfg = load_deploy_config(config)
     assert cfg.defense.kind == "secagg"
-    datas = [load_party_data(run / "data" / f"{p}.npz") for p in PARTIES]
-    Xs, ids = align_views([d.X for d in datas], [d.ids for d in datas])
-    Xs = [(X - X.mean(0)) / np.where(X.std(0) < 1e-12, 1.0, X.std(0)) for X in Xs]
-    owner = datas[1]
-    y = owner.y[np.argsort(owner.ids)][np.searchsorted(np.sort(owner.ids), ids)]
+    Xs, y = mmvfl_inputs(run, PARTIES, owner=1)
     p = cfg.params
     kw = dict(beta=p.beta, label_owner=1, max_iter=3, inner_max_iter=10, random_state=cfg.seed)
     ref = MMVFL(defense="secagg", **kw).fit(Xs, y)
@@ -170,9 +159,7 @@ def test_launch_with_label_dp_draws_privately_and_reports_the_budget(tmp_path):
     config = _write_config(tmp_path, max_iter=2)
     config.write_text(config.read_text() + '[defense]\nkind = "label_rr"\nepsilon = 1.5\n')
     run = tmp_path / "run"
-    proc = _fedviews("launch", str(config), "--out", str(run))
-    out, _ = proc.communicate(timeout=150)
-    assert proc.returncode == 0, out
+    out = launch_config(config, run, timeout=150)
     import json
     import stat
 

@@ -8,9 +8,6 @@ footprint, same privacy policy.
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -22,7 +19,7 @@ pytest.importorskip("torch")
 pytest.importorskip("grpc")
 pytest.importorskip("rbcl")  # the PSI
 
-from _protocol import footprint  # noqa: E402
+from _protocol import footprint, launch_config  # noqa: E402
 
 from fedviews.deep.multivfl import MultiVFL  # noqa: E402
 from fedviews.deploy import (  # noqa: E402
@@ -294,15 +291,7 @@ def _launch_with(tmp_path: Path, defense: str) -> tuple[Path, str, Any, MultiVFL
     config = tmp_path / "deploy.toml"
     config.write_text(CONFIG + (f"[defense]\n{defense}" if defense else ""))
     run = tmp_path / "run"
-    proc = subprocess.run(
-        [sys.executable, "-m", "fedviews", "launch", str(config), "--out", str(run)],
-        capture_output=True,
-        text=True,
-        timeout=240,
-        env={**os.environ, "PYTHONUNBUFFERED": "1"},
-    )
-    out = proc.stdout + proc.stderr
-    assert proc.returncode == 0, out
+    out = launch_config(config, run)
     cfg = load_deploy_config(config)
     return run, out, cfg, _in_process(run, cfg)
 

@@ -12,9 +12,9 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from _protocol import mmvfl_inputs
 
-from fedviews.data import align_views
-from fedviews.deploy import load_deploy_config, load_party_data
+from fedviews.deploy import load_deploy_config
 from fedviews.deploy._checkpoint import Checkpoints
 from fedviews.deploy._session import DeployCoordinator
 from fedviews.errors import ConfigError, DataError, ProtocolError
@@ -196,11 +196,7 @@ def test_killed_party_then_resume_equals_uninterrupted(tmp_path):
     assert f"[zer] resumed from its checkpoint of round {resumed}" in out
 
     cfg = load_deploy_config(config)
-    datas = [load_party_data(run / "data" / f"{p}.npz") for p in PARTIES]
-    Xs, ids = align_views([d.X for d in datas], [d.ids for d in datas])
-    Xs = [(X - X.mean(0)) / np.where(X.std(0) < 1e-12, 1.0, X.std(0)) for X in Xs]
-    owner = datas[1]
-    y = owner.y[np.argsort(owner.ids)][np.searchsorted(np.sort(owner.ids), ids)]
+    Xs, y = mmvfl_inputs(run, PARTIES, owner=1)
     p = cfg.params
     ref = MMVFL(
         beta=p.beta,

@@ -1,21 +1,8 @@
 """The CLI: real subprocesses, one-line errors with non-zero exits, a real (small) run."""
 
 import json
-import subprocess
-import sys
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
-
-
-def fedviews(*args, cwd=ROOT):
-    return subprocess.run(
-        [sys.executable, "-m", "fedviews", *args],
-        capture_output=True,
-        text=True,
-        cwd=cwd,
-        timeout=600,
-    )
+from _cli import fedviews
 
 
 def test_bad_config_key_is_one_line_error(tmp_path):

@@ -1,31 +1,18 @@
 """``defense_sweep`` through the CLI: one audit per defense setting, side by side, resumable."""
 
 import json
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
+from _cli import fedviews
 
 pytest.importorskip("torch")
 pytest.importorskip("dp_accounting")
 
-ROOT = Path(__file__).resolve().parents[2]
 TINY = (
     "params.split.n_per_class=8", "params.split.n_test=40", "params.run.rounds=1",
     "params.run.channels=4", "params.run.top_channels=4", "params.run.hidden=8",
     "params.labelled=10",
 )  # fmt: skip
-
-
-def fedviews(*args):
-    return subprocess.run(
-        [sys.executable, "-m", "fedviews", *args],
-        capture_output=True,
-        text=True,
-        cwd=ROOT,
-        timeout=600,
-    )
 
 
 def test_a_sweep_puts_each_defense_beside_the_undefended_run(tmp_path):

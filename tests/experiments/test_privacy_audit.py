@@ -3,23 +3,9 @@ re-running the attacks on the saved recordings alone."""
 
 import json
 import shutil
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
-
-ROOT = Path(__file__).resolve().parents[2]
-
-
-def fedviews(*args):
-    return subprocess.run(
-        [sys.executable, "-m", "fedviews", *args],
-        capture_output=True,
-        text=True,
-        cwd=ROOT,
-        timeout=600,
-    )
+from _cli import fedviews
 
 
 def test_mmvfl_audit_and_reaudit(tmp_path):

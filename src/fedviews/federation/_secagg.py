@@ -39,7 +39,6 @@ Every masked array is uniform over the ring given all but one party's masks.
 
 from __future__ import annotations
 
-import base64
 import functools
 import hashlib
 import json
@@ -50,6 +49,7 @@ from typing import Any
 import numpy as np
 
 from fedviews.errors import DataError, PrivacyError, ProtocolError, require
+from fedviews.federation._e2e import _b64, _unb64
 from fedviews.federation._message import Message
 from fedviews.federation._party import Coordinator, Party, handles
 from fedviews.federation._policy import PrivacyPolicy
@@ -115,17 +115,6 @@ def encode(x: np.ndarray, frac_bits: int, n_members: int, what: str) -> np.ndarr
 def decode(s: np.ndarray, frac_bits: int) -> np.ndarray:
     """The real numbers a ring sum of :func:`encode` values stands for."""
     return np.asarray(s, dtype=np.uint64).view(np.int64).astype(np.float64) / 2.0**frac_bits
-
-
-def _b64(data: bytes) -> str:
-    return base64.b64encode(data).decode("ascii")
-
-
-def _unb64(text: Any, what: str) -> bytes:
-    try:
-        return base64.b64decode(str(text), validate=True)
-    except (ValueError, TypeError):
-        raise ProtocolError(f"{what} is not base64") from None
 
 
 class SecureSum:
