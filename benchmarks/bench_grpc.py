@@ -125,13 +125,23 @@ def run_in_process(cfg: Any, data: Path) -> dict[str, Any]:
     }
 
 
-def run_grpc(cfg: Any, config: Path, data: Path, certs: Path | None) -> dict[str, Any]:
+def run_grpc(
+    cfg: Any,
+    config: Path,
+    data: Path,
+    certs: Path | None,
+    *,
+    host: str = "127.0.0.1",
+    launchers: dict[str, list[str]] | None = None,
+) -> dict[str, Any]:
+    """One gRPC run: this process is the hub on ``host``; each party a process, started with
+    ``launchers[party]`` in front of its command (e.g. ``ip netns exec NS``)."""
     app = get_algorithm_spec(cfg.algorithm)
     tls = None if certs is None else TLSFiles.from_dir(certs, "coordinator")
     hub = GrpcHub(
         session_policy(cfg),
         cfg.roles(),
-        listen="127.0.0.1:0",
+        listen=f"{host}:0",
         tls=tls,
         options=options_of(cfg),
         keep_entries=False,
@@ -141,8 +151,9 @@ def run_grpc(cfg: Any, config: Path, data: Path, certs: Path | None) -> dict[str
     sec = ["--insecure"] if certs is None else ["--certs", str(certs)]
     procs = [
         subprocess.Popen(
-            [sys.executable, "-m", "fedviews", "party", str(config), *sec, "--party", p]
-            + ["--data", str(data / f"{p}.npz"), "--coordinator", f"127.0.0.1:{hub.port}"]
+            [*(launchers or {}).get(p, []), sys.executable, "-m", "fedviews", "party"]
+            + [str(config), *sec, "--party", p]
+            + ["--data", str(data / f"{p}.npz"), "--coordinator", f"{host}:{hub.port}"]
             + ["--out", str(data.parent / p)],
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
