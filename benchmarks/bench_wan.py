@@ -239,6 +239,21 @@ def worker(args: argparse.Namespace) -> None:
     print("LAST " + out["lines"][-1])
 
 
+def run_group(cmd: list[str]) -> subprocess.CompletedProcess[str]:
+    """Run ``cmd`` in a process group of its own; stopping this script (Ctrl-C, SIGTERM)
+    stops it and every party process it started, wherever they wait."""
+    proc = subprocess.Popen(
+        cmd, text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True
+    )
+    try:
+        out, err = proc.communicate()
+    except BaseException:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+        raise
+    return subprocess.CompletedProcess(cmd, proc.returncode, out, err)
+
+
 def run_algorithm(
     algorithm: str, topo: Topology, tmp: Path, args: argparse.Namespace, profiles: list[str]
 ) -> dict[str, Any]:
@@ -263,12 +278,9 @@ def run_algorithm(
         topo.shape(rate, rtt)
         measured_rtt = topo.rtt_ms()
         mbps = topo.throughput_mbps(int(parse_rate(rate) / 8 * 2))  # ~2 s of traffic
-        proc = subprocess.run(
+        proc = run_group(
             ["ip", "netns", "exec", topo.hosts[0], sys.executable, __file__]
-            + ["--worker", json.dumps(spec)],
-            text=True,
-            capture_output=True,
-            check=False,
+            + ["--worker", json.dumps(spec)]
         )
         result = next(
             (
