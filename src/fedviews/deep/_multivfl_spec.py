@@ -105,12 +105,13 @@ def _gradients_seen(
             continue
         if m.kind == "begin_epoch":
             seed, rnd, epoch = int(m.number("seed")), m.round, int(m.number("epoch"))
-        elif m.kind == "forward":
-            batch = int(m.number("batch"))
-        elif m.kind == "backward" and "activation_grad" in m.arrays:
-            rows = len(m.arrays[codec.names("activation_grad")[-1]])
-            grad = codec.unpack(m.message(), "activation_grad", (rows, *shape))
-            got.append((seed, rnd, epoch, batch, grad))
+        elif m.kind in ("forward", "backward"):
+            if codec.names("activation_grad")[-1] in m.arrays:  # the previous batch's
+                rows = len(m.arrays[codec.names("activation_grad")[-1]])
+                grad = codec.unpack(m.message(), "activation_grad", (rows, *shape))
+                got.append((seed, rnd, epoch, batch, grad))
+            if m.kind == "forward":
+                batch = int(m.number("batch"))
     return got
 
 

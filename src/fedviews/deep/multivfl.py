@@ -437,7 +437,16 @@ class DataOwner(Party):
 
     @handles("forward")
     def forward(self, msg: Message) -> Message:
+        """The activations of batch ``batch``, after applying the gradient of the previous
+        batch when the request carries it (``activation_grad``)."""
         k, b, bs = msg.sender, _meta(msg, "batch", int), _meta(msg, "batch_size", int)
+        if any(n in msg.arrays for n in self.grad_codec.names("activation_grad")):
+            self.backward(msg)
+        elif k in self._pending:
+            raise ProtocolError(
+                f"{k!r} asked for the activations of batch {b} without returning the "
+                "gradient of the previous batch"
+            )
         idx = torch.as_tensor(self._order[k][b * bs : (b + 1) * bs], device=self.device)
         x = self.x[k].index_select(0, idx)
         if self.dp is None:
@@ -553,11 +562,12 @@ class LabelOwner(SecureSumParty):
         for epoch in range(self.local_epochs):
             self.broadcast(self.data_owners, "begin_epoch", meta={"seed": seed, "epoch": epoch})
             order = torch.as_tensor(epoch_order(seed, msg.round, epoch, n), device=self.device)
+            # the gradients of batch b travel with the request for batch b + 1: one round
+            # trip per batch instead of two; each data owner still applies them first
+            grads_out: dict[str, dict[str, np.ndarray]] = {d: {} for d in self.data_owners}
             for b in range((n + bs - 1) // bs):
                 # every data owner at once (over gRPC they compute in parallel)
-                got = self.broadcast(
-                    self.data_owners, "forward", meta={"batch": b, "batch_size": bs}
-                )
+                got = self.scatter("forward", grads_out, meta={"batch": b, "batch_size": bs})
                 rows = len(order[b * bs : (b + 1) * bs])
                 acts = _activations(
                     got, self.data_owners, rows, self.device, self.act_codec, grad=True
@@ -575,14 +585,12 @@ class LabelOwner(SecureSumParty):
                     for k, param in self.top.named_parameters():
                         param.grad = g_par[k]
                 opt.step()
-                self.scatter(
-                    "backward",
-                    {
-                        d: self.grad_codec.pack("activation_grad", to_numpy(g))
-                        for d, g in zip(self.data_owners, grads, strict=True)
-                    },
-                )
+                grads_out = {
+                    d: self.grad_codec.pack("activation_grad", to_numpy(g))
+                    for d, g in zip(self.data_owners, grads, strict=True)
+                }
                 n_batches += 1
+            self.scatter("backward", grads_out)  # the epoch's last batch
         update = {f"update/{k}": v - self._global[k] for k, v in state_arrays(self.top).items()}
         if self.secure:
             if self.secure_sum is None:
