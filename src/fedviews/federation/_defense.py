@@ -122,7 +122,9 @@ class Defense:
     randomized kinds)."""
 
     kind: str = "none"
+    """The defense: ``none``, ``secagg``, ``label_rr``, ``grad_dp``, ``act_dp`` or ``model_dp``."""
     frac_bits: int = 32
+    """``secagg``: fixed-point fraction bits of the masked sums (8..48)."""
     epsilon: float = 0.0
     seed: int | None = None
     clip: float = 1.0
