@@ -191,7 +191,10 @@ def _cell(text: str) -> str:
     """``text`` (reST-flavoured docstring prose) as one Markdown table cell."""
     text = re.sub(r":\w+:`~?([^`]+)`", lambda m: "`" + m.group(1).rsplit(".", 1)[-1] + "`", text)
     text = re.sub(r"``([^`]+)``", r"`\1`", text)
-    return text.replace("|", "\\|").replace("\n", " ")
+    # a pipe outside a code span would end the cell (inside one, Python-Markdown keeps it)
+    parts = text.split("`")
+    parts[::2] = [p.replace("|", "\\|") for p in parts[::2]]
+    return "`".join(parts).replace("\n", " ")
 
 
 def anchor(scope: str, key: str) -> str:
