@@ -81,8 +81,10 @@ def _prose_entries(prose: str) -> dict[str, str]:
     for para in re.split(r"\n\s*\n", prose):
         text = " ".join(para.split())
         hits = list(_COLON.finditer(text))
-        for hit, nxt in zip(hits, [*hits[1:], None]):
-            desc = text[hit.end() : nxt.start() if nxt else len(text)].strip(" ;,")
+        for hit, nxt in zip(hits, [*hits[1:], None], strict=True):
+            desc = text[hit.end() : nxt.start() if nxt else len(text)]
+            # ... or up to a sentence that opens with another name
+            desc = re.split(r"(?<=[.;])\s+(?=``[\w.]+``)", desc)[0].strip(" ;,")
             for n in re.findall(r"``([\w.]+)``", hit.group(1)):
                 out.setdefault(n, desc[0].upper() + desc[1:] if desc else desc)
         current: list[str] = []
@@ -208,7 +210,7 @@ def field_table(
     """The Markdown table of ``cls``'s fields: key, type, default, description."""
     yield "| key | type | default | description |"
     yield "|---|---|---|---|"
-    for f in dataclasses.fields(cls):  # type: ignore[arg-type]
+    for f in dataclasses.fields(cls):
         if f.name in skip:
             continue
         if f.default is not dataclasses.MISSING:
@@ -219,8 +221,8 @@ def field_table(
             default = "(required)"
         desc = describer.describe(cls, f.name)
         yield (
-            f'| <span id="{anchor(scope, f.name)}"></span>`{f.name}` | `{_cell(_type(f))}` '
-            f"| `{_cell(default)}` | {_cell(desc)} |"
+            f'| <span id="{anchor(scope, f.name)}"></span>`{f.name}` | {_cell(f"`{_type(f)}`")} '
+            f"| {_cell(f'`{default}`')} | {_cell(desc)} |"
         )
 
 
@@ -238,7 +240,7 @@ def _configs_by(key: str) -> dict[str, list[str]]:
 
 def render() -> str:
     """The whole reference page (Markdown)."""
-    from fedviews.deploy._config import DeployConfig, FederationSpec, SplitSpec
+    from fedviews.deploy import DeployConfig, FederationSpec, SplitSpec
     from fedviews.experiments import ExperimentConfig, get_algorithm, list_experiments
     from fedviews.federation import ALGORITHMS, Defense, get_algorithm_spec
 
@@ -276,19 +278,21 @@ def render() -> str:
         "experiment's own table below.",
         "",
     ]
-    for spec in experiments:
-        configs = exp_configs.get(spec.name, [])
+    for exp in experiments:
+        configs = exp_configs.get(exp.name, [])
         out += [
-            f"### `{spec.name}`",
+            f"### `{exp.name}`",
             "",
-            spec.description + ("." if spec.description and spec.description[-1] != "." else ""),
-            f"Default dataset: `{spec.default_dataset}`."
-            + (f" Needs the `{spec.needs}` extra." if spec.needs else ""),
-            "Configs: " + (", ".join(f"`{c}`" for c in configs) if configs else "none shipped") + ".",
+            exp.description + ("." if exp.description and exp.description[-1] != "." else ""),
+            f"Default dataset: `{exp.default_dataset}`."
+            + (f" Needs the `{exp.needs}` extra." if exp.needs else ""),
+            "Configs: "
+            + (", ".join(f"`{c}`" for c in configs) if configs else "none shipped")
+            + ".",
             "",
-            f"`[params]` (`{spec.params.__module__}.{spec.params.__qualname__}`):",
+            f"`[params]` (`{exp.params.__module__}.{exp.params.__qualname__}`):",
             "",
-            *field_table(spec.params, f"experiment-{spec.name}", describer),
+            *field_table(exp.params, f"experiment-{exp.name}", describer),
             "",
         ]
     out += [
