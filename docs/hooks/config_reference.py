@@ -81,7 +81,7 @@ def _prose_entries(prose: str) -> dict[str, str]:
     for para in re.split(r"\n\s*\n", prose):
         text = " ".join(para.split())
         hits = list(_COLON.finditer(text))
-        for hit, nxt in zip(hits, [*hits[1:], None], strict=True):
+        for hit, nxt in zip(hits, [*hits[1:], None], strict=False):
             desc = text[hit.end() : nxt.start() if nxt else len(text)]
             # ... or up to a sentence that opens with another name
             desc = re.split(r"(?<=[.;])\s+(?=``[\w.]+``)", desc)[0].strip(" ;,")
