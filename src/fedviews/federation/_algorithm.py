@@ -66,8 +66,10 @@ class Roster:
 
     parties: tuple[str, ...] = ()
     """The party names; their order is their index (seeds, strips, views)."""
-    label_owner: str = ""  # the one label owner (MMVFL, FedMV) ...
-    label_owners: tuple[str, ...] = ()  # ... or several (Multi-VFL): give one of the two
+    label_owner: str = ""
+    """The one label owner (MMVFL, FedMV, APFed's active party); or give ``label_owners``."""
+    label_owners: tuple[str, ...] = ()
+    """Several label owners (Multi-VFL; the first also holds the test labels)."""
     coordinator: str = "coordinator"
     """The coordinator's name (its certificate's common name in a TLS deployment)."""
 
