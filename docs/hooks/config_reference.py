@@ -191,7 +191,9 @@ def _type(f: dataclasses.Field[Any]) -> str:
 
 def _cell(text: str) -> str:
     """``text`` (reST-flavoured docstring prose) as one Markdown table cell."""
-    text = re.sub(r":\w+:`~?([^`]+)`", lambda m: "`" + m.group(1).rsplit(".", 1)[-1] + "`", text)
+    # :role:`~a.b.c` shows `c`, :role:`a.b.c` shows `a.b.c` (as Sphinx does)
+    text = re.sub(r":\w+:`~([^`]+)`", lambda m: "`" + m.group(1).rsplit(".", 1)[-1] + "`", text)
+    text = re.sub(r":\w+:`([^`]+)`", r"`\1`", text)
     text = re.sub(r"``([^`]+)``", r"`\1`", text)
     # a pipe outside a code span would end the cell (inside one, Python-Markdown keeps it)
     parts = text.split("`")
