@@ -172,3 +172,14 @@ def test_descriptions_come_from_every_source() -> None:
     assert describe(Child, "eta") == ""
     table = "\n".join(hook.field_table(Child, "x", hook.Describer({})))
     assert "`[1, 2]`" in table and "`true`" in table and "`(unset)`" in table
+
+
+def test_api_reference_links_docstring_cross_references(site: Path) -> None:
+    api = site / "reference" / "api"
+    pages = {p.name: p.read_text(encoding="utf-8") for p in api.glob("*.html")}
+    assert {"linear.html", "deep.html", "federation.html", "data.html", "errors.html"} <= set(pages)
+    for name, text in pages.items():
+        assert not re.search(r":(class|func|meth|data|mod):<code>", text), name
+    # ':func:`~fedviews.data.align`' in fedviews.data's docstrings links to its entry
+    assert 'href="#fedviews.data.align"><code>align</code></a>' in pages["data.html"]
+    assert "MultiVFL" in pages["deep.html"] and "MMVFL" in pages["linear.html"]
