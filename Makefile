@@ -21,7 +21,7 @@ install: $(BIN)/python
 	$(BIN)/pip install -q -e ".[torch,grpc]"
 
 install-dev: install
-	$(BIN)/pip install -q -e ".[torch,grpc,dev,flower,parquet,privacy]"
+	$(BIN)/pip install -q -e ".[torch,grpc,dev,flower,parquet,privacy,docs]"
 
 data: install
 	$(BIN)/fedviews datasets fetch handwritten

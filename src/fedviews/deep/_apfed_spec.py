@@ -164,8 +164,15 @@ class APFedParams:
     evaluate: bool = True
     torch_threads: int = 0
     wire_activations: str = "none"
+    """How the active party sends ``h_A``: ``"none"`` (exact float32), ``"fp16"``, ``"bf16"`` or
+    ``"int8"`` (lossy, opt-in; :class:`~fedviews.federation.Codec`).
+    """
     wire_gradients: str = "none"
+    """How passive parties send ``grad_h_A``: as ``wire_activations``, or ``"topk"`` (the largest
+    ``topk_ratio`` of each sample's entries).
+    """
     topk_ratio: float = 0.1
+    """Fraction of each sample's gradient entries that ``"topk"`` keeps."""
 
     def codecs(self) -> tuple[Codec, Codec]:
         """How ``h_A`` and ``grad_h_A`` travel (:class:`~fedviews.federation.Codec`; lossy

@@ -192,6 +192,7 @@ class SFedMVParams(GRUConfig):
     inner_max_iter: int = 5
     device: str = "cpu"
     torch_threads: int = 0
+    """Deployment only: torch threads of every party process (0 = torch's default)."""
     evaluate: bool = False
 
     def gru(self) -> GRUConfig:

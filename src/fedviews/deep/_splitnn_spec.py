@@ -47,21 +47,28 @@ __all__ = ["SPLITNN_SPEC", "SplitNNAlgorithm", "SplitNNParams", "epoch_seed", "s
 
 @dataclass(frozen=True)
 class SplitNNParams:
-    """Hyper-parameters: ``epochs``, ``batch_size``, every party's SGD (``lr``, ``momentum``,
-    ``weight_decay``), the bottom MLPs' ``hidden`` width, whether the label owner reports
-    test accuracy after every epoch (``evaluate``; every party then needs test strips),
-    ``pad`` (demo data: zero rows so that the image height divides into equal strips) and
-    the torch ``device``."""
+    """Hyper-parameters of the split NN baseline (VFLAIR's setting): one declaration for the
+    in-process audits and deployments (``[params]``)."""
 
     epochs: int = 5
+    """Training epochs."""
     batch_size: int = 64
+    """Mini-batch size."""
     lr: float = 0.01
+    """SGD learning rate of every party."""
     momentum: float = 0.9
+    """SGD momentum of every party."""
     weight_decay: float = 0.0
+    """SGD weight decay of every party."""
     hidden: int = 128
+    """Hidden width of the bottom MLPs."""
     evaluate: bool = True
+    """The label owner reports test accuracy after every epoch (every party then needs test strips).
+    """
     pad: bool = False
+    """Demo data: zero rows so that the image height divides into equal strips."""
     device: str = "auto"
+    """Torch device: ``"auto"``, ``"cpu"``, ``"cuda"`` or ``"mps"``."""
 
     def validate(self) -> None:
         check_positive_ints(self, ("epochs", "batch_size", "hidden"))

@@ -488,6 +488,10 @@ class _ActiveOnly(StripEstimator):
 class APFed(_ActiveOnly):
     """APFed-R / APFed-C: train with passive clients, predict with the active client alone.
 
+    The hyper-parameters are those of :class:`~fedviews.deep.APFedParams` (the
+    same names and defaults; a deployment's ``[params]``), less the
+    deployment-only ``evaluate`` and ``torch_threads``.
+
     Parameters
     ----------
     variant : {"R", "C"}
@@ -512,10 +516,6 @@ class APFed(_ActiveOnly):
     random_state : int
     transport : callable, optional
         ``transport(policy) -> Transport`` (default: in-process).
-
-    The hyper-parameters are those of :class:`~fedviews.deep.APFedParams` (the
-    same names and defaults; a deployment's ``[params]``), less the
-    deployment-only ``evaluate`` and ``torch_threads``.
 
     Attributes
     ----------

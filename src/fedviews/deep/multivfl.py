@@ -785,6 +785,9 @@ class MultiVFL(BaseEstimator):
     every data owner and label owner is built from its own data only, exactly as a
     deployed party process (``fedviews launch`` with ``algorithm = "multivfl"``).
 
+    The parameters shared with deployments are exactly the fields of
+    :class:`MultiVFLParams`, with the same defaults.
+
     Parameters
     ----------
     n_data_owners : int
@@ -798,6 +801,7 @@ class MultiVFL(BaseEstimator):
     local_epochs : int
         Epochs each label owner runs over its samples per round.
     batch_size : int
+        Mini-batch size of the label owners' local epochs.
     lr : float
         Local learning rate of the label owners and data owners.
     local_optimizer : {"sgd", "adam"}
@@ -813,6 +817,7 @@ class MultiVFL(BaseEstimator):
     channels, top_channels, hidden : int
         Bottom output channels (32), top convolution channels and hidden units.
     device : {"auto", "cpu", "cuda", "cuda:<index>", "mps"}
+        Torch device of every party (``"auto"``: CUDA when available, else CPU).
     evaluate : bool, default=True
         Record the accuracy of the global model on ``eval_set`` after every round
         (no effect without ``eval_set``; with ``False`` the eval set is not used).
@@ -821,14 +826,19 @@ class MultiVFL(BaseEstimator):
         (randomized labels) or ``"grad_dp"`` (per-sample clipped, noised gradients at
         the label owners), e.g. ``{"kind": "grad_dp", "epsilon": 4, "clip": 1}``.
         Default: none. The budget spent is in ``privacy_``.
+    wire_activations : {"none", "fp16", "bf16", "int8"}
+        How data owners send their activations (:class:`~fedviews.federation.Codec`;
+        anything but ``"none"``, exact float32, is lossy and changes the math).
+    wire_gradients : {"none", "fp16", "bf16", "int8", "topk"}
+        How label owners send the activation gradients back (``"topk"``: only the
+        largest ``topk_ratio`` of each sample's entries).
+    topk_ratio : float
+        Fraction of entries per sample kept by ``"topk"``.
     random_state : int
     log_entries : bool
         Keep every message in ``transport_.log.entries`` (totals are always kept).
     transport : callable, optional
         ``transport(policy) -> Transport`` (default: in-process).
-
-    The parameters shared with deployments are exactly the fields of
-    :class:`MultiVFLParams`, with the same defaults.
 
     Attributes
     ----------

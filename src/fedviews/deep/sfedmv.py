@@ -567,6 +567,11 @@ def check_sequence_clients(
 class SFedMV(BaseEstimator):
     """S-FedMV (Algorithm 4 + H-FedMV) and the baselines of the paper's Table 3.
 
+    The hyper-parameters besides ``extractors``, ``fusion``, ``random_state`` and
+    ``transport`` are those of :class:`~fedviews.deep._sfedmv_spec.SFedMVParams`
+    (a deployment's ``[params]``), less the deployment-only ``torch_threads`` and
+    ``evaluate``.
+
     Parameters
     ----------
     extractors : {"federated", "local", "centralized"}, default="federated"
@@ -590,11 +595,6 @@ class SFedMV(BaseEstimator):
         ``"auto"``, ``"cpu"`` or ``"cuda"``.
     transport : callable, optional
         ``transport(policy) -> Transport`` for both stages (default in-process).
-
-    The hyper-parameters besides ``extractors``, ``fusion``, ``random_state`` and
-    ``transport`` are those of :class:`~fedviews.deep._sfedmv_spec.SFedMVParams`
-    (a deployment's ``[params]``), less the deployment-only ``torch_threads`` and
-    ``evaluate``.
 
     Attributes
     ----------

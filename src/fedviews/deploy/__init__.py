@@ -9,7 +9,25 @@ party object, and talks to the coordinator's hub over one outgoing stream.
 from __future__ import annotations
 
 import importlib
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from fedviews.deploy._config import (
+        DeployConfig,
+        FederationSpec,
+        SplitSpec,
+        load_deploy_config,
+    )
+    from fedviews.deploy._data import (
+        PartyData,
+        load_party_data,
+        save_party_data,
+        split_dataset,
+        write_demo_data,
+    )
+    from fedviews.deploy._flower_launch import launch_flower, write_flower_app
+    from fedviews.deploy._launch import launch, make_certs, process_env, resume_launch
+    from fedviews.deploy._session import run_coordinator, run_party
 
 # names load lazily: the transports need the ``grpc`` extra, the CLI must start fast
 _WHERE = {

@@ -62,8 +62,11 @@ class FederationSpec(Roster):
     """Who takes part (a :class:`~fedviews.federation.Roster`) and how failures are detected."""
 
     timeout: float = 20.0
+    """Seconds of silence after which a party is declared unavailable (``PartyUnavailable``)."""
     heartbeat: float = 2.0
+    """Seconds between two heartbeats of every process."""
     connect_timeout: float = 60.0
+    """Seconds to wait for each connection attempt (and for all parties to join)."""
     request_timeout: float = 600.0  # one request's deadline (its handler's whole computation)
     max_message_mb: float = 1024.0  # the largest message a process reassembles
     max_incomplete: int = 64  # messages a peer may have half-sent at once
@@ -118,14 +121,21 @@ class SplitSpec:
     """How `fedviews split-data` turns a built-in dataset into one file per party."""
 
     dataset: str = "handwritten"
+    """The built-in dataset the demo party files are cut from."""
     views: tuple[str, ...] = ()
+    """The views dealt to the parties (default: one per party, in order)."""
     n_per_class: int = 0
+    """Balanced subsample: samples per class (0 = all)."""
     overlap: float = 1.0
+    """Each party keeps this random fraction of the training samples (so the IDs must be aligned)."""
     format: str = "npz"
-    # Multi-VFL: how training labels are dealt to the label owners, and test images
+    """Party file format: ``npz``, ``csv`` or ``parquet``."""
     scenario: str = "iid"
+    """Multi-VFL: how training labels are dealt to the label owners (``iid`` or ``<m>niid``)."""
     samples_per_owner: int = 0
+    """Multi-VFL: training samples per label owner (0 = ``n // K``)."""
     n_test: int = 0
+    """A stratified held-out split every party holds as its test split (Multi-VFL: 0 = all test images)."""
 
     def validate(self) -> None:
         if not 0 < self.overlap <= 1:
@@ -143,8 +153,10 @@ class DeployConfig(RunSpec):
 
     federation: FederationSpec = field(default_factory=FederationSpec)
     name: str = ""
+    """The run's name (folder names; default: the config file's stem)."""
     data: SplitSpec = field(default_factory=SplitSpec)
     output_dir: str = "runs"
+    """Where ``fedviews launch`` creates the run folder."""
     modules: tuple[str, ...] = ()
 
     def roles(self) -> dict[str, str]:

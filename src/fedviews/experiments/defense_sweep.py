@@ -37,13 +37,15 @@ _SETTING_KEYS = ("label", "defense", "run")
 @dataclass(frozen=True)
 class DefenseSweepParams(AuditParams):
     """The ``[params]`` of ``defense_sweep``: those of ``privacy_audit`` (the run, the
-    attackers, the attacks, the aux knowledge) plus ``settings``, one inline table each:
-    ``label`` (its name in tables and plots), ``defense`` (a ``[defense]`` table; default
-    none) and ``run`` (overrides of ``params.run``, e.g. ``{wire_gradients = "topk"}``).
+    attackers, the attacks, the aux knowledge) plus the ``settings`` to compare.
     ``seeds``: the run seeds of every setting (default: the config's ``seed`` alone).
     """
 
     settings: tuple[Mapping[str, Any], ...] = ()
+    """One inline table per setting: ``label`` (its name in tables and plots), ``defense`` (a
+    ``[defense]`` table; default none) and ``run`` (overrides of ``params.run``, e.g.
+    ``{wire_gradients = "topk"}``).
+    """
     seeds: tuple[int, ...] = ()
 
     def validate(self) -> None:

@@ -57,19 +57,38 @@ AVERAGES = ("macro", "binary")
 @dataclass(frozen=True)
 class FedMVVerticalParams:
     methods: tuple[str, ...] = VERTICAL_METHODS
+    """Methods to run: ``vfedmv``, ``pairwise`` (V-FedMV without one view), ``single_view`` (supFL on
+    one view).
+    """
     n_repeats: int = 10
+    """Repetitions, each with its own stratified split (seed ``seed + r``); results are mean ± std.
+    """
     test_size: float = 0.2
+    """Test fraction of the stratified split."""
     val_size: float = 0.2
-    n_per_class: int = 0  # 0: every sample
-    positive_classes: tuple[int, ...] = ()  # non-empty: binary task
+    """Validation fraction (chooses ζ and η on the first repetition)."""
+    n_per_class: int = 0
+    """Balanced subsample: samples per class (0 = every sample)."""
+    positive_classes: tuple[int, ...] = ()
+    """Non-empty: the binary task (these classes → 1, the rest → 0)."""
     average: str = "macro"
+    """Metric averaging: ``"macro"`` or ``"binary"`` (positive-class metrics; needs
+    ``positive_classes``).
+    """
     beta: float = 4.0
+    """ℓ2,1 strength β of every view (paper: 4)."""
     zetas: tuple[float, ...] = (1, 2, 4, 8, 16, 32)
+    """Candidate ζ (shared by all views), chosen by validation accuracy (paper: 2^0..2^5)."""
     etas: tuple[float, ...] = (1, 2, 4, 8, 16, 32)
+    """Candidate η, chosen by validation accuracy (paper: 2^0..2^5)."""
     max_iter: int = 30
+    """Outer rounds of V-FedMV / H-FedMV."""
     inner_max_iter: int = 5
+    """IRLS iterations per round (per local pass in H-FedMV)."""
     standardize: bool = True
+    """Standardise features with training statistics (vertical: each party its own view)."""
     paper_table: str = "fedmv_table1_vertical"
+    """Key of the paper's table printed beside the results as context ("" = none)."""
 
     def _valid_methods(self) -> tuple[str, ...]:
         return VERTICAL_METHODS
@@ -109,12 +128,22 @@ class FedMVVerticalParams:
 @dataclass(frozen=True)
 class FedMVHorizontalParams(FedMVVerticalParams):
     methods: tuple[str, ...] = HORIZONTAL_METHODS
+    """Methods to run: ``hfedmv``, ``mv_local`` (each client alone), ``pairwise`` (H-FedMV without one
+    view), ``single_view_fl`` (FedAvg of one view).
+    """
     n_clients: int = 4
-    partition: str = "iid"  # or "label_skew", "dirichlet"
+    """Clients the training part is dealt to (each holds every view of its samples)."""
+    partition: str = "iid"
+    """How the training part is dealt: ``"iid"`` (class-balanced, the paper), ``"label_skew"`` or
+    ``"dirichlet"``."""
     classes_per_client: int = 2
+    """Classes per client under ``partition = "label_skew"``."""
     dirichlet_alpha: float = 0.5
+    """Concentration of ``partition = "dirichlet"`` (smaller: more skewed)."""
     n_rounds: int = 20
+    """Communication rounds of H-FedMV and Single View FL."""
     local_iter: int = 1
+    """Local passes per round (Algorithm 3 iterates to convergence; 1 = one pass per round)."""
     paper_table: str = "fedmv_table2_horizontal"
 
     def _valid_methods(self) -> tuple[str, ...]:
@@ -464,17 +493,29 @@ def run_fedmv_horizontal(cfg: ExperimentConfig, ctx: RunContext) -> ExperimentRe
 class FedMVTSNEParams:
     n_samples: int = 300  # test samples shown
     test_size: float = 0.3
+    """Held-out fraction (stratified); the figure shows held-out samples."""
     positive_classes: tuple[int, ...] = ()
+    """Classes of the positive label of a binary task (empty: all classes)."""
     beta: float = 4.0
+    """ℓ2,1 strength β of every view."""
     zeta: float = 8.0
+    """ζ of every view."""
     eta: float = 16.0
+    """η (V-FedMV's label term)."""
     max_iter: int = 30
+    """Outer rounds of V-FedMV."""
     inner_max_iter: int = 5
+    """IRLS iterations per round of V-FedMV and per local pass of H-FedMV."""
     n_clients: int = 4
+    """H-FedMV clients (class-balanced)."""
     n_rounds: int = 20
+    """H-FedMV rounds."""
     local_iter: int = 1
+    """H-FedMV local passes per round."""
     perplexity: float = 30.0
+    """t-SNE perplexity."""
     standardize: bool = True
+    """Standardise features with training statistics."""
 
     def validate(self) -> None:
         if self.n_samples < 10:

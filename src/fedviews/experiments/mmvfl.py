@@ -48,21 +48,43 @@ LABELS = {
 @dataclass(frozen=True)
 class MMVFLParams:
     algorithms: tuple[str, ...] = ALGORITHMS
+    """Algorithms compared: ``mmvfl`` (labels at one party), ``supfl`` and ``supmvlfl`` (labels at
+    every party).
+    """
     n_per_class: int = 160
+    """Balanced subsample: samples per class (the pool the folds are cut from)."""
     n_folds: int = 5
+    """Stratified, class-balanced folds."""
     percents: tuple[float, ...] = (2, 4, 6, 8, 10, 20, 30, 40, 50, 60, 70, 80, 90, 100)
+    """The p % of each party's features kept (ranked by the row norms of its ``W_k``)."""
     betas: tuple[float, ...] = (1e-5, 1e-4, 1e-3, 1e-2, 1e-1, 1.0, 10.0)
+    """Candidate β; the best is chosen per (p, fold, view, algorithm) on the held-out fold, as in the
+    paper.
+    """
     zeta: float = 1000.0
+    """ζ of MMVFL (every party)."""
     eta: float = 1000.0
+    """η of MMVFL."""
     label_owner: int = 0
+    """Index of the view whose party holds the labels."""
     max_iter: int = 30
+    """MMVFL's outer rounds."""
     tol: float = 1e-5
+    """Relative objective change that stops MMVFL."""
     inner_max_iter: int = 20
+    """IRLS iterations per round (supFL / supMVLFL run five times as many in total)."""
     inner_tol: float = 1e-5
+    """IRLS stopping rule."""
     classifier: str = "knn1"
+    """Scores the selected features: ``knn1`` (1-NN), ``linear_svm`` or ``logreg``."""
     standardize: bool = True
+    """Standardise features with training statistics first."""
     zeta_sweep: tuple[float, ...] = ()
+    """Also run MMVFL with ζ = η set to each of these values (the ζ sweep figure); empty: no sweep.
+    """
     paper_table: str = ""
+    """Which of the paper's Table 2 rows to print beside the results (default: the dataset's name).
+    """
 
     def validate(self) -> None:
         for a in self.algorithms:

@@ -52,7 +52,11 @@ class MultiVFLNonIIDParams(MultiVFLParams):
 
     rounds: int = 6
     scenarios: tuple[str, ...] = ("1niid", "2niid", "3niid", "4niid")
+    """Label distributions among the label owners: ``"iid"`` or ``"<m>niid"`` (the last ``m`` owners
+    hold two classes each; paper Table 3).
+    """
     optimizers: tuple[str, ...] = ("fedavg",)
+    """Server optimizers: ``fedavg``, ``fedadam``, ``fedyogi``, ``feddemonadam``."""
     n_data_owners: int = 4
     n_label_owners: int = 5
     samples_per_owner: int = 5000

@@ -57,26 +57,30 @@ TRUTH = "truth.npz"
 class AuditParams:
     """The ``[params]`` of ``privacy_audit``.
 
-    ``algorithm``, ``federation`` (a deployment's ``[federation]`` table: ``parties``,
-    ``label_owner`` or ``label_owners``), ``run`` (the algorithm's params, as a
-    deployment's ``[params]``) and ``split`` (a deployment's ``[data]`` table without
-    ``dataset``, which is the config's ``[data] name``) describe the run.
+    ``algorithm``, ``federation``, ``run`` and ``split`` describe the run.
     ``attackers``: who records and attacks (default: every party and the
     coordinator). ``attacks``: which of :data:`~fedviews.privacy.attacks.ATTACKS` to run
-    (default: every one that applies). ``labelled`` / ``known_features``: the auxiliary knowledge granted to
-    every attacker (:class:`~fedviews.privacy.attacks.AuxKnowledge`). ``defense``: the
+    (default: every one that applies). ``labelled`` and ``known_features`` are the auxiliary
+    knowledge granted to every attacker (:class:`~fedviews.privacy.attacks.AuxKnowledge`). ``defense``: the
     run's defense (a deployment's ``[defense]`` table, e.g. ``{kind = "secagg"}``).
     """
 
     algorithm: str = "mmvfl"
+    """The algorithm audited (a deployment's ``algorithm``)."""
     federation: Mapping[str, Any] = field(default_factory=dict)
+    """A deployment's ``[federation]`` table: ``parties``, ``label_owner`` or ``label_owners``."""
     run: Mapping[str, Any] = field(default_factory=dict)
+    """The algorithm's params, as a deployment's ``[params]``."""
     defense: Mapping[str, Any] = field(default_factory=dict)
     split: Mapping[str, Any] = field(default_factory=dict)
+    """A deployment's ``[data]`` table without ``dataset``, which is the config's ``[data] name``.
+    """
     attackers: tuple[str, ...] = ()
     attacks: tuple[str, ...] = ()
     labelled: int = 40
+    """Rows whose label every attacker knows (auxiliary knowledge)."""
     known_features: int = 500
+    """Rows whose raw features every attacker knows (auxiliary knowledge)."""
 
 
 def deploy_config(

@@ -54,20 +54,30 @@ SPLITS = ("time", "recording")
 @dataclass(frozen=True)
 class SFedMVExperimentParams(SFedMVParams):
     """The algorithm's :class:`~fedviews.deep.SFedMVParams` (its fields and checks; the
-    experiment runs 15 rounds on 1 torch thread by default) plus the protocol above:
-    ``methods``, ``n_repeats``, ``n_clients``, ``split``, ``test_fraction``,
-    ``max_per_client`` (>0: at most this many training windows per client, for smoke
-    tests) and ``paper_table``. ``device``: the ``[run]`` table's."""
+    experiment runs 15 rounds on 1 torch thread by default) plus the protocol above.
+    ``device``: the config's top-level ``device``."""
 
     n_rounds: int = 15
     torch_threads: int = 1
+    """Torch threads of the experiment (2 threads on a busy 2-core machine were ≈ 30× slower)."""
     methods: tuple[str, ...] = tuple(METHODS)
+    """Methods compared: ``sfedmv``, ``local_hfedmv``, ``local_localmv``, ``centralized_hfedmv`` (paper
+    Table 3 rows).
+    """
     n_repeats: int = 3
+    """Repetitions (seeds ``seed + r``); results are mean ± std."""
     n_clients: int = 5
+    """Clients the subjects are grouped into."""
     split: str = "time"
+    """Test split: ``"time"`` (the last ``test_fraction`` of every recording) or ``"recording"``
+    (held-out recordings).
+    """
     test_fraction: float = 0.25
+    """Fraction of each recording (``"time"``) or of the recordings (``"recording"``) held out."""
     max_per_client: int = 0
+    """At most this many training windows per client (0 = all; for smoke tests)."""
     paper_table: str = "fedmv_table3_sequential"
+    """Key of the paper's table printed beside the results as context."""
 
     def validate(self) -> None:
         super().validate()

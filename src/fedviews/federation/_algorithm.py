@@ -65,9 +65,13 @@ class Roster:
     """Who takes part: the parties (their order is their index), the label owner(s), the coordinator."""
 
     parties: tuple[str, ...] = ()
-    label_owner: str = ""  # the one label owner (MMVFL, FedMV) ...
-    label_owners: tuple[str, ...] = ()  # ... or several (Multi-VFL): give one of the two
+    """The party names; their order is their index (seeds, strips, views)."""
+    label_owner: str = ""
+    """The one label owner (MMVFL, FedMV, APFed's active party); or give ``label_owners``."""
+    label_owners: tuple[str, ...] = ()
+    """Several label owners (Multi-VFL; the first also holds the test labels)."""
     coordinator: str = "coordinator"
+    """The coordinator's name (its certificate's common name in a TLS deployment)."""
 
     def owners(self) -> tuple[str, ...]:
         """The label owners, in order."""
@@ -80,10 +84,16 @@ class RunSpec:
     its :class:`~fedviews.federation.Defense` (default: none)."""
 
     algorithm: str
+    """The registered algorithm (``mmvfl``, ``vfedmv``, ``hfedmv``, ``sfedmv``, ``multivfl``,
+    ``apfed``, ``splitnn`` or one of your own).
+    """
     params: Any = None
+    """The algorithm's ``Params`` (the ``[params]`` table)."""
     federation: Roster = field(default_factory=Roster)
     seed: int | None = 0
+    """The run's seed: every party's random streams derive from it."""
     defense: Defense = field(default_factory=Defense)
+    """The run's defense (the ``[defense]`` table)."""
 
 
 def estimator_params(Params: type, est: Any, *, skip: Sequence[str] = (), **fixed: Any) -> Any:

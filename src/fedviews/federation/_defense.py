@@ -122,13 +122,29 @@ class Defense:
     randomized kinds)."""
 
     kind: str = "none"
+    """The defense: ``none``, ``secagg``, ``label_rr``, ``grad_dp``, ``act_dp`` or ``model_dp``."""
     frac_bits: int = 32
+    """``secagg``: fixed-point fraction bits of the masked sums (8..48)."""
     epsilon: float = 0.0
+    """The privacy budget ε: ``label_rr``'s, or the target of a Gaussian kind (its noise is calibrated
+    to it; give ``epsilon`` or ``noise_multiplier``).
+    """
     seed: int | None = None
+    """Fixes the defense's private randomness everywhere (reproducible tests; the party warns that this
+    voids the guarantee).
+    """
     clip: float = 1.0
+    """The Gaussian kinds' L2 clip norm (``grad_dp``: per sample; ``act_dp``: per activation row;
+    ``model_dp``: per client update).
+    """
     noise_multiplier: float = 0.0
+    """The Gaussian kinds' noise multiplier ``z`` (noise standard deviation: ``z`` times twice the
+    clip norm), instead of ``epsilon``.
+    """
     delta: float = 1e-5
+    """The Gaussian kinds' δ."""
     grad_clip: float = 1.0
+    """``act_dp``: the L2 clip norm of the bottom model's per-sample gradients."""
 
     def validate(self) -> None:
         if self.kind not in DEFENSES:

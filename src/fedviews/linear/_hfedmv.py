@@ -650,6 +650,7 @@ class HFedMVParams:
     test_max_iter: int = 1000
     test_tol: float = 1e-8
     eps: float = 1e-10
+    """ε of the IRLS reweighting (keeps a zero row of ``W_k`` from dividing by zero)."""
     standardize: str = "none"
     evaluate: bool = False
 

@@ -3,7 +3,7 @@
 The numerical attacks (:mod:`fedviews.privacy._attacks`) take arrays; the audit
 (:mod:`fedviews.privacy._audit`) takes the observations an algorithm reads out of
 an attacker's :class:`~fedviews.federation.Recording` and scores every applicable
-attack against the experimenter's answer key. See README "What leaks".
+attack against the experimenter's answer key. See docs/privacy/leakage.md.
 """
 
 from fedviews.privacy._attacks import (
