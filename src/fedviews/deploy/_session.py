@@ -53,6 +53,7 @@ from fedviews.federation import (
     setup_info,
 )
 from fedviews.privacy import PSIParty, run_psi
+from fedviews.report import to_jsonable, write_report
 
 __all__ = ["DeployCoordinator", "DeployParty", "run_coordinator", "run_party"]
 
@@ -480,6 +481,8 @@ def write_coordinator_outputs(
         final: dict[str, Any] = dict(coord.app.coordinator_results(coord.server)[1])
         np.savez(out_dir / "result.npz", **final)
     _write_json(out_dir / "message_log.json", log.summary())
+    _write_json(out_dir / "config.json", to_jsonable(coord.cfg))
+    write_report(out_dir)
 
 
 def run_party(
@@ -537,3 +540,5 @@ def run_party(
     ):
         # once this party has written its results, a closed stream ends the session
         raise outcome[0]
+    if getattr(party, "finished", False):  # `fedviews report` builds its local report
+        _write_json(out_dir / "config.json", to_jsonable(cfg))
