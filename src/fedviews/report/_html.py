@@ -148,7 +148,8 @@ def _results(rec: RunRecord) -> list[str]:
     out = []
     if rec.kind == "deployment":
         rows = [
-            [k, format_bytes(v) if k == "bytes on the wire" else v] for k, v in rec.headline().items()
+            [k, format_bytes(v) if k == "bytes on the wire" else v]
+            for k, v in rec.headline().items()
         ]
         out.append(table_html("", ["result", "value"], rows, cls="kv"))
     out += [
