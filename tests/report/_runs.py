@@ -11,23 +11,9 @@ from fedviews.experiments import load_config, run_experiment
 ROOT = Path(__file__).resolve().parents[2]
 #: a small MMVFL experiment: 2 folds, 2 betas, 3 feature percentages (~5 s)
 TINY = ["params.n_folds=2", "params.betas=[0.1,1]", "params.percents=[10,50,100]"]
-DEPLOY = """
-algorithm = "mmvfl"
-name = "deploy_report_test"
-seed = 1
-[federation]
-parties = ["pix", "fou", "zer"]
-label_owner = "fou"
-timeout = 30.0
-[data]
-dataset = "handwritten"
-n_per_class = 12
-overlap = 0.9
-[params]
-beta = 0.5
-max_iter = 3
-inner_max_iter = 10
-"""
+#: the MMVFL deployment demo made tiny: 12 samples per class, 3 rounds (~10 s)
+DEPLOY = ROOT / "configs" / "deploy_mmvfl_handwritten.toml"
+DEPLOY_OVERRIDES = ["data.n_per_class=12", "params.max_iter=3", "params.inner_max_iter=10"]
 
 
 def experiment_run(out: Path, *overrides: str) -> Path:

@@ -9,7 +9,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from _runs import DEPLOY, experiment_run
+from _runs import DEPLOY, DEPLOY_OVERRIDES, experiment_run
 
 
 @pytest.fixture(scope="session")
@@ -20,15 +20,14 @@ def mmvfl_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="session")
 def deployment_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A finished launched MMVFL deployment (coordinator + 3 party processes)."""
+    """A finished launched MMVFL deployment (coordinator + 5 party processes)."""
     pytest.importorskip("grpc")
     pytest.importorskip("rbcl")  # the PSI
     from fedviews.deploy import launch, load_deploy_config
 
-    tmp = tmp_path_factory.mktemp("deploy")
-    config = tmp / "deploy.toml"
-    config.write_text(DEPLOY)
-    return launch(config, load_deploy_config(config), out_dir=tmp / "run", echo=lambda _: None)
+    cfg = load_deploy_config(DEPLOY, DEPLOY_OVERRIDES)
+    out = tmp_path_factory.mktemp("deploy") / "run"
+    return launch(DEPLOY, cfg, DEPLOY_OVERRIDES, out_dir=out, echo=lambda _: None)
 
 
 @pytest.fixture(scope="session")

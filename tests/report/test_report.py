@@ -80,10 +80,10 @@ def test_deployment_report_renders_from_the_coordinators_files(deployment_run, r
     folder = deployment_run / "coordinator"
     page = _parse(render(folder / "report.html"))
     barrier = " ".join(page.barrier_text)
-    for name in ("coordinator", "pix", "fou", "zer", "Z_k", "PSI"):
+    for name in ("coordinator", "pix", "fou", "fac", "zer", "kar", "Z_k", "PSI"):
         assert name in barrier
     text = " ".join(page.text)
-    assert "objective" in text and "federation.label_owner" in text and "fou" in text
+    assert "objective" in text and "federation.label_owner" in text and "kar" in text
     assert page.tags["svg"] >= 3 and page.tags["table"] >= 4
     assert {"results.json", "message_log.json", "config.json"} <= set(page.links)
     rec = load_run(deployment_run)  # a launch folder stands for its coordinator's
