@@ -170,7 +170,7 @@ def barrier_diagram(
     ys = [y for _, y in pos.values()] or [0.0]
     x0, x1 = min(xs) - 1.6, max(xs) + 1.6
     y0, y1 = min(ys) - 0.6, max(ys) + 0.6
-    scale = 1.35  # inches per data unit (equal aspect: arcs and label sizes in one unit)
+    scale = 1.0  # inches per data unit (equal aspect: arcs and label sizes in one unit)
     plt = pyplot()
     fig, ax = plt.subplots(figsize=((x1 - x0) * scale, (y1 - y0) * scale))
     ax.set_xlim(x0, x1)

@@ -36,13 +36,27 @@ img,svg{max-width:100%;height:auto}figure{margin:1em 0}figcaption{color:#556;fon
 def _cell(v: Any) -> str:
     if isinstance(v, bool):
         return str(v)
-    if isinstance(v, float):
-        return "n/a" if v != v else f"{v:.4g}" if abs(v) < 1 else f"{v:,.2f}"
+    if isinstance(v, float):  # two decimals, as in the terminal; tiny values (a delta) in full
+        return "n/a" if v != v else f"{v:.3g}" if 0 < abs(v) < 0.005 else f"{v:,.2f}"
     if isinstance(v, int):
         return f"{v:,}"
-    if isinstance(v, (list, tuple)):
-        return html.escape(", ".join(str(x) for x in v))
+    if isinstance(v, (list, tuple, dict)):
+        return html.escape(_inline(v, top=True))
     return html.escape("" if v is None else str(v))
+
+
+def _inline(v: Any, top: bool = False) -> str:
+    """A config value as a person writes it in TOML: ``a, b`` for a list of plain values,
+    ``{label = "RR", defense = {kind = "label_rr"}}`` for a table."""
+    if isinstance(v, dict):
+        return "{" + ", ".join(f"{k} = {_inline(x)}" for k, x in v.items()) + "}"
+    if isinstance(v, (list, tuple)):
+        if top and not any(isinstance(x, (dict, list, tuple)) for x in v):
+            return ", ".join(str(x) for x in v)
+        return "[" + ", ".join(_inline(x) for x in v) + "]"
+    if isinstance(v, str):
+        return v if top else f'"{v}"'
+    return str(v)
 
 
 def table_html(
@@ -283,8 +297,8 @@ def write_report(folder: Path | str) -> Path:
     rec = load_run(folder)
     sections: list[tuple[str, str, list[str]]] = [
         ("results", "Results", _results(rec)),
-        ("curves", "Curves and figures", _figures(rec)),
         ("barrier", "What crossed the privacy barrier", _barrier(rec)),
+        ("curves", "Curves and figures", _figures(rec)),
         ("cost", "Per-party traffic and time", _cost(rec)),
     ]
     leak = [t for t in rec.tables if _is_leakage(t)]
