@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from rich.console import Console
+from typer.testing import CliRunner, Result
 
 from fedviews.experiments import load_config, run_experiment
 
@@ -21,3 +22,11 @@ def experiment_run(out: Path, *overrides: str) -> Path:
     cfg = load_config(ROOT / "configs" / "mmvfl_handwritten.toml", [*TINY, *overrides])
     run_experiment(cfg, console=Console(quiet=True), quiet=True, out_dir=out)
     return out
+
+
+def fedviews(*args: str | Path) -> Result:
+    """``fedviews ARGS`` run in this process as the command line runs it (exit code,
+    ``stdout`` and ``stderr`` of the result)."""
+    from fedviews.cli import app
+
+    return CliRunner().invoke(app, [str(a) for a in args])

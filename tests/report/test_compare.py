@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
-from _runs import ROOT, experiment_run
+from _runs import experiment_run, fedviews
+from typer.testing import Result
 
 from fedviews.errors import ConfigError
 from fedviews.report import compare_runs
@@ -19,14 +18,8 @@ def other_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return experiment_run(tmp_path_factory.mktemp("exp") / "seed1", "seed=1", "params.zeta=100")
 
 
-def _compare(*args: str | Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "fedviews", "compare", *map(str, args)],
-        capture_output=True,
-        text=True,
-        cwd=ROOT,
-        timeout=300,
-    )
+def _compare(*args: str | Path) -> Result:
+    return fedviews("compare", *args)
 
 
 def test_compare_two_runs_table_config_differences_and_curves(
@@ -41,7 +34,7 @@ def test_compare_two_runs_table_config_differences_and_curves(
     assert set(cmp.curves()["mmvfl_objective_first_fit"]) == {mmvfl_run.name, other_run.name}
     page = tmp_path / "cmp.html"
     r = _compare(mmvfl_run, other_run, "--out", page)
-    assert r.returncode == 0, r.stderr
+    assert r.exit_code == 0, r.stderr
     assert "headline metrics" in r.stdout and "params.zeta" in r.stdout
     dom = render(page)
     assert "Traceback" not in dom and dom.count("<svg") == 1 and "1 (pix) · MMVFL" in dom
@@ -50,9 +43,9 @@ def test_compare_two_runs_table_config_differences_and_curves(
 
 def test_compare_refuses_a_folder_that_is_not_a_run(mmvfl_run, tmp_path):
     r = _compare(mmvfl_run, tmp_path)
-    assert r.returncode == 2 and "is not a finished run" in r.stderr and "Traceback" not in r.stderr
+    assert r.exit_code == 2 and "is not a finished run" in r.stderr and "Traceback" not in r.stderr
     r = _compare(mmvfl_run, tmp_path / "missing")
-    assert r.returncode == 2 and "is not a folder" in r.stderr
+    assert r.exit_code == 2 and "is not a folder" in r.stderr
     with pytest.raises(ConfigError, match="at least two"):
         compare_runs([mmvfl_run])
     with pytest.raises(ConfigError, match="twice"):
@@ -61,7 +54,7 @@ def test_compare_refuses_a_folder_that_is_not_a_run(mmvfl_run, tmp_path):
 
 def test_compare_refuses_runs_of_different_experiments(mmvfl_run, deployment_run):
     r = _compare(mmvfl_run, deployment_run)
-    assert r.returncode == 2 and "Traceback" not in r.stderr
+    assert r.exit_code == 2 and "Traceback" not in r.stderr
     assert "runs of different experiments" in r.stderr and "mmvfl_feature_selection" in r.stderr
     with pytest.raises(ConfigError, match="one party's folder"):
         compare_runs([deployment_run, deployment_run / "pix"])

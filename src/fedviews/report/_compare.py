@@ -11,9 +11,10 @@ from pathlib import Path
 from typing import Any
 
 from fedviews.errors import ConfigError
+from fedviews.report._diagram import format_bytes
 from fedviews.report._figures import curves_figure
-from fedviews.report._html import CSS, table_html
-from fedviews.report._run import RunRecord, load_run
+from fedviews.report._html import CSS, format_value, table_html
+from fedviews.report._run import BYTES, RunRecord, load_run
 
 __all__ = ["Comparison", "compare_runs"]
 
@@ -63,7 +64,7 @@ class Comparison:
             for label in self.labels:
                 t.add_column(label, justify="right")
             for key, values in rows:
-                t.add_row(key, *[_text(v) for v in values])
+                t.add_row(key, *[_text(key, v) for v in values])
             if not rows:
                 t.add_row("(none)", *["" for _ in self.labels])
             out.append(t)
@@ -85,7 +86,11 @@ class Comparison:
             )
             + "</ul>",
             "<h2>Headline metrics</h2>",
-            table_html("", ["metric", *self.labels], [[k, *v] for k, v in self.metrics]),
+            table_html(
+                "",
+                ["metric", *self.labels],
+                [[k, *[_text(k, x) for x in v]] for k, v in self.metrics],
+            ),
             "<h2>Config values that differ</h2>",
             table_html("", ["config key", *self.labels], [[k, *v] for k, v in self.config])
             if self.config
@@ -103,12 +108,8 @@ class Comparison:
         return path
 
 
-def _text(v: Any) -> str:
-    if isinstance(v, float):
-        return f"{v:.4g}" if abs(v) < 0.01 and v != 0 else f"{v:,.2f}"
-    if isinstance(v, int) and not isinstance(v, bool):
-        return f"{v:,}"
-    return str(v)
+def _text(key: str, v: Any) -> str:
+    return format_bytes(v) if key == BYTES and isinstance(v, int) else format_value(v)
 
 
 def _href(target: Path, page: Path) -> str:

@@ -16,7 +16,7 @@ from fedviews.report._diagram import barrier_diagram, crossings_of, format_bytes
 from fedviews.report._figures import curves_figure, party_bars, png_data_uri
 from fedviews.report._run import RunRecord, load_run, read_json
 
-__all__ = ["CSS", "run_summary", "table_html", "write_report"]
+__all__ = ["CSS", "format_value", "run_summary", "table_html", "write_report"]
 
 CSS = """
 body{font-family:system-ui,-apple-system,'Segoe UI',sans-serif;max-width:1180px;margin:1.5em auto;
@@ -33,16 +33,23 @@ img,svg{max-width:100%;height:auto}figure{margin:1em 0}figcaption{color:#556;fon
 """
 
 
-def _cell(v: Any) -> str:
+def format_value(v: Any) -> str:
+    """A result or config value as text: floats with two decimals (as in the terminal,
+    tiny ones such as a delta in full), integers with thousands separators, lists and
+    tables as TOML."""
     if isinstance(v, bool):
         return str(v)
-    if isinstance(v, float):  # two decimals, as in the terminal; tiny values (a delta) in full
+    if isinstance(v, float):
         return "n/a" if v != v else f"{v:.3g}" if 0 < abs(v) < 0.005 else f"{v:,.2f}"
     if isinstance(v, int):
         return f"{v:,}"
     if isinstance(v, (list, tuple, dict)):
-        return html.escape(_inline(v, top=True))
-    return html.escape("" if v is None else str(v))
+        return _inline(v, top=True)
+    return "" if v is None else str(v)
+
+
+def _cell(v: Any) -> str:
+    return html.escape(format_value(v))
 
 
 def _inline(v: Any, top: bool = False) -> str:
@@ -73,7 +80,7 @@ def table_html(
         "<tr>"
         + "".join(
             f"<td class='text'>{_cell(v)}</td>"
-            if isinstance(v, str) and k
+            if isinstance(v, str) and k and not v[:1].isdigit()
             else f"<td>{_cell(v)}</td>"
             for k, v in enumerate(row)
         )
@@ -188,7 +195,8 @@ def _figures(rec: RunRecord) -> list[str]:
     for fig in rec.figures:
         out.append(
             f"<figure><img alt='{html.escape(fig.stem)}' src='{png_data_uri(fig.read_bytes())}'>"
-            f"<figcaption>{html.escape(fig.stem.replace('_', ' '))}</figcaption></figure>"
+            f"<figcaption>{html.escape(fig.stem.replace('_', ' '))} "
+            f"(<a href='{html.escape(fig.name)}'>{html.escape(fig.name)}</a>)</figcaption></figure>"
         )
     return out
 

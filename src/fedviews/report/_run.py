@@ -22,7 +22,10 @@ from typing import Any
 from fedviews.errors import ConfigError
 from fedviews.report._names import method_name
 
-__all__ = ["RunRecord", "load_run", "read_json"]
+__all__ = ["BYTES", "RunRecord", "load_run", "read_json"]
+
+#: the headline entry of the bytes a run sent over the wire
+BYTES = "bytes on the wire"
 
 #: key paths of a run's metrics that hold per-round / per-iteration curves
 _CURVE_KEY = re.compile(r"objective|loss|history|per_round")
@@ -145,7 +148,7 @@ class RunRecord:
         sums = self.summaries()
         if sums:
             out["messages"] = sum(int(s.get("messages", 0)) for s in sums.values())
-            out["bytes on the wire"] = sum(int(s.get("total_bytes", 0)) for s in sums.values())
+            out[BYTES] = sum(int(s.get("total_bytes", 0)) for s in sums.values())
         return out
 
     def json_files(self) -> list[Path]:
