@@ -473,7 +473,8 @@ def write_coordinator_outputs(
 ) -> None:
     """The coordinator's folder at the end of a run, whatever its status: ``results.json``
     (naming the party that became unavailable), the final arrays in ``result.npz`` (once the
-    server was built) and ``message_log.json``."""
+    server was built), ``message_log.json`` and ``config.json``; and, after a successful
+    run, ``report.html``."""
     if unavailable is not None:
         result["unavailable_party"] = unavailable
     _write_json(out_dir / "results.json", result)
@@ -482,7 +483,8 @@ def write_coordinator_outputs(
         np.savez(out_dir / "result.npz", **final)
     _write_json(out_dir / "message_log.json", log.summary())
     _write_json(out_dir / "config.json", to_jsonable(coord.cfg))
-    write_report(out_dir)
+    if result.get("status") == "ok":  # a failed run shuts down at once: `fedviews report DIR`
+        write_report(out_dir)
 
 
 def run_party(
