@@ -109,19 +109,19 @@ def _layout(
         middle = set(sides[0] if len(sides[0]) <= len(sides[1]) else sides[1])
     bottom = [p for p in parties if p not in middle]
     pos: dict[str, tuple[float, float]] = {}
-    step = 2.2
+    step = 2.8 if middle else 2.2  # parties that talk to parties: more arrows between rows
     for i, p in enumerate(bottom):
         pos[p] = (i * step, 0.0)
     right = max(len(bottom) - 1, 0) * step
     top = 0.0
     if middle:
-        top = 2.0
+        top = 2.6
         mids = sorted(middle)
         lo, hi = (right * 0.15, right * 0.85) if right > 0 else (-1.5, 1.5)
         for k, p in enumerate(mids):
             pos[p] = (lo + (hi - lo) * k / (len(mids) - 1) if len(mids) > 1 else lo, top)
     if coordinator is not None and coordinator in nodes:
-        pos[coordinator] = (right / 2, top + 2.4)
+        pos[coordinator] = (right / 2, top + (2.8 if middle else 2.4))
     return pos, middle
 
 

@@ -14,7 +14,7 @@ from typing import Any
 
 from fedviews.report._diagram import barrier_diagram, crossings_of, format_bytes
 from fedviews.report._figures import curves_figure, party_bars, png_data_uri
-from fedviews.report._run import RunRecord, load_run, read_json
+from fedviews.report._run import BYTES, RunRecord, load_run, read_json
 
 __all__ = ["CSS", "format_value", "run_summary", "table_html", "write_report"]
 
@@ -25,9 +25,9 @@ h1{margin-bottom:.2em}h2{border-bottom:2px solid #e4e8ee;padding-bottom:.2em;mar
 .sub{color:#556;margin-top:0}.summary{background:#f2f6fb;border-left:4px solid #4a7ab8;padding:.6em 1em}
 nav a{margin-right:1em;font-size:92%}
 table{border-collapse:collapse;margin:.6em 0 1em}td,th{border:1px solid #d4d9e0;padding:3px 9px;
-text-align:right;font-variant-numeric:tabular-nums}th{background:#eef1f5;text-align:left}
+text-align:right;font-variant-numeric:tabular-nums;white-space:nowrap}th{background:#eef1f5;text-align:left}
 td:first-child,th:first-child{text-align:left}table.kv td:nth-child(2){text-align:left}
-td.text{text-align:left}
+td.text{text-align:left;white-space:normal}
 img,svg{max-width:100%;height:auto}figure{margin:1em 0}figcaption{color:#556;font-size:90%}
 .note{color:#556;font-size:90%;margin-top:-.5em}.files a{margin-right:1.2em}
 """
@@ -35,12 +35,12 @@ img,svg{max-width:100%;height:auto}figure{margin:1em 0}figcaption{color:#556;fon
 
 def format_value(v: Any) -> str:
     """A result or config value as text: floats with two decimals (as in the terminal,
-    tiny ones such as a delta in full), integers with thousands separators, lists and
+    below 0.001, such as a delta, in full), integers with thousands separators, lists and
     tables as TOML."""
     if isinstance(v, bool):
         return str(v)
     if isinstance(v, float):
-        return "n/a" if v != v else f"{v:.3g}" if 0 < abs(v) < 0.005 else f"{v:,.2f}"
+        return "n/a" if v != v else f"{v:.3g}" if 0 < abs(v) < 1e-3 else f"{v:,.2f}"
     if isinstance(v, int):
         return f"{v:,}"
     if isinstance(v, (list, tuple, dict)):
@@ -169,7 +169,7 @@ def _results(rec: RunRecord) -> list[str]:
     out = []
     if rec.kind == "deployment":
         rows = [
-            [k, format_bytes(v) if k == "bytes on the wire" else v]
+            [k, format_bytes(v) if k == BYTES else f"{v:.4g}" if isinstance(v, float) else v]
             for k, v in rec.headline().items()
         ]
         out.append(table_html("", ["result", "value"], rows, cls="kv"))
@@ -219,7 +219,12 @@ def _barrier(rec: RunRecord) -> list[str]:
         [c.sender, c.receiver, ", ".join(c.arrays) or "(metadata only)", format_bytes(c.nbytes)]
         for c in crossings_of(first)
     ]
-    out.append(table_html("", ["sender", "receiver", "arrays", "bytes"], rows))
+    out.append(
+        f"<details><summary>every pair: the arrays' full names and the bytes ({len(rows)} "
+        "pairs)</summary>"
+        + table_html("", ["sender", "receiver", "arrays", "bytes"], rows)
+        + "</details>"
+    )
     if len(sums) > 1:
         out.append(
             table_html(
