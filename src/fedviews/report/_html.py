@@ -140,11 +140,11 @@ def run_summary(rec: RunRecord) -> str:
     summary = rec.results.get("summary")
     if isinstance(summary, str) and summary:
         parts.append(summary)
-    sums = rec.summaries()
-    if sums:
-        msgs = sum(int(s.get("messages", 0)) for s in sums.values())
-        nbytes = sum(int(s.get("total_bytes", 0)) for s in sums.values())
-        parts.append(f"{msgs:,} messages, {format_bytes(nbytes)} across the privacy barrier")
+    head = rec.headline()
+    if "messages" in head:
+        parts.append(
+            f"{head['messages']:,} messages, {format_bytes(head[BYTES])} across the privacy barrier"
+        )
     return "; ".join(parts)
 
 
