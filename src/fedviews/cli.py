@@ -83,7 +83,7 @@ def run(
             return
         from fedviews.deploy import resume_launch
 
-        console.print(f"run folder: [bold]{resume_launch(resume)}[/]")
+        _show_deployment(resume_launch(resume))
         return
     if config is None:
         raise ConfigError("give a CONFIG file (see configs/) or --resume RUN_DIR")
@@ -92,8 +92,7 @@ def run(
 
         dcfg = load_deploy_config(config, overrides or [])
         console.print(f"[bold]fedviews run[/] {dcfg.name}: deployment of [cyan]{dcfg.algorithm}[/]")
-        run_dir = launch(config, dcfg, overrides or [], out_dir=out)
-        console.print(f"run folder: [bold]{run_dir}[/]")
+        _show_deployment(launch(config, dcfg, overrides or [], out_dir=out))
         return
     from fedviews.experiments import load_config, run_experiment
 
@@ -123,13 +122,62 @@ def audit(
 
 
 def _show(run_dir: Path, result: Any) -> None:
-    """Print a finished experiment's tables, summary and files."""
+    """Print a finished experiment's tables, then its files, report link and summary."""
     for table in result.tables:
         console.print(table.to_rich())
-    if result.summary:
-        console.print(result.summary)
-    console.print(f"report: [bold]{run_dir / 'report.html'}[/]")
     console.print(f"metrics: {run_dir / 'metrics.json'}")
+    _show_report(run_dir)
+
+
+def _show_deployment(run_dir: Path) -> None:
+    console.print(f"run folder: [bold]{run_dir}[/]")
+    _show_report(run_dir)
+
+
+def _show_report(run_dir: Path) -> None:
+    """The last lines of a run: its report as a clickable link and a one-line summary."""
+    from fedviews.report import load_run, run_summary
+
+    rec = load_run(run_dir)
+    report = (rec.folder / "report.html").resolve()
+    console.print(f"report: [bold][link={report.as_uri()}]{report}[/link][/]", highlight=False)
+    console.print(run_summary(rec), highlight=False)
+
+
+@app.command()
+@friendly
+def report(
+    run_dir: Annotated[
+        Path,
+        typer.Argument(help="A run folder: experiment, deployment, or one deployment party's."),
+    ],
+) -> None:
+    """(Re)write the HTML report of a finished run from its files."""
+    from fedviews.report import write_report
+
+    write_report(run_dir)
+    _show_report(run_dir)
+
+
+@app.command()
+@friendly
+def compare(
+    runs: Annotated[
+        list[Path], typer.Argument(help="Two or more run folders of one experiment (or algorithm).")
+    ],
+    out: Annotated[
+        Path | None,
+        typer.Option(help="HTML page to write (default compare.html beside the first run)."),
+    ] = None,
+) -> None:
+    """Compare runs: headline metrics, the config values that differ, overlaid curves."""
+    from fedviews.report import compare_runs
+
+    cmp = compare_runs(runs)
+    for table in cmp.rich_tables():
+        console.print(table)
+    page = cmp.write_html(out or runs[0].resolve().parent / "compare.html").resolve()
+    console.print(f"comparison: [bold][link={page.as_uri()}]{page}[/link][/]", highlight=False)
 
 
 def _is_deployment(config: Path) -> bool:

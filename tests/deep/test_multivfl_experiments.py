@@ -56,6 +56,8 @@ def test_config_runs(tmp_path: Path) -> None:
     crossings = next(iter(log.values()))["crossings"]
     assert crossings["data_owner_0 -> label_owner_0"] == ["activations"]
     assert crossings["label_owner_0 -> data_owner_0"] == ["activation_grad"]
+    report = (out / "report.html").read_text()  # one diagram, every logged run listed
+    assert "Every logged run" in report and all(label in report for label in log)
 
 
 def test_bad_params() -> None:

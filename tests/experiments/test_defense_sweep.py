@@ -55,7 +55,9 @@ def test_a_sweep_puts_each_defense_beside_the_undefended_run(tmp_path):
     assert [row[0] for row in summary["rows"]] == ["none", "RR", "DP", "top1"]
     assert all(" ± " in row[4] for row in summary["rows"])  # accuracy: mean ± std
     assert (out / "tradeoff.png").stat().st_size > 10_000
-    assert "tradeoff.png" in (out / "report.html").read_text()
+    report = (out / "report.html").read_text()
+    assert "tradeoff.png" in report
+    assert "Privacy ledger" in report and "dp-accounting analytic Gaussian" in report  # DP's
     # resumed from its cells: nothing is trained again and the tables are the same
     cells_before = (out / "cells.json").read_text()
     assert len(json.loads(cells_before)) == 8  # settings x seeds

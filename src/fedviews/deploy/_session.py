@@ -53,6 +53,7 @@ from fedviews.federation import (
     setup_info,
 )
 from fedviews.privacy import PSIParty, run_psi
+from fedviews.report import to_jsonable, write_report
 
 __all__ = ["DeployCoordinator", "DeployParty", "run_coordinator", "run_party"]
 
@@ -472,7 +473,8 @@ def write_coordinator_outputs(
 ) -> None:
     """The coordinator's folder at the end of a run, whatever its status: ``results.json``
     (naming the party that became unavailable), the final arrays in ``result.npz`` (once the
-    server was built) and ``message_log.json``."""
+    server was built), ``message_log.json`` and ``config.json``; and, after a successful
+    run, ``report.html``."""
     if unavailable is not None:
         result["unavailable_party"] = unavailable
     _write_json(out_dir / "results.json", result)
@@ -480,6 +482,9 @@ def write_coordinator_outputs(
         final: dict[str, Any] = dict(coord.app.coordinator_results(coord.server)[1])
         np.savez(out_dir / "result.npz", **final)
     _write_json(out_dir / "message_log.json", log.summary())
+    _write_json(out_dir / "config.json", to_jsonable(coord.cfg))
+    if result.get("status") == "ok":  # a failed run shuts down at once: `fedviews report DIR`
+        write_report(out_dir)
 
 
 def run_party(
@@ -537,3 +542,5 @@ def run_party(
     ):
         # once this party has written its results, a closed stream ends the session
         raise outcome[0]
+    if getattr(party, "finished", False):  # `fedviews report` builds its local report
+        _write_json(out_dir / "config.json", to_jsonable(cfg))

@@ -7,6 +7,8 @@ from typing import Any
 
 import numpy as np
 
+from fedviews.report import pyplot
+
 __all__ = ["pyplot", "save_figure", "standardize"]
 
 
@@ -22,16 +24,6 @@ def standardize(Xs: list[np.ndarray], *others: list[np.ndarray]) -> list[list[np
         for j, arrs in enumerate((Xs, *others)):
             out[j].append((arrs[k] - mu) / sd)
     return out
-
-
-def pyplot() -> Any:
-    """``matplotlib.pyplot`` on the non-interactive Agg backend (imported on first use)."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    return plt
 
 
 def save_figure(fig: Any, path: Path) -> Path:

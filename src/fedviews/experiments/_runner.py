@@ -229,12 +229,13 @@ def run_experiment(
         "seconds": seconds,
         **result.metrics,
         "tables": [t.to_dict() for t in result.tables],
+        **({"summary": result.summary} if result.summary else {}),
     }
     _write_json(out_dir / "metrics.json", metrics)
     if result.message_log is not None:
         _write_json(out_dir / "message_log.json", result.message_log)
     (out_dir / "partial_metrics.json").unlink(missing_ok=True)
-    write_report(out_dir, cfg, result, seconds)
+    write_report(out_dir)
     return out_dir, result
 
 

@@ -38,11 +38,6 @@ from fedviews.experiments._runner import ExperimentResult, RunContext, Table
 __all__ = ["MMVFLParams", "run_mmvfl_feature_selection"]
 
 ALGORITHMS = ("mmvfl", "supfl", "supmvlfl")
-LABELS = {
-    "mmvfl": "MMVFL",
-    "supfl": "supFL (labels at all parties)",
-    "supmvlfl": "supMVLFL (labels at all parties)",
-}
 
 
 @dataclass(frozen=True)
@@ -231,7 +226,7 @@ def _sweep(
 )
 def run_mmvfl_feature_selection(cfg: ExperimentConfig, ctx: RunContext) -> ExperimentResult:
     from fedviews.data import balanced_subsample, load, stratified_kfold
-    from fedviews.report import line_panels
+    from fedviews.report import line_panels, method_name
 
     p: MMVFLParams = cfg.params
     ds = load(cfg.data.name, **dict(cfg.data.options))
@@ -288,17 +283,18 @@ def run_mmvfl_feature_selection(cfg: ExperimentConfig, ctx: RunContext) -> Exper
     tables.append(
         Table(
             "Accuracy (%) averaged over p, per participant",
-            ["participant (view)", *[LABELS[a] for a in algs]],
+            ["participant (view)", *[method_name(a) for a in algs]],
             rows,
             note=f"classifier {p.classifier}; best beta per (p, fold, view, algorithm) as in the paper; "
-            f"label owner = participant {p.label_owner + 1}",
+            f"label owner = participant {p.label_owner + 1}; supFL and supMVLFL see the labels at "
+            "every party",
         )
     )
 
     def panels(arr: np.ndarray) -> dict[str, dict[str, Any]]:
         """``{participant: {algorithm: arr[algorithm, participant]}}`` for the figure."""
         return {
-            f"participant {part}": {LABELS[a].split(" ")[0]: arr[k, i] for k, a in enumerate(algs)}
+            f"participant {part}": {method_name(a): arr[k, i] for k, a in enumerate(algs)}
             for i, part in enumerate(parts)
         }
 
@@ -327,10 +323,10 @@ def run_mmvfl_feature_selection(cfg: ExperimentConfig, ctx: RunContext) -> Exper
             key = f"mmvfl_minus_{base}"
             pap = paper.get(key) if paper else None
             avg = float(np.mean(d))
-            trows.append([f"MMVFL - {base} (ours)", *d, avg])
+            trows.append([f"MMVFL - {method_name(base)} (ours)", *d, avg])
             if pap is not None and len(pap) == len(d):
                 pavg = paper[f"avg_vs_{base}"]
-                trows.append([f"MMVFL - {base} (paper)", *pap, pavg])
+                trows.append([f"MMVFL - {method_name(base)} (paper)", *pap, pavg])
                 trows.append(
                     ["  ours - paper", *[x - y for x, y in zip(d, pap, strict=True)], avg - pavg]
                 )
@@ -352,7 +348,10 @@ def run_mmvfl_feature_selection(cfg: ExperimentConfig, ctx: RunContext) -> Exper
         srows = [[f"{z:g}", *sm[j].tolist()] for j, z in enumerate(p.zeta_sweep)]
         if "supfl" in algs:
             srows.append(
-                ["supFL", *[float(mean[algs.index("supfl"), i].mean()) for i in range(len(views))]]
+                [
+                    method_name("supfl"),
+                    *[float(mean[algs.index("supfl"), i].mean()) for i in range(len(views))],
+                ]
             )
         tables.append(
             Table(
@@ -373,7 +372,7 @@ def run_mmvfl_feature_selection(cfg: ExperimentConfig, ctx: RunContext) -> Exper
     summary = ""
     if "table2_differences" in metrics:
         summary = "; ".join(
-            f"MMVFL - {b}: {np.mean(d):+.2f} points on average"
+            f"MMVFL - {method_name(b)}: {np.mean(d):+.2f} points on average"
             for b, d in metrics["table2_differences"].items()
         )
     return ExperimentResult(

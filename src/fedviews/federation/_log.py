@@ -34,6 +34,7 @@ class MessageLog:
     _messages: int = 0
     _rounds: int = 0
     _crossed: dict[tuple[str, str], set[str]] = field(default_factory=lambda: defaultdict(set))
+    _pair_bytes: dict[tuple[str, str], int] = field(default_factory=lambda: defaultdict(int))
     _meta: dict[tuple[str, str], set[str]] = field(default_factory=lambda: defaultdict(set))
     _exchanges: set[tuple[str, str, str, tuple[str, ...]]] = field(default_factory=set)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
@@ -48,6 +49,7 @@ class MessageLog:
         self._bytes_sent[entry.sender] += entry.nbytes
         self._bytes_recv[entry.receiver] += entry.nbytes
         self._crossed[(entry.sender, entry.receiver)].update(entry.arrays)
+        self._pair_bytes[(entry.sender, entry.receiver)] += entry.nbytes
         self._meta[(entry.sender, entry.receiver)].update(entry.meta)
         names = tuple(sorted(entry.arrays))
         self._exchanges.add((entry.sender, entry.receiver, entry.kind, names))
@@ -103,6 +105,10 @@ class MessageLog:
                 for p in parties
             },
             "crossings": self.crossings(),
+            # bytes on the wire per pair (every message, also those without arrays)
+            "crossing_bytes": {
+                f"{s} -> {r}": int(n) for (s, r), n in sorted(self._pair_bytes.items())
+            },
             # metadata keys per pair (scalars only; a hub sees none of a sealed message)
             "meta_keys": {
                 f"{s} -> {r}": sorted(k) for (s, r), k in sorted(self._meta.items()) if k

@@ -1,14 +1,23 @@
-"""Reports: matplotlib figures, the self-contained HTML report of a run, JSON values."""
+"""Reports: matplotlib figures, the self-contained HTML report of a run, run comparison."""
 
-from fedviews.report._html import ReportConfig, ReportResult, ReportTable, write_report
+from fedviews.report._compare import Comparison, compare_runs
+from fedviews.report._figures import pyplot
+from fedviews.report._html import run_summary, write_report
 from fedviews.report._json import to_jsonable
+from fedviews.report._names import METHOD_NAMES, method_name
 from fedviews.report._plots import line_panels
+from fedviews.report._run import RunRecord, load_run
 
 __all__ = [
-    "ReportConfig",
-    "ReportResult",
-    "ReportTable",
+    "METHOD_NAMES",
+    "Comparison",
+    "RunRecord",
+    "compare_runs",
     "line_panels",
+    "load_run",
+    "method_name",
+    "pyplot",
+    "run_summary",
     "to_jsonable",
     "write_report",
 ]

@@ -1,143 +1,362 @@
-"""A self-contained HTML report of one run (tables, figures, config, message log).
+"""The self-contained HTML report of one run (experiment, deployment or one party).
 
-The report sits below the experiments: it describes what it reads as protocols
-(:class:`ReportTable`, :class:`ReportResult`, :class:`ReportConfig`), which the
-runner's ``Table``, ``ExperimentResult`` and ``ExperimentConfig`` satisfy.
+Everything the page shows is read back from the run's folder (:func:`load_run`),
+and every figure is inside the page (inline SVG, or PNG as ``data:`` URIs): the
+file can be mailed or archived alone. The JSON files are linked, never dumped.
 """
 
 from __future__ import annotations
 
 import html
-import json
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
-from fedviews.report._json import to_jsonable
+from fedviews.report._diagram import barrier_diagram, crossings_of, format_bytes
+from fedviews.report._figures import curves_figure, party_bars, png_data_uri
+from fedviews.report._run import BYTES, RunRecord, load_run, read_json
 
-__all__ = ["ReportConfig", "ReportResult", "ReportTable", "write_report"]
+__all__ = ["CSS", "format_value", "run_summary", "table_html", "write_report"]
 
-
-class ReportTable(Protocol):
-    """A result table: title, column names, rows of cells and a note under it."""
-
-    @property
-    def title(self) -> str: ...
-
-    @property
-    def columns(self) -> Sequence[Any]: ...
-
-    @property
-    def rows(self) -> Sequence[Sequence[Any]]: ...
-
-    @property
-    def note(self) -> str: ...
-
-
-class ReportResult(Protocol):
-    """What a run produced: a summary, tables, figure files and the message log."""
-
-    @property
-    def summary(self) -> str: ...
-
-    @property
-    def tables(self) -> Sequence[ReportTable]: ...
-
-    @property
-    def figures(self) -> Sequence[Path | str]: ...
-
-    @property
-    def message_log(self) -> Mapping[str, Any] | None: ...
-
-
-class _NamedData(Protocol):
-    @property
-    def name(self) -> str: ...
-
-
-class ReportConfig(Protocol):
-    """The resolved configuration of a run."""
-
-    @property
-    def name(self) -> str: ...
-
-    @property
-    def experiment(self) -> str: ...
-
-    @property
-    def seed(self) -> int: ...
-
-    @property
-    def data(self) -> _NamedData: ...
-
-    def to_dict(self) -> dict[str, Any]: ...
-
-
-_CSS = """
-body{font-family:system-ui,sans-serif;max-width:1100px;margin:2em auto;color:#222}
-table{border-collapse:collapse;margin:1em 0}td,th{border:1px solid #ccc;padding:3px 8px;text-align:right}
-th{background:#f3f3f3}td:first-child,th:first-child{text-align:left}
-img{max-width:100%;border:1px solid #eee}pre{background:#f7f7f7;padding:1em;overflow:auto}
-.note{color:#555;font-size:90%}
+CSS = """
+body{font-family:system-ui,-apple-system,'Segoe UI',sans-serif;max-width:1180px;margin:1.5em auto;
+padding:0 1em;color:#1d2430;line-height:1.45}
+h1{margin-bottom:.2em}h2{border-bottom:2px solid #e4e8ee;padding-bottom:.2em;margin-top:1.8em}
+.sub{color:#556;margin-top:0}.summary{background:#f2f6fb;border-left:4px solid #4a7ab8;padding:.6em 1em}
+nav a{margin-right:1em;font-size:92%}
+table{border-collapse:collapse;margin:.6em 0 1em}td,th{border:1px solid #d4d9e0;padding:3px 9px;
+text-align:right;font-variant-numeric:tabular-nums;white-space:nowrap}th{background:#eef1f5;text-align:left}
+td:first-child,th:first-child{text-align:left}table.kv td:nth-child(2){text-align:left}
+td.text{text-align:left;white-space:normal}
+img,svg{max-width:100%;height:auto}figure{margin:1em 0}figcaption{color:#556;font-size:90%}
+.note{color:#556;font-size:90%;margin-top:-.5em}.files a{margin-right:1.2em}
 """
 
 
-def _cell(v: Any) -> str:
+def format_value(v: Any) -> str:
+    """A result or config value as text: floats with two decimals (as in the terminal,
+    below 0.001, such as a delta, in full), integers with thousands separators, lists and
+    tables as TOML."""
+    if isinstance(v, bool):
+        return str(v)
     if isinstance(v, float):
-        return f"{v:.2f}"
-    return html.escape(str(v))
+        return "n/a" if v != v else f"{v:.3g}" if 0 < abs(v) < 1e-3 else f"{v:,.2f}"
+    if isinstance(v, int):
+        return f"{v:,}"
+    if isinstance(v, (list, tuple, dict)):
+        return _inline(v, top=True)
+    return "" if v is None else str(v)
 
 
-def _table_html(t: ReportTable) -> str:
-    head = "".join(f"<th>{html.escape(str(c))}</th>" for c in t.columns)
+def _cell(v: Any) -> str:
+    return html.escape(format_value(v))
+
+
+def _inline(v: Any, top: bool = False) -> str:
+    """A config value as a person writes it in TOML: ``a, b`` for a list of plain values,
+    ``{label = "RR", defense = {kind = "label_rr"}}`` for a table."""
+    if isinstance(v, dict):
+        return "{" + ", ".join(f"{k} = {_inline(x)}" for k, x in v.items()) + "}"
+    if isinstance(v, (list, tuple)):
+        if top and not any(isinstance(x, (dict, list, tuple)) for x in v):
+            return ", ".join(str(x) for x in v)
+        return "[" + ", ".join(_inline(x) for x in v) + "]"
+    if isinstance(v, str):
+        return v if top else f'"{v}"'
+    return str(v)
+
+
+def table_html(
+    title: str,
+    columns: Sequence[Any],
+    rows: Sequence[Sequence[Any]],
+    note: str = "",
+    *,
+    cls: str = "",
+) -> str:
+    """An HTML table with a title (``<h3>``, omitted when empty) and a note under it."""
+    head = "".join(f"<th>{html.escape(str(c))}</th>" for c in columns)
     body = "".join(
-        "<tr>" + "".join(f"<td>{_cell(v)}</td>" for v in row) + "</tr>" for row in t.rows
+        "<tr>"
+        + "".join(
+            f"<td class='text'>{_cell(v)}</td>"
+            if isinstance(v, str) and k and not v[:1].isdigit()
+            else f"<td>{_cell(v)}</td>"
+            for k, v in enumerate(row)
+        )
+        + "</tr>"
+        for row in rows
     )
-    note = f'<p class="note">{html.escape(t.note)}</p>' if t.note else ""
-    return f"<h3>{html.escape(t.title)}</h3><table><tr>{head}</tr>{body}</table>{note}"
+    h = f"<h3>{html.escape(title)}</h3>" if title else ""
+    n = f'<p class="note">{html.escape(note)}</p>' if note else ""
+    c = f" class='{cls}'" if cls else ""
+    return f"{h}<table{c}><tr>{head}</tr>{body}</table>{n}"
 
 
-def write_report(out_dir: Path, cfg: ReportConfig, result: ReportResult, seconds: float) -> Path:
-    """Write ``out_dir/report.html`` and return its path.
+def _is_leakage(t: Mapping[str, Any]) -> bool:
+    cols = [str(c) for c in t.get("columns", [])]
+    return "attack" in cols or "leak" in str(t.get("title", "")).lower()
+
+
+def _ledger_html(privacy: Mapping[str, Any]) -> str:
+    """The privacy ledger: one row per party of what the run's defense spent."""
+    parties: Mapping[str, Mapping[str, Any]] = privacy.get("parties") or {}
+    keys = sorted({k for v in parties.values() for k in v})
+    rows = [[p, *[v.get(k, "") for k in keys]] for p, v in sorted(parties.items())]
+    return f"<p>{html.escape(str(privacy.get('mechanism', '')))}</p>" + table_html(
+        "", ["party", *keys], rows
+    )
+
+
+def _ledgers(rec: RunRecord) -> dict[str, Mapping[str, Any]]:
+    """``{label: ledger}``: the run's own, or one per setting of a defense sweep."""
+    out: dict[str, Mapping[str, Any]] = {}
+    if isinstance(rec.results.get("privacy"), dict) and rec.results["privacy"].get("parties"):
+        out[""] = rec.results["privacy"]
+    settings = rec.results.get("settings")
+    if isinstance(settings, dict):
+        for label, s in settings.items():
+            if (
+                isinstance(s, dict)
+                and isinstance(s.get("privacy"), dict)
+                and s["privacy"].get("parties")
+            ):
+                out[str(label)] = s["privacy"]
+    return out
+
+
+def run_summary(rec: RunRecord) -> str:
+    """One line: what ran, how long, its headline result and the traffic."""
+    parts = [f"{rec.name}: {rec.title}"]
+    if rec.kind == "deployment":
+        parts[0] += f" {rec.results.get('status', '?')}"
+    if rec.seconds is not None:
+        parts[0] += f" in {rec.seconds:.1f} s"
+    for key in ("final_accuracy", "accuracy", "objective_final"):
+        v = rec.results.get(key)
+        if isinstance(v, (int, float)) and not isinstance(v, bool):
+            parts.append(f"{key.replace('_', ' ')} {v:.4g}")
+            break
+    summary = rec.results.get("summary")
+    if isinstance(summary, str) and summary:
+        parts.append(summary)
+    head = rec.headline()
+    if "messages" in head:
+        parts.append(
+            f"{head['messages']:,} messages, {format_bytes(head[BYTES])} across the privacy barrier"
+        )
+    return "; ".join(parts)
+
+
+def _header(rec: RunRecord) -> list[str]:
+    cfg = rec.config
+    bits = [html.escape(rec.title)]
+    data = cfg.get("data")
+    if isinstance(data, dict) and (data.get("name") or data.get("dataset")):
+        bits.append(f"on <code>{html.escape(str(data.get('name') or data.get('dataset')))}</code>")
+    if "seed" in cfg:
+        bits.append(f"seed {html.escape(str(cfg['seed']))}")
+    if rec.seconds is not None:
+        bits.append(f"{rec.seconds:.1f} s")
+    return [
+        f"<h1>{html.escape(rec.name)}</h1>",
+        f"<p class='sub'>{', '.join(bits)}</p>",
+        f"<p class='summary'>{html.escape(run_summary(rec))}</p>",
+    ]
+
+
+def _results(rec: RunRecord) -> list[str]:
+    out = []
+    if rec.kind == "deployment":
+        rows = [
+            [k, format_bytes(v) if k == BYTES else f"{v:.4g}" if isinstance(v, float) else v]
+            for k, v in rec.headline().items()
+        ]
+        out.append(table_html("", ["result", "value"], rows, cls="kv"))
+    out += [
+        table_html(
+            str(t.get("title", "")), t.get("columns", []), t.get("rows", []), str(t.get("note", ""))
+        )
+        for t in rec.tables
+        if not _is_leakage(t)
+    ]
+    return out
+
+
+def _figures(rec: RunRecord) -> list[str]:
+    out = []
+    curves = rec.curves()
+    if curves:
+        xlabel = "round" if rec.kind != "experiment" else "round / iteration"
+        out.append(
+            f"<figure>{curves_figure(curves, xlabel=xlabel)}<figcaption>per-round curves"
+            "</figcaption></figure>"
+        )
+    for fig in rec.figures:
+        out.append(
+            f"<figure><img alt='{html.escape(fig.stem)}' src='{png_data_uri(fig.read_bytes())}'>"
+            f"<figcaption>{html.escape(fig.stem.replace('_', ' '))} "
+            f"(<a href='{html.escape(fig.name)}'>{html.escape(fig.name)}</a>)</figcaption></figure>"
+        )
+    return out
+
+
+def _barrier(rec: RunRecord) -> list[str]:
+    sums = rec.summaries()
+    if not sums:
+        return []
+    label, first = next(iter(sums.items()))
+    out = [
+        "<p>Every arrow is a (sender, receiver) pair that exchanged messages in this run, "
+        "labelled with the arrays that crossed and the bytes on the wire. What the "
+        "algorithm's privacy policy forbids has no arrow: the runtime refuses such a "
+        "message at its sender and at its receiver.</p>",
+        f"<figure class='barrier'>{barrier_diagram(first, coordinator=rec.coordinator)}"
+        + (f"<figcaption>{html.escape(label)}</figcaption>" if label else "")
+        + "</figure>",
+    ]
+    rows = [
+        [c.sender, c.receiver, ", ".join(c.arrays) or "(metadata only)", format_bytes(c.nbytes)]
+        for c in crossings_of(first)
+    ]
+    out.append(
+        f"<details><summary>every pair: the arrays' full names and the bytes ({len(rows)} "
+        "pairs)</summary>"
+        + table_html("", ["sender", "receiver", "arrays", "bytes"], rows)
+        + "</details>"
+    )
+    if len(sums) > 1:
+        out.append(
+            table_html(
+                "Every logged run",
+                ["run", "rounds", "messages", "bytes"],
+                [
+                    [
+                        k,
+                        s.get("rounds", 0),
+                        s.get("messages", 0),
+                        format_bytes(s.get("total_bytes", 0)),
+                    ]
+                    for k, s in sums.items()
+                ],
+                "the diagram shows the first; message_log.json holds all of them",
+            )
+        )
+    return out
+
+
+def _own_time(folder: Path, party: str) -> dict[str, float]:
+    """``{"wall_seconds": ...}`` of ``party`` from its own ``message_log.json`` (empty if
+    its folder is not beside the coordinator's)."""
+    path = folder / "message_log.json"
+    if not path.is_file():
+        return {}
+    mine = (read_json(path).get("per_party") or {}).get(party) or {}
+    return {"wall_seconds": float(mine["wall_seconds"])} if "wall_seconds" in mine else {}
+
+
+def _cost(rec: RunRecord) -> list[str]:
+    sums = rec.summaries()
+    if not sums:
+        return []
+    per_party = next(iter(sums.values())).get("per_party") or {}
+    if rec.kind == "deployment":  # the hub times no handler: the parties' own logs do
+        per_party = {p: {**v, **_own_time(rec.folder.parent / p, p)} for p, v in per_party.items()}
+    if not per_party:
+        return []
+    rows = [
+        [
+            p,
+            format_bytes(v.get("bytes_sent")),
+            format_bytes(v.get("bytes_received")),
+            float(v.get("wall_seconds", 0.0)),
+        ]
+        for p, v in sorted(per_party.items())
+    ]
+    return [
+        f"<figure>{party_bars(per_party)}</figure>",
+        table_html("", ["party", "sent", "received", "handler seconds"], rows),
+    ]
+
+
+def _config(rec: RunRecord) -> list[str]:
+    flat = rec.flat_config()
+    if not flat:
+        return ["<p>no config.json in this folder</p>"]
+    rows = [[k, v] for k, v in flat.items()]
+    return [table_html("", ["key", "value"], rows, cls="kv")]
+
+
+def _files(rec: RunRecord) -> list[str]:
+    links = " ".join(
+        f"<a href='{html.escape(p.name)}'>{html.escape(p.name)}</a>" for p in rec.json_files()
+    )
+    return [f"<p class='files'>{links}</p>"]
+
+
+def write_report(folder: Path | str) -> Path:
+    """Write ``folder/report.html`` for the run in ``folder`` and return its path.
 
     Parameters
     ----------
-    out_dir : Path
-        The run directory; figures are referred to by file name, relative to it.
-    cfg : ReportConfig
-        The resolved configuration (e.g. an ``ExperimentConfig``).
-    result : ReportResult
-        What the run produced (e.g. an ``ExperimentResult``).
-    seconds : float
-        How long the run took.
+    folder : Path or str
+        A finished run's folder (see :func:`load_run`).
 
     Returns
     -------
     Path
-        ``out_dir / "report.html"``.
+        ``folder / "report.html"`` (of the coordinator's folder for a launch folder).
     """
-    parts = [
-        f"<!doctype html><html><head><meta charset='utf-8'><title>{html.escape(cfg.name)}</title>",
-        f"<style>{_CSS}</style></head><body>",
-        f"<h1>{html.escape(cfg.name)}</h1>",
-        f"<p>experiment <code>{html.escape(cfg.experiment)}</code> on <code>{html.escape(cfg.data.name)}</code>, "
-        f"seed {cfg.seed}, {seconds:.1f} s</p>",
+    rec = load_run(folder)
+    sections: list[tuple[str, str, list[str]]] = [
+        ("results", "Results", _results(rec)),
+        ("barrier", "What crossed the privacy barrier", _barrier(rec)),
+        ("curves", "Curves and figures", _figures(rec)),
+        ("cost", "Per-party traffic and time", _cost(rec)),
     ]
-    if result.summary:
-        parts.append(f"<p>{html.escape(result.summary)}</p>")
-    parts += [_table_html(t) for t in result.tables]
-    for fig in result.figures:
-        parts.append(
-            f"<h3>{html.escape(Path(fig).stem)}</h3><img src='{html.escape(Path(fig).name)}'>"
+    leak = [t for t in rec.tables if _is_leakage(t)]
+    if leak:
+        sections.append(
+            (
+                "leakage",
+                "Leakage",
+                [
+                    table_html(
+                        str(t.get("title", "")), t["columns"], t["rows"], str(t.get("note", ""))
+                    )
+                    for t in leak
+                ],
+            )
         )
-    if result.message_log:
-        parts.append("<h2>What crossed the privacy barrier</h2>")
-        parts.append(
-            f"<pre>{html.escape(json.dumps(to_jsonable(result.message_log), indent=2))}</pre>"
+    ledgers = _ledgers(rec)
+    if ledgers:
+        sections.append(
+            (
+                "ledger",
+                "Privacy ledger",
+                [
+                    (f"<h3>{html.escape(k)}</h3>" if k else "") + _ledger_html(v)
+                    for k, v in ledgers.items()
+                ],
+            )
         )
-    parts.append("<h2>Resolved config</h2>")
-    parts.append(f"<pre>{html.escape(json.dumps(to_jsonable(cfg.to_dict()), indent=2))}</pre>")
-    parts.append("</body></html>")
-    path = out_dir / "report.html"
+    sections += [("config", "Config", _config(rec)), ("files", "Files", _files(rec))]
+    sections = [s for s in sections if s[2]]
+    nav = " ".join(f"<a href='#{sid}'>{html.escape(title)}</a>" for sid, title, _ in sections)
+    parts = [
+        f"<!doctype html><html lang='en'><head><meta charset='utf-8'><title>{html.escape(rec.name)}"
+        f" · fedviews</title><style>{CSS}</style></head><body>",
+        *_header(rec),
+        f"<nav>{nav}</nav>",
+    ]
+    for sid, title, body in sections:
+        parts.append(f"<section id='{sid}'><h2>{html.escape(title)}</h2>")
+        parts += body
+        parts.append("</section>")
+    parts.append(
+        f"<p class='note'>written by fedviews from the files in {html.escape(str(rec.folder))}</p>"
+        "</body></html>"
+    )
+    path = rec.folder / "report.html"
     path.write_text("\n".join(parts), encoding="utf-8")
     return path

@@ -8,6 +8,8 @@ from pathlib import Path
 
 import numpy as np
 
+from fedviews.report._figures import pyplot
+
 __all__ = ["line_panels"]
 
 
@@ -27,11 +29,7 @@ def line_panels(
 
     ``errors`` (same structure) draws a shaded ±band. Returns ``path``.
     """
-    import matplotlib  # here, not at import: ``fedviews.report`` is imported by the runner
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt = pyplot()
     n = len(panels)
     ncols = min(ncols, n)
     nrows = math.ceil(n / ncols)

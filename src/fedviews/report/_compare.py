@@ -1,0 +1,175 @@
+"""``fedviews compare RUN_DIR ...``: runs of one experiment (or one algorithm's
+deployments) side by side: their headline numbers, the config values that differ,
+and their curves overlaid."""
+
+from __future__ import annotations
+
+import html
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from fedviews.errors import ConfigError
+from fedviews.report._diagram import format_bytes
+from fedviews.report._figures import curves_figure
+from fedviews.report._html import CSS, format_value, table_html
+from fedviews.report._run import BYTES, RunRecord, load_run
+
+__all__ = ["Comparison", "compare_runs"]
+
+_MISSING = "—"
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """Several runs of one experiment (or of one algorithm's deployments).
+
+    Attributes
+    ----------
+    runs : list of RunRecord
+    labels : list of str
+        One short, distinct label per run (its folder's name).
+    metrics : list of (str, list)
+        Headline numbers: ``(label, one value per run)`` (``"—"`` where a run has none).
+    config : list of (str, list)
+        The config keys whose values differ between the runs, with their values.
+    """
+
+    runs: list[RunRecord]
+    labels: list[str]
+    metrics: list[tuple[str, list[Any]]]
+    config: list[tuple[str, list[Any]]]
+
+    def curves(self) -> dict[str, dict[str, tuple[list[float], list[float]]]]:
+        """Every run's curves, overlaid: ``{quantity: {"run · series": (x, y)}}``."""
+        out: dict[str, dict[str, tuple[list[float], list[float]]]] = {}
+        for label, run in zip(self.labels, self.runs, strict=True):
+            for quantity, series in run.curves().items():
+                for name, xy in series.items():
+                    out.setdefault(quantity, {})[f"{label} · {name}" if name else label] = xy
+        return out
+
+    def rich_tables(self) -> list[Any]:
+        """The two tables for the terminal (``rich.table.Table``)."""
+        from rich.table import Table
+
+        out = []
+        for title, rows, first in (
+            ("headline metrics", self.metrics, "metric"),
+            ("config values that differ", self.config, "config key"),
+        ):
+            t = Table(title=title, title_justify="left")
+            t.add_column(first)
+            for label in self.labels:
+                t.add_column(label, justify="right")
+            for key, values in rows:
+                t.add_row(key, *[_text(key, v) for v in values])
+            if not rows:
+                t.add_row("(none)", *["" for _ in self.labels])
+            out.append(t)
+        return out
+
+    def write_html(self, path: Path) -> Path:
+        """Write the comparison as a self-contained HTML page; returns ``path``."""
+        what = self.runs[0].title
+        parts = [
+            f"<!doctype html><html lang='en'><head><meta charset='utf-8'><title>compare · "
+            f"{html.escape(what)}</title><style>{CSS}</style></head><body>",
+            f"<h1>{len(self.runs)} runs of {html.escape(what)}</h1>",
+            "<ul>"
+            + "".join(
+                f"<li><b>{html.escape(label)}</b>: "
+                f"<a href='{html.escape(_href(run.folder / 'report.html', path))}'>report</a> "
+                f"<span class='note'>{html.escape(str(run.folder))}</span></li>"
+                for label, run in zip(self.labels, self.runs, strict=True)
+            )
+            + "</ul>",
+            "<h2>Headline metrics</h2>",
+            table_html(
+                "",
+                ["metric", *self.labels],
+                [[k, *[_text(k, x) for x in v]] for k, v in self.metrics],
+            ),
+            "<h2>Config values that differ</h2>",
+            table_html("", ["config key", *self.labels], [[k, *v] for k, v in self.config])
+            if self.config
+            else "<p>none: the runs share every config value</p>",
+        ]
+        curves = self.curves()
+        if curves:
+            parts += [
+                "<h2>Curves</h2>",
+                f"<figure>{curves_figure(curves, xlabel='round / iteration')}</figure>",
+            ]
+        parts.append("</body></html>")
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text("\n".join(parts), encoding="utf-8")
+        return path
+
+
+def _text(key: str, v: Any) -> str:
+    return format_bytes(v) if key == BYTES and isinstance(v, int) else format_value(v)
+
+
+def _href(target: Path, page: Path) -> str:
+    """``target`` relative to the folder of ``page`` when possible, else a file URI."""
+    try:
+        return target.resolve().relative_to(page.resolve().parent).as_posix()
+    except ValueError:
+        return target.resolve().as_uri()
+
+
+def _labels(runs: Sequence[RunRecord]) -> list[str]:
+    names = [r.folder.name for r in runs]
+    if len(set(names)) == len(names):
+        return names
+    return [f"{r.folder.parent.name}/{r.folder.name}" for r in runs]
+
+
+def compare_runs(folders: Sequence[Path | str]) -> Comparison:
+    """Compare the runs in ``folders``.
+
+    Parameters
+    ----------
+    folders : sequence of Path or str
+        Two or more run folders (experiment runs, or launched/coordinator folders of
+        deployments) of the same experiment or algorithm.
+
+    Returns
+    -------
+    Comparison
+
+    Raises
+    ------
+    ConfigError
+        Fewer than two folders, a folder that holds no finished run, a party's folder,
+        or runs of different experiments (or algorithms).
+    """
+    if len(folders) < 2:
+        raise ConfigError("compare needs at least two run folders")
+    runs = [load_run(f) for f in folders]
+    for f, r in zip(folders, runs, strict=True):
+        if r.kind == "party":
+            raise ConfigError(
+                f"{f} is one party's folder of a deployment: compare the deployments' "
+                "folders (or their coordinator's)"
+            )
+    kinds = {(r.kind, r.what) for r in runs}
+    if len(kinds) > 1:
+        found = ", ".join(f"{f} is {r.title}" for f, r in zip(folders, runs, strict=True))
+        raise ConfigError(f"runs of different experiments cannot be compared: {found}")
+    if len({r.folder.resolve() for r in runs}) < len(runs):
+        raise ConfigError("the same run folder is given twice")
+    labels = _labels(runs)
+    heads = [r.headline() for r in runs]
+    keys = list(dict.fromkeys(k for h in heads for k in h))
+    metrics = [(k, [h.get(k, _MISSING) for h in heads]) for k in keys]
+    flats = [r.flat_config() for r in runs]
+    ckeys = list(dict.fromkeys(k for f in flats for k in f))
+    config = [
+        (k, [f.get(k, _MISSING) for f in flats])
+        for k in ckeys
+        if len({repr(f.get(k, _MISSING)) for f in flats}) > 1
+    ]
+    return Comparison(runs, labels, metrics, config)

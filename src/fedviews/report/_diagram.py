@@ -1,0 +1,274 @@
+"""The privacy-barrier diagram: who sent which arrays to whom, and how many bytes.
+
+Drawn from a message-log summary (:meth:`fedviews.federation.MessageLog.summary`):
+one box per party and one arrow per (sender, receiver) pair that exchanged
+messages, labelled with the array names and the bytes that crossed. An arrow a
+privacy policy forbids never appears, because the runtime never let such a
+message leave its sender.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from fedviews.report._figures import pyplot, svg_of
+
+__all__ = ["Crossing", "barrier_diagram", "crossings_of", "format_bytes"]
+
+_BOX_W, _BOX_H = 1.05, 0.34
+_FONT = 8.5  # points, of the arrow labels
+_COORD_COLOUR, _PARTY_COLOUR, _OWNER_COLOUR = "#fde3c8", "#dceaf7", "#dff2dc"
+
+
+@dataclass(frozen=True)
+class Crossing:
+    """What went from one party to another over a run."""
+
+    sender: str
+    receiver: str
+    arrays: tuple[str, ...]
+    nbytes: int | None  # None: the log predates per-pair byte counts
+
+
+def format_bytes(n: float | None) -> str:
+    """``1234567`` -> ``"1.2 MB"`` (decimal units, as network traffic is counted)."""
+    if n is None:
+        return "n/a"
+    for unit, size in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
+        if abs(n) >= size:
+            return f"{n / size:.1f} {unit}"
+    return f"{int(n)} B"
+
+
+def crossings_of(summary: Mapping[str, Any]) -> list[Crossing]:
+    """Every (sender, receiver) pair of a message-log summary, sorted."""
+    names: Mapping[str, Sequence[str]] = summary.get("crossings") or {}
+    nbytes: Mapping[str, int] = summary.get("crossing_bytes") or {}
+    out = []
+    for pair in sorted(set(names) | set(nbytes)):
+        sender, _, receiver = pair.partition(" -> ")
+        n = nbytes.get(pair)
+        out.append(
+            Crossing(sender, receiver, tuple(names.get(pair, ())), None if n is None else int(n))
+        )
+    return out
+
+
+def _short_names(names: Sequence[str], width: int = 30) -> list[str]:
+    """The array names of an arrow label: ``update/0.bias, update/4.weight, ...`` become
+    ``update/* (6)``, the session's ``psi_*`` arrays ``PSI``; wrapped to lines of at most ``width`` characters."""
+    groups: dict[str, list[str]] = {}
+    for n in names:
+        head, sep, _ = n.partition("/")
+        key = "PSI" if n.startswith("psi_") else head + "/*" if sep else n
+        groups.setdefault(key, []).append(n)
+    items = [k if "/" not in k else f"{k} ({len(v)})" for k, v in groups.items()]
+    if len(items) > 4:
+        items = [*items[:3], f"+{len(items) - 3} more"]
+    lines: list[str] = []
+    for item in items:
+        if lines and len(lines[-1]) + len(item) + 2 <= width:
+            lines[-1] += ", " + item
+        else:
+            lines.append(item)
+    return lines or ["(metadata only)"]
+
+
+def _layout(
+    nodes: list[str], pairs: list[tuple[str, str]], coordinator: str | None
+) -> tuple[dict[str, tuple[float, float]], set[str]]:
+    """Positions of the boxes: the coordinator on top, parties that talk to other parties
+    (the smaller side of that bipartite graph, e.g. label owners) in a middle row at the
+    sides, the other parties in the bottom row. Returns positions and the middle row."""
+    parties = [n for n in nodes if n != coordinator]
+    adj: dict[str, set[str]] = {p: set() for p in parties}
+    for s, r in pairs:
+        if s in adj and r in adj and s != r:
+            adj[s].add(r)
+            adj[r].add(s)
+    colour: dict[str, int] = {}
+    bipartite = True
+    for start in parties:
+        if start in colour or not adj[start]:
+            continue
+        colour[start] = 0
+        stack = [start]
+        while stack:
+            u = stack.pop()
+            for v in adj[u]:
+                if v not in colour:
+                    colour[v] = 1 - colour[u]
+                    stack.append(v)
+                elif colour[v] == colour[u]:
+                    bipartite = False
+    middle: set[str] = set()
+    if colour and bipartite:
+        sides = [sorted(p for p, c in colour.items() if c == k) for k in (0, 1)]
+        middle = set(sides[0] if len(sides[0]) <= len(sides[1]) else sides[1])
+    bottom = [p for p in parties if p not in middle]
+    pos: dict[str, tuple[float, float]] = {}
+    step = 2.8 if middle else 2.2  # parties that talk to parties: more arrows between rows
+    for i, p in enumerate(bottom):
+        pos[p] = (i * step, 0.0)
+    right = max(len(bottom) - 1, 0) * step
+    top = 0.0
+    if middle:
+        top = 2.6
+        mids = sorted(middle)
+        lo, hi = (right * 0.15, right * 0.85) if right > 0 else (-1.5, 1.5)
+        for k, p in enumerate(mids):
+            pos[p] = (lo + (hi - lo) * k / (len(mids) - 1) if len(mids) > 1 else lo, top)
+    if coordinator is not None and coordinator in nodes:
+        pos[coordinator] = (right / 2, top + (2.8 if middle else 2.4))
+    return pos, middle
+
+
+def _bezier(
+    p0: tuple[float, float], p2: tuple[float, float], rad: float, t: float
+) -> tuple[float, float]:
+    """A point of matplotlib's ``arc3`` connection (a quadratic Bézier) at ``t``."""
+    (x1, y1), (x2, y2) = p0, p2
+    cx, cy = (x1 + x2) / 2 + rad * (y2 - y1), (y1 + y2) / 2 - rad * (x2 - x1)
+    u = 1 - t
+    return (u * u * x1 + 2 * u * t * cx + t * t * x2, u * u * y1 + 2 * u * t * cy + t * t * y2)
+
+
+def _overlap(a: tuple[float, float, float, float], b: tuple[float, float, float, float]) -> float:
+    """Area shared by two boxes ``(x0, y0, x1, y1)``."""
+    w = min(a[2], b[2]) - max(a[0], b[0])
+    h = min(a[3], b[3]) - max(a[1], b[1])
+    return max(w, 0.0) * max(h, 0.0)
+
+
+def barrier_diagram(
+    summary: Mapping[str, Any], *, coordinator: str | None = "coordinator", title: str = ""
+) -> str:
+    """The privacy-barrier diagram of one run as inline SVG.
+
+    Parameters
+    ----------
+    summary : Mapping
+        A message-log summary (``message_log.json``): ``crossings`` (array names per
+        ``"sender -> receiver"``), ``crossing_bytes`` (bytes per pair) and ``per_party``.
+    coordinator : str or None
+        The coordinator's name, drawn on top; ``None``: no coordinator.
+    title : str
+        Drawn above the diagram.
+
+    Returns
+    -------
+    str
+        An ``<svg>`` element whose text (party and array names, byte counts) is text.
+    """
+    crossings = crossings_of(summary)
+    pairs = [(c.sender, c.receiver) for c in crossings]
+    nodes = sorted({n for p in pairs for n in p} | set(summary.get("per_party") or {}))
+    pos, middle = _layout(nodes, pairs, coordinator)
+    xs = [x for x, _ in pos.values()] or [0.0]
+    ys = [y for _, y in pos.values()] or [0.0]
+    x0, x1 = min(xs) - 1.6, max(xs) + 1.6
+    y0, y1 = min(ys) - 0.6, max(ys) + 0.6
+    scale = 1.0  # inches per data unit (equal aspect: arcs and label sizes in one unit)
+    plt = pyplot()
+    fig, ax = plt.subplots(figsize=((x1 - x0) * scale, (y1 - y0) * scale))
+    ax.set_xlim(x0, x1)
+    ax.set_ylim(y0, y1)
+    ax.set_aspect("equal")
+    ax.axis("off")
+    boxes: dict[str, Any] = {}
+    taken: list[tuple[float, float, float, float]] = []
+    from matplotlib.patches import FancyArrowPatch, FancyBboxPatch
+
+    for name, (x, y) in pos.items():
+        face = (
+            _COORD_COLOUR
+            if name == coordinator
+            else _OWNER_COLOUR
+            if name in middle
+            else _PARTY_COLOUR
+        )
+        box = FancyBboxPatch(
+            (x - _BOX_W / 2, y - _BOX_H / 2),
+            _BOX_W,
+            _BOX_H,
+            boxstyle="round,pad=0.02",
+            facecolor=face,
+            edgecolor="#444",
+            linewidth=1.0,
+            zorder=3,
+        )
+        ax.add_patch(box)
+        boxes[name] = box
+        ax.text(x, y, name, ha="center", va="center", fontsize=9, weight="bold", zorder=4)
+        taken.append((x - _BOX_W / 2, y - _BOX_H / 2, x + _BOX_W / 2, y + _BOX_H / 2))
+    colours = plt.get_cmap("tab10")
+    senders = sorted({c.sender for c in crossings})
+    char_w = _FONT * 0.56 / 72 / scale  # data units per character and per line
+    line_h = _FONT * 1.25 / 72 / scale
+    rad = 0.14
+    for c in crossings:
+        if c.sender not in pos or c.receiver not in pos:
+            continue
+        colour = colours(senders.index(c.sender) % 10)
+        p0, p2 = pos[c.sender], pos[c.receiver]
+        ax.add_patch(
+            FancyArrowPatch(
+                p0,
+                p2,
+                connectionstyle=f"arc3,rad={rad}",
+                arrowstyle="-|>",
+                mutation_scale=11,
+                color=colour,
+                linewidth=1.1,
+                patchA=boxes[c.sender],
+                patchB=boxes[c.receiver],
+                zorder=2,
+            )
+        )
+        lines = [*_short_names(c.arrays), format_bytes(c.nbytes) if c.nbytes is not None else ""]
+        lines = [ln for ln in lines if ln]
+        w = max(len(ln) for ln in lines) * char_w + 0.06
+        h = len(lines) * line_h + 0.05
+        best: tuple[float, tuple[float, float]] | None = None
+        for t in (0.5, 0.4, 0.6, 0.32, 0.68, 0.25, 0.75, 0.45, 0.55):
+            lx, ly = _bezier(p0, p2, rad, t)
+            bb = (lx - w / 2, ly - h / 2, lx + w / 2, ly + h / 2)
+            cost = sum(_overlap(bb, o) for o in taken)
+            if best is None or cost < best[0]:
+                best = (cost, (lx, ly))
+            if cost == 0:
+                break
+        assert best is not None
+        lx, ly = best[1]
+        taken.append((lx - w / 2, ly - h / 2, lx + w / 2, ly + h / 2))
+        ax.text(
+            lx,
+            ly,
+            "\n".join(lines),
+            ha="center",
+            va="center",
+            fontsize=_FONT,
+            color="#222",
+            zorder=5,
+            bbox={
+                "boxstyle": "round,pad=0.2",
+                "facecolor": "white",
+                "edgecolor": colour,
+                "alpha": 0.92,
+            },
+        )
+    if title:
+        ax.set_title(title, fontsize=10)
+    if not crossings:
+        ax.text(
+            (x0 + x1) / 2,
+            (y0 + y1) / 2,
+            "no message crossed",
+            ha="center",
+            fontsize=10,
+            color="#555",
+        )
+    fig.tight_layout()
+    return svg_of(fig, plt)

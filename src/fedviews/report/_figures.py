@@ -1,0 +1,111 @@
+"""Figures of the report: matplotlib on the Agg backend, written as inline SVG or PNG data."""
+
+from __future__ import annotations
+
+import base64
+import io
+import itertools
+import re
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+__all__ = ["curves_figure", "party_bars", "png_data_uri", "pyplot", "svg_of"]
+
+_ID = re.compile(r'\bid="([^"]+)"')
+_REF = re.compile(r"(url\(#|href=\"#)([^)\"]+)")
+_FIGURES = itertools.count(1)
+
+
+def pyplot() -> Any:
+    """``matplotlib.pyplot`` on the non-interactive Agg backend (imported on first use:
+    ``fedviews.report`` is imported by the runner, which must not pay for matplotlib)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def svg_of(fig: Any, plt: Any) -> str:
+    """``fig`` as an ``<svg>`` element to put inline in HTML (text stays text); closes it."""
+    buf = io.StringIO()
+    with plt.rc_context({"svg.fonttype": "none", "svg.hashsalt": "fedviews"}):
+        fig.savefig(buf, format="svg")
+    plt.close(fig)
+    text = buf.getvalue()
+    return _prefix_ids(text[text.index("<svg") :], f"f{next(_FIGURES)}-")
+
+
+def _prefix_ids(svg: str, prefix: str) -> str:
+    """Make the element ids of one figure unique in a page of several (clip paths and
+    glyphs are referred to by id: two figures must never share one)."""
+    ids = set(_ID.findall(svg))
+    svg = _ID.sub(lambda m: f'id="{prefix}{m.group(1)}"', svg)
+    return _REF.sub(lambda m: m.group(1) + (prefix if m.group(2) in ids else "") + m.group(2), svg)
+
+
+def png_data_uri(data: bytes) -> str:
+    """A ``data:`` URI of PNG bytes, for an ``<img>`` of a self-contained page."""
+    return "data:image/png;base64," + base64.b64encode(data).decode("ascii")
+
+
+def curves_figure(
+    panels: Mapping[str, Mapping[str, tuple[Sequence[float], Sequence[float]]]],
+    *,
+    xlabel: str,
+    ncols: int = 3,
+) -> str:
+    """One panel per curve (``{panel: {series: (x, y)}}``), one line per series; SVG."""
+    plt = pyplot()
+    from matplotlib.ticker import MaxNLocator
+
+    n = len(panels)
+    ncols = max(1, min(ncols, n))
+    nrows = -(-n // ncols)
+    fig, axes = plt.subplots(nrows, ncols, figsize=(4.1 * ncols, 3.0 * nrows), squeeze=False)
+    for ax, (pname, series) in zip(axes.ravel(), panels.items(), strict=False):
+        for label, (x, y) in series.items():
+            ax.plot(x, y, marker="o", markersize=2.5, linewidth=1.3, label=label)
+        ax.set_title(pname.replace("_", " "), fontsize=10)
+        ax.set_xlabel(xlabel)
+        ax.grid(alpha=0.3)
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+        ax.ticklabel_format(axis="y", useOffset=False)
+        if len(series) > 1 or next(iter(series), ""):
+            ax.legend(fontsize=7)
+    for ax in axes.ravel()[n:]:
+        ax.axis("off")
+    fig.tight_layout()
+    return svg_of(fig, plt)
+
+
+def party_bars(per_party: Mapping[str, Mapping[str, float]]) -> str:
+    """Bytes sent / received and handler seconds per party, as two bar panels; SVG."""
+    import numpy as np
+
+    plt = pyplot()
+    names = sorted(per_party)
+    x = np.arange(len(names))
+    sent = [per_party[p].get("bytes_sent", 0) / 1e6 for p in names]
+    recv = [per_party[p].get("bytes_received", 0) / 1e6 for p in names]
+    secs = [per_party[p].get("wall_seconds", 0.0) for p in names]
+    fig, (a, b) = plt.subplots(1, 2, figsize=(max(8.0, 1.25 * len(names) + 5), 3.2))
+    a.bar(x - 0.2, sent, 0.4, label="sent")
+    a.bar(x + 0.2, recv, 0.4, label="received")
+    a.set_ylabel("MB")
+    a.set_title("bytes on the wire", fontsize=10)
+    a.legend(fontsize=8)
+    b.bar(x, secs, 0.6, color="#6a9f58")
+    b.set_ylabel("seconds")
+    b.set_title("time in message handlers", fontsize=10)
+    for ax in (a, b):
+        ax.set_xticks(
+            x,
+            names,
+            rotation=30 if len(names) > 5 else 0,
+            ha="right" if len(names) > 5 else "center",
+        )
+        ax.grid(axis="y", alpha=0.3)
+    fig.tight_layout()
+    return svg_of(fig, plt)

@@ -1,0 +1,274 @@
+"""A finished run read back from its folder: what the report and ``fedviews compare`` show.
+
+Three kinds of folder are runs:
+
+* an **experiment** run (``fedviews run CONFIG``): ``config.json`` and ``metrics.json``;
+* a **deployment**'s coordinator folder: ``results.json`` and ``message_log.json``
+  (and the ``config.json`` the coordinator writes); a launched deployment's folder
+  (``fedviews run deploy_*.toml``) stands for its coordinator's;
+* a deployment **party**'s folder: ``message_log.json`` (what it sent and received).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from fedviews.errors import ConfigError
+from fedviews.report._names import method_name
+
+__all__ = ["BYTES", "RunRecord", "load_run", "read_json"]
+
+#: the headline entry of the bytes a run sent over the wire
+BYTES = "bytes on the wire"
+
+#: key paths of a run's metrics that hold per-round / per-iteration curves
+_CURVE_KEY = re.compile(r"objective|loss|history|per_round")
+#: what of a deployment's per-round history is a curve (its time and bytes are costs)
+_QUALITY = re.compile(r"objective|loss|acc|auc|f1|precision|recall|error")
+#: results.json keys that are bookkeeping, not results
+_BOOKKEEPING = {"resumed_from_round", "last_checkpoint_round"}
+
+
+@dataclass
+class RunRecord:
+    """One finished run, as its files describe it.
+
+    Attributes
+    ----------
+    folder : Path
+        The folder the files were read from (a launch folder's coordinator folder).
+    kind : {"experiment", "deployment", "party"}
+    name : str
+        The run's ``name`` (from its config), or the folder's name.
+    what : str
+        The experiment (``mmvfl_feature_selection``) or the algorithm (``multivfl``).
+    config : dict
+        The resolved config (``{}`` when the folder has none).
+    results : dict
+        ``metrics.json`` (experiment) or ``results.json`` (deployment).
+    message_log : dict or None
+        ``message_log.json``: one summary, or ``{label: summary}`` of several runs.
+    coordinator : str or None
+        The coordinator's name in the message log.
+    """
+
+    folder: Path
+    kind: str
+    name: str
+    what: str
+    config: dict[str, Any] = field(default_factory=dict)
+    results: dict[str, Any] = field(default_factory=dict)
+    message_log: dict[str, Any] | None = None
+    coordinator: str | None = "coordinator"
+
+    @property
+    def title(self) -> str:
+        """``"experiment mmvfl_feature_selection"`` / ``"Multi-VFL deployment"``."""
+        if self.kind == "experiment":
+            return f"experiment {self.what}"
+        return f"{method_name(self.what)} {'deployment' if self.kind == 'deployment' else 'party'}"
+
+    @property
+    def seconds(self) -> float | None:
+        s = self.results.get("seconds")
+        return float(s) if isinstance(s, (int, float)) else None
+
+    @property
+    def tables(self) -> list[dict[str, Any]]:
+        """The run's result tables (``{"title", "columns", "rows", "note"}``)."""
+        return [t for t in self.results.get("tables", []) if isinstance(t, dict)]
+
+    @property
+    def figures(self) -> list[Path]:
+        """The PNG figures the run wrote, by name."""
+        return sorted(self.folder.glob("*.png"))
+
+    def summaries(self) -> dict[str, dict[str, Any]]:
+        """The message-log summaries: ``{"": summary}`` for one run, ``{label: summary}``
+        for an experiment that logged several (one per setting)."""
+        log = self.message_log
+        if not log:
+            return {}
+        if "per_party" in log:
+            return {"": log}
+        return {str(k): v for k, v in log.items() if isinstance(v, dict) and "per_party" in v}
+
+    def curves(self) -> dict[str, dict[str, tuple[list[float], list[float]]]]:
+        """Per-round (or per-iteration) curves: ``{quantity: {series: (x, y)}}``.
+
+        A deployment's ``history`` (against its ``round``); an experiment's numeric
+        lists under keys naming an objective, a loss, a history or a per-round value.
+        """
+        out: dict[str, dict[str, tuple[list[float], list[float]]]] = {}
+        hist = self.results.get("history")
+        if self.kind != "experiment" and isinstance(hist, dict):
+            n = max((len(v) for v in hist.values() if _numbers(v)), default=0)
+            x = [float(v) for v in hist.get("round", range(1, n + 1))]
+            for key, ys in hist.items():
+                if _QUALITY.search(key) and _numbers(ys) and len(ys) == len(x):
+                    out[key] = {"": (x, [float(y) for y in ys])}
+            return out
+        for path, ys in _lists(self.results):
+            hit = next((k for k in path if _CURVE_KEY.search(k)), None)
+            if hit is None or len(ys) < 2:
+                continue
+            rest = " / ".join(method_name(k) for k in path if k != hit)
+            out.setdefault(hit, {})[rest] = ([float(i) for i in range(1, len(ys) + 1)], ys)
+        return out
+
+    def headline(self) -> dict[str, Any]:
+        """The run's headline numbers: ``{label: value}``.
+
+        A deployment: its status, scalar results and traffic; an experiment: the cells
+        of its first table (its headline table), its duration and its traffic.
+        """
+        out: dict[str, Any] = {}
+        if self.kind == "experiment":
+            tables = self.tables
+            if tables:
+                t = tables[0]
+                cols = [str(c) for c in t.get("columns", [])]
+                for row in t.get("rows", []):
+                    for col, v in zip(cols[1:], row[1:], strict=False):
+                        if isinstance(v, (int, float)) and not isinstance(v, bool):
+                            out[f"{row[0]} · {col}"] = v
+        else:
+            for k, v in self.results.items():
+                if k in _BOOKKEEPING or isinstance(v, (dict, list)):
+                    continue
+                out[k] = v
+        if self.seconds is not None:
+            out["seconds"] = self.seconds
+        sums = self.summaries()
+        if sums:
+            out["messages"] = sum(int(s.get("messages", 0)) for s in sums.values())
+            out[BYTES] = sum(int(s.get("total_bytes", 0)) for s in sums.values())
+        return out
+
+    def json_files(self) -> list[Path]:
+        """The run's JSON files, to link from the report."""
+        return sorted(self.folder.glob("*.json"))
+
+    def flat_config(self) -> dict[str, Any]:
+        """The config as ``{"params.lr": 0.001, ...}`` (lists kept as values)."""
+        return dict(_flatten(self.config))
+
+
+def _numbers(v: Any) -> bool:
+    return (
+        isinstance(v, list)
+        and bool(v)
+        and all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in v)
+    )
+
+
+def _lists(obj: Any, path: tuple[str, ...] = ()) -> Iterator[tuple[tuple[str, ...], list[float]]]:
+    """Every numeric list in ``obj`` with its key path (tables left out)."""
+    if isinstance(obj, dict):
+        for k, v in obj.items():
+            if k != "tables":
+                yield from _lists(v, (*path, str(k)))
+    elif _numbers(obj):
+        ys = [float(y) for y in obj]
+        if all(math.isfinite(y) for y in ys):
+            yield path, ys
+
+
+def _flatten(obj: Any, prefix: str = "") -> Iterator[tuple[str, Any]]:
+    if isinstance(obj, dict) and obj:
+        for k, v in obj.items():
+            yield from _flatten(v, f"{prefix}{k}.")
+    else:
+        yield prefix.rstrip("."), obj
+
+
+def read_json(path: Path) -> Any:
+    """The JSON value in ``path``; :class:`ConfigError` naming the file if it is not JSON."""
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise ConfigError(f"{path} is not readable JSON: {exc}") from None
+
+
+def _coordinator_folder(folder: Path) -> Path | None:
+    """The coordinator folder of a launched deployment's folder (the subfolder with a
+    ``results.json``), or ``None``."""
+    found = sorted(p.parent for p in folder.glob("*/results.json"))
+    return found[0] if len(found) == 1 else None
+
+
+def load_run(folder: Path | str) -> RunRecord:
+    """Read the run in ``folder``.
+
+    Parameters
+    ----------
+    folder : Path or str
+        An experiment run folder, a deployment's (launch or coordinator) folder, or a
+        deployment party's folder.
+
+    Returns
+    -------
+    RunRecord
+
+    Raises
+    ------
+    ConfigError
+        ``folder`` does not exist or holds no finished run.
+    """
+    folder = Path(folder)
+    if not folder.is_dir():
+        raise ConfigError(
+            f"{folder} is not a folder (give the folder of a run, e.g. runs/<name>-<time>)"
+        )
+    log_path = folder / "message_log.json"
+    log = read_json(log_path) if log_path.is_file() else None
+    config = read_json(folder / "config.json") if (folder / "config.json").is_file() else {}
+    if (folder / "metrics.json").is_file():
+        metrics = read_json(folder / "metrics.json")
+        return RunRecord(
+            folder,
+            "experiment",
+            str(metrics.get("name") or config.get("name") or folder.name),
+            str(metrics.get("experiment") or config.get("experiment", "?")),
+            config,
+            metrics,
+            log,
+        )
+    if (folder / "results.json").is_file():
+        fed = config.get("federation") or {}
+        return RunRecord(
+            folder,
+            "deployment",
+            str(config.get("name") or folder.name),
+            str(config.get("algorithm", "?")),
+            config,
+            read_json(folder / "results.json"),
+            log,
+            str(fed.get("coordinator", "coordinator")),
+        )
+    coordinator = _coordinator_folder(folder)
+    if coordinator is not None:
+        return load_run(coordinator)
+    if log is not None and config.get("algorithm"):
+        fed = config.get("federation") or {}
+        return RunRecord(
+            folder,
+            "party",
+            f"{config.get('name', folder.parent.name)} · {folder.name}",
+            str(config["algorithm"]),
+            config,
+            {},
+            log,
+            str(fed.get("coordinator", "coordinator")),
+        )
+    hint = " (it failed: see error.json)" if (folder / "error.json").is_file() else ""
+    raise ConfigError(
+        f"{folder} is not a finished run{hint}: an experiment run has metrics.json, a "
+        "deployment has results.json in its coordinator's folder"
+    )

@@ -1,0 +1,60 @@
+"""``fedviews compare``: runs of one experiment side by side, and its bad input."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from _runs import experiment_run, fedviews
+from typer.testing import Result
+
+from fedviews.errors import ConfigError
+from fedviews.report import compare_runs
+
+
+@pytest.fixture(scope="module")
+def other_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The tiny MMVFL run again with another seed and zeta."""
+    return experiment_run(tmp_path_factory.mktemp("exp") / "seed1", "seed=1", "params.zeta=100")
+
+
+def _compare(*args: str | Path) -> Result:
+    return fedviews("compare", *args)
+
+
+def test_compare_two_runs_table_config_differences_and_curves(
+    mmvfl_run, other_run, tmp_path, render
+):
+    cmp = compare_runs([mmvfl_run, other_run])
+    assert dict(cmp.config) == {"seed": [0, 1], "params.zeta": [1000.0, 100.0]}
+    metrics = dict(cmp.metrics)
+    a, b = metrics["1 (pix) · MMVFL"]  # the headline table's cells, one per run
+    assert 50 < a <= 100 and 50 < b <= 100
+    assert metrics["messages"] == [300, 300]
+    assert set(cmp.curves()["mmvfl_objective_first_fit"]) == {mmvfl_run.name, other_run.name}
+    page = tmp_path / "cmp.html"
+    r = _compare(mmvfl_run, other_run, "--out", page)
+    assert r.exit_code == 0, r.stderr
+    assert "headline metrics" in r.stdout and "params.zeta" in r.stdout
+    dom = render(page)
+    assert "Traceback" not in dom and dom.count("<svg") == 1 and "1 (pix) · MMVFL" in dom
+    assert (mmvfl_run / "report.html").resolve().as_uri() in dom or "report.html" in dom
+
+
+def test_compare_refuses_a_folder_that_is_not_a_run(mmvfl_run, tmp_path):
+    r = _compare(mmvfl_run, tmp_path)
+    assert r.exit_code == 2 and "is not a finished run" in r.stderr and "Traceback" not in r.stderr
+    r = _compare(mmvfl_run, tmp_path / "missing")
+    assert r.exit_code == 2 and "is not a folder" in r.stderr
+    with pytest.raises(ConfigError, match="at least two"):
+        compare_runs([mmvfl_run])
+    with pytest.raises(ConfigError, match="twice"):
+        compare_runs([mmvfl_run, mmvfl_run])
+
+
+def test_compare_refuses_runs_of_different_experiments(mmvfl_run, deployment_run):
+    r = _compare(mmvfl_run, deployment_run)
+    assert r.exit_code == 2 and "Traceback" not in r.stderr
+    assert "runs of different experiments" in r.stderr and "mmvfl_feature_selection" in r.stderr
+    with pytest.raises(ConfigError, match="one party's folder"):
+        compare_runs([deployment_run, deployment_run / "pix"])
