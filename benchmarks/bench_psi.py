@@ -145,7 +145,7 @@ def breakdown(m: int, n: int, parties: int, cores: int) -> float:
     threaded = _wall_per_id(lambda: _psi.reblind(key, arr), m)
     print(
         f"  re-blinding on {cores} threads: {threaded:.2f} us wall per element, "
-        f"{single / threaded:.2f}x faster than on one thread (GIL released in libsodium)"
+        f"{single / threaded:.2f}x one thread's (idle cores: up to {cores}x)"
     )
     with contextlib.suppress(ImportError):
         from cryptography.hazmat.primitives.asymmetric import x25519

@@ -43,13 +43,13 @@ so ``K`` sets of ``N`` IDs take ``K N`` hashes to the group and ``K^2 N`` scalar
 multiplications: on this project's 2-core reference machine about 10.7 µs
 (SHA-512 and ``from_hash``) and 36 µs (``scalarmult``) of libsodium each, i.e.
 83 µs per ID and party for two parties. Everything else (ID encoding, threads,
-messages, the coordinator's sort-based intersection) adds about 3 %: two sets
-of 1M IDs cost about 170 CPU s against a floor of 167 CPU s, at least 84 s on
+messages, the coordinator's sort-based intersection) adds about 4 %: two sets
+of 1M IDs cost 174 CPU s against a floor of 167 CPU s, i.e. at least 84 s on
 two idle cores (``benchmarks/bench_psi.py --breakdown`` measures the breakdown
 and the floor). Only a faster group implementation would lower it; OpenSSL's
 X25519 (``cryptography``) is 1.5x faster per multiplication, but there is no
 maintained hash to its curve (libsodium's Elligator to edwards25519 and the
-conversion to X25519 cost 48 µs per ID in C) and it does not release the GIL,
+conversion to X25519 cost about 48 µs per ID) and it does not release the GIL,
 so its threads do not scale.
 
 Threat model and leakage
@@ -213,9 +213,9 @@ def _fill(n: int, work: Callable[[int, int], bytes]) -> np.ndarray:
     """An ``(n, 32)`` uint8 array whose rows ``lo:hi`` are the bytes ``work(lo, hi)``.
 
     Chunks run on a thread per core (libsodium releases the GIL for every group
-    operation, so the threads scale: Python is under 2 % of the time per ID, see
-    ``benchmarks/bench_psi.py --breakdown``); each chunk is written straight into
-    the result, which is never joined or copied as a whole.
+    operation, so the threads scale: the Python around the calls is about 1 % of
+    the time per ID, see ``benchmarks/bench_psi.py --breakdown``); each chunk is
+    written straight into the result, which is never joined or copied as a whole.
     """
     out = np.empty((n, _WIDTH), dtype=np.uint8)
     flat = out.reshape(-1)
