@@ -1,26 +1,171 @@
 """Time the ECDH private set intersection (ristretto255) on random ID sets.
 
-    .venv/bin/python benchmarks/bench_psi.py [N ...] [--overlap 0.5] [--ids int|str] [--parties 2]
+    .venv/bin/python benchmarks/bench_psi.py [N ...] [--overlap 0.5] [--ids int|str]
+        [--parties 2] [--baseline] [--breakdown]
 
 For every ``N`` (default: 100000), ``--parties`` parties with ``N`` IDs each,
 ``overlap * N`` of them shared by all, run the PSI in one process over the
 in-process transport (every message encoded and decoded, all parties sharing
 this machine's cores). Prints one table row per size: wall seconds, CPU seconds
-(all threads of the process), bytes on the wire (from the message log) and
-messages.
+(all threads of the process), CPU seconds over the library floor (below), bytes
+on the wire (from the message log) and messages.
+
+``--baseline`` also runs the previous implementation (kept in this file: one list
+of all encodings, chunks joined then copied) in the same process, before the
+current one, and prints the ratio; the machine's load average is printed before
+and after, as the cores are shared.
+
+``--breakdown`` first measures, on one thread, what one ID costs in each stage
+(encoding, SHA-512, hash to the group, scalar multiplication, the coordinator's
+intersection) and the **library floor**: libsodium's ristretto255 operations
+called back to back through ctypes with nothing else per ID. Each party hashes
+and blinds its own IDs and re-blinds every other party's, so the PSI of ``K``
+sets of ``N`` IDs cannot cost less than ``K N (hash + K mul)`` CPU seconds, that
+divided by the cores in wall seconds. It also times the scalar multiplication
+on all cores (libsodium releases the GIL: the threads scale) and, for
+comparison, OpenSSL's X25519 (``cryptography``), the fastest maintained
+Curve25519 scalar multiplication installable here.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import ctypes
+import hashlib
+import importlib
 import os
 import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, TypeVar
+from unittest import mock
 
 import numpy as np
 
-from fedviews.privacy import psi_intersect
+from fedviews.privacy import _psi, psi_intersect
+
+T = TypeVar("T")
 
 
+# -- the previous implementation (the baseline of --baseline) ------------------
+def _old_chunked(fn: Callable[[int, int], bytes], n: int) -> bytes:
+    workers = _psi._workers()
+    if n < _psi._PARALLEL_MIN or workers == 1:
+        return fn(0, n)
+    step = -(-n // (4 * workers))
+    bounds = [(lo, min(lo + step, n)) for lo in range(0, n, step)]
+    with ThreadPoolExecutor(max_workers=workers) as pool:
+        return b"".join(pool.map(lambda b: fn(*b), bounds))
+
+
+def _old_points(raw: bytes, n: int) -> np.ndarray:
+    return np.frombuffer(raw, dtype=np.uint8).reshape(n, 32).copy()
+
+
+def _old_blind_ids(key: bytes, ids: Any) -> np.ndarray:
+    enc = _psi._encode_ids(np.asarray(ids))
+    rb = _psi._sodium()
+    from_hash, mul = rb.crypto_core_ristretto255_from_hash, rb.crypto_scalarmult_ristretto255
+
+    def work(lo: int, hi: int) -> bytes:
+        return b"".join(
+            [mul(key, from_hash(hashlib.sha512(_psi._DST + e).digest())) for e in enc[lo:hi]]
+        )
+
+    return _old_points(_old_chunked(work, len(enc)), len(enc))
+
+
+def _old_reblind(key: bytes, points: Any, sender: str = "") -> np.ndarray:
+    pts = np.ascontiguousarray(points)
+    raw = pts.tobytes()
+    mul = _psi._sodium().crypto_scalarmult_ristretto255
+
+    def work(lo: int, hi: int) -> bytes:
+        return b"".join([mul(key, raw[i * 32 : (i + 1) * 32]) for i in range(lo, hi)])
+
+    return _old_points(_old_chunked(work, len(pts)), len(pts))
+
+
+def _previous_implementation() -> Any:
+    """Inside this context the parties blind and re-blind with the previous code."""
+    return mock.patch.multiple(_psi, blind_ids=_old_blind_ids, reblind=_old_reblind)
+
+
+# -- per-ID costs and the library floor ----------------------------------------
+def _per_id(fn: Callable[[], T], n: int) -> tuple[float, T]:
+    """CPU microseconds per item of ``fn()`` over ``n`` items, and its result."""
+    c0 = time.process_time()
+    out = fn()
+    return (time.process_time() - c0) / n * 1e6, out
+
+
+def _wall_per_id(fn: Callable[[], object], n: int) -> float:
+    t0 = time.perf_counter()
+    fn()
+    return (time.perf_counter() - t0) / n * 1e6
+
+
+def breakdown(m: int, n: int, parties: int, cores: int) -> float:
+    """Print the per-ID costs on ``m`` IDs; return the floor in CPU s of ``parties`` x ``n``."""
+    rb = _psi._sodium()
+    lib = importlib.import_module("rbcl._sodium")._sodium  # libsodium itself, via ctypes
+    ids = np.random.default_rng(1).choice(40 * m, size=m, replace=False)
+    key = _psi.new_key()
+    rows: list[tuple[str, float]] = []
+
+    us, enc = _per_id(lambda: _psi._encode_ids(ids), m)
+    rows.append(("typed ID encoding (Python)", us))
+    us, hs = _per_id(lambda: [hashlib.sha512(_psi._DST + e).digest() for e in enc], m)
+    rows.append(("SHA-512 of DST || ID", us))
+    us, pts = _per_id(lambda: [rb.crypto_core_ristretto255_from_hash(h) for h in hs], m)
+    rows.append(("hash to group: from_hash (rbcl)", us))
+    us, _ = _per_id(lambda: [rb.crypto_scalarmult_ristretto255(key, p) for p in pts], m)
+    rows.append(("scalar mult (rbcl), per blinding", us))
+
+    # the floor: the C functions back to back on preallocated buffers
+    buf = ctypes.create_string_buffer(32)
+    flat = b"".join(hs)
+    raw = b"".join(pts)
+    fh, sm = lib.crypto_core_ristretto255_from_hash, lib.crypto_scalarmult_ristretto255
+    floor_hash, _ = _per_id(lambda: [fh(buf, flat[i * 64 : (i + 1) * 64]) for i in range(m)], m)
+    floor_mul, _ = _per_id(lambda: [sm(buf, key, raw[i * 32 : (i + 1) * 32]) for i in range(m)], m)
+    rows.append(("  floor: libsodium from_hash alone", floor_hash))
+    rows.append(("  floor: libsodium scalarmult alone", floor_mul))
+    arr = np.frombuffer(raw, dtype=np.uint8).reshape(m, 32)
+    other = np.ascontiguousarray(arr[np.random.default_rng(2).permutation(m)])
+    us, _ = _per_id(lambda: _psi._common_positions([arr, other]), m)
+    rows.append(("coordinator: intersect 2 sets (numpy)", us))
+
+    print(f"per-ID costs on {m:,} IDs, one thread (CPU microseconds per ID):")
+    for name, us in rows:
+        print(f"  {name:<40} {us:8.2f}")
+    with mock.patch.object(_psi, "_workers", lambda: 1):
+        single = _wall_per_id(lambda: _psi.reblind(key, arr), m)
+    threaded = _wall_per_id(lambda: _psi.reblind(key, arr), m)
+    print(
+        f"  re-blinding on {cores} threads: {threaded:.2f} us wall per element, "
+        f"{single / threaded:.2f}x one thread's (idle cores: up to {cores}x)"
+    )
+    with contextlib.suppress(ImportError):
+        from cryptography.hazmat.primitives.asymmetric import x25519
+
+        sk = x25519.X25519PrivateKey.generate()
+        pubs = [x25519.X25519PublicKey.from_public_bytes(p) for p in pts]
+        us, _ = _per_id(lambda: [sk.exchange(q) for q in pubs], m)
+        print(f"  for comparison: OpenSSL X25519 (cryptography)   {us:8.2f}")
+
+    hash_us = rows[1][1] + floor_hash
+    floor = parties * n * (hash_us + parties * floor_mul) / 1e6
+    print(
+        f"library floor for {parties} x {n:,} IDs: {parties} x {n:,} x (hash {hash_us:.1f} + "
+        f"{parties} x mul {floor_mul:.1f} us) = {floor:.1f} CPU s = {floor / cores:.1f} s wall "
+        f"on {cores} idle cores\n"
+    )
+    return floor
+
+
+# -- the benchmark -------------------------------------------------------------
 def _id_sets(n: int, parties: int, overlap: float, kind: str) -> tuple[list[np.ndarray], int]:
     rng = np.random.default_rng(0)
     shared = int(overlap * n)
@@ -36,36 +181,67 @@ def _id_sets(n: int, parties: int, overlap: float, kind: str) -> tuple[list[np.n
     return sets, shared
 
 
+def _timed(sets: list[np.ndarray], shared: int) -> tuple[float, float, Any]:
+    t0, c0 = time.perf_counter(), time.process_time()
+    common, transport = psi_intersect(sets)
+    wall, cpu = time.perf_counter() - t0, time.process_time() - c0
+    expected = sets[0]
+    for s in sets[1:]:
+        expected = np.intersect1d(expected, s)
+    assert len(common) == shared and np.array_equal(common, expected)
+    return wall, cpu, transport.log
+
+
+def _load() -> str:
+    return " ".join(f"{v:.2f}" for v in os.getloadavg())
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("sizes", nargs="*", type=int, default=[100_000], metavar="N")
     ap.add_argument("--overlap", type=float, default=0.5)
     ap.add_argument("--ids", choices=("int", "str"), default="int")
     ap.add_argument("--parties", type=int, default=2)
+    ap.add_argument("--baseline", action="store_true", help="also time the previous code")
+    ap.add_argument("--breakdown", action="store_true", help="per-ID costs and the floor")
     args = ap.parse_args()
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    cores = cores or 1
     print(
         f"PSI (ristretto255), {args.parties} parties, {args.ids} IDs, "
-        f"overlap {args.overlap:.0%}, in-process transport, {cores} cores"
+        f"overlap {args.overlap:.0%}, in-process transport, {cores} cores, "
+        f"load average {_load()}"
     )
-    head = f"{'IDs per party':>14} {'common':>10} {'wall s':>8} {'CPU s':>8} {'MB wire':>9} {'msgs':>5}"
+    floors = {}
+    if args.breakdown:
+        m = min(50_000, min(args.sizes))
+        floors = {n: breakdown(m, n, args.parties, cores) for n in args.sizes[:1]}
+        for n in args.sizes[1:]:
+            floors[n] = floors[args.sizes[0]] * n / args.sizes[0]
+    head = (
+        f"{'IDs per party':>14} {'code':>9} {'common':>10} {'wall s':>8} {'CPU s':>8} "
+        f"{'/floor':>7} {'MB wire':>9} {'msgs':>5}"
+    )
     print(head)
     print("-" * len(head))
     for n in args.sizes:
         sets, shared = _id_sets(n, args.parties, args.overlap, args.ids)
-        t0, c0 = time.perf_counter(), time.process_time()
-        common, transport = psi_intersect(sets)
-        wall, cpu = time.perf_counter() - t0, time.process_time() - c0
-        expected = sets[0]
-        for s in sets[1:]:
-            expected = np.intersect1d(expected, s)
-        assert len(common) == shared and np.array_equal(common, expected)
-        log = transport.log
-        print(
-            f"{n:>14,} {shared:>10,} {wall:>8.1f} {cpu:>8.1f} "
-            f"{log.total_bytes / 1e6:>9.1f} {log.n_messages:>5}",
-            flush=True,
-        )
+        runs = {}
+        if args.baseline:
+            with _previous_implementation():
+                runs["previous"] = _timed(sets, shared)
+        runs["current"] = _timed(sets, shared)
+        for code, (wall, cpu, log) in runs.items():
+            rel = f"{cpu / floors[n]:>6.2f}x" if n in floors else f"{'':>7}"
+            print(
+                f"{n:>14,} {code:>9} {shared:>10,} {wall:>8.1f} {cpu:>8.1f} {rel} "
+                f"{log.total_bytes / 1e6:>9.1f} {log.n_messages:>5}",
+                flush=True,
+            )
+        if args.baseline:
+            (w0, c0, _), (w1, c1, _) = runs["previous"], runs["current"]
+            print(f"{'':>14} previous / current: wall {w0 / w1:.2f}x, CPU {c0 / c1:.2f}x")
+    print(f"load average after: {_load()}")
 
 
 if __name__ == "__main__":

@@ -250,6 +250,15 @@ def test_a_coordinator_cannot_use_a_party_as_a_psi_oracle(tmp_path) -> None:
                 arrays={"psi_sealed": again.arrays["psi_sealed"]},
                 meta={"group": "g2"},
             )
+
+        # a sealed set of malformed elements: refused, naming the party that sealed it
+        coord.send("a", "psi:blind", meta={"group": "g3", "next": "b"})
+        short = np.zeros((3, 31), dtype=np.uint8)
+        meta = {"group": "g3", "origin": "b"}
+        chain = Message("psi:chain", "b", "a", arrays={"psi_set": short}, meta=meta)
+        blob = np.frombuffer(parties["b"].transport.e2e.seal(chain), dtype=np.uint8)
+        with pytest.raises(ProtocolError, match=r"'b' sent 'psi_set' of shape \(3, 31\)"):
+            coord.send("a", "psi:reblind", arrays={"psi_sealed": blob}, meta={"group": "g3"})
     finally:
         hub.close()
     assert errors == []

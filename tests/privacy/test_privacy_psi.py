@@ -11,7 +11,7 @@ pytest.importorskip("rbcl")
 
 from fedviews.data import align  # noqa: E402
 from fedviews.errors import DataError, ProtocolError  # noqa: E402
-from fedviews.federation import Coordinator, InProcessTransport, Message  # noqa: E402
+from fedviews.federation import Coordinator, InProcessTransport, Message, handles  # noqa: E402
 from fedviews.privacy import (  # noqa: E402
     PSI_POLICY,
     PSIParty,
@@ -239,3 +239,55 @@ def test_only_blinded_elements_cross_and_keys_are_fresh():
     # fully blinded elements of common IDs coincide
     union = np.unique(np.concatenate(sets))
     assert len(runs[0].elements()) == 2 * sum(len(s) for s in sets) + len(union)
+
+
+def test_chunked_threads_give_the_plain_set_intersection(monkeypatch):
+    """Small chunks on several threads (ragged last chunk): the same intersection as Python's
+    set intersection, and the same elements as blinding one ID at a time."""
+    from fedviews.privacy import _psi
+
+    monkeypatch.setattr(_psi, "_PARALLEL_MIN", 8)
+    monkeypatch.setattr(_psi, "_CHUNK", 37)
+    monkeypatch.setattr(_psi, "_workers", lambda: 3)
+    rng = np.random.default_rng(23)
+    a, b = (rng.choice(700, size=s, replace=False) for s in (311, 290))
+    got, _ = psi_intersect([a, b])
+    assert got.tolist() == sorted(set(a.tolist()) & set(b.tolist()))
+    key, ids = new_key(), a[:100]
+    whole = blind_ids(key, ids)
+    one_by_one = np.concatenate([blind_ids(key, ids[i : i + 1]) for i in range(len(ids))])
+    np.testing.assert_array_equal(whole, one_by_one)
+    np.testing.assert_array_equal(reblind(key, hash_ids(ids)), whole)
+    with pytest.raises(ProtocolError, match=r"'p9' sent a psi_set whose element 75 "):
+        bad = hash_ids(ids)
+        bad[75] = 0
+        reblind(key, bad, "p9")
+
+
+class _Malformed(PSIParty):
+    """Replies to psi:reblind with elements one byte short, or one element too few."""
+
+    def __init__(self, name, ids, cut):
+        super().__init__(name, ids)
+        self.cut = cut
+
+    @handles("psi:reblind")
+    def on_psi_reblind(self, msg):
+        reply = super().on_psi_reblind(msg)
+        pts = reply.arrays["psi_set"]
+        pts = pts[:, :31] if self.cut == "width" else pts[1:]
+        return self.reply(msg, arrays={"psi_set": np.ascontiguousarray(pts)}, meta=reply.meta)
+
+
+@pytest.mark.parametrize("cut", ["width", "rows"])
+def test_a_malformed_psi_set_names_its_sender(cut):
+    parties = [PSIParty("p0", np.arange(40)), _Malformed("liar", np.arange(20, 70), cut)]
+    driver, _ = _federation(parties)
+    match = r"'liar' replied with a psi_set of uint8 \(40, 31\)" if cut == "width" else "'liar'"
+    with pytest.raises(ProtocolError, match=match):
+        driver.run()
+    # and a party names the coordinator when the coordinator sends it a malformed set
+    driver.send("p0", "psi:blind", meta={"group": "g"})
+    short = np.zeros((3, 31), dtype=np.uint8)
+    with pytest.raises(ProtocolError, match=r"'coordinator' sent a psi_set of uint8 \(3, 31\)"):
+        driver.send("p0", "psi:reblind", arrays={"psi_set": short}, meta={"group": "g"})

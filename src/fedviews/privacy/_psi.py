@@ -36,6 +36,22 @@ that is not a canonical encoding or is the identity. The group operations are
 libsodium's (bundled by the ``rbcl`` package); they release the GIL, so every
 party blinds its chunks on all its cores.
 
+Cost
+----
+Each party hashes and blinds its own IDs and re-blinds every other party's set,
+so ``K`` sets of ``N`` IDs take ``K N`` hashes to the group and ``K^2 N`` scalar
+multiplications: on this project's 2-core reference machine about 10.7 µs
+(SHA-512 and ``from_hash``) and 36 µs (``scalarmult``) of libsodium each, i.e.
+83 µs per ID and party for two parties. Everything else (ID encoding, threads,
+messages, the coordinator's sort-based intersection) adds about 4 %: two sets
+of 1M IDs cost 174 CPU s against a floor of 167 CPU s, i.e. at least 84 s on
+two idle cores (``benchmarks/bench_psi.py --breakdown`` measures the breakdown
+and the floor). Only a faster group implementation would lower it; OpenSSL's
+X25519 (``cryptography``) is 1.5x faster per multiplication, but there is no
+maintained hash to its curve (libsodium's Elligator to edwards25519 and the
+conversion to X25519 cost about 48 µs per ID) and it does not release the GIL,
+so its threads do not scale.
+
 Threat model and leakage
 ------------------------
 Semi-honest (honest-but-curious) parties and coordinator that do not collude;
@@ -119,6 +135,7 @@ PSI_POLICY = PrivacyPolicy.of(
 _DST = b"fedviews-psi-v2|ristretto255|SHA-512|"
 _WIDTH = 32  # bytes of an encoded ristretto255 element
 _PARALLEL_MIN = 2048  # below this, one thread: a pool costs more than it saves
+_CHUNK = 65536  # IDs per chunk at most: bounds the Python lists a chunk builds
 
 
 _RBCL: Any = None
@@ -174,15 +191,15 @@ def _encode_ids(ids: np.ndarray) -> list[bytes]:
         return [b"s:" + v.encode("utf-8") for v in ids.tolist()]
     if kind == "S":
         return [b"b:" + v for v in ids.tolist()]
-    if kind == "f" and bool(np.all(np.isfinite(ids))) and bool(np.all(ids == np.trunc(ids))):
+    if kind == "f" and _integral(ids):
         return [b"i:%d" % int(v) for v in ids.tolist()]
     if kind == "O":
         return [_encode_id(v) for v in ids.tolist()]
     raise DataError(f"PSI IDs must be integers, strings or bytes, got dtype {ids.dtype}")
 
 
-def _as_points(raw: bytes, n: int) -> np.ndarray:
-    return np.frombuffer(raw, dtype=np.uint8).reshape(n, _WIDTH).copy()
+def _integral(ids: np.ndarray) -> bool:
+    return bool(np.all(np.isfinite(ids))) and bool(np.all(ids == np.trunc(ids)))
 
 
 def _workers() -> int:
@@ -192,15 +209,29 @@ def _workers() -> int:
         return max(1, os.cpu_count() or 1)
 
 
-def _chunked(fn: Callable[[int, int], bytes], n: int) -> bytes:
-    """``fn(lo, hi)`` over chunks of ``range(n)`` on a thread per core, concatenated."""
+def _fill(n: int, work: Callable[[int, int], bytes]) -> np.ndarray:
+    """An ``(n, 32)`` uint8 array whose rows ``lo:hi`` are the bytes ``work(lo, hi)``.
+
+    Chunks run on a thread per core (libsodium releases the GIL for every group
+    operation, so the threads scale: the Python around the calls is about 1 % of
+    the time per ID, see ``benchmarks/bench_psi.py --breakdown``); each chunk is
+    written straight into the result, which is never joined or copied as a whole.
+    """
+    out = np.empty((n, _WIDTH), dtype=np.uint8)
+    flat = out.reshape(-1)
+
+    def run(bounds: tuple[int, int]) -> None:
+        lo, hi = bounds
+        flat[lo * _WIDTH : hi * _WIDTH] = np.frombuffer(work(lo, hi), dtype=np.uint8)
+
     workers = _workers()
     if n < _PARALLEL_MIN or workers == 1:
-        return fn(0, n)
-    step = -(-n // (4 * workers))  # a few chunks per thread evens out the load
-    bounds = [(lo, min(lo + step, n)) for lo in range(0, n, step)]
+        run((0, n))
+        return out
+    step = min(_CHUNK, -(-n // (4 * workers)))  # a few chunks per thread even out the load
     with ThreadPoolExecutor(max_workers=workers) as pool:
-        return b"".join(pool.map(lambda b: fn(*b), bounds))
+        list(pool.map(run, [(lo, min(lo + step, n)) for lo in range(0, n, step)]))
+    return out
 
 
 def new_key() -> bytes:
@@ -208,62 +239,85 @@ def new_key() -> bytes:
     return bytes(_sodium().crypto_core_ristretto255_scalar_random())
 
 
-def hash_ids(ids: Any) -> np.ndarray:
-    """``(n, 32)`` uint8 encodings of the unblinded ``H(id)`` (for tests and audits)."""
+def _hasher(ids: Any, key: bytes | None) -> Callable[[int, int], bytes]:
+    """``work(lo, hi)``: the encodings of ``H(id)``, or of ``key * H(id)``, for ``ids[lo:hi]``.
+
+    Each chunk encodes its own IDs: no list of all encodings or hashes is built."""
     arr = np.asarray(ids)
-    enc = _encode_ids(arr)
-    from_hash = _sodium().crypto_core_ristretto255_from_hash
+    rb = _sodium()
+    from_hash, mul = rb.crypto_core_ristretto255_from_hash, rb.crypto_scalarmult_ristretto255
+    sha512, dst = hashlib.sha512, _DST
 
     def work(lo: int, hi: int) -> bytes:
-        return b"".join([from_hash(hashlib.sha512(_DST + e).digest()) for e in enc[lo:hi]])
+        enc = _encode_ids(arr[lo:hi])
+        if key is None:
+            return b"".join([from_hash(sha512(dst + e).digest()) for e in enc])
+        try:
+            return b"".join([mul(key, from_hash(sha512(dst + e).digest())) for e in enc])
+        except RuntimeError:  # pragma: no cover - an ID hashing to the identity: 2^-252
+            raise ProtocolError("an ID hashed to the identity element") from None
 
-    return _as_points(_chunked(work, len(enc)), len(enc))
+    return work
+
+
+def _check_ids(ids: Any) -> int:
+    """The number of IDs; a :class:`DataError` before any work if their type is not allowed."""
+    arr = np.asarray(ids)
+    if arr.ndim != 1:
+        raise DataError(f"PSI IDs must be one-dimensional, got shape {arr.shape}")
+    kind = arr.dtype.kind
+    if kind not in "iubUSfO" or (kind == "f" and not _integral(arr)):
+        raise DataError(f"PSI IDs must be integers, strings or bytes, got dtype {arr.dtype}")
+    return len(arr)
+
+
+def hash_ids(ids: Any) -> np.ndarray:
+    """``(n, 32)`` uint8 encodings of the unblinded ``H(id)`` (for tests and audits)."""
+    return _fill(_check_ids(ids), _hasher(ids, None))
 
 
 def blind_ids(key: bytes, ids: Any) -> np.ndarray:
     """``(n, 32)`` uint8 encodings of ``key * H(id)`` for every ID, in order."""
-    arr = np.asarray(ids)
-    enc = _encode_ids(arr)
-    rb = _sodium()
-    from_hash, mul = rb.crypto_core_ristretto255_from_hash, rb.crypto_scalarmult_ristretto255
-
-    def work(lo: int, hi: int) -> bytes:
-        try:
-            return b"".join(
-                [mul(key, from_hash(hashlib.sha512(_DST + e).digest())) for e in enc[lo:hi]]
-            )
-        except RuntimeError:  # pragma: no cover - an ID hashing to the identity: 2^-252
-            raise ProtocolError("an ID hashed to the identity element") from None
-
-    return _as_points(_chunked(work, len(enc)), len(enc))
+    return _fill(_check_ids(ids), _hasher(ids, key))
 
 
-def reblind(key: bytes, points: Any) -> np.ndarray:
+def reblind(key: bytes, points: Any, sender: str = "the sender") -> np.ndarray:
     """Multiply every element of ``points`` ((n, 32) uint8 encodings) by ``key``.
 
-    Raises :class:`~fedviews.errors.ProtocolError` on a wrong shape, a
-    non-canonical or invalid encoding, or the identity element.
+    Raises :class:`~fedviews.errors.ProtocolError`, naming ``sender``, on a wrong
+    dtype or shape, a non-canonical or invalid encoding, or the identity element.
     """
     pts = np.ascontiguousarray(points)
     if pts.dtype != np.uint8 or pts.ndim != 2 or pts.shape[1] != _WIDTH:
         raise ProtocolError(
-            f"psi_set must be uint8 of shape (n, {_WIDTH}), got {pts.dtype} {pts.shape}"
+            f"{sender!r} sent a psi_set of {pts.dtype} {pts.shape}: it must be uint8 of "
+            f"shape (n, {_WIDTH})"
         )
-    raw = pts.tobytes()
+    raw, w = pts.tobytes(), _WIDTH
     mul = _sodium().crypto_scalarmult_ristretto255
 
     def work(lo: int, hi: int) -> bytes:
-        out = []
-        for i in range(lo, hi):
-            try:
-                out.append(mul(key, raw[i * _WIDTH : (i + 1) * _WIDTH]))
-            except RuntimeError:  # libsodium: not a canonical encoding, or the identity
-                raise ProtocolError(
-                    f"psi_set element {i} is not a valid ristretto255 element"
-                ) from None
-        return b"".join(out)
+        try:
+            return b"".join([mul(key, raw[o : o + _WIDTH]) for o in range(lo * w, hi * w, w)])
+        except RuntimeError:  # libsodium: not a canonical encoding, or the identity
+            raise ProtocolError(
+                f"{sender!r} sent a psi_set whose element {_first_invalid(raw, lo, hi)} is not "
+                "a valid ristretto255 element"
+            ) from None
 
-    return _as_points(_chunked(work, len(pts)), len(pts))
+    return _fill(len(pts), work)
+
+
+def _first_invalid(raw: bytes, lo: int, hi: int) -> int:
+    """The first of the elements ``lo:hi`` of ``raw`` that is not the canonical encoding of a
+    non-identity ristretto255 element."""
+    valid = _sodium().crypto_core_ristretto255_is_valid_point
+    identity = bytes(_WIDTH)
+    for i in range(lo, hi):
+        p = raw[i * _WIDTH : (i + 1) * _WIDTH]
+        if p == identity or not valid(p):
+            return i
+    return lo  # pragma: no cover - libsodium refused an element it calls valid
 
 
 # -- parties -----------------------------------------------------------------
@@ -391,9 +445,8 @@ class PSIParty(Party):
             points = msg.arrays.get("psi_set")
             if points is None:
                 raise ProtocolError(f"{self.name!r}: psi:reblind without psi_set")
-            return self.reply(
-                msg, arrays={"psi_set": reblind(state.key, points)}, meta={"group": group}
-            )
+            points = reblind(state.key, points, msg.sender)
+            return self.reply(msg, arrays={"psi_set": points}, meta={"group": group})
         blob = msg.arrays.get("psi_sealed")
         if blob is None:
             raise PrivacyError(
@@ -412,7 +465,7 @@ class PSIParty(Party):
                     "each set is re-blinded once"
                 )
             state.reblinded = ",".join(sorted(done | {origin}))
-        points = reblind(state.key, inner.array("psi_set", (None, _WIDTH)))
+        points = reblind(state.key, inner.array("psi_set", (None, _WIDTH)), inner.sender)
         return self._hand_on(msg, group, origin, points, {})
 
     @handles("psi:result")
@@ -448,8 +501,13 @@ def _full_set(reply: Message, sender: str, n: int | None) -> np.ndarray:
             raise ProtocolError(f"{sender!r} replied with a malformed psi_sealed")
         return sealed
     pts = reply.arrays.get("psi_set")
-    if pts is None or pts.dtype != np.uint8 or pts.ndim != 2 or pts.shape[1] != _WIDTH:
-        raise ProtocolError(f"{sender!r} replied without a valid psi_set")
+    if pts is None:
+        raise ProtocolError(f"{sender!r} replied without a psi_set")
+    if pts.dtype != np.uint8 or pts.ndim != 2 or pts.shape[1] != _WIDTH:
+        raise ProtocolError(
+            f"{sender!r} replied with a psi_set of {pts.dtype} {pts.shape}: it must be uint8 "
+            f"of shape (n, {_WIDTH})"
+        )
     if n is not None and len(pts) != n:
         raise ProtocolError(f"{sender!r} re-blinded {n} elements into {len(pts)}")
     return pts
