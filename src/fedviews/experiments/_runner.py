@@ -229,7 +229,7 @@ def run_experiment(
         "seconds": seconds,
         **result.metrics,
         "tables": [t.to_dict() for t in result.tables],
-        **({"summary": result.summary} if result.summary else {}),
+        **({"headline": result.summary} if result.summary else {}),
     }
     _write_json(out_dir / "metrics.json", metrics)
     if result.message_log is not None:

@@ -137,7 +137,7 @@ def run_summary(rec: RunRecord) -> str:
         if isinstance(v, (int, float)) and not isinstance(v, bool):
             parts.append(f"{key.replace('_', ' ')} {v:.4g}")
             break
-    summary = rec.results.get("summary")
+    summary = rec.results.get("headline")  # the experiment's one-line summary
     if isinstance(summary, str) and summary:
         parts.append(summary)
     head = rec.headline()
