@@ -4,6 +4,7 @@ footprint of a run (which roles exchanged which kinds and array names)."""
 from __future__ import annotations
 
 import os
+import socket
 import subprocess
 import sys
 from collections.abc import Iterable, Mapping, Sequence
@@ -25,6 +26,13 @@ def mmvfl_inputs(run: Path, parties: Sequence[str], owner: int) -> tuple[list, o
     Xs = [(X - X.mean(0)) / np.where(X.std(0) < 1e-12, 1.0, X.std(0)) for X in Xs]
     held = datas[owner]
     return Xs, held.y[np.argsort(held.ids)][np.searchsorted(np.sort(held.ids), ids)]
+
+
+def free_port() -> int:
+    """A TCP port of 127.0.0.1 that nothing listens on now (for a declared endpoint)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
 
 
 def launch_config(config: Path, out: Path, timeout: float = 240) -> str:

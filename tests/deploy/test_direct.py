@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import logging
 import re
-import socket
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -22,6 +21,8 @@ import pytest
 
 grpc = pytest.importorskip("grpc")
 pytest.importorskip("cryptography")
+
+from _protocol import free_port  # noqa: E402
 
 from fedviews.errors import ConfigError, PartyUnavailable, PrivacyError  # noqa: E402
 from fedviews.federation import (  # noqa: E402
@@ -71,12 +72,6 @@ class Peer(Party):
         return self.reply(msg, arrays={"y": next(iter(msg.arrays.values())) * 2})
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 @dataclass
 class Federation:
     hub: GrpcHub
@@ -110,7 +105,7 @@ def _certs(directory: Path, names: tuple[str, ...] = ("coordinator", "a", "b", "
 def federation(tmp_path) -> Iterator[Federation]:
     """``b`` declares an endpoint and listens there; ``c`` declares one where nothing listens."""
     certs = _certs(tmp_path / "ca")
-    endpoints = {"b": f"127.0.0.1:{_free_port()}", "c": f"127.0.0.1:{_free_port()}"}
+    endpoints = {"b": f"127.0.0.1:{free_port()}", "c": f"127.0.0.1:{free_port()}"}
     roles = {p: "party" for p in ("a", "b", "c")}
     hub = GrpcHub(POLICY, roles, tls=TLSFiles.from_dir(certs, "coordinator"), options=FAST)
     hub.register(Coordinator())
@@ -223,7 +218,7 @@ def test_a_direct_link_to_the_wrong_certificate_is_refused(tmp_path, ca, cert, w
     """An impostor at b's declared endpoint: a refuses the link and relays through the hub."""
     certs = _certs(tmp_path / "ca", ("coordinator", "a", "b", "B", "c"))
     foreign = _certs(tmp_path / "evil", ("b",))
-    address = f"127.0.0.1:{_free_port()}"
+    address = f"127.0.0.1:{free_port()}"
     impostor = _impostor(foreign if ca == "evil" else certs, cert, address)
     hub = GrpcHub(
         POLICY, {"a": "party", "b": "party"}, tls=TLSFiles.from_dir(certs, "coordinator"),
@@ -239,7 +234,7 @@ def test_a_direct_link_to_the_wrong_certificate_is_refused(tmp_path, ca, cert, w
                 tls=TLSFiles.from_dir(certs, name),
                 options=FAST,
                 direct={"b": address},
-                listen=f"127.0.0.1:{_free_port()}" if name == "b" else None,
+                listen=f"127.0.0.1:{free_port()}" if name == "b" else None,
             )
             t.register(Peer(name))
             t.connect()
