@@ -3,10 +3,14 @@
     .venv/bin/python benchmarks/bench_grpc.py mmvfl    [--rounds 10] [--insecure]
     .venv/bin/python benchmarks/bench_grpc.py multivfl [--rounds 2]  [--insecure]
     .venv/bin/python benchmarks/bench_grpc.py multivfl --e2e-cost
+    .venv/bin/python benchmarks/bench_grpc.py multivfl --direct
 
 ``--e2e-cost`` also runs gRPC with ``federation.end_to_end = false`` (mutual TLS,
 party-to-party payloads not sealed) in the same process and prints what sealing
-every relayed activation and gradient costs.
+every relayed activation and gradient costs. ``--direct`` also runs gRPC with every
+party declaring an endpoint (``[federation.listen]`` on 127.0.0.1): party-to-party
+messages go over direct links (one hop, TLS between the two parties) instead of the
+hub's relay (two hops, sealed end to end).
 
 ``mmvfl``: MMVFL on Handwritten (5 views x 2000 samples). ``multivfl``: Multi-VFL on
 MNIST (4 data owners, 2 label owners, 2000 training images, one local epoch per
@@ -19,7 +23,7 @@ coordinator hub; each party is its own ``fedviews party`` process holding only
 its data file. Time = the coordinator's training loop only. Bytes: the raw array
 bytes of all messages of the rounds; the encoded message bytes; the frame bytes
 the hub sent + received (a party-to-party message, relayed by the hub, crosses
-two links and is counted twice); what crossed the loopback interface during the
+two links and is counted twice; a direct one is not seen by the hub); what crossed the loopback interface during the
 rounds (``/proc/net/dev``: TLS records, HTTP/2 and TCP/IP headers, heartbeats;
 other loopback traffic on the machine would be counted too).
 """
@@ -27,6 +31,7 @@ other loopback traffic on the machine would be counted too).
 from __future__ import annotations
 
 import argparse
+import socket
 import subprocess
 import sys
 import tempfile
@@ -104,6 +109,18 @@ class _Counting(InProcessTransport):
         reply = super().request(msg)
         self.raw += msg.nbytes + reply.nbytes
         return reply
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def direct_config(text: str, parties: tuple[str, ...]) -> str:
+    """``text`` with every party listening for direct links on a free loopback port."""
+    table = "".join(f'{p} = "127.0.0.1:{_free_port()}"\n' for p in parties)
+    return f"{text}\n[federation.listen]\n{table}"
 
 
 def run_in_process(cfg: Any, data: Path) -> dict[str, Any]:
@@ -188,6 +205,9 @@ def main() -> None:
     ap.add_argument(
         "--e2e-cost", action="store_true", help="also run without end-to-end sealing (TLS only)"
     )
+    ap.add_argument(
+        "--direct", action="store_true", help="also run with direct party-to-party links"
+    )
     args = ap.parse_args()
     rounds = args.rounds or (10 if args.algorithm == "mmvfl" else 2)
     with tempfile.TemporaryDirectory() as tmp_:
@@ -201,30 +221,38 @@ def main() -> None:
         n = load_party_data(next(iter(files.values()))).ids.size
         a = run_in_process(cfg, data)
         b = run_grpc(cfg, config, data, certs)
-        plain = None
+        plain = direct = None
+        text = CONFIGS[args.algorithm].format(rounds=rounds)
         if args.e2e_cost and certs is not None:
-            text = CONFIGS[args.algorithm].format(rounds=rounds)
             config2 = tmp / "bench_no_e2e.toml"
             config2.write_text(text.replace("[federation]\n", "[federation]\nend_to_end = false\n"))
             plain = run_grpc(load_deploy_config(config2, args.set), config2, data, certs)
+        if args.direct:
+            config3 = tmp / "bench_direct.toml"
+            config3.write_text(direct_config(text, cfg.federation.parties))
+            direct = run_grpc(load_deploy_config(config3, args.set), config3, data, certs)
     mode = "plain text" if args.insecure else "mutual TLS"
     print(f"{args.algorithm}: {cfg.data.dataset}, {n} samples, {rounds} rounds, gRPC with {mode}")
-    print(f"{'':30s}{'in-process':>14s}{'loopback gRPC':>16s}{'ratio':>8s}")
-    ta, tb = a["seconds"] / rounds, b["seconds"] / rounds
-    print(f"{'seconds per round':30s}{ta:14.4f}{tb:16.4f}{tb / ta:8.2f}")
-    raw = a["raw_bytes"] / rounds
-    print(f"{'raw array bytes per round':30s}{raw:14.0f}{'':16s}{'1.000':>8s}")
-    print(
-        f"{'message bytes per round':30s}{a['message_bytes'] / rounds:14.0f}"
-        f"{b['message_bytes'] / rounds:16.0f}{b['message_bytes'] / a['raw_bytes']:8.3f}"
+    runs = [("relayed", b)] + ([("direct", direct)] if direct is not None else [])
+    print(f"{'':30s}{'in-process':>14s}" + "".join(f"{k:>14s}{'ratio':>8s}" for k, _ in runs))
+    ta = a["seconds"] / rounds
+    cells = "".join(
+        f"{r['seconds'] / rounds:14.4f}{r['seconds'] / a['seconds']:8.2f}" for _, r in runs
     )
+    print(f"{'seconds per round':30s}{ta:14.4f}{cells}")
+    raw = a["raw_bytes"] / rounds
+    print(f"{'raw array bytes per round':30s}{raw:14.0f}")
     for key, label in (
+        ("message_bytes", "hub message bytes per round"),
         ("frame_bytes", "hub frame bytes per round"),
         ("socket_bytes", "loopback bytes per round"),
     ):
-        print(f"{label:30s}{'':14s}{b[key] / rounds:16.0f}{b[key] / a['raw_bytes']:8.3f}")
-    same = a["lines"][-1].split("(")[0] == b["lines"][-1].split("(")[0]
-    print(f"same last round: {same} ({a['lines'][-1]})")
+        mine = f"{a[key] / rounds:14.0f}" if key in a else f"{'':14s}"
+        cells = "".join(f"{r[key] / rounds:14.0f}{r[key] / a['raw_bytes']:8.3f}" for _, r in runs)
+        print(f"{label:30s}{mine}{cells}")
+    for name, r in runs:
+        same = a["lines"][-1].split("(")[0] == r["lines"][-1].split("(")[0]
+        print(f"same last round ({name}): {same} ({r['lines'][-1]})")
     if plain is not None:
         tp = plain["seconds"] / rounds
         print(

@@ -293,3 +293,29 @@ def test_listen_entries_are_checked_in_the_config() -> None:
     assert load_deploy_config({**base, "federation": v6}).federation.listen["a"] == "[::1]:7101"
     with pytest.raises(ConfigError, match="unknown key federation.lisen"):
         load_deploy_config({**base, "federation": {**base["federation"], "lisen": {}}})
+
+
+def test_a_message_in_parts_is_framed_with_one_copy_and_reassembled() -> None:
+    """``Message.encode_parts`` (header + array views) framed across chunk boundaries that
+    cut through arrays reassembles to exactly ``Message.encode``."""
+    msg = Message(
+        "pass",
+        "a",
+        "b",
+        arrays={"x": np.arange(1001, dtype=np.float32), "e": np.zeros(0), "y": np.ones((7, 3))},
+        meta={"k": 1},
+    )
+    opts = GrpcOptions(chunk_size=1000)
+    out, into = _Link("b", opts), _Link("a", opts)
+    out.send(REQUEST, 5, msg.encode_parts())
+    frames = []
+    while not out.out.empty():
+        frames.append(out.out.get())
+    assert len(frames) == -(-len(msg.encode()) // 1000) > 4
+    got = [into.receive(f) for f in frames]
+    assert got[:-1] == [None] * (len(frames) - 1)
+    ftype, msg_id, data = got[-1]
+    assert (ftype, msg_id, bytes(data)) == (REQUEST, 5, msg.encode())
+    back = Message.decode(data)
+    np.testing.assert_array_equal(back.arrays["x"], msg.arrays["x"])
+    assert back.arrays["e"].shape == (0,) and back.meta == {"k": 1}

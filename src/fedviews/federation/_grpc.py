@@ -55,7 +55,7 @@ import struct
 import threading
 import time
 import zlib
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, NoReturn
@@ -174,16 +174,36 @@ class _Link:
         self.bytes_in = 0
         self._lock = threading.Lock()
 
-    def send(self, ftype: int, msg_id: int = 0, data: Buffer = b"") -> None:
+    def send(self, ftype: int, msg_id: int = 0, data: Buffer | Sequence[Buffer] = b"") -> None:
+        """Queue one message as frames of at most ``chunk_size`` bytes.
+
+        ``data``: the message's bytes, or the buffers that make them up one after the
+        other (:meth:`Message.encode_parts`); either way every byte is copied once,
+        straight into its frame.
+        """
         if self.closed.is_set():
             raise PartyUnavailable(self.peer, self.reason or "connection closed")
-        crc = zlib.crc32(data)
-        n = max(1, -(-len(data) // self.chunk_size))
-        view = memoryview(data)
+        whole: Sequence[Buffer] = (
+            [data] if isinstance(data, (bytes, bytearray, memoryview)) else data
+        )
+        parts = [memoryview(p).cast("B") for p in whole]
+        crc = 0
+        for p in parts:
+            crc = zlib.crc32(p, crc)
+        total = sum(len(p) for p in parts)
+        n = max(1, -(-total // self.chunk_size))
+        k = off = 0  # where the next chunk starts: part k, offset off
         with self._lock:  # the chunks of one message stay contiguous
             for i in range(n):
-                chunk = view[i * self.chunk_size : (i + 1) * self.chunk_size]
-                frame = _HEADER.pack(_MAGIC, ftype, msg_id, i, n, crc) + chunk
+                want = min(self.chunk_size, total - i * self.chunk_size)
+                pieces: list[Buffer] = [_HEADER.pack(_MAGIC, ftype, msg_id, i, n, crc)]
+                while want > 0:
+                    take = min(want, len(parts[k]) - off)
+                    pieces.append(parts[k][off : off + take])
+                    off, want = off + take, want - take
+                    if off == len(parts[k]):
+                        k, off = k + 1, 0
+                frame = b"".join(pieces)
                 self.bytes_out += len(frame)
                 self.out.put(frame)
 
@@ -289,6 +309,10 @@ class _Calls:
             self._slots.pop(msg_id, None)
 
 
+def _nbytes(parts: Sequence[Buffer]) -> int:
+    return sum(memoryview(p).nbytes for p in parts)
+
+
 def _report(link: _Link, msg_id: int, exc: BaseException, what: str) -> None:
     """Send ``exc`` back as the ERROR reply to request ``msg_id`` (if the link still lives)."""
     if not isinstance(exc, FedViewsError):
@@ -384,10 +408,10 @@ class _Endpoint(Transport):
             self.calls.drop(msg_id)
         return slot.ftype, slot.data
 
-    def _encode(self, msg: Message, link: _Link) -> bytearray:
-        """``msg`` as it goes on the wire over ``link`` (a party seals relayed
-        party-to-party messages)."""
-        return msg.encode_buffer()
+    def _encode(self, msg: Message, link: _Link) -> Sequence[Buffer]:
+        """``msg`` as it goes on the wire over ``link``, as the buffers :meth:`_Link.send`
+        copies into frames (a party seals relayed party-to-party messages)."""
+        return msg.encode_parts()
 
     def _decode(self, data: Buffer, link: _Link) -> Message:
         """A message that arrived over ``link`` (a party opens the sealed ones)."""
@@ -397,7 +421,7 @@ class _Endpoint(Transport):
         """Send ``msg`` over ``link`` and wait for the reply (policy checked, both logged)."""
         self._check_send(msg)
         wire = self._encode(msg, link)
-        self._check_and_log(msg, len(wire))
+        self._check_and_log(msg, _nbytes(wire))
         msg_id, slot = self.calls.new(link)
         link.send(REQUEST, msg_id, wire)
         ftype, data = self._await(link, msg_id, slot, msg.kind)
@@ -428,7 +452,7 @@ class _Endpoint(Transport):
         try:
             reply = self._answer(link, self._decode(data, link), len(data))
             rwire = self._encode(reply, link)
-            self._check_and_log(reply, len(rwire))
+            self._check_and_log(reply, _nbytes(rwire))
             link.send(REPLY, msg_id, rwire)
         except Exception as exc:  # reported to the requester, which raises it
             _report(link, msg_id, exc, "handler")
@@ -1036,11 +1060,11 @@ class GrpcPartyTransport(_Endpoint):
                 link.close(f"no message or heartbeat for {self.options.timeout:g} s")
                 self._call.cancel()
 
-    def _encode(self, msg: Message, link: _Link) -> bytearray:
+    def _encode(self, msg: Message, link: _Link) -> Sequence[Buffer]:
         # a direct link is TLS between the two parties: nobody in between to seal against
         if self.e2e is not None and not link.direct and msg.receiver != self.server_name:
-            return self.e2e.seal(msg)
-        return msg.encode_buffer()
+            return [self.e2e.seal(msg)]
+        return msg.encode_parts()
 
     def _decode(self, data: Buffer, link: _Link) -> Message:
         if link.direct:  # a sealed message has no business here: decode refuses it
