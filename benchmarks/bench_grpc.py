@@ -23,15 +23,18 @@ coordinator hub; each party is its own ``fedviews party`` process holding only
 its data file. Time = the coordinator's training loop only. Bytes: the raw array
 bytes of all messages of the rounds; the encoded message bytes; the frame bytes
 the hub sent + received (a party-to-party message, relayed by the hub, crosses
-two links and is counted twice; a direct one is not seen by the hub); what crossed the loopback interface during the
-rounds (``/proc/net/dev``: TLS records, HTTP/2 and TCP/IP headers, heartbeats;
-other loopback traffic on the machine would be counted too).
+two links and is counted twice; a direct one is not seen by the hub); what crossed
+the loopback interface during the rounds (``/proc/net/dev``: TLS records, HTTP/2 and
+TCP/IP headers, heartbeats; other loopback traffic on the machine would be counted
+too). CPU seconds: of every process of the run during the training loop
+(``/proc/PID/stat``), which the load of a shared machine moves far less than the
+wall-clock time.
 """
 
 from __future__ import annotations
 
 import argparse
-import socket
+import os
 import subprocess
 import sys
 import tempfile
@@ -40,6 +43,7 @@ from pathlib import Path
 from typing import Any
 
 from fedviews.deploy import (
+    free_port,
     load_deploy_config,
     load_party_data,
     make_certs,
@@ -100,6 +104,17 @@ def _loopback_bytes() -> int:
     return 0
 
 
+def _cpu_seconds(pids: list[int]) -> float:
+    """User + system CPU seconds that the processes ``pids`` have used so far (Linux), all
+    their threads included."""
+    ticks = 0
+    for pid in pids:
+        with open(f"/proc/{pid}/stat") as fh:
+            fields = fh.read().rpartition(")")[2].split()
+        ticks += int(fields[11]) + int(fields[12])  # utime, stime
+    return ticks / os.sysconf("SC_CLK_TCK")
+
+
 class _Counting(InProcessTransport):
     """Counts the raw array bytes of every request and reply."""
 
@@ -111,15 +126,9 @@ class _Counting(InProcessTransport):
         return reply
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def direct_config(text: str, parties: tuple[str, ...]) -> str:
     """``text`` with every party listening for direct links on a free loopback port."""
-    table = "".join(f'{p} = "127.0.0.1:{_free_port()}"\n' for p in parties)
+    table = "".join(f'{p} = "127.0.0.1:{free_port()}"\n' for p in parties)
     return f"{text}\n[federation.listen]\n{table}"
 
 
@@ -131,11 +140,12 @@ def run_in_process(cfg: Any, data: Path) -> dict[str, Any]:
     for obj in (coord, *run.parties.values()):
         counting.register(obj)
     with app.compute_limits():
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), _cpu_seconds([os.getpid()])
         app.run_coordinator(coord, lambda r: None)
-        seconds = time.perf_counter() - t0
+        seconds, cpu = time.perf_counter() - t0, _cpu_seconds([os.getpid()]) - c0
     return {
         "seconds": seconds,
+        "cpu_seconds": cpu,
         "raw_bytes": counting.raw,
         "message_bytes": counting.log.total_bytes,
         "lines": app.progress(coord),
@@ -167,15 +177,18 @@ def run_grpc(cfg: Any, config: Path, data: Path, certs: Path | None) -> dict[str
         )
         for p in cfg.federation.parties
     ]
-    marks: dict[str, int] = {}
+    marks: dict[str, float] = {}
+    pids = [os.getpid(), *(p.pid for p in procs)]
     original = app.run_coordinator
 
     def timed(server: Any, on_round_end: Any) -> Any:  # bytes of the training loop only
         marks.update(io0=_loopback_bytes(), f0=hub.wire_bytes, m0=hub.log.total_bytes)
+        marks.update(c0=_cpu_seconds(pids))
         try:
             return original(server, on_round_end)
         finally:
             marks.update(io1=_loopback_bytes(), f1=hub.wire_bytes, m1=hub.log.total_bytes)
+            marks.update(c1=_cpu_seconds(pids))
 
     app.run_coordinator = timed  # type: ignore[method-assign]
     try:
@@ -189,6 +202,7 @@ def run_grpc(cfg: Any, config: Path, data: Path, certs: Path | None) -> dict[str
             p.wait(60)
     return {
         "seconds": coord.train_seconds,
+        "cpu_seconds": marks["c1"] - marks["c0"],
         "message_bytes": marks["m1"] - marks["m0"],
         "frame_bytes": marks["f1"] - marks["f0"],
         "socket_bytes": marks["io1"] - marks["io0"],
@@ -240,6 +254,12 @@ def main() -> None:
         f"{r['seconds'] / rounds:14.4f}{r['seconds'] / a['seconds']:8.2f}" for _, r in runs
     )
     print(f"{'seconds per round':30s}{ta:14.4f}{cells}")
+    ca = a["cpu_seconds"] / rounds
+    cells = "".join(
+        f"{r['cpu_seconds'] / rounds:14.4f}{r['cpu_seconds'] / a['cpu_seconds']:8.2f}"
+        for _, r in runs
+    )
+    print(f"{'CPU seconds per round':30s}{ca:14.4f}{cells}")
     raw = a["raw_bytes"] / rounds
     print(f"{'raw array bytes per round':30s}{raw:14.0f}")
     for key, label in (
@@ -254,7 +274,7 @@ def main() -> None:
         same = a["lines"][-1].split("(")[0] == r["lines"][-1].split("(")[0]
         print(f"same last round ({name}): {same} ({r['lines'][-1]})")
     if plain is not None:
-        tp = plain["seconds"] / rounds
+        tb, tp = b["seconds"] / rounds, plain["seconds"] / rounds
         print(
             f"end-to-end sealing: {tb:.4f} s per round sealed vs {tp:.4f} s TLS only "
             f"(ratio {tb / tp:.2f}); message bytes {b['message_bytes'] / plain['message_bytes']:.4f}x"

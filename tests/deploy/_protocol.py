@@ -4,7 +4,6 @@ footprint of a run (which roles exchanged which kinds and array names)."""
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 import sys
 from collections.abc import Iterable, Mapping, Sequence
@@ -28,11 +27,19 @@ def mmvfl_inputs(run: Path, parties: Sequence[str], owner: int) -> tuple[list, o
     return Xs, held.y[np.argsort(held.ids)][np.searchsorted(np.sort(held.ids), ids)]
 
 
-def free_port() -> int:
-    """A TCP port of 127.0.0.1 that nothing listens on now (for a declared endpoint)."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+def tls_hub(policy: object, certs: Path, parties: Iterable[str], options: object) -> object:
+    """A coordinator hub with mutual TLS (``certs``: the federation's folder) that expects
+    ``parties`` (role ``"party"``), with a bare :class:`Coordinator` registered."""
+    from fedviews.federation import Coordinator, GrpcHub, TLSFiles
+
+    hub = GrpcHub(
+        policy,  # type: ignore[arg-type]
+        {p: "party" for p in parties},
+        tls=TLSFiles.from_dir(certs, "coordinator"),
+        options=options,  # type: ignore[arg-type]
+    )
+    hub.register(Coordinator())
+    return hub
 
 
 def launch_config(config: Path, out: Path, timeout: float = 240) -> str:

@@ -19,10 +19,11 @@ pytest.importorskip("torch")
 pytest.importorskip("grpc")
 pytest.importorskip("rbcl")  # the PSI
 
-from _protocol import footprint, free_port, launch_config  # noqa: E402
+from _protocol import footprint, launch_config  # noqa: E402
 
 from fedviews.deep.multivfl import MultiVFL  # noqa: E402
 from fedviews.deploy import (  # noqa: E402
+    free_port,
     load_deploy_config,
     load_party_data,
     write_demo_data,  # noqa: E402

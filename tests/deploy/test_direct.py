@@ -22,11 +22,11 @@ import pytest
 grpc = pytest.importorskip("grpc")
 pytest.importorskip("cryptography")
 
-from _protocol import free_port  # noqa: E402
+from _protocol import tls_hub  # noqa: E402
 
+from fedviews.deploy import free_port  # noqa: E402
 from fedviews.errors import ConfigError, PartyUnavailable, PrivacyError  # noqa: E402
 from fedviews.federation import (  # noqa: E402
-    Coordinator,
     GrpcHub,
     GrpcOptions,
     GrpcPartyTransport,
@@ -101,29 +101,35 @@ def _certs(directory: Path, names: tuple[str, ...] = ("coordinator", "a", "b", "
     return directory
 
 
+def _hub(certs: Path, parties: tuple[str, ...]) -> GrpcHub:
+    return tls_hub(POLICY, certs, parties, FAST)  # type: ignore[return-value]
+
+
+def _join(
+    hub: GrpcHub, certs: Path, name: str, errors: list[BaseException], **kw: object
+) -> GrpcPartyTransport:
+    """Party ``name`` joined to ``hub`` and serving (``kw``: ``direct``, ``listen``)."""
+    t = GrpcPartyTransport(
+        POLICY, f"127.0.0.1:{hub.port}", tls=TLSFiles.from_dir(certs, name), options=FAST, **kw
+    )  # type: ignore[arg-type]
+    t.register(Peer(name))
+    t.connect()
+    threading.Thread(target=_serve, args=(t, errors), daemon=True).start()
+    return t
+
+
 @pytest.fixture()
 def federation(tmp_path) -> Iterator[Federation]:
     """``b`` declares an endpoint and listens there; ``c`` declares one where nothing listens."""
     certs = _certs(tmp_path / "ca")
     endpoints = {"b": f"127.0.0.1:{free_port()}", "c": f"127.0.0.1:{free_port()}"}
-    roles = {p: "party" for p in ("a", "b", "c")}
-    hub = GrpcHub(POLICY, roles, tls=TLSFiles.from_dir(certs, "coordinator"), options=FAST)
-    hub.register(Coordinator())
+    hub = _hub(certs, ("a", "b", "c"))
     fed = Federation(hub, {}, endpoints, certs)
     try:
-        for name in roles:
-            t = GrpcPartyTransport(
-                POLICY,
-                f"127.0.0.1:{hub.port}",
-                tls=TLSFiles.from_dir(certs, name),
-                options=FAST,
-                # c is behind a firewall: it binds nothing although an endpoint is declared
-                direct={p: a for p, a in endpoints.items() if p != "c" or name != "c"},
-            )
-            t.register(Peer(name))
-            t.connect()
-            threading.Thread(target=_serve, args=(t, fed.errors), daemon=True).start()
-            fed.parties[name] = t
+        for name in ("a", "b", "c"):
+            # c is behind a firewall: it binds nothing although an endpoint is declared
+            direct = {p: a for p, a in endpoints.items() if p != "c" or name != "c"}
+            fed.parties[name] = _join(hub, certs, name, fed.errors, direct=direct)
         hub.wait_for_parties(5)
         yield fed
     finally:
@@ -220,27 +226,12 @@ def test_a_direct_link_to_the_wrong_certificate_is_refused(tmp_path, ca, cert, w
     foreign = _certs(tmp_path / "evil", ("b",))
     address = f"127.0.0.1:{free_port()}"
     impostor = _impostor(foreign if ca == "evil" else certs, cert, address)
-    hub = GrpcHub(
-        POLICY, {"a": "party", "b": "party"}, tls=TLSFiles.from_dir(certs, "coordinator"),
-        options=FAST,
-    )  # fmt: skip
-    hub.register(Coordinator())
+    hub = _hub(certs, ("a", "b"))
     errors: list[BaseException] = []
     try:
-        for name in ("a", "b"):
-            t = GrpcPartyTransport(
-                POLICY,
-                f"127.0.0.1:{hub.port}",
-                tls=TLSFiles.from_dir(certs, name),
-                options=FAST,
-                direct={"b": address},
-                listen=f"127.0.0.1:{free_port()}" if name == "b" else None,
-            )
-            t.register(Peer(name))
-            t.connect()
-            threading.Thread(target=_serve, args=(t, errors), daemon=True).start()
-            if name == "a":
-                a = t
+        a = _join(hub, certs, "a", errors, direct={"b": address})
+        # the real b binds elsewhere
+        _join(hub, certs, "b", errors, direct={"b": address}, listen=f"127.0.0.1:{free_port()}")
         hub.wait_for_parties(5)
         reply = hub.local["coordinator"].send("a", "go", meta={"to": "b"})
         assert reply.number("sum") == pytest.approx(2 * SECRET.sum())  # the real b, relayed

@@ -1119,28 +1119,31 @@ class GrpcPartyTransport(_Endpoint):
             if held is None or held.closed.is_set():
                 self.peers[name] = link
 
+    def _open_link(self, peer: str) -> _Link | None:
+        """The open direct link to ``peer``, if any (a closed one is forgotten)."""
+        with self._peer_lock:
+            link = self.peers.get(peer)
+            if link is not None and link.closed.is_set():
+                del self.peers[peer]
+                link = None
+            return link
+
     def _route(self, peer: str) -> _Link:
         """The link a message to ``peer`` goes over: an open direct link, else one dialed
         now when ``peer`` declared an endpoint, else (and after a failed dial) the hub."""
         assert self.link is not None
         if peer == self.server_name:
             return self.link
-        with self._peer_lock:
-            link = self.peers.get(peer)
-            if link is not None and not link.closed.is_set():
-                return link
-            self.peers.pop(peer, None)
-            lock = self._dialing.setdefault(peer, threading.Lock())
+        link = self._open_link(peer)
         address = self.direct.get(peer)
-        if address is None or peer in self.relayed:
-            return self.link
+        if link is not None or address is None:
+            return link or self.link
+        with self._peer_lock:
+            lock = self._dialing.setdefault(peer, threading.Lock())
         with lock:  # one dial per peer, whichever thread comes first
-            with self._peer_lock:
-                link = self.peers.get(peer)
-            if link is not None and not link.closed.is_set():
-                return link
-            if peer in self.relayed:
-                return self.link
+            link = self._open_link(peer)
+            if link is not None or peer in self.relayed:
+                return link or self.link
             try:
                 link = self._dial_peer(peer, address)
             except (FedViewsError, _grpc().RpcError) as exc:
