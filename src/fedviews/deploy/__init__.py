@@ -3,7 +3,8 @@
 Command line: ``fedviews certs init|issue|revoke``, ``fedviews coordinator``,
 ``fedviews party``, ``fedviews launch``, ``fedviews split-data``. Each party
 process loads only its own data file, aligns IDs by PSI, builds only its own
-party object, and talks to the coordinator's hub over one outgoing stream.
+party object, and talks to the coordinator's hub over one outgoing stream (and
+directly to the parties that declare an endpoint in ``[federation.listen]``).
 """
 
 from __future__ import annotations

@@ -1104,7 +1104,12 @@ class GrpcPartyTransport(_Endpoint):
     def _live_link(self, name: str) -> _Link | None:
         with self._peer_lock:
             return next(
-                (lk for lk in self._direct_links if lk.peer == name and not lk.dialed), None
+                (
+                    lk
+                    for lk in self._direct_links
+                    if lk.peer == name and not lk.dialed and not lk.closed.is_set()
+                ),
+                None,
             )
 
     def _screen(self, context: Any) -> None:
