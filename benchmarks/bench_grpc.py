@@ -3,10 +3,14 @@
     .venv/bin/python benchmarks/bench_grpc.py mmvfl    [--rounds 10] [--insecure]
     .venv/bin/python benchmarks/bench_grpc.py multivfl [--rounds 2]  [--insecure]
     .venv/bin/python benchmarks/bench_grpc.py multivfl --e2e-cost
+    .venv/bin/python benchmarks/bench_grpc.py multivfl --direct
 
 ``--e2e-cost`` also runs gRPC with ``federation.end_to_end = false`` (mutual TLS,
 party-to-party payloads not sealed) in the same process and prints what sealing
-every relayed activation and gradient costs.
+every relayed activation and gradient costs. ``--direct`` also runs gRPC with every
+party declaring an endpoint (``[federation.listen]`` on 127.0.0.1): party-to-party
+messages go over direct links (one hop, TLS between the two parties) instead of the
+hub's relay (two hops, sealed end to end).
 
 ``mmvfl``: MMVFL on Handwritten (5 views x 2000 samples). ``multivfl``: Multi-VFL on
 MNIST (4 data owners, 2 label owners, 2000 training images, one local epoch per
@@ -19,14 +23,18 @@ coordinator hub; each party is its own ``fedviews party`` process holding only
 its data file. Time = the coordinator's training loop only. Bytes: the raw array
 bytes of all messages of the rounds; the encoded message bytes; the frame bytes
 the hub sent + received (a party-to-party message, relayed by the hub, crosses
-two links and is counted twice); what crossed the loopback interface during the
-rounds (``/proc/net/dev``: TLS records, HTTP/2 and TCP/IP headers, heartbeats;
-other loopback traffic on the machine would be counted too).
+two links and is counted twice; a direct one is not seen by the hub); what crossed
+the loopback interface during the rounds (``/proc/net/dev``: TLS records, HTTP/2 and
+TCP/IP headers, heartbeats; other loopback traffic on the machine would be counted
+too). CPU seconds: of every process of the run during the training loop
+(``/proc/PID/stat``), which the load of a shared machine moves far less than the
+wall-clock time.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import subprocess
 import sys
 import tempfile
@@ -35,6 +43,7 @@ from pathlib import Path
 from typing import Any
 
 from fedviews.deploy import (
+    free_port,
     load_deploy_config,
     load_party_data,
     make_certs,
@@ -95,6 +104,17 @@ def _loopback_bytes() -> int:
     return 0
 
 
+def _cpu_seconds(pids: list[int]) -> float:
+    """User + system CPU seconds that the processes ``pids`` have used so far (Linux), all
+    their threads included."""
+    ticks = 0
+    for pid in pids:
+        with open(f"/proc/{pid}/stat") as fh:
+            fields = fh.read().rpartition(")")[2].split()
+        ticks += int(fields[11]) + int(fields[12])  # utime, stime
+    return ticks / os.sysconf("SC_CLK_TCK")
+
+
 class _Counting(InProcessTransport):
     """Counts the raw array bytes of every request and reply."""
 
@@ -106,6 +126,12 @@ class _Counting(InProcessTransport):
         return reply
 
 
+def direct_config(text: str, parties: tuple[str, ...]) -> str:
+    """``text`` with every party listening for direct links on a free loopback port."""
+    table = "".join(f'{p} = "127.0.0.1:{free_port()}"\n' for p in parties)
+    return f"{text}\n[federation.listen]\n{table}"
+
+
 def run_in_process(cfg: Any, data: Path) -> dict[str, Any]:
     files = {p: load_party_data(data / f"{p}.npz") for p in cfg.federation.parties}
     run = build_in_process(cfg, files, keep_entries=False)
@@ -114,11 +140,12 @@ def run_in_process(cfg: Any, data: Path) -> dict[str, Any]:
     for obj in (coord, *run.parties.values()):
         counting.register(obj)
     with app.compute_limits():
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), _cpu_seconds([os.getpid()])
         app.run_coordinator(coord, lambda r: None)
-        seconds = time.perf_counter() - t0
+        seconds, cpu = time.perf_counter() - t0, _cpu_seconds([os.getpid()]) - c0
     return {
         "seconds": seconds,
+        "cpu_seconds": cpu,
         "raw_bytes": counting.raw,
         "message_bytes": counting.log.total_bytes,
         "lines": app.progress(coord),
@@ -161,15 +188,18 @@ def run_grpc(
         )
         for p in cfg.federation.parties
     ]
-    marks: dict[str, int] = {}
+    marks: dict[str, float] = {}
+    pids = [os.getpid(), *(p.pid for p in procs)]
     original = app.run_coordinator
 
     def timed(server: Any, on_round_end: Any) -> Any:  # bytes of the training loop only
         marks.update(io0=_loopback_bytes(), f0=hub.wire_bytes, m0=hub.log.total_bytes)
+        marks.update(c0=_cpu_seconds(pids))
         try:
             return original(server, on_round_end)
         finally:
             marks.update(io1=_loopback_bytes(), f1=hub.wire_bytes, m1=hub.log.total_bytes)
+            marks.update(c1=_cpu_seconds(pids))
 
     app.run_coordinator = timed  # type: ignore[method-assign]
     try:
@@ -183,6 +213,7 @@ def run_grpc(
             p.wait(60)
     return {
         "seconds": coord.train_seconds,
+        "cpu_seconds": marks["c1"] - marks["c0"],
         "message_bytes": marks["m1"] - marks["m0"],
         "frame_bytes": marks["f1"] - marks["f0"],
         "socket_bytes": marks["io1"] - marks["io0"],
@@ -199,6 +230,9 @@ def main() -> None:
     ap.add_argument(
         "--e2e-cost", action="store_true", help="also run without end-to-end sealing (TLS only)"
     )
+    ap.add_argument(
+        "--direct", action="store_true", help="also run with direct party-to-party links"
+    )
     args = ap.parse_args()
     rounds = args.rounds or (10 if args.algorithm == "mmvfl" else 2)
     with tempfile.TemporaryDirectory() as tmp_:
@@ -212,32 +246,46 @@ def main() -> None:
         n = load_party_data(next(iter(files.values()))).ids.size
         a = run_in_process(cfg, data)
         b = run_grpc(cfg, config, data, certs)
-        plain = None
+        plain = direct = None
+        text = CONFIGS[args.algorithm].format(rounds=rounds)
         if args.e2e_cost and certs is not None:
-            text = CONFIGS[args.algorithm].format(rounds=rounds)
             config2 = tmp / "bench_no_e2e.toml"
             config2.write_text(text.replace("[federation]\n", "[federation]\nend_to_end = false\n"))
             plain = run_grpc(load_deploy_config(config2, args.set), config2, data, certs)
+        if args.direct:
+            config3 = tmp / "bench_direct.toml"
+            config3.write_text(direct_config(text, cfg.federation.parties))
+            direct = run_grpc(load_deploy_config(config3, args.set), config3, data, certs)
     mode = "plain text" if args.insecure else "mutual TLS"
     print(f"{args.algorithm}: {cfg.data.dataset}, {n} samples, {rounds} rounds, gRPC with {mode}")
-    print(f"{'':30s}{'in-process':>14s}{'loopback gRPC':>16s}{'ratio':>8s}")
-    ta, tb = a["seconds"] / rounds, b["seconds"] / rounds
-    print(f"{'seconds per round':30s}{ta:14.4f}{tb:16.4f}{tb / ta:8.2f}")
-    raw = a["raw_bytes"] / rounds
-    print(f"{'raw array bytes per round':30s}{raw:14.0f}{'':16s}{'1.000':>8s}")
-    print(
-        f"{'message bytes per round':30s}{a['message_bytes'] / rounds:14.0f}"
-        f"{b['message_bytes'] / rounds:16.0f}{b['message_bytes'] / a['raw_bytes']:8.3f}"
+    runs = [("relayed", b)] + ([("direct", direct)] if direct is not None else [])
+    print(f"{'':30s}{'in-process':>14s}" + "".join(f"{k:>14s}{'ratio':>8s}" for k, _ in runs))
+    ta = a["seconds"] / rounds
+    cells = "".join(
+        f"{r['seconds'] / rounds:14.4f}{r['seconds'] / a['seconds']:8.2f}" for _, r in runs
     )
+    print(f"{'seconds per round':30s}{ta:14.4f}{cells}")
+    ca = a["cpu_seconds"] / rounds
+    cells = "".join(
+        f"{r['cpu_seconds'] / rounds:14.4f}{r['cpu_seconds'] / a['cpu_seconds']:8.2f}"
+        for _, r in runs
+    )
+    print(f"{'CPU seconds per round':30s}{ca:14.4f}{cells}")
+    raw = a["raw_bytes"] / rounds
+    print(f"{'raw array bytes per round':30s}{raw:14.0f}")
     for key, label in (
+        ("message_bytes", "hub message bytes per round"),
         ("frame_bytes", "hub frame bytes per round"),
         ("socket_bytes", "loopback bytes per round"),
     ):
-        print(f"{label:30s}{'':14s}{b[key] / rounds:16.0f}{b[key] / a['raw_bytes']:8.3f}")
-    same = a["lines"][-1].split("(")[0] == b["lines"][-1].split("(")[0]
-    print(f"same last round: {same} ({a['lines'][-1]})")
+        mine = f"{a[key] / rounds:14.0f}" if key in a else f"{'':14s}"
+        cells = "".join(f"{r[key] / rounds:14.0f}{r[key] / a['raw_bytes']:8.3f}" for _, r in runs)
+        print(f"{label:30s}{mine}{cells}")
+    for name, r in runs:
+        same = a["lines"][-1].split("(")[0] == r["lines"][-1].split("(")[0]
+        print(f"same last round ({name}): {same} ({r['lines'][-1]})")
     if plain is not None:
-        tp = plain["seconds"] / rounds
+        tb, tp = b["seconds"] / rounds, plain["seconds"] / rounds
         print(
             f"end-to-end sealing: {tb:.4f} s per round sealed vs {tp:.4f} s TLS only "
             f"(ratio {tb / tp:.2f}); message bytes {b['message_bytes'] / plain['message_bytes']:.4f}x"

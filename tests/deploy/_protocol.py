@@ -27,6 +27,21 @@ def mmvfl_inputs(run: Path, parties: Sequence[str], owner: int) -> tuple[list, o
     return Xs, held.y[np.argsort(held.ids)][np.searchsorted(np.sort(held.ids), ids)]
 
 
+def tls_hub(policy: object, certs: Path, parties: Iterable[str], options: object) -> object:
+    """A coordinator hub with mutual TLS (``certs``: the federation's folder) that expects
+    ``parties`` (role ``"party"``), with a bare :class:`Coordinator` registered."""
+    from fedviews.federation import Coordinator, GrpcHub, TLSFiles
+
+    hub = GrpcHub(
+        policy,  # type: ignore[arg-type]
+        {p: "party" for p in parties},
+        tls=TLSFiles.from_dir(certs, "coordinator"),
+        options=options,  # type: ignore[arg-type]
+    )
+    hub.register(Coordinator())
+    return hub
+
+
 def launch_config(config: Path, out: Path, timeout: float = 240) -> str:
     """`fedviews launch CONFIG --out OUT` as a user runs it; its output (the exit code checked)."""
     proc = subprocess.run(

@@ -17,7 +17,7 @@ pytest.importorskip("grpc")
 pytest.importorskip("cryptography")
 pytest.importorskip("rbcl")  # the PSI
 
-from _protocol import assert_tight, footprint, launch_config, mmvfl_inputs  # noqa: E402
+from _protocol import assert_tight, footprint, launch_config, mmvfl_inputs, tls_hub  # noqa: E402
 
 from fedviews.deploy import load_deploy_config, split_dataset  # noqa: E402
 from fedviews.errors import PartyUnavailable, PrivacyError  # noqa: E402
@@ -186,14 +186,7 @@ _FAST = GrpcOptions(timeout=3.0, heartbeat=0.5, connect_timeout=5.0, connect_ret
 
 
 def _hub(certs: Path, parties=("a",)) -> GrpcHub:
-    hub = GrpcHub(
-        _POLICY,
-        {p: "party" for p in parties},
-        tls=TLSFiles.from_dir(certs, "coordinator"),
-        options=_FAST,
-    )
-    hub.register(Coordinator())
-    return hub
+    return tls_hub(_POLICY, certs, parties, _FAST)  # type: ignore[return-value]
 
 
 def _dial(hub: GrpcHub, certs: Path, cert_name: str, party_name: str) -> GrpcPartyTransport:

@@ -23,6 +23,7 @@ from _protocol import footprint, launch_config  # noqa: E402
 
 from fedviews.deep.multivfl import MultiVFL  # noqa: E402
 from fedviews.deploy import (  # noqa: E402
+    free_port,
     load_deploy_config,
     load_party_data,
     write_demo_data,  # noqa: E402
@@ -107,8 +108,30 @@ class Launched:
 
 @pytest.fixture(scope="module")
 def launched(tmp_path_factory: pytest.TempPathFactory) -> Launched:
-    """``fedviews launch`` as a user runs it (once for the tests below), and the estimator."""
-    return Launched(*_launch_with(tmp_path_factory.mktemp("multivfl"), ""))
+    """``fedviews launch`` as a user runs it (once for the tests below), and the estimator.
+
+    ``top`` declares an endpoint (``[federation.listen]``): both label owners dial it and
+    exchange its activations and gradients directly; ``middle`` and ``bottom`` declare
+    none and stay behind the hub's relay.
+    """
+    direct = f'[federation.listen]\ntop = "127.0.0.1:{free_port()}"\n'
+    return Launched(*_launch_with(tmp_path_factory.mktemp("multivfl"), "", direct))
+
+
+def _logs(run: Path, cfg: Any) -> dict[str, dict[str, Any]]:
+    """Every process's ``message_log.json``, by name (the coordinator's: what its hub saw)."""
+    names = (cfg.federation.coordinator, *cfg.federation.parties)
+    return {p: json.loads((run / p / "message_log.json").read_text()) for p in names}
+
+
+def _crossings(logs: dict[str, dict[str, Any]]) -> dict[str, list[str]]:
+    """What crossed, as all processes logged it together (a direct link is logged by its
+    two parties only)."""
+    out: dict[str, set[str]] = {}
+    for log in logs.values():
+        for pair, names in log["crossings"].items():
+            out.setdefault(pair, set()).update(names)
+    return {pair: sorted(names) for pair, names in out.items()}
 
 
 def test_launch_equals_in_process_and_only_activations_cross(launched):
@@ -117,8 +140,7 @@ def test_launch_equals_in_process_and_only_activations_cross(launched):
     res = _assert_same_models(run, ref)
     assert res["rounds_done"] == 2
     np.testing.assert_allclose(res["history"]["train_loss"], ref.history_["train_loss"], rtol=1e-5)
-    log = json.loads((run / "coordinator" / "message_log.json").read_text())
-    cross = log["crossings"]
+    cross = _crossings(_logs(run, launched.cfg))
     top_names = {f"top/{k}" for k in ref.server_.params}
     update_names = {f"update/{k}" for k in ref.server_.params}
     for d in DOS:
@@ -148,8 +170,9 @@ def test_in_process_and_deployed_runs_have_one_footprint(launched):
     """Every (sender role, receiver role, kind, array names) of the estimator's run, and
     nothing else, crossed in the deployment."""
     ref = launched.ref
-    log = json.loads((launched.run / "coordinator" / "message_log.json").read_text())
-    deployed = footprint(log["exchanges"], _roles(launched.cfg))
+    deployed = set()
+    for log in _logs(launched.run, launched.cfg).values():
+        deployed |= footprint(log["exchanges"], _roles(launched.cfg))
     parties = [ref.server_, *ref.data_owners_, *ref.label_owners_]
     in_process = footprint(ref.transport_.log.exchanges(), {p.name: p.role for p in parties})
     assert deployed == in_process
@@ -285,11 +308,11 @@ def test_multivfl_deploy_config_errors(tmp_path):
         load_deploy_config({**base, "federation": {"parties": ["lo"], "label_owners": ["lo"]}})
 
 
-def _launch_with(tmp_path: Path, defense: str) -> tuple[Path, str, Any, MultiVFL]:
-    """``CONFIG`` launched (with ``defense``, the body of a ``[defense]`` table, if given),
-    and the estimator on the same files."""
+def _launch_with(tmp_path: Path, defense: str, extra: str = "") -> tuple[Path, str, Any, MultiVFL]:
+    """``CONFIG`` launched (with ``defense``, the body of a ``[defense]`` table, if given, and
+    the tables of ``extra``), and the estimator on the same files."""
     config = tmp_path / "deploy.toml"
-    config.write_text(CONFIG + (f"[defense]\n{defense}" if defense else ""))
+    config.write_text(CONFIG + extra + (f"[defense]\n{defense}" if defense else ""))
     run = tmp_path / "run"
     out = launch_config(config, run)
     cfg = load_deploy_config(config)
@@ -351,3 +374,25 @@ def test_launch_with_secure_aggregation_equals_in_process(tmp_path):
     names = {f"masked_update/{k}" for k in ref.server_.params}
     for lo in LOS:
         assert set(log["crossings"][f"{lo} -> coordinator"]) == names | {"psi_sealed", "psi_set"}
+
+
+def test_direct_links_skip_the_hub_and_both_ends_log_them(launched):
+    """The label owners' messages with ``top`` went over direct links and never reached
+    the hub; those with ``middle`` and ``bottom`` were relayed. Both ends of every link
+    logged the same crossings, however they went."""
+    assert "[top] listening for direct links" in launched.out
+    logs = _logs(launched.run, launched.cfg)
+    relayed = logs["coordinator"]["crossings"]
+    for lo in LOS:
+        for d in DOS:
+            direct = d == "top"
+            assert (f"{d} -> {lo}" in relayed) is not direct
+            assert (f"{lo} -> {d}" in relayed) is not direct
+            for side in (d, lo):
+                assert logs[side]["crossings"][f"{d} -> {lo}"] == ["activations"]
+                assert logs[side]["crossings"][f"{lo} -> {d}"] == ["activation_grad"]
+        links = logs[lo]["links"]
+        assert [(x["peer"], x["dialed"]) for x in links["direct"]] == [("top", True)]
+        assert links["relayed"] == {} and links["direct"][0]["bytes_in"] > 0
+    top = logs["top"]["links"]["direct"]
+    assert sorted((x["peer"], x["dialed"]) for x in top) == [(lo, False) for lo in sorted(LOS)]

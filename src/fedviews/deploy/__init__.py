@@ -3,7 +3,8 @@
 Command line: ``fedviews certs init|issue|revoke``, ``fedviews coordinator``,
 ``fedviews party``, ``fedviews launch``, ``fedviews split-data``. Each party
 process loads only its own data file, aligns IDs by PSI, builds only its own
-party object, and talks to the coordinator's hub over one outgoing stream.
+party object, and talks to the coordinator's hub over one outgoing stream (and
+directly to the parties that declare an endpoint in ``[federation.listen]``).
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ _WHERE = {
     "FederationSpec": "fedviews.deploy._config",
     "PartyData": "fedviews.deploy._data",
     "SplitSpec": "fedviews.deploy._config",
+    "free_port": "fedviews.deploy._launch",
     "launch": "fedviews.deploy._launch",
     "launch_flower": "fedviews.deploy._flower_launch",
     "write_flower_app": "fedviews.deploy._flower_launch",
@@ -55,6 +57,7 @@ __all__ = [
     "FederationSpec",
     "PartyData",
     "SplitSpec",
+    "free_port",
     "launch",
     "launch_flower",
     "load_deploy_config",

@@ -146,6 +146,13 @@ def register(app: typer.Typer) -> None:
         insecure: _Insecure = False,
         out: Annotated[Path | None, typer.Option(help="Result folder.")] = None,
         resume: _Resume = None,
+        listen: Annotated[
+            str | None,
+            typer.Option(
+                help="HOST:PORT to bind for direct links from peers (default: this party's "
+                "federation.listen entry; e.g. 0.0.0.0:7101 behind a NAT)."
+            ),
+        ] = None,
     ) -> None:
         """Run one party: load only its own data, dial out to the coordinator, serve the run."""
         from fedviews.deploy._config import load_deploy_config
@@ -166,6 +173,7 @@ def register(app: typer.Typer) -> None:
             out or resume or Path(cfg.output_dir) / cfg.name / party,
             tls=tls,
             resume=resume,
+            listen=listen,
         )
         # The results are written. Leave now: a gRPC worker thread still winding down
         # must not keep a finished party process alive (seen as a rare hang at exit).

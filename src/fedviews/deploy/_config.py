@@ -19,6 +19,11 @@ A deployment TOML file (``configs/deploy_*.toml``)::
                             # but cannot read or alter them (every process must agree)
     checkpoint_every = 1    # rounds between checkpoints (continue: --resume RUN_DIR)
 
+    [federation.listen]     # optional: parties that accept direct links from their peers
+    fou = "10.0.0.7:7101"   # HOST:PORT the peers dial (fou binds it, or `party --listen`);
+                            # party-to-party messages to fou skip the hub's relay. Parties
+                            # behind firewalls are not listed and only dial out.
+
     [data]                  # what `fedviews launch` / `split-data` generate
     dataset = "handwritten"
     n_per_class = 40
@@ -33,6 +38,7 @@ A deployment TOML file (``configs/deploy_*.toml``)::
 
 from __future__ import annotations
 
+import ipaddress
 import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -74,6 +80,8 @@ class FederationSpec(Roster):
     end_to_end: bool = True  # seal party-to-party payloads so the hub cannot read them (TLS)
     alignment: str = "psi"  # or "none": every party holds the same IDs (rows sorted by ID)
     checkpoint_every: int = 1  # every process checkpoints its state every this many rounds
+    #: ``{party: "HOST:PORT"}``: where a party listens for direct links from its peers
+    listen: Mapping[str, str] = field(default_factory=dict)
 
     def validate(self) -> None:
         if len(self.parties) < 1 or len(set(self.parties)) != len(self.parties):
@@ -114,6 +122,33 @@ class FederationSpec(Roster):
             raise ConfigError("federation.alignment must be 'psi' or 'none'")
         if self.checkpoint_every < 1:
             raise ConfigError("federation.checkpoint_every must be >= 1 (rounds)")
+        for party, address in self.listen.items():
+            if party not in self.parties:
+                raise ConfigError(
+                    f"federation.listen: {party!r} is not one of federation.parties="
+                    f"{list(self.parties)} (the coordinator's address is given to each party)"
+                )
+            check_address(address, f"federation.listen.{party}")
+
+
+def check_address(address: object, where: str) -> str:
+    """``address`` if it is ``HOST:PORT`` with a port peers can dial (1-65535), else
+    ConfigError; an IPv6 host goes in brackets (``[::1]:7101``)."""
+    host, sep, port = str(address).rpartition(":")
+    ok = isinstance(address, str) and sep and host and port.isdigit() and 0 < int(port) < 65536
+    if ok and host.startswith("["):
+        try:
+            ok = host.endswith("]") and bool(ipaddress.IPv6Address(host[1:-1]))
+        except ValueError:
+            ok = False
+    elif ok:
+        ok = ":" not in host and " " not in host
+    if not ok:
+        raise ConfigError(
+            f"{where} = {address!r}: expected HOST:PORT with a port from 1 to 65535 "
+            "(e.g. '10.0.0.7:7101' or '[::1]:7101')"
+        )
+    return str(address)
 
 
 @dataclass(frozen=True)

@@ -13,7 +13,6 @@ import os
 import re
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -24,6 +23,7 @@ from typing import Any
 
 from fedviews.deploy._config import load_deploy_config
 from fedviews.deploy._data import SUFFIXES, write_demo_data
+from fedviews.deploy._launch import free_port
 from fedviews.deploy._session import Printer
 from fedviews.errors import ConfigError, MissingDependency, ProtocolError, require
 
@@ -98,12 +98,6 @@ def _flwr_bin(name: str) -> str:
     if found is None:
         raise MissingDependency(name, "flower")
     return found
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def _wait_http(port: int, proc: subprocess.Popen[bytes], timeout: float) -> None:
@@ -184,7 +178,7 @@ def launch_flower(
     home, logs = run_dir / "flwr-home", run_dir / "logs"
     for folder in (home, logs):
         folder.mkdir(exist_ok=True)
-    port = _free_port()
+    port = free_port()
     address = f"127.0.0.1:{port}"
     connection = [
         "[superlink]",
@@ -242,7 +236,7 @@ def launch_flower(
                 node = {"party": p, "data": str(f), "out": str(run_dir / p)}
                 if any("'" in v for v in node.values()):
                     raise ConfigError(f"paths with a quote cannot go into a node config: {node}")
-                args = ["--insecure", "--superlink", address, "--port", str(_free_port())]
+                args = ["--insecure", "--superlink", address, "--port", str(free_port())]
                 args += ["--node-config", " ".join(f"{k}='{v}'" for k, v in node.items())]
                 start([_flwr_bin("flower-supernode"), *args], f"supernode-{p}")
         say(f"[flower] {engine} engine on {address}; logs in {logs}")

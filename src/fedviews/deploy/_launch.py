@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import socket
 import subprocess
 import sys
 import threading
@@ -18,7 +19,7 @@ from fedviews.deploy._data import SUFFIXES, write_demo_data
 from fedviews.errors import PartyUnavailable, ProtocolError
 from fedviews.federation import init_ca, issue_certificate
 
-__all__ = ["THREAD_VARS", "launch", "make_certs", "process_env", "resume_launch"]
+__all__ = ["THREAD_VARS", "free_port", "launch", "make_certs", "process_env", "resume_launch"]
 
 LAUNCH_INFO = "launch.json"
 LAUNCH_CONFIG = "config.toml"
@@ -31,6 +32,14 @@ def make_certs(directory: Path, cfg: DeployConfig) -> Path:
     for p in cfg.federation.parties:
         issue_certificate(directory, p)
     return directory
+
+
+def free_port() -> int:
+    """A TCP port of 127.0.0.1 that nothing listens on now (for a local process to bind:
+    a Flower SuperLink, or a party's endpoint for direct links in a local test)."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
 
 
 #: thread counts of the numeric libraries a process may load (OpenMP: torch; MKL; OpenBLAS)

@@ -262,7 +262,10 @@ class DeployParty(PSIParty):
         self.out_dir.mkdir(parents=True, exist_ok=True)
         self.app.write_party_results(self.algo, self.out_dir)
         assert self.transport is not None
-        _write_json(self.out_dir / "message_log.json", self.transport.log.summary())
+        log = self.transport.log.summary()
+        if isinstance(self.transport, GrpcPartyTransport):  # what went direct, what the hub relayed
+            log["links"] = self.transport.link_summary()
+        _write_json(self.out_dir / "message_log.json", log)
         self.echo(f"finished; results in {self.out_dir}")
         self.finished = True
         return self.reply(msg)
@@ -497,16 +500,24 @@ def run_party(
     tls: TLSFiles | None,
     echo: Printer | None = None,
     resume: Path | None = None,
+    listen: str | None = None,
 ) -> None:
     """Dial the coordinator and serve this party's part of the run until it ends.
 
     ``resume``: this party's folder of a killed run; its checkpoint of the round the
-    coordinator resumes from is loaded there.
+    coordinator resumes from is loaded there. Where ``federation.listen`` declares an
+    endpoint for this party, it listens there (or on ``listen``) for direct links from
+    its peers; messages to a peer with an endpoint go to it directly.
     """
     say = _print_to(name, echo)
     if name not in cfg.federation.parties:
         raise DataError(
             f"{name!r} is not a party of this federation: {list(cfg.federation.parties)}"
+        )
+    if listen is not None and name not in cfg.federation.listen:
+        raise ConfigError(
+            f"--listen binds {name!r}'s endpoint for direct links, but the config declares "
+            f'none: add federation.listen.{name} = "HOST:PORT" (the address peers dial)'
         )
     party = DeployParty(cfg, name, data, out_dir, say, resume)
     transport = GrpcPartyTransport(
@@ -515,9 +526,13 @@ def run_party(
         tls=tls,
         server_name=cfg.federation.coordinator,
         options=options_of(cfg),
+        direct=cfg.federation.listen,
+        listen=listen,
     )
     transport.register(party)
     transport.connect()
+    if transport.server is not None:
+        say(f"listening for direct links on port {transport.port}")
     say(f"connected to {coordinator}")
     outcome: list[BaseException] = []
 

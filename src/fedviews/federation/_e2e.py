@@ -155,13 +155,14 @@ class _Signer:
 
 
 class HubProof:
-    """The hub proves it holds the key of a certificate named exactly as the coordinator.
+    """The end a party dials proves it holds the key of a certificate named exactly as the
+    party expects: the hub (the coordinator's name), or a peer's direct-link listener.
 
-    TLS checks the hub's certificate against the name a party expects, but
+    TLS checks the server's certificate against the name a party expects, but
     compares host names case-insensitively (and grpc does not show the client
-    which certificate it accepted); the hub therefore also signs the party's hello
+    which certificate it accepted); the server therefore also signs the party's hello
     nonce, and the party checks that signature against a certificate whose common
-    name is exactly the coordinator's name.
+    name is exactly the expected name.
     """
 
     @staticmethod
@@ -174,13 +175,13 @@ class HubProof:
     def check(tls: TLSFiles, coordinator: str, party: str, nonce: bytes, proof: Any) -> None:
         if not isinstance(proof, Mapping) or "cert" not in proof or "sig" not in proof:
             raise PrivacyError(
-                f"the hub did not prove that it is {coordinator!r} (no signed welcome)"
+                f"the server did not prove that it is {coordinator!r} (no signed welcome)"
             )
         _Signer(tls).verify(
             str(proof["cert"]).encode("ascii"),
             coordinator,
             _HUB + b"\0" + party.encode() + b"\0" + nonce,
-            _unb64(proof["sig"], "the hub's signature"),
+            _unb64(proof["sig"], f"{coordinator!r}'s signature"),
         )
 
 

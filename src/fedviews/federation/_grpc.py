@@ -10,8 +10,19 @@ stream and waits for its reply; a party's own ``send`` (e.g. a data owner sendin
 activations to a label owner from inside its handler) goes up to the hub, which
 relays it to the receiver and relays the reply back. Both ends enforce the
 :class:`PrivacyPolicy` before anything leaves them and keep a :class:`MessageLog`;
-the hub's log sees every message of the federation, exactly like the in-process
-transport's.
+the hub's log sees every message it relays.
+
+**Direct links.** A party may also listen (``direct``: the deployment config's
+``[federation.listen]``). A peer that sends it a message dials that endpoint
+(``/fedviews.Peer/Connect``) on its first message and keeps the stream: the
+message crosses one link instead of two, and either end may send requests over
+it. The listener checks the dialer's certificate (federation CA, exact party
+name, not revoked) and proves its own exact name by signing the hello's nonce,
+as the hub does; both ends check the privacy policy and log every message as on
+the relayed path (the hub does not see it: the two parties' logs do). A declared
+endpoint that cannot be reached, refuses, or presents the wrong certificate makes
+the sender relay that peer's messages through the hub for the rest of the run
+(logged once). A party behind a firewall declares nothing and only dials out.
 
 Wire format
 -----------
@@ -22,7 +33,10 @@ step, no pickle). Every gRPC message is one *frame*::
 
 A :class:`Message` is encoded with :meth:`Message.encode` and split into chunks of
 ``chunk_size`` bytes (below gRPC's message limit); the receiver reassembles the
-chunks and checks the CRC-32 of the whole encoded message before decoding it.
+chunks and checks the CRC-32 of the whole encoded message before decoding it. Over
+TLS the CRC field is 0 and not checked: every TLS record is authenticated already
+(AES-GCM), and two checksum passes over every activation would cost more than the
+copy into the frames.
 
 Failure handling
 ----------------
@@ -44,7 +58,7 @@ import struct
 import threading
 import time
 import zlib
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, NoReturn
@@ -65,6 +79,7 @@ __all__ = ["GrpcHub", "GrpcOptions", "GrpcPartyTransport"]
 log = logging.getLogger("fedviews.grpc")
 
 _METHOD = "/fedviews.Hub/Connect"
+_PEER_METHOD = "/fedviews.Peer/Connect"  # a party's listener for direct links
 _HEADER = struct.Struct("<4sBQIII")
 _MAGIC = b"FVF1"
 HELLO, WELCOME, REQUEST, REPLY, ERROR, HEARTBEAT, BYE, PEERS = range(1, 9)
@@ -109,6 +124,9 @@ class GrpcOptions:
         (:mod:`fedviews.federation._e2e`): the hub relays it but can neither read
         nor alter it. The hub and every party must agree (a mismatch is refused at
         join, or at the first party-to-party message, with a clear error).
+    direct_timeout : float
+        Seconds one attempt to open a direct link to a peer's declared endpoint may
+        take (two attempts; then its messages go through the hub).
     """
 
     timeout: float = 20.0
@@ -122,6 +140,7 @@ class GrpcOptions:
     max_incomplete: int = 64
     hello_timeout: float = 10.0
     end_to_end: bool = True
+    direct_timeout: float = 5.0
 
     def channel_options(self) -> list[tuple[str, int]]:
         limit = self.chunk_size + 64 * 1024
@@ -141,8 +160,15 @@ class GrpcOptions:
 class _Link:
     """One stream end: chunked frames out (a queue), bounded reassembly in, liveness."""
 
-    def __init__(self, peer: str, options: GrpcOptions) -> None:
+    def __init__(
+        self, peer: str, options: GrpcOptions, *, direct: bool = False, checksum: bool = True
+    ) -> None:
         self.peer = peer
+        #: CRC-32 every message (plain text; over TLS the records are authenticated)
+        self.checksum = checksum
+        #: a direct party-to-party link (not the hub's); ``dialed``: this end dialed it
+        self.direct = direct
+        self.dialed = False
         self.chunk_size = options.chunk_size
         self.max_chunks = max(1, options.max_message_bytes // options.chunk_size)
         self.max_incomplete = options.max_incomplete
@@ -155,16 +181,36 @@ class _Link:
         self.bytes_in = 0
         self._lock = threading.Lock()
 
-    def send(self, ftype: int, msg_id: int = 0, data: Buffer = b"") -> None:
+    def send(self, ftype: int, msg_id: int = 0, data: Buffer | Sequence[Buffer] = b"") -> None:
+        """Queue one message as frames of at most ``chunk_size`` bytes.
+
+        ``data``: the message's bytes, or the buffers that make them up one after the
+        other (:meth:`Message.encode_parts`); either way every byte is copied once,
+        straight into its frame.
+        """
         if self.closed.is_set():
             raise PartyUnavailable(self.peer, self.reason or "connection closed")
-        crc = zlib.crc32(data)
-        n = max(1, -(-len(data) // self.chunk_size))
-        view = memoryview(data)
+        whole: Sequence[Buffer] = (
+            [data] if isinstance(data, (bytes, bytearray, memoryview)) else data
+        )
+        parts = [memoryview(p).cast("B") for p in whole]
+        crc = 0
+        for p in parts if self.checksum else ():
+            crc = zlib.crc32(p, crc)
+        total = sum(len(p) for p in parts)
+        n = max(1, -(-total // self.chunk_size))
+        k = off = 0  # where the next chunk starts: part k, offset off
         with self._lock:  # the chunks of one message stay contiguous
             for i in range(n):
-                chunk = view[i * self.chunk_size : (i + 1) * self.chunk_size]
-                frame = _HEADER.pack(_MAGIC, ftype, msg_id, i, n, crc) + chunk
+                want = min(self.chunk_size, total - i * self.chunk_size)
+                pieces: list[Buffer] = [_HEADER.pack(_MAGIC, ftype, msg_id, i, n, crc)]
+                while want > 0:
+                    take = min(want, len(parts[k]) - off)
+                    pieces.append(parts[k][off : off + take])
+                    off, want = off + take, want - take
+                    if off == len(parts[k]):
+                        k, off = k + 1, 0
+                frame = b"".join(pieces)
                 self.bytes_out += len(frame)
                 self.out.put(frame)
 
@@ -208,7 +254,7 @@ class _Link:
             if len(parts) < n:
                 return None
             data = bytearray().join(self.partial.pop((ftype, msg_id)))
-        if zlib.crc32(data) != crc:
+        if self.checksum and zlib.crc32(data) != crc:
             raise ProtocolError(f"checksum mismatch on message {msg_id} from {self.peer!r}")
         return ftype, msg_id, data
 
@@ -270,6 +316,10 @@ class _Calls:
             self._slots.pop(msg_id, None)
 
 
+def _nbytes(parts: Sequence[Buffer]) -> int:
+    return sum(memoryview(p).nbytes for p in parts)
+
+
 def _report(link: _Link, msg_id: int, exc: BaseException, what: str) -> None:
     """Send ``exc`` back as the ERROR reply to request ``msg_id`` (if the link still lives)."""
     if not isinstance(exc, FedViewsError):
@@ -281,13 +331,22 @@ def _report(link: _Link, msg_id: int, exc: BaseException, what: str) -> None:
 
 
 class _Endpoint(Transport):
-    """What the hub and a party transport share: waiting for replies, heartbeats."""
+    """What the hub and a party transport share: waiting for replies, heartbeats, serving
+    streams that others dial (the hub; a party's direct-link listener) and dialing them."""
+
+    #: whether the streams this end accepts are direct party-to-party links
+    _serves_peers = False
 
     def __init__(self, policy: PrivacyPolicy, options: GrpcOptions, keep_entries: bool) -> None:
         super().__init__(policy, keep_entries=keep_entries)
         self.options = options
         self.calls = _Calls()
         self.local: dict[str, Party] = {}
+        self.tls: TLSFiles | None = None
+        #: why connections to this end were refused (for the operator and tests)
+        self.refusals: list[str] = []
+        self.server: Any = None
+        self.port = 0
         self._stop = threading.Event()
         self._fanout: ThreadPoolExecutor | None = None
         self._fanout_size = 0
@@ -356,25 +415,26 @@ class _Endpoint(Transport):
             self.calls.drop(msg_id)
         return slot.ftype, slot.data
 
-    def _encode(self, msg: Message) -> bytearray:
-        """``msg`` as it goes on the wire (a party seals party-to-party messages)."""
-        return msg.encode_buffer()
+    def _encode(self, msg: Message, link: _Link) -> Sequence[Buffer]:
+        """``msg`` as it goes on the wire over ``link``, as the buffers :meth:`_Link.send`
+        copies into frames (a party seals relayed party-to-party messages)."""
+        return msg.encode_parts()
 
-    def _decode(self, data: Buffer) -> Message:
-        """A message that arrived (a party opens the sealed ones)."""
+    def _decode(self, data: Buffer, link: _Link) -> Message:
+        """A message that arrived over ``link`` (a party opens the sealed ones)."""
         return Message.decode(data)
 
     def _remote_request(self, link: _Link, msg: Message) -> Message:
         """Send ``msg`` over ``link`` and wait for the reply (policy checked, both logged)."""
         self._check_send(msg)
-        wire = self._encode(msg)
-        self._check_and_log(msg, len(wire))
+        wire = self._encode(msg, link)
+        self._check_and_log(msg, _nbytes(wire))
         msg_id, slot = self.calls.new(link)
         link.send(REQUEST, msg_id, wire)
         ftype, data = self._await(link, msg_id, slot, msg.kind)
         if ftype == ERROR:
             raise_remote(msg.receiver, msg.kind, data)
-        reply = self._decode(data)
+        reply = self._decode(data, link)
         if reply.receiver != msg.sender or reply.sender != msg.receiver:
             raise ProtocolError(f"party {msg.receiver!r} replied with a misaddressed message")
         self._check_and_log(reply, len(data))
@@ -397,9 +457,9 @@ class _Endpoint(Transport):
     def _serve_request(self, link: _Link, msg_id: int, data: Buffer) -> None:
         """Answer a request that arrived over ``link`` (runs in a worker thread)."""
         try:
-            reply = self._answer(link, self._decode(data), len(data))
-            rwire = self._encode(reply)
-            self._check_and_log(reply, len(rwire))
+            reply = self._answer(link, self._decode(data, link), len(data))
+            rwire = self._encode(reply, link)
+            self._check_and_log(reply, _nbytes(rwire))
             link.send(REPLY, msg_id, rwire)
         except Exception as exc:  # reported to the requester, which raises it
             _report(link, msg_id, exc, "handler")
@@ -407,6 +467,220 @@ class _Endpoint(Transport):
     def _answer(self, link: _Link, msg: Message, nbytes: int) -> Message:
         """Check and log ``msg`` and produce its reply (by a party hosted here)."""
         raise NotImplementedError
+
+    # -- frames in ---------------------------------------------------------------
+    def _submit(self, link: _Link, msg_id: int, data: Buffer) -> None:
+        """Have a worker answer the request ``msg_id`` that arrived over ``link``."""
+        raise NotImplementedError
+
+    def _dispatch(self, link: _Link, ftype: int, msg_id: int, data: Buffer) -> bool:
+        """Act on one complete frame from ``link``; ``False`` once the peer says goodbye."""
+        if ftype in (REPLY, ERROR):
+            self.calls.resolve(link, msg_id, ftype, data)
+        elif ftype == REQUEST:
+            self._submit(link, msg_id, data)
+        elif ftype == BYE:
+            return False
+        return True
+
+    def _read(self, link: _Link, frames: Iterator[bytes]) -> None:
+        """Read ``link``'s stream until it ends (a reader thread of its own)."""
+        try:
+            for frame in frames:
+                got = link.receive(frame)
+                if got is not None and not self._dispatch(link, *got):
+                    break
+            link.close("peer left")
+        except Exception as exc:  # the stream broke: the peer is gone
+            link.close(f"connection lost ({type(exc).__name__})")
+
+    # -- serving streams that others dial ------------------------------------------
+    def _start_server(self, listen: str, service: str, workers: int) -> None:
+        """Listen on ``listen`` (``HOST:PORT``) for streams of ``service``; sets :attr:`port`."""
+        grpc = _grpc()
+        self.server = grpc.server(
+            ThreadPoolExecutor(max_workers=workers), options=self.options.channel_options()
+        )
+        handler = grpc.method_handlers_generic_handler(
+            service, {"Connect": grpc.stream_stream_rpc_method_handler(self._connect)}
+        )
+        self.server.add_generic_rpc_handlers((handler,))
+        try:
+            if self.tls is None:
+                self.port = self.server.add_insecure_port(listen)
+            else:
+                self.port = self.server.add_secure_port(listen, self.tls.server_credentials())
+        except RuntimeError as exc:  # grpc's answer to an address it cannot parse or bind
+            raise ConfigError(f"cannot listen on {listen!r} (expected HOST:PORT): {exc}") from None
+        if self.port == 0:
+            raise ProtocolError(f"could not listen on {listen!r} (address in use?)")
+        self.server.start()
+
+    def _refuse(self, context: Any, reason: str) -> NoReturn:
+        log.warning("refused a connection from %s: %s", context.peer(), reason)
+        self.refusals.append(reason)
+        context.abort(_grpc().StatusCode.PERMISSION_DENIED, reason)
+        raise AssertionError("unreachable")  # context.abort raises
+
+    def _members(self) -> set[str]:
+        """The names that may dial this end."""
+        raise NotImplementedError
+
+    def _live_link(self, name: str) -> _Link | None:
+        """The stream ``name`` dialed this end with, if it is still open."""
+        raise NotImplementedError
+
+    def _screen(self, context: Any) -> None:
+        """Refuse a TLS connection at once, before waiting for its hello, when its
+        certificate is revoked or names nobody who may dial this end (so idle
+        connections of outsiders cannot hold this end's threads)."""
+        if self.tls is None:
+            return
+        auth = context.auth_context()
+        names = {v.decode() for v in auth.get("x509_common_name", [])}
+        if not names & self._members():
+            self._refuse(context, f"certificate of {sorted(names) or 'nobody'} is not a party's")
+        if self.tls.is_revoked(auth.get("x509_pem_cert", [b""])[0]):
+            self._refuse(context, f"certificate of {sorted(names)} is revoked")
+
+    def _identify(self, context: Any, hello: Buffer) -> tuple[str, dict[str, Any]]:
+        """The party a hello claims to be, checked against its certificate (exact name,
+        not revoked), this end's members and the streams already open."""
+        try:
+            said = json.loads(bytes(hello))
+            claimed = str(said["party"])
+        except (ValueError, KeyError, TypeError, UnicodeDecodeError, RecursionError):
+            self._refuse(context, "malformed hello")
+        if self.tls is not None:
+            auth = context.auth_context()
+            names = {v.decode() for v in auth.get("x509_common_name", [])}
+            if claimed not in names:
+                self._refuse(
+                    context,
+                    f"certificate of {sorted(names) or 'nobody'} claims to be party {claimed!r}",
+                )
+            pem = auth.get("x509_pem_cert", [b""])[0]
+            if self.tls.is_revoked(pem):
+                self._refuse(context, f"certificate of party {claimed!r} is revoked")
+            said["pem"] = pem.decode("ascii")
+        members = self._members()
+        if claimed not in members:
+            self._refuse(context, f"unknown party {claimed!r}; expected {sorted(members)}")
+        live = self._live_link(claimed)
+        if live is not None and not live.closed.is_set():
+            self._refuse(context, f"party {claimed!r} is already connected")
+        return claimed, said
+
+    def _welcome(self, name: str, hello: dict[str, Any]) -> dict[str, Any]:
+        """What this end answers ``name``'s hello with (with TLS, the proof is added)."""
+        return {}
+
+    def _attach(self, name: str, link: _Link, hello: dict[str, Any]) -> None:
+        """Take ``name``'s accepted stream into use."""
+        raise NotImplementedError
+
+    def _connect(self, request_iterator: Iterator[bytes], context: Any) -> Iterator[bytes]:
+        self._screen(context)
+        # a stream that does not say hello within hello_timeout is cancelled: it holds one
+        # of the server's threads, and idle streams must not keep the parties out
+        expired = threading.Event()
+
+        def expire() -> None:
+            expired.set()  # before the cancel, which wakes the reader below at once
+            context.cancel()
+
+        silent = threading.Timer(self.options.hello_timeout, expire)
+        silent.daemon = True
+        silent.start()
+        try:
+            first = next(request_iterator)
+        except BaseException as exc:  # cancelled (no hello in time: it may end or raise) or broke
+            if expired.is_set():
+                self.refusals.append(f"no hello within {self.options.hello_timeout:g} s")
+            if isinstance(exc, (StopIteration, Exception)):
+                return
+            raise
+        finally:
+            silent.cancel()
+        probe = _Link("?", self.options, checksum=self.tls is None)
+        got = probe.receive(first)
+        if got is None or got[0] != HELLO:
+            self._refuse(context, "the first frame must be a hello")
+        name, hello = self._identify(context, got[2])
+        link = _Link(name, self.options, direct=self._serves_peers, checksum=self.tls is None)
+        link.bytes_in = probe.bytes_in
+        context.add_callback(lambda: link.close("stream cancelled"))
+        welcome = self._welcome(name, hello)
+        if self.tls is not None:  # prove the exact name of this end's certificate
+            try:
+                nonce = bytes.fromhex(str(hello.get("nonce")))
+            except ValueError:
+                self._refuse(context, "malformed hello")
+            welcome["proof"] = HubProof.make(self.tls, name, nonce)
+        link.send(WELCOME, 0, json.dumps(welcome).encode())
+        self._attach(name, link, hello)
+        log.info("party %r connected from %s", name, context.peer())
+        threading.Thread(
+            target=self._read, args=(link, request_iterator), daemon=True, name=f"read-{name}"
+        ).start()
+        yield from link.outgoing()
+
+    # -- dialing ---------------------------------------------------------------------
+    def _open_channel(self, address: str, server_name: str) -> Any:
+        grpc = _grpc()
+        opts: list[tuple[str, Any]] = list(self.options.channel_options())
+        if self.tls is None:
+            return grpc.insecure_channel(address, options=opts)
+        opts.append(("grpc.ssl_target_name_override", server_name))
+        return grpc.secure_channel(address, self.tls.channel_credentials(), options=opts)
+
+    def _dial(
+        self, address: str, peer: str, method: str, hello: dict[str, Any], timeout: float
+    ) -> tuple[_Link, Any, Any, dict[str, Any]]:
+        """One attempt to open a stream to ``peer`` at ``address``: ``(link, channel, call,
+        welcome)``.
+
+        With TLS, the server's certificate must be signed by the federation CA and
+        name ``peer`` (TLS, case-insensitively), and the server must sign the hello's
+        nonce with the key of a certificate named exactly ``peer`` (:class:`HubProof`).
+        Raises ``grpc.RpcError`` (unreachable, handshake failed, refused) or a
+        :class:`~fedviews.errors.FedViewsError` (the proof failed).
+        """
+        channel = self._open_channel(address, peer)
+        link = _Link(peer, self.options, direct=method == _PEER_METHOD, checksum=self.tls is None)
+        link.send(HELLO, 0, json.dumps(hello).encode())
+        call = channel.stream_stream(method)(link.outgoing())
+        timer = threading.Timer(timeout, call.cancel)
+        timer.start()
+        try:
+            first = next(call, None)
+            if first is None:
+                raise ProtocolError(f"{peer!r} closed the stream without a welcome")
+            got = link.receive(first)
+            if got is None or got[0] != WELCOME:
+                raise ProtocolError(f"{peer!r} did not answer the hello with a welcome")
+            try:
+                welcome = json.loads(bytes(got[2]))
+            except (ValueError, RecursionError):
+                raise ProtocolError(f"{peer!r} sent a malformed welcome") from None
+            if self.tls is not None:
+                nonce = bytes.fromhex(hello["nonce"])
+                HubProof.check(self.tls, peer, hello["party"], nonce, welcome.get("proof"))
+            return link, channel, call, welcome
+        except BaseException:  # not the peer we meant, or no connection: drop it
+            link.close("refused")
+            call.cancel()
+            channel.close()
+            raise
+        finally:
+            timer.cancel()
+
+    def _hello(self, name: str) -> dict[str, Any]:
+        """A hello in ``name``'s name (with TLS, a fresh nonce the server signs)."""
+        hello: dict[str, Any] = {"party": name}
+        if self.tls is not None:
+            hello["nonce"] = secrets.token_bytes(16).hex()
+        return hello
 
 
 # -- coordinator side -----------------------------------------------------------
@@ -445,7 +719,6 @@ class GrpcHub(_Endpoint):
         self.expected = dict(parties)
         self.roles.update(self.expected)
         self.links: dict[str, _Link] = {}
-        self.refusals: list[str] = []
         self.tls = tls
         #: the parties' signed end-to-end keys (with TLS), handed to all once all joined
         self.bundles: dict[str, dict[str, str]] = {}
@@ -456,55 +729,24 @@ class GrpcHub(_Endpoint):
         self._pool = ThreadPoolExecutor(
             max_workers=min(64, n * n + 4), thread_name_prefix="fedviews-relay"
         )
-        grpc = _grpc()
-        self.server = grpc.server(
-            ThreadPoolExecutor(max_workers=2 * len(self.expected) + 4),
-            options=self.options.channel_options(),
-        )
-        handler = grpc.method_handlers_generic_handler(
-            "fedviews.Hub", {"Connect": grpc.stream_stream_rpc_method_handler(self._connect)}
-        )
-        self.server.add_generic_rpc_handlers((handler,))
-        try:
-            if tls is None:
-                log.warning("coordinator listening WITHOUT TLS (--insecure): anyone can join")
-                self.port = self.server.add_insecure_port(listen)
-            else:
-                self.port = self.server.add_secure_port(listen, tls.server_credentials())
-        except RuntimeError as exc:  # grpc's answer to an address it cannot parse or bind
-            raise ConfigError(f"cannot listen on {listen!r} (expected HOST:PORT): {exc}") from None
-        if self.port == 0:
-            raise ProtocolError(f"could not listen on {listen!r} (address in use?)")
-        self.server.start()
+        if tls is None:
+            log.warning("coordinator listening WITHOUT TLS (--insecure): anyone can join")
+        self._start_server(listen, "fedviews.Hub", 2 * n + 4)
         threading.Thread(target=self._heartbeats, daemon=True).start()
 
     def _links(self) -> list[_Link]:
         return list(self.links.values())
 
     # -- joining ---------------------------------------------------------------
-    def _refuse(self, context: Any, reason: str) -> NoReturn:
-        log.warning("refused a connection from %s: %s", context.peer(), reason)
-        self.refusals.append(reason)
-        context.abort(_grpc().StatusCode.PERMISSION_DENIED, reason)
-        raise AssertionError("unreachable")  # context.abort raises
+    def _members(self) -> set[str]:
+        return set(self.expected)
+
+    def _live_link(self, name: str) -> _Link | None:
+        return self.links.get(name)
 
     def _identify(self, context: Any, hello: Buffer) -> tuple[str, dict[str, Any]]:
-        try:
-            said = json.loads(bytes(hello))
-            claimed = str(said["party"])
-        except (ValueError, KeyError, TypeError, UnicodeDecodeError, RecursionError):
-            self._refuse(context, "malformed hello")
+        claimed, said = super()._identify(context, hello)
         if self.tls is not None:
-            auth = context.auth_context()
-            names = {v.decode() for v in auth.get("x509_common_name", [])}
-            if claimed not in names:
-                self._refuse(
-                    context,
-                    f"certificate of {sorted(names) or 'nobody'} claims to be party {claimed!r}",
-                )
-            pem = auth.get("x509_pem_cert", [b""])[0]
-            if self.tls.is_revoked(pem):
-                self._refuse(context, f"certificate of party {claimed!r} is revoked")
             bundle = said.get("e2e") if self.options.end_to_end else {}
             if not isinstance(bundle, dict) or not isinstance(said.get("nonce"), str):
                 self._refuse(
@@ -513,80 +755,22 @@ class GrpcHub(_Endpoint):
                     "(federation.end_to_end must be the same for every process)",
                 )
             said["bundle"] = {
-                "cert": pem.decode("ascii"),
+                "cert": said["pem"],
                 "x25519": str(bundle.get("x25519", "")),
                 "sig": str(bundle.get("sig", "")),
             }
-        if claimed not in self.expected:
-            self._refuse(context, f"unknown party {claimed!r}; expected {sorted(self.expected)}")
-        live = self.links.get(claimed)
-        if live is not None and not live.closed.is_set():
-            self._refuse(context, f"party {claimed!r} is already connected")
         return claimed, said
 
-    def _screen(self, context: Any) -> None:
-        """Refuse a TLS connection at once, before waiting for its hello, when its
-        certificate is revoked or names no party of this federation (so idle
-        connections of outsiders cannot hold the hub's threads while parties join)."""
-        if self.tls is None:
-            return
-        auth = context.auth_context()
-        names = {v.decode() for v in auth.get("x509_common_name", [])}
-        if not names & set(self.expected):
-            self._refuse(context, f"certificate of {sorted(names) or 'nobody'} is not a party's")
-        if self.tls.is_revoked(auth.get("x509_pem_cert", [b""])[0]):
-            self._refuse(context, f"certificate of {sorted(names)} is revoked")
+    def _welcome(self, name: str, hello: dict[str, Any]) -> dict[str, Any]:
+        return {"roles": self.roles}
 
-    def _connect(self, request_iterator: Iterator[bytes], context: Any) -> Iterator[bytes]:
-        self._screen(context)
-        # a stream that does not say hello within hello_timeout is cancelled: it holds one
-        # of the hub's threads, and idle streams must not keep the parties out
-        expired = threading.Event()
-
-        def expire() -> None:
-            expired.set()  # before the cancel, which wakes the reader below at once
-            context.cancel()
-
-        silent = threading.Timer(self.options.hello_timeout, expire)
-        silent.daemon = True
-        silent.start()
-        try:
-            first = next(request_iterator)
-        except BaseException as exc:  # cancelled (no hello in time: it may end or raise) or broke
-            if expired.is_set():
-                self.refusals.append(f"no hello within {self.options.hello_timeout:g} s")
-            if isinstance(exc, (StopIteration, Exception)):
-                return
-            raise
-        finally:
-            silent.cancel()
-        probe = _Link("?", self.options)
-        got = probe.receive(first)
-        if got is None or got[0] != HELLO:
-            self._refuse(context, "the first frame must be a hello")
-        name, hello = self._identify(context, got[2])
-        link = _Link(name, self.options)
-        link.bytes_in = probe.bytes_in
-        context.add_callback(lambda: link.close("stream cancelled"))
-        welcome: dict[str, Any] = {"roles": self.roles}
-        if self.tls is not None:
-            try:
-                nonce = bytes.fromhex(hello["nonce"])
-            except ValueError:
-                self._refuse(context, "malformed hello")
-            welcome["proof"] = HubProof.make(self.tls, name, nonce)
-        link.send(WELCOME, 0, json.dumps(welcome).encode())
+    def _attach(self, name: str, link: _Link, hello: dict[str, Any]) -> None:
         with self._joined:
             self.links[name] = link
             if self.tls is not None and self.options.end_to_end:
                 self.bundles[name] = hello["bundle"]
                 self._hand_out_keys()
             self._joined.notify_all()
-        log.info("party %r joined from %s", name, context.peer())
-        threading.Thread(
-            target=self._read, args=(link, request_iterator), daemon=True, name=f"read-{name}"
-        ).start()
-        yield from link.outgoing()
 
     def _hand_out_keys(self) -> None:
         """Once every party has joined (again), give each the others' signed keys."""
@@ -600,22 +784,8 @@ class GrpcHub(_Endpoint):
                 except PartyUnavailable:
                     pass
 
-    def _read(self, link: _Link, frames: Iterator[bytes]) -> None:
-        try:
-            for frame in frames:
-                got = link.receive(frame)
-                if got is None:
-                    continue
-                ftype, msg_id, data = got
-                if ftype in (REPLY, ERROR):
-                    self.calls.resolve(link, msg_id, ftype, data)
-                elif ftype == REQUEST:
-                    self._pool.submit(self._serve_request, link, msg_id, data)
-                elif ftype == BYE:
-                    break
-            link.close("party left")
-        except Exception as exc:  # the stream broke: the party is gone
-            link.close(f"connection lost ({type(exc).__name__})")
+    def _submit(self, link: _Link, msg_id: int, data: Buffer) -> None:
+        self._pool.submit(self._serve_request, link, msg_id, data)
 
     def wait_for_parties(self, timeout: float | None = None) -> None:
         """Block until every expected party has joined; else raise PartyUnavailable."""
@@ -734,6 +904,16 @@ class GrpcHub(_Endpoint):
 class GrpcPartyTransport(_Endpoint):
     """A party's transport: dials out to the coordinator's hub and serves requests.
 
+    Party-to-party messages go over a **direct link** where the receiver declared an
+    endpoint (``direct``): the sender dials it on its first message to that party and
+    keeps the stream for the run. Either end of a direct link may send requests over
+    it, so a party that only dials out still talks directly to the parties it dialed.
+    Both ends check the other's certificate exactly as with the hub (federation CA,
+    the exact party name, the signed hello nonce), enforce the privacy policy and log
+    every message as on the relayed path. A declared endpoint that cannot be reached
+    (or that refuses, or whose certificate is wrong) makes the sender relay that
+    party's messages through the hub for the rest of the run, logged once.
+
     Parameters
     ----------
     policy : PrivacyPolicy
@@ -748,7 +928,16 @@ class GrpcPartyTransport(_Endpoint):
         Name in the coordinator's certificate (default ``"coordinator"``).
     options : GrpcOptions
         Timeouts, heartbeats, retries, chunk size.
+    direct : mapping of str to str
+        ``{party: "HOST:PORT"}``: where parties listen for direct links (the
+        deployment config's ``[federation.listen]``). This party listens too when it
+        is listed.
+    listen : str or None
+        The address this party binds for direct links, if not its ``direct`` entry
+        (e.g. ``0.0.0.0:7101`` behind a NAT that peers reach as ``host:7101``).
     """
+
+    _serves_peers = True
 
     def __init__(
         self,
@@ -759,74 +948,60 @@ class GrpcPartyTransport(_Endpoint):
         server_name: str = "coordinator",
         options: GrpcOptions | None = None,
         keep_entries: bool = True,
+        direct: Mapping[str, str] | None = None,
+        listen: str | None = None,
     ) -> None:
         super().__init__(policy, options or GrpcOptions(), keep_entries)
         self.address = coordinator
         self.tls = tls
         self.server_name = server_name
+        self.direct = dict(direct or {})
+        self.listen = listen
+        self.name = ""
         self.link: _Link | None = None
         self._channel: Any = None
         self._call: Any = None
         self._work = ThreadPoolExecutor(max_workers=1, thread_name_prefix="fedviews-handler")
         #: with TLS, party-to-party payloads are sealed end to end (see ``_e2e``)
         self.e2e: E2EKeys | None = None
+        #: the open direct link to each peer (dialed by either end)
+        self.peers: dict[str, _Link] = {}
+        #: peers whose declared endpoint failed, and why (their messages go through the hub)
+        self.relayed: dict[str, str] = {}
+        self._direct_links: list[_Link] = []
+        self._channels: list[Any] = []
+        self._peer_lock = threading.Lock()
+        self._dialing: dict[str, threading.Lock] = {}
 
     def _links(self) -> list[_Link]:
-        return [self.link] if self.link is not None else []
-
-    def _open_channel(self) -> Any:
-        grpc = _grpc()
-        opts: list[tuple[str, Any]] = list(self.options.channel_options())
-        if self.tls is None:
-            return grpc.insecure_channel(self.address, options=opts)
-        opts.append(("grpc.ssl_target_name_override", self.server_name))
-        return grpc.secure_channel(self.address, self.tls.channel_credentials(), options=opts)
+        hub = [self.link] if self.link is not None else []
+        with self._peer_lock:
+            return hub + [lk for lk in self._direct_links if not lk.closed.is_set()]
 
     def connect(self) -> None:
-        """Dial the hub (bounded retries with backoff), say hello, receive the roles."""
+        """Listen for direct links if this party declared an endpoint, then dial the hub
+        (bounded retries with backoff), say hello, receive the roles."""
         grpc = _grpc()
         if len(self.local) != 1:
             raise ProtocolError("register exactly one local party before connect()")
         (name,) = self.local
+        self.name = name
+        bind = self.listen or self.direct.get(name)
+        if bind is not None and self.server is None:
+            self._start_server(bind, "fedviews.Peer", 64)
+            log.info("%r listens for direct links on %s", name, bind)
         pause = self.options.backoff
         last = ""
-        hello: dict[str, Any] = {"party": name}
-        if self.tls is not None:
-            hello["nonce"] = secrets.token_bytes(16).hex()
-            if self.options.end_to_end:
-                self.e2e = E2EKeys(name, self.tls)
-                hello["e2e"] = self.e2e.bundle()
+        hello = self._hello(name)
+        if self.tls is not None and self.options.end_to_end:
+            self.e2e = E2EKeys(name, self.tls)
+            hello["e2e"] = self.e2e.bundle()
         for attempt in range(1, self.options.connect_retries + 1):
-            channel = self._open_channel()
-            link = _Link(self.server_name, self.options)
-            link.send(HELLO, 0, json.dumps(hello).encode())
-            call = channel.stream_stream(_METHOD)(link.outgoing())
-            timer = threading.Timer(self.options.connect_timeout, call.cancel)
-            timer.start()
             try:
-                got = link.receive(next(call))
-                timer.cancel()
-                if got is None or got[0] != WELCOME:
-                    raise ProtocolError("the coordinator did not answer the hello with a welcome")
-                welcome = json.loads(bytes(got[2]))
-                if self.tls is not None:
-                    nonce = bytes.fromhex(hello["nonce"])
-                    try:
-                        HubProof.check(
-                            self.tls, self.server_name, name, nonce, welcome.get("proof")
-                        )
-                    except FedViewsError:  # not the coordinator we were told to join
-                        link.close("refused the hub")
-                        call.cancel()
-                        channel.close()
-                        raise
-                self.roles.update(welcome["roles"])
-                self.link, self._channel, self._call = link, channel, call
-                return
+                link, channel, call, welcome = self._dial(
+                    self.address, self.server_name, _METHOD, hello, self.options.connect_timeout
+                )
             except grpc.RpcError as exc:
-                timer.cancel()
-                link.close("failed")
-                channel.close()
                 code = exc.code()
                 last = f"{code.name}: {exc.details()}"
                 if code == grpc.StatusCode.PERMISSION_DENIED:
@@ -834,6 +1009,10 @@ class GrpcPartyTransport(_Endpoint):
                         f"the coordinator refused {name!r}: {exc.details()}"
                     ) from None
                 log.warning("connection attempt %d to %s failed: %s", attempt, self.address, last)
+            else:
+                self.roles.update(welcome["roles"])
+                self.link, self._channel, self._call = link, channel, call
+                return
             if attempt < self.options.connect_retries:
                 time.sleep(pause)
                 pause *= 2
@@ -856,21 +1035,7 @@ class GrpcPartyTransport(_Endpoint):
         try:
             for frame in self._call:
                 got = link.receive(frame)
-                if got is None:
-                    continue
-                ftype, msg_id, data = got
-                if ftype == REQUEST:
-                    self._work.submit(self._serve_request, link, msg_id, data)
-                elif ftype in (REPLY, ERROR):
-                    self.calls.resolve(link, msg_id, ftype, data)
-                elif ftype == PEERS and self.e2e is not None:
-                    try:
-                        keys = json.loads(bytes(data))
-                        peers, session = keys["peers"], bytes.fromhex(keys["session"])
-                    except (ValueError, KeyError, TypeError, RecursionError):
-                        raise ProtocolError("the hub sent malformed key bundles") from None
-                    self.e2e.set_peers(peers, session)
-                elif ftype == BYE:
+                if got is not None and not self._dispatch(link, *got):
                     self._work.shutdown(wait=True)
                     return
             raise PartyUnavailable(self.server_name, link.reason or "the stream ended")
@@ -881,18 +1046,36 @@ class GrpcPartyTransport(_Endpoint):
         finally:
             self.close()
 
+    def _dispatch(self, link: _Link, ftype: int, msg_id: int, data: Buffer) -> bool:
+        if ftype == PEERS and link is self.link and self.e2e is not None:
+            try:
+                keys = json.loads(bytes(data))
+                peers, session = keys["peers"], bytes.fromhex(keys["session"])
+            except (ValueError, KeyError, TypeError, RecursionError):
+                raise ProtocolError("the hub sent malformed key bundles") from None
+            self.e2e.set_peers(peers, session)
+            return True
+        return super()._dispatch(link, ftype, msg_id, data)
+
+    def _submit(self, link: _Link, msg_id: int, data: Buffer) -> None:
+        # one worker for every link: this party's handlers run one at a time, in order
+        self._work.submit(self._serve_request, link, msg_id, data)
+
     def _watch(self, link: _Link) -> None:
         while not link.closed.wait(0.5):
             if time.monotonic() - link.last_seen > self.options.timeout:
                 link.close(f"no message or heartbeat for {self.options.timeout:g} s")
                 self._call.cancel()
 
-    def _encode(self, msg: Message) -> bytearray:
-        if self.e2e is not None and msg.receiver != self.server_name:
-            return self.e2e.seal(msg)
-        return msg.encode_buffer()
+    def _encode(self, msg: Message, link: _Link) -> Sequence[Buffer]:
+        # a direct link is TLS between the two parties: nobody in between to seal against
+        if self.e2e is not None and not link.direct and msg.receiver != self.server_name:
+            return [self.e2e.seal(msg)]
+        return msg.encode_parts()
 
-    def _decode(self, data: Buffer) -> Message:
+    def _decode(self, data: Buffer, link: _Link) -> Message:
+        if link.direct:  # a sealed message has no business here: decode refuses it
+            return Message.decode(data)
         if self.e2e is not None and Message.peek(data).sender != self.server_name:
             return self.e2e.open(data)
         return Message.decode(data)
@@ -900,6 +1083,10 @@ class GrpcPartyTransport(_Endpoint):
     def _answer(self, link: _Link, msg: Message, nbytes: int) -> Message:
         if msg.receiver not in self.local:
             raise ProtocolError(f"received a message for {msg.receiver!r}")
+        if link.direct and msg.sender != link.peer:  # the hub checks this for relayed ones
+            raise errors.PrivacyError(
+                f"party {link.peer!r} tried to send a message as {msg.sender!r}"
+            )
         self._check_and_log(msg, nbytes)
         return self._handle_local(msg)
 
@@ -908,7 +1095,126 @@ class GrpcPartyTransport(_Endpoint):
             raise PartyUnavailable(msg.receiver, "no such party in this federation")
         if self.link is None:
             raise ProtocolError("not connected")
-        return self._remote_request(self.link, msg)
+        return self._remote_request(self._route(msg.receiver), msg)
+
+    # -- direct links ------------------------------------------------------------
+    def _members(self) -> set[str]:
+        return {p for p in self.roles if p != self.server_name and p not in self.local}
+
+    def _live_link(self, name: str) -> _Link | None:
+        with self._peer_lock:
+            return next(
+                (
+                    lk
+                    for lk in self._direct_links
+                    if lk.peer == name and not lk.dialed and not lk.closed.is_set()
+                ),
+                None,
+            )
+
+    def _screen(self, context: Any) -> None:
+        if self.link is None:  # the roster comes with the hub's welcome
+            self._refuse(context, f"{self.name or 'this party'} has not joined the federation yet")
+        super()._screen(context)
+
+    def _attach(self, name: str, link: _Link, hello: dict[str, Any]) -> None:
+        with self._peer_lock:
+            self._direct_links.append(link)
+            held = self.peers.get(name)
+            if held is None or held.closed.is_set():
+                self.peers[name] = link
+
+    def _open_link(self, peer: str) -> _Link | None:
+        """The open direct link to ``peer``, if any (a closed one is forgotten)."""
+        with self._peer_lock:
+            link = self.peers.get(peer)
+            if link is not None and link.closed.is_set():
+                del self.peers[peer]
+                link = None
+            return link
+
+    def _route(self, peer: str) -> _Link:
+        """The link a message to ``peer`` goes over: an open direct link, else one dialed
+        now when ``peer`` declared an endpoint, else (and after a failed dial) the hub."""
+        assert self.link is not None
+        if peer == self.server_name:
+            return self.link
+        link = self._open_link(peer)
+        address = self.direct.get(peer)
+        if link is not None or address is None:
+            return link or self.link
+        with self._peer_lock:
+            lock = self._dialing.setdefault(peer, threading.Lock())
+        with lock:  # one dial per peer, whichever thread comes first
+            link = self._open_link(peer)
+            if link is not None or peer in self.relayed:
+                return link or self.link
+            try:
+                link = self._dial_peer(peer, address)
+            except (FedViewsError, _grpc().RpcError) as exc:
+                reason = f"{type(exc).__name__}: {exc}"
+                if isinstance(exc, _grpc().RpcError):
+                    reason = f"{exc.code().name}: {exc.details()}"
+                self.relayed[peer] = reason
+                log.warning(
+                    "no direct link to %r at %s (%s): its messages go through the hub",
+                    peer,
+                    address,
+                    reason,
+                )
+                return self.link
+            with self._peer_lock:
+                self._direct_links.append(link)
+                self.peers[peer] = link
+            log.info("direct link to %r at %s", peer, address)
+            return link
+
+    def _dial_peer(self, peer: str, address: str) -> _Link:
+        """A direct stream to ``peer`` (two attempts, ``direct_timeout`` each), read by a
+        thread of its own."""
+        grpc = _grpc()
+        last: Any = None
+        for _ in range(2):
+            try:
+                link, channel, call, _ = self._dial(
+                    address, peer, _PEER_METHOD, self._hello(self.name), self.options.direct_timeout
+                )
+            except grpc.RpcError as exc:
+                last = exc
+                if exc.code() == grpc.StatusCode.PERMISSION_DENIED:
+                    break
+                continue
+            link.dialed = True
+            with self._peer_lock:
+                self._channels.append(channel)
+            threading.Thread(
+                target=self._read, args=(link, call), daemon=True, name=f"read-{peer}"
+            ).start()
+            return link
+        raise last
+
+    def link_summary(self) -> dict[str, Any]:
+        """Bytes over the hub link and over every direct link, and the peers whose declared
+        endpoint failed (with why): what ``message_log.json`` reports under ``links``."""
+        hub = self.link
+        with self._peer_lock:
+            direct = [
+                {
+                    "peer": lk.peer,
+                    "dialed": lk.dialed,
+                    "bytes_out": lk.bytes_out,
+                    "bytes_in": lk.bytes_in,
+                }
+                for lk in self._direct_links
+            ]
+        return {
+            "hub": {
+                "bytes_out": hub.bytes_out if hub else 0,
+                "bytes_in": hub.bytes_in if hub else 0,
+            },
+            "direct": direct,
+            "relayed": dict(self.relayed),
+        }
 
     def close(self) -> None:
         self._stop.set()
@@ -916,5 +1222,13 @@ class GrpcPartyTransport(_Endpoint):
             self.link.close("closed")
         if self._channel is not None:
             self._channel.close()
+        with self._peer_lock:
+            links, channels = list(self._direct_links), list(self._channels)
+        for lk in links:
+            lk.close("closed")
+        for channel in channels:
+            channel.close()
+        if self.server is not None:
+            self.server.stop(0)
         self._work.shutdown(wait=False, cancel_futures=True)
         self._close_fanout()

@@ -120,12 +120,26 @@ class Message:
         further copy; the in-process transport uses this to keep per-batch split
         learning cheap.
         """
-        head, payloads = self.layout()
-        header = json.dumps(head, allow_nan=True).encode("utf-8")
-        buf = bytearray(8 + len(header) + sum(c.nbytes for c in payloads))
-        buf[: 8 + len(header)] = prefix(header)
-        write_arrays(buf, 8 + len(header), payloads)
+        start, payloads = self._start()
+        buf = bytearray(len(start) + sum(c.nbytes for c in payloads))
+        buf[: len(start)] = start
+        write_arrays(buf, len(start), payloads)
         return buf
+
+    def encode_parts(self) -> list[bytes | memoryview]:
+        """The encoding as the buffers that make it up, one after the other: the header,
+        then every array's bytes (views of the arrays, not copies).
+
+        For a transport that copies them into its frames anyway (gRPC): the arrays are
+        then copied once, straight into the frames, instead of into a buffer first. The
+        views are only valid while the arrays are not changed: use them at once.
+        """
+        start, payloads = self._start()
+        return [start, *(c.reshape(-1).view(np.uint8).data for c in payloads)]
+
+    def _start(self) -> tuple[bytes, list[np.ndarray]]:
+        head, payloads = self.layout()
+        return prefix(json.dumps(head, allow_nan=True).encode("utf-8")), payloads
 
     def layout(self) -> tuple[dict[str, Any], list[np.ndarray]]:
         """The header table and the little-endian, C-ordered arrays of the encoding."""
