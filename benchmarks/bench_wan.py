@@ -254,56 +254,67 @@ def run_group(cmd: list[str]) -> subprocess.CompletedProcess[str]:
     return subprocess.CompletedProcess(cmd, proc.returncode, out, err)
 
 
+#: the algorithms whose parties talk to each other (direct links change something)
+PEER_TO_PEER = {"multivfl", "apfed"}
+
+
 def run_algorithm(
     algorithm: str, topo: Topology, tmp: Path, args: argparse.Namespace, profiles: list[str]
 ) -> dict[str, Any]:
+    text = CONFIGS[algorithm].format(rounds=args.rounds)
     config = tmp / f"{algorithm}.toml"
-    config.write_text(CONFIGS[algorithm].format(rounds=args.rounds))
+    config.write_text(text)
     cfg = load_deploy_config(config, args.set)
     data = tmp / f"{algorithm}-data"
     write_demo_data(cfg, data)
     certs = None if args.insecure else make_certs(tmp / f"{algorithm}-certs", cfg)
     row: dict[str, Any] = {"in_process": run_in_process(cfg, data)["seconds"] / args.rounds}
     parties = list(cfg.federation.parties)
-    spec = {
-        "config": str(config),
-        "data": str(data),
-        "set": args.set,
-        "certs": None if certs is None else str(certs),
-        "host": topo.address(0),
-        "hosts": {p: topo.hosts[i + 1] for i, p in enumerate(parties)},
-    }
+    modes = {"relayed": config}
+    if algorithm in PEER_TO_PEER and not args.relayed_only:
+        direct = tmp / f"{algorithm}-direct.toml"  # every party listens in its own host
+        listen = "".join(f'{p} = "{topo.address(i + 1)}:7100"\n' for i, p in enumerate(parties))
+        direct.write_text(f"{text}\n[federation.listen]\n{listen}")
+        modes["direct"] = direct
     for name in profiles:
         rate, rtt = PROFILES[name]
         topo.shape(rate, rtt)
         measured_rtt = topo.rtt_ms()
         mbps = topo.throughput_mbps(int(parse_rate(rate) / 8 * 2))  # ~2 s of traffic
-        proc = run_group(
-            ["ip", "netns", "exec", topo.hosts[0], sys.executable, __file__]
-            + ["--worker", json.dumps(spec)]
-        )
-        result = next(
-            (
-                json.loads(line[7:])
-                for line in proc.stdout.splitlines()
-                if line.startswith("RESULT ")
-            ),
-            None,
-        )
-        if proc.returncode != 0 or result is None:
-            raise SystemExit(
-                f"{algorithm} over {name} failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
+        row[f"{name}_rtt"], row[f"{name}_mbps"] = measured_rtt, mbps
+        for mode, path in modes.items():
+            spec = {
+                "config": str(path),
+                "data": str(data),
+                "set": args.set,
+                "certs": None if certs is None else str(certs),
+                "host": topo.address(0),
+                "hosts": {p: topo.hosts[i + 1] for i, p in enumerate(parties)},
+            }
+            proc = run_group(
+                ["ip", "netns", "exec", topo.hosts[0], sys.executable, __file__]
+                + ["--worker", json.dumps(spec)]
             )
-        row[name] = result["seconds"] / args.rounds
-        row[f"{name}_rtt"] = measured_rtt
-        row[f"{name}_mbps"] = mbps
-        row["message_bytes"] = result["message_bytes"] / args.rounds
-        print(
-            f"  {algorithm:9s} {name:5s} ({rate}: measured {mbps:.0f} Mbit/s, "
-            f"RTT {measured_rtt:.1f} ms): "
-            f"{row[name]:.2f} s per round ({row[name] / row['in_process']:.1f}x in-process)",
-            flush=True,
-        )
+            result = next(
+                (
+                    json.loads(line[7:])
+                    for line in proc.stdout.splitlines()
+                    if line.startswith("RESULT ")
+                ),
+                None,
+            )
+            if proc.returncode != 0 or result is None:
+                raise SystemExit(
+                    f"{algorithm} {mode} over {name} failed:\n{proc.stdout[-3000:]}\n"
+                    f"{proc.stderr[-3000:]}"
+                )
+            seconds = row[f"{name}/{mode}"] = result["seconds"] / args.rounds
+            print(
+                f"  {algorithm:9s} {name:5s} {mode:8s} ({rate}: measured {mbps:.0f} Mbit/s, "
+                f"RTT {measured_rtt:.1f} ms): {seconds:.2f} s per round "
+                f"({seconds / row['in_process']:.1f}x in-process)",
+                flush=True,
+            )
     return row
 
 
@@ -314,6 +325,7 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=1, help="rounds (epochs) per run")
     ap.add_argument("--insecure", action="store_true", help="plain-text gRPC instead of mutual TLS")
     ap.add_argument("--set", nargs="*", default=[], help="config overrides key=value")
+    ap.add_argument("--relayed-only", action="store_true", help="skip the direct-link runs")
     ap.add_argument("--mtu", type=int, default=9000, help="MTU of the emulated links")
     ap.add_argument("--cleanup", action="store_true", help="remove namespaces a killed run left")
     ap.add_argument("--worker", help=argparse.SUPPRESS)
@@ -335,16 +347,36 @@ def main() -> None:
             n_parties = len(load_config_parties(text, Path(tmp_)))
             with topology(n_parties + 1, args.mtu) as topo:
                 rows[algorithm] = run_algorithm(algorithm, topo, Path(tmp_), args, args.profiles)
-    header = "| algorithm | in-process s/round |" + "".join(
-        f" {p} ({PROFILES[p][0]}, {PROFILES[p][1]:g} ms) |" for p in args.profiles
+    print(
+        "\nseconds per round (ratio to in-process); relayed = through the hub, direct = party to party"
     )
-    print("\n" + header)
+    print("| algorithm | in-process |" + "".join(f" {describe(p)} |" for p in args.profiles))
     print("|---|---:|" + "---:|" * len(args.profiles))
     for algorithm, row in rows.items():
-        cells = "".join(
-            f" {row[p]:.2f} s ({row[p] / row['in_process']:.1f}x) |" for p in args.profiles
-        )
+        cells = ""
+        for p in args.profiles:
+            got = [
+                f"{mode} {row[f'{p}/{mode}']:.2f} s ({row[f'{p}/{mode}'] / row['in_process']:.1f}x)"
+                for mode in ("relayed", "direct")
+                if f"{p}/{mode}" in row
+            ]
+            cells += " " + "<br>".join(got) + " |"
         print(f"| {algorithm} | {row['in_process']:.2f} s |{cells}")
+    print(
+        "\nmeasured links: "
+        + "; ".join(
+            f"{p}: {row[f'{p}_mbps']:.0f} Mbit/s, RTT {row[f'{p}_rtt']:.1f} ms"
+            for p in args.profiles
+            for row in list(rows.values())[:1]
+        )
+    )
+
+
+def describe(profile: str) -> str:
+    rate, rtt = PROFILES[profile]
+    return (
+        f"{profile} ({rate.replace('gbit', ' Gbit/s').replace('mbit', ' Mbit/s')}, {rtt:g} ms RTT)"
+    )
 
 
 def load_config_parties(text: str, tmp: Path) -> list[str]:
