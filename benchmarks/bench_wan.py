@@ -123,36 +123,30 @@ class Topology:
         self.link.stdin.write(f"{parse_rate(rate)} {rtt_ms}\n")
         self.link.stdin.flush()
 
-    def rtt_ms(self) -> float:
-        """Median round trip of one byte over TCP (no ``ping`` here) from host 1 to host 0."""
+    def _probe(self, server_code: str, client_code: str, *args: str) -> float:
+        """Start ``server_code`` in host 0, run ``client_code`` in host 1; its printed float."""
         server = subprocess.Popen(
-            ["ip", "netns", "exec", self.hosts[0], sys.executable, "-c", ECHO, self.address(0)],
+            ["ip", "netns", "exec", self.hosts[0], sys.executable, "-c", server_code]
+            + [self.address(0)],
             stdout=subprocess.PIPE,
             text=True,
         )
         assert server.stdout is not None
         server.stdout.readline()  # listening
         out = sh(
-            "ip", "netns", "exec", self.hosts[1], sys.executable, "-c", PROBE, self.address(0),
+            "ip", "netns", "exec", self.hosts[1], sys.executable, "-c", client_code,
+            self.address(0), *args,
         ).stdout  # fmt: skip
         server.wait(60)
-        return float(out) * 1e3
+        return float(out)
+
+    def rtt_ms(self) -> float:
+        """Median round trip of one byte over TCP (no ``ping`` here) from host 1 to host 0."""
+        return self._probe(ECHO, PROBE) * 1e3
 
     def throughput_mbps(self, nbytes: int) -> float:
         """One TCP transfer of ``nbytes`` from host 1 to host 0, as the application sees it."""
-        server = subprocess.Popen(
-            ["ip", "netns", "exec", self.hosts[0], sys.executable, "-c", SINK, self.address(0)],
-            stdout=subprocess.PIPE,
-            text=True,
-        )
-        assert server.stdout is not None
-        server.stdout.readline()  # listening
-        out = sh(
-            "ip", "netns", "exec", self.hosts[1], sys.executable, "-c", SOURCE,
-            self.address(0), str(nbytes),
-        ).stdout  # fmt: skip
-        server.wait(60)
-        return nbytes * 8 / float(out) / 1e6
+        return nbytes * 8 / self._probe(SINK, SOURCE, str(nbytes)) / 1e6
 
     def down(self) -> None:
         if self.link is not None:
