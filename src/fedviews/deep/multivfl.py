@@ -590,7 +590,8 @@ class LabelOwner(SecureSumParty):
                     for d, g in zip(self.data_owners, grads, strict=True)
                 }
                 n_batches += 1
-            self.scatter("backward", grads_out)  # the epoch's last batch
+            if n:  # the epoch's last batch
+                self.scatter("backward", grads_out)
         update = {f"update/{k}": v - self._global[k] for k, v in state_arrays(self.top).items()}
         if self.secure:
             if self.secure_sum is None:
