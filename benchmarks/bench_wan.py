@@ -253,11 +253,10 @@ PEER_TO_PEER = {"multivfl", "apfed"}
 
 
 def run_algorithm(
-    algorithm: str, topo: Topology, tmp: Path, args: argparse.Namespace, profiles: list[str]
+    algorithm: str, config: Path, topo: Topology, args: argparse.Namespace, profiles: list[str]
 ) -> dict[str, Any]:
-    text = CONFIGS[algorithm].format(rounds=args.rounds)
-    config = tmp / f"{algorithm}.toml"
-    config.write_text(text)
+    """Every profile (and mode) of the deployment ``config``, its files beside it."""
+    text, tmp = config.read_text(), config.parent
     cfg = load_deploy_config(config, args.set)
     data = tmp / f"{algorithm}-data"
     write_demo_data(cfg, data)
@@ -337,10 +336,11 @@ def main() -> None:
     rows = {}
     with tempfile.TemporaryDirectory() as tmp_:
         for algorithm in args.algorithms:
-            text = CONFIGS[algorithm].format(rounds=args.rounds)
-            n_parties = len(load_config_parties(text, Path(tmp_)))
+            config = Path(tmp_) / f"{algorithm}.toml"
+            config.write_text(CONFIGS[algorithm].format(rounds=args.rounds))
+            n_parties = len(load_deploy_config(config, args.set).federation.parties)
             with topology(n_parties + 1, args.mtu) as topo:
-                rows[algorithm] = run_algorithm(algorithm, topo, Path(tmp_), args, args.profiles)
+                rows[algorithm] = run_algorithm(algorithm, config, topo, args, args.profiles)
     print(
         "\nseconds per round (ratio to in-process); relayed = through the hub, direct = party to party"
     )
@@ -371,12 +371,6 @@ def describe(profile: str) -> str:
     return (
         f"{profile} ({rate.replace('gbit', ' Gbit/s').replace('mbit', ' Mbit/s')}, {rtt:g} ms RTT)"
     )
-
-
-def load_config_parties(text: str, tmp: Path) -> list[str]:
-    path = tmp / "parties.toml"
-    path.write_text(text)
-    return list(load_deploy_config(path).federation.parties)
 
 
 if __name__ == "__main__":

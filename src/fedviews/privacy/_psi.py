@@ -49,8 +49,8 @@ two idle cores (``benchmarks/bench_psi.py --breakdown`` measures the breakdown
 and the floor). Only a faster group implementation would lower it; OpenSSL's
 X25519 (``cryptography``) is 1.5x faster per multiplication, but there is no
 maintained hash to its curve (libsodium's Elligator to edwards25519 and the
-conversion to X25519 cost about 48 µs per ID) and it does not release the GIL,
-so its threads do not scale.
+conversion to X25519 cost about 48 µs per ID), and two threads of it were no
+faster than one in our measurement (on a loaded machine, so not conclusive).
 
 Threat model and leakage
 ------------------------
@@ -287,12 +287,7 @@ def reblind(key: bytes, points: Any, sender: str = "the sender") -> np.ndarray:
     Raises :class:`~fedviews.errors.ProtocolError`, naming ``sender``, on a wrong
     dtype or shape, a non-canonical or invalid encoding, or the identity element.
     """
-    pts = np.ascontiguousarray(points)
-    if pts.dtype != np.uint8 or pts.ndim != 2 or pts.shape[1] != _WIDTH:
-        raise ProtocolError(
-            f"{sender!r} sent a psi_set of {pts.dtype} {pts.shape}: it must be uint8 of "
-            f"shape (n, {_WIDTH})"
-        )
+    pts = _check_set(np.ascontiguousarray(points), sender, "sent")
     raw, w = pts.tobytes(), _WIDTH
     mul = _sodium().crypto_scalarmult_ristretto255
 
@@ -306,6 +301,17 @@ def reblind(key: bytes, points: Any, sender: str = "the sender") -> np.ndarray:
             ) from None
 
     return _fill(len(pts), work)
+
+
+def _check_set(pts: np.ndarray, sender: str, verb: str) -> np.ndarray:
+    """``pts`` if it is a set of encodings (uint8, ``(n, 32)``), else a
+    :class:`ProtocolError` naming ``sender``."""
+    if pts.dtype != np.uint8 or pts.ndim != 2 or pts.shape[1] != _WIDTH:
+        raise ProtocolError(
+            f"{sender!r} {verb} a psi_set of {pts.dtype} {pts.shape}: it must be uint8 of "
+            f"shape (n, {_WIDTH})"
+        )
+    return pts
 
 
 def _first_invalid(raw: bytes, lo: int, hi: int) -> int:
@@ -503,11 +509,7 @@ def _full_set(reply: Message, sender: str, n: int | None) -> np.ndarray:
     pts = reply.arrays.get("psi_set")
     if pts is None:
         raise ProtocolError(f"{sender!r} replied without a psi_set")
-    if pts.dtype != np.uint8 or pts.ndim != 2 or pts.shape[1] != _WIDTH:
-        raise ProtocolError(
-            f"{sender!r} replied with a psi_set of {pts.dtype} {pts.shape}: it must be uint8 "
-            f"of shape (n, {_WIDTH})"
-        )
+    _check_set(pts, sender, "replied with")
     if n is not None and len(pts) != n:
         raise ProtocolError(f"{sender!r} re-blinded {n} elements into {len(pts)}")
     return pts
