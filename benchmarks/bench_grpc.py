@@ -42,6 +42,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from fedviews._heap import keep_freed_memory
 from fedviews.deploy import (
     free_port,
     load_deploy_config,
@@ -234,6 +235,9 @@ def main() -> None:
         "--direct", action="store_true", help="also run with direct party-to-party links"
     )
     args = ap.parse_args()
+    # the malloc settings of every fedviews command (fedviews._heap), here too: the
+    # in-process baseline and the hub get what the party processes get
+    keep_freed_memory()
     rounds = args.rounds or (10 if args.algorithm == "mmvfl" else 2)
     with tempfile.TemporaryDirectory() as tmp_:
         tmp = Path(tmp_)

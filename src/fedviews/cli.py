@@ -14,6 +14,7 @@ from typing import Annotated, Any
 import typer
 
 from fedviews._console import DEBUG, console, err_console, friendly
+from fedviews._heap import keep_freed_memory
 from fedviews.errors import FedViewsError
 
 app = typer.Typer(
@@ -34,6 +35,9 @@ def _main(
     debug: Annotated[bool, typer.Option("--debug", help="Show full tracebacks.")] = False,
 ) -> None:
     DEBUG["on"] = debug
+    # every command of ours may move or train on megabyte arrays in a loop: keep freed
+    # memory in the heap instead of page-faulting it back for each one (fedviews._heap)
+    keep_freed_memory()
 
 
 @app.command()
