@@ -22,8 +22,6 @@ import numpy as np
 from fedviews.data._cache import NumpyOnlyUnpickler
 from fedviews.errors import ConfigError, DataError
 
-__all__ = ["load_cifar"]
-
 _LAYOUT = {
     "cifar10": ("cifar-10-batches-py", [f"data_batch_{k}" for k in range(1, 6)], ["test_batch"]),
     "cifar100": ("cifar-100-python", ["train"], ["test"]),

@@ -9,8 +9,6 @@ import numpy as np
 from fedviews.data._validation import check_ids, check_Xs, check_y
 from fedviews.errors import DataError
 
-__all__ = ["MultiViewDataset"]
-
 
 @dataclass(frozen=True)
 class MultiViewDataset:

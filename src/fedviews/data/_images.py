@@ -10,8 +10,6 @@ import numpy as np
 from fedviews.data._registry import load
 from fedviews.errors import ConfigError
 
-__all__ = ["demo_image_split", "image_split"]
-
 
 def image_split(
     name: str,

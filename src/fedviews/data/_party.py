@@ -15,8 +15,6 @@ import numpy as np
 from fedviews.data._validation import check_ids
 from fedviews.errors import DataError
 
-__all__ = ["PartyData", "deal_views", "standardized", "standardized_with"]
-
 _KEEP = (np.dtype(np.uint8), np.dtype(np.float32), np.dtype(np.float64))
 
 

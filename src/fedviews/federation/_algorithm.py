@@ -42,23 +42,6 @@ from fedviews.federation._policy import PrivacyPolicy
 from fedviews.federation._record import Observation, Recording
 from fedviews.federation._transport import InProcessTransport, Transport
 
-__all__ = [
-    "ALGORITHMS",
-    "AlignGroup",
-    "Algorithm",
-    "InProcessRun",
-    "Local",
-    "Roster",
-    "RunSpec",
-    "build_in_process",
-    "check_group_sizes",
-    "estimator_params",
-    "get_algorithm_spec",
-    "register_algorithm_spec",
-    "setup_info",
-    "spawn_streams",
-]
-
 
 @dataclass(frozen=True)
 class Roster:

@@ -23,8 +23,6 @@ from typing import Any
 
 from fedviews.errors import ConfigError, require
 
-__all__ = ["TLSFiles", "check_name", "init_ca", "issue_certificate", "revoke_certificate"]
-
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 _DAYS = 825
 

@@ -93,19 +93,6 @@ from fedviews.errors import ConfigError, DataError
 if TYPE_CHECKING:
     from fedviews.federation._algorithm import Local, RunSpec
 
-__all__ = [
-    "DEFENSES",
-    "GAUSSIAN",
-    "RANDOMIZED",
-    "Defense",
-    "defend_local",
-    "gaussian_epsilon",
-    "member_entropy",
-    "noise_multiplier",
-    "privacy_ledger",
-    "randomized_response",
-]
-
 #: the defense kinds fedviews implements
 DEFENSES = ("none", "secagg", "label_rr", "grad_dp", "act_dp", "model_dp")
 #: the kinds that draw private randomness (a deployed party keeps its draw: see ``seed``)

@@ -7,8 +7,6 @@ from collections import defaultdict
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-__all__ = ["LogEntry", "MessageLog"]
-
 
 @dataclass(frozen=True)
 class LogEntry:

@@ -23,8 +23,6 @@ import numpy as np
 from fedviews import errors
 from fedviews.errors import FedViewsError, PartyUnavailable, ProtocolError
 
-__all__ = ["Message", "MetaValue"]
-
 MetaValue = str | int | float | bool | None
 _MAGIC = b"FVM1"
 _ALLOWED_KINDS = set("biuf")  # bool, signed, unsigned, float

@@ -8,8 +8,6 @@ from fedviews.federation._party import Party
 from fedviews.federation._policy import PrivacyPolicy
 from fedviews.federation._transport import InProcessTransport, Transport
 
-__all__ = ["federate"]
-
 
 def federate(
     parties: Sequence[Party],

@@ -11,8 +11,6 @@ from fedviews.federation._message import Header, Message
 from fedviews.federation._party import Party
 from fedviews.federation._policy import PrivacyPolicy
 
-__all__ = ["InProcessTransport", "Transport"]
-
 
 class Transport(ABC):
     """Carries request/reply messages between named parties.

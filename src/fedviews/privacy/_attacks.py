@@ -22,19 +22,6 @@ from scipy.linalg import LinAlgError, cho_factor, cho_solve
 
 from fedviews.errors import ConfigError, DataError
 
-__all__ = [
-    "auc",
-    "binary_scores",
-    "chance_level",
-    "label_recovery",
-    "labels_by_completion",
-    "labels_by_direction",
-    "labels_from_consensus",
-    "labels_from_softmax_gradient",
-    "reconstruct_features",
-    "reconstruction_quality",
-]
-
 
 def _floats(x: Any, name: str, *, ndim: int | None = None, min_ndim: int = 1) -> np.ndarray:
     """``x`` as a finite float64 array of the required rank, else :class:`DataError`."""

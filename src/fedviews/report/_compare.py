@@ -16,8 +16,6 @@ from fedviews.report._figures import curves_figure
 from fedviews.report._html import CSS, format_value, table_html
 from fedviews.report._run import BYTES, RunRecord, load_run
 
-__all__ = ["Comparison", "compare_runs"]
-
 _MISSING = "—"
 
 

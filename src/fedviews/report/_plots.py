@@ -10,8 +10,6 @@ import numpy as np
 
 from fedviews.report._figures import pyplot
 
-__all__ = ["line_panels"]
-
 
 def line_panels(
     path: Path,
