@@ -75,20 +75,18 @@ def coerce(value: Any, tp: Any, where: str) -> Any:
         if isinstance(value, str) and value.lower() in ("true", "false", "1", "0", "yes", "no"):
             return value.lower() in ("true", "1", "yes")
         raise ConfigError(f"{where}: expected true/false, got {value!r}")
-    if tp is int:
-        if isinstance(value, bool) or (isinstance(value, float) and not value.is_integer()):
-            raise ConfigError(f"{where}: expected an integer, got {value!r}")
+    if tp is int or tp is float:
+        wrong = ConfigError(
+            f"{where}: expected {'an integer' if tp is int else 'a number'}, got {value!r}"
+        )
+        if isinstance(value, bool) or (
+            tp is int and isinstance(value, float) and not value.is_integer()
+        ):
+            raise wrong
         try:
-            return int(value)
+            return tp(value)
         except (TypeError, ValueError):
-            raise ConfigError(f"{where}: expected an integer, got {value!r}") from None
-    if tp is float:
-        if isinstance(value, bool):
-            raise ConfigError(f"{where}: expected a number, got {value!r}")
-        try:
-            return float(value)
-        except (TypeError, ValueError):
-            raise ConfigError(f"{where}: expected a number, got {value!r}") from None
+            raise wrong from None
     if tp is str:
         if not isinstance(value, str):
             raise ConfigError(f"{where}: expected a string, got {value!r}")

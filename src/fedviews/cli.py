@@ -204,11 +204,13 @@ def experiments() -> None:
 
     from fedviews.experiments import list_algorithms, list_experiments
 
-    t = Table(title="experiments (use as `experiment = ...` in a config)")
-    t.add_column("name")
-    t.add_column("default data")
-    t.add_column("needs")
-    t.add_column("description")
+    t = Table(
+        "name",
+        "default data",
+        "needs",
+        "description",
+        title="experiments (use as `experiment = ...` in a config)",
+    )
     for spec in list_experiments():
         t.add_row(spec.name, spec.default_dataset, spec.needs or "", spec.description)
     console.print(t)
@@ -221,18 +223,13 @@ def datasets_list() -> None:
     """List the built-in datasets."""
     from rich.table import Table
 
-    from fedviews.data import info, list_datasets
+    from fedviews.data import info, list_datasets, list_sequence_datasets
 
-    t = Table(title="datasets")
-    t.add_column("name")
-    t.add_column("available")
-    t.add_column("description")
+    t = Table("name", "available", "description", title="datasets")
     for name in list_datasets():
         meta = info(name)
         t.add_row(name, "yes" if meta.get("available") else "no", str(meta.get("description", "")))
     console.print(t)
-    from fedviews.data import list_sequence_datasets
-
     console.print(
         "multi-view sequence datasets (fedviews.data.load_sequences): "
         + ", ".join(list_sequence_datasets())
@@ -283,12 +280,12 @@ def apfed_predict(
     pred = predict_exported(model, data)
     if out is None:
         console.print("\n".join(str(p) for p in pred.tolist()))
-    elif out.suffix == ".csv":
+        return
+    if out.suffix == ".csv":
         np.savetxt(out, pred, fmt="%s", delimiter=",")
-        console.print(f"{len(pred)} predictions -> {out}")
     else:
         np.save(out, pred)
-        console.print(f"{len(pred)} predictions -> {out}")
+    console.print(f"{len(pred)} predictions -> {out}")
 
 
 _OPTIONAL = ("torch", "grpc", "cryptography")

@@ -93,6 +93,12 @@ def table_html(
     return f"{h}<table{c}><tr>{head}</tr>{body}</table>{n}"
 
 
+def _table(t: Mapping[str, Any]) -> str:
+    """One of a run's result tables (``{"title", "columns", "rows", "note"}``) in HTML."""
+    title, note = str(t.get("title", "")), str(t.get("note", ""))
+    return table_html(title, t.get("columns", []), t.get("rows", []), note)
+
+
 def _is_leakage(t: Mapping[str, Any]) -> bool:
     cols = [str(c) for c in t.get("columns", [])]
     return "attack" in cols or "leak" in str(t.get("title", "")).lower()
@@ -110,19 +116,15 @@ def _ledger_html(privacy: Mapping[str, Any]) -> str:
 
 def _ledgers(rec: RunRecord) -> dict[str, Mapping[str, Any]]:
     """``{label: ledger}``: the run's own, or one per setting of a defense sweep."""
-    out: dict[str, Mapping[str, Any]] = {}
-    if isinstance(rec.results.get("privacy"), dict) and rec.results["privacy"].get("parties"):
-        out[""] = rec.results["privacy"]
     settings = rec.results.get("settings")
-    if isinstance(settings, dict):
-        for label, s in settings.items():
-            if (
-                isinstance(s, dict)
-                and isinstance(s.get("privacy"), dict)
-                and s["privacy"].get("parties")
-            ):
-                out[str(label)] = s["privacy"]
-    return out
+    runs = {"": rec.results, **(settings if isinstance(settings, dict) else {})}
+    return {
+        str(label): r["privacy"]
+        for label, r in runs.items()
+        if isinstance(r, dict)
+        and isinstance(r.get("privacy"), dict)
+        and r["privacy"].get("parties")
+    }
 
 
 def run_summary(rec: RunRecord) -> str:
@@ -173,14 +175,7 @@ def _results(rec: RunRecord) -> list[str]:
             for k, v in rec.headline().items()
         ]
         out.append(table_html("", ["result", "value"], rows, cls="kv"))
-    out += [
-        table_html(
-            str(t.get("title", "")), t.get("columns", []), t.get("rows", []), str(t.get("note", ""))
-        )
-        for t in rec.tables
-        if not _is_leakage(t)
-    ]
-    return out
+    return out + [_table(t) for t in rec.tables if not _is_leakage(t)]
 
 
 def _figures(rec: RunRecord) -> list[str]:
@@ -308,39 +303,20 @@ def write_report(folder: Path | str) -> Path:
         ``folder / "report.html"`` (of the coordinator's folder for a launch folder).
     """
     rec = load_run(folder)
-    sections: list[tuple[str, str, list[str]]] = [
+    ledgers = [
+        (f"<h3>{html.escape(k)}</h3>" if k else "") + _ledger_html(v)
+        for k, v in _ledgers(rec).items()
+    ]
+    sections = [
         ("results", "Results", _results(rec)),
         ("barrier", "What crossed the privacy barrier", _barrier(rec)),
         ("curves", "Curves and figures", _figures(rec)),
         ("cost", "Per-party traffic and time", _cost(rec)),
+        ("leakage", "Leakage", [_table(t) for t in rec.tables if _is_leakage(t)]),
+        ("ledger", "Privacy ledger", ledgers),
+        ("config", "Config", _config(rec)),
+        ("files", "Files", _files(rec)),
     ]
-    leak = [t for t in rec.tables if _is_leakage(t)]
-    if leak:
-        sections.append(
-            (
-                "leakage",
-                "Leakage",
-                [
-                    table_html(
-                        str(t.get("title", "")), t["columns"], t["rows"], str(t.get("note", ""))
-                    )
-                    for t in leak
-                ],
-            )
-        )
-    ledgers = _ledgers(rec)
-    if ledgers:
-        sections.append(
-            (
-                "ledger",
-                "Privacy ledger",
-                [
-                    (f"<h3>{html.escape(k)}</h3>" if k else "") + _ledger_html(v)
-                    for k, v in ledgers.items()
-                ],
-            )
-        )
-    sections += [("config", "Config", _config(rec)), ("files", "Files", _files(rec))]
     sections = [s for s in sections if s[2]]
     nav = " ".join(f"<a href='#{sid}'>{html.escape(title)}</a>" for sid, title, _ in sections)
     parts = [
