@@ -40,14 +40,9 @@ def image_split(
         ]
     )
     train = np.setdiff1d(np.arange(ds.n_samples), test)
-    return (
-        ds.images[train],
-        ds.y[train],
-        ds.ids[train],
-        ds.images[test],
-        ds.y[test],
-        ds.ids[test],
-    )
+    images = ds.images
+    first, second = ((images[r], ds.y[r], ds.ids[r]) for r in (train, test))
+    return (*first, *second)
 
 
 def demo_image_split(

@@ -13,12 +13,14 @@ are handed to each organisation; ``ca.key`` stays with whoever runs the CA.
 from __future__ import annotations
 
 import datetime
+import functools
 import ipaddress
 import os
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 from fedviews.errors import ConfigError, require
@@ -27,14 +29,31 @@ _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 _DAYS = 825
 
 
-def _crypto() -> Any:
+@functools.cache
+def crypto() -> Any:
+    """The ``cryptography`` modules of certificates, end-to-end sealing and secure
+    aggregation (imported on first use: they need the ``grpc`` extra)."""
     require("cryptography", "grpc")
-    from cryptography import x509
-    from cryptography.hazmat.primitives import hashes, serialization
-    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography import exceptions, x509
+    from cryptography.hazmat.primitives import ciphers, hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec, x25519
+    from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+    from cryptography.hazmat.primitives.kdf.hkdf import HKDF
     from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
-    return x509, hashes, serialization, ec, NameOID, ExtendedKeyUsageOID
+    return SimpleNamespace(
+        x509=x509,
+        exceptions=exceptions,
+        ciphers=ciphers,
+        hashes=hashes,
+        serialization=serialization,
+        ec=ec,
+        x25519=x25519,
+        AESGCM=AESGCM,
+        HKDF=HKDF,
+        NameOID=NameOID,
+        EKU=ExtendedKeyUsageOID,
+    )
 
 
 def check_name(name: str, what: str = "party name", why: str = "") -> str:
@@ -49,7 +68,7 @@ def check_name(name: str, what: str = "party name", why: str = "") -> str:
 
 def _write_key(path: Path, key: Any) -> None:
     """Write a private key readable by its owner only, from the first byte on."""
-    _, _, serialization, _, _, _ = _crypto()
+    serialization = crypto().serialization
     pem = key.private_bytes(
         serialization.Encoding.PEM,
         serialization.PrivateFormat.PKCS8,
@@ -63,7 +82,8 @@ def _write_key(path: Path, key: Any) -> None:
 
 def init_ca(directory: str | Path, name: str = "fedviews federation CA") -> Path:
     """Create a federation CA (``ca.key``, ``ca.crt``) in ``directory``; return ``ca.crt``."""
-    x509, hashes, serialization, ec, NameOID, _ = _crypto()
+    c = crypto()
+    x509, hashes, serialization, ec, NameOID = c.x509, c.hashes, c.serialization, c.ec, c.NameOID
     d = Path(directory)
     d.mkdir(parents=True, exist_ok=True)
     if (d / "ca.key").exists():
@@ -116,7 +136,8 @@ def issue_certificate(
     IP addresses (for the coordinator's address). A name that already has a
     certificate is refused unless ``replace``, which revokes the old one first.
     """
-    x509, hashes, serialization, ec, NameOID, EKU = _crypto()
+    c = crypto()
+    x509, hashes, serialization, ec, NameOID = c.x509, c.hashes, c.serialization, c.ec, c.NameOID
     d = Path(directory)
     check_name(name)
     if name.lower() == "ca":
@@ -150,7 +171,9 @@ def issue_certificate(
         .not_valid_after(now + datetime.timedelta(days=days))
         .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
         .add_extension(x509.SubjectAlternativeName(alt), critical=False)
-        .add_extension(x509.ExtendedKeyUsage([EKU.SERVER_AUTH, EKU.CLIENT_AUTH]), critical=False)
+        .add_extension(
+            x509.ExtendedKeyUsage([c.EKU.SERVER_AUTH, c.EKU.CLIENT_AUTH]), critical=False
+        )
         .sign(ca_key, hashes.SHA256())
     )
     _write_key(d / f"{name}.key", key)
@@ -161,7 +184,7 @@ def issue_certificate(
 
 def revoke_certificate(directory: str | Path, name: str) -> int:
     """Add the serial number of ``DIR/NAME.crt`` to ``DIR/revoked.txt``; return it."""
-    x509 = _crypto()[0]
+    x509 = crypto().x509
     d = Path(directory)
     path = d / f"{check_name(name)}.crt"
     if not path.is_file():
@@ -223,5 +246,5 @@ class TLSFiles:
         """Whether the PEM certificate a peer presented has a revoked serial number."""
         if not self.revoked or not pem:
             return False
-        x509 = _crypto()[0]
+        x509 = crypto().x509
         return f"{x509.load_pem_x509_certificate(pem).serial_number:x}" in self.revoked

@@ -135,6 +135,11 @@ def _bezier(
     return (u * u * x1 + 2 * u * t * cx + t * t * x2, u * u * y1 + 2 * u * t * cy + t * t * y2)
 
 
+def _box(x: float, y: float, w: float, h: float) -> tuple[float, float, float, float]:
+    """The box ``(x0, y0, x1, y1)`` of width ``w`` and height ``h`` centred on ``(x, y)``."""
+    return (x - w / 2, y - h / 2, x + w / 2, y + h / 2)
+
+
 def _overlap(a: tuple[float, float, float, float], b: tuple[float, float, float, float]) -> float:
     """Area shared by two boxes ``(x0, y0, x1, y1)``."""
     w = min(a[2], b[2]) - max(a[0], b[0])
@@ -190,7 +195,7 @@ def barrier_diagram(
             else _PARTY_COLOUR
         )
         box = FancyBboxPatch(
-            (x - _BOX_W / 2, y - _BOX_H / 2),
+            _box(x, y, _BOX_W, _BOX_H)[:2],
             _BOX_W,
             _BOX_H,
             boxstyle="round,pad=0.02",
@@ -202,7 +207,7 @@ def barrier_diagram(
         ax.add_patch(box)
         boxes[name] = box
         ax.text(x, y, name, ha="center", va="center", fontsize=9, weight="bold", zorder=4)
-        taken.append((x - _BOX_W / 2, y - _BOX_H / 2, x + _BOX_W / 2, y + _BOX_H / 2))
+        taken.append(_box(x, y, _BOX_W, _BOX_H))
     colours = plt.get_cmap("tab10")
     senders = sorted({c.sender for c in crossings})
     char_w = _FONT * 0.56 / 72 / scale  # data units per character and per line
@@ -227,22 +232,17 @@ def barrier_diagram(
                 zorder=2,
             )
         )
-        lines = [*_short_names(c.arrays), format_bytes(c.nbytes) if c.nbytes is not None else ""]
-        lines = [ln for ln in lines if ln]
+        lines = _short_names(c.arrays) + ([format_bytes(c.nbytes)] if c.nbytes is not None else [])
         w = max(len(ln) for ln in lines) * char_w + 0.06
         h = len(lines) * line_h + 0.05
-        best: tuple[float, tuple[float, float]] | None = None
-        for t in (0.5, 0.4, 0.6, 0.32, 0.68, 0.25, 0.75, 0.45, 0.55):
-            lx, ly = _bezier(p0, p2, rad, t)
-            bb = (lx - w / 2, ly - h / 2, lx + w / 2, ly + h / 2)
-            cost = sum(_overlap(bb, o) for o in taken)
-            if best is None or cost < best[0]:
-                best = (cost, (lx, ly))
-            if cost == 0:
-                break
-        assert best is not None
-        lx, ly = best[1]
-        taken.append((lx - w / 2, ly - h / 2, lx + w / 2, ly + h / 2))
+        # the label goes where along the arc it covers the least of the boxes and labels so far
+        spots = [
+            _bezier(p0, p2, rad, t) for t in (0.5, 0.4, 0.6, 0.32, 0.68, 0.25, 0.75, 0.45, 0.55)
+        ]
+        lx, ly = min(
+            spots, key=lambda xy: sum(_overlap(_box(xy[0], xy[1], w, h), o) for o in taken)
+        )
+        taken.append(_box(lx, ly, w, h))
         ax.text(
             lx,
             ly,
