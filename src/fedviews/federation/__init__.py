@@ -50,7 +50,6 @@ from fedviews.federation._message import Message, MetaValue, error_payload, rais
 from fedviews.federation._party import Coordinator, Party, handles
 from fedviews.federation._policy import PrivacyPolicy
 from fedviews.federation._record import Observation, Observed, Recording
-from fedviews.federation._run import federate
 from fedviews.federation._secagg import (
     SECAGG_KINDS,
     SecureSum,
@@ -59,7 +58,7 @@ from fedviews.federation._secagg import (
     secured_policy,
     unmask_sum,
 )
-from fedviews.federation._transport import InProcessTransport, Transport
+from fedviews.federation._transport import InProcessTransport, Transport, federate
 
 if TYPE_CHECKING:
     from fedviews.federation._grpc import GrpcHub, GrpcOptions, GrpcPartyTransport

@@ -40,7 +40,7 @@ from fedviews.federation._defense import GAUSSIAN, Defense, defend_local, privac
 from fedviews.federation._party import Coordinator, Party
 from fedviews.federation._policy import PrivacyPolicy
 from fedviews.federation._record import Observation, Recording
-from fedviews.federation._transport import InProcessTransport, Transport
+from fedviews.federation._transport import InProcessTransport, Transport, federate
 
 
 @dataclass(frozen=True)
@@ -520,8 +520,7 @@ def build_in_process(
     t = transport(policy) if transport is not None else None
     if t is None:
         t = InProcessTransport(policy, keep_entries=keep_entries)
-    for obj in (coord, *built.values()):
-        t.register(obj)
+    federate([coord, *built.values()], policy, t)
     holders = [p for p, loc in locals_.items() if loc.data.y is not None]
     ledger = privacy_ledger(run, holders, int(setup.get("n_classes", 0)), algo.dp_releases(run))
     return InProcessRun(algo, run, setup, coord, built, t, locals_, ledger)

@@ -1,9 +1,11 @@
-"""Transports: how messages travel. Algorithms only ever see this interface."""
+"""Transports: how messages travel (algorithms only ever see this interface), and wiring
+parties to one."""
 
 from __future__ import annotations
 
 import time
 from abc import ABC, abstractmethod
+from collections.abc import Sequence
 
 from fedviews.errors import FedViewsError, PartyUnavailable, ProtocolError
 from fedviews.federation._log import LogEntry, MessageLog
@@ -121,3 +123,15 @@ class InProcessTransport(Transport):
         rwire = reply.encode_buffer()
         self._check_and_log(reply, len(rwire))
         return Message.decode(rwire)
+
+
+def federate(
+    parties: Sequence[Party],
+    policy: PrivacyPolicy,
+    transport: Transport | None = None,
+) -> Transport:
+    """Register ``parties`` on ``transport`` (default: a new in-process one) and return it."""
+    t = transport if transport is not None else InProcessTransport(policy)
+    for p in parties:
+        t.register(p)
+    return t
