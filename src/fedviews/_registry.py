@@ -17,8 +17,6 @@ from typing import Generic, TypeVar
 
 from fedviews.errors import ConfigError
 
-__all__ = ["Registry"]
-
 T = TypeVar("T")
 
 

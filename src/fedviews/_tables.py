@@ -23,16 +23,6 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover
     import tomli as tomllib
 
-__all__ = [
-    "MODULES_HINT",
-    "build_dataclass",
-    "closest",
-    "coerce",
-    "import_modules",
-    "merge_tables",
-    "parse_overrides",
-]
-
 T = TypeVar("T")
 
 

@@ -23,17 +23,6 @@ from fedviews.data._registry import register_dataset
 from fedviews.data._views import image_views
 from fedviews.errors import ConfigError, DataError
 
-__all__ = [
-    "FASHION_MNIST_CLASSES",
-    "fashion_mnist_available",
-    "fashion_mnist_dir",
-    "fetch_fashion_mnist",
-    "fetch_mnist",
-    "load_fashion_mnist",
-    "load_mnist",
-    "read_fashion_mnist",
-]
-
 # --------------------------------------------------------------------------- Fashion-MNIST
 
 FASHION_MNIST_CLASSES = [

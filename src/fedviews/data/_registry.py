@@ -18,15 +18,6 @@ from fedviews._registry import Registry
 from fedviews.data._dataset import MultiViewDataset
 from fedviews.errors import ConfigError
 
-__all__ = [
-    "DatasetSpec",
-    "fetch",
-    "info",
-    "list_datasets",
-    "load",
-    "register_dataset",
-]
-
 Loader = Callable[..., MultiViewDataset]
 
 _DATASETS: Registry[DatasetSpec] = Registry("dataset")

@@ -45,17 +45,6 @@ from fedviews.data._registry import check_options
 from fedviews.data._validation import check_view_names
 from fedviews.errors import ConfigError, DataError
 
-__all__ = [
-    "WATCH_VIEWS",
-    "MultiViewSequences",
-    "check_sequences",
-    "fetch_watch",
-    "list_sequence_datasets",
-    "load_sequences",
-    "load_watch",
-    "sequences_from_arrays",
-]
-
 #: view name -> channel indices of the watch recordings (``ax ay az wx wy wz``).
 WATCH_VIEWS: dict[str, tuple[int, ...]] = {"accelerometer": (0, 1, 2), "gyroscope": (3, 4, 5)}
 _WATCH_RATE_HZ = 50

@@ -9,8 +9,6 @@ import numpy as np
 
 from fedviews.errors import ConfigError, DataError
 
-__all__ = ["image_views", "join_strips", "split_strips"]
-
 
 def _check_images(images: Any) -> np.ndarray:
     arr = np.asarray(images)

@@ -53,8 +53,6 @@ from fedviews.federation._message import (
     write_arrays,
 )
 
-__all__ = ["E2EKeys", "HubProof", "verify_certificate"]
-
 _INFO = b"fedviews-e2e-v1"
 _HUB = b"fedviews-hub-v1"
 #: sequence numbers this far behind the newest one seen are refused as replays

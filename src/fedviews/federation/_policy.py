@@ -7,8 +7,6 @@ from dataclasses import dataclass, field
 
 from fedviews.errors import PrivacyError
 
-__all__ = ["SESSION_PREFIXES", "PrivacyPolicy"]
-
 #: kinds of the session (setup, PSI, secure-aggregation keys): only the coordinator may send them, and only
 #: when a policy lists them, whatever else the policy allows
 SESSION_PREFIXES = ("deploy:", "psi:", "secagg:")

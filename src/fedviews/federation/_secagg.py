@@ -54,17 +54,6 @@ from fedviews.federation._message import Message
 from fedviews.federation._party import Coordinator, Party, handles
 from fedviews.federation._policy import PrivacyPolicy
 
-__all__ = [
-    "SECAGG_KINDS",
-    "SecureSum",
-    "SecureSumParty",
-    "decode",
-    "encode",
-    "secure_sum_setup",
-    "secured_policy",
-    "unmask_sum",
-]
-
 #: the kinds of the key exchange (session kinds: only the coordinator sends them)
 SECAGG_KINDS = ("secagg:keys", "secagg:peers")
 

@@ -15,8 +15,6 @@ from typing import Any
 
 from fedviews.report._figures import pyplot, svg_of
 
-__all__ = ["Crossing", "barrier_diagram", "crossings_of", "format_bytes"]
-
 _BOX_W, _BOX_H = 1.05, 0.34
 _FONT = 8.5  # points, of the arrow labels
 _COORD_COLOUR, _PARTY_COLOUR, _OWNER_COLOUR = "#fde3c8", "#dceaf7", "#dff2dc"

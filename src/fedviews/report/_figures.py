@@ -13,8 +13,6 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["curves_figure", "line_panels", "party_bars", "png_data_uri", "pyplot", "svg_of"]
-
 _ID = re.compile(r'\bid="([^"]+)"')
 _REF = re.compile(r"(url\(#|href=\"#)([^)\"]+)")
 _FIGURES = itertools.count(1)

@@ -16,8 +16,6 @@ from fedviews.report._diagram import barrier_diagram, crossings_of, format_bytes
 from fedviews.report._figures import curves_figure, party_bars, png_data_uri
 from fedviews.report._run import BYTES, RunRecord, load_run, read_json
 
-__all__ = ["CSS", "format_value", "run_summary", "table_html", "write_report"]
-
 CSS = """
 body{font-family:system-ui,-apple-system,'Segoe UI',sans-serif;max-width:1180px;margin:1.5em auto;
 padding:0 1em;color:#1d2430;line-height:1.45}

@@ -22,8 +22,6 @@ from typing import Any
 from fedviews.errors import ConfigError
 from fedviews.report._names import method_name
 
-__all__ = ["BYTES", "RunRecord", "load_run", "read_json"]
-
 #: the headline entry of the bytes a run sent over the wire
 BYTES = "bytes on the wire"
 
