@@ -494,11 +494,7 @@ def load_watch(
     a = _watch_arrays()
     offsets = np.concatenate([[0], np.cumsum(a["lengths"])])
     rng = np.random.default_rng(random_state)
-    seqs: list[np.ndarray] = []
-    y: list[int] = []
-    subj: list[int] = []
-    grp: list[int] = []
-    ids: list[str] = []
+    samples = []  # (sequence, label, subject, recording, ID)
     for r in range(len(a["lengths"])):
         rec = _block_mean(a["X"][offsets[r] : offsets[r + 1]], int(downsample))
         if window_seconds is None:
@@ -509,12 +505,11 @@ def load_watch(
                 step = max(1, round(rng.uniform(lo, hi) * rate))
                 pieces.append(rec[start : start + step])
                 start += step
-        for j, piece in enumerate(pieces):
-            seqs.append(piece)
-            y.append(int(a["y"][r]))
-            subj.append(int(a["subject"][r]))
-            grp.append(r)
-            ids.append(f"watch-r{r:03d}-w{j:02d}")
+        label, subject = int(a["y"][r]), int(a["subject"][r])
+        samples += [
+            (p, label, subject, r, f"watch-r{r:03d}-w{j:02d}") for j, p in enumerate(pieces)
+        ]
+    seqs, y, subj, grp, ids = zip(*samples, strict=True)
     cnames = [str(c) for c in a["class_names"].tolist()] or [
         str(c) for c in range(int(a["y"].max()) + 1)
     ]

@@ -219,21 +219,13 @@ def _barrier(rec: RunRecord) -> list[str]:
         + "</details>"
     )
     if len(sums) > 1:
+        runs = [
+            [k, s.get("rounds", 0), s.get("messages", 0), format_bytes(s.get("total_bytes", 0))]
+            for k, s in sums.items()
+        ]
+        note = "the diagram shows the first; message_log.json holds all of them"
         out.append(
-            table_html(
-                "Every logged run",
-                ["run", "rounds", "messages", "bytes"],
-                [
-                    [
-                        k,
-                        s.get("rounds", 0),
-                        s.get("messages", 0),
-                        format_bytes(s.get("total_bytes", 0)),
-                    ]
-                    for k, s in sums.items()
-                ],
-                "the diagram shows the first; message_log.json holds all of them",
-            )
+            table_html("Every logged run", ["run", "rounds", "messages", "bytes"], runs, note)
         )
     return out
 

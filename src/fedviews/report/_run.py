@@ -229,42 +229,21 @@ def load_run(folder: Path | str) -> RunRecord:
     config = read_json(folder / "config.json") if (folder / "config.json").is_file() else {}
     if (folder / "metrics.json").is_file():
         metrics = read_json(folder / "metrics.json")
-        return RunRecord(
-            folder,
-            "experiment",
-            str(metrics.get("name") or config.get("name") or folder.name),
-            str(metrics.get("experiment") or config.get("experiment", "?")),
-            config,
-            metrics,
-            log,
-        )
+        name = str(metrics.get("name") or config.get("name") or folder.name)
+        what = str(metrics.get("experiment") or config.get("experiment", "?"))
+        return RunRecord(folder, "experiment", name, what, config, metrics, log)
+    coordinator = str((config.get("federation") or {}).get("coordinator", "coordinator"))
     if (folder / "results.json").is_file():
-        fed = config.get("federation") or {}
-        return RunRecord(
-            folder,
-            "deployment",
-            str(config.get("name") or folder.name),
-            str(config.get("algorithm", "?")),
-            config,
-            read_json(folder / "results.json"),
-            log,
-            str(fed.get("coordinator", "coordinator")),
-        )
-    coordinator = _coordinator_folder(folder)
-    if coordinator is not None:
-        return load_run(coordinator)
+        results = read_json(folder / "results.json")
+        name, what = str(config.get("name") or folder.name), str(config.get("algorithm", "?"))
+        return RunRecord(folder, "deployment", name, what, config, results, log, coordinator)
+    launched = _coordinator_folder(folder)
+    if launched is not None:
+        return load_run(launched)
     if log is not None and config.get("algorithm"):
-        fed = config.get("federation") or {}
-        return RunRecord(
-            folder,
-            "party",
-            f"{config.get('name', folder.parent.name)} · {folder.name}",
-            str(config["algorithm"]),
-            config,
-            {},
-            log,
-            str(fed.get("coordinator", "coordinator")),
-        )
+        name = f"{config.get('name', folder.parent.name)} · {folder.name}"
+        what = str(config["algorithm"])
+        return RunRecord(folder, "party", name, what, config, {}, log, coordinator)
     hint = " (it failed: see error.json)" if (folder / "error.json").is_file() else ""
     raise ConfigError(
         f"{folder} is not a finished run{hint}: an experiment run has metrics.json, a "
