@@ -5,6 +5,7 @@ import first."""
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import difflib
 import importlib
@@ -40,21 +41,16 @@ def coerce(value: Any, tp: Any, where: str) -> Any:
     if origin in (typing.Union, types.UnionType):
         if value is None and type(None) in args:
             return None
-        errors = []
         for a in args:
-            if a is type(None):
-                continue
-            try:
-                return coerce(value, a, where)
-            except ConfigError as e:
-                errors.append(str(e))
+            if a is not type(None):
+                with contextlib.suppress(ConfigError):
+                    return coerce(value, a, where)
         raise ConfigError(f"{where}: {value!r} does not match {tp}")
     if origin in (tuple, list, Sequence) or tp in (tuple, list):
         if not isinstance(value, (list, tuple)):
             value = [value]
         inner = args[0] if args else Any
-        items = [coerce(v, inner, f"{where}[{i}]") for i, v in enumerate(value)]
-        return tuple(items)
+        return tuple(coerce(v, inner, f"{where}[{i}]") for i, v in enumerate(value))
     if origin in (dict, Mapping) or tp is dict:
         if not isinstance(value, Mapping):
             raise ConfigError(f"{where}: expected a table, got {value!r}")
@@ -81,7 +77,7 @@ def coerce(value: Any, tp: Any, where: str) -> Any:
         if not isinstance(value, str):
             raise ConfigError(f"{where}: expected a string, got {value!r}")
         return value
-    if typing.get_origin(tp) is typing.Literal:
+    if origin is typing.Literal:
         if value not in args:
             raise ConfigError(f"{where}: {value!r} is not one of {list(args)}")
         return value

@@ -259,10 +259,7 @@ class Algorithm:
                 f"label owner {name!r} reported {counts['n_classes']} classes for "
                 f"{n_samples} samples"
             )
-        return {
-            "n_samples": n_samples,
-            **counts,
-        }
+        return {"n_samples": n_samples, **counts}
 
     def policy(self, run: RunSpec, setup: Mapping[str, Any]) -> PrivacyPolicy:
         """The privacy policy of this run: which kinds and arrays may go from role to role."""
