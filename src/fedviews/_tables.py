@@ -15,6 +15,7 @@ import threading
 import types
 import typing
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any, TypeVar
 
 from fedviews.errors import ConfigError
@@ -119,6 +120,16 @@ def build_dataclass(cls: type[T], values: Mapping[str, Any], where: str) -> T:
     if callable(validate):
         validate()
     return obj
+
+
+def read_toml(path: Path) -> dict[str, Any]:
+    """The table of the TOML file ``path`` (a :class:`ConfigError` if it is missing or invalid)."""
+    if not path.is_file():
+        raise ConfigError(f"config file {str(path)!r} does not exist")
+    try:
+        return tomllib.loads(path.read_text(encoding="utf-8"))
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{path}: invalid TOML: {exc}") from None
 
 
 def parse_overrides(overrides: Sequence[str]) -> dict[str, Any]:

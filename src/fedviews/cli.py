@@ -14,7 +14,7 @@ from typing import Annotated, Any
 import typer
 
 from fedviews._console import DEBUG, console, err_console, friendly
-from fedviews.errors import FedViewsError
+from fedviews.errors import ConfigError, FedViewsError
 
 app = typer.Typer(
     name="fedviews",
@@ -68,8 +68,6 @@ def run(
     experiment skips the cells (setting x method x seed, ...) it finished, a
     deployment goes on from the parties' last checkpoints.
     """
-    from fedviews.errors import ConfigError
-
     if resume is not None:
         if config is not None:
             raise ConfigError(
@@ -182,18 +180,9 @@ def compare(
 
 def _is_deployment(config: Path) -> bool:
     """A deployment config names its federation (``[federation]``); experiments do not."""
-    if sys.version_info >= (3, 11):
-        import tomllib
-    else:  # pragma: no cover
-        import tomli as tomllib
-    from fedviews.errors import ConfigError
+    from fedviews._tables import read_toml
 
-    if not config.is_file():
-        raise ConfigError(f"config file {str(config)!r} does not exist")
-    try:
-        return "federation" in tomllib.loads(config.read_text(encoding="utf-8"))
-    except tomllib.TOMLDecodeError as exc:
-        raise ConfigError(f"{config}: invalid TOML: {exc}") from None
+    return "federation" in read_toml(config)
 
 
 @app.command()
@@ -295,14 +284,13 @@ def _register_plugins() -> None:
     """Command groups that live next to their subsystems (the deployment commands)."""
     import importlib
 
-    for module in ("fedviews.deploy._cli",):
-        try:
-            mod = importlib.import_module(module)
-        except ModuleNotFoundError as exc:
-            if exc.name is not None and (exc.name.startswith("fedviews") or exc.name in _OPTIONAL):
-                continue  # subsystem not present, or its optional extra is not installed
-            raise
-        mod.register(app)
+    try:
+        mod = importlib.import_module("fedviews.deploy._cli")
+    except ModuleNotFoundError as exc:
+        if exc.name is not None and (exc.name.startswith("fedviews") or exc.name in _OPTIONAL):
+            return  # subsystem not present, or its optional extra is not installed
+        raise
+    mod.register(app)
 
 
 _register_plugins()

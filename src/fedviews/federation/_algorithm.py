@@ -34,8 +34,8 @@ import numpy as np
 from threadpoolctl import threadpool_limits
 
 from fedviews._registry import Registry
-from fedviews.data import PartyData, align, read_npz, save_npz
-from fedviews.errors import ConfigError, DataError, ProtocolError
+from fedviews.data import PartyData, align, deal_views, read_npz, save_npz
+from fedviews.errors import ConfigError, DataError, ProtocolError, require
 from fedviews.federation._defense import GAUSSIAN, Defense, defend_local, privacy_ledger
 from fedviews.federation._party import Coordinator, Party
 from fedviews.federation._policy import PrivacyPolicy
@@ -211,8 +211,6 @@ class Algorithm:
                 f"{sorted(self.defenses)}"
             )
         if defense.kind in GAUSSIAN:  # its noise and ledger need the accountant: say so now
-            from fedviews.errors import require
-
             require("dp_accounting", "privacy")
 
     def groups(self, run: RunSpec) -> list[AlignGroup]:
@@ -334,8 +332,6 @@ class Algorithm:
         Default: one view per party, in order (``data.views``, default the party
         names), labels with the first label owner (see :func:`fedviews.data.deal_views`).
         """
-        from fedviews.data import deal_views
-
         fed, split = cfg.federation, cfg.data
         views = tuple(split.views or fed.parties)
         if len(views) != len(fed.parties):

@@ -88,7 +88,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from fedviews.errors import ConfigError, DataError
+from fedviews.errors import ConfigError, DataError, require
 
 if TYPE_CHECKING:
     from fedviews.federation._algorithm import Local, RunSpec
@@ -252,12 +252,6 @@ def defend_local(run: RunSpec, member: str, local: Local, entropy: int | None = 
     return dataclasses.replace(local, data=dataclasses.replace(data, y=y))
 
 
-def _dp_accounting() -> Any:
-    from fedviews.errors import require
-
-    return require("dp_accounting", "privacy")
-
-
 def gaussian_epsilon(noise_multiplier: float, releases: int, delta: float) -> float:
     """The ``epsilon`` at ``delta`` of ``releases`` Gaussian mechanisms of multiplier
     ``noise_multiplier`` (noise std / L2 sensitivity).
@@ -267,7 +261,7 @@ def gaussian_epsilon(noise_multiplier: float, releases: int, delta: float) -> fl
     compose to a Gaussian one), whose tight ``(epsilon, delta)`` curve is dp-accounting's
     analytic ``get_epsilon_gaussian`` (Balle & Wang 2018). A test checks it against the
     PLD accountant's composition and the closed form."""
-    dpa = _dp_accounting()
+    dpa: Any = require("dp_accounting", "privacy")
     return float(dpa.get_epsilon_gaussian(noise_multiplier / math.sqrt(releases), delta))
 
 
@@ -278,7 +272,7 @@ def noise_multiplier(defense: Defense, releases: int) -> float:
     :func:`gaussian_epsilon`)."""
     if defense.noise_multiplier > 0:
         return float(defense.noise_multiplier)
-    dpa = _dp_accounting()
+    dpa: Any = require("dp_accounting", "privacy")
     sigma = float(dpa.get_sigma_gaussian(float(defense.epsilon), float(defense.delta)))
     return sigma * math.sqrt(int(releases))
 
