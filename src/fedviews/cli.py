@@ -14,6 +14,7 @@ from typing import Annotated, Any
 import typer
 
 from fedviews._console import DEBUG, console, err_console, friendly
+from fedviews._tables import read_toml
 from fedviews.errors import ConfigError, FedViewsError
 
 app = typer.Typer(
@@ -85,7 +86,7 @@ def run(
         return
     if config is None:
         raise ConfigError("give a CONFIG file (see configs/) or --resume RUN_DIR")
-    if _is_deployment(config):
+    if "federation" in read_toml(config):  # a deployment (experiments name no federation)
         from fedviews.deploy import launch, load_deploy_config
 
         dcfg = load_deploy_config(config, overrides or [])
@@ -176,13 +177,6 @@ def compare(
         console.print(table)
     page = cmp.write_html(out or runs[0].resolve().parent / "compare.html").resolve()
     console.print(f"comparison: [bold][link={page.as_uri()}]{page}[/link][/]", highlight=False)
-
-
-def _is_deployment(config: Path) -> bool:
-    """A deployment config names its federation (``[federation]``); experiments do not."""
-    from fedviews._tables import read_toml
-
-    return "federation" in read_toml(config)
 
 
 @app.command()

@@ -252,12 +252,9 @@ class MultiViewSequences:
 
     def select_views(self, names: Sequence[str]) -> MultiViewSequences:
         """Keep the views ``names`` in that order."""
-        names = [names] if isinstance(names, str) else list(names)
-        bad = [v for v in names if v not in self.view_names]
-        if bad or not names:
-            raise ConfigError(f"unknown views {bad or names}; available: {self.view_names}")
-        pos = [self.view_names.index(v) for v in names]
-        return replace(self, views=[self.views[p] for p in pos], view_names=names)
+        names = check_view_names(names, self.view_names, dataset=self.name)
+        views = [self.views[self.view_names.index(v)] for v in names]
+        return replace(self, views=views, view_names=names)
 
     def filter_lengths(
         self, min_length: int = 1, max_length: int | None = None

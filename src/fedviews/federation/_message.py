@@ -270,15 +270,13 @@ def parse_header(view: memoryview) -> tuple[dict[str, Any], list[dict[str, Any]]
         raise ProtocolError("corrupt message header: nested too deeply") from None
     if not isinstance(header, dict):
         raise ProtocolError("corrupt message header: not a JSON object")
-    if not isinstance(header.get("arrays", []), list) or not isinstance(
-        header.get("meta", {}), dict
-    ):
-        raise ProtocolError("corrupt message header: 'arrays' must be a list and 'meta' an object")
     missing = [
         k for k in ("kind", "sender", "receiver", "round", "meta", "arrays") if k not in header
     ]
     if missing:
         raise ProtocolError(f"corrupt message header: no {missing}")
+    if not isinstance(header["arrays"], list) or not isinstance(header["meta"], dict):
+        raise ProtocolError("corrupt message header: 'arrays' must be a list and 'meta' an object")
     specs = list(header["arrays"])
     offset = 8 + hlen
     total = offset + _sealed_overhead(header)

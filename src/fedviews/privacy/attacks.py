@@ -108,9 +108,8 @@ class Truth:
         return truth
 
     def save(self, path: Path) -> None:
-        arrays = {f"labels/{p}/{g}": v for (p, g), v in self.labels.items()}
-        arrays |= {f"features/{p}/{g}": v for (p, g), v in self.features.items()}
-        arrays |= {f"lengths/{p}/{g}": v for (p, g), v in self.lengths.items()}
+        tables = {"labels": self.labels, "features": self.features, "lengths": self.lengths}
+        arrays = {f"{what}/{p}/{g}": v for what, t in tables.items() for (p, g), v in t.items()}
         save_npz(Path(path), **arrays)
 
     @classmethod

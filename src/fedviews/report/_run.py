@@ -128,19 +128,18 @@ class RunRecord:
         """
         out: dict[str, Any] = {}
         if self.kind == "experiment":
-            tables = self.tables
-            if tables:
-                t = tables[0]
+            for t in self.tables[:1]:  # its headline table
                 cols = [str(c) for c in t.get("columns", [])]
                 for row in t.get("rows", []):
                     for col, v in zip(cols[1:], row[1:], strict=False):
                         if isinstance(v, (int, float)) and not isinstance(v, bool):
                             out[f"{row[0]} · {col}"] = v
         else:
-            for k, v in self.results.items():
-                if k in _BOOKKEEPING or isinstance(v, (dict, list)):
-                    continue
-                out[k] = v
+            out = {
+                k: v
+                for k, v in self.results.items()
+                if k not in _BOOKKEEPING and not isinstance(v, (dict, list))
+            }
         if self.seconds is not None:
             out["seconds"] = self.seconds
         sums = self.summaries()
