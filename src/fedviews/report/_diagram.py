@@ -184,14 +184,12 @@ def barrier_diagram(
     taken: list[tuple[float, float, float, float]] = []
     from matplotlib.patches import FancyArrowPatch, FancyBboxPatch
 
+    faces: dict[str | None, str] = {
+        **dict.fromkeys(middle, _OWNER_COLOUR),
+        coordinator: _COORD_COLOUR,
+    }
     for name, (x, y) in pos.items():
-        face = (
-            _COORD_COLOUR
-            if name == coordinator
-            else _OWNER_COLOUR
-            if name in middle
-            else _PARTY_COLOUR
-        )
+        face = faces.get(name, _PARTY_COLOUR)
         box = FancyBboxPatch(
             _box(x, y, _BOX_W, _BOX_H)[:2],
             _BOX_W,
@@ -260,13 +258,7 @@ def barrier_diagram(
     if title:
         ax.set_title(title, fontsize=10)
     if not crossings:
-        ax.text(
-            (x0 + x1) / 2,
-            (y0 + y1) / 2,
-            "no message crossed",
-            ha="center",
-            fontsize=10,
-            color="#555",
-        )
+        middle_of = ((x0 + x1) / 2, (y0 + y1) / 2)
+        ax.text(*middle_of, "no message crossed", ha="center", fontsize=10, color="#555")
     fig.tight_layout()
     return svg_of(fig, plt)

@@ -107,13 +107,9 @@ def party_bars(per_party: Mapping[str, Mapping[str, float]]) -> str:
     b.bar(x, secs, 0.6, color="#6a9f58")
     b.set_ylabel("seconds")
     b.set_title("time in message handlers", fontsize=10)
+    tilt = len(names) > 5  # long rows of names: slanted
     for ax in (a, b):
-        ax.set_xticks(
-            x,
-            names,
-            rotation=30 if len(names) > 5 else 0,
-            ha="right" if len(names) > 5 else "center",
-        )
+        ax.set_xticks(x, names, rotation=30 if tilt else 0, ha="right" if tilt else "center")
         ax.grid(axis="y", alpha=0.3)
     fig.tight_layout()
     return svg_of(fig, plt)
