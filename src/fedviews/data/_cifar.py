@@ -94,11 +94,7 @@ def load_cifar(
         raise ConfigError(f"label must be 'fine' or 'coarse', got {label!r}")
     folder = _folder(path, name)
     files = _LAYOUT[name][1] if subset == "train" else _LAYOUT[name][2]
-    key = (
-        b"labels"
-        if name == "cifar10"
-        else (b"fine_labels" if label == "fine" else b"coarse_labels")
-    )
+    key = b"labels" if name == "cifar10" else f"{label}_labels".encode()  # fine or coarse
     images, labels = [], []
     for f in files:
         batch = _read_batch(folder / f)

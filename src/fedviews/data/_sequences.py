@@ -86,9 +86,7 @@ def _check_view(view: Any, k: int) -> list[np.ndarray]:
             raise DataError(
                 f"view {k}: an array view must be (n, T, channels) or (n, T), got shape {view.shape}"
             )
-        seqs = [_as_sequence(view[i], f"view {k}, sample {i}") for i in range(view.shape[0])]
-    else:
-        seqs = [_as_sequence(s, f"view {k}, sample {i}") for i, s in enumerate(view)]
+    seqs = [_as_sequence(s, f"view {k}, sample {i}") for i, s in enumerate(view)]
     if not seqs:
         raise DataError(f"view {k} holds no samples")
     widths = {s.shape[1] for s in seqs}
