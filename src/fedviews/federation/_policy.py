@@ -83,9 +83,6 @@ class PrivacyPolicy:
                 f"privacy policy {self.name!r} forbids {sender!r} ({sender_role}) from sending "
                 f"a {kind!r} message to {receiver!r} ({receiver_role})"
             )
-        names = list(names)
-        if not names:
-            return
         ok = self.allowed.get((sender_role, receiver_role), frozenset())
         bad = [n for n in names if n not in ok]
         if bad:

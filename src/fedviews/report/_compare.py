@@ -13,7 +13,7 @@ from typing import Any
 from fedviews.errors import ConfigError
 from fedviews.report._diagram import format_bytes
 from fedviews.report._figures import curves_figure
-from fedviews.report._html import CSS, format_value, table_html
+from fedviews.report._html import format_value, table_html, write_page
 from fedviews.report._run import BYTES, RunRecord, load_run
 
 _MISSING = "—"
@@ -72,8 +72,6 @@ class Comparison:
         """Write the comparison as a self-contained HTML page; returns ``path``."""
         what = self.runs[0].title
         parts = [
-            f"<!doctype html><html lang='en'><head><meta charset='utf-8'><title>compare · "
-            f"{html.escape(what)}</title><style>{CSS}</style></head><body>",
             f"<h1>{len(self.runs)} runs of {html.escape(what)}</h1>",
             "<ul>"
             + "".join(
@@ -100,10 +98,7 @@ class Comparison:
                 "<h2>Curves</h2>",
                 f"<figure>{curves_figure(curves, xlabel='round / iteration')}</figure>",
             ]
-        parts.append("</body></html>")
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text("\n".join(parts), encoding="utf-8")
-        return path
+        return write_page(path, f"compare · {what}", parts)
 
 
 def _text(key: str, v: Any) -> str:

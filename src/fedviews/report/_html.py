@@ -309,20 +309,21 @@ def write_report(folder: Path | str) -> Path:
     ]
     sections = [s for s in sections if s[2]]
     nav = " ".join(f"<a href='#{sid}'>{html.escape(title)}</a>" for sid, title, _ in sections)
-    parts = [
-        f"<!doctype html><html lang='en'><head><meta charset='utf-8'><title>{html.escape(rec.name)}"
-        f" · fedviews</title><style>{CSS}</style></head><body>",
-        *_header(rec),
-        f"<nav>{nav}</nav>",
-    ]
+    parts = [*_header(rec), f"<nav>{nav}</nav>"]
     for sid, title, body in sections:
-        parts.append(f"<section id='{sid}'><h2>{html.escape(title)}</h2>")
-        parts += body
-        parts.append("</section>")
+        parts += [f"<section id='{sid}'><h2>{html.escape(title)}</h2>", *body, "</section>"]
     parts.append(
         f"<p class='note'>written by fedviews from the files in {html.escape(str(rec.folder))}</p>"
-        "</body></html>"
     )
-    path = rec.folder / "report.html"
-    path.write_text("\n".join(parts), encoding="utf-8")
+    return write_page(rec.folder / "report.html", f"{rec.name} · fedviews", parts)
+
+
+def write_page(path: Path, title: str, body: Sequence[str]) -> Path:
+    """Write ``body`` as a self-contained HTML page in the report's style; returns ``path``."""
+    head = (
+        f"<!doctype html><html lang='en'><head><meta charset='utf-8'><title>{html.escape(title)}"
+        f"</title><style>{CSS}</style></head><body>"
+    )
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("\n".join([head, *body, "</body></html>"]), encoding="utf-8")
     return path
