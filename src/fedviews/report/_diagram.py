@@ -18,6 +18,15 @@ from fedviews.report._figures import pyplot, svg_of
 _BOX_W, _BOX_H = 1.05, 0.34
 _FONT = 8.5  # points, of the arrow labels
 _COORD_COLOUR, _PARTY_COLOUR, _OWNER_COLOUR = "#fde3c8", "#dceaf7", "#dff2dc"
+#: the styles of a party's box, of an arrow (an arc of curvature _RAD), of an arrow's label
+#: and of the label's box (edged in the arrow's colour)
+_RAD = 0.14
+_PARTY: dict[str, Any] = dict(boxstyle="round,pad=0.02", edgecolor="#444", linewidth=1.0, zorder=3)
+_ARROW: dict[str, Any] = dict(
+    connectionstyle=f"arc3,rad={_RAD}", arrowstyle="-|>", mutation_scale=11, linewidth=1.1, zorder=2
+)
+_LABEL: dict[str, Any] = dict(ha="center", va="center", fontsize=_FONT, color="#222", zorder=5)
+_LABEL_BOX: dict[str, Any] = dict(boxstyle="round,pad=0.2", facecolor="white", alpha=0.92)
 
 
 @dataclass(frozen=True)
@@ -189,16 +198,9 @@ def barrier_diagram(
         coordinator: _COORD_COLOUR,
     }
     for name, (x, y) in pos.items():
-        face = faces.get(name, _PARTY_COLOUR)
+        corner = _box(x, y, _BOX_W, _BOX_H)[:2]
         box = FancyBboxPatch(
-            _box(x, y, _BOX_W, _BOX_H)[:2],
-            _BOX_W,
-            _BOX_H,
-            boxstyle="round,pad=0.02",
-            facecolor=face,
-            edgecolor="#444",
-            linewidth=1.0,
-            zorder=3,
+            corner, _BOX_W, _BOX_H, facecolor=faces.get(name, _PARTY_COLOUR), **_PARTY
         )
         ax.add_patch(box)
         boxes[name] = box
@@ -208,53 +210,27 @@ def barrier_diagram(
     senders = sorted({c.sender for c in crossings})
     char_w = _FONT * 0.56 / 72 / scale  # data units per character and per line
     line_h = _FONT * 1.25 / 72 / scale
-    rad = 0.14
     for c in crossings:
         if c.sender not in pos or c.receiver not in pos:
             continue
         colour = colours(senders.index(c.sender) % 10)
         p0, p2 = pos[c.sender], pos[c.receiver]
-        ax.add_patch(
-            FancyArrowPatch(
-                p0,
-                p2,
-                connectionstyle=f"arc3,rad={rad}",
-                arrowstyle="-|>",
-                mutation_scale=11,
-                color=colour,
-                linewidth=1.1,
-                patchA=boxes[c.sender],
-                patchB=boxes[c.receiver],
-                zorder=2,
-            )
+        arrow = FancyArrowPatch(
+            p0, p2, patchA=boxes[c.sender], patchB=boxes[c.receiver], color=colour, **_ARROW
         )
+        ax.add_patch(arrow)
         lines = _short_names(c.arrays) + ([format_bytes(c.nbytes)] if c.nbytes is not None else [])
         w = max(len(ln) for ln in lines) * char_w + 0.06
         h = len(lines) * line_h + 0.05
         # the label goes where along the arc it covers the least of the boxes and labels so far
         spots = [
-            _bezier(p0, p2, rad, t) for t in (0.5, 0.4, 0.6, 0.32, 0.68, 0.25, 0.75, 0.45, 0.55)
+            _bezier(p0, p2, _RAD, t) for t in (0.5, 0.4, 0.6, 0.32, 0.68, 0.25, 0.75, 0.45, 0.55)
         ]
         lx, ly = min(
             spots, key=lambda xy: sum(_overlap(_box(xy[0], xy[1], w, h), o) for o in taken)
         )
         taken.append(_box(lx, ly, w, h))
-        ax.text(
-            lx,
-            ly,
-            "\n".join(lines),
-            ha="center",
-            va="center",
-            fontsize=_FONT,
-            color="#222",
-            zorder=5,
-            bbox={
-                "boxstyle": "round,pad=0.2",
-                "facecolor": "white",
-                "edgecolor": colour,
-                "alpha": 0.92,
-            },
-        )
+        ax.text(lx, ly, "\n".join(lines), bbox={**_LABEL_BOX, "edgecolor": colour}, **_LABEL)
     if title:
         ax.set_title(title, fontsize=10)
     if not crossings:
