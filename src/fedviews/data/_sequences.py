@@ -405,29 +405,20 @@ def _parse_npy(path: Path) -> dict[str, np.ndarray]:
         isinstance(x, np.ndarray) and x.ndim == 2 and x.shape[1] == 6 for x in X
     ):
         raise DataError(f"{path}: X must be a list of (T, 6) arrays")
-    lengths = np.array([len(x) for x in X], dtype=np.int64)
+    per_recording = {k: np.asarray(d[k], dtype=np.int64) for k in ("y", "subject", "side")}
+    if any(len(v) != len(X) for v in per_recording.values()):
+        raise DataError(f"{path}: X, y, subject and side have different lengths")
     return {
         "X": np.concatenate(X).astype(np.float32),
-        "lengths": lengths,
-        "y": np.asarray(d["y"], dtype=np.int64),
-        "subject": np.asarray(d["subject"], dtype=np.int64),
-        "side": np.asarray(d["side"], dtype=np.int64),
+        "lengths": np.array([len(x) for x in X], dtype=np.int64),
+        **per_recording,
         "class_names": np.asarray([str(c) for c in d.get("y_labels", [])]),
     }
 
 
-def _build_watch() -> dict[str, np.ndarray]:
-    fetch_watch()
-    arrays = _parse_npy(_location() / _NPY)
-    n = len(arrays["lengths"])
-    if not all(len(arrays[k]) == n for k in ("y", "subject", "side")):
-        raise DataError("watch data: X, y, subject and side have different lengths")
-    return arrays
-
-
 def _watch_arrays() -> dict[str, np.ndarray]:
     keys = ["X", "lengths", "y", "subject", "side", "class_names"]
-    arrays = cached_arrays(_location() / _NPZ, keys, _build_watch)
+    arrays = cached_arrays(_location() / _NPZ, keys, lambda: _parse_npy(fetch_watch() / _NPY))
     (_location() / _NPY).unlink(missing_ok=True)  # the npz now holds it, pickle-free
     return arrays
 

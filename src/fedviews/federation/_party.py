@@ -128,14 +128,7 @@ class Party:
         meta: Mapping[str, MetaValue] | None = None,
     ) -> Message:
         """Build the reply to ``msg``."""
-        return Message(
-            kind=f"{msg.kind}:reply",
-            sender=self.name,
-            receiver=msg.sender,
-            round=msg.round,
-            arrays=dict(arrays or {}),
-            meta=dict(meta or {}),
-        )
+        return self._message(msg.sender, f"{msg.kind}:reply", arrays, meta, msg.round)
 
     # -- sending ---------------------------------------------------------
     def _transport(self) -> Transport:
