@@ -187,13 +187,8 @@ def experiments() -> None:
 
     from fedviews.experiments import list_algorithms, list_experiments
 
-    t = Table(
-        "name",
-        "default data",
-        "needs",
-        "description",
-        title="experiments (use as `experiment = ...` in a config)",
-    )
+    title = "experiments (use as `experiment = ...` in a config)"
+    t = Table("name", "default data", "needs", "description", title=title)
     for spec in list_experiments():
         t.add_row(spec.name, spec.default_dataset, spec.needs or "", spec.description)
     console.print(t)

@@ -9,6 +9,7 @@ process per party. :func:`federate` wires a list of parties to a transport.
 
 from typing import TYPE_CHECKING
 
+from fedviews.errors import require
 from fedviews.federation._algorithm import (
     ALGORITHMS,
     Algorithm,
@@ -127,8 +128,6 @@ __all__ = [
 def __getattr__(name: str) -> object:
     """The gRPC transports load lazily: they need the ``grpc`` extra."""
     if name in ("GrpcHub", "GrpcOptions", "GrpcPartyTransport"):
-        from fedviews.errors import require
-
         require("grpc", "grpc")
         from fedviews.federation import _grpc
 

@@ -131,32 +131,21 @@ class _Signer:
         self._key = c.serialization.load_pem_private_key(tls.key.read_bytes(), password=None)
         self._ecdsa = c.ec.ECDSA(c.hashes.SHA256())
 
-    def sign(self, data: bytes) -> bytes:
-        return bytes(self._key.sign(data, self._ecdsa))
+    def sign(self, info: bytes, *parts: bytes | str) -> str:
+        """The signature (base64) of the statement ``info | parts`` with this key."""
+        return _b64(self._key.sign(_statement(info, *parts), self._ecdsa))
 
-    def verify(self, pem: bytes, name: str, data: bytes, sig: bytes) -> None:
-        """Check that ``sig`` over ``data`` comes from a valid certificate of ``name``."""
-        key = verify_certificate(self.tls, pem, name)
+    def verify(
+        self, signed: Mapping[str, Any], name: str, info: bytes, *parts: bytes | str
+    ) -> None:
+        """Check that ``signed["sig"]``, over the statement ``info | parts``, comes from
+        ``signed["cert"]``, a valid certificate of ``name``."""
+        key = verify_certificate(self.tls, str(signed["cert"]).encode("ascii"), name)
+        sig = _unb64(signed["sig"], f"{name!r}'s signature")
         try:
-            key.verify(sig, data, self._ecdsa)
+            key.verify(sig, _statement(info, *parts), self._ecdsa)
         except crypto().exceptions.InvalidSignature:
             raise PrivacyError(f"a signature claimed to be {name!r}'s does not verify") from None
-
-    def sign_key(self, info: bytes, name: str, public: bytes) -> str:
-        """The signature (base64) binding ``name``'s X25519 key ``public`` to ``info``."""
-        return _b64(self.sign(_statement(info, name, public)))
-
-    def verified_key(self, info: bytes, peer: str, bundle: Mapping[str, Any]) -> bytes:
-        """The X25519 key of ``peer``'s bundle (``x25519``, ``cert``, ``sig``), once the
-        certificate is a valid one of ``peer`` and its signature over the key verifies."""
-        public = _unb64(bundle["x25519"], f"{peer!r}'s key")
-        self.verify(
-            str(bundle["cert"]).encode("ascii"),
-            peer,
-            _statement(info, peer, public),
-            _unb64(bundle["sig"], f"{peer!r}'s signature"),
-        )
-        return public
 
 
 class HubProof:
@@ -173,8 +162,7 @@ class HubProof:
     @staticmethod
     def make(tls: TLSFiles, party: str, nonce: bytes) -> dict[str, str]:
         signer = _Signer(tls)
-        sig = signer.sign(_statement(_HUB, party, nonce))
-        return {"cert": signer.cert_pem.decode("ascii"), "sig": _b64(sig)}
+        return {"cert": signer.cert_pem.decode("ascii"), "sig": signer.sign(_HUB, party, nonce)}
 
     @staticmethod
     def check(tls: TLSFiles, coordinator: str, party: str, nonce: bytes, proof: Any) -> None:
@@ -182,12 +170,7 @@ class HubProof:
             raise PrivacyError(
                 f"the server did not prove that it is {coordinator!r} (no signed welcome)"
             )
-        _Signer(tls).verify(
-            str(proof["cert"]).encode("ascii"),
-            coordinator,
-            _statement(_HUB, party, nonce),
-            _unb64(proof["sig"], f"{coordinator!r}'s signature"),
-        )
+        _Signer(tls).verify(proof, coordinator, _HUB, party, nonce)
 
 
 class E2EKeys:
@@ -209,7 +192,7 @@ class E2EKeys:
         """What this party's hello carries: its X25519 key, signed with its certificate's key."""
         return {
             "x25519": _b64(self._public),
-            "sig": self._signer.sign_key(_INFO, self.name, self._public),
+            "sig": self._signer.sign(_INFO, self.name, self._public),
         }
 
     def set_peers(self, peers: Mapping[str, Any], session: bytes) -> None:
@@ -222,7 +205,8 @@ class E2EKeys:
                 continue
             if not isinstance(b, Mapping) or not {"cert", "x25519", "sig"} <= set(b):
                 raise ProtocolError(f"the hub sent a malformed key bundle for {peer!r}")
-            public = self._signer.verified_key(_INFO, peer, b)
+            public = _unb64(b["x25519"], f"{peer!r}'s key")
+            self._signer.verify(b, peer, _INFO, peer, public)
             shared = x25519_secret(self._secret, public, peer)
 
             def key(a: str, b_: str, shared: bytes = shared) -> Any:

@@ -111,7 +111,7 @@ class SecureSum:
         if self.tls is not None:
             signer = _Signer(self.tls)
             out["cert"] = signer.cert_pem.decode("ascii")
-            out["sig"] = signer.sign_key(_INFO, self.name, self._public)
+            out["sig"] = signer.sign(_INFO, self.name, self._public)
         return out
 
     def set_peers(self, members: Sequence[str], bundles: Mapping[str, Any], session: bytes) -> None:
@@ -130,15 +130,14 @@ class SecureSum:
                 raise ProtocolError(
                     f"the coordinator sent no key of {peer!r} for secure aggregation"
                 )
-            if signer is None:
-                public = _unb64(b["x25519"], f"{peer!r}'s key")
-            elif "cert" not in b or "sig" not in b:
-                raise PrivacyError(
-                    f"{peer!r}'s secure-aggregation key is not signed: refusing to mask "
-                    "with a key the coordinator could have substituted"
-                )
-            else:
-                public = signer.verified_key(_INFO, peer, b)
+            public = _unb64(b["x25519"], f"{peer!r}'s key")
+            if signer is not None:
+                if "cert" not in b or "sig" not in b:
+                    raise PrivacyError(
+                        f"{peer!r}'s secure-aggregation key is not signed: refusing to mask "
+                        "with a key the coordinator could have substituted"
+                    )
+                signer.verify(b, peer, _INFO, peer, public)
             shared = x25519_secret(self._secret, public, peer)
             lo, hi = sorted((self.name, peer))
             key = hkdf(shared, _statement(_INFO, lo, hi), salt=session)
