@@ -344,7 +344,6 @@ def sequences_from_arrays(
     if cids.shape != (n,):
         raise DataError(f"client_ids must be 1-D with {n} entries, got shape {cids.shape}")
     ids_arr = np.array([f"{name}-{i:06d}" for i in range(n)]) if ids is None else np.asarray(ids)
-    grp = np.arange(n) if groups is None else np.asarray(groups)
     return MultiViewSequences(
         views=seqs,
         y=np.asarray(y_idx, dtype=np.int64),
@@ -354,7 +353,7 @@ def sequences_from_arrays(
         else [f"view{k}" for k in range(len(seqs))],
         class_names=cnames,
         ids=ids_arr,
-        groups=grp,
+        groups=np.arange(n) if groups is None else np.asarray(groups),
         name=name,
         description=description,
         sample_rate_hz=sample_rate_hz,

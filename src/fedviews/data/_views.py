@@ -9,6 +9,7 @@ from typing import Any
 import numpy as np
 
 from fedviews.data._registry import load
+from fedviews.data._split import balanced_subsample
 from fedviews.errors import ConfigError, DataError
 
 
@@ -154,8 +155,6 @@ def demo_image_split(
     Returns the six arrays of :func:`image_split` and the generator (seeded with ``seed``)
     that drew the test images, for the caller's further draws.
     """
-    from fedviews.data._split import balanced_subsample
-
     Xtr, ytr, ids, Xte, yte, ids_te = image_split(dataset, {}, seed, 0.2)
     rng = np.random.default_rng(seed)
     if n_per_class:

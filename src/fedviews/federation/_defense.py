@@ -88,6 +88,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from fedviews._tables import build_dataclass
 from fedviews.errors import ConfigError, DataError, require
 
 if TYPE_CHECKING:
@@ -194,8 +195,6 @@ class Defense:
     @classmethod
     def of(cls, value: Any) -> Defense:
         """A defense from ``None`` (none), a kind (``"secagg"``), a table or a :class:`Defense`."""
-        from fedviews._tables import build_dataclass
-
         if value is None:
             value = cls()
         elif isinstance(value, str):

@@ -141,8 +141,7 @@ class Message:
 
     def layout(self) -> tuple[dict[str, Any], list[np.ndarray]]:
         """The header table and the little-endian, C-ordered arrays of the encoding."""
-        specs = []
-        payloads = []
+        specs, payloads = [], []
         for name, a in self.arrays.items():
             c = np.asarray(a, order="C")
             le = c.dtype.newbyteorder("<") if c.dtype.byteorder == ">" else c.dtype

@@ -154,7 +154,6 @@ def compare_runs(folders: Sequence[Path | str]) -> Comparison:
         raise ConfigError(f"runs of different experiments cannot be compared: {found}")
     if len({r.folder.resolve() for r in runs}) < len(runs):
         raise ConfigError("the same run folder is given twice")
-    labels = _labels(runs)
     heads = [r.headline() for r in runs]
     keys = list(dict.fromkeys(k for h in heads for k in h))
     metrics = [(k, [h.get(k, _MISSING) for h in heads]) for k in keys]
@@ -165,4 +164,4 @@ def compare_runs(folders: Sequence[Path | str]) -> Comparison:
         for k in ckeys
         if len({repr(f.get(k, _MISSING)) for f in flats}) > 1
     ]
-    return Comparison(runs, labels, metrics, config)
+    return Comparison(runs, _labels(runs), metrics, config)

@@ -185,9 +185,7 @@ def barrier_diagram(
     scale = 1.0  # inches per data unit (equal aspect: arcs and label sizes in one unit)
     plt = pyplot()
     fig, ax = plt.subplots(figsize=((x1 - x0) * scale, (y1 - y0) * scale))
-    ax.set_xlim(x0, x1)
-    ax.set_ylim(y0, y1)
-    ax.set_aspect("equal")
+    ax.set(xlim=(x0, x1), ylim=(y0, y1), aspect="equal")
     ax.axis("off")
     boxes: dict[str, Any] = {}
     taken: list[tuple[float, float, float, float]] = []

@@ -140,9 +140,7 @@ def line_panels(
             if errors and pname in errors and label in errors[pname]:
                 e = np.asarray(errors[pname][label], dtype=float)
                 ax.fill_between(x, ys_arr - e, ys_arr + e, alpha=0.2)
-        ax.set_title(pname)
-        ax.set_xlabel(xlabel)
-        ax.set_ylabel(ylabel)
+        ax.set(title=pname, xlabel=xlabel, ylabel=ylabel)
         if logx:
             ax.set_xscale("log", base=2)
         ax.grid(alpha=0.3)

@@ -268,8 +268,7 @@ def _config(rec: RunRecord) -> list[str]:
     flat = rec.flat_config()
     if not flat:
         return ["<p>no config.json in this folder</p>"]
-    rows = [[k, v] for k, v in flat.items()]
-    return [table_html("", ["key", "value"], rows, cls="kv")]
+    return [table_html("", ["key", "value"], [[k, v] for k, v in flat.items()], cls="kv")]
 
 
 def _files(rec: RunRecord) -> list[str]:

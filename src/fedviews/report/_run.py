@@ -70,7 +70,7 @@ class RunRecord:
         """``"experiment mmvfl_feature_selection"`` / ``"Multi-VFL deployment"``."""
         if self.kind == "experiment":
             return f"experiment {self.what}"
-        return f"{method_name(self.what)} {'deployment' if self.kind == 'deployment' else 'party'}"
+        return f"{method_name(self.what)} {self.kind}"  # a deployment or a party
 
     @property
     def seconds(self) -> float | None:
