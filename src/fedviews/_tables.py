@@ -188,15 +188,13 @@ def import_modules(value: Any, where: str = "modules") -> tuple[str, ...]:
     example = f'e.g. {where} = ["fedridge"]'
     if isinstance(value, str) or not isinstance(value, (list, tuple)):
         raise ConfigError(f"{where} must be a list of module names ({example}), got {value!r}")
-    names: list[str] = []
     for item in value:
         if not isinstance(item, str) or not all(p.isidentifier() for p in item.split(".")):
             raise ConfigError(
                 f"{where}: {item!r} is not an importable module name (dotted Python "
                 f"identifiers, {example})"
             )
-        names.append(item)
-    for name in names:
+    for name in value:
         try:
             importlib.import_module(name)
         except ModuleNotFoundError as exc:
@@ -214,7 +212,7 @@ def import_modules(value: Any, where: str = "modules") -> tuple[str, ...]:
             ) from None
         except ImportError as exc:
             raise ConfigError(f"{where}: importing {name!r} failed: {exc}") from None
-    return tuple(names)
+    return tuple(value)
 
 
 #: appended to "unknown experiment/algorithm" errors

@@ -115,10 +115,8 @@ def _layout(
         sides = [sorted(p for p, c in colour.items() if c == k) for k in (0, 1)]
         middle = set(sides[0] if len(sides[0]) <= len(sides[1]) else sides[1])
     bottom = [p for p in parties if p not in middle]
-    pos: dict[str, tuple[float, float]] = {}
     step = 2.8 if middle else 2.2  # parties that talk to parties: more arrows between rows
-    for i, p in enumerate(bottom):
-        pos[p] = (i * step, 0.0)
+    pos: dict[str, tuple[float, float]] = {p: (i * step, 0.0) for i, p in enumerate(bottom)}
     right = max(len(bottom) - 1, 0) * step
     top = 0.0
     if middle:
