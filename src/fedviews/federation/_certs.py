@@ -82,43 +82,24 @@ def _write_key(path: Path, key: Any) -> None:
 
 def init_ca(directory: str | Path, name: str = "fedviews federation CA") -> Path:
     """Create a federation CA (``ca.key``, ``ca.crt``) in ``directory``; return ``ca.crt``."""
-    c = crypto()
-    x509, hashes, serialization, ec, NameOID = c.x509, c.hashes, c.serialization, c.ec, c.NameOID
+    x509 = crypto().x509
     d = Path(directory)
     d.mkdir(parents=True, exist_ok=True)
     if (d / "ca.key").exists():
         raise ConfigError(f"{d / 'ca.key'} exists already; use another directory")
-    key = ec.generate_private_key(ec.SECP256R1())
-    subject = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, name)])
-    now = datetime.datetime.now(datetime.timezone.utc)
-    cert = (
-        x509.CertificateBuilder()
-        .subject_name(subject)
-        .issuer_name(subject)
-        .public_key(key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - datetime.timedelta(minutes=5))
-        .not_valid_after(now + datetime.timedelta(days=10 * 365))
-        .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
-        .add_extension(
-            x509.KeyUsage(
-                digital_signature=True,
-                content_commitment=False,
-                key_encipherment=False,
-                data_encipherment=False,
-                key_agreement=False,
-                key_cert_sign=True,
-                crl_sign=True,
-                encipher_only=False,
-                decipher_only=False,
-            ),
-            critical=True,
-        )
-        .sign(key, hashes.SHA256())
+    usage = x509.KeyUsage(
+        digital_signature=True,
+        content_commitment=False,
+        key_encipherment=False,
+        data_encipherment=False,
+        key_agreement=False,
+        key_cert_sign=True,
+        crl_sign=True,
+        encipher_only=False,
+        decipher_only=False,
     )
-    _write_key(d / "ca.key", key)
-    (d / "ca.crt").write_bytes(cert.public_bytes(serialization.Encoding.PEM))
-    return d / "ca.crt"
+    ca = x509.BasicConstraints(ca=True, path_length=0)
+    return _issue(d, "ca", name, None, None, 10 * 365, [(ca, True), (usage, True)])
 
 
 def issue_certificate(
@@ -137,7 +118,6 @@ def issue_certificate(
     certificate is refused unless ``replace``, which revokes the old one first.
     """
     c = crypto()
-    x509, hashes, serialization, ec, NameOID = c.x509, c.hashes, c.serialization, c.ec, c.NameOID
     d = Path(directory)
     check_name(name)
     if name.lower() == "ca":
@@ -151,34 +131,53 @@ def issue_certificate(
                 "(the old certificate is revoked)"
             )
         revoke_certificate(d, name)
-    ca_key = serialization.load_pem_private_key((d / "ca.key").read_bytes(), password=None)
-    ca_cert = x509.load_pem_x509_certificate((d / "ca.crt").read_bytes())
-    key = ec.generate_private_key(ec.SECP256R1())
-    alt: list[Any] = [x509.DNSName(name)]
+    ca_key = c.serialization.load_pem_private_key((d / "ca.key").read_bytes(), password=None)
+    ca_cert = c.x509.load_pem_x509_certificate((d / "ca.crt").read_bytes())
+    alt: list[Any] = [c.x509.DNSName(name)]
     for h in hosts:
         try:
-            alt.append(x509.IPAddress(ipaddress.ip_address(h)))
+            alt.append(c.x509.IPAddress(ipaddress.ip_address(h)))
         except ValueError:
-            alt.append(x509.DNSName(h))
+            alt.append(c.x509.DNSName(h))
+    extensions = [
+        (c.x509.BasicConstraints(ca=False, path_length=None), True),
+        (c.x509.SubjectAlternativeName(alt), False),
+        (c.x509.ExtendedKeyUsage([c.EKU.SERVER_AUTH, c.EKU.CLIENT_AUTH]), False),
+    ]
+    return _issue(d, name, name, ca_cert.subject, ca_key, days, extensions)
+
+
+def _issue(
+    d: Path,
+    stem: str,
+    name: str,
+    issuer: Any,
+    signer: Any,
+    days: int,
+    extensions: list[tuple[Any, bool]],
+) -> Path:
+    """Write ``d/STEM.key`` (a fresh P-256 key) and ``d/STEM.crt``: its certificate for the
+    common name ``name``, issued by ``issuer`` with the key ``signer`` (``None``: self-signed),
+    valid from five minutes ago for ``days`` days, with ``(extension, critical)`` pairs."""
+    c = crypto()
+    key = c.ec.generate_private_key(c.ec.SECP256R1())
+    subject = c.x509.Name([c.x509.NameAttribute(c.NameOID.COMMON_NAME, name)])
     now = datetime.datetime.now(datetime.timezone.utc)
-    cert = (
-        x509.CertificateBuilder()
-        .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, name)]))
-        .issuer_name(ca_cert.subject)
+    builder = (
+        c.x509.CertificateBuilder()
+        .subject_name(subject)
+        .issuer_name(subject if issuer is None else issuer)
         .public_key(key.public_key())
-        .serial_number(x509.random_serial_number())
+        .serial_number(c.x509.random_serial_number())
         .not_valid_before(now - datetime.timedelta(minutes=5))
         .not_valid_after(now + datetime.timedelta(days=days))
-        .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
-        .add_extension(x509.SubjectAlternativeName(alt), critical=False)
-        .add_extension(
-            x509.ExtendedKeyUsage([c.EKU.SERVER_AUTH, c.EKU.CLIENT_AUTH]), critical=False
-        )
-        .sign(ca_key, hashes.SHA256())
     )
-    _write_key(d / f"{name}.key", key)
-    path = d / f"{name}.crt"
-    path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    for extension, critical in extensions:
+        builder = builder.add_extension(extension, critical=critical)
+    cert = builder.sign(key if signer is None else signer, c.hashes.SHA256())
+    _write_key(d / f"{stem}.key", key)
+    path = d / f"{stem}.crt"
+    path.write_bytes(cert.public_bytes(c.serialization.Encoding.PEM))
     return path
 
 
