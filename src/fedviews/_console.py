@@ -14,8 +14,6 @@ from rich.console import Console
 
 from fedviews.errors import FedViewsError
 
-__all__ = ["DEBUG", "console", "err_console", "friendly"]
-
 console = Console()
 if not console.is_terminal:  # pipes and CI logs: keep wide tables on one line
     console = Console(width=160)

@@ -5,8 +5,6 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-__all__ = ["store_params"]
-
 
 def store_params(est: Any, args: Mapping[str, Any]) -> None:
     """scikit-learn's ``__init__`` contract: store every parameter as given, unvalidated.

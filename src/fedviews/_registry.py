@@ -17,8 +17,6 @@ from typing import Generic, TypeVar
 
 from fedviews.errors import ConfigError
 
-__all__ = ["Registry"]
-
 T = TypeVar("T")
 
 
@@ -45,11 +43,7 @@ class Registry(Generic[T]):
 
     def register(self, name: str) -> Callable[[T], T]:
         """Decorator form of :meth:`add`."""
-
-        def deco(obj: T) -> T:
-            return self.add(name, obj)
-
-        return deco
+        return lambda obj: self.add(name, obj)
 
     def load(self) -> None:
         """Import every provider once (the skipped ones need an optional extra)."""

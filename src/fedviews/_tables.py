@@ -5,6 +5,7 @@ import first."""
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import difflib
 import importlib
@@ -14,6 +15,7 @@ import threading
 import types
 import typing
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any, TypeVar
 
 from fedviews.errors import ConfigError
@@ -22,16 +24,6 @@ if sys.version_info >= (3, 11):
     import tomllib
 else:  # pragma: no cover
     import tomli as tomllib
-
-__all__ = [
-    "MODULES_HINT",
-    "build_dataclass",
-    "closest",
-    "coerce",
-    "import_modules",
-    "merge_tables",
-    "parse_overrides",
-]
 
 T = TypeVar("T")
 
@@ -50,21 +42,16 @@ def coerce(value: Any, tp: Any, where: str) -> Any:
     if origin in (typing.Union, types.UnionType):
         if value is None and type(None) in args:
             return None
-        errors = []
         for a in args:
-            if a is type(None):
-                continue
-            try:
-                return coerce(value, a, where)
-            except ConfigError as e:
-                errors.append(str(e))
+            if a is not type(None):
+                with contextlib.suppress(ConfigError):
+                    return coerce(value, a, where)
         raise ConfigError(f"{where}: {value!r} does not match {tp}")
     if origin in (tuple, list, Sequence) or tp in (tuple, list):
         if not isinstance(value, (list, tuple)):
             value = [value]
         inner = args[0] if args else Any
-        items = [coerce(v, inner, f"{where}[{i}]") for i, v in enumerate(value)]
-        return tuple(items)
+        return tuple(coerce(v, inner, f"{where}[{i}]") for i, v in enumerate(value))
     if origin in (dict, Mapping) or tp is dict:
         if not isinstance(value, Mapping):
             raise ConfigError(f"{where}: expected a table, got {value!r}")
@@ -75,25 +62,23 @@ def coerce(value: Any, tp: Any, where: str) -> Any:
         if isinstance(value, str) and value.lower() in ("true", "false", "1", "0", "yes", "no"):
             return value.lower() in ("true", "1", "yes")
         raise ConfigError(f"{where}: expected true/false, got {value!r}")
-    if tp is int:
-        if isinstance(value, bool) or (isinstance(value, float) and not value.is_integer()):
-            raise ConfigError(f"{where}: expected an integer, got {value!r}")
+    if tp is int or tp is float:
+        wrong = ConfigError(
+            f"{where}: expected {'an integer' if tp is int else 'a number'}, got {value!r}"
+        )
+        if isinstance(value, bool) or (
+            tp is int and isinstance(value, float) and not value.is_integer()
+        ):
+            raise wrong
         try:
-            return int(value)
+            return tp(value)
         except (TypeError, ValueError):
-            raise ConfigError(f"{where}: expected an integer, got {value!r}") from None
-    if tp is float:
-        if isinstance(value, bool):
-            raise ConfigError(f"{where}: expected a number, got {value!r}")
-        try:
-            return float(value)
-        except (TypeError, ValueError):
-            raise ConfigError(f"{where}: expected a number, got {value!r}") from None
+            raise wrong from None
     if tp is str:
         if not isinstance(value, str):
             raise ConfigError(f"{where}: expected a string, got {value!r}")
         return value
-    if typing.get_origin(tp) is typing.Literal:
+    if origin is typing.Literal:
         if value not in args:
             raise ConfigError(f"{where}: {value!r} is not one of {list(args)}")
         return value
@@ -135,6 +120,16 @@ def build_dataclass(cls: type[T], values: Mapping[str, Any], where: str) -> T:
     if callable(validate):
         validate()
     return obj
+
+
+def read_toml(path: Path) -> dict[str, Any]:
+    """The table of the TOML file ``path`` (a :class:`ConfigError` if it is missing or invalid)."""
+    if not path.is_file():
+        raise ConfigError(f"config file {str(path)!r} does not exist")
+    try:
+        return tomllib.loads(path.read_text(encoding="utf-8"))
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{path}: invalid TOML: {exc}") from None
 
 
 def parse_overrides(overrides: Sequence[str]) -> dict[str, Any]:
@@ -193,15 +188,13 @@ def import_modules(value: Any, where: str = "modules") -> tuple[str, ...]:
     example = f'e.g. {where} = ["fedridge"]'
     if isinstance(value, str) or not isinstance(value, (list, tuple)):
         raise ConfigError(f"{where} must be a list of module names ({example}), got {value!r}")
-    names: list[str] = []
     for item in value:
         if not isinstance(item, str) or not all(p.isidentifier() for p in item.split(".")):
             raise ConfigError(
                 f"{where}: {item!r} is not an importable module name (dotted Python "
                 f"identifiers, {example})"
             )
-        names.append(item)
-    for name in names:
+    for name in value:
         try:
             importlib.import_module(name)
         except ModuleNotFoundError as exc:
@@ -219,7 +212,7 @@ def import_modules(value: Any, where: str = "modules") -> tuple[str, ...]:
             ) from None
         except ImportError as exc:
             raise ConfigError(f"{where}: importing {name!r} failed: {exc}") from None
-    return tuple(names)
+    return tuple(value)
 
 
 #: appended to "unknown experiment/algorithm" errors

@@ -15,7 +15,8 @@ import typer
 
 from fedviews._console import DEBUG, console, err_console, friendly
 from fedviews._heap import keep_freed_memory
-from fedviews.errors import FedViewsError
+from fedviews._tables import read_toml
+from fedviews.errors import ConfigError, FedViewsError
 
 app = typer.Typer(
     name="fedviews",
@@ -72,8 +73,6 @@ def run(
     experiment skips the cells (setting x method x seed, ...) it finished, a
     deployment goes on from the parties' last checkpoints.
     """
-    from fedviews.errors import ConfigError
-
     if resume is not None:
         if config is not None:
             raise ConfigError(
@@ -91,7 +90,7 @@ def run(
         return
     if config is None:
         raise ConfigError("give a CONFIG file (see configs/) or --resume RUN_DIR")
-    if _is_deployment(config):
+    if "federation" in read_toml(config):  # a deployment (experiments name no federation)
         from fedviews.deploy import launch, load_deploy_config
 
         dcfg = load_deploy_config(config, overrides or [])
@@ -184,22 +183,6 @@ def compare(
     console.print(f"comparison: [bold][link={page.as_uri()}]{page}[/link][/]", highlight=False)
 
 
-def _is_deployment(config: Path) -> bool:
-    """A deployment config names its federation (``[federation]``); experiments do not."""
-    if sys.version_info >= (3, 11):
-        import tomllib
-    else:  # pragma: no cover
-        import tomli as tomllib
-    from fedviews.errors import ConfigError
-
-    if not config.is_file():
-        raise ConfigError(f"config file {str(config)!r} does not exist")
-    try:
-        return "federation" in tomllib.loads(config.read_text(encoding="utf-8"))
-    except tomllib.TOMLDecodeError as exc:
-        raise ConfigError(f"{config}: invalid TOML: {exc}") from None
-
-
 @app.command()
 @friendly
 def experiments() -> None:
@@ -208,11 +191,8 @@ def experiments() -> None:
 
     from fedviews.experiments import list_algorithms, list_experiments
 
-    t = Table(title="experiments (use as `experiment = ...` in a config)")
-    t.add_column("name")
-    t.add_column("default data")
-    t.add_column("needs")
-    t.add_column("description")
+    title = "experiments (use as `experiment = ...` in a config)"
+    t = Table("name", "default data", "needs", "description", title=title)
     for spec in list_experiments():
         t.add_row(spec.name, spec.default_dataset, spec.needs or "", spec.description)
     console.print(t)
@@ -225,18 +205,13 @@ def datasets_list() -> None:
     """List the built-in datasets."""
     from rich.table import Table
 
-    from fedviews.data import info, list_datasets
+    from fedviews.data import info, list_datasets, list_sequence_datasets
 
-    t = Table(title="datasets")
-    t.add_column("name")
-    t.add_column("available")
-    t.add_column("description")
+    t = Table("name", "available", "description", title="datasets")
     for name in list_datasets():
         meta = info(name)
         t.add_row(name, "yes" if meta.get("available") else "no", str(meta.get("description", "")))
     console.print(t)
-    from fedviews.data import list_sequence_datasets
-
     console.print(
         "multi-view sequence datasets (fedviews.data.load_sequences): "
         + ", ".join(list_sequence_datasets())
@@ -287,12 +262,12 @@ def apfed_predict(
     pred = predict_exported(model, data)
     if out is None:
         console.print("\n".join(str(p) for p in pred.tolist()))
-    elif out.suffix == ".csv":
+        return
+    if out.suffix == ".csv":
         np.savetxt(out, pred, fmt="%s", delimiter=",")
-        console.print(f"{len(pred)} predictions -> {out}")
     else:
         np.save(out, pred)
-        console.print(f"{len(pred)} predictions -> {out}")
+    console.print(f"{len(pred)} predictions -> {out}")
 
 
 _OPTIONAL = ("torch", "grpc", "cryptography")
@@ -302,14 +277,13 @@ def _register_plugins() -> None:
     """Command groups that live next to their subsystems (the deployment commands)."""
     import importlib
 
-    for module in ("fedviews.deploy._cli",):
-        try:
-            mod = importlib.import_module(module)
-        except ModuleNotFoundError as exc:
-            if exc.name is not None and (exc.name.startswith("fedviews") or exc.name in _OPTIONAL):
-                continue  # subsystem not present, or its optional extra is not installed
-            raise
-        mod.register(app)
+    try:
+        mod = importlib.import_module("fedviews.deploy._cli")
+    except ModuleNotFoundError as exc:
+        if exc.name is not None and (exc.name.startswith("fedviews") or exc.name in _OPTIONAL):
+            return  # subsystem not present, or its optional extra is not installed
+        raise
+    mod.register(app)
 
 
 _register_plugins()

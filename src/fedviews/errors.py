@@ -19,6 +19,7 @@ import scikit-learn (about a second); :func:`check_fitted` raises it.
 
 from __future__ import annotations
 
+import importlib
 import threading
 from typing import TYPE_CHECKING, Any
 
@@ -142,8 +143,6 @@ def check_fitted(estimator: object, *attributes: str) -> None:
 
 def require(module: str, extra: str) -> object:
     """Import ``module`` or raise :class:`MissingDependency` naming the extra to install."""
-    import importlib
-
     try:
         return importlib.import_module(module)
     except ImportError as exc:  # pragma: no cover - depends on the environment

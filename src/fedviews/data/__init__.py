@@ -24,7 +24,6 @@ from fedviews.data._cache import cache_dir, read_npz, save_npz, write_npz
 from fedviews.data._cifar import load_cifar
 from fedviews.data._dataset import MultiViewDataset
 from fedviews.data._idx import read_idx
-from fedviews.data._images import demo_image_split, image_split
 from fedviews.data._party import PartyData, deal_views, standardized, standardized_with
 from fedviews.data._registry import fetch, info, list_datasets, load, register_dataset
 from fedviews.data._sequences import (
@@ -41,7 +40,7 @@ from fedviews.data._split import (
     stratified_kfold,
 )
 from fedviews.data._validation import check_ids, check_Xs, check_y, one_hot
-from fedviews.data._views import join_strips, split_strips
+from fedviews.data._views import demo_image_split, image_split, join_strips, split_strips
 
 __all__ = [
     "read_npz",

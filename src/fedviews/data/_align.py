@@ -22,8 +22,6 @@ from fedviews._registry import Registry
 from fedviews.data._validation import check_ids
 from fedviews.errors import DataError
 
-__all__ = ["align", "align_views", "register_intersection"]
-
 #: ``intersect(id_arrays) -> sorted unique common IDs``
 Intersection = Callable[[Sequence[np.ndarray]], np.ndarray]
 

@@ -20,18 +20,6 @@ import numpy as np
 
 from fedviews.errors import DataError
 
-__all__ = [
-    "write_npz",
-    "cache_dir",
-    "cached_arrays",
-    "dataset_dir",
-    "fetch_package",
-    "fetch_wheel_members",
-    "load_npz",
-    "save_npz",
-    "user_path",
-]
-
 
 def cache_dir() -> Path:
     """Return the root of the fedviews data cache.

@@ -33,8 +33,6 @@ from fedviews.data._registry import register_dataset
 from fedviews.data._split import balanced_subsample
 from fedviews.errors import DataError
 
-__all__ = ["CALTECH7_VIEW_NAMES", "SUBSTITUTE_CLASSES", "load_caltech7", "load_caltech7_substitute"]
-
 #: view widths of the standard Caltech101-7 file → their names.
 CALTECH7_VIEW_NAMES: dict[tuple[int, ...], list[str]] = {
     (48, 40, 254, 1984, 512, 928): ["gabor", "wavelet_moments", "centrist", "hog", "gist", "lbp"],

@@ -22,8 +22,6 @@ import numpy as np
 from fedviews.data._cache import NumpyOnlyUnpickler
 from fedviews.errors import ConfigError, DataError
 
-__all__ = ["load_cifar"]
-
 _LAYOUT = {
     "cifar10": ("cifar-10-batches-py", [f"data_batch_{k}" for k in range(1, 6)], ["test_batch"]),
     "cifar100": ("cifar-100-python", ["train"], ["test"]),
@@ -96,11 +94,7 @@ def load_cifar(
         raise ConfigError(f"label must be 'fine' or 'coarse', got {label!r}")
     folder = _folder(path, name)
     files = _LAYOUT[name][1] if subset == "train" else _LAYOUT[name][2]
-    key = (
-        b"labels"
-        if name == "cifar10"
-        else (b"fine_labels" if label == "fine" else b"coarse_labels")
-    )
+    key = b"labels" if name == "cifar10" else f"{label}_labels".encode()  # fine or coarse
     images, labels = [], []
     for f in files:
         batch = _read_batch(folder / f)

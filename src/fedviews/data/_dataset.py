@@ -6,10 +6,8 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
-from fedviews.data._validation import check_ids, check_Xs, check_y
+from fedviews.data._validation import check_ids, check_view_names, check_Xs, check_y
 from fedviews.errors import DataError
-
-__all__ = ["MultiViewDataset"]
 
 
 @dataclass(frozen=True)
@@ -89,13 +87,9 @@ class MultiViewDataset:
 
     def select_views(self, names: list[str]) -> MultiViewDataset:
         """Return the dataset with only the views named in ``names`` (in that order)."""
-        missing = [n for n in names if n not in self.view_names]
-        if missing:
-            raise DataError(f"{self.name} has no view(s) {missing}; available: {self.view_names}")
+        names = check_view_names(names, self.view_names, dataset=self.name)
         views = [self.views[self.view_names.index(n)] for n in names]
-        return replace(
-            self, views=views, view_names=list(names), class_names=list(self.class_names)
-        )
+        return replace(self, views=views, view_names=names, class_names=list(self.class_names))
 
     def summary(self) -> dict[str, object]:
         counts = np.bincount(self.y.astype(np.int64), minlength=self.n_classes)

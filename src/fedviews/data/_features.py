@@ -12,17 +12,6 @@ from math import factorial
 
 import numpy as np
 
-__all__ = [
-    "IMAGE_FEATURES",
-    "gabor_features",
-    "hog_features",
-    "image_features",
-    "intensity_features",
-    "lbp_features",
-    "moment_features",
-    "pixel_features",
-]
-
 _GABOR_FREQUENCIES = (0.1, 0.2, 0.3, 0.4)
 _GABOR_ORIENTATIONS = 4
 _ZERNIKE_ORDER = 8

@@ -24,8 +24,6 @@ from fedviews.data._registry import register_dataset
 from fedviews.data._validation import check_view_names
 from fedviews.errors import DataError
 
-__all__ = ["HANDWRITTEN_VIEWS", "fetch_handwritten", "load_handwritten"]
-
 #: view name → (width, UCI description), in the default order.
 HANDWRITTEN_VIEWS: dict[str, tuple[int, str]] = {
     "pix": (240, "pixel averages in 2 x 3 windows"),

@@ -23,8 +23,6 @@ import numpy as np
 
 from fedviews.errors import DataError
 
-__all__ = ["IDX_DTYPES", "read_idx"]
-
 #: IDX element type code → big-endian numpy dtype.
 IDX_DTYPES: dict[int, np.dtype] = {
     0x08: np.dtype(">u1"),

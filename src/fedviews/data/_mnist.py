@@ -23,17 +23,6 @@ from fedviews.data._registry import register_dataset
 from fedviews.data._views import image_views
 from fedviews.errors import ConfigError, DataError
 
-__all__ = [
-    "FASHION_MNIST_CLASSES",
-    "fashion_mnist_available",
-    "fashion_mnist_dir",
-    "fetch_fashion_mnist",
-    "fetch_mnist",
-    "load_fashion_mnist",
-    "load_mnist",
-    "read_fashion_mnist",
-]
-
 # --------------------------------------------------------------------------- Fashion-MNIST
 
 FASHION_MNIST_CLASSES = [
@@ -280,12 +269,10 @@ def load_mnist(*, views: str = "strips", n_views: int | None = None) -> MultiVie
         10,000 samples ordered by digit (all 0s, then all 1s, ...), IDs
         ``"mnist-00000"`` …; views float64 in ``[0, 1]``, ``images`` uint8.
     """
-    arrays = load_npz(_mnist_location() / _MNIST_NPZ, ["images", "y"])
+    path = fetch_mnist() / _MNIST_NPZ  # no download once the npz is there
+    arrays = load_npz(path, ["images", "y"])
     if arrays is None:
-        fetch_mnist()
-        arrays = load_npz(_mnist_location() / _MNIST_NPZ, ["images", "y"])
-        if arrays is None:
-            raise DataError(f"cannot read {_mnist_location() / _MNIST_NPZ}; delete it and retry")
+        raise DataError(f"cannot read {path}; delete it and retry")
     images = arrays["images"]
     Xs, names = image_views(images, views, n_views, dataset="mnist")
     return MultiViewDataset(

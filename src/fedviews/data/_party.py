@@ -12,10 +12,10 @@ from typing import Any
 
 import numpy as np
 
+from fedviews.data._registry import load
+from fedviews.data._split import balanced_subsample, held_out_split
 from fedviews.data._validation import check_ids
 from fedviews.errors import DataError
-
-__all__ = ["PartyData", "deal_views", "standardized", "standardized_with"]
 
 _KEEP = (np.dtype(np.uint8), np.dtype(np.float32), np.dtype(np.float64))
 
@@ -209,9 +209,6 @@ def deal_views(
     its own random order; only ``label_owner`` (default: the first view) gets the
     labels. Keys are the view names, in the dataset's order.
     """
-    from fedviews.data._registry import load
-    from fedviews.data._split import balanced_subsample, held_out_split
-
     ds = load(dataset, **({"views": list(views)} if views else {}))
     if n_per_class:
         ds = ds.subset(balanced_subsample(ds.y, n_per_class, random_state=seed))

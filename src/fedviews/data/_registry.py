@@ -18,15 +18,6 @@ from fedviews._registry import Registry
 from fedviews.data._dataset import MultiViewDataset
 from fedviews.errors import ConfigError
 
-__all__ = [
-    "DatasetSpec",
-    "fetch",
-    "info",
-    "list_datasets",
-    "load",
-    "register_dataset",
-]
-
 Loader = Callable[..., MultiViewDataset]
 
 _DATASETS: Registry[DatasetSpec] = Registry("dataset")
@@ -62,10 +53,6 @@ class DatasetSpec:
     fetch: Callable[[], Path]
     location: Callable[[], Path | None]
     available: Callable[[], bool]
-
-    def options(self) -> dict[str, Any]:
-        """Return the loader's options and their defaults."""
-        return loader_options(self.loader)
 
 
 def loader_options(loader: Callable[..., Any]) -> dict[str, Any]:
@@ -124,11 +111,6 @@ def register_dataset(
     return deco
 
 
-def get_spec(name: str) -> DatasetSpec:
-    """Return the registered :class:`DatasetSpec` or raise ``ConfigError`` with a suggestion."""
-    return _DATASETS.get(name)
-
-
 def list_datasets() -> list[str]:
     """Return the names of all registered datasets, sorted."""
     return _DATASETS.names()
@@ -151,7 +133,7 @@ def load(name: str, **options: Any) -> MultiViewDataset:
     DataError
         The raw files are missing or corrupt and cannot be fetched.
     """
-    spec = get_spec(name)
+    spec = _DATASETS.get(name)
     check_options(f"dataset {name!r}", spec.loader, options)
     return spec.loader(**options)
 
@@ -170,7 +152,7 @@ def fetch(name: str) -> Path:
     DataError
         The files cannot be obtained; the message says how to get them by hand.
     """
-    return get_spec(name).fetch()
+    return _DATASETS.get(name).fetch()
 
 
 def info(name: str) -> dict[str, Any]:
@@ -184,14 +166,14 @@ def info(name: str) -> dict[str, Any]:
         if unknown) and
         ``available`` (whether :func:`load` works now, without fetching).
     """
-    spec = get_spec(name)
+    spec = _DATASETS.get(name)
     where = spec.location()
     return {
         "name": spec.name,
         "description": spec.description,
         "size": spec.size,
         "source": spec.source,
-        "options": spec.options(),
+        "options": loader_options(spec.loader),
         "location": None if where is None else str(where),
         "available": bool(spec.available()),
     }

@@ -45,17 +45,6 @@ from fedviews.data._registry import check_options
 from fedviews.data._validation import check_view_names
 from fedviews.errors import ConfigError, DataError
 
-__all__ = [
-    "WATCH_VIEWS",
-    "MultiViewSequences",
-    "check_sequences",
-    "fetch_watch",
-    "list_sequence_datasets",
-    "load_sequences",
-    "load_watch",
-    "sequences_from_arrays",
-]
-
 #: view name -> channel indices of the watch recordings (``ax ay az wx wy wz``).
 WATCH_VIEWS: dict[str, tuple[int, ...]] = {"accelerometer": (0, 1, 2), "gyroscope": (3, 4, 5)}
 _WATCH_RATE_HZ = 50
@@ -97,9 +86,7 @@ def _check_view(view: Any, k: int) -> list[np.ndarray]:
             raise DataError(
                 f"view {k}: an array view must be (n, T, channels) or (n, T), got shape {view.shape}"
             )
-        seqs = [_as_sequence(view[i], f"view {k}, sample {i}") for i in range(view.shape[0])]
-    else:
-        seqs = [_as_sequence(s, f"view {k}, sample {i}") for i, s in enumerate(view)]
+    seqs = [_as_sequence(s, f"view {k}, sample {i}") for i, s in enumerate(view)]
     if not seqs:
         raise DataError(f"view {k} holds no samples")
     widths = {s.shape[1] for s in seqs}
@@ -263,12 +250,9 @@ class MultiViewSequences:
 
     def select_views(self, names: Sequence[str]) -> MultiViewSequences:
         """Keep the views ``names`` in that order."""
-        names = [names] if isinstance(names, str) else list(names)
-        bad = [v for v in names if v not in self.view_names]
-        if bad or not names:
-            raise ConfigError(f"unknown views {bad or names}; available: {self.view_names}")
-        pos = [self.view_names.index(v) for v in names]
-        return replace(self, views=[self.views[p] for p in pos], view_names=names)
+        names = check_view_names(names, self.view_names, dataset=self.name)
+        views = [self.views[self.view_names.index(v)] for v in names]
+        return replace(self, views=views, view_names=names)
 
     def filter_lengths(
         self, min_length: int = 1, max_length: int | None = None
@@ -360,7 +344,6 @@ def sequences_from_arrays(
     if cids.shape != (n,):
         raise DataError(f"client_ids must be 1-D with {n} entries, got shape {cids.shape}")
     ids_arr = np.array([f"{name}-{i:06d}" for i in range(n)]) if ids is None else np.asarray(ids)
-    grp = np.arange(n) if groups is None else np.asarray(groups)
     return MultiViewSequences(
         views=seqs,
         y=np.asarray(y_idx, dtype=np.int64),
@@ -370,7 +353,7 @@ def sequences_from_arrays(
         else [f"view{k}" for k in range(len(seqs))],
         class_names=cnames,
         ids=ids_arr,
-        groups=grp,
+        groups=np.arange(n) if groups is None else np.asarray(groups),
         name=name,
         description=description,
         sample_rate_hz=sample_rate_hz,
@@ -421,29 +404,20 @@ def _parse_npy(path: Path) -> dict[str, np.ndarray]:
         isinstance(x, np.ndarray) and x.ndim == 2 and x.shape[1] == 6 for x in X
     ):
         raise DataError(f"{path}: X must be a list of (T, 6) arrays")
-    lengths = np.array([len(x) for x in X], dtype=np.int64)
+    per_recording = {k: np.asarray(d[k], dtype=np.int64) for k in ("y", "subject", "side")}
+    if any(len(v) != len(X) for v in per_recording.values()):
+        raise DataError(f"{path}: X, y, subject and side have different lengths")
     return {
         "X": np.concatenate(X).astype(np.float32),
-        "lengths": lengths,
-        "y": np.asarray(d["y"], dtype=np.int64),
-        "subject": np.asarray(d["subject"], dtype=np.int64),
-        "side": np.asarray(d["side"], dtype=np.int64),
+        "lengths": np.array([len(x) for x in X], dtype=np.int64),
+        **per_recording,
         "class_names": np.asarray([str(c) for c in d.get("y_labels", [])]),
     }
 
 
-def _build_watch() -> dict[str, np.ndarray]:
-    fetch_watch()
-    arrays = _parse_npy(_location() / _NPY)
-    n = len(arrays["lengths"])
-    if not all(len(arrays[k]) == n for k in ("y", "subject", "side")):
-        raise DataError("watch data: X, y, subject and side have different lengths")
-    return arrays
-
-
 def _watch_arrays() -> dict[str, np.ndarray]:
     keys = ["X", "lengths", "y", "subject", "side", "class_names"]
-    arrays = cached_arrays(_location() / _NPZ, keys, _build_watch)
+    arrays = cached_arrays(_location() / _NPZ, keys, lambda: _parse_npy(fetch_watch() / _NPY))
     (_location() / _NPY).unlink(missing_ok=True)  # the npz now holds it, pickle-free
     return arrays
 
@@ -505,11 +479,7 @@ def load_watch(
     a = _watch_arrays()
     offsets = np.concatenate([[0], np.cumsum(a["lengths"])])
     rng = np.random.default_rng(random_state)
-    seqs: list[np.ndarray] = []
-    y: list[int] = []
-    subj: list[int] = []
-    grp: list[int] = []
-    ids: list[str] = []
+    samples = []  # (sequence, label, subject, recording, ID)
     for r in range(len(a["lengths"])):
         rec = _block_mean(a["X"][offsets[r] : offsets[r + 1]], int(downsample))
         if window_seconds is None:
@@ -520,12 +490,11 @@ def load_watch(
                 step = max(1, round(rng.uniform(lo, hi) * rate))
                 pieces.append(rec[start : start + step])
                 start += step
-        for j, piece in enumerate(pieces):
-            seqs.append(piece)
-            y.append(int(a["y"][r]))
-            subj.append(int(a["subject"][r]))
-            grp.append(r)
-            ids.append(f"watch-r{r:03d}-w{j:02d}")
+        label, subject = int(a["y"][r]), int(a["subject"][r])
+        samples += [
+            (p, label, subject, r, f"watch-r{r:03d}-w{j:02d}") for j, p in enumerate(pieces)
+        ]
+    seqs, y, subj, grp, ids = zip(*samples, strict=True)
     cnames = [str(c) for c in a["class_names"].tolist()] or [
         str(c) for c in range(int(a["y"].max()) + 1)
     ]

@@ -15,8 +15,6 @@ import numpy as np
 from fedviews._registry import Registry
 from fedviews.errors import ConfigError, DataError
 
-__all__ = ["balanced_subsample", "partition_clients", "stratified_kfold"]
-
 RandomState = int | np.random.Generator | None
 
 

@@ -9,8 +9,6 @@ import numpy as np
 
 from fedviews.errors import ConfigError, DataError
 
-__all__ = ["check_Xs", "check_ids", "check_view_names", "check_y", "one_hot"]
-
 
 def check_Xs(
     Xs: Any,

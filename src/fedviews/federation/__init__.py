@@ -9,6 +9,7 @@ process per party. :func:`federate` wires a list of parties to a transport.
 
 from typing import TYPE_CHECKING
 
+from fedviews.errors import require
 from fedviews.federation._algorithm import (
     ALGORITHMS,
     Algorithm,
@@ -50,7 +51,6 @@ from fedviews.federation._message import Message, MetaValue, error_payload, rais
 from fedviews.federation._party import Coordinator, Party, handles
 from fedviews.federation._policy import PrivacyPolicy
 from fedviews.federation._record import Observation, Observed, Recording
-from fedviews.federation._run import federate
 from fedviews.federation._secagg import (
     SECAGG_KINDS,
     SecureSum,
@@ -59,7 +59,7 @@ from fedviews.federation._secagg import (
     secured_policy,
     unmask_sum,
 )
-from fedviews.federation._transport import InProcessTransport, Transport
+from fedviews.federation._transport import InProcessTransport, Transport, federate
 
 if TYPE_CHECKING:
     from fedviews.federation._grpc import GrpcHub, GrpcOptions, GrpcPartyTransport
@@ -128,8 +128,6 @@ __all__ = [
 def __getattr__(name: str) -> object:
     """The gRPC transports load lazily: they need the ``grpc`` extra."""
     if name in ("GrpcHub", "GrpcOptions", "GrpcPartyTransport"):
-        from fedviews.errors import require
-
         require("grpc", "grpc")
         from fedviews.federation import _grpc
 

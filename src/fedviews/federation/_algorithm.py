@@ -34,30 +34,13 @@ import numpy as np
 from threadpoolctl import threadpool_limits
 
 from fedviews._registry import Registry
-from fedviews.data import PartyData, align, read_npz, save_npz
-from fedviews.errors import ConfigError, DataError, ProtocolError
+from fedviews.data import PartyData, align, deal_views, read_npz, save_npz
+from fedviews.errors import ConfigError, DataError, ProtocolError, require
 from fedviews.federation._defense import GAUSSIAN, Defense, defend_local, privacy_ledger
 from fedviews.federation._party import Coordinator, Party
 from fedviews.federation._policy import PrivacyPolicy
 from fedviews.federation._record import Observation, Recording
-from fedviews.federation._transport import InProcessTransport, Transport
-
-__all__ = [
-    "ALGORITHMS",
-    "AlignGroup",
-    "Algorithm",
-    "InProcessRun",
-    "Local",
-    "Roster",
-    "RunSpec",
-    "build_in_process",
-    "check_group_sizes",
-    "estimator_params",
-    "get_algorithm_spec",
-    "register_algorithm_spec",
-    "setup_info",
-    "spawn_streams",
-]
+from fedviews.federation._transport import InProcessTransport, Transport, federate
 
 
 @dataclass(frozen=True)
@@ -228,8 +211,6 @@ class Algorithm:
                 f"{sorted(self.defenses)}"
             )
         if defense.kind in GAUSSIAN:  # its noise and ledger need the accountant: say so now
-            from fedviews.errors import require
-
             require("dp_accounting", "privacy")
 
     def groups(self, run: RunSpec) -> list[AlignGroup]:
@@ -276,10 +257,7 @@ class Algorithm:
                 f"label owner {name!r} reported {counts['n_classes']} classes for "
                 f"{n_samples} samples"
             )
-        return {
-            "n_samples": n_samples,
-            **counts,
-        }
+        return {"n_samples": n_samples, **counts}
 
     def policy(self, run: RunSpec, setup: Mapping[str, Any]) -> PrivacyPolicy:
         """The privacy policy of this run: which kinds and arrays may go from role to role."""
@@ -354,8 +332,6 @@ class Algorithm:
         Default: one view per party, in order (``data.views``, default the party
         names), labels with the first label owner (see :func:`fedviews.data.deal_views`).
         """
-        from fedviews.data import deal_views
-
         fed, split = cfg.federation, cfg.data
         views = tuple(split.views or fed.parties)
         if len(views) != len(fed.parties):
@@ -537,8 +513,7 @@ def build_in_process(
     t = transport(policy) if transport is not None else None
     if t is None:
         t = InProcessTransport(policy, keep_entries=keep_entries)
-    for obj in (coord, *built.values()):
-        t.register(obj)
+    federate([coord, *built.values()], policy, t)
     holders = [p for p, loc in locals_.items() if loc.data.y is not None]
     ledger = privacy_ledger(run, holders, int(setup.get("n_classes", 0)), algo.dp_releases(run))
     return InProcessRun(algo, run, setup, coord, built, t, locals_, ledger)

@@ -13,30 +13,47 @@ are handed to each organisation; ``ca.key`` stays with whoever runs the CA.
 from __future__ import annotations
 
 import datetime
+import functools
 import ipaddress
 import os
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 from fedviews.errors import ConfigError, require
-
-__all__ = ["TLSFiles", "check_name", "init_ca", "issue_certificate", "revoke_certificate"]
 
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 _DAYS = 825
 
 
-def _crypto() -> Any:
+@functools.cache
+def crypto() -> Any:
+    """The ``cryptography`` modules of certificates, end-to-end sealing and secure
+    aggregation (imported on first use: they need the ``grpc`` extra)."""
     require("cryptography", "grpc")
-    from cryptography import x509
-    from cryptography.hazmat.primitives import hashes, serialization
-    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography import exceptions, x509
+    from cryptography.hazmat.primitives import ciphers, hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec, x25519
+    from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+    from cryptography.hazmat.primitives.kdf.hkdf import HKDF
     from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
-    return x509, hashes, serialization, ec, NameOID, ExtendedKeyUsageOID
+    return SimpleNamespace(
+        x509=x509,
+        exceptions=exceptions,
+        ciphers=ciphers,
+        hashes=hashes,
+        serialization=serialization,
+        ec=ec,
+        x25519=x25519,
+        AESGCM=AESGCM,
+        HKDF=HKDF,
+        NameOID=NameOID,
+        EKU=ExtendedKeyUsageOID,
+    )
 
 
 def check_name(name: str, what: str = "party name", why: str = "") -> str:
@@ -51,7 +68,7 @@ def check_name(name: str, what: str = "party name", why: str = "") -> str:
 
 def _write_key(path: Path, key: Any) -> None:
     """Write a private key readable by its owner only, from the first byte on."""
-    _, _, serialization, _, _, _ = _crypto()
+    serialization = crypto().serialization
     pem = key.private_bytes(
         serialization.Encoding.PEM,
         serialization.PrivateFormat.PKCS8,
@@ -65,42 +82,24 @@ def _write_key(path: Path, key: Any) -> None:
 
 def init_ca(directory: str | Path, name: str = "fedviews federation CA") -> Path:
     """Create a federation CA (``ca.key``, ``ca.crt``) in ``directory``; return ``ca.crt``."""
-    x509, hashes, serialization, ec, NameOID, _ = _crypto()
+    x509 = crypto().x509
     d = Path(directory)
     d.mkdir(parents=True, exist_ok=True)
     if (d / "ca.key").exists():
         raise ConfigError(f"{d / 'ca.key'} exists already; use another directory")
-    key = ec.generate_private_key(ec.SECP256R1())
-    subject = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, name)])
-    now = datetime.datetime.now(datetime.timezone.utc)
-    cert = (
-        x509.CertificateBuilder()
-        .subject_name(subject)
-        .issuer_name(subject)
-        .public_key(key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - datetime.timedelta(minutes=5))
-        .not_valid_after(now + datetime.timedelta(days=10 * 365))
-        .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
-        .add_extension(
-            x509.KeyUsage(
-                digital_signature=True,
-                content_commitment=False,
-                key_encipherment=False,
-                data_encipherment=False,
-                key_agreement=False,
-                key_cert_sign=True,
-                crl_sign=True,
-                encipher_only=False,
-                decipher_only=False,
-            ),
-            critical=True,
-        )
-        .sign(key, hashes.SHA256())
+    usage = x509.KeyUsage(
+        digital_signature=True,
+        content_commitment=False,
+        key_encipherment=False,
+        data_encipherment=False,
+        key_agreement=False,
+        key_cert_sign=True,
+        crl_sign=True,
+        encipher_only=False,
+        decipher_only=False,
     )
-    _write_key(d / "ca.key", key)
-    (d / "ca.crt").write_bytes(cert.public_bytes(serialization.Encoding.PEM))
-    return d / "ca.crt"
+    ca = x509.BasicConstraints(ca=True, path_length=0)
+    return _issue(d, "ca", name, None, None, 10 * 365, [(ca, True), (usage, True)])
 
 
 def issue_certificate(
@@ -118,7 +117,7 @@ def issue_certificate(
     IP addresses (for the coordinator's address). A name that already has a
     certificate is refused unless ``replace``, which revokes the old one first.
     """
-    x509, hashes, serialization, ec, NameOID, EKU = _crypto()
+    c = crypto()
     d = Path(directory)
     check_name(name)
     if name.lower() == "ca":
@@ -132,38 +131,59 @@ def issue_certificate(
                 "(the old certificate is revoked)"
             )
         revoke_certificate(d, name)
-    ca_key = serialization.load_pem_private_key((d / "ca.key").read_bytes(), password=None)
-    ca_cert = x509.load_pem_x509_certificate((d / "ca.crt").read_bytes())
-    key = ec.generate_private_key(ec.SECP256R1())
-    alt: list[Any] = [x509.DNSName(name)]
+    ca_key = c.serialization.load_pem_private_key((d / "ca.key").read_bytes(), password=None)
+    ca_cert = c.x509.load_pem_x509_certificate((d / "ca.crt").read_bytes())
+    alt: list[Any] = [c.x509.DNSName(name)]
     for h in hosts:
         try:
-            alt.append(x509.IPAddress(ipaddress.ip_address(h)))
+            alt.append(c.x509.IPAddress(ipaddress.ip_address(h)))
         except ValueError:
-            alt.append(x509.DNSName(h))
+            alt.append(c.x509.DNSName(h))
+    extensions = [
+        (c.x509.BasicConstraints(ca=False, path_length=None), True),
+        (c.x509.SubjectAlternativeName(alt), False),
+        (c.x509.ExtendedKeyUsage([c.EKU.SERVER_AUTH, c.EKU.CLIENT_AUTH]), False),
+    ]
+    return _issue(d, name, name, ca_cert.subject, ca_key, days, extensions)
+
+
+def _issue(
+    d: Path,
+    stem: str,
+    name: str,
+    issuer: Any,
+    signer: Any,
+    days: int,
+    extensions: list[tuple[Any, bool]],
+) -> Path:
+    """Write ``d/STEM.key`` (a fresh P-256 key) and ``d/STEM.crt``: its certificate for the
+    common name ``name``, issued by ``issuer`` with the key ``signer`` (``None``: self-signed),
+    valid from five minutes ago for ``days`` days, with ``(extension, critical)`` pairs."""
+    c = crypto()
+    key = c.ec.generate_private_key(c.ec.SECP256R1())
+    subject = c.x509.Name([c.x509.NameAttribute(c.NameOID.COMMON_NAME, name)])
     now = datetime.datetime.now(datetime.timezone.utc)
-    cert = (
-        x509.CertificateBuilder()
-        .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, name)]))
-        .issuer_name(ca_cert.subject)
+    builder = (
+        c.x509.CertificateBuilder()
+        .subject_name(subject)
+        .issuer_name(subject if issuer is None else issuer)
         .public_key(key.public_key())
-        .serial_number(x509.random_serial_number())
+        .serial_number(c.x509.random_serial_number())
         .not_valid_before(now - datetime.timedelta(minutes=5))
         .not_valid_after(now + datetime.timedelta(days=days))
-        .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
-        .add_extension(x509.SubjectAlternativeName(alt), critical=False)
-        .add_extension(x509.ExtendedKeyUsage([EKU.SERVER_AUTH, EKU.CLIENT_AUTH]), critical=False)
-        .sign(ca_key, hashes.SHA256())
     )
-    _write_key(d / f"{name}.key", key)
-    path = d / f"{name}.crt"
-    path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    for extension, critical in extensions:
+        builder = builder.add_extension(extension, critical=critical)
+    cert = builder.sign(key if signer is None else signer, c.hashes.SHA256())
+    _write_key(d / f"{stem}.key", key)
+    path = d / f"{stem}.crt"
+    path.write_bytes(cert.public_bytes(c.serialization.Encoding.PEM))
     return path
 
 
 def revoke_certificate(directory: str | Path, name: str) -> int:
     """Add the serial number of ``DIR/NAME.crt`` to ``DIR/revoked.txt``; return it."""
-    x509 = _crypto()[0]
+    x509 = crypto().x509
     d = Path(directory)
     path = d / f"{check_name(name)}.crt"
     if not path.is_file():
@@ -225,5 +245,5 @@ class TLSFiles:
         """Whether the PEM certificate a peer presented has a revoked serial number."""
         if not self.revoked or not pem:
             return False
-        x509 = _crypto()[0]
+        x509 = crypto().x509
         return f"{x509.load_pem_x509_certificate(pem).serial_number:x}" in self.revoked

@@ -33,8 +33,6 @@ import numpy as np
 from fedviews.errors import ConfigError, ProtocolError
 from fedviews.federation._message import Message
 
-__all__ = ["CODECS", "Codec", "wire_codecs"]
-
 CODECS = ("none", "fp16", "bf16", "int8", "topk")
 _FP16_MAX = float(np.finfo(np.float16).max)
 

@@ -88,23 +88,11 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from fedviews.errors import ConfigError, DataError
+from fedviews._tables import build_dataclass
+from fedviews.errors import ConfigError, DataError, require
 
 if TYPE_CHECKING:
     from fedviews.federation._algorithm import Local, RunSpec
-
-__all__ = [
-    "DEFENSES",
-    "GAUSSIAN",
-    "RANDOMIZED",
-    "Defense",
-    "defend_local",
-    "gaussian_epsilon",
-    "member_entropy",
-    "noise_multiplier",
-    "privacy_ledger",
-    "randomized_response",
-]
 
 #: the defense kinds fedviews implements
 DEFENSES = ("none", "secagg", "label_rr", "grad_dp", "act_dp", "model_dp")
@@ -207,8 +195,6 @@ class Defense:
     @classmethod
     def of(cls, value: Any) -> Defense:
         """A defense from ``None`` (none), a kind (``"secagg"``), a table or a :class:`Defense`."""
-        from fedviews._tables import build_dataclass
-
         if value is None:
             value = cls()
         elif isinstance(value, str):
@@ -265,12 +251,6 @@ def defend_local(run: RunSpec, member: str, local: Local, entropy: int | None = 
     return dataclasses.replace(local, data=dataclasses.replace(data, y=y))
 
 
-def _dp_accounting() -> Any:
-    from fedviews.errors import require
-
-    return require("dp_accounting", "privacy")
-
-
 def gaussian_epsilon(noise_multiplier: float, releases: int, delta: float) -> float:
     """The ``epsilon`` at ``delta`` of ``releases`` Gaussian mechanisms of multiplier
     ``noise_multiplier`` (noise std / L2 sensitivity).
@@ -280,7 +260,7 @@ def gaussian_epsilon(noise_multiplier: float, releases: int, delta: float) -> fl
     compose to a Gaussian one), whose tight ``(epsilon, delta)`` curve is dp-accounting's
     analytic ``get_epsilon_gaussian`` (Balle & Wang 2018). A test checks it against the
     PLD accountant's composition and the closed form."""
-    dpa = _dp_accounting()
+    dpa: Any = require("dp_accounting", "privacy")
     return float(dpa.get_epsilon_gaussian(noise_multiplier / math.sqrt(releases), delta))
 
 
@@ -291,7 +271,7 @@ def noise_multiplier(defense: Defense, releases: int) -> float:
     :func:`gaussian_epsilon`)."""
     if defense.noise_multiplier > 0:
         return float(defense.noise_multiplier)
-    dpa = _dp_accounting()
+    dpa: Any = require("dp_accounting", "privacy")
     sigma = float(dpa.get_sigma_gaussian(float(defense.epsilon), float(defense.delta)))
     return sigma * math.sqrt(int(releases))
 

@@ -36,14 +36,14 @@ from __future__ import annotations
 
 import base64
 import datetime
-import functools
 import json
 import secrets
 import threading
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from fedviews.errors import PrivacyError, ProtocolError, require
+from fedviews.errors import PrivacyError, ProtocolError
+from fedviews.federation._certs import TLSFiles, crypto
 from fedviews.federation._message import (
     SEAL_TAG,
     Message,
@@ -52,11 +52,6 @@ from fedviews.federation._message import (
     read_arrays,
     write_arrays,
 )
-
-if TYPE_CHECKING:
-    from fedviews.federation._certs import TLSFiles
-
-__all__ = ["E2EKeys", "HubProof", "verify_certificate"]
 
 _INFO = b"fedviews-e2e-v1"
 _HUB = b"fedviews-hub-v1"
@@ -77,51 +72,45 @@ def _unb64(text: Any, what: str) -> bytes:
         raise ProtocolError(f"{what} is not base64") from None
 
 
-@functools.cache
-def _crypto() -> Any:
-    require("cryptography", "grpc")
-    from cryptography import x509
-    from cryptography.exceptions import InvalidSignature, InvalidTag
-    from cryptography.hazmat.primitives import hashes
-    from cryptography.hazmat.primitives.asymmetric import ec, x25519
-    from cryptography.hazmat.primitives.ciphers.aead import AESGCM
-    from cryptography.hazmat.primitives.kdf.hkdf import HKDF
-    from cryptography.hazmat.primitives.serialization import load_pem_private_key
-    from cryptography.x509.oid import NameOID
+def hkdf(secret: bytes, info: bytes, salt: bytes | None = None) -> bytes:
+    """A 32-byte key: HKDF-SHA256 of ``secret`` under ``info`` (and ``salt``)."""
+    c = crypto()
+    return bytes(
+        c.HKDF(algorithm=c.hashes.SHA256(), length=32, salt=salt, info=info).derive(secret)
+    )
 
-    return {
-        "x509": x509,
-        "InvalidSignature": InvalidSignature,
-        "InvalidTag": InvalidTag,
-        "hashes": hashes,
-        "ec": ec,
-        "x25519": x25519,
-        "AESGCM": AESGCM,
-        "HKDF": HKDF,
-        "load_key": load_pem_private_key,
-        "NameOID": NameOID,
-    }
+
+def _statement(info: bytes, *parts: bytes | str) -> bytes:
+    """``info | part | ...``, joined by NUL bytes: what a key or signature is bound to."""
+    return b"\0".join([info, *(p.encode() if isinstance(p, str) else p for p in parts)])
+
+
+def x25519_secret(own: Any, public: bytes, peer: str) -> bytes:
+    """The X25519 shared secret of ``own`` (a private key) and ``peer``'s ``public`` key."""
+    try:
+        return bytes(own.exchange(crypto().x25519.X25519PublicKey.from_public_bytes(public)))
+    except ValueError:
+        raise PrivacyError(f"{peer!r}'s X25519 key is invalid") from None
 
 
 def verify_certificate(tls: TLSFiles, pem: bytes, name: str) -> Any:
     """The public key of ``pem`` if it is a valid certificate of party ``name`` in this
     federation: signed by its CA, common name exactly ``name``, valid now, not revoked."""
-    c = _crypto()
-    x509, ec = c["x509"], c["ec"]
+    c = crypto()
     try:
-        cert = x509.load_pem_x509_certificate(pem)
-        ca = x509.load_pem_x509_certificate(tls.ca.read_bytes())
+        cert = c.x509.load_pem_x509_certificate(pem)
+        ca = c.x509.load_pem_x509_certificate(tls.ca.read_bytes())
         hash_alg = cert.signature_hash_algorithm
         if cert.issuer != ca.subject or hash_alg is None:
             raise PrivacyError(f"the certificate offered for {name!r} is not from this CA")
-        ca.public_key().verify(cert.signature, cert.tbs_certificate_bytes, ec.ECDSA(hash_alg))
-    except c["InvalidSignature"]:
+        ca.public_key().verify(cert.signature, cert.tbs_certificate_bytes, c.ec.ECDSA(hash_alg))
+    except c.exceptions.InvalidSignature:
         raise PrivacyError(
             f"the certificate offered for {name!r} is not signed by the CA"
         ) from None
     except ValueError as exc:
         raise PrivacyError(f"the certificate offered for {name!r} is unreadable: {exc}") from None
-    names = [a.value for a in cert.subject.get_attributes_for_oid(c["NameOID"].COMMON_NAME)]
+    names = [a.value for a in cert.subject.get_attributes_for_oid(c.NameOID.COMMON_NAME)]
     if names != [name]:  # exact: TLS host names compare case-insensitively, fedviews does not
         raise PrivacyError(f"a certificate of {names} was offered as {name!r}'s")
     now = datetime.datetime.now(datetime.timezone.utc)
@@ -136,21 +125,26 @@ class _Signer:
     """This process's certificate and private key (the ones it uses for TLS)."""
 
     def __init__(self, tls: TLSFiles) -> None:
-        c = _crypto()
+        c = crypto()
         self.tls = tls
         self.cert_pem = tls.cert.read_bytes()
-        self._key = c["load_key"](tls.key.read_bytes(), password=None)
-        self._ecdsa = c["ec"].ECDSA(c["hashes"].SHA256())
+        self._key = c.serialization.load_pem_private_key(tls.key.read_bytes(), password=None)
+        self._ecdsa = c.ec.ECDSA(c.hashes.SHA256())
 
-    def sign(self, data: bytes) -> bytes:
-        return bytes(self._key.sign(data, self._ecdsa))
+    def sign(self, info: bytes, *parts: bytes | str) -> str:
+        """The signature (base64) of the statement ``info | parts`` with this key."""
+        return _b64(self._key.sign(_statement(info, *parts), self._ecdsa))
 
-    def verify(self, pem: bytes, name: str, data: bytes, sig: bytes) -> None:
-        """Check that ``sig`` over ``data`` comes from a valid certificate of ``name``."""
-        key = verify_certificate(self.tls, pem, name)
+    def verify(
+        self, signed: Mapping[str, Any], name: str, info: bytes, *parts: bytes | str
+    ) -> None:
+        """Check that ``signed["sig"]``, over the statement ``info | parts``, comes from
+        ``signed["cert"]``, a valid certificate of ``name``."""
+        key = verify_certificate(self.tls, str(signed["cert"]).encode("ascii"), name)
+        sig = _unb64(signed["sig"], f"{name!r}'s signature")
         try:
-            key.verify(sig, data, self._ecdsa)
-        except _crypto()["InvalidSignature"]:
+            key.verify(sig, _statement(info, *parts), self._ecdsa)
+        except crypto().exceptions.InvalidSignature:
             raise PrivacyError(f"a signature claimed to be {name!r}'s does not verify") from None
 
 
@@ -168,8 +162,7 @@ class HubProof:
     @staticmethod
     def make(tls: TLSFiles, party: str, nonce: bytes) -> dict[str, str]:
         signer = _Signer(tls)
-        sig = signer.sign(_HUB + b"\0" + party.encode() + b"\0" + nonce)
-        return {"cert": signer.cert_pem.decode("ascii"), "sig": _b64(sig)}
+        return {"cert": signer.cert_pem.decode("ascii"), "sig": signer.sign(_HUB, party, nonce)}
 
     @staticmethod
     def check(tls: TLSFiles, coordinator: str, party: str, nonce: bytes, proof: Any) -> None:
@@ -177,22 +170,16 @@ class HubProof:
             raise PrivacyError(
                 f"the server did not prove that it is {coordinator!r} (no signed welcome)"
             )
-        _Signer(tls).verify(
-            str(proof["cert"]).encode("ascii"),
-            coordinator,
-            _HUB + b"\0" + party.encode() + b"\0" + nonce,
-            _unb64(proof["sig"], f"{coordinator!r}'s signature"),
-        )
+        _Signer(tls).verify(proof, coordinator, _HUB, party, nonce)
 
 
 class E2EKeys:
     """One party's end-to-end keys: its signed X25519 bundle, its peers', seal and open."""
 
     def __init__(self, name: str, tls: TLSFiles) -> None:
-        c = _crypto()
         self.name = name
         self._signer = _Signer(tls)
-        self._secret = c["x25519"].X25519PrivateKey.generate()
+        self._secret = crypto().x25519.X25519PrivateKey.generate()
         self._public = self._secret.public_key().public_bytes_raw()
         self._send: dict[str, Any] = {}  # receiver -> AESGCM
         self._recv: dict[str, Any] = {}  # sender -> AESGCM
@@ -201,19 +188,16 @@ class E2EKeys:
         self._lock = threading.Lock()
         self._ready = threading.Event()  # the hub handed out the peers' keys
 
-    def _signed(self, name: str, public: bytes) -> bytes:
-        return _INFO + b"\0" + name.encode() + b"\0" + public
-
     def bundle(self) -> dict[str, str]:
         """What this party's hello carries: its X25519 key, signed with its certificate's key."""
         return {
             "x25519": _b64(self._public),
-            "sig": _b64(self._signer.sign(self._signed(self.name, self._public))),
+            "sig": self._signer.sign(_INFO, self.name, self._public),
         }
 
     def set_peers(self, peers: Mapping[str, Any], session: bytes) -> None:
         """Verify every peer's bundle (``{name: {"cert", "x25519", "sig"}}``) and derive keys."""
-        c = _crypto()
+        aesgcm = crypto().AESGCM
         send: dict[str, Any] = {}
         recv: dict[str, Any] = {}
         for peer, b in peers.items():
@@ -222,23 +206,11 @@ class E2EKeys:
             if not isinstance(b, Mapping) or not {"cert", "x25519", "sig"} <= set(b):
                 raise ProtocolError(f"the hub sent a malformed key bundle for {peer!r}")
             public = _unb64(b["x25519"], f"{peer!r}'s key")
-            self._signer.verify(
-                str(b["cert"]).encode("ascii"),
-                peer,
-                self._signed(peer, public),
-                _unb64(b["sig"], f"{peer!r}'s signature"),
-            )
-            try:
-                shared = self._secret.exchange(
-                    c["x25519"].X25519PublicKey.from_public_bytes(public)
-                )
-            except ValueError:
-                raise PrivacyError(f"{peer!r}'s X25519 key is invalid") from None
+            self._signer.verify(b, peer, _INFO, peer, public)
+            shared = x25519_secret(self._secret, public, peer)
 
             def key(a: str, b_: str, shared: bytes = shared) -> Any:
-                info = _INFO + b"\0" + a.encode() + b"\0" + b_.encode()
-                hkdf = c["HKDF"](algorithm=c["hashes"].SHA256(), length=32, salt=session, info=info)
-                return c["AESGCM"](hkdf.derive(shared))
+                return aesgcm(hkdf(shared, _statement(_INFO, a, b_), salt=session))
 
             send[peer], recv[peer] = key(self.name, peer), key(peer, self.name)
         with self._lock:
@@ -306,7 +278,7 @@ class E2EKeys:
                 aead.decrypt_into(nonce, view[offset:], view[:offset], plain)
             else:  # pragma: no cover - older cryptography
                 plain[:] = aead.decrypt(nonce, bytes(view[offset:]), bytes(view[:offset]))
-        except (_crypto()["InvalidTag"], ValueError):
+        except (crypto().exceptions.InvalidTag, ValueError):
             raise PrivacyError(
                 f"a message claimed to be {sender!r}'s failed authentication "
                 "(altered or forged on the way)"

@@ -7,8 +7,6 @@ from collections import defaultdict
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-__all__ = ["LogEntry", "MessageLog"]
-
 
 @dataclass(frozen=True)
 class LogEntry:
@@ -40,21 +38,18 @@ class MessageLog:
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     def record(self, entry: LogEntry) -> None:
+        pair = (entry.sender, entry.receiver)
         with self._lock:  # transports may deliver concurrently
-            self._record(entry)
-
-    def _record(self, entry: LogEntry) -> None:
-        self._messages += 1
-        self._rounds = max(self._rounds, entry.round)
-        self._bytes_sent[entry.sender] += entry.nbytes
-        self._bytes_recv[entry.receiver] += entry.nbytes
-        self._crossed[(entry.sender, entry.receiver)].update(entry.arrays)
-        self._pair_bytes[(entry.sender, entry.receiver)] += entry.nbytes
-        self._meta[(entry.sender, entry.receiver)].update(entry.meta)
-        names = tuple(sorted(entry.arrays))
-        self._exchanges.add((entry.sender, entry.receiver, entry.kind, names))
-        if self.keep_entries:
-            self.entries.append(entry)
+            self._messages += 1
+            self._rounds = max(self._rounds, entry.round)
+            self._bytes_sent[entry.sender] += entry.nbytes
+            self._bytes_recv[entry.receiver] += entry.nbytes
+            self._crossed[pair].update(entry.arrays)
+            self._pair_bytes[pair] += entry.nbytes
+            self._meta[pair].update(entry.meta)
+            self._exchanges.add((*pair, entry.kind, tuple(sorted(entry.arrays))))
+            if self.keep_entries:
+                self.entries.append(entry)
 
     # -- queries used by tests and reports -------------------------------
     def arrays_sent(self, sender: str | None = None, receiver: str | None = None) -> set[str]:

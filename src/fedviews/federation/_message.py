@@ -23,8 +23,6 @@ import numpy as np
 from fedviews import errors
 from fedviews.errors import FedViewsError, PartyUnavailable, ProtocolError
 
-__all__ = ["Message", "MetaValue"]
-
 MetaValue = str | int | float | bool | None
 _MAGIC = b"FVM1"
 _ALLOWED_KINDS = set("biuf")  # bool, signed, unsigned, float
@@ -143,8 +141,7 @@ class Message:
 
     def layout(self) -> tuple[dict[str, Any], list[np.ndarray]]:
         """The header table and the little-endian, C-ordered arrays of the encoding."""
-        specs = []
-        payloads = []
+        specs, payloads = [], []
         for name, a in self.arrays.items():
             c = np.asarray(a, order="C")
             le = c.dtype.newbyteorder("<") if c.dtype.byteorder == ">" else c.dtype
@@ -272,15 +269,13 @@ def parse_header(view: memoryview) -> tuple[dict[str, Any], list[dict[str, Any]]
         raise ProtocolError("corrupt message header: nested too deeply") from None
     if not isinstance(header, dict):
         raise ProtocolError("corrupt message header: not a JSON object")
-    if not isinstance(header.get("arrays", []), list) or not isinstance(
-        header.get("meta", {}), dict
-    ):
-        raise ProtocolError("corrupt message header: 'arrays' must be a list and 'meta' an object")
     missing = [
         k for k in ("kind", "sender", "receiver", "round", "meta", "arrays") if k not in header
     ]
     if missing:
         raise ProtocolError(f"corrupt message header: no {missing}")
+    if not isinstance(header["arrays"], list) or not isinstance(header["meta"], dict):
+        raise ProtocolError("corrupt message header: 'arrays' must be a list and 'meta' an object")
     specs = list(header["arrays"])
     offset = 8 + hlen
     total = offset + _sealed_overhead(header)

@@ -14,8 +14,6 @@ if TYPE_CHECKING:
     from fedviews.federation._record import Recording
     from fedviews.federation._transport import Transport
 
-__all__ = ["Coordinator", "Party", "handles"]
-
 F = TypeVar("F", bound=Callable[..., Any])
 
 
@@ -130,16 +128,31 @@ class Party:
         meta: Mapping[str, MetaValue] | None = None,
     ) -> Message:
         """Build the reply to ``msg``."""
+        return self._message(msg.sender, f"{msg.kind}:reply", arrays, meta, msg.round)
+
+    # -- sending ---------------------------------------------------------
+    def _transport(self) -> Transport:
+        if self.transport is None:
+            raise ProtocolError(f"party {self.name!r} is not attached to a transport")
+        return self.transport
+
+    def _message(
+        self,
+        receiver: str,
+        kind: str,
+        arrays: Mapping[str, np.ndarray] | None,
+        meta: Mapping[str, MetaValue] | None,
+        round: int | None,
+    ) -> Message:
         return Message(
-            kind=f"{msg.kind}:reply",
+            kind=kind,
             sender=self.name,
-            receiver=msg.sender,
-            round=msg.round,
+            receiver=receiver,
+            round=self.round if round is None else round,
             arrays=dict(arrays or {}),
             meta=dict(meta or {}),
         )
 
-    # -- sending ---------------------------------------------------------
     def send(
         self,
         receiver: str,
@@ -149,17 +162,8 @@ class Party:
         round: int | None = None,
     ) -> Message:
         """Send a message to ``receiver`` and return its reply."""
-        if self.transport is None:
-            raise ProtocolError(f"party {self.name!r} is not attached to a transport")
-        msg = Message(
-            kind=kind,
-            sender=self.name,
-            receiver=receiver,
-            round=self.round if round is None else round,
-            arrays=dict(arrays or {}),
-            meta=dict(meta or {}),
-        )
-        return self._received([self.transport.request(msg)])[0]
+        msg = self._message(receiver, kind, arrays, meta, round)
+        return self._received([self._transport().request(msg)])[0]
 
     def broadcast(
         self,
@@ -174,21 +178,7 @@ class Party:
         The transport may deliver them concurrently (e.g. over gRPC every party
         computes in parallel); replies are returned by receiver name either way.
         """
-        if self.transport is None:
-            raise ProtocolError(f"party {self.name!r} is not attached to a transport")
-        msgs = [
-            Message(
-                kind=kind,
-                sender=self.name,
-                receiver=r,
-                round=self.round if round is None else round,
-                arrays=dict(arrays or {}),
-                meta=dict(meta or {}),
-            )
-            for r in receivers
-        ]
-        replies = self._received(self.transport.request_many(msgs))
-        return dict(zip(receivers, replies, strict=True))
+        return self.scatter(kind, dict.fromkeys(receivers, arrays or {}), meta, round)
 
     def scatter(
         self,
@@ -204,20 +194,12 @@ class Party:
         receiver only. Like :meth:`broadcast`, the transport may deliver them
         concurrently; the messages are built and listed in the order of ``arrays``.
         """
-        if self.transport is None:
-            raise ProtocolError(f"party {self.name!r} is not attached to a transport")
+        transport = self._transport()
         msgs = [
-            Message(
-                kind=kind,
-                sender=self.name,
-                receiver=r,
-                round=self.round if round is None else round,
-                arrays=dict(a),
-                meta={**(meta or {}), **((meta_for or {}).get(r) or {})},
-            )
+            self._message(r, kind, a, {**(meta or {}), **((meta_for or {}).get(r) or {})}, round)
             for r, a in arrays.items()
         ]
-        replies = self._received(self.transport.request_many(msgs))
+        replies = self._received(transport.request_many(msgs))
         return dict(zip(arrays, replies, strict=True))
 
 

@@ -7,8 +7,6 @@ from dataclasses import dataclass, field
 
 from fedviews.errors import PrivacyError
 
-__all__ = ["SESSION_PREFIXES", "PrivacyPolicy"]
-
 #: kinds of the session (setup, PSI, secure-aggregation keys): only the coordinator may send them, and only
 #: when a policy lists them, whatever else the policy allows
 SESSION_PREFIXES = ("deploy:", "psi:", "secagg:")
@@ -85,9 +83,6 @@ class PrivacyPolicy:
                 f"privacy policy {self.name!r} forbids {sender!r} ({sender_role}) from sending "
                 f"a {kind!r} message to {receiver!r} ({receiver_role})"
             )
-        names = list(names)
-        if not names:
-            return
         ok = self.allowed.get((sender_role, receiver_role), frozenset())
         bad = [n for n in names if n not in ok]
         if bad:

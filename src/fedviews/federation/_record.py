@@ -24,8 +24,6 @@ from fedviews.data import read_npz, write_npz
 from fedviews.errors import ConfigError, DataError
 from fedviews.federation._message import Message, MetaValue
 
-__all__ = ["Observation", "Observed", "Recording"]
-
 #: default ceiling on the array bytes one recording keeps in memory
 MAX_RECORDED_BYTES = 4 << 30
 

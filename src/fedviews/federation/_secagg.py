@@ -39,7 +39,6 @@ Every masked array is uniform over the ring given all but one party's masks.
 
 from __future__ import annotations
 
-import functools
 import hashlib
 import json
 import secrets
@@ -48,22 +47,12 @@ from typing import Any
 
 import numpy as np
 
-from fedviews.errors import DataError, PrivacyError, ProtocolError, require
-from fedviews.federation._e2e import _b64, _unb64
+from fedviews.errors import DataError, PrivacyError, ProtocolError
+from fedviews.federation._certs import crypto
+from fedviews.federation._e2e import _b64, _Signer, _statement, _unb64, hkdf, x25519_secret
 from fedviews.federation._message import Message
 from fedviews.federation._party import Coordinator, Party, handles
 from fedviews.federation._policy import PrivacyPolicy
-
-__all__ = [
-    "SECAGG_KINDS",
-    "SecureSum",
-    "SecureSumParty",
-    "decode",
-    "encode",
-    "secure_sum_setup",
-    "secured_policy",
-    "unmask_sum",
-]
 
 #: the kinds of the key exchange (session kinds: only the coordinator sends them)
 SECAGG_KINDS = ("secagg:keys", "secagg:peers")
@@ -72,27 +61,11 @@ _INFO = b"fedviews-secagg-v1"
 DEFAULT_FRAC_BITS = 32
 
 
-@functools.cache
-def _crypto() -> Any:
-    require("cryptography", "grpc")
-    from cryptography.hazmat.primitives import hashes
-    from cryptography.hazmat.primitives.asymmetric import x25519
-    from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
-    from cryptography.hazmat.primitives.kdf.hkdf import HKDF
-
-    return hashes, x25519, Cipher, algorithms, modes, HKDF
-
-
-def _hkdf(secret: bytes, info: bytes, salt: bytes | None = None) -> bytes:
-    hashes, _, _, _, _, HKDF = _crypto()
-    return bytes(HKDF(algorithm=hashes.SHA256(), length=32, salt=salt, info=info).derive(secret))
-
-
 def _keystream(key: bytes, n: int) -> np.ndarray:
     """``n`` pseudo-random 64-bit words: the AES-256-CTR keystream of ``key`` (a fresh key
     for every use, so the all-zero counter block is never reused under one key)."""
-    _, _, Cipher, algorithms, modes, _ = _crypto()
-    enc = Cipher(algorithms.AES(key), modes.CTR(bytes(16))).encryptor()
+    ciphers = crypto().ciphers
+    enc = ciphers.Cipher(ciphers.algorithms.AES(key), ciphers.modes.CTR(bytes(16))).encryptor()
     return np.frombuffer(enc.update(bytes(8 * n)) + enc.finalize(), dtype="<u8")
 
 
@@ -125,40 +98,29 @@ class SecureSum:
     """
 
     def __init__(self, name: str, frac_bits: int = DEFAULT_FRAC_BITS, tls: Any = None) -> None:
-        _, x25519, *_ = _crypto()
         self.name, self.frac_bits, self.tls = name, int(frac_bits), tls
-        self._secret = x25519.X25519PrivateKey.generate()
+        self._secret = crypto().x25519.X25519PrivateKey.generate()
         self._public = self._secret.public_key().public_bytes_raw()
         self._pairs: dict[str, tuple[int, bytes]] = {}  # peer -> (sign, pair key)
         self._used: dict[tuple[int, str], str] = {}  # (round, name) -> digest of the value
         self.n_members = 0
 
-    def _signed(self, name: str, public: bytes) -> bytes:
-        return _INFO + b"\0" + name.encode() + b"\0" + public
-
     def bundle(self) -> dict[str, str]:
         """This party's public key, signed with its certificate's key when it has one."""
         out = {"x25519": _b64(self._public)}
         if self.tls is not None:
-            from fedviews.federation._e2e import _Signer
-
             signer = _Signer(self.tls)
             out["cert"] = signer.cert_pem.decode("ascii")
-            out["sig"] = _b64(signer.sign(self._signed(self.name, self._public)))
+            out["sig"] = signer.sign(_INFO, self.name, self._public)
         return out
 
     def set_peers(self, members: Sequence[str], bundles: Mapping[str, Any], session: bytes) -> None:
         """Check every other member's bundle and derive the pairwise mask keys."""
-        _, x25519, *_ = _crypto()
         if self.name not in members or len(set(members)) != len(members):
             raise ProtocolError(
                 f"the coordinator listed the members {list(members)} to {self.name!r}"
             )
-        signer = None
-        if self.tls is not None:
-            from fedviews.federation._e2e import _Signer
-
-            signer = _Signer(self.tls)
+        signer = None if self.tls is None else _Signer(self.tls)
         pairs = {}
         for peer in members:
             if peer == self.name:
@@ -175,18 +137,10 @@ class SecureSum:
                         f"{peer!r}'s secure-aggregation key is not signed: refusing to mask "
                         "with a key the coordinator could have substituted"
                     )
-                signer.verify(
-                    str(b["cert"]).encode("ascii"),
-                    peer,
-                    self._signed(peer, public),
-                    _unb64(b["sig"], f"{peer!r}'s signature"),
-                )
-            try:
-                shared = self._secret.exchange(x25519.X25519PublicKey.from_public_bytes(public))
-            except ValueError:
-                raise PrivacyError(f"{peer!r}'s X25519 key is invalid") from None
+                signer.verify(b, peer, _INFO, peer, public)
+            shared = x25519_secret(self._secret, public, peer)
             lo, hi = sorted((self.name, peer))
-            key = _hkdf(shared, _INFO + b"\0" + lo.encode() + b"\0" + hi.encode(), salt=session)
+            key = hkdf(shared, _statement(_INFO, lo, hi), salt=session)
             pairs[peer] = (1 if self.name == lo else -1, key)
         self._pairs, self._used, self.n_members = pairs, {}, len(members)
 
@@ -204,10 +158,10 @@ class SecureSum:
                     f"{self.name!r} was asked to mask {name!r} of round {round} twice with "
                     "different values (that would reveal their difference)"
                 )
-            info = _INFO + b"\0" + str(int(round)).encode() + b"\0" + name.encode()
+            info = _statement(_INFO, str(int(round)), name)
             total = enc.reshape(-1).copy()
             for sign, key in self._pairs.values():
-                stream = _keystream(_hkdf(key, info), total.size)
+                stream = _keystream(hkdf(key, info), total.size)
                 total = total + stream if sign > 0 else total - stream  # modulo 2^64
             out[name] = total.reshape(enc.shape)
         return out

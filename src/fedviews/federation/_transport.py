@@ -1,17 +1,17 @@
-"""Transports: how messages travel. Algorithms only ever see this interface."""
+"""Transports: how messages travel (algorithms only ever see this interface), and wiring
+parties to one."""
 
 from __future__ import annotations
 
 import time
 from abc import ABC, abstractmethod
+from collections.abc import Sequence
 
 from fedviews.errors import FedViewsError, PartyUnavailable, ProtocolError
 from fedviews.federation._log import LogEntry, MessageLog
 from fedviews.federation._message import Header, Message
 from fedviews.federation._party import Party
 from fedviews.federation._policy import PrivacyPolicy
-
-__all__ = ["InProcessTransport", "Transport"]
 
 
 class Transport(ABC):
@@ -123,3 +123,15 @@ class InProcessTransport(Transport):
         rwire = reply.encode_buffer()
         self._check_and_log(reply, len(rwire))
         return Message.decode(rwire)
+
+
+def federate(
+    parties: Sequence[Party],
+    policy: PrivacyPolicy,
+    transport: Transport | None = None,
+) -> Transport:
+    """Register ``parties`` on ``transport`` (default: a new in-process one) and return it."""
+    t = transport if transport is not None else InProcessTransport(policy)
+    for p in parties:
+        t.register(p)
+    return t

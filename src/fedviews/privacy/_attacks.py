@@ -22,19 +22,6 @@ from scipy.linalg import LinAlgError, cho_factor, cho_solve
 
 from fedviews.errors import ConfigError, DataError
 
-__all__ = [
-    "auc",
-    "binary_scores",
-    "chance_level",
-    "label_recovery",
-    "labels_by_completion",
-    "labels_by_direction",
-    "labels_from_consensus",
-    "labels_from_softmax_gradient",
-    "reconstruct_features",
-    "reconstruction_quality",
-]
-
 
 def _floats(x: Any, name: str, *, ndim: int | None = None, min_ndim: int = 1) -> np.ndarray:
     """``x`` as a finite float64 array of the required rank, else :class:`DataError`."""
@@ -362,11 +349,9 @@ def _ssim(a: np.ndarray, b: np.ndarray, data_range: float) -> float:
 
     if a.ndim == 3 and a.shape[0] == 1:
         a, b = a[0], b[0]
-    if a.ndim not in (2, 3):
+    if a.ndim not in (2, 3) or min(a.shape[-2:]) < 3:
         return float("nan")
     side = min(a.shape[-2:])
-    if side < 3:
-        return float("nan")
     win = 7 if side >= 7 else side - (1 - side % 2)
     channel_axis = 0 if a.ndim == 3 else None
     return float(

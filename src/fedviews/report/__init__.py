@@ -1,11 +1,10 @@
 """Reports: matplotlib figures, the self-contained HTML report of a run, run comparison."""
 
 from fedviews.report._compare import Comparison, compare_runs
-from fedviews.report._figures import pyplot
+from fedviews.report._figures import line_panels, pyplot
 from fedviews.report._html import run_summary, write_report
 from fedviews.report._json import to_jsonable
 from fedviews.report._names import METHOD_NAMES, method_name
-from fedviews.report._plots import line_panels
 from fedviews.report._run import RunRecord, load_run
 
 __all__ = [

@@ -13,10 +13,8 @@ from typing import Any
 from fedviews.errors import ConfigError
 from fedviews.report._diagram import format_bytes
 from fedviews.report._figures import curves_figure
-from fedviews.report._html import CSS, format_value, table_html
+from fedviews.report._html import format_value, table_html, write_page
 from fedviews.report._run import BYTES, RunRecord, load_run
-
-__all__ = ["Comparison", "compare_runs"]
 
 _MISSING = "—"
 
@@ -74,8 +72,6 @@ class Comparison:
         """Write the comparison as a self-contained HTML page; returns ``path``."""
         what = self.runs[0].title
         parts = [
-            f"<!doctype html><html lang='en'><head><meta charset='utf-8'><title>compare · "
-            f"{html.escape(what)}</title><style>{CSS}</style></head><body>",
             f"<h1>{len(self.runs)} runs of {html.escape(what)}</h1>",
             "<ul>"
             + "".join(
@@ -102,10 +98,7 @@ class Comparison:
                 "<h2>Curves</h2>",
                 f"<figure>{curves_figure(curves, xlabel='round / iteration')}</figure>",
             ]
-        parts.append("</body></html>")
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text("\n".join(parts), encoding="utf-8")
-        return path
+        return write_page(path, f"compare · {what}", parts)
 
 
 def _text(key: str, v: Any) -> str:
@@ -161,7 +154,6 @@ def compare_runs(folders: Sequence[Path | str]) -> Comparison:
         raise ConfigError(f"runs of different experiments cannot be compared: {found}")
     if len({r.folder.resolve() for r in runs}) < len(runs):
         raise ConfigError("the same run folder is given twice")
-    labels = _labels(runs)
     heads = [r.headline() for r in runs]
     keys = list(dict.fromkeys(k for h in heads for k in h))
     metrics = [(k, [h.get(k, _MISSING) for h in heads]) for k in keys]
@@ -172,4 +164,4 @@ def compare_runs(folders: Sequence[Path | str]) -> Comparison:
         for k in ckeys
         if len({repr(f.get(k, _MISSING)) for f in flats}) > 1
     ]
-    return Comparison(runs, labels, metrics, config)
+    return Comparison(runs, _labels(runs), metrics, config)

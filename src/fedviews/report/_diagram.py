@@ -15,11 +15,18 @@ from typing import Any
 
 from fedviews.report._figures import pyplot, svg_of
 
-__all__ = ["Crossing", "barrier_diagram", "crossings_of", "format_bytes"]
-
 _BOX_W, _BOX_H = 1.05, 0.34
 _FONT = 8.5  # points, of the arrow labels
 _COORD_COLOUR, _PARTY_COLOUR, _OWNER_COLOUR = "#fde3c8", "#dceaf7", "#dff2dc"
+#: the styles of a party's box, of an arrow (an arc of curvature _RAD), of an arrow's label
+#: and of the label's box (edged in the arrow's colour)
+_RAD = 0.14
+_PARTY: dict[str, Any] = dict(boxstyle="round,pad=0.02", edgecolor="#444", linewidth=1.0, zorder=3)
+_ARROW: dict[str, Any] = dict(
+    connectionstyle=f"arc3,rad={_RAD}", arrowstyle="-|>", mutation_scale=11, linewidth=1.1, zorder=2
+)
+_LABEL: dict[str, Any] = dict(ha="center", va="center", fontsize=_FONT, color="#222", zorder=5)
+_LABEL_BOX: dict[str, Any] = dict(boxstyle="round,pad=0.2", facecolor="white", alpha=0.92)
 
 
 @dataclass(frozen=True)
@@ -108,10 +115,8 @@ def _layout(
         sides = [sorted(p for p, c in colour.items() if c == k) for k in (0, 1)]
         middle = set(sides[0] if len(sides[0]) <= len(sides[1]) else sides[1])
     bottom = [p for p in parties if p not in middle]
-    pos: dict[str, tuple[float, float]] = {}
     step = 2.8 if middle else 2.2  # parties that talk to parties: more arrows between rows
-    for i, p in enumerate(bottom):
-        pos[p] = (i * step, 0.0)
+    pos: dict[str, tuple[float, float]] = {p: (i * step, 0.0) for i, p in enumerate(bottom)}
     right = max(len(bottom) - 1, 0) * step
     top = 0.0
     if middle:
@@ -133,6 +138,11 @@ def _bezier(
     cx, cy = (x1 + x2) / 2 + rad * (y2 - y1), (y1 + y2) / 2 - rad * (x2 - x1)
     u = 1 - t
     return (u * u * x1 + 2 * u * t * cx + t * t * x2, u * u * y1 + 2 * u * t * cy + t * t * y2)
+
+
+def _box(x: float, y: float, w: float, h: float) -> tuple[float, float, float, float]:
+    """The box ``(x0, y0, x1, y1)`` of width ``w`` and height ``h`` centred on ``(x, y)``."""
+    return (x - w / 2, y - h / 2, x + w / 2, y + h / 2)
 
 
 def _overlap(a: tuple[float, float, float, float], b: tuple[float, float, float, float]) -> float:
@@ -173,102 +183,54 @@ def barrier_diagram(
     scale = 1.0  # inches per data unit (equal aspect: arcs and label sizes in one unit)
     plt = pyplot()
     fig, ax = plt.subplots(figsize=((x1 - x0) * scale, (y1 - y0) * scale))
-    ax.set_xlim(x0, x1)
-    ax.set_ylim(y0, y1)
-    ax.set_aspect("equal")
+    ax.set(xlim=(x0, x1), ylim=(y0, y1), aspect="equal")
     ax.axis("off")
     boxes: dict[str, Any] = {}
     taken: list[tuple[float, float, float, float]] = []
     from matplotlib.patches import FancyArrowPatch, FancyBboxPatch
 
+    faces: dict[str | None, str] = {
+        **dict.fromkeys(middle, _OWNER_COLOUR),
+        coordinator: _COORD_COLOUR,
+    }
     for name, (x, y) in pos.items():
-        face = (
-            _COORD_COLOUR
-            if name == coordinator
-            else _OWNER_COLOUR
-            if name in middle
-            else _PARTY_COLOUR
-        )
+        corner = _box(x, y, _BOX_W, _BOX_H)[:2]
         box = FancyBboxPatch(
-            (x - _BOX_W / 2, y - _BOX_H / 2),
-            _BOX_W,
-            _BOX_H,
-            boxstyle="round,pad=0.02",
-            facecolor=face,
-            edgecolor="#444",
-            linewidth=1.0,
-            zorder=3,
+            corner, _BOX_W, _BOX_H, facecolor=faces.get(name, _PARTY_COLOUR), **_PARTY
         )
         ax.add_patch(box)
         boxes[name] = box
         ax.text(x, y, name, ha="center", va="center", fontsize=9, weight="bold", zorder=4)
-        taken.append((x - _BOX_W / 2, y - _BOX_H / 2, x + _BOX_W / 2, y + _BOX_H / 2))
+        taken.append(_box(x, y, _BOX_W, _BOX_H))
     colours = plt.get_cmap("tab10")
     senders = sorted({c.sender for c in crossings})
     char_w = _FONT * 0.56 / 72 / scale  # data units per character and per line
     line_h = _FONT * 1.25 / 72 / scale
-    rad = 0.14
     for c in crossings:
         if c.sender not in pos or c.receiver not in pos:
             continue
         colour = colours(senders.index(c.sender) % 10)
         p0, p2 = pos[c.sender], pos[c.receiver]
-        ax.add_patch(
-            FancyArrowPatch(
-                p0,
-                p2,
-                connectionstyle=f"arc3,rad={rad}",
-                arrowstyle="-|>",
-                mutation_scale=11,
-                color=colour,
-                linewidth=1.1,
-                patchA=boxes[c.sender],
-                patchB=boxes[c.receiver],
-                zorder=2,
-            )
+        arrow = FancyArrowPatch(
+            p0, p2, patchA=boxes[c.sender], patchB=boxes[c.receiver], color=colour, **_ARROW
         )
-        lines = [*_short_names(c.arrays), format_bytes(c.nbytes) if c.nbytes is not None else ""]
-        lines = [ln for ln in lines if ln]
+        ax.add_patch(arrow)
+        lines = _short_names(c.arrays) + ([format_bytes(c.nbytes)] if c.nbytes is not None else [])
         w = max(len(ln) for ln in lines) * char_w + 0.06
         h = len(lines) * line_h + 0.05
-        best: tuple[float, tuple[float, float]] | None = None
-        for t in (0.5, 0.4, 0.6, 0.32, 0.68, 0.25, 0.75, 0.45, 0.55):
-            lx, ly = _bezier(p0, p2, rad, t)
-            bb = (lx - w / 2, ly - h / 2, lx + w / 2, ly + h / 2)
-            cost = sum(_overlap(bb, o) for o in taken)
-            if best is None or cost < best[0]:
-                best = (cost, (lx, ly))
-            if cost == 0:
-                break
-        assert best is not None
-        lx, ly = best[1]
-        taken.append((lx - w / 2, ly - h / 2, lx + w / 2, ly + h / 2))
-        ax.text(
-            lx,
-            ly,
-            "\n".join(lines),
-            ha="center",
-            va="center",
-            fontsize=_FONT,
-            color="#222",
-            zorder=5,
-            bbox={
-                "boxstyle": "round,pad=0.2",
-                "facecolor": "white",
-                "edgecolor": colour,
-                "alpha": 0.92,
-            },
+        # the label goes where along the arc it covers the least of the boxes and labels so far
+        spots = [
+            _bezier(p0, p2, _RAD, t) for t in (0.5, 0.4, 0.6, 0.32, 0.68, 0.25, 0.75, 0.45, 0.55)
+        ]
+        lx, ly = min(
+            spots, key=lambda xy: sum(_overlap(_box(xy[0], xy[1], w, h), o) for o in taken)
         )
+        taken.append(_box(lx, ly, w, h))
+        ax.text(lx, ly, "\n".join(lines), bbox={**_LABEL_BOX, "edgecolor": colour}, **_LABEL)
     if title:
         ax.set_title(title, fontsize=10)
     if not crossings:
-        ax.text(
-            (x0 + x1) / 2,
-            (y0 + y1) / 2,
-            "no message crossed",
-            ha="center",
-            fontsize=10,
-            color="#555",
-        )
+        middle_of = ((x0 + x1) / 2, (y0 + y1) / 2)
+        ax.text(*middle_of, "no message crossed", ha="center", fontsize=10, color="#555")
     fig.tight_layout()
     return svg_of(fig, plt)

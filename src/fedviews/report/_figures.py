@@ -1,4 +1,5 @@
-"""Figures of the report: matplotlib on the Agg backend, written as inline SVG or PNG data."""
+"""Figures: matplotlib on the Agg backend; the report's as inline SVG or PNG data, the
+experiments' line panels as PNG files."""
 
 from __future__ import annotations
 
@@ -7,9 +8,10 @@ import io
 import itertools
 import re
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
-__all__ = ["curves_figure", "party_bars", "png_data_uri", "pyplot", "svg_of"]
+import numpy as np
 
 _ID = re.compile(r'\bid="([^"]+)"')
 _REF = re.compile(r"(url\(#|href=\"#)([^)\"]+)")
@@ -50,6 +52,19 @@ def png_data_uri(data: bytes) -> str:
     return "data:image/png;base64," + base64.b64encode(data).decode("ascii")
 
 
+def _panels(plt: Any, n: int, ncols: int, size: tuple[float, float]) -> tuple[Any, Any]:
+    """A figure of ``n`` panels in rows of at most ``ncols`` (each ``size`` inches), the
+    unused cells of the last row blank; returns the figure and its ``n`` axes."""
+    ncols = max(1, min(ncols, n))
+    nrows = -(-n // ncols)
+    fig, axes = plt.subplots(
+        nrows, ncols, figsize=(size[0] * ncols, size[1] * nrows), squeeze=False
+    )
+    for ax in axes.ravel()[n:]:
+        ax.axis("off")
+    return fig, axes.ravel()[:n]
+
+
 def curves_figure(
     panels: Mapping[str, Mapping[str, tuple[Sequence[float], Sequence[float]]]],
     *,
@@ -57,14 +72,11 @@ def curves_figure(
     ncols: int = 3,
 ) -> str:
     """One panel per curve (``{panel: {series: (x, y)}}``), one line per series; SVG."""
-    plt = pyplot()
     from matplotlib.ticker import MaxNLocator
 
-    n = len(panels)
-    ncols = max(1, min(ncols, n))
-    nrows = -(-n // ncols)
-    fig, axes = plt.subplots(nrows, ncols, figsize=(4.1 * ncols, 3.0 * nrows), squeeze=False)
-    for ax, (pname, series) in zip(axes.ravel(), panels.items(), strict=False):
+    plt = pyplot()
+    fig, axes = _panels(plt, len(panels), ncols, (4.1, 3.0))
+    for ax, (pname, series) in zip(axes, panels.items(), strict=False):
         for label, (x, y) in series.items():
             ax.plot(x, y, marker="o", markersize=2.5, linewidth=1.3, label=label)
         ax.set_title(pname.replace("_", " "), fontsize=10)
@@ -74,16 +86,12 @@ def curves_figure(
         ax.ticklabel_format(axis="y", useOffset=False)
         if len(series) > 1 or next(iter(series), ""):
             ax.legend(fontsize=7)
-    for ax in axes.ravel()[n:]:
-        ax.axis("off")
     fig.tight_layout()
     return svg_of(fig, plt)
 
 
 def party_bars(per_party: Mapping[str, Mapping[str, float]]) -> str:
     """Bytes sent / received and handler seconds per party, as two bar panels; SVG."""
-    import numpy as np
-
     plt = pyplot()
     names = sorted(per_party)
     x = np.arange(len(names))
@@ -99,13 +107,47 @@ def party_bars(per_party: Mapping[str, Mapping[str, float]]) -> str:
     b.bar(x, secs, 0.6, color="#6a9f58")
     b.set_ylabel("seconds")
     b.set_title("time in message handlers", fontsize=10)
+    tilt = len(names) > 5  # long rows of names: slanted
     for ax in (a, b):
-        ax.set_xticks(
-            x,
-            names,
-            rotation=30 if len(names) > 5 else 0,
-            ha="right" if len(names) > 5 else "center",
-        )
+        ax.set_xticks(x, names, rotation=30 if tilt else 0, ha="right" if tilt else "center")
         ax.grid(axis="y", alpha=0.3)
     fig.tight_layout()
     return svg_of(fig, plt)
+
+
+def line_panels(
+    path: Path,
+    x: Sequence[float],
+    panels: Mapping[str, Mapping[str, Sequence[float]]],
+    *,
+    xlabel: str,
+    ylabel: str,
+    title: str = "",
+    errors: Mapping[str, Mapping[str, Sequence[float]]] | None = None,
+    ncols: int = 3,
+    logx: bool = False,
+) -> Path:
+    """One panel per key of ``panels``; in each, one line per series (``{label: y}``).
+
+    ``errors`` (same structure) draws a shaded ±band. Returns ``path``.
+    """
+    plt = pyplot()
+    fig, axes = _panels(plt, len(panels), ncols, (4.2, 3.3))
+    for ax, (pname, series) in zip(axes, panels.items(), strict=False):
+        for label, ys in series.items():
+            ys_arr = np.asarray(ys, dtype=float)
+            ax.plot(x, ys_arr, marker="o", markersize=3, label=label)
+            if errors and pname in errors and label in errors[pname]:
+                e = np.asarray(errors[pname][label], dtype=float)
+                ax.fill_between(x, ys_arr - e, ys_arr + e, alpha=0.2)
+        ax.set(title=pname, xlabel=xlabel, ylabel=ylabel)
+        if logx:
+            ax.set_xscale("log", base=2)
+        ax.grid(alpha=0.3)
+    axes[0].legend(fontsize=8)
+    if title:
+        fig.suptitle(title)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path

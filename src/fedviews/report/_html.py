@@ -16,8 +16,6 @@ from fedviews.report._diagram import barrier_diagram, crossings_of, format_bytes
 from fedviews.report._figures import curves_figure, party_bars, png_data_uri
 from fedviews.report._run import BYTES, RunRecord, load_run, read_json
 
-__all__ = ["CSS", "format_value", "run_summary", "table_html", "write_report"]
-
 CSS = """
 body{font-family:system-ui,-apple-system,'Segoe UI',sans-serif;max-width:1180px;margin:1.5em auto;
 padding:0 1em;color:#1d2430;line-height:1.45}
@@ -93,6 +91,12 @@ def table_html(
     return f"{h}<table{c}><tr>{head}</tr>{body}</table>{n}"
 
 
+def _table(t: Mapping[str, Any]) -> str:
+    """One of a run's result tables (``{"title", "columns", "rows", "note"}``) in HTML."""
+    title, note = str(t.get("title", "")), str(t.get("note", ""))
+    return table_html(title, t.get("columns", []), t.get("rows", []), note)
+
+
 def _is_leakage(t: Mapping[str, Any]) -> bool:
     cols = [str(c) for c in t.get("columns", [])]
     return "attack" in cols or "leak" in str(t.get("title", "")).lower()
@@ -110,19 +114,15 @@ def _ledger_html(privacy: Mapping[str, Any]) -> str:
 
 def _ledgers(rec: RunRecord) -> dict[str, Mapping[str, Any]]:
     """``{label: ledger}``: the run's own, or one per setting of a defense sweep."""
-    out: dict[str, Mapping[str, Any]] = {}
-    if isinstance(rec.results.get("privacy"), dict) and rec.results["privacy"].get("parties"):
-        out[""] = rec.results["privacy"]
     settings = rec.results.get("settings")
-    if isinstance(settings, dict):
-        for label, s in settings.items():
-            if (
-                isinstance(s, dict)
-                and isinstance(s.get("privacy"), dict)
-                and s["privacy"].get("parties")
-            ):
-                out[str(label)] = s["privacy"]
-    return out
+    runs = {"": rec.results, **(settings if isinstance(settings, dict) else {})}
+    return {
+        str(label): r["privacy"]
+        for label, r in runs.items()
+        if isinstance(r, dict)
+        and isinstance(r.get("privacy"), dict)
+        and r["privacy"].get("parties")
+    }
 
 
 def run_summary(rec: RunRecord) -> str:
@@ -173,14 +173,7 @@ def _results(rec: RunRecord) -> list[str]:
             for k, v in rec.headline().items()
         ]
         out.append(table_html("", ["result", "value"], rows, cls="kv"))
-    out += [
-        table_html(
-            str(t.get("title", "")), t.get("columns", []), t.get("rows", []), str(t.get("note", ""))
-        )
-        for t in rec.tables
-        if not _is_leakage(t)
-    ]
-    return out
+    return out + [_table(t) for t in rec.tables if not _is_leakage(t)]
 
 
 def _figures(rec: RunRecord) -> list[str]:
@@ -226,21 +219,13 @@ def _barrier(rec: RunRecord) -> list[str]:
         + "</details>"
     )
     if len(sums) > 1:
+        runs = [
+            [k, s.get("rounds", 0), s.get("messages", 0), format_bytes(s.get("total_bytes", 0))]
+            for k, s in sums.items()
+        ]
+        note = "the diagram shows the first; message_log.json holds all of them"
         out.append(
-            table_html(
-                "Every logged run",
-                ["run", "rounds", "messages", "bytes"],
-                [
-                    [
-                        k,
-                        s.get("rounds", 0),
-                        s.get("messages", 0),
-                        format_bytes(s.get("total_bytes", 0)),
-                    ]
-                    for k, s in sums.items()
-                ],
-                "the diagram shows the first; message_log.json holds all of them",
-            )
+            table_html("Every logged run", ["run", "rounds", "messages", "bytes"], runs, note)
         )
     return out
 
@@ -283,8 +268,7 @@ def _config(rec: RunRecord) -> list[str]:
     flat = rec.flat_config()
     if not flat:
         return ["<p>no config.json in this folder</p>"]
-    rows = [[k, v] for k, v in flat.items()]
-    return [table_html("", ["key", "value"], rows, cls="kv")]
+    return [table_html("", ["key", "value"], [[k, v] for k, v in flat.items()], cls="kv")]
 
 
 def _files(rec: RunRecord) -> list[str]:
@@ -308,55 +292,37 @@ def write_report(folder: Path | str) -> Path:
         ``folder / "report.html"`` (of the coordinator's folder for a launch folder).
     """
     rec = load_run(folder)
-    sections: list[tuple[str, str, list[str]]] = [
+    ledgers = [
+        (f"<h3>{html.escape(k)}</h3>" if k else "") + _ledger_html(v)
+        for k, v in _ledgers(rec).items()
+    ]
+    sections = [
         ("results", "Results", _results(rec)),
         ("barrier", "What crossed the privacy barrier", _barrier(rec)),
         ("curves", "Curves and figures", _figures(rec)),
         ("cost", "Per-party traffic and time", _cost(rec)),
+        ("leakage", "Leakage", [_table(t) for t in rec.tables if _is_leakage(t)]),
+        ("ledger", "Privacy ledger", ledgers),
+        ("config", "Config", _config(rec)),
+        ("files", "Files", _files(rec)),
     ]
-    leak = [t for t in rec.tables if _is_leakage(t)]
-    if leak:
-        sections.append(
-            (
-                "leakage",
-                "Leakage",
-                [
-                    table_html(
-                        str(t.get("title", "")), t["columns"], t["rows"], str(t.get("note", ""))
-                    )
-                    for t in leak
-                ],
-            )
-        )
-    ledgers = _ledgers(rec)
-    if ledgers:
-        sections.append(
-            (
-                "ledger",
-                "Privacy ledger",
-                [
-                    (f"<h3>{html.escape(k)}</h3>" if k else "") + _ledger_html(v)
-                    for k, v in ledgers.items()
-                ],
-            )
-        )
-    sections += [("config", "Config", _config(rec)), ("files", "Files", _files(rec))]
     sections = [s for s in sections if s[2]]
     nav = " ".join(f"<a href='#{sid}'>{html.escape(title)}</a>" for sid, title, _ in sections)
-    parts = [
-        f"<!doctype html><html lang='en'><head><meta charset='utf-8'><title>{html.escape(rec.name)}"
-        f" · fedviews</title><style>{CSS}</style></head><body>",
-        *_header(rec),
-        f"<nav>{nav}</nav>",
-    ]
+    parts = [*_header(rec), f"<nav>{nav}</nav>"]
     for sid, title, body in sections:
-        parts.append(f"<section id='{sid}'><h2>{html.escape(title)}</h2>")
-        parts += body
-        parts.append("</section>")
+        parts += [f"<section id='{sid}'><h2>{html.escape(title)}</h2>", *body, "</section>"]
     parts.append(
         f"<p class='note'>written by fedviews from the files in {html.escape(str(rec.folder))}</p>"
-        "</body></html>"
     )
-    path = rec.folder / "report.html"
-    path.write_text("\n".join(parts), encoding="utf-8")
+    return write_page(rec.folder / "report.html", f"{rec.name} · fedviews", parts)
+
+
+def write_page(path: Path, title: str, body: Sequence[str]) -> Path:
+    """Write ``body`` as a self-contained HTML page in the report's style; returns ``path``."""
+    head = (
+        f"<!doctype html><html lang='en'><head><meta charset='utf-8'><title>{html.escape(title)}"
+        f"</title><style>{CSS}</style></head><body>"
+    )
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("\n".join([head, *body, "</body></html>"]), encoding="utf-8")
     return path

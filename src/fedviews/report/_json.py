@@ -9,8 +9,6 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["to_jsonable"]
-
 
 def to_jsonable(obj: Any) -> Any:
     """Convert ``obj`` recursively into values :func:`json.dumps` accepts.

@@ -6,8 +6,6 @@ method's paper gives it (``"supFL"``).
 
 from __future__ import annotations
 
-__all__ = ["METHOD_NAMES", "method_name"]
-
 #: registry key -> display name
 METHOD_NAMES: dict[str, str] = {
     "mmvfl": "MMVFL",

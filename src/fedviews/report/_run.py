@@ -22,8 +22,6 @@ from typing import Any
 from fedviews.errors import ConfigError
 from fedviews.report._names import method_name
 
-__all__ = ["BYTES", "RunRecord", "load_run", "read_json"]
-
 #: the headline entry of the bytes a run sent over the wire
 BYTES = "bytes on the wire"
 
@@ -72,7 +70,7 @@ class RunRecord:
         """``"experiment mmvfl_feature_selection"`` / ``"Multi-VFL deployment"``."""
         if self.kind == "experiment":
             return f"experiment {self.what}"
-        return f"{method_name(self.what)} {'deployment' if self.kind == 'deployment' else 'party'}"
+        return f"{method_name(self.what)} {self.kind}"  # a deployment or a party
 
     @property
     def seconds(self) -> float | None:
@@ -130,19 +128,18 @@ class RunRecord:
         """
         out: dict[str, Any] = {}
         if self.kind == "experiment":
-            tables = self.tables
-            if tables:
-                t = tables[0]
+            for t in self.tables[:1]:  # its headline table
                 cols = [str(c) for c in t.get("columns", [])]
                 for row in t.get("rows", []):
                     for col, v in zip(cols[1:], row[1:], strict=False):
                         if isinstance(v, (int, float)) and not isinstance(v, bool):
                             out[f"{row[0]} · {col}"] = v
         else:
-            for k, v in self.results.items():
-                if k in _BOOKKEEPING or isinstance(v, (dict, list)):
-                    continue
-                out[k] = v
+            out = {
+                k: v
+                for k, v in self.results.items()
+                if k not in _BOOKKEEPING and not isinstance(v, (dict, list))
+            }
         if self.seconds is not None:
             out["seconds"] = self.seconds
         sums = self.summaries()
@@ -231,42 +228,21 @@ def load_run(folder: Path | str) -> RunRecord:
     config = read_json(folder / "config.json") if (folder / "config.json").is_file() else {}
     if (folder / "metrics.json").is_file():
         metrics = read_json(folder / "metrics.json")
-        return RunRecord(
-            folder,
-            "experiment",
-            str(metrics.get("name") or config.get("name") or folder.name),
-            str(metrics.get("experiment") or config.get("experiment", "?")),
-            config,
-            metrics,
-            log,
-        )
+        name = str(metrics.get("name") or config.get("name") or folder.name)
+        what = str(metrics.get("experiment") or config.get("experiment", "?"))
+        return RunRecord(folder, "experiment", name, what, config, metrics, log)
+    coordinator = str((config.get("federation") or {}).get("coordinator", "coordinator"))
     if (folder / "results.json").is_file():
-        fed = config.get("federation") or {}
-        return RunRecord(
-            folder,
-            "deployment",
-            str(config.get("name") or folder.name),
-            str(config.get("algorithm", "?")),
-            config,
-            read_json(folder / "results.json"),
-            log,
-            str(fed.get("coordinator", "coordinator")),
-        )
-    coordinator = _coordinator_folder(folder)
-    if coordinator is not None:
-        return load_run(coordinator)
+        results = read_json(folder / "results.json")
+        name, what = str(config.get("name") or folder.name), str(config.get("algorithm", "?"))
+        return RunRecord(folder, "deployment", name, what, config, results, log, coordinator)
+    launched = _coordinator_folder(folder)
+    if launched is not None:
+        return load_run(launched)
     if log is not None and config.get("algorithm"):
-        fed = config.get("federation") or {}
-        return RunRecord(
-            folder,
-            "party",
-            f"{config.get('name', folder.parent.name)} · {folder.name}",
-            str(config["algorithm"]),
-            config,
-            {},
-            log,
-            str(fed.get("coordinator", "coordinator")),
-        )
+        name = f"{config.get('name', folder.parent.name)} · {folder.name}"
+        what = str(config["algorithm"])
+        return RunRecord(folder, "party", name, what, config, {}, log, coordinator)
     hint = " (it failed: see error.json)" if (folder / "error.json").is_file() else ""
     raise ConfigError(
         f"{folder} is not a finished run{hint}: an experiment run has metrics.json, a "
