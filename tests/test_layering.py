@@ -24,6 +24,7 @@ SRC = Path(fedviews.__file__).resolve().parent
 SHARED = (
     "fedviews._console",
     "fedviews._estimator",
+    "fedviews._heap",
     "fedviews._registry",
     "fedviews._tables",
     "fedviews.errors",
