@@ -47,7 +47,6 @@ order, strips stacked top to bottom).
 from __future__ import annotations
 
 import json
-import re
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass
@@ -57,7 +56,14 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from fedviews.data import PartyData, demo_image_split
-from fedviews.deep._common import epoch_rows
+from fedviews.deep._common import (
+    as_strips,
+    check_device,
+    epoch_rows,
+    history_columns,
+    history_records,
+    history_summary,
+)
 from fedviews.errors import ConfigError, DataError, ProtocolError
 from fedviews.federation import (
     Algorithm,
@@ -90,7 +96,6 @@ __all__ = [
     "as_strips",
     "check_training",
     "export_apfed_model",
-    "export_described",
     "party_seeds",
     "sgd_settings",
 ]
@@ -99,7 +104,6 @@ VARIANTS = ("R", "C")
 #: APFed-R's ``ℓ_p`` (Eq. 12): the per-sample L2 norm, or the per-pixel mean square (older)
 RECON_LOSSES = ("l2", "mse")
 ARCH_NAMES = ("auto", "table3", "table4")
-_DEVICE = re.compile(r"^(auto|cpu|mps|cuda(:\d+)?)$")
 
 #: fields of :class:`APFedParams` that only a deployment uses (the estimators have none)
 DEPLOY_ONLY = ("evaluate", "torch_threads")
@@ -220,10 +224,7 @@ class APFedParams:
         check_training(self.epochs, self.batch_size, self.lr, self.momentum, self.weight_decay)
         if self.arch not in ARCH_NAMES:
             raise ConfigError(f"arch must be one of {list(ARCH_NAMES)}, got {self.arch!r}")
-        if not isinstance(self.device, str) or not _DEVICE.match(self.device):
-            raise ConfigError(
-                f"device must be 'auto', 'cpu', 'cuda', 'cuda:<index>' or 'mps', got {self.device!r}"
-            )
+        check_device(self.device)
         if isinstance(self.torch_threads, bool) or self.torch_threads < 0:
             raise ConfigError("torch_threads must be >= 0 (0 = torch's default)")
         self.codecs()
@@ -270,15 +271,6 @@ def sgd_settings(p: Any, device: Any) -> dict[str, Any]:
 def party_seeds(seed: int | None, n: int) -> list[int]:
     """Initialisation seeds: ``[0]`` the active party, ``[1 + j]`` the ``j``-th passive party."""
     return [int(s.generate_state(1)[0]) for s in spawn_streams(seed, n)]
-
-
-def as_strips(X: np.ndarray) -> np.ndarray:
-    """A party's strips as the networks see them: float32 ``(n, C, h, W)``, uint8 pixels / 255."""
-    if X.ndim == 3:
-        X = X[:, None]
-    if X.dtype == np.uint8:
-        return np.asarray(X / 255.0, dtype=np.float32)
-    return np.asarray(X, dtype=np.float32)
 
 
 def _active(run: RunSpec) -> str:
@@ -341,27 +333,14 @@ class APFedDriver(Coordinator):
 
     def summary(self) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
         """``(metrics, arrays)``: the per-epoch records and the final accuracy."""
-        keys = list(self.history[0]) if self.history else []
-        history = {k: [rec[k] for rec in self.history] for k in keys}
-        metrics: dict[str, Any] = {"history": history, "epochs_done": len(self.history)}
-        if history.get("accuracy"):
-            metrics["final_accuracy"] = history["accuracy"][-1]
-        return metrics, {k: np.asarray(v) for k, v in history.items()}
+        metrics = history_summary(self.history, "epochs_done")
+        return metrics, {k: np.asarray(v) for k, v in metrics["history"].items()}
 
     def state_dict(self) -> dict[str, np.ndarray]:
-        keys = ("epoch", "loss", "accuracy", "seconds")
-        return {
-            k: np.asarray([rec.get(k, np.nan) for rec in self.history], dtype=np.float64)
-            for k in keys
-        }
+        return {k: np.asarray(v, np.float64) for k, v in history_columns(self.history).items()}
 
     def load_state(self, state: Mapping[str, np.ndarray]) -> None:
-        self.history = []
-        for r in range(len(state["epoch"])):
-            rec = {k: float(state[k][r]) for k in ("epoch", "loss", "seconds")}
-            if self.evaluate:
-                rec["accuracy"] = float(state["accuracy"][r])
-            self.history.append(rec)
+        self.history = history_records(state)
 
 
 # --------------------------------------------------------------------------- the spec
@@ -459,16 +438,14 @@ class APFedAlgorithm(Algorithm):
         self, run: RunSpec, party: str, local: Local, setup: Mapping[str, Any]
     ) -> ActiveClient | PassiveClient:
         from fedviews.deep._apfed_nets import get_arch
-        from fedviews.deep._common import require_torch, resolve_device
+        from fedviews.deep._common import party_device
         from fedviews.deep.apfed import ActiveClient, PassiveClient
 
         p: APFedParams = run.params
-        if p.torch_threads:  # this process's own setting (results do not depend on it)
-            require_torch().set_num_threads(p.torch_threads)
         parties, passives = list(run.federation.parties), _passives(run)
         seeds = party_seeds(run.seed, len(parties))
         spec = get_arch(p.arch, int(setup["channels"]))
-        common = sgd_settings(p, resolve_device(p.device))
+        common = sgd_settings(p, party_device(p.device, p.torch_threads))
         _, X, y = local.take("train")
         if party != _active(run):
             return PassiveClient(
@@ -527,23 +504,6 @@ class APFedAlgorithm(Algorithm):
     def round_message(self, role: str) -> str:
         return "apfed.train" if role == "active" else "apfed.epoch_done"
 
-    def run_coordinator(
-        self, coord: Coordinator, on_round_end: Callable[[int], None] | None = None
-    ) -> list[dict[str, float]]:
-        assert isinstance(coord, APFedDriver)
-        return coord.run(on_round_end)
-
-    def progress(self, coord: Coordinator) -> list[str]:
-        assert isinstance(coord, APFedDriver)
-        return coord.progress()
-
-    def party_results(self, party: Party) -> dict[str, np.ndarray]:
-        """The active party's complete model (it predicts alone); a passive party's network."""
-        from fedviews.deep.apfed import ActiveClient, PassiveClient
-
-        assert isinstance(party, (ActiveClient, PassiveClient))
-        return party.results()
-
     def write_party_results(self, party: Party, out_dir: Path) -> None:
         """``result.npz``; the active party also writes its export folder ``model/``."""
         from fedviews.deep.apfed import ActiveClient
@@ -551,12 +511,6 @@ class APFedAlgorithm(Algorithm):
         super().write_party_results(party, out_dir)
         if isinstance(party, ActiveClient):
             party.export(out_dir / "model")
-
-    def coordinator_results(
-        self, coord: Coordinator
-    ) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
-        assert isinstance(coord, APFedDriver)
-        return coord.summary()
 
     def demo_data(self, cfg: Any) -> dict[str, PartyData]:
         """Each party's data from ``[data]`` (see :func:`apfed_demo_data`)."""
@@ -621,8 +575,8 @@ def export_apfed_model(result: str | Path, folder: str | Path) -> Path:
     active strip alone (or from full images of ``m`` equal strips). A deployed
     active party writes this folder itself (``model/`` beside its ``result.npz``).
     """
-    from fedviews.deep._apfed_nets import ActiveNet, NetSpec
     from fedviews.deep._common import require_torch
+    from fedviews.deep._export import active_net, export_active_model
 
     torch = require_torch()
     with np.load(result, allow_pickle=False) as z:
@@ -630,39 +584,6 @@ def export_apfed_model(result: str | Path, folder: str | Path) -> Path:
             raise DataError(f"{result} is not the result of an APFed active party")
         meta = json.loads(str(z["model_json"]))
         state = {k[4:]: torch.as_tensor(z[k]) for k in z.files if k.startswith("net/")}
-    a = meta["arch"]
-    spec = NetSpec(
-        a["name"],
-        int(a["in_channels"]),
-        tuple((int(c[0]), int(c[1]), int(c[2])) for c in a["convs"]),
-        int(a["hidden"]),
-    )
-    net = ActiveNet(
-        spec, (int(meta["strip_hw"][0]), int(meta["strip_hw"][1])), len(meta["classes"])
-    )
+    net = active_net(meta)
     net.load_state_dict(state)
-    return export_described(folder, net, spec, meta)
-
-
-def export_described(
-    folder: str | Path, net: Any, spec: Any, meta: Mapping[str, Any], *, torchscript: bool = False
-) -> Path:
-    """Export ``net`` (``g_T ∘ f_A`` of architecture ``spec``) as its ``model.json`` ``meta``
-    describes it (:meth:`ActiveClient.model_meta`, or a result's ``model_json``); see
-    :func:`fedviews.deep._export.export_active_model`."""
-    from fedviews.deep._export import export_active_model
-
-    return export_active_model(
-        folder,
-        net,
-        spec=spec,
-        strip_hw=(int(meta["strip_hw"][0]), int(meta["strip_hw"][1])),
-        image_shape=tuple(meta["image_shape"]),
-        m=int(meta["m"]),
-        i=int(meta["i"]),
-        pad=bool(meta["pad"]),
-        classes=np.asarray(meta["classes"]),
-        method=str(meta["method"]),
-        settings=meta.get("settings"),
-        torchscript=torchscript,
-    )
+    return export_active_model(folder, net, meta)

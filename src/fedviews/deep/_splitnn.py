@@ -7,8 +7,16 @@ from typing import Any
 
 import numpy as np
 
-from fedviews.deep._common import batches, to_numpy, to_tensor
-from fedviews.deep._split import EVAL_BATCH, SplitBottom
+from fedviews.deep._common import (
+    EVAL_BATCH,
+    batches,
+    history_columns,
+    history_records,
+    to_numpy,
+    to_tensor,
+)
+from fedviews.deep._common import as_strips as strips
+from fedviews.deep._split import SplitBottom
 from fedviews.deep._splitnn_spec import epoch_seed
 from fedviews.errors import MissingDependency, ProtocolError
 from fedviews.federation import Coordinator, Message, handles
@@ -27,13 +35,6 @@ def bottom_mlp(in_features: int, hidden: int, n_classes: int) -> nn.Module:
     return nn.Sequential(
         nn.Flatten(), nn.Linear(in_features, hidden), nn.ReLU(), nn.Linear(hidden, n_classes)
     )
-
-
-def strips(X: np.ndarray) -> np.ndarray:
-    """``(n, h, W)`` or ``(n, C, h, W)`` strips as float32 ``(n, C, h, W)`` (uint8 pixels / 255)."""
-    X = np.asarray(X)
-    X = X[:, None] if X.ndim == 3 else X
-    return X.astype(np.float32) / 255.0 if X.dtype == np.uint8 else X.astype(np.float32)
 
 
 class _MLPBottom(SplitBottom):
@@ -61,29 +62,17 @@ class _MLPBottom(SplitBottom):
 class SplitNNPassive(_MLPBottom):
     """A passive party: its strip and bottom MLP; sends ``logits``, receives ``grad_logits``."""
 
-    def __init__(self, name: str, X: np.ndarray, X_test: np.ndarray | None, **kw: Any) -> None:
-        super().__init__(name, X, X_test, **kw)
-        self._pending: Any = None
-
     @handles("splitnn.epoch")
     def on_epoch(self, msg: Message) -> None:
         self.start_epoch(msg)
 
     @handles("splitnn.forward")
     def on_forward(self, msg: Message) -> Message:
-        self.net.train()
-        self._pending = self.net(self._X[self.batch_rows(msg)])
-        return self.reply(msg, arrays={"logits": to_numpy(self._pending)})
+        return self.forward_batch(msg, "logits")
 
     @handles("splitnn.backward")
     def on_backward(self, msg: Message) -> None:
-        if self._pending is None:
-            raise ProtocolError(f"{self.name}: {msg.sender!r} sent a gradient before a forward")
-        grad = msg.array("grad_logits", tuple(self._pending.shape))
-        self.opt.zero_grad()
-        self._pending.backward(to_tensor(grad, self.device))
-        self.opt.step()
-        self._pending = None
+        self.backward_batch(msg, "grad_logits")
 
     @handles("splitnn.infer")
     def on_infer(self, msg: Message) -> Message:
@@ -191,12 +180,10 @@ class SplitNNDriver(Coordinator):
         return self.history
 
     def state_dict(self) -> dict[str, np.ndarray]:
-        keys = self.history[0] if self.history else {}
-        return {k: np.array([r[k] for r in self.history]) for k in keys}
+        return {k: np.array(v) for k, v in history_columns(self.history).items()}
 
     def load_state(self, state: Mapping[str, np.ndarray]) -> None:
-        n = len(state["epoch"]) if "epoch" in state else 0
-        self.history = [{k: float(v[i]) for k, v in state.items()} for i in range(n)]
+        self.history = history_records(state)
 
     def progress(self) -> list[str]:
         return [
@@ -206,7 +193,7 @@ class SplitNNDriver(Coordinator):
         ]
 
     def summary(self) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
-        metrics: dict[str, Any] = {k: [r[k] for r in self.history] for k in self.state_dict()}
+        metrics: dict[str, Any] = history_columns(self.history)
         if self.history and "accuracy" in self.history[-1]:
             metrics["final_accuracy"] = self.history[-1]["accuracy"]
         return metrics, {}
