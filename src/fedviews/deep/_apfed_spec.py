@@ -16,7 +16,7 @@ the active party's position (1-based). With the active party alone it is SingleV
 
 Protocol (every message policy-checked and logged, in one process or deployed):
 
-* the coordinator is a small **driver** (:class:`APFedDriver`) that holds no data
+* the coordinator is a small **driver** (:class:`EpochDriver`) that holds no data
   and no model: it asks the active party for one epoch at a time (``apfed.train``,
   round = epoch), keeps the scalars it reports (mean ``L_A``; the test accuracy
   with ``evaluate``), then tells the passive parties the epoch is over
@@ -89,7 +89,7 @@ __all__ = [
     "APFED_SPEC",
     "DEPLOY_ONLY",
     "APFedAlgorithm",
-    "APFedDriver",
+    "EpochDriver",
     "APFedParams",
     "apfed_demo_data",
     "apfed_policy",
@@ -277,6 +277,34 @@ def _active(run: RunSpec) -> str:
     return run.federation.owners()[0]
 
 
+class ActivePassive(Algorithm):
+    """Split learning on image strips: the active party (``federation.label_owner``) and
+    passive parties, each holding its strip ``(n, h, W)`` or ``(n, C, h, W)`` of every image."""
+
+    peer_to_peer = True  # the active party and the passive parties exchange every batch
+
+    def role(self, run: RunSpec, party: str) -> str:
+        return "active" if party == _active(run) else "passive"
+
+    def check_data(self, run: RunSpec, party: str, data: PartyData) -> None:
+        super().check_data(run, party, data)
+        if data.features.ndim not in (3, 4):
+            raise DataError(
+                f"{party!r} must hold image strips (n, h, W) or (n, C, h, W), got X of shape "
+                f"{data.features.shape}"
+            )
+
+
+def cut_images(X: np.ndarray, m: int, pad: bool) -> list[np.ndarray]:
+    """Images cut into ``m`` equal strips, top to bottom, as
+    :func:`fedviews.deep._apfed_nets.cut_strips` (grey ``(n, H, W)`` images: ``(n, h, W)``)."""
+    from fedviews.deep._apfed_nets import cut_strips
+
+    arr = np.asarray(X)
+    strips = cut_strips(arr[:, None] if arr.ndim == 3 else arr, m, pad=pad)
+    return [s[:, 0] if arr.ndim == 3 else s for s in strips]
+
+
 def _passives(run: RunSpec) -> list[str]:
     active = _active(run)
     return [p for p in run.federation.parties if p != active]
@@ -285,19 +313,31 @@ def _passives(run: RunSpec) -> list[str]:
 # --------------------------------------------------------------------------- the driver
 
 
-class APFedDriver(Coordinator):
-    """The coordinator of an APFed run: asks the active party for each epoch.
+class EpochDriver(Coordinator):
+    """The coordinator of split learning on strips (APFed, the split NN): asks the active
+    party for one epoch at a time (``train``, round = epoch).
 
     It holds no data and no model; it receives only the scalar metrics of each
-    epoch (``history``) and tells the passive parties when an epoch is over.
+    epoch (``history``: loss, the test accuracy where the active party reports it)
+    and tells the passive parties when an epoch is over (``done``, where a deployment
+    checkpoints). ``shuffle(epoch)``: the epoch's shuffle seed, sent along (the active
+    party draws its own when it is None).
     """
 
     def __init__(
-        self, name: str, active: str, passives: Sequence[str], epochs: int, evaluate: bool
+        self,
+        name: str,
+        active: str,
+        epochs: int,
+        *,
+        train: str,
+        passives: Sequence[str] = (),
+        done: str | None = None,
+        shuffle: Callable[[int], int] | None = None,
     ) -> None:
         super().__init__(name)
-        self.active, self.passives = active, list(passives)
-        self.epochs, self.evaluate = int(epochs), evaluate
+        self.active, self.passives, self.epochs = active, list(passives), int(epochs)
+        self.train, self.done, self.shuffle = train, done, shuffle
         self.history: list[dict[str, float]] = []
 
     def run(self, on_round_end: Callable[[int], None] | None = None) -> list[dict[str, float]]:
@@ -305,16 +345,17 @@ class APFedDriver(Coordinator):
         while len(self.history) < self.epochs:
             epoch = len(self.history) + 1
             t0 = time.perf_counter()
-            reply = self.send(self.active, "apfed.train", round=epoch)
+            meta = {} if self.shuffle is None else {"shuffle_seed": self.shuffle(epoch)}
+            reply = self.send(self.active, self.train, meta=meta, round=epoch)
             if reply.number("epoch") != epoch:
                 raise ProtocolError(
                     f"{self.active!r} reported epoch {reply.meta.get('epoch')!r}, expected {epoch}"
                 )
             rec = {"epoch": float(epoch), "loss": reply.number("loss")}
-            if self.evaluate:
+            if "accuracy" in reply.meta:
                 rec["accuracy"] = reply.number("accuracy")
-            if self.passives:
-                self.broadcast(self.passives, "apfed.epoch_done", round=epoch)
+            if self.done and self.passives:
+                self.broadcast(self.passives, self.done, round=epoch)
             rec["seconds"] = time.perf_counter() - t0
             self.history.append(rec)
             if on_round_end is not None:
@@ -346,15 +387,11 @@ class APFedDriver(Coordinator):
 # --------------------------------------------------------------------------- the spec
 
 
-class APFedAlgorithm(Algorithm):
+class APFedAlgorithm(ActivePassive):
     """APFed as a federated algorithm: one active party, passive parties, a driver."""
 
     name = "apfed"
     Params = APFedParams
-    peer_to_peer = True  # the active party and the passive parties exchange every batch
-
-    def role(self, run: RunSpec, party: str) -> str:
-        return "active" if party == _active(run) else "passive"
 
     def check_federation(self, fed: Roster) -> None:
         if fed.label_owners or not fed.label_owner:
@@ -370,11 +407,6 @@ class APFedAlgorithm(Algorithm):
 
     def check_data(self, run: RunSpec, party: str, data: PartyData) -> None:
         super().check_data(run, party, data)
-        if data.features.ndim not in (3, 4):
-            raise DataError(
-                f"{party!r} must hold image strips (n, h, W) or (n, C, h, W), got X of shape "
-                f"{data.features.shape}"
-            )
         if party == _active(run) and run.params.evaluate and data.y_test is None:
             raise DataError(
                 f"{party!r} is the active party: its file needs ids_test, X_test and y_test "
@@ -495,10 +527,14 @@ class APFedAlgorithm(Algorithm):
 
     def build_coordinator(
         self, run: RunSpec, setup: Mapping[str, Any], local: Local | None = None
-    ) -> APFedDriver:
-        p: APFedParams = run.params
-        return APFedDriver(
-            run.federation.coordinator, _active(run), _passives(run), p.epochs, p.evaluate
+    ) -> EpochDriver:
+        return EpochDriver(
+            run.federation.coordinator,
+            _active(run),
+            run.params.epochs,
+            train="apfed.train",
+            passives=_passives(run),
+            done="apfed.epoch_done",
         )
 
     def round_message(self, role: str) -> str:
@@ -536,21 +572,12 @@ def apfed_demo_data(cfg: Any) -> dict[str, PartyData]:
     gets the labels and its strip of the test images; every file lists its rows
     in its own random order.
     """
-    from fedviews.deep._apfed_nets import cut_strips
-
     spec, parties, active = cfg.data, list(cfg.federation.parties), _active(cfg)
     (Xtr, ytr, ids, Xte, yte, ids_te), rng = demo_image_split(
         spec.dataset, spec.n_per_class, spec.n_test, cfg.seed
     )
-    pad = bool(cfg.params.pad)
-    m = len(parties)
-
-    def cut(X: np.ndarray) -> list[np.ndarray]:
-        arr = np.asarray(X)
-        strips = cut_strips(arr[:, None] if arr.ndim == 3 else arr, m, pad=pad)
-        return [s[:, 0] if arr.ndim == 3 else s for s in strips]  # (n, h, W) for grey images
-
-    strips, test_strips = cut(Xtr), cut(Xte)
+    pad, m = bool(cfg.params.pad), len(parties)
+    strips, test_strips = cut_images(Xtr, m, pad), cut_images(Xte, m, pad)
     files: dict[str, PartyData] = {}
     n = len(ytr)
     for k, name in enumerate(parties):

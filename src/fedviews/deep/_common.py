@@ -35,7 +35,6 @@ __all__ = [
     "history_columns",
     "history_records",
     "history_summary",
-    "load_arrays",
     "prefixed",
     "load_module",
     "load_optimizer",
@@ -157,16 +156,6 @@ def net_logits(net: Any, strip: np.ndarray, device: Any) -> np.ndarray:
 def state_arrays(module: torch.nn.Module) -> dict[str, np.ndarray]:
     """A copy of ``module``'s state dict as numpy arrays on the CPU, keyed by state-dict name."""
     return {k: to_numpy(v).copy() for k, v in module.state_dict().items()}
-
-
-def load_arrays(
-    module: torch.nn.Module,
-    arrays: Mapping[str, np.ndarray],
-    prefix: str = "",
-    device: torch.device | None = None,
-) -> None:
-    """Inverse of :func:`state_arrays`: load ``arrays[prefix + name]`` into every state entry."""
-    module.load_state_dict({k: to_tensor(arrays[prefix + k], device) for k in module.state_dict()})
 
 
 def module_arrays(prefix: str, module: Any) -> dict[str, np.ndarray]:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -10,16 +10,13 @@ import numpy as np
 from fedviews.deep._common import (
     EVAL_BATCH,
     batches,
-    history_columns,
-    history_records,
     to_numpy,
     to_tensor,
 )
 from fedviews.deep._common import as_strips as strips
 from fedviews.deep._split import SplitBottom
-from fedviews.deep._splitnn_spec import epoch_seed
 from fedviews.errors import MissingDependency, ProtocolError
-from fedviews.federation import Coordinator, Message, handles
+from fedviews.federation import Message, handles
 
 try:
     import torch
@@ -27,7 +24,7 @@ try:
 except ImportError as exc:  # pragma: no cover - depends on the environment
     raise MissingDependency("torch", "torch") from exc
 
-__all__ = ["SplitNNActive", "SplitNNDriver", "SplitNNPassive", "bottom_mlp", "strips"]
+__all__ = ["SplitNNActive", "SplitNNPassive", "bottom_mlp", "strips"]
 
 
 def bottom_mlp(in_features: int, hidden: int, n_classes: int) -> nn.Module:
@@ -138,7 +135,7 @@ class SplitNNActive(_MLPBottom):
             }
             self.scatter("splitnn.backward", grads)
             total += float(loss.detach()) * len(idx)
-        out: dict[str, Any] = {"loss": total / len(self._X)}
+        out: dict[str, Any] = {"epoch": msg.round, "loss": total / len(self._X)}
         if self._X_test is not None and self.y_test is not None:
             out["accuracy"] = float(np.mean(self.predict_test() == self.y_test))
         return self.reply(msg, meta=out)
@@ -157,43 +154,3 @@ class SplitNNActive(_MLPBottom):
                 z = self.net(self._X_test[start:stop]) + sum(self._logits(got, stop - start, False))
             preds.append(to_numpy(z.argmax(1)))
         return np.concatenate(preds)
-
-
-class SplitNNDriver(Coordinator):
-    """Starts every epoch at the label owner; keeps the per-epoch history."""
-
-    def __init__(self, active: str, epochs: int, seed: int | None, *, name: str) -> None:
-        super().__init__(name)
-        self.active, self.epochs, self.seed = active, epochs, seed
-        self.history: list[dict[str, float]] = []
-
-    def run(self, on_round_end: Callable[[int], None] | None = None) -> list[dict[str, float]]:
-        for e in range(len(self.history) + 1, self.epochs + 1):
-            seed = epoch_seed(self.seed, e)
-            rep = self.send(self.active, "splitnn.train", meta={"shuffle_seed": seed}, round=e)
-            rec = {"epoch": float(e), "loss": rep.number("loss")}
-            if "accuracy" in rep.meta:
-                rec["accuracy"] = rep.number("accuracy")
-            self.history.append(rec)
-            if on_round_end is not None:
-                on_round_end(e)
-        return self.history
-
-    def state_dict(self) -> dict[str, np.ndarray]:
-        return {k: np.array(v) for k, v in history_columns(self.history).items()}
-
-    def load_state(self, state: Mapping[str, np.ndarray]) -> None:
-        self.history = history_records(state)
-
-    def progress(self) -> list[str]:
-        return [
-            f"epoch {int(r['epoch'])}: loss {r['loss']:.4f}"
-            + (f", test accuracy {100 * r['accuracy']:.2f} %" if "accuracy" in r else "")
-            for r in self.history
-        ]
-
-    def summary(self) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
-        metrics: dict[str, Any] = history_columns(self.history)
-        if self.history and "accuracy" in self.history[-1]:
-            metrics["final_accuracy"] = self.history[-1]["accuracy"]
-        return metrics, {}

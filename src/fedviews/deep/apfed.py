@@ -1,17 +1,13 @@
 """APFed-R / APFed-C (Liu et al., "Active-Passive Federated Learning for
 Vertically Partitioned Multi-view Data") and the SingleVL baseline.
 
-Protocol (``m-i`` setting: images cut horizontally into ``m`` strips; strip
-``i`` and all labels on the active client, every other strip on its own
-passive client). The algorithm is defined once (:class:`APFedAlgorithm` in
-:mod:`fedviews.deep._apfed_spec`: params, roles, policy, the epoch driver);
-``fit`` builds every party from its own data with it
-(:func:`fedviews.federation.build_in_process`), exactly as a deployed party
-process does, and runs that protocol in one process.
+``m-i`` setting: images cut horizontally into ``m`` strips; strip ``i`` and all
+labels on the active client, every other strip on its own passive client. The
+algorithm is defined once (:class:`APFedAlgorithm` in :mod:`fedviews.deep._apfed_spec`:
+params, roles, policy, the epoch driver, the messages); ``fit`` builds every party
+from its own data with it (:func:`fedviews.federation.build_in_process`), exactly as
+a deployed party process does, and runs that protocol in one process.
 
-* The **driver** (the coordinator; no data, no model) asks the active client for
-  one epoch at a time (``apfed.train``) and tells the passive clients when it is
-  over (``apfed.epoch_done``; where a deployment checkpoints).
 * The **active client** (:class:`ActiveClient`, role ``"active"``) holds ``f_A``
   and ``g_T``. Per batch it computes ``h_A = f_A(x_A)`` and sends ``h_A`` to
   every passive client.
@@ -26,9 +22,6 @@ process does, and runs that protocol in one process.
   the passive client multiplies its gradient by it before replying. The active
   client back-propagates ``∂L_A/∂h_A + Σ_p λ_p ∂L_p/∂h_A`` (Eq. 9) through
   ``f_A``; ``g_T`` sees only ``L_A``.
-* Only ``h_A`` (active → passive) and ``grad_h_A`` (passive → active) cross the
-  privacy barrier. Both sides derive each epoch's batch order from a seed sent
-  in a control message, so no sample indices are sent as arrays.
 * After training the active client predicts alone (Eq. 11); see
   :meth:`APFed.export` and :func:`fedviews.deep.load_active_model`.
 
@@ -260,22 +253,18 @@ class ActiveClient(SplitTop):
             raise ProtocolError(
                 f"{self.name}: asked for epoch {msg.round} after {len(self.history)} epochs"
             )
-        loss = self.train_epoch(round=msg.round)
+        loss = self.train_epoch(msg.round)
         meta: dict[str, Any] = {"epoch": len(self.history), "loss": loss}
         if self._test is not None:
             meta["accuracy"] = self.test_accuracy()
         return self.reply(msg, meta=meta)
 
-    def train_epoch(self, round: int | None = None) -> float:
-        """One epoch over all batches; return its mean ``L_A``.
-
-        ``round``: the round number of its messages (default: the epoch, 1-based).
-        """
+    def train_epoch(self, round: int) -> float:
+        """One epoch over all batches (its messages numbered ``round``); its mean ``L_A``."""
         epoch = len(self.history)
-        r = epoch + 1 if round is None else round
         total = 0.0
-        for b, idx in self.epoch_batches("apfed.epoch", r):
-            total += self._step(epoch, b, idx, r) * len(idx)
+        for b, idx in self.epoch_batches("apfed.epoch", round):
+            total += self._step(epoch, b, idx, round) * len(idx)
         self.history.append(total / len(self._X))
         return self.history[-1]
 

@@ -38,11 +38,8 @@ One round (Algorithm 1)
 5. The server asks ``label_owner_0`` to evaluate the global model (averaged
    bottoms + global top) on the held-out set; only the accuracy (a scalar) returns.
 
-Privacy barrier (enforced by the transport, :func:`multivfl_policy`): data owner →
-label owner only ``activations``; label owner → data owner only ``activation_grad``;
-label owner → server only the top-model update; server → label owner only the
-global top model; every message kind only in its direction. Raw strips, labels and
-bottom-model weights never leave their owner. Sample-ID alignment between the data
+The privacy barrier is :func:`multivfl_policy`, enforced by the transport: raw strips,
+labels and bottom-model weights never leave their owner. Sample-ID alignment between the data
 owners and each label owner goes through :func:`fedviews.data.align`.
 """
 
@@ -66,7 +63,8 @@ from fedviews.deep._common import (
     history_columns,
     history_records,
     history_summary,
-    load_arrays,
+    load_module,
+    module_arrays,
     prefixed,
     resolve_device,
     state_arrays,
@@ -492,12 +490,12 @@ class DataOwner(Party):
 
     def state_dict(self) -> dict[str, np.ndarray]:
         """The bottom model after :meth:`average_bottoms` (all copies are equal then)."""
-        return prefixed("bottom/", state_arrays(self.bottom))
+        return module_arrays("bottom", self.bottom)
 
     def load_state(self, state: Mapping[str, np.ndarray]) -> None:
         """Continue from :meth:`state_dict` (a round boundary): every copy gets the bottom."""
         for m in self.copies.values():
-            load_arrays(m, state, "bottom/", self.device)
+            load_module("bottom", m, state, self.name)
         self._new_optimizers()
 
     @handles("infer")
@@ -552,7 +550,7 @@ class LabelOwner(SecureSumParty):
     @handles("set_top")
     def set_top(self, msg: Message) -> None:
         self._global = _received(msg, self.top.state_dict(), "top/")
-        load_arrays(self.top, self._global, device=self.device)
+        self.top.load_state_dict({k: to_tensor(v, self.device) for k, v in self._global.items()})
 
     @handles("train_round")
     def train_round(self, msg: Message) -> Message:

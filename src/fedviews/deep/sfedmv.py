@@ -689,7 +689,6 @@ class SFedMV(BaseEstimator):
     def _stage1(self, clients: Any, on_round: RoundCallback | None, *, fuse: bool) -> Any:
         """Stage 1 (and, ``fuse``, the H-FedMV fusion on the same run); returns the run."""
         p = self._params()
-        cfg = p.gru()
         views, ys = check_sequence_clients(clients)
         self.classes_ = np.unique(np.concatenate(ys))
         if len(self.classes_) < 2:
@@ -711,7 +710,7 @@ class SFedMV(BaseEstimator):
                     views[l],
                     yi[l],
                     c,
-                    cfg,
+                    p,
                     random_state=self.random_state,
                     client_index=l,
                     device=dev,
@@ -727,7 +726,7 @@ class SFedMV(BaseEstimator):
                 pooled,
                 np.concatenate(yi),
                 c,
-                cfg,
+                p,
                 random_state=self.random_state,
                 device=dev,
                 on_round=on_round,
