@@ -59,10 +59,10 @@ from fedviews.data import PartyData, demo_image_split
 from fedviews.deep._common import (
     as_strips,
     check_device,
-    epoch_rows,
     history_columns,
     history_records,
     history_summary,
+    last_epoch_seen,
 )
 from fedviews.errors import ConfigError, DataError, ProtocolError
 from fedviews.federation import (
@@ -453,18 +453,15 @@ class APFedAlgorithm(ActivePassive):
         active = _active(run)
         if recording.party == active:
             return []
-        codec, seed, bs = run.params.codecs()[0], 0, 1
-        got: list[tuple[int, np.ndarray]] = []
-        for m in recording:
-            if m.kind == "apfed.epoch":  # a new epoch: keep only the last one
-                seed, bs, got = int(m.number("shuffle_seed")), int(m.number("batch_size")), []
-            elif m.kind == "apfed.forward" and "h_A" in m.arrays:
-                shape = (None,) * m.arrays["h_A"].ndim
-                got.append((int(m.number("batch")), codec.unpack(m.message(), "h_A", shape)))
-        if not got:
+        codec = run.params.codecs()[0]
+
+        def h_a(m: Any) -> np.ndarray:
+            return codec.unpack(m.message(), "h_A", (None,) * m.arrays["h_A"].ndim)
+
+        seen = last_epoch_seen(recording, "apfed.forward", "h_A", h_a)
+        if seen is None:
             return []
-        rows, values = epoch_rows(seed, bs, got)
-        return [Observation("h_A", "representation", "train", rows, values, active, active)]
+        return [Observation("h_A", "representation", "train", *seen, active, active)]
 
     def build_party(
         self, run: RunSpec, party: str, local: Local, setup: Mapping[str, Any]

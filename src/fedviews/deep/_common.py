@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import random
 import re
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -259,12 +259,26 @@ def batches(
             yield idx
 
 
-def epoch_rows(
-    seed: int, batch_size: int, seen: list[tuple[int, np.ndarray]]
-) -> tuple[np.ndarray, np.ndarray]:
-    """``(rows, values)`` of one shuffled epoch from the per-batch values a party saw,
-    ``seen = [(batch index, values), ...]``: the order is :func:`batches` with
-    ``default_rng(seed)`` over every row of the epoch, as both sides derive it."""
-    order = list(batches(sum(len(v) for _, v in seen), batch_size, np.random.default_rng(seed)))
-    rows = np.concatenate([order[b] for b, _ in seen])
-    return rows, np.concatenate([v for _, v in seen])
+def last_epoch_seen(
+    recording: Iterable[Any], kind: str, name: str, unpack: Callable[[Any], Any] | None = None
+) -> tuple[np.ndarray, np.ndarray] | None:
+    """``(rows, values)`` per sample of array ``name`` in the ``<protocol>.<kind>`` messages a
+    passive party of split learning received in the last epoch it saw, or None (values:
+    ``unpack(message)``, default the array as sent). The rows come from the epoch's shuffle
+    seed (``<protocol>.epoch``) and the batch of each ``<protocol>.forward``: the order is
+    :func:`batches` with ``default_rng(seed)`` over every row of the epoch, as both sides
+    derive it."""
+    protocol = kind.split(".")[0]
+    seed, bs, batch = 0, 1, 0
+    seen: list[tuple[int, np.ndarray]] = []
+    for m in recording:
+        if m.kind == f"{protocol}.epoch":  # a new epoch: keep only the last one
+            seed, bs, seen = int(m.number("shuffle_seed")), int(m.number("batch_size")), []
+        if m.kind == f"{protocol}.forward":
+            batch = int(m.number("batch"))
+        if m.kind == kind and name in m.arrays:
+            seen.append((batch, m.arrays[name] if unpack is None else unpack(m)))
+    if not seen:
+        return None
+    order = list(batches(sum(len(v) for _, v in seen), bs, np.random.default_rng(seed)))
+    return np.concatenate([order[b] for b, _ in seen]), np.concatenate([v for _, v in seen])

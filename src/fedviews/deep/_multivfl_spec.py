@@ -535,7 +535,7 @@ class MultiVFLAlgorithm(Algorithm):
                 secure=run.defense.secagg_bits is not None,
             )
             if "test" in local.rows:
-                lo.set_split_labels("test", np.asarray(local.take("test")[2]))
+                lo.split_y["test"] = np.asarray(local.take("test")[2])
             return lo
         do = DataOwner(
             party,

@@ -31,7 +31,7 @@ from fedviews.deep._apfed_spec import (
     cut_images,
     sgd_settings,
 )
-from fedviews.deep._common import check_positive_ints, epoch_rows
+from fedviews.deep._common import check_positive_ints, last_epoch_seen
 from fedviews.errors import ConfigError, DataError
 from fedviews.federation import (
     AlignGroup,
@@ -188,19 +188,10 @@ class SplitNNAlgorithm(ActivePassive):
         active = _active(run)
         if recording.party == active:
             return []
-        seed, bs, batch = 0, 1, 0
-        got: list[tuple[int, np.ndarray]] = []
-        for m in recording:
-            if m.kind == "splitnn.epoch":  # a new epoch: keep only the last one
-                seed, bs, got = int(m.number("shuffle_seed")), int(m.number("batch_size")), []
-            elif m.kind == "splitnn.forward":
-                batch = int(m.number("batch"))
-            elif m.kind == "splitnn.backward" and "grad_logits" in m.arrays:
-                got.append((batch, m.arrays["grad_logits"]))
-        if not got:
+        seen = last_epoch_seen(recording, "splitnn.backward", "grad_logits")
+        if seen is None:
             return []
-        rows, G = epoch_rows(seed, bs, got)
-        return [Observation("grad_logits", "softmax_gradient", "train", rows, G, active)]
+        return [Observation("grad_logits", "softmax_gradient", "train", *seen, active)]
 
     def demo_data(self, cfg: Any) -> dict[str, PartyData]:
         """``[data]`` images (``dataset``, ``n_per_class``, ``n_test``) cut into one strip per

@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -321,17 +322,11 @@ class ActiveClient(SplitTop):
         """``model.json`` of its export: :attr:`model_info` (``override`` wins), network, classes."""
         from fedviews.deep._export import FORMAT
 
-        spec = self.spec
         return {
             "format": FORMAT,
             **self.model_info,
             **override,
-            "arch": {
-                "name": spec.name,
-                "in_channels": spec.in_channels,
-                "convs": [list(c) for c in spec.convs],
-                "hidden": spec.hidden,
-            },
+            "arch": asdict(self.spec),
             "strip_hw": list(self.strip_hw),
             "classes": np.asarray(self.classes).tolist(),
         }

@@ -605,9 +605,6 @@ class LabelOwner(SecureSumParty):
             meta["train_loss"] = total / max(n_batches, 1)
         return self.reply(msg, update, meta=meta)
 
-    def set_split_labels(self, split: str, y: np.ndarray) -> None:
-        self.split_y[split] = y
-
     def top_state(self) -> dict[str, np.ndarray]:
         """This label owner's top model (the global one after ``set_top``)."""
         return prefixed("top/", state_arrays(self.top))

@@ -287,13 +287,11 @@ class SequenceServer(Coordinator):
     def aggregate(local: Sequence[Weights], sizes: Sequence[float]) -> Weights:
         """``w = sum_l (N_l / N) w_l`` for every parameter (Algorithm 4)."""
         N = float(sum(sizes))
-        out = {}
-        for name in local[0]:
-            acc = np.zeros_like(local[0][name])
-            for n, p in zip(sizes, local, strict=True):
-                acc = acc + (n / N) * p[name]
-            out[name] = acc
-        return out
+        pairs = list(zip(sizes, local, strict=True))
+        return {
+            name: sum(((n / N) * p[name] for n, p in pairs), np.zeros_like(first))
+            for name, first in local[0].items()
+        }
 
     def state_dict(self) -> dict[str, np.ndarray]:
         """The server's state after a round: every view's global parameters and losses."""
