@@ -123,14 +123,9 @@ class TVFLActiveClient(SplitTop, Coordinator):
                 self.head.train()
                 h_a = self.encoder(self._X[idx])
                 shape = (len(idx), *self.rep_shape)
+                got = self.broadcast(self.passives, "tvfl.forward", meta={"batch": b}, round=step)
                 hps = [
-                    to_tensor(
-                        self.send(p, "tvfl.forward", meta={"batch": b}, round=step).array(
-                            "h_p", shape
-                        ),
-                        self.device,
-                        torch.float32,
-                    ).requires_grad_(True)
+                    to_tensor(got[p].array("h_p", shape), self.device).requires_grad_(True)
                     for p in self.passives
                 ]
                 loss = F.cross_entropy(self.head(self._join(h_a, hps)), self._y[idx])

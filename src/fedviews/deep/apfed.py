@@ -410,11 +410,7 @@ class _ActiveOnly(StripEstimator):
         :func:`fedviews.deep.load_active_model` (no passive client needed).
         """
         check_fitted(self, "active_", "image_shape_")
-        settings = {
-            k: v
-            for k, v in vars(self).items()
-            if not k.endswith("_") and not k.startswith("_") and k != "transport"
-        }
+        settings = {k: v for k, v in self.get_params().items() if k != "transport"}
         return self.active_.export(
             path,
             torchscript=torchscript,
