@@ -439,9 +439,13 @@ class MultiVFLAlgorithm(Algorithm):
             **{f"height/{d}": int(infos[d]["height"]) for d in dos},
         }
 
+    def top_names(self, run: RunSpec, setup: Mapping[str, Any]) -> list[str]:
+        """The parameter names of this run's top model (built from the setup's sizes)."""
+        return list(self._top(run, setup).state_dict())
+
     def policy(self, run: RunSpec, setup: Mapping[str, Any]) -> PrivacyPolicy:
         p: MultiVFLParams = run.params
-        names = list(self._top(run, setup).state_dict())  # the top model's parameters
+        names = self.top_names(run, setup)
         policy = multivfl_policy(names, evaluate=bool(p.evaluate), codecs=p.codecs())
         if run.defense.secagg_bits is None:
             return policy
