@@ -26,7 +26,6 @@ import numpy as np
 from fedviews.deep._apfed_nets import ActiveNet, NetSpec, as_images, cut_strips
 from fedviews.deep._common import net_logits, require_torch, resolve_device
 from fedviews.errors import DataError
-from fedviews.report._json import to_jsonable
 
 __all__ = [
     "ExportedActiveModel",
@@ -40,6 +39,18 @@ FORMAT = "fedviews.apfed.active/1"
 STATE_FILE = "active_model.pt"
 META_FILE = "model.json"
 SCRIPT_FILE = "active_model.ts"
+
+
+def _jsonable(v: Any) -> Any:
+    if isinstance(v, Mapping):
+        return {str(k): _jsonable(x) for k, x in v.items()}
+    if isinstance(v, (list, tuple)):
+        return [_jsonable(x) for x in v]
+    if isinstance(v, np.generic):
+        return v.item()
+    if isinstance(v, np.ndarray):
+        return v.tolist()
+    return v
 
 
 def active_net(meta: Mapping[str, Any]) -> Any:
@@ -72,7 +83,7 @@ def export_active_model(
         "torch_version": str(torch.__version__),
         "torchscript": SCRIPT_FILE if torchscript else None,
     }
-    (out / META_FILE).write_text(json.dumps(to_jsonable(meta), indent=2), encoding="utf-8")
+    (out / META_FILE).write_text(json.dumps(_jsonable(meta), indent=2), encoding="utf-8")
     if torchscript:
         was_training = net.training
         net.eval()
