@@ -27,6 +27,7 @@ from typing import Any
 
 import numpy as np
 
+from fedviews.deep._common import as_strips
 from fedviews.errors import ConfigError, DataError, MissingDependency
 
 try:
@@ -78,17 +79,12 @@ def as_images(images: Any, name: str = "images") -> np.ndarray:
     """Validate images as a float32 ``(n, C, H, W)`` array (``(n, H, W)`` gets ``C = 1``).
 
     ``uint8`` pixels are scaled to ``[0, 1]`` (``/ 255``), as a deployed party's strips are
-    (:func:`fedviews.deep._apfed_spec.as_strips`); other values are used as given.
+    (:func:`fedviews.deep._common.as_strips`); other values are used as given.
     """
     try:
-        raw = np.asarray(images)
-        arr = np.asarray(raw, dtype=np.float32)
+        arr = as_strips(np.asarray(images))
     except (TypeError, ValueError) as exc:
         raise DataError(f"{name} is not numeric: {exc}") from None
-    if raw.dtype == np.uint8:
-        arr = arr / np.float32(255.0)
-    if arr.ndim == 3:
-        arr = arr[:, None]
     if arr.ndim != 4 or min(arr.shape) == 0:
         raise DataError(
             f"{name} must have shape (n, H, W) or (n, C, H, W) (channels first), got {arr.shape}"

@@ -16,7 +16,7 @@ the active party's position (1-based). With the active party alone it is SingleV
 
 Protocol (every message policy-checked and logged, in one process or deployed):
 
-* the coordinator is a small **driver** (:class:`APFedDriver`) that holds no data
+* the coordinator is a small **driver** (:class:`EpochDriver`) that holds no data
   and no model: it asks the active party for one epoch at a time (``apfed.train``,
   round = epoch), keeps the scalars it reports (mean ``L_A``; the test accuracy
   with ``evaluate``), then tells the passive parties the epoch is over
@@ -47,7 +47,6 @@ order, strips stacked top to bottom).
 from __future__ import annotations
 
 import json
-import re
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass
@@ -57,7 +56,14 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from fedviews.data import PartyData, demo_image_split
-from fedviews.deep._common import epoch_rows
+from fedviews.deep._common import (
+    as_strips,
+    check_device,
+    history_columns,
+    history_records,
+    history_summary,
+    last_epoch_seen,
+)
 from fedviews.errors import ConfigError, DataError, ProtocolError
 from fedviews.federation import (
     Algorithm,
@@ -83,14 +89,13 @@ __all__ = [
     "APFED_SPEC",
     "DEPLOY_ONLY",
     "APFedAlgorithm",
-    "APFedDriver",
+    "EpochDriver",
     "APFedParams",
     "apfed_demo_data",
     "apfed_policy",
     "as_strips",
     "check_training",
     "export_apfed_model",
-    "export_described",
     "party_seeds",
     "sgd_settings",
 ]
@@ -99,7 +104,6 @@ VARIANTS = ("R", "C")
 #: APFed-R's ``ℓ_p`` (Eq. 12): the per-sample L2 norm, or the per-pixel mean square (older)
 RECON_LOSSES = ("l2", "mse")
 ARCH_NAMES = ("auto", "table3", "table4")
-_DEVICE = re.compile(r"^(auto|cpu|mps|cuda(:\d+)?)$")
 
 #: fields of :class:`APFedParams` that only a deployment uses (the estimators have none)
 DEPLOY_ONLY = ("evaluate", "torch_threads")
@@ -220,10 +224,7 @@ class APFedParams:
         check_training(self.epochs, self.batch_size, self.lr, self.momentum, self.weight_decay)
         if self.arch not in ARCH_NAMES:
             raise ConfigError(f"arch must be one of {list(ARCH_NAMES)}, got {self.arch!r}")
-        if not isinstance(self.device, str) or not _DEVICE.match(self.device):
-            raise ConfigError(
-                f"device must be 'auto', 'cpu', 'cuda', 'cuda:<index>' or 'mps', got {self.device!r}"
-            )
+        check_device(self.device)
         if isinstance(self.torch_threads, bool) or self.torch_threads < 0:
             raise ConfigError("torch_threads must be >= 0 (0 = torch's default)")
         self.codecs()
@@ -272,17 +273,36 @@ def party_seeds(seed: int | None, n: int) -> list[int]:
     return [int(s.generate_state(1)[0]) for s in spawn_streams(seed, n)]
 
 
-def as_strips(X: np.ndarray) -> np.ndarray:
-    """A party's strips as the networks see them: float32 ``(n, C, h, W)``, uint8 pixels / 255."""
-    if X.ndim == 3:
-        X = X[:, None]
-    if X.dtype == np.uint8:
-        return np.asarray(X / 255.0, dtype=np.float32)
-    return np.asarray(X, dtype=np.float32)
-
-
 def _active(run: RunSpec) -> str:
     return run.federation.owners()[0]
+
+
+class ActivePassive(Algorithm):
+    """Split learning on image strips: the active party (``federation.label_owner``) and
+    passive parties, each holding its strip ``(n, h, W)`` or ``(n, C, h, W)`` of every image."""
+
+    peer_to_peer = True  # the active party and the passive parties exchange every batch
+
+    def role(self, run: RunSpec, party: str) -> str:
+        return "active" if party == _active(run) else "passive"
+
+    def check_data(self, run: RunSpec, party: str, data: PartyData) -> None:
+        super().check_data(run, party, data)
+        if data.features.ndim not in (3, 4):
+            raise DataError(
+                f"{party!r} must hold image strips (n, h, W) or (n, C, h, W), got X of shape "
+                f"{data.features.shape}"
+            )
+
+
+def cut_images(X: np.ndarray, m: int, pad: bool) -> list[np.ndarray]:
+    """Images cut into ``m`` equal strips, top to bottom, as
+    :func:`fedviews.deep._apfed_nets.cut_strips` (grey ``(n, H, W)`` images: ``(n, h, W)``)."""
+    from fedviews.deep._apfed_nets import cut_strips
+
+    arr = np.asarray(X)
+    strips = cut_strips(arr[:, None] if arr.ndim == 3 else arr, m, pad=pad)
+    return [s[:, 0] if arr.ndim == 3 else s for s in strips]
 
 
 def _passives(run: RunSpec) -> list[str]:
@@ -293,19 +313,31 @@ def _passives(run: RunSpec) -> list[str]:
 # --------------------------------------------------------------------------- the driver
 
 
-class APFedDriver(Coordinator):
-    """The coordinator of an APFed run: asks the active party for each epoch.
+class EpochDriver(Coordinator):
+    """The coordinator of split learning on strips (APFed, the split NN): asks the active
+    party for one epoch at a time (``train``, round = epoch).
 
     It holds no data and no model; it receives only the scalar metrics of each
-    epoch (``history``) and tells the passive parties when an epoch is over.
+    epoch (``history``: loss, the test accuracy where the active party reports it)
+    and tells the passive parties when an epoch is over (``done``, where a deployment
+    checkpoints). ``shuffle(epoch)``: the epoch's shuffle seed, sent along (the active
+    party draws its own when it is None).
     """
 
     def __init__(
-        self, name: str, active: str, passives: Sequence[str], epochs: int, evaluate: bool
+        self,
+        name: str,
+        active: str,
+        epochs: int,
+        *,
+        train: str,
+        passives: Sequence[str] = (),
+        done: str | None = None,
+        shuffle: Callable[[int], int] | None = None,
     ) -> None:
         super().__init__(name)
-        self.active, self.passives = active, list(passives)
-        self.epochs, self.evaluate = int(epochs), evaluate
+        self.active, self.passives, self.epochs = active, list(passives), int(epochs)
+        self.train, self.done, self.shuffle = train, done, shuffle
         self.history: list[dict[str, float]] = []
 
     def run(self, on_round_end: Callable[[int], None] | None = None) -> list[dict[str, float]]:
@@ -313,16 +345,17 @@ class APFedDriver(Coordinator):
         while len(self.history) < self.epochs:
             epoch = len(self.history) + 1
             t0 = time.perf_counter()
-            reply = self.send(self.active, "apfed.train", round=epoch)
+            meta = {} if self.shuffle is None else {"shuffle_seed": self.shuffle(epoch)}
+            reply = self.send(self.active, self.train, meta=meta, round=epoch)
             if reply.number("epoch") != epoch:
                 raise ProtocolError(
                     f"{self.active!r} reported epoch {reply.meta.get('epoch')!r}, expected {epoch}"
                 )
             rec = {"epoch": float(epoch), "loss": reply.number("loss")}
-            if self.evaluate:
+            if "accuracy" in reply.meta:
                 rec["accuracy"] = reply.number("accuracy")
-            if self.passives:
-                self.broadcast(self.passives, "apfed.epoch_done", round=epoch)
+            if self.done and self.passives:
+                self.broadcast(self.passives, self.done, round=epoch)
             rec["seconds"] = time.perf_counter() - t0
             self.history.append(rec)
             if on_round_end is not None:
@@ -341,41 +374,24 @@ class APFedDriver(Coordinator):
 
     def summary(self) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
         """``(metrics, arrays)``: the per-epoch records and the final accuracy."""
-        keys = list(self.history[0]) if self.history else []
-        history = {k: [rec[k] for rec in self.history] for k in keys}
-        metrics: dict[str, Any] = {"history": history, "epochs_done": len(self.history)}
-        if history.get("accuracy"):
-            metrics["final_accuracy"] = history["accuracy"][-1]
-        return metrics, {k: np.asarray(v) for k, v in history.items()}
+        metrics = history_summary(self.history, "epochs_done")
+        return metrics, {k: np.asarray(v) for k, v in metrics["history"].items()}
 
     def state_dict(self) -> dict[str, np.ndarray]:
-        keys = ("epoch", "loss", "accuracy", "seconds")
-        return {
-            k: np.asarray([rec.get(k, np.nan) for rec in self.history], dtype=np.float64)
-            for k in keys
-        }
+        return {k: np.asarray(v, np.float64) for k, v in history_columns(self.history).items()}
 
     def load_state(self, state: Mapping[str, np.ndarray]) -> None:
-        self.history = []
-        for r in range(len(state["epoch"])):
-            rec = {k: float(state[k][r]) for k in ("epoch", "loss", "seconds")}
-            if self.evaluate:
-                rec["accuracy"] = float(state["accuracy"][r])
-            self.history.append(rec)
+        self.history = history_records(state)
 
 
 # --------------------------------------------------------------------------- the spec
 
 
-class APFedAlgorithm(Algorithm):
+class APFedAlgorithm(ActivePassive):
     """APFed as a federated algorithm: one active party, passive parties, a driver."""
 
     name = "apfed"
     Params = APFedParams
-    peer_to_peer = True  # the active party and the passive parties exchange every batch
-
-    def role(self, run: RunSpec, party: str) -> str:
-        return "active" if party == _active(run) else "passive"
 
     def check_federation(self, fed: Roster) -> None:
         if fed.label_owners or not fed.label_owner:
@@ -391,11 +407,6 @@ class APFedAlgorithm(Algorithm):
 
     def check_data(self, run: RunSpec, party: str, data: PartyData) -> None:
         super().check_data(run, party, data)
-        if data.features.ndim not in (3, 4):
-            raise DataError(
-                f"{party!r} must hold image strips (n, h, W) or (n, C, h, W), got X of shape "
-                f"{data.features.shape}"
-            )
         if party == _active(run) and run.params.evaluate and data.y_test is None:
             raise DataError(
                 f"{party!r} is the active party: its file needs ids_test, X_test and y_test "
@@ -442,33 +453,28 @@ class APFedAlgorithm(Algorithm):
         active = _active(run)
         if recording.party == active:
             return []
-        codec, seed, bs = run.params.codecs()[0], 0, 1
-        got: list[tuple[int, np.ndarray]] = []
-        for m in recording:
-            if m.kind == "apfed.epoch":  # a new epoch: keep only the last one
-                seed, bs, got = int(m.number("shuffle_seed")), int(m.number("batch_size")), []
-            elif m.kind == "apfed.forward" and "h_A" in m.arrays:
-                shape = (None,) * m.arrays["h_A"].ndim
-                got.append((int(m.number("batch")), codec.unpack(m.message(), "h_A", shape)))
-        if not got:
+        codec = run.params.codecs()[0]
+
+        def h_a(m: Any) -> np.ndarray:
+            return codec.unpack(m.message(), "h_A", (None,) * m.arrays["h_A"].ndim)
+
+        seen = last_epoch_seen(recording, "apfed.forward", "h_A", h_a)
+        if seen is None:
             return []
-        rows, values = epoch_rows(seed, bs, got)
-        return [Observation("h_A", "representation", "train", rows, values, active, active)]
+        return [Observation("h_A", "representation", "train", *seen, active, active)]
 
     def build_party(
         self, run: RunSpec, party: str, local: Local, setup: Mapping[str, Any]
     ) -> ActiveClient | PassiveClient:
         from fedviews.deep._apfed_nets import get_arch
-        from fedviews.deep._common import require_torch, resolve_device
+        from fedviews.deep._common import party_device
         from fedviews.deep.apfed import ActiveClient, PassiveClient
 
         p: APFedParams = run.params
-        if p.torch_threads:  # this process's own setting (results do not depend on it)
-            require_torch().set_num_threads(p.torch_threads)
         parties, passives = list(run.federation.parties), _passives(run)
         seeds = party_seeds(run.seed, len(parties))
         spec = get_arch(p.arch, int(setup["channels"]))
-        common = sgd_settings(p, resolve_device(p.device))
+        common = sgd_settings(p, party_device(p.device, p.torch_threads))
         _, X, y = local.take("train")
         if party != _active(run):
             return PassiveClient(
@@ -518,31 +524,18 @@ class APFedAlgorithm(Algorithm):
 
     def build_coordinator(
         self, run: RunSpec, setup: Mapping[str, Any], local: Local | None = None
-    ) -> APFedDriver:
-        p: APFedParams = run.params
-        return APFedDriver(
-            run.federation.coordinator, _active(run), _passives(run), p.epochs, p.evaluate
+    ) -> EpochDriver:
+        return EpochDriver(
+            run.federation.coordinator,
+            _active(run),
+            run.params.epochs,
+            train="apfed.train",
+            passives=_passives(run),
+            done="apfed.epoch_done",
         )
 
     def round_message(self, role: str) -> str:
         return "apfed.train" if role == "active" else "apfed.epoch_done"
-
-    def run_coordinator(
-        self, coord: Coordinator, on_round_end: Callable[[int], None] | None = None
-    ) -> list[dict[str, float]]:
-        assert isinstance(coord, APFedDriver)
-        return coord.run(on_round_end)
-
-    def progress(self, coord: Coordinator) -> list[str]:
-        assert isinstance(coord, APFedDriver)
-        return coord.progress()
-
-    def party_results(self, party: Party) -> dict[str, np.ndarray]:
-        """The active party's complete model (it predicts alone); a passive party's network."""
-        from fedviews.deep.apfed import ActiveClient, PassiveClient
-
-        assert isinstance(party, (ActiveClient, PassiveClient))
-        return party.results()
 
     def write_party_results(self, party: Party, out_dir: Path) -> None:
         """``result.npz``; the active party also writes its export folder ``model/``."""
@@ -551,12 +544,6 @@ class APFedAlgorithm(Algorithm):
         super().write_party_results(party, out_dir)
         if isinstance(party, ActiveClient):
             party.export(out_dir / "model")
-
-    def coordinator_results(
-        self, coord: Coordinator
-    ) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
-        assert isinstance(coord, APFedDriver)
-        return coord.summary()
 
     def demo_data(self, cfg: Any) -> dict[str, PartyData]:
         """Each party's data from ``[data]`` (see :func:`apfed_demo_data`)."""
@@ -582,21 +569,12 @@ def apfed_demo_data(cfg: Any) -> dict[str, PartyData]:
     gets the labels and its strip of the test images; every file lists its rows
     in its own random order.
     """
-    from fedviews.deep._apfed_nets import cut_strips
-
     spec, parties, active = cfg.data, list(cfg.federation.parties), _active(cfg)
     (Xtr, ytr, ids, Xte, yte, ids_te), rng = demo_image_split(
         spec.dataset, spec.n_per_class, spec.n_test, cfg.seed
     )
-    pad = bool(cfg.params.pad)
-    m = len(parties)
-
-    def cut(X: np.ndarray) -> list[np.ndarray]:
-        arr = np.asarray(X)
-        strips = cut_strips(arr[:, None] if arr.ndim == 3 else arr, m, pad=pad)
-        return [s[:, 0] if arr.ndim == 3 else s for s in strips]  # (n, h, W) for grey images
-
-    strips, test_strips = cut(Xtr), cut(Xte)
+    pad, m = bool(cfg.params.pad), len(parties)
+    strips, test_strips = cut_images(Xtr, m, pad), cut_images(Xte, m, pad)
     files: dict[str, PartyData] = {}
     n = len(ytr)
     for k, name in enumerate(parties):
@@ -621,8 +599,8 @@ def export_apfed_model(result: str | Path, folder: str | Path) -> Path:
     active strip alone (or from full images of ``m`` equal strips). A deployed
     active party writes this folder itself (``model/`` beside its ``result.npz``).
     """
-    from fedviews.deep._apfed_nets import ActiveNet, NetSpec
     from fedviews.deep._common import require_torch
+    from fedviews.deep._export import active_net, export_active_model
 
     torch = require_torch()
     with np.load(result, allow_pickle=False) as z:
@@ -630,39 +608,6 @@ def export_apfed_model(result: str | Path, folder: str | Path) -> Path:
             raise DataError(f"{result} is not the result of an APFed active party")
         meta = json.loads(str(z["model_json"]))
         state = {k[4:]: torch.as_tensor(z[k]) for k in z.files if k.startswith("net/")}
-    a = meta["arch"]
-    spec = NetSpec(
-        a["name"],
-        int(a["in_channels"]),
-        tuple((int(c[0]), int(c[1]), int(c[2])) for c in a["convs"]),
-        int(a["hidden"]),
-    )
-    net = ActiveNet(
-        spec, (int(meta["strip_hw"][0]), int(meta["strip_hw"][1])), len(meta["classes"])
-    )
+    net = active_net(meta)
     net.load_state_dict(state)
-    return export_described(folder, net, spec, meta)
-
-
-def export_described(
-    folder: str | Path, net: Any, spec: Any, meta: Mapping[str, Any], *, torchscript: bool = False
-) -> Path:
-    """Export ``net`` (``g_T ∘ f_A`` of architecture ``spec``) as its ``model.json`` ``meta``
-    describes it (:meth:`ActiveClient.model_meta`, or a result's ``model_json``); see
-    :func:`fedviews.deep._export.export_active_model`."""
-    from fedviews.deep._export import export_active_model
-
-    return export_active_model(
-        folder,
-        net,
-        spec=spec,
-        strip_hw=(int(meta["strip_hw"][0]), int(meta["strip_hw"][1])),
-        image_shape=tuple(meta["image_shape"]),
-        m=int(meta["m"]),
-        i=int(meta["i"]),
-        pad=bool(meta["pad"]),
-        classes=np.asarray(meta["classes"]),
-        method=str(meta["method"]),
-        settings=meta.get("settings"),
-        torchscript=torchscript,
-    )
+    return export_active_model(folder, net, meta)

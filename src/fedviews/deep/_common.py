@@ -14,7 +14,8 @@ own streams (:func:`torch_seed` around a model's construction, numpy
 from __future__ import annotations
 
 import random
-from collections.abc import Iterable, Iterator, Mapping
+import re
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -26,14 +27,21 @@ if TYPE_CHECKING:
     import torch
 
 __all__ = [
+    "EVAL_BATCH",
+    "as_strips",
     "batches",
+    "check_device",
     "check_positive_ints",
-    "load_arrays",
+    "history_columns",
+    "history_records",
+    "history_summary",
     "prefixed",
     "load_module",
     "load_optimizer",
     "module_arrays",
+    "net_logits",
     "optimizer_arrays",
+    "party_device",
     "require_torch",
     "resolve_device",
     "seed_everything",
@@ -45,6 +53,9 @@ __all__ = [
 ]
 
 V = TypeVar("V")
+#: rows per batch when a network only evaluates
+EVAL_BATCH = 1024
+_DEVICE = re.compile(r"^(auto|cpu|mps|cuda(:\d+)?)$")
 
 
 def require_torch() -> Any:
@@ -69,6 +80,22 @@ def resolve_device(device: str = "auto") -> torch.device:
         return torch.device(device)
     except RuntimeError:
         raise ConfigError(f"unknown device {device!r}; use 'auto', 'cpu' or 'cuda'") from None
+
+
+def check_device(device: Any) -> None:
+    """ConfigError unless ``device`` is a device name a config may give."""
+    if not isinstance(device, str) or not _DEVICE.match(device):
+        raise ConfigError(
+            f"device must be 'auto', 'cpu', 'cuda', 'cuda:<index>' or 'mps', got {device!r}"
+        )
+
+
+def party_device(device: str, torch_threads: int = 0) -> torch.device:
+    """The device of a party process, after setting its torch threads (0: torch's default;
+    this process's own setting, results do not depend on it)."""
+    if torch_threads:
+        require_torch().set_num_threads(torch_threads)
+    return resolve_device(device)
 
 
 def seed_everything(seed: int) -> None:
@@ -104,28 +131,36 @@ def to_tensor(a: np.ndarray, device: torch.device | None, dtype: Any = None) -> 
     return torch.as_tensor(np.asarray(a), device=device, dtype=dtype)
 
 
+def as_strips(X: np.ndarray) -> np.ndarray:
+    """A party's strips as the networks see them: float32 ``(n, C, h, W)`` (``(n, h, W)`` gets
+    ``C = 1``), uint8 pixels / 255."""
+    X = np.asarray(X)
+    X = X[:, None] if X.ndim == 3 else X
+    return X.astype(np.float32) / 255.0 if X.dtype == np.uint8 else X.astype(np.float32)
+
+
+def net_logits(net: Any, strip: np.ndarray, device: Any) -> np.ndarray:
+    """Outputs of ``net`` (a network, put in eval mode, or any function of a batch) on a strip,
+    without gradient, in batches of :data:`EVAL_BATCH`."""
+    torch = require_torch()
+    if isinstance(net, torch.nn.Module):
+        net.eval()
+    out = []
+    with torch.no_grad():
+        for start in range(0, len(strip), EVAL_BATCH):
+            x = to_tensor(strip[start : start + EVAL_BATCH], device, torch.float32)
+            out.append(to_numpy(net(x)))
+    return np.concatenate(out).astype(np.float64)
+
+
 def state_arrays(module: torch.nn.Module) -> dict[str, np.ndarray]:
     """A copy of ``module``'s state dict as numpy arrays on the CPU, keyed by state-dict name."""
     return {k: to_numpy(v).copy() for k, v in module.state_dict().items()}
 
 
-def load_arrays(
-    module: torch.nn.Module,
-    arrays: Mapping[str, np.ndarray],
-    prefix: str = "",
-    device: torch.device | None = None,
-) -> None:
-    """Inverse of :func:`state_arrays`: load ``arrays[prefix + name]`` into every state entry."""
-    module.load_state_dict({k: to_tensor(arrays[prefix + k], device) for k in module.state_dict()})
-
-
-def _copy(t: Any) -> np.ndarray:
-    return np.array(to_numpy(t), copy=True)
-
-
 def module_arrays(prefix: str, module: Any) -> dict[str, np.ndarray]:
     """A network's parameters and buffers as ``{prefix/name: array}``."""
-    return {f"{prefix}/{k}": _copy(v) for k, v in module.state_dict().items()}
+    return prefixed(prefix + "/", state_arrays(module))
 
 
 def optimizer_arrays(prefix: str, opt: Any) -> dict[str, np.ndarray]:
@@ -134,7 +169,7 @@ def optimizer_arrays(prefix: str, opt: Any) -> dict[str, np.ndarray]:
     for idx, st in opt.state_dict()["state"].items():
         for key, val in st.items():
             if require_torch().is_tensor(val):
-                out[f"{prefix}/{idx}/{key}"] = _copy(val)
+                out[f"{prefix}/{idx}/{key}"] = to_numpy(val).copy()
     return out
 
 
@@ -187,6 +222,29 @@ def check_positive_ints(
             raise ConfigError(f"{name} must be {what}, got {val!r}")
 
 
+def history_columns(records: Sequence[Mapping[str, float]]) -> dict[str, list[float]]:
+    """A coordinator's per-round records by column: every key of the first record → its
+    value per round (NaN in a round that lacks it)."""
+    keys = records[0] if records else {}
+    return {k: [rec.get(k, float("nan")) for rec in records] for k in keys}
+
+
+def history_records(columns: Mapping[str, Any]) -> list[dict[str, float]]:
+    """Inverse of :func:`history_columns` (e.g. on a checkpoint's arrays)."""
+    n = len(next(iter(columns.values()))) if columns else 0
+    return [{k: float(v[i]) for k, v in columns.items()} for i in range(n)]
+
+
+def history_summary(records: Sequence[Mapping[str, float]], done: str) -> dict[str, Any]:
+    """The metrics of a run's ``results.json``: ``history`` by column, the number of finished
+    rounds (as ``done``) and the last ``final_accuracy`` where the records have one."""
+    history = history_columns(records)
+    metrics: dict[str, Any] = {"history": history, done: len(records)}
+    if history.get("accuracy"):
+        metrics["final_accuracy"] = history["accuracy"][-1]
+    return metrics
+
+
 def batches(
     n: int, batch_size: int, rng: np.random.Generator | None, *, drop_last: bool = False
 ) -> Iterator[np.ndarray]:
@@ -201,12 +259,26 @@ def batches(
             yield idx
 
 
-def epoch_rows(
-    seed: int, batch_size: int, seen: list[tuple[int, np.ndarray]]
-) -> tuple[np.ndarray, np.ndarray]:
-    """``(rows, values)`` of one shuffled epoch from the per-batch values a party saw,
-    ``seen = [(batch index, values), ...]``: the order is :func:`batches` with
-    ``default_rng(seed)`` over every row of the epoch, as both sides derive it."""
-    order = list(batches(sum(len(v) for _, v in seen), batch_size, np.random.default_rng(seed)))
-    rows = np.concatenate([order[b] for b, _ in seen])
-    return rows, np.concatenate([v for _, v in seen])
+def last_epoch_seen(
+    recording: Iterable[Any], kind: str, name: str, unpack: Callable[[Any], Any] | None = None
+) -> tuple[np.ndarray, np.ndarray] | None:
+    """``(rows, values)`` per sample of array ``name`` in the ``<protocol>.<kind>`` messages a
+    passive party of split learning received in the last epoch it saw, or None (values:
+    ``unpack(message)``, default the array as sent). The rows come from the epoch's shuffle
+    seed (``<protocol>.epoch``) and the batch of each ``<protocol>.forward``: the order is
+    :func:`batches` with ``default_rng(seed)`` over every row of the epoch, as both sides
+    derive it."""
+    protocol = kind.split(".")[0]
+    seed, bs, batch = 0, 1, 0
+    seen: list[tuple[int, np.ndarray]] = []
+    for m in recording:
+        if m.kind == f"{protocol}.epoch":  # a new epoch: keep only the last one
+            seed, bs, seen = int(m.number("shuffle_seed")), int(m.number("batch_size")), []
+        if m.kind == f"{protocol}.forward":
+            batch = int(m.number("batch"))
+        if m.kind == kind and name in m.arrays:
+            seen.append((batch, m.arrays[name] if unpack is None else unpack(m)))
+    if not seen:
+        return None
+    order = list(batches(sum(len(v) for _, v in seen), bs, np.random.default_rng(seed)))
+    return np.concatenate([order[b] for b, _ in seen]), np.concatenate([v for _, v in seen])

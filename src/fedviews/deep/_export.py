@@ -24,10 +24,16 @@ from typing import Any
 import numpy as np
 
 from fedviews.deep._apfed_nets import ActiveNet, NetSpec, as_images, cut_strips
-from fedviews.deep._common import require_torch, resolve_device, to_numpy, to_tensor
+from fedviews.deep._common import net_logits, require_torch, resolve_device
 from fedviews.errors import DataError
 
-__all__ = ["ExportedActiveModel", "export_active_model", "load_active_model", "predict_exported"]
+__all__ = [
+    "ExportedActiveModel",
+    "active_net",
+    "export_active_model",
+    "load_active_model",
+    "predict_exported",
+]
 
 FORMAT = "fedviews.apfed.active/1"
 STATE_FILE = "active_model.pt"
@@ -47,22 +53,22 @@ def _jsonable(v: Any) -> Any:
     return v
 
 
+def active_net(meta: Mapping[str, Any]) -> Any:
+    """The (untrained) :class:`~fedviews.deep._apfed_nets.ActiveNet` that ``meta``
+    (the contents of ``model.json``) describes."""
+    a = meta["arch"]
+    convs = tuple((int(c[0]), int(c[1]), int(c[2])) for c in a["convs"])
+    spec = NetSpec(a["name"], int(a["in_channels"]), convs, int(a["hidden"]))
+    strip_hw = (int(meta["strip_hw"][0]), int(meta["strip_hw"][1]))
+    return ActiveNet(spec, strip_hw, len(meta["classes"]))
+
+
 def export_active_model(
-    path: str | Path,
-    net: Any,
-    *,
-    spec: NetSpec,
-    strip_hw: tuple[int, int],
-    image_shape: tuple[int, ...],
-    m: int,
-    i: int,
-    pad: bool,
-    classes: np.ndarray,
-    method: str,
-    settings: Mapping[str, Any] | None = None,
-    torchscript: bool = False,
+    path: str | Path, net: Any, meta: Mapping[str, Any], *, torchscript: bool = False
 ) -> Path:
-    """Write ``net`` (an :class:`~fedviews.deep._apfed_nets.ActiveNet`) and its description to ``path``.
+    """Write ``net`` (an :class:`~fedviews.deep._apfed_nets.ActiveNet`) and ``meta``, its
+    ``model.json`` (format, method, arch, ``m``, ``i``, ``pad``, image and strip shapes,
+    classes, settings; :meth:`~fedviews.deep.apfed.ActiveClient.model_meta`), to ``path``.
 
     Returns the folder.
     """
@@ -72,21 +78,8 @@ def export_active_model(
     state = {k: v.detach().cpu() for k, v in net.state_dict().items()}
     torch.save(state, out / STATE_FILE)
     meta = {
-        "format": FORMAT,
-        "method": method,
-        "arch": {
-            "name": spec.name,
-            "in_channels": spec.in_channels,
-            "convs": spec.convs,
-            "hidden": spec.hidden,
-        },
-        "m": int(m),
-        "i": int(i),
-        "pad": bool(pad),
-        "image_shape": list(image_shape),
-        "strip_hw": list(strip_hw),
-        "classes": np.asarray(classes).tolist(),
-        "settings": dict(settings or {}),
+        **meta,
+        "settings": dict(meta.get("settings") or {}),
         "torch_version": str(torch.__version__),
         "torchscript": SCRIPT_FILE if torchscript else None,
     }
@@ -94,9 +87,8 @@ def export_active_model(
     if torchscript:
         was_training = net.training
         net.eval()
-        example = torch.zeros(
-            (1, spec.in_channels, *strip_hw), device=next(net.parameters()).device
-        )
+        shape = (1, int(meta["arch"]["in_channels"]), *map(int, meta["strip_hw"]))
+        example = torch.zeros(shape, device=next(net.parameters()).device)
         with torch.no_grad(), warnings.catch_warnings():
             # TorchScript is deprecated in recent torch but still the one self-contained format
             # that loads without the model's Python code (torch.jit.load)
@@ -140,17 +132,7 @@ class ExportedActiveModel:
         )
 
     def logits(self, images: Any) -> np.ndarray:
-        torch = require_torch()
-        strip = self.active_strip(images)
-        out = []
-        with torch.no_grad():
-            for start in range(0, len(strip), 1024):
-                out.append(
-                    to_numpy(
-                        self.net(to_tensor(strip[start : start + 1024], self.device, torch.float32))
-                    )
-                )
-        return np.concatenate(out).astype(np.float64)
+        return net_logits(self.net, self.active_strip(images), self.device)
 
     def predict_proba(self, images: Any) -> np.ndarray:
         z = self.logits(images)
@@ -180,18 +162,8 @@ def load_active_model(path: str | Path, device: str = "cpu") -> ExportedActiveMo
     meta = json.loads(meta_path.read_text(encoding="utf-8"))
     if meta.get("format") != FORMAT:
         raise DataError(f"{meta_path}: unknown format {meta.get('format')!r}; expected {FORMAT!r}")
-    a = meta["arch"]
-    convs = tuple((int(c[0]), int(c[1]), int(c[2])) for c in a["convs"])
-    spec = NetSpec(
-        a["name"],
-        int(a["in_channels"]),
-        convs,
-        int(a["hidden"]),
-    )
     dev = resolve_device(device)
-    net = ActiveNet(
-        spec, (int(meta["strip_hw"][0]), int(meta["strip_hw"][1])), len(meta["classes"])
-    )
+    net = active_net(meta)
     net.load_state_dict(torch.load(folder / STATE_FILE, map_location=dev, weights_only=True))
     net.to(dev).eval()
     return ExportedActiveModel(net, meta, dev)

@@ -26,14 +26,14 @@ first one also ``ids_test`` and ``y_test``.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from fedviews.data import PartyData, demo_image_split, split_strips
-from fedviews.deep._common import check_positive_ints, prefixed
+from fedviews.deep._common import check_device, check_positive_ints
 from fedviews.deep._serveropt import ServerOptimizer, make_server_optimizer
 from fedviews.errors import ConfigError, DataError
 from fedviews.federation import (
@@ -56,7 +56,7 @@ from fedviews.federation import (
 )
 
 if TYPE_CHECKING:
-    from fedviews.deep.multivfl import Server
+    pass
 
 __all__ = [
     "MULTIVFL_SPEC",
@@ -72,7 +72,6 @@ __all__ = [
 ]
 
 _NIID = re.compile(r"^(\d+)niid$")
-_DEVICE = re.compile(r"^(auto|cpu|mps|cuda(:\d+)?)$")
 LOCAL_OPTIMIZERS = ("sgd", "adam")
 
 
@@ -196,10 +195,7 @@ class MultiVFLParams:
             raise ConfigError(
                 f"local_optimizer must be one of {LOCAL_OPTIMIZERS}, got {self.local_optimizer!r}"
             )
-        if not isinstance(self.device, str) or not _DEVICE.match(self.device):
-            raise ConfigError(
-                f"device must be 'auto', 'cpu', 'cuda', 'cuda:<index>' or 'mps', got {self.device!r}"
-            )
+        check_device(self.device)
         self.server_optimizer()
 
     def server_optimizer(self) -> ServerOptimizer:
@@ -359,13 +355,6 @@ def data_owners(run: RunSpec) -> list[str]:
     """The data owners of a run, in strip order (top to bottom)."""
     owners = set(run.federation.owners())
     return [p for p in run.federation.parties if p not in owners]
-
-
-def _server(coord: Coordinator) -> Server:
-    from fedviews.deep.multivfl import Server
-
-    assert isinstance(coord, Server)
-    return coord
 
 
 class MultiVFLAlgorithm(Algorithm):
@@ -550,7 +539,7 @@ class MultiVFLAlgorithm(Algorithm):
                 secure=run.defense.secagg_bits is not None,
             )
             if "test" in local.rows:
-                lo.set_split_labels("test", np.asarray(local.take("test")[2]))
+                lo.split_y["test"] = np.asarray(local.take("test")[2])
             return lo
         do = DataOwner(
             party,
@@ -589,25 +578,6 @@ class MultiVFLAlgorithm(Algorithm):
     def round_message(self, role: str) -> str:
         return "average_bottoms" if role == "data_owner" else "set_top"
 
-    def run_coordinator(
-        self, coord: Coordinator, on_round_end: Callable[[int], None] | None = None
-    ) -> Any:
-        server = _server(coord)
-        if on_round_end is not None:
-            done = on_round_end
-            server.callback = lambda r, rec: done(r)
-        return server.run()
-
-    def progress(self, coord: Coordinator) -> list[str]:
-        lines = []
-        for rec in list(_server(coord).history):
-            acc = f", test accuracy {rec['accuracy']:.4f}" if "accuracy" in rec else ""
-            lines.append(
-                f"round {int(rec['round'])}: train loss {rec['train_loss']:.4f}{acc} "
-                f"({rec['seconds']:.1f} s)"
-            )
-        return lines
-
     # -- results ---------------------------------------------------------------
     def party_results(self, party: Party) -> dict[str, np.ndarray]:
         from fedviews.deep.multivfl import LabelOwner
@@ -615,16 +585,6 @@ class MultiVFLAlgorithm(Algorithm):
         if isinstance(party, LabelOwner):
             return party.top_state()
         return party.state_dict()
-
-    def coordinator_results(
-        self, coord: Coordinator
-    ) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
-        server = _server(coord)
-        history = server.history_columns()
-        metrics: dict[str, Any] = {"history": history, "rounds_done": len(server.history)}
-        if history.get("accuracy"):
-            metrics["final_accuracy"] = history["accuracy"][-1]
-        return metrics, prefixed("top/", server.params)
 
     # -- demo data -------------------------------------------------------------
     def demo_data(self, cfg: Any) -> dict[str, PartyData]:

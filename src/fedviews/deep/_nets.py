@@ -21,7 +21,7 @@ try:
 except ImportError as exc:  # pragma: no cover - depends on the environment
     raise MissingDependency("torch", "torch") from exc
 
-__all__ = ["SplitNet", "combine_activations", "conv_bottom", "conv_top", "split_activation_grad"]
+__all__ = ["SplitNet", "combine_activations", "conv_bottom", "conv_top"]
 
 
 def conv_bottom(in_channels: int = 1, channels: int = 32, kernel_size: int = 3) -> nn.Sequential:
@@ -81,11 +81,6 @@ def combine_activations(activations: Sequence[torch.Tensor]) -> torch.Tensor:
     is the ``(n, C, sum h_d, w)`` feature map of the whole image.
     """
     return torch.cat(list(activations), dim=2)
-
-
-def split_activation_grad(grad: torch.Tensor, heights: Sequence[int]) -> list[torch.Tensor]:
-    """Inverse of :func:`combine_activations` for the gradient of the combined map."""
-    return list(torch.split(grad, list(heights), dim=2))
 
 
 class SplitNet(nn.Module):

@@ -188,12 +188,8 @@ class FedAdam(ServerOptimizer):
         return d * (1 - b1) if name not in self.m else self.m[name] * b1 + d * (1 - b1)
 
     def _second_moment(self, name: str, d: Any) -> Any:
-        d2 = d * d
-        return (
-            d2 * (1 - self.beta2)
-            if name not in self.v
-            else self.v[name] * self.beta2 + d2 * (1 - self.beta2)
-        )
+        d2, b2 = d * d, self.beta2
+        return d2 * (1 - b2) if name not in self.v else self.v[name] * b2 + d2 * (1 - b2)
 
     def _correction(self) -> float:
         return math.sqrt(1 - self.beta2**self.t) / (1 - self.beta1**self.t)

@@ -195,10 +195,6 @@ class SFedMVParams(GRUConfig):
     """Deployment only: torch threads of every party process (0 = torch's default)."""
     evaluate: bool = False
 
-    def gru(self) -> GRUConfig:
-        """The extractors' architecture and schedule (these params are one)."""
-        return self
-
     def fusion(self) -> HFedMVParams:
         """The fusion stage's H-FedMV params."""
         return HFedMVParams(
@@ -279,7 +275,7 @@ def _sequence_predictor(
         views = data.sequences("train", np.arange(len(X)))
         emb = []
         for k, seqs in enumerate(views):
-            model = make_extractor(dims[k], n_classes, run.params.gru(), 0)
+            model = make_extractor(dims[k], n_classes, run.params, 0)
             set_params(model, dict(grus[k]))
             emb.append(sequence_embed(model, seqs))
         return fuse(np.hstack(emb), None)
@@ -314,21 +310,15 @@ class SFedMVAlgorithm(HorizontalClients):
         from fedviews.deep._gru import get_params, make_extractor
 
         K, c = len(view_dims_of(setup)), int(setup["n_classes"])
-        names = list(get_params(make_extractor(1, c, run.params.gru(), 0)))
+        names = list(get_params(make_extractor(1, c, run.params, 0)))
         fusion = HFEDMV_SPEC.policy(_fusion_run(run), _fusion_setup(run, setup))
         stage1 = sequence_policy(names, K, secure=run.defense.secagg_bits is not None)
         return stage1.merged(fusion, name="s-fedmv")
 
-    def _device(self, p: SFedMVParams) -> Any:
-        from fedviews.deep._common import require_torch, resolve_device
-
-        if p.torch_threads:  # this process's own setting (results do not depend on it)
-            require_torch().set_num_threads(p.torch_threads)
-        return resolve_device(p.device)
-
     def build_party(
         self, run: RunSpec, party: str, local: Local, setup: Mapping[str, Any]
     ) -> SFedMVClient:
+        from fedviews.deep._common import party_device
         from fedviews.deep.sfedmv import SFedMVClient
 
         p: SFedMVParams = run.params
@@ -364,9 +354,9 @@ class SFedMVAlgorithm(HorizontalClients):
             local.sequences(party),
             np.asarray(y, dtype=np.int64),
             c,
-            p.gru(),
+            p,
             [view_seeds(run.seed, k, index)[1] for k in range(K)],
-            self._device(p),
+            party_device(p.device, p.torch_threads),
             secure=run.defense.secagg_bits is not None,
             make_fusion=make_fusion,
             test_views=local.sequences(test) if has_test else None,
@@ -375,14 +365,15 @@ class SFedMVAlgorithm(HorizontalClients):
     def build_coordinator(
         self, run: RunSpec, setup: Mapping[str, Any], local: Local | None = None
     ) -> SFedMVServer:
+        from fedviews.deep._common import party_device
         from fedviews.deep._gru import make_extractor
         from fedviews.deep.sfedmv import SFedMVServer
 
         p: SFedMVParams = run.params
-        dev = self._device(p)
+        dev = party_device(p.device, p.torch_threads)
         c = int(setup["n_classes"])
         inits = [
-            make_extractor(ch, c, p.gru(), view_seeds(run.seed, k, 0)[0]).to(dev)
+            make_extractor(ch, c, p, view_seeds(run.seed, k, 0)[0]).to(dev)
             for k, ch in enumerate(view_dims_of(setup))
         ]
         fusion = HFEDMV_SPEC.build_coordinator(_fusion_run(run), _fusion_setup(run, setup))

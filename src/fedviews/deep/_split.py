@@ -1,20 +1,23 @@
-"""Split learning on image strips: what APFed, SingleVL and TVFL share.
+"""Split learning on image strips: what APFed, SingleVL, TVFL and the split NN share.
 
 * :class:`SplitBottom` — the bottom (passive) party of split learning: its own
   strip and network, its own SGD, the batch order of each epoch (derived from a
-  seed the label owner sends, so no sample index crosses) and its checkpoint.
-  APFed's :class:`~fedviews.deep.apfed.PassiveClient` and TVFL's
-  :class:`~fedviews.deep._tvfl.TVFLPassiveClient` add only their protocol.
+  seed the label owner sends, so no sample index crosses), the forward and
+  backward pass of a batch and its checkpoint. APFed's
+  :class:`~fedviews.deep.apfed.PassiveClient`, TVFL's
+  :class:`~fedviews.deep._tvfl.TVFLPassiveClient` and the split NN's parties add
+  only their protocol.
+* :class:`SplitTop` — the label owner's common part (APFed's active client, TVFL's):
+  its strip, the class indices, and the epochs it starts at the passive parties.
 * :class:`StripEstimator` — the estimators' common part: their hyper-parameters,
   images cut into ``m`` strips, label encoding, the fitted federation's
   attributes, prediction from the active strip alone.
-* Helpers: seeded construction of a network, SGD, checkpoint arrays of networks
-  and optimisers, batched evaluation.
+* Helpers: seeded construction of a network, SGD.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -40,17 +43,7 @@ try:
 except ImportError as exc:  # pragma: no cover - depends on the environment
     raise MissingDependency("torch", "torch") from exc
 
-__all__ = [
-    "EVAL_BATCH",
-    "SplitBottom",
-    "StripEstimator",
-    "build_module",
-    "net_logits",
-    "sgd",
-]
-
-#: rows per batch when a network only evaluates
-EVAL_BATCH = 1024
+__all__ = ["SplitBottom", "SplitTop", "StripEstimator", "build_module", "sgd"]
 
 
 # --------------------------------------------------------------------------- helpers
@@ -65,18 +58,6 @@ def build_module(seed: int, factory: Callable[[], Any], device: Any) -> Any:
     with torch_seed(seed):
         module = factory()
     return module.to(device)
-
-
-def net_logits(net: Any, strip: np.ndarray, device: Any) -> np.ndarray:
-    """Logits of ``net`` (eval mode, no gradient) on a strip, in batches of :data:`EVAL_BATCH`."""
-    net.eval()
-    out = []
-    with torch.no_grad():
-        for start in range(0, len(strip), EVAL_BATCH):
-            out.append(
-                to_numpy(net(to_tensor(strip[start : start + EVAL_BATCH], device, torch.float32)))
-            )
-    return np.concatenate(out).astype(np.float64)
 
 
 # --------------------------------------------------------------------------- the bottom party
@@ -124,6 +105,7 @@ class SplitBottom(Party):
         self.net = build_module(seed, lambda: factory(hw), self.device)
         self.opt = sgd(self.net.parameters(), lr, momentum, weight_decay)
         self._order: list[np.ndarray] = []
+        self._pending: Any = None  # the output of the batch whose gradient is awaited
 
     def start_epoch(self, msg: Message) -> None:
         """The batches of a new epoch, from ``meta["shuffle_seed"]`` and ``meta["batch_size"]``."""
@@ -137,6 +119,22 @@ class SplitBottom(Party):
             raise ProtocolError(f"{self.name}: batch {b} is not in the current epoch")
         return self._order[b]
 
+    def forward_batch(self, msg: Message, name: str) -> Message:
+        """Reply with its network's output on batch ``meta["batch"]`` as array ``name``."""
+        self.net.train()
+        self._pending = self.net(self._X[self.batch_rows(msg)])
+        return self.reply(msg, arrays={name: to_numpy(self._pending)})
+
+    def backward_batch(self, msg: Message, name: str) -> None:
+        """Back-propagate the received gradient ``name`` of that output; one SGD step."""
+        if self._pending is None:
+            raise ProtocolError(f"{self.name}: {msg.sender!r} sent a gradient before a forward")
+        grad = msg.array(name, tuple(self._pending.shape))
+        self.opt.zero_grad()
+        self._pending.backward(to_tensor(grad, self.device, torch.float32))
+        self.opt.step()
+        self._pending = None
+
     def results(self) -> dict[str, np.ndarray]:
         """What it keeps at the end: its network."""
         return module_arrays("net", self.net)
@@ -149,6 +147,71 @@ class SplitBottom(Party):
         """Restore :meth:`state_dict` (raises DataError if it does not fit)."""
         load_module("net", self.net, state, self.name)
         load_optimizer("opt", self.opt, state)
+
+
+# --------------------------------------------------------------------------- the label owner
+
+
+class SplitTop(Party):
+    """The label owner of split learning on image strips (role ``"active"``).
+
+    It holds its strip and the class indices of its samples, and starts every
+    epoch: it draws the epoch's shuffle seed from its own stream and sends it to
+    the passive parties (:meth:`epoch_batches`), so both sides cut the same
+    batches. Subclasses build their networks and optimiser with :attr:`sgd`.
+
+    Parameters
+    ----------
+    name : str
+    view : ndarray, shape (n, C, h, W)
+    y : ndarray of int, shape (n,)
+        Class indices ``0..n_classes-1``.
+    passives : list of str
+        Names of the passive parties.
+    seed : int
+        Seed of its network initialisation and of the batch order.
+    epochs, batch_size : int
+    lr, momentum, weight_decay : float
+        Its SGD settings (:attr:`sgd`).
+    device : torch.device or str
+    """
+
+    def __init__(
+        self,
+        name: str,
+        view: np.ndarray,
+        y: np.ndarray,
+        *,
+        passives: Sequence[str] = (),
+        seed: int,
+        epochs: int = 10,
+        batch_size: int = 64,
+        lr: float = 1e-3,
+        momentum: float = 0.9,
+        weight_decay: float = 1e-4,
+        device: Any = "cpu",
+    ) -> None:
+        super().__init__(name, role="active")
+        self.passives = list(passives)
+        self.epochs = epochs
+        self.batch_size = batch_size
+        self.sgd = {"lr": lr, "momentum": momentum, "weight_decay": weight_decay}
+        self.device = torch.device(device)
+        self._X = to_tensor(view, self.device, torch.float32)
+        self._y = to_tensor(y, self.device, torch.int64)
+        self.strip_hw = (int(view.shape[2]), int(view.shape[3]))
+        self._seed = seed
+        self._rng = np.random.default_rng(seed)
+        self.history: list[float] = []
+
+    def epoch_batches(self, kind: str, round: int) -> Iterator[tuple[int, np.ndarray]]:
+        """Start an epoch: send its shuffle seed to every passive party (message ``kind``);
+        return its numbered batches."""
+        seed = int(self._rng.integers(2**31))
+        meta = {"shuffle_seed": seed, "batch_size": self.batch_size}
+        for p in self.passives:
+            self.send(p, kind, meta=meta, round=round)
+        return enumerate(batches(len(self._X), self.batch_size, np.random.default_rng(seed)))
 
 
 # --------------------------------------------------------------------------- estimators

@@ -2,16 +2,21 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
 
-from fedviews.deep._common import batches, to_numpy, to_tensor
-from fedviews.deep._split import EVAL_BATCH, SplitBottom
-from fedviews.deep._splitnn_spec import epoch_seed
+from fedviews.deep._common import (
+    EVAL_BATCH,
+    batches,
+    to_numpy,
+    to_tensor,
+)
+from fedviews.deep._common import as_strips as strips
+from fedviews.deep._split import SplitBottom
 from fedviews.errors import MissingDependency, ProtocolError
-from fedviews.federation import Coordinator, Message, handles
+from fedviews.federation import Message, handles
 
 try:
     import torch
@@ -19,7 +24,7 @@ try:
 except ImportError as exc:  # pragma: no cover - depends on the environment
     raise MissingDependency("torch", "torch") from exc
 
-__all__ = ["SplitNNActive", "SplitNNDriver", "SplitNNPassive", "bottom_mlp", "strips"]
+__all__ = ["SplitNNActive", "SplitNNPassive", "bottom_mlp", "strips"]
 
 
 def bottom_mlp(in_features: int, hidden: int, n_classes: int) -> nn.Module:
@@ -27,13 +32,6 @@ def bottom_mlp(in_features: int, hidden: int, n_classes: int) -> nn.Module:
     return nn.Sequential(
         nn.Flatten(), nn.Linear(in_features, hidden), nn.ReLU(), nn.Linear(hidden, n_classes)
     )
-
-
-def strips(X: np.ndarray) -> np.ndarray:
-    """``(n, h, W)`` or ``(n, C, h, W)`` strips as float32 ``(n, C, h, W)`` (uint8 pixels / 255)."""
-    X = np.asarray(X)
-    X = X[:, None] if X.ndim == 3 else X
-    return X.astype(np.float32) / 255.0 if X.dtype == np.uint8 else X.astype(np.float32)
 
 
 class _MLPBottom(SplitBottom):
@@ -61,29 +59,17 @@ class _MLPBottom(SplitBottom):
 class SplitNNPassive(_MLPBottom):
     """A passive party: its strip and bottom MLP; sends ``logits``, receives ``grad_logits``."""
 
-    def __init__(self, name: str, X: np.ndarray, X_test: np.ndarray | None, **kw: Any) -> None:
-        super().__init__(name, X, X_test, **kw)
-        self._pending: Any = None
-
     @handles("splitnn.epoch")
     def on_epoch(self, msg: Message) -> None:
         self.start_epoch(msg)
 
     @handles("splitnn.forward")
     def on_forward(self, msg: Message) -> Message:
-        self.net.train()
-        self._pending = self.net(self._X[self.batch_rows(msg)])
-        return self.reply(msg, arrays={"logits": to_numpy(self._pending)})
+        return self.forward_batch(msg, "logits")
 
     @handles("splitnn.backward")
     def on_backward(self, msg: Message) -> None:
-        if self._pending is None:
-            raise ProtocolError(f"{self.name}: {msg.sender!r} sent a gradient before a forward")
-        grad = msg.array("grad_logits", tuple(self._pending.shape))
-        self.opt.zero_grad()
-        self._pending.backward(to_tensor(grad, self.device))
-        self.opt.step()
-        self._pending = None
+        self.backward_batch(msg, "grad_logits")
 
     @handles("splitnn.infer")
     def on_infer(self, msg: Message) -> Message:
@@ -149,7 +135,7 @@ class SplitNNActive(_MLPBottom):
             }
             self.scatter("splitnn.backward", grads)
             total += float(loss.detach()) * len(idx)
-        out: dict[str, Any] = {"loss": total / len(self._X)}
+        out: dict[str, Any] = {"epoch": msg.round, "loss": total / len(self._X)}
         if self._X_test is not None and self.y_test is not None:
             out["accuracy"] = float(np.mean(self.predict_test() == self.y_test))
         return self.reply(msg, meta=out)
@@ -168,45 +154,3 @@ class SplitNNActive(_MLPBottom):
                 z = self.net(self._X_test[start:stop]) + sum(self._logits(got, stop - start, False))
             preds.append(to_numpy(z.argmax(1)))
         return np.concatenate(preds)
-
-
-class SplitNNDriver(Coordinator):
-    """Starts every epoch at the label owner; keeps the per-epoch history."""
-
-    def __init__(self, active: str, epochs: int, seed: int | None, *, name: str) -> None:
-        super().__init__(name)
-        self.active, self.epochs, self.seed = active, epochs, seed
-        self.history: list[dict[str, float]] = []
-
-    def run(self, on_round_end: Callable[[int], None] | None = None) -> list[dict[str, float]]:
-        for e in range(len(self.history) + 1, self.epochs + 1):
-            seed = epoch_seed(self.seed, e)
-            rep = self.send(self.active, "splitnn.train", meta={"shuffle_seed": seed}, round=e)
-            rec = {"epoch": float(e), "loss": rep.number("loss")}
-            if "accuracy" in rep.meta:
-                rec["accuracy"] = rep.number("accuracy")
-            self.history.append(rec)
-            if on_round_end is not None:
-                on_round_end(e)
-        return self.history
-
-    def state_dict(self) -> dict[str, np.ndarray]:
-        keys = self.history[0] if self.history else {}
-        return {k: np.array([r[k] for r in self.history]) for k in keys}
-
-    def load_state(self, state: Mapping[str, np.ndarray]) -> None:
-        n = len(state["epoch"]) if "epoch" in state else 0
-        self.history = [{k: float(v[i]) for k, v in state.items()} for i in range(n)]
-
-    def progress(self) -> list[str]:
-        return [
-            f"epoch {int(r['epoch'])}: loss {r['loss']:.4f}"
-            + (f", test accuracy {100 * r['accuracy']:.2f} %" if "accuracy" in r else "")
-            for r in self.history
-        ]
-
-    def summary(self) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
-        metrics: dict[str, Any] = {k: [r[k] for r in self.history] for k in self.state_dict()}
-        if self.history and "accuracy" in self.history[-1]:
-            metrics["final_accuracy"] = self.history[-1]["accuracy"]
-        return metrics, {}

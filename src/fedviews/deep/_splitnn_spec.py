@@ -24,11 +24,18 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from fedviews.data import PartyData, demo_image_split
-from fedviews.deep._common import check_positive_ints, epoch_rows
+from fedviews.deep._apfed_spec import (
+    ActivePassive,
+    EpochDriver,
+    _active,
+    cut_images,
+    sgd_settings,
+)
+from fedviews.deep._common import check_positive_ints, last_epoch_seen
 from fedviews.errors import ConfigError, DataError
 from fedviews.federation import (
-    Algorithm,
     AlignGroup,
+    Coordinator,
     Local,
     Observation,
     PrivacyPolicy,
@@ -40,7 +47,7 @@ from fedviews.federation import (
 )
 
 if TYPE_CHECKING:
-    from fedviews.deep._splitnn import SplitNNActive, SplitNNDriver, SplitNNPassive
+    from fedviews.deep._splitnn import SplitNNActive, SplitNNPassive
 
 __all__ = ["SPLITNN_SPEC", "SplitNNAlgorithm", "SplitNNParams", "epoch_seed", "splitnn_policy"]
 
@@ -94,19 +101,11 @@ def epoch_seed(seed: int | None, epoch: int) -> int:
     return int(np.random.default_rng([int(seed or 0), epoch]).integers(2**31))
 
 
-def _active(run: RunSpec) -> str:
-    return run.federation.owners()[0]
-
-
-class SplitNNAlgorithm(Algorithm):
+class SplitNNAlgorithm(ActivePassive):
     """A split NN: bottom MLPs at every party, the label owner sums their logits."""
 
     name = "splitnn"
     Params = SplitNNParams
-    peer_to_peer = True
-
-    def role(self, run: RunSpec, party: str) -> str:
-        return "active" if party == _active(run) else "passive"
 
     def check_federation(self, fed: Roster) -> None:
         if fed.label_owners or fed.label_owner not in fed.parties or len(fed.parties) < 2:
@@ -121,8 +120,6 @@ class SplitNNAlgorithm(Algorithm):
 
     def check_data(self, run: RunSpec, party: str, data: PartyData) -> None:
         super().check_data(run, party, data)
-        if data.features.ndim not in (3, 4):
-            raise DataError(f"{party!r} must hold image strips (n, h, W) or (n, C, h, W)")
         if run.params.evaluate and data.X_test is None:
             raise DataError(f"{party!r}: evaluate needs its test strips (ids_test, X_test)")
         if run.params.evaluate and party == _active(run) and data.y_test is None:
@@ -150,13 +147,8 @@ class SplitNNAlgorithm(Algorithm):
         seed = int(spawn_streams(run.seed, len(parties))[parties.index(party)].generate_state(1)[0])
         _, X, y = local.take("train")
         X_test = local.take("test")[1] if p.evaluate else None
-        kw: dict[str, Any] = {
-            "hidden": p.hidden,
-            "n_classes": int(setup["n_classes"]),
-            "seed": seed,
-        }
-        kw |= {"lr": p.lr, "momentum": p.momentum, "weight_decay": p.weight_decay}
-        kw |= {"device": resolve_device(p.device)}
+        kw: dict[str, Any] = {"hidden": p.hidden, "n_classes": int(setup["n_classes"])}
+        kw |= {"seed": seed, **sgd_settings(p, resolve_device(p.device))}
         if party != _active(run):
             return SplitNNPassive(party, X, X_test, **kw)
         y_test = local.take("test")[2] if p.evaluate else None
@@ -166,11 +158,21 @@ class SplitNNAlgorithm(Algorithm):
 
     def build_coordinator(
         self, run: RunSpec, setup: Mapping[str, Any], local: Local | None = None
-    ) -> SplitNNDriver:
-        from fedviews.deep._splitnn import SplitNNDriver
+    ) -> EpochDriver:
+        return EpochDriver(
+            run.federation.coordinator,
+            _active(run),
+            run.params.epochs,
+            train="splitnn.train",
+            shuffle=lambda epoch: epoch_seed(run.seed, epoch),
+        )
 
-        p: SplitNNParams = run.params
-        return SplitNNDriver(_active(run), p.epochs, run.seed, name=run.federation.coordinator)
+    def coordinator_results(
+        self, coord: Coordinator
+    ) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
+        """The per-epoch records by column, and the final test accuracy."""
+        metrics, _ = coord.summary()
+        return {**metrics.pop("history"), **metrics}, {}
 
     def round_message(self, role: str) -> str:
         return "splitnn.train" if role == "active" else "splitnn.epoch"
@@ -186,38 +188,20 @@ class SplitNNAlgorithm(Algorithm):
         active = _active(run)
         if recording.party == active:
             return []
-        seed, bs, batch = 0, 1, 0
-        got: list[tuple[int, np.ndarray]] = []
-        for m in recording:
-            if m.kind == "splitnn.epoch":  # a new epoch: keep only the last one
-                seed, bs, got = int(m.number("shuffle_seed")), int(m.number("batch_size")), []
-            elif m.kind == "splitnn.forward":
-                batch = int(m.number("batch"))
-            elif m.kind == "splitnn.backward" and "grad_logits" in m.arrays:
-                got.append((batch, m.arrays["grad_logits"]))
-        if not got:
+        seen = last_epoch_seen(recording, "splitnn.backward", "grad_logits")
+        if seen is None:
             return []
-        rows, G = epoch_rows(seed, bs, got)
-        return [Observation("grad_logits", "softmax_gradient", "train", rows, G, active)]
+        return [Observation("grad_logits", "softmax_gradient", "train", *seen, active)]
 
     def demo_data(self, cfg: Any) -> dict[str, PartyData]:
         """``[data]`` images (``dataset``, ``n_per_class``, ``n_test``) cut into one strip per
         party, top to bottom in the order of ``federation.parties``; the label owner also
         holds the labels. Every party keeps all training and test images."""
-        from fedviews.deep._apfed_nets import cut_strips
-
-        spec, parties = cfg.data, list(cfg.federation.parties)
+        spec, parties, pad = cfg.data, list(cfg.federation.parties), cfg.params.pad
         (Xtr, ytr, ids, Xte, yte, ids_te), _ = demo_image_split(
             spec.dataset, spec.n_per_class, spec.n_test, cfg.seed
         )
-
-        def cut(X: np.ndarray) -> list[np.ndarray]:
-            return [
-                s[:, 0]
-                for s in cut_strips(np.asarray(X)[:, None], len(parties), pad=cfg.params.pad)
-            ]
-
-        strips, tests = cut(Xtr), cut(Xte)
+        strips, tests = cut_images(Xtr, len(parties), pad), cut_images(Xte, len(parties), pad)
         out = {}
         for k, name in enumerate(parties):
             labels = {"y": ytr, "y_test": yte} if name == _active(cfg) else {}

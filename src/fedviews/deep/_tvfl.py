@@ -14,7 +14,6 @@ standard-normal noise (TVFL-R). Only ``h_p`` (passive → active) and
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -23,9 +22,9 @@ from fedviews._estimator import store_params
 from fedviews._registry import register_estimator
 from fedviews.deep._apfed_nets import Encoder, Head, NetSpec, check_setting
 from fedviews.deep._apfed_spec import check_training, party_seeds, sgd_settings
-from fedviews.deep._common import batches, to_numpy, to_tensor
-from fedviews.deep._split import EVAL_BATCH, SplitBottom, StripEstimator, build_module, sgd
-from fedviews.errors import ConfigError, MissingDependency, ProtocolError
+from fedviews.deep._common import EVAL_BATCH, net_logits, to_numpy, to_tensor
+from fedviews.deep._split import SplitBottom, SplitTop, StripEstimator, build_module, sgd
+from fedviews.errors import ConfigError, MissingDependency
 from fedviews.federation import Coordinator, Message, PrivacyPolicy, federate, handles
 
 try:
@@ -53,31 +52,14 @@ def _check_fill(fill: str) -> str:
 
 
 class TVFLPassiveClient(SplitBottom):
-    """A TVFL client: its strip and encoder; sends ``h_p``, receives ``grad_h_p``."""
+    """A TVFL client: its strip and encoder; sends ``h_p``, receives ``grad_h_p``.
 
-    def __init__(
-        self,
-        name: str,
-        view: np.ndarray,
-        spec: NetSpec,
-        *,
-        seed: int,
-        lr: float = 1e-3,
-        momentum: float = 0.9,
-        weight_decay: float = 1e-4,
-        device: Any = "cpu",
-    ) -> None:
-        super().__init__(
-            name,
-            view,
-            lambda hw: Encoder(spec, hw),
-            seed=seed,
-            lr=lr,
-            momentum=momentum,
-            weight_decay=weight_decay,
-            device=device,
-        )
-        self._pending: Any = None
+    ``seed``, ``lr``, ``momentum``, ``weight_decay``, ``device``: as in
+    :class:`~fedviews.deep._split.SplitBottom`.
+    """
+
+    def __init__(self, name: str, view: np.ndarray, spec: NetSpec, **kw: Any) -> None:
+        super().__init__(name, view, lambda hw: Encoder(spec, hw), **kw)
 
     @handles("tvfl.epoch")
     def _on_epoch(self, msg: Message) -> None:
@@ -85,27 +67,21 @@ class TVFLPassiveClient(SplitBottom):
 
     @handles("tvfl.forward")
     def _on_forward(self, msg: Message) -> Message:
-        self.net.train()
-        self._pending = self.net(self._X[self.batch_rows(msg)])
-        return self.reply(msg, arrays={"h_p": to_numpy(self._pending)})
+        return self.forward_batch(msg, "h_p")
 
     @handles("tvfl.backward")
     def _on_backward(self, msg: Message) -> None:
-        if self._pending is None:
-            raise ProtocolError(f"{self.name}: gradient received before a forward pass")
-        self.opt.zero_grad()
-        grad = msg.array("grad_h_p", tuple(self._pending.shape))
-        self._pending.backward(to_tensor(grad, self.device, torch.float32))
-        self.opt.step()
-        self._pending = None
+        self.backward_batch(msg, "grad_h_p")
 
 
-class TVFLActiveClient(Coordinator):
+class TVFLActiveClient(SplitTop, Coordinator):
     """The TVFL label owner: its own strip ``i`` and encoder, and the head on all ``m`` representations.
 
     At inference without the passive clients, their representations are
     replaced by zeros (TVFL-0), the mean of the active encoder's training
     representations (TVFL-A, :attr:`active_mean`) or standard-normal noise (TVFL-R).
+    ``position``: the index of its strip among the ``m``; the other keywords as in
+    :class:`~fedviews.deep._split.SplitTop`.
     """
 
     def __init__(
@@ -115,36 +91,22 @@ class TVFLActiveClient(Coordinator):
         n_classes: int,
         spec: NetSpec,
         *,
-        passives: Sequence[str],
         position: int,
-        seed: int,
-        epochs: int = 10,
-        batch_size: int = 64,
-        lr: float = 1e-3,
-        momentum: float = 0.9,
-        weight_decay: float = 1e-4,
-        device: Any = "cpu",
         name: str = "active",
+        **kw: Any,
     ) -> None:
-        super().__init__(name, role="active")
-        self.passives = list(passives)
+        super().__init__(name, view, y, **kw)
         self.position = position  # index of the active strip among the m views
-        self.epochs = epochs
-        self.batch_size = batch_size
-        self.device = torch.device(device)
-        self._X = to_tensor(view, self.device, torch.float32)
-        self._y = to_tensor(y, self.device, torch.int64)
-        hw = (view.shape[2], view.shape[3])
+        hw = self.strip_hw
         m = len(self.passives) + 1
         self.rep_shape = spec.out_shape(*hw)
-        self.encoder = build_module(seed, lambda: Encoder(spec, hw), self.device)
+        self.encoder = build_module(self._seed, lambda: Encoder(spec, hw), self.device)
         self.head = build_module(
-            seed + 1, lambda: Head(m * spec.feature_dim(*hw), spec.hidden, n_classes), self.device
+            self._seed + 1,
+            lambda: Head(m * spec.feature_dim(*hw), spec.hidden, n_classes),
+            self.device,
         )
-        params = [*self.encoder.parameters(), *self.head.parameters()]
-        self.opt = sgd(params, lr, momentum, weight_decay)
-        self._rng = np.random.default_rng(seed)
-        self.history: list[float] = []
+        self.opt = sgd([*self.encoder.parameters(), *self.head.parameters()], **self.sgd)
         self.active_mean: Any = None
 
     def _join(self, h_a: Any, others: list[Any]) -> Any:
@@ -155,30 +117,15 @@ class TVFLActiveClient(Coordinator):
     def run(self) -> list[float]:
         step = 0
         for _ in range(self.epochs):
-            shuffle_seed = int(self._rng.integers(2**31))
-            for p in self.passives:
-                self.send(
-                    p,
-                    "tvfl.epoch",
-                    meta={"shuffle_seed": shuffle_seed, "batch_size": self.batch_size},
-                    round=step,
-                )
             total = 0.0
-            for b, idx in enumerate(
-                batches(len(self._X), self.batch_size, np.random.default_rng(shuffle_seed))
-            ):
+            for b, idx in self.epoch_batches("tvfl.epoch", step):
                 self.encoder.train()
                 self.head.train()
                 h_a = self.encoder(self._X[idx])
                 shape = (len(idx), *self.rep_shape)
+                got = self.broadcast(self.passives, "tvfl.forward", meta={"batch": b}, round=step)
                 hps = [
-                    to_tensor(
-                        self.send(p, "tvfl.forward", meta={"batch": b}, round=step).array(
-                            "h_p", shape
-                        ),
-                        self.device,
-                        torch.float32,
-                    ).requires_grad_(True)
+                    to_tensor(got[p].array("h_p", shape), self.device).requires_grad_(True)
                     for p in self.passives
                 ]
                 loss = F.cross_entropy(self.head(self._join(h_a, hps)), self._y[idx])
@@ -298,12 +245,7 @@ class TVFL(StripEstimator):
         a.encoder.eval()
         a.head.eval()
         gen = torch.Generator().manual_seed(int(self.random_state))
-        out = []
-        with torch.no_grad():
-            for start in range(0, len(strip), EVAL_BATCH):
-                x = to_tensor(strip[start : start + EVAL_BATCH], self.device_, torch.float32)
-                out.append(to_numpy(a.logits_alone(x, how, gen)))
-        return np.concatenate(out).astype(np.float64)
+        return net_logits(lambda x: a.logits_alone(x, how, gen), strip, self.device_)
 
     def predict(self, images: Any, fill: str | None = None) -> np.ndarray:
         """Labels from the active strip alone, passive representations replaced per ``fill``."""

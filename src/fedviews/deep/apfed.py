@@ -1,17 +1,13 @@
 """APFed-R / APFed-C (Liu et al., "Active-Passive Federated Learning for
 Vertically Partitioned Multi-view Data") and the SingleVL baseline.
 
-Protocol (``m-i`` setting: images cut horizontally into ``m`` strips; strip
-``i`` and all labels on the active client, every other strip on its own
-passive client). The algorithm is defined once (:class:`APFedAlgorithm` in
-:mod:`fedviews.deep._apfed_spec`: params, roles, policy, the epoch driver);
-``fit`` builds every party from its own data with it
-(:func:`fedviews.federation.build_in_process`), exactly as a deployed party
-process does, and runs that protocol in one process.
+``m-i`` setting: images cut horizontally into ``m`` strips; strip ``i`` and all
+labels on the active client, every other strip on its own passive client. The
+algorithm is defined once (:class:`APFedAlgorithm` in :mod:`fedviews.deep._apfed_spec`:
+params, roles, policy, the epoch driver, the messages); ``fit`` builds every party
+from its own data with it (:func:`fedviews.federation.build_in_process`), exactly as
+a deployed party process does, and runs that protocol in one process.
 
-* The **driver** (the coordinator; no data, no model) asks the active client for
-  one epoch at a time (``apfed.train``) and tells the passive clients when it is
-  over (``apfed.epoch_done``; where a deployment checkpoints).
 * The **active client** (:class:`ActiveClient`, role ``"active"``) holds ``f_A``
   and ``g_T``. Per batch it computes ``h_A = f_A(x_A)`` and sends ``h_A`` to
   every passive client.
@@ -26,9 +22,6 @@ process does, and runs that protocol in one process.
   the passive client multiplies its gradient by it before replying. The active
   client back-propagates ``∂L_A/∂h_A + Σ_p λ_p ∂L_p/∂h_A`` (Eq. 9) through
   ``f_A``; ``g_T`` sees only ``L_A``.
-* Only ``h_A`` (active → passive) and ``grad_h_A`` (passive → active) cross the
-  privacy barrier. Both sides derive each epoch's batch order from a seed sent
-  in a control message, so no sample indices are sent as arrays.
 * After training the active client predicts alone (Eq. 11); see
   :meth:`APFed.export` and :func:`fedviews.deep.load_active_model`.
 
@@ -42,6 +35,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -51,28 +45,22 @@ from fedviews._estimator import store_params
 from fedviews._registry import register_estimator
 from fedviews.data import PartyData
 from fedviews.deep._apfed_nets import ActiveNet, Decoder, Encoder, NetSpec, check_setting
-from fedviews.deep._apfed_spec import (
-    APFED_POLICY,
-    DEPLOY_ONLY,
-    APFedParams,
-    export_described,
-)
+from fedviews.deep._apfed_spec import APFED_POLICY, DEPLOY_ONLY, APFedParams
 from fedviews.deep._common import (
-    batches,
     load_module,
     load_optimizer,
     module_arrays,
+    net_logits,
     optimizer_arrays,
     to_numpy,
     to_tensor,
 )
-from fedviews.deep._split import SplitBottom, StripEstimator, build_module, net_logits, sgd
+from fedviews.deep._split import SplitBottom, SplitTop, StripEstimator, build_module, sgd
 from fedviews.deep._tvfl import TVFL
 from fedviews.errors import DataError, MissingDependency, ProtocolError, check_fitted
 from fedviews.federation import (
     Codec,
     Message,
-    Party,
     Roster,
     RunSpec,
     build_in_process,
@@ -142,6 +130,8 @@ class PassiveClient(SplitBottom):
         Contrastive temperature (APFed-C).
     recon_loss : {"l2", "mse"}
         APFed-R's ``ℓ_p`` (:func:`reconstruction_loss`).
+    codecs : (Codec, Codec)
+        How ``h_A`` arrives and ``grad_h_A`` leaves.
     name, view, seed, lr, momentum, weight_decay, device
         As in :class:`~fedviews.deep._split.SplitBottom`.
     """
@@ -153,26 +143,13 @@ class PassiveClient(SplitBottom):
         variant: str,
         spec: NetSpec,
         *,
-        seed: int,
         tau: float = 0.5,
         recon_loss: str = "l2",
-        lr: float = 1e-3,
-        momentum: float = 0.9,
-        weight_decay: float = 1e-4,
-        device: Any = "cpu",
         codecs: tuple[Codec, Codec] = (Codec(), Codec()),
+        **kw: Any,
     ) -> None:
         net = Decoder if variant == "R" else Encoder
-        super().__init__(
-            name,
-            view,
-            lambda hw: net(spec, hw),
-            seed=seed,
-            lr=lr,
-            momentum=momentum,
-            weight_decay=weight_decay,
-            device=device,
-        )
+        super().__init__(name, view, lambda hw: net(spec, hw), **kw)
         self.variant = variant
         self.tau = tau
         self.recon_loss = recon_loss
@@ -227,23 +204,22 @@ class PassiveClient(SplitBottom):
         self.epochs_done = int(state.get("epochs_done", 0))
 
 
-class ActiveClient(Party):
+class ActiveClient(SplitTop):
     """The active client: strip ``i``, all labels, ``f_A`` and ``g_T``; trains one epoch per
     ``apfed.train`` of the driver. With no passive clients it is SingleVL.
 
     Parameters
     ----------
-    view : ndarray, shape (n, C, h, W)
-    y : ndarray of int, shape (n,)
-        Class indices ``0..n_classes-1``.
+    view, y : ndarray
+        Its strip ``(n, C, h, W)`` and the class indices ``0..n_classes-1``.
     n_classes : int
     spec : NetSpec
-    passives : list of str
-        Names of the passive clients.
     lams : list of float
         ``λ_p`` for each passive client.
-    seed : int
-        Seed of its network initialisation and of the batch order.
+    codecs : (Codec, Codec)
+        How ``h_A`` leaves and ``grad_h_A`` arrives.
+    passives, seed, epochs, batch_size, lr, momentum, weight_decay, device
+        As in :class:`~fedviews.deep._split.SplitTop`.
     """
 
     def __init__(
@@ -253,39 +229,22 @@ class ActiveClient(Party):
         n_classes: int,
         spec: NetSpec,
         *,
-        passives: Sequence[str] = (),
         lams: Sequence[float] = (),
-        seed: int,
-        epochs: int = 10,
-        batch_size: int = 64,
-        lr: float = 1e-3,
-        momentum: float = 0.9,
-        weight_decay: float = 1e-4,
-        device: Any = "cpu",
         name: str = "active",
         codecs: tuple[Codec, Codec] = (Codec(), Codec()),
+        **kw: Any,
     ) -> None:
-        super().__init__(name, role="active")
+        super().__init__(name, view, y, **kw)
         self.act_codec, self.grad_codec = codecs  # how h_A leaves and grad_h_A arrives
-        self.passives = list(passives)
         self.lams = [float(v) for v in lams]
-        self.epochs = epochs
-        self.batch_size = batch_size
-        self.device = torch.device(device)
-        self._X = to_tensor(view, self.device, torch.float32)
-        self._y = to_tensor(y, self.device, torch.int64)
-        self.strip_hw = (int(view.shape[2]), int(view.shape[3]))
         self.net = build_module(
-            seed, lambda: ActiveNet(spec, self.strip_hw, n_classes), self.device
+            self._seed, lambda: ActiveNet(spec, self.strip_hw, n_classes), self.device
         )
-        self.opt = sgd(self.net.parameters(), lr, momentum, weight_decay)
+        self.opt = sgd(self.net.parameters(), **self.sgd)
         self.spec = spec
         self.classes = np.arange(n_classes)  # the labels of the class indices
         #: how its export describes the model (m-i setting, image shape, settings)
         self.model_info: dict[str, Any] = {}
-        self._seed = seed
-        self._rng = np.random.default_rng(seed)
-        self.history: list[float] = []
         self._test: tuple[np.ndarray, np.ndarray] | None = None
 
     @handles("apfed.train")
@@ -295,31 +254,18 @@ class ActiveClient(Party):
             raise ProtocolError(
                 f"{self.name}: asked for epoch {msg.round} after {len(self.history)} epochs"
             )
-        loss = self.train_epoch(round=msg.round)
+        loss = self.train_epoch(msg.round)
         meta: dict[str, Any] = {"epoch": len(self.history), "loss": loss}
         if self._test is not None:
             meta["accuracy"] = self.test_accuracy()
         return self.reply(msg, meta=meta)
 
-    def train_epoch(self, round: int | None = None) -> float:
-        """One epoch over all batches; return its mean ``L_A``.
-
-        ``round``: the round number of its messages (default: the epoch, 1-based).
-        """
+    def train_epoch(self, round: int) -> float:
+        """One epoch over all batches (its messages numbered ``round``); its mean ``L_A``."""
         epoch = len(self.history)
-        r = epoch + 1 if round is None else round
-        shuffle_seed = int(self._rng.integers(2**31))
-        for p in self.passives:
-            self.send(
-                p,
-                "apfed.epoch",
-                meta={"shuffle_seed": shuffle_seed, "batch_size": self.batch_size},
-                round=r,
-            )
-        order = batches(len(self._X), self.batch_size, np.random.default_rng(shuffle_seed))
         total = 0.0
-        for b, idx in enumerate(order):
-            total += self._step(epoch, b, idx, r) * len(idx)
+        for b, idx in self.epoch_batches("apfed.epoch", round):
+            total += self._step(epoch, b, idx, round) * len(idx)
         self.history.append(total / len(self._X))
         return self.history[-1]
 
@@ -376,17 +322,11 @@ class ActiveClient(Party):
         """``model.json`` of its export: :attr:`model_info` (``override`` wins), network, classes."""
         from fedviews.deep._export import FORMAT
 
-        spec = self.spec
         return {
             "format": FORMAT,
             **self.model_info,
             **override,
-            "arch": {
-                "name": spec.name,
-                "in_channels": spec.in_channels,
-                "convs": [list(c) for c in spec.convs],
-                "hidden": spec.hidden,
-            },
+            "arch": asdict(self.spec),
             "strip_hw": list(self.strip_hw),
             "classes": np.asarray(self.classes).tolist(),
         }
@@ -394,8 +334,10 @@ class ActiveClient(Party):
     def export(self, folder: str | Path, *, torchscript: bool = False, **override: Any) -> Path:
         """Write its standalone model to ``folder`` (see :meth:`model_meta` for ``override``:
         ``method``, ``m``, ``i``, ``pad``, ``image_shape``, ``settings``)."""
+        from fedviews.deep._export import export_active_model
+
         meta = self.model_meta(**override)
-        return export_described(folder, self.net, self.spec, meta, torchscript=torchscript)
+        return export_active_model(folder, self.net, meta, torchscript=torchscript)
 
     def results(self) -> dict[str, np.ndarray]:
         """Its complete model (``net/*``, ``classes``, ``model_json``) and per-epoch losses."""
@@ -468,17 +410,13 @@ class _ActiveOnly(StripEstimator):
         :func:`fedviews.deep.load_active_model` (no passive client needed).
         """
         check_fitted(self, "active_", "image_shape_")
-        settings = {
-            k: v
-            for k, v in vars(self).items()
-            if not k.endswith("_") and not k.startswith("_") and k != "transport"
-        }
+        settings = {k: v for k, v in self.get_params().items() if k != "transport"}
         return self.active_.export(
             path,
             torchscript=torchscript,
-            m=self.m,
-            i=self.i,
-            pad=self.pad,
+            m=int(self.m),
+            i=int(self.i),
+            pad=bool(self.pad),
             image_shape=list(self.image_shape_),
             settings=settings,
         )

@@ -38,11 +38,8 @@ One round (Algorithm 1)
 5. The server asks ``label_owner_0`` to evaluate the global model (averaged
    bottoms + global top) on the held-out set; only the accuracy (a scalar) returns.
 
-Privacy barrier (enforced by the transport, :func:`multivfl_policy`): data owner →
-label owner only ``activations``; label owner → data owner only ``activation_grad``;
-label owner → server only the top-model update; server → label owner only the
-global top model; every message kind only in its direction. Raw strips, labels and
-bottom-model weights never leave their owner. Sample-ID alignment between the data
+The privacy barrier is :func:`multivfl_policy`, enforced by the transport: raw strips,
+labels and bottom-model weights never leave their owner. Sample-ID alignment between the data
 owners and each label owner goes through :func:`fedviews.data.align`.
 """
 
@@ -63,7 +60,11 @@ from fedviews._registry import register_estimator
 from fedviews.data import PartyData, check_ids, split_strips
 from fedviews.deep._common import (
     check_positive_ints,
-    load_arrays,
+    history_columns,
+    history_records,
+    history_summary,
+    load_module,
+    module_arrays,
     prefixed,
     resolve_device,
     state_arrays,
@@ -129,9 +130,6 @@ __all__ = [
 
 T = TypeVar("T")
 _EVAL_BATCH = 1000
-
-
-# --------------------------------------------------------------------------- rounds
 
 
 # --------------------------------------------------------------------------- models
@@ -451,14 +449,13 @@ class DataOwner(Party):
         x = self.x[k].index_select(0, idx)
         if self.dp is None:
             out = self.copies[k](x)
-            self._pending[k] = out
-            return self.reply(msg, self.act_codec.pack("activations", to_numpy(out)))
-        epoch = self._epoch.get(k, 0)
-        with torch.no_grad():  # the release: clipped rows plus Gaussian noise
-            out = clip_rows(self.copies[k](x), self.dp.clip)
-            out = out + _noise(self.dp.sigma, out.shape, out, self._gen(msg, k, epoch, b, 0))
+        else:
+            epoch = self._epoch.get(k, 0)
+            with torch.no_grad():  # the release: clipped rows plus Gaussian noise
+                out = clip_rows(self.copies[k](x), self.dp.clip)
+                out = out + _noise(self.dp.sigma, out.shape, out, self._gen(msg, k, epoch, b, 0))
+            self._batch[k] = (x, epoch, b)
         self._pending[k] = out
-        self._batch[k] = (x, epoch, b)
         return self.reply(msg, self.act_codec.pack("activations", to_numpy(out)))
 
     @handles("backward")
@@ -493,12 +490,12 @@ class DataOwner(Party):
 
     def state_dict(self) -> dict[str, np.ndarray]:
         """The bottom model after :meth:`average_bottoms` (all copies are equal then)."""
-        return prefixed("bottom/", state_arrays(self.bottom))
+        return module_arrays("bottom", self.bottom)
 
     def load_state(self, state: Mapping[str, np.ndarray]) -> None:
         """Continue from :meth:`state_dict` (a round boundary): every copy gets the bottom."""
         for m in self.copies.values():
-            load_arrays(m, state, "bottom/", self.device)
+            load_module("bottom", m, state, self.name)
         self._new_optimizers()
 
     @handles("infer")
@@ -553,7 +550,7 @@ class LabelOwner(SecureSumParty):
     @handles("set_top")
     def set_top(self, msg: Message) -> None:
         self._global = _received(msg, self.top.state_dict(), "top/")
-        load_arrays(self.top, self._global, device=self.device)
+        self.top.load_state_dict({k: to_tensor(v, self.device) for k, v in self._global.items()})
 
     @handles("train_round")
     def train_round(self, msg: Message) -> Message:
@@ -607,9 +604,6 @@ class LabelOwner(SecureSumParty):
         if self.dp is None:  # under grad_dp the loss of the true labels is not released
             meta["train_loss"] = total / max(n_batches, 1)
         return self.reply(msg, update, meta=meta)
-
-    def set_split_labels(self, split: str, y: np.ndarray) -> None:
-        self.split_y[split] = y
 
     def top_state(self) -> dict[str, np.ndarray]:
         """This label owner's top model (the global one after ``set_top``)."""
@@ -677,15 +671,9 @@ class Server(Coordinator):
         n = len(replies)
         return [{k: sums[f"masked_update/{k}"] / n for k in self.params}]
 
-    def history_columns(self) -> dict[str, list[float]]:
-        """The history by column: every key of the first record → its value per round (NaN
-        in a round that lacks it)."""
-        keys = self.history[0] if self.history else {}
-        return {k: [rec.get(k, float("nan")) for rec in self.history] for k in keys}
-
     def state_dict(self) -> dict[str, np.ndarray]:
         """Global top model, server-optimizer state and history (a round boundary)."""
-        hist = {k: np.array(v) for k, v in self.history_columns().items()}
+        hist = {k: np.array(v) for k, v in history_columns(self.history).items()}
         return {
             **prefixed("top/", self.params),
             **prefixed("opt/", self.optimizer.state_dict()),
@@ -700,12 +688,11 @@ class Server(Coordinator):
             raise DataError(f"the server state lacks the top-model arrays {sorted(missing)}")
         self.params = {k: np.asarray(top[k], dtype=np.float32) for k in self.params}
         self.optimizer.load_state(unprefixed("opt/", state))
-        cols = unprefixed("history/", state)
-        n = len(next(iter(cols.values()))) if cols else 0
-        self.history = [{k: float(v[i]) for k, v in cols.items()} for i in range(n)]
+        self.history = history_records(unprefixed("history/", state))
 
-    def run(self) -> list[dict[str, float]]:
-        """Rounds ``len(history) + 1 .. rounds`` (all of them unless :meth:`load_state` ran)."""
+    def run(self, on_round_end: Callable[[int], None] | None = None) -> list[dict[str, float]]:
+        """Rounds ``len(history) + 1 .. rounds`` (all of them unless :meth:`load_state` ran);
+        after each, :attr:`callback` and ``on_round_end(round)`` (the checkpoint point)."""
         assert self.transport is not None
         log = self.transport.log
         start = len(self.history)
@@ -742,7 +729,24 @@ class Server(Coordinator):
             self.history.append(rec)
             if self.callback is not None:
                 self.callback(r, rec)
+            if on_round_end is not None:
+                on_round_end(r)
         return self.history
+
+    def progress(self) -> list[str]:
+        """One line per finished round."""
+        lines = []
+        for rec in list(self.history):
+            acc = f", test accuracy {rec['accuracy']:.4f}" if "accuracy" in rec else ""
+            lines.append(
+                f"round {int(rec['round'])}: train loss {rec['train_loss']:.4f}{acc} "
+                f"({rec['seconds']:.1f} s)"
+            )
+        return lines
+
+    def summary(self) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
+        """``(metrics, arrays)``: the history by column and the global top model."""
+        return history_summary(self.history, "rounds_done"), prefixed("top/", self.params)
 
 
 # --------------------------------------------------------------------------- estimator
@@ -1048,22 +1052,20 @@ class MultiVFL(BaseEstimator):
         if checkpoint is not None and Path(checkpoint).is_file():
             fed.load_state(Path(checkpoint))
 
-        def on_round(r: int, rec: dict[str, float]) -> None:
-            if callback is not None:
-                callback(r, rec)
+        def save(r: int) -> None:
             if checkpoint is not None and (r % checkpoint_every == 0 or r == self.rounds):
                 fed.save_state(Path(checkpoint))
 
-        server.callback = on_round
+        server.callback = callback
         t0 = time.perf_counter()
-        fed()
+        fed(save)
         seconds = time.perf_counter() - t0
         self.transport_ = fed.transport
         self.data_owners_ = [_as(DataOwner, fed.parties[p]) for p in do_names]
         self.label_owners_ = [_as(LabelOwner, fed.parties[p]) for p in lo_names]
         self.server_ = server
         self.privacy_ = fed.privacy
-        self.history_ = server.history_columns()
+        self.history_ = history_columns(server.history)
         self.history_["round"] = [int(r) for r in self.history_["round"]]
         n_batches = sum(self.history_["batches"])
         heights = [s.shape[1] for s in strips]

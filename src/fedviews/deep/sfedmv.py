@@ -287,13 +287,11 @@ class SequenceServer(Coordinator):
     def aggregate(local: Sequence[Weights], sizes: Sequence[float]) -> Weights:
         """``w = sum_l (N_l / N) w_l`` for every parameter (Algorithm 4)."""
         N = float(sum(sizes))
-        out = {}
-        for name in local[0]:
-            acc = np.zeros_like(local[0][name])
-            for n, p in zip(sizes, local, strict=True):
-                acc = acc + (n / N) * p[name]
-            out[name] = acc
-        return out
+        pairs = list(zip(sizes, local, strict=True))
+        return {
+            name: sum(((n / N) * p[name] for n, p in pairs), np.zeros_like(first))
+            for name, first in local[0].items()
+        }
 
     def state_dict(self) -> dict[str, np.ndarray]:
         """The server's state after a round: every view's global parameters and losses."""
@@ -689,7 +687,6 @@ class SFedMV(BaseEstimator):
     def _stage1(self, clients: Any, on_round: RoundCallback | None, *, fuse: bool) -> Any:
         """Stage 1 (and, ``fuse``, the H-FedMV fusion on the same run); returns the run."""
         p = self._params()
-        cfg = p.gru()
         views, ys = check_sequence_clients(clients)
         self.classes_ = np.unique(np.concatenate(ys))
         if len(self.classes_) < 2:
@@ -711,7 +708,7 @@ class SFedMV(BaseEstimator):
                     views[l],
                     yi[l],
                     c,
-                    cfg,
+                    p,
                     random_state=self.random_state,
                     client_index=l,
                     device=dev,
@@ -727,7 +724,7 @@ class SFedMV(BaseEstimator):
                 pooled,
                 np.concatenate(yi),
                 c,
-                cfg,
+                p,
                 random_state=self.random_state,
                 device=dev,
                 on_round=on_round,
