@@ -36,20 +36,6 @@ try:
 except ImportError as exc:  # pragma: no cover - depends on the environment
     raise MissingDependency("torch", "torch") from exc
 
-__all__ = [
-    "ARCHS",
-    "ActiveNet",
-    "Decoder",
-    "Encoder",
-    "Head",
-    "NetSpec",
-    "as_images",
-    "check_setting",
-    "cut_strips",
-    "get_arch",
-    "parse_setting",
-]
-
 
 # -- m-i settings and strips -------------------------------------------------
 def check_setting(m: int, i: int) -> None:

@@ -84,22 +84,6 @@ from fedviews.federation import (
 if TYPE_CHECKING:
     from fedviews.deep.apfed import ActiveClient, PassiveClient
 
-__all__ = [
-    "APFED_POLICY",
-    "APFED_SPEC",
-    "DEPLOY_ONLY",
-    "APFedAlgorithm",
-    "EpochDriver",
-    "APFedParams",
-    "apfed_demo_data",
-    "apfed_policy",
-    "as_strips",
-    "check_training",
-    "export_apfed_model",
-    "party_seeds",
-    "sgd_settings",
-]
-
 VARIANTS = ("R", "C")
 #: APFed-R's ``ℓ_p`` (Eq. 12): the per-sample L2 norm, or the per-pixel mean square (older)
 RECON_LOSSES = ("l2", "mse")

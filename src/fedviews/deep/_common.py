@@ -26,32 +26,6 @@ from fedviews.errors import ConfigError, DataError, MissingDependency
 if TYPE_CHECKING:
     import torch
 
-__all__ = [
-    "EVAL_BATCH",
-    "as_strips",
-    "batches",
-    "check_device",
-    "check_positive_ints",
-    "history_columns",
-    "history_records",
-    "history_summary",
-    "prefixed",
-    "load_module",
-    "load_optimizer",
-    "module_arrays",
-    "net_logits",
-    "optimizer_arrays",
-    "party_device",
-    "require_torch",
-    "resolve_device",
-    "seed_everything",
-    "state_arrays",
-    "to_numpy",
-    "to_tensor",
-    "torch_seed",
-    "unprefixed",
-]
-
 V = TypeVar("V")
 #: rows per batch when a network only evaluates
 EVAL_BATCH = 1024

@@ -27,14 +27,6 @@ from fedviews.deep._apfed_nets import ActiveNet, NetSpec, as_images, cut_strips
 from fedviews.deep._common import net_logits, require_torch, resolve_device
 from fedviews.errors import DataError
 
-__all__ = [
-    "ExportedActiveModel",
-    "active_net",
-    "export_active_model",
-    "load_active_model",
-    "predict_exported",
-]
-
 FORMAT = "fedviews.apfed.active/1"
 STATE_FILE = "active_model.pt"
 META_FILE = "model.json"

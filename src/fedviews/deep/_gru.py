@@ -34,20 +34,6 @@ from fedviews.deep._sfedmv_spec import GRUConfig
 if TYPE_CHECKING:
     import torch
 
-__all__ = [
-    "BiGRUExtractor",
-    "GRUConfig",
-    "get_params",
-    "make_extractor",
-    "new_rng_state",
-    "pad_batch",
-    "private_rng",
-    "sequence_embed",
-    "sequence_logits",
-    "set_params",
-    "train_epochs",
-]
-
 torch = require_torch()
 nn = torch.nn
 _rnn = torch.nn.utils.rnn

@@ -58,19 +58,6 @@ from fedviews.federation import (
 if TYPE_CHECKING:
     pass
 
-__all__ = [
-    "MULTIVFL_SPEC",
-    "MultiVFLAlgorithm",
-    "MultiVFLParams",
-    "label_owner_classes",
-    "multivfl_demo_data",
-    "multivfl_policy",
-    "epoch_order",
-    "partition_label_owners",
-    "round_seed",
-    "scaled_strip",
-]
-
 _NIID = re.compile(r"^(\d+)niid$")
 LOCAL_OPTIMIZERS = ("sgd", "adam")
 

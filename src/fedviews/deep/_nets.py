@@ -21,8 +21,6 @@ try:
 except ImportError as exc:  # pragma: no cover - depends on the environment
     raise MissingDependency("torch", "torch") from exc
 
-__all__ = ["SplitNet", "combine_activations", "conv_bottom", "conv_top"]
-
 
 def conv_bottom(in_channels: int = 1, channels: int = 32, kernel_size: int = 3) -> nn.Sequential:
     """Bottom model: one ``kernel_size`` convolution (same padding) + ReLU.

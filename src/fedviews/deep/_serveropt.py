@@ -43,18 +43,6 @@ import numpy as np
 
 from fedviews.errors import ConfigError, DataError
 
-__all__ = [
-    "SERVER_OPTIMIZERS",
-    "FedAdam",
-    "FedAvg",
-    "FedDemonAdam",
-    "FedYogi",
-    "ServerOptimizer",
-    "demon_beta",
-    "make_server_optimizer",
-    "mean_update",
-]
-
 Params = dict[str, Any]
 
 

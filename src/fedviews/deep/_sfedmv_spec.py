@@ -55,18 +55,6 @@ from fedviews.linear import (
 if TYPE_CHECKING:
     from fedviews.deep.sfedmv import SFedMVClient, SFedMVServer
 
-__all__ = [
-    "DEPLOY_ONLY",
-    "SFEDMV_SPEC",
-    "SFedMVAlgorithm",
-    "GRUConfig",
-    "SFedMVParams",
-    "fusion_seed",
-    "sequence_policy",
-    "view_seeds",
-    "watch_clients",
-]
-
 Weights = dict[str, np.ndarray]
 #: params a deployment reads and the estimator leaves at their defaults
 DEPLOY_ONLY = ("torch_threads", "evaluate")

@@ -43,9 +43,6 @@ try:
 except ImportError as exc:  # pragma: no cover - depends on the environment
     raise MissingDependency("torch", "torch") from exc
 
-__all__ = ["SplitBottom", "SplitTop", "StripEstimator", "build_module", "sgd"]
-
-
 # --------------------------------------------------------------------------- helpers
 
 

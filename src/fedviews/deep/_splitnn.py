@@ -24,8 +24,6 @@ try:
 except ImportError as exc:  # pragma: no cover - depends on the environment
     raise MissingDependency("torch", "torch") from exc
 
-__all__ = ["SplitNNActive", "SplitNNPassive", "bottom_mlp", "strips"]
-
 
 def bottom_mlp(in_features: int, hidden: int, n_classes: int) -> nn.Module:
     """A bottom model: flatten, ``hidden`` ReLU units, ``n_classes`` logits."""

@@ -49,8 +49,6 @@ from fedviews.federation import (
 if TYPE_CHECKING:
     from fedviews.deep._splitnn import SplitNNActive, SplitNNPassive
 
-__all__ = ["SPLITNN_SPEC", "SplitNNAlgorithm", "SplitNNParams", "epoch_seed", "splitnn_policy"]
-
 
 @dataclass(frozen=True)
 class SplitNNParams:

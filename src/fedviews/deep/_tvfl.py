@@ -33,8 +33,6 @@ try:
 except ImportError as exc:  # pragma: no cover - depends on the environment
     raise MissingDependency("torch", "torch") from exc
 
-__all__ = ["TVFL", "TVFL_POLICY", "TVFLActiveClient", "TVFLPassiveClient"]
-
 #: only the representations and their gradients cross; the label owner drives every step
 TVFL_POLICY = PrivacyPolicy.of(
     "tvfl",
