@@ -594,12 +594,8 @@ class LabelOwner(SecureSumParty):
                 self.scatter("backward", grads_out)
         update = {f"update/{k}": v - self._global[k] for k, v in state_arrays(self.top).items()}
         if self.secure:
-            if self.secure_sum is None:
-                raise ProtocolError(
-                    f"{self.name!r} was asked for its update before the secure-aggregation key "
-                    "exchange: it sends it only masked"
-                )
-            update = self.secure_sum.mask({f"masked_{k}": v for k, v in update.items()}, msg.round)
+            masked = {f"masked_{k}": v for k, v in update.items()}
+            update = self.keyed_sum("its update").mask(masked, msg.round)
         meta: dict[str, MetaValue] = {"n_batches": n_batches}
         if self.dp is None:  # under grad_dp the loss of the true labels is not released
             meta["train_loss"] = total / max(n_batches, 1)

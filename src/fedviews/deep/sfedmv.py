@@ -196,18 +196,12 @@ class SequenceClient(SecureSumParty):
         self.losses[k].append(loss)
         n = len(self.y)
         if self.secure:  # what the server's weighted average needs, summed over the clients
-            if self.secure_sum is None:
-                raise ProtocolError(
-                    f"{self.name!r} was asked for view {k} before the secure-aggregation key "
-                    "exchange: it sends it only masked"
-                )
+            keys = self.keyed_sum(f"view {k}")
             values = {
                 f"masked_{name}": n * a for name, a in _prefixed(k, get_params(model)).items()
             }
             values[f"masked_view{k}/loss"] = np.array([n * loss])
-            return self.reply(
-                msg, arrays=self.secure_sum.mask(values, msg.round), meta={"n_samples": n}
-            )
+            return self.reply(msg, arrays=keys.mask(values, msg.round), meta={"n_samples": n})
         return self.reply(
             msg,
             arrays=_prefixed(k, get_params(model)),

@@ -212,6 +212,16 @@ class SecureSumParty(Party):
 
     secure_sum: SecureSum | None = None
 
+    def keyed_sum(self, what: str) -> SecureSum:
+        """This party's :class:`SecureSum`, or a :class:`ProtocolError` when the coordinator
+        asks for ``what`` before the key exchange (``what`` leaves this party only masked)."""
+        if self.secure_sum is None:
+            raise ProtocolError(
+                f"{self.name!r} was asked for {what} before the secure-aggregation key "
+                "exchange: it sends it only masked"
+            )
+        return self.secure_sum
+
     @handles("secagg:keys")
     def on_secagg_keys(self, msg: Message) -> Message:
         bits = int(msg.number("frac_bits"))
