@@ -7,7 +7,7 @@ import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 from fedviews._tables import (
     MODULES_HINT,
@@ -33,8 +33,6 @@ __all__ = [
     "load_config",
     "parse_overrides",
 ]
-
-T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -79,7 +77,7 @@ class ExperimentConfig:
         return out
 
 
-_TOP_KEYS = ("experiment", "name", "seed", "data", "params", "output_dir", "device", "modules")
+_TOP_KEYS = tuple(f.name for f in dataclasses.fields(ExperimentConfig))
 
 
 def load_config(

@@ -7,7 +7,7 @@ import json
 import math
 import time
 import traceback
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -158,6 +158,15 @@ class RunContext:
         self.cells[key] = value
         _write_json(self.path(CELLS_FILE), self.cells)
         return value
+
+    def cells(self, description: str, jobs: Mapping[str, Callable[[], Any]]) -> list[Any]:
+        """Every job's :meth:`cell` (``{key: compute}``), in order, under one progress bar."""
+        out = []
+        with self.progress(len(jobs), description) as advance:
+            for key, compute in jobs.items():
+                out.append(self.cell(key, compute))
+                advance(1)
+        return out
 
     def checkpoint(self, partial: dict[str, Any]) -> None:
         """Write partial results so that an interrupted run loses nothing already computed."""
