@@ -159,7 +159,7 @@ class RunContext:
         _write_json(self.path(CELLS_FILE), self.cells)
         return value
 
-    def cells(self, description: str, jobs: Mapping[str, Callable[[], Any]]) -> list[Any]:
+    def run_cells(self, description: str, jobs: Mapping[str, Callable[[], Any]]) -> list[Any]:
         """Every job's :meth:`cell` (``{key: compute}``), in order, under one progress bar."""
         out = []
         with self.progress(len(jobs), description) as advance:

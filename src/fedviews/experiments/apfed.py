@@ -244,7 +244,7 @@ def run_table2(cfg: ExperimentConfig, ctx: RunContext) -> ExperimentResult:
         )
         for setting, group, seed in cells
     }
-    outs = ctx.cells(f"APFed Table 2 ({cfg.data.name})", jobs)
+    outs = ctx.run_cells(f"APFed Table 2 ({cfg.data.name})", jobs)
     for (setting, group, _), out in zip(cells, outs, strict=True):
         for meth, a in out["accuracy"].items():
             if meth in p.methods:
@@ -471,7 +471,7 @@ def run_lambda(cfg: ExperimentConfig, ctx: RunContext) -> ExperimentResult:
     jobs = {
         f"{v}/lam{lam}/seed{seed}": functools.partial(train, v, lam, seed) for v, lam, seed in cells
     }
-    outs = ctx.cells(f"APFed λ sweep ({cfg.data.name} {p.setting})", jobs)
+    outs = ctx.run_cells(f"APFed λ sweep ({cfg.data.name} {p.setting})", jobs)
     acc: dict[str, dict[str, list[float]]] = {
         v: {str(lam): [] for lam in p.lams} for v in p.variants
     }

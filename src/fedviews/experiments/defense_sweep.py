@@ -213,7 +213,7 @@ def run_defense_sweep(cfg: ExperimentConfig, ctx: RunContext) -> ExperimentResul
 
     jobs = {f"{k[0]} @ seed {k[1]}": functools.partial(compute, dep, *k) for k, dep in deps.items()}
     runs: dict[str, list[dict[str, Any]]] = {s["label"]: [] for s in p.settings}
-    for (label, _), out in zip(deps, ctx.cells("defense settings x seeds", jobs), strict=True):
+    for (label, _), out in zip(deps, ctx.run_cells("defense settings x seeds", jobs), strict=True):
         runs[label].append(out)
     settings = {
         label: {  # the ledger (epsilon, delta) depends on the config, not the seed

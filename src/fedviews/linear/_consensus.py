@@ -86,10 +86,10 @@ __all__ = [
     "consensus_centralized",
     "consensus_iterations",
     "consensus_weights",
-    "label_z_step",
     "relative_change_below",
     "sq",
     "z_k_step",
+    "z_step",
 ]
 
 
@@ -121,12 +121,13 @@ def z_k_step(
     return (XW + zeta * Z) / (1.0 + zeta)
 
 
-def label_z_step(
-    zetas: Sequence[float], Zks: Sequence[np.ndarray], eta: float, Y: np.ndarray
+def z_step(
+    zetas: Sequence[float], Zks: Sequence[np.ndarray], eta: float = 0.0, Y: np.ndarray | None = None
 ) -> np.ndarray:
-    """The Z step with the label term, ``(sum_k zeta_k Z_k + eta Y) / (sum_k zeta_k + eta)``
-    (FedMV Eqs. 10 and 17)."""
-    return (sum(z * Zk for z, Zk in zip(zetas, Zks, strict=True)) + eta * Y) / (sum(zetas) + eta)
+    """The Z step ``sum_k zeta_k Z_k / sum_k zeta_k`` (MMVFL Eq. 14); with the label term
+    (``Y``), ``(sum_k zeta_k Z_k + eta Y) / (sum_k zeta_k + eta)`` (FedMV Eqs. 10 and 17)."""
+    S = sum(z * Zk for z, Zk in zip(zetas, Zks, strict=True))
+    return S / sum(zetas) if Y is None else (S + eta * Y) / (sum(zetas) + eta)
 
 
 def relative_change_below(prev: float, f: float, tol: float) -> bool:
@@ -383,7 +384,7 @@ class ConsensusServer(Coordinator):
         super().__init__()
         self.frac_bits = frac_bits
         self.parties = list(parties)
-        self.zeta = None if zeta is None else np.asarray(zeta, dtype=np.float64)
+        self.zeta = None if zeta is None else [float(z) for z in zeta]
         self.Y, self.eta = Y, eta
         self.Z = orthonormal_nonnegative(n_samples, n_classes, np.random.default_rng(seed))
         self.max_iter, self.tol = max_iter, tol
@@ -433,34 +434,20 @@ class ConsensusServer(Coordinator):
             raise ProtocolError(f"the parties' zeta_k sum to {zsum}: each must be > 0")
         return sums[zeta_name], zsum, zsq, local
 
-    def _secure_z_step(self, replies: Mapping[str, Message]) -> float:
-        """The Z step from the secure sums (MMVFL Eq. 14; FedMV Eq. 10 with ``Y``)."""
-        S, zsum, zsq, f = self._secure_sums(replies, "Z_k")
-        if self.Y is None:
-            self.Z = S / zsum
-        else:
-            self.Z = (S + self.eta * self.Y) / (zsum + self.eta)
-            f += self.eta * sq(self.Z - self.Y)
-        # sum_k zeta_k ||Z_k - Z||^2 from the sums alone
-        return f + zsq - 2.0 * float(np.einsum("ij,ij->", S, self.Z)) + zsum * sq(self.Z)
-
     def _z_step(self, replies: Mapping[str, Message]) -> float:
-        if self.frac_bits is not None:
-            return self._secure_z_step(replies)
-        Zks = [replies[p].array("Z_k", self.Z.shape) for p in self.parties]
-        f = float(sum(replies[p].number("local_objective") for p in self.parties))
-        if self.Y is None:  # MMVFL Eq. (14)
-            assert self.zeta is not None
-            zetas = self.zeta
-            self.Z = np.tensordot(zetas, np.stack(Zks), axes=1) / zetas.sum()
-            return f + float(sum(z * sq(Zk - self.Z) for z, Zk in zip(zetas, Zks, strict=True)))
-        if self.zeta is None:
-            zl = [replies[p].number("zeta") for p in self.parties]
-        else:
-            zl = [float(z) for z in self.zeta]
-        self.Z = label_z_step(zl, Zks, self.eta, self.Y)  # FedMV Eq. (10)
-        f += sum(z * sq(Zk - self.Z) for z, Zk in zip(zl, Zks, strict=True))
-        return f + self.eta * sq(self.Z - self.Y)
+        """The Z step (MMVFL Eq. 14; FedMV Eq. 10 with ``Y``); returns the round's objective."""
+        Y, eta = self.Y, self.eta
+        if self.frac_bits is None:
+            Zks = [replies[p].array("Z_k", self.Z.shape) for p in self.parties]
+            zetas = self.zeta or [replies[p].number("zeta") for p in self.parties]
+            f = float(sum(replies[p].number("local_objective") for p in self.parties))
+            self.Z = z_step(zetas, Zks, eta, Y)
+            f += sum(z * sq(Zk - self.Z) for z, Zk in zip(zetas, Zks, strict=True))
+        else:  # from the secure sums alone: sum_k zeta_k ||Z_k - Z||^2 = zsq - 2 <S, Z> + zsum ||Z||^2
+            S, zsum, zsq, f = self._secure_sums(replies, "Z_k")
+            self.Z = S / zsum if Y is None else (S + eta * Y) / (zsum + eta)
+            f += zsq - 2.0 * float(np.einsum("ij,ij->", S, self.Z)) + zsum * sq(self.Z)
+        return float(f if Y is None else f + eta * sq(self.Z - Y))
 
     def run(self, on_round_end: Callable[[int], None] | None = None) -> np.ndarray:
         """Rounds ``len(objective) + 1 .. max_iter`` (all of them unless :meth:`load_state`),
@@ -616,8 +603,9 @@ class ConsensusAlgorithm(LinearAlgorithm):
         replies = recording.select("update:reply", "Z_k")
         last = [m for m in replies if m.round == max((r.round for r in replies), default=0)]
         if last:  # the coordinator's own consensus (MMVFL Eq. 14), from what it received
-            w = consensus_weights([float(m.meta.get("zeta") or 1.0) for m in last])
-            Z = np.tensordot(w, np.stack([m.arrays["Z_k"] for m in last]), axes=1)
+            Z = z_step(
+                [float(m.meta.get("zeta") or 1.0) for m in last], [m.arrays["Z_k"] for m in last]
+            )
             out.append(Observation("Z from the Z_k", "consensus", "train", rows, Z, owner))
             for m in last:  # each party's own Z_k, less the common part: ~ X_k W_k / (1 + zeta_k)
                 scale = 1.0 + float(m.meta.get("zeta") or 0.0)
@@ -787,12 +775,10 @@ def consensus_centralized(
                 if k == label_owner:  # MMVFL Eq. (11)
                     f += eta * sq(Zk[k] - Y)
                 f += sq(XW - Zk[k]) + betas[k] * float(row_norms(Ws[k]).sum())
-            if label_owner is None:  # FedMV Eq. (10)
-                Z = label_z_step(zetas, Zk, eta, Y)
-                f += sum(z * sq(zk - Z) for z, zk in zip(zetas, Zk, strict=True)) + eta * sq(Z - Y)
-            else:  # MMVFL Eq. (14)
-                Z = np.tensordot(np.asarray(zetas), np.stack(Zk), axes=1) / sum(zetas)
-                f += sum(z * sq(zk - Z) for z, zk in zip(zetas, Zk, strict=True))
+            Z = z_step(zetas, Zk, eta, Y if label_owner is None else None)  # FedMV (10); MMVFL (14)
+            f += sum(z * sq(zk - Z) for z, zk in zip(zetas, Zk, strict=True))
+            if label_owner is None:
+                f += eta * sq(Z - Y)
             hist.append(f)
             if relative_change_below(prev, f, tol):
                 break

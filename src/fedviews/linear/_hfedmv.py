@@ -251,29 +251,21 @@ class HFedMVClient(SecureSumParty):
         K = len(learner.problems)
         shapes = [(pr.X.shape[1], self.Y.shape[1]) for pr in learner.problems]
         W_global = [msg.array(f"W_{k}", shapes[k]) for k in range(K)]
-        self.W_local = learner.passes(W_global, self.local_iter)
+        self.W_local = sent = learner.passes(W_global, self.local_iter)
+        meta: dict[str, MetaValue] = {"n_samples": self.n_samples}
         if self.dp is not None:
             clip, sigma, stream = self.dp
             rng = np.random.default_rng(
                 np.random.SeedSequence([*stream.generate_state(4), msg.round])
             )
             sent = private_update(W_global, self.W_local, clip, sigma, rng)
-            return self.reply(
-                msg,
-                arrays={f"W_local_{k}": W for k, W in enumerate(sent)},
-                meta={"n_samples": self.n_samples},
-            )
-        if self.secure:  # N_l W^l_k and the objective, for the server's weighted sums
+        elif self.secure:  # N_l W^l_k and the objective, for the server's weighted sums
             arrays = {f"W_local_{k}": self.n_samples * W for k, W in enumerate(self.W_local)}
             arrays["objective"] = np.array([learner.objective[-1]])
-            return self.reply(
-                msg, arrays=self._masked(arrays, msg.round), meta={"n_samples": self.n_samples}
-            )
-        return self.reply(
-            msg,
-            arrays={f"W_local_{k}": W for k, W in enumerate(self.W_local)},
-            meta={"n_samples": self.n_samples, "local_objective": learner.objective[-1]},
-        )
+            return self.reply(msg, arrays=self._masked(arrays, msg.round), meta=meta)
+        else:
+            meta["local_objective"] = learner.objective[-1]
+        return self.reply(msg, arrays={f"W_local_{k}": W for k, W in enumerate(sent)}, meta=meta)
 
     @handles("final")
     def on_final(self, msg: Message) -> Message:
@@ -379,6 +371,30 @@ def pooled_moments(
     return mean, sd
 
 
+def pooled_scaler(
+    replies: Mapping[str, Message], width: int, frac_bits: int | None
+) -> tuple[np.ndarray, np.ndarray]:
+    """Pooled mean and standard deviation from the clients' ``moments`` replies: from the
+    masked totals under secure aggregation (``frac_bits``), else from every client's counts,
+    sums and centred sums of squares."""
+    if frac_bits is not None:
+        return secure_pooled_moments(replies, width, frac_bits)
+    msgs = list(replies.values())
+    sums, m2 = (np.stack([m.array(name, (width,)) for m in msgs]) for name in ("x_sum", "x_m2"))
+    return pooled_moments(np.array([m.number("n_samples") for m in msgs]), sums, m2)
+
+
+def secure_mean_W(
+    replies: Mapping[str, Message], shapes: Sequence[tuple[int, ...]], frac_bits: int
+) -> tuple[list[np.ndarray], float]:
+    """``W_k = sum_l N_l W^l_k / N`` and the clients' summed local objective from their masked
+    ``local_train`` replies under secure aggregation: nothing per client."""
+    shaped = {f"masked_W_local_{k}": shape for k, shape in enumerate(shapes)}
+    got = unmask_sum(replies, {**shaped, "masked_objective": (1,)}, frac_bits)
+    N = float(sum(m.number("n_samples") for m in replies.values()))
+    return [got[name] / N for name in shaped], float(got["masked_objective"][0])
+
+
 def linear_predictor(
     Ws: Sequence[np.ndarray], scaler: tuple[np.ndarray, np.ndarray] | None
 ) -> Callable[[np.ndarray, np.ndarray | None], np.ndarray]:
@@ -436,14 +452,10 @@ class HFedMVServer(Coordinator):
     ) -> list[np.ndarray]:
         """``W_k = sum_l (N_l / N) W^l_k`` for every view ``k`` (Algorithm 3)."""
         N = float(sum(sizes))
-        K = len(local[0])
-        out = []
-        for k in range(K):
-            acc = np.zeros_like(local[0][k])
-            for n, Ws in zip(sizes, local, strict=True):
-                acc = acc + (n / N) * Ws[k]
-            out.append(acc)
-        return out
+        return [
+            sum(((n / N) * Ws[k] for n, Ws in zip(sizes, local, strict=True)), np.zeros_like(W))
+            for k, W in enumerate(local[0])
+        ]
 
     def state_dict(self) -> dict[str, np.ndarray]:
         """The server's state after a round: the global ``W_k`` and the objective history."""
@@ -470,12 +482,7 @@ class HFedMVServer(Coordinator):
         width = sum(W.shape[0] for W in self.W)
         if (n < 1).any():
             raise ProtocolError("a client reported no training samples for the pooled statistics")
-        if self.frac_bits is not None:  # only the sums over all clients
-            mean, sd = secure_pooled_moments(replies, width, self.frac_bits)
-        else:
-            sums = np.stack([replies[c].array("x_sum", (width,)) for c in self.clients])
-            m2 = np.stack([replies[c].array("x_m2", (width,)) for c in self.clients])
-            mean, sd = pooled_moments(n, sums, m2)
+        mean, sd = pooled_scaler({c: replies[c] for c in self.clients}, width, self.frac_bits)
         self.broadcast(
             self.clients, "scale", arrays={"x_mean": mean, "x_scale": sd}, round=len(self.objective)
         )
@@ -501,11 +508,8 @@ class HFedMVServer(Coordinator):
             )
             sizes = [replies[c].number("n_samples") for c in self.clients]
             if self.frac_bits is not None:  # sum_l N_l W^l_k, divided by N: nothing per client
-                shapes = {f"masked_W_local_{k}": W.shape for k, W in enumerate(self.W)}
-                got = unmask_sum(replies, {**shapes, "masked_objective": (1,)}, self.frac_bits)
-                N = float(sum(sizes))
-                self.W = [got[f"masked_W_local_{k}"] / N for k in range(K)]
-                self.objective.append(float(got["masked_objective"][0]))
+                self.W, f = secure_mean_W(replies, [W.shape for W in self.W], self.frac_bits)
+                self.objective.append(f)
             else:
                 local = [
                     [replies[c].array(f"W_local_{k}", self.W[k].shape) for k in range(K)]
@@ -705,18 +709,15 @@ class HFedMVAlgorithm(HorizontalClients, LinearAlgorithm):
         seed = spawn_streams(run.seed, len(parties) + 1)[1 + parties.index(party)]
         K, c = len(view_dims_of(setup)), int(setup["n_classes"])
         betas, zetas = per_party(p.beta, K, "beta"), per_party(p.zeta, K, "zeta")
-        _, X, y = local.take(party)
-        assert y is not None
+
+        def take(group: str) -> tuple[list[np.ndarray], np.ndarray]:
+            _, X, y = local.take(group)
+            assert y is not None
+            return [np.ascontiguousarray(v, dtype=np.float64) for v in local.data.views(X)], y
+
+        views, y = take(party)
         Y = np.eye(c)[np.asarray(y, dtype=np.int64)]
-        views = [np.ascontiguousarray(v, dtype=np.float64) for v in local.data.views(X)]
-        test = None
-        if f"{party}:test" in local.rows:
-            _, Xt, y_test = local.take(f"{party}:test")
-            assert y_test is not None
-            test = (
-                [np.ascontiguousarray(v, dtype=np.float64) for v in local.data.views(Xt)],
-                y_test,
-            )
+        test = take(f"{party}:test") if f"{party}:test" in local.rows else None
         make = partial(
             _LocalMVL,
             Y=Y,
@@ -752,17 +753,11 @@ class HFedMVAlgorithm(HorizontalClients, LinearAlgorithm):
     ) -> HFedMVServer:
         p: HFedMVParams = run.params
         clients = run.federation.parties
-        W0 = _init_W(
-            view_dims_of(setup),
-            int(setup["n_classes"]),
-            spawn_streams(run.seed, len(clients) + 1)[0],
-        )
+        seed = spawn_streams(run.seed, len(clients) + 1)[0]
+        W0 = _init_W(view_dims_of(setup), int(setup["n_classes"]), seed)
+        pooled = p.standardize == "pooled"
         return HFedMVServer(
-            clients,
-            W0,
-            p.n_rounds,
-            pooled=p.standardize == "pooled",
-            frac_bits=run.defense.secagg_bits,
+            clients, W0, p.n_rounds, pooled=pooled, frac_bits=run.defense.secagg_bits
         )
 
     def round_message(self, role: str) -> str:
@@ -786,24 +781,16 @@ class HFedMVAlgorithm(HorizontalClients, LinearAlgorithm):
             got = recording.select("moments:reply") or recording.select("scale")
             if got and got[0].kind == "scale":
                 scaler = (got[0].arrays["x_mean"], got[0].arrays["x_scale"])
-            elif got and bits is not None:  # the server, under secure aggregation
-                scaler = secure_pooled_moments({m.sender: m.message() for m in got}, width, bits)
-            elif got:
-                counts = np.array([m.number("n_samples") for m in got])
-                sums = np.stack([m.arrays["x_sum"] for m in got])
-                scaler = pooled_moments(counts, sums, np.stack([m.arrays["x_m2"] for m in got]))
+            elif got:  # the server: from the clients' statistics (only their sums, with secagg)
+                scaler = pooled_scaler({m.sender: m.message() for m in got}, width, bits)
         out = []
         clients = run.federation.parties
         if recording.party == run.federation.coordinator:
             replies = recording.select("local_train:reply")
             last = [m for m in replies if m.round == max((r.round for r in replies), default=0)]
             if last and bits is not None:  # the sum is all it learns: the global model
-                shapes = {f"masked_W_local_{k}": last[0].arrays[f"masked_W_local_{k}"].shape
-                          for k in range(K)}  # fmt: skip
-                msgs = {m.sender: m.message() for m in last}
-                totals = unmask_sum(msgs, {**shapes, "masked_objective": (1,)}, bits)
-                N = float(sum(m.number("n_samples") for m in last))
-                Ws = [totals[f"masked_W_local_{k}"] / N for k in range(K)]
+                shapes = [(d, int(setup["n_classes"])) for d in view_dims_of(setup)]
+                Ws, _ = secure_mean_W({m.sender: m.message() for m in last}, shapes, bits)
                 out += [_model("W from the masked sum", c, Ws, scaler) for c in clients]
             for m in last if bits is None else []:
                 Ws = [m.arrays[f"W_local_{k}"] for k in range(K)]
