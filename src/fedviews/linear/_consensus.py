@@ -75,7 +75,7 @@ from fedviews.linear._common import (
     per_party,
     small_blas,
 )
-from fedviews.linear._l21 import L21Problem, row_norms
+from fedviews.linear._l21 import L21Problem, relative_change_below, row_norms
 
 __all__ = [
     "ConsensusAlgorithm",
@@ -86,7 +86,6 @@ __all__ = [
     "consensus_centralized",
     "consensus_iterations",
     "consensus_weights",
-    "relative_change_below",
     "sq",
     "z_k_step",
     "z_step",
@@ -128,11 +127,6 @@ def z_step(
     (``Y``), ``(sum_k zeta_k Z_k + eta Y) / (sum_k zeta_k + eta)`` (FedMV Eqs. 10 and 17)."""
     S = sum(z * Zk for z, Zk in zip(zetas, Zks, strict=True))
     return S / sum(zetas) if Y is None else (S + eta * Y) / (sum(zetas) + eta)
-
-
-def relative_change_below(prev: float, f: float, tol: float) -> bool:
-    """The outer stopping rule: ``|f_prev - f| <= tol |f_prev|`` (never with ``tol = 0``)."""
-    return bool(tol > 0 and np.isfinite(prev) and abs(prev - f) <= tol * abs(prev))
 
 
 def consensus_iterations(
