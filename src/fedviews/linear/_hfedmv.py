@@ -459,9 +459,7 @@ class HFedMVServer(Coordinator):
 
     def state_dict(self) -> dict[str, np.ndarray]:
         """The server's state after a round: the global ``W_k`` and the objective history."""
-        state = {f"W_{k}": W for k, W in enumerate(self.W)}
-        state["objective"] = np.asarray(self.objective, dtype=np.float64)
-        return state
+        return {**self.arrays(), "objective": np.asarray(self.objective, dtype=np.float64)}
 
     def load_state(self, state: Mapping[str, np.ndarray]) -> None:
         """Continue from :meth:`state_dict`: :meth:`run` goes on with the next round."""
@@ -498,41 +496,35 @@ class HFedMVServer(Coordinator):
             secure_sum_setup(self, self.clients, self.frac_bits, round=len(self.objective))
         if self.pooled:
             self.pool_statistics()
-        K = len(self.W)
         for r in range(len(self.objective) + 1, self.n_rounds + 1):
-            replies = self.broadcast(
-                self.clients,
-                "local_train",
-                arrays={f"W_{k}": W for k, W in enumerate(self.W)},
-                round=r,
-            )
-            sizes = [replies[c].number("n_samples") for c in self.clients]
+            replies = self.broadcast(self.clients, "local_train", arrays=self.arrays(), round=r)
+            msgs = [replies[c] for c in self.clients]
             if self.frac_bits is not None:  # sum_l N_l W^l_k, divided by N: nothing per client
                 self.W, f = secure_mean_W(replies, [W.shape for W in self.W], self.frac_bits)
-                self.objective.append(f)
             else:
                 local = [
-                    [replies[c].array(f"W_local_{k}", self.W[k].shape) for k in range(K)]
-                    for c in self.clients
+                    [m.array(f"W_local_{k}", W.shape) for k, W in enumerate(self.W)] for m in msgs
                 ]
-                self.W = self.aggregate(local, sizes)
-                reported = [r.meta.get("local_objective") for r in replies.values()]
-                self.objective.append(  # NaN under model_dp: the clients report none
+                self.W = self.aggregate(local, [m.number("n_samples") for m in msgs])
+                reported = [m.meta.get("local_objective") for m in msgs]
+                f = (  # NaN under model_dp: the clients report none
                     float("nan")
-                    if any(v is None for v in reported)
-                    else sum(replies[c].number("local_objective") for c in self.clients)
+                    if None in reported
+                    else sum(m.number("local_objective") for m in msgs)
                 )
+            self.objective.append(f)
             if on_round_end is not None:
                 on_round_end(r)
         self._final()
         return self.W
 
+    def arrays(self) -> dict[str, np.ndarray]:
+        """The global model as it is sent: ``W_0 .. W_{K-1}``."""
+        return {f"W_{k}": W for k, W in enumerate(self.W)}
+
     def _final(self) -> None:
         replies = self.broadcast(
-            self.clients,
-            "final",
-            arrays={f"W_{k}": W for k, W in enumerate(self.W)},
-            round=len(self.objective),
+            self.clients, "final", arrays=self.arrays(), round=len(self.objective)
         )
         if any("n_test" not in r.meta for r in replies.values()):
             return
@@ -561,7 +553,7 @@ class HFedMVServer(Coordinator):
         """``(metrics, arrays)`` of the run: objective, rounds, test scores; the global ``W_k``."""
         obj = list(self.objective)
         metrics = {"objective": obj, "rounds_done": len(obj), **self.scores}
-        return metrics, {f"W_{k}": W for k, W in enumerate(self.W)}
+        return metrics, self.arrays()
 
 
 # --------------------------------------------------------------------------- the spec
