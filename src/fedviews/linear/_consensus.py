@@ -73,6 +73,7 @@ from fedviews.linear._common import (
     LinearAlgorithm,
     orthonormal_nonnegative,
     per_party,
+    restore,
     small_blas,
 )
 from fedviews.linear._l21 import L21Problem, relative_change_below, row_norms
@@ -267,15 +268,8 @@ class ConsensusParty(SecureSumParty):
     def load_state(self, state: Mapping[str, np.ndarray]) -> None:
         """Continue from :meth:`state_dict`; the next round then equals the uninterrupted one."""
         (n, d), c = self.problem.X.shape, self.Z_k.shape[1]
-        W = state.get("W")
-        if state["Z_k"].shape != (n, c) or (W is not None and W.shape != (d, c)):
-            raise DataError(
-                f"party {self.name!r}: the saved state does not fit this party's data "
-                f"(Z_k {state['Z_k'].shape} vs {(n, c)}, W {None if W is None else W.shape} "
-                f"vs {(d, c)}); resume with the same data and config"
-            )
-        self.W = None if W is None else np.array(W, dtype=np.float64)
-        self.Z_k = np.array(state["Z_k"], dtype=np.float64)
+        saved = restore(state, {"Z_k": (n, c), "W": (d, c)}, f"party {self.name!r}", ("W",))
+        self.W, self.Z_k = saved.get("W"), saved["Z_k"]
         self.inner_iterations = [int(i) for i in state.get("inner_iterations", [])]
         self.P_test = self.Z_k_test = None
 
@@ -398,12 +392,7 @@ class ConsensusServer(Coordinator):
 
     def load_state(self, state: Mapping[str, np.ndarray]) -> None:
         """Continue from :meth:`state_dict`: :meth:`run` goes on with the next round."""
-        if state["Z"].shape != self.Z.shape:
-            raise DataError(
-                f"the saved Z has shape {state['Z'].shape}, this run needs {self.Z.shape}; "
-                "resume with the same data and config"
-            )
-        self.Z = np.array(state["Z"], dtype=np.float64)
+        self.Z = restore(state, {"Z": self.Z.shape}, "the server")["Z"]
         self.objective = [float(f) for f in state["objective"]]
         self.converged = bool(state["converged"])
 

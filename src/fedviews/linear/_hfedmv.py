@@ -67,6 +67,7 @@ from fedviews.linear._common import (
     check_iter,
     check_weights,
     per_party,
+    restore,
     small_blas,
 )
 from fedviews.linear._consensus import IRLSOptions
@@ -299,21 +300,12 @@ class HFedMVClient(SecureSumParty):
         if self.learner is None:  # pooled scaling: built when the statistics arrive
             self._pending = dict(state)
             return
-        learner = self.learner
-        K = len(learner.problems)
+        learner, who, c = self.learner, f"client {self.name!r}", self.Y.shape[1]
         if isinstance(learner, _LocalMVL):
-            if "Z" not in state or state["Z"].shape != learner.Z.shape:
-                raise DataError(
-                    f"client {self.name!r}: the saved state does not fit this client's data "
-                    f"(Z {state['Z'].shape if 'Z' in state else None} vs "
-                    f"{learner.Z.shape}); resume with the same data and config"
-                )
-            learner.Z = np.array(state["Z"], dtype=np.float64)
+            learner.Z = restore(state, {"Z": learner.Z.shape}, who)["Z"]
         learner.objective = [float(f) for f in state["objective"]]
-        names = [f"W_local_{k}" for k in range(K)]
-        self.W_local = (
-            [np.array(state[n], dtype=np.float64) for n in names] if names[0] in state else []
-        )
+        shapes = {f"W_local_{k}": (pr.X.shape[1], c) for k, pr in enumerate(learner.problems)}
+        self.W_local = list(restore(state, shapes, who, optional=tuple(shapes)).values())
 
     def results(self) -> dict[str, np.ndarray]:
         """What a client keeps: the final global model, its scaler, its test predictions."""
@@ -463,14 +455,8 @@ class HFedMVServer(Coordinator):
 
     def load_state(self, state: Mapping[str, np.ndarray]) -> None:
         """Continue from :meth:`state_dict`: :meth:`run` goes on with the next round."""
-        shapes = [W.shape for W in self.W]
-        got = [state[f"W_{k}"].shape if f"W_{k}" in state else None for k in range(len(shapes))]
-        if got != shapes:
-            raise DataError(
-                f"the saved W_k have shapes {got}, this run needs {shapes}; "
-                "resume with the same data and config"
-            )
-        self.W = [np.array(state[f"W_{k}"], dtype=np.float64) for k in range(len(shapes))]
+        shapes = {f"W_{k}": W.shape for k, W in enumerate(self.W)}
+        self.W = list(restore(state, shapes, "the server").values())
         self.objective = [float(f) for f in state["objective"]]
 
     def pool_statistics(self) -> tuple[np.ndarray, np.ndarray]:
