@@ -511,8 +511,7 @@ def run_fedmv_tsne(cfg: ExperimentConfig, ctx: RunContext) -> ExperimentResult:
         ]
         panels.append((f"Z test ({label})", model.decision_function(Xs_show)))
     acc = {
-        "V-FedMV": float(np.mean(v.predict(Xte) == yte) * 100),
-        "H-FedMV": float(np.mean(h.predict(Xte) == yte) * 100),
+        n: float(np.mean(m.predict(Xte) == yte) * 100) for n, m in (("V-FedMV", v), ("H-FedMV", h))
     }
     emb: list[np.ndarray] = []
     with ctx.progress(len(panels), "t-SNE panels") as advance:
@@ -527,19 +526,16 @@ def run_fedmv_tsne(cfg: ExperimentConfig, ctx: RunContext) -> ExperimentResult:
     ncol = K + 1
     fig, axes = pyplot().subplots(3, ncol, figsize=(2.6 * ncol, 7.8))
     yy = y[te][show]
-    for r, start in enumerate((0, K, 2 * K + 1)):
-        count = K if r == 0 else K + 1
-        for c in range(ncol):
-            ax = axes[r, c]
+    for r, start in enumerate((0, K, 2 * K + 1)):  # the views; then X_k W_k and Z per method
+        for c, ax in enumerate(axes[r]):
             ax.set_xticks([])
             ax.set_yticks([])
-            if c >= count:
+            if c >= (K if r == 0 else K + 1):
                 ax.axis("off")
                 continue
-            title, _ = panels[start + c]
             E = emb[start + c]
             ax.scatter(E[:, 0], E[:, 1], c=yy, cmap="tab10", s=5)
-            ax.set_title(title, fontsize=8)
+            ax.set_title(panels[start + c][0], fontsize=8)
     fig.suptitle(
         f"{ds.name}: t-SNE of {len(show)} test samples (colour = class). Row 1: views; rows 2-3: X_k W_k and consensus Z^test",
         fontsize=9,

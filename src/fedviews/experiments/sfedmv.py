@@ -175,6 +175,7 @@ def run_sfedmv(cfg: ExperimentConfig, ctx: RunContext) -> ExperimentResult:
                     ds.subset(~test).by_client(list(range(p.n_clients))), p.max_per_client
                 )
                 test_cl = ds.subset(test).by_client(list(range(p.n_clients)))
+                y_true = np.concatenate([y for _, y in test_cl])
                 for mode in modes:
                     correct = np.zeros((K, R))
 
@@ -209,7 +210,6 @@ def run_sfedmv(cfg: ExperimentConfig, ctx: RunContext) -> ExperimentResult:
                         if m_mode != mode:
                             continue
                         est.set_params(fusion=fusion).fit_fusion(train_cl)
-                        y_true = np.concatenate([y for _, y in test_cl])
                         y_pred = np.concatenate(
                             [est.predict(v, client=l) for l, (v, _) in enumerate(test_cl)]  # noqa: E741
                         )

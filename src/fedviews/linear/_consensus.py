@@ -463,19 +463,17 @@ class ConsensusServer(Coordinator):
         if self.frac_bits is not None:  # fresh keys: the test values are new values
             secure_sum_setup(self, self.parties, self.frac_bits, round=r0)
         replies = self.broadcast(self.parties, "test_init", round=r0 + 1)
-        if self.frac_bits is not None:  # one "party": the securely summed average
-            w = np.ones(1)
-
-            def received(replies: Mapping[str, Message]) -> list[np.ndarray]:
-                S, zsum, _, _ = self._secure_sums(replies, "Z_k_test")
-                return [S / zsum]
-
-        else:
+        if self.frac_bits is None:
             w = consensus_weights([replies[p].number("zeta") for p in self.parties])
             shape = replies[self.parties[0]].array("Z_k_test", (None, self.Z.shape[1])).shape
+        else:  # one "party": the securely summed average
+            w = np.ones(1)
 
-            def received(replies: Mapping[str, Message]) -> list[np.ndarray]:
+        def received(replies: Mapping[str, Message]) -> list[np.ndarray]:
+            if self.frac_bits is None:
                 return [replies[p].array("Z_k_test", shape) for p in self.parties]
+            S, zsum, _, _ = self._secure_sums(replies, "Z_k_test")
+            return [S / zsum]
 
         def update(Z: np.ndarray, it: int) -> list[np.ndarray]:  # Eq. (13) at every party
             replies = self.broadcast(
@@ -541,14 +539,9 @@ class ConsensusAlgorithm(LinearAlgorithm):
 
     defenses = frozenset({"none", "secagg", "label_rr"})
 
-    @staticmethod
-    def frac_bits(run: RunSpec) -> int | None:
-        """The fixed-point bits of the secure sums; ``None``: the plain protocol."""
-        return run.defense.secagg_bits
-
     def secured(self, run: RunSpec, policy: PrivacyPolicy) -> PrivacyPolicy:
         """``policy``, with the masked arrays in place of ``Z_k``/``Z_k_test`` under secagg."""
-        if self.frac_bits(run) is None:
+        if run.defense.secagg_bits is None:
             return policy
         return secured_policy(policy, {n: masked_names(n) for n in ("Z_k", "Z_k_test")})
 
@@ -601,7 +594,7 @@ class ConsensusAlgorithm(LinearAlgorithm):
         zeta_name, stats_name = masked_names("Z_k")
         masked = recording.select("update:reply", zeta_name)
         last = [m for m in masked if m.round == max((r.round for r in masked), default=0)]
-        bits = self.frac_bits(run)
+        bits = run.defense.secagg_bits
         if last and bits is not None:  # secure aggregation: the sum is all it learns
             msgs = {m.sender: m.message() for m in last}
             shape = next(iter(msgs.values())).arrays[zeta_name].shape
@@ -644,7 +637,7 @@ class ConsensusAlgorithm(LinearAlgorithm):
             "n_classes": int(setup["n_classes"]),
             "seed": spawn_streams(run.seed, len(parties) + 1)[1 + k],
             "solver": IRLSOptions(p.inner_max_iter, p.inner_tol, p.eps),
-            "secure": self.frac_bits(run) is not None,
+            "secure": run.defense.secagg_bits is not None,
         }
         return y, y_test, scaler, kwargs
 

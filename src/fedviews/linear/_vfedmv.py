@@ -246,7 +246,7 @@ class VFedMVAlgorithm(ConsensusAlgorithm):
             tol=p.tol,
             label_owner=owner,
             test=(p.test_max_iter, p.test_tol) if p.evaluate else None,
-            frac_bits=self.frac_bits(run),
+            frac_bits=run.defense.secagg_bits,
         )
 
 
