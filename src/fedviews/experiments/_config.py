@@ -29,6 +29,7 @@ __all__ = [
     "DataConfig",
     "ExperimentConfig",
     "build_dataclass",
+    "check_choice",
     "import_modules",
     "load_config",
     "parse_overrides",
@@ -75,6 +76,19 @@ class ExperimentConfig:
         out = dataclasses.asdict(self)
         out["data"] = {"name": self.data.name, **dict(self.data.options)}
         return out
+
+
+def check_choice(name: str, value: str | Sequence[str], allowed: Sequence[str]) -> None:
+    """Raise :class:`ConfigError` unless ``params.<name>`` is one of ``allowed`` (a string) or
+    a non-empty list of them."""
+    if isinstance(value, str):
+        if value not in allowed:
+            raise ConfigError(f"params.{name} must be one of {list(allowed)}, got {value!r}")
+        return
+    bad = [v for v in value if v not in allowed]
+    if bad or not value:
+        problem = f"unknown {name} {bad}" if bad else "none given"
+        raise ConfigError(f"params.{name}: {problem}; choose from {list(allowed)}")
 
 
 _TOP_KEYS = tuple(f.name for f in dataclasses.fields(ExperimentConfig))

@@ -19,7 +19,7 @@ import numpy as np
 
 from fedviews.errors import ConfigError
 from fedviews.experiments._common import pyplot, save_figure
-from fedviews.experiments._config import ExperimentConfig
+from fedviews.experiments._config import ExperimentConfig, check_choice
 from fedviews.experiments._metrics import mean_std, paired_difference, pm
 from fedviews.experiments._paper import paper_tables
 from fedviews.experiments._registry import register_experiment
@@ -113,9 +113,7 @@ class APFedTableParams(_TrainParams):
 
         for s in self.settings:
             parse_setting(s)
-        bad = [m for m in self.methods if m not in METHODS]
-        if bad or not self.methods:
-            raise ConfigError(f"unknown methods {bad}; choose from {list(METHODS)}")
+        check_choice("methods", self.methods, METHODS)
         if self.lam < 0:
             raise ConfigError(f"lam must be >= 0, got {self.lam}")
         super().validate()
@@ -140,8 +138,7 @@ class APFedLambdaParams(_TrainParams):
             raise ConfigError(
                 f"lams must be a non-empty list of values >= 0, got {list(self.lams)}"
             )
-        if not self.variants or any(v not in ("R", "C") for v in self.variants):
-            raise ConfigError(f"variants must be 'R' and/or 'C', got {list(self.variants)}")
+        check_choice("variants", self.variants, ("R", "C"))
         super().validate()
 
 

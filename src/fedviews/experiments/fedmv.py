@@ -34,7 +34,7 @@ import numpy as np
 
 from fedviews.errors import ConfigError
 from fedviews.experiments._common import pyplot, save_figure, standardize
-from fedviews.experiments._config import ExperimentConfig
+from fedviews.experiments._config import ExperimentConfig, check_choice
 from fedviews.experiments._metrics import METRICS, classification_metrics, metric_tables, pm
 from fedviews.experiments._metrics import summarize as _summarize
 from fedviews.experiments._registry import register_experiment
@@ -94,13 +94,7 @@ class FedMVVerticalParams:
     METHODS: ClassVar[tuple[str, ...]] = VERTICAL_METHODS
 
     def validate(self) -> None:
-        for m in self.methods:
-            if m not in self.METHODS:
-                raise ConfigError(
-                    f"params.methods: unknown method {m!r}; choose from {list(self.METHODS)}"
-                )
-        if not self.methods:
-            raise ConfigError("params.methods must not be empty")
+        check_choice("methods", self.methods, self.METHODS)
         if self.n_repeats < 1:
             raise ConfigError("params.n_repeats must be >= 1")
         if not (
@@ -109,10 +103,7 @@ class FedMVVerticalParams:
             raise ConfigError(
                 "params.test_size and params.val_size must lie in (0, 1) and sum to < 1"
             )
-        if self.average not in AVERAGES:
-            raise ConfigError(
-                f"params.average must be one of {list(AVERAGES)}, got {self.average!r}"
-            )
+        check_choice("average", self.average, AVERAGES)
         if self.average == "binary" and not self.positive_classes:
             raise ConfigError(
                 "params.average = 'binary' needs params.positive_classes (the binary task)"
@@ -153,10 +144,7 @@ class FedMVHorizontalParams(FedMVVerticalParams):
             raise ConfigError(
                 "params.n_clients, params.n_rounds and params.local_iter must be >= 1"
             )
-        if self.partition not in ("iid", "label_skew", "dirichlet"):
-            raise ConfigError(
-                f"params.partition must be 'iid', 'label_skew' or 'dirichlet', got {self.partition!r}"
-            )
+        check_choice("partition", self.partition, ("iid", "label_skew", "dirichlet"))
 
 
 # --------------------------------------------------------------------------- data

@@ -29,7 +29,7 @@ import numpy as np
 
 from fedviews.errors import ConfigError
 from fedviews.experiments._common import pyplot, save_figure, standardize
-from fedviews.experiments._config import ExperimentConfig
+from fedviews.experiments._config import ExperimentConfig, check_choice
 from fedviews.experiments._metrics import CLASSIFIERS, make_classifier
 from fedviews.experiments._paper import paper_tables
 from fedviews.experiments._registry import register_experiment
@@ -82,15 +82,8 @@ class MMVFLParams:
     """
 
     def validate(self) -> None:
-        for a in self.algorithms:
-            if a not in ALGORITHMS:
-                raise ConfigError(
-                    f"params.algorithms: unknown algorithm {a!r}; choose from {list(ALGORITHMS)}"
-                )
-        if self.classifier not in CLASSIFIERS:
-            raise ConfigError(
-                f"params.classifier must be one of {list(CLASSIFIERS)}, got {self.classifier!r}"
-            )
+        check_choice("algorithms", self.algorithms, ALGORITHMS)
+        check_choice("classifier", self.classifier, CLASSIFIERS)
         if self.n_folds < 2:
             raise ConfigError("params.n_folds must be >= 2")
         if not self.betas or any(b <= 0 for b in self.betas):
