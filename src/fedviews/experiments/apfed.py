@@ -225,7 +225,7 @@ def _paper(dataset: str) -> dict[str, Any] | None:
 )
 def run_table2(cfg: ExperimentConfig, ctx: RunContext) -> ExperimentResult:
     p: APFedTableParams = cfg.params
-    *data, note = _load(cfg, p)
+    Xtr, ytr, Xte, yte, note = _load(cfg, p)
     ctx.log(note)
     acc: dict[str, dict[str, list[float]]] = {s: {m: [] for m in p.methods} for s in p.settings}
     curves: dict[str, dict[str, list[list[float]]]] = {
@@ -237,7 +237,7 @@ def run_table2(cfg: ExperimentConfig, ctx: RunContext) -> ExperimentResult:
     cells = [(st, g, cfg.seed + s) for s in range(p.n_seeds) for st in p.settings for g in groups]
     jobs = {
         f"{setting}/{group}/seed{seed}": functools.partial(
-            _train_cell, group, setting, seed, p, cfg.device, tuple(data)
+            _train_cell, group, setting, seed, p, cfg.device, (Xtr, ytr, Xte, yte)
         )
         for setting, group, seed in cells
     }

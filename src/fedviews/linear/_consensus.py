@@ -99,6 +99,21 @@ def masked_names(name: str) -> tuple[str, str]:
     return f"masked_zeta_{name}", f"masked_stats_{name}"
 
 
+def secure_sums(
+    replies: Mapping[str, Message], name: str, n_classes: int, frac_bits: int
+) -> tuple[np.ndarray, float, float, float]:
+    """``(sum zeta_k Z_k, sum zeta_k, sum zeta_k ||Z_k||^2, sum of local terms)`` of the
+    parties' masked replies for ``name`` (``Z_k`` or ``Z_k_test``; each checked: shape,
+    ``uint64``): all that the server learns under secure aggregation."""
+    zeta_name, stats_name = masked_names(name)
+    n = next(iter(replies.values())).array(zeta_name, (None, n_classes)).shape[0]
+    sums = unmask_sum(replies, {zeta_name: (n, n_classes), stats_name: (3,)}, frac_bits)
+    zsum, zsq, local = (float(v) for v in sums[stats_name])
+    if not zsum > 0:
+        raise ProtocolError(f"the parties' zeta_k sum to {zsum}: each must be > 0")
+    return sums[zeta_name], zsum, zsq, local
+
+
 def sq(A: np.ndarray) -> float:
     """``||A||_F^2``."""
     return float(np.einsum("ij,ij->", A, A))
@@ -126,7 +141,7 @@ def z_step(
 ) -> np.ndarray:
     """The Z step ``sum_k zeta_k Z_k / sum_k zeta_k`` (MMVFL Eq. 14); with the label term
     (``Y``), ``(sum_k zeta_k Z_k + eta Y) / (sum_k zeta_k + eta)`` (FedMV Eqs. 10 and 17)."""
-    S = sum(z * Zk for z, Zk in zip(zetas, Zks, strict=True))
+    S = np.asarray(sum(z * Zk for z, Zk in zip(zetas, Zks, strict=True)))
     return S / sum(zetas) if Y is None else (S + eta * Y) / (sum(zetas) + eta)
 
 
@@ -401,22 +416,6 @@ class ConsensusServer(Coordinator):
         reply = self.send(self.label_owner, "labels", round=len(self.objective))
         self.Y = reply.array("Y", self.Y.shape)
 
-    def _secure_sums(
-        self, replies: Mapping[str, Message], name: str
-    ) -> tuple[np.ndarray, float, float, float]:
-        """``(sum zeta_k Z_k, sum zeta_k, sum zeta_k ||Z_k||^2, sum of local terms)`` of
-        the masked replies (each checked: shape, ``uint64``)."""
-        assert self.frac_bits is not None
-        zeta_name, stats_name = masked_names(name)
-        n = replies[self.parties[0]].array(zeta_name, (None, self.Z.shape[1])).shape[0]
-        sums = unmask_sum(
-            replies, {zeta_name: (n, self.Z.shape[1]), stats_name: (3,)}, self.frac_bits
-        )
-        zsum, zsq, local = (float(v) for v in sums[stats_name])
-        if not zsum > 0:
-            raise ProtocolError(f"the parties' zeta_k sum to {zsum}: each must be > 0")
-        return sums[zeta_name], zsum, zsq, local
-
     def _z_step(self, replies: Mapping[str, Message]) -> float:
         """The Z step (MMVFL Eq. 14; FedMV Eq. 10 with ``Y``); returns the round's objective."""
         Y, eta = self.Y, self.eta
@@ -427,7 +426,7 @@ class ConsensusServer(Coordinator):
             self.Z = z_step(zetas, Zks, eta, Y)
             f += sum(z * sq(Zk - self.Z) for z, Zk in zip(zetas, Zks, strict=True))
         else:  # from the secure sums alone: sum_k zeta_k ||Z_k - Z||^2 = zsq - 2 <S, Z> + zsum ||Z||^2
-            S, zsum, zsq, f = self._secure_sums(replies, "Z_k")
+            S, zsum, zsq, f = secure_sums(replies, "Z_k", self.Z.shape[1], self.frac_bits)
             self.Z = S / zsum if Y is None else (S + eta * Y) / (zsum + eta)
             f += zsq - 2.0 * float(np.einsum("ij,ij->", S, self.Z)) + zsum * sq(self.Z)
         return float(f if Y is None else f + eta * sq(self.Z - Y))
@@ -472,7 +471,7 @@ class ConsensusServer(Coordinator):
         def received(replies: Mapping[str, Message]) -> list[np.ndarray]:
             if self.frac_bits is None:
                 return [replies[p].array("Z_k_test", shape) for p in self.parties]
-            S, zsum, _, _ = self._secure_sums(replies, "Z_k_test")
+            S, zsum, _, _ = secure_sums(replies, "Z_k_test", self.Z.shape[1], self.frac_bits)
             return [S / zsum]
 
         def update(Z: np.ndarray, it: int) -> list[np.ndarray]:  # Eq. (13) at every party
@@ -591,15 +590,13 @@ class ConsensusAlgorithm(LinearAlgorithm):
                 # the baseline: what the consensus alone tells about the same features
                 name = f"Z, for {m.sender}'s features"
                 out.append(Observation(name, "representation", "train", rows, Z, None, m.sender))
-        zeta_name, stats_name = masked_names("Z_k")
-        masked = recording.select("update:reply", zeta_name)
+        masked = recording.select("update:reply", masked_names("Z_k")[0])
         last = [m for m in masked if m.round == max((r.round for r in masked), default=0)]
         bits = run.defense.secagg_bits
         if last and bits is not None:  # secure aggregation: the sum is all it learns
             msgs = {m.sender: m.message() for m in last}
-            shape = next(iter(msgs.values())).arrays[zeta_name].shape
-            sums = unmask_sum(msgs, {zeta_name: shape, stats_name: (3,)}, bits)
-            Z = sums[zeta_name] / sums[stats_name][0]
+            S, zsum, _, _ = secure_sums(msgs, "Z_k", int(setup["n_classes"]), bits)
+            Z = S / zsum
             out.append(Observation("Z from the masked sum", "consensus", "train", rows, Z, owner))
             for p in run.federation.parties:  # all it has about any party's features
                 name = f"Z, for {p}'s features"
