@@ -83,16 +83,8 @@ class _TrainParams:
 
     def train_kwargs(self, device: str, seed: int) -> dict[str, Any]:
         """Keyword arguments of every estimator: training schedule, ``device`` and ``seed``."""
-        return {
-            "epochs": self.epochs,
-            "batch_size": self.batch_size,
-            "lr": self.lr,
-            "momentum": self.momentum,
-            "weight_decay": self.weight_decay,
-            "pad": self.pad,
-            "device": device,
-            "random_state": seed,
-        }
+        names = ("epochs", "batch_size", "lr", "momentum", "weight_decay", "pad")
+        return {**{k: getattr(self, k) for k in names}, "device": device, "random_state": seed}
 
 
 @dataclass(frozen=True)

@@ -196,33 +196,15 @@ def _split(views: list[np.ndarray], y: np.ndarray, p: FedMVVerticalParams, seed:
 # --------------------------------------------------------------------------- methods
 
 
-def _vfedmv(p: Any, zeta: float, eta: float, seed: int) -> Any:
-    """V-FedMV with ``p``'s beta and iteration counts (experiment or t-SNE params)."""
-    from fedviews.linear import VFedMV
+def _model(p: Any, zeta: float, eta: float, seed: int, horizontal: bool) -> Any:
+    """H-FedMV (``horizontal``) or V-FedMV with ``p``'s beta, rounds and iteration counts
+    (experiment or t-SNE params)."""
+    from fedviews.linear import HFedMV, VFedMV
 
-    return VFedMV(
-        beta=p.beta,
-        zeta=zeta,
-        eta=eta,
-        max_iter=p.max_iter,
-        inner_max_iter=p.inner_max_iter,
-        random_state=seed,
-    )
-
-
-def _hfedmv(p: Any, zeta: float, eta: float, seed: int) -> Any:
-    """H-FedMV with ``p``'s beta, rounds and iteration counts (experiment or t-SNE params)."""
-    from fedviews.linear import HFedMV
-
-    return HFedMV(
-        beta=p.beta,
-        zeta=zeta,
-        eta=eta,
-        n_rounds=p.n_rounds,
-        local_iter=p.local_iter,
-        inner_max_iter=p.inner_max_iter,
-        random_state=seed,
-    )
+    kw = {"beta": p.beta, "zeta": zeta, "eta": eta, "inner_max_iter": p.inner_max_iter}
+    if horizontal:
+        return HFedMV(n_rounds=p.n_rounds, local_iter=p.local_iter, random_state=seed, **kw)
+    return VFedMV(max_iter=p.max_iter, random_state=seed, **kw)
 
 
 def _clients(s: _Split, p: FedMVHorizontalParams, seed: int) -> list[Any]:
@@ -247,8 +229,8 @@ def _fit_main(
     keep = list(range(len(s.Xtr))) if views is None else list(views)
     if horizontal:
         clients = [([Xs[k] for k in keep], y) for Xs, y in _clients(s, p, seed)]
-        return _hfedmv(p, zeta, eta, seed).fit(clients)
-    return _vfedmv(p, zeta, eta, seed).fit([s.Xtr[k] for k in keep], s.ytr)
+        return _model(p, zeta, eta, seed, True).fit(clients)
+    return _model(p, zeta, eta, seed, False).fit([s.Xtr[k] for k in keep], s.ytr)
 
 
 def _tune(
@@ -486,9 +468,9 @@ def run_fedmv_tsne(cfg: ExperimentConfig, ctx: RunContext) -> ExperimentResult:
         Xtr, Xte = standardize(Xtr, Xte)
     ytr, yte = y[tr], y[te]
     show = np.random.default_rng(cfg.seed).permutation(len(te))[: p.n_samples]
-    v = _vfedmv(p, p.zeta, p.eta, cfg.seed).fit(Xtr, ytr)
+    v = _model(p, p.zeta, p.eta, cfg.seed, False).fit(Xtr, ytr)
     parts = partition_clients(ytr, p.n_clients, "iid", random_state=cfg.seed)
-    h = _hfedmv(p, p.zeta, p.eta, cfg.seed).fit([([X[i] for X in Xtr], ytr[i]) for i in parts])
+    h = _model(p, p.zeta, p.eta, cfg.seed, True).fit([([X[i] for X in Xtr], ytr[i]) for i in parts])
     Xs_show = [X[show] for X in Xte]
     panels: list[tuple[str, np.ndarray]] = [
         (f"{n} (input)", X) for n, X in zip(names, Xs_show, strict=True)
