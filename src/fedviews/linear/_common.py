@@ -16,7 +16,6 @@ from fedviews.federation import Algorithm, Coordinator
 __all__ = [
     "LinearAlgorithm",
     "PartyPredictor",
-    "as_param",
     "check_iter",
     "check_weights",
     "orthonormal_nonnegative",
@@ -135,11 +134,6 @@ def restore(
             f"{dict(shapes)}); resume with the same data and config"
         )
     return {k: np.array(state[k], dtype=np.float64) for k in shapes if k in state}
-
-
-def as_param(value: Any) -> Any:
-    """A per-party list as the tuple a frozen params dataclass holds; scalars as they are."""
-    return tuple(value) if isinstance(value, (list, tuple, np.ndarray)) else value
 
 
 def orthonormal_nonnegative(n: int, c: int, rng: np.random.Generator) -> np.ndarray:
