@@ -107,23 +107,20 @@ def _fit(
     """``alg`` fitted on the training views (its ``feature_importances_`` rank each party's)."""
     from fedviews.linear import MMVFL, SupFL, SupMVLFL
 
-    if alg == "mmvfl":
-        m: Any = MMVFL(
-            beta=beta,
-            zeta=zeta,
-            eta=eta,
-            label_owner=p.label_owner,
-            max_iter=p.max_iter,
-            tol=p.tol,
-            inner_max_iter=p.inner_max_iter,
-            inner_tol=p.inner_tol,
-            random_state=seed,
-        )
-    elif alg == "supfl":
-        m = SupFL(beta=beta, max_iter=p.inner_max_iter * 5, tol=p.inner_tol)
-    else:
-        m = SupMVLFL(beta=beta, max_iter=p.inner_max_iter * 5, tol=p.inner_tol)
-    return m.fit(Xs, y)
+    if alg != "mmvfl":  # labels at every party, five times MMVFL's IRLS iterations per round
+        Sup = SupFL if alg == "supfl" else SupMVLFL
+        return Sup(beta=beta, max_iter=p.inner_max_iter * 5, tol=p.inner_tol).fit(Xs, y)
+    return MMVFL(
+        beta=beta,
+        zeta=zeta,
+        eta=eta,
+        label_owner=p.label_owner,
+        max_iter=p.max_iter,
+        tol=p.tol,
+        inner_max_iter=p.inner_max_iter,
+        inner_tol=p.inner_tol,
+        random_state=seed,
+    ).fit(Xs, y)
 
 
 def _knn1_curve(

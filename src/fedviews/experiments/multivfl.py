@@ -179,20 +179,11 @@ def _run(cfg: ExperimentConfig, ctx: RunContext) -> ExperimentResult:
             out = ctx.cell(label, train)
             if ctx.restored > restored:  # from an earlier run: no round advanced the bar
                 advance(p.rounds)
-            acc = out["accuracy"]
-            curves[label] = acc
+            curves[label] = acc = out["accuracy"]
             stats[label] = out["run_stats"]
             log_summary[label] = out["message_log"]
-            rows.append(
-                [
-                    scenario,
-                    opt,
-                    local,
-                    100 * acc[-1],
-                    100 * max(acc),
-                    round(out["run_stats"]["seconds"], 1),
-                ]
-            )
+            seconds = round(out["run_stats"]["seconds"], 1)
+            rows.append([scenario, opt, local, 100 * acc[-1], 100 * max(acc), seconds])
             ctx.log(f"{label}: final accuracy {100 * acc[-1]:.2f}% after {p.rounds} rounds")
     rounds = list(range(1, p.rounds + 1))
     panel = (

@@ -248,10 +248,10 @@ class HFedMVClient(SecureSumParty):
 
     @handles("local_train")
     def on_local_train(self, msg: Message) -> Message:
-        learner = self._learner()
-        K = len(learner.problems)
-        shapes = [(pr.X.shape[1], self.Y.shape[1]) for pr in learner.problems]
-        W_global = [msg.array(f"W_{k}", shapes[k]) for k in range(K)]
+        learner, c = self._learner(), self.Y.shape[1]
+        W_global = [
+            msg.array(f"W_{k}", (pr.X.shape[1], c)) for k, pr in enumerate(learner.problems)
+        ]
         self.W_local = sent = learner.passes(W_global, self.local_iter)
         meta: dict[str, MetaValue] = {"n_samples": self.n_samples}
         if self.dp is not None:
