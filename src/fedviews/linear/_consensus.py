@@ -411,11 +411,6 @@ class ConsensusServer(Coordinator):
         self.objective = [float(f) for f in state["objective"]]
         self.converged = bool(state["converged"])
 
-    def _fetch_labels(self) -> None:
-        assert self.label_owner is not None and self.Y is not None
-        reply = self.send(self.label_owner, "labels", round=len(self.objective))
-        self.Y = reply.array("Y", self.Y.shape)
-
     def _z_step(self, replies: Mapping[str, Message]) -> float:
         """The Z step (MMVFL Eq. 14; FedMV Eq. 10 with ``Y``); returns the round's objective."""
         Y, eta = self.Y, self.eta
@@ -425,7 +420,7 @@ class ConsensusServer(Coordinator):
             f = float(sum(replies[p].number("local_objective") for p in self.parties))
             self.Z = z_step(zetas, Zks, eta, Y)
             f += sum(z * sq(Zk - self.Z) for z, Zk in zip(zetas, Zks, strict=True))
-        else:  # from the secure sums alone: sum_k zeta_k ||Z_k - Z||^2 = zsq - 2 <S, Z> + zsum ||Z||^2
+        else:  # from the secure sums: sum_k zeta_k ||Z_k - Z||^2 = zsq - 2 <S, Z> + zsum ||Z||^2
             S, zsum, zsq, f = secure_sums(replies, "Z_k", self.Z.shape[1], self.frac_bits)
             self.Z = S / zsum if Y is None else (S + eta * Y) / (zsum + eta)
             f += zsq - 2.0 * float(np.einsum("ij,ij->", S, self.Z)) + zsum * sq(self.Z)
@@ -439,8 +434,10 @@ class ConsensusServer(Coordinator):
         """
         if self.frac_bits is not None:  # fresh keys every run (and every resumption)
             secure_sum_setup(self, self.parties, self.frac_bits, round=len(self.objective))
-        if self.label_owner is not None:
-            self._fetch_labels()
+        if self.label_owner is not None:  # the label owner sends Y (a placeholder until then)
+            assert self.Y is not None
+            reply = self.send(self.label_owner, "labels", round=len(self.objective))
+            self.Y = reply.array("Y", self.Y.shape)
         prev = self.objective[-1] if self.objective else np.inf
         r = len(self.objective)
         while not self.converged and r < self.max_iter:
@@ -514,16 +511,9 @@ class ConsensusServer(Coordinator):
     def summary(self) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
         """``(metrics, arrays)`` of the run: objective, convergence, test scores; ``Z``, ``Z_test``."""
         obj = list(self.objective)
-        metrics: dict[str, Any] = {
-            "objective": obj,
-            "n_iter": len(obj),
-            "converged": self.converged,
-        }
-        metrics.update({k: v for k, v in self.scores.items() if k != "Z_test"})
-        arrays = {"Z": self.Z}
-        if "Z_test" in self.scores:
-            arrays["Z_test"] = self.scores["Z_test"]
-        return metrics, arrays
+        scores = {k: v for k, v in self.scores.items() if k != "Z_test"}
+        metrics = {"objective": obj, "n_iter": len(obj), "converged": self.converged, **scores}
+        return metrics, {"Z": self.Z, **{k: v for k, v in self.scores.items() if k == "Z_test"}}
 
 
 #: a party's own training mean and standard deviation (``params.standardize``)
