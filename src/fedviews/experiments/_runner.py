@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import math
 import time
@@ -136,12 +137,7 @@ class RunContext:
             transient=False,
         )
         with prog:
-            task = prog.add_task(description, total=total)
-
-            def advance(k: int = 1) -> None:
-                prog.advance(task, k)
-
-            yield advance
+            yield functools.partial(prog.advance, prog.add_task(description, total=total))
 
     def cell(self, key: str, compute: Callable[[], Any]) -> Any:
         """The result of the unit of work ``key``: from ``cells.json`` when a resumed run

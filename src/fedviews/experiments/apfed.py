@@ -384,9 +384,7 @@ def _paired(
     out = []
     base = METHODS.index("SingleVL")
     for setting in p.settings:
-        for meth in ("APFed-R", "APFed-C"):
-            if meth not in p.methods:
-                continue
+        for meth in [m for m in ("APFed-R", "APFed-C") if m in p.methods]:
             d = paired_difference(acc[setting][meth], acc[setting]["SingleVL"])
             ref = paper.get(setting) if paper else None
             gap = round(ref[METHODS.index(meth)][0] - ref[base][0], 2) if ref else "n/a"
