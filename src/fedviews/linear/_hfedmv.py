@@ -336,20 +336,6 @@ def private_update(
     ]
 
 
-def secure_pooled_moments(
-    replies: Mapping[str, Message], width: int, frac_bits: int
-) -> tuple[np.ndarray, np.ndarray]:
-    """Pooled mean and standard deviation from the clients' masked ``moments`` replies under
-    secure aggregation: only ``N = sum_l N_l`` and the totals of the feature sums and sums of
-    squares are learnt (a constant feature gets scale 1)."""
-    got = unmask_sum(replies, {"masked_x_sum": (width,), "masked_x_sq": (width,)}, frac_bits)
-    N = float(sum(m.number("n_samples") for m in replies.values()))
-    mean = got["masked_x_sum"] / N
-    sd = np.sqrt(np.maximum(got["masked_x_sq"] / N - mean**2, 0.0))
-    sd[sd < 1e-12] = 1.0
-    return mean, sd
-
-
 def pooled_moments(
     n: np.ndarray, sums: np.ndarray, m2: np.ndarray
 ) -> tuple[np.ndarray, np.ndarray]:
@@ -366,14 +352,20 @@ def pooled_moments(
 def pooled_scaler(
     replies: Mapping[str, Message], width: int, frac_bits: int | None
 ) -> tuple[np.ndarray, np.ndarray]:
-    """Pooled mean and standard deviation from the clients' ``moments`` replies: from the
-    masked totals under secure aggregation (``frac_bits``), else from every client's counts,
-    sums and centred sums of squares."""
-    if frac_bits is not None:
-        return secure_pooled_moments(replies, width, frac_bits)
-    msgs = list(replies.values())
-    sums, m2 = (np.stack([m.array(name, (width,)) for m in msgs]) for name in ("x_sum", "x_m2"))
-    return pooled_moments(np.array([m.number("n_samples") for m in msgs]), sums, m2)
+    """Pooled mean and standard deviation from the clients' ``moments`` replies: from every
+    client's count, sums and centred sums of squares, or under secure aggregation
+    (``frac_bits``) from the masked totals, so that only ``N = sum_l N_l`` and the totals of
+    the feature sums and sums of squares are learnt (a constant feature gets scale 1)."""
+    if frac_bits is None:
+        msgs = list(replies.values())
+        sums, m2 = (np.stack([m.array(k, (width,)) for m in msgs]) for k in ("x_sum", "x_m2"))
+        return pooled_moments(np.array([m.number("n_samples") for m in msgs]), sums, m2)
+    got = unmask_sum(replies, {"masked_x_sum": (width,), "masked_x_sq": (width,)}, frac_bits)
+    N = float(sum(m.number("n_samples") for m in replies.values()))
+    mean = got["masked_x_sum"] / N
+    sd = np.sqrt(np.maximum(got["masked_x_sq"] / N - mean**2, 0.0))
+    sd[sd < 1e-12] = 1.0
+    return mean, sd
 
 
 def secure_mean_W(
@@ -776,9 +768,7 @@ class HFedMVAlgorithm(HorizontalClients, LinearAlgorithm):
         else:
             for m in (recording.select("final") or recording.select("local_train"))[-1:]:
                 Ws = [m.arrays[f"W_{k}"] for k in range(K)]
-                for c in clients:
-                    if c != recording.party:
-                        out.append(_model("global W", c, Ws, scaler))
+                out += [_model("global W", c, Ws, scaler) for c in clients if c != recording.party]
         return out
 
     def demo_data(self, cfg: Any) -> dict[str, PartyData]:
@@ -943,13 +933,8 @@ class HFedMV(_ConsensusPredictor):
         params = estimator_params(HFedMVParams, self, skip=("evaluate",))
         self.zetas_ = per_party(params.zeta, K, "zeta")
         names = tuple(f"client{l}" for l in range(len(Xss)))  # noqa: E741
-        run = RunSpec(
-            "hfedmv",
-            params,
-            Roster(names, label_owners=names),
-            self.random_state,
-            Defense.of(self.defense),
-        )
+        roster = Roster(names, label_owners=names)
+        run = RunSpec("hfedmv", params, roster, self.random_state, Defense.of(self.defense))
         dims = tuple(X.shape[1] for X in Xss[0])
         datas = {
             name: PartyData(
