@@ -7,6 +7,7 @@ from typing import Any
 
 import numpy as np
 
+from fedviews.data import standardized_with
 from fedviews.report import pyplot
 
 __all__ = ["pyplot", "save_figure", "standardize"]
@@ -17,13 +18,11 @@ def standardize(Xs: list[np.ndarray], *others: list[np.ndarray]) -> list[list[np
 
     Returns ``[Xs', *others']``; a constant feature (std < 1e-12) is only centred.
     """
-    out: list[list[np.ndarray]] = [[] for _ in range(1 + len(others))]
-    for k, X in enumerate(Xs):
-        mu, sd = X.mean(axis=0), X.std(axis=0)
-        sd[sd < 1e-12] = 1.0
-        for j, arrs in enumerate((Xs, *others)):
-            out[j].append((arrs[k] - mu) / sd)
-    return out
+    scaled = [standardized_with(X) for X in Xs]
+    return [
+        [X for X, _ in scaled],
+        *[[(A - mu) / sd for A, (_, (mu, sd)) in zip(As, scaled, strict=True)] for As in others],
+    ]
 
 
 def save_figure(fig: Any, path: Path) -> Path:

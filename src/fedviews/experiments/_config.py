@@ -7,7 +7,7 @@ import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 from fedviews._tables import (
     MODULES_HINT,
@@ -29,12 +29,11 @@ __all__ = [
     "DataConfig",
     "ExperimentConfig",
     "build_dataclass",
+    "check_choice",
     "import_modules",
     "load_config",
     "parse_overrides",
 ]
-
-T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -79,7 +78,20 @@ class ExperimentConfig:
         return out
 
 
-_TOP_KEYS = ("experiment", "name", "seed", "data", "params", "output_dir", "device", "modules")
+def check_choice(name: str, value: str | Sequence[str], allowed: Sequence[str]) -> None:
+    """Raise :class:`ConfigError` unless ``params.<name>`` is one of ``allowed`` (a string) or
+    a non-empty list of them."""
+    if isinstance(value, str):
+        if value not in allowed:
+            raise ConfigError(f"params.{name} must be one of {list(allowed)}, got {value!r}")
+        return
+    bad = [v for v in value if v not in allowed]
+    if bad or not value:
+        problem = f"unknown {name} {bad}" if bad else "none given"
+        raise ConfigError(f"params.{name}: {problem}; choose from {list(allowed)}")
+
+
+_TOP_KEYS = tuple(f.name for f in dataclasses.fields(ExperimentConfig))
 
 
 def load_config(

@@ -85,15 +85,15 @@ def paired_difference(
     from scipy import stats
 
     d = np.asarray(a, dtype=float) - np.asarray(b, dtype=float)
-    n = len(d)
-    mean = float(d.mean()) if n else float("nan")
+    n, nan = len(d), float("nan")
+    mean = float(d.mean()) if n else nan
     if n < 2:
         return {
             "n": n,
             "mean": mean,
-            "std": float("nan"),
-            "low": float("nan"),
-            "high": float("nan"),
+            "std": nan,
+            "low": nan,
+            "high": nan,
             "verdict": "inconclusive",
         }
     std = float(d.std(ddof=1))
@@ -117,26 +117,17 @@ def metric_tables(
 ) -> list[Table]:
     """The ``method x metric`` table of ``summary`` (``{method: summarize(...)}``), then,
     when ``paper_table`` names an entry of the paper's numbers, the paper's table beside it."""
-    tables = [
-        Table(
-            title,
-            _METRIC_COLUMNS,
-            [[name, *[pm(*m[k]) for k in METRICS]] for name, m in summary.items()],
-            note,
-        )
-    ]
+
+    def rows(by_method: Mapping[str, Mapping[str, Sequence[float]]]) -> list[list[Any]]:
+        return [
+            [name, *[pm(*m[k]) for k in METRICS]]
+            for name, m in by_method.items()
+            if not name.startswith("_")  # the paper's notes
+        ]
+
+    tables = [Table(title, _METRIC_COLUMNS, rows(summary), note)]
     paper = paper_tables().get(paper_table) if paper_table else None
     if paper:
-        tables.append(
-            Table(
-                f"Paper ({paper_table}): BiAffect, binary mood — context only, not a reproduction target",
-                _METRIC_COLUMNS,
-                [
-                    [name, *[pm(*vals[k]) for k in METRICS]]
-                    for name, vals in paper.items()
-                    if not name.startswith("_")
-                ],
-                paper_note,
-            )
-        )
+        title = f"Paper ({paper_table}): BiAffect, binary mood — context only, not a reproduction target"
+        tables.append(Table(title, _METRIC_COLUMNS, rows(paper), paper_note))
     return tables

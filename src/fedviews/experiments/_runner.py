@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import math
 import time
 import traceback
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -136,12 +137,7 @@ class RunContext:
             transient=False,
         )
         with prog:
-            task = prog.add_task(description, total=total)
-
-            def advance(k: int = 1) -> None:
-                prog.advance(task, k)
-
-            yield advance
+            yield functools.partial(prog.advance, prog.add_task(description, total=total))
 
     def cell(self, key: str, compute: Callable[[], Any]) -> Any:
         """The result of the unit of work ``key``: from ``cells.json`` when a resumed run
@@ -158,6 +154,15 @@ class RunContext:
         self.cells[key] = value
         _write_json(self.path(CELLS_FILE), self.cells)
         return value
+
+    def run_cells(self, description: str, jobs: Mapping[str, Callable[[], Any]]) -> list[Any]:
+        """Every job's :meth:`cell` (``{key: compute}``), in order, under one progress bar."""
+        out = []
+        with self.progress(len(jobs), description) as advance:
+            for key, compute in jobs.items():
+                out.append(self.cell(key, compute))
+                advance(1)
+        return out
 
     def checkpoint(self, partial: dict[str, Any]) -> None:
         """Write partial results so that an interrupted run loses nothing already computed."""

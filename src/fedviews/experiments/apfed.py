@@ -19,7 +19,7 @@ import numpy as np
 
 from fedviews.errors import ConfigError
 from fedviews.experiments._common import pyplot, save_figure
-from fedviews.experiments._config import ExperimentConfig
+from fedviews.experiments._config import ExperimentConfig, check_choice
 from fedviews.experiments._metrics import mean_std, paired_difference, pm
 from fedviews.experiments._paper import paper_tables
 from fedviews.experiments._registry import register_experiment
@@ -83,16 +83,8 @@ class _TrainParams:
 
     def train_kwargs(self, device: str, seed: int) -> dict[str, Any]:
         """Keyword arguments of every estimator: training schedule, ``device`` and ``seed``."""
-        return {
-            "epochs": self.epochs,
-            "batch_size": self.batch_size,
-            "lr": self.lr,
-            "momentum": self.momentum,
-            "weight_decay": self.weight_decay,
-            "pad": self.pad,
-            "device": device,
-            "random_state": seed,
-        }
+        names = ("epochs", "batch_size", "lr", "momentum", "weight_decay", "pad")
+        return {**{k: getattr(self, k) for k in names}, "device": device, "random_state": seed}
 
 
 @dataclass(frozen=True)
@@ -113,9 +105,7 @@ class APFedTableParams(_TrainParams):
 
         for s in self.settings:
             parse_setting(s)
-        bad = [m for m in self.methods if m not in METHODS]
-        if bad or not self.methods:
-            raise ConfigError(f"unknown methods {bad}; choose from {list(METHODS)}")
+        check_choice("methods", self.methods, METHODS)
         if self.lam < 0:
             raise ConfigError(f"lam must be >= 0, got {self.lam}")
         super().validate()
@@ -140,8 +130,7 @@ class APFedLambdaParams(_TrainParams):
             raise ConfigError(
                 f"lams must be a non-empty list of values >= 0, got {list(self.lams)}"
             )
-        if not self.variants or any(v not in ("R", "C") for v in self.variants):
-            raise ConfigError(f"variants must be 'R' and/or 'C', got {list(self.variants)}")
+        check_choice("variants", self.variants, ("R", "C"))
         super().validate()
 
 
@@ -237,26 +226,21 @@ def run_table2(cfg: ExperimentConfig, ctx: RunContext) -> ExperimentResult:
     seconds: dict[str, float] = {m: 0.0 for m in p.methods}
     log: dict[str, Any] = {}
     groups = _method_groups(p.methods)
-    with ctx.progress(
-        len(p.settings) * p.n_seeds * len(groups), f"APFed Table 2 ({cfg.data.name})"
-    ) as advance:
-        for s in range(p.n_seeds):
-            seed = cfg.seed + s
-            for setting in p.settings:
-                for group in groups:
-                    out = ctx.cell(
-                        f"{setting}/{group}/seed{seed}",
-                        functools.partial(
-                            _train_cell, group, setting, seed, p, cfg.device, (Xtr, ytr, Xte, yte)
-                        ),
-                    )
-                    for meth, a in out["accuracy"].items():
-                        if meth in p.methods:
-                            acc[setting][meth].append(a)
-                            curves[setting][meth].append(out["history"])
-                            seconds[meth] += out["seconds"]
-                    log[group] = out["message_log"]
-                    advance(1)
+    cells = [(st, g, cfg.seed + s) for s in range(p.n_seeds) for st in p.settings for g in groups]
+    jobs = {
+        f"{setting}/{group}/seed{seed}": functools.partial(
+            _train_cell, group, setting, seed, p, cfg.device, (Xtr, ytr, Xte, yte)
+        )
+        for setting, group, seed in cells
+    }
+    outs = ctx.run_cells(f"APFed Table 2 ({cfg.data.name})", jobs)
+    for (setting, group, _), out in zip(cells, outs, strict=True):
+        for meth, a in out["accuracy"].items():
+            if meth in p.methods:
+                acc[setting][meth].append(a)
+                curves[setting][meth].append(out["history"])
+                seconds[meth] += out["seconds"]
+        log[group] = out["message_log"]
     paper = _paper(cfg.data.name)
     rows: list[list[Any]] = []
     means: dict[str, list[float]] = {m: [] for m in p.methods}
@@ -265,28 +249,14 @@ def run_table2(cfg: ExperimentConfig, ctx: RunContext) -> ExperimentResult:
             a = np.asarray(acc[setting][meth])
             means[meth].append(float(a.mean()))
             ref = paper[setting][METHODS.index(meth)] if paper and setting in paper else None
-            rows.append(
-                [
-                    setting,
-                    meth,
-                    pm(a.mean(), a.std()),
-                    pm(ref[0], ref[1]) if ref else "n/a",
-                    round(float(a.mean() - ref[0]), 2) if ref else "n/a",
-                ]
-            )
+            ours = pm(a.mean(), a.std())
+            rows.append(_vs_paper(setting, meth, ours, a.mean(), ref and (pm(*ref), ref[0])))
     full = paper is not None and set(p.settings) == {"2-1", "2-2", "3-1", "3-2", "3-3"}
     for meth in p.methods:
         avg = float(np.mean(means[meth]))
         ref_avg = paper["avg"][METHODS.index(meth)] if full and paper else None
-        rows.append(
-            [
-                "Avg.",
-                meth,
-                f"{avg:.2f}",
-                f"{ref_avg:.2f}" if ref_avg is not None else "n/a",
-                round(avg - ref_avg, 2) if ref_avg is not None else "n/a",
-            ]
-        )
+        ref_text = None if ref_avg is None else (f"{ref_avg:.2f}", ref_avg)
+        rows.append(_vs_paper("Avg.", meth, f"{avg:.2f}", avg, ref_text))
     schedule = (
         f"{p.n_seeds} seeds, {p.epochs} epochs, lr {p.lr}, momentum {p.momentum}, "
         f"weight decay {p.weight_decay}, batch {p.batch_size}, λ={p.lam}, "
@@ -343,6 +313,25 @@ def run_table2(cfg: ExperimentConfig, ctx: RunContext) -> ExperimentResult:
     )
 
 
+def _vs_paper(
+    setting: str, meth: str, ours: str, mean: float, ref: tuple[str, float] | None
+) -> list[Any]:
+    """A row of the Table 2 comparison: ours, the paper's (``ref``: as printed and its mean;
+    ``None``: not reported) and the gap between the means."""
+    if ref is None:
+        return [setting, meth, ours, "n/a", "n/a"]
+    return [setting, meth, ours, ref[0], round(float(mean - ref[1]), 2)]
+
+
+def _apfed(p: _TrainParams, variant: str, setting: str, lam: float, device: str, seed: int) -> Any:
+    """APFed-``variant`` in the ``m-i`` ``setting`` with passive clients' weight ``lam``."""
+    from fedviews.deep import APFed
+
+    m, i = (int(v) for v in setting.split("-"))
+    kw = p.train_kwargs(device, seed)
+    return APFed(variant=variant, m=m, i=i, lam=lam, tau=p.tau, recon_loss=p.recon_loss, **kw)
+
+
 def _method_groups(methods: tuple[str, ...]) -> list[str]:
     """Units of training: one ``TVFL`` run serves TVFL-0/A/R; every other method is its own."""
     groups = ["TVFL"] if any(m.startswith("TVFL") for m in methods) else []
@@ -359,7 +348,7 @@ def _train_cell(
 ) -> dict[str, Any]:
     """Train one ``group`` (``TVFL``, ``SingleVL``, ``APFed-R``, ``APFed-C``) in ``setting``
     with ``seed``: test accuracy (%) of each method it gives, loss curve, time, message log."""
-    from fedviews.deep import TVFL, APFed, SingleVL
+    from fedviews.deep import TVFL, SingleVL
 
     Xtr, ytr, Xte, yte = data
     m, i = (int(v) for v in setting.split("-"))
@@ -376,9 +365,7 @@ def _train_cell(
         if group == "SingleVL":
             est = SingleVL(m=m, i=i, **kw)
         else:
-            est = APFed(
-                variant=group[-1], m=m, i=i, lam=p.lam, tau=p.tau, recon_loss=p.recon_loss, **kw
-            )
+            est = _apfed(p, group[-1], setting, p.lam, device, seed)
         accuracy = {group: 100 * est.fit(Xtr, ytr).score(Xte, yte)}
     return {
         "accuracy": accuracy,
@@ -397,9 +384,7 @@ def _paired(
     out = []
     base = METHODS.index("SingleVL")
     for setting in p.settings:
-        for meth in ("APFed-R", "APFed-C"):
-            if meth not in p.methods:
-                continue
+        for meth in [m for m in ("APFed-R", "APFed-C") if m in p.methods]:
             d = paired_difference(acc[setting][meth], acc[setting]["SingleVL"])
             ref = paper.get(setting) if paper else None
             gap = round(ref[METHODS.index(meth)][0] - ref[base][0], 2) if ref else "n/a"
@@ -461,36 +446,24 @@ def _bar_figure(
     needs="torch",
 )
 def run_lambda(cfg: ExperimentConfig, ctx: RunContext) -> ExperimentResult:
-    from fedviews.deep import APFed
-
     p: APFedLambdaParams = cfg.params
     Xtr, ytr, Xte, yte, note = _load(cfg, p)
     ctx.log(note)
-    m, i = (int(v) for v in p.setting.split("-"))
+    cells = [(v, lam, cfg.seed + s) for s in range(p.n_seeds) for v in p.variants for lam in p.lams]
+
+    def train(variant: str, lam: float, seed: int) -> float:
+        est = _apfed(p, variant, p.setting, lam, cfg.device, seed)
+        return 100 * est.fit(Xtr, ytr).score(Xte, yte)
+
+    jobs = {
+        f"{v}/lam{lam}/seed{seed}": functools.partial(train, v, lam, seed) for v, lam, seed in cells
+    }
+    outs = ctx.run_cells(f"APFed λ sweep ({cfg.data.name} {p.setting})", jobs)
     acc: dict[str, dict[str, list[float]]] = {
         v: {str(lam): [] for lam in p.lams} for v in p.variants
     }
-    with ctx.progress(
-        len(p.variants) * len(p.lams) * p.n_seeds, f"APFed λ sweep ({cfg.data.name} {p.setting})"
-    ) as advance:
-        for s in range(p.n_seeds):
-            for v in p.variants:
-                for lam in p.lams:
-
-                    def train(v: str = v, lam: float = lam, seed: int = cfg.seed + s) -> float:
-                        est = APFed(
-                            variant=v,
-                            m=m,
-                            i=i,
-                            lam=lam,
-                            tau=p.tau,
-                            recon_loss=p.recon_loss,
-                            **p.train_kwargs(cfg.device, seed),
-                        )
-                        return 100 * est.fit(Xtr, ytr).score(Xte, yte)
-
-                    acc[v][str(lam)].append(ctx.cell(f"{v}/lam{lam}/seed{cfg.seed + s}", train))
-                    advance(1)
+    for (v, lam, _), a in zip(cells, outs, strict=True):
+        acc[v][str(lam)].append(a)
     rows = [[lam, *[pm(*mean_std(acc[v][str(lam)])) for v in p.variants]] for lam in p.lams]
     table = Table(
         title=f"APFed accuracy (%) against λ — {cfg.data.name} {p.setting}",

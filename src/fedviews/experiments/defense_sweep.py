@@ -13,7 +13,7 @@ the run's ledger) and every attack's success per setting, and two trade-off plot
 
 from __future__ import annotations
 
-import dataclasses
+import functools
 import math
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass
@@ -88,6 +88,14 @@ def _attack_key(row: Mapping[str, Any]) -> str:
     return f"{row['attacker']} ← {row['observation']}: {row['attack']} ({row['metric']})"
 
 
+#: the summarised attacks: key, the metric that scores them, the column and the plot axis
+_ATTACKS = (
+    ("label_attack", "label recovery %", "label attack %",
+     "strongest label attack: labels recovered (%)"),
+    ("feature_ssim", "ssim", "feature SSIM", "strongest feature attack: SSIM of the reconstructions"),
+)  # fmt: skip
+
+
 def _strongest(rows: list[Mapping[str, Any]], metric: str) -> tuple[float, float]:
     """The strongest attack of a setting by ``metric`` (``"label recovery %"``: labels;
     ``"ssim"``: reconstructed features) on training rows (what the defenses protect; a test
@@ -98,14 +106,6 @@ def _strongest(rows: list[Mapping[str, Any]], metric: str) -> tuple[float, float
         return math.nan, math.nan
     best = max(scored, key=lambda r: float(r["value"]))
     return float(best["value"]), float(best["chance"])
-
-
-def _label_success(rows: list[Mapping[str, Any]]) -> tuple[float, float]:
-    return _strongest(rows, "label recovery %")
-
-
-def _feature_success(rows: list[Mapping[str, Any]]) -> tuple[float, float]:
-    return _strongest(rows, "ssim")
 
 
 def _stat(values: list[float]) -> tuple[float, float]:
@@ -128,26 +128,23 @@ def _summarise(runs: list[dict[str, Any]]) -> dict[str, Any]:
     out: dict[str, Any] = {"n_seeds": len(runs)}
     acc = [100 * _num(r["accuracy"], math.nan) for r in runs]
     out["accuracy"], out["accuracy_std"] = _stat(acc)
-    for key, fn in (("label_attack", _label_success), ("feature_ssim", _feature_success)):
-        scored = [fn(r["rows"]) for r in runs]
+    for key, metric, _, _ in _ATTACKS:
+        scored = [_strongest(r["rows"], metric) for r in runs]
         out[key], out[f"{key}_std"] = _stat([v for v, _ in scored])
         out[f"{key}_chance"] = _stat([c for _, c in scored])[0]
     return out
 
 
-_PANELS = (
-    ("label_attack", "strongest label attack: labels recovered (%)"),
-    ("feature_ssim", "strongest feature attack: SSIM of the reconstructions"),
-)
+def _ran(settings: dict[str, dict[str, Any]]) -> list[tuple[str, str, str, str]]:
+    """The :data:`_ATTACKS` that ran in some setting."""
+    return [
+        a for a in _ATTACKS if any(math.isfinite(c["summary"][a[0]]) for c in settings.values())
+    ]
 
 
 def _plot(settings: dict[str, dict[str, Any]], path: Path) -> Path:
     plt = pyplot()
-    panels = [
-        (key, title)
-        for key, title in _PANELS
-        if any(math.isfinite(c["summary"][key]) for c in settings.values())
-    ]
+    panels = [(key, title) for key, _, _, title in _ran(settings)]
     fig, axes = plt.subplots(1, len(panels) + 1, figsize=(5 * (len(panels) + 1), 4))
     kinds = sorted({c["kind"] for c in settings.values()})
     colors = {k: f"C{i}" for i, k in enumerate(kinds)}
@@ -197,46 +194,37 @@ def run_defense_sweep(cfg: ExperimentConfig, ctx: RunContext) -> ExperimentResul
         for s in p.settings
         for seed in seeds
     }  # every setting's config is checked before the first one trains
+
+    def compute(dep: Any, label: str, seed: int) -> dict[str, Any]:
+        ctx.log(f"setting {label!r}, seed {seed}: {asdict(dep.defense)}")
+        done = audit_once(dep, p, seed, ctx)
+        eps, delta = _epsilon(done.privacy)
+        return {
+            "seed": seed,
+            "kind": dep.defense.kind,
+            "defense": asdict(dep.defense),
+            "rows": [asdict(r) for r in done.rows],
+            "accuracy": done.accuracy,
+            "epsilon": eps if math.isfinite(eps) else None,  # None: no DP
+            "delta": delta,
+            "privacy": done.privacy,
+            "train_seconds": done.train_seconds,
+        }
+
+    jobs = {f"{k[0]} @ seed {k[1]}": functools.partial(compute, dep, *k) for k, dep in deps.items()}
     runs: dict[str, list[dict[str, Any]]] = {s["label"]: [] for s in p.settings}
-    with ctx.progress(len(deps), "defense settings x seeds") as advance:
-        for (label, seed), dep in deps.items():
-
-            def compute(dep: Any = dep, label: str = label, seed: int = seed) -> dict[str, Any]:
-                ctx.log(f"setting {label!r}, seed {seed}: {dataclasses.asdict(dep.defense)}")
-                done = audit_once(dep, p, seed, ctx)
-                eps, delta = _epsilon(done.privacy)
-                return {
-                    "seed": seed,
-                    "kind": dep.defense.kind,
-                    "defense": dataclasses.asdict(dep.defense),
-                    "rows": [asdict(r) for r in done.rows],
-                    "accuracy": done.accuracy,
-                    "epsilon": eps if math.isfinite(eps) else None,  # None: no DP
-                    "delta": delta,
-                    "privacy": done.privacy,
-                    "train_seconds": done.train_seconds,
-                }
-
-            runs[label].append(ctx.cell(f"{label} @ seed {seed}", compute))
-            advance(1)
+    for (label, _), out in zip(deps, ctx.run_cells("defense settings x seeds", jobs), strict=True):
+        runs[label].append(out)
     settings = {
-        label: {
-            "kind": rs[0]["kind"],
-            "defense": rs[0]["defense"],
-            "epsilon": rs[0]["epsilon"],  # the ledger depends on the config, not the seed
-            "delta": rs[0]["delta"],
-            "privacy": rs[0]["privacy"],
+        label: {  # the ledger (epsilon, delta) depends on the config, not the seed
+            **{k: rs[0][k] for k in ("kind", "defense", "epsilon", "delta", "privacy")},
             "summary": _summarise(rs),
             "runs": rs,
         }
         for label, rs in runs.items()
     }
     n = len(seeds)
-    attacks = [
-        (key, head)
-        for key, head in (("label_attack", "label attack %"), ("feature_ssim", "feature SSIM"))
-        if any(math.isfinite(c["summary"][key]) for c in settings.values())
-    ]
+    attacks = [(key, head) for key, _, head, _ in _ran(settings)]
     summary = Table(
         f"Defenses against the leakage of {p.algorithm}"
         + (f" (mean ± std over {n} seeds)" if n > 1 else ""),
@@ -264,33 +252,14 @@ def run_defense_sweep(cfg: ExperimentConfig, ctx: RunContext) -> ExperimentResul
         "SSIM: the best reconstruction of any attacker (both on training rows not granted "
         "as aux); epsilon: the largest any party spent (∞: no DP guarantee).",
     )
-    keys = list(
-        dict.fromkeys(_attack_key(r) for rs in runs.values() for x in rs for r in x["rows"])
-    )
+    values: dict[str, dict[str, list[float]]] = {}  # attack -> setting -> values over the seeds
+    for label, rs in runs.items():
+        for r in (r for x in rs for r in x["rows"]):
+            values.setdefault(_attack_key(r), {}).setdefault(label, []).append(float(r["value"]))
     detail = Table(
         "Every attack per setting (value, mean over the seeds; chance in the leakage tables)",
         ["attack", *settings],
-        [
-            [
-                k,
-                *(
-                    _fmt(
-                        *_stat(
-                            [
-                                float(r["value"])
-                                for x in rs
-                                for r in x["rows"]
-                                if _attack_key(r) == k
-                            ]
-                        ),
-                        1,
-                        3,
-                    )
-                    for rs in runs.values()
-                ),
-            ]
-            for k in keys
-        ],
+        [[k, *(_fmt(*_stat(v.get(label, [])), 1, 3) for label in runs)] for k, v in values.items()],
     )
     fig = _plot(settings, ctx.path("tradeoff.png"))
     return ExperimentResult(

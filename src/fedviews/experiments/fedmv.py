@@ -28,13 +28,13 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
 from fedviews.errors import ConfigError
 from fedviews.experiments._common import pyplot, save_figure, standardize
-from fedviews.experiments._config import ExperimentConfig
+from fedviews.experiments._config import ExperimentConfig, check_choice
 from fedviews.experiments._metrics import METRICS, classification_metrics, metric_tables, pm
 from fedviews.experiments._metrics import summarize as _summarize
 from fedviews.experiments._registry import register_experiment
@@ -90,17 +90,11 @@ class FedMVVerticalParams:
     paper_table: str = "fedmv_table1_vertical"
     """Key of the paper's table printed beside the results as context ("" = none)."""
 
-    def _valid_methods(self) -> tuple[str, ...]:
-        return VERTICAL_METHODS
+    #: the methods this experiment knows (``methods`` picks from them)
+    METHODS: ClassVar[tuple[str, ...]] = VERTICAL_METHODS
 
     def validate(self) -> None:
-        for m in self.methods:
-            if m not in self._valid_methods():
-                raise ConfigError(
-                    f"params.methods: unknown method {m!r}; choose from {list(self._valid_methods())}"
-                )
-        if not self.methods:
-            raise ConfigError("params.methods must not be empty")
+        check_choice("methods", self.methods, self.METHODS)
         if self.n_repeats < 1:
             raise ConfigError("params.n_repeats must be >= 1")
         if not (
@@ -109,10 +103,7 @@ class FedMVVerticalParams:
             raise ConfigError(
                 "params.test_size and params.val_size must lie in (0, 1) and sum to < 1"
             )
-        if self.average not in AVERAGES:
-            raise ConfigError(
-                f"params.average must be one of {list(AVERAGES)}, got {self.average!r}"
-            )
+        check_choice("average", self.average, AVERAGES)
         if self.average == "binary" and not self.positive_classes:
             raise ConfigError(
                 "params.average = 'binary' needs params.positive_classes (the binary task)"
@@ -145,9 +136,7 @@ class FedMVHorizontalParams(FedMVVerticalParams):
     local_iter: int = 1
     """Local passes per round (Algorithm 3 iterates to convergence; 1 = one pass per round)."""
     paper_table: str = "fedmv_table2_horizontal"
-
-    def _valid_methods(self) -> tuple[str, ...]:
-        return HORIZONTAL_METHODS
+    METHODS: ClassVar[tuple[str, ...]] = HORIZONTAL_METHODS
 
     def validate(self) -> None:
         super().validate()
@@ -155,10 +144,7 @@ class FedMVHorizontalParams(FedMVVerticalParams):
             raise ConfigError(
                 "params.n_clients, params.n_rounds and params.local_iter must be >= 1"
             )
-        if self.partition not in ("iid", "label_skew", "dirichlet"):
-            raise ConfigError(
-                f"params.partition must be 'iid', 'label_skew' or 'dirichlet', got {self.partition!r}"
-            )
+        check_choice("partition", self.partition, ("iid", "label_skew", "dirichlet"))
 
 
 # --------------------------------------------------------------------------- data
@@ -210,38 +196,18 @@ def _split(views: list[np.ndarray], y: np.ndarray, p: FedMVVerticalParams, seed:
 # --------------------------------------------------------------------------- methods
 
 
-def _vfedmv(p: Any, zeta: float, eta: float, seed: int) -> Any:
-    """V-FedMV with ``p``'s beta and iteration counts (experiment or t-SNE params)."""
-    from fedviews.linear import VFedMV
+def _model(p: Any, zeta: float, eta: float, seed: int, horizontal: bool) -> Any:
+    """H-FedMV (``horizontal``) or V-FedMV with ``p``'s beta, rounds and iteration counts
+    (experiment or t-SNE params)."""
+    from fedviews.linear import HFedMV, VFedMV
 
-    return VFedMV(
-        beta=p.beta,
-        zeta=zeta,
-        eta=eta,
-        max_iter=p.max_iter,
-        inner_max_iter=p.inner_max_iter,
-        random_state=seed,
-    )
+    kw = {"beta": p.beta, "zeta": zeta, "eta": eta, "inner_max_iter": p.inner_max_iter}
+    if horizontal:
+        return HFedMV(n_rounds=p.n_rounds, local_iter=p.local_iter, random_state=seed, **kw)
+    return VFedMV(max_iter=p.max_iter, random_state=seed, **kw)
 
 
-def _hfedmv(p: Any, zeta: float, eta: float, seed: int) -> Any:
-    """H-FedMV with ``p``'s beta, rounds and iteration counts (experiment or t-SNE params)."""
-    from fedviews.linear import HFedMV
-
-    return HFedMV(
-        beta=p.beta,
-        zeta=zeta,
-        eta=eta,
-        n_rounds=p.n_rounds,
-        local_iter=p.local_iter,
-        inner_max_iter=p.inner_max_iter,
-        random_state=seed,
-    )
-
-
-def _clients(
-    s: _Split, p: FedMVHorizontalParams, seed: int, views: list[int] | None = None
-) -> list[Any]:
+def _clients(s: _Split, p: FedMVHorizontalParams, seed: int) -> list[Any]:
     from fedviews.data import partition_clients
 
     parts = partition_clients(
@@ -252,97 +218,63 @@ def _clients(
         classes_per_client=p.classes_per_client,
         random_state=seed,
     )
-    keep = range(len(s.Xtr)) if views is None else views
-    return [([s.Xtr[k][idx] for k in keep], s.ytr[idx]) for idx in parts]
+    return [([X[idx] for X in s.Xtr], s.ytr[idx]) for idx in parts]
+
+
+def _fit_main(
+    p: Any, s: _Split, zeta: float, eta: float, seed: int, horizontal: bool, views: Any = None
+) -> Any:
+    """V-FedMV (or, ``horizontal``, H-FedMV on ``s``'s clients) fitted on the training part,
+    with the views ``views`` only (default: all)."""
+    keep = list(range(len(s.Xtr))) if views is None else list(views)
+    if horizontal:
+        clients = [([Xs[k] for k in keep], y) for Xs, y in _clients(s, p, seed)]
+        return _model(p, zeta, eta, seed, True).fit(clients)
+    return _model(p, zeta, eta, seed, False).fit([s.Xtr[k] for k in keep], s.ytr)
 
 
 def _tune(
-    fit_predict: Any, p: FedMVVerticalParams, s: _Split, advance: Any
+    fit: Any, p: FedMVVerticalParams, s: _Split, advance: Any
 ) -> tuple[float, float, list[list[float]]]:
-    """Grid over (zeta, eta) scored by validation accuracy; ties go to the first pair."""
+    """Grid over (zeta, eta) scored by validation accuracy of ``fit(zeta, eta)``; ties go to
+    the first pair."""
     grid = np.zeros((len(p.zetas), len(p.etas)))
     for i, z in enumerate(p.zetas):
         for j, e in enumerate(p.etas):
-            grid[i, j] = 100.0 * np.mean(fit_predict(z, e, s.Xval) == s.yval)
+            grid[i, j] = 100.0 * np.mean(fit(z, e).predict(s.Xval) == s.yval)
             advance(1)
     best = np.unravel_index(int(np.argmax(grid)), grid.shape)
     return float(p.zetas[int(best[0])]), float(p.etas[int(best[1])]), grid.tolist()
 
 
-def _keep_first(keep: dict[str, Any], m: Any, *attrs: str) -> None:
-    """Remember the message log and the objective (and ``attrs``) of the first main fit."""
-    keep.setdefault("log", m.run_stats_)
-    keep.setdefault("objective", m.objective_)
-    for attr in attrs:
-        keep.setdefault(attr, getattr(m, f"{attr}_"))
-
-
-def _pairwise(
-    p: Any, names: list[str], s: _Split, fit: Any, out: dict[str, dict[str, float]]
-) -> None:
-    """Leave each view out in turn (with > 2 views): ``fit(rest)`` is scored on the test part."""
-    K = len(names)
-    if "pairwise" in p.methods and K > 2:
-        for v in range(K):
-            rest = [k for k in range(K) if k != v]
-            out[f"Pairwise FL w/o {names[v]}"] = classification_metrics(
-                s.yte, fit(rest).predict([s.Xte[k] for k in rest]), p.average
-            )
-
-
-def _vertical_rows(
-    p: FedMVVerticalParams,
+def _rows(
+    p: Any,
     names: list[str],
     s: _Split,
     zeta: float,
     eta: float,
     seed: int,
     keep: dict[str, Any],
+    horizontal: bool,
 ) -> dict[str, dict[str, float]]:
-    """Test metrics of every vertical method on one split: ``{row name: metrics}``."""
-    from fedviews.linear import SupFL
+    """Test metrics of every method on one split: ``{row name: metrics}``; ``keep`` remembers
+    the message log and objective (and client sizes) of the first main fit."""
+    from fedviews.linear import LocalMVL, SingleViewFL, SupFL
+
+    def score(model: Any, X: Any) -> dict[str, float]:
+        return classification_metrics(s.yte, model.predict(X), p.average)
 
     out: dict[str, dict[str, float]] = {}
     K = len(names)
-    if "vfedmv" in p.methods:
-        m = _vfedmv(p, zeta, eta, seed).fit(s.Xtr, s.ytr)
-        out["V-FedMV"] = classification_metrics(s.yte, m.predict(s.Xte), p.average)
-        _keep_first(keep, m)
-    _pairwise(
-        p,
-        names,
-        s,
-        lambda rest: _vfedmv(p, zeta, eta, seed).fit([s.Xtr[k] for k in rest], s.ytr),
-        out,
-    )
-    if "single_view" in p.methods:
-        for v in range(K):
-            sv = SupFL(beta=p.beta, max_iter=p.max_iter * p.inner_max_iter).fit([s.Xtr[v]], s.ytr)
-            out[f"{names[v]} w/o FL"] = classification_metrics(
-                s.yte, sv.predict(s.Xte[v]), p.average
-            )
-    return out
-
-
-def _horizontal_rows(
-    p: FedMVHorizontalParams,
-    names: list[str],
-    s: _Split,
-    zeta: float,
-    eta: float,
-    seed: int,
-    keep: dict[str, Any],
-) -> dict[str, dict[str, float]]:
-    """Test metrics of every horizontal method on one split: ``{row name: metrics}``."""
-    from fedviews.linear import LocalMVL, SingleViewFL
-
-    out: dict[str, dict[str, float]] = {}
-    K = len(names)
-    clients = _clients(s, p, seed)
-    if "hfedmv" in p.methods:
-        m = _hfedmv(p, zeta, eta, seed).fit(clients)
-        out["H-FedMV"] = classification_metrics(s.yte, m.predict(s.Xte), p.average)
-        _keep_first(keep, m, "client_sizes")
+    clients = _clients(s, p, seed) if horizontal else []
+    setting = "H-FedMV" if horizontal else "V-FedMV"
+    if setting.replace("-", "").lower() in p.methods:
+        m = _fit_main(p, s, zeta, eta, seed, horizontal)
+        out[setting] = score(m, s.Xte)
+        keep.setdefault("log", m.run_stats_)
+        keep.setdefault("objective", m.objective_)
+        if horizontal:
+            keep.setdefault("client_sizes", m.client_sizes_)
     if "mv_local" in p.methods:
         classes = np.unique(s.ytr)
         per_client = []
@@ -355,28 +287,25 @@ def _horizontal_rows(
                 inner_max_iter=p.inner_max_iter,
                 random_state=seed,
             ).fit(Xs, y, classes=classes)
-            per_client.append(classification_metrics(s.yte, lm.predict(s.Xte), p.average))
+            per_client.append(score(lm, s.Xte))
         out["MV w/o FL"] = {k: float(np.mean([c[k] for c in per_client])) for k in METRICS}
-    _pairwise(
-        p,
-        names,
-        s,
-        lambda rest: _hfedmv(p, zeta, eta, seed).fit(
-            [([Xs[k] for k in rest], y) for Xs, y in clients]
-        ),
-        out,
-    )
-    if "single_view_fl" in p.methods:
+    if "pairwise" in p.methods and K > 2:  # leave each view out in turn
         for v in range(K):
+            rest = [k for k in range(K) if k != v]
+            m = _fit_main(p, s, zeta, eta, seed, horizontal, rest)
+            out[f"Pairwise FL w/o {names[v]}"] = score(m, [s.Xte[k] for k in rest])
+    for v in range(K) if {"single_view", "single_view_fl"} & set(p.methods) else []:
+        if horizontal:
             sv = SingleViewFL(
                 beta=p.beta,
                 n_rounds=p.n_rounds,
                 local_iter=p.local_iter * p.inner_max_iter,
                 random_state=seed,
             ).fit([(Xs[v], y) for Xs, y in clients])
-            out[f"Single View FL - {names[v]}"] = classification_metrics(
-                s.yte, sv.predict(s.Xte[v]), p.average
-            )
+            out[f"Single View FL - {names[v]}"] = score(sv, s.Xte[v])
+        else:
+            sv = SupFL(beta=p.beta, max_iter=p.max_iter * p.inner_max_iter).fit([s.Xtr[v]], s.ytr)
+            out[f"{names[v]} w/o FL"] = score(sv, s.Xte[v])
     return out
 
 
@@ -394,27 +323,17 @@ def _run(cfg: ExperimentConfig, ctx: RunContext, horizontal: bool) -> Experiment
     per_rep: list[dict[str, dict[str, float]]] = []
     seconds: list[float] = []
     with ctx.progress(n_grid + p.n_repeats, "tuning (zeta, eta), then repeats") as advance:
-        if horizontal:
-
-            def fit_predict(z: float, e: float, Xv: list[np.ndarray]) -> np.ndarray:
-                return np.asarray(
-                    _hfedmv(p, z, e, cfg.seed).fit(_clients(s0, p, cfg.seed)).predict(Xv)
-                )
-        else:
-
-            def fit_predict(z: float, e: float, Xv: list[np.ndarray]) -> np.ndarray:
-                return np.asarray(_vfedmv(p, z, e, cfg.seed).fit(s0.Xtr, s0.ytr).predict(Xv))
-
         t0 = time.perf_counter()
-        zeta, eta, grid = _tune(fit_predict, p, s0, advance)
+        zeta, eta, grid = _tune(
+            lambda z, e: _fit_main(p, s0, z, e, cfg.seed, horizontal), p, s0, advance
+        )
         tune_seconds = time.perf_counter() - t0
         ctx.log(f"selected zeta={zeta:g}, eta={eta:g} on validation ({tune_seconds:.1f}s)")
         for r in range(p.n_repeats):
             seed = cfg.seed + r
             s = s0 if r == 0 else _split(list(ds.views), y, p, seed)
             t0 = time.perf_counter()
-            rows_fn = _horizontal_rows if horizontal else _vertical_rows
-            per_rep.append(rows_fn(p, names, s, zeta, eta, seed, keep))
+            per_rep.append(_rows(p, names, s, zeta, eta, seed, keep, horizontal))
             seconds.append(time.perf_counter() - t0)
             ctx.checkpoint({"zeta": zeta, "eta": eta, "per_repeat": per_rep})
             advance(1)
@@ -549,9 +468,9 @@ def run_fedmv_tsne(cfg: ExperimentConfig, ctx: RunContext) -> ExperimentResult:
         Xtr, Xte = standardize(Xtr, Xte)
     ytr, yte = y[tr], y[te]
     show = np.random.default_rng(cfg.seed).permutation(len(te))[: p.n_samples]
-    v = _vfedmv(p, p.zeta, p.eta, cfg.seed).fit(Xtr, ytr)
+    v = _model(p, p.zeta, p.eta, cfg.seed, False).fit(Xtr, ytr)
     parts = partition_clients(ytr, p.n_clients, "iid", random_state=cfg.seed)
-    h = _hfedmv(p, p.zeta, p.eta, cfg.seed).fit([([X[i] for X in Xtr], ytr[i]) for i in parts])
+    h = _model(p, p.zeta, p.eta, cfg.seed, True).fit([([X[i] for X in Xtr], ytr[i]) for i in parts])
     Xs_show = [X[show] for X in Xte]
     panels: list[tuple[str, np.ndarray]] = [
         (f"{n} (input)", X) for n, X in zip(names, Xs_show, strict=True)
@@ -562,8 +481,7 @@ def run_fedmv_tsne(cfg: ExperimentConfig, ctx: RunContext) -> ExperimentResult:
         ]
         panels.append((f"Z test ({label})", model.decision_function(Xs_show)))
     acc = {
-        "V-FedMV": float(np.mean(v.predict(Xte) == yte) * 100),
-        "H-FedMV": float(np.mean(h.predict(Xte) == yte) * 100),
+        n: float(np.mean(m.predict(Xte) == yte) * 100) for n, m in (("V-FedMV", v), ("H-FedMV", h))
     }
     emb: list[np.ndarray] = []
     with ctx.progress(len(panels), "t-SNE panels") as advance:
@@ -578,19 +496,16 @@ def run_fedmv_tsne(cfg: ExperimentConfig, ctx: RunContext) -> ExperimentResult:
     ncol = K + 1
     fig, axes = pyplot().subplots(3, ncol, figsize=(2.6 * ncol, 7.8))
     yy = y[te][show]
-    for r, start in enumerate((0, K, 2 * K + 1)):
-        count = K if r == 0 else K + 1
-        for c in range(ncol):
-            ax = axes[r, c]
+    for r, start in enumerate((0, K, 2 * K + 1)):  # the views; then X_k W_k and Z per method
+        for c, ax in enumerate(axes[r]):
             ax.set_xticks([])
             ax.set_yticks([])
-            if c >= count:
+            if c >= (K if r == 0 else K + 1):
                 ax.axis("off")
                 continue
-            title, _ = panels[start + c]
             E = emb[start + c]
             ax.scatter(E[:, 0], E[:, 1], c=yy, cmap="tab10", s=5)
-            ax.set_title(title, fontsize=8)
+            ax.set_title(panels[start + c][0], fontsize=8)
     fig.suptitle(
         f"{ds.name}: t-SNE of {len(show)} test samples (colour = class). Row 1: views; rows 2-3: X_k W_k and consensus Z^test",
         fontsize=9,

@@ -29,7 +29,7 @@ import numpy as np
 
 from fedviews.errors import ConfigError
 from fedviews.experiments._common import pyplot, save_figure, standardize
-from fedviews.experiments._config import ExperimentConfig
+from fedviews.experiments._config import ExperimentConfig, check_choice
 from fedviews.experiments._metrics import CLASSIFIERS, make_classifier
 from fedviews.experiments._paper import paper_tables
 from fedviews.experiments._registry import register_experiment
@@ -82,15 +82,8 @@ class MMVFLParams:
     """
 
     def validate(self) -> None:
-        for a in self.algorithms:
-            if a not in ALGORITHMS:
-                raise ConfigError(
-                    f"params.algorithms: unknown algorithm {a!r}; choose from {list(ALGORITHMS)}"
-                )
-        if self.classifier not in CLASSIFIERS:
-            raise ConfigError(
-                f"params.classifier must be one of {list(CLASSIFIERS)}, got {self.classifier!r}"
-            )
+        check_choice("algorithms", self.algorithms, ALGORITHMS)
+        check_choice("classifier", self.classifier, CLASSIFIERS)
         if self.n_folds < 2:
             raise ConfigError("params.n_folds must be >= 2")
         if not self.betas or any(b <= 0 for b in self.betas):
@@ -101,7 +94,7 @@ class MMVFLParams:
             raise ConfigError("params.zeta, params.eta and params.zeta_sweep must be positive")
 
 
-def _fit_importances(
+def _fit(
     alg: str,
     Xs: list[np.ndarray],
     y: np.ndarray,
@@ -110,27 +103,24 @@ def _fit_importances(
     zeta: float,
     eta: float,
     seed: int,
-) -> tuple[list[np.ndarray], Any]:
+) -> Any:
+    """``alg`` fitted on the training views (its ``feature_importances_`` rank each party's)."""
     from fedviews.linear import MMVFL, SupFL, SupMVLFL
 
-    if alg == "mmvfl":
-        m: Any = MMVFL(
-            beta=beta,
-            zeta=zeta,
-            eta=eta,
-            label_owner=p.label_owner,
-            max_iter=p.max_iter,
-            tol=p.tol,
-            inner_max_iter=p.inner_max_iter,
-            inner_tol=p.inner_tol,
-            random_state=seed,
-        )
-    elif alg == "supfl":
-        m = SupFL(beta=beta, max_iter=p.inner_max_iter * 5, tol=p.inner_tol)
-    else:
-        m = SupMVLFL(beta=beta, max_iter=p.inner_max_iter * 5, tol=p.inner_tol)
-    m.fit(Xs, y)
-    return m.feature_importances_, m
+    if alg != "mmvfl":  # labels at every party, five times MMVFL's IRLS iterations per round
+        Sup = SupFL if alg == "supfl" else SupMVLFL
+        return Sup(beta=beta, max_iter=p.inner_max_iter * 5, tol=p.inner_tol).fit(Xs, y)
+    return MMVFL(
+        beta=beta,
+        zeta=zeta,
+        eta=eta,
+        label_owner=p.label_owner,
+        max_iter=p.max_iter,
+        tol=p.tol,
+        inner_max_iter=p.inner_max_iter,
+        inner_tol=p.inner_tol,
+        random_state=seed,
+    ).fit(Xs, y)
 
 
 def _knn1_curve(
@@ -195,9 +185,10 @@ def _sweep(
     eta: float,
     seed: int,
     advance: Any,
-    keep_log: dict[str, Any],
+    keep: dict[str, Any],
 ) -> np.ndarray:
-    """Accuracy array [alg, beta, fold, view, percent]."""
+    """Accuracy array [alg, beta, fold, view, percent]; ``keep``: the message log and the
+    objective of the first MMVFL fit."""
     V, P = ds.n_views, len(p.percents)
     acc = np.full((len(algs), len(p.betas), len(folds), V, P), np.nan)
     for f, (tr, te) in enumerate(folds):
@@ -207,13 +198,12 @@ def _sweep(
         ytr, yte = ds.y[tr], ds.y[te]
         for b, beta in enumerate(p.betas):
             for a, alg in enumerate(algs):
-                imps, model = _fit_importances(alg, Xtr, ytr, beta, p, zeta, eta, seed + f)
-                if alg == "mmvfl" and "log" not in keep_log:
-                    keep_log["log"] = model.run_stats_
-                    keep_log["objective"] = model.objective_
-                for v in range(V):
+                model = _fit(alg, Xtr, ytr, beta, p, zeta, eta, seed + f)
+                if alg == "mmvfl" and "log" not in keep:
+                    keep.update(log=model.run_stats_, objective=model.objective_)
+                for v, imp in enumerate(model.feature_importances_):
                     acc[a, b, f, v, :] = _score_curve(
-                        p.classifier, Xtr[v], ytr, Xte[v], yte, imps[v], p.percents, seed
+                        p.classifier, Xtr[v], ytr, Xte[v], yte, imp, p.percents, seed
                     )
             advance(1)
     return acc
@@ -226,14 +216,14 @@ def _sweep(
 )
 def run_mmvfl_feature_selection(cfg: ExperimentConfig, ctx: RunContext) -> ExperimentResult:
     from fedviews.data import balanced_subsample, load, stratified_kfold
+    from fedviews.linear import small_blas
     from fedviews.report import line_panels, method_name
 
     p: MMVFLParams = cfg.params
     ds = load(cfg.data.name, **dict(cfg.data.options))
     if not 0 <= p.label_owner < ds.n_views:
         raise ConfigError(f"params.label_owner={p.label_owner} out of range for {ds.n_views} views")
-    idx = balanced_subsample(ds.y, p.n_per_class, random_state=cfg.seed)
-    ds = ds.subset(idx)
+    ds = ds.subset(balanced_subsample(ds.y, p.n_per_class, random_state=cfg.seed))
     folds = stratified_kfold(ds.y, p.n_folds, random_state=cfg.seed)
     algs = tuple(p.algorithms)
     ctx.log(
@@ -242,8 +232,6 @@ def run_mmvfl_feature_selection(cfg: ExperimentConfig, ctx: RunContext) -> Exper
     )
     keep: dict[str, Any] = {}
     n_units = len(folds) * len(p.betas) * (1 + len(p.zeta_sweep))
-    from fedviews.linear import small_blas
-
     with ctx.progress(n_units, "folds x beta (x zeta)") as advance, small_blas():
         acc = _sweep(ds, folds, algs, p, p.zeta, p.eta, cfg.seed, advance, keep)
         ctx.checkpoint({"accuracy_raw": acc, "algorithms": algs})
@@ -253,8 +241,7 @@ def run_mmvfl_feature_selection(cfg: ExperimentConfig, ctx: RunContext) -> Exper
             ctx.checkpoint({"accuracy_raw": acc, "zeta_sweep_raw": sweep_acc})
 
     best = np.nanmax(acc, axis=1)  # best beta per (alg, fold, view, p): paper protocol
-    mean = best.mean(axis=1)  # [alg, view, p]
-    std = best.std(axis=1)
+    mean, std = best.mean(axis=1), best.std(axis=1)  # [alg, view, p]
     views = ds.view_names
     parts = [f"{i + 1} ({v})" for i, v in enumerate(views)]
     pct = list(p.percents)
@@ -275,21 +262,17 @@ def run_mmvfl_feature_selection(cfg: ExperimentConfig, ctx: RunContext) -> Exper
         },
         "mmvfl_objective_first_fit": keep.get("objective", []),
     }
-    tables: list[Table] = []
-    rows = [
-        [part, *[float(mean[a, i].mean()) for a in range(len(algs))]]
-        for i, part in enumerate(parts)
-    ]
-    tables.append(
+    by_view = mean.mean(axis=2)  # [alg, view]: averaged over p
+    tables = [
         Table(
             "Accuracy (%) averaged over p, per participant",
             ["participant (view)", *[method_name(a) for a in algs]],
-            rows,
+            [[part, *[float(x) for x in by_view[:, i]]] for i, part in enumerate(parts)],
             note=f"classifier {p.classifier}; best beta per (p, fold, view, algorithm) as in the paper; "
             f"label owner = participant {p.label_owner + 1}; supFL and supMVLFL see the labels at "
             "every party",
         )
-    )
+    ]
 
     def panels(arr: np.ndarray) -> dict[str, dict[str, Any]]:
         """``{participant: {algorithm: arr[algorithm, participant]}}`` for the figure."""
@@ -309,14 +292,17 @@ def run_mmvfl_feature_selection(cfg: ExperimentConfig, ctx: RunContext) -> Exper
             title=f"{ds.name}: accuracy vs % selected features (mean ± std over folds)",
         )
     ]
+    diffs: dict[str, list[float]] = {}
     if "mmvfl" in algs:
         m = algs.index("mmvfl")
         paper = paper_tables()["mmvfl_table2_performance_differences"].get(p.paper_table or ds.name)
-        diffs: dict[str, list[float]] = {}
-        for base in ("supfl", "supmvlfl"):
-            if base in algs:
-                b = algs.index(base)
-                diffs[base] = [float((mean[m, i] - mean[b, i]).mean()) for i in range(len(views))]
+        diffs = {
+            base: [
+                float((mean[m, i] - mean[algs.index(base), i]).mean()) for i in range(len(views))
+            ]
+            for base in ("supfl", "supmvlfl")
+            if base in algs
+        }
         metrics["table2_differences"] = diffs
         trows = []
         for base, d in diffs.items():
@@ -339,20 +325,12 @@ def run_mmvfl_feature_selection(cfg: ExperimentConfig, ctx: RunContext) -> Exper
             )
         )
     if p.zeta_sweep:
-        sweep_means = []
-        for sa in sweep_acc:
-            sb = np.nanmax(sa, axis=1).mean(axis=1)[0]  # [view, p]
-            sweep_means.append(sb.mean(axis=1))  # average over p, per view
-        sm = np.array(sweep_means)  # [zeta, view]
+        # [zeta, view]: the best beta, averaged over folds, then over p
+        sm = np.array([np.nanmax(sa, axis=1).mean(axis=1)[0].mean(axis=1) for sa in sweep_acc])
         metrics["zeta_sweep"] = {"zeta_eta": list(p.zeta_sweep), "accuracy_avg_over_p": sm.tolist()}
         srows = [[f"{z:g}", *sm[j].tolist()] for j, z in enumerate(p.zeta_sweep)]
         if "supfl" in algs:
-            srows.append(
-                [
-                    method_name("supfl"),
-                    *[float(mean[algs.index("supfl"), i].mean()) for i in range(len(views))],
-                ]
-            )
+            srows.append([method_name("supfl"), *[float(x) for x in by_view[algs.index("supfl")]]])
         tables.append(
             Table(
                 "MMVFL accuracy (%) averaged over p vs zeta = eta",
@@ -369,16 +347,7 @@ def run_mmvfl_feature_selection(cfg: ExperimentConfig, ctx: RunContext) -> Exper
         ax.grid(alpha=0.3)
         ax.legend(fontsize=8)
         figures.append(save_figure(fig, ctx.path("zeta_sweep.png")))
-    summary = ""
-    if "table2_differences" in metrics:
-        summary = "; ".join(
-            f"MMVFL - {method_name(b)}: {np.mean(d):+.2f} points on average"
-            for b, d in metrics["table2_differences"].items()
-        )
-    return ExperimentResult(
-        metrics=metrics,
-        tables=tables,
-        figures=figures,
-        message_log=keep.get("log"),
-        summary=summary,
+    summary = "; ".join(
+        f"MMVFL - {method_name(b)}: {np.mean(d):+.2f} points on average" for b, d in diffs.items()
     )
+    return ExperimentResult(metrics, tables, figures, keep.get("log"), summary)

@@ -112,21 +112,14 @@ class MultiVFLOptimizerParams(MultiVFLNonIIDParams):
     optimizers: tuple[str, ...] = _OPTIMIZERS
 
 
-def _load_split(cfg: ExperimentConfig, p: MultiVFLNonIIDParams) -> tuple[Any, Any, Any, Any, Any]:
-    """(train images, train labels, train IDs, test images, test labels)."""
-    Xtr, ytr, ids, Xte, yte, _ = image_split(
-        cfg.data.name, dict(cfg.data.options), cfg.seed, p.test_fraction
-    )
-    return Xtr, ytr, ids, Xte, yte
-
-
 def _run(cfg: ExperimentConfig, ctx: RunContext) -> ExperimentResult:
     from fedviews.deep.multivfl import MultiVFL
     from fedviews.report import line_panels
 
     p: MultiVFLNonIIDParams = cfg.params
     algo = {f.name: getattr(p, f.name) for f in fields(MultiVFLParams) if f.name not in _FIXED}
-    Xtr, ytr, ids, Xte, yte = _load_split(cfg, p)
+    opts = dict(cfg.data.options)
+    Xtr, ytr, ids, Xte, yte, _ = image_split(cfg.data.name, opts, cfg.seed, p.test_fraction)
     if p.eval_samples:
         keep = np.random.default_rng(cfg.seed).permutation(len(yte))[: p.eval_samples]
         Xte, yte = Xte[keep], yte[keep]
@@ -186,20 +179,11 @@ def _run(cfg: ExperimentConfig, ctx: RunContext) -> ExperimentResult:
             out = ctx.cell(label, train)
             if ctx.restored > restored:  # from an earlier run: no round advanced the bar
                 advance(p.rounds)
-            acc = out["accuracy"]
-            curves[label] = acc
+            curves[label] = acc = out["accuracy"]
             stats[label] = out["run_stats"]
             log_summary[label] = out["message_log"]
-            rows.append(
-                [
-                    scenario,
-                    opt,
-                    local,
-                    100 * acc[-1],
-                    100 * max(acc),
-                    round(out["run_stats"]["seconds"], 1),
-                ]
-            )
+            seconds = round(out["run_stats"]["seconds"], 1)
+            rows.append([scenario, opt, local, 100 * acc[-1], 100 * max(acc), seconds])
             ctx.log(f"{label}: final accuracy {100 * acc[-1]:.2f}% after {p.rounds} rounds")
     rounds = list(range(1, p.rounds + 1))
     panel = (

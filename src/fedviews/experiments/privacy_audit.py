@@ -14,7 +14,6 @@ The recordings and the answer key are saved in the run folder, so
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import time
 from collections.abc import Mapping, Sequence
@@ -210,7 +209,7 @@ def run_privacy_audit(cfg: ExperimentConfig, ctx: RunContext) -> ExperimentResul
         "train_seconds": done.train_seconds,
         "setup": done.setup,
         "attackers": done.attackers,
-        "defense": dataclasses.asdict(dep.defense),
+        "defense": asdict(dep.defense),
         "privacy": done.privacy,
     }
     result.message_log = done.message_log

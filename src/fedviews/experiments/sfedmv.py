@@ -34,7 +34,7 @@ import numpy as np
 
 from fedviews.deep import SFedMVParams
 from fedviews.errors import ConfigError
-from fedviews.experiments._config import ExperimentConfig
+from fedviews.experiments._config import ExperimentConfig, check_choice
 from fedviews.experiments._metrics import classification_metrics, metric_tables, summarize
 from fedviews.experiments._registry import register_experiment
 from fedviews.experiments._runner import ExperimentResult, RunContext
@@ -81,13 +81,8 @@ class SFedMVExperimentParams(SFedMVParams):
 
     def validate(self) -> None:
         super().validate()
-        bad = [m for m in self.methods if m not in METHODS]
-        if bad or not self.methods:
-            raise ConfigError(
-                f"params.methods: unknown {bad or 'empty'}; choose from {list(METHODS)}"
-            )
-        if self.split not in SPLITS:
-            raise ConfigError(f"params.split must be one of {list(SPLITS)}, got {self.split!r}")
+        check_choice("methods", self.methods, tuple(METHODS))
+        check_choice("split", self.split, SPLITS)
         if not 0 < self.test_fraction < 1:
             raise ConfigError("params.test_fraction must lie in (0, 1)")
         for name in ("n_repeats", "n_clients", "torch_threads"):
@@ -175,6 +170,7 @@ def run_sfedmv(cfg: ExperimentConfig, ctx: RunContext) -> ExperimentResult:
                     ds.subset(~test).by_client(list(range(p.n_clients))), p.max_per_client
                 )
                 test_cl = ds.subset(test).by_client(list(range(p.n_clients)))
+                y_true = np.concatenate([y for _, y in test_cl])
                 for mode in modes:
                     correct = np.zeros((K, R))
 
@@ -209,7 +205,6 @@ def run_sfedmv(cfg: ExperimentConfig, ctx: RunContext) -> ExperimentResult:
                         if m_mode != mode:
                             continue
                         est.set_params(fusion=fusion).fit_fusion(train_cl)
-                        y_true = np.concatenate([y for _, y in test_cl])
                         y_pred = np.concatenate(
                             [est.predict(v, client=l) for l, (v, _) in enumerate(test_cl)]  # noqa: E741
                         )

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any, cast
 
 import numpy as np
@@ -16,12 +16,12 @@ from fedviews.federation import Algorithm, Coordinator
 __all__ = [
     "LinearAlgorithm",
     "PartyPredictor",
-    "as_param",
     "check_iter",
     "check_weights",
     "orthonormal_nonnegative",
     "party_index",
     "per_party",
+    "restore",
     "select_top_features",
     "small_blas",
 ]
@@ -119,9 +119,21 @@ def check_iter(value: int, tol: float, name: str) -> None:
         raise ConfigError(f"tolerance for {name} must be >= 0, got {tol!r}")
 
 
-def as_param(value: Any) -> Any:
-    """A per-party list as the tuple a frozen params dataclass holds; scalars as they are."""
-    return tuple(value) if isinstance(value, (list, tuple, np.ndarray)) else value
+def restore(
+    state: Mapping[str, np.ndarray],
+    shapes: Mapping[str, tuple[int, ...]],
+    who: str,
+    optional: Sequence[str] = (),
+) -> dict[str, np.ndarray]:
+    """The arrays that ``shapes`` names, from a saved ``state`` (``load_state``), as float64
+    copies, each checked to have this run's shape (an ``optional`` one may be missing)."""
+    saved = {k: state[k].shape if k in state else None for k in shapes}
+    if any(s != shapes[k] and not (s is None and k in optional) for k, s in saved.items()):
+        raise DataError(
+            f"{who}: the saved state does not fit this run (shapes {saved}, needed "
+            f"{dict(shapes)}); resume with the same data and config"
+        )
+    return {k: np.array(state[k], dtype=np.float64) for k in shapes if k in state}
 
 
 def orthonormal_nonnegative(n: int, c: int, rng: np.random.Generator) -> np.ndarray:

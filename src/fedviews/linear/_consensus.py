@@ -73,9 +73,10 @@ from fedviews.linear._common import (
     LinearAlgorithm,
     orthonormal_nonnegative,
     per_party,
+    restore,
     small_blas,
 )
-from fedviews.linear._l21 import L21Problem, row_norms
+from fedviews.linear._l21 import L21Problem, relative_change_below, row_norms
 
 __all__ = [
     "ConsensusAlgorithm",
@@ -86,10 +87,9 @@ __all__ = [
     "consensus_centralized",
     "consensus_iterations",
     "consensus_weights",
-    "label_z_step",
-    "relative_change_below",
     "sq",
     "z_k_step",
+    "z_step",
 ]
 
 
@@ -97,6 +97,21 @@ def masked_names(name: str) -> tuple[str, str]:
     """The masked arrays that stand for ``name`` (``Z_k``, ``Z_k_test``) under secure
     aggregation: ``zeta_k`` times it, and ``(zeta_k, zeta_k ||.||^2, local terms)``."""
     return f"masked_zeta_{name}", f"masked_stats_{name}"
+
+
+def secure_sums(
+    replies: Mapping[str, Message], name: str, n_classes: int, frac_bits: int
+) -> tuple[np.ndarray, float, float, float]:
+    """``(sum zeta_k Z_k, sum zeta_k, sum zeta_k ||Z_k||^2, sum of local terms)`` of the
+    parties' masked replies for ``name`` (``Z_k`` or ``Z_k_test``; each checked: shape,
+    ``uint64``): all that the server learns under secure aggregation."""
+    zeta_name, stats_name = masked_names(name)
+    n = next(iter(replies.values())).array(zeta_name, (None, n_classes)).shape[0]
+    sums = unmask_sum(replies, {zeta_name: (n, n_classes), stats_name: (3,)}, frac_bits)
+    zsum, zsq, local = (float(v) for v in sums[stats_name])
+    if not zsum > 0:
+        raise ProtocolError(f"the parties' zeta_k sum to {zsum}: each must be > 0")
+    return sums[zeta_name], zsum, zsq, local
 
 
 def sq(A: np.ndarray) -> float:
@@ -121,17 +136,13 @@ def z_k_step(
     return (XW + zeta * Z) / (1.0 + zeta)
 
 
-def label_z_step(
-    zetas: Sequence[float], Zks: Sequence[np.ndarray], eta: float, Y: np.ndarray
+def z_step(
+    zetas: Sequence[float], Zks: Sequence[np.ndarray], eta: float = 0.0, Y: np.ndarray | None = None
 ) -> np.ndarray:
-    """The Z step with the label term, ``(sum_k zeta_k Z_k + eta Y) / (sum_k zeta_k + eta)``
-    (FedMV Eqs. 10 and 17)."""
-    return (sum(z * Zk for z, Zk in zip(zetas, Zks, strict=True)) + eta * Y) / (sum(zetas) + eta)
-
-
-def relative_change_below(prev: float, f: float, tol: float) -> bool:
-    """The outer stopping rule: ``|f_prev - f| <= tol |f_prev|`` (never with ``tol = 0``)."""
-    return bool(tol > 0 and np.isfinite(prev) and abs(prev - f) <= tol * abs(prev))
+    """The Z step ``sum_k zeta_k Z_k / sum_k zeta_k`` (MMVFL Eq. 14); with the label term
+    (``Y``), ``(sum_k zeta_k Z_k + eta Y) / (sum_k zeta_k + eta)`` (FedMV Eqs. 10 and 17)."""
+    S = np.asarray(sum(z * Zk for z, Zk in zip(zetas, Zks, strict=True)))
+    return S / sum(zetas) if Y is None else (S + eta * Y) / (sum(zetas) + eta)
 
 
 def consensus_iterations(
@@ -272,15 +283,8 @@ class ConsensusParty(SecureSumParty):
     def load_state(self, state: Mapping[str, np.ndarray]) -> None:
         """Continue from :meth:`state_dict`; the next round then equals the uninterrupted one."""
         (n, d), c = self.problem.X.shape, self.Z_k.shape[1]
-        W = state.get("W")
-        if state["Z_k"].shape != (n, c) or (W is not None and W.shape != (d, c)):
-            raise DataError(
-                f"party {self.name!r}: the saved state does not fit this party's data "
-                f"(Z_k {state['Z_k'].shape} vs {(n, c)}, W {None if W is None else W.shape} "
-                f"vs {(d, c)}); resume with the same data and config"
-            )
-        self.W = None if W is None else np.array(W, dtype=np.float64)
-        self.Z_k = np.array(state["Z_k"], dtype=np.float64)
+        saved = restore(state, {"Z_k": (n, c), "W": (d, c)}, f"party {self.name!r}", ("W",))
+        self.W, self.Z_k = saved.get("W"), saved["Z_k"]
         self.inner_iterations = [int(i) for i in state.get("inner_iterations", [])]
         self.P_test = self.Z_k_test = None
 
@@ -383,7 +387,7 @@ class ConsensusServer(Coordinator):
         super().__init__()
         self.frac_bits = frac_bits
         self.parties = list(parties)
-        self.zeta = None if zeta is None else np.asarray(zeta, dtype=np.float64)
+        self.zeta = None if zeta is None else [float(z) for z in zeta]
         self.Y, self.eta = Y, eta
         self.Z = orthonormal_nonnegative(n_samples, n_classes, np.random.default_rng(seed))
         self.max_iter, self.tol = max_iter, tol
@@ -403,64 +407,24 @@ class ConsensusServer(Coordinator):
 
     def load_state(self, state: Mapping[str, np.ndarray]) -> None:
         """Continue from :meth:`state_dict`: :meth:`run` goes on with the next round."""
-        if state["Z"].shape != self.Z.shape:
-            raise DataError(
-                f"the saved Z has shape {state['Z'].shape}, this run needs {self.Z.shape}; "
-                "resume with the same data and config"
-            )
-        self.Z = np.array(state["Z"], dtype=np.float64)
+        self.Z = restore(state, {"Z": self.Z.shape}, "the server")["Z"]
         self.objective = [float(f) for f in state["objective"]]
         self.converged = bool(state["converged"])
 
-    def _fetch_labels(self) -> None:
-        assert self.label_owner is not None and self.Y is not None
-        reply = self.send(self.label_owner, "labels", round=len(self.objective))
-        self.Y = reply.array("Y", self.Y.shape)
-
-    def _secure_sums(
-        self, replies: Mapping[str, Message], name: str
-    ) -> tuple[np.ndarray, float, float, float]:
-        """``(sum zeta_k Z_k, sum zeta_k, sum zeta_k ||Z_k||^2, sum of local terms)`` of
-        the masked replies (each checked: shape, ``uint64``)."""
-        assert self.frac_bits is not None
-        zeta_name, stats_name = masked_names(name)
-        n = replies[self.parties[0]].array(zeta_name, (None, self.Z.shape[1])).shape[0]
-        sums = unmask_sum(
-            replies, {zeta_name: (n, self.Z.shape[1]), stats_name: (3,)}, self.frac_bits
-        )
-        zsum, zsq, local = (float(v) for v in sums[stats_name])
-        if not zsum > 0:
-            raise ProtocolError(f"the parties' zeta_k sum to {zsum}: each must be > 0")
-        return sums[zeta_name], zsum, zsq, local
-
-    def _secure_z_step(self, replies: Mapping[str, Message]) -> float:
-        """The Z step from the secure sums (MMVFL Eq. 14; FedMV Eq. 10 with ``Y``)."""
-        S, zsum, zsq, f = self._secure_sums(replies, "Z_k")
-        if self.Y is None:
-            self.Z = S / zsum
-        else:
-            self.Z = (S + self.eta * self.Y) / (zsum + self.eta)
-            f += self.eta * sq(self.Z - self.Y)
-        # sum_k zeta_k ||Z_k - Z||^2 from the sums alone
-        return f + zsq - 2.0 * float(np.einsum("ij,ij->", S, self.Z)) + zsum * sq(self.Z)
-
     def _z_step(self, replies: Mapping[str, Message]) -> float:
-        if self.frac_bits is not None:
-            return self._secure_z_step(replies)
-        Zks = [replies[p].array("Z_k", self.Z.shape) for p in self.parties]
-        f = float(sum(replies[p].number("local_objective") for p in self.parties))
-        if self.Y is None:  # MMVFL Eq. (14)
-            assert self.zeta is not None
-            zetas = self.zeta
-            self.Z = np.tensordot(zetas, np.stack(Zks), axes=1) / zetas.sum()
-            return f + float(sum(z * sq(Zk - self.Z) for z, Zk in zip(zetas, Zks, strict=True)))
-        if self.zeta is None:
-            zl = [replies[p].number("zeta") for p in self.parties]
-        else:
-            zl = [float(z) for z in self.zeta]
-        self.Z = label_z_step(zl, Zks, self.eta, self.Y)  # FedMV Eq. (10)
-        f += sum(z * sq(Zk - self.Z) for z, Zk in zip(zl, Zks, strict=True))
-        return f + self.eta * sq(self.Z - self.Y)
+        """The Z step (MMVFL Eq. 14; FedMV Eq. 10 with ``Y``); returns the round's objective."""
+        Y, eta = self.Y, self.eta
+        if self.frac_bits is None:
+            Zks = [replies[p].array("Z_k", self.Z.shape) for p in self.parties]
+            zetas = self.zeta or [replies[p].number("zeta") for p in self.parties]
+            f = float(sum(replies[p].number("local_objective") for p in self.parties))
+            self.Z = z_step(zetas, Zks, eta, Y)
+            f += sum(z * sq(Zk - self.Z) for z, Zk in zip(zetas, Zks, strict=True))
+        else:  # from the secure sums: sum_k zeta_k ||Z_k - Z||^2 = zsq - 2 <S, Z> + zsum ||Z||^2
+            S, zsum, zsq, f = secure_sums(replies, "Z_k", self.Z.shape[1], self.frac_bits)
+            self.Z = S / zsum if Y is None else (S + eta * Y) / (zsum + eta)
+            f += zsq - 2.0 * float(np.einsum("ij,ij->", S, self.Z)) + zsum * sq(self.Z)
+        return float(f if Y is None else f + eta * sq(self.Z - Y))
 
     def run(self, on_round_end: Callable[[int], None] | None = None) -> np.ndarray:
         """Rounds ``len(objective) + 1 .. max_iter`` (all of them unless :meth:`load_state`),
@@ -470,8 +434,10 @@ class ConsensusServer(Coordinator):
         """
         if self.frac_bits is not None:  # fresh keys every run (and every resumption)
             secure_sum_setup(self, self.parties, self.frac_bits, round=len(self.objective))
-        if self.label_owner is not None:
-            self._fetch_labels()
+        if self.label_owner is not None:  # the label owner sends Y (a placeholder until then)
+            assert self.Y is not None
+            reply = self.send(self.label_owner, "labels", round=len(self.objective))
+            self.Y = reply.array("Y", self.Y.shape)
         prev = self.objective[-1] if self.objective else np.inf
         r = len(self.objective)
         while not self.converged and r < self.max_iter:
@@ -493,19 +459,17 @@ class ConsensusServer(Coordinator):
         if self.frac_bits is not None:  # fresh keys: the test values are new values
             secure_sum_setup(self, self.parties, self.frac_bits, round=r0)
         replies = self.broadcast(self.parties, "test_init", round=r0 + 1)
-        if self.frac_bits is not None:  # one "party": the securely summed average
-            w = np.ones(1)
-
-            def received(replies: Mapping[str, Message]) -> list[np.ndarray]:
-                S, zsum, _, _ = self._secure_sums(replies, "Z_k_test")
-                return [S / zsum]
-
-        else:
+        if self.frac_bits is None:
             w = consensus_weights([replies[p].number("zeta") for p in self.parties])
             shape = replies[self.parties[0]].array("Z_k_test", (None, self.Z.shape[1])).shape
+        else:  # one "party": the securely summed average
+            w = np.ones(1)
 
-            def received(replies: Mapping[str, Message]) -> list[np.ndarray]:
+        def received(replies: Mapping[str, Message]) -> list[np.ndarray]:
+            if self.frac_bits is None:
                 return [replies[p].array("Z_k_test", shape) for p in self.parties]
+            S, zsum, _, _ = secure_sums(replies, "Z_k_test", self.Z.shape[1], self.frac_bits)
+            return [S / zsum]
 
         def update(Z: np.ndarray, it: int) -> list[np.ndarray]:  # Eq. (13) at every party
             replies = self.broadcast(
@@ -547,16 +511,9 @@ class ConsensusServer(Coordinator):
     def summary(self) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
         """``(metrics, arrays)`` of the run: objective, convergence, test scores; ``Z``, ``Z_test``."""
         obj = list(self.objective)
-        metrics: dict[str, Any] = {
-            "objective": obj,
-            "n_iter": len(obj),
-            "converged": self.converged,
-        }
-        metrics.update({k: v for k, v in self.scores.items() if k != "Z_test"})
-        arrays = {"Z": self.Z}
-        if "Z_test" in self.scores:
-            arrays["Z_test"] = self.scores["Z_test"]
-        return metrics, arrays
+        scores = {k: v for k, v in self.scores.items() if k != "Z_test"}
+        metrics = {"objective": obj, "n_iter": len(obj), "converged": self.converged, **scores}
+        return metrics, {"Z": self.Z, **{k: v for k, v in self.scores.items() if k == "Z_test"}}
 
 
 #: a party's own training mean and standard deviation (``params.standardize``)
@@ -571,14 +528,9 @@ class ConsensusAlgorithm(LinearAlgorithm):
 
     defenses = frozenset({"none", "secagg", "label_rr"})
 
-    @staticmethod
-    def frac_bits(run: RunSpec) -> int | None:
-        """The fixed-point bits of the secure sums; ``None``: the plain protocol."""
-        return run.defense.secagg_bits
-
     def secured(self, run: RunSpec, policy: PrivacyPolicy) -> PrivacyPolicy:
         """``policy``, with the masked arrays in place of ``Z_k``/``Z_k_test`` under secagg."""
-        if self.frac_bits(run) is None:
+        if run.defense.secagg_bits is None:
             return policy
         return secured_policy(policy, {n: masked_names(n) for n in ("Z_k", "Z_k_test")})
 
@@ -616,8 +568,9 @@ class ConsensusAlgorithm(LinearAlgorithm):
         replies = recording.select("update:reply", "Z_k")
         last = [m for m in replies if m.round == max((r.round for r in replies), default=0)]
         if last:  # the coordinator's own consensus (MMVFL Eq. 14), from what it received
-            w = consensus_weights([float(m.meta.get("zeta") or 1.0) for m in last])
-            Z = np.tensordot(w, np.stack([m.arrays["Z_k"] for m in last]), axes=1)
+            Z = z_step(
+                [float(m.meta.get("zeta") or 1.0) for m in last], [m.arrays["Z_k"] for m in last]
+            )
             out.append(Observation("Z from the Z_k", "consensus", "train", rows, Z, owner))
             for m in last:  # each party's own Z_k, less the common part: ~ X_k W_k / (1 + zeta_k)
                 scale = 1.0 + float(m.meta.get("zeta") or 0.0)
@@ -627,15 +580,13 @@ class ConsensusAlgorithm(LinearAlgorithm):
                 # the baseline: what the consensus alone tells about the same features
                 name = f"Z, for {m.sender}'s features"
                 out.append(Observation(name, "representation", "train", rows, Z, None, m.sender))
-        zeta_name, stats_name = masked_names("Z_k")
-        masked = recording.select("update:reply", zeta_name)
+        masked = recording.select("update:reply", masked_names("Z_k")[0])
         last = [m for m in masked if m.round == max((r.round for r in masked), default=0)]
-        bits = self.frac_bits(run)
+        bits = run.defense.secagg_bits
         if last and bits is not None:  # secure aggregation: the sum is all it learns
             msgs = {m.sender: m.message() for m in last}
-            shape = next(iter(msgs.values())).arrays[zeta_name].shape
-            sums = unmask_sum(msgs, {zeta_name: shape, stats_name: (3,)}, bits)
-            Z = sums[zeta_name] / sums[stats_name][0]
+            S, zsum, _, _ = secure_sums(msgs, "Z_k", int(setup["n_classes"]), bits)
+            Z = S / zsum
             out.append(Observation("Z from the masked sum", "consensus", "train", rows, Z, owner))
             for p in run.federation.parties:  # all it has about any party's features
                 name = f"Z, for {p}'s features"
@@ -673,7 +624,7 @@ class ConsensusAlgorithm(LinearAlgorithm):
             "n_classes": int(setup["n_classes"]),
             "seed": spawn_streams(run.seed, len(parties) + 1)[1 + k],
             "solver": IRLSOptions(p.inner_max_iter, p.inner_tol, p.eps),
-            "secure": self.frac_bits(run) is not None,
+            "secure": run.defense.secagg_bits is not None,
         }
         return y, y_test, scaler, kwargs
 
@@ -787,12 +738,10 @@ def consensus_centralized(
                 if k == label_owner:  # MMVFL Eq. (11)
                     f += eta * sq(Zk[k] - Y)
                 f += sq(XW - Zk[k]) + betas[k] * float(row_norms(Ws[k]).sum())
-            if label_owner is None:  # FedMV Eq. (10)
-                Z = label_z_step(zetas, Zk, eta, Y)
-                f += sum(z * sq(zk - Z) for z, zk in zip(zetas, Zk, strict=True)) + eta * sq(Z - Y)
-            else:  # MMVFL Eq. (14)
-                Z = np.tensordot(np.asarray(zetas), np.stack(Zk), axes=1) / sum(zetas)
-                f += sum(z * sq(zk - Z) for z, zk in zip(zetas, Zk, strict=True))
+            Z = z_step(zetas, Zk, eta, Y if label_owner is None else None)  # FedMV (10); MMVFL (14)
+            f += sum(z * sq(zk - Z) for z, zk in zip(zetas, Zk, strict=True))
+            if label_owner is None:
+                f += eta * sq(Z - Y)
             hist.append(f)
             if relative_change_below(prev, f, tol):
                 break

@@ -58,9 +58,9 @@ from fedviews.linear._consensus import (
     IRLSOptions,
     consensus_iterations,
     consensus_weights,
-    label_z_step,
     sq,
     z_k_step,
+    z_step,
 )
 from fedviews.linear._l21 import L21Problem, row_norms
 
@@ -175,7 +175,7 @@ class _LocalMVL:
         for _ in range(n_pass):
             XW = [p.X @ W for p, W in zip(self.problems, Ws, strict=True)]
             Zk = [z_k_step(xw, self.Z, z) for xw, z in zip(XW, self.zetas, strict=True)]  # (16)
-            self.Z = label_z_step(self.zetas, Zk, self.eta, self.Y)  # (17)
+            self.Z = z_step(self.zetas, Zk, self.eta, self.Y)  # (17)
             Ws = [
                 p.solve(zk, b, W0=W, max_iter=self.solver.max_iter, tol=self.solver.tol).W
                 for p, zk, b, W in zip(self.problems, Zk, self.betas, Ws, strict=True)

@@ -67,6 +67,7 @@ from fedviews.linear._common import (
     check_iter,
     check_weights,
     per_party,
+    restore,
     small_blas,
 )
 from fedviews.linear._consensus import IRLSOptions
@@ -247,33 +248,25 @@ class HFedMVClient(SecureSumParty):
 
     @handles("local_train")
     def on_local_train(self, msg: Message) -> Message:
-        learner = self._learner()
-        K = len(learner.problems)
-        shapes = [(pr.X.shape[1], self.Y.shape[1]) for pr in learner.problems]
-        W_global = [msg.array(f"W_{k}", shapes[k]) for k in range(K)]
-        self.W_local = learner.passes(W_global, self.local_iter)
+        learner, c = self._learner(), self.Y.shape[1]
+        W_global = [
+            msg.array(f"W_{k}", (pr.X.shape[1], c)) for k, pr in enumerate(learner.problems)
+        ]
+        self.W_local = sent = learner.passes(W_global, self.local_iter)
+        meta: dict[str, MetaValue] = {"n_samples": self.n_samples}
         if self.dp is not None:
             clip, sigma, stream = self.dp
             rng = np.random.default_rng(
                 np.random.SeedSequence([*stream.generate_state(4), msg.round])
             )
             sent = private_update(W_global, self.W_local, clip, sigma, rng)
-            return self.reply(
-                msg,
-                arrays={f"W_local_{k}": W for k, W in enumerate(sent)},
-                meta={"n_samples": self.n_samples},
-            )
-        if self.secure:  # N_l W^l_k and the objective, for the server's weighted sums
+        elif self.secure:  # N_l W^l_k and the objective, for the server's weighted sums
             arrays = {f"W_local_{k}": self.n_samples * W for k, W in enumerate(self.W_local)}
             arrays["objective"] = np.array([learner.objective[-1]])
-            return self.reply(
-                msg, arrays=self._masked(arrays, msg.round), meta={"n_samples": self.n_samples}
-            )
-        return self.reply(
-            msg,
-            arrays={f"W_local_{k}": W for k, W in enumerate(self.W_local)},
-            meta={"n_samples": self.n_samples, "local_objective": learner.objective[-1]},
-        )
+            return self.reply(msg, arrays=self._masked(arrays, msg.round), meta=meta)
+        else:
+            meta["local_objective"] = learner.objective[-1]
+        return self.reply(msg, arrays={f"W_local_{k}": W for k, W in enumerate(sent)}, meta=meta)
 
     @handles("final")
     def on_final(self, msg: Message) -> Message:
@@ -307,21 +300,12 @@ class HFedMVClient(SecureSumParty):
         if self.learner is None:  # pooled scaling: built when the statistics arrive
             self._pending = dict(state)
             return
-        learner = self.learner
-        K = len(learner.problems)
+        learner, who, c = self.learner, f"client {self.name!r}", self.Y.shape[1]
         if isinstance(learner, _LocalMVL):
-            if "Z" not in state or state["Z"].shape != learner.Z.shape:
-                raise DataError(
-                    f"client {self.name!r}: the saved state does not fit this client's data "
-                    f"(Z {state['Z'].shape if 'Z' in state else None} vs "
-                    f"{learner.Z.shape}); resume with the same data and config"
-                )
-            learner.Z = np.array(state["Z"], dtype=np.float64)
+            learner.Z = restore(state, {"Z": learner.Z.shape}, who)["Z"]
         learner.objective = [float(f) for f in state["objective"]]
-        names = [f"W_local_{k}" for k in range(K)]
-        self.W_local = (
-            [np.array(state[n], dtype=np.float64) for n in names] if names[0] in state else []
-        )
+        shapes = {f"W_local_{k}": (pr.X.shape[1], c) for k, pr in enumerate(learner.problems)}
+        self.W_local = list(restore(state, shapes, who, optional=tuple(shapes)).values())
 
     def results(self) -> dict[str, np.ndarray]:
         """What a client keeps: the final global model, its scaler, its test predictions."""
@@ -352,20 +336,6 @@ def private_update(
     ]
 
 
-def secure_pooled_moments(
-    replies: Mapping[str, Message], width: int, frac_bits: int
-) -> tuple[np.ndarray, np.ndarray]:
-    """Pooled mean and standard deviation from the clients' masked ``moments`` replies under
-    secure aggregation: only ``N = sum_l N_l`` and the totals of the feature sums and sums of
-    squares are learnt (a constant feature gets scale 1)."""
-    got = unmask_sum(replies, {"masked_x_sum": (width,), "masked_x_sq": (width,)}, frac_bits)
-    N = float(sum(m.number("n_samples") for m in replies.values()))
-    mean = got["masked_x_sum"] / N
-    sd = np.sqrt(np.maximum(got["masked_x_sq"] / N - mean**2, 0.0))
-    sd[sd < 1e-12] = 1.0
-    return mean, sd
-
-
 def pooled_moments(
     n: np.ndarray, sums: np.ndarray, m2: np.ndarray
 ) -> tuple[np.ndarray, np.ndarray]:
@@ -377,6 +347,36 @@ def pooled_moments(
     sd = np.sqrt(var)
     sd[sd < 1e-12] = 1.0
     return mean, sd
+
+
+def pooled_scaler(
+    replies: Mapping[str, Message], width: int, frac_bits: int | None
+) -> tuple[np.ndarray, np.ndarray]:
+    """Pooled mean and standard deviation from the clients' ``moments`` replies: from every
+    client's count, sums and centred sums of squares, or under secure aggregation
+    (``frac_bits``) from the masked totals, so that only ``N = sum_l N_l`` and the totals of
+    the feature sums and sums of squares are learnt (a constant feature gets scale 1)."""
+    if frac_bits is None:
+        msgs = list(replies.values())
+        sums, m2 = (np.stack([m.array(k, (width,)) for m in msgs]) for k in ("x_sum", "x_m2"))
+        return pooled_moments(np.array([m.number("n_samples") for m in msgs]), sums, m2)
+    got = unmask_sum(replies, {"masked_x_sum": (width,), "masked_x_sq": (width,)}, frac_bits)
+    N = float(sum(m.number("n_samples") for m in replies.values()))
+    mean = got["masked_x_sum"] / N
+    sd = np.sqrt(np.maximum(got["masked_x_sq"] / N - mean**2, 0.0))
+    sd[sd < 1e-12] = 1.0
+    return mean, sd
+
+
+def secure_mean_W(
+    replies: Mapping[str, Message], shapes: Sequence[tuple[int, ...]], frac_bits: int
+) -> tuple[list[np.ndarray], float]:
+    """``W_k = sum_l N_l W^l_k / N`` and the clients' summed local objective from their masked
+    ``local_train`` replies under secure aggregation: nothing per client."""
+    shaped = {f"masked_W_local_{k}": shape for k, shape in enumerate(shapes)}
+    got = unmask_sum(replies, {**shaped, "masked_objective": (1,)}, frac_bits)
+    N = float(sum(m.number("n_samples") for m in replies.values()))
+    return [got[name] / N for name in shaped], float(got["masked_objective"][0])
 
 
 def linear_predictor(
@@ -436,31 +436,19 @@ class HFedMVServer(Coordinator):
     ) -> list[np.ndarray]:
         """``W_k = sum_l (N_l / N) W^l_k`` for every view ``k`` (Algorithm 3)."""
         N = float(sum(sizes))
-        K = len(local[0])
-        out = []
-        for k in range(K):
-            acc = np.zeros_like(local[0][k])
-            for n, Ws in zip(sizes, local, strict=True):
-                acc = acc + (n / N) * Ws[k]
-            out.append(acc)
-        return out
+        return [
+            sum(((n / N) * Ws[k] for n, Ws in zip(sizes, local, strict=True)), np.zeros_like(W))
+            for k, W in enumerate(local[0])
+        ]
 
     def state_dict(self) -> dict[str, np.ndarray]:
         """The server's state after a round: the global ``W_k`` and the objective history."""
-        state = {f"W_{k}": W for k, W in enumerate(self.W)}
-        state["objective"] = np.asarray(self.objective, dtype=np.float64)
-        return state
+        return {**self.arrays(), "objective": np.asarray(self.objective, dtype=np.float64)}
 
     def load_state(self, state: Mapping[str, np.ndarray]) -> None:
         """Continue from :meth:`state_dict`: :meth:`run` goes on with the next round."""
-        shapes = [W.shape for W in self.W]
-        got = [state[f"W_{k}"].shape if f"W_{k}" in state else None for k in range(len(shapes))]
-        if got != shapes:
-            raise DataError(
-                f"the saved W_k have shapes {got}, this run needs {shapes}; "
-                "resume with the same data and config"
-            )
-        self.W = [np.array(state[f"W_{k}"], dtype=np.float64) for k in range(len(shapes))]
+        shapes = {f"W_{k}": W.shape for k, W in enumerate(self.W)}
+        self.W = list(restore(state, shapes, "the server").values())
         self.objective = [float(f) for f in state["objective"]]
 
     def pool_statistics(self) -> tuple[np.ndarray, np.ndarray]:
@@ -470,12 +458,7 @@ class HFedMVServer(Coordinator):
         width = sum(W.shape[0] for W in self.W)
         if (n < 1).any():
             raise ProtocolError("a client reported no training samples for the pooled statistics")
-        if self.frac_bits is not None:  # only the sums over all clients
-            mean, sd = secure_pooled_moments(replies, width, self.frac_bits)
-        else:
-            sums = np.stack([replies[c].array("x_sum", (width,)) for c in self.clients])
-            m2 = np.stack([replies[c].array("x_m2", (width,)) for c in self.clients])
-            mean, sd = pooled_moments(n, sums, m2)
+        mean, sd = pooled_scaler({c: replies[c] for c in self.clients}, width, self.frac_bits)
         self.broadcast(
             self.clients, "scale", arrays={"x_mean": mean, "x_scale": sd}, round=len(self.objective)
         )
@@ -491,44 +474,35 @@ class HFedMVServer(Coordinator):
             secure_sum_setup(self, self.clients, self.frac_bits, round=len(self.objective))
         if self.pooled:
             self.pool_statistics()
-        K = len(self.W)
         for r in range(len(self.objective) + 1, self.n_rounds + 1):
-            replies = self.broadcast(
-                self.clients,
-                "local_train",
-                arrays={f"W_{k}": W for k, W in enumerate(self.W)},
-                round=r,
-            )
-            sizes = [replies[c].number("n_samples") for c in self.clients]
+            replies = self.broadcast(self.clients, "local_train", arrays=self.arrays(), round=r)
+            msgs = [replies[c] for c in self.clients]
             if self.frac_bits is not None:  # sum_l N_l W^l_k, divided by N: nothing per client
-                shapes = {f"masked_W_local_{k}": W.shape for k, W in enumerate(self.W)}
-                got = unmask_sum(replies, {**shapes, "masked_objective": (1,)}, self.frac_bits)
-                N = float(sum(sizes))
-                self.W = [got[f"masked_W_local_{k}"] / N for k in range(K)]
-                self.objective.append(float(got["masked_objective"][0]))
+                self.W, f = secure_mean_W(replies, [W.shape for W in self.W], self.frac_bits)
             else:
                 local = [
-                    [replies[c].array(f"W_local_{k}", self.W[k].shape) for k in range(K)]
-                    for c in self.clients
+                    [m.array(f"W_local_{k}", W.shape) for k, W in enumerate(self.W)] for m in msgs
                 ]
-                self.W = self.aggregate(local, sizes)
-                reported = [r.meta.get("local_objective") for r in replies.values()]
-                self.objective.append(  # NaN under model_dp: the clients report none
+                self.W = self.aggregate(local, [m.number("n_samples") for m in msgs])
+                reported = [m.meta.get("local_objective") for m in msgs]
+                f = (  # NaN under model_dp: the clients report none
                     float("nan")
-                    if any(v is None for v in reported)
-                    else sum(replies[c].number("local_objective") for c in self.clients)
+                    if None in reported
+                    else sum(m.number("local_objective") for m in msgs)
                 )
+            self.objective.append(f)
             if on_round_end is not None:
                 on_round_end(r)
         self._final()
         return self.W
 
+    def arrays(self) -> dict[str, np.ndarray]:
+        """The global model as it is sent: ``W_0 .. W_{K-1}``."""
+        return {f"W_{k}": W for k, W in enumerate(self.W)}
+
     def _final(self) -> None:
         replies = self.broadcast(
-            self.clients,
-            "final",
-            arrays={f"W_{k}": W for k, W in enumerate(self.W)},
-            round=len(self.objective),
+            self.clients, "final", arrays=self.arrays(), round=len(self.objective)
         )
         if any("n_test" not in r.meta for r in replies.values()):
             return
@@ -557,7 +531,7 @@ class HFedMVServer(Coordinator):
         """``(metrics, arrays)`` of the run: objective, rounds, test scores; the global ``W_k``."""
         obj = list(self.objective)
         metrics = {"objective": obj, "rounds_done": len(obj), **self.scores}
-        return metrics, {f"W_{k}": W for k, W in enumerate(self.W)}
+        return metrics, self.arrays()
 
 
 # --------------------------------------------------------------------------- the spec
@@ -705,18 +679,15 @@ class HFedMVAlgorithm(HorizontalClients, LinearAlgorithm):
         seed = spawn_streams(run.seed, len(parties) + 1)[1 + parties.index(party)]
         K, c = len(view_dims_of(setup)), int(setup["n_classes"])
         betas, zetas = per_party(p.beta, K, "beta"), per_party(p.zeta, K, "zeta")
-        _, X, y = local.take(party)
-        assert y is not None
+
+        def take(group: str) -> tuple[list[np.ndarray], np.ndarray]:
+            _, X, y = local.take(group)
+            assert y is not None
+            return [np.ascontiguousarray(v, dtype=np.float64) for v in local.data.views(X)], y
+
+        views, y = take(party)
         Y = np.eye(c)[np.asarray(y, dtype=np.int64)]
-        views = [np.ascontiguousarray(v, dtype=np.float64) for v in local.data.views(X)]
-        test = None
-        if f"{party}:test" in local.rows:
-            _, Xt, y_test = local.take(f"{party}:test")
-            assert y_test is not None
-            test = (
-                [np.ascontiguousarray(v, dtype=np.float64) for v in local.data.views(Xt)],
-                y_test,
-            )
+        test = take(f"{party}:test") if f"{party}:test" in local.rows else None
         make = partial(
             _LocalMVL,
             Y=Y,
@@ -752,17 +723,11 @@ class HFedMVAlgorithm(HorizontalClients, LinearAlgorithm):
     ) -> HFedMVServer:
         p: HFedMVParams = run.params
         clients = run.federation.parties
-        W0 = _init_W(
-            view_dims_of(setup),
-            int(setup["n_classes"]),
-            spawn_streams(run.seed, len(clients) + 1)[0],
-        )
+        seed = spawn_streams(run.seed, len(clients) + 1)[0]
+        W0 = _init_W(view_dims_of(setup), int(setup["n_classes"]), seed)
+        pooled = p.standardize == "pooled"
         return HFedMVServer(
-            clients,
-            W0,
-            p.n_rounds,
-            pooled=p.standardize == "pooled",
-            frac_bits=run.defense.secagg_bits,
+            clients, W0, p.n_rounds, pooled=pooled, frac_bits=run.defense.secagg_bits
         )
 
     def round_message(self, role: str) -> str:
@@ -786,24 +751,16 @@ class HFedMVAlgorithm(HorizontalClients, LinearAlgorithm):
             got = recording.select("moments:reply") or recording.select("scale")
             if got and got[0].kind == "scale":
                 scaler = (got[0].arrays["x_mean"], got[0].arrays["x_scale"])
-            elif got and bits is not None:  # the server, under secure aggregation
-                scaler = secure_pooled_moments({m.sender: m.message() for m in got}, width, bits)
-            elif got:
-                counts = np.array([m.number("n_samples") for m in got])
-                sums = np.stack([m.arrays["x_sum"] for m in got])
-                scaler = pooled_moments(counts, sums, np.stack([m.arrays["x_m2"] for m in got]))
+            elif got:  # the server: from the clients' statistics (only their sums, with secagg)
+                scaler = pooled_scaler({m.sender: m.message() for m in got}, width, bits)
         out = []
         clients = run.federation.parties
         if recording.party == run.federation.coordinator:
             replies = recording.select("local_train:reply")
             last = [m for m in replies if m.round == max((r.round for r in replies), default=0)]
             if last and bits is not None:  # the sum is all it learns: the global model
-                shapes = {f"masked_W_local_{k}": last[0].arrays[f"masked_W_local_{k}"].shape
-                          for k in range(K)}  # fmt: skip
-                msgs = {m.sender: m.message() for m in last}
-                totals = unmask_sum(msgs, {**shapes, "masked_objective": (1,)}, bits)
-                N = float(sum(m.number("n_samples") for m in last))
-                Ws = [totals[f"masked_W_local_{k}"] / N for k in range(K)]
+                shapes = [(d, int(setup["n_classes"])) for d in view_dims_of(setup)]
+                Ws, _ = secure_mean_W({m.sender: m.message() for m in last}, shapes, bits)
                 out += [_model("W from the masked sum", c, Ws, scaler) for c in clients]
             for m in last if bits is None else []:
                 Ws = [m.arrays[f"W_local_{k}"] for k in range(K)]
@@ -811,9 +768,7 @@ class HFedMVAlgorithm(HorizontalClients, LinearAlgorithm):
         else:
             for m in (recording.select("final") or recording.select("local_train"))[-1:]:
                 Ws = [m.arrays[f"W_{k}"] for k in range(K)]
-                for c in clients:
-                    if c != recording.party:
-                        out.append(_model("global W", c, Ws, scaler))
+                out += [_model("global W", c, Ws, scaler) for c in clients if c != recording.party]
         return out
 
     def demo_data(self, cfg: Any) -> dict[str, PartyData]:
@@ -978,13 +933,8 @@ class HFedMV(_ConsensusPredictor):
         params = estimator_params(HFedMVParams, self, skip=("evaluate",))
         self.zetas_ = per_party(params.zeta, K, "zeta")
         names = tuple(f"client{l}" for l in range(len(Xss)))  # noqa: E741
-        run = RunSpec(
-            "hfedmv",
-            params,
-            Roster(names, label_owners=names),
-            self.random_state,
-            Defense.of(self.defense),
-        )
+        roster = Roster(names, label_owners=names)
+        run = RunSpec("hfedmv", params, roster, self.random_state, Defense.of(self.defense))
         dims = tuple(X.shape[1] for X in Xss[0])
         datas = {
             name: PartyData(

@@ -61,6 +61,12 @@ class L21Result:
     converged: bool = False
 
 
+def relative_change_below(prev: float, f: float, tol: float) -> bool:
+    """The stopping rule of IRLS and of the consensus rounds: ``|f_prev - f| <= tol |f_prev|``
+    (never with ``tol = 0``)."""
+    return bool(tol > 0 and np.isfinite(prev) and abs(prev - f) <= tol * max(abs(prev), 1e-300))
+
+
 def _check_beta(beta: float | np.ndarray, d: int) -> float | np.ndarray:
     """A positive scalar, or one positive value per row of ``W`` (block-wise β)."""
     b = np.asarray(beta, dtype=np.float64)
@@ -177,8 +183,8 @@ class L21Problem:
             W = self.step(W, T, beta, XtT)
             f = objective(W)
             hist.append(f)
-            if tol > 0 and np.isfinite(prev) and abs(prev - f) <= tol * max(abs(prev), 1e-300):
-                converged = True
+            converged = relative_change_below(prev, f, tol)
+            if converged:
                 break
             prev = f
         assert W is not None

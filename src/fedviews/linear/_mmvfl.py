@@ -200,7 +200,7 @@ class MMVFLAlgorithm(ConsensusAlgorithm):
             spawn_streams(run.seed, len(parties) + 1)[0],
             max_iter=p.max_iter,
             tol=p.tol,
-            frac_bits=self.frac_bits(run),
+            frac_bits=run.defense.secagg_bits,
         )
 
 

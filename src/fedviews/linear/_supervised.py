@@ -36,10 +36,8 @@ __all__ = ["SupFL", "SupMVLFL"]
 
 
 class _PerPartyLinear(PartyPredictor, BaseEstimator):
-    """Shared parameters, validation and ``predict`` of the supervised baselines."""
-
-    #: these baselines need labels at every party (reported as such in results)
-    requires_labels_everywhere = True
+    """Shared parameters, validation and ``predict`` of the supervised baselines (they need
+    labels at every party)."""
 
     def __init__(
         self,

@@ -57,27 +57,17 @@ __all__ = [
     "vfedmv_policy",
 ]
 
-_TRAIN = ("update",)
-_TEST = ("test_init", "test_update")
-
 
 def vfedmv_policy(*, labels_at_party: bool = False, evaluate: bool = False) -> PrivacyPolicy:
     """The V-FedMV barrier: ``Z_k``/``Z`` (and test twins); ``Y`` once if a party holds it."""
     up, down = ["Z_k", "Z_k_test"], ["Z", "Z_test"]
-    rules: dict[tuple[str, str], list[str]] = {
-        ("party", "coordinator"): up,
-        ("coordinator", "party"): down,
-    }
-    kinds: dict[tuple[str, str], list[str]] = {("coordinator", "party"): [*_TRAIN, *_TEST]}
+    rules = {("party", "coordinator"): up, ("coordinator", "party"): down}
+    kinds = {("coordinator", "party"): ["update", "test_init", "test_update"]}
     if labels_at_party:
         rules[("label_owner", "coordinator")] = [*up, "Y"]
         rules[("coordinator", "label_owner")] = down
-        kinds[("coordinator", "label_owner")] = [
-            *_TRAIN,
-            *_TEST,
-            "labels",
-            *(["score"] if evaluate else []),
-        ]
+        extra = ["labels", "score"] if evaluate else ["labels"]
+        kinds[("coordinator", "label_owner")] = kinds[("coordinator", "party")] + extra
     return PrivacyPolicy.of("v-fedmv", rules, kinds=kinds)
 
 
@@ -246,7 +236,7 @@ class VFedMVAlgorithm(ConsensusAlgorithm):
             tol=p.tol,
             label_owner=owner,
             test=(p.test_max_iter, p.test_tol) if p.evaluate else None,
-            frac_bits=self.frac_bits(run),
+            frac_bits=run.defense.secagg_bits,
         )
 
 
