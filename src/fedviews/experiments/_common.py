@@ -10,8 +10,6 @@ import numpy as np
 from fedviews.data import standardized_with
 from fedviews.report import pyplot
 
-__all__ = ["pyplot", "save_figure", "standardize"]
-
 
 def standardize(Xs: list[np.ndarray], *others: list[np.ndarray]) -> list[list[np.ndarray]]:
     """Scale every view of ``Xs`` and of each list in ``others`` with ``Xs``' statistics.

@@ -25,16 +25,6 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover
     import tomli as tomllib
 
-__all__ = [
-    "DataConfig",
-    "ExperimentConfig",
-    "build_dataclass",
-    "check_choice",
-    "import_modules",
-    "load_config",
-    "parse_overrides",
-]
-
 
 @dataclass(frozen=True)
 class DataConfig:

@@ -12,18 +12,6 @@ from fedviews.errors import ConfigError
 from fedviews.experiments._paper import paper_tables
 from fedviews.experiments._runner import Table
 
-__all__ = [
-    "CLASSIFIERS",
-    "METRICS",
-    "classification_metrics",
-    "make_classifier",
-    "mean_std",
-    "metric_tables",
-    "paired_difference",
-    "pm",
-    "summarize",
-]
-
 CLASSIFIERS = ("knn1", "linear_svm", "logreg")
 #: the keys of :func:`classification_metrics`, in table order
 METRICS = ("accuracy", "precision", "recall", "f1")

@@ -7,8 +7,6 @@ from functools import lru_cache
 from importlib import resources
 from typing import Any
 
-__all__ = ["paper_tables"]
-
 
 @lru_cache(maxsize=1)
 def paper_tables() -> dict[str, Any]:

@@ -8,16 +8,6 @@ from typing import Any
 
 from fedviews._registry import ESTIMATORS, Registry, register_estimator
 
-__all__ = [
-    "ExperimentSpec",
-    "get_algorithm",
-    "get_experiment",
-    "list_algorithms",
-    "list_experiments",
-    "register_algorithm",
-    "register_experiment",
-]
-
 #: an estimator registers itself in the layer below (algorithms never import experiments)
 register_algorithm = register_estimator
 

@@ -30,16 +30,6 @@ from fedviews.experiments._config import ExperimentConfig
 from fedviews.experiments._registry import get_experiment
 from fedviews.report import to_jsonable, write_report
 
-__all__ = [
-    "CELLS_FILE",
-    "ExperimentResult",
-    "RunContext",
-    "Table",
-    "resume_experiment",
-    "run_experiment",
-    "to_jsonable",
-]
-
 #: finished units of work of a run (``RunContext.cell``): what ``--resume`` does not redo
 CELLS_FILE = "cells.json"
 

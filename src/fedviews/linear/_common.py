@@ -13,19 +13,6 @@ from fedviews.data import check_Xs
 from fedviews.errors import ConfigError, DataError, check_fitted
 from fedviews.federation import Algorithm, Coordinator
 
-__all__ = [
-    "LinearAlgorithm",
-    "PartyPredictor",
-    "check_iter",
-    "check_weights",
-    "orthonormal_nonnegative",
-    "party_index",
-    "per_party",
-    "restore",
-    "select_top_features",
-    "small_blas",
-]
-
 
 @contextlib.contextmanager
 def small_blas() -> Iterator[None]:

@@ -78,20 +78,6 @@ from fedviews.linear._common import (
 )
 from fedviews.linear._l21 import L21Problem, relative_change_below, row_norms
 
-__all__ = [
-    "ConsensusAlgorithm",
-    "ConsensusFit",
-    "ConsensusParty",
-    "ConsensusServer",
-    "IRLSOptions",
-    "consensus_centralized",
-    "consensus_iterations",
-    "consensus_weights",
-    "sq",
-    "z_k_step",
-    "z_step",
-]
-
 
 def masked_names(name: str) -> tuple[str, str]:
     """The masked arrays that stand for ``name`` (``Z_k``, ``Z_k_test``) under secure
@@ -263,15 +249,11 @@ class ConsensusParty(SecureSumParty):
             if local is not None:
                 meta["local_objective"] = local
             return self.reply(msg, arrays={name: Z_k}, meta=meta)
-        if self.secure_sum is None:
-            raise ProtocolError(
-                f"{self.name!r} was asked for {name} before the secure-aggregation key "
-                "exchange: it sends it only masked"
-            )
+        keys = self.keyed_sum(name)
         zeta_name, stats_name = masked_names(name)
         stats = np.array([self.zeta, self.zeta * sq(Z_k), local or 0.0])
         arrays = {zeta_name: self.zeta * Z_k, stats_name: stats}
-        return self.reply(msg, arrays=self.secure_sum.mask(arrays, msg.round))
+        return self.reply(msg, arrays=keys.mask(arrays, msg.round))
 
     def state_dict(self) -> dict[str, np.ndarray]:
         """This party's private state after a round: ``W`` (the warm start), ``Z_k``, IRLS counts."""

@@ -64,12 +64,6 @@ from fedviews.linear._consensus import (
 )
 from fedviews.linear._l21 import L21Problem, row_norms
 
-__all__ = [
-    "LocalMVL",
-    "fedmv_consensus",
-    "mvl_local",
-]
-
 
 def _labels_present(y: Any, where: str) -> None:
     if y is None:

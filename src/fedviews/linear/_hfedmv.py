@@ -80,18 +80,6 @@ from fedviews.linear._fedmv import (
 )
 from fedviews.linear._l21 import L21Problem, row_norms
 
-__all__ = [
-    "HFedMV",
-    "HFedMVAlgorithm",
-    "HFedMVClient",
-    "HFedMVParams",
-    "HFedMVServer",
-    "HorizontalClients",
-    "SingleViewFL",
-    "hfedmv_policy",
-    "view_dims_of",
-]
-
 #: feature scaling of the clients' training samples
 STANDARDIZE = ("none", "local", "pooled")
 
@@ -218,12 +206,8 @@ class HFedMVClient(SecureSumParty):
 
     def _masked(self, arrays: dict[str, np.ndarray], round_: int) -> dict[str, np.ndarray]:
         """``arrays`` masked as ``masked_<name>`` for the server's secure sum."""
-        if self.secure_sum is None:
-            raise ProtocolError(
-                f"{self.name!r} was asked for {sorted(arrays)} before the secure-aggregation "
-                "key exchange: it sends them only masked"
-            )
-        return self.secure_sum.mask({f"masked_{k}": v for k, v in arrays.items()}, round_)
+        keys = self.keyed_sum(str(sorted(arrays)))
+        return keys.mask({f"masked_{k}": v for k, v in arrays.items()}, round_)
 
     @handles("moments")
     def on_moments(self, msg: Message) -> Message:

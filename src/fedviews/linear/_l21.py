@@ -38,8 +38,6 @@ import scipy.linalg as sla
 
 from fedviews.errors import ConfigError, DataError
 
-__all__ = ["L21Problem", "L21Result", "l21_least_squares", "l21_norm", "row_norms"]
-
 
 def row_norms(W: np.ndarray) -> np.ndarray:
     """ℓ2 norm of every row of ``W`` (the feature importances)."""

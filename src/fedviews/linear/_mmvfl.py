@@ -63,17 +63,6 @@ from fedviews.linear._consensus import (
     consensus_centralized,
 )
 
-__all__ = [
-    "MMVFL",
-    "MMVFL_POLICY",
-    "MMVFL_SPEC",
-    "MMVFLAlgorithm",
-    "MMVFLParams",
-    "MMVFLParty",
-    "MMVFLServer",
-    "mmvfl_centralized",
-]
-
 MMVFL_POLICY = PrivacyPolicy.of(
     "mmvfl",
     {

@@ -13,8 +13,6 @@ import numpy as np
 
 from fedviews.linear._common import orthonormal_nonnegative
 
-__all__ = ["naive_irls", "naive_mmvfl"]
-
 
 def naive_irls(
     X: np.ndarray, T: np.ndarray, beta: float, n_iter: int, eps: float = 1e-10

@@ -32,8 +32,6 @@ from fedviews.errors import ConfigError, DataError, check_fitted
 from fedviews.linear._common import PartyPredictor, per_party, small_blas
 from fedviews.linear._l21 import L21Problem, row_norms
 
-__all__ = ["SupFL", "SupMVLFL"]
-
 
 class _PerPartyLinear(PartyPredictor, BaseEstimator):
     """Shared parameters, validation and ``predict`` of the supervised baselines (they need

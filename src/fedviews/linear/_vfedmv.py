@@ -46,17 +46,6 @@ from fedviews.linear._consensus import (
 )
 from fedviews.linear._fedmv import _ConsensusPredictor, _prepare_views
 
-__all__ = [
-    "VFEDMV_POLICY",
-    "VFedMV",
-    "VFedMVAlgorithm",
-    "VFedMVParams",
-    "VFedMVParty",
-    "VFedMVServer",
-    "vfedmv_centralized",
-    "vfedmv_policy",
-]
-
 
 def vfedmv_policy(*, labels_at_party: bool = False, evaluate: bool = False) -> PrivacyPolicy:
     """The V-FedMV barrier: ``Z_k``/``Z`` (and test twins); ``Y`` once if a party holds it."""
