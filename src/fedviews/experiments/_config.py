@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import dataclasses
-import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -17,13 +16,9 @@ from fedviews._tables import (
     import_modules,
     merge_tables,
     parse_overrides,
+    read_toml,
 )
 from fedviews.errors import ConfigError
-
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover
-    import tomli as tomllib
 
 
 @dataclass(frozen=True)
@@ -106,12 +101,7 @@ def load_config(
         default_name = str(raw.get("experiment", "experiment"))
     else:
         path = Path(source)
-        if not path.is_file():
-            raise ConfigError(f"config file {str(path)!r} does not exist")
-        try:
-            raw = tomllib.loads(path.read_text(encoding="utf-8"))
-        except tomllib.TOMLDecodeError as exc:
-            raise ConfigError(f"{path}: invalid TOML: {exc}") from None
+        raw = read_toml(path)
         default_name = path.stem
     raw = merge_tables(raw, parse_overrides(overrides))
     for key in raw:
