@@ -103,6 +103,7 @@ def options_of(cfg: DeployConfig) -> GrpcOptions:
         max_incomplete=f.max_incomplete,
         hello_timeout=f.hello_timeout,
         end_to_end=f.end_to_end,
+        direct_timeout=f.direct_timeout,
     )
 
 
