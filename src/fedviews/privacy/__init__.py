@@ -14,6 +14,7 @@ from fedviews.privacy._psi import (
     psi_intersect,
     reblind,
     run_psi,
+    run_psi_groups,
 )
 
 __all__ = [
@@ -25,4 +26,5 @@ __all__ = [
     "psi_intersect",
     "reblind",
     "run_psi",
+    "run_psi_groups",
 ]
