@@ -23,6 +23,8 @@ Every ``psi:*`` message carries ``meta={"group": <name>}``: one session can run
 several independent PSIs (alignment *groups*, e.g. each data owner with each
 label owner, or a test split), sequentially or concurrently; a party keeps its
 key, secret order and result per group (see :class:`PSIParty`).
+:func:`run_psi_groups` runs the groups that share no party concurrently and the
+others in order (why: its docstring).
 
 Hash to group: ``H(id) = ristretto255_from_hash(SHA-512(DST || enc(id)))``
 with ``DST = "fedviews-psi-v2|ristretto255|SHA-512|"`` — the 64-byte uniform
@@ -650,7 +652,7 @@ def run_psi_groups(
         for chain in chains:
             run_chain(chain)
     else:
-        with ThreadPoolExecutor(max_workers=len(chains)) as pool:
+        with ThreadPoolExecutor(max_workers=min(32, len(chains))) as pool:
             list(pool.map(run_chain, chains))
     return {g: sizes[g][0] for g in names}
 
