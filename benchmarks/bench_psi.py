@@ -26,17 +26,16 @@ on all cores (libsodium releases the GIL: the threads scale) and, for
 comparison, OpenSSL's X25519 (``cryptography``), the fastest maintained
 Curve25519 scalar multiplication installable here.
 
-``--groups G`` times a session of ``G`` alignment groups instead
-(:func:`fedviews.privacy.run_psi_groups`), each of ``--parties`` parties with ``N``
-IDs: ``--layout disjoint`` gives every group parties of its own (H-FedMV's one group
-per client), ``shared`` puts the same parties in every group (Multi-VFL's data owners
-with one group per label owner). It runs them one after another (``sequential``, the
-previous code), then as ``run_psi_groups`` schedules them (``scheduled``: groups that
-share no party concurrently), and for ``shared`` also all at once from threads
-(``all-at-once``, what the scheduler does not do), and prints wall and CPU seconds of
-each (``--repeat R``: R runs of each mode, alternating their order, and the ratio of the
-medians). The in-process transport runs a party's handlers concurrently, where a deployed
-party runs them one at a time.
+``--groups G`` times a session of ``G`` alignment groups instead, each of
+``--parties`` parties with ``N`` IDs: ``--layout disjoint`` gives every group parties
+of its own (H-FedMV's one group per client), ``shared`` puts the same parties in every
+group (Multi-VFL's data owners, with one group per label owner). It runs the groups one
+after another (``sequential``: what the deployed coordinator does) and all at once from
+threads (``concurrent``), and prints wall and CPU seconds of each (``--repeat R``: R runs
+of each mode, alternating their order, and the ratio of the medians).
+``--party-threads 1`` blinds on one thread per party, as if every party had a host with
+one core of its own. The in-process transport runs a party's handlers concurrently,
+where a deployed party runs them one at a time.
 """
 
 from __future__ import annotations
@@ -220,7 +219,6 @@ def _timed_groups(
 ) -> tuple[float, float, Any, dict[str, int]]:
     """One session of ``args.groups`` groups (see the module docstring), run in ``mode``."""
     from fedviews.federation import Coordinator, InProcessTransport
-    from fedviews.privacy import run_psi_groups
 
     layout: dict[str, list[str]] = {}
     ids: dict[str, dict[str, np.ndarray]] = {}
@@ -236,16 +234,16 @@ def _timed_groups(
     for name, by_group in ids.items():
         transport.register(_GroupParty(name, by_group))
     t0, c0 = time.perf_counter(), time.process_time()
-    if mode == "all-at-once":
+    if mode == "concurrent":
         with ThreadPoolExecutor(max_workers=len(layout)) as pool:
             got = dict(zip(layout, pool.map(lambda g: _psi.run_psi(driver, layout[g], g), layout)))
-    else:
-        got = run_psi_groups(driver, layout, concurrent=mode == "scheduled")
+    else:  # what the deployed coordinator does
+        got = {g: _psi.run_psi(driver, parties, g) for g, parties in layout.items()}
     return time.perf_counter() - t0, time.process_time() - c0, transport.log, got
 
 
 def _groups_main(args: argparse.Namespace) -> None:
-    modes = ["sequential", "scheduled"] + (["all-at-once"] if args.layout == "shared" else [])
+    modes = ["sequential", "concurrent"]
     head = (
         f"{'IDs per party':>14} {'mode':>12} {'groups':>7} {'wall s':>8} {'CPU s':>8} "
         f"{'MB wire':>9} {'msgs':>5}"
@@ -297,6 +295,13 @@ def main() -> None:
         help="with --groups: every group its own parties, or the same parties in every group",
     )
     ap.add_argument("--repeat", type=int, default=1, help="with --groups: runs of each mode")
+    ap.add_argument(
+        "--party-threads",
+        type=int,
+        default=0,
+        help="threads per blinding (default: one per core); 1 plays parties on hosts of "
+        "their own with one core each",
+    )
     args = ap.parse_args()
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
     cores = cores or 1
@@ -306,8 +311,12 @@ def main() -> None:
         f"load average {_load()}"
     )
     if args.groups > 1:
-        print(f"{args.groups} alignment groups, {args.layout} parties")
-        _groups_main(args)
+        threads = args.party_threads or cores
+        print(
+            f"{args.groups} alignment groups, {args.layout} parties, {threads} threads per blinding"
+        )
+        with mock.patch.object(_psi, "_workers", lambda: threads):
+            _groups_main(args)
         return
     floors = {}
     if args.breakdown:

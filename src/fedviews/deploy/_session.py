@@ -52,7 +52,7 @@ from fedviews.federation import (
     privacy_ledger,
     setup_info,
 )
-from fedviews.privacy import PSIParty, run_psi_groups
+from fedviews.privacy import PSIParty, run_psi
 from fedviews.report import to_jsonable, write_report
 
 __all__ = ["DeployCoordinator", "DeployParty", "run_coordinator", "run_party"]
@@ -299,17 +299,19 @@ class DeployCoordinator(Coordinator):
     def run(self) -> dict[str, Any]:
         fed = self.cfg.federation
         groups = self.app.groups(self.cfg)
-        if fed.alignment == "psi":  # groups that share no party run concurrently
-            by_name = {g.name: g for g in groups}
-
-            def aligned(name: str, n: int, seconds: float) -> None:
-                g = by_name[name]
+        if fed.alignment == "psi":
+            # One group after another, on purpose. Groups that share a party (data owners are in
+            # every Multi-VFL group) gain nothing together: a deployed party handles its messages
+            # one at a time, each blinding already on all its cores. Disjoint groups (H-FedMV's
+            # per client) were no faster concurrently on 2 shared cores, 3-5 % slower when idle
+            # (benchmarks/bench_psi.py --groups; docs/threat-model.md).
+            for g in groups:
+                t0 = time.perf_counter()
+                n = run_psi(self, g.parties, group=g.name)
                 self.echo(
                     f"PSI {g.name} ({g.split} IDs of {len(g.parties)} parties): {n} common "
-                    f"sample IDs ({seconds:.1f} s)"
+                    f"sample IDs ({time.perf_counter() - t0:.1f} s)"
                 )
-
-            run_psi_groups(self, {g.name: g.parties for g in groups}, aligned)
         replies = self.broadcast(self.parties, "deploy:setup")
         infos = {p: r.meta for p, r in replies.items()}
         hint = " (with alignment = 'none' they must hold the same IDs)"

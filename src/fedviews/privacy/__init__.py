@@ -14,7 +14,6 @@ from fedviews.privacy._psi import (
     psi_intersect,
     reblind,
     run_psi,
-    run_psi_groups,
 )
 
 __all__ = [
@@ -26,5 +25,4 @@ __all__ = [
     "psi_intersect",
     "reblind",
     "run_psi",
-    "run_psi_groups",
 ]

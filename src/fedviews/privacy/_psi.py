@@ -23,8 +23,6 @@ Every ``psi:*`` message carries ``meta={"group": <name>}``: one session can run
 several independent PSIs (alignment *groups*, e.g. each data owner with each
 label owner, or a test split), sequentially or concurrently; a party keeps its
 key, secret order and result per group (see :class:`PSIParty`).
-:func:`run_psi_groups` runs the groups that share no party concurrently and the
-others in order (why: its docstring).
 
 Hash to group: ``H(id) = ristretto255_from_hash(SHA-512(DST || enc(id)))``
 with ``DST = "fedviews-psi-v2|ristretto255|SHA-512|"`` — the 64-byte uniform
@@ -104,7 +102,6 @@ import hashlib
 import os
 import tempfile
 import threading
-import time
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -125,7 +122,6 @@ __all__ = [
     "psi_intersect",
     "reblind",
     "run_psi",
-    "run_psi_groups",
 ]
 
 PSI_POLICY = PrivacyPolicy.of(
@@ -585,76 +581,6 @@ def run_psi(coordinator: Party, parties: Sequence[str], group: str = "default") 
 
         list(pool.map(result, range(K)))
     return n_common
-
-
-def _chains(groups: Mapping[str, Sequence[str]]) -> list[list[str]]:
-    """The group names cut into chains that share no party (the connected components of
-    "shares a party"), each chain in the order given, chains ordered by their first group."""
-    order = {g: i for i, g in enumerate(groups)}
-    chains: list[list[str]] = []
-    members: list[set[str]] = []
-    for g, parties in groups.items():
-        mine = set(parties)
-        touching = [i for i, m in enumerate(members) if m & mine]
-        if not touching:
-            chains.append([g])
-            members.append(mine)
-            continue
-        first = touching[0]
-        for i in reversed(touching[1:]):
-            chains[first] += chains.pop(i)
-            members[first] |= members.pop(i)
-        chains[first] = sorted([*chains[first], g], key=order.__getitem__)
-        members[first] |= mine
-    return chains
-
-
-def run_psi_groups(
-    coordinator: Party,
-    groups: Mapping[str, Sequence[str]],
-    done: Callable[[str, int, float], None] | None = None,
-    *,
-    concurrent: bool = True,
-) -> dict[str, int]:
-    """Drive the PSI of every alignment group (``{name: parties}``); return
-    ``{name: intersection size}`` in the order given.
-
-    Groups that share no party are independent: they run concurrently (unless
-    ``concurrent`` is false), e.g. H-FedMV's one group per client. Groups that share a
-    party run one after another in the order given, so every party receives exactly the
-    messages of a sequential run, in the same order. Running those concurrently would not
-    pay: a deployed party handles its messages one at a time, each blinding already on all
-    its cores, and a party that is in every group (a data owner, with one group per label
-    owner and a test group) is the slowest at every step either way; besides, a Flower
-    node, rebuilt from its saved state for every message, must not serve two at once.
-    ``done(name, n_common, seconds)`` is called for each group in the order given, as soon
-    as it and every group before it have finished.
-    """
-    names = list(groups)
-    chains = _chains(groups) if concurrent else [names]
-    sizes: dict[str, tuple[int, float]] = {}
-    lock = threading.Lock()
-    reported = 0
-
-    def run_chain(chain: list[str]) -> None:
-        nonlocal reported
-        for g in chain:
-            t0 = time.perf_counter()
-            n = run_psi(coordinator, groups[g], group=g)
-            with lock:
-                sizes[g] = (n, time.perf_counter() - t0)
-                while reported < len(names) and names[reported] in sizes:
-                    if done is not None:
-                        done(names[reported], *sizes[names[reported]])
-                    reported += 1
-
-    if len(chains) <= 1:
-        for chain in chains:
-            run_chain(chain)
-    else:
-        with ThreadPoolExecutor(max_workers=min(32, len(chains))) as pool:
-            list(pool.map(run_chain, chains))
-    return {g: sizes[g][0] for g in names}
 
 
 class _PSIDriver(Coordinator):
