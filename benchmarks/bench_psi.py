@@ -1,7 +1,7 @@
 """Time the ECDH private set intersection (ristretto255) on random ID sets.
 
     .venv/bin/python benchmarks/bench_psi.py [N ...] [--overlap 0.5] [--ids int|str]
-        [--parties 2] [--baseline] [--breakdown]
+        [--parties 2] [--baseline] [--breakdown] [--groups G [--layout disjoint|shared]]
 
 For every ``N`` (default: 100000), ``--parties`` parties with ``N`` IDs each,
 ``overlap * N`` of them shared by all, run the PSI in one process over the
@@ -25,6 +25,17 @@ divided by the cores in wall seconds. It also times the scalar multiplication
 on all cores (libsodium releases the GIL: the threads scale) and, for
 comparison, OpenSSL's X25519 (``cryptography``), the fastest maintained
 Curve25519 scalar multiplication installable here.
+
+``--groups G`` times a session of ``G`` alignment groups instead, each of
+``--parties`` parties with ``N`` IDs: ``--layout disjoint`` gives every group parties
+of its own (H-FedMV's one group per client), ``shared`` puts the same parties in every
+group (Multi-VFL's data owners, with one group per label owner). It runs the groups one
+after another (``sequential``: what the deployed coordinator does) and all at once from
+threads (``concurrent``), and prints wall and CPU seconds of each (``--repeat R``: R runs
+of each mode, alternating their order, and the ratio of the medians).
+``--party-threads 1`` blinds on one thread per party, as if every party had a host with
+one core of its own. The in-process transport runs a party's handlers concurrently,
+where a deployed party runs them one at a time.
 """
 
 from __future__ import annotations
@@ -192,6 +203,78 @@ def _timed(sets: list[np.ndarray], shared: int) -> tuple[float, float, Any]:
     return wall, cpu, transport.log
 
 
+class _GroupParty(_psi.PSIParty):
+    """One ID list per group."""
+
+    def __init__(self, name: str, by_group: dict[str, np.ndarray]) -> None:
+        super().__init__(name, next(iter(by_group.values())))
+        self.by_group = by_group
+
+    def psi_ids(self, group: str) -> np.ndarray:
+        return self.by_group[group]
+
+
+def _timed_groups(
+    n: int, args: argparse.Namespace, mode: str
+) -> tuple[float, float, Any, dict[str, int]]:
+    """One session of ``args.groups`` groups (see the module docstring), run in ``mode``."""
+    from fedviews.federation import Coordinator, InProcessTransport
+
+    layout: dict[str, list[str]] = {}
+    ids: dict[str, dict[str, np.ndarray]] = {}
+    for g in range(args.groups):
+        sets, _ = _id_sets(n, args.parties, args.overlap, args.ids)
+        prefix = f"g{g}-" if args.layout == "disjoint" else ""
+        layout[f"group{g}"] = [f"{prefix}p{k}" for k in range(args.parties)]
+        for name, ids_k in zip(layout[f"group{g}"], sets, strict=True):
+            ids.setdefault(name, {})[f"group{g}"] = ids_k
+    transport = InProcessTransport(_psi.PSI_POLICY)
+    driver = Coordinator()
+    transport.register(driver)
+    for name, by_group in ids.items():
+        transport.register(_GroupParty(name, by_group))
+    t0, c0 = time.perf_counter(), time.process_time()
+    if mode == "concurrent":
+        with ThreadPoolExecutor(max_workers=len(layout)) as pool:
+            got = dict(zip(layout, pool.map(lambda g: _psi.run_psi(driver, layout[g], g), layout)))
+    else:  # what the deployed coordinator does
+        got = {g: _psi.run_psi(driver, parties, g) for g, parties in layout.items()}
+    return time.perf_counter() - t0, time.process_time() - c0, transport.log, got
+
+
+def _groups_main(args: argparse.Namespace) -> None:
+    modes = ["sequential", "concurrent"]
+    head = (
+        f"{'IDs per party':>14} {'mode':>12} {'groups':>7} {'wall s':>8} {'CPU s':>8} "
+        f"{'MB wire':>9} {'msgs':>5}"
+    )
+    print(head)
+    print("-" * len(head))
+    for n in args.sizes:
+        times: dict[str, list[tuple[float, float]]] = {m: [] for m in modes}
+        sizes = None
+        for r in range(args.repeat):  # the modes in turn, in the reverse order every other time
+            for mode in modes if r % 2 == 0 else modes[::-1]:
+                wall, cpu, log, got = _timed_groups(n, args, mode)
+                assert sizes is None or got == sizes, (mode, got)  # the same intersections
+                sizes = got
+                times[mode].append((wall, cpu))
+                print(
+                    f"{n:>14,} {mode:>12} {args.groups:>7} {wall:>8.2f} {cpu:>8.2f} "
+                    f"{log.total_bytes / 1e6:>9.1f} {log.n_messages:>5}",
+                    flush=True,
+                )
+        med = {m: np.median(np.array(t), axis=0) for m, t in times.items()}
+        w0, c0 = med["sequential"]
+        for mode in modes[1:]:
+            w1, c1 = med[mode]
+            print(
+                f"{'':>14} sequential / {mode} (medians of {args.repeat}): "
+                f"wall {w0 / w1:.2f}x, CPU {c0 / c1:.2f}x"
+            )
+    print(f"load average after: {_load()}")
+
+
 def _load() -> str:
     return " ".join(f"{v:.2f}" for v in os.getloadavg())
 
@@ -204,6 +287,21 @@ def main() -> None:
     ap.add_argument("--parties", type=int, default=2)
     ap.add_argument("--baseline", action="store_true", help="also time the previous code")
     ap.add_argument("--breakdown", action="store_true", help="per-ID costs and the floor")
+    ap.add_argument("--groups", type=int, default=1, help="alignment groups per session")
+    ap.add_argument(
+        "--layout",
+        choices=("disjoint", "shared"),
+        default="disjoint",
+        help="with --groups: every group its own parties, or the same parties in every group",
+    )
+    ap.add_argument("--repeat", type=int, default=1, help="with --groups: runs of each mode")
+    ap.add_argument(
+        "--party-threads",
+        type=int,
+        default=0,
+        help="threads per blinding (default: one per core); 1 plays parties on hosts of "
+        "their own with one core each",
+    )
     args = ap.parse_args()
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
     cores = cores or 1
@@ -212,6 +310,14 @@ def main() -> None:
         f"overlap {args.overlap:.0%}, in-process transport, {cores} cores, "
         f"load average {_load()}"
     )
+    if args.groups > 1:
+        threads = args.party_threads or cores
+        print(
+            f"{args.groups} alignment groups, {args.layout} parties, {threads} threads per blinding"
+        )
+        with mock.patch.object(_psi, "_workers", lambda: threads):
+            _groups_main(args)
+        return
     floors = {}
     if args.breakdown:
         m = min(50_000, min(args.sizes))

@@ -19,6 +19,7 @@ from fedviews.deep import export_apfed_model, load_active_model  # noqa: E402
 from fedviews.deep.apfed import APFed  # noqa: E402
 from fedviews.deploy import (  # noqa: E402
     PartyData,
+    free_port,
     load_deploy_config,
     load_party_data,
     write_demo_data,
@@ -189,10 +190,12 @@ def test_config_and_data_errors(files):
         app.make_setup(cfg, infos)
 
 
-def test_launch_equals_in_process(tmp_path, launch):
-    """Coordinator (driver) + 3 party processes over gRPC with mutual TLS and PSI == APFed.fit."""
+def _launch_and_compare(tmp_path: Path, launch, extra: str = "") -> tuple:
+    """``CONFIG`` (variant C, and the tables of ``extra``) launched as a user does; its
+    results and models checked against APFed.fit on the same files. Returns ``(run, out,
+    cfg, datas, est)``."""
     config = tmp_path / "deploy.toml"
-    config.write_text(CONFIG.format(variant="C", n_per_class=16))
+    config.write_text(CONFIG.format(variant="C", n_per_class=16) + extra)
     run = tmp_path / "run"
     out = launch(config, run)
     assert "[coordinator] epoch 2: loss" in out and "test accuracy" in out
@@ -214,6 +217,13 @@ def test_launch_equals_in_process(tmp_path, launch):
     assert export_apfed_model(run / "mid" / "result.npz", tmp_path / "again").is_dir()
     strips = datas["mid"].X_test[:, None] / 255.0
     assert np.mean(model.predict(strips) == pred) >= 1 - 1.5 / len(pred)
+    return run, out, cfg, datas, est
+
+
+def test_launch_equals_in_process(tmp_path, launch):
+    """Coordinator (driver) + 3 party processes over gRPC with mutual TLS and PSI == APFed.fit."""
+    run, _, cfg, datas, est = _launch_and_compare(tmp_path, launch)
+    res = json.loads((run / "coordinator" / "results.json").read_text())
 
     # only h_A and grad_h_A crossed between parties, only the PSI arrays with the coordinator
     log = json.loads((run / "coordinator" / "message_log.json").read_text())
@@ -239,3 +249,40 @@ def test_launch_equals_in_process(tmp_path, launch):
     # and so does the estimator on the same data and params (its clients named by strip)
     assert seen == footprint(est.transport_.log.exchanges(), est.transport_.roles)
     assert_tight(est.transport_.policy, seen)
+
+
+def test_launch_with_one_direct_and_one_relayed_link_equals_in_process(tmp_path, launch):
+    """``top`` declares an endpoint (``[federation.listen]``): the active party dials it and
+    they exchange ``h_A`` and ``grad_h_A`` directly; ``bot`` declares none and stays behind
+    the hub's relay. Same losses, models and accuracy as APFed.fit, and, over all
+    processes' logs, the same footprint as the in-process run of the config."""
+    extra = f'[federation.listen]\ntop = "127.0.0.1:{free_port()}"\n'
+    run, out, cfg, datas, est = _launch_and_compare(tmp_path, launch, extra)
+    assert cfg.federation.listen == {"top": extra.split('"')[1]}
+    assert "[top] listening for direct links" in out
+    names = (cfg.federation.coordinator, *PARTIES)
+    logs = {p: json.loads((run / p / "message_log.json").read_text()) for p in names}
+    relayed = logs["coordinator"]["crossings"]  # what the hub saw
+    assert "mid -> top" not in relayed and "top -> mid" not in relayed
+    assert relayed["mid -> bot"] == ["h_A"] and relayed["bot -> mid"] == ["grad_h_A"]
+    for p in PARTIES:  # the PSI still goes through the hub
+        assert relayed[f"{p} -> coordinator"] == ["psi_sealed", "psi_set"]
+    for side in ("mid", "top"):  # both ends of the direct link logged it alike
+        assert logs[side]["crossings"]["mid -> top"] == ["h_A"]
+        assert logs[side]["crossings"]["top -> mid"] == ["grad_h_A"]
+    direct = logs["mid"]["links"]
+    assert [(x["peer"], x["dialed"]) for x in direct["direct"]] == [("top", True)]
+    assert direct["relayed"] == {} and direct["direct"][0]["bytes_in"] > 0
+    assert [(x["peer"], x["dialed"]) for x in logs["top"]["links"]["direct"]] == [("mid", False)]
+    assert logs["bot"]["links"]["direct"] == []
+
+    # one footprint: all processes' logs together == the in-process run == the estimator
+    roles = {**cfg.roles(), "coordinator": "coordinator"}
+    seen = set()
+    for log in logs.values():
+        seen |= footprint(log["exchanges"], roles)
+    fed = build_in_process(cfg, datas)
+    fed()
+    assert seen == footprint(fed.transport.log.exchanges(), roles)
+    assert_tight(fed.transport.policy, seen)
+    assert seen == footprint(est.transport_.log.exchanges(), est.transport_.roles)

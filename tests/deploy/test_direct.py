@@ -310,3 +310,52 @@ def test_a_message_in_parts_is_framed_with_one_copy_and_reassembled() -> None:
     back = Message.decode(data)
     np.testing.assert_array_equal(back.arrays["x"], msg.arrays["x"])
     assert back.arrays["e"].shape == (0,) and back.meta == {"k": 1}
+
+
+def test_direct_timeout_is_a_config_key_that_reaches_the_transport(monkeypatch, tmp_path) -> None:
+    """``federation.direct_timeout``: checked when the config loads, then the party's
+    transport dials a peer's endpoint with it (each of its two attempts)."""
+    from fedviews.deploy import _session, load_deploy_config
+
+    base = {"algorithm": "multivfl", "federation": {"parties": ["a", "lo"], "label_owners": ["lo"]}}
+    assert load_deploy_config(base).federation.direct_timeout == 5.0  # GrpcOptions' default
+    for bad in ("0", "-1.5", "inf", "nan", "true", "'5s'"):
+        with pytest.raises(ConfigError, match="federation.direct_timeout"):
+            load_deploy_config(base, [f"federation.direct_timeout={bad}"])
+    endpoint = f"127.0.0.1:{free_port()}"
+    cfg = load_deploy_config(
+        base, ["federation.direct_timeout=0.75", f"federation.listen.a='{endpoint}'"]
+    )
+    assert _session.options_of(cfg).direct_timeout == 0.75
+
+    class Built(Exception):
+        pass
+
+    built: list[GrpcPartyTransport] = []
+
+    def transport(*args: object, **kw: object) -> GrpcPartyTransport:
+        built.append(GrpcPartyTransport(*args, **kw))  # type: ignore[arg-type]
+        raise Built  # before it dials the coordinator
+
+    monkeypatch.setattr(_session, "GrpcPartyTransport", transport)
+    monkeypatch.setattr(_session, "DeployParty", lambda *a, **k: None)  # no data needed
+    with pytest.raises(Built):
+        _session.run_party(cfg, "lo", None, "127.0.0.1:1", tmp_path, tls=None)  # type: ignore[arg-type]
+    (t,) = built
+    assert t.options.direct_timeout == 0.75 and t.direct == {"a": endpoint}
+
+    class Unavailable(grpc.RpcError):
+        def code(self) -> grpc.StatusCode:
+            return grpc.StatusCode.UNAVAILABLE
+
+    timeouts: list[float] = []
+
+    def dial(address: str, peer: str, method: str, hello: object, timeout: float) -> None:
+        assert (address, peer) == (endpoint, "a")
+        timeouts.append(timeout)
+        raise Unavailable
+
+    monkeypatch.setattr(t, "_dial", dial)
+    with pytest.raises(Unavailable):
+        t._dial_peer("a", endpoint)
+    assert timeouts == [0.75, 0.75]

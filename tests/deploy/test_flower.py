@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import threading
 import uuid
 from collections.abc import Iterable
@@ -358,3 +359,37 @@ def test_flower_cli_writes_the_app_and_refuses_unknown_engines(tmp_path):
         app, ["flower", "launch", str(config), "--out", str(tmp_path / "r")] + ["--engine", "ray"]
     )
     assert bad.exit_code == 2 and "--engine must be" in bad.output
+
+
+def test_direct_links_are_refused_on_flower(deployment, tmp_path):
+    """``[federation.listen]`` cannot apply to Flower (every message goes through its
+    SuperLink): the ServerApp, ``flower launch`` and ``flower app`` refuse it before
+    anything starts, saying why and what to do; the CLI in one line, exit status 2."""
+    from typer.testing import CliRunner
+
+    from fedviews.cli import app
+
+    path, data = deployment
+    config = tmp_path / "listen.toml"
+    config.write_text(path.read_text() + '[federation.listen]\nfou = "127.0.0.1:7101"\n')
+    cfg = load_deploy_config(config)
+    why = r"federation.listen .* for fou, .*SuperLink.*remove the federation.listen table.*gRPC"
+    with pytest.raises(ConfigError, match=why):
+        _flower.check_flower_config(cfg)
+    _flower.check_flower_config(load_deploy_config(path))  # without it: fine
+    with pytest.raises(ConfigError, match=why):  # before a process or a folder is made
+        launch_flower(config, tmp_path / "run", engine="simulation", data_dir=data)
+    assert not (tmp_path / "run").exists()
+    with pytest.raises(ConfigError, match=why):  # the ServerApp, before it waits for nodes
+        _flower.run_flower_coordinator(cfg, None, tmp_path / "coord")  # type: ignore[arg-type]
+    assert not (tmp_path / "coord").exists()
+    runner = CliRunner()
+    for args in (
+        ["flower", "launch", str(config), "--out", str(tmp_path / "r")],
+        ["flower", "app", str(tmp_path / "fa"), "--config", str(config)],
+    ):
+        res = runner.invoke(app, args)
+        assert res.exit_code == 2, res.output
+        lines = [line for line in res.output.splitlines() if line.strip()]
+        assert len(lines) == 1 and re.match("error: ConfigError: " + why, lines[0])
+    assert not (tmp_path / "r").exists() and not (tmp_path / "fa").exists()

@@ -240,8 +240,11 @@ def register(app: typer.Typer) -> None:
         ] = None,
     ) -> None:
         """Write the Flower app project that `flwr run DIRECTORY` submits to a SuperLink."""
+        from fedviews.deploy._config import load_deploy_config
+        from fedviews.deploy._flower import check_flower_config
         from fedviews.deploy._flower_launch import write_flower_app
 
+        check_flower_config(load_deploy_config(config))
         where = write_flower_app(
             directory,
             deploy_config=config.resolve(),

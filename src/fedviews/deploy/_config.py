@@ -18,6 +18,7 @@ A deployment TOML file (``configs/deploy_*.toml``)::
     end_to_end = true       # with TLS, seal party-to-party payloads: the hub relays them
                             # but cannot read or alter them (every process must agree)
     checkpoint_every = 1    # rounds between checkpoints (continue: --resume RUN_DIR)
+    direct_timeout = 5.0    # seconds per attempt (two) to dial a [federation.listen] peer
 
     [federation.listen]     # optional: parties that accept direct links from their peers
     fou = "10.0.0.7:7101"   # HOST:PORT the peers dial (fou binds it, or `party --listen`);
@@ -39,6 +40,7 @@ A deployment TOML file (``configs/deploy_*.toml``)::
 from __future__ import annotations
 
 import ipaddress
+import math
 import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -77,6 +79,9 @@ class FederationSpec(Roster):
     max_message_mb: float = 1024.0  # the largest message a process reassembles
     max_incomplete: int = 64  # messages a peer may have half-sent at once
     hello_timeout: float = 10.0  # seconds a new connection may take to say hello
+    direct_timeout: float = 5.0
+    """Seconds one attempt to open a direct link to a peer's ``federation.listen`` endpoint
+    may take (two attempts; then that peer's messages go through the hub for the run)."""
     end_to_end: bool = True  # seal party-to-party payloads so the hub cannot read them (TLS)
     alignment: str = "psi"  # or "none": every party holds the same IDs (rows sorted by ID)
     checkpoint_every: int = 1  # every process checkpoints its state every this many rounds
@@ -116,6 +121,11 @@ class FederationSpec(Roster):
             raise ConfigError("federation.request_timeout must be > 0 (seconds)")
         if not self.hello_timeout > 0:
             raise ConfigError("federation.hello_timeout must be > 0 (seconds)")
+        if not 0 < self.direct_timeout < math.inf:
+            raise ConfigError(
+                f"federation.direct_timeout = {self.direct_timeout!r}: it must be a positive "
+                "number of seconds (one attempt to dial a peer's direct-link endpoint)"
+            )
         if not self.max_message_mb > 0 or self.max_incomplete < 1:
             raise ConfigError("need federation.max_message_mb > 0 and max_incomplete >= 1")
         if self.alignment not in ("psi", "none"):

@@ -95,7 +95,7 @@ from fedviews.deploy._session import (  # noqa: E402
 )
 from fedviews.federation import Algorithm, get_algorithm_spec  # noqa: E402
 
-__all__ = ["client_app", "run_flower_coordinator", "server_app"]
+__all__ = ["check_flower_config", "client_app", "run_flower_coordinator", "server_app"]
 
 log = logging.getLogger("fedviews.flower")
 
@@ -124,8 +124,8 @@ def run_flower_coordinator(
     say = _print_to(cfg.federation.coordinator, echo)
     app = get_algorithm_spec(cfg.algorithm)
     opts = options or FlowerOptions(join_timeout=cfg.federation.connect_timeout)
+    check_flower_config(cfg)
     out_dir.mkdir(parents=True, exist_ok=True)
-    _check_coarse_rounds(cfg, app)
     transport = FlowerGridTransport(session_policy(cfg), cfg.roles(), grid, options=opts)
     coord = DeployCoordinator(cfg, say, out_dir, resume)
     transport.register(coord)
@@ -171,6 +171,21 @@ def run_flower_coordinator(
         write_coordinator_outputs(out_dir, coord, result, unavailable, transport.log)
         say(f"{status}; results in {out_dir}")
     return result
+
+
+def check_flower_config(cfg: DeployConfig) -> None:
+    """Refuse, before anything starts, what a Flower deployment cannot do: per-batch split
+    learning, and direct links (``[federation.listen]``): Flower routes every message
+    through its SuperLink, a ClientApp only answers the ServerApp."""
+    _check_coarse_rounds(cfg, get_algorithm_spec(cfg.algorithm))
+    if cfg.federation.listen:
+        raise ConfigError(
+            "federation.listen declares direct-link endpoints for "
+            f"{', '.join(sorted(cfg.federation.listen))}, but Flower routes every message "
+            "through its SuperLink (a ClientApp only answers the ServerApp), so there are no "
+            "direct links: remove the federation.listen table to run this config on Flower, "
+            "or deploy it with " + _GRPC_HINT + " to use direct links"
+        )
 
 
 def _check_coarse_rounds(cfg: DeployConfig, app: Algorithm) -> None:

@@ -23,6 +23,7 @@ from typing import Any
 
 from fedviews.deploy._config import load_deploy_config
 from fedviews.deploy._data import SUFFIXES, write_demo_data
+from fedviews.deploy._flower import check_flower_config
 from fedviews.deploy._launch import free_port
 from fedviews.deploy._session import Printer
 from fedviews.errors import ConfigError, MissingDependency, ProtocolError, require
@@ -160,6 +161,7 @@ def launch_flower(
     config = Path(config).absolute()
     run_dir = Path(run_dir).absolute()
     cfg = load_deploy_config(config)
+    check_flower_config(cfg)
     say = echo or print
     run_dir.mkdir(parents=True, exist_ok=True)
     if data_dir is None:

@@ -103,6 +103,7 @@ def options_of(cfg: DeployConfig) -> GrpcOptions:
         max_incomplete=f.max_incomplete,
         hello_timeout=f.hello_timeout,
         end_to_end=f.end_to_end,
+        direct_timeout=f.direct_timeout,
     )
 
 
@@ -299,6 +300,11 @@ class DeployCoordinator(Coordinator):
         fed = self.cfg.federation
         groups = self.app.groups(self.cfg)
         if fed.alignment == "psi":
+            # One group after another, on purpose. Groups that share a party (data owners are in
+            # every Multi-VFL group) gain nothing together: a deployed party handles its messages
+            # one at a time, each blinding already on all its cores. Disjoint groups (H-FedMV's
+            # per client) were no faster concurrently on 2 shared cores, 3-5 % slower when idle
+            # (benchmarks/bench_psi.py --groups; docs/threat-model.md).
             for g in groups:
                 t0 = time.perf_counter()
                 n = run_psi(self, g.parties, group=g.name)

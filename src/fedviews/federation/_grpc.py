@@ -126,7 +126,8 @@ class GrpcOptions:
         join, or at the first party-to-party message, with a clear error).
     direct_timeout : float
         Seconds one attempt to open a direct link to a peer's declared endpoint may
-        take (two attempts; then its messages go through the hub).
+        take (two attempts; then its messages go through the hub). The deployment
+        config's ``federation.direct_timeout``.
     """
 
     timeout: float = 20.0
