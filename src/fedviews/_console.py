@@ -11,6 +11,7 @@ from typing import Any, TypeVar, cast
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 
 from fedviews.errors import FedViewsError
 
@@ -33,9 +34,12 @@ def friendly(fn: F) -> F:
         except FedViewsError as exc:
             if DEBUG["on"]:
                 raise
-            # soft wrap: a path or a command in the message stays on one line (copy-paste)
+            # soft wrap: a path or a command in the message stays on one line (copy-paste);
+            # escaped: "[federation.listen]" in a message is text, not rich markup
             err_console.print(
-                f"[bold red]error:[/] {type(exc).__name__}: {exc}", highlight=False, soft_wrap=True
+                f"[bold red]error:[/] {type(exc).__name__}: {escape(str(exc))}",
+                highlight=False,
+                soft_wrap=True,
             )
             raise typer.Exit(2) from None
         except KeyboardInterrupt:
