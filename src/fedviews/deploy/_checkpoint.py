@@ -34,8 +34,6 @@ import numpy as np
 from fedviews.data import read_npz
 from fedviews.errors import ConfigError, DataError
 
-__all__ = ["Checkpoints", "fingerprint"]
-
 _NAME = re.compile(r"round-(\d+)\.npz")
 _FINGERPRINT = "checkpoint_fingerprint"
 

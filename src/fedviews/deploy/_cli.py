@@ -11,8 +11,6 @@ import typer
 if TYPE_CHECKING:
     from fedviews.federation import TLSFiles
 
-__all__ = ["register"]
-
 _Overrides = Annotated[
     list[str] | None, typer.Argument(help="key=value overrides, e.g. params.max_iter=5")
 ]

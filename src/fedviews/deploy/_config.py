@@ -41,7 +41,6 @@ from __future__ import annotations
 
 import ipaddress
 import math
-import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -53,16 +52,10 @@ from fedviews._tables import (
     import_modules,
     merge_tables,
     parse_overrides,
+    read_toml,
 )
 from fedviews.errors import ConfigError
 from fedviews.federation import Defense, Roster, RunSpec, check_name, get_algorithm_spec
-
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover
-    import tomli as tomllib
-
-__all__ = ["DeployConfig", "FederationSpec", "SplitSpec", "load_deploy_config"]
 
 
 @dataclass(frozen=True)
@@ -234,13 +227,7 @@ def load_deploy_config(
     if isinstance(source, Mapping):
         raw = dict(source)
     else:
-        path = Path(source)
-        if not path.is_file():
-            raise ConfigError(f"config file {str(path)!r} does not exist")
-        try:
-            raw = tomllib.loads(path.read_text())
-        except tomllib.TOMLDecodeError as exc:
-            raise ConfigError(f"{path}: invalid TOML: {exc}") from None
+        raw = read_toml(Path(source))
     raw = merge_tables(raw, parse_overrides(overrides))
     unknown = set(raw) - set(_TOP_KEYS)
     if unknown:

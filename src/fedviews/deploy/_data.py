@@ -31,15 +31,6 @@ import numpy as np
 from fedviews.data import PartyData, deal_views, read_npz
 from fedviews.errors import DataError, require
 
-__all__ = [
-    "PartyData",
-    "load_party_data",
-    "save_all",
-    "save_party_data",
-    "split_dataset",
-    "write_demo_data",
-]
-
 #: the data file types a party can hold (``.parquet`` needs the ``parquet`` extra)
 SUFFIXES = ("npz", "csv", "parquet")
 _TYPES = ", ".join("." + s for s in SUFFIXES)

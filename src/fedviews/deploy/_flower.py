@@ -95,8 +95,6 @@ from fedviews.deploy._session import (  # noqa: E402
 )
 from fedviews.federation import Algorithm, get_algorithm_spec  # noqa: E402
 
-__all__ = ["check_flower_config", "client_app", "run_flower_coordinator", "server_app"]
-
 log = logging.getLogger("fedviews.flower")
 
 # -- ServerApp ----------------------------------------------------------------

@@ -30,8 +30,6 @@ from fedviews.errors import ConfigError, MissingDependency, ProtocolError, requi
 
 require("flwr", "flower")
 
-__all__ = ["launch_flower", "write_flower_app"]
-
 _PYPROJECT = """\
 # A Flower app whose ServerApp and ClientApp are fedviews' deployed session.
 # fedviews (with the flower extra) must be installed where the SuperLink and the

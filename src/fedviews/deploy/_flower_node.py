@@ -39,8 +39,6 @@ from fedviews.deploy._flower_transport import FlowerNodeTransport  # noqa: E402
 from fedviews.deploy._session import DeployParty, _print_to, session_policy  # noqa: E402
 from fedviews.federation import LogEntry, Message, get_algorithm_spec  # noqa: E402
 
-__all__ = ["forget", "node_for", "node_settings", "printer", "run_config_path", "run_dir"]
-
 _STATE, _STATE_PSI, _STATE_ALGO = "fedviews", "fedviews.psi", "fedviews.algo"
 
 

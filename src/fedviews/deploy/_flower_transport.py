@@ -45,8 +45,6 @@ from fedviews.federation import (  # noqa: E402  # noqa: E402
     raise_remote,
 )
 
-__all__ = ["FlowerGridTransport", "FlowerNodeTransport", "FlowerOptions", "pack", "unpack"]
-
 STYPE = "fedviews.message.v1"  # serialisation type of the Array that carries a Message
 ACTION = "fedviews"  # Flower message type "query.fedviews": one fedviews Message
 HELLO = "fedviews_hello"  # "query.fedviews_hello": which party is this node?

@@ -20,8 +20,6 @@ from fedviews.deploy._data import SUFFIXES, write_demo_data
 from fedviews.errors import PartyUnavailable, ProtocolError
 from fedviews.federation import init_ca, issue_certificate
 
-__all__ = ["THREAD_VARS", "free_port", "launch", "make_certs", "process_env", "resume_launch"]
-
 LAUNCH_INFO = "launch.json"
 LAUNCH_CONFIG = "config.toml"
 

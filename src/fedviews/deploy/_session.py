@@ -55,8 +55,6 @@ from fedviews.federation import (
 from fedviews.privacy import PSIParty, run_psi
 from fedviews.report import to_jsonable, write_report
 
-__all__ = ["DeployCoordinator", "DeployParty", "run_coordinator", "run_party"]
-
 #: the kinds of the session; only the coordinator sends them
 SESSION_KINDS = (
     "deploy:setup",

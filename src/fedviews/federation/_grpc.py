@@ -74,8 +74,6 @@ from fedviews.federation._transport import Transport
 if TYPE_CHECKING:
     from fedviews.federation._certs import TLSFiles
 
-__all__ = ["GrpcHub", "GrpcOptions", "GrpcPartyTransport"]
-
 log = logging.getLogger("fedviews.grpc")
 
 _METHOD = "/fedviews.Hub/Connect"

@@ -113,17 +113,6 @@ from fedviews.data import register_intersection
 from fedviews.errors import DataError, PrivacyError, ProtocolError, require
 from fedviews.federation import Coordinator, Message, Party, PrivacyPolicy, federate, handles
 
-__all__ = [
-    "PSI_POLICY",
-    "PSIParty",
-    "blind_ids",
-    "hash_ids",
-    "new_key",
-    "psi_intersect",
-    "reblind",
-    "run_psi",
-]
-
 PSI_POLICY = PrivacyPolicy.of(
     "psi",
     {
