@@ -62,7 +62,7 @@ def one_thread() -> Iterator[None]:
 
 
 def _config(variant: str = "C", n_per_class: int = 16) -> dict:
-    from fedviews.deploy._config import tomllib  # tomli before Python 3.11
+    from fedviews._tables import tomllib  # tomli before Python 3.11
 
     return tomllib.loads(CONFIG.format(variant=variant, n_per_class=n_per_class))
 
