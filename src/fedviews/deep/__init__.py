@@ -18,7 +18,7 @@ if TYPE_CHECKING:
     from fedviews.deep._gru import sequence_logits
     from fedviews.deep._multivfl_spec import MultiVFLParams
     from fedviews.deep._serveropt import make_server_optimizer
-    from fedviews.deep._sfedmv_spec import SFedMVParams, deal_subjects, evenly_spaced, time_split
+    from fedviews.deep._sfedmv_spec import SFedMVParams, deal_subjects, evenly_spaced, holdout_mask
     from fedviews.deep._tvfl import TVFL
     from fedviews.deep.apfed import APFed, SingleVL
     from fedviews.deep.multivfl import MultiVFL
@@ -39,7 +39,7 @@ _WHERE = {
     "SFedMVParams": "fedviews.deep._sfedmv_spec",
     "deal_subjects": "fedviews.deep._sfedmv_spec",
     "evenly_spaced": "fedviews.deep._sfedmv_spec",
-    "time_split": "fedviews.deep._sfedmv_spec",
+    "holdout_mask": "fedviews.deep._sfedmv_spec",
     "load_active_model": "fedviews.deep._export",
     "predict_exported": "fedviews.deep._export",
     "require_torch": "fedviews.deep._common",
@@ -50,7 +50,7 @@ _WHERE = {
 #: names that load without torch (hyper-parameters read by deployment configs, data splits)
 _NO_TORCH = frozenset(
     {"MultiVFLParams", "APFedParams", "SFedMVParams", "make_server_optimizer", "parse_setting"}
-    | {"deal_subjects", "evenly_spaced", "time_split"}
+    | {"deal_subjects", "evenly_spaced", "holdout_mask"}
 )
 
 __all__ = [
@@ -65,6 +65,7 @@ __all__ = [
     "deal_subjects",
     "evenly_spaced",
     "export_apfed_model",
+    "holdout_mask",
     "load_active_model",
     "make_server_optimizer",
     "parse_setting",
@@ -73,7 +74,6 @@ __all__ = [
     "resolve_device",
     "seed_everything",
     "sequence_logits",
-    "time_split",
 ]
 
 

@@ -423,16 +423,29 @@ def deal_subjects(ds: Any, n_clients: int, error: str) -> Any:
     return replace(ds, client_ids=np.array([group[s] for s in np.asarray(ds.client_ids).tolist()]))
 
 
-def time_split(groups: Any, test_fraction: float) -> np.ndarray:
-    """The test mask of the ``"time"`` split: the last ``test_fraction`` (rounded up) of the
-    windows of every recording (``groups``: the recording of each window, in time order)."""
-    groups = np.asarray(groups)
-    test = np.zeros(len(groups), dtype=bool)
-    for g in np.unique(groups):
-        idx = np.flatnonzero(groups == g)
-        k = int(np.ceil(test_fraction * len(idx)))
-        if len(idx) > k:  # a recording with one window stays in training
-            test[idx[-k:]] = True
+def holdout_mask(ds: Any, split: str, test_fraction: float, seed: int | None = None) -> np.ndarray:
+    """The test samples of the sequences ``ds`` (``groups``: each window's recording, in time
+    order). ``split="time"``: the last ``test_fraction`` (rounded up) of every recording's
+    windows; ``"recording"``: ``test_fraction`` of the recordings of every (client, class)
+    cell, at least one and never all, drawn with ``seed``."""
+    test = np.zeros(ds.n_samples, dtype=bool)
+    groups = np.asarray(ds.groups)
+    if split == "time":
+        for g in np.unique(groups):
+            idx = np.flatnonzero(groups == g)
+            k = int(np.ceil(test_fraction * len(idx)))
+            if len(idx) > k:  # a recording with one window stays in training
+                test[idx[-k:]] = True
+        return test
+    rng = np.random.default_rng(seed)
+    first = {g: i for i, g in reversed(list(enumerate(groups.tolist())))}
+    for c in np.unique(ds.client_ids):
+        for y in np.unique(ds.y):
+            recs = sorted({g for g, i in first.items() if ds.client_ids[i] == c and ds.y[i] == y})
+            if len(recs) < 2:
+                continue
+            k = max(1, round(test_fraction * len(recs)))
+            test |= np.isin(groups, rng.choice(recs, size=min(k, len(recs) - 1), replace=False))
     return test
 
 
@@ -461,7 +474,7 @@ def watch_clients(cfg: Any) -> dict[str, PartyData]:
     ds = deal_subjects(
         ds, len(fed.parties), "{n_clients} clients but the watch data has {n_subjects} subjects"
     )
-    test = time_split(ds.groups, TEST_FRACTION)
+    test = holdout_mask(ds, "time", TEST_FRACTION)
     X = np.concatenate([np.stack(v) for v in ds.views], axis=2).astype(np.float32)
     dims = tuple(int(c) for c in ds.n_channels)
     y = np.asarray(ds.y, dtype=np.int64)

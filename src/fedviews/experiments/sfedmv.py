@@ -32,7 +32,7 @@ from typing import Any
 
 import numpy as np
 
-from fedviews.deep import SFedMVParams, deal_subjects, evenly_spaced, time_split
+from fedviews.deep import SFedMVParams, deal_subjects, evenly_spaced, holdout_mask
 from fedviews.errors import ConfigError
 from fedviews.experiments._config import ExperimentConfig, check_choice
 from fedviews.experiments._metrics import classification_metrics, metric_tables, summarize
@@ -92,23 +92,6 @@ class SFedMVExperimentParams(SFedMVParams):
             raise ConfigError("params.max_per_client must be >= 0 (0 = all)")
 
 
-def _test_mask(ds: Any, p: SFedMVExperimentParams, seed: int) -> np.ndarray:
-    if p.split == "time":
-        return time_split(ds.groups, p.test_fraction)
-    test = np.zeros(ds.n_samples, dtype=bool)
-    groups = np.asarray(ds.groups)
-    rng = np.random.default_rng(seed)
-    first = {g: i for i, g in reversed(list(enumerate(groups.tolist())))}
-    for c in np.unique(ds.client_ids):
-        for y in np.unique(ds.y):
-            recs = sorted({g for g, i in first.items() if ds.client_ids[i] == c and ds.y[i] == y})
-            if len(recs) < 2:
-                continue
-            k = max(1, round(p.test_fraction * len(recs)))
-            test |= np.isin(groups, rng.choice(recs, size=min(k, len(recs) - 1), replace=False))
-    return test
-
-
 @register_experiment(
     "sfedmv",
     SFedMVExperimentParams,
@@ -146,7 +129,7 @@ def run_sfedmv(cfg: ExperimentConfig, ctx: RunContext) -> ExperimentResult:
         with ctx.progress(work, "repeats x (extractors + fusions)") as advance:
             for r in range(p.n_repeats):
                 seed = cfg.seed + r
-                test = _test_mask(ds, p, seed)
+                test = holdout_mask(ds, p.split, p.test_fraction, seed)
                 # at most max_per_client training windows per client, evenly spaced, so that
                 # every recording and class keeps some
                 clients = [np.flatnonzero(~test & (ds.client_ids == c)) for c in range(p.n_clients)]
