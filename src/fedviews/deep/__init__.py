@@ -18,7 +18,7 @@ if TYPE_CHECKING:
     from fedviews.deep._gru import sequence_logits
     from fedviews.deep._multivfl_spec import MultiVFLParams
     from fedviews.deep._serveropt import make_server_optimizer
-    from fedviews.deep._sfedmv_spec import SFedMVParams
+    from fedviews.deep._sfedmv_spec import SFedMVParams, deal_subjects, evenly_spaced, holdout_mask
     from fedviews.deep._tvfl import TVFL
     from fedviews.deep.apfed import APFed, SingleVL
     from fedviews.deep.multivfl import MultiVFL
@@ -37,6 +37,9 @@ _WHERE = {
     "parse_setting": "fedviews.deep._apfed_nets",
     "sequence_logits": "fedviews.deep._gru",
     "SFedMVParams": "fedviews.deep._sfedmv_spec",
+    "deal_subjects": "fedviews.deep._sfedmv_spec",
+    "evenly_spaced": "fedviews.deep._sfedmv_spec",
+    "holdout_mask": "fedviews.deep._sfedmv_spec",
     "load_active_model": "fedviews.deep._export",
     "predict_exported": "fedviews.deep._export",
     "require_torch": "fedviews.deep._common",
@@ -44,9 +47,10 @@ _WHERE = {
     "seed_everything": "fedviews.deep._common",
 }
 
-#: names that load without torch (hyper-parameters read by deployment configs)
+#: names that load without torch (hyper-parameters read by deployment configs, data splits)
 _NO_TORCH = frozenset(
     {"MultiVFLParams", "APFedParams", "SFedMVParams", "make_server_optimizer", "parse_setting"}
+    | {"deal_subjects", "evenly_spaced", "holdout_mask"}
 )
 
 __all__ = [
@@ -58,7 +62,10 @@ __all__ = [
     "SFedMVParams",
     "SingleVL",
     "TVFL",
+    "deal_subjects",
+    "evenly_spaced",
     "export_apfed_model",
+    "holdout_mask",
     "load_active_model",
     "make_server_optimizer",
     "parse_setting",

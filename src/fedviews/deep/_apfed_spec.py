@@ -63,6 +63,7 @@ from fedviews.deep._common import (
     history_records,
     history_summary,
     last_epoch_seen,
+    progress_tail,
 )
 from fedviews.errors import ConfigError, DataError, ProtocolError
 from fedviews.federation import (
@@ -253,7 +254,8 @@ def sgd_settings(p: Any, device: Any) -> dict[str, Any]:
 
 
 def party_seeds(seed: int | None, n: int) -> list[int]:
-    """Initialisation seeds: ``[0]`` the active party, ``[1 + j]`` the ``j``-th passive party."""
+    """One initialisation seed per stream of ``spawn_streams(seed, n)`` (APFed: ``[0]`` the
+    active party, ``[1 + j]`` the ``j``-th passive party; split NN: ``parties[j]``'s)."""
     return [int(s.generate_state(1)[0]) for s in spawn_streams(seed, n)]
 
 
@@ -348,13 +350,10 @@ class EpochDriver(Coordinator):
 
     def progress(self) -> list[str]:
         """One line per finished epoch."""
-        lines = []
-        for rec in list(self.history):
-            acc = f", test accuracy {rec['accuracy']:.4f}" if "accuracy" in rec else ""
-            lines.append(
-                f"epoch {int(rec['epoch'])}: loss {rec['loss']:.4f}{acc} ({rec['seconds']:.1f} s)"
-            )
-        return lines
+        return [
+            f"epoch {int(rec['epoch'])}: loss {rec['loss']:.4f}{progress_tail(rec)}"
+            for rec in list(self.history)
+        ]
 
     def summary(self) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
         """``(metrics, arrays)``: the per-epoch records and the final accuracy."""

@@ -219,6 +219,12 @@ def history_summary(records: Sequence[Mapping[str, float]], done: str) -> dict[s
     return metrics
 
 
+def progress_tail(rec: Mapping[str, float]) -> str:
+    """A round's progress line ends with the test accuracy, where it has one, and its seconds."""
+    acc = f", test accuracy {rec['accuracy']:.4f}" if "accuracy" in rec else ""
+    return f"{acc} ({rec['seconds']:.1f} s)"
+
+
 def batches(
     n: int, batch_size: int, rng: np.random.Generator | None, *, drop_last: bool = False
 ) -> Iterator[np.ndarray]:

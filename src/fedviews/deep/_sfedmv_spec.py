@@ -405,11 +405,48 @@ class SFedMVAlgorithm(HorizontalClients):
         return watch_clients(cfg)
 
 
-def _evenly(idx: np.ndarray, n: int) -> np.ndarray:
+def evenly_spaced(idx: np.ndarray, n: int) -> np.ndarray:
     """At most ``n`` of ``idx``, evenly spaced (0 = all)."""
     if not n or len(idx) <= n:
         return idx
     return idx[np.unique(np.linspace(0, len(idx) - 1, n).round().astype(int))]
+
+
+def deal_subjects(ds: Any, n_clients: int, error: str) -> Any:
+    """The sequences ``ds`` with their subjects dealt in sorted order into clients
+    ``0..n_clients-1`` (``error``, formatted with ``n_clients`` and ``n_subjects``: the
+    :class:`ConfigError` when there are fewer subjects than clients)."""
+    subjects = ds.clients()
+    if n_clients > len(subjects):
+        raise ConfigError(error.format(n_clients=n_clients, n_subjects=len(subjects)))
+    group = {s: i * n_clients // len(subjects) for i, s in enumerate(subjects)}
+    return replace(ds, client_ids=np.array([group[s] for s in np.asarray(ds.client_ids).tolist()]))
+
+
+def holdout_mask(ds: Any, split: str, test_fraction: float, seed: int | None = None) -> np.ndarray:
+    """The test samples of the sequences ``ds`` (``groups``: each window's recording, in time
+    order). ``split="time"``: the last ``test_fraction`` (rounded up) of every recording's
+    windows; ``"recording"``: ``test_fraction`` of the recordings of every (client, class)
+    cell, at least one and never all, drawn with ``seed``."""
+    test = np.zeros(ds.n_samples, dtype=bool)
+    groups = np.asarray(ds.groups)
+    if split == "time":
+        for g in np.unique(groups):
+            idx = np.flatnonzero(groups == g)
+            k = int(np.ceil(test_fraction * len(idx)))
+            if len(idx) > k:  # a recording with one window stays in training
+                test[idx[-k:]] = True
+        return test
+    rng = np.random.default_rng(seed)
+    first = {g: i for i, g in reversed(list(enumerate(groups.tolist())))}
+    for c in np.unique(ds.client_ids):
+        for y in np.unique(ds.y):
+            recs = sorted({g for g, i in first.items() if ds.client_ids[i] == c and ds.y[i] == y})
+            if len(recs) < 2:
+                continue
+            k = max(1, round(test_fraction * len(recs)))
+            test |= np.isin(groups, rng.choice(recs, size=min(k, len(recs) - 1), replace=False))
+    return test
 
 
 def watch_clients(cfg: Any) -> dict[str, PartyData]:
@@ -434,33 +471,24 @@ def watch_clients(cfg: Any) -> dict[str, PartyData]:
     ds = load_sequences(
         "watch", views=list(spec.views) or None, random_state=cfg.seed, **WATCH_WINDOWS
     )
-    subjects = ds.clients()
-    M = len(fed.parties)
-    if M > len(subjects):
-        raise ConfigError(f"{M} clients but the watch data has {len(subjects)} subjects")
-    group = {s: i * M // len(subjects) for i, s in enumerate(subjects)}
-    client = np.array([group[s] for s in np.asarray(ds.client_ids).tolist()])
-    recording = np.asarray(ds.groups)
-    test = np.zeros(ds.n_samples, dtype=bool)
-    for g in np.unique(recording):
-        idx = np.flatnonzero(recording == g)
-        k = int(np.ceil(TEST_FRACTION * len(idx)))
-        if len(idx) > k:  # a recording with one window stays in training
-            test[idx[-k:]] = True
+    ds = deal_subjects(
+        ds, len(fed.parties), "{n_clients} clients but the watch data has {n_subjects} subjects"
+    )
+    test = holdout_mask(ds, "time", TEST_FRACTION)
     X = np.concatenate([np.stack(v) for v in ds.views], axis=2).astype(np.float32)
     dims = tuple(int(c) for c in ds.n_channels)
     y = np.asarray(ds.y, dtype=np.int64)
     rng = np.random.default_rng(cfg.seed)
     files: dict[str, PartyData] = {}
     for m, name in enumerate(fed.parties):
-        mine = client == m
+        mine = ds.client_ids == m
         rows = np.concatenate(
             [
-                _evenly(np.flatnonzero(mine & ~test & (y == c)), spec.n_per_class)
+                evenly_spaced(np.flatnonzero(mine & ~test & (y == c)), spec.n_per_class)
                 for c in np.unique(y)
             ]
         )
-        trows = _evenly(np.flatnonzero(mine & test), spec.n_test)
+        trows = evenly_spaced(np.flatnonzero(mine & test), spec.n_test)
         if not len(rows):
             raise DataError(f"client {name!r} got no training windows")
         rows, trows = rows[rng.permutation(len(rows))], trows[rng.permutation(len(trows))]

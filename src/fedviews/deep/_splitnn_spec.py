@@ -29,6 +29,7 @@ from fedviews.deep._apfed_spec import (
     EpochDriver,
     _active,
     cut_images,
+    party_seeds,
     sgd_settings,
 )
 from fedviews.deep._common import check_positive_ints, last_epoch_seen
@@ -43,7 +44,6 @@ from fedviews.federation import (
     Roster,
     RunSpec,
     register_algorithm_spec,
-    spawn_streams,
 )
 
 if TYPE_CHECKING:
@@ -142,7 +142,7 @@ class SplitNNAlgorithm(ActivePassive):
 
         p: SplitNNParams = run.params
         parties = run.federation.parties
-        seed = int(spawn_streams(run.seed, len(parties))[parties.index(party)].generate_state(1)[0])
+        seed = party_seeds(run.seed, len(parties))[parties.index(party)]
         _, X, y = local.take("train")
         X_test = local.take("test")[1] if p.evaluate else None
         kw: dict[str, Any] = {"hidden": p.hidden, "n_classes": int(setup["n_classes"])}

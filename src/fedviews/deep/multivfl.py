@@ -66,6 +66,7 @@ from fedviews.deep._common import (
     load_module,
     module_arrays,
     prefixed,
+    progress_tail,
     resolve_device,
     state_arrays,
     to_numpy,
@@ -731,14 +732,10 @@ class Server(Coordinator):
 
     def progress(self) -> list[str]:
         """One line per finished round."""
-        lines = []
-        for rec in list(self.history):
-            acc = f", test accuracy {rec['accuracy']:.4f}" if "accuracy" in rec else ""
-            lines.append(
-                f"round {int(rec['round'])}: train loss {rec['train_loss']:.4f}{acc} "
-                f"({rec['seconds']:.1f} s)"
-            )
-        return lines
+        return [
+            f"round {int(rec['round'])}: train loss {rec['train_loss']:.4f}{progress_tail(rec)}"
+            for rec in list(self.history)
+        ]
 
     def summary(self) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
         """``(metrics, arrays)``: the history by column and the global top model."""

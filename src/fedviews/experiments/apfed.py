@@ -18,12 +18,12 @@ from typing import Any
 import numpy as np
 
 from fedviews.errors import ConfigError
-from fedviews.experiments._common import pyplot, save_figure
 from fedviews.experiments._config import ExperimentConfig, check_choice
 from fedviews.experiments._metrics import mean_std, paired_difference, pm
 from fedviews.experiments._paper import paper_tables
 from fedviews.experiments._registry import register_experiment
 from fedviews.experiments._runner import ExperimentResult, RunContext, Table
+from fedviews.report import pyplot, save_figure
 
 __all__ = ["APFedLambdaParams", "APFedTableParams", "METHODS"]
 

@@ -23,11 +23,11 @@ from typing import Any
 import numpy as np
 
 from fedviews.errors import ConfigError
-from fedviews.experiments._common import pyplot, save_figure
 from fedviews.experiments._config import ExperimentConfig
 from fedviews.experiments._registry import register_experiment
 from fedviews.experiments._runner import ExperimentResult, RunContext, Table
 from fedviews.experiments.privacy_audit import AuditParams, audit_once, deploy_config
+from fedviews.report import pyplot, save_figure
 
 __all__ = ["DefenseSweepParams"]
 

@@ -33,12 +33,13 @@ from typing import Any, ClassVar
 import numpy as np
 
 from fedviews.errors import ConfigError
-from fedviews.experiments._common import pyplot, save_figure, standardize
+from fedviews.experiments._common import standardize
 from fedviews.experiments._config import ExperimentConfig, check_choice
 from fedviews.experiments._metrics import METRICS, classification_metrics, metric_tables, pm
 from fedviews.experiments._metrics import summarize as _summarize
 from fedviews.experiments._registry import register_experiment
 from fedviews.experiments._runner import ExperimentResult, RunContext
+from fedviews.report import pyplot, save_figure
 
 __all__ = [
     "FedMVHorizontalParams",

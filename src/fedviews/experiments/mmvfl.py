@@ -28,12 +28,13 @@ from typing import Any
 import numpy as np
 
 from fedviews.errors import ConfigError
-from fedviews.experiments._common import pyplot, save_figure, standardize
+from fedviews.experiments._common import standardize
 from fedviews.experiments._config import ExperimentConfig, check_choice
 from fedviews.experiments._metrics import CLASSIFIERS, make_classifier
 from fedviews.experiments._paper import paper_tables
 from fedviews.experiments._registry import register_experiment
 from fedviews.experiments._runner import ExperimentResult, RunContext, Table
+from fedviews.report import pyplot, save_figure
 
 __all__ = ["MMVFLParams", "run_mmvfl_feature_selection"]
 

@@ -24,7 +24,6 @@ from typing import Any
 import numpy as np
 
 from fedviews.errors import ConfigError, DataError
-from fedviews.experiments._common import pyplot, save_figure
 from fedviews.experiments._config import ExperimentConfig
 from fedviews.experiments._registry import register_experiment
 from fedviews.experiments._runner import ExperimentResult, RunContext, Table
@@ -37,6 +36,7 @@ from fedviews.privacy.attacks import (
     audit,
     check_attacks,
 )
+from fedviews.report import pyplot, save_figure
 
 __all__ = [
     "AuditParams",

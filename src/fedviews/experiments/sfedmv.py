@@ -27,12 +27,12 @@ The two local baselines share one set of locally trained GRUs.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass, fields
 from typing import Any
 
 import numpy as np
 
-from fedviews.deep import SFedMVParams
+from fedviews.deep import SFedMVParams, deal_subjects, evenly_spaced, holdout_mask
 from fedviews.errors import ConfigError
 from fedviews.experiments._config import ExperimentConfig, check_choice
 from fedviews.experiments._metrics import classification_metrics, metric_tables, summarize
@@ -92,46 +92,6 @@ class SFedMVExperimentParams(SFedMVParams):
             raise ConfigError("params.max_per_client must be >= 0 (0 = all)")
 
 
-def _assign_clients(ds: Any, n_clients: int) -> Any:
-    subjects = ds.clients()
-    if n_clients > len(subjects):
-        raise ConfigError(f"params.n_clients={n_clients} but the data has {len(subjects)} subjects")
-    group = {s: i * n_clients // len(subjects) for i, s in enumerate(subjects)}
-    return replace(ds, client_ids=np.array([group[s] for s in ds.client_ids.tolist()]))
-
-
-def _test_mask(ds: Any, p: SFedMVExperimentParams, seed: int) -> np.ndarray:
-    test = np.zeros(ds.n_samples, dtype=bool)
-    groups = np.asarray(ds.groups)
-    if p.split == "time":
-        for g in np.unique(groups):
-            idx = np.flatnonzero(groups == g)
-            k = int(np.ceil(p.test_fraction * len(idx)))
-            if len(idx) > k:  # a recording with one window stays in training
-                test[idx[-k:]] = True
-        return test
-    rng = np.random.default_rng(seed)
-    first = {g: i for i, g in reversed(list(enumerate(groups.tolist())))}
-    for c in np.unique(ds.client_ids):
-        for y in np.unique(ds.y):
-            recs = sorted({g for g, i in first.items() if ds.client_ids[i] == c and ds.y[i] == y})
-            if len(recs) < 2:
-                continue
-            k = max(1, round(p.test_fraction * len(recs)))
-            test |= np.isin(groups, rng.choice(recs, size=min(k, len(recs) - 1), replace=False))
-    return test
-
-
-def _cap(clients: list[Any], n: int) -> list[Any]:
-    if n <= 0:
-        return clients
-    out = []
-    for views, y in clients:  # evenly spaced, so that every recording / class keeps some windows
-        idx = np.unique(np.linspace(0, len(y) - 1, min(n, len(y))).round().astype(int))
-        out.append(([[v[i] for i in idx] for v in views], y[idx]))
-    return out
-
-
 @register_experiment(
     "sfedmv",
     SFedMVExperimentParams,
@@ -152,7 +112,11 @@ def run_sfedmv(cfg: ExperimentConfig, ctx: RunContext) -> ExperimentResult:
     # the estimator's hyper-parameters are the algorithm's, less the deployment-only ones
     names = {f.name for f in fields(SFedMVParams)} & set(SFedMV().get_params())
     algo = {name: getattr(p, name) for name in names} | {"device": cfg.device}
-    ds = _assign_clients(load_sequences(cfg.data.name, **dict(cfg.data.options)), p.n_clients)
+    ds = deal_subjects(
+        load_sequences(cfg.data.name, **dict(cfg.data.options)),
+        p.n_clients,
+        "params.n_clients={n_clients} but the data has {n_subjects} subjects",
+    )
     K, R = ds.n_views, p.n_rounds
     modes = sorted({METHODS[m][1] for m in p.methods})
     scores: dict[str, list[dict[str, float]]] = {m: [] for m in p.methods}
@@ -165,10 +129,12 @@ def run_sfedmv(cfg: ExperimentConfig, ctx: RunContext) -> ExperimentResult:
         with ctx.progress(work, "repeats x (extractors + fusions)") as advance:
             for r in range(p.n_repeats):
                 seed = cfg.seed + r
-                test = _test_mask(ds, p, seed)
-                train_cl = _cap(
-                    ds.subset(~test).by_client(list(range(p.n_clients))), p.max_per_client
-                )
+                test = holdout_mask(ds, p.split, p.test_fraction, seed)
+                # at most max_per_client training windows per client, evenly spaced, so that
+                # every recording and class keeps some
+                clients = [np.flatnonzero(~test & (ds.client_ids == c)) for c in range(p.n_clients)]
+                train = [evenly_spaced(rows, p.max_per_client) for rows in clients]
+                train_cl = ds.subset(np.concatenate(train)).by_client(list(range(p.n_clients)))
                 test_cl = ds.subset(test).by_client(list(range(p.n_clients)))
                 y_true = np.concatenate([y for _, y in test_cl])
                 for mode in modes:

@@ -147,7 +147,12 @@ def line_panels(
     axes[0].legend(fontsize=8)
     if title:
         fig.suptitle(title)
+    return save_figure(fig, path)
+
+
+def save_figure(fig: Any, path: Path) -> Path:
+    """Lay out, write (110 dpi) and close ``fig``; returns ``path``."""
     fig.tight_layout()
     fig.savefig(path, dpi=110)
-    plt.close(fig)
+    pyplot().close(fig)
     return path
