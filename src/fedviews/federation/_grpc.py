@@ -890,14 +890,10 @@ class GrpcPartyTransport(_Endpoint):
     """A party's transport: dials out to the coordinator's hub and serves requests.
 
     Party-to-party messages go over a **direct link** where the receiver declared an
-    endpoint (``direct``): the sender dials it on its first message to that party and
-    keeps the stream for the run. Either end of a direct link may send requests over
-    it, so a party that only dials out still talks directly to the parties it dialed.
-    Both ends check the other's certificate exactly as with the hub (federation CA,
-    the exact party name, the signed hello nonce), enforce the privacy policy and log
-    every message as on the relayed path. A declared endpoint that cannot be reached
-    (or that refuses, or whose certificate is wrong) makes the sender relay that
-    party's messages through the hub for the rest of the run, logged once.
+    endpoint (``direct``), checked as strictly as the hub's stream and falling back to
+    the hub when it fails (*Direct links* in the module docstring). Either end of a
+    direct link may send requests over it, so a party that only dials out still talks
+    directly to the parties it dialed.
 
     Parameters
     ----------
