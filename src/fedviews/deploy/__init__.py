@@ -13,12 +13,7 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from fedviews.deploy._config import (
-        DeployConfig,
-        FederationSpec,
-        SplitSpec,
-        load_deploy_config,
-    )
+    from fedviews.deploy._config import DeployConfig, FederationSpec, SplitSpec, load_deploy_config
     from fedviews.deploy._data import (
         PartyData,
         load_party_data,
@@ -32,24 +27,15 @@ if TYPE_CHECKING:
 
 # names load lazily: the transports need the ``grpc`` extra, the CLI must start fast
 _WHERE = {
-    "DeployConfig": "fedviews.deploy._config",
-    "FederationSpec": "fedviews.deploy._config",
-    "PartyData": "fedviews.deploy._data",
-    "SplitSpec": "fedviews.deploy._config",
-    "free_port": "fedviews.deploy._launch",
-    "launch": "fedviews.deploy._launch",
-    "launch_flower": "fedviews.deploy._flower_launch",
-    "write_flower_app": "fedviews.deploy._flower_launch",
-    "load_deploy_config": "fedviews.deploy._config",
-    "load_party_data": "fedviews.deploy._data",
-    "make_certs": "fedviews.deploy._launch",
-    "process_env": "fedviews.deploy._launch",
-    "resume_launch": "fedviews.deploy._launch",
-    "write_demo_data": "fedviews.deploy._data",
-    "run_coordinator": "fedviews.deploy._session",
-    "run_party": "fedviews.deploy._session",
-    "save_party_data": "fedviews.deploy._data",
-    "split_dataset": "fedviews.deploy._data",
+    name: f"fedviews.deploy.{module}"
+    for module, names in [
+        ("_config", "DeployConfig FederationSpec SplitSpec load_deploy_config"),
+        ("_data", "PartyData load_party_data save_party_data split_dataset write_demo_data"),
+        ("_flower_launch", "launch_flower write_flower_app"),
+        ("_launch", "free_port launch make_certs process_env resume_launch"),
+        ("_session", "run_coordinator run_party"),
+    ]
+    for name in names.split()
 }
 
 __all__ = [

@@ -20,6 +20,8 @@ _Certs = Annotated[
 _Insecure = Annotated[
     bool, typer.Option("--insecure", help="Plain text, no authentication (local tests only).")
 ]
+_Out = Annotated[Path | None, typer.Option(help="Result folder.")]
+_DataDir = Annotated[Path | None, typer.Option(help="Folder of <party>.npz/.csv files.")]
 _Resume = Annotated[
     Path | None,
     typer.Option(
@@ -103,7 +105,7 @@ def register(app: typer.Typer) -> None:
         ] = None,
         certs: _Certs = None,
         insecure: _Insecure = False,
-        out: Annotated[Path | None, typer.Option(help="Result folder.")] = None,
+        out: _Out = None,
         port_file: Annotated[Path | None, typer.Option(help="Write the bound port here.")] = None,
         resume: _Resume = None,
     ) -> None:
@@ -142,7 +144,7 @@ def register(app: typer.Typer) -> None:
         coordinator: Annotated[str, typer.Option(help="HOST:PORT of the coordinator.")] = "",
         certs: _Certs = None,
         insecure: _Insecure = False,
-        out: Annotated[Path | None, typer.Option(help="Result folder.")] = None,
+        out: _Out = None,
         resume: _Resume = None,
         listen: Annotated[
             str | None,
@@ -190,9 +192,7 @@ def register(app: typer.Typer) -> None:
         out: Annotated[
             Path | None, typer.Option(help="Run folder (default runs/<name>-<time>).")
         ] = None,
-        data_dir: Annotated[
-            Path | None, typer.Option(help="Folder of <party>.npz/.csv files.")
-        ] = None,
+        data_dir: _DataDir = None,
         certs: _Certs = None,
         insecure: _Insecure = False,
         resume: Annotated[
@@ -260,9 +260,7 @@ def register(app: typer.Typer) -> None:
         engine: Annotated[
             str, typer.Option(help="deployment (SuperLink + SuperNodes) or simulation (Ray).")
         ] = "deployment",
-        data_dir: Annotated[
-            Path | None, typer.Option(help="Folder of <party>.npz/.csv files.")
-        ] = None,
+        data_dir: _DataDir = None,
         ping: Annotated[int, typer.Option(help="Only time N echo round trips.")] = 0,
         ping_bytes: Annotated[int, typer.Option(help="Bytes per echo message.")] = 0,
     ) -> None:

@@ -201,17 +201,7 @@ class DeployConfig(RunSpec):
         return get_algorithm_spec(self.algorithm).roles(self)
 
 
-_TOP_KEYS = (
-    "algorithm",
-    "name",
-    "seed",
-    "federation",
-    "data",
-    "params",
-    "defense",
-    "output_dir",
-    "modules",
-)
+_TOP_KEYS = tuple("algorithm name seed federation data params defense output_dir modules".split())
 
 
 def load_deploy_config(
@@ -224,10 +214,7 @@ def load_deploy_config(
     (:func:`~fedviews._tables.import_modules`). Every process of a
     deployment loads its config through this function, so each imports them too.
     """
-    if isinstance(source, Mapping):
-        raw = dict(source)
-    else:
-        raw = read_toml(Path(source))
+    raw = dict(source) if isinstance(source, Mapping) else read_toml(Path(source))
     raw = merge_tables(raw, parse_overrides(overrides))
     unknown = set(raw) - set(_TOP_KEYS)
     if unknown:

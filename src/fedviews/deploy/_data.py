@@ -23,17 +23,32 @@ from __future__ import annotations
 
 import csv
 import zipfile
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from fedviews.data import PartyData, deal_views, read_npz
-from fedviews.errors import DataError, require
+from fedviews.errors import DataError, FedViewsError, require
 
 #: the data file types a party can hold (``.parquet`` needs the ``parquet`` extra)
 SUFFIXES = ("npz", "csv", "parquet")
 _TYPES = ", ".join("." + s for s in SUFFIXES)
+
+
+def party_files(
+    parties: Iterable[str], data_dir: Path, error: type[FedViewsError]
+) -> dict[str, Path]:
+    """Each party's data file ``DATA_DIR/<party>.npz``, ``.csv`` or ``.parquet`` (else
+    ``error``: a launcher says which kind of mistake a missing file is)."""
+    files = {}
+    for p in parties:
+        found = [data_dir / f"{p}.{ext}" for ext in SUFFIXES if (data_dir / f"{p}.{ext}").is_file()]
+        if not found:
+            raise error(f"no data file {data_dir / p}.npz, .csv or .parquet for party {p!r}")
+        files[p] = found[0]
+    return files
 
 
 def load_party_data(path: str | Path) -> PartyData:

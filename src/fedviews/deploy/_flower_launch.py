@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from fedviews.deploy._config import load_deploy_config
-from fedviews.deploy._data import SUFFIXES, write_demo_data
+from fedviews.deploy._data import party_files, write_demo_data
 from fedviews.deploy._flower import check_flower_config
 from fedviews.deploy._launch import free_port
 from fedviews.deploy._session import Printer
@@ -166,12 +166,7 @@ def launch_flower(
         data_dir = run_dir / "data"
         write_demo_data(cfg, data_dir)
     data_dir = Path(data_dir).absolute()
-    files = {}
-    for p in cfg.federation.parties:
-        found = [data_dir / f"{p}.{ext}" for ext in SUFFIXES]
-        files[p] = next((f for f in found if f.is_file()), None)
-        if files[p] is None:
-            raise ConfigError(f"no data file {data_dir / p}.npz, .csv or .parquet for party {p!r}")
+    files = party_files(cfg.federation.parties, data_dir, ConfigError)
     app_dir = write_flower_app(
         run_dir / "flower-app", deploy_config=config, out_dir=run_dir, data_dir=data_dir
     )

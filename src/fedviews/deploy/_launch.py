@@ -16,7 +16,7 @@ from pathlib import Path
 
 from fedviews._heap import heap_env
 from fedviews.deploy._config import DeployConfig
-from fedviews.deploy._data import SUFFIXES, write_demo_data
+from fedviews.deploy._data import party_files, write_demo_data
 from fedviews.errors import PartyUnavailable, ProtocolError
 from fedviews.federation import init_ca, issue_certificate
 
@@ -117,14 +117,7 @@ def launch(
     if data_dir is None:
         data_dir = run_dir / "data"
         write_demo_data(cfg, data_dir)
-    files = {}
-    for p in fed.parties:
-        found = [data_dir / f"{p}.{ext}" for ext in SUFFIXES if (data_dir / f"{p}.{ext}").is_file()]
-        if not found:
-            raise ProtocolError(
-                f"no data file {data_dir / p}.npz, .csv or .parquet for party {p!r}"
-            )
-        files[p] = found[0]
+    files = party_files(fed.parties, data_dir, ProtocolError)
     security: list[str]
     if insecure:
         security = ["--insecure"]
@@ -138,10 +131,14 @@ def launch(
     procs: dict[str, subprocess.Popen[str]] = {}
     lines = threading.Lock()
 
-    def start(name: str, args: list[str]) -> None:
-        again = [] if resume is None else ["--resume", str(run_dir / name)]
+    def start(name: str, command: str, **options: str) -> None:
+        """``fedviews COMMAND --OPTION VALUE ... --out RUN_DIR/NAME`` as process ``name``."""
+        args = [x for k, v in options.items() for x in (f"--{k.replace('_', '-')}", v)]
+        args += ["--out", str(run_dir / name)]
+        if resume is not None:
+            args += ["--resume", str(run_dir / name)]
         proc = subprocess.Popen(
-            [*base, *args, *again, str(config), *overrides, *security],
+            [*base, command, *args, str(config), *overrides, *security],
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             text=True,
@@ -151,18 +148,7 @@ def launch(
         threading.Thread(target=_pump, args=(proc, echo, lines), daemon=True).start()
 
     try:
-        start(
-            fed.coordinator,
-            [
-                "coordinator",
-                "--listen",
-                "127.0.0.1:0",
-                "--port-file",
-                str(port_file),
-                "--out",
-                str(run_dir / fed.coordinator),
-            ],
-        )
+        start(fed.coordinator, "coordinator", listen="127.0.0.1:0", port_file=str(port_file))
         deadline = time.monotonic() + 60
         while not port_file.is_file() or not port_file.read_text().strip():
             if procs[fed.coordinator].poll() is not None or time.monotonic() > deadline:
@@ -170,20 +156,7 @@ def launch(
             time.sleep(0.1)
         address = f"127.0.0.1:{port_file.read_text().strip()}"
         for p in fed.parties:
-            start(
-                p,
-                [
-                    "party",
-                    "--party",
-                    p,
-                    "--data",
-                    str(files[p]),
-                    "--coordinator",
-                    address,
-                    "--out",
-                    str(run_dir / p),
-                ],
-            )
+            start(p, "party", party=p, data=str(files[p]), coordinator=address)
         rc = procs[fed.coordinator].wait()
         # after a clean run parties exit on their own (give them time on a busy machine);
         # after a failure they were told to stop, and the rest are killed below

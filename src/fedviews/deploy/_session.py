@@ -33,7 +33,7 @@ import numpy as np
 from fedviews.data import PartyData
 from fedviews.deploy._checkpoint import Checkpoints, fingerprint
 from fedviews.deploy._config import DeployConfig
-from fedviews.errors import ConfigError, DataError, FedViewsError, PartyUnavailable, ProtocolError
+from fedviews.errors import ConfigError, DataError, PartyUnavailable, ProtocolError
 from fedviews.federation import (
     Algorithm,
     Coordinator,
@@ -447,13 +447,10 @@ def run_coordinator(
         with app.compute_limits():
             coord.run()
         return coord.results()
-    except FedViewsError as exc:
+    except BaseException as exc:  # also a bug or an interrupt: never recorded as "ok"
         status = f"{type(exc).__name__}: {exc}"
         if isinstance(exc, PartyUnavailable):
             unavailable = exc.party
-        raise
-    except BaseException as exc:  # a bug or an interrupt: never recorded as "ok"
-        status = f"{type(exc).__name__}: {exc}"
         raise
     finally:
         result = {

@@ -50,6 +50,7 @@ backoff (``connect_retries`` attempts).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import queue
@@ -213,6 +214,11 @@ class _Link:
                 self.bytes_out += len(frame)
                 self.out.put(frame)
 
+    def post(self, ftype: int, msg_id: int = 0, data: Buffer | Sequence[Buffer] = b"") -> None:
+        """:meth:`send`, or nothing if the link has closed (a heartbeat, a goodbye)."""
+        with contextlib.suppress(PartyUnavailable):
+            self.send(ftype, msg_id, data)
+
     def receive(self, frame: bytes) -> tuple[int, int, Buffer] | None:
         """Feed one frame; return ``(type, id, data)`` once a message is complete.
 
@@ -319,14 +325,24 @@ def _nbytes(parts: Sequence[Buffer]) -> int:
     return sum(memoryview(p).nbytes for p in parts)
 
 
+def _check_sender(link: _Link, sender: str) -> None:
+    """A party may send only in its own name (the name its certificate proved)."""
+    if sender != link.peer:
+        raise errors.PrivacyError(f"party {link.peer!r} tried to send a message as {sender!r}")
+
+
 def _report(link: _Link, msg_id: int, exc: BaseException, what: str) -> None:
     """Send ``exc`` back as the ERROR reply to request ``msg_id`` (if the link still lives)."""
     if not isinstance(exc, FedViewsError):
         log.exception("%s failed", what)
-    try:
-        link.send(ERROR, msg_id, error_payload(exc))
-    except PartyUnavailable:
-        pass
+    link.post(ERROR, msg_id, error_payload(exc))
+
+
+def _certificate(context: Any) -> tuple[set[str], bytes]:
+    """The common names and the PEM of the certificate a TLS client presented."""
+    auth = context.auth_context()
+    names = {v.decode() for v in auth.get("x509_common_name", [])}
+    return names, auth.get("x509_pem_cert", [b""])[0]
 
 
 class _Endpoint(Transport):
@@ -388,11 +404,7 @@ class _Endpoint(Transport):
     def _heartbeats(self) -> None:
         while not self._stop.wait(self.options.heartbeat):
             for link in self._links():
-                if not link.closed.is_set():
-                    try:
-                        link.send(HEARTBEAT)
-                    except PartyUnavailable:
-                        pass
+                link.post(HEARTBEAT)
 
     def _await(self, link: _Link, msg_id: int, slot: _Slot, kind: str) -> tuple[int, Buffer]:
         deadline = time.monotonic() + self.options.request_timeout
@@ -535,11 +547,10 @@ class _Endpoint(Transport):
         connections of outsiders cannot hold this end's threads)."""
         if self.tls is None:
             return
-        auth = context.auth_context()
-        names = {v.decode() for v in auth.get("x509_common_name", [])}
+        names, pem = _certificate(context)
         if not names & self._members():
             self._refuse(context, f"certificate of {sorted(names) or 'nobody'} is not a party's")
-        if self.tls.is_revoked(auth.get("x509_pem_cert", [b""])[0]):
+        if self.tls.is_revoked(pem):
             self._refuse(context, f"certificate of {sorted(names)} is revoked")
 
     def _identify(self, context: Any, hello: Buffer) -> tuple[str, dict[str, Any]]:
@@ -551,14 +562,12 @@ class _Endpoint(Transport):
         except (ValueError, KeyError, TypeError, UnicodeDecodeError, RecursionError):
             self._refuse(context, "malformed hello")
         if self.tls is not None:
-            auth = context.auth_context()
-            names = {v.decode() for v in auth.get("x509_common_name", [])}
+            names, pem = _certificate(context)
             if claimed not in names:
                 self._refuse(
                     context,
                     f"certificate of {sorted(names) or 'nobody'} claims to be party {claimed!r}",
                 )
-            pem = auth.get("x509_pem_cert", [b""])[0]
             if self.tls.is_revoked(pem):
                 self._refuse(context, f"certificate of party {claimed!r} is revoked")
             said["pem"] = pem.decode("ascii")
@@ -625,14 +634,6 @@ class _Endpoint(Transport):
         yield from link.outgoing()
 
     # -- dialing ---------------------------------------------------------------------
-    def _open_channel(self, address: str, server_name: str) -> Any:
-        grpc = _grpc()
-        opts: list[tuple[str, Any]] = list(self.options.channel_options())
-        if self.tls is None:
-            return grpc.insecure_channel(address, options=opts)
-        opts.append(("grpc.ssl_target_name_override", server_name))
-        return grpc.secure_channel(address, self.tls.channel_credentials(), options=opts)
-
     def _dial(
         self, address: str, peer: str, method: str, hello: dict[str, Any], timeout: float
     ) -> tuple[_Link, Any, Any, dict[str, Any]]:
@@ -645,7 +646,13 @@ class _Endpoint(Transport):
         Raises ``grpc.RpcError`` (unreachable, handshake failed, refused) or a
         :class:`~fedviews.errors.FedViewsError` (the proof failed).
         """
-        channel = self._open_channel(address, peer)
+        grpc = _grpc()
+        opts: list[tuple[str, Any]] = list(self.options.channel_options())
+        if self.tls is None:
+            channel = grpc.insecure_channel(address, options=opts)
+        else:
+            opts.append(("grpc.ssl_target_name_override", peer))
+            channel = grpc.secure_channel(address, self.tls.channel_credentials(), options=opts)
         link = _Link(peer, self.options, direct=method == _PEER_METHOD, checksum=self.tls is None)
         link.send(HELLO, 0, json.dumps(hello).encode())
         call = channel.stream_stream(method)(link.outgoing())
@@ -777,11 +784,7 @@ class GrpcHub(_Endpoint):
             return
         frame = json.dumps({"session": self.session.hex(), "peers": self.bundles}).encode()
         for link in self.links.values():
-            if not link.closed.is_set():
-                try:
-                    link.send(PEERS, 0, frame)
-                except PartyUnavailable:
-                    pass
+            link.post(PEERS, 0, frame)
 
     def _submit(self, link: _Link, msg_id: int, data: Buffer) -> None:
         self._pool.submit(self._serve_request, link, msg_id, data)
@@ -805,16 +808,8 @@ class GrpcHub(_Endpoint):
 
     # -- messaging -----------------------------------------------------------
     def request(self, msg: Message) -> Message:
-        if msg.receiver in self.local:
-            return self._local_request(msg)
-        link = self.links.get(msg.receiver)
-        if msg.receiver not in self.roles:
-            raise PartyUnavailable(msg.receiver, "no such party in this federation")
-        if link is None:
-            raise PartyUnavailable(msg.receiver, "has not joined")
-        return self._remote_request(link, msg)
-
-    def _local_request(self, msg: Message) -> Message:
+        if msg.receiver not in self.local:
+            return self._remote_request(self._link_to(msg.receiver), msg)
         self._check_send(msg)
         wire = msg.encode()
         self._check_and_log(msg, len(wire))
@@ -822,6 +817,15 @@ class GrpcHub(_Endpoint):
         rwire = reply.encode()
         self._check_and_log(reply, len(rwire))
         return Message.decode(rwire)
+
+    def _link_to(self, name: str) -> _Link:
+        """The stream of the remote party ``name`` (PartyUnavailable if it has none)."""
+        if name not in self.roles:
+            raise PartyUnavailable(name, "no such party in this federation")
+        link = self.links.get(name)
+        if link is None:
+            raise PartyUnavailable(name, "has not joined")
+        return link
 
     def _serve_request(self, link: _Link, msg_id: int, data: Buffer) -> None:
         """Answer a party's request; relay it unchanged if it is for another party.
@@ -832,22 +836,11 @@ class GrpcHub(_Endpoint):
         """
         try:
             head = Message.peek(data)
-        except FedViewsError as exc:
-            link.send(ERROR, msg_id, error_payload(exc))
-            return
-        if head.receiver in self.local:
-            super()._serve_request(link, msg_id, data)
-            return
-        try:
-            if head.sender != link.peer:
-                raise errors.PrivacyError(
-                    f"party {link.peer!r} tried to send a message as {head.sender!r}"
-                )
-            if head.receiver not in self.roles:
-                raise PartyUnavailable(head.receiver, "no such party in this federation")
-            target = self.links.get(head.receiver)
-            if target is None:
-                raise PartyUnavailable(head.receiver, "has not joined")
+            if head.receiver in self.local:
+                super()._serve_request(link, msg_id, data)  # reports its own errors
+                return
+            _check_sender(link, head.sender)
+            target = self._link_to(head.receiver)
             self._admit(head, len(data))
             rid, slot = self.calls.new(target)
             target.send(REQUEST, rid, data)
@@ -864,10 +857,7 @@ class GrpcHub(_Endpoint):
             _report(link, msg_id, exc, "relay")
 
     def _answer(self, link: _Link, msg: Message, nbytes: int) -> Message:
-        if msg.sender != link.peer:
-            raise errors.PrivacyError(
-                f"party {link.peer!r} tried to send a message as {msg.sender!r}"
-            )
+        _check_sender(link, msg.sender)
         # only messages for the coordinator get here (others are relayed undecoded)
         self._check_and_log(msg, nbytes)
         return self._handle_local(msg)
@@ -880,11 +870,7 @@ class GrpcHub(_Endpoint):
     def close(self, grace: float = 2.0) -> None:
         """Say goodbye to every party and stop the server."""
         for link in self.links.values():
-            if not link.closed.is_set():
-                try:
-                    link.send(BYE)
-                except PartyUnavailable:
-                    pass
+            link.post(BYE)
         deadline = time.monotonic() + grace
         for link in self.links.values():
             while not link.out.empty() and time.monotonic() < deadline:
@@ -904,14 +890,10 @@ class GrpcPartyTransport(_Endpoint):
     """A party's transport: dials out to the coordinator's hub and serves requests.
 
     Party-to-party messages go over a **direct link** where the receiver declared an
-    endpoint (``direct``): the sender dials it on its first message to that party and
-    keeps the stream for the run. Either end of a direct link may send requests over
-    it, so a party that only dials out still talks directly to the parties it dialed.
-    Both ends check the other's certificate exactly as with the hub (federation CA,
-    the exact party name, the signed hello nonce), enforce the privacy policy and log
-    every message as on the relayed path. A declared endpoint that cannot be reached
-    (or that refuses, or whose certificate is wrong) makes the sender relay that
-    party's messages through the hub for the rest of the run, logged once.
+    endpoint (``direct``), checked as strictly as the hub's stream and falling back to
+    the hub when it fails (*Direct links* in the module docstring). Either end of a
+    direct link may send requests over it, so a party that only dials out still talks
+    directly to the parties it dialed.
 
     Parameters
     ----------
@@ -1082,10 +1064,8 @@ class GrpcPartyTransport(_Endpoint):
     def _answer(self, link: _Link, msg: Message, nbytes: int) -> Message:
         if msg.receiver not in self.local:
             raise ProtocolError(f"received a message for {msg.receiver!r}")
-        if link.direct and msg.sender != link.peer:  # the hub checks this for relayed ones
-            raise errors.PrivacyError(
-                f"party {link.peer!r} tried to send a message as {msg.sender!r}"
-            )
+        if link.direct:  # the hub checks this for relayed ones
+            _check_sender(link, msg.sender)
         self._check_and_log(msg, nbytes)
         return self._handle_local(msg)
 
@@ -1102,14 +1082,10 @@ class GrpcPartyTransport(_Endpoint):
 
     def _live_link(self, name: str) -> _Link | None:
         with self._peer_lock:
-            return next(
-                (
-                    lk
-                    for lk in self._direct_links
-                    if lk.peer == name and not lk.dialed and not lk.closed.is_set()
-                ),
-                None,
-            )
+            for lk in self._direct_links:
+                if lk.peer == name and not lk.dialed and not lk.closed.is_set():
+                    return lk
+        return None
 
     def _screen(self, context: Any) -> None:
         if self.link is None:  # the roster comes with the hub's welcome
@@ -1195,22 +1171,14 @@ class GrpcPartyTransport(_Endpoint):
     def link_summary(self) -> dict[str, Any]:
         """Bytes over the hub link and over every direct link, and the peers whose declared
         endpoint failed (with why): what ``message_log.json`` reports under ``links``."""
-        hub = self.link
+        counts = ("bytes_out", "bytes_in")
         with self._peer_lock:
             direct = [
-                {
-                    "peer": lk.peer,
-                    "dialed": lk.dialed,
-                    "bytes_out": lk.bytes_out,
-                    "bytes_in": lk.bytes_in,
-                }
+                {"peer": lk.peer, "dialed": lk.dialed, **{k: getattr(lk, k) for k in counts}}
                 for lk in self._direct_links
             ]
         return {
-            "hub": {
-                "bytes_out": hub.bytes_out if hub else 0,
-                "bytes_in": hub.bytes_in if hub else 0,
-            },
+            "hub": {k: getattr(self.link, k, 0) for k in counts},
             "direct": direct,
             "relayed": dict(self.relayed),
         }
