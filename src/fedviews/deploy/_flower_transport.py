@@ -36,7 +36,7 @@ from flwr.app import Array, ArrayRecord, ConfigRecord, RecordDict  # noqa: E402
 from flwr.app import Message as FlowerMessage  # noqa: E402
 from flwr.serverapp import Grid  # noqa: E402
 
-from fedviews.federation import (  # noqa: E402  # noqa: E402
+from fedviews.federation import (  # noqa: E402
     Message,
     Party,
     PrivacyPolicy,
