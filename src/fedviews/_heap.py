@@ -14,7 +14,6 @@ memory of its largest epoch mapped until it exits.
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
 import os
 import sys
 
@@ -45,11 +44,8 @@ def keep_freed_memory() -> bool:
     (the user's settings, or :func:`heap_env`'s, already apply)."""
     if _user_chose():
         return False
-    name = ctypes.util.find_library("c")
-    if name is None:
-        return False
-    try:
-        mallopt = ctypes.CDLL(name).mallopt
+    try:  # the C library this interpreter runs on (no ldconfig lookup at every start)
+        mallopt = ctypes.CDLL(None).mallopt
     except (OSError, AttributeError):  # musl and others have no mallopt
         return False
     mallopt.argtypes, mallopt.restype = [ctypes.c_int, ctypes.c_int], ctypes.c_int
