@@ -3,7 +3,7 @@
     .venv/bin/python benchmarks/bench_grpc.py mmvfl    [--rounds 10] [--insecure]
     .venv/bin/python benchmarks/bench_grpc.py multivfl [--rounds 2]  [--insecure]
     .venv/bin/python benchmarks/bench_grpc.py multivfl --e2e-cost
-    .venv/bin/python benchmarks/bench_grpc.py multivfl --direct
+    .venv/bin/python benchmarks/bench_grpc.py multivfl --direct [--per-process]
 
 ``--e2e-cost`` also runs gRPC with ``federation.end_to_end = false`` (mutual TLS,
 party-to-party payloads not sealed) in the same process and prints what sealing
@@ -105,15 +105,18 @@ def _loopback_bytes() -> int:
     return 0
 
 
+def _cpu_times(pid: int) -> tuple[float, float]:
+    """User and system CPU seconds that process ``pid`` has used so far (Linux), all its
+    threads included."""
+    with open(f"/proc/{pid}/stat") as fh:
+        fields = fh.read().rpartition(")")[2].split()
+    tick = os.sysconf("SC_CLK_TCK")
+    return int(fields[11]) / tick, int(fields[12]) / tick  # utime, stime
+
+
 def _cpu_seconds(pids: list[int]) -> float:
-    """User + system CPU seconds that the processes ``pids`` have used so far (Linux), all
-    their threads included."""
-    ticks = 0
-    for pid in pids:
-        with open(f"/proc/{pid}/stat") as fh:
-            fields = fh.read().rpartition(")")[2].split()
-        ticks += int(fields[11]) + int(fields[12])  # utime, stime
-    return ticks / os.sysconf("SC_CLK_TCK")
+    """User + system CPU seconds that the processes ``pids`` have used so far."""
+    return sum(sum(_cpu_times(pid)) for pid in pids)
 
 
 class _Counting(InProcessTransport):
@@ -190,17 +193,21 @@ def run_grpc(
         for p in cfg.federation.parties
     ]
     marks: dict[str, float] = {}
+    per0: dict[int, tuple[float, float]] = {}  # pid -> (user, system) CPU-s at the start
+    per1: dict[int, tuple[float, float]] = {}
     pids = [os.getpid(), *(p.pid for p in procs)]
     original = app.run_coordinator
 
     def timed(server: Any, on_round_end: Any) -> Any:  # bytes of the training loop only
         marks.update(io0=_loopback_bytes(), f0=hub.wire_bytes, m0=hub.log.total_bytes)
         marks.update(c0=_cpu_seconds(pids))
+        per0.update({pid: _cpu_times(pid) for pid in pids})
         try:
             return original(server, on_round_end)
         finally:
             marks.update(io1=_loopback_bytes(), f1=hub.wire_bytes, m1=hub.log.total_bytes)
             marks.update(c1=_cpu_seconds(pids))
+            per1.update({pid: _cpu_times(pid) for pid in pids})
 
     app.run_coordinator = timed  # type: ignore[method-assign]
     try:
@@ -218,6 +225,10 @@ def run_grpc(
         "message_bytes": marks["m1"] - marks["m0"],
         "frame_bytes": marks["f1"] - marks["f0"],
         "socket_bytes": marks["io1"] - marks["io0"],
+        "per_process": {  # (user, system) CPU-s of the training loop per process
+            name: tuple(b - a for a, b in zip(per0[pid], per1[pid], strict=True))
+            for name, pid in zip(["hub", *cfg.federation.parties], pids, strict=True)
+        },
         "lines": app.progress(coord.server),
     }
 
@@ -233,6 +244,11 @@ def main() -> None:
     )
     ap.add_argument(
         "--direct", action="store_true", help="also run with direct party-to-party links"
+    )
+    ap.add_argument(
+        "--per-process",
+        action="store_true",
+        help="also print each process's user and system CPU seconds per round",
     )
     args = ap.parse_args()
     # the malloc settings of every fedviews command (fedviews._heap), here too: the
@@ -288,6 +304,13 @@ def main() -> None:
     for name, r in runs:
         same = a["lines"][-1].split("(")[0] == r["lines"][-1].split("(")[0]
         print(f"same last round ({name}): {same} ({r['lines'][-1]})")
+    if args.per_process:
+        for name, r in runs:
+            cells = ", ".join(
+                f"{who} {u / rounds:.3f} + {k / rounds:.3f}"
+                for who, (u, k) in r["per_process"].items()
+            )
+            print(f"CPU-s per round, user + system ({name}): {cells}")
     if plain is not None:
         tb, tp = b["seconds"] / rounds, plain["seconds"] / rounds
         print(
