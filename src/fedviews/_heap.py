@@ -4,11 +4,12 @@ A split-learning party receives and sends megabyte-sized arrays hundreds of time
 epoch (Multi-VFL on MNIST: about 200 MB each way per label owner and epoch). With
 glibc's defaults every such buffer is freed back to the kernel and mapped again for the
 next message, so each message costs page faults and the zeroing of fresh pages: in
-``benchmarks/bench_grpc.py multivfl --direct`` the label owners spent 0.15-0.25 CPU-s
-per epoch in the kernel for 0.4 CPU-s of their own work. Keeping freed memory in the
-heap (no trimming, a generous top pad, buffers below 32 MB from the heap rather than
-from ``mmap``) takes that to about 0.05 CPU-s; the cost is that a party keeps the
-memory of its largest epoch mapped until it exits.
+``benchmarks/bench_grpc.py multivfl --direct --per-process`` (with ``MALLOC_PERTURB_=0``
+set, which switches these settings off) each label owner spent 0.14-0.17 CPU-s per epoch
+in the kernel beside 0.43 in user code. Keeping freed memory in the heap (no trimming, a
+generous top pad, buffers below 32 MB from the heap rather than from ``mmap``) takes
+that to about 0.07 CPU-s; the cost is that a party keeps the memory of its largest epoch
+mapped until it exits.
 """
 
 from __future__ import annotations
