@@ -7,11 +7,14 @@ message, message log). Prints the time ratio (goal <= 1.2) and the bytes sent
 per batch and per round next to the raw activation/gradient sizes.
 
     python benchmarks/bench_multivfl.py [--samples 5000] [--data-owners 4] [--repeats 2] [--device cpu]
+    python benchmarks/bench_multivfl.py --device cuda --profile 20   # + where one epoch's time goes
 """
 
 from __future__ import annotations
 
 import argparse
+import cProfile
+import pstats
 import time
 
 import numpy as np
@@ -74,6 +77,13 @@ def main() -> None:
     ap.add_argument("--batch-size", type=int, default=64)
     ap.add_argument("--repeats", type=int, default=2)
     ap.add_argument("--device", default="cpu")
+    ap.add_argument(
+        "--profile",
+        type=int,
+        default=0,
+        metavar="N",
+        help="also profile one more federated epoch and print its N costliest functions",
+    )
     args = ap.parse_args()
     ds = data.load("fashion_mnist", subset="train")
     images, y = ds.images[: args.samples], ds.y[: args.samples]
@@ -110,6 +120,13 @@ def main() -> None:
         f"bytes per round : {s['train_bytes_per_round'] / 1e6:8.3f} MB on the wire vs "
         f"{(raw_batch * n_batches + 2 * top_bytes) / 1e6:.3f} MB raw (activations + gradients + top model up and down)"
     )
+    if args.profile:
+        prof = cProfile.Profile()
+        prof.enable()
+        federated_epoch(images, y, d, bs, lr, args.device)
+        prof.disable()
+        print(f"\none more federated epoch, profiled ({args.profile} costliest by own time):")
+        pstats.Stats(prof).sort_stats("tottime").print_stats(args.profile)
 
 
 if __name__ == "__main__":
