@@ -13,6 +13,7 @@ own streams (:func:`torch_seed` around a model's construction, numpy
 
 from __future__ import annotations
 
+import importlib
 import random
 import re
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
@@ -39,6 +40,14 @@ def require_torch() -> Any:
     except ImportError as exc:
         raise MissingDependency("torch", "torch") from exc
     return torch
+
+
+def preload_optimizers() -> None:
+    """Import what the first ``torch.optim`` optimizer of a process imports (``torch._dynamo``,
+    1-2 CPU-s). Parties call it while they are built, so a deployed run does not pay it inside
+    its first timed round."""
+    require_torch()
+    importlib.import_module("torch._dynamo")
 
 
 def resolve_device(device: str = "auto") -> torch.device:

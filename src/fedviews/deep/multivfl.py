@@ -66,6 +66,7 @@ from fedviews.deep._common import (
     load_module,
     module_arrays,
     prefixed,
+    preload_optimizers,
     progress_tail,
     resolve_device,
     state_arrays,
@@ -544,9 +545,7 @@ class LabelOwner(SecureSumParty):
         self.local_optimizer, self.lr = local_optimizer, lr
         self.split_y: dict[str, np.ndarray] = {}
         self._global: dict[str, np.ndarray] = {}
-        # the first torch optimizer a process builds imports torch._dynamo (1-2 CPU-s): pay
-        # it while the party is built (as the data owners do), not inside the first round
-        _local_optimizer(local_optimizer, self.top.parameters(), lr)
+        preload_optimizers()  # the data owners build theirs now; this one, every round
 
     @handles("set_top")
     def set_top(self, msg: Message) -> None:

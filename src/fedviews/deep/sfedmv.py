@@ -70,6 +70,7 @@ from fedviews.deep._common import (
     load_optimizer,
     module_arrays,
     optimizer_arrays,
+    preload_optimizers,
     require_torch,
     resolve_device,
 )
@@ -160,9 +161,7 @@ class SequenceClient(SecureSumParty):
         self.optimizers: list[Any] = [None] * len(views)
         self.rng = [new_rng_state(s) for s in seeds]
         self.losses: list[list[float]] = [[] for _ in views]
-        # the first torch optimizer a process builds imports torch._dynamo (1-2 CPU-s): pay
-        # it while the party is built, not inside its first round (models stay lazy)
-        torch.optim.RMSprop([torch.zeros(1, requires_grad=True)], lr=cfg.lr)
+        preload_optimizers()  # the models, with their RMSProp, are built on first use
 
     def model(self, k: int) -> BiGRUExtractor:
         """View ``k``'s local model (built, with its RMSProp, on first use)."""
