@@ -78,7 +78,7 @@ seed = 3
 [federation]
 parties = {json.dumps(list(PARTIES))}
 label_owner = "{OWNER}"
-connect_timeout = 20.0
+connect_timeout = 60.0  # Ray starts the simulation nodes slowly on a loaded machine
 [params]
 standardize = true
 beta = 0.5
@@ -325,7 +325,7 @@ def test_simulation_engine_equals_in_process(deployment, reference, tmp_path):
     run = tmp_path / "run"
     lines: list[str] = []
     res = launch_flower(
-        path, run, engine="simulation", data_dir=data, timeout=80, echo=lines.append
+        path, run, engine="simulation", data_dir=data, timeout=150, echo=lines.append
     )
     _check_against(reference, run, res)
     assert any(line.startswith("[coordinator] round 3: objective") for line in lines), lines
