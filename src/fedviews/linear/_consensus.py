@@ -76,7 +76,7 @@ from fedviews.linear._common import (
     restore,
     small_blas,
 )
-from fedviews.linear._l21 import L21Problem, relative_change_below, row_norms
+from fedviews.linear._l21 import L21Problem, l21_norm, relative_change_below, row_norms
 
 
 def masked_names(name: str) -> tuple[str, str]:
@@ -230,7 +230,7 @@ class ConsensusParty(SecureSumParty):
         self.inner_iterations.append(res.n_iter)
         XW = self.problem.X @ self.W
         self.Z_k = z_k_step(XW, Z, self.zeta, self.eta, self.Y)  # MMVFL Eqs. (11)-(12)
-        local = sq(XW - self.Z_k) + self.beta * float(row_norms(self.W).sum())
+        local = sq(XW - self.Z_k) + self.beta * l21_norm(self.W)
         if self.Y is not None and self.eta:
             local += self.eta * sq(self.Z_k - self.Y)
         return local
@@ -719,7 +719,7 @@ def consensus_centralized(
                 Zk[k] = z_k_step(XW, Z, zetas[k], eta, Y if k == label_owner else None)
                 if k == label_owner:  # MMVFL Eq. (11)
                     f += eta * sq(Zk[k] - Y)
-                f += sq(XW - Zk[k]) + betas[k] * float(row_norms(Ws[k]).sum())
+                f += sq(XW - Zk[k]) + betas[k] * l21_norm(Ws[k])
             Z = z_step(zetas, Zk, eta, Y if label_owner is None else None)  # FedMV (10); MMVFL (14)
             f += sum(z * sq(zk - Z) for z, zk in zip(zetas, Zk, strict=True))
             if label_owner is None:

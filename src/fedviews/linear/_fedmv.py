@@ -48,6 +48,7 @@ from fedviews._estimator import store_params
 from fedviews._registry import register_estimator
 from fedviews.data import check_Xs, check_y, one_hot
 from fedviews.errors import DataError, check_fitted
+from fedviews.federation import spawn_streams
 from fedviews.linear._common import (
     check_iter,
     orthonormal_nonnegative,
@@ -62,7 +63,7 @@ from fedviews.linear._consensus import (
     z_k_step,
     z_step,
 )
-from fedviews.linear._l21 import L21Problem, row_norms
+from fedviews.linear._l21 import L21Problem, l21_norm
 
 
 def _labels_present(y: Any, where: str) -> None:
@@ -176,7 +177,7 @@ class _LocalMVL:
             ]
             f = self.eta * sq(self.Z - self.Y)
             for p, W, zk, b, z in zip(self.problems, Ws, Zk, self.betas, self.zetas, strict=True):
-                f += sq(p.X @ W - zk) + b * float(row_norms(W).sum()) + z * sq(zk - self.Z)
+                f += sq(p.X @ W - zk) + b * l21_norm(W) + z * sq(zk - self.Z)
             self.objective.append(f)
         return Ws
 
@@ -203,7 +204,7 @@ def mvl_local(
     K = len(Xs)
     betas, zetas = per_party(beta, K, "beta"), per_party(zeta, K, "zeta")
     check_iter(n_iter, inner_tol, "n_iter")
-    ss = np.random.SeedSequence(random_state).spawn(2)
+    ss = spawn_streams(random_state, 2)
     Ws = _init_W([X.shape[1] for X in Xs], Y.shape[1], ss[0])
     with small_blas():
         solver = IRLSOptions(inner_max_iter, inner_tol, eps)

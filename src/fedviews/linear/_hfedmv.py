@@ -1011,7 +1011,7 @@ class SingleViewFL(BaseEstimator):
             check_iter(v, self.inner_tol, name)
         self.classes_ = _global_classes(ys)
         solver = IRLSOptions(self.local_iter, self.inner_tol, self.eps)
-        ss = np.random.SeedSequence(self.random_state).spawn(1)
+        ss = spawn_streams(self.random_state, 1)
         self.n_features_in_ = Xss[0][0].shape[1]
         policy = hfedmv_policy(1)
         with small_blas():

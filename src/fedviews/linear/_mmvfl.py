@@ -73,12 +73,10 @@ MMVFL_POLICY = PrivacyPolicy.of(
 )
 
 
-class MMVFLParty(ConsensusParty):
-    """One MMVFL participant: its view ``X_k`` (and ``Y`` for the label owner) never leave it.
-
-    The shared consensus party (:class:`~fedviews.linear._consensus.ConsensusParty`);
-    the label owner's Z_k step holds the label term ``eta ||Z_l - Y||^2`` (Eq. 11).
-    """
+#: One MMVFL participant: its view ``X_k`` (and ``Y`` for the label owner) never leave it.
+#: The shared consensus party; the label owner's Z_k step holds the label term
+#: ``eta ||Z_l - Y||^2`` (Eq. 11).
+MMVFLParty = ConsensusParty
 
 
 class MMVFLServer(ConsensusServer):

@@ -29,8 +29,8 @@ from fedviews._estimator import store_params
 from fedviews._registry import register_estimator
 from fedviews.data import check_Xs, check_y, one_hot
 from fedviews.errors import ConfigError, DataError, check_fitted
-from fedviews.linear._common import PartyPredictor, per_party, small_blas
-from fedviews.linear._l21 import L21Problem, row_norms
+from fedviews.linear._common import PartyPredictor, per_party
+from fedviews.linear._l21 import l21_least_squares, row_norms
 
 
 class _PerPartyLinear(PartyPredictor, BaseEstimator):
@@ -74,11 +74,10 @@ class SupFL(_PerPartyLinear):
 
     def fit(self, Xs: Sequence[np.ndarray], y: np.ndarray) -> SupFL:
         Xs, Y, betas = self._prepare(Xs, y)
-        with small_blas():
-            results = [
-                L21Problem(X, eps=self.eps).solve(Y, b, max_iter=self.max_iter, tol=self.tol)
-                for X, b in zip(Xs, betas, strict=True)
-            ]
+        results = [
+            l21_least_squares(X, Y, b, max_iter=self.max_iter, tol=self.tol, eps=self.eps)
+            for X, b in zip(Xs, betas, strict=True)
+        ]
         self.objective_ = [r.objective for r in results]
         self._finish([r.W for r in results])
         return self
@@ -96,10 +95,9 @@ class SupMVLFL(_PerPartyLinear):
         Xs, Y, betas = self._prepare(Xs, y)
         widths = [X.shape[1] for X in Xs]
         beta_rows = np.concatenate([np.full(d, b) for d, b in zip(widths, betas, strict=True)])
-        with small_blas():
-            res = L21Problem(np.hstack(Xs), eps=self.eps).solve(
-                Y, beta_rows, max_iter=self.max_iter, tol=self.tol
-            )
+        res = l21_least_squares(
+            np.hstack(Xs), Y, beta_rows, max_iter=self.max_iter, tol=self.tol, eps=self.eps
+        )
         self.objective_ = res.objective
         self._finish(np.split(res.W, np.cumsum(widths)[:-1], axis=0))
         return self
