@@ -444,13 +444,6 @@ class _Endpoint(Transport):
         self._check_and_log(reply, len(data))
         return reply
 
-    def _handle_local(self, msg: Message) -> Message:
-        """Run the local party's handler; the reply is policy-checked before it leaves."""
-        party = self.local.get(msg.receiver)
-        if party is None:
-            raise PartyUnavailable(msg.receiver, "not hosted here")
-        return self._handle(party, msg)
-
     def _serve_request(self, link: _Link, msg_id: int, data: Buffer) -> None:
         """Answer a request that arrived over ``link`` (runs in a worker thread)."""
         try:
@@ -462,8 +455,13 @@ class _Endpoint(Transport):
             _report(link, msg_id, exc, "handler")
 
     def _answer(self, link: _Link, msg: Message, nbytes: int) -> Message:
-        """Check and log ``msg`` and produce its reply (by a party hosted here)."""
-        raise NotImplementedError
+        """Check and log ``msg`` and produce its reply (by a party hosted here; the reply is
+        policy-checked before it leaves). Subclasses check the sender first."""
+        self._check_and_log(msg, nbytes)
+        party = self.local.get(msg.receiver)
+        if party is None:
+            raise PartyUnavailable(msg.receiver, "not hosted here")
+        return self._handle(party, msg)
 
     # -- frames in ---------------------------------------------------------------
     def _submit(self, link: _Link, msg_id: int, data: Buffer) -> None:
@@ -838,8 +836,7 @@ class GrpcHub(_Endpoint):
     def _answer(self, link: _Link, msg: Message, nbytes: int) -> Message:
         _check_sender(link, msg.sender)
         # only messages for the coordinator get here (others are relayed undecoded)
-        self._check_and_log(msg, nbytes)
-        return self._handle_local(msg)
+        return super()._answer(link, msg, nbytes)
 
     @property
     def wire_bytes(self) -> int:
@@ -1045,8 +1042,7 @@ class GrpcPartyTransport(_Endpoint):
             raise ProtocolError(f"received a message for {msg.receiver!r}")
         if link.direct:  # the hub checks this for relayed ones
             _check_sender(link, msg.sender)
-        self._check_and_log(msg, nbytes)
-        return self._handle_local(msg)
+        return super()._answer(link, msg, nbytes)
 
     def request(self, msg: Message) -> Message:
         if msg.receiver not in self.roles:
