@@ -120,7 +120,6 @@ def run_flower_coordinator(
     (:meth:`FlowerGridTransport.ping`) instead of running the session.
     """
     say = _print_to(cfg.federation.coordinator, echo)
-    app = get_algorithm_spec(cfg.algorithm)
     opts = options or FlowerOptions(join_timeout=cfg.federation.connect_timeout)
     check_flower_config(cfg)
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -142,7 +141,7 @@ def run_flower_coordinator(
                 f"{np.median(pings['broadcast']):.4f} s (all nodes at once)"
             )
         else:
-            with app.compute_limits():
+            with coord.app.compute_limits():
                 coord.run()
     except Exception as exc:  # recorded in results.json, then raised
         status = f"{type(exc).__name__}: {exc}"

@@ -137,14 +137,9 @@ class FlowerGridTransport(Transport):
         self.grid = grid
         self.options = options or FlowerOptions()
         self.nodes: dict[str, int] = {}
-        self.local: dict[str, Party] = {}
         self.exchanges: list[tuple[str, int, float]] = []  # (kind, messages, seconds)
         self.pings: dict[str, list[float]] = {}
         self._grid_lock = threading.Lock()  # one grid call at a time (PSI chains are threads)
-
-    def register(self, party: Party) -> None:
-        super().register(party)
-        self.local[party.name] = party
 
     # -- joining -------------------------------------------------------------
     def connect(self, run_fingerprint: str = "") -> dict[str, int]:
@@ -283,8 +278,7 @@ class FlowerGridTransport(Transport):
         for m, fr in zip(msgs, replies, strict=True):
             data = self._answer(m.receiver, m.kind, fr)
             reply = Message.decode(data)
-            if reply.receiver != m.sender or reply.sender != m.receiver:
-                raise ProtocolError(f"party {m.receiver!r} replied with a misaddressed message")
+            self._check_reply(m, reply)
             self._check_and_log(reply, len(data))
             result.append(reply)
         self.exchanges.append((msgs[0].kind, len(msgs), time.perf_counter() - t0))
@@ -325,12 +319,10 @@ class FlowerNodeTransport(Transport):
 
     def __init__(self, policy: PrivacyPolicy, roles: Mapping[str, str]) -> None:
         super().__init__(policy)
-        self.local: dict[str, Party] = {}
         self._others = dict(roles)
 
     def register(self, party: Party) -> None:
         super().register(party)
-        self.local[party.name] = party
         for name, role in self._others.items():
             self.roles.setdefault(name, role)
 
@@ -352,13 +344,7 @@ class FlowerNodeTransport(Transport):
         if msg.sender != coordinator:
             raise PrivacyError(f"only the coordinator sends over Flower, not {msg.sender!r}")
         self._check_and_log(msg, len(data))
-        t0 = time.perf_counter()
-        try:
-            reply = party.handle(msg)
-        finally:
-            self.log.handler_seconds[party.name] += time.perf_counter() - t0
-        if reply.receiver != msg.sender or reply.sender != party.name:
-            raise ProtocolError(f"party {party.name!r} replied with a misaddressed message")
+        reply = self._handle(party, msg)
         self._check_send(reply)
         wire = reply.encode()
         self._check_and_log(reply, len(wire))

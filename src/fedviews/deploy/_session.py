@@ -425,7 +425,6 @@ def run_coordinator(
     round of which it has a checkpoint (the parties must be started with ``--resume``).
     """
     say = _print_to(cfg.federation.coordinator, echo)
-    app = get_algorithm_spec(cfg.algorithm)
     out_dir.mkdir(parents=True, exist_ok=True)
     hub = GrpcHub(session_policy(cfg), cfg.roles(), listen=listen, tls=tls, options=options_of(cfg))
     coord = DeployCoordinator(cfg, say, out_dir, resume)
@@ -444,7 +443,7 @@ def run_coordinator(
     try:
         hub.wait_for_parties()
         say("all parties joined")
-        with app.compute_limits():
+        with coord.app.compute_limits():
             coord.run()
         return coord.results()
     except BaseException as exc:  # also a bug or an interrupt: never recorded as "ok"

@@ -68,7 +68,6 @@ from fedviews import errors
 from fedviews.errors import ConfigError, FedViewsError, PartyUnavailable, ProtocolError, require
 from fedviews.federation._e2e import E2EKeys, HubProof
 from fedviews.federation._message import Message, error_payload, raise_remote
-from fedviews.federation._party import Party
 from fedviews.federation._policy import PrivacyPolicy
 from fedviews.federation._transport import Transport
 
@@ -356,7 +355,6 @@ class _Endpoint(Transport):
         super().__init__(policy, keep_entries=keep_entries)
         self.options = options
         self.calls = _Calls()
-        self.local: dict[str, Party] = {}
         self.tls: TLSFiles | None = None
         #: why connections to this end were refused (for the operator and tests)
         self.refusals: list[str] = []
@@ -366,10 +364,6 @@ class _Endpoint(Transport):
         self._fanout: ThreadPoolExecutor | None = None
         self._fanout_size = 0
         self._fanout_lock = threading.Lock()
-
-    def register(self, party: Party) -> None:
-        super().register(party)
-        self.local[party.name] = party
 
     def _links(self) -> list[_Link]:
         raise NotImplementedError
@@ -446,23 +440,8 @@ class _Endpoint(Transport):
         if ftype == ERROR:
             raise_remote(msg.receiver, msg.kind, data)
         reply = self._decode(data, link)
-        if reply.receiver != msg.sender or reply.sender != msg.receiver:
-            raise ProtocolError(f"party {msg.receiver!r} replied with a misaddressed message")
+        self._check_reply(msg, reply)
         self._check_and_log(reply, len(data))
-        return reply
-
-    def _handle_local(self, msg: Message) -> Message:
-        """Run the local party's handler; the reply is policy-checked before it leaves."""
-        party = self.local.get(msg.receiver)
-        if party is None:
-            raise PartyUnavailable(msg.receiver, "not hosted here")
-        t0 = time.perf_counter()
-        try:
-            reply = party.handle(msg)
-        finally:
-            self.log.handler_seconds[party.name] += time.perf_counter() - t0
-        if reply.receiver != msg.sender or reply.sender != party.name:
-            raise ProtocolError(f"party {party.name!r} replied with a misaddressed message")
         return reply
 
     def _serve_request(self, link: _Link, msg_id: int, data: Buffer) -> None:
@@ -476,8 +455,13 @@ class _Endpoint(Transport):
             _report(link, msg_id, exc, "handler")
 
     def _answer(self, link: _Link, msg: Message, nbytes: int) -> Message:
-        """Check and log ``msg`` and produce its reply (by a party hosted here)."""
-        raise NotImplementedError
+        """Check and log ``msg`` and produce its reply (by a party hosted here; the reply is
+        policy-checked before it leaves). Subclasses check the sender first."""
+        self._check_and_log(msg, nbytes)
+        party = self.local.get(msg.receiver)
+        if party is None:
+            raise PartyUnavailable(msg.receiver, "not hosted here")
+        return self._handle(party, msg)
 
     # -- frames in ---------------------------------------------------------------
     def _submit(self, link: _Link, msg_id: int, data: Buffer) -> None:
@@ -810,13 +794,7 @@ class GrpcHub(_Endpoint):
     def request(self, msg: Message) -> Message:
         if msg.receiver not in self.local:
             return self._remote_request(self._link_to(msg.receiver), msg)
-        self._check_send(msg)
-        wire = msg.encode()
-        self._check_and_log(msg, len(wire))
-        reply = self._handle_local(Message.decode(wire))
-        rwire = reply.encode()
-        self._check_and_log(reply, len(rwire))
-        return Message.decode(rwire)
+        return self._loopback(self.local[msg.receiver], msg)
 
     def _link_to(self, name: str) -> _Link:
         """The stream of the remote party ``name`` (PartyUnavailable if it has none)."""
@@ -849,8 +827,7 @@ class GrpcHub(_Endpoint):
                 link.send(ERROR, msg_id, rdata)
                 return
             rhead = Message.peek(rdata)
-            if rhead.receiver != head.sender or rhead.sender != head.receiver:
-                raise ProtocolError(f"party {head.receiver!r} replied with a misaddressed message")
+            self._check_reply(head, rhead)
             self._admit(rhead, len(rdata))
             link.send(REPLY, msg_id, rdata)
         except Exception as exc:  # reported to the requester, which raises it
@@ -859,8 +836,7 @@ class GrpcHub(_Endpoint):
     def _answer(self, link: _Link, msg: Message, nbytes: int) -> Message:
         _check_sender(link, msg.sender)
         # only messages for the coordinator get here (others are relayed undecoded)
-        self._check_and_log(msg, nbytes)
-        return self._handle_local(msg)
+        return super()._answer(link, msg, nbytes)
 
     @property
     def wire_bytes(self) -> int:
@@ -1066,8 +1042,7 @@ class GrpcPartyTransport(_Endpoint):
             raise ProtocolError(f"received a message for {msg.receiver!r}")
         if link.direct:  # the hub checks this for relayed ones
             _check_sender(link, msg.sender)
-        self._check_and_log(msg, nbytes)
-        return self._handle_local(msg)
+        return super()._answer(link, msg, nbytes)
 
     def request(self, msg: Message) -> Message:
         if msg.receiver not in self.roles:

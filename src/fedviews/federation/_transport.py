@@ -25,12 +25,15 @@ class Transport(ABC):
         self.policy = policy
         self.log = MessageLog(keep_entries=keep_entries)
         self.roles: dict[str, str] = {}
+        #: the parties hosted in this process, by name
+        self.local: dict[str, Party] = {}
 
     def register(self, party: Party) -> None:
-        """Attach a party (its name must be unique)."""
+        """Attach a party hosted in this process (its name must be unique)."""
         if party.name in self.roles:
             raise ProtocolError(f"two parties are named {party.name!r}")
         self.roles[party.name] = party.role
+        self.local[party.name] = party
         party.transport = self
 
     def _check_send(self, msg: Message) -> None:
@@ -72,6 +75,34 @@ class Transport(ABC):
             )
         )
 
+    @staticmethod
+    def _check_reply(msg: Message | Header, reply: Message | Header) -> None:
+        """A reply must come from the request's receiver and go back to its sender."""
+        if reply.receiver != msg.sender or reply.sender != msg.receiver:
+            raise ProtocolError(f"party {msg.receiver!r} replied with a misaddressed message")
+
+    def _handle(self, party: Party, msg: Message) -> Message:
+        """Run the handler of ``party`` (hosted here) on ``msg``, timed in the log; check the
+        reply's address."""
+        t0 = time.perf_counter()
+        try:
+            reply = party.handle(msg)
+        finally:
+            self.log.handler_seconds[party.name] += time.perf_counter() - t0
+        self._check_reply(msg, reply)
+        return reply
+
+    def _loopback(self, party: Party, msg: Message) -> Message:
+        """Deliver ``msg`` to ``party`` (hosted here) as over a wire: policy-checked and logged
+        both ways, encoded and decoded, so the receiver never shares memory with the sender."""
+        self._check_send(msg)
+        wire = msg.encode_buffer()
+        self._check_and_log(msg, len(wire))
+        reply = self._handle(party, Message.decode(wire))
+        rwire = reply.encode_buffer()
+        self._check_and_log(reply, len(rwire))
+        return Message.decode(rwire)
+
     @abstractmethod
     def request(self, msg: Message) -> Message:
         """Deliver ``msg`` to ``msg.receiver`` and return its reply."""
@@ -92,37 +123,25 @@ class InProcessTransport(Transport):
 
     def __init__(self, policy: PrivacyPolicy, *, keep_entries: bool = True) -> None:
         super().__init__(policy, keep_entries=keep_entries)
-        self.parties: dict[str, Party] = {}
-
-    def register(self, party: Party) -> None:
-        super().register(party)
-        self.parties[party.name] = party
+        self.parties = self.local
 
     def request(self, msg: Message) -> Message:
-        party = self.parties.get(msg.receiver)
+        party = self.local.get(msg.receiver)
         if party is None:
             raise PartyUnavailable(msg.receiver, "no such party in this federation")
         if msg.sender not in self.roles:
             raise ProtocolError(f"unknown sender {msg.sender!r}")
-        self._check_send(msg)
-        wire = msg.encode_buffer()
-        self._check_and_log(msg, len(wire))
-        t0 = time.perf_counter()
+        return self._loopback(party, msg)
+
+    def _handle(self, party: Party, msg: Message) -> Message:
         try:
-            reply = party.handle(Message.decode(wire))
+            return super()._handle(party, msg)
         except FedViewsError:
             raise
         except Exception as exc:  # a party crashed: report it by name, keep the cause
             raise PartyUnavailable(
                 msg.receiver, f"failed while handling {msg.kind!r}: {exc!r}"
             ) from exc
-        finally:
-            self.log.handler_seconds[party.name] += time.perf_counter() - t0
-        if reply.receiver != msg.sender or reply.sender != party.name:
-            raise ProtocolError(f"party {party.name!r} replied with a misaddressed message")
-        rwire = reply.encode_buffer()
-        self._check_and_log(reply, len(rwire))
-        return Message.decode(rwire)
 
 
 def federate(
