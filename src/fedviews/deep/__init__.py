@@ -25,26 +25,22 @@ if TYPE_CHECKING:
     from fedviews.deep.sfedmv import SFedMV
 
 _WHERE = {
-    "APFed": "fedviews.deep.apfed",
-    "APFedParams": "fedviews.deep._apfed_spec",
-    "SingleVL": "fedviews.deep.apfed",
-    "TVFL": "fedviews.deep._tvfl",
-    "export_apfed_model": "fedviews.deep._apfed_spec",
-    "MultiVFL": "fedviews.deep.multivfl",
-    "MultiVFLParams": "fedviews.deep._multivfl_spec",
-    "SFedMV": "fedviews.deep.sfedmv",
-    "make_server_optimizer": "fedviews.deep._serveropt",
-    "parse_setting": "fedviews.deep._apfed_nets",
-    "sequence_logits": "fedviews.deep._gru",
-    "SFedMVParams": "fedviews.deep._sfedmv_spec",
-    "deal_subjects": "fedviews.deep._sfedmv_spec",
-    "evenly_spaced": "fedviews.deep._sfedmv_spec",
-    "holdout_mask": "fedviews.deep._sfedmv_spec",
-    "load_active_model": "fedviews.deep._export",
-    "predict_exported": "fedviews.deep._export",
-    "require_torch": "fedviews.deep._common",
-    "resolve_device": "fedviews.deep._common",
-    "seed_everything": "fedviews.deep._common",
+    name: f"fedviews.deep.{module}"
+    for module, names in [
+        ("_apfed_nets", "parse_setting"),
+        ("_apfed_spec", "APFedParams export_apfed_model"),
+        ("_common", "require_torch resolve_device seed_everything"),
+        ("_export", "load_active_model predict_exported"),
+        ("_gru", "sequence_logits"),
+        ("_multivfl_spec", "MultiVFLParams"),
+        ("_serveropt", "make_server_optimizer"),
+        ("_sfedmv_spec", "SFedMVParams deal_subjects evenly_spaced holdout_mask"),
+        ("_tvfl", "TVFL"),
+        ("apfed", "APFed SingleVL"),
+        ("multivfl", "MultiVFL"),
+        ("sfedmv", "SFedMV"),
+    ]
+    for name in names.split()
 }
 
 #: names that load without torch (hyper-parameters read by deployment configs, data splits)

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from scipy.special import softmax
 
 from fedviews.deep._apfed_nets import ActiveNet, NetSpec, as_images, cut_strips
 from fedviews.deep._common import net_logits, require_torch, resolve_device
@@ -127,9 +128,7 @@ class ExportedActiveModel:
         return net_logits(self.net, self.active_strip(images), self.device)
 
     def predict_proba(self, images: Any) -> np.ndarray:
-        z = self.logits(images)
-        e = np.exp(z - z.max(axis=1, keepdims=True))
-        return e / e.sum(axis=1, keepdims=True)
+        return softmax(self.logits(images), axis=1)
 
     def predict(self, images: Any) -> np.ndarray:
         """Predicted labels (the original class labels)."""

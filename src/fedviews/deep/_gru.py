@@ -78,9 +78,8 @@ def pad_batch(seqs: Sequence[np.ndarray], device: Any) -> tuple[torch.Tensor, to
     return x.to(device), lengths
 
 
-def get_params(model: BiGRUExtractor) -> dict[str, np.ndarray]:
-    """All parameters as float32 numpy arrays, keyed by their state-dict names."""
-    return state_arrays(model)
+#: all parameters of an extractor as float32 numpy arrays, keyed by their state-dict names
+get_params = state_arrays
 
 
 def set_params(model: BiGRUExtractor, params: dict[str, np.ndarray]) -> None:

@@ -28,7 +28,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
@@ -54,9 +54,6 @@ from fedviews.federation import (
     secured_policy,
     wire_codecs,
 )
-
-if TYPE_CHECKING:
-    pass
 
 _NIID = re.compile(r"^(\d+)niid$")
 LOCAL_OPTIMIZERS = ("sgd", "adam")

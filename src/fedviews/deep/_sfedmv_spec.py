@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from fedviews.data import PartyData
-from fedviews.deep._common import check_positive_ints
+from fedviews.deep._common import check_positive_ints, prefixed, unprefixed
 from fedviews.errors import ConfigError, DataError, ProtocolError
 from fedviews.federation import (
     SECAGG_KINDS,
@@ -102,13 +102,13 @@ def sequence_policy(
 
 
 def _prefixed(k: int, params: Weights) -> Weights:
-    return {f"view{k}/{name}": a for name, a in params.items()}
+    return prefixed(f"view{k}/", params)
 
 
 def _unprefixed(k: int, msg: Message, like: Weights | None) -> Weights:
     """View ``k``'s parameters of ``msg``, checked against ``like`` (names and shapes) when given."""
     prefix = f"view{k}/"
-    out = {n[len(prefix) :]: a for n, a in msg.arrays.items() if n.startswith(prefix)}
+    out = unprefixed(prefix, msg.arrays)
     if len(out) != len(msg.arrays) or (like is not None and out.keys() != like.keys()):
         raise ProtocolError(
             f"{msg.sender!r} sent {sorted(msg.arrays)[:4]}... for view {k}; expected exactly "

@@ -21,6 +21,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 import numpy as np
+from scipy.special import softmax
 from sklearn.base import BaseEstimator
 
 from fedviews.deep._apfed_nets import NetSpec, as_images, cut_strips, get_arch
@@ -278,9 +279,7 @@ class StripEstimator(BaseEstimator):
 
     def predict_proba(self, images: Any) -> np.ndarray:
         """Class probabilities from the active client's strip alone."""
-        logits = self._logits(self._active_strip(images))
-        e = np.exp(logits - logits.max(axis=1, keepdims=True))
-        return e / e.sum(axis=1, keepdims=True)
+        return softmax(self._logits(self._active_strip(images)), axis=1)
 
     def predict(self, images: Any) -> np.ndarray:
         """Labels predicted by the active client alone (Eq. 11)."""

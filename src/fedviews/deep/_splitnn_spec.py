@@ -28,6 +28,7 @@ from fedviews.deep._apfed_spec import (
     ActivePassive,
     EpochDriver,
     _active,
+    _passives,
     cut_images,
     party_seeds,
     sgd_settings,
@@ -151,8 +152,7 @@ class SplitNNAlgorithm(ActivePassive):
             return SplitNNPassive(party, X, X_test, **kw)
         y_test = local.take("test")[2] if p.evaluate else None
         assert y is not None  # check_data: the label owner holds labels
-        passives = [q for q in parties if q != party]
-        return SplitNNActive(party, X, y, X_test, y_test, passives, p.batch_size, **kw)
+        return SplitNNActive(party, X, y, X_test, y_test, _passives(run), p.batch_size, **kw)
 
     def build_coordinator(
         self, run: RunSpec, setup: Mapping[str, Any], local: Local | None = None

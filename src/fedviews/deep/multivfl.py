@@ -171,26 +171,18 @@ def build_models(
     n_classes: int,
     *,
     channels: int = 32,
-    top_channels: int = 64,
-    hidden: int = 128,
     random_state: int = 0,
+    **top: int,
 ) -> tuple[list[nn.Module], nn.Module]:
     """Initial bottom models (one per data owner) and top model, seeded reproducibly.
 
     Bottom ``d`` is drawn with seed ``1000 * random_state + d + 1``, the top with
-    ``1000 * random_state``; the global torch RNG is left as it was.
+    ``1000 * random_state``; the global torch RNG is left as it was. ``top``: the
+    top model's ``top_channels`` and ``hidden`` (:func:`build_top`).
     """
     bottoms = [build_bottom(d, channels, random_state) for d in range(len(strip_heights))]
-    top = build_top(
-        strip_heights,
-        width,
-        n_classes,
-        channels=channels,
-        top_channels=top_channels,
-        hidden=hidden,
-        random_state=random_state,
-    )
-    return bottoms, top
+    kw = {"channels": channels, "random_state": random_state, **top}
+    return bottoms, build_top(strip_heights, width, n_classes, **kw)
 
 
 def _meta(msg: Message, key: str, kind: type[T]) -> T:

@@ -293,7 +293,7 @@ class SequenceServer(Coordinator):
         """The server's state after a round: every view's global parameters and losses."""
         state: dict[str, np.ndarray] = {"rounds_done": np.asarray(self.rounds_done, np.int64)}
         for k, params in enumerate(self.params):
-            state.update({f"view{k}/{n}": a for n, a in params.items()})
+            state.update(_prefixed(k, params))
             state[f"loss/{k}"] = np.asarray(self.loss[k], dtype=np.float64)
         return state
 
