@@ -27,6 +27,24 @@ def small_blas() -> Iterator[None]:
         yield
 
 
+#: a party's own training column means and standard deviations (``params.standardize``)
+Scaler = tuple[np.ndarray, np.ndarray]
+
+
+def scaled(X: np.ndarray, scaler: Scaler | None) -> np.ndarray:
+    """``X`` scaled with a party's training ``(mean, scale)`` (unchanged without one)."""
+    return X if scaler is None else (X - scaler[0]) / scaler[1]
+
+
+def scaled_views(views: Sequence[np.ndarray], scaler: Scaler | None) -> list[np.ndarray]:
+    """A holder's views scaled with its ``(mean, scale)`` of all their columns side by side."""
+    if scaler is None:
+        return list(views)
+    X = scaled(np.hstack(views), scaler)
+    cuts = np.cumsum([v.shape[1] for v in views])[:-1]
+    return [np.ascontiguousarray(v) for v in np.split(X, cuts, axis=1)]
+
+
 class LinearAlgorithm(Algorithm):
     """The base of the linear specs (MMVFL, V-FedMV, H-FedMV): the coordinator runs with
     single-threaded BLAS (:func:`small_blas`) in process too, as a deployed process does
@@ -41,19 +59,22 @@ class LinearAlgorithm(Algorithm):
 
 class PartyPredictor:
     """``predict(X, party)`` of the estimators whose every party can predict alone from
-    its own view with its own ``W_k`` (MMVFL, supFL, supMVLFL)."""
+    its own view with its own ``W_k`` (MMVFL, supFL, supMVLFL); ``scalers_[k]``, where
+    set, is party k's own training scaling, applied to ``X`` first."""
 
     W_: list[np.ndarray]
     classes_: np.ndarray
 
     def predict(self, X: np.ndarray, party: int = 0) -> np.ndarray:
-        """Party ``party``'s own prediction ``argmax X W_k`` from its view ``X``."""
+        """Party ``party``'s own prediction ``argmax X W_k`` from its (raw) view ``X``."""
         check_fitted(self, "W_", "classes_")
-        W = self.W_[party_index(party, len(self.W_), "party")]
+        k = party_index(party, len(self.W_), "party")
+        W = self.W_[k]
         (X,) = check_Xs([X], name="X")
         if X.shape[1] != W.shape[0]:
             raise DataError(f"X has {X.shape[1]} features, party {party} was fit with {W.shape[0]}")
-        return self.classes_[np.argmax(X @ W, axis=1)]
+        scalers = getattr(self, "scalers_", None)
+        return self.classes_[np.argmax(scaled(X, scalers[k] if scalers else None) @ W, axis=1)]
 
 
 def per_party(

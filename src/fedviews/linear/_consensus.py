@@ -71,9 +71,11 @@ from fedviews.federation import (
 )
 from fedviews.linear._common import (
     LinearAlgorithm,
+    Scaler,
     orthonormal_nonnegative,
     per_party,
     restore,
+    scaled,
     small_blas,
 )
 from fedviews.linear._l21 import L21Problem, l21_norm, relative_change_below, row_norms
@@ -183,7 +185,11 @@ class ConsensusParty(SecureSumParty):
         ``(Y, classes, y_test)`` of a label owner that sends ``Y`` to the server
         (``labels``) and scores the test consensus (``score``): V-FedMV deployed.
     X_test
-        This party's test rows, loaded for the testing phase when it starts.
+        This party's test rows (raw), loaded for the testing phase when it starts.
+    scaler
+        ``(mean, scale)`` of its own training columns with ``params.standardize``: ``X``
+        is already scaled with it, and every test view it loads is scaled with it
+        (:meth:`load_test`); it never leaves the party and is part of its results.
     secure
         Send ``Z_k`` (and ``Z_k_test``) only masked for the server's secure sum; a
         request before the key exchange is refused.
@@ -204,10 +210,11 @@ class ConsensusParty(SecureSumParty):
         role: str = "party",
         labels: tuple[np.ndarray, np.ndarray, np.ndarray | None] | None = None,
         X_test: np.ndarray | None = None,
+        scaler: Scaler | None = None,
         secure: bool = False,
     ) -> None:
         super().__init__(name, role=role)
-        self.secure = secure
+        self.secure, self.scaler = secure, scaler
         self.problem = L21Problem(X, method=solver.method, eps=solver.eps)
         self.beta, self.zeta, self.eta = beta, zeta, eta
         self.Y = Y
@@ -292,14 +299,15 @@ class ConsensusParty(SecureSumParty):
 
     # -- testing phase ---------------------------------------------------------
     def load_test(self, X_test: np.ndarray) -> None:
-        """Local: the party reads its own test view and computes ``P_k = X_k^test W_k``."""
+        """Local: the party reads its own (raw) test view, scales it as its training view was
+        scaled, and computes ``P_k = X_k^test W_k``."""
         if self.W is None:
             raise ProtocolError(f"{self.name}: the testing phase starts before any training round")
         if X_test.shape[1] != self.W.shape[0]:
             raise DataError(
                 f"{self.name}: test view has {X_test.shape[1]} features, fit with {self.W.shape[0]}"
             )
-        self.P_test = X_test @ self.W
+        self.P_test = scaled(X_test, self.scaler) @ self.W
 
     @handles("test_init")
     def on_test_init(self, msg: Message) -> Message:
@@ -320,10 +328,13 @@ class ConsensusParty(SecureSumParty):
         return self._send_Z(msg, "Z_k_test", self.Z_k_test, None)
 
     def results(self) -> dict[str, np.ndarray]:
-        """What this party keeps at the end: ``W``, ``Z_k``, feature importances (row norms)."""
-        if self.W is None:
-            return {"Z_k": self.Z_k}
-        out = {"W": self.W, "Z_k": self.Z_k, "feature_importances": row_norms(self.W)}
+        """What this party keeps at the end: ``W``, ``Z_k``, feature importances (row norms),
+        its scaler (``x_mean``, ``x_scale``: new rows are scaled with it before ``X W``)."""
+        out = {"Z_k": self.Z_k}
+        if self.W is not None:
+            out.update(W=self.W, feature_importances=row_norms(self.W))
+        if self.scaler is not None:
+            out.update(x_mean=self.scaler[0], x_scale=self.scaler[1])
         if self.y_test_pred is not None:
             out["y_test_pred"] = self.y_test_pred
         return out
@@ -498,10 +509,6 @@ class ConsensusServer(Coordinator):
         return metrics, {"Z": self.Z, **{k: v for k, v in self.scores.items() if k == "Z_test"}}
 
 
-#: a party's own training mean and standard deviation (``params.standardize``)
-Scaler = tuple[np.ndarray, np.ndarray]
-
-
 class ConsensusAlgorithm(LinearAlgorithm):
     """What the MMVFL and V-FedMV specs share: params checked per party, at least two
     classes and how a party reads its data; the server and parties report progress and
@@ -577,13 +584,13 @@ class ConsensusAlgorithm(LinearAlgorithm):
 
     def party_inputs(
         self, run: RunSpec, party: str, local: Local, setup: Mapping[str, Any]
-    ) -> tuple[np.ndarray | None, np.ndarray | None, Scaler | None, dict[str, Any]]:
+    ) -> tuple[np.ndarray | None, np.ndarray | None, dict[str, Any]]:
         """What party ``k`` builds its :class:`ConsensusParty` from, all of it its own:
-        ``(y, y_test, scaler, kwargs)``. ``y``/``y_test``: its labels, if any; ``scaler``:
-        with ``params.standardize``, its own training mean and standard deviation, applied
-        to its training and test rows (nothing crosses); ``kwargs``: ``X``, ``X_test`` (with
-        a ``test`` group), ``beta_k``, ``zeta_k``, ``n_classes``, the ``Z_k`` stream
-        ``1 + k`` (stream 0 is the server's ``Z``) and the IRLS options.
+        ``(y, y_test, kwargs)``. ``y``/``y_test``: its labels, if any; ``kwargs``: ``X``,
+        ``X_test`` (with a ``test`` group), ``scaler`` (with ``params.standardize``: its own
+        training mean and standard deviation, which scaled ``X`` and scales every test view
+        it loads; nothing crosses), ``beta_k``, ``zeta_k``, ``n_classes``, the ``Z_k``
+        stream ``1 + k`` (stream 0 is the server's ``Z``) and the IRLS options.
         """
         p, parties = run.params, run.federation.parties
         k = parties.index(party)
@@ -596,11 +603,10 @@ class ConsensusAlgorithm(LinearAlgorithm):
         scaler = None
         if p.standardize:
             X, scaler = standardized_with(X)
-            if X_test is not None:
-                X_test = (X_test - scaler[0]) / scaler[1]
         kwargs = {
             "X": X,
             "X_test": X_test,
+            "scaler": scaler,
             "beta": per_party(p.beta, len(parties), "beta")[k],
             "zeta": per_party(p.zeta, len(parties), "zeta")[k],
             "n_classes": int(setup["n_classes"]),
@@ -608,7 +614,7 @@ class ConsensusAlgorithm(LinearAlgorithm):
             "solver": IRLSOptions(p.inner_max_iter, p.inner_tol, p.eps),
             "secure": run.defense.secagg_bits is not None,
         }
-        return y, y_test, scaler, kwargs
+        return y, y_test, kwargs
 
 
 class ConsensusFit:
@@ -630,8 +636,8 @@ class ConsensusFit:
         built from its own view ``Xs[k]`` only, with ``y`` if ``k == owner`` (``None``: the
         coordinator holds ``y``), exactly as in a deployment.
 
-        Sets ``classes_``, ``transport_``, ``Z_``, ``W_`` and ``Z_k_`` (read from the
-        party objects of the simulation; never sent), ``feature_importances_``,
+        Sets ``classes_``, ``transport_``, ``Z_``, ``W_``, ``Z_k_`` and ``scalers_`` (read
+        from the party objects of the simulation; never sent), ``feature_importances_``,
         ``objective_`` (= ``history_``), ``n_iter_``, ``converged_``,
         ``n_features_in_`` and ``run_stats_``. Returns the server and the parties.
         """
@@ -655,6 +661,7 @@ class ConsensusFit:
         parties = [p for n in names if isinstance(p := fed.parties[n], ConsensusParty)]
         self.W_: list[np.ndarray] = [p.W for p in parties if p.W is not None]
         self.Z_k_ = [p.Z_k for p in parties]
+        self.scalers_ = [p.scaler for p in parties]
         self.feature_importances_ = [row_norms(W) for W in self.W_]
         self.objective_ = list(server.objective)
         self.history_ = self.objective_

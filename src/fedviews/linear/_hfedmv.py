@@ -64,10 +64,13 @@ from fedviews.federation import (
 )
 from fedviews.linear._common import (
     LinearAlgorithm,
+    Scaler,
     check_iter,
     check_weights,
+    party_index,
     per_party,
     restore,
+    scaled_views,
     small_blas,
 )
 from fedviews.linear._consensus import IRLSOptions
@@ -174,7 +177,7 @@ class HFedMVClient(SecureSumParty):
         self.n_samples = len(Y)
         self.local_iter = local_iter
         self.test, self.zetas, self.test_opts = test, list(zetas), test_opts
-        self.scaler: tuple[np.ndarray, np.ndarray] | None = None
+        self.scaler: Scaler | None = None
         self.learner: Learner = None
         self._pending: Mapping[str, np.ndarray] | None = None
         self.W_local: list[np.ndarray] = []
@@ -185,19 +188,12 @@ class HFedMVClient(SecureSumParty):
         elif standardize == "none":
             self._build(None)
 
-    def _build(self, scaler: tuple[np.ndarray, np.ndarray] | None) -> None:
+    def _build(self, scaler: Scaler | None) -> None:
         self.scaler = scaler
-        self.learner = self.make(self._scaled(self.views))
+        self.learner = self.make(scaled_views(self.views, self.scaler))
         if self._pending is not None:
             self.load_state(self._pending)
             self._pending = None
-
-    def _scaled(self, views: list[np.ndarray]) -> list[np.ndarray]:
-        if self.scaler is None:
-            return views
-        X = (np.hstack(views) - self.scaler[0]) / self.scaler[1]
-        cuts = np.cumsum([v.shape[1] for v in views])[:-1]
-        return [np.ascontiguousarray(v) for v in np.split(X, cuts, axis=1)]
 
     def _learner(self) -> Learner:
         if self.learner is None:
@@ -261,7 +257,7 @@ class HFedMVClient(SecureSumParty):
             return self.reply(msg)
         test_views, y_test = self.test
         Z, _ = fedmv_consensus(
-            [X @ W for X, W in zip(self._scaled(test_views), self.W, strict=True)],
+            [X @ W for X, W in zip(scaled_views(test_views, self.scaler), self.W, strict=True)],
             self.zetas,
             max_iter=self.test_opts[0],
             tol=self.test_opts[1],
@@ -858,7 +854,8 @@ class HFedMV(_ConsensusPredictor):
     standardize : {"none", "local", "pooled"}, default="none"
         Feature scaling before training: none, every client with its own training
         statistics, or the pooled statistics of all clients (from their sums; only
-        per-feature sums cross).
+        per-feature sums cross). :meth:`predict` scales new rows the same way (with
+        ``"local"``, as the client it names).
     defense : str, dict or Defense, optional
         ``"secagg"``: the server learns only the weighted sums of the clients' models
         (and, pooled, of their feature sums), never one client's; ``"label_rr"``: every
@@ -881,6 +878,9 @@ class HFedMV(_ConsensusPredictor):
     history_ : list of float
         ``objective_`` (the per-round record every federated estimator exposes).
     client_sizes_ : list of int
+    scalers_ : list of (ndarray, ndarray) or None
+        Every client's ``(mean, scale)`` of its views side by side (``standardize``;
+        the same for all clients with ``"pooled"``; ``None`` without scaling).
     privacy_ : dict
         The privacy ledger of the run's defense per client; empty without one.
     classes_, run_stats_, transport_
@@ -946,12 +946,39 @@ class HFedMV(_ConsensusPredictor):
         self.W_ = server.W
         self.local_W_ = [p.W_local for p in parties]
         self.client_sizes_ = [p.n_samples for p in parties]
+        self.scalers_ = [p.scaler for p in parties]
         self.objective_ = list(server.objective)
         self.history_ = self.objective_
         self.feature_importances_ = [row_norms(W) for W in self.W_]
         self.transport_ = transport
         self.run_stats_ = transport.log.summary()
         return self
+
+    def decision_function(self, Xs: Sequence[np.ndarray], client: int | None = None) -> np.ndarray:
+        """Consensus ``Z^test`` (Eqs. 18-19) of raw views ``Xs``, run locally by their holder:
+        scaled first as the clients scaled their training views (``standardize``); with
+        ``"local"`` scaling ``client`` names whose statistics to use (the client predicting)."""
+        check_fitted(self, "W_", "scalers_")
+        Xs = check_Xs(Xs, n_views=len(self.W_), n_features=self.n_features_in_)
+        return super().decision_function(scaled_views(Xs, self._scaler(client)))
+
+    def predict(self, Xs: Sequence[np.ndarray], client: int | None = None) -> np.ndarray:
+        """Class labels: ``argmax`` of :meth:`decision_function`."""
+        Z = self.decision_function(Xs, client)  # raises NotFittedError before fit
+        return self.classes_[np.argmax(Z, axis=1)]
+
+    def _scaler(self, client: int | None) -> Scaler | None:
+        scalers = self.scalers_
+        if client is not None:
+            return scalers[party_index(client, len(scalers), "client")]
+        first = scalers[0]
+        for s in scalers[1:]:  # "local": each client its own
+            if (s is None) != (first is None) or not all(map(np.array_equal, s or (), first or ())):
+                raise ConfigError(
+                    "every client scaled its views with its own statistics (standardize="
+                    "'local'): pass client=l to predict as client l"
+                )
+        return first
 
 
 @register_estimator("single_view_fl")

@@ -170,7 +170,7 @@ class MMVFLAlgorithm(ConsensusAlgorithm):
     def build_party(
         self, run: RunSpec, party: str, local: Local, setup: Mapping[str, Any]
     ) -> MMVFLParty:
-        y, _, _, kwargs = self.party_inputs(run, party, local, setup)
+        y, _, kwargs = self.party_inputs(run, party, local, setup)
         Y = None if y is None else one_hot(y)[0]  # the label owner's Eq. (11)
         return MMVFLParty(party, Y=Y, eta=run.params.eta if Y is not None else 0.0, **kwargs)
 
@@ -215,7 +215,8 @@ class MMVFL(ConsensusFit, PartyPredictor, BaseEstimator):
     eps : float
         ε of Eq. (7).
     standardize : bool, default=False
-        Every party scales its own view with its own column statistics first.
+        Every party scales its own view with its own column statistics first;
+        :meth:`predict` scales the party's new rows with the same statistics.
     random_state : int or None
         Seed of the random initial ``Z`` / ``Z_k``.
     transport : callable, optional
@@ -232,6 +233,9 @@ class MMVFL(ConsensusFit, PartyPredictor, BaseEstimator):
         estimator reads them from the party objects; they are never sent.
     Z_ : ndarray (n_samples, n_classes)
         Final consensus pseudo-labels.
+    scalers_ : list of (ndarray, ndarray) or None
+        Each party's own training column means and standard deviations
+        (``standardize``; ``None`` without it), kept by that party.
     feature_importances_ : list of ndarray (d_k,)
         ℓ2 norms of the rows of ``W_k``.
     objective_ : list of float

@@ -41,7 +41,6 @@ from fedviews.linear._consensus import (
     ConsensusParty,
     ConsensusServer,
     IRLSOptions,
-    Scaler,
     consensus_centralized,
 )
 from fedviews.linear._fedmv import _ConsensusPredictor, _prepare_views
@@ -64,18 +63,10 @@ def vfedmv_policy(*, labels_at_party: bool = False, evaluate: bool = False) -> P
 VFEDMV_POLICY = vfedmv_policy()
 
 
-class VFedMVParty(ConsensusParty):
-    """Data owner ``L_k`` of Algorithm 2 (``scaler``: its own training mean and scale, if used)."""
-
-    def __init__(self, *args: Any, scaler: Scaler | None = None, **kw: Any) -> None:
-        super().__init__(*args, **kw)
-        self.scaler = scaler
-
-    def results(self) -> dict[str, np.ndarray]:
-        out = super().results()
-        if self.scaler is not None:
-            out.update(x_mean=self.scaler[0], x_scale=self.scaler[1])
-        return out
+#: Data owner ``L_k`` of Algorithm 2: the shared consensus party
+#: (:class:`~fedviews.linear._consensus.ConsensusParty`); a label owner that is a party
+#: sends ``Y`` to the server once (``labels``) and scores the test consensus (``score``).
+VFedMVParty = ConsensusParty
 
 
 class VFedMVServer(ConsensusServer):
@@ -199,10 +190,9 @@ class VFedMVAlgorithm(ConsensusAlgorithm):
     def build_party(
         self, run: RunSpec, party: str, local: Local, setup: Mapping[str, Any]
     ) -> VFedMVParty:
-        y, y_test, scaler, kwargs = self.party_inputs(run, party, local, setup)
+        y, y_test, kwargs = self.party_inputs(run, party, local, setup)
         labels = None if y is None else (one_hot(y)[0], np.unique(y), y_test)
-        role = self.role(run, party)
-        return VFedMVParty(party, role=role, labels=labels, scaler=scaler, **kwargs)
+        return VFedMVParty(party, role=self.role(run, party), labels=labels, **kwargs)
 
     def build_coordinator(
         self, run: RunSpec, setup: Mapping[str, Any], local: Local | None = None
@@ -285,7 +275,8 @@ class VFedMV(ConsensusFit, _ConsensusPredictor):
     eps : float
         ε of Eq. (5).
     standardize : bool, default=False
-        Every party scales its own view with its own column statistics first.
+        Every party scales its own view with its own column statistics first, and
+        its test view in the testing phase with the same statistics.
     random_state : int or None
         Seed of the random initial ``Z`` / ``Z_k``.
     transport : callable, optional
@@ -301,6 +292,9 @@ class VFedMV(ConsensusFit, _ConsensusPredictor):
         in-process simulation; never sent).
     Z_ : ndarray (n_samples, n_classes)
         Final consensus pseudo-labels (server side).
+    scalers_ : list of (ndarray, ndarray) or None
+        Each party's own training column means and standard deviations
+        (``standardize``; ``None`` without it), kept by that party.
     objective_ : list of float
         Objective (Eq. 1) after every round (non-increasing).
     history_ : list of float
