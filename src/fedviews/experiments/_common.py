@@ -2,21 +2,17 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
 import numpy as np
 
 from fedviews.data import standardized_with
 
 
 def split_views(
-    views: Sequence[np.ndarray], rows: Sequence[np.ndarray], scale: bool
+    views: list[np.ndarray], rows: tuple[np.ndarray, ...], scale: bool
 ) -> list[list[np.ndarray]]:
-    """The rows ``rows[j]`` of every view, one list of views per ``j``; ``scale``: every view
-    scaled with the statistics of its first part (the training rows).
-
-    A constant feature (std < 1e-12) is only centred.
-    """
+    """``[v[r] for v in views]`` for every ``r`` of ``rows``; ``scale``: every part scaled with
+    the first part's statistics (the training rows; a constant feature, std < 1e-12, is only
+    centred)."""
     parts = [[v[r] for v in views] for r in rows]
     if not scale:
         return parts
