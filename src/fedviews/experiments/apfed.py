@@ -246,11 +246,10 @@ def run_table2(cfg: ExperimentConfig, ctx: RunContext) -> ExperimentResult:
     means: dict[str, list[float]] = {m: [] for m in p.methods}
     for setting in p.settings:
         for meth in p.methods:
-            a = np.asarray(acc[setting][meth])
-            means[meth].append(float(a.mean()))
+            mu, sd = mean_std(acc[setting][meth])
+            means[meth].append(mu)
             ref = paper[setting][METHODS.index(meth)] if paper and setting in paper else None
-            ours = pm(a.mean(), a.std())
-            rows.append(_vs_paper(setting, meth, ours, a.mean(), ref and (pm(*ref), ref[0])))
+            rows.append(_vs_paper(setting, meth, pm(mu, sd), mu, ref and (pm(*ref), ref[0])))
     full = paper is not None and set(p.settings) == {"2-1", "2-2", "3-1", "3-2", "3-3"}
     for meth in p.methods:
         avg = float(np.mean(means[meth]))
@@ -325,9 +324,9 @@ def _vs_paper(
 
 def _apfed(p: _TrainParams, variant: str, setting: str, lam: float, device: str, seed: int) -> Any:
     """APFed-``variant`` in the ``m-i`` ``setting`` with passive clients' weight ``lam``."""
-    from fedviews.deep import APFed
+    from fedviews.deep import APFed, parse_setting
 
-    m, i = (int(v) for v in setting.split("-"))
+    m, i = parse_setting(setting)
     kw = p.train_kwargs(device, seed)
     return APFed(variant=variant, m=m, i=i, lam=lam, tau=p.tau, recon_loss=p.recon_loss, **kw)
 
@@ -348,10 +347,10 @@ def _train_cell(
 ) -> dict[str, Any]:
     """Train one ``group`` (``TVFL``, ``SingleVL``, ``APFed-R``, ``APFed-C``) in ``setting``
     with ``seed``: test accuracy (%) of each method it gives, loss curve, time, message log."""
-    from fedviews.deep import TVFL, SingleVL
+    from fedviews.deep import TVFL, SingleVL, parse_setting
 
     Xtr, ytr, Xte, yte = data
-    m, i = (int(v) for v in setting.split("-"))
+    m, i = parse_setting(setting)
     kw = p.train_kwargs(device, seed)
     t0 = time.perf_counter()
     est: Any

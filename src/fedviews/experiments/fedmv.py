@@ -33,7 +33,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from fedviews.errors import ConfigError
-from fedviews.experiments._common import standardize
+from fedviews.experiments._common import split_views
 from fedviews.experiments._config import ExperimentConfig, check_choice
 from fedviews.experiments._metrics import METRICS, classification_metrics, metric_tables, pm
 from fedviews.experiments._metrics import summarize as _summarize
@@ -188,9 +188,7 @@ def _split(views: list[np.ndarray], y: np.ndarray, p: FedMVVerticalParams, seed:
     tr, val = train_test_split(
         rest, test_size=p.val_size / (1 - p.test_size), stratify=y[rest], random_state=seed
     )
-    Xtr, Xval, Xte = ([v[i] for v in views] for i in (tr, val, te))
-    if p.standardize:
-        Xtr, Xval, Xte = standardize(Xtr, Xval, Xte)
+    Xtr, Xval, Xte = split_views(views, (tr, val, te), p.standardize)
     return _Split(Xtr, Xval, Xte, y[tr], y[val], y[te])
 
 
@@ -464,9 +462,7 @@ def run_fedmv_tsne(cfg: ExperimentConfig, ctx: RunContext) -> ExperimentResult:
     tr, te = train_test_split(
         np.arange(len(y)), test_size=p.test_size, stratify=y, random_state=cfg.seed
     )
-    Xtr, Xte = [v[tr] for v in ds.views], [v[te] for v in ds.views]
-    if p.standardize:
-        Xtr, Xte = standardize(Xtr, Xte)
+    Xtr, Xte = split_views(ds.views, (tr, te), p.standardize)
     ytr, yte = y[tr], y[te]
     show = np.random.default_rng(cfg.seed).permutation(len(te))[: p.n_samples]
     v = _model(p, p.zeta, p.eta, cfg.seed, False).fit(Xtr, ytr)

@@ -28,7 +28,7 @@ from typing import Any
 import numpy as np
 
 from fedviews.errors import ConfigError
-from fedviews.experiments._common import standardize
+from fedviews.experiments._common import split_views
 from fedviews.experiments._config import ExperimentConfig, check_choice
 from fedviews.experiments._metrics import CLASSIFIERS, make_classifier
 from fedviews.experiments._paper import paper_tables
@@ -193,9 +193,7 @@ def _sweep(
     V, P = ds.n_views, len(p.percents)
     acc = np.full((len(algs), len(p.betas), len(folds), V, P), np.nan)
     for f, (tr, te) in enumerate(folds):
-        Xtr, Xte = [v[tr] for v in ds.views], [v[te] for v in ds.views]
-        if p.standardize:
-            Xtr, Xte = standardize(Xtr, Xte)
+        Xtr, Xte = split_views(ds.views, (tr, te), p.standardize)
         ytr, yte = ds.y[tr], ds.y[te]
         for b, beta in enumerate(p.betas):
             for a, alg in enumerate(algs):
