@@ -237,6 +237,27 @@ def test_loopback_grid_reuses_live_party(deployment, reference, tmp_path, monkey
     assert restored == []  # never rebuilt from Context.state
 
 
+def test_an_interrupted_flower_run_is_not_recorded_as_ok(deployment, tmp_path, monkeypatch):
+    """Ctrl-C (or any BaseException) in the ServerApp: results.json says so, no report."""
+    path, data = deployment
+    run = tmp_path / "run"
+    rc = {"deploy-config": str(path), "out-dir": str(run)}
+    grid = LoopbackGrid(_node_configs(data, run), rc)
+
+    def interrupted(self, *args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(DeployCoordinator, "run", interrupted)
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            _flower.run_flower_coordinator(load_deploy_config(path), grid, run / "coordinator")
+    finally:
+        grid.close()
+    res = json.loads((run / "coordinator" / "results.json").read_text())
+    assert res["status"].startswith("KeyboardInterrupt")
+    assert not (run / "coordinator" / "report.html").exists()
+
+
 @pytest.mark.parametrize(
     ("nodes", "error", "match"),
     [

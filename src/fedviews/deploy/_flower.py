@@ -143,7 +143,7 @@ def run_flower_coordinator(
         else:
             with coord.app.compute_limits():
                 coord.run()
-    except Exception as exc:  # recorded in results.json, then raised
+    except BaseException as exc:  # recorded in results.json, then raised: an interrupt is no "ok"
         status = f"{type(exc).__name__}: {exc}"
         if isinstance(exc, PartyUnavailable):
             unavailable = exc.party
