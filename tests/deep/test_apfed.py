@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import json
 import math
 import pickle
 import warnings
@@ -13,7 +14,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from fedviews.data import load_cifar  # noqa: E402
+from fedviews.data import balanced_subsample, load, load_cifar  # noqa: E402
 from fedviews.deep._apfed_nets import ARCHS, Decoder, Encoder, cut_strips, parse_setting  # noqa: E402
 from fedviews.deep._apfed_spec import APFedAlgorithm, apfed_policy  # noqa: E402
 from fedviews.deep._export import load_active_model, predict_exported  # noqa: E402
@@ -462,3 +463,23 @@ def test_uint8_images_are_scaled_as_a_deployed_party_scales_them(
     b = APFed(variant="R", m=2, i=1, **_fit_kw(epochs=1)).fit(pixels / np.float32(255), y)
     np.testing.assert_allclose(a.history_, b.history_, rtol=1e-5)
     np.testing.assert_array_equal(a.predict(pixels), b.predict(pixels / np.float32(255)))
+
+
+def test_set_params_after_fit_does_not_recut_the_active_strip(tmp_path) -> None:
+    """The network of a fit belongs to its strip: ``set_params(i=...)`` must not feed another
+    strip to it in predict or describe another one in the export (real MNIST digits)."""
+    ds = load("mnist")
+    idx = np.random.default_rng(0).permutation(balanced_subsample(ds.y, 12, random_state=0))
+    X, y = ds.images[idx], ds.y[idx]
+    for est in (SingleVL(m=2, i=1, **_fit_kw(lr=0.05)), TVFL(m=2, i=1, **_fit_kw(lr=0.05))):
+        est.fit(X, y)
+        logits = est._logits(X[:, None, :14].astype(np.float32) / 255)  # strip 1, by hand
+        expected = est.classes_[np.argmax(logits, axis=1)]
+        np.testing.assert_array_equal(est.predict(X), expected)
+        est.set_params(i=2, pad=True)
+        np.testing.assert_array_equal(est.predict(X), expected)
+        assert est.setting_ == (2, 1, False)
+    single = SingleVL(m=2, i=1, **_fit_kw(lr=0.05)).fit(X, y).set_params(i=2)
+    folder = single.export(tmp_path)
+    assert json.loads((folder / "model.json").read_text())["i"] == 1
+    np.testing.assert_array_equal(load_active_model(folder).predict(X), single.predict(X))

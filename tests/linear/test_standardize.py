@@ -110,3 +110,18 @@ def test_hfedmv_local_scaling_predicts_as_the_client_it_names(hw):
         )
         no_scaling.scalers_, no_scaling.classes_ = [None] * 3, m.classes_
         np.testing.assert_allclose(Z, no_scaling.decision_function(mine))
+
+
+def test_a_label_owners_results_predict_its_labels_like_the_estimator(hw):
+    """A deployed label owner's W, with labels that are not 0..C-1, is no model without the
+    order of its columns: its results hold ``classes`` (MMVFL; V-FedMV's label-owner party)."""
+    Xs, y, Xn = hw
+    labels = y * 10 + 1
+    mm = MMVFL(standardize=True, max_iter=4, inner_max_iter=5)
+    _, parties = mm.fit_run("mmvfl", estimator_params(MMVFLParams, mm), Xs, labels, 0)
+    res = parties[0].results()
+    X = (Xn[0] - res["x_mean"]) / res["x_scale"]
+    np.testing.assert_array_equal(
+        res["classes"][np.argmax(X @ res["W"], axis=1)], mm.predict(Xn[0], party=0)
+    )
+    assert "classes" not in parties[1].results()  # the others never see the labels

@@ -258,6 +258,8 @@ class StripEstimator(BaseEstimator):
         if len(self.classes_) < 2:
             raise DataError("y must contain at least two classes")
         views = cut_strips(X, self.m, pad=self.pad)
+        #: ``(m, i, pad)`` of the fit: how predict and export cut the active strip
+        self.setting_ = (int(self.m), int(self.i), bool(self.pad))
         self.image_shape_ = tuple(int(s) for s in X.shape[1:])
         self.strip_hw_ = (int(views[0].shape[2]), int(views[0].shape[3]))
         self.spec_: NetSpec = get_arch(self.arch, X.shape[1])
@@ -265,14 +267,16 @@ class StripEstimator(BaseEstimator):
         return views, yy
 
     def _active_strip(self, images: Any) -> np.ndarray:
-        """The active strip of full images (strips of other clients are discarded)."""
-        check_fitted(self, "active_", "image_shape_")
+        """The active strip of full images (strips of other clients are discarded), cut as in
+        the fit (``setting_``; a later ``set_params`` of ``m``, ``i``, ``pad`` waits for a refit)."""
+        check_fitted(self, "active_", "setting_")
         X = as_images(images)
         if tuple(X.shape[1:]) != self.image_shape_:
             raise DataError(
                 f"images have shape {X.shape[1:]}, the model was fit on {self.image_shape_}"
             )
-        return cut_strips(X, self.m, pad=self.pad)[self.i - 1]
+        m, i, pad = self.setting_
+        return cut_strips(X, m, pad=pad)[i - 1]
 
     def _logits(self, strip: np.ndarray) -> np.ndarray:  # pragma: no cover - overridden
         raise NotImplementedError

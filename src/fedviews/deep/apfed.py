@@ -409,14 +409,15 @@ class _ActiveOnly(StripEstimator):
         See :func:`fedviews.deep._export.export_active_model`; load it with
         :func:`fedviews.deep.load_active_model` (no passive client needed).
         """
-        check_fitted(self, "active_", "image_shape_")
+        check_fitted(self, "active_", "setting_")
         settings = {k: v for k, v in self.get_params().items() if k != "transport"}
+        m, i, pad = self.setting_
         return self.active_.export(
             path,
             torchscript=torchscript,
-            m=int(self.m),
-            i=int(self.i),
-            pad=bool(self.pad),
+            m=m,
+            i=i,
+            pad=pad,
             image_shape=list(self.image_shape_),
             settings=settings,
         )
@@ -460,6 +461,9 @@ class APFed(_ActiveOnly):
     classes_ : ndarray
     active_ : ActiveClient
         The trained active client (``active_.net`` is ``g_T ∘ f_A``).
+    setting_ : (int, int, bool)
+        ``(m, i, pad)`` of the fit: :meth:`predict` and :meth:`export` cut the active
+        strip with them (``set_params`` of ``m``, ``i`` or ``pad`` takes effect at the next fit).
     passives_ : list of PassiveClient
     history_ : list of float
         Mean ``L_A`` per epoch.

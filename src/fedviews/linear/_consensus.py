@@ -190,6 +190,9 @@ class ConsensusParty(SecureSumParty):
         ``(mean, scale)`` of its own training columns with ``params.standardize``: ``X``
         is already scaled with it, and every test view it loads is scaled with it
         (:meth:`load_test`); it never leaves the party and is part of its results.
+    classes
+        A label owner's labels in the order of the columns of ``W`` (``Y``'s; with
+        ``labels``, its ``classes``): part of its results, to read ``argmax X W`` as labels.
     secure
         Send ``Z_k`` (and ``Z_k_test``) only masked for the server's secure sum; a
         request before the key exchange is refused.
@@ -211,6 +214,7 @@ class ConsensusParty(SecureSumParty):
         labels: tuple[np.ndarray, np.ndarray, np.ndarray | None] | None = None,
         X_test: np.ndarray | None = None,
         scaler: Scaler | None = None,
+        classes: np.ndarray | None = None,
         secure: bool = False,
     ) -> None:
         super().__init__(name, role=role)
@@ -220,6 +224,7 @@ class ConsensusParty(SecureSumParty):
         self.Y = Y
         self.solver = solver
         self.labels, self.X_test = labels, X_test
+        self.classes = classes if labels is None else labels[1]
         self.W: np.ndarray | None = None
         self.Z_k = orthonormal_nonnegative(X.shape[0], n_classes, np.random.default_rng(seed))
         self.inner_iterations: list[int] = []
@@ -329,12 +334,15 @@ class ConsensusParty(SecureSumParty):
 
     def results(self) -> dict[str, np.ndarray]:
         """What this party keeps at the end: ``W``, ``Z_k``, feature importances (row norms),
-        its scaler (``x_mean``, ``x_scale``: new rows are scaled with it before ``X W``)."""
+        its scaler (``x_mean``, ``x_scale``: new rows are scaled with it before ``X W``) and,
+        at a label owner, the ``classes`` of ``W``'s columns."""
         out = {"Z_k": self.Z_k}
         if self.W is not None:
             out.update(W=self.W, feature_importances=row_norms(self.W))
         if self.scaler is not None:
             out.update(x_mean=self.scaler[0], x_scale=self.scaler[1])
+        if self.classes is not None:
+            out["classes"] = self.classes
         if self.y_test_pred is not None:
             out["y_test_pred"] = self.y_test_pred
         return out

@@ -171,8 +171,9 @@ class MMVFLAlgorithm(ConsensusAlgorithm):
         self, run: RunSpec, party: str, local: Local, setup: Mapping[str, Any]
     ) -> MMVFLParty:
         y, _, kwargs = self.party_inputs(run, party, local, setup)
-        Y = None if y is None else one_hot(y)[0]  # the label owner's Eq. (11)
-        return MMVFLParty(party, Y=Y, eta=run.params.eta if Y is not None else 0.0, **kwargs)
+        Y, classes = (None, None) if y is None else one_hot(y)  # the label owner's Eq. (11)
+        eta = run.params.eta if Y is not None else 0.0
+        return MMVFLParty(party, Y=Y, eta=eta, classes=classes, **kwargs)
 
     def build_coordinator(
         self, run: RunSpec, setup: Mapping[str, Any], local: Local | None = None
