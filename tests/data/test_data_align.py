@@ -55,3 +55,21 @@ def test_alignment_errors() -> None:
         align_views([np.zeros((3, 2)), np.zeros((2, 2))], [["a", "b"], ["a", "b"]])
     with pytest.raises(DataError, match="2 views but 1 ID lists"):
         align_views([np.zeros((2, 2)), np.zeros((2, 2))], [["a", "b"]])
+
+
+def test_int64_and_uint64_ids_above_2_53_are_not_merged() -> None:
+    # numpy compares int64 with uint64 as float64: 2**62 + 1 and 2**62 + 2 became one ID,
+    # and the second party got a phantom common sample it does not hold
+    a = np.array([2**62 + 1, 2**62 + 2], dtype=np.int64)
+    b = np.array([2**62 + 3, 2**62 + 1], dtype=np.uint64)
+    pa, pb = align(a, b)
+    assert pa.tolist() == [0] and pb.tolist() == [1]
+
+
+def test_object_ids_of_strings_align_with_str_ids() -> None:
+    # a pandas column of strings arrives as an object array: it is a list of strings
+    a = np.array(["c", "a", "b"], dtype=object)
+    pa, pb = align(a, np.array(["b", "d", "c"]))
+    assert pa.tolist() == [2, 0] and pb.tolist() == [0, 2]
+    with pytest.raises(DataError, match=r"mixes IDs of types \['int', 'str'\]"):
+        align(np.array([1, "a"], dtype=object), ["a"])

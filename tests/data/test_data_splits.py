@@ -5,7 +5,13 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from fedviews.data import balanced_subsample, partition_clients, stratified_kfold
+from fedviews.data import (
+    balanced_subsample,
+    deal_views,
+    held_out_split,
+    partition_clients,
+    stratified_kfold,
+)
 from fedviews.errors import ConfigError, DataError
 
 Y = np.repeat(np.arange(10), 200)  # the handwritten label layout
@@ -86,3 +92,29 @@ def test_partition_errors() -> None:
         partition_clients(Y, 3, "dirichlet_")
     with pytest.raises(DataError, match="positive integer"):
         partition_clients(Y, 0)
+
+
+def test_held_out_split_impossible_stratification_is_config_error() -> None:
+    # sklearn's ValueError escaped (e.g. `fedviews split-data --config` with data.n_test = 5)
+    with pytest.raises(ConfigError, match="at least 10 test and 10 training"):
+        held_out_split(Y, 5, 0)
+    with pytest.raises(ConfigError, match="smallest class has 1"):
+        held_out_split(np.array([0] * 10 + [1]), 3, 0)
+    tr, te = held_out_split(Y, 10, 0)
+    assert np.bincount(Y[te]).tolist() == [1] * 10 and len(tr) == 1990
+
+
+def test_nan_or_mixed_labels_are_rejected_by_the_splits() -> None:
+    y = Y.astype(float)
+    y[:5] = np.nan  # used to be an eleventh class "nan"
+    with pytest.raises(DataError, match="NaN"):
+        balanced_subsample(y, 5, random_state=0)
+    with pytest.raises(DataError, match="different types"):
+        partition_clients(np.array([1, "a"] * 10, dtype=object), 2)
+
+
+def test_deal_views_overlap_must_be_a_fraction() -> None:
+    # overlap 0 (or < 0) used to give every party one random sample, > 1 all of them
+    for overlap in (0.0, -1.0, 2.0):
+        with pytest.raises(ConfigError, match=r"overlap .* must be in \(0, 1\]"):
+            deal_views("handwritten", n_per_class=5, overlap=overlap)

@@ -56,6 +56,18 @@ def _id_kind(ids: np.ndarray) -> str:
     return {"U": "str", "S": "bytes", "i": "int", "u": "int"}.get(ids.dtype.kind, ids.dtype.kind)
 
 
+def _common_int_type(arrays: list[np.ndarray]) -> list[np.ndarray]:
+    """Integer ID lists as one integer dtype (numpy would compare int64 with uint64 as
+    float64, which merges distinct IDs above 2**53)."""
+    if np.result_type(*arrays).kind != "f":
+        return arrays
+    if all(a.dtype.kind == "i" or not len(a) or a.max() <= np.iinfo(np.int64).max for a in arrays):
+        return [a.astype(np.int64) for a in arrays]
+    if all(a.dtype.kind == "u" or not len(a) or a.min() >= 0 for a in arrays):
+        return [a.astype(np.uint64) for a in arrays]
+    raise DataError("ID lists mix negative int64 and uint64 IDs beyond 2**63; convert them first")
+
+
 def align(*id_lists: Any, method: str = "plain") -> list[np.ndarray]:
     """Return, for each party, the positions of the IDs that all parties share.
 
@@ -98,6 +110,8 @@ def align(*id_lists: Any, method: str = "plain") -> list[np.ndarray]:
     kinds = {_id_kind(a) for a in arrays}
     if len(kinds) > 1:
         raise DataError(f"ID lists mix types {sorted(kinds)}; convert them to one type first")
+    if kinds == {"int"}:
+        arrays = _common_int_type(arrays)
     common = intersect(arrays)
     if len(common) == 0:
         raise DataError(f"the {len(arrays)} parties share no sample ID; nothing to align")

@@ -14,8 +14,8 @@ import numpy as np
 
 from fedviews.data._registry import load
 from fedviews.data._split import balanced_subsample, held_out_split
-from fedviews.data._validation import check_ids
-from fedviews.errors import DataError
+from fedviews.data._validation import check_ids, check_y
+from fedviews.errors import ConfigError, DataError
 
 _KEEP = (np.dtype(np.uint8), np.dtype(np.float32), np.dtype(np.float64))
 
@@ -41,6 +41,9 @@ def _labels(y: Any, n: int, what: str) -> np.ndarray | None:
     arr = np.asarray(y)
     if arr.shape != (n,):
         raise DataError(f"{what} has shape {arr.shape} for {n} IDs")
+    arr = check_y(arr, n, name=what)
+    if arr.dtype.kind == "O" and len(arr) and all(isinstance(v, str) for v in arr):
+        arr = arr.astype(str)  # e.g. a Parquet column of strings: saved to .npz without pickle
     return arr
 
 
@@ -209,6 +212,8 @@ def deal_views(
     its own random order; only ``label_owner`` (default: the first view) gets the
     labels. Keys are the view names, in the dataset's order.
     """
+    if not 0 < overlap <= 1:
+        raise ConfigError(f"overlap = {overlap!r} must be in (0, 1]")
     ds = load(dataset, **({"views": list(views)} if views else {}))
     if n_per_class:
         ds = ds.subset(balanced_subsample(ds.y, n_per_class, random_state=seed))

@@ -23,7 +23,12 @@ def _labels(y: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     arr = np.asarray(y)
     if arr.ndim != 1 or arr.size == 0:
         raise DataError(f"y must be a non-empty 1-D label vector, got shape {arr.shape}")
-    classes, codes, counts = np.unique(arr, return_inverse=True, return_counts=True)
+    if arr.dtype.kind == "f" and not np.isfinite(arr).all():
+        raise DataError("y contains NaN or infinite labels")
+    try:
+        classes, codes, counts = np.unique(arr, return_inverse=True, return_counts=True)
+    except TypeError:  # an object array mixing e.g. str and int labels
+        raise DataError("y mixes labels of different types; convert them to one type") from None
     return classes, codes.ravel(), counts
 
 
@@ -245,5 +250,12 @@ def held_out_split(y: np.ndarray, n_test: int, seed: int) -> tuple[np.ndarray, n
 
     if not 0 < n_test < len(y):
         raise ConfigError(f"data.n_test = {n_test} must lie in (0, {len(y)})")
+    _, _, counts = _labels(y)
+    if n_test < len(counts) or len(y) - n_test < len(counts) or counts.min() < 2:
+        raise ConfigError(
+            f"data.n_test = {n_test}: a stratified split of {len(y)} samples needs at least "
+            f"{len(counts)} test and {len(counts)} training samples (one per class) and two "
+            f"samples of every class (the smallest class has {int(counts.min())})"
+        )
     tr, te = train_test_split(idx, test_size=n_test, stratify=y, random_state=seed)
     return np.sort(tr), np.sort(te)

@@ -89,9 +89,20 @@ def check_y(y: Any, n_samples: int, *, name: str = "y") -> np.ndarray:
         raise DataError(f"{name} has {arr.shape[0]} labels but the views have {n_samples} samples")
     if arr.dtype.kind == "f" and not np.isfinite(arr).all():
         raise DataError(f"{name} contains NaN or infinite labels")
-    if arr.dtype.kind == "O" and any(v is None for v in arr):
-        raise DataError(f"{name} contains missing (None) labels")
+    if arr.dtype.kind == "O":
+        if any(v is None or (isinstance(v, float) and not np.isfinite(v)) for v in arr):
+            raise DataError(f"{name} contains missing (None or NaN) labels")
+        _sortable(arr, name, "labels")
     return arr
+
+
+def _sortable(arr: np.ndarray, name: str, what: str) -> None:
+    """A ``DataError`` unless the values of an object array can be compared (not str vs int)."""
+    try:
+        np.unique(arr)
+    except TypeError:
+        kinds = sorted({type(v).__name__ for v in arr})
+        raise DataError(f"{name} mixes {what} of types {kinds}; convert them to one type") from None
 
 
 def check_ids(ids: Any, *, name: str = "ids") -> np.ndarray:
@@ -99,6 +110,10 @@ def check_ids(ids: Any, *, name: str = "ids") -> np.ndarray:
     arr = np.asarray(ids)
     if arr.ndim != 1:
         raise DataError(f"{name} must be 1-D, got shape {arr.shape}")
+    if arr.dtype.kind == "O":  # e.g. a pandas column of strings: a str array, like the rest
+        _sortable(arr, name, "IDs")
+        if len(arr) and all(isinstance(v, str) for v in arr):
+            arr = arr.astype(str)
     uniq, counts = np.unique(arr, return_counts=True)
     if (counts > 1).any():
         dup = uniq[counts > 1][:5].tolist()

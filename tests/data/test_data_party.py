@@ -1,0 +1,36 @@
+"""PartyData: what one organisation holds, checked on construction."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from fedviews.data import PartyData, check_y, load
+from fedviews.errors import DataError
+
+
+@pytest.fixture(scope="module")
+def small():
+    ds = load("handwritten").subset(np.arange(0, 2000, 100))
+    return ds.ids, ds.views[1], ds.y
+
+
+def test_missing_labels_are_rejected(small) -> None:
+    ids, X, y = small
+    with pytest.raises(DataError, match="NaN or infinite labels"):
+        PartyData(ids, X, np.where(np.arange(len(y)) == 0, np.nan, y))
+    with pytest.raises(DataError, match=r"missing \(None or NaN\)"):
+        PartyData(ids, X, np.array([None, *y[1:]], dtype=object))
+    with pytest.raises(DataError, match=r"missing \(None or NaN\)"):
+        check_y(np.array(["a", "b", np.nan], dtype=object), 3)  # pandas' missing string
+
+
+def test_object_ids_and_labels_of_strings_become_str_arrays(tmp_path, small) -> None:
+    # object arrays (pandas columns, Parquet string labels) were saved to .npz pickled:
+    # the file could not be read back ("Object arrays cannot be loaded")
+    ids, X, y = small
+    d = PartyData(ids.astype(object), X, np.array([f"c{v}" for v in y], dtype=object))
+    assert d.ids.dtype.kind == "U" and d.y is not None and d.y.dtype.kind == "U"
+    np.savez(tmp_path / "p.npz", **d.arrays())
+    with np.load(tmp_path / "p.npz", allow_pickle=False) as f:
+        np.testing.assert_array_equal(f["ids"], ids)
