@@ -202,3 +202,39 @@ def test_bad_command_line_input_is_one_error_line(tmp_path):
     )
     assert res.exit_code == 2, res.output
     assert "ConfigError" in res.output and "cannot listen on 'notanaddress'" in res.output
+
+
+def test_csv_party_files_blank_lines_ids_and_labels(tmp_path):
+    # a trailing blank line or a short row raised IndexError; "007" became the integer 7;
+    # float labels "1.0" (pandas' to_csv) were "non-numeric"; a BOM hid the `id` column
+    f = tmp_path / "a.csv"
+    f.write_text("\ufeffid,label,a\n007,1.0,0.5\n7,0,1.5\n\n", encoding="utf-8")
+    d = load_party_data(f)
+    assert d.ids.tolist() == ["007", "7"] and d.y is not None and d.y.tolist() == [1, 0]
+    np.testing.assert_array_equal(d.X, [[0.5], [1.5]])
+    f.write_text("id,label,a\n1,0,0.5\n2,1\n")
+    with pytest.raises(DataError, match="line 3 has 2 fields, the header 3"):
+        load_party_data(f)
+    f.write_text("id,label,a\n1,0.5,0.5\n")
+    with pytest.raises(DataError, match="not a class index"):
+        load_party_data(f)
+    # labels a .csv cannot hold: one clear error, and no half-written file
+    d = PartyData(np.array([1, 2]), np.ones((2, 1)), np.array(["cat", "dog"]))
+    with pytest.raises(DataError, match="integer class labels"):
+        save_party_data(tmp_path / "s.csv", d)
+    with pytest.raises(DataError, match="integer class labels"):
+        save_party_data(tmp_path / "s.csv", PartyData(np.array([1, 2]), np.ones((2, 1)), [0.5, 1]))
+    assert not (tmp_path / "s.csv").exists()
+    back = load_party_data(
+        save_party_data(tmp_path / "f.csv", PartyData(np.array([1, 2]), np.ones((2, 1)), [1.0, 0]))
+    )
+    assert back.y is not None and back.y.tolist() == [1, 0]
+
+
+def test_split_data_overlap_out_of_range_is_one_error_line(tmp_path):
+    # --overlap 0 wrote one random sample per party (no two parties sharing an ID)
+    res = runner.invoke(
+        app, ["split-data", "handwritten", str(tmp_path), "--n-per-class", "2", "--overlap", "0"]
+    )
+    assert res.exit_code != 0 and "overlap" in res.output and "Traceback" not in res.output
+    assert not list(tmp_path.iterdir())

@@ -73,30 +73,45 @@ def load_party_data(path: str | Path) -> PartyData:
         except DataError as exc:
             raise DataError(f"{p}: {exc}") from None
     if p.suffix == ".csv":
-        with p.open(newline="") as fh:
-            rows = list(csv.reader(fh))
-        if not rows or "id" not in rows[0]:
+        with p.open(newline="", encoding="utf-8-sig") as fh:  # -sig: a BOM (Excel) is no header
+            rows = [(line, r) for line, r in enumerate(csv.reader(fh), start=1) if r]
+        if not rows or "id" not in rows[0][1]:
             raise DataError(f"{p}: the header must contain an `id` column")
-        head = rows[0]
-        body = rows[1:]
+        head = rows[0][1]
+        for line, r in rows[1:]:
+            if len(r) != len(head):
+                raise DataError(f"{p}: line {line} has {len(r)} fields, the header {len(head)}")
+        body = [r for _, r in rows[1:]]
         i_id = head.index("id")
         i_y = head.index("label") if "label" in head else None
         feats = [j for j in range(len(head)) if j not in (i_id, i_y)]
         raw_ids = [r[i_id] for r in body]
-        ids = (
-            np.array([int(v) for v in raw_ids])
-            if all(v.lstrip("-").isdigit() for v in raw_ids)
-            else np.array(raw_ids)
-        )
+        ids = np.array([int(v) for v in raw_ids]) if _integers(raw_ids) else np.array(raw_ids)
         try:
             X = np.array([[float(r[j]) for j in feats] for r in body])
-            y = None if i_y is None else np.array([int(r[i_y]) for r in body])
+            y = None if i_y is None else np.array([_label(r[i_y]) for r in body])
         except ValueError as exc:
             raise DataError(f"{p}: non-numeric value ({exc})") from None
         return PartyData(ids, X.reshape(len(body), len(feats)), y)
     if p.suffix == ".parquet":
         return _load_parquet(p)
     raise DataError(f"{p}: unsupported data file type {p.suffix!r}; use {_TYPES}")
+
+
+def _integers(values: list[str]) -> bool:
+    """Whether every ID is an int64 written as Python writes it (``"007"`` stays a string)."""
+    try:
+        return all(str(int(v)) == v and abs(int(v)) < 2**63 for v in values)
+    except ValueError:
+        return False
+
+
+def _label(v: str) -> int:
+    """A class index written as ``3`` or ``3.0`` (what a float label column becomes)."""
+    f = float(v)
+    if not f.is_integer():
+        raise ValueError(f"label {v!r} is not a class index (an integer)")
+    return int(f)
 
 
 def _load_parquet(p: Path) -> PartyData:
@@ -137,6 +152,11 @@ def save_party_data(path: str | Path, data: PartyData) -> Path:
         np.savez(p, **arrays)
     elif p.suffix == ".csv":
         _check_tabular(p, data)
+        if data.y is not None and not _integral_labels(data.y):
+            raise DataError(
+                f"{p}: a .csv holds integer class labels, these are {data.y.dtype}; use .npz "
+                "or .parquet"
+            )
         with p.open("w", newline="") as fh:
             w = csv.writer(fh)
             w.writerow(
@@ -161,6 +181,12 @@ def save_party_data(path: str | Path, data: PartyData) -> Path:
     else:
         raise DataError(f"{p}: unsupported data file type {p.suffix!r}; use {_TYPES}")
     return p
+
+
+def _integral_labels(y: np.ndarray) -> bool:
+    if y.dtype.kind in "iub":
+        return True
+    return y.dtype.kind == "f" and bool(np.all(y == np.trunc(y)))
 
 
 def _check_tabular(p: Path, data: PartyData) -> None:
