@@ -116,6 +116,16 @@ def test_keys_are_bound_to_certificates_when_there_are_certificates(tmp_path):
         a.set_peers(["a", "b"], {"b": forged}, session)
 
 
+def test_a_party_refuses_a_secure_sum_without_another_member():
+    """A coordinator that lists a party alone would get its array unmasked (no pair, no mask):
+    the party refuses, even with certificates (there is no peer key to check)."""
+    a = SecureSum("a")
+    with pytest.raises(PrivacyError, match="only \\['a'\\] for a secure sum"):
+        a.set_peers(["a"], {}, secrets.token_bytes(32))
+    with pytest.raises(ProtocolError, match="no secure-aggregation keys"):
+        a.mask({"v": np.ones(3)}, round=1)
+
+
 def test_defense_config_is_checked():
     assert Defense.of(None).kind == "none" and Defense.of("secagg").active
     assert Defense.of({"kind": "secagg", "frac_bits": 24}).frac_bits == 24
