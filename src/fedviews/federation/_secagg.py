@@ -115,7 +115,14 @@ class SecureSum:
         return out
 
     def set_peers(self, members: Sequence[str], bundles: Mapping[str, Any], session: bytes) -> None:
-        """Check every other member's bundle and derive the pairwise mask keys."""
+        """Check every other member's bundle and derive the pairwise mask keys (once per key:
+        a second exchange would forget which ``(round, name)`` were masked, and the same
+        masks could then hide a second value)."""
+        if self.n_members:
+            raise ProtocolError(
+                f"the coordinator sent {self.name!r} the secure-aggregation peers twice for one "
+                "key (masks must not be reused); a new exchange starts with secagg:keys"
+            )
         if self.name not in members or len(set(members)) != len(members):
             raise ProtocolError(
                 f"the coordinator listed the members {list(members)} to {self.name!r}"
