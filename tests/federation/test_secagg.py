@@ -116,6 +116,30 @@ def test_keys_are_bound_to_certificates_when_there_are_certificates(tmp_path):
         a.set_peers(["a", "b"], {"b": forged}, session)
 
 
+def test_a_replayed_key_exchange_cannot_reuse_a_mask_for_another_value():
+    """A coordinator that sent the peers again (same session) would reset the party's record
+    of what it masked and get the same masks on a second value: their difference is the
+    difference of the values. The party keys once per key pair."""
+    ss = _group()
+    first = ss["a"].mask({"v": np.ones(3)}, round=1)["v"]
+    bundles = {n: SecureSum(n).bundle() for n in NAMES}
+    with pytest.raises(ProtocolError, match="peers twice"):
+        ss["a"].set_peers(list(NAMES), bundles, secrets.token_bytes(32))
+    with pytest.raises(ProtocolError, match="twice"):
+        ss["a"].mask({"v": np.full(3, 5.0)}, round=1)
+    np.testing.assert_array_equal(ss["a"].mask({"v": np.ones(3)}, round=1)["v"], first)
+
+
+def test_a_party_refuses_a_secure_sum_without_another_member():
+    """A coordinator that lists a party alone would get its array unmasked (no pair, no mask):
+    the party refuses, even with certificates (there is no peer key to check)."""
+    a = SecureSum("a")
+    with pytest.raises(PrivacyError, match="only \\['a'\\] for a secure sum"):
+        a.set_peers(["a"], {}, secrets.token_bytes(32))
+    with pytest.raises(ProtocolError, match="no secure-aggregation keys"):
+        a.mask({"v": np.ones(3)}, round=1)
+
+
 def test_defense_config_is_checked():
     assert Defense.of(None).kind == "none" and Defense.of("secagg").active
     assert Defense.of({"kind": "secagg", "frac_bits": 24}).frac_bits == 24

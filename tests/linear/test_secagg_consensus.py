@@ -123,3 +123,14 @@ def test_defense_that_does_not_apply_is_a_config_error():
     Xs, y = _data()
     with pytest.raises(ConfigError, match="unknown defense.kind"):
         MMVFL(defense="laplace").fit(Xs, y)
+
+
+@pytest.mark.parametrize("Est", [MMVFL, VFedMV])
+def test_secagg_with_one_party_is_a_config_error(Est):
+    """With one party the "secure sum" is its own zeta Z_k, unmasked: refused up front."""
+    from fedviews.data import load
+
+    ds = load("handwritten")
+    idx = np.random.default_rng(0).permutation(len(ds.y))[:120]
+    with pytest.raises(ConfigError, match="at least two parties"):
+        Est(max_iter=2, defense="secagg").fit([ds.views[0][idx]], ds.y[idx])

@@ -112,3 +112,17 @@ def test_the_servers_view_under_secagg_is_the_global_model_only():
     allX = np.vstack([np.hstack(Xs) for Xs, _ in clients])
     ref = linear_predictor(fed.coordinator.W, (allX.mean(0), allX.std(0)))
     np.testing.assert_array_equal(obs[0].predict(allX, None), ref(allX, None))
+
+
+def test_secagg_with_one_client_is_a_config_error():
+    """With one client the "secure sum" is its own N_l W^l, unmasked: refused before anything
+    runs, instead of a run that calls itself secure and shows the server that client's model."""
+    from fedviews.data import load
+    from fedviews.errors import ConfigError
+
+    ds = load("handwritten")
+    idx = np.random.default_rng(0).permutation(len(ds.y))[:120]
+    client = ([V[idx] for V in ds.views[:2]], ds.y[idx])
+    with pytest.raises(ConfigError, match="at least two clients"):
+        HFedMV(n_rounds=1, local_iter=1, defense="secagg").fit([client])
+    HFedMV(n_rounds=1, local_iter=1).fit([client])  # without secagg: the plain protocol

@@ -47,7 +47,7 @@ from typing import Any
 
 import numpy as np
 
-from fedviews.errors import DataError, PrivacyError, ProtocolError
+from fedviews.errors import ConfigError, DataError, PrivacyError, ProtocolError
 from fedviews.federation._certs import crypto
 from fedviews.federation._e2e import _b64, _Signer, _statement, _unb64, hkdf, x25519_secret
 from fedviews.federation._message import Message
@@ -115,10 +115,22 @@ class SecureSum:
         return out
 
     def set_peers(self, members: Sequence[str], bundles: Mapping[str, Any], session: bytes) -> None:
-        """Check every other member's bundle and derive the pairwise mask keys."""
+        """Check every other member's bundle and derive the pairwise mask keys (once per key:
+        a second exchange would forget which ``(round, name)`` were masked, and the same
+        masks could then hide a second value)."""
+        if self.n_members:
+            raise ProtocolError(
+                f"the coordinator sent {self.name!r} the secure-aggregation peers twice for one "
+                "key (masks must not be reused); a new exchange starts with secagg:keys"
+            )
         if self.name not in members or len(set(members)) != len(members):
             raise ProtocolError(
                 f"the coordinator listed the members {list(members)} to {self.name!r}"
+            )
+        if len(members) < 2:  # no peer, no mask: the "masked" array would be the array
+            raise PrivacyError(
+                f"the coordinator listed only {list(members)} for a secure sum: with no other "
+                f"member {self.name!r}'s array would leave unmasked"
             )
         signer = None if self.tls is None else _Signer(self.tls)
         pairs = {}
@@ -182,6 +194,16 @@ def unmask_sum(
                 )
             np.add(sums[name], a, out=sums[name])  # modulo 2^64
     return {name: decode(s, frac_bits) for name, s in sums.items()}
+
+
+def check_secure_sum_members(members: Sequence[str], what: str) -> None:
+    """A :class:`ConfigError` unless at least two ``what`` (a plural) take part in a secure
+    sum (with one, the sum is its own array: nothing is hidden)."""
+    if len(members) < 2:
+        raise ConfigError(
+            f"secagg hides each array in the sum of the {what}: it needs at least two {what} "
+            f"(with one, the sum is its array), got {list(members)}"
+        )
 
 
 def secure_sum_setup(

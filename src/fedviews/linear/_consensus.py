@@ -63,6 +63,7 @@ from fedviews.federation import (
     RunSpec,
     SecureSumParty,
     build_in_process,
+    check_secure_sum_members,
     handles,
     secure_sum_setup,
     secured_policy,
@@ -536,6 +537,8 @@ class ConsensusAlgorithm(LinearAlgorithm):
         params.validate(len(fed.parties))
 
     def make_setup(self, run: RunSpec, infos: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
+        if run.defense.kind == "secagg":
+            check_secure_sum_members(run.federation.parties, "parties")
         setup = super().make_setup(run, infos)
         if setup["n_classes"] < 2:
             raise DataError("y must contain at least two classes")

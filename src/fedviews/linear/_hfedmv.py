@@ -51,6 +51,7 @@ from fedviews.federation import (
     SecureSumParty,
     Transport,
     build_in_process,
+    check_secure_sum_members,
     estimator_params,
     federate,
     handles,
@@ -566,6 +567,8 @@ class HorizontalClients(Algorithm):
 
     def make_setup(self, run: RunSpec, infos: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
         """The agreed label set (``0..C-1``) and view layout, checked to be the same everywhere."""
+        if run.defense.kind == "secagg":
+            check_secure_sum_members(run.federation.parties, "clients")
         layouts = {p: str(infos[p]["view_dims"]) for p in run.federation.parties}
         if len(set(layouts.values())) != 1:
             raise DataError(
