@@ -237,6 +237,37 @@ def test_loopback_grid_reuses_live_party(deployment, reference, tmp_path, monkey
     assert restored == []  # never rebuilt from Context.state
 
 
+def _with_secagg(path: Path, tmp_path: Path) -> Path:
+    secure = tmp_path / "secagg.toml"
+    secure.write_text(path.read_text() + '\n[defense]\nkind = "secagg"\n')
+    return secure
+
+
+def test_secure_aggregation_on_flower_needs_a_live_party(deployment, reference, tmp_path):
+    """With the party alive across messages (the simulation engine) secagg gives the plain
+    run's result; rebuilt from its node state for every message (the deployment engine) it
+    would draw a new key whose masks no longer cancel, so the node refuses, as does
+    ``launch_flower`` with the deployment engine (before anything starts)."""
+    path, data = deployment
+    secure = _with_secagg(path, tmp_path)
+    for fresh in (False, True):
+        run = tmp_path / f"run-{fresh}"
+        rc = {"deploy-config": str(secure), "out-dir": str(run)}
+        grid = LoopbackGrid(_node_configs(data, run), rc, fresh=fresh)
+        try:
+            if fresh:
+                with pytest.raises(ConfigError, match="deployment engine starts a new ClientApp"):
+                    _flower.run_flower_coordinator(load_deploy_config(secure), grid, run / "c")
+            else:
+                res = _flower.run_flower_coordinator(load_deploy_config(secure), grid, run / "c")
+        finally:
+            grid.close()
+    np.testing.assert_allclose(res["objective"], reference[0]["objective"], rtol=1e-6)
+    with pytest.raises(ConfigError, match="use the simulation engine or fedviews launch"):
+        launch_flower(secure, tmp_path / "launched", engine="deployment", data_dir=data)
+    assert not (tmp_path / "launched").exists()
+
+
 def test_an_interrupted_flower_run_is_not_recorded_as_ok(deployment, tmp_path, monkeypatch):
     """Ctrl-C (or any BaseException) in the ServerApp: results.json says so, no report."""
     path, data = deployment

@@ -13,6 +13,9 @@ engine's Ray actors) a module-level cache keyed by ``(run_id, node_id)`` with a
 generation counter skips the rebuild. This fits the coarse-round algorithms (MMVFL:
 one ``update`` per party and round); an algorithm whose party keeps state between two
 messages of a round that its ``state_dict`` does not hold would need it there.
+Secure aggregation cannot be rebuilt this way: a party's fresh key would no longer pair
+with the keys its peers hold, so the masks would not cancel. A node refuses it (and
+``launch_flower`` refuses it with the deployment engine) instead of sending a wrong sum.
 """
 
 from __future__ import annotations
@@ -37,7 +40,14 @@ from fedviews.deploy._config import DeployConfig, load_deploy_config  # noqa: E4
 from fedviews.deploy._data import SUFFIXES, load_party_data  # noqa: E402
 from fedviews.deploy._flower_transport import FlowerNodeTransport  # noqa: E402
 from fedviews.deploy._session import DeployParty, _print_to, session_policy  # noqa: E402
-from fedviews.federation import LogEntry, Message, get_algorithm_spec  # noqa: E402
+from fedviews.federation import SECAGG_KINDS, LogEntry, Message, get_algorithm_spec  # noqa: E402
+
+#: why a party under secure aggregation cannot be rebuilt from its node state
+SECAGG_NEEDS_A_LIVE_PARTY = (
+    'secure aggregation ([defense] kind = "secagg") needs each party\'s process to live '
+    "through the run (its key pairs with every peer's); Flower's deployment engine starts a "
+    "new ClientApp process for every message: use the simulation engine or fedviews launch"
+)
 
 _STATE, _STATE_PSI, _STATE_ALGO = "fedviews", "fedviews.psi", "fedviews.algo"
 
@@ -188,6 +198,8 @@ class _Node:
         for i in range(_int(meta["replay"])):
             wire = meta[f"replay/{i}"]
             assert isinstance(wire, bytes)
+            if Message.decode(wire).kind in SECAGG_KINDS:  # a new key: the masks would not cancel
+                raise ConfigError(SECAGG_NEEDS_A_LIVE_PARTY)
             wires.append(wire)
         self.snapshot_at = _int(meta["snapshot_at"])
         algo = state.array_records.get(_STATE_ALGO)
