@@ -483,3 +483,57 @@ def test_set_params_after_fit_does_not_recut_the_active_strip(tmp_path) -> None:
     folder = single.export(tmp_path)
     assert json.loads((folder / "model.json").read_text())["i"] == 1
     np.testing.assert_array_equal(load_active_model(folder).predict(X), single.predict(X))
+
+
+@pytest.fixture(scope="module")
+def fashion() -> tuple[np.ndarray, np.ndarray]:
+    """40 Fashion-MNIST test images (4 per class)."""
+    ds = load("fashion_mnist", subset="test")
+    idx = balanced_subsample(ds.y, 4, random_state=0)
+    return ds.images[idx], ds.y[idx]
+
+
+def test_score_needs_one_label_per_image(fashion: tuple[np.ndarray, np.ndarray]) -> None:
+    """Before: one label broadcast against every prediction (a silent score), five a raw
+    numpy broadcasting error."""
+    X, y = fashion
+    for est in (SingleVL(**_fit_kw(epochs=1)), TVFL(**_fit_kw(epochs=1))):
+        est.fit(X, y)
+        assert est.score(X, y) == np.mean(est.predict(X) == y)
+        for bad in (y[:1], y[:5]):
+            with pytest.raises(DataError, match="one label per image"):
+                est.score(X, bad)
+
+
+def test_tvfl_random_fill_with_random_state_none(fashion: tuple[np.ndarray, np.ndarray]) -> None:
+    """Before: predict raised a raw TypeError from int(None); now the fill seed is drawn at fit
+    (the same for every predict of that fit) and is ``random_state`` where one is given."""
+    X, y = fashion
+    est = TVFL(fill="random", **_fit_kw(epochs=1, random_state=None)).fit(X, y)
+    np.testing.assert_array_equal(est.predict(X), est.predict(X))
+    seeded = TVFL(fill="random", **_fit_kw(epochs=1)).fit(X, y)
+    assert seeded.fill_seed_ == 3
+
+
+@pytest.mark.parametrize(
+    ("name", "value"),
+    [
+        ("epochs", "abc"),
+        ("epochs", None),
+        ("batch_size", float("nan")),
+        ("m", None),
+        ("i", True),
+        ("lr", "abc"),
+        ("lr", float("inf")),  # before: accepted, the loss became NaN
+        ("momentum", None),
+        ("weight_decay", True),  # before: a raw RuntimeError from torch
+        ("tau", "abc"),
+    ],
+)
+def test_mistyped_parameters_are_config_errors(
+    fashion: tuple[np.ndarray, np.ndarray], name: str, value: object
+) -> None:
+    X, y = fashion
+    expect = "active strip i" if name == "i" else name
+    with pytest.raises(ConfigError, match=expect):
+        APFed(**{**_fit_kw(epochs=1), name: value}).fit(X, y)

@@ -479,3 +479,28 @@ def test_lossy_wire_encodings_cut_bytes_and_still_train(fmnist, acts, grads, up,
     assert abs(lossy.history_["accuracy"][-1] - exact.history_["accuracy"][-1]) < 0.1
     with pytest.raises(ConfigError, match="top-k is for the returned gradients"):
         MultiVFL(**kw, wire_activations="topk").fit(images[:300], y[:300], **fit)
+
+
+def test_bad_labels_scores_and_params_are_clear_errors(fmnist) -> None:
+    """A single class, a wrong-length ``y`` in ``score`` and mistyped parameters: each a
+    fedviews error (before: a silent one-class fit, a silent 0.0 or a raw numpy error, and raw
+    TypeError / ValueError from the checks)."""
+    images, y, _ = fmnist
+    kw = {"n_data_owners": 2, "n_label_owners": 1, "rounds": 1, "batch_size": 100, "device": "cpu"}
+    with pytest.raises(DataError, match="at least two classes"):
+        MultiVFL(**kw).fit(images[:100], np.zeros(100, dtype=int))
+    est = MultiVFL(**kw).fit(images[:100], y[:100])
+    assert est.score(images[100:120], y[100:120]) == np.mean(
+        est.predict(images[100:120]) == y[100:120]
+    )
+    for bad in (y[100:101], y[100:105]):
+        with pytest.raises(DataError, match="one label per image"):
+            est.score(images[100:120], bad)
+    for name, value in [
+        ("lr", "abc"),
+        ("lr", float("inf")),
+        ("scenario", 4),
+        ("samples_per_owner", 1.5),
+    ]:
+        with pytest.raises(ConfigError, match=name if name != "scenario" else "unknown scenario"):
+            MultiVFL(**{**kw, name: value}).fit(images[:100], y[:100])

@@ -228,3 +228,14 @@ def test_variable_length_sequences_round_trip_through_party_data(watch: MultiVie
         PartyData(data.ids, data.X, data.y, view_dims=(3, 3), lengths=data.lengths[:, :1])
     with pytest.raises(DataError, match="lengths"):
         PartyData(data.ids, data.X, data.y, view_dims=(3, 3), lengths=data.lengths + 10_000)
+
+
+def test_fit_fusion_refuses_labels_the_extractors_never_saw(watch: MultiViewSequences) -> None:
+    """Before: the labels were encoded with searchsorted against classes_ unchecked, so a new
+    label became an out-of-range index (a raw IndexError at predict) or another class."""
+    ds = _clients(watch, 2, 20)
+    (v0, y0), (v1, y1) = ds.by_client()
+    est = SFedMV(**TINY).fit_extractors([(v0, y0), (v1, y1)])
+    relabelled = np.where(y1 == y1[0], 999, y1)
+    with pytest.raises(DataError, match=r"labels \[999\] were not seen"):
+        est.fit_fusion([(v0, y0), (v1, relabelled)])

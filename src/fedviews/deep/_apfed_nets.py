@@ -27,7 +27,7 @@ from typing import Any
 
 import numpy as np
 
-from fedviews.deep._common import as_strips
+from fedviews.deep._common import as_strips, is_int
 from fedviews.errors import ConfigError, DataError, MissingDependency
 
 try:
@@ -40,9 +40,9 @@ except ImportError as exc:  # pragma: no cover - depends on the environment
 # -- m-i settings and strips -------------------------------------------------
 def check_setting(m: int, i: int) -> None:
     """Validate an ``m-i`` setting: ``m >= 2`` strips, active strip ``1 <= i <= m``."""
-    if int(m) != m or m < 2:
+    if not is_int(m, 2):
         raise ConfigError(f"m (number of strips) must be an integer >= 2, got {m!r}")
-    if int(i) != i or not 1 <= i <= m:
+    if not is_int(i, 1) or i > m:
         raise ConfigError(
             f"setting {m}-{i}: the active strip i must satisfy 1 <= i <= m={m}, got i={i}"
         )

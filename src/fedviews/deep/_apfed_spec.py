@@ -62,6 +62,8 @@ from fedviews.deep._common import (
     history_columns,
     history_records,
     history_summary,
+    is_int,
+    is_real,
     last_epoch_seen,
     progress_tail,
 )
@@ -101,13 +103,15 @@ def check_training(
     epochs: Any, batch_size: Any, lr: float, momentum: float, weight_decay: float
 ) -> None:
     """The SGD settings every APFed / SingleVL / TVFL party trains with (ConfigError if bad)."""
-    if isinstance(epochs, bool) or int(epochs) != epochs or epochs < 1:
+    if not is_int(epochs, 1):
         raise ConfigError(f"epochs must be a positive integer, got {epochs!r}")
-    if isinstance(batch_size, bool) or int(batch_size) != batch_size or batch_size < 2:
+    if not is_int(batch_size, 2):
         raise ConfigError(f"batch_size must be an integer >= 2, got {batch_size!r}")
-    if not lr > 0:
+    if not (is_real(lr) and lr > 0):
         raise ConfigError(f"lr must be positive, got {lr!r}")
-    if not 0 <= momentum < 1 or not weight_decay >= 0:
+    if not (is_real(momentum) and 0 <= momentum < 1) or not (
+        is_real(weight_decay) and weight_decay >= 0
+    ):
         raise ConfigError("momentum must be in [0, 1) and weight_decay >= 0")
 
 
@@ -204,7 +208,7 @@ class APFedParams:
         if n_passive is None:  # the count is checked once the roster is known
             n_passive = len(self.lam) if isinstance(self.lam, (list, tuple)) else 1
         self.lams(n_passive)
-        if not self.tau > 0:
+        if not (is_real(self.tau) and self.tau > 0):
             raise ConfigError(f"tau must be positive, got {self.tau!r}")
         check_training(self.epochs, self.batch_size, self.lr, self.momentum, self.weight_decay)
         if self.arch not in ARCH_NAMES:

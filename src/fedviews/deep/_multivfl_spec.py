@@ -33,7 +33,7 @@ from typing import Any
 import numpy as np
 
 from fedviews.data import PartyData, demo_image_split, split_strips
-from fedviews.deep._common import check_device, check_positive_ints
+from fedviews.deep._common import check_device, check_positive_ints, is_int, is_real
 from fedviews.deep._serveropt import ServerOptimizer, make_server_optimizer
 from fedviews.errors import ConfigError, DataError
 from fedviews.federation import (
@@ -173,7 +173,7 @@ class MultiVFLParams:
             self, ("rounds", "local_epochs", "batch_size", "channels", "top_channels", "hidden")
         )
         self.codecs()
-        if not self.lr > 0:
+        if not (is_real(self.lr) and self.lr > 0):
             raise ConfigError(f"lr must be positive, got {self.lr}")
         if self.local_optimizer not in LOCAL_OPTIMIZERS:
             raise ConfigError(
@@ -213,7 +213,7 @@ def label_owner_classes(scenario: str, n_label_owners: int, n_classes: int) -> l
     every = list(range(n_classes))
     if scenario == "iid":
         return [every for _ in range(n_label_owners)]
-    match = _NIID.match(scenario)
+    match = _NIID.match(scenario) if isinstance(scenario, str) else None
     if match is None:
         raise ConfigError(
             f"unknown scenario {scenario!r}; use 'iid' or '<m>niid' such as '4niid' (paper Table 3)"
@@ -258,6 +258,10 @@ def partition_label_owners(
         ``samples_per_owner`` < 1.
     """
     n_classes = int(y.max()) + 1
+    if samples_per_owner is not None and not is_int(samples_per_owner, 1):
+        raise ConfigError(
+            f"samples_per_owner must be a positive integer or None, got {samples_per_owner!r}"
+        )
     per_owner = len(y) // n_label_owners if samples_per_owner is None else int(samples_per_owner)
     if per_owner < 1:
         raise ConfigError(

@@ -26,6 +26,7 @@ from sklearn.base import BaseEstimator
 
 from fedviews.deep._apfed_nets import NetSpec, as_images, cut_strips, get_arch
 from fedviews.deep._common import (
+    accuracy,
     batches,
     load_module,
     load_optimizer,
@@ -292,4 +293,4 @@ class StripEstimator(BaseEstimator):
 
     def score(self, images: Any, y: Any) -> float:
         """Accuracy of :meth:`predict`."""
-        return float(np.mean(self.predict(images) == np.asarray(y)))
+        return accuracy(self.predict(images), y)

@@ -22,7 +22,7 @@ from fedviews._estimator import store_params
 from fedviews._registry import register_estimator
 from fedviews.deep._apfed_nets import Encoder, Head, NetSpec, check_setting
 from fedviews.deep._apfed_spec import check_training, party_seeds, sgd_settings
-from fedviews.deep._common import EVAL_BATCH, net_logits, to_numpy, to_tensor
+from fedviews.deep._common import EVAL_BATCH, accuracy, net_logits, to_numpy, to_tensor
 from fedviews.deep._split import SplitBottom, SplitTop, StripEstimator, build_module, sgd
 from fedviews.errors import ConfigError, MissingDependency
 from fedviews.federation import Coordinator, Message, PrivacyPolicy, federate, handles
@@ -215,6 +215,10 @@ class TVFL(StripEstimator):
         views, labels = self._prepare(images, y)
         y_idx = np.searchsorted(self.classes_, labels).astype(np.int64)
         seeds = party_seeds(self.random_state, self.m)
+        #: the seed of the random fill at predict (``random_state``, or a fresh one for None)
+        self.fill_seed_ = (
+            party_seeds(None, 1)[0] if self.random_state is None else int(self.random_state)
+        )
         common = sgd_settings(self, self.device_)
         passives = [
             TVFLPassiveClient(f"passive{k + 1}", views[k], self.spec_, seed=seeds[n + 1], **common)
@@ -242,7 +246,7 @@ class TVFL(StripEstimator):
         a = self.active_
         a.encoder.eval()
         a.head.eval()
-        gen = torch.Generator().manual_seed(int(self.random_state))
+        gen = torch.Generator().manual_seed(self.fill_seed_)
         return net_logits(lambda x: a.logits_alone(x, how, gen), strip, self.device_)
 
     def predict(self, images: Any, fill: str | None = None) -> np.ndarray:
@@ -252,4 +256,4 @@ class TVFL(StripEstimator):
 
     def score(self, images: Any, y: Any, fill: str | None = None) -> float:
         """Accuracy of :meth:`predict` with ``fill``."""
-        return float(np.mean(self.predict(images, fill) == np.asarray(y)))
+        return accuracy(self.predict(images, fill), y)

@@ -59,6 +59,7 @@ from fedviews._estimator import store_params
 from fedviews._registry import register_estimator
 from fedviews.data import PartyData, check_ids, split_strips
 from fedviews.deep._common import (
+    accuracy,
     check_positive_ints,
     history_columns,
     history_records,
@@ -998,6 +999,8 @@ class MultiVFL(BaseEstimator):
         if y_arr.shape != (n,):
             raise DataError(f"y has shape {y_arr.shape}, expected ({n},) to match X")
         self.classes_, y_enc = np.unique(y_arr, return_inverse=True)
+        if len(self.classes_) < 2:
+            raise DataError("y must contain at least two classes")
         ids_arr = np.arange(n) if ids is None else check_ids(ids)
         if len(ids_arr) != n:
             raise DataError(f"ids has {len(ids_arr)} entries, X has {n} samples")
@@ -1091,7 +1094,7 @@ class MultiVFL(BaseEstimator):
 
     def score(self, X: Any, y: Any) -> float:
         """Accuracy of :meth:`predict` on ``(X, y)``."""
-        return float(np.mean(self.predict(X) == np.asarray(y)))
+        return accuracy(self.predict(X), y)
 
 
 P = TypeVar("P", bound=Party)

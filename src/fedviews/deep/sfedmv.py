@@ -774,6 +774,12 @@ class SFedMV(BaseEstimator):
         views, ys = check_sequence_clients(clients)
         if len(views) != len(self.client_sizes_):
             raise DataError(f"fit with {len(self.client_sizes_)} clients, got {len(views)}")
+        unseen = np.setdiff1d(np.concatenate(ys), self.classes_)
+        if len(unseen):
+            raise DataError(
+                f"labels {unseen[:5].tolist()} were not seen when the extractors were fit "
+                f"(classes {self.classes_.tolist()}); refit with fit(clients)"
+            )
         Xs = [self.transform(v, client=l) for l, v in enumerate(views)]  # noqa: E741
         yi = self._encode(ys)
         if self.fusion == "hfedmv":

@@ -81,6 +81,8 @@ def per_party(
     value: float | Sequence[float], n: int, name: str, *, positive: bool = True
 ) -> list[float]:
     """Broadcast a scalar hyper-parameter to ``n`` parties, or check a per-party list."""
+    if isinstance(value, bool):
+        raise ConfigError(f"{name} must be a number or a list of numbers, got {value!r}")
     if isinstance(value, (list, tuple, np.ndarray)):
         vals = [float(v) for v in value]
         if len(vals) != n:
@@ -107,6 +109,25 @@ def party_index(value: Any, n: int, name: str) -> int:
     return int(value)
 
 
+def _is_number(value: Any) -> bool:
+    """A real number (a bool is not)."""
+    return isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(
+        value, (bool, np.bool_)
+    )
+
+
+def check_positive(value: Any, name: str) -> None:
+    """ConfigError unless ``value`` (parameter ``name``) is a finite number ``> 0``."""
+    if not _is_number(value) or not (np.isfinite(value) and value > 0):
+        raise ConfigError(f"{name} must be a finite number > 0, got {value!r}")
+
+
+def check_flag(value: Any, name: str) -> None:
+    """ConfigError unless ``value`` (parameter ``name``) is ``True`` or ``False``."""
+    if not isinstance(value, (bool, np.bool_)):
+        raise ConfigError(f"{name} must be True or False, got {value!r}")
+
+
 def check_weights(params: Any, n: int | None = None) -> None:
     """Check a params dataclass's ``beta``/``zeta`` (one value, or one per party or view:
     ``n`` of them when ``n`` is known), ``eta > 0`` and ``eps > 0``."""
@@ -114,17 +135,17 @@ def check_weights(params: Any, n: int | None = None) -> None:
         value = getattr(params, name)
         count = n if n is not None else (len(value) if isinstance(value, tuple) else 1)
         per_party(value, count, name)
-    per_party(params.eta, 1, "eta")
-    if not params.eps > 0:
-        raise ConfigError(f"eps must be > 0, got {params.eps}")
+    check_positive(params.eta, "eta")
+    check_positive(params.eps, "eps")
 
 
-def check_iter(value: int, tol: float, name: str) -> None:
-    """Check an iteration count ``name`` (an integer ``>= 1``) and its tolerance (``>= 0``)."""
-    if isinstance(value, bool) or int(value) < 1:
+def check_iter(value: Any, tol: Any, name: str, tol_name: str) -> None:
+    """Check an iteration count ``name`` (an integer ``>= 1``) and its tolerance ``tol_name``
+    (a number ``>= 0``)."""
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)) or value < 1:
         raise ConfigError(f"{name} must be an integer >= 1, got {value!r}")
-    if not tol >= 0:
-        raise ConfigError(f"tolerance for {name} must be >= 0, got {tol!r}")
+    if not _is_number(tol) or not tol >= 0:
+        raise ConfigError(f"{tol_name} must be a number >= 0, got {tol!r}")
 
 
 def restore(

@@ -51,6 +51,7 @@ from fedviews.errors import DataError, check_fitted
 from fedviews.federation import spawn_streams
 from fedviews.linear._common import (
     check_iter,
+    check_positive,
     orthonormal_nonnegative,
     per_party,
     small_blas,
@@ -91,7 +92,7 @@ def fedmv_consensus(
     the V-FedMV testing protocol.
     """
     zetas = per_party(zeta, len(Ps), "zeta")
-    check_iter(max_iter, tol, "test_max_iter")
+    check_iter(max_iter, tol, "test_max_iter", "test_tol")
 
     def update(Z: np.ndarray, it: int) -> list[np.ndarray]:  # Eq. (13)
         return [z_k_step(P, Z, z) for P, z in zip(Ps, zetas, strict=True)]
@@ -203,7 +204,10 @@ def mvl_local(
     """
     K = len(Xs)
     betas, zetas = per_party(beta, K, "beta"), per_party(zeta, K, "zeta")
-    check_iter(n_iter, inner_tol, "n_iter")
+    check_iter(n_iter, 0.0, "n_iter", "")
+    check_iter(inner_max_iter, inner_tol, "inner_max_iter", "inner_tol")
+    check_positive(eta, "eta")
+    check_positive(eps, "eps")
     ss = spawn_streams(random_state, 2)
     Ws = _init_W([X.shape[1] for X in Xs], Y.shape[1], ss[0])
     with small_blas():
@@ -246,7 +250,7 @@ class LocalMVL(_ConsensusPredictor):
         Y, self.classes_ = one_hot(y, None if classes is None else np.asarray(classes))
         if Y.shape[1] < 2:
             raise DataError("the label set must contain at least two classes")
-        check_iter(self.test_max_iter, self.test_tol, "test_max_iter")
+        check_iter(self.test_max_iter, self.test_tol, "test_max_iter", "test_tol")
         params = self.get_params(deep=False)  # mvl_local's, and the testing phase's
         out = mvl_local(Xs, Y, **{k: v for k, v in params.items() if not k.startswith("test_")})
         self.W_, self.Z_, self.objective_ = out["W"], out["Z"], out["objective"]

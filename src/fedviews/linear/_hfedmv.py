@@ -67,6 +67,7 @@ from fedviews.linear._common import (
     LinearAlgorithm,
     Scaler,
     check_iter,
+    check_positive,
     check_weights,
     party_index,
     per_party,
@@ -613,13 +614,10 @@ class HFedMVParams:
 
     def validate(self) -> None:
         check_weights(self)  # one per view: checked against the views at build
-        for name, tol in [
-            ("n_rounds", 0.0),
-            ("local_iter", 0.0),
-            ("inner_max_iter", self.inner_tol),
-            ("test_max_iter", self.test_tol),
-        ]:
-            check_iter(getattr(self, name), tol, name)
+        check_iter(self.n_rounds, 0.0, "n_rounds", "")
+        check_iter(self.local_iter, 0.0, "local_iter", "")
+        check_iter(self.inner_max_iter, self.inner_tol, "inner_max_iter", "inner_tol")
+        check_iter(self.test_max_iter, self.test_tol, "test_max_iter", "test_tol")
         if self.standardize not in STANDARDIZE:
             raise ConfigError(f"params.standardize must be one of {list(STANDARDIZE)}")
 
@@ -1037,8 +1035,9 @@ class SingleViewFL(BaseEstimator):
     def fit(self, clients: Sequence[tuple[np.ndarray, np.ndarray]]) -> SingleViewFL:
         Xss, ys = _check_clients(clients, single_view=True)
         (beta,) = per_party(self.beta, 1, "beta")
-        for name, v in [("n_rounds", self.n_rounds), ("local_iter", self.local_iter)]:
-            check_iter(v, self.inner_tol, name)
+        check_iter(self.n_rounds, 0.0, "n_rounds", "")
+        check_iter(self.local_iter, self.inner_tol, "local_iter", "inner_tol")
+        check_positive(self.eps, "eps")
         self.classes_ = _global_classes(ys)
         solver = IRLSOptions(self.local_iter, self.inner_tol, self.eps)
         ss = spawn_streams(self.random_state, 1)

@@ -49,6 +49,7 @@ from fedviews.federation import (
 )
 from fedviews.linear._common import (
     PartyPredictor,
+    check_flag,
     check_iter,
     check_weights,
     party_index,
@@ -154,8 +155,9 @@ class MMVFLParams:
     def validate(self, n_parties: int | None = None) -> None:
         """Raise :class:`ConfigError` for an invalid value (per-party lists need ``n_parties``)."""
         check_weights(self, n_parties)
-        check_iter(self.max_iter, self.tol, "max_iter")
-        check_iter(self.inner_max_iter, self.inner_tol, "inner_max_iter")
+        check_iter(self.max_iter, self.tol, "max_iter", "tol")
+        check_iter(self.inner_max_iter, self.inner_tol, "inner_max_iter", "inner_tol")
+        check_flag(self.standardize, "standardize")
 
 
 class MMVFLAlgorithm(ConsensusAlgorithm):

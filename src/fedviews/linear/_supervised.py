@@ -28,8 +28,8 @@ from sklearn.base import BaseEstimator
 from fedviews._estimator import store_params
 from fedviews._registry import register_estimator
 from fedviews.data import check_Xs, check_y, one_hot
-from fedviews.errors import ConfigError, DataError, check_fitted
-from fedviews.linear._common import PartyPredictor, per_party
+from fedviews.errors import DataError, check_fitted
+from fedviews.linear._common import PartyPredictor, check_iter, check_positive, per_party
 from fedviews.linear._l21 import l21_least_squares, row_norms
 
 
@@ -51,8 +51,8 @@ class _PerPartyLinear(PartyPredictor, BaseEstimator):
     ) -> tuple[list[np.ndarray], np.ndarray, list[float]]:
         Xs = check_Xs(Xs)
         y = check_y(y, Xs[0].shape[0])
-        if int(self.max_iter) < 1:
-            raise ConfigError(f"max_iter must be >= 1, got {self.max_iter}")
+        check_iter(self.max_iter, self.tol, "max_iter", "tol")
+        check_positive(self.eps, "eps")
         Y, self.classes_ = one_hot(y)
         if Y.shape[1] < 2:
             raise DataError("y must contain at least two classes")

@@ -34,7 +34,7 @@ from fedviews.federation import (
     register_algorithm_spec,
     spawn_streams,
 )
-from fedviews.linear._common import check_iter, check_weights, per_party
+from fedviews.linear._common import check_flag, check_iter, check_weights, per_party
 from fedviews.linear._consensus import (
     ConsensusAlgorithm,
     ConsensusFit,
@@ -121,9 +121,10 @@ class VFedMVParams:
     def validate(self, n_parties: int | None = None) -> None:
         """Raise :class:`ConfigError` for an invalid value (per-party lists need ``n_parties``)."""
         check_weights(self, n_parties)
-        check_iter(self.max_iter, self.tol, "max_iter")
-        check_iter(self.inner_max_iter, self.inner_tol, "inner_max_iter")
-        check_iter(self.test_max_iter, self.test_tol, "test_max_iter")
+        check_iter(self.max_iter, self.tol, "max_iter", "tol")
+        check_iter(self.inner_max_iter, self.inner_tol, "inner_max_iter", "inner_tol")
+        check_flag(self.standardize, "standardize")
+        check_iter(self.test_max_iter, self.test_tol, "test_max_iter", "test_tol")
 
 
 class VFedMVAlgorithm(ConsensusAlgorithm):
