@@ -9,9 +9,10 @@ import numpy as np
 import pytest
 
 from fedviews.data import PartyData
-from fedviews.errors import ConfigError
+from fedviews.errors import ConfigError, DataError
 from fedviews.federation import (
     Defense,
+    Local,
     Roster,
     RunSpec,
     build_in_process,
@@ -100,3 +101,13 @@ def test_label_dp_config_errors():
         Defense.of({"kind": "label_rr", "epsilon": -1})
     with pytest.raises(ConfigError, match="defense.seed"):
         Defense.of({"kind": "label_rr", "epsilon": 1, "seed": "x"})
+
+
+def test_a_holder_of_one_class_is_refused():
+    """Randomized response over a single class changes nothing: no guarantee to claim."""
+    run = RunSpec("mmvfl", defense=Defense.of({"kind": "label_rr", "epsilon": 1.0}))
+    one = Local(PartyData(np.arange(5), np.zeros((5, 2)), np.full(5, 3)), {}, {})
+    with pytest.raises(DataError, match="one class only"):
+        defend_local(run, "bank", one)
+    two = Local(PartyData(np.arange(6), np.zeros((6, 2)), np.arange(6) % 2), {}, {})
+    assert set(defend_local(run, "bank", two).data.y) <= {0, 1}

@@ -18,12 +18,14 @@ Kinds:
   Ghazi et al., NeurIPS 2021). Before anything is built, every member that holds
   training labels replaces each label, once, by itself with probability
   ``e^eps / (e^eps + C - 1)`` and otherwise by one of the other ``C - 1`` classes it
-  holds, uniformly. Changing one sample's label changes the distribution of its
-  randomized label by a factor of at most ``e^eps`` and leaves every other one
-  unchanged; everything the run computes and sends afterwards is post-processing
+  holds, uniformly. Changing one sample's label to another of those classes changes
+  the distribution of its randomized label by a factor of at most ``e^eps`` and leaves
+  every other one unchanged; everything the run computes and sends afterwards is post-processing
   of the randomized labels, so **the whole run is eps-label-DP** for every label
   owner (``delta = 0``, whatever the number of rounds), against every other party
-  and the coordinator. Test labels are not randomized (only a label owner scores
+  and the coordinator. The class set each holder randomizes over is its own, so the
+  guarantee covers label changes within it: *which* classes a holder has is not
+  hidden, and a holder with a single class (nothing to randomize over) is refused. Test labels are not randomized (only a label owner scores
   with them). ``epsilon``: the budget. ``seed``: the randomness, for reproducible
   simulations only (a seed others know voids the guarantee); without it a
   deployed label owner draws from the operating system and keeps the draw in its
@@ -246,6 +248,11 @@ def defend_local(run: RunSpec, member: str, local: Local, entropy: int | None = 
     data = local.data
     if d.kind != "label_rr" or data.y is None:
         return local
+    if len(np.unique(data.y)) < 2:  # randomized response over one class is no randomization
+        raise DataError(
+            f"{member!r} holds labels of one class only: label_rr randomizes over the classes "
+            "a holder has, so its labels would go out unchanged; deal it two or more classes"
+        )
     rng = np.random.default_rng(member_entropy(run, member, entropy))
     y = randomized_response(data.y, float(d.epsilon), rng)
     return dataclasses.replace(local, data=dataclasses.replace(data, y=y))
