@@ -15,6 +15,7 @@ from fedviews.federation import (  # noqa: E402
     Roster,
     RunSpec,
     build_in_process,
+    secure_sum_setup,
 )
 from fedviews.linear import MMVFL, VFedMV  # noqa: E402
 from fedviews.linear._mmvfl import MMVFLParams  # noqa: E402
@@ -134,3 +135,18 @@ def test_secagg_with_one_party_is_a_config_error(Est):
     idx = np.random.default_rng(0).permutation(len(ds.y))[:120]
     with pytest.raises(ConfigError, match="at least two parties"):
         Est(max_iter=2, defense="secagg").fit([ds.views[0][idx]], ds.y[idx])
+
+
+def test_a_party_refuses_a_key_exchange_that_leaves_members_out():
+    """A coordinator that lists only the victim and one colluder: their two masks cancel in
+    the sum of two, and the colluder's own value gives the victim's away. Every party of
+    the run knows the run's members and refuses (in process as deployed: make_party)."""
+    run, datas = _secure_run()
+    fed = build_in_process(run, datas)
+    coord = fed.coordinator
+    few = ["party0", "party1"]
+    with pytest.raises(PrivacyError, match="with members left out"):
+        secure_sum_setup(coord, few, 32)
+    assert all(fed.parties[p].secure_members == frozenset(fed.parties) for p in fed.parties)
+    fed()  # the honest exchange of all three goes through
+    assert len(fed.coordinator.objective) == 3

@@ -364,6 +364,9 @@ class MultiVFLAlgorithm(Algorithm):
     def role(self, run: RunSpec, party: str) -> str:
         return "label_owner" if party in run.federation.owners() else "data_owner"
 
+    def secure_sum_members(self, run: RunSpec) -> tuple[str, ...]:
+        return tuple(run.federation.owners())  # the label owners' top-model updates
+
     def check_federation(self, fed: Roster) -> None:
         if not fed.label_owners:
             raise ConfigError("multivfl: list the label owners in federation.label_owners")

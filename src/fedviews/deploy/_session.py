@@ -239,7 +239,7 @@ class DeployParty(PSIParty):
             run = dataclasses.replace(
                 run, defense=dataclasses.replace(run.defense, seed=self.entropy)
             )
-        self.algo = self.app.build_party(run, self.name, self.local, setup)
+        self.algo = self.app.make_party(run, self.name, self.local, setup)
         self.algo.transport = self.transport
         fp = self.fingerprint
         self.checkpoints = Checkpoints(self.out_dir / "checkpoints", fp)

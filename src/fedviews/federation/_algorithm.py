@@ -40,6 +40,7 @@ from fedviews.federation._defense import GAUSSIAN, Defense, defend_local, privac
 from fedviews.federation._party import Coordinator, Party
 from fedviews.federation._policy import PrivacyPolicy
 from fedviews.federation._record import Observation, Recording
+from fedviews.federation._secagg import SecureSumParty
 from fedviews.federation._transport import InProcessTransport, Transport, federate
 
 
@@ -268,6 +269,19 @@ class Algorithm:
         self, run: RunSpec, party: str, local: Local, setup: Mapping[str, Any]
     ) -> Party:  # pragma: no cover - abstract
         raise NotImplementedError
+
+    def secure_sum_members(self, run: RunSpec) -> tuple[str, ...]:
+        """Who adds up a secure sum under ``defense.kind = "secagg"`` (default: every party)."""
+        return tuple(run.federation.parties)
+
+    def make_party(self, run: RunSpec, party: str, local: Local, setup: Mapping[str, Any]) -> Party:
+        """:meth:`build_party`, told who the members of its secure sums are (a party refuses a
+        key exchange that lists others: a coordinator that left out members could read what
+        the remaining few mask)."""
+        built = self.build_party(run, party, local, setup)
+        if isinstance(built, SecureSumParty) and run.defense.kind == "secagg":
+            built.secure_members = frozenset(self.secure_sum_members(run))
+        return built
 
     def build_coordinator(
         self, run: RunSpec, setup: Mapping[str, Any], local: Local | None = None
@@ -507,7 +521,7 @@ def build_in_process(
     infos = {p: setup_info(algo, run, p, loc) for p, loc in defended.items()}
     check_group_sizes(groups, infos)
     setup = algo.make_setup(run, infos)
-    built = {p: algo.build_party(run, p, defended[p], setup) for p in parties}
+    built = {p: algo.make_party(run, p, defended[p], setup) for p in parties}
     coord = algo.build_coordinator(run, setup, defended.get(coordinator))
     policy = algo.policy(run, setup)
     t = transport(policy) if transport is not None else None

@@ -233,6 +233,8 @@ class SecureSumParty(Party):
     """A party that can take part in secure sums (the handlers of :func:`secure_sum_setup`)."""
 
     secure_sum: SecureSum | None = None
+    #: the members the run's secure sums must list (set by ``Algorithm.make_party``)
+    secure_members: frozenset[str] | None = None
 
     def keyed_sum(self, what: str) -> SecureSum:
         """This party's :class:`SecureSum`, or a :class:`ProtocolError` when the coordinator
@@ -264,6 +266,12 @@ class SecureSumParty(Party):
             raise ProtocolError("the coordinator sent malformed secure-aggregation keys") from None
         if not isinstance(members, list) or not isinstance(bundles, dict) or len(session) < 16:
             raise ProtocolError("the coordinator sent malformed secure-aggregation keys")
+        if self.secure_members is not None and set(map(str, members)) != self.secure_members:
+            raise PrivacyError(
+                f"the coordinator listed {members} as the members of {self.name!r}'s secure "
+                f"sums, this run's are {sorted(self.secure_members)}: with members left out "
+                "the rest could read what it masks"
+            )
         self.secure_sum.set_peers([str(m) for m in members], bundles, session)
 
 
