@@ -84,6 +84,8 @@ def test_bad_params_are_config_errors() -> None:
         load_config(CONFIGS / "apfed_lambda_mnist.toml", ["params.lams=[-1.0]"])
     with pytest.raises(ConfigError, match="unknown methods"):
         load_config(CONFIGS / "apfed_table2_mnist.toml", ["params.methods=['FedAvg']"])
+    with pytest.raises(ConfigError, match="settings: none given"):  # was a matplotlib error
+        load_config(CONFIGS / "apfed_table2_mnist.toml", ["params.settings=[]"])
 
 
 def test_an_interrupted_run_resumes_to_the_same_tables(tmp_path: Path, monkeypatch) -> None:

@@ -170,6 +170,25 @@ def test_a_killed_fit_continues_from_its_checkpoint(fmnist, tmp_path) -> None:
     np.testing.assert_array_equal(resumed.predict(images[500:]), whole.predict(images[500:]))
 
 
+def test_checkpoint_of_another_run_or_no_interval_is_refused(fmnist, tmp_path) -> None:
+    """A checkpoint of 3 rounds given to a 2-round fit was taken as it stood: history_ of 3
+    rounds and batches_per_round counted over 2 (1.5x too many); checkpoint_every=0 trained
+    a round, then raised ZeroDivisionError."""
+    images, y, _ = fmnist
+    kw = {"n_data_owners": 2, "n_label_owners": 2, "batch_size": 50, "samples_per_owner": 100}
+    kw.update(channels=4, top_channels=4, hidden=16, device="cpu", random_state=0)
+    ckpt = tmp_path / "mvfl.npz"
+    MultiVFL(rounds=3, **kw).fit(images[:300], y[:300], checkpoint=ckpt)
+    with pytest.raises(DataError, match="holds 3 rounds, more than this run's rounds=2"):
+        MultiVFL(rounds=2, **kw).fit(images[:300], y[:300], checkpoint=ckpt)
+    for every in (0, -1, 1.5):
+        with pytest.raises(ConfigError, match="checkpoint_every must be a positive integer"):
+            MultiVFL(rounds=2, **kw).fit(
+                images[:300], y[:300], checkpoint=tmp_path / "b.npz", checkpoint_every=every
+            )
+    assert not (tmp_path / "b.npz").exists()
+
+
 def test_fedavg_identical_owners_equals_one_owner(fmnist) -> None:
     images, y, _ = fmnist
     images, y = images[:192], y[:192]

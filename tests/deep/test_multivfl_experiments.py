@@ -65,3 +65,36 @@ def test_bad_params() -> None:
         load_config(CONFIGS[0], ["params.optimizers=['fedavgg']"])
     with pytest.raises(ConfigError, match="rounds"):
         load_config(CONFIGS[0], ["params.rounds=0"])
+
+
+def test_killed_before_its_first_cell_is_not_reused(tmp_path: Path, monkeypatch) -> None:
+    """A run killed during its first curve has no cells.json yet, only config.json and a
+    checkpoint: a new run with ``--out`` there is refused (it used to continue the killed
+    run's checkpoint: 3-round curves of 2-round runs, or a model of other parameters), and
+    ``--resume`` finishes the killed run as an uninterrupted one."""
+    from fedviews.errors import FedViewsError
+    from fedviews.experiments import RunContext, resume_experiment
+
+    path = next(p for p in CONFIGS if p.stem == "multivfl_fig2_mnist")
+    tiny = [*TINY, "params.scenarios=['iid']", "params.checkpoint_every=1", "device='cpu'"]
+    cfg = load_config(path, [*tiny, "params.rounds=3"])
+    _, whole = run_experiment(cfg, quiet=True, out_dir=tmp_path / "whole")
+
+    real = RunContext.checkpoint
+
+    def killed_in_round_3(self: RunContext, partial: dict) -> None:
+        real(self, partial)
+        if partial["round"] == 3:
+            raise KeyboardInterrupt
+
+    monkeypatch.setattr(RunContext, "checkpoint", killed_in_round_3)
+    with pytest.raises(KeyboardInterrupt):
+        run_experiment(cfg, quiet=True, out_dir=tmp_path / "cut")
+    monkeypatch.setattr(RunContext, "checkpoint", real)
+    assert not (tmp_path / "cut" / "cells.json").exists()
+    assert list((tmp_path / "cut" / "checkpoints").glob("*.npz"))
+    other = load_config(path, [*tiny, "params.rounds=2"])
+    with pytest.raises(FedViewsError, match="holds a run already"):
+        run_experiment(other, quiet=True, out_dir=tmp_path / "cut")
+    _, resumed = resume_experiment(tmp_path / "cut", quiet=True)
+    assert resumed.tables[0].rows[0][3:5] == whole.tables[0].rows[0][3:5]

@@ -125,3 +125,8 @@ def test_errors() -> None:
     with pytest.raises(DataError, match="same model"):
         FedAvg().step(X0, [U1[0], {"w": U1[1]["w"]}])
     assert make_server_optimizer("FedDemon-Adam", total_rounds=2).name == "feddemonadam"
+    # NaN passed `lr <= 0`: a multivfl_optimizers run with params.server_lr=nan (or tau=nan)
+    # trained FedAdam to NaN weights and reported 6% test accuracy on MNIST, no error
+    for kw in ({"lr": float("nan")}, {"tau": float("nan")}, {"lr": float("inf")}):
+        with pytest.raises(ConfigError, match="server lr and tau must be positive"):
+            make_server_optimizer("fedadam", **kw)

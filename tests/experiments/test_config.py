@@ -61,3 +61,17 @@ def test_unknown_experiment_and_missing_file(tmp_path):
     p.write_text("experiment = \n")
     with pytest.raises(ConfigError, match="invalid TOML"):
         load_config(p)
+
+
+def test_tables_and_seed_are_checked():
+    """``data=abc`` / ``params=3`` and a seed scikit-learn refuses are config errors, not a
+    ValueError/AttributeError or an sklearn traceback at run time."""
+    path = ROOT / "configs/fedmv_vertical_handwritten.toml"
+    with pytest.raises(ConfigError, match="data: expected a table"):
+        load_config(path, ["data=abc"])
+    with pytest.raises(ConfigError, match="params: expected a table"):
+        load_config(path, ["params=3"])
+    for seed in ("-1", "2147483648"):
+        with pytest.raises(ConfigError, match=r"seed must lie in \[0, 2\*\*31\)"):
+            load_config(path, [f"seed={seed}"])
+    assert load_config(path, ["seed=2147483647"]).seed == 2**31 - 1

@@ -79,6 +79,7 @@ def test_a_sweep_puts_each_defense_beside_the_undefended_run(tmp_path):
         ),
         ("params.settings=[{label='a', run={rounds=0}}]", "rounds"),
         ("params.seeds=[1, 1]", "params.seeds must differ"),
+        ("params.seeds=[-1]", "params.seeds must lie in [0, 2**31)"),  # was an sklearn traceback
     ],
 )
 def test_bad_settings_are_one_line_errors(tmp_path, override, msg):

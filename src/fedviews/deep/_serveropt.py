@@ -162,7 +162,7 @@ class FedAdam(ServerOptimizer):
         for key, val in (("beta1", beta1), ("beta2", beta2)):
             if not 0.0 <= val < 1.0:
                 raise ConfigError(f"{key} must be in [0, 1), got {val}")
-        if lr <= 0 or tau <= 0:
+        if not (0 < lr < math.inf and 0 < tau < math.inf):  # NaN fails too
             raise ConfigError(f"server lr and tau must be positive, got lr={lr}, tau={tau}")
         self.lr, self.beta1, self.beta2, self.tau = lr, beta1, beta2, tau
         self.m: Params = {}

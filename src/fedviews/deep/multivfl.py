@@ -89,7 +89,13 @@ from fedviews.deep._multivfl_spec import (
 )
 from fedviews.deep._nets import combine_activations, conv_bottom, conv_top
 from fedviews.deep._serveropt import ServerOptimizer
-from fedviews.errors import DataError, MissingDependency, ProtocolError, check_fitted
+from fedviews.errors import (
+    ConfigError,
+    DataError,
+    MissingDependency,
+    ProtocolError,
+    check_fitted,
+)
 from fedviews.federation import (
     Codec,
     Coordinator,
@@ -675,9 +681,15 @@ class Server(Coordinator):
         missing = set(self.params) - set(top)
         if missing:
             raise DataError(f"the server state lacks the top-model arrays {sorted(missing)}")
+        history = history_records(unprefixed("history/", state))
+        if len(history) > self.rounds:
+            raise DataError(
+                f"the server state holds {len(history)} rounds, more than this run's "
+                f"rounds={self.rounds}: it is the state of another run"
+            )
         self.params = {k: np.asarray(top[k], dtype=np.float32) for k in self.params}
         self.optimizer.load_state(unprefixed("opt/", state))
-        self.history = history_records(unprefixed("history/", state))
+        self.history = history
 
     def run(self, on_round_end: Callable[[int], None] | None = None) -> list[dict[str, float]]:
         """Rounds ``len(history) + 1 .. rounds`` (all of them unless :meth:`load_state` ran);
@@ -988,11 +1000,15 @@ class MultiVFL(BaseEstimator):
             ``checkpoint_every`` rounds and after the last one; if it exists when
             ``fit`` starts, training continues after the rounds it holds (the same
             data and parameters give the same model as an uninterrupted fit;
-            ``run_stats_`` then count the resumed rounds only).
+            ``run_stats_`` then count the resumed rounds only; a checkpoint of more
+            rounds than ``rounds`` raises :class:`DataError`).
         checkpoint_every : int
-            Rounds between two checkpoints.
+            Rounds between two checkpoints (>= 1).
         """
         params = self._params()
+        every = checkpoint_every
+        if isinstance(every, bool) or not isinstance(every, (int, np.integer)) or every < 1:
+            raise ConfigError(f"checkpoint_every must be a positive integer, got {every!r}")
         strips = _as_strips(X, self.n_data_owners, "X")
         n = len(strips[0])
         y_arr = np.asarray(y)

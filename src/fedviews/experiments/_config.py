@@ -46,7 +46,8 @@ class ExperimentConfig:
     stem).
     """
     seed: int = 0
-    """Seed of the whole experiment (data splits, initialisations, batches)."""
+    """Seed of the whole experiment (data splits, initialisations, batches), in ``[0, 2**31)``
+    (experiments derive ``seed + k`` from it, and scikit-learn takes seeds below ``2**32``)."""
     data: DataConfig = field(default_factory=DataConfig)
     """The dataset: ``name`` plus the options of :func:`fedviews.data.load`."""
     params: Any = None
@@ -91,8 +92,8 @@ def load_config(
     ------
     ConfigError
         For a missing/invalid file, unknown keys (naming the closest valid key),
-        a module that cannot be imported, an unknown experiment name, or values of
-        the wrong type.
+        a module that cannot be imported, an unknown experiment name, values of
+        the wrong type, or a seed outside ``[0, 2**31)``.
     """
     from fedviews.experiments._registry import get_experiment
 
@@ -116,10 +117,14 @@ def load_config(
         spec = get_experiment(str(raw["experiment"]))
     except ConfigError as exc:
         raise ConfigError(f"{exc}{MODULES_HINT}") from None
-    data_raw = dict(raw.get("data", {}))
+    data_raw = coerce(raw.get("data", {}), dict, "data")
     data_name = data_raw.pop("name", spec.default_dataset)
-    params: Any = build_dataclass(spec.params, raw.get("params", {}), "params")
+    params: Any = build_dataclass(
+        spec.params, coerce(raw.get("params", {}), dict, "params"), "params"
+    )
     seed = coerce(raw.get("seed", 0), int, "seed")
+    if not 0 <= seed < 2**31:
+        raise ConfigError(f"seed must lie in [0, 2**31), got {seed}")
     device = coerce(raw.get("device", "auto"), str, "device")
     return ExperimentConfig(
         experiment=spec.name,

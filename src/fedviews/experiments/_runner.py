@@ -186,7 +186,8 @@ def run_experiment(
     if resume:
         if out_dir is None or not out_dir.is_dir():
             raise FedViewsError(f"cannot resume: {out_dir} is not a run folder")
-    elif out_dir is not None and (out_dir / CELLS_FILE).exists():
+    elif out_dir is not None and any((out_dir / f).exists() for f in (CELLS_FILE, "config.json")):
+        # also a run killed before its first cell: its checkpoints must not seed a new run
         raise FedViewsError(
             f"{out_dir} holds a run already: continue it with `fedviews run --resume {out_dir}`, "
             "or choose another --out"

@@ -103,6 +103,8 @@ class APFedTableParams(_TrainParams):
     def validate(self) -> None:
         from fedviews.deep import parse_setting
 
+        if not self.settings:
+            raise ConfigError("params.settings: none given; name m-i settings, e.g. ['2-1']")
         for s in self.settings:
             parse_setting(s)
         check_choice("methods", self.methods, METHODS)

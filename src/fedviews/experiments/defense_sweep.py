@@ -68,6 +68,8 @@ class DefenseSweepParams(AuditParams):
             raise ConfigError(f"params.settings: labels must differ, got {labels}")
         if len(set(self.seeds)) != len(self.seeds):
             raise ConfigError(f"params.seeds must differ, got {list(self.seeds)}")
+        if any(not 0 <= s < 2**31 for s in self.seeds):  # as the config's seed
+            raise ConfigError(f"params.seeds must lie in [0, 2**31), got {list(self.seeds)}")
 
 
 def _epsilon(privacy: Mapping[str, Any]) -> tuple[float, float]:
