@@ -179,7 +179,7 @@ def test_checkpoint_of_another_run_or_no_interval_is_refused(fmnist, tmp_path) -
     kw.update(channels=4, top_channels=4, hidden=16, device="cpu", random_state=0)
     ckpt = tmp_path / "mvfl.npz"
     MultiVFL(rounds=3, **kw).fit(images[:300], y[:300], checkpoint=ckpt)
-    with pytest.raises(DataError, match="holds 3 rounds, more than this run's rounds=2"):
+    with pytest.raises(ConfigError, match=r"another run: params.rounds \(3 there, 2 here\)"):
         MultiVFL(rounds=2, **kw).fit(images[:300], y[:300], checkpoint=ckpt)
     for every in (0, -1, 1.5):
         with pytest.raises(ConfigError, match="checkpoint_every must be a positive integer"):
@@ -187,6 +187,49 @@ def test_checkpoint_of_another_run_or_no_interval_is_refused(fmnist, tmp_path) -
                 images[:300], y[:300], checkpoint=tmp_path / "b.npz", checkpoint_every=every
             )
     assert not (tmp_path / "b.npz").exists()
+
+
+def test_checkpoint_of_other_params_seed_or_data_or_a_corrupt_one_is_refused(
+    fmnist, tmp_path
+) -> None:
+    """A checkpoint was continued whatever it belonged to: one of random_state=0 went on under
+    random_state=1, one of FedAdam under FedAvg (its moments silently dropped), one of lr=1e-3
+    under lr=0.5, one of other images; now the checkpoint names its run and a mismatch is
+    refused. A corrupt file raised numpy's raw ValueError/EOFError."""
+    images, y, _ = fmnist
+    kw = {"n_data_owners": 2, "n_label_owners": 2, "batch_size": 50, "samples_per_owner": 100}
+    kw.update(channels=4, top_channels=4, hidden=16, device="cpu", rounds=2)
+    X, labels = images[:300], y[:300]
+    ckpt = tmp_path / "mvfl.npz"
+    base = {**kw, "random_state": 0, "optimizer": "fedadam"}
+    MultiVFL(**{**base, "rounds": 1}).fit(X, labels, checkpoint=ckpt, checkpoint_every=1)
+    saved = ckpt.read_bytes()
+    other = tmp_path / "other.npz"
+    for change, match in [
+        ({"random_state": 1}, r"seed \(0 there, 1 here\)"),
+        ({"optimizer": "fedavg"}, r'params.optimizer \("fedadam" there, "fedavg" here\)'),
+        ({"lr": 0.5}, r"params.lr \(0.001 there, 0.5 here\)"),
+    ]:
+        other.write_bytes(saved)
+        with pytest.raises(ConfigError, match=match):
+            MultiVFL(**{**base, "rounds": 1, **change}).fit(X, labels, checkpoint=other)
+    other.write_bytes(saved)
+    with pytest.raises(DataError, match="another run: the data of data_owner_0"):
+        MultiVFL(**{**base, "rounds": 1}).fit(X[::-1], labels[::-1], checkpoint=other)
+    other.write_bytes(saved)  # the same run goes on, also on another device
+    est = MultiVFL(**{**base, "rounds": 1, "device": "auto"}).fit(X, labels, checkpoint=other)
+    assert est.history_["round"] == [1] and est.run_stats_["messages"] > 0
+    for content in (b"", b"not a zip", b"PK\x03\x04 torn"):
+        other.write_bytes(content)
+        with pytest.raises(DataError, match=f"cannot read the checkpoint {other}"):
+            MultiVFL(**base).fit(X, labels, checkpoint=other)
+    with open(other, "wb") as fh:  # an .npz of a pickled object array
+        np.savez(fh, state=np.array([{"a": 1}], dtype=object))
+    with pytest.raises(DataError, match="cannot read the checkpoint"):
+        MultiVFL(**base).fit(X, labels, checkpoint=other)
+    np.savez(other, t=np.array(1))  # readable, but no run's checkpoint
+    with pytest.raises(DataError, match="not a checkpoint of this run"):
+        MultiVFL(**base).fit(X, labels, checkpoint=other)
 
 
 def test_fedavg_identical_owners_equals_one_owner(fmnist) -> None:

@@ -1000,8 +1000,10 @@ class MultiVFL(BaseEstimator):
             ``checkpoint_every`` rounds and after the last one; if it exists when
             ``fit`` starts, training continues after the rounds it holds (the same
             data and parameters give the same model as an uninterrupted fit;
-            ``run_stats_`` then count the resumed rounds only; a checkpoint of more
-            rounds than ``rounds`` raises :class:`DataError`).
+            ``run_stats_`` then count the resumed rounds only). A checkpoint of a fit
+            with other parameters (``device`` aside), ``random_state``, ``defense``
+            or data raises :class:`ConfigError` (:class:`DataError` if only the
+            data differ), one that cannot be read :class:`DataError`.
         checkpoint_every : int
             Rounds between two checkpoints (>= 1).
         """
