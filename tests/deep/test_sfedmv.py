@@ -24,7 +24,7 @@ from fedviews.deep.sfedmv import (  # noqa: E402
     sequence_policy,
     train_local_extractors,
 )
-from fedviews.errors import ConfigError, DataError, PrivacyError  # noqa: E402
+from fedviews.errors import ConfigError, DataError, NotFittedError, PrivacyError  # noqa: E402
 
 TINY = {"hidden_size": 8, "n_rounds": 2, "local_epochs": 1, "batch_size": 16, "fusion_rounds": 3}
 
@@ -239,3 +239,31 @@ def test_fit_fusion_refuses_labels_the_extractors_never_saw(watch: MultiViewSequ
     relabelled = np.where(y1 == y1[0], 999, y1)
     with pytest.raises(DataError, match=r"labels \[999\] were not seen"):
         est.fit_fusion([(v0, y0), (v1, relabelled)])
+
+
+def test_set_params_after_fit_waits_for_the_next_fit(watch: MultiViewSequences) -> None:
+    """predict read the modes from the current params: ``set_params(fusion="local")`` or
+    ``set_params(extractors="local")`` after a fit raised a raw TypeError (``len`` of an
+    HFedMV, a BiGRUExtractor not iterable) and the reverse an AttributeError. Now it uses the
+    fitted modes; ``set_params(fusion="local").fit_fusion(...)`` (the docstring's recipe)
+    switches the fusion, and a new fit_extractors drops the fusion of the former GRUs."""
+    ds = _clients(watch, 2, 20)
+    clients = ds.by_client()
+    views = clients[1][0]
+    fed, local = ("federated", "hfedmv"), ("local", "local")
+    for setting, other in [(fed, local), (local, fed)]:
+        est = SFedMV(extractors=setting[0], fusion=setting[1], **TINY).fit(clients)
+        expected = est.predict(views, client=1)
+        est.set_params(extractors=other[0], fusion=other[1])
+        np.testing.assert_array_equal(est.predict(views, client=1), expected)
+        assert est.setting_ == setting
+    est = SFedMV(extractors="local", **TINY).fit(clients)  # Local Sequential H-FedMV
+    est.set_params(fusion="local").fit_fusion(clients)  # Local Sequential LocalMVL, same GRUs
+    assert est.setting_ == ("local", "local")
+    own = est.fusion_[1].predict(est.transform(views, client=1))
+    np.testing.assert_array_equal(est.predict(views, client=1), est.classes_[own])
+    with pytest.raises(ConfigError, match="pass client"):
+        est.predict(views)
+    est.set_params(extractors="federated").fit_extractors(clients)
+    with pytest.raises(NotFittedError):
+        est.predict(views)

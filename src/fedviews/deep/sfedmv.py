@@ -614,6 +614,12 @@ class SFedMV(BaseEstimator):
     client_sizes_ : list of int
     privacy_ : dict
         The privacy ledger of the federated run's defense (federated extractors only).
+    setting_ : (str, str or None)
+        ``(extractors, fusion)`` of the fit (``fusion`` None until the fusion stage ran):
+        :meth:`transform`, :meth:`predict` and :meth:`fit_fusion` use the extractors of
+        the mode they were trained in and :meth:`predict` the fitted fusion, so a later
+        ``set_params(extractors=...)`` waits for the next :meth:`fit_extractors` and
+        ``set_params(fusion=...)`` for the next :meth:`fit_fusion`.
 
     Notes
     -----
@@ -663,7 +669,7 @@ class SFedMV(BaseEstimator):
         return [np.searchsorted(self.classes_, y).astype(np.int64) for y in ys]
 
     def _extractors_of(self, client: int | None) -> list[BiGRUExtractor]:
-        if self.extractors != "local":
+        if self.setting_[0] != "local":
             shared: list[BiGRUExtractor] = self.extractors_
             return shared
         if client is None or not 0 <= client < len(self.extractors_):
@@ -693,6 +699,8 @@ class SFedMV(BaseEstimator):
         self.device_ = dev
         self.n_channels_ = [v[0].shape[1] for v in views[0]]
         self.client_sizes_ = [len(y) for y in ys]
+        self.setting_: tuple[str, str | None] = (self.extractors, None)
+        self.__dict__.pop("fusion_", None)  # it fused the embeddings of the former extractors
         self.transport_: Any = None
         self.round_loss_: list[list[float]] = []
         self.local_params_: list[list[Weights]] = []
@@ -769,7 +777,7 @@ class SFedMV(BaseEstimator):
         ``est.set_params(fusion="local").fit_fusion(clients)``. H-FedMV here is the
         same protocol with the same seed as the fusion stage of :meth:`fit`.
         """
-        check_fitted(self, "extractors_", "client_sizes_")
+        check_fitted(self, "extractors_", "client_sizes_", "setting_")
         p = self._params()
         views, ys = check_sequence_clients(clients)
         if len(views) != len(self.client_sizes_):
@@ -796,6 +804,7 @@ class SFedMV(BaseEstimator):
                 ).fit(X, y, classes=np.arange(len(self.classes_)))
                 for X, y in zip(Xs, yi, strict=True)
             ]
+        self.setting_ = (self.setting_[0], self.fusion)
         return self
 
     def fit(self, clients: Any, on_round: RoundCallback | None = None) -> SFedMV:
@@ -816,6 +825,7 @@ class SFedMV(BaseEstimator):
         fusion.n_features_in_ = [2 * p.hidden_size] * K
         clients_ = [fed.parties[n].fusion for n in fed.run.federation.parties]
         self.fusion_ = fusion.adopt(server.fusion, clients_, fed.transport)
+        self.setting_ = ("federated", "hfedmv")
         return self
 
     # -- inference -------------------------------------------------------
@@ -824,7 +834,7 @@ class SFedMV(BaseEstimator):
 
         ``client`` selects whose GRUs to use when ``extractors="local"``.
         """
-        check_fitted(self, "extractors_", "n_channels_")
+        check_fitted(self, "extractors_", "n_channels_", "setting_")
         seqs = check_sequences(views, n_views=len(self.n_channels_), n_channels=self.n_channels_)
         models = self._extractors_of(client)
         return [
@@ -833,9 +843,9 @@ class SFedMV(BaseEstimator):
 
     def predict(self, views: Any, client: int | None = None) -> np.ndarray:
         """Class labels of the sequences held by ``client`` (needed for local extractors / fusion)."""
-        check_fitted(self, "extractors_", "fusion_")
+        check_fitted(self, "extractors_", "fusion_", "setting_")
         Xs = self.transform(views, client)
-        if self.fusion == "local":
+        if self.setting_[1] == "local":
             if client is None or not 0 <= client < len(self.fusion_):
                 raise ConfigError("fusion='local': pass client=l, whose own model predicts")
             idx = self.fusion_[client].predict(Xs)
