@@ -19,12 +19,19 @@ from fedviews.deep._gru import (  # noqa: E402
     sequence_logits,
 )
 from fedviews.deep.sfedmv import (  # noqa: E402
+    SequenceClient,
     SequenceServer,
     SFedMV,
     sequence_policy,
     train_local_extractors,
 )
-from fedviews.errors import ConfigError, DataError, NotFittedError, PrivacyError  # noqa: E402
+from fedviews.errors import (  # noqa: E402
+    ConfigError,
+    DataError,
+    NotFittedError,
+    PrivacyError,
+    ProtocolError,
+)
 
 TINY = {"hidden_size": 8, "n_rounds": 2, "local_epochs": 1, "batch_size": 16, "fusion_rounds": 3}
 
@@ -267,3 +274,26 @@ def test_set_params_after_fit_waits_for_the_next_fit(watch: MultiViewSequences) 
     est.set_params(extractors="federated").fit_extractors(clients)
     with pytest.raises(NotFittedError):
         est.predict(views)
+
+
+@pytest.mark.parametrize("claimed", [0, -30, float("nan"), 2.5])
+def test_the_server_refuses_a_sample_count_that_is_no_count(
+    watch: MultiViewSequences, monkeypatch: pytest.MonkeyPatch, claimed: float
+) -> None:
+    """A client's n_samples (its FedAvg weight N_l) was taken as sent: a dishonest client1
+    claiming -30 samples turned the average of 20 + 20 windows into -2 w_0 + 3 w_1, one
+    claiming NaN sent a NaN model to every client, 0 or 2.5 went into the weights; both the
+    plain and the secure-aggregation server now refuse it."""
+    honest = SequenceClient.reply
+
+    def reply(self: SequenceClient, msg: object, **kw: object) -> object:
+        meta = kw.get("meta")
+        if self.name == "client1" and isinstance(meta, dict) and "n_samples" in meta:
+            kw["meta"] = {**meta, "n_samples": claimed}
+        return honest(self, msg, **kw)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(SequenceClient, "reply", reply)
+    clients = _clients(watch, 2, 20).by_client()
+    for defense in (None, "secagg"):
+        with pytest.raises(ProtocolError, match="'client1' sent n_samples"):
+            SFedMV(**{**TINY, "n_rounds": 1}, defense=defense).fit_extractors(clients)
