@@ -126,3 +126,27 @@ def test_secagg_with_one_client_is_a_config_error():
     with pytest.raises(ConfigError, match="at least two clients"):
         HFedMV(n_rounds=1, local_iter=1, defense="secagg").fit([client])
     HFedMV(n_rounds=1, local_iter=1).fit([client])  # without secagg: the plain protocol
+
+
+@pytest.mark.parametrize("claimed", [0, -30, float("nan"), 2.5])
+@pytest.mark.parametrize("standardize", ["none", "pooled"])
+def test_the_server_refuses_a_sample_count_that_is_no_count(monkeypatch, claimed, standardize):
+    """A client's n_samples is its FedAvg weight N_l (and its share of the pooled moments):
+    a dishonest client claiming -30 or NaN would steer or poison the global model; the
+    server refuses it, plainly and under secure aggregation, naming the client."""
+    from fedviews.errors import ProtocolError
+    from fedviews.linear._hfedmv import HFedMVClient
+
+    honest = HFedMVClient.reply
+
+    def reply(self, msg, **kw):
+        meta = kw.get("meta")
+        if self.name == "client1" and isinstance(meta, dict) and "n_samples" in meta:
+            kw["meta"] = {**meta, "n_samples": claimed}
+        return honest(self, msg, **kw)
+
+    monkeypatch.setattr(HFedMVClient, "reply", reply)
+    for defense in (None, "secagg"):
+        est = HFedMV(n_rounds=1, local_iter=1, standardize=standardize, defense=defense)
+        with pytest.raises(ProtocolError, match="'client1' sent n_samples"):
+            est.fit(_clients())

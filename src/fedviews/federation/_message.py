@@ -13,6 +13,7 @@ numeric/bool dtypes are accepted, so decoding never executes code.
 from __future__ import annotations
 
 import json
+import math
 import struct
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -86,6 +87,17 @@ class Message:
                 f"{self.sender!r} sent meta[{key!r}] = {value!r}, expected a number"
             )
         return float(value)
+
+    def count(self, key: str) -> int:
+        """The metadata value ``key`` as a count, checked by its receiver: a positive whole
+        number (e.g. a client's ``n_samples``, its FedAvg weight); a :class:`ProtocolError`
+        names the sender of anything else."""
+        n = self.number(key)
+        if not (math.isfinite(n) and n >= 1 and n == int(n)):
+            raise ProtocolError(
+                f"{self.sender!r} sent {key} = {n!r}; a FedAvg weight is a positive sample count"
+            )
+        return int(n)
 
     def array(self, name: str, shape: tuple[int | None, ...]) -> np.ndarray:
         """The array ``name``, checked by its receiver: present, and of ``shape``

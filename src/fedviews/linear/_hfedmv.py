@@ -341,9 +341,9 @@ def pooled_scaler(
     if frac_bits is None:
         msgs = list(replies.values())
         sums, m2 = (np.stack([m.array(k, (width,)) for m in msgs]) for k in ("x_sum", "x_m2"))
-        return pooled_moments(np.array([m.number("n_samples") for m in msgs]), sums, m2)
+        return pooled_moments(np.array([m.count("n_samples") for m in msgs]), sums, m2)
     got = unmask_sum(replies, {"masked_x_sum": (width,), "masked_x_sq": (width,)}, frac_bits)
-    N = float(sum(m.number("n_samples") for m in replies.values()))
+    N = float(sum(m.count("n_samples") for m in replies.values()))
     mean = got["masked_x_sum"] / N
     sd = np.sqrt(np.maximum(got["masked_x_sq"] / N - mean**2, 0.0))
     sd[sd < 1e-12] = 1.0
@@ -357,7 +357,7 @@ def secure_mean_W(
     ``local_train`` replies under secure aggregation: nothing per client."""
     shaped = {f"masked_W_local_{k}": shape for k, shape in enumerate(shapes)}
     got = unmask_sum(replies, {**shaped, "masked_objective": (1,)}, frac_bits)
-    N = float(sum(m.number("n_samples") for m in replies.values()))
+    N = float(sum(m.count("n_samples") for m in replies.values()))
     return [got[name] / N for name in shaped], float(got["masked_objective"][0])
 
 
@@ -436,7 +436,7 @@ class HFedMVServer(Coordinator):
     def pool_statistics(self) -> tuple[np.ndarray, np.ndarray]:
         """Pooled training mean / standard deviation from the clients' sums; sent back to them."""
         replies = self.broadcast(self.clients, "moments", round=len(self.objective))
-        n = np.array([replies[c].number("n_samples") for c in self.clients])
+        n = np.array([replies[c].count("n_samples") for c in self.clients])
         width = sum(W.shape[0] for W in self.W)
         if (n < 1).any():
             raise ProtocolError("a client reported no training samples for the pooled statistics")
@@ -465,7 +465,7 @@ class HFedMVServer(Coordinator):
                 local = [
                     [m.array(f"W_local_{k}", W.shape) for k, W in enumerate(self.W)] for m in msgs
                 ]
-                self.W = self.aggregate(local, [m.number("n_samples") for m in msgs])
+                self.W = self.aggregate(local, [m.count("n_samples") for m in msgs])
                 reported = [m.meta.get("local_objective") for m in msgs]
                 f = (  # NaN under model_dp: the clients report none
                     float("nan")
