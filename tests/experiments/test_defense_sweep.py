@@ -89,3 +89,26 @@ def test_bad_settings_are_one_line_errors(tmp_path, override, msg):
     )  # fmt: skip
     assert r.returncode == 2 and msg in r.stderr, r.stderr
     assert "Traceback" not in r.stderr
+
+
+def test_every_attack_line_is_one_victim(tmp_path):
+    """A client of H-FedMV attacks every other client's labels with the one global W it
+    received: the detail table has a line per victim, equal to its leakage row (they were
+    one line, the mean of the three victims, under a title saying 'mean over the seeds')."""
+    out = tmp_path / "run"
+    r = fedviews(
+        "run", "configs/defenses_hfedmv_handwritten.toml", "params.run.n_rounds=2",
+        "params.seeds=[0]", "params.settings=[{label='none'}]", "params.attackers=['clinic_b']",
+        "--out", str(out), "--quiet",
+    )  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    metrics = json.loads((out / "metrics.json").read_text())
+    rows = metrics["settings"]["none"]["runs"][0]["rows"]
+    assert sorted(row["secret"] for row in rows) == [
+        "labels of clinic_a", "labels of clinic_c", "labels of clinic_d",
+    ]  # fmt: skip
+    detail = metrics["tables"][1]["rows"]
+    assert len(detail) == 3
+    for row in rows:
+        (line,) = [d for d in detail if row["secret"] in d[0]]
+        assert line[1] == round(row["value"], 3)

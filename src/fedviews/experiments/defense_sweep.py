@@ -87,7 +87,12 @@ def _num(value: Any, missing: float) -> float:
 
 
 def _attack_key(row: Mapping[str, Any]) -> str:
-    return f"{row['attacker']} ← {row['observation']}: {row['attack']} ({row['metric']})"
+    """One attack of the detail table: an attacker can see one observation about several
+    victims (H-FedMV: a client's global W about every other client), each a line."""
+    return (
+        f"{row['attacker']} ← {row['observation']}: {row['attack']}, {row['secret']} "
+        f"({row['metric']})"
+    )
 
 
 #: the summarised attacks: key, the metric that scores them, the column and the plot axis
