@@ -112,3 +112,22 @@ def test_every_attack_line_is_one_victim(tmp_path):
     for row in rows:
         (line,) = [d for d in detail if row["secret"] in d[0]]
         assert line[1] == round(row["value"], 3)
+
+
+def test_a_sweep_without_a_label_or_ssim_attack_still_plots(tmp_path):
+    """MMVFL's only reconstruction is of 1-D features (MSE, no SSIM): no accuracy-vs-attack
+    panel, only the epsilon one. plt.subplots(1, 1) gave one Axes and the sweep failed with
+    "TypeError: 'Axes' object is not subscriptable" after every cell had trained."""
+    out = tmp_path / "run"
+    r = fedviews(
+        "run", "configs/audit_mmvfl_handwritten.toml", "experiment=defense_sweep",
+        "params.run.max_iter=3", "params.split.n_per_class=30", "params.seeds=[0, 1]",
+        "params.settings=[{label='none'}]", "params.attacks=['reconstruction']",
+        "--out", str(out), "--quiet",
+    )  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    assert (out / "tradeoff.png").stat().st_size > 5_000
+    metrics = json.loads((out / "metrics.json").read_text())
+    summary = metrics["tables"][0]
+    assert summary["columns"] == ["setting", "defense", "epsilon", "delta", "accuracy %"]
+    assert summary["rows"] == [["none", "none", "∞", "0", "—"]]  # MMVFL reports no accuracy

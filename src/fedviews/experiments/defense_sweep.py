@@ -152,7 +152,8 @@ def _ran(settings: dict[str, dict[str, Any]]) -> list[tuple[str, str, str, str]]
 def _plot(settings: dict[str, dict[str, Any]], path: Path) -> Path:
     plt = pyplot()
     panels = [(key, title) for key, _, _, title in _ran(settings)]
-    fig, axes = plt.subplots(1, len(panels) + 1, figsize=(5 * (len(panels) + 1), 4))
+    fig, grid = plt.subplots(1, len(panels) + 1, figsize=(5 * (len(panels) + 1), 4), squeeze=False)
+    axes = grid[0]  # one row, also when no attack panel ran (only the epsilon one)
     kinds = sorted({c["kind"] for c in settings.values()})
     colors = {k: f"C{i}" for i, k in enumerate(kinds)}
     finite = [c["epsilon"] for c in settings.values() if c["epsilon"] is not None]
