@@ -1,6 +1,7 @@
 """``defense_sweep`` through the CLI: one audit per defense setting, side by side, resumable."""
 
 import json
+from pathlib import Path
 
 import pytest
 from _cli import fedviews
@@ -114,11 +115,8 @@ def test_every_attack_line_is_one_victim(tmp_path):
         assert line[1] == round(row["value"], 3)
 
 
-def test_a_sweep_without_a_label_or_ssim_attack_still_plots(tmp_path):
-    """MMVFL's only reconstruction is of 1-D features (MSE, no SSIM): no accuracy-vs-attack
-    panel, only the epsilon one. plt.subplots(1, 1) gave one Axes and the sweep failed with
-    "TypeError: 'Axes' object is not subscriptable" after every cell had trained."""
-    out = tmp_path / "run"
+def _mmvfl_reconstruction_sweep(out: Path) -> dict:
+    """A tiny sweep of MMVFL's feature reconstructions only (1-D features: MSE, no SSIM)."""
     r = fedviews(
         "run", "configs/audit_mmvfl_handwritten.toml", "experiment=defense_sweep",
         "params.run.max_iter=3", "params.split.n_per_class=30", "params.seeds=[0, 1]",
@@ -126,8 +124,32 @@ def test_a_sweep_without_a_label_or_ssim_attack_still_plots(tmp_path):
         "--out", str(out), "--quiet",
     )  # fmt: skip
     assert r.returncode == 0, r.stderr
-    assert (out / "tradeoff.png").stat().st_size > 5_000
-    metrics = json.loads((out / "metrics.json").read_text())
+    return json.loads((out / "metrics.json").read_text())
+
+
+def test_a_sweep_without_a_label_or_ssim_attack_still_plots(tmp_path):
+    """MMVFL's only reconstruction is of 1-D features (MSE, no SSIM): no accuracy-vs-attack
+    panel, only the epsilon one. plt.subplots(1, 1) gave one Axes and the sweep failed with
+    "TypeError: 'Axes' object is not subscriptable" after every cell had trained."""
+    metrics = _mmvfl_reconstruction_sweep(tmp_path / "run")
+    assert (tmp_path / "run" / "tradeoff.png").stat().st_size > 5_000
     summary = metrics["tables"][0]
     assert summary["columns"] == ["setting", "defense", "epsilon", "delta", "accuracy %"]
     assert summary["rows"] == [["none", "none", "∞", "0", "—"]]  # MMVFL reports no accuracy
+
+
+def test_the_detail_table_keeps_a_small_mse_readable(tmp_path):
+    """The coordinator of MMVFL reconstructs fou's Fourier features at an MSE near 0.004: the
+    detail table rounded it to 3 decimals and the pages showed 0.00 (as if exact). An MSE is
+    written to 4 significant digits, as the leakage table writes it."""
+    metrics = _mmvfl_reconstruction_sweep(tmp_path / "run")
+    runs = metrics["settings"]["none"]["runs"]
+    detail = {row[0]: row[1] for row in metrics["tables"][1]["rows"]}
+    assert len(detail) == len(runs[0]["rows"]) == 10  # Z_k and Z, for each party
+    means = []
+    for row in runs[0]["rows"]:
+        (key,) = [k for k in detail if f"← {row['observation']}:" in k]
+        obs = [x for run in runs for x in run["rows"] if x["observation"] == row["observation"]]
+        means.append(sum(x["value"] for x in obs) / 2)
+        assert row["metric"] == "mse" and detail[key] == f"{means[-1]:.4g}"
+    assert min(means) < 0.005  # fou's features
