@@ -1,6 +1,7 @@
 """``defense_sweep`` through the CLI: one audit per defense setting, side by side, resumable."""
 
 import json
+from pathlib import Path
 
 import pytest
 from _cli import fedviews
@@ -89,3 +90,66 @@ def test_bad_settings_are_one_line_errors(tmp_path, override, msg):
     )  # fmt: skip
     assert r.returncode == 2 and msg in r.stderr, r.stderr
     assert "Traceback" not in r.stderr
+
+
+def test_every_attack_line_is_one_victim(tmp_path):
+    """A client of H-FedMV attacks every other client's labels with the one global W it
+    received: the detail table has a line per victim, equal to its leakage row (they were
+    one line, the mean of the three victims, under a title saying 'mean over the seeds')."""
+    out = tmp_path / "run"
+    r = fedviews(
+        "run", "configs/defenses_hfedmv_handwritten.toml", "params.run.n_rounds=2",
+        "params.seeds=[0]", "params.settings=[{label='none'}]", "params.attackers=['clinic_b']",
+        "--out", str(out), "--quiet",
+    )  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    metrics = json.loads((out / "metrics.json").read_text())
+    rows = metrics["settings"]["none"]["runs"][0]["rows"]
+    assert sorted(row["secret"] for row in rows) == [
+        "labels of clinic_a", "labels of clinic_c", "labels of clinic_d",
+    ]  # fmt: skip
+    detail = metrics["tables"][1]["rows"]
+    assert len(detail) == 3
+    for row in rows:
+        (line,) = [d for d in detail if row["secret"] in d[0]]
+        assert line[1] == round(row["value"], 3)
+
+
+def _mmvfl_reconstruction_sweep(out: Path) -> dict:
+    """A tiny sweep of MMVFL's feature reconstructions only (1-D features: MSE, no SSIM)."""
+    r = fedviews(
+        "run", "configs/audit_mmvfl_handwritten.toml", "experiment=defense_sweep",
+        "params.run.max_iter=3", "params.split.n_per_class=30", "params.seeds=[0, 1]",
+        "params.settings=[{label='none'}]", "params.attacks=['reconstruction']",
+        "--out", str(out), "--quiet",
+    )  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    return json.loads((out / "metrics.json").read_text())
+
+
+def test_a_sweep_without_a_label_or_ssim_attack_still_plots(tmp_path):
+    """MMVFL's only reconstruction is of 1-D features (MSE, no SSIM): no accuracy-vs-attack
+    panel, only the epsilon one. plt.subplots(1, 1) gave one Axes and the sweep failed with
+    "TypeError: 'Axes' object is not subscriptable" after every cell had trained."""
+    metrics = _mmvfl_reconstruction_sweep(tmp_path / "run")
+    assert (tmp_path / "run" / "tradeoff.png").stat().st_size > 5_000
+    summary = metrics["tables"][0]
+    assert summary["columns"] == ["setting", "defense", "epsilon", "delta", "accuracy %"]
+    assert summary["rows"] == [["none", "none", "∞", "0", "—"]]  # MMVFL reports no accuracy
+
+
+def test_the_detail_table_keeps_a_small_mse_readable(tmp_path):
+    """The coordinator of MMVFL reconstructs fou's Fourier features at an MSE near 0.004: the
+    detail table rounded it to 3 decimals and the pages showed 0.00 (as if exact). An MSE is
+    written to 4 significant digits, as the leakage table writes it."""
+    metrics = _mmvfl_reconstruction_sweep(tmp_path / "run")
+    runs = metrics["settings"]["none"]["runs"]
+    detail = {row[0]: row[1] for row in metrics["tables"][1]["rows"]}
+    assert len(detail) == len(runs[0]["rows"]) == 10  # Z_k and Z, for each party
+    means = []
+    for row in runs[0]["rows"]:
+        (key,) = [k for k in detail if f"← {row['observation']}:" in k]
+        obs = [x for run in runs for x in run["rows"] if x["observation"] == row["observation"]]
+        means.append(sum(x["value"] for x in obs) / 2)
+        assert row["metric"] == "mse" and detail[key] == f"{means[-1]:.4g}"
+    assert min(means) < 0.005  # fou's features

@@ -77,3 +77,34 @@ def test_apfed_audit_attacks_the_active_party_from_h_a(tmp_path):
         > got[("inverse model (ridge)", "ssim")]["chance"]
     )
     assert (out / "reconstructions.png").is_file()
+
+
+def test_reaudit_refuses_to_change_the_recorded_run(tmp_path):
+    """The recordings are read with the run's params (Multi-VFL: batch rows from batch_size):
+    a re-audit with params.run.batch_size=32 of a batch-64 run misread them without an
+    error (label recovery 100 % -> 29.5 %, SSIM 0.93 -> 0.28). Only what the attacks use
+    may change; params.attackers (ignored before) picks among the recorded attackers."""
+    pytest.importorskip("torch")
+    out = tmp_path / "run"
+    r = fedviews(
+        "run", "configs/audit_multivfl_mnist.toml", "params.split.n_per_class=8",
+        "params.split.n_test=40", "params.run.rounds=1", "params.labelled=10",
+        "params.known_features=20", "params.attackers=['strip0', 'bank']",
+        "--out", str(out), "--quiet",
+    )  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    rows = json.loads((out / "metrics.json").read_text())["leakage"]
+    for bad, key in [
+        ("params.run.batch_size=32", "params.run"),
+        ("params.federation.label_owners=['bank']", "params.federation"),
+        ("data.name=fashion_mnist", "data"),
+    ]:
+        r = fedviews("audit", str(out), bad)
+        assert r.returncode == 2 and f"{key}: the recordings are of the run" in r.stderr, bad
+        assert "Traceback" not in r.stderr
+    r = fedviews("audit", str(out), "params.attackers=['clinic']")
+    assert r.returncode == 2 and "['clinic'] recorded nothing" in r.stderr
+    r = fedviews("audit", str(out), "params.attackers=['strip0']")
+    assert r.returncode == 0, r.stderr
+    again = json.loads((out / "reaudit.json").read_text())["leakage"]
+    assert again == [row for row in rows if row["attacker"] == "strip0"] and again

@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
-from _runs import experiment_run, fedviews
+from _runs import ROOT, experiment_run, fedviews
+from rich.console import Console
 from typer.testing import Result
 
 from fedviews.errors import ConfigError
+from fedviews.experiments import load_config, run_experiment
 from fedviews.report import compare_runs
 
 
@@ -58,3 +61,28 @@ def test_compare_refuses_runs_of_different_experiments(mmvfl_run, deployment_run
     assert "runs of different experiments" in r.stderr and "mmvfl_feature_selection" in r.stderr
     with pytest.raises(ConfigError, match="one party's folder"):
         compare_runs([deployment_run, deployment_run / "pix"])
+
+
+def test_compare_keeps_every_row_of_a_leakage_table(tmp_path):
+    """Several leakage rows of one attacker (V-FedMV: a party attacks Z and Z_test) are one
+    headline number each, equal to metrics.json's: keyed by the attacker alone, the last
+    row overwrote the others (compare showed 'fou · value' = the Z_test recovery only)."""
+    small = ["params.split.n_per_class=20", "params.split.n_test=40", "params.attackers=['fou']"]
+    outs = []
+    for it in (2, 5):
+        cfg = load_config(
+            ROOT / "configs" / "audit_vfedmv_handwritten.toml",
+            [*small, f"params.run.max_iter={it}"],
+        )
+        outs.append(tmp_path / f"it{it}")
+        run_experiment(cfg, console=Console(quiet=True), quiet=True, out_dir=outs[-1])
+    metrics = dict(compare_runs(outs).metrics)
+    for i, out in enumerate(outs):
+        rows = json.loads((out / "metrics.json").read_text())["leakage"]
+        assert {r["observation"] for r in rows} == {"Z", "Z_test"}
+        for r in rows:
+            key = (
+                f"fou · party · {r['observation']} · {r['attack']} · {r['secret']} · "
+                f"{r['aux']} · {r['metric']} · value"
+            )
+            assert metrics[key][i] == round(r["value"], 2)

@@ -87,7 +87,12 @@ def _num(value: Any, missing: float) -> float:
 
 
 def _attack_key(row: Mapping[str, Any]) -> str:
-    return f"{row['attacker']} ← {row['observation']}: {row['attack']} ({row['metric']})"
+    """One attack of the detail table: an attacker can see one observation about several
+    victims (H-FedMV: a client's global W about every other client), each a line."""
+    return (
+        f"{row['attacker']} ← {row['observation']}: {row['attack']}, {row['secret']} "
+        f"({row['metric']})"
+    )
 
 
 #: the summarised attacks: key, the metric that scores them, the column and the plot axis
@@ -125,6 +130,15 @@ def _fmt(mean: float, std: float, n: int, digits: int) -> Any:
     return round(mean, digits) if n == 1 else f"{mean:.{digits}f} ± {std:.{digits}f}"
 
 
+def _mean_cell(key: str, values: list[float]) -> Any:
+    """A detail-table cell: the mean over the seeds; an MSE to 4 significant digits, as in
+    the leakage table (feature scales differ: 0.004 would read 0.00)."""
+    mean, std = _stat(values)
+    if key.endswith("(mse)") and math.isfinite(mean):
+        return f"{mean:.4g}"
+    return _fmt(mean, std, 1, 3)
+
+
 def _summarise(runs: list[dict[str, Any]]) -> dict[str, Any]:
     """A setting over its seeds: mean and std of the accuracy and the strongest attacks."""
     out: dict[str, Any] = {"n_seeds": len(runs)}
@@ -147,7 +161,8 @@ def _ran(settings: dict[str, dict[str, Any]]) -> list[tuple[str, str, str, str]]
 def _plot(settings: dict[str, dict[str, Any]], path: Path) -> Path:
     plt = pyplot()
     panels = [(key, title) for key, _, _, title in _ran(settings)]
-    fig, axes = plt.subplots(1, len(panels) + 1, figsize=(5 * (len(panels) + 1), 4))
+    fig, grid = plt.subplots(1, len(panels) + 1, figsize=(5 * (len(panels) + 1), 4), squeeze=False)
+    axes = grid[0]  # one row, also when no attack panel ran (only the epsilon one)
     kinds = sorted({c["kind"] for c in settings.values()})
     colors = {k: f"C{i}" for i, k in enumerate(kinds)}
     finite = [c["epsilon"] for c in settings.values() if c["epsilon"] is not None]
@@ -261,7 +276,7 @@ def run_defense_sweep(cfg: ExperimentConfig, ctx: RunContext) -> ExperimentResul
     detail = Table(
         "Every attack per setting (value, mean over the seeds; chance in the leakage tables)",
         ["attack", *settings],
-        [[k, *(_fmt(*_stat(v.get(label, [])), 1, 3) for label in runs)] for k, v in values.items()],
+        [[k, *(_mean_cell(k, v.get(label, [])) for label in runs)] for k, v in values.items()],
     )
     fig = _plot(settings, ctx.path("tradeoff.png"))
     return ExperimentResult(

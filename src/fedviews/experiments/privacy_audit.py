@@ -50,6 +50,9 @@ __all__ = [
 
 RECORDINGS = "recordings"
 TRUTH = "truth.npz"
+#: what ``fedviews audit`` may change of the run it re-attacks
+_REAUDIT_KEYS = ("params.attacks", "params.attackers", "params.labelled",
+                 "params.known_features", "seed")  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -279,8 +282,10 @@ def audit_once(
 
 def reaudit(run_dir: Path, overrides: Sequence[str] = ()) -> ExperimentResult:
     """The attacks of a finished ``privacy_audit`` run again, on its saved recordings only
-    (no training, no party): its own config with ``overrides`` (e.g. other aux counts or
-    ``params.attacks``). Writes ``reaudit.json`` and ``reaudit_reconstructions.png``."""
+    (no training, no party): its own config with ``overrides`` of what the attacks use
+    (``params.attacks``, ``params.attackers`` among those recorded, the aux counts, ``seed``
+    of the aux draw); the run itself cannot change (a :class:`ConfigError`). Writes
+    ``reaudit.json`` and ``reaudit_reconstructions.png``."""
     from fedviews.experiments._config import load_config
 
     run_dir = Path(run_dir)
@@ -296,13 +301,29 @@ def reaudit(run_dir: Path, overrides: Sequence[str] = ()) -> ExperimentResult:
         metrics = json.loads(paths[1].read_text(encoding="utf-8"))
     except ValueError as exc:
         raise DataError(f"{run_dir}: unreadable run files: {exc}") from None
-    cfg = load_config(raw, overrides)
+    base, cfg = load_config(raw), load_config(raw, overrides)
     if cfg.experiment != "privacy_audit":
         raise ConfigError(f"{run_dir} is a {cfg.experiment!r} run, not a privacy_audit run")
     p: AuditParams = cfg.params
+    changed = [
+        f"params.{key}"
+        for key in ("algorithm", "federation", "run", "defense", "split")
+        if getattr(p, key) != getattr(base.params, key)
+    ] + (["data"] if cfg.data != base.data else [])
+    if changed:  # the recordings are of the run as it ran: they would be misread
+        raise ConfigError(
+            f"{', '.join(changed)}: the recordings are of the run as it ran; an audit can "
+            f"change only {', '.join(_REAUDIT_KEYS)}"
+        )
     dep = deploy_config(cfg, p)
     algo = get_algorithm_spec(dep.algorithm)
-    order = metrics.get("attackers") or sorted(f.stem for f in folder.glob("*.npz"))
+    recorded = metrics.get("attackers") or sorted(f.stem for f in folder.glob("*.npz"))
+    order = list(p.attackers) if p.attackers != base.params.attackers else recorded
+    if not set(order) <= set(recorded):
+        raise ConfigError(
+            f"params.attackers: {sorted(set(order) - set(recorded))} recorded nothing in "
+            f"{run_dir}; the recorded attackers are {recorded}"
+        )
     recordings = {a: Recording.load(folder / f"{a}.npz") for a in order}
     aux = AuxKnowledge(p.labelled, p.known_features, cfg.seed)
     examples: list[Reconstruction] = []

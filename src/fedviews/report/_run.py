@@ -124,16 +124,25 @@ class RunRecord:
         """The run's headline numbers: ``{label: value}``.
 
         A deployment: its status, scalar results and traffic; an experiment: the cells
-        of its first table (its headline table), its duration and its traffic.
+        of its first table (its headline table), its duration and its traffic. A row is
+        named by its first cell, or, where that names several rows (a leakage table's
+        attacker), by its cells before the table's first numeric column.
         """
         out: dict[str, Any] = {}
         if self.kind == "experiment":
             for t in self.tables[:1]:  # its headline table
                 cols = [str(c) for c in t.get("columns", [])]
-                for row in t.get("rows", []):
+                rows = t.get("rows", [])
+                numeric = [i for r in rows for i, v in enumerate(r) if i and _number(v)]
+                lead = min(numeric, default=1)
+                firsts = [str(r[0]) for r in rows if r]
+                for row in rows:
+                    name = str(row[0]) if row else ""
+                    if firsts.count(name) > 1:
+                        name = " · ".join(str(c) for c in row[:lead])
                     for col, v in zip(cols[1:], row[1:], strict=False):
-                        if isinstance(v, (int, float)) and not isinstance(v, bool):
-                            out[f"{row[0]} · {col}"] = v
+                        if _number(v):
+                            out[f"{name} · {col}"] = v
         else:
             out = {
                 k: v
@@ -157,12 +166,12 @@ class RunRecord:
         return dict(_flatten(self.config))
 
 
+def _number(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
 def _numbers(v: Any) -> bool:
-    return (
-        isinstance(v, list)
-        and bool(v)
-        and all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in v)
-    )
+    return isinstance(v, list) and bool(v) and all(_number(x) for x in v)
 
 
 def _lists(obj: Any, path: tuple[str, ...] = ()) -> Iterator[tuple[tuple[str, ...], list[float]]]:
