@@ -18,6 +18,7 @@ from fedviews.data import balanced_subsample, load, load_cifar  # noqa: E402
 from fedviews.deep._apfed_nets import ARCHS, Decoder, Encoder, cut_strips, parse_setting  # noqa: E402
 from fedviews.deep._apfed_spec import APFedAlgorithm, apfed_policy  # noqa: E402
 from fedviews.deep._export import load_active_model, predict_exported  # noqa: E402
+from fedviews.deep._tvfl import TVFLPassiveClient  # noqa: E402
 from fedviews.deep.apfed import (  # noqa: E402
     APFED_POLICY,
     TVFL,
@@ -28,7 +29,13 @@ from fedviews.deep.apfed import (  # noqa: E402
     contrastive_loss,
     reconstruction_loss,
 )
-from fedviews.errors import ConfigError, DataError, NotFittedError, PrivacyError  # noqa: E402
+from fedviews.errors import (  # noqa: E402
+    ConfigError,
+    DataError,
+    NotFittedError,
+    PrivacyError,
+    ProtocolError,
+)
 from fedviews.federation import federate, get_algorithm_spec  # noqa: E402
 
 F = torch.nn.functional
@@ -537,3 +544,32 @@ def test_mistyped_parameters_are_config_errors(
     expect = "active strip i" if name == "i" else name
     with pytest.raises(ConfigError, match=expect):
         APFed(**{**_fit_kw(epochs=1), name: value}).fit(X, y)
+
+
+@pytest.mark.parametrize(
+    ("party", "name", "bad", "make"),
+    [
+        (PassiveClient, "grad_h_A", np.nan, lambda: APFed(variant="R", m=2, i=2, lam=1.0)),
+        (TVFLPassiveClient, "h_p", np.inf, lambda: TVFL(m=2, i=1)),
+        (TVFLPassiveClient, "h_p", "int64", lambda: TVFL(m=2, i=1)),
+    ],
+)
+def test_the_active_refuses_nan_or_non_float_arrays(images, monkeypatch, party, name, bad, make):
+    """A passive client's NaN grad_h_A made the APFed active model NaN without an error (its
+    prediction alone then constant); a TVFL passive's infinite h_p the head NaN, and int64 h_p
+    raised torch's raw RuntimeError ('only Tensors of floating point dtype can require
+    gradients'). Each is now a ProtocolError naming the passive client."""
+    X, y = images
+    honest = party.reply
+
+    def reply(self, msg, arrays=None, meta=None):
+        arrays = dict(arrays or {})
+        if name in arrays:
+            a = arrays[name]
+            arrays[name] = a.astype(bad) if isinstance(bad, str) else np.full_like(a, bad)
+        return honest(self, msg, arrays, meta)
+
+    monkeypatch.setattr(party, "reply", reply)
+    est = make().set_params(**_fit_kw(epochs=1))
+    with pytest.raises(ProtocolError, match=f"'passive.' sent '{name}' (with NaN|as int64)"):
+        est.fit(X, y)

@@ -511,6 +511,54 @@ def test_a_label_owner_checks_what_data_owners_send(fmnist) -> None:
 
 
 @pytest.mark.parametrize(
+    ("who", "name", "bad", "match"),
+    [
+        ("v", "activations", np.nan, "'v' sent 'activations' with NaN"),
+        ("v", "activations", "int64", "'v' sent 'activations' as int64"),
+        ("a", "activation_grad", np.inf, "'a' sent 'activation_grad' with NaN"),
+        ("a", "update/0.weight", np.nan, "'a' sent 'update/0.weight' with NaN"),
+        ("a", "train_loss", np.nan, "'a': meta\\['train_loss'\\] must be float, got nan"),
+    ],
+)
+def test_receivers_refuse_nan_or_non_float_values(fmnist, monkeypatch, who, name, bad, match):
+    """A data owner's NaN activations made the label owner's top model (and through FedAvg the
+    server's) NaN, a label owner's infinite activation gradient the data owner's bottom, a
+    NaN update the global top model, all without an error; int64 activations were taken; a NaN
+    train loss was reported as the round's loss. Each is now a ProtocolError naming the sender."""
+    from fedviews.data import PartyData
+    from fedviews.deep import MultiVFLParams
+    from fedviews.errors import ProtocolError
+    from fedviews.federation import Party, Roster, RunSpec, build_in_process
+
+    images, y, _ = fmnist
+    images, y = images[:32], np.searchsorted(np.unique(y[:32]), y[:32])
+    params = MultiVFLParams(
+        rounds=1, batch_size=16, channels=4, top_channels=4, hidden=8, device="cpu", evaluate=False
+    )
+    ids = np.arange(32)
+    datas = {
+        "u": PartyData(ids, images[:, :14]),
+        "v": PartyData(ids, images[:, 14:]),
+        "a": PartyData(ids, None, y),
+    }
+    run = RunSpec("multivfl", params, Roster(("u", "v", "a"), label_owners=("a",)), seed=1)
+    honest = Party._message
+
+    def message(self, receiver, kind, arrays, meta, round):
+        arrays, meta = dict(arrays or {}), dict(meta or {})
+        if self.name == who and name in arrays:
+            a = arrays[name]
+            arrays[name] = a.astype(bad) if isinstance(bad, str) else np.full_like(a, bad)
+        if self.name == who and name in meta:
+            meta[name] = bad
+        return honest(self, receiver, kind, arrays, meta, round)
+
+    monkeypatch.setattr(Party, "_message", message)
+    with pytest.raises(ProtocolError, match=match):
+        build_in_process(run, datas)()
+
+
+@pytest.mark.parametrize(
     ("acts", "grads", "up", "down"),
     [
         ("fp16", "bf16", {"activations"}, {"activation_grad"}),

@@ -66,3 +66,25 @@ def test_a_receiver_refuses_what_does_not_decode():
         Codec("zip").validate()
     with pytest.raises(ConfigError, match="0 < ratio <= 1"):
         Codec("topk", 0.0).validate()
+
+
+@pytest.mark.parametrize(
+    ("codec", "arrays"),
+    [
+        ("none", {"g": np.full((5, 12), np.nan, np.float32)}),
+        ("none", {"g": np.full((5, 12), 1e300)}),  # finite as float64, inf as float32
+        ("none", {"g": np.ones((5, 12), np.int64)}),  # not floating point
+        ("fp16", {"g": np.full((5, 12), np.inf, np.float16)}),
+        ("bf16", {"g": np.full((5, 12), 0x7FC0, np.uint16)}),  # the bits of a NaN
+        ("int8", {"g": np.full((5, 12), 127, np.int8), "g.scale": np.full(5, 1e38, np.float32)}),
+        ("topk", {"g": np.full((5, 2), np.nan, np.float32), "g.idx": np.zeros((5, 2), np.int32)}),
+    ],
+)
+def test_a_receiver_refuses_what_decodes_to_nan_or_infinity(codec, arrays):
+    """Every encoding decoded NaN or infinite values as sent (a bf16 NaN, an int8 scale whose
+    product overflows float32, a float64 beyond float32's range): one such gradient or
+    activation made the receiver's model NaN without an error; now a ProtocolError names the
+    sender."""
+    msg = Message.decode(Message("k", "mallory", "b", arrays=arrays).encode())
+    with pytest.raises(ProtocolError, match="'mallory' sent"):
+        Codec(codec, 0.1).unpack(msg, "g", (5, 12))

@@ -109,3 +109,26 @@ def test_a_malformed_header_is_a_protocol_error_not_a_crash():
             Message.peek(frame(header))
         with pytest.raises(ProtocolError):
             Message.decode(frame(header))
+
+
+def test_a_receiver_refuses_nan_or_infinite_arrays_and_numbers():
+    """Message.array returned NaN and infinite float arrays as sent and Message.number NaN and
+    infinite meta values (JSON carries them): one poisoned every model it entered."""
+    msg = Message(
+        "fwd",
+        "mallory",
+        "b",
+        arrays={"x": np.array([1.0, np.nan]), "i": np.arange(2), "f": np.ones(2, np.float32)},
+        meta={"nan": float("nan"), "inf": float("-inf"), "ok": 2},
+    )
+    msg = Message.decode(msg.encode())
+    with pytest.raises(ProtocolError, match="'mallory' sent 'x' with NaN or infinite values"):
+        msg.array("x", (2,))
+    for key in ("nan", "inf"):
+        with pytest.raises(ProtocolError, match=f"'mallory' sent meta\\['{key}'\\]"):
+            msg.number(key)
+    assert msg.number("ok") == 2.0
+    np.testing.assert_array_equal(msg.array("i", (2,)), [0, 1])  # no dtype asked: as sent
+    with pytest.raises(ProtocolError, match="'mallory' sent 'i' as int64 .* expected floating"):
+        msg.array("i", (2,), np.float32)
+    assert msg.array("f", (2,), np.float64).dtype == np.float64

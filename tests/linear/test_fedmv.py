@@ -7,7 +7,7 @@ import pytest
 
 from fedviews import data
 from fedviews.data import one_hot, partition_clients
-from fedviews.errors import DataError, PrivacyError
+from fedviews.errors import DataError, PrivacyError, ProtocolError
 from fedviews.linear import (
     VFEDMV_POLICY,
     HFedMV,
@@ -19,6 +19,7 @@ from fedviews.linear import (
     mvl_local,
     vfedmv_centralized,
 )
+from fedviews.linear._consensus import ConsensusParty
 
 
 def _std(X: np.ndarray) -> np.ndarray:
@@ -179,3 +180,36 @@ def test_hfedmv_label_skew_and_single_view_fl(hw) -> None:
     sv = SingleViewFL(n_rounds=3, local_iter=3).fit([(c[0][0], c[1]) for c in clients])
     assert sv.predict(Xte[0]).shape == yte.shape
     assert sv.transport_.log.arrays_sent(receiver="coordinator") == {"W_local_0"}
+
+
+@pytest.mark.parametrize(
+    ("name", "value", "match"),
+    [
+        ("Z_k", np.nan, "'party2' sent 'Z_k' with NaN"),
+        ("Z_k", np.inf, "'party2' sent 'Z_k' with NaN"),
+        ("zeta", np.nan, "'party2' sent meta\\['zeta'\\] = nan"),
+        ("zeta", -1.0, "'party2' sent zeta = -1.0; each zeta_k must be > 0"),
+        ("zeta", 0.0, "'party2' sent zeta = 0.0"),
+        ("local_objective", np.nan, "'party2' sent meta\\['local_objective'\\]"),
+    ],
+)
+def test_the_server_refuses_a_poisoned_z_k_or_zeta(hw, monkeypatch, name, value, match) -> None:
+    """V-FedMV's server took a party's Z_k, zeta_k and local objective as sent: a NaN or
+    infinite Z_k or zeta made Z (and every party's next W) NaN and the objective nan without
+    an error, a negative or zero zeta_k weighted the consensus against that party (zeta -1 of
+    party2: objective 193 instead of 288 after 3 rounds, no error), a NaN local objective made
+    the reported objective nan."""
+    Xs, y, _, _ = hw
+    honest = ConsensusParty.reply
+
+    def reply(self, msg, arrays=None, meta=None):
+        arrays, meta = dict(arrays or {}), dict(meta or {})
+        if self.name == "party2" and name in arrays:
+            arrays[name] = arrays[name] * value
+        if self.name == "party2" and name in meta:
+            meta[name] = value
+        return honest(self, msg, arrays, meta)
+
+    monkeypatch.setattr(ConsensusParty, "reply", reply)
+    with pytest.raises(ProtocolError, match=match):
+        VFedMV(max_iter=3, inner_max_iter=3).fit(Xs, y)

@@ -105,7 +105,7 @@ class SplitNNActive(_MLPBottom):
     def _logits(self, replies: Mapping[str, Message], rows: int, grad: bool) -> list[Any]:
         return [
             to_tensor(
-                replies[p].array("logits", (rows, self.n_classes)), self.device
+                replies[p].array("logits", (rows, self.n_classes), np.float32), self.device
             ).requires_grad_(grad)
             for p in self.passives
         ]

@@ -123,8 +123,8 @@ class TVFLActiveClient(SplitTop, Coordinator):
                 shape = (len(idx), *self.rep_shape)
                 got = self.broadcast(self.passives, "tvfl.forward", meta={"batch": b}, round=step)
                 hps = [
-                    to_tensor(got[p].array("h_p", shape), self.device).requires_grad_(True)
-                    for p in self.passives
+                    to_tensor(m.array("h_p", shape, np.float32), self.device).requires_grad_(True)
+                    for m in (got[p] for p in self.passives)
                 ]
                 loss = F.cross_entropy(self.head(self._join(h_a, hps)), self._y[idx])
                 self.opt.zero_grad()

@@ -46,6 +46,7 @@ owners and each label owner goes through :func:`fedviews.data.align`.
 from __future__ import annotations
 
 import copy
+import math
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
@@ -193,11 +194,12 @@ def build_models(
 
 
 def _meta(msg: Message, key: str, kind: type[T]) -> T:
-    """``msg.meta[key]`` checked to be of type ``kind`` (ints are accepted as floats)."""
+    """``msg.meta[key]`` checked to be of type ``kind`` (ints are accepted as floats; a float
+    must be finite: a NaN loss or accuracy would be reported as a result)."""
     val = msg.meta.get(key)
-    if kind is float and isinstance(val, int):
+    if kind is float and isinstance(val, int) and not isinstance(val, bool):
         val = float(val)
-    if not isinstance(val, kind):
+    if not isinstance(val, kind) or (isinstance(val, float) and not math.isfinite(val)):
         raise ProtocolError(
             f"{msg.kind!r} from {msg.sender!r}: meta[{key!r}] must be {kind.__name__}, got {val!r}"
         )

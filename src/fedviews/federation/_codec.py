@@ -19,7 +19,7 @@ federated run with one no longer equals its centralized computation:
     zero at the receiver): values as ``<name>`` and their flat positions as
     ``<name>.idx`` (int32). Meant for returned gradients.
 
-The receiver checks everything it decodes (dtypes, shapes, index range) and names the
+The receiver checks everything it decodes (dtypes, shapes, index range, finite values) and names the
 sender of anything malformed (:class:`~fedviews.errors.ProtocolError`).
 """
 
@@ -86,7 +86,7 @@ class Codec:
         """The float32 array ``name`` of ``shape`` that ``msg`` carries, checked by its receiver
         (``None``: any length on that axis, except for ``"topk"``, which needs the shape)."""
         if self.kind == "none":
-            return msg.array(name, shape).astype(np.float32, copy=False)
+            return msg.array(name, shape, np.float32)
         if self.kind in ("fp16", "bf16"):
             a = msg.array(name, shape)
             want = np.float16 if self.kind == "fp16" else np.uint16
@@ -94,25 +94,34 @@ class Codec:
                 raise ProtocolError(f"{msg.sender!r} sent {name} as {a.dtype}, expected {want}")
             if self.kind == "fp16":
                 return a.astype(np.float32)
-            return (a.astype(np.uint32) << np.uint32(16)).view(np.float32)
+            return _finite(msg, name, (a.astype(np.uint32) << np.uint32(16)).view(np.float32))
         if self.kind == "int8":
             q = msg.array(name, shape)
             scale = msg.array(f"{name}.scale", (len(q),))
             if q.dtype != np.int8 or not np.isfinite(scale).all() or (scale < 0).any():
                 raise ProtocolError(f"{msg.sender!r} sent a malformed int8 {name}")
-            flat = q.reshape(len(q), -1).astype(np.float32) * scale[:, None].astype(np.float32)
-            return flat.reshape(q.shape)
+            with np.errstate(over="ignore"):
+                flat = q.reshape(len(q), -1).astype(np.float32) * scale[:, None].astype(np.float32)
+            return _finite(msg, name, flat.reshape(q.shape))
         if any(s is None for s in shape):
             raise ConfigError(f"top-k {name}: the receiver must know its whole shape")
         full = tuple(int(s or 0) for s in shape)
         n, d = full[0], int(np.prod(full[1:], dtype=np.int64))
         k = self.kept(d)
-        vals, idx = msg.array(name, (n, k)), msg.array(f"{name}.idx", (n, k))
+        vals, idx = msg.array(name, (n, k), np.float32), msg.array(f"{name}.idx", (n, k))
         if not np.issubdtype(idx.dtype, np.integer) or ((idx < 0) | (idx >= d)).any():
             raise ProtocolError(f"{msg.sender!r} sent top-k positions of {name} out of range")
         out = np.zeros((n, d), dtype=np.float32)
-        np.put_along_axis(out, idx.astype(np.int64), vals.astype(np.float32), axis=1)
+        np.put_along_axis(out, idx.astype(np.int64), vals, axis=1)
         return out.reshape(full)
+
+
+def _finite(msg: Message, name: str, x: np.ndarray) -> np.ndarray:
+    """``x`` as decoded from ``msg``, refused if it holds NaN or infinities (a bf16 or int8
+    encoding can carry them: exponent bits all set, a scale beyond float32's range)."""
+    if not np.isfinite(x).all():
+        raise ProtocolError(f"{msg.sender!r} sent {name} that decodes to NaN or infinite values")
+    return x
 
 
 def wire_codecs(activations: str, gradients: str, ratio: float) -> tuple[Codec, Codec]:

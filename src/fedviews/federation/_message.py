@@ -79,8 +79,16 @@ class Message:
         return int(sum(a.nbytes for a in self.arrays.values()))
 
     def number(self, key: str) -> float:
-        """The numeric metadata value ``key``, checked by its receiver (a
-        :class:`ProtocolError` names the sender of anything else)."""
+        """The numeric metadata value ``key``, checked by its receiver: a finite number (a
+        :class:`ProtocolError` names the sender of anything else, NaN and infinities too)."""
+        n = self._numeric(key)
+        if not math.isfinite(n):
+            raise ProtocolError(
+                f"{self.sender!r} sent meta[{key!r}] = {n!r}, expected a finite number"
+            )
+        return n
+
+    def _numeric(self, key: str) -> float:
         value = self.meta.get(key)
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise ProtocolError(
@@ -92,16 +100,21 @@ class Message:
         """The metadata value ``key`` as a count, checked by its receiver: a positive whole
         number (e.g. a client's ``n_samples``, its FedAvg weight); a :class:`ProtocolError`
         names the sender of anything else."""
-        n = self.number(key)
+        n = self._numeric(key)
         if not (math.isfinite(n) and n >= 1 and n == int(n)):
             raise ProtocolError(
                 f"{self.sender!r} sent {key} = {n!r}; a FedAvg weight is a positive sample count"
             )
         return int(n)
 
-    def array(self, name: str, shape: tuple[int | None, ...]) -> np.ndarray:
-        """The array ``name``, checked by its receiver: present, and of ``shape``
-        (``None``: any length on that axis); a :class:`ProtocolError` names the sender."""
+    def array(
+        self, name: str, shape: tuple[int | None, ...], dtype: type[np.floating] | None = None
+    ) -> np.ndarray:
+        """The array ``name``, checked by its receiver: present, of ``shape`` (``None``: any
+        length on that axis), and if it is floating point, free of NaN and infinities (one
+        would poison every model it enters); with ``dtype`` (a float type), it must be
+        floating point and is returned as ``dtype`` (still finite). A :class:`ProtocolError`
+        names the sender."""
         arr = self.arrays.get(name)
         if arr is None:
             raise ProtocolError(f"{self.sender!r} sent {self.kind!r} without the array {name!r}")
@@ -113,6 +126,19 @@ class Message:
             raise ProtocolError(
                 f"{self.sender!r} sent {name!r} of shape {arr.shape} in {self.kind!r}, "
                 f"expected ({want})"
+            )
+        if dtype is not None:
+            if arr.dtype.kind != "f":
+                raise ProtocolError(
+                    f"{self.sender!r} sent {name!r} as {arr.dtype} in {self.kind!r}, "
+                    "expected floating point"
+                )
+            with np.errstate(over="ignore"):  # a value beyond ``dtype``'s range: inf, refused
+                arr = arr.astype(dtype, copy=False)
+        if arr.dtype.kind == "f" and not np.isfinite(arr).all():
+            raise ProtocolError(
+                f"{self.sender!r} sent {name!r} with NaN or infinite values in {self.kind!r}"
+                + (f" (as {arr.dtype})" if dtype is not None else "")
             )
         return arr
 

@@ -413,12 +413,20 @@ class ConsensusServer(Coordinator):
         self.objective = [float(f) for f in state["objective"]]
         self.converged = bool(state["converged"])
 
+    def _zetas(self, replies: Mapping[str, Message]) -> list[float]:
+        """The parties' ``zeta_k`` as they sent them (V-FedMV), each checked: ``> 0``."""
+        zetas = [replies[p].number("zeta") for p in self.parties]
+        for p, z in zip(self.parties, zetas, strict=True):
+            if not z > 0:
+                raise ProtocolError(f"{p!r} sent zeta = {z!r}; each zeta_k must be > 0")
+        return zetas
+
     def _z_step(self, replies: Mapping[str, Message]) -> float:
         """The Z step (MMVFL Eq. 14; FedMV Eq. 10 with ``Y``); returns the round's objective."""
         Y, eta = self.Y, self.eta
         if self.frac_bits is None:
             Zks = [replies[p].array("Z_k", self.Z.shape) for p in self.parties]
-            zetas = self.zeta or [replies[p].number("zeta") for p in self.parties]
+            zetas = self.zeta or self._zetas(replies)
             f = float(sum(replies[p].number("local_objective") for p in self.parties))
             self.Z = z_step(zetas, Zks, eta, Y)
             f += sum(z * sq(Zk - self.Z) for z, Zk in zip(zetas, Zks, strict=True))
@@ -462,7 +470,7 @@ class ConsensusServer(Coordinator):
             secure_sum_setup(self, self.parties, self.frac_bits, round=r0)
         replies = self.broadcast(self.parties, "test_init", round=r0 + 1)
         if self.frac_bits is None:
-            w = consensus_weights([replies[p].number("zeta") for p in self.parties])
+            w = consensus_weights(self._zetas(replies))
             shape = replies[self.parties[0]].array("Z_k_test", (None, self.Z.shape[1])).shape
         else:  # one "party": the securely summed average
             w = np.ones(1)
