@@ -139,6 +139,7 @@ class Message:
             raise ProtocolError(
                 f"{self.sender!r} sent {name!r} with NaN or infinite values in {self.kind!r}"
                 + (f" (as {arr.dtype})" if dtype is not None else "")
+                + ": refused (its model diverged, e.g. a learning rate too high, or it is poisoned)"
             )
         return arr
 
