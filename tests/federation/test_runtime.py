@@ -97,3 +97,22 @@ def test_dead_or_unknown_party_and_unknown_kind():
 def test_duplicate_party_names():
     with pytest.raises(ProtocolError, match="two parties"):
         federate([Holder("a", np.ones(1)), Holder("a", np.ones(1))], POLICY)
+
+
+def test_a_reply_must_be_the_reply_to_its_request():
+    """A party that answers one kind with a message of another kind (it would be read, logged
+    and recorded as what it is not) or addresses it elsewhere is refused, named."""
+
+    class Liar(Holder):
+        @handles("partial")
+        def on_partial(self, msg):
+            good = super().on_partial(msg)
+            return self._message(msg.sender, "leak:reply", good.arrays, None, msg.round)
+
+    server = Summer()
+    federate([server, Liar("a", np.ones((3, 2))), Holder("b", np.ones((1, 2)))], POLICY)
+    with pytest.raises(ProtocolError, match="'a' answered 'partial' with a 'leak:reply' message"):
+        server.send("a", "partial", arrays={"x": np.array([1.0])})
+    np.testing.assert_array_equal(
+        server.send("b", "partial", arrays={"x": np.ones(1)}).arrays["partial"], [1.0, 1.0]
+    )

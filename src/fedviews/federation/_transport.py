@@ -77,9 +77,14 @@ class Transport(ABC):
 
     @staticmethod
     def _check_reply(msg: Message | Header, reply: Message | Header) -> None:
-        """A reply must come from the request's receiver and go back to its sender."""
+        """A reply must come from the request's receiver, go back to its sender and be the
+        reply to its kind (``<kind>:reply``: another kind would be read as what it is not)."""
         if reply.receiver != msg.sender or reply.sender != msg.receiver:
             raise ProtocolError(f"party {msg.receiver!r} replied with a misaddressed message")
+        if reply.kind != f"{msg.kind}:reply":
+            raise ProtocolError(
+                f"party {msg.receiver!r} answered {msg.kind!r} with a {reply.kind!r} message"
+            )
 
     def _handle(self, party: Party, msg: Message) -> Message:
         """Run the handler of ``party`` (hosted here) on ``msg``, timed in the log; check the
