@@ -614,3 +614,34 @@ def test_bad_labels_scores_and_params_are_clear_errors(fmnist) -> None:
     ]:
         with pytest.raises(ConfigError, match=name if name != "scenario" else "unknown scenario"):
             MultiVFL(**{**kw, name: value}).fit(images[:100], y[:100])
+
+
+def test_a_data_owner_names_a_label_owner_that_asks_for_rows_it_has_not(fmnist):
+    """Activations of a batch before begin_epoch, of a batch past the epoch or of rows past a
+    split raised a raw KeyError inside the data owner, so the run named the data owner (the
+    victim) as failed; now a ProtocolError names the label owner that asked."""
+    from fedviews.data import PartyData
+    from fedviews.deep import MultiVFLParams
+    from fedviews.errors import ProtocolError
+    from fedviews.federation import Message, Roster, RunSpec, build_in_process
+
+    images, y, _ = fmnist
+    images, y = images[:32], np.searchsorted(np.unique(y[:32]), y[:32])
+    params = MultiVFLParams(
+        rounds=1, batch_size=16, channels=4, top_channels=4, hidden=8, device="cpu", evaluate=False
+    )
+    ids = np.arange(32)
+    datas = {"u": PartyData(ids, images), "a": PartyData(ids, None, y)}
+    fed = build_in_process(
+        RunSpec("multivfl", params, Roster(("u", "a"), label_owners=("a",))), datas
+    )
+    u = fed.parties["u"]
+    ask = {"batch": 0, "batch_size": 16}
+    with pytest.raises(ProtocolError, match="'a' asked for batch 0 of size 16.*no begin_epoch"):
+        u.handle(Message("forward", "a", "u", 1, meta=ask))
+    u.handle(Message("begin_epoch", "a", "u", 1, meta={"epoch": 0, "seed": 3}))
+    with pytest.raises(ProtocolError, match="'a' asked for batch 2 of size 16"):
+        u.handle(Message("forward", "a", "u", 1, meta={**ask, "batch": 2}))
+    assert u.handle(Message("forward", "a", "u", 1, meta=ask)).arrays["activations"].shape[0] == 16
+    with pytest.raises(ProtocolError, match="'a' asked for rows 0:5 of the 'test' split"):
+        u.handle(Message("infer", "a", "u", 1, meta={"split": "test", "start": 0, "stop": 5}))

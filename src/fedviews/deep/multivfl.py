@@ -448,7 +448,13 @@ class DataOwner(Party):
                 f"{k!r} asked for the activations of batch {b} without returning the "
                 "gradient of the previous batch"
             )
-        idx = torch.as_tensor(self._order[k][b * bs : (b + 1) * bs], device=self.device)
+        order = self._order.get(k)
+        if order is None or bs < 1 or not 0 <= b * bs < len(order):
+            raise ProtocolError(
+                f"{k!r} asked for batch {b} of size {bs}, which its epoch does not have "
+                + ("(no begin_epoch yet)" if order is None else f"({len(order)} samples)")
+            )
+        idx = torch.as_tensor(order[b * bs : (b + 1) * bs], device=self.device)
         x = self.x[k].index_select(0, idx)
         if self.dp is None:
             out = self.copies[k](x)
@@ -503,9 +509,18 @@ class DataOwner(Party):
 
     @handles("infer")
     def infer(self, msg: Message) -> Message:
-        x = self.split_x[_meta(msg, "split", str)][
-            _meta(msg, "start", int) : _meta(msg, "stop", int)
-        ]
+        split, start, stop = (
+            _meta(msg, "split", str),
+            _meta(msg, "start", int),
+            _meta(msg, "stop", int),
+        )
+        rows = self.split_x.get(split)
+        if rows is None or not 0 <= start < stop <= len(rows):
+            raise ProtocolError(
+                f"{msg.sender!r} asked for rows {start}:{stop} of the {split!r} split, which "
+                f"{self.name!r} " + ("does not hold" if rows is None else f"has {len(rows)} of")
+            )
+        x = rows[start:stop]
         with torch.no_grad():
             out = self.bottom(x)
             if self.dp is not None:  # evaluation rows: clipped as in training, not noised
