@@ -293,7 +293,9 @@ def main() -> None:
     """Console-script entry point."""
     try:
         app()
-    except FedViewsError as exc:  # pragma: no cover - errors outside commands
+    except FedViewsError as exc:  # errors outside commands, and any with --debug
+        if DEBUG["on"]:
+            raise
         err_console.print(f"error: {exc}")
         sys.exit(2)
 
