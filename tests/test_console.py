@@ -39,3 +39,16 @@ def test_debug_shows_the_traceback_of_an_expected_failure(monkeypatch, capsys, t
     monkeypatch.setattr(sys, "argv", ["fedviews", "--debug", "run", missing])
     with pytest.raises(ConfigError, match="does not exist"):
         main()
+
+
+def test_help_keeps_table_names_in_brackets():
+    """Typer reads help text as rich markup: an unescaped ``[federation]`` or ``[data]``
+    vanished from ``run --help`` and ``split-data --help`` ("with a ```` table")."""
+    from typer.testing import CliRunner
+
+    from fedviews.cli import app
+
+    runner = CliRunner()
+    for command, table in (("run", "[federation]"), ("split-data", "[data]")):
+        r = runner.invoke(app, [command, "--help"], env={"COLUMNS": "200"})
+        assert r.exit_code == 0 and table in r.output, r.output

@@ -67,7 +67,7 @@ def run(
 ) -> None:
     """Run an experiment (tables + HTML report) or a deployment (one process per party).
 
-    A deployment config (with a ``[federation]`` table) is run as ``fedviews launch``:
+    A deployment config (with a ``\\[federation]`` table) is run as ``fedviews launch``:
     the coordinator and every party as separate processes over loopback gRPC with
     mutual TLS. ``--resume RUN_DIR`` continues a run after it was killed: an
     experiment skips the cells (setting x method x seed, ...) it finished, a
