@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import sys
+
 import pytest
 import typer
 
-from fedviews._console import friendly
+from fedviews._console import DEBUG, friendly
+from fedviews.cli import main
 from fedviews.errors import ConfigError
 
 
@@ -20,3 +23,32 @@ def test_error_text_in_brackets_is_printed_not_read_as_markup(capsys):
     err = capsys.readouterr().err
     assert "remove [federation.listen] or deploy with [bold]fedviews launch[/]" in err
     assert err.startswith("error: ConfigError: ")
+
+
+def test_debug_shows_the_traceback_of_an_expected_failure(monkeypatch, capsys, tmp_path):
+    """``fedviews --debug`` promises the traceback; the entry point used to catch the
+    re-raised error and print the same one line as without --debug."""
+    monkeypatch.setitem(DEBUG, "on", False)
+    missing = str(tmp_path / "missing.toml")
+    monkeypatch.setattr(sys, "argv", ["fedviews", "run", missing])
+    with pytest.raises(SystemExit) as info:
+        main()
+    assert info.value.code == 2
+    assert capsys.readouterr().err.startswith("error: ConfigError: config file")
+
+    monkeypatch.setattr(sys, "argv", ["fedviews", "--debug", "run", missing])
+    with pytest.raises(ConfigError, match="does not exist"):
+        main()
+
+
+def test_help_keeps_table_names_in_brackets():
+    """Typer reads help text as rich markup: an unescaped ``[federation]`` or ``[data]``
+    vanished from ``run --help`` and ``split-data --help`` ("with a ```` table")."""
+    from typer.testing import CliRunner
+
+    from fedviews.cli import app
+
+    runner = CliRunner()
+    for command, table in (("run", "[federation]"), ("split-data", "[data]")):
+        r = runner.invoke(app, [command, "--help"], env={"COLUMNS": "200"})
+        assert r.exit_code == 0 and table in r.output, r.output

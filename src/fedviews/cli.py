@@ -67,7 +67,7 @@ def run(
 ) -> None:
     """Run an experiment (tables + HTML report) or a deployment (one process per party).
 
-    A deployment config (with a ``[federation]`` table) is run as ``fedviews launch``:
+    A deployment config (with a ``\\[federation]`` table) is run as ``fedviews launch``:
     the coordinator and every party as separate processes over loopback gRPC with
     mutual TLS. ``--resume RUN_DIR`` continues a run after it was killed: an
     experiment skips the cells (setting x method x seed, ...) it finished, a
@@ -293,7 +293,9 @@ def main() -> None:
     """Console-script entry point."""
     try:
         app()
-    except FedViewsError as exc:  # pragma: no cover - errors outside commands
+    except FedViewsError as exc:  # errors outside commands, and any with --debug
+        if DEBUG["on"]:
+            raise
         err_console.print(f"error: {exc}")
         sys.exit(2)
 

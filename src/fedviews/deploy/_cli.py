@@ -298,7 +298,7 @@ def register(app: typer.Typer) -> None:
             Path | None,
             typer.Option(
                 help="Deployment config: write the files its algorithm needs (its parties, "
-                "label owners, [data] table; e.g. Multi-VFL image strips), from DATASET."
+                "label owners, \\[data] table; e.g. Multi-VFL image strips), from DATASET."
             ),
         ] = None,
     ) -> None:
