@@ -52,3 +52,14 @@ def test_help_keeps_table_names_in_brackets():
     for command, table in (("run", "[federation]"), ("split-data", "[data]")):
         r = runner.invoke(app, [command, "--help"], env={"COLUMNS": "200"})
         assert r.exit_code == 0 and table in r.output, r.output
+
+
+def test_help_describes_the_arguments():
+    """click 8.5 with the typer that flwr pins (< 0.21) dropped every argument's help
+    (``CONFIG`` with no description): pyproject pins click < 8.5."""
+    from typer.testing import CliRunner
+
+    from fedviews.cli import app
+
+    r = CliRunner().invoke(app, ["run", "--help"], env={"COLUMNS": "200"})
+    assert r.exit_code == 0 and "Experiment TOML" in r.output, r.output
