@@ -104,6 +104,13 @@ def test_checkpoints_atomic_pruned_and_fingerprinted(tmp_path):
         ck.load(9)
     with pytest.raises(ConfigError, match="another config"):
         Checkpoints(tmp_path / "ck", "xyz").load(3)
+    # a torn or overwritten file (a disk error, a copy cut short): one clear error, not
+    # zipfile.BadZipFile or numpy's ValueError from deep inside a resumed process
+    path = ck.path(3)
+    for damage in (path.read_bytes()[:300], b"\x93NUMPY garbage"):
+        path.write_bytes(damage)
+        with pytest.raises(DataError, match=r"round-00003\.npz is not a readable checkpoint"):
+            ck.load(3)
 
 
 def test_resume_round_is_the_last_one_everybody_has():
