@@ -238,3 +238,17 @@ def test_split_data_overlap_out_of_range_is_one_error_line(tmp_path):
     )
     assert res.exit_code != 0 and "overlap" in res.output and "Traceback" not in res.output
     assert not list(tmp_path.iterdir())
+
+
+def test_a_second_coordinator_on_a_port_in_use_is_refused(tmp_path):
+    # grpc binds with SO_REUSEPORT: a second coordinator on the port of a running one bound
+    # it too ("listening on port 50999") and the kernel handed each party to one of the two
+    from fedviews.federation import GrpcHub, PrivacyPolicy
+
+    policy = PrivacyPolicy.of("t", {})
+    hub = GrpcHub(policy, {"a": "party"}, listen="127.0.0.1:0")
+    try:
+        with pytest.raises(ConfigError, match=r"cannot listen on .*not in use by another"):
+            GrpcHub(policy, {"a": "party"}, listen=f"127.0.0.1:{hub.port}").close()
+    finally:
+        hub.close()
