@@ -252,3 +252,22 @@ def test_a_second_coordinator_on_a_port_in_use_is_refused(tmp_path):
             GrpcHub(policy, {"a": "party"}, listen=f"127.0.0.1:{hub.port}").close()
     finally:
         hub.close()
+
+
+def test_launch_refuses_the_folder_of_another_run(tmp_path):
+    # `fedviews launch CONFIG --out RUN` over a finished or killed run overwrote its
+    # results.json, data files and launch.json (a 10-round run became a 5-round one)
+    from fedviews.deploy import launch
+
+    config = tmp_path / "deploy.toml"
+    config.write_text(
+        'algorithm = "mmvfl"\n[federation]\nparties = ["a", "b"]\nlabel_owner = "a"\n'
+    )
+    cfg = load_deploy_config(config)
+    for held in ("launch.json", "config.json"):  # a launched run; an experiment
+        run = tmp_path / held
+        run.mkdir()
+        (run / held).write_text("{}")
+        with pytest.raises(ConfigError, match=rf"{run} holds a run already: .*--resume {run}"):
+            launch(config, cfg, out_dir=run, insecure=True)
+        assert sorted(p.name for p in run.iterdir()) == [held]

@@ -17,7 +17,7 @@ from pathlib import Path
 from fedviews._heap import heap_env
 from fedviews.deploy._config import DeployConfig
 from fedviews.deploy._data import party_files, write_demo_data
-from fedviews.errors import PartyUnavailable, ProtocolError
+from fedviews.errors import ConfigError, PartyUnavailable, ProtocolError
 from fedviews.federation import init_ca, issue_certificate
 
 LAUNCH_INFO = "launch.json"
@@ -104,6 +104,12 @@ def launch(
         if certs_dir is None and not insecure and (resume / "certs" / "ca.crt").is_file():
             certs_dir = resume / "certs"
     run_dir = out_dir or Path(cfg.output_dir) / f"{cfg.name}-{datetime.now():%Y%m%d-%H%M%S}"
+    if resume is None and any((run_dir / f).exists() for f in (LAUNCH_INFO, "config.json")):
+        # a finished or killed run (or an experiment): its results and checkpoints must stay
+        raise ConfigError(
+            f"{run_dir} holds a run already: continue it with `fedviews run --resume "
+            f"{run_dir}`, or choose another --out"
+        )
     run_dir.mkdir(parents=True, exist_ok=True)
     if resume is None:  # what `fedviews run --resume RUN_DIR` needs to continue this run
         shutil.copyfile(config, run_dir / LAUNCH_CONFIG)
