@@ -450,6 +450,8 @@ def run_coordinator(
         status = f"{type(exc).__name__}: {exc}"
         if isinstance(exc, PartyUnavailable):
             unavailable = exc.party
+        elif gone := hub.departed():  # e.g. a peer's request to it failed in the relay
+            unavailable = ", ".join(gone)
         raise
     finally:
         result = {

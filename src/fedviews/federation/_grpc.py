@@ -777,6 +777,11 @@ class GrpcHub(_Endpoint):
     def _submit(self, link: _Link, msg_id: int, data: Buffer) -> None:
         self._pool.submit(self._serve_request, link, msg_id, data)
 
+    def departed(self) -> list[str]:
+        """The parties whose stream to this hub has closed: what the hub saw itself (a
+        party's report that another is unavailable arrives as a mere ProtocolError)."""
+        return [p for p, link in self.links.items() if link.closed.is_set()]
+
     def wait_for_parties(self, timeout: float | None = None) -> None:
         """Block until every expected party has joined; else raise PartyUnavailable."""
         limit = self.options.connect_timeout if timeout is None else timeout
