@@ -289,3 +289,50 @@ def test_a_party_killed_behind_the_relay_is_named_and_the_run_resumes(tmp_path):
     assert done["status"] == "ok" and done["epochs_done"] == 30
     assert done["resumed_from_round"] == res["last_checkpoint_round"]
     assert done["history"]["loss"][: len(res["history"]["loss"])] == res["history"]["loss"]
+
+
+@pytest.mark.skipif(not Path("/proc/self/task").is_dir(), reason="needs Linux /proc")
+def test_a_terminated_launch_keeps_its_results_and_leaves_no_process(tmp_path):
+    """`kill LAUNCHER` (SIGTERM, or Ctrl-C to it alone): the launcher died at once and left
+    its processes running, or SIGTERMed the coordinator, which then wrote no results.json.
+    Now it stops the coordinator as Ctrl-C does: results.json records the interrupt and
+    the last checkpoint, the parties exit non-zero saying that the run was stopped (they
+    exited 0) and no process is left."""
+    pytest.importorskip("grpc")
+    config = tmp_path / "deploy.toml"
+    config.write_text(CONFIG)
+    run = tmp_path / "run"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "fedviews", "launch", str(config), "--out", str(run)]
+        + ["params.max_iter=100000"],  # still running when the signal lands, however late
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+    )
+    lines = []
+    try:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            lines.append(line)
+            if line.strip() == "[zer] round 5":
+                children = _children(proc.pid)
+                os.kill(proc.pid, signal.SIGTERM)
+                break
+        rest, _ = proc.communicate(timeout=60)
+        out = "".join(lines) + rest
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 130, out
+    assert len(children) == 1 + len(PARTIES)
+    for pid in children:  # reaped by the launcher: no /proc entry, not even a zombie
+        assert not Path(f"/proc/{pid}").exists(), pid
+    res = json.loads((run / "coordinator" / "results.json").read_text())
+    assert res["status"].startswith("KeyboardInterrupt") and res["last_checkpoint_round"] >= 5
+    assert len(res["objective"]) == res["last_checkpoint_round"]
+    flat = " ".join(out.split())
+    assert flat.count("error: ProtocolError: the coordinator stopped the run before") == 3
+    for p in PARTIES:
+        assert f"kept in {run / p}" in flat, out

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -149,10 +151,12 @@ def launch(
             stderr=subprocess.STDOUT,
             text=True,
             env=env,
+            start_new_session=True,  # a terminal's Ctrl-C reaches the launcher only: it stops them
         )
         procs[name] = proc
         threading.Thread(target=_pump, args=(proc, echo, lines), daemon=True).start()
 
+    stop = _terminate_as_interrupt()
     try:
         start(fed.coordinator, "coordinator", listen="127.0.0.1:0", port_file=str(port_file))
         deadline = time.monotonic() + 60
@@ -194,6 +198,13 @@ def launch(
             raise ProtocolError(f"party processes {failed} did not finish cleanly")
         return run_dir
     finally:
+        coordinator = procs.get(fed.coordinator)
+        if coordinator is not None and coordinator.poll() is None:
+            # interrupted: stop the coordinator as Ctrl-C does, so that it writes its
+            # results.json and tells the parties to stop (a SIGTERM ends it without)
+            coordinator.send_signal(signal.SIGINT)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                coordinator.wait(10)
         for proc in procs.values():  # never leave a process behind
             if proc.poll() is None:
                 proc.terminate()
@@ -202,6 +213,24 @@ def launch(
                 except subprocess.TimeoutExpired:
                     proc.kill()
                     proc.wait()
+        stop()
+
+
+def _terminate_as_interrupt() -> Callable[[], None]:
+    """Until the returned function is called, SIGTERM raises KeyboardInterrupt (as Ctrl-C):
+    a launcher ended by ``kill`` stops its processes too instead of orphaning them."""
+    if threading.current_thread() is not threading.main_thread():
+        return lambda: None
+
+    def interrupt(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt
+
+    old = signal.signal(signal.SIGTERM, interrupt)
+
+    def restore() -> None:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL if old is None else old)
+
+    return restore
 
 
 def resume_launch(run_dir: Path, echo: Callable[[str], None] = print) -> Path:
