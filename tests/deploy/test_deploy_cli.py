@@ -238,3 +238,36 @@ def test_split_data_overlap_out_of_range_is_one_error_line(tmp_path):
     )
     assert res.exit_code != 0 and "overlap" in res.output and "Traceback" not in res.output
     assert not list(tmp_path.iterdir())
+
+
+def test_a_second_coordinator_on_a_port_in_use_is_refused(tmp_path):
+    # grpc binds with SO_REUSEPORT: a second coordinator on the port of a running one bound
+    # it too ("listening on port 50999") and the kernel handed each party to one of the two
+    from fedviews.federation import GrpcHub, PrivacyPolicy
+
+    policy = PrivacyPolicy.of("t", {})
+    hub = GrpcHub(policy, {"a": "party"}, listen="127.0.0.1:0")
+    try:
+        with pytest.raises(ConfigError, match=r"cannot listen on .*not in use by another"):
+            GrpcHub(policy, {"a": "party"}, listen=f"127.0.0.1:{hub.port}").close()
+    finally:
+        hub.close()
+
+
+def test_launch_refuses_the_folder_of_another_run(tmp_path):
+    # `fedviews launch CONFIG --out RUN` over a finished or killed run overwrote its
+    # results.json, data files and launch.json (a 10-round run became a 5-round one)
+    from fedviews.deploy import launch
+
+    config = tmp_path / "deploy.toml"
+    config.write_text(
+        'algorithm = "mmvfl"\n[federation]\nparties = ["a", "b"]\nlabel_owner = "a"\n'
+    )
+    cfg = load_deploy_config(config)
+    for held in ("launch.json", "config.json"):  # a launched run; an experiment
+        run = tmp_path / held
+        run.mkdir()
+        (run / held).write_text("{}")
+        with pytest.raises(ConfigError, match=rf"{run} holds a run already: .*--resume {run}"):
+            launch(config, cfg, out_dir=run, insecure=True)
+        assert sorted(p.name for p in run.iterdir()) == [held]

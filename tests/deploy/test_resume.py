@@ -104,6 +104,13 @@ def test_checkpoints_atomic_pruned_and_fingerprinted(tmp_path):
         ck.load(9)
     with pytest.raises(ConfigError, match="another config"):
         Checkpoints(tmp_path / "ck", "xyz").load(3)
+    # a torn or overwritten file (a disk error, a copy cut short): one clear error, not
+    # zipfile.BadZipFile or numpy's ValueError from deep inside a resumed process
+    path = ck.path(3)
+    for damage in (path.read_bytes()[:300], b"\x93NUMPY garbage"):
+        path.write_bytes(damage)
+        with pytest.raises(DataError, match=r"round-00003\.npz is not a readable checkpoint"):
+            ck.load(3)
 
 
 def test_resume_round_is_the_last_one_everybody_has():
@@ -210,3 +217,122 @@ def test_killed_party_then_resume_equals_uninterrupted(tmp_path):
     for k, name in enumerate(PARTIES):
         with np.load(run / name / "result.npz") as z:
             np.testing.assert_array_equal(z["W"], ref.W_[k])
+
+
+APFED = """
+algorithm = "apfed"
+name = "resume_apfed_test"
+seed = 4
+[federation]
+parties = ["top", "mid", "bot"]
+label_owner = "mid"
+[data]
+dataset = "mnist"
+n_per_class = 8
+n_test = 20
+[params]
+variant = "R"
+epochs = 30
+batch_size = 32
+device = "cpu"
+pad = true
+torch_threads = 1
+"""
+
+
+@pytest.mark.skipif(not Path("/proc/self/task").is_dir(), reason="needs Linux /proc")
+def test_a_party_killed_behind_the_relay_is_named_and_the_run_resumes(tmp_path):
+    """APFed: the coordinator hears of a killed passive party only from the active party
+    (its h_A request to it fails in the hub's relay). That report arrived as a bare
+    ProtocolError: results.json named nobody and the launcher blamed the coordinator
+    ("party 'coordinator' is unavailable"). The hub saw the stream close: it names it."""
+    pytest.importorskip("torch")
+    pytest.importorskip("grpc")
+    config = tmp_path / "deploy.toml"
+    config.write_text(APFED)
+    run = tmp_path / "run"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "fedviews", "launch", str(config), "--out", str(run)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+    )
+    lines = []
+    try:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            lines.append(line)
+            if line.strip() == "[bot] round 2":
+                os.kill(_party_pid(proc.pid, "bot"), signal.SIGKILL)
+                break
+        rest, _ = proc.communicate(timeout=60)
+        out = "".join(lines) + rest
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 2, out
+    flat = " ".join(out.split())
+    assert "error: PartyUnavailable: party 'bot' is unavailable" in flat, out
+    res = json.loads((run / "coordinator" / "results.json").read_text())
+    assert res["unavailable_party"] == "bot" and res["last_checkpoint_round"] >= 1
+
+    proc = subprocess.run(
+        [sys.executable, "-m", "fedviews", "run", "--resume", str(run)],
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    done = json.loads((run / "coordinator" / "results.json").read_text())
+    assert done["status"] == "ok" and done["epochs_done"] == 30
+    assert done["resumed_from_round"] == res["last_checkpoint_round"]
+    assert done["history"]["loss"][: len(res["history"]["loss"])] == res["history"]["loss"]
+
+
+@pytest.mark.skipif(not Path("/proc/self/task").is_dir(), reason="needs Linux /proc")
+def test_a_terminated_launch_keeps_its_results_and_leaves_no_process(tmp_path):
+    """`kill LAUNCHER` (SIGTERM, or Ctrl-C to it alone): the launcher died at once and left
+    its processes running, or SIGTERMed the coordinator, which then wrote no results.json.
+    Now it stops the coordinator as Ctrl-C does: results.json records the interrupt and
+    the last checkpoint, the parties exit non-zero saying that the run was stopped (they
+    exited 0) and no process is left."""
+    pytest.importorskip("grpc")
+    config = tmp_path / "deploy.toml"
+    config.write_text(CONFIG)
+    run = tmp_path / "run"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "fedviews", "launch", str(config), "--out", str(run)]
+        + ["params.max_iter=100000"],  # still running when the signal lands, however late
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+    )
+    lines = []
+    try:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            lines.append(line)
+            if line.strip() == "[zer] round 5":
+                children = _children(proc.pid)
+                os.kill(proc.pid, signal.SIGTERM)
+                break
+        rest, _ = proc.communicate(timeout=60)
+        out = "".join(lines) + rest
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 130, out
+    assert len(children) == 1 + len(PARTIES)
+    for pid in children:  # reaped by the launcher: no /proc entry, not even a zombie
+        assert not Path(f"/proc/{pid}").exists(), pid
+    res = json.loads((run / "coordinator" / "results.json").read_text())
+    assert res["status"].startswith("KeyboardInterrupt") and res["last_checkpoint_round"] >= 5
+    assert len(res["objective"]) == res["last_checkpoint_round"]
+    flat = " ".join(out.split())
+    assert flat.count("error: ProtocolError: the coordinator stopped the run before") == 3
+    for p in PARTIES:
+        assert f"kept in {run / p}" in flat, out

@@ -24,6 +24,7 @@ import hashlib
 import json
 import os
 import re
+import zipfile
 from collections.abc import Mapping
 from dataclasses import asdict, is_dataclass
 from pathlib import Path
@@ -104,7 +105,13 @@ class Checkpoints:
                 f"no checkpoint of round {round} in {self.directory} "
                 f"(it has {have or 'none'}); resume from the run folder of the killed run"
             )
-        arrays = read_npz(path)
+        try:
+            arrays = read_npz(path)
+        except (OSError, ValueError, EOFError, zipfile.BadZipFile) as exc:
+            raise DataError(
+                f"{path} is not a readable checkpoint ({type(exc).__name__}: {exc}); restore "
+                "it from a backup, or start the run anew"
+            ) from None
         saved = str(arrays.pop(_FINGERPRINT, ""))
         if saved != self.fingerprint:
             raise ConfigError(

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -17,7 +19,7 @@ from pathlib import Path
 from fedviews._heap import heap_env
 from fedviews.deploy._config import DeployConfig
 from fedviews.deploy._data import party_files, write_demo_data
-from fedviews.errors import PartyUnavailable, ProtocolError
+from fedviews.errors import ConfigError, PartyUnavailable, ProtocolError
 from fedviews.federation import init_ca, issue_certificate
 
 LAUNCH_INFO = "launch.json"
@@ -104,6 +106,12 @@ def launch(
         if certs_dir is None and not insecure and (resume / "certs" / "ca.crt").is_file():
             certs_dir = resume / "certs"
     run_dir = out_dir or Path(cfg.output_dir) / f"{cfg.name}-{datetime.now():%Y%m%d-%H%M%S}"
+    if resume is None and any((run_dir / f).exists() for f in (LAUNCH_INFO, "config.json")):
+        # a finished or killed run (or an experiment): its results and checkpoints must stay
+        raise ConfigError(
+            f"{run_dir} holds a run already: continue it with `fedviews run --resume "
+            f"{run_dir}`, or choose another --out"
+        )
     run_dir.mkdir(parents=True, exist_ok=True)
     if resume is None:  # what `fedviews run --resume RUN_DIR` needs to continue this run
         shutil.copyfile(config, run_dir / LAUNCH_CONFIG)
@@ -143,10 +151,12 @@ def launch(
             stderr=subprocess.STDOUT,
             text=True,
             env=env,
+            start_new_session=True,  # a terminal's Ctrl-C reaches the launcher only: it stops them
         )
         procs[name] = proc
         threading.Thread(target=_pump, args=(proc, echo, lines), daemon=True).start()
 
+    stop = _terminate_as_interrupt()
     try:
         start(fed.coordinator, "coordinator", listen="127.0.0.1:0", port_file=str(port_file))
         deadline = time.monotonic() + 60
@@ -188,6 +198,13 @@ def launch(
             raise ProtocolError(f"party processes {failed} did not finish cleanly")
         return run_dir
     finally:
+        coordinator = procs.get(fed.coordinator)
+        if coordinator is not None and coordinator.poll() is None:
+            # interrupted: stop the coordinator as Ctrl-C does, so that it writes its
+            # results.json and tells the parties to stop (a SIGTERM ends it without)
+            coordinator.send_signal(signal.SIGINT)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                coordinator.wait(10)
         for proc in procs.values():  # never leave a process behind
             if proc.poll() is None:
                 proc.terminate()
@@ -196,6 +213,24 @@ def launch(
                 except subprocess.TimeoutExpired:
                     proc.kill()
                     proc.wait()
+        stop()
+
+
+def _terminate_as_interrupt() -> Callable[[], None]:
+    """Until the returned function is called, SIGTERM raises KeyboardInterrupt (as Ctrl-C):
+    a launcher ended by ``kill`` stops its processes too instead of orphaning them."""
+    if threading.current_thread() is not threading.main_thread():
+        return lambda: None
+
+    def interrupt(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt
+
+    old = signal.signal(signal.SIGTERM, interrupt)
+
+    def restore() -> None:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL if old is None else old)
+
+    return restore
 
 
 def resume_launch(run_dir: Path, echo: Callable[[str], None] = print) -> Path:

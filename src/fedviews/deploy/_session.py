@@ -450,6 +450,8 @@ def run_coordinator(
         status = f"{type(exc).__name__}: {exc}"
         if isinstance(exc, PartyUnavailable):
             unavailable = exc.party
+        elif gone := hub.departed():  # e.g. a peer's request to it failed in the relay
+            unavailable = ", ".join(gone)
         raise
     finally:
         result = {
@@ -557,5 +559,11 @@ def run_party(
     ):
         # once this party has written its results, a closed stream ends the session
         raise outcome[0]
-    if getattr(party, "finished", False):  # `fedviews report` builds its local report
-        _write_json(out_dir / "config.json", to_jsonable(cfg))
+    if not getattr(party, "finished", False):  # the coordinator said goodbye before the end
+        kept = party.checkpoints.latest() if party.checkpoints is not None else 0
+        raise ProtocolError(
+            "the coordinator stopped the run before it finished (its results.json says why); "
+            + (f"checkpoint of round {kept} kept in {out_dir}" if kept else "no results written")
+        )
+    # `fedviews report` builds its local report
+    _write_json(out_dir / "config.json", to_jsonable(cfg))

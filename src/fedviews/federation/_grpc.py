@@ -493,9 +493,10 @@ class _Endpoint(Transport):
     def _start_server(self, listen: str, service: str, workers: int) -> None:
         """Listen on ``listen`` (``HOST:PORT``) for streams of ``service``; sets :attr:`port`."""
         grpc = _grpc()
-        self.server = grpc.server(
-            ThreadPoolExecutor(max_workers=workers), options=self.options.channel_options()
-        )
+        # no SO_REUSEPORT (grpc's default on Linux): a second server on a port in use would
+        # bind it too, and the kernel would hand each connecting party to one of the two
+        options = [*self.options.channel_options(), ("grpc.so_reuseport", 0)]
+        self.server = grpc.server(ThreadPoolExecutor(max_workers=workers), options=options)
         handler = grpc.method_handlers_generic_handler(
             service, {"Connect": grpc.stream_stream_rpc_method_handler(self._connect)}
         )
@@ -506,7 +507,10 @@ class _Endpoint(Transport):
             else:
                 self.port = self.server.add_secure_port(listen, self.tls.server_credentials())
         except RuntimeError as exc:  # grpc's answer to an address it cannot parse or bind
-            raise ConfigError(f"cannot listen on {listen!r} (expected HOST:PORT): {exc}") from None
+            raise ConfigError(
+                f"cannot listen on {listen!r} (expected HOST:PORT of this machine, "
+                f"not in use by another process): {exc}"
+            ) from None
         if self.port == 0:
             raise ProtocolError(f"could not listen on {listen!r} (address in use?)")
         self.server.start()
@@ -772,6 +776,11 @@ class GrpcHub(_Endpoint):
 
     def _submit(self, link: _Link, msg_id: int, data: Buffer) -> None:
         self._pool.submit(self._serve_request, link, msg_id, data)
+
+    def departed(self) -> list[str]:
+        """The parties whose stream to this hub has closed: what the hub saw itself (a
+        party's report that another is unavailable arrives as a mere ProtocolError)."""
+        return [p for p, link in self.links.items() if link.closed.is_set()]
 
     def wait_for_parties(self, timeout: float | None = None) -> None:
         """Block until every expected party has joined; else raise PartyUnavailable."""
