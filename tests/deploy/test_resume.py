@@ -8,6 +8,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -147,14 +148,17 @@ def _party_pid(launcher: int, party: str) -> int:
     raise AssertionError(f"no process of party {party!r}")
 
 
-@pytest.mark.skipif(not Path("/proc/self/task").is_dir(), reason="needs Linux /proc")
-def test_killed_party_then_resume_equals_uninterrupted(tmp_path):
-    pytest.importorskip("grpc")
+def _start_until(
+    tmp_path: Path, text: str, mark: str, act: Callable[[int], object], *args: str, cmd="launch"
+) -> tuple[subprocess.Popen, Path, str, float]:
+    """``fedviews CMD`` of deployment config ``text``; when it prints the line ``mark``,
+    ``act(pid)`` (its pid). Returns the finished process, its run folder, its output and
+    the seconds it took to exit after ``act``."""
     config = tmp_path / "deploy.toml"
-    config.write_text(CONFIG)
+    config.write_text(text)
     run = tmp_path / "run"
-    proc = subprocess.Popen(  # a deployment config given to `fedviews run` is launched (TLS)
-        [sys.executable, "-m", "fedviews", "run", str(config), "--out", str(run)],
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "fedviews", cmd, str(config), "--out", str(run), *args],
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
@@ -163,23 +167,38 @@ def test_killed_party_then_resume_equals_uninterrupted(tmp_path):
     lines = []
     try:
         assert proc.stdout is not None
-        for line in proc.stdout:  # SIGKILL `zer` once it works on round 5
+        for line in proc.stdout:
             lines.append(line)
-            if line.strip() == "[zer] round 5":
-                os.kill(_party_pid(proc.pid, "zer"), signal.SIGKILL)
+            if line.strip() == mark:
+                act(proc.pid)
                 break
         t0 = time.monotonic()
         rest, _ = proc.communicate(timeout=60)
-        out = "".join(lines) + rest
     finally:
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+    return proc, run, "".join(lines) + rest, time.monotonic() - t0
+
+
+def _kill(party: str) -> Callable[[int], None]:
+    """SIGKILL ``party``'s process (a child of the launcher)."""
+    return lambda launcher: os.kill(_party_pid(launcher, party), signal.SIGKILL)
+
+
+@pytest.mark.skipif(not Path("/proc/self/task").is_dir(), reason="needs Linux /proc")
+def test_killed_party_then_resume_equals_uninterrupted(tmp_path):
+    pytest.importorskip("grpc")
+    # a deployment config given to `fedviews run` is launched (TLS); SIGKILL `zer` once it
+    # works on round 5
+    proc, run, out, seconds = _start_until(
+        tmp_path, CONFIG, "[zer] round 5", _kill("zer"), cmd="run"
+    )
     assert proc.returncode == 2, out
     flat = " ".join(out.split())  # the error line may be wrapped
     assert "PartyUnavailable: party 'zer' is unavailable" in flat
     assert f"`fedviews run --resume {run}`" in out  # one line, ready to copy
-    assert time.monotonic() - t0 < 30  # detected at once (the stream breaks), no hang
+    assert seconds < 30  # detected at once (the stream breaks), no hang
     res = json.loads((run / "coordinator" / "results.json").read_text())
     assert res["unavailable_party"] == "zer" and "zer" in res["status"]
     done = res["last_checkpoint_round"]
@@ -202,7 +221,7 @@ def test_killed_party_then_resume_equals_uninterrupted(tmp_path):
     assert res["status"] == "ok" and resumed == done
     assert f"[zer] resumed from its checkpoint of round {resumed}" in out
 
-    cfg = load_deploy_config(config)
+    cfg = load_deploy_config(tmp_path / "deploy.toml")
     Xs, y = mmvfl_inputs(run, PARTIES, owner=1)
     p = cfg.params
     ref = MMVFL(
@@ -248,30 +267,7 @@ def test_a_party_killed_behind_the_relay_is_named_and_the_run_resumes(tmp_path):
     ("party 'coordinator' is unavailable"). The hub saw the stream close: it names it."""
     pytest.importorskip("torch")
     pytest.importorskip("grpc")
-    config = tmp_path / "deploy.toml"
-    config.write_text(APFED)
-    run = tmp_path / "run"
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "fedviews", "launch", str(config), "--out", str(run)],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        env={**os.environ, "PYTHONUNBUFFERED": "1"},
-    )
-    lines = []
-    try:
-        assert proc.stdout is not None
-        for line in proc.stdout:
-            lines.append(line)
-            if line.strip() == "[bot] round 2":
-                os.kill(_party_pid(proc.pid, "bot"), signal.SIGKILL)
-                break
-        rest, _ = proc.communicate(timeout=60)
-        out = "".join(lines) + rest
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
+    proc, run, out, _ = _start_until(tmp_path, APFED, "[bot] round 2", _kill("bot"))
     assert proc.returncode == 2, out
     flat = " ".join(out.split())
     assert "error: PartyUnavailable: party 'bot' is unavailable" in flat, out
@@ -299,32 +295,16 @@ def test_a_terminated_launch_keeps_its_results_and_leaves_no_process(tmp_path):
     the last checkpoint, the parties exit non-zero saying that the run was stopped (they
     exited 0) and no process is left."""
     pytest.importorskip("grpc")
-    config = tmp_path / "deploy.toml"
-    config.write_text(CONFIG)
-    run = tmp_path / "run"
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "fedviews", "launch", str(config), "--out", str(run)]
-        + ["params.max_iter=100000"],  # still running when the signal lands, however late
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+    children: list[int] = []
+
+    def terminate(launcher: int) -> None:
+        children.extend(_children(launcher))
+        os.kill(launcher, signal.SIGTERM)
+
+    # params.max_iter: still running when the signal lands, however late
+    proc, run, out, _ = _start_until(
+        tmp_path, CONFIG, "[zer] round 5", terminate, "params.max_iter=100000"
     )
-    lines = []
-    try:
-        assert proc.stdout is not None
-        for line in proc.stdout:
-            lines.append(line)
-            if line.strip() == "[zer] round 5":
-                children = _children(proc.pid)
-                os.kill(proc.pid, signal.SIGTERM)
-                break
-        rest, _ = proc.communicate(timeout=60)
-        out = "".join(lines) + rest
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
     assert proc.returncode == 130, out
     assert len(children) == 1 + len(PARTIES)
     for pid in children:  # reaped by the launcher: no /proc entry, not even a zombie
