@@ -481,15 +481,10 @@ except ImportError as exc:
 def test_a_label_owner_checks_what_data_owners_send(fmnist) -> None:
     """A dishonest data owner's misshapen activations are named, not crashed on."""
     from fedviews.data import PartyData
-    from fedviews.deep import MultiVFLParams
     from fedviews.errors import ProtocolError
     from fedviews.federation import Roster, RunSpec, build_in_process
 
-    images, y, _ = fmnist
-    images, y = images[:32], np.searchsorted(np.unique(y[:32]), y[:32])
-    params = MultiVFLParams(
-        rounds=1, batch_size=16, channels=4, top_channels=4, hidden=8, device="cpu", evaluate=False
-    )
+    images, y, params = _tiny(fmnist)
     ids = np.arange(32)
     datas = {
         "u": PartyData(ids, images[:, :14]),
@@ -510,6 +505,18 @@ def test_a_label_owner_checks_what_data_owners_send(fmnist) -> None:
         fed()
 
 
+def _tiny(fmnist):
+    """32 Fashion-MNIST images, their labels as 0..C-1 and the params of a tiny one-round run."""
+    from fedviews.deep import MultiVFLParams
+
+    images, y, _ = fmnist
+    images, y = images[:32], np.searchsorted(np.unique(y[:32]), y[:32])
+    params = MultiVFLParams(
+        rounds=1, batch_size=16, channels=4, top_channels=4, hidden=8, device="cpu", evaluate=False
+    )
+    return images, y, params
+
+
 @pytest.mark.parametrize(
     ("who", "name", "bad", "match"),
     [
@@ -526,15 +533,10 @@ def test_receivers_refuse_nan_or_non_float_values(fmnist, monkeypatch, who, name
     NaN update the global top model, all without an error; int64 activations were taken; a NaN
     train loss was reported as the round's loss. Each is now a ProtocolError naming the sender."""
     from fedviews.data import PartyData
-    from fedviews.deep import MultiVFLParams
     from fedviews.errors import ProtocolError
     from fedviews.federation import Party, Roster, RunSpec, build_in_process
 
-    images, y, _ = fmnist
-    images, y = images[:32], np.searchsorted(np.unique(y[:32]), y[:32])
-    params = MultiVFLParams(
-        rounds=1, batch_size=16, channels=4, top_channels=4, hidden=8, device="cpu", evaluate=False
-    )
+    images, y, params = _tiny(fmnist)
     ids = np.arange(32)
     datas = {
         "u": PartyData(ids, images[:, :14]),
@@ -621,15 +623,10 @@ def test_a_data_owner_names_a_label_owner_that_asks_for_rows_it_has_not(fmnist):
     split raised a raw KeyError inside the data owner, so the run named the data owner (the
     victim) as failed; now a ProtocolError names the label owner that asked."""
     from fedviews.data import PartyData
-    from fedviews.deep import MultiVFLParams
     from fedviews.errors import ProtocolError
     from fedviews.federation import Message, Roster, RunSpec, build_in_process
 
-    images, y, _ = fmnist
-    images, y = images[:32], np.searchsorted(np.unique(y[:32]), y[:32])
-    params = MultiVFLParams(
-        rounds=1, batch_size=16, channels=4, top_channels=4, hidden=8, device="cpu", evaluate=False
-    )
+    images, y, params = _tiny(fmnist)
     ids = np.arange(32)
     datas = {"u": PartyData(ids, images), "a": PartyData(ids, None, y)}
     fed = build_in_process(
