@@ -480,18 +480,10 @@ except ImportError as exc:
 
 def test_a_label_owner_checks_what_data_owners_send(fmnist) -> None:
     """A dishonest data owner's misshapen activations are named, not crashed on."""
-    from fedviews.data import PartyData
     from fedviews.errors import ProtocolError
-    from fedviews.federation import Roster, RunSpec, build_in_process
+    from fedviews.federation import build_in_process
 
-    images, y, params = _tiny(fmnist)
-    ids = np.arange(32)
-    datas = {
-        "u": PartyData(ids, images[:, :14]),
-        "v": PartyData(ids, images[:, 14:]),
-        "a": PartyData(ids, None, y),
-    }
-    run = RunSpec("multivfl", params, Roster(("u", "v", "a"), label_owners=("a",)), seed=1)
+    datas, run = _two_data_owners(fmnist)
     fed = build_in_process(run, datas)
     bad = fed.parties["v"]
     honest = bad.forward
@@ -503,6 +495,22 @@ def test_a_label_owner_checks_what_data_owners_send(fmnist) -> None:
     bad.forward = forward  # type: ignore[method-assign]
     with pytest.raises(ProtocolError, match="'v' sent 'activations' of shape \\(15, "):
         fed()
+
+
+def _two_data_owners(fmnist):
+    """The party data and run of a tiny Multi-VFL: data owners u, v (top and bottom halves),
+    label owner a."""
+    from fedviews.data import PartyData
+    from fedviews.federation import Roster, RunSpec
+
+    images, y, params = _tiny(fmnist)
+    ids = np.arange(32)
+    datas = {
+        "u": PartyData(ids, images[:, :14]),
+        "v": PartyData(ids, images[:, 14:]),
+        "a": PartyData(ids, None, y),
+    }
+    return datas, RunSpec("multivfl", params, Roster(("u", "v", "a"), label_owners=("a",)), seed=1)
 
 
 def _tiny(fmnist):
@@ -532,18 +540,10 @@ def test_receivers_refuse_nan_or_non_float_values(fmnist, monkeypatch, who, name
     server's) NaN, a label owner's infinite activation gradient the data owner's bottom, a
     NaN update the global top model, all without an error; int64 activations were taken; a NaN
     train loss was reported as the round's loss. Each is now a ProtocolError naming the sender."""
-    from fedviews.data import PartyData
     from fedviews.errors import ProtocolError
-    from fedviews.federation import Party, Roster, RunSpec, build_in_process
+    from fedviews.federation import Party, build_in_process
 
-    images, y, params = _tiny(fmnist)
-    ids = np.arange(32)
-    datas = {
-        "u": PartyData(ids, images[:, :14]),
-        "v": PartyData(ids, images[:, 14:]),
-        "a": PartyData(ids, None, y),
-    }
-    run = RunSpec("multivfl", params, Roster(("u", "v", "a"), label_owners=("a",)), seed=1)
+    datas, run = _two_data_owners(fmnist)
     honest = Party._message
 
     def message(self, receiver, kind, arrays, meta, round):
