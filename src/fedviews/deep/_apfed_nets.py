@@ -27,7 +27,8 @@ from typing import Any
 
 import numpy as np
 
-from fedviews.deep._common import as_strips, is_int
+from fedviews._estimator import is_int
+from fedviews.deep._common import as_strips
 from fedviews.errors import ConfigError, DataError, MissingDependency
 
 try:

@@ -55,6 +55,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from fedviews._estimator import is_int, is_real
 from fedviews.data import PartyData, demo_image_split
 from fedviews.deep._common import (
     as_strips,
@@ -62,8 +63,6 @@ from fedviews.deep._common import (
     history_columns,
     history_records,
     history_summary,
-    is_int,
-    is_real,
     last_epoch_seen,
     progress_tail,
 )

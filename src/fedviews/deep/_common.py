@@ -216,24 +216,6 @@ def check_positive_ints(
             raise ConfigError(f"{name} must be {what}, got {val!r}")
 
 
-def is_int(value: Any, low: int) -> bool:
-    """``value`` is an integer ``>= low`` (a bool or a float is not)."""
-    return (
-        isinstance(value, (int, np.integer))
-        and not isinstance(value, (bool, np.bool_))
-        and bool(value >= low)
-    )
-
-
-def is_real(value: Any) -> bool:
-    """``value`` is a finite real number (a bool is not)."""
-    return (
-        isinstance(value, (int, float, np.integer, np.floating))
-        and not isinstance(value, (bool, np.bool_))
-        and bool(np.isfinite(value))
-    )
-
-
 def accuracy(predicted: np.ndarray, y: Any) -> float:
     """The accuracy of ``predicted`` against ``y`` (a DataError unless one label per prediction)."""
     yy = np.asarray(y)

@@ -32,8 +32,9 @@ from typing import Any
 
 import numpy as np
 
+from fedviews._estimator import is_int, is_real
 from fedviews.data import PartyData, demo_image_split, split_strips
-from fedviews.deep._common import check_device, check_positive_ints, is_int, is_real
+from fedviews.deep._common import check_device, check_positive_ints
 from fedviews.deep._serveropt import ServerOptimizer, make_server_optimizer
 from fedviews.errors import ConfigError, DataError
 from fedviews.federation import (

@@ -9,6 +9,7 @@ from typing import Any, cast
 import numpy as np
 from threadpoolctl import threadpool_limits
 
+from fedviews._estimator import is_int, is_real
 from fedviews.data import check_Xs
 from fedviews.errors import ConfigError, DataError, check_fitted
 from fedviews.federation import Algorithm, Coordinator
@@ -109,16 +110,9 @@ def party_index(value: Any, n: int, name: str) -> int:
     return int(value)
 
 
-def _is_number(value: Any) -> bool:
-    """A real number (a bool is not)."""
-    return isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(
-        value, (bool, np.bool_)
-    )
-
-
 def check_positive(value: Any, name: str) -> None:
     """ConfigError unless ``value`` (parameter ``name``) is a finite number ``> 0``."""
-    if not _is_number(value) or not (np.isfinite(value) and value > 0):
+    if not is_real(value) or not value > 0:
         raise ConfigError(f"{name} must be a finite number > 0, got {value!r}")
 
 
@@ -142,9 +136,9 @@ def check_weights(params: Any, n: int | None = None) -> None:
 def check_iter(value: Any, tol: Any, name: str, tol_name: str) -> None:
     """Check an iteration count ``name`` (an integer ``>= 1``) and its tolerance ``tol_name``
     (a number ``>= 0``)."""
-    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)) or value < 1:
+    if not is_int(value, 1):
         raise ConfigError(f"{name} must be an integer >= 1, got {value!r}")
-    if not _is_number(tol) or not tol >= 0:
+    if not is_real(tol, finite=False) or not tol >= 0:
         raise ConfigError(f"{tol_name} must be a number >= 0, got {tol!r}")
 
 
