@@ -114,3 +114,12 @@ def test_restricted_unpickler_refuses_code() -> None:
 def test_watch_loader_refuses_bad_window_options(options: dict[str, object]) -> None:
     with pytest.raises(ConfigError, match="downsample|window_seconds"):
         load_sequences("watch", **options)
+
+
+def test_duplicate_class_names_are_refused() -> None:
+    # class_names ["a", "b", "a"] used to map every "a" to index 2 and leave class 0 empty
+    seqs = [np.ones((4, 1))] * 4
+    with pytest.raises(DataError, match="class_names .* must be distinct"):
+        sequences_from_arrays(
+            [seqs], ["a", "b", "a", "b"], [0, 0, 1, 1], class_names=["a", "b", "a"]
+        )

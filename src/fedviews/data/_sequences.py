@@ -199,6 +199,8 @@ class MultiViewSequences:
             raise DataError(
                 f"view_names {self.view_names!r} must be {len(views)} distinct names, one per view"
             )
+        if len(set(self.class_names)) != len(self.class_names):
+            raise DataError(f"class_names {list(self.class_names)!r} must be distinct")
         y = np.asarray(self.y)
         if y.dtype.kind not in "iu" or (n and (y.min() < 0 or y.max() >= len(self.class_names))):
             raise DataError(
