@@ -99,3 +99,27 @@ def test_restricted_unpickler_refuses_code() -> None:
         NumpyOnlyUnpickler(io.BytesIO(evil)).load()
     ok = pickle.dumps(np.arange(3.0), protocol=2)
     np.testing.assert_array_equal(NumpyOnlyUnpickler(io.BytesIO(ok)).load(), np.arange(3.0))
+
+
+@pytest.mark.parametrize(
+    "options",
+    [
+        {"downsample": 2.5},  # was accepted: 2-step blocks (25 Hz) reported and windowed as 20 Hz
+        {"downsample": "3"},  # was a TypeError from the division
+        {"window_seconds": (3.0,)},  # was a ValueError from the unpacking
+        {"window_seconds": (3.0, float("inf"))},  # was an OverflowError from numpy's uniform
+        {"window_seconds": "36"},  # was accepted as (3.0, 6.0)
+    ],
+)
+def test_watch_loader_refuses_bad_window_options(options: dict[str, object]) -> None:
+    with pytest.raises(ConfigError, match="downsample|window_seconds"):
+        load_sequences("watch", **options)
+
+
+def test_duplicate_class_names_are_refused() -> None:
+    # class_names ["a", "b", "a"] used to map every "a" to index 2 and leave class 0 empty
+    seqs = [np.ones((4, 1))] * 4
+    with pytest.raises(DataError, match="class_names .* must be distinct"):
+        sequences_from_arrays(
+            [seqs], ["a", "b", "a", "b"], [0, 0, 1, 1], class_names=["a", "b", "a"]
+        )

@@ -83,3 +83,22 @@ def test_bad_inputs():
         l21_least_squares(np.ones((5, 2)), np.ones((4, 1)), 1.0)
     with pytest.raises(ConfigError, match="method"):
         l21_least_squares(np.ones((5, 2)), np.ones((5, 1)), 1.0, method="qr")
+
+
+@pytest.mark.parametrize(("method", "beta"), [("primal", 1e-300), ("woodbury", 1e-12)])
+def test_numerically_singular_system_is_a_data_error(method, beta):
+    # the unscaled 'mor' view (values up to 15399) with a duplicated column and a tiny beta:
+    # X^T X + beta A (or X A^-1 X^T / beta + I) is singular to working precision; this used to
+    # be a raw numpy LinAlgError from inside scipy's Cholesky
+    from fedviews.data import load
+
+    ds = load("handwritten")
+    X = ds.views[ds.view_names.index("mor")][:300]
+    X = np.hstack([X, X[:, :2]])
+    with pytest.raises(DataError, match="numerically singular.*raise beta"):
+        l21_least_squares(X, np.eye(10)[ds.y[:300]], beta, method=method)
+
+
+def test_warm_start_of_the_wrong_shape_is_a_data_error():
+    with pytest.raises(DataError, match=r"W0 must have shape \(2, 1\)"):
+        l21_least_squares(np.ones((5, 2)), np.ones((5, 1)), 1.0, W0=np.zeros((3, 1)))

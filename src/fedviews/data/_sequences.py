@@ -199,6 +199,8 @@ class MultiViewSequences:
             raise DataError(
                 f"view_names {self.view_names!r} must be {len(views)} distinct names, one per view"
             )
+        if len(set(self.class_names)) != len(self.class_names):
+            raise DataError(f"class_names {list(self.class_names)!r} must be distinct")
         y = np.asarray(self.y)
         if y.dtype.kind not in "iu" or (n and (y.min() < 0 or y.max() >= len(self.class_names))):
             raise DataError(
@@ -445,7 +447,7 @@ def load_watch(
 
     Parameters
     ----------
-    downsample : int, default=2
+    downsample : int, default=5
         Average blocks of this many 50 Hz steps (5 -> 10 Hz).
     window_seconds : (float, float) or None, default=(3.0, 6.0)
         Cut every recording into consecutive non-overlapping windows whose
@@ -466,15 +468,25 @@ def load_watch(
     MultiViewSequences
         ``client_ids`` = subject number (1..10), ``class_names`` = the 7 exercises.
     """
-    if isinstance(downsample, bool) or int(downsample) < 1:
+    if (
+        isinstance(downsample, bool)
+        or not isinstance(downsample, (int, np.integer))
+        or downsample < 1
+    ):
         raise ConfigError(f"downsample must be an integer >= 1, got {downsample!r}")
     names = check_view_names(views, list(WATCH_VIEWS), dataset="watch")
     rate = _WATCH_RATE_HZ / downsample
     if window_seconds is not None:
-        lo, hi = (float(v) for v in window_seconds)
-        if not 0 < lo <= hi:
+        try:
+            if isinstance(window_seconds, str):
+                raise TypeError
+            lo, hi = (float(v) for v in window_seconds)
+        except (TypeError, ValueError):
+            lo = hi = np.nan  # not two numbers: refused below
+        if not 0 < lo <= hi < np.inf:
             raise ConfigError(
-                f"window_seconds must be (min, max) with 0 < min <= max, got {window_seconds!r}"
+                f"window_seconds must be two finite numbers (min, max) with 0 < min <= max, "
+                f"got {window_seconds!r}"
             )
     a = _watch_arrays()
     offsets = np.concatenate([[0], np.cumsum(a["lengths"])])

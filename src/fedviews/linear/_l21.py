@@ -79,6 +79,18 @@ def _check_beta(beta: float | np.ndarray, d: int) -> float | np.ndarray:
     return b
 
 
+def _cholesky(M: np.ndarray, beta: float | np.ndarray) -> tuple[np.ndarray, bool]:
+    """Cholesky factor of an IRLS system; a DataError where it is numerically singular."""
+    try:
+        return sla.cho_factor(M, lower=False, check_finite=False)
+    except np.linalg.LinAlgError as exc:
+        raise DataError(
+            f"the IRLS system is numerically singular ({exc}): beta={np.min(beta):g} is too "
+            "small for the scale of X (or X has duplicated / collinear columns); raise beta "
+            "or standardize the features"
+        ) from None
+
+
 class L21Problem:
     """A design matrix with its cached factorisation data, solvable for many targets.
 
@@ -130,16 +142,14 @@ class L21Problem:
             M = self.gram.copy()
             M[np.diag_indices_from(M)] += beta / a_inv
             rhs = self.X.T @ T if XtT is None else XtT
-            c = sla.cho_factor(M, lower=False, check_finite=False)
-            return sla.cho_solve(c, rhs, check_finite=False)
+            return sla.cho_solve(_cholesky(M, beta), rhs, check_finite=False)
         # Woodbury / push-through with D = beta A (diagonal):
         # (X^T X + D)^{-1} X^T T = D^{-1} X^T (X D^{-1} X^T + I)^{-1} T
         d_inv = a_inv / beta
         XD = self.X * d_inv
         K = XD @ self.X.T
         K[np.diag_indices_from(K)] += 1.0
-        c = sla.cho_factor(K, lower=False, check_finite=False)
-        return XD.T @ sla.cho_solve(c, T, check_finite=False)
+        return XD.T @ sla.cho_solve(_cholesky(K, beta), T, check_finite=False)
 
     def solve(
         self,
@@ -161,6 +171,12 @@ class L21Problem:
             raise DataError(f"T must have shape ({self.X.shape[0]}, c), got {T.shape}")
         if max_iter < 1:
             raise ConfigError(f"max_iter must be >= 1, got {max_iter}")
+        if W0 is not None:
+            W0 = np.asarray(W0, dtype=np.float64)
+            if W0.shape != (self.X.shape[1], T.shape[1]):
+                raise DataError(
+                    f"W0 must have shape ({self.X.shape[1]}, {T.shape[1]}), got {W0.shape}"
+                )
         XtT = self.X.T @ T if self.method == "primal" else None
         TT = float(np.einsum("ij,ij->", T, T))
 
