@@ -218,3 +218,25 @@ def test_fetch_uses_files_placed_by_hand(
     assert small.n_samples == 20 and not tarball.exists()
     assert small.images is not None
     np.testing.assert_array_equal(small.images[:2], mnist.images[:2])
+
+
+def test_subset_refuses_rows_it_does_not_have():
+    """A wrong-length mask, an out-of-range or float index, or no row at all raised numpy's
+    raw IndexError from MultiViewDataset.subset and MultiViewSequences.subset."""
+    from fedviews.data import sequences_from_arrays
+
+    ds = data.load("handwritten", views=["fou", "zer"])
+    seqs = sequences_from_arrays(
+        [np.zeros((4, 3, 2))], np.array(["a", "b", "a", "b"]), np.array([0, 0, 1, 1])
+    )
+    for container, n in ((ds, len(ds.y)), (seqs, 4)):
+        assert len(container.subset(np.arange(n) < 2).y) == 2
+        for bad, match in (
+            (np.ones(n + 1, bool), "boolean mask"),
+            ([n], "must lie in"),
+            ([-1], "must lie in"),
+            ([0.5], "integer positions"),
+            ([], "no row"),
+        ):
+            with pytest.raises(DataError, match=match):
+                container.subset(bad)

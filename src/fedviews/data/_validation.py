@@ -121,6 +121,25 @@ def check_ids(ids: Any, *, name: str = "ids") -> np.ndarray:
     return arr
 
 
+def check_rows(index: Any, n: int) -> np.ndarray:
+    """Positions ``0 <= i < n`` from integer positions or a boolean mask of length ``n``; a
+    :class:`DataError` for anything else, or for a selection of no row."""
+    arr = np.asarray(index)
+    if arr.dtype == bool:
+        if arr.shape != (n,):
+            raise DataError(f"a boolean mask of shape {arr.shape} for {n} samples")
+        arr = np.flatnonzero(arr)
+    elif arr.ndim != 1 or (arr.size and arr.dtype.kind not in "iu"):
+        raise DataError(
+            f"rows must be integer positions or a boolean mask, got {arr.dtype} {arr.shape}"
+        )
+    if arr.size == 0:
+        raise DataError("the selection holds no row")
+    if arr.min() < 0 or arr.max() >= n:
+        raise DataError(f"row positions must lie in 0..{n - 1}, got {arr.min()}..{arr.max()}")
+    return arr
+
+
 def check_view_names(views: Any, valid: Sequence[str], *, dataset: str) -> list[str]:
     """Return the view names a loader's ``views`` option asks for, in that order.
 
