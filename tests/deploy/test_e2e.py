@@ -168,6 +168,22 @@ def test_an_altered_replayed_or_forged_payload_is_refused(relay) -> None:
     assert relay["errors"] == []
 
 
+def test_key_bundles_handed_out_again_do_not_reopen_the_replay_window(relay) -> None:
+    """The hub re-sends the peers' keys on every rejoin (and may at will): a party keeps the
+    sequence numbers it has seen under an unchanged key, so an old message stays a replay."""
+    hub = relay["hub"]
+    hub.local["coordinator"].send("a", "go")
+    data = next(d for d in relay["seen"] if Message.peek(d).kind == "pass")
+    hub._hand_out_keys()  # the same bundles and session once more
+    time.sleep(0.3)
+    err = _relay_to_b(relay, data)
+    assert err is not None and "replayed" in str(err)
+    assert len(relay["b"].got) == 1
+    reply = hub.local["coordinator"].send("a", "go")  # the honest traffic goes on
+    assert reply.meta["sum"] == pytest.approx(2 * SECRET.sum())
+    assert len(relay["b"].got) == 2 and relay["errors"] == []
+
+
 def test_a_hub_named_coordinator_only_up_to_case_is_refused(tmp_path) -> None:
     init_ca(tmp_path)
     for name in ("Coordinator", "a"):
