@@ -10,7 +10,8 @@ With TLS on, every party-to-party payload is sealed between the two parties:
   once all have joined. A party accepts a bundle only if the certificate is signed
   by the federation CA, names exactly that party, is valid now and not on its
   revocation list, and the signature verifies: a hub without the CA's key cannot
-  substitute a key of its own. The pairwise key of the direction ``a → b`` is
+  substitute a key of its own (nor add one in its own name, which its certificate
+  could sign: a party refuses a bundle that names the hub). The pairwise key of the direction ``a → b`` is
   ``HKDF-SHA256(X25519(a, b), salt=session, info="fedviews-e2e-v1" | a | b)``;
   ``session`` is a random value of this run.
 * **Sealing.** The array bytes and the ``meta`` table are encrypted with AES-256-GCM
@@ -176,8 +177,10 @@ class HubProof:
 class E2EKeys:
     """One party's end-to-end keys: its signed X25519 bundle, its peers', seal and open."""
 
-    def __init__(self, name: str, tls: TLSFiles) -> None:
+    def __init__(self, name: str, tls: TLSFiles, hub: str = "") -> None:
         self.name = name
+        #: the relaying hub's name: never a peer (with a key in its name it could seal for itself)
+        self.hub = hub
         self._signer = _Signer(tls)
         self._secret = crypto().x25519.X25519PrivateKey.generate()
         self._public = self._secret.public_key().public_bytes_raw()
@@ -207,6 +210,11 @@ class E2EKeys:
         for peer, b in peers.items():
             if peer == self.name:
                 continue
+            if peer == self.hub:
+                raise PrivacyError(
+                    f"the hub handed out an end-to-end key in its own name {peer!r}: refused "
+                    "(it could seal messages as a party, e.g. a set for a party to re-blind)"
+                )
             if not isinstance(b, Mapping) or not {"cert", "x25519", "sig"} <= set(b):
                 raise ProtocolError(f"the hub sent a malformed key bundle for {peer!r}")
             public = _unb64(b["x25519"], f"{peer!r}'s key")
