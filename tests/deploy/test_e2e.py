@@ -168,6 +168,46 @@ def test_an_altered_replayed_or_forged_payload_is_refused(relay) -> None:
     assert relay["errors"] == []
 
 
+def test_key_bundles_handed_out_again_do_not_reopen_the_replay_window(relay) -> None:
+    """The hub re-sends the peers' keys on every rejoin (and may at will): a party keeps the
+    sequence numbers it has seen under an unchanged key, so an old message stays a replay."""
+    hub = relay["hub"]
+    hub.local["coordinator"].send("a", "go")
+    data = next(d for d in relay["seen"] if Message.peek(d).kind == "pass")
+    hub._hand_out_keys()  # the same bundles and session once more
+    time.sleep(0.3)
+    err = _relay_to_b(relay, data)
+    assert err is not None and "replayed" in str(err)
+    assert len(relay["b"].got) == 1
+    reply = hub.local["coordinator"].send("a", "go")  # the honest traffic goes on
+    assert reply.meta["sum"] == pytest.approx(2 * SECRET.sum())
+    assert len(relay["b"].got) == 2 and relay["errors"] == []
+
+
+def test_a_hub_cannot_hand_out_an_end_to_end_key_in_its_own_name(relay, tmp_path) -> None:
+    """The hub holds a genuine certificate named "coordinator": a key it signs with it and hands
+    out as a peer's would let it seal sets as a party, which a party then re-blinds (the PSI
+    dictionary attack recovered all of a party's IDs this way). The parties refuse it."""
+    import json
+
+    from fedviews.federation._e2e import E2EKeys
+    from fedviews.federation._grpc import PEERS
+
+    hub = relay["hub"]
+    tls = TLSFiles.from_dir(tmp_path, "coordinator")
+    mine = E2EKeys("coordinator", tls)
+    peers = {**hub.bundles, "coordinator": {"cert": tls.cert.read_text(), **mine.bundle()}}
+    frame = json.dumps({"session": hub.session.hex(), "peers": peers}).encode()
+    for link in hub.links.values():
+        link.post(PEERS, 0, frame)
+    deadline = time.monotonic() + 5
+    while len(relay["errors"]) < 2 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert len(relay["errors"]) == 2
+    for err in relay["errors"]:
+        assert isinstance(err, PrivacyError) and "in its own name 'coordinator'" in str(err)
+
+
 def test_a_hub_named_coordinator_only_up_to_case_is_refused(tmp_path) -> None:
     init_ca(tmp_path)
     for name in ("Coordinator", "a"):

@@ -104,6 +104,19 @@ def test_a_malformed_header_is_a_protocol_error_not_a_crash():
             b'{"kind": "x", "sender": "a", "receiver": "b", "round": 0, "meta": {}, "arrays": 3}',
             "'arrays' must be a list",
         ),
+        # field types: a raw ValueError/TypeError from int(), or a list as the kind, before
+        (
+            b'{"kind": "x", "sender": "a", "receiver": "b", "round": "x", "meta": {}, "arrays": []}',
+            "'round' an integer",
+        ),
+        (
+            b'{"kind": "x", "sender": "a", "receiver": "b", "round": 1.5, "meta": {}, "arrays": []}',
+            "'round' an integer",
+        ),
+        (
+            b'{"kind": ["x"], "sender": {}, "receiver": "b", "round": 0, "meta": {}, "arrays": []}',
+            "must be strings",
+        ),
     ):
         with pytest.raises(ProtocolError, match=match):
             Message.peek(frame(header))

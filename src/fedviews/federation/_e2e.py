@@ -10,7 +10,8 @@ With TLS on, every party-to-party payload is sealed between the two parties:
   once all have joined. A party accepts a bundle only if the certificate is signed
   by the federation CA, names exactly that party, is valid now and not on its
   revocation list, and the signature verifies: a hub without the CA's key cannot
-  substitute a key of its own. The pairwise key of the direction ``a → b`` is
+  substitute a key of its own (nor add one in its own name, which its certificate
+  could sign: a party refuses a bundle that names the hub). The pairwise key of the direction ``a → b`` is
   ``HKDF-SHA256(X25519(a, b), salt=session, info="fedviews-e2e-v1" | a | b)``;
   ``session`` is a random value of this run.
 * **Sealing.** The array bytes and the ``meta`` table are encrypted with AES-256-GCM
@@ -176,15 +177,20 @@ class HubProof:
 class E2EKeys:
     """One party's end-to-end keys: its signed X25519 bundle, its peers', seal and open."""
 
-    def __init__(self, name: str, tls: TLSFiles) -> None:
+    def __init__(self, name: str, tls: TLSFiles, hub: str = "") -> None:
         self.name = name
+        #: the relaying hub's name: never a peer (with a key in its name it could seal for itself)
+        self.hub = hub
         self._signer = _Signer(tls)
         self._secret = crypto().x25519.X25519PrivateKey.generate()
         self._public = self._secret.public_key().public_bytes_raw()
         self._send: dict[str, Any] = {}  # receiver -> AESGCM
         self._recv: dict[str, Any] = {}  # sender -> AESGCM
-        self._seq: dict[str, int] = {}
-        self._seen: dict[str, tuple[int, set[int]]] = {}
+        # counters per pairwise key, (peer, its X25519 key, session), kept for the life of
+        # this key pair: a bundle the hub hands out again must not reopen the replay window
+        self._key_of: dict[str, tuple[str, bytes, bytes]] = {}
+        self._seq: dict[tuple[str, bytes, bytes], int] = {}
+        self._seen: dict[tuple[str, bytes, bytes], tuple[int, set[int]]] = {}
         self._lock = threading.Lock()
         self._ready = threading.Event()  # the hub handed out the peers' keys
 
@@ -200,9 +206,15 @@ class E2EKeys:
         aesgcm = crypto().AESGCM
         send: dict[str, Any] = {}
         recv: dict[str, Any] = {}
+        key_of: dict[str, tuple[str, bytes, bytes]] = {}
         for peer, b in peers.items():
             if peer == self.name:
                 continue
+            if peer == self.hub:
+                raise PrivacyError(
+                    f"the hub handed out an end-to-end key in its own name {peer!r}: refused "
+                    "(it could seal messages as a party, e.g. a set for a party to re-blind)"
+                )
             if not isinstance(b, Mapping) or not {"cert", "x25519", "sig"} <= set(b):
                 raise ProtocolError(f"the hub sent a malformed key bundle for {peer!r}")
             public = _unb64(b["x25519"], f"{peer!r}'s key")
@@ -213,10 +225,12 @@ class E2EKeys:
                 return aesgcm(hkdf(shared, _statement(_INFO, a, b_), salt=session))
 
             send[peer], recv[peer] = key(self.name, peer), key(peer, self.name)
+            key_of[peer] = (peer, public, session)
         with self._lock:
-            self._send, self._recv = send, recv
-            self._seq = {p: 0 for p in send}
-            self._seen = {p: (0, set()) for p in recv}
+            self._send, self._recv, self._key_of = send, recv, key_of
+            for k in key_of.values():
+                self._seq.setdefault(k, 0)
+                self._seen.setdefault(k, (0, set()))
         self._ready.set()
 
     def _wait_for_keys(self) -> None:
@@ -227,15 +241,16 @@ class E2EKeys:
     def seal(self, msg: Message) -> bytearray:
         """``msg`` encoded with its meta and arrays encrypted for ``msg.receiver``."""
         self._wait_for_keys()
-        aead = self._send.get(msg.receiver)
-        if aead is None:
-            raise PrivacyError(
-                f"no end-to-end key for {msg.receiver!r}: refusing to send it a message "
-                "the hub could read"
-            )
         with self._lock:
-            self._seq[msg.receiver] += 1
-            seq = self._seq[msg.receiver]
+            aead = self._send.get(msg.receiver)
+            if aead is None:
+                raise PrivacyError(
+                    f"no end-to-end key for {msg.receiver!r}: refusing to send it a message "
+                    "the hub could read"
+                )
+            k = self._key_of[msg.receiver]
+            self._seq[k] += 1
+            seq = self._seq[k]
         head, payloads = msg.layout()
         meta = json.dumps(head["meta"], allow_nan=True).encode("utf-8")
         nonce = secrets.token_bytes(12)
@@ -268,8 +283,9 @@ class E2EKeys:
         if head["receiver"] != self.name:
             raise PrivacyError(f"a message for {head['receiver']!r} was delivered to {self.name!r}")
         self._wait_for_keys()
-        aead = self._recv.get(sender)
-        if aead is None:
+        with self._lock:
+            aead, k = self._recv.get(sender), self._key_of.get(sender)
+        if aead is None or k is None:
             raise PrivacyError(f"no end-to-end key for {sender!r}: cannot open its message")
         plain = bytearray(len(view) - offset - SEAL_TAG)  # writable: the arrays view it
         try:
@@ -283,7 +299,7 @@ class E2EKeys:
                 f"a message claimed to be {sender!r}'s failed authentication "
                 "(altered or forged on the way)"
             ) from None
-        self._check_replay(sender, int(sealed["seq"]))
+        self._check_replay(k, int(sealed["seq"]))
         n_meta = int(sealed["meta_bytes"])
         try:
             meta = json.loads(plain[:n_meta].decode("utf-8"))
@@ -300,13 +316,14 @@ class E2EKeys:
             meta=meta,
         )
 
-    def _check_replay(self, sender: str, seq: int) -> None:
+    def _check_replay(self, key: tuple[str, bytes, bytes], seq: int) -> None:
+        sender = key[0]
         with self._lock:
-            newest, seen = self._seen[sender]
+            newest, seen = self._seen[key]
             if seq <= newest - _WINDOW or seq in seen or seq < 1:
                 raise PrivacyError(f"a replayed message of {sender!r} (sequence {seq}) was refused")
             seen.add(seq)
             newest = max(newest, seq)
             if len(seen) > 2 * _WINDOW:  # forget what the window check refuses anyway
                 seen = {s for s in seen if s > newest - _WINDOW}
-            self._seen[sender] = (newest, seen)
+            self._seen[key] = (newest, seen)

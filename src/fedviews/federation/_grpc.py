@@ -960,7 +960,7 @@ class GrpcPartyTransport(_Endpoint):
         last = ""
         hello = self._hello(name)
         if self.tls is not None and self.options.end_to_end:
-            self.e2e = E2EKeys(name, self.tls)
+            self.e2e = E2EKeys(name, self.tls, hub=self.server_name)
             hello["e2e"] = self.e2e.bundle()
         for attempt in range(1, self.options.connect_retries + 1):
             try:

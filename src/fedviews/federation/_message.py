@@ -315,6 +315,13 @@ def parse_header(view: memoryview) -> tuple[dict[str, Any], list[dict[str, Any]]
         raise ProtocolError(f"corrupt message header: no {missing}")
     if not isinstance(header["arrays"], list) or not isinstance(header["meta"], dict):
         raise ProtocolError("corrupt message header: 'arrays' must be a list and 'meta' an object")
+    names = [header[k] for k in ("kind", "sender", "receiver")]
+    round_ = header["round"]
+    if not all(isinstance(v, str) for v in names) or type(round_) is not int:
+        raise ProtocolError(
+            "corrupt message header: 'kind', 'sender' and 'receiver' must be strings and "
+            f"'round' an integer, got {names + [round_]!r}"
+        )
     specs = list(header["arrays"])
     offset = 8 + hlen
     total = offset + _sealed_overhead(header)
