@@ -311,7 +311,8 @@ def test_a_terminated_launch_keeps_its_results_and_leaves_no_process(tmp_path):
         assert not Path(f"/proc/{pid}").exists(), pid
     res = json.loads((run / "coordinator" / "results.json").read_text())
     assert res["status"].startswith("KeyboardInterrupt") and res["last_checkpoint_round"] >= 5
-    assert len(res["objective"]) == res["last_checkpoint_round"]
+    # the interrupt may land between a round's end and its checkpoint: that round is redone
+    assert 0 <= len(res["objective"]) - res["last_checkpoint_round"] <= 1
     flat = " ".join(out.split())
     assert flat.count("error: ProtocolError: the coordinator stopped the run before") == 3
     for p in PARTIES:
