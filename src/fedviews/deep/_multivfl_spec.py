@@ -365,8 +365,10 @@ class MultiVFLAlgorithm(Algorithm):
     def role(self, run: RunSpec, party: str) -> str:
         return "label_owner" if party in run.federation.owners() else "data_owner"
 
-    def secure_sum_members(self, run: RunSpec) -> tuple[str, ...]:
-        return tuple(run.federation.owners())  # the label owners' top-model updates
+    secure_sum_of = "label owners"
+
+    def secure_sum_members(self, fed: Roster) -> tuple[str, ...]:
+        return tuple(fed.owners())  # the label owners' top-model updates
 
     def check_federation(self, fed: Roster) -> None:
         if not fed.label_owners:
@@ -416,11 +418,6 @@ class MultiVFLAlgorithm(Algorithm):
         return {"height": int(X.shape[1]), "width": int(X.shape[2])}
 
     def make_setup(self, run: RunSpec, infos: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
-        if run.defense.kind == "secagg" and len(run.federation.owners()) < 2:
-            raise ConfigError(
-                "secagg hides each label owner's update in their sum: it needs at least two "
-                "label owners (with one, the sum is its update)"
-            )
         dos = data_owners(run)
         widths = {d: int(infos[d]["width"]) for d in dos}
         if len(set(widths.values())) != 1:

@@ -238,7 +238,7 @@ def load_deploy_config(
     params: Any = build_dataclass(app.Params, raw.get("params", {}), "params")
     app.check_params(params, fed)
     defense = Defense.of(raw.get("defense"))
-    app.check_defense(defense)
+    app.check_defense(defense, fed)
     seed = raw.get("seed", 0)
     if isinstance(seed, bool) or not isinstance(seed, int):
         raise ConfigError(f"seed must be an integer, got {seed!r}")

@@ -43,7 +43,7 @@ from fedviews.federation._defense import GAUSSIAN, Defense, defend_local, privac
 from fedviews.federation._party import Coordinator, Party
 from fedviews.federation._policy import PrivacyPolicy
 from fedviews.federation._record import Observation, Recording
-from fedviews.federation._secagg import SecureSumParty
+from fedviews.federation._secagg import SecureSumParty, check_secure_sum_members
 from fedviews.federation._transport import InProcessTransport, Transport, federate
 
 
@@ -171,6 +171,8 @@ class Algorithm:
     blas_threads: ClassVar[int | None] = 1
     #: the :class:`~fedviews.federation.Defense` kinds that apply to this algorithm
     defenses: ClassVar[frozenset[str]] = frozenset({"none", "label_rr"})
+    #: who adds up a secure sum, in words (the members are :meth:`secure_sum_members`)
+    secure_sum_of: ClassVar[str] = "parties"
 
     def dp_releases(self, run: RunSpec) -> int:
         """How many releases of a Gaussian ``grad_dp`` defense each sample's label enters in
@@ -206,14 +208,17 @@ class Algorithm:
         if callable(validate):
             validate()
 
-    def check_defense(self, defense: Defense) -> None:
-        """Raise :class:`ConfigError` when ``defense`` does not apply to this algorithm."""
+    def check_defense(self, defense: Defense, fed: Roster | None = None) -> None:
+        """Raise :class:`ConfigError` when ``defense`` does not apply to this algorithm (or, with
+        ``fed``, to this roster: a secure sum needs two members)."""
         defense.validate()
         if defense.kind not in self.defenses:
             raise ConfigError(
                 f"defense {defense.kind!r} does not apply to {self.name}; it takes "
                 f"{sorted(self.defenses)}"
             )
+        if fed is not None and defense.kind == "secagg":
+            check_secure_sum_members(self.secure_sum_members(fed), self.secure_sum_of)
         if defense.kind in GAUSSIAN:  # its noise and ledger need the accountant: say so now
             require("dp_accounting", "privacy")
 
@@ -273,9 +278,9 @@ class Algorithm:
     ) -> Party:  # pragma: no cover - abstract
         raise NotImplementedError
 
-    def secure_sum_members(self, run: RunSpec) -> tuple[str, ...]:
+    def secure_sum_members(self, fed: Roster) -> tuple[str, ...]:
         """Who adds up a secure sum under ``defense.kind = "secagg"`` (default: every party)."""
-        return tuple(run.federation.parties)
+        return tuple(fed.parties)
 
     def make_party(self, run: RunSpec, party: str, local: Local, setup: Mapping[str, Any]) -> Party:
         """:meth:`build_party`, told who the members of its secure sums are (a party refuses a
@@ -283,7 +288,7 @@ class Algorithm:
         the remaining few mask)."""
         built = self.build_party(run, party, local, setup)
         if isinstance(built, SecureSumParty) and run.defense.kind == "secagg":
-            built.secure_members = frozenset(self.secure_sum_members(run))
+            built.secure_members = frozenset(self.secure_sum_members(run.federation))
         return built
 
     def build_coordinator(
@@ -586,7 +591,7 @@ def build_in_process(
     algo = get_algorithm_spec(run.algorithm)
     algo.check_federation(run.federation)
     algo.check_params(run.params, run.federation)
-    algo.check_defense(run.defense)
+    algo.check_defense(run.defense, run.federation)
     parties = list(run.federation.parties)
     missing = set(parties) - set(datas)
     if missing:

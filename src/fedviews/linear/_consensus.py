@@ -63,7 +63,6 @@ from fedviews.federation import (
     RunSpec,
     SecureSumParty,
     build_in_process,
-    check_secure_sum_members,
     handles,
     secure_sum_setup,
     secured_policy,
@@ -545,8 +544,6 @@ class ConsensusAlgorithm(LinearAlgorithm):
         params.validate(len(fed.parties))
 
     def make_setup(self, run: RunSpec, infos: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
-        if run.defense.kind == "secagg":
-            check_secure_sum_members(run.federation.parties, "parties")
         setup = super().make_setup(run, infos)
         if setup["n_classes"] < 2:
             raise DataError("y must contain at least two classes")

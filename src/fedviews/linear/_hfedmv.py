@@ -51,7 +51,6 @@ from fedviews.federation import (
     SecureSumParty,
     Transport,
     build_in_process,
-    check_secure_sum_members,
     estimator_params,
     federate,
     handles,
@@ -525,6 +524,7 @@ class HorizontalClients(Algorithm):
     class indices ``0..C-1``; each client aligns only its own IDs."""
 
     client_ndim: ClassVar[int] = 2  # of X: (n, d) features or (n, T, d) sequences
+    secure_sum_of = "clients"
 
     def role(self, run: RunSpec, party: str) -> str:
         return "client"
@@ -568,8 +568,6 @@ class HorizontalClients(Algorithm):
 
     def make_setup(self, run: RunSpec, infos: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
         """The agreed label set (``0..C-1``) and view layout, checked to be the same everywhere."""
-        if run.defense.kind == "secagg":
-            check_secure_sum_members(run.federation.parties, "clients")
         layouts = {p: str(infos[p]["view_dims"]) for p in run.federation.parties}
         if len(set(layouts.values())) != 1:
             raise DataError(
