@@ -39,6 +39,7 @@ from typing import Any
 
 import numpy as np
 
+from fedviews._estimator import is_int
 from fedviews._registry import Registry
 from fedviews.data._cache import NumpyOnlyUnpickler, cached_arrays, dataset_dir, fetch_wheel_members
 from fedviews.data._registry import check_options
@@ -468,11 +469,7 @@ def load_watch(
     MultiViewSequences
         ``client_ids`` = subject number (1..10), ``class_names`` = the 7 exercises.
     """
-    if (
-        isinstance(downsample, bool)
-        or not isinstance(downsample, (int, np.integer))
-        or downsample < 1
-    ):
+    if not is_int(downsample, 1):
         raise ConfigError(f"downsample must be an integer >= 1, got {downsample!r}")
     names = check_view_names(views, list(WATCH_VIEWS), dataset="watch")
     rate = _WATCH_RATE_HZ / downsample

@@ -133,11 +133,17 @@ def check_weights(params: Any, n: int | None = None) -> None:
     check_positive(params.eps, "eps")
 
 
+def check_count(value: Any, name: str) -> None:
+    """ConfigError unless ``value`` (parameter ``name``, e.g. a number of rounds) is an
+    integer ``>= 1``."""
+    if not is_int(value, 1):
+        raise ConfigError(f"{name} must be an integer >= 1, got {value!r}")
+
+
 def check_iter(value: Any, tol: Any, name: str, tol_name: str) -> None:
     """Check an iteration count ``name`` (an integer ``>= 1``) and its tolerance ``tol_name``
     (a number ``>= 0``)."""
-    if not is_int(value, 1):
-        raise ConfigError(f"{name} must be an integer >= 1, got {value!r}")
+    check_count(value, name)
     if not is_real(tol, finite=False) or not tol >= 0:
         raise ConfigError(f"{tol_name} must be a number >= 0, got {tol!r}")
 

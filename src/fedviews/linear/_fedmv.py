@@ -50,6 +50,7 @@ from fedviews.data import check_Xs, check_y, one_hot
 from fedviews.errors import DataError, check_fitted
 from fedviews.federation import spawn_streams
 from fedviews.linear._common import (
+    check_count,
     check_iter,
     check_positive,
     orthonormal_nonnegative,
@@ -204,7 +205,7 @@ def mvl_local(
     """
     K = len(Xs)
     betas, zetas = per_party(beta, K, "beta"), per_party(zeta, K, "zeta")
-    check_iter(n_iter, 0.0, "n_iter", "")
+    check_count(n_iter, "n_iter")
     check_iter(inner_max_iter, inner_tol, "inner_max_iter", "inner_tol")
     check_positive(eta, "eta")
     check_positive(eps, "eps")

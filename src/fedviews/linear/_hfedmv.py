@@ -65,6 +65,7 @@ from fedviews.federation import (
 from fedviews.linear._common import (
     LinearAlgorithm,
     Scaler,
+    check_count,
     check_iter,
     check_positive,
     check_weights,
@@ -435,10 +436,7 @@ class HFedMVServer(Coordinator):
     def pool_statistics(self) -> tuple[np.ndarray, np.ndarray]:
         """Pooled training mean / standard deviation from the clients' sums; sent back to them."""
         replies = self.broadcast(self.clients, "moments", round=len(self.objective))
-        n = np.array([replies[c].count("n_samples") for c in self.clients])
-        width = sum(W.shape[0] for W in self.W)
-        if (n < 1).any():
-            raise ProtocolError("a client reported no training samples for the pooled statistics")
+        width = sum(W.shape[0] for W in self.W)  # each n_samples is checked as a count there
         mean, sd = pooled_scaler({c: replies[c] for c in self.clients}, width, self.frac_bits)
         self.broadcast(
             self.clients, "scale", arrays={"x_mean": mean, "x_scale": sd}, round=len(self.objective)
@@ -612,8 +610,8 @@ class HFedMVParams:
 
     def validate(self) -> None:
         check_weights(self)  # one per view: checked against the views at build
-        check_iter(self.n_rounds, 0.0, "n_rounds", "")
-        check_iter(self.local_iter, 0.0, "local_iter", "")
+        check_count(self.n_rounds, "n_rounds")
+        check_count(self.local_iter, "local_iter")
         check_iter(self.inner_max_iter, self.inner_tol, "inner_max_iter", "inner_tol")
         check_iter(self.test_max_iter, self.test_tol, "test_max_iter", "test_tol")
         if self.standardize not in STANDARDIZE:
@@ -1033,7 +1031,7 @@ class SingleViewFL(BaseEstimator):
     def fit(self, clients: Sequence[tuple[np.ndarray, np.ndarray]]) -> SingleViewFL:
         Xss, ys = _check_clients(clients, single_view=True)
         (beta,) = per_party(self.beta, 1, "beta")
-        check_iter(self.n_rounds, 0.0, "n_rounds", "")
+        check_count(self.n_rounds, "n_rounds")
         check_iter(self.local_iter, self.inner_tol, "local_iter", "inner_tol")
         check_positive(self.eps, "eps")
         self.classes_ = _global_classes(ys)
