@@ -56,7 +56,7 @@ from typing import Any, TypeVar
 import numpy as np
 from sklearn.base import BaseEstimator
 
-from fedviews._estimator import store_params
+from fedviews._estimator import is_int, store_params
 from fedviews._registry import register_estimator
 from fedviews.data import PartyData, check_ids, split_strips
 from fedviews.deep._common import (
@@ -1025,9 +1025,10 @@ class MultiVFL(BaseEstimator):
             Rounds between two checkpoints (>= 1).
         """
         params = self._params()
-        every = checkpoint_every
-        if isinstance(every, bool) or not isinstance(every, (int, np.integer)) or every < 1:
-            raise ConfigError(f"checkpoint_every must be a positive integer, got {every!r}")
+        if not is_int(checkpoint_every, 1):
+            raise ConfigError(
+                f"checkpoint_every must be a positive integer, got {checkpoint_every!r}"
+            )
         strips = _as_strips(X, self.n_data_owners, "X")
         n = len(strips[0])
         y_arr = np.asarray(y)
