@@ -80,6 +80,13 @@ def check_choice(name: str, value: str | Sequence[str], allowed: Sequence[str]) 
 _TOP_KEYS = tuple(f.name for f in dataclasses.fields(ExperimentConfig))
 
 
+def check_seed(seed: int, name: str) -> None:
+    """A :class:`ConfigError` unless ``seed`` lies in ``[0, 2**31)`` (experiments derive
+    ``seed + k`` from a seed, and scikit-learn takes seeds below ``2**32``)."""
+    if not 0 <= seed < 2**31:
+        raise ConfigError(f"{name} must lie in [0, 2**31), got {seed}")
+
+
 def load_config(
     source: str | Path | Mapping[str, Any], overrides: Sequence[str] = ()
 ) -> ExperimentConfig:
@@ -123,8 +130,7 @@ def load_config(
         spec.params, coerce(raw.get("params", {}), dict, "params"), "params"
     )
     seed = coerce(raw.get("seed", 0), int, "seed")
-    if not 0 <= seed < 2**31:
-        raise ConfigError(f"seed must lie in [0, 2**31), got {seed}")
+    check_seed(seed, "seed")
     device = coerce(raw.get("device", "auto"), str, "device")
     return ExperimentConfig(
         experiment=spec.name,

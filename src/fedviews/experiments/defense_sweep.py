@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 
 from fedviews.errors import ConfigError
-from fedviews.experiments._config import ExperimentConfig
+from fedviews.experiments._config import ExperimentConfig, check_seed
 from fedviews.experiments._registry import register_experiment
 from fedviews.experiments._runner import ExperimentResult, RunContext, Table
 from fedviews.experiments.privacy_audit import AuditParams, audit_once, deploy_config
@@ -68,8 +68,8 @@ class DefenseSweepParams(AuditParams):
             raise ConfigError(f"params.settings: labels must differ, got {labels}")
         if len(set(self.seeds)) != len(self.seeds):
             raise ConfigError(f"params.seeds must differ, got {list(self.seeds)}")
-        if any(not 0 <= s < 2**31 for s in self.seeds):  # as the config's seed
-            raise ConfigError(f"params.seeds must lie in [0, 2**31), got {list(self.seeds)}")
+        for seed in self.seeds:  # as the config's seed
+            check_seed(seed, "params.seeds")
 
 
 def _epsilon(privacy: Mapping[str, Any]) -> tuple[float, float]:
