@@ -340,11 +340,21 @@ class PSIParty(Party):
     in that ID list, ordered by ascending ID (the same order at every party).
     """
 
-    def __init__(self, name: str, ids: Any, role: str = "party") -> None:
+    def __init__(
+        self,
+        name: str,
+        ids: Any,
+        role: str = "party",
+        chains: Mapping[str, Sequence[str]] | None = None,
+    ) -> None:
         super().__init__(name, role)
         self.ids = np.asarray(ids)
+        #: the members of each alignment group in chain order, as this party's own
+        #: configuration fixes them (a sealed chain follows it, see :meth:`_chain`)
+        self.chains = {g: list(m) for g, m in (chains or {}).items()}
         self.psi_rows: dict[str, np.ndarray] = {}
         self._psi_state: dict[str, _GroupState] = {}
+        self._psi_blinded: set[str] = set()  # groups this party blinded its set for (sealed)
         self._psi_lock = threading.Lock()
 
     def psi_ids(self, group: str) -> np.ndarray:
@@ -396,40 +406,73 @@ class PSIParty(Party):
             raise DataError(f"{self.name!r}: PSI IDs of group {group!r} must be one-dimensional")
         if len(np.unique(ids)) != len(ids):
             raise DataError(f"{self.name!r}: the PSI IDs of group {group!r} have duplicates")
+        sealed = self._sealing() is not None
+        nxt = self._next_hop(msg, group, 0) if sealed else ""
         state = _GroupState(
             key=new_key(),
             order=_secret_permutation(len(ids)),  # unrelated to the ID order
             ids=ids,
         )
         with self._psi_lock:
+            if sealed and group in self._psi_blinded:
+                raise PrivacyError(
+                    f"{self.name!r} refused {msg.sender!r}'s second psi:blind of group "
+                    f"{group!r}: a party blinds its set once per group (a fresh key would "
+                    "reopen the chain for another set to re-blind)"
+                )
+            if sealed:
+                self._psi_blinded.add(group)
             self._psi_state[group] = state
             self.psi_rows.pop(group, None)
         points = blind_ids(state.key, ids[state.order])
-        return self._hand_on(msg, group, self.name, points, {"n": len(ids)})
+        return self._hand_on(msg, group, nxt, points, {"n": len(ids)})
 
     def _sealing(self) -> Any:
         """The transport's end-to-end keys, if it seals party-to-party messages."""
         return getattr(self.transport, "e2e", None)
 
+    def _members(self, msg: Message, group: str) -> list[str]:
+        """The members of ``group`` in chain order, as this party's own configuration
+        (:attr:`chains`) fixes them: a sealed chain never follows the coordinator's word."""
+        members = self.chains.get(group)
+        if not members or self.name not in members:
+            raise PrivacyError(
+                f"{self.name!r} has no member list of the PSI group {group!r} that includes it: "
+                f"{msg.sender!r}'s {msg.kind!r} is refused (a sealed chain follows the order "
+                "this party's own configuration fixes, never the coordinator's)"
+            )
+        return members
+
+    def _next_hop(self, msg: Message, group: str, step: int) -> str:
+        """The party that gets this party's output of ``step`` of a sealed chain of
+        ``group`` (0: its blinded set; ``s``: the ``s``-th set it re-blinds), in the
+        order of :meth:`_members`; ``""`` after a chain's last step, whose fully blinded
+        set goes to the coordinator. A request whose ``next`` says otherwise (empty
+        before the last step, a skipped or foreign member) is refused, naming its sender."""
+        members = self._members(msg, group)
+        k, j = len(members), members.index(self.name)
+        expected = members[(j + 1) % k] if step < k - 1 else ""
+        said = msg.meta.get("next", "")
+        if said != expected:
+            raise PrivacyError(
+                f"{self.name!r} refused {msg.sender!r}'s {msg.kind!r} of group {group!r}: it "
+                f"names {said!r} as the chain's next party where the order of the members "
+                f"{members} gives {expected!r} (a singly or partly blinded set never leaves "
+                "a party unsealed, and no member is skipped)"
+            )
+        return expected
+
     def _hand_on(
-        self, msg: Message, group: str, origin: str, points: np.ndarray, meta: dict[str, Any]
+        self, msg: Message, group: str, nxt: str, points: np.ndarray, meta: dict[str, Any]
     ) -> Message:
-        """Reply with ``points``: sealed for the chain's next party if there is one (and this
-        transport seals), else in the clear."""
-        nxt = msg.meta.get("next", "")
-        keys = self._sealing()
-        if keys is None or not nxt:
+        """Reply with ``points``: sealed for the chain's next party ``nxt`` if there is one,
+        else (a chain's last step, or a transport that does not seal) in the clear."""
+        if not nxt:
             return self.reply(msg, arrays={"psi_set": points}, meta={"group": group, **meta})
-        if not isinstance(nxt, str) or nxt == self.name:
-            raise ProtocolError(f"{self.name!r}: bad next party {nxt!r} for a PSI chain")
         inner = Message(
-            "psi:chain",
-            self.name,
-            nxt,
-            arrays={"psi_set": points},
-            meta={"group": group, "origin": origin},
+            "psi:chain", self.name, nxt, arrays={"psi_set": points}, meta={"group": group}
         )
-        blob = np.frombuffer(keys.seal(inner), dtype=np.uint8)
+        blob = np.frombuffer(self._sealing().seal(inner), dtype=np.uint8)
         return self.reply(msg, arrays={"psi_sealed": blob}, meta={"group": group, **meta})
 
     @handles("psi:reblind")
@@ -448,20 +491,38 @@ class PSIParty(Party):
                 f"{self.name!r} re-blinds only sets sealed by another party (the coordinator "
                 "sent one of its own: refused, it could test guessed IDs with it)"
             )
+        members = self._members(msg, group)
         inner = keys.open(np.ascontiguousarray(blob, dtype=np.uint8).tobytes())
-        origin = str(inner.meta.get("origin", ""))
-        if inner.kind != "psi:chain" or inner.meta.get("group") != group or not origin:
-            raise PrivacyError(f"{self.name!r}: a sealed PSI set of another chain or group")
+        if inner.kind != "psi:chain" or inner.meta.get("group") != group:
+            raise PrivacyError(
+                f"{self.name!r}: {inner.sender!r} sealed a set of another chain or group"
+            )
+        # Every chain passes the members in the same cyclic order and the coordinator runs
+        # its steps one after another, so the s-th set this party re-blinds comes from the
+        # member before it and is the set of the member s places before it: the origin
+        # follows from the authenticated sealer and the count, never from a field it wrote.
+        k, j = len(members), members.index(self.name)
+        sealer = members[(j - 1) % k]
+        if inner.sender != sealer:
+            raise PrivacyError(
+                f"{self.name!r} re-blinds in group {group!r} only sets sealed by {sealer!r}, "
+                f"the member before it in the chain order {members}; {inner.sender!r} sealed "
+                "this one: refused"
+            )
         with self._psi_lock:
-            done = set(filter(None, state.reblinded.split(",")))
-            if origin == self.name or origin in done:
+            done = [o for o in state.reblinded.split(",") if o]
+            if len(done) >= k - 1:
                 raise PrivacyError(
-                    f"{self.name!r} already re-blinded the set of {origin!r} in group {group!r}: "
-                    "each set is re-blinded once"
+                    f"{self.name!r} already re-blinded the set of "
+                    f"{' and '.join(map(repr, done)) or 'no one'} in group {group!r}, every "
+                    f"other member's: {msg.sender!r}'s psi:reblind is refused (each set is "
+                    "re-blinded once)"
                 )
-            state.reblinded = ",".join(sorted(done | {origin}))
+            step = len(done) + 1
+            nxt = self._next_hop(msg, group, step)
+            state.reblinded = ",".join([*done, members[(j - step) % k]])
         points = reblind(state.key, inner.array("psi_set", (None, _WIDTH)), inner.sender)
-        return self._hand_on(msg, group, origin, points, {})
+        return self._hand_on(msg, group, nxt, points, {})
 
     @handles("psi:result")
     def on_psi_result(self, msg: Message) -> Message:
