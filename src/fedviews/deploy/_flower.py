@@ -71,6 +71,7 @@ from fedviews.deploy._flower_node import (  # noqa: E402
     node_for,
     node_settings,
     printer,
+    refuse_psi,
     run_config_path,
     run_dir,
 )
@@ -173,8 +174,10 @@ def run_flower_coordinator(
 def check_flower_config(cfg: DeployConfig) -> None:
     """Refuse, before anything starts, what a Flower deployment cannot do: per-batch split
     learning, and direct links (``[federation.listen]``): Flower routes every message
-    through its SuperLink, a ClientApp only answers the ServerApp."""
+    through its SuperLink, a ClientApp only answers the ServerApp; and the PSI, whose
+    chains cannot be sealed there (:func:`refuse_psi`)."""
     _check_coarse_rounds(cfg, get_algorithm_spec(cfg.algorithm))
+    refuse_psi(cfg)
     if cfg.federation.listen:
         raise ConfigError(
             "federation.listen declares direct-link endpoints for "

@@ -38,7 +38,7 @@ from flwr.app import Array, ArrayRecord, ConfigRecord, Context, RecordDict  # no
 
 from fedviews.deploy._config import DeployConfig, load_deploy_config  # noqa: E402
 from fedviews.deploy._data import SUFFIXES, load_party_data  # noqa: E402
-from fedviews.deploy._flower_transport import FlowerNodeTransport  # noqa: E402
+from fedviews.deploy._flower_transport import _GRPC_HINT, FlowerNodeTransport  # noqa: E402
 from fedviews.deploy._session import DeployParty, _print_to, session_policy  # noqa: E402
 from fedviews.federation import SECAGG_KINDS, LogEntry, Message, get_algorithm_spec  # noqa: E402
 
@@ -49,7 +49,24 @@ SECAGG_NEEDS_A_LIVE_PARTY = (
     "new ClientApp process for every message: use the simulation engine or fedviews launch"
 )
 
+#: why the PSI does not run on Flower
+PSI_NEEDS_SEALED_CHAINS = (
+    'federation.alignment = "psi" cannot run on Flower: its nodes have no end-to-end keys, '
+    "so the PSI chains cannot be sealed and the ServerApp could have a node re-blind a "
+    "dictionary of guessed IDs (and so learn which of them the party holds). Pre-align the "
+    "parties' files (every party the same sample IDs) and set federation.alignment = "
+    '"none", or deploy with ' + _GRPC_HINT + " and TLS, which seals the chains"
+)
+
 _STATE, _STATE_PSI, _STATE_ALGO = "fedviews", "fedviews.psi", "fedviews.algo"
+
+
+def refuse_psi(cfg: DeployConfig) -> None:
+    """A :class:`ConfigError` for a config that aligns by PSI (:data:`PSI_NEEDS_SEALED_CHAINS`):
+    checked by the ServerApp and by every node on its own config, so that a node never
+    serves as an oracle whatever the ServerApp sends."""
+    if cfg.federation.alignment == "psi":
+        raise ConfigError(PSI_NEEDS_SEALED_CHAINS)
 
 
 def printer(line: str) -> None:
@@ -90,6 +107,7 @@ def node_settings(context: Context) -> NodeSettings:
             "in this node's --node-config"
         )
     cfg = load_deploy_config(cfg_path)
+    refuse_psi(cfg)
     parties = list(cfg.federation.parties)
     party = _text(nc, "party")
     if not party and "partition-id" in nc:  # simulation engine: node k is party k
