@@ -69,7 +69,10 @@ def chain(request, tmp_path) -> Iterator[dict[str, Any]]:
     try:
         for name in members:
             t = GrpcPartyTransport(
-                PSI_POLICY, f"127.0.0.1:{hub.port}", tls=TLSFiles.from_dir(tmp_path, name), options=FAST
+                PSI_POLICY,
+                f"127.0.0.1:{hub.port}",
+                tls=TLSFiles.from_dir(tmp_path, name),
+                options=FAST,
             )
             chains = {g: members for g in ("g", "g2")}
             parties[name] = PSIParty(name, IDS[name], chains=chains)
@@ -112,7 +115,9 @@ def test_a_coordinator_cannot_cut_a_chain(chain) -> None:
     coord, members = chain["coord"], chain["members"]
     wrong = ["", "coordinator", "a", "x"] + (["c"] if len(members) == 3 else [])
     for nxt in wrong:
-        with pytest.raises(PrivacyError, match=rf"'a' refused 'coordinator''s 'psi:blind'.*{nxt!r}"):
+        with pytest.raises(
+            PrivacyError, match=rf"'a' refused 'coordinator''s 'psi:blind'.*{nxt!r}"
+        ):
             coord.send("a", "psi:blind", meta={"group": "g", "next": nxt})
     if len(members) == 3:  # the chain order of the config, not the coordinator's
         with pytest.raises(PrivacyError, match="refused 'coordinator''s"):

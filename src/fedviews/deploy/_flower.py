@@ -1,8 +1,11 @@
 """Flower (``flwr`` 1.41) as a transport of the deployed session: the ServerApp and the ClientApp.
 
-The session of :mod:`fedviews.deploy._session` (PSI, ``deploy:setup``,
-``deploy:build``, the algorithm's rounds, ``deploy:finish``) runs unchanged; only
-the transport differs from ``fedviews coordinator`` / ``fedviews party``:
+The session of :mod:`fedviews.deploy._session` (``deploy:setup``, ``deploy:build``,
+the algorithm's rounds, ``deploy:finish``) runs unchanged; only the transport differs
+from ``fedviews coordinator`` / ``fedviews party``. The PSI does not run on Flower: the
+nodes have no end-to-end keys, so its chains cannot be sealed and a node would re-blind
+whatever the ServerApp sends; the parties' files come pre-aligned (``alignment =
+"none"``; :func:`~fedviews.deploy._flower_node.refuse_psi`).
 
 * the **ServerApp** (:data:`server_app`) builds the :class:`DeployCoordinator` and
   gives it a :class:`FlowerGridTransport`, which sends every fedviews

@@ -75,20 +75,39 @@ A coordinator that could have a party re-blind *any* set could test guessed IDs:
 send the party ``{H(c)}`` for a dictionary of candidates ``c`` and compare the
 answer with that party's blinded set. Where the transport seals party-to-party
 messages end to end (:mod:`fedviews.federation._e2e`; a TLS deployment), the
-chains are therefore sealed: with ``psi:blind`` the coordinator names the next
-party of the chain, and each party hands its (re-)blinded set to the coordinator
-sealed for that next party (``psi_sealed``: an opaque byte array the coordinator
-relays but can neither read nor forge). A party re-blinds only a sealed set from
-another party of the federation, at most once per origin party and group, and
-hands the fully blinded set of the last step to the coordinator in the clear.
+chains are therefore sealed, and every party checks them against the order its
+*own* configuration fixes (:attr:`PSIParty.chains`: the group's members; a
+deployed party takes them from its config), never against the coordinator's word:
+
+- each party hands its blinded set, and every set it re-blinds before a chain's
+  last step, to the coordinator sealed for the next member of that order
+  (``psi_sealed``: an opaque byte array the coordinator relays but can neither
+  read nor forge). A request whose ``next`` is empty before the last step, names
+  a skipped, foreign or out-of-order member, or comes for a group the party has
+  no member list of, is refused (:class:`~fedviews.errors.PrivacyError` naming
+  the coordinator): a singly or partly blinded set never leaves a party unsealed;
+- a party blinds its set once per group and re-blinds only sets sealed by the
+  member before it, ``K - 1`` of them per group, each once. Every chain passes
+  the members in the same cyclic order and the coordinator runs the steps one
+  after another, so the ``s``-th set a party re-blinds is the set of the member
+  ``s`` places before it: the *origin* follows from the authenticated sealer and
+  the count, never from a field the sealer writes (one party cannot have
+  dictionaries re-blinded under invented origins);
+- only the fully blinded set of a chain's last step reaches the coordinator in
+  the clear.
+
 The coordinator then never sees a singly or partly blinded set and cannot have
 anything of its own re-blinded: the dictionary attack is closed. It still learns
-the sizes and intersection counts listed above. In one process (no sealing) a
-party re-blinds what the coordinator sends it, as before.
+the sizes and intersection counts listed above. Without sealing (in one process;
+a deployment with ``--insecure`` or ``federation.end_to_end = false``) a party
+re-blinds what the coordinator sends it: there the coordinator is trusted not to
+test guessed IDs. Flower has no end-to-end keys, so the deployment refuses the
+PSI there (``fedviews.deploy._flower_node.refuse_psi``).
 
 Not covered: a coordinator colluding with a party can still test guessed IDs of
-the other parties (the party seals a dictionary for its next hop, once per
-group); malicious parties (wrong keys, fake or inflated sets) are not prevented.
+the other parties (the member before a party in the chain order can seal a
+dictionary in place of a set it should hand on, which that party re-blinds like
+the real one: at most ``K - 1`` sets per group); malicious parties (wrong keys, fake or inflated sets) are not prevented.
 Only the arrays ``psi_set``, ``psi_sealed`` and ``psi_positions`` cross the
 barrier (see :data:`PSI_POLICY`); the metadata is the group name, the next party
 of a chain, the set size and the number of common rows.
@@ -97,14 +116,13 @@ of a chain, the set size and the number of common rows.
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import hashlib
 import os
 import tempfile
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -321,7 +339,7 @@ class _GroupState:
     key: bytes
     order: np.ndarray  # secret permutation: set position -> row of ``ids``
     ids: np.ndarray  # the ID list used for this group
-    reblinded: str = ""  # origins whose sealed chain this party re-blinded (comma-separated)
+    reblinded: list[str] = field(default_factory=list)  # origins of the sealed sets re-blinded
 
 
 def _group_of(msg: Message) -> str:
@@ -338,6 +356,9 @@ class PSIParty(Party):
     party blinds the IDs returned by :meth:`psi_ids` and, once that group's PSI
     finished, :attr:`psi_rows` ``[group]`` holds the positions of the common IDs
     in that ID list, ordered by ascending ID (the same order at every party).
+    ``chains`` maps each group to its members in chain order, as this party's own
+    configuration fixes them; a transport that seals needs it (see "Sealed chains"
+    in :mod:`fedviews.privacy._psi`).
     """
 
     def __init__(
@@ -360,35 +381,6 @@ class PSIParty(Party):
     def psi_ids(self, group: str) -> np.ndarray:
         """The IDs this party intersects in ``group`` (default: :attr:`ids` for every group)."""
         return self.ids
-
-    def psi_snapshot(self) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
-        """This party's PSI state as ``(meta, arrays)`` (finished groups' rows, the secrets of
-        running ones), for a process that must rebuild the party between two messages (Flower);
-        it stays on this party's node."""
-        meta: dict[str, Any] = {}
-        arrays = {f"rows/{g}": np.asarray(rows) for g, rows in self.psi_rows.items()}
-        for group, st in self._psi_state.items():
-            meta[f"psi/{group}"] = ",".join(f.name for f in dataclasses.fields(st))
-            for f in dataclasses.fields(st):
-                v = getattr(st, f.name)
-                if isinstance(v, (bytes, str)):
-                    meta[f"psi/{group}/{f.name}"] = v
-                else:
-                    arrays[f"psi/{group}/{f.name}"] = np.asarray(v)
-        return meta, arrays
-
-    def psi_restore(self, meta: Mapping[str, Any], arrays: Mapping[str, np.ndarray]) -> None:
-        """Continue from :meth:`psi_snapshot`."""
-        for name, v in arrays.items():
-            if name.startswith("rows/"):
-                self.psi_rows[name[len("rows/") :]] = v
-        for name, fields in meta.items():
-            if name.startswith("psi/") and name.count("/") == 1:
-                values: dict[str, Any] = {
-                    f: meta[f"{name}/{f}"] if f"{name}/{f}" in meta else arrays[f"{name}/{f}"]
-                    for f in str(fields).split(",")
-                }
-                self._psi_state[name[len("psi/") :]] = _GroupState(**values)
 
     def _state(self, msg: Message) -> _GroupState:
         group = _group_of(msg)
@@ -510,7 +502,7 @@ class PSIParty(Party):
                 "this one: refused"
             )
         with self._psi_lock:
-            done = [o for o in state.reblinded.split(",") if o]
+            done = state.reblinded
             if len(done) >= k - 1:
                 raise PrivacyError(
                     f"{self.name!r} already re-blinded the set of "
@@ -520,7 +512,7 @@ class PSIParty(Party):
                 )
             step = len(done) + 1
             nxt = self._next_hop(msg, group, step)
-            state.reblinded = ",".join([*done, members[(j - step) % k]])
+            done.append(members[(j - step) % k])
         points = reblind(state.key, inner.array("psi_set", (None, _WIDTH)), inner.sender)
         return self._hand_on(msg, group, nxt, points, {})
 
@@ -582,7 +574,9 @@ def run_psi(coordinator: Party, parties: Sequence[str], group: str = "default") 
     intersection size.
 
     Chain ``k`` (party ``k``'s set) visits party ``(k + s) mod K`` at step ``s``,
-    so all parties work in parallel without waiting for each other. Several
+    so all parties work in parallel without waiting for each other; step ``s + 1``
+    starts when every chain finished step ``s`` (a party of a sealed chain derives
+    the origin of the ``s``-th set it re-blinds from that order). Several
     groups may run concurrently (e.g. from different threads of the coordinator);
     afterwards each party holds the group's rows in ``psi_rows[group]``.
     """
