@@ -10,8 +10,10 @@ coordinator, and the origin of a sealed set from the authenticated sealer.
 
 from __future__ import annotations
 
+import contextlib
 import threading
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -28,6 +30,7 @@ from fedviews.federation import (  # noqa: E402
     GrpcOptions,
     GrpcPartyTransport,
     Message,
+    PrivacyPolicy,
     TLSFiles,
     init_ca,
     issue_certificate,
@@ -48,42 +51,47 @@ def _serve(t: GrpcPartyTransport, errors: list[BaseException]) -> None:
         errors.append(exc)
 
 
-@pytest.fixture(params=[("a", "b"), ("a", "b", "c")], ids=["two", "three"])
-def chain(request, tmp_path) -> Iterator[dict[str, Any]]:
-    """A hub whose registered coordinator is the attacker, and honest parties whose
-    member list of every group is ``request.param`` (in that chain order)."""
-    members = list(request.param)
-    init_ca(tmp_path)
-    for name in ("coordinator", *members):
-        issue_certificate(tmp_path, name)
-    hub = GrpcHub(
-        PSI_POLICY,
-        dict.fromkeys(members, "party"),
-        tls=TLSFiles.from_dir(tmp_path, "coordinator"),
-        options=FAST,
-    )
+@contextlib.contextmanager
+def _federation(
+    certs: Path, policy: PrivacyPolicy, parties: list[PSIParty]
+) -> Iterator[tuple[GrpcHub, Coordinator]]:
+    """A TLS hub with a bare coordinator (the attacker: it sends what it likes) and
+    ``parties``, each behind its own :class:`GrpcPartyTransport` (sealing on)."""
+    init_ca(certs)
+    for name in ("coordinator", *(p.name for p in parties)):
+        issue_certificate(certs, name)
+    roles = {p.name: p.role for p in parties}
+    hub = GrpcHub(policy, roles, tls=TLSFiles.from_dir(certs, "coordinator"), options=FAST)
     coord = Coordinator()
     hub.register(coord)
-    parties: dict[str, PSIParty] = {}
     errors: list[BaseException] = []
     try:
-        for name in members:
+        for party in parties:
             t = GrpcPartyTransport(
-                PSI_POLICY,
+                policy,
                 f"127.0.0.1:{hub.port}",
-                tls=TLSFiles.from_dir(tmp_path, name),
+                tls=TLSFiles.from_dir(certs, party.name),
                 options=FAST,
             )
-            chains = {g: members for g in ("g", "g2")}
-            parties[name] = PSIParty(name, IDS[name], chains=chains)
-            t.register(parties[name])
+            t.register(party)
             t.connect()
             threading.Thread(target=_serve, args=(t, errors), daemon=True).start()
         hub.wait_for_parties(5)
-        yield {"coord": coord, "parties": parties, "members": members, "hub": hub}
+        yield hub, coord
     finally:
         hub.close()
     assert errors == []
+
+
+@pytest.fixture(params=[("a", "b"), ("a", "b", "c")], ids=["two", "three"])
+def chain(request, tmp_path) -> Iterator[dict[str, Any]]:
+    """The attacker's hub and honest parties whose member list of every group is
+    ``request.param`` (in that chain order)."""
+    members = list(request.param)
+    chains = {g: members for g in ("g", "g2")}
+    parties = {name: PSIParty(name, IDS[name], chains=chains) for name in members}
+    with _federation(tmp_path, PSI_POLICY, list(parties.values())) as (hub, coord):
+        yield {"coord": coord, "parties": parties, "members": members, "hub": hub}
 
 
 def _recovered(blinded_ids: np.ndarray, blinded_dictionary: np.ndarray) -> int:
@@ -159,3 +167,29 @@ def test_a_party_cannot_have_dictionaries_reblinded_under_invented_origins(chain
     assert len(refused) == 6 * (len(members) - 1) - len(reblinded)
     for text in refused:
         assert "already re-blinded" in text or f"only sets sealed by {before!r}" in text, text
+
+
+def test_deployed_parties_take_the_chain_order_from_their_config(tmp_path) -> None:
+    """A deployed party (:class:`DeployParty`) checks a sealed chain against the parties
+    of its own deployment config: a coordinator that asks for a blinded set in another
+    order, or with an empty ``next``, is refused; the honest session's PSI runs."""
+    from fedviews.data import PartyData
+    from fedviews.deploy import load_deploy_config
+    from fedviews.deploy._session import DeployParty, session_policy
+
+    members = ["a", "b", "c"]
+    fed = {"parties": members, "label_owner": "a"}
+    cfg = load_deploy_config({"algorithm": "mmvfl", "federation": fed})
+    parties = []
+    for name in members:
+        n = len(IDS[name])
+        y = np.arange(n) % 2 if name == "a" else None
+        data = PartyData(IDS[name], np.ones((n, 2)), y)
+        parties.append(DeployParty(cfg, name, data, tmp_path / name, lambda _: None))
+    with _federation(tmp_path, session_policy(cfg), parties) as (_, coord):
+        for nxt in ("", "c"):
+            with pytest.raises(PrivacyError, match=rf"'a' refused 'coordinator''s.*{nxt!r} as"):
+                coord.send("a", "psi:blind", meta={"group": "train", "next": nxt})
+        assert run_psi(coord, members, "train") == 100
+        for party in parties:
+            np.testing.assert_array_equal(party.ids[party.psi_rows["train"]], np.arange(90, 190))
