@@ -259,7 +259,8 @@ def test_a_coordinator_cannot_use_a_party_as_a_psi_oracle(tmp_path) -> None:
                 tls=TLSFiles.from_dir(tmp_path, name),
                 options=FAST,
             )
-            parties[name] = PSIParty(name, ids[name])
+            chains = {g: ["a", "b"] for g in ("g1", "g2", "g3")}
+            parties[name] = PSIParty(name, ids[name], chains=chains)
             t.register(parties[name])
             t.connect()
             threading.Thread(target=_serve, args=(t, errors), daemon=True).start()
@@ -276,20 +277,19 @@ def test_a_coordinator_cannot_use_a_party_as_a_psi_oracle(tmp_path) -> None:
             coord.send("a", "psi:reblind", arrays={"psi_set": candidates}, meta={"group": "g2"})
 
         # a genuine sealed set of "b", re-blinded once; a second time is refused
+        meta_g2 = {"group": "g2"}
         sealed = coord.send("b", "psi:blind", meta={"group": "g2", "next": "a"})
         blob = sealed.arrays["psi_sealed"]
         once = coord.send("a", "psi:reblind", arrays={"psi_sealed": blob}, meta={"group": "g2"})
         assert once.arrays["psi_set"].shape == (300, 32)
         with pytest.raises(PrivacyError, match="replayed"):
             coord.send("a", "psi:reblind", arrays={"psi_sealed": blob}, meta={"group": "g2"})
-        again = coord.send("b", "psi:blind", meta={"group": "g2", "next": "a"})  # a fresh seal
+        with pytest.raises(PrivacyError, match="second psi:blind of group 'g2'"):
+            coord.send("b", "psi:blind", meta={"group": "g2", "next": "a"})
+        chain = Message("psi:chain", "b", "a", arrays={"psi_set": candidates}, meta=meta_g2)
+        again = np.frombuffer(parties["b"].transport.e2e.seal(chain), dtype=np.uint8)  # fresh
         with pytest.raises(PrivacyError, match="already re-blinded the set of 'b'"):
-            coord.send(
-                "a",
-                "psi:reblind",
-                arrays={"psi_sealed": again.arrays["psi_sealed"]},
-                meta={"group": "g2"},
-            )
+            coord.send("a", "psi:reblind", arrays={"psi_sealed": again}, meta={"group": "g2"})
 
         # a sealed set of malformed elements: refused, naming the party that sealed it
         coord.send("a", "psi:blind", meta={"group": "g3", "next": "b"})

@@ -28,7 +28,6 @@ import numpy as np
 import pytest
 
 pytest.importorskip("flwr")
-pytest.importorskip("rbcl")  # the PSI
 
 from flwr.app import Context, Message, RecordDict  # noqa: E402
 from flwr.serverapp import Grid  # noqa: E402
@@ -43,7 +42,7 @@ from fedviews.deploy import (  # noqa: E402
     split_dataset,
 )
 from fedviews.deploy._session import DeployCoordinator, DeployParty, session_policy  # noqa: E402
-from fedviews.errors import ConfigError, PartyUnavailable, ProtocolError  # noqa: E402
+from fedviews.errors import ConfigError, PartyUnavailable, PrivacyError, ProtocolError  # noqa: E402
 from fedviews.federation import InProcessTransport, PrivacyPolicy, get_algorithm_spec  # noqa: E402
 from fedviews.federation import Message as FVMessage  # noqa: E402
 
@@ -63,12 +62,10 @@ def _task_identity(monkeypatch):
 
 @pytest.fixture(scope="module")
 def deployment(tmp_path_factory):
-    """Three party files of Handwritten (90 % overlap: the PSI aligns them) and a config."""
+    """Three pre-aligned party files of Handwritten (Flower refuses the PSI) and a config."""
     root = tmp_path_factory.mktemp("flower")
     data = root / "data"
-    split_dataset(
-        "handwritten", data, views=PARTIES, label_owner=OWNER, n_per_class=10, overlap=0.9, seed=0
-    )
+    split_dataset("handwritten", data, views=PARTIES, label_owner=OWNER, n_per_class=10, seed=0)
     path = root / "deploy.toml"
     path.write_text(
         f"""
@@ -78,6 +75,7 @@ seed = 3
 [federation]
 parties = {json.dumps(list(PARTIES))}
 label_owner = "{OWNER}"
+alignment = "none"
 connect_timeout = 60.0  # Ray starts the simulation nodes slowly on a loaded machine
 [params]
 standardize = true
@@ -121,14 +119,14 @@ def _check_against(reference, run: Path, res: dict) -> None:
             np.testing.assert_allclose(z["W"], W[p], rtol=1e-10, atol=1e-12)
     log = json.loads((run / "coordinator" / "message_log.json").read_text())
     for p in PARTIES:  # only the policy's arrays crossed, in both directions
-        assert log["crossings"][f"{p} -> coordinator"] == ["Z_k", "psi_set"]
-        assert log["crossings"][f"coordinator -> {p}"] == ["Z", "psi_positions", "psi_set"]
+        assert log["crossings"][f"{p} -> coordinator"] == ["Z_k"]
+        assert log["crossings"][f"coordinator -> {p}"] == ["Z"]
     assert not [k for k in log["crossings"] if "coordinator" not in k]  # no party-to-party
     for p in PARTIES:  # every node's own log (kept across its fresh processes) agrees
         mine = json.loads((run / p / "message_log.json").read_text())
         assert mine["crossings"] == {
-            f"{p} -> coordinator": ["Z_k", "psi_set"],
-            f"coordinator -> {p}": ["Z", "psi_positions", "psi_set"],
+            f"{p} -> coordinator": ["Z_k"],
+            f"coordinator -> {p}": ["Z"],
         }
         # both legs of every exchange, but the reply to deploy:finish (written before it left)
         assert mine["messages"] == log["messages"] // len(PARTIES) - 1
@@ -218,7 +216,7 @@ def test_loopback_grid_equals_in_process(deployment, reference, tmp_path):
     res = json.loads((run / "coordinator" / "results.json").read_text())
     _check_against(reference, run, res)
     assert res["nodes"] == {"zer": "1000", "fou": "1001", "pix": "1002"}
-    assert grid.delivered >= 3 * 9  # hello, PSI, setup, build, 3 rounds, finish
+    assert grid.delivered >= 3 * 7  # hello, setup, build, 3 rounds, finish
 
 
 def test_loopback_grid_reuses_live_party(deployment, reference, tmp_path, monkeypatch):
@@ -402,7 +400,7 @@ def test_flower_cli_writes_the_app_and_refuses_unknown_engines(tmp_path):
     from fedviews.cli import app
 
     runner = CliRunner()
-    config = Path(__file__).resolve().parents[2] / "configs" / "deploy_mmvfl_handwritten.toml"
+    config = Path(__file__).resolve().parents[2] / "configs" / "deploy_mmvfl_flower.toml"
     res = runner.invoke(app, ["flower", "app", str(tmp_path / "fa"), "--config", str(config)])
     assert res.exit_code == 0, res.output
     text = (tmp_path / "fa" / "pyproject.toml").read_text()
@@ -445,3 +443,48 @@ def test_direct_links_are_refused_on_flower(deployment, tmp_path):
         lines = [line for line in res.output.splitlines() if line.strip()]
         assert len(lines) == 1 and re.match("error: ConfigError: " + why, lines[0])
     assert not (tmp_path / "r").exists() and not (tmp_path / "fa").exists()
+
+
+def test_a_flower_node_is_never_a_psi_oracle(deployment, tmp_path):
+    """Flower's nodes have no end-to-end keys, so a PSI chain cannot be sealed there and a
+    node would re-blind whatever the ServerApp sends (a review had one node re-blind a
+    2,000-ID dictionary three times and recovered a party's IDs). The PSI is refused:
+    the ServerApp, ``flower launch`` and ``flower app`` refuse ``alignment = "psi"``
+    before anything starts, a node refuses to serve such a config, and a node of a
+    pre-aligned run (``alignment = "none"``) refuses the attack's ``psi:*`` requests."""
+    from typer.testing import CliRunner
+
+    from fedviews.cli import app
+    from fedviews.privacy import hash_ids
+
+    path, data = deployment
+    psi = tmp_path / "psi.toml"
+    psi.write_text(path.read_text().replace('alignment = "none"', 'alignment = "psi"'))
+    why = r'federation.alignment = "psi" cannot run on Flower.*set federation.alignment = "none"'
+    with pytest.raises(ConfigError, match=why):
+        _flower.check_flower_config(load_deploy_config(psi))
+    with pytest.raises(ConfigError, match=why):  # the ServerApp, before it waits for nodes
+        _flower.run_flower_coordinator(load_deploy_config(psi), None, tmp_path / "c")  # type: ignore[arg-type]
+    with pytest.raises(ConfigError, match=why):
+        launch_flower(psi, tmp_path / "run", engine="simulation", data_dir=data)
+    res = CliRunner().invoke(app, ["flower", "app", str(tmp_path / "fa"), "--config", str(psi)])
+    assert res.exit_code == 2 and "cannot run on Flower" in res.output, res.output
+    assert not [p for p in ("c", "run", "fa") if (tmp_path / p).exists()]
+
+    def context(config: Path, node_id: int) -> Context:
+        nc = {"party": "pix", "data": str(data / "pix.npz"), "out": str(tmp_path / "pix")}
+        return Context(RUN_ID, node_id, {**nc, "config": str(config)}, RecordDict(), {})
+
+    with pytest.raises(ConfigError, match=why):  # whatever the ServerApp sends
+        _flower_node.node_for(context(psi, 2001))
+    node = _flower_node.node_for(context(path, 2002))
+    group = {"group": "train"}
+    blind = FVMessage("psi:blind", "coordinator", "pix", meta={**group, "next": "fou"})
+    with pytest.raises(PrivacyError, match="'pix' runs no PSI: .*alignment = 'none'"):
+        node.handle(blind.encode())
+    dictionary = {"psi_set": hash_ids(np.arange(2000))}
+    for _ in range(3):
+        reblind = FVMessage("psi:reblind", "coordinator", "pix", arrays=dictionary, meta=group)
+        with pytest.raises(ProtocolError, match="'psi:reblind' of group 'train' before psi:blind"):
+            node.handle(reblind.encode())
+    _flower_node.forget(context(path, 2002))

@@ -1,8 +1,11 @@
 """Flower (``flwr`` 1.41) as a transport of the deployed session: the ServerApp and the ClientApp.
 
-The session of :mod:`fedviews.deploy._session` (PSI, ``deploy:setup``,
-``deploy:build``, the algorithm's rounds, ``deploy:finish``) runs unchanged; only
-the transport differs from ``fedviews coordinator`` / ``fedviews party``:
+The session of :mod:`fedviews.deploy._session` (``deploy:setup``, ``deploy:build``,
+the algorithm's rounds, ``deploy:finish``) runs unchanged; only the transport differs
+from ``fedviews coordinator`` / ``fedviews party``. The PSI does not run on Flower: the
+nodes have no end-to-end keys, so its chains cannot be sealed and a node would re-blind
+whatever the ServerApp sends; the parties' files come pre-aligned (``alignment =
+"none"``; :func:`~fedviews.deploy._flower_node.refuse_psi`).
 
 * the **ServerApp** (:data:`server_app`) builds the :class:`DeployCoordinator` and
   gives it a :class:`FlowerGridTransport`, which sends every fedviews
@@ -71,6 +74,7 @@ from fedviews.deploy._flower_node import (  # noqa: E402
     node_for,
     node_settings,
     printer,
+    refuse_psi,
     run_config_path,
     run_dir,
 )
@@ -173,8 +177,10 @@ def run_flower_coordinator(
 def check_flower_config(cfg: DeployConfig) -> None:
     """Refuse, before anything starts, what a Flower deployment cannot do: per-batch split
     learning, and direct links (``[federation.listen]``): Flower routes every message
-    through its SuperLink, a ClientApp only answers the ServerApp."""
+    through its SuperLink, a ClientApp only answers the ServerApp; and the PSI, whose
+    chains cannot be sealed there (:func:`refuse_psi`)."""
     _check_coarse_rounds(cfg, get_algorithm_spec(cfg.algorithm))
+    refuse_psi(cfg)
     if cfg.federation.listen:
         raise ConfigError(
             "federation.listen declares direct-link endpoints for "

@@ -3,10 +3,9 @@
 Flower's deployment engine starts a fresh ``flwr-clientapp`` process for **every**
 message, so no Python object survives. A node therefore keeps what it needs in its
 ``Context.state`` (which Flower hands from message to message, and which stays on
-the node) and rebuilds its party from its data file when needed: the PSI secrets and
-rows (random, so stored); the algorithm party's state after its last round message
-(the deploy app's ``state_dict``: what a round checkpoint holds, which ``--resume``
-already relies on); every other request it answered (``deploy:setup``,
+the node) and rebuilds its party from its data file when needed: the algorithm
+party's state after its last round message (the deploy app's ``state_dict``: what a
+round checkpoint holds, which ``--resume`` already relies on); every other request it answered (``deploy:setup``,
 ``deploy:build``, an algorithm's set-up or test-phase messages), replayed in order
 around that state; and its message log. Where the process survives (the simulation
 engine's Ray actors) a module-level cache keyed by ``(run_id, node_id)`` with a
@@ -16,6 +15,8 @@ messages of a round that its ``state_dict`` does not hold would need it there.
 Secure aggregation cannot be rebuilt this way: a party's fresh key would no longer pair
 with the keys its peers hold, so the masks would not cancel. A node refuses it (and
 ``launch_flower`` refuses it with the deployment engine) instead of sending a wrong sum.
+Nor does the PSI run on a node: without end-to-end keys its chains cannot be sealed
+(:func:`refuse_psi`), so the parties' files come pre-aligned (``alignment = "none"``).
 """
 
 from __future__ import annotations
@@ -38,7 +39,7 @@ from flwr.app import Array, ArrayRecord, ConfigRecord, Context, RecordDict  # no
 
 from fedviews.deploy._config import DeployConfig, load_deploy_config  # noqa: E402
 from fedviews.deploy._data import SUFFIXES, load_party_data  # noqa: E402
-from fedviews.deploy._flower_transport import FlowerNodeTransport  # noqa: E402
+from fedviews.deploy._flower_transport import _GRPC_HINT, FlowerNodeTransport  # noqa: E402
 from fedviews.deploy._session import DeployParty, _print_to, session_policy  # noqa: E402
 from fedviews.federation import SECAGG_KINDS, LogEntry, Message, get_algorithm_spec  # noqa: E402
 
@@ -49,7 +50,24 @@ SECAGG_NEEDS_A_LIVE_PARTY = (
     "new ClientApp process for every message: use the simulation engine or fedviews launch"
 )
 
-_STATE, _STATE_PSI, _STATE_ALGO = "fedviews", "fedviews.psi", "fedviews.algo"
+#: why the PSI does not run on Flower
+PSI_NEEDS_SEALED_CHAINS = (
+    'federation.alignment = "psi" cannot run on Flower: its nodes have no end-to-end keys, '
+    "so the PSI chains cannot be sealed and the ServerApp could have a node re-blind a "
+    "dictionary of guessed IDs (and so learn which of them the party holds). Pre-align the "
+    "parties' files (every party the same sample IDs) and set federation.alignment = "
+    '"none", or deploy with ' + _GRPC_HINT + " and TLS, which seals the chains"
+)
+
+_STATE, _STATE_ALGO = "fedviews", "fedviews.algo"
+
+
+def refuse_psi(cfg: DeployConfig) -> None:
+    """A :class:`ConfigError` for a config that aligns by PSI (:data:`PSI_NEEDS_SEALED_CHAINS`):
+    checked by the ServerApp and by every node on its own config, so that a node never
+    serves as an oracle whatever the ServerApp sends."""
+    if cfg.federation.alignment == "psi":
+        raise ConfigError(PSI_NEEDS_SEALED_CHAINS)
 
 
 def printer(line: str) -> None:
@@ -90,6 +108,7 @@ def node_settings(context: Context) -> NodeSettings:
             "in this node's --node-config"
         )
     cfg = load_deploy_config(cfg_path)
+    refuse_psi(cfg)
     parties = list(cfg.federation.parties)
     party = _text(nc, "party")
     if not party and "partition-id" in nc:  # simulation engine: node k is party k
@@ -153,9 +172,7 @@ class _Node:
         msg = Message.decode(data)
         with self.app.compute_limits():
             wire = self.transport.answer(data, self.settings.cfg.federation.coordinator)
-        if msg.kind.startswith("psi:"):
-            pass  # kept by psi_snapshot
-        elif msg.round > 0 and msg.kind == self.app.round_message(self.party.role):
+        if msg.round > 0 and msg.kind == self.app.round_message(self.party.role):
             self.snapshot_at, self.new_snapshot = len(self.replay), True
         else:
             self.replay.append(data)
@@ -178,22 +195,17 @@ class _Node:
         }
         for i, wire in enumerate(self.replay):
             meta[f"replay/{i}"] = wire
-        psi_meta, psi_arrays = p.psi_snapshot()
-        meta.update(psi_meta)
         state[_STATE] = ConfigRecord(meta)
-        state[_STATE_PSI] = _arrays(psi_arrays)
         if self.new_snapshot:  # only at a round message: later requests are replayed on it
             state[_STATE_ALGO] = _arrays(p.algo.state_dict())
             self.new_snapshot = False
 
     def restore(self, state: RecordDict) -> None:
-        """Continue from :meth:`save`: PSI state, replayed requests around the round state, log."""
+        """Continue from :meth:`save`: replayed requests around the round state, log."""
         meta = state.config_records[_STATE]
         p = self.party
         if str(meta["party"]) != p.name:
             raise ConfigError(f"this node served party {meta['party']!r} and now claims {p.name!r}")
-        psi = state.array_records.get(_STATE_PSI, ArrayRecord())
-        p.psi_restore(dict(meta), {k: a.numpy() for k, a in psi.items()})
         wires = []
         for i in range(_int(meta["replay"])):
             wire = meta[f"replay/{i}"]

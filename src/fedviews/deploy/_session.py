@@ -33,7 +33,7 @@ import numpy as np
 from fedviews.data import PartyData
 from fedviews.deploy._checkpoint import Checkpoints, fingerprint
 from fedviews.deploy._config import DeployConfig
-from fedviews.errors import ConfigError, DataError, PartyUnavailable, ProtocolError
+from fedviews.errors import ConfigError, DataError, PartyUnavailable, PrivacyError, ProtocolError
 from fedviews.federation import (
     Algorithm,
     Coordinator,
@@ -135,9 +135,12 @@ class DeployParty(PSIParty):
         resume: Path | None = None,
     ) -> None:
         self.app = get_algorithm_spec(cfg.algorithm)
-        super().__init__(name, data.ids, role=self.app.role(cfg, name))
+        groups = {g.name: g for g in self.app.groups(cfg) if name in g.parties}
+        # the PSI chains follow this party's own config, whatever the coordinator says
+        chains = {g: group.parties for g, group in groups.items()}
+        super().__init__(name, data.ids, role=self.app.role(cfg, name), chains=chains)
         self.app.check_data(cfg, name, data)
-        self.groups = {g.name: g for g in self.app.groups(cfg) if name in g.parties}
+        self.groups = groups
         self.cfg, self.data, self.out_dir, self.echo = cfg, data, out_dir, echo
         self.resume = resume
         self.local: Local | None = None
@@ -173,6 +176,11 @@ class DeployParty(PSIParty):
         return entropy
 
     def psi_ids(self, group: str) -> np.ndarray:
+        if self.cfg.federation.alignment != "psi":
+            raise PrivacyError(
+                f"{self.name!r} runs no PSI: its config says federation.alignment = "
+                f"{self.cfg.federation.alignment!r} (a coordinator asking for one is refused)"
+            )
         if group not in self.groups:
             raise ProtocolError(f"{self.name!r} is not in the alignment group {group!r}")
         return self.data.split(self.groups[group].split)[0]

@@ -75,20 +75,39 @@ A coordinator that could have a party re-blind *any* set could test guessed IDs:
 send the party ``{H(c)}`` for a dictionary of candidates ``c`` and compare the
 answer with that party's blinded set. Where the transport seals party-to-party
 messages end to end (:mod:`fedviews.federation._e2e`; a TLS deployment), the
-chains are therefore sealed: with ``psi:blind`` the coordinator names the next
-party of the chain, and each party hands its (re-)blinded set to the coordinator
-sealed for that next party (``psi_sealed``: an opaque byte array the coordinator
-relays but can neither read nor forge). A party re-blinds only a sealed set from
-another party of the federation, at most once per origin party and group, and
-hands the fully blinded set of the last step to the coordinator in the clear.
+chains are therefore sealed, and every party checks them against the order its
+*own* configuration fixes (:attr:`PSIParty.chains`: the group's members; a
+deployed party takes them from its config), never against the coordinator's word:
+
+- each party hands its blinded set, and every set it re-blinds before a chain's
+  last step, to the coordinator sealed for the next member of that order
+  (``psi_sealed``: an opaque byte array the coordinator relays but can neither
+  read nor forge). A request whose ``next`` is empty before the last step, names
+  a skipped, foreign or out-of-order member, or comes for a group the party has
+  no member list of, is refused (:class:`~fedviews.errors.PrivacyError` naming
+  the coordinator): a singly or partly blinded set never leaves a party unsealed;
+- a party blinds its set once per group and re-blinds only sets sealed by the
+  member before it, ``K - 1`` of them per group, each once. Every chain passes
+  the members in the same cyclic order and the coordinator runs the steps one
+  after another, so the ``s``-th set a party re-blinds is the set of the member
+  ``s`` places before it: the *origin* follows from the authenticated sealer and
+  the count, never from a field the sealer writes (one party cannot have
+  dictionaries re-blinded under invented origins);
+- only the fully blinded set of a chain's last step reaches the coordinator in
+  the clear.
+
 The coordinator then never sees a singly or partly blinded set and cannot have
 anything of its own re-blinded: the dictionary attack is closed. It still learns
-the sizes and intersection counts listed above. In one process (no sealing) a
-party re-blinds what the coordinator sends it, as before.
+the sizes and intersection counts listed above. Without sealing (in one process;
+a deployment with ``--insecure`` or ``federation.end_to_end = false``) a party
+re-blinds what the coordinator sends it: there the coordinator is trusted not to
+test guessed IDs. Flower has no end-to-end keys, so the deployment refuses the
+PSI there (``fedviews.deploy._flower_node.refuse_psi``).
 
 Not covered: a coordinator colluding with a party can still test guessed IDs of
-the other parties (the party seals a dictionary for its next hop, once per
-group); malicious parties (wrong keys, fake or inflated sets) are not prevented.
+the other parties (the member before a party in the chain order can seal a
+dictionary in place of a set it should hand on, which that party re-blinds like
+the real one: at most ``K - 1`` sets per group); malicious parties (wrong keys, fake or inflated sets) are not prevented.
 Only the arrays ``psi_set``, ``psi_sealed`` and ``psi_positions`` cross the
 barrier (see :data:`PSI_POLICY`); the metadata is the group name, the next party
 of a chain, the set size and the number of common rows.
@@ -97,14 +116,13 @@ of a chain, the set size and the number of common rows.
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import hashlib
 import os
 import tempfile
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -321,7 +339,7 @@ class _GroupState:
     key: bytes
     order: np.ndarray  # secret permutation: set position -> row of ``ids``
     ids: np.ndarray  # the ID list used for this group
-    reblinded: str = ""  # origins whose sealed chain this party re-blinded (comma-separated)
+    reblinded: list[str] = field(default_factory=list)  # origins of the sealed sets re-blinded
 
 
 def _group_of(msg: Message) -> str:
@@ -338,47 +356,31 @@ class PSIParty(Party):
     party blinds the IDs returned by :meth:`psi_ids` and, once that group's PSI
     finished, :attr:`psi_rows` ``[group]`` holds the positions of the common IDs
     in that ID list, ordered by ascending ID (the same order at every party).
+    ``chains`` maps each group to its members in chain order, as this party's own
+    configuration fixes them; a transport that seals needs it (see "Sealed chains"
+    in :mod:`fedviews.privacy._psi`).
     """
 
-    def __init__(self, name: str, ids: Any, role: str = "party") -> None:
+    def __init__(
+        self,
+        name: str,
+        ids: Any,
+        role: str = "party",
+        chains: Mapping[str, Sequence[str]] | None = None,
+    ) -> None:
         super().__init__(name, role)
         self.ids = np.asarray(ids)
+        #: the members of each alignment group in chain order, as this party's own
+        #: configuration fixes them (a sealed chain follows it, see :meth:`_chain`)
+        self.chains = {g: list(m) for g, m in (chains or {}).items()}
         self.psi_rows: dict[str, np.ndarray] = {}
         self._psi_state: dict[str, _GroupState] = {}
+        self._psi_blinded: set[str] = set()  # groups this party blinded its set for (sealed)
         self._psi_lock = threading.Lock()
 
     def psi_ids(self, group: str) -> np.ndarray:
         """The IDs this party intersects in ``group`` (default: :attr:`ids` for every group)."""
         return self.ids
-
-    def psi_snapshot(self) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
-        """This party's PSI state as ``(meta, arrays)`` (finished groups' rows, the secrets of
-        running ones), for a process that must rebuild the party between two messages (Flower);
-        it stays on this party's node."""
-        meta: dict[str, Any] = {}
-        arrays = {f"rows/{g}": np.asarray(rows) for g, rows in self.psi_rows.items()}
-        for group, st in self._psi_state.items():
-            meta[f"psi/{group}"] = ",".join(f.name for f in dataclasses.fields(st))
-            for f in dataclasses.fields(st):
-                v = getattr(st, f.name)
-                if isinstance(v, (bytes, str)):
-                    meta[f"psi/{group}/{f.name}"] = v
-                else:
-                    arrays[f"psi/{group}/{f.name}"] = np.asarray(v)
-        return meta, arrays
-
-    def psi_restore(self, meta: Mapping[str, Any], arrays: Mapping[str, np.ndarray]) -> None:
-        """Continue from :meth:`psi_snapshot`."""
-        for name, v in arrays.items():
-            if name.startswith("rows/"):
-                self.psi_rows[name[len("rows/") :]] = v
-        for name, fields in meta.items():
-            if name.startswith("psi/") and name.count("/") == 1:
-                values: dict[str, Any] = {
-                    f: meta[f"{name}/{f}"] if f"{name}/{f}" in meta else arrays[f"{name}/{f}"]
-                    for f in str(fields).split(",")
-                }
-                self._psi_state[name[len("psi/") :]] = _GroupState(**values)
 
     def _state(self, msg: Message) -> _GroupState:
         group = _group_of(msg)
@@ -396,40 +398,73 @@ class PSIParty(Party):
             raise DataError(f"{self.name!r}: PSI IDs of group {group!r} must be one-dimensional")
         if len(np.unique(ids)) != len(ids):
             raise DataError(f"{self.name!r}: the PSI IDs of group {group!r} have duplicates")
+        sealed = self._sealing() is not None
+        nxt = self._next_hop(msg, group, 0) if sealed else ""
         state = _GroupState(
             key=new_key(),
             order=_secret_permutation(len(ids)),  # unrelated to the ID order
             ids=ids,
         )
         with self._psi_lock:
+            if sealed and group in self._psi_blinded:
+                raise PrivacyError(
+                    f"{self.name!r} refused {msg.sender!r}'s second psi:blind of group "
+                    f"{group!r}: a party blinds its set once per group (a fresh key would "
+                    "reopen the chain for another set to re-blind)"
+                )
+            if sealed:
+                self._psi_blinded.add(group)
             self._psi_state[group] = state
             self.psi_rows.pop(group, None)
         points = blind_ids(state.key, ids[state.order])
-        return self._hand_on(msg, group, self.name, points, {"n": len(ids)})
+        return self._hand_on(msg, group, nxt, points, {"n": len(ids)})
 
     def _sealing(self) -> Any:
         """The transport's end-to-end keys, if it seals party-to-party messages."""
         return getattr(self.transport, "e2e", None)
 
+    def _members(self, msg: Message, group: str) -> list[str]:
+        """The members of ``group`` in chain order, as this party's own configuration
+        (:attr:`chains`) fixes them: a sealed chain never follows the coordinator's word."""
+        members = self.chains.get(group)
+        if not members or self.name not in members:
+            raise PrivacyError(
+                f"{self.name!r} has no member list of the PSI group {group!r} that includes it: "
+                f"{msg.sender!r}'s {msg.kind!r} is refused (a sealed chain follows the order "
+                "this party's own configuration fixes, never the coordinator's)"
+            )
+        return members
+
+    def _next_hop(self, msg: Message, group: str, step: int) -> str:
+        """The party that gets this party's output of ``step`` of a sealed chain of
+        ``group`` (0: its blinded set; ``s``: the ``s``-th set it re-blinds), in the
+        order of :meth:`_members`; ``""`` after a chain's last step, whose fully blinded
+        set goes to the coordinator. A request whose ``next`` says otherwise (empty
+        before the last step, a skipped or foreign member) is refused, naming its sender."""
+        members = self._members(msg, group)
+        k, j = len(members), members.index(self.name)
+        expected = members[(j + 1) % k] if step < k - 1 else ""
+        said = msg.meta.get("next", "")
+        if said != expected:
+            raise PrivacyError(
+                f"{self.name!r} refused {msg.sender!r}'s {msg.kind!r} of group {group!r}: it "
+                f"names {said!r} as the chain's next party where the order of the members "
+                f"{members} gives {expected!r} (a singly or partly blinded set never leaves "
+                "a party unsealed, and no member is skipped)"
+            )
+        return expected
+
     def _hand_on(
-        self, msg: Message, group: str, origin: str, points: np.ndarray, meta: dict[str, Any]
+        self, msg: Message, group: str, nxt: str, points: np.ndarray, meta: dict[str, Any]
     ) -> Message:
-        """Reply with ``points``: sealed for the chain's next party if there is one (and this
-        transport seals), else in the clear."""
-        nxt = msg.meta.get("next", "")
-        keys = self._sealing()
-        if keys is None or not nxt:
+        """Reply with ``points``: sealed for the chain's next party ``nxt`` if there is one,
+        else (a chain's last step, or a transport that does not seal) in the clear."""
+        if not nxt:
             return self.reply(msg, arrays={"psi_set": points}, meta={"group": group, **meta})
-        if not isinstance(nxt, str) or nxt == self.name:
-            raise ProtocolError(f"{self.name!r}: bad next party {nxt!r} for a PSI chain")
         inner = Message(
-            "psi:chain",
-            self.name,
-            nxt,
-            arrays={"psi_set": points},
-            meta={"group": group, "origin": origin},
+            "psi:chain", self.name, nxt, arrays={"psi_set": points}, meta={"group": group}
         )
-        blob = np.frombuffer(keys.seal(inner), dtype=np.uint8)
+        blob = np.frombuffer(self._sealing().seal(inner), dtype=np.uint8)
         return self.reply(msg, arrays={"psi_sealed": blob}, meta={"group": group, **meta})
 
     @handles("psi:reblind")
@@ -448,20 +483,38 @@ class PSIParty(Party):
                 f"{self.name!r} re-blinds only sets sealed by another party (the coordinator "
                 "sent one of its own: refused, it could test guessed IDs with it)"
             )
+        members = self._members(msg, group)
         inner = keys.open(np.ascontiguousarray(blob, dtype=np.uint8).tobytes())
-        origin = str(inner.meta.get("origin", ""))
-        if inner.kind != "psi:chain" or inner.meta.get("group") != group or not origin:
-            raise PrivacyError(f"{self.name!r}: a sealed PSI set of another chain or group")
+        if inner.kind != "psi:chain" or inner.meta.get("group") != group:
+            raise PrivacyError(
+                f"{self.name!r}: {inner.sender!r} sealed a set of another chain or group"
+            )
+        # Every chain passes the members in the same cyclic order and the coordinator runs
+        # its steps one after another, so the s-th set this party re-blinds comes from the
+        # member before it and is the set of the member s places before it: the origin
+        # follows from the authenticated sealer and the count, never from a field it wrote.
+        k, j = len(members), members.index(self.name)
+        sealer = members[(j - 1) % k]
+        if inner.sender != sealer:
+            raise PrivacyError(
+                f"{self.name!r} re-blinds in group {group!r} only sets sealed by {sealer!r}, "
+                f"the member before it in the chain order {members}; {inner.sender!r} sealed "
+                "this one: refused"
+            )
         with self._psi_lock:
-            done = set(filter(None, state.reblinded.split(",")))
-            if origin == self.name or origin in done:
+            done = state.reblinded
+            if len(done) >= k - 1:
                 raise PrivacyError(
-                    f"{self.name!r} already re-blinded the set of {origin!r} in group {group!r}: "
-                    "each set is re-blinded once"
+                    f"{self.name!r} already re-blinded the set of "
+                    f"{' and '.join(map(repr, done)) or 'no one'} in group {group!r}, every "
+                    f"other member's: {msg.sender!r}'s psi:reblind is refused (each set is "
+                    "re-blinded once)"
                 )
-            state.reblinded = ",".join(sorted(done | {origin}))
+            step = len(done) + 1
+            nxt = self._next_hop(msg, group, step)
+            done.append(members[(j - step) % k])
         points = reblind(state.key, inner.array("psi_set", (None, _WIDTH)), inner.sender)
-        return self._hand_on(msg, group, origin, points, {})
+        return self._hand_on(msg, group, nxt, points, {})
 
     @handles("psi:result")
     def on_psi_result(self, msg: Message) -> Message:
@@ -521,7 +574,9 @@ def run_psi(coordinator: Party, parties: Sequence[str], group: str = "default") 
     intersection size.
 
     Chain ``k`` (party ``k``'s set) visits party ``(k + s) mod K`` at step ``s``,
-    so all parties work in parallel without waiting for each other. Several
+    so all parties work in parallel without waiting for each other; step ``s + 1``
+    starts when every chain finished step ``s`` (a party of a sealed chain derives
+    the origin of the ``s``-th set it re-blinds from that order). Several
     groups may run concurrently (e.g. from different threads of the coordinator);
     afterwards each party holds the group's rows in ``psi_rows[group]``.
     """
