@@ -41,9 +41,7 @@ def _curve_alone(cfg: ExperimentConfig, scenario: str, optimizer: str, local: st
     kw = {k: getattr(p, k) for k in MultiVFL().get_params() if hasattr(p, k)}
     kw |= {"scenario": scenario, "optimizer": optimizer, "local_optimizer": local}
     kw |= {"device": cfg.device, "random_state": cfg.seed}
-    est = MultiVFL(**kw).fit(
-        Xtr, ytr, ids=ids, eval_set=(Xte[keep], yte[keep])
-    )
+    est = MultiVFL(**kw).fit(Xtr, ytr, ids=ids, eval_set=(Xte[keep], yte[keep]))
     return [float(a) for a in est.history_["accuracy"]]
 
 

@@ -96,8 +96,8 @@ def test_bad_configs_are_clear_errors():
 def test_it_learns_real_digits_and_reports_the_joint_models_accuracy():
     """Its defaults (5 epochs, lr 0.01) on 500 MNIST digits cut into two strips: the reported
     test accuracy is that of the two trained bottoms' summed logits, and far above chance."""
-    from fedviews.deploy import load_deploy_config
     from fedviews.deep._splitnn_spec import SPLITNN_SPEC
+    from fedviews.deploy import load_deploy_config
     from fedviews.errors import DataError as Missing
 
     cfg = load_deploy_config(

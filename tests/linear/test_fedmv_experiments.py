@@ -34,9 +34,7 @@ def _main_accuracy(cfg: ExperimentConfig, seed: int) -> float:
             n_rounds=p.n_rounds, local_iter=p.local_iter, inner_max_iter=p.inner_max_iter, **kw
         ).fit(fedmv._clients(s, p, seed))
     else:
-        model = VFedMV(max_iter=p.max_iter, inner_max_iter=p.inner_max_iter, **kw).fit(
-            s.Xtr, s.ytr
-        )
+        model = VFedMV(max_iter=p.max_iter, inner_max_iter=p.inner_max_iter, **kw).fit(s.Xtr, s.ytr)
     return 100.0 * float(np.mean(model.predict(s.Xte) == s.yte))
 
 
