@@ -5,22 +5,12 @@ squares as beta -> 0; W = 0 once beta >= max_i ||2 x_i^T Y||)."""
 
 import numpy as np
 import pytest
+from _views import planted_views
 
 from fedviews.data import one_hot
 from fedviews.linear import SupFL, SupMVLFL
 
 BETAS = (0.8, 3.0, 12.0)  # one per party: a few rows of the third view are zero
-
-
-def _data(seed=0, n=60, dims=(4, 6, 8), c=3):
-    rng = np.random.default_rng(seed)
-    y = np.arange(n) % c
-    Xs = []
-    for d in dims:
-        X = rng.normal(size=(n, d))
-        X[:, :2] += 1.5 * np.eye(c)[y][:, :2]  # two informative features per view
-        Xs.append(X)
-    return Xs, y
 
 
 def _objective(X, Y, W, beta_rows):
@@ -60,7 +50,7 @@ def _assert_kkt(X, Y, W, beta_rows, atol):
 
 
 def test_supfl_is_each_partys_own_l21_regression():
-    Xs, y = _data()
+    Xs, y = planted_views(n=60, dims=(4, 6, 8), seed=0)
     Y, _ = one_hot(y)
     est = SupFL(beta=list(BETAS), max_iter=2000, tol=1e-14).fit(Xs, y)
     for X, W, beta in zip(Xs, est.W_, BETAS, strict=True):
@@ -72,7 +62,7 @@ def test_supfl_is_each_partys_own_l21_regression():
 
 
 def test_supmvlfl_is_the_joint_problem_with_blockwise_beta():
-    Xs, y = _data(1)
+    Xs, y = planted_views(n=60, dims=(4, 6, 8), seed=1)
     Y, _ = one_hot(y)
     est = SupMVLFL(beta=list(BETAS), max_iter=2000, tol=1e-14).fit(Xs, y)
     X = np.hstack(Xs)
@@ -90,7 +80,7 @@ def test_supmvlfl_is_the_joint_problem_with_blockwise_beta():
 
 
 def test_closed_forms_at_both_ends_of_beta():
-    Xs, y = _data(2)
+    Xs, y = planted_views(n=60, dims=(4, 6, 8), seed=2)
     Y, _ = one_hot(y)
     # beta -> 0: ordinary least squares, per party (supFL) and on all views (supMVLFL)
     tiny = SupFL(beta=1e-9, max_iter=200, tol=1e-14).fit(Xs, y)
