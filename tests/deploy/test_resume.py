@@ -148,12 +148,24 @@ def _party_pid(launcher: int, party: str) -> int:
     raise AssertionError(f"no process of party {party!r}")
 
 
+def _ignore_sigint() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
 def _start_until(
-    tmp_path: Path, text: str, mark: str, act: Callable[[int], object], *args: str, cmd="launch"
+    tmp_path: Path,
+    text: str,
+    mark: str,
+    act: Callable[[int], object],
+    *args: str,
+    cmd="launch",
+    sigint_ignored=False,
 ) -> tuple[subprocess.Popen, Path, str, float]:
     """``fedviews CMD`` of deployment config ``text``; when it prints the line ``mark``,
     ``act(pid)`` (its pid). Returns the finished process, its run folder, its output and
-    the seconds it took to exit after ``act``."""
+    the seconds it took to exit after ``act``. ``sigint_ignored``: started as a background
+    job of a non-interactive shell (``make test &`` in a script) is, with SIGINT ignored
+    (which its child processes inherit)."""
     config = tmp_path / "deploy.toml"
     config.write_text(text)
     run = tmp_path / "run"
@@ -163,6 +175,7 @@ def _start_until(
         stderr=subprocess.STDOUT,
         text=True,
         env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        preexec_fn=_ignore_sigint if sigint_ignored else None,
     )
     lines = []
     try:
@@ -288,12 +301,15 @@ def test_a_party_killed_behind_the_relay_is_named_and_the_run_resumes(tmp_path):
 
 
 @pytest.mark.skipif(not Path("/proc/self/task").is_dir(), reason="needs Linux /proc")
-def test_a_terminated_launch_keeps_its_results_and_leaves_no_process(tmp_path):
+@pytest.mark.parametrize("sigint_ignored", [False, True], ids=["foreground", "background-job"])
+def test_a_terminated_launch_keeps_its_results_and_leaves_no_process(tmp_path, sigint_ignored):
     """`kill LAUNCHER` (SIGTERM, or Ctrl-C to it alone): the launcher died at once and left
     its processes running, or SIGTERMed the coordinator, which then wrote no results.json.
     Now it stops the coordinator as Ctrl-C does: results.json records the interrupt and
     the last checkpoint, the parties exit non-zero saying that the run was stopped (they
-    exited 0) and no process is left."""
+    exited 0) and no process is left. A launch that inherited SIGINT ignored (a background
+    job of a script: how a CI run once lost results.json) is stopped the same way: the
+    launcher's SIGINT went unheard, and 10 s later its SIGTERM killed the coordinator."""
     pytest.importorskip("grpc")
     children: list[int] = []
 
@@ -303,8 +319,9 @@ def test_a_terminated_launch_keeps_its_results_and_leaves_no_process(tmp_path):
 
     # params.max_iter: still running when the signal lands, however late
     proc, run, out, _ = _start_until(
-        tmp_path, CONFIG, "[zer] round 5", terminate, "params.max_iter=100000"
-    )
+        tmp_path, CONFIG, "[zer] round 5", terminate, "params.max_iter=100000",
+        sigint_ignored=sigint_ignored,
+    )  # fmt: skip
     assert proc.returncode == 130, out
     assert len(children) == 1 + len(PARTIES)
     for pid in children:  # reaped by the launcher: no /proc entry, not even a zombie

@@ -3,6 +3,7 @@
 import json
 from pathlib import Path
 
+import numpy as np
 import pytest
 from _cli import fedviews
 
@@ -38,17 +39,19 @@ def test_a_sweep_puts_each_defense_beside_the_undefended_run(tmp_path):
     dp = cells["DP"]["privacy"]["parties"]
     assert set(dp) == {"bank", "clinic"} and dp["bank"]["noise_multiplier"] == 2.0
     assert dp["bank"]["releases"] == 1 and cells["DP"]["epsilon"] == dp["bank"]["epsilon"]
-    for c in cells.values():  # the same attack on every setting, for both seeds
+    for label, c in cells.items():  # the same attack on every setting, for both seeds
         assert [run["seed"] for run in c["runs"]] == [0, 1]
         for run in c["runs"]:
             assert [row["observation"] for row in run["rows"]] == [
                 "activation_grad from bank", "activation_grad from clinic",
             ]  # fmt: skip
-            assert 0 <= run["accuracy"] <= 1
-        # the summary is the mean over the seeds of the strongest attack
+        # the summary is the mean over the seeds of the strongest attack, and of the accuracy
         best = [max(row["value"] for row in run["rows"]) for run in c["runs"]]
         assert c["summary"]["label_attack"] == pytest.approx(sum(best) / 2)
         assert c["summary"]["n_seeds"] == 2
+        accuracy = [100 * run["accuracy"] for run in c["runs"]]
+        row = next(r for r in metrics["tables"][0]["rows"] if r[0] == label)
+        assert row[4] == f"{np.mean(accuracy):.2f} ± {np.std(accuracy, ddof=1):.2f}"
     # the seeds are different runs (data, models and noise follow the seed)
     runs = cells["none"]["runs"]
     assert runs[0]["rows"] != runs[1]["rows"] or runs[0]["accuracy"] != runs[1]["accuracy"]

@@ -2,22 +2,12 @@
 
 import numpy as np
 import pytest
+from _views import planted_views as _data
 
 from fedviews.data import one_hot
 from fedviews.errors import ConfigError, DataError, PrivacyError
 from fedviews.linear import MMVFL, SupFL, SupMVLFL, mmvfl_centralized
 from fedviews.linear._reference import naive_mmvfl
-
-
-def _data(seed=0, n=90, dims=(6, 9, 14), c=3):
-    rng = np.random.default_rng(seed)
-    y = np.arange(n) % c
-    Xs = []
-    for d in dims:
-        X = rng.normal(size=(n, d))
-        X[:, :2] += 1.5 * np.eye(c)[y][:, :2]  # two informative features per view
-        Xs.append(X)
-    return Xs, y
 
 
 def test_mmvfl_matches_naive_reference():

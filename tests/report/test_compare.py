@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import numpy as np
 import pytest
 from _runs import ROOT, experiment_run, fedviews
 from rich.console import Console
@@ -32,7 +33,11 @@ def test_compare_two_runs_table_config_differences_and_curves(
     assert dict(cmp.config) == {"seed": [0, 1], "params.zeta": [1000.0, 100.0]}
     metrics = dict(cmp.metrics)
     a, b = metrics["1 (pix) · MMVFL"]  # the headline table's cells, one per run
-    assert 50 < a <= 100 and 50 < b <= 100
+    for run, cell in ((mmvfl_run, a), (other_run, b)):  # each run's own number, as it stored it
+        stored = json.loads((run / "metrics.json").read_text())
+        assert cell == stored["tables"][0]["rows"][0][1]
+        assert cell == pytest.approx(np.mean(stored["accuracy"]["mmvfl"]["pix"]["mean"]))
+    assert a != b  # another seed and zeta: another run, not the first one twice
     assert metrics["messages"] == [300, 300]
     assert set(cmp.curves()["mmvfl_objective_first_fit"]) == {mmvfl_run.name, other_run.name}
     page = tmp_path / "cmp.html"

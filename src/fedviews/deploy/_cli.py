@@ -111,6 +111,7 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Run the coordinator of a deployment: listen, wait for the parties, drive the run."""
         from fedviews.deploy._config import load_deploy_config
+        from fedviews.deploy._launch import terminate_as_interrupt
         from fedviews.deploy._session import run_coordinator
 
         setup_logging()
@@ -118,14 +119,18 @@ def register(app: typer.Typer) -> None:
         tls = tls_for(certs, insecure, cfg.federation.coordinator)
         if listen is None:  # plain text stays on this machine unless asked otherwise
             listen = "127.0.0.1:50051" if insecure else "0.0.0.0:50051"
-        res = run_coordinator(
-            cfg,
-            listen,
-            out or resume or Path(cfg.output_dir) / cfg.name / "coordinator",
-            tls=tls,
-            port_file=port_file,
-            resume=resume,
-        )
+        stop = terminate_as_interrupt()  # `kill` (or its launcher) stops it with its results
+        try:
+            res = run_coordinator(
+                cfg,
+                listen,
+                out or resume or Path(cfg.output_dir) / cfg.name / "coordinator",
+                tls=tls,
+                port_file=port_file,
+                resume=resume,
+            )
+        finally:
+            stop()
         if "objective" in res and res["objective"]:
             print(
                 f"[{cfg.federation.coordinator}] final objective {res['objective'][-1]:.10g}",

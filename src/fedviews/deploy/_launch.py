@@ -156,7 +156,7 @@ def launch(
         procs[name] = proc
         threading.Thread(target=_pump, args=(proc, echo, lines), daemon=True).start()
 
-    stop = _terminate_as_interrupt()
+    stop = terminate_as_interrupt()
     try:
         start(fed.coordinator, "coordinator", listen="127.0.0.1:0", port_file=str(port_file))
         deadline = time.monotonic() + 60
@@ -201,8 +201,10 @@ def launch(
         coordinator = procs.get(fed.coordinator)
         if coordinator is not None and coordinator.poll() is None:
             # interrupted: stop the coordinator as Ctrl-C does, so that it writes its
-            # results.json and tells the parties to stop (a SIGTERM ends it without)
-            coordinator.send_signal(signal.SIGINT)
+            # results.json and tells the parties to stop. With SIGTERM, which its command
+            # turns into that interrupt: a SIGINT may be ignored (a background job of a
+            # non-interactive shell inherits SIGINT ignored, and Python then leaves it so)
+            coordinator.terminate()
             with contextlib.suppress(subprocess.TimeoutExpired):
                 coordinator.wait(10)
         for proc in procs.values():  # never leave a process behind
@@ -216,9 +218,10 @@ def launch(
         stop()
 
 
-def _terminate_as_interrupt() -> Callable[[], None]:
+def terminate_as_interrupt() -> Callable[[], None]:
     """Until the returned function is called, SIGTERM raises KeyboardInterrupt (as Ctrl-C):
-    a launcher ended by ``kill`` stops its processes too instead of orphaning them."""
+    a launcher ended by ``kill`` stops its processes too instead of orphaning them, and a
+    coordinator ended by ``kill`` (or by its launcher) writes its ``results.json``."""
     if threading.current_thread() is not threading.main_thread():
         return lambda: None
 
