@@ -208,7 +208,7 @@ def test_checkpoint_of_other_params_seed_or_data_or_a_corrupt_one_is_refused(
     for change, match in [
         ({"random_state": 1}, r"seed \(0 there, 1 here\)"),
         ({"optimizer": "fedavg"}, r'params.optimizer \("fedadam" there, "fedavg" here\)'),
-        ({"lr": 0.5}, r"params.lr \(0.001 there, 0.5 here\)"),
+        ({"lr": 0.5}, r"params.lr \(0.1 there, 0.5 here\)"),
     ]:
         other.write_bytes(saved)
         with pytest.raises(ConfigError, match=match):
@@ -378,6 +378,7 @@ def test_estimator_params_are_the_spec_params() -> None:
         "defense",
         "random_state",
         "log_entries",
+        "verbose",
         "transport",
     }
     names = {f.name for f in fields(MultiVFLParams)}
