@@ -684,7 +684,7 @@ class ConsensusFit:
         self.history_ = self.objective_
         self.n_iter_ = len(self.objective_)
         self.converged_ = server.converged
-        if not server.converged:
+        if not server.converged and params.tol > 0:  # tol = 0 asks for max_iter rounds
             obj = self.objective_
             change = abs(obj[-1] - obj[-2]) / max(abs(obj[-2]), 1e-300) if len(obj) > 1 else np.nan
             warnings.warn(
