@@ -13,6 +13,9 @@ so a caller (or the CLI) can catch one type and print a one-line message::
     └── NotFittedError     an estimator was used before ``fit`` (also scikit-learn's
                            ``NotFittedError``, hence a ValueError and an AttributeError)
 
+and one warning: :class:`ConvergenceWarning`, an iterative fit (MMVFL, V-FedMV) that
+stopped at its iteration limit before its stopping rule held.
+
 :class:`NotFittedError` is built on first use, so importing this module does not
 import scikit-learn (about a second); :func:`check_fitted` raises it.
 """
@@ -28,6 +31,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "ConfigError",
+    "ConvergenceWarning",
     "DataError",
     "FedViewsError",
     "MissingDependency",
@@ -82,6 +86,11 @@ class MissingDependency(FedViewsError, ImportError):
             f"{package!r} is required for this feature; install it with: "
             f"pip install 'fedviews[{extra}]'"
         )
+
+
+class ConvergenceWarning(UserWarning):
+    """A fit stopped at its iteration limit (``max_iter``) before its stopping rule (``tol``)
+    held: its result is that of an unconverged run (``converged_`` is False)."""
 
 
 if TYPE_CHECKING:

@@ -208,7 +208,7 @@ def test_checkpoint_of_other_params_seed_or_data_or_a_corrupt_one_is_refused(
     for change, match in [
         ({"random_state": 1}, r"seed \(0 there, 1 here\)"),
         ({"optimizer": "fedavg"}, r'params.optimizer \("fedadam" there, "fedavg" here\)'),
-        ({"lr": 0.5}, r"params.lr \(0.001 there, 0.5 here\)"),
+        ({"lr": 0.5}, r"params.lr \(0.1 there, 0.5 here\)"),
     ]:
         other.write_bytes(saved)
         with pytest.raises(ConfigError, match=match):
@@ -379,6 +379,7 @@ def test_estimator_params_are_the_spec_params() -> None:
         "defense",
         "random_state",
         "log_entries",
+        "verbose",
         "transport",
     }
     names = {f.name for f in fields(MultiVFLParams)}
@@ -643,3 +644,54 @@ def test_a_data_owner_names_a_label_owner_that_asks_for_rows_it_has_not(fmnist):
     assert u.handle(Message("forward", "a", "u", 1, meta=ask)).arrays["activations"].shape[0] == 16
     with pytest.raises(ProtocolError, match="'a' asked for rows 0:5 of the 'test' split"):
         u.handle(Message("infer", "a", "u", 1, meta={"split": "test", "start": 0, "stop": 5}))
+
+
+def test_models_start_from_algorithm_1s_xavier_initializer() -> None:
+    """Algorithm 1 initialises with "Gaussian/Xavier"; the models used PyTorch's defaults."""
+    bottoms, top = build_models([7, 7, 7, 7], 28, 10, random_state=0)
+    layers = [m for net in (*bottoms, top) for m in net.modules() if hasattr(m, "weight")]
+    assert len(layers) == 4 + 3
+    for layer in layers:
+        w = layer.weight.detach().numpy()
+        fan_in = w.shape[1] * int(np.prod(w.shape[2:]))
+        fan_out = w.shape[0] * int(np.prod(w.shape[2:]))
+        std = np.sqrt(2.0 / (fan_in + fan_out))
+        assert abs(w.std() / std - 1) < (0.35 if w.size < 1000 else 0.05), layer
+        assert not layer.bias.detach().numpy().any()
+    torch_bottoms, _ = build_models([7, 7, 7, 7], 28, 10, random_state=0, init="torch")
+    assert torch_bottoms[0][0].bias.detach().numpy().any()
+    with pytest.raises(ConfigError, match="init must be one of"):
+        MultiVFL(init="he").fit(np.zeros((20, 28, 28)), np.arange(20) % 2)
+
+
+def test_default_samples_per_owner_fits_the_data() -> None:
+    """2,000 random MNIST labels: n // K = 400 per owner overdrew class 0 ("label owner 4 needs
+    36 samples of class 0 but only 34 are left"); the default now takes what fits."""
+    from fedviews import data
+    from fedviews.deep.multivfl import partition_label_owners
+
+    y = data.load("mnist").y[np.random.default_rng(0).permutation(10_000)[:2000]]
+    sizes = {}
+    for scenario in ("iid", "2niid", "4niid"):
+        parts = partition_label_owners(y, scenario, 5, None, np.random.default_rng(0))
+        (size,) = {len(p) for p in parts}
+        assert len(np.unique(np.concatenate(parts))) == 5 * size  # disjoint
+        with pytest.raises(DataError, match="lower samples_per_owner"):  # the largest that fits
+            partition_label_owners(y, scenario, 5, size + 1, np.random.default_rng(0))
+        sizes[scenario] = size
+    assert 0.8 * 400 < sizes["iid"] < 400 and max(sizes["2niid"], sizes["4niid"]) < sizes["iid"]
+    with pytest.raises(DataError, match="needs 36 samples of class 0 but only 34"):
+        partition_label_owners(y, "iid", 5, 400, np.random.default_rng(0))
+
+
+def test_fit_prints_a_line_per_round_unless_quiet(fmnist, capsys) -> None:
+    images, y, _ = fmnist
+    kw = {"n_data_owners": 2, "n_label_owners": 2, "rounds": 2, "channels": 2, "hidden": 8}
+    kw.update(top_channels=2, batch_size=50, device="cpu")
+    MultiVFL(**kw).fit(images[:200], y[:200], eval_set=(images[200:300], y[200:300]))
+    err = capsys.readouterr().err
+    assert "Multi-VFL: 2 data owners, 2 label owners" in err
+    assert "round 1/2: train loss" in err and "round 2/2: train loss" in err
+    assert "test accuracy" in err
+    MultiVFL(**kw, verbose=False).fit(images[:200], y[:200])
+    assert capsys.readouterr().err == ""

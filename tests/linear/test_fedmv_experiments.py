@@ -69,3 +69,22 @@ def test_fedmv_config_runs(tmp_path: Path, name: str, extra: list[str]) -> None:
 def test_fedmv_config_rejects_bad_method() -> None:
     with pytest.raises(ConfigError, match="unknown method"):
         load_config(CONFIGS / "fedmv_vertical_handwritten.toml", ['params.methods=["hfedmv"]'])
+
+
+def test_unconverged_fits_are_recorded_and_said(tmp_path: Path) -> None:
+    """An experiment whose V-FedMV fits stop at max_iter records converged: false and says so."""
+    from rich.console import Console
+
+    console = Console(record=True, width=200)
+    cfg = load_config(CONFIGS / "fedmv_vertical_handwritten_binary.toml", FAST)
+    out, _ = run_experiment(cfg, out_dir=tmp_path / "a", console=console)
+    conv = json.loads((out / "metrics.json").read_text())["converged"]
+    # the (zeta, eta) grid's one fit, then V-FedMV and the pairwise fits of every repeat
+    assert conv["converged"] is False and conv["unconverged_fits"] >= 3
+    assert "converged: false" in console.export_text()
+    cfg = load_config(
+        CONFIGS / "fedmv_vertical_handwritten_binary.toml", [*FAST, "params.max_iter=2000"]
+    )
+    out, _ = run_experiment(cfg, out_dir=tmp_path / "b", quiet=True)
+    conv = json.loads((out / "metrics.json").read_text())["converged"]
+    assert conv == {"unconverged_fits": 0, "converged": True}

@@ -141,3 +141,22 @@ def test_bad_input_errors():
     m = MMVFL(max_iter=2).fit(Xs, y)
     with pytest.raises(DataError, match="features"):
         m.predict(Xs[0], party=1)
+
+
+@pytest.mark.parametrize("name", ["MMVFL", "VFedMV"])
+def test_a_fit_stopped_at_max_iter_warns_and_says_unconverged(name):
+    """MMVFL and V-FedMV stopped at max_iter with the objective still falling, silently."""
+    import warnings
+
+    from fedviews import linear
+    from fedviews.errors import ConvergenceWarning
+
+    Xs, y = _data()
+    cls = getattr(linear, name)
+    with pytest.warns(ConvergenceWarning, match=r"unconverged after max_iter=2 rounds"):
+        m = cls(max_iter=2, tol=1e-12).fit(Xs, y)
+    assert m.converged_ is False and m.n_iter_ == 2
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", ConvergenceWarning)  # a converged fit is quiet
+        m = cls(max_iter=500, tol=1e-3).fit(Xs, y)
+    assert m.converged_ is True and m.n_iter_ < 500

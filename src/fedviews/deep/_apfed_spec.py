@@ -127,8 +127,11 @@ class APFedParams:
     batch, which fedviews used before 2026-11; its gradient on ``h_A`` is about
     20× smaller at initialisation, so ``λ`` means something else). ``lam``: ``λ_p`` of
     Eq. 8, one value for every passive party or one each (in strip order),
-    ``>= 0``. ``epochs``, ``batch_size``, ``lr``, ``momentum``, ``weight_decay``:
-    SGD settings of every party (paper: lr 1e-3, momentum 0.9, weight decay 1e-4).
+    ``>= 0``; default 0.1 (the paper's Table 2 configs set 1.0: with the per-sample L2
+    loss, λ = 1 holds APFed-R near chance for the first ~100 SGD steps). ``epochs``, ``batch_size``, ``lr``, ``momentum``, ``weight_decay``:
+    SGD settings of every party (paper: lr 1e-3, momentum 0.9, weight decay 1e-4; the
+    default lr is 0.01: at 1e-3 a few epochs stay near chance, and at 0.03 APFed-R's
+    reconstruction gradient kills the active encoder's ReLUs, see docs/algorithms/apfed.md).
     ``pad``: zero rows at the bottom when the image height is not a multiple of
     ``m`` (the estimators cut images with it; ``fedviews launch`` cuts the demo
     data with it: the parties' files must hold strips of equal size). ``arch``:
@@ -143,11 +146,11 @@ class APFedParams:
 
     variant: str = "R"
     recon_loss: str = "l2"
-    lam: float | tuple[float, ...] = 1.0
+    lam: float | tuple[float, ...] = 0.1
     tau: float = 0.5
     epochs: int = 10
     batch_size: int = 64
-    lr: float = 1e-3
+    lr: float = 0.01
     momentum: float = 0.9
     weight_decay: float = 1e-4
     pad: bool = False

@@ -34,7 +34,7 @@ import numpy as np
 
 from fedviews._estimator import is_int, is_real
 from fedviews.data import PartyData, demo_image_split, split_strips
-from fedviews.deep._common import check_device, check_positive_ints
+from fedviews.deep._common import INITS, check_device, check_positive_ints
 from fedviews.deep._serveropt import ServerOptimizer, make_server_optimizer
 from fedviews.errors import ConfigError, DataError
 from fedviews.federation import (
@@ -136,20 +136,26 @@ class MultiVFLParams:
     :class:`~fedviews.deep.multivfl.MultiVFL` and by deployments (the ``[params]`` table).
 
     ``local_optimizer``: the label owners' and data owners' local step.
-    ``"sgd"`` (default) is Algorithm 1 line 7, ``W ← W − η_k ∇ℓ`` per batch;
+    ``"sgd"`` (default) is Algorithm 1 line 7, ``W ← W − η_k ∇ℓ`` per batch, with
+    ``lr`` = ``η_k``: 0.1 by default, which learns in a few rounds; the paper's 1e-3
+    (set by the ``configs/multivfl_*.toml``) stays near chance for tens of rounds;
     ``"adam"`` is an explicit option (not in the paper): a fresh
     ``torch.optim.Adam`` every round, starting from the global model, so its
     moments never outlive a round.
 
     ``evaluate``: the first label owner evaluates the global model on the test
     split after every round (only the accuracy reaches the coordinator).
+
+    ``init``: the initial weights of the bottom and top models, ``"xavier"`` (Algorithm 1's
+    "Gaussian/Xavier initializer": Glorot-normal weights, zero biases) or ``"torch"``
+    (PyTorch's default layers; :func:`~fedviews.deep._nets.init_weights`).
     """
 
     optimizer: str = "fedavg"
     rounds: int = 10
     local_epochs: int = 1
     batch_size: int = 64
-    lr: float = 1e-3
+    lr: float = 0.1
     local_optimizer: str = "sgd"
     server_lr: float = 1e-3
     beta1: float = 0.9
@@ -158,6 +164,7 @@ class MultiVFLParams:
     channels: int = 32
     top_channels: int = 64
     hidden: int = 128
+    init: str = "xavier"
     device: str = "auto"
     evaluate: bool = True
     wire_activations: str = "none"
@@ -180,6 +187,8 @@ class MultiVFLParams:
             raise ConfigError(
                 f"local_optimizer must be one of {LOCAL_OPTIMIZERS}, got {self.local_optimizer!r}"
             )
+        if self.init not in INITS:
+            raise ConfigError(f"init must be one of {list(INITS)}, got {self.init!r}")
         check_device(self.device)
         self.server_optimizer()
 
@@ -237,6 +246,34 @@ def _quota(total: int, counts: np.ndarray) -> np.ndarray:
     return quota
 
 
+def _demand(
+    per_owner: int, counts: np.ndarray, owner_classes: Sequence[Sequence[int]]
+) -> np.ndarray:
+    """Samples of each class that the owners' quotas take at ``per_owner`` samples each."""
+    need = np.zeros(len(counts), dtype=np.int64)
+    for classes in owner_classes:
+        need[list(classes)] += _quota(per_owner, counts[list(classes)])
+    return need
+
+
+def fitting_samples_per_owner(counts: np.ndarray, owner_classes: Sequence[Sequence[int]]) -> int:
+    """The default ``samples_per_owner``: the largest count up to ``sum(counts) // K`` whose
+    class quotas (:func:`_quota`) every class has samples for, found by bisection.
+
+    ``len(y) // K`` itself can overdraw a class (each owner's quota of it is rounded up), and
+    two-class owners draw a larger share of their classes. Returns 0 when not even one
+    sample per owner fits (a class an owner needs is absent); the caller reports it.
+    """
+    lo, hi = 0, int(counts.sum()) // len(owner_classes) + 1  # lo fits (or is 0), hi does not
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if (_demand(mid, counts, owner_classes) <= counts).all():
+            lo = mid
+        else:
+            hi = mid
+    return lo
+
+
 def partition_label_owners(
     y: np.ndarray,
     scenario: str,
@@ -246,10 +283,12 @@ def partition_label_owners(
 ) -> list[np.ndarray]:
     """Disjoint sample indices for each label owner, class-balanced within each owner.
 
-    Each owner gets ``samples_per_owner`` samples (default ``len(y) // K``) of
-    its classes (:func:`label_owner_classes`), split over them in proportion to
-    the class frequencies of ``y`` (a stratified draw: balanced classes stay
-    balanced), drawn without replacement; the two-class owners draw first.
+    Each owner gets ``samples_per_owner`` samples of its classes
+    (:func:`label_owner_classes`), split over them in proportion to the class
+    frequencies of ``y`` (a stratified draw: balanced classes stay balanced), drawn
+    without replacement; the two-class owners draw first. ``None`` (default): the
+    largest count up to ``len(y) // K`` that the scenario's class quotas leave room for
+    (:func:`fitting_samples_per_owner`), so any data with every class present fits.
 
     Raises
     ------
@@ -263,15 +302,20 @@ def partition_label_owners(
         raise ConfigError(
             f"samples_per_owner must be a positive integer or None, got {samples_per_owner!r}"
         )
-    per_owner = len(y) // n_label_owners if samples_per_owner is None else int(samples_per_owner)
+    owner_classes = label_owner_classes(scenario, n_label_owners, n_classes)
+    counts = np.bincount(y, minlength=n_classes)
+    per_owner = (
+        # 0 fits: ask for 1, so that the draw below names the class that is missing
+        fitting_samples_per_owner(counts, owner_classes) or min(1, len(y) // n_label_owners)
+        if samples_per_owner is None
+        else int(samples_per_owner)
+    )
     if per_owner < 1:
         raise ConfigError(
             f"each label owner would get {per_owner} samples (samples_per_owner={samples_per_owner}, "
             f"{len(y)} samples, {n_label_owners} label owners); every label owner needs samples"
         )
-    owner_classes = label_owner_classes(scenario, n_label_owners, n_classes)
     pools = [list(rng.permutation(np.flatnonzero(y == c))) for c in range(n_classes)]
-    counts = np.bincount(y, minlength=n_classes)
     parts: list[np.ndarray] = [np.empty(0, dtype=np.int64)] * n_label_owners
     for k in sorted(range(n_label_owners), key=lambda j: len(owner_classes[j])):
         classes = owner_classes[k]
@@ -490,6 +534,7 @@ class MultiVFLAlgorithm(Algorithm):
             top_channels=p.top_channels,
             hidden=p.hidden,
             random_state=int(run.seed or 0),
+            init=p.init,
         )
 
     def build_party(
@@ -534,7 +579,7 @@ class MultiVFLAlgorithm(Algorithm):
             party,
             scaled_strip(local.data.features),
             {lo: local.rows[lo] for lo in los},
-            build_bottom(dos.index(party), p.channels, int(run.seed or 0)),
+            build_bottom(dos.index(party), p.channels, int(run.seed or 0), p.init),
             local_optimizer=p.local_optimizer,
             lr=p.lr,
             device=dev,

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from fedviews.deep._common import INITS
 from fedviews.errors import ConfigError, MissingDependency
 
 try:
@@ -70,6 +71,24 @@ def conv_top(
         nn.ReLU(),
         nn.Linear(hidden, n_classes),
     )
+
+
+def init_weights(module: nn.Module, init: str) -> nn.Module:
+    """Re-draw the weights of every convolution and linear layer of ``module`` in place.
+
+    ``"xavier"``: weights from ``N(0, 2 / (fan_in + fan_out))`` (``nn.init.xavier_normal_``),
+    biases 0; ``"torch"``: leave PyTorch's default initialisation. Draws from the global
+    torch RNG (call it under :func:`~fedviews.deep._common.torch_seed`).
+    """
+    if init not in INITS:
+        raise ConfigError(f"init must be one of {list(INITS)}, got {init!r}")
+    if init == "xavier":
+        for layer in module.modules():
+            if isinstance(layer, nn.Conv2d | nn.Linear):
+                nn.init.xavier_normal_(layer.weight)
+                if layer.bias is not None:
+                    nn.init.zeros_(layer.bias)
+    return module
 
 
 def combine_activations(activations: Sequence[torch.Tensor]) -> torch.Tensor:

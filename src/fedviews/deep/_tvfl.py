@@ -197,7 +197,7 @@ class TVFL(StripEstimator):
         i: int = 1,
         epochs: int = 10,
         batch_size: int = 64,
-        lr: float = 1e-3,
+        lr: float = 0.01,
         momentum: float = 0.9,
         weight_decay: float = 1e-4,
         pad: bool = False,

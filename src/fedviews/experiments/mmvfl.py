@@ -28,7 +28,7 @@ from typing import Any
 import numpy as np
 
 from fedviews.errors import ConfigError
-from fedviews.experiments._common import split_views
+from fedviews.experiments._common import split_views, unconverged_fits
 from fedviews.experiments._config import ExperimentConfig, check_choice
 from fedviews.experiments._metrics import CLASSIFIERS, make_classifier
 from fedviews.experiments._paper import paper_tables
@@ -231,7 +231,11 @@ def run_mmvfl_feature_selection(cfg: ExperimentConfig, ctx: RunContext) -> Exper
     )
     keep: dict[str, Any] = {}
     n_units = len(folds) * len(p.betas) * (1 + len(p.zeta_sweep))
-    with ctx.progress(n_units, "folds x beta (x zeta)") as advance, small_blas():
+    with (
+        ctx.progress(n_units, "folds x beta (x zeta)") as advance,
+        small_blas(),
+        unconverged_fits(ctx, "MMVFL", p.max_iter) as converged,
+    ):
         acc = _sweep(ds, folds, algs, p, p.zeta, p.eta, cfg.seed, advance, keep)
         ctx.checkpoint({"accuracy_raw": acc, "algorithms": algs})
         sweep_acc = []
@@ -260,6 +264,7 @@ def run_mmvfl_feature_selection(cfg: ExperimentConfig, ctx: RunContext) -> Exper
             alg: np.nanargmax(acc[a], axis=0).tolist() for a, alg in enumerate(algs)
         },
         "mmvfl_objective_first_fit": keep.get("objective", []),
+        "mmvfl_converged": converged,
     }
     by_view = mean.mean(axis=2)  # [alg, view]: averaged over p
     tables = [

@@ -150,6 +150,7 @@ def _run(cfg: ExperimentConfig, ctx: RunContext) -> ExperimentResult:
                 if ckpt.is_file():
                     ctx.log(f"{label}: continuing from {ckpt}")
                 est = MultiVFL(
+                    verbose=False,
                     **{**algo, "local_optimizer": local},
                     optimizer=opt,
                     n_data_owners=p.n_data_owners,
