@@ -20,7 +20,7 @@ import pytest
 pytest.importorskip("grpc")
 pytest.importorskip("cryptography")
 
-from fedviews.errors import PrivacyError, ProtocolError  # noqa: E402
+from fedviews.errors import PrivacyError, ProtocolError, RemoteError  # noqa: E402
 from fedviews.federation import (  # noqa: E402
     Coordinator,
     GrpcHub,
@@ -272,7 +272,10 @@ def test_a_coordinator_cannot_use_a_party_as_a_psi_oracle(tmp_path) -> None:
         # the dictionary attack: have "a" re-blind the coordinator's own candidates
         coord.send("a", "psi:blind", meta={"group": "g2", "next": "b"})
         candidates = hash_ids(np.arange(1000))
-        with pytest.raises(PrivacyError, match="re-blinds only sets sealed by another party"):
+        with pytest.raises(
+            RemoteError,
+            match="'a' reported PrivacyError: .*" + "re-blinds only sets sealed by another party",
+        ):
             coord.send("a", "psi:reblind", arrays={"psi_set": candidates}, meta={"group": "g2"})
 
         # a genuine sealed set of "b", re-blinded once; a second time is refused
@@ -280,10 +283,12 @@ def test_a_coordinator_cannot_use_a_party_as_a_psi_oracle(tmp_path) -> None:
         blob = sealed.arrays["psi_sealed"]
         once = coord.send("a", "psi:reblind", arrays={"psi_sealed": blob}, meta={"group": "g2"})
         assert once.arrays["psi_set"].shape == (300, 32)
-        with pytest.raises(PrivacyError, match="replayed"):
+        with pytest.raises(RemoteError, match="'a' reported PrivacyError: .*" + "replayed"):
             coord.send("a", "psi:reblind", arrays={"psi_sealed": blob}, meta={"group": "g2"})
         again = coord.send("b", "psi:blind", meta={"group": "g2", "next": "a"})  # a fresh seal
-        with pytest.raises(PrivacyError, match="already re-blinded the set of 'b'"):
+        with pytest.raises(
+            RemoteError, match="'a' reported PrivacyError: .*" + "already re-blinded the set of 'b'"
+        ):
             coord.send(
                 "a",
                 "psi:reblind",
