@@ -43,7 +43,7 @@ from fedviews.deploy import (  # noqa: E402
     split_dataset,
 )
 from fedviews.deploy._session import DeployCoordinator, DeployParty, session_policy  # noqa: E402
-from fedviews.errors import ConfigError, PartyUnavailable, ProtocolError  # noqa: E402
+from fedviews.errors import ConfigError, PartyUnavailable, ProtocolError, RemoteError  # noqa: E402
 from fedviews.federation import InProcessTransport, PrivacyPolicy, get_algorithm_spec  # noqa: E402
 from fedviews.federation import Message as FVMessage  # noqa: E402
 
@@ -294,11 +294,15 @@ def test_an_interrupted_flower_run_is_not_recorded_as_ok(deployment, tmp_path, m
     [
         (
             [{"party": "pix"}, {"party": "bob"}],
-            ConfigError,
-            "node 100.: party 'bob'.* is not one of",
+            RemoteError,
+            "'Flower node 100.' reported ConfigError: party 'bob'.* is not one of",
         ),
         ([{"party": "pix"}, {"party": "pix"}], ConfigError, "both declare party 'pix'"),
-        ([{"data": "x.npz"}], ConfigError, "node 1000: .*does not say which party"),
+        (
+            [{"data": "x.npz"}],
+            RemoteError,
+            "'Flower node 1000' reported ConfigError: .*does not say which party",
+        ),
         ([{"party": "pix"}, {"party": "fou"}], PartyUnavailable, "'zer' is unavailable"),
     ],
 )
