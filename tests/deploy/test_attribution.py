@@ -21,11 +21,12 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import pytest
 
 pytest.importorskip("grpc")
 pytest.importorskip("cryptography")
+
+from _protocol import forged  # noqa: E402
 
 from fedviews.deploy import _session, load_deploy_config, load_party_data, split_dataset  # noqa: E402
 from fedviews.errors import PrivacyError, ProtocolError  # noqa: E402
@@ -152,20 +153,6 @@ def _run(fed: Path, out: Path, *extra: str) -> tuple[int, str, dict[str, Any], d
     return coord.returncode, text, results, ended
 
 
-class Forged(Message):
-    """A message whose encoding lies about its arrays' specs (``specs``: field -> value)."""
-
-    specs: dict[str, Any] = {}
-
-    def layout(self) -> tuple[dict[str, Any], list[np.ndarray]]:
-        head, payloads = super().layout()
-        for spec in head["arrays"]:
-            spec.update(self.specs)
-            if spec["size"] == 0:
-                payloads = []
-        return head, payloads
-
-
 def _dishonest(monkeypatch, *, setup: Callable | None = None, update: Callable | None = None):
     """Make ``fou`` (only it) answer ``deploy:setup`` / the round message ``update`` with
     ``setup(reply)`` / ``update(msg, reply)``."""
@@ -251,9 +238,7 @@ def test_a_reply_with_a_shape_that_cannot_be_read_names_its_sender(
     fed, tmp_path, monkeypatch, specs
 ):
     def lie(self, msg: Message, reply: Message) -> Message:
-        forged = Forged(reply.kind, reply.sender, reply.receiver, reply.round, reply.arrays)
-        object.__setattr__(forged, "specs", specs)
-        return forged
+        return forged(reply, specs)
 
     _dishonest(monkeypatch, update=lie)
     rc, text, res, _ = _run(fed, tmp_path / "run")

@@ -20,6 +20,8 @@ import pytest
 pytest.importorskip("grpc")
 pytest.importorskip("cryptography")
 
+from _protocol import forged  # noqa: E402
+
 from fedviews.errors import PrivacyError, ProtocolError, RemoteError  # noqa: E402
 from fedviews.federation import (  # noqa: E402
     Coordinator,
@@ -139,6 +141,25 @@ def _relay_to_b(relay: dict[str, Any], data: bytes) -> Exception | None:
 
     info = json.loads(bytes(rdata))
     return PrivacyError(info["message"]) if info["type"] == "PrivacyError" else None
+
+
+@pytest.mark.parametrize(
+    "specs", [{"shape": [64.0]}, {"shape": [2**32, 2**32], "size": 0}], ids=["float", "overflow"]
+)
+def test_a_sealed_reply_with_an_unreadable_shape_names_its_sender(relay, monkeypatch, specs):
+    """b seals a reply whose (authenticated) header lies about its shape: the hub, the first
+    to read the header, refuses it naming b, and a's report to the coordinator carries that
+    (a raw TypeError/ValueError at a made a look like the party that failed)."""
+    monkeypatch.setattr(
+        Receiver, "on_pass", lambda self, msg: forged(self.reply(msg, arrays={"y": SECRET}), specs)
+    )
+    with pytest.raises(RemoteError) as caught:
+        relay["hub"].local["coordinator"].send("a", "go")
+    err = caught.value
+    assert (err.reported_by, err.kind) == ("a", "RemoteError")
+    assert err.text.startswith("'coordinator' reported ProtocolError: the reply to 'pass' from 'b'")
+    assert "corrupt array spec" in err.text or "size does not match" in err.text
+    assert relay["errors"] == []  # nobody's stream died
 
 
 def test_an_altered_replayed_or_forged_payload_is_refused(relay) -> None:

@@ -350,7 +350,7 @@ def _from(peer: str, what: str) -> Iterator[None]:
     """The one place where a failure to take in what ``peer`` sent is attributed: whatever
     goes wrong inside is ``peer``'s doing, never the local party's nor a third party's.
 
-    A fedviews error keeps its type and text and names ``peer`` (``party``); one that named
+    A fedviews error keeps its type and names ``peer`` (``party``, and its text); one that named
     another party (e.g. a :class:`PartyUnavailable` for a receiver that ``peer`` made up)
     or any other exception (a decoder's ``TypeError``) becomes a :class:`ProtocolError`
     naming ``peer``. An error reply is ``peer``'s report: :func:`raise_remote` names its
@@ -363,6 +363,8 @@ def _from(peer: str, what: str) -> Iterator[None]:
     except FedViewsError as exc:
         if exc.party not in (None, peer):
             raise ProtocolError(f"{what} from {peer!r}: {exc}", party=peer) from exc
+        if exc.party is None and repr(peer) not in str(exc):  # its text names the peer too
+            exc.args = (f"{what} from {peer!r}: {exc}",)
         exc.party = peer
         raise
     except Exception as exc:
