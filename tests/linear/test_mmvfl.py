@@ -151,3 +151,15 @@ def test_bad_input_errors():
     m = MMVFL(max_iter=2).fit(Xs, y)
     with pytest.raises(DataError, match="features"):
         m.predict(Xs[0], party=1)
+
+
+@pytest.mark.parametrize("dtype", [str, object], ids=["strings", "objects"])
+def test_a_view_of_numeric_strings_or_objects_is_refused(dtype):
+    """Before: "1.5" strings and object arrays were converted to floats silently."""
+    Xs, y = _data(7)
+    with pytest.raises(DataError, match=r"Xs\[1\] holds .* values; a view must be numbers"):
+        MMVFL(max_iter=2).fit([Xs[0], Xs[1].astype(dtype)], y)
+    m = MMVFL(max_iter=2).fit(Xs, y)
+    with pytest.raises(DataError, match="a view must be numbers"):
+        m.predict(Xs[0].astype(dtype), party=0)
+
