@@ -473,6 +473,12 @@ class _Endpoint(Transport):
         msg_id, slot = self.calls.new(link)
         link.send(REQUEST, msg_id, wire)
         ftype, data = self._await(link, msg_id, slot, msg.kind)
+        return self._take_reply(link, msg, ftype, data)
+
+    def _take_reply(self, link: _Link, msg: Message, ftype: int, data: Buffer) -> Message:
+        """The reply to ``msg`` that arrived over ``link`` (``ftype``: REPLY or ERROR), checked
+        and logged; whatever is wrong with it names ``msg.receiver``, and an error reply is
+        its (or the relaying hub's) report."""
         with _from(msg.receiver, f"the reply to {msg.kind!r}"):
             if ftype == ERROR:
                 raise_remote(msg.receiver, msg.kind, data, self._relay(link))
