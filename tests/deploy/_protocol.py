@@ -43,6 +43,19 @@ def tls_hub(policy: object, certs: Path, parties: Iterable[str], options: object
     return hub
 
 
+def fedviews_process(*args: str, **kw: Any) -> subprocess.Popen[str]:
+    """``fedviews ARGS`` started as a user starts it (its output, stdout and stderr, in one
+    pipe; unbuffered)."""
+    return subprocess.Popen(
+        [sys.executable, "-m", "fedviews", *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        **kw,
+    )
+
+
 def launch_config(config: Path, out: Path, timeout: float = 240) -> str:
     """`fedviews launch CONFIG --out OUT` as a user runs it; its output (the exit code checked)."""
     proc = subprocess.run(

@@ -12,9 +12,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
-import subprocess
-import sys
 import threading
 import time
 from collections.abc import Callable
@@ -26,6 +23,7 @@ import pytest
 pytest.importorskip("grpc")
 pytest.importorskip("cryptography")
 
+from _protocol import fedviews_process as _fedviews  # noqa: E402
 from _protocol import forged  # noqa: E402
 
 from fedviews.deploy import _session, load_deploy_config, load_party_data, split_dataset  # noqa: E402
@@ -62,16 +60,6 @@ def fed(tmp_path_factory) -> Path:
     for name in ("coordinator", *PARTIES):
         issue_certificate(root / "certs", name)
     return root
-
-
-def _fedviews(*args: str) -> subprocess.Popen[str]:
-    return subprocess.Popen(
-        [sys.executable, "-m", "fedviews", *args],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        env={**os.environ, "PYTHONUNBUFFERED": "1"},
-    )
 
 
 def _party_args(fed: Path, name: str, address: str, out: Path) -> list[str]:

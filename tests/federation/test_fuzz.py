@@ -372,6 +372,7 @@ setup_metas = st.dictionaries(
 
 @FUZZ
 @given(meta=setup_metas, liar=st.sampled_from(["pix", PEER]), drop=st.booleans())
+@example(meta={"n/train": 30, "n_features": 4}, liar="pix", drop=True)  # no n_classes
 def test_a_setup_report_is_used_or_refused_naming_its_sender(meta, liar, drop) -> None:
     infos_raw = {"pix": {**HONEST, "n_classes": 3}, PEER: dict(HONEST), "zer": dict(HONEST)}
     infos_raw[liar] = meta if drop else {**infos_raw[liar], **meta}

@@ -162,4 +162,3 @@ def test_a_view_of_numeric_strings_or_objects_is_refused(dtype):
     m = MMVFL(max_iter=2).fit(Xs, y)
     with pytest.raises(DataError, match="a view must be numbers"):
         m.predict(Xs[0].astype(dtype), party=0)
-
