@@ -648,7 +648,10 @@ class _Endpoint(Transport):
         finally:
             silent.cancel()
         probe = _Link("?", self.options, checksum=self.tls is None)
-        got = probe.receive(first)
+        try:
+            got = probe.receive(first)
+        except ProtocolError as exc:  # refused (logged), not a traceback in a server thread
+            self._refuse(context, f"malformed hello: {exc}")
         if got is None or got[0] != HELLO:
             self._refuse(context, "the first frame must be a hello")
         name, hello = self._identify(context, got[2])
