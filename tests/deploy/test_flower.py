@@ -256,7 +256,9 @@ def test_secure_aggregation_on_flower_needs_a_live_party(deployment, reference, 
         grid = LoopbackGrid(_node_configs(data, run), rc, fresh=fresh)
         try:
             if fresh:
-                with pytest.raises(ConfigError, match="deployment engine starts a new ClientApp"):
+                with pytest.raises(  # the node's report
+                    RemoteError, match="reported ConfigError: .*engine starts a new ClientApp"
+                ):
                     _flower.run_flower_coordinator(load_deploy_config(secure), grid, run / "c")
             else:
                 res = _flower.run_flower_coordinator(load_deploy_config(secure), grid, run / "c")
