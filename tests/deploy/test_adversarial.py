@@ -10,6 +10,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Iterator
+from typing import Any
 
 import numpy as np
 import pytest
@@ -306,16 +307,14 @@ def test_a_malformed_first_frame_is_refused_not_a_traceback(tmp_path) -> None:
     """A stream whose first frame is not even a frame was a ProtocolError escaping the
     server's thread (grpc's traceback, nobody told); now a logged refusal."""
     import grpc
+    from _protocol import tls_hub
 
     from fedviews.federation._grpc import _METHOD
 
     init_ca(tmp_path)
     for name in ("coordinator", "a"):
         issue_certificate(tmp_path, name)
-    hub = GrpcHub(
-        POLICY, {"a": "party"}, tls=TLSFiles.from_dir(tmp_path, "coordinator"), options=FAST
-    )
-    hub.register(Coordinator())
+    hub: Any = tls_hub(POLICY, tmp_path, ["a"], FAST)
     try:
         channel = grpc.secure_channel(
             f"127.0.0.1:{hub.port}",
