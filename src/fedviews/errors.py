@@ -6,8 +6,9 @@ so a caller (or the CLI) can catch one type and print a one-line message::
     FedViewsError
     ├── DataError          bad arrays, labels, IDs or dataset files
     ├── ConfigError        unknown or invalid configuration keys / values
-    ├── ProtocolError      a party broke the message protocol
-    │   └── PartyUnavailable   a party died or stopped answering
+    ├── ProtocolError      a party broke the message protocol (``party``: which one)
+    │   ├── PartyUnavailable   a party died or stopped answering
+    │   └── RemoteError        a party reported a failure (``reported_by``: which one)
     ├── PrivacyError       an array tried to cross the privacy barrier illegally
     ├── MissingDependency  an optional extra is not installed
     └── NotFittedError     an estimator was used before ``fit`` (also scikit-learn's
@@ -39,12 +40,22 @@ __all__ = [
     "PartyUnavailable",
     "PrivacyError",
     "ProtocolError",
+    "RemoteError",
     "check_fitted",
 ]
 
 
 class FedViewsError(Exception):
-    """Base class of every error raised by fedviews."""
+    """Base class of every error raised by fedviews.
+
+    Attributes
+    ----------
+    party : str or None
+        The peer whose message this error is about, where a receiver attributed it (the
+        authenticated sender of what it received; ``None``: not attributed to a peer).
+    """
+
+    party: str | None = None
 
 
 class DataError(FedViewsError, ValueError):
@@ -56,7 +67,12 @@ class ConfigError(FedViewsError, ValueError):
 
 
 class ProtocolError(FedViewsError, RuntimeError):
-    """A party sent an unexpected message or failed while handling one."""
+    """A party sent an unexpected message or failed while handling one (``party``: the
+    sender of the message that broke the protocol, where the receiver knows it)."""
+
+    def __init__(self, *args: object, party: str | None = None) -> None:
+        super().__init__(*args)
+        self.party = party
 
 
 class PartyUnavailable(ProtocolError):
@@ -69,9 +85,28 @@ class PartyUnavailable(ProtocolError):
     """
 
     def __init__(self, party: str, detail: str = "") -> None:
-        self.party = party
         msg = f"party {party!r} is unavailable"
-        super().__init__(f"{msg}: {detail}" if detail else msg)
+        super().__init__(f"{msg}: {detail}" if detail else msg, party=party)
+        self.party: str = party
+
+
+class RemoteError(ProtocolError):
+    """A party reported that it failed (an error reply): its *report*, never re-raised under
+    the type or the name its text claims, since the reporter may be dishonest.
+
+    Attributes
+    ----------
+    reported_by : str
+        The party that sent the report (the authenticated sender of the error reply).
+    kind : str
+        The error type it reported (e.g. ``"PrivacyError"``), as it wrote it.
+    text : str
+        What it wrote; it may name other parties, which proves nothing about them.
+    """
+
+    def __init__(self, reported_by: str, kind: str, text: str) -> None:
+        super().__init__(f"{reported_by!r} reported {kind}: {text}", party=reported_by)
+        self.reported_by, self.kind, self.text = reported_by, kind, text
 
 
 class PrivacyError(FedViewsError, PermissionError):

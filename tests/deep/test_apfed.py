@@ -573,3 +573,63 @@ def test_the_active_refuses_nan_or_non_float_arrays(images, monkeypatch, party, 
     est = make().set_params(**_fit_kw(epochs=1))
     with pytest.raises(ProtocolError, match=f"'passive.' sent '{name}' (with NaN|as int64)"):
         est.fit(X, y)
+
+
+def _rce() -> None:  # pragma: no cover - what a tampered pickle would call
+    raise AssertionError("a tampered model file ran code")
+
+
+class _Payload:
+    def __reduce__(self) -> tuple[object, tuple[()]]:
+        return (_rce, ())
+
+
+@pytest.mark.parametrize("tamper", ["code", "garbage", "truncated", "other-weights"])
+def test_a_tampered_export_is_a_data_error_naming_the_file(images, tmp_path, tamper) -> None:
+    """`fedviews apfed predict` on a tampered active_model.pt was an UnpicklingError
+    traceback (weights_only refused the pickle, nothing ran): now one error line naming
+    the file, from the library a DataError."""
+    import subprocess
+    import sys
+
+    X, y = images
+    folder = SingleVL(m=2, i=2, **_fit_kw(epochs=1)).fit(X[:40], y[:40]).export(tmp_path / "m")
+    state = folder / "active_model.pt"
+    if tamper == "code":
+        state.write_bytes(pickle.dumps({"w": _Payload()}))
+    elif tamper == "garbage":
+        state.write_bytes(b"\x80\x04not a model at all")
+    elif tamper == "truncated":
+        state.write_bytes(state.read_bytes()[:100])
+    else:
+        torch.save({"w": torch.zeros(3)}, state)
+    with pytest.raises(DataError, match="active_model.pt is not the weights"):
+        load_active_model(folder)
+    np.save(tmp_path / "x.npy", X[:4])
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "fedviews",
+            "apfed",
+            "predict",
+            str(folder),
+            str(tmp_path / "x.npy"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    out = proc.stdout + proc.stderr
+    assert proc.returncode != 0 and "Traceback" not in out, out
+    assert "active_model.pt is not the weights" in " ".join(out.split()), out
+
+
+def test_a_damaged_model_description_is_a_data_error(images, tmp_path) -> None:
+    X, y = images
+    folder = SingleVL(m=2, i=2, **_fit_kw(epochs=1)).fit(X[:40], y[:40]).export(tmp_path / "m")
+    meta = folder / "model.json"
+    for text, match in [("{not json", "not a JSON"), ("[1, 2]", "unknown format")]:
+        meta.write_text(text)
+        with pytest.raises(DataError, match=match):
+            load_active_model(folder)

@@ -327,6 +327,9 @@ def test_errors(fmnist) -> None:
         )
     with pytest.raises(DataError, match="has 2 strips"):
         MultiVFL(n_label_owners=1).fit([images[:, :14], images[:, 14:]], y)
+    # 28 rows in 3 strips were 10, 9 and 9 rows, silently: Multi-VFL's strips are equal
+    with pytest.raises(DataError, match="28-row images cannot be cut into 3 equal strips"):
+        MultiVFL(n_data_owners=3, n_label_owners=1).fit(images, y)
     with pytest.raises(DataError, match="label owner 1 has no samples"):
         MultiVFL(n_label_owners=2).fit(
             images, y, label_owner_ids=[np.arange(10), np.array([], dtype=int)]

@@ -8,6 +8,7 @@ import subprocess
 import sys
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 SESSION = ("deploy:", "psi:")
 
@@ -40,6 +41,19 @@ def tls_hub(policy: object, certs: Path, parties: Iterable[str], options: object
     )
     hub.register(Coordinator())
     return hub
+
+
+def fedviews_process(*args: str, **kw: Any) -> subprocess.Popen[str]:
+    """``fedviews ARGS`` started as a user starts it (its output, stdout and stderr, in one
+    pipe; unbuffered)."""
+    return subprocess.Popen(
+        [sys.executable, "-m", "fedviews", *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        **kw,
+    )
 
 
 def launch_config(config: Path, out: Path, timeout: float = 240) -> str:
@@ -85,3 +99,19 @@ def assert_tight(policy: object, seen: set[tuple[str, str, str, tuple[str, ...]]
     allowed = {k: set(v) for k, v in policy.allowed.items() if v}  # type: ignore[attr-defined]
     assert {k: v for k, v in names.items() if v} == allowed
     assert kinds == {k: set(v) for k, v in policy.kinds.items() if v}  # type: ignore[attr-defined]
+
+
+def forged(msg: Any, specs: Mapping[str, Any]) -> Any:
+    """``msg`` as a dishonest party sends it: its encoding (sealed or not) lies about every
+    array's spec (``specs``: field -> value, e.g. ``{"shape": [3.0]}``; a ``size`` of 0
+    drops the arrays' bytes)."""
+    from fedviews.federation import Message
+
+    class Forged(Message):
+        def layout(self) -> tuple[dict[str, Any], list[Any]]:
+            head, payloads = super().layout()
+            for spec in head["arrays"]:
+                spec.update(specs)
+            return head, [] if specs.get("size") == 0 else payloads
+
+    return Forged(msg.kind, msg.sender, msg.receiver, msg.round, msg.arrays, msg.meta)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Iterator
+from typing import Any
 
 import numpy as np
 import pytest
@@ -299,4 +300,32 @@ def test_a_member_stream_without_hello_is_cancelled_and_the_party_can_still_join
     finally:
         never.set()
         idle.cancel()
+        hub.close()
+
+
+def test_a_malformed_first_frame_is_refused_not_a_traceback(tmp_path) -> None:
+    """A stream whose first frame is not even a frame was a ProtocolError escaping the
+    server's thread (grpc's traceback, nobody told); now a logged refusal."""
+    import grpc
+    from _protocol import tls_hub
+
+    from fedviews.federation._grpc import _METHOD
+
+    init_ca(tmp_path)
+    for name in ("coordinator", "a"):
+        issue_certificate(tmp_path, name)
+    hub: Any = tls_hub(POLICY, tmp_path, ["a"], FAST)
+    try:
+        channel = grpc.secure_channel(
+            f"127.0.0.1:{hub.port}",
+            TLSFiles.from_dir(tmp_path, "a").channel_credentials(),
+            options=[("grpc.ssl_target_name_override", "coordinator")],
+        )
+        call = channel.stream_stream(_METHOD)(iter([b"XXXX not a frame at all, long enough"]))
+        with pytest.raises(grpc.RpcError) as refused:
+            next(call)
+        assert refused.value.code() == grpc.StatusCode.PERMISSION_DENIED
+        assert any(r.startswith("malformed hello: bad frame magic") for r in hub.refusals)
+        channel.close()
+    finally:
         hub.close()

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import os
 import signal
-import subprocess
-import sys
 import threading
 import time
 from pathlib import Path
@@ -17,10 +15,17 @@ pytest.importorskip("grpc")
 pytest.importorskip("cryptography")
 pytest.importorskip("rbcl")  # the PSI
 
-from _protocol import assert_tight, footprint, launch_config, mmvfl_inputs, tls_hub  # noqa: E402
+from _protocol import (  # noqa: E402
+    assert_tight,
+    footprint,
+    launch_config,
+    mmvfl_inputs,
+    tls_hub,
+)
+from _protocol import fedviews_process as _fedviews  # noqa: E402
 
 from fedviews.deploy import load_deploy_config, split_dataset  # noqa: E402
-from fedviews.errors import PartyUnavailable, PrivacyError  # noqa: E402
+from fedviews.errors import PartyUnavailable, PrivacyError, RemoteError  # noqa: E402
 from fedviews.federation import Coordinator, Party, PrivacyPolicy, handles  # noqa: E402
 from fedviews.federation._certs import (  # noqa: E402
     TLSFiles,
@@ -58,17 +63,6 @@ def _write_config(tmp: Path, *, timeout=20.0, heartbeat=2.0, max_iter=4, tol=1e-
     path = tmp / "deploy.toml"
     path.write_text(CONFIG.format(timeout=timeout, heartbeat=heartbeat, max_iter=max_iter, tol=tol))
     return path
-
-
-def _fedviews(*args: str, **kw) -> subprocess.Popen:
-    return subprocess.Popen(
-        [sys.executable, "-m", "fedviews", *args],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        env={**os.environ, "PYTHONUNBUFFERED": "1"},
-        **kw,
-    )
 
 
 def test_launch_equals_in_process(tmp_path):
@@ -331,8 +325,11 @@ def test_session_kinds_from_a_party_are_refused_by_the_hub(two_cas):
         with pytest.raises(PrivacyError, match="'a' \\(party\\) from sending a 'deploy:finish'"):
             honest.send("b", "deploy:finish")  # the honest sender's own check
         parties["a"]._check_send = lambda msg: None  # type: ignore[method-assign]
-        with pytest.raises(PrivacyError, match="'a' \\(party\\) from sending a 'deploy:finish'"):
-            honest.send("b", "deploy:finish")  # the hub's check
+        parties["a"]._check_and_log = lambda msg, n: None  # type: ignore[method-assign]
+        with pytest.raises(
+            RemoteError, match="'coordinator' reported PrivacyError: .*'a' \\(party\\) from sending"
+        ):
+            honest.send("b", "deploy:finish")  # the hub's check, reported in its name
         assert not any(e.kind == "deploy:finish" for e in hub.log.entries)
     finally:
         hub.close()

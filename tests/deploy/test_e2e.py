@@ -20,7 +20,9 @@ import pytest
 pytest.importorskip("grpc")
 pytest.importorskip("cryptography")
 
-from fedviews.errors import PrivacyError, ProtocolError  # noqa: E402
+from _protocol import forged  # noqa: E402
+
+from fedviews.errors import PrivacyError, ProtocolError, RemoteError  # noqa: E402
 from fedviews.federation import (  # noqa: E402
     Coordinator,
     GrpcHub,
@@ -139,6 +141,25 @@ def _relay_to_b(relay: dict[str, Any], data: bytes) -> Exception | None:
 
     info = json.loads(bytes(rdata))
     return PrivacyError(info["message"]) if info["type"] == "PrivacyError" else None
+
+
+@pytest.mark.parametrize(
+    "specs", [{"shape": [64.0]}, {"shape": [2**32, 2**32], "size": 0}], ids=["float", "overflow"]
+)
+def test_a_sealed_reply_with_an_unreadable_shape_names_its_sender(relay, monkeypatch, specs):
+    """b seals a reply whose (authenticated) header lies about its shape: the hub, the first
+    to read the header, refuses it naming b, and a's report to the coordinator carries that
+    (a raw TypeError/ValueError at a made a look like the party that failed)."""
+    monkeypatch.setattr(
+        Receiver, "on_pass", lambda self, msg: forged(self.reply(msg, arrays={"y": SECRET}), specs)
+    )
+    with pytest.raises(RemoteError) as caught:
+        relay["hub"].local["coordinator"].send("a", "go")
+    err = caught.value
+    assert (err.reported_by, err.kind) == ("a", "RemoteError")
+    assert err.text.startswith("'coordinator' reported ProtocolError: the reply to 'pass' from 'b'")
+    assert "corrupt array spec" in err.text or "size does not match" in err.text
+    assert relay["errors"] == []  # nobody's stream died
 
 
 def test_an_altered_replayed_or_forged_payload_is_refused(relay) -> None:
@@ -273,7 +294,10 @@ def test_a_coordinator_cannot_use_a_party_as_a_psi_oracle(tmp_path) -> None:
         # the dictionary attack: have "a" re-blind the coordinator's own candidates
         coord.send("a", "psi:blind", meta={"group": "g2", "next": "b"})
         candidates = hash_ids(np.arange(1000))
-        with pytest.raises(PrivacyError, match="re-blinds only sets sealed by another party"):
+        with pytest.raises(
+            RemoteError,
+            match="'a' reported PrivacyError: .*" + "re-blinds only sets sealed by another party",
+        ):
             coord.send("a", "psi:reblind", arrays={"psi_set": candidates}, meta={"group": "g2"})
 
         # a genuine sealed set of "b", re-blinded once; a second time is refused
@@ -282,13 +306,17 @@ def test_a_coordinator_cannot_use_a_party_as_a_psi_oracle(tmp_path) -> None:
         blob = sealed.arrays["psi_sealed"]
         once = coord.send("a", "psi:reblind", arrays={"psi_sealed": blob}, meta={"group": "g2"})
         assert once.arrays["psi_set"].shape == (300, 32)
-        with pytest.raises(PrivacyError, match="replayed"):
+        with pytest.raises(RemoteError, match="'a' reported PrivacyError: .*" + "replayed"):
             coord.send("a", "psi:reblind", arrays={"psi_sealed": blob}, meta={"group": "g2"})
-        with pytest.raises(PrivacyError, match="second psi:blind of group 'g2'"):
+        with pytest.raises(
+            RemoteError, match="'b' reported PrivacyError: .*" + "second psi:blind of group 'g2'"
+        ):
             coord.send("b", "psi:blind", meta={"group": "g2", "next": "a"})
         chain = Message("psi:chain", "b", "a", arrays={"psi_set": candidates}, meta=meta_g2)
         again = np.frombuffer(parties["b"].transport.e2e.seal(chain), dtype=np.uint8)  # fresh
-        with pytest.raises(PrivacyError, match="already re-blinded the set of 'b'"):
+        with pytest.raises(
+            RemoteError, match="'a' reported PrivacyError: .*" + "already re-blinded the set of 'b'"
+        ):
             coord.send("a", "psi:reblind", arrays={"psi_sealed": again}, meta={"group": "g2"})
 
         # a sealed set of malformed elements: refused, naming the party that sealed it

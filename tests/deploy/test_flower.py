@@ -42,7 +42,13 @@ from fedviews.deploy import (  # noqa: E402
     split_dataset,
 )
 from fedviews.deploy._session import DeployCoordinator, DeployParty, session_policy  # noqa: E402
-from fedviews.errors import ConfigError, PartyUnavailable, PrivacyError, ProtocolError  # noqa: E402
+from fedviews.errors import (  # noqa: E402
+    ConfigError,
+    PartyUnavailable,
+    PrivacyError,
+    ProtocolError,
+    RemoteError,
+)
 from fedviews.federation import InProcessTransport, PrivacyPolicy, get_algorithm_spec  # noqa: E402
 from fedviews.federation import Message as FVMessage  # noqa: E402
 
@@ -254,7 +260,9 @@ def test_secure_aggregation_on_flower_needs_a_live_party(deployment, reference, 
         grid = LoopbackGrid(_node_configs(data, run), rc, fresh=fresh)
         try:
             if fresh:
-                with pytest.raises(ConfigError, match="deployment engine starts a new ClientApp"):
+                with pytest.raises(  # the node's report
+                    RemoteError, match="reported ConfigError: .*engine starts a new ClientApp"
+                ):
                     _flower.run_flower_coordinator(load_deploy_config(secure), grid, run / "c")
             else:
                 res = _flower.run_flower_coordinator(load_deploy_config(secure), grid, run / "c")
@@ -292,11 +300,15 @@ def test_an_interrupted_flower_run_is_not_recorded_as_ok(deployment, tmp_path, m
     [
         (
             [{"party": "pix"}, {"party": "bob"}],
-            ConfigError,
-            "node 100.: party 'bob'.* is not one of",
+            RemoteError,
+            "'Flower node 100.' reported ConfigError: party 'bob'.* is not one of",
         ),
         ([{"party": "pix"}, {"party": "pix"}], ConfigError, "both declare party 'pix'"),
-        ([{"data": "x.npz"}], ConfigError, "node 1000: .*does not say which party"),
+        (
+            [{"data": "x.npz"}],
+            RemoteError,
+            "'Flower node 1000' reported ConfigError: .*does not say which party",
+        ),
         ([{"party": "pix"}, {"party": "fou"}], PartyUnavailable, "'zer' is unavailable"),
     ],
 )

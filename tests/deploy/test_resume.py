@@ -19,7 +19,7 @@ from fedviews.deploy import load_deploy_config
 from fedviews.deploy._checkpoint import Checkpoints
 from fedviews.deploy._session import DeployCoordinator
 from fedviews.errors import ConfigError, DataError, ProtocolError
-from fedviews.federation import Message, federate
+from fedviews.federation import SetupReport, federate
 from fedviews.linear import MMVFL
 from fedviews.linear._mmvfl import MMVFL_POLICY, MMVFLParty, MMVFLServer
 
@@ -120,11 +120,8 @@ def test_resume_round_is_the_last_one_everybody_has():
     )
     coord = DeployCoordinator(cfg, print)
 
-    def replies(a: str, b: str) -> dict[str, Message]:
-        return {
-            p: Message("deploy:setup:reply", p, "coordinator", 0, meta={"checkpoints": have})
-            for p, have in (("a", a), ("b", b))
-        }
+    def replies(a: str, b: str) -> dict[str, SetupReport]:
+        return {p: SetupReport(p, {"checkpoints": have}) for p, have in (("a", a), ("b", b))}
 
     assert coord._resume_round([6, 7], replies("6,7", "7,8")) == 7  # b is one round ahead
     assert coord._resume_round([6, 7], replies("5,6", "6,7")) == 6

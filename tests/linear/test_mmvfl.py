@@ -160,3 +160,14 @@ def test_a_fit_stopped_at_max_iter_warns_and_says_unconverged(name):
         warnings.simplefilter("error", ConvergenceWarning)  # a converged fit is quiet
         m = cls(max_iter=500, tol=1e-3).fit(Xs, y)
     assert m.converged_ is True and m.n_iter_ < 500
+
+
+@pytest.mark.parametrize("dtype", [str, object], ids=["strings", "objects"])
+def test_a_view_of_numeric_strings_or_objects_is_refused(dtype):
+    """Before: "1.5" strings and object arrays were converted to floats silently."""
+    Xs, y = _data(7)
+    with pytest.raises(DataError, match=r"Xs\[1\] holds .* values; a view must be numbers"):
+        MMVFL(max_iter=2).fit([Xs[0], Xs[1].astype(dtype)], y)
+    m = MMVFL(max_iter=2).fit(Xs, y)
+    with pytest.raises(DataError, match="a view must be numbers"):
+        m.predict(Xs[0].astype(dtype), party=0)

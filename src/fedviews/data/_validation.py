@@ -46,8 +46,16 @@ def check_Xs(
     out: list[np.ndarray] = []
     for k, X in enumerate(Xs):
         try:
-            arr = np.asarray(X, dtype=np.float64)
+            raw = np.asarray(X)
+            if raw.dtype.kind not in "biuf":  # numeric strings or objects would convert silently
+                raise DataError(
+                    f"{name}[{k}] holds {raw.dtype} values; a view must be numbers (bool, int or "
+                    "float), not strings or objects: convert it first"
+                )
+            arr = np.asarray(raw, dtype=np.float64)
         except (TypeError, ValueError) as exc:
+            if isinstance(exc, DataError):
+                raise
             raise DataError(f"{name}[{k}] is not numeric: {exc}") from None
         if arr.ndim != 2:
             raise DataError(

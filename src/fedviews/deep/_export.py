@@ -16,6 +16,7 @@ calls.
 from __future__ import annotations
 
 import json
+import pickle
 import warnings
 from collections.abc import Mapping
 from pathlib import Path
@@ -150,12 +151,26 @@ def load_active_model(path: str | Path, device: str = "cpu") -> ExportedActiveMo
         raise DataError(
             f"{folder} is not an exported APFed model (expected {META_FILE} and {STATE_FILE})"
         )
-    meta = json.loads(meta_path.read_text(encoding="utf-8"))
-    if meta.get("format") != FORMAT:
-        raise DataError(f"{meta_path}: unknown format {meta.get('format')!r}; expected {FORMAT!r}")
+    try:
+        meta = json.loads(meta_path.read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:
+        raise DataError(f"{meta_path} is not a JSON model description: {exc}") from None
+    if not isinstance(meta, dict) or meta.get("format") != FORMAT:
+        found = meta.get("format") if isinstance(meta, dict) else meta
+        raise DataError(f"{meta_path}: unknown format {found!r}; expected {FORMAT!r}")
     dev = resolve_device(device)
-    net = active_net(meta)
-    net.load_state_dict(torch.load(folder / STATE_FILE, map_location=dev, weights_only=True))
+    try:
+        net = active_net(meta)
+    except (KeyError, TypeError, ValueError, AttributeError) as exc:
+        raise DataError(f"{meta_path} does not describe an active model: {exc!r}") from None
+    state_path = folder / STATE_FILE
+    try:  # weights only: a tampered file cannot run code, it fails to load
+        net.load_state_dict(torch.load(state_path, map_location=dev, weights_only=True))
+    except (pickle.UnpicklingError, RuntimeError, ValueError, EOFError, TypeError) as exc:
+        raise DataError(
+            f"{state_path} is not the weights of the model {META_FILE} describes (damaged, "
+            f"tampered with or of another export): {type(exc).__name__}: {str(exc)[:300]}"
+        ) from None
     net.to(dev).eval()
     return ExportedActiveModel(net, meta, dev)
 

@@ -779,9 +779,11 @@ class Server(Coordinator):
 def _as_strips(X: Any, n_data_owners: int, name: str) -> list[np.ndarray]:
     """Images ``(n, H, W)`` → D strips ``(n, h_d, W)``; or validate a list of D strips."""
     if isinstance(X, np.ndarray) and X.ndim == 3:
-        if X.shape[1] < n_data_owners:
+        if X.shape[1] % n_data_owners:  # Multi-VFL gives every data owner an equal strip
             raise DataError(
-                f"{name}: {X.shape[1]}-row images cannot be cut into {n_data_owners} strips"
+                f"{name}: {X.shape[1]}-row images cannot be cut into {n_data_owners} equal "
+                "strips; choose n_data_owners dividing the height, or pass the strips yourself "
+                f"(a list of {n_data_owners} (n, rows, W) arrays)"
             )
         width = X.shape[2]
         strips = [s.reshape(len(X), -1, width) for s in split_strips(X, n_data_owners)]

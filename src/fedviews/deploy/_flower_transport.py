@@ -23,7 +23,6 @@ import numpy as np
 
 from fedviews.errors import (
     ConfigError,
-    DataError,
     PartyUnavailable,
     PrivacyError,
     ProtocolError,
@@ -103,7 +102,8 @@ def node_error(party: str, kind: str, reply: FlowerMessage) -> None:
     records = reply.content.config_records
     if _ERROR in records:
         payload = records[_ERROR]["payload"]
-        assert isinstance(payload, bytes)
+        if not isinstance(payload, bytes):
+            raise ProtocolError(f"{party!r} answered {kind!r} with a malformed error", party=party)
         raise_remote(party, kind, payload)
 
 
@@ -180,12 +180,7 @@ class FlowerGridTransport(Transport):
         where = f"Flower node {node}"
         if reply is None:
             raise PartyUnavailable(where, "did not answer the hello")
-        try:
-            node_error(where, "hello", reply)
-        except PartyUnavailable:
-            raise
-        except (ConfigError, DataError, PrivacyError, ProtocolError) as exc:  # say which node
-            raise type(exc)(f"{where}: {exc}") from None
+        node_error(where, "hello", reply)  # its report names it
         rec = reply.content.config_records.get("hello")
         if rec is None:
             raise ProtocolError(f"{where} answered the hello without a party name")

@@ -189,6 +189,9 @@ def launch(
                     f"`fedviews run --resume {run_dir}`"
                 )
             status = str(info.get("status", f"the coordinator exited with status {rc}"))
+            named = info.get("culprit") or info.get("reported_by")
+            if "unavailable_party" not in info and named:  # a party broke or stopped the run
+                raise ProtocolError(f"{status}; {hint}", party=str(named))
             if "unavailable_party" in info:  # its status reads "PartyUnavailable: party 'x' ..."
                 status = status.partition(" is unavailable: ")[2] or status
             raise PartyUnavailable(

@@ -33,7 +33,15 @@ import numpy as np
 from fedviews.data import PartyData
 from fedviews.deploy._checkpoint import Checkpoints, fingerprint
 from fedviews.deploy._config import DeployConfig
-from fedviews.errors import ConfigError, DataError, PartyUnavailable, PrivacyError, ProtocolError
+from fedviews.errors import (
+    ConfigError,
+    DataError,
+    FedViewsError,
+    PartyUnavailable,
+    PrivacyError,
+    ProtocolError,
+    RemoteError,
+)
 from fedviews.federation import (
     Algorithm,
     Coordinator,
@@ -44,6 +52,7 @@ from fedviews.federation import (
     Message,
     MessageLog,
     PrivacyPolicy,
+    SetupReport,
     TLSFiles,
     check_group_sizes,
     defend_local,
@@ -319,7 +328,7 @@ class DeployCoordinator(Coordinator):
                     f"sample IDs ({time.perf_counter() - t0:.1f} s)"
                 )
         replies = self.broadcast(self.parties, "deploy:setup")
-        infos = {p: r.meta for p, r in replies.items()}
+        infos = {p: SetupReport(p, r.meta) for p, r in replies.items()}
         hint = " (with alignment = 'none' they must hold the same IDs)"
         check_group_sizes(groups, infos, hint if fed.alignment == "none" else "")
         self.setup = self.app.make_setup(self.cfg, infos)
@@ -329,7 +338,7 @@ class DeployCoordinator(Coordinator):
         state = None
         if self.resume is not None:
             source = Checkpoints(self.resume / "checkpoints", fp)
-            self.resumed_from = self._resume_round(source.rounds(), replies)
+            self.resumed_from = self._resume_round(source.rounds(), infos)
             if self.resumed_from:
                 state = source.load(self.resumed_from)
             else:
@@ -360,12 +369,9 @@ class DeployCoordinator(Coordinator):
         self.broadcast(self.parties, "deploy:finish")
         return self.results()
 
-    def _resume_round(self, mine: list[int], replies: dict[str, Message]) -> int:
+    def _resume_round(self, mine: list[int], infos: Mapping[str, SetupReport]) -> int:
         """The last round that the coordinator and every party have a checkpoint of."""
-        have = {
-            p: {int(r) for r in str(m.meta.get("checkpoints") or "").split(",") if r}
-            for p, m in replies.items()
-        }
+        have = {p: _rounds(info) for p, info in infos.items()}
         common = set(mine).intersection(*have.values())
         if common:
             return max(common)
@@ -410,6 +416,20 @@ class DeployCoordinator(Coordinator):
         }
 
 
+def _rounds(info: SetupReport) -> set[int]:
+    """The checkpointed rounds a party reported at setup (``"3,6,9"``); a ProtocolError
+    names it if that is not a list of round numbers."""
+    text = info.get("checkpoints") or ""
+    rounds = text.split(",") if text else []
+    if not all(r.isascii() and r.isdigit() and len(r) <= 12 for r in rounds):
+        raise ProtocolError(
+            f"{info.party!r} reported checkpoints = {text[:80]!r} at setup, expected round "
+            "numbers separated by commas",
+            party=info.party,
+        )
+    return {int(r) for r in rounds}
+
+
 def _print_to(prefix: str, echo: Printer | None) -> Printer:
     def out(line: str) -> None:
         (echo or print)(f"[{prefix}] {line}")
@@ -447,6 +467,7 @@ def run_coordinator(
     )
     status = "ok"
     unavailable = None
+    named: dict[str, str] = {}
     t0 = time.perf_counter()
     try:
         hub.wait_for_parties()
@@ -460,12 +481,14 @@ def run_coordinator(
             unavailable = exc.party
         elif gone := hub.departed():  # e.g. a peer's request to it failed in the relay
             unavailable = ", ".join(gone)
+        named = blame(exc)
         raise
     finally:
         result = {
             "status": status,
             "seconds": round(time.perf_counter() - t0, 3),
             **coord.results(),
+            **named,
         }
         write_coordinator_outputs(out_dir, coord, result, unavailable, hub.log)
         hub.close()
@@ -475,6 +498,19 @@ def run_coordinator(
                 f"checkpoint of round {result['last_checkpoint_round']} kept: continue with "
                 f"--resume {out_dir} (and --resume <its folder> for every party)"
             )
+
+
+def blame(exc: BaseException) -> dict[str, str]:
+    """Who ``results.json`` names for the failure ``exc``: ``reported_by``, the party whose
+    error reply ended the run (a :class:`RemoteError`: its report, which proves nothing
+    about the parties its text names), or ``culprit``, the party whose message the
+    coordinator refused (the ``party`` of a fedviews error); nothing for a local failure."""
+    if isinstance(exc, RemoteError):
+        return {"reported_by": exc.reported_by}
+    if isinstance(exc, PartyUnavailable):  # unavailable_party names it
+        return {}
+    party = exc.party if isinstance(exc, FedViewsError) else None
+    return {"culprit": party} if party is not None else {}
 
 
 def write_coordinator_outputs(

@@ -27,7 +27,7 @@ import dataclasses
 import hashlib
 import json
 import zipfile
-from collections.abc import Callable, Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -400,6 +400,49 @@ def setup_info(algo: Algorithm, run: RunSpec, party: str, local: Local) -> dict[
         **{f"n/{g}": len(r) for g, r in local.rows.items()},
         **algo.party_info(run, party, local),
     }
+
+
+class SetupReport(Mapping[str, Any]):
+    """What ``party`` reported at setup (:func:`setup_info`), as the coordinator reads it:
+    checked once, here, before anything uses it.
+
+    Every value is text where the algorithms report text (:attr:`TEXT`) and a whole
+    number >= 0 everywhere else (no bool, no float: a NaN, an infinity or 10.5 samples
+    are refused); a key that is read but was not reported is refused too. Either way a
+    :class:`ProtocolError` names ``party``.
+    """
+
+    #: the keys whose values are text (a view layout, a list of checkpointed rounds)
+    TEXT = ("view_dims", "checkpoints")
+
+    def __init__(self, party: str, info: Mapping[str, Any]) -> None:
+        self.party = party
+        for k, v in info.items():
+            text = k in self.TEXT
+            if not (isinstance(v, str) if text else type(v) is int and v >= 0):
+                raise ProtocolError(
+                    f"{party!r} reported {k} = {v!r} at setup, expected "
+                    + ("text" if text else "a whole number >= 0"),
+                    party=party,
+                )
+        self._info = dict(info)
+
+    def __getitem__(self, key: str) -> Any:
+        if key not in self._info:
+            raise ProtocolError(f"{self.party!r} reported no {key!r} at setup", party=self.party)
+        return self._info[key]
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._info
+
+    def get(self, key: str, default: Any = None) -> Any:
+        return self._info.get(key, default)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._info)
+
+    def __len__(self) -> int:
+        return len(self._info)
 
 
 def check_group_sizes(

@@ -91,7 +91,9 @@ class Codec:
             a = msg.array(name, shape)
             want = np.float16 if self.kind == "fp16" else np.uint16
             if a.dtype != want:
-                raise ProtocolError(f"{msg.sender!r} sent {name} as {a.dtype}, expected {want}")
+                raise ProtocolError(
+                    f"{msg.sender!r} sent {name} as {a.dtype}, expected {want}", party=msg.sender
+                )
             if self.kind == "fp16":
                 return a.astype(np.float32)
             return _finite(msg, name, (a.astype(np.uint32) << np.uint32(16)).view(np.float32))
@@ -99,7 +101,9 @@ class Codec:
             q = msg.array(name, shape)
             scale = msg.array(f"{name}.scale", (len(q),))
             if q.dtype != np.int8 or not np.isfinite(scale).all() or (scale < 0).any():
-                raise ProtocolError(f"{msg.sender!r} sent a malformed int8 {name}")
+                raise ProtocolError(
+                    f"{msg.sender!r} sent a malformed int8 {name}", party=msg.sender
+                )
             with np.errstate(over="ignore"):
                 flat = q.reshape(len(q), -1).astype(np.float32) * scale[:, None].astype(np.float32)
             return _finite(msg, name, flat.reshape(q.shape))
@@ -110,7 +114,9 @@ class Codec:
         k = self.kept(d)
         vals, idx = msg.array(name, (n, k), np.float32), msg.array(f"{name}.idx", (n, k))
         if not np.issubdtype(idx.dtype, np.integer) or ((idx < 0) | (idx >= d)).any():
-            raise ProtocolError(f"{msg.sender!r} sent top-k positions of {name} out of range")
+            raise ProtocolError(
+                f"{msg.sender!r} sent top-k positions of {name} out of range", party=msg.sender
+            )
         out = np.zeros((n, d), dtype=np.float32)
         np.put_along_axis(out, idx.astype(np.int64), vals, axis=1)
         return out.reshape(full)
@@ -120,7 +126,9 @@ def _finite(msg: Message, name: str, x: np.ndarray) -> np.ndarray:
     """``x`` as decoded from ``msg``, refused if it holds NaN or infinities (a bf16 or int8
     encoding can carry them: exponent bits all set, a scale beyond float32's range)."""
     if not np.isfinite(x).all():
-        raise ProtocolError(f"{msg.sender!r} sent {name} that decodes to NaN or infinite values")
+        raise ProtocolError(
+            f"{msg.sender!r} sent {name} that decodes to NaN or infinite values", party=msg.sender
+        )
     return x
 
 

@@ -122,6 +122,29 @@ def verify_certificate(tls: TLSFiles, pem: bytes, name: str) -> Any:
     return cert.public_key()
 
 
+def _signed_key(signer: _Signer, peer: str, bundle: Any) -> bytes:
+    """The X25519 public key of ``peer``'s ``bundle`` (``{"cert", "x25519", "sig"}``), once
+    its certificate and signature check out (:meth:`_Signer.verify`)."""
+    if not isinstance(bundle, Mapping) or not {"cert", "x25519", "sig"} <= set(bundle):
+        raise ProtocolError(f"a malformed key bundle for {peer!r}")
+    if not all(isinstance(bundle[k], str) for k in ("cert", "x25519", "sig")):
+        raise ProtocolError(f"a malformed key bundle for {peer!r}: fields must be strings")
+    public = _unb64(bundle["x25519"], f"{peer!r}'s key")
+    signer.verify(bundle, peer, _INFO, peer, public)
+    return public
+
+
+def check_bundle(tls: TLSFiles, peer: str, bundle: Any) -> None:
+    """Check ``peer``'s end-to-end bundle as every party will: signed by the key of its
+    certificate, an X25519 key that yields a shared secret (not all zeros, say).
+
+    The hub checks each bundle at the hello, so that one party's bad key is refused,
+    naming it, instead of failing every other party when the hub hands it out.
+    """
+    public = _signed_key(_Signer(tls), peer, bundle)
+    x25519_secret(crypto().x25519.X25519PrivateKey.generate(), public, peer)
+
+
 class _Signer:
     """This process's certificate and private key (the ones it uses for TLS)."""
 
@@ -141,7 +164,11 @@ class _Signer:
     ) -> None:
         """Check that ``signed["sig"]``, over the statement ``info | parts``, comes from
         ``signed["cert"]``, a valid certificate of ``name``."""
-        key = verify_certificate(self.tls, str(signed["cert"]).encode("ascii"), name)
+        try:
+            pem = str(signed["cert"]).encode("ascii")
+        except UnicodeEncodeError:
+            raise PrivacyError(f"the certificate offered for {name!r} is not PEM") from None
+        key = verify_certificate(self.tls, pem, name)
         sig = _unb64(signed["sig"], f"{name!r}'s signature")
         try:
             key.verify(sig, _statement(info, *parts), self._ecdsa)
@@ -215,10 +242,7 @@ class E2EKeys:
                     f"the hub handed out an end-to-end key in its own name {peer!r}: refused "
                     "(it could seal messages as a party, e.g. a set for a party to re-blind)"
                 )
-            if not isinstance(b, Mapping) or not {"cert", "x25519", "sig"} <= set(b):
-                raise ProtocolError(f"the hub sent a malformed key bundle for {peer!r}")
-            public = _unb64(b["x25519"], f"{peer!r}'s key")
-            self._signer.verify(b, peer, _INFO, peer, public)
+            public = _signed_key(self._signer, peer, b)
             shared = x25519_secret(self._secret, public, peer)
 
             def key(a: str, b_: str, shared: bytes = shared) -> Any:

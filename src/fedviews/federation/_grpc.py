@@ -65,9 +65,16 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, NoReturn
 
 from fedviews import errors
-from fedviews.errors import ConfigError, FedViewsError, PartyUnavailable, ProtocolError, require
-from fedviews.federation._e2e import E2EKeys, HubProof
-from fedviews.federation._message import Message, error_payload, raise_remote
+from fedviews.errors import (
+    ConfigError,
+    FedViewsError,
+    PartyUnavailable,
+    ProtocolError,
+    RemoteError,
+    require,
+)
+from fedviews.federation._e2e import E2EKeys, HubProof, check_bundle
+from fedviews.federation._message import Message, error_payload, raise_remote, stamp_report
 from fedviews.federation._policy import PrivacyPolicy
 from fedviews.federation._transport import Transport
 
@@ -330,11 +337,40 @@ def _check_sender(link: _Link, sender: str) -> None:
         raise errors.PrivacyError(f"party {link.peer!r} tried to send a message as {sender!r}")
 
 
-def _report(link: _Link, msg_id: int, exc: BaseException, what: str) -> None:
-    """Send ``exc`` back as the ERROR reply to request ``msg_id`` (if the link still lives)."""
+def _report(link: _Link, msg_id: int, exc: BaseException, what: str, by: str = "") -> None:
+    """Send ``exc`` back as the ERROR reply to request ``msg_id`` (if the link still lives);
+    ``by``: the reporter's stamp (:func:`error_payload`)."""
     if not isinstance(exc, FedViewsError):
         log.exception("%s failed", what)
-    link.post(ERROR, msg_id, error_payload(exc))
+    link.post(ERROR, msg_id, error_payload(exc, by))
+
+
+@contextlib.contextmanager
+def _from(peer: str, what: str) -> Iterator[None]:
+    """The one place where a failure to take in what ``peer`` sent is attributed: whatever
+    goes wrong inside is ``peer``'s doing, never the local party's nor a third party's.
+
+    A fedviews error keeps its type and names ``peer`` (``party``, and its text); one that named
+    another party (e.g. a :class:`PartyUnavailable` for a receiver that ``peer`` made up)
+    or any other exception (a decoder's ``TypeError``) becomes a :class:`ProtocolError`
+    naming ``peer``. An error reply is ``peer``'s report: :func:`raise_remote` names its
+    reporter, and the :class:`RemoteError` passes unchanged.
+    """
+    try:
+        yield
+    except RemoteError:
+        raise
+    except FedViewsError as exc:
+        if exc.party not in (None, peer):
+            raise ProtocolError(f"{what} from {peer!r}: {exc}", party=peer) from exc
+        if exc.party is None and repr(peer) not in str(exc):  # its text names the peer too
+            exc.args = (f"{what} from {peer!r}: {exc}",)
+        exc.party = peer
+        raise
+    except Exception as exc:
+        raise ProtocolError(
+            f"{what} from {peer!r} is malformed: {type(exc).__name__}: {exc}", party=peer
+        ) from exc
 
 
 def _certificate(context: Any) -> tuple[set[str], bytes]:
@@ -437,12 +473,24 @@ class _Endpoint(Transport):
         msg_id, slot = self.calls.new(link)
         link.send(REQUEST, msg_id, wire)
         ftype, data = self._await(link, msg_id, slot, msg.kind)
-        if ftype == ERROR:
-            raise_remote(msg.receiver, msg.kind, data)
-        reply = self._decode(data, link)
-        self._check_reply(msg, reply)
-        self._check_and_log(reply, len(data))
+        return self._take_reply(link, msg, ftype, data)
+
+    def _take_reply(self, link: _Link, msg: Message, ftype: int, data: Buffer) -> Message:
+        """The reply to ``msg`` that arrived over ``link`` (``ftype``: REPLY or ERROR), checked
+        and logged; whatever is wrong with it names ``msg.receiver``, and an error reply is
+        its (or the relaying hub's) report."""
+        with _from(msg.receiver, f"the reply to {msg.kind!r}"):
+            if ftype == ERROR:
+                raise_remote(msg.receiver, msg.kind, data, self._relay(link))
+            reply = self._decode(data, link)
+            self._check_reply(msg, reply)
+            self._check_and_log(reply, len(data))
         return reply
+
+    def _relay(self, link: _Link) -> str:
+        """The hub that relays what arrives over ``link`` (it stamps its own error replies),
+        or ``""``."""
+        return ""
 
     def _serve_request(self, link: _Link, msg_id: int, data: Buffer) -> None:
         """Answer a request that arrived over ``link`` (runs in a worker thread)."""
@@ -481,13 +529,14 @@ class _Endpoint(Transport):
     def _read(self, link: _Link, frames: Iterator[bytes]) -> None:
         """Read ``link``'s stream until it ends (a reader thread of its own)."""
         try:
-            for frame in frames:
-                got = link.receive(frame)
-                if got is not None and not self._dispatch(link, *got):
-                    break
+            with _from(link.peer, "a frame"):
+                for frame in frames:
+                    got = link.receive(frame)
+                    if got is not None and not self._dispatch(link, *got):
+                        break
             link.close("peer left")
-        except Exception as exc:  # the stream broke: the peer is gone
-            link.close(f"connection lost ({type(exc).__name__})")
+        except ProtocolError as exc:  # the stream broke or the peer broke the protocol: named
+            link.close(f"connection lost: {exc}")
 
     # -- serving streams that others dial ------------------------------------------
     def _start_server(self, listen: str, service: str, workers: int) -> None:
@@ -599,7 +648,10 @@ class _Endpoint(Transport):
         finally:
             silent.cancel()
         probe = _Link("?", self.options, checksum=self.tls is None)
-        got = probe.receive(first)
+        try:
+            got = probe.receive(first)
+        except ProtocolError as exc:  # refused (logged), not a traceback in a server thread
+            self._refuse(context, f"malformed hello: {exc}")
         if got is None or got[0] != HELLO:
             self._refuse(context, "the first frame must be a hello")
         name, hello = self._identify(context, got[2])
@@ -649,17 +701,17 @@ class _Endpoint(Transport):
         try:
             first = next(call, None)
             if first is None:
-                raise ProtocolError(f"{peer!r} closed the stream without a welcome")
-            got = link.receive(first)
-            if got is None or got[0] != WELCOME:
-                raise ProtocolError(f"{peer!r} did not answer the hello with a welcome")
-            try:
+                raise ProtocolError(f"{peer!r} closed the stream without a welcome", party=peer)
+            with _from(peer, "the welcome"):
+                got = link.receive(first)
+                if got is None or got[0] != WELCOME:
+                    raise ProtocolError(f"{peer!r} did not answer the hello with a welcome")
                 welcome = json.loads(bytes(got[2]))
-            except (ValueError, RecursionError):
-                raise ProtocolError(f"{peer!r} sent a malformed welcome") from None
-            if self.tls is not None:
-                nonce = bytes.fromhex(hello["nonce"])
-                HubProof.check(self.tls, peer, hello["party"], nonce, welcome.get("proof"))
+                if not isinstance(welcome, dict):
+                    raise ProtocolError(f"{peer!r} sent a welcome that is not a JSON object")
+                if self.tls is not None:
+                    nonce = bytes.fromhex(hello["nonce"])
+                    HubProof.check(self.tls, peer, hello["party"], nonce, welcome.get("proof"))
             return link, channel, call, welcome
         except BaseException:  # not the peer we meant, or no connection: drop it
             link.close("refused")
@@ -731,6 +783,11 @@ class GrpcHub(_Endpoint):
     def _links(self) -> list[_Link]:
         return list(self.links.values())
 
+    @property
+    def name(self) -> str:
+        """The coordinator's name (the party registered here), which stamps the hub's reports."""
+        return next(iter(self.local), "")
+
     # -- joining ---------------------------------------------------------------
     def _members(self) -> set[str]:
         return set(self.expected)
@@ -753,6 +810,11 @@ class GrpcHub(_Endpoint):
                 "x25519": str(bundle.get("x25519", "")),
                 "sig": str(bundle.get("sig", "")),
             }
+            if self.options.end_to_end:  # one party's bad key must not fail the others
+                try:
+                    check_bundle(self.tls, claimed, said["bundle"])
+                except FedViewsError as exc:
+                    self._refuse(context, f"party {claimed!r} sent a bad end-to-end key: {exc}")
         return claimed, said
 
     def _welcome(self, name: str, hello: dict[str, Any]) -> dict[str, Any]:
@@ -832,15 +894,16 @@ class GrpcHub(_Endpoint):
             rid, slot = self.calls.new(target)
             target.send(REQUEST, rid, data)
             ftype, rdata = self._await(target, rid, slot, head.kind)
-            if ftype == ERROR:  # the receiver's error goes back as it came
-                link.send(ERROR, msg_id, rdata)
+            if ftype == ERROR:  # the receiver's report goes back stamped with its name
+                link.send(ERROR, msg_id, stamp_report(target.peer, head.kind, rdata))
                 return
-            rhead = Message.peek(rdata)
-            self._check_reply(head, rhead)
-            self._admit(rhead, len(rdata))
+            with _from(target.peer, f"the reply to {head.kind!r}"):
+                rhead = Message.peek(rdata)
+                self._check_reply(head, rhead)
+                self._admit(rhead, len(rdata))
             link.send(REPLY, msg_id, rdata)
-        except Exception as exc:  # reported to the requester, which raises it
-            _report(link, msg_id, exc, "relay")
+        except Exception as exc:  # reported to the requester, in the hub's name
+            _report(link, msg_id, exc, "relay", by=self.name)
 
     def _answer(self, link: _Link, msg: Message, nbytes: int) -> Message:
         _check_sender(link, msg.sender)
@@ -976,7 +1039,17 @@ class GrpcPartyTransport(_Endpoint):
                     ) from None
                 log.warning("connection attempt %d to %s failed: %s", attempt, self.address, last)
             else:
-                self.roles.update(welcome["roles"])
+                roles = welcome.get("roles")
+                if not isinstance(roles, dict) or not all(
+                    isinstance(k, str) and isinstance(v, str) for k, v in roles.items()
+                ):
+                    call.cancel()
+                    channel.close()
+                    raise ProtocolError(
+                        f"{self.server_name!r} sent a welcome without the roles",
+                        party=self.server_name,
+                    )
+                self.roles.update(roles)
                 self.link, self._channel, self._call = link, channel, call
                 return
             if attempt < self.options.connect_retries:
@@ -999,27 +1072,29 @@ class GrpcPartyTransport(_Endpoint):
         watchdog = threading.Thread(target=self._watch, args=(link,), daemon=True)
         watchdog.start()
         try:
-            for frame in self._call:
-                got = link.receive(frame)
-                if got is not None and not self._dispatch(link, *got):
-                    self._work.shutdown(wait=True)
-                    return
-            raise PartyUnavailable(self.server_name, link.reason or "the stream ended")
-        except grpc.RpcError as exc:
-            raise PartyUnavailable(
-                self.server_name, link.reason or f"connection lost: {exc.code().name}"
-            ) from None
+            with _from(self.server_name, "a frame"):
+                try:
+                    for frame in self._call:
+                        got = link.receive(frame)
+                        if got is not None and not self._dispatch(link, *got):
+                            self._work.shutdown(wait=True)
+                            return
+                except grpc.RpcError as exc:
+                    raise PartyUnavailable(
+                        self.server_name, link.reason or f"connection lost: {exc.code().name}"
+                    ) from None
+                raise PartyUnavailable(self.server_name, link.reason or "the stream ended")
         finally:
             self.close()
 
     def _dispatch(self, link: _Link, ftype: int, msg_id: int, data: Buffer) -> bool:
         if ftype == PEERS and link is self.link and self.e2e is not None:
-            try:
+            with _from(self.server_name, "the key bundles"):  # the hub checked each at its hello
                 keys = json.loads(bytes(data))
                 peers, session = keys["peers"], bytes.fromhex(keys["session"])
-            except (ValueError, KeyError, TypeError, RecursionError):
-                raise ProtocolError("the hub sent malformed key bundles") from None
-            self.e2e.set_peers(peers, session)
+                if not isinstance(peers, dict):
+                    raise ProtocolError(f"{self.server_name!r} sent key bundles that are no table")
+                self.e2e.set_peers(peers, session)
             return True
         return super()._dispatch(link, ftype, msg_id, data)
 
@@ -1032,6 +1107,9 @@ class GrpcPartyTransport(_Endpoint):
             if time.monotonic() - link.last_seen > self.options.timeout:
                 link.close(f"no message or heartbeat for {self.options.timeout:g} s")
                 self._call.cancel()
+
+    def _relay(self, link: _Link) -> str:
+        return self.server_name if link is self.link else ""
 
     def _encode(self, msg: Message, link: _Link) -> Sequence[Buffer]:
         # a direct link is TLS between the two parties: nobody in between to seal against

@@ -17,12 +17,11 @@ import math
 import struct
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NoReturn
 
 import numpy as np
 
-from fedviews import errors
-from fedviews.errors import FedViewsError, PartyUnavailable, ProtocolError
+from fedviews.errors import ProtocolError, RemoteError
 
 MetaValue = str | int | float | bool | None
 _MAGIC = b"FVM1"
@@ -84,7 +83,8 @@ class Message:
         n = self._numeric(key)
         if not math.isfinite(n):
             raise ProtocolError(
-                f"{self.sender!r} sent meta[{key!r}] = {n!r}, expected a finite number"
+                f"{self.sender!r} sent meta[{key!r}] = {n!r}, expected a finite number",
+                party=self.sender,
             )
         return n
 
@@ -92,7 +92,8 @@ class Message:
         value = self.meta.get(key)
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise ProtocolError(
-                f"{self.sender!r} sent meta[{key!r}] = {value!r}, expected a number"
+                f"{self.sender!r} sent meta[{key!r}] = {value!r}, expected a number",
+                party=self.sender,
             )
         return float(value)
 
@@ -103,7 +104,8 @@ class Message:
         n = self._numeric(key)
         if not (math.isfinite(n) and n >= 1 and n == int(n)):
             raise ProtocolError(
-                f"{self.sender!r} sent {key} = {n!r}; a FedAvg weight is a positive sample count"
+                f"{self.sender!r} sent {key} = {n!r}; a FedAvg weight is a positive sample count",
+                party=self.sender,
             )
         return int(n)
 
@@ -117,7 +119,9 @@ class Message:
         names the sender."""
         arr = self.arrays.get(name)
         if arr is None:
-            raise ProtocolError(f"{self.sender!r} sent {self.kind!r} without the array {name!r}")
+            raise ProtocolError(
+                f"{self.sender!r} sent {self.kind!r} without the array {name!r}", party=self.sender
+            )
         ok = arr.ndim == len(shape) and all(
             want is None or got == want for got, want in zip(arr.shape, shape, strict=True)
         )
@@ -125,13 +129,15 @@ class Message:
             want = ", ".join("*" if s is None else str(s) for s in shape)
             raise ProtocolError(
                 f"{self.sender!r} sent {name!r} of shape {arr.shape} in {self.kind!r}, "
-                f"expected ({want})"
+                f"expected ({want})",
+                party=self.sender,
             )
         if dtype is not None:
             if arr.dtype.kind != "f":
                 raise ProtocolError(
                     f"{self.sender!r} sent {name!r} as {arr.dtype} in {self.kind!r}, "
-                    "expected floating point"
+                    "expected floating point",
+                    party=self.sender,
                 )
             with np.errstate(over="ignore"):  # a value beyond ``dtype``'s range: inf, refused
                 arr = arr.astype(dtype, copy=False)
@@ -139,7 +145,8 @@ class Message:
             raise ProtocolError(
                 f"{self.sender!r} sent {name!r} with NaN or infinite values in {self.kind!r}"
                 + (f" (as {arr.dtype})" if dtype is not None else "")
-                + ": refused (its model diverged, e.g. a learning rate too high, or it is poisoned)"
+                + ": refused (its model diverged, e.g. a learning rate too high, or it is poisoned)",
+                party=self.sender,
             )
         return arr
 
@@ -326,22 +333,47 @@ def parse_header(view: memoryview) -> tuple[dict[str, Any], list[dict[str, Any]]
     offset = 8 + hlen
     total = offset + _sealed_overhead(header)
     for spec in specs:
-        try:
-            dtype = np.dtype(spec["dtype"])
-            size = int(spec["size"])
-            expected = dtype.itemsize * int(np.prod(spec["shape"], dtype=np.int64))
-        except (KeyError, TypeError, ValueError) as exc:
-            raise ProtocolError(f"corrupt array spec {spec!r}: {exc}") from None
-        if dtype.kind not in _ALLOWED_KINDS:
-            raise ProtocolError(f"array {spec['name']!r} has forbidden dtype {dtype}")
-        if size != expected:
+        dtype = _check_spec(spec)
+        # Python integers: a shape such as [2**32, 2**32] must not wrap around to 0 bytes
+        if spec["size"] != dtype.itemsize * math.prod(spec["shape"]):
             raise ProtocolError(f"array {spec['name']!r}: size does not match its shape")
-        total += size
+        total += spec["size"]
     if total > len(view):
         raise ProtocolError("truncated message payload")
     if total != len(view):
         raise ProtocolError("trailing bytes after message payload")
     return header, specs, offset
+
+
+def _count(value: Any) -> bool:
+    """Whether ``value`` is a JSON whole number >= 0 (not a bool, not a float such as 3.0)."""
+    return type(value) is int and value >= 0
+
+
+def _check_spec(spec: Any) -> np.dtype[Any]:
+    """The dtype of one array spec of a header, after checking its fields' types: a string
+    name and dtype, a shape of whole numbers >= 0, a byte size >= 0 (a ProtocolError else)."""
+    if not isinstance(spec, dict) or not {"name", "dtype", "shape", "size"} <= set(spec):
+        raise ProtocolError(f"corrupt array spec {spec!r}: expected name, dtype, shape and size")
+    shape = spec["shape"]
+    if (
+        not isinstance(spec["name"], str)
+        or not isinstance(spec["dtype"], str)
+        or not isinstance(shape, list)
+        or not all(_count(d) for d in shape)
+        or not _count(spec["size"])
+    ):
+        raise ProtocolError(
+            f"corrupt array spec {spec!r}: name and dtype must be strings, shape a list of "
+            "whole numbers >= 0 and size a whole number >= 0"
+        )
+    try:
+        dtype = np.dtype(spec["dtype"])
+    except (TypeError, ValueError) as exc:
+        raise ProtocolError(f"corrupt array spec {spec!r}: {exc}") from None
+    if dtype.kind not in _ALLOWED_KINDS:
+        raise ProtocolError(f"array {spec['name']!r} has forbidden dtype {dtype}")
+    return dtype
 
 
 #: AES-GCM tag after a sealed payload (fedviews.federation._e2e)
@@ -363,25 +395,58 @@ def _sealed_overhead(header: Mapping[str, Any]) -> int:
     return n_meta + SEAL_TAG
 
 
-def error_payload(exc: BaseException) -> bytes:
-    """How a transport reports a handler's failure back to the requester (JSON, no pickle)."""
-    return json.dumps({"type": type(exc).__name__, "message": str(exc)}).encode()
+#: characters of an error report's text that are kept (a report is a short message)
+_MAX_REPORT = 4000
 
 
-def raise_remote(peer: str, kind: str, data: bytes | bytearray | memoryview) -> None:
-    """Re-raise an error that ``peer``'s handler of ``kind`` reported (:func:`error_payload`),
-    as the in-process transport would: a fedviews error keeps its type; anything else
-    (a crash) makes ``peer`` unavailable."""
-    info = json.loads(bytes(data))
-    cls = getattr(errors, info.get("type", ""), None)
-    if (
-        isinstance(cls, type)
-        and issubclass(cls, FedViewsError)
-        and cls not in (PartyUnavailable, errors.MissingDependency)
-    ):
-        raise cls(info["message"])
-    if cls is PartyUnavailable:
-        raise ProtocolError(info["message"])
-    raise PartyUnavailable(
-        peer, f"failed while handling {kind!r}: {info['type']}: {info['message']}"
-    )
+def error_payload(exc: BaseException, by: str = "") -> bytes:
+    """How a transport reports a handler's failure back to the requester (JSON, no pickle).
+
+    ``by``: the party that makes the report, stamped by a relaying hub (its own failure,
+    or the report of the party it relayed to, see :func:`raise_remote`).
+    """
+    info = {"type": type(exc).__name__, "message": str(exc)}
+    return json.dumps({**info, "by": by} if by else info).encode()
+
+
+def read_report(peer: str, kind: str, data: bytes | bytearray | memoryview) -> tuple[str, str, str]:
+    """``(type, text, by)`` of the error reply ``peer`` sent to ``kind`` (:func:`error_payload`);
+    a :class:`ProtocolError` naming ``peer`` if it is malformed."""
+    try:
+        info = json.loads(bytes(data).decode("utf-8"))
+        etype, text, by = info["type"], info["message"], info.get("by", "")
+    except (UnicodeDecodeError, ValueError, RecursionError, KeyError, TypeError, AttributeError):
+        raise ProtocolError(
+            f"{peer!r} answered {kind!r} with a malformed error reply", party=peer
+        ) from None
+    if not all(isinstance(v, str) for v in (etype, text, by)):
+        raise ProtocolError(
+            f"{peer!r} answered {kind!r} with a malformed error reply (type, message and by "
+            "must be strings)",
+            party=peer,
+        )
+    return etype[:100], text[:_MAX_REPORT], by
+
+
+def stamp_report(peer: str, kind: str, data: bytes | bytearray | memoryview) -> bytes:
+    """The error reply ``peer`` sent to ``kind``, as a relaying hub passes it on: stamped
+    ``by`` ``peer`` (whatever stamp it wrote itself); a malformed one becomes ``peer``'s
+    report that it is malformed."""
+    try:
+        etype, text, _ = read_report(peer, kind, data)
+    except ProtocolError as exc:
+        etype, text = "ProtocolError", str(exc)
+    return json.dumps({"type": etype, "message": text, "by": peer}).encode()
+
+
+def raise_remote(
+    peer: str, kind: str, data: bytes | bytearray | memoryview, relay: str = ""
+) -> NoReturn:
+    """Raise the failure that ``peer``'s handler of ``kind`` reported (:func:`error_payload`)
+    as ``peer``'s report: a :class:`~fedviews.errors.RemoteError` naming ``peer`` as the
+    reporter, never the type or the party its text claims (a dishonest party could blame
+    another). ``relay``: the hub the reply came through, which stamps its own reports
+    (``by``; it overrides the stamp of the reports it relays), so that one is named as
+    its reporter. A malformed report is a :class:`ProtocolError` naming ``peer``."""
+    etype, text, by = read_report(peer, kind, data)
+    raise RemoteError(relay if relay and by == relay else peer, etype, text)

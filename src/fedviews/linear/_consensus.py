@@ -546,6 +546,8 @@ class ConsensusAlgorithm(LinearAlgorithm):
 
     def make_setup(self, run: RunSpec, infos: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
         setup = super().make_setup(run, infos)
+        # the label owner must report it (read from its report: a missing one names it)
+        setup["n_classes"] = int(infos[run.federation.owners()[0]]["n_classes"])
         if setup["n_classes"] < 2:
             raise DataError("y must contain at least two classes")
         return setup
