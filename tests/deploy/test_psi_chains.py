@@ -23,7 +23,7 @@ pytest.importorskip("grpc")
 pytest.importorskip("cryptography")
 pytest.importorskip("rbcl")
 
-from fedviews.errors import PrivacyError  # noqa: E402
+from fedviews.errors import RemoteError  # noqa: E402
 from fedviews.federation import (  # noqa: E402
     Coordinator,
     GrpcHub,
@@ -124,17 +124,23 @@ def test_a_coordinator_cannot_cut_a_chain(chain) -> None:
     wrong = ["", "coordinator", "a", "x"] + (["c"] if len(members) == 3 else [])
     for nxt in wrong:
         with pytest.raises(
-            PrivacyError, match=rf"'a' refused 'coordinator''s 'psi:blind'.*{nxt!r}"
+            RemoteError,
+            match=rf"'a' reported PrivacyError: 'a' refused 'coordinator''s 'psi:blind'.*{nxt!r}",
         ):
             coord.send("a", "psi:blind", meta={"group": "g", "next": nxt})
     if len(members) == 3:  # the chain order of the config, not the coordinator's
-        with pytest.raises(PrivacyError, match="refused 'coordinator''s"):
+        with pytest.raises(
+            RemoteError, match="'a' reported PrivacyError: .*refused 'coordinator''s"
+        ):
             run_psi(coord, ["a", "c", "b"], "g2")
     sealed = coord.send("a", "psi:blind", meta={"group": "g", "next": "b"})  # the right one
     assert set(sealed.arrays) == {"psi_sealed"}
     if len(members) == 3:  # cut after b: a's partly blinded set would come back in the clear
         coord.send("b", "psi:blind", meta={"group": "g", "next": "c"})
-        with pytest.raises(PrivacyError, match=r"'b' refused 'coordinator''s 'psi:reblind'.*''"):
+        with pytest.raises(
+            RemoteError,
+            match=r"'b' reported PrivacyError: 'b' refused 'coordinator''s 'psi:reblind'.*''",
+        ):
             coord.send("b", "psi:reblind", arrays=dict(sealed.arrays), meta={"group": "g"})
     assert not [e for e in chain["hub"].log.entries if "psi_set" in e.arrays]
 
@@ -157,8 +163,9 @@ def test_a_party_cannot_have_dictionaries_reblinded_under_invented_origins(chain
             meta = {"group": "g", "next": "" if last else "b"}
             try:
                 coord.send("a", "psi:reblind", arrays={"psi_sealed": blob}, meta=meta)
-            except PrivacyError as exc:
-                refused.append(str(exc))
+            except RemoteError as exc:  # a's report of its refusal
+                assert (exc.reported_by, exc.kind) == ("a", "PrivacyError"), exc
+                refused.append(exc.text)
                 continue
             reblinded.append(attacker)
     # one dictionary per other member, handed in by the predecessor as a set of the chain:
@@ -188,7 +195,10 @@ def test_deployed_parties_take_the_chain_order_from_their_config(tmp_path) -> No
         parties.append(DeployParty(cfg, name, data, tmp_path / name, lambda _: None))
     with _federation(tmp_path, session_policy(cfg), parties) as (_, coord):
         for nxt in ("", "c"):
-            with pytest.raises(PrivacyError, match=rf"'a' refused 'coordinator''s.*{nxt!r} as"):
+            with pytest.raises(
+                RemoteError,
+                match=rf"'a' reported PrivacyError: 'a' refused 'coordinator''s.*{nxt!r} as",
+            ):
                 coord.send("a", "psi:blind", meta={"group": "train", "next": nxt})
         assert run_psi(coord, members, "train") == 100
         for party in parties:
