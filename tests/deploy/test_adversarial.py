@@ -300,3 +300,63 @@ def test_a_member_stream_without_hello_is_cancelled_and_the_party_can_still_join
         never.set()
         idle.cancel()
         hub.close()
+
+
+def _silent_streams(tmp_path, port: int, who: str, n: int, never: threading.Event) -> list:
+    """``n`` streams to the hub at ``port`` with ``who``'s certificate that never say hello
+    (over a few channels, as an attacker spreads them)."""
+    import grpc
+
+    from fedviews.federation._grpc import _METHOD
+
+    def silence() -> Iterator[bytes]:
+        never.wait(60)
+        yield b""
+
+    tls = TLSFiles.from_dir(tmp_path, who)
+    calls = []
+    for i in range(n):
+        if i % 10 == 0:
+            channel = grpc.secure_channel(
+                f"127.0.0.1:{port}",
+                tls.channel_credentials(),
+                options=[("grpc.ssl_target_name_override", "coordinator")],
+            )
+        calls.append(channel.stream_stream(_METHOD)(silence()))
+    return calls
+
+
+def test_a_member_holding_hello_less_streams_keeps_nobody_out_and_is_named(tmp_path) -> None:
+    """Issue #31, item 4: a party's 60 streams without hello held the hub's threads, so another
+    party could not join within 20 s and the refusals named nobody."""
+    init_ca(tmp_path)
+    for name in ("coordinator", "a", "b"):
+        issue_certificate(tmp_path, name)
+    opts = GrpcOptions(timeout=3.0, heartbeat=0.5, connect_timeout=4.0, connect_retries=2)
+    hub = GrpcHub(
+        POLICY, {"a": "party", "b": "party"}, tls=TLSFiles.from_dir(tmp_path, "coordinator"),
+        options=opts,
+    )  # fmt: skip
+    hub.register(Coordinator())
+    never = threading.Event()
+    calls = _silent_streams(tmp_path, hub.port, "b", 60, never)
+    try:
+        deadline = time.monotonic() + 20
+        while sum("'b' already holds" in r for r in hub.refusals) < 60 - opts.max_streams_per_peer:
+            assert time.monotonic() < deadline, hub.refusals
+            time.sleep(0.05)
+        t = GrpcPartyTransport(
+            POLICY, f"127.0.0.1:{hub.port}", tls=TLSFiles.from_dir(tmp_path, "a"), options=opts
+        )
+        t.register(Slow("a"))
+        t.connect()  # within connect_timeout, although b opened 60 streams first
+        threading.Thread(target=_serve, args=(t,), daemon=True).start()
+        reply = hub.local["coordinator"].send("a", "ping", arrays={"v": np.zeros(1)})
+        np.testing.assert_array_equal(reply.arrays["v"], np.ones(1))
+        assert all("'a'" not in r for r in hub.refusals)
+        assert hub.budget.streams == {"b": opts.max_streams_per_peer, "a": 1}
+    finally:
+        never.set()
+        for call in calls:
+            call.cancel()
+        hub.close()
