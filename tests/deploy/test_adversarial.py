@@ -7,6 +7,7 @@ the attacker breaks its own link the run names the attacker, never its victim.
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 from collections.abc import Iterator
@@ -33,6 +34,7 @@ from fedviews.federation import (  # noqa: E402
     issue_certificate,
 )
 from fedviews.federation._grpc import ERROR, REPLY, REQUEST  # noqa: E402
+from fedviews.federation._message import prefix  # noqa: E402
 
 POLICY = PrivacyPolicy.of(
     "echo",
@@ -360,3 +362,116 @@ def test_a_member_holding_hello_less_streams_keeps_nobody_out_and_is_named(tmp_p
         for call in calls:
             call.cancel()
         hub.close()
+
+
+def test_unsolicited_replies_huge_meta_and_forged_rounds_are_refused_unlogged(federation) -> None:
+    """Issue #31, item 9: '*:reply' requests that pass the policy, with 20,000 meta keys or a
+    round of 10^15, were logged (+680 MiB, a 240 MB message_log.json, 'rounds': 10^15)."""
+    hub, parties = federation
+    b = parties["b"]
+    assert b.link is not None
+    before = hub.log.n_messages
+    base = {"sender": "b", "receiver": "coordinator", "round": 1, "meta": {}}
+    attacks = [
+        ({**base, "kind": "ping:reply"}, "'b' sent 'ping:reply' as a request"),
+        ({**base, "kind": "ping", "meta": {f"k{i}": 0 for i in range(2000)}}, "2000 keys"),
+        ({**base, "kind": "ping", "meta": {"k" * 300: 0}}, "a key of 300 characters"),
+        ({**base, "kind": "ping", "round": 10**15}, "'b' sent a message of round 1000000000000000"),
+    ]
+    for head, why in attacks:
+        rid, slot = b.calls.new(b.link)
+        b.link.send(REQUEST, rid, prefix(json.dumps({"arrays": [], **head}).encode()))
+        ftype, data = b._await(b.link, rid, slot, head["kind"])
+        assert ftype == ERROR and why in json.loads(bytes(data))["message"], bytes(data)[:300]
+    assert hub.log.n_messages == before and hub.log.rounds < 10**15
+    summary = hub.log.summary()
+    assert "b -> coordinator" not in summary["meta_keys"]
+    # the honest party is untouched
+    reply = hub.local["coordinator"].send("a", "ping", arrays={"v": np.zeros(2)})
+    np.testing.assert_array_equal(reply.arrays["v"], np.ones(2))
+
+
+def test_a_reply_of_another_round_is_refused() -> None:
+    from fedviews.errors import ProtocolError
+    from fedviews.federation import InProcessTransport
+
+    class Liar(Party):
+        @handles("ping")
+        def on_ping(self, msg: Message) -> Message:
+            return Message("ping:reply", self.name, msg.sender, round=10**15)
+
+    t = InProcessTransport(POLICY)
+    t.register(Coordinator())
+    t.register(Liar("b", role="party"))
+    with pytest.raises(ProtocolError, match="'b' answered 'ping' of round 3 with a reply of round"):
+        t.local["coordinator"].send("b", "ping", round=3)
+    assert t.log.rounds == 3
+
+
+def test_the_log_keeps_a_bounded_number_of_entries_per_sender() -> None:
+    from fedviews.federation import MessageLog
+    from fedviews.federation._log import MAX_PAIR_META_KEYS, LogEntry
+
+    log = MessageLog(max_entries=3)
+    for i in range(5):
+        log.record(LogEntry("b", "c", 1, "x", (), (), 10, meta=(f"k{i}",)))
+        log.record(LogEntry("a", "c", 1, "x", (), (), 10))
+    assert [e.sender for e in log.entries].count("b") == 3 and log.n_messages == 10
+    summary = log.summary()
+    assert summary["dropped_entries"] == {"a": 2, "b": 2}
+    assert summary["per_party"]["b"]["bytes_sent"] == 50  # every message still counts
+    many = tuple(f"m{i}" for i in range(MAX_PAIR_META_KEYS + 5))
+    log.record(LogEntry("b", "c", 1, "x", (), (), 10, meta=many))
+    assert len(log.summary()["meta_keys"]["b -> c"]) == MAX_PAIR_META_KEYS
+    assert log.summary()["dropped_meta_keys"] == {"b -> c": 10}
+
+
+def test_half_sent_messages_are_bounded_per_peer(federation) -> None:
+    """Issue #31, item 7: 64 ids announcing 512 chunks each, never completed, made the hub
+    hold up to max_incomplete x max_message_mb (64 GiB by default); now a peer holds at most
+    one message's worth (max_message_mb) and is cut off, named, past it."""
+    hub, parties = federation
+    attacker = parties["b"].link
+    assert attacker is not None
+    from fedviews.federation._grpc import _HEADER, _MAGIC
+
+    n = FAST.max_message_bytes // FAST.chunk_size  # the most chunks a message may have
+    for msg_id in range(1, FAST.max_incomplete + 1):
+        for i in range(n - 1):  # all chunks but the last
+            attacker.out.put(_HEADER.pack(_MAGIC, REQUEST, msg_id, i, n, 0) + b"x" * 1024)
+    deadline = time.monotonic() + 10
+    while not hub.links["b"].closed.is_set():
+        assert time.monotonic() < deadline, "the hub kept the link of a party that lied"
+        time.sleep(0.05)
+    assert hub.budget.peak <= FAST.max_message_bytes
+    assert hub.budget.buffered == 0 and not hub.links["b"].partial
+    with pytest.raises(PartyUnavailable, match="'b'"):
+        hub.local["coordinator"].send("b", "ping", arrays={"v": np.ones(1)})
+    reply = hub.local["coordinator"].send("a", "ping", arrays={"v": np.zeros(2)})
+    np.testing.assert_array_equal(reply.arrays["v"], np.ones(2))
+
+
+def test_past_the_total_budget_the_largest_holder_is_cut_off() -> None:
+    """All peers together hold at most max_buffered_bytes: the peer holding the most goes
+    (named), not the one whose chunk arrived last."""
+    from fedviews.errors import ProtocolError
+    from fedviews.federation._budget import Budget
+    from fedviews.federation._grpc import _HEADER, _MAGIC, _Link
+
+    opts = GrpcOptions(chunk_size=1024, max_message_bytes=8 * 1024, max_buffered_bytes=10 * 1024)
+    budget = Budget(opts)
+    big, small = _Link("big", opts, budget=budget), _Link("small", opts, budget=budget)
+    for i in range(7):
+        assert big.receive(_HEADER.pack(_MAGIC, REQUEST, 1, i, 8, 0) + b"x" * 1024) is None
+    for i in range(3):  # 7 + 3 = 10 KiB: at the budget
+        assert small.receive(_HEADER.pack(_MAGIC, REQUEST, 2, i, 8, 0) + b"y" * 1024) is None
+    assert small.receive(_HEADER.pack(_MAGIC, REQUEST, 2, 3, 8, 0) + b"y" * 1024) is None
+    assert big.closed.is_set() and "'big' held 7 KiB" in big.reason
+    assert "max_buffered_mb" in big.reason
+    assert not small.closed.is_set() and budget.buffered == 4 * 1024
+    with pytest.raises(ProtocolError, match="'big' held"):
+        big.receive(_HEADER.pack(_MAGIC, REQUEST, 1, 7, 8, 0) + b"x" * 1024)
+    # a peer past its own budget (one whole message) is named itself
+    with pytest.raises(ProtocolError, match="'small' holds 9 KiB.*at most 8 KiB"):
+        for i in range(8):
+            small.receive(_HEADER.pack(_MAGIC, REQUEST, 3, i, 8, 0) + b"y" * 1024)

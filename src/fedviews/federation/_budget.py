@@ -34,6 +34,10 @@ if TYPE_CHECKING:
 _MB = 1024 * 1024
 
 
+def _size(n: int) -> str:
+    return f"{n / _MB:.1f} MiB" if n >= _MB else f"{n / 1024:.0f} KiB"
+
+
 def descriptor_limit() -> int | None:
     """The process's soft limit on open file descriptors (``None`` where unknown)."""
     try:
@@ -76,17 +80,17 @@ class Budget:
             mine = self.held.get(link, 0) + n
             if mine > self.per_peer:
                 raise ProtocolError(
-                    f"{link.peer!r} holds {mine / _MB:.1f} MiB in half-sent messages; at most "
-                    f"{self.per_peer / _MB:g} MiB (federation.max_message_mb) per peer"
+                    f"{link.peer!r} holds {_size(mine)} in half-sent messages; at most "
+                    f"{_size(self.per_peer)} (federation.max_message_mb) per peer"
                 )
             self.held[link] = mine
             used = sum(self.held.values())
             while used > self.total:
                 victim = max(self.held, key=self.held.__getitem__)
                 reason = (
-                    f"{victim.peer!r} held {self.held[victim] / _MB:.1f} MiB in half-sent "
-                    f"messages, the most of all peers, when they reached "
-                    f"{self.total / _MB:g} MiB together (federation.max_buffered_mb)"
+                    f"{victim.peer!r} held {_size(self.held[victim])} in half-sent messages, "
+                    f"the most of all peers, when they reached {_size(self.total)} together "
+                    "(federation.max_buffered_mb)"
                 )
                 used -= self.held.pop(victim)
                 if victim is link:

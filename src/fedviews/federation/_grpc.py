@@ -59,6 +59,7 @@ import struct
 import threading
 import time
 import zlib
+from collections import deque
 from collections.abc import Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -125,6 +126,8 @@ class GrpcOptions:
     max_connections : int
         Connections a listener accepts at once (at most half the process's descriptor
         limit); one that starts no call within ``hello_timeout`` is closed.
+    max_log_entries : int
+        Messages of one sender the message log keeps one by one (beyond, only counted).
     hello_timeout : float
         Seconds a new stream may take to say hello before the hub cancels it (and a new
         connection to finish its handshake and start a call).
@@ -151,6 +154,7 @@ class GrpcOptions:
     max_buffered_bytes: int = 2048 * _MB
     max_streams_per_peer: int = 4
     max_connections: int = 256
+    max_log_entries: int = 1_000_000
     hello_timeout: float = 10.0
     end_to_end: bool = True
     direct_timeout: float = 5.0
@@ -380,12 +384,13 @@ class _Endpoint(Transport):
     def __init__(self, policy: PrivacyPolicy, options: GrpcOptions, keep_entries: bool) -> None:
         super().__init__(policy, keep_entries=keep_entries)
         self.options = options
+        self.log.max_entries = options.max_log_entries
         #: what each peer may hold of this end: half-sent messages, streams, connections
         self.budget = Budget(options)
         self.calls = _Calls()
         self.tls: TLSFiles | None = None
-        #: why connections to this end were refused (for the operator and tests)
-        self.refusals: list[str] = []
+        #: why connections to this end were refused, the latest 256 (for the operator and tests)
+        self.refusals: deque[str] = deque(maxlen=256)
         self.server: Any = None
         self.port = 0
         self._stop = threading.Event()
@@ -485,6 +490,7 @@ class _Endpoint(Transport):
     def _answer(self, link: _Link, msg: Message, nbytes: int) -> Message:
         """Check and log ``msg`` and produce its reply (by a party hosted here; the reply is
         policy-checked before it leaves). Subclasses check the sender first."""
+        self._check_request(msg)
         self._check_and_log(msg, nbytes)
         party = self.local.get(msg.receiver)
         if party is None:
@@ -856,7 +862,7 @@ class GrpcHub(_Endpoint):
                 if left <= 0:
                     detail = f"did not join within {limit:g} s"
                     if self.refusals:
-                        detail += f"; refused: {self.refusals}"
+                        detail += f"; refused: {list(self.refusals)}"
                     raise PartyUnavailable(", ".join(missing), detail)
                 self._joined.wait(min(left, 0.5))
 
@@ -889,6 +895,7 @@ class GrpcHub(_Endpoint):
                 return
             _check_sender(link, head.sender)
             target = self._link_to(head.receiver)
+            self._check_request(head)
             self._admit(head, len(data))
             rid, slot = self.calls.new(target)
             target.send(REQUEST, rid, data)
@@ -996,6 +1003,8 @@ class GrpcPartyTransport(_Endpoint):
         #: peers whose declared endpoint failed, and why (their messages go through the hub)
         self.relayed: dict[str, str] = {}
         self._direct_links: list[_Link] = []
+        #: the links of ``_direct_links`` that closed, by ``(peer, dialed)``: [links, out, in]
+        self._gone: dict[tuple[str, bool], list[int]] = {}
         self._channels: list[Any] = []
         self._peer_lock = threading.Lock()
         self._dialing: dict[str, threading.Lock] = {}
@@ -1137,9 +1146,22 @@ class GrpcPartyTransport(_Endpoint):
             self._refuse(context, f"{self.name or 'this party'} has not joined the federation yet")
         super()._screen(context)
 
+    def _keep(self, link: _Link) -> None:
+        """Add ``link`` to the direct links, and fold the closed ones into byte counts (a peer
+        that connects and disconnects again and again must not grow this list). Call it with
+        ``_peer_lock`` held."""
+        for lk in self._direct_links:
+            if lk.closed.is_set():
+                gone = self._gone.setdefault((lk.peer, lk.dialed), [0, 0, 0])
+                gone[0] += 1
+                gone[1] += lk.bytes_out
+                gone[2] += lk.bytes_in
+        self._direct_links = [lk for lk in self._direct_links if not lk.closed.is_set()]
+        self._direct_links.append(link)
+
     def _attach(self, name: str, link: _Link, hello: dict[str, Any]) -> None:
         with self._peer_lock:
-            self._direct_links.append(link)
+            self._keep(link)
             held = self.peers.get(name)
             if held is None or held.closed.is_set():
                 self.peers[name] = link
@@ -1184,7 +1206,7 @@ class GrpcPartyTransport(_Endpoint):
                 )
                 return self.link
             with self._peer_lock:
-                self._direct_links.append(link)
+                self._keep(link)
                 self.peers[peer] = link
             log.info("direct link to %r at %s", peer, address)
             return link
@@ -1217,11 +1239,17 @@ class GrpcPartyTransport(_Endpoint):
         """Bytes over the hub link and over every direct link, and the peers whose declared
         endpoint failed (with why): what ``message_log.json`` reports under ``links``."""
         counts = ("bytes_out", "bytes_in")
-        with self._peer_lock:
-            direct = [
-                {"peer": lk.peer, "dialed": lk.dialed, **{k: getattr(lk, k) for k in counts}}
-                for lk in self._direct_links
-            ]
+        with self._peer_lock:  # one row per peer and direction, closed links included
+            rows = {key: list(c) for key, c in self._gone.items()}
+            for lk in self._direct_links:
+                row = rows.setdefault((lk.peer, lk.dialed), [0, 0, 0])
+                row[0] += 1
+                row[1] += lk.bytes_out
+                row[2] += lk.bytes_in
+        direct = [
+            {"peer": peer, "dialed": dialed, "links": c[0], **dict(zip(counts, c[1:], strict=True))}
+            for (peer, dialed), c in rows.items()
+        ]
         return {
             "hub": {k: getattr(self.link, k, 0) for k in counts},
             "direct": direct,
