@@ -475,3 +475,66 @@ def test_past_the_total_budget_the_largest_holder_is_cut_off() -> None:
     with pytest.raises(ProtocolError, match="'small' holds 9 KiB.*at most 8 KiB"):
         for i in range(8):
             small.receive(_HEADER.pack(_MAGIC, REQUEST, 3, i, 8, 0) + b"y" * 1024)
+
+
+def test_a_non_member_holding_connections_cannot_stop_results_being_written(tmp_path) -> None:
+    """Issue #31, item 8: a CA-signed non-member's idle TLS connections took the coordinator's
+    descriptors, and it then crashed writing results.json (OSError: Too many open files). A
+    coordinator process with a low descriptor limit (160, so that 200 connections suffice)
+    still writes it, and idle connections are closed after hello_timeout."""
+    import os
+    import resource
+    import socket
+    import ssl
+    import subprocess
+    import sys
+
+    init_ca(tmp_path)
+    for name in ("coordinator", "pix", "fou", "mallory"):
+        issue_certificate(tmp_path, name)
+    config = tmp_path / "deploy.toml"
+    config.write_text(
+        'algorithm = "mmvfl"\n[federation]\nparties = ["pix", "fou"]\nlabel_owner = "fou"\n'
+        "connect_timeout = 8.0\nhello_timeout = 1.0\n"
+    )
+    out, port_file = tmp_path / "coordinator", tmp_path / "port"
+
+    def few_descriptors() -> None:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (160, 160))
+
+    coord = subprocess.Popen(
+        [sys.executable, "-m", "fedviews", "coordinator", str(config), "--certs", str(tmp_path)]
+        + ["--listen", "127.0.0.1:0", "--port-file", str(port_file), "--out", str(out)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        preexec_fn=few_descriptors,
+    )
+    held: list[socket.socket] = []
+    try:
+        deadline = time.monotonic() + 60
+        while not (port_file.is_file() and port_file.read_text()):
+            assert time.monotonic() < deadline and coord.poll() is None
+            time.sleep(0.1)
+        port = int(port_file.read_text())
+        tls = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+        tls.load_verify_locations(tmp_path / "ca.crt")
+        tls.load_cert_chain(tmp_path / "mallory.crt", tmp_path / "mallory.key")
+        tls.check_hostname = False
+        tls.set_alpn_protocols(["h2"])
+        for _ in range(200):  # TLS connections that never start a call
+            try:
+                sock = socket.create_connection(("127.0.0.1", port), timeout=5)
+                held.append(tls.wrap_socket(sock))
+            except OSError:  # refused past the cap (or closed at once): the attacker goes on
+                continue
+        text, _ = coord.communicate(timeout=60)
+    finally:
+        if coord.poll() is None:
+            os.kill(coord.pid, 9)
+            coord.wait()
+        for sock in held:
+            sock.close()
+    assert "Too many open files" not in text, text
+    res = json.loads((out / "results.json").read_text())
+    assert "did not join" in res["status"] and res["unavailable_party"] == "pix, fou", res
