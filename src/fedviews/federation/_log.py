@@ -111,7 +111,7 @@ class MessageLog:
     def summary(self) -> dict[str, Any]:
         """Run statistics: rounds, messages, bytes sent/received and handler time per party."""
         parties = sorted(set(self._bytes_sent) | set(self._bytes_recv) | set(self.handler_seconds))
-        return {
+        out: dict[str, Any] = {
             "rounds": self._rounds,
             "messages": self._messages,
             "total_bytes": self.total_bytes,
@@ -133,14 +133,15 @@ class MessageLog:
                 f"{s} -> {r}": sorted(k) for (s, r), k in sorted(self._meta.items()) if k
             },
             "exchanges": [[s, r, k, list(n)] for s, r, k, n in self.exchanges()],
-            # what the log's budget left out (only when it left something out)
-            **({"dropped_entries": dict(sorted(self._dropped.items()))} if self._dropped else {}),
-            **(
-                {"dropped_meta_keys": {f"{s} -> {r}": n for (s, r), n in self._dropped_keys.items()}}
-                if self._dropped_keys
-                else {}
-            ),
         }
+        # what the log's budget left out (only when it left something out)
+        if self._dropped:
+            out["dropped_entries"] = dict(sorted(self._dropped.items()))
+        if self._dropped_keys:
+            out["dropped_meta_keys"] = {
+                f"{s} -> {r}": n for (s, r), n in self._dropped_keys.items()
+            }
+        return out
 
     def to_records(self, limit: int | None = None) -> list[dict[str, Any]]:
         entries = self.entries if limit is None else self.entries[:limit]
