@@ -74,6 +74,7 @@ class Budget:
         """Charge ``n`` more bytes of a half-sent message to ``link``'s peer; raise a
         :class:`ProtocolError` naming it when that breaks its budget, or close the largest
         holder instead when the total budget is broken by another peer's chunk."""
+        victims: list[tuple[_Link, str]] = []
         with self._lock:
             if link.closed.is_set():  # e.g. cut off by this budget from another thread
                 raise ProtocolError(link.reason)
@@ -95,8 +96,10 @@ class Budget:
                 used -= self.held.pop(victim)
                 if victim is link:
                     raise ProtocolError(reason)
-                victim.close(reason)
+                victims.append((victim, reason))
             self.peak = max(self.peak, used)
+        for victim, reason in victims:  # outside the lock: closing releases what it held
+            victim.close(reason)
 
     def release(self, link: _Link, n: int | None = None) -> None:
         """``n`` bytes of ``link``'s half-sent messages are no longer held (all: ``None``)."""
