@@ -210,10 +210,7 @@ def test_a_party_that_heartbeats_but_never_answers_is_named_within_the_deadline(
 def test_idle_streams_of_outsiders_do_not_keep_parties_out(tmp_path) -> None:
     """Many idle TLS streams with a non-member (same CA) or revoked certificate are refused
     before their hello, so the honest party still joins."""
-    import grpc
-
     from fedviews.federation import revoke_certificate
-    from fedviews.federation._grpc import _METHOD
 
     init_ca(tmp_path)
     for name in ("coordinator", "a", "mallory", "b"):
@@ -225,21 +222,10 @@ def test_idle_streams_of_outsiders_do_not_keep_parties_out(tmp_path) -> None:
     )  # fmt: skip
     hub.register(Coordinator())
     never = threading.Event()
-
-    def silence() -> Iterator[bytes]:  # a stream that never says hello
-        never.wait(30)
-        yield b""
-
     calls = []
     try:
-        for who in ["mallory"] * 6 + ["b"] * 6:
-            tls = TLSFiles.from_dir(tmp_path, who)
-            channel = grpc.secure_channel(
-                f"127.0.0.1:{hub.port}",
-                tls.channel_credentials(),
-                options=[("grpc.ssl_target_name_override", "coordinator")],
-            )
-            calls.append(channel.stream_stream(_METHOD)(silence()))
+        for who in ("mallory", "b"):
+            calls += _silent_streams(tmp_path, hub.port, who, 6, never)
         t = GrpcPartyTransport(
             POLICY, f"127.0.0.1:{hub.port}", tls=TLSFiles.from_dir(tmp_path, "a"), options=FAST
         )
