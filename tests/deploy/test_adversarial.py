@@ -7,6 +7,7 @@ the attacker breaks its own link the run names the attacker, never its victim.
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 from collections.abc import Iterator
@@ -34,6 +35,7 @@ from fedviews.federation import (  # noqa: E402
     issue_certificate,
 )
 from fedviews.federation._grpc import ERROR, REPLY, REQUEST  # noqa: E402
+from fedviews.federation._message import prefix  # noqa: E402
 
 POLICY = PrivacyPolicy.of(
     "echo",
@@ -209,10 +211,7 @@ def test_a_party_that_heartbeats_but_never_answers_is_named_within_the_deadline(
 def test_idle_streams_of_outsiders_do_not_keep_parties_out(tmp_path) -> None:
     """Many idle TLS streams with a non-member (same CA) or revoked certificate are refused
     before their hello, so the honest party still joins."""
-    import grpc
-
     from fedviews.federation import revoke_certificate
-    from fedviews.federation._grpc import _METHOD
 
     init_ca(tmp_path)
     for name in ("coordinator", "a", "mallory", "b"):
@@ -224,21 +223,10 @@ def test_idle_streams_of_outsiders_do_not_keep_parties_out(tmp_path) -> None:
     )  # fmt: skip
     hub.register(Coordinator())
     never = threading.Event()
-
-    def silence() -> Iterator[bytes]:  # a stream that never says hello
-        never.wait(30)
-        yield b""
-
     calls = []
     try:
-        for who in ["mallory"] * 6 + ["b"] * 6:
-            tls = TLSFiles.from_dir(tmp_path, who)
-            channel = grpc.secure_channel(
-                f"127.0.0.1:{hub.port}",
-                tls.channel_credentials(),
-                options=[("grpc.ssl_target_name_override", "coordinator")],
-            )
-            calls.append(channel.stream_stream(_METHOD)(silence()))
+        for who in ("mallory", "b"):
+            calls += _silent_streams(tmp_path, hub.port, who, 6, never)
         t = GrpcPartyTransport(
             POLICY, f"127.0.0.1:{hub.port}", tls=TLSFiles.from_dir(tmp_path, "a"), options=FAST
         )
@@ -329,3 +317,268 @@ def test_a_malformed_first_frame_is_refused_not_a_traceback(tmp_path) -> None:
         channel.close()
     finally:
         hub.close()
+
+
+def _silent_streams(tmp_path, port: int, who: str, n: int, never: threading.Event) -> list:
+    """``n`` streams to the hub at ``port`` with ``who``'s certificate that never say hello
+    (over a few channels, as an attacker spreads them)."""
+    import grpc
+
+    from fedviews.federation._grpc import _METHOD
+
+    def silence() -> Iterator[bytes]:
+        never.wait(60)
+        yield b""
+
+    tls = TLSFiles.from_dir(tmp_path, who)
+    calls = []
+    for i in range(n):
+        if i % 10 == 0:
+            channel = grpc.secure_channel(
+                f"127.0.0.1:{port}",
+                tls.channel_credentials(),
+                options=[("grpc.ssl_target_name_override", "coordinator")],
+            )
+        calls.append(channel.stream_stream(_METHOD)(silence()))
+    return calls
+
+
+def test_a_member_holding_hello_less_streams_keeps_nobody_out_and_is_named(tmp_path) -> None:
+    """Issue #31, item 4: a party's 60 streams without hello held the hub's threads, so another
+    party could not join within 20 s and the refusals named nobody."""
+    init_ca(tmp_path)
+    for name in ("coordinator", "a", "b"):
+        issue_certificate(tmp_path, name)
+    opts = GrpcOptions(timeout=3.0, heartbeat=0.5, connect_timeout=4.0, connect_retries=2)
+    hub = GrpcHub(
+        POLICY, {"a": "party", "b": "party"}, tls=TLSFiles.from_dir(tmp_path, "coordinator"),
+        options=opts,
+    )  # fmt: skip
+    hub.register(Coordinator())
+    never = threading.Event()
+    calls = _silent_streams(tmp_path, hub.port, "b", 60, never)
+    try:
+        deadline = time.monotonic() + 20
+        while sum("'b' already holds" in r for r in hub.refusals) < 60 - opts.max_streams_per_peer:
+            assert time.monotonic() < deadline, hub.refusals
+            time.sleep(0.05)
+        t = GrpcPartyTransport(
+            POLICY, f"127.0.0.1:{hub.port}", tls=TLSFiles.from_dir(tmp_path, "a"), options=opts
+        )
+        t.register(Slow("a"))
+        t.connect()  # within connect_timeout, although b opened 60 streams first
+        threading.Thread(target=_serve, args=(t,), daemon=True).start()
+        reply = hub.local["coordinator"].send("a", "ping", arrays={"v": np.zeros(1)})
+        np.testing.assert_array_equal(reply.arrays["v"], np.ones(1))
+        assert all("'a'" not in r for r in hub.refusals)
+        assert hub.budget.streams == {"b": opts.max_streams_per_peer, "a": 1}
+    finally:
+        never.set()
+        for call in calls:
+            call.cancel()
+        hub.close()
+
+
+def test_unsolicited_replies_huge_meta_and_forged_rounds_are_refused_unlogged(federation) -> None:
+    """Issue #31, item 9: '*:reply' requests that pass the policy, with 20,000 meta keys or a
+    round of 10^15, were logged (+680 MiB, a 240 MB message_log.json, 'rounds': 10^15)."""
+    hub, parties = federation
+    b = parties["b"]
+    assert b.link is not None
+    before = hub.log.n_messages
+    base = {"sender": "b", "receiver": "coordinator", "round": 1, "meta": {}}
+    attacks = [
+        ({**base, "kind": "ping:reply"}, "'b' sent 'ping:reply' as a request"),
+        ({**base, "kind": "ping", "meta": {f"k{i}": 0 for i in range(2000)}}, "2000 keys"),
+        ({**base, "kind": "ping", "meta": {"k" * 300: 0}}, "a key of 300 characters"),
+        ({**base, "kind": "ping", "round": 10**15}, "'b' sent a message of round 1000000000000000"),
+    ]
+    for head, why in attacks:
+        rid, slot = b.calls.new(b.link)
+        b.link.send(REQUEST, rid, prefix(json.dumps({"arrays": [], **head}).encode()))
+        ftype, data = b._await(b.link, rid, slot, head["kind"])
+        assert ftype == ERROR and why in json.loads(bytes(data))["message"], bytes(data)[:300]
+    assert hub.log.n_messages == before and hub.log.rounds < 10**15
+    summary = hub.log.summary()
+    assert "b -> coordinator" not in summary["meta_keys"]
+    # the honest party is untouched
+    reply = hub.local["coordinator"].send("a", "ping", arrays={"v": np.zeros(2)})
+    np.testing.assert_array_equal(reply.arrays["v"], np.ones(2))
+
+
+def test_a_reply_of_another_round_is_refused() -> None:
+    from fedviews.errors import ProtocolError
+    from fedviews.federation import InProcessTransport
+
+    class Liar(Party):
+        @handles("ping")
+        def on_ping(self, msg: Message) -> Message:
+            return Message("ping:reply", self.name, msg.sender, round=10**15)
+
+    t = InProcessTransport(POLICY)
+    t.register(Coordinator())
+    t.register(Liar("b", role="party"))
+    with pytest.raises(ProtocolError, match="'b' answered 'ping' of round 3 with a reply of round"):
+        t.local["coordinator"].send("b", "ping", round=3)
+    assert t.log.rounds == 3
+
+
+def test_the_log_keeps_a_bounded_number_of_entries_per_sender() -> None:
+    from fedviews.federation import MessageLog
+    from fedviews.federation._log import MAX_PAIR_META_KEYS, LogEntry
+
+    log = MessageLog(max_entries=3)
+    for i in range(5):
+        log.record(LogEntry("b", "c", 1, "x", (), (), 10, meta=(f"k{i}",)))
+        log.record(LogEntry("a", "c", 1, "x", (), (), 10))
+    assert [e.sender for e in log.entries].count("b") == 3 and log.n_messages == 10
+    summary = log.summary()
+    assert summary["dropped_entries"] == {"a": 2, "b": 2}
+    assert summary["per_party"]["b"]["bytes_sent"] == 50  # every message still counts
+    many = tuple(f"m{i}" for i in range(MAX_PAIR_META_KEYS + 5))
+    log.record(LogEntry("b", "c", 1, "x", (), (), 10, meta=many))
+    assert len(log.summary()["meta_keys"]["b -> c"]) == MAX_PAIR_META_KEYS
+    assert log.summary()["dropped_meta_keys"] == {"b -> c": 10}
+
+
+def test_half_sent_messages_are_bounded_per_peer(federation) -> None:
+    """Issue #31, item 7: 64 ids announcing 512 chunks each, never completed, made the hub
+    hold up to max_incomplete x max_message_mb (64 GiB by default); now a peer holds at most
+    one message's worth (max_message_mb) and is cut off, named, past it."""
+    hub, parties = federation
+    attacker = parties["b"].link
+    assert attacker is not None
+    from fedviews.federation._grpc import _HEADER, _MAGIC
+
+    n = FAST.max_message_bytes // FAST.chunk_size  # the most chunks a message may have
+    for msg_id in range(1, FAST.max_incomplete + 1):
+        for i in range(n - 1):  # all chunks but the last
+            attacker.out.put(_HEADER.pack(_MAGIC, REQUEST, msg_id, i, n, 0) + b"x" * 1024)
+    deadline = time.monotonic() + 10
+    while not hub.links["b"].closed.is_set():
+        assert time.monotonic() < deadline, "the hub kept the link of a party that lied"
+        time.sleep(0.05)
+    assert hub.budget.peak <= FAST.max_message_bytes
+    assert hub.budget.buffered == 0 and not hub.links["b"].partial
+    with pytest.raises(PartyUnavailable, match="'b'"):
+        hub.local["coordinator"].send("b", "ping", arrays={"v": np.ones(1)})
+    reply = hub.local["coordinator"].send("a", "ping", arrays={"v": np.zeros(2)})
+    np.testing.assert_array_equal(reply.arrays["v"], np.ones(2))
+
+
+def test_past_the_total_budget_the_largest_holder_is_cut_off() -> None:
+    """All peers together hold at most max_buffered_bytes: the peer holding the most goes
+    (named), not the one whose chunk arrived last."""
+    from fedviews.errors import ProtocolError
+    from fedviews.federation._budget import Budget
+    from fedviews.federation._grpc import _HEADER, _MAGIC, _Link
+
+    opts = GrpcOptions(chunk_size=1024, max_message_bytes=8 * 1024, max_buffered_bytes=10 * 1024)
+    budget = Budget(opts)
+    big, small = _Link("big", opts, budget=budget), _Link("small", opts, budget=budget)
+    for i in range(7):
+        assert big.receive(_HEADER.pack(_MAGIC, REQUEST, 1, i, 8, 0) + b"x" * 1024) is None
+    for i in range(3):  # 7 + 3 = 10 KiB: at the budget
+        assert small.receive(_HEADER.pack(_MAGIC, REQUEST, 2, i, 8, 0) + b"y" * 1024) is None
+    assert small.receive(_HEADER.pack(_MAGIC, REQUEST, 2, 3, 8, 0) + b"y" * 1024) is None
+    assert big.closed.is_set() and "'big' held 7 KiB" in big.reason
+    assert "max_buffered_mb" in big.reason
+    assert not small.closed.is_set() and budget.buffered == 4 * 1024
+    with pytest.raises(ProtocolError, match="'big' held"):  # it may hold nothing more
+        big.receive(_HEADER.pack(_MAGIC, REQUEST, 9, 0, 8, 0) + b"x" * 1024)
+    # a peer past its own budget (one whole message) is named itself
+    with pytest.raises(ProtocolError, match="'small' holds 9 KiB.*at most 8 KiB"):
+        for i in range(8):
+            small.receive(_HEADER.pack(_MAGIC, REQUEST, 3, i, 8, 0) + b"y" * 1024)
+
+
+def test_a_non_member_holding_connections_cannot_stop_results_being_written(tmp_path) -> None:
+    """Issue #31, item 8: a CA-signed non-member's idle TLS connections took the coordinator's
+    descriptors, and it then crashed writing results.json (OSError: Too many open files). A
+    coordinator process with a low descriptor limit (160, so that 200 connections suffice)
+    still writes it, and idle connections are closed after hello_timeout."""
+    import os
+    import resource
+    import socket
+    import ssl
+    import subprocess
+    import sys
+
+    init_ca(tmp_path)
+    for name in ("coordinator", "pix", "fou", "mallory"):
+        issue_certificate(tmp_path, name)
+    config = tmp_path / "deploy.toml"
+    config.write_text(
+        'algorithm = "mmvfl"\n[federation]\nparties = ["pix", "fou"]\nlabel_owner = "fou"\n'
+        "connect_timeout = 8.0\nhello_timeout = 1.0\n"
+    )
+    out, port_file = tmp_path / "coordinator", tmp_path / "port"
+
+    def few_descriptors() -> None:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (160, 160))
+
+    coord = subprocess.Popen(
+        [sys.executable, "-m", "fedviews", "coordinator", str(config), "--certs", str(tmp_path)]
+        + ["--listen", "127.0.0.1:0", "--port-file", str(port_file), "--out", str(out)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        preexec_fn=few_descriptors,
+    )
+    held: list[socket.socket] = []
+    try:
+        deadline = time.monotonic() + 60
+        while not (port_file.is_file() and port_file.read_text()):
+            assert time.monotonic() < deadline and coord.poll() is None
+            time.sleep(0.1)
+        port = int(port_file.read_text())
+        tls = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+        tls.load_verify_locations(tmp_path / "ca.crt")
+        tls.load_cert_chain(tmp_path / "mallory.crt", tmp_path / "mallory.key")
+        tls.check_hostname = False
+        tls.set_alpn_protocols(["h2"])
+        for _ in range(200):  # TLS connections that never start a call
+            try:
+                sock = socket.create_connection(("127.0.0.1", port), timeout=5)
+                held.append(tls.wrap_socket(sock))
+            except OSError:  # refused past the cap (or closed at once): the attacker goes on
+                continue
+        text, _ = coord.communicate(timeout=60)
+    finally:
+        if coord.poll() is None:
+            os.kill(coord.pid, 9)
+            coord.wait()
+        for sock in held:
+            sock.close()
+    assert "Too many open files" not in text, text
+    res = json.loads((out / "results.json").read_text())
+    assert "did not join" in res["status"] and res["unavailable_party"] == "pix, fou", res
+
+
+def test_budgets_are_config_keys_that_reach_the_transport() -> None:
+    from fedviews.deploy import _session, load_deploy_config
+    from fedviews.errors import ConfigError
+
+    base = {"algorithm": "mmvfl", "federation": {"parties": ["a", "b"], "label_owner": "a"}}
+    opts = _session.options_of(
+        load_deploy_config(
+            base,
+            [
+                "federation.max_buffered_mb=3000.0",
+                "federation.max_streams_per_peer=2",
+                "federation.max_connections=99",
+                "federation.max_log_entries=7",
+            ],
+        )
+    )
+    assert opts.max_buffered_bytes == 3000 * 2**20 and opts.max_streams_per_peer == 2
+    assert opts.max_connections == 99 and opts.max_log_entries == 7
+    for bad, match in (
+        ("max_buffered_mb=512.0", "at least max_message_mb = 1024.0"),
+        ("max_buffered_mb=inf", "max_buffered_mb"),
+        ("max_streams_per_peer=0", "max_streams_per_peer must be >= 1"),
+        ("max_connections=0", "max_connections must be >= 1"),
+        ("max_log_entries=0", "max_log_entries must be >= 1"),
+    ):
+        with pytest.raises(ConfigError, match=match):
+            load_deploy_config(base, [f"federation.{bad}"])

@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 import re
 import threading
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -362,3 +363,31 @@ def test_direct_timeout_is_a_config_key_that_reaches_the_transport(monkeypatch, 
     with pytest.raises(Unavailable):
         t._dial_peer("a", endpoint)
     assert timeouts == [0.75, 0.75]
+
+
+def test_a_peer_that_connects_and_disconnects_again_and_again_grows_nothing(federation) -> None:
+    """Issue #31, item 10: b's listener kept every closed link (11,920 after 70 s of
+    connect/disconnect); now closed links fold into one row of byte counts."""
+    from fedviews.federation._grpc import _PEER_METHOD
+
+    fed, b = federation, federation.parties["b"]
+    client = GrpcPartyTransport(
+        POLICY, "127.0.0.1:1", tls=TLSFiles.from_dir(fed.certs, "a"), options=FAST
+    )
+    client.name = "a"
+    n = 40
+    for _ in range(n):
+        link, channel, call, _ = client._dial(
+            fed.endpoints["b"], "b", _PEER_METHOD, client._hello("a"), 2.0
+        )
+        call.cancel()
+        channel.close()
+        deadline = time.monotonic() + 5
+        while b._live_link("a") is not None:  # b noticed: a may dial again
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+    assert len(b._direct_links) <= 1
+    (row,) = b.link_summary()["direct"]
+    assert (row["peer"], row["dialed"], row["links"]) == ("a", False, n)
+    assert fed.go("a", "b") == pytest.approx(2 * SECRET.sum())  # the real a still gets in
+    assert fed.errors == []

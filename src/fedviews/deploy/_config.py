@@ -71,6 +71,19 @@ class FederationSpec(Roster):
     request_timeout: float = 600.0  # one request's deadline (its handler's whole computation)
     max_message_mb: float = 1024.0  # the largest message a process reassembles
     max_incomplete: int = 64  # messages a peer may have half-sent at once
+    max_buffered_mb: float = 2048.0
+    """MiB of half-sent messages a process holds from all its peers together (each peer may
+    hold ``max_message_mb``); past it the peer holding the most is cut off, named."""
+    max_streams_per_peer: int = 4
+    """Streams one certificate may have open to the hub or a direct-link listener at once,
+    hello-less ones included; more are refused at once, naming it."""
+    max_connections: int = 256
+    """Connections the hub or a direct-link listener accepts at once (at most half the
+    process's descriptor limit, so the run can always write its results); a connection that
+    starts no call within ``hello_timeout`` is closed."""
+    max_log_entries: int = 1_000_000
+    """Messages of one sender that the message log keeps one by one; beyond, they are only
+    counted (``message_log.json`` → ``dropped_entries``)."""
     hello_timeout: float = 10.0  # seconds a new connection may take to say hello
     direct_timeout: float = 5.0
     """Seconds one attempt to open a direct link to a peer's ``federation.listen`` endpoint
@@ -121,6 +134,15 @@ class FederationSpec(Roster):
             )
         if not self.max_message_mb > 0 or self.max_incomplete < 1:
             raise ConfigError("need federation.max_message_mb > 0 and max_incomplete >= 1")
+        if not self.max_message_mb <= self.max_buffered_mb < math.inf:
+            raise ConfigError(
+                f"federation.max_buffered_mb = {self.max_buffered_mb!r}: it must be at least "
+                f"max_message_mb = {self.max_message_mb!r} (one whole message of a peer)"
+            )
+        counts = ("max_streams_per_peer", "max_connections", "max_log_entries")
+        for key in counts:
+            if getattr(self, key) < 1:
+                raise ConfigError(f"federation.{key} must be >= 1")
         if self.alignment not in ("psi", "none"):
             raise ConfigError("federation.alignment must be 'psi' or 'none'")
         if self.checkpoint_every < 1:

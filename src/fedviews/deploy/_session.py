@@ -76,6 +76,10 @@ SESSION_KINDS = (
 
 Printer = Callable[[str], None]
 
+#: descriptors the coordinator holds from its start and frees to write its outputs
+#: (results.json, result.npz, message_log.json, config.json, report.html and what they open)
+RESERVED_FDS = 16
+
 
 def session_policy(cfg: DeployConfig) -> PrivacyPolicy:
     """The session's own policy: the coordinator sends the session kinds, PSI arrays both ways.
@@ -108,6 +112,10 @@ def options_of(cfg: DeployConfig) -> GrpcOptions:
         request_timeout=f.request_timeout,
         max_message_bytes=int(f.max_message_mb * 1024 * 1024),
         max_incomplete=f.max_incomplete,
+        max_buffered_bytes=int(f.max_buffered_mb * 1024 * 1024),
+        max_streams_per_peer=f.max_streams_per_peer,
+        max_connections=f.max_connections,
+        max_log_entries=f.max_log_entries,
         hello_timeout=f.hello_timeout,
         end_to_end=f.end_to_end,
         direct_timeout=f.direct_timeout,
@@ -455,6 +463,8 @@ def run_coordinator(
     say = _print_to(cfg.federation.coordinator, echo)
     out_dir.mkdir(parents=True, exist_ok=True)
     hub = GrpcHub(session_policy(cfg), cfg.roles(), listen=listen, tls=tls, options=options_of(cfg))
+    # results.json is always written: its descriptors are taken before anyone is told the port
+    reserve = [os.open(os.devnull, os.O_RDONLY) for _ in range(RESERVED_FDS)]
     coord = DeployCoordinator(cfg, say, out_dir, resume)
     hub.register(coord)
     if port_file is not None:  # atomically: a launcher polls for it
@@ -490,8 +500,12 @@ def run_coordinator(
             **coord.results(),
             **named,
         }
-        write_coordinator_outputs(out_dir, coord, result, unavailable, hub.log)
-        hub.close()
+        try:  # the server stops first: its connections hold no descriptor the files need
+            hub.close()
+        finally:
+            for fd in reserve:
+                os.close(fd)
+            write_coordinator_outputs(out_dir, coord, result, unavailable, hub.log)
         say(f"{status}; results in {out_dir}")
         if status != "ok" and result.get("last_checkpoint_round"):
             say(

@@ -59,6 +59,7 @@ import struct
 import threading
 import time
 import zlib
+from collections import deque
 from collections.abc import Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -73,6 +74,7 @@ from fedviews.errors import (
     RemoteError,
     require,
 )
+from fedviews.federation._budget import Budget
 from fedviews.federation._e2e import E2EKeys, HubProof, check_bundle
 from fedviews.federation._message import Message, error_payload, raise_remote, stamp_report
 from fedviews.federation._policy import PrivacyPolicy
@@ -122,8 +124,20 @@ class GrpcOptions:
         one (its chunk count times ``chunk_size``) is cut off, named.
     max_incomplete : int
         Messages a peer may have half-sent at once (their chunks are held in memory).
+    max_buffered_bytes : int
+        Bytes of half-sent messages held from all peers together (each peer may hold
+        ``max_message_bytes``); past it the peer holding the most is cut off, named.
+    max_streams_per_peer : int
+        Streams one certificate may have open to a listener at once, hello-less ones
+        included (the rest are refused at once, naming it).
+    max_connections : int
+        Connections a listener accepts at once (at most half the process's descriptor
+        limit); one that starts no call within ``hello_timeout`` is closed.
+    max_log_entries : int
+        Messages of one sender the message log keeps one by one (beyond, only counted).
     hello_timeout : float
-        Seconds a new stream may take to say hello before the hub cancels it.
+        Seconds a new stream may take to say hello before the hub cancels it (and a new
+        connection to finish its handshake and start a call).
     end_to_end : bool
         With TLS, seal every party-to-party payload between the two parties
         (:mod:`fedviews.federation._e2e`): the hub relays it but can neither read
@@ -144,6 +158,10 @@ class GrpcOptions:
     chunk_size: int = 2 * _MB
     max_message_bytes: int = 1024 * _MB
     max_incomplete: int = 64
+    max_buffered_bytes: int = 2048 * _MB
+    max_streams_per_peer: int = 4
+    max_connections: int = 256
+    max_log_entries: int = 1_000_000
     hello_timeout: float = 10.0
     end_to_end: bool = True
     direct_timeout: float = 5.0
@@ -167,9 +185,17 @@ class _Link:
     """One stream end: chunked frames out (a queue), bounded reassembly in, liveness."""
 
     def __init__(
-        self, peer: str, options: GrpcOptions, *, direct: bool = False, checksum: bool = True
+        self,
+        peer: str,
+        options: GrpcOptions,
+        *,
+        direct: bool = False,
+        checksum: bool = True,
+        budget: Budget | None = None,
     ) -> None:
         self.peer = peer
+        #: what this link's peer may hold of its endpoint (shared by the endpoint's links)
+        self.budget = budget or Budget(options)
         #: CRC-32 every message (plain text; over TLS the records are authenticated)
         self.checksum = checksum
         #: a direct party-to-party link (not the hub's); ``dialed``: this end dialed it
@@ -261,10 +287,12 @@ class _Link:
                 raise ProtocolError(
                     f"chunk {i} of message {msg_id} from {self.peer!r} out of order"
                 )
+            self.budget.hold(self, len(chunk))
             parts.append(chunk)
             if len(parts) < n:
                 return None
             data = bytearray().join(self.partial.pop((ftype, msg_id)))
+            self.budget.release(self, len(data))
         if self.checksum and zlib.crc32(data) != crc:
             raise ProtocolError(f"checksum mismatch on message {msg_id} from {self.peer!r}")
         return ftype, msg_id, data
@@ -281,6 +309,8 @@ class _Link:
             self.reason = reason
             self.closed.set()
             self.out.put(None)
+        self.partial.clear()  # nothing half-sent is held for a closed link
+        self.budget.release(self)
 
 
 @dataclass
@@ -390,10 +420,13 @@ class _Endpoint(Transport):
     def __init__(self, policy: PrivacyPolicy, options: GrpcOptions, keep_entries: bool) -> None:
         super().__init__(policy, keep_entries=keep_entries)
         self.options = options
+        self.log.max_entries = options.max_log_entries
+        #: what each peer may hold of this end: half-sent messages, streams, connections
+        self.budget = Budget(options)
         self.calls = _Calls()
         self.tls: TLSFiles | None = None
-        #: why connections to this end were refused (for the operator and tests)
-        self.refusals: list[str] = []
+        #: why connections to this end were refused, the latest 256 (for the operator and tests)
+        self.refusals: deque[str] = deque(maxlen=256)
         self.server: Any = None
         self.port = 0
         self._stop = threading.Event()
@@ -505,6 +538,7 @@ class _Endpoint(Transport):
     def _answer(self, link: _Link, msg: Message, nbytes: int) -> Message:
         """Check and log ``msg`` and produce its reply (by a party hosted here; the reply is
         policy-checked before it leaves). Subclasses check the sender first."""
+        self._check_request(msg)
         self._check_and_log(msg, nbytes)
         party = self.local.get(msg.receiver)
         if party is None:
@@ -544,7 +578,11 @@ class _Endpoint(Transport):
         grpc = _grpc()
         # no SO_REUSEPORT (grpc's default on Linux): a second server on a port in use would
         # bind it too, and the kernel would hand each connecting party to one of the two
-        options = [*self.options.channel_options(), ("grpc.so_reuseport", 0)]
+        options = [
+            *self.options.channel_options(),
+            ("grpc.so_reuseport", 0),
+            *self.budget.server_options(),
+        ]
         self.server = grpc.server(ThreadPoolExecutor(max_workers=workers), options=options)
         handler = grpc.method_handlers_generic_handler(
             service, {"Connect": grpc.stream_stream_rpc_method_handler(self._connect)}
@@ -590,6 +628,21 @@ class _Endpoint(Transport):
         if self.tls.is_revoked(pem):
             self._refuse(context, f"certificate of {sorted(names)} is revoked")
 
+    def _count_stream(self, context: Any) -> str:
+        """Count a new stream against its certificate's budget until it ends (refused, naming
+        the certificate, past ``max_streams_per_peer``); who opened it, for the refusals.
+        Without TLS nobody is authenticated, so nothing is counted."""
+        if self.tls is None:
+            return f"the unauthenticated peer at {context.peer()}"
+        names, _ = _certificate(context)
+        who = ", ".join(sorted(names)) or "nobody"
+        refused = self.budget.open_stream(who)
+        if refused is not None:
+            self._refuse(context, refused)
+        if not context.add_callback(lambda: self.budget.close_stream(who)):
+            self.budget.close_stream(who)  # the stream has ended already
+        return repr(who)
+
     def _identify(self, context: Any, hello: Buffer) -> tuple[str, dict[str, Any]]:
         """The party a hello claims to be, checked against its certificate (exact name,
         not revoked), this end's members and the streams already open."""
@@ -626,6 +679,7 @@ class _Endpoint(Transport):
 
     def _connect(self, request_iterator: Iterator[bytes], context: Any) -> Iterator[bytes]:
         self._screen(context)
+        who = self._count_stream(context)
         # a stream that does not say hello within hello_timeout is cancelled: it holds one
         # of the server's threads, and idle streams must not keep the parties out
         expired = threading.Event()
@@ -641,7 +695,7 @@ class _Endpoint(Transport):
             first = next(request_iterator)
         except BaseException as exc:  # cancelled (no hello in time: it may end or raise) or broke
             if expired.is_set():
-                self.refusals.append(f"no hello within {self.options.hello_timeout:g} s")
+                self.refusals.append(f"{who} sent no hello within {self.options.hello_timeout:g} s")
             if isinstance(exc, (StopIteration, Exception)):
                 return
             raise
@@ -655,7 +709,13 @@ class _Endpoint(Transport):
         if got is None or got[0] != HELLO:
             self._refuse(context, "the first frame must be a hello")
         name, hello = self._identify(context, got[2])
-        link = _Link(name, self.options, direct=self._serves_peers, checksum=self.tls is None)
+        link = _Link(
+            name,
+            self.options,
+            direct=self._serves_peers,
+            checksum=self.tls is None,
+            budget=self.budget,
+        )
         link.bytes_in = probe.bytes_in
         context.add_callback(lambda: link.close("stream cancelled"))
         welcome = self._welcome(name, hello)
@@ -693,7 +753,13 @@ class _Endpoint(Transport):
         else:
             opts.append(("grpc.ssl_target_name_override", peer))
             channel = grpc.secure_channel(address, self.tls.channel_credentials(), options=opts)
-        link = _Link(peer, self.options, direct=method == _PEER_METHOD, checksum=self.tls is None)
+        link = _Link(
+            peer,
+            self.options,
+            direct=method == _PEER_METHOD,
+            checksum=self.tls is None,
+            budget=self.budget,
+        )
         link.send(HELLO, 0, json.dumps(hello).encode())
         call = channel.stream_stream(method)(link.outgoing())
         timer = threading.Timer(timeout, call.cancel)
@@ -777,7 +843,8 @@ class GrpcHub(_Endpoint):
         )
         if tls is None:
             log.warning("coordinator listening WITHOUT TLS (--insecure): anyone can join")
-        self._start_server(listen, "fedviews.Hub", 2 * n + 4)
+        # every party's streams (max_streams_per_peer each) and room to refuse others
+        self._start_server(listen, "fedviews.Hub", n * self.options.max_streams_per_peer + 4)
         threading.Thread(target=self._heartbeats, daemon=True).start()
 
     def _links(self) -> list[_Link]:
@@ -857,7 +924,7 @@ class GrpcHub(_Endpoint):
                 if left <= 0:
                     detail = f"did not join within {limit:g} s"
                     if self.refusals:
-                        detail += f"; refused: {self.refusals}"
+                        detail += f"; refused: {list(self.refusals)}"
                     raise PartyUnavailable(", ".join(missing), detail)
                 self._joined.wait(min(left, 0.5))
 
@@ -890,6 +957,7 @@ class GrpcHub(_Endpoint):
                 return
             _check_sender(link, head.sender)
             target = self._link_to(head.receiver)
+            self._check_request(head)
             self._admit(head, len(data))
             rid, slot = self.calls.new(target)
             target.send(REQUEST, rid, data)
@@ -998,6 +1066,8 @@ class GrpcPartyTransport(_Endpoint):
         #: peers whose declared endpoint failed, and why (their messages go through the hub)
         self.relayed: dict[str, str] = {}
         self._direct_links: list[_Link] = []
+        #: the links of ``_direct_links`` that closed, by ``(peer, dialed)``: [links, out, in]
+        self._gone: dict[tuple[str, bool], list[int]] = {}
         self._channels: list[Any] = []
         self._peer_lock = threading.Lock()
         self._dialing: dict[str, threading.Lock] = {}
@@ -1154,9 +1224,22 @@ class GrpcPartyTransport(_Endpoint):
             self._refuse(context, f"{self.name or 'this party'} has not joined the federation yet")
         super()._screen(context)
 
+    def _keep(self, link: _Link) -> None:
+        """Add ``link`` to the direct links, and fold the closed ones into byte counts (a peer
+        that connects and disconnects again and again must not grow this list). Call it with
+        ``_peer_lock`` held."""
+        for lk in self._direct_links:
+            if lk.closed.is_set():
+                gone = self._gone.setdefault((lk.peer, lk.dialed), [0, 0, 0])
+                gone[0] += 1
+                gone[1] += lk.bytes_out
+                gone[2] += lk.bytes_in
+        self._direct_links = [lk for lk in self._direct_links if not lk.closed.is_set()]
+        self._direct_links.append(link)
+
     def _attach(self, name: str, link: _Link, hello: dict[str, Any]) -> None:
         with self._peer_lock:
-            self._direct_links.append(link)
+            self._keep(link)
             held = self.peers.get(name)
             if held is None or held.closed.is_set():
                 self.peers[name] = link
@@ -1201,7 +1284,7 @@ class GrpcPartyTransport(_Endpoint):
                 )
                 return self.link
             with self._peer_lock:
-                self._direct_links.append(link)
+                self._keep(link)
                 self.peers[peer] = link
             log.info("direct link to %r at %s", peer, address)
             return link
@@ -1234,11 +1317,17 @@ class GrpcPartyTransport(_Endpoint):
         """Bytes over the hub link and over every direct link, and the peers whose declared
         endpoint failed (with why): what ``message_log.json`` reports under ``links``."""
         counts = ("bytes_out", "bytes_in")
-        with self._peer_lock:
-            direct = [
-                {"peer": lk.peer, "dialed": lk.dialed, **{k: getattr(lk, k) for k in counts}}
-                for lk in self._direct_links
-            ]
+        with self._peer_lock:  # one row per peer and direction, closed links included
+            rows = {key: list(c) for key, c in self._gone.items()}
+            for lk in self._direct_links:
+                row = rows.setdefault((lk.peer, lk.dialed), [0, 0, 0])
+                row[0] += 1
+                row[1] += lk.bytes_out
+                row[2] += lk.bytes_in
+        direct = [
+            {"peer": peer, "dialed": dialed, "links": c[0], **dict(zip(counts, c[1:], strict=True))}
+            for (peer, dialed), c in rows.items()
+        ]
         return {
             "hub": {k: getattr(self.link, k, 0) for k in counts},
             "direct": direct,

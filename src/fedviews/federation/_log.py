@@ -20,13 +20,24 @@ class LogEntry:
     meta: tuple[str, ...] = ()  # the keys of its scalar metadata (values are not logged)
 
 
+#: distinct meta keys the log keeps per pair (more are counted in ``dropped_meta_keys``)
+MAX_PAIR_META_KEYS = 4096
+
+
 @dataclass
 class MessageLog:
-    """Every message that crossed between parties, in order."""
+    """Every message that crossed between parties, in order.
+
+    Its budget: at most ``max_entries`` entries per sender are kept one by one (beyond,
+    they only count: ``dropped_entries``), and at most :data:`MAX_PAIR_META_KEYS` distinct
+    meta keys per pair (``dropped_meta_keys``), so that a dishonest peer cannot grow the log
+    without bound.
+    """
 
     entries: list[LogEntry] = field(default_factory=list)
     handler_seconds: dict[str, float] = field(default_factory=lambda: defaultdict(float))
     keep_entries: bool = True
+    max_entries: int = 1_000_000
     _bytes_sent: dict[str, int] = field(default_factory=lambda: defaultdict(int))
     _bytes_recv: dict[str, int] = field(default_factory=lambda: defaultdict(int))
     _messages: int = 0
@@ -35,6 +46,9 @@ class MessageLog:
     _pair_bytes: dict[tuple[str, str], int] = field(default_factory=lambda: defaultdict(int))
     _meta: dict[tuple[str, str], set[str]] = field(default_factory=lambda: defaultdict(set))
     _exchanges: set[tuple[str, str, str, tuple[str, ...]]] = field(default_factory=set)
+    _kept: dict[str, int] = field(default_factory=lambda: defaultdict(int))
+    _dropped: dict[str, int] = field(default_factory=lambda: defaultdict(int))
+    _dropped_keys: dict[tuple[str, str], int] = field(default_factory=lambda: defaultdict(int))
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     def record(self, entry: LogEntry) -> None:
@@ -46,10 +60,20 @@ class MessageLog:
             self._bytes_recv[entry.receiver] += entry.nbytes
             self._crossed[pair].update(entry.arrays)
             self._pair_bytes[pair] += entry.nbytes
-            self._meta[pair].update(entry.meta)
+            keys = self._meta[pair]
+            for key in entry.meta:
+                if key in keys or len(keys) < MAX_PAIR_META_KEYS:
+                    keys.add(key)
+                else:
+                    self._dropped_keys[pair] += 1
             self._exchanges.add((*pair, entry.kind, tuple(sorted(entry.arrays))))
-            if self.keep_entries:
+            if not self.keep_entries:
+                return
+            if self._kept[entry.sender] < self.max_entries:
+                self._kept[entry.sender] += 1
                 self.entries.append(entry)
+            else:
+                self._dropped[entry.sender] += 1
 
     # -- queries used by tests and reports -------------------------------
     def arrays_sent(self, sender: str | None = None, receiver: str | None = None) -> set[str]:
@@ -87,7 +111,7 @@ class MessageLog:
     def summary(self) -> dict[str, Any]:
         """Run statistics: rounds, messages, bytes sent/received and handler time per party."""
         parties = sorted(set(self._bytes_sent) | set(self._bytes_recv) | set(self.handler_seconds))
-        return {
+        out: dict[str, Any] = {
             "rounds": self._rounds,
             "messages": self._messages,
             "total_bytes": self.total_bytes,
@@ -110,6 +134,14 @@ class MessageLog:
             },
             "exchanges": [[s, r, k, list(n)] for s, r, k, n in self.exchanges()],
         }
+        # what the log's budget left out (only when it left something out)
+        if self._dropped:
+            out["dropped_entries"] = dict(sorted(self._dropped.items()))
+        if self._dropped_keys:
+            out["dropped_meta_keys"] = {
+                f"{s} -> {r}": n for (s, r), n in self._dropped_keys.items()
+            }
+        return out
 
     def to_records(self, limit: int | None = None) -> list[dict[str, Any]]:
         entries = self.entries if limit is None else self.entries[:limit]

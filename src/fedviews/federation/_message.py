@@ -7,7 +7,9 @@ Wire format (little-endian)::
 The JSON header holds ``kind``, ``sender``, ``receiver``, ``round``, ``meta``
 (str/int/float/bool/None values only) and, per array, its ``name``, ``dtype``
 (numpy ``dtype.str``, e.g. ``"<f8"``), ``shape`` and byte ``size``. Only plain
-numeric/bool dtypes are accepted, so decoding never executes code.
+numeric/bool dtypes are accepted, so decoding never executes code. A receiver's budget
+(what one message may make it log): at most ``MAX_META_KEYS`` meta keys of at most
+``MAX_KEY_CHARS`` characters, and a ``round`` from 0 to ``MAX_ROUND``.
 """
 
 from __future__ import annotations
@@ -27,6 +29,21 @@ MetaValue = str | int | float | bool | None
 _MAGIC = b"FVM1"
 _ALLOWED_KINDS = set("biuf")  # bool, signed, unsigned, float
 _MAX_META = 1 << 20  # bytes of a sealed meta table
+MAX_META_KEYS = 1024
+MAX_KEY_CHARS = 256
+MAX_ROUND = 2**31 - 1
+
+
+def check_meta(meta: Mapping[Any, Any], sender: str) -> None:
+    """Refuse a meta table beyond the budget of one message (``MAX_META_KEYS`` keys of at
+    most ``MAX_KEY_CHARS`` characters): a :class:`ProtocolError` names ``sender``."""
+    long = next((k for k in meta if len(str(k)) > MAX_KEY_CHARS), None)
+    if len(meta) > MAX_META_KEYS or long is not None:
+        what = f"a key of {len(str(long))} characters" if long else f"{len(meta)} keys"
+        raise ProtocolError(
+            f"{sender!r} sent a meta table with {what}; at most {MAX_META_KEYS} keys of "
+            f"{MAX_KEY_CHARS} characters are accepted"
+        )
 
 
 def _check_array(name: str, arr: Any) -> np.ndarray:
@@ -66,6 +83,7 @@ class Message:
     def __post_init__(self) -> None:
         arrays = {str(k): _check_array(str(k), v) for k, v in self.arrays.items()}
         object.__setattr__(self, "arrays", arrays)
+        check_meta(self.meta, self.sender)
         for k, v in self.meta.items():
             if not (v is None or isinstance(v, (str, int, float, bool))):
                 raise ProtocolError(
@@ -329,6 +347,12 @@ def parse_header(view: memoryview) -> tuple[dict[str, Any], list[dict[str, Any]]
             "corrupt message header: 'kind', 'sender' and 'receiver' must be strings and "
             f"'round' an integer, got {names + [round_]!r}"
         )
+    if not 0 <= round_ <= MAX_ROUND:
+        raise ProtocolError(
+            f"{header['sender']!r} sent a message of round {round_}; rounds run from 0 to "
+            f"{MAX_ROUND}"
+        )
+    check_meta(header["meta"], header["sender"])
     specs = list(header["arrays"])
     offset = 8 + hlen
     total = offset + _sealed_overhead(header)

@@ -78,12 +78,28 @@ class Transport(ABC):
     @staticmethod
     def _check_reply(msg: Message | Header, reply: Message | Header) -> None:
         """A reply must come from the request's receiver, go back to its sender and be the
-        reply to its kind (``<kind>:reply``: another kind would be read as what it is not)."""
+        reply to its kind (``<kind>:reply``: another kind would be read as what it is not), of
+        the request's round (a forged round would be logged as if the run had reached it)."""
         if reply.receiver != msg.sender or reply.sender != msg.receiver:
             raise ProtocolError(f"party {msg.receiver!r} replied with a misaddressed message")
         if reply.kind != f"{msg.kind}:reply":
             raise ProtocolError(
                 f"party {msg.receiver!r} answered {msg.kind!r} with a {reply.kind!r} message"
+            )
+        if reply.round != msg.round:
+            raise ProtocolError(
+                f"party {msg.receiver!r} answered {msg.kind!r} of round {msg.round} with a "
+                f"reply of round {reply.round}"
+            )
+
+    @staticmethod
+    def _check_request(head: Message | Header) -> None:
+        """A request is never a reply: an unsolicited ``*:reply`` request (it would pass the
+        policy as the reply it claims to be) is refused, naming its sender."""
+        if head.kind.endswith(":reply"):
+            raise ProtocolError(
+                f"{head.sender!r} sent {head.kind!r} as a request: a reply answers a request "
+                "of its receiver, it is never sent on its own"
             )
 
     def _handle(self, party: Party, msg: Message) -> Message:
