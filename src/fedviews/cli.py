@@ -185,6 +185,12 @@ def reproduce(
             "--check compares with the committed results, --record rewrites them: give one"
         )
     chosen = select(entries, names or [], tier)
+    missing = [e.name for e in chosen if check and not (path.parent / e.results).is_file()]
+    if missing:
+        raise ConfigError(
+            f"no committed results to check {', '.join(missing)} against: record them first "
+            "(fedviews reproduce NAME --record)"
+        )
     base = out or Path("runs") / f"reproduce-{datetime.now().strftime('%Y%m%d-%H%M%S')}"
     drifted = _reproduce_all(chosen, path.parent, base, check, record, quiet)
     if drifted:

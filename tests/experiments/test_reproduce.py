@@ -84,7 +84,14 @@ def test_check_passes_then_names_a_number_changed_by_hand(tmp_path):
     row[1] = committed.replace(f"{mean:.2f}", f"{mean - 0.5:.2f}", 1)
     results.write_text(json.dumps(rec), encoding="utf-8")
     r = fedviews(
-        "reproduce", FAST, "--check", "-q", "--manifest", str(manifest), "--out", str(tmp_path / "o")
+        "reproduce",
+        FAST,
+        "--check",
+        "-q",
+        "--manifest",
+        str(manifest),
+        "--out",
+        str(tmp_path / "o"),
     )
     assert r.returncode == 1, r.stdout + r.stderr
     title, column = rec["tables"][0]["title"], rec["tables"][0]["columns"][1]

@@ -49,6 +49,7 @@ __all__ = [
     "MANIFEST",
     "TIERS",
     "Drift",
+    "Outcome",
     "Reproduction",
     "compare_tables",
     "find_manifest",
@@ -56,6 +57,7 @@ __all__ = [
     "machine",
     "render_markdown",
     "reproduce",
+    "select",
 ]
 
 #: the manifest's file name, looked up in the working directory and its parents
