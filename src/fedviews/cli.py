@@ -184,6 +184,8 @@ def reproduce(
         raise ConfigError(
             "--check compares with the committed results, --record rewrites them: give one"
         )
+    if not names and tier is None:
+        raise ConfigError("give entry NAMEs or --tier smoke|full (--list shows them)")
     chosen = select(entries, names or [], tier)
     missing = [e.name for e in chosen if check and not (path.parent / e.results).is_file()]
     if missing:

@@ -153,6 +153,10 @@ def test_bad_manifest_is_a_clean_error(tmp_path):
         load_manifest(bad)
     r = fedviews("reproduce", "no_such_entry", "--check")
     assert r.returncode == 2 and "no reproduction 'no_such_entry'" in r.stderr
+    r = fedviews("reproduce", "--check")  # not every entry, hours of it, by accident
+    assert r.returncode == 2 and "give entry NAMEs or --tier" in r.stderr
+    r = fedviews("reproduce", FAST, "--check", "--record")
+    assert r.returncode == 2 and "give one" in r.stderr
 
 
 # --- the docs ---

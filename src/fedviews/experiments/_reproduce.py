@@ -41,7 +41,7 @@ from typing import Any
 
 from rich.console import Console
 
-from fedviews._tables import build_dataclass, read_toml
+from fedviews._tables import build_dataclass, closest, read_toml
 from fedviews.errors import ConfigError, FedViewsError
 from fedviews.experiments._runner import _fmt
 
@@ -189,8 +189,6 @@ def select(
     ConfigError
         For an unknown name (naming the closest), an unknown tier, or nothing selected.
     """
-    from fedviews._tables import closest
-
     if tier is not None and tier not in TIERS:
         raise ConfigError(f"--tier must be one of {list(TIERS)}, got {tier!r}")
     for n in names:
