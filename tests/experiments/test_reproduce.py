@@ -212,7 +212,6 @@ HAND_TYPED = {
     ("docs/algorithms/multivfl.md", "dataset"),  # multivfl_fig2_*, multivfl_fig3_*
     ("docs/algorithms/multivfl.md", "local step"),  # multivfl_fig3_fmnist_long
     ("docs/algorithms/multivfl.md", "setting"),  # wire codecs (benchmarks/), two tables
-    ("docs/algorithms/sfedmv.md", "method (accuracy / F1)"),  # sfedmv_watch*
     ("docs/privacy/defenses.md", "algorithm"),  # secagg cost (benchmarks/)
     ("docs/privacy/defenses.md", "coordinator observes"),  # audit_mmvfl_handwritten_secagg
     ("docs/privacy/defenses.md", "setting"),  # defenses_*: five tables
