@@ -214,7 +214,7 @@ HAND_TYPED = {
     ("docs/algorithms/multivfl.md", "setting"),  # wire codecs (benchmarks/), two tables
     ("docs/privacy/defenses.md", "algorithm"),  # secagg cost (benchmarks/)
     ("docs/privacy/defenses.md", "coordinator observes"),  # audit_mmvfl_handwritten_secagg
-    ("docs/privacy/defenses.md", "setting"),  # defenses_*: five tables
+    ("docs/privacy/defenses.md", "setting"),  # defenses_multivfl_mnist, _features_mnist
     ("docs/privacy/defenses.md", "Multi-VFL defense"),  # defense costs (benchmarks/)
     ("docs/privacy/leakage.md", "algorithm (config)"),  # audit_*
 }
