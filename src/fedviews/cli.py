@@ -1,4 +1,5 @@
-"""Command line: ``fedviews run CONFIG``, ``fedviews datasets ...``, ``fedviews experiments``.
+"""Command line: ``fedviews run CONFIG``, ``fedviews reproduce``, ``fedviews datasets ...``,
+``fedviews experiments``.
 
 Every expected failure (bad config, bad data, missing extra, privacy violation, a
 party that dies) is printed as one ``error:`` line with a non-zero exit status;
@@ -122,6 +123,109 @@ def audit(
     for table in result.tables:
         console.print(table.to_rich())
     console.print(f"table: [bold]{run_dir / 'reaudit.json'}[/]")
+
+
+@app.command()
+@friendly
+def reproduce(
+    names: Annotated[
+        list[str] | None,
+        typer.Argument(help="Manifest entries to run (default: every entry of --tier)."),
+    ] = None,
+    tier: Annotated[
+        str | None, typer.Option(help="Run every entry of this tier: smoke or full.")
+    ] = None,
+    check: Annotated[
+        bool,
+        typer.Option(
+            "--check",
+            help="Compare the fresh tables with the committed results; exit 1 naming every "
+            "number that moved by more than the entry's tolerance.",
+        ),
+    ] = False,
+    record: Annotated[
+        bool,
+        typer.Option(
+            "--record",
+            help="Write the fresh tables (and command, date, machine, wall time) as the "
+            "committed results.",
+        ),
+    ] = False,
+    list_: Annotated[
+        bool, typer.Option("--list", help="List the entries with tier and expected cost.")
+    ] = False,
+    manifest: Annotated[
+        Path | None,
+        typer.Option(help="The manifest (default: reproductions.toml here or in a parent)."),
+    ] = None,
+    out: Annotated[
+        Path | None,
+        typer.Option(help="Folder of the entries' run folders (default runs/reproduce-<time>)."),
+    ] = None,
+    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bars.")] = False,
+) -> None:
+    """Re-make the published results tables (reproductions.toml) and check or record them."""
+    from datetime import datetime
+
+    from rich.table import Table
+
+    from fedviews.experiments._reproduce import find_manifest, load_manifest, select
+
+    path = manifest if manifest is not None else find_manifest()
+    entries = load_manifest(path)
+    if list_:
+        t = Table("name", "tier", "cost", "results", "reproduces", title=str(path))
+        for e in select(entries, names or [], tier):
+            done = "committed" if (path.parent / e.results).is_file() else "none yet"
+            t.add_row(e.name, e.tier, f"~{e.cost_s:g} s", done, e.title)
+        console.print(t)
+        return
+    if check and record:
+        raise ConfigError(
+            "--check compares with the committed results, --record rewrites them: give one"
+        )
+    if not names and tier is None:
+        raise ConfigError("give entry NAMEs or --tier smoke|full (--list shows them)")
+    chosen = select(entries, names or [], tier)
+    missing = [e.name for e in chosen if check and not (path.parent / e.results).is_file()]
+    if missing:
+        raise ConfigError(
+            f"no committed results to check {', '.join(missing)} against: record them first "
+            "(fedviews reproduce NAME --record)"
+        )
+    base = out or Path("runs") / f"reproduce-{datetime.now().strftime('%Y%m%d-%H%M%S')}"
+    drifted = _reproduce_all(chosen, path.parent, base, check, record, quiet)
+    if drifted:
+        for line in drifted:
+            err_console.print(f"drift: {line}", highlight=False, soft_wrap=True, markup=False)
+        raise typer.Exit(1)
+
+
+def _reproduce_all(
+    chosen: list[Any], root: Path, base: Path, check: bool, record: bool, quiet: bool
+) -> list[str]:
+    """Run each entry into ``base/<name>``; print one line each; the drifts, as text."""
+    from fedviews.experiments._reproduce import reproduce
+
+    drifted: list[str] = []
+    for e in chosen:
+        console.print(
+            f"[bold]fedviews reproduce[/] {e.name} ({e.tier}, ~{e.cost_s:g} s): {e.run_command}",
+            highlight=False,
+        )
+        res = reproduce(
+            e, root, out_dir=base / e.name, check=check, record=record, console=console, quiet=quiet
+        )
+        verdict = ""
+        if res.checked:
+            verdict = (
+                f", {len(res.drifts)} drifted" if res.drifts else ", matches the committed results"
+            )
+        if res.recorded is not None:
+            verdict += f", recorded {res.recorded}"
+        console.print(f"  {res.run_dir} in {res.seconds:.1f} s{verdict}", highlight=False)
+        drifted += [str(d) for d in res.drifts]
+    return drifted
 
 
 def _show(run_dir: Path, result: Any) -> None:

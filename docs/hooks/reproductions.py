@@ -1,0 +1,48 @@
+"""MkDocs hook: results tables rendered from the committed results of ``reproductions.toml``.
+
+A page holds ``<!-- reproduce: NAME -->`` on a line of its own where the entry
+``NAME`` of the manifest is to appear: the hook puts there the entry's tables as its
+committed results file holds them (written by ``fedviews reproduce NAME --record``),
+with the command, date, machine and wall time of the run that made them, or a note
+that no run is committed yet. An unknown entry fails the build. ``tests/experiments/
+test_reproduce.py`` checks that no results table of the docs is typed by hand.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+from mkdocs.exceptions import PluginError
+
+ROOT = Path(__file__).resolve().parents[2]
+MARK = re.compile(r"^<!-- reproduce: ([\w.-]+) -->$", flags=re.M)
+
+
+def render_page(markdown: str, root: Path = ROOT) -> str:
+    """``markdown`` with every ``<!-- reproduce: NAME -->`` replaced by the entry's tables."""
+    from fedviews.experiments._reproduce import (
+        MANIFEST,
+        load_manifest,
+        read_results,
+        render_markdown,
+    )
+
+    if not MARK.search(markdown):
+        return markdown
+    entries = load_manifest(root / MANIFEST)
+
+    def one(m: re.Match[str]) -> str:
+        name = m.group(1)
+        if name not in entries:
+            raise PluginError(f"<!-- reproduce: {name} -->: no such entry in {MANIFEST}")
+        entry = entries[name]
+        return render_markdown(entry, read_results(root / entry.results))
+
+    return MARK.sub(one, markdown)
+
+
+def on_page_markdown(markdown: str, page: Any, config: Any, files: Any) -> str:
+    """Render the page's reproduction marks."""
+    return render_page(markdown)

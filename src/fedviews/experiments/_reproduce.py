@@ -1,0 +1,435 @@
+"""Reproductions: the manifest of published results, each made by a command and checked.
+
+The manifest (``reproductions.toml`` at the root of a checkout, next to ``configs/``)
+names, for every results table of the documentation, the experiment config and
+overrides that make it, its tier (``smoke``: small, run by CI with ``--check``;
+``full``: the published schedule), its expected cost, the tolerance of the check
+and the committed results file it is rendered from. An entry::
+
+    [mmvfl_smoke]
+    title = "MMVFL on Handwritten, 2 folds"
+    tier = "smoke"
+    config = "configs/mmvfl_handwritten.toml"
+    overrides = ["params.n_folds=2"]
+    cost_s = 20          # expected wall time on a 2-core CPU
+    tolerance = 0.01     # absolute, in the table's units
+    tables = [0]         # which of the run's tables are committed (default: all)
+    results = "docs/results/mmvfl_smoke.json"
+    page = "docs/algorithms/mmvfl.md"
+
+``fedviews reproduce NAME`` runs the entry with :func:`~fedviews.experiments.run_experiment`
+(an ordinary run folder); ``--record`` writes the committed results file from
+that run (its tables and the provenance: command, date, machine, wall time);
+``--check`` compares the fresh tables with the committed ones and names every
+number that moved by more than the tolerance.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import platform
+import re
+import shlex
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+
+from fedviews._tables import build_dataclass, closest, read_toml
+from fedviews.errors import ConfigError, FedViewsError
+from fedviews.experiments._runner import _fmt
+
+__all__ = [
+    "MANIFEST",
+    "TIERS",
+    "Drift",
+    "Outcome",
+    "Reproduction",
+    "compare_tables",
+    "find_manifest",
+    "load_manifest",
+    "machine",
+    "render_markdown",
+    "reproduce",
+    "select",
+]
+
+#: the manifest's file name, looked up in the working directory and its parents
+MANIFEST = "reproductions.toml"
+TIERS = ("smoke", "full")
+_NUMBER = re.compile(r"[-+]?(?:\d+\.\d*|\.\d+|\d+)(?:[eE][-+]?\d+)?|nan|inf")
+#: slack on top of an entry's tolerance, so that 0.01 admits one flip of a two-decimal rounding
+_SLACK = 1e-9
+
+
+@dataclass(frozen=True)
+class Reproduction:
+    """One manifest entry: a config and overrides whose run makes a published table."""
+
+    name: str
+    """The entry's name (``fedviews reproduce NAME``); the manifest table's key."""
+    title: str
+    """What the entry reproduces, one line (shown by ``--list`` and above the rendered tables)."""
+    tier: str
+    """``"smoke"`` (small, checked by CI) or ``"full"`` (the published schedule)."""
+    config: str
+    """The experiment config, relative to the manifest's folder."""
+    results: str
+    """The committed results file, relative to the manifest's folder."""
+    page: str
+    """The docs page that renders the entry (``<!-- reproduce: NAME -->``)."""
+    cost_s: float
+    """Expected wall time of a run, in seconds, on a 2-core CPU."""
+    overrides: tuple[str, ...] = ()
+    """``key=value`` overrides of the config, as ``fedviews run CONFIG ...`` takes them."""
+    tolerance: float = 0.01
+    """Largest absolute difference between a committed and a fresh number that ``--check``
+    accepts, in the table's own units (percentage points for accuracies)."""
+    tables: tuple[int, ...] = ()
+    """Indices of the run's tables (``metrics.json``'s ``tables``) that are committed,
+    checked and rendered; empty: all."""
+    unchecked: tuple[str, ...] = ()
+    """Columns that ``--check`` does not compare (a run's own timings, e.g. ``"seconds"``);
+    they are committed and rendered all the same."""
+
+    def validate(self) -> None:
+        if self.tier not in TIERS:
+            raise ConfigError(f"reproduction {self.name!r}: tier must be one of {list(TIERS)}")
+        if not (math.isfinite(self.tolerance) and self.tolerance >= 0):
+            raise ConfigError(f"reproduction {self.name!r}: tolerance must be finite and >= 0")
+        if not (math.isfinite(self.cost_s) and self.cost_s > 0):
+            raise ConfigError(f"reproduction {self.name!r}: cost_s must be a positive number")
+        if any(i < 0 for i in self.tables):
+            raise ConfigError(f"reproduction {self.name!r}: tables are indices >= 0")
+
+    @property
+    def run_command(self) -> str:
+        """The ``fedviews run`` command line that makes the same run folder."""
+        return shlex.join(["fedviews", "run", self.config, *self.overrides])
+
+
+@dataclass(frozen=True)
+class Drift:
+    """A committed number that a fresh run did not reproduce within the tolerance."""
+
+    entry: str
+    table: str
+    row: str
+    column: str
+    committed: Any
+    fresh: Any
+    tolerance: float
+
+    def __str__(self) -> str:
+        return (
+            f"{self.entry}: table {self.table!r}, row {self.row!r}, column {self.column!r}: "
+            f"committed {_show(self.committed)}, fresh {_show(self.fresh)} "
+            f"(tolerance {self.tolerance:g})"
+        )
+
+
+def _show(value: Any) -> str:
+    """A number with 6 significant digits, anything else as its repr."""
+    return f"{value:.6g}" if isinstance(value, float) else repr(value)
+
+
+def find_manifest(start: Path | None = None) -> Path:
+    """``reproductions.toml`` in ``start`` (default: the working directory) or a parent.
+
+    Raises
+    ------
+    ConfigError
+        When there is none (the manifest lives in a checkout, next to ``configs/``).
+    """
+    here = (start or Path.cwd()).resolve()
+    for folder in (here, *here.parents):
+        if (folder / MANIFEST).is_file():
+            return folder / MANIFEST
+    raise ConfigError(
+        f"no {MANIFEST} in {here} or its parents: run `fedviews reproduce` in a fedviews "
+        "checkout, or give --manifest PATH"
+    )
+
+
+def load_manifest(path: Path) -> dict[str, Reproduction]:
+    """The entries of the manifest at ``path``, by name, checked.
+
+    Raises
+    ------
+    ConfigError
+        For a missing or malformed file, an unknown key (naming the closest), a wrong
+        type, a bad tier, tolerance or cost, or an entry whose config file is missing.
+    """
+    raw = read_toml(path)
+    out: dict[str, Reproduction] = {}
+    for name, table in raw.items():
+        if not isinstance(table, dict):
+            raise ConfigError(f"{path}: {name!r} must be a table ([{name}])")
+        entry: Reproduction = build_dataclass(Reproduction, {**table, "name": name}, name)
+        entry.validate()
+        if not (path.parent / entry.config).is_file():
+            raise ConfigError(f"{path}: {name}: config {entry.config} does not exist")
+        out[name] = entry
+    return out
+
+
+def select(
+    entries: dict[str, Reproduction], names: Sequence[str], tier: str | None
+) -> list[Reproduction]:
+    """The entries named (all of ``tier`` when no name is given), in manifest order.
+
+    Raises
+    ------
+    ConfigError
+        For an unknown name (naming the closest), an unknown tier, or nothing selected.
+    """
+    if tier is not None and tier not in TIERS:
+        raise ConfigError(f"--tier must be one of {list(TIERS)}, got {tier!r}")
+    for n in names:
+        if n not in entries:
+            raise ConfigError(f"no reproduction {n!r}{closest(n, list(entries))}")
+    chosen = [entries[n] for n in names] if names else list(entries.values())
+    if tier is not None:
+        chosen = [e for e in chosen if e.tier == tier]
+    if not chosen:
+        raise ConfigError("nothing to reproduce: give entry NAMEs or --tier smoke|full")
+    return chosen
+
+
+def _cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text(encoding="utf-8").splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def machine(device: str) -> dict[str, Any]:
+    """Where a run ran: CPU model and cores (the ones this process may use), GPU, OS."""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    gpu = "none"
+    if device != "cpu":
+        try:
+            import torch
+
+            if torch.cuda.is_available():
+                gpu = torch.cuda.get_device_name(0)
+        except ImportError:
+            pass
+    return {
+        "cpu": _cpu_model(),
+        "cores": cores,
+        "gpu": gpu,
+        "os": platform.platform(terse=True),
+        "python": platform.python_version(),
+    }
+
+
+def _cells(value: Any) -> list[float] | None:
+    """The numbers of a table cell (a number, or the numbers in a string such as
+    ``"87.16 ± 0.86"``); ``None`` for a cell without numbers."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, (int, float)):
+        return [float(value)]
+    if isinstance(value, str):
+        nums = _NUMBER.findall(value)
+        return [float(n) for n in nums] if nums else None
+    return None
+
+
+def _skeleton(value: Any) -> str:
+    """A cell with its numbers blanked (two cells compare number by number when equal)."""
+    return _NUMBER.sub("#", value) if isinstance(value, str) else "#"
+
+
+def _close(a: float, b: float, tol: float) -> bool:
+    if math.isnan(a) or math.isnan(b):
+        return math.isnan(a) and math.isnan(b)
+    if math.isinf(a) or math.isinf(b):
+        return a == b
+    return abs(a - b) <= tol + _SLACK
+
+
+def compare_tables(
+    entry: str,
+    committed: Sequence[dict[str, Any]],
+    fresh: Sequence[dict[str, Any]],
+    tol: float,
+    unchecked: Sequence[str] = (),
+) -> list[Drift]:
+    """Every number of the ``committed`` tables that ``fresh`` does not reproduce within
+    ``tol`` (rows matched by position and label, columns by position and name), except in
+    the ``unchecked`` columns; a table, row or column that disappeared or appeared is a
+    drift as well."""
+    drifts: list[Drift] = []
+    if len(committed) != len(fresh):
+        drifts.append(Drift(entry, "(tables)", "", "", len(committed), len(fresh), 0))
+    for old, new in zip(committed, fresh, strict=False):
+        title = str(old["title"])
+        if old["columns"] != new["columns"] or old["title"] != new["title"]:
+            drifts.append(Drift(entry, title, "(header)", "", old["columns"], new["columns"], 0))
+            continue
+        if len(old["rows"]) != len(new["rows"]):
+            drifts.append(Drift(entry, title, "(rows)", "", len(old["rows"]), len(new["rows"]), 0))
+        for r_old, r_new in zip(old["rows"], new["rows"], strict=False):
+            label = str(r_old[0]) if r_old else ""
+            if len(r_old) != len(r_new):
+                drifts.append(Drift(entry, title, label, "(cells)", len(r_old), len(r_new), 0))
+            for col, a, b in zip(old["columns"], r_old, r_new, strict=False):
+                if col in unchecked:
+                    continue
+                na, nb = _cells(a), _cells(b)
+                if na is None or nb is None:
+                    same = a == b
+                else:
+                    same = (
+                        _skeleton(a) == _skeleton(b)
+                        and len(na) == len(nb)
+                        and all(_close(x, y, tol) for x, y in zip(na, nb, strict=True))
+                    )
+                if not same:
+                    drifts.append(Drift(entry, title, label, str(col), a, b, tol))
+    return drifts
+
+
+def read_results(path: Path) -> dict[str, Any] | None:
+    """A committed results file, or ``None`` when there is none yet.
+
+    Raises
+    ------
+    FedViewsError
+        For a file that is not a results file.
+    """
+    if not path.is_file():
+        return None
+    try:
+        rec = json.loads(path.read_text(encoding="utf-8"))
+    except ValueError as exc:
+        raise FedViewsError(f"{path} is not a results file: {exc}") from None
+    if not isinstance(rec, dict) or not isinstance(rec.get("tables"), list):
+        raise FedViewsError(f"{path} is not a results file (no 'tables' list)")
+    return rec
+
+
+def _chosen_tables(entry: Reproduction, metrics: dict[str, Any]) -> list[dict[str, Any]]:
+    tables = list(metrics.get("tables", []))
+    if not entry.tables:
+        return tables
+    if max(entry.tables) >= len(tables):
+        raise ConfigError(
+            f"reproduction {entry.name!r}: tables {list(entry.tables)}, but the run made "
+            f"{len(tables)} tables"
+        )
+    return [tables[i] for i in entry.tables]
+
+
+@dataclass
+class Outcome:
+    """What :func:`reproduce` did for one entry."""
+
+    entry: Reproduction
+    run_dir: Path
+    seconds: float
+    drifts: list[Drift]
+    checked: bool
+    recorded: Path | None = None
+
+
+def reproduce(
+    entry: Reproduction,
+    root: Path,
+    *,
+    out_dir: Path,
+    check: bool = False,
+    record: bool = False,
+    console: Console | None = None,
+    quiet: bool = True,
+) -> Outcome:
+    """Run ``entry`` into ``out_dir``; with ``check``, compare its tables with the committed
+    results; with ``record``, write them (and the run's provenance) as the committed results.
+
+    Raises
+    ------
+    FedViewsError
+        ``check`` on an entry that has no committed results yet, or a failed run.
+    """
+    from fedviews.experiments._config import load_config
+    from fedviews.experiments._runner import run_experiment
+
+    results_path = root / entry.results
+    committed = read_results(results_path) if check else None
+    if check and committed is None:
+        raise FedViewsError(
+            f"{entry.name}: no committed results ({entry.results}) to check against: "
+            f"record them with `fedviews reproduce {entry.name} --record`"
+        )
+    cfg = load_config(root / entry.config, entry.overrides)
+    t0 = time.perf_counter()
+    run_dir, _ = run_experiment(cfg, console=console, quiet=quiet, out_dir=out_dir)
+    seconds = time.perf_counter() - t0
+    metrics = json.loads((run_dir / "metrics.json").read_text(encoding="utf-8"))
+    tables = _chosen_tables(entry, metrics)
+    drifts = (
+        compare_tables(entry.name, committed["tables"], tables, entry.tolerance, entry.unchecked)
+        if committed is not None
+        else []
+    )
+    outcome = Outcome(entry, run_dir, seconds, drifts, checked=check)
+    if record:
+        rec = {
+            "entry": entry.name,
+            "title": entry.title,
+            "command": f"fedviews reproduce {entry.name} --record",
+            "run_command": entry.run_command,
+            "date": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+            "machine": machine(cfg.device),
+            "wall_seconds": round(seconds, 1),
+            "tables": tables,
+        }
+        results_path.parent.mkdir(parents=True, exist_ok=True)
+        results_path.write_text(json.dumps(rec, indent=1, ensure_ascii=False) + "\n", "utf-8")
+        outcome.recorded = results_path
+    return outcome
+
+
+def _md_cell(value: Any) -> str:
+    return _fmt(value).replace("|", "\\|")
+
+
+def render_markdown(entry: Reproduction, rec: dict[str, Any] | None) -> str:
+    """The entry's committed tables as Markdown, with the command, date, machine and wall
+    time of the run that made them (an admonition when none is committed yet)."""
+    if rec is None:
+        return (
+            f'!!! note "Not reproduced yet: {entry.title}"\n'
+            f"    `fedviews reproduce {entry.name} --record` (tier {entry.tier}, about "
+            f"{entry.cost_s:g} s) makes this table from `{entry.run_command}`; no run of it "
+            "is committed yet.\n"
+        )
+    out: list[str] = []
+    for t in rec["tables"]:
+        out += [f"**{t['title']}**", ""]
+        out.append("| " + " | ".join(_md_cell(c) for c in t["columns"]) + " |")
+        out.append("|" + "|".join("---" for _ in t["columns"]) + "|")
+        out += ["| " + " | ".join(_md_cell(v) for v in row) + " |" for row in t["rows"]]
+        out.append("")
+        if t.get("note"):
+            out += [f"*{t['note']}*", ""]
+    m = rec["machine"]
+    gpu = "" if m.get("gpu", "none") == "none" else f", GPU {m['gpu']}"
+    out.append(
+        f"<small>Made by `{rec['command']}` (`{rec['run_command']}`) on {rec['date']}, "
+        f"{m['cpu']} ({m['cores']} cores{gpu}), wall time {rec['wall_seconds']:g} s. "
+        f"Checked by `fedviews reproduce {entry.name} --check` (tolerance "
+        f"{entry.tolerance:g}).</small>"
+    )
+    return "\n".join(out) + "\n"

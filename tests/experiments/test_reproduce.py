@@ -1,0 +1,284 @@
+"""``fedviews reproduce``: the manifest, ``--list``, ``--check`` against committed results,
+``--record``, the docs hook that renders them, and no hand-typed results table in the docs."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import re
+import shutil
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+from _cli import ROOT, fedviews
+
+from fedviews.errors import ConfigError
+from fedviews.experiments._reproduce import (
+    MANIFEST,
+    compare_tables,
+    load_manifest,
+    render_markdown,
+)
+
+#: a fast, deterministic smoke entry (V-FedMV, one split: a few seconds)
+FAST = "vfedmv_smoke"
+
+
+def _copy_entry(tmp_path: Path, name: str) -> Path:
+    """A manifest in ``tmp_path`` holding only ``name``, with its config and committed results."""
+    src = (ROOT / MANIFEST).read_text(encoding="utf-8")
+    block = re.search(rf"^\[{name}\]\n.*?(?=^\[|\Z)", src, flags=re.S | re.M)
+    assert block is not None
+    entry = load_manifest(ROOT / MANIFEST)[name]
+    for rel in (entry.config, entry.results):
+        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(ROOT / rel, tmp_path / rel)
+    (tmp_path / MANIFEST).write_text(block.group(0), encoding="utf-8")
+    return tmp_path / MANIFEST
+
+
+def test_list_shows_every_entry_with_tier_and_cost():
+    r = fedviews("reproduce", "--list")
+    assert r.returncode == 0, r.stderr
+    entries = load_manifest(ROOT / MANIFEST)
+    lines = r.stdout.splitlines()
+    for e in entries.values():
+        row = next((ln for ln in lines if f"│ {e.name} " in ln), None)
+        assert row is not None, e.name
+        assert f"│ {e.tier} " in row and f"~{e.cost_s:g} s" in row, row
+
+
+def test_smoke_tier_has_an_entry_per_algorithm():
+    smoke = [e for e in load_manifest(ROOT / MANIFEST).values() if e.tier == "smoke"]
+    experiments = {e.config for e in smoke}
+    for config in (
+        "configs/mmvfl_handwritten.toml",
+        "configs/fedmv_vertical_handwritten.toml",
+        "configs/fedmv_horizontal_handwritten.toml",
+        "configs/sfedmv_watch.toml",
+        "configs/multivfl_fig3_mnist.toml",
+        "configs/apfed_table2_mnist.toml",  # APFed-R, APFed-C, TVFL, SingleVL
+        "configs/defenses_splitnn_mnist.toml",  # split NN: its accuracy and what leaks
+        "configs/audit_mmvfl_handwritten.toml",  # the leakage audit
+        "configs/defenses_vfedmv_handwritten.toml",  # a defense sweep
+    ):
+        assert config in experiments, config
+    assert sum(e.cost_s for e in smoke) < 360  # CI runs them all: under 6 minutes on 2 cores
+    for e in smoke:  # every smoke entry is committed: CI checks it
+        assert (ROOT / e.results).is_file(), e.results
+
+
+def test_check_passes_then_names_a_number_changed_by_hand(tmp_path):
+    manifest = _copy_entry(tmp_path / "repo", FAST)
+    r = fedviews("reproduce", FAST, "--check", "-q", "--manifest", str(manifest), cwd=tmp_path)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "matches the committed results" in r.stdout
+    assert (tmp_path / "runs").is_dir()  # the run folders, under the working directory
+
+    results = tmp_path / "repo" / load_manifest(manifest)[FAST].results
+    rec = json.loads(results.read_text(encoding="utf-8"))
+    row = rec["tables"][0]["rows"][0]
+    committed = row[1]
+    mean = float(committed.split(" ± ")[0])
+    row[1] = committed.replace(f"{mean:.2f}", f"{mean - 0.5:.2f}", 1)
+    results.write_text(json.dumps(rec), encoding="utf-8")
+    r = fedviews(
+        "reproduce",
+        FAST,
+        "--check",
+        "-q",
+        "--manifest",
+        str(manifest),
+        "--out",
+        str(tmp_path / "o"),
+    )
+    assert r.returncode == 1, r.stdout + r.stderr
+    title, column = rec["tables"][0]["title"], rec["tables"][0]["columns"][1]
+    assert (
+        f"drift: {FAST}: table {title!r}, row {row[0]!r}, column {column!r}: "
+        f"committed {row[1]!r}, fresh {committed!r} (tolerance 0.01)" in r.stderr
+    ), r.stderr
+    assert "Traceback" not in r.stderr
+
+
+def test_record_writes_tables_and_provenance(tmp_path):
+    manifest = _copy_entry(tmp_path, FAST)
+    entry = load_manifest(manifest)[FAST]
+    before = json.loads((tmp_path / entry.results).read_text(encoding="utf-8"))
+    (tmp_path / entry.results).unlink()
+    r = fedviews("reproduce", FAST, "--record", "-q", "--manifest", str(manifest), cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    rec = json.loads((tmp_path / entry.results).read_text(encoding="utf-8"))
+    assert rec["tables"] == before["tables"]  # deterministic: the committed numbers exactly
+    assert rec["command"] == f"fedviews reproduce {FAST} --record"
+    assert rec["run_command"].startswith(f"fedviews run {entry.config} params.n_repeats=1")
+    assert {"cpu", "cores", "gpu"} <= set(rec["machine"]) and rec["wall_seconds"] > 0
+    assert re.fullmatch(r"\d{4}-\d\d-\d\d \d\d:\d\d UTC", rec["date"])
+
+
+def test_compare_tables_checks_every_number():
+    table = {
+        "title": "t",
+        "columns": ["method", "acc", "seconds"],
+        "rows": [["a", "90.00 ± 1.00", 3.0], ["b", 80.0, float("nan")]],
+    }
+    same = json.loads(json.dumps(table))
+    same["rows"][0][2] = 99.0  # a timing: unchecked
+    same["rows"][1][1] = 80.01
+    assert compare_tables("e", [table], [same], 0.01, unchecked=["seconds"]) == []
+    moved = json.loads(json.dumps(same))
+    moved["rows"][0][1] = "90.00 ± 1.02"
+    moved["rows"][1][0] = "c"
+    drifts = compare_tables("e", [table], [moved], 0.01, unchecked=["seconds"])
+    assert [(d.row, d.column) for d in drifts] == [("a", "acc"), ("b", "method")]
+    assert compare_tables("e", [table], [], 0.01)[0].table == "(tables)"
+    assert compare_tables("e", [table], [table], 0.01) == []  # nan equals nan
+
+
+def test_bad_manifest_is_a_clean_error(tmp_path):
+    bad = tmp_path / MANIFEST
+    bad.write_text('[x]\ntitle = "x"\ntier = "smoke"\nconfig = "c.toml"\n', encoding="utf-8")
+    r = fedviews("reproduce", "--list", "--manifest", str(bad))
+    assert r.returncode == 2 and "error: ConfigError" in r.stderr and "Traceback" not in r.stderr
+    bad.write_text('[x]\ntier = "smok"\n', encoding="utf-8")
+    with pytest.raises(ConfigError, match="missing"):
+        load_manifest(bad)
+    bad.write_text(
+        '[x]\ntitle = "x"\ntier = "smok"\nconfig = "c.toml"\nresults = "r.json"\n'
+        'page = "p.md"\ncost_s = 1\n',
+        encoding="utf-8",
+    )
+    with pytest.raises(ConfigError, match="tier must be one of"):
+        load_manifest(bad)
+    r = fedviews("reproduce", "no_such_entry", "--check")
+    assert r.returncode == 2 and "no reproduction 'no_such_entry'" in r.stderr
+    r = fedviews("reproduce", "--check")  # not every entry, hours of it, by accident
+    assert r.returncode == 2 and "give entry NAMEs or --tier" in r.stderr
+    r = fedviews("reproduce", FAST, "--check", "--record")
+    assert r.returncode == 2 and "give one" in r.stderr
+
+
+# --- the docs ---
+
+
+def _hook() -> ModuleType:
+    path = ROOT / "docs" / "hooks" / "reproductions.py"
+    spec = importlib.util.spec_from_file_location("reproductions_hook", path)
+    assert spec is not None and spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_hook_renders_committed_tables_with_provenance():
+    pytest.importorskip("mkdocs")
+    hook = _hook()
+    page = hook.render_page(f"intro\n\n<!-- reproduce: {FAST} -->\n\nafter\n")
+    entry = load_manifest(ROOT / MANIFEST)[FAST]
+    rec = json.loads((ROOT / entry.results).read_text(encoding="utf-8"))
+    first = rec["tables"][0]
+    assert f"**{first['title']}**" in page
+    assert "| " + " | ".join(first["columns"]) + " |" in page
+    assert "| " + " | ".join(str(v) for v in first["rows"][0]) + " |" in page
+    assert rec["date"] in page and rec["machine"]["cpu"] in page
+    assert f"wall time {rec['wall_seconds']:g} s" in page and rec["run_command"] in page
+    assert page.startswith("intro\n") and page.endswith("after\n")
+    with pytest.raises(Exception, match="no such entry"):
+        hook.render_page("<!-- reproduce: nope -->\n")
+
+
+def test_an_entry_without_results_renders_as_not_reproduced():
+    entry = next(e for e in load_manifest(ROOT / MANIFEST).values() if e.tier == "full")
+    text = render_markdown(entry, None)
+    assert "Not reproduced yet" in text and f"fedviews reproduce {entry.name} --record" in text
+
+
+#: pages that present experiment results (benchmark timings of the runtime, deployment and
+#: PSI live in docs/deployment.md, flower.md, threat-model.md and benchmarks.md, made by
+#: the benchmarks/ scripts, not by experiment configs)
+RESULT_PAGES = ("README.md", "docs/index.md", "docs/experiments.md", "docs/algorithms/*.md")
+RESULT_PAGES += ("docs/privacy/*.md",)
+#: a number with a decimal point, outside code spans
+_DECIMAL = re.compile(r"(?<![\w.])\d+\.\d+")
+
+#: results tables still typed by hand (page, first header cell): their runs are listed in the
+#: manifest (tier full) but no run of them is committed yet; shrink this list, never grow it
+HAND_TYPED = {
+    ("docs/algorithms/apfed.md", "method"),  # apfed_table2_mnist / _fmnist, _mnist_long
+    ("docs/algorithms/apfed.md", "claim"),  # apfed_table2_mnist_long
+    ("docs/algorithms/apfed.md", "λ"),  # apfed_lambda_mnist_long
+    ("docs/algorithms/multivfl.md", "figure"),  # costs per config (multivfl_fig*)
+    ("docs/algorithms/multivfl.md", "dataset"),  # multivfl_fig2_*, multivfl_fig3_*
+    ("docs/algorithms/multivfl.md", "local step"),  # multivfl_fig3_fmnist_long
+    ("docs/algorithms/multivfl.md", "setting"),  # wire codecs (benchmarks/), two tables
+    ("docs/privacy/defenses.md", "algorithm"),  # secagg cost (benchmarks/)
+    ("docs/privacy/defenses.md", "coordinator observes"),  # audit_mmvfl_handwritten_secagg
+    ("docs/privacy/defenses.md", "setting"),  # defenses_multivfl_mnist, _features_mnist
+    ("docs/privacy/defenses.md", "Multi-VFL defense"),  # defense costs (benchmarks/)
+    ("docs/privacy/leakage.md", "algorithm (config)"),  # audit_*
+}
+
+
+def _tables(text: str) -> list[list[str]]:
+    """The Markdown tables of ``text`` outside fenced code, each as its lines."""
+    out: list[list[str]] = []
+    fenced = False
+    current: list[str] = []
+    for line in [*text.splitlines(), ""]:
+        if line.lstrip().startswith(("```", "~~~")):
+            fenced = not fenced
+        if not fenced and line.startswith("|"):
+            current.append(line)
+            continue
+        if current:
+            out.append(current)
+            current = []
+    return out
+
+
+def results_tables(page: Path) -> list[str]:
+    """The first header cell of every *results table* of ``page``: a Markdown table (outside
+    fenced code) with a number with a decimal point in a body row, outside code spans."""
+    found = []
+    for table in _tables(page.read_text(encoding="utf-8")):
+        body = [re.sub(r"`[^`]*`", "", row) for row in table[2:]]
+        if any(_DECIMAL.search(row) for row in body):
+            found.append(table[0].strip("|").split("|")[0].strip())
+    return found
+
+
+def test_no_docs_page_holds_a_hand_typed_results_table():
+    pages = sorted({p for pattern in RESULT_PAGES for p in ROOT.glob(pattern)})
+    assert len(pages) > 8
+    seen = set()
+    for page in pages:
+        rel = page.relative_to(ROOT).as_posix()
+        for head in results_tables(page):
+            assert (rel, head) in HAND_TYPED, (
+                f"{rel}: the results table '| {head} |...' is typed by hand: make it a "
+                f"manifest entry and render it with <!-- reproduce: NAME --> ({MANIFEST})"
+            )
+            seen.add((rel, head))
+    assert seen == HAND_TYPED, f"rendered now, drop from HAND_TYPED: {HAND_TYPED - seen}"
+
+
+def test_every_rendered_entry_is_on_its_page():
+    entries = load_manifest(ROOT / MANIFEST)
+    marked = {}
+    for page in ROOT.glob("docs/**/*.md"):
+        for name in re.findall(r"^<!-- reproduce: ([\w.-]+) -->$", page.read_text(), flags=re.M):
+            marked[name] = page.relative_to(ROOT).as_posix()
+    for name, page in marked.items():
+        assert name in entries and entries[name].page == page, name
+    for e in entries.values():  # a committed result is shown in the docs
+        if (ROOT / e.results).is_file():
+            assert marked.get(e.name) == e.page, f"{e.name}: no <!-- reproduce --> on {e.page}"
+
+
+@pytest.mark.slow
+def test_smoke_tier_reproduces_the_committed_numbers(tmp_path):
+    r = fedviews("reproduce", "--tier", "smoke", "--check", "-q", "--out", str(tmp_path))
+    assert r.returncode == 0, r.stdout + r.stderr
+    smoke = [e for e in load_manifest(ROOT / MANIFEST).values() if e.tier == "smoke"]
+    assert r.stdout.count("matches the committed results") == len(smoke), r.stdout
