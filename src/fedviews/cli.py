@@ -169,13 +169,13 @@ def reproduce(
 
     from rich.table import Table
 
-    from fedviews.experiments._reproduce import find_manifest, load_manifest, select
+    from fedviews.experiments import find_manifest, load_manifest, select_entries
 
     path = manifest if manifest is not None else find_manifest()
     entries = load_manifest(path)
     if list_:
         t = Table("name", "tier", "cost", "results", "reproduces", title=str(path))
-        for e in select(entries, names or [], tier):
+        for e in select_entries(entries, names or [], tier):
             done = "committed" if (path.parent / e.results).is_file() else "none yet"
             t.add_row(e.name, e.tier, f"~{e.cost_s:g} s", done, e.title)
         console.print(t)
@@ -186,7 +186,7 @@ def reproduce(
         )
     if not names and tier is None:
         raise ConfigError("give entry NAMEs or --tier smoke|full (--list shows them)")
-    chosen = select(entries, names or [], tier)
+    chosen = select_entries(entries, names or [], tier)
     missing = [e.name for e in chosen if check and not (path.parent / e.results).is_file()]
     if missing:
         raise ConfigError(
@@ -205,7 +205,7 @@ def _reproduce_all(
     chosen: list[Any], root: Path, base: Path, check: bool, record: bool, quiet: bool
 ) -> list[str]:
     """Run each entry into ``base/<name>``; print one line each; the drifts, as text."""
-    from fedviews.experiments._reproduce import reproduce
+    from fedviews.experiments import reproduce
 
     drifted: list[str] = []
     for e in chosen:

@@ -10,6 +10,13 @@ from fedviews.experiments._registry import (
     register_algorithm,
     register_experiment,
 )
+from fedviews.experiments._reproduce import (
+    Reproduction,
+    find_manifest,
+    load_manifest,
+    reproduce,
+    select_entries,
+)
 from fedviews.experiments._runner import (
     ExperimentResult,
     RunContext,
@@ -23,16 +30,21 @@ __all__ = [
     "ExperimentConfig",
     "ExperimentResult",
     "ExperimentSpec",
+    "Reproduction",
     "RunContext",
     "Table",
     "build_dataclass",
+    "find_manifest",
     "get_algorithm",
     "get_experiment",
     "list_algorithms",
     "list_experiments",
     "load_config",
+    "load_manifest",
     "register_algorithm",
     "register_experiment",
+    "reproduce",
     "resume_experiment",
     "run_experiment",
+    "select_entries",
 ]

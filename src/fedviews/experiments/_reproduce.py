@@ -57,7 +57,7 @@ __all__ = [
     "machine",
     "render_markdown",
     "reproduce",
-    "select",
+    "select_entries",
 ]
 
 #: the manifest's file name, looked up in the working directory and its parents
@@ -179,7 +179,7 @@ def load_manifest(path: Path) -> dict[str, Reproduction]:
     return out
 
 
-def select(
+def select_entries(
     entries: dict[str, Reproduction], names: Sequence[str], tier: str | None
 ) -> list[Reproduction]:
     """The entries named (all of ``tier`` when no name is given), in manifest order.
