@@ -74,7 +74,8 @@ class MMVFLParams:
     tol: float = 1e-5
     """Relative objective change that stops MMVFL."""
     label_scale: str = "onehot"
-    """MMVFL's label target: ``onehot`` (the paper's ``Y``) or ``orthonormal`` (``Y^T Y = I``, Sec. 4.4).
+    """The label target ``Y`` of all three algorithms (the paper's Eq. 15 and 16 use MMVFL's ``Y``):
+    ``onehot`` or ``orthonormal`` (``Y^T Y = I``, Sec. 4.4).
     """
     inner_max_iter: int = 20
     """IRLS iterations per round (supFL / supMVLFL run five times as many in total)."""
@@ -122,7 +123,9 @@ def _fit(
 
     if alg != "mmvfl":  # labels at every party, five times MMVFL's IRLS iterations per round
         Sup = SupFL if alg == "supfl" else SupMVLFL
-        return Sup(beta=beta, max_iter=p.inner_max_iter * 5, tol=p.inner_tol).fit(Xs, y)
+        return Sup(
+            beta=beta, max_iter=p.inner_max_iter * 5, tol=p.inner_tol, label_scale=p.label_scale
+        ).fit(Xs, y)
     return MMVFL(
         beta=beta,
         zeta=zeta,
@@ -375,13 +378,14 @@ def run_mmvfl_feature_selection(cfg: ExperimentConfig, ctx: RunContext) -> Exper
                 "MMVFL minus baseline, paired by fold (accuracy points, averaged over views and p)",
                 ["comparison", "mean", "95% low", "95% high", "folds", "verdict", "paper avg"],
                 [
-                    [f"MMVFL - {method_name(b)}", d["mean"], d["low"], d["high"], d["n"],
-                     VERDICT_WORDS[d["verdict"]], "-" if pa is None else pa]
+                    [f"MMVFL - {method_name(b)}", *[d[k] for k in ("mean", "low", "high", "n")]]
+                    + [VERDICT_WORDS[d["verdict"]], "-" if pa is None else pa]
                     for (b, d), pa in zip(paired.items(), pap_avg, strict=True)
-                ],  # fmt: skip
+                ],
                 note="Student-t interval over folds of the per-fold difference; verdict: higher / "
                 "lower when the interval excludes 0, else not distinguishable. The paper reports "
-                "one average, no interval.",
+                f"one average, no interval. MMVFL fits stopped at max_iter={p.max_iter} before "
+                f"tol={p.tol:g} held: {converged['unconverged_fits']} of {n_units}.",
             )
         )
     summary = "; ".join(verdicts)
