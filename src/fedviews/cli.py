@@ -248,7 +248,7 @@ def _show_report(run_dir: Path) -> None:
     rec = load_run(run_dir)
     report = (rec.folder / "report.html").resolve()
     console.print(f"report: [bold][link={report.as_uri()}]{report}[/link][/]", highlight=False)
-    console.print(run_summary(rec), highlight=False)
+    console.print(run_summary(rec), highlight=False, soft_wrap=True)  # one line, however long
 
 
 @app.command()

@@ -6,7 +6,7 @@ from _views import planted_views as _data
 
 from fedviews.data import one_hot
 from fedviews.errors import ConfigError, DataError, PrivacyError
-from fedviews.linear import MMVFL, SupFL, SupMVLFL, mmvfl_centralized
+from fedviews.linear import MMVFL, SupFL, SupMVLFL, mmvfl_centralized, scale_labels
 from fedviews.linear._reference import naive_mmvfl
 
 
@@ -44,6 +44,33 @@ def test_federated_equals_centralized():
         np.testing.assert_allclose(a, b, rtol=1e-8, atol=1e-12)
     np.testing.assert_allclose(m.Z_, c["Z"], rtol=1e-8, atol=1e-12)
     np.testing.assert_allclose(m.objective_, c["objective"], rtol=1e-10)
+
+
+def test_orthonormal_labels_satisfy_YtY_equal_identity():
+    Y, _ = one_hot(np.array([0, 0, 0, 1, 1, 2, 2, 2, 2, 2]))  # unbalanced classes
+    S = scale_labels(Y, "orthonormal")
+    np.testing.assert_allclose(S.T @ S, np.eye(3), atol=1e-15)
+    np.testing.assert_array_equal(S > 0, Y > 0)
+    assert scale_labels(Y, "onehot") is Y
+    with pytest.raises(ConfigError, match="label_scale"):
+        scale_labels(Y, "unit")
+    with pytest.raises(ConfigError, match="label_scale"):
+        MMVFL(label_scale="unit").fit(*_data(1))
+
+
+def test_federated_equals_centralized_with_orthonormal_labels():
+    Xs, y = _data(1)
+    y = np.where(np.arange(len(y)) < 7, 0, y)  # unbalanced, so the scale differs per class
+    Y, _ = one_hot(y)
+    kw = dict(beta=0.5, zeta=10.0, eta=50.0, label_owner=1, max_iter=12, tol=0)
+    m = MMVFL(**kw, label_scale="orthonormal", random_state=3).fit(Xs, y)
+    c = mmvfl_centralized(Xs, Y, **kw, label_scale="orthonormal", random_state=3)
+    for a, b in zip(m.W_, c["W"]):
+        np.testing.assert_allclose(a, b, rtol=1e-8, atol=1e-12)
+    np.testing.assert_allclose(m.Z_, c["Z"], rtol=1e-8, atol=1e-12)
+    np.testing.assert_allclose(m.objective_, c["objective"], rtol=1e-10)
+    onehot = mmvfl_centralized(Xs, Y, **kw, random_state=3)
+    assert not np.allclose(m.objective_, onehot["objective"])  # the scale reached the party
 
 
 @pytest.mark.parametrize("zeta,eta", [(1.0, 1.0), (1000.0, 1000.0), (3.0, 100.0)])

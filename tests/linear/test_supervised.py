@@ -96,3 +96,19 @@ def test_closed_forms_at_both_ends_of_beta():
         assert np.abs(zero.W_[0]).max() < 1e-6, k
         below = SupFL(beta=0.9 * edge, max_iter=2000, tol=1e-14).fit([X], y)
         assert np.abs(below.W_[0]).max() > 1e-3, k
+
+
+@pytest.mark.parametrize("Est", [SupFL, SupMVLFL])
+def test_orthonormal_labels_are_the_target(Est):
+    """``label_scale="orthonormal"``: the target is ``Y`` with ``Y^T Y = I``; by the
+    homogeneity of the objective, fitting ``s Y`` at β equals ``s`` times fitting ``Y`` at
+    ``β / s`` (balanced classes: one common ``s = 1/sqrt(n_c)``)."""
+    Xs, y = planted_views(n=60, dims=(4, 6, 8), seed=2)
+    s = 1.0 / np.sqrt(np.bincount(y)[0])
+    assert np.all(np.bincount(y) == np.bincount(y)[0])
+    kw = dict(max_iter=2000, tol=1e-14)
+    scaled = Est(beta=0.3, label_scale="orthonormal", **kw).fit(Xs, y)
+    plain = Est(beta=0.3 / s, **kw).fit(Xs, y)
+    for a, b in zip(scaled.W_, plain.W_, strict=True):
+        np.testing.assert_allclose(a, s * b, atol=1e-7)
+    assert not np.allclose(scaled.W_[0], Est(beta=0.3, **kw).fit(Xs, y).W_[0], atol=1e-3)

@@ -91,6 +91,19 @@ def paired_difference(
     return {"n": n, "mean": mean, "std": std, "low": low, "high": high, "verdict": verdict}
 
 
+#: :func:`paired_difference`'s verdicts in words: ``a`` higher, lower or not distinguishable.
+VERDICT_WORDS = {"a > b": "higher", "a < b": "lower", "inconclusive": "not distinguishable"}
+
+
+def verdict_line(label: str, d: Mapping[str, Any], unit: str = "folds") -> str:
+    """One line from a :func:`paired_difference` result ``d``, e.g.
+    ``"MMVFL − supFL: +1.23 [0.45, 2.01] over 5 folds: higher"``."""
+    return (
+        f"{label}: {d['mean']:+.2f} [{d['low']:+.2f}, {d['high']:+.2f}] over {d['n']} {unit}: "
+        f"{VERDICT_WORDS[d['verdict']]}"
+    )
+
+
 def summarize(runs: Sequence[Mapping[str, float]]) -> dict[str, list[float]]:
     """``{metric: [mean, std]}`` over runs of :func:`classification_metrics`."""
     return {k: list(mean_std([run[k] for run in runs])) for k in METRICS}

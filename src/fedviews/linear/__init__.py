@@ -3,7 +3,7 @@
 MMVFL and its supervised baselines (supFL, supMVLFL), and the ℓ2,1 solver they share.
 """
 
-from fedviews.linear._common import select_top_features, small_blas
+from fedviews.linear._common import LABEL_SCALES, scale_labels, select_top_features, small_blas
 from fedviews.linear._fedmv import LocalMVL, fedmv_consensus, mvl_local
 from fedviews.linear._hfedmv import (
     HFEDMV_SPEC,
@@ -54,6 +54,8 @@ __all__ = [
     "l21_norm",
     "mmvfl_centralized",
     "row_norms",
+    "LABEL_SCALES",
+    "scale_labels",
     "select_top_features",
     "small_blas",
 ]

@@ -122,6 +122,27 @@ def check_flag(value: Any, name: str) -> None:
         raise ConfigError(f"{name} must be True or False, got {value!r}")
 
 
+#: How the label owner scales its one-hot ``Y`` (:func:`scale_labels`).
+LABEL_SCALES = ("onehot", "orthonormal")
+
+
+def check_label_scale(value: Any) -> None:
+    """ConfigError unless ``value`` is one of :data:`LABEL_SCALES`."""
+    if value not in LABEL_SCALES:
+        raise ConfigError(f"label_scale must be one of {list(LABEL_SCALES)}, got {value!r}")
+
+
+def scale_labels(Y: np.ndarray, label_scale: str) -> np.ndarray:
+    """The label owner's target from its one-hot ``Y``: unchanged (``"onehot"``), or every
+    column divided by the square root of its class count (``"orthonormal"``), so that
+    ``Y^T Y = I`` (MMVFL Sec. 4.4; a class with no sample keeps its zero column)."""
+    check_label_scale(label_scale)
+    if label_scale == "onehot":
+        return Y
+    counts = Y.sum(axis=0)
+    return Y / np.sqrt(np.where(counts > 0, counts, 1.0))
+
+
 def check_weights(params: Any, n: int | None = None) -> None:
     """Check a params dataclass's ``beta``/``zeta`` (one value, or one per party or view:
     ``n`` of them when ``n`` is known), ``eta > 0`` and ``eps > 0``."""

@@ -51,9 +51,11 @@ from fedviews.linear._common import (
     PartyPredictor,
     check_flag,
     check_iter,
+    check_label_scale,
     check_weights,
     party_index,
     per_party,
+    scale_labels,
 )
 from fedviews.linear._consensus import (
     ConsensusAlgorithm,
@@ -114,6 +116,7 @@ def mmvfl_centralized(
     inner_max_iter: int = 20,
     inner_tol: float = 1e-6,
     eps: float = 1e-10,
+    label_scale: str = "onehot",
     random_state: int | None = 0,
 ) -> dict[str, Any]:
     """The MMVFL updates run centrally in one function (no parties, no messages).
@@ -121,11 +124,12 @@ def mmvfl_centralized(
     Same initialisation streams and update order as :class:`MMVFL`; used to check
     that the federated run equals the centralized computation of the objective
     (:func:`~fedviews.linear._consensus.consensus_centralized`, the label term at
-    party ``label_owner``). Returns ``{"W": [...], "Z": Z, "Z_k": [...], "objective": [...]}``.
+    party ``label_owner``; the one-hot ``Y`` scaled by ``label_scale`` as the label owner
+    scales it). Returns ``{"W": [...], "Z": Z, "Z_k": [...], "objective": [...]}``.
     """
     K = len(Xs)
     return consensus_centralized(
-        Xs, Y, per_party(beta, K, "beta"), per_party(zeta, K, "zeta"), eta,
+        Xs, scale_labels(Y, label_scale), per_party(beta, K, "beta"), per_party(zeta, K, "zeta"), eta,
         label_owner=label_owner, max_iter=max_iter, tol=tol,
         solver=IRLSOptions(inner_max_iter, inner_tol, eps), random_state=random_state,
     )  # fmt: skip
@@ -151,6 +155,7 @@ class MMVFLParams:
     inner_tol: float = 1e-6
     eps: float = 1e-10
     standardize: bool = False
+    label_scale: str = "onehot"
 
     def validate(self, n_parties: int | None = None) -> None:
         """Raise :class:`ConfigError` for an invalid value (per-party lists need ``n_parties``)."""
@@ -158,6 +163,7 @@ class MMVFLParams:
         check_iter(self.max_iter, self.tol, "max_iter", "tol")
         check_iter(self.inner_max_iter, self.inner_tol, "inner_max_iter", "inner_tol")
         check_flag(self.standardize, "standardize")
+        check_label_scale(self.label_scale)
 
 
 class MMVFLAlgorithm(ConsensusAlgorithm):
@@ -174,6 +180,8 @@ class MMVFLAlgorithm(ConsensusAlgorithm):
     ) -> MMVFLParty:
         y, _, kwargs = self.party_inputs(run, party, local, setup)
         Y, classes = (None, None) if y is None else one_hot(y)  # the label owner's Eq. (11)
+        if Y is not None:
+            Y = scale_labels(Y, run.params.label_scale)
         eta = run.params.eta if Y is not None else 0.0
         return MMVFLParty(party, Y=Y, eta=eta, classes=classes, **kwargs)
 
@@ -220,6 +228,12 @@ class MMVFL(ConsensusFit, PartyPredictor, BaseEstimator):
     standardize : bool, default=False
         Every party scales its own view with its own column statistics first;
         :meth:`predict` scales the party's new rows with the same statistics.
+    label_scale : {"onehot", "orthonormal"}, default="onehot"
+        The label owner's target ``Y`` (Eq. 11): the paper's one-hot matrix, or its
+        columns divided by the square root of the class counts so that ``Y^T Y = I``
+        (Sec. 4.4 states that ``Y`` satisfies it; the one-hot ``Y`` does only up to
+        the diagonal of class counts). :meth:`predict` takes ``argmax X W_k``, which
+        the scaling does not change with balanced classes.
     random_state : int or None
         Seed of the random initial ``Z`` / ``Z_k``.
     transport : callable, optional
@@ -261,6 +275,7 @@ class MMVFL(ConsensusFit, PartyPredictor, BaseEstimator):
         inner_tol: float = 1e-6,
         eps: float = 1e-10,
         standardize: bool = False,
+        label_scale: str = "onehot",
         random_state: int | None = 0,
         transport: Any = None,
         defense: Any = None,

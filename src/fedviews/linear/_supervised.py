@@ -14,6 +14,10 @@ an MVL architecture")::
 i.e. ℓ2,1 regression on the concatenated views with a block-wise β. Each party's
 feature importances are the row norms of its own block ``W_k``.
 
+``label_scale``: the target ``Y``, one-hot (default) or with ``Y^T Y = I`` as MMVFL's
+(Eq. 15 uses "the one-hot matrix ... as defined in Section 4.3", MMVFL's ``Y``; see
+:class:`~fedviews.linear.MMVFL`).
+
 Both are computed in one place (no parties, no messages), so unlike the federated
 estimators they have no ``transport_``, ``run_stats_`` or ``history_``.
 """
@@ -29,7 +33,13 @@ from fedviews._estimator import store_params
 from fedviews._registry import register_estimator
 from fedviews.data import check_Xs, check_y, one_hot
 from fedviews.errors import DataError, check_fitted
-from fedviews.linear._common import PartyPredictor, check_iter, check_positive, per_party
+from fedviews.linear._common import (
+    PartyPredictor,
+    check_iter,
+    check_positive,
+    per_party,
+    scale_labels,
+)
 from fedviews.linear._l21 import l21_least_squares, row_norms
 
 
@@ -43,6 +53,7 @@ class _PerPartyLinear(PartyPredictor, BaseEstimator):
         max_iter: int = 100,
         tol: float = 1e-6,
         eps: float = 1e-10,
+        label_scale: str = "onehot",
     ) -> None:
         store_params(self, locals())
 
@@ -56,7 +67,7 @@ class _PerPartyLinear(PartyPredictor, BaseEstimator):
         Y, self.classes_ = one_hot(y)
         if Y.shape[1] < 2:
             raise DataError("y must contain at least two classes")
-        return Xs, Y, per_party(self.beta, len(Xs), "beta")
+        return Xs, scale_labels(Y, self.label_scale), per_party(self.beta, len(Xs), "beta")
 
     def _finish(self, Ws: list[np.ndarray]) -> None:
         self.W_ = Ws
