@@ -129,3 +129,17 @@ def test_fedmv_fig6_table_is_the_estimators_score(tmp_path: Path) -> None:
     assert min(fou) > 55.0  # 10 classes: at most half of chance's error
     assert eta1 > 20.0  # eta = 1 pulls Z to the labels slowly: 3 rounds are far from converged
     assert (out / "hyperparams.png").stat().st_size > 0
+
+
+@pytest.mark.parametrize(
+    ("override", "match"),
+    [
+        ("params.values=[]", "params.values"),
+        ("params.values=[0, 8]", "params.values"),
+        ("params.base=0", "params.base"),
+        ('params.average="binary"', "positive_classes"),
+    ],
+)
+def test_fedmv_fig6_config_rejects_bad_grid(override: str, match: str) -> None:
+    with pytest.raises(ConfigError, match=match):
+        load_config(CONFIGS / "fedmv_fig6_handwritten.toml", [override])

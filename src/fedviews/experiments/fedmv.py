@@ -69,6 +69,15 @@ HORIZONTAL_METHODS = ("hfedmv", "mv_local", "pairwise", "single_view_fl")
 AVERAGES = ("macro", "binary")
 
 
+def _check_average(p: Any) -> None:
+    """ConfigError unless ``p.average`` is known and ``"binary"`` comes with a binary task."""
+    check_choice("average", p.average, AVERAGES)
+    if p.average == "binary" and not p.positive_classes:
+        raise ConfigError(
+            "params.average = 'binary' needs params.positive_classes (the binary task)"
+        )
+
+
 @dataclass(frozen=True)
 class FedMVVerticalParams:
     methods: tuple[str, ...] = VERTICAL_METHODS
@@ -118,11 +127,7 @@ class FedMVVerticalParams:
             raise ConfigError(
                 "params.test_size and params.val_size must lie in (0, 1) and sum to < 1"
             )
-        check_choice("average", self.average, AVERAGES)
-        if self.average == "binary" and not self.positive_classes:
-            raise ConfigError(
-                "params.average = 'binary' needs params.positive_classes (the binary task)"
-            )
+        _check_average(self)
         if not self.zetas or not self.etas or min((*self.zetas, *self.etas, self.beta)) <= 0:
             raise ConfigError(
                 "params.zetas, params.etas and params.beta must be positive (non-empty)"
@@ -571,11 +576,7 @@ class FedMVHyperParams:
             raise ConfigError("params.n_repeats, max_iter and inner_max_iter must be >= 1")
         if not 0 < self.test_size < 1:
             raise ConfigError("params.test_size must lie in (0, 1)")
-        check_choice("average", self.average, AVERAGES)
-        if self.average == "binary" and not self.positive_classes:
-            raise ConfigError(
-                "params.average = 'binary' needs params.positive_classes (the binary task)"
-            )
+        _check_average(self)
 
 
 def hyper_settings(
