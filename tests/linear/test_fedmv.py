@@ -58,6 +58,22 @@ def test_vfedmv_federated_equals_centralized(hw) -> None:
     np.testing.assert_allclose(fed.Z_, cen["Z"], atol=1e-8)
 
 
+def test_vfedmv_equal_per_view_zetas_reduce_to_one_zeta(hw) -> None:
+    """zeta_k = zeta for every view is the single-zeta model (same W, Z, objective, test
+    predictions); an unequal zeta_k changes the fit, so the per-view values are used."""
+    Xs, y, Xte, _ = hw
+    kw = {"beta": 4.0, "eta": 8.0, "max_iter": 6, "inner_max_iter": 3, "random_state": 1}
+    one = VFedMV(zeta=8.0, **kw).fit(Xs, y)
+    per_view = VFedMV(zeta=[8.0, 8.0, 8.0], **kw).fit(Xs, y)
+    np.testing.assert_array_equal(per_view.objective_, one.objective_)
+    for Wp, Wo in zip(per_view.W_, one.W_, strict=True):
+        np.testing.assert_array_equal(Wp, Wo)
+    np.testing.assert_array_equal(per_view.Z_, one.Z_)
+    np.testing.assert_array_equal(per_view.decision_function(Xte), one.decision_function(Xte))
+    other = VFedMV(zeta=[8.0, 8.0, 1.0], **kw).fit(Xs, y)
+    assert not np.allclose(other.W_[2], one.W_[2])
+
+
 def test_vfedmv_objective_non_increasing_and_accurate(hw) -> None:
     Xs, y, Xte, yte = hw
     m = VFedMV(max_iter=25, inner_max_iter=5).fit(Xs, y)

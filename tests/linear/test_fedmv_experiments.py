@@ -88,3 +88,58 @@ def test_unconverged_fits_are_recorded_and_said(tmp_path: Path) -> None:
     out, _ = run_experiment(cfg, out_dir=tmp_path / "b", quiet=True)
     conv = json.loads((out / "metrics.json").read_text())["converged"]
     assert conv == {"unconverged_fits": 0, "converged": True}
+
+
+def test_fedmv_fig6_table_is_the_estimators_score(tmp_path: Path) -> None:
+    """Each point of the Fig. 6 experiment is V-FedMV's own test score with that view's zeta_k
+    (or eta) set and the others at base, on the experiment's split."""
+    from sklearn.model_selection import train_test_split
+
+    from fedviews.experiments._common import split_views
+    from fedviews.experiments._metrics import pm
+
+    over = [
+        "params.values=[1,32]",
+        "params.n_repeats=1",
+        "params.n_per_class=30",
+        "params.max_iter=3",
+        "params.inner_max_iter=2",
+    ]
+    cfg = load_config(CONFIGS / "fedmv_fig6_handwritten.toml", over)
+    out, res = run_experiment(cfg, out_dir=tmp_path, quiet=True)
+    metrics = json.loads((out / "metrics.json").read_text())
+    ds, y = fedmv._load(cfg, fedmv.FedMVVerticalParams(n_per_class=30))
+    tr, te = train_test_split(np.arange(len(y)), test_size=0.2, stratify=y, random_state=cfg.seed)
+    Xtr, Xte = split_views(list(ds.views), (tr, te), True)
+
+    def accuracy(zeta: list[float], eta: float) -> float:
+        m = VFedMV(
+            beta=4.0, zeta=zeta, eta=eta, max_iter=3, inner_max_iter=2, random_state=cfg.seed
+        ).fit(Xtr, y[tr])
+        return 100.0 * float(np.mean(m.predict(Xte) == y[te]))
+
+    # zeta_2 (fou) = 1 and = 32 with the others at 8; eta = 1 with every zeta_k = 8
+    fou = [accuracy([8, z, 8, 8, 8], 8) for z in (1, 32)]
+    eta1 = accuracy([8] * 5, 1)
+    assert [a for a, _ in metrics["results"]["ζ_2 (fou)"]["accuracy"]] == fou
+    assert metrics["results"]["η"]["accuracy"][0] == [eta1, 0.0]
+    rows = {r[0]: r for r in res.tables[0].rows}
+    assert rows["ζ_2 (fou)"][1:3] == [pm(a, 0.0) for a in fou]
+    assert rows["ζ_2 (fou)"][4] == max(fou) - min(fou)
+    assert min(fou) > 55.0  # 10 classes: at most half of chance's error
+    assert eta1 > 20.0  # eta = 1 pulls Z to the labels slowly: 3 rounds are far from converged
+    assert (out / "hyperparams.png").stat().st_size > 0
+
+
+@pytest.mark.parametrize(
+    ("override", "match"),
+    [
+        ("params.values=[]", "params.values"),
+        ("params.values=[0, 8]", "params.values"),
+        ("params.base=0", "params.base"),
+        ('params.average="binary"', "positive_classes"),
+    ],
+)
+def test_fedmv_fig6_config_rejects_bad_grid(override: str, match: str) -> None:
+    with pytest.raises(ConfigError, match=match):
+        load_config(CONFIGS / "fedmv_fig6_handwritten.toml", [override])

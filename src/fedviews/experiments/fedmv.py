@@ -1,4 +1,4 @@
-"""FedMV experiments (Che et al., Tables 1-2 and Fig. 5) on public multi-view data.
+"""FedMV experiments (Che et al., Tables 1-2, Figs. 5-6) on public multi-view data.
 
 The paper's data (BiAffect keystrokes) is private, so its numbers are shown as
 context only, never as a reproduction target.
@@ -22,6 +22,11 @@ repetitions with seed ``seed + r``:
 {2^0..2^5}) by validation accuracy of the main method (V-FedMV / H-FedMV) on the
 first repetition's split; the pairwise and local multi-view baselines reuse them.
 β = 4 everywhere (paper).
+
+``fedmv_hyperparams`` (Fig. 6) varies one hyper-parameter at a time over ``values``
+(paper: 2^0..2^5) with the others at ``base`` (paper: 2^3): each view's ζ_k (the
+weight of view k's consensus term ζ_k ||Z_k - Z||², one per view, not one shared ζ),
+then η; V-FedMV only (H-FedMV's curves are not reproduced here).
 """
 
 from __future__ import annotations
@@ -35,17 +40,26 @@ import numpy as np
 from fedviews.errors import ConfigError
 from fedviews.experiments._common import split_views, unconverged_fits
 from fedviews.experiments._config import ExperimentConfig, check_choice
-from fedviews.experiments._metrics import METRICS, classification_metrics, metric_tables, pm
+from fedviews.experiments._metrics import (
+    METRICS,
+    classification_metrics,
+    metric_tables,
+    paired_difference,
+    pm,
+)
 from fedviews.experiments._metrics import summarize as _summarize
 from fedviews.experiments._registry import register_experiment
-from fedviews.experiments._runner import ExperimentResult, RunContext
-from fedviews.report import pyplot, save_figure
+from fedviews.experiments._runner import ExperimentResult, RunContext, Table
+from fedviews.report import line_panels, pyplot, save_figure
 
 __all__ = [
     "FedMVHorizontalParams",
+    "FedMVHyperParams",
     "FedMVTSNEParams",
     "FedMVVerticalParams",
+    "hyper_settings",
     "run_fedmv_horizontal",
+    "run_fedmv_hyperparams",
     "run_fedmv_tsne",
     "run_fedmv_vertical",
 ]
@@ -53,6 +67,15 @@ __all__ = [
 VERTICAL_METHODS = ("vfedmv", "pairwise", "single_view")
 HORIZONTAL_METHODS = ("hfedmv", "mv_local", "pairwise", "single_view_fl")
 AVERAGES = ("macro", "binary")
+
+
+def _check_average(p: Any) -> None:
+    """ConfigError unless ``p.average`` is known and ``"binary"`` comes with a binary task."""
+    check_choice("average", p.average, AVERAGES)
+    if p.average == "binary" and not p.positive_classes:
+        raise ConfigError(
+            "params.average = 'binary' needs params.positive_classes (the binary task)"
+        )
 
 
 @dataclass(frozen=True)
@@ -104,11 +127,7 @@ class FedMVVerticalParams:
             raise ConfigError(
                 "params.test_size and params.val_size must lie in (0, 1) and sum to < 1"
             )
-        check_choice("average", self.average, AVERAGES)
-        if self.average == "binary" and not self.positive_classes:
-            raise ConfigError(
-                "params.average = 'binary' needs params.positive_classes (the binary task)"
-            )
+        _check_average(self)
         if not self.zetas or not self.etas or min((*self.zetas, *self.etas, self.beta)) <= 0:
             raise ConfigError(
                 "params.zetas, params.etas and params.beta must be positive (non-empty)"
@@ -195,9 +214,9 @@ def _split(views: list[np.ndarray], y: np.ndarray, p: FedMVVerticalParams, seed:
 # --------------------------------------------------------------------------- methods
 
 
-def _model(p: Any, zeta: float, eta: float, seed: int, horizontal: bool) -> Any:
+def _model(p: Any, zeta: float | list[float], eta: float, seed: int, horizontal: bool) -> Any:
     """H-FedMV (``horizontal``) or V-FedMV with ``p``'s beta, rounds and iteration counts
-    (experiment or t-SNE params)."""
+    (experiment, t-SNE or hyper-parameter params); ``zeta``: one value or one per view."""
     from fedviews.linear import HFedMV, VFedMV
 
     kw = {"beta": p.beta, "zeta": zeta, "eta": eta, "inner_max_iter": p.inner_max_iter}
@@ -519,3 +538,181 @@ def run_fedmv_tsne(cfg: ExperimentConfig, ctx: RunContext) -> ExperimentResult:
         message_log=v.run_stats_,
         summary=f"test accuracy V-FedMV {acc['V-FedMV']:.2f}, H-FedMV {acc['H-FedMV']:.2f}",
     )
+
+
+# --------------------------------------------------------------------------- ζ_k, η (Fig. 6)
+
+
+@dataclass(frozen=True)
+class FedMVHyperParams:
+    values: tuple[float, ...] = (1, 2, 4, 8, 16, 32)
+    """Values each hyper-parameter takes in turn (paper: 2^0..2^5)."""
+    base: float = 8.0
+    """Value of the hyper-parameters not being varied (paper: 2^3)."""
+    n_repeats: int = 5
+    """Stratified splits (seed ``seed + r``); every point is mean ± std over them."""
+    test_size: float = 0.2
+    """Test fraction of each stratified split."""
+    n_per_class: int = 0
+    """Balanced subsample: samples per class (0 = every sample)."""
+    positive_classes: tuple[int, ...] = ()
+    """Non-empty: the binary task (these classes → 1, the rest → 0)."""
+    average: str = "macro"
+    """Precision/recall/F1 averaging: ``"macro"`` or ``"binary"`` (needs ``positive_classes``)."""
+    beta: float = 4.0
+    """ℓ2,1 strength β of every view (paper: 4)."""
+    max_iter: int = 300
+    """Outer rounds of V-FedMV at most (it stops earlier at its tol; 300: every fit of the
+    Handwritten grid converges)."""
+    inner_max_iter: int = 5
+    """IRLS iterations per round."""
+    standardize: bool = True
+    """Standardise every view with its training statistics."""
+
+    def validate(self) -> None:
+        if not self.values or min((*self.values, self.base, self.beta)) <= 0:
+            raise ConfigError("params.values (non-empty), params.base and params.beta must be > 0")
+        if self.n_repeats < 1 or self.max_iter < 1 or self.inner_max_iter < 1:
+            raise ConfigError("params.n_repeats, max_iter and inner_max_iter must be >= 1")
+        if not 0 < self.test_size < 1:
+            raise ConfigError("params.test_size must lie in (0, 1)")
+        _check_average(self)
+
+
+def hyper_settings(
+    names: list[str], p: FedMVHyperParams
+) -> dict[str, list[tuple[list[float], float]]]:
+    """``{curve: [(zeta per view, eta) for each of p.values]}``: ``ζ_k (view)`` varies view k's
+    ζ_k with every other ζ and η at ``p.base``; ``η`` varies η with every ζ_k at ``p.base``."""
+    K = len(names)
+    out = {
+        f"ζ_{k + 1} ({n})": [
+            ([v if j == k else p.base for j in range(K)], p.base) for v in p.values
+        ]
+        for k, n in enumerate(names)
+    }
+    out["η"] = [([p.base] * K, v) for v in p.values]
+    return out
+
+
+@register_experiment(
+    "fedmv_hyperparams",
+    FedMVHyperParams,
+    description="V-FedMV accuracy, precision, recall, F1 against each zeta_k and eta (FedMV paper, Fig. 6)",
+)
+def run_fedmv_hyperparams(cfg: ExperimentConfig, ctx: RunContext) -> ExperimentResult:
+    from sklearn.model_selection import train_test_split
+
+    p: FedMVHyperParams = cfg.params
+    ds, y = _load(
+        cfg, FedMVVerticalParams(n_per_class=p.n_per_class, positive_classes=p.positive_classes)
+    )
+    names = list(ds.view_names)
+    curves = hyper_settings(names, p)
+    distinct = {(tuple(z), e) for pts in curves.values() for z, e in pts}
+    ctx.log(
+        f"{ds.name}: {len(y)} samples, views {names}; {len(curves)} curves x {len(p.values)} "
+        f"values ({len(distinct)} distinct settings) x {p.n_repeats} splits"
+    )
+    # per_repeat[r][setting key] = metrics; the setting shared by the curves (all at base) runs once
+    per_repeat: list[dict[str, dict[str, float]]] = []
+    with (
+        ctx.progress(len(distinct) * p.n_repeats, "V-FedMV fits") as advance,
+        unconverged_fits(ctx, "V-FedMV", p.max_iter) as converged,
+    ):
+        for r in range(p.n_repeats):
+            seed = cfg.seed + r
+            tr, te = train_test_split(
+                np.arange(len(y)), test_size=p.test_size, stratify=y, random_state=seed
+            )
+            Xtr, Xte = split_views(list(ds.views), (tr, te), p.standardize)
+            rep: dict[str, dict[str, float]] = {}
+            for z, e in sorted(distinct):
+                m = _model(p, list(z), e, seed, False).fit(Xtr, y[tr])
+                rep[_key(z, e)] = classification_metrics(y[te], m.predict(Xte), p.average)
+                advance(1)
+            per_repeat.append(rep)
+            ctx.checkpoint({"per_repeat": per_repeat})
+    # results[curve][metric] = [[mean, std] per value]
+    results = {
+        c: {
+            k: [_summarize([rep[_key(z, e)] for rep in per_repeat])[k] for z, e in pts]
+            for k in METRICS
+        }
+        for c, pts in curves.items()
+    }
+    cols = [f"{v:g}" for v in p.values]
+    tables = []
+    spread: dict[str, dict[str, Any]] = {}  # accuracy: best - worst value of each curve, paired
+    for k in ("accuracy", "f1"):
+        rows = []
+        for c, pts in curves.items():
+            means = [ms[0] for ms in results[c][k]]
+            hi, lo = (pts[int(f(means))] for f in (np.argmax, np.argmin))
+            d = paired_difference(
+                [rep[_key(*hi)][k] for rep in per_repeat], [rep[_key(*lo)][k] for rep in per_repeat]
+            )
+            if k == "accuracy":
+                spread[c] = d
+            verdict = "best > worst" if d["verdict"] == "a > b" else "inconclusive"
+            rows.append(
+                [
+                    c,
+                    *[pm(*ms) for ms in results[c][k]],
+                    cols[int(np.argmax(means))],
+                    d["mean"],
+                    f"[{d['low']:.2f}, {d['high']:.2f}]",
+                    verdict,
+                ]
+            )
+        tables.append(
+            Table(
+                f"V-FedMV {k} (%) on {ds.name}, one hyper-parameter varied, the others = {p.base:g}",
+                ["varied", *cols, "best", "best − worst", "paired 95% CI", "verdict"],
+                rows,
+                note=f"mean ± std over {p.n_repeats} stratified splits (test {p.test_size:g}); "
+                f"beta={p.beta:g}, max_iter={p.max_iter}; {p.average} F1; best − worst: the "
+                "curve's best minus its worst value, paired by split (Student t; both picked on "
+                "the same splits, so the interval is optimistic)",
+            )
+        )
+    order = sorted(spread, key=lambda c: -spread[c]["mean"])
+    real = [c for c in order if spread[c]["verdict"] == "a > b"]
+    summary = (
+        f"accuracy best − worst over {cols[0]}..{cols[-1]}: "
+        + ", ".join(f"{c} {spread[c]['mean']:.2f}" for c in order)
+        + f" points; most sensitive to {order[0]}, least to {order[-1]}; "
+        + (
+            f"beyond split noise (paired 95% CI > 0): {', '.join(real)}"
+            if real
+            else "none beyond split noise (paired 95% CI)"
+        )
+    )
+    ctx.log(summary)
+    x = list(p.values)
+    path = line_panels(
+        ctx.path("hyperparams.png"),
+        x,
+        {k: {c: [ms[0] for ms in results[c][k]] for c in curves} for k in METRICS},
+        errors={k: {c: [ms[1] for ms in results[c][k]] for c in curves} for k in METRICS},
+        xlabel=f"value of the varied hyper-parameter (others {p.base:g})",
+        ylabel="%",
+        title=f"V-FedMV on {ds.name}: hyper-parameter analysis (FedMV Fig. 6)",
+        ncols=2,
+        logx=True,
+    )
+    metrics = {
+        "dataset": ds.summary(),
+        "values": x,
+        "base": p.base,
+        "results": results,
+        "per_repeat": per_repeat,
+        "accuracy_best_minus_worst": spread,
+        "converged": converged,
+    }
+    return ExperimentResult(metrics=metrics, tables=tables, figures=[path], summary=summary)
+
+
+def _key(zeta: Any, eta: float) -> str:
+    """A setting's key in ``per_repeat``: ``"zeta=8,1,8 eta=8"``."""
+    return f"zeta={','.join(f'{z:g}' for z in zeta)} eta={eta:g}"
