@@ -403,6 +403,14 @@ def _from(peer: str, what: str) -> Iterator[None]:
         ) from exc
 
 
+def _tally(rows: dict[tuple[str, bool], list[int]], link: _Link) -> None:
+    """Count ``link`` into ``rows[(peer, dialed)]``: ``[links, bytes out, bytes in]``."""
+    row = rows.setdefault((link.peer, link.dialed), [0, 0, 0])
+    row[0] += 1
+    row[1] += link.bytes_out
+    row[2] += link.bytes_in
+
+
 def _certificate(context: Any) -> tuple[set[str], bytes]:
     """The common names and the PEM of the certificate a TLS client presented."""
     auth = context.auth_context()
@@ -1230,10 +1238,7 @@ class GrpcPartyTransport(_Endpoint):
         ``_peer_lock`` held."""
         for lk in self._direct_links:
             if lk.closed.is_set():
-                gone = self._gone.setdefault((lk.peer, lk.dialed), [0, 0, 0])
-                gone[0] += 1
-                gone[1] += lk.bytes_out
-                gone[2] += lk.bytes_in
+                _tally(self._gone, lk)
         self._direct_links = [lk for lk in self._direct_links if not lk.closed.is_set()]
         self._direct_links.append(link)
 
@@ -1320,10 +1325,7 @@ class GrpcPartyTransport(_Endpoint):
         with self._peer_lock:  # one row per peer and direction, closed links included
             rows = {key: list(c) for key, c in self._gone.items()}
             for lk in self._direct_links:
-                row = rows.setdefault((lk.peer, lk.dialed), [0, 0, 0])
-                row[0] += 1
-                row[1] += lk.bytes_out
-                row[2] += lk.bytes_in
+                _tally(rows, lk)
         direct = [
             {"peer": peer, "dialed": dialed, "links": c[0], **dict(zip(counts, c[1:], strict=True))}
             for (peer, dialed), c in rows.items()
