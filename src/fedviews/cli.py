@@ -8,6 +8,7 @@ tracebacks are shown only with ``--debug``.
 
 from __future__ import annotations
 
+import json
 import sys
 from pathlib import Path
 from typing import Annotated, Any
@@ -151,6 +152,14 @@ def reproduce(
             "committed results.",
         ),
     ] = False,
+    continue_: Annotated[
+        bool,
+        typer.Option(
+            "--continue",
+            help="With --record: start from the cells committed in docs/results/NAME.cells.json "
+            "and write each finished cell there (a long entry over several sessions).",
+        ),
+    ] = False,
     list_: Annotated[
         bool, typer.Option("--list", help="List the entries with tier and expected cost.")
     ] = False,
@@ -177,6 +186,9 @@ def reproduce(
         t = Table("name", "tier", "cost", "results", "reproduces", title=str(path))
         for e in select_entries(entries, names or [], tier):
             done = "committed" if (path.parent / e.results).is_file() else "none yet"
+            if (path.parent / e.cells).is_file():
+                n = len(json.loads((path.parent / e.cells).read_text(encoding="utf-8"))["cells"])
+                done += f" ({n} cells)"
             t.add_row(e.name, e.tier, f"~{e.cost_s:g} s", done, e.title)
         console.print(t)
         return
@@ -184,6 +196,8 @@ def reproduce(
         raise ConfigError(
             "--check compares with the committed results, --record rewrites them: give one"
         )
+    if continue_ and not record:
+        raise ConfigError("--continue goes with --record (it records a run made over sessions)")
     if not names and tier is None:
         raise ConfigError("give entry NAMEs or --tier smoke|full (--list shows them)")
     chosen = select_entries(entries, names or [], tier)
@@ -194,7 +208,7 @@ def reproduce(
             "(fedviews reproduce NAME --record)"
         )
     base = out or Path("runs") / f"reproduce-{datetime.now().strftime('%Y%m%d-%H%M%S')}"
-    drifted = _reproduce_all(chosen, path.parent, base, check, record, quiet)
+    drifted = _reproduce_all(chosen, path.parent, base, check, record, continue_, quiet)
     if drifted:
         for line in drifted:
             err_console.print(f"drift: {line}", highlight=False, soft_wrap=True, markup=False)
@@ -202,7 +216,13 @@ def reproduce(
 
 
 def _reproduce_all(
-    chosen: list[Any], root: Path, base: Path, check: bool, record: bool, quiet: bool
+    chosen: list[Any],
+    root: Path,
+    base: Path,
+    check: bool,
+    record: bool,
+    resume: bool,
+    quiet: bool,
 ) -> list[str]:
     """Run each entry into ``base/<name>``; print one line each; the drifts, as text."""
     from fedviews.experiments import reproduce
@@ -214,7 +234,14 @@ def _reproduce_all(
             highlight=False,
         )
         res = reproduce(
-            e, root, out_dir=base / e.name, check=check, record=record, console=console, quiet=quiet
+            e,
+            root,
+            out_dir=base / e.name,
+            check=check,
+            record=record,
+            resume=resume,
+            console=console,
+            quiet=quiet,
         )
         verdict = ""
         if res.checked:

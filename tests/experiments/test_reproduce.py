@@ -282,3 +282,45 @@ def test_smoke_tier_reproduces_the_committed_numbers(tmp_path):
     assert r.returncode == 0, r.stdout + r.stderr
     smoke = [e for e in load_manifest(ROOT / MANIFEST).values() if e.tier == "smoke"]
     assert r.stdout.count("matches the committed results") == len(smoke), r.stdout
+
+
+def test_continue_records_a_run_made_over_sessions(tmp_path, monkeypatch):
+    """``--record --continue``: each finished cell is committed at once; a killed run loses
+    only the cell in progress and the next ``--continue`` finishes the same tables."""
+    from fedviews.errors import FedViewsError
+    from fedviews.experiments import reproduce
+    from fedviews.experiments._runner import RunContext
+
+    name = "defenses_vfedmv_smoke"  # one cell per defense setting, a few seconds
+    manifest = _copy_entry(tmp_path, name)
+    entry = load_manifest(manifest)[name]
+    committed = json.loads((tmp_path / entry.results).read_text(encoding="utf-8"))
+    (tmp_path / entry.results).unlink()
+    cell, computed = RunContext.cell, []
+
+    def dies_at_the_second(self, key, compute):
+        def counted():
+            if len(computed) == 1:
+                raise KeyboardInterrupt  # the session ends
+            computed.append(key)
+            return compute()
+
+        return cell(self, key, counted)
+
+    monkeypatch.setattr(RunContext, "cell", dies_at_the_second)
+    with pytest.raises(KeyboardInterrupt):
+        reproduce(entry, tmp_path, out_dir=tmp_path / "a", record=True, resume=True)
+    saved = json.loads((tmp_path / entry.cells).read_text(encoding="utf-8"))
+    assert list(saved["cells"]) == computed and len(computed) == 1
+    assert not (tmp_path / entry.results).exists()
+
+    monkeypatch.setattr(RunContext, "cell", cell)
+    out = reproduce(entry, tmp_path, out_dir=tmp_path / "b", record=True, resume=True)
+    rec = json.loads((tmp_path / entry.results).read_text(encoding="utf-8"))
+    assert rec["tables"] == committed["tables"]  # the same numbers as one uninterrupted run
+    assert out.recorded is not None and not (tmp_path / entry.cells).exists()
+
+    saved["config"]["seed"] += 1  # cells of another config are never mixed in
+    (tmp_path / entry.cells).write_text(json.dumps(saved), encoding="utf-8")
+    with pytest.raises(FedViewsError, match="made by another config"):
+        reproduce(entry, tmp_path, out_dir=tmp_path / "c", record=True, resume=True)

@@ -44,6 +44,7 @@ from rich.console import Console
 from fedviews._tables import build_dataclass, closest, read_toml
 from fedviews.errors import ConfigError, FedViewsError
 from fedviews.experiments._runner import _fmt
+from fedviews.report import to_jsonable
 
 __all__ = [
     "MANIFEST",
@@ -107,6 +108,12 @@ class Reproduction:
             raise ConfigError(f"reproduction {self.name!r}: cost_s must be a positive number")
         if any(i < 0 for i in self.tables):
             raise ConfigError(f"reproduction {self.name!r}: tables are indices >= 0")
+
+    @property
+    def cells(self) -> str:
+        """The committed finished cells of an unfinished long run (``--continue``), relative
+        to the manifest's folder: the results file's name with ``.cells.json``."""
+        return str(Path(self.results).with_suffix(".cells.json"))
 
     @property
     def run_command(self) -> str:
@@ -351,16 +358,24 @@ def reproduce(
     out_dir: Path,
     check: bool = False,
     record: bool = False,
+    resume: bool = False,
     console: Console | None = None,
     quiet: bool = True,
 ) -> Outcome:
     """Run ``entry`` into ``out_dir``; with ``check``, compare its tables with the committed
     results; with ``record``, write them (and the run's provenance) as the committed results.
 
+    ``resume`` (with ``record``; ``fedviews reproduce --continue``) makes a long entry a
+    series of sessions: the run starts from the cells committed in ``entry.cells`` and
+    writes each cell it finishes there, so a run killed at any point (or a session that
+    ends) loses at most the cell in progress, and the next ``--continue`` goes on from the
+    committed file. The file is removed once the results are recorded.
+
     Raises
     ------
     FedViewsError
-        ``check`` on an entry that has no committed results yet, or a failed run.
+        ``check`` on an entry that has no committed results yet, a failed run, or ``resume``
+        with committed cells made by another config than the entry's.
     """
     from fedviews.experiments._config import load_config
     from fedviews.experiments._runner import run_experiment
@@ -372,9 +387,16 @@ def reproduce(
             f"{entry.name}: no committed results ({entry.results}) to check against: "
             f"record them with `fedviews reproduce {entry.name} --record`"
         )
+    if resume and check:
+        raise ConfigError("--continue records a run from committed cells; --check recomputes all")
     cfg = load_config(root / entry.config, entry.overrides)
+    mirror = root / entry.cells if resume else None
+    if mirror is not None:
+        _seed_cells(entry, cfg, mirror, out_dir)
     t0 = time.perf_counter()
-    run_dir, _ = run_experiment(cfg, console=console, quiet=quiet, out_dir=out_dir)
+    run_dir, _ = run_experiment(
+        cfg, console=console, quiet=quiet, out_dir=out_dir, resume=mirror is not None, mirror=mirror
+    )
     seconds = time.perf_counter() - t0
     metrics = json.loads((run_dir / "metrics.json").read_text(encoding="utf-8"))
     tables = _chosen_tables(entry, metrics)
@@ -398,7 +420,40 @@ def reproduce(
         results_path.parent.mkdir(parents=True, exist_ok=True)
         results_path.write_text(json.dumps(rec, indent=1, ensure_ascii=False) + "\n", "utf-8")
         outcome.recorded = results_path
+        if mirror is not None:
+            mirror.unlink(missing_ok=True)  # recorded: the partial cells are done with
     return outcome
+
+
+def _seed_cells(entry: Reproduction, cfg: Any, mirror: Path, out_dir: Path) -> None:
+    """Start ``out_dir`` as a run folder holding the committed cells of ``entry`` (if any).
+
+    Raises
+    ------
+    FedViewsError
+        When the committed cells are not a cells file, or were made by another config
+        (the entry's config or overrides changed since: delete the file to start over).
+    """
+    from fedviews.experiments._runner import CELLS_FILE, _write_json
+
+    config = json.loads(json.dumps(to_jsonable(cfg.to_dict())))
+    cells: dict[str, Any] = {}
+    if mirror.is_file():
+        try:
+            saved = json.loads(mirror.read_text(encoding="utf-8"))
+            cells, made_by = dict(saved["cells"]), saved["config"]
+        except (ValueError, TypeError, KeyError) as exc:
+            raise FedViewsError(f"{mirror} is not a committed cells file: {exc!r}") from None
+        if made_by != config:
+            raise FedViewsError(
+                f"{mirror} was made by another config than {entry.config} "
+                f"{' '.join(entry.overrides)}: delete it to start {entry.name} over"
+            )
+    if out_dir.exists() and any(out_dir.iterdir()):
+        raise FedViewsError(f"{out_dir} is not empty: give another --out")
+    out_dir.mkdir(parents=True, exist_ok=True)
+    _write_json(out_dir / "config.json", config)
+    _write_json(out_dir / CELLS_FILE, cells)
 
 
 def _md_cell(value: Any) -> str:

@@ -86,9 +86,15 @@ class RunContext:
     """
 
     def __init__(
-        self, cfg: ExperimentConfig, out_dir: Path, console: Console, quiet: bool = False
+        self,
+        cfg: ExperimentConfig,
+        out_dir: Path,
+        console: Console,
+        quiet: bool = False,
+        mirror: Path | None = None,
     ) -> None:
         self.cfg = cfg
+        self.mirror = mirror
         self.out_dir = out_dir
         self.console = console
         self.quiet = quiet
@@ -143,6 +149,8 @@ class RunContext:
         value = json.loads(json.dumps(to_jsonable(compute())))
         self.cells[key] = value
         _write_json(self.path(CELLS_FILE), self.cells)
+        if self.mirror is not None:  # a committed copy, continued by a later session
+            _write_json(self.mirror, {"config": self.cfg.to_dict(), "cells": self.cells})
         return value
 
     def run_cells(self, description: str, jobs: Mapping[str, Callable[[], Any]]) -> list[Any]:
@@ -172,6 +180,7 @@ def run_experiment(
     quiet: bool = False,
     out_dir: Path | None = None,
     resume: bool = False,
+    mirror: Path | None = None,
 ) -> tuple[Path, ExperimentResult]:
     """Run ``cfg`` and write ``runs/<name>-<timestamp>/`` (or ``out_dir``).
 
@@ -179,7 +188,8 @@ def run_experiment(
     work), ``metrics.json``, ``message_log.json``, PNG figures and ``report.html``.
     On failure, ``error.json`` is written next to whatever partial results exist,
     and the error is re-raised. ``resume=True`` continues the run in ``out_dir``
-    (see :func:`resume_experiment`).
+    (see :func:`resume_experiment`). ``mirror``: a file that gets ``{"config", "cells"}``
+    each time a cell finishes (``fedviews reproduce --continue`` commits it).
     """
     console = console or Console()
     spec = get_experiment(cfg.experiment)
@@ -202,7 +212,7 @@ def run_experiment(
     out_dir.mkdir(parents=True, exist_ok=True)
     _write_json(out_dir / "config.json", cfg.to_dict())
     (out_dir / "error.json").unlink(missing_ok=True)
-    ctx = RunContext(cfg, out_dir, console, quiet)
+    ctx = RunContext(cfg, out_dir, console, quiet, mirror)
     if ctx.cells:
         ctx.log(f"resuming: {len(ctx.cells)} finished cells in {out_dir / CELLS_FILE}")
     t0 = time.perf_counter()
