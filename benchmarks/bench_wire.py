@@ -8,11 +8,15 @@ Adam local step. APFed-R: setting 2-1 (the active party holds the top half), SGD
 accuracy is the active party's, predicting alone. Prints one line per run and writes ``--plot``.
 
     python benchmarks/bench_wire.py [--algorithms multivfl apfed] [--datasets mnist fashion_mnist]
+
+``--json FILE`` writes one table per algorithm as ``{"tables": [...]}`` (``fedviews reproduce
+wire_multivfl``, ``wire_apfed``).
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 from pathlib import Path
 
 import numpy as np
@@ -21,6 +25,7 @@ from fedviews import data
 from fedviews.deep import APFed
 from fedviews.deep.multivfl import MultiVFL
 from fedviews.errors import FedViewsError
+from fedviews.experiments import Table
 
 #: (label, wire_activations, wire_gradients)
 SETTINGS = [
@@ -67,6 +72,32 @@ def run(algorithm: str, name: str, args: argparse.Namespace) -> list[tuple[str, 
     return out
 
 
+def tables(results: dict, args: argparse.Namespace) -> list[dict]:
+    """One table per algorithm: setting, MB per round (of the first dataset), accuracy per
+    dataset (``refused`` where the encoding refused the run)."""
+    out = []
+    for algorithm in args.algorithms:
+        by_name = {
+            n: {label: (mb, acc) for label, mb, acc in results[algorithm, n]} for n in args.datasets
+        }
+        rows = []
+        for label, *_ in SETTINGS:
+            got = [by_name[n].get(label) for n in args.datasets]
+            mb = next((g[0] for g in got if g is not None), float("nan"))
+            rows.append([label, mb, *(g[1] if g is not None else "refused" for g in got)])
+        unit = "round" if algorithm == "multivfl" else "epoch"
+        out.append(
+            Table(
+                f"{algorithm}: wire encodings, bytes against accuracy",
+                ["setting", f"MB per {unit}", *(f"{n} accuracy %" for n in args.datasets)],
+                rows,
+                f"{args.samples} training images, {args.rounds} {unit}s, {args.eval} test "
+                "images; same initialisation and batches for every setting.",
+            ).to_dict()
+        )
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--algorithms", nargs="+", default=["multivfl", "apfed"])
@@ -75,9 +106,12 @@ def main() -> None:
     ap.add_argument("--eval", type=int, default=1000)
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--plot", type=Path, help="default: docs/img/wire_codecs_<algorithms>.png")
+    ap.add_argument("--json", type=Path, help="write one table per algorithm here as JSON")
     args = ap.parse_args()
     args.plot = args.plot or Path(f"docs/img/wire_codecs_{'_'.join(args.algorithms)}.png")
     results = {(a, n): run(a, n, args) for a in args.algorithms for n in args.datasets}
+    if args.json:
+        args.json.write_text(json.dumps({"tables": tables(results, args)}, indent=1), "utf-8")
     import matplotlib
 
     matplotlib.use("Agg")

@@ -32,6 +32,8 @@ import os
 import platform
 import re
 import shlex
+import subprocess
+import sys
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -79,14 +81,20 @@ class Reproduction:
     """What the entry reproduces, one line (shown by ``--list`` and above the rendered tables)."""
     tier: str
     """``"smoke"`` (small, checked by CI) or ``"full"`` (the published schedule)."""
-    config: str
-    """The experiment config, relative to the manifest's folder."""
     results: str
     """The committed results file, relative to the manifest's folder."""
     page: str
     """The docs page that renders the entry (``<!-- reproduce: NAME -->``)."""
     cost_s: float
     """Expected wall time of a run, in seconds, on a 2-core CPU."""
+    config: str = ""
+    """The experiment config, relative to the manifest's folder (or give ``script``)."""
+    script: str = ""
+    """A benchmark script (relative to the manifest's folder) that makes the tables instead of
+    an experiment: run as ``python SCRIPT ARGS --json FILE``, it writes ``{"tables": [...]}``
+    (measured speeds and sizes: put their timing columns in ``unchecked``)."""
+    args: tuple[str, ...] = ()
+    """The script's command-line arguments."""
     overrides: tuple[str, ...] = ()
     """``key=value`` overrides of the config, as ``fedviews run CONFIG ...`` takes them."""
     tolerance: float = 0.01
@@ -100,6 +108,12 @@ class Reproduction:
     they are committed and rendered all the same."""
 
     def validate(self) -> None:
+        if bool(self.config) == bool(self.script):
+            raise ConfigError(f"reproduction {self.name!r}: give either config or script")
+        if self.args and not self.script or self.overrides and not self.config:
+            raise ConfigError(
+                f"reproduction {self.name!r}: args go with a script, overrides with a config"
+            )
         if self.tier not in TIERS:
             raise ConfigError(f"reproduction {self.name!r}: tier must be one of {list(TIERS)}")
         if not (math.isfinite(self.tolerance) and self.tolerance >= 0):
@@ -117,7 +131,10 @@ class Reproduction:
 
     @property
     def run_command(self) -> str:
-        """The ``fedviews run`` command line that makes the same run folder."""
+        """The ``fedviews run`` command line that makes the same run folder (for a script
+        entry, the ``python`` command line that makes the same tables)."""
+        if self.script:
+            return shlex.join(["python", self.script, *self.args])
         return shlex.join(["fedviews", "run", self.config, *self.overrides])
 
 
@@ -180,8 +197,10 @@ def load_manifest(path: Path) -> dict[str, Reproduction]:
             raise ConfigError(f"{path}: {name!r} must be a table ([{name}])")
         entry: Reproduction = build_dataclass(Reproduction, {**table, "name": name}, name)
         entry.validate()
-        if not (path.parent / entry.config).is_file():
-            raise ConfigError(f"{path}: {name}: config {entry.config} does not exist")
+        made_by = entry.config or entry.script
+        if not (path.parent / made_by).is_file():
+            what = "config" if entry.config else "script"
+            raise ConfigError(f"{path}: {name}: {what} {made_by} does not exist")
         out[name] = entry
     return out
 
@@ -387,16 +406,27 @@ def reproduce(
             f"{entry.name}: no committed results ({entry.results}) to check against: "
             f"record them with `fedviews reproduce {entry.name} --record`"
         )
-    if resume and check:
-        raise ConfigError("--continue records a run from committed cells; --check recomputes all")
-    cfg = load_config(root / entry.config, entry.overrides)
-    mirror = root / entry.cells if resume else None
-    if mirror is not None:
-        _seed_cells(entry, cfg, mirror, out_dir)
+    if resume and (check or entry.script):
+        raise ConfigError(
+            "--continue records an experiment entry from committed cells; --check recomputes all"
+        )
     t0 = time.perf_counter()
-    run_dir, _ = run_experiment(
-        cfg, console=console, quiet=quiet, out_dir=out_dir, resume=mirror is not None, mirror=mirror
-    )
+    mirror = root / entry.cells if resume else None
+    if entry.script:
+        run_dir, device = _run_script(entry, root, out_dir, quiet), "auto"
+    else:
+        cfg = load_config(root / entry.config, entry.overrides)
+        if mirror is not None:
+            _seed_cells(entry, cfg, mirror, out_dir)
+        run_dir, _ = run_experiment(
+            cfg,
+            console=console,
+            quiet=quiet,
+            out_dir=out_dir,
+            resume=mirror is not None,
+            mirror=mirror,
+        )
+        device = cfg.device
     seconds = time.perf_counter() - t0
     metrics = json.loads((run_dir / "metrics.json").read_text(encoding="utf-8"))
     tables = _chosen_tables(entry, metrics)
@@ -413,7 +443,7 @@ def reproduce(
             "command": f"fedviews reproduce {entry.name} --record",
             "run_command": entry.run_command,
             "date": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
-            "machine": machine(cfg.device),
+            "machine": machine(device),
             "wall_seconds": round(seconds, 1),
             "tables": tables,
         }
@@ -423,6 +453,30 @@ def reproduce(
         if mirror is not None:
             mirror.unlink(missing_ok=True)  # recorded: the partial cells are done with
     return outcome
+
+
+def _run_script(entry: Reproduction, root: Path, out_dir: Path, quiet: bool) -> Path:
+    """Run a script entry (``python SCRIPT ARGS --json out_dir/metrics.json``, in ``root``).
+
+    Raises
+    ------
+    FedViewsError
+        When the script fails (with the end of its output) or writes no tables.
+    """
+    out_dir.mkdir(parents=True, exist_ok=True)
+    metrics = out_dir.resolve() / "metrics.json"
+    cmd = [sys.executable, entry.script, *entry.args, "--json", str(metrics)]
+    with open(out_dir / "output.txt", "w", encoding="utf-8") as log:
+        proc = subprocess.run(cmd, cwd=root, stdout=log, stderr=subprocess.STDOUT, check=False)
+    text = (out_dir / "output.txt").read_text(encoding="utf-8")
+    if not quiet:
+        print(text, end="", flush=True)
+    if proc.returncode != 0:
+        tail = "\n".join(text.splitlines()[-15:])
+        raise FedViewsError(f"{entry.name}: {entry.run_command} failed:\n{tail}")
+    if not metrics.is_file():
+        raise FedViewsError(f"{entry.name}: {entry.script} wrote no {metrics}")
+    return out_dir
 
 
 def _seed_cells(entry: Reproduction, cfg: Any, mirror: Path, out_dir: Path) -> None:
