@@ -212,7 +212,6 @@ HAND_TYPED = {
     ("docs/algorithms/multivfl.md", "dataset"),  # multivfl_fig2_*, multivfl_fig3_*
     ("docs/algorithms/multivfl.md", "local step"),  # multivfl_fig3_fmnist_long
     ("docs/algorithms/multivfl.md", "setting"),  # wire codecs (benchmarks/), two tables
-    ("docs/privacy/defenses.md", "algorithm"),  # secagg cost (benchmarks/)
     ("docs/privacy/defenses.md", "coordinator observes"),  # audit_mmvfl_handwritten_secagg
     ("docs/privacy/defenses.md", "setting"),  # defenses_multivfl_mnist, _features_mnist
     ("docs/privacy/defenses.md", "Multi-VFL defense"),  # defense costs (benchmarks/)
@@ -324,3 +323,36 @@ def test_continue_records_a_run_made_over_sessions(tmp_path, monkeypatch):
     (tmp_path / entry.cells).write_text(json.dumps(saved), encoding="utf-8")
     with pytest.raises(FedViewsError, match="made by another config"):
         reproduce(entry, tmp_path, out_dir=tmp_path / "c", record=True, resume=True)
+
+
+def test_a_script_entry_records_and_checks_a_benchmarks_tables(tmp_path):
+    """``script = ...``: the tables come from ``python SCRIPT ARGS --json FILE`` (a benchmark);
+    its timing columns are recorded but not checked."""
+    (tmp_path / "bench.py").write_text(
+        "import json, sys, time\n"
+        "out = sys.argv[sys.argv.index('--json') + 1]\n"
+        "n = int(sys.argv[1])\n"
+        "rows = [['a', float(n), time.perf_counter()]]\n"
+        "json.dump({'tables': [{'title': 't', 'columns': ['x', 'MB', 'seconds'], "
+        "'rows': rows, 'note': ''}]}, open(out, 'w'))\n",
+        encoding="utf-8",
+    )
+    entry = (
+        '[b]\ntitle = "a benchmark"\ntier = "full"\nscript = "bench.py"\nargs = ["{n}"]\n'
+        'cost_s = 1\nunchecked = ["seconds"]\nresults = "b.json"\npage = "p.md"\n'
+    )
+    manifest = tmp_path / MANIFEST
+    manifest.write_text(entry.format(n=3), encoding="utf-8")
+    r = fedviews("reproduce", "b", "--record", "-q", "--manifest", str(manifest), cwd=tmp_path)
+    assert r.returncode == 0, r.stdout + r.stderr
+    rec = json.loads((tmp_path / "b.json").read_text(encoding="utf-8"))
+    assert rec["run_command"] == "python bench.py 3" and rec["tables"][0]["rows"][0][1] == 3.0
+    r = fedviews("reproduce", "b", "--check", "-q", "--manifest", str(manifest), cwd=tmp_path)
+    assert r.returncode == 0, r.stdout + r.stderr  # another time, the same MB
+    manifest.write_text(entry.format(n=4), encoding="utf-8")
+    r = fedviews("reproduce", "b", "--check", "-q", "--manifest", str(manifest), cwd=tmp_path)
+    assert r.returncode == 1 and "column 'MB': committed 3, fresh 4" in r.stderr, r.stderr
+    manifest.write_text(entry.format(n="x"), encoding="utf-8")  # the script fails
+    r = fedviews("reproduce", "b", "--check", "-q", "--manifest", str(manifest), cwd=tmp_path)
+    assert r.returncode != 0 and "b: python bench.py x failed:" in r.stderr, r.stderr
+    assert "ValueError: invalid literal" in r.stderr  # the end of the script's own output
