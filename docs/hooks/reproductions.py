@@ -4,7 +4,10 @@ A page holds ``<!-- reproduce: NAME -->`` on a line of its own where the entry
 ``NAME`` of the manifest is to appear: the hook puts there the entry's tables as its
 committed results file holds them (written by ``fedviews reproduce NAME --record``),
 with the command, date, machine and wall time of the run that made them, or a note
-that no run is committed yet. An unknown entry fails the build. ``tests/experiments/
+that no run is committed yet. ``<!-- reproduce-digest: NAME NAME ... -->`` puts there one
+table over several leakage audits (:func:`~fedviews.experiments._reproduce.render_digest`:
+per audit, attacker role and secret, the attack that learned the most). An unknown entry
+fails the build. ``tests/experiments/
 test_reproduce.py`` checks that no results table of the docs is typed by hand.
 """
 
@@ -18,6 +21,7 @@ from mkdocs.exceptions import PluginError
 
 ROOT = Path(__file__).resolve().parents[2]
 MARK = re.compile(r"^<!-- reproduce: ([\w.-]+) -->$", flags=re.M)
+DIGEST = re.compile(r"^<!-- reproduce-digest: ([\w. -]+) -->$", flags=re.M)
 
 
 def render_page(markdown: str, root: Path = ROOT) -> str:
@@ -26,21 +30,28 @@ def render_page(markdown: str, root: Path = ROOT) -> str:
         MANIFEST,
         load_manifest,
         read_results,
+        render_digest,
         render_markdown,
     )
 
-    if not MARK.search(markdown):
+    if not MARK.search(markdown) and not DIGEST.search(markdown):
         return markdown
     entries = load_manifest(root / MANIFEST)
 
-    def one(m: re.Match[str]) -> str:
-        name = m.group(1)
+    def entry(name: str) -> Any:
         if name not in entries:
             raise PluginError(f"<!-- reproduce: {name} -->: no such entry in {MANIFEST}")
-        entry = entries[name]
-        return render_markdown(entry, read_results(root / entry.results))
+        return entries[name]
 
-    return MARK.sub(one, markdown)
+    def one(m: re.Match[str]) -> str:
+        e = entry(m.group(1))
+        return render_markdown(e, read_results(root / e.results))
+
+    def digest(m: re.Match[str]) -> str:
+        chosen = [entry(name) for name in m.group(1).split()]
+        return render_digest([(e, read_results(root / e.results)) for e in chosen])
+
+    return DIGEST.sub(digest, MARK.sub(one, markdown))
 
 
 def on_page_markdown(markdown: str, page: Any, config: Any, files: Any) -> str:

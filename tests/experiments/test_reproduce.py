@@ -214,7 +214,6 @@ HAND_TYPED = {
     ("docs/algorithms/multivfl.md", "setting"),  # wire codecs (benchmarks/), two tables
     ("docs/privacy/defenses.md", "setting"),  # defenses_multivfl_mnist, _features_mnist
     ("docs/privacy/defenses.md", "Multi-VFL defense"),  # defense costs (benchmarks/)
-    ("docs/privacy/leakage.md", "algorithm (config)"),  # audit_*
 }
 
 
@@ -355,3 +354,33 @@ def test_a_script_entry_records_and_checks_a_benchmarks_tables(tmp_path):
     r = fedviews("reproduce", "b", "--check", "-q", "--manifest", str(manifest), cwd=tmp_path)
     assert r.returncode != 0 and "b: python bench.py x failed:" in r.stderr, r.stderr
     assert "ValueError: invalid literal" in r.stderr  # the end of the script's own output
+
+
+def test_the_audit_digest_spans_each_role_attack_and_metric():
+    """``<!-- reproduce-digest: ... -->``: one row per audit, role, attack and metric; a score
+    as its range, an error (MSE) as its ratio to chance; an audit not run yet says so."""
+    from fedviews.experiments._reproduce import Reproduction, render_digest
+
+    cols = ["attacker", "role", "observes", "attack", "secret", "aux", "metric", "value", "chance"]
+    rows = [
+        ["a", "party", "Z", "argmax", "labels of p", "none", "label recovery %", 90.0, 10.0],
+        ["b", "party", "Z", "argmax", "labels of p", "none", "label recovery %", 100.0, 12.0],
+        ["c", "coordinator", "Z_k of a", "inverse model", "features of a", "500 rows", "mse", "2", "8"],
+        ["c", "coordinator", "Z_k of b", "inverse model", "features of b", "500 rows", "mse", "3", "4"],
+    ]  # fmt: skip
+
+    def entry(name: str) -> Reproduction:
+        return Reproduction(name, "t", "full", f"{name}.json", "p.md", 1.0, config="c.toml")
+
+    rec = {"tables": [{"title": "What leaks", "columns": cols, "rows": rows, "note": ""}]}
+    lines = render_digest([(entry("done"), rec), (entry("later"), None)]).splitlines()
+    assert lines[2] == (
+        "| `done` | a, b (party) | Z | argmax | none | labels of p "
+        "| **90.0–100.0** (label recovery %) | 10.0–12.0 |"
+    )
+    assert lines[3] == (
+        "| `done` | c (coordinator) | Z_k of a, Z_k of b | inverse model | 500 rows "
+        "| features of a, features of b | **0.25–0.75** × chance (mse) | 1 |"
+    )
+    assert "`later` | *not reproduced yet: `fedviews reproduce later --record`*" in lines[4]
+    assert len(lines) == 5
