@@ -43,7 +43,7 @@ def train(algorithm: str, acts: str, grads: str, split: tuple, rounds: int) -> t
     wire = {"wire_activations": acts, "wire_gradients": grads, "topk_ratio": 0.1}
     if algorithm == "multivfl":
         est = MultiVFL(
-            n_data_owners=4, n_label_owners=1, rounds=rounds, local_optimizer="adam",
+            n_data_owners=4, n_label_owners=1, rounds=rounds, local_optimizer="adam", lr=1e-3,
             device="cpu", **wire,
         ).fit(X, y, label_owner_ids=[np.arange(len(y))], eval_set=(Xte, yte))  # fmt: skip
         return est.run_stats_["train_bytes_per_round"] / 1e6, 100 * est.history_["accuracy"][-1]
