@@ -189,7 +189,7 @@ def test_a_member_holding_hello_less_streams_keeps_no_party_process_out(deploy) 
             call.cancel()
     _member_once_its_streams_ended(d)
     text = coord.finish(timeout=90)
-    assert "Traceback" not in pix.finish(timeout=30)
+    assert "Traceback" not in pix.finish(timeout=30) and pix.proc.returncode == 0, pix.text
     assert coord.proc.returncode == 0 and d.results()["status"] == "ok", text
     refusals = [line for line in text.splitlines() if "refused a connection" in line]
     assert len(refusals) >= refused and all(
@@ -227,15 +227,15 @@ def test_half_sent_messages_keep_a_coordinator_process_within_its_budget(deploy)
     before = memory_mib(coord.proc.pid)
     n = budget_mb // 2  # chunks of a largest message (2 MiB each)
     chunk = b"x" * 2**20  # a chunk may be shorter than chunk_size
+    frames = ((msg_id, i) for msg_id in range(1, 65) for i in range(n - 1))  # max_incomplete
     sent = 0
-    for msg_id in range(1, 65):  # max_incomplete ids
-        for i in range(n - 1):
-            while link.out.qsize() > 4 and not link.closed.is_set():
-                time.sleep(0.002)
-            if link.closed.is_set():
-                break
-            link.out.put(_HEADER.pack(_MAGIC, REQUEST, msg_id, i, n, 0) + chunk)
-            sent += len(chunk)
+    for msg_id, i in frames:
+        while link.out.qsize() > 4 and not link.closed.is_set():
+            time.sleep(0.002)
+        if link.closed.is_set():
+            break
+        link.out.put(_HEADER.pack(_MAGIC, REQUEST, msg_id, i, n, 0) + chunk)
+        sent += len(chunk)
     deadline = time.monotonic() + 20
     while not link.closed.is_set() and time.monotonic() < deadline:
         time.sleep(0.05)
@@ -251,8 +251,9 @@ def test_half_sent_messages_keep_a_coordinator_process_within_its_budget(deploy)
     assert "'fou' holds" in res["status"] and "max_message_mb" in res["status"], res
 
 
-#: what gRPC itself holds of the frames in flight (measured 25-40 MiB with 2 MiB frames)
-_GRPC_MIB = 48
+#: what the coordinator may hold besides the budget: gRPC's buffers of the frames in flight,
+#: the allocator's (17-32 MiB measured: +33-48 MiB with 16 MiB held; +577 MiB without the budget)
+_GRPC_MIB = 64
 
 
 # -- item 9: unsolicited replies with huge meta tables ----------------------------------
@@ -272,12 +273,12 @@ def test_unsolicited_replies_with_huge_meta_are_refused_unlogged_by_a_coordinato
     assert link is not None
     before = memory_mib(coord.proc.pid)
     head = {"kind": "deploy:setup:reply", "sender": "fou", "receiver": "coordinator", "round": 1}
-    huge = {f"k{i}": i for i in range(20_000)}
+    huge, forged = {f"k{i}": i for i in range(20_000)}, 10**15
     attacks = [
         ({**head, "meta": huge}, "'fou' sent a meta table with 20000 keys", 100),
         ({**head, "meta": {}}, "'fou' sent 'deploy:setup:reply' as a request", 1),
-        ({**head, "meta": {"k" * 300: 0}}, "'fou' sent a meta table with a key of 300 chara", 1),
-        ({**head, "meta": {}, "round": 10**15}, "'fou' sent a message of round 10000000000000", 1),
+        ({**head, "meta": {"k" * 300: 0}}, "'fou' sent a meta table with a key of 300 ", 1),
+        ({**head, "meta": {}, "round": forged}, f"'fou' sent a message of round {forged}", 1),
     ]
     sent = 0
     for attack, why, times in attacks:
@@ -336,8 +337,8 @@ def test_connect_disconnect_to_a_party_process_s_listener_keeps_no_closed_link(d
     assert fds_after <= fds + 4
 
 
-#: connect/disconnect cycles, and what the listener may grow by meanwhile (a closed link
-#: it kept held ~6 KiB)
+#: connect/disconnect cycles, and what the listener may grow by meanwhile (the closed links
+#: it kept held 7 KiB each: +6.7 MiB over 1,000 cycles; +1.2 MiB measured with the fold)
 _CYCLES, _LINKS_MIB = 1000, 3
 
 
