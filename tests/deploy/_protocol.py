@@ -6,7 +6,9 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-from collections.abc import Iterable, Mapping, Sequence
+import threading
+import time
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -54,6 +56,127 @@ def fedviews_process(*args: str, **kw: Any) -> subprocess.Popen[str]:
         env={**os.environ, "PYTHONUNBUFFERED": "1"},
         **kw,
     )
+
+
+def start_coordinator(
+    config: Path, certs: Path, out: Path, *extra: str, **kw: Any
+) -> tuple[subprocess.Popen[str], int]:
+    """``fedviews coordinator CONFIG`` with mutual TLS (``certs``: the federation's folder) on
+    127.0.0.1, writing to ``out``; once it listens: ``(the process, its port)``. ``kw``: for
+    :func:`fedviews_process`."""
+    port = out.with_name(out.name + ".port")
+    proc = fedviews_process(
+        "coordinator", str(config), "--certs", str(certs), "--listen", "127.0.0.1:0",
+        "--port-file", str(port), "--out", str(out), *extra, **kw,
+    )  # fmt: skip
+    deadline = time.monotonic() + 60
+    while not (port.is_file() and port.read_text()):
+        if proc.poll() is not None or time.monotonic() > deadline:
+            proc.kill()
+            raise AssertionError(f"the coordinator did not listen: {proc.communicate()[0]}")
+        time.sleep(0.05)
+    return proc, int(port.read_text())
+
+
+def party_args(config: Path, fed: Path, name: str, address: str, out: Path) -> list[str]:
+    """The arguments of ``fedviews party`` ``name`` of a federation folder ``fed`` (``data/NAME.npz``,
+    ``certs/``) that dials ``address`` and writes to ``out/NAME``."""
+    return [
+        "party", str(config), "--party", name, "--data", str(fed / "data" / f"{name}.npz"),
+        "--coordinator", address, "--certs", str(fed / "certs"), "--out", str(out / name),
+    ]  # fmt: skip
+
+
+class Output:
+    """What a process prints, line by line, read by a thread of its own: a test waits for
+    a line while the process runs."""
+
+    def __init__(self, proc: subprocess.Popen[str]) -> None:
+        self.proc = proc
+        self.lines: list[tuple[float, str]] = []  # (time.monotonic() when read, line)
+        self._more = threading.Condition()
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+
+    def _read(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            with self._more:
+                self.lines.append((time.monotonic(), line))
+                self._more.notify_all()
+        with self._more:
+            self._more.notify_all()
+
+    @property
+    def text(self) -> str:
+        with self._more:
+            return "".join(line for _, line in self.lines)
+
+    def wait_for(self, text: str, timeout: float) -> float:
+        """When (``time.monotonic()``) the first line containing ``text`` was read."""
+        deadline = time.monotonic() + timeout
+        with self._more:
+            while True:
+                hit = next((t for t, line in self.lines if text in line), None)
+                if hit is not None:
+                    return hit
+                left = deadline - time.monotonic()
+                if left <= 0 or not self._reader.is_alive():
+                    raise AssertionError(f"no {text!r} within {timeout:g} s: {self.text}")
+                self._more.wait(min(left, 0.5))
+
+    def finish(self, timeout: float) -> str:
+        """Everything the process printed, once it has exited (killed past ``timeout``:
+        ``subprocess.TimeoutExpired``)."""
+        try:
+            self.proc.wait(timeout)
+        finally:
+            self.stop()
+        return self.text
+
+    def stop(self) -> None:
+        """Kill the process if it still runs; read the rest of its output."""
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+        self._reader.join(10)
+
+
+def silent_streams(certs: Path, port: int, who: str, n: int, never: threading.Event) -> list:
+    """``n`` streams to the hub at ``port`` with ``who``'s certificate (``certs``: the
+    federation's folder) that never say hello, over a few channels as an attacker spreads
+    them, until ``never`` is set."""
+    import grpc
+
+    from fedviews.federation import TLSFiles
+    from fedviews.federation._grpc import _METHOD
+
+    def silence() -> Iterator[bytes]:
+        never.wait(60)
+        yield b""
+
+    tls = TLSFiles.from_dir(certs, who)
+    calls = []
+    for i in range(n):
+        if i % 10 == 0:
+            channel = grpc.secure_channel(
+                f"127.0.0.1:{port}",
+                tls.channel_credentials(),
+                options=[("grpc.ssl_target_name_override", "coordinator")],
+            )
+        calls.append(channel.stream_stream(_METHOD)(silence()))
+    return calls
+
+
+def memory_mib(pid: int) -> dict[str, float]:
+    """``VmRSS`` (resident now) and ``VmHWM`` (its peak) of process ``pid``, in MiB
+    (``/proc/PID/status``, Linux)."""
+    fields = {}
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        key, _, value = line.partition(":")
+        if key in ("VmRSS", "VmHWM"):
+            fields[key] = int(value.split()[0]) / 1024  # kB
+    return fields
 
 
 def launch_config(config: Path, out: Path, timeout: float = 240) -> str:

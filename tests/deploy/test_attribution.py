@@ -13,7 +13,6 @@ from __future__ import annotations
 import json
 import math
 import threading
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -24,7 +23,7 @@ pytest.importorskip("grpc")
 pytest.importorskip("cryptography")
 
 from _protocol import fedviews_process as _fedviews  # noqa: E402
-from _protocol import forged  # noqa: E402
+from _protocol import forged, party_args, start_coordinator  # noqa: E402
 
 from fedviews.deploy import _session, load_deploy_config, load_party_data, split_dataset  # noqa: E402
 from fedviews.errors import PrivacyError, ProtocolError  # noqa: E402
@@ -62,23 +61,6 @@ def fed(tmp_path_factory) -> Path:
     return root
 
 
-def _party_args(fed: Path, name: str, address: str, out: Path) -> list[str]:
-    return [
-        "party",
-        str(fed / "deploy.toml"),
-        "--party",
-        name,
-        "--data",
-        str(fed / "data" / f"{name}.npz"),
-        "--coordinator",
-        address,
-        "--certs",
-        str(fed / "certs"),
-        "--out",
-        str(out / name),
-    ]
-
-
 def _in_process(fed: Path, address: str, out: Path) -> tuple[list[threading.Thread], dict]:
     """Every party served in this process (each as ``fedviews party`` does); what each
     ended with, by name."""
@@ -109,27 +91,10 @@ def _in_process(fed: Path, address: str, out: Path) -> tuple[list[threading.Thre
 def _run(fed: Path, out: Path, *extra: str) -> tuple[int, str, dict[str, Any], dict]:
     """A real coordinator process and the parties in this process (``fou`` as patched):
     ``(coordinator exit status, its output, its results.json, how each party ended)``."""
-    port = out / "port"
     out.mkdir()
-    coord = _fedviews(
-        "coordinator",
-        str(fed / "deploy.toml"),
-        "--certs",
-        str(fed / "certs"),
-        "--listen",
-        "127.0.0.1:0",
-        "--port-file",
-        str(port),
-        "--out",
-        str(out / "coordinator"),
-        *extra,
-    )
+    coord, port = start_coordinator(fed / "deploy.toml", fed / "certs", out / "coordinator", *extra)
     try:
-        deadline = time.monotonic() + 60
-        while not (port.is_file() and port.read_text()):
-            assert time.monotonic() < deadline and coord.poll() is None
-            time.sleep(0.1)
-        threads, ended = _in_process(fed, f"127.0.0.1:{port.read_text()}", out)
+        threads, ended = _in_process(fed, f"127.0.0.1:{port}", out)
         text, _ = coord.communicate(timeout=90)
         for t in threads:
             t.join(30)
@@ -321,7 +286,10 @@ def test_malformed_key_bundles_from_the_hub_name_the_hub(fed, tmp_path):
         options=_session.options_of(cfg),
     )
     hub.register(Coordinator(cfg.federation.coordinator))
-    procs = [_fedviews(*_party_args(fed, p, f"127.0.0.1:{hub.port}", tmp_path)) for p in PARTIES]
+    address = f"127.0.0.1:{hub.port}"
+    procs = [
+        _fedviews(*party_args(fed / "deploy.toml", fed, p, address, tmp_path)) for p in PARTIES
+    ]
     try:
         outputs = [proc.communicate(timeout=90)[0] for proc in procs]
     finally:

@@ -367,7 +367,12 @@ def test_direct_timeout_is_a_config_key_that_reaches_the_transport(monkeypatch, 
 
 def test_a_peer_that_connects_and_disconnects_again_and_again_grows_nothing(federation) -> None:
     """Issue #31, item 10: b's listener kept every closed link (11,920 after 70 s of
-    connect/disconnect); now closed links fold into one row of byte counts."""
+    connect/disconnect); now closed links fold into one row of byte counts.
+
+    The attack on a party process is ``test_budgets.py``; kept here for what a deployed
+    MMVFL run does not show: the links the listener holds, counted exactly, and the honest
+    peer's message going over a direct link after the attack (MMVFL parties send each other
+    nothing)."""
     from fedviews.federation._grpc import _PEER_METHOD
 
     fed, b = federation, federation.parties["b"]
