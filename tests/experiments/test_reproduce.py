@@ -211,7 +211,6 @@ HAND_TYPED = {
     ("docs/algorithms/multivfl.md", "figure"),  # costs per config (multivfl_fig*)
     ("docs/algorithms/multivfl.md", "dataset"),  # multivfl_fig2_*, multivfl_fig3_*
     ("docs/algorithms/multivfl.md", "local step"),  # multivfl_fig3_fmnist_long
-    ("docs/algorithms/multivfl.md", "setting"),  # wire codecs (benchmarks/), two tables
     ("docs/privacy/defenses.md", "setting"),  # defenses_multivfl_mnist, _features_mnist
     ("docs/privacy/defenses.md", "Multi-VFL defense"),  # defense costs (benchmarks/)
 }
