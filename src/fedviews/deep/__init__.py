@@ -16,7 +16,7 @@ if TYPE_CHECKING:
     from fedviews.deep._common import require_torch, resolve_device, seed_everything
     from fedviews.deep._export import load_active_model, predict_exported
     from fedviews.deep._gru import sequence_logits
-    from fedviews.deep._multivfl_spec import MultiVFLParams
+    from fedviews.deep.multivfl.spec import MultiVFLParams
     from fedviews.deep._serveropt import make_server_optimizer
     from fedviews.deep._sfedmv_spec import SFedMVParams, deal_subjects, evenly_spaced, holdout_mask
     from fedviews.deep._tvfl import TVFL
@@ -32,7 +32,7 @@ _WHERE = {
         ("_common", "require_torch resolve_device seed_everything"),
         ("_export", "load_active_model predict_exported"),
         ("_gru", "sequence_logits"),
-        ("_multivfl_spec", "MultiVFLParams"),
+        ("multivfl.spec", "MultiVFLParams"),
         ("_serveropt", "make_server_optimizer"),
         ("_sfedmv_spec", "SFedMVParams deal_subjects evenly_spaced holdout_mask"),
         ("_tvfl", "TVFL"),

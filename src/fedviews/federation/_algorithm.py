@@ -377,7 +377,7 @@ ALGORITHMS: Registry[Algorithm] = Registry(
     (
         "fedviews.linear",
         "fedviews.deep._sfedmv_spec",
-        "fedviews.deep._multivfl_spec",
+        "fedviews.deep.multivfl.spec",
         "fedviews.deep._apfed_spec",
         "fedviews.deep._splitnn_spec",
     ),
