@@ -13,7 +13,6 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from fedviews.deep.multivfl.nets import SplitNet  # noqa: E402
 from fedviews.deep.multivfl import (  # noqa: E402
     MultiVFL,
     build_models,
@@ -22,6 +21,7 @@ from fedviews.deep.multivfl import (  # noqa: E402
     partition_label_owners,
     round_seed,
 )
+from fedviews.deep.multivfl.nets import SplitNet  # noqa: E402
 from fedviews.errors import ConfigError, DataError  # noqa: E402
 
 

@@ -11,13 +11,6 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from fedviews.data import MultiViewSequences, load_sequences  # noqa: E402
-from fedviews.deep._gru import (  # noqa: E402
-    GRUConfig,
-    get_params,
-    make_extractor,
-    sequence_embed,
-    sequence_logits,
-)
 from fedviews.deep.sfedmv import (  # noqa: E402
     SequenceClient,
     SequenceServer,
@@ -25,6 +18,13 @@ from fedviews.deep.sfedmv import (  # noqa: E402
     sequence_policy,
     train_local_extractors,
 )
+from fedviews.deep.sfedmv.nets import (  # noqa: E402
+    get_params,
+    make_extractor,
+    sequence_embed,
+    sequence_logits,
+)
+from fedviews.deep.sfedmv.protocol import GRUConfig  # noqa: E402
 from fedviews.errors import (  # noqa: E402
     ConfigError,
     DataError,

@@ -15,10 +15,10 @@ if TYPE_CHECKING:
     from fedviews.deep._apfed_spec import APFedParams, export_apfed_model
     from fedviews.deep._common import require_torch, resolve_device, seed_everything
     from fedviews.deep._export import load_active_model, predict_exported
-    from fedviews.deep._gru import sequence_logits
+    from fedviews.deep.sfedmv.nets import sequence_logits
     from fedviews.deep.multivfl.spec import MultiVFLParams
     from fedviews.deep._serveropt import make_server_optimizer
-    from fedviews.deep._sfedmv_spec import SFedMVParams, deal_subjects, evenly_spaced, holdout_mask
+    from fedviews.deep.sfedmv.spec import SFedMVParams, deal_subjects, evenly_spaced, holdout_mask
     from fedviews.deep._tvfl import TVFL
     from fedviews.deep.apfed import APFed, SingleVL
     from fedviews.deep.multivfl import MultiVFL
@@ -31,10 +31,10 @@ _WHERE = {
         ("_apfed_spec", "APFedParams export_apfed_model"),
         ("_common", "require_torch resolve_device seed_everything"),
         ("_export", "load_active_model predict_exported"),
-        ("_gru", "sequence_logits"),
+        ("sfedmv.nets", "sequence_logits"),
         ("multivfl.spec", "MultiVFLParams"),
         ("_serveropt", "make_server_optimizer"),
-        ("_sfedmv_spec", "SFedMVParams deal_subjects evenly_spaced holdout_mask"),
+        ("sfedmv.spec", "SFedMVParams deal_subjects evenly_spaced holdout_mask"),
         ("_tvfl", "TVFL"),
         ("apfed", "APFed SingleVL"),
         ("multivfl", "MultiVFL"),

@@ -376,7 +376,7 @@ ALGORITHMS: Registry[Algorithm] = Registry(
     "algorithm",
     (
         "fedviews.linear",
-        "fedviews.deep._sfedmv_spec",
+        "fedviews.deep.sfedmv.spec",
         "fedviews.deep.multivfl.spec",
         "fedviews.deep._apfed_spec",
         "fedviews.deep._splitnn_spec",
