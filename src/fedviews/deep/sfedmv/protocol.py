@@ -32,7 +32,8 @@ def fusion_seed(random_state: int | None) -> int:
     return int(np.random.SeedSequence(random_state).generate_state(1)[0])
 
 
-def viewview_prefixed(k: int, params: Weights) -> Weights:
+def view_prefixed(k: int, params: Weights) -> Weights:
+    """``params`` named as view ``k``'s parameters cross: ``view{k}/<name>``."""
     return prefixed(f"view{k}/", params)
 
 
