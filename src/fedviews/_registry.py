@@ -85,6 +85,7 @@ ESTIMATORS: Registry[object] = Registry(
         "fedviews.linear",
         "fedviews.deep.multivfl.estimator",
         "fedviews.deep.apfed.estimator",
+        "fedviews.deep.apfed.baselines",
         "fedviews.deep.sfedmv.estimator",
     ),
 )

@@ -378,8 +378,8 @@ ALGORITHMS: Registry[Algorithm] = Registry(
         "fedviews.linear",
         "fedviews.deep.sfedmv.spec",
         "fedviews.deep.multivfl.spec",
-        "fedviews.deep._apfed_spec",
-        "fedviews.deep._splitnn_spec",
+        "fedviews.deep.apfed.spec",
+        "fedviews.deep.splitnn.spec",
     ),
 )
 
