@@ -120,7 +120,7 @@ class MultiVFL(BaseEstimator):
     samples_per_owner : int, optional
         Samples per label owner (the paper uses 5000). Default: the largest count up to
         ``n // K`` that the scenario's class quotas fit in the data
-        (:func:`~fedviews.deep._multivfl_spec.fitting_samples_per_owner`).
+        (:func:`~fedviews.deep.multivfl.protocol.fitting_samples_per_owner`).
     channels, top_channels, hidden : int
         Bottom output channels (32), top convolution channels and hidden units.
     init : {"xavier", "torch"}
