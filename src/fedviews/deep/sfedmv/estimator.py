@@ -298,8 +298,8 @@ class SFedMV(BaseEstimator):
             fed = build_in_process(run, datas, transport=self.transport)
             server = fed.coordinator
             assert isinstance(server, SFedMVServer)
-            server.on_round = on_round
-            server.run(fuse=fuse)
+            server.on_round, server.fuse = on_round, fuse
+            fed()  # the runner: the spec drives the server, as a deployment does
             self.transport_ = fed.transport
             self.privacy_ = fed.privacy
             self.extractors_ = server.models  # they hold the final global parameters

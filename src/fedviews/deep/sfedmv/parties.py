@@ -355,16 +355,19 @@ class SFedMVClient(SequenceClient):
 
 
 class SFedMVServer(SequenceServer):
-    """The server of both stages: stage 1, then the H-FedMV server ``fusion`` on the embeddings."""
+    """The server of both stages: stage 1, then the H-FedMV server ``fusion`` on the embeddings.
+
+    ``fuse = False`` stops after stage 1 (the estimator's ``fit_extractors``)."""
 
     def __init__(self, *args: Any, fusion: HFedMVServer, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.fusion = fusion
+        self.fuse = True
 
-    def run(self, on_round_end: Callable[[int], None] | None = None, *, fuse: bool = True) -> Any:
-        """Stage 1 (checkpointed by ``on_round_end``), then (``fuse``) the fusion."""
+    def run(self, on_round_end: Callable[[int], None] | None = None) -> Any:
+        """Stage 1 (checkpointed by ``on_round_end``), then (:attr:`fuse`) the fusion."""
         super().run(on_round_end)
-        if not fuse:
+        if not self.fuse:
             return self.params
         # the fusion server acts as this one: same name, transport and recording
         self.fusion.name, self.fusion.transport = self.name, self.transport
