@@ -21,8 +21,8 @@ import numpy as np
 import torch
 
 from fedviews import data
-from fedviews.deep._nets import SplitNet
 from fedviews.deep.multivfl import MultiVFL, build_models, epoch_order, round_seed
+from fedviews.deep.multivfl.nets import SplitNet
 
 
 def plain_epoch(

@@ -154,7 +154,7 @@ def test_split_nn_learns_at_its_defaults() -> None:
     """The split NN baseline has no estimator: its spec, run in process from its defaults."""
     pytest.importorskip("torch")
     from fedviews.data import PartyData
-    from fedviews.deep._splitnn_spec import SplitNNParams
+    from fedviews.deep.splitnn.spec import SplitNNParams
     from fedviews.federation import Roster, RunSpec, build_in_process
 
     X, y, Xt, yt = _mnist()

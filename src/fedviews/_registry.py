@@ -81,7 +81,13 @@ class Registry(Generic[T]):
 #: estimators by name (``get_algorithm`` of the experiments, ``fedviews experiments``)
 ESTIMATORS: Registry[object] = Registry(
     "algorithm",
-    ("fedviews.linear", "fedviews.deep.multivfl", "fedviews.deep.apfed", "fedviews.deep.sfedmv"),
+    (
+        "fedviews.linear",
+        "fedviews.deep.multivfl.estimator",
+        "fedviews.deep.apfed.estimator",
+        "fedviews.deep.apfed.baselines",
+        "fedviews.deep.sfedmv.estimator",
+    ),
 )
 
 

@@ -16,9 +16,7 @@ torch = pytest.importorskip("torch")
 
 from fedviews.data import balanced_subsample, load, load_cifar  # noqa: E402
 from fedviews.deep._apfed_nets import ARCHS, Decoder, Encoder, cut_strips, parse_setting  # noqa: E402
-from fedviews.deep._apfed_spec import APFedAlgorithm, apfed_policy  # noqa: E402
 from fedviews.deep._export import load_active_model, predict_exported  # noqa: E402
-from fedviews.deep._tvfl import TVFLPassiveClient  # noqa: E402
 from fedviews.deep.apfed import (  # noqa: E402
     APFED_POLICY,
     TVFL,
@@ -29,6 +27,8 @@ from fedviews.deep.apfed import (  # noqa: E402
     contrastive_loss,
     reconstruction_loss,
 )
+from fedviews.deep.apfed.baselines import TVFLPassiveClient  # noqa: E402
+from fedviews.deep.apfed.spec import APFedAlgorithm, apfed_policy  # noqa: E402
 from fedviews.errors import (  # noqa: E402
     ConfigError,
     DataError,
@@ -203,7 +203,7 @@ def test_estimator_parameters_are_the_params_fields() -> None:
     deployment-only ones), plus the m-i setting and the estimator's own; SingleVL's are
     APFed's less variant, lam, tau, the loss and how h_A travels (it has no passive party)."""
     from fedviews.deep import APFedParams
-    from fedviews.deep._apfed_spec import DEPLOY_ONLY
+    from fedviews.deep.apfed.spec import DEPLOY_ONLY
 
     shared = {f.name: f.default for f in fields(APFedParams) if f.name not in DEPLOY_ONLY}
     est = APFed().get_params()

@@ -23,7 +23,7 @@ SCRIPT = textwrap.dedent(
 
     from fedviews.deep.multivfl import LabelOwner, build_models
     from fedviews.deep.sfedmv import SequenceClient
-    from fedviews.deep._sfedmv_spec import GRUConfig
+    from fedviews.deep.sfedmv.protocol import GRUConfig
 
     assert "torch._dynamo" not in sys.modules, "imported before any party was built"
     if sys.argv[1] == "multivfl":

@@ -15,16 +15,14 @@ pytest.importorskip("dp_accounting")
 
 from scipy.stats import norm  # noqa: E402
 
-from fedviews.deep._nets import combine_activations  # noqa: E402
-from fedviews.deep.multivfl import (  # noqa: E402
+from fedviews.deep.multivfl import MultiVFL, build_bottom, build_models  # noqa: E402
+from fedviews.deep.multivfl.dp import (  # noqa: E402
     GradDP,
-    MultiVFL,
-    build_bottom,
-    build_models,
     clip_rows,
     private_bottom_gradients,
     private_gradients,
 )
+from fedviews.deep.multivfl.nets import combine_activations  # noqa: E402
 from fedviews.errors import ConfigError, DataError  # noqa: E402
 from fedviews.federation import (  # noqa: E402
     Defense,
@@ -275,7 +273,7 @@ def test_the_noise_on_released_activations_has_the_calibrated_scale(images):
     """What a label owner receives under act_dp, read from its recording: rows of norm
     about sigma * sqrt(dims) around clipped rows of norm <= C."""
     from fedviews.data import PartyData
-    from fedviews.deep._multivfl_spec import MultiVFLParams
+    from fedviews.deep.multivfl.spec import MultiVFLParams
     from fedviews.federation import Roster, build_in_process
 
     X, y = images

@@ -13,7 +13,6 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from fedviews.deep._nets import SplitNet  # noqa: E402
 from fedviews.deep.multivfl import (  # noqa: E402
     MultiVFL,
     build_models,
@@ -22,6 +21,7 @@ from fedviews.deep.multivfl import (  # noqa: E402
     partition_label_owners,
     round_seed,
 )
+from fedviews.deep.multivfl.nets import SplitNet  # noqa: E402
 from fedviews.errors import ConfigError, DataError  # noqa: E402
 
 
@@ -464,7 +464,7 @@ from fedviews.deep import MultiVFLParams
 from fedviews.deploy import load_deploy_config
 from fedviews.federation import ALGORITHMS
 
-assert "fedviews.deep._multivfl_spec" in ALGORITHMS.providers
+assert "fedviews.deep.multivfl.spec" in ALGORITHMS.providers
 cfg = load_deploy_config(
     {"algorithm": "multivfl", "federation": {"parties": ["a", "lo"], "label_owners": ["lo"]},
      "params": {"rounds": 3}}

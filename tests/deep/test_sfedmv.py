@@ -11,13 +11,6 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from fedviews.data import MultiViewSequences, load_sequences  # noqa: E402
-from fedviews.deep._gru import (  # noqa: E402
-    GRUConfig,
-    get_params,
-    make_extractor,
-    sequence_embed,
-    sequence_logits,
-)
 from fedviews.deep.sfedmv import (  # noqa: E402
     SequenceClient,
     SequenceServer,
@@ -25,6 +18,13 @@ from fedviews.deep.sfedmv import (  # noqa: E402
     sequence_policy,
     train_local_extractors,
 )
+from fedviews.deep.sfedmv.nets import (  # noqa: E402
+    get_params,
+    make_extractor,
+    sequence_embed,
+    sequence_logits,
+)
+from fedviews.deep.sfedmv.protocol import GRUConfig  # noqa: E402
 from fedviews.errors import (  # noqa: E402
     ConfigError,
     DataError,
@@ -297,3 +297,26 @@ def test_the_server_refuses_a_sample_count_that_is_no_count(
     for defense in (None, "secagg"):
         with pytest.raises(ProtocolError, match="'client1' sent n_samples"):
             SFedMV(**{**TINY, "n_rounds": 1}, defense=defense).fit_extractors(clients)
+
+
+def test_both_stages_run_through_the_runner(
+    watch: MultiViewSequences, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``fit`` and ``fit_extractors`` drive the server by the spec's ``run_coordinator``, as a
+    deployment does; ``fit_extractors`` stops after stage 1."""
+    from fedviews.deep.sfedmv.spec import SFedMVAlgorithm
+
+    driven = []
+    honest = SFedMVAlgorithm.run_coordinator
+
+    def run_coordinator(self, coord, on_round_end=None):  # type: ignore[no-untyped-def]
+        driven.append(coord)
+        return honest(self, coord, on_round_end)
+
+    monkeypatch.setattr(SFedMVAlgorithm, "run_coordinator", run_coordinator)
+    clients = _clients(watch, 2, 16).by_client()
+    est = SFedMV(**TINY, random_state=1).fit(clients)
+    assert len(driven) == 1 and len(driven[0].fusion.objective) == TINY["fusion_rounds"]
+    assert est.fusion_.objective_ == driven[0].fusion.objective
+    SFedMV(**TINY, random_state=1).fit_extractors(clients)
+    assert len(driven) == 2 and driven[1].fusion.objective == []

@@ -10,8 +10,8 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("cryptography")
 
 from fedviews.data import load_sequences  # noqa: E402
-from fedviews.deep._gru import get_params  # noqa: E402
 from fedviews.deep.sfedmv import SFedMV  # noqa: E402
+from fedviews.deep.sfedmv.nets import get_params  # noqa: E402
 
 TINY = {"hidden_size": 8, "n_rounds": 2, "local_epochs": 1, "batch_size": 16, "fusion_rounds": 3}
 

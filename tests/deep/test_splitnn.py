@@ -11,8 +11,8 @@ torch = pytest.importorskip("torch")
 from fedviews.data import PartyData  # noqa: E402
 from fedviews.deep._common import batches  # noqa: E402
 from fedviews.deep._split import build_module  # noqa: E402
-from fedviews.deep._splitnn import bottom_mlp, strips  # noqa: E402
-from fedviews.deep._splitnn_spec import SplitNNParams, epoch_seed  # noqa: E402
+from fedviews.deep.splitnn.parties import bottom_mlp, strips  # noqa: E402
+from fedviews.deep.splitnn.spec import SplitNNParams, epoch_seed  # noqa: E402
 from fedviews.errors import ConfigError, DataError  # noqa: E402
 from fedviews.federation import Roster, RunSpec, build_in_process, spawn_streams  # noqa: E402
 from fedviews.privacy.attacks import labels_from_softmax_gradient  # noqa: E402
@@ -96,7 +96,7 @@ def test_bad_configs_are_clear_errors():
 def test_it_learns_real_digits_and_reports_the_joint_models_accuracy():
     """Its defaults (5 epochs, lr 0.01) on 500 MNIST digits cut into two strips: the reported
     test accuracy is that of the two trained bottoms' summed logits, and far above chance."""
-    from fedviews.deep._splitnn_spec import SPLITNN_SPEC
+    from fedviews.deep.splitnn.spec import SPLITNN_SPEC
     from fedviews.deploy import load_deploy_config
     from fedviews.errors import DataError as Missing
 

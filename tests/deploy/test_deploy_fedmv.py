@@ -317,7 +317,7 @@ def test_hfedmv_secagg_launch_equals_in_process_and_the_plain_run(launched):
 def test_sfedmv_launch_equals_in_process(launched):
     torch = pytest.importorskip("torch")
     from fedviews.deep import SFedMV
-    from fedviews.deep._gru import get_params
+    from fedviews.deep.sfedmv.nets import get_params
 
     cfg, run, out, res = _finished(launched, "sfedmv")
     assert "[coordinator] round 4: view 1 round 2" in out and "fusion round 3" in out
@@ -457,8 +457,9 @@ def test_fedmv_state_dicts_resume_bit_for_bit():
 
 def test_sfedmv_state_dicts_resume_bit_for_bit():
     pytest.importorskip("torch")
-    from fedviews.deep._gru import GRUConfig, get_params, make_extractor
     from fedviews.deep.sfedmv import SequenceClient, SequenceServer, sequence_policy, view_seeds
+    from fedviews.deep.sfedmv.nets import get_params, make_extractor
+    from fedviews.deep.sfedmv.protocol import GRUConfig
 
     rng = np.random.default_rng(1)
     views = [[rng.normal(size=(6, c)).astype(np.float32) for _ in range(12)] for c in (2, 3)]

@@ -199,7 +199,7 @@ def test_sfedmv_server_averages_the_extractors_it_sent_and_labels_known_sequence
     sequences whose values they know, with the lengths honoured."""
     pytest.importorskip("torch")
     from fedviews.deep import SFedMVParams
-    from fedviews.deep._sfedmv_spec import _averaged_extractors, _params_of
+    from fedviews.deep.sfedmv.spec import _averaged_extractors, _params_of
 
     rng = np.random.default_rng(2)
     datas = {}

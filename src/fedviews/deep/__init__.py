@@ -1,4 +1,8 @@
-"""Deep (PyTorch) vertical FL algorithms: Multi-VFL, APFed, S-FedMV.
+"""Deep (PyTorch) vertical FL algorithms: Multi-VFL, APFed, S-FedMV (and the split NN).
+
+One package per algorithm (``multivfl``, ``apfed``, ``sfedmv``, ``splitnn``: ``spec``,
+``parties``, ``estimator``, ...); shared code in modules of their own (``_common``,
+``_serveropt``, ``_split``, ``_strips``, ``_apfed_nets``, ``_export``).
 
 Requires the ``torch`` extra: ``pip install 'fedviews[torch]'``. Names load lazily,
 so ``import fedviews.deep`` works without torch and the first use of a class
@@ -7,41 +11,41 @@ raises :class:`~fedviews.errors.MissingDependency` with the install hint.
 
 from __future__ import annotations
 
-import importlib
 from typing import TYPE_CHECKING, Any
+
+from fedviews.deep._lazy import exports, lazy_names
 
 if TYPE_CHECKING:
     from fedviews.deep._apfed_nets import parse_setting
-    from fedviews.deep._apfed_spec import APFedParams, export_apfed_model
     from fedviews.deep._common import require_torch, resolve_device, seed_everything
     from fedviews.deep._export import load_active_model, predict_exported
-    from fedviews.deep._gru import sequence_logits
-    from fedviews.deep._multivfl_spec import MultiVFLParams
     from fedviews.deep._serveropt import make_server_optimizer
-    from fedviews.deep._sfedmv_spec import SFedMVParams, deal_subjects, evenly_spaced, holdout_mask
-    from fedviews.deep._tvfl import TVFL
-    from fedviews.deep.apfed import APFed, SingleVL
-    from fedviews.deep.multivfl import MultiVFL
-    from fedviews.deep.sfedmv import SFedMV
+    from fedviews.deep.apfed.baselines import TVFL, SingleVL
+    from fedviews.deep.apfed.estimator import APFed
+    from fedviews.deep.apfed.spec import APFedParams, export_apfed_model
+    from fedviews.deep.multivfl.estimator import MultiVFL
+    from fedviews.deep.multivfl.spec import MultiVFLParams
+    from fedviews.deep.sfedmv.estimator import SFedMV
+    from fedviews.deep.sfedmv.nets import sequence_logits
+    from fedviews.deep.sfedmv.spec import SFedMVParams, deal_subjects, evenly_spaced, holdout_mask
 
-_WHERE = {
-    name: f"fedviews.deep.{module}"
-    for module, names in [
-        ("_apfed_nets", "parse_setting"),
-        ("_apfed_spec", "APFedParams export_apfed_model"),
-        ("_common", "require_torch resolve_device seed_everything"),
-        ("_export", "load_active_model predict_exported"),
-        ("_gru", "sequence_logits"),
-        ("_multivfl_spec", "MultiVFLParams"),
-        ("_serveropt", "make_server_optimizer"),
-        ("_sfedmv_spec", "SFedMVParams deal_subjects evenly_spaced holdout_mask"),
-        ("_tvfl", "TVFL"),
-        ("apfed", "APFed SingleVL"),
-        ("multivfl", "MultiVFL"),
-        ("sfedmv", "SFedMV"),
-    ]
-    for name in names.split()
-}
+_WHERE = exports(
+    {
+        "_apfed_nets": "parse_setting",
+        "_common": "require_torch resolve_device seed_everything",
+        "_export": "load_active_model predict_exported",
+        "_serveropt": "make_server_optimizer",
+        "apfed.baselines": "SingleVL TVFL",
+        "apfed.estimator": "APFed",
+        "apfed.spec": "APFedParams export_apfed_model",
+        "multivfl.estimator": "MultiVFL",
+        "multivfl.spec": "MultiVFLParams",
+        "sfedmv.estimator": "SFedMV",
+        "sfedmv.nets": "sequence_logits",
+        "sfedmv.spec": "SFedMVParams deal_subjects evenly_spaced holdout_mask",
+    }
+)
+_load = lazy_names(__name__, _WHERE)
 
 #: names that load without torch (hyper-parameters read by deployment configs, data splits)
 _NO_TORCH = frozenset(
@@ -80,4 +84,4 @@ def __getattr__(name: str) -> Any:
 
     if name not in _NO_TORCH:
         require_torch()  # MissingDependency with the pip hint when torch is absent
-    return getattr(importlib.import_module(_WHERE[name]), name)
+    return _load(name)

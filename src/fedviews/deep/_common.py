@@ -32,7 +32,7 @@ V = TypeVar("V")
 EVAL_BATCH = 1024
 _DEVICE = re.compile(r"^(auto|cpu|mps|cuda(:\d+)?)$")
 
-#: how :func:`fedviews.deep._nets.init_weights` draws initial weights: ``"xavier"`` (Glorot-normal
+#: how :func:`fedviews.deep.multivfl.nets.init_weights` draws initial weights: ``"xavier"`` (Glorot-normal
 #: weights, zero biases: Multi-VFL Algorithm 1's "Gaussian/Xavier initializer") or ``"torch"``
 #: (PyTorch's default layers, fedviews' behaviour before 2026-11)
 INITS = ("xavier", "torch")

@@ -5,7 +5,7 @@
   seed the label owner sends, so no sample index crosses), the forward and
   backward pass of a batch and its checkpoint. APFed's
   :class:`~fedviews.deep.apfed.PassiveClient`, TVFL's
-  :class:`~fedviews.deep._tvfl.TVFLPassiveClient` and the split NN's parties add
+  :class:`~fedviews.deep.apfed.baselines.TVFLPassiveClient` and the split NN's parties add
   only their protocol.
 * :class:`SplitTop` — the label owner's common part (APFed's active client, TVFL's):
   its strip, the class indices, and the epochs it starts at the passive parties.

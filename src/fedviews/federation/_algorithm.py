@@ -376,10 +376,10 @@ ALGORITHMS: Registry[Algorithm] = Registry(
     "algorithm",
     (
         "fedviews.linear",
-        "fedviews.deep._sfedmv_spec",
-        "fedviews.deep._multivfl_spec",
-        "fedviews.deep._apfed_spec",
-        "fedviews.deep._splitnn_spec",
+        "fedviews.deep.sfedmv.spec",
+        "fedviews.deep.multivfl.spec",
+        "fedviews.deep.apfed.spec",
+        "fedviews.deep.splitnn.spec",
     ),
 )
 

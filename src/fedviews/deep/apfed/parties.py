@@ -3,10 +3,10 @@ Vertically Partitioned Multi-view Data") and the SingleVL baseline.
 
 ``m-i`` setting: images cut horizontally into ``m`` strips; strip ``i`` and all
 labels on the active client, every other strip on its own passive client. The
-algorithm is defined once (:class:`APFedAlgorithm` in :mod:`fedviews.deep._apfed_spec`:
-params, roles, policy, the epoch driver, the messages); ``fit`` builds every party
-from its own data with it (:func:`fedviews.federation.build_in_process`), exactly as
-a deployed party process does, and runs that protocol in one process.
+algorithm is defined once (:class:`~fedviews.deep.apfed.spec.APFedAlgorithm`: params,
+roles, policy, the epoch driver, the messages); it builds these parties from each one's
+own data, in one process (:class:`~fedviews.deep.apfed.APFed`) as in a deployed party
+process. This module never imports the spec.
 
 * The **active client** (:class:`ActiveClient`, role ``"active"``) holds ``f_A``
   and ``g_T``. Per batch it computes ``h_A = f_A(x_A)`` and sends ``h_A`` to
@@ -28,7 +28,7 @@ a deployed party process does, and runs that protocol in one process.
 Weight decay (``r_A``, ``r_a``, ``r_p`` of Eqs. 6-7) is the optimiser's L2
 weight decay. ``λ = 0`` reproduces :class:`SingleVL` bit for bit: both draw
 the same seeds, initialise ``f_A``/``g_T`` identically and add an exact zero.
-The TVFL baselines are in :mod:`fedviews.deep._tvfl`.
+SingleVL and the TVFL baselines are in :mod:`fedviews.deep.apfed.baselines`.
 """
 
 from __future__ import annotations
@@ -41,11 +41,7 @@ from typing import Any
 
 import numpy as np
 
-from fedviews._estimator import store_params
-from fedviews._registry import register_estimator
-from fedviews.data import PartyData
-from fedviews.deep._apfed_nets import ActiveNet, Decoder, Encoder, NetSpec, check_setting
-from fedviews.deep._apfed_spec import APFED_POLICY, DEPLOY_ONLY, APFedParams
+from fedviews.deep._apfed_nets import ActiveNet, Decoder, Encoder, NetSpec
 from fedviews.deep._common import (
     load_module,
     load_optimizer,
@@ -55,16 +51,11 @@ from fedviews.deep._common import (
     to_numpy,
     to_tensor,
 )
-from fedviews.deep._split import SplitBottom, SplitTop, StripEstimator, build_module, sgd
-from fedviews.deep._tvfl import TVFL
-from fedviews.errors import DataError, MissingDependency, ProtocolError, check_fitted
+from fedviews.deep._split import SplitBottom, SplitTop, build_module, sgd
+from fedviews.errors import DataError, MissingDependency, ProtocolError
 from fedviews.federation import (
     Codec,
     Message,
-    Roster,
-    RunSpec,
-    build_in_process,
-    estimator_params,
     handles,
 )
 
@@ -74,17 +65,7 @@ try:
 except ImportError as exc:  # pragma: no cover - depends on the environment
     raise MissingDependency("torch", "torch") from exc
 
-__all__ = [
-    "APFED_POLICY",
-    "TVFL",
-    "APFed",
-    "APFedParams",
-    "ActiveClient",
-    "PassiveClient",
-    "SingleVL",
-    "contrastive_loss",
-    "reconstruction_loss",
-]
+__all__ = ["ActiveClient", "PassiveClient", "contrastive_loss", "reconstruction_loss"]
 
 
 # -- losses --------------------------------------------------------------------
@@ -364,196 +345,3 @@ class ActiveClient(SplitTop):
         self._rng = np.random.default_rng(self._seed)
         for _ in self.history:  # one shuffle seed drawn per finished epoch
             self._rng.integers(2**31)
-
-
-# -- estimators ------------------------------------------------------------------
-_ACTIVE = "active"
-
-
-class _ActiveOnly(StripEstimator):
-    """APFed and SingleVL: the active client ends with a self-contained model."""
-
-    transport: Any
-    active_: ActiveClient
-
-    def _fit(self, images: Any, y: Any, *, passives: bool, **fixed: Any) -> None:
-        """Run the ``apfed`` spec in one process: every client built from its own strip.
-
-        The run's :class:`APFedParams` are the estimator's attributes of the same
-        names, ``fixed`` for those it lacks; ``passives=False`` runs the active client alone.
-        """
-        params = estimator_params(APFedParams, self, skip=DEPLOY_ONLY, evaluate=False, **fixed)
-        check_setting(self.m, self.i)
-        params.validate(self.m - 1 if passives else 0)
-        views, labels = self._prepare(images, y)
-        names = [_ACTIVE if k == self.i - 1 else f"passive{k + 1}" for k in range(self.m)]
-        ids = np.arange(len(labels))
-        datas = {
-            name: PartyData(ids, views[k], labels if name == _ACTIVE else None)
-            for k, name in enumerate(names)
-            if passives or name == _ACTIVE
-        }
-        roster = Roster(tuple(datas), label_owner=_ACTIVE)
-        run = RunSpec("apfed", params, roster, self.random_state)
-        fed = build_in_process(run, datas, transport=self.transport)
-        fed()
-        passive_clients = [p for p in fed.parties.values() if isinstance(p, PassiveClient)]
-        self._keep_run(fed.parties[_ACTIVE], passive_clients, fed.transport)
-
-    def _logits(self, strip: np.ndarray) -> np.ndarray:
-        return net_logits(self.active_.net, strip, self.device_)
-
-    def export(self, path: str | Path, *, torchscript: bool = False) -> Path:
-        """Write the active client's standalone model to the folder ``path``.
-
-        See :func:`fedviews.deep._export.export_active_model`; load it with
-        :func:`fedviews.deep.load_active_model` (no passive client needed).
-        """
-        check_fitted(self, "active_", "setting_")
-        settings = {k: v for k, v in self.get_params().items() if k != "transport"}
-        m, i, pad = self.setting_
-        return self.active_.export(
-            path,
-            torchscript=torchscript,
-            m=m,
-            i=i,
-            pad=pad,
-            image_shape=list(self.image_shape_),
-            settings=settings,
-        )
-
-
-@register_estimator("apfed")
-class APFed(_ActiveOnly):
-    """APFed-R / APFed-C: train with passive clients, predict with the active client alone.
-
-    The hyper-parameters are those of :class:`~fedviews.deep.APFedParams` (the
-    same names and defaults; a deployment's ``[params]``), less the
-    deployment-only ``evaluate`` and ``torch_threads``.
-
-    Parameters
-    ----------
-    variant : {"R", "C"}
-        Passive loss: reconstruction (decoder, Eq. 12) or contrastive (encoder, Eq. 14).
-    recon_loss : {"l2", "mse"}
-        APFed-R's ``ℓ_p``: the per-sample L2 norm of Eq. 12 averaged over samples
-        (default) or the older per-pixel mean square (:func:`reconstruction_loss`).
-    m, i : int
-        ``m-i`` setting: ``m`` horizontal strips, strip ``i`` (1-based) is active.
-    lam : float or sequence of float
-        ``λ_p`` (Eq. 8), one value for all ``m - 1`` passive clients or one each; ``>= 0``.
-        Default 0.1: at λ = 1 (the paper's Table 2 configs) APFed-R's per-sample L2
-        reconstruction gradient is about 5× the classification gradient at initialisation and
-        holds it near chance for the first ~100 SGD steps (1,000 MNIST images, 3 epochs:
-        12 % at λ = 1, 48 % at λ = 0.1, SingleVL 49 %); at long schedules λ = 1 gains more.
-    tau : float
-        Contrastive temperature (APFed-C).
-    epochs, batch_size, lr, momentum, weight_decay
-        SGD settings of every party (paper: lr 1e-3, momentum 0.9, weight decay 1e-4). The
-        default lr 0.01 learns in a few epochs (1e-3 stays near chance that long); APFed-R
-        collapses to chance at 0.03 (its reconstruction gradient kills the ReLUs of ``f_A``).
-    pad : bool
-        Zero-pad images at the bottom when their height is not a multiple of ``m``.
-    arch : {"auto", "table3", "table4"}
-        Networks of the paper's Table 3 (1 channel) or Table 4 (3 channels).
-    device : str
-        ``"auto"``, ``"cpu"`` or ``"cuda"``.
-    random_state : int
-    transport : callable, optional
-        ``transport(policy) -> Transport`` (default: in-process).
-
-    Attributes
-    ----------
-    classes_ : ndarray
-    active_ : ActiveClient
-        The trained active client (``active_.net`` is ``g_T ∘ f_A``).
-    setting_ : (int, int, bool)
-        ``(m, i, pad)`` of the fit: :meth:`predict` and :meth:`export` cut the active
-        strip with them (``set_params`` of ``m``, ``i`` or ``pad`` takes effect at the next fit).
-    passives_ : list of PassiveClient
-    history_ : list of float
-        Mean ``L_A`` per epoch.
-    transport_ : Transport
-        The federation (its ``log`` records every message).
-    run_stats_, message_log_ : dict
-        ``transport_.log.summary()``.
-
-    Examples
-    --------
-    >>> model = APFed(variant="C", m=2, i=1, lam=1.0, epochs=5).fit(images, y)  # doctest: +SKIP
-    >>> model.predict(new_images)                                              # doctest: +SKIP
-    >>> model.export("model_dir")                                              # doctest: +SKIP
-    """
-
-    def __init__(
-        self,
-        variant: str = "R",
-        m: int = 2,
-        i: int = 1,
-        lam: float | Sequence[float] = 0.1,
-        recon_loss: str = "l2",
-        tau: float = 0.5,
-        epochs: int = 10,
-        batch_size: int = 64,
-        lr: float = 0.01,
-        momentum: float = 0.9,
-        weight_decay: float = 1e-4,
-        pad: bool = False,
-        arch: str = "auto",
-        device: str = "auto",
-        wire_activations: str = "none",
-        wire_gradients: str = "none",
-        topk_ratio: float = 0.1,
-        random_state: int | None = 0,
-        transport: Any = None,
-    ) -> None:
-        store_params(self, locals())
-
-    def fit(self, images: Any, y: Any) -> APFed:
-        """Train the active and passive clients together on full images.
-
-        Parameters
-        ----------
-        images : array, shape (n, H, W) or (n, C, H, W)
-            Aligned images; strip ``k`` of each goes to client ``k``.
-        y : array, shape (n,)
-            Labels (held by the active client only).
-        """
-        self._fit(images, y, passives=True)
-        return self
-
-
-@register_estimator("singlevl")
-class SingleVL(_ActiveOnly):
-    """SingleVL baseline: the active client trained on its own strip alone.
-
-    Same parameters as :class:`APFed` without ``variant``, ``recon_loss``, ``lam``
-    and ``tau``; it is exactly APFed with ``λ = 0``. It runs the same protocol with the active
-    client as the only party (the driver still asks it for every epoch), so
-    ``transport_``, ``run_stats_`` and ``history_`` are those of :class:`APFed`.
-    """
-
-    def __init__(
-        self,
-        m: int = 2,
-        i: int = 1,
-        epochs: int = 10,
-        batch_size: int = 64,
-        lr: float = 0.01,
-        momentum: float = 0.9,
-        weight_decay: float = 1e-4,
-        pad: bool = False,
-        arch: str = "auto",
-        device: str = "auto",
-        random_state: int | None = 0,
-        transport: Any = None,
-    ) -> None:
-        store_params(self, locals())
-
-    def fit(self, images: Any, y: Any) -> SingleVL:
-        """Train ``g_T ∘ f_A`` on the active strip of ``images``."""
-        self._fit(
-            images, y, passives=False, variant="R", lam=0.0, tau=0.5, recon_loss="l2",
-            wire_activations="none", wire_gradients="none", topk_ratio=0.1,
-        )  # fmt: skip
-        return self

@@ -1,4 +1,4 @@
-"""Convolutional building blocks shared by the split-learning algorithms.
+"""Multi-VFL's networks: convolutional bottom and top models, seeded builders.
 
 A *bottom* model runs at a data owner on its strip of the image; a *top*
 model runs at a label owner on the combined cut-layer activations. Default
@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from fedviews.deep._common import INITS
+from fedviews.deep._common import INITS, torch_seed
 from fedviews.errors import ConfigError, MissingDependency
 
 try:
@@ -124,3 +124,61 @@ class SplitNet(nn.Module):
         return self.top(
             combine_activations([b(x) for b, x in zip(self.bottoms, strips, strict=True)])
         )
+
+
+def build_bottom(
+    d: int, channels: int = 32, random_state: int = 0, init: str = "xavier"
+) -> nn.Module:
+    """The initial bottom model of data owner ``d`` (seed ``1000 * random_state + d + 1``;
+    ``init``: :func:`init_weights`)."""
+    with torch_seed(random_state * 1000 + d + 1):
+        return init_weights(conv_bottom(1, channels), init)
+
+
+def build_top(
+    strip_heights: Sequence[int],
+    width: int,
+    n_classes: int,
+    *,
+    channels: int = 32,
+    top_channels: int = 64,
+    hidden: int = 128,
+    random_state: int = 0,
+    init: str = "xavier",
+) -> nn.Module:
+    """The initial top model (seed ``1000 * random_state``) on the stacked ``channels`` maps
+    (``init``: :func:`init_weights`)."""
+    with torch_seed(random_state * 1000):
+        top = conv_top(
+            channels,
+            int(sum(strip_heights)),
+            width,
+            n_classes,
+            channels=top_channels,
+            hidden=hidden,
+        )
+        return init_weights(top, init)
+
+
+def build_models(
+    strip_heights: Sequence[int],
+    width: int,
+    n_classes: int,
+    *,
+    channels: int = 32,
+    random_state: int = 0,
+    init: str = "xavier",
+    **top: int,
+) -> tuple[list[nn.Module], nn.Module]:
+    """Initial bottom models (one per data owner) and top model, seeded reproducibly.
+
+    Bottom ``d`` is drawn with seed ``1000 * random_state + d + 1``, the top with
+    ``1000 * random_state``; the global torch RNG is left as it was. ``init``: how
+    (:func:`init_weights`); ``top``: the top model's ``top_channels``
+    and ``hidden`` (:func:`build_top`).
+    """
+    bottoms = [build_bottom(d, channels, random_state, init) for d in range(len(strip_heights))]
+    return bottoms, build_top(
+        strip_heights, width, n_classes, channels=channels, random_state=random_state, init=init,
+        **top,
+    )  # fmt: skip

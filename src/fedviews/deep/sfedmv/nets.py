@@ -29,7 +29,7 @@ from fedviews.deep._common import (
     to_numpy,
     torch_seed,
 )
-from fedviews.deep._sfedmv_spec import GRUConfig
+from fedviews.deep.sfedmv.protocol import GRUConfig
 
 if TYPE_CHECKING:
     import torch

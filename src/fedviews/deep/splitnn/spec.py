@@ -12,7 +12,7 @@ the peers' reference point (:mod:`fedviews.privacy.attacks`).
 
 Only ``logits`` (passive → active) and ``grad_logits`` (active → passive) cross;
 the coordinator only starts the epochs. The parties live in
-:mod:`fedviews.deep._splitnn` (torch), imported when one is built.
+:mod:`fedviews.deep.splitnn.parties` (torch), imported when one is built.
 """
 
 from __future__ import annotations
@@ -24,16 +24,16 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from fedviews.data import PartyData, demo_image_split
-from fedviews.deep._apfed_spec import (
+from fedviews.deep._common import check_positive_ints, last_epoch_seen
+from fedviews.deep._strips import (
     ActivePassive,
     EpochDriver,
-    _active,
-    _passives,
+    active_of,
     cut_images,
     party_seeds,
+    passives_of,
     sgd_settings,
 )
-from fedviews.deep._common import check_positive_ints, last_epoch_seen
 from fedviews.errors import ConfigError, DataError
 from fedviews.federation import (
     AlignGroup,
@@ -48,7 +48,7 @@ from fedviews.federation import (
 )
 
 if TYPE_CHECKING:
-    from fedviews.deep._splitnn import SplitNNActive, SplitNNPassive
+    from fedviews.deep.splitnn.parties import SplitNNActive, SplitNNPassive
 
 
 @dataclass(frozen=True)
@@ -121,11 +121,11 @@ class SplitNNAlgorithm(ActivePassive):
         super().check_data(run, party, data)
         if run.params.evaluate and data.X_test is None:
             raise DataError(f"{party!r}: evaluate needs its test strips (ids_test, X_test)")
-        if run.params.evaluate and party == _active(run) and data.y_test is None:
+        if run.params.evaluate and party == active_of(run) and data.y_test is None:
             raise DataError(f"{party!r}: evaluate needs the test labels (y_test)")
 
     def party_info(self, run: RunSpec, party: str, local: Local) -> dict[str, Any]:
-        if party != _active(run):
+        if party != active_of(run):
             return {}
         y = np.asarray(local.take("train")[2])
         if not np.issubdtype(y.dtype, np.integer) or (y < 0).any():
@@ -139,7 +139,7 @@ class SplitNNAlgorithm(ActivePassive):
         self, run: RunSpec, party: str, local: Local, setup: Mapping[str, Any]
     ) -> SplitNNActive | SplitNNPassive:
         from fedviews.deep._common import resolve_device
-        from fedviews.deep._splitnn import SplitNNActive, SplitNNPassive
+        from fedviews.deep.splitnn.parties import SplitNNActive, SplitNNPassive
 
         p: SplitNNParams = run.params
         parties = run.federation.parties
@@ -148,18 +148,18 @@ class SplitNNAlgorithm(ActivePassive):
         X_test = local.take("test")[1] if p.evaluate else None
         kw: dict[str, Any] = {"hidden": p.hidden, "n_classes": int(setup["n_classes"])}
         kw |= {"seed": seed, **sgd_settings(p, resolve_device(p.device))}
-        if party != _active(run):
+        if party != active_of(run):
             return SplitNNPassive(party, X, X_test, **kw)
         y_test = local.take("test")[2] if p.evaluate else None
         assert y is not None  # check_data: the label owner holds labels
-        return SplitNNActive(party, X, y, X_test, y_test, _passives(run), p.batch_size, **kw)
+        return SplitNNActive(party, X, y, X_test, y_test, passives_of(run), p.batch_size, **kw)
 
     def build_coordinator(
         self, run: RunSpec, setup: Mapping[str, Any], local: Local | None = None
     ) -> EpochDriver:
         return EpochDriver(
             run.federation.coordinator,
-            _active(run),
+            active_of(run),
             run.params.epochs,
             train="splitnn.train",
             shuffle=lambda epoch: epoch_seed(run.seed, epoch),
@@ -183,7 +183,7 @@ class SplitNNAlgorithm(ActivePassive):
     ) -> list[Observation]:
         """A passive party's view: the gradient of the loss w.r.t. its logits, per sample of
         the last epoch it saw (rows from the epoch's shuffle seed, as it derives them)."""
-        active = _active(run)
+        active = active_of(run)
         if recording.party == active:
             return []
         seen = last_epoch_seen(recording, "splitnn.backward", "grad_logits")
@@ -202,7 +202,7 @@ class SplitNNAlgorithm(ActivePassive):
         strips, tests = cut_images(Xtr, len(parties), pad), cut_images(Xte, len(parties), pad)
         out = {}
         for k, name in enumerate(parties):
-            labels = {"y": ytr, "y_test": yte} if name == _active(cfg) else {}
+            labels = {"y": ytr, "y_test": yte} if name == active_of(cfg) else {}
             out[name] = PartyData(ids, strips[k], ids_test=ids_te, X_test=tests[k], **labels)
         return out
 

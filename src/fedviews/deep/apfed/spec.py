@@ -4,8 +4,9 @@
 (:class:`fedviews.deep.APFed` and :class:`fedviews.deep.SingleVL`, in one process)
 and a deployment (``fedviews launch``, one process per party) both run. This
 module needs no torch to import (the registry loads it to read deployment
-configs); the parties and networks live in :mod:`fedviews.deep.apfed` and are
-imported when a party is built.
+configs); the parties (:mod:`fedviews.deep.apfed.parties`) and networks are
+imported when a party is built. What APFed shares with the split NN (the active and
+passive roles, the epoch driver, seeds) is in :mod:`fedviews.deep._strips`.
 
 Parties: ``federation.parties`` lists the ``m`` clients in the order of their
 image strips (top to bottom); ``federation.label_owner`` is the **active** party
@@ -16,7 +17,7 @@ the active party's position (1-based). With the active party alone it is SingleV
 
 Protocol (every message policy-checked and logged, in one process or deployed):
 
-* the coordinator is a small **driver** (:class:`EpochDriver`) that holds no data
+* the coordinator is a small **driver** (:class:`~fedviews.deep._strips.EpochDriver`) that holds no data
   and no model: it asks the active party for one epoch at a time (``apfed.train``,
   round = epoch), keeps the scalars it reports (mean ``L_A``; the test accuracy
   with ``evaluate``), then tells the passive parties the epoch is over
@@ -47,30 +48,29 @@ order, strips stacked top to bottom).
 from __future__ import annotations
 
 import json
-import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from fedviews._estimator import is_int, is_real
+from fedviews._estimator import is_real
 from fedviews.data import PartyData, demo_image_split
-from fedviews.deep._common import (
-    as_strips,
-    check_device,
-    history_columns,
-    history_records,
-    history_summary,
-    last_epoch_seen,
-    progress_tail,
+from fedviews.deep._common import as_strips, check_device, last_epoch_seen
+from fedviews.deep._strips import (
+    ActivePassive,
+    EpochDriver,
+    active_of,
+    check_training,
+    cut_images,
+    party_seeds,
+    passives_of,
+    sgd_settings,
 )
-from fedviews.errors import ConfigError, DataError, ProtocolError
+from fedviews.errors import ConfigError, DataError
 from fedviews.federation import (
-    Algorithm,
     Codec,
-    Coordinator,
     Local,
     Observation,
     Party,
@@ -79,12 +79,11 @@ from fedviews.federation import (
     Roster,
     RunSpec,
     register_algorithm_spec,
-    spawn_streams,
     wire_codecs,
 )
 
 if TYPE_CHECKING:
-    from fedviews.deep.apfed import ActiveClient, PassiveClient
+    from fedviews.deep.apfed.parties import ActiveClient, PassiveClient
 
 VARIANTS = ("R", "C")
 #: APFed-R's ``ℓ_p`` (Eq. 12): the per-sample L2 norm, or the per-pixel mean square (older)
@@ -96,22 +95,6 @@ DEPLOY_ONLY = ("evaluate", "torch_threads")
 
 
 # --------------------------------------------------------------------------- params
-
-
-def check_training(
-    epochs: Any, batch_size: Any, lr: float, momentum: float, weight_decay: float
-) -> None:
-    """The SGD settings every APFed / SingleVL / TVFL party trains with (ConfigError if bad)."""
-    if not is_int(epochs, 1):
-        raise ConfigError(f"epochs must be a positive integer, got {epochs!r}")
-    if not is_int(batch_size, 2):
-        raise ConfigError(f"batch_size must be an integer >= 2, got {batch_size!r}")
-    if not (is_real(lr) and lr > 0):
-        raise ConfigError(f"lr must be positive, got {lr!r}")
-    if not (is_real(momentum) and 0 <= momentum < 1) or not (
-        is_real(weight_decay) and weight_decay >= 0
-    ):
-        raise ConfigError("momentum must be in [0, 1) and weight_decay >= 0")
 
 
 @dataclass(frozen=True)
@@ -251,128 +234,6 @@ def apfed_policy(n_passive: int, codecs: tuple[Codec, Codec] = (Codec(), Codec()
 APFED_POLICY = apfed_policy(1)
 
 
-# --------------------------------------------------------------------------- helpers
-
-
-def sgd_settings(p: Any, device: Any) -> dict[str, Any]:
-    """The keyword arguments every party's constructor takes: ``p``'s SGD settings, ``device``."""
-    return {"lr": p.lr, "momentum": p.momentum, "weight_decay": p.weight_decay, "device": device}
-
-
-def party_seeds(seed: int | None, n: int) -> list[int]:
-    """One initialisation seed per stream of ``spawn_streams(seed, n)`` (APFed: ``[0]`` the
-    active party, ``[1 + j]`` the ``j``-th passive party; split NN: ``parties[j]``'s)."""
-    return [int(s.generate_state(1)[0]) for s in spawn_streams(seed, n)]
-
-
-def _active(run: RunSpec) -> str:
-    return run.federation.owners()[0]
-
-
-class ActivePassive(Algorithm):
-    """Split learning on image strips: the active party (``federation.label_owner``) and
-    passive parties, each holding its strip ``(n, h, W)`` or ``(n, C, h, W)`` of every image."""
-
-    peer_to_peer = True  # the active party and the passive parties exchange every batch
-
-    def role(self, run: RunSpec, party: str) -> str:
-        return "active" if party == _active(run) else "passive"
-
-    def check_data(self, run: RunSpec, party: str, data: PartyData) -> None:
-        super().check_data(run, party, data)
-        if data.features.ndim not in (3, 4):
-            raise DataError(
-                f"{party!r} must hold image strips (n, h, W) or (n, C, h, W), got X of shape "
-                f"{data.features.shape}"
-            )
-
-
-def cut_images(X: np.ndarray, m: int, pad: bool) -> list[np.ndarray]:
-    """Images cut into ``m`` equal strips, top to bottom, as
-    :func:`fedviews.deep._apfed_nets.cut_strips` (grey ``(n, H, W)`` images: ``(n, h, W)``)."""
-    from fedviews.deep._apfed_nets import cut_strips
-
-    arr = np.asarray(X)
-    strips = cut_strips(arr[:, None] if arr.ndim == 3 else arr, m, pad=pad)
-    return [s[:, 0] if arr.ndim == 3 else s for s in strips]
-
-
-def _passives(run: RunSpec) -> list[str]:
-    active = _active(run)
-    return [p for p in run.federation.parties if p != active]
-
-
-# --------------------------------------------------------------------------- the driver
-
-
-class EpochDriver(Coordinator):
-    """The coordinator of split learning on strips (APFed, the split NN): asks the active
-    party for one epoch at a time (``train``, round = epoch).
-
-    It holds no data and no model; it receives only the scalar metrics of each
-    epoch (``history``: loss, the test accuracy where the active party reports it)
-    and tells the passive parties when an epoch is over (``done``, where a deployment
-    checkpoints). ``shuffle(epoch)``: the epoch's shuffle seed, sent along (the active
-    party draws its own when it is None).
-    """
-
-    def __init__(
-        self,
-        name: str,
-        active: str,
-        epochs: int,
-        *,
-        train: str,
-        passives: Sequence[str] = (),
-        done: str | None = None,
-        shuffle: Callable[[int], int] | None = None,
-    ) -> None:
-        super().__init__(name)
-        self.active, self.passives, self.epochs = active, list(passives), int(epochs)
-        self.train, self.done, self.shuffle = train, done, shuffle
-        self.history: list[dict[str, float]] = []
-
-    def run(self, on_round_end: Callable[[int], None] | None = None) -> list[dict[str, float]]:
-        """Train the epochs left; ``on_round_end(epoch)`` after each (the checkpoint point)."""
-        while len(self.history) < self.epochs:
-            epoch = len(self.history) + 1
-            t0 = time.perf_counter()
-            meta = {} if self.shuffle is None else {"shuffle_seed": self.shuffle(epoch)}
-            reply = self.send(self.active, self.train, meta=meta, round=epoch)
-            if reply.number("epoch") != epoch:
-                raise ProtocolError(
-                    f"{self.active!r} reported epoch {reply.meta.get('epoch')!r}, expected {epoch}"
-                )
-            rec = {"epoch": float(epoch), "loss": reply.number("loss")}
-            if "accuracy" in reply.meta:
-                rec["accuracy"] = reply.number("accuracy")
-            if self.done and self.passives:
-                self.broadcast(self.passives, self.done, round=epoch)
-            rec["seconds"] = time.perf_counter() - t0
-            self.history.append(rec)
-            if on_round_end is not None:
-                on_round_end(epoch)
-        return self.history
-
-    def progress(self) -> list[str]:
-        """One line per finished epoch."""
-        return [
-            f"epoch {int(rec['epoch'])}: loss {rec['loss']:.4f}{progress_tail(rec)}"
-            for rec in list(self.history)
-        ]
-
-    def summary(self) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
-        """``(metrics, arrays)``: the per-epoch records and the final accuracy."""
-        metrics = history_summary(self.history, "epochs_done")
-        return metrics, {k: np.asarray(v) for k, v in metrics["history"].items()}
-
-    def state_dict(self) -> dict[str, np.ndarray]:
-        return {k: np.asarray(v, np.float64) for k, v in history_columns(self.history).items()}
-
-    def load_state(self, state: Mapping[str, np.ndarray]) -> None:
-        self.history = history_records(state)
-
-
 # --------------------------------------------------------------------------- the spec
 
 
@@ -396,7 +257,7 @@ class APFedAlgorithm(ActivePassive):
 
     def check_data(self, run: RunSpec, party: str, data: PartyData) -> None:
         super().check_data(run, party, data)
-        if party == _active(run) and run.params.evaluate and data.y_test is None:
+        if party == active_of(run) and run.params.evaluate and data.y_test is None:
             raise DataError(
                 f"{party!r} is the active party: its file needs ids_test, X_test and y_test "
                 "(or set params.evaluate = false)"
@@ -410,7 +271,7 @@ class APFedAlgorithm(ActivePassive):
             "height": int(X.shape[-2]),
             "width": int(X.shape[-1]),
         }
-        if party == _active(run):
+        if party == active_of(run):
             info["n_classes"] = int(len(np.unique(np.asarray(local.take("train")[2]))))
         return info
 
@@ -423,14 +284,14 @@ class APFedAlgorithm(ActivePassive):
                 f"APFed needs strips of equal size (C, h, W) at every party, got {shapes}; "
                 "cut the images into equal strips (pad them, see params.pad)"
             )
-        active = infos[_active(run)]
+        active = infos[active_of(run)]
         if int(active["n_classes"]) < 2:
             raise DataError("the active party's labels must contain at least two classes")
-        C, h, w = shapes[_active(run)]
+        C, h, w = shapes[active_of(run)]
         return {"n_samples": int(active["n/train"]), "channels": C, "height": h, "width": w}
 
     def policy(self, run: RunSpec, setup: Mapping[str, Any]) -> PrivacyPolicy:
-        return apfed_policy(len(_passives(run)), run.params.codecs())
+        return apfed_policy(len(passives_of(run)), run.params.codecs())
 
     def observations(
         self, run: RunSpec, setup: Mapping[str, Any], recording: Recording
@@ -439,7 +300,7 @@ class APFedAlgorithm(ActivePassive):
         the last epoch it saw (rows from the epoch's ``shuffle_seed``, as the passive party
         derives them). ``h_A = f_A(x_A)`` is a function of the active party's strip, and it
         is trained to predict the active party's labels."""
-        active = _active(run)
+        active = active_of(run)
         if recording.party == active:
             return []
         codec = run.params.codecs()[0]
@@ -457,15 +318,15 @@ class APFedAlgorithm(ActivePassive):
     ) -> ActiveClient | PassiveClient:
         from fedviews.deep._apfed_nets import get_arch
         from fedviews.deep._common import party_device
-        from fedviews.deep.apfed import ActiveClient, PassiveClient
+        from fedviews.deep.apfed.parties import ActiveClient, PassiveClient
 
         p: APFedParams = run.params
-        parties, passives = list(run.federation.parties), _passives(run)
+        parties, passives = list(run.federation.parties), passives_of(run)
         seeds = party_seeds(run.seed, len(parties))
         spec = get_arch(p.arch, int(setup["channels"]))
         common = sgd_settings(p, party_device(p.device, p.torch_threads))
         _, X, y = local.take("train")
-        if party != _active(run):
+        if party != active_of(run):
             return PassiveClient(
                 party,
                 as_strips(X),
@@ -516,10 +377,10 @@ class APFedAlgorithm(ActivePassive):
     ) -> EpochDriver:
         return EpochDriver(
             run.federation.coordinator,
-            _active(run),
+            active_of(run),
             run.params.epochs,
             train="apfed.train",
-            passives=_passives(run),
+            passives=passives_of(run),
             done="apfed.epoch_done",
         )
 
@@ -528,7 +389,7 @@ class APFedAlgorithm(ActivePassive):
 
     def write_party_results(self, party: Party, out_dir: Path) -> None:
         """``result.npz``; the active party also writes its export folder ``model/``."""
-        from fedviews.deep.apfed import ActiveClient
+        from fedviews.deep.apfed.parties import ActiveClient
 
         super().write_party_results(party, out_dir)
         if isinstance(party, ActiveClient):
@@ -558,7 +419,7 @@ def apfed_demo_data(cfg: Any) -> dict[str, PartyData]:
     gets the labels and its strip of the test images; every file lists its rows
     in its own random order.
     """
-    spec, parties, active = cfg.data, list(cfg.federation.parties), _active(cfg)
+    spec, parties, active = cfg.data, list(cfg.federation.parties), active_of(cfg)
     (Xtr, ytr, ids, Xte, yte, ids_te), rng = demo_image_split(
         spec.dataset, spec.n_per_class, spec.n_test, cfg.seed
     )

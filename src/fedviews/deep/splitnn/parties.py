@@ -1,4 +1,4 @@
-"""The parties of the plain split NN (:mod:`fedviews.deep._splitnn_spec`): torch lives here."""
+"""The parties of the plain split NN (:mod:`fedviews.deep.splitnn.spec`, never imported here): torch lives here."""
 
 from __future__ import annotations
 

@@ -1,4 +1,9 @@
-"""TVFL-0 / TVFL-A / TVFL-R: the typical split-learning VFL baselines of the APFed paper.
+"""The APFed paper's baselines: SingleVL and TVFL-0 / TVFL-A / TVFL-R.
+
+:class:`SingleVL`: the active client trained on its own strip alone (the ``apfed`` spec
+with the active party only; exactly APFed with ``λ = 0``).
+
+TVFL, the typical split-learning VFL baselines:
 
 Every client encodes its own strip (:class:`TVFLPassiveClient`, a
 :class:`~fedviews.deep._split.SplitBottom` that sends ``h_p`` and receives
@@ -21,9 +26,10 @@ import numpy as np
 from fedviews._estimator import store_params
 from fedviews._registry import register_estimator
 from fedviews.deep._apfed_nets import Encoder, Head, NetSpec, check_setting
-from fedviews.deep._apfed_spec import check_training, party_seeds, sgd_settings
 from fedviews.deep._common import EVAL_BATCH, accuracy, net_logits, to_numpy, to_tensor
 from fedviews.deep._split import SplitBottom, SplitTop, StripEstimator, build_module, sgd
+from fedviews.deep._strips import check_training, party_seeds, sgd_settings
+from fedviews.deep.apfed.estimator import ActiveOnly
 from fedviews.errors import ConfigError, MissingDependency
 from fedviews.federation import Coordinator, Message, PrivacyPolicy, federate, handles
 
@@ -257,3 +263,39 @@ class TVFL(StripEstimator):
     def score(self, images: Any, y: Any, fill: str | None = None) -> float:
         """Accuracy of :meth:`predict` with ``fill``."""
         return accuracy(self.predict(images, fill), y)
+
+
+@register_estimator("singlevl")
+class SingleVL(ActiveOnly):
+    """SingleVL baseline: the active client trained on its own strip alone.
+
+    Same parameters as :class:`APFed` without ``variant``, ``recon_loss``, ``lam``
+    and ``tau``; it is exactly APFed with ``λ = 0``. It runs the same protocol with the active
+    client as the only party (the driver still asks it for every epoch), so
+    ``transport_``, ``run_stats_`` and ``history_`` are those of :class:`APFed`.
+    """
+
+    def __init__(
+        self,
+        m: int = 2,
+        i: int = 1,
+        epochs: int = 10,
+        batch_size: int = 64,
+        lr: float = 0.01,
+        momentum: float = 0.9,
+        weight_decay: float = 1e-4,
+        pad: bool = False,
+        arch: str = "auto",
+        device: str = "auto",
+        random_state: int | None = 0,
+        transport: Any = None,
+    ) -> None:
+        store_params(self, locals())
+
+    def fit(self, images: Any, y: Any) -> SingleVL:
+        """Train ``g_T ∘ f_A`` on the active strip of ``images``."""
+        self._fit(
+            images, y, passives=False, variant="R", lam=0.0, tau=0.5, recon_loss="l2",
+            wire_activations="none", wire_gradients="none", topk_ratio=0.1,
+        )  # fmt: skip
+        return self

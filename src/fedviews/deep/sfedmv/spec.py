@@ -1,4 +1,4 @@
-r"""S-FedMV (Che et al., Section 6, Algorithm 4), defined once: stage-1 parties and the spec.
+r"""S-FedMV (Che et al., Section 6, Algorithm 4), defined once: params, roles, policy, demo data.
 
 Stage 1 (Algorithm 4): for each view ``k`` the server sends the global GRU
 parameters ``w^k_t`` (``train_view``); every client runs ``local_epochs`` epochs of
@@ -30,12 +30,17 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from fedviews.data import PartyData
-from fedviews.deep._common import check_positive_ints, prefixed, unprefixed
-from fedviews.errors import ConfigError, DataError, ProtocolError
+from fedviews.deep.sfedmv.protocol import (
+    GRUConfig,
+    fedavg,
+    fusion_seed,
+    secure_average,
+    view_seeds,
+)
+from fedviews.errors import ConfigError, DataError
 from fedviews.federation import (
     SECAGG_KINDS,
     Local,
-    Message,
     Observation,
     PrivacyPolicy,
     Recording,
@@ -53,9 +58,8 @@ from fedviews.linear import (
 )
 
 if TYPE_CHECKING:
-    from fedviews.deep.sfedmv import SFedMVClient, SFedMVServer
+    from fedviews.deep.sfedmv.parties import SFedMVClient, SFedMVServer
 
-Weights = dict[str, np.ndarray]
 #: params a deployment reads and the estimator leaves at their defaults
 DEPLOY_ONLY = ("torch_threads", "evaluate")
 #: the kinds of stage 1, from the server to the clients
@@ -69,18 +73,6 @@ WATCH_WINDOWS: dict[str, Any] = {
 }
 #: the last quarter of every recording's windows is held out (the experiment's "time" split)
 TEST_FRACTION = 0.25
-
-
-def view_seeds(random_state: int | None, view: int, client: int) -> tuple[int, int]:
-    """``(init_seed, client_seed)`` of view ``view``: the server's GRU init and client ``client``'s stream."""
-    ss = np.random.SeedSequence(random_state).spawn(view + 1)[view]
-    children = ss.spawn(client + 2)
-    return int(children[0].generate_state(1)[0]), int(children[client + 1].generate_state(1)[0])
-
-
-def fusion_seed(random_state: int | None) -> int:
-    """The fusion stage's seed: the root sequence's own state (the views use its children)."""
-    return int(np.random.SeedSequence(random_state).generate_state(1)[0])
 
 
 def sequence_policy(
@@ -99,64 +91,6 @@ def sequence_policy(
         {("client", "coordinator"): up, ("coordinator", "client"): names},
         kinds={("coordinator", "client"): kinds},
     )
-
-
-def _prefixed(k: int, params: Weights) -> Weights:
-    return prefixed(f"view{k}/", params)
-
-
-def _unprefixed(k: int, msg: Message, like: Weights | None) -> Weights:
-    """View ``k``'s parameters of ``msg``, checked against ``like`` (names and shapes) when given."""
-    prefix = f"view{k}/"
-    out = unprefixed(prefix, msg.arrays)
-    if len(out) != len(msg.arrays) or (like is not None and out.keys() != like.keys()):
-        raise ProtocolError(
-            f"{msg.sender!r} sent {sorted(msg.arrays)[:4]}... for view {k}; expected exactly "
-            "that view's GRU parameters"
-        )
-    if like is not None:
-        out = {n: msg.array(prefix + n, like[n].shape) for n in like}
-    return out
-
-
-@dataclass(frozen=True)
-class GRUConfig:
-    """Architecture and optimisation of one view's extractor (Algorithm 4's LocalTraining).
-
-    Parameters
-    ----------
-    hidden_size : int, default=32
-        GRU units per direction; the embedding has ``2 * hidden_size`` features.
-    num_layers : int, default=1
-    dropout : float, default=0.1
-        Dropout on the embedding before the head (and between GRU layers);
-        paper: from {0.1, 0.3}.
-    lr : float, default=0.005
-        RMSProp learning rate (paper: from {0.001, 0.005}).
-    batch_size : int, default=128
-        Paper: 128.
-    local_epochs : int, default=2
-        Epochs of local training per round (paper: from {10, 15}).
-    n_rounds : int, default=10
-        FedAvg rounds per view (paper: 150-170). Local / centralized training
-        runs ``n_rounds * local_epochs`` epochs.
-    """
-
-    hidden_size: int = 32
-    num_layers: int = 1
-    dropout: float = 0.1
-    lr: float = 0.005
-    batch_size: int = 128
-    local_epochs: int = 2
-    n_rounds: int = 10
-
-    def validate(self) -> None:
-        names = ("hidden_size", "num_layers", "batch_size", "local_epochs", "n_rounds")
-        check_positive_ints(self, names, "an integer >= 1")
-        if not 0.0 <= self.dropout < 1.0:
-            raise ConfigError(f"dropout must lie in [0, 1), got {self.dropout!r}")
-        if not self.lr > 0:
-            raise ConfigError(f"lr must be > 0, got {self.lr!r}")
 
 
 @dataclass(frozen=True)
@@ -224,7 +158,6 @@ def _averaged_extractors(
     """Per view, the clients' last ``train_view`` replies averaged with the server's own FedAvg
     (weights ``n_samples``; under secure aggregation from their masked sum): the global
     extractor it sends out (stage 1)."""
-    from fedviews.deep.sfedmv import SequenceServer, secure_average
 
     by_view: dict[int, list[Any]] = {}
     for m in recording.select("train_view:reply"):
@@ -242,7 +175,7 @@ def _averaged_extractors(
             out[k] = secure_average(msgs, k, like, frac_bits)[0]
             continue
         sizes = [m.number("n_samples") for m in last]
-        out[k] = SequenceServer.aggregate([_params_of(m) for m in last], sizes)
+        out[k] = fedavg([_params_of(m) for m in last], sizes)
     return out
 
 
@@ -257,7 +190,7 @@ def _sequence_predictor(
     then ``fuse`` (the received fusion model) on the embeddings."""
 
     def predict(X: np.ndarray, lengths: np.ndarray | None) -> np.ndarray:
-        from fedviews.deep._gru import make_extractor, sequence_embed, set_params
+        from fedviews.deep.sfedmv.nets import make_extractor, sequence_embed, set_params
 
         data = PartyData(np.arange(len(X)), X, view_dims=tuple(dims), lengths=lengths)
         views = data.sequences("train", np.arange(len(X)))
@@ -295,7 +228,7 @@ class SFedMVAlgorithm(HorizontalClients):
     defenses = frozenset({"none", "secagg", "label_rr"})
 
     def policy(self, run: RunSpec, setup: Mapping[str, Any]) -> PrivacyPolicy:
-        from fedviews.deep._gru import get_params, make_extractor
+        from fedviews.deep.sfedmv.nets import get_params, make_extractor
 
         K, c = len(view_dims_of(setup)), int(setup["n_classes"])
         names = list(get_params(make_extractor(1, c, run.params, 0)))
@@ -307,7 +240,7 @@ class SFedMVAlgorithm(HorizontalClients):
         self, run: RunSpec, party: str, local: Local, setup: Mapping[str, Any]
     ) -> SFedMVClient:
         from fedviews.deep._common import party_device
-        from fedviews.deep.sfedmv import SFedMVClient
+        from fedviews.deep.sfedmv.parties import SFedMVClient
 
         p: SFedMVParams = run.params
         index = run.federation.parties.index(party)
@@ -354,8 +287,8 @@ class SFedMVAlgorithm(HorizontalClients):
         self, run: RunSpec, setup: Mapping[str, Any], local: Local | None = None
     ) -> SFedMVServer:
         from fedviews.deep._common import party_device
-        from fedviews.deep._gru import make_extractor
-        from fedviews.deep.sfedmv import SFedMVServer
+        from fedviews.deep.sfedmv.nets import make_extractor
+        from fedviews.deep.sfedmv.parties import SFedMVServer
 
         p: SFedMVParams = run.params
         dev = party_device(p.device, p.torch_threads)

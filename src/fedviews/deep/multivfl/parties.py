@@ -1,0 +1,554 @@
+"""Multi-VFL: D data owners x K label owners split learning (Mugunthan et al., Algorithm 1).
+
+Parties
+-------
+``data_owner_d`` (role ``data_owner``)
+    Holds strip ``d`` of every image (default: rows ``7d .. 7d+6`` of a 28x28
+    image) and one copy ``W_{d,k}`` of its bottom model per label owner ``k``.
+``label_owner_k`` (role ``label_owner``)
+    Holds the labels of its own samples and a top model ``W_k``.
+    ``label_owner_0`` also holds the labels of the evaluation set.
+``server`` (role ``coordinator``)
+    The aggregation server: holds the global top model and the server optimizer,
+    and drives the rounds.
+
+The algorithm is defined once (:class:`~fedviews.deep.multivfl.spec.MultiVFLAlgorithm`:
+params, roles, alignment, policy); it builds these parties from each one's own data, in one
+process (:class:`~fedviews.deep.multivfl.MultiVFL`) as in a deployed party process. This
+module never imports the spec: what both need is in :mod:`fedviews.deep.multivfl.protocol`.
+
+One round (Algorithm 1)
+-----------------------
+1. The server sends every label owner ``train_round`` (control message with
+   the round's shuffling seed). Label owner ``k`` runs ``local_epochs`` over its
+   samples in batches; per batch it asks every data owner for the activations of
+   its bottom copy ``W_{d,k}`` on those samples (``forward`` → ``activations``),
+   stacks the ``D`` activations ``(n, 32, 7, 28)`` along the height axis into the
+   ``(n, 32, 28, 28)`` map of the whole image, runs the top model, the loss and
+   the backward pass, steps its top model, and sends each data owner only the
+   gradient of *its own* activations (``backward`` → ``activation_grad``), with
+   which the data owner finishes the backward pass and steps ``W_{d,k}``.
+   Both sides derive the batch order from the shared seed, so no sample
+   index crosses.
+2. Label owner ``k`` replies with its top-model update ``W_k^{local} - W^{global}``.
+3. The server applies the server optimizer (FedAvg, FedAdam, FedYogi,
+   FedDemonAdam; :mod:`fedviews.deep._serveropt`) and sends the new global top
+   model back to every label owner (``set_top``).
+4. Every data owner averages its ``K`` bottom copies locally (lines 11-13).
+5. The server asks ``label_owner_0`` to evaluate the global model (averaged
+   bottoms + global top) on the held-out set; only the accuracy (a scalar) returns.
+
+The privacy barrier is :func:`~fedviews.deep.multivfl.spec.multivfl_policy`, enforced by the transport: raw strips,
+labels and bottom-model weights never leave their owner. Sample-ID alignment between the data
+owners and each label owner goes through :func:`fedviews.data.align`.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+import time
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, TypeVar
+
+import numpy as np
+
+from fedviews.deep._common import (
+    history_columns,
+    history_records,
+    history_summary,
+    load_module,
+    module_arrays,
+    prefixed,
+    preload_optimizers,
+    progress_tail,
+    state_arrays,
+    to_numpy,
+    to_tensor,
+    unprefixed,
+)
+from fedviews.deep._serveropt import ServerOptimizer
+from fedviews.deep.multivfl.dp import (
+    GradDP,
+    clip_rows,
+    gaussian_noise,
+    private_bottom_gradients,
+    private_gradients,
+)
+from fedviews.deep.multivfl.nets import combine_activations
+from fedviews.deep.multivfl.protocol import epoch_order, round_seed
+from fedviews.errors import DataError, MissingDependency, ProtocolError
+from fedviews.federation import (
+    Codec,
+    Coordinator,
+    Message,
+    MetaValue,
+    Party,
+    SecureSumParty,
+    handles,
+    secure_sum_setup,
+    unmask_sum,
+)
+
+try:
+    import torch
+    from torch import nn
+except ImportError as exc:  # pragma: no cover - depends on the environment
+    raise MissingDependency("torch", "torch") from exc
+
+__all__ = ["DataOwner", "GradDP", "LabelOwner", "Server"]
+
+T = TypeVar("T")
+_EVAL_BATCH = 1000
+
+
+def _meta(msg: Message, key: str, kind: type[T]) -> T:
+    """``msg.meta[key]`` checked to be of type ``kind`` (ints are accepted as floats; a float
+    must be finite: a NaN loss or accuracy would be reported as a result)."""
+    val = msg.meta.get(key)
+    if kind is float and isinstance(val, int) and not isinstance(val, bool):
+        val = float(val)
+    if not isinstance(val, kind) or (isinstance(val, float) and not math.isfinite(val)):
+        raise ProtocolError(
+            f"{msg.kind!r} from {msg.sender!r}: meta[{key!r}] must be {kind.__name__}, got {val!r}"
+        )
+    return val
+
+
+def _grad(t: torch.Tensor) -> torch.Tensor:
+    if t.grad is None:
+        raise ProtocolError("the top model did not back-propagate to the activations")
+    return t.grad
+
+
+def _received(msg: Message, like: Mapping[str, Any], prefix: str) -> dict[str, np.ndarray]:
+    """The arrays named like ``like``'s (a state dict or named arrays) as ``msg`` carries them,
+    checked by the receiver: every one present under ``prefix`` with the shape of its namesake
+    in ``like`` (a :class:`ProtocolError` names the sender)."""
+    return {k: msg.array(prefix + k, tuple(v.shape)) for k, v in like.items()}
+
+
+def _activations(
+    replies: Mapping[str, Message],
+    owners: Sequence[str],
+    rows: int,
+    device: torch.device,
+    codec: Codec,
+    *,
+    grad: bool = False,
+) -> list[torch.Tensor]:
+    """The data owners' ``(rows, C, h_d, w)`` activations of one batch as tensors on ``device``
+    (leaves that require grad with ``grad``), checked by the label owner: the batch's rows,
+    and the same channels and width as the first owner's."""
+    arrays = [codec.unpack(replies[d], "activations", (rows, None, None, None)) for d in owners]
+    C, W = arrays[0].shape[1], arrays[0].shape[3]
+    for d, a in zip(owners, arrays, strict=True):
+        if (a.shape[1], a.shape[3]) != (C, W):
+            raise ProtocolError(
+                f"{d!r} sent activations of shape {a.shape}; {owners[0]!r}'s have {C} "
+                f"channels and width {W}"
+            )
+    return [to_tensor(a, device).requires_grad_(grad) for a in arrays]
+
+
+def _local_optimizer(name: str, params: Any, lr: float) -> torch.optim.Optimizer:
+    return torch.optim.Adam(params, lr=lr) if name == "adam" else torch.optim.SGD(params, lr=lr)
+
+
+# --------------------------------------------------------------------------- parties
+
+
+class DataOwner(Party):
+    """Holds one strip of every image and ``K`` copies of its bottom model."""
+
+    def __init__(
+        self,
+        name: str,
+        strips: np.ndarray,
+        positions: Mapping[str, np.ndarray],
+        bottom: nn.Module,
+        *,
+        local_optimizer: str,
+        lr: float,
+        device: torch.device,
+        codecs: tuple[Codec, Codec] = (Codec(), Codec()),
+        dp: GradDP | None = None,
+    ) -> None:
+        super().__init__(name, role="data_owner")
+        self.dp = dp
+        if dp is not None:  # act_dp accounts one forward and one backward per sample and epoch
+            rows = np.concatenate([np.asarray(p) for p in positions.values()])
+            if len(np.unique(rows)) != len(rows):
+                raise DataError(
+                    f"{name!r}: act_dp needs the label owners' samples to be disjoint (a "
+                    "sample in two groups would be released more often than accounted)"
+                )
+        self.owner_index = {k: i for i, k in enumerate(positions)}
+        self.device = device
+        self.act_codec, self.grad_codec = codecs
+        # training samples aligned with each label owner, gathered once
+        self.x = {k: to_tensor(strips[pos][:, None], device) for k, pos in positions.items()}
+        self.copies = {k: copy.deepcopy(bottom).to(device) for k in positions}
+        self.local_optimizer, self.lr = local_optimizer, lr
+        self.optims: dict[str, torch.optim.Optimizer] = {}
+        self._new_optimizers()
+        self.split_x: dict[str, torch.Tensor] = {}
+        self._order: dict[str, np.ndarray] = {}
+        self._pending: dict[str, torch.Tensor] = {}
+        self._batch: dict[str, tuple[torch.Tensor, int, int]] = {}  # act_dp: x, epoch, batch
+        self._epoch: dict[str, int] = {}
+
+    @property
+    def bottom(self) -> nn.Module:
+        """The first bottom copy (all copies are equal after :meth:`average_bottoms`)."""
+        return next(iter(self.copies.values()))
+
+    def _new_optimizers(self) -> None:
+        """A fresh local optimizer for every bottom copy (after its weights were replaced)."""
+        self.optims = {
+            k: _local_optimizer(self.local_optimizer, m.parameters(), self.lr)
+            for k, m in self.copies.items()
+        }
+
+    def set_split(self, split: str, strips: np.ndarray) -> None:
+        """Hold evaluation/prediction strips locally (never sent)."""
+        self.split_x[split] = to_tensor(strips[:, None], self.device)
+
+    @handles("begin_epoch")
+    def begin_epoch(self, msg: Message) -> None:
+        n, epoch = len(self.x[msg.sender]), _meta(msg, "epoch", int)
+        self._order[msg.sender] = epoch_order(_meta(msg, "seed", int), msg.round, epoch, n)
+        self._epoch[msg.sender] = epoch
+
+    def _gen(self, msg: Message, k: str, epoch: int, batch: int, phase: int) -> torch.Generator:
+        assert self.dp is not None
+        key = [msg.round, self.owner_index[k], epoch, batch, phase]
+        return self.dp.generator(key, self.device)
+
+    @handles("forward")
+    def forward(self, msg: Message) -> Message:
+        """The activations of batch ``batch``, after applying the gradient of the previous
+        batch when the request carries it (``activation_grad``)."""
+        k, b, bs = msg.sender, _meta(msg, "batch", int), _meta(msg, "batch_size", int)
+        if any(n in msg.arrays for n in self.grad_codec.names("activation_grad")):
+            self.backward(msg)
+        elif k in self._pending:
+            raise ProtocolError(
+                f"{k!r} asked for the activations of batch {b} without returning the "
+                "gradient of the previous batch"
+            )
+        order = self._order.get(k)
+        if order is None or bs < 1 or not 0 <= b * bs < len(order):
+            raise ProtocolError(
+                f"{k!r} asked for batch {b} of size {bs}, which its epoch does not have "
+                + ("(no begin_epoch yet)" if order is None else f"({len(order)} samples)")
+            )
+        idx = torch.as_tensor(order[b * bs : (b + 1) * bs], device=self.device)
+        x = self.x[k].index_select(0, idx)
+        if self.dp is None:
+            out = self.copies[k](x)
+        else:
+            epoch = self._epoch.get(k, 0)
+            with torch.no_grad():  # the release: clipped rows plus Gaussian noise
+                out = clip_rows(self.copies[k](x), self.dp.clip)
+                out = out + gaussian_noise(
+                    self.dp.sigma, out.shape, out, self._gen(msg, k, epoch, b, 0)
+                )
+            self._batch[k] = (x, epoch, b)
+        self._pending[k] = out
+        return self.reply(msg, self.act_codec.pack("activations", to_numpy(out)))
+
+    @handles("backward")
+    def backward(self, msg: Message) -> None:
+        k = msg.sender
+        out = self._pending.pop(k, None)
+        if out is None:
+            raise ProtocolError(f"{k!r} sent a gradient for activations it never asked for")
+        opt = self.optims[k]
+        opt.zero_grad(set_to_none=True)
+        grad = to_tensor(
+            self.grad_codec.unpack(msg, "activation_grad", tuple(out.shape)), self.device
+        )
+        if self.dp is None:
+            out.backward(grad)
+        else:
+            x, epoch, b = self._batch.pop(k)
+            model = self.copies[k]
+            gen = self._gen(msg, k, epoch, b, 1)
+            g = private_bottom_gradients(model, x, grad, self.dp, gen)
+            for name, param in model.named_parameters():
+                param.grad = g[name]
+        opt.step()
+
+    @handles("average_bottoms")
+    def average_bottoms(self, msg: Message) -> None:
+        states = [m.state_dict() for m in self.copies.values()]
+        mean = {n: torch.stack([s[n] for s in states]).mean(0) for n in states[0]}
+        for m in self.copies.values():
+            m.load_state_dict(mean)
+        self._new_optimizers()
+
+    def state_dict(self) -> dict[str, np.ndarray]:
+        """The bottom model after :meth:`average_bottoms` (all copies are equal then)."""
+        return module_arrays("bottom", self.bottom)
+
+    def load_state(self, state: Mapping[str, np.ndarray]) -> None:
+        """Continue from :meth:`state_dict` (a round boundary): every copy gets the bottom."""
+        for m in self.copies.values():
+            load_module("bottom", m, state, self.name)
+        self._new_optimizers()
+
+    @handles("infer")
+    def infer(self, msg: Message) -> Message:
+        split, start, stop = (
+            _meta(msg, "split", str),
+            _meta(msg, "start", int),
+            _meta(msg, "stop", int),
+        )
+        rows = self.split_x.get(split)
+        if rows is None or not 0 <= start < stop <= len(rows):
+            raise ProtocolError(
+                f"{msg.sender!r} asked for rows {start}:{stop} of the {split!r} split, which "
+                f"{self.name!r} " + ("does not hold" if rows is None else f"has {len(rows)} of")
+            )
+        x = rows[start:stop]
+        with torch.no_grad():
+            out = self.bottom(x)
+            if self.dp is not None:  # evaluation rows: clipped as in training, not noised
+                out = clip_rows(out, self.dp.clip)
+        return self.reply(msg, self.act_codec.pack("activations", to_numpy(out)))
+
+
+class LabelOwner(SecureSumParty):
+    """Holds the labels of its samples and the top model; drives its batches.
+
+    ``secure``: its top-model update leaves only masked for the server's secure sum
+    (``defense.kind = "secagg"``, as ``masked_update/<name>``)."""
+
+    def __init__(
+        self,
+        name: str,
+        y: np.ndarray,
+        top: nn.Module,
+        data_owners: Sequence[str],
+        *,
+        batch_size: int,
+        local_epochs: int,
+        local_optimizer: str,
+        lr: float,
+        device: torch.device,
+        codecs: tuple[Codec, Codec] = (Codec(), Codec()),
+        dp: GradDP | None = None,
+        secure: bool = False,
+    ) -> None:
+        super().__init__(name, role="label_owner")
+        self.dp, self.secure = dp, secure
+        self.act_codec, self.grad_codec = codecs
+        self.device = device
+        self.y = to_tensor(y, device, torch.long)
+        self.top = copy.deepcopy(top).to(device)
+        self.data_owners = list(data_owners)
+        self.batch_size, self.local_epochs = batch_size, local_epochs
+        self.local_optimizer, self.lr = local_optimizer, lr
+        self.split_y: dict[str, np.ndarray] = {}
+        self._global: dict[str, np.ndarray] = {}
+        preload_optimizers()  # the data owners build theirs now; this one, every round
+
+    @handles("set_top")
+    def set_top(self, msg: Message) -> None:
+        self._global = _received(msg, self.top.state_dict(), "top/")
+        self.top.load_state_dict({k: to_tensor(v, self.device) for k, v in self._global.items()})
+
+    @handles("train_round")
+    def train_round(self, msg: Message) -> Message:
+        seed, n, bs = _meta(msg, "seed", int), len(self.y), self.batch_size
+        opt = _local_optimizer(self.local_optimizer, self.top.parameters(), self.lr)
+        self.top.train()
+        total, n_batches = 0.0, 0
+        gen: torch.Generator | None = None  # grad_dp's noise of this round
+        for epoch in range(self.local_epochs):
+            self.broadcast(self.data_owners, "begin_epoch", meta={"seed": seed, "epoch": epoch})
+            order = torch.as_tensor(epoch_order(seed, msg.round, epoch, n), device=self.device)
+            # the gradients of batch b travel with the request for batch b + 1: one round
+            # trip per batch instead of two; each data owner still applies them first
+            grads_out: dict[str, dict[str, np.ndarray]] = {d: {} for d in self.data_owners}
+            for b in range((n + bs - 1) // bs):
+                # every data owner at once (over gRPC they compute in parallel)
+                got = self.scatter("forward", grads_out, meta={"batch": b, "batch_size": bs})
+                rows = len(order[b * bs : (b + 1) * bs])
+                acts = _activations(
+                    got, self.data_owners, rows, self.device, self.act_codec, grad=True
+                )
+                target = self.y.index_select(0, order[b * bs : (b + 1) * bs])
+                opt.zero_grad(set_to_none=True)
+                if self.dp is None:
+                    loss = nn.functional.cross_entropy(self.top(combine_activations(acts)), target)
+                    loss.backward()
+                    grads = [_grad(a) for a in acts]
+                    total += float(loss.detach())
+                else:
+                    gen = gen or self.dp.generator([msg.round], self.device)
+                    g_par, grads = private_gradients(self.top, acts, target, self.dp, gen)
+                    for k, param in self.top.named_parameters():
+                        param.grad = g_par[k]
+                opt.step()
+                grads_out = {
+                    d: self.grad_codec.pack("activation_grad", to_numpy(g))
+                    for d, g in zip(self.data_owners, grads, strict=True)
+                }
+                n_batches += 1
+            if n:  # the epoch's last batch
+                self.scatter("backward", grads_out)
+        update = {f"update/{k}": v - self._global[k] for k, v in state_arrays(self.top).items()}
+        if self.secure:
+            masked = {f"masked_{k}": v for k, v in update.items()}
+            update = self.keyed_sum("its update").mask(masked, msg.round)
+        meta: dict[str, MetaValue] = {"n_batches": n_batches}
+        if self.dp is None:  # under grad_dp the loss of the true labels is not released
+            meta["train_loss"] = total / max(n_batches, 1)
+        return self.reply(msg, update, meta=meta)
+
+    def top_state(self) -> dict[str, np.ndarray]:
+        """This label owner's top model (the global one after ``set_top``)."""
+        return prefixed("top/", state_arrays(self.top))
+
+    def predict_split(self, split: str, n: int) -> np.ndarray:
+        """Class indices predicted by the global model for the data owners' ``split``."""
+        self.top.eval()
+        preds = []
+        with torch.no_grad():
+            for start in range(0, n, _EVAL_BATCH):
+                stop = min(n, start + _EVAL_BATCH)
+                meta: dict[str, MetaValue] = {"split": split, "start": start, "stop": stop}
+                got = self.broadcast(self.data_owners, "infer", meta=meta)
+                acts = _activations(
+                    got, self.data_owners, stop - start, self.device, self.act_codec
+                )
+                preds.append(to_numpy(self.top(combine_activations(acts)).argmax(1)))
+        return np.concatenate(preds)
+
+    @handles("evaluate")
+    def evaluate(self, msg: Message) -> Message:
+        split = _meta(msg, "split", str)
+        y = self.split_y[split]
+        acc = float(np.mean(self.predict_split(split, len(y)) == y))
+        return self.reply(msg, meta={"accuracy": acc})
+
+
+class Server(Coordinator):
+    """Aggregation server: global top model, server optimizer, round loop."""
+
+    def __init__(
+        self,
+        top: nn.Module,
+        optimizer: ServerOptimizer,
+        label_owners: Sequence[str],
+        data_owners: Sequence[str],
+        *,
+        rounds: int,
+        random_state: int,
+        evaluate: bool,
+        callback: Callable[[int, dict[str, float]], None] | None = None,
+        name: str = "server",
+        frac_bits: int | None = None,
+    ) -> None:
+        super().__init__(name, role="coordinator")
+        self.frac_bits = frac_bits  # secure aggregation of the updates (None: plain)
+        self.params = state_arrays(top)
+        self.optimizer = optimizer
+        self.label_owners, self.data_owners = list(label_owners), list(data_owners)
+        self.rounds, self.random_state, self.evaluate = rounds, random_state, evaluate
+        self.callback = callback
+        self.history: list[dict[str, float]] = []
+
+    def _send_top(self, round_: int) -> None:
+        self.broadcast(self.label_owners, "set_top", prefixed("top/", self.params), round=round_)
+
+    def _updates(self, replies: Mapping[str, Message]) -> list[dict[str, np.ndarray]]:
+        """The label owners' updates, each checked on arrival; under secure aggregation only
+        their mean, from the masked sum (the one thing the server optimizer needs)."""
+        if self.frac_bits is None:
+            return [_received(rep, self.params, "update/") for rep in replies.values()]
+        shapes = {f"masked_update/{k}": v.shape for k, v in self.params.items()}
+        sums = unmask_sum(replies, shapes, self.frac_bits)
+        n = len(replies)
+        return [{k: sums[f"masked_update/{k}"] / n for k in self.params}]
+
+    def state_dict(self) -> dict[str, np.ndarray]:
+        """Global top model, server-optimizer state and history (a round boundary)."""
+        hist = {k: np.array(v) for k, v in history_columns(self.history).items()}
+        return {
+            **prefixed("top/", self.params),
+            **prefixed("opt/", self.optimizer.state_dict()),
+            **prefixed("history/", hist),
+        }
+
+    def load_state(self, state: Mapping[str, np.ndarray]) -> None:
+        """Continue from :meth:`state_dict`: :meth:`run` goes on after its last round."""
+        top = unprefixed("top/", state)
+        missing = set(self.params) - set(top)
+        if missing:
+            raise DataError(f"the server state lacks the top-model arrays {sorted(missing)}")
+        history = history_records(unprefixed("history/", state))
+        if len(history) > self.rounds:
+            raise DataError(
+                f"the server state holds {len(history)} rounds, more than this run's "
+                f"rounds={self.rounds}: it is the state of another run"
+            )
+        self.params = {k: np.asarray(top[k], dtype=np.float32) for k in self.params}
+        self.optimizer.load_state(unprefixed("opt/", state))
+        self.history = history
+
+    def run(self, on_round_end: Callable[[int], None] | None = None) -> list[dict[str, float]]:
+        """Rounds ``len(history) + 1 .. rounds`` (all of them unless :meth:`load_state` ran);
+        after each, :attr:`callback` and ``on_round_end(round)`` (the checkpoint point)."""
+        assert self.transport is not None
+        log = self.transport.log
+        start = len(self.history)
+        if self.frac_bits is not None:  # fresh keys for this run (also a resumed one)
+            secure_sum_setup(self, self.label_owners, self.frac_bits, round=start)
+        self._send_top(start)
+        for r in range(start + 1, self.rounds + 1):
+            t0, b0 = time.perf_counter(), log.total_bytes
+            seed = round_seed(self.random_state, r)
+            replies = self.broadcast(self.label_owners, "train_round", meta={"seed": seed}, round=r)
+            updates = self._updates(replies)
+            self.params = {
+                k: v.astype(np.float32)
+                for k, v in self.optimizer.step(self.params, updates).items()
+            }
+            self._send_top(r)
+            self.broadcast(self.data_owners, "average_bottoms", round=r)
+            losses = [
+                _meta(rep, "train_loss", float)
+                for rep in replies.values()
+                if "train_loss" in rep.meta
+            ]
+            rec = {
+                "round": float(r),
+                "train_loss": float(np.mean(losses)) if losses else float("nan"),
+                "train_seconds": time.perf_counter() - t0,
+                "train_bytes": float(log.total_bytes - b0),
+                "batches": float(sum(_meta(rep, "n_batches", int) for rep in replies.values())),
+            }
+            if self.evaluate:
+                rep = self.send(self.label_owners[0], "evaluate", meta={"split": "test"}, round=r)
+                rec["accuracy"] = _meta(rep, "accuracy", float)
+            rec["seconds"] = time.perf_counter() - t0
+            self.history.append(rec)
+            if self.callback is not None:
+                self.callback(r, rec)
+            if on_round_end is not None:
+                on_round_end(r)
+        return self.history
+
+    def progress(self) -> list[str]:
+        """One line per finished round."""
+        return [
+            f"round {int(rec['round'])}: train loss {rec['train_loss']:.4f}{progress_tail(rec)}"
+            for rec in list(self.history)
+        ]
+
+    def summary(self) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
+        """``(metrics, arrays)``: the history by column and the global top model."""
+        return history_summary(self.history, "rounds_done"), prefixed("top/", self.params)

@@ -1,0 +1,161 @@
+"""Multi-VFL's pure helpers that the spec, the parties and the estimator share (torch-free).
+
+The shuffling seeds both sides of a split batch derive (:func:`round_seed`,
+:func:`epoch_order`: no sample index crosses), and how the training labels are dealt
+to the K label owners (:func:`label_owner_classes`, :func:`partition_label_owners`,
+paper Table 3).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+
+import numpy as np
+
+from fedviews._estimator import is_int
+from fedviews.errors import ConfigError, DataError
+
+_NIID = re.compile(r"^(\d+)niid$")
+
+
+# --------------------------------------------------------------------------- rounds
+
+
+def round_seed(random_state: int, round_: int) -> int:
+    """The shuffling seed the server hands to every label owner in round ``round_``."""
+    return int(np.random.default_rng([random_state, round_]).integers(2**31))
+
+
+def epoch_order(seed: int, round_: int, epoch: int, n: int) -> np.ndarray:
+    """The shuffled sample order of one local epoch, derived from a seed both sides know."""
+    return np.random.default_rng([seed, round_, epoch]).permutation(n)
+
+
+# --------------------------------------------------------------------------- labels
+
+
+def label_owner_classes(scenario: str, n_label_owners: int, n_classes: int) -> list[list[int]]:
+    """Classes each label owner holds under ``scenario``.
+
+    ``"iid"``: every owner holds every class. ``"<m>niid"`` (paper Table 3):
+    the last ``m`` owners hold two classes each, ``{0,1}, {2,3}, ...``; the
+    others hold every class. With 5 owners, ``"4niid"`` gives
+    ``[0-9, {0,1}, {2,3}, {4,5}, {6,7}]``.
+
+    Raises
+    ------
+    ConfigError
+        Unknown scenario, or ``m`` larger than the number of owners or ``n_classes // 2``.
+    """
+    every = list(range(n_classes))
+    if scenario == "iid":
+        return [every for _ in range(n_label_owners)]
+    match = _NIID.match(scenario) if isinstance(scenario, str) else None
+    if match is None:
+        raise ConfigError(
+            f"unknown scenario {scenario!r}; use 'iid' or '<m>niid' such as '4niid' (paper Table 3)"
+        )
+    m = int(match.group(1))
+    if not 1 <= m <= n_label_owners or 2 * m > n_classes:
+        raise ConfigError(
+            f"scenario {scenario!r} needs 1 <= {m} <= n_label_owners={n_label_owners} "
+            f"and 2*{m} <= n_classes={n_classes}"
+        )
+    n_iid = n_label_owners - m
+    return [every] * n_iid + [[2 * j, 2 * j + 1] for j in range(m)]
+
+
+def _quota(total: int, counts: np.ndarray) -> np.ndarray:
+    """Split ``total`` over classes in proportion to ``counts`` (largest remainder)."""
+    share = total * counts / counts.sum()
+    quota = np.floor(share).astype(np.int64)
+    quota[np.argsort(quota - share, kind="stable")[: total - int(quota.sum())]] += 1
+    return quota
+
+
+def _demand(
+    per_owner: int, counts: np.ndarray, owner_classes: Sequence[Sequence[int]]
+) -> np.ndarray:
+    """Samples of each class that the owners' quotas take at ``per_owner`` samples each."""
+    need = np.zeros(len(counts), dtype=np.int64)
+    for classes in owner_classes:
+        need[list(classes)] += _quota(per_owner, counts[list(classes)])
+    return need
+
+
+def fitting_samples_per_owner(counts: np.ndarray, owner_classes: Sequence[Sequence[int]]) -> int:
+    """The default ``samples_per_owner``: the largest count up to ``sum(counts) // K`` whose
+    class quotas (:func:`_quota`) every class has samples for, found by bisection.
+
+    ``len(y) // K`` itself can overdraw a class (each owner's quota of it is rounded up), and
+    two-class owners draw a larger share of their classes. Returns 0 when not even one
+    sample per owner fits (a class an owner needs is absent); the caller reports it.
+    """
+    lo, hi = 0, int(counts.sum()) // len(owner_classes) + 1  # lo fits (or is 0), hi does not
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if (_demand(mid, counts, owner_classes) <= counts).all():
+            lo = mid
+        else:
+            hi = mid
+    return lo
+
+
+def partition_label_owners(
+    y: np.ndarray,
+    scenario: str,
+    n_label_owners: int,
+    samples_per_owner: int | None,
+    rng: np.random.Generator,
+) -> list[np.ndarray]:
+    """Disjoint sample indices for each label owner, class-balanced within each owner.
+
+    Each owner gets ``samples_per_owner`` samples of its classes
+    (:func:`label_owner_classes`), split over them in proportion to the class
+    frequencies of ``y`` (a stratified draw: balanced classes stay balanced), drawn
+    without replacement; the two-class owners draw first. ``None`` (default): the
+    largest count up to ``len(y) // K`` that the scenario's class quotas leave room for
+    (:func:`fitting_samples_per_owner`), so any data with every class present fits.
+
+    Raises
+    ------
+    DataError
+        A class has too few samples left for the requested counts.
+    ConfigError
+        ``samples_per_owner`` < 1.
+    """
+    n_classes = int(y.max()) + 1
+    if samples_per_owner is not None and not is_int(samples_per_owner, 1):
+        raise ConfigError(
+            f"samples_per_owner must be a positive integer or None, got {samples_per_owner!r}"
+        )
+    owner_classes = label_owner_classes(scenario, n_label_owners, n_classes)
+    counts = np.bincount(y, minlength=n_classes)
+    per_owner = (
+        # 0 fits: ask for 1, so that the draw below names the class that is missing
+        fitting_samples_per_owner(counts, owner_classes) or min(1, len(y) // n_label_owners)
+        if samples_per_owner is None
+        else int(samples_per_owner)
+    )
+    if per_owner < 1:
+        raise ConfigError(
+            f"each label owner would get {per_owner} samples (samples_per_owner={samples_per_owner}, "
+            f"{len(y)} samples, {n_label_owners} label owners); every label owner needs samples"
+        )
+    pools = [list(rng.permutation(np.flatnonzero(y == c))) for c in range(n_classes)]
+    parts: list[np.ndarray] = [np.empty(0, dtype=np.int64)] * n_label_owners
+    for k in sorted(range(n_label_owners), key=lambda j: len(owner_classes[j])):
+        classes = owner_classes[k]
+        quota = _quota(per_owner, counts[classes])
+        taken = []
+        for c, q in zip(classes, quota, strict=True):
+            if len(pools[c]) < q:
+                raise DataError(
+                    f"scenario {scenario!r}: label owner {k} needs {q} samples of class {c} but only "
+                    f"{len(pools[c])} are left; lower samples_per_owner (now {per_owner})"
+                )
+            taken.extend(pools[c][:q])
+            pools[c] = pools[c][q:]
+        parts[k] = np.sort(np.asarray(taken, dtype=np.int64))
+    return parts

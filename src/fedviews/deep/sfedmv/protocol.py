@@ -1,0 +1,113 @@
+"""S-FedMV's pure helpers that the spec and the parties share (torch-free).
+
+The extractor's configuration (:class:`GRUConfig`, which the networks read), every
+party's random streams (:func:`view_seeds`, :func:`fusion_seed`), the names under
+which view ``k``'s parameters cross (``view{k}/<parameter>``) and the server's FedAvg,
+plain (:func:`fedavg`) or from masked sums (:func:`secure_average`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from fedviews.deep._common import check_positive_ints, prefixed, unprefixed
+from fedviews.errors import ConfigError, ProtocolError
+from fedviews.federation import Message, unmask_sum
+
+Weights = dict[str, np.ndarray]
+
+
+def view_seeds(random_state: int | None, view: int, client: int) -> tuple[int, int]:
+    """``(init_seed, client_seed)`` of view ``view``: the server's GRU init and client ``client``'s stream."""
+    ss = np.random.SeedSequence(random_state).spawn(view + 1)[view]
+    children = ss.spawn(client + 2)
+    return int(children[0].generate_state(1)[0]), int(children[client + 1].generate_state(1)[0])
+
+
+def fusion_seed(random_state: int | None) -> int:
+    """The fusion stage's seed: the root sequence's own state (the views use its children)."""
+    return int(np.random.SeedSequence(random_state).generate_state(1)[0])
+
+
+def view_prefixed(k: int, params: Weights) -> Weights:
+    """``params`` named as view ``k``'s parameters cross: ``view{k}/<name>``."""
+    return prefixed(f"view{k}/", params)
+
+
+def view_params(k: int, msg: Message, like: Weights | None) -> Weights:
+    """View ``k``'s parameters of ``msg``, checked against ``like`` (names and shapes) when given."""
+    prefix = f"view{k}/"
+    out = unprefixed(prefix, msg.arrays)
+    if len(out) != len(msg.arrays) or (like is not None and out.keys() != like.keys()):
+        raise ProtocolError(
+            f"{msg.sender!r} sent {sorted(msg.arrays)[:4]}... for view {k}; expected exactly "
+            "that view's GRU parameters"
+        )
+    if like is not None:
+        out = {n: msg.array(prefix + n, like[n].shape) for n in like}
+    return out
+
+
+def fedavg(local: Sequence[Weights], sizes: Sequence[float]) -> Weights:
+    """``w = sum_l (N_l / N) w_l`` for every parameter (Algorithm 4)."""
+    N = float(sum(sizes))
+    pairs = list(zip(sizes, local, strict=True))
+    return {
+        name: sum(((n / N) * p[name] for n, p in pairs), np.zeros_like(first))
+        for name, first in local[0].items()
+    }
+
+
+def secure_average(
+    replies: Mapping[str, Message], k: int, like: Weights, frac_bits: int
+) -> tuple[Weights, float]:
+    """View ``k``'s FedAvg ``sum_l N_l w_l / N`` and mean loss from the clients' masked
+    replies (secure aggregation): the parameters named and shaped as ``like``."""
+    shapes = {f"masked_view{k}/{n}": a.shape for n, a in like.items()}
+    totals = unmask_sum(replies, {**shapes, f"masked_view{k}/loss": (1,)}, frac_bits)
+    N = float(sum(m.count("n_samples") for m in replies.values()))
+    params = {n: (totals[f"masked_view{k}/{n}"] / N).astype(a.dtype) for n, a in like.items()}
+    return params, float(totals[f"masked_view{k}/loss"][0] / N)
+
+
+@dataclass(frozen=True)
+class GRUConfig:
+    """Architecture and optimisation of one view's extractor (Algorithm 4's LocalTraining).
+
+    Parameters
+    ----------
+    hidden_size : int, default=32
+        GRU units per direction; the embedding has ``2 * hidden_size`` features.
+    num_layers : int, default=1
+    dropout : float, default=0.1
+        Dropout on the embedding before the head (and between GRU layers);
+        paper: from {0.1, 0.3}.
+    lr : float, default=0.005
+        RMSProp learning rate (paper: from {0.001, 0.005}).
+    batch_size : int, default=128
+        Paper: 128.
+    local_epochs : int, default=2
+        Epochs of local training per round (paper: from {10, 15}).
+    n_rounds : int, default=10
+        FedAvg rounds per view (paper: 150-170). Local / centralized training
+        runs ``n_rounds * local_epochs`` epochs.
+    """
+
+    hidden_size: int = 32
+    num_layers: int = 1
+    dropout: float = 0.1
+    lr: float = 0.005
+    batch_size: int = 128
+    local_epochs: int = 2
+    n_rounds: int = 10
+
+    def validate(self) -> None:
+        names = ("hidden_size", "num_layers", "batch_size", "local_epochs", "n_rounds")
+        check_positive_ints(self, names, "an integer >= 1")
+        if not 0.0 <= self.dropout < 1.0:
+            raise ConfigError(f"dropout must lie in [0, 1), got {self.dropout!r}")
+        if not self.lr > 0:
+            raise ConfigError(f"lr must be > 0, got {self.lr!r}")
