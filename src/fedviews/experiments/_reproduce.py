@@ -600,8 +600,9 @@ def render_digest(items: Sequence[tuple[Reproduction, dict[str, Any] | None]]) -
             if metric.lower() in _LOWER_LEAKS:
                 ratio = [v / c if c else math.nan for v, c in zip(value, chance, strict=True)]
                 result, base = f"**{_span(ratio, '{:.2f}')}** × chance ({metric})", "1"
-            else:
-                result, base = f"**{_span(value)}** ({metric})", _span(chance)
+            else:  # scores below 10 (SSIM, a fraction) with two decimals, percentages with one
+                fmt = "{:.2f}" if max(map(abs, value + chance), default=0) < 10 else "{:.1f}"
+                result, base = f"**{_span(value, fmt)}** ({metric})", _span(chance, fmt)
             cells = [
                 f"`{entry.name}`",
                 f"{_joined([r[idx['attacker']] for r in rows])} ({role})",
