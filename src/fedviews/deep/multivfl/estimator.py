@@ -18,6 +18,9 @@ from typing import Any, TypeVar
 import numpy as np
 from sklearn.base import BaseEstimator
 
+# at import, not in fit: importing rich draws from the global `random` (rich.style's id
+# counter), and fit must leave the global random states as it found them
+from fedviews._console import err_console
 from fedviews._estimator import is_int, store_params
 from fedviews._registry import register_estimator
 from fedviews.data import PartyData, check_ids, split_strips
@@ -437,7 +440,6 @@ class MultiVFL(BaseEstimator):
         """``callback``, preceded by a line per round on stderr when ``verbose``."""
         if not self.verbose:
             return callback
-        from fedviews._console import err_console
 
         sizes = sorted({len(r) for r in owner_rows})
         err_console.print(
