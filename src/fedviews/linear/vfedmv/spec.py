@@ -14,36 +14,26 @@ label owner → server when the labels are at a party; ``X_k``, ``X_k^test`` and
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-from fedviews._estimator import store_params
-from fedviews._registry import register_estimator
-from fedviews.data import PartyData, check_Xs, one_hot
-from fedviews.errors import ConfigError, DataError, check_fitted
+from fedviews.data import PartyData, one_hot
+from fedviews.errors import ConfigError, DataError
 from fedviews.federation import (
     AlignGroup,
     Local,
     PrivacyPolicy,
     Roster,
     RunSpec,
-    estimator_params,
     register_algorithm_spec,
     spawn_streams,
 )
-from fedviews.linear._common import check_flag, check_iter, check_weights, per_party
-from fedviews.linear._consensus import (
-    ConsensusAlgorithm,
-    ConsensusFit,
-    ConsensusParty,
-    ConsensusServer,
-    IRLSOptions,
-    consensus_centralized,
-)
-from fedviews.linear._fedmv import _ConsensusPredictor, _prepare_views
+from fedviews.linear._common import check_flag, check_iter, check_weights
+from fedviews.linear._consensus_spec import ConsensusAlgorithm
+from fedviews.linear.vfedmv.parties import VFedMVParty, VFedMVServer
 
 
 def vfedmv_policy(*, labels_at_party: bool = False, evaluate: bool = False) -> PrivacyPolicy:
@@ -61,36 +51,6 @@ def vfedmv_policy(*, labels_at_party: bool = False, evaluate: bool = False) -> P
 
 #: the paper's barrier: the server holds the labels
 VFEDMV_POLICY = vfedmv_policy()
-
-
-#: Data owner ``L_k`` of Algorithm 2: the shared consensus party
-#: (:class:`~fedviews.linear._consensus.ConsensusParty`); a label owner that is a party
-#: sends ``Y`` to the server once (``labels``) and scores the test consensus (``score``).
-VFedMVParty = ConsensusParty
-
-
-class VFedMVServer(ConsensusServer):
-    """The V-FedMV server: holds ``Y`` (or receives it from ``label_owner``), computes
-    ``Z`` (Eq. 10) and ``Z^test`` (Eq. 12)."""
-
-    def __init__(
-        self,
-        parties: Sequence[str],
-        Y: np.ndarray,
-        eta: float,
-        seed: np.random.SeedSequence,
-        *,
-        max_iter: int,
-        tol: float,
-        label_owner: str | None = None,
-        test: tuple[int, float] | None = None,
-        frac_bits: int | None = None,
-    ) -> None:
-        n, c = Y.shape
-        super().__init__(
-            parties, n, c, seed, max_iter=max_iter, tol=tol, Y=Y, eta=eta,
-            label_owner=label_owner, test=test, frac_bits=frac_bits,
-        )  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -221,136 +181,3 @@ class VFedMVAlgorithm(ConsensusAlgorithm):
 
 
 VFEDMV_SPEC = register_algorithm_spec(VFedMVAlgorithm())
-
-
-def vfedmv_centralized(
-    Xs: Sequence[np.ndarray],
-    Y: np.ndarray,
-    *,
-    beta: float | Sequence[float] = 4.0,
-    zeta: float | Sequence[float] = 8.0,
-    eta: float = 16.0,
-    max_iter: int = 30,
-    tol: float = 1e-6,
-    inner_max_iter: int = 20,
-    inner_tol: float = 1e-6,
-    eps: float = 1e-10,
-    random_state: int | None = 0,
-) -> dict[str, Any]:
-    """Algorithm 1 (training phase) run centrally: no parties, no messages.
-
-    Same initialisation streams and update order as :class:`VFedMV`; used to check
-    that the federated run equals the centralized computation of the objective
-    (:func:`~fedviews.linear._consensus.consensus_centralized`, the label term in
-    the Z step). Returns ``{"W": [...], "Z": Z, "Z_k": [...], "objective": [...]}``.
-    """
-    K = len(Xs)
-    return consensus_centralized(
-        Xs, Y, per_party(beta, K, "beta"), per_party(zeta, K, "zeta"), eta,
-        label_owner=None, max_iter=max_iter, tol=tol,
-        solver=IRLSOptions(inner_max_iter, inner_tol, eps), random_state=random_state,
-    )  # fmt: skip
-
-
-@register_estimator("vfedmv")
-class VFedMV(ConsensusFit, _ConsensusPredictor):
-    """Vertical federated multi-view learning (Algorithm 2), with its consensus testing phase.
-
-    Party ``k`` holds view ``X_k``; the server holds the labels. Row-wise ℓ2,1 (see
-    the module docstring for the choice).
-
-    Parameters
-    ----------
-    beta : float or list of float, default=4
-        ℓ2,1 strength β_k (the paper uses 4).
-    zeta : float or list of float, default=8
-        ζ_k, tying ``Z_k`` to ``Z`` (paper: chosen in {2^0..2^5} on validation).
-    eta : float, default=16
-        η, tying ``Z`` to ``Y`` (paper: chosen in {2^0..2^5}).
-    max_iter, tol : int, float
-        Outer rounds and the relative-objective-change stopping rule.
-    inner_max_iter, inner_tol : int, float
-        IRLS iterations per round (Algorithm 2, inner loop).
-    test_max_iter, test_tol : int, float
-        Iterations / stopping rule of the testing-phase consensus.
-    eps : float
-        ε of Eq. (5).
-    standardize : bool, default=False
-        Every party scales its own view with its own column statistics first, and
-        its test view in the testing phase with the same statistics.
-    random_state : int or None
-        Seed of the random initial ``Z`` / ``Z_k``.
-    transport : callable, optional
-        ``transport(policy) -> Transport`` (default: in-process).
-    defense : str, dict or Defense, optional
-        ``"secagg"``: secure aggregation of the ``Z_k`` (the server learns only
-        ``sum_k zeta_k Z_k``; :class:`~fedviews.federation.Defense`). Default: none.
-
-    Attributes
-    ----------
-    W_ : list of ndarray (d_k, n_classes)
-        Each party's transformation matrix (read from the party objects of the
-        in-process simulation; never sent).
-    Z_ : ndarray (n_samples, n_classes)
-        Final consensus pseudo-labels (server side).
-    scalers_ : list of (ndarray, ndarray) or None
-        Each party's own training column means and standard deviations
-        (``standardize``; ``None`` without it), kept by that party.
-    objective_ : list of float
-        Objective (Eq. 1) after every round (non-increasing).
-    history_ : list of float
-        ``objective_`` (the per-round record every federated estimator exposes).
-    feature_importances_ : list of ndarray
-        Row norms of every ``W_k``.
-    test_iterations_ : int
-        Consensus iterations of the last :meth:`predict` / :meth:`decision_function`.
-    run_stats_, transport_
-        Message statistics and the transport (its ``log`` lists every message,
-        including those of the testing phase).
-    """
-
-    def __init__(
-        self,
-        beta: float | Sequence[float] = 4.0,
-        zeta: float | Sequence[float] = 8.0,
-        eta: float = 16.0,
-        max_iter: int = 30,
-        tol: float = 1e-6,
-        inner_max_iter: int = 20,
-        inner_tol: float = 1e-6,
-        test_max_iter: int = 1000,
-        test_tol: float = 1e-8,
-        eps: float = 1e-10,
-        standardize: bool = False,
-        random_state: int | None = 0,
-        transport: Any = None,
-        defense: Any = None,
-    ) -> None:
-        store_params(self, locals())
-
-    def fit(self, Xs: Sequence[np.ndarray], y: np.ndarray) -> VFedMV:
-        """Run Algorithm 2: ``Xs[k]`` is party k's view, ``y`` the server's labels.
-
-        The parties are named ``party0 .. party{K-1}``; the server (``coordinator``)
-        holds the labels, as in the paper. Every party is built from its own view
-        only (:class:`VFedMVAlgorithm`), exactly as in a deployment.
-        """
-        Xs, y = _prepare_views(Xs, y, "V-FedMV")
-        params = estimator_params(VFedMVParams, self, skip=("evaluate",))
-        self.server_, self.parties_ = self.fit_run("vfedmv", params, Xs, y, None)
-        return self
-
-    def decision_function(self, Xs: Sequence[np.ndarray]) -> np.ndarray:
-        """Consensus ``Z^test`` by the federated testing phase (Algorithm 2, Eqs. 12-13).
-
-        Each party loads its own test view and computes ``X_k^test W_k`` locally;
-        only ``Z_k_test`` and ``Z_test`` are exchanged.
-        """
-        check_fitted(self, "parties_", "server_")
-        Xs = check_Xs(Xs, n_views=len(self.parties_), n_features=self.n_features_in_)
-        for party, X in zip(self.parties_, Xs, strict=True):
-            party.load_test(X)
-        Z = self.server_.consensus(self.test_max_iter, self.test_tol)
-        self.test_iterations_ = self.server_.test_iterations
-        self.run_stats_ = self.transport_.log.summary()
-        return Z
