@@ -105,6 +105,34 @@ def test_testing_phase_equals_closed_form_minimiser(hw) -> None:
     np.testing.assert_array_equal(m.predict(Xte), m.classes_[np.argmax(closed, axis=1)])
 
 
+def test_vfedmv_testing_phase_goes_through_the_runner(hw, monkeypatch) -> None:
+    """predict runs the deployed testing phase: the spec's runner drives the server, which
+    sends test_init / test_update to the parties' handlers; no training round is rerun."""
+    from fedviews.linear.vfedmv import VFEDMV_SPEC
+
+    Xs, y, Xte, _ = hw
+    calls = []
+    runner = type(VFEDMV_SPEC).run_coordinator
+
+    def counted(self, coord, on_round_end=None):
+        calls.append(coord)
+        return runner(self, coord, on_round_end)
+
+    monkeypatch.setattr(type(VFEDMV_SPEC), "run_coordinator", counted)
+    m = VFedMV(max_iter=3, inner_max_iter=2).fit(Xs, y)
+    n_fit = len(m.transport_.log.entries)
+    Z, objective = m.Z_.copy(), list(m.objective_)
+    first = m.decision_function(Xte)
+    assert calls == [m.server_, m.server_]
+    kinds = {e.kind for e in m.transport_.log.entries[n_fit:]}
+    assert kinds == {"test_init", "test_update", "test_init:reply", "test_update:reply"}
+    assert m.objective_ == objective and np.array_equal(m.server_.Z, Z)
+    np.testing.assert_array_equal(m.decision_function(Xte), first)  # again, the same rows
+    P = [X @ W for X, W in zip(Xte, m.W_, strict=True)]
+    local, _ = fedmv_consensus(P, m.zeta, max_iter=m.test_max_iter, tol=m.test_tol)
+    np.testing.assert_allclose(first, local, atol=1e-12)
+
+
 def test_vfedmv_message_log_only_allowed_arrays(hw) -> None:
     Xs, y, Xte, _ = hw
     m = VFedMV(max_iter=3, inner_max_iter=2).fit(Xs, y)

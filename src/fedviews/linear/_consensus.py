@@ -314,6 +314,11 @@ class ConsensusParty(SecureSumParty):
         return self.reply(msg, meta={"accuracy": accuracy, "n_test": len(y_test)})
 
     # -- testing phase ---------------------------------------------------------
+    def hold_test(self, X_test: np.ndarray) -> None:
+        """Local: this party now holds the (raw) test view ``X_test`` of its own rows; the
+        next testing phase (``test_init``) reads it, as a deployed party reads its file's."""
+        self.X_test, self.P_test = X_test, None
+
     def load_test(self, X_test: np.ndarray) -> None:
         """Local: the party reads its own (raw) test view, scales it as its training view was
         scaled, and computes ``P_k = X_k^test W_k``."""
@@ -450,16 +455,20 @@ class ConsensusServer(Coordinator):
         """Rounds ``len(objective) + 1 .. max_iter`` (all of them unless :meth:`load_state`),
         then the testing phase if configured.
 
-        ``on_round_end(r)`` is called after round ``r`` (e.g. to write a checkpoint).
+        ``on_round_end(r)`` is called after round ``r`` (e.g. to write a checkpoint). Once
+        training is over (converged, or ``max_iter`` rounds), a run is only the testing
+        phase: how the estimator predicts new rows, with the runner that fitted it.
         """
+        r = len(self.objective)
+        if self.converged or r >= self.max_iter:
+            return self._test_phase()
         if self.frac_bits is not None:  # fresh keys every run (and every resumption)
-            secure_sum_setup(self, self.parties, self.frac_bits, round=len(self.objective))
+            secure_sum_setup(self, self.parties, self.frac_bits, round=r)
         if self.label_owner is not None:  # the label owner sends Y (a placeholder until then)
             assert self.Y is not None
-            reply = self.send(self.label_owner, "labels", round=len(self.objective))
+            reply = self.send(self.label_owner, "labels", round=r)
             self.Y = reply.array("Y", self.Y.shape)
         prev = self.objective[-1] if self.objective else np.inf
-        r = len(self.objective)
         while not self.converged and r < self.max_iter:
             r += 1
             replies = self.broadcast(self.parties, "update", arrays={"Z": self.Z}, round=r)
@@ -469,6 +478,10 @@ class ConsensusServer(Coordinator):
             if on_round_end is not None:
                 on_round_end(r)
             prev = f
+        return self._test_phase()
+
+    def _test_phase(self) -> np.ndarray:
+        """The testing phase if configured (:attr:`test`); returns the training consensus."""
         if self.test is not None:
             self._evaluate(*self.test)
         return self.Z
@@ -501,9 +514,13 @@ class ConsensusServer(Coordinator):
         return Z
 
     def _evaluate(self, max_iter: int, tol: float) -> None:
-        if self.label_owner is None:
-            raise ProtocolError("the testing phase is scored by a label owner; none is set")
+        """The testing phase: the consensus ``Z_test`` of the parties' test rows, scored by
+        the label owner where a party holds the labels (without one, the server holds them
+        and keeps ``Z_test``, as the paper's server predicts)."""
         Z_test = self.consensus(max_iter, tol)
+        if self.label_owner is None:
+            self.scores.update(Z_test=Z_test, test_iterations=self.test_iterations)
+            return
         reply = self.send(
             self.label_owner,
             "score",

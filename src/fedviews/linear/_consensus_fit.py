@@ -37,7 +37,8 @@ class ConsensusFit:
         built from its own view ``Xs[k]`` only, with ``y`` if ``k == owner`` (``None``: the
         coordinator holds ``y``), exactly as in a deployment.
 
-        Sets ``classes_``, ``transport_``, ``Z_``, ``W_``, ``Z_k_`` and ``scalers_`` (read
+        Sets ``fed_`` (the run: its runner drives the testing phase later), ``classes_``,
+        ``transport_``, ``Z_``, ``W_``, ``Z_k_`` and ``scalers_`` (read
         from the party objects of the simulation; never sent), ``feature_importances_``,
         ``objective_`` (= ``history_``), ``n_iter_``, ``converged_``,
         ``n_features_in_`` and ``run_stats_``. Returns the server and the parties.
@@ -57,6 +58,7 @@ class ConsensusFit:
             fed = build_in_process(run, datas, transport=self.transport)
             self.transport_ = fed.transport
             self.Z_ = fed()
+        self.fed_ = fed
         server = fed.coordinator
         assert isinstance(server, ConsensusServer)
         parties = [p for n in names if isinstance(p := fed.parties[n], ConsensusParty)]

@@ -108,14 +108,17 @@ class VFedMV(ConsensusFit, ConsensusPredictor):
     def decision_function(self, Xs: Sequence[np.ndarray]) -> np.ndarray:
         """Consensus ``Z^test`` by the federated testing phase (Algorithm 2, Eqs. 12-13).
 
-        Each party loads its own test view and computes ``X_k^test W_k`` locally;
-        only ``Z_k_test`` and ``Z_test`` are exchanged.
+        Each party holds its own test view ``Xs[k]`` and computes ``X_k^test W_k``
+        locally; the runner that fitted the model runs the testing phase as a deployment
+        does (the server's ``test_init`` / ``test_update`` to the parties' handlers, no
+        training round left); only ``Z_k_test`` and ``Z_test`` are exchanged.
         """
-        check_fitted(self, "parties_", "server_")
+        check_fitted(self, "parties_", "server_", "fed_")
         Xs = check_Xs(Xs, n_views=len(self.parties_), n_features=self.n_features_in_)
         for party, X in zip(self.parties_, Xs, strict=True):
-            party.load_test(X)
-        Z = self.server_.consensus(self.test_max_iter, self.test_tol)
-        self.test_iterations_ = self.server_.test_iterations
+            party.hold_test(X)
+        self.server_.test = (self.test_max_iter, self.test_tol)
+        self.fed_()
+        self.test_iterations_ = self.server_.scores["test_iterations"]
         self.run_stats_ = self.transport_.log.summary()
-        return Z
+        return np.asarray(self.server_.scores["Z_test"])
