@@ -33,12 +33,22 @@ def naive_irls(
     return W, hist
 
 
-def _fro2(A: np.ndarray) -> float:
+def fro2(A: np.ndarray) -> float:
     return float(np.sum(A * A))
 
 
-def _l21(W: np.ndarray) -> float:
-    return float(np.linalg.norm(W, axis=1).sum())
+def _rows(W: np.ndarray) -> np.ndarray:
+    return np.linalg.norm(W, axis=1)
+
+
+def l21(W: np.ndarray) -> float:
+    return float(_rows(W).sum())
+
+
+def _stops(prev: float, f: float, tol: float) -> bool:
+    """The papers' "until convergence", as the fast code reads it: the objective changed
+    by at most ``tol`` (relative) since the last iteration (never with ``tol = 0``)."""
+    return bool(tol > 0 and np.isfinite(prev) and abs(prev - f) <= tol * abs(prev))
 
 
 def irls(
@@ -56,20 +66,16 @@ def irls(
     (``None``: ``A = I``), until the objective changes by at most ``tol`` (relative) or
     ``max_iter`` times."""
     W = W0
-    prev = np.inf if W0 is None else _fro2(X @ W0 - T) + beta * _l21(W0)
+    prev = np.inf if W0 is None else fro2(X @ W0 - T) + beta * l21(W0)
     for _ in range(max_iter):
-        A = np.eye(X.shape[1]) if W is None else np.diag(1.0 / (2.0 * (_row(W) + eps)))
+        A = np.eye(X.shape[1]) if W is None else np.diag(1.0 / (2.0 * (_rows(W) + eps)))
         W = sla.solve(X.T @ X + beta * A, X.T @ T, assume_a="pos")
-        f = _fro2(X @ W - T) + beta * _l21(W)
-        if tol > 0 and np.isfinite(prev) and abs(prev - f) <= tol * abs(prev):
+        f = fro2(X @ W - T) + beta * l21(W)
+        if _stops(prev, f, tol):
             break
         prev = f
     assert W is not None
     return W
-
-
-def _row(W: np.ndarray) -> np.ndarray:
-    return np.linalg.norm(W, axis=1)
 
 
 def consensus_reference(
@@ -121,17 +127,17 @@ def consensus_reference(
                 Zk[k] = (X @ W + zetas[k] * Z + eta * Y) / (1.0 + zetas[k] + eta)
             else:
                 Zk[k] = (X @ W + zetas[k] * Z) / (1.0 + zetas[k])
-        weighted = sum(z * Z_k for z, Z_k in zip(zetas, Zk, strict=True))
+        weighted = np.asarray(sum(z * Z_k for z, Z_k in zip(zetas, Zk, strict=True)))
         if label_owner is None:
             Z = (weighted + eta * Y) / (sum(zetas) + eta)
         else:
             Z = weighted / sum(zetas)
-        f = eta * _fro2((Z if label_owner is None else Zk[label_owner]) - Y)
-        for X, W, Z_k, b, z in zip(Xs, Ws, Zk, betas, zetas, strict=True):
-            assert W is not None
-            f += _fro2(X @ W - Z_k) + b * _l21(W) + z * _fro2(Z_k - Z)
+        f = eta * fro2((Z if label_owner is None else Zk[label_owner]) - Y)
+        for X, Wk, Z_k, b, z in zip(Xs, Ws, Zk, betas, zetas, strict=True):
+            assert Wk is not None
+            f += fro2(X @ Wk - Z_k) + b * l21(Wk) + z * fro2(Z_k - Z)
         objective.append(f)
-        if tol > 0 and np.isfinite(prev) and abs(prev - f) <= tol * abs(prev):
+        if _stops(prev, f, tol):
             break
         prev = f
     return {"W": Ws, "Z": Z, "Z_k": Zk, "objective": objective}

@@ -15,11 +15,7 @@ import numpy as np
 
 from fedviews.federation import spawn_streams
 from fedviews.linear._common import orthonormal_nonnegative, per_party
-from fedviews.linear._reference import irls
-
-
-def _fro2(A: np.ndarray) -> float:
-    return float(np.sum(A * A))
+from fedviews.linear._reference import fro2, irls, l21
 
 
 def hfedmv_centralized(
@@ -81,10 +77,9 @@ def hfedmv_centralized(
                     irls(X, Z_k, b, Wk, inner_max_iter, inner_tol, eps)
                     for X, Z_k, b, Wk in zip(Xs, Zk, betas, Ws, strict=True)
                 ]
-                f = eta * _fro2(Z - Y)
+                f = eta * fro2(Z - Y)
                 for X, Wk, Z_k, b, z in zip(Xs, Ws, Zk, betas, zetas, strict=True):
-                    f += _fro2(X @ Wk - Z_k) + b * np.linalg.norm(Wk, axis=1).sum()
-                    f += z * _fro2(Z_k - Z)
+                    f += fro2(X @ Wk - Z_k) + b * l21(Wk) + z * fro2(Z_k - Z)
             Zs[l] = Z
             W_local.append(Ws)
             f_round += float(f)
