@@ -48,7 +48,7 @@ def mvl_local(
 ) -> dict[str, Any]:
     """Local multi-view learning of one data holder (Algorithm 3's client loop, alone).
 
-    Written as a plain loop (no parties, no messages); H-FedMV with a single client
+    Written as a plain loop (no parties, no messages) on the client's learner; H-FedMV with a single client
     must give the same result (same streams: ``W`` from stream 0, ``Z`` from stream 1).
     Returns ``{"W": [...], "Z": Z, "objective": [...]}`` (objective after every pass).
     """

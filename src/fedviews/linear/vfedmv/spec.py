@@ -1,4 +1,4 @@
-r"""V-FedMV (Che et al., Algorithm 2), defined once: params, spec, estimator, reference.
+r"""V-FedMV (Che et al., Algorithm 2): its params and spec (the parties: :mod:`.parties`).
 
 Party ``k`` holds view ``X_k``; the server runs the Z step (Eq. 10) with the
 labels. The protocol is the shared consensus protocol of
@@ -10,6 +10,39 @@ scores the test consensus (``evaluate``). Crossing the barrier: ``Z_k`` (and
 ``Z_k_test``) party → server, ``Z`` (and ``Z_test``) server → party, ``Y`` once
 label owner → server when the labels are at a party; ``X_k``, ``X_k^test`` and
 ``W_k`` never leave their party.
+
+FedMV (Che et al.): vertical and horizontal federated multi-view learning.
+
+Multi-view objective (Eq. 1), views ``k = 1..K``, one-hot labels ``Y``:
+
+.. math::
+    \sum_k \|X_k W_k - Z_k\|_F^2 + \beta_k \|W_k\|_{2,1} + \zeta_k \|Z_k - Z\|_F^2
+    + \eta \|Z - Y\|_F^2
+
+ℓ2,1 norm. The paper defines ``||W||_{2,1}`` once as a sum over *columns* but
+says it promotes *row* sparsity for feature selection and uses the row-wise
+reweighting of Eq. (5) (``A_k`` is ``d_k x d_k``, one weight per row). We use the
+row-wise norm (rows of ``W_k`` are features), consistent with Eqs. (5)-(6).
+
+Training (block-coordinate descent, every step an exact block minimisation or an
+IRLS majorisation step, so the objective is non-increasing):
+
+* W step (Eqs. 5-6): IRLS on ``min ||X_k W_k - Z_k||^2 + beta_k ||W_k||_{2,1}``,
+  warm-started, with the cached Gram / Woodbury solver of :class:`L21Problem`;
+* Z_k step (Eq. 8): ``Z_k = (X_k W_k + zeta_k Z) / (1 + zeta_k)``;
+* Z step (Eq. 10): ``Z = (sum_k zeta_k Z_k + eta Y) / (sum_k zeta_k + eta)``.
+
+Testing phase (Eqs. 2, 12-13): with ``P_k = X_k^test W_k`` fixed, alternate
+``Z^test = sum zeta_k Z_k^test / sum zeta_k`` and
+``Z_k^test = (P_k + zeta_k Z^test) / (1 + zeta_k)`` from ``Z_k^test = P_k``; the
+prediction is ``argmax Z^test``. Eliminating ``Z_k^test`` shows that the iteration
+converges to the closed-form minimiser of Eq. (2),
+``Z^test = sum_k w_k P_k / sum_k w_k`` with ``w_k = zeta_k / (1 + zeta_k)``, at the
+linear rate ``sum_k (zeta_k^2/(1+zeta_k)) / sum_k zeta_k`` per iteration.
+
+The testing phase (:func:`~fedviews.linear.fedmv_consensus` where one holder runs it
+alone) is shared with H-FedMV (Algorithm 3, :mod:`fedviews.linear.hfedmv`), whose
+clients run the same three steps locally (Eqs. 14-17).
 """
 
 from __future__ import annotations
