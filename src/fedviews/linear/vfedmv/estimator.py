@@ -72,6 +72,9 @@ class VFedMV(ConsensusFit, ConsensusPredictor):
     run_stats_, transport_
         Message statistics and the transport (its ``log`` lists every message,
         including those of the testing phase).
+    fed_ : InProcessRun
+        The fitted run: :meth:`predict` runs its testing phase with the same runner,
+        server and parties (:func:`~fedviews.federation.build_in_process`).
     """
 
     def __init__(
