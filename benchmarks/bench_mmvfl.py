@@ -21,7 +21,7 @@ import scipy.linalg as sla
 
 from fedviews.data import load, one_hot
 from fedviews.linear import MMVFL, SupFL, small_blas
-from fedviews.linear._reference import naive_mmvfl
+from fedviews.linear.mmvfl.reference import naive_mmvfl
 
 
 def best_of(fn, repeat):

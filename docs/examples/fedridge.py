@@ -7,6 +7,18 @@ the residual ``r``, then each party in turn solves its block exactly,
 ``w_k = (X_k^T X_k + alpha I)^{-1} X_k^T (r + X_k w_k)``, and returns ``X_k w_k``. Each
 step minimises a strictly convex quadratic exactly, so the rounds converge to the
 centralized ridge solution ``(X^T X + alpha I)^{-1} X^T y`` of the concatenated views.
+
+One file stands for the package a built-in algorithm has (e.g. ``fedviews/linear/vfedmv/``);
+its sections, in import order, are the package's modules::
+
+    fedridge/
+      parties.py    RidgeParty, RidgeCoordinator: handlers only, never the spec
+      spec.py       FedRidgeParams, POLICY, FedRidgeAlgorithm (builds the parties), registered
+      estimator.py  FedRidge: arrays -> each party's data -> the one runner -> coef_
+      __init__.py   re-exports FedRidge, FedRidgeParams, FedRidgeAlgorithm
+
+(no ``protocol.py``: the parties and the spec share no helper; no ``baselines.py``; the
+test compares with the closed form instead of a ``reference.py``).
 """
 
 from __future__ import annotations
@@ -22,34 +34,7 @@ from fedviews import federation as fv
 from fedviews.data import PartyData, load, standardized
 from fedviews.errors import ConfigError
 
-POLICY = fv.PrivacyPolicy.of(  # (sender role, receiver role): what may go that way
-    "fedridge",
-    {
-        ("party", "coordinator"): ["Xw"],
-        ("label_owner", "coordinator"): ["Xw", "residual"],
-        ("coordinator", "party"): ["residual"],
-        ("coordinator", "label_owner"): ["residual", "prediction"],
-    },
-    kinds={
-        ("coordinator", "party"): ["update"],
-        ("coordinator", "label_owner"): ["update", "residual"],
-    },
-)
-TARGET = ("mor", 3)  # demo data: the label owner's y is this column of this view
-
-
-@dataclass(frozen=True)
-class FedRidgeParams:
-    """The ``[params]`` table: ridge penalty, rounds (one sweep over every party each) and
-    ``tol`` (stop once a round changes the prediction by at most ``tol`` times its norm)."""
-
-    alpha: float = 1.0
-    max_iter: int = 100
-    tol: float = 1e-12
-
-    def validate(self) -> None:
-        if not (self.alpha > 0 and self.max_iter >= 1 and self.tol >= 0):
-            raise ConfigError("fedridge needs alpha > 0, max_iter >= 1 and tol >= 0")
+# --------------------------------------------------------------------------- parties.py
 
 
 class RidgeParty(fv.Party):
@@ -83,15 +68,25 @@ class RidgeParty(fv.Party):
 class RidgeCoordinator(fv.Coordinator):
     """Drives the rounds; sees partial predictions and residuals, never ``X_k`` or ``w_k``."""
 
-    def __init__(self, parties: tuple[str, ...], owner: str, n: int, p: FedRidgeParams) -> None:
+    def __init__(
+        self,
+        parties: tuple[str, ...],
+        owner: str,
+        n: int,
+        *,
+        alpha: float,
+        max_iter: int,
+        tol: float,
+    ) -> None:
         super().__init__()
-        self.parties, self.owner, self.p = parties, owner, p
+        self.parties, self.owner = parties, owner
+        self.alpha, self.max_iter, self.tol = alpha, max_iter, tol
         self.Xw, self.w2 = np.zeros((len(parties), n)), np.zeros(len(parties))
         self.objective: list[float] = []
         self.converged = False
 
     def run(self, on_round_end: Any = None) -> np.ndarray:
-        for rnd in range(len(self.objective) + 1, self.p.max_iter + 1):
+        for rnd in range(len(self.objective) + 1, self.max_iter + 1):
             before = self.Xw.sum(0)
             ask = self.send(self.owner, "residual", {"prediction": before}, round=rnd)
             r = ask.arrays["residual"]
@@ -99,9 +94,9 @@ class RidgeCoordinator(fv.Coordinator):
                 reply = self.send(name, "update", {"residual": r}, round=rnd)
                 r = r - (reply.arrays["Xw"] - self.Xw[k])  # keep the residual current
                 self.Xw[k], self.w2[k] = reply.arrays["Xw"], reply.meta["w2"]
-            self.objective.append(float(r @ r + self.p.alpha * self.w2.sum()))
+            self.objective.append(float(r @ r + self.alpha * self.w2.sum()))
             change = np.linalg.norm(self.Xw.sum(0) - before)
-            self.converged = bool(change <= self.p.tol * np.linalg.norm(self.Xw.sum(0)))
+            self.converged = bool(change <= self.tol * np.linalg.norm(self.Xw.sum(0)))
             if on_round_end is not None:
                 on_round_end(rnd)
             if self.converged:
@@ -123,6 +118,38 @@ class RidgeCoordinator(fv.Coordinator):
         return metrics, {"prediction": self.Xw.sum(0)}
 
 
+# --------------------------------------------------------------------------- spec.py
+
+POLICY = fv.PrivacyPolicy.of(  # (sender role, receiver role): what may go that way
+    "fedridge",
+    {
+        ("party", "coordinator"): ["Xw"],
+        ("label_owner", "coordinator"): ["Xw", "residual"],
+        ("coordinator", "party"): ["residual"],
+        ("coordinator", "label_owner"): ["residual", "prediction"],
+    },
+    kinds={
+        ("coordinator", "party"): ["update"],
+        ("coordinator", "label_owner"): ["update", "residual"],
+    },
+)
+TARGET = ("mor", 3)  # demo data: the label owner's y is this column of this view
+
+
+@dataclass(frozen=True)
+class FedRidgeParams:
+    """The ``[params]`` table: ridge penalty, rounds (one sweep over every party each) and
+    ``tol`` (stop once a round changes the prediction by at most ``tol`` times its norm)."""
+
+    alpha: float = 1.0
+    max_iter: int = 100
+    tol: float = 1e-12
+
+    def validate(self) -> None:
+        if not (self.alpha > 0 and self.max_iter >= 1 and self.tol >= 0):
+            raise ConfigError("fedridge needs alpha > 0, max_iter >= 1 and tol >= 0")
+
+
 class FedRidgeAlgorithm(fv.Algorithm):
     """The spec; the defaults give one label owner and one alignment group of all parties."""
 
@@ -142,8 +169,11 @@ class FedRidgeAlgorithm(fv.Algorithm):
         return RidgeParty(party, self.role(run, party), X, y, run.params.alpha)
 
     def build_coordinator(self, run: fv.RunSpec, setup: Any, local: Any = None) -> RidgeCoordinator:
-        fed = run.federation
-        return RidgeCoordinator(fed.parties, fed.owners()[0], setup["n_samples"], run.params)
+        fed, p = run.federation, run.params
+        return RidgeCoordinator(
+            fed.parties, fed.owners()[0], setup["n_samples"], alpha=p.alpha, max_iter=p.max_iter,
+            tol=p.tol,
+        )  # fmt: skip
 
     def demo_data(self, cfg: Any) -> dict[str, PartyData]:
         """``[data]`` views dealt to the parties, each standardised with its own statistics;
@@ -162,6 +192,9 @@ class FedRidgeAlgorithm(fv.Algorithm):
 fv.register_algorithm_spec(FedRidgeAlgorithm())
 
 
+# --------------------------------------------------------------------------- estimator.py
+
+
 class FedRidge(BaseEstimator):
     """Every party in this process, party 0 holds ``y``. ``coef_``: each party's ``w_k``
     (read from the party objects, never sent); ``objective_`` per round; ``transport_``."""
@@ -175,9 +208,9 @@ class FedRidge(BaseEstimator):
             p: PartyData(ids, X, y if p == names[0] else None)
             for p, X in zip(names, Xs, strict=True)
         }
-        params = FedRidgeParams(self.alpha, self.max_iter, self.tol)
+        params = fv.estimator_params(FedRidgeParams, self)  # the Params fields, from get_params
         fed = fv.build_in_process(fv.RunSpec("fedridge", params, fv.Roster(names, names[0])), datas)
-        fed()
+        fed()  # the runner: the algorithm's run_coordinator, as a deployment runs it
         self.coef_ = [p.w for p in fed.parties.values() if isinstance(p, RidgeParty)]
         assert isinstance(fed.coordinator, RidgeCoordinator)
         self.objective_ = list(fed.coordinator.objective)

@@ -382,7 +382,7 @@ def test_sfedmv_launch_equals_in_process(launched):
 
 
 def _vfedmv_objects(Xs, Y, rounds):
-    from fedviews.linear._vfedmv import VFEDMV_POLICY, VFedMVParty, VFedMVServer
+    from fedviews.linear.vfedmv import VFEDMV_POLICY, VFedMVParty, VFedMVServer
 
     ss = np.random.SeedSequence(2).spawn(len(Xs) + 1)
     parties = [
@@ -397,12 +397,12 @@ def _vfedmv_objects(Xs, Y, rounds):
 def _hfedmv_objects(clients, rounds):
     from fedviews.linear import HFedMVClient, HFedMVServer, hfedmv_policy
     from fedviews.linear._consensus import IRLSOptions
-    from fedviews.linear._fedmv import _init_W, _LocalMVL
+    from fedviews.linear.hfedmv.protocol import LocalLearner, init_W
 
     ss = np.random.SeedSequence(2).spawn(len(clients) + 1)
 
     def learner(m, Y):
-        return lambda Xs: _LocalMVL(
+        return lambda Xs: LocalLearner(
             Xs, Y, betas=[1.0] * 2, zetas=[4.0] * 2, eta=8.0, seed=ss[1 + m], solver=IRLSOptions(5)
         )
 
@@ -411,7 +411,7 @@ def _hfedmv_objects(clients, rounds):
         for m, (Xs, Y) in enumerate(clients)
     ]
     dims = [X.shape[1] for X in clients[0][0]]
-    server = HFedMVServer([c.name for c in objs], _init_W(dims, 3, ss[0]), rounds)
+    server = HFedMVServer([c.name for c in objs], init_W(dims, 3, ss[0]), rounds)
     federate([server, *objs], hfedmv_policy(2))
     return server, objs
 

@@ -21,7 +21,7 @@ from fedviews.deploy._session import DeployCoordinator
 from fedviews.errors import ConfigError, DataError, ProtocolError
 from fedviews.federation import SetupReport, federate
 from fedviews.linear import MMVFL
-from fedviews.linear._mmvfl import MMVFL_POLICY, MMVFLParty, MMVFLServer
+from fedviews.linear.mmvfl import MMVFL_POLICY, MMVFLParty, MMVFLServer
 
 PARTIES = ("pix", "fou", "zer")
 ROUNDS = 200  # tol = 0: every round runs; a few ms each, so the kill lands well before the end

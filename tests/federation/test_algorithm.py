@@ -18,7 +18,7 @@ from fedviews.federation import (
     spawn_streams,
 )
 from fedviews.linear import MMVFL
-from fedviews.linear._mmvfl import MMVFL_SPEC, MMVFLParams
+from fedviews.linear.mmvfl import MMVFL_SPEC, MMVFLParams
 
 
 def test_policy_checks_kinds_and_their_replies():

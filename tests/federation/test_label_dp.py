@@ -21,7 +21,7 @@ from fedviews.federation import (
     randomized_response,
 )
 from fedviews.linear import MMVFL, VFedMV
-from fedviews.linear._mmvfl import MMVFLParams
+from fedviews.linear.mmvfl import MMVFLParams
 
 
 def _data(seed=0, n=150, dims=(6, 9, 5), c=3):

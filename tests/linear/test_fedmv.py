@@ -15,6 +15,7 @@ from fedviews.linear import (
     SingleViewFL,
     VFedMV,
     fedmv_consensus,
+    hfedmv_centralized,
     hfedmv_policy,
     mvl_local,
     vfedmv_centralized,
@@ -104,6 +105,34 @@ def test_testing_phase_equals_closed_form_minimiser(hw) -> None:
     np.testing.assert_array_equal(m.predict(Xte), m.classes_[np.argmax(closed, axis=1)])
 
 
+def test_vfedmv_testing_phase_goes_through_the_runner(hw, monkeypatch) -> None:
+    """predict runs the deployed testing phase: the spec's runner drives the server, which
+    sends test_init / test_update to the parties' handlers; no training round is rerun."""
+    from fedviews.linear.vfedmv import VFEDMV_SPEC
+
+    Xs, y, Xte, _ = hw
+    calls = []
+    runner = type(VFEDMV_SPEC).run_coordinator
+
+    def counted(self, coord, on_round_end=None):
+        calls.append(coord)
+        return runner(self, coord, on_round_end)
+
+    monkeypatch.setattr(type(VFEDMV_SPEC), "run_coordinator", counted)
+    m = VFedMV(max_iter=3, inner_max_iter=2).fit(Xs, y)
+    n_fit = len(m.transport_.log.entries)
+    Z, objective = m.Z_.copy(), list(m.objective_)
+    first = m.decision_function(Xte)
+    assert calls == [m.server_, m.server_]
+    kinds = {e.kind for e in m.transport_.log.entries[n_fit:]}
+    assert kinds == {"test_init", "test_update", "test_init:reply", "test_update:reply"}
+    assert m.objective_ == objective and np.array_equal(m.server_.Z, Z)
+    np.testing.assert_array_equal(m.decision_function(Xte), first)  # again, the same rows
+    P = [X @ W for X, W in zip(Xte, m.W_, strict=True)]
+    local, _ = fedmv_consensus(P, m.zeta, max_iter=m.test_max_iter, tol=m.test_tol)
+    np.testing.assert_allclose(first, local, atol=1e-12)
+
+
 def test_vfedmv_message_log_only_allowed_arrays(hw) -> None:
     Xs, y, Xte, _ = hw
     m = VFedMV(max_iter=3, inner_max_iter=2).fit(Xs, y)
@@ -142,6 +171,56 @@ def test_hfedmv_single_client_equals_local_mvl(hw) -> None:
     local = LocalMVL(n_iter=6, **kw).fit(Xs, y)
     for Wh, Wl in zip(h.W_, local.W_, strict=True):
         np.testing.assert_allclose(Wh, Wl, atol=1e-10)
+    cen = hfedmv_centralized([(Xs, one_hot(y)[0])], n_rounds=3, local_iter=2, **kw)
+    for Wh, Wc in zip(h.W_, cen["W"], strict=True):
+        np.testing.assert_allclose(Wh, Wc, atol=1e-10)
+    np.testing.assert_allclose(h.objective_, cen["objective"], rtol=1e-10)
+
+
+def test_hfedmv_federated_equals_centralized(hw) -> None:
+    """Three unequal clients (60, 40, 20 samples: the smaller two solve their W steps in
+    the Woodbury form, the reference in the plain one) against the reference written from
+    Eqs. (14)-(17) and the weighted average of Algorithm 3."""
+    Xs, y, _, _ = hw
+    cuts = [slice(0, 60), slice(60, 100), slice(100, 120)]
+    clients = [([X[c] for X in Xs], y[c]) for c in cuts]
+    kw = {"beta": 4.0, "zeta": [2.0, 4.0, 8.0], "eta": 8.0, "inner_max_iter": 4, "random_state": 5}
+    h = HFedMV(n_rounds=3, local_iter=2, **kw).fit(clients)
+    Y = [one_hot(yl, h.classes_)[0] for _, yl in clients]
+    cen = hfedmv_centralized(
+        [(Xl, Yl) for (Xl, _), Yl in zip(clients, Y, strict=True)], n_rounds=3, local_iter=2, **kw
+    )
+    for Wh, Wc in zip(h.W_, cen["W"], strict=True):
+        np.testing.assert_allclose(Wh, Wc, atol=1e-8)
+    for local, ref in zip(h.local_W_, cen["W_local"], strict=True):
+        for Wh, Wc in zip(local, ref, strict=True):
+            np.testing.assert_allclose(Wh, Wc, atol=1e-8)
+    np.testing.assert_allclose(h.objective_, cen["objective"], rtol=1e-10)
+
+
+@pytest.mark.parametrize(
+    "module",
+    [
+        "fedviews.linear._reference",
+        "fedviews.linear.vfedmv.reference",
+        "fedviews.linear.hfedmv.reference",
+    ],
+)
+def test_the_references_share_no_update_step_with_the_parties(module: str) -> None:
+    """The centralized references are written from the equations: they import no party,
+    no protocol step (z_k_step, z_step, the local learner) and not the fast ℓ2,1 solver."""
+    import ast
+    import importlib
+    import inspect
+
+    tree = ast.parse(inspect.getsource(importlib.import_module(module)))
+    imported = {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)}
+    shared = {
+        "fedviews.linear._consensus",
+        "fedviews.linear._l21",
+        "fedviews.linear._consensus_fit",
+    }
+    assert not {m for m in imported if m and (m in shared or m.endswith((".parties", ".protocol")))}
 
 
 def test_hfedmv_aggregation_is_sample_weighted_mean(hw) -> None:

@@ -7,7 +7,7 @@ from _views import planted_views as _data
 from fedviews.data import one_hot
 from fedviews.errors import ConfigError, DataError, PrivacyError
 from fedviews.linear import MMVFL, SupFL, SupMVLFL, mmvfl_centralized, scale_labels
-from fedviews.linear._reference import naive_mmvfl
+from fedviews.linear.mmvfl.reference import naive_mmvfl
 
 
 def test_mmvfl_matches_naive_reference():
@@ -99,7 +99,7 @@ def test_only_Zk_and_Z_cross_the_barrier():
 
 
 def test_privacy_policy_blocks_a_leaking_party():
-    from fedviews.linear._mmvfl import MMVFLParty
+    from fedviews.linear.mmvfl import MMVFLParty
 
     class LeakyParty(MMVFLParty):
         def on_update(self, msg):
@@ -107,7 +107,7 @@ def test_privacy_policy_blocks_a_leaking_party():
             return self.reply(msg, arrays={**reply.arrays, "X_k": self.problem.X}, meta=reply.meta)
 
     Xs, y = _data(4)
-    import fedviews.linear._mmvfl as mod
+    import fedviews.linear.mmvfl.spec as mod
 
     orig = mod.MMVFLParty
     mod.MMVFLParty = LeakyParty

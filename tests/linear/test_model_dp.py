@@ -13,7 +13,7 @@ pytest.importorskip("dp_accounting")
 from fedviews.errors import ConfigError  # noqa: E402
 from fedviews.federation import InProcessTransport, gaussian_epsilon  # noqa: E402
 from fedviews.linear import HFedMV  # noqa: E402
-from fedviews.linear._hfedmv import private_update  # noqa: E402
+from fedviews.linear.hfedmv.parties import private_update  # noqa: E402
 
 
 def _clients(seed=0, sizes=(40, 55, 35), dims=(5, 8), c=3):

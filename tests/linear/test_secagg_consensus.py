@@ -18,7 +18,7 @@ from fedviews.federation import (  # noqa: E402
     secure_sum_setup,
 )
 from fedviews.linear import MMVFL, VFedMV  # noqa: E402
-from fedviews.linear._mmvfl import MMVFLParams  # noqa: E402
+from fedviews.linear.mmvfl import MMVFLParams  # noqa: E402
 
 
 def _data(seed=0, n=90, dims=(6, 9, 14), c=3):

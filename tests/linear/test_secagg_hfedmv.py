@@ -67,7 +67,7 @@ def test_the_secure_run_equals_the_plain_run(standardize):
 
 
 def test_secure_pooled_statistics_equal_the_plain_pooled_statistics():
-    from fedviews.linear._hfedmv import pooled_moments
+    from fedviews.linear.hfedmv.parties import pooled_moments
 
     clients = _clients(1)
     Xs = [np.hstack(v) for v, _ in clients]
@@ -90,7 +90,7 @@ def test_secure_pooled_statistics_equal_the_plain_pooled_statistics():
 def test_the_servers_view_under_secagg_is_the_global_model_only():
     from fedviews.data import PartyData
     from fedviews.federation import Defense, Roster, RunSpec, build_in_process
-    from fedviews.linear._hfedmv import HFedMVParams
+    from fedviews.linear.hfedmv import HFedMVParams
 
     clients = _clients(2)
     names = tuple(f"c{i}" for i in range(3))
@@ -107,7 +107,7 @@ def test_the_servers_view_under_secagg_is_the_global_model_only():
     assert [o.name for o in obs] == ["W from the masked sum"] * 3  # one per victim client
     # it predicts with the global model the server computed (and broadcast), on features
     # scaled with the pooled statistics it unmasked, which equal the pooled moments of all rows
-    from fedviews.linear._hfedmv import linear_predictor
+    from fedviews.linear.hfedmv.spec import linear_predictor
 
     allX = np.vstack([np.hstack(Xs) for Xs, _ in clients])
     ref = linear_predictor(fed.coordinator.W, (allX.mean(0), allX.std(0)))
@@ -135,7 +135,7 @@ def test_the_server_refuses_a_sample_count_that_is_no_count(monkeypatch, claimed
     a dishonest client claiming -30 or NaN would steer or poison the global model; the
     server refuses it, plainly and under secure aggregation, naming the client."""
     from fedviews.errors import ProtocolError
-    from fedviews.linear._hfedmv import HFedMVClient
+    from fedviews.linear.hfedmv import HFedMVClient
 
     honest = HFedMVClient.reply
 

@@ -8,7 +8,7 @@ import pytest
 from fedviews.data import one_hot
 from fedviews.federation import spawn_streams
 from fedviews.linear import SingleViewFL, SupFL, l21_least_squares
-from fedviews.linear._fedmv import _init_W
+from fedviews.linear.hfedmv.protocol import init_W
 
 
 def _clients(sizes=(50, 20, 35), d=7, c=3, seed=0):
@@ -31,7 +31,7 @@ def test_fedavg_of_eq20_equals_a_plain_loop():
     est = SingleViewFL(beta=beta, n_rounds=rounds, local_iter=local_iter, random_state=7)
     est.fit(clients)
     classes = np.unique(np.concatenate([y for _, y in clients]))
-    (W,) = _init_W([clients[0][0].shape[1]], len(classes), spawn_streams(7, 1)[0])
+    (W,) = init_W([clients[0][0].shape[1]], len(classes), spawn_streams(7, 1)[0])
     N = sum(len(y) for _, y in clients)
     objective = []
     for _ in range(rounds):

@@ -160,7 +160,7 @@ def test_a_file_that_is_not_a_recording_is_refused(tmp_path: Path) -> None:
 @pytest.mark.parametrize("standardize", ["pooled", "none", "local"])
 def test_hfedmv_models_label_the_samples_whose_features_an_attacker_knows(standardize) -> None:
     from fedviews.linear import HFedMVParams
-    from fedviews.linear._hfedmv import linear_predictor
+    from fedviews.linear.hfedmv.spec import linear_predictor
 
     rng = np.random.default_rng(1)
     centres = rng.normal(scale=3.0, size=(3, 7))

@@ -1,30 +1,40 @@
 """Linear multi-view / vertical FL algorithms (numpy + scipy).
 
-MMVFL and its supervised baselines (supFL, supMVLFL), and the ℓ2,1 solver they share.
+One package per algorithm (``mmvfl/`` with its supervised baselines supFL and supMVLFL,
+``vfedmv/``, ``hfedmv/`` with MV w/o FL and Single View FL), each with the same files:
+``spec.py`` (Params and the Algorithm), ``parties.py`` (its parties; they never import
+the spec), ``estimator.py``, ``baselines.py``, ``reference.py``. Shared bases in modules of
+their own: the ℓ2,1 solver (``_l21.py``), the consensus protocol of MMVFL and V-FedMV
+(``_consensus.py`` parties, ``_consensus_spec.py``, ``_consensus_fit.py``), the
+horizontal clients of H-FedMV and S-FedMV (``_horizontal.py``), the naive references
+(``_reference.py``).
 """
 
 from fedviews.linear._common import LABEL_SCALES, scale_labels, select_top_features, small_blas
-from fedviews.linear._fedmv import LocalMVL, fedmv_consensus, mvl_local
-from fedviews.linear._hfedmv import (
+from fedviews.linear._consensus import fedmv_consensus
+from fedviews.linear._horizontal import HorizontalClients, view_dims_of
+from fedviews.linear._l21 import L21Problem, L21Result, l21_least_squares, l21_norm, row_norms
+from fedviews.linear.hfedmv import (
     HFEDMV_SPEC,
     HFedMV,
     HFedMVClient,
     HFedMVParams,
     HFedMVServer,
-    HorizontalClients,
+    LocalMVL,
     SingleViewFL,
+    hfedmv_centralized,
     hfedmv_policy,
-    view_dims_of,
+    mvl_local,
 )
-from fedviews.linear._l21 import L21Problem, L21Result, l21_least_squares, l21_norm, row_norms
-from fedviews.linear._mmvfl import MMVFL, MMVFL_POLICY, MMVFLParams, mmvfl_centralized
-from fedviews.linear._supervised import SupFL, SupMVLFL
-from fedviews.linear._vfedmv import (
-    VFEDMV_POLICY,
-    VFedMV,
-    VFedMVParams,
-    vfedmv_centralized,
+from fedviews.linear.mmvfl import (
+    MMVFL,
+    MMVFL_POLICY,
+    MMVFLParams,
+    SupFL,
+    SupMVLFL,
+    mmvfl_centralized,
 )
+from fedviews.linear.vfedmv import VFEDMV_POLICY, VFedMV, VFedMVParams, vfedmv_centralized
 
 __all__ = [
     "VFEDMV_POLICY",
@@ -33,6 +43,7 @@ __all__ = [
     "SingleViewFL",
     "VFedMV",
     "fedmv_consensus",
+    "hfedmv_centralized",
     "hfedmv_policy",
     "mvl_local",
     "vfedmv_centralized",

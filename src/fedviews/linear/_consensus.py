@@ -43,41 +43,28 @@ resolution (``2^-frac_bits`` per value).
 
 from __future__ import annotations
 
-import warnings
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-from fedviews.data import PartyData, standardized_with
-from fedviews.errors import ConvergenceWarning, DataError, ProtocolError
+from fedviews.errors import DataError, ProtocolError
 from fedviews.federation import (
     Coordinator,
-    Defense,
-    Local,
     Message,
-    Observation,
-    PrivacyPolicy,
-    Recording,
-    Roster,
-    RunSpec,
     SecureSumParty,
-    build_in_process,
     handles,
     secure_sum_setup,
-    secured_policy,
-    spawn_streams,
     unmask_sum,
 )
 from fedviews.linear._common import (
-    LinearAlgorithm,
     Scaler,
+    check_iter,
     orthonormal_nonnegative,
     per_party,
     restore,
     scaled,
-    small_blas,
 )
 from fedviews.linear._l21 import L21Problem, l21_norm, relative_change_below, row_norms
 
@@ -162,6 +149,29 @@ def consensus_iterations(
         if done:
             break
     return np.asarray(Z), it
+
+
+def fedmv_consensus(
+    Ps: Sequence[np.ndarray],
+    zeta: float | Sequence[float],
+    *,
+    max_iter: int = 1000,
+    tol: float = 1e-8,
+) -> tuple[np.ndarray, int]:
+    """Testing phase (Eqs. 12-13) run in one place: the consensus ``Z^test`` of ``P_k = X_k^test W_k``.
+
+    Returns ``(Z_test, n_iter)``. Stops when ``||Z_t - Z_{t-1}||_F <= tol ||Z_t||_F``.
+    This is the local computation of an H-FedMV client and the centralized twin of
+    the V-FedMV testing protocol.
+    """
+    zetas = per_party(zeta, len(Ps), "zeta")
+    check_iter(max_iter, tol, "test_max_iter", "test_tol")
+
+    def update(Z: np.ndarray, it: int) -> list[np.ndarray]:  # Eq. (13)
+        return [z_k_step(P, Z, z) for P, z in zip(Ps, zetas, strict=True)]
+
+    Zk = [np.array(P, dtype=np.float64) for P in Ps]
+    return consensus_iterations(Zk, update, consensus_weights(zetas), max_iter, tol)
 
 
 @dataclass(frozen=True)
@@ -304,6 +314,11 @@ class ConsensusParty(SecureSumParty):
         return self.reply(msg, meta={"accuracy": accuracy, "n_test": len(y_test)})
 
     # -- testing phase ---------------------------------------------------------
+    def hold_test(self, X_test: np.ndarray) -> None:
+        """Local: this party now holds the (raw) test view ``X_test`` of its own rows; the
+        next testing phase (``test_init``) reads it, as a deployed party reads its file's."""
+        self.X_test, self.P_test = X_test, None
+
     def load_test(self, X_test: np.ndarray) -> None:
         """Local: the party reads its own (raw) test view, scales it as its training view was
         scaled, and computes ``P_k = X_k^test W_k``."""
@@ -440,16 +455,20 @@ class ConsensusServer(Coordinator):
         """Rounds ``len(objective) + 1 .. max_iter`` (all of them unless :meth:`load_state`),
         then the testing phase if configured.
 
-        ``on_round_end(r)`` is called after round ``r`` (e.g. to write a checkpoint).
+        ``on_round_end(r)`` is called after round ``r`` (e.g. to write a checkpoint). Once
+        training is over (converged, or ``max_iter`` rounds), a run is only the testing
+        phase: how the estimator predicts new rows, with the runner that fitted it.
         """
+        r = len(self.objective)
+        if self.converged or r >= self.max_iter:
+            return self._test_phase()
         if self.frac_bits is not None:  # fresh keys every run (and every resumption)
-            secure_sum_setup(self, self.parties, self.frac_bits, round=len(self.objective))
+            secure_sum_setup(self, self.parties, self.frac_bits, round=r)
         if self.label_owner is not None:  # the label owner sends Y (a placeholder until then)
             assert self.Y is not None
-            reply = self.send(self.label_owner, "labels", round=len(self.objective))
+            reply = self.send(self.label_owner, "labels", round=r)
             self.Y = reply.array("Y", self.Y.shape)
         prev = self.objective[-1] if self.objective else np.inf
-        r = len(self.objective)
         while not self.converged and r < self.max_iter:
             r += 1
             replies = self.broadcast(self.parties, "update", arrays={"Z": self.Z}, round=r)
@@ -459,6 +478,10 @@ class ConsensusServer(Coordinator):
             if on_round_end is not None:
                 on_round_end(r)
             prev = f
+        return self._test_phase()
+
+    def _test_phase(self) -> np.ndarray:
+        """The testing phase if configured (:attr:`test`); returns the training consensus."""
         if self.test is not None:
             self._evaluate(*self.test)
         return self.Z
@@ -491,9 +514,13 @@ class ConsensusServer(Coordinator):
         return Z
 
     def _evaluate(self, max_iter: int, tol: float) -> None:
-        if self.label_owner is None:
-            raise ProtocolError("the testing phase is scored by a label owner; none is set")
+        """The testing phase: the consensus ``Z_test`` of the parties' test rows, scored by
+        the label owner where a party holds the labels (without one, the server holds them
+        and keeps ``Z_test``, as the paper's server predicts)."""
         Z_test = self.consensus(max_iter, tol)
+        if self.label_owner is None:
+            self.scores.update(Z_test=Z_test, test_iterations=self.test_iterations)
+            return
         reply = self.send(
             self.label_owner,
             "score",
@@ -524,245 +551,3 @@ class ConsensusServer(Coordinator):
         scores = {k: v for k, v in self.scores.items() if k != "Z_test"}
         metrics = {"objective": obj, "n_iter": len(obj), "converged": self.converged, **scores}
         return metrics, {"Z": self.Z, **{k: v for k, v in self.scores.items() if k == "Z_test"}}
-
-
-class ConsensusAlgorithm(LinearAlgorithm):
-    """What the MMVFL and V-FedMV specs share: params checked per party, at least two
-    classes and how a party reads its data; the server and parties report progress and
-    results themselves (the specs differ in roles, params and where ``eta Y`` sits).
-    Both take secure aggregation of the ``Z_k`` (``defense.kind = "secagg"``)."""
-
-    defenses = frozenset({"none", "secagg", "label_rr"})
-
-    def secured(self, run: RunSpec, policy: PrivacyPolicy) -> PrivacyPolicy:
-        """``policy``, with the masked arrays in place of ``Z_k``/``Z_k_test`` under secagg."""
-        if run.defense.secagg_bits is None:
-            return policy
-        return secured_policy(policy, {n: masked_names(n) for n in ("Z_k", "Z_k_test")})
-
-    def check_params(self, params: Any, fed: Roster) -> None:
-        super().check_params(params, fed)
-        params.validate(len(fed.parties))
-
-    def make_setup(self, run: RunSpec, infos: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
-        setup = super().make_setup(run, infos)
-        # the label owner must report it (read from its report: a missing one names it)
-        setup["n_classes"] = int(infos[run.federation.owners()[0]]["n_classes"])
-        if setup["n_classes"] < 2:
-            raise DataError("y must contain at least two classes")
-        return setup
-
-    def observations(
-        self, run: RunSpec, setup: Mapping[str, Any], recording: Recording
-    ) -> list[Observation]:
-        """The label owner's labels as others see them: every party receives the consensus
-        ``Z`` (close to the one-hot ``Y``: it is pulled towards it); the coordinator
-        computes it from the ``Z_k`` and their ``zeta`` (and with a label-owner party,
-        receives ``Y`` itself). Rows: the ``train`` group, in the aligned order; with a
-        testing phase, also its consensus ``Z_test`` (rows of the ``test`` group): the
-        model's predictions of the label owner's test samples."""
-        owner = run.federation.owners()[0]
-        if recording.party == owner:
-            return []  # its own labels
-        rows = np.arange(int(setup["n_samples"]))
-        out = []
-        for m in recording.select("labels:reply", "Y")[-1:]:
-            out.append(Observation("Y", "consensus", "train", rows, m.arrays["Y"], owner))
-        for m in recording.select("update", "Z")[-1:]:
-            out.append(Observation("Z", "consensus", "train", rows, m.arrays["Z"], owner))
-        for m in recording.select("test_update", "Z_test")[-1:]:  # the testing phase
-            Z = m.arrays["Z_test"]
-            out.append(Observation("Z_test", "consensus", "test", np.arange(len(Z)), Z, owner))
-        replies = recording.select("update:reply", "Z_k")
-        last = [m for m in replies if m.round == max((r.round for r in replies), default=0)]
-        if last:  # the coordinator's own consensus (MMVFL Eq. 14), from what it received
-            Z = z_step(
-                [float(m.meta.get("zeta") or 1.0) for m in last], [m.arrays["Z_k"] for m in last]
-            )
-            out.append(Observation("Z from the Z_k", "consensus", "train", rows, Z, owner))
-            for m in last:  # each party's own Z_k, less the common part: ~ X_k W_k / (1 + zeta_k)
-                scale = 1.0 + float(m.meta.get("zeta") or 0.0)
-                rep = scale * (m.arrays["Z_k"] - Z)
-                name = f"Z_k of {m.sender}"
-                out.append(Observation(name, "representation", "train", rows, rep, None, m.sender))
-                # the baseline: what the consensus alone tells about the same features
-                name = f"Z, for {m.sender}'s features"
-                out.append(Observation(name, "representation", "train", rows, Z, None, m.sender))
-        masked = recording.select("update:reply", masked_names("Z_k")[0])
-        last = [m for m in masked if m.round == max((r.round for r in masked), default=0)]
-        bits = run.defense.secagg_bits
-        if last and bits is not None:  # secure aggregation: the sum is all it learns
-            msgs = {m.sender: m.message() for m in last}
-            S, zsum, _, _ = secure_sums(msgs, "Z_k", int(setup["n_classes"]), bits)
-            Z = S / zsum
-            out.append(Observation("Z from the masked sum", "consensus", "train", rows, Z, owner))
-            for p in run.federation.parties:  # all it has about any party's features
-                name = f"Z, for {p}'s features"
-                out.append(Observation(name, "representation", "train", rows, Z, None, p))
-        return out
-
-    def party_inputs(
-        self, run: RunSpec, party: str, local: Local, setup: Mapping[str, Any]
-    ) -> tuple[np.ndarray | None, np.ndarray | None, dict[str, Any]]:
-        """What party ``k`` builds its :class:`ConsensusParty` from, all of it its own:
-        ``(y, y_test, kwargs)``. ``y``/``y_test``: its labels, if any; ``kwargs``: ``X``,
-        ``X_test`` (with a ``test`` group), ``scaler`` (with ``params.standardize``: its own
-        training mean and standard deviation, which scaled ``X`` and scales every test view
-        it loads; nothing crosses), ``beta_k``, ``zeta_k``, ``n_classes``, the ``Z_k``
-        stream ``1 + k`` (stream 0 is the server's ``Z``) and the IRLS options.
-        """
-        p, parties = run.params, run.federation.parties
-        k = parties.index(party)
-        _, X, y = local.take("train")
-        X = X.reshape(len(X), -1).astype(np.float64)
-        X_test = y_test = None
-        if "test" in local.rows:
-            _, Xt, y_test = local.take("test")
-            X_test = Xt.astype(np.float64)
-        scaler = None
-        if p.standardize:
-            X, scaler = standardized_with(X)
-        kwargs = {
-            "X": X,
-            "X_test": X_test,
-            "scaler": scaler,
-            "beta": per_party(p.beta, len(parties), "beta")[k],
-            "zeta": per_party(p.zeta, len(parties), "zeta")[k],
-            "n_classes": int(setup["n_classes"]),
-            "seed": spawn_streams(run.seed, len(parties) + 1)[1 + k],
-            "solver": IRLSOptions(p.inner_max_iter, p.inner_tol, p.eps),
-            "secure": run.defense.secagg_bits is not None,
-        }
-        return y, y_test, kwargs
-
-
-class ConsensusFit:
-    """The in-process fit of the MMVFL and V-FedMV estimators (mixed into them)."""
-
-    transport: Any
-    random_state: int | None
-    defense: Any
-
-    def fit_run(
-        self,
-        algorithm: str,
-        params: Any,
-        Xs: Sequence[np.ndarray],
-        y: np.ndarray,
-        owner: int | None,
-    ) -> tuple[ConsensusServer, list[ConsensusParty]]:
-        """Run ``algorithm`` with ``params`` in this process: party ``k`` (``party{k}``) is
-        built from its own view ``Xs[k]`` only, with ``y`` if ``k == owner`` (``None``: the
-        coordinator holds ``y``), exactly as in a deployment.
-
-        Sets ``classes_``, ``transport_``, ``Z_``, ``W_``, ``Z_k_`` and ``scalers_`` (read
-        from the party objects of the simulation; never sent), ``feature_importances_``,
-        ``objective_`` (= ``history_``), ``n_iter_``, ``converged_``,
-        ``n_features_in_`` and ``run_stats_``. Returns the server and the parties.
-        """
-        names = tuple(f"party{k}" for k in range(len(Xs)))
-        holder = "coordinator" if owner is None else names[owner]
-        roster = Roster(names, label_owner=holder)
-        run = RunSpec(algorithm, params, roster, self.random_state, Defense.of(self.defense))
-        ids = np.arange(len(y))
-        datas = {
-            p: PartyData(ids, X, y if p == holder else None) for p, X in zip(names, Xs, strict=True)
-        }
-        if owner is None:
-            datas[holder] = PartyData(ids, None, y)
-        self.classes_ = np.unique(y)
-        with small_blas():
-            fed = build_in_process(run, datas, transport=self.transport)
-            self.transport_ = fed.transport
-            self.Z_ = fed()
-        server = fed.coordinator
-        assert isinstance(server, ConsensusServer)
-        parties = [p for n in names if isinstance(p := fed.parties[n], ConsensusParty)]
-        self.W_: list[np.ndarray] = [p.W for p in parties if p.W is not None]
-        self.Z_k_ = [p.Z_k for p in parties]
-        self.scalers_ = [p.scaler for p in parties]
-        self.feature_importances_ = [row_norms(W) for W in self.W_]
-        self.objective_ = list(server.objective)
-        self.history_ = self.objective_
-        self.n_iter_ = len(self.objective_)
-        self.converged_ = server.converged
-        if not server.converged and params.tol > 0:  # tol = 0 asks for max_iter rounds
-            obj = self.objective_
-            change = abs(obj[-1] - obj[-2]) / max(abs(obj[-2]), 1e-300) if len(obj) > 1 else np.nan
-            warnings.warn(
-                ConvergenceWarning(
-                    f"{type(self).__name__} stopped unconverged after max_iter={params.max_iter} "
-                    f"rounds: the objective still changed by {change:.2g} (relative) in the last "
-                    f"one, tol={params.tol:g}; raise max_iter for the converged solution"
-                ),
-                stacklevel=3,
-            )
-        self.n_features_in_ = [X.shape[1] for X in Xs]
-        self.run_stats_ = self.transport_.log.summary()
-        self.privacy_ = fed.privacy
-        return server, parties
-
-
-# --------------------------------------------------------------------------- reference
-
-
-def consensus_centralized(
-    Xs: Sequence[np.ndarray],
-    Y: np.ndarray,
-    betas: Sequence[float],
-    zetas: Sequence[float],
-    eta: float,
-    *,
-    label_owner: int | None,
-    max_iter: int,
-    tol: float,
-    solver: IRLSOptions,
-    random_state: int | None,
-) -> dict[str, Any]:
-    """The consensus updates run centrally in one function (no parties, no messages).
-
-    The reference of :func:`~fedviews.linear.mmvfl_centralized` and
-    :func:`~fedviews.linear.vfedmv_centralized`: the same initialisation streams
-    (``Z`` from stream 0, ``Z_k`` from stream ``1 + k``), update order and stopping
-    rule as the federated run, to check that it equals the centralized computation.
-
-    Parameters
-    ----------
-    label_owner
-        The party whose Z_k step holds ``eta ||Z_l - Y||^2`` (MMVFL Eq. 11; the Z
-        step is Eq. 14); ``None``: the Z step holds ``eta ||Z - Y||^2`` (FedMV Eq. 10).
-
-    Returns
-    -------
-    dict
-        ``{"W": [...], "Z": Z, "Z_k": [...], "objective": [...]}``.
-    """
-    K = len(Xs)
-    ss = spawn_streams(random_state, K + 1)
-    n, c = Y.shape
-    Z = orthonormal_nonnegative(n, c, np.random.default_rng(ss[0]))
-    Zk = [orthonormal_nonnegative(n, c, np.random.default_rng(ss[1 + k])) for k in range(K)]
-    Ws: list[Any] = [None] * K
-    hist: list[float] = []
-    prev = np.inf
-    n_in, tol_in = solver.max_iter, solver.tol
-    with small_blas():
-        probs = [L21Problem(X, method=solver.method, eps=solver.eps) for X in Xs]
-        for _ in range(max_iter):
-            f = 0.0
-            for k in range(K):
-                Ws[k] = probs[k].solve(Zk[k], betas[k], W0=Ws[k], max_iter=n_in, tol=tol_in).W
-                XW = Xs[k] @ Ws[k]
-                Zk[k] = z_k_step(XW, Z, zetas[k], eta, Y if k == label_owner else None)
-                if k == label_owner:  # MMVFL Eq. (11)
-                    f += eta * sq(Zk[k] - Y)
-                f += sq(XW - Zk[k]) + betas[k] * l21_norm(Ws[k])
-            Z = z_step(zetas, Zk, eta, Y if label_owner is None else None)  # FedMV (10); MMVFL (14)
-            f += sum(z * sq(zk - Z) for z, zk in zip(zetas, Zk, strict=True))
-            if label_owner is None:
-                f += eta * sq(Z - Y)
-            hist.append(f)
-            if relative_change_below(prev, f, tol):
-                break
-            prev = f
-    return {"W": Ws, "Z": Z, "Z_k": Zk, "objective": hist}
