@@ -81,7 +81,7 @@ class MMVFL(ConsensusFit, PartyPredictor, BaseEstimator):
         zeta: float | Sequence[float] = 1000.0,
         eta: float = 1000.0,
         label_owner: int = 0,
-        max_iter: int = 50,
+        max_iter: int = 200,
         tol: float = 1e-6,
         inner_max_iter: int = 20,
         inner_tol: float = 1e-6,

@@ -76,7 +76,7 @@ class MMVFLParams:
     beta: float | tuple[float, ...] = 1.0
     zeta: float | tuple[float, ...] = 1000.0
     eta: float = 1000.0
-    max_iter: int = 50
+    max_iter: int = 200
     tol: float = 1e-6
     inner_max_iter: int = 20
     inner_tol: float = 1e-6
