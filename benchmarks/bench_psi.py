@@ -54,15 +54,15 @@ from unittest import mock
 
 import numpy as np
 
-from fedviews.privacy import _psi, psi_intersect
+from fedviews.privacy import _psi, _psi_group, psi_intersect
 
 T = TypeVar("T")
 
 
 # -- the previous implementation (the baseline of --baseline) ------------------
 def _old_chunked(fn: Callable[[int, int], bytes], n: int) -> bytes:
-    workers = _psi._workers()
-    if n < _psi._PARALLEL_MIN or workers == 1:
+    workers = _psi_group._workers()
+    if n < _psi_group._PARALLEL_MIN or workers == 1:
         return fn(0, n)
     step = -(-n // (4 * workers))
     bounds = [(lo, min(lo + step, n)) for lo in range(0, n, step)]
@@ -75,13 +75,13 @@ def _old_points(raw: bytes, n: int) -> np.ndarray:
 
 
 def _old_blind_ids(key: bytes, ids: Any) -> np.ndarray:
-    enc = _psi._encode_ids(np.asarray(ids))
-    rb = _psi._sodium()
+    enc = _psi_group._encode_ids(np.asarray(ids))
+    rb = _psi_group._sodium()
     from_hash, mul = rb.crypto_core_ristretto255_from_hash, rb.crypto_scalarmult_ristretto255
 
     def work(lo: int, hi: int) -> bytes:
         return b"".join(
-            [mul(key, from_hash(hashlib.sha512(_psi._DST + e).digest())) for e in enc[lo:hi]]
+            [mul(key, from_hash(hashlib.sha512(_psi_group._DST + e).digest())) for e in enc[lo:hi]]
         )
 
     return _old_points(_old_chunked(work, len(enc)), len(enc))
@@ -90,7 +90,7 @@ def _old_blind_ids(key: bytes, ids: Any) -> np.ndarray:
 def _old_reblind(key: bytes, points: Any, sender: str = "") -> np.ndarray:
     pts = np.ascontiguousarray(points)
     raw = pts.tobytes()
-    mul = _psi._sodium().crypto_scalarmult_ristretto255
+    mul = _psi_group._sodium().crypto_scalarmult_ristretto255
 
     def work(lo: int, hi: int) -> bytes:
         return b"".join([mul(key, raw[i * 32 : (i + 1) * 32]) for i in range(lo, hi)])
@@ -119,15 +119,15 @@ def _wall_per_id(fn: Callable[[], object], n: int) -> float:
 
 def breakdown(m: int, n: int, parties: int, cores: int) -> float:
     """Print the per-ID costs on ``m`` IDs; return the floor in CPU s of ``parties`` x ``n``."""
-    rb = _psi._sodium()
+    rb = _psi_group._sodium()
     lib = importlib.import_module("rbcl._sodium")._sodium  # libsodium itself, via ctypes
     ids = np.random.default_rng(1).choice(40 * m, size=m, replace=False)
-    key = _psi.new_key()
+    key = _psi_group.new_key()
     rows: list[tuple[str, float]] = []
 
-    us, enc = _per_id(lambda: _psi._encode_ids(ids), m)
+    us, enc = _per_id(lambda: _psi_group._encode_ids(ids), m)
     rows.append(("typed ID encoding (Python)", us))
-    us, hs = _per_id(lambda: [hashlib.sha512(_psi._DST + e).digest() for e in enc], m)
+    us, hs = _per_id(lambda: [hashlib.sha512(_psi_group._DST + e).digest() for e in enc], m)
     rows.append(("SHA-512 of DST || ID", us))
     us, pts = _per_id(lambda: [rb.crypto_core_ristretto255_from_hash(h) for h in hs], m)
     rows.append(("hash to group: from_hash (rbcl)", us))
@@ -152,8 +152,8 @@ def breakdown(m: int, n: int, parties: int, cores: int) -> float:
     for name, us in rows:
         print(f"  {name:<40} {us:8.2f}")
     with mock.patch.object(_psi, "_workers", lambda: 1):
-        single = _wall_per_id(lambda: _psi.reblind(key, arr), m)
-    threaded = _wall_per_id(lambda: _psi.reblind(key, arr), m)
+        single = _wall_per_id(lambda: _psi_group.reblind(key, arr), m)
+    threaded = _wall_per_id(lambda: _psi_group.reblind(key, arr), m)
     print(
         f"  re-blinding on {cores} threads: {threaded:.2f} us wall per element, "
         f"{single / threaded:.2f}x one thread's (idle cores: up to {cores}x)"

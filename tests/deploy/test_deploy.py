@@ -26,14 +26,21 @@ from _protocol import fedviews_process as _fedviews  # noqa: E402
 
 from fedviews.deploy import load_deploy_config, split_dataset  # noqa: E402
 from fedviews.errors import PartyUnavailable, PrivacyError, RemoteError  # noqa: E402
-from fedviews.federation import Coordinator, Party, PrivacyPolicy, handles  # noqa: E402
+from fedviews.federation import (  # noqa: E402
+    Coordinator,
+    GrpcHub,
+    GrpcOptions,
+    GrpcPartyTransport,
+    Party,
+    PrivacyPolicy,
+    handles,
+)
 from fedviews.federation._certs import (  # noqa: E402
     TLSFiles,
     init_ca,
     issue_certificate,
     revoke_certificate,
 )  # noqa: E402
-from fedviews.federation._grpc import GrpcHub, GrpcOptions, GrpcPartyTransport  # noqa: E402
 from fedviews.linear import MMVFL  # noqa: E402
 
 PARTIES = ("pix", "fou", "zer")

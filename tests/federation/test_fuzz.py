@@ -27,7 +27,7 @@ from hypothesis import strategies as st
 pytest.importorskip("grpc")
 pytest.importorskip("cryptography")
 
-from fedviews.deploy import _session, load_deploy_config  # noqa: E402
+from fedviews.deploy import _roles, load_deploy_config  # noqa: E402
 from fedviews.deploy._checkpoint import Checkpoints  # noqa: E402
 from fedviews.errors import FedViewsError, ProtocolError, RemoteError  # noqa: E402
 from fedviews.federation import (  # noqa: E402
@@ -381,7 +381,7 @@ def test_a_setup_report_is_used_or_refused_naming_its_sender(meta, liar, drop) -
         infos = {p: SetupReport(p, m) for p, m in infos_raw.items()}
         check_group_sizes(spec.groups(CFG), infos)
         setup = spec.make_setup(CFG, infos)
-        rounds = {p: _session._rounds(i) for p, i in infos.items()}
+        rounds = {p: _roles._rounds(i) for p, i in infos.items()}
     except ProtocolError as exc:
         assert exc.party == liar, exc
     except FedViewsError:
@@ -394,7 +394,7 @@ def test_a_setup_report_is_used_or_refused_naming_its_sender(meta, liar, drop) -
 @given(text=st.text(max_size=20) | st.sampled_from(["1,abc", "1,,2", "١,٢", "9" * 40, "-1", " 3"]))
 def test_a_checkpoint_list_is_read_or_refused_naming_its_sender(text: str) -> None:
     try:
-        got = _session._rounds(SetupReport(PEER, {"checkpoints": text}))
+        got = _roles._rounds(SetupReport(PEER, {"checkpoints": text}))
     except ProtocolError as exc:
         assert exc.party == PEER
     else:

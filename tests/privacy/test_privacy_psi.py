@@ -244,7 +244,7 @@ def test_only_blinded_elements_cross_and_keys_are_fresh():
 def test_chunked_threads_give_the_plain_set_intersection(monkeypatch):
     """Small chunks on several threads (ragged last chunk): the same intersection as Python's
     set intersection, and the same elements as blinding one ID at a time."""
-    from fedviews.privacy import _psi
+    from fedviews.privacy import _psi_group as _psi
 
     monkeypatch.setattr(_psi, "_PARALLEL_MIN", 8)
     monkeypatch.setattr(_psi, "_CHUNK", 37)

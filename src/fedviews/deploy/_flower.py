@@ -89,14 +89,13 @@ from fedviews.deploy._flower_transport import (  # noqa: E402
     pack,
     unpack,
 )
-from fedviews.deploy._session import (  # noqa: E402
+from fedviews.deploy._roles import (  # noqa: E402
     DeployCoordinator,
     Printer,
-    _print_to,
     run_identity,
     session_policy,
-    write_coordinator_outputs,
 )
+from fedviews.deploy._session import _print_to, write_coordinator_outputs  # noqa: E402
 from fedviews.federation import Algorithm, get_algorithm_spec  # noqa: E402
 
 log = logging.getLogger("fedviews.flower")

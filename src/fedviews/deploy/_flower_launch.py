@@ -26,7 +26,7 @@ from fedviews.deploy._data import party_files, write_demo_data
 from fedviews.deploy._flower import check_flower_config
 from fedviews.deploy._flower_node import SECAGG_NEEDS_A_LIVE_PARTY
 from fedviews.deploy._launch import free_port
-from fedviews.deploy._session import Printer
+from fedviews.deploy._roles import Printer
 from fedviews.errors import ConfigError, MissingDependency, ProtocolError, require
 
 require("flwr", "flower")

@@ -40,7 +40,8 @@ from flwr.app import Array, ArrayRecord, ConfigRecord, Context, RecordDict  # no
 from fedviews.deploy._config import DeployConfig, load_deploy_config  # noqa: E402
 from fedviews.deploy._data import SUFFIXES, load_party_data  # noqa: E402
 from fedviews.deploy._flower_transport import _GRPC_HINT, FlowerNodeTransport  # noqa: E402
-from fedviews.deploy._session import DeployParty, _print_to, session_policy  # noqa: E402
+from fedviews.deploy._roles import DeployParty, session_policy  # noqa: E402
+from fedviews.deploy._session import _print_to  # noqa: E402
 from fedviews.federation import SECAGG_KINDS, LogEntry, Message, get_algorithm_spec  # noqa: E402
 
 #: why a party under secure aggregation cannot be rebuilt from its node state

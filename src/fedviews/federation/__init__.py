@@ -7,25 +7,15 @@ runs a spec in one process; :mod:`fedviews.deploy` runs the same spec with one
 process per party. :func:`federate` wires a list of parties to a transport.
 """
 
+import importlib
 from typing import TYPE_CHECKING
 
 from fedviews.errors import require
 from fedviews.federation._algorithm import (
     ALGORITHMS,
     Algorithm,
-    AlignGroup,
-    InProcessRun,
-    Local,
-    Roster,
-    RunSpec,
-    SetupReport,
-    build_in_process,
-    check_group_sizes,
-    estimator_params,
     get_algorithm_spec,
     register_algorithm_spec,
-    setup_info,
-    spawn_streams,
 )
 from fedviews.federation._certs import (
     TLSFiles,
@@ -40,18 +30,25 @@ from fedviews.federation._defense import (
     GAUSSIAN,
     RANDOMIZED,
     Defense,
-    defend_local,
     gaussian_epsilon,
-    member_entropy,
     noise_multiplier,
-    privacy_ledger,
     randomized_response,
 )
+from fedviews.federation._inprocess import InProcessRun, build_in_process
 from fedviews.federation._log import LogEntry, MessageLog
 from fedviews.federation._message import Message, MetaValue, error_payload, raise_remote
 from fedviews.federation._party import Coordinator, Party, handles
 from fedviews.federation._policy import PrivacyPolicy
 from fedviews.federation._record import Observation, Observed, Recording
+from fedviews.federation._run import (
+    AlignGroup,
+    Local,
+    Roster,
+    RunSpec,
+    estimator_params,
+    member_entropy,
+    spawn_streams,
+)
 from fedviews.federation._secagg import (
     SECAGG_KINDS,
     SecureSum,
@@ -60,10 +57,22 @@ from fedviews.federation._secagg import (
     secured_policy,
     unmask_sum,
 )
+from fedviews.federation._setup import (
+    MemberSetup,
+    SetupReport,
+    agree_setup,
+    check_group_sizes,
+    defend_local,
+    privacy_ledger,
+    run_privacy,
+    setup_info,
+)
 from fedviews.federation._transport import InProcessTransport, Transport, federate
 
 if TYPE_CHECKING:
-    from fedviews.federation._grpc import GrpcHub, GrpcOptions, GrpcPartyTransport
+    from fedviews.federation._grpc_hub import GrpcHub
+    from fedviews.federation._grpc_options import GrpcOptions
+    from fedviews.federation._grpc_party import GrpcPartyTransport
 
 __all__ = [
     "ALGORITHMS",
@@ -83,6 +92,9 @@ __all__ = [
     "AlignGroup",
     "InProcessRun",
     "Local",
+    "MemberSetup",
+    "agree_setup",
+    "run_privacy",
     "Roster",
     "RunSpec",
     "SetupReport",
@@ -127,11 +139,18 @@ __all__ = [
 ]
 
 
+#: the gRPC transport's public names, by the module that defines them
+_GRPC = {
+    "GrpcHub": "fedviews.federation._grpc_hub",
+    "GrpcOptions": "fedviews.federation._grpc_options",
+    "GrpcPartyTransport": "fedviews.federation._grpc_party",
+}
+
+
 def __getattr__(name: str) -> object:
     """The gRPC transports load lazily: they need the ``grpc`` extra."""
-    if name in ("GrpcHub", "GrpcOptions", "GrpcPartyTransport"):
+    module = _GRPC.get(name)
+    if module is not None:
         require("grpc", "grpc")
-        from fedviews.federation import _grpc
-
-        return getattr(_grpc, name)
+        return getattr(importlib.import_module(module), name)
     raise AttributeError(f"module 'fedviews.federation' has no attribute {name!r}")

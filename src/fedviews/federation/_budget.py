@@ -24,12 +24,21 @@ pair: :class:`~fedviews.federation.MessageLog`) and the wire format its own limi
 from __future__ import annotations
 
 import threading
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from fedviews.errors import ProtocolError
+from fedviews.federation._grpc_options import GrpcOptions
 
-if TYPE_CHECKING:
-    from fedviews.federation._grpc import GrpcOptions, _Link
+
+class _Holder(Protocol):
+    """What a budget needs of a link: its peer's name, whether and why it closed, closing it."""
+
+    peer: str
+    reason: str
+    closed: threading.Event
+
+    def close(self, reason: str) -> None: ...
+
 
 _MB = 1024 * 1024
 
@@ -63,18 +72,18 @@ class Budget:
         self.total = options.max_buffered_bytes
         self.max_streams = options.max_streams_per_peer
         self.options = options
-        self.held: dict[_Link, int] = {}
+        self.held: dict[_Holder, int] = {}
         self.streams: dict[str, int] = {}
         #: the most bytes ever held in half-sent messages at once (for tests and the docs)
         self.peak = 0
         self._lock = threading.Lock()
 
     # -- half-sent messages ----------------------------------------------------------
-    def hold(self, link: _Link, n: int) -> None:
+    def hold(self, link: _Holder, n: int) -> None:
         """Charge ``n`` more bytes of a half-sent message to ``link``'s peer; raise a
         :class:`ProtocolError` naming it when that breaks its budget, or close the largest
         holder instead when the total budget is broken by another peer's chunk."""
-        victims: list[tuple[_Link, str]] = []
+        victims: list[tuple[_Holder, str]] = []
         with self._lock:
             if link.closed.is_set():  # e.g. cut off by this budget from another thread
                 raise ProtocolError(link.reason)
@@ -101,7 +110,7 @@ class Budget:
         for victim, reason in victims:  # outside the lock: closing releases what it held
             victim.close(reason)
 
-    def release(self, link: _Link, n: int | None = None) -> None:
+    def release(self, link: _Holder, n: int | None = None) -> None:
         """``n`` bytes of ``link``'s half-sent messages are no longer held (all: ``None``)."""
         with self._lock:
             left = 0 if n is None else self.held.get(link, 0) - n

@@ -82,19 +82,15 @@ Kinds:
 
 from __future__ import annotations
 
-import dataclasses
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
 from fedviews._tables import build_dataclass
-from fedviews.errors import ConfigError, DataError, require
-
-if TYPE_CHECKING:
-    from fedviews.federation._algorithm import Local, RunSpec
+from fedviews.errors import ConfigError, require
 
 #: the defense kinds fedviews implements
 DEFENSES = ("none", "secagg", "label_rr", "grad_dp", "act_dp", "model_dp")
@@ -223,41 +219,6 @@ def randomized_response(y: np.ndarray, epsilon: float, rng: np.random.Generator)
     return classes[np.where(keep, idx, other)]
 
 
-def member_entropy(run: RunSpec, member: str, entropy: int | None = None) -> np.random.SeedSequence:
-    """The random stream of ``member``'s defense: ``defense.seed`` if set, else ``entropy``
-    (a deployed party's private draw), else derived from the run's seed (a simulation).
-
-    Members are told apart by their place in the roster (the coordinator after the
-    parties), not their names, so an estimator's run and a deployment of the same roster
-    under other names draw the same streams."""
-    d = run.defense
-    if d.seed is not None:
-        entropy = d.seed
-    if entropy is None:
-        entropy = int(run.seed or 0)
-    parties = list(run.federation.parties)
-    index = parties.index(member) if member in parties else len(parties)
-    return np.random.SeedSequence([entropy, {"label_rr": 0x4C52}.get(d.kind, 0x4744), index])
-
-
-def defend_local(run: RunSpec, member: str, local: Local, entropy: int | None = None) -> Local:
-    """What ``member`` builds its part from under the run's defense: with ``label_rr``, its
-    own data with its training labels randomized once (``entropy``: its private draw;
-    ``None``: ``defense.seed``, else derived from the run's seed, for simulations)."""
-    d = run.defense
-    data = local.data
-    if d.kind != "label_rr" or data.y is None:
-        return local
-    if len(np.unique(data.y)) < 2:  # randomized response over one class is no randomization
-        raise DataError(
-            f"{member!r} holds labels of one class only: label_rr randomizes over the classes "
-            "a holder has, so its labels would go out unchanged; deal it two or more classes"
-        )
-    rng = np.random.default_rng(member_entropy(run, member, entropy))
-    y = randomized_response(data.y, float(d.epsilon), rng)
-    return dataclasses.replace(local, data=dataclasses.replace(data, y=y))
-
-
 def gaussian_epsilon(noise_multiplier: float, releases: int, delta: float) -> float:
     """The ``epsilon`` at ``delta`` of ``releases`` Gaussian mechanisms of multiplier
     ``noise_multiplier`` (noise std / L2 sensitivity).
@@ -281,61 +242,3 @@ def noise_multiplier(defense: Defense, releases: int) -> float:
     dpa: Any = require("dp_accounting", "privacy")
     sigma = float(dpa.get_sigma_gaussian(float(defense.epsilon), float(defense.delta)))
     return sigma * math.sqrt(int(releases))
-
-
-def privacy_ledger(
-    run: RunSpec, label_holders: list[str], n_classes: int, releases: int = 1
-) -> dict[str, Any]:
-    """The privacy spent by the run's defense, per party: ``{"mechanism", "parties":
-    {party: {"epsilon", "delta", "accountant", ...}}}``; empty without a DP defense.
-
-    Randomized response is composed with dp-accounting's PLD accountant (replace-one
-    neighbours: one label changed) where it is installed, and otherwise given in closed
-    form (the two agree: a test checks it). ``grad_dp`` composes ``releases`` Gaussian
-    mechanisms (the algorithm's :meth:`~fedviews.federation.Algorithm.dp_releases`) with
-    the same accountant."""
-    d = run.defense
-    if d.kind in GAUSSIAN:
-        z = noise_multiplier(d, releases)
-        entry = {
-            "epsilon": gaussian_epsilon(z, releases, d.delta),
-            "delta": float(d.delta),
-            "accountant": "dp-accounting analytic Gaussian",
-            "noise_multiplier": z,
-            "clip": float(d.clip),
-            "releases": int(releases),
-        }
-        if d.kind == "act_dp":  # the feature holders: every party that is no label owner
-            owners = set(run.federation.owners())
-            feature_holders = [p for p in run.federation.parties if p not in owners]
-            return {
-                "mechanism": "act_dp: clipped, Gaussian-noised activations and DP-SGD bottoms "
-                "(feature DP)",
-                "parties": {p: dict(entry, grad_clip=float(d.grad_clip)) for p in feature_holders},
-            }
-        mechanism = {
-            "grad_dp": "grad_dp: per-sample clipped, Gaussian-noised label gradients (label DP)",
-            "model_dp": "model_dp: clipped, Gaussian-noised model updates (client-level DP of "
-            "each client's whole dataset)",
-        }[d.kind]
-        return {"mechanism": mechanism, "parties": {p: dict(entry) for p in label_holders}}
-    if d.kind != "label_rr":
-        return {}
-    eps, how = float(d.epsilon), "closed form (randomized response, one draw)"
-    if n_classes >= 2:
-        try:
-            import dp_accounting
-            from dp_accounting.pld import pld_privacy_accountant as pld
-
-            p = n_classes / (math.exp(eps) + n_classes - 1)  # dp-accounting's parameter
-            acc = pld.PLDAccountant(dp_accounting.NeighboringRelation.REPLACE_ONE)
-            acc.compose(dp_accounting.RandomizedResponseDpEvent(p, n_classes))
-            eps, how = float(acc.get_epsilon(0.0)), "dp-accounting PLD"
-        except ImportError:
-            pass
-        except Exception as exc:  # pragma: no cover - an accountant that refuses: say so
-            raise DataError(f"the privacy accountant failed: {exc}") from None
-    return {
-        "mechanism": "label_rr: randomized response on the training labels (label DP)",
-        "parties": {p: {"epsilon": eps, "delta": 0.0, "accountant": how} for p in label_holders},
-    }

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol, TypeVar
 
 import numpy as np
 
@@ -11,10 +11,26 @@ from fedviews.errors import ProtocolError
 from fedviews.federation._message import Message, MetaValue
 
 if TYPE_CHECKING:
+    from fedviews.federation._log import MessageLog
     from fedviews.federation._record import Recording
-    from fedviews.federation._transport import Transport
 
 F = TypeVar("F", bound=Callable[..., Any])
+
+
+class Sender(Protocol):
+    """What a party sends through: its transport (a :class:`~fedviews.federation.Transport`
+    attaches itself when it registers the party). Requests out, their replies back, and
+    the log that records them."""
+
+    log: MessageLog
+
+    def request(self, msg: Message) -> Message:
+        """Deliver ``msg`` to ``msg.receiver`` and return its reply."""
+        ...
+
+    def request_many(self, msgs: list[Message]) -> list[Message]:
+        """Deliver several messages; the replies in the same order."""
+        ...
 
 
 def handles(kind: str) -> Callable[[F], F]:
@@ -64,7 +80,7 @@ class Party:
     def __init__(self, name: str, role: str = "party") -> None:
         self.name = name
         self.role = role
-        self.transport: Transport | None = None
+        self.transport: Sender | None = None
         self.round = 0
         #: what this party receives is copied here when set (:meth:`record`)
         self.recording: Recording | None = None
@@ -131,7 +147,7 @@ class Party:
         return self._message(msg.sender, f"{msg.kind}:reply", arrays, meta, msg.round)
 
     # -- sending ---------------------------------------------------------
-    def _transport(self) -> Transport:
+    def _transport(self) -> Sender:
         if self.transport is None:
             raise ProtocolError(f"party {self.name!r} is not attached to a transport")
         return self.transport

@@ -1,0 +1,396 @@
+"""One deployed run, as its two roles play it: :class:`DeployCoordinator` and :class:`DeployParty`.
+
+Session protocol (all through the transport, so policy-checked and logged):
+
+1. PSI on the sample IDs (``federation.alignment = "psi"``), see :mod:`fedviews.privacy`;
+2. ``deploy:setup`` — every party restricts its data to the common IDs (sorted) and
+   reports ``n_samples``; the label owner also reports ``n_classes``;
+3. ``deploy:build`` — every party builds its algorithm party object from its own
+   data with the in-process random streams; the coordinator builds the server.
+   With ``--resume`` the coordinator announces ``resume_round`` (its last checkpoint)
+   and everyone loads its own checkpoint of that round (:mod:`._checkpoint`);
+4. the algorithm runs unchanged (``server.run()``), its messages go over gRPC;
+   every process checkpoints its state at round boundaries (``checkpoint_every``);
+5. ``deploy:finish`` — every party writes its own results (e.g. its ``W_k``) to its
+   own folder; the coordinator writes ``results.json`` and the message log.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import secrets
+import threading
+import time
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from fedviews.data import PartyData
+from fedviews.deploy._checkpoint import Checkpoints, fingerprint
+from fedviews.deploy._config import DeployConfig
+from fedviews.errors import ConfigError, PrivacyError, ProtocolError
+from fedviews.federation import (
+    Coordinator,
+    GrpcPartyTransport,
+    Local,
+    MemberSetup,
+    Message,
+    PrivacyPolicy,
+    SetupReport,
+    Transport,
+    agree_setup,
+    get_algorithm_spec,
+    handles,
+    run_privacy,
+)
+from fedviews.privacy import PSIParty, run_psi
+
+#: the kinds of the session; only the coordinator sends them
+SESSION_KINDS = (
+    "deploy:setup",
+    "deploy:build",
+    "deploy:finish",
+    "psi:blind",
+    "psi:reblind",
+    "psi:result",
+)
+
+Printer = Callable[[str], None]
+
+
+def session_policy(cfg: DeployConfig) -> PrivacyPolicy:
+    """The session's own policy: the coordinator sends the session kinds, PSI arrays both ways.
+
+    Until the setup is known nothing else may cross; then every process widens its
+    transport's policy by exactly the algorithm's policy of this run
+    (:func:`run_policy`).
+    """
+    rules: dict[tuple[str, str], set[str]] = {}
+    kinds: dict[tuple[str, str], tuple[str, ...]] = {}
+    for role in set(cfg.roles().values()):
+        rules[(role, "coordinator")] = {"psi_set", "psi_sealed"}
+        rules[("coordinator", role)] = {"psi_set", "psi_sealed", "psi_positions"}
+        kinds[("coordinator", role)] = SESSION_KINDS
+    return PrivacyPolicy.of("session", rules, kinds=kinds)
+
+
+def run_policy(cfg: DeployConfig, algo: PrivacyPolicy) -> PrivacyPolicy:
+    """The session's policy plus ``algo``, the algorithm's policy of this run and setup."""
+    return session_policy(cfg).merged(algo, name=f"{algo.name}+session")
+
+
+def _widen(transport: object, policy: PrivacyPolicy) -> None:
+    """Set the policy of the transport a session member is attached to."""
+    assert isinstance(transport, Transport), "attach the session to a transport first"
+    transport.policy = policy
+
+
+def run_identity(cfg: DeployConfig) -> dict[str, Any]:
+    """What a resumed run must share with the killed one (timeouts, paths may change)."""
+    f = cfg.federation
+    return {
+        "algorithm": cfg.algorithm,
+        "seed": cfg.seed,
+        "parties": list(f.parties),
+        "label_owners": list(f.owners()),
+        "params": cfg.params,
+        "defense": cfg.defense,
+    }
+
+
+def _write_json(path: Path, obj: Any) -> None:
+    path.write_text(json.dumps(obj, indent=2, default=str))
+
+
+class DeployParty(PSIParty):
+    """A party process: runs the session steps, then hands messages to its algorithm party."""
+
+    def __init__(
+        self,
+        cfg: DeployConfig,
+        name: str,
+        data: PartyData,
+        out_dir: Path,
+        echo: Printer,
+        resume: Path | None = None,
+    ) -> None:
+        self.app = get_algorithm_spec(cfg.algorithm)
+        groups = {g.name: g for g in self.app.groups(cfg) if name in g.parties}
+        # the PSI chains follow this party's own config, whatever the coordinator says
+        chains = {g: group.parties for g, group in groups.items()}
+        super().__init__(name, data.ids, role=self.app.role(cfg, name), chains=chains)
+        #: this party's steps of the set-up (its data is checked here, before it connects)
+        self.member = MemberSetup(self.app, cfg, name, data)
+        self.groups = groups
+        self.cfg, self.data, self.out_dir, self.echo = cfg, data, out_dir, echo
+        self.resume = resume
+        self.local: Local | None = None
+        self.entropy: int | None = None
+        self.algo: Any = None
+        self.checkpoints: Checkpoints | None = None
+        self.fingerprint = ""
+        self._shown = 0
+
+    def _private_entropy(self) -> int | None:
+        """This party's private randomness where its defense draws (``Defense.draws``): from
+        the OS once and kept in its own run folder (a resumed run reads it back: a second
+        draw would spend the privacy budget twice); ``None`` where the defense needs none."""
+        d = self.cfg.defense
+        if not d.draws(self.data):
+            return None
+        if d.seed is not None:
+            self.echo(
+                f"warning: defense.seed is set: the {d.kind} draw is reproducible by "
+                "anyone who has the config (for tests only; it voids the guarantee)"
+            )
+            return None
+        name = f"{d.kind}_entropy.txt"
+        if self.resume is not None and (self.resume / name).is_file():
+            entropy = int((self.resume / name).read_text().strip())
+        else:
+            entropy = secrets.randbits(128)
+        self.out_dir.mkdir(parents=True, exist_ok=True)
+        fd = os.open(self.out_dir / name, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        os.fchmod(fd, 0o600)  # also if the file was there before
+        with os.fdopen(fd, "w") as f:  # never readable by others, not even for a moment
+            f.write(f"{entropy}\n")
+        return entropy
+
+    def psi_ids(self, group: str) -> np.ndarray:
+        if self.cfg.federation.alignment != "psi":
+            raise PrivacyError(
+                f"{self.name!r} runs no PSI: its config says federation.alignment = "
+                f"{self.cfg.federation.alignment!r} (a coordinator asking for one is refused)"
+            )
+        if group not in self.groups:
+            raise ProtocolError(f"{self.name!r} is not in the alignment group {group!r}")
+        return self.data.split(self.groups[group].split)[0]
+
+    def handle(self, msg: Message) -> Message:
+        if msg.kind in self._handlers:
+            return super().handle(msg)
+        if self.algo is None:
+            raise ProtocolError(f"{self.name!r} got {msg.kind!r} before deploy:build")
+        if msg.round > self._shown:
+            self._shown = msg.round
+            self.echo(f"round {msg.round}")
+        reply = self.algo.handle(msg)
+        every = self.cfg.federation.checkpoint_every
+        ckpt = self.checkpoints
+        if (
+            ckpt is not None
+            and msg.kind == self.app.round_message(self.role)
+            and msg.round > 0
+            and msg.round % every == 0
+        ):
+            # before the reply leaves: whatever round the coordinator completed, we have it
+            ckpt.save(msg.round, self.algo.state_dict())
+        return reply
+
+    @handles("deploy:setup")
+    def on_setup(self, msg: Message) -> Message:
+        rows: dict[str, np.ndarray] = {}
+        for g, group in self.groups.items():
+            if self.cfg.federation.alignment == "psi":
+                if g not in self.psi_rows:
+                    raise ProtocolError(f"deploy:setup before the PSI of group {g!r} finished")
+                rows[g] = self.psi_rows[g]
+            else:  # the members hold the same IDs: sorting aligns them
+                rows[g] = np.argsort(self.data.split(group.split)[0], kind="stable")
+        self.entropy = self._private_entropy()
+        meta = self.member.report(rows, self.groups, self.entropy)
+        self.local = self.member.defended
+        assert self.local is not None
+        digest = hashlib.sha256()
+        for g in sorted(rows):
+            _, X, _ = self.local.take(g)
+            digest.update(np.ascontiguousarray(X).tobytes())
+        self.fingerprint = fingerprint(
+            run=run_identity(self.cfg), party=self.name, X=digest.hexdigest()
+        )
+        if self.resume is not None:  # the rounds this party could resume from
+            have = Checkpoints(self.resume / "checkpoints", self.fingerprint).rounds()
+            meta["checkpoints"] = ",".join(map(str, have))
+        sizes = ", ".join(f"{g}: {len(r)}" for g, r in rows.items())
+        self.echo(f"aligned samples ({sizes}) of {len(self.ids)}")
+        return self.reply(msg, meta=meta)
+
+    @handles("deploy:build")
+    def on_build(self, msg: Message) -> Message:
+        if self.local is None:
+            raise ProtocolError("deploy:build before deploy:setup")
+        setup = dict(msg.meta)
+        resume_round = int(setup.pop("resume_round", 0) or 0)
+        _widen(self.transport, run_policy(self.cfg, self.app.policy(self.cfg, setup)))
+        self.algo = self.member.build(setup)  # from its private draw, where it has one
+        self.algo.transport = self.transport
+        fp = self.fingerprint
+        self.checkpoints = Checkpoints(self.out_dir / "checkpoints", fp)
+        if resume_round > 0:
+            if self.resume is None:
+                raise ConfigError(
+                    f"the coordinator resumes after round {resume_round} but {self.name!r} "
+                    "was started without --resume (pass its run folder of the killed run)"
+                )
+            state = Checkpoints(self.resume / "checkpoints", fp).load(resume_round)
+            self.algo.load_state(state)
+            self.checkpoints.save(resume_round, state)
+            self._shown = resume_round
+            self.echo(f"resumed from its checkpoint of round {resume_round}")
+        return self.reply(msg)
+
+    @handles("deploy:finish")
+    def on_finish(self, msg: Message) -> Message:
+        self.out_dir.mkdir(parents=True, exist_ok=True)
+        self.app.write_party_results(self.algo, self.out_dir)
+        assert self.transport is not None
+        log = self.transport.log.summary()
+        if isinstance(self.transport, GrpcPartyTransport):  # what went direct, what the hub relayed
+            log["links"] = self.transport.link_summary()
+        _write_json(self.out_dir / "message_log.json", log)
+        self.echo(f"finished; results in {self.out_dir}")
+        self.finished = True
+        return self.reply(msg)
+
+
+class DeployCoordinator(Coordinator):
+    """The coordinator process: drives the session and the algorithm's server.
+
+    Writes its round checkpoints to ``out_dir/checkpoints`` (none if ``out_dir`` is
+    None) and, with ``resume`` (the folder of a killed run), goes on after its last one.
+    """
+
+    def __init__(
+        self,
+        cfg: DeployConfig,
+        echo: Printer,
+        out_dir: Path | None = None,
+        resume: Path | None = None,
+    ) -> None:
+        super().__init__(cfg.federation.coordinator)
+        self.cfg, self.echo, self.out_dir, self.resume = cfg, echo, out_dir, resume
+        self.checkpoints: Checkpoints | None = None
+        self.resumed_from = 0
+        self.app = get_algorithm_spec(cfg.algorithm)
+        self.parties = list(cfg.federation.parties)
+        self.server: Any = None
+        self.setup: dict[str, Any] = {}
+        self.train_seconds = 0.0
+
+    def run(self) -> dict[str, Any]:
+        fed = self.cfg.federation
+        groups = self.app.groups(self.cfg)
+        if fed.alignment == "psi":
+            # One group after another, on purpose. Groups that share a party (data owners are in
+            # every Multi-VFL group) gain nothing together: a deployed party handles its messages
+            # one at a time, each blinding already on all its cores. Disjoint groups (H-FedMV's
+            # per client) were no faster concurrently on 2 shared cores, 3-5 % slower when idle
+            # (benchmarks/bench_psi.py --groups; docs/threat-model.md).
+            for g in groups:
+                t0 = time.perf_counter()
+                n = run_psi(self, g.parties, group=g.name)
+                self.echo(
+                    f"PSI {g.name} ({g.split} IDs of {len(g.parties)} parties): {n} common "
+                    f"sample IDs ({time.perf_counter() - t0:.1f} s)"
+                )
+        replies = self.broadcast(self.parties, "deploy:setup")
+        infos = {p: SetupReport(p, r.meta) for p, r in replies.items()}
+        none = fed.alignment == "none"
+        hint = " (with alignment = 'none' they must hold the same IDs)" if none else ""
+        self.setup, policy = agree_setup(self.app, self.cfg, infos, hint)
+        fp = fingerprint(run=run_identity(self.cfg), setup=self.setup)
+        if self.out_dir is not None:
+            self.checkpoints = Checkpoints(self.out_dir / "checkpoints", fp)
+        state = None
+        if self.resume is not None:
+            source = Checkpoints(self.resume / "checkpoints", fp)
+            self.resumed_from = self._resume_round(source.rounds(), infos)
+            if self.resumed_from:
+                state = source.load(self.resumed_from)
+            else:
+                self.echo(f"no checkpoint in {source.directory}: starting from round 1")
+        _widen(self.transport, run_policy(self.cfg, policy))
+        self.broadcast(
+            self.parties, "deploy:build", meta={**self.setup, "resume_round": self.resumed_from}
+        )
+        self.server = self.app.build_coordinator(self.cfg, self.setup)
+        self.server.transport = self.transport
+        if state is not None:
+            self.server.load_state(state)
+            if self.checkpoints is not None:
+                self.checkpoints.save(self.resumed_from, state)
+            self.echo(f"resuming after round {self.resumed_from}")
+        done = threading.Event()
+        shown = len(self.app.progress(self.server))
+        progress = threading.Thread(target=self._progress, args=(done, shown), daemon=True)
+        progress.start()
+        t0 = time.perf_counter()
+        try:
+            self.app.run_coordinator(self.server, self._checkpoint)
+        finally:
+            self.train_seconds = time.perf_counter() - t0
+            done.set()
+            progress.join()
+        self.broadcast(self.parties, "deploy:finish")
+        return self.results()
+
+    def _resume_round(self, mine: list[int], infos: Mapping[str, SetupReport]) -> int:
+        """The last round that the coordinator and every party have a checkpoint of."""
+        have = {p: _rounds(info) for p, info in infos.items()}
+        common = set(mine).intersection(*have.values())
+        if common:
+            return max(common)
+        if mine:
+            detail = ", ".join(
+                f"{p}: {sorted(r) or 'none (started without --resume?)'}" for p, r in have.items()
+            )
+            raise ProtocolError(
+                f"no round is checkpointed by every process (coordinator: {mine}; {detail}); "
+                "resume every process from its folder of the same killed run"
+            )
+        return 0
+
+    def _checkpoint(self, round: int) -> None:
+        if self.checkpoints is not None and round % self.cfg.federation.checkpoint_every == 0:
+            self.checkpoints.save(round, self.server.state_dict())
+
+    def _progress(self, done: threading.Event, shown: int) -> None:
+        finished = False
+        while not finished:
+            finished = done.wait(0.5)
+            lines = self.app.progress(self.server)
+            for line in lines[shown:]:
+                self.echo(line)
+            shown = len(lines)
+
+    def results(self) -> dict[str, Any]:
+        if self.server is None:
+            return {}
+        metrics, _ = self.app.coordinator_results(self.server)
+        last = self.checkpoints.latest() if self.checkpoints is not None else 0
+        privacy = run_privacy(self.app, self.cfg, self.parties, self.setup)
+        return {
+            **metrics,
+            **({"privacy": privacy} if privacy else {}),
+            "train_seconds": round(self.train_seconds, 4),
+            "resumed_from_round": self.resumed_from,
+            "last_checkpoint_round": last,
+        }
+
+
+def _rounds(info: SetupReport) -> set[int]:
+    """The checkpointed rounds a party reported at setup (``"3,6,9"``); a ProtocolError
+    names it if that is not a list of round numbers."""
+    text = info.get("checkpoints") or ""
+    rounds = text.split(",") if text else []
+    if not all(r.isascii() and r.isdigit() and len(r) <= 12 for r in rounds):
+        raise ProtocolError(
+            f"{info.party!r} reported checkpoints = {text[:80]!r} at setup, expected round "
+            "numbers separated by commas",
+            party=info.party,
+        )
+    return {int(r) for r in rounds}
