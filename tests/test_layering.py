@@ -298,23 +298,8 @@ MODULE_IMPORTS = [
     )
 ]
 
-#: the import cycles still in linear/ and deep/ (issue #32 moves them into one package per
-#: algorithm); shrink this set, never grow it
-KNOWN_CYCLES = {
-    frozenset({"fedviews.deep._apfed_spec", "fedviews.deep._tvfl", "fedviews.deep.apfed"}),
-    frozenset({"fedviews.deep._gru", "fedviews.deep._sfedmv_spec", "fedviews.deep.sfedmv"}),
-}
-
 #: the modules still over :data:`MAX_LINES` lines (issue #32); shrink, never grow
-KNOWN_LONG = {
-    "fedviews.deep._apfed_spec",
-    "fedviews.deep._multivfl_spec",
-    "fedviews.deep.multivfl",
-    "fedviews.deep.sfedmv",
-    "fedviews.experiments.fedmv",
-    "fedviews.linear._consensus",
-    "fedviews.linear._hfedmv",
-}
+KNOWN_LONG = {"fedviews.experiments.fedmv"}
 MAX_LINES = 600
 
 
@@ -354,11 +339,7 @@ class C:
 def test_no_import_cycle() -> None:
     """No module imports, at module level, one that imports it back, however indirectly."""
     cycles = _cycles(_graph(MODULE_IMPORTS, MODULES))
-    new = [sorted(c) for c in cycles - KNOWN_CYCLES]
-    assert not new, f"import cycles: {new}"
-    assert not KNOWN_CYCLES - cycles, f"fixed, drop from KNOWN_CYCLES: {KNOWN_CYCLES - cycles}"
-    known = {m for c in KNOWN_CYCLES for m in c}
-    assert all(_within(m, "fedviews.linear") or _within(m, "fedviews.deep") for m in known)
+    assert not cycles, f"import cycles: {[sorted(c) for c in cycles]}"
 
 
 def test_parties_never_import_their_spec() -> None:

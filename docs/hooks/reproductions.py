@@ -5,7 +5,7 @@ A page holds ``<!-- reproduce: NAME -->`` on a line of its own where the entry
 committed results file holds them (written by ``fedviews reproduce NAME --record``),
 with the command, date, machine and wall time of the run that made them, or a note
 that no run is committed yet. ``<!-- reproduce-digest: NAME NAME ... -->`` puts there one
-table over several leakage audits (:func:`~fedviews.experiments._reproduce.render_digest`:
+table over several leakage audits (:func:`~fedviews.experiments._render.render_digest`:
 per audit, attacker role and secret, the attack that learned the most). An unknown entry
 fails the build. ``tests/experiments/
 test_reproduce.py`` checks that no results table of the docs is typed by hand.
@@ -26,13 +26,8 @@ DIGEST = re.compile(r"^<!-- reproduce-digest: ([\w. -]+) -->$", flags=re.M)
 
 def render_page(markdown: str, root: Path = ROOT) -> str:
     """``markdown`` with every ``<!-- reproduce: NAME -->`` replaced by the entry's tables."""
-    from fedviews.experiments._reproduce import (
-        MANIFEST,
-        load_manifest,
-        read_results,
-        render_digest,
-        render_markdown,
-    )
+    from fedviews.experiments._render import render_digest, render_markdown
+    from fedviews.experiments._reproduce import MANIFEST, load_manifest, read_results
 
     if not MARK.search(markdown) and not DIGEST.search(markdown):
         return markdown

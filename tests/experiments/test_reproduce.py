@@ -14,12 +14,8 @@ import pytest
 from _cli import ROOT, fedviews
 
 from fedviews.errors import ConfigError
-from fedviews.experiments._reproduce import (
-    MANIFEST,
-    compare_tables,
-    load_manifest,
-    render_markdown,
-)
+from fedviews.experiments._render import render_markdown
+from fedviews.experiments._reproduce import MANIFEST, compare_tables, load_manifest
 
 #: a fast, deterministic smoke entry (V-FedMV, one split: a few seconds)
 FAST = "vfedmv_smoke"
@@ -358,7 +354,8 @@ def test_a_script_entry_records_and_checks_a_benchmarks_tables(tmp_path):
 def test_the_audit_digest_spans_each_role_attack_and_metric():
     """``<!-- reproduce-digest: ... -->``: one row per audit, role, attack and metric; a score
     as its range, an error (MSE) as its ratio to chance; an audit not run yet says so."""
-    from fedviews.experiments._reproduce import Reproduction, render_digest
+    from fedviews.experiments._render import render_digest
+    from fedviews.experiments._reproduce import Reproduction
 
     cols = ["attacker", "role", "observes", "attack", "secret", "aux", "metric", "value", "chance"]
     rows = [
