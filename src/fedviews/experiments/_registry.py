@@ -34,6 +34,7 @@ _EXPERIMENTS: Registry[ExperimentSpec] = Registry(
     (
         "fedviews.experiments.mmvfl",
         "fedviews.experiments.fedmv",
+        "fedviews.experiments.fedmv_figures",
         "fedviews.experiments.multivfl",
         "fedviews.experiments.apfed",
         "fedviews.experiments.sfedmv",
