@@ -246,6 +246,7 @@ def test_half_sent_messages_keep_a_coordinator_process_within_its_budget(deploy)
     d.member("pix")  # the run starts, without fou
     text = coord.finish(timeout=60)
     assert coord.proc.returncode != 0 and "Traceback" not in text
+    assert f"cut the link to {ATTACKER!r}" in text  # said when it happened, naming the attacker
     res = d.results()
     assert res["unavailable_party"] == ATTACKER, res
     assert "'fou' holds" in res["status"] and "max_message_mb" in res["status"], res

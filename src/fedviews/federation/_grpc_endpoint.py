@@ -204,6 +204,8 @@ class _Endpoint(Transport):
                         break
             link.close("peer left")
         except ProtocolError as exc:  # the stream broke or the peer broke the protocol: named
+            if not link.closed.is_set():  # said now, in this process's log, not only when the
+                log.warning("cut the link to %r: %s", link.peer, exc)  # run next uses it
             link.close(f"connection lost: {exc}")
 
     # -- serving streams that others dial ------------------------------------------
