@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -270,6 +271,26 @@ torch_threads = 1
 
 
 @pytest.mark.skipif(not Path("/proc/self/task").is_dir(), reason="needs Linux /proc")
+def test_a_terminated_party_keeps_its_message_log_and_says_where_its_checkpoint_is(tmp_path):
+    """`kill PARTY` (SIGTERM) ended the process at once: no message_log.json, no word. Now
+    it stops as on Ctrl-C: it writes what crossed so far and names its kept checkpoint; the
+    coordinator names it unavailable as for a crash."""
+    pytest.importorskip("grpc")
+    term = lambda launcher: os.kill(_party_pid(launcher, "zer"), signal.SIGTERM)  # noqa: E731
+    proc, run, out, _ = _start_until(tmp_path, CONFIG, "[zer] round 5", term)
+    assert proc.returncode == 2, out
+    flat = " ".join(out.split())
+    said = re.search(rf"\[zer\] interrupted; message log in {re.escape(str(run / 'zer'))}, "
+                     rf"checkpoint of round (\d+) kept \(--resume {re.escape(str(run / 'zer'))}\)",
+                     flat)  # fmt: skip
+    assert said is not None, out
+    assert int(said.group(1)) in Checkpoints(run / "zer" / "checkpoints", "").rounds()
+    log = json.loads((run / "zer" / "message_log.json").read_text())
+    assert log["rounds"] >= 5 and log["messages"] > 0 and log["links"], log
+    res = json.loads((run / "coordinator" / "results.json").read_text())
+    assert res["unavailable_party"] == "zer", res
+
+
 def test_a_party_killed_behind_the_relay_is_named_and_the_run_resumes(tmp_path):
     """APFed: the coordinator hears of a killed passive party only from the active party
     (its h_A request to it fails in the hub's relay). That report arrived as a bare

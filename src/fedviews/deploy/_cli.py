@@ -162,6 +162,7 @@ def register(app: typer.Typer) -> None:
         """Run one party: load only its own data, dial out to the coordinator, serve the run."""
         from fedviews.deploy._config import load_deploy_config
         from fedviews.deploy._data import load_party_data
+        from fedviews.deploy._launch import terminate_as_interrupt
         from fedviews.deploy._session import run_party
         from fedviews.errors import ConfigError
 
@@ -170,16 +171,20 @@ def register(app: typer.Typer) -> None:
             raise ConfigError("--party, --data and --coordinator are required")
         cfg = load_deploy_config(config, overrides or [])
         tls = tls_for(certs, insecure, party)
-        run_party(
-            cfg,
-            party,
-            load_party_data(data),
-            coordinator,
-            out or resume or Path(cfg.output_dir) / cfg.name / party,
-            tls=tls,
-            resume=resume,
-            listen=listen,
-        )
+        stop = terminate_as_interrupt()  # `kill` stops it with its message log written
+        try:
+            run_party(
+                cfg,
+                party,
+                load_party_data(data),
+                coordinator,
+                out or resume or Path(cfg.output_dir) / cfg.name / party,
+                tls=tls,
+                resume=resume,
+                listen=listen,
+            )
+        finally:
+            stop()
         # The results are written. Leave now: a gRPC worker thread still winding down
         # must not keep a finished party process alive (seen as a rare hang at exit).
         import os

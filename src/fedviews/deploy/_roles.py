@@ -247,14 +247,20 @@ class DeployParty(PSIParty):
     def on_finish(self, msg: Message) -> Message:
         self.out_dir.mkdir(parents=True, exist_ok=True)
         self.app.write_party_results(self.algo, self.out_dir)
-        assert self.transport is not None
-        log = self.transport.log.summary()
-        if isinstance(self.transport, GrpcPartyTransport):  # what went direct, what the hub relayed
-            log["links"] = self.transport.link_summary()
-        _write_json(self.out_dir / "message_log.json", log)
+        self.write_log()
         self.echo(f"finished; results in {self.out_dir}")
         self.finished = True
         return self.reply(msg)
+
+    def write_log(self) -> None:
+        """``message_log.json``: what crossed to and from this party so far (and, over
+        gRPC, what went direct and what the hub relayed)."""
+        assert self.transport is not None
+        log = self.transport.log.summary()
+        if isinstance(self.transport, GrpcPartyTransport):
+            log["links"] = self.transport.link_summary()
+        self.out_dir.mkdir(parents=True, exist_ok=True)
+        _write_json(self.out_dir / "message_log.json", log)
 
 
 class DeployCoordinator(Coordinator):

@@ -224,12 +224,22 @@ def run_party(
     worker = threading.Thread(target=serve, name=f"serve-{name}", daemon=True)
     worker.start()
     finished_at: float | None = None
-    while worker.is_alive():
-        worker.join(0.5)
-        if getattr(party, "finished", False):
-            finished_at = finished_at or time.monotonic()
-            if time.monotonic() - finished_at > 10.0:
-                break  # results written; the coordinator's goodbye never arrived
+    try:
+        while worker.is_alive():
+            worker.join(0.5)
+            if getattr(party, "finished", False):
+                finished_at = finished_at or time.monotonic()
+                if time.monotonic() - finished_at > 10.0:
+                    break  # results written; the coordinator's goodbye never arrived
+    except KeyboardInterrupt:  # Ctrl-C, or `kill` (SIGTERM): keep what this party knows
+        if not getattr(party, "finished", False):
+            party.write_log()
+            kept = party.checkpoints.latest() if party.checkpoints is not None else 0
+            say(
+                f"interrupted; message log in {out_dir}"
+                + (f", checkpoint of round {kept} kept (--resume {out_dir})" if kept else "")
+            )
+        raise
     if outcome and not (
         getattr(party, "finished", False) and isinstance(outcome[0], PartyUnavailable)
     ):
