@@ -1,0 +1,160 @@
+"""Hyper-parameter constraints declared once, as metadata on the ``Params`` dataclass fields.
+
+An algorithm's ``Params`` field carries its constraint (type, interval, choices)::
+
+    max_iter: int = field(default=200, metadata=spec(int, low=1))
+    eps: float = field(default=1e-10, metadata=spec(float, low=0, low_open=True))
+    label_scale: str = field(default="onehot", metadata=spec(str, choices=LABEL_SCALES))
+
+and :func:`check_params` checks every field against it, then calls the dataclass's
+``cross_check`` hook (rules between fields that one field's metadata cannot express). It is
+called once, where params enter (the algorithm's ``check_params``: estimator ``fit``,
+deployment set-up, experiment configs through :meth:`Checked.validate`); inner layers trust
+validated params. The docs' configuration reference shows :meth:`Constraint.describe`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from fedviews._estimator import is_int, is_real
+from fedviews.errors import ConfigError
+
+#: the metadata key of a field's :class:`Constraint`
+KEY = "fedviews.constraint"
+
+
+@dataclass(frozen=True)
+class Constraint:
+    """What a hyper-parameter may be (see :func:`spec`)."""
+
+    kind: type
+    low: float | None = None
+    low_open: bool = False
+    finite: bool = True
+    choices: tuple[Any, ...] | None = None
+    per_party: bool = False
+
+    def describe(self) -> str:
+        """The constraint in words, as an error message and the docs say it."""
+        if self.kind is bool:
+            return "True or False"
+        if self.choices is not None:
+            return f"one of {list(self.choices)}"
+        if self.kind is int:
+            return f"an integer >= {self.low:g}" if self.low is not None else "an integer"
+        number = "a finite number" if self.finite else "a number"
+        if self.low is not None:
+            number += f" {'>' if self.low_open else '>='} {self.low:g}"
+        return number + (", or one per party" if self.per_party else "")
+
+    def _ok(self, value: Any) -> bool:
+        if self.kind is bool:
+            return isinstance(value, (bool, np.bool_))
+        if self.choices is not None:
+            return isinstance(value, self.kind) and value in self.choices
+        if self.kind is int:
+            return is_int(value, -(2**63) if self.low is None else int(self.low))
+        if not is_real(value, finite=self.finite):
+            return False
+        if self.low is None:
+            return True
+        return bool(value > self.low) if self.low_open else bool(value >= self.low)
+
+    def check(self, name: str, value: Any, n_parties: int | None = None) -> None:
+        """Raise ``ConfigError("<name> must be <describe()>, got <value>")`` unless ``value``
+        fits; a per-party value may be a list, ``n_parties`` long when that is known."""
+        if self.per_party and isinstance(value, (list, tuple, np.ndarray)):
+            if n_parties is not None and len(value) != n_parties:
+                raise ConfigError(
+                    f"{name} has {len(value)} values but there are {n_parties} parties"
+                )
+            bad = [v for v in value if not self._ok(v)]
+            if bad or not len(value):
+                raise ConfigError(f"{name} must be {self.describe()}, got {value!r}")
+            return
+        if not self._ok(value):
+            raise ConfigError(f"{name} must be {self.describe()}, got {value!r}")
+
+
+def spec(
+    kind: type,
+    *,
+    low: float | None = None,
+    low_open: bool = False,
+    finite: bool = True,
+    choices: tuple[Any, ...] | None = None,
+    per_party: bool = False,
+) -> dict[str, Constraint]:
+    """A field's ``metadata`` carrying its constraint.
+
+    Parameters
+    ----------
+    kind : type
+        ``int`` (a bool is not one), ``float`` (any real number, ints included), ``bool``
+        or ``str``.
+    low : float, optional
+        The lower bound, inclusive unless ``low_open``.
+    low_open : bool
+        ``value > low`` instead of ``value >= low``.
+    finite : bool
+        For ``float``: refuse NaN and infinities (a tolerance may be ``inf``).
+    choices : tuple, optional
+        The values allowed (for ``str``).
+    per_party : bool
+        One value for every party or a list of one per party (or per view).
+    """
+    return {KEY: Constraint(kind, low, low_open, finite, choices, per_party)}
+
+
+def constraint(f: dataclasses.Field[Any]) -> Constraint | None:
+    """The constraint declared on a dataclass field, if any."""
+    found = f.metadata.get(KEY)
+    return found if isinstance(found, Constraint) else None
+
+
+def check_params(params: Any, n_parties: int | None = None) -> None:
+    """Check every field of a ``Params`` dataclass against its declared constraint, then run
+    its ``cross_check(n_parties)`` hook, if it has one (a :class:`ConfigError` naming the
+    first field that does not fit). ``n_parties``: the length per-party lists must have."""
+    for f in dataclasses.fields(params):
+        c = constraint(f)
+        if c is not None:
+            c.check(f.name, getattr(params, f.name), n_parties)
+    hook = getattr(params, "cross_check", None)
+    if callable(hook):
+        hook(n_parties)
+
+
+def constraints(cls: type) -> Mapping[str, Constraint]:
+    """``{field name: constraint}`` of a ``Params`` dataclass (fields without one left out)."""
+    return {f.name: c for f in dataclasses.fields(cls) if (c := constraint(f)) is not None}
+
+
+class Checked:
+    """Base of a ``Params`` dataclass whose fields declare their constraints: adds
+    :meth:`validate` (the one validator) and a no-op ``cross_check`` hook."""
+
+    def validate(self, n_parties: int | None = None) -> None:
+        """Raise :class:`ConfigError` for an invalid value (per-party lists need ``n_parties``)."""
+        check_params(self, n_parties)
+
+    def cross_check(self, n_parties: int | None) -> None:
+        """Rules between fields, run after the field checks (none by default)."""
+
+
+#: an integer >= 1 (a number of rounds, iterations, units)
+COUNT = spec(int, low=1)
+#: a tolerance: a number >= 0 (``inf`` stops at once)
+TOL = spec(float, low=0, finite=False)
+#: a finite number > 0
+POSITIVE = spec(float, low=0, low_open=True)
+#: True or False
+FLAG = spec(bool)
+#: a finite number > 0, or a list of one per party (or per view)
+WEIGHTS = spec(float, low=0, low_open=True, per_party=True)
