@@ -16,6 +16,7 @@ validated params. The docs' configuration reference shows :meth:`Constraint.desc
 from __future__ import annotations
 
 import dataclasses
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -36,46 +37,62 @@ class Constraint:
     kind: type
     low: float | None = None
     low_open: bool = False
+    high: float | None = None
+    high_open: bool = False
     finite: bool = True
     choices: tuple[Any, ...] | None = None
-    per_party: bool = False
+    per: str | None = None
+    pattern: str | None = None
+    text: str | None = None
 
     def describe(self) -> str:
         """The constraint in words, as an error message and the docs say it."""
+        if self.text is not None:
+            return self.text
         if self.kind is bool:
             return "True or False"
         if self.choices is not None:
             return f"one of {list(self.choices)}"
-        if self.kind is int:
-            return f"an integer >= {self.low:g}" if self.low is not None else "an integer"
-        number = "a finite number" if self.finite else "a number"
-        if self.low is not None:
-            number += f" {'>' if self.low_open else '>='} {self.low:g}"
-        return number + (", or one per party" if self.per_party else "")
+        words = (
+            "an integer" if self.kind is int else "a finite number" if self.finite else "a number"
+        )
+        if self.low is not None and self.high is not None:
+            left, right = "(" if self.low_open else "[", ")" if self.high_open else "]"
+            words += f" in {left}{self.low:g}, {self.high:g}{right}"
+        elif self.low is not None:
+            words += f" {'>' if self.low_open else '>='} {self.low:g}"
+        elif self.high is not None:
+            words += f" {'<' if self.high_open else '<='} {self.high:g}"
+        return words + (f", or one per {self.per}" if self.per else "")
 
     def _ok(self, value: Any) -> bool:
         if self.kind is bool:
             return isinstance(value, (bool, np.bool_))
-        if self.choices is not None:
-            return isinstance(value, self.kind) and value in self.choices
+        if self.kind is str:
+            return isinstance(value, str) and (
+                (self.choices is None or value in self.choices)
+                and (self.pattern is None or re.fullmatch(self.pattern, value) is not None)
+            )
         if self.kind is int:
-            return is_int(value, -(2**63) if self.low is None else int(self.low))
-        if not is_real(value, finite=self.finite):
+            ok = is_int(value, -(2**63))
+        else:
+            ok = is_real(value, finite=self.finite)
+        if not ok:
             return False
-        if self.low is None:
-            return True
-        return bool(value > self.low) if self.low_open else bool(value >= self.low)
+        low = self.low is None or (value > self.low if self.low_open else value >= self.low)
+        high = self.high is None or (value < self.high if self.high_open else value <= self.high)
+        return bool(low and high)
 
     def check(self, name: str, value: Any, n_parties: int | None = None) -> None:
         """Raise ``ConfigError("<name> must be <describe()>, got <value>")`` unless ``value``
         fits; a per-party value may be a list, ``n_parties`` long when that is known."""
-        if self.per_party and isinstance(value, (list, tuple, np.ndarray)):
+        if self.per and isinstance(value, (list, tuple, np.ndarray)):
             if n_parties is not None and len(value) != n_parties:
+                many = self.per[:-1] + "ies" if self.per.endswith("y") else self.per + "s"
                 raise ConfigError(
-                    f"{name} has {len(value)} values but there are {n_parties} parties"
+                    f"{name} has {len(value)} values but there are {n_parties} {many}"
                 )
-            bad = [v for v in value if not self._ok(v)]
-            if bad or not len(value):
+            if not len(value) or not all(self._ok(v) for v in value):
                 raise ConfigError(f"{name} must be {self.describe()}, got {value!r}")
             return
         if not self._ok(value):
@@ -87,9 +104,13 @@ def spec(
     *,
     low: float | None = None,
     low_open: bool = False,
+    high: float | None = None,
+    high_open: bool = False,
     finite: bool = True,
     choices: tuple[Any, ...] | None = None,
-    per_party: bool = False,
+    per: str | None = None,
+    pattern: str | None = None,
+    text: str | None = None,
 ) -> dict[str, Constraint]:
     """A field's ``metadata`` carrying its constraint.
 
@@ -98,18 +119,25 @@ def spec(
     kind : type
         ``int`` (a bool is not one), ``float`` (any real number, ints included), ``bool``
         or ``str``.
-    low : float, optional
-        The lower bound, inclusive unless ``low_open``.
-    low_open : bool
-        ``value > low`` instead of ``value >= low``.
+    low, high : float, optional
+        The bounds, inclusive unless ``low_open`` / ``high_open``.
+    low_open, high_open : bool
+        Exclusive bounds.
     finite : bool
         For ``float``: refuse NaN and infinities (a tolerance may be ``inf``).
     choices : tuple, optional
-        The values allowed (for ``str``).
-    per_party : bool
-        One value for every party or a list of one per party (or per view).
+        The values allowed.
+    per : str, optional
+        One value for all, or a list of one per ``per`` (``"party"``, ``"view"``): the
+        length is checked where the roster is known.
+    pattern : str, optional
+        A ``str`` must match this regular expression in full.
+    text : str, optional
+        The constraint in words, where :meth:`Constraint.describe` cannot say it.
     """
-    return {KEY: Constraint(kind, low, low_open, finite, choices, per_party)}
+    return {
+        KEY: Constraint(kind, low, low_open, high, high_open, finite, choices, per, pattern, text)
+    }
 
 
 def constraint(f: dataclasses.Field[Any]) -> Constraint | None:
@@ -129,6 +157,12 @@ def check_params(params: Any, n_parties: int | None = None) -> None:
     hook = getattr(params, "cross_check", None)
     if callable(hook):
         hook(n_parties)
+
+
+def check_value(name: str, value: Any, metadata: Mapping[str, Any]) -> None:
+    """Check one value (parameter ``name``) against a :func:`spec`'s metadata: for a
+    parameter that is not a ``Params`` field (an estimator's own)."""
+    metadata[KEY].check(name, value)
 
 
 def constraints(cls: type) -> Mapping[str, Constraint]:
@@ -156,5 +190,7 @@ TOL = spec(float, low=0, finite=False)
 POSITIVE = spec(float, low=0, low_open=True)
 #: True or False
 FLAG = spec(bool)
-#: a finite number > 0, or a list of one per party (or per view)
-WEIGHTS = spec(float, low=0, low_open=True, per_party=True)
+#: a finite number > 0, or a list of one per party (or per view: checked against the views)
+WEIGHTS = spec(float, low=0, low_open=True, per="party")
+#: a finite number > 0, or a list of one per view
+VIEW_WEIGHTS = spec(float, low=0, low_open=True, per="view")

@@ -9,7 +9,7 @@ from typing import Any, cast
 import numpy as np
 from threadpoolctl import threadpool_limits
 
-from fedviews._params import COUNT, KEY, POSITIVE, TOL
+from fedviews._params import COUNT, POSITIVE, TOL, check_value
 from fedviews.data import check_Xs
 from fedviews.errors import ConfigError, DataError, check_fitted
 from fedviews.federation import Algorithm, Coordinator
@@ -112,7 +112,7 @@ def party_index(value: Any, n: int, name: str) -> int:
 
 def check_positive(value: Any, name: str) -> None:
     """ConfigError unless ``value`` (parameter ``name``) is a finite number ``> 0``."""
-    POSITIVE[KEY].check(name, value)
+    check_value(name, value, POSITIVE)
 
 
 #: How the label owner scales its one-hot ``Y`` (:func:`scale_labels`).
@@ -139,14 +139,14 @@ def scale_labels(Y: np.ndarray, label_scale: str) -> np.ndarray:
 def check_count(value: Any, name: str) -> None:
     """ConfigError unless ``value`` (parameter ``name``, e.g. a number of rounds) is an
     integer ``>= 1``."""
-    COUNT[KEY].check(name, value)
+    check_value(name, value, COUNT)
 
 
 def check_iter(value: Any, tol: Any, name: str, tol_name: str) -> None:
     """Check an iteration count ``name`` (an integer ``>= 1``) and its tolerance ``tol_name``
     (a number ``>= 0``)."""
     check_count(value, name)
-    TOL[KEY].check(tol_name, tol)
+    check_value(tol_name, tol, TOL)
 
 
 def restore(

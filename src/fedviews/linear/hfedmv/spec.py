@@ -29,7 +29,7 @@ from typing import Any
 
 import numpy as np
 
-from fedviews._params import COUNT, FLAG, POSITIVE, TOL, WEIGHTS, Checked, spec
+from fedviews._params import COUNT, FLAG, POSITIVE, TOL, VIEW_WEIGHTS, Checked, spec
 from fedviews.data import PartyData, held_out_split
 from fedviews.errors import ConfigError
 from fedviews.federation import (
@@ -114,8 +114,8 @@ class HFedMVParams(Checked):
     and reports its counts.
     """
 
-    beta: float | tuple[float, ...] = field(default=4.0, metadata=WEIGHTS)
-    zeta: float | tuple[float, ...] = field(default=8.0, metadata=WEIGHTS)
+    beta: float | tuple[float, ...] = field(default=4.0, metadata=VIEW_WEIGHTS)
+    zeta: float | tuple[float, ...] = field(default=8.0, metadata=VIEW_WEIGHTS)
     eta: float = field(default=16.0, metadata=POSITIVE)
     n_rounds: int = field(default=20, metadata=COUNT)
     local_iter: int = field(default=2, metadata=COUNT)
