@@ -168,7 +168,7 @@ def test_the_validator_runs_the_cross_field_hook_after_the_fields() -> None:
         def cross_check(self, n_parties: int | None) -> None:
             seen.append(n_parties)
 
-    P().validate(3)
+    check_params(P(), 3)
     assert seen == [3]
     with pytest.raises(ConfigError, match="^n must be an integer >= 1, got 0$"):
         P(n=0).validate()

@@ -8,9 +8,10 @@ An algorithm's ``Params`` field carries its constraint (type, interval, choices)
 
 and :func:`check_params` checks every field against it, then calls the dataclass's
 ``cross_check`` hook (rules between fields that one field's metadata cannot express). It is
-called once, where params enter (the algorithm's ``check_params``: estimator ``fit``,
-deployment set-up, experiment configs through :meth:`Checked.validate`); inner layers trust
-validated params. The docs' configuration reference shows :meth:`Constraint.describe`.
+called once, where params enter: the algorithm's ``check_params`` (with the roster, for the
+length of per-party lists) when a run is built, in process (estimator ``fit``) or deployed;
+:meth:`Checked.validate` for a config's params without a roster (experiments). Inner layers
+trust validated params. The docs' configuration reference shows :meth:`Constraint.describe`.
 """
 
 from __future__ import annotations
@@ -174,9 +175,10 @@ class Checked:
     """Base of a ``Params`` dataclass whose fields declare their constraints: adds
     :meth:`validate` (the one validator) and a no-op ``cross_check`` hook."""
 
-    def validate(self, n_parties: int | None = None) -> None:
-        """Raise :class:`ConfigError` for an invalid value (per-party lists need ``n_parties``)."""
-        check_params(self, n_parties)
+    def validate(self) -> None:
+        """Raise :class:`ConfigError` for an invalid value (a per-party list of any length:
+        the algorithm checks its length against the roster, :func:`check_params`)."""
+        check_params(self)
 
     def cross_check(self, n_parties: int | None) -> None:
         """Rules between fields, run after the field checks (none by default)."""

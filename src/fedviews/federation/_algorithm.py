@@ -31,7 +31,7 @@ from typing import Any, ClassVar
 import numpy as np
 from threadpoolctl import threadpool_limits
 
-from fedviews._params import Checked
+from fedviews._params import Checked, check_params
 from fedviews._registry import Registry
 from fedviews.data import PartyData, deal_views
 from fedviews.errors import ConfigError, DataError, ProtocolError, require
@@ -100,7 +100,7 @@ class Algorithm:
                 f"{self.name} takes {self.Params.__name__} params, got {type(params).__name__}"
             )
         if isinstance(params, Checked):
-            params.validate(self.per_party_count(fed))
+            check_params(params, self.per_party_count(fed))
             return
         validate = getattr(params, "validate", None)  # a Params without declared constraints
         if callable(validate):
