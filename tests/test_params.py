@@ -173,3 +173,27 @@ def test_the_validator_runs_the_cross_field_hook_after_the_fields() -> None:
     with pytest.raises(ConfigError, match="^n must be an integer >= 1, got 0$"):
         P(n=0).validate()
     assert seen == [3]  # a field that does not fit stops before the hook
+
+
+def test_a_run_checks_its_params_once_with_the_roster(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Building a run (the estimators' fit) and loading a deployment config each check the
+    params once, with the per-party length of the roster (they were checked twice)."""
+    from fedviews.data import PartyData
+    from fedviews.deploy import load_deploy_config
+    from fedviews.federation import Roster, RunSpec, build_in_process
+    from fedviews.linear import MMVFLParams
+
+    calls: list[int | None] = []
+    monkeypatch.setattr(MMVFLParams, "cross_check", lambda self, n: calls.append(n))
+    rng = np.random.default_rng(0)
+    ids, y = np.arange(12), np.arange(12) % 3
+    datas = {
+        "u": PartyData(ids, rng.normal(size=(12, 3)), y),
+        "v": PartyData(ids, rng.normal(size=(12, 2))),
+    }
+    run = RunSpec("mmvfl", MMVFLParams(max_iter=1), Roster(("u", "v"), label_owner="u"))
+    build_in_process(run, datas)
+    assert calls == [2]
+    fed = {"parties": ["a", "b", "c"], "label_owner": "a"}
+    load_deploy_config({"algorithm": "mmvfl", "federation": fed})
+    assert calls == [2, 3]
