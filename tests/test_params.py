@@ -86,6 +86,34 @@ def test_estimator_parameters_are_its_params_fields(name: str) -> None:
         assert got[key] == fields[key], key
 
 
+#: the centralized references (written from the equations) and their own keywords
+REFERENCES = {
+    "mmvfl": ("fedviews.linear.mmvfl.reference:mmvfl_centralized", {"label_owner", "random_state"}),
+    "vfedmv": ("fedviews.linear.vfedmv.reference:vfedmv_centralized", {"random_state"}),
+    "hfedmv": ("fedviews.linear.hfedmv.reference:hfedmv_centralized", {"random_state"}),
+}
+
+
+@pytest.mark.parametrize("algorithm", sorted(REFERENCES))
+def test_a_references_keywords_are_params_fields_with_their_defaults(algorithm: str) -> None:
+    import importlib
+    import inspect
+
+    where, own = REFERENCES[algorithm]
+    module, name = where.split(":")
+    keywords = {
+        p.name: p.default
+        for p in inspect.signature(
+            getattr(importlib.import_module(module), name)
+        ).parameters.values()
+        if p.kind is p.KEYWORD_ONLY
+    }
+    fields = {f.name: f.default for f in dataclasses.fields(get_algorithm_spec(algorithm).Params)}
+    assert own <= set(keywords) and set(keywords) - own <= set(fields)
+    for key in set(keywords) - own:
+        assert keywords[key] == fields[key], key
+
+
 @pytest.mark.parametrize("algorithm", ALGORITHMS.names())
 def test_every_params_field_declares_its_constraint(algorithm: str) -> None:
     Params = get_algorithm_spec(algorithm).Params
