@@ -192,7 +192,7 @@ TOL = spec(float, low=0, finite=False)
 POSITIVE = spec(float, low=0, low_open=True)
 #: True or False
 FLAG = spec(bool)
-#: a finite number > 0, or a list of one per party (or per view: checked against the views)
+#: a finite number > 0, or a list of one per party
 WEIGHTS = spec(float, low=0, low_open=True, per="party")
 #: a finite number > 0, or a list of one per view
 VIEW_WEIGHTS = spec(float, low=0, low_open=True, per="view")
