@@ -45,7 +45,6 @@ class ActiveOnly(StripEstimator):
         """
         params = estimator_params(APFedParams, self, skip=DEPLOY_ONLY, evaluate=False, **fixed)
         check_setting(self.m, self.i)
-        params.validate(self.m - 1 if passives else 0)
         views, labels = self._prepare(images, y)
         names = [_ACTIVE if k == self.i - 1 else f"passive{k + 1}" for k in range(self.m)]
         ids = np.arange(len(labels))
