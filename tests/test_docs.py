@@ -17,6 +17,8 @@ from typing import Any
 
 import pytest
 
+from fedviews._params import constraint
+
 ROOT = Path(__file__).resolve().parents[1]
 HOOK = ROOT / "docs" / "hooks" / "config_reference.py"
 
@@ -96,21 +98,25 @@ def test_every_config_key_is_documented(site: Path) -> None:
         for f in dataclasses.fields(cls):
             key = hook.anchor(scope, f.name)
             assert key in rows, f"{cls.__qualname__}.{f.name} is not in the config reference"
-            name, type_, default, desc = rows[key]
+            name, type_, allowed, default, desc = rows[key]
             assert name == f.name and type_ and default
             assert len(desc) > 3, f"{cls.__qualname__}.{f.name} has no description"
+            c = constraint(f)  # the allowed values: the constraint the validator checks
+            assert allowed == (c.describe() if c is not None else ""), key
 
 
 def test_reference_shows_defaults_as_toml(site: Path) -> None:
     rows = _rows((site / "reference" / "config.html").read_text(encoding="utf-8"))
-    assert rows["experiment-mmvfl_feature_selection--betas"][2] == (
+    assert rows["experiment-mmvfl_feature_selection--betas"][3] == (
         "[1e-05, 0.0001, 0.001, 0.01, 0.1, 1.0, 10.0]"
     )
-    assert rows["algorithm-mmvfl--standardize"][2] == "false"
-    assert rows["algorithm-multivfl--optimizer"][2] == '"fedavg"'
+    assert rows["algorithm-mmvfl--standardize"][3] == "false"
+    assert rows["algorithm-multivfl--optimizer"][3] == '"fedavg"'
     assert rows["algorithm-mmvfl--beta"][1] == "float | tuple[float, ...]"
+    assert rows["algorithm-mmvfl--beta"][2] == "a finite number > 0, or one per party"
+    assert rows["algorithm-mmvfl--max_iter"][2] == "an integer >= 1"
     # the estimator's docstring documents the algorithm's Params
-    assert rows["algorithm-mmvfl--eta"][3].startswith("Label penalty η")
+    assert rows["algorithm-mmvfl--eta"][4].startswith("Label penalty η")
 
 
 def test_site_renders_offline(site: Path) -> None:

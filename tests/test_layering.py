@@ -29,6 +29,7 @@ SHARED = (
     "fedviews._console",
     "fedviews._estimator",
     "fedviews._heap",
+    "fedviews._params",
     "fedviews._registry",
     "fedviews._tables",
     "fedviews.errors",

@@ -23,7 +23,7 @@ test compares with the closed form instead of a ``reference.py``).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -32,7 +32,6 @@ from sklearn.base import BaseEstimator
 
 from fedviews import federation as fv
 from fedviews.data import PartyData, load, standardized
-from fedviews.errors import ConfigError
 
 # --------------------------------------------------------------------------- parties.py
 
@@ -137,17 +136,14 @@ TARGET = ("mor", 3)  # demo data: the label owner's y is this column of this vie
 
 
 @dataclass(frozen=True)
-class FedRidgeParams:
+class FedRidgeParams(fv.Checked):
     """The ``[params]`` table: ridge penalty, rounds (one sweep over every party each) and
-    ``tol`` (stop once a round changes the prediction by at most ``tol`` times its norm)."""
+    ``tol`` (stop once a round changes the prediction by at most ``tol`` times its norm).
+    Each field declares what it allows (``fv.spec``); one validator checks them all."""
 
-    alpha: float = 1.0
-    max_iter: int = 100
-    tol: float = 1e-12
-
-    def validate(self) -> None:
-        if not (self.alpha > 0 and self.max_iter >= 1 and self.tol >= 0):
-            raise ConfigError("fedridge needs alpha > 0, max_iter >= 1 and tol >= 0")
+    alpha: float = field(default=1.0, metadata=fv.spec(float, low=0, low_open=True))
+    max_iter: int = field(default=100, metadata=fv.spec(int, low=1))
+    tol: float = field(default=1e-12, metadata=fv.spec(float, low=0, finite=False))
 
 
 class FedRidgeAlgorithm(fv.Algorithm):

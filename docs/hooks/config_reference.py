@@ -4,7 +4,9 @@ Every key of every registered experiment's ``Params`` dataclass, of every regist
 algorithm's ``Params`` (a deployment's ``[params]``) and of the deployment tables
 (``[federation]``, ``[data]``, ``[defense]``) is listed with its type, its default and
 its description, read from the code itself, so the reference cannot drift from what
-``fedviews run`` accepts. A field's description is, in this order:
+``fedviews run`` accepts; an algorithm's field also shows the values it allows, from the
+constraint it declares (:func:`fedviews._params.spec`), the one the validator checks.
+A field's description is, in this order:
 
 1. its attribute docstring (a string right under the field);
 2. its comment (on the field's line, or the comment lines right above it);
@@ -23,6 +25,7 @@ from __future__ import annotations
 
 import ast
 import dataclasses
+import html
 import inspect
 import io
 import re
@@ -209,9 +212,12 @@ def anchor(scope: str, key: str) -> str:
 def field_table(
     cls: type, scope: str, describer: Describer, skip: Iterable[str] = ()
 ) -> Iterator[str]:
-    """The Markdown table of ``cls``'s fields: key, type, default, description."""
-    yield "| key | type | default | description |"
-    yield "|---|---|---|---|"
+    """The Markdown table of ``cls``'s fields: key, type, allowed values (the constraint the
+    field declares, :mod:`fedviews._params`), default, description."""
+    from fedviews._params import constraint
+
+    yield "| key | type | allowed | default | description |"
+    yield "|---|---|---|---|---|"
     for f in dataclasses.fields(cls):
         if f.name in skip:
             continue
@@ -222,9 +228,11 @@ def field_table(
         else:
             default = "(required)"
         desc = describer.describe(cls, f.name)
+        c = constraint(f)
+        allowed = _cell(html.escape(c.describe(), quote=False)) if c is not None else ""
         yield (
             f'| <span id="{anchor(scope, f.name)}"></span>`{f.name}` | {_cell(f"`{_type(f)}`")} '
-            f"| {_cell(f'`{default}`')} | {_cell(desc)} |"
+            f"| {allowed} | {_cell(f'`{default}`')} | {_cell(desc)} |"
         )
 
 
@@ -263,9 +271,11 @@ def render() -> str:
         "",
         "Generated from the code at every build of this site (`docs/hooks/config_reference.py`):",
         "every key of every experiment's and algorithm's `Params` dataclass, and of the deployment",
-        "tables, with its type, default and description. Any key can be overridden on the command",
-        "line (`fedviews run CONFIG params.betas=[0.1,1] seed=3`); an unknown key is an error that",
-        "names the closest valid key. How to write and run configs: [Experiments](../experiments.md)",
+        "tables, with its type, the values it allows (where the field declares them: what `fit`,",
+        "`fedviews run` and a deployment check), its default and description. Any key can be",
+        "overridden on the command line (`fedviews run CONFIG params.betas=[0.1,1] seed=3`); an",
+        "unknown key is an error that names the closest valid key. How to write and run configs:",
+        "[Experiments](../experiments.md)",
         "and [Deployment](../deployment.md).",
         "",
         "## Experiment configs",

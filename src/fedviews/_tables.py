@@ -103,8 +103,12 @@ def _type_hints(cls: type) -> dict[str, Any]:
         return _HINTS[cls]
 
 
-def build_dataclass(cls: type[T], values: Mapping[str, Any], where: str) -> T:
-    """Build the frozen dataclass ``cls`` from ``values``; unknown keys raise ConfigError."""
+def build_dataclass(
+    cls: type[T], values: Mapping[str, Any], where: str, *, validate: bool = True
+) -> T:
+    """Build the frozen dataclass ``cls`` from ``values``; unknown keys raise ConfigError.
+    ``validate``: run its ``validate()`` (off where the caller checks it right after, e.g. an
+    algorithm's params against the roster)."""
     hints = _type_hints(cls)
     fields = {f.name: f for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
     kwargs: dict[str, Any] = {}
@@ -116,9 +120,9 @@ def build_dataclass(cls: type[T], values: Mapping[str, Any], where: str) -> T:
         obj = cls(**kwargs)
     except TypeError as exc:
         raise ConfigError(f"{where}: {exc}") from None
-    validate = getattr(obj, "validate", None)
-    if callable(validate):
-        validate()
+    check = getattr(obj, "validate", None)
+    if validate and callable(check):
+        check()
     return obj
 
 

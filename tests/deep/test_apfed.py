@@ -7,7 +7,6 @@ import json
 import math
 import pickle
 import warnings
-from dataclasses import fields
 
 import numpy as np
 import pytest
@@ -194,27 +193,6 @@ def test_only_representations_and_their_gradients_cross(
     assert tv.transport_.log.crossings() == {
         "active -> passive2": ["grad_h_p"],
         "passive2 -> active": ["h_p"],
-    }
-
-
-# -- one definition ------------------------------------------------------------------------
-def test_estimator_parameters_are_the_params_fields() -> None:
-    """APFed's hyper-parameters are APFedParams' fields with the same defaults (less the
-    deployment-only ones), plus the m-i setting and the estimator's own; SingleVL's are
-    APFed's less variant, lam, tau, the loss and how h_A travels (it has no passive party)."""
-    from fedviews.deep import APFedParams
-    from fedviews.deep.apfed.spec import DEPLOY_ONLY
-
-    shared = {f.name: f.default for f in fields(APFedParams) if f.name not in DEPLOY_ONLY}
-    est = APFed().get_params()
-    assert {k: est[k] for k in shared} == shared
-    assert set(est) - set(shared) == {"m", "i", "random_state", "transport"}
-    single = SingleVL().get_params()
-    assert single == {
-        k: v
-        for k, v in est.items()
-        if k not in ("variant", "lam", "tau", "recon_loss")
-        and k not in ("wire_activations", "wire_gradients", "topk_ratio")
     }
 
 

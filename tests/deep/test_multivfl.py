@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-from dataclasses import fields
 from importlib import resources
 
 import numpy as np
@@ -368,28 +367,6 @@ def test_cuda_round(fmnist) -> None:
     assert gpu.run_stats_["device"].startswith("cuda")
     np.testing.assert_allclose(gpu.history_["train_loss"], cpu.history_["train_loss"], rtol=1e-3)
     assert np.mean(gpu.predict(images[400:]) == cpu.predict(images[400:])) > 0.95
-
-
-def test_estimator_params_are_the_spec_params() -> None:
-    """The estimator's parameters are exactly the MultiVFLParams fields plus its own."""
-    from fedviews.deep import MultiVFLParams
-
-    own = {
-        "n_data_owners",
-        "n_label_owners",
-        "scenario",
-        "samples_per_owner",
-        "defense",
-        "random_state",
-        "log_entries",
-        "verbose",
-        "transport",
-    }
-    names = {f.name for f in fields(MultiVFLParams)}
-    defaults = MultiVFL().get_params()
-    assert set(defaults) == names | own
-    for name in names:
-        assert defaults[name] == getattr(MultiVFLParams(), name), name
 
 
 def test_fit_runs_the_registered_spec(fmnist) -> None:

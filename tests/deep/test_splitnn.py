@@ -80,7 +80,7 @@ def test_only_logits_and_their_gradients_cross_and_the_passive_sees_the_labels()
 
 def test_bad_configs_are_clear_errors():
     datas, *_ = _data()
-    with pytest.raises(ConfigError, match="lr > 0"):
+    with pytest.raises(ConfigError, match=r"^lr must be a finite number > 0, got 0"):
         build_in_process(
             RunSpec("splitnn", SplitNNParams(lr=0), Roster(("p", "a"), label_owner="a")), datas
         )

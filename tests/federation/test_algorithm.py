@@ -107,13 +107,7 @@ def test_the_estimator_runs_the_registered_spec_and_its_params():
     Xs = [rng.normal(size=(30, d)) for d in (4, 5)]
     y = np.arange(30) % 3
     m = MMVFL(beta=[0.5, 1.0], max_iter=3, tol=0.0, random_state=2).fit(Xs, y)
-    # the estimator's parameters are exactly the Params fields plus its own
-    own = {"label_owner", "random_state", "transport", "defense"}
-    fields = set(MMVFLParams.__dataclass_fields__)
-    assert set(m.get_params()) == fields | own
-    defaults = MMVFL().get_params()
-    for f in fields:
-        assert defaults[f] == getattr(MMVFLParams(), f), f
+    # (its parameters are the Params fields plus its own: tests/test_params.py)
     # the same run through the spec, with PartyData built by hand
     from fedviews.data import PartyData
     from fedviews.federation import Roster, RunSpec

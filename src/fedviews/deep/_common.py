@@ -15,14 +15,15 @@ from __future__ import annotations
 
 import importlib
 import random
-import re
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import numpy as np
 
+from fedviews._params import spec
 from fedviews.errors import ConfigError, DataError, MissingDependency
+from fedviews.federation import CODECS
 
 if TYPE_CHECKING:
     import torch
@@ -30,7 +31,6 @@ if TYPE_CHECKING:
 V = TypeVar("V")
 #: rows per batch when a network only evaluates
 EVAL_BATCH = 1024
-_DEVICE = re.compile(r"^(auto|cpu|mps|cuda(:\d+)?)$")
 
 #: how :func:`fedviews.deep.multivfl.nets.init_weights` draws initial weights: ``"xavier"`` (Glorot-normal
 #: weights, zero biases: Multi-VFL Algorithm 1's "Gaussian/Xavier initializer") or ``"torch"``
@@ -70,12 +70,16 @@ def resolve_device(device: str = "auto") -> torch.device:
         raise ConfigError(f"unknown device {device!r}; use 'auto', 'cpu' or 'cuda'") from None
 
 
-def check_device(device: Any) -> None:
-    """ConfigError unless ``device`` is a device name a config may give."""
-    if not isinstance(device, str) or not _DEVICE.match(device):
-        raise ConfigError(
-            f"device must be 'auto', 'cpu', 'cuda', 'cuda:<index>' or 'mps', got {device!r}"
-        )
+#: a torch device name a config may give
+DEVICE = spec(
+    str,
+    pattern=r"auto|cpu|mps|cuda(:\d+)?",
+    text="'auto', 'cpu', 'cuda', 'cuda:<index>' or 'mps'",
+)
+#: how an array of split learning travels (``wire_activations``, ``wire_gradients``)
+WIRE = spec(str, choices=CODECS)
+#: the fraction of each sample's gradient entries that ``"topk"`` keeps
+TOPK_RATIO = spec(float, low=0, low_open=True, high=1)
 
 
 def party_device(device: str, torch_threads: int = 0) -> torch.device:
@@ -208,17 +212,6 @@ def prefixed(prefix: str, arrays: Mapping[str, V]) -> dict[str, V]:
 def unprefixed(prefix: str, state: Mapping[str, V]) -> dict[str, V]:
     """The entries of ``state`` whose key starts with ``prefix``, with the prefix cut off."""
     return {k[len(prefix) :]: v for k, v in state.items() if k.startswith(prefix)}
-
-
-def check_positive_ints(
-    obj: object, names: Iterable[str], what: str = "a positive integer"
-) -> None:
-    """ConfigError ``"<name> must be <what>, got <value>"`` unless every attribute ``names``
-    of ``obj`` is an integer >= 1 (a bool is not)."""
-    for name in names:
-        val = getattr(obj, name)
-        if isinstance(val, bool) or not isinstance(val, (int, np.integer)) or val < 1:
-            raise ConfigError(f"{name} must be {what}, got {val!r}")
 
 
 def accuracy(predicted: np.ndarray, y: Any) -> float:

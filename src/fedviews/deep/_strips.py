@@ -15,27 +15,33 @@ from typing import Any
 
 import numpy as np
 
-from fedviews._estimator import is_int, is_real
+from fedviews._params import COUNT, POSITIVE, check_value, spec
 from fedviews.data import PartyData
 from fedviews.deep._common import history_columns, history_records, history_summary, progress_tail
-from fedviews.errors import ConfigError, DataError, ProtocolError
+from fedviews.errors import DataError, ProtocolError
 from fedviews.federation import Algorithm, Coordinator, RunSpec, spawn_streams
+
+#: SGD settings of a split-learning party: ``epochs``, ``batch_size``, ``lr``, ``momentum``
+#: and ``weight_decay`` (APFed, SingleVL, TVFL, split NN)
+EPOCHS = COUNT
+BATCH_SIZE = spec(int, low=2)
+MOMENTUM = spec(float, low=0, high=1, high_open=True)
+WEIGHT_DECAY = spec(float, low=0)
 
 
 def check_training(
     epochs: Any, batch_size: Any, lr: float, momentum: float, weight_decay: float
 ) -> None:
-    """The SGD settings every APFed / SingleVL / TVFL party trains with (ConfigError if bad)."""
-    if not is_int(epochs, 1):
-        raise ConfigError(f"epochs must be a positive integer, got {epochs!r}")
-    if not is_int(batch_size, 2):
-        raise ConfigError(f"batch_size must be an integer >= 2, got {batch_size!r}")
-    if not (is_real(lr) and lr > 0):
-        raise ConfigError(f"lr must be positive, got {lr!r}")
-    if not (is_real(momentum) and 0 <= momentum < 1) or not (
-        is_real(weight_decay) and weight_decay >= 0
+    """The SGD settings of an estimator without ``Params`` (TVFL), checked as the ``Params``
+    fields declare them (ConfigError if bad)."""
+    for name, value, meta in (
+        ("epochs", epochs, EPOCHS),
+        ("batch_size", batch_size, BATCH_SIZE),
+        ("lr", lr, POSITIVE),
+        ("momentum", momentum, MOMENTUM),
+        ("weight_decay", weight_decay, WEIGHT_DECAY),
     ):
-        raise ConfigError("momentum must be in [0, 1) and weight_decay >= 0")
+        check_value(name, value, meta)
 
 
 def sgd_settings(p: Any, device: Any) -> dict[str, Any]:

@@ -10,6 +10,7 @@ process per party. :func:`federate` wires a list of parties to a transport.
 import importlib
 from typing import TYPE_CHECKING
 
+from fedviews._params import Checked, check_params, spec
 from fedviews.errors import require
 from fedviews.federation._algorithm import (
     ALGORITHMS,
@@ -77,6 +78,7 @@ if TYPE_CHECKING:
 __all__ = [
     "ALGORITHMS",
     "CODECS",
+    "Checked",
     "Codec",
     "DEFENSES",
     "Defense",
@@ -99,12 +101,14 @@ __all__ = [
     "RunSpec",
     "SetupReport",
     "build_in_process",
+    "check_params",
     "estimator_params",
     "check_group_sizes",
     "get_algorithm_spec",
     "register_algorithm_spec",
     "setup_info",
     "spawn_streams",
+    "spec",
     "GrpcHub",
     "GrpcOptions",
     "GrpcPartyTransport",

@@ -31,6 +31,7 @@ from typing import Any, ClassVar
 import numpy as np
 from threadpoolctl import threadpool_limits
 
+from fedviews._params import Checked, check_params
 from fedviews._registry import Registry
 from fedviews.data import PartyData, deal_views
 from fedviews.errors import ConfigError, DataError, ProtocolError, require
@@ -98,9 +99,17 @@ class Algorithm:
             raise ConfigError(
                 f"{self.name} takes {self.Params.__name__} params, got {type(params).__name__}"
             )
-        validate = getattr(params, "validate", None)
+        if isinstance(params, Checked):
+            check_params(params, self.per_party_count(fed))
+            return
+        validate = getattr(params, "validate", None)  # a Params without declared constraints
         if callable(validate):
             validate()
+
+    def per_party_count(self, fed: Roster) -> int | None:
+        """How many values a per-party hyper-parameter list holds in this roster (``None``:
+        not known from the roster, e.g. one per view; checked where the views are known)."""
+        return None
 
     def check_defense(self, defense: Defense, fed: Roster | None = None) -> None:
         """Raise :class:`ConfigError` when ``defense`` does not apply to this algorithm (or, with

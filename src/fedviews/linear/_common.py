@@ -9,7 +9,7 @@ from typing import Any, cast
 import numpy as np
 from threadpoolctl import threadpool_limits
 
-from fedviews._estimator import is_int, is_real
+from fedviews._params import COUNT, POSITIVE, TOL, check_value
 from fedviews.data import check_Xs
 from fedviews.errors import ConfigError, DataError, check_fitted
 from fedviews.federation import Algorithm, Coordinator
@@ -112,14 +112,7 @@ def party_index(value: Any, n: int, name: str) -> int:
 
 def check_positive(value: Any, name: str) -> None:
     """ConfigError unless ``value`` (parameter ``name``) is a finite number ``> 0``."""
-    if not is_real(value) or not value > 0:
-        raise ConfigError(f"{name} must be a finite number > 0, got {value!r}")
-
-
-def check_flag(value: Any, name: str) -> None:
-    """ConfigError unless ``value`` (parameter ``name``) is ``True`` or ``False``."""
-    if not isinstance(value, (bool, np.bool_)):
-        raise ConfigError(f"{name} must be True or False, got {value!r}")
+    check_value(name, value, POSITIVE)
 
 
 #: How the label owner scales its one-hot ``Y`` (:func:`scale_labels`).
@@ -143,30 +136,17 @@ def scale_labels(Y: np.ndarray, label_scale: str) -> np.ndarray:
     return Y / np.sqrt(np.where(counts > 0, counts, 1.0))
 
 
-def check_weights(params: Any, n: int | None = None) -> None:
-    """Check a params dataclass's ``beta``/``zeta`` (one value, or one per party or view:
-    ``n`` of them when ``n`` is known), ``eta > 0`` and ``eps > 0``."""
-    for name in ("beta", "zeta"):
-        value = getattr(params, name)
-        count = n if n is not None else (len(value) if isinstance(value, tuple) else 1)
-        per_party(value, count, name)
-    check_positive(params.eta, "eta")
-    check_positive(params.eps, "eps")
-
-
 def check_count(value: Any, name: str) -> None:
     """ConfigError unless ``value`` (parameter ``name``, e.g. a number of rounds) is an
     integer ``>= 1``."""
-    if not is_int(value, 1):
-        raise ConfigError(f"{name} must be an integer >= 1, got {value!r}")
+    check_value(name, value, COUNT)
 
 
 def check_iter(value: Any, tol: Any, name: str, tol_name: str) -> None:
     """Check an iteration count ``name`` (an integer ``>= 1``) and its tolerance ``tol_name``
     (a number ``>= 0``)."""
     check_count(value, name)
-    if not is_real(tol, finite=False) or not tol >= 0:
-        raise ConfigError(f"{tol_name} must be a number >= 0, got {tol!r}")
+    check_value(tol_name, tol, TOL)
 
 
 def restore(

@@ -40,9 +40,8 @@ class ConsensusAlgorithm(LinearAlgorithm):
             return policy
         return secured_policy(policy, {n: masked_names(n) for n in ("Z_k", "Z_k_test")})
 
-    def check_params(self, params: Any, fed: Roster) -> None:
-        super().check_params(params, fed)
-        params.validate(len(fed.parties))
+    def per_party_count(self, fed: Roster) -> int | None:
+        return len(fed.parties)  # beta/zeta: one per party
 
     def make_setup(self, run: RunSpec, infos: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
         setup = super().make_setup(run, infos)

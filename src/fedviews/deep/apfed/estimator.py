@@ -24,7 +24,13 @@ from fedviews.deep._split import StripEstimator
 from fedviews.deep.apfed.parties import ActiveClient, PassiveClient
 from fedviews.deep.apfed.spec import DEPLOY_ONLY, APFedParams
 from fedviews.errors import check_fitted
-from fedviews.federation import Roster, RunSpec, build_in_process, estimator_params
+from fedviews.federation import (
+    Roster,
+    RunSpec,
+    build_in_process,
+    check_params,
+    estimator_params,
+)
 
 __all__ = ["APFed", "ActiveOnly"]
 
@@ -45,7 +51,7 @@ class ActiveOnly(StripEstimator):
         """
         params = estimator_params(APFedParams, self, skip=DEPLOY_ONLY, evaluate=False, **fixed)
         check_setting(self.m, self.i)
-        params.validate(self.m - 1 if passives else 0)
+        check_params(params, self.m - 1 if passives else 0)  # before the images are cut
         views, labels = self._prepare(images, y)
         names = [_ACTIVE if k == self.i - 1 else f"passive{k + 1}" for k in range(self.m)]
         ids = np.arange(len(labels))

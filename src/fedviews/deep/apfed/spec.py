@@ -49,20 +49,23 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from fedviews._estimator import is_real
+from fedviews._params import FLAG, POSITIVE, Checked, spec
 from fedviews.data import PartyData, demo_image_split
-from fedviews.deep._common import as_strips, check_device, last_epoch_seen
+from fedviews.deep._common import DEVICE, TOPK_RATIO, WIRE, as_strips, last_epoch_seen
 from fedviews.deep._strips import (
+    BATCH_SIZE,
+    EPOCHS,
+    MOMENTUM,
+    WEIGHT_DECAY,
     ActivePassive,
     EpochDriver,
     active_of,
-    check_training,
     cut_images,
     party_seeds,
     passives_of,
@@ -92,13 +95,17 @@ ARCH_NAMES = ("auto", "table3", "table4")
 
 #: fields of :class:`APFedParams` that only a deployment uses (the estimators have none)
 DEPLOY_ONLY = ("evaluate", "torch_threads")
+#: ``λ_p`` of Eq. 8: one value for every passive party or one each
+LAM = spec(float, low=0, per="passive party")
+#: torch threads of a party process (0: torch's default)
+TORCH_THREADS = spec(int, low=0)
 
 
 # --------------------------------------------------------------------------- params
 
 
 @dataclass(frozen=True)
-class APFedParams:
+class APFedParams(Checked):
     """Hyper-parameters of APFed: the one declaration used by :class:`~fedviews.deep.APFed`,
     :class:`~fedviews.deep.SingleVL` and deployments (the ``[params]`` table).
 
@@ -127,29 +134,29 @@ class APFedParams:
     threads of every party process (0 = torch's default).
     """
 
-    variant: str = "R"
-    recon_loss: str = "l2"
-    lam: float | tuple[float, ...] = 0.1
-    tau: float = 0.5
-    epochs: int = 10
-    batch_size: int = 64
-    lr: float = 0.01
-    momentum: float = 0.9
-    weight_decay: float = 1e-4
-    pad: bool = False
-    arch: str = "auto"
-    device: str = "auto"
-    evaluate: bool = True
-    torch_threads: int = 0
-    wire_activations: str = "none"
+    variant: str = field(default="R", metadata=spec(str, choices=VARIANTS))
+    recon_loss: str = field(default="l2", metadata=spec(str, choices=RECON_LOSSES))
+    lam: float | tuple[float, ...] = field(default=0.1, metadata=LAM)
+    tau: float = field(default=0.5, metadata=POSITIVE)
+    epochs: int = field(default=10, metadata=EPOCHS)
+    batch_size: int = field(default=64, metadata=BATCH_SIZE)
+    lr: float = field(default=0.01, metadata=POSITIVE)
+    momentum: float = field(default=0.9, metadata=MOMENTUM)
+    weight_decay: float = field(default=1e-4, metadata=WEIGHT_DECAY)
+    pad: bool = field(default=False, metadata=FLAG)
+    arch: str = field(default="auto", metadata=spec(str, choices=ARCH_NAMES))
+    device: str = field(default="auto", metadata=DEVICE)
+    evaluate: bool = field(default=True, metadata=FLAG)
+    torch_threads: int = field(default=0, metadata=TORCH_THREADS)
+    wire_activations: str = field(default="none", metadata=WIRE)
     """How the active party sends ``h_A``: ``"none"`` (exact float32), ``"fp16"``, ``"bf16"`` or
     ``"int8"`` (lossy, opt-in; :class:`~fedviews.federation.Codec`).
     """
-    wire_gradients: str = "none"
+    wire_gradients: str = field(default="none", metadata=WIRE)
     """How passive parties send ``grad_h_A``: as ``wire_activations``, or ``"topk"`` (the largest
     ``topk_ratio`` of each sample's entries).
     """
-    topk_ratio: float = 0.1
+    topk_ratio: float = field(default=0.1, metadata=TOPK_RATIO)
     """Fraction of each sample's gradient entries that ``"topk"`` keeps."""
 
     def codecs(self) -> tuple[Codec, Codec]:
@@ -158,49 +165,14 @@ class APFedParams:
         return wire_codecs(self.wire_activations, self.wire_gradients, self.topk_ratio)
 
     def lams(self, n_passive: int) -> list[float]:
-        """``λ_p`` of each of ``n_passive`` passive parties (ConfigError if ``lam`` does not fit)."""
+        """``λ_p`` of each of ``n_passive`` passive parties (of validated params)."""
         lam = self.lam
         if isinstance(lam, (list, tuple, np.ndarray)):
-            lams = [float(v) for v in lam]
-            if len(lams) != n_passive:
-                raise ConfigError(
-                    f"lam has {len(lams)} values for {n_passive} passive parties "
-                    "(give one value for all, or one per passive party)"
-                )
-        else:
-            try:
-                lams = [float(lam)] * n_passive
-            except (TypeError, ValueError):
-                raise ConfigError(
-                    f"lam must be a number or a list of numbers, got {lam!r}"
-                ) from None
-        if any(not np.isfinite(v) or v < 0 for v in lams):
-            raise ConfigError(
-                f"lam (the trade-off λ of Eq. 8) must be finite and >= 0, got {lam!r}"
-            )
-        return lams
+            return [float(v) for v in lam]
+        return [float(lam)] * n_passive
 
-    def validate(self, n_passive: int | None = None) -> None:
-        """Raise :class:`ConfigError` for an invalid value (a per-party ``lam`` needs ``n_passive``)."""
-        if self.variant not in VARIANTS:
-            raise ConfigError(
-                f"variant must be 'R' (reconstruction) or 'C' (contrastive), got {self.variant!r}"
-            )
-        if self.recon_loss not in RECON_LOSSES:
-            raise ConfigError(
-                f"recon_loss must be one of {list(RECON_LOSSES)}, got {self.recon_loss!r}"
-            )
-        if n_passive is None:  # the count is checked once the roster is known
-            n_passive = len(self.lam) if isinstance(self.lam, (list, tuple)) else 1
-        self.lams(n_passive)
-        if not (is_real(self.tau) and self.tau > 0):
-            raise ConfigError(f"tau must be positive, got {self.tau!r}")
-        check_training(self.epochs, self.batch_size, self.lr, self.momentum, self.weight_decay)
-        if self.arch not in ARCH_NAMES:
-            raise ConfigError(f"arch must be one of {list(ARCH_NAMES)}, got {self.arch!r}")
-        check_device(self.device)
-        if isinstance(self.torch_threads, bool) or self.torch_threads < 0:
-            raise ConfigError("torch_threads must be >= 0 (0 = torch's default)")
+    def cross_check(self, n_parties: int | None) -> None:
+        """The codecs together: top-k only for the returned gradients."""
         self.codecs()
 
 
@@ -251,9 +223,8 @@ class APFedAlgorithm(ActivePassive):
         if fed.label_owner not in fed.parties:
             raise ConfigError(f"the active party {fed.label_owner!r} is not one of the parties")
 
-    def check_params(self, params: Any, fed: Roster) -> None:
-        super().check_params(params, fed)
-        params.validate(len(fed.parties) - 1)  # one λ per passive party
+    def per_party_count(self, fed: Roster) -> int | None:
+        return len(fed.parties) - 1  # lam: one per passive party
 
     def check_data(self, run: RunSpec, party: str, data: PartyData) -> None:
         super().check_data(run, party, data)

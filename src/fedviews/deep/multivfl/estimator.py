@@ -22,11 +22,11 @@ from sklearn.base import BaseEstimator
 # counter), and fit must leave the global random states as it found them
 from fedviews._console import err_console
 from fedviews._estimator import is_int, store_params
+from fedviews._params import COUNT, check_value
 from fedviews._registry import register_estimator
 from fedviews.data import PartyData, check_ids, split_strips
 from fedviews.deep._common import (
     accuracy,
-    check_positive_ints,
     history_columns,
     progress_tail,
     resolve_device,
@@ -224,11 +224,11 @@ class MultiVFL(BaseEstimator):
         store_params(self, locals())
 
     def _params(self) -> MultiVFLParams:
-        """The run's :class:`MultiVFLParams` (validated) from this estimator's parameters."""
-        check_positive_ints(self, ("n_data_owners", "n_label_owners"))
-        params = estimator_params(MultiVFLParams, self)
-        params.validate()
-        return params
+        """The run's :class:`MultiVFLParams` from this estimator's parameters (checked where
+        the run is built), after its own ``n_data_owners`` and ``n_label_owners``."""
+        for name in ("n_data_owners", "n_label_owners"):
+            check_value(name, getattr(self, name), COUNT)
+        return estimator_params(MultiVFLParams, self)
 
     def _label_owner_rows(
         self, y_enc: np.ndarray, ids_arr: np.ndarray, label_owner_ids: Sequence[Any] | None

@@ -26,14 +26,14 @@ first one also ``ids_test`` and ``y_test``.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
-from fedviews._estimator import is_real
+from fedviews._params import COUNT, FLAG, POSITIVE, Checked, spec
 from fedviews.data import PartyData, demo_image_split, split_strips
-from fedviews.deep._common import INITS, check_device, check_positive_ints
+from fedviews.deep._common import DEVICE, INITS, TOPK_RATIO, WIRE
 from fedviews.deep._serveropt import ServerOptimizer, make_server_optimizer
 from fedviews.deep.multivfl.protocol import epoch_order, partition_label_owners
 from fedviews.errors import ConfigError, DataError
@@ -117,7 +117,7 @@ def _last_epoch(got: list[_Batch], batch_size: int) -> tuple[np.ndarray, np.ndar
 
 
 @dataclass(frozen=True)
-class MultiVFLParams:
+class MultiVFLParams(Checked):
     """Hyper-parameters of Multi-VFL: the one declaration used by
     :class:`~fedviews.deep.multivfl.MultiVFL` and by deployments (the ``[params]`` table).
 
@@ -138,44 +138,34 @@ class MultiVFLParams:
     """
 
     optimizer: str = "fedavg"
-    rounds: int = 10
-    local_epochs: int = 1
-    batch_size: int = 64
-    lr: float = 0.1
-    local_optimizer: str = "sgd"
+    rounds: int = field(default=10, metadata=COUNT)
+    local_epochs: int = field(default=1, metadata=COUNT)
+    batch_size: int = field(default=64, metadata=COUNT)
+    lr: float = field(default=0.1, metadata=POSITIVE)
+    local_optimizer: str = field(default="sgd", metadata=spec(str, choices=LOCAL_OPTIMIZERS))
     server_lr: float = 1e-3
     beta1: float = 0.9
     beta2: float = 0.99
     tau: float = 1e-3
-    channels: int = 32
-    top_channels: int = 64
-    hidden: int = 128
-    init: str = "xavier"
-    device: str = "auto"
-    evaluate: bool = True
-    wire_activations: str = "none"
-    wire_gradients: str = "none"
-    topk_ratio: float = 0.1
+    channels: int = field(default=32, metadata=COUNT)
+    top_channels: int = field(default=64, metadata=COUNT)
+    hidden: int = field(default=128, metadata=COUNT)
+    init: str = field(default="xavier", metadata=spec(str, choices=INITS))
+    device: str = field(default="auto", metadata=DEVICE)
+    evaluate: bool = field(default=True, metadata=FLAG)
+    wire_activations: str = field(default="none", metadata=WIRE)
+    wire_gradients: str = field(default="none", metadata=WIRE)
+    topk_ratio: float = field(default=0.1, metadata=TOPK_RATIO)
 
     def codecs(self) -> tuple[Codec, Codec]:
         """How activations and their gradients travel (:class:`~fedviews.federation.Codec`)."""
         return wire_codecs(self.wire_activations, self.wire_gradients, self.topk_ratio)
 
-    def validate(self) -> None:
-        """Raise :class:`ConfigError` for an invalid value."""
-        check_positive_ints(
-            self, ("rounds", "local_epochs", "batch_size", "channels", "top_channels", "hidden")
-        )
+    def cross_check(self, n_parties: int | None) -> None:
+        """The codecs together (top-k only for gradients) and the server optimizer's settings
+        (``optimizer``, ``server_lr``, ``beta1``, ``beta2``, ``tau``: checked by
+        :func:`~fedviews.deep._serveropt.make_server_optimizer`)."""
         self.codecs()
-        if not (is_real(self.lr) and self.lr > 0):
-            raise ConfigError(f"lr must be positive, got {self.lr}")
-        if self.local_optimizer not in LOCAL_OPTIMIZERS:
-            raise ConfigError(
-                f"local_optimizer must be one of {LOCAL_OPTIMIZERS}, got {self.local_optimizer!r}"
-            )
-        if self.init not in INITS:
-            raise ConfigError(f"init must be one of {list(INITS)}, got {self.init!r}")
-        check_device(self.device)
         self.server_optimizer()
 
     def server_optimizer(self) -> ServerOptimizer:

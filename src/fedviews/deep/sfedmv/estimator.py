@@ -38,6 +38,7 @@ import numpy as np
 from sklearn.base import BaseEstimator
 
 from fedviews._estimator import store_params
+from fedviews._params import check_value, spec
 from fedviews._registry import register_estimator
 from fedviews.data import PartyData, check_sequences
 from fedviews.deep._common import resolve_device
@@ -204,12 +205,10 @@ class SFedMV(BaseEstimator):
 
     # -- helpers ---------------------------------------------------------
     def _params(self) -> SFedMVParams:
-        if self.extractors not in EXTRACTOR_MODES:
-            raise ConfigError(
-                f"extractors must be one of {list(EXTRACTOR_MODES)}, got {self.extractors!r}"
-            )
-        if self.fusion not in FUSIONS:
-            raise ConfigError(f"fusion must be one of {list(FUSIONS)}, got {self.fusion!r}")
+        """The run's params, validated (the extractors trained locally are no federated run
+        whose set-up would check them), after the estimator's own ``extractors`` and ``fusion``."""
+        check_value("extractors", self.extractors, spec(str, choices=EXTRACTOR_MODES))
+        check_value("fusion", self.fusion, spec(str, choices=FUSIONS))
         params: SFedMVParams = estimator_params(SFedMVParams, self, skip=DEPLOY_ONLY)
         params.validate()
         return params

@@ -9,12 +9,13 @@ plain (:func:`fedavg`) or from masked sums (:func:`secure_average`).
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
-from fedviews.deep._common import check_positive_ints, prefixed, unprefixed
-from fedviews.errors import ConfigError, ProtocolError
+from fedviews._params import COUNT, POSITIVE, Checked, spec
+from fedviews.deep._common import prefixed, unprefixed
+from fedviews.errors import ProtocolError
 from fedviews.federation import Message, unmask_sum
 
 Weights = dict[str, np.ndarray]
@@ -73,8 +74,12 @@ def secure_average(
     return params, float(totals[f"masked_view{k}/loss"][0] / N)
 
 
+#: dropout probability
+DROPOUT = spec(float, low=0, high=1, high_open=True)
+
+
 @dataclass(frozen=True)
-class GRUConfig:
+class GRUConfig(Checked):
     """Architecture and optimisation of one view's extractor (Algorithm 4's LocalTraining).
 
     Parameters
@@ -96,18 +101,10 @@ class GRUConfig:
         runs ``n_rounds * local_epochs`` epochs.
     """
 
-    hidden_size: int = 32
-    num_layers: int = 1
-    dropout: float = 0.1
-    lr: float = 0.005
-    batch_size: int = 128
-    local_epochs: int = 2
-    n_rounds: int = 10
-
-    def validate(self) -> None:
-        names = ("hidden_size", "num_layers", "batch_size", "local_epochs", "n_rounds")
-        check_positive_ints(self, names, "an integer >= 1")
-        if not 0.0 <= self.dropout < 1.0:
-            raise ConfigError(f"dropout must lie in [0, 1), got {self.dropout!r}")
-        if not self.lr > 0:
-            raise ConfigError(f"lr must be > 0, got {self.lr!r}")
+    hidden_size: int = field(default=32, metadata=COUNT)
+    num_layers: int = field(default=1, metadata=COUNT)
+    dropout: float = field(default=0.1, metadata=DROPOUT)
+    lr: float = field(default=0.005, metadata=POSITIVE)
+    batch_size: int = field(default=128, metadata=COUNT)
+    local_epochs: int = field(default=2, metadata=COUNT)
+    n_rounds: int = field(default=10, metadata=COUNT)

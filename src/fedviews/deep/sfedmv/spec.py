@@ -24,11 +24,12 @@ is H-FedMV with seed :func:`fusion_seed` (the root sequence's own state).
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from fedviews._params import COUNT, FLAG, POSITIVE, VIEW_WEIGHTS, spec
 from fedviews.data import PartyData
 from fedviews.deep.sfedmv.protocol import (
     GRUConfig,
@@ -106,16 +107,16 @@ class SFedMVParams(GRUConfig):
     default); ``evaluate``: every client predicts its own test split.
     """
 
-    beta: float | tuple[float, ...] = 4.0
-    zeta: float | tuple[float, ...] = 8.0
-    eta: float = 16.0
-    fusion_rounds: int = 20
-    local_iter: int = 2
-    inner_max_iter: int = 5
-    device: str = "cpu"
-    torch_threads: int = 0
+    beta: float | tuple[float, ...] = field(default=4.0, metadata=VIEW_WEIGHTS)
+    zeta: float | tuple[float, ...] = field(default=8.0, metadata=VIEW_WEIGHTS)
+    eta: float = field(default=16.0, metadata=POSITIVE)
+    fusion_rounds: int = field(default=20, metadata=COUNT)
+    local_iter: int = field(default=2, metadata=COUNT)
+    inner_max_iter: int = field(default=5, metadata=COUNT)
+    device: str = field(default="cpu", metadata=spec(str, choices=("auto", "cpu", "cuda")))
+    torch_threads: int = field(default=0, metadata=spec(int, low=0))
     """Deployment only: torch threads of every party process (0 = torch's default)."""
-    evaluate: bool = False
+    evaluate: bool = field(default=False, metadata=FLAG)
 
     def fusion(self) -> HFedMVParams:
         """The fusion stage's H-FedMV params."""
@@ -128,16 +129,6 @@ class SFedMVParams(GRUConfig):
             inner_max_iter=self.inner_max_iter,
             evaluate=self.evaluate,
         )
-
-    def validate(self) -> None:
-        super().validate()
-        fusion = self.fusion()
-        try:
-            fusion.validate()
-        except ConfigError as exc:  # name the fusion's rounds as S-FedMV calls them
-            raise ConfigError(str(exc).replace("n_rounds", "fusion_rounds")) from None
-        if self.device not in ("auto", "cpu", "cuda"):
-            raise ConfigError("params.device must be 'auto', 'cpu' or 'cuda'")
         if isinstance(self.torch_threads, bool) or self.torch_threads < 0:
             raise ConfigError("params.torch_threads must be >= 0 (0 = torch's default)")
 

@@ -18,14 +18,18 @@ the coordinator only starts the epochs. The parties live in
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from fedviews._params import COUNT, FLAG, POSITIVE, Checked
 from fedviews.data import PartyData, demo_image_split
-from fedviews.deep._common import check_positive_ints, last_epoch_seen
+from fedviews.deep._common import DEVICE, last_epoch_seen
 from fedviews.deep._strips import (
+    EPOCHS,
+    MOMENTUM,
+    WEIGHT_DECAY,
     ActivePassive,
     EpochDriver,
     active_of,
@@ -52,34 +56,29 @@ if TYPE_CHECKING:
 
 
 @dataclass(frozen=True)
-class SplitNNParams:
+class SplitNNParams(Checked):
     """Hyper-parameters of the split NN baseline (VFLAIR's setting): one declaration for the
     in-process audits and deployments (``[params]``)."""
 
-    epochs: int = 5
+    epochs: int = field(default=5, metadata=EPOCHS)
     """Training epochs."""
-    batch_size: int = 64
+    batch_size: int = field(default=64, metadata=COUNT)
     """Mini-batch size."""
-    lr: float = 0.01
+    lr: float = field(default=0.01, metadata=POSITIVE)
     """SGD learning rate of every party."""
-    momentum: float = 0.9
+    momentum: float = field(default=0.9, metadata=MOMENTUM)
     """SGD momentum of every party."""
-    weight_decay: float = 0.0
+    weight_decay: float = field(default=0.0, metadata=WEIGHT_DECAY)
     """SGD weight decay of every party."""
-    hidden: int = 128
+    hidden: int = field(default=128, metadata=COUNT)
     """Hidden width of the bottom MLPs."""
-    evaluate: bool = True
+    evaluate: bool = field(default=True, metadata=FLAG)
     """The label owner reports test accuracy after every epoch (every party then needs test strips).
     """
-    pad: bool = False
+    pad: bool = field(default=False, metadata=FLAG)
     """Demo data: zero rows so that the image height divides into equal strips."""
-    device: str = "auto"
+    device: str = field(default="auto", metadata=DEVICE)
     """Torch device: ``"auto"``, ``"cpu"``, ``"cuda"`` or ``"mps"``."""
-
-    def validate(self) -> None:
-        check_positive_ints(self, ("epochs", "batch_size", "hidden"))
-        if not self.lr > 0 or not 0 <= self.momentum < 1 or not self.weight_decay >= 0:
-            raise ConfigError("splitnn needs lr > 0, 0 <= momentum < 1 and weight_decay >= 0")
 
 
 def splitnn_policy(evaluate: bool) -> PrivacyPolicy:

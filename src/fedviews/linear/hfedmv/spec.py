@@ -23,12 +23,13 @@ clients' random ``Z^l_k`` of line 2 are overwritten by Eq. (16) before they are 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
 
 import numpy as np
 
+from fedviews._params import COUNT, FLAG, POSITIVE, TOL, VIEW_WEIGHTS, Checked, spec
 from fedviews.data import PartyData, held_out_split
 from fedviews.errors import ConfigError
 from fedviews.federation import (
@@ -43,13 +44,7 @@ from fedviews.federation import (
     secured_policy,
     spawn_streams,
 )
-from fedviews.linear._common import (
-    LinearAlgorithm,
-    check_count,
-    check_iter,
-    check_weights,
-    per_party,
-)
+from fedviews.linear._common import LinearAlgorithm, per_party
 from fedviews.linear._consensus import IRLSOptions
 from fedviews.linear._horizontal import HorizontalClients, view_dims_of
 from fedviews.linear.hfedmv.parties import (
@@ -109,7 +104,7 @@ def _model(
 
 
 @dataclass(frozen=True)
-class HFedMVParams:
+class HFedMVParams(Checked):
     """Hyper-parameters of H-FedMV: the one declaration used by :class:`HFedMV`, experiments
     and deployments (``[params]``).
 
@@ -119,28 +114,19 @@ class HFedMVParams:
     and reports its counts.
     """
 
-    beta: float | tuple[float, ...] = 4.0
-    zeta: float | tuple[float, ...] = 8.0
-    eta: float = 16.0
-    n_rounds: int = 20
-    local_iter: int = 2
-    inner_max_iter: int = 5
-    inner_tol: float = 1e-6
-    test_max_iter: int = 1000
-    test_tol: float = 1e-8
-    eps: float = 1e-10
+    beta: float | tuple[float, ...] = field(default=4.0, metadata=VIEW_WEIGHTS)
+    zeta: float | tuple[float, ...] = field(default=8.0, metadata=VIEW_WEIGHTS)
+    eta: float = field(default=16.0, metadata=POSITIVE)
+    n_rounds: int = field(default=20, metadata=COUNT)
+    local_iter: int = field(default=2, metadata=COUNT)
+    inner_max_iter: int = field(default=5, metadata=COUNT)
+    inner_tol: float = field(default=1e-6, metadata=TOL)
+    test_max_iter: int = field(default=1000, metadata=COUNT)
+    test_tol: float = field(default=1e-8, metadata=TOL)
+    eps: float = field(default=1e-10, metadata=POSITIVE)
     """ε of the IRLS reweighting (keeps a zero row of ``W_k`` from dividing by zero)."""
-    standardize: str = "none"
-    evaluate: bool = False
-
-    def validate(self) -> None:
-        check_weights(self)  # one per view: checked against the views at build
-        check_count(self.n_rounds, "n_rounds")
-        check_count(self.local_iter, "local_iter")
-        check_iter(self.inner_max_iter, self.inner_tol, "inner_max_iter", "inner_tol")
-        check_iter(self.test_max_iter, self.test_tol, "test_max_iter", "test_tol")
-        if self.standardize not in STANDARDIZE:
-            raise ConfigError(f"params.standardize must be one of {list(STANDARDIZE)}")
+    standardize: str = field(default="none", metadata=spec(str, choices=STANDARDIZE))
+    evaluate: bool = field(default=False, metadata=FLAG)
 
 
 class HFedMVAlgorithm(HorizontalClients, LinearAlgorithm):

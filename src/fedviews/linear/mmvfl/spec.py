@@ -30,9 +30,10 @@ usual choice for this solver (Nie et al., 2010); later rounds warm-start.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
+from fedviews._params import COUNT, FLAG, POSITIVE, TOL, WEIGHTS, Checked, spec
 from fedviews.data import one_hot
 from fedviews.federation import (
     Local,
@@ -41,14 +42,7 @@ from fedviews.federation import (
     register_algorithm_spec,
     spawn_streams,
 )
-from fedviews.linear._common import (
-    check_flag,
-    check_iter,
-    check_label_scale,
-    check_weights,
-    per_party,
-    scale_labels,
-)
+from fedviews.linear._common import LABEL_SCALES, per_party, scale_labels
 from fedviews.linear._consensus_spec import ConsensusAlgorithm
 from fedviews.linear.mmvfl.parties import MMVFLParty, MMVFLServer
 
@@ -63,7 +57,7 @@ MMVFL_POLICY = PrivacyPolicy.of(
 
 
 @dataclass(frozen=True)
-class MMVFLParams:
+class MMVFLParams(Checked):
     """Hyper-parameters of MMVFL: the one declaration used by :class:`MMVFL`, experiments
     and deployments (the ``[params]`` table).
 
@@ -73,24 +67,16 @@ class MMVFLParams:
     cross the barrier); off by default, as in the paper.
     """
 
-    beta: float | tuple[float, ...] = 1.0
-    zeta: float | tuple[float, ...] = 1000.0
-    eta: float = 1000.0
-    max_iter: int = 200
-    tol: float = 1e-6
-    inner_max_iter: int = 20
-    inner_tol: float = 1e-6
-    eps: float = 1e-10
-    standardize: bool = False
-    label_scale: str = "onehot"
-
-    def validate(self, n_parties: int | None = None) -> None:
-        """Raise :class:`ConfigError` for an invalid value (per-party lists need ``n_parties``)."""
-        check_weights(self, n_parties)
-        check_iter(self.max_iter, self.tol, "max_iter", "tol")
-        check_iter(self.inner_max_iter, self.inner_tol, "inner_max_iter", "inner_tol")
-        check_flag(self.standardize, "standardize")
-        check_label_scale(self.label_scale)
+    beta: float | tuple[float, ...] = field(default=1.0, metadata=WEIGHTS)
+    zeta: float | tuple[float, ...] = field(default=1000.0, metadata=WEIGHTS)
+    eta: float = field(default=1000.0, metadata=POSITIVE)
+    max_iter: int = field(default=200, metadata=COUNT)
+    tol: float = field(default=1e-6, metadata=TOL)
+    inner_max_iter: int = field(default=20, metadata=COUNT)
+    inner_tol: float = field(default=1e-6, metadata=TOL)
+    eps: float = field(default=1e-10, metadata=POSITIVE)
+    standardize: bool = field(default=False, metadata=FLAG)
+    label_scale: str = field(default="onehot", metadata=spec(str, choices=LABEL_SCALES))
 
 
 class MMVFLAlgorithm(ConsensusAlgorithm):

@@ -48,11 +48,12 @@ clients run the same three steps locally (Eqs. 14-17).
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
+from fedviews._params import COUNT, FLAG, POSITIVE, TOL, WEIGHTS, Checked
 from fedviews.data import PartyData, one_hot
 from fedviews.errors import ConfigError, DataError
 from fedviews.federation import (
@@ -64,7 +65,6 @@ from fedviews.federation import (
     register_algorithm_spec,
     spawn_streams,
 )
-from fedviews.linear._common import check_flag, check_iter, check_weights
 from fedviews.linear._consensus_spec import ConsensusAlgorithm
 from fedviews.linear.vfedmv.parties import VFedMVParty, VFedMVServer
 
@@ -87,7 +87,7 @@ VFEDMV_POLICY = vfedmv_policy()
 
 
 @dataclass(frozen=True)
-class VFedMVParams:
+class VFedMVParams(Checked):
     """Hyper-parameters of V-FedMV: the one declaration used by :class:`VFedMV`, experiments
     and deployments (``[params]``).
 
@@ -98,26 +98,18 @@ class VFedMVParams:
     predicts with :meth:`VFedMV.predict` instead).
     """
 
-    beta: float | tuple[float, ...] = 4.0
-    zeta: float | tuple[float, ...] = 8.0
-    eta: float = 16.0
-    max_iter: int = 30
-    tol: float = 1e-6
-    inner_max_iter: int = 20
-    inner_tol: float = 1e-6
-    test_max_iter: int = 1000
-    test_tol: float = 1e-8
-    eps: float = 1e-10
-    standardize: bool = False
-    evaluate: bool = False
-
-    def validate(self, n_parties: int | None = None) -> None:
-        """Raise :class:`ConfigError` for an invalid value (per-party lists need ``n_parties``)."""
-        check_weights(self, n_parties)
-        check_iter(self.max_iter, self.tol, "max_iter", "tol")
-        check_iter(self.inner_max_iter, self.inner_tol, "inner_max_iter", "inner_tol")
-        check_flag(self.standardize, "standardize")
-        check_iter(self.test_max_iter, self.test_tol, "test_max_iter", "test_tol")
+    beta: float | tuple[float, ...] = field(default=4.0, metadata=WEIGHTS)
+    zeta: float | tuple[float, ...] = field(default=8.0, metadata=WEIGHTS)
+    eta: float = field(default=16.0, metadata=POSITIVE)
+    max_iter: int = field(default=30, metadata=COUNT)
+    tol: float = field(default=1e-6, metadata=TOL)
+    inner_max_iter: int = field(default=20, metadata=COUNT)
+    inner_tol: float = field(default=1e-6, metadata=TOL)
+    test_max_iter: int = field(default=1000, metadata=COUNT)
+    test_tol: float = field(default=1e-8, metadata=TOL)
+    eps: float = field(default=1e-10, metadata=POSITIVE)
+    standardize: bool = field(default=False, metadata=FLAG)
+    evaluate: bool = field(default=False, metadata=FLAG)
 
 
 class VFedMVAlgorithm(ConsensusAlgorithm):
