@@ -16,7 +16,7 @@ if TYPE_CHECKING:
     from fedviews.deep._common import require_torch, resolve_device, seed_everything
     from fedviews.deep._export import load_active_model, predict_exported
     from fedviews.deep._gru import sequence_logits
-    from fedviews.deep._multivfl_spec import MultiVFLParams
+    from fedviews.deep._multivfl_spec import MultiVFLParams, partition_label_owners
     from fedviews.deep._serveropt import make_server_optimizer
     from fedviews.deep._sfedmv_spec import SFedMVParams, deal_subjects, evenly_spaced, holdout_mask
     from fedviews.deep._tvfl import TVFL
@@ -32,7 +32,7 @@ _WHERE = {
         ("_common", "require_torch resolve_device seed_everything"),
         ("_export", "load_active_model predict_exported"),
         ("_gru", "sequence_logits"),
-        ("_multivfl_spec", "MultiVFLParams"),
+        ("_multivfl_spec", "MultiVFLParams partition_label_owners"),
         ("_serveropt", "make_server_optimizer"),
         ("_sfedmv_spec", "SFedMVParams deal_subjects evenly_spaced holdout_mask"),
         ("_tvfl", "TVFL"),
@@ -46,7 +46,7 @@ _WHERE = {
 #: names that load without torch (hyper-parameters read by deployment configs, data splits)
 _NO_TORCH = frozenset(
     {"MultiVFLParams", "APFedParams", "SFedMVParams", "make_server_optimizer", "parse_setting"}
-    | {"deal_subjects", "evenly_spaced", "holdout_mask"}
+    | {"deal_subjects", "evenly_spaced", "holdout_mask", "partition_label_owners"}
 )
 
 __all__ = [
@@ -65,6 +65,7 @@ __all__ = [
     "load_active_model",
     "make_server_optimizer",
     "parse_setting",
+    "partition_label_owners",
     "predict_exported",
     "require_torch",
     "resolve_device",
