@@ -88,6 +88,8 @@ class MultiVFLNonIIDParams(MultiVFLParams):
     n_seeds: int = 1
     server_lrs: tuple[float, ...] = ()
     target_fraction: float = 0.9
+    """The claim's *faster* target: this fraction of FedAvg's final accuracy (last-10 mean) on
+    the same seed; a curve's rounds to target is the first round that reaches it."""
 
     def locals_run(self) -> tuple[str, ...]:
         """The local steps this experiment runs (``local_optimizers`` or ``local_optimizer``)."""
