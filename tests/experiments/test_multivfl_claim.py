@@ -10,7 +10,7 @@ import pytest
 from _cli import ROOT
 from scipy import stats
 
-from fedviews.errors import ConfigError
+from fedviews.errors import ConfigError, DataError
 from fedviews.experiments import load_config, run_experiment
 from fedviews.experiments.multivfl import optimizer_claim
 
@@ -104,6 +104,15 @@ def test_optimizer_claim_counts_a_target_never_reached_as_one_more_round() -> No
     assert late["censored"] == [3, 5, 2]
     assert late["rounds_diff"]["mean"] == pytest.approx(1.0)  # (1 + 2 + 0) / 3
     assert late["final_diff"]["mean"] == pytest.approx((0 - 35 + 10) / 3)
+
+
+def test_optimizer_claim_refuses_curves_that_do_not_pair() -> None:
+    with pytest.raises(DataError, match="2 curves against FedAvg's 3 seeds"):
+        optimizer_claim([[1.0]] * 3, {"x": [[1.0]] * 2})
+    with pytest.raises(DataError, match="one length"):
+        optimizer_claim([[1.0, 2.0]] * 2, {"x": [[1.0]] * 2})
+    with pytest.raises(DataError, match="one length"):
+        optimizer_claim([], {})
 
 
 @pytest.mark.parametrize(
