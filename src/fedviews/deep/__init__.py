@@ -24,6 +24,7 @@ if TYPE_CHECKING:
     from fedviews.deep.apfed.estimator import APFed
     from fedviews.deep.apfed.spec import APFedParams, export_apfed_model
     from fedviews.deep.multivfl.estimator import MultiVFL
+    from fedviews.deep.multivfl.protocol import partition_label_owners
     from fedviews.deep.multivfl.spec import MultiVFLParams
     from fedviews.deep.sfedmv.estimator import SFedMV
     from fedviews.deep.sfedmv.nets import sequence_logits
@@ -39,6 +40,7 @@ _WHERE = exports(
         "apfed.estimator": "APFed",
         "apfed.spec": "APFedParams export_apfed_model",
         "multivfl.estimator": "MultiVFL",
+        "multivfl.protocol": "partition_label_owners",
         "multivfl.spec": "MultiVFLParams",
         "sfedmv.estimator": "SFedMV",
         "sfedmv.nets": "sequence_logits",
@@ -50,7 +52,7 @@ _load = lazy_names(__name__, _WHERE)
 #: names that load without torch (hyper-parameters read by deployment configs, data splits)
 _NO_TORCH = frozenset(
     {"MultiVFLParams", "APFedParams", "SFedMVParams", "make_server_optimizer", "parse_setting"}
-    | {"deal_subjects", "evenly_spaced", "holdout_mask"}
+    | {"deal_subjects", "evenly_spaced", "holdout_mask", "partition_label_owners"}
 )
 
 __all__ = [
@@ -69,6 +71,7 @@ __all__ = [
     "load_active_model",
     "make_server_optimizer",
     "parse_setting",
+    "partition_label_owners",
     "predict_exported",
     "require_torch",
     "resolve_device",

@@ -95,12 +95,18 @@ def paired_difference(
 VERDICT_WORDS = {"a > b": "higher", "a < b": "lower", "inconclusive": "not distinguishable"}
 
 
-def verdict_line(label: str, d: Mapping[str, Any], unit: str = "folds") -> str:
+def verdict_line(
+    label: str,
+    d: Mapping[str, Any],
+    unit: str = "folds",
+    words: Mapping[str, str] = VERDICT_WORDS,
+) -> str:
     """One line from a :func:`paired_difference` result ``d``, e.g.
-    ``"MMVFL − supFL: +1.23 [0.45, 2.01] over 5 folds: higher"``."""
+    ``"MMVFL − supFL: +1.23 [0.45, 2.01] over 5 folds: higher"`` (``words``: the verdicts
+    in words, :data:`VERDICT_WORDS` by default)."""
     return (
         f"{label}: {d['mean']:+.2f} [{d['low']:+.2f}, {d['high']:+.2f}] over {d['n']} {unit}: "
-        f"{VERDICT_WORDS[d['verdict']]}"
+        f"{words[d['verdict']]}"
     )
 
 
