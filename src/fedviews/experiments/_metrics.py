@@ -97,7 +97,10 @@ VERDICT_WORDS = {"a > b": "higher", "a < b": "lower", "inconclusive": "not disti
 
 def verdict_line(label: str, d: Mapping[str, Any], unit: str = "folds") -> str:
     """One line from a :func:`paired_difference` result ``d``, e.g.
-    ``"MMVFL − supFL: +1.23 [0.45, 2.01] over 5 folds: higher"``."""
+    ``"MMVFL − supFL: +1.23 [0.45, 2.01] over 5 folds: higher"`` (with one fold: the
+    difference alone, ``"... +1.23 over 1 folds, no interval: not distinguishable"``)."""
+    if d["n"] < 2:
+        return f"{label}: {d['mean']:+.2f} over {d['n']} {unit}, no interval: {VERDICT_WORDS[d['verdict']]}"
     return (
         f"{label}: {d['mean']:+.2f} [{d['low']:+.2f}, {d['high']:+.2f}] over {d['n']} {unit}: "
         f"{VERDICT_WORDS[d['verdict']]}"
