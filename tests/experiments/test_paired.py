@@ -32,7 +32,8 @@ def test_verdict_rule(a, b, word):
     d = paired_difference(a, b)
     inside = not (d["low"] > 0 or d["high"] < 0)  # nan bounds (one fold) count as holding 0
     assert word == ("not distinguishable" if inside else "higher" if d["low"] > 0 else "lower")
-    assert verdict_line("MMVFL - supFL", d).endswith(f"over {len(a)} folds: {word}")
+    interval = "s" if len(a) > 1 else ", no interval"  # one fold: no "[nan, nan]"
+    assert verdict_line("MMVFL - supFL", d).endswith(f"over {len(a)} fold{interval}: {word}")
 
 
 def test_verdict_line_format():

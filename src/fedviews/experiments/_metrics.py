@@ -103,7 +103,11 @@ def verdict_line(
 ) -> str:
     """One line from a :func:`paired_difference` result ``d``, e.g.
     ``"MMVFL − supFL: +1.23 [0.45, 2.01] over 5 folds: higher"`` (``words``: the verdicts
-    in words, :data:`VERDICT_WORDS` by default)."""
+    in words, :data:`VERDICT_WORDS` by default; with one fold the difference alone,
+    ``"... +1.23 over 1 fold, no interval: not distinguishable"``)."""
+    if d["n"] < 2:
+        one = unit[:-1] if unit.endswith("s") else unit
+        return f"{label}: {d['mean']:+.2f} over {d['n']} {one}, no interval: {words[d['verdict']]}"
     return (
         f"{label}: {d['mean']:+.2f} [{d['low']:+.2f}, {d['high']:+.2f}] over {d['n']} {unit}: "
         f"{words[d['verdict']]}"

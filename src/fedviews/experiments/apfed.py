@@ -5,6 +5,12 @@ train/test split with ``test_size``), ``fashion_mnist`` (official 60,000/10,000
 split), ``cifar10`` / ``cifar100`` (``[data] path = ...`` to the extracted
 python-version folder; see :mod:`fedviews.deep._cifar`). ``n_train`` /
 ``n_test`` take stratified subsets to fit a CPU budget.
+
+The split and the subsets are drawn once, with the config's ``seed``; the
+``n_seeds`` seeds (``seed``, ``seed + 1``, ...) vary only the initial weights and
+the batch order, so every seed of every method trains and tests on the same
+images, and the paired tables (APFed − SingleVL; λ > 0 − λ = 0) compare methods
+seed by seed on them.
 """
 
 from __future__ import annotations
@@ -19,7 +25,13 @@ import numpy as np
 
 from fedviews.errors import ConfigError
 from fedviews.experiments._config import ExperimentConfig, check_choice
-from fedviews.experiments._metrics import mean_std, paired_difference, pm
+from fedviews.experiments._metrics import (
+    VERDICT_WORDS,
+    mean_std,
+    paired_difference,
+    pm,
+    verdict_line,
+)
 from fedviews.experiments._paper import paper_tables
 from fedviews.experiments._registry import register_experiment
 from fedviews.experiments._runner import ExperimentResult, RunContext, Table
@@ -274,24 +286,16 @@ def run_table2(cfg: ExperimentConfig, ctx: RunContext) -> ExperimentResult:
         )
     ]
     paired = _paired(acc, p, paper)
+    verdicts = [
+        verdict_line(f"{r['method']} − SingleVL {r['setting']}", r, "seeds") for r in paired
+    ]
     if paired:
         tables.append(
             Table(
                 title="APFed − SingleVL, paired by seed (accuracy points)",
-                columns=["Setting", "Method", "mean ± std", "95% interval", "verdict", "paper Δ"],
-                rows=[
-                    [
-                        r["setting"],
-                        r["method"],
-                        pm(r["mean"], r["std"]),
-                        f"[{r['low']:.2f}, {r['high']:.2f}]",
-                        r["verdict"],
-                        r["paper"],
-                    ]
-                    for r in paired
-                ],
-                note="Each seed trains both methods on the same split and initialisation; "
-                "verdict: the interval excludes 0 (Student t over seeds) or not.",
+                columns=["Setting", "Method", *_PAIRED_COLUMNS, "paper Δ"],
+                rows=[[r["setting"], r["method"], *_paired_cells(r), r["paper"]] for r in paired],
+                note=f"{_PAIRED_NOTE} {'; '.join(verdicts)}.",
             )
         )
     figures = [
@@ -312,7 +316,7 @@ def run_table2(cfg: ExperimentConfig, ctx: RunContext) -> ExperimentResult:
         tables=tables,
         figures=figures,
         message_log=log,
-        summary=f"best average: {best} {np.mean(means[best]):.2f}%",
+        summary="; ".join([f"best average: {best} {np.mean(means[best]):.2f}%", *verdicts]),
     )
 
 
@@ -388,11 +392,35 @@ def _paired(
     base = METHODS.index("SingleVL")
     for setting in p.settings:
         for meth in [m for m in ("APFed-R", "APFed-C") if m in p.methods]:
-            d = paired_difference(acc[setting][meth], acc[setting]["SingleVL"])
+            d = _paired_seeds(acc[setting][meth], acc[setting]["SingleVL"])
             ref = paper.get(setting) if paper else None
             gap = round(ref[METHODS.index(meth)][0] - ref[base][0], 2) if ref else "n/a"
             out.append({"setting": setting, "method": meth, **d, "paper": gap})
     return out
+
+
+_PAIRED_COLUMNS = ["per seed", "mean ± std", "95% interval", "verdict"]
+_PAIRED_NOTE = (
+    "Each seed trains both on the same split, initialisation and batch order; verdict: higher / "
+    "lower when the Student-t 95% interval over seeds excludes 0, else not distinguishable "
+    "(one seed: no interval)."
+)
+
+
+def _paired_seeds(a: list[float], b: list[float]) -> dict[str, Any]:
+    """:func:`paired_difference` of ``a − b`` (accuracies of the same seeds) with the
+    per-seed differences (``per_seed``)."""
+    return {**paired_difference(a, b), "per_seed": [x - y for x, y in zip(a, b, strict=True)]}
+
+
+def _paired_cells(d: dict[str, Any]) -> list[str]:
+    """A :func:`_paired_seeds` result as the tables print it (:data:`_PAIRED_COLUMNS`); with
+    one seed the difference alone: it has no std and no interval."""
+    seeds = ", ".join(f"{x:+.2f}" for x in d["per_seed"])
+    if d["n"] < 2:
+        return [seeds, f"{d['mean']:+.2f}", "n/a", VERDICT_WORDS[d["verdict"]]]
+    interval = f"[{d['low']:+.2f}, {d['high']:+.2f}]"
+    return [seeds, f"{d['mean']:+.2f} ± {d['std']:.2f}", interval, VERDICT_WORDS[d["verdict"]]]
 
 
 def _curve_figure(
@@ -475,17 +503,53 @@ def run_lambda(cfg: ExperimentConfig, ctx: RunContext) -> ExperimentResult:
         note=f"{note}; {p.n_seeds} seeds, {p.epochs} epochs, lr {p.lr}, APFed-R loss "
         f"{p.recon_loss}; λ = 0 is SingleVL",
     )
+    tables = [table]
+    paired = _paired_lambda(acc, p.lams)
+    verdicts = [
+        verdict_line(f"APFed-{r['variant']} λ={r['lam']:g} − λ=0", r, "seeds") for r in paired
+    ]
+    if paired:
+        tables.append(
+            Table(
+                title=f"APFed − SingleVL (λ = 0), paired by seed (accuracy points) — "
+                f"{cfg.data.name} {p.setting}",
+                columns=["Method", "λ", *_PAIRED_COLUMNS],
+                rows=[[f"APFed-{r['variant']}", r["lam"], *_paired_cells(r)] for r in paired],
+                note=f"{_PAIRED_NOTE} {'; '.join(verdicts)}.",
+            )
+        )
     fig = _lambda_figure(ctx.path("lambda.png"), p.lams, acc, f"{cfg.data.name} {p.setting}")
     return ExperimentResult(
-        metrics={"accuracy": acc, "lams": list(p.lams), "data": note},
-        tables=[table],
+        metrics={"accuracy": acc, "lams": list(p.lams), "paired_vs_lambda0": paired, "data": note},
+        tables=tables,
         figures=[fig],
         summary="; ".join(
-            f"APFed-{v}: λ=0 {np.mean(acc[v][str(p.lams[0])]):.2f}% → best "
-            f"{max(np.mean(a) for a in acc[v].values()):.2f}%"
-            for v in p.variants
+            [
+                *(
+                    f"APFed-{v}: λ=0 {np.mean(acc[v][str(p.lams[0])]):.2f}% → best "
+                    f"{max(np.mean(a) for a in acc[v].values()):.2f}%"
+                    for v in p.variants
+                ),
+                *verdicts,
+            ]
         ),
     )
+
+
+def _paired_lambda(
+    acc: dict[str, dict[str, list[float]]], lams: tuple[float, ...]
+) -> list[dict[str, Any]]:
+    """Every variant at every λ > 0 minus λ = 0 (SingleVL), paired by seed; none when the
+    sweep has no λ = 0."""
+    zero = [lam for lam in lams if lam == 0]
+    if not zero:
+        return []
+    return [
+        {"variant": v, "lam": lam, **_paired_seeds(by_lam[str(lam)], by_lam[str(zero[0])])}
+        for v, by_lam in acc.items()
+        for lam in lams
+        if lam != 0
+    ]
 
 
 def _lambda_figure(
