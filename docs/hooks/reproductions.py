@@ -13,6 +13,7 @@ test_reproduce.py`` checks that no results table of the docs is typed by hand.
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 from typing import Any
@@ -40,7 +41,9 @@ def render_page(markdown: str, root: Path = ROOT) -> str:
 
     def one(m: re.Match[str]) -> str:
         e = entry(m.group(1))
-        return render_markdown(e, read_results(root / e.results))
+        cells = root / e.cells
+        done = len(json.loads(cells.read_text(encoding="utf-8"))["cells"]) if cells.is_file() else 0
+        return render_markdown(e, read_results(root / e.results), done)
 
     def digest(m: re.Match[str]) -> str:
         chosen = [entry(name) for name in m.group(1).split()]

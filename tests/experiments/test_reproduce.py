@@ -380,3 +380,12 @@ def test_the_audit_digest_spans_each_role_attack_and_metric():
     )
     assert "`later` | *not reproduced yet: `fedviews reproduce later --record`*" in lines[4]
     assert len(lines) == 5
+
+
+def test_an_entry_in_progress_renders_its_committed_cells_and_the_continue_command():
+    entry = load_manifest(ROOT / MANIFEST)[FAST]
+    assert "Not reproduced yet" in render_markdown(entry, None)
+    text = render_markdown(entry, None, cells=3)
+    assert text.startswith(f'!!! note "In progress: {entry.title}"')
+    assert f"3 finished cells of this run are committed in `{entry.cells}`" in text
+    assert f"`fedviews reproduce {FAST} --record --continue`" in text

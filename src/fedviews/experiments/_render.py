@@ -18,10 +18,19 @@ def _md_cell(value: Any) -> str:
     return _fmt(value).replace("|", "\\|")
 
 
-def render_markdown(entry: Reproduction, rec: dict[str, Any] | None) -> str:
+def render_markdown(entry: Reproduction, rec: dict[str, Any] | None, cells: int = 0) -> str:
     """The entry's committed tables as Markdown, with the command, date, machine and wall
-    time of the run that made them (an admonition when none is committed yet)."""
+    time of the run that made them (an admonition when none is committed yet, saying how
+    many ``cells`` of an unfinished run are committed)."""
     if rec is None:
+        if cells:
+            return (
+                f'!!! note "In progress: {entry.title}"\n'
+                f"    {cells} finished cells of this run are committed in `{entry.cells}`; "
+                f"`fedviews reproduce {entry.name} --record --continue` goes on from them "
+                f"(about {entry.cost_s:g} s for the whole run) and records this table from "
+                f"`{entry.run_command}`.\n"
+            )
         return (
             f'!!! note "Not reproduced yet: {entry.title}"\n'
             f"    `fedviews reproduce {entry.name} --record` (tier {entry.tier}, about "
