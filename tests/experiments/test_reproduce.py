@@ -204,7 +204,6 @@ HAND_TYPED = {
     ("docs/algorithms/apfed.md", "method"),  # apfed_table2_mnist / _fmnist, _mnist_long
     ("docs/algorithms/apfed.md", "claim"),  # apfed_table2_mnist_long
     ("docs/algorithms/apfed.md", "λ"),  # apfed_lambda_mnist_long
-    ("docs/algorithms/multivfl.md", "figure"),  # costs per config (multivfl_fig*)
     ("docs/algorithms/multivfl.md", "dataset"),  # multivfl_fig2_*, multivfl_fig3_*
     ("docs/algorithms/multivfl.md", "local step"),  # multivfl_fig3_fmnist_long
     ("docs/privacy/defenses.md", "setting"),  # defenses_multivfl_mnist, _features_mnist
