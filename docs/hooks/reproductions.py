@@ -13,7 +13,6 @@ test_reproduce.py`` checks that no results table of the docs is typed by hand.
 
 from __future__ import annotations
 
-import json
 import re
 from pathlib import Path
 from typing import Any
@@ -28,7 +27,12 @@ DIGEST = re.compile(r"^<!-- reproduce-digest: ([\w. -]+) -->$", flags=re.M)
 def render_page(markdown: str, root: Path = ROOT) -> str:
     """``markdown`` with every ``<!-- reproduce: NAME -->`` replaced by the entry's tables."""
     from fedviews.experiments._render import render_digest, render_markdown
-    from fedviews.experiments._reproduce import MANIFEST, load_manifest, read_results
+    from fedviews.experiments._reproduce import (
+        MANIFEST,
+        committed_cells,
+        load_manifest,
+        read_results,
+    )
 
     if not MARK.search(markdown) and not DIGEST.search(markdown):
         return markdown
@@ -41,8 +45,7 @@ def render_page(markdown: str, root: Path = ROOT) -> str:
 
     def one(m: re.Match[str]) -> str:
         e = entry(m.group(1))
-        cells = root / e.cells
-        done = len(json.loads(cells.read_text(encoding="utf-8"))["cells"]) if cells.is_file() else 0
+        done = committed_cells(e, root)
         return render_markdown(e, read_results(root / e.results), done)
 
     def digest(m: re.Match[str]) -> str:

@@ -8,7 +8,6 @@ tracebacks are shown only with ``--debug``.
 
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 from typing import Annotated, Any
@@ -178,7 +177,12 @@ def reproduce(
 
     from rich.table import Table
 
-    from fedviews.experiments import find_manifest, load_manifest, select_entries
+    from fedviews.experiments import (
+        committed_cells,
+        find_manifest,
+        load_manifest,
+        select_entries,
+    )
 
     path = manifest if manifest is not None else find_manifest()
     entries = load_manifest(path)
@@ -186,9 +190,8 @@ def reproduce(
         t = Table("name", "tier", "cost", "results", "reproduces", title=str(path))
         for e in select_entries(entries, names or [], tier):
             done = "committed" if (path.parent / e.results).is_file() else "none yet"
-            if (path.parent / e.cells).is_file():
-                n = len(json.loads((path.parent / e.cells).read_text(encoding="utf-8"))["cells"])
-                done += f" ({n} cells)"
+            n = committed_cells(e, path.parent)
+            done += f" ({n} cells)" if n else ""
             t.add_row(e.name, e.tier, f"~{e.cost_s:g} s", done, e.title)
         console.print(t)
         return

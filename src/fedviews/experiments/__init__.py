@@ -12,6 +12,7 @@ from fedviews.experiments._registry import (
 )
 from fedviews.experiments._reproduce import (
     Reproduction,
+    committed_cells,
     find_manifest,
     load_manifest,
     reproduce,
@@ -34,6 +35,7 @@ __all__ = [
     "RunContext",
     "Table",
     "build_dataclass",
+    "committed_cells",
     "find_manifest",
     "get_algorithm",
     "get_experiment",

@@ -325,6 +325,23 @@ def compare_tables(
     return drifts
 
 
+def committed_cells(entry: Reproduction, root: Path) -> int:
+    """How many finished cells of ``entry``'s unfinished run are committed (``--continue``).
+
+    Raises
+    ------
+    FedViewsError
+        For a file that is not a committed cells file.
+    """
+    path = root / entry.cells
+    if not path.is_file():
+        return 0
+    try:
+        return len(json.loads(path.read_text(encoding="utf-8"))["cells"])
+    except (ValueError, TypeError, KeyError) as exc:
+        raise FedViewsError(f"{path} is not a committed cells file: {exc!r}") from None
+
+
 def read_results(path: Path) -> dict[str, Any] | None:
     """A committed results file, or ``None`` when there is none yet.
 
@@ -504,5 +521,4 @@ def _seed_cells(entry: Reproduction, cfg: Any, mirror: Path, out_dir: Path) -> N
     if out_dir.exists() and any(out_dir.iterdir()):
         raise FedViewsError(f"{out_dir} is not empty: give another --out")
     out_dir.mkdir(parents=True, exist_ok=True)
-    _write_json(out_dir / "config.json", config)
-    _write_json(out_dir / CELLS_FILE, cells)
+    _write_json(out_dir / CELLS_FILE, cells)  # run_experiment(resume=True) writes config.json
