@@ -8,8 +8,8 @@ from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
-from sklearn.base import BaseEstimator
 
+from fedviews._classifier import Classifier
 from fedviews.data import PartyData, check_Xs, check_y
 from fedviews.errors import ConvergenceWarning, DataError, check_fitted
 from fedviews.federation import Defense, Roster, RunSpec, build_in_process
@@ -95,7 +95,7 @@ def labels_present(y: Any, where: str) -> None:
         )
 
 
-class ConsensusPredictor(BaseEstimator):
+class ConsensusPredictor(Classifier):
     """``predict = argmax`` of the consensus ``Z^test`` (shared by the multi-view estimators)."""
 
     classes_: np.ndarray

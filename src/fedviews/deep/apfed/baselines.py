@@ -23,10 +23,11 @@ from typing import Any
 
 import numpy as np
 
+from fedviews._classifier import accuracy
 from fedviews._estimator import store_params
 from fedviews._registry import register_estimator
 from fedviews.deep._apfed_nets import Encoder, Head, NetSpec, check_setting
-from fedviews.deep._common import EVAL_BATCH, accuracy, net_logits, to_numpy, to_tensor
+from fedviews.deep._common import EVAL_BATCH, net_logits, to_numpy, to_tensor
 from fedviews.deep._split import SplitBottom, SplitTop, StripEstimator, build_module, sgd
 from fedviews.deep._strips import check_training, party_seeds, sgd_settings
 from fedviews.deep.apfed.estimator import ActiveOnly
@@ -260,9 +261,11 @@ class TVFL(StripEstimator):
         logits = self._logits(self._active_strip(images), fill)
         return np.asarray(self.classes_[np.argmax(logits, axis=1)])
 
-    def score(self, images: Any, y: Any, fill: str | None = None) -> float:
-        """Accuracy of :meth:`predict` with ``fill``."""
-        return accuracy(self.predict(images, fill), y)
+    def score(
+        self, images: Any, y: Any, sample_weight: Any = None, fill: str | None = None
+    ) -> float:
+        """Accuracy of :meth:`predict` with ``fill`` (scikit-learn's ``score``)."""
+        return accuracy(self.predict(images, fill), y, sample_weight)
 
 
 @register_estimator("singlevl")

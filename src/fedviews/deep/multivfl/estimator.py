@@ -16,7 +16,8 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import numpy as np
-from sklearn.base import BaseEstimator
+
+from fedviews._classifier import Classifier
 
 # at import, not in fit: importing rich draws from the global `random` (rich.style's id
 # counter), and fit must leave the global random states as it found them
@@ -24,9 +25,8 @@ from fedviews._console import err_console
 from fedviews._estimator import is_int, store_params
 from fedviews._params import COUNT, check_value
 from fedviews._registry import register_estimator
-from fedviews.data import PartyData, check_ids, split_strips
+from fedviews.data import PartyData, check_ids, check_numeric, check_y, split_strips
 from fedviews.deep._common import (
-    accuracy,
     history_columns,
     progress_tail,
     resolve_device,
@@ -50,6 +50,8 @@ __all__ = ["MultiVFL"]
 
 def _as_strips(X: Any, n_data_owners: int, name: str) -> list[np.ndarray]:
     """Images ``(n, H, W)`` → D strips ``(n, h_d, W)``; or validate a list of D strips."""
+    if not isinstance(X, (list, tuple)):
+        X = check_numeric(X, name)
     if isinstance(X, np.ndarray) and X.ndim == 3:
         if X.shape[1] % n_data_owners:  # Multi-VFL gives every data owner an equal strip
             raise DataError(
@@ -64,7 +66,7 @@ def _as_strips(X: Any, n_data_owners: int, name: str) -> list[np.ndarray]:
             raise DataError(
                 f"{name} has {len(X)} strips but n_data_owners={n_data_owners}; pass one strip per data owner"
             )
-        strips = [np.asarray(s) for s in X]
+        strips = [check_numeric(s, f"{name}[{d}]") for d, s in enumerate(X)]
         for d, s in enumerate(strips):
             if s.ndim != 3 or 0 in s.shape:
                 raise DataError(
@@ -84,7 +86,7 @@ def _as_strips(X: Any, n_data_owners: int, name: str) -> list[np.ndarray]:
 
 
 @register_estimator("multivfl")
-class MultiVFL(BaseEstimator):
+class MultiVFL(Classifier):
     """Multi-VFL: split learning with D data owners and K label owners.
 
     ``fit`` runs the one definition of the algorithm (:class:`MultiVFLAlgorithm`):
@@ -345,9 +347,7 @@ class MultiVFL(BaseEstimator):
         (sets ``classes_``, ``label_owner_samples_`` and ``strip_shapes_``)."""
         strips = _as_strips(X, self.n_data_owners, "X")
         n = len(strips[0])
-        y_arr = np.asarray(y)
-        if y_arr.shape != (n,):
-            raise DataError(f"y has shape {y_arr.shape}, expected ({n},) to match X")
+        y_arr = check_y(y, n)
         self.classes_, y_enc = np.unique(y_arr, return_inverse=True)
         if len(self.classes_) < 2:
             raise DataError("y must contain at least two classes")
@@ -479,10 +479,6 @@ class MultiVFL(BaseEstimator):
         return np.asarray(
             self.classes_[self.label_owners_[0].predict_split("predict", len(strips[0]))]
         )
-
-    def score(self, X: Any, y: Any) -> float:
-        """Accuracy of :meth:`predict` on ``(X, y)``."""
-        return accuracy(self.predict(X), y)
 
 
 P = TypeVar("P", bound=Party)

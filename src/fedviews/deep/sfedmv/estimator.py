@@ -35,12 +35,12 @@ from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
-from sklearn.base import BaseEstimator
 
+from fedviews._classifier import Classifier, accuracy
 from fedviews._estimator import store_params
 from fedviews._params import check_value, spec
 from fedviews._registry import register_estimator
-from fedviews.data import PartyData, check_sequences
+from fedviews.data import PartyData, check_sequences, check_y
 from fedviews.deep._common import resolve_device
 from fedviews.deep.sfedmv.baselines import train_local_extractors
 from fedviews.deep.sfedmv.nets import BiGRUExtractor, sequence_embed
@@ -85,11 +85,8 @@ def check_sequence_clients(
         views, y = item
         if y is None:
             raise DataError(f"clients[{l}]: labels are missing (y is None); S-FedMV is supervised")
-        out_v.append(check_sequences(views, y, name=f"clients[{l}].views"))
-        y_arr = np.asarray(y)
-        if y_arr.ndim != 1:
-            raise DataError(f"clients[{l}].y must be 1-D, got shape {y_arr.shape}")
-        out_y.append(y_arr)
+        out_v.append(check_sequences(views, name=f"clients[{l}].views"))
+        out_y.append(check_y(y, len(out_v[-1][0]), name=f"clients[{l}].y"))
     K = len(out_v[0])
     channels = [v[0].shape[1] for v in out_v[0]]
     for l, views in enumerate(out_v[1:], start=1):  # noqa: E741
@@ -108,7 +105,7 @@ def check_sequence_clients(
 
 
 @register_estimator("sfedmv")
-class SFedMV(BaseEstimator):
+class SFedMV(Classifier):
     """S-FedMV (Algorithm 4 + H-FedMV) and the baselines of the paper's Table 3.
 
     The hyper-parameters besides ``extractors``, ``fusion``, ``random_state`` and
@@ -217,6 +214,8 @@ class SFedMV(BaseEstimator):
         return [np.searchsorted(self.classes_, y).astype(np.int64) for y in ys]
 
     def _extractors_of(self, client: int | None) -> list[BiGRUExtractor]:
+        if client is not None:
+            check_value("client", client, spec(int, low=0, high=len(self.client_sizes_) - 1))
         if self.setting_[0] != "local":
             shared: list[BiGRUExtractor] = self.extractors_
             return shared
@@ -400,3 +399,9 @@ class SFedMV(BaseEstimator):
         else:
             idx = self.fusion_.predict(Xs)
         return np.asarray(self.classes_[np.asarray(idx, dtype=np.int64)])
+
+    def score(
+        self, views: Any, y: Any, sample_weight: Any = None, client: int | None = None
+    ) -> float:
+        """Accuracy of :meth:`predict` on ``client``'s sequences against ``y``."""
+        return accuracy(self.predict(views, client), y, sample_weight)

@@ -10,8 +10,8 @@ from functools import partial
 from typing import Any
 
 import numpy as np
-from sklearn.base import BaseEstimator
 
+from fedviews._classifier import Classifier
 from fedviews._estimator import store_params
 from fedviews._registry import register_estimator
 from fedviews.data import check_Xs, one_hot
@@ -129,7 +129,7 @@ class _SingleViewLearner:
 
 
 @register_estimator("single_view_fl")
-class SingleViewFL(BaseEstimator):
+class SingleViewFL(Classifier):
     """The "Single View FL" baseline: FedAvg of Eq. (20) over clients holding one view.
 
     Every round each client runs ``local_iter`` IRLS iterations of

@@ -8,6 +8,7 @@ from typing import Any
 
 import numpy as np
 
+from fedviews._classifier import accuracy
 from fedviews._estimator import store_params
 from fedviews._registry import register_estimator
 from fedviews.data import PartyData, check_Xs, check_y
@@ -201,6 +202,12 @@ class HFedMV(ConsensusPredictor):
         """Class labels: ``argmax`` of :meth:`decision_function`."""
         Z = self.decision_function(Xs, client)  # raises NotFittedError before fit
         return self.classes_[np.argmax(Z, axis=1)]
+
+    def score(
+        self, Xs: Sequence[np.ndarray], y: Any, sample_weight: Any = None, client: int | None = None
+    ) -> float:
+        """Accuracy of :meth:`predict` (as ``client``, where it matters) against ``y``."""
+        return accuracy(self.predict(Xs, client), y, sample_weight)
 
     def _scaler(self, client: int | None) -> Scaler | None:
         scalers = self.scalers_

@@ -27,8 +27,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import numpy as np
-from sklearn.base import BaseEstimator
 
+from fedviews._classifier import Classifier
 from fedviews._estimator import store_params
 from fedviews._registry import register_estimator
 from fedviews.data import check_Xs, check_y, one_hot
@@ -43,7 +43,7 @@ from fedviews.linear._common import (
 from fedviews.linear._l21 import l21_least_squares, row_norms
 
 
-class _PerPartyLinear(PartyPredictor, BaseEstimator):
+class _PerPartyLinear(PartyPredictor, Classifier):
     """Shared parameters, validation and ``predict`` of the supervised baselines (they need
     labels at every party)."""
 

@@ -6,8 +6,8 @@ from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
-from sklearn.base import BaseEstimator
 
+from fedviews._classifier import Classifier
 from fedviews._estimator import store_params
 from fedviews._registry import register_estimator
 from fedviews.data import check_Xs, check_y
@@ -18,7 +18,7 @@ from fedviews.linear.mmvfl.spec import MMVFLParams
 
 
 @register_estimator("mmvfl")
-class MMVFL(ConsensusFit, PartyPredictor, BaseEstimator):
+class MMVFL(ConsensusFit, PartyPredictor, Classifier):
     """Multi-participant multi-class VFL with ℓ2,1 feature selection (Feng & Yu).
 
     Parameters
