@@ -19,7 +19,7 @@ def refuse_sparse(X: Any, name: str) -> None:
     if sparse is not None and sparse.issparse(X):
         raise DataError(
             f"{name} is a scipy.sparse {type(X).__name__}; fedviews' algorithms take dense "
-            f"arrays: pass {name}.toarray() (mind its memory: a dense copy of every entry)"
+            "arrays: pass its .toarray() (mind the memory of a dense copy)"
         )
 
 
@@ -40,7 +40,7 @@ def check_numeric(X: Any, name: str) -> np.ndarray:
     if arr.dtype.kind == "c":
         raise DataError(
             f"{name} holds complex values ({arr.dtype}); the models take real features: pass "
-            f"{name}.real, or the real and imaginary parts as separate features"
+            "its real part (.real), or the real and imaginary parts as separate features"
         )
     if arr.dtype.kind not in "biuf":  # numeric strings or objects would convert silently
         raise DataError(

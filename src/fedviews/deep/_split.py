@@ -238,6 +238,7 @@ class StripEstimator(Classifier):
     arch: str
     device: str
     random_state: int | None
+    verbose: bool
 
     def _keep_run(self, active: Any, passives: Sequence[Any], transport: Any) -> None:
         """The fitted federation: its parties, transport, per-epoch losses and message summary."""

@@ -9,7 +9,7 @@ from typing import Any
 
 import numpy as np
 
-from fedviews._classifier import Classifier
+from fedviews._classifier import Classifier, run_in_process
 from fedviews.data import PartyData, check_Xs, check_y
 from fedviews.errors import ConvergenceWarning, DataError, check_fitted
 from fedviews.federation import Defense, Roster, RunSpec, build_in_process
@@ -24,6 +24,7 @@ class ConsensusFit:
     transport: Any
     random_state: int | None
     defense: Any
+    verbose: bool
 
     def fit_run(
         self,
@@ -57,7 +58,7 @@ class ConsensusFit:
         with small_blas():
             fed = build_in_process(run, datas, transport=self.transport)
             self.transport_ = fed.transport
-            self.Z_ = fed()
+            self.Z_ = run_in_process(fed, type(self).__name__, params.max_iter, self.verbose)
         self.fed_ = fed
         server = fed.coordinator
         assert isinstance(server, ConsensusServer)

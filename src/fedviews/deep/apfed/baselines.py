@@ -19,11 +19,12 @@ standard-normal noise (TVFL-R). Only ``h_p`` (passive → active) and
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
-from fedviews._classifier import accuracy
+from fedviews._classifier import accuracy, round_progress
 from fedviews._estimator import store_params
 from fedviews._registry import register_estimator
 from fedviews.deep._apfed_nets import Encoder, Head, NetSpec, check_setting
@@ -119,7 +120,8 @@ class TVFLActiveClient(SplitTop, Coordinator):
         hs.insert(self.position, h_a)
         return torch.cat([h.flatten(1) for h in hs], dim=1)
 
-    def run(self) -> list[float]:
+    def run(self, on_epoch_end: Callable[[int], None] | None = None) -> list[float]:
+        """Train every epoch; ``on_epoch_end(epoch)`` after each."""
         step = 0
         for _ in range(self.epochs):
             total = 0.0
@@ -145,8 +147,14 @@ class TVFLActiveClient(SplitTop, Coordinator):
                 total += float(loss.detach()) * len(idx)
                 step += 1
             self.history.append(total / len(self._X))
+            if on_epoch_end is not None:
+                on_epoch_end(len(self.history))
         self.active_mean = self._mean_representation()
         return self.history
+
+    def progress(self) -> list[str]:
+        """One line per finished epoch."""
+        return [f"epoch {e}: loss {v:.4f}" for e, v in enumerate(self.history, start=1)]
 
     def _mean_representation(self) -> Any:
         """TVFL-A's fill: the trained active encoder's output averaged over its training strip."""
@@ -182,7 +190,7 @@ class TVFL(StripEstimator):
         Default replacement for the passive representations at inference:
         TVFL-0, TVFL-A (mean of the active client's training representations)
         or TVFL-R (standard normal).
-    m, i, epochs, batch_size, lr, momentum, weight_decay, pad, arch, device, random_state
+    m, i, epochs, batch_size, lr, momentum, weight_decay, pad, arch, device, random_state, verbose
         As in :class:`~fedviews.deep.APFed`.
 
     Attributes
@@ -211,6 +219,7 @@ class TVFL(StripEstimator):
         arch: str = "auto",
         device: str = "auto",
         random_state: int = 0,
+        verbose: bool = False,
     ) -> None:
         store_params(self, locals())
 
@@ -244,7 +253,8 @@ class TVFL(StripEstimator):
             **common,
         )
         transport = federate([active, *passives], TVFL_POLICY)
-        active.run()
+        with round_progress("TVFL", self.epochs, active.progress, self.verbose) as on_epoch:
+            active.run(on_epoch)
         self._keep_run(active, passives, transport)
         return self
 
@@ -273,7 +283,7 @@ class SingleVL(ActiveOnly):
     """SingleVL baseline: the active client trained on its own strip alone.
 
     Same parameters as :class:`APFed` without ``variant``, ``recon_loss``, ``lam``
-    and ``tau``; it is exactly APFed with ``λ = 0``. It runs the same protocol with the active
+    and ``tau`` (``verbose``: a bar per epoch on stderr); it is exactly APFed with ``λ = 0``. It runs the same protocol with the active
     client as the only party (the driver still asks it for every epoch), so
     ``transport_``, ``run_stats_`` and ``history_`` are those of :class:`APFed`.
     """
@@ -292,6 +302,7 @@ class SingleVL(ActiveOnly):
         device: str = "auto",
         random_state: int | None = 0,
         transport: Any = None,
+        verbose: bool = False,
     ) -> None:
         store_params(self, locals())
 

@@ -17,7 +17,7 @@ from typing import Any, TypeVar
 
 import numpy as np
 
-from fedviews._classifier import Classifier
+from fedviews._classifier import Classifier, run_in_process
 
 # at import, not in fit: importing rich draws from the global `random` (rich.style's id
 # counter), and fit must leave the global random states as it found them
@@ -28,7 +28,6 @@ from fedviews._registry import register_estimator
 from fedviews.data import PartyData, check_ids, check_numeric, check_y, split_strips
 from fedviews.deep._common import (
     history_columns,
-    progress_tail,
     resolve_device,
 )
 from fedviews.deep.multivfl.parties import DataOwner, LabelOwner, Server
@@ -153,8 +152,9 @@ class MultiVFL(Classifier):
     random_state : int
     log_entries : bool
         Keep every message in ``transport_.log.entries`` (totals are always kept).
-    verbose : bool, default=True
-        Print one line per round on stderr (train loss, accuracy, seconds); ``False``: silent.
+    verbose : bool, default=False
+        Show the progress of ``fit`` on stderr: a bar per round with its train loss (test
+        accuracy, seconds) (a line per round when stderr is no terminal); silent when False.
     transport : callable, optional
         ``transport(policy) -> Transport`` (default: in-process).
 
@@ -220,7 +220,7 @@ class MultiVFL(Classifier):
         defense: Any = None,
         random_state: int = 0,
         log_entries: bool = False,
-        verbose: bool = True,
+        verbose: bool = False,
         transport: Any = None,
     ) -> None:
         store_params(self, locals())
@@ -396,9 +396,17 @@ class MultiVFL(Classifier):
             if checkpoint is not None and (r % checkpoint_every == 0 or r == self.rounds):
                 fed.save_state(Path(checkpoint))
 
-        _as(Server, fed.coordinator).callback = self._progress(callback, self.label_owner_samples_)
+        _as(Server, fed.coordinator).callback = callback
+        if self.verbose:
+            sizes = sorted({len(r) for r in self.label_owner_samples_})
+            err_console.print(
+                f"Multi-VFL: {self.n_data_owners} data owners, {self.n_label_owners} label "
+                f"owners ({'/'.join(map(str, sizes))} samples each), {self.rounds} rounds",
+                highlight=False,
+                soft_wrap=True,
+            )
         t0 = time.perf_counter()
-        fed(save)
+        run_in_process(fed, "Multi-VFL", self.rounds, self.verbose, then=save)
         return time.perf_counter() - t0
 
     def _read_fitted(self, fed: InProcessRun, seconds: float) -> None:
@@ -431,35 +439,6 @@ class MultiVFL(Classifier):
             "messages": log.n_messages,
             "device": str(resolve_device(self.device)),
         }
-
-    def _progress(
-        self,
-        callback: Callable[[int, dict[str, float]], None] | None,
-        owner_rows: Sequence[np.ndarray],
-    ) -> Callable[[int, dict[str, float]], None] | None:
-        """``callback``, preceded by a line per round on stderr when ``verbose``."""
-        if not self.verbose:
-            return callback
-
-        sizes = sorted({len(r) for r in owner_rows})
-        err_console.print(
-            f"Multi-VFL: {self.n_data_owners} data owners, {self.n_label_owners} label owners "
-            f"({'/'.join(map(str, sizes))} samples each), {self.rounds} rounds "
-            "(verbose=False: silent)",
-            highlight=False,
-            soft_wrap=True,
-        )
-
-        def report(r: int, rec: dict[str, float]) -> None:
-            err_console.print(
-                f"round {r}/{self.rounds}: train loss {rec['train_loss']:.4f}{progress_tail(rec)}",
-                highlight=False,
-                soft_wrap=True,
-            )
-            if callback is not None:
-                callback(r, rec)
-
-        return report
 
     def _check_predict_strips(self, X: Any) -> list[np.ndarray]:
         strips = _as_strips(X, self.n_data_owners, "X")

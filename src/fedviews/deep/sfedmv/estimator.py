@@ -36,7 +36,7 @@ from typing import Any
 
 import numpy as np
 
-from fedviews._classifier import Classifier, accuracy
+from fedviews._classifier import Classifier, accuracy, round_progress, run_in_process
 from fedviews._estimator import store_params
 from fedviews._params import check_value, spec
 from fedviews._registry import register_estimator
@@ -136,6 +136,10 @@ class SFedMV(Classifier):
         ``"auto"``, ``"cpu"`` or ``"cuda"``.
     transport : callable, optional
         ``transport(policy) -> Transport`` for both stages (default in-process).
+    verbose : bool, default=False
+        Show the progress of ``fit`` on stderr: a bar per extractor round (with its train
+        loss when federated), then one per H-FedMV fusion round run apart (a line per
+        round when stderr is no terminal); silent when False.
 
     Attributes
     ----------
@@ -197,6 +201,7 @@ class SFedMV(Classifier):
         random_state: int | None = 0,
         device: str = "cpu",
         transport: Any = None,
+        verbose: bool = False,
     ) -> None:
         store_params(self, locals())
 
@@ -241,9 +246,7 @@ class SFedMV(Classifier):
         if len(self.classes_) < 2:
             raise DataError("the clients' labels contain fewer than two classes")
         yi = self._encode(ys)
-        c = len(self.classes_)
-        dev = resolve_device(self.device)
-        self.device_ = dev
+        self.device_ = resolve_device(self.device)
         self.n_channels_ = [v[0].shape[1] for v in views[0]]
         self.client_sizes_ = [len(y) for y in ys]
         self.setting_: tuple[str, str | None] = (self.extractors, None)
@@ -253,34 +256,8 @@ class SFedMV(Classifier):
         self.local_params_: list[list[Weights]] = []
         K, M = len(self.n_channels_), len(views)
         fed = None
-        if self.extractors == "local":
-            self.extractors_ = [
-                train_local_extractors(
-                    views[l],
-                    yi[l],
-                    c,
-                    p,
-                    random_state=self.random_state,
-                    client_index=l,
-                    device=dev,
-                    on_round=on_round,
-                    report_as=l,
-                    own_init=True,
-                )
-                for l in range(M)  # noqa: E741
-            ]
-        elif self.extractors == "centralized":
-            pooled = [[s for l in range(M) for s in views[l][k]] for k in range(K)]  # noqa: E741
-            self.extractors_ = train_local_extractors(
-                pooled,
-                np.concatenate(yi),
-                c,
-                p,
-                random_state=self.random_state,
-                device=dev,
-                on_round=on_round,
-            )
-        else:  # the deployed protocol: every client built from its own data by the spec
+        if self.extractors == "federated":  # the deployed protocol: every client built
+            # from its own data by the spec
             names = tuple(f"client{l}" for l in range(M))  # noqa: E741
             run = RunSpec(
                 "sfedmv",
@@ -297,15 +274,54 @@ class SFedMV(Classifier):
             server = fed.coordinator
             assert isinstance(server, SFedMVServer)
             server.on_round, server.fuse = on_round, fuse
-            fed()  # the runner: the spec drives the server, as a deployment does
+            # the runner: the spec drives the server, as a deployment does
+            run_in_process(fed, "S-FedMV", K * p.n_rounds, self.verbose)
             self.transport_ = fed.transport
             self.privacy_ = fed.privacy
             self.extractors_ = server.models  # they hold the final global parameters
             self.local_params_ = server.local
             self.round_loss_ = server.loss
+        else:
+            self.extractors_ = self._train_alone(views, yi, p, on_round)
         self.history_ = self.round_loss_
         self.run_stats_ = None if self.transport_ is None else self.transport_.log.summary()
         return fed
+
+    def _train_alone(
+        self,
+        views: list[list[list[np.ndarray]]],
+        yi: list[np.ndarray],
+        p: SFedMVParams,
+        on_round: RoundCallback | None,
+    ) -> Any:
+        """The extractors trained without a federation: every client's own
+        (``extractors="local"``), or one set on the pooled sequences (``"centralized"``);
+        ``verbose`` shows their rounds."""
+        K, M, c = len(self.n_channels_), len(views), len(self.classes_)
+        local = self.extractors == "local"
+        shown: list[str] = []
+        total = K * p.n_rounds * (M if local else 1)
+        with round_progress(self.extractors, total, lambda: shown, self.verbose) as tick:
+
+            def each(k: int, t: int, client: int | None, model: BiGRUExtractor) -> None:
+                shown.append(
+                    f"view {k} round {t + 1}" + ("" if client is None else f", client {client}")
+                )
+                if tick is not None:
+                    tick(len(shown))
+                if on_round is not None:
+                    on_round(k, t, client, model)
+
+            common = {"random_state": self.random_state, "device": self.device_, "on_round": each}
+            if not local:
+                pooled = [[s for l in range(M) for s in views[l][k]] for k in range(K)]  # noqa: E741
+                return train_local_extractors(pooled, np.concatenate(yi), c, p, **common)
+            return [
+                train_local_extractors(
+                    views[l], yi[l], c, p, client_index=l, report_as=l, own_init=True, **common
+                )
+                for l in range(M)  # noqa: E741
+            ]
 
     # -- stage 2 ---------------------------------------------------------
     def _fusion_estimator(self, p: SFedMVParams) -> HFedMV:
@@ -315,6 +331,7 @@ class SFedMV(Classifier):
             n_rounds=fp.n_rounds,
             random_state=fusion_seed(self.random_state),
             transport=self.transport,
+            verbose=self.verbose,
         )
 
     def fit_fusion(self, clients: Any) -> SFedMV:

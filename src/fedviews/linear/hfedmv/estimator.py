@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 
-from fedviews._classifier import accuracy
+from fedviews._classifier import accuracy, run_in_process
 from fedviews._estimator import store_params
 from fedviews._registry import register_estimator
 from fedviews.data import PartyData, check_Xs, check_y
@@ -101,6 +101,9 @@ class HFedMV(ConsensusPredictor):
         Stream 0: server's random ``W_k``; stream ``1 + l``: client ``l``'s ``Z^l``.
     transport : callable, optional
         ``transport(policy) -> Transport``.
+    verbose : bool, default=False
+        Show the progress of ``fit`` on stderr: a bar per round with its objective (a line
+        per round when stderr is no terminal); silent when False.
 
     Attributes
     ----------
@@ -138,6 +141,7 @@ class HFedMV(ConsensusPredictor):
         defense: Any = None,
         random_state: int | None = 0,
         transport: Any = None,
+        verbose: bool = False,
     ) -> None:
         store_params(self, locals())
 
@@ -168,7 +172,7 @@ class HFedMV(ConsensusPredictor):
         self.n_features_in_ = list(dims)
         with small_blas():
             fed = build_in_process(run, datas, transport=self.transport)
-            fed()
+            run_in_process(fed, "H-FedMV", params.n_rounds, self.verbose)
         server = fed.coordinator
         assert isinstance(server, HFedMVServer)
         self.privacy_ = fed.privacy

@@ -54,6 +54,9 @@ class MMVFL(ConsensusFit, PartyPredictor, Classifier):
     defense : str, dict or Defense, optional
         ``"secagg"``: secure aggregation of the ``Z_k`` (the server learns only
         ``sum_k zeta_k Z_k``; :class:`~fedviews.federation.Defense`). Default: none.
+    verbose : bool, default=False
+        Show the progress of ``fit`` on stderr: a bar per round with its objective (Eq. 4) (a line
+        per round when stderr is no terminal); silent when False.
 
     Attributes
     ----------
@@ -91,6 +94,7 @@ class MMVFL(ConsensusFit, PartyPredictor, Classifier):
         random_state: int | None = 0,
         transport: Any = None,
         defense: Any = None,
+        verbose: bool = False,
     ) -> None:
         store_params(self, locals())
 
