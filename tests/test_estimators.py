@@ -516,11 +516,17 @@ def _bad_input(d: Data, part: str, f: Callable[[Any], Any]) -> Data:
     return out
 
 
+def _flat(X: Any) -> np.ndarray:
+    """Images as the 2-D ``(n, pixels)`` matrix a sparse one would be (sparse is 2-D only)."""
+    X = np.asarray(X)
+    return X.reshape(len(X), -1)
+
+
 #: what a fit refuses, and how its DataError starts (the argument it names)
 BAD_INPUTS = {
     "continuous y": ("y", lambda y: np.linspace(0.0, 1.0, len(y)), r"holds continuous values"),
     "complex X": ("X", lambda X: np.asarray(X) * (1 + 1j), r"holds complex values"),
-    "sparse X": ("X", lambda X: scipy.sparse.csr_matrix(np.asarray(X)), r"is a scipy.sparse"),
+    "sparse X": ("X", lambda X: scipy.sparse.csr_matrix(_flat(X)), r"is a scipy.sparse"),
 }
 #: the argument a DataError names, per fit: its views, clients, images or sequences
 ARGUMENT = r"^(y|Xs\[0\]|X|images|clients\[0\]\.(y|Xs\[0\]|views: view 0, sample 0)) "
@@ -553,7 +559,9 @@ def test_verbose_fit_shows_its_rounds_on_stderr(
     out, err = capsys.readouterr()
     assert out == ""
     rounds = re.findall(r"\[(\d+)/(\d+)\] (?:round|epoch) \d+: .*(?:loss|objective) [-\d.e+]+", err)
-    assert [int(r) for r, _ in rounds][-case.rounds :] == list(range(1, case.rounds + 1))
+    done = [int(r) for r, _ in rounds]  # S-FedMV: rounds of every view, one after the other
+    assert done == list(range(1, len(done) + 1)) and len(done) % case.rounds == 0
+    assert {int(total) for _, total in rounds} == {len(done)}
 
 
 def test_verbose_fit_draws_a_progress_bar_on_a_terminal(monkeypatch: pytest.MonkeyPatch) -> None:
