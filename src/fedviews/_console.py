@@ -1,19 +1,17 @@
 """The terminal of every command (the ``fedviews`` app and the deployment commands):
-one console for results, one for errors, :func:`friendly`, which turns a
+one console for results, one for errors, and :func:`friendly`, which turns a
 fedviews error into one ``error:`` line with exit status 2 (tracebacks only with
-``--debug``), and :func:`round_progress`, the progress of an estimator's ``fit``."""
+``--debug``)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable
 from functools import wraps
 from typing import Any, TypeVar, cast
 
 import typer
 from rich.console import Console
 from rich.markup import escape
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from fedviews.errors import FedViewsError
 
@@ -51,59 +49,3 @@ def friendly(fn: F) -> F:
             raise typer.Exit(130) from None
 
     return cast(F, wrapper)
-
-
-#: called after round (or epoch) ``r`` of a fit
-OnRound = Callable[[int], None]
-
-
-@contextmanager
-def round_progress(
-    title: str,
-    total: int,
-    lines: Callable[[], Sequence[str]],
-    verbose: bool,
-    then: OnRound | None = None,
-) -> Iterator[OnRound | None]:
-    """The progress of a fit's rounds on stderr (never stdout), as an ``on_round_end(r)``.
-
-    With ``verbose``, every call shows the newest of ``lines()`` (the coordinator's one
-    line per finished round, with its loss or objective): on a terminal in a rich progress
-    bar of ``total`` rounds, elsewhere (a log, a pipe) as one printed line per round,
-    since a bar there would show only once, at the end. Without it nothing is written
-    and the hook is ``then`` alone. ``then(r)``, where given, runs after the display
-    (e.g. a checkpoint).
-    """
-    if not verbose:
-        yield then
-        return
-    console = err_console
-    if not console.is_terminal:
-
-        def line(r: int) -> None:
-            shown = lines()
-            text = shown[-1] if shown else f"round {r}"
-            console.print(f"{title} {text}", highlight=False, soft_wrap=True, markup=False)
-            if then is not None:
-                then(r)
-
-        yield line
-        return
-    bar = Progress(
-        TextColumn("[bold]{task.description}"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TimeElapsedColumn(),
-        TextColumn("{task.fields[status]}", markup=False),
-        console=console,
-    )
-    with bar:
-        task = bar.add_task(title, total=total, status="")
-
-        def advance(r: int) -> None:
-            shown = lines()
-            bar.update(task, completed=r, status=shown[-1] if shown else "")
-            if then is not None:
-                then(r)
-
-        yield advance
