@@ -116,11 +116,8 @@ def check_Xs(
 
 
 def check_y(y: Any, n_samples: int, *, name: str = "y") -> np.ndarray:
-    """Validate a class-label vector of length ``n_samples`` (any hashable, non-missing labels).
-
-    Every estimator of fedviews is a classifier: float labels must be integral (``1.0``), a
-    continuous target is refused rather than read as one class per distinct value.
-    """
+    """Validate a label vector of length ``n_samples`` (any hashable, non-missing labels, or a
+    real target: an algorithm may regress; the estimators check classes, :func:`check_classes`)."""
     refuse_sparse(y, name)
     arr = np.asarray(y)
     if arr.ndim == 2 and arr.shape[1] == 1:
@@ -130,10 +127,22 @@ def check_y(y: Any, n_samples: int, *, name: str = "y") -> np.ndarray:
     if arr.shape[0] != n_samples:
         raise DataError(f"{name} has {arr.shape[0]} labels but the views have {n_samples} samples")
     if arr.dtype.kind == "c":
-        raise DataError(f"{name} holds complex values ({arr.dtype}); labels must be classes")
+        raise DataError(f"{name} holds complex values ({arr.dtype}); labels must be real")
+    if arr.dtype.kind == "f" and not np.isfinite(arr).all():
+        raise DataError(f"{name} contains NaN or infinite labels")
+    if arr.dtype.kind == "O":
+        if any(v is None or (isinstance(v, float) and not np.isfinite(v)) for v in arr):
+            raise DataError(f"{name} contains missing (None or NaN) labels")
+        _sortable(arr, name, "labels")
+    return arr
+
+
+def check_classes(y: Any, n_samples: int, *, name: str = "y") -> np.ndarray:
+    """:func:`check_y` for a classifier (every fedviews estimator): float labels must be
+    integral (``1.0``); a continuous target is a :class:`DataError`, not one class per
+    distinct value."""
+    arr = check_y(y, n_samples, name=name)
     if arr.dtype.kind == "f":
-        if not np.isfinite(arr).all():
-            raise DataError(f"{name} contains NaN or infinite labels")
         fractional = arr[arr != np.round(arr)]
         if len(fractional):
             raise DataError(
@@ -141,10 +150,6 @@ def check_y(y: Any, n_samples: int, *, name: str = "y") -> np.ndarray:
                 f"distinct values in {len(arr)} labels); fedviews' estimators are classifiers: "
                 "pass class labels (integers, strings, or integral floats such as 1.0)"
             )
-    if arr.dtype.kind == "O":
-        if any(v is None or (isinstance(v, float) and not np.isfinite(v)) for v in arr):
-            raise DataError(f"{name} contains missing (None or NaN) labels")
-        _sortable(arr, name, "labels")
     return arr
 
 

@@ -24,7 +24,7 @@ import numpy as np
 from scipy.special import softmax
 
 from fedviews._classifier import Classifier
-from fedviews.data import check_y
+from fedviews.data import check_classes
 from fedviews.deep._apfed_nets import NetSpec, as_images, cut_strips, get_arch
 from fedviews.deep._common import (
     batches,
@@ -251,7 +251,7 @@ class StripEstimator(Classifier):
     def _prepare(self, images: Any, y: Any) -> tuple[list[np.ndarray], np.ndarray]:
         """The ``m`` strips of ``images`` and the labels; sets the shape and class attributes."""
         X = as_images(images)
-        yy = check_y(y, len(X))
+        yy = check_classes(y, len(X))
         self.classes_ = np.unique(yy)
         if len(self.classes_) < 2:
             raise DataError("y must contain at least two classes")

@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 
 from fedviews._classifier import Classifier, run_in_process
-from fedviews.data import PartyData, check_Xs, check_y
+from fedviews.data import PartyData, check_classes, check_Xs
 from fedviews.errors import ConvergenceWarning, DataError, check_fitted
 from fedviews.federation import Defense, Roster, RunSpec, build_in_process
 from fedviews.linear._common import small_blas
@@ -128,4 +128,4 @@ class ConsensusPredictor(Classifier):
 def prepare_views(Xs: Any, y: Any, where: str) -> tuple[list[np.ndarray], np.ndarray]:
     Xs = check_Xs(Xs)
     labels_present(y, where)
-    return Xs, check_y(y, Xs[0].shape[0])
+    return Xs, check_classes(y, Xs[0].shape[0])

@@ -25,7 +25,7 @@ from fedviews._console import err_console
 from fedviews._estimator import is_int, store_params
 from fedviews._params import COUNT, check_value
 from fedviews._registry import register_estimator
-from fedviews.data import PartyData, check_ids, check_numeric, check_y, split_strips
+from fedviews.data import PartyData, check_classes, check_ids, check_numeric, split_strips
 from fedviews.deep._common import (
     history_columns,
     resolve_device,
@@ -347,7 +347,7 @@ class MultiVFL(Classifier):
         (sets ``classes_``, ``label_owner_samples_`` and ``strip_shapes_``)."""
         strips = _as_strips(X, self.n_data_owners, "X")
         n = len(strips[0])
-        y_arr = check_y(y, n)
+        y_arr = check_classes(y, n)
         self.classes_, y_enc = np.unique(y_arr, return_inverse=True)
         if len(self.classes_) < 2:
             raise DataError("y must contain at least two classes")

@@ -40,7 +40,7 @@ from fedviews._classifier import Classifier, accuracy, round_progress, run_in_pr
 from fedviews._estimator import store_params
 from fedviews._params import check_value, spec
 from fedviews._registry import register_estimator
-from fedviews.data import PartyData, check_sequences, check_y
+from fedviews.data import PartyData, check_classes, check_sequences
 from fedviews.deep._common import resolve_device
 from fedviews.deep.sfedmv.baselines import train_local_extractors
 from fedviews.deep.sfedmv.nets import BiGRUExtractor, sequence_embed
@@ -86,7 +86,7 @@ def check_sequence_clients(
         if y is None:
             raise DataError(f"clients[{l}]: labels are missing (y is None); S-FedMV is supervised")
         out_v.append(check_sequences(views, name=f"clients[{l}].views"))
-        out_y.append(check_y(y, len(out_v[-1][0]), name=f"clients[{l}].y"))
+        out_y.append(check_classes(y, len(out_v[-1][0]), name=f"clients[{l}].y"))
     K = len(out_v[0])
     channels = [v[0].shape[1] for v in out_v[0]]
     for l, views in enumerate(out_v[1:], start=1):  # noqa: E741

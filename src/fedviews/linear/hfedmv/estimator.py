@@ -11,7 +11,7 @@ import numpy as np
 from fedviews._classifier import accuracy, run_in_process
 from fedviews._estimator import store_params
 from fedviews._registry import register_estimator
-from fedviews.data import PartyData, check_Xs, check_y
+from fedviews.data import PartyData, check_classes, check_Xs
 from fedviews.errors import ConfigError, DataError, check_fitted
 from fedviews.federation import (
     Defense,
@@ -44,7 +44,7 @@ def check_clients(
         labels_present(y, f"client {l}")
         Xs = check_Xs([Xs] if single_view else Xs, name=f"clients[{l}].Xs")
         Xss.append(Xs)
-        ys.append(check_y(y, Xs[0].shape[0], name=f"clients[{l}].y"))
+        ys.append(check_classes(y, Xs[0].shape[0], name=f"clients[{l}].y"))
     K = len(Xss[0])
     widths = [X.shape[1] for X in Xss[0]]
     for l, Xs in enumerate(Xss[1:], start=1):  # noqa: E741

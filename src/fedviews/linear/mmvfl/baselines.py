@@ -31,7 +31,7 @@ import numpy as np
 from fedviews._classifier import Classifier
 from fedviews._estimator import store_params
 from fedviews._registry import register_estimator
-from fedviews.data import check_Xs, check_y, one_hot
+from fedviews.data import check_classes, check_Xs, one_hot
 from fedviews.errors import DataError, check_fitted
 from fedviews.linear._common import (
     PartyPredictor,
@@ -61,7 +61,7 @@ class _PerPartyLinear(PartyPredictor, Classifier):
         self, Xs: Sequence[np.ndarray], y: np.ndarray
     ) -> tuple[list[np.ndarray], np.ndarray, list[float]]:
         Xs = check_Xs(Xs)
-        y = check_y(y, Xs[0].shape[0])
+        y = check_classes(y, Xs[0].shape[0])
         check_iter(self.max_iter, self.tol, "max_iter", "tol")
         check_positive(self.eps, "eps")
         Y, self.classes_ = one_hot(y)

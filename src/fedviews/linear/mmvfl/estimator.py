@@ -10,7 +10,7 @@ import numpy as np
 from fedviews._classifier import Classifier
 from fedviews._estimator import store_params
 from fedviews._registry import register_estimator
-from fedviews.data import check_Xs, check_y
+from fedviews.data import check_classes, check_Xs
 from fedviews.federation import estimator_params
 from fedviews.linear._common import PartyPredictor, party_index
 from fedviews.linear._consensus_fit import ConsensusFit
@@ -105,7 +105,7 @@ class MMVFL(ConsensusFit, PartyPredictor, Classifier):
         view only (:class:`MMVFLAlgorithm`), exactly as a deployed party process.
         """
         Xs = check_Xs(Xs)
-        y = check_y(y, Xs[0].shape[0])
+        y = check_classes(y, Xs[0].shape[0])
         owner = party_index(self.label_owner, len(Xs), "label_owner")
         self.fit_run("mmvfl", estimator_params(MMVFLParams, self), Xs, y, owner)
         return self
