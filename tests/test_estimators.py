@@ -6,7 +6,13 @@
   which is also scikit-learn's ``NotFittedError``;
 * ``fit`` leaves the global ``random``, numpy and torch random states as they were;
 * a fitted estimator that ran a federation exposes ``transport_``, ``run_stats_``
-  (``transport_.log.summary()``) and ``history_`` (one record per round or epoch).
+  (``transport_.log.summary()``) and ``history_`` (one record per round or epoch);
+* scikit-learn habits (issue #35): ``score`` is the accuracy of ``predict`` with its inputs,
+  ``predict`` names the party it needs, ``help()`` has no metadata-routing boilerplate, and
+  ``fit`` refuses a continuous ``y``, complex and sparse features with a ``DataError``
+  naming the argument;
+* ``verbose`` (issue #33): every iterative estimator shows its rounds on stderr when asked,
+  nothing by default.
 """
 
 from __future__ import annotations
