@@ -116,8 +116,9 @@ def check_Xs(
 
 
 def check_y(y: Any, n_samples: int, *, name: str = "y") -> np.ndarray:
-    """Validate a label vector of length ``n_samples`` (any hashable, non-missing labels, or a
-    real target: an algorithm may regress; the estimators check classes, :func:`~fedviews.data.check_classes`)."""
+    """Validate a label vector of length ``n_samples``: any hashable, non-missing labels, or a
+    real target (an algorithm may regress; the estimators check classes with
+    :func:`~fedviews.data.check_classes`)."""
     refuse_sparse(y, name)
     arr = np.asarray(y)
     if arr.ndim == 2 and arr.shape[1] == 1:
@@ -138,9 +139,9 @@ def check_y(y: Any, n_samples: int, *, name: str = "y") -> np.ndarray:
 
 
 def check_classes(y: Any, n_samples: int, *, name: str = "y") -> np.ndarray:
-    """:func:`~fedviews.data.check_y` for a classifier (every fedviews estimator): float labels must be
-    integral (``1.0``); a continuous target is a :class:`DataError`, not one class per
-    distinct value."""
+    """:func:`~fedviews.data.check_y` for a classifier (every fedviews estimator): float
+    labels must be integral (``1.0``); a continuous target is a :class:`DataError`, not one
+    class per distinct value."""
     arr = check_y(y, n_samples, name=name)
     if arr.dtype.kind == "f":
         fractional = arr[arr != np.round(arr)]
