@@ -256,8 +256,8 @@ class SFedMV(Classifier):
         self.local_params_: list[list[Weights]] = []
         K, M = len(self.n_channels_), len(views)
         fed = None
-        if self.extractors == "federated":  # the deployed protocol: every client built
-            # from its own data by the spec
+        if self.extractors == "federated":
+            # the deployed protocol: every client built from its own data by the spec
             names = tuple(f"client{l}" for l in range(M))  # noqa: E741
             run = RunSpec(
                 "sfedmv",
