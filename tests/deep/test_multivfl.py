@@ -588,7 +588,7 @@ def test_bad_labels_scores_and_params_are_clear_errors(fmnist) -> None:
         est.predict(images[100:120]) == y[100:120]
     )
     for bad in (y[100:101], y[100:105]):
-        with pytest.raises(DataError, match="one label per image"):
+        with pytest.raises(DataError, match="one label per sample"):
             est.score(images[100:120], bad)
     for name, value in [
         ("lr", "abc"),
