@@ -484,8 +484,9 @@ def test_score_is_the_accuracy_of_predict(fitted: Fitted) -> None:
     assert weighted == pytest.approx(np.average(predicted == y, weights=weights), abs=1e-15)
     with pytest.raises(DataError, match="one label per sample"):
         est.score(args[0], y[:-1], None, *args[3:])
-    with pytest.raises(DataError, match="sample_weight must be"):
-        est.score(args[0], y, -weights, *args[3:])
+    for bad in (-weights, "zero"):  # a TVFL fill given where the weights go, too
+        with pytest.raises(DataError, match="sample_weight must be"):
+            est.score(args[0], y, bad, *args[3:])
 
 
 def test_predict_names_the_party_it_needs(fitted: Fitted) -> None:

@@ -87,7 +87,10 @@ def accuracy(predicted: np.ndarray, y: Any, sample_weight: Any = None) -> float:
         )
     if sample_weight is None:
         return float(np.mean(predicted == yy))
-    w = np.asarray(sample_weight, dtype=np.float64)
+    try:
+        w = np.asarray(sample_weight, dtype=np.float64)
+    except (TypeError, ValueError):
+        w = np.full(0, np.nan)  # not numbers: the DataError below
     if w.shape != yy.shape or not np.isfinite(w).all() or (w < 0).any() or not w.sum() > 0:
         raise DataError(
             f"sample_weight must be {len(yy)} finite weights >= 0, not all zero (one per "
