@@ -6,7 +6,13 @@
   which is also scikit-learn's ``NotFittedError``;
 * ``fit`` leaves the global ``random``, numpy and torch random states as they were;
 * a fitted estimator that ran a federation exposes ``transport_``, ``run_stats_``
-  (``transport_.log.summary()``) and ``history_`` (one record per round or epoch).
+  (``transport_.log.summary()``) and ``history_`` (one record per round or epoch);
+* scikit-learn habits (issue #35): ``score`` is the accuracy of ``predict`` with its inputs,
+  ``predict`` names the party it needs, ``help()`` has no metadata-routing boilerplate, and
+  ``fit`` refuses a continuous ``y``, complex and sparse features with a ``DataError``
+  naming the argument;
+* ``verbose`` (issue #33): every iterative estimator shows its rounds on stderr when asked,
+  nothing by default.
 """
 
 from __future__ import annotations
@@ -14,7 +20,11 @@ from __future__ import annotations
 import functools
 import importlib
 import importlib.util
+import inspect
+import io
+import pydoc
 import random
+import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,11 +32,12 @@ from typing import Any
 
 import numpy as np
 import pytest
-from sklearn.base import clone
+import scipy.sparse
+from sklearn.base import clone, is_classifier
 from sklearn.exceptions import NotFittedError as SklearnNotFittedError
 from sklearn.utils.validation import check_is_fitted
 
-from fedviews.errors import FedViewsError, NotFittedError
+from fedviews.errors import ConfigError, DataError, FedViewsError, NotFittedError
 from fedviews.federation import Transport
 
 Data = dict[str, Any]
@@ -93,7 +104,7 @@ def _watch() -> Data:
     ds = load_sequences("watch")
     idx = np.concatenate([np.flatnonzero(ds.client_ids == s)[::2][:20] for s in ds.clients()[:2]])
     clients = ds.subset(idx).by_client()
-    return {"clients": clients, "views_test": clients[1][0]}
+    return {"clients": clients, "views_test": clients[1][0], "y_test": clients[1][1]}
 
 
 # --------------------------------------------------------------------------- the estimators
@@ -135,10 +146,18 @@ def _images_fit(est: Any, d: Data) -> Any:
     return est.fit(d["X"], d["y"])
 
 
-_PARTY_VIEW: dict[str, Args] = {"predict": lambda d: (d["Xs_test"][0],)}
+_PARTY_VIEW: dict[str, Args] = {
+    "predict": lambda d: (d["Xs_test"][0], 0),
+    "score": lambda d: (d["Xs_test"][0], d["y_test"], None, 0),
+}
+_ONE_VIEW: dict[str, Args] = {
+    "predict": lambda d: (d["Xs_test"][0],),
+    "score": lambda d: (d["Xs_test"][0], d["y_test"]),
+}
 _ALL_VIEWS: dict[str, Args] = {
     "predict": lambda d: (d["Xs_test"],),
     "decision_function": lambda d: (d["Xs_test"],),
+    "score": lambda d: (d["Xs_test"], d["y_test"]),
 }
 _IMAGES: dict[str, Args] = {
     "predict": lambda d: (d["X_test"],),
@@ -199,7 +218,7 @@ CASES = [
         {"beta": 2.0, "n_rounds": 3, "local_iter": 2, "random_state": 1},
         _handwritten,
         lambda est, d: est.fit([(Xs[0], y) for Xs, y in d["clients"]]),
-        _PARTY_VIEW,
+        _ONE_VIEW,
         rounds=3,
     ),
     Case(
@@ -261,6 +280,7 @@ CASES = [
         _clients_fit,
         {
             "predict": lambda d: (d["views_test"],),
+            "score": lambda d: (d["views_test"], d["y_test"]),
             "transform": lambda d: (d["views_test"],),
             "fit_fusion": lambda d: (d["clients"],),
         },
@@ -437,3 +457,129 @@ def test_fitted_estimator_predicts_and_clones_unfitted(fitted: Fitted, tmp_path:
     method, args = next(iter(case.methods.items()))
     with pytest.raises(NotFittedError):
         getattr(twin, method)(*args(d))
+
+
+# --------------------------------------------------------------------------- scikit-learn habits
+
+
+@pytest.mark.parametrize("case", CASES, ids=IDS)
+def test_help_has_no_metadata_routing_boilerplate(case: Case) -> None:
+    """No generated ``set_fit_request``/``set_score_request``...: ``help()`` shows the estimator."""
+    cls = case.cls()
+    text = pydoc.render_doc(cls, renderer=pydoc.plaintext)
+    assert not re.findall(r"set_\w+_request", text)
+    assert cls().get_metadata_routing() is not None  # the machinery itself still works
+
+
+def test_score_is_the_accuracy_of_predict(fitted: Fitted) -> None:
+    """``score`` everywhere, with ``predict``'s input conventions (sklearn's ClassifierMixin)."""
+    est, case, d = fitted.est, fitted.case, fitted.data
+    assert is_classifier(est)
+    args = case.methods["score"](d)
+    predicted = est.predict(*case.methods["predict"](d))
+    y = np.asarray(args[1])
+    assert est.score(*args) == np.mean(predicted == y)
+    weights = np.arange(1.0, len(y) + 1)
+    weighted = est.score(args[0], y, weights, *args[3:])
+    assert weighted == pytest.approx(np.average(predicted == y, weights=weights), abs=1e-15)
+    with pytest.raises(DataError, match="one label per sample"):
+        est.score(args[0], y[:-1], None, *args[3:])
+    for bad in (-weights, "zero"):  # a TVFL fill given where the weights go, too
+        with pytest.raises(DataError, match="sample_weight must be"):
+            est.score(args[0], y, bad, *args[3:])
+
+
+def test_predict_names_the_party_it_needs(fitted: Fitted) -> None:
+    """Where every party predicts from its own view, predict without ``party=`` is ambiguous."""
+    est, d = fitted.est, fitted.data
+    if "party" not in inspect.signature(est.predict).parameters:
+        pytest.skip("no per-party prediction")
+    with pytest.raises(ConfigError, match=r"has 3 parties .* pass party=k"):
+        est.predict(d["Xs_test"][0])
+    with pytest.raises(ConfigError, match=r"party=3 is out of range"):
+        est.score(d["Xs_test"][0], d["y_test"], party=3)
+
+
+def _bad_input(d: Data, part: str, f: Callable[[Any], Any]) -> Data:
+    """The training data with ``f`` applied to the labels (``part="y"``) or to the first
+    feature array that a fit of the cases reads (``"X"``): ``Xs[0]``, ``X``, or client 0's
+    first view (a 2-D array, or the first sequence of a sequence view)."""
+    out = dict(d)
+    if part == "y":
+        out.update({k: f(d[k]) for k in ("y",) if k in d})
+    else:
+        out.update({k: f(d[k]) for k in ("X",) if k in d})
+        if "Xs" in d:
+            out["Xs"] = [f(d["Xs"][0]), *d["Xs"][1:]]
+    if "clients" in d:
+        (views, y), *rest = d["clients"]
+        if part == "y":
+            first = (views, f(y))
+        elif isinstance(views[0], np.ndarray) and views[0].ndim == 2:
+            first = ([f(views[0]), *views[1:]], y)
+        else:  # a view of sequences
+            first = ([[f(views[0][0]), *views[0][1:]], *views[1:]], y)
+        out["clients"] = [first, *rest]
+    return out
+
+
+def _flat(X: Any) -> np.ndarray:
+    """Images as the 2-D ``(n, pixels)`` matrix a sparse one would be (sparse is 2-D only)."""
+    X = np.asarray(X)
+    return X.reshape(len(X), -1)
+
+
+#: what a fit refuses, and how its DataError starts (the argument it names)
+BAD_INPUTS = {
+    "continuous y": ("y", lambda y: np.linspace(0.0, 1.0, len(y)), r"holds continuous values"),
+    "complex X": ("X", lambda X: np.asarray(X) * (1 + 1j), r"holds complex values"),
+    "sparse X": ("X", lambda X: scipy.sparse.csr_matrix(_flat(X)), r"is a scipy.sparse"),
+}
+#: the argument a DataError names, per fit: its views, clients, images or sequences
+ARGUMENT = r"^(y|Xs\[0\]|X|images|clients\[0\]\.(y|Xs\[0\]|views: view 0, sample 0)) "
+
+
+@pytest.mark.parametrize("bad", list(BAD_INPUTS))
+@pytest.mark.parametrize("case", CASES, ids=IDS)
+def test_fit_refuses_continuous_complex_and_sparse_input(case: Case, bad: str) -> None:
+    part, f, message = BAD_INPUTS[bad]
+    est = case.cls()(**case.params)
+    with pytest.raises(DataError, match=ARGUMENT + message):
+        case.fit(est, _bad_input(case.data(), part, f))
+
+
+#: the iterative estimators: every one that runs rounds (or epochs)
+ITERATIVE = [c for c in CASES if c.rounds is not None]
+
+
+@pytest.mark.parametrize("case", ITERATIVE, ids=[c.name for c in ITERATIVE])
+def test_verbose_fit_shows_its_rounds_on_stderr(
+    case: Case, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A line per round with its loss or objective on stderr (no terminal here); nothing on
+    stdout; nothing at all with the default ``verbose=False``."""
+    cls, d = case.cls(), case.data()
+    assert cls().verbose is False
+    case.fit(cls(**case.params), d)
+    assert capsys.readouterr() == ("", "")
+    case.fit(cls(**case.params, verbose=True), d)
+    out, err = capsys.readouterr()
+    assert out == ""
+    rounds = re.findall(r"\[(\d+)/(\d+)\] (?:round|epoch) \d+: .*(?:loss|objective) [-\d.e+]+", err)
+    done = [int(r) for r, _ in rounds]  # S-FedMV: rounds of every view, one after the other
+    assert done == list(range(1, len(done) + 1)) and len(done) % case.rounds == 0
+    assert {int(total) for _, total in rounds} == {len(done)}
+
+
+def test_verbose_fit_draws_a_progress_bar_on_a_terminal(monkeypatch: pytest.MonkeyPatch) -> None:
+    from rich.console import Console
+
+    from fedviews import _console
+    from fedviews.linear import MMVFL
+
+    screen = io.StringIO()
+    monkeypatch.setattr(_console, "err_console", Console(file=screen, force_terminal=True))
+    d = _handwritten()
+    MMVFL(max_iter=3, tol=0.0, verbose=True).fit(d["Xs"], d["y"])
+    shown = screen.getvalue()
+    assert "━" in shown and "3/3" in shown and "round 3: objective" in shown

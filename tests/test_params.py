@@ -24,9 +24,9 @@ from fedviews.federation import ALGORITHMS, get_algorithm_spec
 
 #: registered estimator → (its algorithm, its own names, the Params fields it lacks)
 ESTIMATOR_PARAMS: dict[str, tuple[str, set[str], set[str]]] = {
-    "mmvfl": ("mmvfl", {"label_owner", "random_state", "transport", "defense"}, set()),
-    "vfedmv": ("vfedmv", {"random_state", "transport", "defense"}, {"evaluate"}),
-    "hfedmv": ("hfedmv", {"random_state", "transport", "defense"}, {"evaluate"}),
+    "mmvfl": ("mmvfl", {"label_owner", "random_state", "transport", "defense", "verbose"}, set()),
+    "vfedmv": ("vfedmv", {"random_state", "transport", "defense", "verbose"}, {"evaluate"}),
+    "hfedmv": ("hfedmv", {"random_state", "transport", "defense", "verbose"}, {"evaluate"}),
     "multivfl": (
         "multivfl",
         {
@@ -42,11 +42,15 @@ ESTIMATOR_PARAMS: dict[str, tuple[str, set[str], set[str]]] = {
         },
         set(),
     ),
-    "apfed": ("apfed", {"m", "i", "random_state", "transport"}, {"evaluate", "torch_threads"}),
+    "apfed": (
+        "apfed",
+        {"m", "i", "random_state", "transport", "verbose"},
+        {"evaluate", "torch_threads"},
+    ),
     # the active client alone: no passive loss, no wire between parties
     "singlevl": (
         "apfed",
-        {"m", "i", "random_state", "transport"},
+        {"m", "i", "random_state", "transport", "verbose"},
         {
             "evaluate",
             "torch_threads",
@@ -61,7 +65,7 @@ ESTIMATOR_PARAMS: dict[str, tuple[str, set[str], set[str]]] = {
     ),
     "sfedmv": (
         "sfedmv",
-        {"extractors", "fusion", "defense", "random_state", "transport"},
+        {"extractors", "fusion", "defense", "random_state", "transport", "verbose"},
         {"evaluate", "torch_threads"},
     ),
 }

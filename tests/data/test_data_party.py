@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from fedviews.data import PartyData, check_y, load
+from fedviews.data import PartyData, check_classes, check_y, load
 from fedviews.errors import DataError
 
 
@@ -34,3 +34,15 @@ def test_object_ids_and_labels_of_strings_become_str_arrays(tmp_path, small) -> 
     np.savez(tmp_path / "p.npz", **d.arrays())
     with np.load(tmp_path / "p.npz", allow_pickle=False) as f:
         np.testing.assert_array_equal(f["ids"], ids)
+
+
+def test_a_real_target_is_data_but_no_classes() -> None:
+    """A party's labels may be a regression target (an algorithm of one's own, e.g. the FedRidge
+    example); the estimators, all classifiers, refuse one instead of counting its values as
+    classes (before: 60 distinct floats became 60 "classes")."""
+    target = np.linspace(0.0, 1.0, 60)
+    party = PartyData(np.arange(60), np.ones((60, 2)), target)
+    np.testing.assert_array_equal(party.y, target)
+    with pytest.raises(DataError, match=r"y holds continuous values \(e.g. 0.0169492; 60 distinct"):
+        check_classes(target, 60)
+    np.testing.assert_array_equal(check_classes(np.arange(60.0) % 3, 60), np.arange(60.0) % 3)

@@ -486,7 +486,7 @@ def test_score_needs_one_label_per_image(fashion: tuple[np.ndarray, np.ndarray])
         est.fit(X, y)
         assert est.score(X, y) == np.mean(est.predict(X) == y)
         for bad in (y[:1], y[:5]):
-            with pytest.raises(DataError, match="one label per image"):
+            with pytest.raises(DataError, match="one label per sample"):
                 est.score(X, bad)
 
 

@@ -56,7 +56,7 @@ def test_table2_tiny_run(tmp_path: Path) -> None:
     assert acc["2-1"]["SingleVL"] == 100 * single.score(Xte, yte)
     tvfl = TVFL(m=3, i=3, **kw).fit(Xtr, ytr)
     for meth, fill in (("TVFL-0", "zero"), ("TVFL-A", "mean"), ("TVFL-R", "random")):
-        assert acc["3-3"][meth] == 100 * tvfl.score(Xte, yte, fill), meth
+        assert acc["3-3"][meth] == 100 * tvfl.score(Xte, yte, fill=fill), meth
     # every method learns (chance: 10 %); the active party's strip alone (3-3: the top third
     # of a digit) carries less, and TVFL's fill of the missing strips costs it most
     assert min(acc["2-1"].values()) > 30.0

@@ -588,7 +588,7 @@ def test_bad_labels_scores_and_params_are_clear_errors(fmnist) -> None:
         est.predict(images[100:120]) == y[100:120]
     )
     for bad in (y[100:101], y[100:105]):
-        with pytest.raises(DataError, match="one label per image"):
+        with pytest.raises(DataError, match="one label per sample"):
             est.score(images[100:120], bad)
     for name, value in [
         ("lr", "abc"),
@@ -668,10 +668,10 @@ def test_fit_prints_a_line_per_round_unless_quiet(fmnist, capsys) -> None:
     images, y, _ = fmnist
     kw = {"n_data_owners": 2, "n_label_owners": 2, "rounds": 2, "channels": 2, "hidden": 8}
     kw.update(top_channels=2, batch_size=50, device="cpu")
-    MultiVFL(**kw).fit(images[:200], y[:200], eval_set=(images[200:300], y[200:300]))
+    MultiVFL(**kw, verbose=True).fit(images[:200], y[:200], eval_set=(images[200:300], y[200:300]))
     err = capsys.readouterr().err
     assert "Multi-VFL: 2 data owners, 2 label owners" in err
-    assert "round 1/2: train loss" in err and "round 2/2: train loss" in err
+    assert "[1/2] round 1: train loss" in err and "[2/2] round 2: train loss" in err
     assert "test accuracy" in err
-    MultiVFL(**kw, verbose=False).fit(images[:200], y[:200])
+    MultiVFL(**kw).fit(images[:200], y[:200])  # verbose=False, the default of every estimator
     assert capsys.readouterr().err == ""

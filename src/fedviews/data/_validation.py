@@ -2,12 +2,52 @@
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 
 from fedviews.errors import ConfigError, DataError
+
+
+def refuse_sparse(X: Any, name: str) -> None:
+    """A :class:`DataError` naming ``name`` if ``X`` is a scipy.sparse matrix or array: the
+    algorithms take dense arrays. (scipy is not imported for the check: without
+    ``scipy.sparse`` loaded, nothing can be one.)"""
+    sparse = sys.modules.get("scipy.sparse")
+    if sparse is not None and sparse.issparse(X):
+        raise DataError(
+            f"{name} is a scipy.sparse {type(X).__name__}; fedviews' algorithms take dense "
+            "arrays: pass its .toarray() (mind the memory of a dense copy)"
+        )
+
+
+def check_numeric(X: Any, name: str) -> np.ndarray:
+    """``X`` as a numpy array of real numbers (bool, int or float), its dtype kept.
+
+    Raises
+    ------
+    DataError
+        Naming ``name``: a scipy.sparse matrix (the algorithms need dense arrays), complex
+        values, strings or objects, or ragged nested lists.
+    """
+    refuse_sparse(X, name)
+    try:
+        arr = np.asarray(X)
+    except (TypeError, ValueError) as exc:
+        raise DataError(f"{name} is not numeric: {exc}") from None
+    if arr.dtype.kind == "c":
+        raise DataError(
+            f"{name} holds complex values ({arr.dtype}); the models take real features: pass "
+            "its real part (.real), or the real and imaginary parts as separate features"
+        )
+    if arr.dtype.kind not in "biuf":  # numeric strings or objects would convert silently
+        raise DataError(
+            f"{name} holds {arr.dtype} values; it must be numbers (bool, int or float), not "
+            "strings or objects: convert it first"
+        )
+    return arr
 
 
 def check_Xs(
@@ -33,7 +73,7 @@ def check_Xs(
     ------
     DataError
         If a view is not 2-D, views disagree on the number of samples, a view is
-        empty, or contains NaN or infinite values.
+        empty, sparse, complex, or contains NaN or infinite values.
     """
     if isinstance(Xs, np.ndarray) and Xs.ndim == 2:
         raise DataError(
@@ -45,18 +85,7 @@ def check_Xs(
         raise DataError(f"{name} has {len(Xs)} views, expected {n_views}")
     out: list[np.ndarray] = []
     for k, X in enumerate(Xs):
-        try:
-            raw = np.asarray(X)
-            if raw.dtype.kind not in "biuf":  # numeric strings or objects would convert silently
-                raise DataError(
-                    f"{name}[{k}] holds {raw.dtype} values; a view must be numbers (bool, int or "
-                    "float), not strings or objects: convert it first"
-                )
-            arr = np.asarray(raw, dtype=np.float64)
-        except (TypeError, ValueError) as exc:
-            if isinstance(exc, DataError):
-                raise
-            raise DataError(f"{name}[{k}] is not numeric: {exc}") from None
+        arr = check_numeric(X, f"{name}[{k}]").astype(np.float64, copy=False)
         if arr.ndim != 2:
             raise DataError(
                 f"{name}[{k}] must be 2-D (n_samples, n_features), got shape {arr.shape}"
@@ -87,7 +116,10 @@ def check_Xs(
 
 
 def check_y(y: Any, n_samples: int, *, name: str = "y") -> np.ndarray:
-    """Validate a label vector of length ``n_samples`` (any hashable, non-missing labels)."""
+    """Validate a label vector of length ``n_samples``: any hashable, non-missing labels, or a
+    real target (an algorithm may regress; the estimators check classes with
+    :func:`~fedviews.data.check_classes`)."""
+    refuse_sparse(y, name)
     arr = np.asarray(y)
     if arr.ndim == 2 and arr.shape[1] == 1:
         arr = arr.ravel()
@@ -95,12 +127,30 @@ def check_y(y: Any, n_samples: int, *, name: str = "y") -> np.ndarray:
         raise DataError(f"{name} must be 1-D (n_samples,), got shape {arr.shape}")
     if arr.shape[0] != n_samples:
         raise DataError(f"{name} has {arr.shape[0]} labels but the views have {n_samples} samples")
+    if arr.dtype.kind == "c":
+        raise DataError(f"{name} holds complex values ({arr.dtype}); labels must be real")
     if arr.dtype.kind == "f" and not np.isfinite(arr).all():
         raise DataError(f"{name} contains NaN or infinite labels")
     if arr.dtype.kind == "O":
         if any(v is None or (isinstance(v, float) and not np.isfinite(v)) for v in arr):
             raise DataError(f"{name} contains missing (None or NaN) labels")
         _sortable(arr, name, "labels")
+    return arr
+
+
+def check_classes(y: Any, n_samples: int, *, name: str = "y") -> np.ndarray:
+    """:func:`~fedviews.data.check_y` for a classifier (every fedviews estimator): float
+    labels must be integral (``1.0``); a continuous target is a :class:`DataError`, not one
+    class per distinct value."""
+    arr = check_y(y, n_samples, name=name)
+    if arr.dtype.kind == "f":
+        fractional = arr[arr != np.round(arr)]
+        if len(fractional):
+            raise DataError(
+                f"{name} holds continuous values (e.g. {fractional[0]:g}; {len(np.unique(arr))} "
+                f"distinct values in {len(arr)} labels); fedviews' estimators are classifiers: "
+                "pass class labels (integers, strings, or integral floats such as 1.0)"
+            )
     return arr
 
 

@@ -28,6 +28,7 @@ from typing import Any
 import numpy as np
 
 from fedviews._estimator import is_int
+from fedviews.data import check_numeric
 from fedviews.deep._common import as_strips
 from fedviews.errors import ConfigError, DataError, MissingDependency
 
@@ -66,12 +67,10 @@ def as_images(images: Any, name: str = "images") -> np.ndarray:
     """Validate images as a float32 ``(n, C, H, W)`` array (``(n, H, W)`` gets ``C = 1``).
 
     ``uint8`` pixels are scaled to ``[0, 1]`` (``/ 255``), as a deployed party's strips are
-    (:func:`fedviews.deep._common.as_strips`); other values are used as given.
+    (:func:`fedviews.deep._common.as_strips`); other values are used as given. Sparse,
+    complex or non-numeric images are a :class:`DataError` (:func:`fedviews.data.check_numeric`).
     """
-    try:
-        arr = as_strips(np.asarray(images))
-    except (TypeError, ValueError) as exc:
-        raise DataError(f"{name} is not numeric: {exc}") from None
+    arr = as_strips(check_numeric(images, name))
     if arr.ndim != 4 or min(arr.shape) == 0:
         raise DataError(
             f"{name} must have shape (n, H, W) or (n, C, H, W) (channels first), got {arr.shape}"

@@ -214,16 +214,6 @@ def unprefixed(prefix: str, state: Mapping[str, V]) -> dict[str, V]:
     return {k[len(prefix) :]: v for k, v in state.items() if k.startswith(prefix)}
 
 
-def accuracy(predicted: np.ndarray, y: Any) -> float:
-    """The accuracy of ``predicted`` against ``y`` (a DataError unless one label per prediction)."""
-    yy = np.asarray(y)
-    if yy.shape != predicted.shape:
-        raise DataError(
-            f"y has shape {yy.shape}, expected ({len(predicted)},): one label per image"
-        )
-    return float(np.mean(predicted == yy))
-
-
 def history_columns(records: Sequence[Mapping[str, float]]) -> dict[str, list[float]]:
     """A coordinator's per-round records by column: every key of the first record → its
     value per round (NaN in a round that lacks it)."""

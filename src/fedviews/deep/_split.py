@@ -22,11 +22,11 @@ from typing import Any
 
 import numpy as np
 from scipy.special import softmax
-from sklearn.base import BaseEstimator
 
+from fedviews._classifier import Classifier
+from fedviews.data import check_classes
 from fedviews.deep._apfed_nets import NetSpec, as_images, cut_strips, get_arch
 from fedviews.deep._common import (
-    accuracy,
     batches,
     load_module,
     load_optimizer,
@@ -216,7 +216,7 @@ class SplitTop(Party):
 # --------------------------------------------------------------------------- estimators
 
 
-class StripEstimator(BaseEstimator):
+class StripEstimator(Classifier):
     """Shared pieces of APFed, SingleVL and TVFL: hyper-parameters, strips, label encoding, the
     fitted federation, active-only prediction.
 
@@ -238,6 +238,7 @@ class StripEstimator(BaseEstimator):
     arch: str
     device: str
     random_state: int | None
+    verbose: bool
 
     def _keep_run(self, active: Any, passives: Sequence[Any], transport: Any) -> None:
         """The fitted federation: its parties, transport, per-epoch losses and message summary."""
@@ -250,11 +251,7 @@ class StripEstimator(BaseEstimator):
     def _prepare(self, images: Any, y: Any) -> tuple[list[np.ndarray], np.ndarray]:
         """The ``m`` strips of ``images`` and the labels; sets the shape and class attributes."""
         X = as_images(images)
-        yy = np.asarray(y)
-        if yy.ndim != 1 or len(yy) != len(X):
-            raise DataError(
-                f"y must be 1-D with one label per image ({len(X)}), got shape {yy.shape}"
-            )
+        yy = check_classes(y, len(X))
         self.classes_ = np.unique(yy)
         if len(self.classes_) < 2:
             raise DataError("y must contain at least two classes")
@@ -290,7 +287,3 @@ class StripEstimator(BaseEstimator):
         """Labels predicted by the active client alone (Eq. 11)."""
         logits = self._logits(self._active_strip(images))
         return np.asarray(self.classes_[np.argmax(logits, axis=1)])
-
-    def score(self, images: Any, y: Any) -> float:
-        """Accuracy of :meth:`predict`."""
-        return accuracy(self.predict(images), y)

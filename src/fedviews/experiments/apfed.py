@@ -365,7 +365,7 @@ def _train_cell(
     if group == "TVFL":
         est = TVFL(m=m, i=i, **kw).fit(Xtr, ytr)
         accuracy = {
-            meth: 100 * est.score(Xte, yte, fill)
+            meth: 100 * est.score(Xte, yte, fill=fill)
             for meth, fill in (("TVFL-0", "zero"), ("TVFL-A", "mean"), ("TVFL-R", "random"))
         }
     else:

@@ -9,6 +9,7 @@ from typing import Any, cast
 import numpy as np
 from threadpoolctl import threadpool_limits
 
+from fedviews._classifier import accuracy
 from fedviews._params import COUNT, POSITIVE, TOL, check_value
 from fedviews.data import check_Xs
 from fedviews.errors import ConfigError, DataError, check_fitted
@@ -61,21 +62,50 @@ class LinearAlgorithm(Algorithm):
 class PartyPredictor:
     """``predict(X, party)`` of the estimators whose every party can predict alone from
     its own view with its own ``W_k`` (MMVFL, supFL, supMVLFL); ``scalers_[k]``, where
-    set, is party k's own training scaling, applied to ``X`` first."""
+    set, is party k's own training scaling, applied to ``X`` first.
+
+    ``party`` has no default when there are several parties: in MMVFL every party
+    predicts from its own view with its own ``W_k`` (Sec. 6.3 reports one accuracy per
+    participant and view), so which party's model applies to ``X`` is the caller's to
+    say (views of one width could be any party's).
+    """
 
     W_: list[np.ndarray]
     classes_: np.ndarray
 
-    def predict(self, X: np.ndarray, party: int = 0) -> np.ndarray:
-        """Party ``party``'s own prediction ``argmax X W_k`` from its (raw) view ``X``."""
+    def predict(self, X: np.ndarray, party: int | None = None) -> np.ndarray:
+        """Party ``party``'s own prediction ``argmax X W_k`` from its (raw) view ``X``.
+
+        Raises
+        ------
+        ConfigError
+            Without ``party`` when the model has several parties, or for an index that
+            is none of them.
+        """
         check_fitted(self, "W_", "classes_")
-        k = party_index(party, len(self.W_), "party")
+        k = self._party(party)
         W = self.W_[k]
         (X,) = check_Xs([X], name="X")
         if X.shape[1] != W.shape[0]:
             raise DataError(f"X has {X.shape[1]} features, party {party} was fit with {W.shape[0]}")
         scalers = getattr(self, "scalers_", None)
         return self.classes_[np.argmax(scaled(X, scalers[k] if scalers else None) @ W, axis=1)]
+
+    def score(
+        self, X: np.ndarray, y: Any, sample_weight: Any = None, party: int | None = None
+    ) -> float:
+        """Accuracy of party ``party``'s :meth:`predict` on its view ``X`` against ``y``."""
+        return accuracy(self.predict(X, party), y, sample_weight)
+
+    def _party(self, party: Any) -> int:
+        n = len(self.W_)
+        if party is None and n > 1:
+            widths = ", ".join(f"party {k}: {W.shape[0]}" for k, W in enumerate(self.W_))
+            raise ConfigError(
+                f"{type(self).__name__} has {n} parties and each predicts from its own view "
+                f"with its own W_k: pass party=k, the party whose view X is (features: {widths})"
+            )
+        return 0 if party is None else party_index(party, n, "party")
 
 
 def per_party(

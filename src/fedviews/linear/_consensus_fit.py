@@ -8,9 +8,9 @@ from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
-from sklearn.base import BaseEstimator
 
-from fedviews.data import PartyData, check_Xs, check_y
+from fedviews._classifier import Classifier, run_in_process
+from fedviews.data import PartyData, check_classes, check_Xs
 from fedviews.errors import ConvergenceWarning, DataError, check_fitted
 from fedviews.federation import Defense, Roster, RunSpec, build_in_process
 from fedviews.linear._common import small_blas
@@ -24,6 +24,7 @@ class ConsensusFit:
     transport: Any
     random_state: int | None
     defense: Any
+    verbose: bool
 
     def fit_run(
         self,
@@ -57,7 +58,7 @@ class ConsensusFit:
         with small_blas():
             fed = build_in_process(run, datas, transport=self.transport)
             self.transport_ = fed.transport
-            self.Z_ = fed()
+            self.Z_ = run_in_process(fed, type(self).__name__, params.max_iter, self.verbose)
         self.fed_ = fed
         server = fed.coordinator
         assert isinstance(server, ConsensusServer)
@@ -95,7 +96,7 @@ def labels_present(y: Any, where: str) -> None:
         )
 
 
-class ConsensusPredictor(BaseEstimator):
+class ConsensusPredictor(Classifier):
     """``predict = argmax`` of the consensus ``Z^test`` (shared by the multi-view estimators)."""
 
     classes_: np.ndarray
@@ -127,4 +128,4 @@ class ConsensusPredictor(BaseEstimator):
 def prepare_views(Xs: Any, y: Any, where: str) -> tuple[list[np.ndarray], np.ndarray]:
     Xs = check_Xs(Xs)
     labels_present(y, where)
-    return Xs, check_y(y, Xs[0].shape[0])
+    return Xs, check_classes(y, Xs[0].shape[0])

@@ -19,14 +19,16 @@ standard-normal noise (TVFL-R). Only ``h_p`` (passive → active) and
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
+from fedviews._classifier import accuracy, round_progress
 from fedviews._estimator import store_params
 from fedviews._registry import register_estimator
 from fedviews.deep._apfed_nets import Encoder, Head, NetSpec, check_setting
-from fedviews.deep._common import EVAL_BATCH, accuracy, net_logits, to_numpy, to_tensor
+from fedviews.deep._common import EVAL_BATCH, net_logits, to_numpy, to_tensor
 from fedviews.deep._split import SplitBottom, SplitTop, StripEstimator, build_module, sgd
 from fedviews.deep._strips import check_training, party_seeds, sgd_settings
 from fedviews.deep.apfed.estimator import ActiveOnly
@@ -118,7 +120,8 @@ class TVFLActiveClient(SplitTop, Coordinator):
         hs.insert(self.position, h_a)
         return torch.cat([h.flatten(1) for h in hs], dim=1)
 
-    def run(self) -> list[float]:
+    def run(self, on_epoch_end: Callable[[int], None] | None = None) -> list[float]:
+        """Train every epoch; ``on_epoch_end(epoch)`` after each."""
         step = 0
         for _ in range(self.epochs):
             total = 0.0
@@ -144,8 +147,14 @@ class TVFLActiveClient(SplitTop, Coordinator):
                 total += float(loss.detach()) * len(idx)
                 step += 1
             self.history.append(total / len(self._X))
+            if on_epoch_end is not None:
+                on_epoch_end(len(self.history))
         self.active_mean = self._mean_representation()
         return self.history
+
+    def progress(self) -> list[str]:
+        """One line per finished epoch."""
+        return [f"epoch {e}: loss {v:.4f}" for e, v in enumerate(self.history, start=1)]
 
     def _mean_representation(self) -> Any:
         """TVFL-A's fill: the trained active encoder's output averaged over its training strip."""
@@ -181,7 +190,7 @@ class TVFL(StripEstimator):
         Default replacement for the passive representations at inference:
         TVFL-0, TVFL-A (mean of the active client's training representations)
         or TVFL-R (standard normal).
-    m, i, epochs, batch_size, lr, momentum, weight_decay, pad, arch, device, random_state
+    m, i, epochs, batch_size, lr, momentum, weight_decay, pad, arch, device, random_state, verbose
         As in :class:`~fedviews.deep.APFed`.
 
     Attributes
@@ -210,6 +219,7 @@ class TVFL(StripEstimator):
         arch: str = "auto",
         device: str = "auto",
         random_state: int = 0,
+        verbose: bool = False,
     ) -> None:
         store_params(self, locals())
 
@@ -243,7 +253,8 @@ class TVFL(StripEstimator):
             **common,
         )
         transport = federate([active, *passives], TVFL_POLICY)
-        active.run()
+        with round_progress("TVFL", self.epochs, active.progress, self.verbose) as on_epoch:
+            active.run(on_epoch)
         self._keep_run(active, passives, transport)
         return self
 
@@ -260,9 +271,11 @@ class TVFL(StripEstimator):
         logits = self._logits(self._active_strip(images), fill)
         return np.asarray(self.classes_[np.argmax(logits, axis=1)])
 
-    def score(self, images: Any, y: Any, fill: str | None = None) -> float:
-        """Accuracy of :meth:`predict` with ``fill``."""
-        return accuracy(self.predict(images, fill), y)
+    def score(
+        self, images: Any, y: Any, sample_weight: Any = None, fill: str | None = None
+    ) -> float:
+        """Accuracy of :meth:`predict` with ``fill`` (scikit-learn's ``score``)."""
+        return accuracy(self.predict(images, fill), y, sample_weight)
 
 
 @register_estimator("singlevl")
@@ -270,7 +283,7 @@ class SingleVL(ActiveOnly):
     """SingleVL baseline: the active client trained on its own strip alone.
 
     Same parameters as :class:`APFed` without ``variant``, ``recon_loss``, ``lam``
-    and ``tau``; it is exactly APFed with ``λ = 0``. It runs the same protocol with the active
+    and ``tau`` (``verbose``: a bar per epoch on stderr); it is exactly APFed with ``λ = 0``. It runs the same protocol with the active
     client as the only party (the driver still asks it for every epoch), so
     ``transport_``, ``run_stats_`` and ``history_`` are those of :class:`APFed`.
     """
@@ -289,6 +302,7 @@ class SingleVL(ActiveOnly):
         device: str = "auto",
         random_state: int | None = 0,
         transport: Any = None,
+        verbose: bool = False,
     ) -> None:
         store_params(self, locals())
 

@@ -15,6 +15,7 @@ from typing import Any
 
 import numpy as np
 
+from fedviews._classifier import run_in_process
 from fedviews._estimator import store_params
 from fedviews._registry import register_estimator
 from fedviews.data import PartyData
@@ -63,7 +64,7 @@ class ActiveOnly(StripEstimator):
         roster = Roster(tuple(datas), label_owner=_ACTIVE)
         run = RunSpec("apfed", params, roster, self.random_state)
         fed = build_in_process(run, datas, transport=self.transport)
-        fed()
+        run_in_process(fed, type(self).__name__, self.epochs, self.verbose)
         passive_clients = [p for p in fed.parties.values() if isinstance(p, PassiveClient)]
         self._keep_run(fed.parties[_ACTIVE], passive_clients, fed.transport)
 
@@ -128,6 +129,9 @@ class APFed(ActiveOnly):
     random_state : int
     transport : callable, optional
         ``transport(policy) -> Transport`` (default: in-process).
+    verbose : bool, default=False
+        Show the progress of ``fit`` on stderr: a bar per epoch with its mean loss (a line
+        per epoch when stderr is no terminal); silent when False.
 
     Attributes
     ----------
@@ -173,6 +177,7 @@ class APFed(ActiveOnly):
         topk_ratio: float = 0.1,
         random_state: int | None = 0,
         transport: Any = None,
+        verbose: bool = False,
     ) -> None:
         store_params(self, locals())
 

@@ -16,7 +16,8 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import numpy as np
-from sklearn.base import BaseEstimator
+
+from fedviews._classifier import Classifier, run_in_process
 
 # at import, not in fit: importing rich draws from the global `random` (rich.style's id
 # counter), and fit must leave the global random states as it found them
@@ -24,11 +25,9 @@ from fedviews._console import err_console
 from fedviews._estimator import is_int, store_params
 from fedviews._params import COUNT, check_value
 from fedviews._registry import register_estimator
-from fedviews.data import PartyData, check_ids, split_strips
+from fedviews.data import PartyData, check_classes, check_ids, check_numeric, split_strips
 from fedviews.deep._common import (
-    accuracy,
     history_columns,
-    progress_tail,
     resolve_device,
 )
 from fedviews.deep.multivfl.parties import DataOwner, LabelOwner, Server
@@ -50,6 +49,8 @@ __all__ = ["MultiVFL"]
 
 def _as_strips(X: Any, n_data_owners: int, name: str) -> list[np.ndarray]:
     """Images ``(n, H, W)`` → D strips ``(n, h_d, W)``; or validate a list of D strips."""
+    if not isinstance(X, (list, tuple)):
+        X = check_numeric(X, name)
     if isinstance(X, np.ndarray) and X.ndim == 3:
         if X.shape[1] % n_data_owners:  # Multi-VFL gives every data owner an equal strip
             raise DataError(
@@ -64,7 +65,7 @@ def _as_strips(X: Any, n_data_owners: int, name: str) -> list[np.ndarray]:
             raise DataError(
                 f"{name} has {len(X)} strips but n_data_owners={n_data_owners}; pass one strip per data owner"
             )
-        strips = [np.asarray(s) for s in X]
+        strips = [check_numeric(s, f"{name}[{d}]") for d, s in enumerate(X)]
         for d, s in enumerate(strips):
             if s.ndim != 3 or 0 in s.shape:
                 raise DataError(
@@ -84,7 +85,7 @@ def _as_strips(X: Any, n_data_owners: int, name: str) -> list[np.ndarray]:
 
 
 @register_estimator("multivfl")
-class MultiVFL(BaseEstimator):
+class MultiVFL(Classifier):
     """Multi-VFL: split learning with D data owners and K label owners.
 
     ``fit`` runs the one definition of the algorithm (:class:`MultiVFLAlgorithm`):
@@ -151,8 +152,9 @@ class MultiVFL(BaseEstimator):
     random_state : int
     log_entries : bool
         Keep every message in ``transport_.log.entries`` (totals are always kept).
-    verbose : bool, default=True
-        Print one line per round on stderr (train loss, accuracy, seconds); ``False``: silent.
+    verbose : bool, default=False
+        Show the progress of ``fit`` on stderr: a bar per round with its train loss (test
+        accuracy, seconds) (a line per round when stderr is no terminal); silent when False.
     transport : callable, optional
         ``transport(policy) -> Transport`` (default: in-process).
 
@@ -218,7 +220,7 @@ class MultiVFL(BaseEstimator):
         defense: Any = None,
         random_state: int = 0,
         log_entries: bool = False,
-        verbose: bool = True,
+        verbose: bool = False,
         transport: Any = None,
     ) -> None:
         store_params(self, locals())
@@ -345,9 +347,7 @@ class MultiVFL(BaseEstimator):
         (sets ``classes_``, ``label_owner_samples_`` and ``strip_shapes_``)."""
         strips = _as_strips(X, self.n_data_owners, "X")
         n = len(strips[0])
-        y_arr = np.asarray(y)
-        if y_arr.shape != (n,):
-            raise DataError(f"y has shape {y_arr.shape}, expected ({n},) to match X")
+        y_arr = check_classes(y, n)
         self.classes_, y_enc = np.unique(y_arr, return_inverse=True)
         if len(self.classes_) < 2:
             raise DataError("y must contain at least two classes")
@@ -396,9 +396,17 @@ class MultiVFL(BaseEstimator):
             if checkpoint is not None and (r % checkpoint_every == 0 or r == self.rounds):
                 fed.save_state(Path(checkpoint))
 
-        _as(Server, fed.coordinator).callback = self._progress(callback, self.label_owner_samples_)
+        _as(Server, fed.coordinator).callback = callback
+        if self.verbose:
+            sizes = sorted({len(r) for r in self.label_owner_samples_})
+            err_console.print(
+                f"Multi-VFL: {self.n_data_owners} data owners, {self.n_label_owners} label "
+                f"owners ({'/'.join(map(str, sizes))} samples each), {self.rounds} rounds",
+                highlight=False,
+                soft_wrap=True,
+            )
         t0 = time.perf_counter()
-        fed(save)
+        run_in_process(fed, "Multi-VFL", self.rounds, self.verbose, then=save)
         return time.perf_counter() - t0
 
     def _read_fitted(self, fed: InProcessRun, seconds: float) -> None:
@@ -432,35 +440,6 @@ class MultiVFL(BaseEstimator):
             "device": str(resolve_device(self.device)),
         }
 
-    def _progress(
-        self,
-        callback: Callable[[int, dict[str, float]], None] | None,
-        owner_rows: Sequence[np.ndarray],
-    ) -> Callable[[int, dict[str, float]], None] | None:
-        """``callback``, preceded by a line per round on stderr when ``verbose``."""
-        if not self.verbose:
-            return callback
-
-        sizes = sorted({len(r) for r in owner_rows})
-        err_console.print(
-            f"Multi-VFL: {self.n_data_owners} data owners, {self.n_label_owners} label owners "
-            f"({'/'.join(map(str, sizes))} samples each), {self.rounds} rounds "
-            "(verbose=False: silent)",
-            highlight=False,
-            soft_wrap=True,
-        )
-
-        def report(r: int, rec: dict[str, float]) -> None:
-            err_console.print(
-                f"round {r}/{self.rounds}: train loss {rec['train_loss']:.4f}{progress_tail(rec)}",
-                highlight=False,
-                soft_wrap=True,
-            )
-            if callback is not None:
-                callback(r, rec)
-
-        return report
-
     def _check_predict_strips(self, X: Any) -> list[np.ndarray]:
         strips = _as_strips(X, self.n_data_owners, "X")
         shapes = [s.shape[1:] for s in strips]
@@ -479,10 +458,6 @@ class MultiVFL(BaseEstimator):
         return np.asarray(
             self.classes_[self.label_owners_[0].predict_split("predict", len(strips[0]))]
         )
-
-    def score(self, X: Any, y: Any) -> float:
-        """Accuracy of :meth:`predict` on ``(X, y)``."""
-        return accuracy(self.predict(X), y)
 
 
 P = TypeVar("P", bound=Party)

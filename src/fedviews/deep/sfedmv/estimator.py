@@ -35,12 +35,12 @@ from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
-from sklearn.base import BaseEstimator
 
+from fedviews._classifier import Classifier, accuracy, round_progress, run_in_process
 from fedviews._estimator import store_params
 from fedviews._params import check_value, spec
 from fedviews._registry import register_estimator
-from fedviews.data import PartyData, check_sequences
+from fedviews.data import PartyData, check_classes, check_sequences
 from fedviews.deep._common import resolve_device
 from fedviews.deep.sfedmv.baselines import train_local_extractors
 from fedviews.deep.sfedmv.nets import BiGRUExtractor, sequence_embed
@@ -85,11 +85,8 @@ def check_sequence_clients(
         views, y = item
         if y is None:
             raise DataError(f"clients[{l}]: labels are missing (y is None); S-FedMV is supervised")
-        out_v.append(check_sequences(views, y, name=f"clients[{l}].views"))
-        y_arr = np.asarray(y)
-        if y_arr.ndim != 1:
-            raise DataError(f"clients[{l}].y must be 1-D, got shape {y_arr.shape}")
-        out_y.append(y_arr)
+        out_v.append(check_sequences(views, name=f"clients[{l}].views"))
+        out_y.append(check_classes(y, len(out_v[-1][0]), name=f"clients[{l}].y"))
     K = len(out_v[0])
     channels = [v[0].shape[1] for v in out_v[0]]
     for l, views in enumerate(out_v[1:], start=1):  # noqa: E741
@@ -108,7 +105,7 @@ def check_sequence_clients(
 
 
 @register_estimator("sfedmv")
-class SFedMV(BaseEstimator):
+class SFedMV(Classifier):
     """S-FedMV (Algorithm 4 + H-FedMV) and the baselines of the paper's Table 3.
 
     The hyper-parameters besides ``extractors``, ``fusion``, ``random_state`` and
@@ -139,6 +136,10 @@ class SFedMV(BaseEstimator):
         ``"auto"``, ``"cpu"`` or ``"cuda"``.
     transport : callable, optional
         ``transport(policy) -> Transport`` for both stages (default in-process).
+    verbose : bool, default=False
+        Show the progress of ``fit`` on stderr: a bar per extractor round (with its train
+        loss when federated), then one per H-FedMV fusion round run apart (a line per
+        round when stderr is no terminal); silent when False.
 
     Attributes
     ----------
@@ -200,6 +201,7 @@ class SFedMV(BaseEstimator):
         random_state: int | None = 0,
         device: str = "cpu",
         transport: Any = None,
+        verbose: bool = False,
     ) -> None:
         store_params(self, locals())
 
@@ -217,6 +219,8 @@ class SFedMV(BaseEstimator):
         return [np.searchsorted(self.classes_, y).astype(np.int64) for y in ys]
 
     def _extractors_of(self, client: int | None) -> list[BiGRUExtractor]:
+        if client is not None:
+            check_value("client", client, spec(int, low=0, high=len(self.client_sizes_) - 1))
         if self.setting_[0] != "local":
             shared: list[BiGRUExtractor] = self.extractors_
             return shared
@@ -242,9 +246,7 @@ class SFedMV(BaseEstimator):
         if len(self.classes_) < 2:
             raise DataError("the clients' labels contain fewer than two classes")
         yi = self._encode(ys)
-        c = len(self.classes_)
-        dev = resolve_device(self.device)
-        self.device_ = dev
+        self.device_ = resolve_device(self.device)
         self.n_channels_ = [v[0].shape[1] for v in views[0]]
         self.client_sizes_ = [len(y) for y in ys]
         self.setting_: tuple[str, str | None] = (self.extractors, None)
@@ -254,34 +256,8 @@ class SFedMV(BaseEstimator):
         self.local_params_: list[list[Weights]] = []
         K, M = len(self.n_channels_), len(views)
         fed = None
-        if self.extractors == "local":
-            self.extractors_ = [
-                train_local_extractors(
-                    views[l],
-                    yi[l],
-                    c,
-                    p,
-                    random_state=self.random_state,
-                    client_index=l,
-                    device=dev,
-                    on_round=on_round,
-                    report_as=l,
-                    own_init=True,
-                )
-                for l in range(M)  # noqa: E741
-            ]
-        elif self.extractors == "centralized":
-            pooled = [[s for l in range(M) for s in views[l][k]] for k in range(K)]  # noqa: E741
-            self.extractors_ = train_local_extractors(
-                pooled,
-                np.concatenate(yi),
-                c,
-                p,
-                random_state=self.random_state,
-                device=dev,
-                on_round=on_round,
-            )
-        else:  # the deployed protocol: every client built from its own data by the spec
+        if self.extractors == "federated":
+            # the deployed protocol: every client built from its own data by the spec
             names = tuple(f"client{l}" for l in range(M))  # noqa: E741
             run = RunSpec(
                 "sfedmv",
@@ -298,15 +274,54 @@ class SFedMV(BaseEstimator):
             server = fed.coordinator
             assert isinstance(server, SFedMVServer)
             server.on_round, server.fuse = on_round, fuse
-            fed()  # the runner: the spec drives the server, as a deployment does
+            # the runner: the spec drives the server, as a deployment does
+            run_in_process(fed, "S-FedMV", K * p.n_rounds, self.verbose)
             self.transport_ = fed.transport
             self.privacy_ = fed.privacy
             self.extractors_ = server.models  # they hold the final global parameters
             self.local_params_ = server.local
             self.round_loss_ = server.loss
+        else:
+            self.extractors_ = self._train_alone(views, yi, p, on_round)
         self.history_ = self.round_loss_
         self.run_stats_ = None if self.transport_ is None else self.transport_.log.summary()
         return fed
+
+    def _train_alone(
+        self,
+        views: list[list[list[np.ndarray]]],
+        yi: list[np.ndarray],
+        p: SFedMVParams,
+        on_round: RoundCallback | None,
+    ) -> Any:
+        """The extractors trained without a federation: every client's own
+        (``extractors="local"``), or one set on the pooled sequences (``"centralized"``);
+        ``verbose`` shows their rounds."""
+        K, M, c = len(self.n_channels_), len(views), len(self.classes_)
+        local = self.extractors == "local"
+        shown: list[str] = []
+        total = K * p.n_rounds * (M if local else 1)
+        with round_progress(self.extractors, total, lambda: shown, self.verbose) as tick:
+
+            def each(k: int, t: int, client: int | None, model: BiGRUExtractor) -> None:
+                shown.append(
+                    f"view {k} round {t + 1}" + ("" if client is None else f", client {client}")
+                )
+                if tick is not None:
+                    tick(len(shown))
+                if on_round is not None:
+                    on_round(k, t, client, model)
+
+            common = {"random_state": self.random_state, "device": self.device_, "on_round": each}
+            if not local:
+                pooled = [[s for l in range(M) for s in views[l][k]] for k in range(K)]  # noqa: E741
+                return train_local_extractors(pooled, np.concatenate(yi), c, p, **common)
+            return [
+                train_local_extractors(
+                    views[l], yi[l], c, p, client_index=l, report_as=l, own_init=True, **common
+                )
+                for l in range(M)  # noqa: E741
+            ]
 
     # -- stage 2 ---------------------------------------------------------
     def _fusion_estimator(self, p: SFedMVParams) -> HFedMV:
@@ -316,6 +331,7 @@ class SFedMV(BaseEstimator):
             n_rounds=fp.n_rounds,
             random_state=fusion_seed(self.random_state),
             transport=self.transport,
+            verbose=self.verbose,
         )
 
     def fit_fusion(self, clients: Any) -> SFedMV:
@@ -400,3 +416,9 @@ class SFedMV(BaseEstimator):
         else:
             idx = self.fusion_.predict(Xs)
         return np.asarray(self.classes_[np.asarray(idx, dtype=np.int64)])
+
+    def score(
+        self, views: Any, y: Any, sample_weight: Any = None, client: int | None = None
+    ) -> float:
+        """Accuracy of :meth:`predict` on ``client``'s sequences against ``y``."""
+        return accuracy(self.predict(views, client), y, sample_weight)

@@ -10,8 +10,8 @@ from functools import partial
 from typing import Any
 
 import numpy as np
-from sklearn.base import BaseEstimator
 
+from fedviews._classifier import Classifier, round_progress
 from fedviews._estimator import store_params
 from fedviews._registry import register_estimator
 from fedviews.data import check_Xs, one_hot
@@ -129,7 +129,7 @@ class _SingleViewLearner:
 
 
 @register_estimator("single_view_fl")
-class SingleViewFL(BaseEstimator):
+class SingleViewFL(Classifier):
     """The "Single View FL" baseline: FedAvg of Eq. (20) over clients holding one view.
 
     Every round each client runs ``local_iter`` IRLS iterations of
@@ -152,6 +152,9 @@ class SingleViewFL(BaseEstimator):
         Seed of the server's random initial ``W``.
     transport : callable, optional
         ``transport(policy) -> Transport`` (default: in-process).
+    verbose : bool, default=False
+        Show the progress of ``fit`` on stderr: a bar per round with its objective (a line
+        per round when stderr is no terminal); silent when False.
 
     Attributes
     ----------
@@ -175,6 +178,7 @@ class SingleViewFL(BaseEstimator):
         eps: float = 1e-10,
         random_state: int | None = 0,
         transport: Any = None,
+        verbose: bool = False,
     ) -> None:
         store_params(self, locals())
 
@@ -208,7 +212,10 @@ class SingleViewFL(BaseEstimator):
             )
             custom: Transport | None = self.transport(policy) if self.transport else None
             self.transport_ = federate([server, *parties], policy, custom)
-            self.W_ = server.run()[0]
+            with round_progress(
+                "Single View FL", self.n_rounds, server.progress, self.verbose
+            ) as on_round:
+                self.W_ = server.run(on_round)[0]
         self.objective_ = list(server.objective)
         self.history_ = self.objective_
         self.run_stats_ = self.transport_.log.summary()

@@ -8,9 +8,10 @@ from typing import Any
 
 import numpy as np
 
+from fedviews._classifier import accuracy, run_in_process
 from fedviews._estimator import store_params
 from fedviews._registry import register_estimator
-from fedviews.data import PartyData, check_Xs, check_y
+from fedviews.data import PartyData, check_classes, check_Xs
 from fedviews.errors import ConfigError, DataError, check_fitted
 from fedviews.federation import (
     Defense,
@@ -43,7 +44,7 @@ def check_clients(
         labels_present(y, f"client {l}")
         Xs = check_Xs([Xs] if single_view else Xs, name=f"clients[{l}].Xs")
         Xss.append(Xs)
-        ys.append(check_y(y, Xs[0].shape[0], name=f"clients[{l}].y"))
+        ys.append(check_classes(y, Xs[0].shape[0], name=f"clients[{l}].y"))
     K = len(Xss[0])
     widths = [X.shape[1] for X in Xss[0]]
     for l, Xs in enumerate(Xss[1:], start=1):  # noqa: E741
@@ -100,6 +101,9 @@ class HFedMV(ConsensusPredictor):
         Stream 0: server's random ``W_k``; stream ``1 + l``: client ``l``'s ``Z^l``.
     transport : callable, optional
         ``transport(policy) -> Transport``.
+    verbose : bool, default=False
+        Show the progress of ``fit`` on stderr: a bar per round with its objective (a line
+        per round when stderr is no terminal); silent when False.
 
     Attributes
     ----------
@@ -137,6 +141,7 @@ class HFedMV(ConsensusPredictor):
         defense: Any = None,
         random_state: int | None = 0,
         transport: Any = None,
+        verbose: bool = False,
     ) -> None:
         store_params(self, locals())
 
@@ -167,7 +172,7 @@ class HFedMV(ConsensusPredictor):
         self.n_features_in_ = list(dims)
         with small_blas():
             fed = build_in_process(run, datas, transport=self.transport)
-            fed()
+            run_in_process(fed, "H-FedMV", params.n_rounds, self.verbose)
         server = fed.coordinator
         assert isinstance(server, HFedMVServer)
         self.privacy_ = fed.privacy
@@ -201,6 +206,12 @@ class HFedMV(ConsensusPredictor):
         """Class labels: ``argmax`` of :meth:`decision_function`."""
         Z = self.decision_function(Xs, client)  # raises NotFittedError before fit
         return self.classes_[np.argmax(Z, axis=1)]
+
+    def score(
+        self, Xs: Sequence[np.ndarray], y: Any, sample_weight: Any = None, client: int | None = None
+    ) -> float:
+        """Accuracy of :meth:`predict` (as ``client``, where it matters) against ``y``."""
+        return accuracy(self.predict(Xs, client), y, sample_weight)
 
     def _scaler(self, client: int | None) -> Scaler | None:
         scalers = self.scalers_

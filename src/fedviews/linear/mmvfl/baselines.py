@@ -27,11 +27,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import numpy as np
-from sklearn.base import BaseEstimator
 
+from fedviews._classifier import Classifier
 from fedviews._estimator import store_params
 from fedviews._registry import register_estimator
-from fedviews.data import check_Xs, check_y, one_hot
+from fedviews.data import check_classes, check_Xs, one_hot
 from fedviews.errors import DataError, check_fitted
 from fedviews.linear._common import (
     PartyPredictor,
@@ -43,7 +43,7 @@ from fedviews.linear._common import (
 from fedviews.linear._l21 import l21_least_squares, row_norms
 
 
-class _PerPartyLinear(PartyPredictor, BaseEstimator):
+class _PerPartyLinear(PartyPredictor, Classifier):
     """Shared parameters, validation and ``predict`` of the supervised baselines (they need
     labels at every party)."""
 
@@ -61,7 +61,7 @@ class _PerPartyLinear(PartyPredictor, BaseEstimator):
         self, Xs: Sequence[np.ndarray], y: np.ndarray
     ) -> tuple[list[np.ndarray], np.ndarray, list[float]]:
         Xs = check_Xs(Xs)
-        y = check_y(y, Xs[0].shape[0])
+        y = check_classes(y, Xs[0].shape[0])
         check_iter(self.max_iter, self.tol, "max_iter", "tol")
         check_positive(self.eps, "eps")
         Y, self.classes_ = one_hot(y)

@@ -6,11 +6,11 @@ from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
-from sklearn.base import BaseEstimator
 
+from fedviews._classifier import Classifier
 from fedviews._estimator import store_params
 from fedviews._registry import register_estimator
-from fedviews.data import check_Xs, check_y
+from fedviews.data import check_classes, check_Xs
 from fedviews.federation import estimator_params
 from fedviews.linear._common import PartyPredictor, party_index
 from fedviews.linear._consensus_fit import ConsensusFit
@@ -18,7 +18,7 @@ from fedviews.linear.mmvfl.spec import MMVFLParams
 
 
 @register_estimator("mmvfl")
-class MMVFL(ConsensusFit, PartyPredictor, BaseEstimator):
+class MMVFL(ConsensusFit, PartyPredictor, Classifier):
     """Multi-participant multi-class VFL with ℓ2,1 feature selection (Feng & Yu).
 
     Parameters
@@ -54,6 +54,9 @@ class MMVFL(ConsensusFit, PartyPredictor, BaseEstimator):
     defense : str, dict or Defense, optional
         ``"secagg"``: secure aggregation of the ``Z_k`` (the server learns only
         ``sum_k zeta_k Z_k``; :class:`~fedviews.federation.Defense`). Default: none.
+    verbose : bool, default=False
+        Show the progress of ``fit`` on stderr: a bar per round with its objective (Eq. 4) (a line
+        per round when stderr is no terminal); silent when False.
 
     Attributes
     ----------
@@ -91,6 +94,7 @@ class MMVFL(ConsensusFit, PartyPredictor, BaseEstimator):
         random_state: int | None = 0,
         transport: Any = None,
         defense: Any = None,
+        verbose: bool = False,
     ) -> None:
         store_params(self, locals())
 
@@ -101,7 +105,7 @@ class MMVFL(ConsensusFit, PartyPredictor, BaseEstimator):
         view only (:class:`MMVFLAlgorithm`), exactly as a deployed party process.
         """
         Xs = check_Xs(Xs)
-        y = check_y(y, Xs[0].shape[0])
+        y = check_classes(y, Xs[0].shape[0])
         owner = party_index(self.label_owner, len(Xs), "label_owner")
         self.fit_run("mmvfl", estimator_params(MMVFLParams, self), Xs, y, owner)
         return self

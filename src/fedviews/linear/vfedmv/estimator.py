@@ -50,6 +50,9 @@ class VFedMV(ConsensusFit, ConsensusPredictor):
     defense : str, dict or Defense, optional
         ``"secagg"``: secure aggregation of the ``Z_k`` (the server learns only
         ``sum_k zeta_k Z_k``; :class:`~fedviews.federation.Defense`). Default: none.
+    verbose : bool, default=False
+        Show the progress of ``fit`` on stderr: a bar per round with its objective (Eq. 1) (a line
+        per round when stderr is no terminal); silent when False.
 
     Attributes
     ----------
@@ -93,6 +96,7 @@ class VFedMV(ConsensusFit, ConsensusPredictor):
         random_state: int | None = 0,
         transport: Any = None,
         defense: Any = None,
+        verbose: bool = False,
     ) -> None:
         store_params(self, locals())
 
