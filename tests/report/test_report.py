@@ -9,9 +9,11 @@ from collections import Counter
 from html.parser import HTMLParser
 from pathlib import Path
 
+import pytest
 from _runs import fedviews
 from rich.console import Console
 
+from fedviews._tables import tomllib  # tomli before Python 3.11
 from fedviews.report import load_run, write_report
 from fedviews.report._diagram import barrier_diagram, format_bytes
 
@@ -126,8 +128,6 @@ def test_run_prints_a_clickable_report_link_and_a_summary(mmvfl_run, monkeypatch
 
 
 def test_report_of_a_folder_that_is_not_a_run(tmp_path: Path):
-    import pytest
-
     from fedviews.errors import ConfigError
 
     with pytest.raises(ConfigError, match="is not a finished run"):
@@ -136,3 +136,56 @@ def test_report_of_a_folder_that_is_not_a_run(tmp_path: Path):
     r = fedviews("report", tmp_path)
     assert r.exit_code == 2 and "it failed: see error.json" in r.stderr
     assert "Traceback" not in r.stderr
+
+
+class _ConfigTable(HTMLParser):
+    """The ``(key, value)`` rows of the report's config section, as text."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.rows: list[list[str]] = []
+        self._in, self._cell = False, False
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        if tag == "section":
+            self._in = dict(attrs).get("id") == "config"
+        elif self._in and tag == "tr":
+            self.rows.append([])
+        elif self._in and tag == "td":
+            self._cell = True
+            self.rows[-1].append("")
+
+    def handle_endtag(self, tag: str) -> None:
+        self._cell = self._cell and tag != "td"
+        self._in = self._in and tag != "section"
+
+    def handle_data(self, data: str) -> None:
+        if self._cell:
+            self.rows[-1][-1] += data
+
+
+def _leaves(obj: object, key: str = "") -> list[tuple[str, object]]:
+    """Every leaf of a JSON value with its dotted key (an empty table is a leaf)."""
+    if isinstance(obj, dict) and obj:
+        return [leaf for k, v in obj.items() for leaf in _leaves(v, f"{key}.{k}" if key else k)]
+    return [(key, obj)]
+
+
+@pytest.mark.parametrize("run", ["mmvfl_run", "deployment_run"])
+def test_config_table_shows_every_value_of_config_json(run, request):
+    folder = load_run(request.getfixturevalue(run)).folder
+    parser = _ConfigTable()
+    parser.feed(write_report(folder).read_text(encoding="utf-8"))
+    shown = dict(r for r in parser.rows if r)
+    leaves = _leaves(json.loads((folder / "config.json").read_text()))
+    assert set(shown) == {k for k, _ in leaves}
+    for key, value in leaves:
+        text = shown[key]
+        if value in ("", None, [], {}):
+            assert text == "—", key
+        elif isinstance(value, str):
+            assert text == value, key
+        else:  # as the TOML has it: reads back to the very value (0.001, 1000.0, true)
+            assert tomllib.loads(f"v = {text}")["v"] == value, (key, text)
+    assert any(isinstance(v, float) and v and abs(v) < 0.01 for _, v in leaves)
+    assert any(v == [] or v == {} for _, v in leaves) and any(v is True for _, v in leaves)
