@@ -77,6 +77,23 @@ def test_experiment_report_renders_diagram_tables_and_figures(mmvfl_run, render)
     text = " ".join(page.text)
     # display names in tables and legends (the config keeps the registry keys)
     assert "MMVFL - supFL (ours)" in text and "MMVFL - supfl" not in text
+    # the caption says what the curve is: which stored values, against what
+    assert "mmvfl objective first fit (mmvfl_objective_first_fit): the values metrics.json" in text
+
+
+def test_tables_name_the_parties_as_the_diagram_and_config_do(mmvfl_run):
+    """The tables said "participant 1-5" where the diagram, the message log and
+    ``label_owner = 0`` say party0-4."""
+    metrics = json.loads((mmvfl_run / "metrics.json").read_text())
+    log = json.loads((mmvfl_run / "message_log.json").read_text())
+    owner = json.loads((mmvfl_run / "config.json").read_text())["params"]["label_owner"]
+    views = json.loads((mmvfl_run / "config.json").read_text())["data"]["views"]
+    parties = sorted(p for p in log["per_party"] if p != "coordinator")
+    first, table2 = metrics["tables"][:2]
+    assert [row[0] for row in first["rows"]] == [f"{p} ({v})" for p, v in zip(parties, views)]
+    assert table2["columns"][1:-1] == [row[0] for row in first["rows"]]
+    assert f"label owner = {parties[owner]} ({views[owner]})" in first["note"]
+    assert "participant" not in json.dumps(metrics["tables"])
 
 
 def test_deployment_report_renders_from_the_coordinators_files(deployment_run, render):

@@ -151,8 +151,8 @@ def _figures(rec: RunRecord) -> list[str]:
     if curves:
         xlabel = "round" if rec.kind != "experiment" else "round / iteration"
         out.append(
-            f"<figure>{curves_figure(curves, xlabel=xlabel)}<figcaption>per-round curves"
-            "</figcaption></figure>"
+            f"<figure>{curves_figure(curves, xlabel=xlabel)}"
+            f"<figcaption>{html.escape(_curves_caption(rec, curves))}</figcaption></figure>"
         )
     for fig in rec.figures:
         out.append(
@@ -161,6 +161,19 @@ def _figures(rec: RunRecord) -> list[str]:
             f"(<a href='{html.escape(fig.name)}'>{html.escape(fig.name)}</a>)</figcaption></figure>"
         )
     return out
+
+
+def _curves_caption(rec: RunRecord, curves: Mapping[str, Mapping[str, Any]]) -> str:
+    """What the curves figure plots: which stored values, against what, one line per what."""
+    names = ", ".join(f"{q.replace('_', ' ')} ({q})" for q in curves)
+    lines = sorted({s for series in curves.values() for s in series if s})
+    per = f"; one line per {', '.join(lines)}" if lines else ""
+    if rec.kind == "experiment":
+        return (
+            f"{names}: the values metrics.json lists under that key, against their position "
+            f"(the round or iteration they were logged at, from 1){per}"
+        )
+    return f"{names} of every round, from the per-round history in results.json{per}"
 
 
 def _barrier(rec: RunRecord) -> list[str]:
