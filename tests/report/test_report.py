@@ -206,3 +206,76 @@ def test_config_table_shows_every_value_of_config_json(run, request):
             assert tomllib.loads(f"v = {text}")["v"] == value, (key, text)
     assert any(isinstance(v, float) and v and abs(v) < 0.01 for _, v in leaves)
     assert any(v == [] or v == {} for _, v in leaves) and any(v is True for _, v in leaves)
+
+
+def _text_boxes(fig) -> list:
+    """The window extents of every non-empty text of ``fig``, as drawn."""
+    from matplotlib.text import Text
+
+    renderer = fig.canvas.get_renderer()
+    fig.draw(renderer)
+    texts = [t for t in fig.findobj(Text) if t.get_visible() and t.get_text().strip()]
+    return [(t.get_text(), t.get_window_extent(renderer)) for t in texts]
+
+
+def _deployment_summary(data_owners: int, label_owners: int) -> dict:
+    """A Multi-VFL deployment's message-log summary: every party and the coordinator both
+    ways (the PSI, the top model), every data owner and label owner both ways."""
+    owners = [f"label{k}" for k in range(label_owners)]
+    strips = [f"strip{k}" for k in range(data_owners)]
+    crossings = {}
+    for p in strips + owners:
+        up = ["psi_blinded", "psi_count"] + (
+            ["update/0.weight", "update/0.bias"] if p in owners else []
+        )
+        crossings[f"{p} -> coordinator"] = up
+        crossings[f"coordinator -> {p}"] = ["psi_double"] + (
+            ["top/0.weight"] if p in owners else []
+        )
+    for s in strips:
+        for o in owners:
+            crossings[f"{s} -> {o}"] = ["activations"]
+            crossings[f"{o} -> {s}"] = ["activation_grad"]
+    nbytes = {pair: 1_234_567 * (i + 1) for i, pair in enumerate(crossings)}
+    parties = {p: {} for p in [*strips, *owners, "coordinator"]}
+    return {"per_party": parties, "crossings": crossings, "crossing_bytes": nbytes}
+
+
+@pytest.mark.parametrize(("data_owners", "label_owners"), [(4, 2), (6, 3)])
+def test_many_pairs_no_two_labels_overlap(data_owners, label_owners, recwarn):
+    """Multi-VFL's 28 pairs (4 data owners, 2 label owners) and 54 were a tangle of arrows
+    and labels on top of each other."""
+    from fedviews.report._diagram import barrier_figure
+
+    summary = _deployment_summary(data_owners, label_owners)
+    assert len(summary["crossings"]) in (28, 54)
+    fig = barrier_figure(summary)
+    shown = {t for t, _ in _text_boxes(fig)}
+    for pair, nbytes in summary["crossing_bytes"].items():  # every pair's bytes, once
+        assert sum(format_bytes(nbytes) in t for t in shown) == 1, pair
+    _assert_apart(fig)
+    barrier_diagram(summary, coordinator=None)  # drawn flat: tight_layout used to warn
+    assert not [w for w in recwarn if "layout" in str(w.message)]
+
+
+def test_the_graph_of_a_few_pairs_has_no_label_over_another(mmvfl_run):
+    from fedviews.report._diagram import barrier_figure
+
+    _assert_apart(barrier_figure(json.loads((mmvfl_run / "message_log.json").read_text())))
+
+
+def _assert_apart(fig) -> None:
+    """No two texts of ``fig`` overlap and every one is inside it; closes ``fig``."""
+    from fedviews.report._figures import pyplot
+
+    boxes = _text_boxes(fig)
+    page = fig.bbox
+    for k, (a, box) in enumerate(boxes):
+        assert (
+            page.x0 <= box.x0 and box.x1 <= page.x1 and page.y0 <= box.y0 and box.y1 <= page.y1
+        ), a
+        for b, other in boxes[k + 1 :]:
+            w = min(box.x1, other.x1) - max(box.x0, other.x0)
+            h = min(box.y1, other.y1) - max(box.y0, other.y0)
+            assert w <= 0 or h <= 0, (a, b)
+    pyplot().close(fig)

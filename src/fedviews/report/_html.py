@@ -12,7 +12,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from fedviews.report._diagram import barrier_diagram, crossings_of, format_bytes
+from fedviews.report._diagram import MAX_ARROWS, barrier_diagram, crossings_of, format_bytes
 from fedviews.report._figures import curves_figure, party_bars, png_data_uri
 from fedviews.report._format import EMPTY, format_config, format_value
 from fedviews.report._run import BYTES, RunRecord, load_run, read_json
@@ -182,9 +182,10 @@ def _barrier(rec: RunRecord) -> list[str]:
         return []
     label, first = next(iter(sums.items()))
     out = [
-        "<p>Every arrow is a (sender, receiver) pair that exchanged messages in this run, "
+        "<p>Every (sender, receiver) pair that exchanged messages in this run is an arrow "
+        f"(with more than {MAX_ARROWS} pairs, a filled cell of a sender × receiver table), "
         "labelled with the arrays that crossed and the bytes on the wire. What the "
-        "algorithm's privacy policy forbids has no arrow: the runtime refuses such a "
+        "algorithm's privacy policy forbids has none: the runtime refuses such a "
         "message at its sender and at its receiver.</p>",
         f"<figure class='barrier'>{barrier_diagram(first, coordinator=rec.coordinator)}"
         + (f"<figcaption>{html.escape(label)}</figcaption>" if label else "")
