@@ -165,7 +165,8 @@ def _figures(rec: RunRecord) -> list[str]:
 
 def _curves_caption(rec: RunRecord, curves: Mapping[str, Mapping[str, Any]]) -> str:
     """What the curves figure plots: which stored values, against what, one line per what."""
-    names = ", ".join(f"{q.replace('_', ' ')} ({q})" for q in curves)
+    words = {q: q.replace("_", " ") for q in curves}
+    names = ", ".join(w if w == q else f"{w} ({q})" for q, w in words.items())
     lines = sorted({s for series in curves.values() for s in series if s})
     per = f"; one line per {', '.join(lines)}" if lines else ""
     if rec.kind == "experiment":
