@@ -44,6 +44,7 @@ def test_compare_two_runs_table_config_differences_and_curves(
     r = _compare(mmvfl_run, other_run, "--out", page)
     assert r.exit_code == 0, r.stderr
     assert "headline metrics" in r.stdout and "params.zeta" in r.stdout
+    assert "1000.0" in r.stdout and "1,000.00" not in r.stdout  # config values as in the TOML
     dom = render(page)
     assert "Traceback" not in dom and dom.count("<svg") == 1 and "party0 (pix) · MMVFL" in dom
     assert (mmvfl_run / "report.html").resolve().as_uri() in dom or "report.html" in dom
