@@ -32,7 +32,7 @@ def test_compare_two_runs_table_config_differences_and_curves(
     cmp = compare_runs([mmvfl_run, other_run])
     assert dict(cmp.config) == {"seed": [0, 1], "params.zeta": [1000.0, 100.0]}
     metrics = dict(cmp.metrics)
-    a, b = metrics["1 (pix) · MMVFL"]  # the headline table's cells, one per run
+    a, b = metrics["party0 (pix) · MMVFL"]  # the headline table's cells, one per run
     for run, cell in ((mmvfl_run, a), (other_run, b)):  # each run's own number, as it stored it
         stored = json.loads((run / "metrics.json").read_text())
         assert cell == stored["tables"][0]["rows"][0][1]
@@ -44,8 +44,9 @@ def test_compare_two_runs_table_config_differences_and_curves(
     r = _compare(mmvfl_run, other_run, "--out", page)
     assert r.exit_code == 0, r.stderr
     assert "headline metrics" in r.stdout and "params.zeta" in r.stdout
+    assert "1000.0" in r.stdout and "1,000.00" not in r.stdout  # config values as in the TOML
     dom = render(page)
-    assert "Traceback" not in dom and dom.count("<svg") == 1 and "1 (pix) · MMVFL" in dom
+    assert "Traceback" not in dom and dom.count("<svg") == 1 and "party0 (pix) · MMVFL" in dom
     assert (mmvfl_run / "report.html").resolve().as_uri() in dom or "report.html" in dom
 
 

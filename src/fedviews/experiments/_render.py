@@ -9,13 +9,13 @@ from collections.abc import Sequence
 from typing import Any
 
 from fedviews.experiments._reproduce import Reproduction
-from fedviews.experiments._runner import _fmt
+from fedviews.report import format_value
 
 __all__ = ["render_digest", "render_markdown"]
 
 
 def _md_cell(value: Any) -> str:
-    return _fmt(value).replace("|", "\\|")
+    return format_value(value).replace("|", "\\|")
 
 
 def render_markdown(entry: Reproduction, rec: dict[str, Any] | None, cells: int = 0) -> str:

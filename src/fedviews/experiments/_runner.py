@@ -5,7 +5,6 @@ from __future__ import annotations
 import contextlib
 import functools
 import json
-import math
 import time
 import traceback
 from collections.abc import Callable, Iterator, Mapping
@@ -28,7 +27,7 @@ from rich.table import Table as RichTable
 from fedviews.errors import FedViewsError
 from fedviews.experiments._config import ExperimentConfig
 from fedviews.experiments._registry import get_experiment
-from fedviews.report import to_jsonable, write_report
+from fedviews.report import format_value, to_jsonable, write_report
 
 #: finished units of work of a run (``RunContext.cell``): what ``--resume`` does not redo
 CELLS_FILE = "cells.json"
@@ -51,14 +50,8 @@ class Table:
         for c in self.columns:
             t.add_column(str(c), justify="right" if c != self.columns[0] else "left")
         for r in self.rows:
-            t.add_row(*[_fmt(v) for v in r])
+            t.add_row(*[format_value(v) for v in r])
         return t
-
-
-def _fmt(v: Any) -> str:
-    if isinstance(v, float):
-        return "nan" if math.isnan(v) else f"{v:.2f}"
-    return str(v)
 
 
 @dataclass

@@ -262,7 +262,8 @@ def run_mmvfl_feature_selection(cfg: ExperimentConfig, ctx: RunContext) -> Exper
     best = np.nanmax(acc, axis=1)  # best beta per (alg, fold, view, p): paper protocol
     mean, std = best.mean(axis=1), best.std(axis=1)  # [alg, view, p]
     views = ds.view_names
-    parts = [f"{i + 1} ({v})" for i, v in enumerate(views)]
+    # the parties as the message log and the diagram name them (the estimator's party{k})
+    parts = [f"party{i} ({v})" for i, v in enumerate(views)]
     pct = list(p.percents)
     metrics: dict[str, Any] = {
         "dataset": ds.summary(),
@@ -285,19 +286,19 @@ def run_mmvfl_feature_selection(cfg: ExperimentConfig, ctx: RunContext) -> Exper
     by_view = mean.mean(axis=2)  # [alg, view]: averaged over p
     tables = [
         Table(
-            "Accuracy (%) averaged over p, per participant",
-            ["participant (view)", *[method_name(a) for a in algs]],
+            "Accuracy (%) averaged over p, per party",
+            ["party (view)", *[method_name(a) for a in algs]],
             [[part, *[float(x) for x in by_view[:, i]]] for i, part in enumerate(parts)],
             note=f"classifier {p.classifier}; best beta per (p, fold, view, algorithm) as in the paper; "
-            f"label owner = participant {p.label_owner + 1}; supFL and supMVLFL see the labels at "
+            f"label owner = {parts[p.label_owner]}; supFL and supMVLFL see the labels at "
             "every party",
         )
     ]
 
     def panels(arr: np.ndarray) -> dict[str, dict[str, Any]]:
-        """``{participant: {algorithm: arr[algorithm, participant]}}`` for the figure."""
+        """``{party: {algorithm: arr[algorithm, party]}}`` for the figure."""
         return {
-            f"participant {part}": {method_name(a): arr[k, i] for k, a in enumerate(algs)}
+            part: {method_name(a): arr[k, i] for k, a in enumerate(algs)}
             for i, part in enumerate(parts)
         }
 

@@ -2,6 +2,7 @@
 
 from fedviews.report._compare import Comparison, compare_runs
 from fedviews.report._figures import line_panels, pyplot, save_figure
+from fedviews.report._format import format_config, format_value
 from fedviews.report._html import run_summary, write_report
 from fedviews.report._json import to_jsonable
 from fedviews.report._names import METHOD_NAMES, method_name
@@ -12,6 +13,8 @@ __all__ = [
     "Comparison",
     "RunRecord",
     "compare_runs",
+    "format_config",
+    "format_value",
     "line_panels",
     "load_run",
     "method_name",

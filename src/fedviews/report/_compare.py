@@ -13,7 +13,8 @@ from typing import Any
 from fedviews.errors import ConfigError
 from fedviews.report._diagram import format_bytes
 from fedviews.report._figures import curves_figure
-from fedviews.report._html import format_value, table_html, write_page
+from fedviews.report._format import format_config, format_value
+from fedviews.report._html import table_html, write_page
 from fedviews.report._run import BYTES, RunRecord, load_run
 
 _MISSING = "—"
@@ -54,19 +55,36 @@ class Comparison:
 
         out = []
         for title, rows, first in (
-            ("headline metrics", self.metrics, "metric"),
-            ("config values that differ", self.config, "config key"),
+            ("headline metrics", self._metric_cells(), "metric"),
+            ("config values that differ", self._config_cells(), "config key"),
         ):
             t = Table(title=title, title_justify="left")
             t.add_column(first)
             for label in self.labels:
                 t.add_column(label, justify="right")
-            for key, values in rows:
-                t.add_row(key, *[_text(key, v) for v in values])
+            for row in rows:
+                t.add_row(*row)
             if not rows:
                 t.add_row("(none)", *["" for _ in self.labels])
             out.append(t)
         return out
+
+    def _metric_cells(self) -> list[list[str]]:
+        """The headline metrics as text, a row per metric (bytes in kB / MB)."""
+        return [
+            [
+                k,
+                *[
+                    format_bytes(v) if k == BYTES and isinstance(v, int) else format_value(v)
+                    for v in vs
+                ],
+            ]
+            for k, vs in self.metrics
+        ]
+
+    def _config_cells(self) -> list[list[str]]:
+        """The config values that differ as their TOML, a row per key."""
+        return [[k, *[format_config(v) for v in vs]] for k, vs in self.config]
 
     def write_html(self, path: Path) -> Path:
         """Write the comparison as a self-contained HTML page; returns ``path``."""
@@ -82,13 +100,9 @@ class Comparison:
             )
             + "</ul>",
             "<h2>Headline metrics</h2>",
-            table_html(
-                "",
-                ["metric", *self.labels],
-                [[k, *[_text(k, x) for x in v]] for k, v in self.metrics],
-            ),
+            table_html("", ["metric", *self.labels], self._metric_cells()),
             "<h2>Config values that differ</h2>",
-            table_html("", ["config key", *self.labels], [[k, *v] for k, v in self.config])
+            table_html("", ["config key", *self.labels], self._config_cells())
             if self.config
             else "<p>none: the runs share every config value</p>",
         ]
@@ -99,10 +113,6 @@ class Comparison:
                 f"<figure>{curves_figure(curves, xlabel='round / iteration')}</figure>",
             ]
         return write_page(path, f"compare · {what}", parts)
-
-
-def _text(key: str, v: Any) -> str:
-    return format_bytes(v) if key == BYTES and isinstance(v, int) else format_value(v)
 
 
 def _href(target: Path, page: Path) -> str:

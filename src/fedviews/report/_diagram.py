@@ -2,8 +2,9 @@
 
 Drawn from a message-log summary (:meth:`fedviews.federation.MessageLog.summary`):
 one box per party and one arrow per (sender, receiver) pair that exchanged
-messages, labelled with the array names and the bytes that crossed. An arrow a
-privacy policy forbids never appears, because the runtime never let such a
+messages, labelled with the array names and the bytes that crossed; with more pairs
+than :data:`MAX_ARROWS`, a sender x receiver table with those labels in its cells. A
+pair a privacy policy forbids never appears, because the runtime never let such a
 message leave its sender.
 """
 
@@ -27,6 +28,12 @@ _ARROW: dict[str, Any] = dict(
 )
 _LABEL: dict[str, Any] = dict(ha="center", va="center", fontsize=_FONT, color="#222", zorder=5)
 _LABEL_BOX: dict[str, Any] = dict(boxstyle="round,pad=0.2", facecolor="white", alpha=0.92)
+#: more (sender, receiver) pairs than this: a sender x receiver table instead of arrows
+MAX_ARROWS = 12
+#: the table's padding around a text (points) and the faces of a party's own cell and of
+#: a pair that exchanged nothing
+_PAD_PT = 5.0
+_SELF, _NOTHING = "#d9d9d9", "#f3f3f3"
 
 
 @dataclass(frozen=True)
@@ -152,10 +159,23 @@ def _overlap(a: tuple[float, float, float, float], b: tuple[float, float, float,
     return max(w, 0.0) * max(h, 0.0)
 
 
-def barrier_diagram(
-    summary: Mapping[str, Any], *, coordinator: str | None = "coordinator", title: str = ""
-) -> str:
-    """The privacy-barrier diagram of one run as inline SVG.
+def barrier_diagram(summary: Mapping[str, Any], *, coordinator: str | None = "coordinator") -> str:
+    """The privacy-barrier diagram of one run as inline SVG (see :func:`barrier_figure`).
+
+    Returns
+    -------
+    str
+        An ``<svg>`` element whose text (party and array names, byte counts) is text.
+    """
+    return svg_of(barrier_figure(summary, coordinator=coordinator), pyplot())
+
+
+def barrier_figure(summary: Mapping[str, Any], *, coordinator: str | None = "coordinator") -> Any:
+    """The privacy-barrier diagram of one run as a matplotlib figure.
+
+    Up to :data:`MAX_ARROWS` pairs, a graph: a box per party, an arrow per pair. More
+    pairs (Multi-VFL's data owners x label owners) would be a tangle of arrows: a
+    sender x receiver table instead, its cells sized to their labels so that none overlap.
 
     Parameters
     ----------
@@ -163,49 +183,62 @@ def barrier_diagram(
         A message-log summary (``message_log.json``): ``crossings`` (array names per
         ``"sender -> receiver"``), ``crossing_bytes`` (bytes per pair) and ``per_party``.
     coordinator : str or None
-        The coordinator's name, drawn on top; ``None``: no coordinator.
-    title : str
-        Drawn above the diagram.
+        The coordinator's name, drawn on top (first in the table); ``None``: no coordinator.
 
     Returns
     -------
-    str
-        An ``<svg>`` element whose text (party and array names, byte counts) is text.
+    matplotlib.figure.Figure
     """
     crossings = crossings_of(summary)
     pairs = [(c.sender, c.receiver) for c in crossings]
     nodes = sorted({n for p in pairs for n in p} | set(summary.get("per_party") or {}))
     pos, middle = _layout(nodes, pairs, coordinator)
+    faces = {n: _OWNER_COLOUR if n in middle else _PARTY_COLOUR for n in nodes}
+    if coordinator in faces:
+        faces[coordinator] = _COORD_COLOUR
+    if len(crossings) > MAX_ARROWS:
+        order = sorted(nodes, key=lambda n: (n != coordinator, n not in middle, n))
+        return _matrix(crossings, order, faces)
+    return _graph(crossings, pos, faces)
+
+
+def _label(c: Crossing) -> str:
+    """What crossed from one party to another: the arrays' short names and the bytes."""
+    return "\n".join(
+        _short_names(c.arrays) + ([format_bytes(c.nbytes)] if c.nbytes is not None else [])
+    )
+
+
+def _graph(
+    crossings: list[Crossing], pos: dict[str, tuple[float, float]], faces: dict[str, str]
+) -> Any:
+    """A box per party at ``pos``, an arrow per crossing labelled with :func:`_label`."""
+    from matplotlib.patches import FancyArrowPatch, FancyBboxPatch
+
     xs = [x for x, _ in pos.values()] or [0.0]
     ys = [y for _, y in pos.values()] or [0.0]
     x0, x1 = min(xs) - 1.6, max(xs) + 1.6
     y0, y1 = min(ys) - 0.6, max(ys) + 0.6
-    scale = 1.0  # inches per data unit (equal aspect: arcs and label sizes in one unit)
     plt = pyplot()
-    fig, ax = plt.subplots(figsize=((x1 - x0) * scale, (y1 - y0) * scale))
+    # one inch per data unit and an equal aspect: arcs and label sizes in one unit; the axes
+    # fill the figure (its size is the drawing's), so there is nothing to lay out
+    fig = plt.figure(figsize=(x1 - x0, y1 - y0))
+    ax = fig.add_axes((0.0, 0.0, 1.0, 1.0))
     ax.set(xlim=(x0, x1), ylim=(y0, y1), aspect="equal")
     ax.axis("off")
     boxes: dict[str, Any] = {}
     taken: list[tuple[float, float, float, float]] = []
-    from matplotlib.patches import FancyArrowPatch, FancyBboxPatch
-
-    faces: dict[str | None, str] = {
-        **dict.fromkeys(middle, _OWNER_COLOUR),
-        coordinator: _COORD_COLOUR,
-    }
     for name, (x, y) in pos.items():
         corner = _box(x, y, _BOX_W, _BOX_H)[:2]
-        box = FancyBboxPatch(
-            corner, _BOX_W, _BOX_H, facecolor=faces.get(name, _PARTY_COLOUR), **_PARTY
-        )
+        box = FancyBboxPatch(corner, _BOX_W, _BOX_H, facecolor=faces[name], **_PARTY)
         ax.add_patch(box)
         boxes[name] = box
         ax.text(x, y, name, ha="center", va="center", fontsize=9, weight="bold", zorder=4)
         taken.append(_box(x, y, _BOX_W, _BOX_H))
     colours = plt.get_cmap("tab10")
     senders = sorted({c.sender for c in crossings})
-    char_w = _FONT * 0.56 / 72 / scale  # data units per character and per line
-    line_h = _FONT * 1.25 / 72 / scale
+    char_w = _FONT * 0.56 / 72  # data units (inches) per character and per line
+    line_h = _FONT * 1.25 / 72
     for c in crossings:
         if c.sender not in pos or c.receiver not in pos:
             continue
@@ -215,7 +248,7 @@ def barrier_diagram(
             p0, p2, patchA=boxes[c.sender], patchB=boxes[c.receiver], color=colour, **_ARROW
         )
         ax.add_patch(arrow)
-        lines = _short_names(c.arrays) + ([format_bytes(c.nbytes)] if c.nbytes is not None else [])
+        lines = _label(c).splitlines()
         w = max(len(ln) for ln in lines) * char_w + 0.06
         h = len(lines) * line_h + 0.05
         # the label goes where along the arc it covers the least of the boxes and labels so far
@@ -227,10 +260,80 @@ def barrier_diagram(
         )
         taken.append(_box(lx, ly, w, h))
         ax.text(lx, ly, "\n".join(lines), bbox={**_LABEL_BOX, "edgecolor": colour}, **_LABEL)
-    if title:
-        ax.set_title(title, fontsize=10)
     if not crossings:
         middle_of = ((x0 + x1) / 2, (y0 + y1) / 2)
         ax.text(*middle_of, "no message crossed", ha="center", fontsize=10, color="#555")
-    fig.tight_layout()
-    return svg_of(fig, plt)
+    return fig
+
+
+def _matrix(crossings: list[Crossing], order: list[str], faces: dict[str, str]) -> Any:
+    """A sender (row) x receiver (column) table of the crossings, in ``order`` (the
+    coordinator, the parties that talk to parties, the others). Every text is measured
+    first, then each column is as wide and each row as tall as its widest and tallest text
+    (plus padding): no two texts can overlap, however many pairs there are."""
+    from matplotlib.patches import Rectangle
+
+    plt = pyplot()
+    fig = plt.figure()
+    renderer = fig.canvas.get_renderer()
+    corner = "from \u2193  to \u2192"
+    cells = {(c.sender, c.receiver): _label(c) for c in crossings}
+
+    def size(text: str, **style: Any) -> tuple[float, float]:
+        t = fig.text(0, 0, text, **style)
+        bb = t.get_window_extent(renderer)
+        t.remove()
+        return bb.width, bb.height
+
+    head: dict[str, Any] = dict(fontsize=9, weight="bold")
+    body: dict[str, Any] = dict(fontsize=_FONT)
+    pad = _PAD_PT * fig.dpi / 72
+    names = {n: size(n, **head) for n in order}
+    texts = {k: size(v, **body) for k, v in cells.items()}
+    corner_wh = size(corner, **body)
+    widths = [max([corner_wh[0]] + [names[n][0] for n in order]) + 2 * pad] + [
+        max([names[r][0]] + [texts[s, r][0] for s in order if (s, r) in texts]) + 2 * pad
+        for r in order
+    ]
+    heights = [max([corner_wh[1]] + [names[n][1] for n in order]) + 2 * pad] + [
+        max([names[s][1]] + [texts[s, r][1] for r in order if (s, r) in texts]) + 2 * pad
+        for s in order
+    ]
+    lefts = [pad + sum(widths[:i]) for i in range(len(widths) + 1)]
+    tops = [pad + sum(heights[:i]) for i in range(len(heights) + 1)]
+    fig.set_size_inches((lefts[-1] + pad) / fig.dpi, (tops[-1] + pad) / fig.dpi)
+    ax = fig.add_axes((0.0, 0.0, 1.0, 1.0))
+    ax.set(xlim=(0, lefts[-1] + pad), ylim=(tops[-1] + pad, 0))  # pixels from the top left
+    ax.axis("off")
+
+    def cell(i: int, j: int, text: str, face: str, **style: Any) -> None:
+        ax.add_patch(
+            Rectangle(
+                (lefts[j], tops[i]),
+                widths[j],
+                heights[i],
+                facecolor=face,
+                edgecolor="#999",
+                linewidth=0.8,
+            )
+        )
+        if text:
+            ax.text(
+                (lefts[j] + lefts[j + 1]) / 2,
+                (tops[i] + tops[i + 1]) / 2,
+                text,
+                ha="center",
+                va="center",
+                color="#222",
+                **style,
+            )
+
+    cell(0, 0, corner, "white", **body)
+    for k, n in enumerate(order, 1):
+        cell(0, k, n, faces[n], **head)  # receivers along the top
+        cell(k, 0, n, faces[n], **head)  # senders down the side
+    for i, s in enumerate(order, 1):
+        for j, r in enumerate(order, 1):
+            face = _SELF if s == r else "white" if (s, r) in cells else _NOTHING
+            cell(i, j, cells.get((s, r), ""), face, **body)
+    return fig

@@ -52,17 +52,56 @@ def png_data_uri(data: bytes) -> str:
     return "data:image/png;base64," + base64.b64encode(data).decode("ascii")
 
 
+#: one style per series of a line figure: a series that coincides with another stays visible
+#: (the first drawn on top with small filled markers, the others under it, hollow and larger)
+_MARKERS = ("o", "s", "^", "D", "v", "P", "X")
+_LINESTYLES = ("-", "--", "-.", ":")
+
+
+def _series_style(j: int, n: int) -> dict[str, Any]:
+    """Marker, line style, size and z-order of series ``j`` of ``n`` in one panel."""
+    return {
+        "marker": _MARKERS[j % len(_MARKERS)],
+        "linestyle": _LINESTYLES[j % len(_LINESTYLES)],
+        "markersize": 3.5 + 1.5 * j,
+        "markerfacecolor": None if j == 0 else "none",
+        "linewidth": 1.4,
+        "zorder": 3 + n - j,
+    }
+
+
 def _panels(plt: Any, n: int, ncols: int, size: tuple[float, float]) -> tuple[Any, Any]:
-    """A figure of ``n`` panels in rows of at most ``ncols`` (each ``size`` inches), the
-    unused cells of the last row blank; returns the figure and its ``n`` axes."""
+    """A figure of ``n`` panels in rows of at most ``ncols`` (each ``size`` inches), laid
+    out by matplotlib's constrained layout, the unused cells of the last row blank;
+    returns the figure and its ``n`` axes."""
     ncols = max(1, min(ncols, n))
     nrows = -(-n // ncols)
     fig, axes = plt.subplots(
-        nrows, ncols, figsize=(size[0] * ncols, size[1] * nrows), squeeze=False
+        nrows,
+        ncols,
+        figsize=(size[0] * ncols, size[1] * nrows),
+        squeeze=False,
+        layout="constrained",
     )
     for ax in axes.ravel()[n:]:
         ax.axis("off")
     return fig, axes.ravel()[:n]
+
+
+def _shared_legend(fig: Any, axes: Any) -> None:
+    """One legend for every panel (they draw the same series), under the panels."""
+    handles: dict[str, Any] = {}
+    for ax in axes:
+        for h, label in zip(*ax.get_legend_handles_labels(), strict=True):
+            handles.setdefault(label, h)
+    if handles:
+        fig.legend(
+            list(handles.values()),
+            list(handles),
+            loc="outside lower center",
+            ncols=min(len(handles), 4),
+            fontsize=8,
+        )
 
 
 def curves_figure(
@@ -71,22 +110,23 @@ def curves_figure(
     xlabel: str,
     ncols: int = 3,
 ) -> str:
-    """One panel per curve (``{panel: {series: (x, y)}}``), one line per series; SVG."""
+    """One panel per quantity (``{quantity: {series: (x, y)}}``), its name on the y axis,
+    one line per series; SVG."""
     from matplotlib.ticker import MaxNLocator
 
     plt = pyplot()
     fig, axes = _panels(plt, len(panels), ncols, (4.1, 3.0))
     for ax, (pname, series) in zip(axes, panels.items(), strict=False):
-        for label, (x, y) in series.items():
-            ax.plot(x, y, marker="o", markersize=2.5, linewidth=1.3, label=label)
+        for j, (label, (x, y)) in enumerate(series.items()):
+            ax.plot(x, y, label=label, **_series_style(j, len(series)))
         ax.set_title(pname.replace("_", " "), fontsize=10)
         ax.set_xlabel(xlabel)
+        ax.set_ylabel(pname.replace("_", " "))
         ax.grid(alpha=0.3)
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))
         ax.ticklabel_format(axis="y", useOffset=False)
         if len(series) > 1 or next(iter(series), ""):
             ax.legend(fontsize=7)
-    fig.tight_layout()
     return svg_of(fig, plt)
 
 
@@ -134,25 +174,27 @@ def line_panels(
     plt = pyplot()
     fig, axes = _panels(plt, len(panels), ncols, (4.2, 3.3))
     for ax, (pname, series) in zip(axes, panels.items(), strict=False):
-        for label, ys in series.items():
+        for j, (label, ys) in enumerate(series.items()):
             ys_arr = np.asarray(ys, dtype=float)
-            ax.plot(x, ys_arr, marker="o", markersize=3, label=label)
+            (line,) = ax.plot(x, ys_arr, label=label, **_series_style(j, len(series)))
             if errors and pname in errors and label in errors[pname]:
                 e = np.asarray(errors[pname][label], dtype=float)
-                ax.fill_between(x, ys_arr - e, ys_arr + e, alpha=0.2)
+                ax.fill_between(x, ys_arr - e, ys_arr + e, alpha=0.15, color=line.get_color())
         ax.set(title=pname, xlabel=xlabel, ylabel=ylabel)
         if logx:
             ax.set_xscale("log", base=2)
         ax.grid(alpha=0.3)
-    axes[0].legend(fontsize=8)
+    _shared_legend(fig, axes)
     if title:
         fig.suptitle(title)
     return save_figure(fig, path)
 
 
 def save_figure(fig: Any, path: Path) -> Path:
-    """Lay out, write (110 dpi) and close ``fig``; returns ``path``."""
-    fig.tight_layout()
+    """Lay out (unless a layout engine does), write (110 dpi) and close ``fig``; returns
+    ``path``."""
+    if fig.get_layout_engine() is None:
+        fig.tight_layout()
     fig.savefig(path, dpi=110)
     pyplot().close(fig)
     return path

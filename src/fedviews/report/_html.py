@@ -12,8 +12,9 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from fedviews.report._diagram import barrier_diagram, crossings_of, format_bytes
+from fedviews.report._diagram import MAX_ARROWS, barrier_diagram, crossings_of, format_bytes
 from fedviews.report._figures import curves_figure, party_bars, png_data_uri
+from fedviews.report._format import EMPTY, format_config, format_value
 from fedviews.report._run import BYTES, RunRecord, load_run, read_json
 
 CSS = """
@@ -31,37 +32,8 @@ img,svg{max-width:100%;height:auto}figure{margin:1em 0}figcaption{color:#556;fon
 """
 
 
-def format_value(v: Any) -> str:
-    """A result or config value as text: floats with two decimals (as in the terminal,
-    below 0.001, such as a delta, in full), integers with thousands separators, lists and
-    tables as TOML."""
-    if isinstance(v, bool):
-        return str(v)
-    if isinstance(v, float):
-        return "n/a" if v != v else f"{v:.3g}" if 0 < abs(v) < 1e-3 else f"{v:,.2f}"
-    if isinstance(v, int):
-        return f"{v:,}"
-    if isinstance(v, (list, tuple, dict)):
-        return _inline(v, top=True)
-    return "" if v is None else str(v)
-
-
 def _cell(v: Any) -> str:
     return html.escape(format_value(v))
-
-
-def _inline(v: Any, top: bool = False) -> str:
-    """A config value as a person writes it in TOML: ``a, b`` for a list of plain values,
-    ``{label = "RR", defense = {kind = "label_rr"}}`` for a table."""
-    if isinstance(v, dict):
-        return "{" + ", ".join(f"{k} = {_inline(x)}" for k, x in v.items()) + "}"
-    if isinstance(v, (list, tuple)):
-        if top and not any(isinstance(x, (dict, list, tuple)) for x in v):
-            return ", ".join(str(x) for x in v)
-        return "[" + ", ".join(_inline(x) for x in v) + "]"
-    if isinstance(v, str):
-        return v if top else f'"{v}"'
-    return str(v)
 
 
 def table_html(
@@ -168,10 +140,7 @@ def _header(rec: RunRecord) -> list[str]:
 def _results(rec: RunRecord) -> list[str]:
     out = []
     if rec.kind == "deployment":
-        rows = [
-            [k, format_bytes(v) if k == BYTES else f"{v:.4g}" if isinstance(v, float) else v]
-            for k, v in rec.headline().items()
-        ]
+        rows = [[k, format_bytes(v) if k == BYTES else v] for k, v in rec.headline().items()]
         out.append(table_html("", ["result", "value"], rows, cls="kv"))
     return out + [_table(t) for t in rec.tables if not _is_leakage(t)]
 
@@ -182,8 +151,8 @@ def _figures(rec: RunRecord) -> list[str]:
     if curves:
         xlabel = "round" if rec.kind != "experiment" else "round / iteration"
         out.append(
-            f"<figure>{curves_figure(curves, xlabel=xlabel)}<figcaption>per-round curves"
-            "</figcaption></figure>"
+            f"<figure>{curves_figure(curves, xlabel=xlabel)}"
+            f"<figcaption>{html.escape(_curves_caption(rec, curves))}</figcaption></figure>"
         )
     for fig in rec.figures:
         out.append(
@@ -194,15 +163,30 @@ def _figures(rec: RunRecord) -> list[str]:
     return out
 
 
+def _curves_caption(rec: RunRecord, curves: Mapping[str, Mapping[str, Any]]) -> str:
+    """What the curves figure plots: which stored values, against what, one line per what."""
+    words = {q: q.replace("_", " ") for q in curves}
+    names = ", ".join(w if w == q else f"{w} ({q})" for q, w in words.items())
+    lines = sorted({s for series in curves.values() for s in series if s})
+    per = f"; one line per {', '.join(lines)}" if lines else ""
+    if rec.kind == "experiment":
+        return (
+            f"{names}: the values metrics.json lists under that key, against their position "
+            f"(the round or iteration they were logged at, from 1){per}"
+        )
+    return f"{names} of every round, from the per-round history in results.json{per}"
+
+
 def _barrier(rec: RunRecord) -> list[str]:
     sums = rec.summaries()
     if not sums:
         return []
     label, first = next(iter(sums.items()))
     out = [
-        "<p>Every arrow is a (sender, receiver) pair that exchanged messages in this run, "
+        "<p>Every (sender, receiver) pair that exchanged messages in this run is an arrow "
+        f"(with more than {MAX_ARROWS} pairs, a filled cell of a sender × receiver table), "
         "labelled with the arrays that crossed and the bytes on the wire. What the "
-        "algorithm's privacy policy forbids has no arrow: the runtime refuses such a "
+        "algorithm's privacy policy forbids has none: the runtime refuses such a "
         "message at its sender and at its receiver.</p>",
         f"<figure class='barrier'>{barrier_diagram(first, coordinator=rec.coordinator)}"
         + (f"<figcaption>{html.escape(label)}</figcaption>" if label else "")
@@ -268,7 +252,9 @@ def _config(rec: RunRecord) -> list[str]:
     flat = rec.flat_config()
     if not flat:
         return ["<p>no config.json in this folder</p>"]
-    return [table_html("", ["key", "value"], [[k, v] for k, v in flat.items()], cls="kv")]
+    rows = [[k, format_config(v)] for k, v in flat.items()]
+    note = f"{EMPTY}: empty or unset" if any(v == EMPTY for _, v in rows) else ""
+    return [table_html("", ["key", "value"], rows, note, cls="kv")]
 
 
 def _files(rec: RunRecord) -> list[str]:
