@@ -13,6 +13,7 @@ import numpy as np
 from sklearn.base import BaseEstimator
 
 from fedviews._estimator import store_params
+from fedviews._persist import Persistent
 from fedviews._registry import register_estimator
 from fedviews.data import check_Xs, one_hot
 from fedviews.errors import DataError, check_fitted
@@ -129,7 +130,7 @@ class _SingleViewLearner:
 
 
 @register_estimator("single_view_fl")
-class SingleViewFL(BaseEstimator):
+class SingleViewFL(Persistent, BaseEstimator):
     """The "Single View FL" baseline: FedAvg of Eq. (20) over clients holding one view.
 
     Every round each client runs ``local_iter`` IRLS iterations of
