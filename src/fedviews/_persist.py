@@ -32,7 +32,13 @@ import numpy as np
 
 import fedviews
 from fedviews.data import read_npz, save_npz
-from fedviews.errors import ConfigError, DataError, MissingDependency, check_fitted
+from fedviews.errors import (
+    ConfigError,
+    DataError,
+    FedViewsError,
+    MissingDependency,
+    check_fitted,
+)
 from fedviews.federation import InProcessTransport, LogEntry, MessageLog, PrivacyPolicy, Transport
 
 #: what ``model.json`` says it is; a file of another format is refused
@@ -63,10 +69,10 @@ def _revive_transport(policy: PrivacyPolicy) -> Transport:
 
 
 def _set_transport_state(t: Transport, state: dict[str, Any]) -> None:
-    """The parties that were hosted in the pickled transport, registered again; its roles
-    and its log."""
-    for party in state["parties"]:
-        t.register(party)
+    """The parties hosted in the pickled transport (each keeps it as its ``transport``),
+    its roles and its log. (A party's own state may not be set yet when this runs: the
+    parties and the transport refer to each other.)"""
+    t.local.update(state["local"])
     t.roles.update(state["roles"])
     t.log = state["log"]
 
@@ -76,7 +82,7 @@ class _StatePickler(pickle.Pickler):
 
     def reducer_override(self, obj: Any) -> Any:
         if isinstance(obj, Transport):
-            state = {"parties": list(obj.local.values()), "roles": obj.roles, "log": obj.log}
+            state = {"local": obj.local, "roles": obj.roles, "log": obj.log}
             return _revive_transport, (obj.policy,), state, None, None, _set_transport_state
         if isinstance(obj, MessageLog):
             return _revive_log, (_log_state(obj),)
@@ -136,6 +142,8 @@ class _Encoder:
             if default is not None:
                 out["default"] = default.__name__
             return out
+        if isinstance(v, Persistent):  # a fitted estimator inside one (S-FedMV's fusion)
+            return {"__estimator__": type(v).__name__, "state": v._state(self)}
         if isinstance(v, MessageLog):
             return {"__log__": self(_log_state(v), where)}
         if isinstance(v, Transport):
@@ -201,6 +209,8 @@ class _Decoder:
             t.roles.update(state["roles"])
             t.log = state["log"]
             return t
+        if tag == "__estimator__" and v[tag] in Persistent._kinds:
+            return Persistent._kinds[v[tag]]._from_state(self, v["state"])
         if tag == "__dataclass__" and v[tag] in _DATACLASSES:
             return _DATACLASSES[v[tag]](**{k: self(x) for k, x in v["fields"].items()})
         raise DataError(f"{self.path}: model.json holds an unknown value tagged {tag!r}")
@@ -220,6 +230,12 @@ class Persistent:
 
     #: fitted attributes that :meth:`save` leaves out (:meth:`_live_state` stands for them)
     _live: ClassVar[tuple[str, ...]] = ()
+    #: every estimator class by name: the only classes a saved file can name
+    _kinds: ClassVar[dict[str, type[Persistent]]] = {}
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        Persistent._kinds[cls.__name__] = cls
 
     def __reduce_ex__(self, protocol: Any) -> tuple[Any, ...]:
         buf = io.BytesIO()
@@ -242,18 +258,13 @@ class Persistent:
         arrays. A parameter that is a live object (``transport``) cannot be saved: set it
         to ``None`` first (:class:`ConfigError` otherwise). Returns the folder.
         """
-        fitted = {k: v for k, v in vars(self).items() if k.endswith("_") and k not in self._live}
-        if not fitted:
-            check_fitted(self, "classes_")  # NotFittedError
+        check_fitted(self, "classes_")  # NotFittedError
         enc = _Encoder()
-        params = self.get_params(deep=False)  # type: ignore[attr-defined]
         meta = {
             "format": FORMAT,
             "algorithm": type(self).__name__,
             "fedviews_version": fedviews.__version__,
-            "params": {k: enc(v, f"parameter {k}") for k, v in params.items()},
-            "fitted": {k: enc(v, k) for k, v in fitted.items()},
-            "live": enc(self._live_state(), "the live state"),
+            **self._state(enc),
         }
         out = Path(path)
         out.mkdir(parents=True, exist_ok=True)
@@ -292,13 +303,28 @@ class Persistent:
                 f"{path} was saved by fedviews {meta.get('fedviews_version')}, this is "
                 f"{fedviews.__version__}; load it with that version (and refit or re-save)"
             )
-        dec = _Decoder(arrays, path)
         try:
-            est = cls(**{k: dec(v) for k, v in meta["params"].items()})
-            for k, v in meta["fitted"].items():
-                setattr(est, k, dec(v))
-            live = dec(meta["live"])
-        except (KeyError, TypeError, AttributeError) as exc:
+            return cls._from_state(_Decoder(arrays, path), meta)
+        except (KeyError, TypeError, AttributeError, ValueError) as exc:
+            if isinstance(exc, FedViewsError):
+                raise
             raise DataError(f"{path}: model.json is incomplete or damaged ({exc!r})") from None
-        est._restore_live(live)
+
+    def _state(self, enc: _Encoder) -> dict[str, Any]:
+        """Parameters, fitted attributes and live state, encoded (``enc`` keeps the arrays)."""
+        params = self.get_params(deep=False)  # type: ignore[attr-defined]
+        fitted = {k: v for k, v in vars(self).items() if k.endswith("_") and k not in self._live}
+        return {
+            "params": {k: enc(v, f"parameter {k}") for k, v in params.items()},
+            "fitted": {k: enc(v, k) for k, v in fitted.items()},
+            "live": enc(self._live_state(), f"the live state of {type(self).__name__}"),
+        }
+
+    @classmethod
+    def _from_state(cls: type[E], dec: _Decoder, state: Mapping[str, Any]) -> E:
+        """The estimator that :meth:`_state` encoded."""
+        est = cls(**{k: dec(v) for k, v in state["params"].items()})
+        for k, v in state["fitted"].items():
+            setattr(est, k, dec(v))
+        est._restore_live(dec(state["live"]))
         return est
