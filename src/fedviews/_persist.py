@@ -154,8 +154,8 @@ class _Encoder:
             fields = {f.name: self(getattr(v, f.name), where) for f in dataclasses.fields(v)}
             return {"__dataclass__": name, "fields": fields}
         raise ConfigError(
-            f"cannot save {where} (a {type(v).__module__}.{name}) to JSON and arrays; "
-            "pickle the estimator instead"
+            f"cannot save {where} (a {type(v).__module__}.{name}) to JSON and arrays; pickle "
+            "the estimator instead, or (a parameter) set_params it to None or a plain value first"
         )
 
 
