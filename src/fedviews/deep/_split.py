@@ -241,6 +241,9 @@ class StripEstimator(Persistent, BaseEstimator):
     device: str
     random_state: int | None
     active_: Any
+    passives_: list[Any]
+    spec_: NetSpec
+    history_: list[float]
 
     #: saved as the active client's networks (prediction is the active client's alone);
     #: the passive clients' models are not saved (pickling keeps them)
@@ -293,7 +296,7 @@ class StripEstimator(Persistent, BaseEstimator):
         self.setting_ = (int(self.m), int(self.i), bool(self.pad))
         self.image_shape_ = tuple(int(s) for s in X.shape[1:])
         self.strip_hw_ = (int(views[0].shape[2]), int(views[0].shape[3]))
-        self.spec_: NetSpec = get_arch(self.arch, X.shape[1])
+        self.spec_ = get_arch(self.arch, X.shape[1])
         self.device_ = resolve_device(self.device)
         return views, yy
 

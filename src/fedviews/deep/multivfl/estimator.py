@@ -43,6 +43,7 @@ from fedviews.federation import (
     Party,
     Roster,
     RunSpec,
+    Transport,
     build_in_process,
     estimator_params,
     federate,
@@ -389,6 +390,7 @@ class MultiVFL(Persistent, BaseEstimator):
 
     #: saved as the members' models; loaded, they are built again by the spec
     _live = ("data_owners_", "label_owners_", "server_")
+    transport_: Transport
 
     def _live_state(self) -> dict[str, Any]:
         return {
