@@ -224,3 +224,31 @@ assert "torch" not in sys.modules
     )
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "(2,)"
+
+
+def test_sfedmv_with_local_extractors_and_fusion_round_trips(tmp_path: Path) -> None:
+    """Every client's own GRUs and its own LocalMVL (nested estimators) are saved and loaded."""
+    case = next(c for c in CASES if c.name == "SFedMV")
+    pytest.importorskip("torch")
+    data = case.data()
+    est = case.cls()(**case.params, extractors="local", fusion="local").fit(data["clients"])
+    loaded = type(est).load(est.save(tmp_path / "m"))
+    assert isinstance(loaded.fusion_, list) and len(loaded.extractors_) == len(est.extractors_)
+    for client in range(len(est.extractors_)):
+        expected = est.predict(data["views_test"], client=client)
+        assert np.array_equal(loaded.predict(data["views_test"], client=client), expected)
+        twin = pickle.loads(pickle.dumps(est))
+        assert np.array_equal(twin.predict(data["views_test"], client=client), expected)
+
+
+def test_a_loaded_apfed_exports_the_same_model(tmp_path: Path) -> None:
+    """The active client of a loaded APFed is the fitted one: its export (weights, model.json)
+    equals the fitted estimator's."""
+    torch = pytest.importorskip("torch")
+    case = next(c for c in CASES if c.name == "APFed")
+    est = case.fit(case.cls()(**case.params), case.data())
+    loaded = type(est).load(est.save(tmp_path / "saved"))
+    a, b = est.export(tmp_path / "a"), loaded.export(tmp_path / "b")
+    assert json.loads((a / "model.json").read_text()) == json.loads((b / "model.json").read_text())
+    sa, sb = (torch.load(p / "active_model.pt", weights_only=True) for p in (a, b))
+    assert sa.keys() == sb.keys() and all(torch.equal(sa[k], sb[k]) for k in sa)
