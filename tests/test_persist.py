@@ -17,9 +17,9 @@ from typing import Any
 
 import numpy as np
 import pytest
-from test_estimators import CASES, IDS, Case
 
 from fedviews.errors import ConfigError, DataError, NotFittedError
+from test_estimators import CASES, IDS, Case
 
 #: the outputs compared after a round trip (each case's own methods among them)
 OUTPUTS = ("predict", "predict_proba", "decision_function", "transform", "predict_joint")

@@ -9,8 +9,8 @@ from typing import Any, cast
 import numpy as np
 from threadpoolctl import threadpool_limits
 
-from fedviews._persist import Persistent
 from fedviews._params import COUNT, POSITIVE, TOL, check_value
+from fedviews._persist import Persistent
 from fedviews.data import check_Xs
 from fedviews.errors import ConfigError, DataError, check_fitted
 from fedviews.federation import Algorithm, Coordinator

@@ -22,8 +22,8 @@ from sklearn.base import BaseEstimator
 # counter), and fit must leave the global random states as it found them
 from fedviews._console import err_console
 from fedviews._estimator import is_int, store_params
-from fedviews._persist import Persistent
 from fedviews._params import COUNT, check_value
+from fedviews._persist import Persistent
 from fedviews._registry import register_estimator
 from fedviews.data import PartyData, check_ids, split_strips
 from fedviews.deep._common import (

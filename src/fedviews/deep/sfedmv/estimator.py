@@ -38,8 +38,8 @@ import numpy as np
 from sklearn.base import BaseEstimator
 
 from fedviews._estimator import store_params
-from fedviews._persist import Persistent
 from fedviews._params import check_value, spec
+from fedviews._persist import Persistent
 from fedviews._registry import register_estimator
 from fedviews.data import PartyData, check_sequences
 from fedviews.deep._common import resolve_device

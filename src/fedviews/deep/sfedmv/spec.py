@@ -251,7 +251,9 @@ class SFedMVAlgorithm(HorizontalClients):
             party_device(p.device, p.torch_threads),
             secure=run.defense.secagg_bits is not None,
             # a partial of a module function, not a closure: a fitted estimator pickles
-            make_fusion=partial(_make_fusion, _fusion_run(run), _fusion_setup(run, setup), party, local),
+            make_fusion=partial(
+                _make_fusion, _fusion_run(run), _fusion_setup(run, setup), party, local
+            ),
             test_views=local.sequences(test) if has_test else None,
         )
 
