@@ -90,7 +90,7 @@ class _StatePickler(pickle.Pickler):
 
 
 def _unpickle(blob: bytes) -> Any:
-    cls, state = pickle.loads(blob)  # noqa: S301 - the payload of the caller's own pickle
+    cls, state = pickle.loads(blob)  # the payload of the caller's own pickle
     est = cls.__new__(cls)
     est.__dict__.update(state)
     return est
@@ -116,7 +116,7 @@ class _Encoder:
         self.arrays[key] = a
         return {tag: key}
 
-    def __call__(self, v: Any, where: str) -> Any:  # noqa: C901 - one branch per kind
+    def __call__(self, v: Any, where: str) -> Any:
         if v is None or isinstance(v, (bool, str)):
             return v
         if isinstance(v, (int, float)):
@@ -125,7 +125,7 @@ class _Encoder:
             return self.array(np.asarray(v), "__scalar__")
         if isinstance(v, np.ndarray):
             return self.array(v, "__array__")
-        if type(v).__module__.startswith("torch") and type(v).__name__ == "Tensor":
+        if any(c.__module__ == "torch" and c.__name__ == "Tensor" for c in type(v).__mro__):
             return self.array(v.detach().cpu().numpy(), "__tensor__")
         if isinstance(v, list):
             return [self(x, f"{where}[{i}]") for i, x in enumerate(v)]
@@ -135,12 +135,16 @@ class _Encoder:
             items = sorted(v, key=repr)
             return {"__set__": [self(x, where) for x in items], "frozen": isinstance(v, frozenset)}
         if isinstance(v, dict):
-            default = getattr(v, "default_factory", None)
             out: dict[str, Any] = {
                 "__dict__": [[self(k, where), self(x, f"{where}[{k!r}]")] for k, x in v.items()]
             }
-            if default is not None:
-                out["default"] = default.__name__
+            if isinstance(v, defaultdict) and v.default_factory is not None:
+                name = getattr(v.default_factory, "__name__", "")
+                if _DEFAULTS.get(name) is not v.default_factory:
+                    raise ConfigError(
+                        f"cannot save {where}: a defaultdict of {v.default_factory!r}"
+                    )
+                out["default"] = name
             return out
         if isinstance(v, Persistent):  # a fitted estimator inside one (S-FedMV's fusion)
             return {"__estimator__": type(v).__name__, "state": v._state(self)}
@@ -170,7 +174,7 @@ class _Decoder:
             raise DataError(f"{self.path}: model.json names an array {key!r} it does not hold")
         return self.arrays[key]
 
-    def __call__(self, v: Any) -> Any:  # noqa: C901 - one branch per kind
+    def __call__(self, v: Any) -> Any:
         if v is None or isinstance(v, (bool, str, int, float)):
             return v
         if isinstance(v, list):
