@@ -81,6 +81,8 @@ class _StatePickler(pickle.Pickler):
     """Pickles a fitted estimator's state with the transports' live objects left out."""
 
     def reducer_override(self, obj: Any) -> Any:
+        if isinstance(obj, Persistent):  # the estimator, or one inside it (S-FedMV's fusion)
+            return _new_instance, (type(obj),), vars(obj), None, None, _set_vars
         if isinstance(obj, Transport):
             state = {"local": obj.local, "roles": obj.roles, "log": obj.log}
             return _revive_transport, (obj.policy,), state, None, None, _set_transport_state
@@ -89,11 +91,16 @@ class _StatePickler(pickle.Pickler):
         return NotImplemented
 
 
+def _new_instance(cls: type[Persistent]) -> Persistent:
+    return object.__new__(cls)
+
+
+def _set_vars(obj: Any, state: dict[str, Any]) -> None:
+    obj.__dict__.update(state)
+
+
 def _unpickle(blob: bytes) -> Any:
-    cls, state = pickle.loads(blob)  # the payload of the caller's own pickle
-    est = cls.__new__(cls)
-    est.__dict__.update(state)
-    return est
+    return pickle.loads(blob)  # the payload of the caller's own pickle
 
 
 # --------------------------------------------------------------------------- JSON + arrays
@@ -243,7 +250,7 @@ class Persistent:
 
     def __reduce_ex__(self, protocol: Any) -> tuple[Any, ...]:
         buf = io.BytesIO()
-        _StatePickler(buf, protocol=pickle.HIGHEST_PROTOCOL).dump((type(self), vars(self)))
+        _StatePickler(buf, protocol=pickle.HIGHEST_PROTOCOL).dump(self)
         return _unpickle, (buf.getvalue(),)
 
     def _live_state(self) -> dict[str, Any]:
