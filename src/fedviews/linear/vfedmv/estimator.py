@@ -100,6 +100,9 @@ class VFedMV(ConsensusFit, ConsensusPredictor):
     #: saved without its run: a loaded V-FedMV runs the testing phase in one place
     _live = ("fed_", "parties_", "server_")
 
+    def _restore_live(self, state: dict[str, Any]) -> None:
+        self.zetas_ = per_party(self.zeta, len(self.W_), "zeta")  # the parties' zeta_k
+
     def fit(self, Xs: Sequence[np.ndarray], y: np.ndarray) -> VFedMV:
         """Run Algorithm 2: ``Xs[k]`` is party k's view, ``y`` the server's labels.
 
@@ -134,9 +137,10 @@ class VFedMV(ConsensusFit, ConsensusPredictor):
 
     def _local_testing_phase(self, Xs: Sequence[np.ndarray]) -> np.ndarray:
         """The testing phase (Eqs. 12-13) run in one place with the parties' ``W_k`` and
-        scalers (a loaded estimator has no federation; the same iterations as the parties')."""
+        scalers: a loaded estimator has no federation. The same iterations as the parties'
+        (the same ``Z^test``; with ``defense="secagg"`` the parties' differs by the rounding
+        of its fixed-point sums)."""
         Xs = check_Xs(Xs, n_views=len(self.W_), n_features=self.n_features_in_)
-        self.zetas_ = per_party(self.zeta, len(self.W_), "zeta")
         return super().decision_function(
             [scaled(X, s) for X, s in zip(Xs, self.scalers_, strict=True)]
         )
