@@ -171,6 +171,22 @@ def test_load_refuses_a_missing_or_damaged_file(saved: Path, tmp_path: Path) -> 
         VFedMV.load(folder)
 
 
+def test_load_refuses_weights_of_another_shape(tmp_path: Path) -> None:
+    """A network's weights that do not fit its architecture are a DataError, not torch's."""
+    pytest.importorskip("torch")
+    case = next(c for c in CASES if c.name == "SingleVL")
+    est = case.fit(case.cls()(**case.params), case.data())
+    folder = est.save(tmp_path / "m")
+    arrays = dict(np.load(folder / "arrays.npz"))
+    meta = json.loads((folder / "model.json").read_text())
+    net = dict(meta["live"]["__dict__"])["nets"]["__dict__"][0][1]["__dict__"]
+    key = net[0][1]["__tensor__"]  # the first weight of the active network
+    arrays[key] = np.zeros((1, *arrays[key].shape), arrays[key].dtype)
+    np.savez(folder / "arrays.npz", **arrays)  # type: ignore[arg-type]
+    with pytest.raises(DataError, match="incomplete or damaged"):
+        type(est).load(folder)
+
+
 class _Boom:
     """Unpickling it would run code: a saved estimator's arrays never unpickle."""
 

@@ -316,10 +316,13 @@ class Persistent:
             )
         try:
             return cls._from_state(_Decoder(arrays, path), meta)
-        except (KeyError, TypeError, AttributeError, ValueError) as exc:
+        except (KeyError, IndexError, TypeError, AttributeError, ValueError, RuntimeError) as exc:
             if isinstance(exc, FedViewsError):
                 raise
-            raise DataError(f"{path}: model.json is incomplete or damaged ({exc!r})") from None
+            # RuntimeError: torch refused a network's weights of another shape
+            raise DataError(
+                f"{path}: the saved estimator is incomplete or damaged ({exc!r})"
+            ) from None
 
     def _state(self, enc: _Encoder) -> dict[str, Any]:
         """Parameters, fitted attributes and live state, encoded (``enc`` keeps the arrays)."""
