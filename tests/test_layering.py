@@ -31,6 +31,7 @@ SHARED = (
     "fedviews._estimator",
     "fedviews._heap",
     "fedviews._params",
+    "fedviews._persist",  # the estimators' pickling, save and load (above federation)
     "fedviews._registry",
     "fedviews._tables",
     "fedviews.errors",

@@ -17,6 +17,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
@@ -24,6 +25,7 @@ import numpy as np
 from scipy.special import softmax
 
 from fedviews._classifier import Classifier
+from fedviews._persist import Persistent
 from fedviews.data import check_classes
 from fedviews.deep._apfed_nets import NetSpec, as_images, cut_strips, get_arch
 from fedviews.deep._common import (
@@ -216,7 +218,7 @@ class SplitTop(Party):
 # --------------------------------------------------------------------------- estimators
 
 
-class StripEstimator(Classifier):
+class StripEstimator(Persistent, Classifier):
     """Shared pieces of APFed, SingleVL and TVFL: hyper-parameters, strips, label encoding, the
     fitted federation, active-only prediction.
 
@@ -239,6 +241,37 @@ class StripEstimator(Classifier):
     device: str
     random_state: int | None
     verbose: bool
+    active_: Any
+    passives_: list[Any]
+    spec_: NetSpec
+    history_: list[float]
+
+    #: saved as the active client's networks (prediction is the active client's alone);
+    #: the passive clients' models are not saved (pickling keeps them)
+    _live = ("active_", "passives_", "spec_", "device_")
+    #: the active client's networks, by attribute
+    _active_nets: tuple[str, ...] = ("net",)
+
+    def _live_state(self) -> dict[str, Any]:
+        return {
+            "spec": dataclasses.asdict(self.spec_),
+            "nets": {k: getattr(self.active_, k).state_dict() for k in self._active_nets},
+        }
+
+    def _restore_live(self, state: dict[str, Any]) -> None:
+        self.spec_ = NetSpec(**state["spec"])
+        self.device_ = resolve_device(self.device)
+        view = np.zeros((0, self.image_shape_[0], *self.strip_hw_), np.float32)
+        self.active_ = self._trained_active(view, state)
+        for k, sd in state["nets"].items():
+            getattr(self.active_, k).load_state_dict(sd)
+        self.active_.history = self.history_
+        self.passives_ = []
+
+    def _trained_active(self, view: np.ndarray, state: dict[str, Any]) -> Any:
+        """The active client of a loaded estimator, built as the fit builds it (with no
+        training rows, ``view`` of shape ``(0, C, h, W)``) before its networks are loaded."""
+        raise NotImplementedError  # pragma: no cover - every subclass defines it
 
     def _keep_run(self, active: Any, passives: Sequence[Any], transport: Any) -> None:
         """The fitted federation: its parties, transport, per-epoch losses and message summary."""
@@ -260,7 +293,7 @@ class StripEstimator(Classifier):
         self.setting_ = (int(self.m), int(self.i), bool(self.pad))
         self.image_shape_ = tuple(int(s) for s in X.shape[1:])
         self.strip_hw_ = (int(views[0].shape[2]), int(views[0].shape[3]))
-        self.spec_: NetSpec = get_arch(self.arch, X.shape[1])
+        self.spec_ = get_arch(self.arch, X.shape[1])
         self.device_ = resolve_device(self.device)
         return views, yy
 

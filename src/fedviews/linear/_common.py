@@ -11,6 +11,7 @@ from threadpoolctl import threadpool_limits
 
 from fedviews._classifier import accuracy
 from fedviews._params import COUNT, POSITIVE, TOL, check_value
+from fedviews._persist import Persistent
 from fedviews.data import check_Xs
 from fedviews.errors import ConfigError, DataError, check_fitted
 from fedviews.federation import Algorithm, Coordinator
@@ -59,7 +60,7 @@ class LinearAlgorithm(Algorithm):
             return super().run_coordinator(coord, on_round_end)
 
 
-class PartyPredictor:
+class PartyPredictor(Persistent):
     """``predict(X, party)`` of the estimators whose every party can predict alone from
     its own view with its own ``W_k`` (MMVFL, supFL, supMVLFL); ``scalers_[k]``, where
     set, is party k's own training scaling, applied to ``X`` first.

@@ -5,11 +5,12 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
 from fedviews._classifier import Classifier, run_in_process
+from fedviews._persist import Persistent
 from fedviews.data import PartyData, check_classes, check_Xs
 from fedviews.errors import ConvergenceWarning, DataError, check_fitted
 from fedviews.federation import Defense, Roster, RunSpec, build_in_process
@@ -21,6 +22,8 @@ from fedviews.linear._l21 import row_norms
 class ConsensusFit:
     """The in-process fit of the MMVFL and V-FedMV estimators (mixed into them)."""
 
+    #: the run is not saved (:meth:`~fedviews._persist.Persistent.save`); pickled, it is
+    _live: ClassVar[tuple[str, ...]] = ("fed_",)
     transport: Any
     random_state: int | None
     defense: Any
@@ -96,7 +99,7 @@ def labels_present(y: Any, where: str) -> None:
         )
 
 
-class ConsensusPredictor(Classifier):
+class ConsensusPredictor(Persistent, Classifier):
     """``predict = argmax`` of the consensus ``Z^test`` (shared by the multi-view estimators)."""
 
     classes_: np.ndarray

@@ -258,6 +258,27 @@ class TVFL(StripEstimator):
         self._keep_run(active, passives, transport)
         return self
 
+    _active_nets = ("encoder", "head")
+
+    def _live_state(self) -> dict[str, Any]:
+        fill = {"passives": self.active_.passives, "active_mean": self.active_.active_mean}
+        return {**super()._live_state(), **fill}
+
+    def _trained_active(self, view: np.ndarray, state: dict[str, Any]) -> TVFLActiveClient:
+        active = TVFLActiveClient(
+            view,
+            np.zeros(0, np.int64),
+            len(self.classes_),
+            self.spec_,
+            passives=state["passives"],
+            position=self.setting_[1] - 1,
+            seed=0,
+            device=self.device_,
+        )
+        mean = state["active_mean"]
+        active.active_mean = None if mean is None else mean.to(self.device_)
+        return active
+
     def _logits(self, strip: np.ndarray, fill: str | None = None) -> np.ndarray:
         how = _check_fill(self.fill if fill is None else fill)
         a = self.active_

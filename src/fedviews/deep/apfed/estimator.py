@@ -71,6 +71,17 @@ class ActiveOnly(StripEstimator):
     def _logits(self, strip: np.ndarray) -> np.ndarray:
         return net_logits(self.active_.net, strip, self.device_)
 
+    def _live_state(self) -> dict[str, Any]:
+        info = {"model_info": self.active_.model_info, "classes": self.active_.classes}
+        return {**super()._live_state(), **info}
+
+    def _trained_active(self, view: np.ndarray, state: dict[str, Any]) -> ActiveClient:
+        active = ActiveClient(
+            view, np.zeros(0, np.int64), len(self.classes_), self.spec_, seed=0, device=self.device_
+        )
+        active.classes, active.model_info = state["classes"], state["model_info"]
+        return active
+
     def export(self, path: str | Path, *, torchscript: bool = False) -> Path:
         """Write the active client's standalone model to the folder ``path``.
 

@@ -24,6 +24,7 @@ from fedviews._classifier import Classifier, run_in_process
 from fedviews._console import err_console
 from fedviews._estimator import is_int, store_params
 from fedviews._params import COUNT, check_value
+from fedviews._persist import Persistent
 from fedviews._registry import register_estimator
 from fedviews.data import PartyData, check_classes, check_ids, check_numeric, split_strips
 from fedviews.deep._common import (
@@ -37,11 +38,14 @@ from fedviews.errors import ConfigError, DataError, check_fitted
 from fedviews.federation import (
     Defense,
     InProcessRun,
+    Local,
     Party,
     Roster,
     RunSpec,
+    Transport,
     build_in_process,
     estimator_params,
+    federate,
 )
 
 __all__ = ["MultiVFL"]
@@ -85,7 +89,7 @@ def _as_strips(X: Any, n_data_owners: int, name: str) -> list[np.ndarray]:
 
 
 @register_estimator("multivfl")
-class MultiVFL(Classifier):
+class MultiVFL(Persistent, Classifier):
     """Multi-VFL: split learning with D data owners and K label owners.
 
     ``fit`` runs the one definition of the algorithm (:class:`MultiVFLAlgorithm`):
@@ -371,14 +375,62 @@ class MultiVFL(Classifier):
         for k, name in enumerate(lo_names):
             extra = lo_test if k == 0 else {}
             datas[name] = PartyData(owner_ids[k], None, y_enc[owner_rows[k]], **extra)
-        run = RunSpec(
+        return self._run_spec(replace(params, evaluate=evaluate)), datas
+
+    def _run_spec(self, params: MultiVFLParams) -> RunSpec:
+        do_names = tuple(f"data_owner_{d}" for d in range(self.n_data_owners))
+        lo_names = tuple(f"label_owner_{k}" for k in range(self.n_label_owners))
+        return RunSpec(
             MULTIVFL_SPEC.name,
-            replace(params, evaluate=evaluate),
+            params,
             Roster(do_names + lo_names, label_owners=lo_names, coordinator="server"),
             self.random_state,
             Defense.of(self.defense),
         )
-        return run, datas
+
+    #: saved as the members' models; loaded, they are built again by the spec
+    _live = ("data_owners_", "label_owners_", "server_")
+    transport_: Transport
+
+    def _live_state(self) -> dict[str, Any]:
+        return {
+            "setup": self._setup,
+            "bottoms": [do.state_dict() for do in self.data_owners_],
+            "tops": [lo.top.state_dict() for lo in self.label_owners_],
+            "server": self.server_.state_dict(),
+        }
+
+    def _restore_live(self, state: dict[str, Any]) -> None:
+        """Every member built by the spec as a deployed process builds it, from no rows, with
+        the fitted models; wired to an in-process transport that keeps the fitted log."""
+        run = self._run_spec(replace(self._params(), evaluate=False))
+        self._setup = setup = state["setup"]
+        groups = MULTIVFL_SPEC.groups(run)
+        none = np.zeros(0, np.int64)
+
+        def build(party: str, features: np.ndarray | None, y: np.ndarray | None) -> Party:
+            own = {g.name: g for g in groups if party in g.parties}
+            local = Local(PartyData(none, features, y), {g: none for g in own}, own)
+            return MULTIVFL_SPEC.build_party(run, party, local, setup)
+
+        self.data_owners_ = [
+            _as(DataOwner, build(f"data_owner_{d}", np.zeros((0, *hw), np.float32), None))
+            for d, hw in enumerate(self.strip_shapes_)
+        ]
+        self.label_owners_ = [
+            _as(LabelOwner, build(f"label_owner_{k}", None, none))
+            for k in range(self.n_label_owners)
+        ]
+        self.server_ = _as(Server, MULTIVFL_SPEC.build_coordinator(run, setup))
+        for do, bottom in zip(self.data_owners_, state["bottoms"], strict=True):
+            do.load_state(bottom)
+        for lo, top in zip(self.label_owners_, state["tops"], strict=True):
+            lo.top.load_state_dict(top)
+        self.server_.load_state(state["server"])
+        log = self.transport_.log
+        members = [self.server_, *self.data_owners_, *self.label_owners_]
+        self.transport_ = federate(members, self.transport_.policy)
+        self.transport_.log = log
 
     def _run(
         self,
@@ -419,6 +471,7 @@ class MultiVFL(Classifier):
             _as(LabelOwner, fed.parties[f"label_owner_{k}"]) for k in range(self.n_label_owners)
         ]
         self.server_ = _as(Server, fed.coordinator)
+        self._setup = dict(fed.setup)  # to build the members again when loaded
         self.privacy_ = fed.privacy
         self.history_ = history_columns(self.server_.history)
         self.history_["round"] = [int(r) for r in self.history_["round"]]

@@ -39,11 +39,12 @@ import numpy as np
 from fedviews._classifier import Classifier, accuracy, round_progress, run_in_process
 from fedviews._estimator import store_params
 from fedviews._params import check_value, spec
+from fedviews._persist import Persistent
 from fedviews._registry import register_estimator
 from fedviews.data import PartyData, check_classes, check_sequences
 from fedviews.deep._common import resolve_device
 from fedviews.deep.sfedmv.baselines import train_local_extractors
-from fedviews.deep.sfedmv.nets import BiGRUExtractor, sequence_embed
+from fedviews.deep.sfedmv.nets import BiGRUExtractor, make_extractor, sequence_embed
 from fedviews.deep.sfedmv.parties import RoundCallback, SFedMVServer
 from fedviews.deep.sfedmv.protocol import Weights, fusion_seed
 from fedviews.deep.sfedmv.spec import DEPLOY_ONLY, SFedMVParams
@@ -105,7 +106,7 @@ def check_sequence_clients(
 
 
 @register_estimator("sfedmv")
-class SFedMV(Classifier):
+class SFedMV(Persistent, Classifier):
     """S-FedMV (Algorithm 4 + H-FedMV) and the baselines of the paper's Table 3.
 
     The hyper-parameters besides ``extractors``, ``fusion``, ``random_state`` and
@@ -217,6 +218,25 @@ class SFedMV(Classifier):
 
     def _encode(self, ys: Sequence[np.ndarray]) -> list[np.ndarray]:
         return [np.searchsorted(self.classes_, y).astype(np.int64) for y in ys]
+
+    #: saved as the extractors' weights (a list per client with ``extractors="local"``)
+    _live = ("extractors_", "device_")
+
+    def _live_state(self) -> dict[str, Any]:
+        local = self.setting_[0] == "local"
+        groups = self.extractors_ if local else [self.extractors_]
+        return {"extractors": [[m.state_dict() for m in g] for g in groups]}
+
+    def _restore_live(self, state: dict[str, Any]) -> None:
+        self.device_ = resolve_device(self.device)
+        p, c = self._params(), len(self.classes_)
+        groups = []
+        for group in state["extractors"]:
+            models = [make_extractor(ch, c, p, 0) for ch in self.n_channels_]
+            for m, sd in zip(models, group, strict=True):
+                m.load_state_dict(sd)
+            groups.append([m.to(self.device_) for m in models])
+        self.extractors_ = groups if self.setting_[0] == "local" else groups[0]
 
     def _extractors_of(self, client: int | None) -> list[BiGRUExtractor]:
         if client is not None:

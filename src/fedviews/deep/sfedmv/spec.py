@@ -25,6 +25,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -240,27 +241,6 @@ class SFedMVAlgorithm(HorizontalClients):
         assert y is not None
         test = f"{party}:test"
         has_test = test in local.rows
-        fusion_run, fusion_setup = _fusion_run(run), _fusion_setup(run, setup)
-        n, n_test = len(y), len(local.rows[test]) if has_test else 0
-
-        def make_fusion(X: list[np.ndarray], X_test: list[np.ndarray] | None) -> HFedMVClient:
-            """H-FedMV's own client, built by its spec from this client's embeddings."""
-            extra: dict[str, Any] = {}
-            if X_test is not None:
-                _, _, y_test = local.take(test)
-                extra = {"ids_test": np.arange(n_test), "X_test": np.hstack(X_test)}
-                extra["y_test"] = y_test
-            data = PartyData(
-                np.arange(n), np.hstack(X), y, view_dims=tuple(x.shape[1] for x in X), **extra
-            )
-            groups = {g.name: g for g in HFEDMV_SPEC.groups(fusion_run) if party in g.parties}
-            rows = {party: np.arange(n), **({test: np.arange(n_test)} if has_test else {})}
-            built = HFEDMV_SPEC.build_party(
-                fusion_run, party, Local(data, rows, groups), fusion_setup
-            )
-            assert isinstance(built, HFedMVClient)
-            return built
-
         return SFedMVClient(
             party,
             local.sequences(party),
@@ -270,7 +250,10 @@ class SFedMVAlgorithm(HorizontalClients):
             [view_seeds(run.seed, k, index)[1] for k in range(K)],
             party_device(p.device, p.torch_threads),
             secure=run.defense.secagg_bits is not None,
-            make_fusion=make_fusion,
+            # a partial of a module function, not a closure: a fitted estimator pickles
+            make_fusion=partial(
+                _make_fusion, _fusion_run(run), _fusion_setup(run, setup), party, local
+            ),
             test_views=local.sequences(test) if has_test else None,
         )
 
@@ -429,3 +412,30 @@ def watch_clients(cfg: Any) -> dict[str, PartyData]:
 
 
 SFEDMV_SPEC = register_algorithm_spec(SFedMVAlgorithm())
+
+
+def _make_fusion(
+    fusion_run: RunSpec,
+    fusion_setup: Mapping[str, Any],
+    party: str,
+    local: Local,
+    X: list[np.ndarray],
+    X_test: list[np.ndarray] | None,
+) -> HFedMVClient:
+    """H-FedMV's own client of S-FedMV client ``party``, built by its spec from the client's
+    embeddings ``X`` (and ``X_test`` of its test rows)."""
+    _, _, y = local.take(party)
+    assert y is not None
+    test = f"{party}:test"
+    n, n_test = len(y), len(local.rows[test]) if test in local.rows else 0
+    extra: dict[str, Any] = {}
+    if X_test is not None:
+        _, _, y_test = local.take(test)
+        extra = {"ids_test": np.arange(n_test), "X_test": np.hstack(X_test)}
+        extra["y_test"] = y_test
+    data = PartyData(np.arange(n), np.hstack(X), y, view_dims=tuple(x.shape[1] for x in X), **extra)
+    groups = {g.name: g for g in HFEDMV_SPEC.groups(fusion_run) if party in g.parties}
+    rows = {party: np.arange(n), **({test: np.arange(n_test)} if test in local.rows else {})}
+    built = HFEDMV_SPEC.build_party(fusion_run, party, Local(data, rows, groups), fusion_setup)
+    assert isinstance(built, HFedMVClient)
+    return built

@@ -13,6 +13,7 @@ import numpy as np
 
 from fedviews._classifier import Classifier, round_progress
 from fedviews._estimator import store_params
+from fedviews._persist import Persistent
 from fedviews._registry import register_estimator
 from fedviews.data import check_Xs, one_hot
 from fedviews.errors import DataError, check_fitted
@@ -129,7 +130,7 @@ class _SingleViewLearner:
 
 
 @register_estimator("single_view_fl")
-class SingleViewFL(Classifier):
+class SingleViewFL(Persistent, Classifier):
     """The "Single View FL" baseline: FedAvg of Eq. (20) over clients holding one view.
 
     Every round each client runs ``local_iter`` IRLS iterations of

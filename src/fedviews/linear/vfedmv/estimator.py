@@ -13,6 +13,7 @@ from fedviews._registry import register_estimator
 from fedviews.data import check_Xs
 from fedviews.errors import check_fitted
 from fedviews.federation import estimator_params
+from fedviews.linear._common import per_party, scaled
 from fedviews.linear._consensus_fit import ConsensusFit, ConsensusPredictor, prepare_views
 from fedviews.linear.vfedmv.spec import VFedMVParams
 
@@ -100,6 +101,12 @@ class VFedMV(ConsensusFit, ConsensusPredictor):
     ) -> None:
         store_params(self, locals())
 
+    #: saved without its run: a loaded V-FedMV runs the testing phase in one place
+    _live = ("fed_", "parties_", "server_")
+
+    def _restore_live(self, state: dict[str, Any]) -> None:
+        self.zetas_ = per_party(self.zeta, len(self.W_), "zeta")  # the parties' zeta_k
+
     def fit(self, Xs: Sequence[np.ndarray], y: np.ndarray) -> VFedMV:
         """Run Algorithm 2: ``Xs[k]`` is party k's view, ``y`` the server's labels.
 
@@ -120,6 +127,8 @@ class VFedMV(ConsensusFit, ConsensusPredictor):
         does (the server's ``test_init`` / ``test_update`` to the parties' handlers, no
         training round left); only ``Z_k_test`` and ``Z_test`` are exchanged.
         """
+        if not hasattr(self, "fed_") and hasattr(self, "W_"):  # loaded (save/load): no run
+            return self._local_testing_phase(Xs)
         check_fitted(self, "parties_", "server_", "fed_")
         Xs = check_Xs(Xs, n_views=len(self.parties_), n_features=self.n_features_in_)
         for party, X in zip(self.parties_, Xs, strict=True):
@@ -129,3 +138,13 @@ class VFedMV(ConsensusFit, ConsensusPredictor):
         self.test_iterations_ = self.server_.scores["test_iterations"]
         self.run_stats_ = self.transport_.log.summary()
         return np.asarray(self.server_.scores["Z_test"])
+
+    def _local_testing_phase(self, Xs: Sequence[np.ndarray]) -> np.ndarray:
+        """The testing phase (Eqs. 12-13) run in one place with the parties' ``W_k`` and
+        scalers: a loaded estimator has no federation. The same iterations as the parties'
+        (the same ``Z^test``; with ``defense="secagg"`` the parties' differs by the rounding
+        of its fixed-point sums)."""
+        Xs = check_Xs(Xs, n_views=len(self.W_), n_features=self.n_features_in_)
+        return super().decision_function(
+            [scaled(X, s) for X, s in zip(Xs, self.scalers_, strict=True)]
+        )
