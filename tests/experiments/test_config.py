@@ -1,3 +1,5 @@
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -75,3 +77,33 @@ def test_tables_and_seed_are_checked():
         with pytest.raises(ConfigError, match=r"seed must lie in \[0, 2\*\*31\)"):
             load_config(path, [f"seed={seed}"])
     assert load_config(path, ["seed=2147483647"]).seed == 2**31 - 1
+
+
+def test_a_config_is_checked_before_the_heavy_imports():
+    """Every experiment config with an unknown key, or a value of the wrong type, fails without
+    importing torch or scikit-learn: a config error is quick. The registry imports only the providers
+    up to the named experiment's; S-FedMV's comes last because its spec builds on H-FedMV's
+    parties, whose package holds the scikit-learn estimators."""
+    code = """
+import sys, tomllib
+from pathlib import Path
+from fedviews.errors import ConfigError
+from fedviews.experiments import load_config
+for path in sorted(Path("configs").glob("*.toml")):
+    raw = tomllib.loads(path.read_text())
+    if "federation" in raw or raw["experiment"].startswith("sfedmv"):
+        continue
+    for override, error in (("params.no_such_key=1", "unknown key"), ("seed=x", "integer")):
+        try:
+            load_config(path, [override])
+        except ConfigError as exc:
+            assert error in str(exc), exc
+        else:
+            raise AssertionError(path)
+print(sorted(m for m in ("torch", "sklearn") if m in sys.modules))
+"""
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=300
+    )
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "[]"
