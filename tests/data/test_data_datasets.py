@@ -52,8 +52,12 @@ def test_unknown_dataset_suggests_closest_name() -> None:
 def test_unknown_option_is_config_error(handwritten: MultiViewDataset) -> None:
     with pytest.raises(ConfigError, match="did you mean 'views'"):
         data.load("handwritten", veiws=["pix"])
-    with pytest.raises(ConfigError, match="must be distinct names"):
+    with pytest.raises(ConfigError, match="unknown view 'nope'; the views are"):
         data.load("handwritten", views=["pix", "nope"])
+    with pytest.raises(ConfigError, match="'pix' named twice"):
+        data.load("handwritten", views=["pix", "fou", "pix"])
+    with pytest.raises(ConfigError, match="no view named"):
+        data.load("handwritten", views=[])
 
 
 def test_info_fields(handwritten: MultiViewDataset) -> None:

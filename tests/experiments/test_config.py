@@ -1,3 +1,4 @@
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -51,6 +52,39 @@ def test_overrides_and_types():
         load_config(ROOT / "configs/mmvfl_handwritten.toml", ["params.classifier=svm"])
     with pytest.raises(ConfigError, match="key=value"):
         load_config(ROOT / "configs/mmvfl_handwritten.toml", ["params.zeta"])
+
+
+@pytest.mark.parametrize(
+    ("override", "views"),
+    [
+        ("data.views=[pix,xyz]", ["pix", "xyz"]),  # as typed in a shell, which strips quotes
+        ('data.views=["pix", "fou"]', ["pix", "fou"]),
+        ("data.views=[ pix , fou, ]", ["pix", "fou"]),
+        ("data.views=[]", []),
+        ("data.views=pix", "pix"),
+    ],
+)
+def test_list_overrides_of_strings(override, views):
+    cfg = load_config(ROOT / "configs/mmvfl_handwritten.toml", [override])
+    assert cfg.data.options["views"] == views
+    assert load_config(
+        ROOT / "configs/mmvfl_handwritten.toml", ["params.betas=[1, 2.5]"]
+    ).params.betas == (1.0, 2.5)
+
+
+@pytest.mark.parametrize(
+    ("override", "problem"),
+    [
+        ("data.views=[pix,", "malformed list"),
+        ("data.views=[pix fou]", "'pix fou' is not a value"),
+        ("data.views=[pix,,fou]", "'' is not a value"),
+        ('data.views=["pix,fou]', "malformed list"),
+        ("data.views=[[pix],fou]", "malformed list"),
+    ],
+)
+def test_malformed_list_overrides_are_refused(override, problem):
+    with pytest.raises(ConfigError, match=re.escape(problem)):
+        load_config(ROOT / "configs/mmvfl_handwritten.toml", [override])
 
 
 def test_unknown_experiment_and_missing_file(tmp_path):
