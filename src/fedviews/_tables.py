@@ -159,8 +159,7 @@ def _override_value(raw: str, item: str) -> Any:
     if not text.startswith("["):
         return raw
     malformed = (
-        f"override {item!r}: malformed list; write [a,b] or [\"a\",\"b\"] (strings), "
-        "[1,2] (numbers)"
+        f'override {item!r}: malformed list; write [a,b] or ["a","b"] (strings), [1,2] (numbers)'
     )
     inner = text[1:-1] if text.endswith("]") else None
     if inner is None or any(c in inner for c in "[]{}"):
