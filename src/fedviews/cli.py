@@ -14,6 +14,7 @@ from typing import Annotated, Any
 
 import typer
 
+from fedviews._configs import copy_config, list_configs, resolve_config
 from fedviews._console import DEBUG, console, err_console, friendly
 from fedviews._heap import keep_freed_memory
 from fedviews._tables import read_toml
@@ -30,6 +31,10 @@ datasets_app = typer.Typer(
     help="List, describe and fetch the built-in datasets.", no_args_is_help=True
 )
 app.add_typer(datasets_app, name="datasets")
+configs_app = typer.Typer(
+    help="The configs shipped with fedviews: list them, copy one to edit.", no_args_is_help=True
+)
+app.add_typer(configs_app, name="configs")
 
 
 @app.callback()
@@ -48,7 +53,8 @@ def run(
     config: Annotated[
         Path | None,
         typer.Argument(
-            help="Experiment TOML (configs/*.toml) or deployment TOML (configs/deploy_*)."
+            help="Experiment TOML (configs/*.toml) or deployment TOML (configs/deploy_*); "
+            "a shipped config's name (fedviews configs list) where no such file exists."
         ),
     ] = None,
     overrides: Annotated[
@@ -91,6 +97,9 @@ def run(
         return
     if config is None:
         raise ConfigError("give a CONFIG file (see configs/) or --resume RUN_DIR")
+    if (found := resolve_config(config)) != config:
+        console.print(f"{config}: the shipped config {found}", highlight=False, soft_wrap=True)
+        config = found
     if "federation" in read_toml(config):  # a deployment (experiments name no federation)
         from fedviews.deploy import launch, load_deploy_config
 
@@ -373,6 +382,34 @@ def datasets_fetch(name: str) -> None:
     console.print(
         f"{name}: {ds.n_samples} samples, views {dict(zip(ds.view_names, ds.n_features, strict=True))} -> {path}"
     )
+
+
+@configs_app.command("list")
+@friendly
+def configs_list() -> None:
+    """List the shipped configs (``fedviews run NAME`` runs one by name)."""
+    from rich.table import Table
+
+    configs = list_configs()
+    t = Table(title="shipped configs")  # one line per config: whole names, descriptions cut
+    t.add_column("name", no_wrap=True, min_width=max(map(len, configs), default=4))
+    t.add_column("description", no_wrap=True, overflow="ellipsis")
+    for name, description in configs.items():
+        t.add_row(name, description)
+    console.print(t)
+
+
+@configs_app.command("copy")
+@friendly
+def configs_copy(
+    name: Annotated[str, typer.Argument(help="A shipped config (fedviews configs list).")],
+    dest: Annotated[
+        Path | None, typer.Argument(help="File or folder to write (default ./NAME.toml).")
+    ] = None,
+    force: Annotated[bool, typer.Option("--force", help="Overwrite an existing file.")] = False,
+) -> None:
+    """Copy a shipped config, to edit it and run it with ``fedviews run FILE``."""
+    console.print(f"{name} -> {copy_config(name, dest, force=force)}", highlight=False)
 
 
 apfed_app = typer.Typer(help="APFed: use an exported active-client model.", no_args_is_help=True)
