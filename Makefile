@@ -30,8 +30,7 @@ install-dev: install
 	$(BIN)/pip install -q -e ".[torch,grpc,dev,flower,parquet,privacy,docs]"
 
 data: install
-	$(BIN)/fedviews datasets fetch handwritten
-	$(BIN)/fedviews datasets fetch mnist
+	$(BIN)/fedviews datasets fetch handwritten mnist
 
 demo: data
 	$(BIN)/fedviews run configs/mmvfl_handwritten.toml $(ARGS)

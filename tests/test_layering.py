@@ -26,6 +26,7 @@ SRC = Path(fedviews.__file__).resolve().parent
 
 #: lower modules every layer may import, private names included
 SHARED = (
+    "fedviews._configs",
     "fedviews._console",
     "fedviews._estimator",
     "fedviews._heap",

@@ -13,11 +13,12 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
+from rich.markup import escape
 
 from fedviews._configs import copy_config, list_configs, resolve_config
 from fedviews._console import DEBUG, console, err_console, friendly
 from fedviews._heap import keep_freed_memory
-from fedviews._tables import read_toml
+from fedviews._tables import closest, read_toml
 from fedviews.errors import ConfigError, FedViewsError
 
 app = typer.Typer(
@@ -356,8 +357,8 @@ def datasets_list() -> None:
         t.add_row(name, "yes" if meta.get("available") else "no", str(meta.get("description", "")))
     console.print(t)
     console.print(
-        "multi-view sequence datasets (fedviews.data.load_sequences): "
-        + ", ".join(list_sequence_datasets())
+        "multi-view sequence datasets (fedviews.data.load_sequences; fetch them with "
+        "`fedviews datasets fetch NAME` too): " + ", ".join(list_sequence_datasets())
     )
 
 
@@ -373,15 +374,51 @@ def datasets_info(name: str) -> None:
 
 @datasets_app.command("fetch")
 @friendly
-def datasets_fetch(name: str) -> None:
-    """Download/convert a dataset into the cache (~/.cache/fedviews or $FEDVIEWS_DATA)."""
-    from fedviews.data import fetch, load
+def datasets_fetch(
+    names: Annotated[
+        list[str], typer.Argument(help="Datasets to fetch, e.g. handwritten mnist watch.")
+    ],
+) -> None:
+    """Download/convert datasets into the cache (~/.cache/fedviews or $FEDVIEWS_DATA).
 
+    Every name is tried; those that fail are named at the end (exit status 2).
+    """
+    from fedviews.data import list_datasets, list_sequence_datasets
+
+    known = list_datasets() + list_sequence_datasets()
+    unknown = [n for n in names if n not in known]
+    if unknown:
+        raise ConfigError(f"unknown dataset {unknown[0]!r}{closest(unknown[0], known)}")
+    failed = []
+    for name in names:
+        try:
+            console.print(_fetch_one(name), highlight=False, soft_wrap=True)
+        except FedViewsError as exc:
+            err_console.print(
+                f"error: {name}: {type(exc).__name__}: {escape(str(exc))}",
+                highlight=False,
+                soft_wrap=True,
+            )
+            failed.append(name)
+    if failed:
+        err_console.print(f"error: not fetched: {', '.join(failed)}", highlight=False)
+        raise typer.Exit(2)
+
+
+def _fetch_one(name: str) -> str:
+    """Fetch the dataset ``name`` (table or sequences) and load it once: a line saying what
+    is in the cache."""
+    from fedviews.data import fetch, fetch_sequences, list_sequence_datasets, load, load_sequences
+
+    if name in list_sequence_datasets():
+        path = fetch_sequences(name)
+        seqs = load_sequences(name)
+        views = dict(zip(seqs.view_names, seqs.n_channels, strict=True))
+        return f"{name}: {seqs.n_samples} sequences, views {views} (channels) -> {path}"
     path = fetch(name)
     ds = load(name)
-    console.print(
-        f"{name}: {ds.n_samples} samples, views {dict(zip(ds.view_names, ds.n_features, strict=True))} -> {path}"
-    )
+    views = dict(zip(ds.view_names, ds.n_features, strict=True))
+    return f"{name}: {ds.n_samples} samples, views {views} -> {path}"
 
 
 @configs_app.command("list")
