@@ -63,3 +63,28 @@ def test_help_describes_the_arguments():
 
     r = CliRunner().invoke(app, ["run", "--help"], env={"COLUMNS": "200"})
     assert r.exit_code == 0 and "Experiment TOML" in r.output, r.output
+
+
+def test_help_texts_show_no_code_marks():
+    """The docstrings' ``code`` marks (RST double and Markdown single backticks) are dropped
+    from every command's help, as ``fedviews ... --help`` prints it."""
+    import subprocess
+
+    import click
+    import typer
+
+    from fedviews.cli import app, plain_help
+
+    def texts(command: click.Command) -> list[str]:
+        own = [command.help or "", command.short_help or ""]
+        own += [getattr(p, "help", None) or "" for p in command.params]
+        subs = command.commands.values() if isinstance(command, click.Group) else ()
+        return own + [t for sub in subs for t in texts(sub)]
+
+    assert any("``" in t for t in texts(typer.main.get_command(app)))  # what the source holds
+    shown = texts(plain_help(typer.main.get_command(app)))
+    assert len(shown) > 50 and not [t for t in shown if "`" in t]
+    out = subprocess.run(
+        [sys.executable, "-m", "fedviews", "run", "--help"], capture_output=True, text=True
+    )
+    assert "with a [federation] table) is run as fedviews launch:" in " ".join(out.stdout.split())

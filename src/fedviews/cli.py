@@ -8,10 +8,12 @@ tracebacks are shown only with ``--debug``.
 
 from __future__ import annotations
 
+import re
 import sys
 from pathlib import Path
 from typing import Annotated, Any
 
+import click
 import typer
 from rich.markup import escape
 
@@ -497,10 +499,27 @@ def _register_plugins() -> None:
 _register_plugins()
 
 
+_CODE = re.compile(r"``(.+?)``|`([^`\n]+)`")
+
+
+def plain_help(command: click.Command) -> click.Command:
+    """``command`` and its subcommands with help texts as a terminal shows them: the code marks
+    of the docstrings (````fedviews launch````, ```flwr run```) dropped, their text kept."""
+    for obj in (command, *command.params):
+        for attr in ("help", "short_help"):
+            text = getattr(obj, attr, None)
+            if isinstance(text, str):
+                setattr(obj, attr, _CODE.sub(lambda m: m.group(1) or m.group(2), text))
+    if isinstance(command, click.Group):
+        for sub in command.commands.values():
+            plain_help(sub)
+    return command
+
+
 def main() -> None:
     """Console-script entry point."""
     try:
-        app()
+        plain_help(typer.main.get_command(app))()
     except FedViewsError as exc:  # errors outside commands, and any with --debug
         if DEBUG["on"]:
             raise
