@@ -88,3 +88,19 @@ def test_help_texts_show_no_code_marks():
         [sys.executable, "-m", "fedviews", "run", "--help"], capture_output=True, text=True
     )
     assert "with a [federation] table) is run as fedviews launch:" in " ".join(out.stdout.split())
+
+
+def test_a_table_note_is_printed_below_the_table_at_the_consoles_width(monkeypatch):
+    """A note as the rich caption of a narrow table broke every few words."""
+    import io
+
+    from rich.console import Console
+
+    import fedviews.cli as cli
+    from fedviews.experiments import Table
+
+    note = "positive = MMVFL better; supFL and supMVLFL are non-federated and see every label"
+    out = io.StringIO()
+    monkeypatch.setattr(cli, "console", Console(file=out, width=120))
+    cli._print_table(Table("t", ["a", "b"], [["x", 1.0]], note=note))
+    assert out.getvalue().splitlines()[-1] == note

@@ -133,7 +133,7 @@ def audit(
 
     result = reaudit(run_dir, overrides or [])
     for table in result.tables:
-        console.print(table.to_rich())
+        _print_table(table)
     console.print(f"table: [bold]{run_dir / 'reaudit.json'}[/]")
 
 
@@ -273,9 +273,19 @@ def _reproduce_all(
 def _show(run_dir: Path, result: Any) -> None:
     """Print a finished experiment's tables, then its files, report link and summary."""
     for table in result.tables:
-        console.print(table.to_rich())
+        _print_table(table)
     console.print(f"metrics: {run_dir / 'metrics.json'}")
     _show_report(run_dir)
+
+
+def _print_table(table: Any) -> None:
+    """An experiment table, its note below it at the console's width (as the table's caption,
+    rich would wrap the note at the table's width: a narrow table broke it every few words)."""
+    rich_table = table.to_rich()
+    rich_table.caption = None
+    console.print(rich_table)
+    if table.note:
+        console.print(table.note, highlight=False)
 
 
 def _show_deployment(run_dir: Path) -> None:
@@ -290,7 +300,10 @@ def _show_report(run_dir: Path) -> None:
     rec = load_run(run_dir)
     report = (rec.folder / "report.html").resolve()
     console.print(f"report: [bold][link={report.as_uri()}]{report}[/link][/]", highlight=False)
-    console.print(run_summary(rec), highlight=False, soft_wrap=True)  # one line, however long
+    # the summary's clauses (joined by "; ") one per line, so that a terminal narrower than
+    # the summary breaks no clause mid-word; a clause longer than a line wraps between words
+    first, *rest = run_summary(rec).split("; ")
+    console.print("\n".join([first, *(f"  {clause}" for clause in rest)]), highlight=False)
 
 
 @app.command()
