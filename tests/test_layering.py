@@ -30,6 +30,7 @@ SHARED = (
     "fedviews._console",
     "fedviews._estimator",
     "fedviews._heap",
+    "fedviews._lazy",
     "fedviews._params",
     "fedviews._registry",
     "fedviews._tables",

@@ -85,7 +85,11 @@ class Registry(Generic[T]):
 ESTIMATORS: Registry[object] = Registry(
     "algorithm",
     (
-        "fedviews.linear",
+        "fedviews.linear.mmvfl.estimator",
+        "fedviews.linear.mmvfl.baselines",
+        "fedviews.linear.vfedmv.estimator",
+        "fedviews.linear.hfedmv.estimator",
+        "fedviews.linear.hfedmv.baselines",
         "fedviews.deep.multivfl.estimator",
         "fedviews.deep.apfed.estimator",
         "fedviews.deep.apfed.baselines",
