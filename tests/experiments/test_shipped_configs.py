@@ -17,7 +17,9 @@ CONFIGS = sorted(p.name for p in (ROOT / "configs").glob("*.toml"))
 def test_configs_list_and_copy_outside_the_repository(tmp_path):
     listed = fedviews("configs", "list", cwd=tmp_path)
     assert listed.returncode == 0, listed.stderr
-    names = {line.split("│")[1].strip() for line in listed.stdout.splitlines() if "│" in line}
+    rows = [line for line in listed.stdout.splitlines() if "│" in line]
+    assert all(row.rstrip().endswith("│") for row in rows)  # one line each, none cut off
+    names = {row.split("│")[1].strip() for row in rows}
     assert names == {n.removesuffix(".toml") for n in CONFIGS}
 
     copied = fedviews("configs", "copy", "mmvfl_handwritten", cwd=tmp_path)
