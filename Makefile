@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 ARGS ?=
 
-.PHONY: demo test install install-dev data lint typecheck
+.PHONY: demo test install install-dev data lint typecheck docs
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -30,11 +30,15 @@ install-dev: install
 	$(BIN)/pip install -q -e ".[torch,grpc,dev,flower,parquet,privacy,docs]"
 
 data: install
-	$(BIN)/fedviews datasets fetch handwritten
-	$(BIN)/fedviews datasets fetch mnist
+	$(BIN)/fedviews datasets fetch handwritten mnist
 
 demo: data
 	$(BIN)/fedviews run configs/mmvfl_handwritten.toml $(ARGS)
+
+# the site into site/; NO_MKDOCS_2_WARNING: Material for MkDocs' supported switch for its
+# end-of-life banner (colour codes on stderr, nothing a user of this site can act on)
+docs: install-dev
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict
 
 lint:
 	$(BIN)/ruff check src tests benchmarks

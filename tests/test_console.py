@@ -63,3 +63,44 @@ def test_help_describes_the_arguments():
 
     r = CliRunner().invoke(app, ["run", "--help"], env={"COLUMNS": "200"})
     assert r.exit_code == 0 and "Experiment TOML" in r.output, r.output
+
+
+def test_help_texts_show_no_code_marks():
+    """The docstrings' ``code`` marks (RST double and Markdown single backticks) are dropped
+    from every command's help, as ``fedviews ... --help`` prints it."""
+    import subprocess
+
+    import click
+    import typer
+
+    from fedviews.cli import app, plain_help
+
+    def texts(command: click.Command) -> list[str]:
+        own = [command.help or "", command.short_help or ""]
+        own += [getattr(p, "help", None) or "" for p in command.params]
+        subs = command.commands.values() if isinstance(command, click.Group) else ()
+        return own + [t for sub in subs for t in texts(sub)]
+
+    assert any("``" in t for t in texts(typer.main.get_command(app)))  # what the source holds
+    shown = texts(plain_help(typer.main.get_command(app)))
+    assert len(shown) > 50 and not [t for t in shown if "`" in t]
+    out = subprocess.run(
+        [sys.executable, "-m", "fedviews", "run", "--help"], capture_output=True, text=True
+    )
+    assert "with a [federation] table) is run as fedviews launch:" in " ".join(out.stdout.split())
+
+
+def test_a_table_note_is_printed_below_the_table_at_the_consoles_width(monkeypatch):
+    """A note as the rich caption of a narrow table broke every few words."""
+    import io
+
+    from rich.console import Console
+
+    import fedviews.cli as cli
+    from fedviews.experiments import Table
+
+    note = "positive = MMVFL better; supFL and supMVLFL are non-federated and see every label"
+    out = io.StringIO()
+    monkeypatch.setattr(cli, "console", Console(file=out, width=120))
+    cli._print_table(Table("t", ["a", "b"], [["x", 1.0]], note=note))
+    assert out.getvalue().splitlines()[-1] == note

@@ -27,9 +27,11 @@ SRC = Path(fedviews.__file__).resolve().parent
 #: lower modules every layer may import, private names included
 SHARED = (
     "fedviews._classifier",
+    "fedviews._configs",
     "fedviews._console",
     "fedviews._estimator",
     "fedviews._heap",
+    "fedviews._lazy",
     "fedviews._params",
     "fedviews._persist",  # the estimators' pickling, save and load (above federation)
     "fedviews._registry",

@@ -31,7 +31,7 @@ class Registry(Generic[T]):
         self.what = what
         self.providers = providers
         self._table: dict[str, T] = {}
-        self._loaded = False
+        self._loaded = 0  # providers imported so far (in order)
 
     def add(self, name: str, obj: T) -> T:
         """Register ``obj`` under ``name``; a second registration of ``name`` is an error."""
@@ -45,12 +45,15 @@ class Registry(Generic[T]):
         """Decorator form of :meth:`add`."""
         return lambda obj: self.add(name, obj)
 
-    def load(self) -> None:
-        """Import every provider once (the skipped ones need an optional extra)."""
-        if self._loaded:
-            return
-        self._loaded = True
-        for mod in self.providers:
+    def load(self, until: str | None = None) -> None:
+        """Import the providers once each, in order (the skipped ones need an optional extra);
+        ``until``: stop as soon as that name is registered, so that looking one entry up
+        imports only the providers up to its own (a config is checked before the heavy
+        modules of other entries load)."""
+        for mod in self.providers[self._loaded :]:
+            if until is not None and until in self._table:
+                return
+            self._loaded += 1
             try:
                 importlib.import_module(mod)
             except ModuleNotFoundError as exc:
@@ -60,7 +63,7 @@ class Registry(Generic[T]):
     def get(self, name: str) -> T:
         """The entry ``name``; a :class:`ConfigError` naming the closest entry otherwise."""
         if name not in self._table:
-            self.load()
+            self.load(until=name)
         if name not in self._table:
             match = difflib.get_close_matches(name, list(self._table), n=1, cutoff=0.4)
             hint = f"; did you mean {match[0]!r}?" if match else f"; known: {sorted(self._table)}"
@@ -82,7 +85,11 @@ class Registry(Generic[T]):
 ESTIMATORS: Registry[object] = Registry(
     "algorithm",
     (
-        "fedviews.linear",
+        "fedviews.linear.mmvfl.estimator",
+        "fedviews.linear.mmvfl.baselines",
+        "fedviews.linear.vfedmv.estimator",
+        "fedviews.linear.hfedmv.estimator",
+        "fedviews.linear.hfedmv.baselines",
         "fedviews.deep.multivfl.estimator",
         "fedviews.deep.apfed.estimator",
         "fedviews.deep.apfed.baselines",

@@ -10,6 +10,7 @@ import dataclasses
 import difflib
 import importlib
 import json
+import re
 import sys
 import threading
 import types
@@ -136,8 +137,50 @@ def read_toml(path: Path) -> dict[str, Any]:
         raise ConfigError(f"{path}: invalid TOML: {exc}") from None
 
 
+#: a list element written without quotes: a word of letters, digits and ``_ - . + / :``
+_BARE = re.compile(r"[\w.+\-/:]+")
+
+
+def _toml_value(raw: str) -> Any:
+    """The TOML value ``raw`` (a :class:`tomllib.TOMLDecodeError` if it is not one)."""
+    return tomllib.loads(f"v = {raw}")["v"]
+
+
+def _override_value(raw: str, item: str) -> Any:
+    """The value of the override ``item`` (``key=raw``): a TOML value, else JSON, else the text
+    itself; a list (``[...]``) is TOML, or a list of TOML values and bare words
+    (``[pix,xyz]`` is ``["pix", "xyz"]``, as the shell strips quotes); a malformed list is a
+    :class:`ConfigError`, never a string."""
+    with contextlib.suppress(tomllib.TOMLDecodeError):
+        return _toml_value(raw)
+    with contextlib.suppress(json.JSONDecodeError):
+        return json.loads(raw)
+    text = raw.strip()
+    if not text.startswith("["):
+        return raw
+    malformed = (
+        f'override {item!r}: malformed list; write [a,b] or ["a","b"] (strings), [1,2] (numbers)'
+    )
+    inner = text[1:-1] if text.endswith("]") else None
+    if inner is None or any(c in inner for c in "[]{}"):
+        raise ConfigError(malformed)
+    elements = [e.strip() for e in inner.split(",")] if inner.strip() else []
+    if len(elements) > 1 and not elements[-1]:
+        elements.pop()  # a trailing comma, as TOML allows
+    values: list[Any] = []
+    for element in elements:
+        try:
+            values.append(_toml_value(element))
+        except tomllib.TOMLDecodeError:
+            if not _BARE.fullmatch(element):
+                raise ConfigError(f"{malformed}; {element!r} is not a value") from None
+            values.append(element)
+    return values
+
+
 def parse_overrides(overrides: Sequence[str]) -> dict[str, Any]:
-    """Parse ``["params.beta=0.1", "seed=3"]`` into a nested dict (values parsed as TOML/JSON)."""
+    """Parse ``["params.beta=0.1", "seed=3"]`` into a nested dict (values parsed as TOML, then
+    JSON; a list may hold bare words: ``data.views=[pix,fou]``)."""
     out: dict[str, Any] = {}
     for item in overrides:
         if "=" not in item:
@@ -146,13 +189,7 @@ def parse_overrides(overrides: Sequence[str]) -> dict[str, Any]:
             )
         key, raw = item.split("=", 1)
         key = key.strip()
-        try:
-            value: Any = tomllib.loads(f"v = {raw}")["v"]
-        except tomllib.TOMLDecodeError:
-            try:
-                value = json.loads(raw)
-            except json.JSONDecodeError:
-                value = raw
+        value = _override_value(raw, item)
         node = out
         parts = key.split(".")
         for p in parts[:-1]:

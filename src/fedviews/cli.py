@@ -8,15 +8,19 @@ tracebacks are shown only with ``--debug``.
 
 from __future__ import annotations
 
+import re
 import sys
 from pathlib import Path
 from typing import Annotated, Any
 
+import click
 import typer
+from rich.markup import escape
 
+from fedviews._configs import copy_config, list_configs, resolve_config
 from fedviews._console import DEBUG, console, err_console, friendly
 from fedviews._heap import keep_freed_memory
-from fedviews._tables import read_toml
+from fedviews._tables import closest, read_toml
 from fedviews.errors import ConfigError, FedViewsError
 
 app = typer.Typer(
@@ -30,6 +34,10 @@ datasets_app = typer.Typer(
     help="List, describe and fetch the built-in datasets.", no_args_is_help=True
 )
 app.add_typer(datasets_app, name="datasets")
+configs_app = typer.Typer(
+    help="The configs shipped with fedviews: list them, copy one to edit.", no_args_is_help=True
+)
+app.add_typer(configs_app, name="configs")
 
 
 @app.callback()
@@ -48,7 +56,8 @@ def run(
     config: Annotated[
         Path | None,
         typer.Argument(
-            help="Experiment TOML (configs/*.toml) or deployment TOML (configs/deploy_*)."
+            help="Experiment TOML (configs/*.toml) or deployment TOML (configs/deploy_*); "
+            "a shipped config's name (fedviews configs list) where no such file exists."
         ),
     ] = None,
     overrides: Annotated[
@@ -91,6 +100,9 @@ def run(
         return
     if config is None:
         raise ConfigError("give a CONFIG file (see configs/) or --resume RUN_DIR")
+    if (found := resolve_config(config)) != config:
+        console.print(f"{config}: the shipped config {found}", highlight=False, soft_wrap=True)
+        config = found
     if "federation" in read_toml(config):  # a deployment (experiments name no federation)
         from fedviews.deploy import launch, load_deploy_config
 
@@ -121,7 +133,7 @@ def audit(
 
     result = reaudit(run_dir, overrides or [])
     for table in result.tables:
-        console.print(table.to_rich())
+        _print_table(table)
     console.print(f"table: [bold]{run_dir / 'reaudit.json'}[/]")
 
 
@@ -261,9 +273,19 @@ def _reproduce_all(
 def _show(run_dir: Path, result: Any) -> None:
     """Print a finished experiment's tables, then its files, report link and summary."""
     for table in result.tables:
-        console.print(table.to_rich())
+        _print_table(table)
     console.print(f"metrics: {run_dir / 'metrics.json'}")
     _show_report(run_dir)
+
+
+def _print_table(table: Any) -> None:
+    """An experiment table, its note below it at the console's width (as the table's caption,
+    rich would wrap the note at the table's width: a narrow table broke it every few words)."""
+    rich_table = table.to_rich()
+    rich_table.caption = None
+    console.print(rich_table)
+    if table.note:
+        console.print(table.note, highlight=False)
 
 
 def _show_deployment(run_dir: Path) -> None:
@@ -278,7 +300,10 @@ def _show_report(run_dir: Path) -> None:
     rec = load_run(run_dir)
     report = (rec.folder / "report.html").resolve()
     console.print(f"report: [bold][link={report.as_uri()}]{report}[/link][/]", highlight=False)
-    console.print(run_summary(rec), highlight=False, soft_wrap=True)  # one line, however long
+    # the summary's clauses (joined by "; ") one per line, so that a terminal narrower than
+    # the summary breaks no clause mid-word; a clause longer than a line wraps between words
+    first, *rest = run_summary(rec).split("; ")
+    console.print("\n".join([first, *(f"  {clause}" for clause in rest)]), highlight=False)
 
 
 @app.command()
@@ -347,8 +372,8 @@ def datasets_list() -> None:
         t.add_row(name, "yes" if meta.get("available") else "no", str(meta.get("description", "")))
     console.print(t)
     console.print(
-        "multi-view sequence datasets (fedviews.data.load_sequences): "
-        + ", ".join(list_sequence_datasets())
+        "multi-view sequence datasets (fedviews.data.load_sequences; fetch them with "
+        "`fedviews datasets fetch NAME` too): " + ", ".join(list_sequence_datasets())
     )
 
 
@@ -364,15 +389,86 @@ def datasets_info(name: str) -> None:
 
 @datasets_app.command("fetch")
 @friendly
-def datasets_fetch(name: str) -> None:
-    """Download/convert a dataset into the cache (~/.cache/fedviews or $FEDVIEWS_DATA)."""
-    from fedviews.data import fetch, load
+def datasets_fetch(
+    names: Annotated[
+        list[str], typer.Argument(help="Datasets to fetch, e.g. handwritten mnist watch.")
+    ],
+) -> None:
+    """Download/convert datasets into the cache (~/.cache/fedviews or $FEDVIEWS_DATA).
 
+    Every name is tried; those that fail are named at the end (exit status 2).
+    """
+    from fedviews.data import list_datasets, list_sequence_datasets
+
+    known = list_datasets() + list_sequence_datasets()
+    unknown = [n for n in names if n not in known]
+    if unknown:
+        raise ConfigError(f"unknown dataset {unknown[0]!r}{closest(unknown[0], known)}")
+    failed = []
+    for name in names:
+        try:
+            console.print(_fetch_one(name), highlight=False, soft_wrap=True)
+        except FedViewsError as exc:
+            err_console.print(
+                f"error: {name}: {type(exc).__name__}: {escape(str(exc))}",
+                highlight=False,
+                soft_wrap=True,
+            )
+            failed.append(name)
+    if failed:
+        err_console.print(f"error: not fetched: {', '.join(failed)}", highlight=False)
+        raise typer.Exit(2)
+
+
+def _fetch_one(name: str) -> str:
+    """Fetch the dataset ``name`` (table or sequences) and load it once: a line saying what
+    is in the cache."""
+    from fedviews.data import fetch, fetch_sequences, list_sequence_datasets, load, load_sequences
+
+    if name in list_sequence_datasets():
+        path = fetch_sequences(name)
+        seqs = load_sequences(name)
+        views = dict(zip(seqs.view_names, seqs.n_channels, strict=True))
+        return f"{name}: {seqs.n_samples} sequences, views {views} (channels) -> {path}"
     path = fetch(name)
     ds = load(name)
-    console.print(
-        f"{name}: {ds.n_samples} samples, views {dict(zip(ds.view_names, ds.n_features, strict=True))} -> {path}"
+    views = dict(zip(ds.view_names, ds.n_features, strict=True))
+    return f"{name}: {ds.n_samples} samples, views {views} -> {path}"
+
+
+@configs_app.command("list")
+@friendly
+def configs_list() -> None:
+    """List the shipped configs (``fedviews run NAME`` runs one by name)."""
+    from rich.table import Table
+
+    configs = list_configs()
+    t = Table(title="shipped configs")  # one line per config: whole names, descriptions cut
+    width = max(map(len, configs), default=4)
+    t.add_column("name", no_wrap=True, min_width=width)
+    # the rest of the line (7: the borders and padding)
+    t.add_column(
+        "description",
+        no_wrap=True,
+        overflow="ellipsis",
+        max_width=max(console.width - width - 7, 10),
     )
+    for name, description in configs.items():
+        t.add_row(name, description)
+    console.print(t)
+
+
+@configs_app.command("copy")
+@friendly
+def configs_copy(
+    name: Annotated[str, typer.Argument(help="A shipped config (fedviews configs list).")],
+    dest: Annotated[
+        Path | None, typer.Argument(help="File or folder to write (default ./NAME.toml).")
+    ] = None,
+    force: Annotated[bool, typer.Option("--force", help="Overwrite an existing file.")] = False,
+) -> None:
+    """Copy a shipped config, to edit it and run it with ``fedviews run FILE``."""
+    console.print(f"{name} -> {copy_config(name, dest, force=force)}", highlight=False)
 
 
 apfed_app = typer.Typer(help="APFed: use an exported active-client model.", no_args_is_help=True)
@@ -423,10 +519,27 @@ def _register_plugins() -> None:
 _register_plugins()
 
 
+_CODE = re.compile(r"``(.+?)``|`([^`\n]+)`")
+
+
+def plain_help(command: click.Command) -> click.Command:
+    """``command`` and its subcommands with help texts as a terminal shows them: the code marks
+    of the docstrings (````fedviews launch````, ```flwr run```) dropped, their text kept."""
+    for obj in (command, *command.params):
+        for attr in ("help", "short_help"):
+            text = getattr(obj, attr, None)
+            if isinstance(text, str):
+                setattr(obj, attr, _CODE.sub(lambda m: m.group(1) or m.group(2), text))
+    if isinstance(command, click.Group):
+        for sub in command.commands.values():
+            plain_help(sub)
+    return command
+
+
 def main() -> None:
     """Console-script entry point."""
     try:
-        app()
+        plain_help(typer.main.get_command(app))()
     except FedViewsError as exc:  # errors outside commands, and any with --debug
         if DEBUG["on"]:
             raise

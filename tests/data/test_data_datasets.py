@@ -52,8 +52,12 @@ def test_unknown_dataset_suggests_closest_name() -> None:
 def test_unknown_option_is_config_error(handwritten: MultiViewDataset) -> None:
     with pytest.raises(ConfigError, match="did you mean 'views'"):
         data.load("handwritten", veiws=["pix"])
-    with pytest.raises(ConfigError, match="must be distinct names"):
+    with pytest.raises(ConfigError, match="unknown view 'nope'; the views are"):
         data.load("handwritten", views=["pix", "nope"])
+    with pytest.raises(ConfigError, match="'pix' named twice"):
+        data.load("handwritten", views=["pix", "fou", "pix"])
+    with pytest.raises(ConfigError, match="no view named"):
+        data.load("handwritten", views=[])
 
 
 def test_info_fields(handwritten: MultiViewDataset) -> None:
@@ -240,3 +244,37 @@ def test_subset_refuses_rows_it_does_not_have():
         ):
             with pytest.raises(DataError, match=match):
                 container.subset(bad)
+
+
+def test_fetch_several_names_and_the_sequence_datasets_on_the_command_line() -> None:
+    """``datasets fetch`` takes several names, every listed one (``watch`` too); a dataset it
+    cannot fetch is named with the reason, after the others were fetched."""
+    import subprocess
+    import sys
+
+    def fetch(*names: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "fedviews", "datasets", "fetch", *names],
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
+
+    ok = fetch("handwritten", "mnist", "watch")
+    assert ok.returncode == 0, ok.stderr
+    lines = ok.stdout.splitlines()
+    assert [line.split(":")[0] for line in lines] == ["handwritten", "mnist", "watch"]
+    assert "2000 samples" in lines[0] and "10000 samples" in lines[1]
+    assert "1089 sequences, views {'accelerometer': 3, 'gyroscope': 3}" in lines[2]
+    partly = fetch("caltech7", "handwritten")
+    assert partly.returncode == 2 and partly.stdout.startswith("handwritten: 2000 samples")
+    assert "error: caltech7: DataError: no Caltech7 file given" in partly.stderr
+    assert "not fetched: caltech7" in partly.stderr
+    typo = fetch("handwritten", "wach")
+    assert typo.returncode == 2 and "did you mean 'watch'?" in typo.stderr and not typo.stdout
+
+
+def test_mnist_description_says_what_the_data_is() -> None:
+    description = data.info("mnist")["description"]
+    assert description.startswith("MNIST (LeCun et al.): handwritten digits 0-9")
+    assert "registry" not in description

@@ -1,3 +1,6 @@
+import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -51,6 +54,39 @@ def test_overrides_and_types():
         load_config(ROOT / "configs/mmvfl_handwritten.toml", ["params.zeta"])
 
 
+@pytest.mark.parametrize(
+    ("override", "views"),
+    [
+        ("data.views=[pix,xyz]", ["pix", "xyz"]),  # as typed in a shell, which strips quotes
+        ('data.views=["pix", "fou"]', ["pix", "fou"]),
+        ("data.views=[ pix , fou, ]", ["pix", "fou"]),
+        ("data.views=[]", []),
+        ("data.views=pix", "pix"),
+    ],
+)
+def test_list_overrides_of_strings(override, views):
+    cfg = load_config(ROOT / "configs/mmvfl_handwritten.toml", [override])
+    assert cfg.data.options["views"] == views
+    assert load_config(
+        ROOT / "configs/mmvfl_handwritten.toml", ["params.betas=[1, 2.5]"]
+    ).params.betas == (1.0, 2.5)
+
+
+@pytest.mark.parametrize(
+    ("override", "problem"),
+    [
+        ("data.views=[pix,", "malformed list"),
+        ("data.views=[pix fou]", "'pix fou' is not a value"),
+        ("data.views=[pix,,fou]", "'' is not a value"),
+        ('data.views=["pix,fou]', "malformed list"),
+        ("data.views=[[pix],fou]", "malformed list"),
+    ],
+)
+def test_malformed_list_overrides_are_refused(override, problem):
+    with pytest.raises(ConfigError, match=re.escape(problem)):
+        load_config(ROOT / "configs/mmvfl_handwritten.toml", [override])
+
+
 def test_unknown_experiment_and_missing_file(tmp_path):
     p = tmp_path / "x.toml"
     p.write_text('experiment = "mmvfl_feature_selectoin"\n')
@@ -75,3 +111,32 @@ def test_tables_and_seed_are_checked():
         with pytest.raises(ConfigError, match=r"seed must lie in \[0, 2\*\*31\)"):
             load_config(path, [f"seed={seed}"])
     assert load_config(path, ["seed=2147483647"]).seed == 2**31 - 1
+
+
+def test_a_config_is_checked_before_the_heavy_imports():
+    """Every experiment and deployment config with an unknown key, or a value of the wrong
+    type, fails without importing torch or scikit-learn: a config error is quick. The
+    registries import only the providers up to the named entry's, and the linear packages
+    load their estimators (scikit-learn) on first use only."""
+    code = """
+import sys, tomllib
+from pathlib import Path
+from fedviews.deploy import load_deploy_config
+from fedviews.errors import ConfigError
+from fedviews.experiments import load_config
+for path in sorted(Path("configs").glob("*.toml")):
+    load = load_deploy_config if "federation" in tomllib.loads(path.read_text()) else load_config
+    for override, error in (("params.no_such_key=1", "unknown key"), ("seed=x", "integer")):
+        try:
+            load(path, [override])
+        except ConfigError as exc:
+            assert error in str(exc), exc
+        else:
+            raise AssertionError(path)
+print(sorted(m for m in ("torch", "sklearn") if m in sys.modules))
+"""
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=300
+    )
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "[]"

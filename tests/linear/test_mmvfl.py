@@ -180,13 +180,23 @@ def test_a_fit_stopped_at_max_iter_warns_and_says_unconverged(name):
 
     Xs, y = _data()
     cls = getattr(linear, name)
-    with pytest.warns(ConvergenceWarning, match=r"unconverged after max_iter=2 rounds"):
+    note = r"not converged: stopped after max_iter=2 rounds, the objective still changed by "
+    with pytest.warns(ConvergenceWarning, match=f"{name}: {note}"):
         m = cls(max_iter=2, tol=1e-12).fit(Xs, y)
     assert m.converged_ is False and m.n_iter_ == 2
+    # the coordinator says it too: a deployment prints these lines (fedviews run / launch)
+    lines = m.fed_.coordinator.progress()
+    assert lines[:2] == [f"round {r}: objective {v:.6g}" for r, v in enumerate(m.objective_, 1)]
+    change = abs(m.objective_[1] - m.objective_[0]) / abs(m.objective_[0])
+    assert lines[2] == (
+        f"{note}{change:.2g} (relative) in the last one, tol=1e-12; raise max_iter for the "
+        "converged solution"
+    )
     with warnings.catch_warnings():
         warnings.simplefilter("error", ConvergenceWarning)  # a converged fit is quiet
         m = cls(max_iter=500, tol=1e-3).fit(Xs, y)
     assert m.converged_ is True and m.n_iter_ < 500
+    assert not any("converged" in line for line in m.fed_.coordinator.progress())
 
 
 @pytest.mark.parametrize("dtype", [str, object], ids=["strings", "objects"])

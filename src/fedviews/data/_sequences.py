@@ -528,11 +528,27 @@ def load_watch(
 
 _SEQUENCE_DATASETS: Registry[Callable[..., MultiViewSequences]] = Registry("sequence dataset")
 _SEQUENCE_DATASETS.add("watch", load_watch)
+_SEQUENCE_FETCHERS: Registry[Callable[[], Path]] = Registry("sequence dataset")
+_SEQUENCE_FETCHERS.add("watch", fetch_watch)
 
 
 def list_sequence_datasets() -> list[str]:
     """Names accepted by :func:`load_sequences`."""
     return _SEQUENCE_DATASETS.names()
+
+
+def fetch_sequences(name: str) -> Path:
+    """Put the raw file of the sequence dataset ``name`` into the cache (without parsing it)
+    and return its folder.
+
+    Raises
+    ------
+    ConfigError
+        Unknown dataset (with the closest valid name).
+    DataError
+        The file cannot be fetched; the message gives the command to run by hand.
+    """
+    return _SEQUENCE_FETCHERS.get(name)()
 
 
 def load_sequences(name: str, **options: Any) -> MultiViewSequences:

@@ -205,8 +205,20 @@ def check_view_names(views: Any, valid: Sequence[str], *, dataset: str) -> list[
     ``ConfigError`` unless the names are distinct, non-empty and all in ``valid``.
     """
     names = list(valid) if views is None else ([views] if isinstance(views, str) else list(views))
-    if not names or len(set(names)) != len(names) or not set(names) <= set(valid):
-        raise ConfigError(f"{dataset}: views={names!r} must be distinct names from {list(valid)}")
+    unknown = [repr(v) for v in names if v not in valid]
+    repeated = sorted({repr(v) for v in names if names.count(v) > 1})
+    problem = ""
+    if unknown:
+        problem = f"unknown view{'s' if len(unknown) > 1 else ''} {', '.join(unknown)}"
+    elif repeated:
+        problem = f"{', '.join(repeated)} named twice"
+    elif not names:
+        problem = "no view named"
+    if problem:
+        raise ConfigError(
+            f"{dataset}: views={names!r}: {problem}; the views are {list(valid)} "
+            "(a list of distinct names)"
+        )
     return names
 
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from fedviews.deep._lazy import exports, lazy_names
+from fedviews._lazy import exports, lazy_names
 
 if TYPE_CHECKING:
     from fedviews.deep._apfed_nets import parse_setting

@@ -125,20 +125,23 @@ def load_config(
     except ConfigError as exc:
         raise ConfigError(f"{exc}{MODULES_HINT}") from None
     data_raw = coerce(raw.get("data", {}), dict, "data")
-    data_name = data_raw.pop("name", spec.default_dataset)
+    data_name = coerce(data_raw.pop("name", spec.default_dataset), str, "data.name")
+    seed = coerce(raw.get("seed", 0), int, "seed")
+    check_seed(seed, "seed")
+    name = coerce(raw.get("name", default_name), str, "name")
+    output_dir = coerce(raw.get("output_dir", "runs"), str, "output_dir")
+    device = coerce(raw.get("device", "auto"), str, "device")
+    # last: the params' validate() may import the algorithm's package (keys and types first)
     params: Any = build_dataclass(
         spec.params, coerce(raw.get("params", {}), dict, "params"), "params"
     )
-    seed = coerce(raw.get("seed", 0), int, "seed")
-    check_seed(seed, "seed")
-    device = coerce(raw.get("device", "auto"), str, "device")
     return ExperimentConfig(
         experiment=spec.name,
-        name=coerce(raw.get("name", default_name), str, "name"),
+        name=name,
         seed=seed,
-        data=DataConfig(name=coerce(data_name, str, "data.name"), options=data_raw),
+        data=DataConfig(name=data_name, options=data_raw),
         params=params,
-        output_dir=coerce(raw.get("output_dir", "runs"), str, "output_dir"),
+        output_dir=output_dir,
         device=device,
         modules=modules,
     )

@@ -6,7 +6,6 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
-from sklearn.metrics import accuracy_score, f1_score, precision_score, recall_score
 
 from fedviews.errors import ConfigError
 from fedviews.experiments._paper import paper_tables
@@ -39,6 +38,8 @@ def classification_metrics(
     y_true: np.ndarray, y_pred: np.ndarray, average: str = "macro"
 ) -> dict[str, float]:
     """Accuracy and precision, recall, F1 (``average``: ``"macro"`` or ``"binary"``), in percent."""
+    from sklearn.metrics import accuracy_score, f1_score, precision_score, recall_score
+
     kw: dict[str, Any] = {"average": average, "zero_division": 0}
     return {
         "accuracy": 100.0 * accuracy_score(y_true, y_pred),

@@ -37,9 +37,9 @@ _EXPERIMENTS: Registry[ExperimentSpec] = Registry(
         "fedviews.experiments.fedmv_figures",
         "fedviews.experiments.multivfl",
         "fedviews.experiments.apfed",
-        "fedviews.experiments.sfedmv",
         "fedviews.experiments.privacy_audit",
         "fedviews.experiments.defense_sweep",
+        "fedviews.experiments.sfedmv",  # last: its spec loads the linear solvers (scipy.linalg)
     ),
 )
 

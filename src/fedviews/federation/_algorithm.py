@@ -278,7 +278,9 @@ class Algorithm:
 ALGORITHMS: Registry[Algorithm] = Registry(
     "algorithm",
     (
-        "fedviews.linear",
+        "fedviews.linear.mmvfl.spec",
+        "fedviews.linear.vfedmv.spec",
+        "fedviews.linear.hfedmv.spec",
         "fedviews.deep.sfedmv.spec",
         "fedviews.deep.multivfl.spec",
         "fedviews.deep.apfed.spec",

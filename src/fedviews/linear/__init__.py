@@ -7,34 +7,42 @@ the spec), ``estimator.py``, ``baselines.py``, ``reference.py``. Shared bases in
 their own: the ℓ2,1 solver (``_l21.py``), the consensus protocol of MMVFL and V-FedMV
 (``_consensus.py`` parties, ``_consensus_spec.py``, ``_consensus_fit.py``), the
 horizontal clients of H-FedMV and S-FedMV (``_horizontal.py``), the naive references
-(``_reference.py``).
+(``_reference.py``). Names load lazily: the specs, parameters and parties need no
+scikit-learn (a config is checked, an algorithm looked up, without it).
 """
 
-from fedviews.linear._common import LABEL_SCALES, scale_labels, select_top_features, small_blas
-from fedviews.linear._consensus import fedmv_consensus
-from fedviews.linear._horizontal import HorizontalClients, view_dims_of
-from fedviews.linear._l21 import L21Problem, L21Result, l21_least_squares, l21_norm, row_norms
-from fedviews.linear.hfedmv import (
-    HFEDMV_SPEC,
-    HFedMV,
-    HFedMVClient,
-    HFedMVParams,
-    HFedMVServer,
-    LocalMVL,
-    SingleViewFL,
-    hfedmv_centralized,
-    hfedmv_policy,
-    mvl_local,
-)
-from fedviews.linear.mmvfl import (
-    MMVFL,
-    MMVFL_POLICY,
-    MMVFLParams,
-    SupFL,
-    SupMVLFL,
-    mmvfl_centralized,
-)
-from fedviews.linear.vfedmv import VFEDMV_POLICY, VFedMV, VFedMVParams, vfedmv_centralized
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from fedviews._lazy import exports, lazy_names
+
+if TYPE_CHECKING:
+    from fedviews.linear._common import LABEL_SCALES, scale_labels, select_top_features, small_blas
+    from fedviews.linear._consensus import fedmv_consensus
+    from fedviews.linear._horizontal import HorizontalClients, view_dims_of
+    from fedviews.linear._l21 import L21Problem, L21Result, l21_least_squares, l21_norm, row_norms
+    from fedviews.linear.hfedmv import (
+        HFEDMV_SPEC,
+        HFedMV,
+        HFedMVClient,
+        HFedMVParams,
+        HFedMVServer,
+        LocalMVL,
+        SingleViewFL,
+        hfedmv_centralized,
+        hfedmv_policy,
+        mvl_local,
+    )
+    from fedviews.linear.mmvfl import (
+        MMVFL,
+        MMVFL_POLICY,
+        MMVFLParams,
+        SupFL,
+        SupMVLFL,
+        mmvfl_centralized,
+    )
+    from fedviews.linear.vfedmv import VFEDMV_POLICY, VFedMV, VFedMVParams, vfedmv_centralized
 
 __all__ = [
     "VFEDMV_POLICY",
@@ -70,3 +78,19 @@ __all__ = [
     "select_top_features",
     "small_blas",
 ]
+
+__getattr__ = lazy_names(
+    __name__,
+    exports(
+        {
+            "_common": "LABEL_SCALES scale_labels select_top_features small_blas",
+            "_consensus": "fedmv_consensus",
+            "_horizontal": "HorizontalClients view_dims_of",
+            "_l21": "L21Problem L21Result l21_least_squares l21_norm row_norms",
+            "hfedmv": "HFEDMV_SPEC HFedMV HFedMVClient HFedMVParams HFedMVServer LocalMVL "
+            "SingleViewFL hfedmv_centralized hfedmv_policy mvl_local",
+            "mmvfl": "MMVFL MMVFL_POLICY MMVFLParams SupFL SupMVLFL mmvfl_centralized",
+            "vfedmv": "VFEDMV_POLICY VFedMV VFedMVParams vfedmv_centralized",
+        }
+    ),
+)

@@ -534,9 +534,28 @@ class ConsensusServer(Coordinator):
             test_iterations=self.test_iterations,
         )
 
+    def unconverged(self) -> str | None:
+        """``None`` unless training stopped at ``max_iter`` rounds before ``tol`` held (and
+        ``tol > 0``: ``tol = 0`` asks for ``max_iter`` rounds); then one sentence naming
+        ``max_iter`` and the objective's last relative change (the deployment's output, the
+        estimator's :class:`~fedviews.errors.ConvergenceWarning`)."""
+        obj = list(self.objective)
+        if self.converged or self.tol <= 0 or len(obj) < self.max_iter:
+            return None
+        change = abs(obj[-1] - obj[-2]) / max(abs(obj[-2]), 1e-300) if len(obj) > 1 else np.nan
+        return (
+            f"not converged: stopped after max_iter={self.max_iter} rounds, the objective still "
+            f"changed by {change:.2g} (relative) in the last one, tol={self.tol:g}; raise "
+            "max_iter for the converged solution"
+        )
+
     def progress(self) -> list[str]:
-        """One line per finished round, then the test result (once scored)."""
+        """One line per finished round, the convergence note when training stopped
+        unconverged (:meth:`unconverged`), then the test result (once scored)."""
         lines = [f"round {r + 1}: objective {v:.6g}" for r, v in enumerate(list(self.objective))]
+        note = self.unconverged()
+        if note is not None:
+            lines.append(note)
         res = self.scores
         if "test_accuracy" in res:
             lines.append(

@@ -74,17 +74,9 @@ class ConsensusFit:
         self.history_ = self.objective_
         self.n_iter_ = len(self.objective_)
         self.converged_ = server.converged
-        if not server.converged and params.tol > 0:  # tol = 0 asks for max_iter rounds
-            obj = self.objective_
-            change = abs(obj[-1] - obj[-2]) / max(abs(obj[-2]), 1e-300) if len(obj) > 1 else np.nan
-            warnings.warn(
-                ConvergenceWarning(
-                    f"{type(self).__name__} stopped unconverged after max_iter={params.max_iter} "
-                    f"rounds: the objective still changed by {change:.2g} (relative) in the last "
-                    f"one, tol={params.tol:g}; raise max_iter for the converged solution"
-                ),
-                stacklevel=3,
-            )
+        note = server.unconverged()
+        if note is not None:
+            warnings.warn(ConvergenceWarning(f"{type(self).__name__}: {note}"), stacklevel=3)
         self.n_features_in_ = [X.shape[1] for X in Xs]
         self.run_stats_ = self.transport_.log.summary()
         self.privacy_ = fed.privacy

@@ -18,7 +18,6 @@ from numbers import Real
 from typing import Any, Literal
 
 import numpy as np
-from scipy.linalg import LinAlgError, cho_factor, cho_solve
 
 from fedviews.errors import ConfigError, DataError
 
@@ -333,6 +332,8 @@ def reconstruct_features(A: Any, *, aux_rows: Any, X_aux: Any, alpha: float = 1.
     x_mean = Xa.mean(axis=0)
     Ac, Xc = flat[idx] - a_mean, Xa - x_mean
     m, d = Ac.shape
+    from scipy.linalg import LinAlgError, cho_factor, cho_solve  # here: a config check needs none
+
     try:
         if m < d:
             W = Ac.T @ cho_solve(cho_factor(Ac @ Ac.T + alpha * np.eye(m)), Xc)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from fedviews.deep._lazy import exports, lazy_names
+from fedviews._lazy import exports, lazy_names
 
 if TYPE_CHECKING:
     from fedviews.deep.multivfl.estimator import MultiVFL

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from fedviews.deep._lazy import exports, lazy_names
+from fedviews._lazy import exports, lazy_names
 
 if TYPE_CHECKING:
     from fedviews.deep.sfedmv.baselines import train_local_extractors

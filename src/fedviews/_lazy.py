@@ -1,8 +1,9 @@
-"""Lazy re-exports: a package names its public objects without importing torch up front.
+"""Lazy re-exports: a package names its public objects without importing them up front.
 
-The deep packages' specs and parameters load without torch (deployment configs and the
-algorithm registry read them); their parties, networks and estimators need it. A
-package's ``__init__`` lists where each public name lives and imports it on first use.
+The deep packages' specs and parameters load without torch, the linear ones' without
+scikit-learn (deployment configs, experiment configs and the algorithm registry read
+them); their parties, networks and estimators need those. A package's ``__init__`` lists
+where each public name lives and imports it on first use.
 """
 
 from __future__ import annotations

@@ -1,0 +1,89 @@
+"""The configs shipped in the package (the repository's ``configs/``, package data of the
+wheel): ``fedviews configs list|copy`` and ``fedviews run NAME`` outside the repository."""
+
+from __future__ import annotations
+
+from importlib import resources
+from importlib.resources.abc import Traversable
+from pathlib import Path
+
+from fedviews._tables import closest
+from fedviews.errors import ConfigError
+
+
+def _shipped() -> dict[str, Traversable]:
+    """The shipped configs by name (the file's stem)."""
+    folder = resources.files("fedviews") / "configs"
+    if not folder.is_dir():
+        return {}
+    return {f.name.removesuffix(".toml"): f for f in folder.iterdir() if f.name.endswith(".toml")}
+
+
+def list_configs() -> dict[str, str]:
+    """``{name: description}`` of the shipped configs, sorted by name; the description is the
+    first line of the file's leading comment."""
+    out: dict[str, str] = {}
+    for name, f in sorted(_shipped().items()):
+        first = f.read_text(encoding="utf-8").lstrip().partition("\n")[0]
+        out[name] = first.lstrip("#").strip() if first.startswith("#") else ""
+    return out
+
+
+def shipped_config(name: str) -> Traversable:
+    """The shipped config ``name`` (``mmvfl_handwritten``; ``.toml`` may be given).
+
+    Raises
+    ------
+    ConfigError
+        When no shipped config has that name (naming the closest one).
+    """
+    configs = _shipped()
+    stem = name.removesuffix(".toml")
+    if stem not in configs:
+        raise ConfigError(
+            f"no shipped config named {name!r}{closest(stem, list(configs))} "
+            "(`fedviews configs list` shows them)"
+        )
+    return configs[stem]
+
+
+def copy_config(name: str, dest: Path | None = None, *, force: bool = False) -> Path:
+    """Copy the shipped config ``name`` to ``dest`` (a ``.toml`` file, or else a folder to put
+    ``NAME.toml`` in, made if missing; default: ``./NAME.toml``) and return the file written.
+
+    Raises
+    ------
+    ConfigError
+        For an unknown name, or when the file exists already (unless ``force``).
+    """
+    src = shipped_config(name)
+    target = dest if dest is not None else Path(src.name)
+    if target.is_dir() or target.suffix != ".toml":
+        target = target / src.name
+    if target.exists() and not force:
+        raise ConfigError(f"{target} exists already: choose another DEST, or --force")
+    target.parent.mkdir(parents=True, exist_ok=True)
+    target.write_text(src.read_text(encoding="utf-8"), encoding="utf-8")
+    return target
+
+
+def resolve_config(path: Path) -> Path:
+    """``path`` if it is a file; otherwise the shipped config of that name, when ``path`` is a
+    bare name or ``configs/NAME[.toml]`` (the commands of the docs, run outside the
+    repository); otherwise ``path`` (whose reader then says that it does not exist).
+
+    Raises
+    ------
+    ConfigError
+        When ``path`` is a bare name or ``configs/NAME`` and neither a file nor a shipped
+        config has it.
+    """
+    if path.is_file() or path.parent not in (Path("."), Path("configs")):
+        return path
+    found = _shipped().get(path.name.removesuffix(".toml"))
+    if found is None:
+        raise ConfigError(
+            f"config file {str(path)!r} does not exist, nor does a shipped config of that name "
+            "(`fedviews configs list` shows them)"
+        )
+    return Path(str(found)) if isinstance(found, Path) else path

@@ -1,0 +1,75 @@
+"""The configs shipped in the wheel: ``fedviews configs list|copy``, ``fedviews run NAME``
+outside the repository, and the wheel itself (configs, LICENSE, SPDX license)."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+import zipfile
+
+import pytest
+from _cli import ROOT, fedviews
+
+CONFIGS = sorted(p.name for p in (ROOT / "configs").glob("*.toml"))
+
+
+def test_configs_list_and_copy_outside_the_repository(tmp_path):
+    listed = fedviews("configs", "list", cwd=tmp_path)
+    assert listed.returncode == 0, listed.stderr
+    rows = [line for line in listed.stdout.splitlines() if "│" in line]
+    assert all(row.rstrip().endswith("│") for row in rows)  # one line each, none cut off
+    names = {row.split("│")[1].strip() for row in rows}
+    assert names == {n.removesuffix(".toml") for n in CONFIGS}
+
+    copied = fedviews("configs", "copy", "mmvfl_handwritten", cwd=tmp_path)
+    assert copied.returncode == 0, copied.stderr
+    text = (ROOT / "configs/mmvfl_handwritten.toml").read_text()
+    assert (tmp_path / "mmvfl_handwritten.toml").read_text() == text
+    again = fedviews("configs", "copy", "mmvfl_handwritten", cwd=tmp_path)
+    assert again.returncode == 2 and "exists already" in again.stderr
+    into = fedviews("configs", "copy", "mmvfl_handwritten.toml", "mine", cwd=tmp_path)
+    assert into.returncode == 0 and (tmp_path / "mine/mmvfl_handwritten.toml").read_text() == text
+    typo = fedviews("configs", "copy", "mmvfl_handwriten", cwd=tmp_path)
+    assert typo.returncode == 2 and "did you mean 'mmvfl_handwritten'" in typo.stderr
+
+
+@pytest.mark.parametrize("name", ["configs/mmvfl_handwritten.toml", "mmvfl_handwritten"])
+def test_run_falls_back_to_a_shipped_config(tmp_path, name):
+    """``fedviews run configs/NAME.toml`` (the docs' command) outside the repository runs the
+    shipped config (here up to its config check: the override's key is unknown)."""
+    out = fedviews("run", name, "params.no_such_key=1", cwd=tmp_path)
+    assert out.returncode == 2
+    assert "the shipped config" in out.stdout
+    assert "unknown key params.no_such_key" in out.stderr
+    missing = fedviews("run", "configs/no_such_config.toml", cwd=tmp_path)
+    assert missing.returncode == 2 and "nor does a shipped config" in missing.stderr
+
+
+@pytest.mark.slow
+def test_the_wheel_ships_the_configs_and_the_license(tmp_path):
+    """Build the wheel (offline: no build isolation) from a copy of the project and list it."""
+    project = tmp_path / "project"
+    shutil.copytree(ROOT / "src", project / "src", symlinks=True, ignore=_ignored)
+    shutil.copytree(ROOT / "configs", project / "configs")
+    for name in ("pyproject.toml", "README.md", "LICENSE"):
+        shutil.copy(ROOT / name, project / name)
+    build = subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", str(project), "--no-deps", "--no-build-isolation"]
+        + ["--no-index", "-v", "-w", str(tmp_path / "dist")],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert build.returncode == 0, build.stderr[-3000:]
+    assert "project.license" not in build.stdout + build.stderr  # setuptools' deprecation
+    (wheel,) = (tmp_path / "dist").glob("fedviews-*.whl")
+    files = set(zipfile.ZipFile(wheel).namelist())
+    assert {f"fedviews/configs/{n}" for n in CONFIGS} <= files
+    (license_file,) = [f for f in files if f.endswith(".dist-info/licenses/LICENSE")]
+    metadata = zipfile.ZipFile(wheel).read(license_file.replace("licenses/LICENSE", "METADATA"))
+    assert b"License-Expression: MIT" in metadata
+
+
+def _ignored(folder: str, names: list[str]) -> list[str]:
+    return [n for n in names if n in ("__pycache__", "build") or n.endswith(".egg-info")]
