@@ -18,7 +18,7 @@ import numpy as np
 from sklearn.base import BaseEstimator, ClassifierMixin
 from sklearn.utils.metadata_routing import UNUSED
 
-from fedviews.errors import DataError
+from fedviews._estimator import accuracy
 
 #: the methods whose extra parameters scikit-learn would make routable metadata
 _ROUTED = (
@@ -73,30 +73,6 @@ class Classifier(ClassifierMixin, BaseEstimator):
         """Mean accuracy of :meth:`predict` on ``X`` against ``y`` (scikit-learn's
         ``ClassifierMixin.score``); ``X`` as :meth:`predict` takes it."""
         return accuracy(self.predict(X), y, sample_weight)
-
-
-def accuracy(predicted: np.ndarray, y: Any, sample_weight: Any = None) -> float:
-    """The (``sample_weight``-weighted) fraction of ``predicted`` equal to ``y``; a
-    :class:`DataError` unless ``y`` (and the weights) hold one entry per prediction."""
-    yy = np.asarray(y)
-    if yy.ndim == 2 and yy.shape[1] == 1:
-        yy = yy.ravel()
-    if yy.shape != predicted.shape:
-        raise DataError(
-            f"y has shape {yy.shape}, expected ({len(predicted)},): one label per sample"
-        )
-    if sample_weight is None:
-        return float(np.mean(predicted == yy))
-    try:
-        w = np.asarray(sample_weight, dtype=np.float64)
-    except (TypeError, ValueError):
-        w = np.full(0, np.nan)  # not numbers: the DataError below
-    if w.shape != yy.shape or not np.isfinite(w).all() or (w < 0).any() or not w.sum() > 0:
-        raise DataError(
-            f"sample_weight must be {len(yy)} finite weights >= 0, not all zero (one per "
-            f"sample), got shape {w.shape}"
-        )
-    return float(np.average(predicted == yy, weights=w))
 
 
 #: called after round (or epoch) ``r`` of a fit

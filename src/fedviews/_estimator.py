@@ -7,6 +7,8 @@ from typing import Any
 
 import numpy as np
 
+from fedviews.errors import DataError
+
 
 def store_params(est: Any, args: Mapping[str, Any]) -> None:
     """scikit-learn's ``__init__`` contract: store every parameter as given, unvalidated.
@@ -38,3 +40,27 @@ def is_real(value: Any, *, finite: bool = True) -> bool:
         and not isinstance(value, (bool, np.bool_))
         and (not finite or bool(np.isfinite(value)))
     )
+
+
+def accuracy(predicted: np.ndarray, y: Any, sample_weight: Any = None) -> float:
+    """The (``sample_weight``-weighted) fraction of ``predicted`` equal to ``y``; a
+    :class:`DataError` unless ``y`` (and the weights) hold one entry per prediction."""
+    yy = np.asarray(y)
+    if yy.ndim == 2 and yy.shape[1] == 1:
+        yy = yy.ravel()
+    if yy.shape != predicted.shape:
+        raise DataError(
+            f"y has shape {yy.shape}, expected ({len(predicted)},): one label per sample"
+        )
+    if sample_weight is None:
+        return float(np.mean(predicted == yy))
+    try:
+        w = np.asarray(sample_weight, dtype=np.float64)
+    except (TypeError, ValueError):
+        w = np.full(0, np.nan)  # not numbers: the DataError below
+    if w.shape != yy.shape or not np.isfinite(w).all() or (w < 0).any() or not w.sum() > 0:
+        raise DataError(
+            f"sample_weight must be {len(yy)} finite weights >= 0, not all zero (one per "
+            f"sample), got shape {w.shape}"
+        )
+    return float(np.average(predicted == yy, weights=w))

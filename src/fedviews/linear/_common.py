@@ -9,7 +9,7 @@ from typing import Any, cast
 import numpy as np
 from threadpoolctl import threadpool_limits
 
-from fedviews._classifier import accuracy
+from fedviews._estimator import accuracy
 from fedviews._params import COUNT, POSITIVE, TOL, check_value
 from fedviews._persist import Persistent
 from fedviews.data import check_Xs
