@@ -15,7 +15,7 @@ import importlib
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from fedviews.errors import ConfigError
+from fedviews.errors import ConfigError, DataError
 
 
 def factory_name(value: Any) -> str:
@@ -124,3 +124,19 @@ def output_shape(module: Any, input_shape: Sequence[int], what: str) -> tuple[in
         got = tuple(out.shape) if isinstance(out, torch.Tensor) else type(out).__name__
         raise ConfigError(f"{what}: its module must return a (batch, ...) tensor, got {got}")
     return tuple(int(s) for s in out.shape[1:])
+
+
+def shape_text(shape: Sequence[int]) -> str:
+    """A shape as a setup value (``"32x10x28"``)."""
+    return "x".join(str(int(s)) for s in shape)
+
+
+def parse_shape(text: object, key: str) -> tuple[int, ...]:
+    """:func:`shape_text` read back (a :class:`DataError` if ``text`` is not one)."""
+    try:
+        shape = tuple(int(s) for s in str(text).split("x"))
+    except ValueError:
+        shape = ()
+    if not shape or min(shape) < 1:
+        raise DataError(f"setup[{key!r}] = {text!r} is not a shape such as '32x10x28'")
+    return shape

@@ -74,22 +74,6 @@ def combined_shape(shapes: Sequence[Sequence[int]], owners: Sequence[str]) -> tu
     return (*first[:axis], sum(int(s[axis]) for s in shapes), *first[axis + 1 :])
 
 
-def shape_text(shape: Sequence[int]) -> str:
-    """A shape as a setup value (``"32x10x28"``)."""
-    return "x".join(str(int(s)) for s in shape)
-
-
-def parse_shape(text: object, key: str) -> tuple[int, ...]:
-    """:func:`shape_text` read back (a :class:`DataError` if ``text`` is not one)."""
-    try:
-        shape = tuple(int(s) for s in str(text).split("x"))
-    except ValueError:
-        shape = ()
-    if not shape or min(shape) < 1:
-        raise DataError(f"setup[{key!r}] = {text!r} is not a shape such as '32x10x28'")
-    return shape
-
-
 # --------------------------------------------------------------------------- labels
 
 

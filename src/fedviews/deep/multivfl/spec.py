@@ -41,15 +41,13 @@ import numpy as np
 from fedviews._params import COUNT, FACTORY, FLAG, POSITIVE, Checked, spec
 from fedviews.data import PartyData, demo_image_split, split_strips
 from fedviews.deep._common import DEVICE, INITS, TOPK_RATIO, WIRE
-from fedviews.deep._factory import output_shape
+from fedviews.deep._factory import output_shape, parse_shape, shape_text
 from fedviews.deep._serveropt import ServerOptimizer, make_server_optimizer
 from fedviews.deep.multivfl.protocol import (
     combined_shape,
     epoch_order,
     input_shape,
-    parse_shape,
     partition_label_owners,
-    shape_text,
 )
 from fedviews.errors import ConfigError, DataError
 from fedviews.federation import (
