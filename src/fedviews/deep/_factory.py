@@ -12,10 +12,10 @@ algorithm needs (a :class:`~fedviews.errors.ConfigError` naming the factory othe
 from __future__ import annotations
 
 import importlib
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from fedviews.errors import ConfigError, DataError
+from fedviews.errors import ConfigError, DataError, ProtocolError
 
 
 def factory_name(value: Any) -> str:
@@ -140,3 +140,22 @@ def parse_shape(text: object, key: str) -> tuple[int, ...]:
     if not shape or min(shape) < 1:
         raise DataError(f"setup[{key!r}] = {text!r} is not a shape such as '32x10x28'")
     return shape
+
+
+def shape_info(key: str, shape: Sequence[int]) -> dict[str, int]:
+    """A shape as a party reports it at setup (whole numbers): ``{"key/0": 1, "key/1": 10}``."""
+    return {f"{key}/{i}": int(s) for i, s in enumerate(shape)}
+
+
+def reported_shape(info: Mapping[str, Any], key: str, party: str) -> tuple[int, ...]:
+    """:func:`shape_info` read back from what ``party`` reported (a :class:`ProtocolError`
+    naming it if there is no such shape or a size is 0)."""
+    shape: list[int] = []
+    while f"{key}/{len(shape)}" in info:
+        shape.append(int(info[f"{key}/{len(shape)}"]))
+    if not shape or min(shape) < 1:
+        raise ProtocolError(
+            f"{party!r} reported no {key} shape of sizes >= 1 at setup (got {tuple(shape)})",
+            party=party,
+        )
+    return tuple(shape)

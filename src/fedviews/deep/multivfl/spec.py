@@ -41,7 +41,14 @@ import numpy as np
 from fedviews._params import COUNT, FACTORY, FLAG, POSITIVE, Checked, spec
 from fedviews.data import PartyData, demo_image_split, split_strips
 from fedviews.deep._common import DEVICE, INITS, TOPK_RATIO, WIRE
-from fedviews.deep._factory import output_shape, parse_shape, shape_text
+from fedviews.deep._factory import (
+    output_shape,
+    parse_shape,
+    reported_shape,
+    resolve_factory,
+    shape_info,
+    shape_text,
+)
 from fedviews.deep._serveropt import ServerOptimizer, make_server_optimizer
 from fedviews.deep.multivfl.protocol import (
     combined_shape,
@@ -189,11 +196,15 @@ class MultiVFLParams(Checked):
         return wire_codecs(self.wire_activations, self.wire_gradients, self.topk_ratio)
 
     def cross_check(self, n_parties: int | None) -> None:
-        """The codecs together (top-k only for gradients) and the server optimizer's settings
+        """The codecs together (top-k only for gradients), the server optimizer's settings
         (``optimizer``, ``server_lr``, ``beta1``, ``beta2``, ``tau``: checked by
-        :func:`~fedviews.deep._serveropt.make_server_optimizer`)."""
+        :func:`~fedviews.deep._serveropt.make_server_optimizer`) and the factories: an
+        import path must import a callable (what it builds is checked where the shapes
+        are known, at setup)."""
         self.codecs()
         self.server_optimizer()
+        resolve_factory(self.bottom, "bottom")
+        resolve_factory(self.top, "top")
 
     def server_optimizer(self) -> ServerOptimizer:
         """A fresh server optimizer of these settings (a :class:`ConfigError` if invalid)."""
@@ -335,15 +346,15 @@ class MultiVFLAlgorithm(Algorithm):
         shape = input_shape(local.data.features.shape)
         bottom = self._bottom(run, party, shape)
         out = output_shape(bottom, shape, f"the bottom model of {party!r}")
-        return {"input": shape_text(shape), "output": shape_text(out)}
+        return {**shape_info("input", shape), **shape_info("output", out)}
 
     def make_setup(self, run: RunSpec, infos: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
         dos = data_owners(run)
-        shapes = [parse_shape(infos[d]["output"], f"{d}.output") for d in dos]
+        shapes = [reported_shape(infos[d], "output", d) for d in dos]
         return {
             "n_classes": max(int(infos[lo]["n_classes"]) for lo in run.federation.owners()),
             "top_input": shape_text(combined_shape(shapes, dos)),
-            **{f"input/{d}": str(infos[d]["input"]) for d in dos},
+            **{f"input/{d}": shape_text(reported_shape(infos[d], "input", d)) for d in dos},
             **{f"output/{d}": shape_text(s) for d, s in zip(dos, shapes, strict=True)},
         }
 

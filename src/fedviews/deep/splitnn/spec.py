@@ -33,7 +33,13 @@ import numpy as np
 from fedviews._params import COUNT, FACTORY, FLAG, POSITIVE, Checked
 from fedviews.data import PartyData, demo_image_split
 from fedviews.deep._common import DEVICE, last_epoch_seen
-from fedviews.deep._factory import parse_shape, shape_text
+from fedviews.deep._factory import (
+    parse_shape,
+    reported_shape,
+    resolve_factory,
+    shape_info,
+    shape_text,
+)
 from fedviews.deep._strips import (
     EPOCHS,
     MOMENTUM,
@@ -97,6 +103,12 @@ class SplitNNParams(Checked):
     parties' bottom outputs joined (per-sample ``(sum e_p,)``, the label owner's first)
     returning ``n_classes`` logits. ``""``: the sum of the parties' logits (nothing trained)."""
 
+    def cross_check(self, n_parties: int | None) -> None:
+        """An import path of ``bottom`` or ``top`` must import a callable (what it builds is
+        checked where the shapes are known, when the parties are built)."""
+        resolve_factory(self.bottom, "bottom")
+        resolve_factory(self.top, "top")
+
 
 def splitnn_policy(evaluate: bool) -> PrivacyPolicy:
     """The barrier: logits up, their gradients down; the coordinator only starts epochs."""
@@ -143,7 +155,7 @@ class SplitNNAlgorithm(ActivePassive):
 
     def party_info(self, run: RunSpec, party: str, local: Local) -> dict[str, Any]:
         shape = local.data.features.shape[1:]
-        info: dict[str, Any] = {"input": shape_text((1, *shape) if len(shape) == 2 else shape)}
+        info: dict[str, Any] = shape_info("input", (1, *shape) if len(shape) == 2 else shape)
         if party != active_of(run):
             return info
         y = np.asarray(local.take("train")[2])
@@ -155,7 +167,7 @@ class SplitNNAlgorithm(ActivePassive):
         parties = run.federation.parties
         return {
             "n_classes": int(infos[active_of(run)]["n_classes"]),
-            **{f"input/{p}": str(infos[p]["input"]) for p in parties},
+            **{f"input/{p}": shape_text(reported_shape(infos[p], "input", p)) for p in parties},
         }
 
     def policy(self, run: RunSpec, setup: Mapping[str, Any]) -> PrivacyPolicy:
