@@ -92,7 +92,8 @@ def build_network(
             raise ConfigError(f"{field} factory {name} failed on {tuple(args)}: {exc}") from exc
         if not isinstance(module, torch.nn.Module):
             raise ConfigError(
-                f"{field} factory {name} returned a {type(module).__name__}, not a torch.nn.Module"
+                f"{field} factory {name} returned an object of type {type(module).__name__}, "
+                "not a torch.nn.Module"
             )
         if init is not None:
             module = init(module)
