@@ -150,9 +150,7 @@ def test_a_bad_factory_is_a_config_error(my_models):
         ("multivfl_mnist_cnn.toml", ["params.rounds=2", "params.eval_samples=200"], "046"),
     ],
 )
-def test_fedviews_run_of_the_example_configs(
-    tmp_path, config: str, args: list[str], layers: str
-):
+def test_fedviews_run_of_the_example_configs(tmp_path, config: str, args: list[str], layers: str):
     out = tmp_path / "run"
     args = [*args, 'params.optimizers=["fedavg"]']
     r = _fedviews("run", str(EXAMPLES / config), *args, "--out", str(out), "-q")

@@ -20,7 +20,7 @@ import dataclasses
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
@@ -205,7 +205,7 @@ VIEW_WEIGHTS = spec(float, low=0, low_open=True, per="view")
 #: a network factory: ``""`` (the algorithm's own network), the import path
 #: ``"package.module:function"`` of a callable, or (in Python) the callable itself
 FACTORY = spec(
-    Callable,
+    cast(type, Callable),
     pattern=r"([A-Za-z_][\w.]*:[A-Za-z_][\w.]*)?",
     text="'' (the default network), an import path 'package.module:function' or a callable",
 )

@@ -55,7 +55,7 @@ def resolve_factory(value: Any, field: str) -> Callable[..., Any] | None:
         found = getattr(found, part)
     if not callable(found):
         raise ConfigError(f"{field} = {value!r} is a {type(found).__name__}, not a callable")
-    return found  # type: ignore[no-any-return]
+    return found
 
 
 def build_network(
@@ -116,8 +116,7 @@ def output_shape(module: Any, input_shape: Sequence[int], what: str) -> tuple[in
             out = module(torch.zeros((1, *input_shape)))
     except Exception as exc:
         raise ConfigError(
-            f"{what}: its module fails on an input of per-sample shape {tuple(input_shape)}: "
-            f"{exc}"
+            f"{what}: its module fails on an input of per-sample shape {tuple(input_shape)}: {exc}"
         ) from exc
     finally:
         module.train(training)

@@ -230,6 +230,8 @@ def _run(cfg: ExperimentConfig, ctx: RunContext) -> ExperimentResult:
     p: MultiVFLNonIIDParams = cfg.params
     algo = {f.name: getattr(p, f.name) for f in fields(MultiVFLParams) if f.name not in _FIXED}
     opts = dict(cfg.data.options)
+    Xtr: Any
+    Xte: Any
     if p.views:
         Xtr, ytr, ids, Xte, yte = _view_split(cfg.data.name, p.views, opts, cfg.seed, p)
     else:

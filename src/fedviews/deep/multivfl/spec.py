@@ -444,7 +444,7 @@ class MultiVFLAlgorithm(Algorithm):
 
         p: MultiVFLParams = run.params
         dev = resolve_device(p.device)
-        dos, los = data_owners(run), run.federation.owners()
+        los = run.federation.owners()
         d = run.defense
         dp = None
         if d.kind == ("grad_dp" if party in los else "act_dp"):

@@ -177,9 +177,7 @@ class SplitNNAlgorithm(ActivePassive):
         self, run: RunSpec, party: str, local: Local, setup: Mapping[str, Any]
     ) -> SplitNNActive | SplitNNPassive:
         from fedviews.deep._common import resolve_device
-        from fedviews.deep.splitnn.parties import SplitNNActive, SplitNNPassive
-
-        from fedviews.deep.splitnn.parties import SplitNets
+        from fedviews.deep.splitnn.parties import SplitNets, SplitNNActive, SplitNNPassive
 
         p: SplitNNParams = run.params
         parties = run.federation.parties
