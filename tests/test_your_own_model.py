@@ -9,12 +9,8 @@ path with ``docs/examples`` on ``PYTHONPATH``.
 
 from __future__ import annotations
 
-import importlib
 import json
 import os
-import subprocess
-import sys
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -22,39 +18,22 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
+from _examples import EXAMPLES, example_env, example_module, fedviews  # noqa: E402
 from fedviews.data import load  # noqa: E402
 from fedviews.deep.multivfl import MultiVFL  # noqa: E402
 from fedviews.errors import ConfigError  # noqa: E402
 from fedviews.federation import build_in_process, get_algorithm_spec  # noqa: E402
 
-ROOT = Path(__file__).resolve().parents[1]
-EXAMPLES = ROOT / "docs" / "examples"
-
 
 @pytest.fixture(scope="module")
 def my_models() -> Any:
     """The example module, imported the way a user's module is: from a folder on the path."""
-    sys.path.insert(0, str(EXAMPLES))
-    try:
-        yield importlib.import_module("my_models")
-    finally:
-        sys.path.remove(str(EXAMPLES))
+    with example_module("my_models") as module:
+        yield module
 
 
-def _env() -> dict[str, str]:
-    path = os.pathsep.join(p for p in (str(EXAMPLES), os.environ.get("PYTHONPATH")) if p)
-    return {**os.environ, "PYTHONPATH": path, "PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": "1"}
-
-
-def _fedviews(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "fedviews", *args],
-        capture_output=True,
-        text=True,
-        timeout=400,
-        cwd=ROOT,
-        env=env or _env(),
-    )
+def _fedviews(*args: str, env: dict[str, str] | None = None) -> Any:
+    return fedviews(*args, env=env or {**example_env(), "OMP_NUM_THREADS": "1"}, timeout=400)
 
 
 def _handwritten(n: int = 400) -> tuple[list[np.ndarray], np.ndarray, list[np.ndarray], np.ndarray]:
@@ -163,7 +142,7 @@ def test_fedviews_run_of_the_example_configs(tmp_path, config: str, args: list[s
         f"{way}/{k}.{p}" for way in ("top", "update") for k in layers for p in ("weight", "bias")
     }
     # the factory's module not on PYTHONPATH: one clear line, no traceback
-    env = {k: v for k, v in _env().items() if k != "PYTHONPATH"}
+    env = {k: v for k, v in example_env().items() if k != "PYTHONPATH"}
     env["PYTHONPATH"] = os.environ.get("PYTHONPATH", "")
     bad = _fedviews("run", str(EXAMPLES / config), "--out", str(tmp_path / "bad"), env=env)
     assert bad.returncode != 0
