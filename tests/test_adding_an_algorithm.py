@@ -7,22 +7,16 @@ with ``docs/examples`` on ``PYTHONPATH``.
 
 from __future__ import annotations
 
-import importlib
 import json
-import os
-import subprocess
-import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
 
+from _examples import EXAMPLES, example_env, example_module, fedviews
 from fedviews.errors import ConfigError, PrivacyError
 from fedviews.experiments import load_config
 from fedviews.federation import Roster, RunSpec, build_in_process
 
-ROOT = Path(__file__).resolve().parents[1]
-EXAMPLES = ROOT / "docs" / "examples"
 #: every array name the toy's policy declares
 DECLARED = {"Xw", "residual", "prediction"}
 #: the deployment's own session arrays (PSI), next to the algorithm's
@@ -32,27 +26,8 @@ SESSION = {"psi_set", "psi_sealed", "psi_positions"}
 @pytest.fixture(scope="module")
 def fedridge():
     """The toy module, imported the way a user's module is: from a folder on the path."""
-    sys.path.insert(0, str(EXAMPLES))
-    try:
-        yield importlib.import_module("fedridge")
-    finally:
-        sys.path.remove(str(EXAMPLES))
-
-
-def _env() -> dict[str, str]:
-    path = os.pathsep.join(p for p in (str(EXAMPLES), os.environ.get("PYTHONPATH")) if p)
-    return {**os.environ, "PYTHONPATH": path, "PYTHONUNBUFFERED": "1"}
-
-
-def _fedviews(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "fedviews", *args],
-        capture_output=True,
-        text=True,
-        timeout=240,
-        cwd=ROOT,
-        env=env or _env(),
-    )
+    with example_module("fedridge") as module:
+        yield module
 
 
 def _views(seed: int = 0, n: int = 80, dims: tuple[int, ...] = (5, 3, 4)):
@@ -170,7 +145,7 @@ def test_modules_key_of_deploy_config_is_validated():
 def test_fedviews_run_of_the_example_config(tmp_path):
     out = tmp_path / "run"
     config = "docs/examples/fedridge_handwritten.toml"
-    r = _fedviews("run", config, "params.alphas=[100.0]", "--out", str(out), "-q")
+    r = fedviews("run", config, "params.alphas=[100.0]", "--out", str(out), "-q")
     assert r.returncode == 0, r.stdout + r.stderr
     assert "FedRidge on handwritten" in r.stdout
     metrics = json.loads((out / "metrics.json").read_text())
@@ -182,8 +157,8 @@ def test_fedviews_run_of_the_example_config(tmp_path):
     crossed = set().union(*json.loads((out / "message_log.json").read_text())["crossings"].values())
     assert crossed == DECLARED
     # without the folder on PYTHONPATH: one clear line, no traceback
-    env = {k: v for k, v in _env().items() if k != "PYTHONPATH"}
-    bad = _fedviews("run", config, "--out", str(tmp_path / "bad"), env=env)
+    env = {k: v for k, v in example_env().items() if k != "PYTHONPATH"}
+    bad = fedviews("run", config, "--out", str(tmp_path / "bad"), env=env)
     assert bad.returncode == 2
     assert "no module named 'fedridge_experiment'" in bad.stderr and "PYTHONPATH" in bad.stderr
     assert "Traceback" not in bad.stderr + bad.stdout
@@ -198,7 +173,7 @@ def test_fedviews_launch_equals_in_process(tmp_path, fedridge):
     config = EXAMPLES / "deploy_fedridge.toml"
     overrides = ["data.n_per_class=8", "params.max_iter=6"]
     run = tmp_path / "run"
-    r = _fedviews("launch", str(config), *overrides, "--out", str(run))
+    r = fedviews("launch", str(config), *overrides, "--out", str(run))
     out = r.stdout + r.stderr
     assert r.returncode == 0, out
     assert "[coordinator] round 6: objective" in out and "[fou] aligned samples" in out

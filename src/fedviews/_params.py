@@ -18,9 +18,9 @@ from __future__ import annotations
 
 import dataclasses
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
@@ -67,6 +67,11 @@ class Constraint:
         return words + (f", or one per {self.per}" if self.per else "")
 
     def _ok(self, value: Any) -> bool:
+        if self.kind is Callable:  # a factory: the callable itself, or its import path
+            return callable(value) or (
+                isinstance(value, str)
+                and (self.pattern is None or re.fullmatch(self.pattern, value) is not None)
+            )
         if self.kind is bool:
             return isinstance(value, (bool, np.bool_))
         if self.kind is str:
@@ -118,8 +123,9 @@ def spec(
     Parameters
     ----------
     kind : type
-        ``int`` (a bool is not one), ``float`` (any real number, ints included), ``bool``
-        or ``str``.
+        ``int`` (a bool is not one), ``float`` (any real number, ints included), ``bool``,
+        ``str`` or ``collections.abc.Callable`` (a callable, or a ``str`` that matches
+        ``pattern``: its import path).
     low, high : float, optional
         The bounds, inclusive unless ``low_open`` / ``high_open``.
     low_open, high_open : bool
@@ -196,3 +202,10 @@ FLAG = spec(bool)
 WEIGHTS = spec(float, low=0, low_open=True, per="party")
 #: a finite number > 0, or a list of one per view
 VIEW_WEIGHTS = spec(float, low=0, low_open=True, per="view")
+#: a network factory: ``""`` (the algorithm's own network), the import path
+#: ``"package.module:function"`` of a callable, or (in Python) the callable itself
+FACTORY = spec(
+    cast(type, Callable),
+    pattern=r"([A-Za-z_][\w.]*:[A-Za-z_][\w.]*)?",
+    text="'' (the default network), an import path 'package.module:function' or a callable",
+)

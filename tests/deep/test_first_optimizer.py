@@ -28,7 +28,7 @@ SCRIPT = textwrap.dedent(
     assert "torch._dynamo" not in sys.modules, "imported before any party was built"
     if sys.argv[1] == "multivfl":
         _, top = build_models([7, 7], 28, 10, random_state=0)
-        LabelOwner("lo", np.zeros(4, np.int64), top, ["a", "b"], batch_size=2,
+        LabelOwner("lo", np.zeros(4, np.int64), top, {"a": (32, 7, 28), "b": (32, 7, 28)}, batch_size=2,
                    local_epochs=1, local_optimizer="sgd", lr=0.1, device=torch.device("cpu"))
     else:
         views = [[np.zeros((5, 3), np.float32)] * 4]

@@ -317,10 +317,11 @@ def test_errors(fmnist) -> None:
     images, y, _ = fmnist
     with pytest.raises(ConfigError, match="did you mean 'fedyogi'"):
         MultiVFL(optimizer="fedyogii").fit(images, y)
-    with pytest.raises(DataError, match="mismatched strip shapes"):
+    # a strip of another width: its activations cannot be stacked with the others'
+    with pytest.raises(DataError, match=r"of 'data_owner_1' .* \(32, 7, 20\), which cannot"):
         strips = [images[:, 0:7], images[:, 7:14, :20], images[:, 14:21], images[:, 21:]]
         MultiVFL(n_label_owners=1).fit(strips, y)
-    with pytest.raises(DataError, match="mismatched strip shapes"):
+    with pytest.raises(DataError, match="mismatched shapes"):
         MultiVFL(n_label_owners=1).fit(
             [images[:, 0:7], images[:10, 7:14], images[:, 14:21], images[:, 21:]], y
         )
@@ -423,7 +424,15 @@ def test_fit_runs_the_registered_spec(fmnist) -> None:
     assert est.transport_.policy.allowed[("coordinator", "label_owner")] == {
         f"top/{k}" for k in layers
     }
-    assert fed.setup == {"width": 28, "n_classes": 10, "height/u": 14, "height/v": 14}
+    # the shapes of this run's modules: 14-row strips into 4 channels, stacked to 28 rows
+    assert fed.setup == {
+        "n_classes": 10,
+        "top_input": "4x28x28",
+        "input/u": "1x14x28",
+        "input/v": "1x14x28",
+        "output/u": "4x14x28",
+        "output/v": "4x14x28",
+    }
 
 
 def test_the_spec_loads_without_torch() -> None:

@@ -123,3 +123,65 @@ def test_it_learns_real_digits_and_reports_the_joint_models_accuracy():
     y_test = datas["bottom"].y_test
     assert metrics["final_accuracy"] == float(np.mean(logits.argmax(1).numpy() == y_test))
     assert metrics["final_accuracy"] > 0.6  # chance: 0.1
+
+
+def _user_bottom(shape: tuple[int, ...], n_classes: int) -> torch.nn.Module:
+    return torch.nn.Sequential(torch.nn.Linear(shape[0], 5), torch.nn.Tanh())
+
+
+def _user_top(shape: tuple[int, ...], n_classes: int) -> torch.nn.Module:
+    return torch.nn.Linear(shape[0], n_classes)
+
+
+def test_user_networks_on_table_columns_equal_one_model():
+    """Table columns (4 and 7 of them), the user's bottoms and top: the federation trains the
+    one model of the two bottoms and the top on their outputs side by side, the label
+    owner's first; the top stays with the label owner."""
+    rng = np.random.default_rng(1)
+    n, ids = 40, np.arange(40)
+    y = rng.integers(0, 3, size=n)
+    Xp, Xa = rng.normal(size=(n, 4)), rng.normal(size=(n, 7))
+    datas = {"p": PartyData(ids, Xp), "a": PartyData(ids, Xa, y)}
+    params = SplitNNParams(
+        epochs=2, batch_size=16, lr=0.1, evaluate=False, device="cpu",
+        bottom=_user_bottom, top=_user_top,
+    )  # fmt: skip
+    run = RunSpec("splitnn", params, Roster(("p", "a"), label_owner="a"), seed=3)
+    fed = build_in_process(run, datas)
+    fed()
+    seeds = [int(s.generate_state(1)[0]) for s in spawn_streams(run.seed, 3)]
+    nets = [
+        build_module(s, lambda k=k: _user_bottom((k,), 3), "cpu")  # type: ignore[misc]
+        for s, k in zip(seeds, (4, 7), strict=True)
+    ]
+    top = build_module(seeds[2], lambda: _user_top((10,), 3), "cpu")
+    opt = torch.optim.SGD([q for m in (*nets, top) for q in m.parameters()], lr=0.1, momentum=0.9)
+    X = [torch.as_tensor(v, dtype=torch.float32) for v in (Xp, Xa)]
+    for e in range(1, params.epochs + 1):
+        for idx in batches(n, params.batch_size, np.random.default_rng(epoch_seed(run.seed, e))):
+            z = top(torch.cat([nets[1](X[1][idx]), nets[0](X[0][idx])], dim=1))
+            loss = torch.nn.functional.cross_entropy(z, torch.as_tensor(y[idx]))
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+    for name, module, prefix in (
+        ("p", nets[0], "net/"),
+        ("a", nets[1], "net/"),
+        ("a", top, "top/"),
+    ):
+        mine = fed.algorithm.party_results(fed.parties[name])
+        for k, v in module.state_dict().items():
+            np.testing.assert_allclose(mine[prefix + k], v.numpy(), rtol=1e-5, atol=1e-6)
+    assert fed.transport.log.arrays_sent("a", "p") == {"grad_logits"}  # the top stays home
+
+
+def test_a_bottom_that_does_not_fit_the_sum_is_a_config_error():
+    ids, y = np.arange(12), np.arange(12) % 3
+    datas = {"p": PartyData(ids, np.ones((12, 4))), "a": PartyData(ids, np.ones((12, 2)), y)}
+    params = SplitNNParams(epochs=1, evaluate=False, device="cpu", bottom=_user_bottom)
+    # 5 features from each party, without a top to read them
+    with pytest.raises(ConfigError, match=r"output is \(5,\), not the \(3,\) logits"):
+        build_in_process(RunSpec("splitnn", params, Roster(("p", "a"), label_owner="a")), datas)
+    with pytest.raises(ConfigError, match="bottom = 'no_such_module:f': cannot import"):
+        params = SplitNNParams(bottom="no_such_module:f")
+        build_in_process(RunSpec("splitnn", params, Roster(("p", "a"), label_owner="a")), datas)

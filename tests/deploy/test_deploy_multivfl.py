@@ -205,11 +205,10 @@ def test_deployed_policy_is_the_in_process_policy(launched):
     setup = build_in_process(cfg, files).setup  # what the deployed coordinator broadcast
     # this run's image: 28 rows cut into 10 + 9 + 9, 28 wide, 10 classes
     assert setup == {
-        "width": 28,
         "n_classes": 10,
-        "height/top": 10,
-        "height/middle": 9,
-        "height/bottom": 9,
+        "top_input": "8x28x28",
+        **{f"input/{d}": f"1x{h}x28" for d, h in zip(DOS, (10, 9, 9), strict=True)},
+        **{f"output/{d}": f"8x{h}x28" for d, h in zip(DOS, (10, 9, 9), strict=True)},
     }
     policy = spec.policy(cfg, setup)
     assert policy == ref.transport_.policy

@@ -65,9 +65,9 @@ def build_module(seed: int, factory: Callable[[], Any], device: Any) -> Any:
 
 
 class SplitBottom(Party):
-    """The bottom (passive) party of split learning on one image strip.
+    """The bottom (passive) party of split learning on its features (an image strip).
 
-    It holds its strip and its network (built by ``factory(strip_hw)`` with its
+    It holds its features and its network (built by ``factory(shape)`` with its
     own seed) and trains it with its own SGD. Each epoch's batch order comes from
     the label owner's shuffle seed (:meth:`start_epoch`), so the two sides draw
     the same batches without any sample index crossing. Subclasses register the
@@ -76,10 +76,10 @@ class SplitBottom(Party):
     Parameters
     ----------
     name : str
-    view : ndarray, shape (n, C, h, W)
-        Its strip, aligned with the label owner's samples.
+    view : ndarray, shape (n, ...)
+        Its features (a strip ``(n, C, h, W)``), aligned with the label owner's samples.
     factory : callable
-        ``factory((h, W))`` builds its network.
+        ``factory(view.shape[1:])`` builds its network (a strip's ``(C, h, W)``).
     seed : int
         Initialisation seed of its network.
     lr, momentum, weight_decay : float
@@ -91,7 +91,7 @@ class SplitBottom(Party):
         self,
         name: str,
         view: np.ndarray,
-        factory: Callable[[tuple[int, int]], Any],
+        factory: Callable[[tuple[int, ...]], Any],
         *,
         seed: int,
         lr: float = 1e-3,
@@ -102,8 +102,8 @@ class SplitBottom(Party):
         super().__init__(name, role="passive")
         self.device = torch.device(device)
         self._X = to_tensor(view, self.device, torch.float32)
-        hw = (int(view.shape[2]), int(view.shape[3]))
-        self.net = build_module(seed, lambda: factory(hw), self.device)
+        shape = tuple(int(s) for s in view.shape[1:])
+        self.net = build_module(seed, lambda: factory(shape), self.device)
         self.opt = sgd(self.net.parameters(), lr, momentum, weight_decay)
         self._order: list[np.ndarray] = []
         self._pending: Any = None  # the output of the batch whose gradient is awaited

@@ -61,19 +61,23 @@ def active_of(run: RunSpec) -> str:
 
 class ActivePassive(Algorithm):
     """Split learning on image strips: the active party (``federation.label_owner``) and
-    passive parties, each holding its strip ``(n, h, W)`` or ``(n, C, h, W)`` of every image."""
+    passive parties, each holding its strip ``(n, h, W)`` or ``(n, C, h, W)`` of every image
+    (or, where ``tables`` is set, its columns ``(n, k)`` of a table)."""
 
     peer_to_peer = True  # the active party and the passive parties exchange every batch
+    #: the parties may hold table columns ``(n, k)`` as well as image strips
+    tables = False
 
     def role(self, run: RunSpec, party: str) -> str:
         return "active" if party == active_of(run) else "passive"
 
     def check_data(self, run: RunSpec, party: str, data: PartyData) -> None:
         super().check_data(run, party, data)
-        if data.features.ndim not in (3, 4):
+        if data.features.ndim not in ((2, 3, 4) if self.tables else (3, 4)):
+            columns = " or table columns (n, k)" if self.tables else ""
             raise DataError(
-                f"{party!r} must hold image strips (n, h, W) or (n, C, h, W), got X of shape "
-                f"{data.features.shape}"
+                f"{party!r} must hold image strips (n, h, W) or (n, C, h, W){columns}, got X "
+                f"of shape {data.features.shape}"
             )
 
 

@@ -18,7 +18,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from fedviews.data import image_split
+from fedviews.data import held_out_split, image_split, load
 from fedviews.deep import MultiVFLParams
 from fedviews.errors import ConfigError, DataError
 from fedviews.experiments._config import ExperimentConfig
@@ -91,6 +91,11 @@ class MultiVFLNonIIDParams(MultiVFLParams):
     target_fraction: float = 0.9
     """The claim's *faster* target: this fraction of FedAvg's final accuracy (last-10 mean) on
     the same seed; a curve's rounds to target is the first round that reaches it."""
+    views: tuple[str, ...] = ()
+    """Empty: the images of ``[data]`` are cut into ``n_data_owners`` strips. Else the data
+    owners hold these views of a multi-view table (``[data] name = "handwritten"``), one
+    each, in order (``n_data_owners`` must be their number); ``test_fraction`` of it is held
+    out."""
 
     def locals_run(self) -> tuple[str, ...]:
         """The local steps this experiment runs (``local_optimizers`` or ``local_optimizer``)."""
@@ -136,6 +141,11 @@ class MultiVFLNonIIDParams(MultiVFLParams):
         if not 0.0 < self.target_fraction <= 1.0:
             raise ConfigError(
                 f"params.target_fraction must be in (0, 1], got {self.target_fraction}"
+            )
+        if self.views and len(self.views) != self.n_data_owners:
+            raise ConfigError(
+                f"params.views names {len(self.views)} views for n_data_owners = "
+                f"{self.n_data_owners}: one view per data owner"
             )
         super().validate()
 
@@ -196,6 +206,22 @@ def _server_lr(c: _Curve, p: MultiVFLNonIIDParams) -> str:
     return "-" if _is_fedavg(c.optimizer) else f"{c.server_lr or p.server_lr:g}"
 
 
+def _view_split(
+    name: str, views: Sequence[str], options: Mapping[str, Any], seed: int, p: Any
+) -> tuple[list[np.ndarray], np.ndarray, np.ndarray, list[np.ndarray], np.ndarray]:
+    """``(train views, labels, IDs, test views, labels)``: the ``views`` of a multi-view table,
+    a stratified ``p.test_fraction`` held out (drawn with ``seed``)."""
+    ds = load(name, views=list(views), **options)
+    train, test = held_out_split(ds.y, int(round(p.test_fraction * len(ds.y))), seed)
+    return (
+        [X[train] for X in ds.views],
+        ds.y[train],
+        ds.ids[train],
+        [X[test] for X in ds.views],
+        ds.y[test],
+    )
+
+
 def _run(cfg: ExperimentConfig, ctx: RunContext) -> ExperimentResult:
     from fedviews.deep import partition_label_owners
     from fedviews.deep.multivfl import MultiVFL
@@ -204,10 +230,16 @@ def _run(cfg: ExperimentConfig, ctx: RunContext) -> ExperimentResult:
     p: MultiVFLNonIIDParams = cfg.params
     algo = {f.name: getattr(p, f.name) for f in fields(MultiVFLParams) if f.name not in _FIXED}
     opts = dict(cfg.data.options)
-    Xtr, ytr, ids, Xte, yte, _ = image_split(cfg.data.name, opts, cfg.seed, p.test_fraction)
+    Xtr: Any
+    Xte: Any
+    if p.views:
+        Xtr, ytr, ids, Xte, yte = _view_split(cfg.data.name, p.views, opts, cfg.seed, p)
+    else:
+        Xtr, ytr, ids, Xte, yte, _ = image_split(cfg.data.name, opts, cfg.seed, p.test_fraction)
     if p.eval_samples:
         keep = np.random.default_rng(cfg.seed).permutation(len(yte))[: p.eval_samples]
-        Xte, yte = Xte[keep], yte[keep]
+        Xte = [X[keep] for X in Xte] if p.views else Xte[keep]
+        yte = yte[keep]
     # the label owners' samples: drawn once per scenario with the config seed (as MultiVFL
     # draws them from its random_state), so the curves of every model seed share them
     y_enc = np.unique(ytr, return_inverse=True)[1]

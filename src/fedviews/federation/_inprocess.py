@@ -158,6 +158,8 @@ def _plain(obj: Any) -> Any:
         return dataclasses.asdict(obj)
     if isinstance(obj, np.generic):
         return obj.item()
+    if callable(obj):  # a user's network factory: by name, the same in every process
+        return f"{getattr(obj, '__module__', '')}:{getattr(obj, '__qualname__', '')}"
     return str(obj)
 
 

@@ -65,7 +65,7 @@ class TVFLPassiveClient(SplitBottom):
     """
 
     def __init__(self, name: str, view: np.ndarray, spec: NetSpec, **kw: Any) -> None:
-        super().__init__(name, view, lambda hw: Encoder(spec, hw), **kw)
+        super().__init__(name, view, lambda shape: Encoder(spec, (shape[1], shape[2])), **kw)
 
     @handles("tvfl.epoch")
     def _on_epoch(self, msg: Message) -> None:

@@ -130,7 +130,7 @@ class PassiveClient(SplitBottom):
         **kw: Any,
     ) -> None:
         net = Decoder if variant == "R" else Encoder
-        super().__init__(name, view, lambda hw: net(spec, hw), **kw)
+        super().__init__(name, view, lambda shape: net(spec, (shape[1], shape[2])), **kw)
         self.variant = variant
         self.tau = tau
         self.recon_loss = recon_loss

@@ -52,7 +52,8 @@ __all__ = ["MultiVFL"]
 
 
 def _as_strips(X: Any, n_data_owners: int, name: str) -> list[np.ndarray]:
-    """Images ``(n, H, W)`` → D strips ``(n, h_d, W)``; or validate a list of D strips."""
+    """Images ``(n, H, W)`` → D strips ``(n, h_d, W)``; or validate a list of D data owners'
+    features (strips ``(n, h_d, W)``, table columns ``(n, k_d)``, any ``(n, ...)``)."""
     if not isinstance(X, (list, tuple)):
         X = check_numeric(X, name)
     if isinstance(X, np.ndarray) and X.ndim == 3:
@@ -71,19 +72,21 @@ def _as_strips(X: Any, n_data_owners: int, name: str) -> list[np.ndarray]:
             )
         strips = [check_numeric(s, f"{name}[{d}]") for d, s in enumerate(X)]
         for d, s in enumerate(strips):
-            if s.ndim != 3 or 0 in s.shape:
+            if s.ndim < 2 or 0 in s.shape:
                 raise DataError(
-                    f"{name}[{d}] must be a non-empty (n_samples, rows, width) array, got shape {s.shape}"
+                    f"{name}[{d}] must be a non-empty (n_samples, ...) array: a strip (n, rows, "
+                    f"width) or table columns (n, k), got shape {s.shape}"
                 )
         shapes = [s.shape for s in strips]
-        if len({s[0] for s in shapes}) != 1 or len({s[2] for s in shapes}) != 1:
+        if len({s[0] for s in shapes}) != 1:
             raise DataError(
-                f"mismatched strip shapes {shapes}: every strip needs the same number of samples and the "
-                "same width (they are stacked along the height axis); align the data owners by sample ID first"
+                f"mismatched shapes {shapes}: every data owner needs the same samples, in the "
+                "same order; align the data owners by sample ID first"
             )
     else:
         raise DataError(
-            f"{name} must be an (n, H, W) image array or a list of {n_data_owners} (n, rows, W) strips"
+            f"{name} must be an (n, H, W) image array or a list of {n_data_owners} data "
+            "owners' features ((n, rows, W) strips or (n, k) table columns)"
         )
     return [scaled_strip(s, name) for s in strips]
 
@@ -102,7 +105,8 @@ class MultiVFL(Persistent, Classifier):
     Parameters
     ----------
     n_data_owners : int
-        ``D``: images are cut into ``D`` horizontal strips, one per data owner.
+        ``D``: images are cut into ``D`` horizontal strips, one per data owner (or ``X``
+        is a list of ``D`` data owners' features, e.g. a table's columns).
     n_label_owners : int
         ``K``: label owners, each with its own disjoint set of labelled samples.
     optimizer : {"fedavg", "fedadam", "fedyogi", "feddemonadam"}
@@ -130,7 +134,8 @@ class MultiVFL(Persistent, Classifier):
         ``n // K`` that the scenario's class quotas fit in the data
         (:func:`~fedviews.deep.multivfl.protocol.fitting_samples_per_owner`).
     channels, top_channels, hidden : int
-        Bottom output channels (32), top convolution channels and hidden units.
+        Bottom output channels (32; on table columns: units), top convolution channels and
+        hidden units of the default networks.
     init : {"xavier", "torch"}
         Initial weights of every bottom and top model: ``"xavier"`` (Algorithm 1's
         "Gaussian/Xavier initializer": Glorot-normal weights, zero biases) or ``"torch"``
@@ -153,6 +158,15 @@ class MultiVFL(Persistent, Classifier):
         largest ``topk_ratio`` of each sample's entries).
     topk_ratio : float
         Fraction of entries per sample kept by ``"topk"``.
+    bottom, top : callable or str
+        Factories of the networks (``""``: the default ones; an import path
+        ``"package.module:function"`` or the callable). ``bottom(input_shape, index)``
+        returns data owner ``index``'s ``torch.nn.Module`` for per-sample inputs of
+        ``input_shape`` (image strips ``(1, rows, width)``, table columns ``(k,)``);
+        ``top(input_shape, n_classes)`` the top model on the data owners' activations joined
+        (along the height for ``(C, h, W)`` maps, else the first axis), returning
+        ``n_classes`` logits. Each is called under its own torch seed, then ``init``
+        applies (``init="torch"`` keeps the factory's weights).
     random_state : int
     log_entries : bool
         Keep every message in ``transport_.log.entries`` (totals are always kept).
@@ -183,7 +197,8 @@ class MultiVFL(Persistent, Classifier):
     label_owner_samples_ : list of ndarray
         Training-row indices given to each label owner.
     strip_shapes_ : list of tuple
-        ``(rows, width)`` of every data owner's strip; :meth:`predict` checks it.
+        The per-sample shape of every data owner's features (``(rows, width)`` of a strip,
+        ``(k,)`` of table columns); :meth:`predict` checks it.
     privacy_ : dict
         The privacy ledger of the run's defense per label owner (``epsilon``, ``delta``,
         accountant); empty without one.
@@ -221,6 +236,8 @@ class MultiVFL(Persistent, Classifier):
         wire_activations: str = "none",
         wire_gradients: str = "none",
         topk_ratio: float = 0.1,
+        bottom: Any = "",
+        top: Any = "",
         defense: Any = None,
         random_state: int = 0,
         log_entries: bool = False,
@@ -476,8 +493,9 @@ class MultiVFL(Persistent, Classifier):
         self.history_ = history_columns(self.server_.history)
         self.history_["round"] = [int(r) for r in self.history_["round"]]
         n_batches = sum(self.history_["batches"])
-        rows, width = sum(s[0] for s in self.strip_shapes_), self.strip_shapes_[0][1]
-        act = self.channels * rows * width * 4  # float32 bytes per sample
+        act = 4 * sum(  # float32 bytes per sample
+            int(np.prod(shape)) for shape in self.label_owners_[0].activation_shapes.values()
+        )
         log = self.transport_.log
         self.run_stats_ = {
             **log.summary(),

@@ -1,9 +1,18 @@
-"""Multi-VFL's networks: convolutional bottom and top models, seeded builders.
+"""Multi-VFL's networks: the default bottom and top models, user factories, seeded builders.
 
-A *bottom* model runs at a data owner on its strip of the image; a *top*
-model runs at a label owner on the combined cut-layer activations. Default
-sizes are those of Multi-VFL (Mugunthan et al.): each bottom is one 3x3
-convolution 1 → 32 channels, the top is one convolution and two linear layers.
+A *bottom* model runs at a data owner on its features (its strip of the image, or its
+columns of a table); a *top* model runs at a label owner on the combined cut-layer
+activations. Default sizes are those of Multi-VFL (Mugunthan et al.): on image strips
+each bottom is one 3x3 convolution 1 → 32 channels, the top is one convolution and two
+linear layers; on table columns each bottom is one linear layer + ReLU to ``channels``
+units and the top two linear layers (:func:`default_bottom`, :func:`default_top`).
+
+User networks replace them through factories (``MultiVFLParams.bottom`` and ``top``):
+``bottom(input_shape, index)`` builds data owner ``index``'s bottom for per-sample inputs
+of ``input_shape`` (:func:`~fedviews.deep.multivfl.protocol.input_shape`);
+``top(input_shape, n_classes)`` the top for the joined activations of per-sample shape
+``input_shape`` (:func:`~fedviews.deep.multivfl.protocol.combined_shape`), with
+``n_classes`` logits. :func:`make_bottom` and :func:`make_top` build either, seeded.
 
 :class:`SplitNet` is the same network in one process (all bottoms + the top),
 used as the centralized reference in tests and benchmarks.
@@ -11,9 +20,13 @@ used as the centralized reference in tests and benchmarks.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import math
+from collections.abc import Callable, Sequence
+from typing import Any
 
 from fedviews.deep._common import INITS, torch_seed
+from fedviews.deep._factory import build_network, resolve_factory
+from fedviews.deep.multivfl.protocol import cut_axis
 from fedviews.errors import ConfigError, MissingDependency
 
 try:
@@ -92,12 +105,14 @@ def init_weights(module: nn.Module, init: str) -> nn.Module:
 
 
 def combine_activations(activations: Sequence[torch.Tensor]) -> torch.Tensor:
-    """Stack the data owners' ``(n, C, h_d, w)`` activations along the height axis.
+    """Join the data owners' activations along :func:`~fedviews.deep.multivfl.protocol.cut_axis`.
 
-    Strip ``d`` covers image rows ``h_0 + ... + h_{d-1}`` onwards, so the result
-    is the ``(n, C, sum h_d, w)`` feature map of the whole image.
+    ``(n, C, h_d, w)`` maps are stacked along the height axis: strip ``d`` covers image
+    rows ``h_0 + ... + h_{d-1}`` onwards, so the result is the ``(n, C, sum h_d, w)``
+    feature map of the whole image. Vectors ``(n, e_d)`` are concatenated to
+    ``(n, sum e_d)``.
     """
-    return torch.cat(list(activations), dim=2)
+    return torch.cat(list(activations), dim=1 + cut_axis(activations[0].dim() - 1))
 
 
 class SplitNet(nn.Module):
@@ -124,6 +139,95 @@ class SplitNet(nn.Module):
         return self.top(
             combine_activations([b(x) for b, x in zip(self.bottoms, strips, strict=True)])
         )
+
+
+def mlp_bottom(in_features: int, width: int) -> nn.Sequential:
+    """Bottom model on table columns: flatten, ``Linear(in_features, width)``, ReLU."""
+    return nn.Sequential(nn.Flatten(), nn.Linear(in_features, width), nn.ReLU())
+
+
+def mlp_top(in_features: int, n_classes: int, hidden: int = 128) -> nn.Sequential:
+    """Top model on joined vectors: ``Linear(in_features, hidden)``, ReLU,
+    ``Linear(hidden, n_classes)``."""
+    return nn.Sequential(
+        nn.Flatten(), nn.Linear(in_features, hidden), nn.ReLU(), nn.Linear(hidden, n_classes)
+    )
+
+
+def default_bottom(channels: int) -> Callable[[tuple[int, ...], int], nn.Module]:
+    """The bottom factory used when none is given: :func:`conv_bottom` on image strips
+    (per-sample ``(C, h, w)``), :func:`mlp_bottom` to ``channels`` units otherwise."""
+
+    def bottom(input_shape: tuple[int, ...], index: int) -> nn.Module:
+        if len(input_shape) == 3:
+            return conv_bottom(input_shape[0], channels)
+        return mlp_bottom(math.prod(input_shape), channels)
+
+    return bottom
+
+
+def default_top(top_channels: int, hidden: int) -> Callable[[tuple[int, ...], int], nn.Module]:
+    """The top factory used when none is given: :func:`conv_top` on feature maps
+    (per-sample ``(C, H, W)``), :func:`mlp_top` otherwise."""
+
+    def top(input_shape: tuple[int, ...], n_classes: int) -> nn.Module:
+        if len(input_shape) == 3:
+            return conv_top(*input_shape, n_classes, channels=top_channels, hidden=hidden)
+        return mlp_top(math.prod(input_shape), n_classes, hidden)
+
+    return top
+
+
+def make_bottom(
+    factory: Any,
+    input_shape: Sequence[int],
+    index: int,
+    *,
+    channels: int = 32,
+    random_state: int = 0,
+    init: str = "xavier",
+) -> nn.Module:
+    """Data owner ``index``'s initial bottom model: ``factory(input_shape, index)`` (a callable
+    or import path; ``""``: :func:`default_bottom`), drawn with seed
+    ``1000 * random_state + index + 1`` and initialised by ``init`` (:func:`init_weights`).
+    A :class:`ConfigError` if the factory does not import or build a module that takes
+    ``input_shape``."""
+    made = resolve_factory(factory, "bottom") or default_bottom(channels)
+    shape = tuple(int(s) for s in input_shape)
+    return build_network(
+        made,
+        (shape, index),
+        field="bottom",
+        seed=random_state * 1000 + index + 1,
+        input_shape=shape,
+        init=lambda m: init_weights(m, init),
+    )
+
+
+def make_top(
+    factory: Any,
+    input_shape: Sequence[int],
+    n_classes: int,
+    *,
+    top_channels: int = 64,
+    hidden: int = 128,
+    random_state: int = 0,
+    init: str = "xavier",
+) -> nn.Module:
+    """The initial top model: ``factory(input_shape, n_classes)`` (a callable or import path;
+    ``""``: :func:`default_top`), drawn with seed ``1000 * random_state`` and initialised by
+    ``init``. A :class:`ConfigError` unless it maps ``input_shape`` to ``n_classes`` logits."""
+    made = resolve_factory(factory, "top") or default_top(top_channels, hidden)
+    shape = tuple(int(s) for s in input_shape)
+    return build_network(
+        made,
+        (shape, n_classes),
+        field="top",
+        seed=random_state * 1000,
+        input_shape=shape,
+        init=lambda m: init_weights(m, init),
+        output=lambda out: None if out == (n_classes,) else f"is {out}, not ({n_classes},)",
+    )
 
 
 def build_bottom(

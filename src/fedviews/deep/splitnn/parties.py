@@ -1,8 +1,16 @@
-"""The parties of the plain split NN (:mod:`fedviews.deep.splitnn.spec`, never imported here): torch lives here."""
+"""The parties of the plain split NN (:mod:`fedviews.deep.splitnn.spec`, never imported here): torch lives here.
+
+Networks come from :class:`SplitNets`: the bottom of every party is ``bottom(input_shape,
+n_classes)`` (default :func:`bottom_mlp`), the label owner's top ``top(input_shape,
+n_classes)`` on the parties' bottom outputs joined, its own first (default: none, the
+logits are summed).
+"""
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -10,10 +18,13 @@ import numpy as np
 from fedviews.deep._common import (
     EVAL_BATCH,
     batches,
+    load_module,
+    module_arrays,
     to_numpy,
     to_tensor,
 )
 from fedviews.deep._common import as_strips as strips
+from fedviews.deep._factory import build_network, output_shape, resolve_factory
 from fedviews.deep._split import SplitBottom
 from fedviews.errors import MissingDependency, ProtocolError
 from fedviews.federation import Message, handles
@@ -32,8 +43,57 @@ def bottom_mlp(in_features: int, hidden: int, n_classes: int) -> nn.Module:
     )
 
 
+@dataclass(frozen=True)
+class SplitNets:
+    """The networks of a split NN run: the ``bottom`` and ``top`` factories (callables or
+    import paths, ``""``: the defaults), the number of classes and the default MLP's
+    ``hidden`` units."""
+
+    bottom: Any
+    top: Any
+    n_classes: int
+    hidden: int
+
+    def make_bottom(self, shape: tuple[int, ...], seed: int) -> nn.Module:
+        """A party's bottom for per-sample inputs of ``shape``, drawn with ``seed``: it must
+        return ``n_classes`` logits (summed without a top) or a vector (fed to the top)."""
+        made = resolve_factory(self.bottom, "bottom")
+        if made is None:
+            made = lambda shape, n: bottom_mlp(math.prod(shape), self.hidden, n)  # noqa: E731
+        n, summed = self.n_classes, not self.top
+
+        def fits(out: tuple[int, ...]) -> str | None:
+            if summed and out != (n,):
+                return f"is {out}, not the ({n},) logits that the label owner sums (no top)"
+            return None if len(out) == 1 else f"is {out}, not a vector (e,)"
+
+        return build_network(
+            made, (shape, n), field="bottom", seed=seed, input_shape=shape, output=fits
+        )
+
+    def width(self, shape: tuple[int, ...]) -> int:
+        """The width of what a bottom for per-sample inputs of ``shape`` returns (a module
+        built for its shape only: the weights are its party's own)."""
+        return output_shape(self.make_bottom(shape, 0), shape, "a bottom model")[0]
+
+    def make_top(self, widths: list[int], seed: int) -> nn.Module | None:
+        """The label owner's top on the joined ``(sum widths,)`` bottom outputs (None: the sum)."""
+        made = resolve_factory(self.top, "top")
+        if made is None:
+            return None
+        shape, n = (sum(widths),), self.n_classes
+        return build_network(
+            made,
+            (shape, n),
+            field="top",
+            seed=seed,
+            input_shape=shape,
+            output=lambda out: None if out == (n,) else f"is {out}, not ({n},)",
+        )
+
+
 class _MLPBottom(SplitBottom):
-    """A split-NN party's strips (training and test) and its bottom MLP with its own SGD."""
+    """A split-NN party's features (training and test) and its bottom model with its own SGD."""
 
     def __init__(
         self,
@@ -41,16 +101,13 @@ class _MLPBottom(SplitBottom):
         X: np.ndarray,
         X_test: np.ndarray | None,
         *,
-        hidden: int,
-        n_classes: int,
+        nets: SplitNets,
         seed: int,
         **sgd: Any,
     ) -> None:
         view = strips(X)
-        C = view.shape[1]
-        factory = lambda hw: bottom_mlp(C * hw[0] * hw[1], hidden, n_classes)  # noqa: E731
-        super().__init__(name, view, factory, seed=seed, **sgd)
-        self.n_classes = n_classes
+        super().__init__(name, view, lambda shape: nets.make_bottom(shape, seed), seed=seed, **sgd)
+        self.n_classes = nets.n_classes
         self._X_test = None if X_test is None else to_tensor(strips(X_test), self.device)
 
 
@@ -83,7 +140,13 @@ class SplitNNPassive(_MLPBottom):
 
 
 class SplitNNActive(_MLPBottom):
-    """The label owner: its strip, bottom MLP and labels; the top model is the sum of logits."""
+    """The label owner: its features, bottom model and labels; its top model (the sum of the
+    parties' logits by default).
+
+    ``passives``: every passive party with the per-sample shape of its features (the setup's),
+    from which it knows the width of the bottom outputs that party sends (checked on
+    arrival); ``top_seed``: the initialisation seed of a user's top model.
+    """
 
     def __init__(
         self,
@@ -92,23 +155,53 @@ class SplitNNActive(_MLPBottom):
         y: np.ndarray,
         X_test: np.ndarray | None,
         y_test: np.ndarray | None,
-        passives: Sequence[str],
+        passives: Mapping[str, tuple[int, ...]],
         batch_size: int,
+        *,
+        nets: SplitNets,
+        top_seed: int,
         **kw: Any,
     ) -> None:
-        super().__init__(name, X, X_test, **kw)
+        super().__init__(name, X, X_test, nets=nets, **kw)
         self.role = "active"
         self.y = to_tensor(np.asarray(y), self.device, torch.int64)
         self.y_test = None if y_test is None else np.asarray(y_test)
         self.passives, self.batch_size = list(passives), batch_size
+        # what each passive party's bottom returns, from its input shape
+        self.widths = {p: nets.width(shape) for p, shape in passives.items()}
+        own = nets.width(tuple(self._X.shape[1:]))
+        top = nets.make_top([own, *self.widths.values()], top_seed)
+        self.top = None if top is None else top.to(self.device)
+        if self.top is not None:
+            self.opt.add_param_group({"params": list(self.top.parameters())})
 
     def _logits(self, replies: Mapping[str, Message], rows: int, grad: bool) -> list[Any]:
         return [
             to_tensor(
-                replies[p].array("logits", (rows, self.n_classes), np.float32), self.device
+                replies[p].array("logits", (rows, self.widths[p]), np.float32), self.device
             ).requires_grad_(grad)
             for p in self.passives
         ]
+
+    def _joined(self, own: Any, theirs: list[Any]) -> Any:
+        """The class logits: the top model on every party's output, or their sum."""
+        if self.top is None:
+            return own + sum(theirs)
+        return self.top(torch.cat([own, *theirs], dim=1))
+
+    def results(self) -> dict[str, np.ndarray]:
+        """Its bottom network and its top model, if it has one."""
+        top = {} if self.top is None else module_arrays("top", self.top)
+        return {**super().results(), **top}
+
+    def state_dict(self) -> dict[str, np.ndarray]:
+        top = {} if self.top is None else module_arrays("top", self.top)
+        return {**super().state_dict(), **top}
+
+    def load_state(self, state: Mapping[str, np.ndarray]) -> None:
+        super().load_state(state)
+        if self.top is not None:
+            load_module("top", self.top, state, self.name)
 
     @handles("splitnn.train")
     def on_train(self, msg: Message) -> Message:
@@ -117,12 +210,14 @@ class SplitNNActive(_MLPBottom):
         meta = {"shuffle_seed": seed, "batch_size": self.batch_size}
         self.broadcast(self.passives, "splitnn.epoch", meta=meta)
         self.net.train()
+        if self.top is not None:
+            self.top.train()
         total = 0.0
         order = batches(len(self._X), self.batch_size, np.random.default_rng(seed))
         for b, idx in enumerate(order):
             got = self.broadcast(self.passives, "splitnn.forward", meta={"batch": b})
             theirs = self._logits(got, len(idx), grad=True)
-            z = self.net(self._X[idx]) + sum(theirs)
+            z = self._joined(self.net(self._X[idx]), theirs)
             loss = nn.functional.cross_entropy(z, self.y[idx])
             self.opt.zero_grad()
             loss.backward()
@@ -142,6 +237,8 @@ class SplitNNActive(_MLPBottom):
         """Class indices of the test rows: the sum of every party's logits."""
         assert self._X_test is not None
         self.net.eval()
+        if self.top is not None:
+            self.top.eval()
         preds = []
         for start in range(0, len(self._X_test), EVAL_BATCH):
             stop = min(len(self._X_test), start + EVAL_BATCH)
@@ -149,6 +246,8 @@ class SplitNNActive(_MLPBottom):
                 self.passives, "splitnn.infer", meta={"start": start, "stop": stop}
             )
             with torch.no_grad():
-                z = self.net(self._X_test[start:stop]) + sum(self._logits(got, stop - start, False))
+                z = self._joined(
+                    self.net(self._X_test[start:stop]), self._logits(got, stop - start, False)
+                )
             preds.append(to_numpy(z.argmax(1)))
         return np.concatenate(preds)

@@ -13,19 +13,33 @@ the peers' reference point (:mod:`fedviews.privacy.attacks`).
 Only ``logits`` (passive → active) and ``grad_logits`` (active → passive) cross;
 the coordinator only starts the epochs. The parties live in
 :mod:`fedviews.deep.splitnn.parties` (torch), imported when one is built.
+
+Networks: ``params.bottom`` and ``params.top`` name user factories
+(:mod:`fedviews.deep.splitnn.parties`); with a top model, the label owner feeds it the
+parties' bottom outputs joined (its own first) instead of summing them. Every party may
+hold table columns ``(n, k)`` instead of image strips. The setup holds every party's
+per-sample input shape (``input/<party>``), from which the label owner derives the
+shapes its peers send.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from fedviews._params import COUNT, FLAG, POSITIVE, Checked
+from fedviews._params import COUNT, FACTORY, FLAG, POSITIVE, Checked
 from fedviews.data import PartyData, demo_image_split
 from fedviews.deep._common import DEVICE, last_epoch_seen
+from fedviews.deep._factory import (
+    parse_shape,
+    reported_shape,
+    resolve_factory,
+    shape_info,
+    shape_text,
+)
 from fedviews.deep._strips import (
     EPOCHS,
     MOMENTUM,
@@ -79,6 +93,21 @@ class SplitNNParams(Checked):
     """Demo data: zero rows so that the image height divides into equal strips."""
     device: str = field(default="auto", metadata=DEVICE)
     """Torch device: ``"auto"``, ``"cpu"``, ``"cuda"`` or ``"mps"``."""
+    bottom: str | Callable[..., Any] = field(default="", metadata=FACTORY)
+    """Factory of every party's bottom model, ``bottom(input_shape, n_classes)``: a module on
+    per-sample inputs of ``input_shape`` (a strip's ``(1, h, W)``, table columns' ``(k,)``)
+    returning ``n_classes`` logits (with a ``top``: any vector). ``""``: the MLP of ``hidden``
+    units."""
+    top: str | Callable[..., Any] = field(default="", metadata=FACTORY)
+    """Factory of the label owner's top model, ``top(input_shape, n_classes)``: a module on the
+    parties' bottom outputs joined (per-sample ``(sum e_p,)``, the label owner's first)
+    returning ``n_classes`` logits. ``""``: the sum of the parties' logits (nothing trained)."""
+
+    def cross_check(self, n_parties: int | None) -> None:
+        """An import path of ``bottom`` or ``top`` must import a callable (what it builds is
+        checked where the shapes are known, when the parties are built)."""
+        resolve_factory(self.bottom, "bottom")
+        resolve_factory(self.top, "top")
 
 
 def splitnn_policy(evaluate: bool) -> PrivacyPolicy:
@@ -104,6 +133,7 @@ class SplitNNAlgorithm(ActivePassive):
 
     name = "splitnn"
     Params = SplitNNParams
+    tables = True
 
     def check_federation(self, fed: Roster) -> None:
         if fed.label_owners or fed.label_owner not in fed.parties or len(fed.parties) < 2:
@@ -124,12 +154,21 @@ class SplitNNAlgorithm(ActivePassive):
             raise DataError(f"{party!r}: evaluate needs the test labels (y_test)")
 
     def party_info(self, run: RunSpec, party: str, local: Local) -> dict[str, Any]:
+        shape = local.data.features.shape[1:]
+        info: dict[str, Any] = shape_info("input", (1, *shape) if len(shape) == 2 else shape)
         if party != active_of(run):
-            return {}
+            return info
         y = np.asarray(local.take("train")[2])
         if not np.issubdtype(y.dtype, np.integer) or (y < 0).any():
             raise DataError(f"{party!r}: labels must be class indices 0..C-1 (integers)")
-        return {"n_classes": int(y.max()) + 1}
+        return {**info, "n_classes": int(y.max()) + 1}
+
+    def make_setup(self, run: RunSpec, infos: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
+        parties = run.federation.parties
+        return {
+            "n_classes": int(infos[active_of(run)]["n_classes"]),
+            **{f"input/{p}": shape_text(reported_shape(infos[p], "input", p)) for p in parties},
+        }
 
     def policy(self, run: RunSpec, setup: Mapping[str, Any]) -> PrivacyPolicy:
         return splitnn_policy(bool(run.params.evaluate))
@@ -138,20 +177,24 @@ class SplitNNAlgorithm(ActivePassive):
         self, run: RunSpec, party: str, local: Local, setup: Mapping[str, Any]
     ) -> SplitNNActive | SplitNNPassive:
         from fedviews.deep._common import resolve_device
-        from fedviews.deep.splitnn.parties import SplitNNActive, SplitNNPassive
+        from fedviews.deep.splitnn.parties import SplitNets, SplitNNActive, SplitNNPassive
 
         p: SplitNNParams = run.params
         parties = run.federation.parties
-        seed = party_seeds(run.seed, len(parties))[parties.index(party)]
+        seeds = party_seeds(run.seed, len(parties) + 1)  # the last: the top model's
+        nets = SplitNets(p.bottom, p.top, int(setup["n_classes"]), p.hidden)
         _, X, y = local.take("train")
         X_test = local.take("test")[1] if p.evaluate else None
-        kw: dict[str, Any] = {"hidden": p.hidden, "n_classes": int(setup["n_classes"])}
-        kw |= {"seed": seed, **sgd_settings(p, resolve_device(p.device))}
+        kw: dict[str, Any] = {"nets": nets, "seed": seeds[parties.index(party)]}
+        kw |= sgd_settings(p, resolve_device(p.device))
         if party != active_of(run):
             return SplitNNPassive(party, X, X_test, **kw)
         y_test = local.take("test")[2] if p.evaluate else None
         assert y is not None  # check_data: the label owner holds labels
-        return SplitNNActive(party, X, y, X_test, y_test, passives_of(run), p.batch_size, **kw)
+        inputs = {q: parse_shape(setup[f"input/{q}"], f"input/{q}") for q in passives_of(run)}
+        return SplitNNActive(
+            party, X, y, X_test, y_test, inputs, p.batch_size, top_seed=seeds[-1], **kw
+        )
 
     def build_coordinator(
         self, run: RunSpec, setup: Mapping[str, Any], local: Local | None = None

@@ -1,0 +1,161 @@
+"""User networks: a factory given as a callable or named by import path, built and checked.
+
+A deep algorithm's ``Params`` name its networks' factories (``bottom``, ``top``, ...):
+``""`` for the algorithm's own network, ``"package.module:function"`` (a config, a
+deployment: every process imports it) or, in Python, the callable itself. Each algorithm
+documents the arguments its factories get. :func:`resolve_factory` turns a value into the
+callable (torch-free); :func:`build_network` calls it under its own torch seed and checks
+what it built: a ``torch.nn.Module`` whose output on one zero sample has the shape the
+algorithm needs (a :class:`~fedviews.errors.ConfigError` naming the factory otherwise).
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from fedviews.errors import ConfigError, DataError, ProtocolError
+
+
+def factory_name(value: Any) -> str:
+    """How a factory is named in messages and run identities: its import path."""
+    if isinstance(value, str):
+        return value
+    return f"{getattr(value, '__module__', '?')}:{getattr(value, '__qualname__', repr(value))}"
+
+
+def resolve_factory(value: Any, field: str) -> Callable[..., Any] | None:
+    """The factory of ``value`` (``field``: the parameter, for messages); None for ``""``.
+
+    Raises
+    ------
+    ConfigError
+        The import path does not import, names no attribute, or names something that is
+        not callable.
+    """
+    if callable(value):
+        return value
+    if not isinstance(value, str):
+        raise ConfigError(f"{field} must be a callable or an import path, got {value!r}")
+    if not value:
+        return None
+    module, _, attr = value.partition(":")
+    if not module or not attr:
+        raise ConfigError(f"{field} = {value!r}: write the import path as 'package.module:name'")
+    try:
+        found: Any = importlib.import_module(module)
+    except ImportError as exc:
+        raise ConfigError(
+            f"{field} = {value!r}: cannot import {module!r} ({exc}); is it on PYTHONPATH?"
+        ) from None
+    for part in attr.split("."):
+        if not hasattr(found, part):
+            raise ConfigError(f"{field} = {value!r}: {module!r} has no attribute {attr!r}")
+        found = getattr(found, part)
+    if not callable(found):
+        raise ConfigError(f"{field} = {value!r} is a {type(found).__name__}, not a callable")
+    return found
+
+
+def build_network(
+    factory: Callable[..., Any],
+    args: Sequence[Any],
+    *,
+    field: str,
+    seed: int,
+    input_shape: Sequence[int],
+    init: Callable[[Any], Any] | None = None,
+    output: Callable[[tuple[int, ...]], str | None] | None = None,
+) -> Any:
+    """``factory(*args)`` under torch seed ``seed`` (then ``init(module)``, in the same seeded
+    stream), checked: a ``torch.nn.Module`` that maps a zero batch of one ``input_shape``
+    sample to an output whose per-sample shape ``output`` accepts (it returns what is wrong,
+    or None).
+
+    Raises
+    ------
+    ConfigError
+        The factory raised, built no module, or a module of the wrong output shape.
+    """
+    import torch
+
+    from fedviews.deep._common import torch_seed
+
+    name = factory_name(factory)
+    with torch_seed(seed):
+        try:
+            module = factory(*args)
+        except ConfigError:
+            raise
+        except Exception as exc:
+            raise ConfigError(f"{field} factory {name} failed on {tuple(args)}: {exc}") from exc
+        if not isinstance(module, torch.nn.Module):
+            raise ConfigError(
+                f"{field} factory {name} returned an object of type {type(module).__name__}, "
+                "not a torch.nn.Module"
+            )
+        if init is not None:
+            module = init(module)
+    shape = output_shape(module, input_shape, f"{field} factory {name}")
+    wrong = None if output is None else output(shape)
+    if wrong is not None:
+        raise ConfigError(f"{field} factory {name} builds a module whose output {wrong}")
+    return module
+
+
+def output_shape(module: Any, input_shape: Sequence[int], what: str) -> tuple[int, ...]:
+    """The per-sample shape of ``module``'s output on a zero batch of one ``input_shape``
+    sample (run without gradients, the module's RNG state and mode restored)."""
+    import torch
+
+    training = module.training
+    module.eval()
+    try:
+        with torch.no_grad():
+            out = module(torch.zeros((1, *input_shape)))
+    except Exception as exc:
+        raise ConfigError(
+            f"{what}: its module fails on an input of per-sample shape {tuple(input_shape)}: {exc}"
+        ) from exc
+    finally:
+        module.train(training)
+    if not isinstance(out, torch.Tensor) or out.dim() < 2 or out.shape[0] != 1:
+        got = tuple(out.shape) if isinstance(out, torch.Tensor) else type(out).__name__
+        raise ConfigError(f"{what}: its module must return a (batch, ...) tensor, got {got}")
+    return tuple(int(s) for s in out.shape[1:])
+
+
+def shape_text(shape: Sequence[int]) -> str:
+    """A shape as a setup value (``"32x10x28"``)."""
+    return "x".join(str(int(s)) for s in shape)
+
+
+def parse_shape(text: object, key: str) -> tuple[int, ...]:
+    """:func:`shape_text` read back (a :class:`DataError` if ``text`` is not one)."""
+    try:
+        shape = tuple(int(s) for s in str(text).split("x"))
+    except ValueError:
+        shape = ()
+    if not shape or min(shape) < 1:
+        raise DataError(f"setup[{key!r}] = {text!r} is not a shape such as '32x10x28'")
+    return shape
+
+
+def shape_info(key: str, shape: Sequence[int]) -> dict[str, int]:
+    """A shape as a party reports it at setup (whole numbers): ``{"key/0": 1, "key/1": 10}``."""
+    return {f"{key}/{i}": int(s) for i, s in enumerate(shape)}
+
+
+def reported_shape(info: Mapping[str, Any], key: str, party: str) -> tuple[int, ...]:
+    """:func:`shape_info` read back from what ``party`` reported (a :class:`ProtocolError`
+    naming it if there is no such shape or a size is 0)."""
+    shape: list[int] = []
+    while f"{key}/{len(shape)}" in info:
+        shape.append(int(info[f"{key}/{len(shape)}"]))
+    if not shape or min(shape) < 1:
+        raise ProtocolError(
+            f"{party!r} reported no {key} shape of sizes >= 1 at setup (got {tuple(shape)})",
+            party=party,
+        )
+    return tuple(shape)
