@@ -152,7 +152,7 @@ def test_user_networks_on_table_columns_equal_one_model():
     seeds = [int(s.generate_state(1)[0]) for s in spawn_streams(run.seed, 3)]
     nets = [
         build_module(s, lambda k=k: _user_bottom((k,), 3), "cpu")  # type: ignore[misc]
-        for s, k in zip(seeds, (4, 7), strict=True)
+        for s, k in zip(seeds[:2], (4, 7), strict=True)
     ]
     top = build_module(seeds[2], lambda: _user_top((10,), 3), "cpu")
     opt = torch.optim.SGD([q for m in (*nets, top) for q in m.parameters()], lr=0.1, momentum=0.9)
