@@ -25,7 +25,7 @@ from _protocol import (  # noqa: E402
 from _protocol import fedviews_process as _fedviews  # noqa: E402
 
 from fedviews.deploy import load_deploy_config, split_dataset  # noqa: E402
-from fedviews.errors import PartyUnavailable, PrivacyError, RemoteError  # noqa: E402
+from fedviews.errors import ConfigError, PartyUnavailable, PrivacyError, RemoteError  # noqa: E402
 from fedviews.federation import (  # noqa: E402
     Coordinator,
     GrpcHub,
@@ -340,3 +340,28 @@ def test_session_kinds_from_a_party_are_refused_by_the_hub(two_cas):
         assert not any(e.kind == "deploy:finish" for e in hub.log.entries)
     finally:
         hub.close()
+
+
+def test_an_unreachable_coordinator_is_one_retry_line_then_a_clear_error(caplog):
+    """A refused connection: one warning (not one per attempt), then an error that says what
+    to check; a host name that does not resolve fails at once (retrying cannot fix it)."""
+    opts = GrpcOptions(connect_timeout=5.0, connect_retries=4, backoff=0.05)
+    closed = GrpcPartyTransport(_POLICY, "127.0.0.1:1", options=opts)
+    closed.register(_Echo("a"))
+    with caplog.at_level("DEBUG", logger="fedviews"):
+        with pytest.raises(PartyUnavailable, match="4 attempts") as err:
+            closed.connect()
+    warnings = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert warnings == [
+        "waiting for the coordinator at 127.0.0.1:1 (unreachable: Connection refused), "
+        "retrying for about 0.35 s"
+    ]
+    assert "Check that the coordinator is running" in str(err.value)
+    assert "--listen address" in str(err.value)
+    slow = GrpcOptions(connect_timeout=5.0, connect_retries=4, backoff=30.0)
+    unknown = GrpcPartyTransport(_POLICY, "no-such-host.invalid:50051", options=slow)
+    unknown.register(_Echo("a"))
+    t0 = time.monotonic()
+    with pytest.raises(ConfigError, match="cannot resolve the coordinator's host name"):
+        unknown.connect()
+    assert time.monotonic() - t0 < 30.0  # no retry pause
