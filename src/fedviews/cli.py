@@ -14,7 +14,7 @@ from typing import Annotated, Any
 
 import typer
 
-from fedviews._console import DEBUG, console, err_console, friendly
+from fedviews._console import DEBUG, OWN_PROCESS, console, err_console, friendly
 from fedviews._heap import keep_freed_memory
 from fedviews._tables import read_toml
 from fedviews.errors import ConfigError, FedViewsError
@@ -426,7 +426,7 @@ _register_plugins()
 def main() -> None:
     """Console-script entry point."""
     try:
-        app()
+        app(obj=OWN_PROCESS)
     except FedViewsError as exc:  # errors outside commands, and any with --debug
         if DEBUG["on"]:
             raise

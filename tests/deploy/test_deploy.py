@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import json
 import os
 import signal
+import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -95,7 +98,6 @@ def test_launch_equals_in_process(tmp_path):
         inner_tol=p.inner_tol,
         random_state=cfg.seed,
     ).fit(Xs, y)
-    import json
 
     res = json.loads((run / "coordinator" / "results.json").read_text())
     assert res["status"] == "ok"
@@ -135,7 +137,6 @@ def test_launch_with_secure_aggregation_equals_in_process(tmp_path):
     kw = dict(beta=p.beta, label_owner=1, max_iter=3, inner_max_iter=10, random_state=cfg.seed)
     ref = MMVFL(defense="secagg", **kw).fit(Xs, y)
     plain = MMVFL(**kw).fit(Xs, y)
-    import json
 
     res = json.loads((run / "coordinator" / "results.json").read_text())
     assert res["status"] == "ok"
@@ -161,7 +162,6 @@ def test_launch_with_label_dp_draws_privately_and_reports_the_budget(tmp_path):
     config.write_text(config.read_text() + '[defense]\nkind = "label_rr"\nepsilon = 1.5\n')
     run = tmp_path / "run"
     out = launch_config(config, run, timeout=150)
-    import json
     import stat
 
     res = json.loads((run / "coordinator" / "results.json").read_text())
@@ -290,12 +290,13 @@ def test_stopped_party_is_unavailable_and_run_shuts_down(tmp_path):
         assert coord.returncode == 2, text
         assert "PartyUnavailable" in text and "'zer'" in text
         assert elapsed < 3.0 + 8.0  # the timeout plus shutdown
-        import json
-
         res = json.loads((out / "coordinator" / "results.json").read_text())
         assert "zer" in res["status"] and len(res["objective"]) >= 1  # results so far written
         for p in ("pix", "fou"):  # the others are told to stop and exit
             parties[p].communicate(timeout=20)  # drain the pipe: a full pipe would block the exit
+            assert parties[p].returncode == 2
+            log = json.loads((out / p / "message_log.json").read_text())  # what crossed so far
+            assert log["messages"] > 0
     finally:
         for proc in [coord, *parties.values()]:
             if proc.poll() is None:
@@ -340,6 +341,29 @@ def test_session_kinds_from_a_party_are_refused_by_the_hub(two_cas):
         assert not any(e.kind == "deploy:finish" for e in hub.log.entries)
     finally:
         hub.close()
+
+
+def test_a_failed_party_process_leaves_although_a_thread_lingers(tmp_path):
+    """The party command's error path ends its process at once (as its success path does):
+    a thread still running (here a plain one, in a party a gRPC worker winding down) does
+    not keep it alive after its error line."""
+    config = _write_config(tmp_path)
+    data = tmp_path / "data"
+    split_dataset("handwritten", data, views=PARTIES, label_owner="fou", n_per_class=2, seed=0)
+    args = ["party", str(config), "--insecure", "--party", "nobody", "--data"]
+    args += [str(data / "pix.npz"), "--coordinator", "127.0.0.1:1", "--out", str(tmp_path / "o")]
+    script = (
+        "import sys, threading, time\n"
+        "threading.Thread(target=time.sleep, args=(600,)).start()\n"
+        f"sys.argv = ['fedviews', *{args!r}]\n"
+        "from fedviews.cli import main\n"
+        "main()\n"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=300
+    )
+    assert proc.returncode == 2, proc.stderr
+    assert "'nobody' is not a party of this federation" in proc.stderr
 
 
 def test_an_unreachable_coordinator_is_one_retry_line_then_a_clear_error(caplog):

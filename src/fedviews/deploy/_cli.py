@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, NoReturn
 
 import typer
 
@@ -29,6 +29,29 @@ _Resume = Annotated[
         "processes checkpointed (also the default --out)."
     ),
 ]
+
+
+def leave(ctx: typer.Context, code: int) -> NoReturn:
+    """End the ``party`` command with exit status ``code``, its results or message log written.
+
+    In a process of its own (``fedviews party``: :func:`fedviews.cli.main` marks the
+    context ``OWN_PROCESS``) the process leaves at once, its output and logs flushed: a
+    gRPC thread still winding down must not keep a party alive after the run ended, as
+    normal interpreter shutdown would (it joins the transport's worker threads; seen as a
+    party still running 20 s after its coordinator stopped, under load). Run in-process
+    (tests), it raises ``typer.Exit``.
+    """
+    from fedviews._console import OWN_PROCESS
+
+    if ctx.obj is not OWN_PROCESS:
+        raise typer.Exit(code)
+    import os
+    import sys
+
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
 
 
 def register(app: typer.Typer) -> None:
@@ -138,8 +161,8 @@ def register(app: typer.Typer) -> None:
             )
 
     @app.command()
-    @friendly
     def party(
+        ctx: typer.Context,
         config: Path,
         overrides: _Overrides = None,
         party: Annotated[str, typer.Option("--party", help="This party's name.")] = "",
@@ -160,6 +183,27 @@ def register(app: typer.Typer) -> None:
         ] = None,
     ) -> None:
         """Run one party: load only its own data, dial out to the coordinator, serve the run."""
+        try:
+            serve_party(
+                config, overrides, party, data, coordinator, certs, insecure, out, resume, listen
+            )
+        except typer.Exit as exc:
+            leave(ctx, exc.exit_code)
+        leave(ctx, 0)
+
+    @friendly
+    def serve_party(
+        config: Path,
+        overrides: list[str] | None,
+        party: str,
+        data: Path | None,
+        coordinator: str,
+        certs: Path | None,
+        insecure: bool,
+        out: Path | None,
+        resume: Path | None,
+        listen: str | None,
+    ) -> None:
         from fedviews.deploy._config import load_deploy_config
         from fedviews.deploy._data import load_party_data
         from fedviews.deploy._launch import terminate_as_interrupt
@@ -185,14 +229,6 @@ def register(app: typer.Typer) -> None:
             )
         finally:
             stop()
-        # The results are written. Leave now: a gRPC worker thread still winding down
-        # must not keep a finished party process alive (seen as a rare hang at exit).
-        import os
-        import sys
-
-        sys.stdout.flush()
-        sys.stderr.flush()
-        os._exit(0)
 
     @app.command()
     @friendly
