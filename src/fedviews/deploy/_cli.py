@@ -63,9 +63,12 @@ def register(app: typer.Typer) -> None:
     )
     app.add_typer(certs_app, name="certs")
 
-    def tls_for(certs: Path | None, insecure: bool, name: str) -> TLSFiles | None:
+    def tls_for(
+        certs: Path | None, insecure: bool, name: str, operator: bool = False
+    ) -> TLSFiles | None:
         from fedviews.errors import ConfigError
         from fedviews.federation import TLSFiles
+        from fedviews.federation._certs import certificate_advice
 
         if insecure:
             err_console.print(
@@ -74,8 +77,11 @@ def register(app: typer.Typer) -> None:
             )
             return None
         if certs is None:
-            raise ConfigError("pass --certs DIR (see `fedviews certs init`) or --insecure")
-        return TLSFiles.from_dir(certs, name)
+            raise ConfigError(
+                f"pass --certs DIR (ca.crt, {name}.crt, {name}.key): "
+                + certificate_advice(name, operator)
+            )
+        return TLSFiles.from_dir(certs, name, operator=operator)
 
     def setup_logging() -> None:
         logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
@@ -139,7 +145,7 @@ def register(app: typer.Typer) -> None:
 
         setup_logging()
         cfg = load_deploy_config(config, overrides or [])
-        tls = tls_for(certs, insecure, cfg.federation.coordinator)
+        tls = tls_for(certs, insecure, cfg.federation.coordinator, operator=True)
         if listen is None:  # plain text stays on this machine unless asked otherwise
             listen = "127.0.0.1:50051" if insecure else "0.0.0.0:50051"
         stop = terminate_as_interrupt()  # `kill` (or its launcher) stops it with its results
