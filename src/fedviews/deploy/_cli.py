@@ -150,7 +150,7 @@ def register(app: typer.Typer) -> None:
             listen = "127.0.0.1:50051" if insecure else "0.0.0.0:50051"
         stop = terminate_as_interrupt()  # `kill` (or its launcher) stops it with its results
         try:
-            res = run_coordinator(
+            run_coordinator(
                 cfg,
                 listen,
                 out or resume or Path(cfg.output_dir) / cfg.name / "coordinator",
@@ -160,11 +160,6 @@ def register(app: typer.Typer) -> None:
             )
         finally:
             stop()
-        if "objective" in res and res["objective"]:
-            print(
-                f"[{cfg.federation.coordinator}] final objective {res['objective'][-1]:.10g}",
-                flush=True,
-            )
 
     @app.command()
     def party(

@@ -124,6 +124,8 @@ def run_coordinator(
             for fd in reserve:
                 os.close(fd)
             write_coordinator_outputs(out_dir, coord, result, unavailable, hub.log)
+        if status == "ok" and result.get("objective"):  # the results, then the status
+            say(f"final objective {result['objective'][-1]:.10g}")
         say(f"{status}; results in {out_dir}")
         if status != "ok" and result.get("last_checkpoint_round"):
             say(
