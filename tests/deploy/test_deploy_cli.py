@@ -222,9 +222,7 @@ def test_missing_certificates_advice_depends_on_the_role(tmp_path):
         assert "ask the organisation that runs the federation's CA" in text
         assert "`fedviews certs issue CA_DIR pix`" in text
         assert "certs init" not in text
-    res = runner.invoke(
-        app, ["coordinator", str(config), "--certs", str(tmp_path / "certs")]
-    )
+    res = runner.invoke(app, ["coordinator", str(config), "--certs", str(tmp_path / "certs")])
     assert res.exit_code == 2, res.output
     text = " ".join(res.output.split())
     assert f"fedviews certs init {tmp_path / 'certs'}" in text
