@@ -22,6 +22,9 @@ err_console = Console(stderr=True)
 F = TypeVar("F", bound=Callable[..., Any])
 #: ``fedviews --debug``: show tracebacks instead of one-line errors
 DEBUG = {"on": False}
+#: the context object of the commands when ``fedviews`` runs as its own process
+#: (:func:`fedviews.cli.main`), not called in-process (tests): such a command may end it
+OWN_PROCESS = object()
 
 
 def friendly(fn: F) -> F:

@@ -18,7 +18,7 @@ import typer
 from rich.markup import escape
 
 from fedviews._configs import copy_config, list_configs, resolve_config
-from fedviews._console import DEBUG, console, err_console, friendly
+from fedviews._console import DEBUG, OWN_PROCESS, console, err_console, friendly
 from fedviews._heap import keep_freed_memory
 from fedviews._tables import closest, read_toml
 from fedviews.errors import ConfigError, FedViewsError
@@ -539,7 +539,7 @@ def plain_help(command: click.Command) -> click.Command:
 def main() -> None:
     """Console-script entry point."""
     try:
-        plain_help(typer.main.get_command(app))()
+        plain_help(typer.main.get_command(app))(obj=OWN_PROCESS)
     except FedViewsError as exc:  # errors outside commands, and any with --debug
         if DEBUG["on"]:
             raise

@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import json
 import os
+import re
 import signal
+import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -25,7 +29,7 @@ from _protocol import (  # noqa: E402
 from _protocol import fedviews_process as _fedviews  # noqa: E402
 
 from fedviews.deploy import load_deploy_config, split_dataset  # noqa: E402
-from fedviews.errors import PartyUnavailable, PrivacyError, RemoteError  # noqa: E402
+from fedviews.errors import ConfigError, PartyUnavailable, PrivacyError, RemoteError  # noqa: E402
 from fedviews.federation import (  # noqa: E402
     Coordinator,
     GrpcHub,
@@ -80,6 +84,13 @@ def test_launch_equals_in_process(tmp_path):
     out, _ = proc.communicate(timeout=150)
     assert proc.returncode == 0, out
     assert "[coordinator] round 4: objective" in out and "[fou] aligned" in out
+    # no silent stretch between the PSI and round 1; each round with its elapsed time; the
+    # results before the status line
+    assert "[coordinator] setting up: every party aligns its rows" in out
+    assert "[coordinator] setting up: every party builds its model" in out
+    assert re.search(r"\[coordinator\] set up in [\d.]+ s; training\n", out)
+    assert re.search(r"\[coordinator\] round 4: objective \S+; \d+ s elapsed\n", out)
+    assert out.index("[coordinator] final objective") < out.index("[coordinator] ok; results in")
     cfg = load_deploy_config(config)
     # in-process reference on the same files: plain alignment, each party standardises its view
     Xs, y = mmvfl_inputs(run, PARTIES, owner=1)
@@ -95,7 +106,6 @@ def test_launch_equals_in_process(tmp_path):
         inner_tol=p.inner_tol,
         random_state=cfg.seed,
     ).fit(Xs, y)
-    import json
 
     res = json.loads((run / "coordinator" / "results.json").read_text())
     assert res["status"] == "ok"
@@ -135,7 +145,6 @@ def test_launch_with_secure_aggregation_equals_in_process(tmp_path):
     kw = dict(beta=p.beta, label_owner=1, max_iter=3, inner_max_iter=10, random_state=cfg.seed)
     ref = MMVFL(defense="secagg", **kw).fit(Xs, y)
     plain = MMVFL(**kw).fit(Xs, y)
-    import json
 
     res = json.loads((run / "coordinator" / "results.json").read_text())
     assert res["status"] == "ok"
@@ -161,7 +170,6 @@ def test_launch_with_label_dp_draws_privately_and_reports_the_budget(tmp_path):
     config.write_text(config.read_text() + '[defense]\nkind = "label_rr"\nepsilon = 1.5\n')
     run = tmp_path / "run"
     out = launch_config(config, run, timeout=150)
-    import json
     import stat
 
     res = json.loads((run / "coordinator" / "results.json").read_text())
@@ -290,12 +298,13 @@ def test_stopped_party_is_unavailable_and_run_shuts_down(tmp_path):
         assert coord.returncode == 2, text
         assert "PartyUnavailable" in text and "'zer'" in text
         assert elapsed < 3.0 + 8.0  # the timeout plus shutdown
-        import json
-
         res = json.loads((out / "coordinator" / "results.json").read_text())
         assert "zer" in res["status"] and len(res["objective"]) >= 1  # results so far written
         for p in ("pix", "fou"):  # the others are told to stop and exit
             parties[p].communicate(timeout=20)  # drain the pipe: a full pipe would block the exit
+            assert parties[p].returncode == 2
+            log = json.loads((out / p / "message_log.json").read_text())  # what crossed so far
+            assert log["messages"] > 0
     finally:
         for proc in [coord, *parties.values()]:
             if proc.poll() is None:
@@ -340,3 +349,51 @@ def test_session_kinds_from_a_party_are_refused_by_the_hub(two_cas):
         assert not any(e.kind == "deploy:finish" for e in hub.log.entries)
     finally:
         hub.close()
+
+
+def test_a_failed_party_process_leaves_although_a_thread_lingers(tmp_path):
+    """The party command's error path ends its process at once (as its success path does):
+    a thread still running (here a plain one, in a party a gRPC worker winding down) does
+    not keep it alive after its error line."""
+    config = _write_config(tmp_path)
+    data = tmp_path / "data"
+    split_dataset("handwritten", data, views=PARTIES, label_owner="fou", n_per_class=2, seed=0)
+    args = ["party", str(config), "--insecure", "--party", "nobody", "--data"]
+    args += [str(data / "pix.npz"), "--coordinator", "127.0.0.1:1", "--out", str(tmp_path / "o")]
+    script = (
+        "import sys, threading, time\n"
+        "threading.Thread(target=time.sleep, args=(600,)).start()\n"
+        f"sys.argv = ['fedviews', *{args!r}]\n"
+        "from fedviews.cli import main\n"
+        "main()\n"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=300
+    )
+    assert proc.returncode == 2, proc.stderr
+    assert "'nobody' is not a party of this federation" in proc.stderr
+
+
+def test_an_unreachable_coordinator_is_one_retry_line_then_a_clear_error(caplog):
+    """A refused connection: one warning (not one per attempt), then an error that says what
+    to check; a host name that does not resolve fails at once (retrying cannot fix it)."""
+    opts = GrpcOptions(connect_timeout=5.0, connect_retries=4, backoff=0.05)
+    closed = GrpcPartyTransport(_POLICY, "127.0.0.1:1", options=opts)
+    closed.register(_Echo("a"))
+    with caplog.at_level("DEBUG", logger="fedviews"):
+        with pytest.raises(PartyUnavailable, match="4 attempts") as err:
+            closed.connect()
+    warnings = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert warnings == [
+        "waiting for the coordinator at 127.0.0.1:1 (unreachable: Connection refused), "
+        "retrying for about 0.35 s"
+    ]
+    assert "Check that the coordinator is running" in str(err.value)
+    assert "--listen address" in str(err.value)
+    slow = GrpcOptions(connect_timeout=5.0, connect_retries=4, backoff=30.0)
+    unknown = GrpcPartyTransport(_POLICY, "no-such-host.invalid:50051", options=slow)
+    unknown.register(_Echo("a"))
+    t0 = time.monotonic()
+    with pytest.raises(ConfigError, match="cannot resolve the coordinator's host name"):
+        unknown.connect()
+    assert time.monotonic() - t0 < 30.0  # no retry pause

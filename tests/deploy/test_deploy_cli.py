@@ -204,6 +204,31 @@ def test_bad_command_line_input_is_one_error_line(tmp_path):
     assert "ConfigError" in res.output and "cannot listen on 'notanaddress'" in res.output
 
 
+def test_missing_certificates_advice_depends_on_the_role(tmp_path):
+    """A party missing its certificate is told to ask the federation's CA operator for one
+    (never to create a CA of its own, which nobody would trust); the coordinator, which runs
+    the CA, is told to create it and issue the certificates."""
+    from pathlib import Path
+
+    config = Path(__file__).resolve().parents[2] / "configs" / "deploy_mmvfl_handwritten.toml"
+    data = tmp_path / "pix.npz"
+    save_party_data(data, PartyData(ids=np.array(["a", "b"]), X=np.zeros((2, 3))))
+    party = ["party", str(config), "--party", "pix", "--data", str(data)]
+    party += ["--coordinator", "127.0.0.1:1", "--out", str(tmp_path / "p")]
+    for certs in ([], ["--certs", str(tmp_path / "certs")]):
+        res = runner.invoke(app, party + certs)
+        assert res.exit_code == 2, res.output
+        text = " ".join(res.output.split())
+        assert "ask the organisation that runs the federation's CA" in text
+        assert "`fedviews certs issue CA_DIR pix`" in text
+        assert "certs init" not in text
+    res = runner.invoke(app, ["coordinator", str(config), "--certs", str(tmp_path / "certs")])
+    assert res.exit_code == 2, res.output
+    text = " ".join(res.output.split())
+    assert f"fedviews certs init {tmp_path / 'certs'}" in text
+    assert f"fedviews certs issue {tmp_path / 'certs'} coordinator" in text
+
+
 def test_csv_party_files_blank_lines_ids_and_labels(tmp_path):
     # a trailing blank line or a short row raised IndexError; "007" became the integer 7;
     # float labels "1.0" (pandas' to_csv) were "non-numeric"; a BOM hid the `id` column

@@ -183,6 +183,8 @@ def test_vfedmv_launch_equals_in_process(launched):
     cfg, run, out, res = _finished(launched, "vfedmv")
     assert "[coordinator] round 5: objective" in out and "[fou] aligned" in out
     assert "accuracy" in out
+    for party in V_PARTIES:  # numbered as the coordinator numbers them (not the testing phase)
+        assert f"[{party}] round 5\n" in out and f"[{party}] round 6" not in out
     datas = [load_party_data(run / "data" / f"{p}.npz") for p in V_PARTIES]
     Xs, ids = align_views([d.X for d in datas], [d.ids for d in datas])
     Xts, ids_t = align_views([d.X_test for d in datas], [d.ids_test for d in datas])

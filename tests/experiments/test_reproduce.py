@@ -191,7 +191,7 @@ def test_an_entry_without_results_renders_as_not_reproduced():
 
 
 #: pages that present experiment results (benchmark timings of the runtime, deployment and
-#: PSI live in docs/deployment.md, flower.md, threat-model.md and benchmarks.md, made by
+#: PSI live in docs/deployment-benchmarks.md, flower.md, threat-model.md and benchmarks.md, made by
 #: the benchmarks/ scripts, not by experiment configs)
 RESULT_PAGES = ("README.md", "docs/index.md", "docs/experiments.md", "docs/algorithms/*.md")
 RESULT_PAGES += ("docs/privacy/*.md",)

@@ -175,18 +175,16 @@ class DeployParty(PSIParty):
             return super().handle(msg)
         if self.algo is None:
             raise ProtocolError(f"{self.name!r} got {msg.kind!r} before deploy:build")
-        if msg.round > self._shown:
+        # the training rounds, numbered as the coordinator numbers them: other messages
+        # carry round numbers too (V-FedMV's testing phase counts on after the last round)
+        training = msg.kind == self.app.round_message(self.role) and msg.round > 0
+        if training and msg.round > self._shown:
             self._shown = msg.round
             self.echo(f"round {msg.round}")
         reply = self.algo.handle(msg)
         every = self.cfg.federation.checkpoint_every
         ckpt = self.checkpoints
-        if (
-            ckpt is not None
-            and msg.kind == self.app.round_message(self.role)
-            and msg.round > 0
-            and msg.round % every == 0
-        ):
+        if ckpt is not None and training and msg.round % every == 0:
             # before the reply leaves: whatever round the coordinator completed, we have it
             ckpt.save(msg.round, self.algo.state_dict())
         return reply
@@ -303,6 +301,8 @@ class DeployCoordinator(Coordinator):
                     f"PSI {g.name} ({g.split} IDs of {len(g.parties)} parties): {n} common "
                     f"sample IDs ({time.perf_counter() - t0:.1f} s)"
                 )
+        t0 = time.perf_counter()
+        self.echo("setting up: every party aligns its rows and reports its data's shapes")
         replies = self.broadcast(self.parties, "deploy:setup")
         infos = {p: SetupReport(p, r.meta) for p, r in replies.items()}
         none = fed.alignment == "none"
@@ -320,6 +320,7 @@ class DeployCoordinator(Coordinator):
             else:
                 self.echo(f"no checkpoint in {source.directory}: starting from round 1")
         _widen(self.transport, run_policy(self.cfg, policy))
+        self.echo("setting up: every party builds its model from the agreed setup")
         self.broadcast(
             self.parties, "deploy:build", meta={**self.setup, "resume_round": self.resumed_from}
         )
@@ -330,11 +331,12 @@ class DeployCoordinator(Coordinator):
             if self.checkpoints is not None:
                 self.checkpoints.save(self.resumed_from, state)
             self.echo(f"resuming after round {self.resumed_from}")
+        self.echo(f"set up in {time.perf_counter() - t0:.1f} s; training")
         done = threading.Event()
         shown = len(self.app.progress(self.server))
-        progress = threading.Thread(target=self._progress, args=(done, shown), daemon=True)
-        progress.start()
         t0 = time.perf_counter()
+        progress = threading.Thread(target=self._progress, args=(done, shown, t0), daemon=True)
+        progress.start()
         try:
             self.app.run_coordinator(self.server, self._checkpoint)
         finally:
@@ -364,13 +366,16 @@ class DeployCoordinator(Coordinator):
         if self.checkpoints is not None and round % self.cfg.federation.checkpoint_every == 0:
             self.checkpoints.save(round, self.server.state_dict())
 
-    def _progress(self, done: threading.Event, shown: int) -> None:
+    def _progress(self, done: threading.Event, shown: int, start: float) -> None:
+        """Echo the algorithm's new progress lines (one per round), each with the seconds
+        since training started."""
         finished = False
         while not finished:
             finished = done.wait(0.5)
             lines = self.app.progress(self.server)
+            elapsed = time.perf_counter() - start
             for line in lines[shown:]:
-                self.echo(line)
+                self.echo(f"{line}; {elapsed:.0f} s elapsed")
             shown = len(lines)
 
     def results(self) -> dict[str, Any]:

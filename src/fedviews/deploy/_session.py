@@ -124,6 +124,8 @@ def run_coordinator(
             for fd in reserve:
                 os.close(fd)
             write_coordinator_outputs(out_dir, coord, result, unavailable, hub.log)
+        if status == "ok" and result.get("objective"):  # the results, then the status
+            say(f"final objective {result['objective'][-1]:.10g}")
         say(f"{status}; results in {out_dir}")
         if status != "ok" and result.get("last_checkpoint_round"):
             say(
@@ -240,12 +242,13 @@ def run_party(
                 + (f", checkpoint of round {kept} kept (--resume {out_dir})" if kept else "")
             )
         raise
-    if outcome and not (
-        getattr(party, "finished", False) and isinstance(outcome[0], PartyUnavailable)
-    ):
+    finished = getattr(party, "finished", False)
+    if not finished:  # what crossed so far, whatever ended the run
+        party.write_log()
+    if outcome and not (finished and isinstance(outcome[0], PartyUnavailable)):
         # once this party has written its results, a closed stream ends the session
         raise outcome[0]
-    if not getattr(party, "finished", False):  # the coordinator said goodbye before the end
+    if not finished:  # the coordinator said goodbye before the end
         kept = party.checkpoints.latest() if party.checkpoints is not None else 0
         raise ProtocolError(
             "the coordinator stopped the run before it finished (its results.json says why); "

@@ -194,6 +194,26 @@ def revoke_certificate(directory: str | Path, name: str) -> int:
     return serial
 
 
+def certificate_advice(name: str, operator: bool, directory: Path | None = None) -> str:
+    """How ``name`` gets its certificates: the CA operator (the coordinator's organisation)
+    creates the federation's CA once and issues every certificate; a party never creates a
+    CA of its own (the others would refuse it), it asks the operator for its files."""
+    d = directory or Path("certs")
+    if operator:
+        return (
+            f"as the federation's CA operator, create the CA once with `fedviews certs init "
+            f"{d}`, then `fedviews certs issue {d} {name}` for this coordinator and "
+            f"`fedviews certs issue {d} PARTY` for each party (or pass --insecure for a "
+            "plain-text test on one machine)"
+        )
+    return (
+        f"ask the organisation that runs the federation's CA (the coordinator's) for "
+        f"ca.crt, {name}.crt and {name}.key: it issues them with `fedviews certs issue "
+        f"CA_DIR {name}` and sends them to you ({name}.key over a private channel); put "
+        f"them in {d} (or pass --insecure for a plain-text test on one machine)"
+    )
+
+
 @dataclass(frozen=True)
 class TLSFiles:
     """The PEM files one process needs: the federation CA, its certificate and key.
@@ -207,16 +227,18 @@ class TLSFiles:
     revoked: frozenset[str] = field(default_factory=frozenset)
 
     @classmethod
-    def from_dir(cls, directory: str | Path, name: str) -> TLSFiles:
-        """``DIR/ca.crt``, ``DIR/NAME.crt``, ``DIR/NAME.key`` (and ``DIR/revoked.txt``)."""
+    def from_dir(cls, directory: str | Path, name: str, *, operator: bool = False) -> TLSFiles:
+        """``DIR/ca.crt``, ``DIR/NAME.crt``, ``DIR/NAME.key`` (and ``DIR/revoked.txt``).
+
+        ``operator``: ``NAME`` runs the federation's CA (the coordinator), which decides
+        what a missing file's error advises: the operator creates the CA and issues the
+        certificates; a party asks the operator for its own.
+        """
         d = Path(directory)
         files = cls(d / "ca.crt", d / f"{name}.crt", d / f"{name}.key")
         for p in (files.ca, files.cert, files.key):
             if not p.is_file():
-                raise ConfigError(
-                    f"missing {p}; create it with `fedviews certs init {d}` and "
-                    f"`fedviews certs issue {d} {name}` (or pass --insecure for a plain-text test)"
-                )
+                raise ConfigError(f"missing {p}; {certificate_advice(name, operator, d)}")
         rl = d / "revoked.txt"
         revoked = (
             frozenset(line.split()[0] for line in rl.read_text().splitlines() if line.strip())

@@ -27,7 +27,9 @@ handler computes). A peer whose stream breaks, or from which nothing has arrived
 for ``timeout`` seconds, is declared dead: every pending request to it raises
 :class:`~fedviews.errors.PartyUnavailable` naming it. Every request also has a
 deadline (``request_timeout``). A party retries connecting with exponential
-backoff (``connect_retries`` attempts).
+backoff (``connect_retries`` attempts, one warning line for all of them); a host name
+that does not resolve fails at once, as a :class:`~fedviews.errors.ConfigError`: a typo
+or a missing DNS entry does not fix itself while a party waits.
 """
 
 from __future__ import annotations

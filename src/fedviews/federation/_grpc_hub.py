@@ -237,8 +237,8 @@ class GrpcHub(_Endpoint):
         for link in self.links.values():
             link.post(BYE)
         deadline = time.monotonic() + grace
-        for link in self.links.values():
-            while not link.out.empty() and time.monotonic() < deadline:
+        for link in self.links.values():  # a closed link (a party gone) sends nothing more
+            while not link.closed.is_set() and not link.out.empty() and time.monotonic() < deadline:
                 time.sleep(0.02)
         self._stop.set()
         for link in self.links.values():

@@ -46,6 +46,19 @@ if TYPE_CHECKING:
     from fedviews.federation._certs import TLSFiles
 
 
+def _unresolved(code: Any, details: str) -> bool:
+    """Whether a failed dial failed at the name lookup (gRPC: "DNS resolution failed for
+    HOST", newer releases "errors resolving HOST"), not at the connection."""
+    return bool(code == _grpc().StatusCode.UNAVAILABLE and "resolv" in details.lower())
+
+
+def _short(details: str) -> str:
+    """The reason in gRPC's failure text, without its address list: "failed to connect to
+    all addresses; last error: UNKNOWN: ipv4:10.0.0.5:50051: Connection refused" ->
+    "Connection refused"."""
+    return details.rsplit(": ", 1)[-1]
+
+
 class GrpcPartyTransport(_Endpoint):
     """A party's transport: dials out to the coordinator's hub and serves requests.
 
@@ -133,13 +146,15 @@ class GrpcPartyTransport(_Endpoint):
         if bind is not None and self.server is None:
             self._start_server(bind, "fedviews.Peer", 64)
             log.info("%r listens for direct links on %s", name, bind)
-        pause = self.options.backoff
-        last = ""
         hello = self._hello(name)
         if self.tls is not None and self.options.end_to_end:
             self.e2e = E2EKeys(name, self.tls, hub=self.server_name)
             hello["e2e"] = self.e2e.bundle()
-        for attempt in range(1, self.options.connect_retries + 1):
+        retries = self.options.connect_retries
+        pause = self.options.backoff
+        waited = pause * (2 ** (retries - 1) - 1)  # the pauses between the attempts
+        last = ""
+        for attempt in range(1, retries + 1):
             try:
                 link, channel, call, welcome = self._dial(
                     self.address, self.server_name, _METHOD, hello, self.options.connect_timeout
@@ -151,7 +166,22 @@ class GrpcPartyTransport(_Endpoint):
                     raise errors.PrivacyError(
                         f"the coordinator refused {name!r}: {exc.details()}"
                     ) from None
-                log.warning("connection attempt %d to %s failed: %s", attempt, self.address, last)
+                if _unresolved(code, str(exc.details())):  # a typo does not fix itself
+                    raise errors.ConfigError(
+                        f"cannot resolve the coordinator's host name in {self.address!r} "
+                        f"({exc.details()}): check --coordinator HOST:PORT (spelling, DNS, "
+                        "or use its IP address)"
+                    ) from None
+                if attempt == 1 and retries > 1:  # one line, however long it retries
+                    log.warning(
+                        "waiting for the coordinator at %s (unreachable: %s), retrying for "
+                        "about %.3g s",
+                        self.address,
+                        _short(str(exc.details())),
+                        waited,
+                    )
+                else:
+                    log.debug("connection attempt %d to %s: %s", attempt, self.address, last)
             else:
                 roles = welcome.get("roles")
                 if not isinstance(roles, dict) or not all(
@@ -166,14 +196,16 @@ class GrpcPartyTransport(_Endpoint):
                 self.roles.update(roles)
                 self.link, self._channel, self._call = link, channel, call
                 return
-            if attempt < self.options.connect_retries:
+            if attempt < retries:
                 time.sleep(pause)
                 pause *= 2
-        hint = "" if self.tls is None else " (or the TLS handshake failed: check the certificates)"
+        tls = ", that this party's certificate is signed by the federation's CA" if self.tls else ""
         raise PartyUnavailable(
             self.server_name,
-            f"could not reach {self.address} after {self.options.connect_retries} attempts{hint}; "
-            f"last error: {last}",
+            f"could not reach the coordinator at {self.address} ({retries} attempts over "
+            f"{waited:.3g} s; last error: {last}). Check that the coordinator is running, that "
+            f"{self.address} is its --listen address as this machine reaches it (host name, "
+            f"port, firewall){tls}",
         )
 
     def serve(self) -> None:
