@@ -37,7 +37,15 @@ from fedviews.federation._defense import (
 )
 from fedviews.federation._inprocess import InProcessRun, build_in_process
 from fedviews.federation._log import LogEntry, MessageLog
-from fedviews.federation._message import Message, MetaValue, error_payload, raise_remote
+from fedviews.federation._message import (
+    Array,
+    Message,
+    MetaValue,
+    error_payload,
+    is_tensor,
+    raise_remote,
+    to_host,
+)
 from fedviews.federation._party import Coordinator, Party, handles
 from fedviews.federation._policy import PrivacyPolicy
 from fedviews.federation._record import Observation, Observed, Recording
@@ -112,8 +120,11 @@ __all__ = [
     "GrpcHub",
     "GrpcOptions",
     "GrpcPartyTransport",
+    "Array",
     "MetaValue",
     "error_payload",
+    "is_tensor",
+    "to_host",
     "raise_remote",
     "TLSFiles",
     "check_name",
