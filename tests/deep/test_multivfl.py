@@ -532,7 +532,12 @@ def test_receivers_refuse_nan_or_non_float_values(fmnist, monkeypatch, who, name
         arrays, meta = dict(arrays or {}), dict(meta or {})
         if self.name == who and name in arrays:
             a = arrays[name]
-            arrays[name] = a.astype(bad) if isinstance(bad, str) else np.full_like(a, bad)
+            if isinstance(a, torch.Tensor):  # activations and gradients travel as tensors
+                a = a.detach()
+                bad_a = a.to(getattr(torch, bad)) if isinstance(bad, str) else torch.full_like(a, bad)
+            else:
+                bad_a = a.astype(bad) if isinstance(bad, str) else np.full_like(a, bad)
+            arrays[name] = bad_a
         if self.name == who and name in meta:
             meta[name] = bad
         return honest(self, receiver, kind, arrays, meta, round)

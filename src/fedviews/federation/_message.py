@@ -230,12 +230,12 @@ class Message:
             return torch.as_tensor(self.array(name, shape, dtype), device=device)
         checked = name in self._finite
         if dtype is not None:
-            self._floating(name, arr.is_floating_point(), arr.dtype)
+            self._floating(name, arr.is_floating_point(), numpy_dtype(arr))
             want = torch.from_numpy(np.empty(0, dtype=dtype)).dtype
             checked = checked and arr.dtype == want  # a narrower type may overflow to inf
             arr = arr.to(want)
         if arr.is_floating_point() and not checked and not bool(torch.isfinite(arr).all()):
-            self._not_finite(name, arr.dtype if dtype is not None else None)
+            self._not_finite(name, numpy_dtype(arr) if dtype is not None else None)
         return arr if device is None else arr.to(device)
 
     def _shaped(self, name: str, shape: tuple[int | None, ...]) -> Array:
