@@ -12,6 +12,8 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
+from _tamper import tampered  # noqa: E402
+
 from fedviews.deep.multivfl import (  # noqa: E402
     MultiVFL,
     build_models,
@@ -531,13 +533,7 @@ def test_receivers_refuse_nan_or_non_float_values(fmnist, monkeypatch, who, name
     def message(self, receiver, kind, arrays, meta, round):
         arrays, meta = dict(arrays or {}), dict(meta or {})
         if self.name == who and name in arrays:
-            a = arrays[name]
-            if isinstance(a, torch.Tensor):  # activations and gradients travel as tensors
-                a = a.detach()
-                bad_a = a.to(getattr(torch, bad)) if isinstance(bad, str) else torch.full_like(a, bad)
-            else:
-                bad_a = a.astype(bad) if isinstance(bad, str) else np.full_like(a, bad)
-            arrays[name] = bad_a
+            arrays[name] = tampered(arrays[name], bad)
         if self.name == who and name in meta:
             meta[name] = bad
         return honest(self, receiver, kind, arrays, meta, round)
