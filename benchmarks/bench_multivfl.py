@@ -2,9 +2,11 @@
 
 Both train the same split network (D bottoms + top, same initialisation) on the
 same Fashion-MNIST batches with the same local optimizer; the federated run
-goes through the in-process transport (privacy check, encode/decode of every
-message, message log). Prints the time ratio (goal <= 1.2) and the bytes sent
-per batch and per round next to the raw activation/gradient sizes.
+goes through the in-process transport (privacy check, message log, wire bytes
+counted; activations and gradients handed over as tensors on the device). Prints
+the time ratio, the median over the interleaved pairs of runs (goal <= 1.1 on a
+CPU, <= 1.3 on a GPU), and the bytes sent per batch and per round next to the raw
+activation/gradient sizes.
 
     python benchmarks/bench_multivfl.py [--samples 5000] [--data-owners 4] [--repeats 2] [--device cpu]
     python benchmarks/bench_multivfl.py --device cuda --profile 20   # + where one epoch's time goes
@@ -15,6 +17,7 @@ from __future__ import annotations
 import argparse
 import cProfile
 import pstats
+import statistics
 import time
 
 import numpy as np
@@ -112,7 +115,11 @@ def main() -> None:
     print(
         f"Multi-VFL       : {min(fed_t):8.3f} s/epoch  (runs {', '.join(f'{t:.3f}' for t in fed_t)})"
     )
-    print(f"ratio           : {min(fed_t) / min(plain_t):8.3f}  (goal <= 1.2)")
+    ratios = [f / p for f, p in zip(fed_t, plain_t, strict=True)]
+    print(
+        f"ratio           : {statistics.median(ratios):8.3f}  (median of the pairs "
+        f"{', '.join(f'{r:.3f}' for r in ratios)}; goal <= 1.1 on a CPU, <= 1.3 on a GPU)"
+    )
     print(
         f"bytes per batch : {s['train_bytes_per_batch'] / 1e6:8.3f} MB on the wire vs {raw_batch / 1e6:.3f} MB raw activations + gradients"
     )
