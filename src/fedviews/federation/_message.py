@@ -234,8 +234,8 @@ class Message:
             want = torch.from_numpy(np.empty(0, dtype=dtype)).dtype
             checked = checked and arr.dtype == want  # a narrower type may overflow to inf
             arr = arr.to(want)
-        if arr.is_floating_point() and not checked and not bool(torch.isfinite(arr).all()):
-            self._not_finite(name, numpy_dtype(arr) if dtype is not None else None)
+        if arr.is_floating_point() and not checked:
+            _check_finite(self, {name: arr}, cast=dtype is not None)
         return arr if device is None else arr.to(device)
 
     def _shaped(self, name: str, shape: tuple[int | None, ...]) -> Array:
@@ -362,7 +362,7 @@ class Message:
             arrays=arrays,
             meta=header["meta"],
         )
-        floats = [n for n, a in arrays.items() if is_tensor(a) and a.is_floating_point()]
+        floats = {n: a for n, a in arrays.items() if is_tensor(a) and a.is_floating_point()}
         _check_finite(got, floats)
         object.__setattr__(got, "_finite", frozenset(floats))
         return got, len(start) + sum(int(s["size"]) for s in specs)
@@ -443,17 +443,27 @@ def _spec(name: str, dtype: np.dtype[Any], shape: tuple[int, ...]) -> dict[str, 
     }
 
 
-def _check_finite(msg: Message, names: list[str]) -> None:
-    """Refuse ``msg`` if one of its tensors ``names`` holds NaN or infinities: one fused check
-    on the device and one host synchronisation for them all (the culprit is then looked up)."""
-    if not names:
+def _check_finite(msg: Message, tensors: Mapping[str, torch.Tensor], cast: bool = False) -> None:
+    """Refuse ``msg`` if one of the floating-point ``tensors`` (its own, by name; ``cast``:
+    as the receiver cast them) holds NaN or infinities (a :class:`ProtocolError` names the
+    sender), checked on their device with one host synchronisation for them all.
+
+    A sum is finite only if every term is (a NaN or an infinity makes it NaN or infinite,
+    whatever the order), and a sum is much cheaper than an element-wise test (on a CPU,
+    ``isfinite().all()`` of a 1.6 MB activation batch took 40 times as long). Only when a
+    sum is not finite, which finite terms can also give by overflowing, are the elements
+    tested one by one.
+    """
+    if not tensors:
         return
     torch = sys.modules["torch"]
-    tensors = [msg.arrays[n] for n in names]
-    where = tensors[0].device
-    flags = torch.stack([torch.isfinite(t).all().to(where) for t in tensors])
-    if not bool(flags.all()):
-        msg._not_finite(names[int(torch.argmin(flags.to(torch.uint8)))], None)
+    where = next(iter(tensors.values())).device
+    sums = [t.sum().to(device=where, dtype=torch.float64) for t in tensors.values()]
+    if bool(torch.isfinite(torch.stack(sums)).all()):
+        return
+    for name, t in tensors.items():
+        if not bool(torch.isfinite(t).all()):
+            msg._not_finite(name, numpy_dtype(t) if cast else None)
 
 
 def prefix(header: bytes) -> bytes:
