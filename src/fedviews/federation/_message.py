@@ -353,15 +353,7 @@ class Message:
                 arrays[name] = np.array(a, dtype=dtype, order="C")
             specs.append(_spec(name, dtype, a.shape))
         start = prefix(json.dumps(self._head(specs), allow_nan=True).encode("utf-8"))
-        header = read_header(memoryview(start))
-        got = Message(
-            kind=header["kind"],
-            sender=header["sender"],
-            receiver=header["receiver"],
-            round=int(header["round"]),
-            arrays=arrays,
-            meta=header["meta"],
-        )
+        got = Message._of(read_header(memoryview(start)), arrays)
         floats = {n: a for n, a in arrays.items() if is_tensor(a) and a.is_floating_point()}
         _check_finite(got, floats)
         object.__setattr__(got, "_finite", frozenset(floats))
@@ -411,7 +403,11 @@ class Message:
                 f"a message of {header['sender']!r} sealed end to end for "
                 f"{header['receiver']!r}: only that party can open it"
             )
-        arrays = read_arrays(view, offset, specs, copy=not owned)
+        return cls._of(header, read_arrays(view, offset, specs, copy=not owned))
+
+    @classmethod
+    def _of(cls, header: Mapping[str, Any], arrays: Mapping[str, Array]) -> Message:
+        """The message of a (checked) header table and its arrays."""
         return cls(
             kind=header["kind"],
             sender=header["sender"],
