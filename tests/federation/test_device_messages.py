@@ -105,6 +105,8 @@ def test_a_receiver_checks_a_tensors_shape_and_dtype(device) -> None:
         )  # beyond float32: infinite once cast
     with pytest.raises(ProtocolError, match="bfloat16 cannot be sent"):
         Message("pass", arrays={"h": torch.zeros(2, dtype=torch.bfloat16)})
+    with pytest.raises(ProtocolError, match="only dense ones"):
+        Message("pass", arrays={"h": torch.eye(2).to_sparse()})
 
 
 dtypes = st.sampled_from(["<f8", "<f4", "<f2", "<i8", "<i4", "|u1", "|b1", ">f8", "<i2"])

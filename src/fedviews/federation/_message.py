@@ -103,6 +103,10 @@ def to_host(a: Array) -> np.ndarray:
 
 def _check_array(name: str, arr: Any) -> Array:
     if is_tensor(arr):
+        if arr.layout is not sys.modules["torch"].strided:
+            raise ProtocolError(
+                f"array {name!r} is a {arr.layout} tensor; only dense ones are sent"
+            )
         dtype = numpy_dtype(arr)
     else:
         arr = np.asarray(arr)
