@@ -12,10 +12,8 @@ activation/gradient sizes.
     python benchmarks/bench_multivfl.py --device cuda --profile 20   # + where one epoch's time goes
     python benchmarks/bench_multivfl.py --clock cpu   # CPU seconds: on a loaded machine
 
-``--clock cpu`` times both with this process's CPU time instead of the wall clock (the
-federated epoch: the label owner's ``train_round``, inside which every data owner's handler
-runs in one process), so that other jobs on a shared machine do not enter the ratio; it
-does not see GPU time (with ``--device cuda`` use the wall clock).
+``--clock cpu`` (``_clock.py``) times both with this process's CPU time: the federated
+epoch is the label owner's ``train_round``, inside which every data owner's handler runs.
 """
 
 from __future__ import annotations
@@ -25,19 +23,16 @@ import cProfile
 import pstats
 import statistics
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 
 import numpy as np
 import torch
+from _clock import CLOCKS, cpu_of
 
 from fedviews import data
 from fedviews.deep.multivfl import MultiVFL, build_models, epoch_order, round_seed
 from fedviews.deep.multivfl.nets import SplitNet
 from fedviews.deep.multivfl.parties import LabelOwner
-from fedviews.federation import Message
-
-CLOCKS: dict[str, Callable[[], float]] = {"wall": time.perf_counter, "cpu": time.process_time}
 
 
 def plain_epoch(
@@ -72,26 +67,6 @@ def plain_epoch(
     if device.startswith("cuda"):
         torch.cuda.synchronize()
     return clock() - t0
-
-
-@contextmanager
-def cpu_of_epochs() -> Iterator[list[float]]:
-    """The CPU seconds of every ``train_round`` of a label owner run inside the block."""
-    seconds: list[float] = []
-    real = LabelOwner.train_round
-
-    def timed(self: LabelOwner, msg: Message) -> Message:
-        t0 = time.process_time()
-        try:
-            return real(self, msg)
-        finally:
-            seconds.append(time.process_time() - t0)
-
-    LabelOwner.train_round = timed  # type: ignore[method-assign]
-    try:
-        yield seconds
-    finally:
-        LabelOwner.train_round = real  # type: ignore[method-assign]
 
 
 def federated_epoch(
@@ -138,7 +113,7 @@ def main() -> None:
     clock = CLOCKS[args.clock]
     for _ in range(args.repeats):  # interleaved, so background load hits both alike
         plain_t.append(plain_epoch(images, y, d, bs, lr, args.device, clock))
-        with cpu_of_epochs() as cpu:
+        with cpu_of(LabelOwner, "train_round") as cpu:
             est = federated_epoch(images, y, d, bs, lr, args.device)
         fed_t.append(cpu[0] if args.clock == "cpu" else est.history_["train_seconds"][0])
     assert est is not None
