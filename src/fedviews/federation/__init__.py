@@ -37,15 +37,7 @@ from fedviews.federation._defense import (
 )
 from fedviews.federation._inprocess import InProcessRun, build_in_process
 from fedviews.federation._log import LogEntry, MessageLog
-from fedviews.federation._message import (
-    Array,
-    Message,
-    MetaValue,
-    error_payload,
-    is_tensor,
-    raise_remote,
-    to_host,
-)
+from fedviews.federation._message import Message, MetaValue, error_payload, raise_remote
 from fedviews.federation._party import Coordinator, Party, handles
 from fedviews.federation._policy import PrivacyPolicy
 from fedviews.federation._record import Observation, Observed, Recording
@@ -76,6 +68,7 @@ from fedviews.federation._setup import (
     run_privacy,
     setup_info,
 )
+from fedviews.federation._tensors import Array, is_tensor, to_host
 from fedviews.federation._transport import InProcessTransport, Transport, federate
 
 if TYPE_CHECKING:

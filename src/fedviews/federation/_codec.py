@@ -32,7 +32,8 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from fedviews.errors import ConfigError, ProtocolError
-from fedviews.federation._message import Array, Message, is_tensor, to_host
+from fedviews.federation._message import Message
+from fedviews.federation._tensors import Array, is_tensor, to_host
 
 if TYPE_CHECKING:
     import torch

@@ -12,13 +12,9 @@ numeric/bool dtypes are accepted, so decoding never executes code. A receiver's 
 (what one message may make it log): at most ``MAX_META_KEYS`` meta keys of at most
 ``MAX_KEY_CHARS`` characters, and a ``round`` from 0 to ``MAX_ROUND``.
 
-An array may be a torch tensor (of a dtype numpy has, on any device): it travels as the
-numpy array of its values (converted once, when the message is encoded), so a receiver
-over a wire reads numpy whatever the sender held. Only the in-process transport hands
-tensors over as tensors (on their device, never aliasing the sender's:
-:meth:`Message.handed_over`); a receiver that computes with torch reads either kind with
-:meth:`Message.tensor`. This module never imports torch: if nothing has, no array is a
-tensor.
+An array may be a torch tensor (``_tensors``): encoded, it is the numpy array of its values
+(converted once); the in-process transport hands it over as a tensor on its device
+(:meth:`Message.handed_over`). A receiver reads either kind with :meth:`Message.tensor`.
 """
 
 from __future__ import annotations
@@ -29,21 +25,27 @@ import struct
 import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, ClassVar, NoReturn, TypeAlias, TypeGuard, Union
+from typing import TYPE_CHECKING, Any, ClassVar, NoReturn
 
 import numpy as np
 
 from fedviews.errors import ProtocolError, RemoteError
+from fedviews.federation._tensors import (
+    ALLOWED_KINDS,
+    Array,
+    check_array,
+    first_not_finite,
+    is_tensor,
+    nbytes,
+    numpy_dtype,
+    to_host,
+)
 
 if TYPE_CHECKING:
     import torch
 
-#: what a message carries under a name: a numpy array or a torch tensor
-Array: TypeAlias = Union[np.ndarray, "torch.Tensor"]
-
 MetaValue = str | int | float | bool | None
 _MAGIC = b"FVM1"
-_ALLOWED_KINDS = set("biuf")  # bool, signed, unsigned, float
 _MAX_META = 1 << 20  # bytes of a sealed meta table
 MAX_META_KEYS = 1024
 MAX_KEY_CHARS = 256
@@ -60,62 +62,6 @@ def check_meta(meta: Mapping[Any, Any], sender: str) -> None:
             f"{sender!r} sent a meta table with {what}; at most {MAX_META_KEYS} keys of "
             f"{MAX_KEY_CHARS} characters are accepted"
         )
-
-
-def is_tensor(a: object) -> TypeGuard[torch.Tensor]:
-    """Whether ``a`` is a torch tensor (never, when nothing in this process imported torch)."""
-    torch = sys.modules.get("torch")
-    return torch is not None and isinstance(a, torch.Tensor)
-
-
-#: numpy's dtype of each torch dtype met so far
-_NUMPY_DTYPES: dict[Any, np.dtype[Any]] = {}
-
-
-def numpy_dtype(t: torch.Tensor) -> np.dtype[Any]:
-    """The numpy dtype ``t``'s values travel as; a :class:`ProtocolError` for a dtype that
-    numpy lacks (e.g. ``bfloat16``: send its bits as ``uint16``, as the ``bf16`` codec does)."""
-    dt = _NUMPY_DTYPES.get(t.dtype)
-    if dt is None:
-        try:
-            dt = sys.modules["torch"].empty(0, dtype=t.dtype).numpy().dtype
-        except (TypeError, RuntimeError):
-            raise ProtocolError(
-                f"a tensor of dtype {t.dtype} cannot be sent; numpy has no such dtype"
-            ) from None
-        _NUMPY_DTYPES[t.dtype] = dt
-    return dt
-
-
-def to_host(a: Array) -> np.ndarray:
-    """``a`` as a numpy array: a tensor detached and copied to host memory (a CPU tensor's
-    array shares its memory; a CUDA tensor is copied into page-locked (pinned) memory, which
-    the GPU writes by DMA: on an H200 a 1.6 MB activation batch took 52 us against 175 us
-    into pageable memory; torch caches those blocks, so a training loop reuses them)."""
-    if not is_tensor(a):
-        return np.asarray(a)
-    t = a.detach()
-    if t.is_cuda:
-        out = sys.modules["torch"].empty(t.shape, dtype=t.dtype, pin_memory=True)
-        return np.asarray(out.copy_(t).numpy())
-    return np.asarray(t.cpu().numpy())
-
-
-def _check_array(name: str, arr: Any) -> Array:
-    if is_tensor(arr):
-        if arr.layout is not sys.modules["torch"].strided:
-            raise ProtocolError(
-                f"array {name!r} is a {arr.layout} tensor; only dense ones are sent"
-            )
-        dtype = numpy_dtype(arr)
-    else:
-        arr = np.asarray(arr)
-        dtype = arr.dtype
-    if dtype.kind not in _ALLOWED_KINDS:
-        raise ProtocolError(
-            f"array {name!r} has dtype {dtype}; only numeric and bool arrays may be sent"
-        )
-    return arr
 
 
 @dataclass(frozen=True)
@@ -149,7 +95,7 @@ class Message:
     _finite: ClassVar[frozenset[str]] = frozenset()
 
     def __post_init__(self) -> None:
-        arrays = {str(k): _check_array(str(k), v) for k, v in self.arrays.items()}
+        arrays = {str(k): check_array(str(k), v) for k, v in self.arrays.items()}
         object.__setattr__(self, "arrays", arrays)
         check_meta(self.meta, self.sender)
         for k, v in self.meta.items():
@@ -161,7 +107,7 @@ class Message:
     @property
     def nbytes(self) -> int:
         """Payload bytes of the arrays (what the log counts)."""
-        return sum(_nbytes(a) for a in self.arrays.values())
+        return sum(nbytes(a) for a in self.arrays.values())
 
     def number(self, key: str) -> float:
         """The numeric metadata value ``key``, checked by its receiver: a finite number (a
@@ -422,10 +368,6 @@ class Message:
         )
 
 
-def _nbytes(a: Array) -> int:
-    return int(a.numel() * a.element_size()) if is_tensor(a) else int(a.nbytes)
-
-
 def _little(dtype: np.dtype[Any]) -> np.dtype[Any]:
     """``dtype`` in little-endian byte order (the wire's)."""
     return dtype.newbyteorder("<") if dtype.byteorder == ">" else dtype
@@ -444,26 +386,12 @@ def _spec(name: str, dtype: np.dtype[Any], shape: tuple[int, ...]) -> dict[str, 
 
 
 def _check_finite(msg: Message, tensors: Mapping[str, torch.Tensor], cast: bool = False) -> None:
-    """Refuse ``msg`` if one of the floating-point ``tensors`` (its own, by name; ``cast``:
-    as the receiver cast them) holds NaN or infinities (a :class:`ProtocolError` names the
-    sender), checked on their device with one host synchronisation for them all.
-
-    A sum is finite only if every term is (a NaN or an infinity makes it NaN or infinite,
-    whatever the order), and a sum is much cheaper than an element-wise test (on a CPU,
-    ``isfinite().all()`` of a 1.6 MB activation batch took 40 times as long). Only when a
-    sum is not finite, which finite terms can also give by overflowing, are the elements
-    tested one by one.
-    """
-    if not tensors:
-        return
-    torch = sys.modules["torch"]
-    where = next(iter(tensors.values())).device
-    sums = [t.sum().to(device=where, dtype=torch.float64) for t in tensors.values()]
-    if bool(torch.isfinite(torch.stack(sums)).all()):
-        return
-    for name, t in tensors.items():
-        if not bool(torch.isfinite(t).all()):
-            msg._not_finite(name, numpy_dtype(t) if cast else None)
+    """Refuse ``msg`` if one of its floating-point ``tensors`` (by name; ``cast``: as its
+    receiver cast them) holds NaN or infinities (:func:`first_not_finite`): a
+    :class:`ProtocolError` names the sender."""
+    bad = first_not_finite(tensors)
+    if bad is not None:
+        msg._not_finite(bad, numpy_dtype(tensors[bad]) if cast else None)
 
 
 def prefix(header: bytes) -> bytes:
@@ -589,7 +517,7 @@ def _check_spec(spec: Any) -> np.dtype[Any]:
         dtype = np.dtype(spec["dtype"])
     except (TypeError, ValueError) as exc:
         raise ProtocolError(f"corrupt array spec {spec!r}: {exc}") from None
-    if dtype.kind not in _ALLOWED_KINDS:
+    if dtype.kind not in ALLOWED_KINDS:
         raise ProtocolError(f"array {spec['name']!r} has forbidden dtype {dtype}")
     return dtype
 

@@ -8,7 +8,8 @@ from typing import TYPE_CHECKING, Any, ClassVar, Protocol, TypeVar
 import numpy as np
 
 from fedviews.errors import ProtocolError
-from fedviews.federation._message import Array, Message, MetaValue
+from fedviews.federation._message import Message, MetaValue
+from fedviews.federation._tensors import Array
 
 if TYPE_CHECKING:
     from fedviews.federation._log import MessageLog

@@ -22,7 +22,8 @@ import numpy as np
 
 from fedviews.data import read_npz, write_npz
 from fedviews.errors import ConfigError, DataError
-from fedviews.federation._message import Message, MetaValue, to_host
+from fedviews.federation._message import Message, MetaValue
+from fedviews.federation._tensors import to_host
 
 #: default ceiling on the array bytes one recording keeps in memory
 MAX_RECORDED_BYTES = 4 << 30
