@@ -13,6 +13,8 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
+from _tamper import tampered  # noqa: E402
+
 from fedviews.data import balanced_subsample, load, load_cifar  # noqa: E402
 from fedviews.deep._apfed_nets import ARCHS, Decoder, Encoder, cut_strips, parse_setting  # noqa: E402
 from fedviews.deep._export import load_active_model, predict_exported  # noqa: E402
@@ -543,8 +545,7 @@ def test_the_active_refuses_nan_or_non_float_arrays(images, monkeypatch, party, 
     def reply(self, msg, arrays=None, meta=None):
         arrays = dict(arrays or {})
         if name in arrays:
-            a = arrays[name]
-            arrays[name] = a.astype(bad) if isinstance(bad, str) else np.full_like(a, bad)
+            arrays[name] = tampered(arrays[name], bad)
         return honest(self, msg, arrays, meta)
 
     monkeypatch.setattr(party, "reply", reply)

@@ -12,6 +12,9 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
+from _tamper import tampered  # noqa: E402
+from _wire import WireTransport, assert_same_run  # noqa: E402
+
 from fedviews.deep.multivfl import (  # noqa: E402
     MultiVFL,
     build_models,
@@ -540,8 +543,7 @@ def test_receivers_refuse_nan_or_non_float_values(fmnist, monkeypatch, who, name
     def message(self, receiver, kind, arrays, meta, round):
         arrays, meta = dict(arrays or {}), dict(meta or {})
         if self.name == who and name in arrays:
-            a = arrays[name]
-            arrays[name] = a.astype(bad) if isinstance(bad, str) else np.full_like(a, bad)
+            arrays[name] = tampered(arrays[name], bad)
         if self.name == who and name in meta:
             meta[name] = bad
         return honest(self, receiver, kind, arrays, meta, round)
@@ -549,6 +551,18 @@ def test_receivers_refuse_nan_or_non_float_values(fmnist, monkeypatch, who, name
     monkeypatch.setattr(Party, "_message", message)
     with pytest.raises(ProtocolError, match=match):
         build_in_process(run, datas)()
+
+
+def test_tensors_handed_over_equal_the_wire_run(fmnist) -> None:
+    """In one process activations and gradients are handed over as tensors on their device;
+    through their encoding (as gRPC carries them) the run is the same: equal models, equal
+    messages and bytes."""
+    from fedviews.federation import build_in_process
+
+    datas, run = _two_data_owners(fmnist)
+    fast, wire = build_in_process(run, datas), build_in_process(run, datas, transport=WireTransport)
+    fast(), wire()
+    assert_same_run(fast, wire)
 
 
 @pytest.mark.parametrize(

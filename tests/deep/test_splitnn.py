@@ -8,6 +8,8 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
+from _wire import WireTransport, assert_same_run  # noqa: E402
+
 from fedviews.data import PartyData  # noqa: E402
 from fedviews.deep._common import batches  # noqa: E402
 from fedviews.deep._split import build_module  # noqa: E402
@@ -61,6 +63,16 @@ def test_federated_equals_one_model_on_both_strips():
         for k, v in net.state_dict().items():
             np.testing.assert_allclose(got[k].numpy(), v.numpy(), rtol=1e-5, atol=1e-6)
     assert len(fed.coordinator.history) == PARAMS.epochs
+
+
+def test_tensors_handed_over_equal_the_wire_run():
+    """In one process logits and their gradients are handed over as tensors; through their
+    encoding (as gRPC carries them) the run is the same: equal models, messages and bytes."""
+    run, fast, *_ = _run()
+    datas = _data()[0]
+    wire = build_in_process(run, datas, transport=WireTransport)
+    fast(), wire()
+    assert_same_run(fast, wire)
 
 
 def test_only_logits_and_their_gradients_cross_and_the_passive_sees_the_labels():

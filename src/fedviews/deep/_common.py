@@ -23,7 +23,7 @@ import numpy as np
 
 from fedviews._params import spec
 from fedviews.errors import ConfigError, DataError, MissingDependency
-from fedviews.federation import CODECS
+from fedviews.federation import CODECS, to_host
 
 if TYPE_CHECKING:
     import torch
@@ -113,19 +113,10 @@ def torch_seed(seed: int) -> Iterator[None]:
 
 
 def to_numpy(t: torch.Tensor) -> np.ndarray:
-    """Detach a tensor to a float32 (or native) numpy array on the CPU (for a Message).
-
-    A CUDA tensor is copied into page-locked (pinned) host memory, which the GPU
-    writes by DMA: on an H200 a 1.6 MB activation batch took 52 us against 175 us
-    into pageable memory. torch caches those blocks, so a training loop reuses them.
-    The other way (:func:`to_tensor`) stays pageable: staging through a pinned
-    buffer measured slower there (218 us against 134 us).
-    """
-    t = t.detach()
-    if t.is_cuda:
-        out = require_torch().empty(t.shape, dtype=t.dtype, pin_memory=True)
-        return out.copy_(t).numpy()
-    return t.cpu().numpy()
+    """Detach a tensor to a numpy array on the CPU (:func:`fedviews.federation.to_host`: a
+    CUDA tensor through pinned memory). The other way (:func:`to_tensor`) stays pageable:
+    staging through a pinned buffer measured slower there (218 us against 134 us on an H200)."""
+    return to_host(t)
 
 
 def to_tensor(a: np.ndarray, device: torch.device | None, dtype: Any = None) -> torch.Tensor:

@@ -35,7 +35,6 @@ from fedviews.deep._common import (
     module_arrays,
     optimizer_arrays,
     resolve_device,
-    to_numpy,
     to_tensor,
     torch_seed,
 )
@@ -124,15 +123,15 @@ class SplitBottom(Party):
         """Reply with its network's output on batch ``meta["batch"]`` as array ``name``."""
         self.net.train()
         self._pending = self.net(self._X[self.batch_rows(msg)])
-        return self.reply(msg, arrays={name: to_numpy(self._pending)})
+        return self.reply(msg, arrays={name: self._pending})
 
     def backward_batch(self, msg: Message, name: str) -> None:
         """Back-propagate the received gradient ``name`` of that output; one SGD step."""
         if self._pending is None:
             raise ProtocolError(f"{self.name}: {msg.sender!r} sent a gradient before a forward")
-        grad = msg.array(name, tuple(self._pending.shape))
+        grad = msg.tensor(name, tuple(self._pending.shape), np.float32, self.device)
         self.opt.zero_grad()
-        self._pending.backward(to_tensor(grad, self.device, torch.float32))
+        self._pending.backward(grad)
         self.opt.step()
         self._pending = None
 

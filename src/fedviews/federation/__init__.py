@@ -68,6 +68,7 @@ from fedviews.federation._setup import (
     run_privacy,
     setup_info,
 )
+from fedviews.federation._tensors import Array, is_tensor, to_host
 from fedviews.federation._transport import InProcessTransport, Transport, federate
 
 if TYPE_CHECKING:
@@ -112,8 +113,11 @@ __all__ = [
     "GrpcHub",
     "GrpcOptions",
     "GrpcPartyTransport",
+    "Array",
     "MetaValue",
     "error_payload",
+    "is_tensor",
+    "to_host",
     "raise_remote",
     "TLSFiles",
     "check_name",

@@ -27,11 +27,16 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from fedviews.errors import ConfigError, ProtocolError
 from fedviews.federation._message import Message
+from fedviews.federation._tensors import Array, is_tensor, to_host
+
+if TYPE_CHECKING:
+    import torch
 
 CODECS = ("none", "fp16", "bf16", "int8", "topk")
 _FP16_MAX = float(np.finfo(np.float16).max)
@@ -55,9 +60,12 @@ class Codec:
         extra = {"int8": [f"{name}.scale"], "topk": [f"{name}.idx"]}.get(self.kind, [])
         return [name, *extra]
 
-    def pack(self, name: str, x: np.ndarray) -> dict[str, np.ndarray]:
-        """``x`` (float, first axis = samples) as the arrays to send."""
-        x = np.asarray(x, dtype=np.float32)
+    def pack(self, name: str, x: Array) -> dict[str, Array]:
+        """``x`` (float, first axis = samples) as the arrays to send: with ``"none"`` a
+        tensor stays a (float32) tensor on its device, the encodings compute on the host."""
+        if self.kind == "none" and is_tensor(x):
+            return {name: x.float()}
+        x = np.asarray(to_host(x), dtype=np.float32)
         if self.kind == "none":
             return {name: x}
         if self.kind == "fp16":
@@ -77,6 +85,17 @@ class Codec:
         k = self.kept(flat.shape[1])
         idx = np.argpartition(-np.abs(flat), k - 1, axis=1)[:, :k].astype(np.int32)
         return {name: np.take_along_axis(flat, idx, axis=1), f"{name}.idx": idx}
+
+    def tensor(
+        self, msg: Message, name: str, shape: tuple[int | None, ...], device: torch.device
+    ) -> torch.Tensor:
+        """:meth:`unpack` as a float32 tensor on ``device``; with ``"none"`` without a host
+        round trip when ``msg`` carries a tensor (:meth:`Message.tensor`)."""
+        if self.kind == "none":
+            return msg.tensor(name, shape, np.float32, device)
+        import torch
+
+        return torch.as_tensor(self.unpack(msg, name, shape), device=device)
 
     def kept(self, d: int) -> int:
         """Entries per sample that ``"topk"`` keeps out of ``d``."""

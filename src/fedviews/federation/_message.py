@@ -1,4 +1,5 @@
-"""Messages: named numpy arrays plus small typed metadata, encoded without pickle.
+"""Messages: named numpy arrays (or torch tensors) plus small typed metadata, encoded without
+pickle.
 
 Wire format (little-endian)::
 
@@ -10,6 +11,10 @@ The JSON header holds ``kind``, ``sender``, ``receiver``, ``round``, ``meta``
 numeric/bool dtypes are accepted, so decoding never executes code. A receiver's budget
 (what one message may make it log): at most ``MAX_META_KEYS`` meta keys of at most
 ``MAX_KEY_CHARS`` characters, and a ``round`` from 0 to ``MAX_ROUND``.
+
+An array may be a torch tensor (``_tensors``): encoded, it is the numpy array of its values
+(converted once); the in-process transport hands it over as a tensor on its device
+(:meth:`Message.handed_over`). A receiver reads either kind with :meth:`Message.tensor`.
 """
 
 from __future__ import annotations
@@ -17,17 +22,30 @@ from __future__ import annotations
 import json
 import math
 import struct
+import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, ClassVar, NoReturn
 
 import numpy as np
 
 from fedviews.errors import ProtocolError, RemoteError
+from fedviews.federation._tensors import (
+    ALLOWED_KINDS,
+    Array,
+    check_array,
+    first_not_finite,
+    is_tensor,
+    nbytes,
+    numpy_dtype,
+    to_host,
+)
+
+if TYPE_CHECKING:
+    import torch
 
 MetaValue = str | int | float | bool | None
 _MAGIC = b"FVM1"
-_ALLOWED_KINDS = set("biuf")  # bool, signed, unsigned, float
 _MAX_META = 1 << 20  # bytes of a sealed meta table
 MAX_META_KEYS = 1024
 MAX_KEY_CHARS = 256
@@ -46,15 +64,6 @@ def check_meta(meta: Mapping[Any, Any], sender: str) -> None:
         )
 
 
-def _check_array(name: str, arr: Any) -> np.ndarray:
-    a = np.asarray(arr)
-    if a.dtype.kind not in _ALLOWED_KINDS:
-        raise ProtocolError(
-            f"array {name!r} has dtype {a.dtype}; only numeric and bool arrays may be sent"
-        )
-    return a
-
-
 @dataclass(frozen=True)
 class Message:
     """One message between two parties.
@@ -67,8 +76,10 @@ class Message:
         Party names.
     round : int
         Protocol round (for the log and checkpoints).
-    arrays : mapping of str to ndarray
-        Named numeric arrays: the only payload that crosses the privacy barrier.
+    arrays : mapping of str to ndarray or torch.Tensor
+        Named numeric arrays: the only payload that crosses the privacy barrier. A tensor
+        is kept as it is (its autograd graph too: whatever delivers the message detaches
+        it, see :meth:`handed_over` and :meth:`layout`).
     meta : mapping of str to scalar
         Small typed metadata (no arrays, no nested objects).
     """
@@ -77,11 +88,14 @@ class Message:
     sender: str = ""
     receiver: str = ""
     round: int = 0
-    arrays: Mapping[str, np.ndarray] = field(default_factory=dict)
+    arrays: Mapping[str, Array] = field(default_factory=dict)
     meta: Mapping[str, MetaValue] = field(default_factory=dict)
+    #: names of the floating-point tensors already checked finite on delivery (set by
+    #: :meth:`handed_over` only, so :meth:`tensor` does not synchronise again per array)
+    _finite: ClassVar[frozenset[str]] = frozenset()
 
     def __post_init__(self) -> None:
-        arrays = {str(k): _check_array(str(k), v) for k, v in self.arrays.items()}
+        arrays = {str(k): check_array(str(k), v) for k, v in self.arrays.items()}
         object.__setattr__(self, "arrays", arrays)
         check_meta(self.meta, self.sender)
         for k, v in self.meta.items():
@@ -93,7 +107,7 @@ class Message:
     @property
     def nbytes(self) -> int:
         """Payload bytes of the arrays (what the log counts)."""
-        return int(sum(a.nbytes for a in self.arrays.values()))
+        return sum(nbytes(a) for a in self.arrays.values())
 
     def number(self, key: str) -> float:
         """The numeric metadata value ``key``, checked by its receiver: a finite number (a
@@ -135,38 +149,79 @@ class Message:
         would poison every model it enters); with ``dtype`` (a float type), it must be
         floating point and is returned as ``dtype`` (still finite). A :class:`ProtocolError`
         names the sender."""
+        arr = to_host(self._shaped(name, shape))
+        if dtype is not None:
+            self._floating(name, arr.dtype.kind == "f", arr.dtype)
+            with np.errstate(over="ignore"):  # a value beyond ``dtype``'s range: inf, refused
+                arr = arr.astype(dtype, copy=False)
+        if arr.dtype.kind == "f" and not np.isfinite(arr).all():
+            self._not_finite(name, arr.dtype if dtype is not None else None)
+        return arr
+
+    def tensor(
+        self,
+        name: str,
+        shape: tuple[int | None, ...],
+        dtype: type[np.floating] | None = None,
+        device: torch.device | str | None = None,
+    ) -> torch.Tensor:
+        """The array ``name`` as a torch tensor on ``device`` (default: where it is), checked
+        by its receiver as :meth:`array` checks it (present, of ``shape``, finite; with
+        ``dtype``, floating point and cast to it).
+
+        A tensor (handed over in one process) is checked where it lives: with no host
+        synchronisation when the transport already checked it finite on delivery, one
+        otherwise. An array (from a wire) is checked as :meth:`array` does, then moved.
+        """
+        import torch
+
+        arr = self._shaped(name, shape)
+        if not is_tensor(arr):
+            return torch.as_tensor(self.array(name, shape, dtype), device=device)
+        checked = name in self._finite
+        if dtype is not None:
+            self._floating(name, arr.is_floating_point(), numpy_dtype(arr))
+            want = torch.from_numpy(np.empty(0, dtype=dtype)).dtype
+            checked = checked and arr.dtype == want  # a narrower type may overflow to inf
+            arr = arr.to(want)
+        if arr.is_floating_point() and not checked:
+            _check_finite(self, {name: arr}, cast=dtype is not None)
+        return arr if device is None else arr.to(device)
+
+    def _shaped(self, name: str, shape: tuple[int | None, ...]) -> Array:
+        """The array ``name``, present and of ``shape`` (``None``: any length on that axis)."""
         arr = self.arrays.get(name)
         if arr is None:
             raise ProtocolError(
                 f"{self.sender!r} sent {self.kind!r} without the array {name!r}", party=self.sender
             )
-        ok = arr.ndim == len(shape) and all(
-            want is None or got == want for got, want in zip(arr.shape, shape, strict=True)
+        got = tuple(int(d) for d in arr.shape)
+        ok = len(got) == len(shape) and all(
+            want is None or g == want for g, want in zip(got, shape, strict=True)
         )
         if not ok:
             want = ", ".join("*" if s is None else str(s) for s in shape)
             raise ProtocolError(
-                f"{self.sender!r} sent {name!r} of shape {arr.shape} in {self.kind!r}, "
-                f"expected ({want})",
-                party=self.sender,
-            )
-        if dtype is not None:
-            if arr.dtype.kind != "f":
-                raise ProtocolError(
-                    f"{self.sender!r} sent {name!r} as {arr.dtype} in {self.kind!r}, "
-                    "expected floating point",
-                    party=self.sender,
-                )
-            with np.errstate(over="ignore"):  # a value beyond ``dtype``'s range: inf, refused
-                arr = arr.astype(dtype, copy=False)
-        if arr.dtype.kind == "f" and not np.isfinite(arr).all():
-            raise ProtocolError(
-                f"{self.sender!r} sent {name!r} with NaN or infinite values in {self.kind!r}"
-                + (f" (as {arr.dtype})" if dtype is not None else "")
-                + ": refused (its model diverged, e.g. a learning rate too high, or it is poisoned)",
+                f"{self.sender!r} sent {name!r} of shape {got} in {self.kind!r}, expected ({want})",
                 party=self.sender,
             )
         return arr
+
+    def _floating(self, name: str, ok: bool, dtype: object) -> None:
+        if not ok:
+            raise ProtocolError(
+                f"{self.sender!r} sent {name!r} as {dtype} in {self.kind!r}, "
+                "expected floating point",
+                party=self.sender,
+            )
+
+    def _not_finite(self, name: str, dtype: object | None) -> NoReturn:
+        raise ProtocolError(
+            f"{self.sender!r} sent {name!r} with NaN or infinite values in {self.kind!r}"
+            + (f" (as {dtype})" if dtype is not None else "")
+            + ": refused (its model diverged, e.g. a learning rate too high, or it is poisoned)",
+            party=self.sender,
+        )
 
     def shapes(self) -> dict[str, tuple[int, ...]]:
         return {k: tuple(int(s) for s in a.shape) for k, a in self.arrays.items()}
@@ -204,17 +259,17 @@ class Message:
         return prefix(json.dumps(head, allow_nan=True).encode("utf-8")), payloads
 
     def layout(self) -> tuple[dict[str, Any], list[np.ndarray]]:
-        """The header table and the little-endian, C-ordered arrays of the encoding."""
-        specs, payloads = [], []
-        for name, a in self.arrays.items():
-            c = np.asarray(a, order="C")
-            le = c.dtype.newbyteorder("<") if c.dtype.byteorder == ">" else c.dtype
-            c = c.astype(le, copy=False)
-            specs.append(
-                {"name": name, "dtype": c.dtype.str, "shape": list(c.shape), "size": c.nbytes}
-            )
-            payloads.append(c)
-        head = {
+        """The header table and the little-endian, C-ordered arrays of the encoding (a
+        tensor's values copied to host memory, here and only here)."""
+        payloads = []
+        for a in self.arrays.values():
+            c = np.asarray(to_host(a), order="C")
+            payloads.append(c.astype(_little(c.dtype), copy=False))
+        specs = [_spec(n, c.dtype, c.shape) for n, c in zip(self.arrays, payloads, strict=True)]
+        return self._head(specs), payloads
+
+    def _head(self, specs: list[dict[str, Any]]) -> dict[str, Any]:
+        return {
             "kind": self.kind,
             "sender": self.sender,
             "receiver": self.receiver,
@@ -222,7 +277,37 @@ class Message:
             "meta": dict(self.meta),
             "arrays": specs,
         }
-        return head, payloads
+
+    def handed_over(self) -> tuple[Message, int]:
+        """This message as its receiver in the same process gets it, and the bytes its
+        encoding takes (``len(self.encode())``, without encoding its arrays).
+
+        What the receiver gets is what :meth:`decode` of the encoding would give, without
+        the host round trip: the header read back from its JSON and checked as decoding
+        checks it, numpy arrays copied, and tensors as detached copies on their device
+        (contiguous), so the receiver shares neither memory nor an autograd graph with the
+        sender and may write into what it got. The floating-point tensors are checked
+        finite on their device, all at once: one host synchronisation per message (a
+        :class:`ProtocolError` names the sender of a NaN or an infinity).
+        """
+        arrays: dict[str, Array] = {}
+        specs = []
+        for name, a in self.arrays.items():
+            if is_tensor(a):
+                dtype = numpy_dtype(a)
+                arrays[name] = a.detach().clone(
+                    memory_format=sys.modules["torch"].contiguous_format
+                )
+            else:
+                dtype = _little(np.asarray(a).dtype)
+                arrays[name] = np.array(a, dtype=dtype, order="C")
+            specs.append(_spec(name, dtype, a.shape))
+        start = prefix(json.dumps(self._head(specs), allow_nan=True).encode("utf-8"))
+        got = Message._of(read_header(memoryview(start)), arrays)
+        floats = {n: a for n, a in arrays.items() if is_tensor(a) and a.is_floating_point()}
+        _check_finite(got, floats)
+        object.__setattr__(got, "_finite", frozenset(floats))
+        return got, len(start) + sum(int(s["size"]) for s in specs)
 
     def header(self) -> Header:
         """What the privacy policy and the log look at (no array data)."""
@@ -268,7 +353,11 @@ class Message:
                 f"a message of {header['sender']!r} sealed end to end for "
                 f"{header['receiver']!r}: only that party can open it"
             )
-        arrays = read_arrays(view, offset, specs, copy=not owned)
+        return cls._of(header, read_arrays(view, offset, specs, copy=not owned))
+
+    @classmethod
+    def _of(cls, header: Mapping[str, Any], arrays: Mapping[str, Array]) -> Message:
+        """The message of a (checked) header table and its arrays."""
         return cls(
             kind=header["kind"],
             sender=header["sender"],
@@ -277,6 +366,32 @@ class Message:
             arrays=arrays,
             meta=header["meta"],
         )
+
+
+def _little(dtype: np.dtype[Any]) -> np.dtype[Any]:
+    """``dtype`` in little-endian byte order (the wire's)."""
+    return dtype.newbyteorder("<") if dtype.byteorder == ">" else dtype
+
+
+def _spec(name: str, dtype: np.dtype[Any], shape: tuple[int, ...]) -> dict[str, Any]:
+    """The header entry of an array of ``dtype`` (little-endian) and ``shape``."""
+    dims = [int(d) for d in shape]
+    dtype = _little(dtype)
+    return {
+        "name": name,
+        "dtype": dtype.str,
+        "shape": dims,
+        "size": dtype.itemsize * math.prod(dims),
+    }
+
+
+def _check_finite(msg: Message, tensors: Mapping[str, torch.Tensor], cast: bool = False) -> None:
+    """Refuse ``msg`` if one of its floating-point ``tensors`` (by name; ``cast``: as its
+    receiver cast them) holds NaN or infinities (:func:`first_not_finite`): a
+    :class:`ProtocolError` names the sender."""
+    bad = first_not_finite(tensors)
+    if bad is not None:
+        msg._not_finite(bad, numpy_dtype(tensors[bad]) if cast else None)
 
 
 def prefix(header: bytes) -> bytes:
@@ -322,6 +437,26 @@ class Header:
 
 def parse_header(view: memoryview) -> tuple[dict[str, Any], list[dict[str, Any]], int]:
     """``(header, array specs, payload offset)``; raises ProtocolError on corrupt input."""
+    header = read_header(view)
+    specs = list(header["arrays"])
+    offset = 8 + struct.unpack("<I", view[4:8])[0]
+    total = offset + _sealed_overhead(header)
+    for spec in specs:
+        dtype = _check_spec(spec)
+        # Python integers: a shape such as [2**32, 2**32] must not wrap around to 0 bytes
+        if spec["size"] != dtype.itemsize * math.prod(spec["shape"]):
+            raise ProtocolError(f"array {spec['name']!r}: size does not match its shape")
+        total += spec["size"]
+    if total > len(view):
+        raise ProtocolError("truncated message payload")
+    if total != len(view):
+        raise ProtocolError("trailing bytes after message payload")
+    return header, specs, offset
+
+
+def read_header(view: memoryview) -> dict[str, Any]:
+    """The header table at the start of ``view``, checked (not its array specs, nor the
+    payload's length); raises ProtocolError on corrupt input."""
     if len(view) < 8 or bytes(view[:4]) != _MAGIC:
         raise ProtocolError("not a fedviews message (bad magic)")
     (hlen,) = struct.unpack("<I", view[4:8])
@@ -353,20 +488,7 @@ def parse_header(view: memoryview) -> tuple[dict[str, Any], list[dict[str, Any]]
             f"{MAX_ROUND}"
         )
     check_meta(header["meta"], header["sender"])
-    specs = list(header["arrays"])
-    offset = 8 + hlen
-    total = offset + _sealed_overhead(header)
-    for spec in specs:
-        dtype = _check_spec(spec)
-        # Python integers: a shape such as [2**32, 2**32] must not wrap around to 0 bytes
-        if spec["size"] != dtype.itemsize * math.prod(spec["shape"]):
-            raise ProtocolError(f"array {spec['name']!r}: size does not match its shape")
-        total += spec["size"]
-    if total > len(view):
-        raise ProtocolError("truncated message payload")
-    if total != len(view):
-        raise ProtocolError("trailing bytes after message payload")
-    return header, specs, offset
+    return header
 
 
 def _count(value: Any) -> bool:
@@ -395,7 +517,7 @@ def _check_spec(spec: Any) -> np.dtype[Any]:
         dtype = np.dtype(spec["dtype"])
     except (TypeError, ValueError) as exc:
         raise ProtocolError(f"corrupt array spec {spec!r}: {exc}") from None
-    if dtype.kind not in _ALLOWED_KINDS:
+    if dtype.kind not in ALLOWED_KINDS:
         raise ProtocolError(f"array {spec['name']!r} has forbidden dtype {dtype}")
     return dtype
 

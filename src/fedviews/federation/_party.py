@@ -9,6 +9,7 @@ import numpy as np
 
 from fedviews.errors import ProtocolError
 from fedviews.federation._message import Message, MetaValue
+from fedviews.federation._tensors import Array
 
 if TYPE_CHECKING:
     from fedviews.federation._log import MessageLog
@@ -140,7 +141,7 @@ class Party:
     def reply(
         self,
         msg: Message,
-        arrays: Mapping[str, np.ndarray] | None = None,
+        arrays: Mapping[str, Array] | None = None,
         meta: Mapping[str, MetaValue] | None = None,
     ) -> Message:
         """Build the reply to ``msg``."""
@@ -156,7 +157,7 @@ class Party:
         self,
         receiver: str,
         kind: str,
-        arrays: Mapping[str, np.ndarray] | None,
+        arrays: Mapping[str, Array] | None,
         meta: Mapping[str, MetaValue] | None,
         round: int | None,
     ) -> Message:
@@ -173,7 +174,7 @@ class Party:
         self,
         receiver: str,
         kind: str,
-        arrays: Mapping[str, np.ndarray] | None = None,
+        arrays: Mapping[str, Array] | None = None,
         meta: Mapping[str, MetaValue] | None = None,
         round: int | None = None,
     ) -> Message:
@@ -185,7 +186,7 @@ class Party:
         self,
         receivers: list[str],
         kind: str,
-        arrays: Mapping[str, np.ndarray] | None = None,
+        arrays: Mapping[str, Array] | None = None,
         meta: Mapping[str, MetaValue] | None = None,
         round: int | None = None,
     ) -> dict[str, Message]:
@@ -199,7 +200,7 @@ class Party:
     def scatter(
         self,
         kind: str,
-        arrays: Mapping[str, Mapping[str, np.ndarray]],
+        arrays: Mapping[str, Mapping[str, Array]],
         meta: Mapping[str, MetaValue] | None = None,
         round: int | None = None,
         meta_for: Mapping[str, Mapping[str, MetaValue]] | None = None,

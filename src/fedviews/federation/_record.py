@@ -23,6 +23,7 @@ import numpy as np
 from fedviews.data import read_npz, write_npz
 from fedviews.errors import ConfigError, DataError
 from fedviews.federation._message import Message, MetaValue
+from fedviews.federation._tensors import to_host
 
 #: default ceiling on the array bytes one recording keeps in memory
 MAX_RECORDED_BYTES = 4 << 30
@@ -100,7 +101,7 @@ class Recording:
             return
         if self.rounds is not None and msg.round not in self.rounds:
             return
-        arrays = {k: np.array(v, copy=True) for k, v in msg.arrays.items()}
+        arrays = {k: np.array(to_host(v), copy=True) for k, v in msg.arrays.items()}
         size = sum(a.nbytes for a in arrays.values())
         with self._lock:  # replies of a broadcast may arrive on several threads
             if self.nbytes + size > self.max_bytes:

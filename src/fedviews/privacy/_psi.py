@@ -101,7 +101,15 @@ import numpy as np
 
 from fedviews.data import register_intersection
 from fedviews.errors import DataError, PrivacyError, ProtocolError
-from fedviews.federation import Coordinator, Message, Party, PrivacyPolicy, federate, handles
+from fedviews.federation import (
+    Coordinator,
+    Message,
+    Party,
+    PrivacyPolicy,
+    federate,
+    handles,
+    to_host,
+)
 from fedviews.privacy._psi_group import (
     _WIDTH,
     _check_set,
@@ -331,14 +339,14 @@ def _secret_permutation(n: int) -> np.ndarray:
 
 
 def _full_set(reply: Message, sender: str, n: int | None) -> np.ndarray:
-    sealed = reply.arrays.get("psi_sealed")
-    if sealed is not None:  # a sealed chain: relayed as it is to the next party
+    if "psi_sealed" in reply.arrays:  # a sealed chain: relayed as it is to the next party
+        sealed = to_host(reply.arrays["psi_sealed"])
         if sealed.dtype != np.uint8 or sealed.ndim != 1:
             raise ProtocolError(f"{sender!r} replied with a malformed psi_sealed")
         return sealed
-    pts = reply.arrays.get("psi_set")
-    if pts is None:
+    if "psi_set" not in reply.arrays:
         raise ProtocolError(f"{sender!r} replied without a psi_set")
+    pts = to_host(reply.arrays["psi_set"])
     _check_set(pts, sender, "replied with")
     if n is not None and len(pts) != n:
         raise ProtocolError(f"{sender!r} re-blinded {n} elements into {len(pts)}")

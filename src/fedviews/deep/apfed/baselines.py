@@ -28,7 +28,7 @@ from fedviews._classifier import accuracy, round_progress
 from fedviews._estimator import store_params
 from fedviews._registry import register_estimator
 from fedviews.deep._apfed_nets import Encoder, Head, NetSpec, check_setting
-from fedviews.deep._common import EVAL_BATCH, net_logits, to_numpy, to_tensor
+from fedviews.deep._common import EVAL_BATCH, net_logits
 from fedviews.deep._split import SplitBottom, SplitTop, StripEstimator, build_module, sgd
 from fedviews.deep._strips import check_training, party_seeds, sgd_settings
 from fedviews.deep.apfed.estimator import ActiveOnly
@@ -124,7 +124,8 @@ class TVFLActiveClient(SplitTop, Coordinator):
         """Train every epoch; ``on_epoch_end(epoch)`` after each."""
         step = 0
         for _ in range(self.epochs):
-            total = 0.0
+            # summed on the device, in float64 as Python would: no host sync per batch
+            total = torch.zeros((), dtype=torch.float64, device=self.device)
             for b, idx in self.epoch_batches("tvfl.epoch", step):
                 self.encoder.train()
                 self.head.train()
@@ -132,8 +133,8 @@ class TVFLActiveClient(SplitTop, Coordinator):
                 shape = (len(idx), *self.rep_shape)
                 got = self.broadcast(self.passives, "tvfl.forward", meta={"batch": b}, round=step)
                 hps = [
-                    to_tensor(m.array("h_p", shape, np.float32), self.device).requires_grad_(True)
-                    for m in (got[p] for p in self.passives)
+                    got[p].tensor("h_p", shape, np.float32, self.device).requires_grad_(True)
+                    for p in self.passives
                 ]
                 loss = F.cross_entropy(self.head(self._join(h_a, hps)), self._y[idx])
                 self.opt.zero_grad()
@@ -141,12 +142,10 @@ class TVFLActiveClient(SplitTop, Coordinator):
                 self.opt.step()
                 for p, hp in zip(self.passives, hps, strict=True):
                     assert hp.grad is not None
-                    self.send(
-                        p, "tvfl.backward", arrays={"grad_h_p": to_numpy(hp.grad)}, round=step
-                    )
-                total += float(loss.detach()) * len(idx)
+                    self.send(p, "tvfl.backward", arrays={"grad_h_p": hp.grad}, round=step)
+                total += loss.detach().double() * len(idx)
                 step += 1
-            self.history.append(total / len(self._X))
+            self.history.append(float(total) / len(self._X))
             if on_epoch_end is not None:
                 on_epoch_end(len(self.history))
         self.active_mean = self._mean_representation()

@@ -48,8 +48,6 @@ from fedviews.deep._common import (
     module_arrays,
     net_logits,
     optimizer_arrays,
-    to_numpy,
-    to_tensor,
 )
 from fedviews.deep._split import SplitBottom, SplitTop, build_module, sgd
 from fedviews.errors import DataError, MissingDependency, ProtocolError
@@ -138,6 +136,7 @@ class PassiveClient(SplitBottom):
         # strips are of one size, so the active encoder's h_A has this party's encoder shape
         self.rep_shape = spec.out_shape(int(view.shape[2]), int(view.shape[3]))
         self.losses: list[float] = []
+        self._unread: list[torch.Tensor] = []  # losses not in ``losses`` yet: no sync per batch
         self.epochs_done = 0
 
     def local_loss(self, h_a: Any, x: Any) -> Any:
@@ -153,8 +152,8 @@ class PassiveClient(SplitBottom):
     @handles("apfed.forward")
     def _on_forward(self, msg: Message) -> Message:
         idx = self.batch_rows(msg)
-        h_a = self.act_codec.unpack(msg, "h_A", (len(idx), *self.rep_shape))
-        h = to_tensor(h_a, self.device, torch.float32).requires_grad_(True)
+        shape = (len(idx), *self.rep_shape)
+        h = self.act_codec.tensor(msg, "h_A", shape, self.device).requires_grad_(True)
         self.net.train()
         loss = self.local_loss(h, self._X[idx])
         self.opt.zero_grad()
@@ -162,16 +161,24 @@ class PassiveClient(SplitBottom):
         assert h.grad is not None
         grad = h.grad * msg.number("lam")
         self.opt.step()
-        self.losses.append(float(loss.detach()))
-        return self.reply(msg, arrays=self.grad_codec.pack("grad_h_A", to_numpy(grad)))
+        self._unread.append(loss.detach())
+        return self.reply(msg, arrays=self.grad_codec.pack("grad_h_A", grad))
 
     @handles("apfed.epoch_done")
     def _on_epoch_done(self, msg: Message) -> None:
         """Epoch ``msg.round`` is over (a deployment checkpoints here)."""
         self.epochs_done = int(msg.round)
+        self._read_losses()
+
+    def _read_losses(self) -> None:
+        """Move the losses of the batches so far to :attr:`losses` (one host sync)."""
+        if self._unread:
+            self.losses += [float(v) for v in torch.stack(self._unread).tolist()]
+            self._unread.clear()
 
     def state_dict(self) -> dict[str, np.ndarray]:
         """Its network, optimiser state and losses (a checkpoint at an epoch boundary)."""
+        self._read_losses()
         return {
             **super().state_dict(),
             "losses": np.asarray(self.losses, dtype=np.float64),
@@ -182,6 +189,7 @@ class PassiveClient(SplitBottom):
         """Restore :meth:`state_dict` (raises DataError if it does not fit)."""
         super().load_state(state)
         self.losses = [float(v) for v in np.asarray(state.get("losses", []))]
+        self._unread.clear()
         self.epochs_done = int(state.get("epochs_done", 0))
 
 
@@ -244,41 +252,43 @@ class ActiveClient(SplitTop):
     def train_epoch(self, round: int) -> float:
         """One epoch over all batches (its messages numbered ``round``); its mean ``L_A``."""
         epoch = len(self.history)
-        total = 0.0
+        # summed on the device, in float64 as Python would: no host sync per batch
+        total = torch.zeros((), dtype=torch.float64, device=self.device)
         for b, idx in self.epoch_batches("apfed.epoch", round):
-            total += self._step(epoch, b, idx, round) * len(idx)
-        self.history.append(total / len(self._X))
+            total += self._step(epoch, b, idx, round).double() * len(idx)
+        self.history.append(float(total) / len(self._X))
         return self.history[-1]
 
-    def _step(self, epoch: int, b: int, idx: np.ndarray, step: int) -> float:
+    def _step(self, epoch: int, b: int, idx: np.ndarray, step: int) -> torch.Tensor:
+        """One batch; its loss ``L_A`` (a detached tensor on the device)."""
         self.net.train()
         h = self.net.encoder(self._X[idx])
         h_cut = h.detach().requires_grad_(True)
         loss = F.cross_entropy(self.net.head(h_cut), self._y[idx])
         received = []
         if self.passives:
-            h_np = to_numpy(h)
             # every passive party at once (over gRPC they compute in parallel)
             replies = self.scatter(
                 "apfed.forward",
-                {p: self.act_codec.pack("h_A", h_np) for p in self.passives},
+                {p: self.act_codec.pack("h_A", h) for p in self.passives},
                 meta={"epoch": epoch, "batch": b},
                 meta_for={p: {"lam": lam} for p, lam in zip(self.passives, self.lams, strict=True)},
                 round=step,
             )
-            shape = tuple(h_np.shape)
+            shape = tuple(h.shape)
             received = [
-                self.grad_codec.unpack(replies[p], "grad_h_A", shape) for p in self.passives
+                self.grad_codec.tensor(replies[p], "grad_h_A", shape, self.device)
+                for p in self.passives
             ]
         self.opt.zero_grad()
         loss.backward()
         assert h_cut.grad is not None
         grad = h_cut.grad
         for g in received:
-            grad = grad + to_tensor(g, self.device, torch.float32)
+            grad = grad + g
         h.backward(grad)
         self.opt.step()
-        return float(loss.detach())
+        return loss.detach()
 
     # -- evaluating alone (Eq. 11) ----------------------------------------------------
     def set_test(self, view: np.ndarray, y: np.ndarray) -> None:

@@ -79,6 +79,7 @@ from fedviews.deep.multivfl.nets import combine_activations
 from fedviews.deep.multivfl.protocol import epoch_order, model_input, round_seed
 from fedviews.errors import DataError, MissingDependency, ProtocolError
 from fedviews.federation import (
+    Array,
     Codec,
     Coordinator,
     Message,
@@ -141,9 +142,7 @@ def _activations(
     grad with ``grad``), checked by the label owner: the batch's rows, and each owner's
     per-sample shape of the setup (``owners``)."""
     return [
-        to_tensor(codec.unpack(replies[d], "activations", (rows, *shape)), device).requires_grad_(
-            grad
-        )
+        codec.tensor(replies[d], "activations", (rows, *shape), device).requires_grad_(grad)
         for d, shape in owners.items()
     ]
 
@@ -253,7 +252,7 @@ class DataOwner(Party):
                 )
             self._batch[k] = (x, epoch, b)
         self._pending[k] = out
-        return self.reply(msg, self.act_codec.pack("activations", to_numpy(out)))
+        return self.reply(msg, self.act_codec.pack("activations", out))
 
     @handles("backward")
     def backward(self, msg: Message) -> None:
@@ -263,9 +262,7 @@ class DataOwner(Party):
             raise ProtocolError(f"{k!r} sent a gradient for activations it never asked for")
         opt = self.optims[k]
         opt.zero_grad(set_to_none=True)
-        grad = to_tensor(
-            self.grad_codec.unpack(msg, "activation_grad", tuple(out.shape)), self.device
-        )
+        grad = self.grad_codec.tensor(msg, "activation_grad", tuple(out.shape), self.device)
         if self.dp is None:
             out.backward(grad)
         else:
@@ -313,7 +310,7 @@ class DataOwner(Party):
             out = self.bottom(x)
             if self.dp is not None:  # evaluation rows: clipped as in training, not noised
                 out = clip_rows(out, self.dp.clip)
-        return self.reply(msg, self.act_codec.pack("activations", to_numpy(out)))
+        return self.reply(msg, self.act_codec.pack("activations", out))
 
 
 class LabelOwner(SecureSumParty):
@@ -365,14 +362,15 @@ class LabelOwner(SecureSumParty):
         seed, n, bs = _meta(msg, "seed", int), len(self.y), self.batch_size
         opt = _local_optimizer(self.local_optimizer, self.top.parameters(), self.lr)
         self.top.train()
-        total, n_batches = 0.0, 0
+        # the loss summed on the device (in float64, as Python would): no host sync per batch
+        total, n_batches = torch.zeros((), dtype=torch.float64, device=self.device), 0
         gen: torch.Generator | None = None  # grad_dp's noise of this round
         for epoch in range(self.local_epochs):
             self.broadcast(self.data_owners, "begin_epoch", meta={"seed": seed, "epoch": epoch})
             order = torch.as_tensor(epoch_order(seed, msg.round, epoch, n), device=self.device)
             # the gradients of batch b travel with the request for batch b + 1: one round
             # trip per batch instead of two; each data owner still applies them first
-            grads_out: dict[str, dict[str, np.ndarray]] = {d: {} for d in self.data_owners}
+            grads_out: dict[str, dict[str, Array]] = {d: {} for d in self.data_owners}
             for b in range((n + bs - 1) // bs):
                 # every data owner at once (over gRPC they compute in parallel)
                 got = self.scatter("forward", grads_out, meta={"batch": b, "batch_size": bs})
@@ -386,7 +384,7 @@ class LabelOwner(SecureSumParty):
                     loss = nn.functional.cross_entropy(self.top(combine_activations(acts)), target)
                     loss.backward()
                     grads = [_grad(a) for a in acts]
-                    total += float(loss.detach())
+                    total += loss.detach().to(torch.float64)
                 else:
                     gen = gen or self.dp.generator([msg.round], self.device)
                     g_par, grads = private_gradients(self.top, acts, target, self.dp, gen)
@@ -394,7 +392,7 @@ class LabelOwner(SecureSumParty):
                         param.grad = g_par[k]
                 opt.step()
                 grads_out = {
-                    d: self.grad_codec.pack("activation_grad", to_numpy(g))
+                    d: self.grad_codec.pack("activation_grad", g)
                     for d, g in zip(self.data_owners, grads, strict=True)
                 }
                 n_batches += 1
@@ -406,7 +404,7 @@ class LabelOwner(SecureSumParty):
             update = self.keyed_sum("its update").mask(masked, msg.round)
         meta: dict[str, MetaValue] = {"n_batches": n_batches}
         if self.dp is None:  # under grad_dp the loss of the true labels is not released
-            meta["train_loss"] = total / max(n_batches, 1)
+            meta["train_loss"] = float(total) / max(n_batches, 1)
         return self.reply(msg, update, meta=meta)
 
     def top_state(self) -> dict[str, np.ndarray]:

@@ -16,7 +16,7 @@ import numpy as np
 from fedviews._params import COUNT, POSITIVE, Checked, spec
 from fedviews.deep._common import prefixed, unprefixed
 from fedviews.errors import ProtocolError
-from fedviews.federation import Message, unmask_sum
+from fedviews.federation import Message, to_host, unmask_sum
 
 Weights = dict[str, np.ndarray]
 
@@ -41,7 +41,7 @@ def view_prefixed(k: int, params: Weights) -> Weights:
 def view_params(k: int, msg: Message, like: Weights | None) -> Weights:
     """View ``k``'s parameters of ``msg``, checked against ``like`` (names and shapes) when given."""
     prefix = f"view{k}/"
-    out = unprefixed(prefix, msg.arrays)
+    out = {n: to_host(a) for n, a in unprefixed(prefix, msg.arrays).items()}
     if len(out) != len(msg.arrays) or (like is not None and out.keys() != like.keys()):
         raise ProtocolError(
             f"{msg.sender!r} sent {sorted(msg.arrays)[:4]}... for view {k}; expected exactly "

@@ -136,7 +136,7 @@ class SplitNNPassive(_MLPBottom):
         self.net.eval()
         with torch.no_grad():
             out = self.net(self._X_test[start:stop])
-        return self.reply(msg, arrays={"logits": to_numpy(out)})
+        return self.reply(msg, arrays={"logits": out})
 
 
 class SplitNNActive(_MLPBottom):
@@ -177,9 +177,9 @@ class SplitNNActive(_MLPBottom):
 
     def _logits(self, replies: Mapping[str, Message], rows: int, grad: bool) -> list[Any]:
         return [
-            to_tensor(
-                replies[p].array("logits", (rows, self.widths[p]), np.float32), self.device
-            ).requires_grad_(grad)
+            replies[p]
+            .tensor("logits", (rows, self.widths[p]), np.float32, self.device)
+            .requires_grad_(grad)
             for p in self.passives
         ]
 
@@ -212,7 +212,8 @@ class SplitNNActive(_MLPBottom):
         self.net.train()
         if self.top is not None:
             self.top.train()
-        total = 0.0
+        # summed on the device, in float64 as Python would: no host sync per batch
+        total = torch.zeros((), dtype=torch.float64, device=self.device)
         order = batches(len(self._X), self.batch_size, np.random.default_rng(seed))
         for b, idx in enumerate(order):
             got = self.broadcast(self.passives, "splitnn.forward", meta={"batch": b})
@@ -222,13 +223,10 @@ class SplitNNActive(_MLPBottom):
             self.opt.zero_grad()
             loss.backward()
             self.opt.step()
-            grads = {
-                p: {"grad_logits": to_numpy(t.grad)}
-                for p, t in zip(self.passives, theirs, strict=True)
-            }
+            grads = {p: {"grad_logits": t.grad} for p, t in zip(self.passives, theirs, strict=True)}
             self.scatter("splitnn.backward", grads)
-            total += float(loss.detach()) * len(idx)
-        out: dict[str, Any] = {"epoch": msg.round, "loss": total / len(self._X)}
+            total += loss.detach().double() * len(idx)
+        out: dict[str, Any] = {"epoch": msg.round, "loss": float(total) / len(self._X)}
         if self._X_test is not None and self.y_test is not None:
             out["accuracy"] = float(np.mean(self.predict_test() == self.y_test))
         return self.reply(msg, meta=out)

@@ -1,0 +1,158 @@
+"""Torch tensors as message arrays: handed over in one process on their device (detached
+copies, checked there), encoded as numpy arrays on a wire, byte counts equal either way."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from hypothesis.extra import numpy as hnp
+
+from fedviews.errors import ProtocolError
+from fedviews.federation import Message, Party, PrivacyPolicy, federate, handles
+
+torch = pytest.importorskip("torch")
+
+DEVICES = [
+    "cpu",
+    pytest.param(
+        "cuda", marks=pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")
+    ),
+]
+POLICY = PrivacyPolicy.of("pass", {("party", "party"): ["h", "g", "n"]})
+
+
+class Echo(Party):
+    """Writes into what it receives (in place), keeps it, and replies with it."""
+
+    def __init__(self, name: str) -> None:
+        super().__init__(name)
+        self.got: list[Message] = []
+
+    @handles("pass")
+    def on_pass(self, msg: Message) -> Message:
+        self.got.append(msg)
+        h = msg.arrays["h"]
+        h.add_(1.0) if isinstance(h, torch.Tensor) else np.add(h, 1.0, out=h)
+        return self.reply(msg, arrays={"g": h})
+
+
+def _pair() -> tuple[Party, Echo, object]:
+    a, b = Party("a"), Echo("b")
+    return a, b, federate([a, b], POLICY)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_a_receiver_writing_into_a_tensor_changes_nothing_of_the_senders(device) -> None:
+    """The receiver gets a copy on the sender's device, outside the sender's autograd graph:
+    writing into it changes neither the sender's tensor nor its gradient."""
+    a, b, _ = _pair()
+    w = torch.ones(3, 4, device=device, requires_grad=True)
+    h = w * 2.0  # part of the sender's graph
+    reply = a.send("b", "pass", arrays={"h": h})
+    got = b.got[0].arrays["h"]
+    assert isinstance(got, torch.Tensor) and got.device == h.device
+    assert got.grad_fn is None and not got.requires_grad
+    assert got.data_ptr() != h.data_ptr()
+    torch.testing.assert_close(h.detach(), torch.full((3, 4), 2.0, device=device))
+    # the reply is a copy too: the receiver's tensor is not the sender's reply
+    back = reply.arrays["g"]
+    assert isinstance(back, torch.Tensor) and back.data_ptr() != got.data_ptr()
+    torch.testing.assert_close(back, torch.full((3, 4), 3.0, device=device))
+    h.sum().backward()  # the sender's graph is intact and its own
+    torch.testing.assert_close(w.grad, torch.full((3, 4), 2.0, device=device))
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_a_nan_tensor_is_refused_naming_its_sender(device) -> None:
+    a, b, t = _pair()
+    h = torch.ones(2, 3, device=device)
+    h[1, 2] = float("nan")
+    with pytest.raises(ProtocolError, match="'a' sent 'n' with NaN or infinite") as err:
+        a.send("b", "pass", arrays={"h": torch.ones(2, device=device), "n": h})
+    assert err.value.party == "a" and not b.got
+    h[1, 2] = float("inf")
+    with pytest.raises(ProtocolError, match="'a' sent 'n' with NaN or infinite"):
+        a.send("b", "pass", arrays={"n": h})
+    assert t.log.n_messages == 0  # refused before it was delivered
+    # finite values whose sum overflows (the fast check's false alarm) pass
+    a.send("b", "pass", arrays={"h": torch.full((4,), 3e38, device=device)})
+    assert len(b.got) == 1
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_a_receiver_checks_a_tensors_shape_and_dtype(device) -> None:
+    """Message.tensor checks what Message.array checks, on the device, and moves it."""
+    a, b, _ = _pair()
+    a.send("b", "pass", arrays={"h": torch.zeros(2, 3, device=device), "n": torch.arange(2)})
+    msg = b.got[0]
+    x = msg.tensor("h", (2, None), np.float32, "cpu")
+    assert x.device.type == "cpu" and x.dtype == torch.float32
+    with pytest.raises(ProtocolError, match="'a' sent 'h' of shape \\(2, 3\\) in 'pass', "):
+        msg.tensor("h", (3, 3))
+    with pytest.raises(ProtocolError, match="'a' sent 'n' as int64 in 'pass', expected floating"):
+        msg.tensor("n", (2,), np.float32)
+    with pytest.raises(ProtocolError, match="'a' sent 'pass' without the array 'g'"):
+        msg.tensor("g", (2,))
+    # a tensor that did not come through the transport is checked on the spot
+    raw = Message("pass", "a", "b", arrays={"h": torch.tensor([1.0, float("nan")])})
+    with pytest.raises(ProtocolError, match="'a' sent 'h' with NaN"):
+        raw.tensor("h", (2,))
+    with pytest.raises(ProtocolError, match="'a' sent 'h' with NaN"):
+        Message("pass", "a", "b", arrays={"h": torch.tensor([1e39], dtype=torch.float64)}).tensor(
+            "h", (1,), np.float32
+        )  # beyond float32: infinite once cast
+    with pytest.raises(ProtocolError, match="bfloat16 cannot be sent"):
+        Message("pass", arrays={"h": torch.zeros(2, dtype=torch.bfloat16)})
+    with pytest.raises(ProtocolError, match="only dense ones"):
+        Message("pass", arrays={"h": torch.eye(2).to_sparse()})
+
+
+dtypes = st.sampled_from(["<f8", "<f4", "<f2", "<i8", "<i4", "|u1", "|b1", ">f8", "<i2"])
+arrays = dtypes.flatmap(
+    lambda dt: hnp.arrays(np.dtype(dt), hnp.array_shapes(min_dims=0, max_dims=3, max_side=4))
+)
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    arrs=st.dictionaries(st.text(min_size=1, max_size=6), arrays, max_size=3),
+    as_tensor=st.lists(st.booleans(), min_size=3, max_size=3),
+    meta=st.dictionaries(
+        st.text(max_size=6), st.one_of(st.none(), st.integers(), st.text()), max_size=3
+    ),
+)
+def test_handing_over_equals_decoding_the_encoding(arrs, as_tensor, meta) -> None:
+    """What the in-process transport delivers and counts is what a wire delivers and counts:
+    the same header, arrays of the same values, shapes and dtypes, as many bytes."""
+    finite = {
+        k: np.asarray(np.nan_to_num(a)) if a.dtype.kind == "f" else a for k, a in arrs.items()
+    }
+    sent = {
+        k: torch.from_numpy(a.astype(a.dtype.newbyteorder("="))) if t else a
+        for (k, a), t in zip(finite.items(), as_tensor, strict=False)
+    }
+    msg = Message("k", "a", "b", round=3, arrays=sent, meta=meta)
+    got, nbytes = msg.handed_over()
+    wire = Message.decode(msg.encode())
+    assert nbytes == len(msg.encode())
+    assert got.header() == wire.header() and dict(got.meta) == dict(wire.meta)
+    for k, a in wire.arrays.items():
+        b = got.arrays[k]
+        if isinstance(b, torch.Tensor):
+            assert b.is_contiguous() and not b.requires_grad
+            b = b.numpy()
+        assert b.shape == a.shape and b.dtype == a.dtype
+        np.testing.assert_array_equal(b, a)
+
+
+def test_a_wire_encodes_a_tensor_as_its_numpy_array() -> None:
+    """gRPC and Flower encode a message (Message.encode_parts, encode): a tensor, even one
+    of an autograd graph, is converted once, as the numpy array of its values."""
+    w = torch.arange(6.0, dtype=torch.float64, requires_grad=True)
+    msg = Message("k", "a", "b", arrays={"h": (w * 2).reshape(2, 3).t()})
+    same = Message("k", "a", "b", arrays={"h": (np.arange(6.0) * 2).reshape(2, 3).T})
+    assert msg.encode() == same.encode()
+    assert b"".join(bytes(p) for p in msg.encode_parts()) == same.encode()
+    assert msg.nbytes == same.nbytes == 48
