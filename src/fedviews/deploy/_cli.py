@@ -83,8 +83,7 @@ def register(app: typer.Typer) -> None:
         certs: Path | None, insecure: bool, name: str, operator: bool = False
     ) -> TLSFiles | None:
         from fedviews.errors import ConfigError
-        from fedviews.federation import TLSFiles
-        from fedviews.federation._certs import certificate_advice
+        from fedviews.federation import TLSFiles, certificate_advice
 
         if insecure:
             err_console.print(

@@ -20,6 +20,7 @@ from fedviews.federation._algorithm import (
 )
 from fedviews.federation._certs import (
     TLSFiles,
+    certificate_advice,
     check_name,
     init_ca,
     issue_certificate,
@@ -120,6 +121,7 @@ __all__ = [
     "to_host",
     "raise_remote",
     "TLSFiles",
+    "certificate_advice",
     "check_name",
     "init_ca",
     "issue_certificate",
