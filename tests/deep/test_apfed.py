@@ -563,6 +563,7 @@ class _Payload:
         return (_rce, ())
 
 
+@pytest.mark.filterwarnings("ignore:Detected pickle protocol:UserWarning")  # torch, on the forgery
 @pytest.mark.parametrize("tamper", ["code", "garbage", "truncated", "other-weights"])
 def test_a_tampered_export_is_a_data_error_naming_the_file(images, tmp_path, tamper) -> None:
     """`fedviews apfed predict` on a tampered active_model.pt was an UnpicklingError
