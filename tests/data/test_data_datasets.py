@@ -278,3 +278,29 @@ def test_mnist_description_says_what_the_data_is() -> None:
     description = data.info("mnist")["description"]
     assert description.startswith("MNIST (LeCun et al.): handwritten digits 0-9")
     assert "registry" not in description
+
+
+def test_info_of_every_listed_dataset_the_sequence_datasets_too(tmp_path, monkeypatch) -> None:
+    """``info`` (and ``fedviews datasets info``) describes every name that ``datasets list``
+    shows, ``watch`` included; a typo is told the closest name of either kind."""
+    import subprocess
+    import sys
+
+    listed = data.list_datasets() + data.list_sequence_datasets()
+    assert [data.info(name)["name"] for name in listed] == listed
+    shown = subprocess.run(
+        [sys.executable, "-m", "fedviews", "datasets", "info", "watch"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert shown.returncode == 0, shown.stderr
+    assert shown.stdout.startswith("name: watch\ndescription: Smartwatch IMU recordings")
+    assert "seglearn==1.2.5" in shown.stdout and "available: " in shown.stdout
+    with pytest.raises(ConfigError, match="did you mean 'watch'"):
+        data.info("wacth")
+    monkeypatch.setenv("FEDVIEWS_DATA", str(tmp_path))
+    meta = data.info("watch")
+    assert meta["available"] is False and meta["location"] == str(tmp_path / "watch")
+    assert meta["options"]["downsample"] == 5 and meta["options"]["window_seconds"] == (3.0, 6.0)
+    assert "140 recordings" in meta["size"]

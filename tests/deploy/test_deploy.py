@@ -83,13 +83,13 @@ def test_launch_equals_in_process(tmp_path):
     proc = _fedviews("launch", str(config), "--out", str(run))
     out, _ = proc.communicate(timeout=150)
     assert proc.returncode == 0, out
-    assert "[coordinator] round 4: objective" in out and "[fou] aligned" in out
-    # no silent stretch between the PSI and round 1; each round with its elapsed time; the
-    # results before the status line
+    assert "[coordinator] round 4/4: objective" in out and "[fou] aligned" in out
+    # no silent stretch between the PSI and round 1; each round of the planned max_iter with
+    # its elapsed time; the results before the status line
     assert "[coordinator] setting up: every party aligns its rows" in out
     assert "[coordinator] setting up: every party builds its model" in out
     assert re.search(r"\[coordinator\] set up in [\d.]+ s; training\n", out)
-    assert re.search(r"\[coordinator\] round 4: objective \S+; \d+ s elapsed\n", out)
+    assert re.search(r"\[coordinator\] round 1/4: objective \S+; \d+ s elapsed\n", out)
     assert out.index("[coordinator] final objective") < out.index("[coordinator] ok; results in")
     cfg = load_deploy_config(config)
     # in-process reference on the same files: plain alignment, each party standardises its view

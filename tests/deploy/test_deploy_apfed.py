@@ -198,7 +198,7 @@ def _launch_and_compare(tmp_path: Path, launch, extra: str = "") -> tuple:
     config.write_text(CONFIG.format(variant="C", n_per_class=16) + extra)
     run = tmp_path / "run"
     out = launch(config, run)
-    assert "[coordinator] epoch 2: loss" in out and "test accuracy" in out
+    assert "[coordinator] epoch 2/2: loss" in out and "test accuracy" in out
     cfg = load_deploy_config(config)
     datas = {p: load_party_data(run / "data" / f"{p}.npz") for p in PARTIES}
     assert datas["top"].y is None and datas["top"].ids_test is None  # passives: strips only

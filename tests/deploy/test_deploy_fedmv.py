@@ -181,7 +181,7 @@ def _sorted_client(d: PartyData) -> tuple[np.ndarray, np.ndarray, np.ndarray, np
 
 def test_vfedmv_launch_equals_in_process(launched):
     cfg, run, out, res = _finished(launched, "vfedmv")
-    assert "[coordinator] round 5: objective" in out and "[fou] aligned" in out
+    assert "[coordinator] round 5/5: objective" in out and "[fou] aligned" in out
     assert "accuracy" in out
     for party in V_PARTIES:  # numbered as the coordinator numbers them (not the testing phase)
         assert f"[{party}] round 5\n" in out and f"[{party}] round 6" not in out
@@ -236,7 +236,7 @@ def test_vfedmv_launch_equals_in_process(launched):
 
 def test_hfedmv_launch_equals_in_process(launched):
     cfg, run, out, res = _finished(launched, "hfedmv")
-    assert "[coordinator] round 4: objective" in out and "[north] aligned" in out
+    assert "[coordinator] round 4/4: objective" in out and "[north] aligned" in out
     datas = [load_party_data(run / "data" / f"{c}.npz") for c in H_CLIENTS]
     assert all(d.view_dims == (240, 76, 47) for d in datas)
     parts = [_sorted_client(d) for d in datas]
@@ -322,7 +322,7 @@ def test_sfedmv_launch_equals_in_process(launched):
     from fedviews.deep.sfedmv.nets import get_params
 
     cfg, run, out, res = _finished(launched, "sfedmv")
-    assert "[coordinator] round 4: view 1 round 2" in out and "fusion round 3" in out
+    assert "[coordinator] round 4/4: view 1 round 2" in out and "fusion round 3" in out
     datas = [load_party_data(run / "data" / f"{c}.npz") for c in S_CLIENTS]
     assert all(d.view_dims == (3, 3) and d.features.shape[1:] == (30, 6) for d in datas)
     parts = [_sorted_client(d) for d in datas]

@@ -136,7 +136,7 @@ def _crossings(logs: dict[str, dict[str, Any]]) -> dict[str, list[str]]:
 
 def test_launch_equals_in_process_and_only_activations_cross(launched):
     run, out, ref = launched.run, launched.out, launched.ref
-    assert "[coordinator] round 2: train loss" in out and "PSI bank" in out
+    assert "[coordinator] round 2/2: train loss" in out and "PSI bank" in out
     res = _assert_same_models(run, ref)
     assert res["rounds_done"] == 2
     np.testing.assert_allclose(res["history"]["train_loss"], ref.history_["train_loss"], rtol=1e-5)

@@ -12,26 +12,33 @@ import inspect
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 from fedviews._registry import Registry
+from fedviews._tables import closest
 from fedviews.data._dataset import MultiViewDataset
 from fedviews.errors import ConfigError
 
 Loader = Callable[..., MultiViewDataset]
+T = TypeVar("T")
 
-_DATASETS: Registry[DatasetSpec] = Registry("dataset")
+_DATASETS: Registry[DatasetSpec[MultiViewDataset]] = Registry("dataset")
+#: the multi-view sequence datasets (:mod:`fedviews.data._sequences` registers them; its
+#: loaders return :class:`~fedviews.data.MultiViewSequences`, a module that imports this one)
+SEQUENCE_DATASETS: Registry[DatasetSpec[Any]] = Registry("sequence dataset")
 
 
 @dataclass(frozen=True)
-class DatasetSpec:
-    """Everything the registry knows about one dataset.
+class DatasetSpec(Generic[T]):
+    """Everything the registry knows about one dataset (``T``: what its loader returns).
 
     Attributes
     ----------
     name : str
     loader : callable
-        ``loader(**options) -> MultiViewDataset``; its keyword-only parameters
+        ``loader(**options) -> T`` (a :class:`MultiViewDataset`, or the
+        :class:`~fedviews.data.MultiViewSequences` of a sequence dataset); its
+        keyword-only parameters
         are the dataset's options.
     description, size, source : str
         Human-readable provenance shown by :func:`info`.
@@ -46,7 +53,7 @@ class DatasetSpec:
     """
 
     name: str
-    loader: Loader
+    loader: Callable[..., T]
     description: str
     size: str
     source: str
@@ -156,7 +163,7 @@ def fetch(name: str) -> Path:
 
 
 def info(name: str) -> dict[str, Any]:
-    """Describe a dataset without loading it.
+    """Describe a dataset (a table or a sequence dataset) without loading it.
 
     Returns
     -------
@@ -164,9 +171,15 @@ def info(name: str) -> dict[str, Any]:
         ``name``, ``description``, ``size``, ``source``, ``options`` (name →
         default), ``location`` (where the raw files are or would be; ``None``
         if unknown) and
-        ``available`` (whether :func:`load` works now, without fetching).
+        ``available`` (whether :func:`load` or :func:`~fedviews.data.load_sequences` works
+        now, without fetching).
     """
-    spec = _DATASETS.get(name)
+    known = _DATASETS.names() + SEQUENCE_DATASETS.names()
+    if name not in known:
+        raise ConfigError(f"unknown dataset {name!r}{closest(name, known)}")
+    spec: DatasetSpec[Any] = (
+        SEQUENCE_DATASETS.get(name) if name in SEQUENCE_DATASETS else _DATASETS.get(name)
+    )
     where = spec.location()
     return {
         "name": spec.name,

@@ -40,9 +40,8 @@ from typing import Any
 import numpy as np
 
 from fedviews._estimator import is_int
-from fedviews._registry import Registry
 from fedviews.data._cache import NumpyOnlyUnpickler, cached_arrays, dataset_dir, fetch_wheel_members
-from fedviews.data._registry import check_options
+from fedviews.data._registry import SEQUENCE_DATASETS, DatasetSpec, check_options
 from fedviews.data._validation import check_numeric, check_rows, check_view_names, refuse_sparse
 from fedviews.errors import ConfigError, DataError
 
@@ -369,6 +368,11 @@ def _location() -> Path:
     return dataset_dir("watch")
 
 
+def _watch_available() -> bool:
+    """Whether :func:`load_watch` works without a download."""
+    return any((_location() / f).is_file() for f in (_NPZ, _NPY))
+
+
 def fetch_watch() -> Path:
     """Put ``watch_dataset.npy`` (from the ``seglearn==1.2.5`` wheel) into the cache.
 
@@ -526,15 +530,31 @@ def load_watch(
 
 # --------------------------------------------------------------------------- registry
 
-_SEQUENCE_DATASETS: Registry[Callable[..., MultiViewSequences]] = Registry("sequence dataset")
-_SEQUENCE_DATASETS.add("watch", load_watch)
-_SEQUENCE_FETCHERS: Registry[Callable[[], Path]] = Registry("sequence dataset")
-_SEQUENCE_FETCHERS.add("watch", fetch_watch)
+SEQUENCE_DATASETS.add(
+    "watch",
+    DatasetSpec(
+        "watch",
+        load_watch,
+        description=(
+            "Smartwatch IMU recordings (Burns et al. 2018, arXiv:1802.01489) of 10 subjects "
+            "doing 7 shoulder exercises: two views, accelerometer (ax, ay, az) "
+            "and gyroscope (wx, wy, wz); clients = subjects. load_sequences cuts each "
+            "recording into windows of window_seconds after averaging downsample steps."
+        ),
+        size="140 recordings (10 subjects x 7 exercises x 2 sides), 6 channels at 50 Hz, "
+        "947-2618 steps each",
+        source=f"{_MEMBER} inside the PyPI wheel {_WHEEL} (BSD-3-Clause), "
+        "converted to a pickle-free watch.npz",
+        fetch=fetch_watch,
+        location=_location,
+        available=_watch_available,
+    ),
+)
 
 
 def list_sequence_datasets() -> list[str]:
     """Names accepted by :func:`load_sequences`."""
-    return _SEQUENCE_DATASETS.names()
+    return SEQUENCE_DATASETS.names()
 
 
 def fetch_sequences(name: str) -> Path:
@@ -548,7 +568,7 @@ def fetch_sequences(name: str) -> Path:
     DataError
         The file cannot be fetched; the message gives the command to run by hand.
     """
-    return _SEQUENCE_FETCHERS.get(name)()
+    return SEQUENCE_DATASETS.get(name).fetch()
 
 
 def load_sequences(name: str, **options: Any) -> MultiViewSequences:
@@ -561,6 +581,6 @@ def load_sequences(name: str, **options: Any) -> MultiViewSequences:
     DataError
         The raw file cannot be fetched or parsed.
     """
-    loader = _SEQUENCE_DATASETS.get(name)
+    loader: Callable[..., MultiViewSequences] = SEQUENCE_DATASETS.get(name).loader
     check_options(f"sequence dataset {name!r}", loader, options)
     return loader(**options)

@@ -71,6 +71,9 @@ class ActivePassive(Algorithm):
     def role(self, run: RunSpec, party: str) -> str:
         return "active" if party == active_of(run) else "passive"
 
+    def planned_rounds(self, run: RunSpec, setup: Mapping[str, Any]) -> int:
+        return int(run.params.epochs)
+
     def check_data(self, run: RunSpec, party: str, data: PartyData) -> None:
         super().check_data(run, party, data)
         if data.features.ndim not in ((2, 3, 4) if self.tables else (3, 4)):

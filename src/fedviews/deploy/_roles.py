@@ -20,6 +20,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import secrets
 import threading
 import time
@@ -334,8 +335,11 @@ class DeployCoordinator(Coordinator):
         self.echo(f"set up in {time.perf_counter() - t0:.1f} s; training")
         done = threading.Event()
         shown = len(self.app.progress(self.server))
+        planned = self.app.planned_rounds(self.cfg, self.setup)
         t0 = time.perf_counter()
-        progress = threading.Thread(target=self._progress, args=(done, shown, t0), daemon=True)
+        progress = threading.Thread(
+            target=self._progress, args=(done, shown, planned, t0), daemon=True
+        )
         progress.start()
         try:
             self.app.run_coordinator(self.server, self._checkpoint)
@@ -366,16 +370,19 @@ class DeployCoordinator(Coordinator):
         if self.checkpoints is not None and round % self.cfg.federation.checkpoint_every == 0:
             self.checkpoints.save(round, self.server.state_dict())
 
-    def _progress(self, done: threading.Event, shown: int, start: float) -> None:
-        """Echo the algorithm's new progress lines (one per round), each with the seconds
-        since training started."""
+    def _progress(
+        self, done: threading.Event, shown: int, planned: int | None, start: float
+    ) -> None:
+        """Echo the algorithm's new progress lines (one per round), each round numbered
+        ``k/planned`` (where the algorithm plans a number) and with the seconds since
+        training started."""
         finished = False
         while not finished:
             finished = done.wait(0.5)
             lines = self.app.progress(self.server)
             elapsed = time.perf_counter() - start
             for line in lines[shown:]:
-                self.echo(f"{line}; {elapsed:.0f} s elapsed")
+                self.echo(f"{of_planned(line, planned)}; {elapsed:.0f} s elapsed")
             shown = len(lines)
 
     def results(self) -> dict[str, Any]:
@@ -391,6 +398,17 @@ class DeployCoordinator(Coordinator):
             "resumed_from_round": self.resumed_from,
             "last_checkpoint_round": last,
         }
+
+
+#: the start of a round's progress line (see :meth:`Algorithm.progress`)
+_ROUND = re.compile(r"^(round|epoch) (\d+)\b")
+
+
+def of_planned(line: str, planned: int | None) -> str:
+    """``line`` with its leading ``round k`` (or ``epoch k``) as ``round k/planned``."""
+    if planned is None:
+        return line
+    return _ROUND.sub(rf"\1 \2/{planned}", line, count=1)
 
 
 def _rounds(info: SetupReport) -> set[int]:

@@ -214,8 +214,14 @@ class Algorithm:
         return runner.run(on_round_end)
 
     def progress(self, coord: Coordinator) -> list[str]:
-        """One line per finished round (default: ``coord.progress()``)."""
+        """One line per finished round (default: ``coord.progress()``); a round's line starts
+        ``round k`` or ``epoch k`` (a deployment numbers it ``k/N``, :meth:`planned_rounds`)."""
         return coord.progress()
+
+    def planned_rounds(self, run: RunSpec, setup: Mapping[str, Any]) -> int | None:
+        """How many rounds (or epochs) the run plans, the ``N`` of a deployment's ``round k/N``
+        lines; a run may stop earlier (converged). ``None`` (default): not known, ``round k``."""
+        return None
 
     # -- results ---------------------------------------------------------------
     def party_results(self, party: Party) -> dict[str, np.ndarray]:

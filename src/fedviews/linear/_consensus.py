@@ -550,10 +550,17 @@ class ConsensusServer(Coordinator):
         )
 
     def progress(self) -> list[str]:
-        """One line per finished round, the convergence note when training stopped
-        unconverged (:meth:`unconverged`), then the test result (once scored)."""
-        lines = [f"round {r + 1}: objective {v:.6g}" for r, v in enumerate(list(self.objective))]
+        """One line per finished round, a note when training stopped before ``max_iter``
+        rounds (converged) or at ``max_iter`` unconverged (:meth:`unconverged`), then the
+        test result (once scored)."""
+        obj = list(self.objective)
+        lines = [f"round {r + 1}: objective {v:.6g}" for r, v in enumerate(obj)]
         note = self.unconverged()
+        if self.converged and len(obj) < self.max_iter:
+            note = (
+                f"converged after {len(obj)} of max_iter={self.max_iter} rounds: the objective "
+                f"changed by less than tol={self.tol:g} (relative) in the last one"
+            )
         if note is not None:
             lines.append(note)
         res = self.scores

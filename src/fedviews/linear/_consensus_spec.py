@@ -43,6 +43,9 @@ class ConsensusAlgorithm(LinearAlgorithm):
     def per_party_count(self, fed: Roster) -> int | None:
         return len(fed.parties)  # beta/zeta: one per party
 
+    def planned_rounds(self, run: RunSpec, setup: Mapping[str, Any]) -> int:
+        return int(run.params.max_iter)  # fewer where the objective converged first
+
     def make_setup(self, run: RunSpec, infos: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
         setup = super().make_setup(run, infos)
         # the label owner must report it (read from its report: a missing one names it)

@@ -289,6 +289,9 @@ class MultiVFLAlgorithm(Algorithm):
         per_epoch = 2 if run.defense.kind == "act_dp" else 1
         return per_epoch * int(p.rounds) * int(p.local_epochs)
 
+    def planned_rounds(self, run: RunSpec, setup: Mapping[str, Any]) -> int:
+        return int(run.params.rounds)
+
     # -- who is who ------------------------------------------------------------
     def role(self, run: RunSpec, party: str) -> str:
         return "label_owner" if party in run.federation.owners() else "data_owner"

@@ -281,6 +281,10 @@ class SFedMVAlgorithm(HorizontalClients):
             frac_bits=run.defense.secagg_bits,
         )
 
+    def planned_rounds(self, run: RunSpec, setup: Mapping[str, Any]) -> int:
+        """Stage 1's rounds, ``n_rounds`` per view (the fusion's are numbered on their own)."""
+        return len(view_dims_of(setup)) * int(run.params.n_rounds)
+
     def round_message(self, role: str) -> str:
         return "train_view"  # the fusion is not checkpointed: a resumed run redoes it
 

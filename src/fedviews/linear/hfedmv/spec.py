@@ -140,6 +140,9 @@ class HFedMVAlgorithm(HorizontalClients, LinearAlgorithm):
         """Under ``model_dp`` a client's data enters one release (its update) per round."""
         return int(run.params.n_rounds)
 
+    def planned_rounds(self, run: RunSpec, setup: Mapping[str, Any]) -> int:
+        return int(run.params.n_rounds)
+
     def make_setup(self, run: RunSpec, infos: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
         if run.defense.kind == "model_dp" and run.params.standardize == "pooled":
             raise ConfigError(
