@@ -89,7 +89,7 @@ def test_the_wheel_runs_a_shipped_config_in_a_fresh_venv(tmp_path, new_user, whe
     # that no .pth in them (an editable fedviews) is read.
     (purelib / "_test_deps.pth").write_text("\n".join(site.getsitepackages()) + "\n")
     pip = [python, "-m", "pip", "install", "-q", "--no-deps", "--no-index", "--ignore-installed"]
-    _run([*pip, wheel.path], tmp_path, env)
+    _run([*pip, wheel.path], tmp_path, env, silent=False)
     where = _run([python, "-c", "import fedviews; print(fedviews.__file__)"], tmp_path, env)
     assert Path(where.stdout.strip()).is_relative_to(purelib)
 
@@ -108,12 +108,16 @@ def test_the_wheel_runs_a_shipped_config_in_a_fresh_venv(tmp_path, new_user, whe
     assert len(means) == 5 * 2 and min(means) > 100 / 10  # 5 parties x 2 percents; 10 classes
 
 
-def _run(cmd: list, cwd: Path, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
-    """Run ``cmd`` in ``cwd`` with ``env``; a failure shows its output."""
+def _run(
+    cmd: list, cwd: Path, env: dict[str, str], *, silent: bool = True
+) -> subprocess.CompletedProcess[str]:
+    """Run ``cmd`` in ``cwd`` with ``env``; a failure shows its output. ``silent``: nothing on
+    stderr either (no warning that a new user cannot act on)."""
     out = subprocess.run(
         [str(c) for c in cmd], capture_output=True, text=True, cwd=cwd, env=env, timeout=600
     )
     assert out.returncode == 0, f"{cmd}:\n{out.stdout[-3000:]}\n{out.stderr[-3000:]}"
+    assert not silent or out.stderr == "", f"{cmd}:\n{out.stderr[-3000:]}"
     return out
 
 
