@@ -3,9 +3,6 @@ outside the repository, and the wheel itself (configs, LICENSE, SPDX license).""
 
 from __future__ import annotations
 
-import shutil
-import subprocess
-import sys
 import zipfile
 
 import pytest
@@ -47,29 +44,13 @@ def test_run_falls_back_to_a_shipped_config(tmp_path, name):
 
 
 @pytest.mark.slow
-def test_the_wheel_ships_the_configs_and_the_license(tmp_path):
-    """Build the wheel (offline: no build isolation) from a copy of the project and list it."""
-    project = tmp_path / "project"
-    shutil.copytree(ROOT / "src", project / "src", symlinks=True, ignore=_ignored)
-    shutil.copytree(ROOT / "configs", project / "configs")
-    for name in ("pyproject.toml", "README.md", "LICENSE"):
-        shutil.copy(ROOT / name, project / name)
-    build = subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", str(project), "--no-deps", "--no-build-isolation"]
-        + ["--no-index", "-v", "-w", str(tmp_path / "dist")],
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    assert build.returncode == 0, build.stderr[-3000:]
-    assert "project.license" not in build.stdout + build.stderr  # setuptools' deprecation
-    (wheel,) = (tmp_path / "dist").glob("fedviews-*.whl")
-    files = set(zipfile.ZipFile(wheel).namelist())
+def test_the_wheel_ships_the_configs_and_the_license(wheel):
+    """The wheel (built by the session's ``wheel`` fixture) lists the configs and the license."""
+    assert "project.license" not in wheel.log  # setuptools' deprecation
+    files = set(zipfile.ZipFile(wheel.path).namelist())
     assert {f"fedviews/configs/{n}" for n in CONFIGS} <= files
     (license_file,) = [f for f in files if f.endswith(".dist-info/licenses/LICENSE")]
-    metadata = zipfile.ZipFile(wheel).read(license_file.replace("licenses/LICENSE", "METADATA"))
+    metadata = zipfile.ZipFile(wheel.path).read(
+        license_file.replace("licenses/LICENSE", "METADATA")
+    )
     assert b"License-Expression: MIT" in metadata
-
-
-def _ignored(folder: str, names: list[str]) -> list[str]:
-    return [n for n in names if n in ("__pycache__", "build") or n.endswith(".egg-info")]
