@@ -303,6 +303,7 @@ def test_continue_records_a_run_made_over_sessions(tmp_path, monkeypatch):
         reproduce(entry, tmp_path, out_dir=tmp_path / "a", record=True, resume=True)
     saved = json.loads((tmp_path / entry.cells).read_text(encoding="utf-8"))
     assert list(saved["cells"]) == computed and len(computed) == 1
+    assert list(saved["seconds"]) == computed  # each cell's compute time, kept across sessions
     assert not (tmp_path / entry.results).exists()
 
     monkeypatch.setattr(RunContext, "cell", cell)
@@ -310,6 +311,9 @@ def test_continue_records_a_run_made_over_sessions(tmp_path, monkeypatch):
     rec = json.loads((tmp_path / entry.results).read_text(encoding="utf-8"))
     assert rec["tables"] == committed["tables"]  # the same numbers as one uninterrupted run
     assert out.recorded is not None and not (tmp_path / entry.cells).exists()
+    # the wall time is this session's; the cells' summed time covers both sessions
+    assert rec["cells_seconds"] >= saved["seconds"][computed[0]]
+    assert f"its cells took {rec['cells_seconds']:g} s in all" in render_markdown(entry, rec)
 
     saved["config"]["seed"] += 1  # cells of another config are never mixed in
     (tmp_path / entry.cells).write_text(json.dumps(saved), encoding="utf-8")

@@ -48,9 +48,15 @@ def render_markdown(entry: Reproduction, rec: dict[str, Any] | None, cells: int 
             out += [f"*{t['note']}*", ""]
     m = rec["machine"]
     gpu = "" if m.get("gpu", "none") == "none" else f", GPU {m['gpu']}"
+    over = (
+        f" (this session's part of a run continued over sessions; its cells took "
+        f"{rec['cells_seconds']:g} s in all)"
+        if "cells_seconds" in rec
+        else ""
+    )
     out.append(
         f"<small>Made by `{rec['command']}` (`{rec['run_command']}`) on {rec['date']}, "
-        f"{m['cpu']} ({m['cores']} cores{gpu}), wall time {rec['wall_seconds']:g} s. "
+        f"{m['cpu']} ({m['cores']} cores{gpu}), wall time {rec['wall_seconds']:g} s{over}. "
         f"Checked by `fedviews reproduce {entry.name} --check` (tolerance "
         f"{entry.tolerance:g}).</small>"
     )

@@ -342,6 +342,19 @@ def committed_cells(entry: Reproduction, root: Path) -> int:
         raise FedViewsError(f"{path} is not a committed cells file: {exc!r}") from None
 
 
+def cells_seconds(path: Path) -> float | None:
+    """The summed compute time of the cells in the committed cells file at ``path`` (a run
+    made over several ``--continue`` sessions), or ``None`` when a cell's time is unknown
+    (a cell made before the file kept times)."""
+    if not path.is_file():
+        return None
+    try:
+        saved = json.loads(path.read_text(encoding="utf-8"))
+        return float(sum(float(saved["seconds"][k]) for k in saved["cells"]))
+    except (ValueError, TypeError, KeyError, AttributeError):
+        return None
+
+
 def read_results(path: Path) -> dict[str, Any] | None:
     """A committed results file, or ``None`` when there is none yet.
 
@@ -452,7 +465,7 @@ def reproduce(
     )
     outcome = Outcome(entry, run_dir, seconds, drifts, checked=check)
     if record:
-        rec = {
+        rec: dict[str, Any] = {
             "entry": entry.name,
             "title": entry.title,
             "command": f"fedviews reproduce {entry.name} --record",
@@ -460,8 +473,12 @@ def reproduce(
             "date": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
             "machine": machine(device),
             "wall_seconds": round(seconds, 1),
-            "tables": tables,
         }
+        if mirror is not None:  # a run made over sessions: this one's wall time is a part
+            total = cells_seconds(mirror)
+            if total is not None:
+                rec["cells_seconds"] = round(total, 1)
+        rec["tables"] = tables
         results_path.parent.mkdir(parents=True, exist_ok=True)
         results_path.write_text(json.dumps(rec, indent=1, ensure_ascii=False) + "\n", "utf-8")
         outcome.recorded = results_path

@@ -94,7 +94,12 @@ class RunContext:
         self.seed = cfg.seed
         self.device = cfg.device
         self.cells: dict[str, Any] = {}
+        self.cell_seconds: dict[str, float] = {}  # compute time per cell, kept in the mirror
         self.restored = 0
+        if mirror is not None and mirror.is_file():  # earlier sessions' times
+            with contextlib.suppress(ValueError, TypeError, AttributeError):
+                saved = json.loads(mirror.read_text(encoding="utf-8")).get("seconds", {})
+                self.cell_seconds = {str(k): float(v) for k, v in saved.items()}
         path = out_dir / CELLS_FILE
         if path.is_file():
             try:
@@ -139,11 +144,14 @@ class RunContext:
         if key in self.cells:
             self.restored += 1
             return self.cells[key]
+        t0 = time.perf_counter()
         value = json.loads(json.dumps(to_jsonable(compute())))
         self.cells[key] = value
+        self.cell_seconds[key] = round(time.perf_counter() - t0, 1)
         _write_json(self.path(CELLS_FILE), self.cells)
         if self.mirror is not None:  # a committed copy, continued by a later session
-            _write_json(self.mirror, {"config": self.cfg.to_dict(), "cells": self.cells})
+            saved = {"config": self.cfg.to_dict(), "cells": self.cells}
+            _write_json(self.mirror, {**saved, "seconds": self.cell_seconds})
         return value
 
     def run_cells(self, description: str, jobs: Mapping[str, Callable[[], Any]]) -> list[Any]:
