@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import replace
 
 import numpy as np
@@ -297,6 +297,40 @@ def test_the_server_refuses_a_sample_count_that_is_no_count(
     for defense in (None, "secagg"):
         with pytest.raises(ProtocolError, match="'client1' sent n_samples"):
             SFedMV(**{**TINY, "n_rounds": 1}, defense=defense).fit_extractors(clients)
+
+
+@pytest.mark.parametrize(
+    ("tamper", "refusal"),
+    [
+        (lambda a: a.round().astype(np.int64), "as int64 .* expected floating point"),
+        (lambda a: a[..., :1], "of shape .* expected"),
+        (lambda a: np.full_like(a, np.nan), "not finite|NaN"),
+    ],
+    ids=["integer", "shape", "nan"],
+)
+def test_the_server_refuses_view_parameters_not_like_its_own(
+    watch: MultiViewSequences,
+    monkeypatch: pytest.MonkeyPatch,
+    tamper: Callable[[np.ndarray], np.ndarray],
+    refusal: str,
+) -> None:
+    """Every received view's parameters are checked against the receiver's own (names,
+    shapes, floating point, finite): integer parameters from a dishonest client1 were taken
+    as sent (``view_params`` checked names and shapes only), and a ``like=None`` call
+    checked nothing."""
+    honest = SequenceClient.reply
+
+    def reply(self: SequenceClient, msg: object, **kw: object) -> object:
+        arrays = kw.get("arrays")
+        if self.name == "client1" and isinstance(arrays, dict):
+            kw["arrays"] = {n: tamper(np.asarray(a)) for n, a in arrays.items()}
+        return honest(self, msg, **kw)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(SequenceClient, "reply", reply)
+    clients = _clients(watch, 2, 20).by_client()
+    with pytest.raises(ProtocolError, match=f"'client1' sent .*({refusal})") as raised:
+        SFedMV(**{**TINY, "n_rounds": 1}).fit_extractors(clients)
+    assert raised.value.party == "client1"
 
 
 def test_both_stages_run_through_the_runner(
