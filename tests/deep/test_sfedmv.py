@@ -354,3 +354,29 @@ def test_both_stages_run_through_the_runner(
     assert est.fusion_.objective_ == driven[0].fusion.objective
     SFedMV(**TINY, random_state=1).fit_extractors(clients)
     assert len(driven) == 2 and driven[1].fusion.objective == []
+
+
+def test_progress_numbers_both_stages_out_of_their_planned_rounds(
+    watch: MultiViewSequences, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A deployment's round lines read ``round k/N`` (:func:`of_planned` with
+    ``planned_rounds``, the stage-1 rounds); the fusion's lines, numbered on their own, said
+    ``fusion round k`` without their total."""
+    from fedviews.deep.sfedmv.spec import SFedMVAlgorithm
+
+    lines: list[str] = []
+    honest = SFedMVAlgorithm.run_coordinator
+
+    def run_coordinator(self, coord, on_round_end=None):  # type: ignore[no-untyped-def]
+        out = honest(self, coord, on_round_end)
+        lines.extend(self.progress(coord))
+        return out
+
+    monkeypatch.setattr(SFedMVAlgorithm, "run_coordinator", run_coordinator)
+    SFedMV(**TINY, random_state=1).fit(_clients(watch, 2, 16).by_client())
+    views, R, F = watch.n_views, TINY["n_rounds"], TINY["fusion_rounds"]
+    assert [line.split(":")[0] for line in lines] == [
+        *(f"round {r}" for r in range(1, views * R + 1)),
+        *(f"fusion round {r}/{F}" for r in range(1, F + 1)),
+    ]
+
