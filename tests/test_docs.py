@@ -191,3 +191,25 @@ def test_api_reference_links_docstring_cross_references(site: Path) -> None:
     # ':func:`~fedviews.data.align`' in fedviews.data's docstrings links to its entry
     assert 'href="#fedviews.data.align"><code>align</code></a>' in pages["data.html"]
     assert "MultiVFL" in pages["deep.html"] and "MMVFL" in pages["linear.html"]
+
+
+def test_architecture_names_every_shared_module() -> None:
+    """``docs/architecture.md`` names every module below the layers (``fedviews/_*.py``),
+    every module of the federation runtime and every shared module of ``linear/`` and
+    ``deep/`` (``_classifier``, ``_persist``, ``_configs``, ``_lazy``,
+    ``federation/_tensors`` and ``deep/_factory`` had been added without a line there)."""
+    page = (ROOT / "docs" / "architecture.md").read_text()
+    src = ROOT / "src" / "fedviews"
+    shared = [
+        *src.glob("_*.py"),
+        *src.glob("federation/_*.py"),
+        *src.glob("linear/_*.py"),
+        *src.glob("deep/_*.py"),
+    ]
+    missing = [
+        str(p.relative_to(src))
+        for p in shared
+        if not p.name.startswith("__") and not re.search(rf"\b{re.escape(p.name)}\b", page)
+    ]
+    assert missing == []
+
