@@ -379,4 +379,3 @@ def test_progress_numbers_both_stages_out_of_their_planned_rounds(
         *(f"round {r}" for r in range(1, views * R + 1)),
         *(f"fusion round {r}/{F}" for r in range(1, F + 1)),
     ]
-
