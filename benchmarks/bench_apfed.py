@@ -34,7 +34,7 @@ from fedviews.deep._apfed_nets import ARCHS, ActiveNet, Decoder, Encoder, Head, 
 from fedviews.deep.apfed import ActiveClient, contrastive_loss, reconstruction_loss
 from fedviews.deep.apfed.baselines import TVFLActiveClient
 
-SGD = {"lr": 1e-3, "momentum": 0.9, "weight_decay": 1e-4}
+SGD: dict[str, Any] = {"lr": 1e-3, "momentum": 0.9, "weight_decay": 1e-4}
 
 
 def plain_epoch(

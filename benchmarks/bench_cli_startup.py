@@ -55,7 +55,7 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=5)
     a = ap.parse_args()
     print(f"load average {os.getloadavg()[0]:.2f}")
-    rows = [("fedviews --help", ["--help"], None)]
+    rows: list[tuple[str, list[str], str | None]] = [("fedviews --help", ["--help"], None)]
     rows += [
         (
             f"run {c} params.no_such_key=1",

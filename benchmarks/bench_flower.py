@@ -128,7 +128,7 @@ def run_in_process(config: Path, data: Path, out: Path) -> dict[str, Any]:
 
 class _Echo(Party):
     @handles("ping")
-    def on_ping(self, msg):  # type: ignore[no-untyped-def]
+    def on_ping(self, msg):
         return self.reply(msg, arrays={"v": msg.arrays["v"]})
 
 

@@ -39,6 +39,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -53,6 +54,7 @@ from fedviews.deploy import (
 )
 from fedviews.deploy._session import DeployCoordinator, options_of, session_policy
 from fedviews.federation import (
+    Coordinator,
     GrpcHub,
     InProcessTransport,
     Message,
@@ -198,7 +200,9 @@ def run_grpc(
     pids = [os.getpid(), *(p.pid for p in procs)]
     original = app.run_coordinator
 
-    def timed(server: Any, on_round_end: Any) -> Any:  # bytes of the training loop only
+    def timed(  # bytes of the training loop only
+        server: Coordinator, on_round_end: Callable[[int], None] | None = None
+    ) -> Any:
         marks.update(io0=_loopback_bytes(), f0=hub.wire_bytes, m0=hub.log.total_bytes)
         marks.update(c0=_cpu_seconds(pids))
         per0.update({pid: _cpu_times(pid) for pid in pids})
@@ -209,7 +213,7 @@ def run_grpc(
             marks.update(c1=_cpu_seconds(pids))
             per1.update({pid: _cpu_times(pid) for pid in pids})
 
-    app.run_coordinator = timed  # type: ignore[method-assign]
+    app.run_coordinator = timed  # type: ignore[method-assign, assignment]
     try:
         hub.wait_for_parties(120)
         with app.compute_limits():

@@ -103,6 +103,7 @@ def main() -> None:
     )
     args = ap.parse_args()
     ds = data.load("fashion_mnist", subset="train")
+    assert ds.images is not None  # an image dataset
     images, y = ds.images[: args.samples], ds.y[: args.samples]
     d, bs, lr = args.data_owners, args.batch_size, 1e-3
     # warm-up (oneDNN kernels, allocator)

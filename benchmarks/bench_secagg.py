@@ -20,6 +20,7 @@ import argparse
 import json
 import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -46,7 +47,7 @@ def problems(n_synth: int) -> list[tuple[str, list[np.ndarray], np.ndarray]]:
     return [("handwritten (n=2000, K=6)", Xs, y), (f"synthetic (n={n_synth}, K=4)", synth, ys)]
 
 
-def fit(Est: type, kind: str, Xs: list[np.ndarray], y: np.ndarray, rounds: int) -> object:
+def fit(Est: type, kind: str, Xs: list[np.ndarray], y: np.ndarray, rounds: int) -> Any:
     """One fit: the consensus algorithms on all views, H-FedMV on 4 clients' rows."""
     if Est is HFedMV:
         parts = np.array_split(np.random.default_rng(1).permutation(len(y)), 4)

@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import json
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -40,7 +41,7 @@ SETTINGS = [
 def train(algorithm: str, acts: str, grads: str, split: tuple, rounds: int) -> tuple[float, float]:
     """``(MB per round, test accuracy %)`` of one run."""
     X, y, Xte, yte = split
-    wire = {"wire_activations": acts, "wire_gradients": grads, "topk_ratio": 0.1}
+    wire: dict[str, Any] = {"wire_activations": acts, "wire_gradients": grads, "topk_ratio": 0.1}
     if algorithm == "multivfl":
         est = MultiVFL(
             n_data_owners=4, n_label_owners=1, rounds=rounds, local_optimizer="adam", lr=1e-3,

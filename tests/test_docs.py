@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import html
 import importlib.util
+import json
 import os
 import re
 import subprocess
@@ -49,8 +50,9 @@ def site(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return out
 
 
-def _hook() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("config_reference", HOOK)
+def _hook(path: Path = HOOK) -> ModuleType:
+    """The MkDocs hook module at ``path`` (default: the configuration reference's)."""
+    spec = importlib.util.spec_from_file_location(path.stem, path)
     assert spec is not None and spec.loader is not None
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
@@ -191,3 +193,72 @@ def test_api_reference_links_docstring_cross_references(site: Path) -> None:
     # ':func:`~fedviews.data.align`' in fedviews.data's docstrings links to its entry
     assert 'href="#fedviews.data.align"><code>align</code></a>' in pages["data.html"]
     assert "MultiVFL" in pages["deep.html"] and "MMVFL" in pages["linear.html"]
+
+
+def test_architecture_names_every_shared_module() -> None:
+    """``docs/architecture.md`` names every module below the layers (``fedviews/_*.py``),
+    every module of the federation runtime and every shared module of ``linear/`` and
+    ``deep/`` (``_classifier``, ``_persist``, ``_configs``, ``_lazy``,
+    ``federation/_tensors`` and ``deep/_factory`` had been added without a line there)."""
+    page = (ROOT / "docs" / "architecture.md").read_text()
+    src = ROOT / "src" / "fedviews"
+    shared = [
+        *src.glob("_*.py"),
+        *src.glob("federation/_*.py"),
+        *src.glob("linear/_*.py"),
+        *src.glob("deep/_*.py"),
+    ]
+    missing = [
+        str(p.relative_to(src))
+        for p in shared
+        if not p.name.startswith("__") and not re.search(rf"\b{re.escape(p.name)}\b", page)
+    ]
+    assert missing == []
+
+
+#: a time stated in words: "about 25 s", "under a minute", "around 4 min"
+_STATED_TIME = re.compile(
+    r"\b(about|under|around|roughly|nearly)\s+(\d[\d.,]*\s*|(an?|one|half an?)\s+)"
+    r"(s|secs?|seconds?|min|mins|minutes?|h|hours?)\b",
+    flags=re.I,
+)
+
+
+def test_no_page_states_a_time_by_hand() -> None:
+    """A time that README or a docs page states is rendered from the committed timing record
+    (``<!-- timing: NAME -->``, ``benchmarks/bench_first_hour.py``) or from a committed
+    results file, never typed ("about 25 s" for a demo that took 42 s, "about 4 min" of
+    tests); code spans quote a program's output and are not checked, code blocks are."""
+    stated = []
+    for page in [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]:
+        parts = re.split(r"^```.*$", page.read_text(encoding="utf-8"), flags=re.M)
+        for i, part in enumerate(parts):  # odd parts: fenced code blocks
+            checked = part if i % 2 else re.sub(r"`[^`]*`", "", part)
+            rel = page.relative_to(ROOT).as_posix()
+            stated += [f"{rel}: {m.group(0)}" for m in _STATED_TIME.finditer(checked)]
+    assert stated == []
+
+
+def test_timing_marks_render_the_committed_record(tmp_path: Path) -> None:
+    """Every ``<!-- timing: NAME -->`` of the docs names a run of the committed record, and
+    renders its wall time, date, machine and load; an unrecorded name fails the build."""
+    hook = _hook(ROOT / "docs" / "hooks" / "timings.py")
+    record = json.loads((ROOT / hook.RECORD).read_text(encoding="utf-8"))
+    marked = {
+        name
+        for page in (ROOT / "docs").rglob("*.md")
+        for name in hook.MARK.findall(page.read_text())
+    }
+    assert marked and marked <= set(record["timings"])
+    demo = record["timings"]["demo"]
+    assert demo["command"] == "fedviews run configs/mmvfl_handwritten.toml"
+    page = hook.render_page("It took <!-- timing: demo -->.\n")
+    m = demo["machine"]
+    assert page == (
+        f"It took {demo['wall_seconds']:.0f} s on {demo['date'][:10]} ({m['cpu']}, "
+        f"{m['cores']} cores, load average {demo['load_average']:.1f}).\n"
+    )
+    with pytest.raises(Exception, match="not in docs/results/first_hour_timings.json"):
+        hook.render_page("<!-- timing: nope -->")
+    with pytest.raises(Exception, match="no timing record"):
+        hook.render_page("<!-- timing: demo -->", root=tmp_path)

@@ -361,20 +361,27 @@ def experiments() -> None:
 @datasets_app.command("list")
 @friendly
 def datasets_list() -> None:
-    """List the built-in datasets."""
+    """List the built-in datasets, the tables and the sequence datasets, each fetchable."""
     from rich.table import Table
 
     from fedviews.data import info, list_datasets, list_sequence_datasets
 
-    t = Table("name", "available", "description", title="datasets")
-    for name in list_datasets():
-        meta = info(name)
-        t.add_row(name, "yes" if meta.get("available") else "no", str(meta.get("description", "")))
-    console.print(t)
-    console.print(
-        "multi-view sequence datasets (fedviews.data.load_sequences; fetch them with "
-        "`fedviews datasets fetch NAME` too): " + ", ".join(list_sequence_datasets())
+    t = Table(
+        "name",
+        "kind",
+        "available",
+        "description",
+        title="datasets",
+        caption="fetch: fedviews datasets fetch NAME ...; load: fedviews.data.load (tables), "
+        "fedviews.data.load_sequences (sequences)",
     )
+    kinds = {"table": list_datasets(), "sequences": list_sequence_datasets()}
+    for kind, names in kinds.items():
+        for name in names:
+            meta = info(name)
+            available = "yes" if meta["available"] else "no"
+            t.add_row(name, kind, available, str(meta["description"]))
+    console.print(t)
 
 
 @datasets_app.command("info")

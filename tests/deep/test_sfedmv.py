@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import replace
 
 import numpy as np
@@ -299,6 +299,40 @@ def test_the_server_refuses_a_sample_count_that_is_no_count(
             SFedMV(**{**TINY, "n_rounds": 1}, defense=defense).fit_extractors(clients)
 
 
+@pytest.mark.parametrize(
+    ("tamper", "refusal"),
+    [
+        (lambda a: a.round().astype(np.int64), "as int64 .* expected floating point"),
+        (lambda a: a[..., :1], "of shape .* expected"),
+        (lambda a: np.full_like(a, np.nan), "not finite|NaN"),
+    ],
+    ids=["integer", "shape", "nan"],
+)
+def test_the_server_refuses_view_parameters_not_like_its_own(
+    watch: MultiViewSequences,
+    monkeypatch: pytest.MonkeyPatch,
+    tamper: Callable[[np.ndarray], np.ndarray],
+    refusal: str,
+) -> None:
+    """Every received view's parameters are checked against the receiver's own (names,
+    shapes, floating point, finite): integer parameters from a dishonest client1 were taken
+    as sent (``view_params`` checked names and shapes only), and a ``like=None`` call
+    checked nothing."""
+    honest = SequenceClient.reply
+
+    def reply(self: SequenceClient, msg: object, **kw: object) -> object:
+        arrays = kw.get("arrays")
+        if self.name == "client1" and isinstance(arrays, dict):
+            kw["arrays"] = {n: tamper(np.asarray(a)) for n, a in arrays.items()}
+        return honest(self, msg, **kw)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(SequenceClient, "reply", reply)
+    clients = _clients(watch, 2, 20).by_client()
+    with pytest.raises(ProtocolError, match=f"'client1' sent .*({refusal})") as raised:
+        SFedMV(**{**TINY, "n_rounds": 1}).fit_extractors(clients)
+    assert raised.value.party == "client1"
+
+
 def test_both_stages_run_through_the_runner(
     watch: MultiViewSequences, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -320,3 +354,28 @@ def test_both_stages_run_through_the_runner(
     assert est.fusion_.objective_ == driven[0].fusion.objective
     SFedMV(**TINY, random_state=1).fit_extractors(clients)
     assert len(driven) == 2 and driven[1].fusion.objective == []
+
+
+def test_progress_numbers_both_stages_out_of_their_planned_rounds(
+    watch: MultiViewSequences, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A deployment's round lines read ``round k/N`` (:func:`of_planned` with
+    ``planned_rounds``, the stage-1 rounds); the fusion's lines, numbered on their own, said
+    ``fusion round k`` without their total."""
+    from fedviews.deep.sfedmv.spec import SFedMVAlgorithm
+
+    lines: list[str] = []
+    honest = SFedMVAlgorithm.run_coordinator
+
+    def run_coordinator(self, coord, on_round_end=None):  # type: ignore[no-untyped-def]
+        out = honest(self, coord, on_round_end)
+        lines.extend(self.progress(coord))
+        return out
+
+    monkeypatch.setattr(SFedMVAlgorithm, "run_coordinator", run_coordinator)
+    SFedMV(**TINY, random_state=1).fit(_clients(watch, 2, 16).by_client())
+    views, R, F = watch.n_views, TINY["n_rounds"], TINY["fusion_rounds"]
+    assert [line.split(":")[0] for line in lines] == [
+        *(f"round {r}" for r in range(1, views * R + 1)),
+        *(f"fusion round {r}/{F}" for r in range(1, F + 1)),
+    ]

@@ -322,7 +322,7 @@ def test_sfedmv_launch_equals_in_process(launched):
     from fedviews.deep.sfedmv.nets import get_params
 
     cfg, run, out, res = _finished(launched, "sfedmv")
-    assert "[coordinator] round 4/4: view 1 round 2" in out and "fusion round 3" in out
+    assert "[coordinator] round 4/4: view 1 round 2" in out and "fusion round 3/3:" in out
     datas = [load_party_data(run / "data" / f"{c}.npz") for c in S_CLIENTS]
     assert all(d.view_dims == (3, 3) and d.features.shape[1:] == (30, 6) for d in datas)
     parts = [_sorted_client(d) for d in datas]

@@ -1,5 +1,6 @@
-"""The localhost walk-through of docs/deployment.md, run as the page writes it: the recipe
-cannot rot (a renamed option, a path that the commands do not produce, a wrong order)."""
+"""The localhost walk-through of docs/deployment.md, run as the page writes it in an empty
+folder: the recipe cannot rot (a renamed option, a path that the commands do not produce, a
+wrong order, a file that only a clone of the repository has)."""
 
 from __future__ import annotations
 
@@ -57,7 +58,7 @@ def test_the_localhost_walkthrough_runs_as_written(tmp_path):
         ["fedviews", "party"],
     ]
     assert all(c[0] == "fedviews" for c in commands)
-    (tmp_path / "configs").symlink_to(ROOT / "configs")  # run where a clone has configs/
+    assert commands[0][:3] == ["fedviews", "configs", "copy"]  # the config comes with fedviews
     port = str(_free_port())  # the page's 50051 may be taken by another run on this machine
 
     def argv(command: list[str]) -> list[str]:
@@ -90,6 +91,9 @@ def test_the_localhost_walkthrough_runs_as_written(tmp_path):
         assert f"[{party}] finished; results in run/{party}" in out
         assert (tmp_path / "run" / party / "result.npz").is_file()
     # the files the page says the first block writes
+    config = commands[0][3]
+    shipped = (ROOT / "configs" / f"{config}.toml").read_text()
+    assert (tmp_path / f"{config}.toml").read_text() == shipped
     named = ["ca.crt", "ca.key", "coordinator.crt", "coordinator.key"]
     named += ["pix.crt", "pix.key", "fou.crt", "fou.key"]
     assert all((tmp_path / "ca" / f).is_file() for f in named)

@@ -86,6 +86,16 @@ def test_small_mmvfl_run_writes_report(tmp_path):
     assert all(v == ["Z_k"] for k, v in log["crossings"].items() if k.startswith("party"))
 
 
-def test_datasets_list():
+def test_datasets_list_shows_every_fetchable_dataset_as_a_row():
+    """Every name that ``datasets fetch`` takes is a row of the table, with its kind (the
+    sequence dataset ``watch`` was named only in a footer)."""
+    from fedviews.data import list_datasets, list_sequence_datasets
+
     r = fedviews("datasets", "list")
-    assert r.returncode == 0 and "handwritten" in r.stdout
+    assert r.returncode == 0, r.stderr
+    rows = [line.split("│")[1:4] for line in r.stdout.splitlines() if line.startswith("│ ")]
+    rows = [[cell.strip() for cell in row] for row in rows if row[0].strip()]
+    assert [name for name, _, _ in rows] == list_datasets() + list_sequence_datasets()
+    kinds = {name: kind for name, kind, _ in rows}
+    assert kinds["handwritten"] == "table" and kinds["watch"] == "sequences"
+    assert all(available in ("yes", "no") for _, _, available in rows)

@@ -20,7 +20,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import re
 import secrets
 import threading
 import time
@@ -46,6 +45,7 @@ from fedviews.federation import (
     agree_setup,
     get_algorithm_spec,
     handles,
+    of_planned,
     run_privacy,
 )
 from fedviews.privacy import PSIParty, run_psi
@@ -398,17 +398,6 @@ class DeployCoordinator(Coordinator):
             "resumed_from_round": self.resumed_from,
             "last_checkpoint_round": last,
         }
-
-
-#: the start of a round's progress line (see :meth:`Algorithm.progress`)
-_ROUND = re.compile(r"^(round|epoch) (\d+)\b")
-
-
-def of_planned(line: str, planned: int | None) -> str:
-    """``line`` with its leading ``round k`` (or ``epoch k``) as ``round k/planned``."""
-    if planned is None:
-        return line
-    return _ROUND.sub(rf"\1 \2/{planned}", line, count=1)
 
 
 def _rounds(info: SetupReport) -> set[int]:

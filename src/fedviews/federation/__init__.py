@@ -16,6 +16,7 @@ from fedviews.federation._algorithm import (
     ALGORITHMS,
     Algorithm,
     get_algorithm_spec,
+    of_planned,
     register_algorithm_spec,
 )
 from fedviews.federation._certs import (
@@ -107,6 +108,7 @@ __all__ = [
     "estimator_params",
     "check_group_sizes",
     "get_algorithm_spec",
+    "of_planned",
     "register_algorithm_spec",
     "setup_info",
     "spawn_streams",

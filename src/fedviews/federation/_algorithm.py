@@ -23,6 +23,7 @@ builds its part from that setup.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Collection, Mapping
 from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path
@@ -215,7 +216,8 @@ class Algorithm:
 
     def progress(self, coord: Coordinator) -> list[str]:
         """One line per finished round (default: ``coord.progress()``); a round's line starts
-        ``round k`` or ``epoch k`` (a deployment numbers it ``k/N``, :meth:`planned_rounds`)."""
+        ``round k`` or ``epoch k`` (a deployment numbers it ``k/N``, :meth:`planned_rounds`,
+        with :func:`of_planned`)."""
         return coord.progress()
 
     def planned_rounds(self, run: RunSpec, setup: Mapping[str, Any]) -> int | None:
@@ -303,3 +305,14 @@ def register_algorithm_spec(spec: Algorithm) -> Algorithm:
 def get_algorithm_spec(name: str) -> Algorithm:
     """The spec registered under ``name`` (a :class:`ConfigError` naming the closest otherwise)."""
     return ALGORITHMS.get(name)
+
+
+#: the start of a round's progress line (see :meth:`Algorithm.progress`)
+_ROUND = re.compile(r"^(round|epoch) (\d+)\b")
+
+
+def of_planned(line: str, planned: int | None) -> str:
+    """``line`` with its leading ``round k`` (or ``epoch k``) as ``round k/planned``."""
+    if planned is None:
+        return line
+    return _ROUND.sub(rf"\1 \2/{planned}", line, count=1)

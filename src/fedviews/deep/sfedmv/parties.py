@@ -68,6 +68,7 @@ from fedviews.federation import (
     Message,
     SecureSumParty,
     handles,
+    of_planned,
     secure_sum_setup,
 )
 from fedviews.linear import HFEDMV_SPEC, HFedMVClient, HFedMVServer
@@ -382,7 +383,8 @@ class SFedMVServer(SequenceServer):
             for k, losses in enumerate(self.loss)
             for t, v in enumerate(list(losses))
         ]
-        return lines + [f"fusion {line}" for line in self.fusion.progress()]
+        fused = self.fusion.n_rounds  # numbered on their own: fusion round k/fusion_rounds
+        return lines + [f"fusion {of_planned(line, fused)}" for line in self.fusion.progress()]
 
     def summary(self) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
         """``(metrics, arrays)``: stage 1's losses and global GRUs, H-FedMV's results."""

@@ -16,7 +16,7 @@ import numpy as np
 from fedviews._params import COUNT, POSITIVE, Checked, spec
 from fedviews.deep._common import prefixed, unprefixed
 from fedviews.errors import ProtocolError
-from fedviews.federation import Message, to_host, unmask_sum
+from fedviews.federation import Message, unmask_sum
 
 Weights = dict[str, np.ndarray]
 
@@ -38,18 +38,38 @@ def view_prefixed(k: int, params: Weights) -> Weights:
     return prefixed(f"view{k}/", params)
 
 
-def view_params(k: int, msg: Message, like: Weights | None) -> Weights:
-    """View ``k``'s parameters of ``msg``, checked against ``like`` (names and shapes) when given."""
+def view_params(k: int, msg: Message, like: Weights) -> Weights:
+    """View ``k``'s parameters of ``msg``, checked by the receiver against ``like``.
+
+    Parameters
+    ----------
+    k : int
+        The view whose parameters ``msg`` carries (as ``view{k}/<name>``).
+    msg : Message
+        The server's broadcast or a client's reply.
+    like : dict of str to numpy.ndarray
+        The receiver's own parameters of view ``k``: the names, shapes and floating point
+        types that ``msg`` must carry, nothing else.
+
+    Returns
+    -------
+    dict of str to numpy.ndarray
+        The parameters by name, cast to ``like``'s types.
+
+    Raises
+    ------
+    ProtocolError
+        Naming the sender, when ``msg`` carries other arrays, misses one, or one is not of
+        ``like``'s shape, not floating point or not finite.
+    """
     prefix = f"view{k}/"
-    out = {n: to_host(a) for n, a in unprefixed(prefix, msg.arrays).items()}
-    if len(out) != len(msg.arrays) or (like is not None and out.keys() != like.keys()):
+    if unprefixed(prefix, msg.arrays).keys() != like.keys() or len(msg.arrays) != len(like):
         raise ProtocolError(
             f"{msg.sender!r} sent {sorted(msg.arrays)[:4]}... for view {k}; expected exactly "
-            "that view's GRU parameters"
+            "that view's GRU parameters",
+            party=msg.sender,
         )
-    if like is not None:
-        out = {n: msg.array(prefix + n, like[n].shape) for n in like}
-    return out
+    return {n: msg.array(prefix + n, a.shape, dtype=a.dtype.type) for n, a in like.items()}
 
 
 def fedavg(local: Sequence[Weights], sizes: Sequence[float]) -> Weights:

@@ -282,7 +282,8 @@ class SFedMVAlgorithm(HorizontalClients):
         )
 
     def planned_rounds(self, run: RunSpec, setup: Mapping[str, Any]) -> int:
-        """Stage 1's rounds, ``n_rounds`` per view (the fusion's are numbered on their own)."""
+        """Stage 1's rounds, ``n_rounds`` per view (the fusion's lines are numbered on their
+        own, ``fusion round k/fusion_rounds``)."""
         return len(view_dims_of(setup)) * int(run.params.n_rounds)
 
     def round_message(self, role: str) -> str:
