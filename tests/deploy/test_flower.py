@@ -510,9 +510,9 @@ def test_flower_app_is_a_flower_app_with_the_config_and_overrides(tmp_path, monk
     as its dependency, ships its module and a copy of the config with the overrides applied
     (found by a path relative to the app), and holds no absolute path; Flower builds it."""
     import importlib.util
-    import tomllib
     import zipfile
 
+    import tomllib
     from flwr.cli.build import build_fab_from_disk
     from typer.testing import CliRunner
 
