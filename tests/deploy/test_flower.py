@@ -471,7 +471,7 @@ def test_simulation_engine_equals_in_process(deployment, reference, tmp_path, mo
     res = launch_flower(
         fewer,
         run,
-        overrides=["params.max_iter=3"],
+        overrides=["params.max_iter=3", "federation.connect_timeout=240"],  # Ray: slow start
         engine="simulation",
         data_dir=data,
         timeout=300,
@@ -526,7 +526,7 @@ def test_flower_app_is_a_flower_app_with_the_config_and_overrides(tmp_path, monk
     res = CliRunner().invoke(app, ["flower", "app", str(fa), "--config", str(config), *overrides])
     assert res.exit_code == 0, res.output
     project = tomllib.loads((fa / "pyproject.toml").read_text())
-    assert project["project"]["dependencies"] == [f"fedviews[flower]=={__version__}"]
+    assert project["project"]["dependencies"] == [f"fedviews=={__version__}"]
     flwr_app = project["tool"]["flwr"]["app"]
     assert flwr_app["components"] == {
         "serverapp": "fedviews_flower_app:server_app",

@@ -56,7 +56,8 @@ name = "fedviews-flower"
 version = "1.0.0"
 description = "fedviews deployed session ({algorithm}) as a Flower ServerApp and ClientApp"
 license = "MIT"
-dependencies = ["fedviews[flower]=={version}"]
+requires-python = ">=3.10"
+dependencies = ["fedviews=={version}"]  # flwr: the SuperLink's and SuperNodes' own
 
 [tool.flwr.app]
 publisher = "fedviews"

@@ -21,6 +21,7 @@ Nor does the PSI run on a node: without end-to-end keys its chains cannot be sea
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import sys
 import threading
@@ -88,16 +89,17 @@ def run_config_path(rc: Mapping[str, Any], key: str) -> Path | None:
     """The path under ``key`` of a Flower run config; None where it is empty.
 
     A relative path is a file of the Flower app (e.g. its ``deploy.toml``): it is found
-    next to the app's module :data:`APP_MODULE`, which Flower loaded from the app's
-    folder on this host.
+    next to the app's module :data:`APP_MODULE`, in the app's folder on this host.
     """
     if not (v := _text(rc, key)):
         return None
     path = Path(v)
     if path.is_absolute():
         return path
-    module = sys.modules.get(APP_MODULE)
-    where = getattr(module, "__file__", None)
+    # Flower put the app's folder on sys.path (and the simulation engine on its Ray
+    # workers' PYTHONPATH, where the ClientApp arrives without its module imported)
+    spec = importlib.util.find_spec(APP_MODULE)
+    where = None if spec is None else spec.origin
     if where is None:
         raise ConfigError(
             f"run config {key}={v!r} is relative: it names a file of the Flower app, but "
