@@ -495,7 +495,14 @@ def test_deployment_engine_equals_in_process(deployment, reference, tmp_path, mo
     path, data = deployment
     _without_this_environment_on_path(monkeypatch)
     run = tmp_path / "run"
-    res = launch_flower(path, run, engine="deployment", data_dir=data, timeout=900)
+    res = launch_flower(
+        path,
+        run,
+        overrides=["federation.connect_timeout=240"],  # SuperNodes join slowly on a busy machine
+        engine="deployment",
+        data_dir=data,
+        timeout=900,
+    )
     _check_against(reference, run, res)
     link = (run / "logs" / "superlink.log").read_text()
     assert "--insecure" not in link
