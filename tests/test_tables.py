@@ -4,12 +4,11 @@ from __future__ import annotations
 
 import datetime
 import math
-import tomllib
 from pathlib import Path
 
 import pytest
 
-from fedviews._tables import dump_toml, read_toml
+from fedviews._tables import dump_toml, read_toml, tomllib  # tomli before Python 3.11
 from fedviews.errors import ConfigError
 
 CONFIGS = sorted((Path(__file__).resolve().parents[1] / "configs").glob("*.toml"))

@@ -519,11 +519,11 @@ def test_flower_app_is_a_flower_app_with_the_config_and_overrides(tmp_path, monk
     import importlib.util
     import zipfile
 
-    import tomllib
     from flwr.cli.build import build_fab_from_disk
     from typer.testing import CliRunner
 
     from fedviews import __version__
+    from fedviews._tables import tomllib  # tomli before Python 3.11
     from fedviews.cli import app
     from fedviews.deploy._roles import run_identity
 

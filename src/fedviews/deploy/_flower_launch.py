@@ -327,7 +327,7 @@ def launch_flower(
                     args += ["--auth-supernode-private-key", str(register(p))]
                 args += ["--node-config", " ".join(f"{k}='{v}'" for k, v in node.items())]
                 start([_flwr_bin("flower-supernode"), *args], f"supernode-{p}")
-        tls = "plain text (--insecure)" if insecure else "TLS"
+        tls = "plain text: --insecure" if insecure else "TLS"
         say(f"[flower] {engine} engine on {address} ({tls}); logs in {logs}")
         submit = [_flwr_bin("flwr"), "run", str(app_dir), connection, "--stream"]
         if any("'" in v for v in run_config.values()):
