@@ -511,6 +511,80 @@ def test_deployment_engine_equals_in_process(deployment, reference, tmp_path, mo
         assert "registered successfully" in (run / "logs" / f"register-{p}.log").read_text()
 
 
+@pytest.mark.slow
+@pytest.mark.skipif(
+    os.environ.get("FEDVIEWS_TEST_FLOWER_DEPLOYMENT") != "1",
+    reason="minutes: set FEDVIEWS_TEST_FLOWER_DEPLOYMENT=1 to run the deployment engine",
+)
+def test_deployment_engine_refuses_a_supernode_claiming_another_party(deployment, tmp_path):
+    """Real SuperLink (TLS, --enable-supernode-auth), the keys of pix, fou and zer registered
+    under their names; pix and fou join honestly, and a SuperNode with zer's key presents
+    party 'pix' in its node config. The ServerApp refuses it, naming that node (zer's
+    registered node ID); neither honest party is blamed."""
+    import subprocess
+
+    from fedviews.deploy import _flower_launch as fl
+    from fedviews.deploy._launch import free_port, make_certs
+
+    path, data = deployment
+    run = tmp_path / "run"
+    logs, home = run / "logs", run / "flwr-home"
+    for folder in (logs, home):
+        folder.mkdir(parents=True)
+    app = fl.write_flower_app(run / "flower-app", path, ["federation.connect_timeout=240"])
+    certs = make_certs(run / "certs", load_deploy_config(path))
+    ca, port = certs / "ca.crt", free_port()
+    (home / "config.toml").write_text(
+        f'[superlink]\ndefault = "loop"\n[superlink.loop]\naddress = "127.0.0.1:{port}"\n'
+        f'root-certificates = "{ca}"\n'
+    )
+    env = fl._flower_env(home, 0.05)
+    procs: list[subprocess.Popen[bytes]] = []
+
+    def start(args: list[str], name: str) -> subprocess.Popen[bytes]:
+        with (logs / f"{name}.log").open("wb") as out:
+            proc = subprocess.Popen(
+                args, stdout=out, stderr=subprocess.STDOUT, env=env, cwd=run, start_new_session=True
+            )
+        procs.append(proc)
+        return proc
+
+    node_ids = {}
+    try:
+        link = [fl._flwr_bin("flower-superlink"), "--ssl-ca-certfile", str(ca)]
+        link += ["--ssl-certfile", str(certs / "coordinator.crt")]
+        link += ["--ssl-keyfile", str(certs / "coordinator.key"), "--enable-supernode-auth"]
+        link += ["--disable-runtime-dependency-installation", "--host", "127.0.0.1"]
+        fl._wait_health(port, start([*link, "--port", str(port)], "superlink"), ca, 120.0)
+        keys = {}
+        for p in PARTIES:
+            keys[p] = fl.write_supernode_key(run / "node-keys", p)
+            register = [fl._flwr_bin("flwr"), "supernode", "register", f"{keys[p]}.pub", "loop"]
+            assert start([*register, "--name", p], f"register-{p}").wait() == 0
+            said = (logs / f"register-{p}.log").read_text()
+            found = re.search(r"SuperNode (\d+) registered", said)
+            assert found is not None, said
+            node_ids[p] = found.group(1)
+        for claim, key in (("pix", "pix"), ("fou", "fou"), ("pix", "zer")):
+            nc = f"party='{claim}' data='{data / f'{claim}.npz'}' out='{run / key}' "
+            nc += f"config='{app / fl.APP_CONFIG}'"
+            node = [fl._flwr_bin("flower-supernode"), "--root-certificates", str(ca)]
+            node += ["--superlink", f"127.0.0.1:{port}", "--port", str(free_port())]
+            node += ["--auth-supernode-private-key", str(keys[key]), "--node-config", nc]
+            start(node, f"supernode-{key}")
+        submit = [fl._flwr_bin("flwr"), "run", str(app), "loop", "--stream"]
+        start([*submit, "-c", f"out-dir='{run}'"], "flwr-run").wait(timeout=600)
+    finally:
+        fl._stop(procs)
+    res = json.loads((run / "coordinator" / "results.json").read_text())
+    impostor = f"Flower node {node_ids['zer']}"
+    assert res["status"] == (
+        f"ProtocolError: {impostor} declares party 'pix' but its SuperNode key is registered "
+        "as 'zer': refused (a node cannot claim another party's name; 'pix' is not blamed)"
+    )
+    assert set(res["nodes"].items()) <= {("pix", node_ids["pix"]), ("fou", node_ids["fou"])}
+
+
 @pytest.mark.filterwarnings("ignore:GitWildMatchPattern:DeprecationWarning")  # flwr's FAB builder
 def test_flower_app_is_a_flower_app_with_the_config_and_overrides(tmp_path, monkeypatch):
     """``fedviews flower app DIR --config C key=value``: a Flower App that declares fedviews
