@@ -203,7 +203,9 @@ def main() -> None:
             cfg_e = tmp / f"bench-{engine}.toml"
             cfg_e.write_text(CONFIG.format(rounds=rounds))
             t0 = time.perf_counter()
-            res = launch_flower(cfg_e, tmp / engine, engine=engine, data_dir=data, echo=quiet)
+            res = launch_flower(  # plain text, as the gRPC processes above
+                cfg_e, tmp / engine, engine=engine, data_dir=data, echo=quiet, insecure=True
+            )
             res["wall"] = time.perf_counter() - t0
             if res["status"] != "ok":
                 raise SystemExit(f"{engine}: {res['status']}")
@@ -219,6 +221,7 @@ def main() -> None:
                     engine=engine,
                     data_dir=data,
                     echo=quiet,
+                    insecure=True,
                     ping=args.pings,
                     ping_bytes=b,
                 )

@@ -137,6 +137,45 @@ def read_toml(path: Path) -> dict[str, Any]:
         raise ConfigError(f"{path}: invalid TOML: {exc}") from None
 
 
+_TOML_KEY = re.compile(r"[A-Za-z0-9_-]+")
+
+
+def dump_toml(table: Mapping[str, Any]) -> str:
+    """TOML text that :func:`read_toml` reads back as ``table`` (strings, numbers, booleans,
+    arrays and tables, as a config holds them); anything else is a :class:`ConfigError`."""
+
+    def key(k: str) -> str:
+        return k if _TOML_KEY.fullmatch(k) else json.dumps(k, ensure_ascii=False)
+
+    def value(v: Any) -> str:
+        if isinstance(v, bool):
+            return "true" if v else "false"
+        if isinstance(v, int):
+            return str(v)
+        if isinstance(v, float):
+            return repr(v)  # also nan, inf and -inf, as TOML writes them
+        if isinstance(v, str):  # JSON's escapes are TOML's basic-string escapes
+            return json.dumps(v, ensure_ascii=False)
+        if isinstance(v, (list, tuple)):
+            return "[" + ", ".join(map(value, v)) + "]"
+        if isinstance(v, Mapping):
+            return "{" + ", ".join(f"{key(k)} = {value(x)}" for k, x in v.items()) + "}"
+        raise ConfigError(f"{v!r} ({type(v).__name__}) cannot be written to a TOML config")
+
+    lines: list[str] = []
+
+    def write(t: Mapping[str, Any], path: tuple[str, ...]) -> None:
+        if path:
+            lines.append(f"\n[{'.'.join(map(key, path))}]")
+        subtables = [(k, v) for k, v in t.items() if isinstance(v, Mapping)]
+        lines.extend(f"{key(k)} = {value(v)}" for k, v in t.items() if not isinstance(v, Mapping))
+        for k, v in subtables:
+            write(v, (*path, k))
+
+    write(table, ())
+    return "\n".join(lines).lstrip("\n") + "\n"
+
+
 #: a list element written without quotes: a word of letters, digits and ``_ - . + / :``
 _BARE = re.compile(r"[\w.+\-/:]+")
 

@@ -15,9 +15,11 @@
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import re
+import sys
 import threading
 import uuid
 from collections.abc import Iterable
@@ -30,6 +32,7 @@ import pytest
 pytest.importorskip("flwr")
 
 from flwr.app import Context, Message, RecordDict  # noqa: E402
+from flwr.proto.node_pb2 import NodeInfo  # noqa: E402
 from flwr.serverapp import Grid  # noqa: E402
 
 from fedviews.deploy import (  # noqa: E402
@@ -144,16 +147,28 @@ class LoopbackGrid(Grid):
     Each pushed message goes to the real ``client_app`` with its node's ``Context``
     (state kept between messages, one message at a time per node, nodes in
     parallel). ``fresh=True`` drops the node's live party before every message, as
-    the deployment engine starts a new ClientApp process for every message.
+    the deployment engine starts a new ClientApp process for every message. Every
+    node's key is registered under the party of its node config (``registered``:
+    other names, by node ID; ``""``: registered under no name), as ``flwr supernode
+    register --name PARTY`` does with ``flower-superlink --enable-supernode-auth``.
     """
 
-    def __init__(self, node_configs: Iterable[dict], run_config: dict, *, fresh: bool = True):
+    def __init__(
+        self,
+        node_configs: Iterable[dict],
+        run_config: dict,
+        *,
+        fresh: bool = True,
+        registered: dict[int, str] | None = None,
+    ):
         self.run_id = RUN_ID
         self.fresh = fresh
         self.contexts = {
             1000 + k: Context(self.run_id, 1000 + k, dict(nc), RecordDict(), dict(run_config))
             for k, nc in enumerate(node_configs)
         }
+        self.names = {n: str(c.node_config.get("party", "")) for n, c in self.contexts.items()}
+        self.names.update(registered or {})
         self.workers = {n: ThreadPoolExecutor(max_workers=1) for n in self.contexts}
         self.replies: dict[str, Message] = {}
         self.lock = threading.Lock()
@@ -171,6 +186,9 @@ class LoopbackGrid(Grid):
 
     def get_node_ids(self):
         return list(self.contexts)
+
+    def get_nodes(self):
+        return [NodeInfo(node_id=n, name=self.names[n]) for n in self.contexts]
 
     def push_messages(self, messages):
         ids = []
@@ -344,6 +362,59 @@ def test_node_with_another_config_is_refused(deployment, tmp_path):
         grid.close()
 
 
+def test_a_node_cannot_claim_another_partys_name(deployment, tmp_path):
+    """Issue #34's must-show: a SuperNode whose key is registered as 'zer' presents party
+    'pix' (its own node config says so) after the real 'pix' joined: the ServerApp refuses
+    it, naming that node, and neither 'pix' nor 'zer' is blamed."""
+    path, data = deployment
+    nodes = _node_configs(data, tmp_path, ("pix", "fou", "pix"))  # node 1002: the impostor
+    grid = LoopbackGrid(nodes, {"deploy-config": str(path)}, registered={1002: "zer"})
+    opts = _flower.FlowerOptions(join_timeout=5.0, node_auth=True)
+    try:
+        with pytest.raises(ProtocolError) as caught:
+            _flower.run_flower_coordinator(
+                load_deploy_config(path), grid, tmp_path / "coordinator", options=opts
+            )
+    finally:
+        grid.close()
+    why = (
+        "Flower node 1002 declares party 'pix' but its SuperNode key is registered as 'zer': "
+        "refused (a node cannot claim another party's name; 'pix' is not blamed)"
+    )
+    assert str(caught.value) == why
+    assert caught.value.party == "Flower node 1002"
+    res = json.loads((tmp_path / "coordinator" / "results.json").read_text())
+    assert res["status"] == f"ProtocolError: {why}"
+    assert res["nodes"] == {"pix": "1000", "fou": "1001"}  # the honest nodes stayed mapped
+
+
+def test_node_auth_refuses_a_node_registered_under_no_name(deployment, tmp_path):
+    """With node-auth (the app's default) a node whose key has no registered name is refused
+    (nothing binds its claim); without it (simulation engine, --insecure) it is mapped."""
+    path, data = deployment
+    cfg = load_deploy_config(path)
+    for node_auth in (True, False):
+        grid = LoopbackGrid(
+            _node_configs(data, tmp_path), {"deploy-config": str(path)}, registered={1001: ""}
+        )
+        opts = _flower.FlowerOptions(join_timeout=5.0, node_auth=node_auth)
+        transport = _flower_transport.FlowerGridTransport(
+            session_policy(cfg), cfg.roles(), grid, options=opts
+        )
+        try:
+            if node_auth:
+                with pytest.raises(
+                    ConfigError,
+                    match="Flower node 1001 declares party 'fou' but its key is "
+                    "registered under no name.*--name PARTY",
+                ):
+                    transport.connect()
+            else:
+                assert transport.connect() == {"pix": 1000, "fou": 1001, "zer": 1002}
+        finally:
+            grid.close()
+
+
 def test_party_to_party_messages_are_refused():
     """Per-batch split learning (a party sends to another) needs the gRPC transport."""
     cfg = load_deploy_config(
@@ -379,18 +450,37 @@ def test_wire_round_trip_has_no_pickle():
         _flower_transport.unpack(RecordDict())
 
 
+def _without_this_environment_on_path(monkeypatch) -> None:
+    """PATH as in a shell where this environment is not activated (issue #34: the SuperLink
+    died with ``FileNotFoundError: 'flower-superexec'``)."""
+    monkeypatch.setenv("PATH", "/usr/bin:/bin")
+
+
 @pytest.mark.slow
-def test_simulation_engine_equals_in_process(deployment, reference, tmp_path):
-    """flower-superlink --simulation (Ray) + flwr run on loopback == in-process."""
+def test_simulation_engine_equals_in_process(deployment, reference, tmp_path, monkeypatch):
+    """flower-superlink --simulation (Ray) + flwr run on loopback == in-process; over TLS,
+    without this environment on PATH, the config's max_iter overridden (to the reference's
+    3) in the app's copy that the ServerApp and every node read."""
     pytest.importorskip("ray")
     path, data = deployment
+    fewer = tmp_path / "fewer.toml"
+    fewer.write_text(path.read_text().replace("max_iter = 3", "max_iter = 1"))
+    _without_this_environment_on_path(monkeypatch)
     run = tmp_path / "run"
     lines: list[str] = []
     res = launch_flower(
-        path, run, engine="simulation", data_dir=data, timeout=150, echo=lines.append
+        fewer,
+        run,
+        overrides=["params.max_iter=3", "federation.connect_timeout=240"],  # Ray: slow start
+        engine="simulation",
+        data_dir=data,
+        timeout=300,
+        echo=lines.append,
     )
     _check_against(reference, run, res)
     assert any(line.startswith("[coordinator] round 3/3: objective") for line in lines), lines
+    assert any("(TLS)" in line for line in lines), lines
+    assert "root-certificates" in (run / "flwr-home" / "config.toml").read_text()
 
 
 @pytest.mark.slow
@@ -398,29 +488,185 @@ def test_simulation_engine_equals_in_process(deployment, reference, tmp_path):
     os.environ.get("FEDVIEWS_TEST_FLOWER_DEPLOYMENT") != "1",
     reason="minutes: set FEDVIEWS_TEST_FLOWER_DEPLOYMENT=1 to run the deployment engine",
 )
-def test_deployment_engine_equals_in_process(deployment, reference, tmp_path):
-    """flower-superlink + one flower-supernode per party (node config) + flwr run == in-process."""
+def test_deployment_engine_equals_in_process(deployment, reference, tmp_path, monkeypatch):
+    """flower-superlink + one flower-supernode per party + flwr run == in-process, over TLS
+    with every SuperNode's key registered under its party's name (the ServerApp checks
+    each claim against it), without this environment on PATH."""
+    path, data = deployment
+    _without_this_environment_on_path(monkeypatch)
+    run = tmp_path / "run"
+    res = launch_flower(
+        path,
+        run,
+        overrides=["federation.connect_timeout=240"],  # SuperNodes join slowly on a busy machine
+        engine="deployment",
+        data_dir=data,
+        timeout=900,
+    )
+    _check_against(reference, run, res)
+    link = (run / "logs" / "superlink.log").read_text()
+    assert "--insecure" not in link
+    for p in PARTIES:
+        assert (run / "node-keys" / f"{p}.pub").read_text().startswith("ecdsa-sha2-nistp384 ")
+        assert "registered successfully" in (run / "logs" / f"register-{p}.log").read_text()
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(
+    os.environ.get("FEDVIEWS_TEST_FLOWER_DEPLOYMENT") != "1",
+    reason="minutes: set FEDVIEWS_TEST_FLOWER_DEPLOYMENT=1 to run the deployment engine",
+)
+def test_deployment_engine_refuses_a_supernode_claiming_another_party(deployment, tmp_path):
+    """Real SuperLink (TLS, --enable-supernode-auth), the keys of pix, fou and zer registered
+    under their names; pix and fou join honestly, and a SuperNode with zer's key presents
+    party 'pix' in its node config. The ServerApp refuses it, naming that node (zer's
+    registered node ID); neither honest party is blamed."""
+    import subprocess
+
+    from fedviews.deploy import _flower_launch as fl
+    from fedviews.deploy._launch import free_port, make_certs
+
     path, data = deployment
     run = tmp_path / "run"
-    res = launch_flower(path, run, engine="deployment", data_dir=data, timeout=900)
-    _check_against(reference, run, res)
+    logs, home = run / "logs", run / "flwr-home"
+    for folder in (logs, home):
+        folder.mkdir(parents=True)
+    app = fl.write_flower_app(run / "flower-app", path, ["federation.connect_timeout=240"])
+    certs = make_certs(run / "certs", load_deploy_config(path))
+    ca, port = certs / "ca.crt", free_port()
+    (home / "config.toml").write_text(
+        f'[superlink]\ndefault = "loop"\n[superlink.loop]\naddress = "127.0.0.1:{port}"\n'
+        f'root-certificates = "{ca}"\n'
+    )
+    env = fl._flower_env(home, 0.05)
+    procs: list[subprocess.Popen[bytes]] = []
+
+    def start(args: list[str], name: str) -> subprocess.Popen[bytes]:
+        with (logs / f"{name}.log").open("wb") as out:
+            proc = subprocess.Popen(
+                args, stdout=out, stderr=subprocess.STDOUT, env=env, cwd=run, start_new_session=True
+            )
+        procs.append(proc)
+        return proc
+
+    node_ids = {}
+    try:
+        link = [fl._flwr_bin("flower-superlink"), "--ssl-ca-certfile", str(ca)]
+        link += ["--ssl-certfile", str(certs / "coordinator.crt")]
+        link += ["--ssl-keyfile", str(certs / "coordinator.key"), "--enable-supernode-auth"]
+        link += ["--disable-runtime-dependency-installation", "--host", "127.0.0.1"]
+        fl._wait_health(port, start([*link, "--port", str(port)], "superlink"), ca, 120.0)
+        keys = {}
+        for p in PARTIES:
+            keys[p] = fl.write_supernode_key(run / "node-keys", p)
+            register = [fl._flwr_bin("flwr"), "supernode", "register", f"{keys[p]}.pub", "loop"]
+            assert start([*register, "--name", p], f"register-{p}").wait() == 0
+            said = (logs / f"register-{p}.log").read_text()
+            found = re.search(r"SuperNode (\d+) registered", said)
+            assert found is not None, said
+            node_ids[p] = found.group(1)
+        for claim, key in (("pix", "pix"), ("fou", "fou"), ("pix", "zer")):
+            nc = f"party='{claim}' data='{data / f'{claim}.npz'}' out='{run / key}' "
+            nc += f"config='{app / fl.APP_CONFIG}'"
+            node = [fl._flwr_bin("flower-supernode"), "--root-certificates", str(ca)]
+            node += ["--superlink", f"127.0.0.1:{port}", "--port", str(free_port())]
+            node += ["--auth-supernode-private-key", str(keys[key]), "--node-config", nc]
+            start(node, f"supernode-{key}")
+        submit = [fl._flwr_bin("flwr"), "run", str(app), "loop", "--stream"]
+        start([*submit, "-c", f"out-dir='{run}'"], "flwr-run").wait(timeout=600)
+    finally:
+        fl._stop(procs)
+    res = json.loads((run / "coordinator" / "results.json").read_text())
+    impostor = f"Flower node {node_ids['zer']}"
+    assert res["status"] == (
+        f"ProtocolError: {impostor} declares party 'pix' but its SuperNode key is registered "
+        "as 'zer': refused (a node cannot claim another party's name; 'pix' is not blamed)"
+    )
+    assert set(res["nodes"].items()) <= {("pix", node_ids["pix"]), ("fou", node_ids["fou"])}
 
 
-def test_flower_cli_writes_the_app_and_refuses_unknown_engines(tmp_path):
+@pytest.mark.filterwarnings("ignore:GitWildMatchPattern:DeprecationWarning")  # flwr's FAB builder
+def test_flower_app_is_a_flower_app_with_the_config_and_overrides(tmp_path, monkeypatch):
+    """``fedviews flower app DIR --config C key=value``: a Flower App that declares fedviews
+    as its dependency, ships its module and a copy of the config with the overrides applied
+    (found by a path relative to the app), and holds no absolute path; Flower builds it."""
+    import importlib.util
+    import zipfile
+
+    from flwr.cli.build import build_fab_from_disk
+    from typer.testing import CliRunner
+
+    from fedviews import __version__
+    from fedviews._tables import tomllib  # tomli before Python 3.11
+    from fedviews.cli import app
+    from fedviews.deploy._roles import run_identity
+
+    config = Path(__file__).resolve().parents[2] / "configs" / "deploy_mmvfl_flower.toml"
+    overrides = ["params.max_iter=2", "seed=11"]
+    fa = tmp_path / "fa"
+    res = CliRunner().invoke(app, ["flower", "app", str(fa), "--config", str(config), *overrides])
+    assert res.exit_code == 0, res.output
+    project = tomllib.loads((fa / "pyproject.toml").read_text())
+    assert project["project"]["dependencies"] == [f"fedviews=={__version__}"]
+    flwr_app = project["tool"]["flwr"]["app"]
+    assert flwr_app["components"] == {
+        "serverapp": "fedviews_flower_app:server_app",
+        "clientapp": "fedviews_flower_app:client_app",
+    }
+    assert flwr_app["config"]["deploy-config"] == "deploy.toml"
+    assert flwr_app["config"]["node-auth"] is True
+    for f in fa.iterdir():  # nothing of this machine's layout
+        assert str(tmp_path) not in f.read_text() and str(config.parent) not in f.read_text()
+    copy = load_deploy_config(fa / "deploy.toml")
+    assert run_identity(copy) == run_identity(load_deploy_config(config, overrides))
+    assert (copy.params.max_iter, copy.seed) == (2, 11)
+    with zipfile.ZipFile(io.BytesIO(build_fab_from_disk(fa))) as fab:
+        assert {"deploy.toml", "fedviews_flower_app.py"} <= set(fab.namelist())
+    # loaded as Flower loads it, the module's folder is where relative run config lives
+    spec = importlib.util.spec_from_file_location(
+        "fedviews_flower_app", fa / "fedviews_flower_app.py"
+    )
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    monkeypatch.setitem(sys.modules, "fedviews_flower_app", module)
+    spec.loader.exec_module(module)
+    assert module.server_app is _flower.server_app and module.client_app is _flower.client_app
+    assert _flower_node.run_config_path({"deploy-config": "deploy.toml"}, "deploy-config") == (
+        fa / "deploy.toml"
+    )
+
+
+def test_flower_launch_takes_overrides_and_refuses_bad_ones(tmp_path, monkeypatch):
+    """``fedviews flower launch CONFIG key=value``: the overrides of ``fedviews launch``, a
+    bad one refused in one line before anything starts; so is an unknown engine."""
     from typer.testing import CliRunner
 
     from fedviews.cli import app
+    from fedviews.deploy import _flower_launch
 
-    runner = CliRunner()
     config = Path(__file__).resolve().parents[2] / "configs" / "deploy_mmvfl_flower.toml"
-    res = runner.invoke(app, ["flower", "app", str(tmp_path / "fa"), "--config", str(config)])
-    assert res.exit_code == 0, res.output
-    text = (tmp_path / "fa" / "pyproject.toml").read_text()
-    assert f'deploy-config = "{config}"' in text and "fedviews.deploy._flower:server_app" in text
-    bad = runner.invoke(
-        app, ["flower", "launch", str(config), "--out", str(tmp_path / "r")] + ["--engine", "ray"]
+    runner = CliRunner()
+    seen = {}
+
+    def fake_launch(config, run_dir, **kwargs):
+        seen.update(kwargs, config=config, run_dir=run_dir)
+        return {"status": "ok", "seconds_per_round": 0.5}
+
+    monkeypatch.setattr(_flower_launch, "launch_flower", fake_launch)
+    out = tmp_path / "r"
+    ok = runner.invoke(
+        app, ["flower", "launch", str(config), "params.max_iter=2", "--out", str(out)]
     )
-    assert bad.exit_code == 2 and "--engine must be" in bad.output
+    assert ok.exit_code == 0, ok.output
+    assert seen["overrides"] == ["params.max_iter=2"] and seen["run_dir"] == out
+    assert seen["insecure"] is False and seen["engine"] == "deployment"
+    for args, why in (
+        (["params.max_iter=zero"], "params.max_iter"),
+        (["params.nope=1"], "nope"),
+        (["--engine", "ray"], "--engine must be"),
+    ):
+        bad = runner.invoke(app, ["flower", "launch", str(config), *args, "--out", str(out)])
+        assert bad.exit_code == 2 and why in bad.output, bad.output
 
 
 def test_direct_links_are_refused_on_flower(deployment, tmp_path):

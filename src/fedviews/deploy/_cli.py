@@ -275,52 +275,64 @@ def register(app: typer.Typer) -> None:
     def flower_write_app(
         directory: Path,
         config: Annotated[Path, typer.Option(help="The deployment config (TOML).")],
-        out: Annotated[Path | None, typer.Option(help="Result folder of the run.")] = None,
-        data_dir: Annotated[
-            Path | None, typer.Option(help="Folder of <party>.npz files (simulation engine).")
-        ] = None,
+        overrides: _Overrides = None,
     ) -> None:
-        """Write the Flower app project that `flwr run DIRECTORY` submits to a SuperLink."""
-        from fedviews.deploy._config import load_deploy_config
-        from fedviews.deploy._flower import check_flower_config
+        """Write the Flower App (code, deployment config copy) that `flwr run DIRECTORY` submits."""
         from fedviews.deploy._flower_launch import write_flower_app
 
-        check_flower_config(load_deploy_config(config))
-        where = write_flower_app(
-            directory,
-            deploy_config=config.resolve(),
-            out_dir=out.resolve() if out else "",
-            data_dir=data_dir.resolve() if data_dir else "",
-        )
+        where = write_flower_app(directory, config, overrides or [])
         console.print(f"Flower app: {where}")
-        console.print(f"submit it with: flwr run {directory} <federation>  (see docs/flower.md)")
+        console.print(
+            f"submit it with: flwr run {directory} CONNECTION --stream "
+            "-c \"out-dir='/runs/NAME'\"  (see docs/flower.md)"
+        )
 
     @flower_app.command("launch")
     @friendly
     def flower_launch(
         config: Path,
-        out: Annotated[Path, typer.Option(help="Run folder.")],
+        overrides: _Overrides = None,
+        out: Annotated[Path | None, typer.Option(help="Run folder.")] = None,
         engine: Annotated[
             str, typer.Option(help="deployment (SuperLink + SuperNodes) or simulation (Ray).")
         ] = "deployment",
         data_dir: _DataDir = None,
+        insecure: Annotated[
+            bool,
+            typer.Option(
+                "--insecure",
+                help="Plain text, no SuperNode authentication (local tests only); default: "
+                "TLS with a fresh CA and every SuperNode's key registered under its party.",
+            ),
+        ] = False,
         ping: Annotated[int, typer.Option(help="Only time N echo round trips.")] = 0,
         ping_bytes: Annotated[int, typer.Option(help="Bytes per echo message.")] = 0,
     ) -> None:
         """A whole Flower deployment on this machine over loopback (one SuperNode per party)."""
+        from fedviews.deploy._config import load_deploy_config
         from fedviews.deploy._flower_launch import launch_flower
+        from fedviews.errors import ConfigError
 
         if engine not in ("deployment", "simulation"):
-            from fedviews.errors import ConfigError
-
             raise ConfigError("--engine must be 'deployment' or 'simulation'")
+        cfg = load_deploy_config(config, overrides or [])  # a bad override fails here, at once
+        if insecure:
+            tls_for(None, True, "")
+        run_dir = out or Path(cfg.output_dir) / f"{cfg.name}-flower"
         res = launch_flower(
-            config, out, engine=engine, data_dir=data_dir, ping=ping, ping_bytes=ping_bytes
+            config,
+            run_dir,
+            overrides=overrides or [],
+            engine=engine,
+            data_dir=data_dir,
+            insecure=insecure,
+            ping=ping,
+            ping_bytes=ping_bytes,
         )
         status = str(res.get("status", "?"))
         per_round = res.get("seconds_per_round")
         extra = f", {per_round:.3f} s per round" if isinstance(per_round, (int, float)) else ""
-        console.print(f"status: {status}{extra}; results in {out}")
+        console.print(f"status: {status}{extra}; results in {run_dir}")
         if status != "ok":
             raise typer.Exit(1)
 

@@ -1,4 +1,4 @@
-"""Flower (``flwr`` 1.41) as a transport of the deployed session: the ServerApp and the ClientApp.
+"""Flower (``flwr`` 1.41, 1.42) as a transport of the deployed session: the ServerApp and the ClientApp.
 
 The session of :mod:`fedviews.deploy._session` (``deploy:setup``, ``deploy:build``,
 the algorithm's rounds, ``deploy:finish``) runs unchanged; only the transport differs
@@ -16,8 +16,11 @@ whatever the ServerApp sends; the parties' files come pre-aligned (``alignment =
   says which party it is in its *node config*
   (``--node-config "party='pix' data='/data/pix.npz' out='/runs/pix'"``); the
   ServerApp asks every node first (``query.fedviews_hello``) and maps parties to
-  node IDs. Every later Flower message carries one encoded fedviews message and
-  is answered by that node's :class:`DeployParty`.
+  node IDs. A node's claim is bound to its SuperNode authentication key: a node whose
+  key the SuperLink registered under another party's name (``flwr supernode register
+  KEY.pub --name PARTY``) is refused, and with run config ``node-auth = true`` (the
+  default) so is a node registered under no name. Every later Flower message carries
+  one encoded fedviews message and is answered by that node's :class:`DeployParty`.
 
 The pieces: :mod:`._flower_transport` (the transports and the wire format),
 :mod:`._flower_node` (a node's party, kept in ``Context.state`` across Flower's
@@ -34,8 +37,12 @@ through the SuperLink, a SuperNode poll and a new ClientApp process (seconds, se
 Run config of the Flower app (``flwr run APP CONNECTION -c "..."``):
 
 ``deploy-config``
-    the deployment TOML (as for ``fedviews coordinator``); also read by a node
+    the deployment TOML (as for ``fedviews coordinator``); a relative path is a file of
+    the app (``deploy.toml``, written by ``fedviews flower app``); also read by a node
     whose node config has no ``config=PATH`` of its own.
+``node-auth``
+    ``true`` (default): every node must be registered under the party name it declares
+    (see above); ``false``: the node configs say who is who (simulation engine, tests).
 ``out-dir``
     run folder: the coordinator writes ``OUT/coordinator``; a node without
     ``out=`` in its node config writes ``OUT/<party>``
@@ -209,16 +216,20 @@ def _server_main(grid: Grid, context: Context) -> None:
     path = run_config_path(rc, "deploy-config")
     if path is None:
         raise ConfigError(
-            "the Flower run config needs deploy-config=PATH (flwr run ... -c "
-            "\"deploy-config='/abs/path/deploy.toml'\")"
+            "the Flower run config needs deploy-config=PATH (a file of the app, or an "
+            "absolute path: flwr run ... -c \"deploy-config='/abs/path/deploy.toml'\")"
         )
     cfg = load_deploy_config(path)
+    node_auth = rc.get("node-auth", True)
+    if not isinstance(node_auth, bool):
+        raise ConfigError(f"the run config's node-auth must be true or false, not {node_auth!r}")
     run_flower_coordinator(
         cfg,
         grid,
         run_dir(rc, cfg) / "coordinator",
         echo=printer,
         resume=run_config_path(rc, "resume"),
+        options=FlowerOptions(join_timeout=cfg.federation.connect_timeout, node_auth=node_auth),
         ping=int(rc.get("ping", 0) or 0),
         ping_bytes=int(rc.get("ping-bytes", 0) or 0),
     )

@@ -21,6 +21,7 @@ Nor does the PSI run on a node: without end-to-end keys its chains cannot be sea
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import sys
 import threading
@@ -80,9 +81,37 @@ def _text(config: Mapping[str, Any], key: str) -> str:
     return str(config.get(key, "") or "")
 
 
+#: the module of a Flower app written by ``fedviews flower app`` (its components' home)
+APP_MODULE = "fedviews_flower_app"
+
+
 def run_config_path(rc: Mapping[str, Any], key: str) -> Path | None:
-    """The path under ``key`` of a Flower run (or node) config; None where it is empty."""
-    return Path(v) if (v := _text(rc, key)) else None
+    """The path under ``key`` of a Flower run config; None where it is empty.
+
+    A relative path is a file of the Flower app (e.g. its ``deploy.toml``): it is found
+    next to the app's module :data:`APP_MODULE`, in the app's folder on this host.
+    """
+    if not (v := _text(rc, key)):
+        return None
+    path = Path(v)
+    if path.is_absolute():
+        return path
+    # Flower put the app's folder on sys.path (and the simulation engine on its Ray
+    # workers' PYTHONPATH, where the ClientApp arrives without its module imported)
+    spec = importlib.util.find_spec(APP_MODULE)
+    where = None if spec is None else spec.origin
+    if where is None:
+        raise ConfigError(
+            f"run config {key}={v!r} is relative: it names a file of the Flower app, but "
+            f"this app was not written by `fedviews flower app` (no module {APP_MODULE}); "
+            "give an absolute path"
+        )
+    return Path(where).parent / path
+
+
+def node_config_path(nc: Mapping[str, Any], key: str) -> Path | None:
+    """The path under ``key`` of this node's own config (relative: to its working folder)."""
+    return Path(v) if (v := _text(nc, key)) else None
 
 
 def run_dir(rc: Mapping[str, Any], cfg: DeployConfig) -> Path:
@@ -102,8 +131,8 @@ class NodeSettings:
 def node_settings(context: Context) -> NodeSettings:
     """This node's party, data file and folders, from its node config (or run config)."""
     nc, rc = context.node_config, context.run_config
-    cfg_path = _text(nc, "config") or _text(rc, "deploy-config")
-    if not cfg_path:
+    cfg_path = node_config_path(nc, "config") or run_config_path(rc, "deploy-config")
+    if cfg_path is None:
         raise ConfigError(
             "no deployment config: set deploy-config in the run config or config=PATH "
             "in this node's --node-config"
@@ -133,8 +162,8 @@ def node_settings(context: Context) -> NodeSettings:
             )
         found = [Path(data_dir) / f"{party}.{ext}" for ext in SUFFIXES]
         data = str(next((f for f in found if f.is_file()), found[0]))
-    out = run_config_path(nc, "out") or run_dir(rc, cfg) / party
-    return NodeSettings(cfg, party, Path(data), out, run_config_path(nc, "resume"))
+    out = node_config_path(nc, "out") or run_dir(rc, cfg) / party
+    return NodeSettings(cfg, party, Path(data), out, node_config_path(nc, "resume"))
 
 
 def _arrays(values: Mapping[str, np.ndarray]) -> ArrayRecord:

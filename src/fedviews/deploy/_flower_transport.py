@@ -64,11 +64,18 @@ class FlowerOptions:
         Deadline of one request in seconds (also the Flower message TTL).
     join_timeout : float
         Seconds to wait until a node has declared every party of the federation.
+    node_auth : bool
+        Every node must be registered with the SuperLink under the name of the party it
+        declares (``flwr supernode register KEY.pub --name PARTY`` of a SuperLink run with
+        ``--enable-supernode-auth``): the party a node claims is then the one its
+        authentication key was registered for. False: a node's own node config says which
+        party it is (the simulation engine's virtual nodes, ``--insecure`` local tests).
     """
 
     poll_interval: float = 0.02
     request_timeout: float = 3600.0
     join_timeout: float = 60.0
+    node_auth: bool = False
 
 
 def pack(wire: bytes | bytearray) -> RecordDict:
@@ -137,6 +144,7 @@ class FlowerGridTransport(Transport):
         self.grid = grid
         self.options = options or FlowerOptions()
         self.nodes: dict[str, int] = {}
+        self.registered: dict[int, str] = {}  # node ID -> the name its key was registered under
         self.exchanges: list[tuple[str, int, float]] = []  # (kind, messages, seconds)
         self.pings: dict[str, list[float]] = {}
         self._grid_lock = threading.Lock()  # one grid call at a time (PSI chains are threads)
@@ -156,7 +164,9 @@ class FlowerGridTransport(Transport):
         coordinator = next(iter(self.local), "coordinator")
         while True:
             with self._grid_lock:
-                new = sorted(set(self.grid.get_node_ids()) - asked)
+                for info in self.grid.get_nodes():
+                    self.registered[int(info.node_id)] = str(getattr(info, "name", "") or "")
+            new = sorted(set(self.registered) - asked)
             if new:
                 asked.update(new)
                 content = ConfigRecord({"coordinator": coordinator, "run": run_fingerprint})
@@ -190,6 +200,7 @@ class FlowerGridTransport(Transport):
                 f"{where} declares party {party!r}, which is not one of this federation's "
                 f"parties {sorted(self.expected)}"
             )
+        self._check_identity(node, party)
         if party in self.nodes:
             raise ConfigError(
                 f"Flower nodes {self.nodes[party]} and {node} both declare party {party!r}; "
@@ -202,6 +213,27 @@ class FlowerGridTransport(Transport):
                 "(algorithm, seed, parties, label owner or params differ from the coordinator's)"
             )
         self.nodes[party] = node
+
+    def _check_identity(self, node: int, party: str) -> None:
+        """Refuse a node whose authentication key was registered for another party (it
+        claims a name that is not its own) or, with ``node_auth``, for no party at all."""
+        registered = self.registered.get(node, "")
+        where = f"Flower node {node}"
+        if registered and registered != party:
+            raise ProtocolError(
+                f"{where} declares party {party!r} but its SuperNode key is registered as "
+                f"{registered!r}: refused (a node cannot claim another party's name; "
+                f"{party!r} is not blamed)",
+                party=where,
+            )
+        if self.options.node_auth and not registered:
+            raise ConfigError(
+                f"{where} declares party {party!r} but its key is registered under no name, "
+                "so nothing binds it to that party: run the SuperLink with "
+                "--enable-supernode-auth and register each party's SuperNode key with "
+                "`flwr supernode register KEY.pub CONNECTION --name PARTY` (or set the run "
+                "config node-auth=false to trust the node configs: local tests only)"
+            )
 
     # -- messaging ------------------------------------------------------------
     def _query(
