@@ -1,4 +1,5 @@
-"""Deployment commands: ``certs``, ``coordinator``, ``party``, ``launch``, ``split-data``."""
+"""Deployment commands: ``certs``, ``coordinator``, ``party``, ``launch``, ``predict``,
+``split-data``."""
 
 from __future__ import annotations
 
@@ -30,6 +31,13 @@ _Insecure = Annotated[
 ]
 _Out = Annotated[Path | None, typer.Option(help="Result folder.")]
 _DataDir = Annotated[Path | None, typer.Option(help="Folder of <party>.npz/.csv files.")]
+_Model = Annotated[
+    Path | None,
+    typer.Option(
+        help="This process's folder of a finished training run: predict the new rows of this "
+        "session with its part of that model instead of training (fedviews predict)."
+    ),
+]
 _Resume = Annotated[
     Path | None,
     typer.Option(
@@ -153,6 +161,7 @@ def register(app: typer.Typer) -> None:
         out: _Out = None,
         port_file: Annotated[Path | None, typer.Option(help="Write the bound port here.")] = None,
         resume: _Resume = None,
+        model: _Model = None,
     ) -> None:
         """Run the coordinator of a deployment: listen, wait for the parties, drive the run."""
         from fedviews.deploy._config import load_deploy_config
@@ -173,6 +182,7 @@ def register(app: typer.Typer) -> None:
                 tls=tls,
                 port_file=port_file,
                 resume=resume,
+                model=model,
             )
         finally:
             stop()
@@ -199,6 +209,7 @@ def register(app: typer.Typer) -> None:
                 "federation.listen entry; e.g. 0.0.0.0:7101 behind a NAT)."
             ),
         ] = None,
+        model: _Model = None,
     ) -> None:
         """Run one party: load only its own data, dial out to the coordinator, serve the run."""
         from fedviews.deploy._config import load_deploy_config
@@ -223,6 +234,7 @@ def register(app: typer.Typer) -> None:
                 tls=tls,
                 resume=resume,
                 listen=listen,
+                model=model,
             )
         finally:
             stop()
@@ -261,6 +273,52 @@ def register(app: typer.Typer) -> None:
             certs_dir=certs,
             insecure=insecure,
             resume=resume,
+        )
+        console.print(f"run folder: [bold]{run_dir}[/]")
+
+    @app.command()
+    @friendly
+    def predict(
+        config: Path,
+        overrides: _Overrides = None,
+        model: Annotated[
+            Path | None,
+            typer.Option(
+                help="Run folder of the finished `fedviews launch` that trained the model."
+            ),
+        ] = None,
+        data_dir: Annotated[
+            Path | None,
+            typer.Option(
+                help="Folder of every party's new rows, <party>.npz/.csv, without labels."
+            ),
+        ] = None,
+        out: Annotated[
+            Path | None, typer.Option(help="Run folder (default runs/<name>-<time>).")
+        ] = None,
+        certs: _Certs = None,
+        insecure: _Insecure = False,
+    ) -> None:
+        """Predict new rows together: the coordinator + every party as local processes, each with
+        its own part of a launched run's model; predictions land with the label owner."""
+        from fedviews.deploy._config import load_deploy_config
+        from fedviews.deploy._launch import launch as _launch
+        from fedviews.errors import ConfigError
+
+        if model is None:
+            raise ConfigError("pass --model RUN_DIR: the run folder of the training launch")
+        cfg = load_deploy_config(config, overrides or [])
+        if insecure:
+            tls_for(None, True, "")
+        run_dir = _launch(
+            config,
+            cfg,
+            overrides or [],
+            out_dir=out,
+            data_dir=data_dir,
+            certs_dir=certs,
+            insecure=insecure,
+            model=model,
         )
         console.print(f"run folder: [bold]{run_dir}[/]")
 

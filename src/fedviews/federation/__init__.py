@@ -15,6 +15,7 @@ from fedviews.errors import require
 from fedviews.federation._algorithm import (
     ALGORITHMS,
     Algorithm,
+    Prediction,
     get_algorithm_spec,
     register_algorithm_spec,
 )
@@ -138,6 +139,7 @@ __all__ = [
     "Message",
     "MessageLog",
     "Party",
+    "Prediction",
     "PrivacyPolicy",
     "Observation",
     "Observed",

@@ -184,7 +184,118 @@ class IRLSOptions:
     method: str = "auto"
 
 
-class ConsensusParty(SecureSumParty):
+class ConsensusTester(SecureSumParty):
+    """Party ``k`` in the testing phase (FedMV Eqs. 12-13): its fitted ``W_k``, ``zeta_k`` and
+    scaler, and its own test rows; only ``Z_k^test`` leaves it.
+
+    The training party (:class:`ConsensusParty`) is one; a deployed party that predicts new
+    rows with the model part it kept (``fedviews predict``) is built as one from its fitted
+    ``W`` alone. A label owner (``classes``: its labels in the order of ``W``'s columns)
+    turns the consensus it is sent (``predict``) into class labels.
+
+    Parameters
+    ----------
+    W
+        The fitted ``W_k`` (``None`` until a training round ran).
+    zeta
+        ``zeta_k``, sent with every ``Z_k^test`` (the server weighs the average by it).
+    scaler
+        ``(mean, scale)`` of its own training columns with ``params.standardize``: every
+        test view it loads is scaled with it (:meth:`load_test`); it never leaves the party.
+    X_test
+        This party's test rows (raw), loaded for the testing phase when it starts.
+    classes
+        A label owner's labels in the order of the columns of ``W``: part of its results,
+        to read ``argmax Z^test`` as labels.
+    secure
+        Send ``Z_k_test`` only masked for the server's secure sum; a request before the key
+        exchange is refused.
+    """
+
+    def __init__(
+        self,
+        name: str,
+        *,
+        zeta: float,
+        role: str = "party",
+        W: np.ndarray | None = None,
+        scaler: Scaler | None = None,
+        X_test: np.ndarray | None = None,
+        classes: np.ndarray | None = None,
+        secure: bool = False,
+    ) -> None:
+        super().__init__(name, role=role)
+        self.zeta, self.W, self.scaler, self.X_test = zeta, W, scaler, X_test
+        self.classes, self.secure = classes, secure
+        self.P_test: np.ndarray | None = None
+        self.Z_k_test: np.ndarray | None = None
+        #: the label owner's labels of its test rows (``score``) or new rows (``predict``)
+        self.y_test_pred: np.ndarray | None = None
+        #: the consensus ``Z^test`` it was sent to predict from (``predict``)
+        self.Z_test: np.ndarray | None = None
+
+    def _send_Z(self, msg: Message, name: str, Z_k: np.ndarray, local: float | None) -> Message:
+        """The reply with ``Z_k`` (``name``), ``zeta_k`` and the local objective terms: in the
+        clear, or (``secure``) masked for the server's secure sum of ``zeta_k Z_k``,
+        ``zeta_k``, ``zeta_k ||Z_k||^2`` and the local terms."""
+        if not self.secure:
+            meta: dict[str, float] = {"zeta": self.zeta}
+            if local is not None:
+                meta["local_objective"] = local
+            return self.reply(msg, arrays={name: Z_k}, meta=meta)
+        keys = self.keyed_sum(name)
+        zeta_name, stats_name = masked_names(name)
+        stats = np.array([self.zeta, self.zeta * sq(Z_k), local or 0.0])
+        arrays = {zeta_name: self.zeta * Z_k, stats_name: stats}
+        return self.reply(msg, arrays=keys.mask(arrays, msg.round))
+
+    def hold_test(self, X_test: np.ndarray) -> None:
+        """Local: this party now holds the (raw) test view ``X_test`` of its own rows; the
+        next testing phase (``test_init``) reads it, as a deployed party reads its file's."""
+        self.X_test, self.P_test = X_test, None
+
+    def load_test(self, X_test: np.ndarray) -> None:
+        """Local: the party reads its own (raw) test view, scales it as its training view was
+        scaled, and computes ``P_k = X_k^test W_k``."""
+        if self.W is None:
+            raise ProtocolError(f"{self.name}: the testing phase starts before any training round")
+        if X_test.shape[1] != self.W.shape[0]:
+            raise DataError(
+                f"{self.name}: test view has {X_test.shape[1]} features, fit with {self.W.shape[0]}"
+            )
+        self.P_test = scaled(X_test, self.scaler) @ self.W
+
+    @handles("test_init")
+    def on_test_init(self, msg: Message) -> Message:
+        if self.P_test is None:
+            if self.X_test is None:
+                raise DataError(f"{self.name!r} has no test data (ids_test, X_test)")
+            self.load_test(self.X_test)
+        assert self.P_test is not None
+        self.Z_k_test = self.P_test.copy()
+        return self._send_Z(msg, "Z_k_test", self.Z_k_test, None)
+
+    @handles("test_update")
+    def on_test_update(self, msg: Message) -> Message:
+        if self.P_test is None:
+            raise ProtocolError(f"{self.name!r} got test_update before test_init")
+        Z_test = msg.array("Z_test", self.P_test.shape)
+        self.Z_k_test = z_k_step(self.P_test, Z_test, self.zeta)  # Eq. (13)
+        return self._send_Z(msg, "Z_k_test", self.Z_k_test, None)
+
+    @handles("predict")
+    def on_predict(self, msg: Message) -> None:
+        """The label owner's prediction of its test rows: ``argmax`` of the consensus
+        ``Z^test`` (Eq. 2) the server computed with every party, as class labels."""
+        if self.classes is None:
+            raise ProtocolError(f"{self.name!r} holds no labels: only the label owner predicts")
+        if self.P_test is None:
+            raise ProtocolError(f"{self.name!r} got predict before test_init")
+        self.Z_test = msg.array("Z_test", (len(self.P_test), len(self.classes)))
+        self.y_test_pred = self.classes[np.argmax(self.Z_test, axis=1)]
+
+
+class ConsensusParty(ConsensusTester):
     """Party ``k``: its view ``X_k``, its ``W_k`` (and test rows, labels) never leave it.
 
     Parameters
@@ -195,18 +306,11 @@ class ConsensusParty(SecureSumParty):
     labels
         ``(Y, classes, y_test)`` of a label owner that sends ``Y`` to the server
         (``labels``) and scores the test consensus (``score``): V-FedMV deployed.
-    X_test
-        This party's test rows (raw), loaded for the testing phase when it starts.
-    scaler
-        ``(mean, scale)`` of its own training columns with ``params.standardize``: ``X``
-        is already scaled with it, and every test view it loads is scaled with it
-        (:meth:`load_test`); it never leaves the party and is part of its results.
+    X_test, scaler, secure
+        As :class:`ConsensusTester` (``X`` is already scaled with ``scaler``).
     classes
         A label owner's labels in the order of the columns of ``W`` (``Y``'s; with
         ``labels``, its ``classes``): part of its results, to read ``argmax X W`` as labels.
-    secure
-        Send ``Z_k`` (and ``Z_k_test``) only masked for the server's secure sum; a
-        request before the key exchange is refused.
     """
 
     def __init__(
@@ -228,20 +332,22 @@ class ConsensusParty(SecureSumParty):
         classes: np.ndarray | None = None,
         secure: bool = False,
     ) -> None:
-        super().__init__(name, role=role)
-        self.secure, self.scaler = secure, scaler
+        super().__init__(
+            name,
+            zeta=zeta,
+            role=role,
+            scaler=scaler,
+            X_test=X_test,
+            classes=classes if labels is None else labels[1],
+            secure=secure,
+        )
         self.problem = L21Problem(X, method=solver.method, eps=solver.eps)
-        self.beta, self.zeta, self.eta = beta, zeta, eta
+        self.beta, self.eta = beta, eta
         self.Y = Y
         self.solver = solver
-        self.labels, self.X_test = labels, X_test
-        self.classes = classes if labels is None else labels[1]
-        self.W: np.ndarray | None = None
+        self.labels = labels
         self.Z_k = orthonormal_nonnegative(X.shape[0], n_classes, np.random.default_rng(seed))
         self.inner_iterations: list[int] = []
-        self.P_test: np.ndarray | None = None
-        self.Z_k_test: np.ndarray | None = None
-        self.y_test_pred: np.ndarray | None = None
 
     # -- training --------------------------------------------------------------
     def local_update(self, Z: np.ndarray) -> float:
@@ -262,21 +368,6 @@ class ConsensusParty(SecureSumParty):
     def on_update(self, msg: Message) -> Message:
         local = self.local_update(msg.array("Z", self.Z_k.shape))
         return self._send_Z(msg, "Z_k", self.Z_k, local)
-
-    def _send_Z(self, msg: Message, name: str, Z_k: np.ndarray, local: float | None) -> Message:
-        """The reply with ``Z_k`` (``name``), ``zeta_k`` and the local objective terms: in the
-        clear, or (``secure``) masked for the server's secure sum of ``zeta_k Z_k``,
-        ``zeta_k``, ``zeta_k ||Z_k||^2`` and the local terms."""
-        if not self.secure:
-            meta: dict[str, float] = {"zeta": self.zeta}
-            if local is not None:
-                meta["local_objective"] = local
-            return self.reply(msg, arrays={name: Z_k}, meta=meta)
-        keys = self.keyed_sum(name)
-        zeta_name, stats_name = masked_names(name)
-        stats = np.array([self.zeta, self.zeta * sq(Z_k), local or 0.0])
-        arrays = {zeta_name: self.zeta * Z_k, stats_name: stats}
-        return self.reply(msg, arrays=keys.mask(arrays, msg.round))
 
     def state_dict(self) -> dict[str, np.ndarray]:
         """This party's private state after a round: ``W`` (the warm start), ``Z_k``, IRLS counts."""
@@ -312,41 +403,6 @@ class ConsensusParty(SecureSumParty):
         self.y_test_pred = classes[np.argmax(Z, axis=1)]
         accuracy = float(np.mean(self.y_test_pred == y_test))
         return self.reply(msg, meta={"accuracy": accuracy, "n_test": len(y_test)})
-
-    # -- testing phase ---------------------------------------------------------
-    def hold_test(self, X_test: np.ndarray) -> None:
-        """Local: this party now holds the (raw) test view ``X_test`` of its own rows; the
-        next testing phase (``test_init``) reads it, as a deployed party reads its file's."""
-        self.X_test, self.P_test = X_test, None
-
-    def load_test(self, X_test: np.ndarray) -> None:
-        """Local: the party reads its own (raw) test view, scales it as its training view was
-        scaled, and computes ``P_k = X_k^test W_k``."""
-        if self.W is None:
-            raise ProtocolError(f"{self.name}: the testing phase starts before any training round")
-        if X_test.shape[1] != self.W.shape[0]:
-            raise DataError(
-                f"{self.name}: test view has {X_test.shape[1]} features, fit with {self.W.shape[0]}"
-            )
-        self.P_test = scaled(X_test, self.scaler) @ self.W
-
-    @handles("test_init")
-    def on_test_init(self, msg: Message) -> Message:
-        if self.P_test is None:
-            if self.X_test is None:
-                raise DataError(f"{self.name!r} has no test data (ids_test, X_test)")
-            self.load_test(self.X_test)
-        assert self.P_test is not None
-        self.Z_k_test = self.P_test.copy()
-        return self._send_Z(msg, "Z_k_test", self.Z_k_test, None)
-
-    @handles("test_update")
-    def on_test_update(self, msg: Message) -> Message:
-        if self.P_test is None:
-            raise ProtocolError(f"{self.name!r} got test_update before test_init")
-        Z_test = msg.array("Z_test", self.P_test.shape)
-        self.Z_k_test = z_k_step(self.P_test, Z_test, self.zeta)  # Eq. (13)
-        return self._send_Z(msg, "Z_k_test", self.Z_k_test, None)
 
     def results(self) -> dict[str, np.ndarray]:
         """What this party keeps at the end: ``W``, ``Z_k``, feature importances (row norms),
@@ -533,6 +589,17 @@ class ConsensusServer(Coordinator):
             n_test=int(reply.number("n_test")),
             test_iterations=self.test_iterations,
         )
+
+    def predict(self) -> None:
+        """``fedviews predict``: the testing phase (:attr:`test`) on the parties' new rows, its
+        consensus ``Z^test`` sent to the label owner, which predicts their labels (``argmax``,
+        Eq. 2); the server keeps nothing but the iteration count."""
+        if self.test is None or self.label_owner is None:
+            raise ProtocolError("a prediction needs the testing phase's options and a label owner")
+        Z_test = self.consensus(*self.test)
+        round_ = len(self.objective) + self.test_iterations
+        self.send(self.label_owner, "predict", arrays={"Z_test": Z_test}, round=round_)
+        self.scores.update(test_iterations=self.test_iterations)
 
     def unconverged(self) -> str | None:
         """``None`` unless training stopped at ``max_iter`` rounds before ``tol`` held (and
