@@ -124,10 +124,10 @@ def launch(
     run_dir.mkdir(parents=True, exist_ok=True)
     if resume is None:  # what `fedviews run --resume RUN_DIR` needs to continue this run
         shutil.copyfile(config, run_dir / LAUNCH_CONFIG)
-        info = {"config": LAUNCH_CONFIG, "overrides": list(overrides), "insecure": insecure}
+        record = {"config": LAUNCH_CONFIG, "overrides": list(overrides), "insecure": insecure}
         if model is not None:  # a prediction session: nothing to resume, its model noted
-            info["model"] = str(model)
-        (run_dir / (LAUNCH_INFO if model is None else PREDICT_INFO)).write_text(json.dumps(info))
+            record["model"] = str(model)
+        (run_dir / (LAUNCH_INFO if model is None else PREDICT_INFO)).write_text(json.dumps(record))
         config = run_dir / LAUNCH_CONFIG
     fed = cfg.federation
     if data_dir is None:

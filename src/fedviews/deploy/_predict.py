@@ -56,7 +56,7 @@ def write_predictions(out_dir: Path, ids: np.ndarray, pred: Prediction) -> Path:
     """``predictions.csv`` (columns ``id``, ``label``) and ``predictions.npz`` (``ids``,
     ``labels`` and, where the algorithm has them, ``scores``) in ``out_dir``."""
     out_dir.mkdir(parents=True, exist_ok=True)
-    arrays = {"ids": ids, "labels": pred.labels}
+    arrays: dict[str, Any] = {"ids": ids, "labels": pred.labels}
     if pred.scores is not None:
         arrays["scores"] = pred.scores
     np.savez(out_dir / f"{PREDICTIONS}.npz", **arrays)

@@ -553,11 +553,11 @@ class MultiVFLAlgorithm(Algorithm):
         run = replace(run, params=replace(run.params, evaluate=False))
         if party in los:
             empty = Local(PartyData(none, None, none), {party: none}, local.groups)
-            lo = self.build_party(run, party, empty, setup)
-            assert isinstance(lo, LabelOwner)
-            load_module("top", lo.top, model, party)
-            lo.n_predict = len(local.rows[party])
-            return lo
+            owner = self.build_party(run, party, empty, setup)
+            assert isinstance(owner, LabelOwner)
+            load_module("top", owner.top, model, party)
+            owner.n_predict = len(local.rows[party])
+            return owner
         shape = parse_shape(setup[f"input/{party}"], f"input/{party}")
         if input_shape(local.data.features.shape) != shape:
             raise DataError(
@@ -574,7 +574,7 @@ class MultiVFLAlgorithm(Algorithm):
         return do
 
     def run_prediction(self, run: RunSpec, coord: Coordinator) -> None:
-        coord.broadcast(run.federation.owners(), "predict")
+        coord.broadcast(list(run.federation.owners()), "predict")
 
     def predictions(self, party: Party) -> Prediction | None:
         predicted = getattr(party, "predicted", None)
