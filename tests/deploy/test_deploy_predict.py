@@ -144,7 +144,9 @@ def _vfedmv_new_rows(files: dict[str, Path], drop: int) -> dict[str, PartyData]:
     return new
 
 
-def _vfedmv_reference(cfg: Any, files: dict[str, Path], new: dict[str, PartyData]) -> Any:
+def _vfedmv_reference(
+    cfg: Any, files: dict[str, Path], new: dict[str, PartyData], defense: str | None = None
+) -> Any:
     """The estimator's ``(ids, predict, decision_function)`` of the common new rows, fitted on
     the training rows that the PSI aligns (ascending ID)."""
     datas = [load_party_data(files[p]) for p in ("pix", "fou")]
@@ -161,6 +163,7 @@ def _vfedmv_reference(cfg: Any, files: dict[str, Path], new: dict[str, PartyData
         inner_max_iter=p.inner_max_iter,
         standardize=True,
         random_state=cfg.seed,
+        defense=defense,
     ).fit(Xs, y)
     Xts, ids_t = align_views(
         [new[q].X for q in ("pix", "fou")], [new[q].ids for q in ("pix", "fou")]
@@ -198,6 +201,27 @@ def test_vfedmv_predict_equals_the_estimator(vfedmv, tmp_path: Path, alignment: 
     assert transport.policy == run_policy(cfg, spec.predict_policy(cfg, setup))
     roles = {**cfg.roles(), "coordinator": "coordinator"}
     assert_tight(spec.predict_policy(cfg, setup), footprint(transport.log.exchanges(), roles))
+
+
+def test_vfedmv_predict_with_secure_aggregation(tmp_path: Path) -> None:
+    """Under ``defense.kind = "secagg"`` the parties' ``Z_k_test`` leave only masked, as in
+    the estimator's federated testing phase, which predicts the same."""
+    cfg = _cfg(VFEDMV + '[defense]\nkind = "secagg"\n')
+    files = write_demo_data(cfg, tmp_path / "data")
+    _train(cfg, files, tmp_path / "run")
+    new = _vfedmv_new_rows(files, drop=2)
+    _, transport = _predict(cfg, new, tmp_path / "run", tmp_path / "out")
+    ids, labels, scores = _vfedmv_reference(cfg, files, new, defense="secagg")
+    got = _npz(tmp_path / "out" / "fou" / "predictions.npz")
+    np.testing.assert_array_equal(got["ids"], ids)
+    np.testing.assert_array_equal(got["labels"], labels)
+    np.testing.assert_allclose(got["scores"], scores, rtol=1e-9, atol=1e-12)
+    crossed = transport.log.summary()["crossings"]
+    masked = {"masked_zeta_Z_k_test", "masked_stats_Z_k_test"}
+    for p in ("pix", "fou"):
+        assert set(crossed[f"{p} -> coordinator"]) - {"psi_set"} == masked
+        # a coordinator that left members out of the sums would be refused
+        assert transport.local[p].algo.secure_members == {"pix", "fou"}
 
 
 def test_model_parts_missing_changed_or_of_another_config_are_named(vfedmv, tmp_path: Path):

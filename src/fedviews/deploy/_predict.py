@@ -112,7 +112,7 @@ class PredictParty(SessionParty):
             raise ProtocolError("deploy:build before deploy:setup")
         setup = self.model.setup  # its own, from its training run (the coordinator's is the same)
         _widen(self.transport, run_policy(self.cfg, self.app.predict_policy(self.cfg, setup)))
-        self.algo = self.app.build_predictor(
+        self.algo = self.app.make_predictor(
             self.cfg, self.name, self.model.arrays, self.local, setup
         )
         self.algo.transport = self.transport

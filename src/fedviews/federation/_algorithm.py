@@ -200,7 +200,9 @@ class Algorithm:
         """:meth:`build_party`, told who the members of its secure sums are (a party refuses a
         key exchange that lists others: a coordinator that left out members could read what
         the remaining few mask)."""
-        built = self.build_party(run, party, local, setup)
+        return self._told_members(run, self.build_party(run, party, local, setup))
+
+    def _told_members(self, run: RunSpec, built: Party) -> Party:
         if isinstance(built, SecureSumParty) and run.defense.kind == "secagg":
             built.secure_members = frozenset(self.secure_sum_members(run.federation))
         return built
@@ -275,6 +277,14 @@ class Algorithm:
         """``party``'s part of a prediction session: its fitted ``model`` (the arrays it kept,
         :meth:`party_results`), its new rows aligned (``local``) and the training ``setup``."""
         raise NotImplementedError
+
+    def make_predictor(
+        self, run: RunSpec, party: str, model: Mapping[str, np.ndarray], local: Local,
+        setup: Mapping[str, Any],
+    ) -> Party:  # fmt: skip
+        """:meth:`build_predictor`, told who the members of its secure sums are (as
+        :meth:`make_party`)."""
+        return self._told_members(run, self.build_predictor(run, party, model, local, setup))
 
     def build_predict_coordinator(self, run: RunSpec, setup: Mapping[str, Any]) -> Coordinator:
         """The coordinator of a prediction session (default: one that only sends)."""
