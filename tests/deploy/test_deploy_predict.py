@@ -357,3 +357,50 @@ def test_fedviews_predict_over_grpc(tmp_path: Path) -> None:
     log = json.loads((pred / "coordinator" / "message_log.json").read_text())
     for p in ("pix", "fou"):
         assert set(log["crossings"][f"{p} -> coordinator"]) == {"Z_k_test", "psi_set", "psi_sealed"}
+
+
+SPLITNN = """
+algorithm = "splitnn"
+name = "predict_splitnn_test"
+seed = 2
+[federation]
+parties = ["top", "bottom"]
+label_owner = "bottom"
+[data]
+dataset = "mnist"
+n_per_class = 6
+n_test = 20
+[params]
+epochs = 2
+batch_size = 16
+hidden = 8
+device = "cpu"
+evaluate = true
+"""
+
+
+def test_splitnn_predict_equals_the_in_process_run(tmp_path: Path) -> None:
+    """The label owner predicts the common new rows with every party's bottom (only their
+    ``logits`` cross): what the in-process run of the same config predicts for them."""
+    pytest.importorskip("torch")
+    from fedviews.federation import build_in_process
+
+    cfg = _cfg(SPLITNN)
+    files = write_demo_data(cfg, tmp_path / "data")
+    _train(cfg, files, tmp_path / "run")
+    datas = {p: load_party_data(path) for p, path in files.items()}
+    fed = build_in_process(cfg, datas)
+    fed()
+    expected = fed.parties["bottom"].predict_test()  # the test rows in ascending ID order
+    new = {
+        p: PartyData(d.ids_test[3 if p == "top" else 0 :], d.X_test[3 if p == "top" else 0 :])
+        for p, d in datas.items()
+    }
+    res, transport = _predict(cfg, new, tmp_path / "run", tmp_path / "out")
+    got = _npz(tmp_path / "out" / "bottom" / "predictions.npz")
+    all_ids = np.sort(datas["bottom"].ids_test)
+    np.testing.assert_array_equal(got["ids"], np.sort(new["top"].ids))
+    np.testing.assert_array_equal(got["labels"], expected[np.searchsorted(all_ids, got["ids"])])
+    assert res["predicted_rows"] == {"predict": len(all_ids) - 3}
+    crossed = transport.log.summary()["crossings"]
+    assert set(crossed["top -> bottom"]) == {"logits"}

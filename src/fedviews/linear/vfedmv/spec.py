@@ -68,8 +68,8 @@ from fedviews.federation import (
     spawn_streams,
 )
 from fedviews.linear._common import per_party
-from fedviews.linear._consensus import ConsensusTester
 from fedviews.linear._consensus_spec import ConsensusAlgorithm
+from fedviews.linear._testing_phase import ConsensusTester
 from fedviews.linear.vfedmv.parties import VFedMVParty, VFedMVServer
 
 
