@@ -106,6 +106,20 @@ def register(app: typer.Typer) -> None:
             )
         return TLSFiles.from_dir(certs, name, operator=operator)
 
+    def launch_all(
+        config: Path, overrides: list[str] | None, insecure: bool, **options: Any
+    ) -> None:
+        """`fedviews launch` (and `fedviews predict`): every process of ``config`` on this
+        machine (``options``: those of :func:`fedviews.deploy.launch`)."""
+        from fedviews.deploy._config import load_deploy_config
+        from fedviews.deploy._launch import launch as _launch
+
+        cfg = load_deploy_config(config, overrides or [])
+        if insecure:
+            tls_for(None, True, "")
+        run_dir = _launch(config, cfg, overrides or [], insecure=insecure, **options)
+        console.print(f"run folder: [bold]{run_dir}[/]")
+
     def setup_logging() -> None:
         logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
 
@@ -258,23 +272,15 @@ def register(app: typer.Typer) -> None:
         ] = None,
     ) -> None:
         """Coordinator + every party as separate local processes over loopback gRPC (mutual TLS)."""
-        from fedviews.deploy._config import load_deploy_config
-        from fedviews.deploy._launch import launch as _launch
-
-        cfg = load_deploy_config(config, overrides or [])
-        if insecure:
-            tls_for(None, True, "")
-        run_dir = _launch(
+        launch_all(
             config,
-            cfg,
-            overrides or [],
+            overrides,
+            insecure,
             out_dir=out,
             data_dir=data_dir,
             certs_dir=certs,
-            insecure=insecure,
             resume=resume,
         )
-        console.print(f"run folder: [bold]{run_dir}[/]")
 
     @app.command()
     @friendly
@@ -301,26 +307,19 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Predict new rows together: the coordinator + every party as local processes, each with
         its own part of a launched run's model; predictions land with the label owner."""
-        from fedviews.deploy._config import load_deploy_config
-        from fedviews.deploy._launch import launch as _launch
         from fedviews.errors import ConfigError
 
         if model is None:
             raise ConfigError("pass --model RUN_DIR: the run folder of the training launch")
-        cfg = load_deploy_config(config, overrides or [])
-        if insecure:
-            tls_for(None, True, "")
-        run_dir = _launch(
+        launch_all(
             config,
-            cfg,
-            overrides or [],
+            overrides,
+            insecure,
             out_dir=out,
             data_dir=data_dir,
             certs_dir=certs,
-            insecure=insecure,
             model=model,
         )
-        console.print(f"run folder: [bold]{run_dir}[/]")
 
     flower_app = typer.Typer(
         help="Run coarse-round deployments (MMVFL, FedMV) on Flower infrastructure (flwr).",
