@@ -12,7 +12,10 @@ Session protocol (all through the transport, so policy-checked and logged):
 4. the algorithm runs unchanged (``server.run()``), its messages go over gRPC;
    every process checkpoints its state at round boundaries (``checkpoint_every``);
 5. ``deploy:finish`` — every party writes its own results (e.g. its ``W_k``) to its
-   own folder; the coordinator writes ``results.json`` and the message log.
+   own folder; the coordinator writes ``results.json`` and the message log. Every
+   process also keeps its part of the model (``model.json``, :mod:`._model`), tagged
+   with the run ID the coordinator sends with ``deploy:finish``: ``fedviews predict``
+   (:mod:`._predict`) runs a prediction session from these parts.
 """
 
 from __future__ import annotations
