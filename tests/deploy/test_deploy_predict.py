@@ -42,7 +42,7 @@ from fedviews.deploy._roles import (  # noqa: E402
     session_policy,
 )
 from fedviews.errors import ConfigError, DataError, ProtocolError  # noqa: E402
-from fedviews.federation import InProcessTransport, get_algorithm_spec  # noqa: E402
+from fedviews.federation import InProcessTransport, Message, get_algorithm_spec  # noqa: E402
 from fedviews.linear import VFedMV  # noqa: E402
 
 VFEDMV = """
@@ -317,6 +317,11 @@ def test_multivfl_predict_equals_the_estimator(tmp_path: Path) -> None:
     assert {k: set(v) - psi for k, v in crossed.items() if set(v) - psi} == {
         f"{d} -> {lo}": {"activations"} for d in ("top", "bottom") for lo in ("bank", "clinic")
     }
+    # a label owner asking for the activations of another label owner's rows is refused
+    ask = {"split": "clinic", "start": 0, "stop": 1}
+    forged = Message("infer", sender="bank", receiver="top", meta=ask)
+    with pytest.raises(ProtocolError, match="'bank' asked for the activations of 'clinic'"):
+        transport.local["top"].algo.handle(forged)
 
 
 def test_fedviews_predict_over_grpc(tmp_path: Path) -> None:
