@@ -30,6 +30,7 @@ _Insecure = Annotated[
     bool, typer.Option("--insecure", help="Plain text, no authentication (local tests only).")
 ]
 _Out = Annotated[Path | None, typer.Option(help="Result folder.")]
+_RunDir = Annotated[Path | None, typer.Option(help="Run folder (default runs/<name>-<time>).")]
 _DataDir = Annotated[Path | None, typer.Option(help="Folder of <party>.npz/.csv files.")]
 _Model = Annotated[
     Path | None,
@@ -258,9 +259,7 @@ def register(app: typer.Typer) -> None:
     def launch(
         config: Path,
         overrides: _Overrides = None,
-        out: Annotated[
-            Path | None, typer.Option(help="Run folder (default runs/<name>-<time>).")
-        ] = None,
+        out: _RunDir = None,
         data_dir: _DataDir = None,
         certs: _Certs = None,
         insecure: _Insecure = False,
@@ -299,9 +298,7 @@ def register(app: typer.Typer) -> None:
                 help="Folder of every party's new rows, <party>.npz/.csv, without labels."
             ),
         ] = None,
-        out: Annotated[
-            Path | None, typer.Option(help="Run folder (default runs/<name>-<time>).")
-        ] = None,
+        out: _RunDir = None,
         certs: _Certs = None,
         insecure: _Insecure = False,
     ) -> None:
