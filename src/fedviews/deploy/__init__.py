@@ -1,7 +1,8 @@
 """Deployment across processes and machines: one process per party over gRPC with mutual TLS.
 
 Command line: ``fedviews certs init|issue|revoke``, ``fedviews coordinator``,
-``fedviews party``, ``fedviews launch``, ``fedviews split-data``. Each party
+``fedviews party``, ``fedviews launch``, ``fedviews predict`` (the parts of a trained
+model predict new rows together), ``fedviews split-data``. Each party
 process loads only its own data file, aligns IDs by PSI, builds only its own
 party object, and talks to the coordinator's hub over one outgoing stream (and
 directly to the parties that declare an endpoint in ``[federation.listen]``).

@@ -1,4 +1,5 @@
-"""Deployment commands: ``certs``, ``coordinator``, ``party``, ``launch``, ``split-data``."""
+"""Deployment commands: ``certs``, ``coordinator``, ``party``, ``launch``, ``predict``,
+``split-data``."""
 
 from __future__ import annotations
 
@@ -29,7 +30,15 @@ _Insecure = Annotated[
     bool, typer.Option("--insecure", help="Plain text, no authentication (local tests only).")
 ]
 _Out = Annotated[Path | None, typer.Option(help="Result folder.")]
+_RunDir = Annotated[Path | None, typer.Option(help="Run folder (default runs/<name>-<time>).")]
 _DataDir = Annotated[Path | None, typer.Option(help="Folder of <party>.npz/.csv files.")]
+_Model = Annotated[
+    Path | None,
+    typer.Option(
+        help="This process's folder of a finished training run: predict the new rows of this "
+        "session with its part of that model instead of training (fedviews predict)."
+    ),
+]
 _Resume = Annotated[
     Path | None,
     typer.Option(
@@ -98,6 +107,20 @@ def register(app: typer.Typer) -> None:
             )
         return TLSFiles.from_dir(certs, name, operator=operator)
 
+    def launch_all(
+        config: Path, overrides: list[str] | None, insecure: bool, **options: Any
+    ) -> None:
+        """`fedviews launch` (and `fedviews predict`): every process of ``config`` on this
+        machine (``options``: those of :func:`fedviews.deploy.launch`)."""
+        from fedviews.deploy._config import load_deploy_config
+        from fedviews.deploy._launch import launch as _launch
+
+        cfg = load_deploy_config(config, overrides or [])
+        if insecure:
+            tls_for(None, True, "")
+        run_dir = _launch(config, cfg, overrides or [], insecure=insecure, **options)
+        console.print(f"run folder: [bold]{run_dir}[/]")
+
     def setup_logging() -> None:
         logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
 
@@ -153,6 +176,7 @@ def register(app: typer.Typer) -> None:
         out: _Out = None,
         port_file: Annotated[Path | None, typer.Option(help="Write the bound port here.")] = None,
         resume: _Resume = None,
+        model: _Model = None,
     ) -> None:
         """Run the coordinator of a deployment: listen, wait for the parties, drive the run."""
         from fedviews.deploy._config import load_deploy_config
@@ -173,6 +197,7 @@ def register(app: typer.Typer) -> None:
                 tls=tls,
                 port_file=port_file,
                 resume=resume,
+                model=model,
             )
         finally:
             stop()
@@ -199,6 +224,7 @@ def register(app: typer.Typer) -> None:
                 "federation.listen entry; e.g. 0.0.0.0:7101 behind a NAT)."
             ),
         ] = None,
+        model: _Model = None,
     ) -> None:
         """Run one party: load only its own data, dial out to the coordinator, serve the run."""
         from fedviews.deploy._config import load_deploy_config
@@ -223,6 +249,7 @@ def register(app: typer.Typer) -> None:
                 tls=tls,
                 resume=resume,
                 listen=listen,
+                model=model,
             )
         finally:
             stop()
@@ -232,9 +259,7 @@ def register(app: typer.Typer) -> None:
     def launch(
         config: Path,
         overrides: _Overrides = None,
-        out: Annotated[
-            Path | None, typer.Option(help="Run folder (default runs/<name>-<time>).")
-        ] = None,
+        out: _RunDir = None,
         data_dir: _DataDir = None,
         certs: _Certs = None,
         insecure: _Insecure = False,
@@ -246,23 +271,52 @@ def register(app: typer.Typer) -> None:
         ] = None,
     ) -> None:
         """Coordinator + every party as separate local processes over loopback gRPC (mutual TLS)."""
-        from fedviews.deploy._config import load_deploy_config
-        from fedviews.deploy._launch import launch as _launch
-
-        cfg = load_deploy_config(config, overrides or [])
-        if insecure:
-            tls_for(None, True, "")
-        run_dir = _launch(
+        launch_all(
             config,
-            cfg,
-            overrides or [],
+            overrides,
+            insecure,
             out_dir=out,
             data_dir=data_dir,
             certs_dir=certs,
-            insecure=insecure,
             resume=resume,
         )
-        console.print(f"run folder: [bold]{run_dir}[/]")
+
+    @app.command()
+    @friendly
+    def predict(
+        config: Path,
+        overrides: _Overrides = None,
+        model: Annotated[
+            Path | None,
+            typer.Option(
+                help="Run folder of the finished `fedviews launch` that trained the model."
+            ),
+        ] = None,
+        data_dir: Annotated[
+            Path | None,
+            typer.Option(
+                help="Folder of every party's new rows, <party>.npz/.csv, without labels."
+            ),
+        ] = None,
+        out: _RunDir = None,
+        certs: _Certs = None,
+        insecure: _Insecure = False,
+    ) -> None:
+        """Predict new rows together: the coordinator + every party as local processes, each with
+        its own part of a launched run's model; predictions land with the label owner."""
+        from fedviews.errors import ConfigError
+
+        if model is None:
+            raise ConfigError("pass --model RUN_DIR: the run folder of the training launch")
+        launch_all(
+            config,
+            overrides,
+            insecure,
+            out_dir=out,
+            data_dir=data_dir,
+            certs_dir=certs,
+            model=model,
+        )
 
     flower_app = typer.Typer(
         help="Run coarse-round deployments (MMVFL, FedMV) on Flower infrastructure (flwr).",

@@ -20,10 +20,12 @@ from fedviews._heap import heap_env
 from fedviews.deploy._config import DeployConfig
 from fedviews.deploy._data import party_files, write_demo_data
 from fedviews.errors import ConfigError, PartyUnavailable, ProtocolError
-from fedviews.federation import init_ca, issue_certificate
+from fedviews.federation import get_algorithm_spec, init_ca, issue_certificate
 
 LAUNCH_INFO = "launch.json"
 LAUNCH_CONFIG = "config.toml"
+#: what a prediction session's run folder holds in place of ``launch.json``
+PREDICT_INFO = "predict.json"
 
 
 def make_certs(directory: Path, cfg: DeployConfig) -> Path:
@@ -82,6 +84,7 @@ def launch(
     echo: Callable[[str], None] = print,
     party_wait: float = 30.0,
     resume: Path | None = None,
+    model: Path | None = None,
 ) -> Path:
     """Run a whole deployment on this machine over loopback gRPC; return the run folder.
 
@@ -90,9 +93,14 @@ def launch(
     Certificates come from ``certs_dir`` or are created in ``RUN_DIR/certs``.
     ``resume``: the folder of a killed launch; the run continues there, with its data
     files and certificates, after the last round every process checkpointed.
+    ``model``: the run folder of a finished launch; instead of training, every process
+    predicts with its part of that run's model (``fedviews predict``: the new rows in
+    ``data_dir``, predictions in the label owner's folder).
     Raises :class:`PartyUnavailable` (naming the party that failed) or
     :class:`ProtocolError` when a process fails.
     """
+    if model is not None:
+        check_model_parts(model, cfg, data_dir, resume)
     if resume is not None:
         if not (resume / cfg.federation.coordinator).is_dir():
             raise ProtocolError(
@@ -106,7 +114,8 @@ def launch(
         if certs_dir is None and not insecure and (resume / "certs" / "ca.crt").is_file():
             certs_dir = resume / "certs"
     run_dir = out_dir or Path(cfg.output_dir) / f"{cfg.name}-{datetime.now():%Y%m%d-%H%M%S}"
-    if resume is None and any((run_dir / f).exists() for f in (LAUNCH_INFO, "config.json")):
+    held = (LAUNCH_INFO, PREDICT_INFO, "config.json")
+    if resume is None and any((run_dir / f).exists() for f in held):
         # a finished or killed run (or an experiment): its results and checkpoints must stay
         raise ConfigError(
             f"{run_dir} holds a run already: continue it with `fedviews run --resume "
@@ -115,11 +124,10 @@ def launch(
     run_dir.mkdir(parents=True, exist_ok=True)
     if resume is None:  # what `fedviews run --resume RUN_DIR` needs to continue this run
         shutil.copyfile(config, run_dir / LAUNCH_CONFIG)
-        (run_dir / LAUNCH_INFO).write_text(
-            json.dumps(
-                {"config": LAUNCH_CONFIG, "overrides": list(overrides), "insecure": insecure}
-            )
-        )
+        record = {"config": LAUNCH_CONFIG, "overrides": list(overrides), "insecure": insecure}
+        if model is not None:  # a prediction session: nothing to resume, its model noted
+            record["model"] = str(model)
+        (run_dir / (LAUNCH_INFO if model is None else PREDICT_INFO)).write_text(json.dumps(record))
         config = run_dir / LAUNCH_CONFIG
     fed = cfg.federation
     if data_dir is None:
@@ -143,6 +151,8 @@ def launch(
         """``fedviews COMMAND --OPTION VALUE ... --out RUN_DIR/NAME`` as process ``name``."""
         args = [x for k, v in options.items() for x in (f"--{k.replace('_', '-')}", v)]
         args += ["--out", str(run_dir / name)]
+        if model is not None:
+            args += ["--model", str(model / name)]
         if resume is not None:
             args += ["--resume", str(run_dir / name)]
         proc = subprocess.Popen(
@@ -219,6 +229,27 @@ def launch(
                     proc.kill()
                     proc.wait()
         stop()
+
+
+def check_model_parts(
+    model: Path, cfg: DeployConfig, data_dir: Path | None, resume: Path | None
+) -> None:
+    """Before a prediction session starts any process: every member's model part is in
+    ``model`` (the run folder of a finished launch) and belongs to this config, and the new
+    rows are given (a :class:`~fedviews.errors.FedViewsError` naming what is missing)."""
+    from fedviews.deploy._model import load_model_part
+
+    if resume is not None:
+        raise ConfigError("a prediction session is not resumed: run `fedviews predict` again")
+    if data_dir is None:
+        raise ConfigError(
+            "pass --data-dir: the folder of every party's file of new rows (<party>.npz or "
+            ".csv, the training formats without labels)"
+        )
+    get_algorithm_spec(cfg.algorithm).predict_groups(cfg)  # one that predicts alone says how
+    fed = cfg.federation
+    for member in (fed.coordinator, *fed.parties):
+        load_model_part(model / member, cfg, member)
 
 
 def terminate_as_interrupt() -> Callable[[], None]:

@@ -12,7 +12,10 @@ Session protocol (all through the transport, so policy-checked and logged):
 4. the algorithm runs unchanged (``server.run()``), its messages go over gRPC;
    every process checkpoints its state at round boundaries (``checkpoint_every``);
 5. ``deploy:finish`` — every party writes its own results (e.g. its ``W_k``) to its
-   own folder; the coordinator writes ``results.json`` and the message log.
+   own folder; the coordinator writes ``results.json`` and the message log. Every
+   process also keeps its part of the model (``model.json``, :mod:`._model`), tagged
+   with the run ID the coordinator sends with ``deploy:finish``: ``fedviews predict``
+   (:mod:`._predict`) runs a prediction session from these parts.
 """
 
 from __future__ import annotations
@@ -32,8 +35,10 @@ import numpy as np
 from fedviews.data import PartyData
 from fedviews.deploy._checkpoint import Checkpoints, fingerprint
 from fedviews.deploy._config import DeployConfig
+from fedviews.deploy._model import save_model_part
 from fedviews.errors import ConfigError, PrivacyError, ProtocolError
 from fedviews.federation import (
+    AlignGroup,
     Coordinator,
     GrpcPartyTransport,
     Local,
@@ -107,7 +112,83 @@ def _write_json(path: Path, obj: Any) -> None:
     path.write_text(json.dumps(obj, indent=2, default=str))
 
 
-class DeployParty(PSIParty):
+def align_groups(coord: Coordinator, groups: list[AlignGroup], echo: Printer) -> None:
+    """The PSI of every alignment group, driven by ``coord``.
+
+    One group after another, on purpose. Groups that share a party (data owners are in
+    every Multi-VFL group) gain nothing together: a deployed party handles its messages
+    one at a time, each blinding already on all its cores. Disjoint groups (H-FedMV's
+    per client) were no faster concurrently on 2 shared cores, 3-5 % slower when idle
+    (benchmarks/bench_psi.py --groups; docs/threat-model.md).
+    """
+    for g in groups:
+        t0 = time.perf_counter()
+        n = run_psi(coord, g.parties, group=g.name)
+        echo(
+            f"PSI {g.name} ({g.split} IDs of {len(g.parties)} parties): {n} common "
+            f"sample IDs ({time.perf_counter() - t0:.1f} s)"
+        )
+
+
+class SessionParty(PSIParty):
+    """A party process of a session (training, :class:`DeployParty`, or prediction,
+    :class:`~._predict.PredictParty`): its PSI on the IDs of its file, its algorithm party
+    once built (:attr:`algo`), and its message log."""
+
+    def __init__(
+        self,
+        cfg: DeployConfig,
+        name: str,
+        data: PartyData,
+        out_dir: Path,
+        echo: Printer,
+        groups: list[AlignGroup],
+    ) -> None:
+        self.app = get_algorithm_spec(cfg.algorithm)
+        self.groups = {g.name: g for g in groups if name in g.parties}
+        # the PSI chains follow this party's own config, whatever the coordinator says
+        chains = {g: group.parties for g, group in self.groups.items()}
+        super().__init__(name, data.ids, role=self.app.role(cfg, name), chains=chains)
+        self.cfg, self.data, self.out_dir, self.echo = cfg, data, out_dir, echo
+        self.algo: Any = None
+        self.checkpoints: Checkpoints | None = None
+        self.finished = False
+
+    def psi_ids(self, group: str) -> np.ndarray:
+        if self.cfg.federation.alignment != "psi":
+            raise PrivacyError(
+                f"{self.name!r} runs no PSI: its config says federation.alignment = "
+                f"{self.cfg.federation.alignment!r} (a coordinator asking for one is refused)"
+            )
+        if group not in self.groups:
+            raise ProtocolError(f"{self.name!r} is not in the alignment group {group!r}")
+        return self.data.split(self.groups[group].split)[0]
+
+    def aligned_rows(self) -> dict[str, np.ndarray]:
+        """This party's rows of every group it is in: the common IDs by PSI, or (alignment
+        ``"none"``) all its IDs, sorted (the members hold the same IDs)."""
+        rows: dict[str, np.ndarray] = {}
+        for g, group in self.groups.items():
+            if self.cfg.federation.alignment == "psi":
+                if g not in self.psi_rows:
+                    raise ProtocolError(f"deploy:setup before the PSI of group {g!r} finished")
+                rows[g] = self.psi_rows[g]
+            else:  # the members hold the same IDs: sorting aligns them
+                rows[g] = np.argsort(self.data.split(group.split)[0], kind="stable")
+        return rows
+
+    def write_log(self) -> None:
+        """``message_log.json``: what crossed to and from this party so far (and, over
+        gRPC, what went direct and what the hub relayed)."""
+        assert self.transport is not None
+        log = self.transport.log.summary()
+        if isinstance(self.transport, GrpcPartyTransport):
+            log["links"] = self.transport.link_summary()
+        self.out_dir.mkdir(parents=True, exist_ok=True)
+        _write_json(self.out_dir / "message_log.json", log)
+
+
+class DeployParty(SessionParty):
     """A party process: runs the session steps, then hands messages to its algorithm party."""
 
     def __init__(
@@ -119,20 +200,14 @@ class DeployParty(PSIParty):
         echo: Printer,
         resume: Path | None = None,
     ) -> None:
-        self.app = get_algorithm_spec(cfg.algorithm)
-        groups = {g.name: g for g in self.app.groups(cfg) if name in g.parties}
-        # the PSI chains follow this party's own config, whatever the coordinator says
-        chains = {g: group.parties for g, group in groups.items()}
-        super().__init__(name, data.ids, role=self.app.role(cfg, name), chains=chains)
+        app = get_algorithm_spec(cfg.algorithm)
+        super().__init__(cfg, name, data, out_dir, echo, app.groups(cfg))
         #: this party's steps of the set-up (its data is checked here, before it connects)
         self.member = MemberSetup(self.app, cfg, name, data)
-        self.groups = groups
-        self.cfg, self.data, self.out_dir, self.echo = cfg, data, out_dir, echo
         self.resume = resume
         self.local: Local | None = None
         self.entropy: int | None = None
-        self.algo: Any = None
-        self.checkpoints: Checkpoints | None = None
+        self.setup: dict[str, Any] = {}
         self.fingerprint = ""
         self._shown = 0
 
@@ -161,16 +236,6 @@ class DeployParty(PSIParty):
             f.write(f"{entropy}\n")
         return entropy
 
-    def psi_ids(self, group: str) -> np.ndarray:
-        if self.cfg.federation.alignment != "psi":
-            raise PrivacyError(
-                f"{self.name!r} runs no PSI: its config says federation.alignment = "
-                f"{self.cfg.federation.alignment!r} (a coordinator asking for one is refused)"
-            )
-        if group not in self.groups:
-            raise ProtocolError(f"{self.name!r} is not in the alignment group {group!r}")
-        return self.data.split(self.groups[group].split)[0]
-
     def handle(self, msg: Message) -> Message:
         if msg.kind in self._handlers:
             return super().handle(msg)
@@ -192,14 +257,7 @@ class DeployParty(PSIParty):
 
     @handles("deploy:setup")
     def on_setup(self, msg: Message) -> Message:
-        rows: dict[str, np.ndarray] = {}
-        for g, group in self.groups.items():
-            if self.cfg.federation.alignment == "psi":
-                if g not in self.psi_rows:
-                    raise ProtocolError(f"deploy:setup before the PSI of group {g!r} finished")
-                rows[g] = self.psi_rows[g]
-            else:  # the members hold the same IDs: sorting aligns them
-                rows[g] = np.argsort(self.data.split(group.split)[0], kind="stable")
+        rows = self.aligned_rows()
         self.entropy = self._private_entropy()
         meta = self.member.report(rows, self.groups, self.entropy)
         self.local = self.member.defended
@@ -224,6 +282,7 @@ class DeployParty(PSIParty):
             raise ProtocolError("deploy:build before deploy:setup")
         setup = dict(msg.meta)
         resume_round = int(setup.pop("resume_round", 0) or 0)
+        self.setup = setup
         _widen(self.transport, run_policy(self.cfg, self.app.policy(self.cfg, setup)))
         self.algo = self.member.build(setup)  # from its private draw, where it has one
         self.algo.transport = self.transport
@@ -246,20 +305,11 @@ class DeployParty(PSIParty):
     def on_finish(self, msg: Message) -> Message:
         self.out_dir.mkdir(parents=True, exist_ok=True)
         self.app.write_party_results(self.algo, self.out_dir)
+        save_model_part(self.out_dir, self.cfg, self.name, str(msg.meta.get("run_id")), self.setup)
         self.write_log()
         self.echo(f"finished; results in {self.out_dir}")
         self.finished = True
         return self.reply(msg)
-
-    def write_log(self) -> None:
-        """``message_log.json``: what crossed to and from this party so far (and, over
-        gRPC, what went direct and what the hub relayed)."""
-        assert self.transport is not None
-        log = self.transport.log.summary()
-        if isinstance(self.transport, GrpcPartyTransport):
-            log["links"] = self.transport.link_summary()
-        self.out_dir.mkdir(parents=True, exist_ok=True)
-        _write_json(self.out_dir / "message_log.json", log)
 
 
 class DeployCoordinator(Coordinator):
@@ -290,18 +340,7 @@ class DeployCoordinator(Coordinator):
         fed = self.cfg.federation
         groups = self.app.groups(self.cfg)
         if fed.alignment == "psi":
-            # One group after another, on purpose. Groups that share a party (data owners are in
-            # every Multi-VFL group) gain nothing together: a deployed party handles its messages
-            # one at a time, each blinding already on all its cores. Disjoint groups (H-FedMV's
-            # per client) were no faster concurrently on 2 shared cores, 3-5 % slower when idle
-            # (benchmarks/bench_psi.py --groups; docs/threat-model.md).
-            for g in groups:
-                t0 = time.perf_counter()
-                n = run_psi(self, g.parties, group=g.name)
-                self.echo(
-                    f"PSI {g.name} ({g.split} IDs of {len(g.parties)} parties): {n} common "
-                    f"sample IDs ({time.perf_counter() - t0:.1f} s)"
-                )
+            align_groups(self, groups, self.echo)
         t0 = time.perf_counter()
         self.echo("setting up: every party aligns its rows and reports its data's shapes")
         replies = self.broadcast(self.parties, "deploy:setup")
@@ -347,7 +386,10 @@ class DeployCoordinator(Coordinator):
             self.train_seconds = time.perf_counter() - t0
             done.set()
             progress.join()
-        self.broadcast(self.parties, "deploy:finish")
+        run_id = secrets.token_hex(8)  # the model parts of this run say it (fedviews predict)
+        self.broadcast(self.parties, "deploy:finish", meta={"run_id": run_id})
+        if self.out_dir is not None:
+            save_model_part(self.out_dir, self.cfg, self.name, run_id, self.setup)
         return self.results()
 
     def _resume_round(self, mine: list[int], infos: Mapping[str, SetupReport]) -> int:

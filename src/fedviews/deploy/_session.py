@@ -14,6 +14,8 @@ import numpy as np
 
 from fedviews.data import PartyData
 from fedviews.deploy._config import DeployConfig
+from fedviews.deploy._model import load_model_part
+from fedviews.deploy._predict import PredictCoordinator, PredictParty
 from fedviews.deploy._roles import (
     DeployCoordinator,
     DeployParty,
@@ -72,18 +74,27 @@ def run_coordinator(
     port_file: Path | None = None,
     echo: Printer | None = None,
     resume: Path | None = None,
+    model: Path | None = None,
 ) -> dict[str, Any]:
     """Serve the federation until the run ends; write ``results.json`` even when it fails.
 
     ``resume``: the coordinator folder of a killed run; the run goes on after the last
     round of which it has a checkpoint (the parties must be started with ``--resume``).
+    ``model``: the coordinator folder of a finished training run; instead of training,
+    the parties predict their new rows with their parts of its model (:mod:`._predict`).
     """
     say = _print_to(cfg.federation.coordinator, echo)
+    coord: DeployCoordinator | PredictCoordinator
+    if model is None:
+        coord = DeployCoordinator(cfg, say, out_dir, resume)
+    else:
+        coord = PredictCoordinator(
+            cfg, say, load_model_part(model, cfg, cfg.federation.coordinator)
+        )
     out_dir.mkdir(parents=True, exist_ok=True)
     hub = GrpcHub(session_policy(cfg), cfg.roles(), listen=listen, tls=tls, options=options_of(cfg))
     # results.json is always written: its descriptors are taken before anyone is told the port
     reserve = [os.open(os.devnull, os.O_RDONLY) for _ in range(RESERVED_FDS)]
-    coord = DeployCoordinator(cfg, say, out_dir, resume)
     hub.register(coord)
     if port_file is not None:  # atomically: a launcher polls for it
         tmp = port_file.with_name(port_file.name + ".tmp")
@@ -149,7 +160,7 @@ def blame(exc: BaseException) -> dict[str, str]:
 
 def write_coordinator_outputs(
     out_dir: Path,
-    coord: DeployCoordinator,
+    coord: DeployCoordinator | PredictCoordinator,
     result: dict[str, Any],
     unavailable: str | None,
     log: MessageLog,
@@ -157,16 +168,18 @@ def write_coordinator_outputs(
     """The coordinator's folder at the end of a run, whatever its status: ``results.json``
     (naming the party that became unavailable), the final arrays in ``result.npz`` (once the
     server was built), ``message_log.json`` and ``config.json``; and, after a successful
-    run, ``report.html``."""
+    run, ``report.html`` (a prediction session: ``results.json``, the message log and the
+    config only)."""
     if unavailable is not None:
         result["unavailable_party"] = unavailable
     _write_json(out_dir / "results.json", result)
-    if coord.server is not None:
+    training = isinstance(coord, DeployCoordinator)
+    if training and coord.server is not None:
         final: dict[str, Any] = dict(coord.app.coordinator_results(coord.server)[1])
         np.savez(out_dir / "result.npz", **final)
     _write_json(out_dir / "message_log.json", log.summary())
     _write_json(out_dir / "config.json", to_jsonable(coord.cfg))
-    if result.get("status") == "ok":  # a failed run shuts down at once: `fedviews report DIR`
+    if training and result.get("status") == "ok":  # a failed run shuts down at once
         write_report(out_dir)
 
 
@@ -181,6 +194,7 @@ def run_party(
     echo: Printer | None = None,
     resume: Path | None = None,
     listen: str | None = None,
+    model: Path | None = None,
 ) -> None:
     """Dial the coordinator and serve this party's part of the run until it ends.
 
@@ -188,6 +202,8 @@ def run_party(
     coordinator resumes from is loaded there. Where ``federation.listen`` declares an
     endpoint for this party, it listens there (or on ``listen``) for direct links from
     its peers; messages to a peer with an endpoint go to it directly.
+    ``model``: this party's folder of a finished training run; instead of training, it
+    predicts the rows of ``data`` with its part of that run's model (:mod:`._predict`).
     """
     say = _print_to(name, echo)
     if name not in cfg.federation.parties:
@@ -199,7 +215,11 @@ def run_party(
             f"--listen binds {name!r}'s endpoint for direct links, but the config declares "
             f'none: add federation.listen.{name} = "HOST:PORT" (the address peers dial)'
         )
-    party = DeployParty(cfg, name, data, out_dir, say, resume)
+    party: DeployParty | PredictParty
+    if model is None:
+        party = DeployParty(cfg, name, data, out_dir, say, resume)
+    else:
+        party = PredictParty(cfg, name, data, load_model_part(model, cfg, name), out_dir, say)
     transport = GrpcPartyTransport(
         session_policy(cfg),
         coordinator,

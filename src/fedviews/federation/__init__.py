@@ -15,6 +15,7 @@ from fedviews.errors import require
 from fedviews.federation._algorithm import (
     ALGORITHMS,
     Algorithm,
+    Prediction,
     get_algorithm_spec,
     of_planned,
     register_algorithm_spec,
@@ -140,6 +141,7 @@ __all__ = [
     "Message",
     "MessageLog",
     "Party",
+    "Prediction",
     "PrivacyPolicy",
     "Observation",
     "Observed",

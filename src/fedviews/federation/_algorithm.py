@@ -26,6 +26,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Collection, Mapping
 from contextlib import AbstractContextManager, nullcontext
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -42,6 +43,16 @@ from fedviews.federation._policy import PrivacyPolicy
 from fedviews.federation._record import Observation, Recording
 from fedviews.federation._run import AlignGroup, Local, Roster, RunSpec
 from fedviews.federation._secagg import SecureSumParty, check_secure_sum_members
+
+
+@dataclass(frozen=True)
+class Prediction:
+    """A party's predictions of its aligned new rows: ``labels`` (and ``scores``, one row
+    per sample, where the algorithm has them) of the rows of alignment group ``group``."""
+
+    group: str
+    labels: np.ndarray
+    scores: np.ndarray | None = None
 
 
 class Algorithm:
@@ -190,7 +201,9 @@ class Algorithm:
         """:meth:`build_party`, told who the members of its secure sums are (a party refuses a
         key exchange that lists others: a coordinator that left out members could read what
         the remaining few mask)."""
-        built = self.build_party(run, party, local, setup)
+        return self._told_members(run, self.build_party(run, party, local, setup))
+
+    def _told_members(self, run: RunSpec, built: Party) -> Party:
         if isinstance(built, SecureSumParty) and run.defense.kind == "secagg":
             built.secure_members = frozenset(self.secure_sum_members(run.federation))
         return built
@@ -241,6 +254,53 @@ class Algorithm:
     ) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
         """``(metrics for results.json, arrays for result.npz)`` (default: ``coord.summary()``)."""
         return coord.summary()
+
+    # -- prediction (``fedviews predict``) ---------------------------------------
+    #: how its parties predict new rows where a deployment of it does not predict together
+    #: (``fedviews predict`` says it); ``None``: it does (:meth:`predict_groups` and the rest)
+    predicts_alone: ClassVar[str | None] = None
+
+    def predict_groups(self, run: RunSpec) -> list[AlignGroup]:
+        """The alignment groups (one PSI each) of the new rows in a prediction session, whose
+        members are the parties that take part (default: none, :attr:`predicts_alone`)."""
+        raise ConfigError(
+            f"`fedviews predict` runs no {self.name} session: "
+            + (self.predicts_alone or "its deployment does not predict new rows")
+        )
+
+    def predict_policy(self, run: RunSpec, setup: Mapping[str, Any]) -> PrivacyPolicy:
+        """What may cross in a prediction session: what the algorithm's test phase sends."""
+        raise NotImplementedError  # pragma: no cover - abstract
+
+    def build_predictor(
+        self, run: RunSpec, party: str, model: Mapping[str, np.ndarray], local: Local,
+        setup: Mapping[str, Any],
+    ) -> Party:  # fmt: skip  # pragma: no cover - abstract
+        """``party``'s part of a prediction session: its fitted ``model`` (the arrays it kept,
+        :meth:`party_results`), its new rows aligned (``local``) and the training ``setup``."""
+        raise NotImplementedError
+
+    def make_predictor(
+        self, run: RunSpec, party: str, model: Mapping[str, np.ndarray], local: Local,
+        setup: Mapping[str, Any],
+    ) -> Party:  # fmt: skip
+        """:meth:`build_predictor`, told who the members of its secure sums are (as
+        :meth:`make_party`)."""
+        return self._told_members(run, self.build_predictor(run, party, model, local, setup))
+
+    def build_predict_coordinator(self, run: RunSpec, setup: Mapping[str, Any]) -> Coordinator:
+        """The coordinator of a prediction session (default: one that only sends)."""
+        return Coordinator(run.federation.coordinator)
+
+    def run_prediction(self, run: RunSpec, coord: Coordinator) -> None:
+        """Drive a prediction session (default: ``coord.predict()``)."""
+        runner: Any = coord
+        runner.predict()
+
+    def predictions(self, party: Party) -> Prediction | None:
+        """What ``party`` predicted in a prediction session (``None``: nothing, it is not
+        where the predictions land)."""
+        return None
 
     # -- leakage ---------------------------------------------------------------
     def audit_rounds(self, run: RunSpec) -> Collection[int] | None:

@@ -81,8 +81,9 @@ class SetupReport(Mapping[str, Any]):
     :class:`ProtocolError` names ``party``.
     """
 
-    #: the keys whose values are text (a view layout, a list of checkpointed rounds)
-    TEXT = ("view_dims", "checkpoints")
+    #: the keys whose values are text (a view layout, a list of checkpointed rounds, the
+    #: training run of a predicting party's model part)
+    TEXT = ("view_dims", "checkpoints", "model_run")
 
     def __init__(self, party: str, info: Mapping[str, Any]) -> None:
         self.party = party

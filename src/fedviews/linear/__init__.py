@@ -19,9 +19,9 @@ from fedviews._lazy import exports, lazy_names
 
 if TYPE_CHECKING:
     from fedviews.linear._common import LABEL_SCALES, scale_labels, select_top_features, small_blas
-    from fedviews.linear._consensus import fedmv_consensus
     from fedviews.linear._horizontal import HorizontalClients, view_dims_of
     from fedviews.linear._l21 import L21Problem, L21Result, l21_least_squares, l21_norm, row_norms
+    from fedviews.linear._testing_phase import fedmv_consensus
     from fedviews.linear.hfedmv import (
         HFEDMV_SPEC,
         HFedMV,
@@ -84,7 +84,7 @@ __getattr__ = lazy_names(
     exports(
         {
             "_common": "LABEL_SCALES scale_labels select_top_features small_blas",
-            "_consensus": "fedmv_consensus",
+            "_testing_phase": "fedmv_consensus",
             "_horizontal": "HorizontalClients view_dims_of",
             "_l21": "L21Problem L21Result l21_least_squares l21_norm row_norms",
             "hfedmv": "HFEDMV_SPEC HFedMV HFedMVClient HFedMVParams HFedMVServer LocalMVL "

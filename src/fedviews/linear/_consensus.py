@@ -27,9 +27,7 @@ Initialisation (MMVFL Algorithm 1, line 1; FedMV Algorithm 2): ``Z`` (stream 0)
 and party ``k``'s ``Z_k`` (stream ``1 + k``) are random non-negative matrices with
 orthonormal columns; the first W step starts IRLS from ``A = I`` (ridge).
 
-Testing phase (FedMV Eqs. 12-13): with ``P_k = X_k^test W_k`` fixed, alternate
-``Z^test = sum zeta_k Z_k^test / sum zeta_k`` and
-``Z_k^test = (P_k + zeta_k Z^test) / (1 + zeta_k)`` from ``Z_k^test = P_k``.
+Testing phase (FedMV Eqs. 12-13): :mod:`fedviews.linear._testing_phase`.
 
 Secure aggregation (``defense.kind = "secagg"``, :mod:`fedviews.federation._secagg`):
 the server needs the ``Z_k`` only through ``S = sum_k zeta_k Z_k``, ``sum_k zeta_k``
@@ -49,30 +47,28 @@ from typing import Any
 
 import numpy as np
 
-from fedviews.errors import DataError, ProtocolError
+from fedviews.errors import ProtocolError
 from fedviews.federation import (
     Coordinator,
     Message,
-    SecureSumParty,
     handles,
     secure_sum_setup,
     unmask_sum,
 )
 from fedviews.linear._common import (
     Scaler,
-    check_iter,
     orthonormal_nonnegative,
-    per_party,
     restore,
-    scaled,
 )
 from fedviews.linear._l21 import L21Problem, l21_norm, relative_change_below, row_norms
-
-
-def masked_names(name: str) -> tuple[str, str]:
-    """The masked arrays that stand for ``name`` (``Z_k``, ``Z_k_test``) under secure
-    aggregation: ``zeta_k`` times it, and ``(zeta_k, zeta_k ||.||^2, local terms)``."""
-    return f"masked_zeta_{name}", f"masked_stats_{name}"
+from fedviews.linear._testing_phase import (
+    ConsensusTester,
+    consensus_iterations,
+    consensus_weights,
+    masked_names,
+    sq,
+    z_k_step,
+)
 
 
 def secure_sums(
@@ -90,28 +86,6 @@ def secure_sums(
     return sums[zeta_name], zsum, zsq, local
 
 
-def sq(A: np.ndarray) -> float:
-    """``||A||_F^2``."""
-    return float(np.einsum("ij,ij->", A, A))
-
-
-def consensus_weights(zetas: Sequence[float]) -> np.ndarray:
-    """``zeta_k / sum zeta`` (the weights of the consensus averages)."""
-    z = np.asarray(zetas, dtype=np.float64)
-    return z / z.sum()
-
-
-def z_k_step(
-    XW: np.ndarray, Z: np.ndarray, zeta: float, eta: float = 0.0, Y: np.ndarray | None = None
-) -> np.ndarray:
-    """The closed-form Z_k step ``(X_k W_k + zeta_k Z) / (1 + zeta_k)`` (MMVFL Eq. 12;
-    FedMV Eqs. 8, 16, and 13 with ``P_k`` and ``Z^test``); with a label term (``Y`` and
-    ``eta > 0``), ``(X_k W_k + zeta_k Z + eta Y) / (1 + zeta_k + eta)`` (MMVFL Eq. 11)."""
-    if Y is not None and eta:
-        return (XW + zeta * Z + eta * Y) / (1.0 + zeta + eta)
-    return (XW + zeta * Z) / (1.0 + zeta)
-
-
 def z_step(
     zetas: Sequence[float], Zks: Sequence[np.ndarray], eta: float = 0.0, Y: np.ndarray | None = None
 ) -> np.ndarray:
@@ -119,59 +93,6 @@ def z_step(
     (``Y``), ``(sum_k zeta_k Z_k + eta Y) / (sum_k zeta_k + eta)`` (FedMV Eqs. 10 and 17)."""
     S = np.asarray(sum(z * Zk for z, Zk in zip(zetas, Zks, strict=True)))
     return S / sum(zetas) if Y is None else (S + eta * Y) / (sum(zetas) + eta)
-
-
-def consensus_iterations(
-    Zks: Sequence[np.ndarray],
-    update: Callable[[np.ndarray, int], Sequence[np.ndarray]],
-    w: np.ndarray,
-    max_iter: int,
-    tol: float,
-) -> tuple[np.ndarray, int]:
-    """The testing-phase loop (FedMV Eqs. 12-13), run locally or with the parties.
-
-    Iteration 1 averages ``Zks`` (the ``Z_k^test = P_k``) into
-    ``Z^test = sum_k w_k Z_k^test`` (Eq. 12); iteration ``it`` averages
-    ``update(Z^test, it)``, the ``Z_k^test`` of Eq. (13). Stops when
-    ``||Z_t - Z_{t-1}||_F <= tol ||Z_t||_F`` or after ``max_iter`` iterations.
-
-    Returns
-    -------
-    Z_test, n_iter
-        The consensus and the number of iterations run.
-    """
-    Z = sum(wk * z for wk, z in zip(w, Zks, strict=True))
-    it = 1
-    for it in range(2, max_iter + 1):  # noqa: B007
-        Z_new = sum(wk * z for wk, z in zip(w, update(Z, it), strict=True))
-        done = np.sqrt(sq(Z_new - Z)) <= tol * max(np.sqrt(sq(Z_new)), 1e-300)
-        Z = Z_new
-        if done:
-            break
-    return np.asarray(Z), it
-
-
-def fedmv_consensus(
-    Ps: Sequence[np.ndarray],
-    zeta: float | Sequence[float],
-    *,
-    max_iter: int = 1000,
-    tol: float = 1e-8,
-) -> tuple[np.ndarray, int]:
-    """Testing phase (Eqs. 12-13) run in one place: the consensus ``Z^test`` of ``P_k = X_k^test W_k``.
-
-    Returns ``(Z_test, n_iter)``. Stops when ``||Z_t - Z_{t-1}||_F <= tol ||Z_t||_F``.
-    This is the local computation of an H-FedMV client and the centralized twin of
-    the V-FedMV testing protocol.
-    """
-    zetas = per_party(zeta, len(Ps), "zeta")
-    check_iter(max_iter, tol, "test_max_iter", "test_tol")
-
-    def update(Z: np.ndarray, it: int) -> list[np.ndarray]:  # Eq. (13)
-        return [z_k_step(P, Z, z) for P, z in zip(Ps, zetas, strict=True)]
-
-    Zk = [np.array(P, dtype=np.float64) for P in Ps]
-    return consensus_iterations(Zk, update, consensus_weights(zetas), max_iter, tol)
 
 
 @dataclass(frozen=True)
@@ -184,7 +105,7 @@ class IRLSOptions:
     method: str = "auto"
 
 
-class ConsensusParty(SecureSumParty):
+class ConsensusParty(ConsensusTester):
     """Party ``k``: its view ``X_k``, its ``W_k`` (and test rows, labels) never leave it.
 
     Parameters
@@ -195,18 +116,11 @@ class ConsensusParty(SecureSumParty):
     labels
         ``(Y, classes, y_test)`` of a label owner that sends ``Y`` to the server
         (``labels``) and scores the test consensus (``score``): V-FedMV deployed.
-    X_test
-        This party's test rows (raw), loaded for the testing phase when it starts.
-    scaler
-        ``(mean, scale)`` of its own training columns with ``params.standardize``: ``X``
-        is already scaled with it, and every test view it loads is scaled with it
-        (:meth:`load_test`); it never leaves the party and is part of its results.
+    X_test, scaler, secure
+        As :class:`ConsensusTester` (``X`` is already scaled with ``scaler``).
     classes
         A label owner's labels in the order of the columns of ``W`` (``Y``'s; with
         ``labels``, its ``classes``): part of its results, to read ``argmax X W`` as labels.
-    secure
-        Send ``Z_k`` (and ``Z_k_test``) only masked for the server's secure sum; a
-        request before the key exchange is refused.
     """
 
     def __init__(
@@ -228,20 +142,22 @@ class ConsensusParty(SecureSumParty):
         classes: np.ndarray | None = None,
         secure: bool = False,
     ) -> None:
-        super().__init__(name, role=role)
-        self.secure, self.scaler = secure, scaler
+        super().__init__(
+            name,
+            zeta=zeta,
+            role=role,
+            scaler=scaler,
+            X_test=X_test,
+            classes=classes if labels is None else labels[1],
+            secure=secure,
+        )
         self.problem = L21Problem(X, method=solver.method, eps=solver.eps)
-        self.beta, self.zeta, self.eta = beta, zeta, eta
+        self.beta, self.eta = beta, eta
         self.Y = Y
         self.solver = solver
-        self.labels, self.X_test = labels, X_test
-        self.classes = classes if labels is None else labels[1]
-        self.W: np.ndarray | None = None
+        self.labels = labels
         self.Z_k = orthonormal_nonnegative(X.shape[0], n_classes, np.random.default_rng(seed))
         self.inner_iterations: list[int] = []
-        self.P_test: np.ndarray | None = None
-        self.Z_k_test: np.ndarray | None = None
-        self.y_test_pred: np.ndarray | None = None
 
     # -- training --------------------------------------------------------------
     def local_update(self, Z: np.ndarray) -> float:
@@ -262,21 +178,6 @@ class ConsensusParty(SecureSumParty):
     def on_update(self, msg: Message) -> Message:
         local = self.local_update(msg.array("Z", self.Z_k.shape))
         return self._send_Z(msg, "Z_k", self.Z_k, local)
-
-    def _send_Z(self, msg: Message, name: str, Z_k: np.ndarray, local: float | None) -> Message:
-        """The reply with ``Z_k`` (``name``), ``zeta_k`` and the local objective terms: in the
-        clear, or (``secure``) masked for the server's secure sum of ``zeta_k Z_k``,
-        ``zeta_k``, ``zeta_k ||Z_k||^2`` and the local terms."""
-        if not self.secure:
-            meta: dict[str, float] = {"zeta": self.zeta}
-            if local is not None:
-                meta["local_objective"] = local
-            return self.reply(msg, arrays={name: Z_k}, meta=meta)
-        keys = self.keyed_sum(name)
-        zeta_name, stats_name = masked_names(name)
-        stats = np.array([self.zeta, self.zeta * sq(Z_k), local or 0.0])
-        arrays = {zeta_name: self.zeta * Z_k, stats_name: stats}
-        return self.reply(msg, arrays=keys.mask(arrays, msg.round))
 
     def state_dict(self) -> dict[str, np.ndarray]:
         """This party's private state after a round: ``W`` (the warm start), ``Z_k``, IRLS counts."""
@@ -312,41 +213,6 @@ class ConsensusParty(SecureSumParty):
         self.y_test_pred = classes[np.argmax(Z, axis=1)]
         accuracy = float(np.mean(self.y_test_pred == y_test))
         return self.reply(msg, meta={"accuracy": accuracy, "n_test": len(y_test)})
-
-    # -- testing phase ---------------------------------------------------------
-    def hold_test(self, X_test: np.ndarray) -> None:
-        """Local: this party now holds the (raw) test view ``X_test`` of its own rows; the
-        next testing phase (``test_init``) reads it, as a deployed party reads its file's."""
-        self.X_test, self.P_test = X_test, None
-
-    def load_test(self, X_test: np.ndarray) -> None:
-        """Local: the party reads its own (raw) test view, scales it as its training view was
-        scaled, and computes ``P_k = X_k^test W_k``."""
-        if self.W is None:
-            raise ProtocolError(f"{self.name}: the testing phase starts before any training round")
-        if X_test.shape[1] != self.W.shape[0]:
-            raise DataError(
-                f"{self.name}: test view has {X_test.shape[1]} features, fit with {self.W.shape[0]}"
-            )
-        self.P_test = scaled(X_test, self.scaler) @ self.W
-
-    @handles("test_init")
-    def on_test_init(self, msg: Message) -> Message:
-        if self.P_test is None:
-            if self.X_test is None:
-                raise DataError(f"{self.name!r} has no test data (ids_test, X_test)")
-            self.load_test(self.X_test)
-        assert self.P_test is not None
-        self.Z_k_test = self.P_test.copy()
-        return self._send_Z(msg, "Z_k_test", self.Z_k_test, None)
-
-    @handles("test_update")
-    def on_test_update(self, msg: Message) -> Message:
-        if self.P_test is None:
-            raise ProtocolError(f"{self.name!r} got test_update before test_init")
-        Z_test = msg.array("Z_test", self.P_test.shape)
-        self.Z_k_test = z_k_step(self.P_test, Z_test, self.zeta)  # Eq. (13)
-        return self._send_Z(msg, "Z_k_test", self.Z_k_test, None)
 
     def results(self) -> dict[str, np.ndarray]:
         """What this party keeps at the end: ``W``, ``Z_k``, feature importances (row norms),
@@ -533,6 +399,17 @@ class ConsensusServer(Coordinator):
             n_test=int(reply.number("n_test")),
             test_iterations=self.test_iterations,
         )
+
+    def predict(self) -> None:
+        """``fedviews predict``: the testing phase (:attr:`test`) on the parties' new rows, its
+        consensus ``Z^test`` sent to the label owner, which predicts their labels (``argmax``,
+        Eq. 2); the server keeps nothing but the iteration count."""
+        if self.test is None or self.label_owner is None:
+            raise ProtocolError("a prediction needs the testing phase's options and a label owner")
+        Z_test = self.consensus(*self.test)
+        round_ = len(self.objective) + self.test_iterations
+        self.send(self.label_owner, "predict", arrays={"Z_test": Z_test}, round=round_)
+        self.scores.update(test_iterations=self.test_iterations)
 
     def unconverged(self) -> str | None:
         """``None`` unless training stopped at ``max_iter`` rounds before ``tol`` held (and

@@ -15,8 +15,9 @@ from fedviews.data import PartyData, check_classes, check_Xs
 from fedviews.errors import ConvergenceWarning, DataError, check_fitted
 from fedviews.federation import Defense, Roster, RunSpec, build_in_process
 from fedviews.linear._common import small_blas
-from fedviews.linear._consensus import ConsensusParty, ConsensusServer, fedmv_consensus
+from fedviews.linear._consensus import ConsensusParty, ConsensusServer
 from fedviews.linear._l21 import row_norms
+from fedviews.linear._testing_phase import fedmv_consensus
 
 
 class ConsensusFit:

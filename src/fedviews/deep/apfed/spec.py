@@ -213,6 +213,10 @@ class APFedAlgorithm(ActivePassive):
     """APFed as a federated algorithm: one active party, passive parties, a driver."""
 
     name = "apfed"
+    predicts_alone = (
+        "APFed's active party predicts alone with the model it exported: "
+        "`fedviews apfed predict <run>/<active party>/model NEW.npy`"
+    )
     Params = APFedParams
 
     def check_federation(self, fed: Roster) -> None:

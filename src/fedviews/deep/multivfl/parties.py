@@ -299,6 +299,10 @@ class DataOwner(Party):
             _meta(msg, "start", int),
             _meta(msg, "stop", int),
         )
+        if split in self.owner_index and split != msg.sender:  # a label owner's new rows
+            raise ProtocolError(
+                f"{msg.sender!r} asked for the activations of {split!r}'s rows to predict"
+            )
         rows = self.split_x.get(split)
         if rows is None or not 0 <= start < stop <= len(rows):
             raise ProtocolError(
@@ -349,6 +353,10 @@ class LabelOwner(SecureSumParty):
         self.batch_size, self.local_epochs = batch_size, local_epochs
         self.local_optimizer, self.lr = local_optimizer, lr
         self.split_y: dict[str, np.ndarray] = {}
+        #: ``fedviews predict``: how many new rows the data owners hold for it (their split
+        #: named after it), and the classes predicted for them
+        self.n_predict = 0
+        self.predicted: np.ndarray | None = None
         self._global: dict[str, np.ndarray] = {}
         preload_optimizers()  # the data owners build theirs now; this one, every round
 
@@ -432,6 +440,12 @@ class LabelOwner(SecureSumParty):
         y = self.split_y[split]
         acc = float(np.mean(self.predict_split(split, len(y)) == y))
         return self.reply(msg, meta={"accuracy": acc})
+
+    @handles("predict")
+    def on_predict(self, msg: Message) -> None:
+        """``fedviews predict``: the classes of this label owner's new rows, from the data
+        owners' activations of their rows of its split and its (global) top model."""
+        self.predicted = self.predict_split(self.name, self.n_predict)
 
 
 class Server(Coordinator):

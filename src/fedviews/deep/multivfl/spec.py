@@ -33,7 +33,7 @@ follows from them.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -64,6 +64,7 @@ from fedviews.federation import (
     Local,
     Observation,
     Party,
+    Prediction,
     PrivacyPolicy,
     Recording,
     Roster,
@@ -520,6 +521,64 @@ class MultiVFLAlgorithm(Algorithm):
         if isinstance(party, LabelOwner):
             return party.top_state()
         return party.state_dict()
+
+    # -- prediction ------------------------------------------------------------
+    def predict_groups(self, run: RunSpec) -> list[AlignGroup]:
+        """One group per label owner, with every data owner: the label owner's new IDs."""
+        dos = tuple(data_owners(run))
+        return [AlignGroup(lo, (*dos, lo)) for lo in run.federation.owners()]
+
+    def predict_policy(self, run: RunSpec, setup: Mapping[str, Any]) -> PrivacyPolicy:
+        """Inference of the global model: a label owner asks the data owners for their bottoms'
+        ``activations`` of its rows (``infer``), the coordinator asks it to ``predict``."""
+        return PrivacyPolicy.of(
+            "multivfl-predict",
+            {("data_owner", "label_owner"): run.params.codecs()[0].names("activations")},
+            kinds={
+                ("coordinator", "label_owner"): ["predict"],
+                ("label_owner", "data_owner"): ["infer"],
+            },
+        )
+
+    def build_predictor(
+        self, run: RunSpec, party: str, model: Mapping[str, np.ndarray], local: Local,
+        setup: Mapping[str, Any],
+    ) -> Party:  # fmt: skip
+        """A data owner with its fitted bottom and its new strips aligned with every label
+        owner (a split per label owner), or a label owner with the global top model."""
+        from fedviews.deep._common import load_module
+        from fedviews.deep.multivfl.parties import DataOwner, LabelOwner
+
+        los, none = run.federation.owners(), np.zeros(0, np.int64)
+        run = replace(run, params=replace(run.params, evaluate=False))
+        if party in los:
+            empty = Local(PartyData(none, None, none), {party: none}, local.groups)
+            owner = self.build_party(run, party, empty, setup)
+            assert isinstance(owner, LabelOwner)
+            load_module("top", owner.top, model, party)
+            owner.n_predict = len(local.rows[party])
+            return owner
+        shape = parse_shape(setup[f"input/{party}"], f"input/{party}")
+        if input_shape(local.data.features.shape) != shape:
+            raise DataError(
+                f"{party!r}: its new rows have per-sample shape "
+                f"{input_shape(local.data.features.shape)}, the model was trained on {shape}"
+            )
+        strips = scaled_strip(local.data.features)
+        empty = Local(PartyData(none, strips[:0]), {lo: none for lo in los}, local.groups)
+        do = self.build_party(run, party, empty, setup)
+        assert isinstance(do, DataOwner)
+        do.load_state(model)
+        for lo in los:
+            do.set_split(lo, strips[local.rows[lo]])
+        return do
+
+    def run_prediction(self, run: RunSpec, coord: Coordinator) -> None:
+        coord.broadcast(list(run.federation.owners()), "predict")
+
+    def predictions(self, party: Party) -> Prediction | None:
+        predicted = getattr(party, "predicted", None)
+        return None if predicted is None else Prediction(party.name, predicted)
 
     # -- demo data -------------------------------------------------------------
     def demo_data(self, cfg: Any) -> dict[str, PartyData]:

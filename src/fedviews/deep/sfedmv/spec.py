@@ -215,6 +215,10 @@ class SFedMVAlgorithm(HorizontalClients):
     """
 
     name = "sfedmv"
+    predicts_alone = (
+        "every S-FedMV client holds all views of its sequences and predicts alone with its own "
+        "networks and W_k (its result.npz), as SFedMV.predict does"
+    )
     Params = SFedMVParams
     client_ndim = 3
     defenses = frozenset({"none", "secagg", "label_rr"})

@@ -172,6 +172,8 @@ class SplitNNActive(_MLPBottom):
         own = nets.width(tuple(self._X.shape[1:]))
         top = nets.make_top([own, *self.widths.values()], top_seed)
         self.top = None if top is None else top.to(self.device)
+        #: the classes of its new rows (``fedviews predict``)
+        self.predicted: np.ndarray | None = None
         if self.top is not None:
             self.opt.add_param_group({"params": list(self.top.parameters())})
 
@@ -230,6 +232,11 @@ class SplitNNActive(_MLPBottom):
         if self._X_test is not None and self.y_test is not None:
             out["accuracy"] = float(np.mean(self.predict_test() == self.y_test))
         return self.reply(msg, meta=out)
+
+    @handles("predict")
+    def on_predict(self, msg: Message) -> None:
+        """``fedviews predict``: the classes of the new rows it holds as its test rows."""
+        self.predicted = self.predict_test()
 
     def predict_test(self) -> np.ndarray:
         """Class indices of the test rows: the sum of every party's logits."""

@@ -25,7 +25,7 @@ shapes its peers send.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -58,6 +58,8 @@ from fedviews.federation import (
     Coordinator,
     Local,
     Observation,
+    Party,
+    Prediction,
     PrivacyPolicy,
     Recording,
     Roster,
@@ -123,6 +125,13 @@ def splitnn_policy(evaluate: bool) -> PrivacyPolicy:
     )
 
 
+def _input_shape(features_shape: tuple[int, ...]) -> tuple[int, ...]:
+    """A party's per-sample input shape as the setup reports it (an image strip ``(h, W)`` as
+    one channel ``(1, h, W)``)."""
+    shape = tuple(features_shape[1:])
+    return (1, *shape) if len(shape) == 2 else shape
+
+
 def epoch_seed(seed: int | None, epoch: int) -> int:
     """The shuffling seed of ``epoch`` that the coordinator hands to the label owner."""
     return int(np.random.default_rng([int(seed or 0), epoch]).integers(2**31))
@@ -154,8 +163,7 @@ class SplitNNAlgorithm(ActivePassive):
             raise DataError(f"{party!r}: evaluate needs the test labels (y_test)")
 
     def party_info(self, run: RunSpec, party: str, local: Local) -> dict[str, Any]:
-        shape = local.data.features.shape[1:]
-        info: dict[str, Any] = shape_info("input", (1, *shape) if len(shape) == 2 else shape)
+        info: dict[str, Any] = shape_info("input", _input_shape(local.data.features.shape))
         if party != active_of(run):
             return info
         y = np.asarray(local.take("train")[2])
@@ -232,6 +240,53 @@ class SplitNNAlgorithm(ActivePassive):
         if seen is None:
             return []
         return [Observation("grad_logits", "softmax_gradient", "train", *seen, active)]
+
+    # -- prediction ------------------------------------------------------------
+    def predict_groups(self, run: RunSpec) -> list[AlignGroup]:
+        """Every party's new rows (each holds its features of them)."""
+        return [AlignGroup("predict", tuple(run.federation.parties))]
+
+    def predict_policy(self, run: RunSpec, setup: Mapping[str, Any]) -> PrivacyPolicy:
+        """Inference: the passive parties' bottom ``logits`` of the new rows to the label owner
+        (``splitnn.infer``); the coordinator asks it to ``predict``."""
+        return PrivacyPolicy.of(
+            "splitnn-predict",
+            {("passive", "active"): ["logits"]},
+            kinds={
+                ("active", "passive"): ["splitnn.infer"],
+                ("coordinator", "active"): ["predict"],
+            },
+        )
+
+    def build_predictor(
+        self, run: RunSpec, party: str, model: Mapping[str, np.ndarray], local: Local,
+        setup: Mapping[str, Any],
+    ) -> Party:  # fmt: skip
+        """``party`` with its fitted networks, its aligned new rows as its test rows."""
+        shape = parse_shape(setup[f"input/{party}"], f"input/{party}")
+        _, X, _ = local.take("predict")
+        if _input_shape(X.shape) != shape:
+            raise DataError(
+                f"{party!r}: its new rows have per-sample shape {X.shape[1:]}, the model was "
+                f"trained on {shape}"
+            )
+        none, rows = np.zeros(0, np.int64), np.arange(len(X))
+        y = none if party == active_of(run) else None
+        data = PartyData(none, X[:0], y, ids_test=rows, X_test=X)
+        run = replace(run, params=replace(run.params, evaluate=True))  # the new rows as test rows
+        groups = {g.name: g for g in self.groups(run)}
+        built = self.build_party(
+            run, party, Local(data, {"train": none, "test": rows}, groups), setup
+        )
+        built.load_state(model)
+        return built
+
+    def run_prediction(self, run: RunSpec, coord: Coordinator) -> None:
+        coord.send(active_of(run), "predict")
+
+    def predictions(self, party: Party) -> Prediction | None:
+        predicted = getattr(party, "predicted", None)
+        return None if predicted is None else Prediction("predict", predicted)
 
     def demo_data(self, cfg: Any) -> dict[str, PartyData]:
         """``[data]`` images (``dataset``, ``n_per_class``, ``n_test``) cut into one strip per

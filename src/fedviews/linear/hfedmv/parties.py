@@ -21,8 +21,8 @@ from fedviews.federation import (
     unmask_sum,
 )
 from fedviews.linear._common import Scaler, restore, scaled_views
-from fedviews.linear._consensus import fedmv_consensus
 from fedviews.linear._l21 import row_norms
+from fedviews.linear._testing_phase import fedmv_consensus
 from fedviews.linear.hfedmv.protocol import LocalLearner
 
 Learner = Any  # LocalLearner or the Single View FL learner: ``problems``, ``objective``, ``passes``

@@ -9,8 +9,9 @@ from collections.abc import Sequence
 import numpy as np
 
 from fedviews.linear._common import orthonormal_nonnegative
-from fedviews.linear._consensus import IRLSOptions, sq, z_k_step, z_step
+from fedviews.linear._consensus import IRLSOptions, z_step
 from fedviews.linear._l21 import L21Problem, l21_norm
+from fedviews.linear._testing_phase import sq, z_k_step
 
 
 def init_W(dims: Sequence[int], c: int, seed: np.random.SeedSequence) -> list[np.ndarray]:

@@ -133,6 +133,10 @@ class HFedMVAlgorithm(HorizontalClients, LinearAlgorithm):
     """H-FedMV as a federated algorithm: clients with all views of their own samples."""
 
     name = "hfedmv"
+    predicts_alone = (
+        "every H-FedMV client holds all views of its samples and predicts alone with the W_k "
+        "in its result.npz (the consensus of Eqs. 18-19, as HFedMV.predict does)"
+    )
     Params = HFedMVParams
     defenses = frozenset({"none", "secagg", "label_rr", "model_dp"})
 

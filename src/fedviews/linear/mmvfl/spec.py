@@ -83,6 +83,11 @@ class MMVFLAlgorithm(ConsensusAlgorithm):
     """MMVFL as a federated algorithm: every party a view owner, one of them the label owner."""
 
     name = "mmvfl"
+    predicts_alone = (
+        "every MMVFL party predicts alone with its own W_k: argmax of its rows (scaled with "
+        "x_mean/x_scale where it standardized) times W, all in its result.npz (the label owner's "
+        "also maps the columns to its classes), as MMVFL.predict does"
+    )
     Params = MMVFLParams
 
     def policy(self, run: RunSpec, setup: Mapping[str, Any]) -> PrivacyPolicy:

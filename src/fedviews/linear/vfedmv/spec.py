@@ -59,13 +59,17 @@ from fedviews.errors import ConfigError, DataError
 from fedviews.federation import (
     AlignGroup,
     Local,
+    Party,
+    Prediction,
     PrivacyPolicy,
     Roster,
     RunSpec,
     register_algorithm_spec,
     spawn_streams,
 )
+from fedviews.linear._common import per_party
 from fedviews.linear._consensus_spec import ConsensusAlgorithm
+from fedviews.linear._testing_phase import ConsensusTester
 from fedviews.linear.vfedmv.parties import VFedMVParty, VFedMVServer
 
 
@@ -203,6 +207,76 @@ class VFedMVAlgorithm(ConsensusAlgorithm):
             test=(p.test_max_iter, p.test_tol) if p.evaluate else None,
             frac_bits=run.defense.secagg_bits,
         )
+
+    # -- prediction ------------------------------------------------------------
+    def predict_groups(self, run: RunSpec) -> list[AlignGroup]:
+        """Every party's new rows (the paper's testing phase takes a test view of each)."""
+        if not self._labels_at_party(run):
+            raise ConfigError(
+                "`fedviews predict` puts the predictions with the label owner: name a party as "
+                "federation.label_owner (here the coordinator holds the labels)"
+            )
+        return [AlignGroup("predict", tuple(run.federation.parties))]
+
+    def predict_policy(self, run: RunSpec, setup: Mapping[str, Any]) -> PrivacyPolicy:
+        """The testing phase (Eqs. 12-13): ``Z_k_test`` up, ``Z_test`` down, and the last
+        ``Z_test`` to the label owner (``predict``); ``X_k^test`` and ``W_k`` stay."""
+        rules = {
+            ("party", "coordinator"): ["Z_k_test"],
+            ("label_owner", "coordinator"): ["Z_k_test"],
+            ("coordinator", "party"): ["Z_test"],
+            ("coordinator", "label_owner"): ["Z_test"],
+        }
+        phase = ["test_init", "test_update"]
+        kinds = {
+            ("coordinator", "party"): phase,
+            ("coordinator", "label_owner"): [*phase, "predict"],
+        }
+        return self.secured(run, PrivacyPolicy.of("v-fedmv-predict", rules, kinds=kinds))
+
+    def build_predictor(
+        self, run: RunSpec, party: str, model: Mapping[str, np.ndarray], local: Local,
+        setup: Mapping[str, Any],
+    ) -> ConsensusTester:  # fmt: skip
+        """Party ``k`` with its fitted ``W_k`` (and scaler, and at the label owner its
+        ``classes``), holding its aligned new rows as the test view."""
+        p: VFedMVParams = run.params
+        parties = run.federation.parties
+        _, X, _ = local.take("predict")
+        X = X.reshape(len(X), -1).astype(np.float64)
+        c = int(setup["n_classes"])
+        W = np.asarray(model.get("W", np.zeros((0, 0))))
+        if W.shape != (X.shape[1], c):
+            raise DataError(
+                f"{party!r}: its new rows have {X.shape[1]} features and {c} classes were "
+                f"trained, but its model part holds W of shape {W.shape}"
+            )
+        scaler = (model["x_mean"], model["x_scale"]) if "x_mean" in model else None
+        classes = model.get("classes") if party == self._owner(run) else None
+        if party == self._owner(run) and (classes is None or classes.shape != (c,)):
+            raise DataError(f"label owner {party!r}: its model part lacks the {c} classes")
+        return ConsensusTester(
+            party,
+            zeta=per_party(p.zeta, len(parties), "zeta")[parties.index(party)],
+            role=self.role(run, party),
+            W=W,
+            scaler=scaler,
+            X_test=X,
+            classes=classes,
+            secure=run.defense.secagg_bits is not None,
+        )
+
+    def build_predict_coordinator(self, run: RunSpec, setup: Mapping[str, Any]) -> VFedMVServer:
+        """The server, to run the testing phase only (:meth:`VFedMVServer.predict`)."""
+        server = self.build_coordinator(run, setup)
+        server.test = (run.params.test_max_iter, run.params.test_tol)
+        return server
+
+    def predictions(self, party: Party) -> Prediction | None:
+        """The label owner's: ``argmax`` of the consensus, and the consensus as scores."""
+        if not isinstance(party, ConsensusTester) or party.y_test_pred is None:
+            return None
+        return Prediction("predict", party.y_test_pred, party.Z_test)
 
 
 VFEDMV_SPEC = register_algorithm_spec(VFedMVAlgorithm())

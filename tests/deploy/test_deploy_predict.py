@@ -1,0 +1,411 @@
+"""`fedviews predict`: a deployed model's parts predict new rows together, as the estimator does.
+
+A deployment is trained once per algorithm (its coordinator and parties wired to one
+in-process transport, as in test_setup_path.py: the same session objects a launched
+process runs, in seconds), leaving every member's model part in its folder. The
+prediction sessions then run in one process too, and once as `fedviews launch` +
+`fedviews predict` over gRPC, as a user runs them.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import tomllib
+
+pytest.importorskip("rbcl")  # the PSI
+
+from _protocol import assert_tight, footprint  # noqa: E402
+
+from fedviews.data import align_views  # noqa: E402
+from fedviews.deploy import (  # noqa: E402
+    PartyData,
+    load_deploy_config,
+    load_party_data,
+    save_party_data,
+    write_demo_data,
+)
+from fedviews.deploy._launch import check_model_parts  # noqa: E402
+from fedviews.deploy._model import load_model_part  # noqa: E402
+from fedviews.deploy._predict import PredictCoordinator, PredictParty  # noqa: E402
+from fedviews.deploy._roles import (  # noqa: E402
+    DeployCoordinator,
+    DeployParty,
+    run_policy,
+    session_policy,
+)
+from fedviews.errors import ConfigError, DataError, ProtocolError  # noqa: E402
+from fedviews.federation import InProcessTransport, Message, get_algorithm_spec  # noqa: E402
+from fedviews.linear import VFedMV  # noqa: E402
+
+VFEDMV = """
+algorithm = "vfedmv"
+name = "predict_vfedmv_test"
+seed = 3
+[federation]
+parties = ["pix", "fou"]
+label_owner = "fou"
+[data]
+dataset = "handwritten"
+n_per_class = 10
+n_test = 30
+overlap = 0.9
+[params]
+beta = 2.0
+zeta = [4.0, 2.0]
+eta = 8.0
+max_iter = 4
+inner_max_iter = 10
+standardize = true
+"""
+
+MULTIVFL = """
+algorithm = "multivfl"
+name = "predict_multivfl_test"
+seed = 2
+[federation]
+parties = ["top", "bottom", "bank", "clinic"]
+label_owners = ["bank", "clinic"]
+[data]
+dataset = "mnist"
+n_per_class = 6
+n_test = 20
+samples_per_owner = 20
+[params]
+rounds = 2
+batch_size = 16
+channels = 4
+top_channels = 4
+hidden = 8
+device = "cpu"
+evaluate = false
+"""
+
+
+def _cfg(text: str, *overrides: str) -> Any:
+    return load_deploy_config(tomllib.loads(text), list(overrides))
+
+
+def _train(cfg: Any, files: dict[str, Path], run: Path) -> None:
+    """The deployment's training session in one process: every member's folder in ``run``."""
+    transport = InProcessTransport(session_policy(cfg))
+    coord = DeployCoordinator(cfg, lambda line: None, run / cfg.federation.coordinator)
+    transport.register(coord)
+    for p, path in files.items():
+        transport.register(DeployParty(cfg, p, load_party_data(path), run / p, lambda _: None))
+    coord.run()
+
+
+def _predict(
+    cfg: Any, new: dict[str, PartyData], run: Path, out: Path
+) -> tuple[dict[str, Any], InProcessTransport]:
+    """The prediction session in one process, every member with its part from ``run``."""
+    transport = InProcessTransport(session_policy(cfg))
+    name = cfg.federation.coordinator
+    coord = PredictCoordinator(cfg, lambda line: None, load_model_part(run / name, cfg, name))
+    transport.register(coord)
+    for p, data in new.items():
+        part = load_model_part(run / p, cfg, p)
+        transport.register(PredictParty(cfg, p, data, part, out / p, lambda _: None))
+    return coord.run(), transport
+
+
+def _npz(path: Path) -> dict[str, np.ndarray]:
+    with np.load(path) as z:
+        return {k: z[k] for k in z.files}
+
+
+@pytest.fixture(scope="module")
+def vfedmv(tmp_path_factory: pytest.TempPathFactory) -> tuple[Any, dict[str, Path], Path]:
+    """``(config, training data files, run folder)`` of a trained V-FedMV deployment."""
+    tmp = tmp_path_factory.mktemp("predict_vfedmv")
+    cfg = _cfg(VFEDMV)
+    files = write_demo_data(cfg, tmp / "data")
+    _train(cfg, files, tmp / "run")
+    return cfg, files, tmp / "run"
+
+
+def _vfedmv_new_rows(files: dict[str, Path], drop: int) -> dict[str, PartyData]:
+    """Each party's held-out rows as its new rows, without labels; ``pix`` lacks the first
+    ``drop`` of them (the PSI leaves them out)."""
+    new = {}
+    for p, path in files.items():
+        d = load_party_data(path)
+        assert d.ids_test is not None and d.X_test is not None
+        keep = slice(drop, None) if p == "pix" else slice(None)
+        new[p] = PartyData(d.ids_test[keep], d.X_test[keep])
+    return new
+
+
+def _vfedmv_reference(
+    cfg: Any, files: dict[str, Path], new: dict[str, PartyData], defense: str | None = None
+) -> Any:
+    """The estimator's ``(ids, predict, decision_function)`` of the common new rows, fitted on
+    the training rows that the PSI aligns (ascending ID)."""
+    datas = [load_party_data(files[p]) for p in ("pix", "fou")]
+    Xs, ids = align_views([d.X for d in datas], [d.ids for d in datas])
+    owner = datas[1]
+    assert owner.y is not None
+    y = owner.y[np.argsort(owner.ids)][np.searchsorted(np.sort(owner.ids), ids)]
+    p = cfg.params
+    ref = VFedMV(
+        beta=p.beta,
+        zeta=list(p.zeta),
+        eta=p.eta,
+        max_iter=p.max_iter,
+        inner_max_iter=p.inner_max_iter,
+        standardize=True,
+        random_state=cfg.seed,
+        defense=defense,
+    ).fit(Xs, y)
+    Xts, ids_t = align_views(
+        [new[q].X for q in ("pix", "fou")], [new[q].ids for q in ("pix", "fou")]
+    )
+    return ids_t, ref.predict(Xts), ref.decision_function(Xts)
+
+
+@pytest.mark.parametrize("alignment", ["psi", "none"])
+def test_vfedmv_predict_equals_the_estimator(vfedmv, tmp_path: Path, alignment: str) -> None:
+    """The testing phase (Eqs. 12-13) of the deployed parts, on new rows aligned by PSI (or,
+    with alignment = "none", the same IDs at every party): the estimator's labels and
+    consensus; only ``Z_k_test`` / ``Z_test`` (and the PSI arrays) cross."""
+    cfg, files, run = vfedmv
+    cfg = _cfg(VFEDMV, f'federation.alignment="{alignment}"')
+    new = _vfedmv_new_rows(files, drop=4 if alignment == "psi" else 0)
+    res, transport = _predict(cfg, new, run, tmp_path)
+    ids, labels, scores = _vfedmv_reference(cfg, files, new)
+    assert res["predicted_rows"] == {"predict": len(ids)} and len(ids) == 26 + 4 * (
+        alignment == "none"
+    )
+    got = _npz(tmp_path / "fou" / "predictions.npz")
+    np.testing.assert_array_equal(got["ids"], ids)
+    np.testing.assert_array_equal(got["labels"], labels)
+    np.testing.assert_allclose(got["scores"], scores, rtol=1e-9, atol=1e-12)
+    lines = (tmp_path / "fou" / "predictions.csv").read_text().splitlines()
+    assert lines[0] == "id,label" and lines[1] == f"{ids[0]},{labels[0]}"
+    assert not (tmp_path / "pix" / "predictions.csv").exists()  # predictions land with the owner
+    crossed = transport.log.summary()["crossings"]
+    psi = {"psi_set", "psi_positions"}
+    for p in ("pix", "fou"):  # no raw view, no W_k: only the test phase's consensus arrays
+        assert set(crossed[f"{p} -> coordinator"]) - psi == {"Z_k_test"}
+        assert set(crossed[f"coordinator -> {p}"]) - psi == {"Z_test"}
+    spec = get_algorithm_spec("vfedmv")
+    setup = load_model_part(run / "fou", cfg, "fou").setup
+    assert transport.policy == run_policy(cfg, spec.predict_policy(cfg, setup))
+    roles = {**cfg.roles(), "coordinator": "coordinator"}
+    assert_tight(spec.predict_policy(cfg, setup), footprint(transport.log.exchanges(), roles))
+
+
+def test_vfedmv_predict_with_secure_aggregation(tmp_path: Path) -> None:
+    """Under ``defense.kind = "secagg"`` the parties' ``Z_k_test`` leave only masked, as in
+    the estimator's federated testing phase, which predicts the same."""
+    cfg = _cfg(VFEDMV + '[defense]\nkind = "secagg"\n')
+    files = write_demo_data(cfg, tmp_path / "data")
+    _train(cfg, files, tmp_path / "run")
+    new = _vfedmv_new_rows(files, drop=2)
+    _, transport = _predict(cfg, new, tmp_path / "run", tmp_path / "out")
+    ids, labels, scores = _vfedmv_reference(cfg, files, new, defense="secagg")
+    got = _npz(tmp_path / "out" / "fou" / "predictions.npz")
+    np.testing.assert_array_equal(got["ids"], ids)
+    np.testing.assert_array_equal(got["labels"], labels)
+    np.testing.assert_allclose(got["scores"], scores, rtol=1e-9, atol=1e-12)
+    crossed = transport.log.summary()["crossings"]
+    masked = {"masked_zeta_Z_k_test", "masked_stats_Z_k_test"}
+    for p in ("pix", "fou"):
+        assert set(crossed[f"{p} -> coordinator"]) - {"psi_set"} == masked
+        # a coordinator that left members out of the sums would be refused
+        assert transport.local[p].algo.secure_members == {"pix", "fou"}
+
+
+def test_model_parts_missing_changed_or_of_another_config_are_named(vfedmv, tmp_path: Path):
+    cfg, files, run = vfedmv
+    copy = tmp_path / "run"
+    shutil.copytree(run, copy)
+    check_model_parts(copy, cfg, tmp_path, None)  # all there
+    with pytest.raises(ConfigError, match="another config.*params"):
+        load_model_part(copy / "pix", _cfg(VFEDMV, "params.max_iter=5"), "pix")
+    (copy / "fou" / "model.json").unlink()
+    with pytest.raises(DataError, match="'fou' has no model part"):
+        check_model_parts(copy, cfg, tmp_path, None)
+    with pytest.raises(DataError, match="'pix'.*not the one its training run wrote"):
+        np.savez(copy / "pix" / "result.npz", W=np.zeros((2, 2)))
+        load_model_part(copy / "pix", cfg, "pix")
+    with pytest.raises(ConfigError, match="--data-dir"):
+        check_model_parts(run, cfg, None, None)
+
+
+def test_a_part_of_another_training_run_is_refused_naming_its_party(vfedmv, tmp_path: Path):
+    cfg, files, run = vfedmv
+    copy = tmp_path / "run"
+    shutil.copytree(run, copy)
+    meta = json.loads((copy / "pix" / "model.json").read_text())
+    meta["run_id"] = "0123456789abcdef"  # what a second training run of this config draws
+    (copy / "pix" / "model.json").write_text(json.dumps(meta))
+    with pytest.raises(ProtocolError, match="another training run") as err:
+        _predict(cfg, _vfedmv_new_rows(files, 0), copy, tmp_path / "out")
+    assert err.value.party == "pix"
+
+
+def test_new_rows_with_labels_are_refused(vfedmv, tmp_path: Path):
+    cfg, files, run = vfedmv
+    d = load_party_data(files["fou"])
+    part = load_model_part(run / "fou", cfg, "fou")
+    with pytest.raises(DataError, match="'fou'.*holds labels"):
+        PredictParty(cfg, "fou", PartyData(d.ids, d.X, d.y), part, tmp_path, print)
+
+
+def test_an_algorithm_whose_parties_predict_alone_says_how(tmp_path: Path):
+    cfg = _cfg(VFEDMV.replace('"vfedmv"', '"mmvfl"').replace("zeta = [4.0, 2.0]", ""))
+    with pytest.raises(ConfigError, match="MMVFL party predicts alone with its own W_k"):
+        check_model_parts(tmp_path, cfg, tmp_path, None)
+
+
+def test_multivfl_predict_equals_the_estimator(tmp_path: Path) -> None:
+    """Every label owner asks for its own new IDs; the data owners' bottoms and the global
+    top: the estimator's ``predict``. Only activations cross, and only to the label owner
+    whose rows they are."""
+    pytest.importorskip("torch")
+    from fedviews.deep.multivfl import MultiVFL
+
+    cfg = _cfg(MULTIVFL)
+    files = write_demo_data(cfg, tmp_path / "data")
+    _train(cfg, files, tmp_path / "run")
+    D = [load_party_data(files[d]) for d in ("top", "bottom")]
+    L = [load_party_data(files[lo]) for lo in ("bank", "clinic")]
+    ids = np.intersect1d(D[0].ids, D[1].ids)
+    strips = [d.X[np.argsort(d.ids)][np.searchsorted(np.sort(d.ids), ids)] for d in D]
+    y = np.zeros(len(ids), dtype=np.int64)
+    for lo in L:
+        assert lo.y is not None
+        keep = np.isin(lo.ids, ids)
+        y[np.searchsorted(ids, lo.ids[keep])] = lo.y[keep]
+    p = cfg.params
+    ref = MultiVFL(
+        n_data_owners=2,
+        n_label_owners=2,
+        rounds=p.rounds,
+        batch_size=p.batch_size,
+        channels=p.channels,
+        top_channels=p.top_channels,
+        hidden=p.hidden,
+        device="cpu",
+        random_state=cfg.seed,
+    ).fit(strips, y, ids=ids, label_owner_ids=[np.sort(lo.ids[np.isin(lo.ids, ids)]) for lo in L])
+    test_ids = D[0].ids_test
+    assert test_ids is not None
+    asked = {"bank": test_ids[:12], "clinic": np.concatenate([test_ids[5:], ["nobody"]])}
+    new = {d: PartyData(data.ids_test, data.X_test) for d, data in zip(("top", "bottom"), D)}
+    new |= {lo: PartyData(asked[lo]) for lo in ("bank", "clinic")}
+    res, transport = _predict(cfg, new, tmp_path / "run", tmp_path / "out")
+    assert res["predicted_rows"] == {"bank": 12, "clinic": 15}
+    for lo in ("bank", "clinic"):
+        got = _npz(tmp_path / "out" / lo / "predictions.npz")
+        rows = np.searchsorted(np.sort(D[0].ids_test), got["ids"])
+        assert np.array_equal(np.sort(D[0].ids_test)[rows], got["ids"])
+        order = [np.argsort(d.ids_test) for d in D]
+        X = [d.X_test[o][rows] for d, o in zip(D, order)]
+        np.testing.assert_array_equal(got["labels"], ref.predict(X))
+    crossed = transport.log.summary()["crossings"]
+    psi = {"psi_set", "psi_positions"}
+    assert {k: set(v) - psi for k, v in crossed.items() if set(v) - psi} == {
+        f"{d} -> {lo}": {"activations"} for d in ("top", "bottom") for lo in ("bank", "clinic")
+    }
+    # a label owner asking for the activations of another label owner's rows is refused
+    ask = {"split": "clinic", "start": 0, "stop": 1}
+    forged = Message("infer", sender="bank", receiver="top", meta=ask)
+    with pytest.raises(ProtocolError, match="'bank' asked for the activations of 'clinic'"):
+        transport.local["top"].algo.handle(forged)
+
+
+def test_fedviews_predict_over_grpc(tmp_path: Path) -> None:
+    """`fedviews launch` trains, `fedviews predict` predicts: processes over gRPC with mutual
+    TLS and PSI, each with its own model part and file of new rows; the estimator's labels."""
+    pytest.importorskip("grpc")
+    config = tmp_path / "vfedmv.toml"
+    config.write_text(VFEDMV)
+    run, pred = tmp_path / "run", tmp_path / "pred"
+
+    def fedviews(*args: str) -> str:
+        proc = subprocess.run(
+            [sys.executable, "-m", "fedviews", *args], capture_output=True, text=True, timeout=300
+        )
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        return proc.stdout + proc.stderr
+
+    fedviews("launch", str(config), "--out", str(run))
+    files = {p: run / "data" / f"{p}.npz" for p in ("pix", "fou")}
+    new = _vfedmv_new_rows(files, drop=3)
+    for p, data in new.items():
+        save_party_data(tmp_path / "new" / f"{p}.npz", data)
+    out = fedviews(
+        "predict",
+        str(config),
+        "--model",
+        str(run),
+        "--data-dir",
+        str(tmp_path / "new"),
+        "--out",
+        str(pred),
+    )
+    assert "[fou] predicted 27 rows" in out and "PSI predict" in out
+    ids, labels, _ = _vfedmv_reference(_cfg(VFEDMV), files, new)
+    got = _npz(pred / "fou" / "predictions.npz")
+    np.testing.assert_array_equal(got["ids"], ids)
+    np.testing.assert_array_equal(got["labels"], labels)
+    log = json.loads((pred / "coordinator" / "message_log.json").read_text())
+    for p in ("pix", "fou"):
+        assert set(log["crossings"][f"{p} -> coordinator"]) == {"Z_k_test", "psi_set", "psi_sealed"}
+
+
+SPLITNN = """
+algorithm = "splitnn"
+name = "predict_splitnn_test"
+seed = 2
+[federation]
+parties = ["top", "bottom"]
+label_owner = "bottom"
+[data]
+dataset = "mnist"
+n_per_class = 6
+n_test = 20
+[params]
+epochs = 2
+batch_size = 16
+hidden = 8
+device = "cpu"
+evaluate = true
+"""
+
+
+def test_splitnn_predict_equals_the_in_process_run(tmp_path: Path) -> None:
+    """The label owner predicts the common new rows with every party's bottom (only their
+    ``logits`` cross): what the in-process run of the same config predicts for them."""
+    pytest.importorskip("torch")
+    from fedviews.federation import build_in_process
+
+    cfg = _cfg(SPLITNN)
+    files = write_demo_data(cfg, tmp_path / "data")
+    _train(cfg, files, tmp_path / "run")
+    datas = {p: load_party_data(path) for p, path in files.items()}
+    fed = build_in_process(cfg, datas)
+    fed()
+    expected = fed.parties["bottom"].predict_test()  # the test rows in ascending ID order
+    new = {
+        p: PartyData(d.ids_test[3 if p == "top" else 0 :], d.X_test[3 if p == "top" else 0 :])
+        for p, d in datas.items()
+    }
+    res, transport = _predict(cfg, new, tmp_path / "run", tmp_path / "out")
+    got = _npz(tmp_path / "out" / "bottom" / "predictions.npz")
+    all_ids = np.sort(datas["bottom"].ids_test)
+    np.testing.assert_array_equal(got["ids"], np.sort(new["top"].ids))
+    np.testing.assert_array_equal(got["labels"], expected[np.searchsorted(all_ids, got["ids"])])
+    assert res["predicted_rows"] == {"predict": len(all_ids) - 3}
+    crossed = transport.log.summary()["crossings"]
+    assert set(crossed["top -> bottom"]) == {"logits"}
