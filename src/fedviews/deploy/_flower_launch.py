@@ -37,7 +37,7 @@ from fedviews.deploy._flower_node import APP_MODULE, SECAGG_NEEDS_A_LIVE_PARTY
 from fedviews.deploy._launch import free_port, make_certs
 from fedviews.deploy._roles import Printer
 from fedviews.errors import ConfigError, MissingDependency, ProtocolError, require
-from fedviews.federation._certs import crypto
+from fedviews.federation import crypto
 
 require("flwr", "flower")
 
