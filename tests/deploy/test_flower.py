@@ -40,6 +40,7 @@ from fedviews.deploy import (  # noqa: E402
     load_deploy_config,
     load_party_data,
     split_dataset,
+    write_demo_data,
 )
 from fedviews.deploy._session import DeployCoordinator, DeployParty, session_policy  # noqa: E402
 from fedviews.errors import (  # noqa: E402
@@ -94,19 +95,26 @@ inner_max_iter = 10
     return path, data
 
 
+def _in_process(path: Path, data: Path, out: Path) -> tuple[dict, dict[str, np.ndarray]]:
+    """The deployed session of config ``path`` in one process (InProcessTransport): its
+    results and the coordinator's final arrays; every party writes its outputs under ``out``."""
+    cfg = load_deploy_config(path)
+    transport = InProcessTransport(session_policy(cfg))
+    coord = DeployCoordinator(cfg, lambda line: None, out / "coordinator")
+    transport.register(coord)
+    for p in cfg.federation.parties:
+        party = DeployParty(cfg, p, load_party_data(data / f"{p}.npz"), out / p, lambda _: None)
+        transport.register(party)
+    res = coord.run()
+    return res, dict(coord.app.coordinator_results(coord.server)[1])
+
+
 @pytest.fixture(scope="module")
 def reference(deployment, tmp_path_factory):
     """The same deployment in one process (InProcessTransport): objective and W per party."""
     path, data = deployment
     out = tmp_path_factory.mktemp("in-process")
-    cfg = load_deploy_config(path)
-    transport = InProcessTransport(session_policy(cfg))
-    coord = DeployCoordinator(cfg, lambda line: None, out / "coordinator")
-    transport.register(coord)
-    for p in PARTIES:
-        party = DeployParty(cfg, p, load_party_data(data / f"{p}.npz"), out / p, lambda _: None)
-        transport.register(party)
-    res = coord.run()
+    res, _ = _in_process(path, data, out)
     W = {}
     for p in PARTIES:
         with np.load(out / p / "result.npz") as z:
@@ -138,6 +146,67 @@ def _check_against(reference, run: Path, res: dict) -> None:
         assert mine["messages"] == log["messages"] // len(PARTIES) - 1
 
 
+S_CLIENTS = ("left", "right")
+SFEDMV = """
+algorithm = "sfedmv"
+name = "flower_sfedmv_test"
+seed = 5
+[federation]
+parties = ["left", "right"]
+label_owners = ["left", "right"]
+alignment = "none"
+connect_timeout = 60.0
+[data]
+dataset = "watch"
+n_per_class = 4
+n_test = 10
+[params]
+hidden_size = 8
+n_rounds = 2
+local_epochs = 1
+batch_size = 16
+fusion_rounds = 3
+local_iter = 1
+torch_threads = 1
+evaluate = true
+"""
+
+
+@pytest.fixture(scope="module")
+def sfedmv(tmp_path_factory):
+    """S-FedMV (2 clients of the smartwatch sequences, 2 GRU rounds per view, 3 fusion
+    rounds): its config, data folder and run folder in one process."""
+    pytest.importorskip("torch")
+    root = tmp_path_factory.mktemp("sfedmv")
+    path = root / "sfedmv.toml"
+    path.write_text(SFEDMV)
+    write_demo_data(load_deploy_config(path), root / "data")
+    res, final = _in_process(path, root / "data", root / "in-process")
+    return path, root / "data", root / "in-process", res, final
+
+
+def _npz(path: Path) -> dict[str, np.ndarray]:
+    with np.load(path) as z:
+        return {k: z[k] for k in z.files}
+
+
+def _check_sfedmv(sfedmv, run: Path) -> None:
+    """S-FedMV through Flower == in one process: losses, fusion objective, every array."""
+    _, _, ref, want, final = sfedmv
+    res = json.loads((run / "coordinator" / "results.json").read_text())
+    assert res["status"] == "ok", res["status"]
+    assert res["transport"] == "flower" and sorted(res["nodes"]) == sorted(S_CLIENTS)
+    assert np.shape(res["round_loss"]) == (2, 2) and len(res["fusion_objective"]) == 3
+    for key in ("round_loss", "fusion_objective", "test_accuracy"):
+        np.testing.assert_allclose(res[key], want[key], rtol=1e-10)
+    for who in ("coordinator", *S_CLIENTS):
+        got = _npz(run / who / "result.npz")
+        exp = final if who == "coordinator" else _npz(ref / who / "result.npz")
+        assert sorted(got) == sorted(exp)
+        for k in exp:
+            np.testing.assert_allclose(got[k], exp[k], rtol=1e-10, atol=1e-12, err_msg=k)
+
+
 class LoopbackGrid(Grid):
     """A Flower Grid that plays the SuperLink and one SuperNode per node config, here.
 
@@ -145,16 +214,29 @@ class LoopbackGrid(Grid):
     (state kept between messages, one message at a time per node, nodes in
     parallel). ``fresh=True`` drops the node's live party before every message, as
     the deployment engine starts a new ClientApp process for every message.
+    ``parallel=False`` delivers one message at a time over all nodes: S-FedMV's training
+    draws from torch's process-wide generator (a node of a Flower engine is a process
+    of its own, a thread here is not).
     """
 
-    def __init__(self, node_configs: Iterable[dict], run_config: dict, *, fresh: bool = True):
+    def __init__(
+        self,
+        node_configs: Iterable[dict],
+        run_config: dict,
+        *,
+        fresh: bool = True,
+        parallel: bool = True,
+    ):
         self.run_id = RUN_ID
         self.fresh = fresh
         self.contexts = {
             1000 + k: Context(self.run_id, 1000 + k, dict(nc), RecordDict(), dict(run_config))
             for k, nc in enumerate(node_configs)
         }
-        self.workers = {n: ThreadPoolExecutor(max_workers=1) for n in self.contexts}
+        one = ThreadPoolExecutor(max_workers=1)
+        self.workers = {
+            n: ThreadPoolExecutor(max_workers=1) if parallel else one for n in self.contexts
+        }
         self.replies: dict[str, Message] = {}
         self.lock = threading.Lock()
         self.delivered = 0
@@ -223,6 +305,68 @@ def test_loopback_grid_equals_in_process(deployment, reference, tmp_path):
     _check_against(reference, run, res)
     assert res["nodes"] == {"zer": "1000", "fou": "1001", "pix": "1002"}
     assert grid.delivered >= 3 * 7  # hello, setup, build, 3 rounds, finish
+
+
+def test_loopback_grid_sfedmv_equals_in_process(sfedmv, tmp_path):
+    """S-FedMV with a fresh party per message (rebuilt from ``Context.state``, whose
+    state holds 0-d arrays: the RNG state as JSON text) == the session in one process."""
+    path, data, *_ = sfedmv
+    run = tmp_path / "run"
+    rc = {"deploy-config": str(path), "out-dir": str(run)}
+    grid = LoopbackGrid(_node_configs(data, run, S_CLIENTS), rc, parallel=False)
+    try:
+        _flower.server_app(grid, Context(0, 0, {}, RecordDict(), rc))
+    finally:
+        grid.close()
+    _check_sfedmv(sfedmv, run)
+
+
+def test_node_state_keeps_every_shape_and_dtype(sfedmv, reference, tmp_path):
+    """A party's state through ``Context.state`` and Flower's serialisation (what the
+    deployment engine stores between two ClientApp processes) comes back with every shape
+    and dtype: 0-d text (S-FedMV's RNG state as JSON), 0-d integers and flags (MMVFL's
+    inner iterations), empty and non-contiguous arrays, and every array of the round
+    checkpoints (= ``state_dict``) of an S-FedMV and an MMVFL run. Objects, which Flower
+    cannot carry without pickle, and an array that no longer matches its recorded shape
+    are refused by name."""
+    from flwr.app import Array, ArrayRecord
+    from flwr.common.serde import recorddict_from_proto, recorddict_to_proto
+
+    def through_flower(values: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        state = RecordDict({"algo": _flower_node._arrays(values, "pix")})
+        back = recorddict_from_proto(recorddict_to_proto(state)).array_records["algo"]
+        return _flower_node._numpy(back, "pix")
+
+    states = {
+        "kinds": {
+            "rng_numpy": np.array(json.dumps({"state": {"state": 2**100, "inc": 7}})),
+            "inner_iterations": np.asarray(12, np.int64),
+            "converged": np.asarray(False),
+            "t": np.array(3.5, np.float16),
+            "empty": np.zeros((0, 3)),
+            "transposed": np.arange(6, dtype=np.float32).reshape(2, 3).T,
+            "names": np.array(["a", "bb"]),
+            "bytes": np.frombuffer(b"\x00\xff", np.uint8),
+        }
+    }
+    # the in-process runs' checkpoints: S-FedMV's, MMVFL's (fixture ``reference``)
+    for run in (sfedmv[2], *tmp_path.parent.glob("in-process*")):
+        for ckpt in sorted(run.glob("*/checkpoints/round-*.npz")):
+            states[str(ckpt)] = _npz(ckpt)
+    assert {"sfedmv" in k for k in states if k != "kinds"} == {True, False}  # both runs
+    for name, values in states.items():
+        back = through_flower(values)
+        assert sorted(back) == sorted(values), name
+        for k, a in values.items():
+            assert (back[k].shape, back[k].dtype) == (a.shape, a.dtype), (name, k)
+            np.testing.assert_array_equal(back[k], a, err_msg=f"{name}: {k}")
+    assert json.loads(str(through_flower(states["kinds"])["rng_numpy"]))["state"]["inc"] == 7
+    with pytest.raises(ProtocolError, match="'pix'.* 'hook' holds Python objects"):
+        _flower_node._arrays({"hook": np.array([None, 1], dtype=object)}, "pix")
+    bad = Array(np.array(1.5))
+    bad.shape = (1,)
+    with pytest.raises(ProtocolError, match="corrupt .* 'pix': 'x' is float64\\[\\], recorded"):
+        _flower_node._numpy(ArrayRecord({"x": bad}), "pix")
 
 
 def test_loopback_grid_reuses_live_party(deployment, reference, tmp_path, monkeypatch):
@@ -404,6 +548,28 @@ def test_deployment_engine_equals_in_process(deployment, reference, tmp_path):
     run = tmp_path / "run"
     res = launch_flower(path, run, engine="deployment", data_dir=data, timeout=900)
     _check_against(reference, run, res)
+
+
+@pytest.mark.slow
+def test_simulation_engine_sfedmv_equals_in_process(sfedmv, tmp_path):
+    """S-FedMV through flower-superlink --simulation (Ray) + flwr run == in-process."""
+    pytest.importorskip("ray")
+    path, data, *_ = sfedmv
+    launch_flower(path, tmp_path / "run", engine="simulation", data_dir=data, timeout=300)
+    _check_sfedmv(sfedmv, tmp_path / "run")
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(
+    os.environ.get("FEDVIEWS_TEST_FLOWER_DEPLOYMENT") != "1",
+    reason="minutes: set FEDVIEWS_TEST_FLOWER_DEPLOYMENT=1 to run the deployment engine",
+)
+def test_deployment_engine_sfedmv_equals_in_process(sfedmv, tmp_path):
+    """S-FedMV through flower-superlink + one flower-supernode per client == in-process:
+    every message a new ClientApp process, the party rebuilt from ``Context.state``."""
+    path, data, *_ = sfedmv
+    launch_flower(path, tmp_path / "run", engine="deployment", data_dir=data, timeout=900)
+    _check_sfedmv(sfedmv, tmp_path / "run")
 
 
 def test_flower_cli_writes_the_app_and_refuses_unknown_engines(tmp_path):

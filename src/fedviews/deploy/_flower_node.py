@@ -137,8 +137,37 @@ def node_settings(context: Context) -> NodeSettings:
     return NodeSettings(cfg, party, Path(data), out, run_config_path(nc, "resume"))
 
 
-def _arrays(values: Mapping[str, np.ndarray]) -> ArrayRecord:
-    return ArrayRecord({k: Array(np.ascontiguousarray(v)) for k, v in values.items()})
+def _arrays(values: Mapping[str, np.ndarray], party: str) -> ArrayRecord:
+    """``values`` (a party's ``state_dict``) as Flower arrays, every shape and dtype kept.
+
+    Flower's :class:`~flwr.app.Array` carries any array :func:`numpy.save` writes without
+    pickle (0-d, empty, non-contiguous, strings, any numeric dtype); an array it cannot
+    carry (objects) is a :class:`ProtocolError` naming it, never a silent change.
+    """
+    out = {}
+    for k, v in values.items():
+        a = np.asarray(v)
+        if a.dtype.hasobject:
+            raise ProtocolError(
+                f"{party!r}: the state array {k!r} holds Python objects ({a.dtype}), which "
+                "Flower's Context.state cannot keep without pickle"
+            )
+        out[k] = Array(a)
+    return ArrayRecord(out)
+
+
+def _numpy(record: ArrayRecord, party: str) -> dict[str, np.ndarray]:
+    """The arrays :func:`_arrays` stored, each checked against its recorded shape and dtype."""
+    out = {}
+    for k, arr in record.items():
+        a = arr.numpy()
+        if a.shape != tuple(arr.shape) or str(a.dtype) != arr.dtype:
+            raise ProtocolError(
+                f"corrupt fedviews node state of {party!r}: {k!r} is {a.dtype}{list(a.shape)}, "
+                f"recorded as {arr.dtype}{list(arr.shape)}"
+            )
+        out[k] = a
+    return out
 
 
 class _Node:
@@ -198,7 +227,7 @@ class _Node:
             meta[f"replay/{i}"] = wire
         state[_STATE] = ConfigRecord(meta)
         if self.new_snapshot:  # only at a round message: later requests are replayed on it
-            state[_STATE_ALGO] = _arrays(p.algo.state_dict())
+            state[_STATE_ALGO] = _arrays(p.algo.state_dict(), p.name)
             self.new_snapshot = False
 
     def restore(self, state: RecordDict) -> None:
@@ -241,7 +270,7 @@ class _Node:
     def _load(self, algo: ArrayRecord) -> None:
         if self.party.algo is None:
             raise ProtocolError(f"{self.party.name!r}: round state saved before deploy:build")
-        self.party.algo.load_state({k: a.numpy() for k, a in algo.items()})
+        self.party.algo.load_state(_numpy(algo, self.party.name))
 
 
 def _int(v: Any) -> int:
