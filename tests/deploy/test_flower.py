@@ -15,6 +15,7 @@
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import re
@@ -36,6 +37,7 @@ from fedviews.deploy import (  # noqa: E402
     _flower,
     _flower_node,
     _flower_transport,
+    _roles,
     launch_flower,
     load_deploy_config,
     load_party_data,
@@ -240,6 +242,7 @@ class LoopbackGrid(Grid):
         self.replies: dict[str, Message] = {}
         self.lock = threading.Lock()
         self.delivered = 0
+        self.wires: list[bytes] = []  # every fedviews message that crossed, both ways
 
     def set_run(self, run):  # pragma: no cover - not used by the ServerApp
         raise NotImplementedError
@@ -271,6 +274,9 @@ class LoopbackGrid(Grid):
         reply = _flower.client_app(m, self.contexts[node])
         reply.metadata.__dict__["_message_id"] = uuid.uuid4().hex
         with self.lock:
+            for content in (m.content, reply.content):
+                if "fedviews" in content.array_records:
+                    self.wires.append(_flower_transport.unpack(content))
             self.replies[m.metadata.message_id] = reply
             self.delivered += 1
 
@@ -391,11 +397,21 @@ def _with_secagg(path: Path, tmp_path: Path) -> Path:
     return secure
 
 
-def test_secure_aggregation_on_flower_needs_a_live_party(deployment, reference, tmp_path):
-    """With the party alive across messages (the simulation engine) secagg gives the plain
-    run's result; rebuilt from its node state for every message (the deployment engine) it
-    would draw a new key whose masks no longer cancel, so the node refuses, as does
-    ``launch_flower`` with the deployment engine (before anything starts)."""
+def _secrets(grid: LoopbackGrid) -> list[bytes]:
+    """Every node's X25519 private key, as it keeps it in its ``Context.state``."""
+    keys = []
+    for ctx in grid.contexts.values():
+        kept = json.loads(str(ctx.state.config_records[_flower_node._STATE]["secagg"]))
+        keys.append(bytes.fromhex(kept["secret"]))
+    return keys
+
+
+def test_secure_aggregation_on_flower_equals_the_plain_run(deployment, reference, tmp_path):
+    """Secure aggregation with the party alive across messages (the simulation engine) and
+    rebuilt from its node state for every message (the deployment engine) gives the plain
+    run's result: the rebuilt party keeps its key in ``Context.state``, so the masks still
+    cancel. No message carries a private key (in any encoding), and the coordinator gets
+    only the masked arrays."""
     path, data = deployment
     secure = _with_secagg(path, tmp_path)
     for fresh in (False, True):
@@ -403,19 +419,61 @@ def test_secure_aggregation_on_flower_needs_a_live_party(deployment, reference, 
         rc = {"deploy-config": str(secure), "out-dir": str(run)}
         grid = LoopbackGrid(_node_configs(data, run), rc, fresh=fresh)
         try:
-            if fresh:
-                with pytest.raises(  # the node's report
-                    RemoteError, match="reported ConfigError: .*engine starts a new ClientApp"
-                ):
-                    _flower.run_flower_coordinator(load_deploy_config(secure), grid, run / "c")
-            else:
-                res = _flower.run_flower_coordinator(load_deploy_config(secure), grid, run / "c")
+            res = _flower.run_flower_coordinator(load_deploy_config(secure), grid, run / "c")
         finally:
             grid.close()
-    np.testing.assert_allclose(res["objective"], reference[0]["objective"], rtol=1e-6)
-    with pytest.raises(ConfigError, match="use the simulation engine or fedviews launch"):
-        launch_flower(secure, tmp_path / "launched", engine="deployment", data_dir=data)
-    assert not (tmp_path / "launched").exists()
+        np.testing.assert_allclose(res["objective"], reference[0]["objective"], rtol=1e-6)
+        for p in PARTIES:
+            with np.load(run / p / "result.npz") as z:
+                np.testing.assert_allclose(z["W"], reference[1][p], rtol=1e-6, atol=1e-9)
+        keys = _secrets(grid)
+        assert len(set(keys)) == len(PARTIES) and all(len(k) == 32 for k in keys)
+        sent = b"\0".join(grid.wires)
+        for key in keys:
+            for form in (key, key.hex().encode(), base64.b64encode(key)):
+                assert form not in sent
+        log = json.loads((run / "c" / "message_log.json").read_text())
+        for p in PARTIES:
+            assert log["crossings"][f"{p} -> coordinator"] == [
+                "masked_stats_Z_k",
+                "masked_zeta_Z_k",
+            ]
+
+
+def test_a_rebuilt_flower_party_keeps_its_private_draw(deployment, tmp_path, monkeypatch):
+    """Randomized response (``label_rr`` without a seed): the label owner draws its
+    randomness once and keeps it in ``Context.state``; rebuilt for every message it does
+    not draw again (a second draw would randomize the labels anew and spend the budget
+    twice), so the run equals the one with a live party."""
+    path, data = deployment
+    config = tmp_path / "rr.toml"
+    config.write_text(path.read_text() + '[defense]\nkind = "label_rr"\nepsilon = 1.0\n')
+    draws: list[int] = []
+
+    def randbits(k: int) -> int:  # a new value per draw, the same in both runs
+        draws.append(k)
+        return 10**30 + len(draws) % 2
+
+    monkeypatch.setattr(_roles.secrets, "randbits", randbits)
+    objectives = []
+    for fresh in (False, True):
+        draws.clear()
+        run = tmp_path / f"run-{fresh}"
+        rc = {"deploy-config": str(config), "out-dir": str(run)}
+        grid = LoopbackGrid(_node_configs(data, run), rc, fresh=fresh)
+        try:
+            res = _flower.run_flower_coordinator(load_deploy_config(config), grid, run / "c")
+        finally:
+            grid.close()
+        assert draws == [128]  # the label owner, once
+        kept = {
+            ctx.node_config["party"]: str(ctx.state.config_records[_flower_node._STATE]["entropy"])
+            for ctx in grid.contexts.values()
+        }
+        assert kept == {"pix": "", "fou": str(10**30 + 1), "zer": ""}
+        assert (run / OWNER / "label_rr_entropy.txt").read_text().strip() == kept[OWNER]
+        objectives.append(res["objective"])
+    np.testing.assert_array_equal(objectives[0], objectives[1])
 
 
 def test_an_interrupted_flower_run_is_not_recorded_as_ok(deployment, tmp_path, monkeypatch):
@@ -548,6 +606,29 @@ def test_deployment_engine_equals_in_process(deployment, reference, tmp_path):
     run = tmp_path / "run"
     res = launch_flower(path, run, engine="deployment", data_dir=data, timeout=900)
     _check_against(reference, run, res)
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(
+    os.environ.get("FEDVIEWS_TEST_FLOWER_DEPLOYMENT") != "1",
+    reason="minutes: set FEDVIEWS_TEST_FLOWER_DEPLOYMENT=1 to run the deployment engine",
+)
+def test_deployment_engine_secure_aggregation_equals_the_plain_run(deployment, reference, tmp_path):
+    """Secure aggregation on flower-superlink + one flower-supernode per party (a new
+    ClientApp process per message, each party's keys kept in its node's Context.state) ==
+    the plain run in one process."""
+    path, data = deployment
+    secure = _with_secagg(path, tmp_path)
+    run = tmp_path / "run"
+    res = launch_flower(secure, run, engine="deployment", data_dir=data, timeout=900)
+    assert res["status"] == "ok", res["status"]
+    np.testing.assert_allclose(res["objective"], reference[0]["objective"], rtol=1e-6)
+    for p in PARTIES:
+        with np.load(run / p / "result.npz") as z:
+            np.testing.assert_allclose(z["W"], reference[1][p], rtol=1e-6, atol=1e-9)
+    log = json.loads((run / "coordinator" / "message_log.json").read_text())
+    for p in PARTIES:
+        assert log["crossings"][f"{p} -> coordinator"] == ["masked_stats_Z_k", "masked_zeta_Z_k"]
 
 
 @pytest.mark.slow

@@ -24,7 +24,6 @@ from typing import Any
 from fedviews.deploy._config import load_deploy_config
 from fedviews.deploy._data import party_files, write_demo_data
 from fedviews.deploy._flower import check_flower_config
-from fedviews.deploy._flower_node import SECAGG_NEEDS_A_LIVE_PARTY
 from fedviews.deploy._launch import free_port
 from fedviews.deploy._roles import Printer
 from fedviews.errors import ConfigError, MissingDependency, ProtocolError, require
@@ -161,8 +160,6 @@ def launch_flower(
     run_dir = Path(run_dir).absolute()
     cfg = load_deploy_config(config)
     check_flower_config(cfg)
-    if engine == "deployment" and cfg.defense.kind == "secagg":
-        raise ConfigError(SECAGG_NEEDS_A_LIVE_PARTY)
     say = echo or print
     run_dir.mkdir(parents=True, exist_ok=True)
     if data_dir is None:

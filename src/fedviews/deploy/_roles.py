@@ -200,7 +200,8 @@ class DeployParty(PSIParty):
                 rows[g] = self.psi_rows[g]
             else:  # the members hold the same IDs: sorting aligns them
                 rows[g] = np.argsort(self.data.split(group.split)[0], kind="stable")
-        self.entropy = self._private_entropy()
+        if self.entropy is None:  # one draw per party (a rebuilt Flower party keeps its own)
+            self.entropy = self._private_entropy()
         meta = self.member.report(rows, self.groups, self.entropy)
         self.local = self.member.defended
         assert self.local is not None
