@@ -218,7 +218,8 @@ class LoopbackGrid(Grid):
     the deployment engine starts a new ClientApp process for every message.
     ``parallel=False`` delivers one message at a time over all nodes: S-FedMV's training
     draws from torch's process-wide generator (a node of a Flower engine is a process
-    of its own, a thread here is not).
+    of its own, a thread here is not). ``kill_at=(kind, round)``: the ServerApp dies
+    (KeyboardInterrupt) as it pushes that fedviews message.
     """
 
     def __init__(
@@ -228,9 +229,10 @@ class LoopbackGrid(Grid):
         *,
         fresh: bool = True,
         parallel: bool = True,
+        kill_at: tuple[str, int] | None = None,
     ):
         self.run_id = RUN_ID
-        self.fresh = fresh
+        self.fresh, self.kill_at = fresh, kill_at
         self.contexts = {
             1000 + k: Context(self.run_id, 1000 + k, dict(nc), RecordDict(), dict(run_config))
             for k, nc in enumerate(node_configs)
@@ -258,6 +260,11 @@ class LoopbackGrid(Grid):
         return list(self.contexts)
 
     def push_messages(self, messages):
+        for m in messages:  # the ServerApp killed as it sends this fedviews message
+            if m.metadata.message_type == f"query.{_flower_transport.ACTION}":
+                sent = FVMessage.peek(_flower_transport.unpack(m.content))
+                if (sent.kind, sent.round) == self.kill_at:
+                    raise KeyboardInterrupt
         ids = []
         for m in messages:
             mid = uuid.uuid4().hex
@@ -474,6 +481,44 @@ def test_a_rebuilt_flower_party_keeps_its_private_draw(deployment, tmp_path, mon
         assert (run / OWNER / "label_rr_entropy.txt").read_text().strip() == kept[OWNER]
         objectives.append(res["objective"])
     np.testing.assert_array_equal(objectives[0], objectives[1])
+
+
+@pytest.mark.parametrize("engine", ["deployment", "simulation"])
+def test_a_killed_flower_run_resumes_to_the_uninterrupted_result(
+    deployment, reference, tmp_path, engine
+):
+    """A Flower run killed after round 2 (every party and the coordinator had checkpointed
+    it), resumed as a new Flower run (a fresh party per message) == the uninterrupted run:
+    objective history and every W_k. Run config ``resume``: the killed coordinator folder;
+    deployment-engine nodes say ``resume=DIR`` in their node config, simulation-engine
+    nodes (``partition-id`` only) resume from their party's folder beside it."""
+    path, data = deployment
+    killed, resumed = tmp_path / "killed", tmp_path / "resumed"
+
+    def nodes(run: Path, resume: bool) -> list[dict]:
+        if engine == "simulation":
+            return [{"partition-id": k} for k in range(len(PARTIES))]
+        ncs = _node_configs(data, run)
+        return [{**nc, "resume": str(killed / nc["party"])} for nc in ncs] if resume else ncs
+
+    rc = {"deploy-config": str(path), "out-dir": str(killed), "data-dir": str(data)}
+    grid = LoopbackGrid(nodes(killed, False), rc, kill_at=("update", 3))
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            _flower.server_app(grid, Context(0, 0, {}, RecordDict(), rc))
+    finally:
+        grid.close()
+    first = json.loads((killed / "coordinator" / "results.json").read_text())
+    assert first["status"].startswith("KeyboardInterrupt") and first["n_iter"] == 2
+    rc = {**rc, "out-dir": str(resumed), "resume": str(killed / "coordinator")}
+    grid = LoopbackGrid(nodes(resumed, True), rc)
+    try:
+        _flower.server_app(grid, Context(0, 0, {}, RecordDict(), rc))
+    finally:
+        grid.close()
+    res = json.loads((resumed / "coordinator" / "results.json").read_text())
+    assert res["resumed_from_round"] == 2
+    _check_against(reference, resumed, res)
 
 
 def test_an_interrupted_flower_run_is_not_recorded_as_ok(deployment, tmp_path, monkeypatch):

@@ -137,7 +137,12 @@ def node_settings(context: Context) -> NodeSettings:
         found = [Path(data_dir) / f"{party}.{ext}" for ext in SUFFIXES]
         data = str(next((f for f in found if f.is_file()), found[0]))
     out = run_config_path(nc, "out") or run_dir(rc, cfg) / party
-    return NodeSettings(cfg, party, Path(data), out, run_config_path(nc, "resume"))
+    resume = run_config_path(nc, "resume")
+    if resume is None and "out" not in nc and (killed := run_config_path(rc, "resume")):
+        resume = (
+            killed.parent / party
+        )  # the killed run's folder of this party, beside its coordinator's
+    return NodeSettings(cfg, party, Path(data), out, resume)
 
 
 def _arrays(values: Mapping[str, np.ndarray], party: str) -> ArrayRecord:
