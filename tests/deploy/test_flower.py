@@ -174,14 +174,16 @@ evaluate = true
 """
 
 
-@pytest.fixture(scope="module")
-def sfedmv(tmp_path_factory):
+@pytest.fixture(scope="module", params=["plain", "secagg"])
+def sfedmv(request, tmp_path_factory):
     """S-FedMV (2 clients of the smartwatch sequences, 2 GRU rounds per view, 3 fusion
-    rounds): its config, data folder and run folder in one process."""
+    rounds), plain and with secure aggregation: its config, data folder, run folder in one
+    process, results and the coordinator's final arrays."""
     pytest.importorskip("torch")
     root = tmp_path_factory.mktemp("sfedmv")
     path = root / "sfedmv.toml"
-    path.write_text(SFEDMV)
+    secure = '[defense]\nkind = "secagg"\n' if request.param == "secagg" else ""
+    path.write_text(SFEDMV + secure)
     write_demo_data(load_deploy_config(path), root / "data")
     res, final = _in_process(path, root / "data", root / "in-process")
     return path, root / "data", root / "in-process", res, final
