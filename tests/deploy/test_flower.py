@@ -55,6 +55,11 @@ from fedviews.errors import (  # noqa: E402
 from fedviews.federation import InProcessTransport, PrivacyPolicy, get_algorithm_spec  # noqa: E402
 from fedviews.federation import Message as FVMessage  # noqa: E402
 
+#: the real deployment engine: minutes per test on a small machine, so only on request
+deployment_engine = pytest.mark.skipif(
+    os.environ.get("FEDVIEWS_TEST_FLOWER_DEPLOYMENT") != "1",
+    reason="minutes: set FEDVIEWS_TEST_FLOWER_DEPLOYMENT=1 to run the deployment engine",
+)
 PARTIES = ("pix", "fou", "zer")
 OWNER = "fou"
 RUN_ID = 4242
@@ -406,6 +411,16 @@ def _with_secagg(path: Path, tmp_path: Path) -> Path:
     return secure
 
 
+def _run_grid(config: Path, nodes: list[dict], run: Path, **kwargs) -> tuple[dict, LoopbackGrid]:
+    """The ServerApp's work on a :class:`LoopbackGrid` of ``nodes`` (coordinator folder
+    ``run/c``): its results and the grid (``kwargs``: the grid's options)."""
+    grid = LoopbackGrid(nodes, {"deploy-config": str(config), "out-dir": str(run)}, **kwargs)
+    try:
+        return _flower.run_flower_coordinator(load_deploy_config(config), grid, run / "c"), grid
+    finally:
+        grid.close()
+
+
 def _secrets(grid: LoopbackGrid) -> list[bytes]:
     """Every node's X25519 private key, as it keeps it in its ``Context.state``."""
     keys = []
@@ -425,12 +440,7 @@ def test_secure_aggregation_on_flower_equals_the_plain_run(deployment, reference
     secure = _with_secagg(path, tmp_path)
     for fresh in (False, True):
         run = tmp_path / f"run-{fresh}"
-        rc = {"deploy-config": str(secure), "out-dir": str(run)}
-        grid = LoopbackGrid(_node_configs(data, run), rc, fresh=fresh)
-        try:
-            res = _flower.run_flower_coordinator(load_deploy_config(secure), grid, run / "c")
-        finally:
-            grid.close()
+        res, grid = _run_grid(secure, _node_configs(data, run), run, fresh=fresh)
         np.testing.assert_allclose(res["objective"], reference[0]["objective"], rtol=1e-6)
         for p in PARTIES:
             with np.load(run / p / "result.npz") as z:
@@ -468,12 +478,7 @@ def test_a_rebuilt_flower_party_keeps_its_private_draw(deployment, tmp_path, mon
     for fresh in (False, True):
         draws.clear()
         run = tmp_path / f"run-{fresh}"
-        rc = {"deploy-config": str(config), "out-dir": str(run)}
-        grid = LoopbackGrid(_node_configs(data, run), rc, fresh=fresh)
-        try:
-            res = _flower.run_flower_coordinator(load_deploy_config(config), grid, run / "c")
-        finally:
-            grid.close()
+        res, grid = _run_grid(config, _node_configs(data, run), run, fresh=fresh)
         assert draws == [128]  # the label owner, once
         kept = {
             ctx.node_config["party"]: str(ctx.state.config_records[_flower_node._STATE]["entropy"])
@@ -643,10 +648,7 @@ def test_simulation_engine_equals_in_process(deployment, reference, tmp_path):
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(
-    os.environ.get("FEDVIEWS_TEST_FLOWER_DEPLOYMENT") != "1",
-    reason="minutes: set FEDVIEWS_TEST_FLOWER_DEPLOYMENT=1 to run the deployment engine",
-)
+@deployment_engine
 def test_deployment_engine_equals_in_process(deployment, reference, tmp_path):
     """flower-superlink + one flower-supernode per party (node config) + flwr run == in-process."""
     path, data = deployment
@@ -656,10 +658,7 @@ def test_deployment_engine_equals_in_process(deployment, reference, tmp_path):
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(
-    os.environ.get("FEDVIEWS_TEST_FLOWER_DEPLOYMENT") != "1",
-    reason="minutes: set FEDVIEWS_TEST_FLOWER_DEPLOYMENT=1 to run the deployment engine",
-)
+@deployment_engine
 def test_deployment_engine_secure_aggregation_equals_the_plain_run(deployment, reference, tmp_path):
     """Secure aggregation on flower-superlink + one flower-supernode per party (a new
     ClientApp process per message, each party's keys kept in its node's Context.state) ==
@@ -688,10 +687,7 @@ def test_simulation_engine_sfedmv_equals_in_process(sfedmv, tmp_path):
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(
-    os.environ.get("FEDVIEWS_TEST_FLOWER_DEPLOYMENT") != "1",
-    reason="minutes: set FEDVIEWS_TEST_FLOWER_DEPLOYMENT=1 to run the deployment engine",
-)
+@deployment_engine
 def test_deployment_engine_sfedmv_equals_in_process(sfedmv, tmp_path):
     """S-FedMV through flower-superlink + one flower-supernode per client == in-process:
     every message a new ClientApp process, the party rebuilt from ``Context.state``."""
