@@ -15,6 +15,7 @@
 
 from __future__ import annotations
 
+import base64
 import io
 import json
 import os
@@ -39,10 +40,12 @@ from fedviews.deploy import (  # noqa: E402
     _flower,
     _flower_node,
     _flower_transport,
+    _roles,
     launch_flower,
     load_deploy_config,
     load_party_data,
     split_dataset,
+    write_demo_data,
 )
 from fedviews.deploy._session import DeployCoordinator, DeployParty, session_policy  # noqa: E402
 from fedviews.errors import (  # noqa: E402
@@ -55,6 +58,11 @@ from fedviews.errors import (  # noqa: E402
 from fedviews.federation import InProcessTransport, PrivacyPolicy, get_algorithm_spec  # noqa: E402
 from fedviews.federation import Message as FVMessage  # noqa: E402
 
+#: the real deployment engine: minutes per test on a small machine, so only on request
+deployment_engine = pytest.mark.skipif(
+    os.environ.get("FEDVIEWS_TEST_FLOWER_DEPLOYMENT") != "1",
+    reason="minutes: set FEDVIEWS_TEST_FLOWER_DEPLOYMENT=1 to run the deployment engine",
+)
 PARTIES = ("pix", "fou", "zer")
 OWNER = "fou"
 RUN_ID = 4242
@@ -97,19 +105,26 @@ inner_max_iter = 10
     return path, data
 
 
+def _in_process(path: Path, data: Path, out: Path) -> tuple[dict, dict[str, np.ndarray]]:
+    """The deployed session of config ``path`` in one process (InProcessTransport): its
+    results and the coordinator's final arrays; every party writes its outputs under ``out``."""
+    cfg = load_deploy_config(path)
+    transport = InProcessTransport(session_policy(cfg))
+    coord = DeployCoordinator(cfg, lambda line: None, out / "coordinator")
+    transport.register(coord)
+    for p in cfg.federation.parties:
+        party = DeployParty(cfg, p, load_party_data(data / f"{p}.npz"), out / p, lambda _: None)
+        transport.register(party)
+    res = coord.run()
+    return res, dict(coord.app.coordinator_results(coord.server)[1])
+
+
 @pytest.fixture(scope="module")
 def reference(deployment, tmp_path_factory):
     """The same deployment in one process (InProcessTransport): objective and W per party."""
     path, data = deployment
     out = tmp_path_factory.mktemp("in-process")
-    cfg = load_deploy_config(path)
-    transport = InProcessTransport(session_policy(cfg))
-    coord = DeployCoordinator(cfg, lambda line: None, out / "coordinator")
-    transport.register(coord)
-    for p in PARTIES:
-        party = DeployParty(cfg, p, load_party_data(data / f"{p}.npz"), out / p, lambda _: None)
-        transport.register(party)
-    res = coord.run()
+    res, _ = _in_process(path, data, out)
     W = {}
     for p in PARTIES:
         with np.load(out / p / "result.npz") as z:
@@ -141,6 +156,69 @@ def _check_against(reference, run: Path, res: dict) -> None:
         assert mine["messages"] == log["messages"] // len(PARTIES) - 1
 
 
+S_CLIENTS = ("left", "right")
+SFEDMV = """
+algorithm = "sfedmv"
+name = "flower_sfedmv_test"
+seed = 5
+[federation]
+parties = ["left", "right"]
+label_owners = ["left", "right"]
+alignment = "none"
+connect_timeout = 60.0
+[data]
+dataset = "watch"
+n_per_class = 4
+n_test = 10
+[params]
+hidden_size = 8
+n_rounds = 2
+local_epochs = 1
+batch_size = 16
+fusion_rounds = 3
+local_iter = 1
+torch_threads = 1
+evaluate = true
+"""
+
+
+@pytest.fixture(scope="module", params=["plain", "secagg"])
+def sfedmv(request, tmp_path_factory):
+    """S-FedMV (2 clients of the smartwatch sequences, 2 GRU rounds per view, 3 fusion
+    rounds), plain and with secure aggregation: its config, data folder, run folder in one
+    process, results and the coordinator's final arrays."""
+    pytest.importorskip("torch")
+    root = tmp_path_factory.mktemp("sfedmv")
+    path = root / "sfedmv.toml"
+    secure = '[defense]\nkind = "secagg"\n' if request.param == "secagg" else ""
+    path.write_text(SFEDMV + secure)
+    write_demo_data(load_deploy_config(path), root / "data")
+    res, final = _in_process(path, root / "data", root / "in-process")
+    return path, root / "data", root / "in-process", res, final
+
+
+def _npz(path: Path) -> dict[str, np.ndarray]:
+    with np.load(path) as z:
+        return {k: z[k] for k in z.files}
+
+
+def _check_sfedmv(sfedmv, run: Path) -> None:
+    """S-FedMV through Flower == in one process: losses, fusion objective, every array."""
+    _, _, ref, want, final = sfedmv
+    res = json.loads((run / "coordinator" / "results.json").read_text())
+    assert res["status"] == "ok", res["status"]
+    assert res["transport"] == "flower" and sorted(res["nodes"]) == sorted(S_CLIENTS)
+    assert np.shape(res["round_loss"]) == (2, 2) and len(res["fusion_objective"]) == 3
+    for key in ("round_loss", "fusion_objective", "test_accuracy"):
+        np.testing.assert_allclose(res[key], want[key], rtol=1e-10)
+    for who in ("coordinator", *S_CLIENTS):
+        got = _npz(run / who / "result.npz")
+        exp = final if who == "coordinator" else _npz(ref / who / "result.npz")
+        assert sorted(got) == sorted(exp)
+        for k in exp:
+            np.testing.assert_allclose(got[k], exp[k], rtol=1e-10, atol=1e-12, err_msg=k)
+
+
 class LoopbackGrid(Grid):
     """A Flower Grid that plays the SuperLink and one SuperNode per node config, here.
 
@@ -151,6 +229,10 @@ class LoopbackGrid(Grid):
     node's key is registered under the party of its node config (``registered``:
     other names, by node ID; ``""``: registered under no name), as ``flwr supernode
     register --name PARTY`` does with ``flower-superlink --enable-supernode-auth``.
+    ``parallel=False`` delivers one message at a time over all nodes: S-FedMV's training
+    draws from torch's process-wide generator (a node of a Flower engine is a process
+    of its own, a thread here is not). ``kill_at=(kind, round)``: the ServerApp dies
+    (KeyboardInterrupt) as it pushes that fedviews message.
     """
 
     def __init__(
@@ -160,19 +242,25 @@ class LoopbackGrid(Grid):
         *,
         fresh: bool = True,
         registered: dict[int, str] | None = None,
+        parallel: bool = True,
+        kill_at: tuple[str, int] | None = None,
     ):
         self.run_id = RUN_ID
-        self.fresh = fresh
+        self.fresh, self.kill_at = fresh, kill_at
         self.contexts = {
             1000 + k: Context(self.run_id, 1000 + k, dict(nc), RecordDict(), dict(run_config))
             for k, nc in enumerate(node_configs)
         }
         self.names = {n: str(c.node_config.get("party", "")) for n, c in self.contexts.items()}
         self.names.update(registered or {})
-        self.workers = {n: ThreadPoolExecutor(max_workers=1) for n in self.contexts}
+        one = ThreadPoolExecutor(max_workers=1)
+        self.workers = {
+            n: ThreadPoolExecutor(max_workers=1) if parallel else one for n in self.contexts
+        }
         self.replies: dict[str, Message] = {}
         self.lock = threading.Lock()
         self.delivered = 0
+        self.wires: list[bytes] = []  # every fedviews message that crossed, both ways
 
     def set_run(self, run):  # pragma: no cover - not used by the ServerApp
         raise NotImplementedError
@@ -191,6 +279,11 @@ class LoopbackGrid(Grid):
         return [NodeInfo(node_id=n, name=self.names[n]) for n in self.contexts]
 
     def push_messages(self, messages):
+        for m in messages:  # the ServerApp killed as it sends this fedviews message
+            if m.metadata.message_type == f"query.{_flower_transport.ACTION}":
+                sent = FVMessage.peek(_flower_transport.unpack(m.content))
+                if (sent.kind, sent.round) == self.kill_at:
+                    raise KeyboardInterrupt
         ids = []
         for m in messages:
             mid = uuid.uuid4().hex
@@ -207,6 +300,9 @@ class LoopbackGrid(Grid):
         reply = _flower.client_app(m, self.contexts[node])
         reply.metadata.__dict__["_message_id"] = uuid.uuid4().hex
         with self.lock:
+            for content in (m.content, reply.content):
+                if "fedviews" in content.array_records:
+                    self.wires.append(_flower_transport.unpack(content))
             self.replies[m.metadata.message_id] = reply
             self.delivered += 1
 
@@ -243,6 +339,68 @@ def test_loopback_grid_equals_in_process(deployment, reference, tmp_path):
     assert grid.delivered >= 3 * 7  # hello, setup, build, 3 rounds, finish
 
 
+def test_loopback_grid_sfedmv_equals_in_process(sfedmv, tmp_path):
+    """S-FedMV with a fresh party per message (rebuilt from ``Context.state``, whose
+    state holds 0-d arrays: the RNG state as JSON text) == the session in one process."""
+    path, data, *_ = sfedmv
+    run = tmp_path / "run"
+    rc = {"deploy-config": str(path), "out-dir": str(run)}
+    grid = LoopbackGrid(_node_configs(data, run, S_CLIENTS), rc, parallel=False)
+    try:
+        _flower.server_app(grid, Context(0, 0, {}, RecordDict(), rc))
+    finally:
+        grid.close()
+    _check_sfedmv(sfedmv, run)
+
+
+def test_node_state_keeps_every_shape_and_dtype(sfedmv, reference, tmp_path):
+    """A party's state through ``Context.state`` and Flower's serialisation (what the
+    deployment engine stores between two ClientApp processes) comes back with every shape
+    and dtype: 0-d text (S-FedMV's RNG state as JSON), 0-d integers and flags (MMVFL's
+    inner iterations), empty and non-contiguous arrays, and every array of the round
+    checkpoints (= ``state_dict``) of an S-FedMV and an MMVFL run. Objects, which Flower
+    cannot carry without pickle, and an array that no longer matches its recorded shape
+    are refused by name."""
+    from flwr.app import Array, ArrayRecord
+    from flwr.common.serde import recorddict_from_proto, recorddict_to_proto
+
+    def through_flower(values: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        state = RecordDict({"algo": _flower_node._arrays(values, "pix")})
+        back = recorddict_from_proto(recorddict_to_proto(state)).array_records["algo"]
+        return _flower_node._numpy(back, "pix")
+
+    states = {
+        "kinds": {
+            "rng_numpy": np.array(json.dumps({"state": {"state": 2**100, "inc": 7}})),
+            "inner_iterations": np.asarray(12, np.int64),
+            "converged": np.asarray(False),
+            "t": np.array(3.5, np.float16),
+            "empty": np.zeros((0, 3)),
+            "transposed": np.arange(6, dtype=np.float32).reshape(2, 3).T,
+            "names": np.array(["a", "bb"]),
+            "bytes": np.frombuffer(b"\x00\xff", np.uint8),
+        }
+    }
+    # the in-process runs' checkpoints: S-FedMV's, MMVFL's (fixture ``reference``)
+    for run in (sfedmv[2], *tmp_path.parent.glob("in-process*")):
+        for ckpt in sorted(run.glob("*/checkpoints/round-*.npz")):
+            states[str(ckpt)] = _npz(ckpt)
+    assert {"sfedmv" in k for k in states if k != "kinds"} == {True, False}  # both runs
+    for name, values in states.items():
+        back = through_flower(values)
+        assert sorted(back) == sorted(values), name
+        for k, a in values.items():
+            assert (back[k].shape, back[k].dtype) == (a.shape, a.dtype), (name, k)
+            np.testing.assert_array_equal(back[k], a, err_msg=f"{name}: {k}")
+    assert json.loads(str(through_flower(states["kinds"])["rng_numpy"]))["state"]["inc"] == 7
+    with pytest.raises(ProtocolError, match="'pix'.* 'hook' holds Python objects"):
+        _flower_node._arrays({"hook": np.array([None, 1], dtype=object)}, "pix")
+    bad = Array(np.array(1.5))
+    bad.shape = (1,)
+    with pytest.raises(ProtocolError, match="corrupt .* 'pix': 'x' is float64\\[\\], recorded"):
+        _flower_node._numpy(ArrayRecord({"x": bad}), "pix")
+
+
 def test_loopback_grid_reuses_live_party(deployment, reference, tmp_path, monkeypatch):
     """Where the ClientApp process survives (Ray actors), the live party is reused."""
     path, data = deployment
@@ -265,31 +423,121 @@ def _with_secagg(path: Path, tmp_path: Path) -> Path:
     return secure
 
 
-def test_secure_aggregation_on_flower_needs_a_live_party(deployment, reference, tmp_path):
-    """With the party alive across messages (the simulation engine) secagg gives the plain
-    run's result; rebuilt from its node state for every message (the deployment engine) it
-    would draw a new key whose masks no longer cancel, so the node refuses, as does
-    ``launch_flower`` with the deployment engine (before anything starts)."""
+def _run_grid(config: Path, nodes: list[dict], run: Path, **kwargs) -> tuple[dict, LoopbackGrid]:
+    """The ServerApp's work on a :class:`LoopbackGrid` of ``nodes`` (coordinator folder
+    ``run/c``): its results and the grid (``kwargs``: the grid's options)."""
+    grid = LoopbackGrid(nodes, {"deploy-config": str(config), "out-dir": str(run)}, **kwargs)
+    try:
+        return _flower.run_flower_coordinator(load_deploy_config(config), grid, run / "c"), grid
+    finally:
+        grid.close()
+
+
+def _secrets(grid: LoopbackGrid) -> list[bytes]:
+    """Every node's X25519 private key, as it keeps it in its ``Context.state``."""
+    keys = []
+    for ctx in grid.contexts.values():
+        kept = json.loads(str(ctx.state.config_records[_flower_node._STATE]["secagg"]))
+        keys.append(bytes.fromhex(kept["secret"]))
+    return keys
+
+
+def test_secure_aggregation_on_flower_equals_the_plain_run(deployment, reference, tmp_path):
+    """Secure aggregation with the party alive across messages (the simulation engine) and
+    rebuilt from its node state for every message (the deployment engine) gives the plain
+    run's result: the rebuilt party keeps its key in ``Context.state``, so the masks still
+    cancel. No message carries a private key (in any encoding), and the coordinator gets
+    only the masked arrays."""
     path, data = deployment
     secure = _with_secagg(path, tmp_path)
     for fresh in (False, True):
         run = tmp_path / f"run-{fresh}"
-        rc = {"deploy-config": str(secure), "out-dir": str(run)}
-        grid = LoopbackGrid(_node_configs(data, run), rc, fresh=fresh)
-        try:
-            if fresh:
-                with pytest.raises(  # the node's report
-                    RemoteError, match="reported ConfigError: .*engine starts a new ClientApp"
-                ):
-                    _flower.run_flower_coordinator(load_deploy_config(secure), grid, run / "c")
-            else:
-                res = _flower.run_flower_coordinator(load_deploy_config(secure), grid, run / "c")
-        finally:
-            grid.close()
-    np.testing.assert_allclose(res["objective"], reference[0]["objective"], rtol=1e-6)
-    with pytest.raises(ConfigError, match="use the simulation engine or fedviews launch"):
-        launch_flower(secure, tmp_path / "launched", engine="deployment", data_dir=data)
-    assert not (tmp_path / "launched").exists()
+        res, grid = _run_grid(secure, _node_configs(data, run), run, fresh=fresh)
+        np.testing.assert_allclose(res["objective"], reference[0]["objective"], rtol=1e-6)
+        for p in PARTIES:
+            with np.load(run / p / "result.npz") as z:
+                np.testing.assert_allclose(z["W"], reference[1][p], rtol=1e-6, atol=1e-9)
+        keys = _secrets(grid)
+        assert len(set(keys)) == len(PARTIES) and all(len(k) == 32 for k in keys)
+        sent = b"\0".join(grid.wires)
+        for key in keys:
+            for form in (key, key.hex().encode(), base64.b64encode(key)):
+                assert form not in sent
+        log = json.loads((run / "c" / "message_log.json").read_text())
+        for p in PARTIES:
+            assert log["crossings"][f"{p} -> coordinator"] == [
+                "masked_stats_Z_k",
+                "masked_zeta_Z_k",
+            ]
+
+
+def test_a_rebuilt_flower_party_keeps_its_private_draw(deployment, tmp_path, monkeypatch):
+    """Randomized response (``label_rr`` without a seed): the label owner draws its
+    randomness once and keeps it in ``Context.state``; rebuilt for every message it does
+    not draw again (a second draw would randomize the labels anew and spend the budget
+    twice), so the run equals the one with a live party."""
+    path, data = deployment
+    config = tmp_path / "rr.toml"
+    config.write_text(path.read_text() + '[defense]\nkind = "label_rr"\nepsilon = 1.0\n')
+    draws: list[int] = []
+
+    def randbits(k: int) -> int:  # a new value per draw, the same in both runs
+        draws.append(k)
+        return 10**30 + len(draws) % 2
+
+    monkeypatch.setattr(_roles.secrets, "randbits", randbits)
+    objectives = []
+    for fresh in (False, True):
+        draws.clear()
+        run = tmp_path / f"run-{fresh}"
+        res, grid = _run_grid(config, _node_configs(data, run), run, fresh=fresh)
+        assert draws == [128]  # the label owner, once
+        kept = {
+            ctx.node_config["party"]: str(ctx.state.config_records[_flower_node._STATE]["entropy"])
+            for ctx in grid.contexts.values()
+        }
+        assert kept == {"pix": "", "fou": str(10**30 + 1), "zer": ""}
+        assert (run / OWNER / "label_rr_entropy.txt").read_text().strip() == kept[OWNER]
+        objectives.append(res["objective"])
+    np.testing.assert_array_equal(objectives[0], objectives[1])
+
+
+@pytest.mark.parametrize("engine", ["deployment", "simulation"])
+def test_a_killed_flower_run_resumes_to_the_uninterrupted_result(
+    deployment, reference, tmp_path, engine
+):
+    """A Flower run killed after round 2 (every party and the coordinator had checkpointed
+    it), resumed as a new Flower run (a fresh party per message) == the uninterrupted run:
+    objective history and every W_k. Run config ``resume``: the killed coordinator folder;
+    deployment-engine nodes say ``resume=DIR`` in their node config, simulation-engine
+    nodes (``partition-id`` only) resume from their party's folder beside it."""
+    path, data = deployment
+    killed, resumed = tmp_path / "killed", tmp_path / "resumed"
+
+    def nodes(run: Path, resume: bool) -> list[dict]:
+        if engine == "simulation":
+            return [{"partition-id": k} for k in range(len(PARTIES))]
+        ncs = _node_configs(data, run)
+        return [{**nc, "resume": str(killed / nc["party"])} for nc in ncs] if resume else ncs
+
+    rc = {"deploy-config": str(path), "out-dir": str(killed), "data-dir": str(data)}
+    grid = LoopbackGrid(nodes(killed, False), rc, kill_at=("update", 3))
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            _flower.server_app(grid, Context(0, 0, {}, RecordDict(), rc))
+    finally:
+        grid.close()
+    first = json.loads((killed / "coordinator" / "results.json").read_text())
+    assert first["status"].startswith("KeyboardInterrupt") and first["n_iter"] == 2
+    rc = {**rc, "out-dir": str(resumed), "resume": str(killed / "coordinator")}
+    grid = LoopbackGrid(nodes(resumed, True), rc)
+    try:
+        _flower.server_app(grid, Context(0, 0, {}, RecordDict(), rc))
+    finally:
+        grid.close()
+    res = json.loads((resumed / "coordinator" / "results.json").read_text())
+    assert res["resumed_from_round"] == 2
+    _check_against(reference, resumed, res)
 
 
 def test_an_interrupted_flower_run_is_not_recorded_as_ok(deployment, tmp_path, monkeypatch):
@@ -484,10 +732,7 @@ def test_simulation_engine_equals_in_process(deployment, reference, tmp_path, mo
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(
-    os.environ.get("FEDVIEWS_TEST_FLOWER_DEPLOYMENT") != "1",
-    reason="minutes: set FEDVIEWS_TEST_FLOWER_DEPLOYMENT=1 to run the deployment engine",
-)
+@deployment_engine
 def test_deployment_engine_equals_in_process(deployment, reference, tmp_path, monkeypatch):
     """flower-superlink + one flower-supernode per party + flwr run == in-process, over TLS
     with every SuperNode's key registered under its party's name (the ServerApp checks
@@ -512,10 +757,7 @@ def test_deployment_engine_equals_in_process(deployment, reference, tmp_path, mo
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(
-    os.environ.get("FEDVIEWS_TEST_FLOWER_DEPLOYMENT") != "1",
-    reason="minutes: set FEDVIEWS_TEST_FLOWER_DEPLOYMENT=1 to run the deployment engine",
-)
+@deployment_engine
 def test_deployment_engine_refuses_a_supernode_claiming_another_party(deployment, tmp_path):
     """Real SuperLink (TLS, --enable-supernode-auth), the keys of pix, fou and zer registered
     under their names; pix and fou join honestly, and a SuperNode with zer's key presents
@@ -583,6 +825,45 @@ def test_deployment_engine_refuses_a_supernode_claiming_another_party(deployment
         "as 'zer': refused (a node cannot claim another party's name; 'pix' is not blamed)"
     )
     assert set(res["nodes"].items()) <= {("pix", node_ids["pix"]), ("fou", node_ids["fou"])}
+
+
+@pytest.mark.slow
+@deployment_engine
+def test_deployment_engine_secure_aggregation_equals_the_plain_run(deployment, reference, tmp_path):
+    """Secure aggregation on flower-superlink + one flower-supernode per party (a new
+    ClientApp process per message, each party's keys kept in its node's Context.state) ==
+    the plain run in one process."""
+    path, data = deployment
+    secure = _with_secagg(path, tmp_path)
+    run = tmp_path / "run"
+    res = launch_flower(secure, run, engine="deployment", data_dir=data, timeout=900)
+    assert res["status"] == "ok", res["status"]
+    np.testing.assert_allclose(res["objective"], reference[0]["objective"], rtol=1e-6)
+    for p in PARTIES:
+        with np.load(run / p / "result.npz") as z:
+            np.testing.assert_allclose(z["W"], reference[1][p], rtol=1e-6, atol=1e-9)
+    log = json.loads((run / "coordinator" / "message_log.json").read_text())
+    for p in PARTIES:
+        assert log["crossings"][f"{p} -> coordinator"] == ["masked_stats_Z_k", "masked_zeta_Z_k"]
+
+
+@pytest.mark.slow
+def test_simulation_engine_sfedmv_equals_in_process(sfedmv, tmp_path):
+    """S-FedMV through flower-superlink --simulation (Ray) + flwr run == in-process."""
+    pytest.importorskip("ray")
+    path, data, *_ = sfedmv
+    launch_flower(path, tmp_path / "run", engine="simulation", data_dir=data, timeout=300)
+    _check_sfedmv(sfedmv, tmp_path / "run")
+
+
+@pytest.mark.slow
+@deployment_engine
+def test_deployment_engine_sfedmv_equals_in_process(sfedmv, tmp_path):
+    """S-FedMV through flower-superlink + one flower-supernode per client == in-process:
+    every message a new ClientApp process, the party rebuilt from ``Context.state``."""
+    path, data, *_ = sfedmv
+    launch_flower(path, tmp_path / "run", engine="deployment", data_dir=data, timeout=900)
+    _check_sfedmv(sfedmv, tmp_path / "run")
 
 
 @pytest.mark.filterwarnings("ignore:GitWildMatchPattern:DeprecationWarning")  # flwr's FAB builder

@@ -77,6 +77,27 @@ def test_a_mask_is_never_reused_for_a_different_value():
     assert not np.array_equal(ss["a"].mask({"v": x}, round=4)["v"], first)  # fresh masks
 
 
+def test_a_party_rebuilt_from_its_private_state_masks_as_before():
+    """:meth:`SecureSum.private_state` (what a Flower node keeps between two processes)
+    gives back the same keys and the record of what was masked: the rebuilt party's masks
+    still cancel with its peers', a retry gives the same masked array, and another value
+    for a masked round is still refused; a damaged state is a ProtocolError."""
+    ss = _group()
+    x = {n: np.full((3, 2), i + 0.5) for i, n in enumerate(NAMES)}
+    first = ss["b"].mask({"v": x["b"]}, round=1)["v"]
+    ss["b"] = SecureSum.from_private_state("b", ss["b"].private_state())
+    np.testing.assert_array_equal(ss["b"].mask({"v": x["b"]}, round=1)["v"], first)
+    with pytest.raises(ProtocolError, match="twice"):
+        ss["b"].mask({"v": 2 * x["b"]}, round=1)
+    masked = {n: _reply(n, ss[n].mask({"v": x[n]}, round=2)) for n in NAMES}
+    sums = unmask_sum(masked, {"v": (3, 2)}, 32)
+    np.testing.assert_allclose(sums["v"], sum(x.values()), atol=3 * 2.0**-33)
+    assert ss["b"].bundle() == SecureSum.from_private_state("b", ss["b"].private_state()).bundle()
+    for damaged in ("", "{}", ss["b"].private_state().replace('"secret": "', '"secret": "zz')):
+        with pytest.raises(ProtocolError, match="'b': its saved secure-aggregation state"):
+            SecureSum.from_private_state("b", damaged)
+
+
 def test_the_coordinator_checks_every_masked_array_and_names_its_sender():
     ss = _group()
     good = {n: _reply(n, ss[n].mask({"v": np.ones(3)}, round=1)) for n in NAMES}

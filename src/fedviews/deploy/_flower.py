@@ -51,7 +51,9 @@ Run config of the Flower app (``flwr run APP CONNECTION -c "..."``):
     simulation engine only (no per-node config): node ``partition-id=k`` is party
     ``k`` of the config and reads ``DATA_DIR/<party>.npz``.
 ``resume``
-    coordinator folder of a killed run (nodes: ``resume=DIR`` in the node config).
+    coordinator folder of a killed run; a node resumes from ``resume=DIR`` in its node
+    config, else (a node without ``out=``, e.g. every node of the simulation engine)
+    from the folder of its party beside that coordinator folder.
 ``ping``, ``ping-bytes``
     ``ping > 0``: only time that many echo round trips of ``ping-bytes`` bytes.
 """

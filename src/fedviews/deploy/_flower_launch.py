@@ -33,7 +33,7 @@ from fedviews._tables import dump_toml, merge_tables, parse_overrides, read_toml
 from fedviews.deploy._config import load_deploy_config
 from fedviews.deploy._data import party_files, write_demo_data
 from fedviews.deploy._flower import check_flower_config
-from fedviews.deploy._flower_node import APP_MODULE, SECAGG_NEEDS_A_LIVE_PARTY
+from fedviews.deploy._flower_node import APP_MODULE
 from fedviews.deploy._launch import free_port, make_certs
 from fedviews.deploy._roles import Printer
 from fedviews.errors import ConfigError, MissingDependency, ProtocolError, require
@@ -239,8 +239,6 @@ def launch_flower(
     run_dir = Path(run_dir).absolute()
     cfg = load_deploy_config(config, overrides)
     check_flower_config(cfg)
-    if engine == "deployment" and cfg.defense.kind == "secagg":
-        raise ConfigError(SECAGG_NEEDS_A_LIVE_PARTY)
     say = echo or print
     run_dir.mkdir(parents=True, exist_ok=True)
     if data_dir is None:

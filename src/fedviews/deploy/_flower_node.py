@@ -12,9 +12,12 @@ engine's Ray actors) a module-level cache keyed by ``(run_id, node_id)`` with a
 generation counter skips the rebuild. This fits the coarse-round algorithms (MMVFL:
 one ``update`` per party and round); an algorithm whose party keeps state between two
 messages of a round that its ``state_dict`` does not hold would need it there.
-Secure aggregation cannot be rebuilt this way: a party's fresh key would no longer pair
-with the keys its peers hold, so the masks would not cancel. A node refuses it (and
-``launch_flower`` refuses it with the deployment engine) instead of sending a wrong sum.
+What must not be drawn again is kept as it is, not replayed: the party's
+secure-aggregation keys (:meth:`SecureSum.private_state`: a fresh key would no longer
+pair with its peers', the masks would not cancel, and its record of what it masked
+guards against masking one round twice) and its defense's private draw (``entropy``:
+a second draw of randomized labels or noise would spend the privacy budget twice).
+They stay in ``Context.state`` on the node; no message carries them.
 Nor does the PSI run on a node: without end-to-end keys its chains cannot be sealed
 (:func:`refuse_psi`), so the parties' files come pre-aligned (``alignment = "none"``).
 """
@@ -43,13 +46,13 @@ from fedviews.deploy._data import SUFFIXES, load_party_data  # noqa: E402
 from fedviews.deploy._flower_transport import _GRPC_HINT, FlowerNodeTransport  # noqa: E402
 from fedviews.deploy._roles import DeployParty, session_policy  # noqa: E402
 from fedviews.deploy._session import _print_to  # noqa: E402
-from fedviews.federation import SECAGG_KINDS, LogEntry, Message, get_algorithm_spec  # noqa: E402
-
-#: why a party under secure aggregation cannot be rebuilt from its node state
-SECAGG_NEEDS_A_LIVE_PARTY = (
-    'secure aggregation ([defense] kind = "secagg") needs each party\'s process to live '
-    "through the run (its key pairs with every peer's); Flower's deployment engine starts a "
-    "new ClientApp process for every message: use the simulation engine or fedviews launch"
+from fedviews.federation import (  # noqa: E402
+    SECAGG_KINDS,
+    LogEntry,
+    Message,
+    SecureSum,
+    SecureSumParty,
+    get_algorithm_spec,
 )
 
 #: why the PSI does not run on Flower
@@ -163,11 +166,44 @@ def node_settings(context: Context) -> NodeSettings:
         found = [Path(data_dir) / f"{party}.{ext}" for ext in SUFFIXES]
         data = str(next((f for f in found if f.is_file()), found[0]))
     out = node_config_path(nc, "out") or run_dir(rc, cfg) / party
-    return NodeSettings(cfg, party, Path(data), out, node_config_path(nc, "resume"))
+    resume = node_config_path(nc, "resume")
+    if resume is None and "out" not in nc and (killed := run_config_path(rc, "resume")):
+        # the killed run's folder of this party, beside its coordinator's
+        resume = killed.parent / party
+    return NodeSettings(cfg, party, Path(data), out, resume)
 
 
-def _arrays(values: Mapping[str, np.ndarray]) -> ArrayRecord:
-    return ArrayRecord({k: Array(np.ascontiguousarray(v)) for k, v in values.items()})
+def _arrays(values: Mapping[str, np.ndarray], party: str) -> ArrayRecord:
+    """``values`` (a party's ``state_dict``) as Flower arrays, every shape and dtype kept.
+
+    Flower's :class:`~flwr.app.Array` carries any array :func:`numpy.save` writes without
+    pickle (0-d, empty, non-contiguous, strings, any numeric dtype); an array it cannot
+    carry (objects) is a :class:`ProtocolError` naming it, never a silent change.
+    """
+    out = {}
+    for k, v in values.items():
+        a = np.asarray(v)
+        if a.dtype.hasobject:
+            raise ProtocolError(
+                f"{party!r}: the state array {k!r} holds Python objects ({a.dtype}), which "
+                "Flower's Context.state cannot keep without pickle"
+            )
+        out[k] = Array(a)
+    return ArrayRecord(out)
+
+
+def _numpy(record: ArrayRecord, party: str) -> dict[str, np.ndarray]:
+    """The arrays :func:`_arrays` stored, each checked against its recorded shape and dtype."""
+    out = {}
+    for k, arr in record.items():
+        a = arr.numpy()
+        if a.shape != tuple(arr.shape) or str(a.dtype) != arr.dtype:
+            raise ProtocolError(
+                f"corrupt fedviews node state of {party!r}: {k!r} is {a.dtype}{list(a.shape)}, "
+                f"recorded as {arr.dtype}{list(arr.shape)}"
+            )
+        out[k] = a
+    return out
 
 
 class _Node:
@@ -204,7 +240,7 @@ class _Node:
             wire = self.transport.answer(data, self.settings.cfg.federation.coordinator)
         if msg.round > 0 and msg.kind == self.app.round_message(self.party.role):
             self.snapshot_at, self.new_snapshot = len(self.replay), True
-        else:
+        elif msg.kind not in SECAGG_KINDS:  # the keys are kept, not drawn again
             self.replay.append(data)
         return wire
 
@@ -222,12 +258,14 @@ class _Node:
             "handler_seconds": float(log_.handler_seconds.get(p.name, 0.0)),
             "replay": len(self.replay),
             "snapshot_at": self.snapshot_at,
+            "entropy": "" if p.entropy is None else str(p.entropy),
+            "secagg": "" if (sums := self._secure_sum()) is None else sums.private_state(),
         }
         for i, wire in enumerate(self.replay):
             meta[f"replay/{i}"] = wire
         state[_STATE] = ConfigRecord(meta)
         if self.new_snapshot:  # only at a round message: later requests are replayed on it
-            state[_STATE_ALGO] = _arrays(p.algo.state_dict())
+            state[_STATE_ALGO] = _arrays(p.algo.state_dict(), p.name)
             self.new_snapshot = False
 
     def restore(self, state: RecordDict) -> None:
@@ -240,21 +278,23 @@ class _Node:
         for i in range(_int(meta["replay"])):
             wire = meta[f"replay/{i}"]
             assert isinstance(wire, bytes)
-            if Message.peek(wire).kind in SECAGG_KINDS:  # a new key: the masks would not cancel
-                raise ConfigError(SECAGG_NEEDS_A_LIVE_PARTY)
             wires.append(wire)
         self.snapshot_at = _int(meta["snapshot_at"])
         algo = state.array_records.get(_STATE_ALGO)
+        entropy, secure = str(meta["entropy"]), str(meta["secagg"])
+        p.entropy = int(entropy) if entropy else None  # deploy:setup keeps this draw
         self.quiet = True  # the replay repeats what this party already said
         try:
             for i, wire in enumerate(wires):
                 if i == self.snapshot_at and algo is not None:
                     self._load(algo)
+                secure = self._keep_keys(secure)
                 with self.app.compute_limits():
                     p.handle(Message.decode(wire))
                 self.replay.append(wire)
             if len(wires) == self.snapshot_at and algo is not None:
                 self._load(algo)
+            self._keep_keys(secure)
         finally:
             self.quiet = False
         p._shown = _int(meta["shown"])
@@ -267,10 +307,22 @@ class _Node:
         self.transport.log.handler_seconds[p.name] = seconds
         self.generation = _int(meta["generation"])
 
+    def _keep_keys(self, secure: str) -> str:
+        """Give the algorithm party its kept secure-aggregation keys once ``deploy:build``
+        has built it; what is still to give."""
+        if secure and isinstance(self.party.algo, SecureSumParty):
+            self.party.algo.secure_sum = SecureSum.from_private_state(self.party.name, secure)
+            return ""
+        return secure
+
+    def _secure_sum(self) -> SecureSum | None:
+        algo = self.party.algo
+        return algo.secure_sum if isinstance(algo, SecureSumParty) else None
+
     def _load(self, algo: ArrayRecord) -> None:
         if self.party.algo is None:
             raise ProtocolError(f"{self.party.name!r}: round state saved before deploy:build")
-        self.party.algo.load_state({k: a.numpy() for k, a in algo.items()})
+        self.party.algo.load_state(_numpy(algo, self.party.name))
 
 
 def _int(v: Any) -> int:

@@ -258,7 +258,8 @@ class DeployParty(SessionParty):
     @handles("deploy:setup")
     def on_setup(self, msg: Message) -> Message:
         rows = self.aligned_rows()
-        self.entropy = self._private_entropy()
+        if self.entropy is None:  # one draw per party (a rebuilt Flower party keeps its own)
+            self.entropy = self._private_entropy()
         meta = self.member.report(rows, self.groups, self.entropy)
         self.local = self.member.defended
         assert self.local is not None

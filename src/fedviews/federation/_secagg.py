@@ -95,11 +95,19 @@ class SecureSum:
 
     ``tls``: the party's certificate files (:class:`~fedviews.federation.TLSFiles`);
     with them its key is signed and the peers' keys must be signed by theirs.
+    ``secret``: the raw X25519 private key (default: a fresh one).
     """
 
-    def __init__(self, name: str, frac_bits: int = DEFAULT_FRAC_BITS, tls: Any = None) -> None:
+    def __init__(
+        self,
+        name: str,
+        frac_bits: int = DEFAULT_FRAC_BITS,
+        tls: Any = None,
+        secret: bytes | None = None,
+    ) -> None:
         self.name, self.frac_bits, self.tls = name, int(frac_bits), tls
-        self._secret = crypto().x25519.X25519PrivateKey.generate()
+        x25519 = crypto().x25519.X25519PrivateKey
+        self._secret = x25519.generate() if secret is None else x25519.from_private_bytes(secret)
         self._public = self._secret.public_key().public_bytes_raw()
         self._pairs: dict[str, tuple[int, bytes]] = {}  # peer -> (sign, pair key)
         self._used: dict[tuple[int, str], str] = {}  # (round, name) -> digest of the value
@@ -155,6 +163,36 @@ class SecureSum:
             key = hkdf(shared, _statement(_INFO, lo, hi), salt=session)
             pairs[peer] = (1 if self.name == lo else -1, key)
         self._pairs, self._used, self.n_members = pairs, {}, len(members)
+
+    def private_state(self) -> str:
+        """Everything this party needs to go on masking in another process, as JSON: its
+        private key, its pairwise keys and the ``(round, name)`` it masked. Secret: it is
+        kept where the party runs (a Flower node's ``Context.state``), never sent."""
+        return json.dumps(
+            {
+                "secret": self._secret.private_bytes_raw().hex(),
+                "frac_bits": self.frac_bits,
+                "n_members": self.n_members,
+                "pairs": {p: [sign, key.hex()] for p, (sign, key) in self._pairs.items()},
+                "used": [[r, n, d] for (r, n), d in self._used.items()],
+            }
+        )
+
+    @classmethod
+    def from_private_state(cls, name: str, text: str, tls: Any = None) -> SecureSum:
+        """The :class:`SecureSum` that :meth:`private_state` wrote (the same keys, the
+        same record of what was masked); a :class:`ProtocolError` if it is damaged."""
+        try:
+            st = json.loads(text)
+            out = cls(name, int(st["frac_bits"]), tls, bytes.fromhex(st["secret"]))
+            out._pairs = {str(p): (int(s), bytes.fromhex(k)) for p, (s, k) in st["pairs"].items()}
+            out._used = {(int(r), str(n)): str(d) for r, n, d in st["used"]}
+            out.n_members = int(st["n_members"])
+        except (ValueError, TypeError, KeyError, AttributeError):
+            raise ProtocolError(
+                f"{name!r}: its saved secure-aggregation state is damaged"
+            ) from None
+        return out
 
     def mask(self, arrays: Mapping[str, np.ndarray], round: int) -> dict[str, np.ndarray]:
         """``arrays`` in fixed point plus this party's pairwise masks (``uint64``), for the
