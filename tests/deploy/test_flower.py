@@ -398,12 +398,18 @@ def test_simulation_engine_equals_in_process(deployment, reference, tmp_path):
     os.environ.get("FEDVIEWS_TEST_FLOWER_DEPLOYMENT") != "1",
     reason="minutes: set FEDVIEWS_TEST_FLOWER_DEPLOYMENT=1 to run the deployment engine",
 )
-def test_deployment_engine_equals_in_process(deployment, reference, tmp_path):
-    """flower-superlink + one flower-supernode per party (node config) + flwr run == in-process."""
+@pytest.mark.parametrize("executor", ["fedviews", "flower"])
+def test_deployment_engine_equals_in_process(deployment, reference, tmp_path, executor):
+    """flower-superlink + one flower-supernode per party (node config) + flwr run == in-process,
+    with fedviews' warm executor (--isolation process) and with Flower's own."""
     path, data = deployment
     run = tmp_path / "run"
-    res = launch_flower(path, run, engine="deployment", data_dir=data, timeout=900)
+    res = launch_flower(
+        path, run, engine="deployment", data_dir=data, timeout=900, executor=executor
+    )
     _check_against(reference, run, res)
+    assert res["executor"] == executor
+    assert (run / "logs" / "executor-pix.log").is_file() == (executor == "fedviews")
 
 
 def test_flower_cli_writes_the_app_and_refuses_unknown_engines(tmp_path):
