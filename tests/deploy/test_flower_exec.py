@@ -175,3 +175,62 @@ def test_warm_executor_serves_only_fedviews(tmp_path, runtime_api, monkeypatch):
     assert reply.has_error() and reply.error.code == ErrorCode.LOAD_CLIENT_APP_EXCEPTION
     assert "other.app:client" in reply.error.reason and "--isolation process" in reply.error.reason
     assert api.outputs == [SubStatus.FAILED] and called == []
+
+
+def test_executor_command_serves_the_given_runtime_api(tmp_path, monkeypatch):
+    """fedviews flower executor --runtime-api ADDR [--root-certificates PEM] serves ADDR."""
+    from typer.testing import CliRunner
+
+    from fedviews.cli import app
+
+    served = []
+    monkeypatch.setattr(
+        _flower_exec.WarmExecutor,
+        "serve",
+        lambda self: served.append((self.runtime_api, self.certificates)),
+    )
+    pem = tmp_path / "ca.pem"
+    pem.write_bytes(b"CA")
+    runner = CliRunner()
+    res = runner.invoke(app, ["flower", "executor", "--runtime-api", "127.0.0.1:9094"])
+    assert res.exit_code == 0, res.output
+    args = ["flower", "executor", "--runtime-api", "h:1", "--root-certificates", str(pem)]
+    res = runner.invoke(app, args)
+    assert res.exit_code == 0, res.output
+    assert served == [("127.0.0.1:9094", None), ("h:1", b"CA")]
+
+
+def test_a_failed_task_does_not_stop_the_executor(monkeypatch):
+    """A task whose Runtime API calls fail is logged; the executor asks for the next one."""
+    import threading
+
+    stop = threading.Event()
+    tokens = iter(["t1", "t2"])
+
+    class Task:
+        def __init__(self) -> None:
+            self.token = next(tokens, "")
+            if not self.token:
+                stop.set()
+
+        def HasField(self, name):  # noqa: N802 - protobuf's name
+            return bool(self.token)
+
+    class Client:
+        def AcquireTask(self, request):  # noqa: N802 - Flower's RPC name
+            return Task()
+
+        def close(self) -> None:
+            pass
+
+    ran = []
+
+    def run_task(token):
+        ran.append(token)
+        raise RuntimeError("the SuperNode went away")
+
+    ex = _flower_exec.WarmExecutor("runtime:0")
+    ex._client = lambda token="": Client()  # type: ignore[method-assign]
+    ex.run_task = run_task  # type: ignore[method-assign]
+    ex.serve(stop)
+    assert ran == ["t1", "t2"]

@@ -130,7 +130,10 @@ class WarmExecutor:
             while not stop.is_set():
                 res = client.AcquireTask(request)
                 if res.HasField("task") and res.token:
-                    self.run_task(res.token)
+                    try:
+                        self.run_task(res.token)
+                    except Exception:  # one task lost (e.g. the SuperNode restarted), not the node
+                        log.exception("a ClientApp task failed in the fedviews executor")
                 else:
                     stop.wait(self.poll_interval)
         finally:
