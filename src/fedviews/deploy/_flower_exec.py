@@ -43,6 +43,7 @@ try:
         RuntimeTokenHttpInterceptor,
         RuntimeVersionHttpInterceptor,
     )
+    from flwr.supercore.protobuf.client import ProtobufClientInterceptor
     from flwr.supercore.retry import make_simple_http_retry_invoker
     from flwr.supercore.runtime import RuntimeHttpClient
     from flwr.supernode.runtime.run_clientapp import (
@@ -107,12 +108,12 @@ class WarmExecutor:
         self._apps: dict[str, str] = {}  # FAB hash -> its clientapp component
 
     def _client(self, token: str = "") -> RuntimeHttpClient:
-        interceptors = [RuntimeVersionHttpInterceptor(component_name="SuperExec")]
+        """A Runtime API client: the SuperExec's (no token), or a task's (its token)."""
+        interceptors: list[ProtobufClientInterceptor] = [
+            RuntimeVersionHttpInterceptor(component_name="flwr-clientapp" if token else "SuperExec")
+        ]
         if token:
-            interceptors = [
-                RuntimeVersionHttpInterceptor(component_name="flwr-clientapp"),
-                RuntimeTokenHttpInterceptor(token),
-            ]
+            interceptors.append(RuntimeTokenHttpInterceptor(token))
         return RuntimeHttpClient.from_server_address(
             server_address=self.runtime_api,
             insecure=self.certificates is None,
