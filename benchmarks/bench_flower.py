@@ -187,7 +187,9 @@ def _median(res: dict[str, Any]) -> float | None:
     return round(statistics.median(times), 3) if times else None
 
 
-def _launch(config: Path, run: Path, data: Path, engine: str, executor: str) -> dict[str, Any]:
+def _launch(
+    config: Path, run: Path, data: Path, engine: str, executor: str | None
+) -> dict[str, Any]:
     quiet = lambda line: None  # noqa: E731
     t0 = time.perf_counter()
     res = launch_flower(config, run, engine=engine, data_dir=data, echo=quiet, executor=executor)
@@ -216,7 +218,7 @@ def bench_rounds(
         rounds = args.rounds if engine == "simulation" else args.deployment_rounds
         cfg_e = work / f"bench-{engine}.toml"
         cfg_e.write_text(CONFIGS[algorithm].format(rounds=rounds))
-        for executor in args.executors if engine == "deployment" else ["simulation"]:
+        for executor in args.executors if engine == "deployment" else [None]:
             name = f"Flower {engine}" + (
                 f" ({executor} executor)" if engine == "deployment" else ""
             )

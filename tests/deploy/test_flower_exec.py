@@ -163,7 +163,7 @@ def test_warm_executor_serves_only_fedviews(tmp_path, runtime_api, monkeypatch):
     from flwr.app import Context, RecordDict
 
     called = []
-    monkeypatch.setattr(_flower, "client_app", lambda **kw: called.append(kw))
+    monkeypatch.setattr(_flower_exec, "client_app", lambda **kw: called.append(kw))
     api = RuntimeAPI(Context(RUN_ID, 7, {}, RecordDict(), {}), _fab(tmp_path, "other.app:client"))
     ex = _flower_exec.WarmExecutor("runtime:0")
     ex._client = api.client  # type: ignore[method-assign]

@@ -56,6 +56,8 @@ except ImportError:  # flwr 1.41: no Runtime HTTP API
 else:
     AVAILABLE = True
 
+from fedviews.deploy._flower import client_app  # noqa: E402
+
 #: the ClientApp of the Flower app that :func:`~._flower_launch.write_flower_app` writes
 CLIENT_APP = "fedviews.deploy._flower:client_app"
 
@@ -153,8 +155,6 @@ class WarmExecutor:
             if app is None:
                 app = self._apps[fab.hash_str] = _clientapp_of(fab.content)
             if app == CLIENT_APP:
-                from fedviews.deploy._flower import client_app
-
                 try:
                     reply = client_app(message=message, context=context)
                     status, details = SubStatus.COMPLETED, ""
