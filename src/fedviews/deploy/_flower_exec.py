@@ -14,8 +14,8 @@ It speaks the SuperNode's Runtime API as ``flower-superexec`` and ``flwr-clienta
 (``AcquireTask``, then per task ``PullTaskInput``/``PullMessages``, the reply with
 ``PushMessages``, the updated context with ``PushTaskOutput``), and it serves only
 fedviews' app: a run whose FAB names another ClientApp gets a Flower error reply that
-says so. This uses Flower's Runtime API modules of flwr 1.42 (:data:`AVAILABLE` is False
-on an flwr without them; :func:`~._flower_launch.launch_flower` then keeps Flower's own
+says so. This uses Flower's Runtime API modules of flwr 1.42 (tested with 1.42.0;
+:data:`AVAILABLE` is False on an flwr without them; :func:`~._flower_launch.launch_flower` then keeps Flower's own
 executor). The command line is ``fedviews flower executor``.
 """
 
@@ -51,7 +51,7 @@ try:
         push_message,
         push_task_output,
     )
-except ImportError:  # flwr 1.41: no Runtime HTTP API
+except ImportError:  # an flwr without the Runtime API modules of 1.42
     AVAILABLE = False
 else:
     AVAILABLE = True
