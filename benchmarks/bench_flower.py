@@ -30,7 +30,8 @@ the round message of all parties, then pulls every reply). ``--json`` writes the
 Table 2 (``--pings N``), one request/reply round trip with an echo handler (no party
 work), for 0 bytes and for one Multi-VFL activation batch each way (64 x 6272 float32 =
 1.6 MB): in-process, fedviews' gRPC hub (plain text, party in a thread of this process),
-and the two Flower engines (``ping`` run config: one node, then all 5 at once). From it,
+and the two Flower engines (``ping`` run config: one node, then all 5 at once; the
+deployment engine with each executor). ``--algorithms`` without names: only Table 2. From it,
 the cost of per-batch split learning (Multi-VFL, MNIST, 4 data owners, 79 batches
 per epoch) if every batch went through the transport: at least two sequential
 exchanges per batch (activations up, gradients down).
@@ -260,38 +261,44 @@ def print_rounds(algorithm: str, table: dict[str, Any]) -> None:
     print()
 
 
-def bench_pings(config: Path, data: Path, engines: list[str], n: int, tmp: Path) -> None:
+def bench_pings(args: argparse.Namespace, engines: list[str], tmp: Path) -> None:
     """Table 2: one echo round trip on every transport (and a Multi-VFL epoch's share)."""
+    config, data = tmp / "ping.toml", tmp / "ping-data"
+    config.write_text(CONFIGS["mmvfl"].format(rounds=1))
+    write_demo_data(load_deploy_config(config), data)
     pings: dict[str, dict[int, tuple[float, float]]] = {
         "in-process": {b: (ping_in_process(b, 50), float("nan")) for b in (0, BATCH)},
         "gRPC (fedviews)": {b: (ping_grpc(b, 50), float("nan")) for b in (0, BATCH)},
     }
     for engine in engines:
-        pings[f"Flower {engine}"] = {}
-        for b in (0, BATCH):
-            res = launch_flower(
-                config,
-                tmp / f"ping-{engine}-{b}",
-                engine=engine,
-                data_dir=data,
-                echo=lambda line: None,
-                ping=n,
-                ping_bytes=b,
-            )
-            p = res["ping_seconds"]
-            pings[f"Flower {engine}"][b] = (
-                statistics.median(p["single"]),
-                statistics.median(p["broadcast"]),
-            )
+        for executor in args.executors if engine == "deployment" else [None]:
+            name = f"Flower {engine}" + (f", {executor}" if executor else "")
+            pings[name] = {}
+            for b in (0, BATCH):
+                res = launch_flower(
+                    config,
+                    tmp / f"ping-{engine}-{executor}-{b}",
+                    engine=engine,
+                    data_dir=data,
+                    echo=lambda line: None,
+                    ping=args.pings,
+                    ping_bytes=b,
+                    executor=executor,
+                )
+                p = res["ping_seconds"]
+                pings[name][b] = (
+                    statistics.median(p["single"]),
+                    statistics.median(p["broadcast"]),
+                )
     print("one round trip (echo), median seconds; Flower: one node | all 5 nodes at once")
-    print(f"{'':22s}{'0 B':>18s}{f'{BATCH / 1e6:.1f} MB':>18s}{'Multi-VFL epoch s':>20s}")
+    print(f"{'':30s}{'0 B':>18s}{f'{BATCH / 1e6:.1f} MB':>18s}{'Multi-VFL epoch s':>20s}")
     for name, by in pings.items():
         cells = "".join(
             f"{s:18.4f}" if np.isnan(b) else f"{f'{s:.3f} | {b:.3f}':>18s}" for s, b in by.values()
         )
         batch_s, batch_b = by[BATCH]
         per_batch = 2 * (batch_s if np.isnan(batch_b) else batch_b)  # up and down, in sequence
-        print(f"{name:22s}{cells}{BATCHES * per_batch:20.1f}")
+        print(f"{name:30s}{cells}{BATCHES * per_batch:20.1f}")
     print(
         f"(Multi-VFL epoch s: {BATCHES} batches x 2 sequential exchanges of {BATCH / 1e6:.1f} MB "
         "per data owner: the transport's share of an epoch, without any computation)"
@@ -320,9 +327,7 @@ def main() -> None:
             tables[algorithm] = bench_rounds(algorithm, args, engines, tmp)
             print_rounds(algorithm, tables[algorithm])
         if args.pings > 0:
-            bench_pings(
-                tmp / "mmvfl" / "bench.toml", tmp / "mmvfl" / "data", engines, args.pings, tmp
-            )
+            bench_pings(args, engines, tmp)
     if args.json is not None:
         import flwr
 
