@@ -1,30 +1,37 @@
-"""Time per round of MMVFL on Handwritten: in-process vs through Flower (flwr 1.41) on loopback.
+"""Seconds per round of MMVFL and V-FedMV through Flower (flwr 1.42) vs fedviews' own hub.
 
-    .venv/bin/python benchmarks/bench_flower.py [--rounds 10] [--deployment-rounds 3]
-                                                [--engines simulation deployment] [--pings 5]
+    .venv/bin/python benchmarks/bench_flower.py [--algorithms mmvfl vfedmv] [--rounds 10]
+        [--deployment-rounds 3] [--engines simulation deployment]
+        [--executors fedviews flower] [--pings 0] [--json docs/results/bench_flower.json]
 
-Table 1, MMVFL, Handwritten (5 views x 2000 samples, ``alignment = "none"``: the
-PSI is not part of a round), every party checkpointing each round. All runs are the
-same deployed session (:class:`DeployCoordinator` and one :class:`DeployParty` per
-view); time = the coordinator's training loop / rounds.
+Table 1, per algorithm on Handwritten (5 views x 2000 samples, ``alignment = "none"``:
+the PSI is not part of a round; V-FedMV without its testing phase), every party
+checkpointing each round. All runs are the same deployed session
+(:class:`DeployCoordinator` and one :class:`DeployParty` per view); time = the
+coordinator's training loop / rounds; "x hub" = that over fedviews' gRPC hub's.
 
 * in-process: coordinator and parties in this process (``InProcessTransport``,
   every message still encoded, policy-checked and logged);
-* gRPC: fedviews' own transport, this process is the coordinator hub and every party
-  a ``fedviews party --insecure`` process (plain text: Flower runs ``--insecure`` too);
-* simulation: ``flower-superlink --simulation`` + ``flwr run``; the parties are
+* fedviews gRPC hub: fedviews' own transport (what ``fedviews launch`` deploys), this
+  process is the coordinator hub and every party a ``fedviews party --insecure``
+  process (plain text: Flower runs ``--insecure`` too);
+* Flower simulation: ``flower-superlink --simulation`` + ``flwr run``; the parties are
   ClientApps in Flower's simulation engine (Ray actors; needs ``flwr[simulation]``);
-* deployment: ``flower-superlink`` + one ``flower-supernode`` per party (node config
-  ``party=... data=...``) + ``flwr run``: every Flower message starts a new
-  ClientApp process on its SuperNode, which rebuilds its party from ``Context.state``.
+* Flower deployment: ``flower-superlink`` + one ``flower-supernode`` per party (node
+  config ``party=... data=...``) + ``flwr run``, with either executor: ``flower``
+  (the SuperNode's own SuperExec starts a new ClientApp process per message, which
+  rebuilds its party from ``Context.state``) or ``fedviews`` (``--isolation process``
+  and ``fedviews flower executor``: one long-lived ClientApp process per party).
 
 "exchange s": median wall time of one round's Flower exchange (the ServerApp pushes
-the ``update`` of all parties, then pulls every reply).
+the round message of all parties, then pulls every reply). ``--json`` writes the table
+(and the command, date, machine, flwr version and load) for ``docs/flower.md``.
 
-Table 2, one request/reply round trip with an echo handler (no party work), for 0
-bytes and for one Multi-VFL activation batch each way (64 x 6272 float32 = 1.6 MB):
-in-process, fedviews' gRPC hub (plain text, party in a thread of this process), and
-the two Flower engines (``ping`` run config: one node, then all 5 at once). From it,
+Table 2 (``--pings N``), one request/reply round trip with an echo handler (no party
+work), for 0 bytes and for one Multi-VFL activation batch each way (64 x 6272 float32 =
+1.6 MB): in-process, fedviews' gRPC hub (plain text, party in a thread of this process),
+and the two Flower engines (``ping`` run config: one node, then all 5 at once; the
+deployment engine with each executor). ``--algorithms`` without names: only Table 2. From it,
 the cost of per-batch split learning (Multi-VFL, MNIST, 4 data owners, 79 batches
 per epoch) if every batch went through the transport: at least two sequential
 exchanges per batch (activations up, gradients down).
@@ -34,7 +41,9 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
+import json
 import os
+import platform
 import statistics
 import subprocess
 import sys
@@ -59,8 +68,8 @@ from fedviews.federation import (
     handles,
 )
 
-CONFIG = """algorithm = "mmvfl"
-name = "bench_flower"
+_HEAD = """algorithm = "{algorithm}"
+name = "bench_flower_{algorithm}"
 seed = 0
 [federation]
 parties = ["pix", "fou", "fac", "zer", "kar"]
@@ -71,9 +80,13 @@ connect_timeout = 120.0
 dataset = "handwritten"
 [params]
 standardize = true
-max_iter = {rounds}
 tol = 0.0
+max_iter = {{rounds}}
 """
+CONFIGS = {
+    "mmvfl": _HEAD.format(algorithm="mmvfl"),
+    "vfedmv": _HEAD.format(algorithm="vfedmv") + "beta = 4.0\nzeta = 8.0\neta = 16.0\n",
+}
 BATCH = 64 * 6272 * 4  # bytes of one data owner's activations of a Multi-VFL MNIST batch
 BATCHES = 79  # per epoch (5000 samples, batch size 64)
 
@@ -169,96 +182,173 @@ def ping_grpc(nbytes: int, n: int) -> float:
         hub.close()
 
 
-def _median(res: dict[str, Any], kind: str) -> float:
-    times = [s for k, _, s in res.get("exchanges", []) if k == kind]
-    return statistics.median(times) if times else float("nan")
+def _median(res: dict[str, Any]) -> float | None:
+    """The median wall time of a Flower run's round exchanges (None: not a Flower run)."""
+    times = [s for k, _, s in res.get("exchanges", []) if k == "update"]
+    return round(statistics.median(times), 3) if times else None
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--rounds", type=int, default=10, help="in-process, gRPC and simulation")
-    ap.add_argument("--deployment-rounds", type=int, default=3, help="deployment engine")
-    ap.add_argument("--engines", nargs="*", default=["simulation", "deployment"])
-    ap.add_argument("--pings", type=int, default=5, help="echo round trips per Flower engine")
-    args = ap.parse_args()
-    engines = list(args.engines)
-    if "simulation" in engines and importlib.util.find_spec("ray") is None:
-        print("simulation engine skipped: pip install 'flwr[simulation]' (Ray)")
-        engines.remove("simulation")
-    rows: list[tuple[str, int, dict[str, Any]]] = []
-    pings: dict[str, dict[int, tuple[float, float]]] = {}
+def _launch(
+    config: Path, run: Path, data: Path, engine: str, executor: str | None
+) -> dict[str, Any]:
     quiet = lambda line: None  # noqa: E731
-    with tempfile.TemporaryDirectory() as tmp_:
-        tmp = Path(tmp_)
-        config = tmp / "bench.toml"
-        config.write_text(CONFIG.format(rounds=args.rounds))
-        cfg = load_deploy_config(config)
-        data = tmp / "data"
-        write_demo_data(cfg, data)
-        n = load_party_data(data / "pix.npz").ids.size
-        rows.append(("in-process", args.rounds, run_in_process(config, data, tmp / "inproc")))
-        rows.append(("gRPC", args.rounds, run_grpc(config, data, tmp / "grpc")))
-        for engine in engines:
-            rounds = args.rounds if engine == "simulation" else args.deployment_rounds
-            cfg_e = tmp / f"bench-{engine}.toml"
-            cfg_e.write_text(CONFIG.format(rounds=rounds))
-            t0 = time.perf_counter()
-            res = launch_flower(  # plain text, as the gRPC processes above
-                cfg_e, tmp / engine, engine=engine, data_dir=data, echo=quiet, insecure=True
+    t0 = time.perf_counter()
+    res = launch_flower(  # plain text, as the gRPC processes
+        config, run, engine=engine, data_dir=data, echo=quiet, executor=executor, insecure=True
+    )
+    res["wall"] = time.perf_counter() - t0
+    if res["status"] != "ok":
+        raise SystemExit(f"{run.name}: {res['status']}")
+    return res
+
+
+def bench_rounds(
+    algorithm: str, args: argparse.Namespace, engines: list[str], tmp: Path
+) -> dict[str, Any]:
+    """Table 1 for one algorithm: every transport's seconds per round and its ratio to the hub."""
+    work = tmp / algorithm
+    work.mkdir()
+    config = work / "bench.toml"
+    config.write_text(CONFIGS[algorithm].format(rounds=args.rounds))
+    cfg = load_deploy_config(config)
+    data = work / "data"
+    write_demo_data(cfg, data)
+    runs: list[tuple[str, int, dict[str, Any]]] = [
+        ("in-process", args.rounds, run_in_process(config, data, work / "inproc")),
+        ("fedviews gRPC hub", args.rounds, run_grpc(config, data, work / "grpc")),
+    ]
+    for engine in engines:
+        rounds = args.rounds if engine == "simulation" else args.deployment_rounds
+        cfg_e = work / f"bench-{engine}.toml"
+        cfg_e.write_text(CONFIGS[algorithm].format(rounds=rounds))
+        for executor in args.executors if engine == "deployment" else [None]:
+            name = f"Flower {engine}" + (
+                f" ({executor} executor)" if engine == "deployment" else ""
             )
-            res["wall"] = time.perf_counter() - t0
-            if res["status"] != "ok":
-                raise SystemExit(f"{engine}: {res['status']}")
-            rows.append((engine, rounds, res))
-        pings["in-process"] = {b: (ping_in_process(b, 50), float("nan")) for b in (0, BATCH)}
-        pings["gRPC (fedviews)"] = {b: (ping_grpc(b, 50), float("nan")) for b in (0, BATCH)}
-        for engine in engines:
-            pings[f"Flower {engine}"] = {}
+            run = work / f"{engine}-{executor}"
+            runs.append((name, rounds, _launch(cfg_e, run, data, engine, executor)))
+    base, hub = runs[0][2], runs[1][2]
+    rows = []
+    for name, rounds, res in runs:
+        ref = base["objective"][: len(res["objective"])]
+        rows.append(
+            {
+                "transport": name,
+                "rounds": rounds,
+                "seconds_per_round": round(res["seconds_per_round"], 4),
+                "x_hub": round(res["seconds_per_round"] / hub["seconds_per_round"], 1),
+                "median_exchange_seconds": _median(res),
+                "equal_to_in_process": bool(np.allclose(res["objective"], ref, rtol=1e-10)),
+            }
+        )
+    return {
+        "samples": int(load_party_data(data / "pix.npz").ids.size),
+        "parties": len(cfg.federation.parties),
+        "rows": rows,
+    }
+
+
+def print_rounds(algorithm: str, table: dict[str, Any]) -> None:
+    print(
+        f"{algorithm}, handwritten, {table['samples']} samples x {table['parties']} parties "
+        "(one Flower node each), loopback"
+    )
+    print(f"{'':40s}{'rounds':>7s}{'s/round':>10s}{'x hub':>8s}{'exchange s':>12s}{'equal':>7s}")
+    for r in table["rows"]:
+        print(
+            f"{r['transport']:40s}{r['rounds']:7d}{r['seconds_per_round']:10.4f}"
+            f"{r['x_hub']:8.1f}{r['median_exchange_seconds'] or float('nan'):12.3f}"
+            f"{str(r['equal_to_in_process']):>7s}"
+        )
+    print()
+
+
+def bench_pings(args: argparse.Namespace, engines: list[str], tmp: Path) -> None:
+    """Table 2: one echo round trip on every transport (and a Multi-VFL epoch's share)."""
+    config, data = tmp / "ping.toml", tmp / "ping-data"
+    config.write_text(CONFIGS["mmvfl"].format(rounds=1))
+    write_demo_data(load_deploy_config(config), data)
+    pings: dict[str, dict[int, tuple[float, float]]] = {
+        "in-process": {b: (ping_in_process(b, 50), float("nan")) for b in (0, BATCH)},
+        "gRPC (fedviews)": {b: (ping_grpc(b, 50), float("nan")) for b in (0, BATCH)},
+    }
+    for engine in engines:
+        for executor in args.executors if engine == "deployment" else [None]:
+            name = f"Flower {engine}" + (f", {executor}" if executor else "")
+            pings[name] = {}
             for b in (0, BATCH):
                 res = launch_flower(
                     config,
-                    tmp / f"ping-{engine}-{b}",
+                    tmp / f"ping-{engine}-{executor}-{b}",
                     engine=engine,
                     data_dir=data,
-                    echo=quiet,
+                    echo=lambda line: None,
                     insecure=True,
                     ping=args.pings,
                     ping_bytes=b,
+                    executor=executor,
                 )
                 p = res["ping_seconds"]
-                pings[f"Flower {engine}"][b] = (
+                pings[name][b] = (
                     statistics.median(p["single"]),
                     statistics.median(p["broadcast"]),
                 )
-    base = rows[0][2]
-    parties = len(cfg.federation.parties)
-    print(f"MMVFL, handwritten, {n} samples x {parties} parties (one Flower node each), loopback")
-    print(
-        f"{'':14s}{'rounds':>7s}{'s/round':>10s}{'ratio':>9s}{'exchange s':>12s}{'run wall s':>12s}"
-    )
-    for name, rounds, res in rows:
-        ratio = res["seconds_per_round"] / base["seconds_per_round"]
-        print(
-            f"{name:14s}{rounds:7d}{res['seconds_per_round']:10.4f}{ratio:9.1f}"
-            f"{_median(res, 'update'):12.4f}{res.get('wall', float('nan')):12.1f}"
-        )
-    for name, _, res in rows[1:]:
-        same = np.allclose(res["objective"], base["objective"][: len(res["objective"])], rtol=1e-10)
-        print(f"{name}: objective equals in-process (rtol 1e-10): {same}")
-    print()
     print("one round trip (echo), median seconds; Flower: one node | all 5 nodes at once")
-    print(f"{'':22s}{'0 B':>18s}{f'{BATCH / 1e6:.1f} MB':>18s}{'Multi-VFL epoch s':>20s}")
+    print(f"{'':30s}{'0 B':>18s}{f'{BATCH / 1e6:.1f} MB':>18s}{'Multi-VFL epoch s':>20s}")
     for name, by in pings.items():
         cells = "".join(
             f"{s:18.4f}" if np.isnan(b) else f"{f'{s:.3f} | {b:.3f}':>18s}" for s, b in by.values()
         )
         batch_s, batch_b = by[BATCH]
         per_batch = 2 * (batch_s if np.isnan(batch_b) else batch_b)  # up and down, in sequence
-        print(f"{name:22s}{cells}{BATCHES * per_batch:20.1f}")
+        print(f"{name:30s}{cells}{BATCHES * per_batch:20.1f}")
     print(
         f"(Multi-VFL epoch s: {BATCHES} batches x 2 sequential exchanges of {BATCH / 1e6:.1f} MB "
         "per data owner: the transport's share of an epoch, without any computation)"
     )
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--algorithms", nargs="*", default=list(CONFIGS), choices=list(CONFIGS))
+    ap.add_argument("--rounds", type=int, default=10, help="in-process, gRPC and simulation")
+    ap.add_argument("--deployment-rounds", type=int, default=3, help="deployment engine")
+    ap.add_argument("--engines", nargs="*", default=["simulation", "deployment"])
+    ap.add_argument("--executors", nargs="*", default=["flower", "fedviews"])
+    ap.add_argument("--pings", type=int, default=0, help="echo round trips per Flower engine")
+    ap.add_argument("--json", type=Path, help="write Table 1 here (for docs/flower.md)")
+    args = ap.parse_args()
+    engines = list(args.engines)
+    if "simulation" in engines and importlib.util.find_spec("ray") is None:
+        print("simulation engine skipped: pip install 'flwr[simulation]' (Ray)")
+        engines.remove("simulation")
+    t0 = time.perf_counter()
+    tables: dict[str, Any] = {}
+    with tempfile.TemporaryDirectory() as tmp_:
+        tmp = Path(tmp_)
+        for algorithm in args.algorithms:
+            tables[algorithm] = bench_rounds(algorithm, args, engines, tmp)
+            print_rounds(algorithm, tables[algorithm])
+        if args.pings > 0:
+            bench_pings(args, engines, tmp)
+    if args.json is not None:
+        import flwr
+
+        args.json.write_text(
+            json.dumps(
+                {
+                    "command": "python " + " ".join(sys.argv),
+                    "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+                    "machine": f"{platform.machine()}, {os.cpu_count()} cores",
+                    "flwr": flwr.__version__,
+                    "load_average_after": [round(x, 1) for x in os.getloadavg()],
+                    "wall_seconds": round(time.perf_counter() - t0, 1),
+                    "algorithms": tables,
+                },
+                indent=1,
+            )
+            + "\n"
+        )
 
 
 if __name__ == "__main__":

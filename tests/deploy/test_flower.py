@@ -736,10 +736,14 @@ def test_simulation_engine_equals_in_process(deployment, reference, tmp_path, mo
 
 @pytest.mark.slow
 @deployment_engine
-def test_deployment_engine_equals_in_process(deployment, reference, tmp_path, monkeypatch):
+@pytest.mark.parametrize("executor", ["fedviews", "flower"])
+def test_deployment_engine_equals_in_process(
+    deployment, reference, tmp_path, monkeypatch, executor
+):
     """flower-superlink + one flower-supernode per party + flwr run == in-process, over TLS
     with every SuperNode's key registered under its party's name (the ServerApp checks
-    each claim against it), without this environment on PATH."""
+    each claim against it), without this environment on PATH; with fedviews' warm
+    executor (--isolation process) and with Flower's own."""
     path, data = deployment
     _without_this_environment_on_path(monkeypatch)
     run = tmp_path / "run"
@@ -750,8 +754,11 @@ def test_deployment_engine_equals_in_process(deployment, reference, tmp_path, mo
         engine="deployment",
         data_dir=data,
         timeout=900,
+        executor=executor,
     )
     _check_against(reference, run, res)
+    assert res["executor"] == executor
+    assert (run / "logs" / "executor-pix.log").is_file() == (executor == "fedviews")
     link = (run / "logs" / "superlink.log").read_text()
     assert "--insecure" not in link
     for p in PARTIES:

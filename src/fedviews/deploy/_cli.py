@@ -390,6 +390,24 @@ def register(app: typer.Typer) -> None:
         if status != "ok":
             raise typer.Exit(1)
 
+    @flower_app.command("executor")
+    @friendly
+    def flower_executor(
+        runtime_api: Annotated[
+            str, typer.Option(help="host:port of the SuperNode's Runtime API (its --port).")
+        ],
+        root_certificates: Annotated[
+            Path | None,
+            typer.Option(help="CA of a Runtime API served with TLS (none: plain HTTP)."),
+        ] = None,
+    ) -> None:
+        """Run every ClientApp task of a `flower-supernode --isolation process` in this one
+        process, so that the party stays live between messages (no process start, no rebuild)."""
+        from fedviews.deploy._flower_exec import WarmExecutor
+
+        console.print(f"fedviews executor for the SuperNode at {runtime_api}")
+        WarmExecutor(runtime_api, root_certificates=root_certificates).serve()
+
     @app.command("split-data")
     @friendly
     def split_data(

@@ -33,6 +33,7 @@ from fedviews._tables import dump_toml, merge_tables, parse_overrides, read_toml
 from fedviews.deploy._config import load_deploy_config
 from fedviews.deploy._data import party_files, write_demo_data
 from fedviews.deploy._flower import check_flower_config
+from fedviews.deploy._flower_exec import AVAILABLE as WARM_EXECUTOR
 from fedviews.deploy._flower_node import APP_MODULE
 from fedviews.deploy._launch import free_port, make_certs
 from fedviews.deploy._roles import Printer
@@ -210,6 +211,7 @@ def launch_flower(
     superexec_poll: float = 0.05,
     ping: int = 0,
     ping_bytes: int = 0,
+    executor: str | None = None,
 ) -> dict[str, Any]:
     """Run a deployment config through Flower on this machine and return ``results.json``.
 
@@ -232,6 +234,12 @@ def launch_flower(
     (``<party>.npz``/``.csv``) or are written from the config's ``[data]``. The
     processes are stopped at the end. ``ping``, ``ping_bytes``: time echo round trips
     instead of running the session (run config ``ping``, ``ping-bytes``).
+
+    ``executor`` (deployment engine): ``"fedviews"`` starts every SuperNode with
+    ``--isolation process`` next to a ``fedviews flower executor`` (one long-lived
+    ClientApp process per party, :mod:`._flower_exec`), ``"flower"`` leaves the SuperNode
+    its own (a new ClientApp process per message); None: fedviews' where this flwr has the
+    Runtime API it needs. The result says which (``executor``).
     """
     if engine not in ("deployment", "simulation"):
         raise ConfigError(f"engine must be 'deployment' or 'simulation', not {engine!r}")
@@ -239,6 +247,11 @@ def launch_flower(
     run_dir = Path(run_dir).absolute()
     cfg = load_deploy_config(config, overrides)
     check_flower_config(cfg)
+    if executor is None:
+        executor = "fedviews" if WARM_EXECUTOR else "flower"
+    if executor not in ("fedviews", "flower"):
+        raise ConfigError(f"executor must be 'fedviews' or 'flower', not {executor!r}")
+    warm = engine == "deployment" and executor == "fedviews"
     say = echo or print
     run_dir.mkdir(parents=True, exist_ok=True)
     if data_dir is None:
@@ -320,11 +333,16 @@ def launch_flower(
                 node["config"] = str(app_dir / APP_CONFIG)
                 if any("'" in v for v in node.values()):
                     raise ConfigError(f"paths with a quote cannot go into a node config: {node}")
-                args = [*security, "--superlink", address, "--port", str(free_port())]
+                runtime = f"127.0.0.1:{free_port()}"  # its Runtime API (local)
+                args = [*security, "--superlink", address, "--port", runtime.split(":")[1]]
                 if node_auth:
                     args += ["--auth-supernode-private-key", str(register(p))]
                 args += ["--node-config", " ".join(f"{k}='{v}'" for k, v in node.items())]
+                args += ["--isolation", "process"] if warm else []
                 start([_flwr_bin("flower-supernode"), *args], f"supernode-{p}")
+                if warm:
+                    executor_args = ["flower", "executor", "--runtime-api", runtime]
+                    start([sys.executable, "-m", "fedviews", *executor_args], f"executor-{p}")
         tls = "plain text: --insecure" if insecure else "TLS"
         say(f"[flower] {engine} engine on {address} ({tls}); logs in {logs}")
         submit = [_flwr_bin("flwr"), "run", str(app_dir), connection, "--stream"]
@@ -365,4 +383,5 @@ def launch_flower(
         tail = (logs / "flwr-run.log").read_text(errors="replace")[-3000:]
         raise ProtocolError(f"the Flower run wrote no {results}; end of its log:\n{tail}")
     result: dict[str, Any] = json.loads(results.read_text())
+    result["executor"] = executor if engine == "deployment" else "simulation"
     return result
