@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import io
 import json
+import sys
 import zipfile
 from pathlib import Path
 
@@ -40,12 +41,14 @@ pytestmark = pytest.mark.skipif(not _flower_exec.AVAILABLE, reason="needs flwr>=
 
 
 def _fab(tmp_path: Path, clientapp: str = _flower_exec.CLIENT_APP) -> Fab:
-    """The app that ``flwr run`` would submit (its ``pyproject.toml``), as a FAB."""
-    text = (write_flower_app(tmp_path / "app") / "pyproject.toml").read_text()
-    text = text.replace(_flower_exec.CLIENT_APP, clientapp)
+    """The app that ``flwr run`` would submit (``fedviews flower app``'s files), as a FAB."""
+    config = Path(__file__).resolve().parents[2] / "configs" / "deploy_mmvfl_flower.toml"
+    app = write_flower_app(tmp_path / "app", config)
     buf = io.BytesIO()
     with zipfile.ZipFile(buf, "w") as z:
-        z.writestr("pyproject.toml", text)
+        for f in app.iterdir():
+            text = f.read_text()
+            z.writestr(f.name, text.replace(_flower_exec.CLIENT_APP, clientapp))
     return Fab(clientapp, buf.getvalue(), {})
 
 
@@ -234,3 +237,15 @@ def test_a_failed_task_does_not_stop_the_executor(monkeypatch):
     ex.run_task = run_task  # type: ignore[method-assign]
     ex.serve(stop)
     assert ran == ["t1", "t2"]
+
+
+def test_the_executor_finds_the_config_copy_of_the_app_it_serves(tmp_path, monkeypatch):
+    """A run config ``deploy-config = "deploy.toml"`` (relative: the app's own copy, as
+    ``fedviews flower app`` writes it) resolves in the executor's process as in
+    ``flwr-clientapp``'s: the app's files are unpacked where the process imports from."""
+    monkeypatch.setattr(sys, "path", list(sys.path))
+    fab = _fab(tmp_path / "a")
+    _flower_exec._install(fab.content)
+    found = _flower_node.run_config_path({"deploy-config": "deploy.toml"}, "deploy-config")
+    assert found is not None and found.read_text().startswith("# deploy_mmvfl_flower.toml")
+    assert not found.is_relative_to(tmp_path)  # the unpacked copy, not the written app

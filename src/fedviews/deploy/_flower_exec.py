@@ -21,8 +21,13 @@ executor). The command line is ``fedviews flower executor``.
 
 from __future__ import annotations
 
+import importlib
+import io
 import logging
+import sys
+import tempfile
 import threading
+import zipfile
 from pathlib import Path
 
 from fedviews.errors import MissingDependency, require
@@ -57,9 +62,12 @@ else:
     AVAILABLE = True
 
 from fedviews.deploy._flower import client_app  # noqa: E402
+from fedviews.deploy._flower_node import APP_MODULE  # noqa: E402
 
-#: the ClientApp of the Flower app that :func:`~._flower_launch.write_flower_app` writes
-CLIENT_APP = "fedviews.deploy._flower:client_app"
+#: the ClientApps of fedviews' Flower app: the module that
+#: :func:`~._flower_launch.write_flower_app` writes, and fedviews' own
+CLIENT_APPS = (f"{APP_MODULE}:client_app", "fedviews.deploy._flower:client_app")
+CLIENT_APP = CLIENT_APPS[0]
 
 log = logging.getLogger("fedviews.flower")
 
@@ -68,6 +76,17 @@ def _clientapp_of(fab: bytes) -> str:
     """The ``clientapp`` component that a FAB's ``pyproject.toml`` names ("" if none)."""
     components = get_fab_config(fab).get("tool", {}).get("flwr", {}).get("app", {})
     return str(components.get("components", {}).get("clientapp", ""))
+
+
+def _install(fab: bytes) -> None:
+    """Unpack fedviews' app (its module and config copy) where this process imports from,
+    as ``flwr-clientapp`` does: a run config path relative to the app (``deploy-config``)
+    is then found next to the app's module (:func:`~._flower_node.run_config_path`)."""
+    folder = tempfile.mkdtemp(prefix="fedviews-flower-app-")
+    with zipfile.ZipFile(io.BytesIO(fab)) as z:
+        z.extractall(folder)
+    sys.path.insert(0, folder)  # the newest app first
+    importlib.invalidate_caches()
 
 
 def _heartbeat(client: RuntimeHttpClient) -> bool:
@@ -154,7 +173,9 @@ class WarmExecutor:
             app = self._apps.get(fab.hash_str)
             if app is None:
                 app = self._apps[fab.hash_str] = _clientapp_of(fab.content)
-            if app == CLIENT_APP:
+                if app in CLIENT_APPS:
+                    _install(fab.content)
+            if app in CLIENT_APPS:
                 try:
                     reply = client_app(message=message, context=context)
                     status, details = SubStatus.COMPLETED, ""
