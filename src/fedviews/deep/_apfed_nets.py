@@ -22,6 +22,7 @@ could not run at all.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -29,7 +30,8 @@ import numpy as np
 
 from fedviews._estimator import is_int
 from fedviews.data import check_numeric
-from fedviews.deep._common import as_strips
+from fedviews.deep._common import as_strips, torch_seed
+from fedviews.deep._factory import build_network, output_shape, resolve_factory
 from fedviews.errors import ConfigError, DataError, MissingDependency
 
 try:
@@ -230,16 +232,122 @@ class ActiveNet(nn.Module):
 
     Parameters
     ----------
-    spec : NetSpec
-    strip_hw : (int, int)
-        Height and width of the active strip.
-    n_classes : int
+    encoder : torch.nn.Module
+        ``f_A`` on the active strip.
+    head : torch.nn.Module
+        ``g_T`` on ``h_A = f_A(x)``, returning the class logits.
     """
 
-    def __init__(self, spec: NetSpec, strip_hw: tuple[int, int], n_classes: int) -> None:
+    def __init__(self, encoder: nn.Module, head: nn.Module) -> None:
         super().__init__()
-        self.encoder = Encoder(spec, strip_hw)
-        self.head = Head(spec.feature_dim(*strip_hw), spec.hidden, n_classes)
+        self.encoder = encoder
+        self.head = head
 
     def forward(self, x: Any) -> Any:
         return self.head(self.encoder(x))
+
+
+@dataclass(frozen=True)
+class APFedNets:
+    """The networks of an APFed run: user factories (callables or import paths,
+    :mod:`fedviews.deep._factory`), ``""`` for the paper's network of ``arch``.
+
+    * ``encoder(input_shape)``: ``f_A`` on the active strip (per-sample ``(C, h, W)``);
+    * ``head(input_shape, n_classes)``: ``g_T`` on ``h_A`` (per-sample shape of ``f_A``'s
+      output), returning ``n_classes`` logits;
+    * ``decoder(input_shape, output_shape)``: APFed-R's ``DEC_p`` from ``h_A``
+      (``input_shape``) to exactly the passive strip ``output_shape``, which Eq. 12 compares
+      it with;
+    * ``passive_encoder(input_shape)``: APFed-C's ``ENC_p`` on a passive strip, with as many
+      output features as ``h_A`` (Eq. 15 takes their cosine); ``""``: ``encoder``'s factory.
+
+    ``arch`` and ``channels`` select the paper's networks (:func:`get_arch`), needed only
+    where a factory is ``""``.
+    """
+
+    arch: str = "auto"
+    channels: int = 1
+    encoder: Any = ""
+    head: Any = ""
+    passive_encoder: Any = ""
+    decoder: Any = ""
+
+    @property
+    def spec(self) -> NetSpec:
+        """The paper's networks for ``channels`` (a :class:`ConfigError` if there are none)."""
+        return get_arch(self.arch, self.channels)
+
+    def paper_arch(self) -> NetSpec | None:
+        """:attr:`spec` where the active model uses a network of the paper, else None."""
+        return None if self.encoder and self.head else self.spec
+
+    def _encoder(self, factory: Any, field: str) -> Any:
+        def paper_encoder(input_shape: tuple[int, ...]) -> nn.Module:
+            return Encoder(self.spec, (input_shape[1], input_shape[2]))
+
+        return resolve_factory(factory, field) or paper_encoder
+
+    def rep_shape(self, strip: tuple[int, ...]) -> tuple[int, ...]:
+        """The per-sample shape of ``h_A`` that ``f_A`` gives on strips of shape ``strip``."""
+        made = self._encoder(self.encoder, "encoder")
+        enc = build_network(made, (strip,), field="encoder", seed=0, input_shape=strip)
+        return output_shape(enc, strip, "encoder")
+
+    def active(self, strip: tuple[int, ...], n_classes: int, seed: int) -> ActiveNet:
+        """``g_T ∘ f_A`` for active strips of shape ``strip``: ``f_A``, then ``g_T``, drawn
+        from one stream seeded ``seed``."""
+
+        def paper_head(input_shape: tuple[int, ...], n: int) -> nn.Module:
+            return Head(math.prod(input_shape), self.spec.hidden, n)
+
+        made = resolve_factory(self.head, "head") or paper_head
+        with torch_seed(seed):
+            enc = build_network(
+                self._encoder(self.encoder, "encoder"),
+                (strip,),
+                field="encoder",
+                seed=None,
+                input_shape=strip,
+            )
+            rep = output_shape(enc, strip, "encoder")
+            head = build_network(
+                made,
+                (rep, n_classes),
+                field="head",
+                seed=None,
+                input_shape=rep,
+                output=lambda out: None if out == (n_classes,) else f"is {out}, not ({n_classes},)",
+            )
+        return ActiveNet(enc, head)
+
+    def passive(self, variant: str, strip: tuple[int, ...], rep: tuple[int, ...]) -> nn.Module:
+        """A passive party's network for its strips of shape ``strip``, drawn from the
+        caller's stream: APFed-R's decoder from ``h_A`` (per-sample ``rep``) to the strip,
+        APFed-C's encoder of the strip to as many features as ``h_A``."""
+        if variant == "R":
+
+            def paper_decoder(input_shape: tuple[int, ...], out: tuple[int, ...]) -> nn.Module:
+                return Decoder(self.spec, (out[1], out[2]))
+
+            return build_network(
+                resolve_factory(self.decoder, "decoder") or paper_decoder,
+                (rep, strip),
+                field="decoder",
+                seed=None,
+                input_shape=rep,
+                output=lambda out: None
+                if out == strip
+                else f"is {out}, not the passive strip {strip} (Eq. 12 compares them)",
+            )
+        field = "passive_encoder" if self.passive_encoder else "encoder"
+        need = math.prod(rep)
+        return build_network(
+            self._encoder(self.passive_encoder or self.encoder, field),
+            (strip,),
+            field=field,
+            seed=None,
+            input_shape=strip,
+            output=lambda out: None
+            if math.prod(out) == need
+            else f"has {math.prod(out)} features, not the {need} of h_A {rep} (Eq. 15 compares them)",
+        )
