@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -247,6 +248,24 @@ class ActiveNet(nn.Module):
         return self.head(self.encoder(x))
 
 
+def paper_encoder(spec: NetSpec, input_shape: tuple[int, ...]) -> nn.Module:
+    """The paper's encoder of ``spec`` for strips of per-sample shape ``(C, h, W)``."""
+    return Encoder(spec, (input_shape[1], input_shape[2]))
+
+
+def paper_head(spec: NetSpec, input_shape: tuple[int, ...], n_classes: int) -> nn.Module:
+    """The paper's head of ``spec`` on representations of per-sample ``input_shape``."""
+    return Head(math.prod(input_shape), spec.hidden, n_classes)
+
+
+def paper_decoder(
+    spec: NetSpec, input_shape: tuple[int, ...], output_shape: tuple[int, ...]
+) -> nn.Module:
+    """The paper's decoder of ``spec`` onto strips of per-sample ``output_shape``: it inverts
+    the paper's encoder (a user's ``f_A`` needs a user's decoder)."""
+    return Decoder(spec, (output_shape[1], output_shape[2]))
+
+
 @dataclass(frozen=True)
 class APFedNets:
     """The networks of an APFed run: user factories (callables or import paths,
@@ -282,10 +301,7 @@ class APFedNets:
         return None if self.encoder and self.head else self.spec
 
     def _encoder(self, factory: Any, field: str) -> Any:
-        def paper_encoder(input_shape: tuple[int, ...]) -> nn.Module:
-            return Encoder(self.spec, (input_shape[1], input_shape[2]))
-
-        return resolve_factory(factory, field) or paper_encoder
+        return resolve_factory(factory, field) or partial(paper_encoder, self.spec)
 
     def rep_shape(self, strip: tuple[int, ...]) -> tuple[int, ...]:
         """The per-sample shape of ``h_A`` that ``f_A`` gives on strips of shape ``strip``."""
@@ -296,11 +312,7 @@ class APFedNets:
     def active(self, strip: tuple[int, ...], n_classes: int, seed: int) -> ActiveNet:
         """``g_T ∘ f_A`` for active strips of shape ``strip``: ``f_A``, then ``g_T``, drawn
         from one stream seeded ``seed``."""
-
-        def paper_head(input_shape: tuple[int, ...], n: int) -> nn.Module:
-            return Head(math.prod(input_shape), self.spec.hidden, n)
-
-        made = resolve_factory(self.head, "head") or paper_head
+        made = resolve_factory(self.head, "head") or partial(paper_head, self.spec)
         with torch_seed(seed):
             enc = build_network(
                 self._encoder(self.encoder, "encoder"),
@@ -325,12 +337,8 @@ class APFedNets:
         caller's stream: APFed-R's decoder from ``h_A`` (per-sample ``rep``) to the strip,
         APFed-C's encoder of the strip to as many features as ``h_A``."""
         if variant == "R":
-
-            def paper_decoder(input_shape: tuple[int, ...], out: tuple[int, ...]) -> nn.Module:
-                return Decoder(self.spec, (out[1], out[2]))
-
             return build_network(
-                resolve_factory(self.decoder, "decoder") or paper_decoder,
+                resolve_factory(self.decoder, "decoder") or partial(paper_decoder, self.spec),
                 (rep, strip),
                 field="decoder",
                 seed=None,

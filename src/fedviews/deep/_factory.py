@@ -12,6 +12,7 @@ algorithm needs (a :class:`~fedviews.errors.ConfigError` naming the factory othe
 from __future__ import annotations
 
 import contextlib
+import functools
 import importlib
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
@@ -20,9 +21,12 @@ from fedviews.errors import ConfigError, DataError, ProtocolError
 
 
 def factory_name(value: Any) -> str:
-    """How a factory is named in messages and run identities: its import path."""
+    """How a factory is named in messages and run identities: its import path (a
+    ``functools.partial``'s function's)."""
     if isinstance(value, str):
         return value
+    if isinstance(value, functools.partial):
+        value = value.func
     return f"{getattr(value, '__module__', '?')}:{getattr(value, '__qualname__', repr(value))}"
 
 
