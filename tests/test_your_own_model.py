@@ -250,7 +250,10 @@ def test_apfed_with_user_networks_as_an_estimator(tmp_path, my_models):
     }
     passive = {k: tuple(v.shape) for k, v in est.passives_[0].net.state_dict().items()}
     assert passive == {"weight": (16, 1, 2, 2), "bias": (1,)}
-    assert est.run_stats_["crossings"] == {"active -> passive2": ["h_A"], "passive2 -> active": ["grad_h_A"]}
+    assert est.run_stats_["crossings"] == {
+        "active -> passive2": ["h_A"],
+        "passive2 -> active": ["grad_h_A"],
+    }
     paths = {"encoder": "my_models:strip_encoder", "head": "my_models:strip_head"}
     by_path = APFed(decoder="my_models:strip_decoder", **paths, **APFED).fit(X[:600], y[:600])
     assert by_path.history_ == est.history_
@@ -292,9 +295,11 @@ def test_fedviews_run_of_the_apfed_example(tmp_path):
     args = ["params.n_train=300", "params.n_test=200", "params.epochs=1"]
     r = _fedviews("run", str(EXAMPLES / "apfed_mnist_cnn.toml"), *args, "--out", str(out), "-q")
     assert r.returncode == 0, r.stdout + r.stderr
-    acc = json.loads((out / "metrics.json").read_text())["accuracy"]["2-1"]
+    metrics = json.loads((out / "metrics.json").read_text())
+    acc = metrics["accuracy"]["2-1"]
     assert set(acc) == {"SingleVL", "APFed-R", "APFed-C"}
     assert all(a[0] > 20 for a in acc.values())  # percent; ten classes: chance is 10
+    assert metrics["paper"] is None  # the paper's numbers are those of its networks
 
 
 def test_apfed_launch_equals_in_process(tmp_path, my_models):
@@ -306,7 +311,10 @@ def test_apfed_launch_equals_in_process(tmp_path, my_models):
     assert set(fed.parties["shop"].results()) == {"net/weight", "net/bias"}
     assert _crossed(run, cfg.federation.parties) >= {"h_A", "grad_h_A"}
     meta = json.loads((run / "bank" / "model" / "model.json").read_text())
-    assert meta["networks"] == {"encoder": "my_models:strip_encoder", "head": "my_models:strip_head"}
+    assert meta["networks"] == {
+        "encoder": "my_models:strip_encoder",
+        "head": "my_models:strip_head",
+    }
 
 
 # --------------------------------------------------------------------------- S-FedMV
@@ -363,12 +371,17 @@ def test_fedviews_run_of_the_sfedmv_example(tmp_path):
     r = _fedviews("run", str(EXAMPLES / "sfedmv_watch_cnn.toml"), *args, "--out", str(out), "-q")
     assert r.returncode == 0, r.stdout + r.stderr
     log = json.loads((out / "message_log.json").read_text())
-    crossed = set().union(*next(iter(log.values()))["crossings"].values())
+    crossed = set().union(*log["crossings"].values())
     assert "view0/extractor.conv.weight" in crossed and "view0/gru.weight_ih_l0" not in crossed
 
 
 def test_sfedmv_launch_equals_in_process(tmp_path, my_models):
-    overrides = ["data.n_per_class=6", "data.n_test=10", "params.n_rounds=2", "params.fusion_rounds=3"]
+    overrides = [
+        "data.n_per_class=6",
+        "data.n_test=10",
+        "params.n_rounds=2",
+        "params.fusion_rounds=3",
+    ]
     run, cfg, fed = _launch_equals_in_process(tmp_path, "deploy_sfedmv_watch_cnn.toml", overrides)
     with np.load(run / "coordinator" / "result.npz") as z:
         for k, model in enumerate(fed.coordinator.models):

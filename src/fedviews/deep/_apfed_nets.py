@@ -343,9 +343,11 @@ class APFedNets:
                 field="decoder",
                 seed=None,
                 input_shape=rep,
-                output=lambda out: None
-                if out == strip
-                else f"is {out}, not the passive strip {strip} (Eq. 12 compares them)",
+                output=lambda out: (
+                    None
+                    if out == strip
+                    else f"is {out}, not the passive strip {strip} (Eq. 12 compares them)"
+                ),
             )
         field = "passive_encoder" if self.passive_encoder else "encoder"
         need = math.prod(rep)
@@ -355,7 +357,9 @@ class APFedNets:
             field=field,
             seed=None,
             input_shape=strip,
-            output=lambda out: None
-            if math.prod(out) == need
-            else f"has {math.prod(out)} features, not the {need} of h_A {rep} (Eq. 15 compares them)",
+            output=lambda out: (
+                None
+                if math.prod(out) == need
+                else f"has {math.prod(out)} features, not the {need} of h_A {rep} (Eq. 15 compares them)"
+            ),
         )

@@ -91,7 +91,7 @@ class _TrainParams:
     passive_encoder: str = ""
     """APFed-C's passive encoder, an import path; ``""``: ``encoder``'s."""
 
-    def networks(self, passive: bool) -> dict[str, str]:
+    def networks(self, passive: bool) -> dict[str, Any]:
         """The factories of the active networks (SingleVL) and, ``passive``, the passive ones."""
         names = ("encoder", "head", *(("decoder", "passive_encoder") if passive else ()))
         return {k: getattr(self, k) for k in names}
@@ -277,7 +277,9 @@ def run_table2(cfg: ExperimentConfig, ctx: RunContext) -> ExperimentResult:
                 curves[setting][meth].append(out["history"])
                 seconds[meth] += out["seconds"]
         log[group] = out["message_log"]
-    paper = _paper(cfg.data.name)
+    own = {k: v for k, v in p.networks(passive=True).items() if v}
+    # the paper's numbers are those of its networks: none beside a run of the user's
+    paper = None if own else _paper(cfg.data.name)
     rows: list[list[Any]] = []
     means: dict[str, list[float]] = {m: [] for m in p.methods}
     for setting in p.settings:
@@ -296,7 +298,7 @@ def run_table2(cfg: ExperimentConfig, ctx: RunContext) -> ExperimentResult:
         f"{p.n_seeds} seeds, {p.epochs} epochs, lr {p.lr}, momentum {p.momentum}, "
         f"weight decay {p.weight_decay}, batch {p.batch_size}, λ={p.lam}, "
         f"APFed-R loss {p.recon_loss}, τ={p.tau}, device {cfg.device}"
-    )
+    ) + "".join(f", {k} {v}" for k, v in own.items())
     tables = [
         Table(
             title=f"APFed Table 2 — {_PAPER_KEY.get(cfg.data.name, cfg.data.name)} accuracy (%)",

@@ -15,8 +15,8 @@ from typing import Any
 import numpy as np
 
 from fedviews._params import COUNT, FACTORY, POSITIVE, Checked, spec
-from fedviews.deep._factory import resolve_factory
 from fedviews.deep._common import prefixed, unprefixed
+from fedviews.deep._factory import resolve_factory
 from fedviews.errors import ProtocolError
 from fedviews.federation import Message, to_host, unmask_sum
 

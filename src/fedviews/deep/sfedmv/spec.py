@@ -77,9 +77,7 @@ WATCH_WINDOWS: dict[str, Any] = {
 TEST_FRACTION = 0.25
 
 
-def sequence_policy(
-    param_names: Sequence[Sequence[str]], *, secure: bool = False
-) -> PrivacyPolicy:
+def sequence_policy(param_names: Sequence[Sequence[str]], *, secure: bool = False) -> PrivacyPolicy:
     """The S-FedMV stage-1 barrier: only ``view{k}/{param}`` extractor parameters cross,
     ``param_names[k]`` those of view ``k``'s extractor (``secure``: upwards only their masked
     ``N_l``-weighted stand-ins and the masked loss, and the coordinator may run the key
