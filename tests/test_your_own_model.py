@@ -258,6 +258,10 @@ def test_apfed_with_user_networks_as_an_estimator(tmp_path, my_models):
     by_path = APFed(decoder="my_models:strip_decoder", **paths, **APFED).fit(X[:600], y[:600])
     assert by_path.history_ == est.history_
     np.testing.assert_array_equal(by_path.predict(X[600:]), est.predict(X[600:]))
+    by_path.save(tmp_path / "saved")  # an import path is a plain value: save rebuilds it
+    np.testing.assert_array_equal(
+        APFed.load(tmp_path / "saved").predict(X[600:]), est.predict(X[600:])
+    )
     # the export names the factories and rebuilds them (the module on the path)
     model = load_active_model(est.export(tmp_path / "model"))
     assert model.meta["networks"] == paths and model.meta["arch"] is None
@@ -329,7 +333,7 @@ def _watch_clients(n_clients: int = 3, per_client: int = 60) -> list[Any]:
     return list(ds.subset(idx).by_client())
 
 
-def test_sfedmv_with_a_user_extractor_as_an_estimator(my_models):
+def test_sfedmv_with_a_user_extractor_as_an_estimator(tmp_path, my_models):
     """The clients federate the user's extractor and its head (the policy names exactly their
     parameters), H-FedMV fuses its 16-feature embeddings, and the run learns."""
     clients = _watch_clients()
@@ -343,6 +347,9 @@ def test_sfedmv_with_a_user_extractor_as_an_estimator(my_models):
     by_path = SFedMV(extractor="my_models:sequence_extractor", **SFEDMV).fit(clients)
     assert by_path.round_loss_ == est.round_loss_
     np.testing.assert_array_equal(by_path.predict(clients[0][0]), est.predict(clients[0][0]))
+    by_path.save(tmp_path / "saved")
+    loaded = SFedMV.load(tmp_path / "saved")
+    np.testing.assert_array_equal(loaded.predict(clients[0][0]), est.predict(clients[0][0]))
     # the baselines train the same extractor alone
     local = SFedMV(extractors="local", extractor=my_models.sequence_extractor, **SFEDMV)
     local.fit(clients)

@@ -244,6 +244,13 @@ class ActiveNet(nn.Module):
         self.encoder = encoder
         self.head = head
 
+    @classmethod
+    def paper(cls, spec: NetSpec, strip_hw: tuple[int, int], n_classes: int) -> ActiveNet:
+        """The paper's ``g_T ∘ f_A`` of ``spec`` for strips ``strip_hw`` (drawn from the
+        current torch stream, the encoder first)."""
+        encoder = Encoder(spec, strip_hw)
+        return cls(encoder, Head(spec.feature_dim(*strip_hw), spec.hidden, n_classes))
+
     def forward(self, x: Any) -> Any:
         return self.head(self.encoder(x))
 
