@@ -294,11 +294,17 @@ def test_apfed_networks_that_do_not_fit_are_config_errors(my_models):
         load_config(EXAMPLES / "apfed_mnist_cnn.toml", ['params.methods=["TVFL-0"]'])
 
 
-def test_fedviews_run_of_the_apfed_example(tmp_path):
+def _run_example(tmp_path: Any, config: str, *args: str) -> Any:
+    """``fedviews run docs/examples/CONFIG ARGS``, successful; its output folder."""
     out = tmp_path / "run"
-    args = ["params.n_train=300", "params.n_test=200", "params.epochs=1"]
-    r = _fedviews("run", str(EXAMPLES / "apfed_mnist_cnn.toml"), *args, "--out", str(out), "-q")
+    r = _fedviews("run", str(EXAMPLES / config), *args, "--out", str(out), "-q")
     assert r.returncode == 0, r.stdout + r.stderr
+    return out
+
+
+def test_fedviews_run_of_the_apfed_example(tmp_path):
+    args = ["params.n_train=300", "params.n_test=200", "params.epochs=1"]
+    out = _run_example(tmp_path, "apfed_mnist_cnn.toml", *args)
     metrics = json.loads((out / "metrics.json").read_text())
     acc = metrics["accuracy"]["2-1"]
     assert set(acc) == {"SingleVL", "APFed-R", "APFed-C"}
@@ -373,10 +379,8 @@ def test_a_bad_extractor_is_a_config_error(my_models):
 
 
 def test_fedviews_run_of_the_sfedmv_example(tmp_path):
-    out = tmp_path / "run"
     args = ["params.n_rounds=2", "params.fusion_rounds=3", "params.max_per_client=60"]
-    r = _fedviews("run", str(EXAMPLES / "sfedmv_watch_cnn.toml"), *args, "--out", str(out), "-q")
-    assert r.returncode == 0, r.stdout + r.stderr
+    out = _run_example(tmp_path, "sfedmv_watch_cnn.toml", *args)
     log = json.loads((out / "message_log.json").read_text())
     crossed = set().union(*log["crossings"].values())
     assert "view0/extractor.conv.weight" in crossed and "view0/gru.weight_ih_l0" not in crossed

@@ -32,7 +32,7 @@ import numpy as np
 from fedviews._estimator import is_int
 from fedviews.data import check_numeric
 from fedviews.deep._common import as_strips, torch_seed
-from fedviews.deep._factory import build_network, output_shape, resolve_factory
+from fedviews.deep._factory import build_network, logits, output_shape, resolve_factory
 from fedviews.errors import ConfigError, DataError, MissingDependency
 
 try:
@@ -335,7 +335,7 @@ class APFedNets:
                 field="head",
                 seed=None,
                 input_shape=rep,
-                output=lambda out: None if out == (n_classes,) else f"is {out}, not ({n_classes},)",
+                output=logits(n_classes),
             )
         return ActiveNet(enc, head)
 

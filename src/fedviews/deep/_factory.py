@@ -111,6 +111,16 @@ def build_network(
     return module
 
 
+def logits(n_classes: int) -> Callable[[tuple[int, ...]], str | None]:
+    """The ``output`` check of :func:`build_network` for a module that returns the
+    ``n_classes`` logits."""
+
+    def check(out: tuple[int, ...]) -> str | None:
+        return None if out == (n_classes,) else f"is {out}, not ({n_classes},)"
+
+    return check
+
+
 def output_shape(
     module: Any,
     input_shape: Sequence[int],
