@@ -18,6 +18,8 @@ A strip shorter (or narrower) than the encoder's receptive field (e.g. CIFAR
 bottom (right) to the smallest size that leaves a 1-pixel output; the decoder
 crops its output back to the strip size. Without this the CIFAR 3-x settings
 could not run at all.
+
+:class:`APFedNets` builds a run's networks: these, or a user's factories in their place.
 """
 
 from __future__ import annotations

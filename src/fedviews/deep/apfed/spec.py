@@ -33,6 +33,12 @@ Protocol (every message policy-checked and logged, in one process or deployed):
 Alignment: one PSI of all parties on the training IDs. The test split is the
 active party's alone.
 
+Networks: ``params.encoder``, ``head``, ``decoder`` and ``passive_encoder`` name user
+factories (:class:`~fedviews.deep._apfed_nets.APFedNets`; ``""``: the paper's networks of
+``arch``). The active party builds ``f_A`` at setup and reports the shape of ``h_A``
+(``h_A`` of the setup); every passive party builds its decoder or encoder for it, checked
+against what its loss compares, and refuses ``h_A`` of any other shape.
+
 Data (a :class:`~fedviews.data.PartyData` per party; ``fedviews launch`` writes
 them from ``[data]``, see :func:`apfed_demo_data`): every party holds ``ids`` and
 ``X`` ``(n, h, W)`` (or ``(n, C, h, W)``), its strip of every image; the active
