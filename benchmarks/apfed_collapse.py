@@ -49,7 +49,7 @@ def main() -> None:
 
     torch.manual_seed(args.seed)
     spec = ARCHS["table3"]
-    active, decoder = ActiveNet(spec, (14, 28), 10), Decoder(spec, (14, 28))
+    active, decoder = ActiveNet.paper(spec, (14, 28), 10), Decoder(spec, (14, 28))
     sgd = {"lr": args.lr, "momentum": 0.9, "weight_decay": 1e-4}
     opt_a = torch.optim.SGD(active.parameters(), **sgd)
     opt_p = torch.optim.SGD(decoder.parameters(), **sgd)

@@ -56,7 +56,7 @@ def plain_epoch(
         head = Head(2 * spec.feature_dim(*hw), spec.hidden, 10).to(device)
         params = [*enc_a.parameters(), *enc_p.parameters(), *head.parameters()]
     else:
-        active = ActiveNet(spec, hw, 10)
+        active = ActiveNet.paper(spec, hw, 10)
         passive: Any = Decoder(spec, hw) if method == "APFed-R" else Encoder(spec, hw)
         active, passive = active.to(device), passive.to(device)
         params = [*active.parameters(), *(passive.parameters() if method != "SingleVL" else [])]

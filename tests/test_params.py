@@ -47,7 +47,7 @@ ESTIMATOR_PARAMS: dict[str, tuple[str, set[str], set[str]]] = {
         {"m", "i", "random_state", "transport", "verbose"},
         {"evaluate", "torch_threads"},
     ),
-    # the active client alone: no passive loss, no wire between parties
+    # the active client alone: no passive loss or network, no wire between parties
     "singlevl": (
         "apfed",
         {"m", "i", "random_state", "transport", "verbose"},
@@ -61,6 +61,8 @@ ESTIMATOR_PARAMS: dict[str, tuple[str, set[str], set[str]]] = {
             "wire_activations",
             "wire_gradients",
             "topk_ratio",
+            "decoder",
+            "passive_encoder",
         },
     ),
     "sfedmv": (

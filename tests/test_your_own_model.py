@@ -1,10 +1,11 @@
 """Your own networks (docs/your-own-model.md, docs/examples/my_models.py), run the three ways.
 
 A table (the Handwritten views as data owners, a user MLP bottom and top) and images (MNIST
-strips, a user CNN bottom): as the :class:`~fedviews.deep.multivfl.MultiVFL` estimator, as
-``fedviews run`` of an experiment config and deployed with ``fedviews launch``, which equals
-the same run in one process (models, footprint, policy). The factories are found by import
-path with ``docs/examples`` on ``PYTHONPATH``.
+strips, a user CNN bottom) in Multi-VFL, APFed's strip CNN (encoder, head, decoder) and
+S-FedMV's sequence extractor: as an estimator, as ``fedviews run`` of an experiment config
+and deployed with ``fedviews launch``, which equals the same run in one process (models,
+footprint, policy). The factories are found by import path with ``docs/examples`` on
+``PYTHONPATH``.
 """
 
 from __future__ import annotations
@@ -19,9 +20,11 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from _examples import EXAMPLES, example_env, example_module, fedviews  # noqa: E402
-from fedviews.data import load  # noqa: E402
+from fedviews.data import load, load_sequences  # noqa: E402
+from fedviews.deep import APFed, SFedMV, SingleVL, load_active_model  # noqa: E402
 from fedviews.deep.multivfl import MultiVFL  # noqa: E402
 from fedviews.errors import ConfigError  # noqa: E402
+from fedviews.experiments import load_config  # noqa: E402
 from fedviews.federation import build_in_process, get_algorithm_spec  # noqa: E402
 
 
@@ -150,6 +153,51 @@ def test_fedviews_run_of_the_example_configs(tmp_path, config: str, args: list[s
     assert "Traceback" not in bad.stderr + bad.stdout
 
 
+def _launch_equals_in_process(tmp_path, config: str, overrides: list[str]) -> tuple[Any, Any, Any]:
+    """``fedviews launch`` of ``config`` (every process imports the user's factories), then the
+    same run in one process on the files the launch wrote: every party's results (its models)
+    are equal, and so are the exchanges (sender, receiver, kind, array names: the footprint)
+    and the policy. Returns the run folder, the config and the in-process run."""
+    pytest.importorskip("grpc")
+    pytest.importorskip("rbcl")  # the PSI
+    from fedviews.deploy import load_deploy_config, load_party_data
+
+    run = tmp_path / "run"
+    r = _fedviews("launch", str(EXAMPLES / config), *overrides, "--out", str(run))
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert json.loads((run / "coordinator" / "results.json").read_text())["status"] == "ok"
+    cfg = load_deploy_config(EXAMPLES / config, overrides)
+    files = {p: load_party_data(run / "data" / f"{p}.npz") for p in cfg.federation.parties}
+    fed = build_in_process(cfg, files)
+    fed()
+    for p, party in fed.parties.items():
+        with np.load(run / p / "result.npz") as z:
+            mine = fed.algorithm.party_results(party)
+            assert set(z.files) == set(mine)
+            for k, v in mine.items():
+                if np.asarray(v).dtype.kind in "USO":
+                    assert str(z[k]) == str(v)
+                else:
+                    np.testing.assert_allclose(z[k], v, rtol=1e-4, atol=1e-6)
+    deployed = set()
+    for p in ("coordinator", *cfg.federation.parties):
+        log = json.loads((run / p / "message_log.json").read_text())
+        deployed |= {tuple(e[:3]) + (tuple(e[3]),) for e in log["exchanges"]}
+    deployed = {e for e in deployed if not e[2].startswith(("deploy:", "psi:"))}
+    assert deployed == set(fed.transport.log.exchanges())
+    assert get_algorithm_spec(cfg.algorithm).policy(cfg, fed.setup) == fed.transport.policy
+    return run, cfg, fed
+
+
+def _crossed(run: Any, parties: Any) -> set[str]:
+    """Every array name that crossed in a deployment, by its message logs."""
+    crossed: set[str] = set()
+    for p in ("coordinator", *parties):
+        log = json.loads((run / p / "message_log.json").read_text())
+        crossed |= set().union(*log["crossings"].values())
+    return crossed
+
+
 @pytest.mark.parametrize(
     ("config", "overrides"),
     [
@@ -160,40 +208,195 @@ def test_fedviews_run_of_the_example_configs(tmp_path, config: str, args: list[s
 def test_fedviews_launch_equals_in_process(tmp_path, my_models, config: str, overrides: list):
     """Every process imports the user's factories: the deployed models, the footprint and
     the policy (the user top's layers) are those of the same run in one process."""
-    pytest.importorskip("grpc")
-    pytest.importorskip("rbcl")  # the PSI
-    from fedviews.deploy import load_deploy_config, load_party_data
-
     overrides = [*overrides, "params.rounds=1", "data.samples_per_owner=0"]
-    run = tmp_path / "run"
-    r = _fedviews("launch", str(EXAMPLES / config), *overrides, "--out", str(run))
-    assert r.returncode == 0, r.stdout + r.stderr
+    run, cfg, fed = _launch_equals_in_process(tmp_path, config, overrides)
     res = json.loads((run / "coordinator" / "results.json").read_text())
-    assert res["status"] == "ok" and res["rounds_done"] == 1
-    cfg = load_deploy_config(EXAMPLES / config, overrides)
-    files = {p: load_party_data(run / "data" / f"{p}.npz") for p in cfg.federation.parties}
-    fed = build_in_process(cfg, files)
-    fed()
+    assert res["rounds_done"] == 1
     assert res["history"]["accuracy"] == [r["accuracy"] for r in fed.coordinator.history]
     with np.load(run / "coordinator" / "result.npz") as z:
         assert set(z.files) == {f"top/{k}" for k in fed.coordinator.params}
         for k, v in fed.coordinator.params.items():
             np.testing.assert_allclose(z[f"top/{k}"], v, rtol=1e-4, atol=1e-6)
-    for p, party in fed.parties.items():
-        with np.load(run / p / "result.npz") as z:
-            for k, v in fed.algorithm.party_results(party).items():
-                np.testing.assert_allclose(z[k], v, rtol=1e-4, atol=1e-6)
-    # the same exchanges (sender, receiver, kind, array names) as in one process
-    deployed, crossed = set(), set()
-    for p in ("coordinator", *cfg.federation.parties):
-        log = json.loads((run / p / "message_log.json").read_text())
-        deployed |= {tuple(e[:3]) + (tuple(e[3]),) for e in log["exchanges"]}
-        crossed |= set().union(*log["crossings"].values())
-    deployed = {e for e in deployed if not e[2].startswith(("deploy:", "psi:"))}
-    assert deployed == set(fed.transport.log.exchanges())
-    spec = get_algorithm_spec("multivfl")
-    policy = spec.policy(cfg, fed.setup)
-    assert policy == fed.transport.policy
     names = {f"top/{k}" for k in fed.coordinator.params}
-    assert policy.allowed[("coordinator", "label_owner")] == names
-    assert names <= crossed
+    assert fed.transport.policy.allowed[("coordinator", "label_owner")] == names
+    assert names <= _crossed(run, cfg.federation.parties)
+
+
+# --------------------------------------------------------------------------- APFed
+
+
+def _mnist(n: int) -> tuple[np.ndarray, np.ndarray]:
+    ds = load("mnist")
+    rows = np.random.default_rng(0).permutation(len(ds.y))[:n]
+    return ds.images[rows], ds.y[rows]
+
+
+APFED = {"m": 2, "i": 1, "epochs": 2, "batch_size": 32, "lam": 0.1, "device": "cpu"}
+
+
+def test_apfed_with_user_networks_as_an_estimator(tmp_path, my_models):
+    """The active party trains the user's encoder and head, the passive party the user's
+    decoder; by import path the very same run; the export rebuilds the user's networks."""
+    X, y = _mnist(800)
+    nets = {"encoder": my_models.strip_encoder, "head": my_models.strip_head}
+    est = APFed(decoder=my_models.strip_decoder, **nets, **APFED).fit(X[:600], y[:600])
+    assert est.score(X[600:], y[600:]) > 0.3  # ten classes: chance is 0.1
+    active = {k: tuple(v.shape) for k, v in est.active_.net.state_dict().items()}
+    assert active == {  # a 14 x 28 strip: 16 maps of 7 x 14 after the pooling
+        "encoder.0.weight": (16, 1, 3, 3),
+        "encoder.0.bias": (16,),
+        "head.1.weight": (10, 16 * 7 * 14),
+        "head.1.bias": (10,),
+    }
+    passive = {k: tuple(v.shape) for k, v in est.passives_[0].net.state_dict().items()}
+    assert passive == {"weight": (16, 1, 2, 2), "bias": (1,)}
+    assert est.run_stats_["crossings"] == {
+        "active -> passive2": ["h_A"],
+        "passive2 -> active": ["grad_h_A"],
+    }
+    paths = {"encoder": "my_models:strip_encoder", "head": "my_models:strip_head"}
+    by_path = APFed(decoder="my_models:strip_decoder", **paths, **APFED).fit(X[:600], y[:600])
+    assert by_path.history_ == est.history_
+    np.testing.assert_array_equal(by_path.predict(X[600:]), est.predict(X[600:]))
+    by_path.save(tmp_path / "saved")  # an import path is a plain value: save rebuilds it
+    np.testing.assert_array_equal(
+        APFed.load(tmp_path / "saved").predict(X[600:]), est.predict(X[600:])
+    )
+    # the export names the factories and rebuilds them (the module on the path)
+    model = load_active_model(est.export(tmp_path / "model"))
+    assert model.meta["networks"] == paths and model.meta["arch"] is None
+    np.testing.assert_array_equal(model.predict(X[600:]), est.predict(X[600:]))
+    # APFed-C: the passive party encodes its strip with the encoder's factory; SingleVL
+    contrastive = APFed(variant="C", **nets, **APFED).fit(X[:600], y[:600])
+    assert contrastive.passives_[0].net.state_dict()["0.weight"].shape == (16, 1, 3, 3)
+    single = SingleVL(m=2, i=1, epochs=2, batch_size=32, device="cpu", **nets).fit(X[:600], y[:600])
+    assert single.active_.net.state_dict()["head.1.weight"].shape == (10, 16 * 7 * 14)
+
+
+def test_apfed_networks_that_do_not_fit_are_config_errors(my_models):
+    """A decoder must give back exactly the passive strip (Eq. 12), a passive encoder as many
+    features as h_A (Eq. 15), a head the class logits: each error names the factory."""
+    X, y = _mnist(120)
+    nets = {"encoder": my_models.strip_encoder, "head": my_models.strip_head}
+    nn = torch.nn
+    with pytest.raises(ConfigError, match=r"paper_decoder: its module fails on .* \(16, 7, 14\)"):
+        APFed(**nets, **APFED).fit(X, y)  # the paper's decoder inverts the paper's encoder
+    crop = lambda rep, strip: nn.ConvTranspose2d(16, 1, 2)  # noqa: E731
+    with pytest.raises(ConfigError, match=r"<lambda> .* output is \(1, 8, 15\), not the passive "):
+        APFed(decoder=crop, **nets, **APFED).fit(X, y)
+    with pytest.raises(ConfigError, match=r"passive_encoder .* 392 features, not the 1568 of h_A"):
+        APFed(variant="C", passive_encoder=lambda s: nn.Flatten(), **nets, **APFED).fit(X, y)
+    with pytest.raises(ConfigError, match=r"head factory .* output is \(1568,\), not \(10,\)"):
+        APFed(encoder=my_models.strip_encoder, head=lambda s, n: nn.Flatten(), **APFED).fit(X, y)
+    with pytest.raises(ConfigError, match="decoder = 'my_models:nope'"):
+        APFed(decoder="my_models:nope", **APFED).fit(X, y)
+    with pytest.raises(ConfigError, match="the TVFL baselines build the paper's networks"):
+        load_config(EXAMPLES / "apfed_mnist_cnn.toml", ['params.methods=["TVFL-0"]'])
+
+
+def _run_example(tmp_path: Any, config: str, *args: str) -> Any:
+    """``fedviews run docs/examples/CONFIG ARGS``, successful; its output folder."""
+    out = tmp_path / "run"
+    r = _fedviews("run", str(EXAMPLES / config), *args, "--out", str(out), "-q")
+    assert r.returncode == 0, r.stdout + r.stderr
+    return out
+
+
+def test_fedviews_run_of_the_apfed_example(tmp_path):
+    args = ["params.n_train=300", "params.n_test=200", "params.epochs=1"]
+    out = _run_example(tmp_path, "apfed_mnist_cnn.toml", *args)
+    metrics = json.loads((out / "metrics.json").read_text())
+    acc = metrics["accuracy"]["2-1"]
+    assert set(acc) == {"SingleVL", "APFed-R", "APFed-C"}
+    assert all(a[0] > 20 for a in acc.values())  # percent; ten classes: chance is 10
+    assert metrics["paper"] is None  # the paper's numbers are those of its networks
+
+
+def test_apfed_launch_equals_in_process(tmp_path, my_models):
+    """The active party's model is the user's encoder and head, the passive party's the user's
+    decoder, equal to the same run in one process; only h_A and its gradient crossed."""
+    overrides = ["data.n_per_class=20", "data.n_test=100", "params.epochs=2"]
+    run, cfg, fed = _launch_equals_in_process(tmp_path, "deploy_apfed_mnist_cnn.toml", overrides)
+    assert "head.1.weight" in {k.removeprefix("net/") for k in fed.parties["bank"].results()}
+    assert set(fed.parties["shop"].results()) == {"net/weight", "net/bias"}
+    assert _crossed(run, cfg.federation.parties) >= {"h_A", "grad_h_A"}
+    meta = json.loads((run / "bank" / "model" / "model.json").read_text())
+    assert meta["networks"] == {
+        "encoder": "my_models:strip_encoder",
+        "head": "my_models:strip_head",
+    }
+
+
+# --------------------------------------------------------------------------- S-FedMV
+
+SFEDMV = {"n_rounds": 2, "local_epochs": 1, "batch_size": 16, "fusion_rounds": 3}
+
+
+def _watch_clients(n_clients: int = 3, per_client: int = 60) -> list[Any]:
+    ds = load_sequences("watch")
+    subjects = ds.clients()[:n_clients]
+    idx = np.concatenate([np.flatnonzero(ds.client_ids == s)[::2][:per_client] for s in subjects])
+    return list(ds.subset(idx).by_client())
+
+
+def test_sfedmv_with_a_user_extractor_as_an_estimator(tmp_path, my_models):
+    """The clients federate the user's extractor and its head (the policy names exactly their
+    parameters), H-FedMV fuses its 16-feature embeddings, and the run learns."""
+    clients = _watch_clients()
+    est = SFedMV(extractor=my_models.sequence_extractor, **SFEDMV).fit(clients)
+    assert np.mean([est.score(v, y) for v, y in clients]) > 0.3  # seven classes: 0.14
+    params = ["extractor.conv.weight", "extractor.conv.bias", "head.weight", "head.bias"]
+    up = est.transport_.policy.allowed[("client", "coordinator")]
+    assert up == {f"view{k}/{p}" for k in range(2) for p in params} | {"W_local_0", "W_local_1"}
+    assert [X.shape[1] for X in est.transform(clients[0][0])] == [16, 16]
+    assert [W.shape[0] for W in est.fusion_.W_] == [16, 16]
+    by_path = SFedMV(extractor="my_models:sequence_extractor", **SFEDMV).fit(clients)
+    assert by_path.round_loss_ == est.round_loss_
+    np.testing.assert_array_equal(by_path.predict(clients[0][0]), est.predict(clients[0][0]))
+    by_path.save(tmp_path / "saved")
+    loaded = SFedMV.load(tmp_path / "saved")
+    np.testing.assert_array_equal(loaded.predict(clients[0][0]), est.predict(clients[0][0]))
+    # the baselines train the same extractor alone
+    local = SFedMV(extractors="local", extractor=my_models.sequence_extractor, **SFEDMV)
+    local.fit(clients)
+    assert local.extractors_[0][1].extractor.conv.weight.shape == (16, 3, 5)
+
+
+def test_a_bad_extractor_is_a_config_error(my_models):
+    clients = _watch_clients(2, 20)
+    nn = torch.nn
+    with pytest.raises(ConfigError, match=r"<lambda>: its module fails on an input"):
+        SFedMV(extractor=lambda c, k: nn.Linear(c, 4), **SFEDMV).fit(clients)  # no lengths
+
+    class Steps(nn.Module):  # one vector per step, not per sequence
+        def forward(self, x: Any, lengths: Any) -> Any:
+            return x
+
+    with pytest.raises(ConfigError, match=r"output is \(2, 3\), not an embedding \(E,\)"):
+        SFedMV(extractor=lambda c, k: Steps(), **SFEDMV).fit(clients)
+    with pytest.raises(ConfigError, match="extractor = 'my_models:nope'"):
+        SFedMV(extractor="my_models:nope", **SFEDMV).fit(clients)
+
+
+def test_fedviews_run_of_the_sfedmv_example(tmp_path):
+    args = ["params.n_rounds=2", "params.fusion_rounds=3", "params.max_per_client=60"]
+    out = _run_example(tmp_path, "sfedmv_watch_cnn.toml", *args)
+    log = json.loads((out / "message_log.json").read_text())
+    crossed = set().union(*log["crossings"].values())
+    assert "view0/extractor.conv.weight" in crossed and "view0/gru.weight_ih_l0" not in crossed
+
+
+def test_sfedmv_launch_equals_in_process(tmp_path, my_models):
+    overrides = [
+        "data.n_per_class=6",
+        "data.n_test=10",
+        "params.n_rounds=2",
+        "params.fusion_rounds=3",
+    ]
+    run, cfg, fed = _launch_equals_in_process(tmp_path, "deploy_sfedmv_watch_cnn.toml", overrides)
+    with np.load(run / "coordinator" / "result.npz") as z:
+        for k, model in enumerate(fed.coordinator.models):
+            assert model.width == 16
+            for n, a in model.state_dict().items():
+                np.testing.assert_allclose(z[f"view{k}/{n}"], a.numpy(), rtol=1e-5, atol=1e-6)
+    assert "view1/extractor.conv.bias" in _crossed(run, cfg.federation.parties)

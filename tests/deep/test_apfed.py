@@ -16,7 +16,14 @@ torch = pytest.importorskip("torch")
 from _tamper import tampered  # noqa: E402
 
 from fedviews.data import balanced_subsample, load, load_cifar  # noqa: E402
-from fedviews.deep._apfed_nets import ARCHS, Decoder, Encoder, cut_strips, parse_setting  # noqa: E402
+from fedviews.deep._apfed_nets import (  # noqa: E402
+    ARCHS,
+    APFedNets,
+    Decoder,
+    Encoder,
+    cut_strips,
+    parse_setting,
+)
 from fedviews.deep._export import load_active_model, predict_exported  # noqa: E402
 from fedviews.deep.apfed import (  # noqa: E402
     APFED_POLICY,
@@ -102,11 +109,12 @@ def test_split_gradients_equal_unsplit_autograd(
 ) -> None:
     X, y = images
     views = cut_strips(X[:, None], 2)
-    spec, lam = ARCHS["table3"], 0.7
+    nets, lam = APFedNets("table3"), 0.7
+    rep = ARCHS["table3"].out_shape(*views[1].shape[2:])
     kw = {"seed": 5, "tau": 0.4, "lr": 0.01, "recon_loss": recon}
-    passive = PassiveClient("passive2", views[1], variant, spec, **kw)
+    passive = PassiveClient("passive2", views[1], variant, nets, rep, **kw)
     active = ActiveClient(
-        views[0], y, 3, spec, passives=["passive2"], lams=[lam], seed=4, batch_size=16
+        views[0], y, 3, nets, passives=["passive2"], lams=[lam], seed=4, batch_size=16
     )
     federate([active, passive], APFED_POLICY)
     a_net, p_net = copy.deepcopy(active.net), copy.deepcopy(passive.net)
@@ -135,9 +143,9 @@ def test_split_gradients_equal_unsplit_autograd(
 
     # ... and one full protocol step gives the active encoder the unsplit gradient
     active2 = ActiveClient(
-        views[0], y, 3, spec, passives=["passive2"], lams=[lam], seed=4, batch_size=16
+        views[0], y, 3, nets, passives=["passive2"], lams=[lam], seed=4, batch_size=16
     )
-    passive2 = PassiveClient("passive2", views[1], variant, spec, **kw)
+    passive2 = PassiveClient("passive2", views[1], variant, nets, rep, **kw)
     federate([active2, passive2], APFED_POLICY)
     active2.send("passive2", "apfed.epoch", meta={"shuffle_seed": 11, "batch_size": 16})
     active2._step(0, 0, idx, 0)

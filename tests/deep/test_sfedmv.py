@@ -147,7 +147,7 @@ def test_only_gru_parameters_cross_in_the_sequence_stage(watch: MultiViewSequenc
     # stage 2 is H-FedMV on the same run
     assert est.fusion_.transport_ is est.transport_
     assert len(est.fusion_.objective_) == TINY["fusion_rounds"]
-    policy = sequence_policy(sorted(names), 2)
+    policy = sequence_policy([sorted(names)] * 2)
     with pytest.raises(PrivacyError):
         policy.check("client0", "client", "coordinator", "coordinator", ["y"])
     with pytest.raises(PrivacyError):

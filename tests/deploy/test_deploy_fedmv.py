@@ -477,7 +477,7 @@ def test_sfedmv_state_dicts_resume_bit_for_bit():
             for m in (0, 1)
         ]
         server = SequenceServer([c.name for c in clients], inits, 2)
-        federate([server, *clients], sequence_policy(list(get_params(inits[0])), 2))
+        federate([server, *clients], sequence_policy([list(get_params(inits[0]))] * 2))
         return server, clients
 
     ref, ref_clients = objects()

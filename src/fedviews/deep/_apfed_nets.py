@@ -18,18 +18,23 @@ A strip shorter (or narrower) than the encoder's receptive field (e.g. CIFAR
 bottom (right) to the smallest size that leaves a 1-pixel output; the decoder
 crops its output back to the strip size. Without this the CIFAR 3-x settings
 could not run at all.
+
+:class:`APFedNets` builds a run's networks: these, or a user's factories in their place.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 import numpy as np
 
 from fedviews._estimator import is_int
 from fedviews.data import check_numeric
-from fedviews.deep._common import as_strips
+from fedviews.deep._common import as_strips, torch_seed
+from fedviews.deep._factory import build_network, logits, output_shape, resolve_factory
 from fedviews.errors import ConfigError, DataError, MissingDependency
 
 try:
@@ -230,16 +235,140 @@ class ActiveNet(nn.Module):
 
     Parameters
     ----------
-    spec : NetSpec
-    strip_hw : (int, int)
-        Height and width of the active strip.
-    n_classes : int
+    encoder : torch.nn.Module
+        ``f_A`` on the active strip.
+    head : torch.nn.Module
+        ``g_T`` on ``h_A = f_A(x)``, returning the class logits.
     """
 
-    def __init__(self, spec: NetSpec, strip_hw: tuple[int, int], n_classes: int) -> None:
+    def __init__(self, encoder: nn.Module, head: nn.Module) -> None:
         super().__init__()
-        self.encoder = Encoder(spec, strip_hw)
-        self.head = Head(spec.feature_dim(*strip_hw), spec.hidden, n_classes)
+        self.encoder = encoder
+        self.head = head
+
+    @classmethod
+    def paper(cls, spec: NetSpec, strip_hw: tuple[int, int], n_classes: int) -> ActiveNet:
+        """The paper's ``g_T ∘ f_A`` of ``spec`` for strips ``strip_hw`` (drawn from the
+        current torch stream, the encoder first)."""
+        encoder = Encoder(spec, strip_hw)
+        return cls(encoder, Head(spec.feature_dim(*strip_hw), spec.hidden, n_classes))
 
     def forward(self, x: Any) -> Any:
         return self.head(self.encoder(x))
+
+
+def paper_encoder(spec: NetSpec, input_shape: tuple[int, ...]) -> nn.Module:
+    """The paper's encoder of ``spec`` for strips of per-sample shape ``(C, h, W)``."""
+    return Encoder(spec, (input_shape[1], input_shape[2]))
+
+
+def paper_head(spec: NetSpec, input_shape: tuple[int, ...], n_classes: int) -> nn.Module:
+    """The paper's head of ``spec`` on representations of per-sample ``input_shape``."""
+    return Head(math.prod(input_shape), spec.hidden, n_classes)
+
+
+def paper_decoder(
+    spec: NetSpec, input_shape: tuple[int, ...], output_shape: tuple[int, ...]
+) -> nn.Module:
+    """The paper's decoder of ``spec`` onto strips of per-sample ``output_shape``: it inverts
+    the paper's encoder (a user's ``f_A`` needs a user's decoder)."""
+    return Decoder(spec, (output_shape[1], output_shape[2]))
+
+
+@dataclass(frozen=True)
+class APFedNets:
+    """The networks of an APFed run: user factories (callables or import paths,
+    :mod:`fedviews.deep._factory`), ``""`` for the paper's network of ``arch``.
+
+    * ``encoder(input_shape)``: ``f_A`` on the active strip (per-sample ``(C, h, W)``);
+    * ``head(input_shape, n_classes)``: ``g_T`` on ``h_A`` (per-sample shape of ``f_A``'s
+      output), returning ``n_classes`` logits;
+    * ``decoder(input_shape, output_shape)``: APFed-R's ``DEC_p`` from ``h_A``
+      (``input_shape``) to exactly the passive strip ``output_shape``, which Eq. 12 compares
+      it with;
+    * ``passive_encoder(input_shape)``: APFed-C's ``ENC_p`` on a passive strip, with as many
+      output features as ``h_A`` (Eq. 15 takes their cosine); ``""``: ``encoder``'s factory.
+
+    ``arch`` and ``channels`` select the paper's networks (:func:`get_arch`), needed only
+    where a factory is ``""``.
+    """
+
+    arch: str = "auto"
+    channels: int = 1
+    encoder: Any = ""
+    head: Any = ""
+    passive_encoder: Any = ""
+    decoder: Any = ""
+
+    @property
+    def spec(self) -> NetSpec:
+        """The paper's networks for ``channels`` (a :class:`ConfigError` if there are none)."""
+        return get_arch(self.arch, self.channels)
+
+    def paper_arch(self) -> NetSpec | None:
+        """:attr:`spec` where the active model uses a network of the paper, else None."""
+        return None if self.encoder and self.head else self.spec
+
+    def _encoder(self, factory: Any, field: str) -> Any:
+        return resolve_factory(factory, field) or partial(paper_encoder, self.spec)
+
+    def rep_shape(self, strip: tuple[int, ...]) -> tuple[int, ...]:
+        """The per-sample shape of ``h_A`` that ``f_A`` gives on strips of shape ``strip``."""
+        made = self._encoder(self.encoder, "encoder")
+        enc = build_network(made, (strip,), field="encoder", seed=0, input_shape=strip)
+        return output_shape(enc, strip, "encoder")
+
+    def active(self, strip: tuple[int, ...], n_classes: int, seed: int) -> ActiveNet:
+        """``g_T ∘ f_A`` for active strips of shape ``strip``: ``f_A``, then ``g_T``, drawn
+        from one stream seeded ``seed``."""
+        made = resolve_factory(self.head, "head") or partial(paper_head, self.spec)
+        with torch_seed(seed):
+            enc = build_network(
+                self._encoder(self.encoder, "encoder"),
+                (strip,),
+                field="encoder",
+                seed=None,
+                input_shape=strip,
+            )
+            rep = output_shape(enc, strip, "encoder")
+            head = build_network(
+                made,
+                (rep, n_classes),
+                field="head",
+                seed=None,
+                input_shape=rep,
+                output=logits(n_classes),
+            )
+        return ActiveNet(enc, head)
+
+    def passive(self, variant: str, strip: tuple[int, ...], rep: tuple[int, ...]) -> nn.Module:
+        """A passive party's network for its strips of shape ``strip``, drawn from the
+        caller's stream: APFed-R's decoder from ``h_A`` (per-sample ``rep``) to the strip,
+        APFed-C's encoder of the strip to as many features as ``h_A``."""
+        if variant == "R":
+            return build_network(
+                resolve_factory(self.decoder, "decoder") or partial(paper_decoder, self.spec),
+                (rep, strip),
+                field="decoder",
+                seed=None,
+                input_shape=rep,
+                output=lambda out: (
+                    None
+                    if out == strip
+                    else f"is {out}, not the passive strip {strip} (Eq. 12 compares them)"
+                ),
+            )
+        field = "passive_encoder" if self.passive_encoder else "encoder"
+        need = math.prod(rep)
+        return build_network(
+            self._encoder(self.passive_encoder or self.encoder, field),
+            (strip,),
+            field=field,
+            seed=None,
+            input_shape=strip,
+            output=lambda out: (
+                None
+                if math.prod(out) == need
+                else f"has {math.prod(out)} features, not the {need} of h_A {rep} (Eq. 15 compares them)"
+            ),
+        )

@@ -25,8 +25,9 @@ from typing import Any
 import numpy as np
 from scipy.special import softmax
 
-from fedviews.deep._apfed_nets import ActiveNet, NetSpec, as_images, cut_strips
+from fedviews.deep._apfed_nets import APFedNets, as_images, cut_strips
 from fedviews.deep._common import net_logits, require_torch, resolve_device
+from fedviews.deep._factory import factory_name
 from fedviews.errors import DataError
 
 FORMAT = "fedviews.apfed.active/1"
@@ -44,17 +45,25 @@ def _jsonable(v: Any) -> Any:
         return v.item()
     if isinstance(v, np.ndarray):
         return v.tolist()
+    if callable(v):  # a user's network factory
+        return factory_name(v)
     return v
 
 
 def active_net(meta: Mapping[str, Any]) -> Any:
     """The (untrained) :class:`~fedviews.deep._apfed_nets.ActiveNet` that ``meta``
-    (the contents of ``model.json``) describes."""
-    a = meta["arch"]
-    convs = tuple((int(c[0]), int(c[1]), int(c[2])) for c in a["convs"])
-    spec = NetSpec(a["name"], int(a["in_channels"]), convs, int(a["hidden"]))
-    strip_hw = (int(meta["strip_hw"][0]), int(meta["strip_hw"][1]))
-    return ActiveNet(spec, strip_hw, len(meta["classes"]))
+    (the contents of ``model.json``) describes: the paper's ``arch``, or the user factories
+    of ``networks`` imported by path (a :class:`~fedviews.errors.ConfigError` if they do not
+    import)."""
+    arch = meta["arch"]
+    networks = {str(k): str(v) for k, v in dict(meta.get("networks") or {}).items()}
+    unknown = set(networks) - {"encoder", "head"}
+    if unknown:
+        raise ValueError(f"unknown networks {sorted(unknown)}")
+    channels = int(meta["image_shape"][0])
+    nets = APFedNets("auto" if arch is None else str(arch["name"]), channels, **networks)
+    strip = (channels, int(meta["strip_hw"][0]), int(meta["strip_hw"][1]))
+    return nets.active(strip, len(meta["classes"]), 0)
 
 
 def export_active_model(
@@ -81,7 +90,7 @@ def export_active_model(
     if torchscript:
         was_training = net.training
         net.eval()
-        shape = (1, int(meta["arch"]["in_channels"]), *map(int, meta["strip_hw"]))
+        shape = (1, int(meta["image_shape"][0]), *map(int, meta["strip_hw"]))
         example = torch.zeros(shape, device=next(net.parameters()).device)
         with torch.no_grad(), warnings.catch_warnings():
             # TorchScript is deprecated in recent torch but still the one self-contained format

@@ -11,6 +11,8 @@ algorithm needs (a :class:`~fedviews.errors.ConfigError` naming the factory othe
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import importlib
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
@@ -19,9 +21,12 @@ from fedviews.errors import ConfigError, DataError, ProtocolError
 
 
 def factory_name(value: Any) -> str:
-    """How a factory is named in messages and run identities: its import path."""
+    """How a factory is named in messages and run identities: its import path (a
+    ``functools.partial``'s function's)."""
     if isinstance(value, str):
         return value
+    if isinstance(value, functools.partial):
+        value = value.func
     return f"{getattr(value, '__module__', '?')}:{getattr(value, '__qualname__', repr(value))}"
 
 
@@ -63,15 +68,17 @@ def build_network(
     args: Sequence[Any],
     *,
     field: str,
-    seed: int,
+    seed: int | None,
     input_shape: Sequence[int],
     init: Callable[[Any], Any] | None = None,
     output: Callable[[tuple[int, ...]], str | None] | None = None,
+    inputs: Callable[[Any], tuple[Any, ...]] | None = None,
 ) -> Any:
     """``factory(*args)`` under torch seed ``seed`` (then ``init(module)``, in the same seeded
-    stream), checked: a ``torch.nn.Module`` that maps a zero batch of one ``input_shape``
+    stream; ``seed=None``: in the caller's stream, e.g. the second network drawn under one
+    seed), checked: a ``torch.nn.Module`` that maps a zero batch of one ``input_shape``
     sample to an output whose per-sample shape ``output`` accepts (it returns what is wrong,
-    or None).
+    or None). ``inputs`` (:func:`output_shape`): the arguments of the module's forward.
 
     Raises
     ------
@@ -83,7 +90,7 @@ def build_network(
     from fedviews.deep._common import torch_seed
 
     name = factory_name(factory)
-    with torch_seed(seed):
+    with contextlib.nullcontext() if seed is None else torch_seed(seed):
         try:
             module = factory(*args)
         except ConfigError:
@@ -97,23 +104,40 @@ def build_network(
             )
         if init is not None:
             module = init(module)
-    shape = output_shape(module, input_shape, f"{field} factory {name}")
+    shape = output_shape(module, input_shape, f"{field} factory {name}", inputs)
     wrong = None if output is None else output(shape)
     if wrong is not None:
         raise ConfigError(f"{field} factory {name} builds a module whose output {wrong}")
     return module
 
 
-def output_shape(module: Any, input_shape: Sequence[int], what: str) -> tuple[int, ...]:
+def logits(n_classes: int) -> Callable[[tuple[int, ...]], str | None]:
+    """The ``output`` check of :func:`build_network` for a module that returns the
+    ``n_classes`` logits."""
+
+    def check(out: tuple[int, ...]) -> str | None:
+        return None if out == (n_classes,) else f"is {out}, not ({n_classes},)"
+
+    return check
+
+
+def output_shape(
+    module: Any,
+    input_shape: Sequence[int],
+    what: str,
+    inputs: Callable[[Any], tuple[Any, ...]] | None = None,
+) -> tuple[int, ...]:
     """The per-sample shape of ``module``'s output on a zero batch of one ``input_shape``
-    sample (run without gradients, the module's RNG state and mode restored)."""
+    sample (run without gradients, the module's RNG state and mode restored); ``inputs``
+    turns that batch into the forward's arguments (default: the batch alone)."""
     import torch
 
     training = module.training
     module.eval()
     try:
         with torch.no_grad():
-            out = module(torch.zeros((1, *input_shape)))
+            x = torch.zeros((1, *input_shape))
+            out = module(*(inputs(x) if inputs is not None else (x,)))
     except Exception as exc:
         raise ConfigError(
             f"{what}: its module fails on an input of per-sample shape {tuple(input_shape)}: {exc}"

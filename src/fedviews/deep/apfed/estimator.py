@@ -19,7 +19,7 @@ from fedviews._classifier import run_in_process
 from fedviews._estimator import store_params
 from fedviews._registry import register_estimator
 from fedviews.data import PartyData
-from fedviews.deep._apfed_nets import check_setting
+from fedviews.deep._apfed_nets import APFedNets, check_setting
 from fedviews.deep._common import net_logits
 from fedviews.deep._split import StripEstimator
 from fedviews.deep.apfed.parties import ActiveClient, PassiveClient
@@ -43,6 +43,8 @@ class ActiveOnly(StripEstimator):
 
     transport: Any
     active_: ActiveClient
+    encoder: Any
+    head: Any
 
     def _fit(self, images: Any, y: Any, *, passives: bool, **fixed: Any) -> None:
         """Run the ``apfed`` spec in one process: every client built from its own strip.
@@ -76,8 +78,9 @@ class ActiveOnly(StripEstimator):
         return {**super()._live_state(), **info}
 
     def _trained_active(self, view: np.ndarray, state: dict[str, Any]) -> ActiveClient:
+        nets = APFedNets(self.arch, int(view.shape[1]), self.encoder, self.head)
         active = ActiveClient(
-            view, np.zeros(0, np.int64), len(self.classes_), self.spec_, seed=0, device=self.device_
+            view, np.zeros(0, np.int64), len(self.classes_), nets, seed=0, device=self.device_
         )
         active.classes, active.model_info = state["classes"], state["model_info"]
         return active
@@ -135,6 +138,13 @@ class APFed(ActiveOnly):
         Zero-pad images at the bottom when their height is not a multiple of ``m``.
     arch : {"auto", "table3", "table4"}
         Networks of the paper's Table 3 (1 channel) or Table 4 (3 channels).
+    encoder, head, decoder, passive_encoder : callable or str, default=""
+        Your own networks (docs/your-own-model.md), as callables or import paths
+        ``"package.module:function"``; ``""``: those of ``arch``. ``encoder(input_shape)``
+        builds ``f_A`` on the active strip (per-sample ``(C, h, W)``); ``head(input_shape,
+        n_classes)`` ``g_T`` on ``h_A``; APFed-R's ``decoder(input_shape, output_shape)``
+        maps ``h_A`` to exactly a passive strip; APFed-C's ``passive_encoder(input_shape)``
+        (default: ``encoder``'s factory) a passive strip to as many features as ``h_A``.
     device : str
         ``"auto"``, ``"cpu"`` or ``"cuda"``.
     random_state : int
@@ -182,6 +192,10 @@ class APFed(ActiveOnly):
         weight_decay: float = 1e-4,
         pad: bool = False,
         arch: str = "auto",
+        encoder: Any = "",
+        head: Any = "",
+        decoder: Any = "",
+        passive_encoder: Any = "",
         device: str = "auto",
         wire_activations: str = "none",
         wire_gradients: str = "none",

@@ -41,7 +41,7 @@ from typing import Any
 
 import numpy as np
 
-from fedviews.deep._apfed_nets import ActiveNet, Decoder, Encoder, NetSpec
+from fedviews.deep._apfed_nets import APFedNets
 from fedviews.deep._common import (
     load_module,
     load_optimizer,
@@ -49,7 +49,8 @@ from fedviews.deep._common import (
     net_logits,
     optimizer_arrays,
 )
-from fedviews.deep._split import SplitBottom, SplitTop, build_module, sgd
+from fedviews.deep._factory import factory_name
+from fedviews.deep._split import SplitBottom, SplitTop, sgd
 from fedviews.errors import DataError, MissingDependency, ProtocolError
 from fedviews.federation import (
     Codec,
@@ -104,7 +105,11 @@ class PassiveClient(SplitBottom):
     Parameters
     ----------
     variant : {"R", "C"}
-    spec : NetSpec
+    nets : APFedNets
+        Its network: ``nets.passive(variant, strip, rep_shape)``.
+    rep_shape : tuple of int
+        The per-sample shape of the ``h_A`` it receives (the setup's, from the active
+        party's ``f_A``).
     tau : float
         Contrastive temperature (APFed-C).
     recon_loss : {"l2", "mse"}
@@ -120,21 +125,20 @@ class PassiveClient(SplitBottom):
         name: str,
         view: np.ndarray,
         variant: str,
-        spec: NetSpec,
+        nets: APFedNets,
+        rep_shape: tuple[int, ...],
         *,
         tau: float = 0.5,
         recon_loss: str = "l2",
         codecs: tuple[Codec, Codec] = (Codec(), Codec()),
         **kw: Any,
     ) -> None:
-        net = Decoder if variant == "R" else Encoder
-        super().__init__(name, view, lambda shape: net(spec, (shape[1], shape[2])), **kw)
+        super().__init__(name, view, lambda shape: nets.passive(variant, shape, rep_shape), **kw)
         self.variant = variant
         self.tau = tau
         self.recon_loss = recon_loss
         self.act_codec, self.grad_codec = codecs  # how h_A arrives and grad_h_A leaves
-        # strips are of one size, so the active encoder's h_A has this party's encoder shape
-        self.rep_shape = spec.out_shape(int(view.shape[2]), int(view.shape[3]))
+        self.rep_shape = tuple(rep_shape)
         self.losses: list[float] = []
         self._unread: list[torch.Tensor] = []  # losses not in ``losses`` yet: no sync per batch
         self.epochs_done = 0
@@ -202,7 +206,8 @@ class ActiveClient(SplitTop):
     view, y : ndarray
         Its strip ``(n, C, h, W)`` and the class indices ``0..n_classes-1``.
     n_classes : int
-    spec : NetSpec
+    nets : APFedNets
+        Its networks ``f_A`` and ``g_T`` (:meth:`APFedNets.active`).
     lams : list of float
         ``λ_p`` for each passive client.
     codecs : (Codec, Codec)
@@ -216,7 +221,7 @@ class ActiveClient(SplitTop):
         view: np.ndarray,
         y: np.ndarray,
         n_classes: int,
-        spec: NetSpec,
+        nets: APFedNets,
         *,
         lams: Sequence[float] = (),
         name: str = "active",
@@ -226,11 +231,10 @@ class ActiveClient(SplitTop):
         super().__init__(name, view, y, **kw)
         self.act_codec, self.grad_codec = codecs  # how h_A leaves and grad_h_A arrives
         self.lams = [float(v) for v in lams]
-        self.net = build_module(
-            self._seed, lambda: ActiveNet(spec, self.strip_hw, n_classes), self.device
-        )
+        strip = (int(view.shape[1]), *self.strip_hw)
+        self.net = nets.active(strip, n_classes, self._seed).to(self.device)
         self.opt = sgd(self.net.parameters(), **self.sgd)
-        self.spec = spec
+        self.nets = nets
         self.classes = np.arange(n_classes)  # the labels of the class indices
         #: how its export describes the model (m-i setting, image shape, settings)
         self.model_info: dict[str, Any] = {}
@@ -310,14 +314,19 @@ class ActiveClient(SplitTop):
 
     # -- its model ------------------------------------------------------------------------
     def model_meta(self, **override: Any) -> dict[str, Any]:
-        """``model.json`` of its export: :attr:`model_info` (``override`` wins), network, classes."""
+        """``model.json`` of its export: :attr:`model_info` (``override`` wins), networks (the
+        paper's ``arch``, the import paths of user factories), classes."""
         from fedviews.deep._export import FORMAT
 
+        arch = self.nets.paper_arch()
         return {
             "format": FORMAT,
             **self.model_info,
             **override,
-            "arch": asdict(self.spec),
+            "arch": None if arch is None else asdict(arch),
+            "networks": {
+                k: factory_name(v) for k in ("encoder", "head") if (v := getattr(self.nets, k))
+            },
             "strip_hw": list(self.strip_hw),
             "classes": np.asarray(self.classes).tolist(),
         }

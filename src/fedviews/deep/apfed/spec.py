@@ -33,6 +33,12 @@ Protocol (every message policy-checked and logged, in one process or deployed):
 Alignment: one PSI of all parties on the training IDs. The test split is the
 active party's alone.
 
+Networks: ``params.encoder``, ``head``, ``decoder`` and ``passive_encoder`` name user
+factories (:class:`~fedviews.deep._apfed_nets.APFedNets`; ``""``: the paper's networks of
+``arch``). The active party builds ``f_A`` at setup and reports the shape of ``h_A``
+(``h_A`` of the setup); every passive party builds its decoder or encoder for it, checked
+against what its loss compares, and refuses ``h_A`` of any other shape.
+
 Data (a :class:`~fedviews.data.PartyData` per party; ``fedviews launch`` writes
 them from ``[data]``, see :func:`apfed_demo_data`): every party holds ``ids`` and
 ``X`` ``(n, h, W)`` (or ``(n, C, h, W)``), its strip of every image; the active
@@ -48,16 +54,23 @@ order, strips stacked top to bottom).
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from fedviews._params import FLAG, POSITIVE, Checked, spec
+from fedviews._params import FACTORY, FLAG, POSITIVE, Checked, spec
 from fedviews.data import PartyData, demo_image_split
 from fedviews.deep._common import DEVICE, TOPK_RATIO, WIRE, as_strips, last_epoch_seen
+from fedviews.deep._factory import (
+    parse_shape,
+    reported_shape,
+    resolve_factory,
+    shape_info,
+    shape_text,
+)
 from fedviews.deep._strips import (
     BATCH_SIZE,
     EPOCHS,
@@ -86,6 +99,7 @@ from fedviews.federation import (
 )
 
 if TYPE_CHECKING:
+    from fedviews.deep._apfed_nets import APFedNets
     from fedviews.deep.apfed.parties import ActiveClient, PassiveClient
 
 VARIANTS = ("R", "C")
@@ -158,6 +172,30 @@ class APFedParams(Checked):
     """
     topk_ratio: float = field(default=0.1, metadata=TOPK_RATIO)
     """Fraction of each sample's gradient entries that ``"topk"`` keeps."""
+    encoder: str | Callable[..., Any] = field(default="", metadata=FACTORY)
+    """Factory of the active party's ``f_A``, ``encoder(input_shape)``: a module on the active
+    strip (per-sample ``input_shape`` ``(C, h, W)``). ``""``: the encoder of ``arch``."""
+    head: str | Callable[..., Any] = field(default="", metadata=FACTORY)
+    """Factory of ``g_T``, ``head(input_shape, n_classes)``: a module on ``h_A`` (per-sample
+    ``input_shape``: what ``f_A`` returns) returning ``n_classes`` logits. ``""``: the head of
+    ``arch`` (flatten, ``hidden`` ReLU units, logits)."""
+    decoder: str | Callable[..., Any] = field(default="", metadata=FACTORY)
+    """APFed-R: factory of a passive party's ``DEC_p``, ``decoder(input_shape, output_shape)``:
+    a module from ``h_A`` (per-sample ``input_shape``) to exactly the passive strip
+    ``output_shape`` ``(C, h, W)``, which Eq. 12 compares it with. ``""``: the transposed
+    convolutions of ``arch`` (they invert its encoder)."""
+    passive_encoder: str | Callable[..., Any] = field(default="", metadata=FACTORY)
+    """APFed-C: factory of a passive party's ``ENC_p``, ``passive_encoder(input_shape)``: a
+    module on its strip returning as many features as ``h_A`` has (Eq. 15 takes their
+    cosine). ``""``: ``encoder``'s factory."""
+
+    def networks(self, channels: int) -> APFedNets:
+        """The networks of a run on strips of ``channels`` channels."""
+        from fedviews.deep._apfed_nets import APFedNets
+
+        return APFedNets(
+            self.arch, channels, self.encoder, self.head, self.passive_encoder, self.decoder
+        )
 
     def codecs(self) -> tuple[Codec, Codec]:
         """How ``h_A`` and ``grad_h_A`` travel (:class:`~fedviews.federation.Codec`; lossy
@@ -172,8 +210,12 @@ class APFedParams(Checked):
         return [float(lam)] * n_passive
 
     def cross_check(self, n_parties: int | None) -> None:
-        """The codecs together: top-k only for the returned gradients."""
+        """The codecs together (top-k only for the returned gradients) and the factories: an
+        import path must import a callable (what it builds is checked where the shapes are
+        known, at setup)."""
         self.codecs()
+        for name in ("encoder", "head", "decoder", "passive_encoder"):
+            resolve_factory(getattr(self, name), name)
 
 
 # --------------------------------------------------------------------------- policy
@@ -239,6 +281,8 @@ class APFedAlgorithm(ActivePassive):
             )
 
     def party_info(self, run: RunSpec, party: str, local: Local) -> dict[str, Any]:
+        """Its strips' shape; the active party also the number of classes and the per-sample
+        shape of ``h_A`` (from its ``f_A``), which the passive parties then expect."""
         X = local.data.features
         C = 1 if X.ndim == 3 else int(X.shape[1])
         info: dict[str, Any] = {
@@ -248,6 +292,8 @@ class APFedAlgorithm(ActivePassive):
         }
         if party == active_of(run):
             info["n_classes"] = int(len(np.unique(np.asarray(local.take("train")[2]))))
+            strip = (C, info["height"], info["width"])
+            info |= shape_info("h_A", run.params.networks(C).rep_shape(strip))
         return info
 
     def make_setup(self, run: RunSpec, infos: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
@@ -263,7 +309,14 @@ class APFedAlgorithm(ActivePassive):
         if int(active["n_classes"]) < 2:
             raise DataError("the active party's labels must contain at least two classes")
         C, h, w = shapes[active_of(run)]
-        return {"n_samples": int(active["n/train"]), "channels": C, "height": h, "width": w}
+        rep = shape_text(reported_shape(active, "h_A", active_of(run)))
+        return {
+            "n_samples": int(active["n/train"]),
+            "channels": C,
+            "height": h,
+            "width": w,
+            "h_A": rep,
+        }
 
     def policy(self, run: RunSpec, setup: Mapping[str, Any]) -> PrivacyPolicy:
         return apfed_policy(len(passives_of(run)), run.params.codecs())
@@ -291,14 +344,14 @@ class APFedAlgorithm(ActivePassive):
     def build_party(
         self, run: RunSpec, party: str, local: Local, setup: Mapping[str, Any]
     ) -> ActiveClient | PassiveClient:
-        from fedviews.deep._apfed_nets import get_arch
         from fedviews.deep._common import party_device
         from fedviews.deep.apfed.parties import ActiveClient, PassiveClient
 
         p: APFedParams = run.params
         parties, passives = list(run.federation.parties), passives_of(run)
         seeds = party_seeds(run.seed, len(parties))
-        spec = get_arch(p.arch, int(setup["channels"]))
+        C = int(setup["channels"])
+        nets = p.networks(C)
         common = sgd_settings(p, party_device(p.device, p.torch_threads))
         _, X, y = local.take("train")
         if party != active_of(run):
@@ -306,7 +359,8 @@ class APFedAlgorithm(ActivePassive):
                 party,
                 as_strips(X),
                 p.variant,
-                spec,
+                nets,
+                parse_shape(setup["h_A"], "h_A"),
                 seed=seeds[1 + passives.index(party)],
                 tau=p.tau,
                 recon_loss=p.recon_loss,
@@ -319,7 +373,7 @@ class APFedAlgorithm(ActivePassive):
             as_strips(X),
             y_idx.astype(np.int64),
             len(classes),
-            spec,
+            nets,
             passives=passives,
             lams=lams,
             seed=seeds[0],
@@ -336,7 +390,7 @@ class APFedAlgorithm(ActivePassive):
             "m": m,
             "i": parties.index(party) + 1,
             "pad": False,  # full images given to the export must have m * h rows
-            "image_shape": [spec.in_channels, m * h, w],
+            "image_shape": [C, m * h, w],
             "settings": {**asdict(p), "lam": lams, "random_state": run.seed},
         }
         if p.evaluate:

@@ -25,7 +25,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from fedviews.deep._common import INITS, torch_seed
-from fedviews.deep._factory import build_network, resolve_factory
+from fedviews.deep._factory import build_network, logits, resolve_factory
 from fedviews.deep.multivfl.protocol import cut_axis
 from fedviews.errors import ConfigError, MissingDependency
 
@@ -226,7 +226,7 @@ def make_top(
         seed=random_state * 1000,
         input_shape=shape,
         init=lambda m: init_weights(m, init),
-        output=lambda out: None if out == (n_classes,) else f"is {out}, not ({n_classes},)",
+        output=logits(n_classes),
     )
 
 

@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 
 from fedviews.deep._common import require_torch, resolve_device
-from fedviews.deep.sfedmv.nets import BiGRUExtractor, make_extractor, new_rng_state, train_epochs
+from fedviews.deep.sfedmv.nets import Extractor, make_extractor, new_rng_state, train_epochs
 from fedviews.deep.sfedmv.parties import RoundCallback
 from fedviews.deep.sfedmv.protocol import GRUConfig, view_seeds
 
@@ -33,7 +33,7 @@ def train_local_extractors(
     on_round: RoundCallback | None = None,
     report_as: int | None = None,
     own_init: bool = False,
-) -> list[BiGRUExtractor]:
+) -> list[Extractor]:
     """One data holder trains its per-view extractors alone (no messages).
 
     ``n_rounds * local_epochs`` epochs with one persistent RMSProp per view and

@@ -44,7 +44,7 @@ from fedviews._registry import register_estimator
 from fedviews.data import PartyData, check_classes, check_sequences
 from fedviews.deep._common import resolve_device
 from fedviews.deep.sfedmv.baselines import train_local_extractors
-from fedviews.deep.sfedmv.nets import BiGRUExtractor, make_extractor, sequence_embed
+from fedviews.deep.sfedmv.nets import Extractor, make_extractor, sequence_embed
 from fedviews.deep.sfedmv.parties import RoundCallback, SFedMVServer
 from fedviews.deep.sfedmv.protocol import Weights, fusion_seed
 from fedviews.deep.sfedmv.spec import DEPLOY_ONLY, SFedMVParams
@@ -122,6 +122,11 @@ class SFedMV(Persistent, Classifier):
         H-FedMV across clients, or LocalMVL per client on its own embeddings.
     hidden_size, num_layers, dropout, lr, batch_size, local_epochs, n_rounds
         Extractor architecture and FedAvg schedule, see :class:`~fedviews.deep.sfedmv.protocol.GRUConfig`.
+    extractor : callable or str, default=""
+        Your own per-view extractor instead of the GRU (docs/your-own-model.md):
+        ``extractor(n_channels, view)`` returns a module whose ``forward(x, lengths)``
+        embeds a zero-padded batch ``(B, T, n_channels)`` of sequences of the given lengths
+        as ``(B, E)``; a callable or an import path ``"package.module:function"``.
     beta, zeta, eta : float or list
         FedMV weights (β_k, ζ_k, η) of the fusion stage (β, ζ: one value or one per view).
     fusion_rounds : int, default=20
@@ -145,7 +150,7 @@ class SFedMV(Persistent, Classifier):
     Attributes
     ----------
     classes_ : ndarray
-    extractors_ : list of BiGRUExtractor or list of list
+    extractors_ : list of Extractor or list of list
         Per view the global extractor; with ``extractors="local"``,
         ``extractors_[l][k]`` is client ``l``'s own.
     fusion_ : HFedMV or list of LocalMVL
@@ -192,6 +197,7 @@ class SFedMV(Persistent, Classifier):
         batch_size: int = 128,
         local_epochs: int = 2,
         n_rounds: int = 10,
+        extractor: Any = "",
         beta: float | Sequence[float] = 4.0,
         zeta: float | Sequence[float] = 8.0,
         eta: float = 16.0,
@@ -232,24 +238,24 @@ class SFedMV(Persistent, Classifier):
         p, c = self._params(), len(self.classes_)
         groups = []
         for group in state["extractors"]:
-            models = [make_extractor(ch, c, p, 0) for ch in self.n_channels_]
+            models = [make_extractor(ch, c, p, 0, view=k) for k, ch in enumerate(self.n_channels_)]
             for m, sd in zip(models, group, strict=True):
                 m.load_state_dict(sd)
             groups.append([m.to(self.device_) for m in models])
         self.extractors_ = groups if self.setting_[0] == "local" else groups[0]
 
-    def _extractors_of(self, client: int | None) -> list[BiGRUExtractor]:
+    def _extractors_of(self, client: int | None) -> list[Extractor]:
         if client is not None:
             check_value("client", client, spec(int, low=0, high=len(self.client_sizes_) - 1))
         if self.setting_[0] != "local":
-            shared: list[BiGRUExtractor] = self.extractors_
+            shared: list[Extractor] = self.extractors_
             return shared
         if client is None or not 0 <= client < len(self.extractors_):
             raise ConfigError(
                 f"extractors='local': pass client=0..{len(self.extractors_) - 1}, the client whose "
                 "own GRUs embed these sequences"
             )
-        own: list[BiGRUExtractor] = self.extractors_[client]
+        own: list[Extractor] = self.extractors_[client]
         return own
 
     # -- stage 1 ---------------------------------------------------------
@@ -323,7 +329,7 @@ class SFedMV(Persistent, Classifier):
         total = K * p.n_rounds * (M if local else 1)
         with round_progress(self.extractors, total, lambda: shown, self.verbose) as tick:
 
-            def each(k: int, t: int, client: int | None, model: BiGRUExtractor) -> None:
+            def each(k: int, t: int, client: int | None, model: Extractor) -> None:
                 shown.append(
                     f"view {k} round {t + 1}" + ("" if client is None else f", client {client}")
                 )
@@ -406,7 +412,7 @@ class SFedMV(Persistent, Classifier):
         fusion.classes_ = np.arange(len(self.classes_))
         K = len(self.n_channels_)
         fusion.zetas_ = [float(z) for z in np.broadcast_to(np.asarray(p.zeta, float), (K,))]
-        fusion.n_features_in_ = [2 * p.hidden_size] * K
+        fusion.n_features_in_ = [m.width for m in server.models]
         clients_ = [fed.parties[n].fusion for n in fed.run.federation.parties]
         self.fusion_ = fusion.adopt(server.fusion, clients_, fed.transport)
         self.setting_ = ("federated", "hfedmv")
@@ -414,7 +420,8 @@ class SFedMV(Persistent, Classifier):
 
     # -- inference -------------------------------------------------------
     def transform(self, views: Any, client: int | None = None) -> list[np.ndarray]:
-        """Embed sequences into the feature matrices ``X_k`` (``(n, 2 * hidden_size)`` each).
+        """Embed sequences into the feature matrices ``X_k`` (``(n, E_k)`` each: ``E_k = 2 *
+        hidden_size`` with the GRUs, a user extractor's embedding width otherwise).
 
         ``client`` selects whose GRUs to use when ``extractors="local"``.
         """

@@ -12,6 +12,10 @@ GRU's embedding becomes the feature matrix ``X_k`` of H-FedMV.
 Nothing is truncated: the lengths of a batch are whatever the samples are
 (filtering too short / too long samples is the data loader's job,
 :meth:`fedviews.data.MultiViewSequences.filter_lengths`).
+
+A user's extractor (``params.extractor``, :func:`make_extractor`) takes the GRU's place:
+its ``forward(x, lengths)`` returns the embedding, and :class:`UserExtractor` adds the
+same dropout and linear head to train it.
 """
 
 from __future__ import annotations
@@ -29,6 +33,7 @@ from fedviews.deep._common import (
     to_numpy,
     torch_seed,
 )
+from fedviews.deep._factory import build_network, output_shape, resolve_factory
 from fedviews.deep.sfedmv.protocol import GRUConfig
 
 if TYPE_CHECKING:
@@ -54,6 +59,7 @@ class BiGRUExtractor(nn.Module):
         )
         self.drop = nn.Dropout(cfg.dropout)
         self.head = nn.Linear(2 * cfg.hidden_size, n_classes)
+        self.width = 2 * cfg.hidden_size  # of the embedding
 
     def embed(self, x: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
         """``(B, 2H)``: last forward and backward states of the top layer (input order kept)."""
@@ -65,10 +71,64 @@ class BiGRUExtractor(nn.Module):
         return self.head(self.drop(self.embed(x, lengths)))
 
 
-def make_extractor(n_channels: int, n_classes: int, cfg: GRUConfig, seed: int) -> BiGRUExtractor:
-    """A freshly initialised extractor; the global torch RNG is left untouched."""
+class UserExtractor(nn.Module):
+    """A user's extractor ``(x, lengths) -> (B, width)`` with the dropout and linear head that
+    train it, as :class:`BiGRUExtractor`'s."""
+
+    def __init__(self, extractor: nn.Module, width: int, n_classes: int, dropout: float) -> None:
+        super().__init__()
+        self.extractor = extractor
+        self.drop = nn.Dropout(dropout)
+        self.head = nn.Linear(width, n_classes)
+        self.width = width
+
+    def embed(self, x: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
+        """``(B, width)``: the user's embedding of each sequence."""
+        out: torch.Tensor = self.extractor(x, lengths)
+        return out
+
+    def forward(self, x: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
+        return self.head(self.drop(self.embed(x, lengths)))
+
+
+#: a view's extractor with its training head: the default GRU or a user's
+Extractor = BiGRUExtractor | UserExtractor
+
+
+def _with_lengths(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """A zero batch ``x`` of sequences as an extractor's arguments: ``(x, lengths)``."""
+    return x, torch.full((len(x),), x.shape[1], dtype=torch.int64)
+
+
+def make_extractor(
+    n_channels: int, n_classes: int, cfg: GRUConfig, seed: int, view: int = 0
+) -> Extractor:
+    """View ``view``'s freshly initialised extractor on ``n_channels`` channels, drawn with
+    ``seed`` (the global torch RNG is left untouched): ``cfg.extractor(n_channels, view)``
+    and a head (:class:`UserExtractor`) or, by default, the :class:`BiGRUExtractor`.
+
+    Raises
+    ------
+    ConfigError
+        The factory does not import or build a module whose ``forward(x, lengths)``
+        returns one embedding vector per sequence.
+    """
+    made = resolve_factory(cfg.extractor, "extractor")
     with torch_seed(seed):
-        return BiGRUExtractor(n_channels, n_classes, cfg)
+        if made is None:
+            return BiGRUExtractor(n_channels, n_classes, cfg)
+        shape = (2, n_channels)  # one sequence of two steps
+        module = build_network(
+            made,
+            (n_channels, view),
+            field="extractor",
+            seed=None,
+            input_shape=shape,
+            inputs=_with_lengths,
+            output=lambda out: None if len(out) == 1 else f"is {out}, not an embedding (E,)",
+        )
+        (width,) = output_shape(module, shape, "extractor", _with_lengths)
+        return UserExtractor(module, width, n_classes, cfg.dropout)
 
 
 def pad_batch(seqs: Sequence[np.ndarray], device: Any) -> tuple[torch.Tensor, torch.Tensor]:
@@ -82,7 +142,7 @@ def pad_batch(seqs: Sequence[np.ndarray], device: Any) -> tuple[torch.Tensor, to
 get_params = state_arrays
 
 
-def set_params(model: BiGRUExtractor, params: dict[str, np.ndarray]) -> None:
+def set_params(model: Extractor, params: dict[str, np.ndarray]) -> None:
     """Copy ``params`` into ``model`` in place (an optimizer bound to it stays valid)."""
     state = {k: torch.as_tensor(np.asarray(v)) for k, v in params.items()}
     model.load_state_dict(state, strict=True)
@@ -109,7 +169,7 @@ def new_rng_state(seed: int) -> dict[str, Any]:
 
 
 def train_epochs(
-    model: BiGRUExtractor,
+    model: Extractor,
     optimizer: Any,
     seqs: Sequence[np.ndarray],
     y: np.ndarray,
@@ -139,7 +199,7 @@ def train_epochs(
 
 
 def _apply(
-    fn: Any, model: BiGRUExtractor, seqs: Sequence[np.ndarray], batch_size: int, device: Any
+    fn: Any, model: Extractor, seqs: Sequence[np.ndarray], batch_size: int, device: Any
 ) -> np.ndarray:
     model.eval()
     out = []
@@ -151,14 +211,14 @@ def _apply(
 
 
 def sequence_embed(
-    model: BiGRUExtractor, seqs: Sequence[np.ndarray], batch_size: int = 256, device: Any = "cpu"
+    model: Extractor, seqs: Sequence[np.ndarray], batch_size: int = 256, device: Any = "cpu"
 ) -> np.ndarray:
-    """``(n, 2H)`` embeddings (eval mode, packed batches): the feature matrix ``X_k``."""
+    """``(n, width)`` embeddings (eval mode, packed batches): the feature matrix ``X_k``."""
     return _apply(model.embed, model, seqs, batch_size, device)
 
 
 def sequence_logits(
-    model: BiGRUExtractor, seqs: Sequence[np.ndarray], batch_size: int = 256, device: Any = "cpu"
+    model: Extractor, seqs: Sequence[np.ndarray], batch_size: int = 256, device: Any = "cpu"
 ) -> np.ndarray:
     """``(n, n_classes)`` head outputs (eval mode), e.g. to track accuracy per round."""
     return _apply(model, model, seqs, batch_size, device)

@@ -8,7 +8,7 @@ sequences of view ``k`` (``LocalTraining``) and returns ``w^{k,l}_{t+1}`` with i
 sample count ``N_l``; the server sets ``w^k_{t+1} = sum_l (N_l / N) w^{k,l}_{t+1}``.
 After the last round the server sends the final ``w^k`` and every client embeds
 its sequences locally into ``X^l_k`` (``2 * hidden_size`` features: last forward
-and backward GRU states).
+and backward GRU states; or a user extractor's embedding, ``params.extractor``).
 
 Stage 2 — fusion: H-FedMV (Algorithm 3, :class:`fedviews.linear.HFedMV`) on the
 clients' embedding matrices ``(X^l_1..X^l_K, y^l)``: every client builds its own
@@ -46,7 +46,7 @@ from fedviews.deep._common import (
     require_torch,
 )
 from fedviews.deep.sfedmv.nets import (
-    BiGRUExtractor,
+    Extractor,
     get_params,
     make_extractor,
     new_rng_state,
@@ -78,7 +78,7 @@ __all__ = ["SFedMVClient", "SFedMVServer", "SequenceClient", "SequenceServer"]
 torch = require_torch()
 
 #: ``on_round(view, round, client, model)``: ``client`` is None for a shared (global) model.
-RoundCallback = Callable[[int, int, "int | None", BiGRUExtractor], None]
+RoundCallback = Callable[[int, int, "int | None", Extractor], None]
 
 
 # --------------------------------------------------------------------------- stage 1
@@ -105,25 +105,25 @@ class SequenceClient(SecureSumParty):
         self.secure = secure
         self.views, self.y = views, y
         self.n_classes, self.cfg, self.device = n_classes, cfg, device
-        self.models: list[BiGRUExtractor | None] = [None] * len(views)
+        self.models: list[Extractor | None] = [None] * len(views)
         self.optimizers: list[Any] = [None] * len(views)
         self.rng = [new_rng_state(s) for s in seeds]
         self.losses: list[list[float]] = [[] for _ in views]
         preload_optimizers()  # the models, with their RMSProp, are built on first use
 
-    def model(self, k: int) -> BiGRUExtractor:
+    def model(self, k: int) -> Extractor:
         """View ``k``'s local model (built, with its RMSProp, on first use)."""
         if not 0 <= k < len(self.views):
             raise ProtocolError(f"{self.name!r} holds {len(self.views)} views, not view {k}")
         if self.models[k] is None:
-            model = make_extractor(self.views[k][0].shape[1], self.n_classes, self.cfg, 0)
+            model = make_extractor(self.views[k][0].shape[1], self.n_classes, self.cfg, 0, view=k)
             self.models[k] = model.to(self.device)
             self.optimizers[k] = torch.optim.RMSprop(model.parameters(), lr=self.cfg.lr)
         built = self.models[k]
         assert built is not None
         return built
 
-    def load(self, k: int, msg: Message) -> BiGRUExtractor:
+    def load(self, k: int, msg: Message) -> Extractor:
         """Put the received global parameters of view ``k`` into the local model."""
         model = self.model(k)
         set_params(model, view_params(k, msg, get_params(model)))
@@ -211,7 +211,7 @@ class SequenceServer(Coordinator):
     def __init__(
         self,
         clients: Sequence[str],
-        models: Sequence[BiGRUExtractor],
+        models: Sequence[Extractor],
         n_rounds: int,
         on_round: RoundCallback | None = None,
         frac_bits: int | None = None,

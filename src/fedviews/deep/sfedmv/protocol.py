@@ -8,13 +8,15 @@ plain (:func:`fedavg`) or from masked sums (:func:`secure_average`).
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
-from fedviews._params import COUNT, POSITIVE, Checked, spec
+from fedviews._params import COUNT, FACTORY, POSITIVE, Checked, spec
 from fedviews.deep._common import prefixed, unprefixed
+from fedviews.deep._factory import resolve_factory
 from fedviews.errors import ProtocolError
 from fedviews.federation import Message, unmask_sum
 
@@ -119,6 +121,14 @@ class GRUConfig(Checked):
     n_rounds : int, default=10
         FedAvg rounds per view (paper: 150-170). Local / centralized training
         runs ``n_rounds * local_epochs`` epochs.
+    extractor : callable or str, default=""
+        Your own extractor (docs/your-own-model.md): ``extractor(n_channels, view)`` returns
+        a ``torch.nn.Module`` whose ``forward(x, lengths)`` maps a zero-padded batch ``x``
+        ``(B, T, n_channels)`` (float32) of view ``view``'s sequences and their lengths
+        ``(B,)`` (int64, on the CPU) to one embedding per sequence ``(B, E)``; a linear
+        head on the embedding (after ``dropout``) trains it. A callable or an import path
+        ``"package.module:function"``; ``""``: the bidirectional GRU of ``hidden_size`` and
+        ``num_layers`` (``E = 2 * hidden_size``).
     """
 
     hidden_size: int = field(default=32, metadata=COUNT)
@@ -128,3 +138,9 @@ class GRUConfig(Checked):
     batch_size: int = field(default=128, metadata=COUNT)
     local_epochs: int = field(default=2, metadata=COUNT)
     n_rounds: int = field(default=10, metadata=COUNT)
+    extractor: str | Callable[..., Any] = field(default="", metadata=FACTORY)
+
+    def cross_check(self, n_parties: int | None) -> None:
+        """An import path of ``extractor`` must import a callable (what it builds is checked
+        where the views' channels are known)."""
+        resolve_factory(self.extractor, "extractor")

@@ -77,13 +77,13 @@ WATCH_WINDOWS: dict[str, Any] = {
 TEST_FRACTION = 0.25
 
 
-def sequence_policy(
-    param_names: Sequence[str], n_views: int, *, secure: bool = False
-) -> PrivacyPolicy:
-    """The S-FedMV stage-1 barrier: only ``view{k}/{param}`` extractor parameters cross
-    (``secure``: upwards only their masked ``N_l``-weighted stand-ins and the masked loss,
-    and the coordinator may run the key exchange)."""
-    names = [f"view{k}/{p}" for k in range(n_views) for p in param_names]
+def sequence_policy(param_names: Sequence[Sequence[str]], *, secure: bool = False) -> PrivacyPolicy:
+    """The S-FedMV stage-1 barrier: only ``view{k}/{param}`` extractor parameters cross,
+    ``param_names[k]`` those of view ``k``'s extractor (``secure``: upwards only their masked
+    ``N_l``-weighted stand-ins and the masked loss, and the coordinator may run the key
+    exchange)."""
+    n_views = len(param_names)
+    names = [f"view{k}/{p}" for k, view in enumerate(param_names) for p in view]
     up, kinds = names, list(STAGE1_KINDS)
     if secure:
         up = [f"masked_{n}" for n in names] + [f"masked_view{k}/loss" for k in range(n_views)]
@@ -188,7 +188,7 @@ def _sequence_predictor(
         views = data.sequences("train", np.arange(len(X)))
         emb = []
         for k, seqs in enumerate(views):
-            model = make_extractor(dims[k], n_classes, run.params, 0)
+            model = make_extractor(dims[k], n_classes, run.params, 0, view=k)
             set_params(model, dict(grus[k]))
             emb.append(sequence_embed(model, seqs))
         return fuse(np.hstack(emb), None)
@@ -203,8 +203,15 @@ def _fusion_run(run: RunSpec) -> RunSpec:
 
 
 def _fusion_setup(run: RunSpec, setup: Mapping[str, Any]) -> dict[str, Any]:
-    K = len(view_dims_of(setup))
-    return {**setup, "view_dims": ",".join([str(2 * run.params.hidden_size)] * K)}
+    """The fusion's setup: H-FedMV's views are the extractors' embeddings."""
+    from fedviews.deep.sfedmv.nets import make_extractor
+
+    c = int(setup["n_classes"])
+    widths = [
+        make_extractor(ch, c, run.params, 0, view=k).width
+        for k, ch in enumerate(view_dims_of(setup))
+    ]
+    return {**setup, "view_dims": ",".join(str(w) for w in widths)}
 
 
 class SFedMVAlgorithm(HorizontalClients):
@@ -226,10 +233,13 @@ class SFedMVAlgorithm(HorizontalClients):
     def policy(self, run: RunSpec, setup: Mapping[str, Any]) -> PrivacyPolicy:
         from fedviews.deep.sfedmv.nets import get_params, make_extractor
 
-        K, c = len(view_dims_of(setup)), int(setup["n_classes"])
-        names = list(get_params(make_extractor(1, c, run.params, 0)))
+        c = int(setup["n_classes"])
+        names = [
+            list(get_params(make_extractor(ch, c, run.params, 0, view=k)))
+            for k, ch in enumerate(view_dims_of(setup))
+        ]
         fusion = HFEDMV_SPEC.policy(_fusion_run(run), _fusion_setup(run, setup))
-        stage1 = sequence_policy(names, K, secure=run.defense.secagg_bits is not None)
+        stage1 = sequence_policy(names, secure=run.defense.secagg_bits is not None)
         return stage1.merged(fusion, name="s-fedmv")
 
     def build_party(
@@ -272,7 +282,7 @@ class SFedMVAlgorithm(HorizontalClients):
         dev = party_device(p.device, p.torch_threads)
         c = int(setup["n_classes"])
         inits = [
-            make_extractor(ch, c, p, view_seeds(run.seed, k, 0)[0]).to(dev)
+            make_extractor(ch, c, p, view_seeds(run.seed, k, 0)[0], view=k).to(dev)
             for k, ch in enumerate(view_dims_of(setup))
         ]
         fusion = HFEDMV_SPEC.build_coordinator(_fusion_run(run), _fusion_setup(run, setup))
