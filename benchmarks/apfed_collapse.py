@@ -82,7 +82,7 @@ def main() -> None:
                     f"|dL_A/dh| {g_a.norm():.2e}  |lam dL_p/dh| {g_p.norm():.2e}  "
                     f"h_A==0 {float((h == 0).float().mean()):.3f}  "
                     f"decoder hidden==0 {float((F.relu(hidden[0]) == 0).float().mean()):.3f}  "
-                    f"f_A conv2 bias {active.encoder.convs[1].get_parameter('bias').mean():.3f}",
+                    f"f_A conv2 bias {active.encoder.get_parameter('convs.1.bias').mean():.3f}",
                     flush=True,
                 )
             step += 1
