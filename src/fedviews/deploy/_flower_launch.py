@@ -25,9 +25,11 @@ from fedviews.deploy._config import load_deploy_config
 from fedviews.deploy._data import party_files, write_demo_data
 from fedviews.deploy._flower import check_flower_config
 from fedviews.deploy._flower_node import SECAGG_NEEDS_A_LIVE_PARTY
-from fedviews.deploy._launch import free_port
+from fedviews.deploy._flower_transport import PEERS_NEED_A_LIVE_PARTY
+from fedviews.deploy._launch import free_port, make_certs
 from fedviews.deploy._roles import Printer
 from fedviews.errors import ConfigError, MissingDependency, ProtocolError, require
+from fedviews.federation import get_algorithm_spec
 
 require("flwr", "flower")
 
@@ -58,6 +60,7 @@ deploy-config = {deploy_config}
 out-dir = {out_dir}
 data-dir = {data_dir}
 resume = ""
+certs-dir = ""  # per-batch algorithms: the nodes' fedviews certificates (end-to-end keys)
 ping = 0        # > 0: only time this many echo round trips (no session)
 ping-bytes = 0  # payload of each ping, each way
 """
@@ -163,6 +166,9 @@ def launch_flower(
     check_flower_config(cfg)
     if engine == "deployment" and cfg.defense.kind == "secagg":
         raise ConfigError(SECAGG_NEEDS_A_LIVE_PARTY)
+    peers = get_algorithm_spec(cfg.algorithm).peer_to_peer
+    if engine == "deployment" and peers:
+        raise ConfigError(PEERS_NEED_A_LIVE_PARTY)
     say = echo or print
     run_dir.mkdir(parents=True, exist_ok=True)
     if data_dir is None:
@@ -190,7 +196,8 @@ def launch_flower(
         cpus = max(1, min(n, os.cpu_count() or 1))
         connection += [
             f"options.num-supernodes = {n}",
-            "options.backend.client-resources.num-cpus = 1",
+            # per-batch: one Ray actor, whose process keeps every party's waiting handler
+            f"options.backend.client-resources.num-cpus = {cpus if peers else 1}",
             f"options.backend.init-args.num-cpus = {cpus}",
         ]
     (home / "config.toml").write_text("\n".join(connection) + "\n")
@@ -238,9 +245,12 @@ def launch_flower(
                 args += ["--node-config", " ".join(f"{k}='{v}'" for k, v in node.items())]
                 start([_flwr_bin("flower-supernode"), *args], f"supernode-{p}")
         say(f"[flower] {engine} engine on {address}; logs in {logs}")
+        overrides = [f"ping={int(ping)} ping-bytes={int(ping_bytes)}"] if ping else []
+        if peers:  # the nodes' certificates sign their end-to-end keys
+            overrides.append(f"certs-dir='{make_certs(run_dir / 'certs', cfg)}'")
         run = start(
             [_flwr_bin("flwr"), "run", str(app_dir), "fedviews-loopback", "--stream"]
-            + (["-c", f"ping={int(ping)} ping-bytes={int(ping_bytes)}"] if ping else [])
+            + (["-c", " ".join(overrides)] if overrides else [])
         )
         timer = threading.Timer(timeout, lambda: _stop([run]))
         timer.start()

@@ -36,6 +36,7 @@ from fedviews.federation._defense import (
     noise_multiplier,
     randomized_response,
 )
+from fedviews.federation._e2e import E2EKeys
 from fedviews.federation._inprocess import InProcessRun, build_in_process
 from fedviews.federation._log import LogEntry, MessageLog
 from fedviews.federation._message import Message, MetaValue, error_payload, raise_remote
@@ -121,6 +122,7 @@ __all__ = [
     "to_host",
     "raise_remote",
     "TLSFiles",
+    "E2EKeys",
     "certificate_advice",
     "check_name",
     "init_ca",
