@@ -25,17 +25,25 @@ pytest.importorskip("cryptography")
 from _protocol import footprint  # noqa: E402
 from test_flower import RUN_ID, LoopbackGrid, _task_identity  # noqa: E402, F401 (fixture)
 
-from fedviews.deploy import _flower, _flower_transport, launch_flower  # noqa: E402
-from fedviews.deploy import load_deploy_config, load_party_data  # noqa: E402
+from fedviews.deploy import (  # noqa: E402
+    _flower,
+    _flower_relay,
+    _flower_transport,
+    launch_flower,
+    load_deploy_config,
+    load_party_data,
+)
 from fedviews.deploy._data import save_all  # noqa: E402
 from fedviews.deploy._launch import make_certs  # noqa: E402
 from fedviews.deploy._session import DeployCoordinator, DeployParty, session_policy  # noqa: E402
-from fedviews.errors import ConfigError, RemoteError  # noqa: E402
+from fedviews.errors import ConfigError, ProtocolError, RemoteError  # noqa: E402
 from fedviews.federation import (  # noqa: E402
     E2EKeys,
     InProcessTransport,
     Message,
+    TLSFiles,
     get_algorithm_spec,
+    to_host,
 )
 
 CONFIGS = {
@@ -141,14 +149,23 @@ def _in_process(path: Path, data: Path, out: Path) -> tuple[dict, InProcessTrans
     return coord.run(), transport
 
 
-def _on_flower(path: Path, data: Path, certs: Path, run: Path, grid_type=LoopbackGrid, **kw):
+def _on_flower(
+    path: Path,
+    data: Path,
+    certs: Path,
+    run: Path,
+    grid_type=LoopbackGrid,
+    *,
+    fresh_nodes=False,
+    **kw,
+):
     cfg = load_deploy_config(path)
     rc = {"deploy-config": str(path), "out-dir": str(run), "certs-dir": str(certs)}
     nodes = [
         {"party": p, "data": str(data / f"{p}.npz"), "out": str(run / p)}
         for p in cfg.federation.parties
     ]
-    grid = grid_type(nodes, rc, fresh=False, **kw)
+    grid = grid_type(nodes, rc, fresh=fresh_nodes, **kw)
     try:
         return _flower.run_flower_coordinator(cfg, grid, run / "coordinator"), grid
     finally:
@@ -201,3 +218,162 @@ def _same_history(got: dict, want: dict) -> None:
             assert all(g > w for g, w in zip(got[k], v, strict=True)), k
         elif not k.endswith("seconds"):
             assert got[k] == v, k
+
+
+class RecordingGrid(LoopbackGrid):
+    """A loopback grid that keeps every byte the ServerApp pushes and pulls."""
+
+    def __init__(self, *args, **kw):
+        super().__init__(*args, **kw)
+        self.seen: list[bytes] = []
+
+    def _keep(self, messages) -> None:
+        for m in messages:
+            if not m.has_error():
+                for rec in m.content.array_records.values():
+                    self.seen.extend(bytes(a.data) for a in rec.values())
+
+    def push_messages(self, messages):
+        messages = list(messages)
+        self._keep(messages)
+        return super().push_messages(messages)
+
+    def pull_messages(self, message_ids):
+        got = super().pull_messages(message_ids)
+        self._keep(got)
+        return got
+
+
+def test_the_serverapp_sees_headers_only(splitnn, tmp_path, monkeypatch):
+    """No activation or gradient that one party sealed for another appears in the clear in
+    anything the ServerApp relayed; what it relayed is sealed (it cannot decode it), and it
+    logged the headers (kinds, array names and shapes)."""
+    path, data, certs = splitnn
+    sealed: list[Message] = []
+    seal = E2EKeys.seal
+    monkeypatch.setattr(E2EKeys, "seal", lambda self, msg: sealed.append(msg) or seal(self, msg))
+    relayed: list[bytes] = []
+    relay = _flower_transport.FlowerGridTransport._relay
+
+    def spy(self, sender, wires):
+        relayed.extend(wires)
+        answers = relay(self, sender, wires)
+        relayed.extend(answers)
+        return answers
+
+    monkeypatch.setattr(_flower_transport.FlowerGridTransport, "_relay", spy)
+    res, grid = _on_flower(path, data, certs, tmp_path / "run", RecordingGrid)
+    assert res["status"] == "ok"
+    arrays = [to_host(v) for m in sealed for v in m.arrays.values()]
+    names = {n for m in sealed for n in m.arrays}
+    assert names == {"logits", "grad_logits"} and len(arrays) > 10
+    blob = b"\0".join(grid.seen)
+    assert not [a for a in arrays if a.nbytes >= 16 and a.tobytes() in blob]
+    assert len(relayed) == len(sealed)  # every sealed request and reply, nothing else
+    for wire in relayed:
+        with pytest.raises(ProtocolError, match="sealed end to end"):
+            Message.decode(wire)
+    log = json.loads((tmp_path / "run" / "coordinator" / "message_log.json").read_text())
+    assert log["crossings"] == {"top -> bottom": ["logits"], "bottom -> top": ["grad_logits"]}
+
+
+class TamperGrid(LoopbackGrid):
+    """A dishonest ServerApp: flips one byte of the first sealed payload of ``kind`` it relays
+    (``query.fedviews``: a party's request; ``query.fedviews_resume``: the replies to it)."""
+
+    def __init__(self, *args, kind: str, **kw):
+        super().__init__(*args, **kw)
+        self.kind, self.done = kind, False
+
+    def push_messages(self, messages):
+        messages = list(messages)
+        for m in messages:
+            if self.done or m.metadata.message_type != self.kind:
+                continue
+            content = m.content
+            key = "fedviews" if self.kind == "query.fedviews" else "fedviews-replies"
+            rec = content.array_records[key]
+            name = next(iter(rec.keys()))
+            wire = bytearray(rec[name].data)
+            if Message.peek(wire).sender == "coordinator":
+                continue
+            wire[-1] ^= 1  # the last byte of the AES-GCM tag's ciphertext
+            rec[name] = _flower_transport.pack(bytes(wire))["fedviews"]["message"]
+            self.done = True
+        return super().push_messages(messages)
+
+
+@pytest.mark.parametrize(
+    ("kind", "victim"), [("query.fedviews", "top"), ("query.fedviews_resume", "bottom")]
+)
+def test_an_altered_payload_is_caught_by_its_receiver(splitnn, tmp_path, kind, victim):
+    path, data, certs = splitnn
+    with pytest.raises(
+        RemoteError, match=f"'{victim}' reported PrivacyError: .*failed authentication"
+    ):
+        _on_flower(path, data, certs, tmp_path / "run", TamperGrid, kind=kind)
+
+
+def test_a_key_of_the_serverapps_is_refused(splitnn, tmp_path, monkeypatch):
+    """The ServerApp cannot hand out a key of its own in a party's name: the key must be
+    signed by that party's certificate."""
+    path, data, certs = splitnn
+    hand_out = _flower_transport.FlowerGridTransport.hand_out_keys
+
+    def swapped(self):
+        mine = E2EKeys("top", TLSFiles.from_dir(certs, "bottom")).bundle()
+        self.bundles["top"] = {**self.bundles["top"], "x25519": mine["x25519"]}
+        hand_out(self)
+
+    monkeypatch.setattr(_flower_transport.FlowerGridTransport, "hand_out_keys", swapped)
+    with pytest.raises(RemoteError, match="'bottom' reported PrivacyError: .*'top'.*not verify"):
+        _on_flower(path, data, certs, tmp_path / "run")
+
+
+class NewProcessGrid(LoopbackGrid):
+    """Every message in a new ClientApp process, as in the deployment engine: the node's live
+    party, its keys and its waiting handler are gone."""
+
+    def _deliver(self, m):
+        key = (self.run_id, m.metadata.dst_node_id)
+        with _flower_relay._LOCK:
+            _flower_relay._KEYS.pop(key, None)
+            _flower_relay._JOBS.pop(key, None)
+        super()._deliver(m)
+
+
+def test_per_batch_needs_a_live_party(splitnn, tmp_path):
+    """A party rebuilt for every message (the deployment engine) has lost its waiting handler
+    and its keys: the node refuses, as does launch_flower before anything starts."""
+    path, data, certs = splitnn
+    with pytest.raises(RemoteError, match="ConfigError: per-batch .* live through the run"):
+        _on_flower(path, data, certs, tmp_path / "run", NewProcessGrid, fresh_nodes=True)
+    with pytest.raises(ConfigError, match="live through the run"):
+        launch_flower(path, tmp_path / "launched", engine="deployment", data_dir=data)
+    assert not (tmp_path / "launched").exists()
+
+
+def test_nodes_need_their_certificates(splitnn, tmp_path):
+    path, data, _ = splitnn
+    cfg = load_deploy_config(path)
+    nodes = [{"party": p, "data": str(data / f"{p}.npz")} for p in cfg.federation.parties]
+    grid = LoopbackGrid(nodes, {"deploy-config": str(path)}, fresh=False)
+    try:
+        with pytest.raises(RemoteError, match="needs its fedviews certificate"):
+            _flower.run_flower_coordinator(cfg, grid, tmp_path / "c")
+    finally:
+        grid.close()
+
+
+@pytest.mark.slow
+def test_split_nn_on_the_simulation_engine_equals_in_process(splitnn, tmp_path):
+    """flower-superlink --simulation (one Ray actor) + flwr run on loopback == in-process."""
+    pytest.importorskip("ray")
+    path, data, _ = splitnn
+    _, _ = _in_process(path, data, tmp_path / "ref")
+    res = launch_flower(path, tmp_path / "run", engine="simulation", data_dir=data, timeout=300)
+    assert res["status"] == "ok", res["status"]
+    got = _results(tmp_path / "run", ("top", "bottom"))
+    for p, arrays in _results(tmp_path / "ref", ("top", "bottom")).items():
+        for k, v in arrays.items():
+            np.testing.assert_array_equal(got[p][k], v, err_msg=f"{p}: {k}")

@@ -269,9 +269,7 @@ def _on_peers(msg: FlowerMessage, context: Context) -> FlowerMessage:
 def _on_message(msg: FlowerMessage, context: Context) -> FlowerMessage:
     """A request (the coordinator's, or a peer's relayed): the reply, or the messages
     that the party sends while it handles it (relayed, then :func:`_on_resume`)."""
-    return _answer(
-        msg, context, lambda node: start(context, node.transport, node.handle, unpack(msg.content))
-    )
+    return _answer(msg, context, lambda node: start(context, node, unpack(msg.content)))
 
 
 @client_app.query(RESUME)
@@ -288,8 +286,9 @@ def _answer(
     try:
         node = node_for(context)
         sent, wire = step(node)
-        if wire is not None and not node.app.peer_to_peer:  # finished: keep the party's state
-            node.save(context.state)  # (a per-batch party is never rebuilt from it)
+        if wire is not None:  # the handler finished
+            if not node.app.peer_to_peer:  # keep its state (a per-batch party is never rebuilt)
+                node.save(context.state)
             if getattr(node.party, "finished", False):
                 forget(context)
         return FlowerMessage(content_of(sent, wire), reply_to=msg)

@@ -39,11 +39,7 @@ from flwr.app import Array, ArrayRecord, ConfigRecord, Context, RecordDict  # no
 
 from fedviews.deploy._config import DeployConfig, load_deploy_config  # noqa: E402
 from fedviews.deploy._data import SUFFIXES, load_party_data  # noqa: E402
-from fedviews.deploy._flower_transport import (  # noqa: E402
-    _GRPC_HINT,
-    PEERS_NEED_A_LIVE_PARTY,
-    FlowerNodeTransport,
-)
+from fedviews.deploy._flower_transport import _GRPC_HINT, FlowerNodeTransport  # noqa: E402
 from fedviews.deploy._roles import DeployParty, session_policy  # noqa: E402
 from fedviews.deploy._session import _print_to  # noqa: E402
 from fedviews.federation import SECAGG_KINDS, LogEntry, Message, get_algorithm_spec  # noqa: E402
@@ -177,7 +173,7 @@ class _Node:
         msg = Message.peek(data)  # a peer's message is sealed: the header only
         with self.app.compute_limits():
             wire = self.transport.answer(data, self.settings.cfg.federation.coordinator)
-        if self.app.peer_to_peer:  # never rebuilt (PEERS_NEED_A_LIVE_PARTY): nothing to replay
+        if self.app.peer_to_peer:  # never rebuilt (_flower_relay): nothing to replay
             return wire
         if msg.round > 0 and msg.kind == self.app.round_message(self.party.role):
             self.snapshot_at, self.new_snapshot = len(self.replay), True
@@ -211,8 +207,6 @@ class _Node:
         """Continue from :meth:`save`: replayed requests around the round state, log."""
         meta = state.config_records[_STATE]
         p = self.party
-        if self.app.peer_to_peer:  # a handler may wait in the lost process; per-batch state
-            raise ConfigError(PEERS_NEED_A_LIVE_PARTY)
         if str(meta["party"]) != p.name:
             raise ConfigError(f"this node served party {meta['party']!r} and now claims {p.name!r}")
         wires = []

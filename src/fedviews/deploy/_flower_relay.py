@@ -44,12 +44,11 @@ require("flwr", "flower")
 
 from flwr.app import Context, RecordDict  # noqa: E402
 
-from fedviews.deploy._flower_node import NodeSettings  # noqa: E402
+from fedviews.deploy._flower_node import NodeSettings, _Node, forget  # noqa: E402
 from fedviews.deploy._flower_transport import (  # noqa: E402
     PEERS_NEED_A_LIVE_PARTY,
     REPLIES,
     SEND,
-    FlowerNodeTransport,
     FlowerOptions,
     pack,
     pack_all,
@@ -83,9 +82,10 @@ def hello_keys(context: Context, s: NodeSettings) -> str | None:
         )
     tls = TLSFiles.from_dir(certs, s.party)
     keys = E2EKeys(s.party, tls, hub=s.cfg.federation.coordinator)
+    forget(context)  # a new session's hello: no party of an earlier one is reused
     with _LOCK:
         _KEYS[_key(context)] = keys
-        _JOBS.pop(_key(context), None)  # a new run's hello: nothing waits any more
+        _JOBS.pop(_key(context), None)  # nothing waits any more
     return json.dumps({"cert": tls.cert.read_text(), **keys.bundle()})
 
 
@@ -109,10 +109,13 @@ class _Job:
     """One request handled in a thread of its own, so that it can wait for the ServerApp to
     relay its party's messages (:meth:`ask`) while the ClientApp call returns them."""
 
-    def __init__(self, run: Callable[[], bytes], timeout: float) -> None:
+    def __init__(self, timeout: float) -> None:
         self.timeout = timeout
         self.events: queue.Queue[tuple[str, Any]] = queue.Queue()
         self.replies: queue.Queue[list[bytes]] = queue.Queue()
+
+    def begin(self, run: Callable[[], bytes]) -> None:
+        """Run the handler in a thread of its own (once the transport's outbox is this job's)."""
         threading.Thread(
             target=self._main, args=(run,), daemon=True, name="fedviews-flower-handler"
         ).start()
@@ -150,22 +153,25 @@ def _outcome(key: tuple[int, int], job: _Job) -> tuple[list[bytes], bytes | None
     return [], value
 
 
-def start(
-    context: Context, transport: FlowerNodeTransport, handle: Callable[[bytes], bytes], data: bytes
-) -> tuple[list[bytes], bytes | None]:
+def start(context: Context, node: _Node, data: bytes) -> tuple[list[bytes], bytes | None]:
     """Handle ``data`` (a request from the ServerApp or a peer's, relayed): see
-    :func:`_outcome`. The party may send while it handles it, with this node's keys."""
+    :func:`_outcome`. The party may send while it handles it, with this node's keys; a
+    per-batch party whose process did not live since its hello (no keys here) refuses."""
     key = _key(context)
+    transport = node.transport
     with _LOCK:
+        if node.app.peer_to_peer and key not in _KEYS:
+            raise ConfigError(PEERS_NEED_A_LIVE_PARTY)
         if key in _JOBS:
             raise ProtocolError(
                 "a new request reached this node while its party's handler waits for the "
                 "replies to its own messages"
             )
         transport.e2e = _KEYS.get(key)
-        job = _Job(lambda: handle(data), FlowerOptions.request_timeout)
+        job = _Job(FlowerOptions.request_timeout)
         _JOBS[key] = job
     transport.outbox = job.ask
+    job.begin(lambda: node.handle(data))
     return _outcome(key, job)
 
 
