@@ -24,7 +24,7 @@ import json
 import secrets
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
@@ -46,6 +46,7 @@ from flwr.serverapp import Grid  # noqa: E402
 
 from fedviews.federation import (  # noqa: E402
     E2EKeys,
+    Header,
     Message,
     Party,
     PrivacyPolicy,
@@ -353,17 +354,23 @@ class FlowerGridTransport(Transport):
             wire = m.encode()
             self._check_and_log(m, len(wire))
             out.append(self._query(pack(wire), node, ACTION, group=str(m.round)))
-        replies = self._exchange(out, self.options.request_timeout, msgs[0].kind)
-        replies = self._settled([m.receiver for m in msgs], replies)
         result: list[Message] = []
-        for m, fr in zip(msgs, replies, strict=True):
-            data = self._answer(m.receiver, m.kind, fr)
+        for m, data in zip(msgs, self._round_trip(msgs, out), strict=True):
             reply = Message.decode(data)
             self._check_reply(m, reply)
             self._check_and_log(reply, len(data))
             result.append(reply)
         self.exchanges.append((msgs[0].kind, len(msgs), time.perf_counter() - t0))
         return result
+
+    def _round_trip(
+        self, sent: Sequence[Message | Header], out: list[FlowerMessage]
+    ) -> list[bytes]:
+        """Push ``out`` (the Flower messages of ``sent``), relay what their receivers' parties
+        send meanwhile, and return the fedviews bytes of every final reply, in order."""
+        replies = self._exchange(out, self.options.request_timeout, sent[0].kind)
+        replies = self._settled([m.receiver for m in sent], replies)
+        return [self._answer(m.receiver, m.kind, r) for m, r in zip(sent, replies, strict=True)]
 
     # -- party-to-party messages -----------------------------------------------------
     def _settled(
@@ -422,11 +429,8 @@ class FlowerGridTransport(Transport):
             heads.append(head)
             out.append(self._query(pack(data), node, ACTION, group=str(head.round)))
         t0 = time.perf_counter()
-        replies = self._exchange(out, self.options.request_timeout, heads[0].kind)
-        replies = self._settled([h.receiver for h in heads], replies)
         answers = []
-        for head, fr in zip(heads, replies, strict=True):
-            rdata = self._answer(head.receiver, head.kind, fr)
+        for head, rdata in zip(heads, self._round_trip(heads, out), strict=True):
             rhead = Message.peek(rdata)
             self._check_reply(head, rhead)
             self._admit(rhead, len(rdata))

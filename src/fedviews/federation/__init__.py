@@ -39,7 +39,13 @@ from fedviews.federation._defense import (
 from fedviews.federation._e2e import E2EKeys
 from fedviews.federation._inprocess import InProcessRun, build_in_process
 from fedviews.federation._log import LogEntry, MessageLog
-from fedviews.federation._message import Message, MetaValue, error_payload, raise_remote
+from fedviews.federation._message import (
+    Header,
+    Message,
+    MetaValue,
+    error_payload,
+    raise_remote,
+)
 from fedviews.federation._party import Coordinator, Party, handles
 from fedviews.federation._policy import PrivacyPolicy
 from fedviews.federation._record import Observation, Observed, Recording
@@ -137,6 +143,7 @@ __all__ = [
     "unmask_sum",
     "InProcessTransport",
     "LogEntry",
+    "Header",
     "Message",
     "MessageLog",
     "Party",
