@@ -56,7 +56,7 @@ from fedviews.errors import (  # noqa: E402
     ProtocolError,
     RemoteError,
 )
-from fedviews.federation import InProcessTransport, PrivacyPolicy, get_algorithm_spec  # noqa: E402
+from fedviews.federation import InProcessTransport, PrivacyPolicy  # noqa: E402
 from fedviews.federation import Message as FVMessage  # noqa: E402
 
 #: the real deployment engine: minutes per test on a small machine, so only on request
@@ -666,24 +666,16 @@ def test_node_auth_refuses_a_node_registered_under_no_name(deployment, tmp_path)
             grid.close()
 
 
-def test_party_to_party_messages_are_refused():
-    """Per-batch split learning (a party sends to another) needs the gRPC transport."""
-    cfg = load_deploy_config(
-        {
-            "algorithm": "mmvfl",
-            "federation": {"parties": ["a", "b"], "label_owner": "a"},
-        }
-    )
+def test_a_party_sends_only_from_a_handler_with_keys():
+    """A party's own message (per-batch split learning) leaves a node only sealed, while
+    the party answers one (the relay of ``test_flower_peers``); otherwise it is refused."""
     split = PrivacyPolicy.of(
         "split", {("data_owner", "label_owner"): ["activations"], ("party", "coordinator"): ["x"]}
     )
-    with pytest.raises(ConfigError, match="between parties.*gRPC"):
-        _flower._check_coarse_rounds(cfg, get_algorithm_spec("multivfl"))
-    _flower._check_coarse_rounds(cfg, get_algorithm_spec("mmvfl"))  # MMVFL is fine
     node = _flower_transport.FlowerNodeTransport(
         split, {"b": "label_owner", "coordinator": "coordinator"}
     )
-    with pytest.raises(ProtocolError, match="gRPC transport"):
+    with pytest.raises(ProtocolError, match="outside a handler or without end-to-end keys"):
         node.request(FVMessage("forward", sender="a", receiver="b"))
 
 

@@ -28,11 +28,13 @@ per-message ClientApp processes), :mod:`._flower_launch` (the app project that
 ``flwr run`` submits, :func:`write_flower_app`, and :func:`launch_flower`, a whole
 Flower run on this machine; the command line is ``fedviews flower app|launch``).
 
-Per-batch split learning (Multi-VFL, APFed) is not supported: there a party sends
-its own messages (activations to the label owner) from inside a handler, and a
-ClientApp can only answer the ServerApp; besides, Flower's message round trip goes
-through the SuperLink, a SuperNode poll and a new ClientApp process (seconds, see
-``docs/flower.md``). Use fedviews' gRPC transport for those.
+Per-batch split learning (split NN, Multi-VFL, APFed), where a party sends its own
+messages from inside a handler (activations to the label owner), runs with the
+ServerApp as the relay: the node answers with its party's messages sealed end to end,
+the ServerApp forwards them to their receivers' nodes and brings the sealed replies
+back to the handler waiting in the node's live process (:mod:`._flower_relay`). That
+needs the party to live through the run: the simulation engine with one Ray actor;
+the deployment engine (a new ClientApp process per message) is refused.
 
 Run config of the Flower app (``flwr run APP CONNECTION -c "..."``):
 
@@ -54,6 +56,10 @@ Run config of the Flower app (``flwr run APP CONNECTION -c "..."``):
     coordinator folder of a killed run; a node resumes from ``resume=DIR`` in its node
     config, else (a node without ``out=``, e.g. every node of the simulation engine)
     from the folder of its party beside that coordinator folder.
+``certs-dir``
+    per-batch algorithms: the folder of the nodes' fedviews certificates (``ca.crt``,
+    ``<party>.crt``, ``<party>.key``), which sign their end-to-end keys (nodes:
+    ``certs=DIR`` in the node config).
 ``ping``, ``ping-bytes``
     ``ping > 0``: only time that many echo round trips of ``ping-bytes`` bytes.
 """
@@ -62,6 +68,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -87,11 +94,21 @@ from fedviews.deploy._flower_node import (  # noqa: E402
     run_config_path,
     run_dir,
 )
+from fedviews.deploy._flower_relay import (  # noqa: E402
+    content_of,
+    forget_job,
+    hello_keys,
+    resume,
+    start,
+    take_peers,
+)
 from fedviews.deploy._flower_transport import (  # noqa: E402
     _GRPC_HINT,
     ACTION,
     HELLO,
+    PEERS,
     PING,
+    RESUME,
     FlowerGridTransport,
     FlowerOptions,
     error_content,
@@ -105,7 +122,7 @@ from fedviews.deploy._roles import (  # noqa: E402
     session_policy,
 )
 from fedviews.deploy._session import _print_to, write_coordinator_outputs  # noqa: E402
-from fedviews.federation import Algorithm, get_algorithm_spec  # noqa: E402
+from fedviews.federation import get_algorithm_spec  # noqa: E402
 
 log = logging.getLogger("fedviews.flower")
 
@@ -145,6 +162,8 @@ def run_flower_coordinator(
     try:
         nodes = transport.connect(fingerprint(run=run_identity(cfg)))
         say(f"nodes: {nodes}")
+        if coord.app.peer_to_peer:  # the parties seal what they send each other
+            transport.hand_out_keys()
         if ping > 0:
             pings = transport.ping(ping, ping_bytes)
             say(
@@ -183,11 +202,11 @@ def run_flower_coordinator(
 
 
 def check_flower_config(cfg: DeployConfig) -> None:
-    """Refuse, before anything starts, what a Flower deployment cannot do: per-batch split
-    learning, and direct links (``[federation.listen]``): Flower routes every message
-    through its SuperLink, a ClientApp only answers the ServerApp; and the PSI, whose
-    chains cannot be sealed there (:func:`refuse_psi`)."""
-    _check_coarse_rounds(cfg, get_algorithm_spec(cfg.algorithm))
+    """Refuse, before anything starts, what a Flower deployment cannot do: direct links
+    (``[federation.listen]``): Flower routes every message through its SuperLink, a
+    ClientApp only answers the ServerApp; and the PSI, whose chains cannot be sealed
+    there (:func:`refuse_psi`)."""
+    get_algorithm_spec(cfg.algorithm)  # an unknown algorithm is refused here
     refuse_psi(cfg)
     if cfg.federation.listen:
         raise ConfigError(
@@ -196,16 +215,6 @@ def check_flower_config(cfg: DeployConfig) -> None:
             "through its SuperLink (a ClientApp only answers the ServerApp), so there are no "
             "direct links: remove the federation.listen table to run this config on Flower, "
             "or deploy it with " + _GRPC_HINT + " to use direct links"
-        )
-
-
-def _check_coarse_rounds(cfg: DeployConfig, app: Algorithm) -> None:
-    """Refuse algorithms whose parties send each other messages (per-batch split learning)."""
-    if app.peer_to_peer:
-        raise ConfigError(
-            f"{cfg.algorithm} sends messages between parties: per-batch "
-            "split learning cannot run over Flower, where a ClientApp only answers the "
-            "ServerApp and every message costs a SuperLink round trip; deploy it with " + _GRPC_HINT
         )
 
 
@@ -247,6 +256,9 @@ def _on_hello(msg: FlowerMessage, context: Context) -> FlowerMessage:
     try:
         s = node_settings(context)
         hello = ConfigRecord({"party": s.party, "run": fingerprint(run=run_identity(s.cfg))})
+        bundle = hello_keys(context, s)
+        if bundle is not None:
+            hello["e2e"] = bundle
         return FlowerMessage(RecordDict({"hello": hello}), reply_to=msg)
     except Exception as exc:  # reported to the ServerApp, which raises it
         return FlowerMessage(error_content(exc), reply_to=msg)
@@ -257,17 +269,45 @@ def _on_ping(msg: FlowerMessage, context: Context) -> FlowerMessage:
     return FlowerMessage(pack(unpack(msg.content)), reply_to=msg)
 
 
+@client_app.query(PEERS)
+def _on_peers(msg: FlowerMessage, context: Context) -> FlowerMessage:
+    try:
+        take_peers(context, msg.content)
+        return FlowerMessage(RecordDict(), reply_to=msg)
+    except Exception as exc:  # reported to the ServerApp, which raises it
+        return FlowerMessage(error_content(exc), reply_to=msg)
+
+
 @client_app.query(ACTION)
 def _on_message(msg: FlowerMessage, context: Context) -> FlowerMessage:
+    """A request (the coordinator's, or a peer's relayed): the reply, or the messages
+    that the party sends while it handles it (relayed, then :func:`_on_resume`)."""
+    return _answer(msg, context, lambda node: start(context, node, unpack(msg.content)))
+
+
+@client_app.query(RESUME)
+def _on_resume(msg: FlowerMessage, context: Context) -> FlowerMessage:
+    """The replies to the messages the party's waiting handler sent."""
+    return _answer(msg, context, lambda node: resume(context, msg.content))
+
+
+def _answer(
+    msg: FlowerMessage,
+    context: Context,
+    step: Callable[[Any], tuple[list[bytes], bytes | None]],
+) -> FlowerMessage:
     try:
         node = node_for(context)
-        wire = node.handle(unpack(msg.content))
-        node.save(context.state)
-        if getattr(node.party, "finished", False):
-            forget(context)
-        return FlowerMessage(pack(wire), reply_to=msg)
+        sent, wire = step(node)
+        if wire is not None:  # the handler finished
+            if not node.app.peer_to_peer:  # keep its state (a per-batch party is never rebuilt)
+                node.save(context.state)
+            if getattr(node.party, "finished", False):
+                forget(context)
+        return FlowerMessage(content_of(sent, wire), reply_to=msg)
     except Exception as exc:  # reported to the ServerApp, which raises it
         forget(context)  # the live party may be half-updated: rebuild from the state
+        forget_job(context)
         if not isinstance(exc, FedViewsError):
             log.exception("fedviews ClientApp failed")
         return FlowerMessage(error_content(exc), reply_to=msg)

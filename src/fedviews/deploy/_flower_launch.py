@@ -35,10 +35,11 @@ from fedviews.deploy._data import party_files, write_demo_data
 from fedviews.deploy._flower import check_flower_config
 from fedviews.deploy._flower_exec import AVAILABLE as WARM_EXECUTOR
 from fedviews.deploy._flower_node import APP_MODULE
+from fedviews.deploy._flower_transport import PEERS_NEED_A_LIVE_PARTY
 from fedviews.deploy._launch import free_port, make_certs
 from fedviews.deploy._roles import Printer
 from fedviews.errors import ConfigError, MissingDependency, ProtocolError, require
-from fedviews.federation import crypto
+from fedviews.federation import crypto, get_algorithm_spec
 
 require("flwr", "flower")
 
@@ -73,6 +74,7 @@ out-dir = ""      # run folder on the SuperLink host (default <output_dir>/<name
 data-dir = ""     # simulation engine: folder of <party>.npz on that host
 node-auth = true  # every SuperNode registered under its party's name
 resume = ""
+certs-dir = ""    # per-batch algorithms: the nodes' fedviews certificates (end-to-end keys)
 ping = 0          # > 0: only time this many echo round trips (no session)
 ping-bytes = 0    # payload of each ping, each way
 """
@@ -252,6 +254,9 @@ def launch_flower(
     if executor not in ("fedviews", "flower"):
         raise ConfigError(f"executor must be 'fedviews' or 'flower', not {executor!r}")
     warm = engine == "deployment" and executor == "fedviews"
+    peers = get_algorithm_spec(cfg.algorithm).peer_to_peer
+    if engine == "deployment" and peers:
+        raise ConfigError(PEERS_NEED_A_LIVE_PARTY)
     say = echo or print
     run_dir.mkdir(parents=True, exist_ok=True)
     if data_dir is None:
@@ -322,6 +327,11 @@ def launch_flower(
     run_config.update({"ping": str(int(ping)), "ping-bytes": str(int(ping_bytes))})
     if not node_auth:
         run_config["node-auth"] = "false"
+    if peers:  # the nodes' fedviews certificates sign their end-to-end keys
+        certs_dir = run_dir / "certs"
+        if not (certs_dir / "ca.crt").is_file():
+            make_certs(certs_dir, cfg)
+        run_config["certs-dir"] = str(certs_dir)
     names = "|".join(map(re.escape, [cfg.federation.coordinator, *files]))
     mine = re.compile(rf"\[({names})\] ")
     try:
@@ -359,7 +369,9 @@ def launch_flower(
             cpus = max(1, min(n, os.cpu_count() or 1))
             submit += [
                 "--federation-config",
-                f"num-supernodes={n} client-resources-num-cpus=1 init-args-num-cpus={cpus}",
+                # per-batch: one Ray actor, whose process keeps every party's waiting handler
+                f"num-supernodes={n} client-resources-num-cpus={cpus if peers else 1} "
+                f"init-args-num-cpus={cpus}",
             ]
         run = start(submit)
         timer = threading.Timer(timeout, lambda: _stop([run]))

@@ -235,9 +235,11 @@ class _Node:
         self.generation = 0
 
     def handle(self, data: bytes) -> bytes:
-        msg = Message.decode(data)
+        msg = Message.peek(data)  # a peer's message is sealed: the header only
         with self.app.compute_limits():
             wire = self.transport.answer(data, self.settings.cfg.federation.coordinator)
+        if self.app.peer_to_peer:  # never rebuilt (_flower_relay): nothing to replay
+            return wire
         if msg.round > 0 and msg.kind == self.app.round_message(self.party.role):
             self.snapshot_at, self.new_snapshot = len(self.replay), True
         elif msg.kind not in SECAGG_KINDS:  # the keys are kept, not drawn again

@@ -4,19 +4,28 @@
 :class:`~fedviews.federation.Message` to the Flower node of its receiver through the
 ``Grid`` (Message API), after the same privacy-policy check and logging as
 in-process (:meth:`Transport._check_and_log`). :class:`FlowerNodeTransport` is a
-ClientApp's: it only answers the ServerApp.
+ClientApp's: it answers the ServerApp, and (per-batch split learning) sends a party's
+own messages to other parties through it, sealed end to end: a node answers "send
+these" (:data:`SEND`), the ServerApp relays each sealed message to its receiver's node,
+reading only its header, and hands the sealed replies back (``query.fedviews_resume``)
+to the handler that waits for them in its live process (:mod:`._flower_relay`).
 
 Wire: the :meth:`Message.encode` bytes (no pickle) ride in an ``ArrayRecord`` as one
 ``uint8`` :class:`flwr.app.Array` of serialisation type :data:`STYPE` (Flower
 chunks large arrays); a handler failure comes back as a ``ConfigRecord``
-``fedviews-error`` and is re-raised as the same :mod:`fedviews.errors` type.
+``fedviews-error`` and is re-raised as the same :mod:`fedviews.errors` type. Several
+wire messages (a party's sealed requests, their sealed replies) ride as the Arrays
+``"0"``, ``"1"``, ... of one ``ArrayRecord`` (:func:`pack_all`).
 """
 
 from __future__ import annotations
 
+import json
+import secrets
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 import numpy as np
@@ -36,6 +45,8 @@ from flwr.app import Message as FlowerMessage  # noqa: E402
 from flwr.serverapp import Grid  # noqa: E402
 
 from fedviews.federation import (  # noqa: E402
+    E2EKeys,
+    Header,
     Message,
     Party,
     PrivacyPolicy,
@@ -48,8 +59,22 @@ STYPE = "fedviews.message.v1"  # serialisation type of the Array that carries a 
 ACTION = "fedviews"  # Flower message type "query.fedviews": one fedviews Message
 HELLO = "fedviews_hello"  # "query.fedviews_hello": which party is this node?
 PING = "fedviews_ping"  # "query.fedviews_ping": echo, to time Flower's message round trip
+PEERS = "fedviews_peers"  # "query.fedviews_peers": the other parties' signed end-to-end keys
+RESUME = "fedviews_resume"  # "query.fedviews_resume": the sealed replies a handler waits for
+SEND = "fedviews-send"  # a node's answer "relay these sealed messages of my party's"
+REPLIES = "fedviews-replies"  # the sealed replies to them, in order
 _PAYLOAD, _BYTES, _ERROR = "fedviews", "message", "fedviews-error"
 _GRPC_HINT = "fedviews' gRPC transport (fedviews launch / fedviews party)"
+
+#: why a per-batch algorithm needs its parties' processes to live through a Flower run
+PEERS_NEED_A_LIVE_PARTY = (
+    "per-batch split learning (a party's handler sends its own messages, relayed by the "
+    "ServerApp) needs each party's process to live through the run: its handler waits in it "
+    "for the replies, with its end-to-end keys. Flower's deployment engine starts a new "
+    "ClientApp process for every message, and a simulation with several Ray actors hands "
+    "a node's messages to any of them: use the simulation engine with one actor "
+    "(fedviews flower launch --engine simulation does) or " + _GRPC_HINT
+)
 
 
 @dataclass(frozen=True)
@@ -83,6 +108,36 @@ def pack(wire: bytes | bytearray) -> RecordDict:
     data = bytes(wire)
     arr = Array(dtype="uint8", shape=(len(data),), stype=STYPE, data=data)
     return RecordDict({_PAYLOAD: ArrayRecord({_BYTES: arr})})
+
+
+def pack_all(wires: list[bytes], record: str) -> RecordDict:
+    """Several wire messages, in order, as the Arrays ``"0"``, ``"1"``, ... of ``record``."""
+    arrays = {
+        str(i): Array(dtype="uint8", shape=(len(w),), stype=STYPE, data=bytes(w))
+        for i, w in enumerate(wires)
+    }
+    return RecordDict({record: ArrayRecord(arrays)})
+
+
+def unpack_all(content: RecordDict, record: str) -> list[bytes]:
+    """The wire messages that :func:`pack_all` put in ``record`` (ProtocolError if malformed)."""
+    rec = content.array_records.get(record)
+    if rec is None:
+        raise ProtocolError(f"the Flower message carries no {record!r} record")
+    if sorted(rec.keys()) != sorted(map(str, range(len(rec)))):
+        raise ProtocolError(f"the {record!r} record is not numbered 0..{len(rec) - 1}")
+    out = []
+    for i in range(len(rec)):
+        arr = rec[str(i)]
+        if arr.stype != STYPE:
+            raise ProtocolError(f"unexpected Flower array type {arr.stype!r} (want {STYPE!r})")
+        out.append(bytes(arr.data))
+    return out
+
+
+def asks_to_relay(reply: FlowerMessage) -> bool:
+    """Whether a node answered with its party's own messages to relay (:data:`SEND`)."""
+    return not reply.has_error() and SEND in reply.content.array_records
 
 
 def unpack(content: RecordDict) -> bytes:
@@ -147,6 +202,8 @@ class FlowerGridTransport(Transport):
         self.registered: dict[int, str] = {}  # node ID -> the name its key was registered under
         self.exchanges: list[tuple[str, int, float]] = []  # (kind, messages, seconds)
         self.pings: dict[str, list[float]] = {}
+        #: the parties' signed end-to-end keys from their hellos (per-batch algorithms)
+        self.bundles: dict[str, dict[str, str]] = {}
         self._grid_lock = threading.Lock()  # one grid call at a time (PSI chains are threads)
 
     # -- joining -------------------------------------------------------------
@@ -212,6 +269,11 @@ class FlowerGridTransport(Transport):
                 f"party {party!r} ({where}) runs another deployment config "
                 "(algorithm, seed, parties, label owner or params differ from the coordinator's)"
             )
+        if "e2e" in rec:
+            bundle = json.loads(str(rec["e2e"]))
+            if not isinstance(bundle, dict) or not all(isinstance(v, str) for v in bundle.values()):
+                raise ProtocolError(f"{where} ({party!r}) sent a malformed end-to-end key")
+            self.bundles[party] = bundle
         self.nodes[party] = node
 
     def _check_identity(self, node: int, party: str) -> None:
@@ -234,6 +296,30 @@ class FlowerGridTransport(Transport):
                 "`flwr supernode register KEY.pub CONNECTION --name PARTY` (or set the run "
                 "config node-auth=false to trust the node configs: local tests only)"
             )
+
+    def hand_out_keys(self) -> None:
+        """Give every node the others' signed end-to-end keys and this run's session, as the
+        gRPC hub does once all parties have joined: each node checks every key against its
+        certificate (signed by the federation's CA, named after its party), so the ServerApp
+        cannot slip in a key of its own and read or forge what it relays."""
+        missing = [p for p in self.expected if p not in self.bundles]
+        if missing:
+            raise ConfigError(
+                f"{', '.join(missing)} sent no end-to-end key in its hello: every node of a "
+                "per-batch algorithm needs its fedviews certificate (certs=DIR in its node "
+                "config, or certs-dir=DIR in the run config)"
+            )
+        keys = json.dumps({"session": secrets.token_hex(16), "peers": self.bundles})
+        parties = list(self.expected)
+        msgs = [
+            self._query(RecordDict({"peers": ConfigRecord({"keys": keys})}), self.nodes[p], PEERS)
+            for p in parties
+        ]
+        replies = self._exchange(msgs, self.options.request_timeout, PEERS)
+        for p, reply in zip(parties, replies, strict=True):
+            if reply is None:
+                raise PartyUnavailable(p, "did not take the peers' end-to-end keys")
+            node_error(p, PEERS, reply)
 
     # -- messaging ------------------------------------------------------------
     def _query(
@@ -300,16 +386,89 @@ class FlowerGridTransport(Transport):
             wire = m.encode()
             self._check_and_log(m, len(wire))
             out.append(self._query(pack(wire), node, ACTION, group=str(m.round)))
-        replies = self._exchange(out, self.options.request_timeout, msgs[0].kind)
         result: list[Message] = []
-        for m, fr in zip(msgs, replies, strict=True):
-            data = self._answer(m.receiver, m.kind, fr)
+        for m, data in zip(msgs, self._round_trip(msgs, out), strict=True):
             reply = Message.decode(data)
             self._check_reply(m, reply)
             self._check_and_log(reply, len(data))
             result.append(reply)
         self.exchanges.append((msgs[0].kind, len(msgs), time.perf_counter() - t0))
         return result
+
+    def _round_trip(
+        self, sent: Sequence[Message | Header], out: list[FlowerMessage]
+    ) -> list[bytes]:
+        """Push ``out`` (the Flower messages of ``sent``), relay what their receivers' parties
+        send meanwhile, and return the fedviews bytes of every final reply, in order."""
+        replies = self._exchange(out, self.options.request_timeout, sent[0].kind)
+        replies = self._settled([m.receiver for m in sent], replies)
+        return [self._answer(m.receiver, m.kind, r) for m, r in zip(sent, replies, strict=True)]
+
+    # -- party-to-party messages -----------------------------------------------------
+    def _settled(
+        self, parties: list[str], replies: list[FlowerMessage | None]
+    ) -> list[FlowerMessage | None]:
+        """The final replies of the nodes of ``parties``: where a node asks for its party's
+        own messages to be relayed (:data:`SEND`), relay them and bring back the replies
+        until it answers; several nodes concurrently (each waits in its own handler)."""
+        asking = [k for k, r in enumerate(replies) if r is not None and asks_to_relay(r)]
+        out = list(replies)
+        if len(asking) == 1:
+            out[asking[0]] = self._serve(parties[asking[0]], replies[asking[0]])
+        elif asking:
+            with ThreadPoolExecutor(len(asking), thread_name_prefix="fedviews-relay") as pool:
+                done = pool.map(lambda k: self._serve(parties[k], replies[k]), asking)
+                for k, r in zip(asking, done, strict=True):
+                    out[k] = r
+        return out
+
+    def _serve(self, party: str, reply: FlowerMessage | None) -> FlowerMessage | None:
+        """Relay what ``party``'s handler sends until its node gives its final reply."""
+        while reply is not None and asks_to_relay(reply):
+            answers = self._relay(party, unpack_all(reply.content, SEND))
+            resume = self._query(pack_all(answers, REPLIES), self.nodes[party], RESUME)
+            (reply,) = self._exchange([resume], self.options.request_timeout, RESUME)
+        return reply
+
+    def _relay(self, sender: str, wires: list[bytes]) -> list[bytes]:
+        """Deliver ``sender``'s sealed messages to their receivers' nodes and return their
+        sealed replies, in order. Only the clear headers are read: the sender must be the
+        party of the node they came from, the receiver another party, the kinds requests and
+        their replies, the arrays as the policy allows; each is logged with its size."""
+        if not wires:
+            raise ProtocolError(f"{sender!r} asked to send nothing", party=sender)
+        heads, out = [], []
+        for data in wires:
+            try:
+                head = Message.peek(data)
+            except (ProtocolError, ValueError, KeyError, TypeError) as exc:
+                raise ProtocolError(f"{sender!r} sent a malformed message: {exc}") from exc
+            if head.sender != sender:
+                raise ProtocolError(
+                    f"{sender!r} sent a message in the name of {head.sender!r}", party=sender
+                )
+            if head.receiver in self.local or head.receiver == sender:
+                raise ProtocolError(
+                    f"{sender!r} sent {head.kind!r} to {head.receiver!r}: over Flower a party "
+                    "sends its own messages to other parties only",
+                    party=sender,
+                )
+            node = self.nodes.get(head.receiver)
+            if node is None:
+                raise PartyUnavailable(head.receiver, "no Flower node declared this party")
+            self._check_request(head)
+            self._admit(head, len(data))
+            heads.append(head)
+            out.append(self._query(pack(data), node, ACTION, group=str(head.round)))
+        t0 = time.perf_counter()
+        answers = []
+        for head, rdata in zip(heads, self._round_trip(heads, out), strict=True):
+            rhead = Message.peek(rdata)
+            self._check_reply(head, rhead)
+            self._admit(rhead, len(rdata))
+            answers.append(rdata)
+        self.exchanges.append((heads[0].kind, len(heads), time.perf_counter() - t0))
+        return answers
 
     def ping(self, n: int, nbytes: int = 0) -> dict[str, list[float]]:
         """Wall times of ``n`` echo round trips (no party work, ``nbytes`` each way).
@@ -342,11 +501,19 @@ class FlowerGridTransport(Transport):
 
 
 class FlowerNodeTransport(Transport):
-    """A node's transport: answers the ServerApp; a party cannot send on its own."""
+    """A node's transport: answers the ServerApp; with end-to-end keys (:attr:`e2e`) and a
+    way to the ServerApp (:attr:`outbox`, set while a handler runs), a party's own messages
+    go to other parties sealed, and the peers' messages relayed to it are opened here."""
 
     def __init__(self, policy: PrivacyPolicy, roles: Mapping[str, str]) -> None:
         super().__init__(policy)
         self._others = dict(roles)
+        #: who is the coordinator (``roles`` names it with the role ``"coordinator"``)
+        self.coordinator = next((p for p, r in roles.items() if r == "coordinator"), "")
+        #: this party's end-to-end keys (per-batch algorithms; see :mod:`._flower_relay`)
+        self.e2e: E2EKeys | None = None
+        #: hands sealed requests to the ServerApp and returns their sealed replies
+        self.outbox: Callable[[list[bytes]], list[bytes]] | None = None
 
     def register(self, party: Party) -> None:
         super().register(party)
@@ -354,25 +521,59 @@ class FlowerNodeTransport(Transport):
             self.roles.setdefault(name, role)
 
     def request(self, msg: Message) -> Message:
-        raise ProtocolError(
-            f"{msg.sender!r} tried to send {msg.kind!r} to {msg.receiver!r}: over Flower a "
-            "party only answers the ServerApp, it cannot send its own messages (per-batch "
-            "split learning such as Multi-VFL or APFed); deploy this algorithm with " + _GRPC_HINT
-        )
+        return self.request_many([msg])[0]
+
+    def request_many(self, msgs: list[Message]) -> list[Message]:
+        """Seal every message for its receiver, have the ServerApp relay them, open and check
+        the replies (sender, receiver, kind, round, policy) and log both legs."""
+        if self.e2e is None or self.outbox is None:
+            raise ProtocolError(
+                f"{msgs[0].sender!r} tried to send {msgs[0].kind!r} to {msgs[0].receiver!r} "
+                "outside a handler or without end-to-end keys: over Flower a party sends "
+                "its own messages only while it answers one, sealed for the receiver"
+            )
+        wires = []
+        for m in msgs:
+            if m.receiver not in self.roles or m.receiver == self.coordinator:
+                raise ProtocolError(
+                    f"{m.sender!r} cannot send {m.kind!r} to {m.receiver!r} over Flower: "
+                    "a party sends its own messages to the other parties only"
+                )
+            self._check_send(m)
+            wire = bytes(self.e2e.seal(m))
+            self._check_and_log(m, len(wire))
+            wires.append(wire)
+        got = self.outbox(wires)
+        if len(got) != len(msgs):
+            raise ProtocolError(
+                f"the ServerApp brought {len(got)} replies to {len(msgs)} messages",
+                party=self.coordinator,
+            )
+        replies = []
+        for m, data in zip(msgs, got, strict=True):
+            reply = self.e2e.open(data)  # PrivacyError if altered, forged or replayed
+            self._check_reply(m, reply)
+            self._check_and_log(reply, len(data))
+            replies.append(reply)
+        return replies
 
     def answer(self, data: bytes, coordinator: str) -> bytes:
-        """Decode a request, let the party handle it, return the encoded reply."""
-        msg = Message.decode(data)
+        """Decode a request (open it, if a peer sealed it), let the party handle it, return
+        the encoded reply (sealed for a peer)."""
+        head = Message.peek(data)
+        peer = head.sender != coordinator
+        if peer and self.e2e is None:
+            raise PrivacyError(f"only the coordinator sends over Flower, not {head.sender!r}")
+        msg = self.e2e.open(data) if peer and self.e2e is not None else Message.decode(data)
         party = self.local.get(msg.receiver)
         if party is None:
             raise ProtocolError(
                 f"a message for {msg.receiver!r} reached the node of {list(self.local)}"
             )
-        if msg.sender != coordinator:
-            raise PrivacyError(f"only the coordinator sends over Flower, not {msg.sender!r}")
+        self._check_request(msg)
         self._check_and_log(msg, len(data))
         reply = self._handle(party, msg)
         self._check_send(reply)
-        wire = reply.encode()
+        wire = bytes(self.e2e.seal(reply)) if peer and self.e2e is not None else reply.encode()
         self._check_and_log(reply, len(wire))
         return wire

@@ -39,9 +39,16 @@ from fedviews.federation._defense import (
     noise_multiplier,
     randomized_response,
 )
+from fedviews.federation._e2e import E2EKeys
 from fedviews.federation._inprocess import InProcessRun, build_in_process
 from fedviews.federation._log import LogEntry, MessageLog
-from fedviews.federation._message import Message, MetaValue, error_payload, raise_remote
+from fedviews.federation._message import (
+    Header,
+    Message,
+    MetaValue,
+    error_payload,
+    raise_remote,
+)
 from fedviews.federation._party import Coordinator, Party, handles
 from fedviews.federation._policy import PrivacyPolicy
 from fedviews.federation._record import Observation, Observed, Recording
@@ -125,6 +132,7 @@ __all__ = [
     "to_host",
     "raise_remote",
     "TLSFiles",
+    "E2EKeys",
     "certificate_advice",
     "crypto",
     "check_name",
@@ -140,6 +148,7 @@ __all__ = [
     "unmask_sum",
     "InProcessTransport",
     "LogEntry",
+    "Header",
     "Message",
     "MessageLog",
     "Party",

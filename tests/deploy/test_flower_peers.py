@@ -1,0 +1,381 @@
+"""Per-batch split learning over Flower: the ServerApp relays the parties' own messages,
+sealed end to end with the keys and checks of fedviews' gRPC hub.
+
+The real ``server_app`` / ``client_app`` behind :class:`test_flower.LoopbackGrid` with
+live parties (``fresh=False``: the simulation engine's surviving process), against the
+same deployed session in one process (:class:`InProcessTransport`): models, losses,
+footprint and policy equal; the bytes the ServerApp relays hold no activation or
+gradient in the clear; a payload it alters is caught by its receiver.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+pytest.importorskip("flwr")
+pytest.importorskip("torch")
+pytest.importorskip("cryptography")
+
+from _protocol import footprint  # noqa: E402
+from test_flower import RUN_ID, LoopbackGrid, _task_identity  # noqa: E402, F401 (fixture)
+
+from fedviews.deploy import (  # noqa: E402
+    _flower,
+    _flower_relay,
+    _flower_transport,
+    launch_flower,
+    load_deploy_config,
+    load_party_data,
+)
+from fedviews.deploy._data import save_all  # noqa: E402
+from fedviews.deploy._launch import make_certs  # noqa: E402
+from fedviews.deploy._session import DeployCoordinator, DeployParty, session_policy  # noqa: E402
+from fedviews.errors import ConfigError, ProtocolError, RemoteError  # noqa: E402
+from fedviews.federation import (  # noqa: E402
+    E2EKeys,
+    InProcessTransport,
+    Message,
+    TLSFiles,
+    get_algorithm_spec,
+    to_host,
+)
+
+CONFIGS = {
+    "splitnn": """
+algorithm = "splitnn"
+name = "flower_splitnn_test"
+seed = 2
+[federation]
+parties = ["top", "bottom"]
+label_owner = "bottom"
+alignment = "none"
+[data]
+dataset = "mnist"
+n_per_class = 6
+n_test = 20
+[params]
+epochs = 2
+batch_size = 16
+hidden = 8
+device = "cpu"
+""",
+    "multivfl": """
+algorithm = "multivfl"
+name = "flower_multivfl_test"
+seed = 2
+[federation]
+parties = ["top", "bottom", "bank"]
+label_owners = ["bank"]
+alignment = "none"
+[data]
+dataset = "mnist"
+n_per_class = 6
+n_test = 20
+scenario = "iid"
+samples_per_owner = 12
+overlap = 1.0
+[params]
+rounds = 2
+batch_size = 8
+channels = 4
+top_channels = 4
+hidden = 8
+device = "cpu"
+""",
+    "apfed": """
+algorithm = "apfed"
+name = "flower_apfed_test"
+seed = 4
+[federation]
+parties = ["top", "bot"]
+label_owner = "bot"
+alignment = "none"
+[data]
+dataset = "mnist"
+n_per_class = 4
+n_test = 20
+overlap = 1.0
+[params]
+variant = "R"
+epochs = 2
+batch_size = 16
+device = "cpu"
+""",
+}
+
+
+def _federation(root: Path, name: str) -> tuple[Path, Path, Path]:
+    """A config of ``CONFIGS``, its pre-aligned party files and the nodes' certificates."""
+    root.mkdir(parents=True, exist_ok=True)
+    path = root / "deploy.toml"
+    path.write_text(CONFIGS[name])
+    cfg = load_deploy_config(path)
+    write_aligned_data(cfg, root / "data")
+    return path, root / "data", make_certs(root / "certs", cfg)
+
+
+@pytest.fixture(scope="module")
+def splitnn(tmp_path_factory):
+    return _federation(tmp_path_factory.mktemp("flower-peers"), "splitnn")
+
+
+def write_aligned_data(cfg: Any, out: Path) -> None:
+    """The config's demo party files, every party cut to the samples all of them hold (in
+    the order of the one that holds fewest): Flower runs without the PSI."""
+    datas = get_algorithm_spec(cfg.algorithm).demo_data(cfg)
+    common = min((d.ids for d in datas.values()), key=len)
+    for p, d in datas.items():
+        rows = {v: i for i, v in enumerate(d.ids.tolist())}
+        idx = np.array([rows[v] for v in common.tolist()])
+        y = None if d.y is None else d.y[idx]
+        datas[p] = dataclasses.replace(d, ids=d.ids[idx], X=d.X[idx], y=y)
+    save_all(datas, out)
+
+
+def _in_process(path: Path, data: Path, out: Path) -> tuple[dict, InProcessTransport]:
+    cfg = load_deploy_config(path)
+    transport = InProcessTransport(session_policy(cfg))
+    coord = DeployCoordinator(cfg, lambda line: None, out / "coordinator")
+    transport.register(coord)
+    for p in cfg.federation.parties:
+        party = DeployParty(cfg, p, load_party_data(data / f"{p}.npz"), out / p, lambda _: None)
+        transport.register(party)
+    return coord.run(), transport
+
+
+def _on_flower(
+    path: Path,
+    data: Path,
+    certs: Path,
+    run: Path,
+    grid_type=LoopbackGrid,
+    *,
+    fresh_nodes=False,
+    **kw,
+):
+    cfg = load_deploy_config(path)
+    rc = {"deploy-config": str(path), "out-dir": str(run), "certs-dir": str(certs)}
+    nodes = [
+        {"party": p, "data": str(data / f"{p}.npz"), "out": str(run / p)}
+        for p in cfg.federation.parties
+    ]
+    grid = grid_type(nodes, rc, fresh=fresh_nodes, **kw)
+    try:
+        return _flower.run_flower_coordinator(cfg, grid, run / "coordinator"), grid
+    finally:
+        grid.close()
+
+
+def _results(run: Path, parties) -> dict[str, dict[str, np.ndarray]]:
+    out = {}
+    for p in parties:
+        with np.load(run / p / "result.npz") as z:
+            out[p] = {k: z[k] for k in z.files}
+    return out
+
+
+@pytest.mark.parametrize("name", sorted(CONFIGS))
+def test_on_flower_equals_in_process(name, tmp_path):
+    """The ServerApp relays the per-batch messages: every party's model, the coordinator's
+    history and the footprint (who sent which arrays to whom, by kind) are the in-process
+    session's; the ServerApp logged the party-to-party messages by their headers."""
+    path, data, certs = _federation(tmp_path, name)
+    cfg = load_deploy_config(path)
+    ref, transport = _in_process(path, data, tmp_path / "ref")
+    res, _ = _on_flower(path, data, certs, tmp_path / "run")
+    assert res["status"] == "ok", res["status"]
+    _same_results(res, ref)
+    parties = cfg.federation.parties
+    got, want = _results(tmp_path / "run", parties), _results(tmp_path / "ref", parties)
+    for p in parties:
+        assert sorted(got[p]) == sorted(want[p])
+        for k, v in want[p].items():
+            np.testing.assert_array_equal(got[p][k], v, err_msg=f"{p}: {k}")
+    roles = {**cfg.roles(), cfg.federation.coordinator: "coordinator"}
+    log = json.loads((tmp_path / "run" / "coordinator" / "message_log.json").read_text())
+    seen = footprint(log["exchanges"], roles)
+    assert seen == footprint(transport.log.exchanges(), roles)
+    peers = [k for k in log["crossings"] if cfg.federation.coordinator not in k]
+    assert peers  # the party-to-party messages crossed the ServerApp, headers logged
+    for p in parties:  # every node's own log: its side of the same exchanges
+        mine = json.loads((tmp_path / "run" / p / "message_log.json").read_text())
+        assert {k: v for k, v in mine["crossings"].items() if k in log["crossings"]} == {
+            k: log["crossings"][k] for k in mine["crossings"]
+        }
+
+
+def _same_results(got: dict, want: dict) -> None:
+    """The coordinator's results (history included) equal, wall times aside; bytes more by
+    the sealing (nonce, tag, the header's seal table)."""
+    for k, v in want.items():
+        if isinstance(v, dict):
+            _same_results(got[k], v)
+        elif k.endswith("bytes"):
+            assert all(g > w for g, w in zip(got[k], v, strict=True)), k
+        elif "seconds" not in k:
+            assert got[k] == v, k
+
+
+class RecordingGrid(LoopbackGrid):
+    """A loopback grid that keeps every byte the ServerApp pushes and pulls."""
+
+    def __init__(self, *args, **kw):
+        super().__init__(*args, **kw)
+        self.seen: list[bytes] = []
+
+    def _keep(self, messages) -> None:
+        for m in messages:
+            if not m.has_error():
+                for rec in m.content.array_records.values():
+                    self.seen.extend(bytes(a.data) for a in rec.values())
+
+    def push_messages(self, messages):
+        messages = list(messages)
+        self._keep(messages)
+        return super().push_messages(messages)
+
+    def pull_messages(self, message_ids):
+        got = super().pull_messages(message_ids)
+        self._keep(got)
+        return got
+
+
+def test_the_serverapp_sees_headers_only(splitnn, tmp_path, monkeypatch):
+    """No activation or gradient that one party sealed for another appears in the clear in
+    anything the ServerApp relayed; what it relayed is sealed (it cannot decode it), and it
+    logged the headers (kinds, array names and shapes)."""
+    path, data, certs = splitnn
+    sealed: list[Message] = []
+    seal = E2EKeys.seal
+    monkeypatch.setattr(E2EKeys, "seal", lambda self, msg: sealed.append(msg) or seal(self, msg))
+    relayed: list[bytes] = []
+    relay = _flower_transport.FlowerGridTransport._relay
+
+    def spy(self, sender, wires):
+        relayed.extend(wires)
+        answers = relay(self, sender, wires)
+        relayed.extend(answers)
+        return answers
+
+    monkeypatch.setattr(_flower_transport.FlowerGridTransport, "_relay", spy)
+    res, grid = _on_flower(path, data, certs, tmp_path / "run", RecordingGrid)
+    assert res["status"] == "ok"
+    arrays = [to_host(v) for m in sealed for v in m.arrays.values()]
+    names = {n for m in sealed for n in m.arrays}
+    assert names == {"logits", "grad_logits"} and len(arrays) > 10
+    blob = b"\0".join(grid.seen)
+    assert not [a for a in arrays if a.nbytes >= 16 and a.tobytes() in blob]
+    assert len(relayed) == len(sealed)  # every sealed request and reply, nothing else
+    for wire in relayed:
+        with pytest.raises(ProtocolError, match="sealed end to end"):
+            Message.decode(wire)
+    log = json.loads((tmp_path / "run" / "coordinator" / "message_log.json").read_text())
+    assert log["crossings"] == {"top -> bottom": ["logits"], "bottom -> top": ["grad_logits"]}
+
+
+class TamperGrid(LoopbackGrid):
+    """A dishonest ServerApp: flips one byte of the first sealed payload of ``kind`` it relays
+    (``query.fedviews``: a party's request; ``query.fedviews_resume``: the replies to it)."""
+
+    def __init__(self, *args, kind: str, **kw):
+        super().__init__(*args, **kw)
+        self.kind, self.done = kind, False
+
+    def push_messages(self, messages):
+        messages = list(messages)
+        for m in messages:
+            if self.done or m.metadata.message_type != self.kind:
+                continue
+            content = m.content
+            key = "fedviews" if self.kind == "query.fedviews" else "fedviews-replies"
+            rec = content.array_records[key]
+            name = next(iter(rec.keys()))
+            wire = bytearray(rec[name].data)
+            if Message.peek(wire).sender == "coordinator":
+                continue
+            wire[-1] ^= 1  # the last byte of the AES-GCM tag's ciphertext
+            rec[name] = _flower_transport.pack(bytes(wire))["fedviews"]["message"]
+            self.done = True
+        return super().push_messages(messages)
+
+
+@pytest.mark.parametrize(
+    ("kind", "victim"), [("query.fedviews", "top"), ("query.fedviews_resume", "bottom")]
+)
+def test_an_altered_payload_is_caught_by_its_receiver(splitnn, tmp_path, kind, victim):
+    path, data, certs = splitnn
+    with pytest.raises(
+        RemoteError, match=f"'{victim}' reported PrivacyError: .*failed authentication"
+    ):
+        _on_flower(path, data, certs, tmp_path / "run", TamperGrid, kind=kind)
+
+
+def test_a_key_of_the_serverapps_is_refused(splitnn, tmp_path, monkeypatch):
+    """The ServerApp cannot hand out a key of its own in a party's name: the key must be
+    signed by that party's certificate."""
+    path, data, certs = splitnn
+    hand_out = _flower_transport.FlowerGridTransport.hand_out_keys
+
+    def swapped(self):
+        mine = E2EKeys("top", TLSFiles.from_dir(certs, "bottom")).bundle()
+        self.bundles["top"] = {**self.bundles["top"], "x25519": mine["x25519"]}
+        hand_out(self)
+
+    monkeypatch.setattr(_flower_transport.FlowerGridTransport, "hand_out_keys", swapped)
+    with pytest.raises(RemoteError, match="'bottom' reported PrivacyError: .*'top'.*not verify"):
+        _on_flower(path, data, certs, tmp_path / "run")
+
+
+class NewProcessGrid(LoopbackGrid):
+    """Every message in a new ClientApp process, as in the deployment engine: the node's live
+    party, its keys and its waiting handler are gone."""
+
+    def _deliver(self, m):
+        key = (self.run_id, m.metadata.dst_node_id)
+        with _flower_relay._LOCK:
+            _flower_relay._KEYS.pop(key, None)
+            _flower_relay._JOBS.pop(key, None)
+        super()._deliver(m)
+
+
+def test_per_batch_needs_a_live_party(splitnn, tmp_path):
+    """A party rebuilt for every message (the deployment engine) has lost its waiting handler
+    and its keys: the node refuses, as does launch_flower before anything starts."""
+    path, data, certs = splitnn
+    with pytest.raises(RemoteError, match="ConfigError: per-batch .* live through the run"):
+        _on_flower(path, data, certs, tmp_path / "run", NewProcessGrid, fresh_nodes=True)
+    with pytest.raises(ConfigError, match="live through the run"):
+        launch_flower(path, tmp_path / "launched", engine="deployment", data_dir=data)
+    assert not (tmp_path / "launched").exists()
+
+
+def test_nodes_need_their_certificates(splitnn, tmp_path):
+    path, data, _ = splitnn
+    cfg = load_deploy_config(path)
+    nodes = [{"party": p, "data": str(data / f"{p}.npz")} for p in cfg.federation.parties]
+    grid = LoopbackGrid(nodes, {"deploy-config": str(path)}, fresh=False)
+    try:
+        with pytest.raises(RemoteError, match="needs its fedviews certificate"):
+            _flower.run_flower_coordinator(cfg, grid, tmp_path / "c")
+    finally:
+        grid.close()
+
+
+@pytest.mark.slow
+def test_split_nn_on_the_simulation_engine_equals_in_process(splitnn, tmp_path):
+    """flower-superlink --simulation (one Ray actor) + flwr run on loopback == in-process."""
+    pytest.importorskip("ray")
+    path, data, _ = splitnn
+    _, _ = _in_process(path, data, tmp_path / "ref")
+    res = launch_flower(path, tmp_path / "run", engine="simulation", data_dir=data, timeout=300)
+    assert res["status"] == "ok", res["status"]
+    got = _results(tmp_path / "run", ("top", "bottom"))
+    for p, arrays in _results(tmp_path / "ref", ("top", "bottom")).items():
+        for k, v in arrays.items():
+            np.testing.assert_array_equal(got[p][k], v, err_msg=f"{p}: {k}")
