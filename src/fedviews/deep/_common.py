@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import importlib
 import random
+import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -98,6 +99,11 @@ def seed_everything(seed: int) -> None:
     torch.manual_seed(seed)
 
 
+#: one seeded block at a time: parties hosted by one process (a Flower simulation actor,
+#: a test grid) may build their networks on several threads, and the generator is global
+_SEEDED = threading.RLock()
+
+
 @contextmanager
 def torch_seed(seed: int) -> Iterator[None]:
     """Run a block with torch's CPU generator seeded with ``seed``; restore it afterwards.
@@ -105,9 +111,11 @@ def torch_seed(seed: int) -> Iterator[None]:
     A module built inside is initialised exactly as after ``torch.manual_seed(seed)``
     on the CPU (build on the CPU, then move it), but the global torch RNG state is
     the same after the block as before it, and the CUDA generators are not touched.
+    Blocks on several threads of one process run one after the other (the generator is
+    the process's), so two parties built at once draw what each would alone.
     """
     torch = require_torch()
-    with torch.random.fork_rng(devices=[]):
+    with _SEEDED, torch.random.fork_rng(devices=[]):
         torch.default_generator.manual_seed(seed)
         yield
 
