@@ -38,3 +38,14 @@ def test_curves_have_their_quantity_on_the_y_axis():
     )
     rotated = re.findall(r"<text[^>]*rotate\(-90[^>]*>([^<]*)</text>", svg)
     assert rotated == ["mmvfl objective first fit"]
+
+
+def test_a_run_of_one_round_has_that_round_as_its_only_tick(monkeypatch):
+    """A one-round deployment's curves were ticked 0.945, 0.960, ..., 1.050."""
+    kept = []
+    monkeypatch.setattr(_figures, "svg_of", lambda fig, plt: kept.append(fig) or "")
+    _figures.curves_figure({"accuracy": {"": ([1], [0.62])}}, xlabel="round")
+    (fig,) = kept
+    (ax,) = [a for a in fig.axes if a.get_lines()]
+    assert list(ax.get_xticks()) == [1.0]
+    _figures.pyplot().close(fig)

@@ -124,6 +124,10 @@ def curves_figure(
         ax.set_ylabel(pname.replace("_", " "))
         ax.grid(alpha=0.3)
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+        xs = sorted({float(v) for x, _ in series.values() for v in x})
+        if 0 < len(xs) < 3:  # one or two rounds: their own ticks, not 0.945 ... 1.050
+            ax.set_xticks(xs)
+            ax.set_xlim(xs[0] - 0.5, xs[-1] + 0.5)
         ax.ticklabel_format(axis="y", useOffset=False)
         if len(series) > 1 or next(iter(series), ""):
             ax.legend(fontsize=7)
