@@ -43,3 +43,27 @@ def wheel(tmp_path_factory: pytest.TempPathFactory) -> Wheel:
 
 def _ignored(folder: str, names: list[str]) -> list[str]:
     return [n for n in names if n in ("__pycache__", "build") or n.endswith(".egg-info")]
+
+
+@pytest.fixture(scope="session")
+def _torch_default_threads() -> int | None:
+    """torch's thread count before any test changed it (None without torch)."""
+    try:
+        import torch
+    except ImportError:
+        return None
+    return int(torch.get_num_threads())
+
+
+@pytest.fixture(autouse=True)
+def _torch_threads_restored(_torch_default_threads):
+    """A test (or a module fixture) that hosts a deployed party in this process may set
+    torch's thread count (the party's ``torch_threads``, process-wide); every test ends with
+    the default back. With fewer intra-op threads in the main thread than in a Flower test
+    grid's worker threads (MKL keeps its own count per thread), the two sides of an equality
+    test rounded float32 sums apart."""
+    yield
+    torch = sys.modules.get("torch")
+    if _torch_default_threads is not None and torch is not None:
+        if torch.get_num_threads() != _torch_default_threads:
+            torch.set_num_threads(_torch_default_threads)
