@@ -16,7 +16,9 @@ The commands:
   repository (the datasets already fetched, as after ``make data``);
 * ``shipped_deployment``: ``fedviews run deploy_mmvfl_two_orgs`` in an empty folder: a
   config shipped in the package, run by name outside the repository (the deployment
-  walk-through's one-machine shortcut: certificates, data files, PSI, one process per party).
+  walk-through's one-machine shortcut: certificates, data files, PSI, one process per party);
+* ``tests``: ``make test`` in the repository (lint, type check and the test suite, with the
+  development environment installed).
 """
 
 from __future__ import annotations
@@ -40,15 +42,18 @@ RECORD = ROOT / "docs" / "results" / "first_hour_timings.json"
 COMMANDS: dict[str, tuple[list[str], bool]] = {
     "demo": (["fedviews", "run", "configs/mmvfl_handwritten.toml"], True),
     "shipped_deployment": (["fedviews", "run", "deploy_mmvfl_two_orgs"], False),
+    "tests": (["make", "test"], True),
 }
 
 
 def time_command(command: list[str], in_repository: bool) -> dict[str, Any]:
     """One run of ``command`` (``fedviews`` as ``python -m fedviews``, its run folder in a
-    temporary folder): its record."""
+    temporary folder; any other command as it is): its record."""
     with tempfile.TemporaryDirectory() as tmp:
         cwd = ROOT if in_repository else Path(tmp)
-        argv = [sys.executable, "-m", "fedviews", *command[1:], "--out", f"{tmp}/run"]
+        argv = command
+        if command[0] == "fedviews":
+            argv = [sys.executable, "-m", "fedviews", *command[1:], "--out", f"{tmp}/run"]
         load = os.getloadavg()[0]
         t0 = time.perf_counter()
         done = subprocess.run(argv, cwd=cwd, capture_output=True, text=True)
