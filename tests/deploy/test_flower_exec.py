@@ -249,3 +249,9 @@ def test_the_executor_finds_the_config_copy_of_the_app_it_serves(tmp_path, monke
     found = _flower_node.run_config_path({"deploy-config": "deploy.toml"}, "deploy-config")
     assert found is not None and found.read_text().startswith("# deploy_mmvfl_flower.toml")
     assert not found.is_relative_to(tmp_path)  # the unpacked copy, not the written app
+    evil = io.BytesIO()  # a FAB that ships a module of the name of one this process imports
+    with zipfile.ZipFile(evil, "w") as z:
+        z.writestr("json.py", "raise SystemExit('imported from the FAB')")
+        z.writestr("fedviews_flower_app.py", "")
+    _flower_exec._install(evil.getvalue())
+    assert not any((Path(p) / "json.py").exists() for p in sys.path)

@@ -79,13 +79,21 @@ def _clientapp_of(fab: bytes) -> str:
 
 
 def _install(fab: bytes) -> None:
-    """Unpack fedviews' app (its module and config copy) where this process imports from,
-    as ``flwr-clientapp`` does: a run config path relative to the app (``deploy-config``)
-    is then found next to the app's module (:func:`~._flower_node.run_config_path`)."""
+    """Unpack fedviews' app module and its config files where this process finds them (the
+    end of ``sys.path``), as ``flwr-clientapp`` does: a run config path relative to the app
+    (``deploy-config``) is then found next to the app's module
+    (:func:`~._flower_node.run_config_path`). Only the module (located, never imported: this
+    executor runs fedviews' own ClientApp) and ``*.toml`` files are unpacked, so a FAB cannot
+    put code of its own in front of, or beside, what this process imports."""
     folder = tempfile.mkdtemp(prefix="fedviews-flower-app-")
     with zipfile.ZipFile(io.BytesIO(fab)) as z:
-        z.extractall(folder)
-    sys.path.insert(0, folder)  # the newest app first
+        wanted = [
+            n
+            for n in z.namelist()
+            if n == f"{APP_MODULE}.py" or (n.endswith(".toml") and "/" not in n)
+        ]
+        z.extractall(folder, members=wanted)
+    sys.path.append(folder)
     importlib.invalidate_caches()
 
 
