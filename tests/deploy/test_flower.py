@@ -106,9 +106,11 @@ inner_max_iter = 10
     return path, data
 
 
-def _in_process(path: Path, data: Path, out: Path) -> tuple[dict, dict[str, np.ndarray]]:
-    """The deployed session of config ``path`` in one process (InProcessTransport): its
-    results and the coordinator's final arrays; every party writes its outputs under ``out``."""
+def in_process_session(
+    path: Path, data: Path, out: Path
+) -> tuple[DeployCoordinator, dict, InProcessTransport]:
+    """The deployed session of config ``path`` run in one process (InProcessTransport): its
+    coordinator, results and transport; every party writes its outputs under ``out``."""
     cfg = load_deploy_config(path)
     transport = InProcessTransport(session_policy(cfg))
     coord = DeployCoordinator(cfg, lambda line: None, out / "coordinator")
@@ -116,7 +118,12 @@ def _in_process(path: Path, data: Path, out: Path) -> tuple[dict, dict[str, np.n
     for p in cfg.federation.parties:
         party = DeployParty(cfg, p, load_party_data(data / f"{p}.npz"), out / p, lambda _: None)
         transport.register(party)
-    res = coord.run()
+    return coord, coord.run(), transport
+
+
+def _in_process(path: Path, data: Path, out: Path) -> tuple[dict, dict[str, np.ndarray]]:
+    """:func:`in_process_session`'s results and the coordinator's final arrays."""
+    coord, res, _ = in_process_session(path, data, out)
     return res, dict(coord.app.coordinator_results(coord.server)[1])
 
 

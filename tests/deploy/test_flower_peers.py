@@ -23,7 +23,11 @@ pytest.importorskip("torch")
 pytest.importorskip("cryptography")
 
 from _protocol import footprint  # noqa: E402
-from test_flower import RUN_ID, LoopbackGrid, _task_identity  # noqa: E402, F401 (fixture)
+from test_flower import (  # noqa: E402
+    LoopbackGrid,
+    _task_identity,  # noqa: F401 - an autouse fixture
+    in_process_session,
+)
 
 from fedviews.deploy import (  # noqa: E402
     _flower,
@@ -31,11 +35,9 @@ from fedviews.deploy import (  # noqa: E402
     _flower_transport,
     launch_flower,
     load_deploy_config,
-    load_party_data,
 )
 from fedviews.deploy._data import save_all  # noqa: E402
 from fedviews.deploy._launch import make_certs  # noqa: E402
-from fedviews.deploy._session import DeployCoordinator, DeployParty, session_policy  # noqa: E402
 from fedviews.errors import ConfigError, ProtocolError, RemoteError  # noqa: E402
 from fedviews.federation import (  # noqa: E402
     E2EKeys,
@@ -139,14 +141,8 @@ def write_aligned_data(cfg: Any, out: Path) -> None:
 
 
 def _in_process(path: Path, data: Path, out: Path) -> tuple[dict, InProcessTransport]:
-    cfg = load_deploy_config(path)
-    transport = InProcessTransport(session_policy(cfg))
-    coord = DeployCoordinator(cfg, lambda line: None, out / "coordinator")
-    transport.register(coord)
-    for p in cfg.federation.parties:
-        party = DeployParty(cfg, p, load_party_data(data / f"{p}.npz"), out / p, lambda _: None)
-        transport.register(party)
-    return coord.run(), transport
+    _, res, transport = in_process_session(path, data, out)
+    return res, transport
 
 
 def _on_flower(
