@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 import json
 import re
@@ -280,6 +281,7 @@ def test_continue_records_a_run_made_over_sessions(tmp_path, monkeypatch):
     only the cell in progress and the next ``--continue`` finishes the same tables."""
     from fedviews.errors import FedViewsError
     from fedviews.experiments import reproduce
+    from fedviews.experiments._config import load_config
     from fedviews.experiments._runner import RunContext
 
     name = "defenses_vfedmv_smoke"  # one cell per defense setting, a few seconds
@@ -305,6 +307,15 @@ def test_continue_records_a_run_made_over_sessions(tmp_path, monkeypatch):
     assert list(saved["cells"]) == computed and len(computed) == 1
     assert list(saved["seconds"]) == computed  # each cell's compute time, kept across sessions
     assert not (tmp_path / entry.results).exists()
+    # a parameter added to the experiment since (at its default) does not orphan the cells
+    params = load_config(tmp_path / entry.config, entry.overrides).params
+    added = next(
+        f.name
+        for f in dataclasses.fields(params)
+        if f.default is not dataclasses.MISSING and getattr(params, f.name) == f.default
+    )
+    del saved["config"]["params"][added]
+    (tmp_path / entry.cells).write_text(json.dumps(saved), encoding="utf-8")
 
     monkeypatch.setattr(RunContext, "cell", cell)
     out = reproduce(entry, tmp_path, out_dir=tmp_path / "b", record=True, resume=True)

@@ -26,6 +26,7 @@ number that moved by more than the tolerance.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import os
@@ -511,6 +512,27 @@ def _run_script(entry: Reproduction, root: Path, out_dir: Path, quiet: bool) -> 
     return out_dir
 
 
+def _with_new_defaults(config: dict[str, Any], made_by: Any, params: Any) -> dict[str, Any]:
+    """``config`` without the ``params`` that the committed cells' config (``made_by``) lacks
+    and that hold their default: a parameter added to the experiment since the cells were
+    made (e.g. an optional network factory) leaves the run unchanged while it is unset."""
+    if not (dataclasses.is_dataclass(params) and isinstance(made_by, dict)):
+        return config
+    old = made_by.get("params")
+    if not isinstance(old, dict):
+        return config
+    defaults = {
+        f.name: f.default
+        for f in dataclasses.fields(params)
+        if f.default is not dataclasses.MISSING
+    }
+    new = dict(config["params"])
+    for key in set(new) - set(old):
+        if key in defaults and new[key] == to_jsonable(defaults[key]):
+            del new[key]
+    return {**config, "params": new}
+
+
 def _seed_cells(entry: Reproduction, cfg: Any, mirror: Path, out_dir: Path) -> None:
     """Start ``out_dir`` as a run folder holding the committed cells of ``entry`` (if any).
 
@@ -530,7 +552,7 @@ def _seed_cells(entry: Reproduction, cfg: Any, mirror: Path, out_dir: Path) -> N
             cells, made_by = dict(saved["cells"]), saved["config"]
         except (ValueError, TypeError, KeyError) as exc:
             raise FedViewsError(f"{mirror} is not a committed cells file: {exc!r}") from None
-        if made_by != config:
+        if made_by != _with_new_defaults(config, made_by, cfg.params):
             raise FedViewsError(
                 f"{mirror} was made by another config than {entry.config} "
                 f"{' '.join(entry.overrides)}: delete it to start {entry.name} over"
