@@ -25,7 +25,7 @@ from fedviews._persist import Persistent
 from fedviews._registry import register_estimator
 from fedviews.data import PartyData, check_classes, check_numeric
 from fedviews.deep._common import history_columns
-from fedviews.deep._strips import cut_images, party_features
+from fedviews.deep._strips import EpochDriver, cut_images, party_features
 from fedviews.deep.splitnn.parties import SplitNNActive
 from fedviews.deep.splitnn.spec import SPLITNN_SPEC, SplitNNParams
 from fedviews.errors import ConfigError, DataError, check_fitted
@@ -201,7 +201,9 @@ class SplitNN(Persistent, Classifier):
         self.input_shapes_ = [tuple(int(s) for s in v.shape[1:]) for v in views]
         self.models_ = {p: fed.algorithm.party_results(fed.parties[p]) for p in parties}
         self.setup_ = dict(fed.setup)
-        self.history_ = history_columns(fed.coordinator.history)
+        driver = fed.coordinator
+        assert isinstance(driver, EpochDriver)
+        self.history_ = history_columns(driver.history)
         self.history_["epoch"] = [int(e) for e in self.history_["epoch"]]
         self.transport_ = fed.transport
         self.run_stats_ = self.message_log_ = fed.transport.log.summary()
