@@ -17,6 +17,7 @@ import numpy as np
 
 from fedviews._classifier import run_in_process
 from fedviews._estimator import store_params
+from fedviews._params import factory_fields
 from fedviews._registry import register_estimator
 from fedviews.data import PartyData
 from fedviews.deep._apfed_nets import APFedNets, NetSpec, check_setting
@@ -43,6 +44,7 @@ class ActiveOnly(StripEstimator):
 
     transport: Any
     active_: ActiveClient
+    _factories = factory_fields(APFedParams)
     encoder: Any
     head: Any
 

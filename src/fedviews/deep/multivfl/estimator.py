@@ -23,7 +23,7 @@ from fedviews._classifier import Classifier, run_in_process
 # counter), and fit must leave the global random states as it found them
 from fedviews._console import err_console
 from fedviews._estimator import is_int, store_params
-from fedviews._params import COUNT, check_value
+from fedviews._params import COUNT, check_value, factory_fields
 from fedviews._persist import Persistent
 from fedviews._registry import register_estimator
 from fedviews.data import PartyData, check_classes, check_ids, check_numeric, split_strips
@@ -392,6 +392,7 @@ class MultiVFL(Persistent, Classifier):
 
     #: saved as the members' models; loaded, they are built again by the spec
     _live = ("data_owners_", "label_owners_", "server_")
+    _factories = factory_fields(MultiVFLParams)
     transport_: Transport
 
     def _live_state(self) -> dict[str, Any]:

@@ -20,7 +20,7 @@ from scipy.special import softmax
 
 from fedviews._classifier import Classifier, run_in_process
 from fedviews._estimator import store_params
-from fedviews._params import COUNT, check_value
+from fedviews._params import COUNT, check_value, factory_fields
 from fedviews._persist import Persistent
 from fedviews._registry import register_estimator
 from fedviews.data import PartyData, check_classes, check_numeric
@@ -116,6 +116,8 @@ class SplitNN(Persistent, Classifier):
     >>> model = SplitNN(n_parties=2, epochs=3).fit(images, y)     # doctest: +SKIP
     >>> model.predict(new_images)                                  # doctest: +SKIP
     """
+
+    _factories = factory_fields(SplitNNParams)
 
     def __init__(
         self,
@@ -245,4 +247,5 @@ class SplitNN(Persistent, Classifier):
 
     def predict(self, X: Any) -> np.ndarray:
         """Labels: the argmax of :meth:`decision_function`."""
-        return np.asarray(self.classes_[np.argmax(self.decision_function(X), axis=1)])
+        logits = self.decision_function(X)
+        return np.asarray(self.classes_[np.argmax(logits, axis=1)])
