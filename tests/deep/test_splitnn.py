@@ -319,3 +319,25 @@ def test_the_estimator_refuses_bad_input_with_clear_errors():
         est.predict([nan, Xa])
     with pytest.raises(DataError, match="one label per sample"):
         est.score([Xp, Xa], y[:-1])
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_cuda_training_and_a_cpu_load(tmp_path):
+    """Fitted on the GPU (every party's bottom there), the model parts are host arrays: a copy
+    loaded with ``device="cpu"`` predicts the same classes (the logits up to float rounding),
+    and the pickled estimator predicts exactly as the fitted one."""
+    import pickle
+
+    from fedviews.deep import SplitNN
+
+    _, Xp, Xa, y = _data()
+    est = SplitNN(epochs=2, batch_size=16, hidden=8, device="cuda").fit([Xp, Xa], y)
+    assert est.setup_["n_classes"] == 3 and est.history_["epoch"] == [1, 2]
+    expected = est.decision_function([Xp, Xa])
+    folder = est.save(tmp_path / "m")
+    on_cpu = SplitNN.load(folder).set_params(device="cpu")
+    np.testing.assert_allclose(on_cpu.decision_function([Xp, Xa]), expected, rtol=1e-4, atol=1e-5)
+    np.testing.assert_array_equal(on_cpu.predict([Xp, Xa]), est.predict([Xp, Xa]))
+    twin = pickle.loads(pickle.dumps(est))
+    np.testing.assert_array_equal(twin.decision_function([Xp, Xa]), expected)
