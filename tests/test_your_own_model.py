@@ -103,7 +103,9 @@ def test_split_nn_with_a_user_mlp_on_a_table_and_how_to_save_it(tmp_path, my_mod
     est.set_params(bottom="my_models:table_bottom", top="my_models:table_top")
     loaded = SplitNN.load(est.save(tmp_path / "m"))
     np.testing.assert_array_equal(loaded.predict_proba(Xt), expected)
-    with pytest.raises(ConfigError, match=r"the callable .*<lambda>: .* define it at the top level"):
+    with pytest.raises(
+        ConfigError, match=r"the callable .*<lambda>: .* define it at the top level"
+    ):
         est.set_params(top=lambda shape, n: torch.nn.Linear(shape[0], n)).save(tmp_path / "x")
 
 

@@ -629,7 +629,9 @@ def _two_channel_encoder(input_shape: tuple[int, ...]) -> torch.nn.Module:
 
 
 def _two_channel_head(input_shape: tuple[int, ...], n_classes: int) -> torch.nn.Module:
-    return torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(math.prod(input_shape), n_classes))
+    return torch.nn.Sequential(
+        torch.nn.Flatten(), torch.nn.Linear(math.prod(input_shape), n_classes)
+    )
 
 
 def _two_channel_decoder(
@@ -660,5 +662,7 @@ def test_user_networks_take_images_the_paper_has_no_network_for() -> None:
         twin = pickle.loads(pickle.dumps(est))
         np.testing.assert_array_equal(twin.predict_proba(X), expected)
     for est in (APFed(variant="R", **nets, **kw), APFed(encoder=_two_channel_encoder, **kw)):
-        with pytest.raises(ConfigError, match="no APFed network for 2-channel images.*give your own networks"):
+        with pytest.raises(
+            ConfigError, match="no APFed network for 2-channel images.*give your own networks"
+        ):
             est.fit(X, y)

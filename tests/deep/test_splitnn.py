@@ -238,8 +238,9 @@ def test_the_estimator_equals_the_in_process_run_of_a_deployment_config():
     y_test = test[1][2]
     predicted = est.predict(np.concatenate([X for _, X, _ in test], axis=1))
     np.testing.assert_array_equal(predicted, fed.parties["party_1"].predict_test())
-    assert est.score(np.concatenate([X for _, X, _ in test], axis=1), y_test) == (
-        fed.coordinator.history[-1]["accuracy"]
+    assert (
+        est.score(np.concatenate([X for _, X, _ in test], axis=1), y_test)
+        == (fed.coordinator.history[-1]["accuracy"])
     )
     assert fed.coordinator.history[-1]["accuracy"] > 0.3  # ten classes: chance is 0.1
 
@@ -341,3 +342,16 @@ def test_cuda_training_and_a_cpu_load(tmp_path):
     np.testing.assert_array_equal(on_cpu.predict([Xp, Xa]), est.predict([Xp, Xa]))
     twin = pickle.loads(pickle.dumps(est))
     np.testing.assert_array_equal(twin.decision_function([Xp, Xa]), expected)
+
+
+def test_set_params_after_fit_waits_for_the_next_fit():
+    """``n_parties``, ``label_owner`` and ``pad`` set after ``fit``: ``predict`` keeps the
+    fitted parties and label owner (their model parts) until the next fit."""
+    from fedviews.deep import SplitNN
+
+    _, Xp, Xa, y = _data()
+    est = SplitNN(label_owner=1, epochs=1, batch_size=16, hidden=8, device="cpu")
+    expected = est.fit([Xp, Xa], y).decision_function([Xp, Xa])
+    est.set_params(n_parties=3, label_owner=2, pad=True)
+    np.testing.assert_array_equal(est.decision_function([Xp, Xa]), expected)
+    assert est.label_owner_ == "party_1" and est.parties_ == ("party_0", "party_1")

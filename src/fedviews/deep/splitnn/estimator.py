@@ -56,8 +56,11 @@ class SplitNN(Persistent, Classifier):
     SGD.
 
     The hyper-parameters shared with deployments are the fields of :class:`SplitNNParams`
-    with the same defaults, less ``evaluate`` (the estimator fits without a test split) and
-    ``pad`` (a parameter here too).
+    with the same defaults, less ``evaluate`` (the estimator fits without a test split).
+    ``set_params`` of ``n_parties``, ``label_owner`` or ``pad`` after ``fit`` waits for the
+    next fit; :meth:`predict` builds the parties' networks with the current factories (the
+    same networks: a callable may be replaced by its import path before :meth:`save`) on the
+    current ``device``, and loads the fitted parts into them.
 
     Parameters
     ----------
@@ -97,6 +100,10 @@ class SplitNN(Persistent, Classifier):
     classes_ : ndarray
     parties_ : tuple of str
         ``party_0`` ... the party names, in the order of the strips (or of ``X``).
+    label_owner_ : str
+        The name of the party that holds the labels.
+    pad_ : bool
+        ``pad`` of the fit: how :meth:`predict` cuts images.
     input_shapes_ : list of tuple
         Every party's per-sample feature shape; :meth:`predict` checks it.
     models_ : dict of str to dict of str to ndarray
@@ -139,9 +146,8 @@ class SplitNN(Persistent, Classifier):
     ) -> None:
         store_params(self, locals())
 
-    def _run_spec(self) -> RunSpec:
-        """The run: :class:`SplitNNParams` from this estimator's parameters (checked where the
-        run is built), ``party_0`` ... with ``label_owner``'s labels."""
+    def _roster(self) -> tuple[tuple[str, ...], str]:
+        """``party_0`` ... and the label owner's name, from ``n_parties`` and ``label_owner``."""
         check_value("n_parties", self.n_parties, COUNT)
         if self.n_parties < 2:
             raise ConfigError(f"n_parties must be at least 2, got {self.n_parties}")
@@ -150,25 +156,31 @@ class SplitNN(Persistent, Classifier):
             raise ConfigError(f"label_owner must be a party index, got {lo!r}")
         if not 0 <= lo < self.n_parties:
             raise ConfigError(f"label_owner={lo} is not a party: 0 <= label_owner < n_parties")
-        params = estimator_params(SplitNNParams, self, evaluate=False)
         parties = tuple(f"party_{k}" for k in range(self.n_parties))
-        return RunSpec(
-            SPLITNN_SPEC.name, params, Roster(parties, label_owner=parties[lo]), self.random_state
-        )
+        return parties, parties[lo]
 
-    def _views(self, X: Any) -> list[np.ndarray]:
-        """Every party's features: images ``(n, H, W)`` or ``(n, C, H, W)`` cut into strips as
-        the demo data cuts them, or a list of one array per party; finite."""
+    def _run_spec(self, parties: tuple[str, ...], label_owner: str) -> RunSpec:
+        """The run of ``parties``: :class:`SplitNNParams` from this estimator's parameters
+        (checked where the run is built)."""
+        params = estimator_params(SplitNNParams, self, evaluate=False)
+        roster = Roster(parties, label_owner=label_owner)
+        return RunSpec(SPLITNN_SPEC.name, params, roster, self.random_state)
+
+    @staticmethod
+    def _views(X: Any, n_parties: int, pad: bool) -> list[np.ndarray]:
+        """Every party's features: images ``(n, H, W)`` or ``(n, C, H, W)`` cut into
+        ``n_parties`` strips as the demo data cuts them, or a list of one array per party;
+        finite."""
         if isinstance(X, (list, tuple)):
-            views = party_features(X, self.n_parties, "X", "n_parties")
+            views = party_features(X, n_parties, "X", "n_parties")
         else:
             images = check_numeric(X, "X")
             if images.ndim not in (3, 4) or 0 in images.shape:
                 raise DataError(
-                    f"X must be images (n, H, W) or (n, C, H, W), or a list of {self.n_parties} "
+                    f"X must be images (n, H, W) or (n, C, H, W), or a list of {n_parties} "
                     f"parties' features (strips or table columns), got shape {images.shape}"
                 )
-            views = cut_images(images, self.n_parties, bool(self.pad))
+            views = cut_images(images, n_parties, bool(pad))
         for k, v in enumerate(views):
             if v.dtype.kind == "f" and not np.isfinite(v).all():
                 raise DataError(f"X: party {k}'s features contain NaN or infinite values")
@@ -185,13 +197,13 @@ class SplitNN(Persistent, Classifier):
         y : array-like (n,)
             Labels, held by the label owner only.
         """
-        run = self._run_spec()
-        views = self._views(X)
+        parties, active = self._roster()
+        run = self._run_spec(parties, active)
+        views = self._views(X, len(parties), self.pad)
         n = len(views[0])
         self.classes_, y_enc = np.unique(check_classes(y, n), return_inverse=True)
         if len(self.classes_) < 2:
             raise DataError("y must contain at least two classes")
-        parties, active = run.federation.parties, run.federation.label_owner
         ids = np.arange(n)
         datas = {
             p: PartyData(ids, views[k], y_enc if p == active else None)
@@ -199,7 +211,7 @@ class SplitNN(Persistent, Classifier):
         }
         fed = build_in_process(run, datas, transport=self.transport)
         run_in_process(fed, type(self).__name__, self.epochs, self.verbose)
-        self.parties_ = parties
+        self.parties_, self.label_owner_, self.pad_ = parties, active, bool(self.pad)
         self.input_shapes_ = [tuple(int(s) for s in v.shape[1:]) for v in views]
         self.models_ = {p: fed.algorithm.party_results(fed.parties[p]) for p in parties}
         self.setup_ = dict(fed.setup)
@@ -216,16 +228,16 @@ class SplitNN(Persistent, Classifier):
         party's bottom on its own features, the passive parties' outputs sent to the label
         owner, its top (or sum) on them; as ``fedviews predict`` of a deployment."""
         check_fitted(self, "models_", "setup_")
-        views = self._views(X)
+        views = self._views(X, len(self.parties_), self.pad_)
         shapes = [tuple(int(s) for s in v.shape[1:]) for v in views]
         if shapes != self.input_shapes_:
             raise DataError(
                 f"X gives the parties features of shapes {shapes}, the model was fit on "
                 f"{self.input_shapes_}"
             )
-        run = self._run_spec()
+        run = self._run_spec(self.parties_, self.label_owner_)
         rows = np.arange(len(views[0]))
-        group = AlignGroup("predict", run.federation.parties)
+        group = AlignGroup("predict", self.parties_)
         members = {
             p: SPLITNN_SPEC.build_predictor(
                 run,
@@ -234,10 +246,10 @@ class SplitNN(Persistent, Classifier):
                 Local(PartyData(rows, views[k]), {"predict": rows}, {"predict": group}),
                 self.setup_,
             )
-            for k, p in enumerate(run.federation.parties)
+            for k, p in enumerate(self.parties_)
         }
         federate(list(members.values()), SPLITNN_SPEC.predict_policy(run, self.setup_))
-        active = members[run.federation.label_owner]
+        active = members[self.label_owner_]
         assert isinstance(active, SplitNNActive)
         return active.test_logits().astype(np.float64)
 
