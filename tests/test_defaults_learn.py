@@ -151,22 +151,12 @@ def test_strip_baselines_learn_at_their_defaults(name: str) -> None:
 
 
 def test_split_nn_learns_at_its_defaults() -> None:
-    """The split NN baseline has no estimator: its spec, run in process from its defaults."""
     pytest.importorskip("torch")
-    from fedviews.data import PartyData
-    from fedviews.deep.splitnn.spec import SplitNNParams
-    from fedviews.federation import Roster, RunSpec, build_in_process
+    from fedviews.deep import SplitNN
 
     X, y, Xt, yt = _mnist()
-    ids, t_ids = np.arange(len(y)), np.arange(len(yt))
-    datas = {
-        "passive": PartyData(ids, X[:, :14], ids_test=t_ids, X_test=Xt[:, :14]),
-        "active": PartyData(ids, X[:, 14:], y, ids_test=t_ids, X_test=Xt[:, 14:], y_test=yt),
-    }
-    run = RunSpec("splitnn", SplitNNParams(epochs=2), Roster(tuple(datas), label_owner="active"))
-    fed = build_in_process(run, datas)
-    fed()
-    assert fed.coordinator.history[-1]["accuracy"] >= TEN_CLASSES
+    est = SplitNN(epochs=2).fit(X, y)
+    assert est.score(Xt, yt) >= TEN_CLASSES
 
 
 def test_sfedmv_learns_at_its_defaults() -> None:

@@ -193,6 +193,7 @@ def test_api_reference_links_docstring_cross_references(site: Path) -> None:
     # ':func:`~fedviews.data.align`' in fedviews.data's docstrings links to its entry
     assert 'href="#fedviews.data.align"><code>align</code></a>' in pages["data.html"]
     assert "MultiVFL" in pages["deep.html"] and "MMVFL" in pages["linear.html"]
+    assert "fedviews.deep.SplitNN" in pages["deep.html"]
 
 
 def test_architecture_names_every_shared_module() -> None:

@@ -267,6 +267,15 @@ CASES = [
         deep=True,
     ),
     Case(
+        "fedviews.deep.SplitNN",
+        {"n_parties": 2, "label_owner": 1, "epochs": 2, "hidden": 16, **_TORCH},
+        _fashion_mnist,
+        _images_fit,
+        {**_IMAGES, "decision_function": lambda d: (d["X_test"],)},
+        rounds=2,
+        deep=True,
+    ),
+    Case(
         "fedviews.deep.SFedMV",
         {
             "hidden_size": 8,

@@ -65,6 +65,11 @@ ESTIMATOR_PARAMS: dict[str, tuple[str, set[str], set[str]]] = {
             "passive_encoder",
         },
     ),
+    "splitnn": (
+        "splitnn",
+        {"n_parties", "label_owner", "random_state", "transport", "verbose"},
+        {"evaluate"},
+    ),
     "sfedmv": (
         "sfedmv",
         {"extractors", "fusion", "defense", "random_state", "transport", "verbose"},

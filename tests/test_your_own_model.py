@@ -21,7 +21,7 @@ torch = pytest.importorskip("torch")
 
 from _examples import EXAMPLES, example_env, example_module, fedviews  # noqa: E402
 from fedviews.data import load, load_sequences  # noqa: E402
-from fedviews.deep import APFed, SFedMV, SingleVL, load_active_model  # noqa: E402
+from fedviews.deep import APFed, SFedMV, SingleVL, SplitNN, load_active_model  # noqa: E402
 from fedviews.deep.multivfl import MultiVFL  # noqa: E402
 from fedviews.errors import ConfigError  # noqa: E402
 from fedviews.experiments import load_config  # noqa: E402
@@ -79,6 +79,34 @@ def test_a_table_with_a_user_mlp_as_an_estimator(my_models):
     default = MultiVFL(channels=8, hidden=16, **kw).fit(Xs, y, eval_set=(Xt, yt))
     assert default.server_.params["1.weight"].shape == (16, 24)
     assert default.score(Xt, yt) > 0.3  # chance: 0.1
+
+
+def test_split_nn_with_a_user_mlp_on_a_table_and_how_to_save_it(tmp_path, my_models):
+    """The split NN on Handwritten's views, the user's bottom (16 features per party) and top:
+    it learns. ``save`` refuses the callables and says how to save (their import paths, or
+    pickle); done so, the saved model loads and predicts as the fitted one."""
+    Xs, y, Xt, yt = _handwritten()
+    kw: dict[str, Any] = {"n_parties": 3, "epochs": 5, "batch_size": 32, "device": "cpu"}
+    est = SplitNN(bottom=my_models.table_bottom, top=my_models.table_top, **kw).fit(Xs, y)
+    assert est.score(Xt, yt) > 0.5  # ten classes: chance is 0.1
+    assert est.models_["party_0"]["top/1.weight"].shape == (10, 48)  # 3 parties x 16
+    assert est.models_["party_2"]["net/1.weight"].shape == (32, 240)  # pix: 240 columns
+    hint = (
+        r"cannot save parameter bottom, the callable my_models\.table_bottom: save writes no "
+        r"code\. To save, give it by its import path: set_params\(bottom='my_models:table_bottom'"
+        r"\) .* or pickle the estimator"
+    )
+    with pytest.raises(ConfigError, match=hint):
+        est.save(tmp_path / "m")
+    assert not (tmp_path / "m").exists()
+    expected = est.predict_proba(Xt)
+    est.set_params(bottom="my_models:table_bottom", top="my_models:table_top")
+    loaded = SplitNN.load(est.save(tmp_path / "m"))
+    np.testing.assert_array_equal(loaded.predict_proba(Xt), expected)
+    with pytest.raises(
+        ConfigError, match=r"the callable .*<lambda>: .* define it at the top level"
+    ):
+        est.set_params(top=lambda shape, n: torch.nn.Linear(shape[0], n)).save(tmp_path / "x")
 
 
 def test_image_strips_with_a_user_cnn_as_an_estimator(my_models):

@@ -209,3 +209,8 @@ FACTORY = spec(
     pattern=r"([A-Za-z_][\w.]*:[A-Za-z_][\w.]*)?",
     text="'' (the default network), an import path 'package.module:function' or a callable",
 )
+
+
+def factory_fields(cls: type) -> tuple[str, ...]:
+    """The fields of a ``Params`` dataclass that take a network factory (:data:`FACTORY`)."""
+    return tuple(name for name, c in constraints(cls).items() if c == FACTORY[KEY])

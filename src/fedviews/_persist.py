@@ -227,6 +227,25 @@ class _Decoder:
         raise DataError(f"{self.path}: model.json holds an unknown value tagged {tag!r}")
 
 
+def _factory_hint(name: str, factory: Callable[..., Any]) -> str:
+    """Why a network factory given as a callable is not saved, and how to save the estimator."""
+    module = getattr(factory, "__module__", None)
+    qualname = getattr(factory, "__qualname__", "")
+    shown = f"{module}.{qualname}" if module and qualname else repr(factory)
+    if module and module != "__main__" and qualname and "<" not in qualname:
+        path = f"give it by its import path: set_params({name}={module + ':' + qualname!r})"
+    else:  # a lambda, a local function or one of a script: no path another process imports
+        path = (
+            "define it at the top level of an importable module and give its import path "
+            f"'package.module:function' as {name}"
+        )
+    return (
+        f"cannot save parameter {name}, the callable {shown}: save writes no code. To save, "
+        f"{path} (the same networks: fit and predict take the path as well), then save; or "
+        "pickle the estimator (pickle and joblib keep the callable)"
+    )
+
+
 # --------------------------------------------------------------------------- the mixin
 
 
@@ -243,6 +262,8 @@ class Persistent:
     _live: ClassVar[tuple[str, ...]] = ()
     #: every estimator class by name: the only classes a saved file can name
     _kinds: ClassVar[dict[str, type[Persistent]]] = {}
+    #: parameters that take a network factory: a callable, or its import path (saved as text)
+    _factories: ClassVar[tuple[str, ...]] = ()
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
@@ -327,6 +348,9 @@ class Persistent:
     def _state(self, enc: _Encoder) -> dict[str, Any]:
         """Parameters, fitted attributes and live state, encoded (``enc`` keeps the arrays)."""
         params = self.get_params(deep=False)  # type: ignore[attr-defined]
+        for name in self._factories:
+            if callable(params.get(name)):
+                raise ConfigError(_factory_hint(name, params[name]))
         fitted = {k: v for k, v in vars(self).items() if k.endswith("_") and k not in self._live}
         return {
             "params": {k: enc(v, f"parameter {k}") for k, v in params.items()},

@@ -94,6 +94,7 @@ ESTIMATORS: Registry[object] = Registry(
         "fedviews.deep.apfed.estimator",
         "fedviews.deep.apfed.baselines",
         "fedviews.deep.sfedmv.estimator",
+        "fedviews.deep.splitnn.estimator",
     ),
 )
 

@@ -328,7 +328,7 @@ def test_errors(fmnist) -> None:
         MultiVFL(n_label_owners=1).fit(
             [images[:, 0:7], images[:10, 7:14], images[:, 14:21], images[:, 21:]], y
         )
-    with pytest.raises(DataError, match="has 2 strips"):
+    with pytest.raises(DataError, match="X has 2 arrays but n_data_owners=4"):
         MultiVFL(n_label_owners=1).fit([images[:, :14], images[:, 14:]], y)
     # 28 rows in 3 strips were 10, 9 and 9 rows, silently: Multi-VFL's strips are equal
     with pytest.raises(DataError, match="28-row images cannot be cut into 3 equal strips"):

@@ -379,3 +379,15 @@ def test_progress_numbers_both_stages_out_of_their_planned_rounds(
         *(f"round {r}" for r in range(1, views * R + 1)),
         *(f"fusion round {r}/{F}" for r in range(1, F + 1)),
     ]
+
+
+def test_torch_threads_is_checked_by_its_field() -> None:
+    """``torch_threads`` (deployment only) is an integer >= 0, as its field declares (the
+    check that once followed ``fusion()``'s return never ran)."""
+    from fedviews.deep.sfedmv.spec import SFedMVParams
+
+    for bad in (-1, True, 1.5):
+        with pytest.raises(ConfigError, match="torch_threads must be an integer >= 0"):
+            SFedMVParams(torch_threads=bad).validate()
+    SFedMVParams(torch_threads=0).validate()
+    assert SFedMVParams(fusion_rounds=7).fusion().n_rounds == 7

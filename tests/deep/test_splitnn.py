@@ -197,3 +197,161 @@ def test_a_bottom_that_does_not_fit_the_sum_is_a_config_error():
     with pytest.raises(ConfigError, match="bottom = 'no_such_module:f': cannot import"):
         params = SplitNNParams(bottom="no_such_module:f")
         build_in_process(RunSpec("splitnn", params, Roster(("p", "a"), label_owner="a")), datas)
+
+
+# --------------------------------------------------------------------------- the estimator
+
+
+def test_the_estimator_equals_the_in_process_run_of_a_deployment_config():
+    """``SplitNN.fit`` of the images the demo data deals is the run of the deployment config
+    (same seed, parties, label owner): the same loss every epoch, the same model parts, and
+    ``predict`` the label owner's own prediction of the test rows (its reported accuracy)."""
+    from fedviews.deep import SplitNN
+    from fedviews.deep.splitnn.spec import SPLITNN_SPEC
+    from fedviews.deploy import load_deploy_config
+
+    cfg = load_deploy_config(
+        {
+            "algorithm": "splitnn",
+            "seed": 5,
+            "federation": {"parties": ["party_0", "party_1"], "label_owner": "party_1"},
+            "data": {"dataset": "mnist", "n_per_class": 20, "n_test": 100},
+            "params": {"device": "cpu", "epochs": 2, "batch_size": 32, "hidden": 32},
+        }
+    )
+    fed = build_in_process(cfg, SPLITNN_SPEC.demo_data(cfg))
+    fed()
+    parties = ("party_0", "party_1")
+    train = [fed.locals[p].take("train") for p in parties]
+    test = [fed.locals[p].take("test") for p in parties]
+    images = np.concatenate([X for _, X, _ in train], axis=1)  # the two strips, top to bottom
+    y = train[1][2]
+    est = SplitNN(label_owner=1, epochs=2, batch_size=32, hidden=32, device="cpu", random_state=5)
+    est.fit(images, y)
+    assert est.history_["loss"] == [r["loss"] for r in fed.coordinator.history]
+    assert est.history_["epoch"] == [1, 2]
+    for p in parties:
+        got, expected = est.models_[p], fed.algorithm.party_results(fed.parties[p])
+        assert got.keys() == expected.keys()
+        for k, v in expected.items():
+            np.testing.assert_array_equal(got[k], v)
+    y_test = test[1][2]
+    predicted = est.predict(np.concatenate([X for _, X, _ in test], axis=1))
+    np.testing.assert_array_equal(predicted, fed.parties["party_1"].predict_test())
+    assert (
+        est.score(np.concatenate([X for _, X, _ in test], axis=1), y_test)
+        == (fed.coordinator.history[-1]["accuracy"])
+    )
+    assert fed.coordinator.history[-1]["accuracy"] > 0.3  # ten classes: chance is 0.1
+
+
+def test_only_logits_and_their_gradients_cross_in_the_estimators_run():
+    from fedviews.deep import SplitNN
+
+    _, Xp, Xa, y = _data()
+    est = SplitNN(n_parties=3, label_owner=2, epochs=1, batch_size=16, hidden=8, device="cpu")
+    est.fit([Xp, Xa, Xa[:, ::-1]], y)
+    log = est.transport_.log
+    assert log.crossings() == {
+        **{f"party_{k} -> party_2": ["logits"] for k in (0, 1)},
+        **{f"party_2 -> party_{k}": ["grad_logits"] for k in (0, 1)},
+    }
+    assert log.arrays_sent("coordinator") == set() and log.arrays_sent(None, "coordinator") == set()
+    assert est.run_stats_ == log.summary()
+    assert all(k.startswith("net/") for k in est.models_["party_2"])  # no top: logits summed
+
+
+def test_the_estimator_with_user_networks_on_table_columns_equals_the_spec_run():
+    """Table columns, the user's bottoms and top, as a list of the parties' arrays: the
+    spec's run of the same data and seed (the model of the one-model test above)."""
+    from fedviews.deep import SplitNN
+
+    rng = np.random.default_rng(1)
+    n, ids = 40, np.arange(40)
+    y = rng.integers(0, 3, size=n)
+    Xp, Xa = rng.normal(size=(n, 4)), rng.normal(size=(n, 7))
+    kw = {"epochs": 2, "batch_size": 16, "lr": 0.1, "device": "cpu"}
+    est = SplitNN(label_owner=1, bottom=_user_bottom, top=_user_top, random_state=3, **kw)
+    est.fit([Xp, Xa], y)
+    params = SplitNNParams(evaluate=False, bottom=_user_bottom, top=_user_top, **kw)
+    run = RunSpec("splitnn", params, Roster(("party_0", "party_1"), label_owner="party_1"), seed=3)
+    datas = {"party_0": PartyData(ids, Xp), "party_1": PartyData(ids, Xa, y)}
+    fed = build_in_process(run, datas)
+    fed()
+    for p in ("party_0", "party_1"):
+        for k, v in fed.algorithm.party_results(fed.parties[p]).items():
+            np.testing.assert_array_equal(est.models_[p][k], v)
+    assert est.input_shapes_ == [(4,), (7,)] and "top/weight" in est.models_["party_1"]
+    proba = est.predict_proba([Xp, Xa])
+    np.testing.assert_allclose(proba.sum(1), 1.0, rtol=1e-6)
+    np.testing.assert_array_equal(est.classes_[proba.argmax(1)], est.predict([Xp, Xa]))
+
+
+def test_the_estimator_refuses_bad_input_with_clear_errors():
+    from fedviews.deep import SplitNN
+    from fedviews.errors import NotFittedError
+
+    _, Xp, Xa, y = _data()
+    est = SplitNN(epochs=1, batch_size=16, hidden=8, device="cpu")
+    with pytest.raises(NotFittedError, match="SplitNN is not fitted yet"):
+        est.predict([Xp, Xa])
+    nan = Xa.astype(np.float32)
+    nan[3, 1, 2] = np.nan
+    with pytest.raises(DataError, match="party 1's features contain NaN"):
+        est.fit([Xp, nan], y)
+    with pytest.raises(DataError, match=r"mismatched shapes \[\(40, 4, 6\), \(39, 4, 6\)\]"):
+        est.fit([Xp, Xa[:-1]], y)
+    with pytest.raises(DataError, match="y has 39 labels but the views have 40 samples"):
+        est.fit([Xp, Xa], y[:-1])
+    with pytest.raises(DataError, match="X has 3 arrays but n_parties=2"):
+        est.fit([Xp, Xa, Xa], y)
+    with pytest.raises(DataError, match=r"X must be images \(n, H, W\) or \(n, C, H, W\)"):
+        est.fit(Xp.reshape(40, -1), y)
+    with pytest.raises(DataError, match="height 5 cannot be cut into 2 equal strips; pass pad"):
+        est.fit(np.ones((40, 5, 6)), y)
+    with pytest.raises(ConfigError, match="label_owner=2 is not a party"):
+        SplitNN(label_owner=2).fit([Xp, Xa], y)
+    with pytest.raises(ConfigError, match="n_parties must be at least 2"):
+        SplitNN(n_parties=1).fit(Xp, y)
+    est.fit([Xp, Xa], y)
+    with pytest.raises(DataError, match=r"features of shapes \[\(4, 6\), \(4, 5\)\], the model "):
+        est.predict([Xp, Xa[:, :, :5]])
+    with pytest.raises(DataError, match="party 0's features contain NaN"):
+        est.predict([nan, Xa])
+    with pytest.raises(DataError, match="one label per sample"):
+        est.score([Xp, Xa], y[:-1])
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_cuda_training_and_a_cpu_load(tmp_path):
+    """Fitted on the GPU (every party's bottom there), the model parts are host arrays: a copy
+    loaded with ``device="cpu"`` predicts the same classes (the logits up to float rounding),
+    and the pickled estimator predicts exactly as the fitted one."""
+    import pickle
+
+    from fedviews.deep import SplitNN
+
+    _, Xp, Xa, y = _data()
+    est = SplitNN(epochs=2, batch_size=16, hidden=8, device="cuda").fit([Xp, Xa], y)
+    assert est.setup_["n_classes"] == 3 and est.history_["epoch"] == [1, 2]
+    expected = est.decision_function([Xp, Xa])
+    folder = est.save(tmp_path / "m")
+    on_cpu = SplitNN.load(folder).set_params(device="cpu")
+    np.testing.assert_allclose(on_cpu.decision_function([Xp, Xa]), expected, rtol=1e-4, atol=1e-5)
+    np.testing.assert_array_equal(on_cpu.predict([Xp, Xa]), est.predict([Xp, Xa]))
+    twin = pickle.loads(pickle.dumps(est))
+    np.testing.assert_array_equal(twin.decision_function([Xp, Xa]), expected)
+
+
+def test_set_params_after_fit_waits_for_the_next_fit():
+    """``n_parties``, ``label_owner`` and ``pad`` set after ``fit``: ``predict`` keeps the
+    fitted parties and label owner (their model parts) until the next fit."""
+    from fedviews.deep import SplitNN
+
+    _, Xp, Xa, y = _data()
+    est = SplitNN(label_owner=1, epochs=1, batch_size=16, hidden=8, device="cpu")
+    expected = est.fit([Xp, Xa], y).decision_function([Xp, Xa])
+    est.set_params(n_parties=3, label_owner=2, pad=True)
+    np.testing.assert_array_equal(est.decision_function([Xp, Xa]), expected)
+    assert est.label_owner_ == "party_1" and est.parties_ == ("party_0", "party_1")

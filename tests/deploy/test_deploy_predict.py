@@ -384,10 +384,12 @@ evaluate = true
 """
 
 
-def test_splitnn_predict_equals_the_in_process_run(tmp_path: Path) -> None:
+def test_splitnn_predict_equals_the_in_process_run_and_the_estimator(tmp_path: Path) -> None:
     """The label owner predicts the common new rows with every party's bottom (only their
-    ``logits`` cross): what the in-process run of the same config predicts for them."""
+    ``logits`` cross): what the in-process run of the same config predicts for them, and
+    what :class:`SplitNN` fitted on the same aligned rows predicts."""
     pytest.importorskip("torch")
+    from fedviews.deep import SplitNN
     from fedviews.federation import build_in_process
 
     cfg = _cfg(SPLITNN)
@@ -409,3 +411,23 @@ def test_splitnn_predict_equals_the_in_process_run(tmp_path: Path) -> None:
     assert res["predicted_rows"] == {"predict": len(all_ids) - 3}
     crossed = transport.log.summary()["crossings"]
     assert set(crossed["top -> bottom"]) == {"logits"}
+    # the estimator, fitted on the rows both parties hold (in ID order, as aligned)
+    ids = np.intersect1d(datas["top"].ids, datas["bottom"].ids)
+
+    def rows(d: PartyData, want: np.ndarray, test: bool = False) -> np.ndarray:
+        have = d.ids_test if test else d.ids
+        X = d.X_test if test else d.X
+        assert have is not None and X is not None
+        return X[np.argsort(have)][np.searchsorted(np.sort(have), want)]
+
+    y = datas["bottom"].y
+    assert y is not None
+    y = y[np.argsort(datas["bottom"].ids)][np.searchsorted(np.sort(datas["bottom"].ids), ids)]
+    p = cfg.params
+    est = SplitNN(
+        label_owner=1, epochs=p.epochs, batch_size=p.batch_size, hidden=p.hidden,
+        device="cpu", random_state=cfg.seed,
+    ).fit([rows(datas[q], ids) for q in ("top", "bottom")], y)  # fmt: skip
+    assert est.history_["loss"] == [r["loss"] for r in fed.coordinator.history]
+    new_rows = [rows(datas[q], got["ids"], test=True) for q in ("top", "bottom")]
+    np.testing.assert_array_equal(est.predict(new_rows), got["labels"])

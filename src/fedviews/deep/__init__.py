@@ -1,4 +1,4 @@
-"""Deep (PyTorch) vertical FL algorithms: Multi-VFL, APFed, S-FedMV (and the split NN).
+"""Deep (PyTorch) vertical FL algorithms: Multi-VFL, APFed, S-FedMV and the split NN.
 
 One package per algorithm (``multivfl``, ``apfed``, ``sfedmv``, ``splitnn``: ``spec``,
 ``parties``, ``estimator``, ...); shared code in modules of their own (``_common``,
@@ -29,6 +29,8 @@ if TYPE_CHECKING:
     from fedviews.deep.sfedmv.estimator import SFedMV
     from fedviews.deep.sfedmv.nets import sequence_logits
     from fedviews.deep.sfedmv.spec import SFedMVParams, deal_subjects, evenly_spaced, holdout_mask
+    from fedviews.deep.splitnn.estimator import SplitNN
+    from fedviews.deep.splitnn.spec import SplitNNParams
 
 _WHERE = exports(
     {
@@ -45,13 +47,16 @@ _WHERE = exports(
         "sfedmv.estimator": "SFedMV",
         "sfedmv.nets": "sequence_logits",
         "sfedmv.spec": "SFedMVParams deal_subjects evenly_spaced holdout_mask",
+        "splitnn.estimator": "SplitNN",
+        "splitnn.spec": "SplitNNParams",
     }
 )
 _load = lazy_names(__name__, _WHERE)
 
 #: names that load without torch (hyper-parameters read by deployment configs, data splits)
 _NO_TORCH = frozenset(
-    {"MultiVFLParams", "APFedParams", "SFedMVParams", "make_server_optimizer", "parse_setting"}
+    {"MultiVFLParams", "APFedParams", "SFedMVParams", "SplitNNParams"}
+    | {"make_server_optimizer", "parse_setting"}
     | {"deal_subjects", "evenly_spaced", "holdout_mask", "partition_label_owners"}
 )
 
@@ -63,6 +68,8 @@ __all__ = [
     "SFedMV",
     "SFedMVParams",
     "SingleVL",
+    "SplitNN",
+    "SplitNNParams",
     "TVFL",
     "deal_subjects",
     "evenly_spaced",

@@ -168,7 +168,8 @@ def get_arch(arch: str, in_channels: int) -> NetSpec:
             if spec.in_channels == in_channels:
                 return spec
         raise ConfigError(
-            f"no APFed network for {in_channels}-channel images; pass 1- or 3-channel images"
+            f"no APFed network for {in_channels}-channel images; pass 1- or 3-channel images, "
+            "or give your own networks (encoder, head, and APFed-R's decoder)"
         )
     if arch not in ARCHS:
         raise ConfigError(
@@ -308,6 +309,14 @@ class APFedNets:
     def paper_arch(self) -> NetSpec | None:
         """:attr:`spec` where the active model uses a network of the paper, else None."""
         return None if self.encoder and self.head else self.spec
+
+    def arch_needed(self, variant: str | None) -> NetSpec | None:
+        """:attr:`spec` where a run uses a network of the paper: ``f_A``, ``g_T`` and the
+        passive parties' network of ``variant`` (``"R"``: the decoder, ``"C"``: the passive
+        encoder, ``encoder``'s factory by default; ``None``: no passive party). ``None`` where
+        every one is the user's, whatever the images' channels."""
+        passive = {"R": self.decoder, "C": self.passive_encoder or self.encoder, None: True}
+        return None if self.encoder and self.head and passive.get(variant) else self.spec
 
     def _encoder(self, factory: Any, field: str) -> Any:
         return resolve_factory(factory, field) or partial(paper_encoder, self.spec)

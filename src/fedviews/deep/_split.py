@@ -242,7 +242,7 @@ class StripEstimator(Persistent, Classifier):
     verbose: bool
     active_: Any
     passives_: list[Any]
-    spec_: NetSpec
+    spec_: NetSpec | None
     history_: list[float]
 
     #: saved as the active client's networks (prediction is the active client's alone);
@@ -253,12 +253,12 @@ class StripEstimator(Persistent, Classifier):
 
     def _live_state(self) -> dict[str, Any]:
         return {
-            "spec": dataclasses.asdict(self.spec_),
+            "spec": None if self.spec_ is None else dataclasses.asdict(self.spec_),
             "nets": {k: getattr(self.active_, k).state_dict() for k in self._active_nets},
         }
 
     def _restore_live(self, state: dict[str, Any]) -> None:
-        self.spec_ = NetSpec(**state["spec"])
+        self.spec_ = None if state["spec"] is None else NetSpec(**state["spec"])
         self.device_ = resolve_device(self.device)
         view = np.zeros((0, self.image_shape_[0], *self.strip_hw_), np.float32)
         self.active_ = self._trained_active(view, state)
@@ -292,9 +292,14 @@ class StripEstimator(Persistent, Classifier):
         self.setting_ = (int(self.m), int(self.i), bool(self.pad))
         self.image_shape_ = tuple(int(s) for s in X.shape[1:])
         self.strip_hw_ = (int(views[0].shape[2]), int(views[0].shape[3]))
-        self.spec_ = get_arch(self.arch, X.shape[1])
+        self.spec_ = self._paper_arch(int(X.shape[1]))
         self.device_ = resolve_device(self.device)
         return views, yy
+
+    def _paper_arch(self, channels: int) -> NetSpec | None:
+        """The paper's networks (``arch``) for images of ``channels`` channels: a
+        :class:`ConfigError` where it has none; ``None`` where the fit uses none of them."""
+        return get_arch(self.arch, channels)
 
     def _active_strip(self, images: Any) -> np.ndarray:
         """The active strip of full images (strips of other clients are discarded), cut as in

@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from fedviews._params import COUNT, POSITIVE, check_value, spec
-from fedviews.data import PartyData
+from fedviews.data import PartyData, check_numeric
 from fedviews.deep._common import history_columns, history_records, history_summary, progress_tail
 from fedviews.errors import DataError, ProtocolError
 from fedviews.federation import Algorithm, Coordinator, RunSpec, spawn_streams
@@ -92,6 +92,30 @@ def cut_images(X: np.ndarray, m: int, pad: bool) -> list[np.ndarray]:
     arr = np.asarray(X)
     strips = cut_strips(arr[:, None] if arr.ndim == 3 else arr, m, pad=pad)
     return [s[:, 0] if arr.ndim == 3 else s for s in strips]
+
+
+def party_features(X: Sequence[Any], n: int, name: str, count: str) -> list[np.ndarray]:
+    """A list of ``n`` parties' features (strips ``(n, rows, W)``, table columns ``(n, k)``,
+    any non-empty ``(n_samples, ...)``), validated: numeric, one array per party, the same
+    samples in each (a :class:`DataError` naming ``name`` and the parameter ``count`` else)."""
+    if len(X) != n:
+        raise DataError(
+            f"{name} has {len(X)} arrays but {count}={n}; pass one array of features per party"
+        )
+    arrays = [check_numeric(a, f"{name}[{k}]") for k, a in enumerate(X)]
+    for k, a in enumerate(arrays):
+        if a.ndim < 2 or 0 in a.shape:
+            raise DataError(
+                f"{name}[{k}] must be a non-empty (n_samples, ...) array: a strip (n, rows, "
+                f"width) or table columns (n, k), got shape {a.shape}"
+            )
+    shapes = [a.shape for a in arrays]
+    if len({s[0] for s in shapes}) != 1:
+        raise DataError(
+            f"mismatched shapes {shapes}: every party needs the same samples, in the same "
+            "order; align the parties by sample ID first"
+        )
+    return arrays
 
 
 def passives_of(run: RunSpec) -> list[str]:

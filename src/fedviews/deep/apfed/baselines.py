@@ -235,15 +235,17 @@ class TVFL(StripEstimator):
             party_seeds(None, 1)[0] if self.random_state is None else int(self.random_state)
         )
         common = sgd_settings(self, self.device_)
+        spec = self.spec_
+        assert spec is not None  # TVFL runs the paper's networks (_prepare's get_arch)
         passives = [
-            TVFLPassiveClient(f"passive{k + 1}", views[k], self.spec_, seed=seeds[n + 1], **common)
+            TVFLPassiveClient(f"passive{k + 1}", views[k], spec, seed=seeds[n + 1], **common)
             for n, k in enumerate(k for k in range(self.m) if k != self.i - 1)
         ]
         active = TVFLActiveClient(
             views[self.i - 1],
             y_idx,
             len(self.classes_),
-            self.spec_,
+            spec,
             passives=[p.name for p in passives],
             position=self.i - 1,
             seed=seeds[0],
@@ -264,6 +266,7 @@ class TVFL(StripEstimator):
         return {**super()._live_state(), **fill}
 
     def _trained_active(self, view: np.ndarray, state: dict[str, Any]) -> TVFLActiveClient:
+        assert self.spec_ is not None  # TVFL runs the paper's networks
         active = TVFLActiveClient(
             view,
             np.zeros(0, np.int64),

@@ -17,9 +17,10 @@ import numpy as np
 
 from fedviews._classifier import run_in_process
 from fedviews._estimator import store_params
+from fedviews._params import factory_fields
 from fedviews._registry import register_estimator
 from fedviews.data import PartyData
-from fedviews.deep._apfed_nets import APFedNets, check_setting
+from fedviews.deep._apfed_nets import APFedNets, NetSpec, check_setting
 from fedviews.deep._common import net_logits
 from fedviews.deep._split import StripEstimator
 from fedviews.deep.apfed.parties import ActiveClient, PassiveClient
@@ -43,6 +44,7 @@ class ActiveOnly(StripEstimator):
 
     transport: Any
     active_: ActiveClient
+    _factories = factory_fields(APFedParams)
     encoder: Any
     head: Any
 
@@ -69,6 +71,20 @@ class ActiveOnly(StripEstimator):
         run_in_process(fed, type(self).__name__, self.epochs, self.verbose)
         passive_clients = [p for p in fed.parties.values() if isinstance(p, PassiveClient)]
         self._keep_run(fed.parties[_ACTIVE], passive_clients, fed.transport)
+
+    def _paper_arch(self, channels: int) -> NetSpec | None:
+        """The paper's networks only where a network of this fit is left to them (a user's
+        encoder, head and passive network take images of any channels)."""
+        variant = getattr(self, "variant", None)  # SingleVL: no passive party
+        nets = APFedNets(
+            self.arch,
+            channels,
+            self.encoder,
+            self.head,
+            getattr(self, "passive_encoder", ""),
+            getattr(self, "decoder", ""),
+        )
+        return nets.arch_needed(variant)
 
     def _logits(self, strip: np.ndarray) -> np.ndarray:
         return net_logits(self.active_.net, strip, self.device_)

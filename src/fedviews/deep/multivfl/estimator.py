@@ -23,7 +23,7 @@ from fedviews._classifier import Classifier, run_in_process
 # counter), and fit must leave the global random states as it found them
 from fedviews._console import err_console
 from fedviews._estimator import is_int, store_params
-from fedviews._params import COUNT, check_value
+from fedviews._params import COUNT, check_value, factory_fields
 from fedviews._persist import Persistent
 from fedviews._registry import register_estimator
 from fedviews.data import PartyData, check_classes, check_ids, check_numeric, split_strips
@@ -31,6 +31,7 @@ from fedviews.deep._common import (
     history_columns,
     resolve_device,
 )
+from fedviews.deep._strips import party_features
 from fedviews.deep.multivfl.parties import DataOwner, LabelOwner, Server
 from fedviews.deep.multivfl.protocol import partition_label_owners
 from fedviews.deep.multivfl.spec import MULTIVFL_SPEC, MultiVFLParams, scaled_strip
@@ -66,23 +67,7 @@ def _as_strips(X: Any, n_data_owners: int, name: str) -> list[np.ndarray]:
         width = X.shape[2]
         strips = [s.reshape(len(X), -1, width) for s in split_strips(X, n_data_owners)]
     elif isinstance(X, (list, tuple)):
-        if len(X) != n_data_owners:
-            raise DataError(
-                f"{name} has {len(X)} strips but n_data_owners={n_data_owners}; pass one strip per data owner"
-            )
-        strips = [check_numeric(s, f"{name}[{d}]") for d, s in enumerate(X)]
-        for d, s in enumerate(strips):
-            if s.ndim < 2 or 0 in s.shape:
-                raise DataError(
-                    f"{name}[{d}] must be a non-empty (n_samples, ...) array: a strip (n, rows, "
-                    f"width) or table columns (n, k), got shape {s.shape}"
-                )
-        shapes = [s.shape for s in strips]
-        if len({s[0] for s in shapes}) != 1:
-            raise DataError(
-                f"mismatched shapes {shapes}: every data owner needs the same samples, in the "
-                "same order; align the data owners by sample ID first"
-            )
+        strips = party_features(X, n_data_owners, name, "n_data_owners")
     else:
         raise DataError(
             f"{name} must be an (n, H, W) image array or a list of {n_data_owners} data "
@@ -407,6 +392,7 @@ class MultiVFL(Persistent, Classifier):
 
     #: saved as the members' models; loaded, they are built again by the spec
     _live = ("data_owners_", "label_owners_", "server_")
+    _factories = factory_fields(MultiVFLParams)
     transport_: Transport
 
     def _live_state(self) -> dict[str, Any]:

@@ -38,7 +38,7 @@ import numpy as np
 
 from fedviews._classifier import Classifier, accuracy, round_progress, run_in_process
 from fedviews._estimator import store_params
-from fedviews._params import check_value, spec
+from fedviews._params import check_value, factory_fields, spec
 from fedviews._persist import Persistent
 from fedviews._registry import register_estimator
 from fedviews.data import PartyData, check_classes, check_sequences
@@ -227,6 +227,7 @@ class SFedMV(Persistent, Classifier):
 
     #: saved as the extractors' weights (a list per client with ``extractors="local"``)
     _live = ("extractors_", "device_")
+    _factories = factory_fields(SFedMVParams)
 
     def _live_state(self) -> dict[str, Any]:
         local = self.setting_[0] == "local"

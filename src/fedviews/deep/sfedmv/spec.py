@@ -130,8 +130,6 @@ class SFedMVParams(GRUConfig):
             inner_max_iter=self.inner_max_iter,
             evaluate=self.evaluate,
         )
-        if isinstance(self.torch_threads, bool) or self.torch_threads < 0:
-            raise ConfigError("params.torch_threads must be >= 0 (0 = torch's default)")
 
 
 def _view_of(m: Any) -> int:

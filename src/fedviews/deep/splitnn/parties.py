@@ -239,12 +239,18 @@ class SplitNNActive(_MLPBottom):
         self.predicted = self.predict_test()
 
     def predict_test(self) -> np.ndarray:
-        """Class indices of the test rows: the sum of every party's logits."""
+        """Class indices of the test rows: the argmax of :meth:`test_logits`."""
+        return np.asarray(self.test_logits().argmax(1))
+
+    def test_logits(self) -> np.ndarray:
+        """The class logits of the test rows: its top model on every party's bottom output
+        (the sum of every party's logits without one), the passive parties' asked for by
+        ``splitnn.infer``."""
         assert self._X_test is not None
         self.net.eval()
         if self.top is not None:
             self.top.eval()
-        preds = []
+        out = []
         for start in range(0, len(self._X_test), EVAL_BATCH):
             stop = min(len(self._X_test), start + EVAL_BATCH)
             got = self.broadcast(
@@ -254,5 +260,5 @@ class SplitNNActive(_MLPBottom):
                 z = self._joined(
                     self.net(self._X_test[start:stop]), self._logits(got, stop - start, False)
                 )
-            preds.append(to_numpy(z.argmax(1)))
-        return np.concatenate(preds)
+            out.append(to_numpy(z))
+        return np.concatenate(out)

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -212,7 +213,7 @@ class SplitNNAlgorithm(ActivePassive):
             active_of(run),
             run.params.epochs,
             train="splitnn.train",
-            shuffle=lambda epoch: epoch_seed(run.seed, epoch),
+            shuffle=partial(epoch_seed, run.seed),  # a partial pickles (a fitted SplitNN)
         )
 
     def coordinator_results(
