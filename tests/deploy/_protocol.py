@@ -15,15 +15,16 @@ from typing import Any
 SESSION = ("deploy:", "psi:")
 
 
-def mmvfl_inputs(run: Path, parties: Sequence[str], owner: int) -> tuple[list, object]:
-    """``(Xs, y)`` of a launched MMVFL run's party files as one process holds them: plain
-    alignment by ID, every view standardised by its own party, ``parties[owner]``'s labels."""
+def mmvfl_inputs(data: Path, parties: Sequence[str], owner: int) -> tuple[list, object]:
+    """``(Xs, y)`` of the MMVFL party files ``data/<party>.npz`` as one process holds them:
+    plain alignment by ID, every view standardised by its own party, ``parties[owner]``'s
+    labels."""
     import numpy as np
 
     from fedviews.data import align_views
     from fedviews.deploy import load_party_data
 
-    datas = [load_party_data(run / "data" / f"{p}.npz") for p in parties]
+    datas = [load_party_data(data / f"{p}.npz") for p in parties]
     Xs, ids = align_views([d.X for d in datas], [d.ids for d in datas])
     Xs = [(X - X.mean(0)) / np.where(X.std(0) < 1e-12, 1.0, X.std(0)) for X in Xs]
     held = datas[owner]

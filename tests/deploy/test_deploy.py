@@ -93,7 +93,7 @@ def test_launch_equals_in_process(tmp_path):
     assert out.index("[coordinator] final objective") < out.index("[coordinator] ok; results in")
     cfg = load_deploy_config(config)
     # in-process reference on the same files: plain alignment, each party standardises its view
-    Xs, y = mmvfl_inputs(run, PARTIES, owner=1)
+    Xs, y = mmvfl_inputs(run / "data", PARTIES, owner=1)
     p = cfg.params
     ref = MMVFL(
         beta=p.beta,
@@ -140,7 +140,7 @@ def test_launch_with_secure_aggregation_equals_in_process(tmp_path):
     launch_config(config, run, timeout=150)
     cfg = load_deploy_config(config)
     assert cfg.defense.kind == "secagg"
-    Xs, y = mmvfl_inputs(run, PARTIES, owner=1)
+    Xs, y = mmvfl_inputs(run / "data", PARTIES, owner=1)
     p = cfg.params
     kw = dict(beta=p.beta, label_owner=1, max_iter=3, inner_max_iter=10, random_state=cfg.seed)
     ref = MMVFL(defense="secagg", **kw).fit(Xs, y)
