@@ -120,6 +120,14 @@ class Hosts:
             **kw,
         )
 
+    def commands(self, i: int) -> list[str]:
+        """The command lines of the processes that run in host ``i`` now."""
+        found = []
+        for pid in _ip("netns", "pids", self.names[i], check=False).stdout.split():
+            with contextlib.suppress(OSError):
+                found.append(Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" "))
+        return [c.decode(errors="replace") for c in found]
+
     def connects(self, i: int, address: str) -> bool:
         """Whether host ``i`` opens a TCP connection to ``address`` (``HOST:PORT``)."""
         host, port = address.rsplit(":", 1)

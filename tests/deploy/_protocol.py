@@ -239,3 +239,18 @@ def forged(msg: Any, specs: Mapping[str, Any]) -> Any:
             return head, [] if specs.get("size") == 0 else payloads
 
     return Forged(msg.kind, msg.sender, msg.receiver, msg.round, msg.arrays, msg.meta)
+
+
+def doc_section(page: Path, start: str, end: str) -> tuple[list[list[list[str]]], str]:
+    """The part of ``page`` from the line ``start`` to the next ``end``: its ``bash`` blocks
+    (the commands of each, one per line, ``\\`` continuing a line, comment lines left out)
+    and its whole text (prose and comments, for what the commands leave to a person)."""
+    import shlex
+
+    section = page.read_text().split(f"\n{start}\n", 1)[1].split(end, 1)[0]
+    blocks = []
+    for block in section.split("```bash\n")[1:]:
+        code = block.split("```", 1)[0].replace("\\\n", " ")
+        lines = [shlex.split(line, comments=True) for line in code.splitlines()]
+        blocks.append([c for c in lines if c])
+    return blocks, section

@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from _netns import hosts
-from _protocol import mmvfl_inputs
+from _protocol import doc_section, mmvfl_inputs
 
 from fedviews.deploy import load_deploy_config
 from fedviews.linear import MMVFL
@@ -33,18 +33,6 @@ PAGE = ROOT / "docs" / "deployment.md"
 COORDINATOR_HOST = "coord.example.org"
 
 
-def recipe(text: str) -> tuple[list[list[list[str]]], str]:
-    """The section's ``bash`` blocks (commands, one per line; ``\\`` continues a line) and
-    its prose."""
-    section = text.split("## Across organisations, step by step", 1)[1]
-    section = section.split("**When a party does not connect.**", 1)[0]
-    blocks = []
-    for block in section.split("```bash\n")[1:]:
-        code = block.split("```", 1)[0].replace("\\\n", " ")
-        blocks.append([c for c in map(shlex.split, code.splitlines()) if c and c[0] != "#"])
-    return blocks, section
-
-
 def fedviews(command: list[str]) -> list[str]:
     assert command[0] == "fedviews", command
     return [sys.executable, "-m", "fedviews", *command[1:]]
@@ -52,8 +40,9 @@ def fedviews(command: list[str]) -> list[str]:
 
 @pytest.mark.slow
 def test_the_across_organisations_recipe_runs_on_three_hosts(tmp_path):
-    text = PAGE.read_text()
-    blocks, prose = recipe(text)
+    blocks, prose = doc_section(
+        PAGE, "## Across organisations, step by step", "**When a party does not connect.**"
+    )
     files, coordinator, *parties = blocks
     orgs = dict(re.findall(r"organisation (\w) \(party `(\w+)`", prose))  # letter -> party
     assert [c[c.index("--party") + 1] for (c,) in parties] == list(orgs.values())
