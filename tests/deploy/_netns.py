@@ -24,6 +24,7 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -44,12 +45,20 @@ def namespaces() -> list[str]:
     return [line.split()[0] for line in _ip("netns", "list").stdout.splitlines() if line]
 
 
-def _remove(ns: str) -> None:
-    """Kill what still runs in ``ns`` (processes this helper's hosts started), delete it
-    and its ``/etc/netns`` folder."""
-    for pid in _ip("netns", "pids", ns, check=False).stdout.split():
+def _pids(ns: str) -> list[int]:
+    """The processes that run in namespace ``ns`` (started by this helper's hosts)."""
+    return [int(p) for p in _ip("netns", "pids", ns, check=False).stdout.split()]
+
+
+def _signal(ns: str, sig: int) -> None:
+    for pid in _pids(ns):
         with contextlib.suppress(ProcessLookupError):
-            os.kill(int(pid), signal.SIGKILL)
+            os.kill(pid, sig)
+
+
+def _remove(ns: str) -> None:
+    """Kill what still runs in ``ns``, delete it and its ``/etc/netns`` folder."""
+    _signal(ns, signal.SIGKILL)
     _ip("netns", "del", ns, check=False)
     shutil.rmtree(ETC / ns, ignore_errors=True)
 
@@ -123,7 +132,7 @@ class Hosts:
     def commands(self, i: int) -> list[str]:
         """The command lines of the processes that run in host ``i`` now."""
         found = []
-        for pid in _ip("netns", "pids", self.names[i], check=False).stdout.split():
+        for pid in _pids(self.names[i]):
             with contextlib.suppress(OSError):
                 found.append(Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" "))
         return [c.decode(errors="replace") for c in found]
@@ -135,20 +144,19 @@ class Hosts:
         return self.run(i, [sys.executable, "-c", code]).returncode == 0
 
     def down(self) -> None:
-        """Stop every process started here (SIGTERM, then SIGKILL), delete the hosts."""
-        for proc in self.procs:
-            if proc.poll() is None:
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(proc.pid, signal.SIGTERM)
-        for proc in self.procs:
-            try:
-                proc.wait(10)
-            except subprocess.TimeoutExpired:
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait()
+        """Stop every process of the hosts (SIGTERM, SIGKILL after 10 s; also those that
+        left their parent, such as Ray's daemons), delete the hosts."""
+        for ns in self.made:
+            _signal(ns, signal.SIGTERM)
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline and any(map(_pids, self.made)):
+            for proc in self.procs:
+                proc.poll()  # reaped once it exits
+            time.sleep(0.2)
         for ns in reversed(self.made):
             _remove(ns)
+        for proc in self.procs:
+            proc.wait()
         self.made.clear()
 
 

@@ -31,6 +31,25 @@ def mmvfl_inputs(data: Path, parties: Sequence[str], owner: int) -> tuple[list, 
     return Xs, held.y[np.argsort(held.ids)][np.searchsorted(np.sort(held.ids), ids)]
 
 
+def mmvfl_reference(cfg: Any, Xs: list, y: object, owner: int) -> Any:
+    """``MMVFL`` with the deployment config ``cfg``'s params and seed, fitted in one process
+    on :func:`mmvfl_inputs`' ``(Xs, y)``."""
+    from fedviews.linear import MMVFL
+
+    p = cfg.params
+    return MMVFL(
+        beta=p.beta,
+        zeta=p.zeta,
+        eta=p.eta,
+        label_owner=owner,
+        max_iter=p.max_iter,
+        tol=p.tol,
+        inner_max_iter=p.inner_max_iter,
+        inner_tol=p.inner_tol,
+        random_state=cfg.seed,
+    ).fit(Xs, y)
+
+
 def tls_hub(policy: object, certs: Path, parties: Iterable[str], options: object) -> object:
     """A coordinator hub with mutual TLS (``certs``: the federation's folder) that expects
     ``parties`` (role ``"party"``), with a bare :class:`Coordinator` registered."""

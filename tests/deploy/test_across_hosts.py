@@ -19,10 +19,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 from _netns import hosts
-from _protocol import doc_section, mmvfl_inputs
+from _protocol import doc_section, mmvfl_inputs, mmvfl_reference
 
 from fedviews.deploy import load_deploy_config
-from fedviews.linear import MMVFL
 
 pytest.importorskip("grpc")
 pytest.importorskip("cryptography")
@@ -108,18 +107,7 @@ def test_the_across_organisations_recipe_runs_on_three_hosts(tmp_path):
     assert party_names == list(orgs.values())
     owner = party_names.index(cfg.federation.label_owner)
     Xs, y = mmvfl_inputs(folders["coordinator"] / Path(data_sent["A"]).parent, party_names, owner)
-    p = cfg.params
-    ref = MMVFL(
-        beta=p.beta,
-        zeta=p.zeta,
-        eta=p.eta,
-        label_owner=owner,
-        max_iter=p.max_iter,
-        tol=p.tol,
-        inner_max_iter=p.inner_max_iter,
-        inner_tol=p.inner_tol,
-        random_state=cfg.seed,
-    ).fit(Xs, y)
+    ref = mmvfl_reference(cfg, Xs, y, owner=owner)
     np.testing.assert_allclose(res["objective"], ref.objective_, rtol=1e-12)
     for k, (org, party) in enumerate(orgs.items()):
         with np.load(folders[org] / "run" / party / "result.npz") as z:

@@ -9,6 +9,10 @@ The run equals the same deployment in one process.
 
 The deployment engine takes minutes on a small machine: only with
 ``FEDVIEWS_TEST_FLOWER_DEPLOYMENT=1``, as the loopback ones of ``test_flower.py``.
+
+The page's "Simulation on a multi-node Ray cluster", run as written on two hosts (a Ray
+head with the SuperLink, a second Ray node where every ClientApp actor runs): only with
+``FEDVIEWS_TEST_RAY_CLUSTER=1``.
 """
 
 from __future__ import annotations
@@ -19,12 +23,14 @@ import re
 import shutil
 import subprocess
 import sys
+import tempfile
 import time
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 import numpy as np
 import pytest
-from _netns import hosts
+from _netns import Hosts, hosts
 from _protocol import doc_section
 
 pytest.importorskip("flwr")
@@ -50,6 +56,95 @@ def agreed_config(shipped: str) -> str:
     return agreed
 
 
+class Site:
+    """Hosts of ``net`` by name, each with its folder (its working directory) and the
+    environment of an operator who activated fedviews' environment; the page's paths
+    (``/srv/``, ``/shared/``) and addresses mapped by ``local``."""
+
+    def __init__(
+        self,
+        net: Hosts,
+        folders: Mapping[str, Path],
+        local: Callable[[str], str],
+        logs: Path,
+        extra_env: Mapping[str, str] | None = None,
+    ) -> None:
+        self.net, self.folders, self.local, self.logs = net, folders, local, logs
+        self.names = list(folders)
+        self.envs = {
+            h: {**_flower_launch._flower_env(f / ".flwr", 1.0), **(extra_env or {})}
+            for h, f in folders.items()
+        }
+
+    def argv(self, command: list[str]) -> tuple[list[str], dict[str, str]]:
+        """The process of a page's command and the variables it sets (``A=b cmd``)."""
+        args = [self.local(a) for a in command]
+        env: dict[str, str] = {}
+        while args and re.match(r"^[A-Z_]+=", args[0]):
+            key, value = args.pop(0).split("=", 1)
+            env[key] = value
+        if args[0] == "fedviews":
+            args = [sys.executable, "-m", "fedviews", *args[1:]]
+        return args, env  # Flower's and Ray's commands: from the environment's bin on PATH
+
+    def run(self, host: str, command: list[str], timeout: float = 300) -> str:
+        """A page's command on ``host``, to its end (exit status 0); its output."""
+        args, env = self.argv(command)
+        i, folder = self.names.index(host), self.folders[host]
+        done = self.net.run(i, args, cwd=folder, env={**self.envs[host], **env}, timeout=timeout)
+        assert done.returncode == 0, (host, command, done.stdout)
+        return done.stdout
+
+    def start(self, host: str, command: list[str], log: str) -> subprocess.Popen[str]:
+        """A page's command started on ``host``, its output in ``LOGS/LOG.log``."""
+        args, env = self.argv(command)
+        i, folder = self.names.index(host), self.folders[host]
+        with (self.logs / f"{log}.log").open("w") as out:
+            return self.net.start(
+                i, args, cwd=folder, env={**self.envs[host], **env}, stdout=out, stderr=out
+            )
+
+
+def superlink_steps() -> tuple[dict[str, list[str]], list[list[str]], str]:
+    """The SuperLink host's commands of the recipe, by their first words (``flwr``: the
+    run), all of them, and the block's text."""
+    [steps], text = doc_section(PAGE, "### The SuperLink host", "\n### ")
+    by_name = {c[0] if c[0] != "fedviews" else " ".join(c[:3]): c for c in steps}
+    return by_name, steps, text
+
+
+def config_of(text: str) -> tuple[str, str]:
+    """The config path the recipe names (``configs/...``) and its agreed text."""
+    config = re.search(r"--config (configs/\S+\.toml)", text)
+    assert config is not None
+    shipped = (Path(__file__).resolve().parents[2] / config.group(1)).read_text()
+    return config.group(1), agreed_config(shipped)
+
+
+def wait_for_port(net: Hosts, i: int, address: str, proc: subprocess.Popen[str]) -> None:
+    """Until host ``i`` connects to ``address`` (``proc`` serves it and must not die)."""
+    deadline = time.monotonic() + 120
+    while not net.connects(i, address):
+        if proc.poll() is not None or time.monotonic() > deadline:
+            raise AssertionError(f"nothing answers at {address}: see the logs")
+        time.sleep(0.5)
+
+
+def check_equal_in_process(
+    res: dict, party_folders: Mapping[str, Path], config: Path, data: Path, out: Path
+) -> None:
+    """``res`` (the coordinator's results) and every party's ``W`` equal the same
+    deployment of ``config`` run in one process on ``data``."""
+    assert res["status"] == "ok", res["status"]
+    assert res["transport"] == "flower" and sorted(res["nodes"]) == sorted(PARTIES)
+    _, ref, _ = in_process_session(config, data, out)
+    assert len(res["objective"]) == ROUNDS
+    np.testing.assert_allclose(res["objective"], ref["objective"], rtol=1e-10)
+    for party, folder in party_folders.items():
+        with np.load(folder / "result.npz") as z, np.load(out / party / "result.npz") as r:
+            np.testing.assert_allclose(z["W"], r["W"], rtol=1e-10, atol=1e-12)
+
+
 @pytest.mark.slow
 @pytest.mark.skipif(
     os.environ.get("FEDVIEWS_TEST_FLOWER_DEPLOYMENT") != "1",
@@ -57,114 +152,150 @@ def agreed_config(shipped: str) -> str:
 )
 @pytest.mark.skipif(shutil.which("ssh-keygen") is None, reason="the recipe's ssh-keygen")
 def test_the_flower_recipe_per_organisation_runs_on_separate_hosts(tmp_path):
-    [link_steps], link_text = doc_section(PAGE, "### The SuperLink host", "\n### ")
+    link, link_steps, link_text = superlink_steps()
     [node_steps, *_], _ = doc_section(
         PAGE, "### Each SuperNode host (one per party; here `pix`)", "\n## "
     )
     srv = tmp_path / "srv"  # the page's /srv of every host
-
-    def local(arg: str) -> str:
-        return arg.replace("/srv/", f"{srv}/")
-
     # the connection of step 3 (a file the page shows in comments)
     toml = "\n".join(re.findall(r"(?m)^#\s{6}(\S.*)$", link_text))
     address = re.search(r'address = "(.+)"', toml)
     assert address is not None and address.group(1).startswith(f"{LINK_HOST}:")
-    config = re.search(r"--config (configs/\S+\.toml)", link_text)
-    assert config is not None
-    config_file = config.group(1)
-    shipped = (Path(__file__).resolve().parents[2] / config_file).read_text()
-
+    config_file, agreed = config_of(link_text)
     names = ["flower", *PARTIES]  # the SuperLink host (/srv/flower), one host per party
     folders = {h: srv / h for h in names}
     for folder in folders.values():
         (folder / "configs").mkdir(parents=True)
-        (folder / config_file).write_text(agreed_config(shipped))
+        (folder / config_file).write_text(agreed)
         (folder / ".flwr").mkdir()
-    envs = {h: _flower_launch._flower_env(folders[h] / ".flwr", 1.0) for h in names}
 
     with hosts(len(names), {LINK_HOST: 0}) as net:
-
-        def argv(command: list[str]) -> list[str]:
-            args = [local(a) for a in command]
-            if args[0] == "fedviews":
-                return [sys.executable, "-m", "fedviews", *args[1:]]
-            return args  # Flower's commands, from the environment's bin first on PATH
-
-        def run(host: str, command: list[str]) -> str:
-            i = names.index(host)
-            done = net.run(i, argv(command), cwd=folders[host], env=envs[host], timeout=300)
-            assert done.returncode == 0, (host, command, done.stdout)
-            return done.stdout
-
-        def start(host: str, command: list[str], log: str) -> subprocess.Popen[str]:
-            i, out = names.index(host), (tmp_path / f"{log}.log").open("w")
-            with out:
-                return net.start(
-                    i, argv(command), cwd=folders[host], env=envs[host], stdout=out, stderr=out
-                )
-
-        link = {c[0] if c[0] != "fedviews" else " ".join(c[:3]): c for c in link_steps}
+        site = Site(net, folders, lambda a: a.replace("/srv/", f"{srv}/"), tmp_path)
         # the SuperLink host, steps 1-2: the CA, the SuperLink's certificate, the SuperLink
-        run("flower", link["fedviews certs init"])
-        run("flower", link["fedviews certs issue"])
-        superlink = start("flower", link["flower-superlink"], "superlink")
+        site.run("flower", link["fedviews certs init"])
+        site.run("flower", link["fedviews certs issue"])
+        superlink = site.start("flower", link["flower-superlink"], "superlink")
         port = link["flower-superlink"][link["flower-superlink"].index("--port") + 1]
-        deadline = time.monotonic() + 120
-        while not net.connects(1, f"{LINK_HOST}:{port}"):
-            if superlink.poll() is not None or time.monotonic() > deadline:
-                raise AssertionError(f"no SuperLink at {LINK_HOST}:{port}: see superlink.log")
-            time.sleep(0.5)
+        wait_for_port(net, 1, f"{LINK_HOST}:{port}", superlink)
         assert not net.connects(1, f"127.0.0.1:{port}")  # a SuperNode host's own loopback
-        (folders["flower"] / ".flwr" / "config.toml").write_text(local(toml) + "\n")
+        (folders["flower"] / ".flwr" / "config.toml").write_text(site.local(toml) + "\n")
         # each SuperNode host, steps 1-2: its key pair and its data file; ca.crt and
         # <party>.pub travel
         for party in PARTIES:
             for command in node_steps[:-1]:
-                run(party, [a.replace("pix", party) for a in command])
+                site.run(party, [a.replace("pix", party) for a in command])
             shutil.copy(folders["flower"] / "ca" / "ca.crt", folders[party])
             shutil.copy(folders[party] / f"{party}.pub", folders["flower"])
         # the SuperLink host, steps 4-5: every party's key registered under its name, the app
         registers = [c for c in link_steps if c[:3] == ["flwr", "supernode", "register"]]
         assert registers[0][3:] == ["pix.pub", "fedviews", "--name", "pix"]
         for party in PARTIES:
-            said = run("flower", [a.replace("pix", party) for a in registers[0]])
+            said = site.run("flower", [a.replace("pix", party) for a in registers[0]])
             assert "registered successfully" in said, said
-        run("flower", link["fedviews flower app"])
+        site.run("flower", link["fedviews flower app"])
         # each SuperNode host, step 3
         for party in PARTIES:
-            start(party, [a.replace("pix", party) for a in node_steps[-1]], f"supernode-{party}")
+            command = [a.replace("pix", party) for a in node_steps[-1]]
+            site.start(party, command, f"supernode-{party}")
         # the SuperLink's own SuperExec (it starts the ServerApp) is still up
         assert any("flower-superexec" in c for c in net.commands(0)), (
             "the SuperLink's SuperExec died: see superlink.log"
         )
         # the SuperLink host, step 6: submit the run
         assert link["flwr"][:2] == ["flwr", "run"]
-        submit = net.run(
-            0,
-            argv(link["flwr"]),
-            cwd=folders["flower"],
-            env=envs["flower"],
-            timeout=900,
-        )
-        (tmp_path / "flwr-run.log").write_text(submit.stdout)
+        (tmp_path / "flwr-run.log").write_text(site.run("flower", link["flwr"], timeout=900))
 
     # every SuperNode reached the SuperLink from its own host's address
     said = (tmp_path / "superlink.log").read_text()
     for i in range(1, len(names)):
-        activated = rf'{re.escape(net.address(i))}:\d+ - "POST /v1/fleet/activate-node'
+        activated = rf'{re.escape(Hosts.address(i))}:\d+ - "POST /v1/fleet/activate-node'
         assert re.search(activated, said), said[-3000:]
-    out = Path(local(re.findall(r"out-dir='([^']+)'", " ".join(link["flwr"]))[0]))
+    out = Path(site.local(re.findall(r"out-dir='([^']+)'", " ".join(link["flwr"]))[0]))
     res = json.loads((out / "coordinator" / "results.json").read_text())
-    assert res["status"] == "ok", (res["status"], submit.stdout[-3000:])
-    assert res["transport"] == "flower" and sorted(res["nodes"]) == sorted(PARTIES)
+    parties = {p: folders[p] / "run" for p in PARTIES}
     # the same deployment in one process, on the same files (those of pix's host)
-    ref_out = tmp_path / "in-process"
-    agreed = folders["pix"] / config_file
-    _, ref, _ = in_process_session(agreed, folders["pix"] / "data", ref_out)
-    assert len(res["objective"]) == ROUNDS
-    np.testing.assert_allclose(res["objective"], ref["objective"], rtol=1e-10)
-    for party in PARTIES:
-        run_folder = folders[party] / "run"
-        with np.load(run_folder / "result.npz") as z, np.load(ref_out / party / "result.npz") as r:
-            np.testing.assert_allclose(z["W"], r["W"], rtol=1e-10, atol=1e-12)
+    pix = folders["pix"]
+    check_equal_in_process(res, parties, pix / config_file, pix / "data", tmp_path / "ref")
+
+
+CLUSTER_NODES = """import json, ray
+ray.init()
+print(json.dumps(sorted(n["Resources"].get("CPU", 0) for n in ray.nodes() if n["Alive"])))"""
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(
+    os.environ.get("FEDVIEWS_TEST_RAY_CLUSTER") != "1",
+    reason="a Ray cluster of two nodes: set FEDVIEWS_TEST_RAY_CLUSTER=1",
+)
+def test_the_simulation_engine_on_a_two_node_ray_cluster(tmp_path):
+    pytest.importorskip("ray")
+    [steps, *_], _ = doc_section(PAGE, "## Simulation on a multi-node Ray cluster", "\n## ")
+    head, joins, superlink_command, submit = steps
+    link, _, link_text = superlink_steps()
+    config_file, agreed = config_of(link_text)
+    shared = tmp_path / "shared"  # one folder that both hosts see: the page's /shared
+    ray_tmp = Path(tempfile.mkdtemp(prefix="fvray", dir="/tmp"))  # Ray's sockets: short paths
+    folders = {"flower": tmp_path / "flower", "ray2": tmp_path / "ray2"}
+    for folder in folders.values():
+        (folder / "configs").mkdir(parents=True)
+        (folder / ".flwr").mkdir()
+    (folders["flower"] / config_file).write_text(agreed)
+
+    def local(arg: str) -> str:
+        arg = arg.replace("/shared/", f"{shared}/")
+        return arg.replace("10.0.0.1", Hosts.address(0)).replace("10.0.0.2", Hosts.address(1))
+
+    try:
+        with hosts(2) as net:
+            site = Site(net, folders, local, tmp_path, {"RAY_TMPDIR": str(ray_tmp)})
+            # steps 1-2, the head declaring no CPU: every actor has to run on the second node
+            site.start("flower", [*head, "--num-cpus", "0", "--block"], "ray-head")
+            site.start("ray2", [*joins, "--num-cpus", "1", "--block"], "ray-node")
+            check = [sys.executable, "-c", CLUSTER_NODES]
+            env = {**site.envs["flower"], "RAY_ADDRESS": f"{Hosts.address(0)}:6379"}
+            deadline = time.monotonic() + 180
+            while net.run(0, check, env=env).stdout.strip().endswith("[0, 1.0]") is False:
+                assert time.monotonic() < deadline, "the second Ray node did not join"
+                time.sleep(2)
+            # the SuperLink's certificate, the app and the data, as in the recipe
+            site.run("flower", link["fedviews certs init"])
+            site.run("flower", link["fedviews certs issue"])
+            site.run("flower", link["fedviews flower app"])
+            split = ["fedviews", "split-data", "handwritten", "/shared/data/"]
+            site.run("flower", [*split, "--config", config_file])
+            # step 3, and the connection of the one-machine simulation engine above
+            superlink = site.start("flower", superlink_command, "superlink")
+            port = superlink_command[superlink_command.index("--port") + 1]
+            wait_for_port(net, 0, f"127.0.0.1:{port}", superlink)
+            (folders["flower"] / ".flwr" / "config.toml").write_text(
+                '[superlink]\ndefault = "fedviews-sim"\n[superlink.fedviews-sim]\n'
+                f'address = "127.0.0.1:{port}"\n'
+                f'root-certificates = "{folders["flower"] / "ca" / "ca.crt"}"\n'
+            )
+            # step 4, every virtual node a party of the agreed config
+            n = f"num-supernodes={len(PARTIES)}"
+            command = [re.sub(r"num-supernodes=\d+", n, a) for a in submit]
+            args, _ = site.argv(command)
+            run = net.start(
+                0, args, cwd=folders["flower"], env=site.envs["flower"],
+                stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+            )  # fmt: skip
+            actors: set[int] = set()
+            deadline = time.monotonic() + 600
+            while run.poll() is None and time.monotonic() < deadline:
+                for i in (0, 1):
+                    if any("ClientAppActor" in c for c in net.commands(i)):
+                        actors.add(i)
+                time.sleep(1)
+            said = run.communicate(timeout=60)[0]
+            (tmp_path / "flwr-run.log").write_text(said)
+    finally:
+        shutil.rmtree(ray_tmp, ignore_errors=True)
+    assert actors == {1}, said[-3000:]  # the ClientApps ran on the second host only
+    assert "(ClientAppActor pid=" in said and f", ip={Hosts.address(1)})" in said  # Ray's view
+    out = Path(local(re.findall(r"out-dir='([^']+)'", " ".join(submit))[0]))
+    res = json.loads((out / "coordinator" / "results.json").read_text())
+    parties = {p: out / p for p in PARTIES}
+    cfg = folders["flower"] / config_file
+    check_equal_in_process(res, parties, cfg, shared / "data", tmp_path / "ref")

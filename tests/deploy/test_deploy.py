@@ -24,6 +24,7 @@ from _protocol import (  # noqa: E402
     footprint,
     launch_config,
     mmvfl_inputs,
+    mmvfl_reference,
     tls_hub,
 )
 from _protocol import fedviews_process as _fedviews  # noqa: E402
@@ -94,18 +95,7 @@ def test_launch_equals_in_process(tmp_path):
     cfg = load_deploy_config(config)
     # in-process reference on the same files: plain alignment, each party standardises its view
     Xs, y = mmvfl_inputs(run / "data", PARTIES, owner=1)
-    p = cfg.params
-    ref = MMVFL(
-        beta=p.beta,
-        zeta=p.zeta,
-        eta=p.eta,
-        label_owner=1,
-        max_iter=p.max_iter,
-        tol=p.tol,
-        inner_max_iter=p.inner_max_iter,
-        inner_tol=p.inner_tol,
-        random_state=cfg.seed,
-    ).fit(Xs, y)
+    ref = mmvfl_reference(cfg, Xs, y, owner=1)
 
     res = json.loads((run / "coordinator" / "results.json").read_text())
     assert res["status"] == "ok"
