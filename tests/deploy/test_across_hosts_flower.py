@@ -151,11 +151,24 @@ def check_equal_in_process(
     reason="minutes: set FEDVIEWS_TEST_FLOWER_DEPLOYMENT=1 to run the deployment engine",
 )
 @pytest.mark.skipif(shutil.which("ssh-keygen") is None, reason="the recipe's ssh-keygen")
-def test_the_flower_recipe_per_organisation_runs_on_separate_hosts(tmp_path):
+@pytest.mark.parametrize("executor", ["flower", "fedviews"])
+def test_the_flower_recipe_per_organisation_runs_on_separate_hosts(tmp_path, executor):
+    """Step 3 of each SuperNode host as the recipe writes it (Flower's executor), or as the
+    executor's section writes it instead (``--isolation process`` and ``fedviews flower
+    executor``)."""
     link, link_steps, link_text = superlink_steps()
     [node_steps, *_], _ = doc_section(
         PAGE, "### Each SuperNode host (one per party; here `pix`)", "\n## "
     )
+    node_steps, step3 = node_steps[:-1], node_steps[-1:]
+    if executor == "fedviews":
+        [step3, *_], _ = doc_section(
+            PAGE, "## One ClientApp process per party (`fedviews flower executor`)", "\n## "
+        )
+        assert [c[:3] for c in step3] == [
+            ["flower-supernode", "--root-certificates", "ca.crt"],
+            ["fedviews", "flower", "executor"],
+        ]
     srv = tmp_path / "srv"  # the page's /srv of every host
     # the connection of step 3 (a file the page shows in comments)
     toml = "\n".join(re.findall(r"(?m)^#\s{6}(\S.*)$", link_text))
@@ -182,7 +195,7 @@ def test_the_flower_recipe_per_organisation_runs_on_separate_hosts(tmp_path):
         # each SuperNode host, steps 1-2: its key pair and its data file; ca.crt and
         # <party>.pub travel
         for party in PARTIES:
-            for command in node_steps[:-1]:
+            for command in node_steps:
                 site.run(party, [a.replace("pix", party) for a in command])
             shutil.copy(folders["flower"] / "ca" / "ca.crt", folders[party])
             shutil.copy(folders[party] / f"{party}.pub", folders["flower"])
@@ -195,8 +208,9 @@ def test_the_flower_recipe_per_organisation_runs_on_separate_hosts(tmp_path):
         site.run("flower", link["fedviews flower app"])
         # each SuperNode host, step 3
         for party in PARTIES:
-            command = [a.replace("pix", party) for a in node_steps[-1]]
-            site.start(party, command, f"supernode-{party}")
+            for command in step3:
+                command = [a.replace("pix", party) for a in command]
+                site.start(party, command, f"{command[0]}-{party}")
         # the SuperLink's own SuperExec (it starts the ServerApp) is still up
         assert any("flower-superexec" in c for c in net.commands(0)), (
             "the SuperLink's SuperExec died: see superlink.log"
@@ -212,6 +226,10 @@ def test_the_flower_recipe_per_organisation_runs_on_separate_hosts(tmp_path):
         assert re.search(activated, said), said[-3000:]
     out = Path(site.local(re.findall(r"out-dir='([^']+)'", " ".join(link["flwr"]))[0]))
     res = json.loads((out / "coordinator" / "results.json").read_text())
+    for party in PARTIES:  # the party lived in fedviews' executor, where one was started
+        log = tmp_path / f"fedviews-{party}.log"
+        assert log.is_file() == (executor == "fedviews")
+        assert executor == "flower" or f"[{party}] round {ROUNDS}" in log.read_text()
     parties = {p: folders[p] / "run" for p in PARTIES}
     # the same deployment in one process, on the same files (those of pix's host)
     pix = folders["pix"]
