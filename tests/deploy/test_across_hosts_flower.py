@@ -308,6 +308,13 @@ def test_the_simulation_engine_on_a_two_node_ray_cluster(tmp_path):
                 time.sleep(1)
             said = run.communicate(timeout=60)[0]
             (tmp_path / "flwr-run.log").write_text(said)
+            # fedviews flower launch on the head's host starts a Ray of its own instead
+            # of joining the cluster (whose head it would find), which refuses its num_cpus
+            config = folders["flower"] / config_file
+            launch = ["fedviews", "flower", "launch", str(config), "--out", str(tmp_path / "l")]
+            site.run("flower", [*launch, "--engine", "simulation"], timeout=600)
+            launched = json.loads((tmp_path / "l" / "coordinator" / "results.json").read_text())
+            assert launched["status"] == "ok", launched["status"]
     finally:
         shutil.rmtree(ray_tmp, ignore_errors=True)
     assert actors == {1}, said[-3000:]  # the ClientApps ran on the second host only
