@@ -15,19 +15,39 @@ from typing import Any
 SESSION = ("deploy:", "psi:")
 
 
-def mmvfl_inputs(run: Path, parties: Sequence[str], owner: int) -> tuple[list, object]:
-    """``(Xs, y)`` of a launched MMVFL run's party files as one process holds them: plain
-    alignment by ID, every view standardised by its own party, ``parties[owner]``'s labels."""
+def mmvfl_inputs(data: Path, parties: Sequence[str], owner: int) -> tuple[list, object]:
+    """``(Xs, y)`` of the MMVFL party files ``data/<party>.npz`` as one process holds them:
+    plain alignment by ID, every view standardised by its own party, ``parties[owner]``'s
+    labels."""
     import numpy as np
 
     from fedviews.data import align_views
     from fedviews.deploy import load_party_data
 
-    datas = [load_party_data(run / "data" / f"{p}.npz") for p in parties]
+    datas = [load_party_data(data / f"{p}.npz") for p in parties]
     Xs, ids = align_views([d.X for d in datas], [d.ids for d in datas])
     Xs = [(X - X.mean(0)) / np.where(X.std(0) < 1e-12, 1.0, X.std(0)) for X in Xs]
     held = datas[owner]
     return Xs, held.y[np.argsort(held.ids)][np.searchsorted(np.sort(held.ids), ids)]
+
+
+def mmvfl_reference(cfg: Any, Xs: list, y: object, owner: int) -> Any:
+    """``MMVFL`` with the deployment config ``cfg``'s params and seed, fitted in one process
+    on :func:`mmvfl_inputs`' ``(Xs, y)``."""
+    from fedviews.linear import MMVFL
+
+    p = cfg.params
+    return MMVFL(
+        beta=p.beta,
+        zeta=p.zeta,
+        eta=p.eta,
+        label_owner=owner,
+        max_iter=p.max_iter,
+        tol=p.tol,
+        inner_max_iter=p.inner_max_iter,
+        inner_tol=p.inner_tol,
+        random_state=cfg.seed,
+    ).fit(Xs, y)
 
 
 def tls_hub(policy: object, certs: Path, parties: Iterable[str], options: object) -> object:
@@ -238,3 +258,18 @@ def forged(msg: Any, specs: Mapping[str, Any]) -> Any:
             return head, [] if specs.get("size") == 0 else payloads
 
     return Forged(msg.kind, msg.sender, msg.receiver, msg.round, msg.arrays, msg.meta)
+
+
+def doc_section(page: Path, start: str, end: str) -> tuple[list[list[list[str]]], str]:
+    """The part of ``page`` from the line ``start`` to the next ``end``: its ``bash`` blocks
+    (the commands of each, one per line, ``\\`` continuing a line, comment lines left out)
+    and its whole text (prose and comments, for what the commands leave to a person)."""
+    import shlex
+
+    section = page.read_text().split(f"\n{start}\n", 1)[1].split(end, 1)[0]
+    blocks = []
+    for block in section.split("```bash\n")[1:]:
+        code = block.split("```", 1)[0].replace("\\\n", " ")
+        lines = [shlex.split(line, comments=True) for line in code.splitlines()]
+        blocks.append([c for c in lines if c])
+    return blocks, section

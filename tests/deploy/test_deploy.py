@@ -24,6 +24,7 @@ from _protocol import (  # noqa: E402
     footprint,
     launch_config,
     mmvfl_inputs,
+    mmvfl_reference,
     tls_hub,
 )
 from _protocol import fedviews_process as _fedviews  # noqa: E402
@@ -93,19 +94,8 @@ def test_launch_equals_in_process(tmp_path):
     assert out.index("[coordinator] final objective") < out.index("[coordinator] ok; results in")
     cfg = load_deploy_config(config)
     # in-process reference on the same files: plain alignment, each party standardises its view
-    Xs, y = mmvfl_inputs(run, PARTIES, owner=1)
-    p = cfg.params
-    ref = MMVFL(
-        beta=p.beta,
-        zeta=p.zeta,
-        eta=p.eta,
-        label_owner=1,
-        max_iter=p.max_iter,
-        tol=p.tol,
-        inner_max_iter=p.inner_max_iter,
-        inner_tol=p.inner_tol,
-        random_state=cfg.seed,
-    ).fit(Xs, y)
+    Xs, y = mmvfl_inputs(run / "data", PARTIES, owner=1)
+    ref = mmvfl_reference(cfg, Xs, y, owner=1)
 
     res = json.loads((run / "coordinator" / "results.json").read_text())
     assert res["status"] == "ok"
@@ -140,7 +130,7 @@ def test_launch_with_secure_aggregation_equals_in_process(tmp_path):
     launch_config(config, run, timeout=150)
     cfg = load_deploy_config(config)
     assert cfg.defense.kind == "secagg"
-    Xs, y = mmvfl_inputs(run, PARTIES, owner=1)
+    Xs, y = mmvfl_inputs(run / "data", PARTIES, owner=1)
     p = cfg.params
     kw = dict(beta=p.beta, label_owner=1, max_iter=3, inner_max_iter=10, random_state=cfg.seed)
     ref = MMVFL(defense="secagg", **kw).fit(Xs, y)

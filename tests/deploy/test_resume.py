@@ -233,7 +233,7 @@ def test_killed_party_then_resume_equals_uninterrupted(tmp_path):
     assert f"[zer] resumed from its checkpoint of round {resumed}" in out
 
     cfg = load_deploy_config(tmp_path / "deploy.toml")
-    Xs, y = mmvfl_inputs(run, PARTIES, owner=1)
+    Xs, y = mmvfl_inputs(run / "data", PARTIES, owner=1)
     p = cfg.params
     ref = MMVFL(
         beta=p.beta,

@@ -182,6 +182,11 @@ def _flower_env(home: Path, superexec_poll: float) -> dict[str, str]:
     The SuperLink and the SuperNodes start ``flower-superexec`` (and it ``flwr-serverapp``
     / ``flwr-clientapp``) by name, from PATH: without this, a launch from an environment
     that is not on PATH fails (``FileNotFoundError: 'flower-superexec'``).
+
+    ``RAY_ADDRESS=local``: the simulation engine starts a Ray of its own, sized by the run's
+    ``init-args-num-cpus``. Without it, ``ray.init()`` joins a Ray cluster that ``ray start``
+    started on this machine (or that the user's ``RAY_ADDRESS`` names), and Ray refuses
+    ``num_cpus`` when it joins one: the run crashed.
     """
     bins = dict.fromkeys(
         str(Path(_flwr_bin(n)).parent) for n in ("flower-superexec", "flower-superlink")
@@ -194,6 +199,7 @@ def _flower_env(home: Path, superexec_poll: float) -> dict[str, str]:
         "FLWR_TELEMETRY_ENABLED": "0",
         "FLWR_DISABLE_UPDATE_CHECK": "1",
         "FLWR_SUPEREXEC_TASK_POLL_INTERVAL": str(superexec_poll),
+        "RAY_ADDRESS": "local",
         "RAY_DISABLE_USAGE_STATS": "1",
         "RAY_DEDUP_LOGS": "0",
         "PYTHONUNBUFFERED": "1",
