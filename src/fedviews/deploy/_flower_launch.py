@@ -255,7 +255,7 @@ def launch_flower(
         raise ConfigError(f"executor must be 'fedviews' or 'flower', not {executor!r}")
     warm = engine == "deployment" and executor == "fedviews"
     peers = get_algorithm_spec(cfg.algorithm).peer_to_peer
-    if engine == "deployment" and peers:
+    if engine == "deployment" and peers and not warm:  # a new ClientApp process per message
         raise ConfigError(PEERS_NEED_A_LIVE_PARTY)
     say = echo or print
     run_dir.mkdir(parents=True, exist_ok=True)
