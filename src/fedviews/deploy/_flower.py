@@ -33,8 +33,10 @@ messages from inside a handler (activations to the label owner), runs with the
 ServerApp as the relay: the node answers with its party's messages sealed end to end,
 the ServerApp forwards them to their receivers' nodes and brings the sealed replies
 back to the handler waiting in the node's live process (:mod:`._flower_relay`). That
-needs the party to live through the run: the simulation engine with one Ray actor;
-the deployment engine (a new ClientApp process per message) is refused.
+needs the party to live through the run: the simulation engine with one Ray actor, or
+the deployment engine with SuperNodes in ``--isolation process`` served by ``fedviews
+flower executor`` (one ClientApp process per party, :mod:`._flower_exec`); with Flower's
+own executor (a new ClientApp process per message) it is refused.
 
 Run config of the Flower app (``flwr run APP CONNECTION -c "..."``):
 
@@ -59,7 +61,10 @@ Run config of the Flower app (``flwr run APP CONNECTION -c "..."``):
 ``certs-dir``
     per-batch algorithms: the folder of the nodes' fedviews certificates (``ca.crt``,
     ``<party>.crt``, ``<party>.key``), which sign their end-to-end keys (nodes:
-    ``certs=DIR`` in the node config).
+    ``certs=DIR`` in the node config). The ServerApp checks every node's key bundle at
+    its hello (:meth:`FlowerGridTransport._checked_bundle`), against ``DIR/ca.crt`` where
+    that exists on its host (else all but the certificates' issuer, which every peer
+    checks).
 ``ping``, ``ping-bytes``
     ``ping > 0``: only time that many echo round trips of ``ping-bytes`` bytes.
 """

@@ -241,7 +241,9 @@ def launch_flower(
     ``--isolation process`` next to a ``fedviews flower executor`` (one long-lived
     ClientApp process per party, :mod:`._flower_exec`), ``"flower"`` leaves the SuperNode
     its own (a new ClientApp process per message); None: fedviews' where this flwr has the
-    Runtime API it needs. The result says which (``executor``).
+    Runtime API it needs. The result says which (``executor``). Per-batch algorithms
+    (split NN, Multi-VFL, APFed) need fedviews' executor on the deployment engine: with
+    Flower's they are refused before anything starts.
     """
     if engine not in ("deployment", "simulation"):
         raise ConfigError(f"engine must be 'deployment' or 'simulation', not {engine!r}")
