@@ -28,6 +28,7 @@ from test_flower import (  # noqa: E402
     _task_identity,  # noqa: F401 - an autouse fixture
     deployment_engine,
     in_process_session,
+    launch_deployment,
 )
 
 from fedviews.deploy import (  # noqa: E402
@@ -460,15 +461,7 @@ def test_on_the_deployment_engine_equals_in_process(name, tmp_path):
     path, data, _ = _federation(tmp_path, name)
     ref, transport = _in_process(path, data, tmp_path / "ref")
     run = tmp_path / "run"
-    res = launch_flower(
-        path,
-        run,
-        overrides=["federation.connect_timeout=240"],  # SuperNodes join slowly on a busy machine
-        engine="deployment",
-        data_dir=data,
-        timeout=900,
-        executor="fedviews",
-    )
+    res = launch_deployment(path, run, data, "fedviews")
     assert res["executor"] == "fedviews"
     _check_equal(path, run, res, tmp_path / "ref", ref, transport)
 
