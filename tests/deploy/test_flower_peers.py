@@ -10,10 +10,8 @@ gradient in the clear; a payload it alters is caught by its receiver.
 
 from __future__ import annotations
 
-import dataclasses
 import json
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import pytest
@@ -37,8 +35,9 @@ from fedviews.deploy import (  # noqa: E402
     _flower_transport,
     launch_flower,
     load_deploy_config,
+    load_party_data,
+    write_demo_data,
 )
-from fedviews.deploy._data import save_all  # noqa: E402
 from fedviews.deploy._launch import make_certs  # noqa: E402
 from fedviews.errors import ConfigError, ProtocolError, RemoteError  # noqa: E402
 from fedviews.federation import (  # noqa: E402
@@ -121,7 +120,7 @@ def _federation(root: Path, name: str) -> tuple[Path, Path, Path]:
     path = root / "deploy.toml"
     path.write_text(CONFIGS[name])
     cfg = load_deploy_config(path)
-    write_aligned_data(cfg, root / "data")
+    write_demo_data(cfg, root / "data", aligned=True)
     return path, root / "data", make_certs(root / "certs", cfg)
 
 
@@ -130,17 +129,24 @@ def splitnn(tmp_path_factory):
     return _federation(tmp_path_factory.mktemp("flower-peers"), "splitnn")
 
 
-def write_aligned_data(cfg: Any, out: Path) -> None:
-    """The config's demo party files, every party cut to the samples all of them hold (in
-    the order of the one that holds fewest): Flower runs without the PSI."""
-    datas = get_algorithm_spec(cfg.algorithm).demo_data(cfg)
-    common = min((d.ids for d in datas.values()), key=len)
-    for p, d in datas.items():
-        rows = {v: i for i, v in enumerate(d.ids.tolist())}
-        idx = np.array([rows[v] for v in common.tolist()])
-        y = None if d.y is None else d.y[idx]
-        datas[p] = dataclasses.replace(d, ids=d.ids[idx], X=d.X[idx], y=y)
-    save_all(datas, out)
+def test_flower_demo_files_are_aligned(tmp_path):
+    """The demo files that ``fedviews flower launch`` writes (no PSI on Flower): Multi-VFL's
+    label owner holds 12 of the data owners' 60 samples, in another order; aligned, every
+    party holds those 12 in the label owner's order, each row its own features and
+    labels, and the data owners keep their test strips."""
+    path = tmp_path / "deploy.toml"
+    path.write_text(CONFIGS["multivfl"])
+    cfg = load_deploy_config(path)
+    raw = get_algorithm_spec("multivfl").demo_data(cfg)
+    got = {p: load_party_data(f) for p, f in write_demo_data(cfg, tmp_path, aligned=True).items()}
+    ids = raw["bank"].ids
+    assert [len(d.ids) for d in raw.values()] == [60, 60, 12]
+    for p, d in got.items():
+        np.testing.assert_array_equal(d.ids, ids)
+        rows = [raw[p].ids.tolist().index(v) for v in ids.tolist()]
+        np.testing.assert_array_equal(d.X, raw[p].X[rows])
+        np.testing.assert_array_equal(d.X_test, raw[p].X_test)
+    np.testing.assert_array_equal(got["bank"].y, raw["bank"].y)
 
 
 def _in_process(path: Path, data: Path, out: Path) -> tuple[dict, InProcessTransport]:

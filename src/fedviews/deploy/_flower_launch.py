@@ -263,7 +263,7 @@ def launch_flower(
     run_dir.mkdir(parents=True, exist_ok=True)
     if data_dir is None:
         data_dir = run_dir / "data"
-        write_demo_data(cfg, data_dir)
+        write_demo_data(cfg, data_dir, aligned=True)  # no PSI on Flower
     data_dir = Path(data_dir).absolute()
     files = party_files(cfg.federation.parties, data_dir, ConfigError)
     app_dir = write_flower_app(run_dir / "flower-app", config, overrides)
