@@ -92,49 +92,34 @@ standardize = true
 tol = 0.0
 max_iter = {{rounds}}
 """
+# per-batch split learning on MNIST
+_MNIST_HEAD = """algorithm = "{algorithm}"
+name = "bench_flower_{algorithm}"
+seed = 0
+[federation]
+parties = {parties}
+{owners}
+alignment = "none"
+connect_timeout = 120.0
+[data]
+dataset = "mnist"
+n_per_class = 20
+n_test = 100
+"""
 CONFIGS = {
     "mmvfl": _HEAD.format(algorithm="mmvfl"),
     "vfedmv": _HEAD.format(algorithm="vfedmv") + "beta = 4.0\nzeta = 8.0\neta = 16.0\n",
     # per-batch split learning: every batch is relayed party to party (by the ServerApp on
     # Flower, sealed end to end there; by the hub over gRPC, plain text as the other rows)
-    "splitnn": """algorithm = "splitnn"
-name = "bench_flower_splitnn"
-seed = 0
-[federation]
-parties = ["top", "bottom"]
-label_owner = "bottom"
-alignment = "none"
-connect_timeout = 120.0
-[data]
-dataset = "mnist"
-n_per_class = 20
-n_test = 100
-[params]
-epochs = {rounds}
-batch_size = 64
-hidden = 32
-device = "cpu"
-""",
-    "multivfl": """algorithm = "multivfl"
-name = "bench_flower_multivfl"
-seed = 0
-[federation]
-parties = ["top", "bottom", "bank"]
-label_owners = ["bank"]
-alignment = "none"
-connect_timeout = 120.0
-[data]
-dataset = "mnist"
-n_per_class = 20
-n_test = 100
-scenario = "iid"
-samples_per_owner = 200
-overlap = 1.0
-[params]
-rounds = {rounds}
-batch_size = 64
-device = "cpu"
-""",
+    "splitnn": _MNIST_HEAD.format(
+        algorithm="splitnn", parties='["top", "bottom"]', owners='label_owner = "bottom"'
+    )
+    + '[params]\nepochs = {rounds}\nbatch_size = 64\nhidden = 32\ndevice = "cpu"\n',
+    "multivfl": _MNIST_HEAD.format(
+        algorithm="multivfl", parties='["top", "bottom", "bank"]', owners='label_owners = ["bank"]'
+    )
+    + 'scenario = "iid"\nsamples_per_owner = 200\noverlap = 1.0\n'
+    + '[params]\nrounds = {rounds}\nbatch_size = 64\ndevice = "cpu"\n',
 }
 #: per algorithm: its training curve in a run's results, and the kinds of one round's
 #: exchanges (a coarse round's update; a batch's activations and gradients)
