@@ -418,6 +418,46 @@ def test_a_bad_key_bundle_is_pinned_on_its_sender_at_the_hello(splitnn, tmp_path
     assert e.value.party == "Flower node 1000" and handed == []
 
 
+def test_a_serverapp_without_the_ca_still_checks_the_bundles(splitnn, tmp_path):
+    """Without ``ca.crt`` on its host the ServerApp checks all but who issued a certificate:
+    an honest bundle passes; another party's certificate, and a certificate whose key is
+    no elliptic-curve key (an Ed25519 one, self-issued as 'top'), are refused with a
+    fedviews error, never a raw one."""
+    import datetime
+
+    from cryptography import x509
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric import ed25519
+    from cryptography.x509.oid import NameOID
+
+    from fedviews.errors import PrivacyError
+    from fedviews.federation import check_bundle
+
+    _, _, certs = splitnn
+    nothing = Trust.from_dir(tmp_path)
+    assert nothing.ca is None
+    check_bundle(nothing, "top", _bundle(certs, "top"))
+    with pytest.raises(PrivacyError, match=r"a certificate of \['bottom'\]"):
+        check_bundle(nothing, "top", _bundle(certs, "top", signer="bottom"))
+    key = ed25519.Ed25519PrivateKey.generate()
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "top")])
+    now = datetime.datetime.now(datetime.timezone.utc)
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(name)
+        .issuer_name(name)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(days=1))
+        .not_valid_after(now + datetime.timedelta(days=1))
+        .sign(key, None)
+    )
+    pem = cert.public_bytes(serialization.Encoding.PEM).decode()
+    bundle = {**_bundle(certs, "top"), "cert": pem}
+    with pytest.raises(PrivacyError, match="holds no elliptic-curve key"):
+        check_bundle(nothing, "top", bundle)
+
+
 class NewProcessGrid(LoopbackGrid):
     """Every message in a new ClientApp process, as in the deployment engine: the node's live
     party, its keys and its waiting handler are gone."""

@@ -115,6 +115,8 @@ def verify_certificate(trust: Trust, pem: bytes, name: str) -> Any:
         ) from None
     except ValueError as exc:
         raise PrivacyError(f"the certificate offered for {name!r} is unreadable: {exc}") from None
+    if not isinstance(cert.public_key(), c.ec.EllipticCurvePublicKey):  # what signs a bundle
+        raise PrivacyError(f"the certificate offered for {name!r} holds no elliptic-curve key")
     names = [a.value for a in cert.subject.get_attributes_for_oid(c.NameOID.COMMON_NAME)]
     if names != [name]:  # exact: TLS host names compare case-insensitively, fedviews does not
         raise PrivacyError(f"a certificate of {names} was offered as {name!r}'s")
@@ -192,7 +194,6 @@ class _Signer:
 
     def __init__(self, tls: TLSFiles) -> None:
         c = crypto()
-        self.tls = tls
         self.trust = Trust.of(tls)
         self.cert_pem = tls.cert.read_bytes()
         self._key = c.serialization.load_pem_private_key(tls.key.read_bytes(), password=None)
