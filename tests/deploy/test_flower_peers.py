@@ -499,7 +499,7 @@ def test_nodes_need_their_certificates(splitnn, tmp_path):
 
 @pytest.mark.slow
 @deployment_engine
-@pytest.mark.parametrize("name", ["splitnn", "multivfl"])
+@pytest.mark.parametrize("name", sorted(CONFIGS))
 def test_on_the_deployment_engine_equals_in_process(name, tmp_path):
     """flower-superlink + one flower-supernode per party in --isolation process, each with
     fedviews' executor (one live ClientApp process per party, where a handler waits for
