@@ -1,4 +1,5 @@
-"""Seconds per round of MMVFL and V-FedMV through Flower (flwr 1.42) vs fedviews' own hub.
+"""Seconds per round of MMVFL, V-FedMV, split NN and Multi-VFL through Flower (flwr 1.42)
+vs fedviews' own hub.
 
     .venv/bin/python benchmarks/bench_flower.py [--algorithms mmvfl vfedmv] [--rounds 10]
         [--deployment-rounds 3] [--engines simulation deployment]
@@ -9,6 +10,13 @@ the PSI is not part of a round; V-FedMV without its testing phase), every party
 checkpointing each round. All runs are the same deployed session
 (:class:`DeployCoordinator` and one :class:`DeployParty` per view); time = the
 coordinator's training loop / rounds; "x hub" = that over fedviews' gRPC hub's.
+``--algorithms splitnn multivfl`` (not run by default): per-batch split learning on
+MNIST (200 training samples, batch 64; split NN: 2 parties, an epoch a round; Multi-VFL:
+2 data owners and a label owner), whose every batch is relayed party to party; on the
+deployment engine with fedviews' executor only (Flower's refuses them). "equal": the
+training curve (objective, or loss per epoch / round) equals in-process; give the
+deployment engine as many rounds as the others (``--deployment-rounds``) for the
+per-batch ones.
 
 * in-process: coordinator and parties in this process (``InProcessTransport``,
   every message still encoded, policy-checked and logged);
@@ -65,6 +73,7 @@ from fedviews.federation import (
     InProcessTransport,
     Party,
     PrivacyPolicy,
+    get_algorithm_spec,
     handles,
 )
 
@@ -83,9 +92,48 @@ standardize = true
 tol = 0.0
 max_iter = {{rounds}}
 """
+# per-batch split learning on MNIST
+_MNIST_HEAD = """algorithm = "{algorithm}"
+name = "bench_flower_{algorithm}"
+seed = 0
+[federation]
+parties = {parties}
+{owners}
+alignment = "none"
+connect_timeout = 120.0
+[data]
+dataset = "mnist"
+n_per_class = 20
+n_test = 100
+"""
 CONFIGS = {
     "mmvfl": _HEAD.format(algorithm="mmvfl"),
     "vfedmv": _HEAD.format(algorithm="vfedmv") + "beta = 4.0\nzeta = 8.0\neta = 16.0\n",
+    # per-batch split learning: every batch is relayed party to party (by the ServerApp on
+    # Flower, sealed end to end there; by the hub over gRPC, plain text as the other rows)
+    "splitnn": _MNIST_HEAD.format(
+        algorithm="splitnn", parties='["top", "bottom"]', owners='label_owner = "bottom"'
+    )
+    + '[params]\nepochs = {rounds}\nbatch_size = 64\nhidden = 32\ndevice = "cpu"\n',
+    "multivfl": _MNIST_HEAD.format(
+        algorithm="multivfl", parties='["top", "bottom", "bank"]', owners='label_owners = ["bank"]'
+    )
+    + 'scenario = "iid"\nsamples_per_owner = 200\noverlap = 1.0\n'
+    + '[params]\nrounds = {rounds}\nbatch_size = 64\ndevice = "cpu"\n',
+}
+#: per algorithm: its training curve in a run's results, and the kinds of one round's
+#: exchanges (a coarse round's update; a batch's activations and gradients)
+CURVES = {
+    "mmvfl": lambda res: res["objective"],
+    "vfedmv": lambda res: res["objective"],
+    "splitnn": lambda res: res["loss"],
+    "multivfl": lambda res: res["history"]["train_loss"],
+}
+EXCHANGES = {
+    "mmvfl": ("update",),
+    "vfedmv": ("update",),
+    "splitnn": ("splitnn.forward", "splitnn.backward"),
+    "multivfl": ("forward", "backward"),
 }
 BATCH = 64 * 6272 * 4  # bytes of one data owner's activations of a Multi-VFL MNIST batch
 BATCHES = 79  # per epoch (5000 samples, batch size 64)
@@ -122,7 +170,7 @@ def run_grpc(config: Path, data: Path, out: Path) -> dict[str, Any]:
         hub.close()
         for proc in procs:
             proc.wait(60)
-    return {**res, "seconds_per_round": res["train_seconds"] / res["n_iter"]}
+    return {**res, "seconds_per_round": res["train_seconds"] / coord.rounds_run}
 
 
 def run_in_process(config: Path, data: Path, out: Path) -> dict[str, Any]:
@@ -136,7 +184,7 @@ def run_in_process(config: Path, data: Path, out: Path) -> dict[str, Any]:
         )
     with coord.app.compute_limits():
         res = coord.run()
-    return {**res, "seconds_per_round": res["train_seconds"] / res["n_iter"]}
+    return {**res, "seconds_per_round": res["train_seconds"] / coord.rounds_run}
 
 
 class _Echo(Party):
@@ -182,9 +230,9 @@ def ping_grpc(nbytes: int, n: int) -> float:
         hub.close()
 
 
-def _median(res: dict[str, Any]) -> float | None:
-    """The median wall time of a Flower run's round exchanges (None: not a Flower run)."""
-    times = [s for k, _, s in res.get("exchanges", []) if k == "update"]
+def _median(res: dict[str, Any], kinds: tuple[str, ...]) -> float | None:
+    """The median wall time of a Flower run's exchanges of ``kinds`` (None: not a Flower run)."""
+    times = [s for k, _, s in res.get("exchanges", []) if k in kinds]
     return round(statistics.median(times), 3) if times else None
 
 
@@ -212,7 +260,7 @@ def bench_rounds(
     config.write_text(CONFIGS[algorithm].format(rounds=args.rounds))
     cfg = load_deploy_config(config)
     data = work / "data"
-    write_demo_data(cfg, data)
+    write_demo_data(cfg, data, aligned=True)  # Flower has no PSI
     runs: list[tuple[str, int, dict[str, Any]]] = [
         ("in-process", args.rounds, run_in_process(config, data, work / "inproc")),
         ("fedviews gRPC hub", args.rounds, run_grpc(config, data, work / "grpc")),
@@ -221,7 +269,10 @@ def bench_rounds(
         rounds = args.rounds if engine == "simulation" else args.deployment_rounds
         cfg_e = work / f"bench-{engine}.toml"
         cfg_e.write_text(CONFIGS[algorithm].format(rounds=rounds))
-        for executor in args.executors if engine == "deployment" else [None]:
+        executors = args.executors if engine == "deployment" else [None]
+        if get_algorithm_spec(algorithm).peer_to_peer:  # a new process per message: refused
+            executors = [e for e in executors if e != "flower"]
+        for executor in executors:
             name = f"Flower {engine}" + (
                 f" ({executor} executor)" if engine == "deployment" else ""
             )
@@ -229,20 +280,21 @@ def bench_rounds(
             runs.append((name, rounds, _launch(cfg_e, run, data, engine, executor)))
     base, hub = runs[0][2], runs[1][2]
     rows = []
+    curve = CURVES[algorithm]
     for name, rounds, res in runs:
-        ref = base["objective"][: len(res["objective"])]
+        ref = curve(base)[: len(curve(res))]
         rows.append(
             {
                 "transport": name,
                 "rounds": rounds,
                 "seconds_per_round": round(res["seconds_per_round"], 4),
                 "x_hub": round(res["seconds_per_round"] / hub["seconds_per_round"], 1),
-                "median_exchange_seconds": _median(res),
-                "equal_to_in_process": bool(np.allclose(res["objective"], ref, rtol=1e-10)),
+                "median_exchange_seconds": _median(res, EXCHANGES[algorithm]),
+                "equal_to_in_process": bool(np.allclose(curve(res), ref, rtol=1e-10)),
             }
         )
     return {
-        "samples": int(load_party_data(data / "pix.npz").ids.size),
+        "samples": int(load_party_data(data / f"{cfg.federation.parties[0]}.npz").ids.size),
         "parties": len(cfg.federation.parties),
         "rows": rows,
     }
@@ -250,7 +302,7 @@ def bench_rounds(
 
 def print_rounds(algorithm: str, table: dict[str, Any]) -> None:
     print(
-        f"{algorithm}, handwritten, {table['samples']} samples x {table['parties']} parties "
+        f"{algorithm}, {table['samples']} samples x {table['parties']} parties "
         "(one Flower node each), loopback"
     )
     print(f"{'':40s}{'rounds':>7s}{'s/round':>10s}{'x hub':>8s}{'exchange s':>12s}{'equal':>7s}")
@@ -310,7 +362,7 @@ def bench_pings(args: argparse.Namespace, engines: list[str], tmp: Path) -> None
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--algorithms", nargs="*", default=list(CONFIGS), choices=list(CONFIGS))
+    ap.add_argument("--algorithms", nargs="*", default=["mmvfl", "vfedmv"], choices=list(CONFIGS))
     ap.add_argument("--rounds", type=int, default=10, help="in-process, gRPC and simulation")
     ap.add_argument("--deployment-rounds", type=int, default=3, help="deployment engine")
     ap.add_argument("--engines", nargs="*", default=["simulation", "deployment"])

@@ -22,14 +22,20 @@ def _hook() -> ModuleType:
     return mod
 
 
-def test_flower_page_renders_the_committed_benchmark():
-    """docs/flower.md's table is bench_flower.py's committed JSON, every row of it."""
+@pytest.mark.parametrize(
+    ("name", "algorithms"),
+    [("bench_flower", {"mmvfl", "vfedmv"}), ("bench_flower_batch", {"splitnn", "multivfl"})],
+)
+def test_flower_page_renders_the_committed_benchmark(name, algorithms):
+    """docs/flower.md's tables are bench_flower.py's committed JSON files, every row of them:
+    the coarse-round algorithms, and the per-batch ones (deployment engine with fedviews'
+    executor only: Flower's refuses them)."""
     hook = _hook()
     page = (ROOT / "docs/flower.md").read_text()
-    assert "<!-- bench: bench_flower -->" in page
-    res = json.loads((ROOT / "docs/results/bench_flower.json").read_text())
+    assert f"<!-- bench: {name} -->" in page
+    res = json.loads((ROOT / f"docs/results/{name}.json").read_text())
     assert res["command"].startswith("python benchmarks/bench_flower.py")
-    assert set(res["algorithms"]) == {"mmvfl", "vfedmv"}
+    assert set(res["algorithms"]) == algorithms
     text = hook.render_page(page)
     assert "<!-- bench:" not in text and res["command"] in text
     for table in res["algorithms"].values():

@@ -733,6 +733,20 @@ def test_simulation_engine_equals_in_process(deployment, reference, tmp_path, mo
     assert "root-certificates" in (run / "flwr-home" / "config.toml").read_text()
 
 
+def launch_deployment(path: Path, run: Path, data: Path, executor: str) -> dict[str, Any]:
+    """:func:`launch_flower` on the deployment engine with ``executor``, patient with
+    SuperNodes that join slowly on a busy machine."""
+    return launch_flower(
+        path,
+        run,
+        overrides=["federation.connect_timeout=240"],
+        engine="deployment",
+        data_dir=data,
+        timeout=900,
+        executor=executor,
+    )
+
+
 @pytest.mark.slow
 @deployment_engine
 @pytest.mark.parametrize("executor", ["fedviews", "flower"])
@@ -746,15 +760,7 @@ def test_deployment_engine_equals_in_process(
     path, data = deployment
     _without_this_environment_on_path(monkeypatch)
     run = tmp_path / "run"
-    res = launch_flower(
-        path,
-        run,
-        overrides=["federation.connect_timeout=240"],  # SuperNodes join slowly on a busy machine
-        engine="deployment",
-        data_dir=data,
-        timeout=900,
-        executor=executor,
-    )
+    res = launch_deployment(path, run, data, executor)
     _check_against(reference, run, res)
     assert res["executor"] == executor
     assert (run / "logs" / "executor-pix.log").is_file() == (executor == "fedviews")

@@ -15,6 +15,7 @@ import sys
 import zipfile
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 pytest.importorskip("flwr")
@@ -110,12 +111,15 @@ class ExecutorGrid(LoopbackGrid):
         self.executors = {n: _flower_exec.WarmExecutor("runtime:0") for n in self.contexts}
         for n, ex in self.executors.items():
             ex._client = self.apis[n].client  # type: ignore[method-assign]
+        self.kinds: list[str] = []  # the Flower message type of every task, in order
 
     def _deliver(self, m: Message) -> None:
         node = m.metadata.dst_node_id
         api = self.apis[node]
         token = m.metadata.message_id
         api.tasks[token] = m
+        with self.lock:
+            self.kinds.append(m.metadata.message_type)
         self.executors[node].run_task(token)
         reply = api.replies.pop(token)
         reply.metadata.__dict__["_message_id"] = f"reply-{token}"
@@ -158,6 +162,41 @@ def test_warm_executor_keeps_the_party_live(
         assert api.outputs == [SubStatus.COMPLETED] * 7
         assert json.loads(str(api.context.state.config_records["fedviews"]["generation"])) == 6
     assert sum(ex.tasks for ex in grid.executors.values()) == 3 * 7
+
+
+def test_warm_executor_runs_split_learning(tmp_path, runtime_api, monkeypatch):
+    """Split NN with every node a SuperNode in ``--isolation process`` and its executor:
+    the label owner's handler waits in its executor's process across the tasks that
+    relay its messages (``query.fedviews`` answered "send these", then
+    ``query.fedviews_resume``), as on the simulation engine's one actor: == in-process."""
+    pytest.importorskip("torch")
+    pytest.importorskip("cryptography")
+    from test_flower_peers import _federation, _in_process, _results, _same_results
+
+    monkeypatch.setattr(sys, "path", list(sys.path))  # the executor adds the app's folder
+    path, data, certs = _federation(tmp_path / "fed", "splitnn")
+    ref = _in_process(path, data, tmp_path / "ref")[0]
+    run = tmp_path / "run"
+    rc = {"deploy-config": str(path), "out-dir": str(run), "certs-dir": str(certs)}
+    cfg = load_deploy_config(path)
+    nodes = _node_configs(data, run, cfg.federation.parties)
+    grid = ExecutorGrid(nodes, rc, _fab(tmp_path))
+    try:
+        res = _flower.run_flower_coordinator(cfg, grid, run / "coordinator")
+    finally:
+        grid.close()
+    assert res["status"] == "ok", res["status"]
+    _same_results(res, ref)
+    got, want = (
+        _results(run, cfg.federation.parties),
+        _results(tmp_path / "ref", cfg.federation.parties),
+    )
+    for p, arrays in want.items():
+        for k, v in arrays.items():
+            np.testing.assert_array_equal(got[p][k], v, err_msg=f"{p}: {k}")
+    assert "query.fedviews_resume" in grid.kinds  # a handler waited in its executor's process
+    for api in grid.apis.values():
+        assert set(api.outputs) == {SubStatus.COMPLETED}
 
 
 def test_warm_executor_serves_only_fedviews(tmp_path, runtime_api, monkeypatch):

@@ -10,10 +10,8 @@ gradient in the clear; a payload it alters is caught by its receiver.
 
 from __future__ import annotations
 
-import dataclasses
 import json
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import pytest
@@ -26,7 +24,9 @@ from _protocol import footprint  # noqa: E402
 from test_flower import (  # noqa: E402
     LoopbackGrid,
     _task_identity,  # noqa: F401 - an autouse fixture
+    deployment_engine,
     in_process_session,
+    launch_deployment,
 )
 
 from fedviews.deploy import (  # noqa: E402
@@ -35,8 +35,9 @@ from fedviews.deploy import (  # noqa: E402
     _flower_transport,
     launch_flower,
     load_deploy_config,
+    load_party_data,
+    write_demo_data,
 )
-from fedviews.deploy._data import save_all  # noqa: E402
 from fedviews.deploy._launch import make_certs  # noqa: E402
 from fedviews.errors import ConfigError, ProtocolError, RemoteError  # noqa: E402
 from fedviews.federation import (  # noqa: E402
@@ -44,6 +45,7 @@ from fedviews.federation import (  # noqa: E402
     InProcessTransport,
     Message,
     TLSFiles,
+    Trust,
     get_algorithm_spec,
     to_host,
 )
@@ -118,7 +120,7 @@ def _federation(root: Path, name: str) -> tuple[Path, Path, Path]:
     path = root / "deploy.toml"
     path.write_text(CONFIGS[name])
     cfg = load_deploy_config(path)
-    write_aligned_data(cfg, root / "data")
+    write_demo_data(cfg, root / "data", aligned=True)
     return path, root / "data", make_certs(root / "certs", cfg)
 
 
@@ -127,17 +129,24 @@ def splitnn(tmp_path_factory):
     return _federation(tmp_path_factory.mktemp("flower-peers"), "splitnn")
 
 
-def write_aligned_data(cfg: Any, out: Path) -> None:
-    """The config's demo party files, every party cut to the samples all of them hold (in
-    the order of the one that holds fewest): Flower runs without the PSI."""
-    datas = get_algorithm_spec(cfg.algorithm).demo_data(cfg)
-    common = min((d.ids for d in datas.values()), key=len)
-    for p, d in datas.items():
-        rows = {v: i for i, v in enumerate(d.ids.tolist())}
-        idx = np.array([rows[v] for v in common.tolist()])
-        y = None if d.y is None else d.y[idx]
-        datas[p] = dataclasses.replace(d, ids=d.ids[idx], X=d.X[idx], y=y)
-    save_all(datas, out)
+def test_flower_demo_files_are_aligned(tmp_path):
+    """The demo files that ``fedviews flower launch`` writes (no PSI on Flower): Multi-VFL's
+    label owner holds 12 of the data owners' 60 samples, in another order; aligned, every
+    party holds those 12 in the label owner's order, each row its own features and
+    labels, and the data owners keep their test strips."""
+    path = tmp_path / "deploy.toml"
+    path.write_text(CONFIGS["multivfl"])
+    cfg = load_deploy_config(path)
+    raw = get_algorithm_spec("multivfl").demo_data(cfg)
+    got = {p: load_party_data(f) for p, f in write_demo_data(cfg, tmp_path, aligned=True).items()}
+    ids = raw["bank"].ids
+    assert [len(d.ids) for d in raw.values()] == [60, 60, 12]
+    for p, d in got.items():
+        np.testing.assert_array_equal(d.ids, ids)
+        rows = [raw[p].ids.tolist().index(v) for v in ids.tolist()]
+        np.testing.assert_array_equal(d.X, raw[p].X[rows])
+        np.testing.assert_array_equal(d.X_test, raw[p].X_test)
+    np.testing.assert_array_equal(got["bank"].y, raw["bank"].y)
 
 
 def _in_process(path: Path, data: Path, out: Path) -> tuple[dict, InProcessTransport]:
@@ -162,8 +171,9 @@ def _on_flower(
         for p in cfg.federation.parties
     ]
     grid = grid_type(nodes, rc, fresh=fresh_nodes, **kw)
+    trust = Trust.from_dir(certs)  # as the ServerApp reads run config certs-dir
     try:
-        return _flower.run_flower_coordinator(cfg, grid, run / "coordinator"), grid
+        return _flower.run_flower_coordinator(cfg, grid, run / "coordinator", trust=trust), grid
     finally:
         grid.close()
 
@@ -182,25 +192,37 @@ def test_on_flower_equals_in_process(name, tmp_path):
     history and the footprint (who sent which arrays to whom, by kind) are the in-process
     session's; the ServerApp logged the party-to-party messages by their headers."""
     path, data, certs = _federation(tmp_path, name)
-    cfg = load_deploy_config(path)
     ref, transport = _in_process(path, data, tmp_path / "ref")
     res, _ = _on_flower(path, data, certs, tmp_path / "run")
+    _check_equal(path, tmp_path / "run", res, tmp_path / "ref", ref, transport)
+
+
+def _check_equal(
+    path: Path, run: Path, res: dict, ref_dir: Path, ref: dict, transport: InProcessTransport
+) -> None:
+    """A Flower run of config ``path`` (folder ``run``, results ``res``) equals the in-process
+    one (folder ``ref_dir``): results, every party's outputs, footprint, every node's log;
+    its ``seconds_per_round`` is its training time over the 2 rounds every config trains
+    (split NN, APFed: epochs; Multi-VFL: rounds)."""
+    cfg = load_deploy_config(path)
     assert res["status"] == "ok", res["status"]
     _same_results(res, ref)
+    assert res["seconds_per_round"] == pytest.approx(res["train_seconds"] / 2, abs=1e-4)
+    assert res["seconds_per_round"] > 0
     parties = cfg.federation.parties
-    got, want = _results(tmp_path / "run", parties), _results(tmp_path / "ref", parties)
+    got, want = _results(run, parties), _results(ref_dir, parties)
     for p in parties:
         assert sorted(got[p]) == sorted(want[p])
         for k, v in want[p].items():
             np.testing.assert_array_equal(got[p][k], v, err_msg=f"{p}: {k}")
     roles = {**cfg.roles(), cfg.federation.coordinator: "coordinator"}
-    log = json.loads((tmp_path / "run" / "coordinator" / "message_log.json").read_text())
+    log = json.loads((run / "coordinator" / "message_log.json").read_text())
     seen = footprint(log["exchanges"], roles)
     assert seen == footprint(transport.log.exchanges(), roles)
     peers = [k for k in log["crossings"] if cfg.federation.coordinator not in k]
     assert peers  # the party-to-party messages crossed the ServerApp, headers logged
     for p in parties:  # every node's own log: its side of the same exchanges
-        mine = json.loads((tmp_path / "run" / p / "message_log.json").read_text())
+        mine = json.loads((run / p / "message_log.json").read_text())
         assert {k: v for k, v in mine["crossings"].items() if k in log["crossings"]} == {
             k: log["crossings"][k] for k in mine["crossings"]
         }
@@ -328,6 +350,114 @@ def test_a_key_of_the_serverapps_is_refused(splitnn, tmp_path, monkeypatch):
         _on_flower(path, data, certs, tmp_path / "run")
 
 
+def _bundle(certs: Path, name: str, public: bytes | None = None, signer: str = "") -> dict:
+    """``name``'s hello bundle with certificate and key of ``signer`` (default: ``name``) of
+    the CA in ``certs``: over ``public`` (default: a fresh X25519 key), signed by that key."""
+    from fedviews.federation._e2e import _INFO, _b64, _Signer
+
+    tls = TLSFiles.from_dir(certs, signer or name)
+    if public is None:
+        return {"cert": tls.cert.read_text(), **E2EKeys(signer or name, tls).bundle()}
+    sig = _Signer(tls).sign(_INFO, name, public)
+    return {"cert": tls.cert.read_text(), "x25519": _b64(public), "sig": sig}
+
+
+#: bad hello bundles of 'top' (from the certificates of the federation, and of another
+#: CA) and what the ServerApp says of each
+BAD_BUNDLES = {
+    "no-json": (lambda certs, other: "{not json", "malformed end-to-end key bundle"),
+    "no-signature": (
+        lambda certs, other: json.dumps({**_bundle(certs, "top"), "sig": None}),
+        "malformed end-to-end key bundle",
+    ),
+    "short-key": (  # signed, but 16 bytes are no X25519 key
+        lambda certs, other: json.dumps(_bundle(certs, "top", bytes(range(16)))),
+        "X25519 key is invalid",
+    ),
+    "others-certificate": (
+        lambda certs, other: json.dumps(_bundle(certs, "top", signer="bottom")),
+        r"a certificate of \['bottom'\] was offered as 'top''s",
+    ),
+    "altered-signature": (
+        lambda certs, other: json.dumps(
+            {**_bundle(certs, "top"), "sig": _bundle(certs, "top")["sig"]}
+        ),
+        "signature claimed to be 'top''s does not verify",
+    ),
+    "another-ca": (
+        lambda certs, other: json.dumps(_bundle(other, "top")),
+        "not signed by the CA",
+    ),
+}
+
+
+@pytest.mark.parametrize("bad", sorted(BAD_BUNDLES))
+def test_a_bad_key_bundle_is_pinned_on_its_sender_at_the_hello(splitnn, tmp_path, monkeypatch, bad):
+    """The ServerApp checks every node's end-to-end key bundle at its hello, as every peer
+    will (fields, the certificate named after the party and issued by the federation CA,
+    the X25519 key, the signature over it), and refuses a bad one naming the node that
+    sent it (top's, node 1000) before any key is handed out; the honest node is not
+    blamed."""
+    path, data, certs = splitnn
+    make, match = BAD_BUNDLES[bad]
+    other = make_certs(tmp_path / "other-ca", load_deploy_config(path))
+    hello = _flower.hello_keys
+
+    def lying(context, s):
+        honest = hello(context, s)
+        return make(certs, other) if s.party == "top" else honest
+
+    monkeypatch.setattr(_flower, "hello_keys", lying)
+    handed = []
+    monkeypatch.setattr(
+        _flower_transport.FlowerGridTransport, "hand_out_keys", lambda self: handed.append(1)
+    )
+    with pytest.raises(ProtocolError, match=f"Flower node 1000 \\('top'\\) sent .*{match}") as e:
+        _on_flower(path, data, certs, tmp_path / "run")
+    assert not isinstance(e.value, RemoteError)  # the ServerApp's own finding, no node's report
+    assert e.value.party == "Flower node 1000" and handed == []
+
+
+def test_a_serverapp_without_the_ca_still_checks_the_bundles(splitnn, tmp_path):
+    """Without ``ca.crt`` on its host the ServerApp checks all but who issued a certificate:
+    an honest bundle passes; another party's certificate, and a certificate whose key is
+    no elliptic-curve key (an Ed25519 one, self-issued as 'top'), are refused with a
+    fedviews error, never a raw one."""
+    import datetime
+
+    from cryptography import x509
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric import ed25519
+    from cryptography.x509.oid import NameOID
+
+    from fedviews.errors import PrivacyError
+    from fedviews.federation import check_bundle
+
+    _, _, certs = splitnn
+    nothing = Trust.from_dir(tmp_path)
+    assert nothing.ca is None
+    check_bundle(nothing, "top", _bundle(certs, "top"))
+    with pytest.raises(PrivacyError, match=r"a certificate of \['bottom'\]"):
+        check_bundle(nothing, "top", _bundle(certs, "top", signer="bottom"))
+    key = ed25519.Ed25519PrivateKey.generate()
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "top")])
+    now = datetime.datetime.now(datetime.timezone.utc)
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(name)
+        .issuer_name(name)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(days=1))
+        .not_valid_after(now + datetime.timedelta(days=1))
+        .sign(key, None)
+    )
+    pem = cert.public_bytes(serialization.Encoding.PEM).decode()
+    bundle = {**_bundle(certs, "top"), "cert": pem}
+    with pytest.raises(PrivacyError, match="holds no elliptic-curve key"):
+        check_bundle(nothing, "top", bundle)
+
+
 class NewProcessGrid(LoopbackGrid):
     """Every message in a new ClientApp process, as in the deployment engine: the node's live
     party, its keys and its waiting handler are gone."""
@@ -341,13 +471,17 @@ class NewProcessGrid(LoopbackGrid):
 
 
 def test_per_batch_needs_a_live_party(splitnn, tmp_path):
-    """A party rebuilt for every message (the deployment engine) has lost its waiting handler
-    and its keys: the node refuses, as does launch_flower before anything starts."""
+    """A party rebuilt for every message (the deployment engine with Flower's own executor)
+    has lost its waiting handler and its keys: the node refuses, naming the fix (fedviews'
+    executor), as does launch_flower with Flower's executor before anything starts."""
     path, data, certs = splitnn
-    with pytest.raises(RemoteError, match="ConfigError: per-batch .* live through the run"):
+    fix = "live through the run.*--isolation process next to `fedviews flower executor"
+    with pytest.raises(RemoteError, match=f"ConfigError: per-batch .*{fix}"):
         _on_flower(path, data, certs, tmp_path / "run", NewProcessGrid, fresh_nodes=True)
-    with pytest.raises(ConfigError, match="live through the run"):
-        launch_flower(path, tmp_path / "launched", engine="deployment", data_dir=data)
+    with pytest.raises(ConfigError, match=fix):
+        launch_flower(
+            path, tmp_path / "launched", engine="deployment", data_dir=data, executor="flower"
+        )
     assert not (tmp_path / "launched").exists()
 
 
@@ -361,6 +495,21 @@ def test_nodes_need_their_certificates(splitnn, tmp_path):
             _flower.run_flower_coordinator(cfg, grid, tmp_path / "c")
     finally:
         grid.close()
+
+
+@pytest.mark.slow
+@deployment_engine
+@pytest.mark.parametrize("name", sorted(CONFIGS))
+def test_on_the_deployment_engine_equals_in_process(name, tmp_path):
+    """flower-superlink + one flower-supernode per party in --isolation process, each with
+    fedviews' executor (one live ClientApp process per party, where a handler waits for
+    its relayed messages), over TLS with SuperNode authentication + flwr run == in-process."""
+    path, data, _ = _federation(tmp_path, name)
+    ref, transport = _in_process(path, data, tmp_path / "ref")
+    run = tmp_path / "run"
+    res = launch_deployment(path, run, data, "fedviews")
+    assert res["executor"] == "fedviews"
+    _check_equal(path, run, res, tmp_path / "ref", ref, transport)
 
 
 @pytest.mark.slow

@@ -22,6 +22,7 @@ other column is a numeric feature (2-D only, no test split).
 from __future__ import annotations
 
 import csv
+import dataclasses
 import zipfile
 from collections.abc import Iterable
 from pathlib import Path
@@ -224,9 +225,29 @@ def save_all(datas: dict[str, PartyData], out_dir: str | Path, fmt: str = "npz")
     return {p: save_party_data(Path(out_dir) / f"{p}.{fmt}", d) for p, d in datas.items()}
 
 
-def write_demo_data(cfg: Any, out_dir: str | Path) -> dict[str, Path]:
-    """One file per party of a deployment config, dealt by its algorithm from ``[data]``."""
+#: a PartyData's arrays with one row per training sample, besides its IDs
+_ROW_ARRAYS = ("X", "y", "lengths")
+
+
+def write_demo_data(cfg: Any, out_dir: str | Path, *, aligned: bool = False) -> dict[str, Path]:
+    """One file per party of a deployment config, dealt by its algorithm from ``[data]``.
+
+    ``aligned``: every party's rows cut to the samples that all of them hold, in the order
+    of the party that holds fewest (the files of a run without the PSI, ``alignment =
+    "none"``, as on Flower); a DataError if they share none.
+    """
     from fedviews.federation import get_algorithm_spec
 
     datas = get_algorithm_spec(cfg.algorithm).demo_data(cfg)
+    if aligned:
+        held = set.intersection(*(set(d.ids.tolist()) for d in datas.values()))
+        fewest = min((d.ids for d in datas.values()), key=len)
+        common = [v for v in fewest.tolist() if v in held]
+        if not common:
+            raise DataError(f"the demo files of {sorted(datas)} share no sample ID")
+        for p, d in datas.items():
+            rows = {v: i for i, v in enumerate(d.ids.tolist())}
+            idx = np.array([rows[v] for v in common])
+            cut = {k: None if (a := getattr(d, k)) is None else a[idx] for k in _ROW_ARRAYS}
+            datas[p] = dataclasses.replace(d, ids=d.ids[idx], **cut)  # the test split kept
     return save_all(datas, out_dir, cfg.data.format)

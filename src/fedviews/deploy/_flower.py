@@ -33,8 +33,10 @@ messages from inside a handler (activations to the label owner), runs with the
 ServerApp as the relay: the node answers with its party's messages sealed end to end,
 the ServerApp forwards them to their receivers' nodes and brings the sealed replies
 back to the handler waiting in the node's live process (:mod:`._flower_relay`). That
-needs the party to live through the run: the simulation engine with one Ray actor;
-the deployment engine (a new ClientApp process per message) is refused.
+needs the party to live through the run: the simulation engine with one Ray actor, or
+the deployment engine with SuperNodes in ``--isolation process`` served by ``fedviews
+flower executor`` (one ClientApp process per party, :mod:`._flower_exec`); with Flower's
+own executor (a new ClientApp process per message) it is refused.
 
 Run config of the Flower app (``flwr run APP CONNECTION -c "..."``):
 
@@ -59,7 +61,10 @@ Run config of the Flower app (``flwr run APP CONNECTION -c "..."``):
 ``certs-dir``
     per-batch algorithms: the folder of the nodes' fedviews certificates (``ca.crt``,
     ``<party>.crt``, ``<party>.key``), which sign their end-to-end keys (nodes:
-    ``certs=DIR`` in the node config).
+    ``certs=DIR`` in the node config). The ServerApp checks every node's key bundle at
+    its hello (:meth:`FlowerGridTransport._checked_bundle`), against ``DIR/ca.crt`` where
+    that exists on its host (else all but the certificates' issuer, which every peer
+    checks).
 ``ping``, ``ping-bytes``
     ``ping > 0``: only time that many echo round trips of ``ping-bytes`` bytes.
 """
@@ -122,7 +127,7 @@ from fedviews.deploy._roles import (  # noqa: E402
     session_policy,
 )
 from fedviews.deploy._session import _print_to, write_coordinator_outputs  # noqa: E402
-from fedviews.federation import get_algorithm_spec  # noqa: E402
+from fedviews.federation import Trust, get_algorithm_spec  # noqa: E402
 
 log = logging.getLogger("fedviews.flower")
 
@@ -139,6 +144,7 @@ def run_flower_coordinator(
     options: FlowerOptions | None = None,
     ping: int = 0,
     ping_bytes: int = 0,
+    trust: Trust | None = None,
 ) -> dict[str, Any]:
     """The ServerApp's work: map the nodes, run the session; write ``results.json`` always.
 
@@ -146,13 +152,17 @@ def run_flower_coordinator(
     party-to-node map, every exchange's wall time), ``result.npz`` and
     ``message_log.json`` like :func:`fedviews.deploy.run_coordinator`. With
     ``ping > 0`` it only times ``ping`` echo round trips of ``ping_bytes`` bytes
-    (:meth:`FlowerGridTransport.ping`) instead of running the session.
+    (:meth:`FlowerGridTransport.ping`) instead of running the session. ``trust``: the CA
+    that the nodes' end-to-end keys must be certified by (per-batch algorithms; see
+    :class:`FlowerGridTransport`).
     """
     say = _print_to(cfg.federation.coordinator, echo)
     opts = options or FlowerOptions(join_timeout=cfg.federation.connect_timeout)
     check_flower_config(cfg)
     out_dir.mkdir(parents=True, exist_ok=True)
-    transport = FlowerGridTransport(session_policy(cfg), cfg.roles(), grid, options=opts)
+    transport = FlowerGridTransport(
+        session_policy(cfg), cfg.roles(), grid, options=opts, trust=trust
+    )
     coord = DeployCoordinator(cfg, say, out_dir, resume)
     transport.register(coord)
     say(f"Flower ServerApp: waiting for nodes declaring {list(cfg.federation.parties)}")
@@ -181,7 +191,7 @@ def run_flower_coordinator(
         raise
     finally:
         res = coord.results()
-        rounds, train = int(res.get("n_iter") or 0), float(res.get("train_seconds") or 0.0)
+        rounds, train = coord.rounds_run, float(res.get("train_seconds") or 0.0)
         result = {
             "status": status,
             "seconds": round(time.perf_counter() - t0, 3),
@@ -243,6 +253,7 @@ def _server_main(grid: Grid, context: Context) -> None:
         options=FlowerOptions(join_timeout=cfg.federation.connect_timeout, node_auth=node_auth),
         ping=int(rc.get("ping", 0) or 0),
         ping_bytes=int(rc.get("ping-bytes", 0) or 0),
+        trust=Trust.from_dir(certs) if (certs := str(rc.get("certs-dir", "") or "")) else None,
     )
 
 

@@ -8,7 +8,10 @@ Started with ``--isolation process`` the SuperNode leaves its tasks to an execut
 the operator's choice (Flower's own is ``flower-superexec``). :class:`WarmExecutor` is
 one that runs fedviews' ClientApp in its own process for every task: the party object
 stays live between messages (:func:`~._flower_node.node_for` finds it by its
-generation), so a message costs its handler, not a process start and a rebuild.
+generation), so a message costs its handler, not a process start and a rebuild; and a
+per-batch party (split NN, Multi-VFL, APFed) waits in its handler's thread here between
+the tasks that relay its messages and bring their replies (:mod:`._flower_relay`), so
+those algorithms run on the deployment engine only with this executor.
 
 It speaks the SuperNode's Runtime API as ``flower-superexec`` and ``flwr-clientapp`` do
 (``AcquireTask``, then per task ``PullTaskInput``/``PullMessages``, the reply with

@@ -247,7 +247,9 @@ def launch_flower(
     ``--isolation process`` next to a ``fedviews flower executor`` (one long-lived
     ClientApp process per party, :mod:`._flower_exec`), ``"flower"`` leaves the SuperNode
     its own (a new ClientApp process per message); None: fedviews' where this flwr has the
-    Runtime API it needs. The result says which (``executor``).
+    Runtime API it needs. The result says which (``executor``). Per-batch algorithms
+    (split NN, Multi-VFL, APFed) need fedviews' executor on the deployment engine: with
+    Flower's they are refused before anything starts.
     """
     if engine not in ("deployment", "simulation"):
         raise ConfigError(f"engine must be 'deployment' or 'simulation', not {engine!r}")
@@ -261,13 +263,13 @@ def launch_flower(
         raise ConfigError(f"executor must be 'fedviews' or 'flower', not {executor!r}")
     warm = engine == "deployment" and executor == "fedviews"
     peers = get_algorithm_spec(cfg.algorithm).peer_to_peer
-    if engine == "deployment" and peers:
+    if engine == "deployment" and peers and not warm:  # a new ClientApp process per message
         raise ConfigError(PEERS_NEED_A_LIVE_PARTY)
     say = echo or print
     run_dir.mkdir(parents=True, exist_ok=True)
     if data_dir is None:
         data_dir = run_dir / "data"
-        write_demo_data(cfg, data_dir)
+        write_demo_data(cfg, data_dir, aligned=True)  # no PSI on Flower
     data_dir = Path(data_dir).absolute()
     files = party_files(cfg.federation.parties, data_dir, ConfigError)
     app_dir = write_flower_app(run_dir / "flower-app", config, overrides)

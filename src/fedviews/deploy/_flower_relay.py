@@ -17,17 +17,20 @@ shapes and sizes: what its policy check and log need). The payloads are sealed e
 end exactly as on fedviews' gRPC hub (:class:`fedviews.federation.E2EKeys`): each node
 makes a fresh X25519 key pair at the hello and signs it with its fedviews certificate
 (``certs=DIR`` in its node config, or the run config's ``certs-dir``: ``DIR/ca.crt``,
-``DIR/<party>.crt``, ``DIR/<party>.key``); the ServerApp hands out every party's
-bundle (``query.fedviews_peers``); a node accepts a peer's key only if the
+``DIR/<party>.crt``, ``DIR/<party>.key``); the ServerApp checks every bundle as it
+arrives (naming a node that sends a bad one) and hands them out
+(``query.fedviews_peers``); a node accepts a peer's key only if the
 certificate is the federation CA's, names exactly that party and signs the key, and
 refuses an altered, forged or replayed message, naming its claimed sender.
 
 The handler and the keys live in the node's process, so the party must live through
 the run: Flower's simulation engine with **one** Ray actor (``launch_flower`` runs it
-so). A node whose live party is gone (another actor, or the deployment engine, which
-starts a new ClientApp process for every message) refuses to rebuild it
-(:data:`PEERS_NEED_A_LIVE_PARTY`) instead of answering with a party that lost its
-per-batch state.
+so), or the deployment engine with every SuperNode in ``--isolation process`` next to
+``fedviews flower executor``, whose one process runs all its node's tasks
+(:mod:`._flower_exec`; ``launch_flower`` runs it so). A node whose live party is gone
+(another actor, or Flower's own executor, which starts a new ClientApp process for
+every message) refuses to rebuild it (:data:`PEERS_NEED_A_LIVE_PARTY`) instead of
+answering with a party that lost its per-batch state.
 """
 
 from __future__ import annotations

@@ -32,6 +32,7 @@ import numpy as np
 
 from fedviews.errors import (
     ConfigError,
+    FedViewsError,
     PartyUnavailable,
     PrivacyError,
     ProtocolError,
@@ -51,6 +52,8 @@ from fedviews.federation import (  # noqa: E402
     Party,
     PrivacyPolicy,
     Transport,
+    Trust,
+    check_bundle,
     error_payload,
     raise_remote,
 )
@@ -70,10 +73,13 @@ _GRPC_HINT = "fedviews' gRPC transport (fedviews launch / fedviews party)"
 PEERS_NEED_A_LIVE_PARTY = (
     "per-batch split learning (a party's handler sends its own messages, relayed by the "
     "ServerApp) needs each party's process to live through the run: its handler waits in it "
-    "for the replies, with its end-to-end keys. Flower's deployment engine starts a new "
-    "ClientApp process for every message, and a simulation with several Ray actors hands "
-    "a node's messages to any of them: use the simulation engine with one actor "
-    "(fedviews flower launch --engine simulation does) or " + _GRPC_HINT
+    "for the replies, with its end-to-end keys. Flower's own executor (a SuperNode in its "
+    "default --isolation subprocess) starts a new ClientApp process for every message, and "
+    "a simulation with several Ray actors hands a node's messages to any of them: start "
+    "every SuperNode with --isolation process next to `fedviews flower executor "
+    "--runtime-api HOST:PORT` (one live ClientApp process per party; fedviews flower launch "
+    "--engine deployment does so with flwr 1.42), use the simulation engine "
+    "with one actor (fedviews flower launch --engine simulation does) or " + _GRPC_HINT
 )
 
 
@@ -182,6 +188,10 @@ class FlowerGridTransport(Transport):
         The ServerApp's grid (deployment or simulation engine).
     options : FlowerOptions
         Poll interval and timeouts.
+    trust : Trust, optional
+        The federation CA (and revocation list) that the parties' certificates must come
+        from (per-batch algorithms); None: the bundles are checked for all but their
+        certificates' issuer, which every peer checks.
     """
 
     def __init__(
@@ -192,8 +202,11 @@ class FlowerGridTransport(Transport):
         *,
         options: FlowerOptions | None = None,
         keep_entries: bool = True,
+        trust: Trust | None = None,
     ) -> None:
         super().__init__(policy, keep_entries=keep_entries)
+        #: what the parties' end-to-end key bundles are checked against at their hellos
+        self.trust = trust or Trust(None)
         self.expected = dict(parties)
         self.roles.update(self.expected)
         self.grid = grid
@@ -270,11 +283,36 @@ class FlowerGridTransport(Transport):
                 "(algorithm, seed, parties, label owner or params differ from the coordinator's)"
             )
         if "e2e" in rec:
-            bundle = json.loads(str(rec["e2e"]))
-            if not isinstance(bundle, dict) or not all(isinstance(v, str) for v in bundle.values()):
-                raise ProtocolError(f"{where} ({party!r}) sent a malformed end-to-end key")
-            self.bundles[party] = bundle
+            self.bundles[party] = self._checked_bundle(where, party, rec["e2e"])
         self.nodes[party] = node
+
+    def _checked_bundle(self, where: str, party: str, said: object) -> dict[str, str]:
+        """``party``'s end-to-end key bundle from its hello, checked as every peer will check
+        it (:func:`~fedviews.federation.check_bundle`: its fields, the certificate named
+        ``party`` and, with :attr:`trust`'s CA, issued by it, the X25519 key, the signature),
+        so that a bad bundle is pinned on its sender now instead of failing the peers that
+        refuse it later."""
+        try:
+            bundle = json.loads(str(said))
+        except ValueError:
+            bundle = None
+        if (
+            not isinstance(bundle, dict)
+            or set(bundle) != {"cert", "x25519", "sig"}
+            or not all(isinstance(v, str) for v in bundle.values())
+        ):
+            raise ProtocolError(
+                f"{where} ({party!r}) sent a malformed end-to-end key bundle (want a JSON "
+                "table of the strings cert, x25519, sig)",
+                party=where,
+            )
+        try:
+            check_bundle(self.trust, party, bundle)
+        except FedViewsError as exc:
+            raise ProtocolError(
+                f"{where} ({party!r}) sent a bad end-to-end key: {exc}", party=where
+            ) from None
+        return bundle
 
     def _check_identity(self, node: int, party: str) -> None:
         """Refuse a node whose authentication key was registered for another party (it

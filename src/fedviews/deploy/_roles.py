@@ -336,6 +336,8 @@ class DeployCoordinator(Coordinator):
         self.server: Any = None
         self.setup: dict[str, Any] = {}
         self.train_seconds = 0.0
+        #: rounds (or epochs, as the algorithm counts them) this run trained, resumed ones aside
+        self.rounds_run = 0
 
     def run(self) -> dict[str, Any]:
         fed = self.cfg.federation
@@ -382,7 +384,7 @@ class DeployCoordinator(Coordinator):
         )
         progress.start()
         try:
-            self.app.run_coordinator(self.server, self._checkpoint)
+            self.app.run_coordinator(self.server, self._round_end)
         finally:
             self.train_seconds = time.perf_counter() - t0
             done.set()
@@ -409,7 +411,9 @@ class DeployCoordinator(Coordinator):
             )
         return 0
 
-    def _checkpoint(self, round: int) -> None:
+    def _round_end(self, round: int) -> None:
+        """After each round (or epoch): count it, write its checkpoint when one is due."""
+        self.rounds_run += 1
         if self.checkpoints is not None and round % self.cfg.federation.checkpoint_every == 0:
             self.checkpoints.save(round, self.server.state_dict())
 

@@ -39,7 +39,7 @@ from fedviews.federation._defense import (
     noise_multiplier,
     randomized_response,
 )
-from fedviews.federation._e2e import E2EKeys
+from fedviews.federation._e2e import E2EKeys, Trust, check_bundle
 from fedviews.federation._inprocess import InProcessRun, build_in_process
 from fedviews.federation._log import LogEntry, MessageLog
 from fedviews.federation._message import (
@@ -133,6 +133,8 @@ __all__ = [
     "raise_remote",
     "TLSFiles",
     "E2EKeys",
+    "Trust",
+    "check_bundle",
     "certificate_advice",
     "crypto",
     "check_name",

@@ -214,6 +214,14 @@ def certificate_advice(name: str, operator: bool, directory: Path | None = None)
     )
 
 
+def revoked_serials(directory: Path) -> frozenset[str]:
+    """The serial numbers (hex) listed in ``directory/revoked.txt`` (none if it is absent)."""
+    rl = directory / "revoked.txt"
+    if not rl.is_file():
+        return frozenset()
+    return frozenset(line.split()[0] for line in rl.read_text().splitlines() if line.strip())
+
+
 @dataclass(frozen=True)
 class TLSFiles:
     """The PEM files one process needs: the federation CA, its certificate and key.
@@ -239,13 +247,7 @@ class TLSFiles:
         for p in (files.ca, files.cert, files.key):
             if not p.is_file():
                 raise ConfigError(f"missing {p}; {certificate_advice(name, operator, d)}")
-        rl = d / "revoked.txt"
-        revoked = (
-            frozenset(line.split()[0] for line in rl.read_text().splitlines() if line.strip())
-            if rl.is_file()
-            else frozenset()
-        )
-        return cls(files.ca, files.cert, files.key, revoked)
+        return cls(files.ca, files.cert, files.key, revoked_serials(d))
 
     def server_credentials(self) -> Any:
         grpc: Any = require("grpc", "grpc")

@@ -41,10 +41,12 @@ import json
 import secrets
 import threading
 from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from fedviews.errors import PrivacyError, ProtocolError
-from fedviews.federation._certs import TLSFiles, crypto
+from fedviews.federation._certs import TLSFiles, crypto, revoked_serials
 from fedviews.federation._message import (
     SEAL_TAG,
     Message,
@@ -94,54 +96,96 @@ def x25519_secret(own: Any, public: bytes, peer: str) -> bytes:
         raise PrivacyError(f"{peer!r}'s X25519 key is invalid") from None
 
 
-def verify_certificate(tls: TLSFiles, pem: bytes, name: str) -> Any:
+def verify_certificate(trust: Trust, pem: bytes, name: str) -> Any:
     """The public key of ``pem`` if it is a valid certificate of party ``name`` in this
-    federation: signed by its CA, common name exactly ``name``, valid now, not revoked."""
+    federation: signed by its CA, common name exactly ``name``, valid now, not revoked
+    (without a CA in ``trust``: readable, named ``name`` and valid now only)."""
     c = crypto()
     try:
         cert = c.x509.load_pem_x509_certificate(pem)
-        ca = c.x509.load_pem_x509_certificate(tls.ca.read_bytes())
-        hash_alg = cert.signature_hash_algorithm
-        if cert.issuer != ca.subject or hash_alg is None:
-            raise PrivacyError(f"the certificate offered for {name!r} is not from this CA")
-        ca.public_key().verify(cert.signature, cert.tbs_certificate_bytes, c.ec.ECDSA(hash_alg))
+        if trust.ca is not None:
+            ca = c.x509.load_pem_x509_certificate(trust.ca.read_bytes())
+            hash_alg = cert.signature_hash_algorithm
+            if cert.issuer != ca.subject or hash_alg is None:
+                raise PrivacyError(f"the certificate offered for {name!r} is not from this CA")
+            ca.public_key().verify(cert.signature, cert.tbs_certificate_bytes, c.ec.ECDSA(hash_alg))
     except c.exceptions.InvalidSignature:
         raise PrivacyError(
             f"the certificate offered for {name!r} is not signed by the CA"
         ) from None
     except ValueError as exc:
         raise PrivacyError(f"the certificate offered for {name!r} is unreadable: {exc}") from None
+    if not isinstance(cert.public_key(), c.ec.EllipticCurvePublicKey):  # what signs a bundle
+        raise PrivacyError(f"the certificate offered for {name!r} holds no elliptic-curve key")
     names = [a.value for a in cert.subject.get_attributes_for_oid(c.NameOID.COMMON_NAME)]
     if names != [name]:  # exact: TLS host names compare case-insensitively, fedviews does not
         raise PrivacyError(f"a certificate of {names} was offered as {name!r}'s")
     now = datetime.datetime.now(datetime.timezone.utc)
     if not cert.not_valid_before_utc <= now <= cert.not_valid_after_utc:
         raise PrivacyError(f"the certificate of {name!r} is not valid now")
-    if f"{cert.serial_number:x}" in tls.revoked:
+    if f"{cert.serial_number:x}" in trust.revoked:
         raise PrivacyError(f"the certificate of {name!r} is revoked")
     return cert.public_key()
 
 
-def _signed_key(signer: _Signer, peer: str, bundle: Any) -> bytes:
+@dataclass(frozen=True)
+class Trust:
+    """What a certificate is checked against: the federation CA (``ca.crt``) and the
+    revoked serial numbers (hex). ``ca=None``: no CA at hand (a relay that holds none), so
+    only a certificate's own consistency is checked, not who issued it."""
+
+    ca: Path | None
+    revoked: frozenset[str] = frozenset()
+
+    @classmethod
+    def of(cls, tls: TLSFiles) -> Trust:
+        return cls(tls.ca, tls.revoked)
+
+    @classmethod
+    def from_dir(cls, directory: str | Path) -> Trust:
+        """``DIR/ca.crt`` and ``DIR/revoked.txt``; no CA where ``DIR/ca.crt`` is absent."""
+        d = Path(directory)
+        return cls(d / "ca.crt" if (d / "ca.crt").is_file() else None, revoked_serials(d))
+
+    def verify(
+        self, signed: Mapping[str, Any], name: str, info: bytes, *parts: bytes | str
+    ) -> None:
+        """Check that ``signed["sig"]``, over the statement ``info | parts``, comes from
+        ``signed["cert"]``, a valid certificate of ``name``."""
+        try:
+            pem = str(signed["cert"]).encode("ascii")
+        except UnicodeEncodeError:
+            raise PrivacyError(f"the certificate offered for {name!r} is not PEM") from None
+        key = verify_certificate(self, pem, name)
+        sig = _unb64(signed["sig"], f"{name!r}'s signature")
+        try:
+            key.verify(sig, _statement(info, *parts), crypto().ec.ECDSA(crypto().hashes.SHA256()))
+        except crypto().exceptions.InvalidSignature:
+            raise PrivacyError(f"a signature claimed to be {name!r}'s does not verify") from None
+
+
+def _signed_key(trust: Trust, peer: str, bundle: Any) -> bytes:
     """The X25519 public key of ``peer``'s ``bundle`` (``{"cert", "x25519", "sig"}``), once
-    its certificate and signature check out (:meth:`_Signer.verify`)."""
+    its certificate and signature check out (:meth:`Trust.verify`)."""
     if not isinstance(bundle, Mapping) or not {"cert", "x25519", "sig"} <= set(bundle):
         raise ProtocolError(f"a malformed key bundle for {peer!r}")
     if not all(isinstance(bundle[k], str) for k in ("cert", "x25519", "sig")):
         raise ProtocolError(f"a malformed key bundle for {peer!r}: fields must be strings")
     public = _unb64(bundle["x25519"], f"{peer!r}'s key")
-    signer.verify(bundle, peer, _INFO, peer, public)
+    trust.verify(bundle, peer, _INFO, peer, public)
     return public
 
 
-def check_bundle(tls: TLSFiles, peer: str, bundle: Any) -> None:
+def check_bundle(trust: TLSFiles | Trust, peer: str, bundle: Any) -> None:
     """Check ``peer``'s end-to-end bundle as every party will: signed by the key of its
     certificate, an X25519 key that yields a shared secret (not all zeros, say).
 
     The hub checks each bundle at the hello, so that one party's bad key is refused,
-    naming it, instead of failing every other party when the hub hands it out.
+    naming it, instead of failing every other party when the hub hands it out. A
+    :class:`Trust` without a CA (a Flower ServerApp that holds none) checks all but who
+    issued the certificate.
     """
-    public = _signed_key(_Signer(tls), peer, bundle)
+    public = _signed_key(trust if isinstance(trust, Trust) else Trust.of(trust), peer, bundle)
     x25519_secret(crypto().x25519.X25519PrivateKey.generate(), public, peer)
 
 
@@ -150,7 +194,7 @@ class _Signer:
 
     def __init__(self, tls: TLSFiles) -> None:
         c = crypto()
-        self.tls = tls
+        self.trust = Trust.of(tls)
         self.cert_pem = tls.cert.read_bytes()
         self._key = c.serialization.load_pem_private_key(tls.key.read_bytes(), password=None)
         self._ecdsa = c.ec.ECDSA(c.hashes.SHA256())
@@ -162,18 +206,8 @@ class _Signer:
     def verify(
         self, signed: Mapping[str, Any], name: str, info: bytes, *parts: bytes | str
     ) -> None:
-        """Check that ``signed["sig"]``, over the statement ``info | parts``, comes from
-        ``signed["cert"]``, a valid certificate of ``name``."""
-        try:
-            pem = str(signed["cert"]).encode("ascii")
-        except UnicodeEncodeError:
-            raise PrivacyError(f"the certificate offered for {name!r} is not PEM") from None
-        key = verify_certificate(self.tls, pem, name)
-        sig = _unb64(signed["sig"], f"{name!r}'s signature")
-        try:
-            key.verify(sig, _statement(info, *parts), self._ecdsa)
-        except crypto().exceptions.InvalidSignature:
-            raise PrivacyError(f"a signature claimed to be {name!r}'s does not verify") from None
+        """:meth:`Trust.verify` against this process's CA and revocation list."""
+        self.trust.verify(signed, name, info, *parts)
 
 
 class HubProof:
@@ -242,7 +276,7 @@ class E2EKeys:
                     f"the hub handed out an end-to-end key in its own name {peer!r}: refused "
                     "(it could seal messages as a party, e.g. a set for a party to re-blind)"
                 )
-            public = _signed_key(self._signer, peer, b)
+            public = _signed_key(self._signer.trust, peer, b)
             shared = x25519_secret(self._secret, public, peer)
 
             def key(a: str, b_: str, shared: bytes = shared) -> Any:
