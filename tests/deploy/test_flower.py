@@ -679,7 +679,7 @@ def test_a_party_sends_only_from_a_handler_with_keys():
     split = PrivacyPolicy.of(
         "split", {("data_owner", "label_owner"): ["activations"], ("party", "coordinator"): ["x"]}
     )
-    node = _flower_transport.FlowerNodeTransport(
+    node = _flower_node.FlowerNodeTransport(
         split, {"b": "label_owner", "coordinator": "coordinator"}
     )
     with pytest.raises(ProtocolError, match="outside a handler or without end-to-end keys"):

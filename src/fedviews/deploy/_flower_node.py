@@ -28,14 +28,14 @@ import importlib.util
 import json
 import sys
 import threading
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from fedviews.errors import ConfigError, ProtocolError, require
+from fedviews.errors import ConfigError, PrivacyError, ProtocolError, require
 
 require("flwr", "flower")
 
@@ -43,15 +43,19 @@ from flwr.app import Array, ArrayRecord, ConfigRecord, Context, RecordDict  # no
 
 from fedviews.deploy._config import DeployConfig, load_deploy_config  # noqa: E402
 from fedviews.deploy._data import SUFFIXES, load_party_data  # noqa: E402
-from fedviews.deploy._flower_transport import _GRPC_HINT, FlowerNodeTransport  # noqa: E402
+from fedviews.deploy._flower_transport import _GRPC_HINT  # noqa: E402
 from fedviews.deploy._roles import DeployParty, session_policy  # noqa: E402
 from fedviews.deploy._session import _print_to  # noqa: E402
 from fedviews.federation import (  # noqa: E402
     SECAGG_KINDS,
+    E2EKeys,
     LogEntry,
     Message,
+    Party,
+    PrivacyPolicy,
     SecureSum,
     SecureSumParty,
+    Transport,
     get_algorithm_spec,
 )
 
@@ -358,3 +362,82 @@ def forget(context: Context) -> None:
     """Drop this node's live party: the next message rebuilds it from ``Context.state``."""
     with _LIVE_LOCK:
         _LIVE.pop((int(context.run_id), int(context.node_id)), None)
+
+
+class FlowerNodeTransport(Transport):
+    """A node's transport: answers the ServerApp; with end-to-end keys (:attr:`e2e`) and a
+    way to the ServerApp (:attr:`outbox`, set while a handler runs), a party's own messages
+    go to other parties sealed, and the peers' messages relayed to it are opened here."""
+
+    def __init__(self, policy: PrivacyPolicy, roles: Mapping[str, str]) -> None:
+        super().__init__(policy)
+        self._others = dict(roles)
+        #: who is the coordinator (``roles`` names it with the role ``"coordinator"``)
+        self.coordinator = next((p for p, r in roles.items() if r == "coordinator"), "")
+        #: this party's end-to-end keys (per-batch algorithms; see :mod:`._flower_relay`)
+        self.e2e: E2EKeys | None = None
+        #: hands sealed requests to the ServerApp and returns their sealed replies
+        self.outbox: Callable[[list[bytes]], list[bytes]] | None = None
+
+    def register(self, party: Party) -> None:
+        super().register(party)
+        for name, role in self._others.items():
+            self.roles.setdefault(name, role)
+
+    def request(self, msg: Message) -> Message:
+        return self.request_many([msg])[0]
+
+    def request_many(self, msgs: list[Message]) -> list[Message]:
+        """Seal every message for its receiver, have the ServerApp relay them, open and check
+        the replies (sender, receiver, kind, round, policy) and log both legs."""
+        if self.e2e is None or self.outbox is None:
+            raise ProtocolError(
+                f"{msgs[0].sender!r} tried to send {msgs[0].kind!r} to {msgs[0].receiver!r} "
+                "outside a handler or without end-to-end keys: over Flower a party sends "
+                "its own messages only while it answers one, sealed for the receiver"
+            )
+        wires = []
+        for m in msgs:
+            if m.receiver not in self.roles or m.receiver == self.coordinator:
+                raise ProtocolError(
+                    f"{m.sender!r} cannot send {m.kind!r} to {m.receiver!r} over Flower: "
+                    "a party sends its own messages to the other parties only"
+                )
+            self._check_send(m)
+            wire = bytes(self.e2e.seal(m))
+            self._check_and_log(m, len(wire))
+            wires.append(wire)
+        got = self.outbox(wires)
+        if len(got) != len(msgs):
+            raise ProtocolError(
+                f"the ServerApp brought {len(got)} replies to {len(msgs)} messages",
+                party=self.coordinator,
+            )
+        replies = []
+        for m, data in zip(msgs, got, strict=True):
+            reply = self.e2e.open(data)  # PrivacyError if altered, forged or replayed
+            self._check_reply(m, reply)
+            self._check_and_log(reply, len(data))
+            replies.append(reply)
+        return replies
+
+    def answer(self, data: bytes, coordinator: str) -> bytes:
+        """Decode a request (open it, if a peer sealed it), let the party handle it, return
+        the encoded reply (sealed for a peer)."""
+        head = Message.peek(data)
+        peer = head.sender != coordinator
+        if peer and self.e2e is None:
+            raise PrivacyError(f"only the coordinator sends over Flower, not {head.sender!r}")
+        msg = self.e2e.open(data) if peer and self.e2e is not None else Message.decode(data)
+        party = self.local.get(msg.receiver)
+        if party is None:
+            raise ProtocolError(
+                f"a message for {msg.receiver!r} reached the node of {list(self.local)}"
+            )
+        self._check_request(msg)
+        self._check_and_log(msg, len(data))
+        reply = self._handle(party, msg)
+        self._check_send(reply)
+        wire = bytes(self.e2e.seal(reply)) if peer and self.e2e is not None else reply.encode()
+        self._check_and_log(reply, len(wire))
+        return wire

@@ -3,8 +3,8 @@
 :class:`FlowerGridTransport` is the ServerApp's: it sends every fedviews
 :class:`~fedviews.federation.Message` to the Flower node of its receiver through the
 ``Grid`` (Message API), after the same privacy-policy check and logging as
-in-process (:meth:`Transport._check_and_log`). :class:`FlowerNodeTransport` is a
-ClientApp's: it answers the ServerApp, and (per-batch split learning) sends a party's
+in-process (:meth:`Transport._check_and_log`). A ClientApp's transport
+(:class:`~fedviews.deploy._flower_node.FlowerNodeTransport`) answers the ServerApp, and (per-batch split learning) sends a party's
 own messages to other parties through it, sealed end to end: a node answers "send
 these" (:data:`SEND`), the ServerApp relays each sealed message to its receiver's node,
 reading only its header, and hands the sealed replies back (``query.fedviews_resume``)
@@ -24,7 +24,7 @@ import json
 import secrets
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
@@ -34,7 +34,6 @@ from fedviews.errors import (
     ConfigError,
     FedViewsError,
     PartyUnavailable,
-    PrivacyError,
     ProtocolError,
     require,
 )
@@ -46,10 +45,8 @@ from flwr.app import Message as FlowerMessage  # noqa: E402
 from flwr.serverapp import Grid  # noqa: E402
 
 from fedviews.federation import (  # noqa: E402
-    E2EKeys,
     Header,
     Message,
-    Party,
     PrivacyPolicy,
     Transport,
     Trust,
@@ -536,82 +533,3 @@ class FlowerGridTransport(Transport):
         if not self.exchanges:
             return float("nan")
         return float(np.median([s for _, _, s in self.exchanges]))
-
-
-class FlowerNodeTransport(Transport):
-    """A node's transport: answers the ServerApp; with end-to-end keys (:attr:`e2e`) and a
-    way to the ServerApp (:attr:`outbox`, set while a handler runs), a party's own messages
-    go to other parties sealed, and the peers' messages relayed to it are opened here."""
-
-    def __init__(self, policy: PrivacyPolicy, roles: Mapping[str, str]) -> None:
-        super().__init__(policy)
-        self._others = dict(roles)
-        #: who is the coordinator (``roles`` names it with the role ``"coordinator"``)
-        self.coordinator = next((p for p, r in roles.items() if r == "coordinator"), "")
-        #: this party's end-to-end keys (per-batch algorithms; see :mod:`._flower_relay`)
-        self.e2e: E2EKeys | None = None
-        #: hands sealed requests to the ServerApp and returns their sealed replies
-        self.outbox: Callable[[list[bytes]], list[bytes]] | None = None
-
-    def register(self, party: Party) -> None:
-        super().register(party)
-        for name, role in self._others.items():
-            self.roles.setdefault(name, role)
-
-    def request(self, msg: Message) -> Message:
-        return self.request_many([msg])[0]
-
-    def request_many(self, msgs: list[Message]) -> list[Message]:
-        """Seal every message for its receiver, have the ServerApp relay them, open and check
-        the replies (sender, receiver, kind, round, policy) and log both legs."""
-        if self.e2e is None or self.outbox is None:
-            raise ProtocolError(
-                f"{msgs[0].sender!r} tried to send {msgs[0].kind!r} to {msgs[0].receiver!r} "
-                "outside a handler or without end-to-end keys: over Flower a party sends "
-                "its own messages only while it answers one, sealed for the receiver"
-            )
-        wires = []
-        for m in msgs:
-            if m.receiver not in self.roles or m.receiver == self.coordinator:
-                raise ProtocolError(
-                    f"{m.sender!r} cannot send {m.kind!r} to {m.receiver!r} over Flower: "
-                    "a party sends its own messages to the other parties only"
-                )
-            self._check_send(m)
-            wire = bytes(self.e2e.seal(m))
-            self._check_and_log(m, len(wire))
-            wires.append(wire)
-        got = self.outbox(wires)
-        if len(got) != len(msgs):
-            raise ProtocolError(
-                f"the ServerApp brought {len(got)} replies to {len(msgs)} messages",
-                party=self.coordinator,
-            )
-        replies = []
-        for m, data in zip(msgs, got, strict=True):
-            reply = self.e2e.open(data)  # PrivacyError if altered, forged or replayed
-            self._check_reply(m, reply)
-            self._check_and_log(reply, len(data))
-            replies.append(reply)
-        return replies
-
-    def answer(self, data: bytes, coordinator: str) -> bytes:
-        """Decode a request (open it, if a peer sealed it), let the party handle it, return
-        the encoded reply (sealed for a peer)."""
-        head = Message.peek(data)
-        peer = head.sender != coordinator
-        if peer and self.e2e is None:
-            raise PrivacyError(f"only the coordinator sends over Flower, not {head.sender!r}")
-        msg = self.e2e.open(data) if peer and self.e2e is not None else Message.decode(data)
-        party = self.local.get(msg.receiver)
-        if party is None:
-            raise ProtocolError(
-                f"a message for {msg.receiver!r} reached the node of {list(self.local)}"
-            )
-        self._check_request(msg)
-        self._check_and_log(msg, len(data))
-        reply = self._handle(party, msg)
-        self._check_send(reply)
-        wire = bytes(self.e2e.seal(reply)) if peer and self.e2e is not None else reply.encode()
-        self._check_and_log(reply, len(wire))
-        return wire
