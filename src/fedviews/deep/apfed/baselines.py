@@ -64,6 +64,8 @@ class TVFLPassiveClient(SplitBottom):
     :class:`~fedviews.deep._split.SplitBottom`.
     """
 
+    gradient_kinds = {"tvfl.backward": "grad_h_p"}
+
     def __init__(self, name: str, view: np.ndarray, spec: NetSpec, **kw: Any) -> None:
         super().__init__(name, view, lambda shape: Encoder(spec, (shape[1], shape[2])), **kw)
 
@@ -140,9 +142,11 @@ class TVFLActiveClient(SplitTop, Coordinator):
                 self.opt.zero_grad()
                 loss.backward()
                 self.opt.step()
+                grads = {}
                 for p, hp in zip(self.passives, hps, strict=True):
                     assert hp.grad is not None
-                    self.send(p, "tvfl.backward", arrays={"grad_h_p": hp.grad}, round=step)
+                    grads[p] = {"grad_h_p": hp.grad}
+                self.scatter("tvfl.backward", grads, round=step)
                 total += loss.detach().double() * len(idx)
                 step += 1
             self.history.append(float(total) / len(self._X))
