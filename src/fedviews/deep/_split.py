@@ -37,6 +37,7 @@ from fedviews.deep._common import (
     resolve_device,
     to_tensor,
     torch_seed,
+    train_mode,
 )
 from fedviews.errors import DataError, MissingDependency, ProtocolError, check_fitted
 from fedviews.federation import Backward, Message, Party
@@ -127,7 +128,7 @@ class SplitBottom(Party):
 
     def forward_batch(self, msg: Message, name: str) -> Message:
         """Reply with its network's output on batch ``meta["batch"]`` as array ``name``."""
-        self.net.train()
+        train_mode(self.net)
         self._pending = self.net(self._X[self.batch_rows(msg)])
         return self.reply(msg, arrays={name: self._pending})
 

@@ -3,6 +3,7 @@ in this process imported it, no array is a tensor."""
 
 from __future__ import annotations
 
+import math
 import sys
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -96,10 +97,14 @@ def first_not_finite(tensors: Mapping[str, torch.Tensor]) -> str | None:
     if not tensors:
         return None
     torch = sys.modules["torch"]
-    where = next(iter(tensors.values())).device
-    sums = [t.sum().to(device=where, dtype=torch.float64) for t in tensors.values()]
-    if bool(torch.isfinite(torch.stack(sums)).all()):
-        return None
+    if len(tensors) == 1:  # the common case (an activation, a gradient): two operations
+        if math.isfinite(float(next(iter(tensors.values())).sum())):
+            return None
+    else:
+        where = next(iter(tensors.values())).device
+        sums = [t.sum().to(device=where, dtype=torch.float64) for t in tensors.values()]
+        if bool(torch.isfinite(torch.stack(sums)).all()):
+            return None
     return next((n for n, t in tensors.items() if not bool(torch.isfinite(t).all())), None)
 
 
