@@ -26,7 +26,7 @@ from collections.abc import Callable
 
 import numpy as np
 import torch
-from _clock import CLOCKS, cpu_of, print_ratio
+from _clock import CLOCKS, cpu_of, print_ratio, ratio_options
 
 from fedviews import data
 from fedviews.deep.multivfl import MultiVFL, build_models, epoch_order, round_seed
@@ -101,20 +101,7 @@ def main() -> None:
     ap.add_argument("--data-owners", type=int, default=4)
     ap.add_argument("--batch-size", type=int, default=64)
     ap.add_argument("--repeats", type=int, default=2)
-    ap.add_argument("--device", default="cpu")
-    ap.add_argument("--clock", choices=sorted(CLOCKS), default="wall")
-    ap.add_argument(
-        "--one-backward-each",
-        action="store_true",
-        help="also time the run with one backward pass per data owner (not one for them all)",
-    )
-    ap.add_argument(
-        "--profile",
-        type=int,
-        default=0,
-        metavar="N",
-        help="also profile one more federated epoch and print its N costliest functions",
-    )
+    ratio_options(ap, "data owner")
     args = ap.parse_args()
     ds = data.load("fashion_mnist", subset="train")
     assert ds.images is not None  # an image dataset

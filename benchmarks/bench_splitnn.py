@@ -25,7 +25,7 @@ from typing import Any
 
 import numpy as np
 import torch
-from _clock import CLOCKS, cpu_of, print_ratio
+from _clock import CLOCKS, cpu_of, print_ratio, ratio_options
 
 from fedviews import data
 from fedviews.data import PartyData
@@ -106,20 +106,7 @@ def main() -> None:
     ap.add_argument("--parties", type=int, default=4, help="parties, the label owner included")
     ap.add_argument("--batch-size", type=int, default=64)
     ap.add_argument("--repeats", type=int, default=3)
-    ap.add_argument("--device", default="cpu")
-    ap.add_argument("--clock", choices=sorted(CLOCKS), default="wall")
-    ap.add_argument(
-        "--one-backward-each",
-        action="store_true",
-        help="also time the run with one backward pass per passive party (not one for them all)",
-    )
-    ap.add_argument(
-        "--profile",
-        type=int,
-        default=0,
-        metavar="N",
-        help="also profile one more federated epoch and print its N costliest functions",
-    )
+    ratio_options(ap, "passive party")
     args = ap.parse_args()
     ds = data.load("mnist")
     assert ds.images is not None  # an image dataset

@@ -13,7 +13,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from _tamper import tampered  # noqa: E402
-from _wire import WireTransport, assert_same_run  # noqa: E402
+from _wire import WireTransport, assert_same_run, batched_equals_one_each  # noqa: E402
 
 from fedviews.deep.multivfl import (  # noqa: E402
     MultiVFL,
@@ -565,21 +565,6 @@ def test_tensors_handed_over_equal_the_wire_run(fmnist) -> None:
     assert_same_run(fast, wire)
 
 
-def _counting_backward(monkeypatch) -> list[int]:
-    """The number of outputs of every batched backward pass the in-process transport runs."""
-    import fedviews.federation._transport as transport
-
-    calls: list[int] = []
-    real = transport.backward
-
-    def counted(staged):
-        calls.append(sum(len(s.outputs) for s in staged))
-        real(staged)
-
-    monkeypatch.setattr(transport, "backward", counted)
-    return calls
-
-
 @pytest.mark.parametrize("label_owners", [1, 2])
 def test_data_owners_backward_passes_run_as_one_and_equal_one_each(
     fmnist, monkeypatch, label_owners
@@ -588,7 +573,7 @@ def test_data_owners_backward_passes_run_as_one_and_equal_one_each(
     through their bottoms in one autograd call; every model and every message is bit for bit
     that of one backward pass per data owner."""
     from fedviews.data import PartyData
-    from fedviews.federation import InProcessTransport, Roster, RunSpec, build_in_process
+    from fedviews.federation import Roster, RunSpec
 
     images, y, params = _tiny(fmnist)
     ids = np.arange(32)
@@ -598,17 +583,9 @@ def test_data_owners_backward_passes_run_as_one_and_equal_one_each(
     for k, rows in zip(labels, np.array_split(ids, label_owners)):
         datas[k] = PartyData(rows, None, y[rows])
     run = RunSpec("multivfl", params, Roster((*owners, *labels), label_owners=labels), seed=1)
-    calls = _counting_backward(monkeypatch)
-    sequential = lambda p: InProcessTransport(p, batch_backward=False)  # noqa: E731
-    one_each = build_in_process(run, datas, transport=sequential)
-    one_each()
-    assert calls == []
-    batched = build_in_process(run, datas)
-    batched()
-    # one per batch of 16 (a batch's gradients go back with the request for the next batch,
-    # the last one's alone), all three bottoms at once
-    assert calls == [3] * (32 // 16)
-    assert_same_run(batched, one_each)
+    # one call per batch of 16 (a batch's gradients go back with the request for the next
+    # batch, the last one's alone), all three bottoms at once
+    assert batched_equals_one_each(run, datas, monkeypatch) == [3] * (32 // 16)
 
 
 @pytest.mark.parametrize(

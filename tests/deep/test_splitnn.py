@@ -8,7 +8,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from _wire import WireTransport, assert_same_run  # noqa: E402
+from _wire import WireTransport, assert_same_run, batched_equals_one_each  # noqa: E402
 
 from fedviews.data import PartyData  # noqa: E402
 from fedviews.deep._common import batches  # noqa: E402
@@ -79,25 +79,11 @@ def test_passive_backward_passes_run_as_one_and_equal_one_each(monkeypatch):
     """In one process the gradients of the label owner's scatter go back through the passive
     parties' bottoms in one autograd call; every model and message is bit for bit that of
     one backward pass per party."""
-    import fedviews.federation._transport as transport
-    from fedviews.federation import InProcessTransport
-
     datas, _, Xa, y = _data()
     datas["q"] = PartyData(np.arange(len(y)), Xa[:, ::-1].copy())
     run = RunSpec("splitnn", PARAMS, Roster(("p", "q", "a"), label_owner="a"), seed=3)
-    calls: list[int] = []
-    real = transport.backward
-    monkeypatch.setattr(
-        transport, "backward", lambda staged: (calls.append(len(staged)), real(staged))
-    )
-    sequential = lambda p: InProcessTransport(p, batch_backward=False)  # noqa: E731
-    one_each = build_in_process(run, datas, transport=sequential)
-    one_each()
-    assert calls == []
-    batched = build_in_process(run, datas)
-    batched()
+    calls = batched_equals_one_each(run, datas, monkeypatch)
     assert calls == [2] * (PARAMS.epochs * 3)  # both passives, every batch (40 rows by 16)
-    assert_same_run(batched, one_each)
 
 
 def test_only_logits_and_their_gradients_cross_and_the_passive_sees_the_labels():
