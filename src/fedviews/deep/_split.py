@@ -41,7 +41,6 @@ from fedviews.deep._common import (
 )
 from fedviews.errors import DataError, MissingDependency, ProtocolError, check_fitted
 from fedviews.federation import Backward, Message, Party
-from fedviews.federation._tensors import backward
 
 try:
     import torch
@@ -138,7 +137,7 @@ class SplitBottom(Party):
             self._staged = None
             return
         staged = self._backward(msg, name)
-        backward([staged])
+        torch.autograd.backward(staged.outputs, staged.grads)
         staged.then()
 
     def stage(self, msg: Message) -> Backward | None:

@@ -143,7 +143,7 @@ class Party:
 
         A transport that hosts several receivers of one :meth:`scatter` calls this for
         every one of them (after its checks of the message, before logging it), runs the
-        backward passes they return as one (:func:`~fedviews.federation._tensors.backward`),
+        backward passes they return as one (one ``torch.autograd.backward``),
         then each one's ``then`` and its handler. The handler must then skip what it
         staged: with or without staging, the party ends up in the same state. Default:
         nothing to stage.

@@ -118,11 +118,11 @@ class Transport(ABC):
     def _handle(self, party: Party, msg: Message) -> Message:
         """Run the handler of ``party`` (hosted here) on ``msg``, timed in the log; check the
         reply's address."""
-        reply = self._call(party, msg, lambda: party.handle(msg))
+        reply = self._as_party(party, msg, lambda: party.handle(msg))
         self._check_reply(msg, reply)
         return reply
 
-    def _call(self, party: Party, msg: Message, fn: Callable[[], T]) -> T:
+    def _as_party(self, party: Party, msg: Message, fn: Callable[[], T]) -> T:
         """``fn()``, the work of ``party`` (hosted here) on ``msg``, timed in the log as its
         handler's."""
         t0 = time.perf_counter()
@@ -202,17 +202,18 @@ class InProcessTransport(Transport):
             party = self._receiver(msg)
             self._check_send(msg)
             got, wire_bytes = msg.handed_over()
-            self._check_receive(got.header())
-            delivered.append((party, got, wire_bytes))
+            head = got.header()
+            self._check_receive(head)
+            delivered.append((party, got, head, wire_bytes))
         staged = [
             (party, got, s)
-            for party, got, _ in delivered
-            if (s := self._call(party, got, partial(party.stage, got))) is not None
+            for party, got, _, _ in delivered
+            if (s := self._as_party(party, got, partial(party.stage, got))) is not None
         ]
         self._backward(staged)
         replies = []
-        for party, got, wire_bytes in delivered:
-            self._record(got.header(), wire_bytes)
+        for party, got, head, wire_bytes in delivered:
+            self._record(head, wire_bytes)
             replies.append(self._hand_over(self._handle(party, got)))
         return replies
 
@@ -242,7 +243,7 @@ class InProcessTransport(Transport):
         share = (time.perf_counter() - t0) / len(staged)
         for party, got, s in staged:
             self.log.handler_seconds[party.name] += share
-            self._call(party, got, s.then)
+            self._as_party(party, got, s.then)
 
     def _hand_over(self, msg: Message) -> Message:
         """``msg`` as its receiver gets it, after the receiver's policy check, logged with
@@ -251,9 +252,9 @@ class InProcessTransport(Transport):
         self._check_and_log(got, wire_bytes)
         return got
 
-    def _call(self, party: Party, msg: Message, fn: Callable[[], T]) -> T:
+    def _as_party(self, party: Party, msg: Message, fn: Callable[[], T]) -> T:
         try:
-            return super()._call(party, msg, fn)
+            return super()._as_party(party, msg, fn)
         except FedViewsError:
             raise
         except Exception as exc:  # a party crashed: report it by name, keep the cause
