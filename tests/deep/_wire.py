@@ -33,3 +33,30 @@ def assert_same_run(fast: Any, wire: Any) -> None:
     la, lb = fast.transport.log, wire.transport.log
     assert la.n_messages > 0 and la.to_records() == lb.to_records()
     assert la.summary()["crossing_bytes"] == lb.summary()["crossing_bytes"]
+
+
+def batched_equals_one_each(run: Any, datas: Any, monkeypatch: Any) -> list[int]:
+    """Run ``run`` on ``datas`` in one process with one backward pass per party
+    (``batch_backward=False``), then with the staged passes batched (the default), assert
+    that the two runs are the same (:func:`assert_same_run`); return how many outputs every
+    batched ``torch.autograd.backward`` call took (none in the first run)."""
+    import fedviews.federation._transport as transport
+    from fedviews.federation import build_in_process
+
+    calls: list[int] = []
+    real = transport.backward
+
+    def counted(staged: Any) -> None:
+        calls.append(sum(len(s.outputs) for s in staged))
+        real(staged)
+
+    monkeypatch.setattr(transport, "backward", counted)
+    one_each = build_in_process(
+        run, datas, transport=lambda p: InProcessTransport(p, batch_backward=False)
+    )
+    one_each()
+    assert calls == []
+    batched = build_in_process(run, datas)
+    batched()
+    assert_same_run(batched, one_each)
+    return calls

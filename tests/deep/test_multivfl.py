@@ -13,7 +13,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from _tamper import tampered  # noqa: E402
-from _wire import WireTransport, assert_same_run  # noqa: E402
+from _wire import WireTransport, assert_same_run, batched_equals_one_each  # noqa: E402
 
 from fedviews.deep.multivfl import (  # noqa: E402
     MultiVFL,
@@ -563,6 +563,29 @@ def test_tensors_handed_over_equal_the_wire_run(fmnist) -> None:
     fast, wire = build_in_process(run, datas), build_in_process(run, datas, transport=WireTransport)
     fast(), wire()
     assert_same_run(fast, wire)
+
+
+@pytest.mark.parametrize("label_owners", [1, 2])
+def test_data_owners_backward_passes_run_as_one_and_equal_one_each(
+    fmnist, monkeypatch, label_owners
+) -> None:
+    """In one process the gradients that a label owner scatters to the data owners go back
+    through their bottoms in one autograd call; every model and every message is bit for bit
+    that of one backward pass per data owner."""
+    from fedviews.data import PartyData
+    from fedviews.federation import Roster, RunSpec
+
+    images, y, params = _tiny(fmnist)
+    ids = np.arange(32)
+    owners = ("d0", "d1", "d2")
+    datas = {d: PartyData(ids, s) for d, s in zip(owners, np.array_split(images, 3, axis=1))}
+    labels = ("a", "b")[:label_owners]
+    for k, rows in zip(labels, np.array_split(ids, label_owners)):
+        datas[k] = PartyData(rows, None, y[rows])
+    run = RunSpec("multivfl", params, Roster((*owners, *labels), label_owners=labels), seed=1)
+    # one call per batch of 16 (a batch's gradients go back with the request for the next
+    # batch, the last one's alone), all three bottoms at once
+    assert batched_equals_one_each(run, datas, monkeypatch) == [3] * (32 // 16)
 
 
 @pytest.mark.parametrize(

@@ -8,7 +8,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from _wire import WireTransport, assert_same_run  # noqa: E402
+from _wire import WireTransport, assert_same_run, batched_equals_one_each  # noqa: E402
 
 from fedviews.data import PartyData  # noqa: E402
 from fedviews.deep._common import batches  # noqa: E402
@@ -73,6 +73,17 @@ def test_tensors_handed_over_equal_the_wire_run():
     wire = build_in_process(run, datas, transport=WireTransport)
     fast(), wire()
     assert_same_run(fast, wire)
+
+
+def test_passive_backward_passes_run_as_one_and_equal_one_each(monkeypatch):
+    """In one process the gradients of the label owner's scatter go back through the passive
+    parties' bottoms in one autograd call; every model and message is bit for bit that of
+    one backward pass per party."""
+    datas, _, Xa, y = _data()
+    datas["q"] = PartyData(np.arange(len(y)), Xa[:, ::-1].copy())
+    run = RunSpec("splitnn", PARAMS, Roster(("p", "q", "a"), label_owner="a"), seed=3)
+    calls = batched_equals_one_each(run, datas, monkeypatch)
+    assert calls == [2] * (PARAMS.epochs * 3)  # both passives, every batch (40 rows by 16)
 
 
 def test_only_logits_and_their_gradients_cross_and_the_passive_sees_the_labels():

@@ -9,8 +9,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
-from fedviews.errors import ProtocolError
-from fedviews.federation import Message, Party, PrivacyPolicy, federate, handles
+from fedviews.errors import PartyUnavailable, ProtocolError
+from fedviews.federation import Backward, Message, Party, PrivacyPolicy, federate, handles
 
 torch = pytest.importorskip("torch")
 
@@ -156,3 +156,50 @@ def test_a_wire_encodes_a_tensor_as_its_numpy_array() -> None:
     assert msg.encode() == same.encode()
     assert b"".join(bytes(p) for p in msg.encode_parts()) == same.encode()
     assert msg.nbytes == same.nbytes == 48
+
+
+class Bottom(Party):
+    """A party's own linear layer: replies to ``fwd`` with its output ``h``; the gradient
+    ``g`` of ``bwd`` goes back through it (staged, when its transport stages it)."""
+
+    def __init__(self, name: str, fail: bool = False) -> None:
+        super().__init__(name)
+        self.net = torch.nn.Linear(3, 2)
+        self.fail, self.out, self.staged = fail, torch.zeros(0), None
+
+    @handles("fwd")
+    def on_fwd(self, msg: Message) -> Message:
+        self.out = self.net(torch.ones(4, 3))
+        return self.reply(msg, arrays={"h": self.out})
+
+    def stage(self, msg: Message) -> Backward | None:
+        if msg.kind != "bwd":
+            return None
+        if self.fail:
+            raise RuntimeError("out of memory")
+        self.staged = msg
+        return Backward((self.out,), (msg.tensor("g", (4, 2)),), lambda: None)
+
+    @handles("bwd")
+    def on_bwd(self, msg: Message) -> None:
+        if self.staged is not msg:
+            self.out.backward(msg.tensor("g", (4, 2)))
+
+
+def test_staged_backward_passes_run_as_one_and_a_failing_stage_is_named() -> None:
+    """The receivers of one scatter stage their backward passes: one autograd call gives each
+    its own gradient; a party whose staging fails is named, before any handler runs."""
+    policy = PrivacyPolicy.of("bwd", {("party", "party"): ["h", "g"]})
+    a, b, c = Party("a"), Bottom("b"), Bottom("c")
+    t = federate([a, b, c], policy)
+    a.broadcast(["b", "c"], "fwd")
+    g = {"b": {"g": torch.ones(4, 2)}, "c": {"g": torch.full((4, 2), 2.0)}}
+    a.scatter("bwd", g)
+    assert b.staged is not None and c.staged is not None
+    for party, scale in ((b, 1.0), (c, 2.0)):
+        torch.testing.assert_close(party.net.bias.grad, torch.full((2,), 4 * scale))
+    a.broadcast(["b", "c"], "fwd")
+    c.fail, n = True, t.log.n_messages
+    with pytest.raises(PartyUnavailable, match="party 'c' is unavailable: failed while han"):
+        a.scatter("bwd", g)
+    assert t.log.n_messages == n and b.net.bias.grad.eq(4.0).all()  # nothing delivered

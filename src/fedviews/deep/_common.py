@@ -48,6 +48,13 @@ def require_torch() -> Any:
     return torch
 
 
+def train_mode(net: Any) -> None:
+    """Put ``net`` (a module) in training mode unless it is: ``train()`` walks every
+    submodule, too slow to call once per batch of a small network."""
+    if not net.training:
+        net.train()
+
+
 def preload_optimizers() -> None:
     """Import what the first ``torch.optim`` optimizer of a process imports (``torch._dynamo``,
     1-2 CPU-s). Parties call it while they are built, so a deployed run does not pay it inside

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 from scipy.special import softmax
@@ -37,9 +37,10 @@ from fedviews.deep._common import (
     resolve_device,
     to_tensor,
     torch_seed,
+    train_mode,
 )
 from fedviews.errors import DataError, MissingDependency, ProtocolError, check_fitted
-from fedviews.federation import Message, Party
+from fedviews.federation import Backward, Message, Party
 
 try:
     import torch
@@ -106,6 +107,11 @@ class SplitBottom(Party):
         self.opt = sgd(self.net.parameters(), lr, momentum, weight_decay)
         self._order: list[np.ndarray] = []
         self._pending: Any = None  # the output of the batch whose gradient is awaited
+        self._staged: Message | None = None  # its backward pass ran in the transport (stage)
+
+    #: the message kinds that carry the gradient of its output, with the gradient's array
+    #: name (their handler calls :meth:`backward_batch` with it)
+    gradient_kinds: ClassVar[Mapping[str, str]] = {}
 
     def start_epoch(self, msg: Message) -> None:
         """The batches of a new epoch, from ``meta["shuffle_seed"]`` and ``meta["batch_size"]``."""
@@ -121,19 +127,38 @@ class SplitBottom(Party):
 
     def forward_batch(self, msg: Message, name: str) -> Message:
         """Reply with its network's output on batch ``meta["batch"]`` as array ``name``."""
-        self.net.train()
+        train_mode(self.net)
         self._pending = self.net(self._X[self.batch_rows(msg)])
         return self.reply(msg, arrays={name: self._pending})
 
     def backward_batch(self, msg: Message, name: str) -> None:
         """Back-propagate the received gradient ``name`` of that output; one SGD step."""
+        if self._staged is msg:  # the transport ran it with other parties' (stage)
+            self._staged = None
+            return
+        staged = self._backward(msg, name)
+        torch.autograd.backward(staged.outputs, staged.grads)
+        staged.then()
+
+    def stage(self, msg: Message) -> Backward | None:
+        """The backward pass of a message of :attr:`gradient_kinds`, to run with other
+        parties' in one process; :meth:`backward_batch` then skips it."""
+        name = self.gradient_kinds.get(msg.kind)
+        if name is None:
+            return None
+        staged = self._backward(msg, name)
+        self._staged = msg
+        return staged
+
+    def _backward(self, msg: Message, name: str) -> Backward:
+        """The backward pass of the received gradient ``name`` (checked) through the pending
+        output, then one SGD step (its gradients zeroed now)."""
         if self._pending is None:
             raise ProtocolError(f"{self.name}: {msg.sender!r} sent a gradient before a forward")
         grad = msg.tensor(name, tuple(self._pending.shape), np.float32, self.device)
+        out, self._pending = self._pending, None
         self.opt.zero_grad()
-        self._pending.backward(grad)
-        self.opt.step()
-        self._pending = None
+        return Backward((out,), (grad,), self.opt.step)
 
     def results(self) -> dict[str, np.ndarray]:
         """What it keeps at the end: its network."""

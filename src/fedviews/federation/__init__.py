@@ -79,7 +79,7 @@ from fedviews.federation._setup import (
     run_privacy,
     setup_info,
 )
-from fedviews.federation._tensors import Array, is_tensor, to_host
+from fedviews.federation._tensors import Array, Backward, is_tensor, to_host
 from fedviews.federation._transport import InProcessTransport, Transport, federate
 
 if TYPE_CHECKING:
@@ -126,6 +126,7 @@ __all__ = [
     "GrpcOptions",
     "GrpcPartyTransport",
     "Array",
+    "Backward",
     "MetaValue",
     "error_payload",
     "is_tensor",

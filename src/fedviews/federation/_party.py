@@ -9,7 +9,7 @@ import numpy as np
 
 from fedviews.errors import ProtocolError
 from fedviews.federation._message import Message, MetaValue
-from fedviews.federation._tensors import Array
+from fedviews.federation._tensors import Array, Backward
 
 if TYPE_CHECKING:
     from fedviews.federation._log import MessageLog
@@ -137,6 +137,18 @@ class Party:
                 f"handler {type(self).__name__}.{attr} must return a Message or None"
             )
         return reply
+
+    def stage(self, msg: Message) -> Backward | None:
+        """The backward pass that handling ``msg`` starts with, to run before its handler.
+
+        A transport that hosts several receivers of one :meth:`scatter` calls this for
+        every one of them (after its checks of the message, before logging it), runs the
+        backward passes they return as one (one ``torch.autograd.backward``),
+        then each one's ``then`` and its handler. The handler must then skip what it
+        staged: with or without staging, the party ends up in the same state. Default:
+        nothing to stage.
+        """
+        return None
 
     def reply(
         self,

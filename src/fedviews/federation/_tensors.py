@@ -3,8 +3,10 @@ in this process imported it, no array is a tensor."""
 
 from __future__ import annotations
 
+import math
 import sys
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeAlias, TypeGuard, Union
 
 import numpy as np
@@ -95,8 +97,37 @@ def first_not_finite(tensors: Mapping[str, torch.Tensor]) -> str | None:
     if not tensors:
         return None
     torch = sys.modules["torch"]
-    where = next(iter(tensors.values())).device
-    sums = [t.sum().to(device=where, dtype=torch.float64) for t in tensors.values()]
-    if bool(torch.isfinite(torch.stack(sums)).all()):
-        return None
+    if len(tensors) == 1:  # the common case (an activation, a gradient): two operations
+        if math.isfinite(float(next(iter(tensors.values())).sum())):
+            return None
+    else:
+        where = next(iter(tensors.values())).device
+        sums = [t.sum().to(device=where, dtype=torch.float64) for t in tensors.values()]
+        if bool(torch.isfinite(torch.stack(sums)).all()):
+            return None
     return next((n for n, t in tensors.items() if not bool(torch.isfinite(t).all())), None)
+
+
+@dataclass(frozen=True)
+class Backward:
+    """A backward pass that a party staged for a message it received (:meth:`Party.stage`):
+    back-propagate ``grads`` through ``outputs`` (its own graph, shared with no other party),
+    then ``then()`` (its optimiser step)."""
+
+    outputs: Sequence[torch.Tensor]
+    grads: Sequence[torch.Tensor]
+    then: Callable[[], None]
+
+
+def backward(staged: Sequence[Backward]) -> None:
+    """Run the backward passes of ``staged`` as one ``torch.autograd.backward`` (one call of
+    the autograd engine for them all; their ``then`` is left to the caller).
+
+    When the graphs are disjoint (each party's own, as :class:`Backward` requires), every
+    leaf gets exactly the gradient that its own pass would give: the engine runs each
+    node's backward function on the same inputs, whatever the order of the graphs.
+    """
+    if staged:
+        sys.modules["torch"].autograd.backward(
+            [o for s in staged for o in s.outputs], [g for s in staged for g in s.grads]
+        )

@@ -5,13 +5,18 @@ from __future__ import annotations
 
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from functools import partial
+from typing import TypeVar
 
 from fedviews.errors import FedViewsError, PartyUnavailable, ProtocolError
 from fedviews.federation._log import LogEntry, MessageLog
 from fedviews.federation._message import Header, Message
 from fedviews.federation._party import Party
 from fedviews.federation._policy import PrivacyPolicy
+from fedviews.federation._tensors import Backward, backward
+
+T = TypeVar("T")
 
 
 class Transport(ABC):
@@ -52,6 +57,11 @@ class Transport(ABC):
 
     def _admit(self, head: Header, wire_bytes: int) -> None:
         """Enforce the policy on a message (by its header) and record it in the log."""
+        self._check_receive(head)
+        self._record(head, wire_bytes)
+
+    def _check_receive(self, head: Header) -> None:
+        """The receiver's policy check of a message, by its header."""
         if head.receiver not in self.roles:
             raise PartyUnavailable(head.receiver, "no such party in this federation")
         self.policy.check(
@@ -62,6 +72,9 @@ class Transport(ABC):
             head.names,
             head.kind,
         )
+
+    def _record(self, head: Header, wire_bytes: int) -> None:
+        """Record a message (checked) in the log with its wire size."""
         self.log.record(
             LogEntry(
                 sender=head.sender,
@@ -105,13 +118,18 @@ class Transport(ABC):
     def _handle(self, party: Party, msg: Message) -> Message:
         """Run the handler of ``party`` (hosted here) on ``msg``, timed in the log; check the
         reply's address."""
-        t0 = time.perf_counter()
-        try:
-            reply = party.handle(msg)
-        finally:
-            self.log.handler_seconds[party.name] += time.perf_counter() - t0
+        reply = self._as_party(party, msg, lambda: party.handle(msg))
         self._check_reply(msg, reply)
         return reply
+
+    def _as_party(self, party: Party, msg: Message, fn: Callable[[], T]) -> T:
+        """``fn()``, the work of ``party`` (hosted here) on ``msg``, timed in the log as its
+        handler's."""
+        t0 = time.perf_counter()
+        try:
+            return fn()
+        finally:
+            self.log.handler_seconds[party.name] += time.perf_counter() - t0
 
     def _loopback(self, party: Party, msg: Message) -> Message:
         """Deliver ``msg`` to ``party`` (hosted here) as over a wire: policy-checked and logged
@@ -143,21 +161,89 @@ class InProcessTransport(Transport):
     gRPC run), but it is handed over without a host round trip
     (:meth:`Message.handed_over`): numpy arrays as copies, torch tensors as detached
     copies on their device, checked finite there. The receiver never shares memory nor
-    an autograd graph with the sender."""
+    an autograd graph with the sender.
 
-    def __init__(self, policy: PrivacyPolicy, *, keep_entries: bool = True) -> None:
+    ``batch_backward``: the messages of one :meth:`request_many` (a party's
+    :meth:`~Party.scatter`) to distinct parties are all checked and handed over first;
+    the backward passes their receivers stage (:meth:`Party.stage`, e.g. the data owners'
+    bottoms of split learning) run as one ``torch.autograd.backward``, then every handler
+    runs in order. The messages, their checks and the log (its order too) are those of
+    one request after the other (``batch_backward=False``), and so is every party's
+    state: the graphs are disjoint, so each parameter gets the same gradient.
+    """
+
+    def __init__(
+        self, policy: PrivacyPolicy, *, keep_entries: bool = True, batch_backward: bool = True
+    ) -> None:
         super().__init__(policy, keep_entries=keep_entries)
         self.parties = self.local
+        self.batch_backward = batch_backward
 
-    def request(self, msg: Message) -> Message:
+    def _receiver(self, msg: Message) -> Party:
+        """The party hosted here that ``msg`` goes to (its sender must be one too)."""
         party = self.local.get(msg.receiver)
         if party is None:
             raise PartyUnavailable(msg.receiver, "no such party in this federation")
         if msg.sender not in self.roles:
             raise ProtocolError(f"unknown sender {msg.sender!r}")
+        return party
+
+    def request(self, msg: Message) -> Message:
+        party = self._receiver(msg)
         self._check_send(msg)
         reply = self._handle(party, self._hand_over(msg))
         return self._hand_over(reply)
+
+    def request_many(self, msgs: list[Message]) -> list[Message]:
+        if not self._staged_delivery(msgs):
+            return super().request_many(msgs)
+        delivered = []
+        for msg in msgs:  # every check of request(), before any handler runs
+            party = self._receiver(msg)
+            self._check_send(msg)
+            got, wire_bytes = msg.handed_over()
+            head = got.header()
+            self._check_receive(head)
+            delivered.append((party, got, head, wire_bytes))
+        staged = [
+            (party, got, s)
+            for party, got, _, _ in delivered
+            if (s := self._as_party(party, got, partial(party.stage, got))) is not None
+        ]
+        self._backward(staged)
+        replies = []
+        for party, got, head, wire_bytes in delivered:
+            self._record(head, wire_bytes)
+            replies.append(self._hand_over(self._handle(party, got)))
+        return replies
+
+    def _staged_delivery(self, msgs: list[Message]) -> bool:
+        """Whether ``msgs`` are delivered staged: with ``batch_backward``, to distinct
+        parties, and by this class's :meth:`request` (a subclass that overrides it, e.g. to
+        watch or to encode every message, gets them through it one after the other)."""
+        return (
+            self.batch_backward
+            and type(self).request is InProcessTransport.request
+            and len({m.receiver for m in msgs}) == len(msgs)
+        )
+
+    def _backward(self, staged: list[tuple[Party, Message, Backward]]) -> None:
+        """The staged backward passes as one, its time shared equally by their parties;
+        then each one's ``then`` (its optimiser step)."""
+        if not staged:
+            return
+        t0 = time.perf_counter()
+        try:
+            backward([s for _, _, s in staged])
+        except Exception as exc:
+            names = [party.name for party, _, _ in staged]
+            raise ProtocolError(
+                f"the backward pass that {names} staged together failed: {exc!r}"
+            ) from exc
+        share = (time.perf_counter() - t0) / len(staged)
+        for party, got, s in staged:
+            self.log.handler_seconds[party.name] += share
+            self._as_party(party, got, s.then)
 
     def _hand_over(self, msg: Message) -> Message:
         """``msg`` as its receiver gets it, after the receiver's policy check, logged with
@@ -166,9 +252,9 @@ class InProcessTransport(Transport):
         self._check_and_log(got, wire_bytes)
         return got
 
-    def _handle(self, party: Party, msg: Message) -> Message:
+    def _as_party(self, party: Party, msg: Message, fn: Callable[[], T]) -> T:
         try:
-            return super()._handle(party, msg)
+            return super()._as_party(party, msg, fn)
         except FedViewsError:
             raise
         except Exception as exc:  # a party crashed: report it by name, keep the cause

@@ -28,7 +28,7 @@ from fedviews._classifier import accuracy, round_progress
 from fedviews._estimator import store_params
 from fedviews._registry import register_estimator
 from fedviews.deep._apfed_nets import Encoder, Head, NetSpec, check_setting
-from fedviews.deep._common import EVAL_BATCH, net_logits
+from fedviews.deep._common import EVAL_BATCH, net_logits, train_mode
 from fedviews.deep._split import SplitBottom, SplitTop, StripEstimator, build_module, sgd
 from fedviews.deep._strips import check_training, party_seeds, sgd_settings
 from fedviews.deep.apfed.estimator import ActiveOnly
@@ -63,6 +63,8 @@ class TVFLPassiveClient(SplitBottom):
     ``seed``, ``lr``, ``momentum``, ``weight_decay``, ``device``: as in
     :class:`~fedviews.deep._split.SplitBottom`.
     """
+
+    gradient_kinds = {"tvfl.backward": "grad_h_p"}
 
     def __init__(self, name: str, view: np.ndarray, spec: NetSpec, **kw: Any) -> None:
         super().__init__(name, view, lambda shape: Encoder(spec, (shape[1], shape[2])), **kw)
@@ -127,8 +129,8 @@ class TVFLActiveClient(SplitTop, Coordinator):
             # summed on the device, in float64 as Python would: no host sync per batch
             total = torch.zeros((), dtype=torch.float64, device=self.device)
             for b, idx in self.epoch_batches("tvfl.epoch", step):
-                self.encoder.train()
-                self.head.train()
+                train_mode(self.encoder)
+                train_mode(self.head)
                 h_a = self.encoder(self._X[idx])
                 shape = (len(idx), *self.rep_shape)
                 got = self.broadcast(self.passives, "tvfl.forward", meta={"batch": b}, round=step)
@@ -140,9 +142,11 @@ class TVFLActiveClient(SplitTop, Coordinator):
                 self.opt.zero_grad()
                 loss.backward()
                 self.opt.step()
+                grads = {}
                 for p, hp in zip(self.passives, hps, strict=True):
                     assert hp.grad is not None
-                    self.send(p, "tvfl.backward", arrays={"grad_h_p": hp.grad}, round=step)
+                    grads[p] = {"grad_h_p": hp.grad}
+                self.scatter("tvfl.backward", grads, round=step)
                 total += loss.detach().double() * len(idx)
                 step += 1
             self.history.append(float(total) / len(self._X))

@@ -48,6 +48,7 @@ from fedviews.deep._common import (
     module_arrays,
     net_logits,
     optimizer_arrays,
+    train_mode,
 )
 from fedviews.deep._factory import factory_name
 from fedviews.deep._split import SplitBottom, SplitTop, sgd
@@ -158,7 +159,7 @@ class PassiveClient(SplitBottom):
         idx = self.batch_rows(msg)
         shape = (len(idx), *self.rep_shape)
         h = self.act_codec.tensor(msg, "h_A", shape, self.device).requires_grad_(True)
-        self.net.train()
+        train_mode(self.net)
         loss = self.local_loss(h, self._X[idx])
         self.opt.zero_grad()
         loss.backward()
@@ -265,7 +266,7 @@ class ActiveClient(SplitTop):
 
     def _step(self, epoch: int, b: int, idx: np.ndarray, step: int) -> torch.Tensor:
         """One batch; its loss ``L_A`` (a detached tensor on the device)."""
-        self.net.train()
+        train_mode(self.net)
         h = self.net.encoder(self._X[idx])
         h_cut = h.detach().requires_grad_(True)
         loss = F.cross_entropy(self.net.head(h_cut), self._y[idx])

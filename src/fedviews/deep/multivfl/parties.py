@@ -80,6 +80,7 @@ from fedviews.deep.multivfl.protocol import epoch_order, model_input, round_seed
 from fedviews.errors import DataError, MissingDependency, ProtocolError
 from fedviews.federation import (
     Array,
+    Backward,
     Codec,
     Coordinator,
     Message,
@@ -193,6 +194,7 @@ class DataOwner(Party):
         self._pending: dict[str, torch.Tensor] = {}
         self._batch: dict[str, tuple[torch.Tensor, int, int]] = {}  # act_dp: x, epoch, batch
         self._epoch: dict[str, int] = {}
+        self._staged: Message | None = None  # its backward pass ran in the transport (stage)
 
     @property
     def bottom(self) -> nn.Module:
@@ -226,7 +228,7 @@ class DataOwner(Party):
         """The activations of batch ``batch``, after applying the gradient of the previous
         batch when the request carries it (``activation_grad``)."""
         k, b, bs = msg.sender, _meta(msg, "batch", int), _meta(msg, "batch_size", int)
-        if any(n in msg.arrays for n in self.grad_codec.names("activation_grad")):
+        if self._carries_grad(msg):
             self.backward(msg)
         elif k in self._pending:
             raise ProtocolError(
@@ -254,8 +256,24 @@ class DataOwner(Party):
         self._pending[k] = out
         return self.reply(msg, self.act_codec.pack("activations", out))
 
-    @handles("backward")
-    def backward(self, msg: Message) -> None:
+    def _carries_grad(self, msg: Message) -> bool:
+        return any(n in msg.arrays for n in self.grad_codec.names("activation_grad"))
+
+    def stage(self, msg: Message) -> Backward | None:
+        """The backward pass of a gradient that ``msg`` (``forward`` or ``backward``) carries,
+        to run with the other data owners' in one process (not under ``act_dp``: its
+        gradients are its own computation); :meth:`backward` then skips it."""
+        if self.dp is not None or msg.kind not in ("forward", "backward"):
+            return None
+        if not self._carries_grad(msg):
+            return None
+        out, grad, opt = self._gradient(msg)
+        self._staged = msg
+        return Backward((out,), (grad,), opt.step)
+
+    def _gradient(self, msg: Message) -> tuple[torch.Tensor, torch.Tensor, torch.optim.Optimizer]:
+        """The activations whose gradient ``msg`` carries, that gradient (checked) and the
+        optimizer of that bottom copy, its gradients zeroed."""
         k = msg.sender
         out = self._pending.pop(k, None)
         if out is None:
@@ -263,9 +281,18 @@ class DataOwner(Party):
         opt = self.optims[k]
         opt.zero_grad(set_to_none=True)
         grad = self.grad_codec.tensor(msg, "activation_grad", tuple(out.shape), self.device)
+        return out, grad, opt
+
+    @handles("backward")
+    def backward(self, msg: Message) -> None:
+        if self._staged is msg:  # the transport ran it with the other data owners' (stage)
+            self._staged = None
+            return
+        out, grad, opt = self._gradient(msg)
         if self.dp is None:
             out.backward(grad)
         else:
+            k = msg.sender
             x, epoch, b = self._batch.pop(k)
             model = self.copies[k]
             gen = self._gen(msg, k, epoch, b, 1)

@@ -114,6 +114,8 @@ class _MLPBottom(SplitBottom):
 class SplitNNPassive(_MLPBottom):
     """A passive party: its strip and bottom MLP; sends ``logits``, receives ``grad_logits``."""
 
+    gradient_kinds = {"splitnn.backward": "grad_logits"}
+
     @handles("splitnn.epoch")
     def on_epoch(self, msg: Message) -> None:
         self.start_epoch(msg)

@@ -1,0 +1,161 @@
+"""Split NN runtime overhead: one federated epoch vs a plain single-process PyTorch loop.
+
+Both train the same networks (every party's bottom MLP with the initial weights of the
+federated run, their logits summed) on the same MNIST batches with the same SGD; the
+federated run goes through the in-process transport (privacy check, message log, wire
+bytes counted; logits and their gradients handed over as tensors on the device, the
+passive parties' backward passes run as one). Prints the time ratio, the median over the
+interleaved pairs of runs (goal <= 1.1 on a CPU, <= 1.3 on a GPU).
+
+    python benchmarks/bench_splitnn.py [--samples 5000] [--parties 4] [--repeats 3] [--device cpu]
+    python benchmarks/bench_splitnn.py --clock cpu --profile 30   # CPU seconds; + where they go
+
+The federated epoch is the label owner's ``splitnn.train`` handler (every passive party's
+handler runs inside it), timed with ``--clock`` (``_clock.py``); the plain loop, its loop.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import cProfile
+import pstats
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import torch
+from _clock import CLOCKS, cpu_of, print_ratio, ratio_options
+
+from fedviews import data
+from fedviews.data import PartyData
+from fedviews.deep._common import as_strips, batches
+from fedviews.deep.splitnn.parties import SplitNNActive
+from fedviews.deep.splitnn.spec import SplitNNParams, epoch_seed
+from fedviews.federation import (
+    InProcessRun,
+    InProcessTransport,
+    Roster,
+    RunSpec,
+    build_in_process,
+)
+
+
+def federation(
+    images: np.ndarray,
+    y: np.ndarray,
+    parties: int,
+    batch_size: int,
+    device: str,
+    batch_backward: bool = True,
+) -> InProcessRun:
+    """A one-epoch split NN run of ``parties`` (the last one the label owner), each holding a
+    horizontal strip of the images (``batch_backward=False``: one backward pass per passive
+    party instead of one for them all)."""
+    names = [f"p{i}" for i in range(parties - 1)] + ["a"]
+    ids = np.arange(len(y))
+    strips = np.array_split(images, parties, axis=1)
+    datas = {n: PartyData(ids, s) for n, s in zip(names, strips, strict=True)}
+    datas["a"] = PartyData(ids, strips[-1], y)
+    params = SplitNNParams(epochs=1, batch_size=batch_size, evaluate=False, device=device)
+    run = RunSpec("splitnn", params, Roster(tuple(names), label_owner="a"))
+    return build_in_process(
+        run, datas, transport=lambda p: InProcessTransport(p, batch_backward=batch_backward)
+    )
+
+
+def plain_epoch(fed: InProcessRun, clock: Callable[[], float]) -> float:
+    """Seconds of the unsplit loop of ``fed``'s networks (as initialised) on its batches."""
+    active = fed.parties["a"]
+    assert isinstance(active, SplitNNActive)
+    parties: list[Any] = [*(fed.parties[p] for p in active.passives), active]
+    nets = [copy.deepcopy(p.net) for p in parties]
+    xs = [p._X for p in parties]  # every party's strip as its network takes it
+    yt, p = active.y, fed.run.params
+    opt = torch.optim.SGD(
+        [q for net in nets for q in net.parameters()],
+        lr=p.lr,
+        momentum=p.momentum,
+        weight_decay=p.weight_decay,
+    )
+    t0 = clock()
+    rng = np.random.default_rng(epoch_seed(fed.run.seed, 1))
+    for idx in batches(len(yt), p.batch_size, rng):
+        z = nets[-1](xs[-1][idx])
+        for net, x in zip(nets[:-1], xs[:-1], strict=True):
+            z = z + net(x[idx])
+        loss = torch.nn.functional.cross_entropy(z, yt[idx])
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    if str(active.device).startswith("cuda"):
+        torch.cuda.synchronize()
+    return clock() - t0
+
+
+def federated_epoch(fed: InProcessRun, clock: Callable[[], float]) -> float:
+    """Seconds of ``fed``'s epoch (the label owner's ``splitnn.train``)."""
+    with cpu_of(SplitNNActive, "on_train", clock) as seconds:
+        fed()
+    return seconds[0]
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--samples", type=int, default=5000)
+    ap.add_argument("--parties", type=int, default=4, help="parties, the label owner included")
+    ap.add_argument("--batch-size", type=int, default=64)
+    ap.add_argument("--repeats", type=int, default=3)
+    ratio_options(ap, "passive party")
+    args = ap.parse_args()
+    ds = data.load("mnist")
+    assert ds.images is not None  # an image dataset
+    images, y = ds.images[: args.samples], ds.y[: args.samples]
+    clock = CLOCKS[args.clock]
+
+    def runs(n: int) -> tuple[float, float, float]:
+        """Plain, federated and (``--one-backward-each``) unbatched seconds, in turn."""
+        fed = federation(images[:n], y[:n], args.parties, args.batch_size, args.device)
+        plain = plain_epoch(fed, clock)  # before fed() trains the networks it copies
+        each = 0.0
+        if args.one_backward_each:
+            unbatched = federation(
+                images[:n], y[:n], args.parties, args.batch_size, args.device, False
+            )
+            each = federated_epoch(unbatched, clock)
+        return plain, federated_epoch(fed, clock), each
+
+    runs(256)  # warm-up (oneDNN kernels, allocator)
+    timings = [runs(len(y)) for _ in range(args.repeats)]  # interleaved: load hits all alike
+    plain_t, fed_t, each_t = (list(t) for t in zip(*timings, strict=True))
+    shape: Any = as_strips(np.array_split(images[:1], args.parties, axis=1)[0]).shape[1:]
+    print(
+        f"split NN, {args.parties} parties (strips {tuple(shape)}), {len(y)} samples, batch "
+        f"{args.batch_size}, device {args.device}, torch threads {torch.get_num_threads()}, "
+        f"{args.clock} clock"
+    )
+    print(
+        f"plain loop      : {min(plain_t):8.3f} s/epoch  (runs {', '.join(f'{t:.3f}' for t in plain_t)})"
+    )
+    print(
+        f"split NN        : {min(fed_t):8.3f} s/epoch  (runs {', '.join(f'{t:.3f}' for t in fed_t)})"
+    )
+    print_ratio("ratio", fed_t, plain_t)
+    if args.one_backward_each:
+        print(
+            f"one backward per passive party: {min(each_t):.3f} s/epoch  "
+            f"(runs {', '.join(f'{t:.3f}' for t in each_t)})"
+        )
+        print_ratio("ratio, unbatched", each_t, plain_t)
+    if args.profile:
+        fed = federation(images, y, args.parties, args.batch_size, args.device)
+        prof = cProfile.Profile()
+        prof.enable()
+        fed()
+        prof.disable()
+        print(f"\none more federated epoch, profiled ({args.profile} costliest by own time):")
+        pstats.Stats(prof).sort_stats("tottime").print_stats(args.profile)
+
+
+if __name__ == "__main__":
+    main()
