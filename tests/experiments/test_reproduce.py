@@ -207,7 +207,6 @@ HAND_TYPED = {
     ("docs/algorithms/apfed.md", "λ"),  # apfed_lambda_mnist_long
     ("docs/algorithms/multivfl.md", "dataset"),  # multivfl_fig2_fmnist, multivfl_fig3_fmnist
     ("docs/privacy/defenses.md", "setting"),  # defenses_multivfl_mnist, _features_mnist
-    ("docs/privacy/defenses.md", "Multi-VFL defense"),  # defense costs (benchmarks/)
 }
 
 
