@@ -206,7 +206,6 @@ HAND_TYPED = {
     ("docs/algorithms/apfed.md", "claim"),  # apfed_table2_mnist_long
     ("docs/algorithms/apfed.md", "λ"),  # apfed_lambda_mnist_long
     ("docs/algorithms/multivfl.md", "dataset"),  # multivfl_fig2_fmnist, multivfl_fig3_fmnist
-    ("docs/privacy/defenses.md", "setting"),  # defenses_multivfl_features_mnist
 }
 
 
