@@ -131,7 +131,7 @@ def main() -> None:
     bs, dev, n, clock = args.batch_size, args.device, args.samples, args.clock
     plain_epoch("SingleVL", [s[:256] for s in strips], y[:256], bs, dev)  # warm-up
     federated_epoch("SingleVL", images[:256], y[:256], bs, dev, clock)
-    rows: list[list[Any]] = []
+    table_rows: list[list[Any]] = []
     for method in ("SingleVL", "APFed-R", "APFed-C", "TVFL"):
         pairs = [
             (
@@ -144,13 +144,13 @@ def main() -> None:
         ratio = statistics.median(f / p for p, f in pairs)
         print(f"{method:<10} {n / plain:>18.0f} {n / fed:>22.0f} {ratio:>7.2f}")
         pair_ratios = ", ".join(f"{f / p:.3f}" for p, f in pairs)
-        rows.append([method, round(plain, 4), round(fed, 4), round(ratio, 3), pair_ratios])
+        table_rows.append([method, round(plain, 4), round(fed, 4), round(ratio, 3), pair_ratios])
     title = (
         f"APFed epoch: MNIST 2-1, {n} samples, batch {bs}, device {dev}, "
         f"torch threads {torch.get_num_threads()}, {clock} clock, best of {args.repeats}"
     )
     columns = ["method", "plain s / epoch", "federated s / epoch", "× plain (median)", "pairs"]
-    table = {"title": title, "columns": columns, "rows": rows}
+    table = {"title": title, "columns": columns, "rows": table_rows}
     write_record(args.json, title, [table], dev)
 
 

@@ -4,6 +4,7 @@ vs fedviews' own hub.
     .venv/bin/python benchmarks/bench_flower.py [--algorithms mmvfl vfedmv] [--rounds 10]
         [--deployment-rounds 3] [--engines simulation deployment]
         [--executors fedviews flower] [--pings 0] [--json docs/results/bench_flower.json]
+        [--pings-json docs/results/bench_flower_pings.json]
 
 Table 1, per algorithm on Handwritten (5 views x 2000 samples, ``alignment = "none"``:
 the PSI is not part of a round; V-FedMV without its testing phase), every party
@@ -39,7 +40,8 @@ Table 2 (``--pings N``), one request/reply round trip with an echo handler (no p
 work), for 0 bytes and for one Multi-VFL activation batch each way (64 x 6272 float32 =
 1.6 MB): in-process, fedviews' gRPC hub (plain text, party in a thread of this process),
 and the two Flower engines (``ping`` run config: one node, then all 5 at once; the
-deployment engine with each executor). ``--algorithms`` without names: only Table 2. From it,
+deployment engine with each executor); ``--pings-json`` writes it (``benchmarks/_record.py``).
+``--algorithms`` without names: only Table 2. From it,
 the cost of per-batch split learning (Multi-VFL, MNIST, 4 data owners, 79 batches
 per epoch) if every batch went through the transport: at least two sequential
 exchanges per batch (activations up, gradients down).

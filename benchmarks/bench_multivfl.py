@@ -163,7 +163,7 @@ def main() -> None:
         prof.disable()
         print(f"\none more federated epoch, profiled ({args.profile} costliest by own time):")
         pstats.Stats(prof).sort_stats("tottime").print_stats(args.profile)
-    runs = {"Multi-VFL, in-process": fed_t} | (
+    measured = {"Multi-VFL, in-process": fed_t} | (
         {"one backward per data owner": each_t} if each_t else {}
     )
     title = (
@@ -171,7 +171,7 @@ def main() -> None:
         f"{bs} ({n_batches} batches), device {args.device}, torch threads {torch.get_num_threads()}"
         f", {args.clock} clock"
     )
-    write_record(args.json, title, [ratio_table(title, plain_t, runs)], args.device)
+    write_record(args.json, title, [ratio_table(title, plain_t, measured)], args.device)
 
 
 if __name__ == "__main__":

@@ -157,7 +157,7 @@ def main() -> None:
         prof.disable()
         print(f"\none more federated epoch, profiled ({args.profile} costliest by own time):")
         pstats.Stats(prof).sort_stats("tottime").print_stats(args.profile)
-    runs = {"split NN, in-process": fed_t} | (
+    measured = {"split NN, in-process": fed_t} | (
         {"one backward per passive party": each_t} if args.one_backward_each else {}
     )
     title = (
@@ -165,7 +165,7 @@ def main() -> None:
         f"batch {args.batch_size}, device {args.device}, torch threads {torch.get_num_threads()}, "
         f"{args.clock} clock"
     )
-    write_record(args.json, title, [ratio_table(title, plain_t, runs)], args.device)
+    write_record(args.json, title, [ratio_table(title, plain_t, measured)], args.device)
 
 
 if __name__ == "__main__":
