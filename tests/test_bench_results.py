@@ -68,6 +68,8 @@ def test_a_benchmark_record_renders_with_its_command_machine_and_table(tmp_path,
     time, then every row of the table."""
     rec = _record_module()
     monkeypatch.setattr("sys.argv", ["benchmarks/bench_x.py", "--clock", "cpu"])
+    for name in rec._ENV:
+        monkeypatch.delenv(name, raising=False)
     monkeypatch.setenv("OMP_NUM_THREADS", "1")
     table = rec.ratio_table("x epoch", [1.0, 2.0], {"federated": [1.5, 2.2]})
     path = tmp_path / "docs/results/bench_x.json"
