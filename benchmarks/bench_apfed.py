@@ -26,6 +26,7 @@ from typing import Any
 import numpy as np
 import torch
 from _clock import CLOCKS, cpu_of
+from _record import json_option, write_record
 from torch.nn import functional as F
 
 from fedviews import data
@@ -111,6 +112,7 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--clock", choices=sorted(CLOCKS), default="wall")
+    json_option(ap)
     args = ap.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -129,6 +131,7 @@ def main() -> None:
     bs, dev, n, clock = args.batch_size, args.device, args.samples, args.clock
     plain_epoch("SingleVL", [s[:256] for s in strips], y[:256], bs, dev)  # warm-up
     federated_epoch("SingleVL", images[:256], y[:256], bs, dev, clock)
+    table_rows: list[list[Any]] = []
     for method in ("SingleVL", "APFed-R", "APFed-C", "TVFL"):
         pairs = [
             (
@@ -140,6 +143,15 @@ def main() -> None:
         plain, fed = min(p for p, _ in pairs), min(f for _, f in pairs)
         ratio = statistics.median(f / p for p, f in pairs)
         print(f"{method:<10} {n / plain:>18.0f} {n / fed:>22.0f} {ratio:>7.2f}")
+        pair_ratios = ", ".join(f"{f / p:.3f}" for p, f in pairs)
+        table_rows.append([method, round(plain, 4), round(fed, 4), round(ratio, 3), pair_ratios])
+    title = (
+        f"APFed epoch: MNIST 2-1, {n} samples, batch {bs}, device {dev}, "
+        f"torch threads {torch.get_num_threads()}, {clock} clock, best of {args.repeats}"
+    )
+    columns = ["method", "plain s / epoch", "federated s / epoch", "× plain (median)", "pairs"]
+    table = {"title": title, "columns": columns, "rows": table_rows}
+    write_record(args.json, title, [table], dev)
 
 
 if __name__ == "__main__":

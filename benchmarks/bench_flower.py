@@ -4,6 +4,7 @@ vs fedviews' own hub.
     .venv/bin/python benchmarks/bench_flower.py [--algorithms mmvfl vfedmv] [--rounds 10]
         [--deployment-rounds 3] [--engines simulation deployment]
         [--executors fedviews flower] [--pings 0] [--json docs/results/bench_flower.json]
+        [--pings-json docs/results/bench_flower_pings.json]
 
 Table 1, per algorithm on Handwritten (5 views x 2000 samples, ``alignment = "none"``:
 the PSI is not part of a round; V-FedMV without its testing phase), every party
@@ -39,7 +40,8 @@ Table 2 (``--pings N``), one request/reply round trip with an echo handler (no p
 work), for 0 bytes and for one Multi-VFL activation batch each way (64 x 6272 float32 =
 1.6 MB): in-process, fedviews' gRPC hub (plain text, party in a thread of this process),
 and the two Flower engines (``ping`` run config: one node, then all 5 at once; the
-deployment engine with each executor). ``--algorithms`` without names: only Table 2. From it,
+deployment engine with each executor); ``--pings-json`` writes it (``benchmarks/_record.py``).
+``--algorithms`` without names: only Table 2. From it,
 the cost of per-batch split learning (Multi-VFL, MNIST, 4 data owners, 79 batches
 per epoch) if every batch went through the transport: at least two sequential
 exchanges per batch (activations up, gradients down).
@@ -62,6 +64,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from _record import NA, write_record
 
 from fedviews.deploy import launch_flower, load_deploy_config, load_party_data, write_demo_data
 from fedviews.deploy._session import DeployCoordinator, DeployParty, session_policy
@@ -315,8 +318,9 @@ def print_rounds(algorithm: str, table: dict[str, Any]) -> None:
     print()
 
 
-def bench_pings(args: argparse.Namespace, engines: list[str], tmp: Path) -> None:
-    """Table 2: one echo round trip on every transport (and a Multi-VFL epoch's share)."""
+def bench_pings(args: argparse.Namespace, engines: list[str], tmp: Path) -> dict[str, Any]:
+    """Table 2: one echo round trip on every transport (and a Multi-VFL epoch's share), as
+    printed and as a table for :func:`write_record`."""
     config, data = tmp / "ping.toml", tmp / "ping-data"
     config.write_text(CONFIGS["mmvfl"].format(rounds=1))
     write_demo_data(load_deploy_config(config), data)
@@ -345,8 +349,10 @@ def bench_pings(args: argparse.Namespace, engines: list[str], tmp: Path) -> None
                     statistics.median(p["single"]),
                     statistics.median(p["broadcast"]),
                 )
-    print("one round trip (echo), median seconds; Flower: one node | all 5 nodes at once")
+    title = "one round trip (echo), median seconds; Flower: one node | all 5 nodes at once"
+    print(title)
     print(f"{'':30s}{'0 B':>18s}{f'{BATCH / 1e6:.1f} MB':>18s}{'Multi-VFL epoch s':>20s}")
+    rows: list[list[Any]] = []
     for name, by in pings.items():
         cells = "".join(
             f"{s:18.4f}" if np.isnan(b) else f"{f'{s:.3f} | {b:.3f}':>18s}" for s, b in by.values()
@@ -354,10 +360,22 @@ def bench_pings(args: argparse.Namespace, engines: list[str], tmp: Path) -> None
         batch_s, batch_b = by[BATCH]
         per_batch = 2 * (batch_s if np.isnan(batch_b) else batch_b)  # up and down, in sequence
         print(f"{name:30s}{cells}{BATCHES * per_batch:20.1f}")
-    print(
-        f"(Multi-VFL epoch s: {BATCHES} batches x 2 sequential exchanges of {BATCH / 1e6:.1f} MB "
-        "per data owner: the transport's share of an epoch, without any computation)"
+        seconds = [NA if np.isnan(t) else round(t, 4) for pair in by.values() for t in pair]
+        rows.append([name, *seconds, round(BATCHES * per_batch, 1)])
+    note = (
+        f"Multi-VFL epoch s: {BATCHES} batches x 2 sequential exchanges of {BATCH / 1e6:.1f} MB "
+        "per data owner: the transport's share of an epoch, without any computation"
     )
+    print(f"({note})")
+    mb = f"{BATCH / 1e6:.1f} MB"
+    columns = ["transport", "0 B", "0 B, 5 nodes", mb, f"{mb}, 5 nodes", "Multi-VFL epoch s"]
+    return {"title": title, "columns": columns, "rows": rows, "note": note}
+
+
+def _flwr_version() -> str:
+    import flwr
+
+    return str(flwr.__version__)
 
 
 def main() -> None:
@@ -369,6 +387,7 @@ def main() -> None:
     ap.add_argument("--executors", nargs="*", default=["flower", "fedviews"])
     ap.add_argument("--pings", type=int, default=0, help="echo round trips per Flower engine")
     ap.add_argument("--json", type=Path, help="write Table 1 here (for docs/flower.md)")
+    ap.add_argument("--pings-json", type=Path, help="write Table 2 here (for docs/flower.md)")
     args = ap.parse_args()
     engines = list(args.engines)
     if "simulation" in engines and importlib.util.find_spec("ray") is None:
@@ -382,17 +401,16 @@ def main() -> None:
             tables[algorithm] = bench_rounds(algorithm, args, engines, tmp)
             print_rounds(algorithm, tables[algorithm])
         if args.pings > 0:
-            bench_pings(args, engines, tmp)
+            pings = bench_pings(args, engines, tmp)
+            write_record(args.pings_json, "Flower round trips", [pings], flwr=_flwr_version())
     if args.json is not None:
-        import flwr
-
         args.json.write_text(
             json.dumps(
                 {
                     "command": "python " + " ".join(sys.argv),
                     "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
                     "machine": f"{platform.machine()}, {os.cpu_count()} cores",
-                    "flwr": flwr.__version__,
+                    "flwr": _flwr_version(),
                     "load_average_after": [round(x, 1) for x in os.getloadavg()],
                     "wall_seconds": round(time.perf_counter() - t0, 1),
                     "algorithms": tables,

@@ -43,6 +43,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from _record import NA, json_option, write_record
+
 from fedviews._heap import keep_freed_memory
 from fedviews.deploy import (
     free_port,
@@ -237,6 +239,31 @@ def run_grpc(
     }
 
 
+def table_rows(
+    a: dict[str, Any], runs: list[tuple[str, dict[str, Any]]], rounds: int
+) -> list[list[Any]]:
+    """The rows of the in-process run ``a`` against the gRPC ``runs``: per round, seconds,
+    CPU seconds and bytes, each run's with its ratio to ``a`` (bytes: to the raw arrays)."""
+    raw = a["raw_bytes"]
+    rows: list[list[Any]] = []
+    for key, label in (("seconds", "seconds"), ("cpu_seconds", "CPU seconds")):
+        cells = [(round(r[key] / rounds, 4), round(r[key] / a[key], 3)) for _, r in runs]
+        rows.append([label, round(a[key] / rounds, 4), *(v for c in cells for v in c)])
+    rows.append(["raw array bytes", round(raw / rounds), *(NA for _ in runs for _ in "ab")])
+    for key, label in (
+        ("message_bytes", "hub message bytes"),
+        ("frame_bytes", "hub frame bytes"),
+        ("socket_bytes", "loopback bytes"),
+    ):
+        cells = [(round(r[key] / rounds), round(r[key] / raw, 3)) for _, r in runs]
+        mine = round(a[key] / rounds) if key in a else NA
+        rows.append([label, mine, *(v for c in cells for v in c)])
+    last = a["lines"][-1].split("(")[0]
+    same = ["yes" if r["lines"][-1].split("(")[0] == last else "no" for _, r in runs]
+    rows.append(["same last round", NA, *(v for s in same for v in (s, NA))])
+    return rows
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("algorithm", choices=sorted(CONFIGS))
@@ -254,6 +281,7 @@ def main() -> None:
         action="store_true",
         help="also print each process's user and system CPU seconds per round",
     )
+    json_option(ap)
     args = ap.parse_args()
     # the malloc settings of every fedviews command (fedviews._heap), here too: the
     # in-process baseline and the hub get what the party processes get
@@ -281,33 +309,23 @@ def main() -> None:
             config3.write_text(direct_config(text, cfg.federation.parties))
             direct = run_grpc(load_deploy_config(config3, args.set), config3, data, certs)
     mode = "plain text" if args.insecure else "mutual TLS"
-    print(f"{args.algorithm}: {cfg.data.dataset}, {n} samples, {rounds} rounds, gRPC with {mode}")
+    title = f"{args.algorithm}: {cfg.data.dataset}, {n} samples, {rounds} rounds, gRPC with {mode}"
     runs = [("relayed", b)] + ([("direct", direct)] if direct is not None else [])
-    print(f"{'':30s}{'in-process':>14s}" + "".join(f"{k:>14s}{'ratio':>8s}" for k, _ in runs))
-    ta = a["seconds"] / rounds
-    cells = "".join(
-        f"{r['seconds'] / rounds:14.4f}{r['seconds'] / a['seconds']:8.2f}" for _, r in runs
+    columns = ["per round", "in-process", *(c for k, _ in runs for c in (k, "ratio"))]
+    rows = table_rows(a, runs, rounds)
+    print(title)
+    print(f"{'':30s}" + "".join(f"{c:>14s}" for c in columns[1:]))
+    for row in rows:
+        print(f"{row[0]:30s}" + "".join(f"{v!s:>14s}" for v in row[1:]))
+    print(
+        "last round: " + "; ".join(f"{k} {r['lines'][-1]}" for k, r in [("in-process", a), *runs])
     )
-    print(f"{'seconds per round':30s}{ta:14.4f}{cells}")
-    ca = a["cpu_seconds"] / rounds
-    cells = "".join(
-        f"{r['cpu_seconds'] / rounds:14.4f}{r['cpu_seconds'] / a['cpu_seconds']:8.2f}"
-        for _, r in runs
+    note = (
+        "ratio: to the in-process run (times), to the raw array bytes (bytes); a run's "
+        "'same last round' compares its last round's metrics with the in-process run's"
     )
-    print(f"{'CPU seconds per round':30s}{ca:14.4f}{cells}")
-    raw = a["raw_bytes"] / rounds
-    print(f"{'raw array bytes per round':30s}{raw:14.0f}")
-    for key, label in (
-        ("message_bytes", "hub message bytes per round"),
-        ("frame_bytes", "hub frame bytes per round"),
-        ("socket_bytes", "loopback bytes per round"),
-    ):
-        mine = f"{a[key] / rounds:14.0f}" if key in a else f"{'':14s}"
-        cells = "".join(f"{r[key] / rounds:14.0f}{r[key] / a['raw_bytes']:8.3f}" for _, r in runs)
-        print(f"{label:30s}{mine}{cells}")
-    for name, r in runs:
-        same = a["lines"][-1].split("(")[0] == r["lines"][-1].split("(")[0]
-        print(f"same last round ({name}): {same} ({r['lines'][-1]})")
+    table = {"title": title, "columns": columns, "rows": rows, "note": note}
+    write_record(args.json, title, [table], str(getattr(cfg.params, "device", "cpu")))
     if args.per_process:
         for name, r in runs:
             cells = ", ".join(

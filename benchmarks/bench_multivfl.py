@@ -27,6 +27,7 @@ from collections.abc import Callable
 import numpy as np
 import torch
 from _clock import CLOCKS, cpu_of, print_ratio, ratio_options
+from _record import json_option, ratio_table, write_record
 
 from fedviews import data
 from fedviews.deep.multivfl import MultiVFL, build_models, epoch_order, round_seed
@@ -102,6 +103,7 @@ def main() -> None:
     ap.add_argument("--batch-size", type=int, default=64)
     ap.add_argument("--repeats", type=int, default=2)
     ratio_options(ap, "data owner")
+    json_option(ap)
     args = ap.parse_args()
     ds = data.load("fashion_mnist", subset="train")
     assert ds.images is not None  # an image dataset
@@ -161,6 +163,15 @@ def main() -> None:
         prof.disable()
         print(f"\none more federated epoch, profiled ({args.profile} costliest by own time):")
         pstats.Stats(prof).sort_stats("tottime").print_stats(args.profile)
+    measured = {"Multi-VFL, in-process": fed_t} | (
+        {"one backward per data owner": each_t} if each_t else {}
+    )
+    title = (
+        f"Multi-VFL epoch: D={d} data owners, K=1, FedAvg, {len(y)} Fashion-MNIST samples, batch "
+        f"{bs} ({n_batches} batches), device {args.device}, torch threads {torch.get_num_threads()}"
+        f", {args.clock} clock"
+    )
+    write_record(args.json, title, [ratio_table(title, plain_t, measured)], args.device)
 
 
 if __name__ == "__main__":

@@ -26,6 +26,7 @@ from typing import Any
 import numpy as np
 import torch
 from _clock import CLOCKS, cpu_of, print_ratio, ratio_options
+from _record import json_option, ratio_table, write_record
 
 from fedviews import data
 from fedviews.data import PartyData
@@ -107,6 +108,7 @@ def main() -> None:
     ap.add_argument("--batch-size", type=int, default=64)
     ap.add_argument("--repeats", type=int, default=3)
     ratio_options(ap, "passive party")
+    json_option(ap)
     args = ap.parse_args()
     ds = data.load("mnist")
     assert ds.images is not None  # an image dataset
@@ -155,6 +157,15 @@ def main() -> None:
         prof.disable()
         print(f"\none more federated epoch, profiled ({args.profile} costliest by own time):")
         pstats.Stats(prof).sort_stats("tottime").print_stats(args.profile)
+    measured = {"split NN, in-process": fed_t} | (
+        {"one backward per passive party": each_t} if args.one_backward_each else {}
+    )
+    title = (
+        f"split NN epoch: {args.parties} parties (strips {tuple(shape)}), {len(y)} MNIST samples, "
+        f"batch {args.batch_size}, device {args.device}, torch threads {torch.get_num_threads()}, "
+        f"{args.clock} clock"
+    )
+    write_record(args.json, title, [ratio_table(title, plain_t, measured)], args.device)
 
 
 if __name__ == "__main__":

@@ -52,3 +52,77 @@ def test_a_missing_result_fails_the_build(tmp_path):
 
     with pytest.raises(PluginError, match="no docs/results/nope.json"):
         _hook().render_page("<!-- bench: nope -->\n", root=tmp_path)
+
+
+def _record_module() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("_record", ROOT / "benchmarks/_record.py")
+    assert spec is not None and spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_a_benchmark_record_renders_with_its_command_machine_and_table(tmp_path, monkeypatch):
+    """What ``--json PATH`` of a benchmark writes (benchmarks/_record.py) is what the hook
+    renders: title, command (with the environment that shaped it), date, machine, load, wall
+    time, then every row of the table."""
+    rec = _record_module()
+    monkeypatch.setattr("sys.argv", ["benchmarks/bench_x.py", "--clock", "cpu"])
+    for name in rec._ENV:
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    table = rec.ratio_table("x epoch", [1.0, 2.0], {"federated": [1.5, 2.2]})
+    path = tmp_path / "docs/results/bench_x.json"
+    rec.write_record(path, "x benchmark", [table], flwr="1.42.0")
+    res = json.loads(path.read_text())
+    assert res["command"] == "OMP_NUM_THREADS=1 python benchmarks/bench_x.py --clock cpu"
+    assert table["rows"][1][1:4] == [1.5, "1.500, 2.200", 1.3]  # median of 1.5 and 1.1
+    text = _hook().render_page("intro\n<!-- bench: bench_x -->\nafter\n", root=tmp_path)
+    head = text.splitlines()[1]
+    assert head.startswith(f"*x benchmark*: `{res['command']}` — {res['date']}, ")
+    assert res["machine"]["cpu"] in head and f"torch {res['machine']['torch']}" in head
+    assert "flwr 1.42.0" in head and f"wall time {res['wall_seconds']:g} s" in head
+    assert "| run | s / epoch (best) | runs | × plain loop (median of pairs) | pairs |" in text
+    assert "| plain loop | 1.00 | 1.000, 2.000 | — | — |" in text
+    assert "| federated | 1.50 | 1.500, 2.200 | 1.30 | 1.500, 1.100 |" in text
+    assert text.startswith("intro\n") and text.endswith("after\n")
+
+
+@pytest.mark.parametrize(
+    ("broken", "why"),
+    [
+        (lambda r: r.pop("tables"), "no tables"),
+        (lambda r: r["machine"].pop("cpu"), "no machine.cpu"),
+        (lambda r: r["tables"][0]["rows"][0].pop(), "table .x.: a row of 4 cells under 5 columns"),
+        (lambda r: r["tables"][0].pop("columns"), "a table without columns"),
+        (lambda r: r.update(tables=[]), "no table"),
+    ],
+)
+def test_a_malformed_record_fails_the_build_naming_the_file(tmp_path, broken, why):
+    from mkdocs.exceptions import PluginError
+
+    rec = _record_module()
+    path = tmp_path / "docs/results/bench_x.json"
+    rec.write_record(path, "x", [rec.ratio_table("x", [1.0], {"federated": [1.2]})])
+    res = json.loads(path.read_text())
+    broken(res)
+    path.write_text(json.dumps(res))
+    with pytest.raises(PluginError, match=f"docs/results/bench_x.json is malformed: {why}"):
+        _hook().render_page("<!-- bench: bench_x -->\n", root=tmp_path)
+    path.write_text("{not json")
+    with pytest.raises(PluginError, match="bench_x.json is malformed: Expecting"):
+        _hook().render_page("<!-- bench: bench_x -->\n", root=tmp_path)
+
+
+def test_every_committed_benchmark_result_is_rendered_on_a_page():
+    """Each ``docs/results/bench_*.json`` renders and is shown by a ``<!-- bench -->`` mark."""
+    hook = _hook()
+    marked = {}
+    for page in (ROOT / "docs").glob("**/*.md"):
+        for name in hook.MARK.findall(page.read_text(encoding="utf-8")):
+            marked[name] = page
+    files = sorted(p.stem for p in (ROOT / "docs/results").glob("bench_*.json"))
+    assert len(files) >= 6
+    for name in files:
+        assert name in marked, f"docs/results/{name}.json: no <!-- bench: {name} --> on a page"
+        hook.render_page(f"<!-- bench: {name} -->\n")

@@ -11,11 +11,26 @@ from typing import Any
 from fedviews.experiments._reproduce import Reproduction
 from fedviews.report import format_value
 
-__all__ = ["render_digest", "render_markdown"]
+__all__ = ["render_digest", "render_markdown", "render_tables"]
 
 
 def _md_cell(value: Any) -> str:
     return format_value(value).replace("|", "\\|")
+
+
+def render_tables(tables: Sequence[dict[str, Any]]) -> list[str]:
+    """The Markdown lines of ``tables`` (each ``title``, ``columns``, ``rows``, optional
+    ``note``), each followed by an empty line."""
+    out: list[str] = []
+    for t in tables:
+        out += [f"**{t['title']}**", ""]
+        out.append("| " + " | ".join(_md_cell(c) for c in t["columns"]) + " |")
+        out.append("|" + "|".join("---" for _ in t["columns"]) + "|")
+        out += ["| " + " | ".join(_md_cell(v) for v in row) + " |" for row in t["rows"]]
+        out.append("")
+        if t.get("note"):
+            out += [f"*{t['note']}*", ""]
+    return out
 
 
 def render_markdown(entry: Reproduction, rec: dict[str, Any] | None, cells: int = 0) -> str:
@@ -37,15 +52,7 @@ def render_markdown(entry: Reproduction, rec: dict[str, Any] | None, cells: int 
             f"{entry.cost_s:g} s) makes this table from `{entry.run_command}`; no run of it "
             "is committed yet.\n"
         )
-    out: list[str] = []
-    for t in rec["tables"]:
-        out += [f"**{t['title']}**", ""]
-        out.append("| " + " | ".join(_md_cell(c) for c in t["columns"]) + " |")
-        out.append("|" + "|".join("---" for _ in t["columns"]) + "|")
-        out += ["| " + " | ".join(_md_cell(v) for v in row) + " |" for row in t["rows"]]
-        out.append("")
-        if t.get("note"):
-            out += [f"*{t['note']}*", ""]
+    out = render_tables(rec["tables"])
     m = rec["machine"]
     gpu = "" if m.get("gpu", "none") == "none" else f", GPU {m['gpu']}"
     over = (
