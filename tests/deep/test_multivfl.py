@@ -769,8 +769,9 @@ def test_a_refused_request_leaves_the_data_owner_as_it_was(fmnist, batch_backwar
         ({"batch": 1.0, "batch_size": 16}, "meta\\['batch'\\] must be int"),
         ({}, "meta\\['batch'\\] must be int"),
     ]:
-        with pytest.raises(ProtocolError, match=match):
+        with pytest.raises(ProtocolError, match=match) as err:
             a.scatter("forward", grad, meta=meta)
+        assert err.value.party == "a"
         after = _state(u)
         assert after.keys() == before.keys()
         for k in before:

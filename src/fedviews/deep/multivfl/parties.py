@@ -112,7 +112,8 @@ def _meta(msg: Message, key: str, kind: type[T]) -> T:
         val = float(val)
     if not isinstance(val, kind) or (isinstance(val, float) and not math.isfinite(val)):
         raise ProtocolError(
-            f"{msg.kind!r} from {msg.sender!r}: meta[{key!r}] must be {kind.__name__}, got {val!r}"
+            f"{msg.kind!r} from {msg.sender!r}: meta[{key!r}] must be {kind.__name__}, got {val!r}",
+            party=msg.sender,
         )
     return val
 
