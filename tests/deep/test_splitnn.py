@@ -312,6 +312,14 @@ def test_only_logits_and_their_gradients_cross_in_the_estimators_run():
     assert log.arrays_sent("coordinator") == set() and log.arrays_sent(None, "coordinator") == set()
     assert est.run_stats_ == log.summary()
     assert all(k.startswith("net/") for k in est.models_["party_2"])  # no top: logits summed
+    fitted = len(log.entries)
+    est.predict([Xp[:5], Xa[:5], Xa[:5, ::-1]])  # the prediction session's messages follow
+    crossed = {(e.sender, e.receiver, e.kind, e.arrays, e.shapes) for e in log.entries[fitted:]}
+    assert crossed == {
+        *{("party_2", f"party_{k}", "splitnn.infer", (), ()) for k in (0, 1)},
+        *{(f"party_{k}", "party_2", "splitnn.infer:reply", ("logits",), ((5, 3),)) for k in (0, 1)},
+    }
+    assert est.run_stats_ != log.summary()  # run_stats_ stays the fit's
 
 
 def test_the_estimator_with_user_networks_on_table_columns_equals_the_spec_run():
