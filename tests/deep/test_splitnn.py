@@ -91,7 +91,8 @@ def test_a_refused_gradient_leaves_the_passive_party_as_it_was(batch_backward):
     """A label owner's malformed ``splitnn.backward`` (a gradient of the wrong shape, dtype or
     values, or one with no output pending) is refused naming it, and the passive party's
     network and optimiser state (momentum) stay bit for bit as they were, whether the
-    transport stages the backward pass or the handler runs it."""
+    transport stages the backward pass or the handler runs it; a ``splitnn.forward`` of a
+    batch that is no index of the epoch's batches is refused."""
     from _tamper import tampered
 
     from fedviews.errors import ProtocolError
@@ -104,6 +105,9 @@ def test_a_refused_gradient_leaves_the_passive_party_as_it_was(batch_backward):
     fed()  # two epochs: the optimiser has momentum
     p, a = fed.parties["p"], fed.parties["a"]
     a.send("p", "splitnn.epoch", meta={"shuffle_seed": 1, "batch_size": 16})
+    for b in (0.5, 3, -1):  # 40 rows: batches 0, 1, 2 (0.5 was taken as batch 0)
+        with pytest.raises(ProtocolError, match=f"'a' asked for batch {float(b)!r}, not in"):
+            a.send("p", "splitnn.forward", meta={"batch": b})
     out = a.send("p", "splitnn.forward", meta={"batch": 0}).arrays["logits"]
     grad = torch.randn(out.shape, generator=torch.Generator().manual_seed(0))
     before = {k: v.copy() for k, v in p.state_dict().items()}

@@ -120,13 +120,13 @@ class SplitBottom(Party):
 
     def batch_rows(self, msg: Message) -> np.ndarray:
         """The rows of batch ``meta["batch"]`` of the current epoch."""
-        b = int(msg.number("batch"))
-        if not 0 <= b < len(self._order):
+        b = msg.number("batch")
+        if b != int(b) or not 0 <= b < len(self._order):
             raise ProtocolError(
-                f"{self.name}: {msg.sender!r} asked for batch {b}, not in the current epoch",
+                f"{self.name}: {msg.sender!r} asked for batch {b!r}, not in the current epoch",
                 party=msg.sender,
             )
-        return self._order[b]
+        return self._order[int(b)]
 
     def forward_batch(self, msg: Message, name: str) -> Message:
         """Reply with its network's output on batch ``meta["batch"]`` as array ``name``."""
