@@ -721,3 +721,62 @@ def test_fit_prints_a_line_per_round_unless_quiet(fmnist, capsys) -> None:
     assert "test accuracy" in err
     MultiVFL(**kw).fit(images[:200], y[:200])  # verbose=False, the default of every estimator
     assert capsys.readouterr().err == ""
+
+
+def _state(owner) -> dict[str, np.ndarray]:
+    """A data owner's bottom copies and its optimisers' state, copied (bit for bit)."""
+    out = {
+        f"{k}/{n}": v.detach().clone().numpy()
+        for k, m in owner.copies.items()
+        for n, v in m.state_dict().items()
+    }
+    for k, opt in owner.optims.items():
+        for i, s in opt.state_dict()["state"].items():
+            out.update(
+                {f"{k}/opt/{i}/{n}": torch.as_tensor(v).clone().numpy() for n, v in s.items()}
+            )
+    return out
+
+
+@pytest.mark.parametrize("batch_backward", [True, False])
+def test_a_refused_request_leaves_the_data_owner_as_it_was(fmnist, batch_backward) -> None:
+    """A label owner's ``forward`` request carrying a valid gradient of the previous batch but
+    a bad batch index, batch size or no meta at all was refused only after the gradient had
+    stepped the data owner's bottom (in the staged path, the transport ran it before the
+    handler; unstaged, the handler applied it first): the refused request still moved the
+    model. Now every check of the request comes first; a refused one changes nothing."""
+    from dataclasses import replace
+
+    from fedviews.errors import ProtocolError
+    from fedviews.federation import InProcessTransport, build_in_process
+
+    datas, run = _two_data_owners(fmnist)
+    run = replace(run, params=replace(run.params, local_optimizer="adam"))
+    fed = build_in_process(
+        run, datas, transport=lambda p: InProcessTransport(p, batch_backward=batch_backward)
+    )
+    u, a = fed.parties["u"], fed.parties["a"]
+    a.broadcast(["u"], "begin_epoch", meta={"seed": 3, "epoch": 0})
+    ask = {"batch": 0, "batch_size": 16}
+    acts = a.scatter("forward", {"u": {}}, meta=ask)["u"].arrays["activations"]
+    g = torch.randn(acts.shape, generator=torch.Generator().manual_seed(0))
+    grad = {"u": {"activation_grad": g}}
+    a.scatter("forward", grad, meta={**ask, "batch": 1})  # a step: Adam has its moments
+    before = _state(u)
+    assert any("/opt/" in k for k in before)
+    for meta, match in [
+        ({"batch": 2, "batch_size": 16}, "'a' asked for batch 2 of size 16"),
+        ({"batch": 0, "batch_size": 0}, "'a' asked for batch 0 of size 0"),
+        ({"batch": -1, "batch_size": 16}, "'a' asked for batch -1 of size 16"),
+        ({"batch": 1.0, "batch_size": 16}, "meta\\['batch'\\] must be int"),
+        ({}, "meta\\['batch'\\] must be int"),
+    ]:
+        with pytest.raises(ProtocolError, match=match) as err:
+            a.scatter("forward", grad, meta=meta)
+        assert err.value.party == "a"
+        after = _state(u)
+        assert after.keys() == before.keys()
+        for k in before:
+            np.testing.assert_array_equal(after[k], before[k], err_msg=f"{meta}: {k}")
+    a.scatter("backward", grad)  # the same gradient, a valid request: the model moves
+    assert any(not np.array_equal(v, before[k]) for k, v in _state(u).items())

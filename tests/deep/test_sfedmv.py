@@ -333,6 +333,31 @@ def test_the_server_refuses_view_parameters_not_like_its_own(
     assert raised.value.party == "client1"
 
 
+@pytest.mark.parametrize("view", [0.5, -1, 2])
+def test_a_client_refuses_a_view_it_does_not_hold(
+    watch: MultiViewSequences, monkeypatch: pytest.MonkeyPatch, view: float
+) -> None:
+    """The server's ``view`` was cut to an integer (view 0.5 with view 0's parameters trained
+    view 0; only the message of view 1 was then refused, as parameters of another view), and
+    one out of range was refused without naming the sender. Now a view that is no index of
+    the client's views is refused, naming the server."""
+    from fedviews.federation import Party
+
+    honest = Party._message
+
+    def message(self, receiver, kind, arrays, meta, round):  # type: ignore[no-untyped-def]
+        if kind == "train_view" and receiver == "client1":
+            meta = {**meta, "view": view}
+        return honest(self, receiver, kind, arrays, meta, round)
+
+    monkeypatch.setattr(Party, "_message", message)
+    clients = _clients(watch, 2, 20).by_client()
+    with pytest.raises(
+        ProtocolError, match=f"sent view {float(view)!r}; 'client1' holds views 0..1"
+    ):
+        SFedMV(**{**TINY, "n_rounds": 1}).fit_extractors(clients)
+
+
 def test_both_stages_run_through_the_runner(
     watch: MultiViewSequences, monkeypatch: pytest.MonkeyPatch
 ) -> None:

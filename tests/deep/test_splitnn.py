@@ -86,6 +86,52 @@ def test_passive_backward_passes_run_as_one_and_equal_one_each(monkeypatch):
     assert calls == [2] * (PARAMS.epochs * 3)  # both passives, every batch (40 rows by 16)
 
 
+@pytest.mark.parametrize("batch_backward", [True, False])
+def test_a_refused_gradient_leaves_the_passive_party_as_it_was(batch_backward):
+    """A label owner's malformed ``splitnn.backward`` (a gradient of the wrong shape, dtype or
+    values, or one with no output pending) is refused naming it, and the passive party's
+    network and optimiser state (momentum) stay bit for bit as they were, whether the
+    transport stages the backward pass or the handler runs it; a ``splitnn.forward`` of a
+    batch that is no index of the epoch's batches is refused."""
+    from _tamper import tampered
+
+    from fedviews.errors import ProtocolError
+    from fedviews.federation import InProcessTransport
+
+    run, _, *_ = _run()
+    fed = build_in_process(
+        run, _data()[0], transport=lambda p: InProcessTransport(p, batch_backward=batch_backward)
+    )
+    fed()  # two epochs: the optimiser has momentum
+    p, a = fed.parties["p"], fed.parties["a"]
+    a.send("p", "splitnn.epoch", meta={"shuffle_seed": 1, "batch_size": 16})
+    for b in (0.5, 3, -1):  # 40 rows: batches 0, 1, 2 (0.5 was taken as batch 0)
+        with pytest.raises(ProtocolError, match=f"'a' asked for batch {float(b)!r}, not in"):
+            a.send("p", "splitnn.forward", meta={"batch": b})
+    out = a.send("p", "splitnn.forward", meta={"batch": 0}).arrays["logits"]
+    grad = torch.randn(out.shape, generator=torch.Generator().manual_seed(0))
+    before = {k: v.copy() for k, v in p.state_dict().items()}
+    for bad, match in [
+        (grad[1:], "'a' sent 'grad_logits' of shape \\(15, 3\\)"),
+        (tampered(grad, np.nan), "'a' sent 'grad_logits' with NaN"),
+        (tampered(grad, "int64"), "'a' sent 'grad_logits' as int64"),
+    ]:
+        with pytest.raises(ProtocolError, match=match) as err:
+            a.scatter("splitnn.backward", {"p": {"grad_logits": bad}})
+        assert err.value.party == "a"
+        after = p.state_dict()
+        for k, v in before.items():
+            np.testing.assert_array_equal(after[k], v, err_msg=k)
+    a.scatter("splitnn.backward", {"p": {"grad_logits": grad}})  # valid: the model moves
+    assert any(not np.array_equal(v, before[k]) for k, v in p.state_dict().items())
+    moved = {k: v.copy() for k, v in p.state_dict().items()}
+    with pytest.raises(ProtocolError, match="'a' sent a gradient before a forward") as err:
+        a.scatter("splitnn.backward", {"p": {"grad_logits": grad}})
+    assert err.value.party == "a"
+    for k, v in moved.items():
+        np.testing.assert_array_equal(p.state_dict()[k], v, err_msg=k)
+
+
 def test_only_logits_and_their_gradients_cross_and_the_passive_sees_the_labels():
     run, fed, _, _, y = _run()
     rec = fed.record(["p"])["p"]
@@ -270,6 +316,14 @@ def test_only_logits_and_their_gradients_cross_in_the_estimators_run():
     assert log.arrays_sent("coordinator") == set() and log.arrays_sent(None, "coordinator") == set()
     assert est.run_stats_ == log.summary()
     assert all(k.startswith("net/") for k in est.models_["party_2"])  # no top: logits summed
+    fitted = len(log.entries)
+    est.predict([Xp[:5], Xa[:5], Xa[:5, ::-1]])  # the prediction session's messages follow
+    crossed = {(e.sender, e.receiver, e.kind, e.arrays, e.shapes) for e in log.entries[fitted:]}
+    assert crossed == {
+        *{("party_2", f"party_{k}", "splitnn.infer", (), ()) for k in (0, 1)},
+        *{(f"party_{k}", "party_2", "splitnn.infer:reply", ("logits",), ((5, 3),)) for k in (0, 1)},
+    }
+    assert est.run_stats_ != log.summary()  # run_stats_ stays the fit's
 
 
 def test_the_estimator_with_user_networks_on_table_columns_equals_the_spec_run():

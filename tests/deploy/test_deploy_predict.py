@@ -267,6 +267,25 @@ def test_an_algorithm_whose_parties_predict_alone_says_how(tmp_path: Path):
         check_model_parts(tmp_path, cfg, tmp_path, None)
 
 
+def test_a_coordinator_holding_the_labels_is_refused_naming_the_fix(tmp_path: Path) -> None:
+    """The estimator's server may hold V-FedMV's labels; a deployment's coordinator holds no
+    data, so its label owner is a party (which sends the server its one-hot labels once and
+    gets the predictions of `fedviews predict`). A config naming the coordinator was refused
+    as "not one of federation.parties"; now it says why and what to name, and `fedviews
+    predict` exits with it before any process starts."""
+    text = VFEDMV.replace('label_owner = "fou"', 'label_owner = "coordinator"')
+    match = "the coordinator 'coordinator' holds no data in a deployment; name the party"
+    with pytest.raises(ConfigError, match=match):
+        _cfg(text)
+    config = tmp_path / "vfedmv.toml"
+    config.write_text(text)
+    args = ["predict", str(config), "--model", str(tmp_path), "--data-dir", str(tmp_path)]
+    proc = subprocess.run(
+        [sys.executable, "-m", "fedviews", *args], capture_output=True, text=True, timeout=300
+    )
+    assert proc.returncode != 0 and match in " ".join((proc.stdout + proc.stderr).split())
+
+
 def test_multivfl_predict_equals_the_estimator(tmp_path: Path) -> None:
     """Every label owner asks for its own new IDs; the data owners' bottoms and the global
     top: the estimator's ``predict``. Only activations cross, and only to the label owner

@@ -44,6 +44,8 @@ def test_launch_equals_in_process(tmp_path, launch):
     launch(config, run)
     res = json.loads((run / "coordinator" / "results.json").read_text())
     assert res["status"] == "ok"
+    # the run's total seconds (the per-epoch ones took the key) and every epoch's
+    assert isinstance(res["seconds"], float) and len(res["epoch_seconds"]) == 2
     cfg = load_deploy_config(config)
     datas = {p: load_party_data(run / "data" / f"{p}.npz") for p in ("top", "bottom")}
     fed = build_in_process(cfg, datas)

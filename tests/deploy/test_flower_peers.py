@@ -209,6 +209,8 @@ def _check_equal(
     _same_results(res, ref)
     assert res["seconds_per_round"] == pytest.approx(res["train_seconds"] / 2, abs=1e-4)
     assert res["seconds_per_round"] > 0
+    # the run's total (the split NN's per-epoch seconds took the key)
+    assert isinstance(res["seconds"], float) and res["seconds"] >= res["train_seconds"]
     parties = cfg.federation.parties
     got, want = _results(run, parties), _results(ref_dir, parties)
     for p in parties:

@@ -120,10 +120,13 @@ class SplitBottom(Party):
 
     def batch_rows(self, msg: Message) -> np.ndarray:
         """The rows of batch ``meta["batch"]`` of the current epoch."""
-        b = int(msg.number("batch"))
-        if not 0 <= b < len(self._order):
-            raise ProtocolError(f"{self.name}: batch {b} is not in the current epoch")
-        return self._order[b]
+        b = msg.number("batch")
+        if b != int(b) or not 0 <= b < len(self._order):
+            raise ProtocolError(
+                f"{self.name}: {msg.sender!r} asked for batch {b!r}, not in the current epoch",
+                party=msg.sender,
+            )
+        return self._order[int(b)]
 
     def forward_batch(self, msg: Message, name: str) -> Message:
         """Reply with its network's output on batch ``meta["batch"]`` as array ``name``."""
@@ -154,7 +157,9 @@ class SplitBottom(Party):
         """The backward pass of the received gradient ``name`` (checked) through the pending
         output, then one SGD step (its gradients zeroed now)."""
         if self._pending is None:
-            raise ProtocolError(f"{self.name}: {msg.sender!r} sent a gradient before a forward")
+            raise ProtocolError(
+                f"{self.name}: {msg.sender!r} sent a gradient before a forward", party=msg.sender
+            )
         grad = msg.tensor(name, tuple(self._pending.shape), np.float32, self.device)
         out, self._pending = self._pending, None
         self.opt.zero_grad()

@@ -115,6 +115,13 @@ class FederationSpec(Roster):
                 "(several), not both and not neither"
             )
         for owner in self.owners():
+            if owner == self.coordinator:
+                raise ConfigError(
+                    f"federation.label_owner(s): the coordinator {owner!r} holds no data in a "
+                    "deployment; name the party whose file holds the labels (V-FedMV's label "
+                    "owner sends the server its one-hot labels once, as the paper's server "
+                    "holds them, and `fedviews predict` writes the predictions there)"
+                )
             if owner not in self.parties:
                 raise ConfigError(
                     f"federation.label_owner(s): {owner!r} is not one of federation.parties={list(self.parties)}"

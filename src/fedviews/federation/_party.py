@@ -145,7 +145,9 @@ class Party:
         every one of them (after its checks of the message, before logging it), runs the
         backward passes they return as one (one ``torch.autograd.backward``),
         then each one's ``then`` and its handler. The handler must then skip what it
-        staged: with or without staging, the party ends up in the same state. Default:
+        staged: with or without staging, the party ends up in the same state. Since the
+        ``then`` (an optimiser step) runs before the handler, this checks everything of
+        ``msg`` that the handler would refuse (a refused request changes nothing). Default:
         nothing to stage.
         """
         return None

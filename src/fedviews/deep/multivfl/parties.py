@@ -112,7 +112,8 @@ def _meta(msg: Message, key: str, kind: type[T]) -> T:
         val = float(val)
     if not isinstance(val, kind) or (isinstance(val, float) and not math.isfinite(val)):
         raise ProtocolError(
-            f"{msg.kind!r} from {msg.sender!r}: meta[{key!r}] must be {kind.__name__}, got {val!r}"
+            f"{msg.kind!r} from {msg.sender!r}: meta[{key!r}] must be {kind.__name__}, got {val!r}",
+            party=msg.sender,
         )
     return val
 
@@ -194,7 +195,8 @@ class DataOwner(Party):
         self._pending: dict[str, torch.Tensor] = {}
         self._batch: dict[str, tuple[torch.Tensor, int, int]] = {}  # act_dp: x, epoch, batch
         self._epoch: dict[str, int] = {}
-        self._staged: Message | None = None  # its backward pass ran in the transport (stage)
+        # a request whose backward pass ran in the transport (stage) and its batch's rows
+        self._staged: tuple[Message, np.ndarray | None] | None = None
 
     @property
     def bottom(self) -> nn.Module:
@@ -226,23 +228,12 @@ class DataOwner(Party):
     @handles("forward")
     def forward(self, msg: Message) -> Message:
         """The activations of batch ``batch``, after applying the gradient of the previous
-        batch when the request carries it (``activation_grad``)."""
-        k, b, bs = msg.sender, _meta(msg, "batch", int), _meta(msg, "batch_size", int)
-        if self._carries_grad(msg):
-            self.backward(msg)
-        elif k in self._pending:
-            raise ProtocolError(
-                f"{k!r} asked for the activations of batch {b} without returning the "
-                "gradient of the previous batch"
-            )
-        order = self._order.get(k)
-        if order is None or bs < 1 or not 0 <= b * bs < len(order):
-            raise ProtocolError(
-                f"{k!r} asked for batch {b} of size {bs}, which its epoch does not have "
-                + ("(no begin_epoch yet)" if order is None else f"({len(order)} samples)")
-            )
-        idx = torch.as_tensor(order[b * bs : (b + 1) * bs], device=self.device)
-        x = self.x[k].index_select(0, idx)
+        batch when the request carries it (``activation_grad``): the whole request is
+        checked before that gradient changes anything."""
+        rows = self._checked(msg)
+        assert rows is not None
+        k, b = msg.sender, _meta(msg, "batch", int)
+        x = self.x[k].index_select(0, torch.as_tensor(rows, device=self.device))
         if self.dp is None:
             out = self.copies[k](x)
         else:
@@ -256,43 +247,81 @@ class DataOwner(Party):
         self._pending[k] = out
         return self.reply(msg, self.act_codec.pack("activations", out))
 
+    def _request(self, msg: Message) -> tuple[np.ndarray | None, torch.Tensor | None]:
+        """Every check of a ``forward`` or ``backward`` request, before anything changes:
+        ``(rows, grad)``, the rows of the batch that a ``forward`` asks for (its meta, and
+        the batch within the epoch of ``begin_epoch``; ``None`` for a ``backward``) and the
+        gradient of the pending activations that it carries (its name, shape, dtype and
+        values checked; ``None`` for a ``forward`` without one). A request without the
+        gradient of activations still pending, or with one for none, is refused."""
+        k, b, rows = msg.sender, None, None
+        if msg.kind == "forward":
+            b, bs = _meta(msg, "batch", int), _meta(msg, "batch_size", int)
+            order = self._order.get(k)
+            if order is None or bs < 1 or not 0 <= b * bs < len(order):
+                raise ProtocolError(
+                    f"{k!r} asked for batch {b} of size {bs}, which its epoch does not have "
+                    + ("(no begin_epoch yet)" if order is None else f"({len(order)} samples)"),
+                    party=k,
+                )
+            rows = order[b * bs : (b + 1) * bs]
+        out = self._pending.get(k)
+        if msg.kind == "backward" or self._carries_grad(msg):
+            if out is None:
+                raise ProtocolError(
+                    f"{k!r} sent a gradient for activations it never asked for", party=k
+                )
+            return rows, self.grad_codec.tensor(
+                msg, "activation_grad", tuple(out.shape), self.device
+            )
+        if out is not None:
+            raise ProtocolError(
+                f"{k!r} asked for the activations of batch {b} without "
+                "returning the gradient of the previous batch",
+                party=k,
+            )
+        return rows, None
+
     def _carries_grad(self, msg: Message) -> bool:
         return any(n in msg.arrays for n in self.grad_codec.names("activation_grad"))
 
     def stage(self, msg: Message) -> Backward | None:
         """The backward pass of a gradient that ``msg`` (``forward`` or ``backward``) carries,
         to run with the other data owners' in one process (not under ``act_dp``: its
-        gradients are its own computation); :meth:`backward` then skips it."""
+        gradients are its own computation), once the whole request passed its checks
+        (:meth:`_request`); the handler then skips both."""
         if self.dp is not None or msg.kind not in ("forward", "backward"):
             return None
         if not self._carries_grad(msg):
             return None
-        out, grad, opt = self._gradient(msg)
-        self._staged = msg
+        rows, grad = self._request(msg)
+        assert grad is not None
+        out, opt = self._take(msg.sender)
+        self._staged = (msg, rows)
         return Backward((out,), (grad,), opt.step)
 
-    def _gradient(self, msg: Message) -> tuple[torch.Tensor, torch.Tensor, torch.optim.Optimizer]:
-        """The activations whose gradient ``msg`` carries, that gradient (checked) and the
-        optimizer of that bottom copy, its gradients zeroed."""
-        k = msg.sender
-        out = self._pending.pop(k, None)
-        if out is None:
-            raise ProtocolError(f"{k!r} sent a gradient for activations it never asked for")
+    def _take(self, k: str) -> tuple[torch.Tensor, torch.optim.Optimizer]:
+        """The pending activations of label owner ``k`` (no longer pending) and the optimizer
+        of that bottom copy, its gradients zeroed."""
         opt = self.optims[k]
         opt.zero_grad(set_to_none=True)
-        grad = self.grad_codec.tensor(msg, "activation_grad", tuple(out.shape), self.device)
-        return out, grad, opt
+        return self._pending.pop(k), opt
 
-    @handles("backward")
-    def backward(self, msg: Message) -> None:
-        if self._staged is msg:  # the transport ran it with the other data owners' (stage)
-            self._staged = None
-            return
-        out, grad, opt = self._gradient(msg)
+    def _checked(self, msg: Message) -> np.ndarray | None:
+        """The rows that request ``msg`` asks for (:meth:`_request`), after every check of it
+        and then the step of the gradient it carries (which the transport ran if it was
+        staged: :meth:`stage` checked it then)."""
+        if self._staged is not None and self._staged[0] is msg:
+            rows, self._staged = self._staged[1], None
+            return rows
+        rows, grad = self._request(msg)
+        if grad is None:
+            return rows
+        k = msg.sender
+        out, opt = self._take(k)
         if self.dp is None:
             out.backward(grad)
         else:
-            k = msg.sender
             x, epoch, b = self._batch.pop(k)
             model = self.copies[k]
             gen = self._gen(msg, k, epoch, b, 1)
@@ -300,6 +329,12 @@ class DataOwner(Party):
             for name, param in model.named_parameters():
                 param.grad = g[name]
         opt.step()
+        return rows
+
+    @handles("backward")
+    def backward(self, msg: Message) -> None:
+        """Apply the gradient of an epoch's last batch (the request checked first)."""
+        self._checked(msg)
 
     @handles("average_bottoms")
     def average_bottoms(self, msg: Message) -> None:

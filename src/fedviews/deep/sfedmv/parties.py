@@ -123,16 +123,23 @@ class SequenceClient(SecureSumParty):
         assert built is not None
         return built
 
-    def load(self, k: int, msg: Message) -> Extractor:
-        """Put the received global parameters of view ``k`` into the local model."""
-        model = self.model(k)
-        set_params(model, view_params(k, msg, get_params(model)))
-        return model
+    def load(self, msg: Message) -> tuple[int, Extractor]:
+        """The view ``meta["view"]`` of ``msg`` (checked: one that this client holds) and its
+        local model, holding the received global parameters."""
+        k = msg.number("view")
+        if k != int(k) or not 0 <= k < len(self.views):
+            raise ProtocolError(
+                f"{msg.sender!r} sent view {k!r}; {self.name!r} holds views "
+                f"0..{len(self.views) - 1}",
+                party=msg.sender,
+            )
+        model = self.model(int(k))
+        set_params(model, view_params(int(k), msg, get_params(model)))
+        return int(k), model
 
     @handles("train_view")
     def on_train_view(self, msg: Message) -> Message:
-        k = int(msg.number("view"))
-        model = self.load(k, msg)
+        k, model = self.load(msg)
         loss = train_epochs(
             model,
             self.optimizers[k],
@@ -160,7 +167,7 @@ class SequenceClient(SecureSumParty):
 
     @handles("final_view")
     def on_final_view(self, msg: Message) -> None:
-        self.load(int(msg.number("view")), msg)
+        self.load(msg)
 
     def embed(self, views: list[list[np.ndarray]]) -> list[np.ndarray]:
         """``X_k``: ``views`` embedded with this client's (final) extractors."""

@@ -114,7 +114,9 @@ class SplitNN(Persistent, Classifier):
     history_ : dict of str to list
         Per epoch: ``epoch``, ``loss`` (the label owner's mean training loss), ``seconds``.
     transport_ : Transport
-        The federation used for training (message log, bytes per party).
+        The federation used for training (message log, bytes per party); its ``log`` also
+        lists the messages of every prediction session after the fit's (``splitnn.infer``
+        and its replies: only the passive parties' ``logits`` cross).
     run_stats_, message_log_ : dict
         ``transport_.log.summary()`` at the end of ``fit``.
 
@@ -248,7 +250,8 @@ class SplitNN(Persistent, Classifier):
             )
             for k, p in enumerate(self.parties_)
         }
-        federate(list(members.values()), SPLITNN_SPEC.predict_policy(run, self.setup_))
+        transport = federate(list(members.values()), SPLITNN_SPEC.predict_policy(run, self.setup_))
+        transport.log = self.transport_.log  # its messages follow the fit's, as they cross
         active = members[self.label_owner_]
         assert isinstance(active, SplitNNActive)
         return active.test_logits().astype(np.float64)

@@ -219,9 +219,14 @@ class SplitNNAlgorithm(ActivePassive):
     def coordinator_results(
         self, coord: Coordinator
     ) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
-        """The per-epoch records by column, and the final test accuracy."""
+        """The per-epoch records by column (their ``seconds`` as ``epoch_seconds``: a
+        deployment's ``results.json`` gives the run's total ``seconds``), and the final test
+        accuracy."""
         metrics, _ = coord.summary()
-        return {**metrics.pop("history"), **metrics}, {}
+        history = metrics.pop("history")
+        if "seconds" in history:
+            history["epoch_seconds"] = history.pop("seconds")
+        return {**history, **metrics}, {}
 
     def round_message(self, role: str) -> str:
         return "splitnn.train" if role == "active" else "splitnn.epoch"
