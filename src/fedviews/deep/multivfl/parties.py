@@ -190,7 +190,7 @@ class DataOwner(Party):
         self.optims: dict[str, torch.optim.Optimizer] = {}
         self._new_optimizers()
         self.split_x: dict[str, torch.Tensor] = {}
-        self._order: dict[str, np.ndarray] = {}
+        self._order: dict[str, torch.Tensor] = {}  # each label owner's epoch, on the device
         self._pending: dict[str, torch.Tensor] = {}
         self._batch: dict[str, tuple[torch.Tensor, int, int]] = {}  # act_dp: x, epoch, batch
         self._epoch: dict[str, int] = {}
@@ -215,7 +215,8 @@ class DataOwner(Party):
     @handles("begin_epoch")
     def begin_epoch(self, msg: Message) -> None:
         n, epoch = len(self.x[msg.sender]), _meta(msg, "epoch", int)
-        self._order[msg.sender] = epoch_order(_meta(msg, "seed", int), msg.round, epoch, n)
+        order = epoch_order(_meta(msg, "seed", int), msg.round, epoch, n)
+        self._order[msg.sender] = torch.as_tensor(order, device=self.device)
         self._epoch[msg.sender] = epoch
 
     def _gen(self, msg: Message, k: str, epoch: int, batch: int, phase: int) -> torch.Generator:
@@ -241,8 +242,7 @@ class DataOwner(Party):
                 f"{k!r} asked for batch {b} of size {bs}, which its epoch does not have "
                 + ("(no begin_epoch yet)" if order is None else f"({len(order)} samples)")
             )
-        idx = torch.as_tensor(order[b * bs : (b + 1) * bs], device=self.device)
-        x = self.x[k].index_select(0, idx)
+        x = self.x[k].index_select(0, order[b * bs : (b + 1) * bs])
         if self.dp is None:
             out = self.copies[k](x)
         else:
