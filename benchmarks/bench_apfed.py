@@ -61,10 +61,10 @@ def plain_epoch(
         active, passive = active.to(device), passive.to(device)
         params = [*active.parameters(), *(passive.parameters() if method != "SingleVL" else [])]
     opt = torch.optim.SGD(params, **SGD)
-    order = np.random.default_rng(0).permutation(len(y))
     t0 = CLOCKS[clock]()
+    order = torch.as_tensor(np.random.default_rng(0).permutation(len(y)), device=device)
     for b in range(0, len(y), batch_size):
-        idx = torch.as_tensor(order[b : b + batch_size], device=device)
+        idx = order[b : b + batch_size]
         if method == "TVFL":
             h = torch.cat([enc_a(xa[idx]).flatten(1), enc_p(xp[idx]).flatten(1)], 1)
             loss = F.cross_entropy(head(h), yt[idx])
