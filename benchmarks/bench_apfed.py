@@ -96,9 +96,14 @@ def federated_epoch(
         est = SingleVL(**kw)
     else:
         est = APFed(variant=method[-1], **kw)
-    driver = (TVFLActiveClient, "run") if method == "TVFL" else (ActiveClient, "train_epoch")
-    after = (TVFLActiveClient, "_mean_representation")
-    with cpu_of(*driver, CLOCKS[clock]) as epoch, cpu_of(*after, CLOCKS[clock]) as mean:
+    driver: tuple[type, str] = (
+        (TVFLActiveClient, "run") if method == "TVFL" else (ActiveClient, "train_epoch")
+    )
+    timer = CLOCKS[clock]
+    with (
+        cpu_of(driver[0], driver[1], timer) as epoch,
+        cpu_of(TVFLActiveClient, "_mean_representation", timer) as mean,
+    ):
         est.fit(images, y)
     return sum(epoch) - sum(mean)
 
