@@ -30,7 +30,7 @@ from _record import json_option, ratio_table, write_record
 
 from fedviews import data
 from fedviews.data import PartyData
-from fedviews.deep._common import as_strips, batches
+from fedviews.deep._common import as_strips, device_batches
 from fedviews.deep.splitnn.parties import SplitNNActive
 from fedviews.deep.splitnn.spec import SplitNNParams, epoch_seed
 from fedviews.federation import (
@@ -81,7 +81,7 @@ def plain_epoch(fed: InProcessRun, clock: Callable[[], float]) -> float:
     )
     t0 = clock()
     rng = np.random.default_rng(epoch_seed(fed.run.seed, 1))
-    for idx in batches(len(yt), p.batch_size, rng):
+    for idx in device_batches(len(yt), p.batch_size, rng, active.device):
         z = nets[-1](xs[-1][idx])
         for net, x in zip(nets[:-1], xs[:-1], strict=True):
             z = z + net(x[idx])

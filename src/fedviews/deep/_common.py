@@ -263,6 +263,19 @@ def batches(
             yield idx
 
 
+def device_batches(
+    n: int, batch_size: int, rng: np.random.Generator | None, device: torch.device
+) -> list[torch.Tensor]:
+    """The batches of :func:`batches` as index tensors on ``device``: the epoch's order moves
+    there once, not once per batch (indexing a device tensor with host indices copies them
+    to the device each time)."""
+    torch = require_torch()
+    rows = list(batches(n, batch_size, rng))
+    if not rows:
+        return []
+    return list(torch.as_tensor(np.concatenate(rows), device=device).split(batch_size))
+
+
 def last_epoch_seen(
     recording: Iterable[Any], kind: str, name: str, unpack: Callable[[Any], Any] | None = None
 ) -> tuple[np.ndarray, np.ndarray] | None:

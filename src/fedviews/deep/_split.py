@@ -29,7 +29,7 @@ from fedviews._persist import Persistent
 from fedviews.data import check_classes
 from fedviews.deep._apfed_nets import NetSpec, as_images, cut_strips, get_arch
 from fedviews.deep._common import (
-    batches,
+    device_batches,
     load_module,
     load_optimizer,
     module_arrays,
@@ -105,7 +105,7 @@ class SplitBottom(Party):
         shape = tuple(int(s) for s in view.shape[1:])
         self.net = build_module(seed, lambda: factory(shape), self.device)
         self.opt = sgd(self.net.parameters(), lr, momentum, weight_decay)
-        self._order: list[np.ndarray] = []
+        self._order: list[torch.Tensor] = []  # the batches' rows, on its device
         self._pending: Any = None  # the output of the batch whose gradient is awaited
         self._staged: Message | None = None  # its backward pass ran in the transport (stage)
 
@@ -116,10 +116,11 @@ class SplitBottom(Party):
     def start_epoch(self, msg: Message) -> None:
         """The batches of a new epoch, from ``meta["shuffle_seed"]`` and ``meta["batch_size"]``."""
         rng = np.random.default_rng(int(msg.number("shuffle_seed")))
-        self._order = list(batches(len(self._X), int(msg.number("batch_size")), rng))
+        self._order = device_batches(len(self._X), int(msg.number("batch_size")), rng, self.device)
 
-    def batch_rows(self, msg: Message) -> np.ndarray:
-        """The rows of batch ``meta["batch"]`` of the current epoch."""
+    def batch_rows(self, msg: Message) -> torch.Tensor:
+        """The rows of batch ``meta["batch"]`` of the current epoch (an index tensor on its
+        device)."""
         b = msg.number("batch")
         if b != int(b) or not 0 <= b < len(self._order):
             raise ProtocolError(
@@ -234,14 +235,15 @@ class SplitTop(Party):
         self._rng = np.random.default_rng(seed)
         self.history: list[float] = []
 
-    def epoch_batches(self, kind: str, round: int) -> Iterator[tuple[int, np.ndarray]]:
+    def epoch_batches(self, kind: str, round: int) -> Iterator[tuple[int, torch.Tensor]]:
         """Start an epoch: send its shuffle seed to every passive party (message ``kind``);
-        return its numbered batches."""
+        return its numbered batches (index tensors on its device)."""
         seed = int(self._rng.integers(2**31))
         meta = {"shuffle_seed": seed, "batch_size": self.batch_size}
         for p in self.passives:
             self.send(p, kind, meta=meta, round=round)
-        return enumerate(batches(len(self._X), self.batch_size, np.random.default_rng(seed)))
+        rng = np.random.default_rng(seed)
+        return enumerate(device_batches(len(self._X), self.batch_size, rng, self.device))
 
 
 # --------------------------------------------------------------------------- estimators

@@ -264,7 +264,7 @@ class ActiveClient(SplitTop):
         self.history.append(float(total) / len(self._X))
         return self.history[-1]
 
-    def _step(self, epoch: int, b: int, idx: np.ndarray, step: int) -> torch.Tensor:
+    def _step(self, epoch: int, b: int, idx: torch.Tensor, step: int) -> torch.Tensor:
         """One batch; its loss ``L_A`` (a detached tensor on the device)."""
         train_mode(self.net)
         h = self.net.encoder(self._X[idx])

@@ -191,12 +191,12 @@ class DataOwner(Party):
         self.optims: dict[str, torch.optim.Optimizer] = {}
         self._new_optimizers()
         self.split_x: dict[str, torch.Tensor] = {}
-        self._order: dict[str, np.ndarray] = {}
+        self._order: dict[str, torch.Tensor] = {}  # each label owner's epoch, on the device
         self._pending: dict[str, torch.Tensor] = {}
         self._batch: dict[str, tuple[torch.Tensor, int, int]] = {}  # act_dp: x, epoch, batch
         self._epoch: dict[str, int] = {}
         # a request whose backward pass ran in the transport (stage) and its batch's rows
-        self._staged: tuple[Message, np.ndarray | None] | None = None
+        self._staged: tuple[Message, torch.Tensor | None] | None = None
 
     @property
     def bottom(self) -> nn.Module:
@@ -217,7 +217,8 @@ class DataOwner(Party):
     @handles("begin_epoch")
     def begin_epoch(self, msg: Message) -> None:
         n, epoch = len(self.x[msg.sender]), _meta(msg, "epoch", int)
-        self._order[msg.sender] = epoch_order(_meta(msg, "seed", int), msg.round, epoch, n)
+        order = epoch_order(_meta(msg, "seed", int), msg.round, epoch, n)
+        self._order[msg.sender] = torch.as_tensor(order, device=self.device)
         self._epoch[msg.sender] = epoch
 
     def _gen(self, msg: Message, k: str, epoch: int, batch: int, phase: int) -> torch.Generator:
@@ -233,7 +234,7 @@ class DataOwner(Party):
         rows = self._checked(msg)
         assert rows is not None
         k, b = msg.sender, _meta(msg, "batch", int)
-        x = self.x[k].index_select(0, torch.as_tensor(rows, device=self.device))
+        x = self.x[k].index_select(0, rows)
         if self.dp is None:
             out = self.copies[k](x)
         else:
@@ -247,7 +248,7 @@ class DataOwner(Party):
         self._pending[k] = out
         return self.reply(msg, self.act_codec.pack("activations", out))
 
-    def _request(self, msg: Message) -> tuple[np.ndarray | None, torch.Tensor | None]:
+    def _request(self, msg: Message) -> tuple[torch.Tensor | None, torch.Tensor | None]:
         """Every check of a ``forward`` or ``backward`` request, before anything changes:
         ``(rows, grad)``, the rows of the batch that a ``forward`` asks for (its meta, and
         the batch within the epoch of ``begin_epoch``; ``None`` for a ``backward``) and the
@@ -307,7 +308,7 @@ class DataOwner(Party):
         opt.zero_grad(set_to_none=True)
         return self._pending.pop(k), opt
 
-    def _checked(self, msg: Message) -> np.ndarray | None:
+    def _checked(self, msg: Message) -> torch.Tensor | None:
         """The rows that request ``msg`` asks for (:meth:`_request`), after every check of it
         and then the step of the gradient it carries (which the transport ran if it was
         staged: :meth:`stage` checked it then)."""

@@ -185,16 +185,17 @@ def train_epochs(
     last = float("nan")
     with private_rng(rng_state):
         for _ in range(epochs):
-            total, n = 0.0, 0
+            # summed on the device, in float64 as Python would: no host sync per batch
+            total, n = torch.zeros((), dtype=torch.float64, device=device), 0
             for idx in batches(len(seqs), batch_size, rng_state["numpy"]):
                 x, lengths = pad_batch([seqs[i] for i in idx], device)
                 optimizer.zero_grad()
                 loss = loss_fn(model(x, lengths), y_t[idx])
                 loss.backward()
                 optimizer.step()
-                total += float(loss.detach()) * len(idx)
+                total += loss.detach().double() * len(idx)
                 n += len(idx)
-            last = total / max(n, 1)
+            last = float(total) / max(n, 1)
     return last
 
 

@@ -17,7 +17,7 @@ import numpy as np
 
 from fedviews.deep._common import (
     EVAL_BATCH,
-    batches,
+    device_batches,
     load_module,
     module_arrays,
     to_numpy,
@@ -218,8 +218,8 @@ class SplitNNActive(_MLPBottom):
             self.top.train()
         # summed on the device, in float64 as Python would: no host sync per batch
         total = torch.zeros((), dtype=torch.float64, device=self.device)
-        order = batches(len(self._X), self.batch_size, np.random.default_rng(seed))
-        for b, idx in enumerate(order):
+        rng = np.random.default_rng(seed)
+        for b, idx in enumerate(device_batches(len(self._X), self.batch_size, rng, self.device)):
             got = self.broadcast(self.passives, "splitnn.forward", meta={"batch": b})
             theirs = self._logits(got, len(idx), grad=True)
             z = self._joined(self.net(self._X[idx]), theirs)
