@@ -145,6 +145,7 @@ def launch(
     port_file = run_dir / "coordinator.port"
     port_file.unlink(missing_ok=True)
     procs: dict[str, subprocess.Popen[str]] = {}
+    pumps: list[threading.Thread] = []
     lines = threading.Lock()
 
     def start(name: str, command: str, **options: str) -> None:
@@ -164,7 +165,8 @@ def launch(
             start_new_session=True,  # a terminal's Ctrl-C reaches the launcher only: it stops them
         )
         procs[name] = proc
-        threading.Thread(target=_pump, args=(proc, echo, lines), daemon=True).start()
+        pumps.append(threading.Thread(target=_pump, args=(proc, echo, lines), daemon=True))
+        pumps[-1].start()
 
     stop = terminate_as_interrupt()
     try:
@@ -228,6 +230,8 @@ def launch(
                 except subprocess.TimeoutExpired:
                     proc.kill()
                     proc.wait()
+        for pump in pumps:  # every process has exited: echo the rest of its output first
+            pump.join(5)
         stop()
 
 
