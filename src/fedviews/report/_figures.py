@@ -99,7 +99,7 @@ def _shared_legend(fig: Any, axes: Any) -> None:
             list(handles.values()),
             list(handles),
             loc="outside lower center",
-            ncols=min(len(handles), 4),
+            ncols=min(len(handles), 4 if len(axes) > 1 else 2),  # one panel: narrow
             fontsize=8,
         )
 
@@ -199,6 +199,6 @@ def save_figure(fig: Any, path: Path) -> Path:
     ``path``."""
     if fig.get_layout_engine() is None:
         fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    fig.savefig(path, dpi=110, bbox_inches="tight")  # nothing cut off at the edges
     pyplot().close(fig)
     return path
