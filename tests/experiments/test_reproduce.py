@@ -205,7 +205,6 @@ HAND_TYPED = {
     ("docs/algorithms/apfed.md", "method"),  # apfed_table2_mnist_long
     ("docs/algorithms/apfed.md", "claim"),  # apfed_table2_mnist_long
     ("docs/algorithms/apfed.md", "λ"),  # apfed_lambda_mnist_long
-    ("docs/algorithms/multivfl.md", "dataset"),  # multivfl_fig2_fmnist, multivfl_fig3_fmnist
 }
 
 
