@@ -127,7 +127,7 @@ class _HostReads(torch.utils._python_dispatch.TorchDispatchMode):
         super().__init__()
         self.n = 0
 
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: ANN001
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         self.n += func is torch.ops.aten._local_scalar_dense.default
         return func(*args, **(kwargs or {}))
 

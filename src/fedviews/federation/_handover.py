@@ -111,21 +111,24 @@ def hand_over(msg: Message, checks: FiniteChecks | None = None) -> tuple[Message
     as decoding reads it.
     """
     arrays: dict[str, Array] = {}
+    floats: dict[str, torch.Tensor] = {}
     keys = []
     for name, a in msg.arrays.items():
         a = check_array(name, a)  # as decoding the message checks its arrays
         if is_tensor(a):
             dtype = numpy_dtype(a)
-            arrays[name] = a.detach().clone(memory_format=sys.modules["torch"].contiguous_format)
+            t = a.detach().clone(memory_format=sys.modules["torch"].contiguous_format)
+            arrays[name] = t
+            if dtype.kind == "f":
+                floats[name] = t
         else:
-            dtype = _little(a.dtype)
+            dtype = _little(np.asarray(a).dtype)
             arrays[name] = np.array(a, dtype=dtype, order="C")
         keys.append((name, dtype.str, tuple(int(d) for d in a.shape)))
     if _plain(msg):
         got, size = _received(msg, arrays, tuple(keys))
     else:
         got, size = _decoded(msg, arrays, [_spec(n, np.dtype(d), s) for n, d, s in keys])
-    floats = {n: a for n, a in arrays.items() if is_tensor(a) and a.is_floating_point()}
     if checks is None:
         _check_finite(got, floats)
     elif floats:
