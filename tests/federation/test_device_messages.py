@@ -108,9 +108,9 @@ class Top(Party):
         return self.reply(msg, meta={"loss": float(sum(self.losses))})
 
 
-def _split(batches: int, fail: str = "") -> tuple[Party, Top, list[Bottom]]:
+def _split(batches: int, fail: str = "", device: str = "cpu") -> tuple[Party, Top, list[Bottom]]:
     policy = PrivacyPolicy.of("split", {("party", "party"): ["h", "g"]})
-    bottoms = [Bottom(f"b{i}") for i in range(3)]
+    bottoms = [Bottom(f"b{i}", device=device) for i in range(3)]
     top, driver = Top([b.name for b in bottoms], batches), Party("driver")
     federate([driver, top, *bottoms], policy)
     if fail:
@@ -132,10 +132,11 @@ class _HostReads(torch.utils._python_dispatch.TorchDispatchMode):
         return func(*args, **(kwargs or {}))
 
 
-def test_a_run_reads_the_finiteness_of_its_tensors_once() -> None:
-    """Ten batches of three bottoms (60 tensors handed over) and one host read of their
-    finiteness, when the driver's request returns (it used to be one per message)."""
-    driver, top, _ = _split(batches=10)
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")
+def test_a_run_reads_the_finiteness_of_its_device_tensors_once() -> None:
+    """Ten batches of three bottoms on a GPU (60 tensors handed over) and one host read of
+    their finiteness, when the driver's request returns (it used to be one per message)."""
+    driver, top, bottoms = _split(batches=10, device="cuda")
     with _HostReads() as reads:
         reply = driver.send("top", "train")
     assert reads.n == 1 + 1  # the settled checks, and the top's loss (its float() in train)
@@ -245,14 +246,14 @@ class Bottom(Party):
     """A party's own linear layer: replies to ``fwd`` with its output ``h``; the gradient
     ``g`` of ``bwd`` goes back through it (staged, when its transport stages it)."""
 
-    def __init__(self, name: str, fail: bool = False) -> None:
+    def __init__(self, name: str, fail: bool = False, device: str = "cpu") -> None:
         super().__init__(name)
-        self.net = torch.nn.Linear(3, 2)
+        self.net, self.device = torch.nn.Linear(3, 2, device=device), device
         self.fail, self.out, self.staged = fail, torch.zeros(0), None
 
     @handles("fwd")
     def on_fwd(self, msg: Message) -> Message:
-        self.out = self.net(torch.ones(4, 3))
+        self.out = self.net(torch.ones(4, 3, device=self.device))
         return self.reply(msg, arrays={"h": self.out})
 
     def stage(self, msg: Message) -> Backward | None:

@@ -26,7 +26,13 @@ from fedviews.federation._message import (
     prefix,
     read_header,
 )
-from fedviews.federation._tensors import Array, check_array, is_tensor, numpy_dtype
+from fedviews.federation._tensors import (
+    Array,
+    check_array,
+    first_not_finite,
+    is_tensor,
+    numpy_dtype,
+)
 
 if TYPE_CHECKING:
     import torch
@@ -37,10 +43,10 @@ _PLAIN = (str, int, float, bool, type(None))
 
 @dataclass(frozen=True)
 class _Pending:
-    """A floating-point tensor handed over, its finiteness not known yet: its smallest and
-    largest value (``probe``, on its device) are finite exactly when all its values are."""
+    """A floating-point tensor handed over, its finiteness not read yet: it is finite exactly
+    when every one of its ``probes`` (on its device) is."""
 
-    probe: tuple[torch.Tensor, torch.Tensor]
+    probes: tuple[torch.Tensor, ...]
     sender: str
     kind: str
     name: str
@@ -48,46 +54,58 @@ class _Pending:
 
 class FiniteChecks:
     """The finiteness checks of the floating-point tensors handed over in one process,
-    deferred: each tensor gets one reduction on its device when it is handed over (no host
-    synchronisation), and :meth:`settle` reads them all at once (one synchronisation per
-    device), refusing the first tensor that holds NaN or infinities as its sender's (a
-    :class:`ProtocolError` names the sender and the array). A queue of ``limit`` tensors
-    settles itself.
+    deferred: a tensor on an accelerator gets one reduction on its device when it is handed
+    over (no host synchronisation), and :meth:`settle` reads them all at once (one
+    synchronisation per device), refusing the first tensor that holds NaN or infinities as
+    its sender's (a :class:`ProtocolError` names the sender and the array). After ``limit``
+    tensors the checks settle themselves.
 
-    The reduction is ``torch.aminmax``: a NaN makes both NaN, an infinity one of them, and
-    finite values keep both finite (unlike a sum, which finite values can overflow); on a
-    CPU it costs about what a sum does.
+    On an accelerator the reduction is a sum in float64 (float64 tensors: ``torch.aminmax``),
+    finite exactly when every value is: no sum of float32 (or narrower) values overflows
+    float64, and a NaN or an infinity makes a sum, a minimum or a maximum one too. A CPU
+    tensor is read at once, where reading it synchronises nothing (by the sum trick of
+    :func:`first_not_finite`, cheaper there than a minimum and a maximum), and one that is
+    not finite is refused at the same points as the others, in the order they came.
     """
 
     def __init__(self, limit: int = 256) -> None:
         self.limit = limit
         self._pending: list[_Pending] = []
+        self._since = 0  # tensors handed over since the checks last settled
 
     def add(self, msg: Message, tensors: Mapping[str, torch.Tensor]) -> None:
         """Queue the floating-point ``tensors`` of ``msg`` (handed over, by name)."""
-        aminmax = sys.modules["torch"].aminmax
+        torch = sys.modules["torch"]
         for name, t in tensors.items():
-            if t.numel():  # (no values: none to check, and no minimum)
-                self._pending.append(_Pending(tuple(aminmax(t)), msg.sender, msg.kind, name))
-        if len(self._pending) >= self.limit:
+            if not t.numel():  # (no values: none to check, and no minimum)
+                continue
+            if t.device.type != "cpu":
+                wide = t.element_size() > 4
+                probes = tuple(torch.aminmax(t)) if wide else (t.sum(dtype=torch.float64),)
+            elif first_not_finite({name: t}) is None:
+                continue
+            else:
+                probes = (t.sum(),)  # NaN or infinite, as a sum of a NaN or an infinity is
+            self._pending.append(_Pending(probes, msg.sender, msg.kind, name))
+        self._since += len(tensors)
+        if self._since >= self.limit:
             self.settle()
 
     def settle(self, cause: BaseException | None = None) -> None:
         """Check every queued tensor (then forget them): the first one that is not finite is
         refused, naming its sender (from ``cause``, the failure that made its receiver stop
         where one did: the NaN's consequence, never blamed on its victim)."""
-        pending, self._pending = self._pending, []
-        if not pending:
-            return
+        pending, self._pending, self._since = self._pending, [], 0
         by_device: dict[Any, list[int]] = {}
         for i, p in enumerate(pending):
-            by_device.setdefault(p.probe[0].device, []).append(i)
+            by_device.setdefault(p.probes[0].device, []).append(i)
         bad = []
         for idx in by_device.values():  # (of several dtypes: stacked as the widest)
-            probes = [x for i in idx for x in pending[i].probe]
-            finite = sys.modules["torch"].stack(probes).isfinite().view(-1, 2).all(1)
+            owners = [i for i in idx for _ in pending[i].probes]
+            probes = [x for i in idx for x in pending[i].probes]
+            finite = sys.modules["torch"].stack(probes).isfinite()
             if not bool(finite.all()):  # the one host synchronisation (per device)
-                bad += [i for i, ok in zip(idx, finite.tolist(), strict=True) if not ok]
+                bad += [i for i, ok in zip(owners, finite.tolist(), strict=True) if not ok]
         if bad:
             first = pending[min(bad)]
             raise not_finite(first.sender, first.kind, first.name) from cause
