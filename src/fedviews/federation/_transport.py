@@ -165,8 +165,9 @@ class InProcessTransport(Transport):
     shares memory nor an autograd graph with the sender.
 
     The floating-point tensors are checked finite on their device without a host
-    synchronisation per message (:class:`FiniteChecks`): each gets one reduction when it is
-    handed over, and the transport reads them all at once when the outermost
+    synchronisation per message (``FiniteChecks``): each one on an accelerator gets one
+    reduction when it is handed over (a CPU tensor is read at once: no synchronisation
+    there), and the transport reads them all at once when the outermost
     :meth:`request` or :meth:`request_many` returns (before its reply reaches the code that
     called it: the coordinator's run, so no round ends, no checkpoint is written and no
     result leaves the run before the tensors that led to it are checked), when one of
