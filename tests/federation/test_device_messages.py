@@ -11,7 +11,7 @@ from hypothesis.extra import numpy as hnp
 
 from fedviews.errors import PartyUnavailable, ProtocolError
 from fedviews.federation import Backward, Message, Party, PrivacyPolicy, federate, handles
-from fedviews.federation._handover import hand_over
+from fedviews.federation._handover import FiniteChecks, hand_over
 
 torch = pytest.importorskip("torch")
 
@@ -204,12 +204,20 @@ arrays = dtypes.flatmap(
     arrs=st.dictionaries(st.text(min_size=1, max_size=6), arrays, max_size=3),
     as_tensor=st.lists(st.booleans(), min_size=3, max_size=3),
     meta=st.dictionaries(
-        st.text(max_size=6), st.one_of(st.none(), st.integers(), st.text()), max_size=3
+        st.text(max_size=6),
+        st.one_of(st.none(), st.integers(), st.text(), st.booleans(), st.floats()),
+        max_size=3,
     ),
+    rnd=st.sampled_from([0, 3, 12345, np.int64(7)]),
+    subclass=st.booleans(),
 )
-def test_handing_over_equals_decoding_the_encoding(arrs, as_tensor, meta) -> None:
+def test_handing_over_equals_decoding_the_encoding(arrs, as_tensor, meta, rnd, subclass) -> None:
     """What the in-process transport delivers and counts is what a wire delivers and counts:
-    the same header, arrays of the same values, shapes and dtypes, as many bytes."""
+    the same header, arrays of the same values, shapes and dtypes, as many bytes (a header of
+    plain values read as it is, any other, e.g. of a numpy round or a float64 meta value,
+    through its JSON)."""
+    if subclass:
+        meta = {k: np.float64(v) if isinstance(v, float) else v for k, v in meta.items()}
     finite = {
         k: np.asarray(np.nan_to_num(a)) if a.dtype.kind == "f" else a for k, a in arrs.items()
     }
@@ -217,11 +225,11 @@ def test_handing_over_equals_decoding_the_encoding(arrs, as_tensor, meta) -> Non
         k: torch.from_numpy(a.astype(a.dtype.newbyteorder("="))) if t else a
         for (k, a), t in zip(finite.items(), as_tensor, strict=False)
     }
-    msg = Message("k", "a", "b", round=3, arrays=sent, meta=meta)
-    got, head, nbytes = hand_over(msg)
+    msg = Message("k", "a", "b", round=rnd, arrays=sent, meta=meta)
+    got, head, nbytes = hand_over(msg, FiniteChecks())
     wire = Message.decode(msg.encode())
     assert nbytes == len(msg.encode())
-    assert got.header() == wire.header() and dict(got.meta) == dict(wire.meta)
+    assert got.header() == head == wire.header() and repr(got.meta) == repr(wire.meta)
     for k, a in wire.arrays.items():
         b = got.arrays[k]
         if isinstance(b, torch.Tensor):

@@ -18,7 +18,6 @@ from fedviews.federation._message import (
     MAX_ROUND,
     Header,
     Message,
-    _check_finite,
     _little,
     _spec,
     check_meta,
@@ -111,7 +110,7 @@ class FiniteChecks:
             raise not_finite(first.sender, first.kind, first.name) from cause
 
 
-def hand_over(msg: Message, checks: FiniteChecks | None = None) -> tuple[Message, Header, int]:
+def hand_over(msg: Message, checks: FiniteChecks) -> tuple[Message, Header, int]:
     """``msg`` as its receiver in the same process gets it, its header and the bytes its
     encoding takes (``len(msg.encode())``, without encoding its arrays).
 
@@ -119,9 +118,9 @@ def hand_over(msg: Message, checks: FiniteChecks | None = None) -> tuple[Message
     without the host round trip: the header checked as decoding checks it, numpy arrays
     copied, and tensors as detached copies on their device (contiguous), so the receiver
     shares neither memory nor an autograd graph with the sender and may write into what it
-    got. The floating-point tensors are checked finite on their device: with ``checks``,
-    deferred to its :meth:`FiniteChecks.settle`; without, at once (one host synchronisation
-    for them all). A :class:`ProtocolError` names the sender of a NaN or an infinity.
+    got. The floating-point tensors are checked finite by ``checks`` (deferred to its
+    :meth:`FiniteChecks.settle`, where a :class:`ProtocolError` names the sender of a NaN
+    or an infinity).
 
     A header of plain values (strings, an ``int`` round, meta of :data:`_PLAIN` values
     under string keys) is checked as it is, its encoding's length counted from the JSON of
@@ -147,9 +146,7 @@ def hand_over(msg: Message, checks: FiniteChecks | None = None) -> tuple[Message
         got, size = _received(msg, arrays, tuple(keys))
     else:
         got, size = _decoded(msg, arrays, [_spec(n, np.dtype(d), s) for n, d, s in keys])
-    if checks is None:
-        _check_finite(got, floats)
-    elif floats:
+    if floats:
         checks.add(got, floats)
     object.__setattr__(got, "_finite", frozenset(floats))
     shapes = tuple(s for _, _, s in keys)
