@@ -141,7 +141,7 @@ def hand_over(msg: Message, checks: FiniteChecks) -> tuple[Message, Header, int]
         else:
             dtype = _little(np.asarray(a).dtype)
             arrays[name] = np.array(a, dtype=dtype, order="C")
-        keys.append((name, dtype.str, tuple(int(d) for d in a.shape)))
+        keys.append((name, dtype.str, tuple(a.shape)))  # (a shape's lengths are ints)
     if _plain(msg):
         got, size = _received(msg, arrays, tuple(keys))
     else:
