@@ -11,6 +11,7 @@ from hypothesis.extra import numpy as hnp
 
 from fedviews.errors import PartyUnavailable, ProtocolError
 from fedviews.federation import Backward, Message, Party, PrivacyPolicy, federate, handles
+from fedviews.federation._handover import FiniteChecks, hand_over
 
 torch = pytest.importorskip("torch")
 
@@ -66,19 +67,102 @@ def test_a_receiver_writing_into_a_tensor_changes_nothing_of_the_senders(device)
 
 @pytest.mark.parametrize("device", DEVICES)
 def test_a_nan_tensor_is_refused_naming_its_sender(device) -> None:
+    """Checked without a host synchronisation per message: when the request returns, the
+    first tensor that is not finite is refused as its sender's (the receiver got it)."""
     a, b, t = _pair()
     h = torch.ones(2, 3, device=device)
     h[1, 2] = float("nan")
     with pytest.raises(ProtocolError, match="'a' sent 'n' with NaN or infinite") as err:
         a.send("b", "pass", arrays={"h": torch.ones(2, device=device), "n": h})
-    assert err.value.party == "a" and not b.got
+    assert err.value.party == "a" and len(b.got) == 1
     h[1, 2] = float("inf")
-    with pytest.raises(ProtocolError, match="'a' sent 'n' with NaN or infinite"):
-        a.send("b", "pass", arrays={"n": h})
-    assert t.log.n_messages == 0  # refused before it was delivered
-    # finite values whose sum overflows (the fast check's false alarm) pass
+    with pytest.raises(ProtocolError, match="'a' sent 'n' with NaN or infinite") as err:
+        a.send("b", "pass", arrays={"n": h})  # b fails on it (no 'h'): a is named, not b
+    assert isinstance(err.value.__cause__, PartyUnavailable) and len(b.got) == 2
+    # finite values whose sum would overflow their dtype pass
     a.send("b", "pass", arrays={"h": torch.full((4,), 3e38, device=device)})
-    assert len(b.got) == 1
+    a.send("b", "pass", arrays={"h": torch.full((4,), 1e308, device=device, dtype=torch.float64)})
+    a.send("b", "pass", arrays={"h": torch.zeros(0, 3, device=device, dtype=torch.float16)})
+    assert len(b.got) == 5 and t.log.n_messages == 2 + 1 + 2 + 2 + 2
+
+
+class Top(Party):
+    """A split model's top on one device: per batch, the bottoms' outputs, then their
+    gradients back (staged); ``loss`` checks its own loss (a victim of a NaN it got)."""
+
+    def __init__(self, bottoms: list[str], batches: int) -> None:
+        super().__init__("top")
+        self.bottoms, self.batches, self.losses = bottoms, batches, []
+
+    @handles("train")
+    def train(self, msg: Message) -> Message:
+        for _ in range(self.batches):
+            got = self.broadcast(self.bottoms, "fwd")
+            hs = [got[n].tensor("h", (4, 2)).requires_grad_(True) for n in self.bottoms]
+            loss = sum((h**2).sum() for h in hs)
+            loss.backward()
+            self.losses.append(loss.detach())
+            self.scatter("bwd", {n: {"g": h.grad} for n, h in zip(self.bottoms, hs, strict=True)})
+        if msg.meta.get("strict") and not torch.isfinite(torch.stack(self.losses)).all():
+            raise ProtocolError("'top' computed a loss that is not finite", party="top")
+        return self.reply(msg, meta={"loss": float(sum(self.losses))})
+
+
+def _split(batches: int, fail: str = "", device: str = "cpu") -> tuple[Party, Top, list[Bottom]]:
+    policy = PrivacyPolicy.of("split", {("party", "party"): ["h", "g"]})
+    bottoms = [Bottom(f"b{i}", device=device) for i in range(3)]
+    top, driver = Top([b.name for b in bottoms], batches), Party("driver")
+    federate([driver, top, *bottoms], policy)
+    if fail:
+        with torch.no_grad():
+            next(b for b in bottoms if b.name == fail).net.bias.fill_(float("nan"))
+    return driver, top, bottoms
+
+
+class _HostReads(torch.utils._python_dispatch.TorchDispatchMode):
+    """Counts the reads of a tensor's value by the host (``item``, ``float``, ``bool``: one
+    synchronisation each on a GPU)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.n = 0
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        self.n += func is torch.ops.aten._local_scalar_dense.default
+        return func(*args, **(kwargs or {}))
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")
+def test_a_run_reads_the_finiteness_of_its_device_tensors_once() -> None:
+    """Ten batches of three bottoms on a GPU (60 tensors handed over) and one host read of
+    their finiteness, when the driver's request returns (it used to be one per message)."""
+    driver, top, bottoms = _split(batches=10, device="cuda")
+    with _HostReads() as reads:
+        reply = driver.send("top", "train")
+    assert reads.n == 1 + 1  # the settled checks, and the top's loss (its float() in train)
+    assert reply.number("loss") > 0
+
+
+def test_a_nan_is_blamed_on_its_sender_not_on_the_party_it_made_fail() -> None:
+    """A bottom's NaN output reaches the top before it is checked; the top fails on its
+    NaN loss (naming itself), and the run fails naming the bottom, returning nothing."""
+    driver, top, _ = _split(batches=3, fail="b1")
+    with pytest.raises(ProtocolError, match="'b1' sent 'h' with NaN or infinite") as err:
+        driver.send("top", "train", meta={"strict": True})
+    assert err.value.party == "b1" and "'top' computed" in str(err.value.__cause__)
+    driver, top, _ = _split(batches=3, fail="b1")  # the driver never gets the NaN loss
+    with pytest.raises(ProtocolError, match="'b1' sent 'h' with NaN") as err:
+        driver.send("top", "train")
+    assert err.value.party == "b1" and len(top.losses) == 3
+
+
+def test_the_checks_settle_every_limit_tensors() -> None:
+    """A long request settles its checks every ``limit`` tensors: a NaN stops it within."""
+    driver, top, _ = _split(batches=1000, fail="b0")
+    driver.transport.checks.limit = 12
+    with pytest.raises(ProtocolError, match="'b0' sent 'h' with NaN"):
+        driver.send("top", "train")
+    assert len(top.losses) <= 2
 
 
 @pytest.mark.parametrize("device", DEVICES)
@@ -120,12 +204,20 @@ arrays = dtypes.flatmap(
     arrs=st.dictionaries(st.text(min_size=1, max_size=6), arrays, max_size=3),
     as_tensor=st.lists(st.booleans(), min_size=3, max_size=3),
     meta=st.dictionaries(
-        st.text(max_size=6), st.one_of(st.none(), st.integers(), st.text()), max_size=3
+        st.text(max_size=6),
+        st.one_of(st.none(), st.integers(), st.text(), st.booleans(), st.floats()),
+        max_size=3,
     ),
+    rnd=st.sampled_from([0, 3, 12345, np.int64(7)]),
+    subclass=st.booleans(),
 )
-def test_handing_over_equals_decoding_the_encoding(arrs, as_tensor, meta) -> None:
+def test_handing_over_equals_decoding_the_encoding(arrs, as_tensor, meta, rnd, subclass) -> None:
     """What the in-process transport delivers and counts is what a wire delivers and counts:
-    the same header, arrays of the same values, shapes and dtypes, as many bytes."""
+    the same header, arrays of the same values, shapes and dtypes, as many bytes (a header of
+    plain values read as it is, any other, e.g. of a numpy round or a float64 meta value,
+    through its JSON)."""
+    if subclass:
+        meta = {k: np.float64(v) if isinstance(v, float) else v for k, v in meta.items()}
     finite = {
         k: np.asarray(np.nan_to_num(a)) if a.dtype.kind == "f" else a for k, a in arrs.items()
     }
@@ -133,11 +225,11 @@ def test_handing_over_equals_decoding_the_encoding(arrs, as_tensor, meta) -> Non
         k: torch.from_numpy(a.astype(a.dtype.newbyteorder("="))) if t else a
         for (k, a), t in zip(finite.items(), as_tensor, strict=False)
     }
-    msg = Message("k", "a", "b", round=3, arrays=sent, meta=meta)
-    got, nbytes = msg.handed_over()
+    msg = Message("k", "a", "b", round=rnd, arrays=sent, meta=meta)
+    got, head, nbytes = hand_over(msg, FiniteChecks())
     wire = Message.decode(msg.encode())
     assert nbytes == len(msg.encode())
-    assert got.header() == wire.header() and dict(got.meta) == dict(wire.meta)
+    assert got.header() == head == wire.header() and repr(got.meta) == repr(wire.meta)
     for k, a in wire.arrays.items():
         b = got.arrays[k]
         if isinstance(b, torch.Tensor):
@@ -162,14 +254,14 @@ class Bottom(Party):
     """A party's own linear layer: replies to ``fwd`` with its output ``h``; the gradient
     ``g`` of ``bwd`` goes back through it (staged, when its transport stages it)."""
 
-    def __init__(self, name: str, fail: bool = False) -> None:
+    def __init__(self, name: str, fail: bool = False, device: str = "cpu") -> None:
         super().__init__(name)
-        self.net = torch.nn.Linear(3, 2)
+        self.net, self.device = torch.nn.Linear(3, 2, device=device), device
         self.fail, self.out, self.staged = fail, torch.zeros(0), None
 
     @handles("fwd")
     def on_fwd(self, msg: Message) -> Message:
-        self.out = self.net(torch.ones(4, 3))
+        self.out = self.net(torch.ones(4, 3, device=self.device))
         return self.reply(msg, arrays={"h": self.out})
 
     def stage(self, msg: Message) -> Backward | None:

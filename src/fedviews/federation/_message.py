@@ -14,7 +14,7 @@ numeric/bool dtypes are accepted, so decoding never executes code. A receiver's 
 
 An array may be a torch tensor (``_tensors``): encoded, it is the numpy array of its values
 (converted once); the in-process transport hands it over as a tensor on its device
-(:meth:`Message.handed_over`). A receiver reads either kind with :meth:`Message.tensor`.
+(``_handover``). A receiver reads either kind with :meth:`Message.tensor`.
 """
 
 from __future__ import annotations
@@ -22,7 +22,6 @@ from __future__ import annotations
 import json
 import math
 import struct
-import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar, NoReturn
@@ -90,8 +89,8 @@ class Message:
     round: int = 0
     arrays: Mapping[str, Array] = field(default_factory=dict)
     meta: Mapping[str, MetaValue] = field(default_factory=dict)
-    #: names of the floating-point tensors already checked finite on delivery (set by
-    #: :meth:`handed_over` only, so :meth:`tensor` does not synchronise again per array)
+    #: names of the floating-point tensors whose finiteness its delivery checks (set by the
+    #: in-process hand-over only, ``_handover``, so :meth:`tensor` does not check them again)
     _finite: ClassVar[frozenset[str]] = frozenset()
 
     def __post_init__(self) -> None:
@@ -169,8 +168,9 @@ class Message:
         by its receiver as :meth:`array` checks it (present, of ``shape``, finite; with
         ``dtype``, floating point and cast to it).
 
-        A tensor (handed over in one process) is checked where it lives: with no host
-        synchronisation when the transport already checked it finite on delivery, one
+        A tensor (handed over in one process) is checked where it lives: not again when the
+        in-process transport checks its finiteness (deferred, see
+        :class:`~fedviews.federation.InProcessTransport`), with one host synchronisation
         otherwise. An array (from a wire) is checked as :meth:`array` does, then moved.
         """
         import torch
@@ -216,12 +216,7 @@ class Message:
             )
 
     def _not_finite(self, name: str, dtype: object | None) -> NoReturn:
-        raise ProtocolError(
-            f"{self.sender!r} sent {name!r} with NaN or infinite values in {self.kind!r}"
-            + (f" (as {dtype})" if dtype is not None else "")
-            + ": refused (its model diverged, e.g. a learning rate too high, or it is poisoned)",
-            party=self.sender,
-        )
+        raise not_finite(self.sender, self.kind, name, dtype)
 
     def shapes(self) -> dict[str, tuple[int, ...]]:
         return {k: tuple(int(s) for s in a.shape) for k, a in self.arrays.items()}
@@ -277,37 +272,6 @@ class Message:
             "meta": dict(self.meta),
             "arrays": specs,
         }
-
-    def handed_over(self) -> tuple[Message, int]:
-        """This message as its receiver in the same process gets it, and the bytes its
-        encoding takes (``len(self.encode())``, without encoding its arrays).
-
-        What the receiver gets is what :meth:`decode` of the encoding would give, without
-        the host round trip: the header read back from its JSON and checked as decoding
-        checks it, numpy arrays copied, and tensors as detached copies on their device
-        (contiguous), so the receiver shares neither memory nor an autograd graph with the
-        sender and may write into what it got. The floating-point tensors are checked
-        finite on their device, all at once: one host synchronisation per message (a
-        :class:`ProtocolError` names the sender of a NaN or an infinity).
-        """
-        arrays: dict[str, Array] = {}
-        specs = []
-        for name, a in self.arrays.items():
-            if is_tensor(a):
-                dtype = numpy_dtype(a)
-                arrays[name] = a.detach().clone(
-                    memory_format=sys.modules["torch"].contiguous_format
-                )
-            else:
-                dtype = _little(np.asarray(a).dtype)
-                arrays[name] = np.array(a, dtype=dtype, order="C")
-            specs.append(_spec(name, dtype, a.shape))
-        start = prefix(json.dumps(self._head(specs), allow_nan=True).encode("utf-8"))
-        got = Message._of(read_header(memoryview(start)), arrays)
-        floats = {n: a for n, a in arrays.items() if is_tensor(a) and a.is_floating_point()}
-        _check_finite(got, floats)
-        object.__setattr__(got, "_finite", frozenset(floats))
-        return got, len(start) + sum(int(s["size"]) for s in specs)
 
     def header(self) -> Header:
         """What the privacy policy and the log look at (no array data)."""
@@ -392,6 +356,18 @@ def _check_finite(msg: Message, tensors: Mapping[str, torch.Tensor], cast: bool 
     bad = first_not_finite(tensors)
     if bad is not None:
         msg._not_finite(bad, numpy_dtype(tensors[bad]) if cast else None)
+
+
+def not_finite(sender: str, kind: str, name: str, dtype: object | None = None) -> ProtocolError:
+    """The refusal of the array ``name`` of ``sender``'s message of ``kind`` (as ``dtype``,
+    where its receiver cast it) for its NaN or infinities: a :class:`ProtocolError` naming
+    ``sender``."""
+    return ProtocolError(
+        f"{sender!r} sent {name!r} with NaN or infinite values in {kind!r}"
+        + (f" (as {dtype})" if dtype is not None else "")
+        + ": refused (its model diverged, e.g. a learning rate too high, or it is poisoned)",
+        party=sender,
+    )
 
 
 def prefix(header: bytes) -> bytes:

@@ -3,6 +3,7 @@ parties to one."""
 
 from __future__ import annotations
 
+import threading
 import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
@@ -10,6 +11,7 @@ from functools import partial
 from typing import TypeVar
 
 from fedviews.errors import FedViewsError, PartyUnavailable, ProtocolError
+from fedviews.federation._handover import FiniteChecks, hand_over
 from fedviews.federation._log import LogEntry, MessageLog
 from fedviews.federation._message import Header, Message
 from fedviews.federation._party import Party
@@ -158,10 +160,23 @@ class Transport(ABC):
 class InProcessTransport(Transport):
     """All parties live in this process; every message is still checked and logged both
     ways as over a wire, and its bytes counted as its encoding's (the footprint of a
-    gRPC run), but it is handed over without a host round trip
-    (:meth:`Message.handed_over`): numpy arrays as copies, torch tensors as detached
-    copies on their device, checked finite there. The receiver never shares memory nor
-    an autograd graph with the sender.
+    gRPC run), but it is handed over without a host round trip (``_handover``): numpy
+    arrays as copies, torch tensors as detached copies on their device. The receiver never
+    shares memory nor an autograd graph with the sender.
+
+    The floating-point tensors are checked finite on their device without a host
+    synchronisation per message (``FiniteChecks``): each one on an accelerator gets one
+    reduction when it is handed over (a CPU tensor is read at once: no synchronisation
+    there), and the transport reads them all at once when the outermost
+    :meth:`request` or :meth:`request_many` returns (before its reply reaches the code that
+    called it: the coordinator's run, so no round ends, no checkpoint is written and no
+    result leaves the run before the tensors that led to it are checked), when one of
+    them fails (so the NaN a tensor brought is refused as its sender's, never blamed on
+    the party it made fail), and every ``FiniteChecks.limit`` tensors. A NaN or an
+    infinity is refused by a :class:`ProtocolError` naming its sender and the array, as on
+    delivery; its receiver may have computed with it in between, which in one process
+    changes nothing that outlives the failed run (a wire's receiver checks every array on
+    arrival, :meth:`Message.array` and :meth:`Message.tensor`).
 
     ``batch_backward``: the messages of one :meth:`request_many` (a party's
     :meth:`~Party.scatter`) to distinct parties are all checked and handed over first;
@@ -178,6 +193,9 @@ class InProcessTransport(Transport):
         super().__init__(policy, keep_entries=keep_entries)
         self.parties = self.local
         self.batch_backward = batch_backward
+        #: the finiteness checks of the tensors handed over, deferred
+        self.checks = FiniteChecks()
+        self._calls = threading.local()  # the requests under way in this thread (.depth)
 
     def _receiver(self, msg: Message) -> Party:
         """The party hosted here that ``msg`` goes to (its sender must be one too)."""
@@ -189,20 +207,41 @@ class InProcessTransport(Transport):
         return party
 
     def request(self, msg: Message) -> Message:
+        return self._settled(partial(self._request, msg))
+
+    def _request(self, msg: Message) -> Message:
         party = self._receiver(msg)
         self._check_send(msg)
         reply = self._handle(party, self._hand_over(msg))
         return self._hand_over(reply)
 
     def request_many(self, msgs: list[Message]) -> list[Message]:
+        return self._settled(partial(self._request_many, msgs))
+
+    def _settled(self, deliver: Callable[[], T]) -> T:
+        """``deliver()`` (a request or several), after which the deferred finiteness checks
+        are settled if it was the outermost one, or if it failed (see the class)."""
+        depth = getattr(self._calls, "depth", 0)
+        self._calls.depth = depth + 1
+        try:
+            out = deliver()
+        except Exception as exc:
+            self.checks.settle(exc)
+            raise
+        finally:
+            self._calls.depth = depth
+        if not depth:
+            self.checks.settle()
+        return out
+
+    def _request_many(self, msgs: list[Message]) -> list[Message]:
         if not self._staged_delivery(msgs):
             return super().request_many(msgs)
         delivered = []
         for msg in msgs:  # every check of request(), before any handler runs
             party = self._receiver(msg)
             self._check_send(msg)
-            got, wire_bytes = msg.handed_over()
-            head = got.header()
+            got, head, wire_bytes = hand_over(msg, self.checks)
             self._check_receive(head)
             delivered.append((party, got, head, wire_bytes))
         staged = [
@@ -248,8 +287,8 @@ class InProcessTransport(Transport):
     def _hand_over(self, msg: Message) -> Message:
         """``msg`` as its receiver gets it, after the receiver's policy check, logged with
         its wire size."""
-        got, wire_bytes = msg.handed_over()
-        self._check_and_log(got, wire_bytes)
+        got, head, wire_bytes = hand_over(msg, self.checks)
+        self._admit(head, wire_bytes)
         return got
 
     def _as_party(self, party: Party, msg: Message, fn: Callable[[], T]) -> T:
