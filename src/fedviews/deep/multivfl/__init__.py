@@ -1,7 +1,7 @@
 """Multi-VFL (Mugunthan et al., Algorithm 1): D data owners x K label owners split learning.
 
 ``spec`` (params, roles, policy; torch-free), ``protocol`` (seeds and label dealing both
-sides share), ``parties`` (data owners, label owners, the server), ``dp`` (the Gaussian
+sides share), ``parties`` (data owners, label owners), ``server`` (the aggregation server), ``dp`` (the Gaussian
 defenses inside a party's step), ``nets`` (the split network), ``estimator``
 (:class:`MultiVFL`). Names load lazily: the spec's need no torch.
 """
@@ -15,13 +15,14 @@ from fedviews._lazy import exports, lazy_names
 if TYPE_CHECKING:
     from fedviews.deep.multivfl.estimator import MultiVFL
     from fedviews.deep.multivfl.nets import build_bottom, build_models, build_top
-    from fedviews.deep.multivfl.parties import DataOwner, LabelOwner, Server
+    from fedviews.deep.multivfl.parties import DataOwner, LabelOwner
     from fedviews.deep.multivfl.protocol import (
         epoch_order,
         label_owner_classes,
         partition_label_owners,
         round_seed,
     )
+    from fedviews.deep.multivfl.server import Server
     from fedviews.deep.multivfl.spec import (
         MULTIVFL_SPEC,
         MultiVFLAlgorithm,
@@ -53,7 +54,8 @@ __getattr__ = lazy_names(
         {
             "estimator": "MultiVFL",
             "nets": "build_bottom build_models build_top",
-            "parties": "DataOwner LabelOwner Server",
+            "parties": "DataOwner LabelOwner",
+            "server": "Server",
             "protocol": "epoch_order label_owner_classes partition_label_owners round_seed",
             "spec": "MULTIVFL_SPEC MultiVFLAlgorithm MultiVFLParams multivfl_policy",
         }

@@ -32,8 +32,9 @@ from fedviews.deep._common import (
     resolve_device,
 )
 from fedviews.deep._strips import party_features
-from fedviews.deep.multivfl.parties import DataOwner, LabelOwner, Server
+from fedviews.deep.multivfl.parties import DataOwner, LabelOwner
 from fedviews.deep.multivfl.protocol import partition_label_owners
+from fedviews.deep.multivfl.server import Server
 from fedviews.deep.multivfl.spec import MULTIVFL_SPEC, MultiVFLParams, scaled_strip
 from fedviews.errors import ConfigError, DataError, check_fitted
 from fedviews.federation import (

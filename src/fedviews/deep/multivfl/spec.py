@@ -495,7 +495,7 @@ class MultiVFLAlgorithm(Algorithm):
     def build_coordinator(
         self, run: RunSpec, setup: Mapping[str, Any], local: Local | None = None
     ) -> Coordinator:
-        from fedviews.deep.multivfl.parties import Server
+        from fedviews.deep.multivfl.server import Server
 
         p: MultiVFLParams = run.params
         return Server(
