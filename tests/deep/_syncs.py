@@ -93,7 +93,8 @@ def host_traffic(
     so are the functions in ``host_side``, ``(owner, attribute)`` pairs, which read tensors
     that live on the host by design, e.g. a GRU on packed sequences: PyTorch keeps their
     lengths and batch sizes there)."""
-    monkeypatch.setattr("fedviews.federation._message.first_not_finite", lambda tensors: None)
+    for module in ("_message", "_handover"):  # decoding's check, and the in-process hand-over's
+        monkeypatch.setattr(f"fedviews.federation.{module}.first_not_finite", lambda tensors: None)
     counts = _Counts()
 
     def uncounted(func: Callable[..., Any]) -> Callable[..., Any]:
