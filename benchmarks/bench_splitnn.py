@@ -7,6 +7,10 @@ bytes counted; logits and their gradients handed over as tensors on the device, 
 passive parties' backward passes run as one). Prints the time ratio, the median over the
 interleaved pairs of runs (goal <= 1.1 on a CPU, <= 1.3 on a GPU).
 
+It also times the same split as a hand-written loop without messages (every party's own
+SGD, the logits cloned at the cut, one backward pass for the passive parties): what any
+split of these networks costs; the federated epoch's time beyond it is the runtime's.
+
     python benchmarks/bench_splitnn.py [--samples 5000] [--parties 4] [--repeats 3] [--device cpu]
     python benchmarks/bench_splitnn.py --clock cpu --profile 30   # CPU seconds; + where they go
 
@@ -94,6 +98,36 @@ def plain_epoch(fed: InProcessRun, clock: Callable[[], float]) -> float:
     return clock() - t0
 
 
+def split_epoch(fed: InProcessRun, clock: Callable[[], float]) -> float:
+    """Seconds of ``fed``'s split as a hand-written loop without messages: every party's own
+    SGD, the logits cloned at the cut, the passive parties' backward passes as one (what the
+    federated epoch computes; the rest of its time is the runtime's)."""
+    active = fed.parties["a"]
+    assert isinstance(active, SplitNNActive)
+    parties: list[Any] = [*(fed.parties[p] for p in active.passives), active]
+    nets = [copy.deepcopy(p.net) for p in parties]
+    xs, yt, p = [q._X for q in parties], active.y, fed.run.params
+    sgd = {"lr": p.lr, "momentum": p.momentum, "weight_decay": p.weight_decay}
+    opts = [torch.optim.SGD(net.parameters(), **sgd) for net in nets]
+    t0 = clock()
+    rng = np.random.default_rng(epoch_seed(fed.run.seed, 1))
+    for idx in device_batches(len(yt), p.batch_size, rng, active.device):
+        outs = [net(x[idx]) for net, x in zip(nets[:-1], xs[:-1], strict=True)]
+        cut = [o.detach().clone().requires_grad_(True) for o in outs]
+        loss = torch.nn.functional.cross_entropy(nets[-1](xs[-1][idx]) + sum(cut), yt[idx])
+        opts[-1].zero_grad()
+        loss.backward()
+        opts[-1].step()
+        for opt in opts[:-1]:
+            opt.zero_grad()
+        torch.autograd.backward(outs, [c.grad.clone() for c in cut])
+        for opt in opts[:-1]:
+            opt.step()
+    if str(active.device).startswith("cuda"):
+        torch.cuda.synchronize()
+    return clock() - t0
+
+
 def federated_epoch(fed: InProcessRun, clock: Callable[[], float]) -> float:
     """Seconds of ``fed``'s epoch (the label owner's ``splitnn.train``)."""
     with cpu_of(SplitNNActive, "on_train", clock) as seconds:
@@ -115,21 +149,23 @@ def main() -> None:
     images, y = ds.images[: args.samples], ds.y[: args.samples]
     clock = CLOCKS[args.clock]
 
-    def runs(n: int) -> tuple[float, float, float]:
-        """Plain, federated and (``--one-backward-each``) unbatched seconds, in turn."""
+    def runs(n: int) -> tuple[float, float, float, float]:
+        """Plain, split-loop, federated and (``--one-backward-each``) unbatched seconds, in
+        turn."""
         fed = federation(images[:n], y[:n], args.parties, args.batch_size, args.device)
         plain = plain_epoch(fed, clock)  # before fed() trains the networks it copies
+        split = split_epoch(fed, clock)
         each = 0.0
         if args.one_backward_each:
             unbatched = federation(
                 images[:n], y[:n], args.parties, args.batch_size, args.device, False
             )
             each = federated_epoch(unbatched, clock)
-        return plain, federated_epoch(fed, clock), each
+        return plain, split, federated_epoch(fed, clock), each
 
     runs(256)  # warm-up (oneDNN kernels, allocator)
     timings = [runs(len(y)) for _ in range(args.repeats)]  # interleaved: load hits all alike
-    plain_t, fed_t, each_t = (list(t) for t in zip(*timings, strict=True))
+    plain_t, split_t, fed_t, each_t = (list(t) for t in zip(*timings, strict=True))
     shape: Any = as_strips(np.array_split(images[:1], args.parties, axis=1)[0]).shape[1:]
     print(
         f"split NN, {args.parties} parties (strips {tuple(shape)}), {len(y)} samples, batch "
@@ -143,6 +179,11 @@ def main() -> None:
         f"split NN        : {min(fed_t):8.3f} s/epoch  (runs {', '.join(f'{t:.3f}' for t in fed_t)})"
     )
     print_ratio("ratio", fed_t, plain_t)
+    print(
+        f"split loop, no messages: {min(split_t):.3f} s/epoch  "
+        f"(runs {', '.join(f'{t:.3f}' for t in split_t)})"
+    )
+    print_ratio("ratio, split loop", split_t, plain_t)
     if args.one_backward_each:
         print(
             f"one backward per passive party: {min(each_t):.3f} s/epoch  "
@@ -157,7 +198,7 @@ def main() -> None:
         prof.disable()
         print(f"\none more federated epoch, profiled ({args.profile} costliest by own time):")
         pstats.Stats(prof).sort_stats("tottime").print_stats(args.profile)
-    measured = {"split NN, in-process": fed_t} | (
+    measured = {"split NN, in-process": fed_t, "split loop, no messages": split_t} | (
         {"one backward per passive party": each_t} if args.one_backward_each else {}
     )
     title = (

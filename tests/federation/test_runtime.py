@@ -82,6 +82,26 @@ def test_privacy_violation_raises_before_sending():
         server.send("a", "partial", arrays={"raw_view": np.ones(3)})
 
 
+def test_a_policy_remembers_only_passed_checks_and_a_bounded_number(monkeypatch):
+    """A passed check is remembered (the same message is not looked up again); a refused one
+    is refused every time, and a peer's made-up kinds (a policy without kinds lets them
+    through) do not grow what the policy remembers beyond ``MAX_PASSED``."""
+    from fedviews.federation import _policy
+
+    monkeypatch.setattr(_policy, "MAX_PASSED", 5)
+    policy = PrivacyPolicy.of("sum", {("party", "coordinator"): ["partial"]})
+    for _ in range(2):
+        policy.check("a", "party", "s", "coordinator", ("partial",), "partial")
+        with pytest.raises(PrivacyError, match=r"forbids 'a' \(party\) from sending \['x'\]"):
+            policy.check("a", "party", "s", "coordinator", ("partial", "x"), "partial")
+        with pytest.raises(PrivacyError, match="from sending a 'psi:x' message"):
+            policy.check("a", "party", "s", "coordinator", (), "psi:x")
+    assert policy._passed == {("party", "coordinator", "partial", ("partial",))}
+    for i in range(20):
+        policy.check("a", "party", "s", "coordinator", (), f"made-up-{i}")
+    assert len(policy._passed) == 5
+
+
 def test_dead_or_unknown_party_and_unknown_kind():
     a = Holder("a", np.ones((3, 2)))
     server = Summer()

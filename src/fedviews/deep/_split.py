@@ -38,6 +38,7 @@ from fedviews.deep._common import (
     to_tensor,
     torch_seed,
     train_mode,
+    zero_grads,
 )
 from fedviews.errors import DataError, MissingDependency, ProtocolError, check_fitted
 from fedviews.federation import Backward, Message, Party
@@ -163,7 +164,7 @@ class SplitBottom(Party):
             )
         grad = msg.tensor(name, tuple(self._pending.shape), np.float32, self.device)
         out, self._pending = self._pending, None
-        self.opt.zero_grad()
+        zero_grads(self.opt)
         return Backward((out,), (grad,), self.opt.step)
 
     def results(self) -> dict[str, np.ndarray]:

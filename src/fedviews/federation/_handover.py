@@ -5,6 +5,7 @@ give, without the encoding; and the finiteness checks of its tensors, deferred
 from __future__ import annotations
 
 import json
+import math
 import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -38,6 +39,7 @@ if TYPE_CHECKING:
 
 #: the types of a plain header value: what its JSON round trip gives back as it was
 _PLAIN = (str, int, float, bool, type(None))
+_PLAIN_TYPES, _STR = frozenset(_PLAIN), frozenset([str])
 
 
 @dataclass(frozen=True)
@@ -81,8 +83,8 @@ class FiniteChecks:
             if t.device.type != "cpu":
                 wide = t.element_size() > 4
                 probes = tuple(torch.aminmax(t)) if wide else (t.sum(dtype=torch.float64),)
-            elif first_not_finite({name: t}) is None:
-                continue
+            elif math.isfinite(t.sum()) or first_not_finite({name: t}) is None:
+                continue  # (a sum that overflowed: :func:`first_not_finite` reads every value)
             else:
                 probes = (t.sum(),)  # NaN or infinite, as a sum of a NaN or an infinity is
             self._pending.append(_Pending(probes, msg.sender, msg.kind, name))
@@ -163,8 +165,9 @@ def _plain(msg: Message) -> bool:
         and type(msg.sender) is str
         and type(msg.receiver) is str
         and type(msg.round) is int
-        and all(type(k) is str for k in msg.arrays)
-        and all(type(k) is str and type(v) in _PLAIN for k, v in msg.meta.items())
+        and set(map(type, msg.arrays)) <= _STR
+        and set(map(type, msg.meta)) <= _STR
+        and set(map(type, msg.meta.values())) <= _PLAIN_TYPES
     )
 
 

@@ -55,7 +55,8 @@ class MessageLog:
         pair = (entry.sender, entry.receiver)
         with self._lock:  # transports may deliver concurrently
             self._messages += 1
-            self._rounds = max(self._rounds, entry.round)
+            if entry.round > self._rounds:
+                self._rounds = entry.round
             self._bytes_sent[entry.sender] += entry.nbytes
             self._bytes_recv[entry.receiver] += entry.nbytes
             self._crossed[pair].update(entry.arrays)
@@ -66,7 +67,8 @@ class MessageLog:
                     keys.add(key)
                 else:
                     self._dropped_keys[pair] += 1
-            self._exchanges.add((*pair, entry.kind, tuple(sorted(entry.arrays))))
+            names = tuple(entry.arrays) if len(entry.arrays) < 2 else tuple(sorted(entry.arrays))
+            self._exchanges.add((*pair, entry.kind, names))
             if not self.keep_entries:
                 return
             if self._kept[entry.sender] < self.max_entries:

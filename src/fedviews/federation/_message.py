@@ -54,6 +54,8 @@ MAX_ROUND = 2**31 - 1
 def check_meta(meta: Mapping[Any, Any], sender: str) -> None:
     """Refuse a meta table beyond the budget of one message (``MAX_META_KEYS`` keys of at
     most ``MAX_KEY_CHARS`` characters): a :class:`ProtocolError` names ``sender``."""
+    if not meta:  # (most messages: nothing to check)
+        return
     long = next((k for k in meta if len(str(k)) > MAX_KEY_CHARS), None)
     if len(meta) > MAX_META_KEYS or long is not None:
         what = f"a key of {len(str(long))} characters" if long else f"{len(meta)} keys"
@@ -181,9 +183,9 @@ class Message:
         checked = name in self._finite
         if dtype is not None:
             self._floating(name, arr.is_floating_point(), numpy_dtype(arr))
-            want = torch.from_numpy(np.empty(0, dtype=dtype)).dtype
-            checked = checked and arr.dtype == want  # a narrower type may overflow to inf
-            arr = arr.to(want)
+            want = _torch_dtype(dtype)
+            if arr.dtype != want:  # a narrower type may overflow to inf: checked again
+                checked, arr = False, arr.to(want)
         if arr.is_floating_point() and not checked:
             _check_finite(self, {name: arr}, cast=dtype is not None)
         return arr if device is None else arr.to(device)
@@ -195,6 +197,8 @@ class Message:
             raise ProtocolError(
                 f"{self.sender!r} sent {self.kind!r} without the array {name!r}", party=self.sender
             )
+        if arr.shape == shape:  # (the common case: every length given, and right)
+            return arr
         got = tuple(int(d) for d in arr.shape)
         ok = len(got) == len(shape) and all(
             want is None or g == want for g, want in zip(got, shape, strict=True)
@@ -330,6 +334,20 @@ class Message:
             arrays=arrays,
             meta=header["meta"],
         )
+
+
+#: the torch dtype of each numpy float type asked for so far (:meth:`Message.tensor`)
+_TORCH_DTYPES: dict[Any, torch.dtype] = {}
+
+
+def _torch_dtype(dtype: type[np.floating]) -> torch.dtype:
+    """The torch dtype of numpy's ``dtype``."""
+    got = _TORCH_DTYPES.get(dtype)
+    if got is None:
+        import torch
+
+        got = _TORCH_DTYPES[dtype] = torch.from_numpy(np.empty(0, dtype=dtype)).dtype
+    return got
 
 
 def _little(dtype: np.dtype[Any]) -> np.dtype[Any]:

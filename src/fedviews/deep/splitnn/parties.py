@@ -22,6 +22,7 @@ from fedviews.deep._common import (
     module_arrays,
     to_numpy,
     to_tensor,
+    zero_grads,
 )
 from fedviews.deep._common import as_strips as strips
 from fedviews.deep._factory import build_network, logits, output_shape, resolve_factory
@@ -224,7 +225,7 @@ class SplitNNActive(_MLPBottom):
             theirs = self._logits(got, len(idx), grad=True)
             z = self._joined(self.net(self._X[idx]), theirs)
             loss = nn.functional.cross_entropy(z, self.y[idx])
-            self.opt.zero_grad()
+            zero_grads(self.opt)
             loss.backward()
             self.opt.step()
             grads = {p: {"grad_logits": t.grad} for p, t in zip(self.passives, theirs, strict=True)}
