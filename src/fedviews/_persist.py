@@ -162,7 +162,9 @@ class _Encoder:
             return {"__transport__": self(state, where)}
         name = type(v).__name__
         if dataclasses.is_dataclass(v) and _DATACLASSES.get(name) is type(v):
-            fields = {f.name: self(getattr(v, f.name), where) for f in dataclasses.fields(v)}
+            fields = {
+                f.name: self(getattr(v, f.name), where) for f in dataclasses.fields(v) if f.init
+            }
             return {"__dataclass__": name, "fields": fields}
         raise ConfigError(
             f"cannot save {where} (a {type(v).__module__}.{name}) to JSON and arrays; pickle "
