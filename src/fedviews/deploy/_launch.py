@@ -222,7 +222,13 @@ def launch(
             coordinator.terminate()
             with contextlib.suppress(subprocess.TimeoutExpired):
                 coordinator.wait(10)
-        for proc in procs.values():  # never leave a process behind
+        # the coordinator told the parties that the run stopped: let them say so and exit
+        # on their own (a loaded machine may take seconds), then never leave one behind
+        grace = time.monotonic() + 10.0
+        for proc in procs.values():
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                proc.wait(max(0.1, grace - time.monotonic()))
+        for proc in procs.values():
             if proc.poll() is None:
                 proc.terminate()
                 try:
