@@ -168,7 +168,9 @@ def reproduce(
         typer.Option(
             "--continue",
             help="With --record: start from the cells committed in docs/results/NAME.cells.json "
-            "and write each finished cell there (a long entry over several sessions).",
+            "and write each finished cell there (a long entry over several sessions); an "
+            "--out that holds this entry's unfinished run folder continues its cell in "
+            "progress from its checkpoints.",
         ),
     ] = False,
     list_: Annotated[

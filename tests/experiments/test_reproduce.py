@@ -435,3 +435,45 @@ def test_an_entry_in_progress_renders_its_committed_cells_and_the_continue_comma
     assert text.startswith(f'!!! note "In progress: {entry.title}"')
     assert f"3 finished cells of this run are committed in `{entry.cells}`" in text
     assert f"`fedviews reproduce {FAST} --record --continue`" in text
+
+
+def test_continue_into_the_unfinished_run_folder_goes_on_from_it(tmp_path, monkeypatch):
+    """``--continue --out DIR`` where DIR is this entry's killed run (say, carried back from
+    a GPU machine) continues that folder: finished cells are not computed again; a folder
+    of anything else is refused."""
+    from fedviews.errors import FedViewsError
+    from fedviews.experiments import reproduce
+    from fedviews.experiments._runner import RunContext
+
+    name = "defenses_vfedmv_smoke"
+    manifest = _copy_entry(tmp_path, name)
+    entry = load_manifest(manifest)[name]
+    committed = json.loads((tmp_path / entry.results).read_text(encoding="utf-8"))
+    (tmp_path / entry.results).unlink()
+    cell, computed = RunContext.cell, []
+
+    def counted(dies: bool):
+        def wrapped(self, key, compute):
+            def run():
+                if dies and len(computed) == 1:
+                    raise KeyboardInterrupt
+                computed.append(key)
+                return compute()
+
+            return cell(self, key, run)
+
+        return wrapped
+
+    monkeypatch.setattr(RunContext, "cell", counted(dies=True))
+    with pytest.raises(KeyboardInterrupt):
+        reproduce(entry, tmp_path, out_dir=tmp_path / "a", record=True, resume=True)
+    (tmp_path / entry.cells).unlink()  # only the run folder knows the finished cell
+    (tmp_path / "other").mkdir()
+    (tmp_path / "other" / "x.txt").write_text("x", encoding="utf-8")
+    with pytest.raises(FedViewsError, match="not a run folder of defenses_vfedmv_smoke"):
+        reproduce(entry, tmp_path, out_dir=tmp_path / "other", record=True, resume=True)
+    monkeypatch.setattr(RunContext, "cell", counted(dies=False))
+    reproduce(entry, tmp_path, out_dir=tmp_path / "a", record=True, resume=True)
+    rec = json.loads((tmp_path / entry.results).read_text(encoding="utf-8"))
+    assert rec["tables"] == committed["tables"]
+    assert len(computed) == len(set(computed))  # the first cell was not computed again

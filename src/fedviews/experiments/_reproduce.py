@@ -558,6 +558,28 @@ def _seed_cells(entry: Reproduction, cfg: Any, mirror: Path, out_dir: Path) -> N
                 f"{' '.join(entry.overrides)}: delete it to start {entry.name} over"
             )
     if out_dir.exists() and any(out_dir.iterdir()):
-        raise FedViewsError(f"{out_dir} is not empty: give another --out")
+        if _same_run(out_dir, config):
+            # the run folder of an earlier session of this entry (say, carried to and back
+            # from a GPU machine): its checkpoints continue the cell that was in progress
+            ran = json.loads((out_dir / CELLS_FILE).read_text(encoding="utf-8"))
+            _write_json(out_dir / CELLS_FILE, {**ran, **cells})
+            return
+        raise FedViewsError(
+            f"{out_dir} is not empty and not a run folder of {entry.name} with this config: "
+            "give another --out"
+        )
     out_dir.mkdir(parents=True, exist_ok=True)
     _write_json(out_dir / CELLS_FILE, cells)  # run_experiment(resume=True) writes config.json
+
+
+def _same_run(out_dir: Path, config: dict[str, Any]) -> bool:
+    """Whether ``out_dir`` is a run folder (``config.json`` and ``cells.json``) made by
+    ``config``."""
+    from fedviews.experiments._runner import CELLS_FILE
+
+    try:
+        made_by = json.loads((out_dir / "config.json").read_text(encoding="utf-8"))
+        ran = json.loads((out_dir / CELLS_FILE).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return False
+    return isinstance(ran, dict) and made_by == config
