@@ -10,7 +10,7 @@ benchmark's ``--json`` record), ``PATH`` the ``/``-separated way to one value in
 * in a table (a mapping with ``columns`` and ``rows``), the one row whose leading cells are
   the ``&``-joined ones (``2-1&APFed-C``: first cell ``2-1``, second ``APFed-C``), then a cell
   of that row picked by its column's header, the rest of the path (``mean ± std``,
-  ``s / epoch (best)``).
+  ``s / epoch (best)``), or by its index from 0 where two columns share a header.
 
 ``FORMAT`` is a Python format spec for a number (``.2f``, ``+.2f``, ``.0f``); without it the
 value appears as the file holds it. Example: ``<!-- value: apfed_table2_fmnist
@@ -68,13 +68,20 @@ def _cell(table: dict[str, Any], row: str, column: str | None) -> Any:
     title = table.get("title", "")
     if column is None:
         raise KeyError(f"table {title!r}: row {row!r} without a column")
-    if column not in table["columns"]:
-        raise KeyError(f"table {title!r}: no column {column!r} (there: {table['columns']})")
+    columns = table["columns"]
+    if columns.count(column) > 1:
+        raise KeyError(f"table {title!r}: {columns.count(column)} columns {column!r}: give its index")
+    if column in columns:
+        index = columns.index(column)
+    elif column.isdigit() and int(column) < len(columns):
+        index = int(column)
+    else:
+        raise KeyError(f"table {title!r}: no column {column!r} (there: {columns})")
     keys = row.split("&")
     found = [r for r in table["rows"] if [str(c) for c in r[: len(keys)]] == keys]
     if len(found) != 1:
         raise KeyError(f"table {title!r}: {len(found)} rows start with {keys}, not one")
-    return found[0][table["columns"].index(column)]
+    return found[0][index]
 
 
 def render_value(name: str, path: str, fmt: str | None, root: Path = ROOT) -> str:
