@@ -105,7 +105,7 @@ def main() -> None:
                     round(float(g_p.norm()), 4),
                     round(float((h == 0).float().mean()), 3),
                     round(float((F.relu(hidden[0]) == 0).float().mean()), 3),
-                    round(float(active.encoder.get_parameter("convs.1.bias").mean()), 3),
+                    round(float(active.encoder.get_parameter("convs.1.bias").detach().mean()), 3),
                 ]
                 steps.append(row)
                 print("  ".join(f"{c} {v}" for c, v in zip(STEP_COLUMNS, row, strict=True)), flush=True)
