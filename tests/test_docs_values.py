@@ -43,6 +43,7 @@ def results(tmp_path: Path) -> Path:
                     ["2-1", "APFed-R", "-9.13 ± 7.94", 0.25, 1.5, 2.5],
                     ["2-1", "APFed-C", "+0.18 ± 1.66", 0.5, 1.25, 2.25],
                     ["3-1", "APFed-R", "+3.32 ± 2.16", -0.125, 1.0, 2.0],
+                    ["3-1 w/o FL", "SingleVL", "+1.00 ± 0.10", 0.75, 1.0, 2.0],
                 ],
             }
         ],
@@ -64,6 +65,7 @@ def results(tmp_path: Path) -> Path:
         ("x tables/0/3-1&APFed-R/s / epoch | +.2f", "−0.12"),  # a "/" in a header, a minus
         ("x tables/0/2-1&APFed-R/s / epoch | .0%", "25%"),
         ("x tables/0/2-1&APFed-R/5", "2.5"),  # a duplicated header by its index
+        ("x tables/0/3-1 w/o FL/s / epoch", "0.75"),  # a "/" in a row and in a header
     ],
 )
 def test_a_value_mark_renders_the_committed_value(results: Path, mark: str, text: str) -> None:
@@ -112,6 +114,7 @@ _UNIT = r"%|×(?!\s*\d)|µs|ms|s|min|hours?|MB|GB|KB|MiB|GiB|GB/s|points?|CPU-s|
 #: a number in prose that is typed (not a section, equation, figure, table or version number)
 _NUMBER = re.compile(
     r"(?<![\w.,+−-])(?<!Sec\. )(?<!Eq\. )(?<!Fig\. )(?<!Table )(?<!Section )(?<!flwr )"
+    r"(?<!torch )(?<!CUDA )(?<!Python )"
     rf"(?P<n>[+−]?\d+(?:,\d{{3}})*(?:\.\d+)?)(?:\s*(?P<u>{_UNIT})(?![\w/])|(?![\w.,]\d|\w))"
 )
 

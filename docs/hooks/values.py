@@ -43,45 +43,45 @@ def lookup(record: Any, path: str) -> Any:
     """
     value = record
     steps = path.split("/")
-    i = 0
-    while i < len(steps):
-        step = steps[i]
+    for i, step in enumerate(steps):
         if isinstance(value, dict) and {"columns", "rows"} <= value.keys() and step not in value:
-            # a cell ends the path: the rest is its column's header, which may hold a "/"
-            return _cell(value, step, "/".join(steps[i + 1 :]) or None)
+            return _cell(value, steps[i:])  # a cell ends the path
         if isinstance(value, dict):
             if step not in value:
                 raise KeyError(f"no {step!r} (there: {', '.join(map(str, value))})")
             value = value[step]
         elif isinstance(value, list) and step.isdigit() and int(step) < len(value):
             value = value[int(step)]
+        elif isinstance(value, list):
+            raise KeyError(f"no {step!r} in a list of {len(value)}")
         else:
-            raise KeyError(f"no {step!r} in a list of {len(value)}" if isinstance(value, list)
-                           else f"no {step!r}: {value!r} is not a mapping, list or table")
-        i += 1
+            raise KeyError(f"no {step!r}: {value!r} is not a mapping, list or table")
     return value
 
 
-def _cell(table: dict[str, Any], row: str, column: str | None) -> Any:
-    """The cell of ``table`` in the one row whose leading cells are ``row`` (``&``-joined), in
-    the column headed ``column``."""
-    title = table.get("title", "")
-    if column is None:
-        raise KeyError(f"table {title!r}: row {row!r} without a column")
-    columns = table["columns"]
-    if columns.count(column) > 1:
-        raise KeyError(f"table {title!r}: {columns.count(column)} columns {column!r}: give its index")
-    if column in columns:
-        index = columns.index(column)
-    elif column.isdigit() and int(column) < len(columns):
-        index = int(column)
-    else:
-        raise KeyError(f"table {title!r}: no column {column!r} (there: {columns})")
-    keys = row.split("&")
-    found = [r for r in table["rows"] if [str(c) for c in r[: len(keys)]] == keys]
+def _cell(table: dict[str, Any], steps: list[str]) -> Any:
+    """The cell of ``table`` that ``steps`` name: a row's leading cells (``&``-joined), then a
+    column's header or index. Either may hold a ``/`` (``w/o FL``, ``s / epoch``): the one way
+    to cut ``steps`` into a row and a column that both exist is taken."""
+    title, columns = table.get("title", ""), table["columns"]
+    if len(steps) < 2:
+        raise KeyError(f"table {title!r}: row {steps[0]!r} without a column")
+    found, why = [], ""
+    for cut in range(1, len(steps)):
+        keys, column = "/".join(steps[:cut]).split("&"), "/".join(steps[cut:])
+        rows = [r for r in table["rows"] if [str(c) for c in r[: len(keys)]] == keys]
+        if columns.count(column) > 1:
+            why = f"{columns.count(column)} columns {column!r}: give its index"
+        elif column not in columns and not (column.isdigit() and int(column) < len(columns)):
+            why = why or f"no column {column!r} (there: {columns})"
+        elif len(rows) != 1:
+            why = f"{len(rows)} rows start with {keys}, not one"
+        else:
+            index = columns.index(column) if column in columns else int(column)
+            found.append(rows[0][index])
     if len(found) != 1:
-        raise KeyError(f"table {title!r}: {len(found)} rows start with {keys}, not one")
-    return found[0][index]
+        raise KeyError(f"table {title!r}: {why or f'{len(found)} cells fit {steps}, not one'}")
+    return found[0]
 
 
 def render_value(name: str, path: str, fmt: str | None, root: Path = ROOT) -> str:
