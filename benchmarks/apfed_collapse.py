@@ -21,8 +21,8 @@ import argparse
 
 import numpy as np
 import torch
-from sklearn.model_selection import train_test_split
 from _record import json_option, write_record
+from sklearn.model_selection import train_test_split
 from torch.nn import functional as F
 
 from fedviews import data
@@ -108,7 +108,10 @@ def main() -> None:
                     round(float(active.encoder.get_parameter("convs.1.bias").detach().mean()), 3),
                 ]
                 steps.append(row)
-                print("  ".join(f"{c} {v}" for c, v in zip(STEP_COLUMNS, row, strict=True)), flush=True)
+                print(
+                    "  ".join(f"{c} {v}" for c, v in zip(STEP_COLUMNS, row, strict=True)),
+                    flush=True,
+                )
             step += 1
         with torch.no_grad():
             acc = float((active(xa_test).argmax(1).numpy() == y_test).mean())
@@ -120,7 +123,11 @@ def main() -> None:
         title,
         [
             {"title": "every 10 steps", "columns": STEP_COLUMNS, "rows": steps},
-            {"title": "after each epoch", "columns": ["epoch", "test accuracy %"], "rows": accuracies},
+            {
+                "title": "after each epoch",
+                "columns": ["epoch", "test accuracy %"],
+                "rows": accuracies,
+            },
         ],
     )
 

@@ -133,5 +133,6 @@ def main() -> None:
     title = f"{args.messages} round trips of {args.mb:g} MB messages, mutual TLS"
     write_record(args.json, title, [{"title": title, "columns": columns, "rows": rows}])
 
+
 if __name__ == "__main__":
     main()

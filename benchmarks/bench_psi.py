@@ -156,7 +156,7 @@ def breakdown(m: int, n: int, parties: int, cores: int) -> tuple[float, list[tup
     print(f"per-ID costs on {m:,} IDs, one thread (CPU microseconds per ID):")
     for name, us in rows:
         print(f"  {name:<40} {us:8.2f}")
-    with mock.patch.object(_psi, "_workers", lambda: 1):
+    with mock.patch.object(_psi_group, "_workers", lambda: 1):
         single = _wall_per_id(lambda: _psi_group.reblind(key, arr), m)
     threaded = _wall_per_id(lambda: _psi_group.reblind(key, arr), m)
     print(
@@ -256,9 +256,6 @@ def _groups_main(args: argparse.Namespace) -> None:
     )
     print(head)
     print("-" * len(head))
-    columns = ["IDs per party", "code", "common", "wall s", "CPU s", "CPU / library floor"]
-    columns += ["MB on the wire", "messages"]
-    rows: list[list[Any]] = []
     for n in args.sizes:
         times: dict[str, list[tuple[float, float]]] = {m: [] for m in modes}
         sizes = None
@@ -321,11 +318,13 @@ def main() -> None:
         f"load average {_load()}"
     )
     if args.groups > 1:
+        if args.json:
+            ap.error("--json records the run of one alignment group: drop --groups")
         threads = args.party_threads or cores
         print(
             f"{args.groups} alignment groups, {args.layout} parties, {threads} threads per blinding"
         )
-        with mock.patch.object(_psi, "_workers", lambda: threads):
+        with mock.patch.object(_psi_group, "_workers", lambda: threads):
             _groups_main(args)
         return
     floors: dict[int, float] = {}
@@ -372,7 +371,9 @@ def main() -> None:
             (w0, c0, _), (w1, c1, _) = runs["previous"], runs["current"]
             print(f"{'':>14} previous / current: wall {w0 / w1:.2f}x, CPU {c0 / c1:.2f}x")
     print(f"load average after: {_load()}")
-    title = f"PSI (ristretto255), {args.parties} parties, {args.ids} IDs, overlap {args.overlap:.0%}"
+    title = (
+        f"PSI (ristretto255), {args.parties} parties, {args.ids} IDs, overlap {args.overlap:.0%}"
+    )
     tables.append({"title": title, "columns": columns, "rows": rows})
     write_record(args.json, title, tables)
 
