@@ -16,7 +16,8 @@ benchmark's ``--json`` record), ``PATH`` the ``/``-separated way to one value in
 value appears as the file holds it. Example: ``<!-- value: apfed_table2_fmnist
 tables/1/2-1&APFed-C/mean ± std -->`` renders ``+0.92 ± 0.38``. A missing file, a path that
 leads nowhere or a format that does not apply fails the build, naming the page, the mark and
-what is missing. ``tests/test_docs.py`` checks that no page types a measured number in prose.
+what is missing; in code (a span or a fenced block) a mark is shown as it is.
+``tests/test_docs_values.py`` checks that no page types a measured number in prose.
 """
 
 from __future__ import annotations
@@ -31,6 +32,8 @@ from mkdocs.exceptions import PluginError
 ROOT = Path(__file__).resolve().parents[2]
 RESULTS = Path("docs/results")
 MARK = re.compile(r"<!-- value: ([\w.-]+) (.+?)(?: \| (\S+))? -->")
+#: fenced code blocks and code spans, where a mark is shown, not rendered
+CODE = re.compile(r"^\s*```.*?^\s*```|`[^`]*`", flags=re.S | re.M)
 
 
 def lookup(record: Any, path: str) -> Any:
@@ -119,7 +122,11 @@ def render_page(markdown: str, page: str = "a page", root: Path = ROOT) -> str:
         except ValueError as exc:
             raise PluginError(f"{page}: {m.group(0)}: {exc}") from exc
 
-    return MARK.sub(one, markdown)
+    out, done = [], 0
+    for code in CODE.finditer(markdown):
+        out += [MARK.sub(one, markdown[done : code.start()]), code.group(0)]
+        done = code.end()
+    return "".join([*out, MARK.sub(one, markdown[done:])])
 
 
 def on_page_markdown(markdown: str, page: Any, config: Any, files: Any) -> str:
