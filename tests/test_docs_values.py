@@ -137,7 +137,8 @@ def typed_numbers(markdown: str) -> list[str]:
     number with a decimal point, or a number with a unit (``0.24 s``, ``14.2×``, ``+0.92``,
     ``96 %``). Code blocks and spans, tables (``tests/experiments/test_reproduce.py`` and
     ``tests/test_bench_results.py`` check those), HTML comments (the value marks) and link
-    targets are not prose."""
+    targets are not prose. Not seen: a bare integer (``61 of them``) and the first number of a
+    range (the ``1`` of ``1-2 s``; its ``2 s`` is)."""
     found = []
     for i, part in enumerate(re.split(r"^\s*```.*$", markdown, flags=re.M)):
         if i % 2:  # a fenced code block
