@@ -8,7 +8,9 @@ loss of Eq. 12 and λ (Eq. 8-10, as :mod:`fedviews.deep.apfed` computes them). E
 ``λ ∂L_p/∂h_A`` (what the active encoder receives from each side), the fraction of
 ``h_A`` that is exactly 0 (dead ReLUs of ``f_A``), the fraction of the decoder's
 hidden units that are 0 and the mean bias of ``f_A``'s last convolution; after every
-epoch the active client's test accuracy (Eq. 11). ``--lam 0`` is SingleVL.
+epoch the active client's test accuracy (Eq. 11). ``--lam 0`` is SingleVL. ``--json PATH``
+also writes both as tables (``benchmarks/_record.py``), from which ``docs/algorithms/apfed.md``
+quotes its numbers.
 
     python benchmarks/apfed_collapse.py --lr 0.03 --lam 1 --epochs 1
 """
@@ -19,12 +21,26 @@ import argparse
 
 import numpy as np
 import torch
+from _record import json_option, write_record
 from sklearn.model_selection import train_test_split
 from torch.nn import functional as F
 
 from fedviews import data
 from fedviews.deep._apfed_nets import ARCHS, ActiveNet, Decoder, cut_strips
 from fedviews.deep.apfed import reconstruction_loss
+
+#: what the loop records every 10 steps
+STEP_COLUMNS = [
+    "epoch",
+    "step",
+    "L_A",
+    "L_p",
+    "|dL_A/dh_A|",
+    "|λ dL_p/dh_A|",
+    "h_A == 0",
+    "decoder hidden == 0",
+    "f_A conv2 bias mean",
+]
 
 
 def main() -> None:
@@ -35,6 +51,7 @@ def main() -> None:
     ap.add_argument("--n-train", type=int, default=3000)
     ap.add_argument("--recon-loss", default="l2", choices=["l2", "mse"])
     ap.add_argument("--seed", type=int, default=0)
+    json_option(ap)
     args = ap.parse_args()
     torch.set_num_threads(1)
 
@@ -57,6 +74,8 @@ def main() -> None:
     decoder.deconvs[0].register_forward_hook(lambda _m, _i, out: hidden.append(out.detach()))
     rng = np.random.default_rng(args.seed)
     step = 0
+    steps: list[list[float | int]] = []
+    accuracies: list[list[float | int]] = []
     for epoch in range(args.epochs):
         order = rng.permutation(len(y))
         for start in range(0, len(y), 64):
@@ -77,18 +96,40 @@ def main() -> None:
             opt_a.step()
             opt_p.step()
             if step % 10 == 0:
+                row = [
+                    epoch,
+                    step,
+                    round(loss_a.item(), 3),
+                    round(loss_p.item(), 3),
+                    round(float(g_a.norm()), 4),
+                    round(float(g_p.norm()), 4),
+                    round(float((h == 0).float().mean()), 3),
+                    round(float((F.relu(hidden[0]) == 0).float().mean()), 3),
+                    round(float(active.encoder.get_parameter("convs.1.bias").detach().mean()), 3),
+                ]
+                steps.append(row)
                 print(
-                    f"epoch {epoch} step {step:4d}  L_A {loss_a.item():.3f}  L_p {loss_p.item():.3f}  "
-                    f"|dL_A/dh| {g_a.norm():.2e}  |lam dL_p/dh| {g_p.norm():.2e}  "
-                    f"h_A==0 {float((h == 0).float().mean()):.3f}  "
-                    f"decoder hidden==0 {float((F.relu(hidden[0]) == 0).float().mean()):.3f}  "
-                    f"f_A conv2 bias {active.encoder.get_parameter('convs.1.bias').mean():.3f}",
+                    "  ".join(f"{c} {v}" for c, v in zip(STEP_COLUMNS, row, strict=True)),
                     flush=True,
                 )
             step += 1
         with torch.no_grad():
             acc = float((active(xa_test).argmax(1).numpy() == y_test).mean())
+        accuracies.append([epoch, round(100 * acc, 2)])
         print(f"epoch {epoch}: test accuracy {acc:.4f}", flush=True)
+    title = f"APFed-R in a plain loop, lr {args.lr:g}, λ {args.lam:g}, {args.recon_loss} loss"
+    write_record(
+        args.json,
+        title,
+        [
+            {"title": "every 10 steps", "columns": STEP_COLUMNS, "rows": steps},
+            {
+                "title": "after each epoch",
+                "columns": ["epoch", "test accuracy %"],
+                "rows": accuracies,
+            },
+        ],
+    )
 
 
 if __name__ == "__main__":

@@ -1,6 +1,6 @@
 """The gRPC transport alone: party ``a`` sends ``b`` messages of one array, ``b`` returns it.
 
-    .venv/bin/python benchmarks/bench_link.py [--messages 150] [--mb 1.0] [--repeat 3]
+    .venv/bin/python benchmarks/bench_link.py [--messages 150] [--mb 1.0] [--repeat 3] [--json PATH]
 
 A hub and both parties (mutual TLS, end-to-end sealing on the relayed path) live in this
 one process, so that its CPU time (all threads, gRPC's included) is the whole cost of
@@ -8,17 +8,21 @@ moving the bytes: framing, copies, checksums, TLS, HTTP/2, thread hand-offs. Pri
 path, the wall time and the CPU milliseconds per message of ``--mb`` megabytes (each way
 counts as one message), relayed (a -> hub -> b) and direct (b declares an endpoint).
 On a shared machine compare the CPU column: the wall time follows the other load.
+``--json PATH`` also writes a record (``benchmarks/_record.py``): per path, every run and the
+median CPU milliseconds per message.
 """
 
 from __future__ import annotations
 
 import argparse
+import statistics
 import tempfile
 import threading
 import time
 from pathlib import Path
 
 import numpy as np
+from _record import json_option, write_record
 
 from fedviews.deploy import free_port
 from fedviews.federation import (
@@ -100,6 +104,7 @@ def main() -> None:
     ap.add_argument("--messages", type=int, default=150, help="round trips per measurement")
     ap.add_argument("--mb", type=float, default=1.0, help="megabytes per message")
     ap.add_argument("--repeat", type=int, default=3, help="measurements per path")
+    json_option(ap)
     args = ap.parse_args()
     x = np.random.default_rng(0).random(int(args.mb * 1e6) // 4).astype(np.float32)
     with tempfile.TemporaryDirectory() as tmp:
@@ -108,12 +113,25 @@ def main() -> None:
         for name in ("coordinator", "a", "b"):
             issue_certificate(certs, name)
         print(f"{args.messages} round trips of {args.mb:g} MB, mutual TLS")
+        runs: dict[str, list[tuple[float, float]]] = {"relayed": [], "direct": []}
         for _ in range(args.repeat):
-            for direct in (False, True):
-                wall, cpu = measure(certs, direct, args.messages, x)
+            for path in runs:
+                wall, cpu = measure(certs, path == "direct", args.messages, x)
                 per = 1e3 * cpu / (2 * args.messages)
-                label = "direct " if direct else "relayed"
-                print(f"{label}  {wall:8.3f} s wall  {per:7.2f} CPU-ms per message")
+                runs[path].append((wall, per))
+                print(f"{path:7s}  {wall:8.3f} s wall  {per:7.2f} CPU-ms per message")
+    columns = ["path", "wall s (runs)", "CPU-ms per message (runs)", "CPU-ms per message (median)"]
+    rows = [
+        [
+            path,
+            ", ".join(f"{w:.3f}" for w, _ in r),
+            ", ".join(f"{c:.2f}" for _, c in r),
+            round(statistics.median(c for _, c in r), 2),
+        ]
+        for path, r in runs.items()
+    ]
+    title = f"{args.messages} round trips of {args.mb:g} MB messages, mutual TLS"
+    write_record(args.json, title, [{"title": title, "columns": columns, "rows": rows}])
 
 
 if __name__ == "__main__":

@@ -7,7 +7,9 @@ buys. For context, supFL (one view) is also timed against scikit-learn's
 MultiTaskLasso, a related ℓ2,1-penalised regression (different loss scaling and
 solver, so only the order of magnitude is comparable).
 
-    python benchmarks/bench_mmvfl.py [--rounds 20] [--inner 10] [--repeat 3]
+    python benchmarks/bench_mmvfl.py [--rounds 20] [--inner 10] [--repeat 3] [--json PATH]
+
+``--json PATH`` also writes the times as tables (``benchmarks/_record.py``).
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ import warnings
 
 import numpy as np
 import scipy.linalg as sla
+from _record import json_option, write_record
 
 from fedviews.data import load, one_hot
 from fedviews.linear import MMVFL, SupFL, small_blas
@@ -57,6 +60,7 @@ def main() -> None:
     ap.add_argument("--inner", type=int, default=10)
     ap.add_argument("--beta", type=float, default=0.1)
     ap.add_argument("--repeat", type=int, default=3)
+    json_option(ap)
     args = ap.parse_args()
 
     ds = load("handwritten", views=["pix", "fou", "fac", "zer", "kar"])
@@ -117,6 +121,33 @@ def main() -> None:
         )
     print(f"supFL (pix, IRLS)          : {t_sup:8.3f} s")
     print(f"sklearn MultiTaskLasso (CD): {t_mtl:8.3f} s   ratio {t_mtl / t_sup:.1f}x")
+    fit = f"MMVFL fit, Handwritten, {args.rounds} rounds × {args.inner} IRLS iterations"
+    runs = [
+        ("MMVFL fast", t_fast),
+        ("MMVFL naive, 1 BLAS thread", t_naive),
+        ("MMVFL naive, default BLAS", t_naive_mt),
+        ("floor: factor + solve only", t_floor),
+    ]
+    sup = [("supFL (pix, IRLS)", t_sup), ("scikit-learn MultiTaskLasso (pix, CD)", t_mtl)]
+    write_record(
+        args.json,
+        fit,
+        [
+            {
+                "title": fit,
+                "columns": ["run", "s (best)", "÷ MMVFL fast"],
+                "rows": [[name, round(t, 4), round(t / t_fast, 2)] for name, t in runs],
+            },
+            {
+                "title": "supFL against scikit-learn on pix",
+                "columns": ["run", "s (best)", "÷ supFL"],
+                "rows": [[name, round(t, 4), round(t / t_sup, 1)] for name, t in sup],
+            },
+        ],
+        objective_relative_difference=f"{rel:.1e}",
+        messages=m.run_stats_["messages"],
+        bytes=m.run_stats_["total_bytes"],
+    )
 
 
 if __name__ == "__main__":

@@ -36,6 +36,9 @@ of each mode, alternating their order, and the ratio of the medians).
 ``--party-threads 1`` blinds on one thread per party, as if every party had a host with
 one core of its own. The in-process transport runs a party's handlers concurrently,
 where a deployed party runs them one at a time.
+
+``--json PATH`` (without ``--groups``) also writes the per-ID costs and the runs as tables
+(``benchmarks/_record.py``).
 """
 
 from __future__ import annotations
@@ -53,6 +56,7 @@ from typing import Any, TypeVar
 from unittest import mock
 
 import numpy as np
+from _record import NA, json_option, write_record
 
 from fedviews.privacy import _psi, _psi_group, psi_intersect
 
@@ -117,8 +121,9 @@ def _wall_per_id(fn: Callable[[], object], n: int) -> float:
     return (time.perf_counter() - t0) / n * 1e6
 
 
-def breakdown(m: int, n: int, parties: int, cores: int) -> float:
-    """Print the per-ID costs on ``m`` IDs; return the floor in CPU s of ``parties`` x ``n``."""
+def breakdown(m: int, n: int, parties: int, cores: int) -> tuple[float, list[tuple[str, float]]]:
+    """Print the per-ID costs on ``m`` IDs; return the floor in CPU s of ``parties`` x ``n``
+    and the costs (name, CPU microseconds per ID)."""
     rb = _psi_group._sodium()
     lib = importlib.import_module("rbcl._sodium")._sodium  # libsodium itself, via ctypes
     ids = np.random.default_rng(1).choice(40 * m, size=m, replace=False)
@@ -151,7 +156,7 @@ def breakdown(m: int, n: int, parties: int, cores: int) -> float:
     print(f"per-ID costs on {m:,} IDs, one thread (CPU microseconds per ID):")
     for name, us in rows:
         print(f"  {name:<40} {us:8.2f}")
-    with mock.patch.object(_psi, "_workers", lambda: 1):
+    with mock.patch.object(_psi_group, "_workers", lambda: 1):
         single = _wall_per_id(lambda: _psi_group.reblind(key, arr), m)
     threaded = _wall_per_id(lambda: _psi_group.reblind(key, arr), m)
     print(
@@ -165,6 +170,7 @@ def breakdown(m: int, n: int, parties: int, cores: int) -> float:
         pubs = [x25519.X25519PublicKey.from_public_bytes(p) for p in pts]
         us, _ = _per_id(lambda: [sk.exchange(q) for q in pubs], m)
         print(f"  for comparison: OpenSSL X25519 (cryptography)   {us:8.2f}")
+        rows.append(("for comparison: OpenSSL X25519 (cryptography)", us))
 
     hash_us = rows[1][1] + floor_hash
     floor = parties * n * (hash_us + parties * floor_mul) / 1e6
@@ -173,7 +179,7 @@ def breakdown(m: int, n: int, parties: int, cores: int) -> float:
         f"{parties} x mul {floor_mul:.1f} us) = {floor:.1f} CPU s = {floor / cores:.1f} s wall "
         f"on {cores} idle cores\n"
     )
-    return floor
+    return floor, rows
 
 
 # -- the benchmark -------------------------------------------------------------
@@ -295,6 +301,7 @@ def main() -> None:
         help="with --groups: every group its own parties, or the same parties in every group",
     )
     ap.add_argument("--repeat", type=int, default=1, help="with --groups: runs of each mode")
+    json_option(ap)
     ap.add_argument(
         "--party-threads",
         type=int,
@@ -311,17 +318,27 @@ def main() -> None:
         f"load average {_load()}"
     )
     if args.groups > 1:
+        if args.json:
+            ap.error("--json records the run of one alignment group: drop --groups")
         threads = args.party_threads or cores
         print(
             f"{args.groups} alignment groups, {args.layout} parties, {threads} threads per blinding"
         )
-        with mock.patch.object(_psi, "_workers", lambda: threads):
+        with mock.patch.object(_psi_group, "_workers", lambda: threads):
             _groups_main(args)
         return
-    floors = {}
+    floors: dict[int, float] = {}
+    tables: list[dict[str, Any]] = []
     if args.breakdown:
         m = min(50_000, min(args.sizes))
-        floors = {n: breakdown(m, n, args.parties, cores) for n in args.sizes[:1]}
+        floors[args.sizes[0]], costs = breakdown(m, args.sizes[0], args.parties, cores)
+        tables.append(
+            {
+                "title": f"per-ID costs on {m:,} IDs, one thread",
+                "columns": ["stage", "CPU µs per ID"],
+                "rows": [[name.strip(), round(us, 2)] for name, us in costs],
+            }
+        )
         for n in args.sizes[1:]:
             floors[n] = floors[args.sizes[0]] * n / args.sizes[0]
     head = (
@@ -330,6 +347,9 @@ def main() -> None:
     )
     print(head)
     print("-" * len(head))
+    columns = ["IDs per party", "code", "common", "wall s", "CPU s", "CPU / library floor"]
+    columns += ["MB on the wire", "messages"]
+    rows: list[list[Any]] = []
     for n in args.sizes:
         sets, shared = _id_sets(n, args.parties, args.overlap, args.ids)
         runs = {}
@@ -344,10 +364,18 @@ def main() -> None:
                 f"{log.total_bytes / 1e6:>9.1f} {log.n_messages:>5}",
                 flush=True,
             )
+            floor = round(cpu / floors[n], 2) if n in floors else NA
+            rows.append([n, code, shared, round(wall, 1), round(cpu, 1), floor])
+            rows[-1] += [round(log.total_bytes / 1e6, 1), log.n_messages]
         if args.baseline:
             (w0, c0, _), (w1, c1, _) = runs["previous"], runs["current"]
             print(f"{'':>14} previous / current: wall {w0 / w1:.2f}x, CPU {c0 / c1:.2f}x")
     print(f"load average after: {_load()}")
+    title = (
+        f"PSI (ristretto255), {args.parties} parties, {args.ids} IDs, overlap {args.overlap:.0%}"
+    )
+    tables.append({"title": title, "columns": columns, "rows": rows})
+    write_record(args.json, title, tables)
 
 
 if __name__ == "__main__":
