@@ -205,7 +205,9 @@ arrays = dtypes.flatmap(
     as_tensor=st.lists(st.booleans(), min_size=3, max_size=3),
     meta=st.dictionaries(
         st.text(max_size=6),
-        st.one_of(st.none(), st.integers(), st.text(), st.booleans(), st.floats()),
+        st.one_of(
+            st.none(), st.integers(-(2**63), 2**64 - 1), st.text(), st.booleans(), st.floats()
+        ),
         max_size=3,
     ),
     rnd=st.sampled_from([0, 3, 12345, np.int64(7)]),

@@ -191,7 +191,7 @@ def _received(
         arrays=arrays,
         meta=dict(msg.meta),
     )
-    meta = len(json.dumps(got.meta)) if got.meta else 2
+    meta = len(msg.to_json(got.meta)) if got.meta else 2
     return got, _fixed_length(msg.kind, msg.sender, msg.receiver, keys) + len(str(msg.round)) + meta
 
 
@@ -213,6 +213,6 @@ def _decoded(
 ) -> tuple[Message, int]:
     """The receiver's message of any header: read back from its JSON as decoding reads it,
     and its encoding's length."""
-    start = prefix(json.dumps(msg._head(specs), allow_nan=True).encode("utf-8"))
+    start = prefix(msg.to_json(msg._head(specs)).encode("utf-8"))
     got = Message._of(read_header(memoryview(start)), arrays)
     return got, len(start) + sum(int(s["size"]) for s in specs)
