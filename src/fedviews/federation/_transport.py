@@ -176,7 +176,11 @@ class InProcessTransport(Transport):
     infinity is refused by a :class:`ProtocolError` naming its sender and the array, as on
     delivery; its receiver may have computed with it in between, which in one process
     changes nothing that outlives the failed run (a wire's receiver checks every array on
-    arrival, :meth:`Message.array` and :meth:`Message.tensor`).
+    arrival, :meth:`Message.array` and :meth:`Message.tensor`). The refusal is raised
+    again by every request until the outermost one has raised it, so a handler that
+    catches it cannot make the run go on. Each thread has its own checks and outermost
+    request: threads that share the transport are neither refused for nor settle each
+    other's tensors.
 
     ``batch_backward``: the messages of one :meth:`request_many` (a party's
     :meth:`~Party.scatter`) to distinct parties are all checked and handed over first;
@@ -226,12 +230,12 @@ class InProcessTransport(Transport):
         try:
             out = deliver()
         except Exception as exc:
-            self.checks.settle(exc)
+            self.checks.settle(exc, outermost=not depth)
             raise
         finally:
             self._calls.depth = depth
         if not depth:
-            self.checks.settle()
+            self.checks.settle(outermost=True)
         return out
 
     def _request_many(self, msgs: list[Message]) -> list[Message]:
