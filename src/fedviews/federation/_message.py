@@ -433,6 +433,9 @@ def parse_header(view: memoryview) -> tuple[dict[str, Any], list[dict[str, Any]]
         # Python integers: a shape such as [2**32, 2**32] must not wrap around to 0 bytes
         if spec["size"] != dtype.itemsize * math.prod(spec["shape"]):
             raise ProtocolError(f"array {shown(spec['name'])}: size does not match its shape")
+        if dtype.itemsize * math.prod(max(d, 1) for d in spec["shape"]) >= 2**63:  # numpy's bound
+            name, shape = shown(spec["name"]), shown(spec["shape"])  # (an empty one: zeros too)
+            raise ProtocolError(f"array {name}: no array has the shape {shape}")
         total += spec["size"]
     if total > len(view):
         raise ProtocolError("truncated message payload")
@@ -460,14 +463,17 @@ def read_header(view: memoryview) -> dict[str, Any]:
     ]
     if missing:
         raise ProtocolError(f"corrupt message header: no {missing}")
-    if not isinstance(header["arrays"], list) or not isinstance(header["meta"], dict):
-        raise ProtocolError("corrupt message header: 'arrays' must be a list and 'meta' an object")
     names = [header[k] for k in ("kind", "sender", "receiver")]
     round_ = header["round"]
     if not all(isinstance(v, str) for v in names) or type(round_) is not int:
         raise ProtocolError(
             "corrupt message header: 'kind', 'sender' and 'receiver' must be strings and "
             f"'round' an integer, got {shown(names + [round_])}"
+        )
+    if not isinstance(header["arrays"], list) or not isinstance(header["meta"], dict):
+        raise ProtocolError(
+            f"{names[1]!r} sent a corrupt message header: 'arrays' must be a list and 'meta' an "
+            f"object, got {shown(header['arrays'])} and {shown(header['meta'])}"
         )
     if not 0 <= round_ <= MAX_ROUND:
         raise ProtocolError(
@@ -508,8 +514,6 @@ def _check_spec(spec: Any) -> np.dtype[Any]:
         raise ProtocolError(f"corrupt array spec {shown(spec)}: not a numpy dtype") from None
     if dtype.kind not in ALLOWED_KINDS:
         raise ProtocolError(f"array {shown(spec['name'])} has forbidden dtype {dtype}")
-    if dtype.itemsize * math.prod(max(d, 1) for d in shape) >= 2**63:  # numpy's bound, zeros too
-        raise ProtocolError(f"array {shown(spec['name'])}: no array has the shape {shown(shape)}")
     return dtype
 
 
