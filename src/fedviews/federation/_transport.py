@@ -131,7 +131,7 @@ class Transport(ABC):
         try:
             return fn()
         finally:
-            self.log.handler_seconds[party.name] += time.perf_counter() - t0
+            self.log.add_seconds(party.name, time.perf_counter() - t0)
 
     def _loopback(self, party: Party, msg: Message) -> Message:
         """Deliver ``msg`` to ``party`` (hosted here) as over a wire: policy-checked and logged
@@ -285,7 +285,7 @@ class InProcessTransport(Transport):
             ) from exc
         share = (time.perf_counter() - t0) / len(staged)
         for party, got, s in staged:
-            self.log.handler_seconds[party.name] += share
+            self.log.add_seconds(party.name, share)
             self._as_party(party, got, s.then)
 
     def _hand_over(self, msg: Message) -> Message:
