@@ -258,10 +258,49 @@ def table_rows(
         cells = [(round(r[key] / rounds), round(r[key] / raw, 3)) for _, r in runs]
         mine = round(a[key] / rounds) if key in a else NA
         rows.append([label, mine, *(v for c in cells for v in c)])
-    last = a["lines"][-1].split("(")[0]
-    same = ["yes" if r["lines"][-1].split("(")[0] == last else "no" for _, r in runs]
-    rows.append(["same last round", NA, *(v for s in same for v in (s, NA))])
+    rows.append(["same last round", NA, *(v for _, r in runs for v in (_same_last(a, r), NA))])
     return rows
+
+
+def _same_last(a: dict[str, Any], b: dict[str, Any]) -> str:
+    """Whether run ``b``'s last round has the metrics of ``a``'s (its time left out)."""
+    return "yes" if a["lines"][-1].split("(")[0] == b["lines"][-1].split("(")[0] else "no"
+
+
+def per_process_table(runs: list[tuple[str, dict[str, Any]]], rounds: int) -> dict[str, Any]:
+    """Each process's user and system CPU seconds per round of the training loop, a column
+    pair per gRPC run of ``runs``."""
+    who = list(runs[0][1]["per_process"])
+    rows = [
+        [name, *(round(t / rounds, 3) for _, r in runs for t in r["per_process"][name])]
+        for name in who
+    ]
+    columns = ["process", *(f"{k} {part}" for k, _ in runs for part in ("user", "system"))]
+    return {"title": "CPU seconds per round, by process", "columns": columns, "rows": rows}
+
+
+def e2e_table(
+    a: dict[str, Any], sealed: dict[str, Any], plain: dict[str, Any], rounds: int
+) -> dict[str, Any]:
+    """What sealing every relayed party-to-party message end to end costs: the relayed run
+    ``sealed`` against ``plain`` (TLS only, ``federation.end_to_end = false``), per round;
+    whether each ends as the in-process run ``a`` does."""
+    rows = [
+        [
+            label,
+            *(round(r[key] / rounds, digits) for r in (sealed, plain)),
+            round(sealed[key] / plain[key], 3),
+        ]
+        for key, label, digits in (
+            ("seconds", "seconds", 4),
+            ("cpu_seconds", "CPU seconds", 4),
+            ("message_bytes", "hub message bytes", None),
+            ("frame_bytes", "hub frame bytes", None),
+        )
+    ]
+    rows.append(["same last round", *(_same_last(a, r) for r in (sealed, plain)), NA])
+    columns = ["per round, relayed", "sealed end to end", "TLS only", "ratio"]
+    return {"title": "End-to-end sealing (mutual TLS either way)", "columns": columns, "rows": rows}
 
 
 def main() -> None:
@@ -283,6 +322,8 @@ def main() -> None:
     )
     json_option(ap)
     args = ap.parse_args()
+    if args.e2e_cost and args.insecure:
+        ap.error("--e2e-cost compares runs with mutual TLS: leave out --insecure")
     # the malloc settings of every fedviews command (fedviews._heap), here too: the
     # in-process baseline and the hub get what the party processes get
     keep_freed_memory()
@@ -300,7 +341,7 @@ def main() -> None:
         b = run_grpc(cfg, config, data, certs)
         plain = direct = None
         text = CONFIGS[args.algorithm].format(rounds=rounds)
-        if args.e2e_cost and certs is not None:
+        if args.e2e_cost:
             config2 = tmp / "bench_no_e2e.toml"
             config2.write_text(text.replace("[federation]\n", "[federation]\nend_to_end = false\n"))
             plain = run_grpc(load_deploy_config(config2, args.set), config2, data, certs)
@@ -313,32 +354,23 @@ def main() -> None:
     runs = [("relayed", b)] + ([("direct", direct)] if direct is not None else [])
     columns = ["per round", "in-process", *(c for k, _ in runs for c in (k, "ratio"))]
     rows = table_rows(a, runs, rounds)
-    print(title)
-    print(f"{'':30s}" + "".join(f"{c:>14s}" for c in columns[1:]))
-    for row in rows:
-        print(f"{row[0]:30s}" + "".join(f"{v!s:>14s}" for v in row[1:]))
-    print(
-        "last round: " + "; ".join(f"{k} {r['lines'][-1]}" for k, r in [("in-process", a), *runs])
-    )
     note = (
         "ratio: to the in-process run (times), to the raw array bytes (bytes); a run's "
         "'same last round' compares its last round's metrics with the in-process run's"
     )
-    table = {"title": title, "columns": columns, "rows": rows, "note": note}
-    write_record(args.json, title, [table], str(getattr(cfg.params, "device", "cpu")))
+    tables = [{"title": title, "columns": columns, "rows": rows, "note": note}]
     if args.per_process:
-        for name, r in runs:
-            cells = ", ".join(
-                f"{who} {u / rounds:.3f} + {k / rounds:.3f}"
-                for who, (u, k) in r["per_process"].items()
-            )
-            print(f"CPU-s per round, user + system ({name}): {cells}")
+        tables.append(per_process_table(runs, rounds))
     if plain is not None:
-        tb, tp = b["seconds"] / rounds, plain["seconds"] / rounds
-        print(
-            f"end-to-end sealing: {tb:.4f} s per round sealed vs {tp:.4f} s TLS only "
-            f"(ratio {tb / tp:.2f}); message bytes {b['message_bytes'] / plain['message_bytes']:.4f}x"
-        )
+        tables.append(e2e_table(a, b, plain, rounds))
+    for table in tables:
+        print(table["title"])
+        for row in [table["columns"], *table["rows"]]:
+            print(f"{row[0]!s:30s}" + "".join(f"{v!s:>20s}" for v in row[1:]))
+    print(
+        "last round: " + "; ".join(f"{k} {r['lines'][-1]}" for k, r in [("in-process", a), *runs])
+    )
+    write_record(args.json, title, tables, str(getattr(cfg.params, "device", "cpu")))
 
 
 if __name__ == "__main__":

@@ -3,6 +3,8 @@ copies, checked there), encoded as numpy arrays on a wire, byte counts equal eit
 
 from __future__ import annotations
 
+import threading
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -165,6 +167,90 @@ def test_the_checks_settle_every_limit_tensors() -> None:
     assert len(top.losses) <= 2
 
 
+class Gate(Party):
+    """Replies only once ``go`` is set (``inside``: its handler got a message)."""
+
+    def __init__(self, name: str) -> None:
+        super().__init__(name)
+        self.inside, self.go = threading.Event(), threading.Event()
+
+    @handles("pass")
+    def on_pass(self, msg: Message) -> Message:
+        self.inside.set()
+        assert self.go.wait(60)
+        return self.reply(msg)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_threads_sharing_a_transport_settle_their_own_checks(device) -> None:
+    """One queue of checks per transport: a thread whose request ended while another's NaN
+    was queued was refused for it (naming the other thread's sender), and the NaN's own
+    request then returned as if it were finite. Each thread settles its own."""
+    a, gate, c, d = Party("a"), Gate("gate"), Party("c"), Echo("d")
+    federate([a, gate, c, d], POLICY)
+    nan = torch.tensor([1.0, float("nan")], device=device)
+    failed: list[BaseException] = []
+
+    def send_nan() -> None:
+        try:
+            a.send("gate", "pass", arrays={"n": nan})
+        except BaseException as exc:  # (the test reads it in its own thread)
+            failed.append(exc)
+
+    thread = threading.Thread(target=send_nan)
+    thread.start()
+    try:
+        assert gate.inside.wait(60)  # the NaN is handed over, its request still under way
+        reply = c.send("d", "pass", arrays={"h": torch.ones(2, device=device)})
+    finally:
+        gate.go.set()
+        thread.join(60)
+    torch.testing.assert_close(reply.tensor("g", (2,)), torch.full((2,), 2.0, device=device))
+    assert len(failed) == 1 and isinstance(failed[0], ProtocolError), failed
+    assert failed[0].party == "a" and "'a' sent 'n' with NaN" in str(failed[0])
+
+
+class Swallow(Party):
+    """Asks ``poison`` on every ``relay`` and goes on whatever it answers."""
+
+    def __init__(self) -> None:
+        super().__init__("mid")
+        self.swallowed: list[ProtocolError] = []
+
+    @handles("relay")
+    def relay(self, msg: Message) -> Message:
+        try:
+            self.send("poison", "pass", arrays={"h": torch.ones(2)})
+        except ProtocolError as exc:
+            self.swallowed.append(exc)
+        return self.reply(msg)
+
+
+class Poison(Party):
+    """Replies with a NaN while ``nan``."""
+
+    nan = True
+
+    @handles("pass")
+    def on_pass(self, msg: Message) -> Message:
+        return self.reply(msg, arrays={"g": torch.tensor([1.0, float("nan") if self.nan else 2])})
+
+
+def test_a_handler_that_swallows_a_refusal_does_not_make_the_nan_be_forgotten() -> None:
+    """A refusal raised inside a handler's request (the checks settled there: every
+    ``limit`` tensors, or on a failure) was forgotten once raised: a handler that caught it
+    let the run go on with the NaN. It is raised again by the outermost request."""
+    driver, mid, poison = Party("driver"), Swallow(), Poison("poison")
+    policy = PrivacyPolicy.of("relay", {("party", "party"): ["h", "g"]})
+    transport = federate([driver, mid, poison], policy)
+    transport.checks.limit = 1  # (settled inside mid's request to poison)
+    with pytest.raises(ProtocolError, match="'poison' sent 'g' with NaN") as err:
+        driver.send("mid", "relay")
+    assert err.value.party == "poison" and mid.swallowed == [err.value]
+    poison.nan = False  # raised by the outermost request: the transport goes on after it
+    assert driver.send("mid", "relay").kind == "relay:reply" and len(mid.swallowed) == 1
+
+
 @pytest.mark.parametrize("device", DEVICES)
 def test_a_receiver_checks_a_tensors_shape_and_dtype(device) -> None:
     """Message.tensor checks what Message.array checks, on the device, and moves it."""
@@ -205,7 +291,9 @@ arrays = dtypes.flatmap(
     as_tensor=st.lists(st.booleans(), min_size=3, max_size=3),
     meta=st.dictionaries(
         st.text(max_size=6),
-        st.one_of(st.none(), st.integers(), st.text(), st.booleans(), st.floats()),
+        st.one_of(
+            st.none(), st.integers(-(2**63), 2**64 - 1), st.text(), st.booleans(), st.floats()
+        ),
         max_size=3,
     ),
     rnd=st.sampled_from([0, 3, 12345, np.int64(7)]),

@@ -145,3 +145,113 @@ def test_a_receiver_refuses_nan_or_infinite_arrays_and_numbers():
     with pytest.raises(ProtocolError, match="'mallory' sent 'i' as int64 .* expected floating"):
         msg.array("i", (2,), np.float32)
     assert msg.array("f", (2,), np.float64).dtype == np.float64
+
+
+@pytest.mark.parametrize("key", [(1, 2), frozenset([1]), 1, 1.5, True, None])
+def test_a_meta_key_json_cannot_carry_as_it_is_is_refused_naming_the_message(key):
+    """A tuple key made encoding (and the in-process hand-over) raise a raw TypeError; a
+    number or None arrived renamed ("1", "null"). The sender's message is refused."""
+    with pytest.raises(
+        ProtocolError, match="'a' sent 'fwd' with the meta key .* meta keys are str"
+    ):
+        Message("fwd", "a", "b", meta={key: 1})
+
+
+@pytest.mark.parametrize(
+    "value",
+    [np.int64(3), np.float32(1.0), {1}, 2**64, -(2**63) - 1, 10**5000],
+    ids=["int64", "float32", "set", "2**64", "-2**63-1", "10**5000"],
+)
+def test_a_meta_value_json_cannot_carry_as_it_is_is_refused_naming_the_message(value):
+    """Numpy's scalars but float64, sets, and integers beyond 64 bits (one of more than 4,300
+    digits made encoding raise a raw ValueError) are refused where the message is made."""
+    with pytest.raises(ProtocolError, match="'a' sent 'fwd' with meta\\['x'\\] = .*: meta values"):
+        Message("fwd", "a", "b", meta={"x": value})
+    edges = {"lo": -(2**63), "hi": 2**64 - 1, "f": np.float64(0.5), "b": True, "n": None}
+    assert Message.decode(Message("fwd", "a", "b", meta=edges).encode()).meta == edges
+
+
+def test_a_meta_table_changed_after_the_message_was_made_is_refused_by_its_encoding():
+    """The caller's table is not the message's; the message's own, changed in place, is
+    refused by encoding and by the in-process hand-over as making it would have been."""
+    from fedviews.federation._handover import FiniteChecks, hand_over
+
+    table: dict = {"k": 1}
+    msg = Message("fwd", "a", "b", meta=table)
+    table[(1, 2)] = 3
+    assert msg.meta == {"k": 1}
+    for key, value in (((1, 2), 3), ("big", 10**5000), ("s", {1})):
+        msg = Message("fwd", "a", "b", meta={"k": 1})
+        msg.meta[key] = value  # type: ignore[index]
+        for deliver in (msg.encode, lambda m=msg: hand_over(m, FiniteChecks())):
+            with pytest.raises(ProtocolError, match="'a' sent 'fwd' with the meta key|meta\\["):
+                deliver()
+    with pytest.raises(ProtocolError, match="kind, sender and receiver are strings"):
+        Message(("fwd",), "a", "b")  # type: ignore[arg-type]
+
+
+def _crafted(edit) -> bytes:
+    """An encoded message of 'mallory' with its JSON header text edited by ``edit``."""
+    import struct
+
+    wire = Message("fwd", "mallory", "b", arrays={"x": np.zeros(0)}, meta={"k": 1}).encode()
+    hlen = struct.unpack("<I", wire[4:8])[0]
+    header = edit(wire[8 : 8 + hlen].decode()).encode()
+    return b"FVM1" + struct.pack("<I", len(header)) + header + wire[8 + hlen :]
+
+
+@pytest.mark.parametrize(
+    ("edit", "match"),
+    [
+        (
+            lambda h: h.replace('"k": 1', '"k": [1, {"y": [[[2]]]}]'),
+            "'mallory' sent 'fwd' with meta",
+        ),
+        (lambda h: h.replace('"k": 1', '"k": ' + "[" * 900 + "]" * 900), "'mallory' sent 'fwd'"),
+        (lambda h: h.replace('"k": 1', '"k": ' + "9" * 5000), "corrupt message header"),
+        (lambda h: h.replace('"round": 0', '"round": ' + "9" * 5000), "corrupt message header"),
+        (lambda h: h.replace('"k": 1', '"k": 18446744073709551616'), "'mallory' sent 'fwd'"),
+        (
+            lambda h: h.replace('"shape": [0]', f'"shape": [{2**64}, 0]'),
+            "array 'x': no array has the shape",
+        ),
+        (
+            lambda h: h.replace('"shape": [0]', f'"shape": [{2**63 - 1}, 0]'),
+            "array 'x': no array has",
+        ),
+        (
+            lambda h: h.replace(
+                '"name": "x", "dtype": "<f8"', '"name": "' + "x" * 10**6 + '", "dtype": 8, "a": 0'
+            ),
+            "corrupt array spec",
+        ),
+        (
+            lambda h: h.replace('"<f8"', '"' + "x" * 10**6 + '"'),
+            "corrupt .* not a numpy dtype",
+        ),
+        (
+            lambda h: h.replace('"meta": {"k": 1}', '"meta": [1]'),
+            "'mallory' sent a corrupt message",
+        ),
+    ],
+    ids=[
+        "nested",
+        "deep",
+        "long-meta",
+        "long-round",
+        "2**64",
+        "2**64-shape",
+        "int64-shape",
+        "1MB-name",
+        "1MB-dtype",
+        "meta-list",
+    ],
+)
+def test_a_crafted_header_is_refused_by_a_short_protocol_error(edit, match):
+    """Odd JSON in a peer's header (nested or too long meta values, numbers of thousands of
+    digits, a shape numpy cannot make) was a raw ValueError, or an error of megabytes (the
+    transport names the peer it came from, as for any refusal of the decoder)."""
+    data = _crafted(edit)
+    with pytest.raises(ProtocolError, match=match) as err:
+        Message.decode(data)
+    assert len(str(err.value)) < 1000

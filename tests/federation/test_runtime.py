@@ -136,3 +136,37 @@ def test_a_reply_must_be_the_reply_to_its_request():
     np.testing.assert_array_equal(
         server.send("b", "partial", arrays={"x": np.ones(1)}).arrays["partial"], [1.0, 1.0]
     )
+
+
+def test_threads_sharing_a_transport_lose_no_handler_time(monkeypatch):
+    """Each handler's time was added to the log by a read, a clock call and a write: another
+    thread's write in between (the clock here lets it run: a thread switch) was lost. With a
+    clock that says one second per handler, the log now holds one per request."""
+    import threading
+    import time
+    import types
+
+    from fedviews.federation import _transport
+
+    ticks = threading.local()
+
+    def perf_counter() -> float:
+        time.sleep(0)  # (lets the other thread run, as a switch at this call would)
+        ticks.t = getattr(ticks, "t", 0.0) + 1.0  # each call one second on: a handler one
+        return ticks.t
+
+    monkeypatch.setattr(_transport, "time", types.SimpleNamespace(perf_counter=perf_counter))
+    c, p = Summer(), Holder("p", np.ones((2, 3)))
+    transport = federate([c, p], POLICY)
+    n = 1000
+
+    def requests() -> None:
+        for _ in range(n):
+            c.send("p", "partial", arrays={"x": np.ones(3)})
+
+    threads = [threading.Thread(target=requests) for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert transport.log.handler_seconds["p"] == 2 * n

@@ -6,8 +6,9 @@ from __future__ import annotations
 
 import json
 import sys
+import threading
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import TYPE_CHECKING, Any
 
@@ -66,16 +67,30 @@ class FiniteChecks:
     tensor is read at once, where reading it synchronises nothing (by the sum trick of
     :func:`first_not_finite`, cheaper there than a minimum and a maximum), and one that is
     not finite is refused at the same points as the others, in the order they came.
+
+    The checks are per thread: a thread settles the tensors handed over by its own requests
+    (in one process a handler runs in the thread of the request it answers), so threads
+    that share a transport neither settle nor are refused for each other's tensors. A
+    refusal is kept until the thread's outermost request ends (:meth:`settle` with
+    ``outermost``): every settle until then raises it again, so a handler that swallows it
+    does not make the NaN be forgotten.
     """
 
     def __init__(self, limit: int = 256) -> None:
         self.limit = limit
-        self._pending: list[_Pending] = []
-        self._since = 0  # tensors handed over since the checks last settled
+        self._threads = threading.local()  # each thread's _Queue (.queue)
+
+    def _queue(self) -> _Queue:
+        """This thread's queue."""
+        queue: _Queue | None = getattr(self._threads, "queue", None)
+        if queue is None:
+            queue = self._threads.queue = _Queue()
+        return queue
 
     def add(self, msg: Message, tensors: Mapping[str, torch.Tensor]) -> None:
         """Queue the floating-point ``tensors`` of ``msg`` (handed over, by name)."""
         torch = sys.modules["torch"]
+        queue = self._queue()
         for name, t in tensors.items():
             if not t.numel():  # (no values: none to check, and no minimum)
                 continue
@@ -86,29 +101,56 @@ class FiniteChecks:
                 continue
             else:
                 probes = (t.sum(),)  # NaN or infinite, as a sum of a NaN or an infinity is
-            self._pending.append(_Pending(probes, msg.sender, msg.kind, name))
-        self._since += len(tensors)
-        if self._since >= self.limit:
+            queue.pending.append(_Pending(probes, msg.sender, msg.kind, name))
+        queue.since += len(tensors)
+        if queue.since >= self.limit:
             self.settle()
 
-    def settle(self, cause: BaseException | None = None) -> None:
-        """Check every queued tensor (then forget them): the first one that is not finite is
-        refused, naming its sender (from ``cause``, the failure that made its receiver stop
-        where one did: the NaN's consequence, never blamed on its victim)."""
-        pending, self._pending, self._since = self._pending, [], 0
-        by_device: dict[Any, list[int]] = {}
-        for i, p in enumerate(pending):
-            by_device.setdefault(p.probes[0].device, []).append(i)
-        bad = []
-        for idx in by_device.values():  # (of several dtypes: stacked as the widest)
-            owners = [i for i in idx for _ in pending[i].probes]
-            probes = [x for i in idx for x in pending[i].probes]
-            finite = sys.modules["torch"].stack(probes).isfinite()
-            if not bool(finite.all()):  # the one host synchronisation (per device)
-                bad += [i for i, ok in zip(owners, finite.tolist(), strict=True) if not ok]
-        if bad:
-            first = pending[min(bad)]
-            raise not_finite(first.sender, first.kind, first.name) from cause
+    def settle(self, cause: BaseException | None = None, *, outermost: bool = False) -> None:
+        """Check every tensor this thread queued (then forget them): the first one that is not
+        finite is refused, naming its sender (from ``cause``, the failure that made its
+        receiver stop where one did: the NaN's consequence, never blamed on its victim). A
+        refusal made before in this thread is raised again, until ``outermost`` (the
+        thread's outermost request ends) forgets it."""
+        queue = self._queue()
+        pending, queue.pending, queue.since = queue.pending, [], 0
+        refused = queue.refused
+        if refused is None and (refused := _refusal(pending)) is not None:
+            refused.__cause__ = cause  # (as ``raise refused from cause``, kept when raised again)
+        queue.refused = None if outermost else refused
+        if refused is not None:
+            raise refused
+
+
+@dataclass
+class _Queue:
+    """One thread's deferred checks: the tensors queued, how many were handed over since the
+    checks last settled, and the refusal that its outermost request has not raised yet."""
+
+    pending: list[_Pending] = field(default_factory=list)
+    since: int = 0
+    refused: ProtocolError | None = None
+
+
+def _refusal(pending: list[_Pending]) -> ProtocolError | None:
+    """The refusal of the first of ``pending`` that is not finite (one host synchronisation
+    per device), or ``None``."""
+    by_device: dict[Any, list[int]] = {}
+    for i, p in enumerate(pending):
+        by_device.setdefault(p.probes[0].device, []).append(i)
+    bad = []
+    for idx in by_device.values():  # (of several dtypes: stacked as the widest)
+        owners = [i for i in idx for _ in pending[i].probes]
+        probes = [x for i in idx for x in pending[i].probes]
+        finite = sys.modules["torch"].stack(probes).isfinite()
+        if not bool(finite.all()):  # the one host synchronisation (per device)
+            bad += [i for i, ok in zip(owners, finite.tolist(), strict=True) if not ok]
+    if not bad:
+        return None
+    first = pending[min(bad)]
+    refused = not_finite(first.sender, first.kind, first.name)
+    refused.__suppress_context__ = True
+    return refused
 
 
 def hand_over(msg: Message, checks: FiniteChecks) -> tuple[Message, Header, int]:
@@ -191,7 +233,7 @@ def _received(
         arrays=arrays,
         meta=dict(msg.meta),
     )
-    meta = len(json.dumps(got.meta)) if got.meta else 2
+    meta = len(msg.to_json(got.meta)) if got.meta else 2
     return got, _fixed_length(msg.kind, msg.sender, msg.receiver, keys) + len(str(msg.round)) + meta
 
 
@@ -213,6 +255,6 @@ def _decoded(
 ) -> tuple[Message, int]:
     """The receiver's message of any header: read back from its JSON as decoding reads it,
     and its encoding's length."""
-    start = prefix(json.dumps(msg._head(specs), allow_nan=True).encode("utf-8"))
+    start = prefix(msg.to_json(msg._head(specs)).encode("utf-8"))
     got = Message._of(read_header(memoryview(start)), arrays)
     return got, len(start) + sum(int(s["size"]) for s in specs)

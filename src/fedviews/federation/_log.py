@@ -51,6 +51,12 @@ class MessageLog:
     _dropped_keys: dict[tuple[str, str], int] = field(default_factory=lambda: defaultdict(int))
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
+    def add_seconds(self, party: str, seconds: float) -> None:
+        """Count ``seconds`` more in ``party``'s handlers (``handler_seconds``; under the lock:
+        the handlers of a transport's threads finish concurrently)."""
+        with self._lock:
+            self.handler_seconds[party] += seconds
+
     def record(self, entry: LogEntry) -> None:
         pair = (entry.sender, entry.receiver)
         with self._lock:  # transports may deliver concurrently

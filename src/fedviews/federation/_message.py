@@ -6,7 +6,8 @@ Wire format (little-endian)::
     b"FVM1" | u32 header_len | header (UTF-8 JSON) | array payloads, concatenated
 
 The JSON header holds ``kind``, ``sender``, ``receiver``, ``round``, ``meta``
-(str/int/float/bool/None values only) and, per array, its ``name``, ``dtype``
+(string keys; str/int/float/bool/None values, integers of at most 64 bits) and, per array,
+its ``name``, ``dtype``
 (numpy ``dtype.str``, e.g. ``"<f8"``), ``shape`` and byte ``size``. Only plain
 numeric/bool dtypes are accepted, so decoding never executes code. A receiver's budget
 (what one message may make it log): at most ``MAX_META_KEYS`` meta keys of at most
@@ -29,6 +30,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, NoReturn
 import numpy as np
 
 from fedviews.errors import ProtocolError, RemoteError
+from fedviews.federation._meta import check_meta, check_meta_types, shown
 from fedviews.federation._tensors import (
     ALLOWED_KINDS,
     Array,
@@ -38,6 +40,7 @@ from fedviews.federation._tensors import (
     nbytes,
     numpy_dtype,
     to_host,
+    torch_dtype,
 )
 
 if TYPE_CHECKING:
@@ -46,23 +49,7 @@ if TYPE_CHECKING:
 MetaValue = str | int | float | bool | None
 _MAGIC = b"FVM1"
 _MAX_META = 1 << 20  # bytes of a sealed meta table
-MAX_META_KEYS = 1024
-MAX_KEY_CHARS = 256
 MAX_ROUND = 2**31 - 1
-
-
-def check_meta(meta: Mapping[Any, Any], sender: str) -> None:
-    """Refuse a meta table beyond the budget of one message (``MAX_META_KEYS`` keys of at
-    most ``MAX_KEY_CHARS`` characters): a :class:`ProtocolError` names ``sender``."""
-    if not meta:  # (most messages: nothing to check)
-        return
-    long = next((k for k in meta if len(str(k)) > MAX_KEY_CHARS), None)
-    if len(meta) > MAX_META_KEYS or long is not None:
-        what = f"a key of {len(str(long))} characters" if long else f"{len(meta)} keys"
-        raise ProtocolError(
-            f"{sender!r} sent a meta table with {what}; at most {MAX_META_KEYS} keys of "
-            f"{MAX_KEY_CHARS} characters are accepted"
-        )
 
 
 @dataclass(frozen=True)
@@ -98,12 +85,16 @@ class Message:
     def __post_init__(self) -> None:
         arrays = {str(k): check_array(str(k), v) for k, v in self.arrays.items()}
         object.__setattr__(self, "arrays", arrays)
-        check_meta(self.meta, self.sender)
-        for k, v in self.meta.items():
-            if not (v is None or isinstance(v, (str, int, float, bool))):
-                raise ProtocolError(
-                    f"meta[{k!r}] must be str/int/float/bool/None, got {type(v).__name__}"
-                )
+        names = (self.kind, self.sender, self.receiver)
+        if not all(isinstance(v, str) for v in names) or not _integral(self.round):
+            raise ProtocolError(
+                "a message's kind, sender and receiver are strings and its round an integer, "
+                f"got {shown([*names, self.round])}"
+            )
+        meta = dict(self.meta)  # (its own: the caller's table may change afterwards)
+        object.__setattr__(self, "meta", meta)
+        check_meta_types(self.kind, self.sender, meta)
+        check_meta(meta, self.sender)
 
     @property
     def nbytes(self) -> int:
@@ -183,7 +174,7 @@ class Message:
         checked = name in self._finite
         if dtype is not None:
             self._floating(name, arr.is_floating_point(), numpy_dtype(arr))
-            want = _torch_dtype(dtype)
+            want = torch_dtype(dtype)
             if arr.dtype != want:  # a narrower type may overflow to inf: checked again
                 checked, arr = False, arr.to(want)
         if arr.is_floating_point() and not checked:
@@ -255,7 +246,18 @@ class Message:
 
     def _start(self) -> tuple[bytes, list[np.ndarray]]:
         head, payloads = self.layout()
-        return prefix(json.dumps(head, allow_nan=True).encode("utf-8")), payloads
+        return prefix(self.to_json(head).encode("utf-8")), payloads
+
+    def to_json(self, table: Mapping[str, Any]) -> str:
+        """The JSON of ``table``, this message's header table (:meth:`layout`) or its meta:
+        a meta table changed since the message was made so that JSON cannot carry it is
+        refused as making the message would have been (a :class:`ProtocolError` names the
+        message and the key)."""
+        try:
+            return json.dumps(table, allow_nan=True)
+        except (TypeError, ValueError) as exc:
+            check_meta_types(self.kind, self.sender, self.meta)
+            raise ProtocolError(f"{self.sender!r} cannot encode {self.kind!r}: {exc}") from None
 
     def layout(self) -> tuple[dict[str, Any], list[np.ndarray]]:
         """The header table and the little-endian, C-ordered arrays of the encoding (a
@@ -336,18 +338,9 @@ class Message:
         )
 
 
-#: the torch dtype of each numpy float type asked for so far (:meth:`Message.tensor`)
-_TORCH_DTYPES: dict[Any, torch.dtype] = {}
-
-
-def _torch_dtype(dtype: type[np.floating]) -> torch.dtype:
-    """The torch dtype of numpy's ``dtype``."""
-    got = _TORCH_DTYPES.get(dtype)
-    if got is None:
-        import torch
-
-        got = _TORCH_DTYPES[dtype] = torch.from_numpy(np.empty(0, dtype=dtype)).dtype
-    return got
+def _integral(value: Any) -> bool:
+    """Whether ``value`` is an integer (``int`` or numpy's, not a bool)."""
+    return isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_))
 
 
 def _little(dtype: np.dtype[Any]) -> np.dtype[Any]:
@@ -439,7 +432,10 @@ def parse_header(view: memoryview) -> tuple[dict[str, Any], list[dict[str, Any]]
         dtype = _check_spec(spec)
         # Python integers: a shape such as [2**32, 2**32] must not wrap around to 0 bytes
         if spec["size"] != dtype.itemsize * math.prod(spec["shape"]):
-            raise ProtocolError(f"array {spec['name']!r}: size does not match its shape")
+            raise ProtocolError(f"array {shown(spec['name'])}: size does not match its shape")
+        if dtype.itemsize * math.prod(max(d, 1) for d in spec["shape"]) >= 2**63:  # numpy's bound
+            name, shape = shown(spec["name"]), shown(spec["shape"])  # (an empty one: zeros too)
+            raise ProtocolError(f"array {name}: no array has the shape {shape}")
         total += spec["size"]
     if total > len(view):
         raise ProtocolError("truncated message payload")
@@ -456,7 +452,7 @@ def read_header(view: memoryview) -> dict[str, Any]:
     (hlen,) = struct.unpack("<I", view[4:8])
     try:
         header = json.loads(bytes(view[8 : 8 + hlen]).decode("utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+    except (UnicodeDecodeError, ValueError) as exc:  # (ValueError: also a number too long)
         raise ProtocolError(f"corrupt message header: {exc}") from None
     except RecursionError:
         raise ProtocolError("corrupt message header: nested too deeply") from None
@@ -467,14 +463,17 @@ def read_header(view: memoryview) -> dict[str, Any]:
     ]
     if missing:
         raise ProtocolError(f"corrupt message header: no {missing}")
-    if not isinstance(header["arrays"], list) or not isinstance(header["meta"], dict):
-        raise ProtocolError("corrupt message header: 'arrays' must be a list and 'meta' an object")
     names = [header[k] for k in ("kind", "sender", "receiver")]
     round_ = header["round"]
     if not all(isinstance(v, str) for v in names) or type(round_) is not int:
         raise ProtocolError(
             "corrupt message header: 'kind', 'sender' and 'receiver' must be strings and "
-            f"'round' an integer, got {names + [round_]!r}"
+            f"'round' an integer, got {shown(names + [round_])}"
+        )
+    if not isinstance(header["arrays"], list) or not isinstance(header["meta"], dict):
+        raise ProtocolError(
+            f"{names[1]!r} sent a corrupt message header: 'arrays' must be a list and 'meta' an "
+            f"object, got {shown(header['arrays'])} and {shown(header['meta'])}"
         )
     if not 0 <= round_ <= MAX_ROUND:
         raise ProtocolError(
@@ -494,7 +493,9 @@ def _check_spec(spec: Any) -> np.dtype[Any]:
     """The dtype of one array spec of a header, after checking its fields' types: a string
     name and dtype, a shape of whole numbers >= 0, a byte size >= 0 (a ProtocolError else)."""
     if not isinstance(spec, dict) or not {"name", "dtype", "shape", "size"} <= set(spec):
-        raise ProtocolError(f"corrupt array spec {spec!r}: expected name, dtype, shape and size")
+        raise ProtocolError(
+            f"corrupt array spec {shown(spec)}: expected name, dtype, shape and size"
+        )
     shape = spec["shape"]
     if (
         not isinstance(spec["name"], str)
@@ -504,15 +505,15 @@ def _check_spec(spec: Any) -> np.dtype[Any]:
         or not _count(spec["size"])
     ):
         raise ProtocolError(
-            f"corrupt array spec {spec!r}: name and dtype must be strings, shape a list of "
+            f"corrupt array spec {shown(spec)}: name and dtype must be strings, shape a list of "
             "whole numbers >= 0 and size a whole number >= 0"
         )
     try:
         dtype = np.dtype(spec["dtype"])
-    except (TypeError, ValueError) as exc:
-        raise ProtocolError(f"corrupt array spec {spec!r}: {exc}") from None
+    except (TypeError, ValueError):
+        raise ProtocolError(f"corrupt array spec {shown(spec)}: not a numpy dtype") from None
     if dtype.kind not in ALLOWED_KINDS:
-        raise ProtocolError(f"array {spec['name']!r} has forbidden dtype {dtype}")
+        raise ProtocolError(f"array {shown(spec['name'])} has forbidden dtype {dtype}")
     return dtype
 
 
@@ -529,9 +530,9 @@ def _sealed_overhead(header: Mapping[str, Any]) -> int:
         nonce = bytes.fromhex(str(sealed["nonce"]))
         seq, n_meta = int(sealed["seq"]), int(sealed["meta_bytes"])
     except (KeyError, TypeError, ValueError, AttributeError):
-        raise ProtocolError(f"corrupt sealed-message header: {sealed!r}") from None
+        raise ProtocolError(f"corrupt sealed-message header: {shown(sealed)}") from None
     if len(nonce) != 12 or seq < 1 or not 0 <= n_meta <= _MAX_META or header.get("meta"):
-        raise ProtocolError(f"corrupt sealed-message header: {sealed!r}")
+        raise ProtocolError(f"corrupt sealed-message header: {shown(sealed)}")
     return n_meta + SEAL_TAG
 
 

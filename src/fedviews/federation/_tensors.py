@@ -46,6 +46,18 @@ def numpy_dtype(t: torch.Tensor) -> np.dtype[Any]:
     return dt
 
 
+#: the torch dtype of each numpy float type asked for so far (:meth:`Message.tensor`)
+_TORCH_DTYPES: dict[Any, torch.dtype] = {}
+
+
+def torch_dtype(dtype: type[np.floating]) -> torch.dtype:
+    """The torch dtype of numpy's ``dtype`` (a float type)."""
+    got = _TORCH_DTYPES.get(dtype)
+    if got is None:
+        got = _TORCH_DTYPES[dtype] = sys.modules["torch"].from_numpy(np.empty(0, dtype)).dtype
+    return got
+
+
 def to_host(a: Array) -> np.ndarray:
     """``a`` as a numpy array: a tensor detached and copied to host memory (a CPU tensor's
     array shares its memory; a CUDA tensor is copied into page-locked (pinned) memory, which

@@ -131,7 +131,7 @@ class Transport(ABC):
         try:
             return fn()
         finally:
-            self.log.handler_seconds[party.name] += time.perf_counter() - t0
+            self.log.add_seconds(party.name, time.perf_counter() - t0)
 
     def _loopback(self, party: Party, msg: Message) -> Message:
         """Deliver ``msg`` to ``party`` (hosted here) as over a wire: policy-checked and logged
@@ -176,7 +176,11 @@ class InProcessTransport(Transport):
     infinity is refused by a :class:`ProtocolError` naming its sender and the array, as on
     delivery; its receiver may have computed with it in between, which in one process
     changes nothing that outlives the failed run (a wire's receiver checks every array on
-    arrival, :meth:`Message.array` and :meth:`Message.tensor`).
+    arrival, :meth:`Message.array` and :meth:`Message.tensor`). The refusal is raised
+    again by every request until the outermost one has raised it, so a handler that
+    catches it cannot make the run go on. Each thread has its own checks and outermost
+    request: threads that share the transport are neither refused for nor settle each
+    other's tensors.
 
     ``batch_backward``: the messages of one :meth:`request_many` (a party's
     :meth:`~Party.scatter`) to distinct parties are all checked and handed over first;
@@ -226,12 +230,12 @@ class InProcessTransport(Transport):
         try:
             out = deliver()
         except Exception as exc:
-            self.checks.settle(exc)
+            self.checks.settle(exc, outermost=not depth)
             raise
         finally:
             self._calls.depth = depth
         if not depth:
-            self.checks.settle()
+            self.checks.settle(outermost=True)
         return out
 
     def _request_many(self, msgs: list[Message]) -> list[Message]:
@@ -281,7 +285,7 @@ class InProcessTransport(Transport):
             ) from exc
         share = (time.perf_counter() - t0) / len(staged)
         for party, got, s in staged:
-            self.log.handler_seconds[party.name] += share
+            self.log.add_seconds(party.name, share)
             self._as_party(party, got, s.then)
 
     def _hand_over(self, msg: Message) -> Message:

@@ -1,0 +1,73 @@
+"""The meta table of a message (:class:`~fedviews.federation.Message`): what JSON carries as it
+is (string keys; str, int of at most 64 bits, float, bool or None values) within the budget of
+one message, and how an error text shows what a peer sent (:func:`shown`, bounded)."""
+
+from __future__ import annotations
+
+import reprlib
+from collections.abc import Mapping
+from typing import Any
+
+from fedviews.errors import ProtocolError
+
+MAX_META_KEYS = 1024
+MAX_KEY_CHARS = 256
+#: the integers a meta value may be (64 bits, signed or not): JSON carries them exactly, and
+#: no reader's limit on the digits of an integer applies (Python's: 4,300)
+_META_INTS = range(-(2**63), 2**64)
+
+
+class _Shown(reprlib.Repr):
+    """How an error text shows a value a peer sent: bounded (strings, integers, nesting), as a
+    header may be megabytes."""
+
+    def __init__(self) -> None:
+        super().__init__()  # (keyword arguments only from Python 3.12 on)
+        self.maxlevel, self.maxstring, self.maxother, self.maxlong = 3, 80, 80, 40
+
+    def repr_int(self, x: int, level: int) -> str:
+        if x.bit_length() > 1000:  # (repr refuses an int of more than 4,300 digits)
+            return f"<an int of {x.bit_length()} bits>"
+        return super().repr_int(x, level)
+
+
+_SHOWN = _Shown()
+
+
+def shown(value: Any) -> str:
+    """``repr(value)``, cut short (strings, integers, nesting): for an error text."""
+    return _SHOWN.repr(value)
+
+
+def check_meta_types(kind: str, sender: str, meta: Mapping[Any, Any]) -> None:
+    """Refuse a meta table that JSON does not carry as it is: a key that is not a string (a
+    number or ``None`` would arrive renamed, a tuple not at all) or a value that is not a
+    str, an int of at most 64 bits, a float, a bool or None. The :class:`ProtocolError`
+    names the message (``kind``, ``sender``) and the key."""
+    for k, v in meta.items():
+        if not isinstance(k, str):
+            raise ProtocolError(
+                f"{sender!r} sent {kind!r} with the meta key {shown(k)} of type "
+                f"{type(k).__name__}: meta keys are strings"
+            )
+        if v is None or isinstance(v, (str, float)) or (isinstance(v, int) and v in _META_INTS):
+            continue
+        what = "an int beyond 64 bits" if isinstance(v, int) else f"of type {type(v).__name__}"
+        raise ProtocolError(
+            f"{sender!r} sent {kind!r} with meta[{shown(k)}] = {shown(v)}, {what}: meta "
+            "values are str, int (64 bits), float, bool or None"
+        )
+
+
+def check_meta(meta: Mapping[Any, Any], sender: str) -> None:
+    """Refuse a meta table beyond the budget of one message (``MAX_META_KEYS`` keys of at
+    most ``MAX_KEY_CHARS`` characters): a :class:`ProtocolError` names ``sender``."""
+    if not meta:  # (most messages: nothing to check)
+        return
+    long = next((k for k in meta if len(str(k)) > MAX_KEY_CHARS), None)
+    if len(meta) > MAX_META_KEYS or long is not None:
+        what = f"a key of {len(str(long))} characters" if long else f"{len(meta)} keys"
+        raise ProtocolError(
+            f"{sender!r} sent a meta table with {what}; at most {MAX_META_KEYS} keys of "
+            f"{MAX_KEY_CHARS} characters are accepted"
+        )
