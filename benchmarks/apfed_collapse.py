@@ -181,6 +181,9 @@ def main() -> None:
     ap.add_argument(
         "--estimator", action="store_true", help="also fit APFed with each seed and compare"
     )
+    ap.add_argument(
+        "--no-trace", action="store_true", help="--json: the per-seed table only, no trace"
+    )
     json_option(ap)
     args = ap.parse_args()
     torch.set_num_threads(1)
@@ -215,12 +218,11 @@ def main() -> None:
             f"batch; escape: the first step with L_A < {ESCAPE} (ln 10 = 2.303 is chance); "
             "APFed.fit: the estimator with the same seed (--estimator).",
         },
-        {
-            "title": f"Trace — {what}",
-            "columns": ["seed", "λ", *TRACE_KEYS],
-            "rows": trace,
-        },
     ]
+    if not args.no_trace:
+        tables.append(
+            {"title": f"Trace — {what}", "columns": ["seed", "λ", *TRACE_KEYS], "rows": trace}
+        )
     write_record(args.json, f"Why APFed-R stalls: {what}", tables)
 
 
