@@ -1,135 +1,277 @@
-"""Why APFed-R collapses to chance at lr 0.03: its math in a plain loop, with diagnostics.
+"""Why APFed-R stalls at chance: its math in a plain loop, with diagnostics, on a Table 2 config.
 
-MNIST 2-1 (the active client holds the top 14 rows and the labels, the passive
-client the bottom 14), the paper's Table 3 networks and optimiser (SGD, momentum
-0.9, weight decay 1e-4, batch 64), APFed-R with the per-sample L2 reconstruction
-loss of Eq. 12 and λ (Eq. 8-10, as :mod:`fedviews.deep.apfed` computes them). Every
-10 steps it prints ``L_A``, ``L_p``, the norms of ``∂L_A/∂h_A`` and
-``λ ∂L_p/∂h_A`` (what the active encoder receives from each side), the fraction of
-``h_A`` that is exactly 0 (dead ReLUs of ``f_A``), the fraction of the decoder's
-hidden units that are 0 and the mean bias of ``f_A``'s last convolution; after every
-epoch the active client's test accuracy (Eq. 11). ``--lam 0`` is SingleVL. ``--json PATH``
-also writes both as tables (``benchmarks/_record.py``), from which ``docs/algorithms/apfed.md``
-quotes its numbers.
+The data are those of ``configs/apfed_table2_{mnist,fmnist}.toml`` (``--dataset``), split
+and subset by the experiment's own loader with the config's seed. The loop is APFed-R of
+:mod:`fedviews.deep.apfed` written out: the paper's Table 3 networks, SGD (momentum 0.9,
+weight decay 1e-4, batch 64), the per-sample L2 reconstruction loss of Eq. 12 and λ
+(Eq. 8-10), with the estimator's seeds (every party's initial weights, every epoch's
+batch order), so that ``--estimator`` (the same seed through ``APFed.fit``) can be compared
+with it number for number. ``--lam 0`` is SingleVL.
 
-    python benchmarks/apfed_collapse.py --lr 0.03 --lam 1 --epochs 1
+Every ``--every`` steps it prints ``L_A``, ``L_p``, the norms of ``∂L_A/∂h_A`` and
+``Σ_p λ ∂L_p/∂h_A`` (what the active encoder ``f_A`` receives from each side), the
+fraction of ``h_A`` that is exactly 0, the fraction of ``h_A``'s units (channel and
+position) that are 0 on every sample of the batch (dead ReLUs of ``f_A``), the fraction of
+the decoders' hidden units that are 0 and the mean bias of ``f_A``'s last convolution;
+after every epoch the active client's test accuracy (Eq. 11). ``--json PATH`` writes a
+record (``benchmarks/_record.py``) of one row per seed and λ, and of the trace of each at
+a few steps::
+
+    OMP_NUM_THREADS=1 python benchmarks/apfed_collapse.py --dataset fashion_mnist --seeds 0 3
 """
 
 from __future__ import annotations
 
 import argparse
+import math
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
-from _record import json_option, write_record
-from sklearn.model_selection import train_test_split
+from _record import NA, json_option, write_record
 from torch.nn import functional as F
 
-from fedviews import data
-from fedviews.deep._apfed_nets import ARCHS, ActiveNet, Decoder, cut_strips
+from fedviews.deep import parse_setting
+from fedviews.deep._apfed_nets import APFedNets, cut_strips
+from fedviews.deep._common import device_batches
+from fedviews.deep._split import build_module, sgd
+from fedviews.deep._strips import party_seeds
 from fedviews.deep.apfed import reconstruction_loss
+from fedviews.experiments import load_config
+from fedviews.experiments.apfed import _apfed, _load
 
-#: what the loop records every 10 steps
-STEP_COLUMNS = [
-    "epoch",
-    "step",
-    "L_A",
-    "L_p",
-    "|dL_A/dh_A|",
-    "|λ dL_p/dh_A|",
-    "h_A == 0",
-    "decoder hidden == 0",
-    "f_A conv2 bias mean",
-]
+ROOT = Path(__file__).resolve().parents[1]
+CONFIGS = {"mnist": "apfed_table2_mnist.toml", "fashion_mnist": "apfed_table2_fmnist.toml"}
+#: the steps of the trace table (and the last step of each epoch)
+TRACE_STEPS = (0, 1, 2, 5, 10, 20, 30)
+#: ``L_A`` under this has left ln 10 (= 2.303, chance on 10 classes): the step the active
+#: model starts to learn
+ESCAPE = 2.0
+
+
+@dataclass
+class Run:
+    """What one seed's loop measured."""
+
+    trace: list[dict[str, float]] = field(default_factory=list)
+    epoch_ends: list[dict[str, float]] = field(default_factory=list)
+    accuracy: list[float] = field(default_factory=list)
+    escape: int | None = None
+
+
+def measure(
+    p: Any, data: tuple[np.ndarray, ...], setting: str, lam: float, seed: int, every: int
+) -> Run:
+    """APFed-R's loop on the config's data (``p``: its params) with the estimator's seeds."""
+    Xtr, ytr, Xte, yte = data
+    m, i = parse_setting(setting)
+    strips = [torch.tensor(s) for s in cut_strips(Xtr[:, None], m, pad=p.pad)]
+    xa, xps = strips[i - 1], [s for k, s in enumerate(strips) if k != i - 1]
+    xa_test = torch.tensor(cut_strips(Xte[:, None], m, pad=p.pad)[i - 1])
+    y = torch.tensor(ytr).long()
+    seeds = party_seeds(seed, m)
+    nets = APFedNets("auto", 1)
+    strip = tuple(xa.shape[1:])
+    active = nets.active(strip, 10, seeds[0])
+    rep = nets.rep_shape(strip)
+    decoders = [
+        build_module(seeds[1 + j], lambda: nets.passive("R", strip, rep), "cpu")
+        for j in range(len(xps))
+    ]
+    opt_settings = {"lr": p.lr, "momentum": p.momentum, "weight_decay": p.weight_decay}
+    opt_a = sgd(active.parameters(), **opt_settings)
+    opts_p = [sgd(d.parameters(), **opt_settings) for d in decoders]
+    hidden: list[torch.Tensor] = []
+    for d in decoders:
+        d.deconvs[0].register_forward_hook(lambda _m, _i, out: hidden.append(out.detach()))
+    rng = np.random.default_rng(seeds[0])  # the active client's stream: one shuffle per epoch
+    run, step = Run(), 0
+    for epoch in range(p.epochs):
+        order = np.random.default_rng(int(rng.integers(2**31)))
+        batches = device_batches(len(y), p.batch_size, order, torch.device("cpu"))
+        for b, idx in enumerate(batches):
+            h = active.encoder(xa[idx])
+            h_head = h.detach().requires_grad_(True)
+            loss_a = F.cross_entropy(active.head(h_head), y[idx])
+            hidden.clear()
+            g_p, losses_p = torch.zeros_like(h), []
+            for dec, opt, xp in zip(decoders, opts_p, xps, strict=True):
+                h_p = h.detach().requires_grad_(True)  # what the passive client receives
+                loss_p = reconstruction_loss(dec(h_p), xp[idx], p.recon_loss)
+                opt.zero_grad()
+                loss_p.backward()
+                assert h_p.grad is not None
+                g_p += lam * h_p.grad
+                opt.step()
+                losses_p.append(loss_p.item())
+            opt_a.zero_grad()
+            loss_a.backward()
+            assert h_head.grad is not None
+            g_a = h_head.grad
+            h.backward(g_a + g_p)  # Eq. 9: the active encoder gets both
+            opt_a.step()
+            if run.escape is None and loss_a.item() < ESCAPE:
+                run.escape = step
+            last = b == len(batches) - 1
+            if step in TRACE_STEPS or last or step % every == 0:
+                row = {
+                    "epoch": epoch + 1,
+                    "step": step,
+                    "L_A": loss_a.item(),
+                    "L_p": float(np.mean(losses_p)) if losses_p else math.nan,
+                    "g_A": float(g_a.norm()),
+                    "g_p": float(g_p.norm()),
+                    "h_mean": float(h.detach().mean()),
+                    "h_zero": float((h == 0).float().mean()),
+                    "dead": float((h == 0).all(dim=0).float().mean()),
+                    "dec_zero": float(torch.cat([F.relu(x) == 0 for x in hidden]).float().mean())
+                    if hidden
+                    else math.nan,
+                    "bias": float(active.encoder.get_parameter("convs.1.bias").detach().mean()),
+                }
+                print(
+                    f"seed {seed} λ {lam:g} epoch {epoch + 1} step {step:4d}  L_A {row['L_A']:.3f}"
+                    f"  L_p {row['L_p']:.3f}  |dL_A/dh| {row['g_A']:.2e}  "
+                    f"|Σλ dL_p/dh| {row['g_p']:.2e}  mean h_A {row['h_mean']:.2e}  "
+                    f"h_A==0 {row['h_zero']:.3f}  "
+                    f"dead h_A units {row['dead']:.3f}  decoder hidden==0 {row['dec_zero']:.3f}  "
+                    f"f_A conv2 bias {row['bias']:.3f}",
+                    flush=True,
+                )
+                if step in TRACE_STEPS or last:
+                    run.trace.append(row)
+                if last:
+                    run.epoch_ends.append(row)
+            step += 1
+        with torch.no_grad():
+            acc = float((active(xa_test).argmax(1).numpy() == yte).mean())
+        run.accuracy.append(100 * acc)
+        print(
+            f"seed {seed} λ {lam:g} epoch {epoch + 1}: test accuracy {100 * acc:.2f} %", flush=True
+        )
+    return run
+
+
+def _estimator(p: Any, data: tuple[np.ndarray, ...], setting: str, lam: float, seed: int) -> float:
+    """Test accuracy (%) of ``APFed`` (or SingleVL at λ = 0: the same, bit for bit) as the
+    experiment builds it for this seed."""
+    Xtr, ytr, Xte, yte = data
+    est = _apfed(p, "R", setting, lam, "cpu", seed)
+    return 100 * est.fit(Xtr, ytr).score(Xte, yte)
+
+
+def _num(x: float) -> Any:
+    """A table cell: ``x`` to 4 decimals, :data:`NA` for NaN (no passive client)."""
+    return NA if math.isnan(x) else round(x, 4)
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--lr", type=float, default=0.03)
-    ap.add_argument("--lam", type=float, default=1.0)
-    ap.add_argument("--epochs", type=int, default=1)
-    ap.add_argument("--n-train", type=int, default=3000)
-    ap.add_argument("--recon-loss", default="l2", choices=["l2", "mse"])
-    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--dataset", default="mnist", choices=sorted(CONFIGS))
+    ap.add_argument("--setting", default="2-1", help="m-i setting (default 2-1)")
+    ap.add_argument("--seeds", type=int, nargs="+", default=[0], help="seeds of the cells")
+    ap.add_argument("--lams", type=float, nargs="+", help="λ values (default: the config's)")
+    ap.add_argument("--lr", type=float, help="SGD learning rate (default: the config's)")
+    ap.add_argument("--epochs", type=int, help="epochs (default: the config's)")
+    ap.add_argument("--recon-loss", choices=["l2", "mse"], help="default: the config's")
+    ap.add_argument("--every", type=int, default=10, help="print every this many steps")
+    ap.add_argument(
+        "--estimator", action="store_true", help="also fit APFed with each seed and compare"
+    )
+    ap.add_argument(
+        "--no-trace", action="store_true", help="--json: the per-seed table only, no trace"
+    )
     json_option(ap)
     args = ap.parse_args()
     torch.set_num_threads(1)
-
-    ds = data.load("mnist")  # the split of configs/apfed_table2_mnist.toml
-    assert ds.images is not None
-    img = ds.images.astype(np.float32)[:, None] / 255.0
-    tr, te = train_test_split(np.arange(len(img)), test_size=0.2, stratify=ds.y, random_state=0)
-    tr, _ = train_test_split(tr, train_size=args.n_train, stratify=ds.y[tr], random_state=0)
-    xa, xp = (torch.tensor(s) for s in cut_strips(img[tr], 2))
-    xa_test, y_test = torch.tensor(cut_strips(img[te], 2)[0]), ds.y[te]
-    y = torch.tensor(ds.y[tr]).long()
-
-    torch.manual_seed(args.seed)
-    spec = ARCHS["table3"]
-    active, decoder = ActiveNet.paper(spec, (14, 28), 10), Decoder(spec, (14, 28))
-    sgd = {"lr": args.lr, "momentum": 0.9, "weight_decay": 1e-4}
-    opt_a = torch.optim.SGD(active.parameters(), **sgd)
-    opt_p = torch.optim.SGD(decoder.parameters(), **sgd)
-    hidden: list[torch.Tensor] = []
-    decoder.deconvs[0].register_forward_hook(lambda _m, _i, out: hidden.append(out.detach()))
-    rng = np.random.default_rng(args.seed)
-    step = 0
-    steps: list[list[float | int]] = []
-    accuracies: list[list[float | int]] = []
-    for epoch in range(args.epochs):
-        order = rng.permutation(len(y))
-        for start in range(0, len(y), 64):
-            idx = torch.tensor(order[start : start + 64])
-            h = active.encoder(xa[idx])
-            h_head = h.detach().requires_grad_(True)
-            loss_a = F.cross_entropy(active.head(h_head), y[idx])
-            h_p = h.detach().requires_grad_(True)  # what the passive client receives
-            hidden.clear()
-            loss_p = reconstruction_loss(decoder(h_p), xp[idx], args.recon_loss)
-            opt_a.zero_grad()
-            opt_p.zero_grad()
-            loss_p.backward()
-            loss_a.backward()
-            assert h_head.grad is not None and h_p.grad is not None
-            g_a, g_p = h_head.grad, args.lam * h_p.grad
-            h.backward(g_a + g_p)  # Eq. 9: the active encoder gets both
-            opt_a.step()
-            opt_p.step()
-            if step % 10 == 0:
-                row = [
-                    epoch,
-                    step,
-                    round(loss_a.item(), 3),
-                    round(loss_p.item(), 3),
-                    round(float(g_a.norm()), 4),
-                    round(float(g_p.norm()), 4),
-                    round(float((h == 0).float().mean()), 3),
-                    round(float((F.relu(hidden[0]) == 0).float().mean()), 3),
-                    round(float(active.encoder.get_parameter("convs.1.bias").detach().mean()), 3),
-                ]
-                steps.append(row)
-                print(
-                    "  ".join(f"{c} {v}" for c, v in zip(STEP_COLUMNS, row, strict=True)),
-                    flush=True,
-                )
-            step += 1
-        with torch.no_grad():
-            acc = float((active(xa_test).argmax(1).numpy() == y_test).mean())
-        accuracies.append([epoch, round(100 * acc, 2)])
-        print(f"epoch {epoch}: test accuracy {acc:.4f}", flush=True)
-    title = f"APFed-R in a plain loop, lr {args.lr:g}, λ {args.lam:g}, {args.recon_loss} loss"
-    write_record(
-        args.json,
-        title,
-        [
-            {"title": "every 10 steps", "columns": STEP_COLUMNS, "rows": steps},
-            {
-                "title": "after each epoch",
-                "columns": ["epoch", "test accuracy %"],
-                "rows": accuracies,
-            },
-        ],
+    given = {"lr": args.lr, "epochs": args.epochs, "recon_loss": args.recon_loss}
+    overrides = [f"params.{k}={v!r}" for k, v in given.items() if v is not None]
+    cfg = load_config(ROOT / "configs" / CONFIGS[args.dataset], overrides)
+    p = cfg.params
+    Xtr, ytr, Xte, yte, note = _load(cfg, p)
+    data = (Xtr, ytr, Xte, yte)
+    print(note, flush=True)
+    rows, trace = [], []
+    for seed in args.seeds:
+        for lam in args.lams if args.lams is not None else [p.lam]:
+            t0 = time.perf_counter()
+            run = measure(p, data, args.setting, lam, seed, args.every)
+            est = _estimator(p, data, args.setting, lam, seed) if args.estimator else None
+            if est is not None:
+                print(f"seed {seed} λ {lam:g}: APFed.fit test accuracy {est:.2f} %", flush=True)
+            rows.append(_summary_row(seed, lam, run, est, time.perf_counter() - t0))
+            trace += [[seed, lam, *(_num(r[k]) for k in TRACE_KEYS)] for r in run.trace]
+    what = (
+        f"{args.dataset} {args.setting} (configs/{CONFIGS[args.dataset]}: {note}), "
+        f"lr {p.lr}, {p.epochs} epochs, batch {p.batch_size}, APFed-R loss {p.recon_loss}"
     )
+    tables = [
+        {
+            "title": f"APFed-R's plain loop per seed — {what}",
+            "columns": SUMMARY_COLUMNS,
+            "rows": rows,
+            "note": "g_A, g_p: norms of ∂L_A/∂h_A and Σ_p λ ∂L_p/∂h_A at step 0; dead: the "
+            "fraction of h_A's units (channel, position) that are 0 on every sample of the "
+            f"batch; escape: the first step with L_A < {ESCAPE} (ln 10 = 2.303 is chance); "
+            "APFed.fit: the estimator with the same seed (--estimator).",
+        },
+    ]
+    if not args.no_trace:
+        tables.append(
+            {"title": f"Trace — {what}", "columns": ["seed", "λ", *TRACE_KEYS], "rows": trace}
+        )
+    write_record(args.json, f"Why APFed-R stalls: {what}", tables)
+
+
+SUMMARY_COLUMNS = [
+    "seed",
+    "λ",
+    "g_A step 0",
+    "g_p step 0",
+    "dead h_A step 0",
+    "dead h_A end of epoch 1",
+    "dead h_A end",
+    "decoder hidden = 0 end",
+    "escape step",
+    "accuracy per epoch (%)",
+    "APFed.fit (%)",
+    "s",
+]
+#: the columns of a trace row (a row of :attr:`Run.trace`)
+TRACE_KEYS = (
+    "epoch",
+    "step",
+    "L_A",
+    "L_p",
+    "g_A",
+    "g_p",
+    "h_mean",
+    "h_zero",
+    "dead",
+    "dec_zero",
+    "bias",
+)
+
+
+def _summary_row(seed: int, lam: float, run: Run, est: float | None, seconds: float) -> list[Any]:
+    first = run.trace[0]
+    return [
+        seed,
+        lam,
+        _num(first["g_A"]),
+        _num(first["g_p"]),
+        _num(first["dead"]),
+        _num(run.epoch_ends[0]["dead"]),
+        _num(run.epoch_ends[-1]["dead"]),
+        _num(run.epoch_ends[-1]["dec_zero"]),
+        NA if run.escape is None else run.escape,
+        ", ".join(f"{a:.2f}" for a in run.accuracy),
+        NA if est is None else round(est, 2),
+        round(seconds, 1),
+    ]
 
 
 if __name__ == "__main__":
