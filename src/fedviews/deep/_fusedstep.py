@@ -7,17 +7,19 @@ in-process transport runs their staged backward passes as one ``torch.autograd.b
 (``foreach``) step over all their parameters (:func:`step_together`) instead of one
 ``step()`` per party: each party keeps its own optimiser object and state (what
 checkpoints, ``save``/``load`` and a launched run see), only the arithmetic runs at once.
+A party that steps alone (unstaged, a label owner) takes the same multi-tensor step over
+its own parameters (:func:`step_optimizers`), without ``step()``'s per-call wrappers.
 
-The result equals the parties' own steps: torch's SGD and Adam compute the same
-element-wise operations, in the same order, in their for-loop and multi-tensor forms.
-On a CPU, where a party's own step takes the for-loop form, the parameters and states
-are bit-identical (``tests/deep/test_fusedstep.py``); on CUDA both take the multi-tensor
-form. An optimiser steps alone, by its own ``step()``, wherever the joint step could
-differ from it or skip something: an optimiser other than exactly ``torch.optim.SGD`` or
-``torch.optim.Adam``, step hooks (its own or global) or a patched ``step``, a group that
-asks for the for-loop or the fused form, ``differentiable`` or ``capturable``, a tensor
-learning rate, sparse gradients, a state not yet created (an optimiser's first step
-creates it lazily) and hyper-parameters that no other staged optimiser shares.
+The result equals the optimisers' own ``step()``: torch's SGD and Adam compute the same
+element-wise operations, in the same order, in their for-loop and multi-tensor forms, and
+the parameters of different optimisers never meet. On a CPU, where ``step()`` takes the
+for-loop form, parameters and states are bit-identical (``tests/deep/test_fusedstep.py``);
+on CUDA ``step()`` takes the multi-tensor form too. An optimiser steps by its own
+``step()`` wherever the multi-tensor step could differ from it or skip something: an
+optimiser other than exactly ``torch.optim.SGD`` or ``torch.optim.Adam``, step hooks (its
+own or global) or a patched ``step``, a group that asks for the for-loop or the fused
+form, ``differentiable`` or ``capturable``, a tensor learning rate or betas, sparse
+gradients, and a state not yet created (its first step creates it lazily).
 """
 
 from __future__ import annotations
@@ -53,14 +55,19 @@ HYPER = {
 }
 
 
+#: one parameter group's part of a joint step: its parameters with a gradient and their
+#: states
+Part = tuple[list[Any], list[Any]]
+
+
 @dataclass(frozen=True)
 class OptimizerStep:
-    """A staged pass's ``then``: one step of a party's optimiser (alone: ``step()``)."""
+    """A staged pass's ``then``: one step of a party's optimiser (:func:`step_optimizers`)."""
 
     optimizer: torch.optim.Optimizer
 
     def __call__(self) -> None:
-        self.optimizer.step()
+        step_optimizers([self.optimizer])
 
 
 def staged_backward(output: Any, grad: Any, optimizer: torch.optim.Optimizer) -> Backward:
@@ -71,28 +78,36 @@ def staged_backward(output: Any, grad: Any, optimizer: torch.optim.Optimizer) ->
 
 
 def step_together(steps: Sequence[Callable[[], None]]) -> None:
-    """Run ``steps`` (:class:`OptimizerStep` of distinct optimisers, whose parameters are
-    disjoint as the staged graphs are): one multi-tensor step for the optimisers that
-    share a type and hyper-parameters, every other optimiser's own ``step()``."""
-    joint: dict[tuple[Any, ...], list[torch.optim.Optimizer]] = {}
-    for step in steps:
-        opt = cast(OptimizerStep, step).optimizer
-        joint.setdefault(_key(opt) or (opt,), []).append(opt)
-    for key, opts in joint.items():
-        if len(opts) == 1:  # no other optimiser shares its key, or it steps alone
-            opts[0].step()
+    """Run ``steps``, :class:`OptimizerStep` of distinct optimisers, as one (:func:`step_optimizers`)."""
+    step_optimizers([cast(OptimizerStep, s).optimizer for s in steps])
+
+
+def step_optimizers(optimizers: Sequence[torch.optim.Optimizer]) -> None:
+    """One step of every optimiser of ``optimizers`` (distinct, over disjoint parameters):
+    one multi-tensor step for all their parameter groups of one type and hyper-parameters;
+    the optimisers that must step alone (see the module), their own ``step()``."""
+    joint: dict[tuple[Any, ...], list[Part]] = {}
+    for opt in optimizers:
+        parts = _parts(opt)
+        if parts is None:
+            opt.step()
         else:
-            with torch.no_grad():
-                (_sgd if key[0] is torch.optim.SGD else _adam)(opts)
+            for key, part in parts:
+                joint.setdefault(key, []).append(part)
+    with torch.no_grad():
+        for key, group_parts in joint.items():
+            params = [p for part in group_parts for p in part[0]]
+            states = [s for part in group_parts for s in part[1]]
+            hyper = dict(zip(HYPER[key[0]], key[1:], strict=True))
+            (_sgd if key[0] is torch.optim.SGD else _adam)(params, states, hyper)
 
 
-def _key(opt: torch.optim.Optimizer) -> tuple[Any, ...] | None:
-    """The key of ``opt`` in a joint step (its type and hyper-parameters), or ``None``
-    where it must step alone (see the module; also with several parameter groups)."""
+def _parts(opt: torch.optim.Optimizer) -> list[tuple[tuple[Any, ...], Part]] | None:
+    """Each parameter group of ``opt`` with its key in a joint step (the optimiser's type
+    and the group's hyper-parameters), or ``None`` where ``opt`` must step alone."""
     names = HYPER.get(type(opt))
     if (
         names is None
-        or len(opt.param_groups) != 1
         or opt._optimizer_step_pre_hooks
         or opt._optimizer_step_post_hooks
         or _global_optimizer_pre_hooks
@@ -102,76 +117,66 @@ def _key(opt: torch.optim.Optimizer) -> tuple[Any, ...] | None:
         or getattr(opt, "found_inf", None) is not None
     ):
         return None
-    group = opt.param_groups[0]
-    if (
-        group["foreach"] is False
-        or group["fused"]
-        or group["differentiable"]
-        or group.get("capturable")
-        or any(torch.is_tensor(v) for v in (group["lr"], *group.get("betas", ())))
-        or not all(_ready(opt, group, p) for p in group["params"] if p.grad is not None)
-    ):
-        return None
-    return (type(opt), *(group[n] for n in names))
+    out = []
+    for group in opt.param_groups:
+        if (
+            group["foreach"] is False
+            or group["fused"]
+            or group["differentiable"]
+            or group.get("capturable")
+            or any(torch.is_tensor(v) for v in (group["lr"], *group.get("betas", ())))
+        ):
+            return None
+        part = _with_state(opt, group)
+        if part is None:
+            return None
+        out.append(((type(opt), *(group[n] for n in names)), part))
+    return out
 
 
-def _ready(opt: torch.optim.Optimizer, group: dict[str, Any], p: Any) -> bool:
-    """Whether parameter ``p`` (with a gradient) takes the joint step: a dense gradient and
-    the state that its optimiser's first step creates (SGD's momentum buffer, Adam's
-    moments)."""
-    if p.grad is None or p.grad.is_sparse:
-        return False
-    state = opt.state.get(p)
-    if type(opt) is torch.optim.SGD:
-        return group["momentum"] == 0 or (state or {}).get("momentum_buffer") is not None
-    return bool(state)
+def _with_state(opt: torch.optim.Optimizer, group: dict[str, Any]) -> Part | None:
+    """The parameters of ``group`` that have a gradient, and their states; ``None`` where a
+    gradient is sparse or a state is not yet created (an optimiser's first step creates
+    SGD's momentum buffer, Adam's moments)."""
+    stateless = type(opt) is torch.optim.SGD and group["momentum"] == 0
+    key = "momentum_buffer" if type(opt) is torch.optim.SGD else "step"
+    params, states = [], []
+    for p in group["params"]:
+        grad = p.grad
+        if grad is None:
+            continue
+        state = opt.state.get(p)
+        if grad.is_sparse or not (stateless or (state and state.get(key) is not None)):
+            return None
+        params.append(p)
+        states.append(state)
+    return params, states
 
 
-def _with_grads(opts: Sequence[torch.optim.Optimizer]) -> list[tuple[Any, dict[str, Any]]]:
-    """Every parameter with a gradient of ``opts`` (of one group each), in their order,
-    with its state."""
-    return [
-        (p, opt.state[p]) for opt in opts for p in opt.param_groups[0]["params"] if p.grad is not None
-    ]
-
-
-def _sgd(opts: Sequence[torch.optim.Optimizer]) -> None:
-    """``torch.optim.SGD.step`` of ``opts`` (of one key) as one multi-tensor step."""
-    g = opts[0].param_groups[0]
-    params = _with_grads(opts)
+def _sgd(params: list[Any], states: list[Any], hyper: dict[str, Any]) -> None:
+    """``torch.optim.SGD.step`` of ``params`` (their ``states``) as one multi-tensor step."""
     sgd(
-        [p for p, _ in params],
-        [p.grad for p, _ in params],
-        [s["momentum_buffer"] for _, s in params] if g["momentum"] != 0 else [],
+        params,
+        [p.grad for p in params],
+        [s["momentum_buffer"] for s in states] if hyper["momentum"] != 0 else [],
         foreach=True,
-        weight_decay=g["weight_decay"],
-        momentum=g["momentum"],
-        lr=g["lr"],
-        dampening=g["dampening"],
-        nesterov=g["nesterov"],
-        maximize=g["maximize"],
+        **hyper,
     )
 
 
-def _adam(opts: Sequence[torch.optim.Optimizer]) -> None:
-    """``torch.optim.Adam.step`` of ``opts`` (of one key) as one multi-tensor step."""
-    g = opts[0].param_groups[0]
-    params = _with_grads(opts)
+def _adam(params: list[Any], states: list[Any], hyper: dict[str, Any]) -> None:
+    """``torch.optim.Adam.step`` of ``params`` (their ``states``) as one multi-tensor step."""
+    beta1, beta2 = hyper.pop("betas")
     adam(
-        [p for p, _ in params],
-        [p.grad for p, _ in params],
-        [s["exp_avg"] for _, s in params],
-        [s["exp_avg_sq"] for _, s in params],
-        [s["max_exp_avg_sq"] for _, s in params] if g["amsgrad"] else [],
-        [s["step"] for _, s in params],
+        params,
+        [p.grad for p in params],
+        [s["exp_avg"] for s in states],
+        [s["exp_avg_sq"] for s in states],
+        [s["max_exp_avg_sq"] for s in states] if hyper["amsgrad"] else [],
+        [s["step"] for s in states],
         foreach=True,
-        has_complex=any(torch.is_complex(p) for p, _ in params),
-        decoupled_weight_decay=g["decoupled_weight_decay"],
-        amsgrad=g["amsgrad"],
-        beta1=g["betas"][0],
-        beta2=g["betas"][1],
-        lr=g["lr"],
-        weight_decay=g["weight_decay"],
-        eps=g["eps"],
-        maximize=g["maximize"],
+        has_complex=any(torch.is_complex(p) for p in params),
+        beta1=beta1,
+        beta2=beta2,
+        **hyper,
     )

@@ -62,7 +62,7 @@ from fedviews.deep._common import (
     to_tensor,
     zero_grads,
 )
-from fedviews.deep._fusedstep import staged_backward
+from fedviews.deep._fusedstep import staged_backward, step_optimizers
 from fedviews.deep.multivfl.dp import (
     GradDP,
     clip_rows,
@@ -321,7 +321,7 @@ class DataOwner(Party):
             g = private_bottom_gradients(model, x, grad, self.dp, gen)
             for name, param in model.named_parameters():
                 param.grad = g[name]
-        opt.step()
+        step_optimizers([opt])
         return rows
 
     @handles("backward")
@@ -453,7 +453,7 @@ class LabelOwner(SecureSumParty):
                     g_par, grads = private_gradients(self.top, acts, target, self.dp, gen)
                     for k, param in self.top.named_parameters():
                         param.grad = g_par[k]
-                opt.step()
+                step_optimizers([opt])
                 grads_out = {
                     d: self.grad_codec.pack("activation_grad", g)
                     for d, g in zip(self.data_owners, grads, strict=True)
