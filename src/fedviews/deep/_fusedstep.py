@@ -24,6 +24,7 @@ gradients, and a state not yet created (its first step creates it lazily).
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, cast
@@ -39,21 +40,16 @@ try:
 except ImportError as exc:  # pragma: no cover - depends on the environment
     raise MissingDependency("torch", "torch") from exc
 
+#: what this torch's functional Adam takes (it grew: ``has_complex`` in 2.2, AdamW's
+#: ``decoupled_weight_decay`` later)
+_ADAM_ARGS = inspect.signature(adam).parameters
+_DECOUPLED = ("decoupled_weight_decay",) if "decoupled_weight_decay" in _ADAM_ARGS else ()
 #: the hyper-parameters of a group that its optimiser's step reads, by optimiser type: the
 #: groups of one multi-tensor step share them all
 HYPER = {
     torch.optim.SGD: ("lr", "momentum", "dampening", "weight_decay", "nesterov", "maximize"),
-    torch.optim.Adam: (
-        "lr",
-        "betas",
-        "eps",
-        "weight_decay",
-        "amsgrad",
-        "maximize",
-        "decoupled_weight_decay",
-    ),
+    torch.optim.Adam: ("lr", "betas", "eps", "weight_decay", "amsgrad", "maximize", *_DECOUPLED),
 }
-
 
 #: one parameter group's part of a joint step: its parameters with a gradient and their
 #: states
@@ -120,9 +116,9 @@ def _parts(opt: torch.optim.Optimizer) -> list[tuple[tuple[Any, ...], Part]] | N
     out = []
     for group in opt.param_groups:
         if (
-            group["foreach"] is False
-            or group["fused"]
-            or group["differentiable"]
+            group.get("foreach") is False
+            or group.get("fused")
+            or group.get("differentiable")
             or group.get("capturable")
             or any(torch.is_tensor(v) for v in (group["lr"], *group.get("betas", ())))
         ):
@@ -175,7 +171,11 @@ def _adam(params: list[Any], states: list[Any], hyper: dict[str, Any]) -> None:
         [s["max_exp_avg_sq"] for s in states] if hyper["amsgrad"] else [],
         [s["step"] for s in states],
         foreach=True,
-        has_complex=any(torch.is_complex(p) for p in params),
+        **(
+            {"has_complex": any(map(torch.is_complex, params))}
+            if "has_complex" in _ADAM_ARGS
+            else {}
+        ),
         beta1=beta1,
         beta2=beta2,
         **hyper,
