@@ -74,7 +74,8 @@ def staged_backward(output: Any, grad: Any, optimizer: torch.optim.Optimizer) ->
 
 
 def step_together(steps: Sequence[Callable[[], None]]) -> None:
-    """Run ``steps``, :class:`OptimizerStep` of distinct optimisers, as one (:func:`step_optimizers`)."""
+    """Run ``steps``, :class:`OptimizerStep` of distinct optimisers, as one
+    (:func:`step_optimizers`)."""
     step_optimizers([cast(OptimizerStep, s).optimizer for s in steps])
 
 
