@@ -24,11 +24,16 @@ SETTINGS = [
 ]
 
 
-def _parties(n: int = 3) -> list[Any]:
+CUDA = pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")
+
+
+def _parties(n: int = 3, device: str = "cpu") -> list[Any]:
     """``n`` parties' networks of different shapes, each with its own initial weights."""
     torch.manual_seed(0)
     return [
-        torch.nn.Sequential(torch.nn.Linear(5 + i, 7), torch.nn.ReLU(), torch.nn.Linear(7, 3))
+        torch.nn.Sequential(torch.nn.Linear(5 + i, 7), torch.nn.ReLU(), torch.nn.Linear(7, 3)).to(
+            device
+        )
         for i in range(n)
     ]
 
@@ -38,7 +43,7 @@ def _grads(nets: list[Any], step: int) -> None:
     gen = torch.Generator().manual_seed(step)
     for net in nets:
         for p in net.parameters():
-            p.grad = torch.randn(p.shape, generator=gen)
+            p.grad = torch.randn(p.shape, generator=gen).to(p.device)
 
 
 def _state(opts: list[Any]) -> list[Any]:
@@ -67,13 +72,15 @@ def _joint_calls(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     return calls
 
 
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=CUDA)])
 @pytest.mark.parametrize(("cls", "kw"), SETTINGS)
-def test_one_step_together_equals_every_optimisers_own_step(cls, kw, monkeypatch) -> None:
+def test_one_step_together_equals_every_optimisers_own_step(cls, kw, device, monkeypatch) -> None:
     """Five steps of three parties' optimisers as one multi-tensor step leave every
     parameter and state tensor bit for bit as each optimiser's own step (the for-loop on a
-    CPU); the first step, which creates the state, is each one's own."""
+    CPU, the multi-tensor form on CUDA); the first step, which creates the state, is each
+    one's own."""
     calls = _joint_calls(monkeypatch)
-    alone, fused = _parties(), _parties()
+    alone, fused = _parties(device=device), _parties(device=device)
     opts_alone = [cls(n.parameters(), **kw) for n in alone]
     opts_fused = [cls(n.parameters(), **kw) for n in fused]
     for step in range(5):
