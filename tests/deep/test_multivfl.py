@@ -6,6 +6,7 @@ import json
 import subprocess
 import sys
 from importlib import resources
+from typing import Any
 
 import numpy as np
 import pytest

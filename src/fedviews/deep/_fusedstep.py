@@ -164,6 +164,8 @@ def _sgd(params: list[Any], states: list[Any], hyper: dict[str, Any]) -> None:
 def _adam(params: list[Any], states: list[Any], hyper: dict[str, Any]) -> None:
     """``torch.optim.Adam.step`` of ``params`` (their ``states``) as one multi-tensor step."""
     beta1, beta2 = hyper.pop("betas")
+    if "has_complex" in _ADAM_ARGS:
+        hyper["has_complex"] = any(map(torch.is_complex, params))
     adam(
         params,
         [p.grad for p in params],
@@ -172,11 +174,6 @@ def _adam(params: list[Any], states: list[Any], hyper: dict[str, Any]) -> None:
         [s["max_exp_avg_sq"] for s in states] if hyper["amsgrad"] else [],
         [s["step"] for s in states],
         foreach=True,
-        **(
-            {"has_complex": any(map(torch.is_complex, params))}
-            if "has_complex" in _ADAM_ARGS
-            else {}
-        ),
         beta1=beta1,
         beta2=beta2,
         **hyper,
