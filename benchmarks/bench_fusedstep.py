@@ -44,7 +44,8 @@ def splitnn_optimizers(device: str) -> list[Any]:
     images, y = rng.random((512, 28, 28), dtype=np.float32), rng.integers(0, 10, 512)
     fed = federation(images, y, 4, 64, device)
     fed()
-    return [fed.parties[p].opt for p in ("p0", "p1", "p2")]
+    passives: list[Any] = [fed.parties[p] for p in ("p0", "p1", "p2")]
+    return [p.opt for p in passives]
 
 
 def multivfl_optimizers(kind: str, device: str) -> list[Any]:
