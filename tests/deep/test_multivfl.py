@@ -6,6 +6,7 @@ import json
 import subprocess
 import sys
 from importlib import resources
+from typing import Any
 
 import numpy as np
 import pytest
@@ -586,6 +587,37 @@ def test_data_owners_backward_passes_run_as_one_and_equal_one_each(
     # one call per batch of 16 (a batch's gradients go back with the request for the next
     # batch, the last one's alone), all three bottoms at once
     assert batched_equals_one_each(run, datas, monkeypatch) == [3] * (32 // 16)
+
+
+def test_data_owners_adam_steps_run_as_one_and_equal_one_each(fmnist, monkeypatch) -> None:
+    """With Adam as the local step, the data owners' optimisers step as one multi-tensor step
+    (after each one's first step of a round, which creates its moments); every model and
+    message is bit for bit that of one step per data owner."""
+    import dataclasses
+
+    import fedviews.deep._fusedstep as fused
+    from fedviews.data import PartyData
+    from fedviews.federation import Roster, RunSpec
+
+    images, y, params = _tiny(fmnist)
+    params = dataclasses.replace(params, local_optimizer="adam", rounds=2, batch_size=8)
+    ids = np.arange(32)
+    owners = ("d0", "d1", "d2")
+    datas = {d: PartyData(ids, s) for d, s in zip(owners, np.array_split(images, 3, axis=1))}
+    datas["a"] = PartyData(ids, None, y)
+    run = RunSpec("multivfl", params, Roster((*owners, "a"), label_owners=("a",)), seed=1)
+    sizes: list[int] = []
+    real = fused.adam
+
+    def counted(p: Any, *args: Any, **kw: Any) -> None:
+        sizes.append(len(p))
+        real(p, *args, **kw)
+
+    monkeypatch.setattr(fused, "adam", counted)
+    assert batched_equals_one_each(run, datas, monkeypatch) == [3] * (2 * 32 // 8)
+    # per round, after every optimiser's first step: 3 steps of the label owner's (its top: 6
+    # parameters), each followed by the data owners' (a bottom: 2), one by one, then as one
+    assert sizes == [6, 2, 2, 2] * 3 * 2 + [6, 3 * 2] * 3 * 2
 
 
 @pytest.mark.parametrize(

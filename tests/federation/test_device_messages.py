@@ -4,6 +4,7 @@ copies, checked there), encoded as numpy arrays on a wire, byte counts equal eit
 from __future__ import annotations
 
 import threading
+from typing import Any
 
 import numpy as np
 import pytest
@@ -342,10 +343,16 @@ class Bottom(Party):
     """A party's own linear layer: replies to ``fwd`` with its output ``h``; the gradient
     ``g`` of ``bwd`` goes back through it (staged, when its transport stages it)."""
 
-    def __init__(self, name: str, fail: bool = False, device: str = "cpu") -> None:
+    def __init__(
+        self, name: str, fail: bool = False, device: str = "cpu", together: Any = None
+    ) -> None:
         super().__init__(name)
         self.net, self.device = torch.nn.Linear(3, 2, device=device), device
         self.fail, self.out, self.staged = fail, torch.zeros(0), None
+        self.together, self.steps = together, 0
+
+    def step(self) -> None:
+        self.steps += 1
 
     @handles("fwd")
     def on_fwd(self, msg: Message) -> Message:
@@ -358,7 +365,7 @@ class Bottom(Party):
         if self.fail:
             raise RuntimeError("out of memory")
         self.staged = msg
-        return Backward((self.out,), (msg.tensor("g", (4, 2)),), lambda: None)
+        return Backward((self.out,), (msg.tensor("g", (4, 2)),), self.step, self.together)
 
     @handles("bwd")
     def on_bwd(self, msg: Message) -> None:
@@ -383,3 +390,33 @@ def test_staged_backward_passes_run_as_one_and_a_failing_stage_is_named() -> Non
     with pytest.raises(PartyUnavailable, match="party 'c' is unavailable: failed while han"):
         a.scatter("bwd", g)
     assert t.log.n_messages == n and b.net.bias.grad.eq(4.0).all()  # nothing delivered
+
+
+def test_staged_thens_of_one_together_run_as_one_call_and_its_failure_names_them_all() -> None:
+    """The ``then`` of staged passes that carry the same ``together`` run as one call of it
+    (once per delivery); a pass without one, or alone with its ``together``, runs its own
+    ``then``; a failing joint call names every party in it."""
+    calls: list[list[Any]] = []
+
+    def together(thens: Any) -> None:
+        calls.append(list(thens))
+        for then in thens:
+            then()
+
+    def broken(thens: Any) -> None:
+        raise RuntimeError("no memory")
+
+    policy = PrivacyPolicy.of("bwd", {("party", "party"): ["h", "g"]})
+    a, b, c = Party("a"), Bottom("b", together=together), Bottom("c", together=together)
+    d, e = Bottom("d"), Bottom("e", together=broken)
+    t = federate([a, b, c, d, e], policy)
+    a.broadcast(["b", "c", "d", "e"], "fwd")
+    a.scatter("bwd", {p: {"g": torch.ones(4, 2)} for p in "bcde"})
+    assert calls == [[b.step, c.step]]
+    assert (b.steps, c.steps, d.steps, e.steps) == (1, 1, 1, 1)  # e alone: its own then
+    assert e.staged is not None and e.net.bias.grad.eq(4.0).all()
+    c.together = b.together = broken
+    a.broadcast(["b", "c"], "fwd")
+    with pytest.raises(ProtocolError, match=r"optimiser step that \['b', 'c'\] staged together"):
+        a.scatter("bwd", {p: {"g": torch.ones(4, 2)} for p in "bc"})
+    assert t.log.handler_seconds["b"] > 0

@@ -40,6 +40,7 @@ from fedviews.deep._common import (
     train_mode,
     zero_grads,
 )
+from fedviews.deep._fusedstep import staged_backward
 from fedviews.errors import DataError, MissingDependency, ProtocolError, check_fitted
 from fedviews.federation import Backward, Message, Party
 
@@ -165,7 +166,7 @@ class SplitBottom(Party):
         grad = msg.tensor(name, tuple(self._pending.shape), np.float32, self.device)
         out, self._pending = self._pending, None
         zero_grads(self.opt)
-        return Backward((out,), (grad,), self.opt.step)
+        return staged_backward(out, grad, self.opt)
 
     def results(self) -> dict[str, np.ndarray]:
         """What it keeps at the end: its network."""

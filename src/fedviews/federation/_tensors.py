@@ -124,11 +124,19 @@ def first_not_finite(tensors: Mapping[str, torch.Tensor]) -> str | None:
 class Backward:
     """A backward pass that a party staged for a message it received (:meth:`Party.stage`):
     back-propagate ``grads`` through ``outputs`` (its own graph, shared with no other party),
-    then ``then()`` (its optimiser step)."""
+    then ``then()`` (its optimiser step).
+
+    ``together``, if given, runs the ``then`` of several staged passes as one call: the
+    transport calls ``together([s.then for s in same])`` for the passes of one delivery
+    that carry the same ``together`` (each ``then`` one that it accepts, e.g. one
+    multi-tensor optimiser step over all their parameters) instead of each ``then`` alone,
+    and it must leave every party exactly as its own ``then`` would.
+    """
 
     outputs: Sequence[torch.Tensor]
     grads: Sequence[torch.Tensor]
     then: Callable[[], None]
+    together: Callable[[Sequence[Callable[[], None]]], None] | None = None
 
 
 def backward(staged: Sequence[Backward]) -> None:

@@ -19,6 +19,8 @@ from fedviews.federation._policy import PrivacyPolicy
 from fedviews.federation._tensors import Backward, backward
 
 T = TypeVar("T")
+#: a staged backward pass: its party, the message it staged it for, the pass
+Staged = tuple[Party, Message, Backward]
 
 
 class Transport(ABC):
@@ -270,23 +272,36 @@ class InProcessTransport(Transport):
             and len({m.receiver for m in msgs}) == len(msgs)
         )
 
-    def _backward(self, staged: list[tuple[Party, Message, Backward]]) -> None:
-        """The staged backward passes as one, its time shared equally by their parties;
-        then each one's ``then`` (its optimiser step)."""
+    def _backward(self, staged: list[Staged]) -> None:
+        """The staged backward passes as one; then each one's ``then`` (its optimiser step),
+        those that carry the same ``together`` as one call of it."""
         if not staged:
             return
+        self._joint(staged, "backward pass", lambda: backward([s for _, _, s in staged]))
+        groups: dict[Callable[[Sequence[Callable[[], None]]], None], list[Staged]] = {}
+        for entry in staged:
+            if entry[2].together is not None:
+                groups.setdefault(entry[2].together, []).append(entry)
+        for together, same in groups.items():
+            if len(same) > 1:
+                steps = [s.then for _, _, s in same]
+                self._joint(same, "optimiser step", partial(together, steps))
+        for party, got, s in staged:
+            if s.together is None or len(groups[s.together]) == 1:
+                self._as_party(party, got, s.then)
+
+    def _joint(self, staged: list[Staged], what: str, run: Callable[[], None]) -> None:
+        """``run()``, the work of all the ``staged`` parties at once (``what``): its time
+        shared equally by them, a failure naming them all."""
         t0 = time.perf_counter()
         try:
-            backward([s for _, _, s in staged])
+            run()
         except Exception as exc:
             names = [party.name for party, _, _ in staged]
-            raise ProtocolError(
-                f"the backward pass that {names} staged together failed: {exc!r}"
-            ) from exc
+            raise ProtocolError(f"the {what} that {names} staged together failed: {exc!r}") from exc
         share = (time.perf_counter() - t0) / len(staged)
-        for party, got, s in staged:
+        for party, _, _ in staged:
             self.log.add_seconds(party.name, share)
-            self._as_party(party, got, s.then)
 
     def _hand_over(self, msg: Message) -> Message:
         """``msg`` as its receiver gets it, after the receiver's policy check, logged with

@@ -60,7 +60,9 @@ from fedviews.deep._common import (
     state_arrays,
     to_numpy,
     to_tensor,
+    zero_grads,
 )
+from fedviews.deep._fusedstep import staged_backward, step_optimizers
 from fedviews.deep.multivfl.dp import (
     GradDP,
     clip_rows,
@@ -289,13 +291,13 @@ class DataOwner(Party):
         assert grad is not None
         out, opt = self._take(msg.sender)
         self._staged = (msg, rows)
-        return Backward((out,), (grad,), opt.step)
+        return staged_backward(out, grad, opt)
 
     def _take(self, k: str) -> tuple[torch.Tensor, torch.optim.Optimizer]:
         """The pending activations of label owner ``k`` (no longer pending) and the optimizer
         of that bottom copy, its gradients zeroed."""
         opt = self.optims[k]
-        opt.zero_grad(set_to_none=True)
+        zero_grads(opt)
         return self._pending.pop(k), opt
 
     def _checked(self, msg: Message) -> torch.Tensor | None:
@@ -319,7 +321,7 @@ class DataOwner(Party):
             g = private_bottom_gradients(model, x, grad, self.dp, gen)
             for name, param in model.named_parameters():
                 param.grad = g[name]
-        opt.step()
+        step_optimizers([opt])
         return rows
 
     @handles("backward")
@@ -440,7 +442,7 @@ class LabelOwner(SecureSumParty):
                     got, self.activation_shapes, rows, self.device, self.act_codec, grad=True
                 )
                 target = self.y.index_select(0, order[b * bs : (b + 1) * bs])
-                opt.zero_grad(set_to_none=True)
+                zero_grads(opt)
                 if self.dp is None:
                     loss = nn.functional.cross_entropy(self.top(combine_activations(acts)), target)
                     loss.backward()
@@ -451,7 +453,7 @@ class LabelOwner(SecureSumParty):
                     g_par, grads = private_gradients(self.top, acts, target, self.dp, gen)
                     for k, param in self.top.named_parameters():
                         param.grad = g_par[k]
-                opt.step()
+                step_optimizers([opt])
                 grads_out = {
                     d: self.grad_codec.pack("activation_grad", g)
                     for d, g in zip(self.data_owners, grads, strict=True)

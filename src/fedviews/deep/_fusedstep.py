@@ -1,0 +1,180 @@
+"""One optimiser step for the parties of one process that step in the same batch.
+
+Where data owners (Multi-VFL) or passive parties (split learning) share a process, the
+in-process transport runs their staged backward passes as one ``torch.autograd.backward``
+(:meth:`fedviews.federation.Party.stage`) and then their optimiser steps. A pass built by
+:func:`staged_backward` lets the transport run those steps as one multi-tensor
+(``foreach``) step over all their parameters (:func:`step_together`) instead of one
+``step()`` per party: each party keeps its own optimiser object and state (what
+checkpoints, ``save``/``load`` and a launched run see), only the arithmetic runs at once.
+A party that steps alone (unstaged, a label owner) takes the same multi-tensor step over
+its own parameters (:func:`step_optimizers`), without ``step()``'s per-call wrappers.
+
+The result equals the optimisers' own ``step()``: torch's SGD and Adam compute the same
+element-wise operations, in the same order, in their for-loop and multi-tensor forms, and
+the parameters of different optimisers never meet. On a CPU, where ``step()`` takes the
+for-loop form, parameters and states are bit-identical (``tests/deep/test_fusedstep.py``);
+on CUDA ``step()`` takes the multi-tensor form too. An optimiser steps by its own
+``step()`` wherever the multi-tensor step could differ from it or skip something: an
+optimiser other than exactly ``torch.optim.SGD`` or ``torch.optim.Adam``, step hooks (its
+own or global) or a patched ``step``, a group that asks for the for-loop or the fused
+form, ``differentiable`` or ``capturable``, a tensor learning rate or betas, sparse
+gradients, and a state not yet created (its first step creates it lazily).
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, cast
+
+from fedviews.errors import MissingDependency
+from fedviews.federation import Backward
+
+try:
+    import torch
+    from torch.optim.adam import adam
+    from torch.optim.optimizer import _global_optimizer_post_hooks, _global_optimizer_pre_hooks
+    from torch.optim.sgd import sgd
+except ImportError as exc:  # pragma: no cover - depends on the environment
+    raise MissingDependency("torch", "torch") from exc
+
+#: what this torch's functional Adam takes (it grew: ``has_complex`` in 2.2, AdamW's
+#: ``decoupled_weight_decay`` later)
+_ADAM_ARGS = inspect.signature(adam).parameters
+_DECOUPLED = ("decoupled_weight_decay",) if "decoupled_weight_decay" in _ADAM_ARGS else ()
+#: the hyper-parameters of a group that its optimiser's step reads, by optimiser type: the
+#: groups of one multi-tensor step share them all
+HYPER = {
+    torch.optim.SGD: ("lr", "momentum", "dampening", "weight_decay", "nesterov", "maximize"),
+    torch.optim.Adam: ("lr", "betas", "eps", "weight_decay", "amsgrad", "maximize", *_DECOUPLED),
+}
+
+#: one parameter group's part of a joint step: its parameters with a gradient and their
+#: states
+Part = tuple[list[Any], list[Any]]
+
+
+@dataclass(frozen=True)
+class OptimizerStep:
+    """A staged pass's ``then``: one step of a party's optimiser (:func:`step_optimizers`)."""
+
+    optimizer: torch.optim.Optimizer
+
+    def __call__(self) -> None:
+        step_optimizers([self.optimizer])
+
+
+def staged_backward(output: Any, grad: Any, optimizer: torch.optim.Optimizer) -> Backward:
+    """The staged backward pass of ``output`` with its received gradient ``grad``, then a
+    step of ``optimizer`` (its gradients zeroed before), which the transport runs with the
+    other staged parties' as one (:func:`step_together`)."""
+    return Backward((output,), (grad,), OptimizerStep(optimizer), step_together)
+
+
+def step_together(steps: Sequence[Callable[[], None]]) -> None:
+    """Run ``steps``, :class:`OptimizerStep` of distinct optimisers, as one
+    (:func:`step_optimizers`)."""
+    step_optimizers([cast(OptimizerStep, s).optimizer for s in steps])
+
+
+def step_optimizers(optimizers: Sequence[torch.optim.Optimizer]) -> None:
+    """One step of every optimiser of ``optimizers`` (distinct, over disjoint parameters):
+    one multi-tensor step for all their parameter groups of one type and hyper-parameters;
+    the optimisers that must step alone (see the module), their own ``step()``."""
+    joint: dict[tuple[Any, ...], list[Part]] = {}
+    for opt in optimizers:
+        parts = _parts(opt)
+        if parts is None:
+            opt.step()
+        else:
+            for key, part in parts:
+                joint.setdefault(key, []).append(part)
+    with torch.no_grad():
+        for key, group_parts in joint.items():
+            params = [p for part in group_parts for p in part[0]]
+            states = [s for part in group_parts for s in part[1]]
+            hyper = dict(zip(HYPER[key[0]], key[1:], strict=True))
+            (_sgd if key[0] is torch.optim.SGD else _adam)(params, states, hyper)
+
+
+def _parts(opt: torch.optim.Optimizer) -> list[tuple[tuple[Any, ...], Part]] | None:
+    """Each parameter group of ``opt`` with its key in a joint step (the optimiser's type
+    and the group's hyper-parameters), or ``None`` where ``opt`` must step alone."""
+    names = HYPER.get(type(opt))
+    if (
+        names is None
+        or opt._optimizer_step_pre_hooks
+        or opt._optimizer_step_post_hooks
+        or _global_optimizer_pre_hooks
+        or _global_optimizer_post_hooks
+        or "step" in vars(opt)
+        or getattr(opt, "grad_scale", None) is not None
+        or getattr(opt, "found_inf", None) is not None
+    ):
+        return None
+    out = []
+    for group in opt.param_groups:
+        if (
+            group.get("foreach") is False
+            or group.get("fused")
+            or group.get("differentiable")
+            or group.get("capturable")
+            or any(torch.is_tensor(v) for v in (group["lr"], *group.get("betas", ())))
+        ):
+            return None
+        part = _with_state(opt, group)
+        if part is None:
+            return None
+        out.append(((type(opt), *(group[n] for n in names)), part))
+    return out
+
+
+def _with_state(opt: torch.optim.Optimizer, group: dict[str, Any]) -> Part | None:
+    """The parameters of ``group`` that have a gradient, and their states; ``None`` where a
+    gradient is sparse or a state is not yet created (an optimiser's first step creates
+    SGD's momentum buffer, Adam's moments)."""
+    stateless = type(opt) is torch.optim.SGD and group["momentum"] == 0
+    key = "momentum_buffer" if type(opt) is torch.optim.SGD else "step"
+    params, states = [], []
+    for p in group["params"]:
+        grad = p.grad
+        if grad is None:
+            continue
+        state = opt.state.get(p)
+        if grad.is_sparse or not (stateless or (state and state.get(key) is not None)):
+            return None
+        params.append(p)
+        states.append(state)
+    return params, states
+
+
+def _sgd(params: list[Any], states: list[Any], hyper: dict[str, Any]) -> None:
+    """``torch.optim.SGD.step`` of ``params`` (their ``states``) as one multi-tensor step."""
+    sgd(
+        params,
+        [p.grad for p in params],
+        [s["momentum_buffer"] for s in states] if hyper["momentum"] != 0 else [],
+        foreach=True,
+        **hyper,
+    )
+
+
+def _adam(params: list[Any], states: list[Any], hyper: dict[str, Any]) -> None:
+    """``torch.optim.Adam.step`` of ``params`` (their ``states``) as one multi-tensor step."""
+    beta1, beta2 = hyper.pop("betas")
+    if "has_complex" in _ADAM_ARGS:
+        hyper["has_complex"] = any(map(torch.is_complex, params))
+    adam(
+        params,
+        [p.grad for p in params],
+        [s["exp_avg"] for s in states],
+        [s["exp_avg_sq"] for s in states],
+        [s["max_exp_avg_sq"] for s in states] if hyper["amsgrad"] else [],
+        [s["step"] for s in states],
+        foreach=True,
+        beta1=beta1,
+        beta2=beta2,
+        **hyper,
+    )
