@@ -10,11 +10,14 @@ other party's handler runs inside it, and the run's setup stays out.
 from __future__ import annotations
 
 import argparse
+import gc
 import statistics
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import Any
+from typing import Any, TypeVar
+
+T = TypeVar("T")
 
 CLOCKS: dict[str, Callable[[], float]] = {"wall": time.perf_counter, "cpu": time.process_time}
 
@@ -39,6 +42,23 @@ def cpu_of(
         yield seconds
     finally:
         setattr(cls, method, real)
+
+
+def warm_rounds(one_round: Callable[[], T], repeats: int) -> list[T]:
+    """``repeats`` results of ``one_round`` (one round of interleaved runs at the full size),
+    after one untimed round of the same, each round started from a collected heap.
+
+    The warm-up round meets everything the timed ones meet: a smaller one of whole batches left
+    out the last, partial batch, whose shapes were new to the caches (the hand-over's byte counts,
+    the kernels) in the first timed round only. The collection frees the last round's objects
+    (reference cycles: federations, estimators) before the next round starts, not in whichever
+    timed run's collection comes next.
+    """
+    results = []
+    for _ in range(repeats + 1):
+        gc.collect()
+        results.append(one_round())
+    return results[1:]
 
 
 def print_ratio(label: str, federated: list[float], plain: list[float]) -> None:

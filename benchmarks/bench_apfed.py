@@ -22,11 +22,12 @@ from __future__ import annotations
 
 import argparse
 import statistics
+from functools import partial
 from typing import Any
 
 import numpy as np
 import torch
-from _clock import CLOCKS, cpu_of
+from _clock import CLOCKS, cpu_of, warm_rounds
 from _record import json_option, write_record
 from torch.nn import functional as F
 
@@ -134,17 +135,19 @@ def main() -> None:
     )
     print(f"{'method':<10} {'plain (samples/s)':>18} {'federated (samples/s)':>22} {'ratio':>7}")
     bs, dev, n, clock = args.batch_size, args.device, args.samples, args.clock
-    plain_epoch("SingleVL", [s[:256] for s in strips], y[:256], bs, dev)  # warm-up
-    federated_epoch("SingleVL", images[:256], y[:256], bs, dev, clock)
     table_rows: list[list[Any]] = []
+
+    def pair(method: str) -> tuple[float, float]:
+        """The plain and the federated seconds of one epoch of ``method``, in turn."""
+        return (
+            plain_epoch(method, strips, y, bs, dev, clock),
+            federated_epoch(method, images, y, bs, dev, clock),
+        )
+
     for method in ("SingleVL", "APFed-R", "APFed-C", "TVFL"):
-        pairs = [
-            (
-                plain_epoch(method, strips, y, bs, dev, clock),
-                federated_epoch(method, images, y, bs, dev, clock),
-            )
-            for _ in range(args.repeats)
-        ]  # interleaved, so background load hits both alike
+        # interleaved, so background load hits both alike; every method warms up its own
+        # networks' shapes
+        pairs = warm_rounds(partial(pair, method), args.repeats)
         plain, fed = min(p for p, _ in pairs), min(f for _, f in pairs)
         ratio = statistics.median(f / p for p, f in pairs)
         print(f"{method:<10} {n / plain:>18.0f} {n / fed:>22.0f} {ratio:>7.2f}")

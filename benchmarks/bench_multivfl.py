@@ -26,7 +26,7 @@ from collections.abc import Callable
 
 import numpy as np
 import torch
-from _clock import CLOCKS, cpu_of, print_ratio, ratio_options
+from _clock import CLOCKS, cpu_of, print_ratio, ratio_options, warm_rounds
 from _record import json_option, ratio_table, write_record
 
 from fedviews import data
@@ -109,11 +109,6 @@ def main() -> None:
     assert ds.images is not None  # an image dataset
     images, y = ds.images[: args.samples], ds.y[: args.samples]
     d, bs, lr = args.data_owners, args.batch_size, 1e-3
-    # warm-up (oneDNN kernels, allocator)
-    plain_epoch(images[:256], y[:256], d, bs, lr, args.device)
-    federated_epoch(images[:256], y[:256], d, bs, lr, args.device)
-    plain_t, fed_t, each_t = [], [], []
-    est = None
     clock = CLOCKS[args.clock]
 
     def timed(batch_backward: bool) -> tuple[MultiVFL, float]:
@@ -121,13 +116,17 @@ def main() -> None:
             est = federated_epoch(images, y, d, bs, lr, args.device, batch_backward)
         return est, cpu[0] if args.clock == "cpu" else est.history_["train_seconds"][0]
 
-    for _ in range(args.repeats):  # interleaved, so background load hits both alike
-        plain_t.append(plain_epoch(images, y, d, bs, lr, args.device, clock))
-        est, t = timed(True)
-        fed_t.append(t)
-        if args.one_backward_each:
-            each_t.append(timed(False)[1])
-    assert est is not None
+    def runs() -> tuple[float, float, float, MultiVFL]:
+        """Plain, federated and (``--one-backward-each``) unbatched seconds, in turn, and the
+        federated run's estimator."""
+        plain = plain_epoch(images, y, d, bs, lr, args.device, clock)
+        est, fed = timed(True)
+        each = timed(False)[1] if args.one_backward_each else 0.0
+        return plain, fed, each, est
+
+    timings = warm_rounds(runs, args.repeats)  # interleaved: load hits all alike
+    plain_t, fed_t, each_t, ests = (list(t) for t in zip(*timings, strict=True))
+    est = ests[-1]
     s = est.run_stats_
     n_batches = int(s["batches_per_round"])
     raw_act = s["raw_activation_bytes_per_sample"]
@@ -143,7 +142,7 @@ def main() -> None:
         f"Multi-VFL       : {min(fed_t):8.3f} s/epoch  (runs {', '.join(f'{t:.3f}' for t in fed_t)})"
     )
     print_ratio("ratio", fed_t, plain_t)
-    if each_t:
+    if args.one_backward_each:
         print(
             f"one backward per data owner: {min(each_t):.3f} s/epoch  "
             f"(runs {', '.join(f'{t:.3f}' for t in each_t)})"
@@ -164,7 +163,7 @@ def main() -> None:
         print(f"\none more federated epoch, profiled ({args.profile} costliest by own time):")
         pstats.Stats(prof).sort_stats("tottime").print_stats(args.profile)
     measured = {"Multi-VFL, in-process": fed_t} | (
-        {"one backward per data owner": each_t} if each_t else {}
+        {"one backward per data owner": each_t} if args.one_backward_each else {}
     )
     title = (
         f"Multi-VFL epoch: D={d} data owners, K=1, FedAvg, {len(y)} Fashion-MNIST samples, batch "

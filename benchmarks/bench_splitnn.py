@@ -23,14 +23,13 @@ from __future__ import annotations
 import argparse
 import copy
 import cProfile
-import gc
 import pstats
 from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 import torch
-from _clock import CLOCKS, cpu_of, print_ratio, ratio_options
+from _clock import CLOCKS, cpu_of, print_ratio, ratio_options, warm_rounds
 from _record import json_option, ratio_table, write_record
 
 from fedviews import data
@@ -150,27 +149,19 @@ def main() -> None:
     images, y = ds.images[: args.samples], ds.y[: args.samples]
     clock = CLOCKS[args.clock]
 
-    def runs(n: int) -> tuple[float, float, float, float]:
+    def runs() -> tuple[float, float, float, float]:
         """Plain, split-loop, federated and (``--one-backward-each``) unbatched seconds, in
-        turn, from the same heap: the last runs' federations (reference cycles) collected."""
-        gc.collect()
-        fed = federation(images[:n], y[:n], args.parties, args.batch_size, args.device)
+        turn."""
+        fed = federation(images, y, args.parties, args.batch_size, args.device)
         plain = plain_epoch(fed, clock)  # before fed() trains the networks it copies
         split = split_epoch(fed, clock)
         each = 0.0
         if args.one_backward_each:
-            unbatched = federation(
-                images[:n], y[:n], args.parties, args.batch_size, args.device, False
-            )
+            unbatched = federation(images, y, args.parties, args.batch_size, args.device, False)
             each = federated_epoch(unbatched, clock)
         return plain, split, federated_epoch(fed, clock), each
 
-    # warm-up: one untimed round of the same size, so that the first timed one meets nothing
-    # new. A part of 256 samples (whole batches) left out the last, partial batch, whose
-    # shapes were new to the caches (the hand-over's byte counts, the kernels) in the first
-    # timed epoch only; now every timed epoch makes the same calls
-    runs(len(y))
-    timings = [runs(len(y)) for _ in range(args.repeats)]  # interleaved: load hits all alike
+    timings = warm_rounds(runs, args.repeats)  # interleaved: load hits all alike
     plain_t, split_t, fed_t, each_t = (list(t) for t in zip(*timings, strict=True))
     shape: Any = as_strips(np.array_split(images[:1], args.parties, axis=1)[0]).shape[1:]
     print(

@@ -7,15 +7,18 @@ import json
 import math
 import pickle
 import warnings
+from typing import Any
 
 import numpy as np
 import pytest
 
 torch = pytest.importorskip("torch")
 
+from _fusedspy import joint_calls, state_tensors  # noqa: E402
 from _tamper import tampered  # noqa: E402
 
 from fedviews.data import balanced_subsample, load, load_cifar  # noqa: E402
+from fedviews.deep import _fusedstep  # noqa: E402
 from fedviews.deep._apfed_nets import (  # noqa: E402
     ARCHS,
     APFedNets,
@@ -173,6 +176,38 @@ def test_lambda_zero_reproduces_singlevl_exactly(
     assert apf.transport_.log.arrays_sent("active", "passive1") == {"h_A"}
     with_lam = APFed(variant=variant, m=2, i=2, lam=1.0, **_fit_kw()).fit(X, y)
     assert not torch.equal(with_lam.active_.net.head.fc2.weight, sb["head.fc2.weight"])
+
+
+# -- the optimiser step ----------------------------------------------------------------
+@pytest.mark.parametrize("method", ["R", "C", "TVFL"])
+def test_every_party_takes_the_multi_tensor_step_equal_to_its_own_step(
+    images: tuple[np.ndarray, np.ndarray], method: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every party of APFed-R, APFed-C and TVFL steps by the multi-tensor path of
+    ``deep/_fusedstep.py`` after its first batch (whose ``step()`` creates the momentum
+    buffers), and ends bit for bit as with every optimiser's own ``step()``."""
+    X, y = images
+
+    def fit() -> tuple[Any, list[Any]]:
+        kw = _fit_kw(lam=1.0) if method != "TVFL" else _fit_kw()
+        est = TVFL(m=2, i=1, **kw) if method == "TVFL" else APFed(variant=method, m=2, i=1, **kw)
+        return est.fit(X, y), [p.opt for p in (est.active_, *est.passives_)]
+
+    calls = joint_calls(monkeypatch)
+    fused, opts = fit()
+    n_active, n_passive = (len(opt.param_groups[0]["params"]) for opt in opts)
+    # every batch but the first (2 epochs of 6); TVFL's active party steps before it sends
+    # the passive party its gradient, APFed's after the passive party's reply
+    per_batch = [n_active, n_passive] if method == "TVFL" else [n_passive, n_active]
+    assert calls == per_batch * (2 * 6 - 1)
+    calls.clear()
+    monkeypatch.setattr(_fusedstep, "_parts", lambda opt: None)  # every optimiser its step()
+    own, own_opts = fit()
+    assert calls == []
+    assert fused.history_ == own.history_
+    np.testing.assert_array_equal(fused.predict_proba(X), own.predict_proba(X))
+    tensors = zip(state_tensors(opts), state_tensors(own_opts), strict=True)
+    assert all(torch.equal(a, b) for a, b in tensors)
 
 
 # -- privacy --------------------------------------------------------------------------

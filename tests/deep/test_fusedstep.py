@@ -9,7 +9,8 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from fedviews.deep import _fusedstep  # noqa: E402
+from _fusedspy import joint_calls, state_tensors  # noqa: E402
+
 from fedviews.deep._fusedstep import OptimizerStep, step_together  # noqa: E402
 
 SGD, Adam = torch.optim.SGD, torch.optim.Adam
@@ -46,32 +47,6 @@ def _grads(nets: list[Any], step: int) -> None:
             p.grad = torch.randn(p.shape, generator=gen).to(p.device)
 
 
-def _state(opts: list[Any]) -> list[Any]:
-    """Every parameter and every state tensor of ``opts``, in order."""
-    out = []
-    for opt in opts:
-        for p in opt.param_groups[0]["params"]:
-            out.append(p)
-            out.extend(v for _, v in sorted(opt.state[p].items()) if torch.is_tensor(v))
-    return out
-
-
-def _joint_calls(monkeypatch: pytest.MonkeyPatch) -> list[int]:
-    """How often the joint step ran torch's multi-tensor SGD or Adam, and on how many
-    parameters."""
-    calls: list[int] = []
-    for name in ("sgd", "adam"):
-        real = getattr(_fusedstep, name)
-
-        def spy(params: Any, *args: Any, real: Any = real, **kw: Any) -> None:
-            assert kw["foreach"] is True
-            calls.append(len(params))
-            real(params, *args, **kw)
-
-        monkeypatch.setattr(_fusedstep, name, spy)
-    return calls
-
-
 @pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=CUDA)])
 @pytest.mark.parametrize(("cls", "kw"), SETTINGS)
 def test_one_step_together_equals_every_optimisers_own_step(cls, kw, device, monkeypatch) -> None:
@@ -79,7 +54,7 @@ def test_one_step_together_equals_every_optimisers_own_step(cls, kw, device, mon
     parameter and state tensor bit for bit as each optimiser's own step (the for-loop on a
     CPU, the multi-tensor form on CUDA); the first step, which creates the state, is each
     one's own."""
-    calls = _joint_calls(monkeypatch)
+    calls = joint_calls(monkeypatch)
     alone, fused = _parties(device=device), _parties(device=device)
     opts_alone = [cls(n.parameters(), **kw) for n in alone]
     opts_fused = [cls(n.parameters(), **kw) for n in fused]
@@ -91,7 +66,7 @@ def test_one_step_together_equals_every_optimisers_own_step(cls, kw, device, mon
         step_together([OptimizerStep(opt) for opt in opts_fused])
     stateless = cls is SGD and not kw.get("momentum")
     assert calls == [12] * (5 if stateless else 4)  # 3 networks of 4 parameters each
-    for a, b in zip(_state(opts_alone), _state(opts_fused), strict=True):
+    for a, b in zip(state_tensors(opts_alone), state_tensors(opts_fused), strict=True):
         assert torch.equal(a, b)
     for opt in opts_fused:  # each keeps its own state, as its own step leaves it
         assert set(opt.state) <= set(opt.param_groups[0]["params"])
@@ -102,7 +77,7 @@ def test_only_optimisers_that_share_type_and_hyper_parameters_step_together(monk
     """A joint step takes the optimisers of one type and one set of hyper-parameters; the
     others step alone (their own ``step()``): another learning rate, a step hook, a
     parameter without a gradient is left out, and the result stays each one's own."""
-    calls = _joint_calls(monkeypatch)
+    calls = joint_calls(monkeypatch)
     alone, fused = _parties(6), _parties(6)
 
     def build(nets: list[Any]) -> list[Any]:
@@ -123,7 +98,7 @@ def test_only_optimisers_that_share_type_and_hyper_parameters_step_together(monk
             opt.step()
         step_together([OptimizerStep(opt) for opt in opts_fused])
     assert calls == [11, 4, 11, 4]  # the first three together, the fourth its own
-    for a, b in zip(_state(opts_alone), _state(opts_fused), strict=True):
+    for a, b in zip(state_tensors(opts_alone), state_tensors(opts_fused), strict=True):
         assert torch.equal(a, b)
 
 
@@ -154,9 +129,9 @@ def test_a_staged_split_nn_epoch_takes_the_joint_step_and_equals_the_unstaged_on
             spec, datas, transport=lambda p: InProcessTransport(p, batch_backward=batch_backward)
         )
         fed()
-        return {n: _state([fed.parties[n].opt]) for n in names[:-1]}
+        return {n: state_tensors([fed.parties[n].opt]) for n in names[:-1]}
 
-    calls = _joint_calls(monkeypatch)
+    calls = joint_calls(monkeypatch)
     staged = run(True)
     # 7 batches an epoch; after the first (each optimiser's own step creates its momentum
     # buffers) the label owner's step (4 parameters), then the passive parties' (3 x 4) as one

@@ -15,7 +15,7 @@ import pytest
 from _cli import ROOT, fedviews
 
 from fedviews.errors import ConfigError
-from fedviews.experiments._render import render_markdown
+from fedviews.experiments._render import render_markdown, render_tables
 from fedviews.experiments._reproduce import MANIFEST, compare_tables, load_manifest
 
 #: a fast, deterministic smoke entry (V-FedMV, one split: a few seconds)
@@ -156,6 +156,27 @@ def test_bad_manifest_is_a_clean_error(tmp_path):
     assert r.returncode == 2 and "give one" in r.stderr
 
 
+def test_an_entry_puts_its_pythonpath_on_the_path_of_its_config(tmp_path):
+    """``fedridge_handwritten``'s config imports modules of docs/examples, which fedviews does
+    not ship: the entry's ``pythonpath`` puts that folder on the path (nobody sets
+    ``PYTHONPATH``), its run line shows it, and ``--check`` matches the committed numbers."""
+    name = "fedridge_handwritten"
+    entry = load_manifest(ROOT / MANIFEST)[name]
+    assert entry.run_command == f"PYTHONPATH=docs/examples fedviews run {entry.config}"
+    r = fedviews("reproduce", name, "--check", "-q", "--out", str(tmp_path / "o"))
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "matches the committed results" in r.stdout
+    bad = tmp_path / MANIFEST
+    (tmp_path / "c.toml").write_text("", encoding="utf-8")
+    common = 'title = "x"\ntier = "smoke"\nresults = "r.json"\npage = "p.md"\ncost_s = 1\n'
+    bad.write_text(f'[x]\n{common}config = "c.toml"\npythonpath = ["nope"]\n', "utf-8")
+    with pytest.raises(ConfigError, match="pythonpath folder nope does not exist"):
+        load_manifest(bad)
+    bad.write_text(f'[x]\n{common}script = "c.toml"\npythonpath = ["."]\n', "utf-8")
+    with pytest.raises(ConfigError, match="overrides and pythonpath with a config"):
+        load_manifest(bad)
+
+
 # --- the docs ---
 
 
@@ -185,6 +206,15 @@ def test_hook_renders_committed_tables_with_provenance():
         hook.render_page("<!-- reproduce: nope -->\n")
 
 
+def test_asterisks_of_a_title_or_note_stay_text():
+    """A note such as ``w*: closed form ...`` (fedridge_handwritten's) renders as one
+    emphasis with its asterisk, not as an emphasised ``w`` and a stray ``*``."""
+    markdown = pytest.importorskip("markdown")
+    table = {"title": "a*b", "columns": ["x"], "rows": [[1]], "note": "w*: closed form"}
+    html = markdown.markdown("\n".join(render_tables([table])), extensions=["tables"])
+    assert "<strong>a*b</strong>" in html and "<em>w*: closed form</em>" in html
+
+
 def test_an_entry_without_results_renders_as_not_reproduced():
     entry = next(e for e in load_manifest(ROOT / MANIFEST).values() if e.tier == "full")
     text = render_markdown(entry, None)
@@ -195,7 +225,7 @@ def test_an_entry_without_results_renders_as_not_reproduced():
 #: PSI live in docs/deployment-benchmarks.md, flower.md, threat-model.md and benchmarks.md, made by
 #: the benchmarks/ scripts, not by experiment configs)
 RESULT_PAGES = ("README.md", "docs/index.md", "docs/experiments.md", "docs/algorithms/*.md")
-RESULT_PAGES += ("docs/privacy/*.md",)
+RESULT_PAGES += ("docs/privacy/*.md", "docs/adding-an-algorithm.md")
 #: a number with a decimal point, outside code spans
 _DECIMAL = re.compile(r"(?<![\w.])\d+\.\d+")
 

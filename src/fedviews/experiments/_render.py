@@ -18,18 +18,24 @@ def _md_cell(value: Any) -> str:
     return format_value(value).replace("|", "\\|")
 
 
+def _md_text(text: str) -> str:
+    """``text`` inside emphasis: its own asterisks (``w*``) escaped, so that they neither
+    end the emphasis nor start another."""
+    return text.replace("*", "\\*")
+
+
 def render_tables(tables: Sequence[dict[str, Any]]) -> list[str]:
     """The Markdown lines of ``tables`` (each ``title``, ``columns``, ``rows``, optional
     ``note``), each followed by an empty line."""
     out: list[str] = []
     for t in tables:
-        out += [f"**{t['title']}**", ""]
+        out += [f"**{_md_text(t['title'])}**", ""]
         out.append("| " + " | ".join(_md_cell(c) for c in t["columns"]) + " |")
         out.append("|" + "|".join("---" for _ in t["columns"]) + "|")
         out += ["| " + " | ".join(_md_cell(v) for v in row) + " |" for row in t["rows"]]
         out.append("")
         if t.get("note"):
-            out += [f"*{t['note']}*", ""]
+            out += [f"*{_md_text(t['note'])}*", ""]
     return out
 
 

@@ -36,7 +36,8 @@ import shlex
 import subprocess
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
@@ -105,13 +106,18 @@ class Reproduction:
     unchecked: tuple[str, ...] = ()
     """Columns that ``--check`` does not compare (a run's own timings, e.g. ``"seconds"``);
     they are committed and rendered all the same."""
+    pythonpath: tuple[str, ...] = ()
+    """Folders, relative to the manifest's folder, on the Python path while the config is
+    loaded (``PYTHONPATH=...`` before its command): where the ``modules`` of a config that
+    fedviews does not ship live (``docs/examples``)."""
 
     def validate(self) -> None:
         if bool(self.config) == bool(self.script):
             raise ConfigError(f"reproduction {self.name!r}: give either config or script")
-        if self.args and not self.script or self.overrides and not self.config:
+        if self.args and not self.script or (self.overrides or self.pythonpath) and self.script:
             raise ConfigError(
-                f"reproduction {self.name!r}: args go with a script, overrides with a config"
+                f"reproduction {self.name!r}: args go with a script, overrides and pythonpath "
+                "with a config"
             )
         if self.tier not in TIERS:
             raise ConfigError(f"reproduction {self.name!r}: tier must be one of {list(TIERS)}")
@@ -134,7 +140,8 @@ class Reproduction:
         entry, the ``python`` command line that makes the same tables)."""
         if self.script:
             return shlex.join(["python", self.script, *self.args])
-        return shlex.join(["fedviews", "run", self.config, *self.overrides])
+        env = [f"PYTHONPATH={os.pathsep.join(self.pythonpath)}"] if self.pythonpath else []
+        return shlex.join([*env, "fedviews", "run", self.config, *self.overrides])
 
 
 @dataclass(frozen=True)
@@ -200,6 +207,9 @@ def load_manifest(path: Path) -> dict[str, Reproduction]:
         if not (path.parent / made_by).is_file():
             what = "config" if entry.config else "script"
             raise ConfigError(f"{path}: {name}: {what} {made_by} does not exist")
+        for folder in entry.pythonpath:
+            if not (path.parent / folder).is_dir():
+                raise ConfigError(f"{path}: {name}: pythonpath folder {folder} does not exist")
         out[name] = entry
     return out
 
@@ -444,7 +454,8 @@ def reproduce(
     if entry.script:
         run_dir, device = _run_script(entry, root, out_dir, quiet), "auto"
     else:
-        cfg = load_config(root / entry.config, entry.overrides)
+        with _on_path([str(root / folder) for folder in entry.pythonpath]):
+            cfg = load_config(root / entry.config, entry.overrides)
         if mirror is not None:
             _seed_cells(entry, cfg, mirror, out_dir)
         run_dir, _ = run_experiment(
@@ -486,6 +497,18 @@ def reproduce(
         if mirror is not None:
             mirror.unlink(missing_ok=True)  # recorded: the partial cells are done with
     return outcome
+
+
+@contextmanager
+def _on_path(folders: Sequence[str]) -> Iterator[None]:
+    """``folders`` first on ``sys.path`` inside the block (an entry's ``pythonpath``: the
+    config's ``modules`` are imported there, once)."""
+    before = list(sys.path)
+    sys.path[:0] = folders
+    try:
+        yield
+    finally:
+        sys.path[:] = before
 
 
 def _run_script(entry: Reproduction, root: Path, out_dir: Path, quiet: bool) -> Path:

@@ -28,7 +28,8 @@ from fedviews._classifier import accuracy, round_progress
 from fedviews._estimator import store_params
 from fedviews._registry import register_estimator
 from fedviews.deep._apfed_nets import Encoder, Head, NetSpec, check_setting
-from fedviews.deep._common import EVAL_BATCH, net_logits, train_mode
+from fedviews.deep._common import EVAL_BATCH, net_logits, train_mode, zero_grads
+from fedviews.deep._fusedstep import step_optimizers
 from fedviews.deep._split import SplitBottom, SplitTop, StripEstimator, build_module, sgd
 from fedviews.deep._strips import check_training, party_seeds, sgd_settings
 from fedviews.deep.apfed.estimator import ActiveOnly
@@ -139,9 +140,9 @@ class TVFLActiveClient(SplitTop, Coordinator):
                     for p in self.passives
                 ]
                 loss = F.cross_entropy(self.head(self._join(h_a, hps)), self._y[idx])
-                self.opt.zero_grad()
+                zero_grads(self.opt)
                 loss.backward()
-                self.opt.step()
+                step_optimizers([self.opt])
                 grads = {}
                 for p, hp in zip(self.passives, hps, strict=True):
                     assert hp.grad is not None

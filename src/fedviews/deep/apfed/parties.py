@@ -49,8 +49,10 @@ from fedviews.deep._common import (
     net_logits,
     optimizer_arrays,
     train_mode,
+    zero_grads,
 )
 from fedviews.deep._factory import factory_name
+from fedviews.deep._fusedstep import step_optimizers
 from fedviews.deep._split import SplitBottom, SplitTop, sgd
 from fedviews.errors import DataError, MissingDependency, ProtocolError
 from fedviews.federation import (
@@ -161,11 +163,11 @@ class PassiveClient(SplitBottom):
         h = self.act_codec.tensor(msg, "h_A", shape, self.device).requires_grad_(True)
         train_mode(self.net)
         loss = self.local_loss(h, self._X[idx])
-        self.opt.zero_grad()
+        zero_grads(self.opt)
         loss.backward()
         assert h.grad is not None
         grad = h.grad * msg.number("lam")
-        self.opt.step()
+        step_optimizers([self.opt])
         self._unread.append(loss.detach())
         return self.reply(msg, arrays=self.grad_codec.pack("grad_h_A", grad))
 
@@ -285,14 +287,14 @@ class ActiveClient(SplitTop):
                 self.grad_codec.tensor(replies[p], "grad_h_A", shape, self.device)
                 for p in self.passives
             ]
-        self.opt.zero_grad()
+        zero_grads(self.opt)
         loss.backward()
         assert h_cut.grad is not None
         grad = h_cut.grad
         for g in received:
             grad = grad + g
         h.backward(grad)
-        self.opt.step()
+        step_optimizers([self.opt])
         return loss.detach()
 
     # -- evaluating alone (Eq. 11) ----------------------------------------------------
