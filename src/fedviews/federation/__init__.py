@@ -46,6 +46,7 @@ from fedviews.federation._message import (
     Header,
     Message,
     MetaValue,
+    attributed,
     error_payload,
     raise_remote,
 )
@@ -132,6 +133,7 @@ __all__ = [
     "is_tensor",
     "to_host",
     "raise_remote",
+    "attributed",
     "TLSFiles",
     "E2EKeys",
     "Trust",

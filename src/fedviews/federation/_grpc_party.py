@@ -31,7 +31,6 @@ from fedviews.federation._grpc import (
     PEERS,
     Buffer,
     _check_sender,
-    _from,
     _grpc,
     _Link,
     _tally,
@@ -39,7 +38,7 @@ from fedviews.federation._grpc import (
 )
 from fedviews.federation._grpc_endpoint import _Endpoint
 from fedviews.federation._grpc_options import GrpcOptions
-from fedviews.federation._message import Message
+from fedviews.federation._message import Message, attributed
 from fedviews.federation._policy import PrivacyPolicy
 
 if TYPE_CHECKING:
@@ -218,7 +217,7 @@ class GrpcPartyTransport(_Endpoint):
         watchdog = threading.Thread(target=self._watch, args=(link,), daemon=True)
         watchdog.start()
         try:
-            with _from(self.server_name, "a frame"):
+            with attributed(self.server_name, "a frame"):
                 try:
                     for frame in self._call:
                         got = link.receive(frame)
@@ -235,7 +234,7 @@ class GrpcPartyTransport(_Endpoint):
 
     def _dispatch(self, link: _Link, ftype: int, msg_id: int, data: Buffer) -> bool:
         if ftype == PEERS and link is self.link and self.e2e is not None:
-            with _from(self.server_name, "the key bundles"):  # the hub checked each at its hello
+            with attributed(self.server_name, "the key bundles"):  # the hub checked each at its hello
                 keys = json.loads(bytes(data))
                 peers, session = keys["peers"], bytes.fromhex(keys["session"])
                 if not isinstance(peers, dict):
