@@ -234,7 +234,9 @@ class GrpcPartyTransport(_Endpoint):
 
     def _dispatch(self, link: _Link, ftype: int, msg_id: int, data: Buffer) -> bool:
         if ftype == PEERS and link is self.link and self.e2e is not None:
-            with attributed(self.server_name, "the key bundles"):  # the hub checked each at its hello
+            with attributed(
+                self.server_name, "the key bundles"
+            ):  # the hub checked each at its hello
                 keys = json.loads(bytes(data))
                 peers, session = keys["peers"], bytes.fromhex(keys["session"])
                 if not isinstance(peers, dict):
