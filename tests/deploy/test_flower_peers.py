@@ -336,6 +336,96 @@ def test_an_altered_payload_is_caught_by_its_receiver(splitnn, tmp_path, kind, v
         _on_flower(path, data, certs, tmp_path / "run", TamperGrid, kind=kind)
 
 
+class LyingRelayGrid(LoopbackGrid):
+    """A dishonest node: the first answer of node ``liar`` that ``pick`` selects (a Flower
+    message's content) becomes what ``lie`` makes of it."""
+
+    def __init__(self, *args, liar: int, pick, lie, **kw):
+        super().__init__(*args, **kw)
+        self.liar, self.pick, self.lie, self.done = liar, pick, lie, False
+
+    def pull_messages(self, message_ids):
+        got = super().pull_messages(message_ids)
+        for r in got:
+            if not self.done and r.metadata.src_node_id == self.liar and self.pick(r.content):
+                self.lie(r.content)
+                self.done = True
+        return got
+
+
+def _asks_to_relay(content) -> bool:
+    return _flower_transport.SEND in content.array_records
+
+
+def _a_peers_reply(content) -> bool:
+    if "fedviews" not in content.array_records:
+        return False
+    return Message.peek(_flower_transport.unpack(content)).receiver != "coordinator"
+
+
+def _to_nobody(content) -> None:
+    """bottom asks the ServerApp to relay a message to a party it made up."""
+    rec = content.array_records[_flower_transport.SEND]
+    head = Message.peek(bytes(rec["0"].data))
+    wire = Message(head.kind, "bottom", "mallory", head.round).encode()
+    rec["0"] = _flower_transport.pack_all([wire], "x")["x"]["0"]
+
+
+def _unnumbered(content) -> None:
+    rec = content.array_records[_flower_transport.SEND]
+    rec["7"] = rec.pop("0")
+
+
+def _garbage(content) -> None:
+    content.array_records["fedviews"]["message"] = _flower_transport.pack(b"garbage" * 3)[
+        "fedviews"
+    ]["message"]
+
+
+#: how a node lies while the ServerApp relays per-batch messages, and what the ServerApp says
+RELAY_LIES = {
+    "to-a-made-up-party": (
+        1001,
+        _asks_to_relay,
+        _to_nobody,
+        "bottom",
+        "'bottom' sent 'splitnn.epoch' to 'mallory', a party of no Flower node",
+    ),
+    "unnumbered-messages": (
+        1001,
+        _asks_to_relay,
+        _unnumbered,
+        "bottom",
+        "the messages to relay from 'bottom': the 'fedviews-send' record is not numbered 0..0",
+    ),
+    "a-reply-that-is-no-message": (
+        1000,
+        _a_peers_reply,
+        _garbage,
+        "top",
+        "the reply to 'splitnn.epoch' from 'top': not a fedviews message (bad magic)",
+    ),
+}
+
+
+@pytest.mark.parametrize("lie", sorted(RELAY_LIES))
+def test_what_a_node_asks_to_relay_or_answers_names_that_node(splitnn, tmp_path, lie):
+    """A party's message to relay that goes to a party it made up, a malformed batch of
+    them, and a relayed reply that cannot be read are refused by the ServerApp naming the
+    party of the node they came from (``party``, ``culprit``), never the made-up receiver
+    nor the honest party."""
+    path, data, certs = splitnn
+    liar, pick, make, who, why = RELAY_LIES[lie]
+    with pytest.raises(ProtocolError) as caught:
+        _on_flower(
+            path, data, certs, tmp_path / "run", LyingRelayGrid, liar=liar, pick=pick, lie=make
+        )
+    assert not isinstance(caught.value, RemoteError)
+    assert caught.value.party == who and str(caught.value) == why
+    res = json.loads((tmp_path / "run" / "coordinator" / "results.json").read_text())
+    assert res["culprit"] == who and "unavailable_party" not in res
+
+
 def test_a_key_of_the_serverapps_is_refused(splitnn, tmp_path, monkeypatch):
     """The ServerApp cannot hand out a key of its own in a party's name: the key must be
     signed by that party's certificate."""
