@@ -44,6 +44,7 @@ from fedviews.federation import (  # noqa: E402
     E2EKeys,
     InProcessTransport,
     Message,
+    Party,
     TLSFiles,
     Trust,
     get_algorithm_spec,
@@ -424,6 +425,95 @@ def test_what_a_node_asks_to_relay_or_answers_names_that_node(splitnn, tmp_path,
     assert caught.value.party == who and str(caught.value) == why
     res = json.loads((tmp_path / "run" / "coordinator" / "results.json").read_text())
     assert res["culprit"] == who and "unavailable_party" not in res
+
+
+def _error_text(reply) -> str:
+    """The text of a node's error report (``fedviews-error``)."""
+    return json.loads(reply.content.config_records["fedviews-error"]["payload"])["message"]
+
+
+def test_what_reaches_a_node_names_the_one_that_sent_it(splitnn, tmp_path):
+    """On a node, what the ServerApp sent that cannot be read (a request, the key table, the
+    relayed replies) names the ServerApp (the coordinator); a peer's reply that the
+    ServerApp brought back and that does not open names that peer, as on gRPC."""
+    from types import SimpleNamespace
+
+    from flwr.app import ConfigRecord, Context, RecordDict
+    from flwr.app import Message as FlowerMessage
+
+    from fedviews.deploy._flower_node import FlowerNodeTransport
+    from fedviews.federation import PrivacyPolicy
+
+    path, data, certs = splitnn
+    cfg = load_deploy_config(path)
+    garbage = b"garbage" * 3
+    tls = {p: TLSFiles.from_dir(certs, p) for p in ("top", "bottom")}
+    keys = {p: E2EKeys(p, tls[p], hub="coordinator") for p in tls}
+    bundles = {p: {"cert": tls[p].cert.read_text(), **keys[p].bundle()} for p in tls}
+    for k in keys.values():
+        k.set_peers(bundles, bytes(16))
+    transport = FlowerNodeTransport(
+        PrivacyPolicy.of("any kind", {}), {**cfg.roles(), "coordinator": "coordinator"}
+    )
+    transport.register(Party("bottom", cfg.roles()["bottom"]))
+    transport.e2e, transport.outbox = keys["bottom"], lambda wires: [garbage]
+    found = {}
+    for what, call in {
+        "request": lambda: transport.answer(garbage, "coordinator"),
+        "reply": lambda: transport.request(Message("splitnn.epoch", "bottom", "top", 1)),
+    }.items():
+        with pytest.raises(ProtocolError) as caught:
+            call()
+        found[what] = (caught.value.party, str(caught.value))
+    context = Context(7, 8, {}, RecordDict(), {})
+    with _flower_relay._LOCK:
+        _flower_relay._KEYS[(7, 8)] = keys["top"]
+        _flower_relay._JOBS[(7, 8)] = _flower_relay._Job(1.0)
+    try:
+        for what, call in {
+            "keys": lambda: _flower_relay.take_peers(
+                context, RecordDict({"peers": ConfigRecord({"keys": "{not json"})})
+            ),
+            "replies": lambda: _flower_relay.resume(
+                context, SimpleNamespace(transport=transport), RecordDict()
+            ),
+        }.items():
+            with pytest.raises(ProtocolError) as caught:
+                call()
+            found[what] = (caught.value.party, str(caught.value))
+    finally:
+        with _flower_relay._LOCK:
+            _flower_relay._KEYS.pop((7, 8), None)
+            _flower_relay._JOBS.pop((7, 8), None)
+    assert found == {
+        "request": (
+            "coordinator",
+            "a request from 'coordinator': not a fedviews message (bad magic)",
+        ),
+        "reply": (
+            "top",
+            "the reply to 'splitnn.epoch' from 'top': not a fedviews message (bad magic)",
+        ),
+        "keys": (
+            "coordinator",
+            "the key table from 'coordinator' is malformed: JSONDecodeError: Expecting "
+            "property name enclosed in double quotes: line 1 column 2 (char 1)",
+        ),
+        "replies": (
+            "coordinator",
+            "the replies to relay from 'coordinator': the Flower message carries no "
+            "'fedviews-replies' record",
+        ),
+    }
+    # the ClientApp's answer to a request without a fedviews message: its report says so
+    node = {"party": "top", "data": str(data / "top.npz"), "out": str(tmp_path / "top")}
+    rc = {"deploy-config": str(path), "certs-dir": str(certs)}
+    msg = FlowerMessage(RecordDict(), dst_node_id=9, message_type="query.fedviews", ttl=60.0)
+    msg.metadata.__dict__["_message_id"] = "m1"
+    reply = _flower.client_app(msg, Context(7, 9, node, RecordDict(), rc))
+    assert _error_text(reply) == (
+        "a request from 'coordinator': the Flower message carries no fedviews message"
+    )
 
 
 def test_a_key_of_the_serverapps_is_refused(splitnn, tmp_path, monkeypatch):

@@ -99,7 +99,7 @@ def take_peers(context: Context, content: RecordDict) -> None:
         keys = _KEYS.get(_key(context))
     if keys is None:
         raise ConfigError(PEERS_NEED_A_LIVE_PARTY)
-    with attributed(keys.hub, "the peer keys"):  # the ServerApp checked each at its hello
+    with attributed(keys.hub, "the key table"):  # the ServerApp checked each at its hello
         said = json.loads(str(content.config_records["peers"]["keys"]))
         peers, session = said["peers"], bytes.fromhex(said["session"])
         if not isinstance(peers, dict):
