@@ -766,6 +766,29 @@ def test_a_corrupt_reply_names_the_node_it_came_from(deployment, tmp_path, lie):
     assert res["culprit"] == "fou" and "unavailable_party" not in res
 
 
+class NamelessGrid(LoopbackGrid):
+    """Node 1001 answers the hello without the party it is."""
+
+    def pull_messages(self, message_ids):
+        got = super().pull_messages(message_ids)
+        for r in got:
+            if r.metadata.src_node_id == 1001 and "hello" in r.content.config_records:
+                del r.content.config_records["hello"]["party"]
+        return got
+
+
+def test_a_hello_without_a_party_names_its_node(deployment, tmp_path):
+    path, data = deployment
+    grid = NamelessGrid(_node_configs(data, tmp_path), {"deploy-config": str(path)})
+    try:
+        with pytest.raises(ProtocolError) as caught:
+            _flower.run_flower_coordinator(load_deploy_config(path), grid, tmp_path / "c")
+    finally:
+        grid.close()
+    assert caught.value.party == "Flower node 1001"
+    assert str(caught.value) == "the hello from 'Flower node 1001': no party name"
+
+
 def _without_this_environment_on_path(monkeypatch) -> None:
     """PATH as in a shell where this environment is not activated (issue #34: the SuperLink
     died with ``FileNotFoundError: 'flower-superexec'``)."""

@@ -262,7 +262,7 @@ class FlowerGridTransport(Transport):
         with attributed(where, "the hello"):
             rec = reply.content.config_records.get("hello")
             if rec is None or "party" not in rec:
-                raise ProtocolError(f"{where} answered the hello without a party name")
+                raise ProtocolError("no party name")
             party = str(rec["party"])
         if party not in self.expected:
             raise ConfigError(
