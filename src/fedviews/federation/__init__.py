@@ -46,7 +46,6 @@ from fedviews.federation._message import (
     Header,
     Message,
     MetaValue,
-    attributed,
     error_payload,
     raise_remote,
 )
@@ -81,7 +80,7 @@ from fedviews.federation._setup import (
     setup_info,
 )
 from fedviews.federation._tensors import Array, Backward, is_tensor, to_host
-from fedviews.federation._transport import InProcessTransport, Transport, federate
+from fedviews.federation._transport import InProcessTransport, Transport, attributed, federate
 
 if TYPE_CHECKING:
     from fedviews.federation._grpc_hub import GrpcHub

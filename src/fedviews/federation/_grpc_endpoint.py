@@ -35,9 +35,9 @@ from fedviews.federation._grpc import (
     log,
 )
 from fedviews.federation._grpc_options import GrpcOptions
-from fedviews.federation._message import Message, attributed, raise_remote
+from fedviews.federation._message import Message, raise_remote
 from fedviews.federation._policy import PrivacyPolicy
-from fedviews.federation._transport import Transport
+from fedviews.federation._transport import Transport, attributed
 
 if TYPE_CHECKING:
     from fedviews.federation._certs import TLSFiles

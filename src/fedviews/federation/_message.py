@@ -20,17 +20,16 @@ An array may be a torch tensor (``_tensors``): encoded, it is the numpy array of
 
 from __future__ import annotations
 
-import contextlib
 import json
 import math
 import struct
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar, NoReturn
 
 import numpy as np
 
-from fedviews.errors import FedViewsError, ProtocolError, RemoteError
+from fedviews.errors import ProtocolError, RemoteError
 from fedviews.federation._meta import check_meta, check_meta_types, shown
 from fedviews.federation._tensors import (
     ALLOWED_KINDS,
@@ -592,33 +591,3 @@ def raise_remote(
     its reporter. A malformed report is a :class:`ProtocolError` naming ``peer``."""
     etype, text, by = read_report(peer, kind, data)
     raise RemoteError(relay if relay and by == relay else peer, etype, text)
-
-
-@contextlib.contextmanager
-def attributed(peer: str, what: str) -> Iterator[None]:
-    """The one place where a failure to take in what ``peer`` sent is attributed: whatever
-    goes wrong inside is ``peer``'s doing, never the local party's nor a third party's.
-
-    ``peer`` is who the receiver knows sent it (the authenticated end of the link, the
-    node the reply came from), never what the message's header claims. A fedviews error
-    keeps its type and names ``peer`` (``party``, and its text); one that named another
-    party (e.g. a :class:`PartyUnavailable` for a receiver that ``peer`` made up) or any
-    other exception (a decoder's ``TypeError``) becomes a :class:`ProtocolError` naming
-    ``peer``. An error reply is ``peer``'s report: :func:`raise_remote` names its
-    reporter, and the :class:`RemoteError` passes unchanged.
-    """
-    try:
-        yield
-    except RemoteError:
-        raise
-    except FedViewsError as exc:
-        if exc.party not in (None, peer):
-            raise ProtocolError(f"{what} from {peer!r}: {exc}", party=peer) from exc
-        if exc.party is None and repr(peer) not in str(exc):  # its text names the peer too
-            exc.args = (f"{what} from {peer!r}: {exc}",)
-        exc.party = peer
-        raise
-    except Exception as exc:
-        raise ProtocolError(
-            f"{what} from {peer!r} is malformed: {type(exc).__name__}: {exc}", party=peer
-        ) from exc
