@@ -16,6 +16,7 @@
 from __future__ import annotations
 
 import base64
+import dataclasses
 import io
 import json
 import os
@@ -698,6 +699,94 @@ def test_wire_round_trip_has_no_pickle():
     assert (back.kind, back.round, dict(back.meta)) == ("update", 2, {"k": 1})
     with pytest.raises(ProtocolError, match="no fedviews message"):
         _flower_transport.unpack(RecordDict())
+
+
+class LyingGrid(LoopbackGrid):
+    """A loopback grid whose node ``liar`` answers its first fedviews request of ``kind``
+    with ``lie(honest reply's bytes)``: what a dishonest SuperNode can send the ServerApp."""
+
+    def __init__(self, *args, liar: int, kind: str, lie, **kw):
+        super().__init__(*args, **kw)
+        self.liar, self.kind, self.lie, self.done = liar, kind, lie, False
+
+    def pull_messages(self, message_ids):
+        got = super().pull_messages(message_ids)
+        for r in got:
+            content = r.content if not r.has_error() else RecordDict()
+            if self.done or r.metadata.src_node_id != self.liar or "fedviews" not in content:
+                continue
+            wire = _flower_transport.unpack(content)
+            if FVMessage.peek(wire).kind == f"{self.kind}:reply":
+                lie = _flower_transport.pack(self.lie(wire))
+                content.array_records["fedviews"]["message"] = lie["fedviews"]["message"]
+                self.done = True
+        return got
+
+
+def _claiming(sender: str):
+    """A lie: the honest reply, its header claiming that ``sender`` sent it."""
+    return lambda wire: dataclasses.replace(FVMessage.decode(wire), sender=sender).encode()
+
+
+#: what node 1001 ('fou') answers instead of its reply, and what the ServerApp says
+LIES = {
+    "truncated": (
+        lambda wire: wire[:-1],
+        "the reply to 'update' from 'fou': truncated message payload",
+    ),
+    "garbage": (
+        lambda wire: b"garbage" * 3,
+        "the reply to 'update' from 'fou': not a fedviews message (bad magic)",
+    ),
+    "claims-zer": (_claiming("zer"), "party 'fou' replied with a misaddressed message"),
+    "claims-coordinator": (
+        _claiming("coordinator"),
+        "party 'fou' replied with a misaddressed message",
+    ),
+}
+
+
+@pytest.mark.parametrize("lie", sorted(LIES))
+def test_a_corrupt_reply_names_the_node_it_came_from(deployment, tmp_path, lie):
+    """A reply that cannot be read, or whose header claims another sender, is refused naming
+    the party of the node it came from ('fou', node 1001; ``party`` and ``culprit`` in
+    results.json), never the honest parties nor the sender its header claims."""
+    path, data = deployment
+    make, why = LIES[lie]
+    rc = {"deploy-config": str(path)}
+    grid = LyingGrid(_node_configs(data, tmp_path), rc, liar=1001, kind="update", lie=make)
+    try:
+        with pytest.raises(ProtocolError) as caught:
+            _flower.run_flower_coordinator(load_deploy_config(path), grid, tmp_path / "c")
+    finally:
+        grid.close()
+    assert grid.done and not isinstance(caught.value, RemoteError)
+    assert caught.value.party == "fou" and str(caught.value) == why
+    res = json.loads((tmp_path / "c" / "results.json").read_text())
+    assert res["culprit"] == "fou" and "unavailable_party" not in res
+
+
+class NamelessGrid(LoopbackGrid):
+    """Node 1001 answers the hello without the party it is."""
+
+    def pull_messages(self, message_ids):
+        got = super().pull_messages(message_ids)
+        for r in got:
+            if r.metadata.src_node_id == 1001 and "hello" in r.content.config_records:
+                del r.content.config_records["hello"]["party"]
+        return got
+
+
+def test_a_hello_without_a_party_names_its_node(deployment, tmp_path):
+    path, data = deployment
+    grid = NamelessGrid(_node_configs(data, tmp_path), {"deploy-config": str(path)})
+    try:
+        with pytest.raises(ProtocolError) as caught:
+            _flower.run_flower_coordinator(load_deploy_config(path), grid, tmp_path / "c")
+    finally:
+        grid.close()
+    assert caught.value.party == "Flower node 1001"
+    assert str(caught.value) == "the hello from 'Flower node 1001': no party name"
 
 
 def _without_this_environment_on_path(monkeypatch) -> None:

@@ -44,6 +44,7 @@ from fedviews.federation import (  # noqa: E402
     E2EKeys,
     InProcessTransport,
     Message,
+    Party,
     TLSFiles,
     Trust,
     get_algorithm_spec,
@@ -334,6 +335,185 @@ def test_an_altered_payload_is_caught_by_its_receiver(splitnn, tmp_path, kind, v
         RemoteError, match=f"'{victim}' reported PrivacyError: .*failed authentication"
     ):
         _on_flower(path, data, certs, tmp_path / "run", TamperGrid, kind=kind)
+
+
+class LyingRelayGrid(LoopbackGrid):
+    """A dishonest node: the first answer of node ``liar`` that ``pick`` selects (a Flower
+    message's content) becomes what ``lie`` makes of it."""
+
+    def __init__(self, *args, liar: int, pick, lie, **kw):
+        super().__init__(*args, **kw)
+        self.liar, self.pick, self.lie, self.done = liar, pick, lie, False
+
+    def pull_messages(self, message_ids):
+        got = super().pull_messages(message_ids)
+        for r in got:
+            if not self.done and r.metadata.src_node_id == self.liar and self.pick(r.content):
+                self.lie(r.content)
+                self.done = True
+        return got
+
+
+def _asks_to_relay(content) -> bool:
+    return _flower_transport.SEND in content.array_records
+
+
+def _a_peers_reply(content) -> bool:
+    if "fedviews" not in content.array_records:
+        return False
+    return Message.peek(_flower_transport.unpack(content)).receiver != "coordinator"
+
+
+def _to_nobody(content) -> None:
+    """bottom asks the ServerApp to relay a message to a party it made up."""
+    rec = content.array_records[_flower_transport.SEND]
+    head = Message.peek(bytes(rec["0"].data))
+    wire = Message(head.kind, "bottom", "mallory", head.round).encode()
+    rec["0"] = _flower_transport.pack_all([wire], "x")["x"]["0"]
+
+
+def _unnumbered(content) -> None:
+    rec = content.array_records[_flower_transport.SEND]
+    rec["7"] = rec.pop("0")
+
+
+def _garbage(content) -> None:
+    content.array_records["fedviews"]["message"] = _flower_transport.pack(b"garbage" * 3)[
+        "fedviews"
+    ]["message"]
+
+
+#: how a node lies while the ServerApp relays per-batch messages, and what the ServerApp says
+RELAY_LIES = {
+    "to-a-made-up-party": (
+        1001,
+        _asks_to_relay,
+        _to_nobody,
+        "bottom",
+        "'bottom' sent 'splitnn.epoch' to 'mallory', a party of no Flower node",
+    ),
+    "unnumbered-messages": (
+        1001,
+        _asks_to_relay,
+        _unnumbered,
+        "bottom",
+        "the messages to relay from 'bottom': the 'fedviews-send' record is not numbered 0..0",
+    ),
+    "a-reply-that-is-no-message": (
+        1000,
+        _a_peers_reply,
+        _garbage,
+        "top",
+        "the reply to 'splitnn.epoch' from 'top': not a fedviews message (bad magic)",
+    ),
+}
+
+
+@pytest.mark.parametrize("lie", sorted(RELAY_LIES))
+def test_what_a_node_asks_to_relay_or_answers_names_that_node(splitnn, tmp_path, lie):
+    """A party's message to relay that goes to a party it made up, a malformed batch of
+    them, and a relayed reply that cannot be read are refused by the ServerApp naming the
+    party of the node they came from (``party``, ``culprit``), never the made-up receiver
+    nor the honest party."""
+    path, data, certs = splitnn
+    liar, pick, make, who, why = RELAY_LIES[lie]
+    with pytest.raises(ProtocolError) as caught:
+        _on_flower(
+            path, data, certs, tmp_path / "run", LyingRelayGrid, liar=liar, pick=pick, lie=make
+        )
+    assert not isinstance(caught.value, RemoteError)
+    assert caught.value.party == who and str(caught.value) == why
+    res = json.loads((tmp_path / "run" / "coordinator" / "results.json").read_text())
+    assert res["culprit"] == who and "unavailable_party" not in res
+
+
+def _error_text(reply) -> str:
+    """The text of a node's error report (``fedviews-error``)."""
+    return json.loads(reply.content.config_records["fedviews-error"]["payload"])["message"]
+
+
+def test_what_reaches_a_node_names_the_one_that_sent_it(splitnn, tmp_path):
+    """On a node, what the ServerApp sent that cannot be read (a request, the key table, the
+    relayed replies) names the ServerApp (the coordinator); a peer's reply that the
+    ServerApp brought back and that does not open names that peer, as on gRPC."""
+    from types import SimpleNamespace
+
+    from flwr.app import ConfigRecord, Context, RecordDict
+    from flwr.app import Message as FlowerMessage
+
+    from fedviews.deploy._flower_node import FlowerNodeTransport
+    from fedviews.federation import PrivacyPolicy
+
+    path, data, certs = splitnn
+    cfg = load_deploy_config(path)
+    garbage = b"garbage" * 3
+    tls = {p: TLSFiles.from_dir(certs, p) for p in ("top", "bottom")}
+    keys = {p: E2EKeys(p, tls[p], hub="coordinator") for p in tls}
+    bundles = {p: {"cert": tls[p].cert.read_text(), **keys[p].bundle()} for p in tls}
+    for k in keys.values():
+        k.set_peers(bundles, bytes(16))
+    transport = FlowerNodeTransport(
+        PrivacyPolicy.of("any kind", {}), {**cfg.roles(), "coordinator": "coordinator"}
+    )
+    transport.register(Party("bottom", cfg.roles()["bottom"]))
+    transport.e2e, transport.outbox = keys["bottom"], lambda wires: [garbage]
+    found = {}
+    for what, call in {
+        "request": lambda: transport.answer(garbage, "coordinator"),
+        "reply": lambda: transport.request(Message("splitnn.epoch", "bottom", "top", 1)),
+    }.items():
+        with pytest.raises(ProtocolError) as caught:
+            call()
+        found[what] = (caught.value.party, str(caught.value))
+    context = Context(7, 8, {}, RecordDict(), {})
+    with _flower_relay._LOCK:
+        _flower_relay._KEYS[(7, 8)] = keys["top"]
+        _flower_relay._JOBS[(7, 8)] = _flower_relay._Job(1.0)
+    try:
+        for what, call in {
+            "keys": lambda: _flower_relay.take_peers(
+                context, RecordDict({"peers": ConfigRecord({"keys": "{not json"})})
+            ),
+            "replies": lambda: _flower_relay.resume(
+                context, SimpleNamespace(transport=transport), RecordDict()
+            ),
+        }.items():
+            with pytest.raises(ProtocolError) as caught:
+                call()
+            found[what] = (caught.value.party, str(caught.value))
+    finally:
+        with _flower_relay._LOCK:
+            _flower_relay._KEYS.pop((7, 8), None)
+            _flower_relay._JOBS.pop((7, 8), None)
+    assert found == {
+        "request": (
+            "coordinator",
+            "a request from 'coordinator': not a fedviews message (bad magic)",
+        ),
+        "reply": (
+            "top",
+            "the reply to 'splitnn.epoch' from 'top': not a fedviews message (bad magic)",
+        ),
+        "keys": (
+            "coordinator",
+            "the key table from 'coordinator' is malformed: JSONDecodeError: Expecting "
+            "property name enclosed in double quotes: line 1 column 2 (char 1)",
+        ),
+        "replies": (
+            "coordinator",
+            "the replies to relay from 'coordinator': the Flower message carries no "
+            "'fedviews-replies' record",
+        ),
+    }
+    # the ClientApp's answer to a request without a fedviews message: its report says so
+    node = {"party": "top", "data": str(data / "top.npz"), "out": str(tmp_path / "top")}
+    rc = {"deploy-config": str(path), "certs-dir": str(certs)}
+    msg = FlowerMessage(RecordDict(), dst_node_id=9, message_type="query.fedviews", ttl=60.0)
+    msg.metadata.__dict__["_message_id"] = "m1"
+    reply = _flower.client_app(msg, Context(7, 9, node, RecordDict(), rc))
+    assert _error_text(reply) == (
+        "a request from 'coordinator': the Flower message carries no fedviews message"
+    )
 
 
 def test_a_key_of_the_serverapps_is_refused(splitnn, tmp_path, monkeypatch):

@@ -91,6 +91,7 @@ from flwr.serverapp import Grid, ServerApp  # noqa: E402
 from fedviews.deploy._checkpoint import fingerprint  # noqa: E402
 from fedviews.deploy._config import DeployConfig, load_deploy_config  # noqa: E402
 from fedviews.deploy._flower_node import (  # noqa: E402
+    _Node,
     forget,
     node_for,
     node_settings,
@@ -126,8 +127,8 @@ from fedviews.deploy._roles import (  # noqa: E402
     run_identity,
     session_policy,
 )
-from fedviews.deploy._session import _print_to, write_coordinator_outputs  # noqa: E402
-from fedviews.federation import Trust, get_algorithm_spec  # noqa: E402
+from fedviews.deploy._session import _print_to, blame, write_coordinator_outputs  # noqa: E402
+from fedviews.federation import Trust, attributed, get_algorithm_spec  # noqa: E402
 
 log = logging.getLogger("fedviews.flower")
 
@@ -168,6 +169,7 @@ def run_flower_coordinator(
     say(f"Flower ServerApp: waiting for nodes declaring {list(cfg.federation.parties)}")
     status = "ok"
     unavailable = None
+    named: dict[str, str] = {}
     t0 = time.perf_counter()
     try:
         nodes = transport.connect(fingerprint(run=run_identity(cfg)))
@@ -188,6 +190,7 @@ def run_flower_coordinator(
         status = f"{type(exc).__name__}: {exc}"
         if isinstance(exc, PartyUnavailable):
             unavailable = exc.party
+        named = blame(exc)
         raise
     finally:
         res = coord.results()
@@ -196,6 +199,7 @@ def run_flower_coordinator(
             "status": status,
             "seconds": round(time.perf_counter() - t0, 3),
             **res,
+            **named,
             "transport": "flower",
             "nodes": {p: str(n_id) for p, n_id in transport.nodes.items()},
             "seconds_per_round": round(train / rounds, 4) if rounds else None,
@@ -293,13 +297,20 @@ def _on_peers(msg: FlowerMessage, context: Context) -> FlowerMessage:
 def _on_message(msg: FlowerMessage, context: Context) -> FlowerMessage:
     """A request (the coordinator's, or a peer's relayed): the reply, or the messages
     that the party sends while it handles it (relayed, then :func:`_on_resume`)."""
-    return _answer(msg, context, lambda node: start(context, node, unpack(msg.content)))
+    return _answer(msg, context, lambda node: start(context, node, _request(node, msg)))
 
 
 @client_app.query(RESUME)
 def _on_resume(msg: FlowerMessage, context: Context) -> FlowerMessage:
     """The replies to the messages the party's waiting handler sent."""
-    return _answer(msg, context, lambda node: resume(context, msg.content))
+    return _answer(msg, context, lambda node: resume(context, node, msg.content))
+
+
+def _request(node: _Node, msg: FlowerMessage) -> bytes:
+    """The fedviews bytes of a request the ServerApp sent ``node`` (what cannot be unpacked
+    names the ServerApp)."""
+    with attributed(node.transport.coordinator, "a request"):
+        return unpack(msg.content)
 
 
 def _answer(

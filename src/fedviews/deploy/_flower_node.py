@@ -56,6 +56,7 @@ from fedviews.federation import (  # noqa: E402
     SecureSum,
     SecureSumParty,
     Transport,
+    attributed,
     get_algorithm_spec,
 )
 
@@ -239,9 +240,9 @@ class _Node:
         self.generation = 0
 
     def handle(self, data: bytes) -> bytes:
-        msg = Message.peek(data)  # a peer's message is sealed: the header only
         with self.app.compute_limits():
             wire = self.transport.answer(data, self.settings.cfg.federation.coordinator)
+        msg = Message.peek(data)  # answered, so readable; a peer's is sealed: the header only
         if self.app.peer_to_peer:  # never rebuilt (_flower_relay): nothing to replay
             return wire
         if msg.round > 0 and msg.kind == self.app.round_message(self.party.role):
@@ -415,27 +416,36 @@ class FlowerNodeTransport(Transport):
             )
         replies = []
         for m, data in zip(msgs, got, strict=True):
-            reply = self.e2e.open(data)  # PrivacyError if altered, forged or replayed
-            self._check_reply(m, reply)
-            self._check_and_log(reply, len(data))
+            with attributed(m.receiver, f"the reply to {m.kind!r}"):  # as gRPC's relayed ones
+                reply = self.e2e.open(data)  # PrivacyError if altered, forged or replayed
+                self._check_reply(m, reply)
+                self._check_and_log(reply, len(data))
             replies.append(reply)
         return replies
 
     def answer(self, data: bytes, coordinator: str) -> bytes:
         """Decode a request (open it, if a peer sealed it), let the party handle it, return
-        the encoded reply (sealed for a peer)."""
-        head = Message.peek(data)
+        the encoded reply (sealed for a peer). What cannot be read names the ServerApp
+        (``coordinator``), which sent it; a peer's sealed message opens with the key of the
+        sender it claims only (:meth:`E2EKeys.open`), and is then that sender's."""
+        with attributed(coordinator, "a request"):
+            head = Message.peek(data)
         peer = head.sender != coordinator
         if peer and self.e2e is None:
             raise PrivacyError(f"only the coordinator sends over Flower, not {head.sender!r}")
-        msg = self.e2e.open(data) if peer and self.e2e is not None else Message.decode(data)
-        party = self.local.get(msg.receiver)
-        if party is None:
-            raise ProtocolError(
-                f"a message for {msg.receiver!r} reached the node of {list(self.local)}"
-            )
-        self._check_request(msg)
-        self._check_and_log(msg, len(data))
+        if peer and self.e2e is not None:
+            msg = self.e2e.open(data)
+        else:
+            with attributed(coordinator, "a request"):
+                msg = Message.decode(data)
+        with attributed(msg.sender, "a request"):
+            party = self.local.get(msg.receiver)
+            if party is None:
+                raise ProtocolError(
+                    f"a message for {msg.receiver!r} reached the node of {list(self.local)}"
+                )
+            self._check_request(msg)
+            self._check_and_log(msg, len(data))
         reply = self._handle(party, msg)
         self._check_send(reply)
         wire = bytes(self.e2e.seal(reply)) if peer and self.e2e is not None else reply.encode()

@@ -57,7 +57,7 @@ from fedviews.deploy._flower_transport import (  # noqa: E402
     pack_all,
     unpack_all,
 )
-from fedviews.federation import E2EKeys, TLSFiles, get_algorithm_spec  # noqa: E402
+from fedviews.federation import E2EKeys, TLSFiles, attributed, get_algorithm_spec  # noqa: E402
 
 _KEYS: dict[tuple[int, int], E2EKeys] = {}
 _JOBS: dict[tuple[int, int], _Job] = {}
@@ -93,19 +93,18 @@ def hello_keys(context: Context, s: NodeSettings) -> str | None:
 
 
 def take_peers(context: Context, content: RecordDict) -> None:
-    """``query.fedviews_peers``: check the peers' bundles, derive the pairwise keys."""
+    """``query.fedviews_peers``: check the peers' bundles, derive the pairwise keys; what is
+    wrong with them names the ServerApp (the coordinator), which sent them."""
     with _LOCK:
         keys = _KEYS.get(_key(context))
     if keys is None:
         raise ConfigError(PEERS_NEED_A_LIVE_PARTY)
-    try:
+    with attributed(keys.hub, "the key table"):  # the ServerApp checked each at its hello
         said = json.loads(str(content.config_records["peers"]["keys"]))
         peers, session = said["peers"], bytes.fromhex(said["session"])
-    except (KeyError, TypeError, ValueError) as exc:
-        raise ProtocolError(f"the ServerApp sent malformed peer keys: {exc}") from None
-    if not isinstance(peers, dict):
-        raise ProtocolError("the ServerApp sent peer keys that are no table")
-    keys.set_peers(peers, session)
+        if not isinstance(peers, dict):
+            raise ProtocolError(f"{keys.hub!r} sent peer keys that are no table")
+        keys.set_peers(peers, session)
 
 
 class _Job:
@@ -178,14 +177,16 @@ def start(context: Context, node: _Node, data: bytes) -> tuple[list[bytes], byte
     return _outcome(key, job)
 
 
-def resume(context: Context, content: RecordDict) -> tuple[list[bytes], bytes | None]:
-    """``query.fedviews_resume``: the sealed replies the waiting handler asked for."""
+def resume(context: Context, node: _Node, content: RecordDict) -> tuple[list[bytes], bytes | None]:
+    """``query.fedviews_resume``: the sealed replies the waiting handler asked for (what
+    cannot be unpacked names the ServerApp, which brought them)."""
     key = _key(context)
     with _LOCK:
         job = _JOBS.get(key)
     if job is None:
         raise ConfigError(PEERS_NEED_A_LIVE_PARTY)
-    job.replies.put(unpack_all(content, REPLIES))
+    with attributed(node.transport.coordinator, "the replies to relay"):
+        job.replies.put(unpack_all(content, REPLIES))
     return _outcome(key, job)
 
 

@@ -50,6 +50,7 @@ from fedviews.federation import (  # noqa: E402
     PrivacyPolicy,
     Transport,
     Trust,
+    attributed,
     check_bundle,
     error_payload,
     raise_remote,
@@ -258,10 +259,11 @@ class FlowerGridTransport(Transport):
         if reply is None:
             raise PartyUnavailable(where, "did not answer the hello")
         node_error(where, "hello", reply)  # its report names it
-        rec = reply.content.config_records.get("hello")
-        if rec is None:
-            raise ProtocolError(f"{where} answered the hello without a party name")
-        party = str(rec["party"])
+        with attributed(where, "the hello"):
+            rec = reply.content.config_records.get("hello")
+            if rec is None or "party" not in rec:
+                raise ProtocolError("no party name")
+            party = str(rec["party"])
         if party not in self.expected:
             raise ConfigError(
                 f"{where} declares party {party!r}, which is not one of this federation's "
@@ -390,12 +392,14 @@ class FlowerGridTransport(Transport):
         return out
 
     def _answer(self, party: str, kind: str, reply: FlowerMessage | None) -> bytes:
-        """The fedviews bytes of a node's reply; raise what went wrong instead."""
+        """The fedviews bytes of a node's reply; raise what went wrong instead, naming
+        ``party`` (the node the reply came from)."""
         if reply is None:
             timeout = self.options.request_timeout
             raise PartyUnavailable(party, f"no reply to {kind!r} within {timeout:g} s")
         node_error(party, kind, reply)
-        return unpack(reply.content)
+        with attributed(party, f"the reply to {kind!r}"):
+            return unpack(reply.content)
 
     def request(self, msg: Message) -> Message:
         return self.request_many([msg])[0]
@@ -423,9 +427,10 @@ class FlowerGridTransport(Transport):
             out.append(self._query(pack(wire), node, ACTION, group=str(m.round)))
         result: list[Message] = []
         for m, data in zip(msgs, self._round_trip(msgs, out), strict=True):
-            reply = Message.decode(data)
-            self._check_reply(m, reply)
-            self._check_and_log(reply, len(data))
+            with attributed(m.receiver, f"the reply to {m.kind!r}"):  # its node's, whatever
+                reply = Message.decode(data)  # its header claims
+                self._check_reply(m, reply)
+                self._check_and_log(reply, len(data))
             result.append(reply)
         self.exchanges.append((msgs[0].kind, len(msgs), time.perf_counter() - t0))
         return result
@@ -460,7 +465,9 @@ class FlowerGridTransport(Transport):
     def _serve(self, party: str, reply: FlowerMessage | None) -> FlowerMessage | None:
         """Relay what ``party``'s handler sends until its node gives its final reply."""
         while reply is not None and asks_to_relay(reply):
-            answers = self._relay(party, unpack_all(reply.content, SEND))
+            with attributed(party, "the messages to relay"):
+                wires = unpack_all(reply.content, SEND)
+            answers = self._relay(party, wires)
             resume = self._query(pack_all(answers, REPLIES), self.nodes[party], RESUME)
             (reply,) = self._exchange([resume], self.options.request_timeout, RESUME)
         return reply
@@ -474,33 +481,32 @@ class FlowerGridTransport(Transport):
             raise ProtocolError(f"{sender!r} asked to send nothing", party=sender)
         heads, out = [], []
         for data in wires:
-            try:
+            with attributed(sender, "a message to relay"):
                 head = Message.peek(data)
-            except (ProtocolError, ValueError, KeyError, TypeError) as exc:
-                raise ProtocolError(f"{sender!r} sent a malformed message: {exc}") from exc
-            if head.sender != sender:
-                raise ProtocolError(
-                    f"{sender!r} sent a message in the name of {head.sender!r}", party=sender
-                )
-            if head.receiver in self.local or head.receiver == sender:
-                raise ProtocolError(
-                    f"{sender!r} sent {head.kind!r} to {head.receiver!r}: over Flower a party "
-                    "sends its own messages to other parties only",
-                    party=sender,
-                )
-            node = self.nodes.get(head.receiver)
-            if node is None:
-                raise PartyUnavailable(head.receiver, "no Flower node declared this party")
-            self._check_request(head)
-            self._admit(head, len(data))
+                if head.sender != sender:
+                    raise ProtocolError(f"{sender!r} sent a message in the name of {head.sender!r}")
+                if head.receiver in self.local or head.receiver == sender:
+                    raise ProtocolError(
+                        f"{sender!r} sent {head.kind!r} to {head.receiver!r}: over Flower a "
+                        "party sends its own messages to other parties only"
+                    )
+                node = self.nodes.get(head.receiver)
+                if node is None:  # every party has its node since connect(): made up
+                    raise ProtocolError(
+                        f"{sender!r} sent {head.kind!r} to {head.receiver!r}, a party of no "
+                        "Flower node"
+                    )
+                self._check_request(head)
+                self._admit(head, len(data))
             heads.append(head)
             out.append(self._query(pack(data), node, ACTION, group=str(head.round)))
         t0 = time.perf_counter()
         answers = []
         for head, rdata in zip(heads, self._round_trip(heads, out), strict=True):
-            rhead = Message.peek(rdata)
-            self._check_reply(head, rhead)
-            self._admit(rhead, len(rdata))
+            with attributed(head.receiver, f"the reply to {head.kind!r}"):
+                rhead = Message.peek(rdata)
+                self._check_reply(head, rhead)
+                self._admit(rhead, len(rdata))
             answers.append(rdata)
         self.exchanges.append((heads[0].kind, len(heads), time.perf_counter() - t0))
         return answers
@@ -522,8 +528,9 @@ class FlowerGridTransport(Transport):
                 replies = self._exchange(msgs, self.options.request_timeout, "ping")
                 dt = time.perf_counter() - t0
                 for node, r in zip(nodes, replies, strict=True):
-                    if len(self._answer(f"Flower node {node}", "ping", r)) != nbytes:
-                        raise ProtocolError(f"Flower node {node} echoed another payload")
+                    where = f"Flower node {node}"
+                    if len(self._answer(where, "ping", r)) != nbytes:
+                        raise ProtocolError(f"{where} echoed another payload", party=where)
                 out[key].append(dt)
         self.pings = out
         return out

@@ -80,7 +80,7 @@ from fedviews.federation._setup import (
     setup_info,
 )
 from fedviews.federation._tensors import Array, Backward, is_tensor, to_host
-from fedviews.federation._transport import InProcessTransport, Transport, federate
+from fedviews.federation._transport import InProcessTransport, Transport, attributed, federate
 
 if TYPE_CHECKING:
     from fedviews.federation._grpc_hub import GrpcHub
@@ -132,6 +132,7 @@ __all__ = [
     "is_tensor",
     "to_host",
     "raise_remote",
+    "attributed",
     "TLSFiles",
     "E2EKeys",
     "Trust",

@@ -47,7 +47,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from fedviews import errors
-from fedviews.errors import FedViewsError, PartyUnavailable, ProtocolError, RemoteError, require
+from fedviews.errors import FedViewsError, PartyUnavailable, ProtocolError, require
 from fedviews.federation._budget import Budget
 from fedviews.federation._grpc_options import GrpcOptions
 from fedviews.federation._message import error_payload
@@ -258,34 +258,6 @@ def _report(link: _Link, msg_id: int, exc: BaseException, what: str, by: str = "
     if not isinstance(exc, FedViewsError):
         log.exception("%s failed", what)
     link.post(ERROR, msg_id, error_payload(exc, by))
-
-
-@contextlib.contextmanager
-def _from(peer: str, what: str) -> Iterator[None]:
-    """The one place where a failure to take in what ``peer`` sent is attributed: whatever
-    goes wrong inside is ``peer``'s doing, never the local party's nor a third party's.
-
-    A fedviews error keeps its type and names ``peer`` (``party``, and its text); one that named
-    another party (e.g. a :class:`PartyUnavailable` for a receiver that ``peer`` made up)
-    or any other exception (a decoder's ``TypeError``) becomes a :class:`ProtocolError`
-    naming ``peer``. An error reply is ``peer``'s report: :func:`raise_remote` names its
-    reporter, and the :class:`RemoteError` passes unchanged.
-    """
-    try:
-        yield
-    except RemoteError:
-        raise
-    except FedViewsError as exc:
-        if exc.party not in (None, peer):
-            raise ProtocolError(f"{what} from {peer!r}: {exc}", party=peer) from exc
-        if exc.party is None and repr(peer) not in str(exc):  # its text names the peer too
-            exc.args = (f"{what} from {peer!r}: {exc}",)
-        exc.party = peer
-        raise
-    except Exception as exc:
-        raise ProtocolError(
-            f"{what} from {peer!r} is malformed: {type(exc).__name__}: {exc}", party=peer
-        ) from exc
 
 
 def _tally(rows: dict[tuple[str, bool], list[int]], link: _Link) -> None:

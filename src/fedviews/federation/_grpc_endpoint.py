@@ -27,7 +27,6 @@ from fedviews.federation._grpc import (
     Buffer,
     _Calls,
     _certificate,
-    _from,
     _grpc,
     _Link,
     _nbytes,
@@ -38,7 +37,7 @@ from fedviews.federation._grpc import (
 from fedviews.federation._grpc_options import GrpcOptions
 from fedviews.federation._message import Message, raise_remote
 from fedviews.federation._policy import PrivacyPolicy
-from fedviews.federation._transport import Transport
+from fedviews.federation._transport import Transport, attributed
 
 if TYPE_CHECKING:
     from fedviews.federation._certs import TLSFiles
@@ -146,7 +145,7 @@ class _Endpoint(Transport):
         """The reply to ``msg`` that arrived over ``link`` (``ftype``: REPLY or ERROR), checked
         and logged; whatever is wrong with it names ``msg.receiver``, and an error reply is
         its (or the relaying hub's) report."""
-        with _from(msg.receiver, f"the reply to {msg.kind!r}"):
+        with attributed(msg.receiver, f"the reply to {msg.kind!r}"):
             if ftype == ERROR:
                 raise_remote(msg.receiver, msg.kind, data, self._relay(link))
             reply = self._decode(data, link)
@@ -197,7 +196,7 @@ class _Endpoint(Transport):
     def _read(self, link: _Link, frames: Iterator[bytes]) -> None:
         """Read ``link``'s stream until it ends (a reader thread of its own)."""
         try:
-            with _from(link.peer, "a frame"):
+            with attributed(link.peer, "a frame"):
                 for frame in frames:
                     got = link.receive(frame)
                     if got is not None and not self._dispatch(link, *got):
@@ -404,7 +403,7 @@ class _Endpoint(Transport):
             first = next(call, None)
             if first is None:
                 raise ProtocolError(f"{peer!r} closed the stream without a welcome", party=peer)
-            with _from(peer, "the welcome"):
+            with attributed(peer, "the welcome"):
                 got = link.receive(first)
                 if got is None or got[0] != WELCOME:
                     raise ProtocolError(f"{peer!r} did not answer the hello with a welcome")

@@ -33,7 +33,6 @@ from fedviews.federation._grpc import (
     REQUEST,
     Buffer,
     _check_sender,
-    _from,
     _Link,
     _report,
     log,
@@ -42,6 +41,7 @@ from fedviews.federation._grpc_endpoint import _Endpoint
 from fedviews.federation._grpc_options import GrpcOptions
 from fedviews.federation._message import Message, stamp_report
 from fedviews.federation._policy import PrivacyPolicy
+from fedviews.federation._transport import attributed
 
 if TYPE_CHECKING:
     from fedviews.federation._certs import TLSFiles
@@ -214,7 +214,7 @@ class GrpcHub(_Endpoint):
             if ftype == ERROR:  # the receiver's report goes back stamped with its name
                 link.send(ERROR, msg_id, stamp_report(target.peer, head.kind, rdata))
                 return
-            with _from(target.peer, f"the reply to {head.kind!r}"):
+            with attributed(target.peer, f"the reply to {head.kind!r}"):
                 rhead = Message.peek(rdata)
                 self._check_reply(head, rhead)
                 self._admit(rhead, len(rdata))

@@ -31,7 +31,6 @@ from fedviews.federation._grpc import (
     PEERS,
     Buffer,
     _check_sender,
-    _from,
     _grpc,
     _Link,
     _tally,
@@ -41,6 +40,7 @@ from fedviews.federation._grpc_endpoint import _Endpoint
 from fedviews.federation._grpc_options import GrpcOptions
 from fedviews.federation._message import Message
 from fedviews.federation._policy import PrivacyPolicy
+from fedviews.federation._transport import attributed
 
 if TYPE_CHECKING:
     from fedviews.federation._certs import TLSFiles
@@ -218,7 +218,7 @@ class GrpcPartyTransport(_Endpoint):
         watchdog = threading.Thread(target=self._watch, args=(link,), daemon=True)
         watchdog.start()
         try:
-            with _from(self.server_name, "a frame"):
+            with attributed(self.server_name, "a frame"):
                 try:
                     for frame in self._call:
                         got = link.receive(frame)
@@ -235,7 +235,9 @@ class GrpcPartyTransport(_Endpoint):
 
     def _dispatch(self, link: _Link, ftype: int, msg_id: int, data: Buffer) -> bool:
         if ftype == PEERS and link is self.link and self.e2e is not None:
-            with _from(self.server_name, "the key bundles"):  # the hub checked each at its hello
+            with attributed(
+                self.server_name, "the key bundles"
+            ):  # the hub checked each at its hello
                 keys = json.loads(bytes(data))
                 peers, session = keys["peers"], bytes.fromhex(keys["session"])
                 if not isinstance(peers, dict):

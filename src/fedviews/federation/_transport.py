@@ -3,14 +3,15 @@ parties to one."""
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from functools import partial
 from typing import TypeVar
 
-from fedviews.errors import FedViewsError, PartyUnavailable, ProtocolError
+from fedviews.errors import FedViewsError, PartyUnavailable, ProtocolError, RemoteError
 from fedviews.federation._handover import FiniteChecks, hand_over
 from fedviews.federation._log import LogEntry, MessageLog
 from fedviews.federation._message import Header, Message
@@ -331,3 +332,33 @@ def federate(
     for p in parties:
         t.register(p)
     return t
+
+
+@contextlib.contextmanager
+def attributed(peer: str, what: str) -> Iterator[None]:
+    """The one place where a failure to take in what ``peer`` sent is attributed: whatever
+    goes wrong inside is ``peer``'s doing, never the local party's nor a third party's.
+
+    ``peer`` is who the receiver knows sent it (the authenticated end of the link, the
+    node the reply came from), never what the message's header claims. A fedviews error
+    keeps its type and names ``peer`` (``party``, and its text); one that named another
+    party (e.g. a :class:`PartyUnavailable` for a receiver that ``peer`` made up) or any
+    other exception (a decoder's ``TypeError``) becomes a :class:`ProtocolError` naming
+    ``peer``. An error reply is ``peer``'s report: :func:`raise_remote` names its
+    reporter, and the :class:`RemoteError` passes unchanged.
+    """
+    try:
+        yield
+    except RemoteError:
+        raise
+    except FedViewsError as exc:
+        if exc.party not in (None, peer):
+            raise ProtocolError(f"{what} from {peer!r}: {exc}", party=peer) from exc
+        if exc.party is None and repr(peer) not in str(exc):  # its text names the peer too
+            exc.args = (f"{what} from {peer!r}: {exc}",)
+        exc.party = peer
+        raise
+    except Exception as exc:
+        raise ProtocolError(
+            f"{what} from {peer!r} is malformed: {type(exc).__name__}: {exc}", party=peer
+        ) from exc
