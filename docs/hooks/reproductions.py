@@ -27,12 +27,8 @@ DIGEST = re.compile(r"^<!-- reproduce-digest: ([\w. -]+) -->$", flags=re.M)
 def render_page(markdown: str, root: Path = ROOT) -> str:
     """``markdown`` with every ``<!-- reproduce: NAME -->`` replaced by the entry's tables."""
     from fedviews.experiments._render import render_digest, render_markdown
-    from fedviews.experiments._reproduce import (
-        MANIFEST,
-        committed_cells,
-        load_manifest,
-        read_results,
-    )
+    from fedviews.experiments._reproduce import MANIFEST, load_manifest, read_results
+    from fedviews.experiments._sessions import committed_cells
 
     if not MARK.search(markdown) and not DIGEST.search(markdown):
         return markdown

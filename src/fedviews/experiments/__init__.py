@@ -12,7 +12,6 @@ from fedviews.experiments._registry import (
 )
 from fedviews.experiments._reproduce import (
     Reproduction,
-    committed_cells,
     find_manifest,
     load_manifest,
     reproduce,
@@ -25,6 +24,7 @@ from fedviews.experiments._runner import (
     resume_experiment,
     run_experiment,
 )
+from fedviews.experiments._sessions import committed_cells
 
 __all__ = [
     "DataConfig",
