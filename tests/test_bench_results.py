@@ -2,24 +2,19 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 from pathlib import Path
 from types import ModuleType
 
 import pytest
 
+from _modules import load_file
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
 def _hook() -> ModuleType:
-    spec = importlib.util.spec_from_file_location(
-        "bench_results", ROOT / "docs/hooks/bench_results.py"
-    )
-    assert spec is not None and spec.loader is not None
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load_file(ROOT / "docs/hooks/bench_results.py")
 
 
 @pytest.mark.parametrize(
@@ -55,11 +50,7 @@ def test_a_missing_result_fails_the_build(tmp_path):
 
 
 def _record_module() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("_record", ROOT / "benchmarks/_record.py")
-    assert spec is not None and spec.loader is not None
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load_file(ROOT / "benchmarks/_record.py")
 
 
 def test_a_benchmark_record_renders_with_its_command_machine_and_table(tmp_path, monkeypatch):

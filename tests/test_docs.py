@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import dataclasses
 import html
-import importlib.util
 import json
 import os
 import re
@@ -18,6 +17,7 @@ from typing import Any
 
 import pytest
 
+from _modules import load_file
 from fedviews._params import constraint
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -52,11 +52,7 @@ def site(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def _hook(path: Path = HOOK) -> ModuleType:
     """The MkDocs hook module at ``path`` (default: the configuration reference's)."""
-    spec = importlib.util.spec_from_file_location(path.stem, path)
-    assert spec is not None and spec.loader is not None
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load_file(path)
 
 
 def _param_classes() -> list[tuple[str, type]]:

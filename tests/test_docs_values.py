@@ -3,7 +3,6 @@ never typed."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import re
 from collections import Counter
@@ -12,17 +11,15 @@ from types import ModuleType
 
 import pytest
 
+from _modules import load_file
+
 ROOT = Path(__file__).resolve().parents[1]
 
 pytest.importorskip("mkdocs", reason="the docs extra: pip install -e '.[docs]'")
 
 
 def _hook() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("values", ROOT / "docs/hooks/values.py")
-    assert spec is not None and spec.loader is not None
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load_file(ROOT / "docs/hooks/values.py")
 
 
 def _pages() -> list[Path]:

@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import dataclasses
-import importlib.util
 import json
 import re
 import shutil
@@ -14,6 +13,7 @@ from types import ModuleType
 import pytest
 from _cli import ROOT, fedviews
 
+from _modules import load_file
 from fedviews.errors import ConfigError
 from fedviews.experiments._render import render_markdown, render_tables
 from fedviews.experiments._reproduce import MANIFEST, compare_tables, load_manifest
@@ -181,12 +181,7 @@ def test_an_entry_puts_its_pythonpath_on_the_path_of_its_config(tmp_path):
 
 
 def _hook() -> ModuleType:
-    path = ROOT / "docs" / "hooks" / "reproductions.py"
-    spec = importlib.util.spec_from_file_location("reproductions_hook", path)
-    assert spec is not None and spec.loader is not None
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load_file(ROOT / "docs" / "hooks" / "reproductions.py", "reproductions_hook")
 
 
 def test_hook_renders_committed_tables_with_provenance():

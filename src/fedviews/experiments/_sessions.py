@@ -101,10 +101,10 @@ def seed_cells(entry: Entry, cfg: Any, mirror: Path, out_dir: Path) -> None:
                 f"{' '.join(entry.overrides)}: delete it to start {entry.name} over"
             )
     if out_dir.exists() and any(out_dir.iterdir()):
-        if same_run(out_dir, config):
+        ran = run_cells(out_dir, config)
+        if ran is not None:
             # the run folder of an earlier session of this entry (say, carried to and back
             # from a GPU machine): its checkpoints continue the cell that was in progress
-            ran = json.loads((out_dir / CELLS_FILE).read_text(encoding="utf-8"))
             _write_json(out_dir / CELLS_FILE, {**ran, **cells})
             return
         raise FedViewsError(
@@ -115,14 +115,14 @@ def seed_cells(entry: Entry, cfg: Any, mirror: Path, out_dir: Path) -> None:
     _write_json(out_dir / CELLS_FILE, cells)  # run_experiment(resume=True) writes config.json
 
 
-def same_run(out_dir: Path, config: dict[str, Any]) -> bool:
-    """Whether ``out_dir`` is a run folder (``config.json`` and ``cells.json``) made by
-    ``config``."""
+def run_cells(out_dir: Path, config: dict[str, Any]) -> dict[str, Any] | None:
+    """The finished cells of ``out_dir`` when it is a run folder (``config.json`` and
+    ``cells.json``) made by ``config``, else ``None``."""
     from fedviews.experiments._runner import CELLS_FILE
 
     try:
         made_by = json.loads((out_dir / "config.json").read_text(encoding="utf-8"))
         ran = json.loads((out_dir / CELLS_FILE).read_text(encoding="utf-8"))
     except (OSError, ValueError):
-        return False
-    return isinstance(ran, dict) and made_by == config
+        return None
+    return ran if isinstance(ran, dict) and made_by == config else None
