@@ -701,6 +701,36 @@ def test_wire_round_trip_has_no_pickle():
         _flower_transport.unpack(RecordDict())
 
 
+def test_pings_are_echoed_and_a_malformed_one_is_reported(deployment, tmp_path):
+    """Run config ``ping``/``ping-bytes`` time echo round trips (one node, then all at once);
+    a ping without a fedviews payload is answered with the node's report, as every other
+    request is, instead of raising in the ClientApp; a count that is no whole number >= 0
+    is a ConfigError."""
+    path, data = deployment
+    run = tmp_path / "run"
+    rc = {"deploy-config": str(path), "out-dir": str(run), "ping": "2", "ping-bytes": 100}
+    grid = LoopbackGrid(_node_configs(data, run), rc)
+    try:
+        _flower.server_app(grid, Context(0, 0, {}, RecordDict(), rc))
+        ping = Message(RecordDict(), dst_node_id=1000, message_type="query.fedviews_ping", ttl=60.0)
+        ping.metadata.__dict__["_message_id"] = "m1"
+        reply = _flower.client_app(ping, grid.contexts[1000])
+    finally:
+        grid.close()
+    res = json.loads((run / "coordinator" / "results.json").read_text())
+    assert res["status"] == "ok" and "objective" not in res
+    assert {k: len(v) for k, v in res["ping_seconds"].items()} == {"single": 2, "broadcast": 2}
+    with pytest.raises(RemoteError) as caught:
+        _flower_transport.node_error("Flower node 1000", "ping", reply)
+    assert str(caught.value) == (
+        "'Flower node 1000' reported ProtocolError: the Flower message carries no fedviews message"
+    )
+    for bad in ("x", "-1", -1, 2.5, True):
+        why = f"the run config's ping must be a whole number >= 0, not {bad!r}"
+        with pytest.raises(ConfigError, match=re.escape(why)):
+            _flower.server_app(grid, Context(0, 0, {}, RecordDict(), {**rc, "ping": bad}))
+
+
 class LyingGrid(LoopbackGrid):
     """A loopback grid whose node ``liar`` answers its first fedviews request of ``kind``
     with ``lie(honest reply's bytes)``: what a dishonest SuperNode can send the ServerApp."""
@@ -764,6 +794,134 @@ def test_a_corrupt_reply_names_the_node_it_came_from(deployment, tmp_path, lie):
     assert caught.value.party == "fou" and str(caught.value) == why
     res = json.loads((tmp_path / "c" / "results.json").read_text())
     assert res["culprit"] == "fou" and "unavailable_party" not in res
+
+
+class MisroutedGrid(LoopbackGrid):
+    """A loopback grid where the first reply of node ``node`` to a message of type ``kind``
+    arrives as ``forge(reply, sent)`` makes it: from another node (a dishonest node answering
+    in another's place, or replaying its reply), of another type, or the SuperLink's own
+    error reply."""
+
+    def __init__(self, *args, node: int, kind: str, forge, **kw):
+        super().__init__(*args, **kw)
+        self.node, self.kind, self.forge, self.done = node, kind, forge, False
+        self.sent: dict[str, Message] = {}
+
+    def push_messages(self, messages):
+        messages = list(messages)
+        ids = super().push_messages(messages)
+        self.sent.update(zip(ids, messages, strict=True))
+        return ids
+
+    def pull_messages(self, message_ids):
+        got = super().pull_messages(message_ids)
+        for k, r in enumerate(got):
+            meta = r.metadata
+            if not self.done and meta.src_node_id == self.node and meta.message_type == self.kind:
+                got[k] = self.forge(r, self.sent[meta.reply_to_message_id])
+                self.done = True
+        return got
+
+
+def _from_node(node: int):
+    def forge(reply: Message, sent: Message) -> Message:
+        reply.metadata.__dict__["_src_node_id"] = node
+        return reply
+
+    return forge
+
+
+def _of_type(kind: str):
+    def forge(reply: Message, sent: Message) -> Message:
+        reply.metadata.message_type = kind
+        return reply
+
+    return forge
+
+
+def _superlink_error(reply: Message, sent: Message) -> Message:
+    """What the SuperLink answers in the node's place when the node went away."""
+    from flwr.server.superlink.linkstate.utils import (
+        create_message_error_unavailable_res_message,
+    )
+
+    return create_message_error_unavailable_res_message(sent.metadata, "node_unavail")
+
+
+_ACTION, _HELLO = "query.fedviews", "query.fedviews_hello"
+#: node 1001 ('fou')'s first reply of a type, forged; the error, its party, its text
+MISROUTED = {
+    "from-another-party": (
+        _ACTION,
+        _from_node(1002),
+        ProtocolError,
+        "zer",
+        "'zer' (Flower node 1002) answered the 'query.fedviews' message sent to 'fou' "
+        "(Flower node 1001): refused (a node answers only what was sent to it; 'fou' is not "
+        "blamed)",
+    ),
+    "from-an-unknown-node": (
+        _ACTION,
+        _from_node(4711),
+        ProtocolError,
+        "unknown Flower node 4711",
+        "unknown Flower node 4711 answered the 'query.fedviews' message sent to 'fou' "
+        "(Flower node 1001): refused (a node answers only what was sent to it; 'fou' is not "
+        "blamed)",
+    ),
+    "hello-from-another-node": (
+        _HELLO,
+        _from_node(1002),
+        ProtocolError,
+        "Flower node 1002",
+        "Flower node 1002 answered the 'query.fedviews_hello' message sent to Flower node "
+        "1001: refused (a node answers only what was sent to it; 'Flower node 1001' is not "
+        "blamed)",
+    ),
+    "of-another-type": (
+        _ACTION,
+        _of_type("query.fedviews_ping"),
+        ProtocolError,
+        "fou",
+        "'fou' (Flower node 1001) answered a 'query.fedviews' message with a "
+        "'query.fedviews_ping' one",
+    ),
+    "the-superlinks-error": (
+        _ACTION,
+        _superlink_error,
+        PartyUnavailable,
+        "fou",
+        None,  # Flower's own text (its version's)
+    ),
+}
+
+
+@pytest.mark.parametrize("case", sorted(MISROUTED))
+def test_a_reply_is_taken_only_from_the_node_it_was_sent_to(deployment, tmp_path, case):
+    """A reply that names a message of node 1001 ('fou') but comes from another node (a
+    party's, or one the SuperLink never listed) or is of another message type is refused
+    naming the node it came from (``party``, ``culprit``), never 'fou'; the SuperLink's own
+    error reply (a node that went away) still says that 'fou' is unavailable."""
+    path, data = deployment
+    kind, forge, error, who, why = MISROUTED[case]
+    rc = {"deploy-config": str(path)}
+    grid = MisroutedGrid(_node_configs(data, tmp_path), rc, node=1001, kind=kind, forge=forge)
+    try:
+        with pytest.raises(ProtocolError) as caught:
+            _flower.run_flower_coordinator(load_deploy_config(path), grid, tmp_path / "c")
+    finally:
+        grid.close()
+    assert grid.done and type(caught.value) is error
+    assert caught.value.party == who
+    if why is None:
+        assert str(caught.value).startswith("party 'fou' is unavailable: Flower error ")
+    else:
+        assert str(caught.value) == why
+    res = json.loads((tmp_path / "c" / "results.json").read_text())
+    if error is PartyUnavailable:
+        assert res["unavailable_party"] == who and "culprit" not in res
+    else:
+        assert res["culprit"] == who and "unavailable_party" not in res
 
 
 class NamelessGrid(LoopbackGrid):

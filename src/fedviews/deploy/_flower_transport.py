@@ -42,6 +42,7 @@ require("flwr", "flower")
 
 from flwr.app import Array, ArrayRecord, ConfigRecord, RecordDict  # noqa: E402
 from flwr.app import Message as FlowerMessage  # noqa: E402
+from flwr.common.constant import SUPERLINK_NODE_ID  # noqa: E402
 from flwr.serverapp import Grid  # noqa: E402
 
 from fedviews.federation import (  # noqa: E402
@@ -370,7 +371,11 @@ class FlowerGridTransport(Transport):
     def _exchange(
         self, msgs: list[FlowerMessage], timeout: float, what: str
     ) -> list[FlowerMessage | None]:
-        """Push all messages, then pull until every reply is in (None: no reply in time)."""
+        """Push all messages, then pull until every reply is in (None: no reply in time).
+
+        A reply is taken as the answer to the message it names (``reply_to_message_id``)
+        only from that message's node and of its type (:meth:`_check_origin`).
+        """
         with self._grid_lock:
             ids = list(self.grid.push_messages(msgs))
         if len(ids) != len(msgs) or any(not i for i in ids):
@@ -382,14 +387,54 @@ class FlowerGridTransport(Transport):
             with self._grid_lock:
                 got = list(self.grid.pull_messages(list(pending)))
             for reply in got:
-                k = pending.pop(reply.metadata.reply_to_message_id, None)
+                k = pending.get(reply.metadata.reply_to_message_id)
                 if k is not None:
+                    self._check_origin(msgs[k], reply)
+                    del pending[reply.metadata.reply_to_message_id]
                     out[k] = reply
             if pending:
                 if time.monotonic() > deadline:
                     break
                 time.sleep(self.options.poll_interval)
         return out
+
+    def _check_origin(self, sent: FlowerMessage, reply: FlowerMessage) -> None:
+        """Refuse a reply to ``sent`` that another node sent (a dishonest node answering in
+        its place, or a replay) or that is of another message type, naming the node it came
+        from (:meth:`_node_name`), never the one whose reply it imitates. The SuperLink's
+        own error reply (a message that expired, a node that went away) comes from the
+        SuperLink's node ID and is taken as it is: :func:`node_error` raises it."""
+        src, dst = reply.metadata.src_node_id, sent.metadata.dst_node_id
+        kind, got = sent.metadata.message_type, reply.metadata.message_type
+        from_link = src == SUPERLINK_NODE_ID and reply.has_error()
+        if src != dst and not from_link:
+            raise ProtocolError(
+                f"{self._described(src)} answered the {kind!r} message sent to "
+                f"{self._described(dst)}: refused (a node answers only what was sent to it; "
+                f"{self._node_name(dst)!r} is not blamed)",
+                party=self._node_name(src),
+            )
+        if got != kind:
+            raise ProtocolError(
+                f"{self._described(src)} answered a {kind!r} message with a {got!r} one",
+                party=self._node_name(src),
+            )
+
+    def _node_name(self, node: int) -> str:
+        """Who Flower node ``node`` is: the party it declared at its hello, ``Flower node N``
+        before it did, ``the SuperLink``, or ``unknown Flower node N`` for an ID that the
+        SuperLink never listed."""
+        party = next((p for p, n in self.nodes.items() if n == node), None)
+        if party is not None:
+            return party
+        if node == SUPERLINK_NODE_ID:
+            return "the SuperLink"
+        return f"Flower node {node}" if node in self.registered else f"unknown Flower node {node}"
+
+    def _described(self, node: int) -> str:
+        """:meth:`_node_name` for an error text: a party with its node ID."""
+        name = self._node_name(node)
+        return f"{name!r} (Flower node {node})" if name in self.nodes else name
 
     def _answer(self, party: str, kind: str, reply: FlowerMessage | None) -> bytes:
         """The fedviews bytes of a node's reply; raise what went wrong instead, naming
