@@ -924,27 +924,84 @@ def test_a_reply_is_taken_only_from_the_node_it_was_sent_to(deployment, tmp_path
         assert res["culprit"] == who and "unavailable_party" not in res
 
 
-class NamelessGrid(LoopbackGrid):
-    """Node 1001 answers the hello without the party it is."""
+class HelloGrid(LoopbackGrid):
+    """Node 1001's answer to the hello becomes what ``edit`` makes of its content."""
+
+    def __init__(self, *args, edit, **kw):
+        super().__init__(*args, **kw)
+        self.edit = edit
 
     def pull_messages(self, message_ids):
         got = super().pull_messages(message_ids)
         for r in got:
             if r.metadata.src_node_id == 1001 and "hello" in r.content.config_records:
-                del r.content.config_records["hello"]["party"]
+                self.edit(r.content)
         return got
 
 
-def test_a_hello_without_a_party_names_its_node(deployment, tmp_path):
+def _hello_says(key: str, value: Any):
+    def edit(content: RecordDict) -> None:
+        content.config_records["hello"][key] = value
+
+    return edit
+
+
+def _no_party(content: RecordDict) -> None:
+    del content.config_records["hello"]["party"]
+
+
+def _a_report_without_its_text(content: RecordDict) -> None:
+    from flwr.app import ConfigRecord
+
+    content.config_records["fedviews-error"] = ConfigRecord({})
+
+
+#: what node 1001 says in its hello instead; the error, its text
+HELLO_LIES = {
+    "no-party": (_no_party, ProtocolError, "the hello from 'Flower node 1001': no party name"),
+    "a-party-that-is-no-string": (
+        _hello_says("party", 7),
+        ProtocolError,
+        "the hello from 'Flower node 1001': a party name of type int, not str",
+    ),
+    "a-party-of-no-federation": (
+        _hello_says("party", "bob"),
+        ConfigError,
+        "Flower node 1001 declares party 'bob', which is not one of this federation's parties "
+        "['fou', 'pix', 'zer']",
+    ),
+    "another-config": (
+        _hello_says("run", "0" * 16),
+        ConfigError,
+        "party 'fou' (Flower node 1001) runs another deployment config (algorithm, seed, "
+        "parties, label owner or params differ from the coordinator's)",
+    ),
+    "an-error-report-without-payload": (
+        _a_report_without_its_text,
+        ProtocolError,
+        "'Flower node 1001' answered 'hello' with a malformed error",
+    ),
+}
+
+
+@pytest.mark.parametrize("lie", sorted(HELLO_LIES))
+def test_a_bad_hello_names_its_node(deployment, tmp_path, lie):
+    """A hello without a party name or with one that is no string, that declares a party of
+    no federation or another deployment config, or an error report without its text is
+    refused naming the node that sent it (``party``, ``culprit``: before its hello is taken
+    it is no party), never the party it claims."""
     path, data = deployment
-    grid = NamelessGrid(_node_configs(data, tmp_path), {"deploy-config": str(path)})
+    edit, error, why = HELLO_LIES[lie]
+    grid = HelloGrid(_node_configs(data, tmp_path), {"deploy-config": str(path)}, edit=edit)
     try:
-        with pytest.raises(ProtocolError) as caught:
+        with pytest.raises(error) as caught:
             _flower.run_flower_coordinator(load_deploy_config(path), grid, tmp_path / "c")
     finally:
         grid.close()
-    assert caught.value.party == "Flower node 1001"
-    assert str(caught.value) == "the hello from 'Flower node 1001': no party name"
+    assert type(caught.value) is error and not isinstance(caught.value, RemoteError)
+    assert caught.value.party == "Flower node 1001" and str(caught.value) == why
+    res = json.loads((tmp_path / "c" / "results.json").read_text())
+    assert res["culprit"] == "Flower node 1001"
 
 
 def _without_this_environment_on_path(monkeypatch) -> None:

@@ -168,10 +168,17 @@ def node_error(party: str, kind: str, reply: FlowerMessage) -> None:
         raise PartyUnavailable(party, f"Flower error {err.code} on {kind!r}: {err.reason}")
     records = reply.content.config_records
     if _ERROR in records:
-        payload = records[_ERROR]["payload"]
+        payload = records[_ERROR].get("payload")
         if not isinstance(payload, bytes):
             raise ProtocolError(f"{party!r} answered {kind!r} with a malformed error", party=party)
         raise_remote(party, kind, payload)
+
+
+def _named(exc: FedViewsError, node: str) -> FedViewsError:
+    """``exc``, a refusal of what ``node`` said about itself, attributed to that node (its
+    ``party``: ``culprit`` in ``results.json``), its type kept."""
+    exc.party = node
+    return exc
 
 
 class FlowerGridTransport(Transport):
@@ -264,11 +271,16 @@ class FlowerGridTransport(Transport):
             rec = reply.content.config_records.get("hello")
             if rec is None or "party" not in rec:
                 raise ProtocolError("no party name")
-            party = str(rec["party"])
+            party = rec["party"]
+            if not isinstance(party, str):
+                raise ProtocolError(f"a party name of type {type(party).__name__}, not str")
         if party not in self.expected:
-            raise ConfigError(
-                f"{where} declares party {party!r}, which is not one of this federation's "
-                f"parties {sorted(self.expected)}"
+            raise _named(
+                ConfigError(
+                    f"{where} declares party {party!r}, which is not one of this federation's "
+                    f"parties {sorted(self.expected)}"
+                ),
+                where,
             )
         self._check_identity(node, party)
         if party in self.nodes:
@@ -278,9 +290,12 @@ class FlowerGridTransport(Transport):
             )
         theirs = str(rec.get("run", ""))
         if run_fingerprint and theirs != run_fingerprint:
-            raise ConfigError(
-                f"party {party!r} ({where}) runs another deployment config "
-                "(algorithm, seed, parties, label owner or params differ from the coordinator's)"
+            raise _named(
+                ConfigError(
+                    f"party {party!r} ({where}) runs another deployment config (algorithm, "
+                    "seed, parties, label owner or params differ from the coordinator's)"
+                ),
+                where,
             )
         if "e2e" in rec:
             self.bundles[party] = self._checked_bundle(where, party, rec["e2e"])
