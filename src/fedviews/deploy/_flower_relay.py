@@ -47,7 +47,7 @@ require("flwr", "flower")
 
 from flwr.app import Context, RecordDict  # noqa: E402
 
-from fedviews.deploy._flower_node import NodeSettings, _Node, forget  # noqa: E402
+from fedviews.deploy._flower_node import NodeSettings, _Node, forget, node_settings  # noqa: E402
 from fedviews.deploy._flower_transport import (  # noqa: E402
     PEERS_NEED_A_LIVE_PARTY,
     REPLIES,
@@ -93,17 +93,25 @@ def hello_keys(context: Context, s: NodeSettings) -> str | None:
 
 
 def take_peers(context: Context, content: RecordDict) -> None:
-    """``query.fedviews_peers``: check the peers' bundles, derive the pairwise keys; what is
-    wrong with them names the ServerApp (the coordinator), which sent them."""
+    """``query.fedviews_peers``: check the peers' bundles (one for every other party of this
+    node's config, no other), derive the pairwise keys; what is wrong with them names the
+    ServerApp (the coordinator), which sent them."""
     with _LOCK:
         keys = _KEYS.get(_key(context))
     if keys is None:
         raise ConfigError(PEERS_NEED_A_LIVE_PARTY)
-    with attributed(keys.hub, "the key table"):  # the ServerApp checked each at its hello
+    with attributed(keys.hub, "the key table"):
         said = json.loads(str(content.config_records["peers"]["keys"]))
         peers, session = said["peers"], bytes.fromhex(said["session"])
         if not isinstance(peers, dict):
             raise ProtocolError(f"{keys.hub!r} sent peer keys that are no table")
+    others = set(node_settings(context).cfg.federation.parties) - {keys.name}
+    with attributed(keys.hub, "the key table"):  # the ServerApp checked each at its hello
+        if set(peers) - {keys.name} != others:
+            raise ProtocolError(
+                f"{keys.hub!r} sent keys of {sorted(set(peers) - {keys.name})} to "
+                f"{keys.name!r}, whose peers are {sorted(others)}"
+            )
         keys.set_peers(peers, session)
 
 
