@@ -466,6 +466,7 @@ def test_what_reaches_a_node_names_the_one_that_sent_it(splitnn, tmp_path):
             call()
         found[what] = (caught.value.party, str(caught.value))
     context = Context(7, 8, {}, RecordDict(), {})
+    waiting = SimpleNamespace(transport=transport, app=SimpleNamespace(peer_to_peer=True))
     with _flower_relay._LOCK:
         _flower_relay._KEYS[(7, 8)] = keys["top"]
         _flower_relay._JOBS[(7, 8)] = _flower_relay._Job(1.0)
@@ -476,6 +477,13 @@ def test_what_reaches_a_node_names_the_one_that_sent_it(splitnn, tmp_path):
             ),
             "replies": lambda: _flower_relay.resume(
                 context, SimpleNamespace(transport=transport), RecordDict()
+            ),
+            "a request while the handler waits": lambda: _flower_relay.start(
+                context, waiting, b"never read"
+            ),
+            "replies no handler waits for": lambda: (
+                _flower_relay.forget_job(context),
+                _flower_relay.resume(context, waiting, RecordDict()),
             ),
         }.items():
             with pytest.raises(ProtocolError) as caught:
@@ -503,6 +511,15 @@ def test_what_reaches_a_node_names_the_one_that_sent_it(splitnn, tmp_path):
             "coordinator",
             "the replies to relay from 'coordinator': the Flower message carries no "
             "'fedviews-replies' record",
+        ),
+        "a request while the handler waits": (
+            "coordinator",
+            "'coordinator' sent a new request to this node while its party's handler waits "
+            "for the replies to its own messages",
+        ),
+        "replies no handler waits for": (
+            "coordinator",
+            "'coordinator' brought replies to this node, whose party waits for none",
         ),
     }
     # the ClientApp's answer to a request without a fedviews message: its report says so

@@ -174,8 +174,9 @@ def start(context: Context, node: _Node, data: bytes) -> tuple[list[bytes], byte
             raise ConfigError(PEERS_NEED_A_LIVE_PARTY)
         if key in _JOBS:
             raise ProtocolError(
-                "a new request reached this node while its party's handler waits for the "
-                "replies to its own messages"
+                f"{transport.coordinator!r} sent a new request to this node while its party's "
+                "handler waits for the replies to its own messages",
+                party=transport.coordinator,
             )
         transport.e2e = _KEYS.get(key)
         job = _Job(FlowerOptions.request_timeout)
@@ -187,10 +188,16 @@ def start(context: Context, node: _Node, data: bytes) -> tuple[list[bytes], byte
 
 def resume(context: Context, node: _Node, content: RecordDict) -> tuple[list[bytes], bytes | None]:
     """``query.fedviews_resume``: the sealed replies the waiting handler asked for (what
-    cannot be unpacked names the ServerApp, which brought them)."""
+    cannot be unpacked, or replies where no handler waits in a process that lived since its
+    hello, names the ServerApp, which brought them)."""
     key = _key(context)
     with _LOCK:
-        job = _JOBS.get(key)
+        job, live = _JOBS.get(key), key in _KEYS
+    if job is None and live:
+        hub = node.transport.coordinator
+        raise ProtocolError(
+            f"{hub!r} brought replies to this node, whose party waits for none", party=hub
+        )
     if job is None:
         raise ConfigError(PEERS_NEED_A_LIVE_PARTY)
     with attributed(node.transport.coordinator, "the replies to relay"):
