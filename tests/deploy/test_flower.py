@@ -49,6 +49,7 @@ from fedviews.deploy import (  # noqa: E402
     split_dataset,
     write_demo_data,
 )
+from fedviews.deploy._launch import make_certs  # noqa: E402
 from fedviews.deploy._session import DeployCoordinator, DeployParty, session_policy  # noqa: E402
 from fedviews.errors import (  # noqa: E402
     ConfigError,
@@ -57,7 +58,7 @@ from fedviews.errors import (  # noqa: E402
     ProtocolError,
     RemoteError,
 )
-from fedviews.federation import InProcessTransport, PrivacyPolicy  # noqa: E402
+from fedviews.federation import InProcessTransport, PrivacyPolicy, SecureSum  # noqa: E402
 from fedviews.federation import Message as FVMessage  # noqa: E402
 
 #: the real deployment engine: minutes per test on a small machine, so only on request
@@ -432,10 +433,12 @@ def _with_secagg(path: Path, tmp_path: Path) -> Path:
     return secure
 
 
-def _run_grid(config: Path, nodes: list[dict], run: Path, **kwargs) -> tuple[dict, LoopbackGrid]:
-    """The ServerApp's work on a :class:`LoopbackGrid` of ``nodes`` (coordinator folder
-    ``run/c``): its results and the grid (``kwargs``: the grid's options)."""
-    grid = LoopbackGrid(nodes, {"deploy-config": str(config), "out-dir": str(run)}, **kwargs)
+def _run_grid(
+    config: Path, nodes: list[dict], run: Path, grid_type: type[LoopbackGrid] = LoopbackGrid, **kw
+) -> tuple[dict, LoopbackGrid]:
+    """The ServerApp's work on a ``grid_type`` of ``nodes`` (coordinator folder ``run/c``): its
+    results and the grid (``kw``: the grid's options)."""
+    grid = grid_type(nodes, {"deploy-config": str(config), "out-dir": str(run)}, **kw)
     try:
         return _flower.run_flower_coordinator(load_deploy_config(config), grid, run / "c"), grid
     finally:
@@ -478,6 +481,61 @@ def test_secure_aggregation_on_flower_equals_the_plain_run(deployment, reference
                 "masked_stats_Z_k",
                 "masked_zeta_Z_k",
             ]
+
+
+class KeySwapGrid(LoopbackGrid):
+    """A dishonest ServerApp: in the secure-aggregation peers it hands to 'pix', 'fou''s key
+    is one of its own (``fou``'s certificate and signature kept)."""
+
+    def push_messages(self, messages):
+        messages = list(messages)
+        for m in messages:
+            if m.metadata.message_type != f"query.{_flower_transport.ACTION}":
+                continue
+            sent = FVMessage.decode(_flower_transport.unpack(m.content))
+            if (sent.kind, sent.receiver) != ("secagg:peers", "pix"):
+                continue
+            bundles = json.loads(str(sent.meta["bundles"]))
+            bundles["fou"]["x25519"] = SecureSum("coordinator").bundle()["x25519"]
+            meta = {**sent.meta, "bundles": json.dumps(bundles)}
+            wire = dataclasses.replace(sent, meta=meta).encode()
+            m.content.array_records["fedviews"] = _flower_transport.pack(wire)["fedviews"]
+        return super().push_messages(messages)
+
+
+def test_secure_aggregation_keys_are_signed_where_the_nodes_have_certificates(
+    deployment, reference, tmp_path
+):
+    """Nodes with their fedviews certificates (``certs=`` in the node config, or the run
+    config's ``certs-dir``) sign their secure-aggregation keys and check the peers' against
+    the federation CA, as on gRPC with TLS: the run equals the plain one, with live and
+    rebuilt parties, and a key that the ServerApp substitutes in a party's name is refused
+    by the node it is handed to."""
+    path, data = deployment
+    secure = _with_secagg(path, tmp_path)
+    certs = make_certs(tmp_path / "certs", load_deploy_config(secure))
+
+    def nodes(run: Path) -> list[dict]:
+        return [{**nc, "certs": str(certs)} for nc in _node_configs(data, run)]
+
+    for fresh in (False, True):
+        run = tmp_path / f"run-{fresh}"
+        res, grid = _run_grid(secure, nodes(run), run, fresh=fresh)
+        np.testing.assert_allclose(res["objective"], reference[0]["objective"], rtol=1e-6)
+        bundles = [
+            json.loads(str(m.meta["bundle"]))
+            for m in map(FVMessage.decode, grid.wires)
+            if m.kind == "secagg:keys:reply"
+        ]
+        assert len(bundles) == len(PARTIES)
+        assert all(sorted(b) == ["cert", "sig", "x25519"] for b in bundles)
+        swapped = tmp_path / f"swapped-{fresh}"
+        with pytest.raises(RemoteError) as caught:
+            _run_grid(secure, nodes(swapped), swapped, KeySwapGrid, fresh=fresh)
+        assert caught.value.reported_by == "pix"
+        assert str(caught.value) == (
+            "'pix' reported PrivacyError: a signature claimed to be 'fou''s does not verify"
+        )
 
 
 def test_a_rebuilt_flower_party_keeps_its_private_draw(deployment, tmp_path, monkeypatch):

@@ -59,12 +59,13 @@ Run config of the Flower app (``flwr run APP CONNECTION -c "..."``):
     config, else (a node without ``out=``, e.g. every node of the simulation engine)
     from the folder of its party beside that coordinator folder.
 ``certs-dir``
-    per-batch algorithms: the folder of the nodes' fedviews certificates (``ca.crt``,
-    ``<party>.crt``, ``<party>.key``), which sign their end-to-end keys (nodes:
-    ``certs=DIR`` in the node config). The ServerApp checks every node's key bundle at
-    its hello (:meth:`FlowerGridTransport._checked_bundle`), against ``DIR/ca.crt`` where
-    that exists on its host (else all but the certificates' issuer, which every peer
-    checks).
+    the folder of the nodes' fedviews certificates (``ca.crt``, ``<party>.crt``,
+    ``<party>.key``; nodes: ``certs=DIR`` in the node config), which sign their end-to-end
+    keys (per-batch algorithms; needed) and their secure-aggregation keys (``secagg``;
+    without them those keys are neither signed nor checked). The ServerApp checks every
+    node's end-to-end key bundle at its hello (:meth:`FlowerGridTransport._checked_bundle`),
+    against ``DIR/ca.crt`` where that exists on its host (else all but the certificates'
+    issuer, which every peer checks).
 ``ping``, ``ping-bytes``
     ``ping > 0``: only time that many echo round trips of ``ping-bytes`` bytes.
 """

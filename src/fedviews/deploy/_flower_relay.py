@@ -74,16 +74,14 @@ def hello_keys(context: Context, s: NodeSettings) -> str | None:
     an algorithm whose parties only answer the coordinator."""
     if not get_algorithm_spec(s.cfg.algorithm).peer_to_peer:
         return None
-    nc, rc = context.node_config, context.run_config
-    certs = str(nc.get("certs", "") or rc.get("certs-dir", "") or "")
-    if not certs:
+    if s.certs is None:
         raise ConfigError(
             f"{s.cfg.algorithm} sends messages between parties, sealed end to end over "
             f"Flower: party {s.party!r} needs its fedviews certificate (fedviews certs "
             "issue DIR NAME): add certs='DIR' to its --node-config, or certs-dir='DIR' to "
             "the run config"
         )
-    tls = TLSFiles.from_dir(certs, s.party)
+    tls = TLSFiles.from_dir(s.certs, s.party)
     keys = E2EKeys(s.party, tls, hub=s.cfg.federation.coordinator)
     forget(context)  # a new session's hello: no party of an earlier one is reused
     with _LOCK:
