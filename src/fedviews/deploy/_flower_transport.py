@@ -175,8 +175,7 @@ def node_error(party: str, kind: str, reply: FlowerMessage) -> None:
 
 
 def _named(exc: FedViewsError, node: str) -> FedViewsError:
-    """``exc``, a refusal of what ``node`` said about itself, attributed to that node (its
-    ``party``: ``culprit`` in ``results.json``), its type kept."""
+    """``exc`` (its type kept) attributed to ``node``: ``culprit`` in ``results.json``."""
     exc.party = node
     return exc
 
@@ -386,11 +385,8 @@ class FlowerGridTransport(Transport):
     def _exchange(
         self, msgs: list[FlowerMessage], timeout: float, what: str
     ) -> list[FlowerMessage | None]:
-        """Push all messages, then pull until every reply is in (None: no reply in time).
-
-        A reply is taken as the answer to the message it names (``reply_to_message_id``)
-        only from that message's node and of its type (:meth:`_check_origin`).
-        """
+        """Push all messages, then pull until every reply is in (None: no reply in time);
+        a reply is taken only from its message's node, of its type (:meth:`_check_origin`)."""
         with self._grid_lock:
             ids = list(self.grid.push_messages(msgs))
         if len(ids) != len(msgs) or any(not i for i in ids):
