@@ -137,7 +137,7 @@ class NodeSettings:
     resume: Path | None
     #: the folder of the node's fedviews certificate (``certs=`` of its node config, else the
     #: run config's ``certs-dir``): it signs the node's end-to-end and secure-aggregation keys
-    certs: Path | None = None
+    certs: Path | None
 
 
 def node_settings(context: Context) -> NodeSettings:
