@@ -49,6 +49,7 @@ from fedviews.deploy import (  # noqa: E402
     split_dataset,
     write_demo_data,
 )
+from fedviews.deploy._launch import make_certs  # noqa: E402
 from fedviews.deploy._session import DeployCoordinator, DeployParty, session_policy  # noqa: E402
 from fedviews.errors import (  # noqa: E402
     ConfigError,
@@ -57,7 +58,7 @@ from fedviews.errors import (  # noqa: E402
     ProtocolError,
     RemoteError,
 )
-from fedviews.federation import InProcessTransport, PrivacyPolicy  # noqa: E402
+from fedviews.federation import InProcessTransport, PrivacyPolicy, SecureSum  # noqa: E402
 from fedviews.federation import Message as FVMessage  # noqa: E402
 
 #: the real deployment engine: minutes per test on a small machine, so only on request
@@ -432,10 +433,12 @@ def _with_secagg(path: Path, tmp_path: Path) -> Path:
     return secure
 
 
-def _run_grid(config: Path, nodes: list[dict], run: Path, **kwargs) -> tuple[dict, LoopbackGrid]:
-    """The ServerApp's work on a :class:`LoopbackGrid` of ``nodes`` (coordinator folder
-    ``run/c``): its results and the grid (``kwargs``: the grid's options)."""
-    grid = LoopbackGrid(nodes, {"deploy-config": str(config), "out-dir": str(run)}, **kwargs)
+def _run_grid(
+    config: Path, nodes: list[dict], run: Path, grid_type: type[LoopbackGrid] = LoopbackGrid, **kw
+) -> tuple[dict, LoopbackGrid]:
+    """The ServerApp's work on a ``grid_type`` of ``nodes`` (coordinator folder ``run/c``): its
+    results and the grid (``kw``: the grid's options)."""
+    grid = grid_type(nodes, {"deploy-config": str(config), "out-dir": str(run)}, **kw)
     try:
         return _flower.run_flower_coordinator(load_deploy_config(config), grid, run / "c"), grid
     finally:
@@ -478,6 +481,61 @@ def test_secure_aggregation_on_flower_equals_the_plain_run(deployment, reference
                 "masked_stats_Z_k",
                 "masked_zeta_Z_k",
             ]
+
+
+class KeySwapGrid(LoopbackGrid):
+    """A dishonest ServerApp: in the secure-aggregation peers it hands to 'pix', 'fou''s key
+    is one of its own (``fou``'s certificate and signature kept)."""
+
+    def push_messages(self, messages):
+        messages = list(messages)
+        for m in messages:
+            if m.metadata.message_type != f"query.{_flower_transport.ACTION}":
+                continue
+            sent = FVMessage.decode(_flower_transport.unpack(m.content))
+            if (sent.kind, sent.receiver) != ("secagg:peers", "pix"):
+                continue
+            bundles = json.loads(str(sent.meta["bundles"]))
+            bundles["fou"]["x25519"] = SecureSum("coordinator").bundle()["x25519"]
+            meta = {**sent.meta, "bundles": json.dumps(bundles)}
+            wire = dataclasses.replace(sent, meta=meta).encode()
+            m.content.array_records["fedviews"] = _flower_transport.pack(wire)["fedviews"]
+        return super().push_messages(messages)
+
+
+def test_secure_aggregation_keys_are_signed_where_the_nodes_have_certificates(
+    deployment, reference, tmp_path
+):
+    """Nodes with their fedviews certificates (``certs=`` in the node config, or the run
+    config's ``certs-dir``) sign their secure-aggregation keys and check the peers' against
+    the federation CA, as on gRPC with TLS: the run equals the plain one, with live and
+    rebuilt parties, and a key that the ServerApp substitutes in a party's name is refused
+    by the node it is handed to."""
+    path, data = deployment
+    secure = _with_secagg(path, tmp_path)
+    certs = make_certs(tmp_path / "certs", load_deploy_config(secure))
+
+    def nodes(run: Path) -> list[dict]:
+        return [{**nc, "certs": str(certs)} for nc in _node_configs(data, run)]
+
+    for fresh in (False, True):
+        run = tmp_path / f"run-{fresh}"
+        res, grid = _run_grid(secure, nodes(run), run, fresh=fresh)
+        np.testing.assert_allclose(res["objective"], reference[0]["objective"], rtol=1e-6)
+        bundles = [
+            json.loads(str(m.meta["bundle"]))
+            for m in map(FVMessage.decode, grid.wires)
+            if m.kind == "secagg:keys:reply"
+        ]
+        assert len(bundles) == len(PARTIES)
+        assert all(sorted(b) == ["cert", "sig", "x25519"] for b in bundles)
+        swapped = tmp_path / f"swapped-{fresh}"
+        with pytest.raises(RemoteError) as caught:
+            _run_grid(secure, nodes(swapped), swapped, KeySwapGrid, fresh=fresh)
+        assert caught.value.reported_by == "pix"
+        assert str(caught.value) == (
+            "'pix' reported PrivacyError: a signature claimed to be 'fou''s does not verify"
+        )
 
 
 def test_a_rebuilt_flower_party_keeps_its_private_draw(deployment, tmp_path, monkeypatch):
@@ -701,6 +759,36 @@ def test_wire_round_trip_has_no_pickle():
         _flower_transport.unpack(RecordDict())
 
 
+def test_pings_are_echoed_and_a_malformed_one_is_reported(deployment, tmp_path):
+    """Run config ``ping``/``ping-bytes`` time echo round trips (one node, then all at once);
+    a ping without a fedviews payload is answered with the node's report, as every other
+    request is, instead of raising in the ClientApp; a count that is no whole number >= 0
+    is a ConfigError."""
+    path, data = deployment
+    run = tmp_path / "run"
+    rc = {"deploy-config": str(path), "out-dir": str(run), "ping": "2", "ping-bytes": 100}
+    grid = LoopbackGrid(_node_configs(data, run), rc)
+    try:
+        _flower.server_app(grid, Context(0, 0, {}, RecordDict(), rc))
+        ping = Message(RecordDict(), dst_node_id=1000, message_type="query.fedviews_ping", ttl=60.0)
+        ping.metadata.__dict__["_message_id"] = "m1"
+        reply = _flower.client_app(ping, grid.contexts[1000])
+    finally:
+        grid.close()
+    res = json.loads((run / "coordinator" / "results.json").read_text())
+    assert res["status"] == "ok" and "objective" not in res
+    assert {k: len(v) for k, v in res["ping_seconds"].items()} == {"single": 2, "broadcast": 2}
+    with pytest.raises(RemoteError) as caught:
+        _flower_transport.node_error("Flower node 1000", "ping", reply)
+    assert str(caught.value) == (
+        "'Flower node 1000' reported ProtocolError: the Flower message carries no fedviews message"
+    )
+    for bad in ("x", "-1", -1, 2.5, True):
+        why = f"the run config's ping must be a whole number >= 0, not {bad!r}"
+        with pytest.raises(ConfigError, match=re.escape(why)):
+            _flower.server_app(grid, Context(0, 0, {}, RecordDict(), {**rc, "ping": bad}))
+
+
 class LyingGrid(LoopbackGrid):
     """A loopback grid whose node ``liar`` answers its first fedviews request of ``kind``
     with ``lie(honest reply's bytes)``: what a dishonest SuperNode can send the ServerApp."""
@@ -766,27 +854,212 @@ def test_a_corrupt_reply_names_the_node_it_came_from(deployment, tmp_path, lie):
     assert res["culprit"] == "fou" and "unavailable_party" not in res
 
 
-class NamelessGrid(LoopbackGrid):
-    """Node 1001 answers the hello without the party it is."""
+class MisroutedGrid(LoopbackGrid):
+    """A loopback grid where the first reply of node ``node`` to a message of type ``kind``
+    arrives as ``forge(reply, sent)`` makes it: from another node (a dishonest node answering
+    in another's place, or replaying its reply), of another type, or the SuperLink's own
+    error reply."""
+
+    def __init__(self, *args, node: int, kind: str, forge, **kw):
+        super().__init__(*args, **kw)
+        self.node, self.kind, self.forge, self.done = node, kind, forge, False
+        self.sent: dict[str, Message] = {}
+
+    def push_messages(self, messages):
+        messages = list(messages)
+        ids = super().push_messages(messages)
+        self.sent.update(zip(ids, messages, strict=True))
+        return ids
 
     def pull_messages(self, message_ids):
         got = super().pull_messages(message_ids)
-        for r in got:
-            if r.metadata.src_node_id == 1001 and "hello" in r.content.config_records:
-                del r.content.config_records["hello"]["party"]
+        for k, r in enumerate(got):
+            meta = r.metadata
+            if not self.done and meta.src_node_id == self.node and meta.message_type == self.kind:
+                got[k] = self.forge(r, self.sent[meta.reply_to_message_id])
+                self.done = True
         return got
 
 
-def test_a_hello_without_a_party_names_its_node(deployment, tmp_path):
+def _from_node(node: int):
+    def forge(reply: Message, sent: Message) -> Message:
+        reply.metadata.__dict__["_src_node_id"] = node
+        return reply
+
+    return forge
+
+
+def _of_type(kind: str):
+    def forge(reply: Message, sent: Message) -> Message:
+        reply.metadata.message_type = kind
+        return reply
+
+    return forge
+
+
+def _superlink_error(reply: Message, sent: Message) -> Message:
+    """What the SuperLink answers in the node's place when the node went away."""
+    from flwr.server.superlink.linkstate.utils import (
+        create_message_error_unavailable_res_message,
+    )
+
+    return create_message_error_unavailable_res_message(sent.metadata, "node_unavail")
+
+
+_ACTION, _HELLO = "query.fedviews", "query.fedviews_hello"
+#: node 1001 ('fou')'s first reply of a type, forged; the error, its party, its text
+MISROUTED = {
+    "from-another-party": (
+        _ACTION,
+        _from_node(1002),
+        ProtocolError,
+        "zer",
+        "'zer' (Flower node 1002) answered the 'query.fedviews' message sent to 'fou' "
+        "(Flower node 1001): refused (a node answers only what was sent to it; 'fou' is not "
+        "blamed)",
+    ),
+    "from-an-unknown-node": (
+        _ACTION,
+        _from_node(4711),
+        ProtocolError,
+        "unknown Flower node 4711",
+        "unknown Flower node 4711 answered the 'query.fedviews' message sent to 'fou' "
+        "(Flower node 1001): refused (a node answers only what was sent to it; 'fou' is not "
+        "blamed)",
+    ),
+    "hello-from-another-node": (
+        _HELLO,
+        _from_node(1002),
+        ProtocolError,
+        "Flower node 1002",
+        "Flower node 1002 answered the 'query.fedviews_hello' message sent to Flower node "
+        "1001: refused (a node answers only what was sent to it; 'Flower node 1001' is not "
+        "blamed)",
+    ),
+    "of-another-type": (
+        _ACTION,
+        _of_type("query.fedviews_ping"),
+        ProtocolError,
+        "fou",
+        "'fou' (Flower node 1001) answered a 'query.fedviews' message with a "
+        "'query.fedviews_ping' one",
+    ),
+    "the-superlinks-error": (
+        _ACTION,
+        _superlink_error,
+        PartyUnavailable,
+        "fou",
+        None,  # Flower's own text (its version's)
+    ),
+}
+
+
+@pytest.mark.parametrize("case", sorted(MISROUTED))
+def test_a_reply_is_taken_only_from_the_node_it_was_sent_to(deployment, tmp_path, case):
+    """A reply that names a message of node 1001 ('fou') but comes from another node (a
+    party's, or one the SuperLink never listed) or is of another message type is refused
+    naming the node it came from (``party``, ``culprit``), never 'fou'; the SuperLink's own
+    error reply (a node that went away) still says that 'fou' is unavailable."""
     path, data = deployment
-    grid = NamelessGrid(_node_configs(data, tmp_path), {"deploy-config": str(path)})
+    kind, forge, error, who, why = MISROUTED[case]
+    rc = {"deploy-config": str(path)}
+    grid = MisroutedGrid(_node_configs(data, tmp_path), rc, node=1001, kind=kind, forge=forge)
     try:
         with pytest.raises(ProtocolError) as caught:
             _flower.run_flower_coordinator(load_deploy_config(path), grid, tmp_path / "c")
     finally:
         grid.close()
-    assert caught.value.party == "Flower node 1001"
-    assert str(caught.value) == "the hello from 'Flower node 1001': no party name"
+    assert grid.done and type(caught.value) is error
+    assert caught.value.party == who
+    if why is None:
+        assert str(caught.value).startswith("party 'fou' is unavailable: Flower error ")
+    else:
+        assert str(caught.value) == why
+    res = json.loads((tmp_path / "c" / "results.json").read_text())
+    if error is PartyUnavailable:
+        assert res["unavailable_party"] == who and "culprit" not in res
+    else:
+        assert res["culprit"] == who and "unavailable_party" not in res
+
+
+class HelloGrid(LoopbackGrid):
+    """Node 1001's answer to the hello becomes what ``edit`` makes of its content."""
+
+    def __init__(self, *args, edit, **kw):
+        super().__init__(*args, **kw)
+        self.edit = edit
+
+    def pull_messages(self, message_ids):
+        got = super().pull_messages(message_ids)
+        for r in got:
+            if r.metadata.src_node_id == 1001 and "hello" in r.content.config_records:
+                self.edit(r.content)
+        return got
+
+
+def _hello_says(key: str, value: Any):
+    def edit(content: RecordDict) -> None:
+        content.config_records["hello"][key] = value
+
+    return edit
+
+
+def _no_party(content: RecordDict) -> None:
+    del content.config_records["hello"]["party"]
+
+
+def _a_report_without_its_text(content: RecordDict) -> None:
+    from flwr.app import ConfigRecord
+
+    content.config_records["fedviews-error"] = ConfigRecord({})
+
+
+#: what node 1001 says in its hello instead; the error, its text
+HELLO_LIES = {
+    "no-party": (_no_party, ProtocolError, "the hello from 'Flower node 1001': no party name"),
+    "a-party-that-is-no-string": (
+        _hello_says("party", 7),
+        ProtocolError,
+        "the hello from 'Flower node 1001': a party name of type int, not str",
+    ),
+    "a-party-of-no-federation": (
+        _hello_says("party", "bob"),
+        ConfigError,
+        "Flower node 1001 declares party 'bob', which is not one of this federation's parties "
+        "['fou', 'pix', 'zer']",
+    ),
+    "another-config": (
+        _hello_says("run", "0" * 16),
+        ConfigError,
+        "party 'fou' (Flower node 1001) runs another deployment config (algorithm, seed, "
+        "parties, label owner or params differ from the coordinator's)",
+    ),
+    "an-error-report-without-payload": (
+        _a_report_without_its_text,
+        ProtocolError,
+        "'Flower node 1001' answered 'hello' with a malformed error",
+    ),
+}
+
+
+@pytest.mark.parametrize("lie", sorted(HELLO_LIES))
+def test_a_bad_hello_names_its_node(deployment, tmp_path, lie):
+    """A hello without a party name or with one that is no string, that declares a party of
+    no federation or another deployment config, or an error report without its text is
+    refused naming the node that sent it (``party``, ``culprit``: before its hello is taken
+    it is no party), never the party it claims."""
+    path, data = deployment
+    edit, error, why = HELLO_LIES[lie]
+    grid = HelloGrid(_node_configs(data, tmp_path), {"deploy-config": str(path)}, edit=edit)
+    try:
+        with pytest.raises(error) as caught:
+            _flower.run_flower_coordinator(load_deploy_config(path), grid, tmp_path / "c")
+    finally:
+        grid.close()
+    assert type(caught.value) is error and not isinstance(caught.value, RemoteError)
+    assert caught.value.party == "Flower node 1001" and str(caught.value) == why
+    res = json.loads((tmp_path / "c" / "results.json").read_text())
+    assert res["culprit"] == "Flower node 1001"
 
 
 def _without_this_environment_on_path(monkeypatch) -> None:

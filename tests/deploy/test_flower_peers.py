@@ -466,6 +466,7 @@ def test_what_reaches_a_node_names_the_one_that_sent_it(splitnn, tmp_path):
             call()
         found[what] = (caught.value.party, str(caught.value))
     context = Context(7, 8, {}, RecordDict(), {})
+    waiting = SimpleNamespace(transport=transport, app=SimpleNamespace(peer_to_peer=True))
     with _flower_relay._LOCK:
         _flower_relay._KEYS[(7, 8)] = keys["top"]
         _flower_relay._JOBS[(7, 8)] = _flower_relay._Job(1.0)
@@ -476,6 +477,13 @@ def test_what_reaches_a_node_names_the_one_that_sent_it(splitnn, tmp_path):
             ),
             "replies": lambda: _flower_relay.resume(
                 context, SimpleNamespace(transport=transport), RecordDict()
+            ),
+            "a request while the handler waits": lambda: _flower_relay.start(
+                context, waiting, b"never read"
+            ),
+            "replies no handler waits for": lambda: (
+                _flower_relay.forget_job(context),
+                _flower_relay.resume(context, waiting, RecordDict()),
             ),
         }.items():
             with pytest.raises(ProtocolError) as caught:
@@ -503,6 +511,15 @@ def test_what_reaches_a_node_names_the_one_that_sent_it(splitnn, tmp_path):
             "coordinator",
             "the replies to relay from 'coordinator': the Flower message carries no "
             "'fedviews-replies' record",
+        ),
+        "a request while the handler waits": (
+            "coordinator",
+            "'coordinator' sent a new request to this node while its party's handler waits "
+            "for the replies to its own messages",
+        ),
+        "replies no handler waits for": (
+            "coordinator",
+            "'coordinator' brought replies to this node, whose party waits for none",
         ),
     }
     # the ClientApp's answer to a request without a fedviews message: its report says so
@@ -638,6 +655,50 @@ def test_a_serverapp_without_the_ca_still_checks_the_bundles(splitnn, tmp_path):
     bundle = {**_bundle(certs, "top"), "cert": pem}
     with pytest.raises(PrivacyError, match="holds no elliptic-curve key"):
         check_bundle(nothing, "top", bundle)
+
+
+class KeyTableGrid(LoopbackGrid):
+    """A dishonest ServerApp: the key table it hands to node 1000 ('top') becomes what
+    ``edit`` makes of its peers."""
+
+    def __init__(self, *args, edit, **kw):
+        super().__init__(*args, **kw)
+        self.edit = edit
+
+    def push_messages(self, messages):
+        messages = list(messages)
+        for m in messages:
+            if m.metadata.message_type == "query.fedviews_peers" and m.metadata.dst_node_id == 1000:
+                rec = m.content.config_records["peers"]
+                table = json.loads(str(rec["keys"]))
+                self.edit(table["peers"])
+                rec["keys"] = json.dumps(table)
+        return super().push_messages(messages)
+
+
+def _without_bottom(peers: dict) -> None:
+    del peers["bottom"]
+
+
+def _with_mallory(peers: dict) -> None:
+    peers["mallory"] = peers["bottom"]
+
+
+@pytest.mark.parametrize(
+    ("edit", "sent"), [(_without_bottom, "[]"), (_with_mallory, "['bottom', 'mallory']")]
+)
+def test_a_key_table_of_other_parties_is_refused(splitnn, tmp_path, edit, sent):
+    """A node takes the key table only if it holds a key for every other party of its
+    config and for no one else: one without a peer's key (the node could send it nothing)
+    or with a key of a stranger is refused naming the ServerApp, before any training."""
+    path, data, certs = splitnn
+    why = f"'coordinator' sent keys of {sent} to 'top', whose peers are ['bottom']"
+    with pytest.raises(RemoteError) as caught:
+        _on_flower(path, data, certs, tmp_path / "run", KeyTableGrid, edit=edit)
+    assert caught.value.reported_by == "top"
+    assert str(caught.value) == f"'top' reported ProtocolError: {why}"
+    res = json.loads((tmp_path / "run" / "coordinator" / "results.json").read_text())
+    assert res["status"] == f"RemoteError: {caught.value}" and res["reported_by"] == "top"
 
 
 class NewProcessGrid(LoopbackGrid):

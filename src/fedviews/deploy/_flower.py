@@ -59,12 +59,13 @@ Run config of the Flower app (``flwr run APP CONNECTION -c "..."``):
     config, else (a node without ``out=``, e.g. every node of the simulation engine)
     from the folder of its party beside that coordinator folder.
 ``certs-dir``
-    per-batch algorithms: the folder of the nodes' fedviews certificates (``ca.crt``,
-    ``<party>.crt``, ``<party>.key``), which sign their end-to-end keys (nodes:
-    ``certs=DIR`` in the node config). The ServerApp checks every node's key bundle at
-    its hello (:meth:`FlowerGridTransport._checked_bundle`), against ``DIR/ca.crt`` where
-    that exists on its host (else all but the certificates' issuer, which every peer
-    checks).
+    the folder of the nodes' fedviews certificates (``ca.crt``, ``<party>.crt``,
+    ``<party>.key``; nodes: ``certs=DIR`` in the node config), which sign their end-to-end
+    keys (per-batch algorithms; needed) and their secure-aggregation keys (``secagg``;
+    without them those keys are neither signed nor checked). The ServerApp checks every
+    node's end-to-end key bundle at its hello (:meth:`FlowerGridTransport._checked_bundle`),
+    against ``DIR/ca.crt`` where that exists on its host (else all but the certificates'
+    issuer, which every peer checks).
 ``ping``, ``ping-bytes``
     ``ping > 0``: only time that many echo round trips of ``ping-bytes`` bytes.
 """
@@ -73,7 +74,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -255,10 +256,22 @@ def _server_main(grid: Grid, context: Context) -> None:
         echo=printer,
         resume=run_config_path(rc, "resume"),
         options=FlowerOptions(join_timeout=cfg.federation.connect_timeout, node_auth=node_auth),
-        ping=int(rc.get("ping", 0) or 0),
-        ping_bytes=int(rc.get("ping-bytes", 0) or 0),
+        ping=_count(rc, "ping"),
+        ping_bytes=_count(rc, "ping-bytes"),
         trust=Trust.from_dir(certs) if (certs := str(rc.get("certs-dir", "") or "")) else None,
     )
+
+
+def _count(rc: Mapping[str, Any], key: str) -> int:
+    """The whole number >= 0 under ``key`` of the run config (an int, or its digits as a
+    string, as ``fedviews flower launch`` writes it; empty: 0)."""
+    v = rc.get(key, 0) or 0
+    n = v if isinstance(v, int) and not isinstance(v, bool) else -1
+    if isinstance(v, str) and v.strip().isdigit():
+        n = int(v)
+    if n < 0:
+        raise ConfigError(f"the run config's {key} must be a whole number >= 0, not {v!r}")
+    return n
 
 
 # -- ClientApp ----------------------------------------------------------------
@@ -281,7 +294,10 @@ def _on_hello(msg: FlowerMessage, context: Context) -> FlowerMessage:
 
 @client_app.query(PING)
 def _on_ping(msg: FlowerMessage, context: Context) -> FlowerMessage:
-    return FlowerMessage(pack(unpack(msg.content)), reply_to=msg)
+    try:
+        return FlowerMessage(pack(unpack(msg.content)), reply_to=msg)
+    except Exception as exc:  # reported to the ServerApp, which raises it
+        return FlowerMessage(error_content(exc), reply_to=msg)
 
 
 @client_app.query(PEERS)

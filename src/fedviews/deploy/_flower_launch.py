@@ -74,7 +74,7 @@ out-dir = ""      # run folder on the SuperLink host (default <output_dir>/<name
 data-dir = ""     # simulation engine: folder of <party>.npz on that host
 node-auth = true  # every SuperNode registered under its party's name
 resume = ""
-certs-dir = ""    # per-batch algorithms: the nodes' fedviews certificates (end-to-end keys)
+certs-dir = ""    # the nodes' fedviews certificates: sign end-to-end and secagg keys
 ping = 0          # > 0: only time this many echo round trips (no session)
 ping-bytes = 0    # payload of each ping, each way
 """
@@ -335,7 +335,7 @@ def launch_flower(
     run_config.update({"ping": str(int(ping)), "ping-bytes": str(int(ping_bytes))})
     if not node_auth:
         run_config["node-auth"] = "false"
-    if peers:  # the nodes' fedviews certificates sign their end-to-end keys
+    if peers or cfg.defense.kind == "secagg":  # the nodes' certificates sign their keys
         certs_dir = run_dir / "certs"
         if not (certs_dir / "ca.crt").is_file():
             make_certs(certs_dir, cfg)

@@ -55,6 +55,7 @@ from fedviews.federation import (  # noqa: E402
     PrivacyPolicy,
     SecureSum,
     SecureSumParty,
+    TLSFiles,
     Transport,
     attributed,
     get_algorithm_spec,
@@ -134,6 +135,9 @@ class NodeSettings:
     data: Path
     out_dir: Path
     resume: Path | None
+    #: the folder of the node's fedviews certificate (``certs=`` of its node config, else the
+    #: run config's ``certs-dir``): it signs the node's end-to-end and secure-aggregation keys
+    certs: Path | None
 
 
 def node_settings(context: Context) -> NodeSettings:
@@ -175,7 +179,8 @@ def node_settings(context: Context) -> NodeSettings:
     if resume is None and "out" not in nc and (killed := run_config_path(rc, "resume")):
         # the killed run's folder of this party, beside its coordinator's
         resume = killed.parent / party
-    return NodeSettings(cfg, party, Path(data), out, resume)
+    certs = _text(nc, "certs") or _text(rc, "certs-dir")
+    return NodeSettings(cfg, party, Path(data), out, resume, Path(certs) if certs else None)
 
 
 def _arrays(values: Mapping[str, np.ndarray], party: str) -> ArrayRecord:
@@ -232,6 +237,8 @@ class _Node:
             session_policy(s.cfg),
             {**s.cfg.roles(), s.cfg.federation.coordinator: "coordinator"},
         )
+        if s.certs is not None:  # its secure-aggregation keys are signed and checked
+            self.transport.tls = TLSFiles.from_dir(s.certs, s.party)
         self.party = DeployParty(s.cfg, s.party, load_party_data(s.data), s.out_dir, echo, s.resume)
         self.transport.register(self.party)
         self.replay: list[bytes] = []  # requests replayed on a rebuild
@@ -318,7 +325,9 @@ class _Node:
         """Give the algorithm party its kept secure-aggregation keys once ``deploy:build``
         has built it; what is still to give."""
         if secure and isinstance(self.party.algo, SecureSumParty):
-            self.party.algo.secure_sum = SecureSum.from_private_state(self.party.name, secure)
+            self.party.algo.secure_sum = SecureSum.from_private_state(
+                self.party.name, secure, self.transport.tls
+            )
             return ""
         return secure
 
@@ -377,6 +386,9 @@ class FlowerNodeTransport(Transport):
         self.coordinator = next((p for p, r in roles.items() if r == "coordinator"), "")
         #: this party's end-to-end keys (per-batch algorithms; see :mod:`._flower_relay`)
         self.e2e: E2EKeys | None = None
+        #: this party's fedviews certificate: with it, the party signs its secure-aggregation
+        #: key and checks its peers' (:class:`~fedviews.federation.SecureSum`), as over gRPC
+        self.tls: TLSFiles | None = None
         #: hands sealed requests to the ServerApp and returns their sealed replies
         self.outbox: Callable[[list[bytes]], list[bytes]] | None = None
 

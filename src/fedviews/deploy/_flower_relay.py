@@ -47,7 +47,7 @@ require("flwr", "flower")
 
 from flwr.app import Context, RecordDict  # noqa: E402
 
-from fedviews.deploy._flower_node import NodeSettings, _Node, forget  # noqa: E402
+from fedviews.deploy._flower_node import NodeSettings, _Node, forget, node_settings  # noqa: E402
 from fedviews.deploy._flower_transport import (  # noqa: E402
     PEERS_NEED_A_LIVE_PARTY,
     REPLIES,
@@ -74,16 +74,14 @@ def hello_keys(context: Context, s: NodeSettings) -> str | None:
     an algorithm whose parties only answer the coordinator."""
     if not get_algorithm_spec(s.cfg.algorithm).peer_to_peer:
         return None
-    nc, rc = context.node_config, context.run_config
-    certs = str(nc.get("certs", "") or rc.get("certs-dir", "") or "")
-    if not certs:
+    if s.certs is None:
         raise ConfigError(
             f"{s.cfg.algorithm} sends messages between parties, sealed end to end over "
             f"Flower: party {s.party!r} needs its fedviews certificate (fedviews certs "
             "issue DIR NAME): add certs='DIR' to its --node-config, or certs-dir='DIR' to "
             "the run config"
         )
-    tls = TLSFiles.from_dir(certs, s.party)
+    tls = TLSFiles.from_dir(s.certs, s.party)
     keys = E2EKeys(s.party, tls, hub=s.cfg.federation.coordinator)
     forget(context)  # a new session's hello: no party of an earlier one is reused
     with _LOCK:
@@ -93,17 +91,25 @@ def hello_keys(context: Context, s: NodeSettings) -> str | None:
 
 
 def take_peers(context: Context, content: RecordDict) -> None:
-    """``query.fedviews_peers``: check the peers' bundles, derive the pairwise keys; what is
-    wrong with them names the ServerApp (the coordinator), which sent them."""
+    """``query.fedviews_peers``: check the peers' bundles (one for every other party of this
+    node's config, no other), derive the pairwise keys; what is wrong with them names the
+    ServerApp (the coordinator), which sent them."""
     with _LOCK:
         keys = _KEYS.get(_key(context))
     if keys is None:
         raise ConfigError(PEERS_NEED_A_LIVE_PARTY)
-    with attributed(keys.hub, "the key table"):  # the ServerApp checked each at its hello
+    with attributed(keys.hub, "the key table"):
         said = json.loads(str(content.config_records["peers"]["keys"]))
         peers, session = said["peers"], bytes.fromhex(said["session"])
         if not isinstance(peers, dict):
             raise ProtocolError(f"{keys.hub!r} sent peer keys that are no table")
+    others = set(node_settings(context).cfg.federation.parties) - {keys.name}
+    with attributed(keys.hub, "the key table"):  # the ServerApp checked each at its hello
+        if set(peers) - {keys.name} != others:
+            raise ProtocolError(
+                f"{keys.hub!r} sent keys of {sorted(set(peers) - {keys.name})} to "
+                f"{keys.name!r}, whose peers are {sorted(others)}"
+            )
         keys.set_peers(peers, session)
 
 
@@ -166,8 +172,9 @@ def start(context: Context, node: _Node, data: bytes) -> tuple[list[bytes], byte
             raise ConfigError(PEERS_NEED_A_LIVE_PARTY)
         if key in _JOBS:
             raise ProtocolError(
-                "a new request reached this node while its party's handler waits for the "
-                "replies to its own messages"
+                f"{transport.coordinator!r} sent a new request to this node while its party's "
+                "handler waits for the replies to its own messages",
+                party=transport.coordinator,
             )
         transport.e2e = _KEYS.get(key)
         job = _Job(FlowerOptions.request_timeout)
@@ -179,10 +186,16 @@ def start(context: Context, node: _Node, data: bytes) -> tuple[list[bytes], byte
 
 def resume(context: Context, node: _Node, content: RecordDict) -> tuple[list[bytes], bytes | None]:
     """``query.fedviews_resume``: the sealed replies the waiting handler asked for (what
-    cannot be unpacked names the ServerApp, which brought them)."""
+    cannot be unpacked, or replies where no handler waits in a process that lived since its
+    hello, names the ServerApp, which brought them)."""
     key = _key(context)
     with _LOCK:
-        job = _JOBS.get(key)
+        job, live = _JOBS.get(key), key in _KEYS
+    if job is None and live:
+        hub = node.transport.coordinator
+        raise ProtocolError(
+            f"{hub!r} brought replies to this node, whose party waits for none", party=hub
+        )
     if job is None:
         raise ConfigError(PEERS_NEED_A_LIVE_PARTY)
     with attributed(node.transport.coordinator, "the replies to relay"):

@@ -42,6 +42,7 @@ require("flwr", "flower")
 
 from flwr.app import Array, ArrayRecord, ConfigRecord, RecordDict  # noqa: E402
 from flwr.app import Message as FlowerMessage  # noqa: E402
+from flwr.common.constant import SUPERLINK_NODE_ID  # noqa: E402
 from flwr.serverapp import Grid  # noqa: E402
 
 from fedviews.federation import (  # noqa: E402
@@ -167,10 +168,16 @@ def node_error(party: str, kind: str, reply: FlowerMessage) -> None:
         raise PartyUnavailable(party, f"Flower error {err.code} on {kind!r}: {err.reason}")
     records = reply.content.config_records
     if _ERROR in records:
-        payload = records[_ERROR]["payload"]
+        payload = records[_ERROR].get("payload")
         if not isinstance(payload, bytes):
             raise ProtocolError(f"{party!r} answered {kind!r} with a malformed error", party=party)
         raise_remote(party, kind, payload)
+
+
+def _named(exc: FedViewsError, node: str) -> FedViewsError:
+    """``exc`` (its type kept) attributed to ``node``: ``culprit`` in ``results.json``."""
+    exc.party = node
+    return exc
 
 
 class FlowerGridTransport(Transport):
@@ -263,11 +270,16 @@ class FlowerGridTransport(Transport):
             rec = reply.content.config_records.get("hello")
             if rec is None or "party" not in rec:
                 raise ProtocolError("no party name")
-            party = str(rec["party"])
+            party = rec["party"]
+            if not isinstance(party, str):
+                raise ProtocolError(f"a party name of type {type(party).__name__}, not str")
         if party not in self.expected:
-            raise ConfigError(
-                f"{where} declares party {party!r}, which is not one of this federation's "
-                f"parties {sorted(self.expected)}"
+            raise _named(
+                ConfigError(
+                    f"{where} declares party {party!r}, which is not one of this federation's "
+                    f"parties {sorted(self.expected)}"
+                ),
+                where,
             )
         self._check_identity(node, party)
         if party in self.nodes:
@@ -277,9 +289,12 @@ class FlowerGridTransport(Transport):
             )
         theirs = str(rec.get("run", ""))
         if run_fingerprint and theirs != run_fingerprint:
-            raise ConfigError(
-                f"party {party!r} ({where}) runs another deployment config "
-                "(algorithm, seed, parties, label owner or params differ from the coordinator's)"
+            raise _named(
+                ConfigError(
+                    f"party {party!r} ({where}) runs another deployment config (algorithm, "
+                    "seed, parties, label owner or params differ from the coordinator's)"
+                ),
+                where,
             )
         if "e2e" in rec:
             self.bundles[party] = self._checked_bundle(where, party, rec["e2e"])
@@ -370,7 +385,8 @@ class FlowerGridTransport(Transport):
     def _exchange(
         self, msgs: list[FlowerMessage], timeout: float, what: str
     ) -> list[FlowerMessage | None]:
-        """Push all messages, then pull until every reply is in (None: no reply in time)."""
+        """Push all messages, then pull until every reply is in (None: no reply in time);
+        a reply is taken only from its message's node, of its type (:meth:`_check_origin`)."""
         with self._grid_lock:
             ids = list(self.grid.push_messages(msgs))
         if len(ids) != len(msgs) or any(not i for i in ids):
@@ -382,14 +398,54 @@ class FlowerGridTransport(Transport):
             with self._grid_lock:
                 got = list(self.grid.pull_messages(list(pending)))
             for reply in got:
-                k = pending.pop(reply.metadata.reply_to_message_id, None)
+                k = pending.get(reply.metadata.reply_to_message_id)
                 if k is not None:
+                    self._check_origin(msgs[k], reply)
+                    del pending[reply.metadata.reply_to_message_id]
                     out[k] = reply
             if pending:
                 if time.monotonic() > deadline:
                     break
                 time.sleep(self.options.poll_interval)
         return out
+
+    def _check_origin(self, sent: FlowerMessage, reply: FlowerMessage) -> None:
+        """Refuse a reply to ``sent`` that another node sent (a dishonest node answering in
+        its place, or a replay) or that is of another message type, naming the node it came
+        from (:meth:`_node_name`), never the one whose reply it imitates. The SuperLink's
+        own error reply (a message that expired, a node that went away) comes from the
+        SuperLink's node ID and is taken as it is: :func:`node_error` raises it."""
+        src, dst = reply.metadata.src_node_id, sent.metadata.dst_node_id
+        kind, got = sent.metadata.message_type, reply.metadata.message_type
+        from_link = src == SUPERLINK_NODE_ID and reply.has_error()
+        if src != dst and not from_link:
+            raise ProtocolError(
+                f"{self._described(src)} answered the {kind!r} message sent to "
+                f"{self._described(dst)}: refused (a node answers only what was sent to it; "
+                f"{self._node_name(dst)!r} is not blamed)",
+                party=self._node_name(src),
+            )
+        if got != kind:
+            raise ProtocolError(
+                f"{self._described(src)} answered a {kind!r} message with a {got!r} one",
+                party=self._node_name(src),
+            )
+
+    def _node_name(self, node: int) -> str:
+        """Who Flower node ``node`` is: the party it declared at its hello, ``Flower node N``
+        before it did, ``the SuperLink``, or ``unknown Flower node N`` for an ID that the
+        SuperLink never listed."""
+        party = next((p for p, n in self.nodes.items() if n == node), None)
+        if party is not None:
+            return party
+        if node == SUPERLINK_NODE_ID:
+            return "the SuperLink"
+        return f"Flower node {node}" if node in self.registered else f"unknown Flower node {node}"
+
+    def _described(self, node: int) -> str:
+        """:meth:`_node_name` for an error text: a party with its node ID."""
+        name = self._node_name(node)
+        return f"{name!r} (Flower node {node})" if name in self.nodes else name
 
     def _answer(self, party: str, kind: str, reply: FlowerMessage | None) -> bytes:
         """The fedviews bytes of a node's reply; raise what went wrong instead, naming
