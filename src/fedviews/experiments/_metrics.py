@@ -7,7 +7,7 @@ from typing import Any
 
 import numpy as np
 
-from fedviews.errors import ConfigError
+from fedviews.errors import ConfigError, DataError
 from fedviews.experiments._paper import paper_tables
 from fedviews.experiments._runner import Table
 
@@ -47,6 +47,41 @@ def classification_metrics(
         "recall": 100.0 * recall_score(y_true, y_pred, **kw),
         "f1": 100.0 * f1_score(y_true, y_pred, **kw),
     }
+
+
+def class_separation(A: np.ndarray, y: np.ndarray) -> dict[str, float]:
+    """How well the true classes ``y`` separate in the space of the rows of ``A``
+    (Euclidean distance).
+
+    Returns
+    -------
+    dict
+        ``silhouette``: the mean silhouette coefficient with ``y`` as the clusters, in
+        [-1, 1] (per sample (b - a) / max(a, b), a: mean distance to its own class, b: to the
+        nearest other class; 0 for a sample alone in its class); ``knn1``: the leave-one-out
+        1-nearest-neighbour accuracy (%), each sample labelled by its nearest other sample
+        (the first one on a tie).
+
+    Raises
+    ------
+    DataError
+        Unless ``y`` has between 2 and ``len(y) - 1`` distinct classes, one per row of ``A``.
+    """
+    from scipy.spatial.distance import pdist, squareform
+    from sklearn.metrics import silhouette_score
+
+    A, y = np.asarray(A, dtype=float), np.asarray(y)
+    n_classes = len(np.unique(y))
+    if A.ndim != 2 or len(y) != len(A) or not 2 <= n_classes < len(y):
+        raise DataError(
+            "class separation needs a 2-d array, one label per row and 2 to n - 1 classes; "
+            f"got shape {A.shape} with {len(y)} labels of {n_classes} classes"
+        )
+    D = squareform(pdist(A))  # exact differences (no |a|² + |b|² - 2ab cancellation)
+    silhouette = float(silhouette_score(D, y, metric="precomputed"))
+    np.fill_diagonal(D, np.inf)  # leave one out: a sample is not its own neighbour
+    hits = int(np.sum(y[np.argmin(D, axis=1)] == y))
+    return {"silhouette": silhouette, "knn1": 100.0 * hits / len(y)}
 
 
 def mean_std(values: Sequence[float] | np.ndarray) -> tuple[float, float]:
