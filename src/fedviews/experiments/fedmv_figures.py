@@ -102,8 +102,9 @@ def run_fedmv_tsne(cfg: ExperimentConfig, ctx: RunContext) -> ExperimentResult:
     Xtr, Xte = split_views(ds.views, (tr, te), p.standardize)
     ytr, yte = y[tr], y[te]
     show = np.random.default_rng(cfg.seed).permutation(len(te))[: p.n_samples]
-    v = _model(p, p.zeta, p.eta, cfg.seed, False).fit(Xtr, ytr)
     parts = partition_clients(ytr, p.n_clients, "iid", random_state=cfg.seed)
+    with unconverged_fits(ctx, "V-FedMV", p.max_iter) as converged:
+        v = _model(p, p.zeta, p.eta, cfg.seed, False).fit(Xtr, ytr)
     h = _model(p, p.zeta, p.eta, cfg.seed, True).fit([([X[i] for X in Xtr], ytr[i]) for i in parts])
     Xs_show = [X[show] for X in Xte]
     yy = yte[show]
@@ -162,7 +163,12 @@ def run_fedmv_tsne(cfg: ExperimentConfig, ctx: RunContext) -> ExperimentResult:
     )
     path = save_figure(fig, ctx.path("tsne.png"))
     return ExperimentResult(
-        metrics={"dataset": ds.summary(), "test_accuracy": acc, "n_shown": int(len(show))},
+        metrics={
+            "dataset": ds.summary(),
+            "test_accuracy": acc,
+            "n_shown": int(len(show)),
+            "converged": converged,
+        },
         tables=[separation],
         figures=[path],
         message_log=v.run_stats_,
