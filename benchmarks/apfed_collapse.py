@@ -60,6 +60,9 @@ class Run:
     epoch_ends: list[dict[str, float]] = field(default_factory=list)
     accuracy: list[float] = field(default_factory=list)
     escape: int | None = None
+    #: test accuracy (%) of a linear probe on the trained ``h_A`` (``apfed_c_collapse.py``)
+    probe: float = float("nan")
+    probe_init: float = float("nan")
 
 
 @dataclass
