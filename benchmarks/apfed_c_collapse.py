@@ -14,7 +14,9 @@ Every ``--every`` steps it prints, and at a few steps records:
 * the norms of ``∂L_A/∂h_A`` (*g_A*) and ``Σ_p λ ∂L_p/∂h_A`` (*g_c*), their cosine, and the
   norms of the gradients each puts on ``f_A``'s parameters (*θ g_A*, *θ g_c*) with their
   cosine (*θ cos*: below 0 the two objectives pull ``f_A`` apart), and how much the samples'
-  gradients on ``h_A`` agree (*coh_A*, *coh_c*: :func:`coherence`);
+  gradients on ``h_A`` agree (*coh_A*, *coh_c*: :func:`coherence`), and the cosine of the
+  samples' summed contrastive gradient with their summed ``h_A`` (*shrink*: near 1, a descent
+  step lowers every sample's ``h_A`` along the batch's common direction);
 * the units of ``h_A`` (channel, position) that are 0 on every sample of the batch (*dead*)
   and the mean norm of a sample's ``h_A`` (*h_norm*);
 * the contrastive pairs' similarity (Eq. 15): the mean positive ``s(h_A_i, h_p_i)``, the mean
@@ -90,14 +92,18 @@ def similarities(h_a: torch.Tensor, h_p: torch.Tensor, y: torch.Tensor) -> dict[
 
 
 def probe(parts: Parties, yte: np.ndarray) -> float:
-    """Test accuracy (%) of a logistic regression on the trained ``f_A``'s ``h_A``."""
+    """Test accuracy (%) of a logistic regression on ``f_A``'s ``h_A``, each feature
+    standardised (the probe does not depend on the scale of ``h_A``)."""
     from sklearn.linear_model import LogisticRegression
+    from sklearn.pipeline import make_pipeline
+    from sklearn.preprocessing import StandardScaler
 
     with torch.no_grad():
         train = parts.active.encoder(parts.xa).flatten(1).double().numpy()
         test = parts.active.encoder(parts.xa_test).flatten(1).double().numpy()
-    clf = LogisticRegression(max_iter=300).fit(train, parts.y.numpy())
-    return 100 * float((clf.predict(test) == yte).mean())
+    probe = make_pipeline(StandardScaler(), LogisticRegression(max_iter=300))
+    probe.fit(train, parts.y.numpy())
+    return 100 * float((probe.predict(test) == yte).mean())
 
 
 def _theta_grads(h: torch.Tensor, params: list[Any], g_a: torch.Tensor, g_c: torch.Tensor) -> Any:
@@ -163,6 +169,7 @@ def measure(p: Any, parts: Parties, yte: np.ndarray, lam: float, every: int, tag
                     "cos": _cos(g_a, g_c),
                     "coh_A": coherence(g_a),
                     "coh_c": coherence(g_c),
+                    "shrink": _cos(g_c.sum(0), h.detach().sum(0)),
                     "θ g_A": theta[0],
                     "θ g_c": theta[1],
                     "θ cos": theta[2],
@@ -204,6 +211,7 @@ TRACE_KEYS = (
     "cos",
     "coh_A",
     "coh_c",
+    "shrink",
     "θ g_A",
     "θ g_c",
     "θ cos",
@@ -225,9 +233,11 @@ SUMMARY_COLUMNS = [
     "g_c step 0",
     "coh_A step 0",
     "coh_c step 0",
+    "shrink step 0",
     "θ g_A step 0",
     "θ g_c step 0",
     "dead h_A end",
+    "h_norm end",
     "pos end",
     "neg_aa end",
     "class gap end",
@@ -249,9 +259,11 @@ def _summary_row(key: list[Any], run: Run, est: float | None, seconds: float) ->
         num(first["g_c"]),
         num(first["coh_A"]),
         num(first["coh_c"]),
+        num(first["shrink"]),
         num(first["θ g_A"]),
         num(first["θ g_c"]),
         num(end["dead"]),
+        num(end["h_norm"]),
         num(end["pos"]),
         num(end["neg_aa"]),
         num(end["class_gap"]),
@@ -293,9 +305,10 @@ def main() -> None:
             "columns": SUMMARY_COLUMNS,
             "rows": rows,
             "note": "g_A, g_c: norms of ∂L_A/∂h_A and Σ_p λ ∂L_p/∂h_A at step 0; coh: "
-            "‖Σ_i g_i‖ / Σ_i ‖g_i‖ over the samples' gradients on h_A; θ g_A, θ g_c: "
+            "‖Σ_i g_i‖ / Σ_i ‖g_i‖ over the samples' gradients on h_A; shrink: cosine of "
+            "Σ_i g_c,i with Σ_i h_A,i; θ g_A, θ g_c: "
             "of the gradients they put on f_A's parameters; dead: the fraction of h_A's units "
-            "0 on every sample of the batch; pos, neg_aa: mean cosine of the positive pairs "
+            "0 on every sample of the batch; h_norm: mean ‖h_A,i‖; pos, neg_aa: mean cosine of the positive pairs "
             "(h_A_i, h_p_i) and of the active negatives (h_A_i, h_A_j); class gap: mean cosine "
             "of h_A over same-class minus different-class pairs; rank: effective rank of the "
             "batch's normalised h_A (end: the last batch); escape: the first step with "
