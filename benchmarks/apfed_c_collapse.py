@@ -182,16 +182,9 @@ def measure(p: Any, parts: Parties, yte: np.ndarray, lam: float, every: int, tag
                     + "  ".join(f"{k} {v:.3g}" for k, v in list(row.items())[2:]),
                     flush=True,
                 )
-                if step in TRACE_STEPS or last:
-                    run.trace.append(row)
-                if last:
-                    run.epoch_ends.append(row)
+                run.keep(row, last)
             step += 1
-        run.accuracy.append(parts.accuracy(yte))
-        print(
-            f"{tag} epoch {epoch + 1}: test accuracy {run.accuracy[-1]:.2f} %",
-            flush=True,
-        )
+        run.end_epoch(parts, yte, tag)
     run.probe = probe(parts, yte)
     print(
         f"{tag}: linear probe on h_A {run.probe:.2f} % (at initialisation {run.probe_init:.2f} %)",

@@ -64,6 +64,20 @@ class Run:
     probe: float = float("nan")
     probe_init: float = float("nan")
 
+    def keep(self, row: dict[str, float], last: bool) -> None:
+        """Keep a printed row: in :attr:`trace` at :data:`TRACE_STEPS` and an epoch's last
+        step, in :attr:`epoch_ends` at the latter."""
+        if row["step"] in TRACE_STEPS or last:
+            self.trace.append(row)
+        if last:
+            self.epoch_ends.append(row)
+
+    def end_epoch(self, parts: Parties, yte: np.ndarray, tag: str) -> None:
+        """Score the active model alone after an epoch (and print it)."""
+        self.accuracy.append(parts.accuracy(yte))
+        epoch = len(self.accuracy)
+        print(f"{tag} epoch {epoch}: test accuracy {self.accuracy[-1]:.2f} %", flush=True)
+
 
 @dataclass
 class Parties:
@@ -185,16 +199,9 @@ def measure(
                     f"f_A conv2 bias {row['bias']:.3f}",
                     flush=True,
                 )
-                if step in TRACE_STEPS or last:
-                    run.trace.append(row)
-                if last:
-                    run.epoch_ends.append(row)
+                run.keep(row, last)
             step += 1
-        run.accuracy.append(parts.accuracy(yte))
-        print(
-            f"seed {seed} λ {lam:g} epoch {epoch + 1}: test accuracy {run.accuracy[-1]:.2f} %",
-            flush=True,
-        )
+        run.end_epoch(parts, yte, f"seed {seed} λ {lam:g}")
     return run
 
 

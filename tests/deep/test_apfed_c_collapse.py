@@ -47,7 +47,9 @@ def test_the_loop_trains_the_estimators_active_model(
     parts = bench.build(p, data, setting, 4, "C")
     run = bench.measure(p, parts, data[3], lam, 100, "test")
     est = _apfed(p, "C", setting, lam, "cpu", 4).fit(data[0], data[1])
-    for (name, a), b in zip(parts.active.state_dict().items(), est.active_.net.state_dict().values()):
+    for (name, a), b in zip(
+        parts.active.state_dict().items(), est.active_.net.state_dict().values()
+    ):
         assert torch.equal(a, b), name
     assert run.accuracy[-1] == 100 * est.score(data[2], data[3])
     assert len(run.accuracy) == 2 and run.epoch_ends[-1]["step"] == 7  # 4 batches per epoch
@@ -69,6 +71,8 @@ def test_similarities_of_the_contrastive_pairs(bench: ModuleType) -> None:
     h_p = torch.tensor([[1.0, 0.0], [0.0, 2.0], [0.0, 3.0]])
     s = bench.similarities(h_a, h_p, torch.tensor([0, 0, 1]))
     assert s["pos"] == pytest.approx(2 / 3)  # 1, 0, 1
-    assert s["neg_ap"] == pytest.approx(2 / 6)  # s(a0,p1)=0, s(a0,p2)=0, s(a1,p0)=1, s(a1,p2)=0, s(a2,p1)=1
+    assert s["neg_ap"] == pytest.approx(
+        2 / 6
+    )  # s(a0,p1)=0, s(a0,p2)=0, s(a1,p0)=1, s(a1,p2)=0, s(a2,p1)=1
     assert s["neg_aa"] == pytest.approx(2 / 6)  # only a0~a1 (both ways) are similar
     assert s["class_gap"] == pytest.approx(1.0)  # same class: 1; two classes: 0
