@@ -45,7 +45,18 @@ from typing import Any
 import numpy as np
 import torch
 from _record import NA, write_record
-from apfed_collapse import ESCAPE, TRACE_STEPS, Parties, Run, build, estimator, load, num, options
+from apfed_collapse import (
+    CONFIGS,
+    ESCAPE,
+    TRACE_STEPS,
+    Parties,
+    Run,
+    build,
+    estimator,
+    load,
+    num,
+    options,
+)
 from torch.nn import functional as F
 
 from fedviews.deep.apfed import contrastive_loss
@@ -289,7 +300,7 @@ def main() -> None:
             rows.append(_summary_row(key, run, est, time.perf_counter() - t0))
             trace += [[*key, *(num(r[k]) for k in TRACE_KEYS)] for r in run.trace]
     what = (
-        f"{args.dataset} {args.setting} (configs/apfed_table2_{args.dataset}: {note}), "
+        f"{args.dataset} {args.setting} (configs/{CONFIGS[args.dataset]}: {note}), "
         f"lr {p.lr}, {p.epochs} epochs, batch {p.batch_size}, τ {p.tau}"
     )
     tables = [
