@@ -60,38 +60,96 @@ class Run:
     epoch_ends: list[dict[str, float]] = field(default_factory=list)
     accuracy: list[float] = field(default_factory=list)
     escape: int | None = None
+    #: test accuracy (%) of a linear probe on the trained ``h_A`` (``apfed_c_collapse.py``)
+    probe: float = float("nan")
+    probe_init: float = float("nan")
+
+    def keep(self, row: dict[str, float], last: bool) -> None:
+        """Keep a printed row: in :attr:`trace` at :data:`TRACE_STEPS` and an epoch's last
+        step, in :attr:`epoch_ends` at the latter."""
+        if row["step"] in TRACE_STEPS or last:
+            self.trace.append(row)
+        if last:
+            self.epoch_ends.append(row)
+
+    def end_epoch(self, parts: Parties, yte: np.ndarray, tag: str) -> None:
+        """Score the active model alone after an epoch (and print it)."""
+        self.accuracy.append(parts.accuracy(yte))
+        epoch = len(self.accuracy)
+        print(f"{tag} epoch {epoch}: test accuracy {self.accuracy[-1]:.2f} %", flush=True)
+
+
+@dataclass
+class Parties:
+    """The networks, optimisers and strips of an APFed run as the estimator builds them."""
+
+    xa: torch.Tensor
+    xps: list[torch.Tensor]
+    xa_test: torch.Tensor
+    y: torch.Tensor
+    active: Any
+    passives: list[Any]
+    opt_a: Any
+    opts_p: list[Any]
+    seed: int
+
+    def batches(self, p: Any) -> Any:
+        """Per epoch, its index batches: the active client's stream, one shuffle per epoch."""
+        rng = np.random.default_rng(self.seed)
+        for _ in range(p.epochs):
+            order = np.random.default_rng(int(rng.integers(2**31)))
+            yield device_batches(len(self.y), p.batch_size, order, torch.device("cpu"))
+
+    def accuracy(self, yte: np.ndarray) -> float:
+        """Test accuracy (%) of the active model alone (Eq. 11)."""
+        with torch.no_grad():
+            return 100 * float((self.active(self.xa_test).argmax(1).numpy() == yte).mean())
+
+
+def build(p: Any, data: tuple[np.ndarray, ...], setting: str, seed: int, variant: str) -> Parties:
+    """APFed-``variant``'s parties on the config's data (``p``: its params) with the
+    estimator's seeds: every party's initial weights, the active client's batch order."""
+    Xtr, ytr, Xte, _ = data
+    m, i = parse_setting(setting)
+    strips = [torch.tensor(s) for s in cut_strips(Xtr[:, None], m, pad=p.pad)]
+    xps = [s for k, s in enumerate(strips) if k != i - 1]
+    xa_test = torch.tensor(cut_strips(Xte[:, None], m, pad=p.pad)[i - 1])
+    seeds = party_seeds(seed, m)
+    nets = APFedNets("auto", 1)
+    strip = tuple(strips[i - 1].shape[1:])
+    active = nets.active(strip, 10, seeds[0])
+    rep = nets.rep_shape(strip)
+    passives = [
+        build_module(seeds[1 + j], lambda: nets.passive(variant, strip, rep), "cpu")
+        for j in range(len(xps))
+    ]
+    opt_settings = {"lr": p.lr, "momentum": p.momentum, "weight_decay": p.weight_decay}
+    return Parties(
+        strips[i - 1],
+        xps,
+        xa_test,
+        torch.tensor(ytr).long(),
+        active,
+        passives,
+        sgd(active.parameters(), **opt_settings),
+        [sgd(n.parameters(), **opt_settings) for n in passives],
+        seeds[0],
+    )
 
 
 def measure(
     p: Any, data: tuple[np.ndarray, ...], setting: str, lam: float, seed: int, every: int
 ) -> Run:
     """APFed-R's loop on the config's data (``p``: its params) with the estimator's seeds."""
-    Xtr, ytr, Xte, yte = data
-    m, i = parse_setting(setting)
-    strips = [torch.tensor(s) for s in cut_strips(Xtr[:, None], m, pad=p.pad)]
-    xa, xps = strips[i - 1], [s for k, s in enumerate(strips) if k != i - 1]
-    xa_test = torch.tensor(cut_strips(Xte[:, None], m, pad=p.pad)[i - 1])
-    y = torch.tensor(ytr).long()
-    seeds = party_seeds(seed, m)
-    nets = APFedNets("auto", 1)
-    strip = tuple(xa.shape[1:])
-    active = nets.active(strip, 10, seeds[0])
-    rep = nets.rep_shape(strip)
-    decoders = [
-        build_module(seeds[1 + j], lambda: nets.passive("R", strip, rep), "cpu")
-        for j in range(len(xps))
-    ]
-    opt_settings = {"lr": p.lr, "momentum": p.momentum, "weight_decay": p.weight_decay}
-    opt_a = sgd(active.parameters(), **opt_settings)
-    opts_p = [sgd(d.parameters(), **opt_settings) for d in decoders]
+    yte = data[3]
+    parts = build(p, data, setting, seed, "R")
+    xa, xps, y, active, opt_a = parts.xa, parts.xps, parts.y, parts.active, parts.opt_a
+    decoders, opts_p = parts.passives, parts.opts_p
     hidden: list[torch.Tensor] = []
     for d in decoders:
         d.deconvs[0].register_forward_hook(lambda _m, _i, out: hidden.append(out.detach()))
-    rng = np.random.default_rng(seeds[0])  # the active client's stream: one shuffle per epoch
     run, step = Run(), 0
-    for epoch in range(p.epochs):
-        order = np.random.default_rng(int(rng.integers(2**31)))
-        batches = device_batches(len(y), p.batch_size, order, torch.device("cpu"))
+    for epoch, batches in enumerate(parts.batches(p)):
         for b, idx in enumerate(batches):
             h = active.encoder(xa[idx])
             h_head = h.detach().requires_grad_(True)
@@ -141,42 +199,36 @@ def measure(
                     f"f_A conv2 bias {row['bias']:.3f}",
                     flush=True,
                 )
-                if step in TRACE_STEPS or last:
-                    run.trace.append(row)
-                if last:
-                    run.epoch_ends.append(row)
+                run.keep(row, last)
             step += 1
-        with torch.no_grad():
-            acc = float((active(xa_test).argmax(1).numpy() == yte).mean())
-        run.accuracy.append(100 * acc)
-        print(
-            f"seed {seed} λ {lam:g} epoch {epoch + 1}: test accuracy {100 * acc:.2f} %", flush=True
-        )
+        run.end_epoch(parts, yte, f"seed {seed} λ {lam:g}")
     return run
 
 
-def _estimator(p: Any, data: tuple[np.ndarray, ...], setting: str, lam: float, seed: int) -> float:
+def estimator(
+    p: Any, data: tuple[np.ndarray, ...], setting: str, lam: float, seed: int, variant: str = "R"
+) -> float:
     """Test accuracy (%) of ``APFed`` (or SingleVL at λ = 0: the same, bit for bit) as the
     experiment builds it for this seed."""
     Xtr, ytr, Xte, yte = data
-    est = _apfed(p, "R", setting, lam, "cpu", seed)
+    est = _apfed(p, variant, setting, lam, "cpu", seed)
     return 100 * est.fit(Xtr, ytr).score(Xte, yte)
 
 
-def _num(x: float) -> Any:
+def num(x: float) -> Any:
     """A table cell: ``x`` to 4 decimals, :data:`NA` for NaN (no passive client)."""
     return NA if math.isnan(x) else round(x, 4)
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def options(doc: str) -> argparse.ArgumentParser:
+    """The options this script and ``apfed_c_collapse.py`` share."""
+    ap = argparse.ArgumentParser(description=doc.splitlines()[0])
     ap.add_argument("--dataset", default="mnist", choices=sorted(CONFIGS))
     ap.add_argument("--setting", default="2-1", help="m-i setting (default 2-1)")
     ap.add_argument("--seeds", type=int, nargs="+", default=[0], help="seeds of the cells")
     ap.add_argument("--lams", type=float, nargs="+", help="λ values (default: the config's)")
     ap.add_argument("--lr", type=float, help="SGD learning rate (default: the config's)")
     ap.add_argument("--epochs", type=int, help="epochs (default: the config's)")
-    ap.add_argument("--recon-loss", choices=["l2", "mse"], help="default: the config's")
     ap.add_argument("--every", type=int, default=10, help="print every this many steps")
     ap.add_argument(
         "--estimator", action="store_true", help="also fit APFed with each seed and compare"
@@ -185,25 +237,36 @@ def main() -> None:
         "--no-trace", action="store_true", help="--json: the per-seed table only, no trace"
     )
     json_option(ap)
-    args = ap.parse_args()
+    return ap
+
+
+def load(dataset: str, given: dict[str, Any]) -> tuple[Any, tuple[np.ndarray, ...], str]:
+    """The config of ``dataset`` with the ``params`` in ``given`` that are not None, its
+    data as the experiment loads them, and its note."""
     torch.set_num_threads(1)
-    given = {"lr": args.lr, "epochs": args.epochs, "recon_loss": args.recon_loss}
     overrides = [f"params.{k}={v!r}" for k, v in given.items() if v is not None]
-    cfg = load_config(ROOT / "configs" / CONFIGS[args.dataset], overrides)
-    p = cfg.params
-    Xtr, ytr, Xte, yte, note = _load(cfg, p)
-    data = (Xtr, ytr, Xte, yte)
+    cfg = load_config(ROOT / "configs" / CONFIGS[dataset], overrides)
+    Xtr, ytr, Xte, yte, note = _load(cfg, cfg.params)
     print(note, flush=True)
+    return cfg.params, (Xtr, ytr, Xte, yte), note
+
+
+def main() -> None:
+    ap = options(__doc__)
+    ap.add_argument("--recon-loss", choices=["l2", "mse"], help="default: the config's")
+    args = ap.parse_args()
+    given = {"lr": args.lr, "epochs": args.epochs, "recon_loss": args.recon_loss}
+    p, data, note = load(args.dataset, given)
     rows, trace = [], []
     for seed in args.seeds:
         for lam in args.lams if args.lams is not None else [p.lam]:
             t0 = time.perf_counter()
             run = measure(p, data, args.setting, lam, seed, args.every)
-            est = _estimator(p, data, args.setting, lam, seed) if args.estimator else None
+            est = estimator(p, data, args.setting, lam, seed) if args.estimator else None
             if est is not None:
                 print(f"seed {seed} λ {lam:g}: APFed.fit test accuracy {est:.2f} %", flush=True)
             rows.append(_summary_row(seed, lam, run, est, time.perf_counter() - t0))
-            trace += [[seed, lam, *(_num(r[k]) for k in TRACE_KEYS)] for r in run.trace]
+            trace += [[seed, lam, *(num(r[k]) for k in TRACE_KEYS)] for r in run.trace]
     what = (
         f"{args.dataset} {args.setting} (configs/{CONFIGS[args.dataset]}: {note}), "
         f"lr {p.lr}, {p.epochs} epochs, batch {p.batch_size}, APFed-R loss {p.recon_loss}"
@@ -261,12 +324,12 @@ def _summary_row(seed: int, lam: float, run: Run, est: float | None, seconds: fl
     return [
         seed,
         lam,
-        _num(first["g_A"]),
-        _num(first["g_p"]),
-        _num(first["dead"]),
-        _num(run.epoch_ends[0]["dead"]),
-        _num(run.epoch_ends[-1]["dead"]),
-        _num(run.epoch_ends[-1]["dec_zero"]),
+        num(first["g_A"]),
+        num(first["g_p"]),
+        num(first["dead"]),
+        num(run.epoch_ends[0]["dead"]),
+        num(run.epoch_ends[-1]["dead"]),
+        num(run.epoch_ends[-1]["dec_zero"]),
         NA if run.escape is None else run.escape,
         ", ".join(f"{a:.2f}" for a in run.accuracy),
         NA if est is None else round(est, 2),
