@@ -90,7 +90,7 @@ class FiniteChecks:
         for name, t in tensors.items():
             if not t.numel():  # (no values: none to check, and no minimum)
                 continue
-            if t.device.type != "cpu":
+            if not t.is_cpu:
                 wide = t.element_size() > 4
                 probes = tuple(torch.aminmax(t)) if wide else (t.sum(dtype=torch.float64),)
             elif first_not_finite({name: t}) is None:
@@ -191,7 +191,7 @@ def hand_over(msg: Message, checks: FiniteChecks) -> tuple[Message, Header, int]
         got, head, size = _decoded(msg, arrays, [_spec(n, np.dtype(d), s) for n, d, s in keys])
     if floats:
         checks.add(got, floats)
-    object.__setattr__(got, "_finite", frozenset(floats))
+        object.__setattr__(got, "_finite", frozenset(floats))
     return got, head, size
 
 

@@ -83,10 +83,14 @@ class Message:
     _finite: ClassVar[frozenset[str]] = frozenset()
 
     def __post_init__(self) -> None:
-        arrays = {str(k): check_array(str(k), v) for k, v in self.arrays.items()}
+        arrays = {}
+        for k, v in self.arrays.items():
+            name = k if type(k) is str else str(k)
+            arrays[name] = check_array(name, v)
         object.__setattr__(self, "arrays", arrays)
         names = (self.kind, self.sender, self.receiver)
-        if not all(isinstance(v, str) for v in names) or not _integral(self.round):
+        strings = isinstance(self.kind, str) and isinstance(self.sender, str)
+        if not (strings and isinstance(self.receiver, str) and _integral(self.round)):
             raise ProtocolError(
                 "a message's kind, sender and receiver are strings and its round an integer, "
                 f"got {shown([*names, self.round])}"
@@ -173,7 +177,8 @@ class Message:
             return torch.as_tensor(self.array(name, shape, dtype), device=device)
         checked = name in self._finite
         if dtype is not None:
-            self._floating(name, arr.is_floating_point(), numpy_dtype(arr))
+            if not arr.is_floating_point():
+                self._floating(name, False, numpy_dtype(arr))
             want = torch_dtype(dtype)
             if arr.dtype != want:  # a narrower type may overflow to inf: checked again
                 checked, arr = False, arr.to(want)
@@ -340,7 +345,9 @@ class Message:
 
 def _integral(value: Any) -> bool:
     """Whether ``value`` is an integer (``int`` or numpy's, not a bool)."""
-    return isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_))
+    return type(value) is int or (
+        isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_))
+    )
 
 
 def _little(dtype: np.dtype[Any]) -> np.dtype[Any]:

@@ -80,18 +80,11 @@ class Transport(ABC):
 
     def _record(self, head: Header, wire_bytes: int) -> None:
         """Record a message (checked) in the log with its wire size."""
-        self.log.record(
-            LogEntry(
-                sender=head.sender,
-                receiver=head.receiver,
-                round=head.round,
-                kind=head.kind,
-                arrays=head.names,
-                shapes=head.shapes,
-                nbytes=wire_bytes,
-                meta=head.meta,
-            )
+        h = head
+        entry = LogEntry(
+            h.sender, h.receiver, h.round, h.kind, h.names, h.shapes, wire_bytes, h.meta
         )
+        self.log.record(entry)
 
     @staticmethod
     def _check_reply(msg: Message | Header, reply: Message | Header) -> None:
