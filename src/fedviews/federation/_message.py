@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, NoReturn
 import numpy as np
 
 from fedviews.errors import ProtocolError, RemoteError
+from fedviews.federation._log import LogEntry
 from fedviews.federation._meta import check_meta, check_meta_types, shown
 from fedviews.federation._tensors import (
     ALLOWED_KINDS,
@@ -427,6 +428,28 @@ class Header:
     names: tuple[str, ...]
     shapes: tuple[tuple[int, ...], ...]
     meta: tuple[str, ...] = ()
+    #: the log entry that :meth:`entry` made last
+    _entry: LogEntry | None = field(default=None, init=False, repr=False, compare=False)
+
+    def entry(self, nbytes: int) -> LogEntry:
+        """The log entry of a message of this header and ``nbytes`` bytes on the wire: one
+        object for the messages of one header and size (in one process the messages of one
+        route and round share their header, ``_handover``), which the log counts without
+        taking in its names again (:meth:`MessageLog.record`)."""
+        entry = self._entry
+        if entry is None or entry.nbytes != nbytes:
+            entry = LogEntry(
+                self.sender,
+                self.receiver,
+                self.round,
+                self.kind,
+                self.names,
+                self.shapes,
+                nbytes,
+                self.meta,
+            )
+            object.__setattr__(self, "_entry", entry)
+        return entry
 
 
 def parse_header(view: memoryview) -> tuple[dict[str, Any], list[dict[str, Any]], int]:
