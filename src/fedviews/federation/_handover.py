@@ -11,7 +11,7 @@ import threading
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import lru_cache
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 
@@ -175,7 +175,8 @@ def hand_over(msg: Message, checks: FiniteChecks) -> tuple[Message, Header, int]
     for name, a in msg.arrays.items():
         a, dtype, tensor = checked_array(name, a)  # as decoding the message checks its arrays
         if tensor:
-            t = a.detach().clone(memory_format=sys.modules["torch"].contiguous_format)
+            t = cast("torch.Tensor", a).detach()
+            t = t.clone(memory_format=sys.modules["torch"].contiguous_format)
             arrays[name] = t
             if dtype.kind == "f":
                 floats[name] = t
@@ -225,7 +226,7 @@ def _value_length(v: object) -> int | None:
     if t is str:
         return _text_length(v)  # type: ignore[arg-type]
     if t is int:  # (beyond 64 bits: refused by the JSON path, as making the message is)
-        return len(int.__repr__(v)) if v in META_INTS else None  # type: ignore[arg-type]
+        return len(int.__repr__(v)) if v in META_INTS else None
     if t is float:
         x: float = v  # type: ignore[assignment]
         return len(float.__repr__(x)) if math.isfinite(x) else len(_NONFINITE[str(x)])
