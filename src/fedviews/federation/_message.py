@@ -84,22 +84,25 @@ class Message:
     _finite: ClassVar[frozenset[str]] = frozenset()
 
     def __post_init__(self) -> None:
-        arrays = {}
-        for k, v in self.arrays.items():
-            name = k if type(k) is str else str(k)
-            arrays[name] = check_array(name, v)
-        object.__setattr__(self, "arrays", arrays)
-        names = (self.kind, self.sender, self.receiver)
-        strings = isinstance(self.kind, str) and isinstance(self.sender, str)
-        if not (strings and isinstance(self.receiver, str) and _integral(self.round)):
-            raise ProtocolError(
-                "a message's kind, sender and receiver are strings and its round an integer, "
-                f"got {shown([*names, self.round])}"
-            )
-        meta = dict(self.meta)  # (its own: the caller's table may change afterwards)
-        object.__setattr__(self, "meta", meta)
-        check_meta_types(self.kind, self.sender, meta)
-        check_meta(meta, self.sender)
+        vars(self).update(
+            _checked(self.kind, self.sender, self.receiver, self.round, self.arrays, self.meta)
+        )
+
+    @classmethod
+    def made(
+        cls,
+        kind: str,
+        sender: str,
+        receiver: str,
+        round: int,
+        arrays: Mapping[str, Array],
+        meta: Mapping[str, MetaValue],
+    ) -> Message:
+        """``Message(kind, sender, receiver, round, arrays, meta)``, checked the same, without
+        the dataclass's field-by-field set-up (what a party sends, once per message)."""
+        msg = object.__new__(cls)
+        object.__setattr__(msg, "__dict__", _checked(kind, sender, receiver, round, arrays, meta))
+        return msg
 
     @property
     def nbytes(self) -> int:
@@ -342,6 +345,35 @@ class Message:
             arrays=arrays,
             meta=header["meta"],
         )
+
+
+def _checked(
+    kind: Any, sender: Any, receiver: Any, round: Any, arrays: Mapping[Any, Any], meta: Any
+) -> dict[str, Any]:
+    """The fields of a message, checked (:class:`Message`): its arrays as it carries them and
+    a meta table of its own (the caller's may change afterwards)."""
+    carried = {}
+    for k, v in arrays.items():
+        name = k if type(k) is str else str(k)
+        carried[name] = check_array(name, v)
+    strings = isinstance(kind, str) and isinstance(sender, str) and isinstance(receiver, str)
+    if not (strings and _integral(round)):
+        raise ProtocolError(
+            "a message's kind, sender and receiver are strings and its round an integer, "
+            f"got {shown([kind, sender, receiver, round])}"
+        )
+    own = dict(meta)
+    if own:
+        check_meta_types(kind, sender, own)
+        check_meta(own, sender)
+    return {
+        "kind": kind,
+        "sender": sender,
+        "receiver": receiver,
+        "round": round,
+        "arrays": carried,
+        "meta": own,
+    }
 
 
 def _integral(value: Any) -> bool:

@@ -176,7 +176,7 @@ class Party:
         round: int | None,
     ) -> Message:
         rnd = self.round if round is None else round
-        return Message(kind, self.name, receiver, rnd, arrays or {}, meta or {})  # (copied)
+        return Message.made(kind, self.name, receiver, rnd, arrays or {}, meta or {})
 
     def send(
         self,
