@@ -53,14 +53,15 @@ E = TypeVar("E", bound="Persistent")
 
 
 def _log_state(log: MessageLog) -> dict[str, Any]:
-    """A message log's fields as plain data (its lock is a live object, not state)."""
-    return {k: v for k, v in vars(log).items() if k != "_lock"}
+    """A message log's fields as plain data (its lock is a live object, and the entries it
+    knows by id a cache of this process, not state)."""
+    return {k: v for k, v in vars(log).items() if k not in ("_lock", "_known")}
 
 
 def _revive_log(state: dict[str, Any]) -> MessageLog:
     log = MessageLog.__new__(MessageLog)
     log.__dict__.update(state)
-    log._lock = threading.Lock()
+    log._lock, log._known = threading.Lock(), {}
     return log
 
 

@@ -55,7 +55,8 @@ from fedviews.federation._grpc import (  # noqa: E402
     REQUEST,
     _Link,
 )
-from fedviews.federation._message import prefix, stamp_report  # noqa: E402
+from fedviews.federation._message import prefix  # noqa: E402
+from fedviews.federation._reports import stamp_report  # noqa: E402
 
 FUZZ = settings(
     max_examples=120,

@@ -255,3 +255,29 @@ def test_a_crafted_header_is_refused_by_a_short_protocol_error(edit, match):
     with pytest.raises(ProtocolError, match=match) as err:
         Message.decode(data)
     assert len(str(err.value)) < 1000
+
+
+@pytest.mark.parametrize(
+    ("fields", "match"),
+    [
+        (("fwd", "a", "b", 1, {"x": np.array(["s"])}, {}), "only numeric and bool"),
+        ((("fwd",), "a", "b", 1, {}, {}), "kind, sender and receiver are strings"),
+        (("fwd", "a", "b", True, {}, {}), "its round an integer"),
+        (("fwd", "a", "b", 1, {}, {(1, 2): 3}), "the meta key"),
+        (("fwd", "a", "b", 1, {}, {"k": 10**30}), "an int beyond 64 bits"),
+        (("fwd", "a", "b", 1, {}, {"k" * 300: 1}), "a key of 300 characters"),
+    ],
+)
+def test_a_message_made_by_a_party_is_checked_as_one_made_by_hand(fields, match) -> None:
+    """Message.made (what Party.send, scatter and reply make, without the dataclass's set-up)
+    refuses what Message(...) refuses, and makes the same message of what it accepts: arrays
+    as it carries them, a meta table of its own."""
+    for make in (Message, Message.made):
+        with pytest.raises(ProtocolError, match=match):
+            make(*fields)
+    table = {"k": 1}
+    made = Message.made("fwd", "a", "b", np.int64(2), {3: [1.0, 2.0]}, table)
+    table["k"] = 2
+    assert made.header() == Message("fwd", "a", "b", 2, {"3": np.zeros(2)}, {"k": 1}).header()
+    assert isinstance(made.arrays["3"], np.ndarray) and made.meta == {"k": 1}
+    assert made.encode() == Message("fwd", "a", "b", 2, {"3": [1.0, 2.0]}, {"k": 1}).encode()

@@ -2,7 +2,17 @@ import numpy as np
 import pytest
 
 from fedviews.errors import PartyUnavailable, PrivacyError, ProtocolError
-from fedviews.federation import Coordinator, Party, PrivacyPolicy, federate, handles
+from fedviews.federation import (
+    Coordinator,
+    LogEntry,
+    Message,
+    MessageLog,
+    Party,
+    PrivacyPolicy,
+    federate,
+    handles,
+)
+from fedviews.federation._log import MAX_PAIR_META_KEYS
 
 POLICY = PrivacyPolicy.of(
     "sum", {("party", "coordinator"): ["partial"], ("coordinator", "party"): ["x"]}
@@ -170,3 +180,42 @@ def test_threads_sharing_a_transport_lose_no_handler_time(monkeypatch):
     for t in threads:
         t.join()
     assert transport.log.handler_seconds["p"] == 2 * n
+
+
+def test_one_routes_messages_of_a_round_share_a_header_and_a_log_entry_counted_each_time():
+    """In one process the hand-over compiles what the messages of one kind, parties and array
+    specs share: those of one round and meta keys get one header, those of one size too one
+    log entry; the log still counts and keeps every message, their bytes those of their
+    encodings, and a new round, meta key or size gets a header or an entry of its own."""
+    a = Holder("a", np.ones((3, 2)))
+    server = Summer()
+    t = federate([server, a], POLICY)
+    sent = []
+    for rnd, meta in [(1, {"b": 1}), (1, {"b": 2}), (1, {"b": 10}), (2, {"b": 3}), (2, {"c": 3})]:
+        msg = Message("partial", "coordinator", "a", rnd, {"x": np.array([2.0])}, meta)
+        server.send("a", "partial", msg.arrays, meta, rnd)
+        sent.append(msg)
+    requests = t.log.entries[::2]
+    assert [e.nbytes for e in requests] == [len(m.encode()) for m in sent]
+    assert requests[0] is requests[1]  # (one round, meta keys and size)
+    assert len({id(e) for e in requests}) == 4 and [e.round for e in requests] == [1, 1, 1, 2, 2]
+    assert [e.meta for e in requests] == [("b",)] * 4 + [("c",)]
+    s = t.log.summary()
+    assert s["messages"] == 10 and len(t.log.entries) == 10
+    assert s["per_party"]["coordinator"]["bytes_sent"] == sum(len(m.encode()) for m in sent)
+    assert s["meta_keys"] == {"coordinator -> a": ["b", "c"]}
+
+
+def test_a_log_entry_recorded_again_counts_again_and_so_do_its_dropped_meta_keys():
+    """The log takes in an entry's names once (one object for the messages of one header and
+    size), but counts every message it records, and the meta keys its budget left out every
+    time."""
+    many = tuple(f"m{i}" for i in range(MAX_PAIR_META_KEYS + 5))
+    log = MessageLog()
+    entry = LogEntry("b", "c", 1, "x", ("h",), ((2,),), 10, meta=many)
+    for _ in range(3):
+        log.record(entry)
+    s = log.summary()
+    assert s["messages"] == 3 and s["per_party"]["b"]["bytes_sent"] == 30
+    assert log.entries == [entry] * 3 and s["exchanges"] == [["b", "c", "x", ["h"]]]
+    assert s["dropped_meta_keys"] == {"b -> c": 15}

@@ -42,16 +42,11 @@ from fedviews.federation._defense import (
 from fedviews.federation._e2e import E2EKeys, Trust, check_bundle
 from fedviews.federation._inprocess import InProcessRun, build_in_process
 from fedviews.federation._log import LogEntry, MessageLog
-from fedviews.federation._message import (
-    Header,
-    Message,
-    MetaValue,
-    error_payload,
-    raise_remote,
-)
+from fedviews.federation._message import Header, Message, MetaValue
 from fedviews.federation._party import Coordinator, Party, handles
 from fedviews.federation._policy import PrivacyPolicy
 from fedviews.federation._record import Observation, Observed, Recording
+from fedviews.federation._reports import error_payload, raise_remote
 from fedviews.federation._run import (
     AlignGroup,
     Local,

@@ -50,7 +50,7 @@ from fedviews import errors
 from fedviews.errors import FedViewsError, PartyUnavailable, ProtocolError, require
 from fedviews.federation._budget import Budget
 from fedviews.federation._grpc_options import GrpcOptions
-from fedviews.federation._message import error_payload
+from fedviews.federation._reports import error_payload
 
 log = logging.getLogger("fedviews.grpc")
 

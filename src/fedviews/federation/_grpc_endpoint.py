@@ -35,8 +35,9 @@ from fedviews.federation._grpc import (
     log,
 )
 from fedviews.federation._grpc_options import GrpcOptions
-from fedviews.federation._message import Message, raise_remote
+from fedviews.federation._message import Message
 from fedviews.federation._policy import PrivacyPolicy
+from fedviews.federation._reports import raise_remote
 from fedviews.federation._transport import Transport, attributed
 
 if TYPE_CHECKING:

@@ -39,8 +39,9 @@ from fedviews.federation._grpc import (
 )
 from fedviews.federation._grpc_endpoint import _Endpoint
 from fedviews.federation._grpc_options import GrpcOptions
-from fedviews.federation._message import Message, stamp_report
+from fedviews.federation._message import Message
 from fedviews.federation._policy import PrivacyPolicy
+from fedviews.federation._reports import stamp_report
 from fedviews.federation._transport import attributed
 
 if TYPE_CHECKING:

@@ -5,12 +5,13 @@ give, without the encoding; and the finiteness checks of its tensors, deferred
 from __future__ import annotations
 
 import json
+import math
 import sys
 import threading
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import lru_cache
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 
@@ -26,20 +27,15 @@ from fedviews.federation._message import (
     prefix,
     read_header,
 )
+from fedviews.federation._meta import META_INTS
 from fedviews.federation._tensors import (
     Array,
-    check_array,
+    checked_array,
     first_not_finite,
-    is_tensor,
-    numpy_dtype,
 )
 
 if TYPE_CHECKING:
     import torch
-
-#: the types of a plain header value: what its JSON round trip gives back as it was
-_PLAIN = (str, int, float, bool, type(None))
-_PLAIN_TYPES, _STR = frozenset(_PLAIN), frozenset([str])
 
 
 @dataclass(frozen=True)
@@ -94,7 +90,7 @@ class FiniteChecks:
         for name, t in tensors.items():
             if not t.numel():  # (no values: none to check, and no minimum)
                 continue
-            if t.device.type != "cpu":
+            if not t.is_cpu:
                 wide = t.element_size() > 4
                 probes = tuple(torch.aminmax(t)) if wide else (t.sum(dtype=torch.float64),)
             elif first_not_finite({name: t}) is None:
@@ -165,60 +161,122 @@ def hand_over(msg: Message, checks: FiniteChecks) -> tuple[Message, Header, int]
     :meth:`FiniteChecks.settle`, where a :class:`ProtocolError` names the sender of a NaN
     or an infinity).
 
-    A header of plain values (strings, an ``int`` round, meta of :data:`_PLAIN` values
-    under string keys) is checked as it is, its encoding's length counted from the JSON of
-    its parts (cached per kind, parties and array specs); any other goes through its JSON,
-    as decoding reads it.
+    A header of plain values (strings, an ``int`` round, meta of ``str``, ``int``,
+    ``float``, ``bool`` or ``None`` values, of those very types, under string keys: what
+    its JSON round trip gives back as it was) is checked as it is, its encoding's length counted from the lengths
+    of its parts' JSON (what every message of its kind, parties and array specs has in
+    common compiled once, :func:`_route`); any other goes through its JSON, as decoding
+    reads it.
     """
     arrays: dict[str, Array] = {}
     floats: dict[str, torch.Tensor] = {}
     keys = []
+    plain = True
     for name, a in msg.arrays.items():
-        a = check_array(name, a)  # as decoding the message checks its arrays
-        if is_tensor(a):
-            dtype = numpy_dtype(a)
-            t = a.detach().clone(memory_format=sys.modules["torch"].contiguous_format)
+        a, dtype, tensor = checked_array(name, a)  # as decoding the message checks its arrays
+        if tensor:
+            t = cast("torch.Tensor", a).detach()
+            t = t.clone(memory_format=sys.modules["torch"].contiguous_format)
             arrays[name] = t
             if dtype.kind == "f":
                 floats[name] = t
         else:
-            dtype = _little(np.asarray(a).dtype)
+            dtype = _little(dtype)
             arrays[name] = np.array(a, dtype=dtype, order="C")
+        plain = plain and type(name) is str
         keys.append((name, dtype.str, tuple(a.shape)))  # (a shape's lengths are ints)
-    if _plain(msg):
-        got, size = _received(msg, arrays, tuple(keys))
+    meta = None if not (plain and _plain_head(msg)) else _meta_length(msg.meta)
+    if meta is not None:
+        got, head, size = _received(msg, arrays, tuple(keys), meta)
     else:
-        got, size = _decoded(msg, arrays, [_spec(n, np.dtype(d), s) for n, d, s in keys])
+        got, head, size = _decoded(msg, arrays, [_spec(n, np.dtype(d), s) for n, d, s in keys])
     if floats:
         checks.add(got, floats)
-    object.__setattr__(got, "_finite", frozenset(floats))
-    shapes = tuple(s for _, _, s in keys)
-    head = Header(
-        got.kind, got.sender, got.receiver, got.round, tuple(arrays), shapes, tuple(got.meta)
-    )
+        object.__setattr__(got, "_finite", frozenset(floats))
     return got, head, size
 
 
-def _plain(msg: Message) -> bool:
-    """Whether ``msg``'s header is of plain values only (see :func:`hand_over`)."""
+def _plain_head(msg: Message) -> bool:
+    """Whether ``msg``'s kind, parties and round are plain values (see :func:`hand_over`)."""
     return (
         type(msg.kind) is str
         and type(msg.sender) is str
         and type(msg.receiver) is str
         and type(msg.round) is int
-        and set(map(type, msg.arrays)) <= _STR
-        and set(map(type, msg.meta)) <= _STR
-        and set(map(type, msg.meta.values())) <= _PLAIN_TYPES
     )
 
 
+def _meta_length(meta: Mapping[Any, Any]) -> int | None:
+    """The length of the JSON of ``meta`` (``json.dumps`` with its default separators and
+    ``allow_nan``; ASCII, a byte per character), or ``None`` unless it is plain (see
+    :func:`hand_over`)."""
+    if not meta:
+        return 2  # {}
+    n = 4 * len(meta)  # "{}", ": " in every item and ", " between them
+    for k, v in meta.items():
+        if type(k) is not str or (got := _value_length(v)) is None:
+            return None
+        n += _text_length(k) + got
+    return n
+
+
+def _value_length(v: object) -> int | None:
+    """The length of the JSON of a plain meta value, or ``None`` for another."""
+    t = type(v)
+    if t is str:
+        return _text_length(v)  # type: ignore[arg-type]
+    if t is int:  # (beyond 64 bits: refused by the JSON path, as making the message is)
+        return len(int.__repr__(v)) if v in META_INTS else None
+    if t is float:
+        x: float = v  # type: ignore[assignment]
+        return len(float.__repr__(x)) if math.isfinite(x) else len(_NONFINITE[str(x)])
+    if t is bool:
+        return 4 if v else 5
+    return 4 if v is None else None
+
+
+#: the JSON of the floats that are not finite (``json.dumps`` with ``allow_nan``), by ``str``
+_NONFINITE = {"nan": "NaN", "inf": "Infinity", "-inf": "-Infinity"}
+
+
+def _text_length(s: str) -> int:
+    """The length of the JSON of the string ``s`` (``ensure_ascii``)."""
+    if s.isascii() and s.isprintable() and '"' not in s and "\\" not in s:
+        return len(s) + 2  # (printable ASCII but quote and backslash: not escaped)
+    return len(json.dumps(s))
+
+
+class _Route:
+    """What every plain message of one kind, parties and array specs has in common: the
+    bytes of its encoding but the round's digits and the meta table's JSON (``fixed``), its
+    array names and shapes, and the header of the last round and meta keys met."""
+
+    __slots__ = ("fixed", "last", "names", "shapes")
+
+    def __init__(self, fixed: int, names: tuple[str, ...], shapes: tuple[tuple[int, ...], ...]):
+        self.fixed, self.names, self.shapes = fixed, names, shapes
+        self.last: Header | None = None
+
+    def header(self, msg: Message) -> Header:
+        """The header of ``msg`` (a message of this route)."""
+        meta, last = tuple(msg.meta), self.last
+        if last is None or last.round != msg.round or last.meta != meta:
+            last = self.last = Header(
+                msg.kind, msg.sender, msg.receiver, msg.round, self.names, self.shapes, meta
+            )
+        return last
+
+
 def _received(
-    msg: Message, arrays: dict[str, Array], keys: tuple[tuple[str, str, tuple[int, ...]], ...]
-) -> tuple[Message, int]:
-    """The receiver's message of a plain header (checked as :func:`read_header` checks it)
-    and its encoding's length; built without :meth:`Message.__post_init__`, whose checks
-    the arrays (copied by :func:`hand_over`, which checked their dtypes) and the meta
-    (checked here) have passed."""
+    msg: Message,
+    arrays: dict[str, Array],
+    keys: tuple[tuple[str, str, tuple[int, ...]], ...],
+    meta: int,
+) -> tuple[Message, Header, int]:
+    """The receiver's message of a plain header (checked as :func:`read_header` checks it),
+    its header and its encoding's length (``meta``: its meta table's JSON's); built without
+    :meth:`Message.__post_init__`, whose checks the arrays (copied by :func:`hand_over`,
+    which checked their dtypes) and the meta (checked here) have passed."""
     if not 0 <= msg.round <= MAX_ROUND:
         raise ProtocolError(
             f"{msg.sender!r} sent a message of round {msg.round}; rounds run from 0 to {MAX_ROUND}"
@@ -233,28 +291,30 @@ def _received(
         arrays=arrays,
         meta=dict(msg.meta),
     )
-    meta = len(msg.to_json(got.meta)) if got.meta else 2
-    return got, _fixed_length(msg.kind, msg.sender, msg.receiver, keys) + len(str(msg.round)) + meta
+    route = _route(msg.kind, msg.sender, msg.receiver, keys)
+    return got, route.header(msg), route.fixed + len(str(msg.round)) + meta
 
 
 @lru_cache(maxsize=4096)
-def _fixed_length(
+def _route(
     kind: str, sender: str, receiver: str, keys: tuple[tuple[str, str, tuple[int, ...]], ...]
-) -> int:
-    """The bytes of an encoding with these parties, kind and array specs (``keys``: name,
-    dtype string, shape) but for the round's digits and the meta table's JSON: its arrays'
-    bytes and its header's, whose JSON is ASCII (``ensure_ascii``), a byte per character."""
+) -> _Route:
+    """The :class:`_Route` of the plain messages of this kind and parties and with these
+    array specs (``keys``: name, dtype string, shape): the bytes of the encoding but the
+    round's digits and the meta table's JSON are its arrays' bytes and its header's, whose
+    JSON is ASCII (``ensure_ascii``), a byte per character."""
     specs = [_spec(n, np.dtype(d), s) for n, d, s in keys]
     head = {"kind": kind, "sender": sender, "receiver": receiver, "round": 0, "meta": {}}
     text = json.dumps({**head, "arrays": specs})
-    return len(prefix(b"")) + len(text) - len("0{}") + sum(s["size"] for s in specs)
+    fixed = len(prefix(b"")) + len(text) - len("0{}") + sum(s["size"] for s in specs)
+    return _Route(fixed, tuple(n for n, _, _ in keys), tuple(s for _, _, s in keys))
 
 
 def _decoded(
     msg: Message, arrays: dict[str, Array], specs: list[dict[str, Any]]
-) -> tuple[Message, int]:
+) -> tuple[Message, Header, int]:
     """The receiver's message of any header: read back from its JSON as decoding reads it,
-    and its encoding's length."""
+    its header and its encoding's length."""
     start = prefix(msg.to_json(msg._head(specs)).encode("utf-8"))
     got = Message._of(read_header(memoryview(start)), arrays)
-    return got, len(start) + sum(int(s["size"]) for s in specs)
+    return got, got.header(), len(start) + sum(int(s["size"]) for s in specs)

@@ -22,6 +22,8 @@ class LogEntry:
 
 #: distinct meta keys the log keeps per pair (more are counted in ``dropped_meta_keys``)
 MAX_PAIR_META_KEYS = 4096
+#: the entry objects a log remembers having taken in (``MessageLog._take_in``)
+MAX_KNOWN = 1024
 
 
 @dataclass
@@ -49,6 +51,8 @@ class MessageLog:
     _kept: dict[str, int] = field(default_factory=lambda: defaultdict(int))
     _dropped: dict[str, int] = field(default_factory=lambda: defaultdict(int))
     _dropped_keys: dict[tuple[str, str], int] = field(default_factory=lambda: defaultdict(int))
+    #: the entries taken in (``_take_in``), by id
+    _known: dict[int, LogEntry] = field(default_factory=dict, repr=False)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     def add_seconds(self, party: str, seconds: float) -> None:
@@ -58,6 +62,9 @@ class MessageLog:
             self.handler_seconds[party] += seconds
 
     def record(self, entry: LogEntry) -> None:
+        """Count ``entry`` (and keep it, within the budget). An entry object recorded before
+        (:meth:`Header.entry` gives the messages of one header and size one) is only counted:
+        its array names, meta keys and exchange are in already."""
         pair = (entry.sender, entry.receiver)
         with self._lock:  # transports may deliver concurrently
             self._messages += 1
@@ -65,16 +72,9 @@ class MessageLog:
                 self._rounds = entry.round
             self._bytes_sent[entry.sender] += entry.nbytes
             self._bytes_recv[entry.receiver] += entry.nbytes
-            self._crossed[pair].update(entry.arrays)
             self._pair_bytes[pair] += entry.nbytes
-            keys = self._meta[pair]
-            for key in entry.meta:
-                if key in keys or len(keys) < MAX_PAIR_META_KEYS:
-                    keys.add(key)
-                else:
-                    self._dropped_keys[pair] += 1
-            names = tuple(entry.arrays) if len(entry.arrays) < 2 else tuple(sorted(entry.arrays))
-            self._exchanges.add((*pair, entry.kind, names))
+            if self._known.get(id(entry)) is not entry:
+                self._take_in(entry, pair)
             if not self.keep_entries:
                 return
             if self._kept[entry.sender] < self.max_entries:
@@ -82,6 +82,25 @@ class MessageLog:
                 self.entries.append(entry)
             else:
                 self._dropped[entry.sender] += 1
+
+    def _take_in(self, entry: LogEntry, pair: tuple[str, str]) -> None:
+        """Add the array names, meta keys (within the budget) and exchange of ``entry``; it
+        is known from then on (at most :data:`MAX_KNOWN` entries at a time), unless the
+        budget left out a meta key of it (each of its messages counts that again)."""
+        self._crossed[pair].update(entry.arrays)
+        keys, dropped = self._meta[pair], False
+        for key in entry.meta:
+            if key in keys or len(keys) < MAX_PAIR_META_KEYS:
+                keys.add(key)
+            else:
+                self._dropped_keys[pair] += 1
+                dropped = True
+        names = tuple(entry.arrays) if len(entry.arrays) < 2 else tuple(sorted(entry.arrays))
+        self._exchanges.add((*pair, entry.kind, names))
+        if not dropped:
+            if len(self._known) >= MAX_KNOWN:
+                self._known.clear()
+            self._known[id(entry)] = entry  # (kept alive here: its id is not reused)
 
     # -- queries used by tests and reports -------------------------------
     def arrays_sent(self, sender: str | None = None, receiver: str | None = None) -> set[str]:

@@ -29,7 +29,8 @@ from typing import TYPE_CHECKING, Any, ClassVar, NoReturn
 
 import numpy as np
 
-from fedviews.errors import ProtocolError, RemoteError
+from fedviews.errors import ProtocolError
+from fedviews.federation._log import LogEntry
 from fedviews.federation._meta import check_meta, check_meta_types, shown
 from fedviews.federation._tensors import (
     ALLOWED_KINDS,
@@ -83,18 +84,25 @@ class Message:
     _finite: ClassVar[frozenset[str]] = frozenset()
 
     def __post_init__(self) -> None:
-        arrays = {str(k): check_array(str(k), v) for k, v in self.arrays.items()}
-        object.__setattr__(self, "arrays", arrays)
-        names = (self.kind, self.sender, self.receiver)
-        if not all(isinstance(v, str) for v in names) or not _integral(self.round):
-            raise ProtocolError(
-                "a message's kind, sender and receiver are strings and its round an integer, "
-                f"got {shown([*names, self.round])}"
-            )
-        meta = dict(self.meta)  # (its own: the caller's table may change afterwards)
-        object.__setattr__(self, "meta", meta)
-        check_meta_types(self.kind, self.sender, meta)
-        check_meta(meta, self.sender)
+        vars(self).update(
+            _checked(self.kind, self.sender, self.receiver, self.round, self.arrays, self.meta)
+        )
+
+    @classmethod
+    def made(
+        cls,
+        kind: str,
+        sender: str,
+        receiver: str,
+        round: int,
+        arrays: Mapping[str, Array],
+        meta: Mapping[str, MetaValue],
+    ) -> Message:
+        """``Message(kind, sender, receiver, round, arrays, meta)``, checked the same, without
+        the dataclass's field-by-field set-up (what a party sends, once per message)."""
+        msg = object.__new__(cls)
+        object.__setattr__(msg, "__dict__", _checked(kind, sender, receiver, round, arrays, meta))
+        return msg
 
     @property
     def nbytes(self) -> int:
@@ -173,7 +181,8 @@ class Message:
             return torch.as_tensor(self.array(name, shape, dtype), device=device)
         checked = name in self._finite
         if dtype is not None:
-            self._floating(name, arr.is_floating_point(), numpy_dtype(arr))
+            if not arr.is_floating_point():
+                self._floating(name, False, numpy_dtype(arr))
             want = torch_dtype(dtype)
             if arr.dtype != want:  # a narrower type may overflow to inf: checked again
                 checked, arr = False, arr.to(want)
@@ -338,9 +347,40 @@ class Message:
         )
 
 
+def _checked(
+    kind: Any, sender: Any, receiver: Any, round: Any, arrays: Mapping[Any, Any], meta: Any
+) -> dict[str, Any]:
+    """The fields of a message, checked (:class:`Message`): its arrays as it carries them and
+    a meta table of its own (the caller's may change afterwards)."""
+    carried = {}
+    for k, v in arrays.items():
+        name = k if type(k) is str else str(k)
+        carried[name] = check_array(name, v)
+    strings = isinstance(kind, str) and isinstance(sender, str) and isinstance(receiver, str)
+    if not (strings and _integral(round)):
+        raise ProtocolError(
+            "a message's kind, sender and receiver are strings and its round an integer, "
+            f"got {shown([kind, sender, receiver, round])}"
+        )
+    own = dict(meta)
+    if own:
+        check_meta_types(kind, sender, own)
+        check_meta(own, sender)
+    return {
+        "kind": kind,
+        "sender": sender,
+        "receiver": receiver,
+        "round": round,
+        "arrays": carried,
+        "meta": own,
+    }
+
+
 def _integral(value: Any) -> bool:
     """Whether ``value`` is an integer (``int`` or numpy's, not a bool)."""
-    return isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_))
+    return type(value) is int or (
+        isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_))
+    )
 
 
 def _little(dtype: np.dtype[Any]) -> np.dtype[Any]:
@@ -420,6 +460,28 @@ class Header:
     names: tuple[str, ...]
     shapes: tuple[tuple[int, ...], ...]
     meta: tuple[str, ...] = ()
+    #: the log entry that :meth:`entry` made last
+    _entry: LogEntry | None = field(default=None, init=False, repr=False, compare=False)
+
+    def entry(self, nbytes: int) -> LogEntry:
+        """The log entry of a message of this header and ``nbytes`` bytes on the wire: one
+        object for the messages of one header and size (in one process the messages of one
+        route and round share their header, ``_handover``), which the log counts without
+        taking in its names again (:meth:`MessageLog.record`)."""
+        entry = self._entry
+        if entry is None or entry.nbytes != nbytes:
+            entry = LogEntry(
+                self.sender,
+                self.receiver,
+                self.round,
+                self.kind,
+                self.names,
+                self.shapes,
+                nbytes,
+                self.meta,
+            )
+            object.__setattr__(self, "_entry", entry)
+        return entry
 
 
 def parse_header(view: memoryview) -> tuple[dict[str, Any], list[dict[str, Any]], int]:
@@ -534,60 +596,3 @@ def _sealed_overhead(header: Mapping[str, Any]) -> int:
     if len(nonce) != 12 or seq < 1 or not 0 <= n_meta <= _MAX_META or header.get("meta"):
         raise ProtocolError(f"corrupt sealed-message header: {shown(sealed)}")
     return n_meta + SEAL_TAG
-
-
-#: characters of an error report's text that are kept (a report is a short message)
-_MAX_REPORT = 4000
-
-
-def error_payload(exc: BaseException, by: str = "") -> bytes:
-    """How a transport reports a handler's failure back to the requester (JSON, no pickle).
-
-    ``by``: the party that makes the report, stamped by a relaying hub (its own failure,
-    or the report of the party it relayed to, see :func:`raise_remote`).
-    """
-    info = {"type": type(exc).__name__, "message": str(exc)}
-    return json.dumps({**info, "by": by} if by else info).encode()
-
-
-def read_report(peer: str, kind: str, data: bytes | bytearray | memoryview) -> tuple[str, str, str]:
-    """``(type, text, by)`` of the error reply ``peer`` sent to ``kind`` (:func:`error_payload`);
-    a :class:`ProtocolError` naming ``peer`` if it is malformed."""
-    try:
-        info = json.loads(bytes(data).decode("utf-8"))
-        etype, text, by = info["type"], info["message"], info.get("by", "")
-    except (UnicodeDecodeError, ValueError, RecursionError, KeyError, TypeError, AttributeError):
-        raise ProtocolError(
-            f"{peer!r} answered {kind!r} with a malformed error reply", party=peer
-        ) from None
-    if not all(isinstance(v, str) for v in (etype, text, by)):
-        raise ProtocolError(
-            f"{peer!r} answered {kind!r} with a malformed error reply (type, message and by "
-            "must be strings)",
-            party=peer,
-        )
-    return etype[:100], text[:_MAX_REPORT], by
-
-
-def stamp_report(peer: str, kind: str, data: bytes | bytearray | memoryview) -> bytes:
-    """The error reply ``peer`` sent to ``kind``, as a relaying hub passes it on: stamped
-    ``by`` ``peer`` (whatever stamp it wrote itself); a malformed one becomes ``peer``'s
-    report that it is malformed."""
-    try:
-        etype, text, _ = read_report(peer, kind, data)
-    except ProtocolError as exc:
-        etype, text = "ProtocolError", str(exc)
-    return json.dumps({"type": etype, "message": text, "by": peer}).encode()
-
-
-def raise_remote(
-    peer: str, kind: str, data: bytes | bytearray | memoryview, relay: str = ""
-) -> NoReturn:
-    """Raise the failure that ``peer``'s handler of ``kind`` reported (:func:`error_payload`)
-    as ``peer``'s report: a :class:`~fedviews.errors.RemoteError` naming ``peer`` as the
-    reporter, never the type or the party its text claims (a dishonest party could blame
-    another). ``relay``: the hub the reply came through, which stamps its own reports
-    (``by``; it overrides the stamp of the reports it relays), so that one is named as
-    its reporter. A malformed report is a :class:`ProtocolError` naming ``peer``."""
-    etype, text, by = read_report(peer, kind, data)
-    raise RemoteError(relay if relay and by == relay else peer, etype, text)

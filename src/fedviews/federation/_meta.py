@@ -14,7 +14,7 @@ MAX_META_KEYS = 1024
 MAX_KEY_CHARS = 256
 #: the integers a meta value may be (64 bits, signed or not): JSON carries them exactly, and
 #: no reader's limit on the digits of an integer applies (Python's: 4,300)
-_META_INTS = range(-(2**63), 2**64)
+META_INTS = range(-(2**63), 2**64)
 
 
 class _Shown(reprlib.Repr):
@@ -50,7 +50,7 @@ def check_meta_types(kind: str, sender: str, meta: Mapping[Any, Any]) -> None:
                 f"{sender!r} sent {kind!r} with the meta key {shown(k)} of type "
                 f"{type(k).__name__}: meta keys are strings"
             )
-        if v is None or isinstance(v, (str, float)) or (isinstance(v, int) and v in _META_INTS):
+        if v is None or isinstance(v, (str, float)) or (isinstance(v, int) and v in META_INTS):
             continue
         what = "an int beyond 64 bits" if isinstance(v, int) else f"of type {type(v).__name__}"
         raise ProtocolError(

@@ -175,14 +175,8 @@ class Party:
         meta: Mapping[str, MetaValue] | None,
         round: int | None,
     ) -> Message:
-        return Message(
-            kind=kind,
-            sender=self.name,
-            receiver=receiver,
-            round=self.round if round is None else round,
-            arrays=dict(arrays or {}),
-            meta=dict(meta or {}),
-        )
+        rnd = self.round if round is None else round
+        return Message.made(kind, self.name, receiver, rnd, arrays or {}, meta or {})
 
     def send(
         self,

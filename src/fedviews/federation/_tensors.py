@@ -75,7 +75,14 @@ def to_host(a: Array) -> np.ndarray:
 def check_array(name: str, arr: Any) -> Array:
     """``arr`` as a message carries it (a tensor as it is, anything else as a numpy array),
     refused unless dense and of a numeric or bool dtype."""
-    if is_tensor(arr):
+    return checked_array(name, arr)[0]
+
+
+def checked_array(name: str, arr: Any) -> tuple[Array, np.dtype[Any], bool]:
+    """:func:`check_array` of ``arr``, the numpy dtype its values travel as and whether it
+    is a tensor."""
+    tensor = is_tensor(arr)
+    if tensor:
         if arr.layout is not sys.modules["torch"].strided:
             raise ProtocolError(
                 f"array {name!r} is a {arr.layout} tensor; only dense ones are sent"
@@ -88,7 +95,7 @@ def check_array(name: str, arr: Any) -> Array:
         raise ProtocolError(
             f"array {name!r} has dtype {dtype}; only numeric and bool arrays may be sent"
         )
-    return arr
+    return arr, dtype, tensor
 
 
 def nbytes(a: Array) -> int:

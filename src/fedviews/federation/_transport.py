@@ -13,7 +13,7 @@ from typing import TypeVar
 
 from fedviews.errors import FedViewsError, PartyUnavailable, ProtocolError, RemoteError
 from fedviews.federation._handover import FiniteChecks, hand_over
-from fedviews.federation._log import LogEntry, MessageLog
+from fedviews.federation._log import MessageLog
 from fedviews.federation._message import Header, Message
 from fedviews.federation._party import Party
 from fedviews.federation._policy import PrivacyPolicy
@@ -80,18 +80,7 @@ class Transport(ABC):
 
     def _record(self, head: Header, wire_bytes: int) -> None:
         """Record a message (checked) in the log with its wire size."""
-        self.log.record(
-            LogEntry(
-                sender=head.sender,
-                receiver=head.receiver,
-                round=head.round,
-                kind=head.kind,
-                arrays=head.names,
-                shapes=head.shapes,
-                nbytes=wire_bytes,
-                meta=head.meta,
-            )
-        )
+        self.log.record(head.entry(wire_bytes))
 
     @staticmethod
     def _check_reply(msg: Message | Header, reply: Message | Header) -> None:
