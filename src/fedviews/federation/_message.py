@@ -460,8 +460,10 @@ class Header:
     names: tuple[str, ...]
     shapes: tuple[tuple[int, ...], ...]
     meta: tuple[str, ...] = ()
-    #: the log entry that :meth:`entry` made last
-    _entry: LogEntry | None = field(default=None, init=False, repr=False, compare=False)
+    #: the log entry that :meth:`entry` made last: a class attribute that an instance's own
+    #: shadows, not a field (what iterates a header's fields, e.g. ``dataclasses.fields``,
+    #: ``asdict``, equality, sees no cache; a header is made without setting it)
+    _entry: ClassVar[LogEntry | None] = None
 
     def entry(self, nbytes: int) -> LogEntry:
         """The log entry of a message of this header and ``nbytes`` bytes on the wire: one
