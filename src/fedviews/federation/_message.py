@@ -188,7 +188,9 @@ class Message:
                 checked, arr = False, arr.to(want)
         if arr.is_floating_point() and not checked:
             _check_finite(self, {name: arr}, cast=dtype is not None)
-        return arr if device is None else arr.to(device)
+        if device is None or arr.device == torch.device(device):  # (where it is: not moved)
+            return arr
+        return arr.to(device)
 
     def _shaped(self, name: str, shape: tuple[int | None, ...]) -> Array:
         """The array ``name``, present and of ``shape`` (``None``: any length on that axis)."""
