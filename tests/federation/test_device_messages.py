@@ -298,6 +298,7 @@ def test_a_tensor_already_on_the_device_asked_for_is_not_moved(monkeypatch) -> N
     assert msg.tensor("h", (2, 3), np.float32, "meta").device.type == "meta"
     assert moved == [("meta",)]
 
+
 dtypes = st.sampled_from(["<f8", "<f4", "<f2", "<i8", "<i4", "|u1", "|b1", ">f8", "<i2"])
 arrays = dtypes.flatmap(
     lambda dt: hnp.arrays(np.dtype(dt), hnp.array_shapes(min_dims=0, max_dims=3, max_side=4))
