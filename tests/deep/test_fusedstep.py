@@ -172,9 +172,10 @@ def test_an_optimiser_with_a_global_step_hook_steps_alone(monkeypatch) -> None:
 @pytest.mark.parametrize("renamed", [*_fusedstep.OWN_HOOKS, *_fusedstep.GLOBAL_HOOKS])
 def test_a_torch_that_keeps_its_step_hooks_elsewhere_is_a_clear_error(renamed, monkeypatch):
     """torch has no public way to ask whether an optimiser has step hooks: where a torch
-    keeps them under another private name than the joint step reads, the check (run when
-    the module is imported) says so by name instead of letting joint steps skip hooks."""
-    _fusedstep.check_hook_tables()  # this torch: where they are looked for
+    keeps them under another private name than the joint step reads, the check (run at
+    a process's first step) says so by name instead of letting joint steps skip hooks."""
+    opt = SGD(_parties(1)[0].parameters(), lr=0.1)
+    _fusedstep.check_hook_tables(opt)  # this torch: where they are looked for
     kind = renamed.split("_")[-2]  # pre, post
     table: OrderedDict[int, Any] = OrderedDict()  # where this torch's register_* puts hooks
 
@@ -192,4 +193,8 @@ def test_a_torch_that_keeps_its_step_hooks_elsewhere_is_a_clear_error(renamed, m
             torch.optim.Optimizer, f"register_step_{kind}_hook", lambda _, h: register(h)
         )
     with pytest.raises(FedViewsError, match=f"step hooks in [a-z.A-Z]*{renamed}, where"):
-        _fusedstep.check_hook_tables()
+        _fusedstep.check_hook_tables(opt)
+    assert not opt._optimizer_step_pre_hooks and not opt._optimizer_step_post_hooks
+    monkeypatch.setattr(_fusedstep, "_HOOKS_CHECKED", False)  # a process's first step
+    with pytest.raises(FedViewsError, match=renamed):
+        step_together([OptimizerStep(opt)])

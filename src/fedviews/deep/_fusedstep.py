@@ -21,9 +21,9 @@ own or global) or a patched ``step``, a group that asks for the for-loop or the 
 form, ``differentiable`` or ``capturable``, a tensor learning rate or betas, sparse
 gradients, and a state not yet created (its first step creates it lazily). torch has no
 public way to ask whether an optimiser has step hooks: this reads torch's private tables of
-them, and checks when it is imported that a hook registered by torch's public API shows up
-there (:func:`check_hook_tables`: a clear error, not joint steps that skip hooks, where a
-torch keeps them elsewhere).
+them, and checks at a process's first step that a hook registered by torch's public API
+shows up there (:func:`check_hook_tables`: a clear error, not joint steps that skip hooks,
+where a torch keeps them elsewhere).
 """
 
 from __future__ import annotations
@@ -46,7 +46,7 @@ except ImportError as exc:  # pragma: no cover - depends on the environment
 
 #: where torch keeps the step hooks of an optimiser (its attributes) and the global ones
 #: (``torch.optim.optimizer``'s): private names, since torch has no public way to ask whether
-#: an optimiser has a step hook; :func:`check_hook_tables` checks them when this is imported
+#: an optimiser has a step hook; :func:`check_hook_tables` checks them at the first step
 OWN_HOOKS = ("_optimizer_step_pre_hooks", "_optimizer_step_post_hooks")
 GLOBAL_HOOKS = ("_global_optimizer_pre_hooks", "_global_optimizer_post_hooks")
 
@@ -66,10 +66,11 @@ HYPER = {
 Part = tuple[list[Any], list[Any]]
 
 
-def check_hook_tables() -> None:
-    """Check that a step hook registered by torch's public API (an optimiser's own, a global
-    one) shows up where :func:`step_optimizers` looks for hooks (:data:`OWN_HOOKS`,
-    :data:`GLOBAL_HOOKS`), so that an optimiser with a hook steps by its own ``step()``.
+def check_hook_tables(opt: torch.optim.Optimizer) -> None:
+    """Check that a step hook registered by torch's public API (on ``opt``, a global one)
+    shows up where :func:`step_optimizers` looks for hooks (:data:`OWN_HOOKS`,
+    :data:`GLOBAL_HOOKS`), so that an optimiser with a hook steps by its own ``step()``
+    (each hook is removed again at once).
 
     Raises
     ------
@@ -77,7 +78,6 @@ def check_hook_tables() -> None:
         Naming the table, where this torch keeps them elsewhere (a renamed private name):
         a clear error, not joint steps that skip the hooks.
     """
-    opt = torch.optim.SGD([torch.zeros(1, requires_grad=True)], lr=0.1)
     registers = [
         (opt.register_step_pre_hook, opt, OWN_HOOKS[0], "torch.optim.Optimizer"),
         (opt.register_step_post_hook, opt, OWN_HOOKS[1], "torch.optim.Optimizer"),
@@ -104,7 +104,9 @@ def check_hook_tables() -> None:
             )
 
 
-check_hook_tables()
+#: whether :func:`check_hook_tables` held in this process (run once, at its first step:
+#: making an optimiser to check at import would import ``torch._dynamo``, a CPU-second)
+_HOOKS_CHECKED = False
 
 
 @dataclass(frozen=True)
@@ -134,6 +136,10 @@ def step_optimizers(optimizers: Sequence[torch.optim.Optimizer]) -> None:
     """One step of every optimiser of ``optimizers`` (distinct, over disjoint parameters):
     one multi-tensor step for all their parameter groups of one type and hyper-parameters;
     the optimisers that must step alone (see the module), their own ``step()``."""
+    global _HOOKS_CHECKED
+    if not _HOOKS_CHECKED and optimizers:
+        check_hook_tables(optimizers[0])
+        _HOOKS_CHECKED = True
     joint: dict[tuple[Any, ...], list[Part]] = {}
     for opt in optimizers:
         parts = _parts(opt)
