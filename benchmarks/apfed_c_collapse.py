@@ -52,6 +52,7 @@ from apfed_collapse import (
     Parties,
     Run,
     build,
+    eq9,
     estimator,
     load,
     num,
@@ -157,10 +158,7 @@ def measure(p: Any, parts: Parties, yte: np.ndarray, lam: float, every: int, tag
             loss_a.backward()
             assert h_head.grad is not None
             g_a = h_head.grad
-            grad = g_a
-            for g in received:  # the active client's order of Eq. 9's sum
-                grad = grad + g
-            g_c = sum(received, torch.zeros_like(g_a))
+            grad, g_c = eq9(g_a, received)
             last = b == len(batches) - 1
             traced = step in TRACE_STEPS or last or step % every == 0
             if traced:

@@ -137,12 +137,19 @@ def build(p: Any, data: tuple[np.ndarray, ...], setting: str, seed: int, variant
     )
 
 
-def measure(
-    p: Any, data: tuple[np.ndarray, ...], setting: str, lam: float, seed: int, every: int
-) -> Run:
-    """APFed-R's loop on the config's data (``p``: its params) with the estimator's seeds."""
-    yte = data[3]
-    parts = build(p, data, setting, seed, "R")
+def eq9(g_a: torch.Tensor, received: list[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+    """What ``f_A`` receives (Eq. 9), summed in the active client's order (its own gradient,
+    then each passive client's ``λ ∂L_p/∂h_A`` in turn: ``ActiveClient._step``, so that a
+    loop equals ``APFed.fit`` bit for bit), and the passive clients' part alone."""
+    grad = g_a
+    for g in received:
+        grad = grad + g
+    return grad, sum(received, torch.zeros_like(g_a))
+
+
+def measure(p: Any, parts: Parties, yte: np.ndarray, lam: float, every: int, tag: str) -> Run:
+    """APFed-R's loop (``p``: the config's params) on the parties of :func:`build` (trains
+    them), scored on the test labels ``yte``; ``tag`` starts its printed lines."""
     xa, xps, y, active, opt_a = parts.xa, parts.xps, parts.y, parts.active, parts.opt_a
     decoders, opts_p = parts.passives, parts.opts_p
     hidden: list[torch.Tensor] = []
@@ -155,21 +162,22 @@ def measure(
             h_head = h.detach().requires_grad_(True)
             loss_a = F.cross_entropy(active.head(h_head), y[idx])
             hidden.clear()
-            g_p, losses_p = torch.zeros_like(h), []
+            received, losses_p = [], []
             for dec, opt, xp in zip(decoders, opts_p, xps, strict=True):
                 h_p = h.detach().requires_grad_(True)  # what the passive client receives
                 loss_p = reconstruction_loss(dec(h_p), xp[idx], p.recon_loss)
                 opt.zero_grad()
                 loss_p.backward()
                 assert h_p.grad is not None
-                g_p += lam * h_p.grad
+                received.append(h_p.grad * lam)
                 opt.step()
                 losses_p.append(loss_p.item())
             opt_a.zero_grad()
             loss_a.backward()
             assert h_head.grad is not None
             g_a = h_head.grad
-            h.backward(g_a + g_p)  # Eq. 9: the active encoder gets both
+            grad, g_p = eq9(g_a, received)
+            h.backward(grad)  # Eq. 9: the active encoder gets both
             opt_a.step()
             if run.escape is None and loss_a.item() < ESCAPE:
                 run.escape = step
@@ -191,7 +199,7 @@ def measure(
                     "bias": float(active.encoder.get_parameter("convs.1.bias").detach().mean()),
                 }
                 print(
-                    f"seed {seed} λ {lam:g} epoch {epoch + 1} step {step:4d}  L_A {row['L_A']:.3f}"
+                    f"{tag} epoch {epoch + 1} step {step:4d}  L_A {row['L_A']:.3f}"
                     f"  L_p {row['L_p']:.3f}  |dL_A/dh| {row['g_A']:.2e}  "
                     f"|Σλ dL_p/dh| {row['g_p']:.2e}  mean h_A {row['h_mean']:.2e}  "
                     f"h_A==0 {row['h_zero']:.3f}  "
@@ -201,7 +209,7 @@ def measure(
                 )
                 run.keep(row, last)
             step += 1
-        run.end_epoch(parts, yte, f"seed {seed} λ {lam:g}")
+        run.end_epoch(parts, yte, tag)
     return run
 
 
@@ -261,7 +269,8 @@ def main() -> None:
     for seed in args.seeds:
         for lam in args.lams if args.lams is not None else [p.lam]:
             t0 = time.perf_counter()
-            run = measure(p, data, args.setting, lam, seed, args.every)
+            parts = build(p, data, args.setting, seed, "R")
+            run = measure(p, parts, data[3], lam, args.every, f"seed {seed} λ {lam:g}")
             est = estimator(p, data, args.setting, lam, seed) if args.estimator else None
             if est is not None:
                 print(f"seed {seed} λ {lam:g}: APFed.fit test accuracy {est:.2f} %", flush=True)

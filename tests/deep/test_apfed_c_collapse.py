@@ -3,36 +3,21 @@ its diagnostics measure what they say."""
 
 from __future__ import annotations
 
-from pathlib import Path
 from types import ModuleType
 
-import numpy as np
 import pytest
 
 pytest.importorskip("torch")
 
 import torch  # noqa: E402
+from _collapse import bands, load_bench  # noqa: E402
 
-from _modules import load_file  # noqa: E402
 from fedviews.experiments.apfed import APFedTableParams, _apfed  # noqa: E402
-
-ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture
 def bench(monkeypatch: pytest.MonkeyPatch) -> ModuleType:
-    monkeypatch.syspath_prepend(str(ROOT / "benchmarks"))  # its sibling and _record
-    return load_file(ROOT / "benchmarks/apfed_c_collapse.py")
-
-
-def _data() -> tuple[np.ndarray, ...]:
-    """120 + 40 images of 10 classes (a bright band per class), 28 rows as MNIST's."""
-    rng = np.random.default_rng(0)
-    y = np.tile(np.arange(10), 16)
-    X = rng.random((160, 28, 28)).astype(np.float32) * 0.3
-    for c in range(10):
-        X[y == c, :, 2 * c : 2 * c + 4] += 0.7
-    return X[:120], y[:120], X[120:], y[120:]
+    return load_bench(monkeypatch, "apfed_c_collapse")
 
 
 @pytest.mark.parametrize(("setting", "lam"), [("3-2", 1.0), ("2-1", 0.0)])
@@ -43,7 +28,7 @@ def test_the_loop_trains_the_estimators_active_model(
     clients too, whose replies it adds in the active client's order), and its test accuracy is
     the estimator's score."""
     p = APFedTableParams(epochs=2, batch_size=32, lr=0.01)
-    data = _data()
+    data = bands()
     parts = bench.build(p, data, setting, 4, "C")
     run = bench.measure(p, parts, data[3], lam, 100, "test")
     est = _apfed(p, "C", setting, lam, "cpu", 4).fit(data[0], data[1])

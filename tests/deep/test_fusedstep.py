@@ -3,6 +3,7 @@ bit on a CPU, to every party's own step, and only where it can be."""
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from typing import Any
 
 import pytest
@@ -10,8 +11,11 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from _fusedspy import joint_calls, state_tensors  # noqa: E402
+from torch.utils.hooks import RemovableHandle  # noqa: E402
 
+from fedviews.deep import _fusedstep  # noqa: E402
 from fedviews.deep._fusedstep import OptimizerStep, step_together  # noqa: E402
+from fedviews.errors import FedViewsError  # noqa: E402
 
 SGD, Adam = torch.optim.SGD, torch.optim.Adam
 SETTINGS = [
@@ -142,3 +146,55 @@ def test_a_staged_split_nn_epoch_takes_the_joint_step_and_equals_the_unstaged_on
     for n in names[:-1]:
         for a, b in zip(staged[n], unstaged[n], strict=True):
             assert torch.equal(a, b)
+
+
+def test_an_optimiser_with_a_global_step_hook_steps_alone(monkeypatch) -> None:
+    """While a global step hook is registered, every optimiser steps by its own ``step()``
+    (which runs the hook); without it they step together."""
+    calls = joint_calls(monkeypatch)
+    nets = _parties(2)
+    opts = [SGD(n.parameters(), lr=0.1) for n in nets]
+    seen: list[Any] = []
+    handle = _fusedstep.torch_optimizer.register_optimizer_step_pre_hook(
+        lambda o, *_: seen.append(o)
+    )
+    try:
+        _grads(nets, 0)
+        step_together([OptimizerStep(opt) for opt in opts])
+    finally:
+        handle.remove()
+    assert calls == [] and seen == opts
+    _grads(nets, 1)
+    step_together([OptimizerStep(opt) for opt in opts])
+    assert calls == [8] and seen == opts
+
+
+@pytest.mark.parametrize("renamed", [*_fusedstep.OWN_HOOKS, *_fusedstep.GLOBAL_HOOKS])
+def test_a_torch_that_keeps_its_step_hooks_elsewhere_is_a_clear_error(renamed, monkeypatch):
+    """torch has no public way to ask whether an optimiser has step hooks: where a torch
+    keeps them under another private name than the joint step reads, the check (run at
+    a process's first step) says so by name instead of letting joint steps skip hooks."""
+    opt = SGD(_parties(1)[0].parameters(), lr=0.1)
+    _fusedstep.check_hook_tables(opt)  # this torch: where they are looked for
+    kind = renamed.split("_")[-2]  # pre, post
+    table: OrderedDict[int, Any] = OrderedDict()  # where this torch's register_* puts hooks
+
+    def register(hook: Any) -> Any:
+        handle = RemovableHandle(table)
+        table[handle.id] = hook
+        return handle
+
+    if renamed in _fusedstep.GLOBAL_HOOKS:
+        monkeypatch.setattr(
+            _fusedstep.torch_optimizer, f"register_optimizer_step_{kind}_hook", register
+        )
+    else:
+        monkeypatch.setattr(
+            torch.optim.Optimizer, f"register_step_{kind}_hook", lambda _, h: register(h)
+        )
+    with pytest.raises(FedViewsError, match=f"step hooks in [a-z.A-Z]*{renamed}, where"):
+        _fusedstep.check_hook_tables(opt)
+    assert not opt._optimizer_step_pre_hooks and not opt._optimizer_step_post_hooks
+    monkeypatch.setattr(_fusedstep, "_HOOKS_CHECKED", False)  # a process's first step
+    with pytest.raises(FedViewsError, match=renamed):
+        step_together([OptimizerStep(opt)])

@@ -242,7 +242,9 @@ class LoopbackGrid(Grid):
     ``parallel=False`` delivers one message at a time over all nodes: S-FedMV's training
     draws from torch's process-wide generator (a node of a Flower engine is a process
     of its own, a thread here is not). ``kill_at=(kind, round)``: the ServerApp dies
-    (KeyboardInterrupt) as it pushes that fedviews message.
+    (KeyboardInterrupt) as it pushes that fedviews message. A node takes the paths its
+    node config leaves out from the run config (``run-config-paths``, as ``fedviews flower
+    launch`` starts its nodes) unless its node config says otherwise.
     """
 
     def __init__(
@@ -258,7 +260,13 @@ class LoopbackGrid(Grid):
         self.run_id = RUN_ID
         self.fresh, self.kill_at = fresh, kill_at
         self.contexts = {
-            1000 + k: Context(self.run_id, 1000 + k, dict(nc), RecordDict(), dict(run_config))
+            1000 + k: Context(
+                self.run_id,
+                1000 + k,
+                {_flower_node.RUN_CONFIG_PATHS: True, **nc},
+                RecordDict(),
+                dict(run_config),
+            )
             for k, nc in enumerate(node_configs)
         }
         self.names = {n: str(c.node_config.get("party", "")) for n, c in self.contexts.items()}
@@ -1404,3 +1412,64 @@ def test_a_flower_node_is_never_a_psi_oracle(deployment, tmp_path):
         with pytest.raises(ProtocolError, match="'psi:reblind' of group 'train' before psi:blind"):
             node.handle(reblind.encode())
     _flower_node.forget(context(path, 2002))
+
+
+def test_a_node_takes_no_path_from_the_run_config_unless_it_opts_in(deployment, tmp_path):
+    """Whoever submits a run writes its run config: a node takes its config, data file, run
+    folder, resume folder and certificates from its own node config, and one it leaves out
+    from the run config only where it opts in (``run-config-paths``, which ``fedviews flower
+    launch`` sets) or is a simulation node; otherwise a run config that names one is a clear
+    error naming both keys."""
+    path, data = deployment
+    theirs = tmp_path / "theirs"
+    rc = {
+        "deploy-config": str(path),
+        "data-dir": str(theirs / "data"),
+        "out-dir": str(theirs / "run"),
+        "resume": str(theirs / "run" / "coordinator"),
+        "certs-dir": str(theirs / "certs"),
+    }
+    own = {
+        "party": "pix",
+        "config": str(path),
+        "data": str(data / "pix.npz"),
+        "out": str(tmp_path / "pix"),
+        "certs": str(tmp_path / "certs"),
+    }
+
+    def settings(nc: dict, run_config: dict = rc) -> Any:
+        return _flower_node.node_settings(Context(RUN_ID, 7, nc, RecordDict(), run_config))
+
+    s = settings(own)
+    assert (s.data, s.out_dir, s.resume, s.certs) == (
+        data / "pix.npz",
+        tmp_path / "pix",
+        None,
+        tmp_path / "certs",
+    )
+    keys = {"config": "deploy-config", "data": "data-dir", "out": "out-dir", "certs": "certs-dir"}
+    for key, run_key in keys.items():
+        nc = {k: v for k, v in own.items() if k != key}
+        with pytest.raises(
+            ConfigError,
+            match=f"no {key}= and it takes no path from the run config \\(its {run_key}=.*"
+            f"add {key}='PATH' to its --node-config, or run-config-paths=true",
+        ):
+            settings(nc)
+        for opt_in in (True, "true"):  # a node config value, or its quoted text
+            settings({**nc, _flower_node.RUN_CONFIG_PATHS: opt_in})
+    with pytest.raises(ConfigError, match="no config= and it takes no path"):  # opted out
+        settings({**own, "config": "", "run-config-paths": False})
+    opted = settings({"party": "pix", "run-config-paths": True})
+    assert (opted.data, opted.out_dir, opted.resume, opted.certs) == (
+        theirs / "data" / "pix.npz",
+        theirs / "run" / "pix",
+        theirs / "run" / "pix",
+        theirs / "certs",
+    )
+    assert settings({"partition-id": 0}) == opted  # a simulation node: the SuperLink host's
+    with pytest.raises(ConfigError, match="run-config-paths='yes': give true or false"):
+        settings({**own, "run-config-paths": "yes"})
+    # a run config without paths: the node's own config's defaults, nothing refused
+    bare = settings({k: v for k, v in own.items() if k != "out"}, {})
+    assert bare.out_dir == Path(s.cfg.output_dir) / "flower_test-flower" / "pix"

@@ -524,6 +524,7 @@ def test_what_reaches_a_node_names_the_one_that_sent_it(splitnn, tmp_path):
     }
     # the ClientApp's answer to a request without a fedviews message: its report says so
     node = {"party": "top", "data": str(data / "top.npz"), "out": str(tmp_path / "top")}
+    node["config"], node["certs"] = str(path), str(certs)  # its own: a node takes no run paths
     rc = {"deploy-config": str(path), "certs-dir": str(certs)}
     msg = FlowerMessage(RecordDict(), dst_node_id=9, message_type="query.fedviews", ttl=60.0)
     msg.metadata.__dict__["_message_id"] = "m1"

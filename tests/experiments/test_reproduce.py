@@ -133,6 +133,29 @@ def test_compare_tables_checks_every_number():
     assert compare_tables("e", [table], [table], 0.01) == []  # nan equals nan
 
 
+def test_check_compares_integers_exactly_whatever_the_tolerance():
+    table = {
+        "title": "t",
+        "columns": ["alpha", "rounds", "reached", "acc"],
+        "rows": [["1", 792, "3 of 3", "90.00 ± 1.00"]],
+    }
+    near = json.loads(json.dumps(table))
+    near["rows"][0][3] = "90.90 ± 1.00"  # a float: within the tolerance
+    near["rows"][0][1] = 792.0  # the same count, written as a float
+    assert compare_tables("e", [table], [near], 1.0) == []
+    moved = json.loads(json.dumps(table))
+    moved["rows"][0][1:3] = [793, "2 of 3"]  # one round, one seed: within 1.0, but counts
+    drifts = compare_tables("e", [table], [moved], 1.0)
+    assert [(d.column, d.fresh, d.tolerance) for d in drifts] == [
+        ("rounds", 793, 0),
+        ("reached", "2 of 3", 0),
+    ]
+    assert "(tolerance 0)" in str(drifts[0])
+    off = json.loads(json.dumps(table))
+    off["rows"][0][1] = 792.5  # a count that turned fractional
+    assert [d.column for d in compare_tables("e", [table], [off], 1.0)] == ["rounds"]
+
+
 def test_bad_manifest_is_a_clean_error(tmp_path):
     bad = tmp_path / MANIFEST
     bad.write_text('[x]\ntitle = "x"\ntier = "smoke"\nconfig = "c.toml"\n', encoding="utf-8")

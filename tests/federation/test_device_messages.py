@@ -280,6 +280,25 @@ def test_a_receiver_checks_a_tensors_shape_and_dtype(device) -> None:
         Message("pass", arrays={"h": torch.eye(2).to_sparse()})
 
 
+def test_a_tensor_already_on_the_device_asked_for_is_not_moved(monkeypatch) -> None:
+    """Message.tensor calls ``.to`` only for a tensor elsewhere than ``device``."""
+    moved: list[Any] = []
+    to = torch.Tensor.to
+
+    def spy(self: Any, *args: Any, **kwargs: Any) -> Any:
+        moved.append(args)
+        return to(self, *args, **kwargs)
+
+    monkeypatch.setattr(torch.Tensor, "to", spy)
+    h = torch.zeros(2, 3)
+    msg = Message("pass", "a", "b", arrays={"h": h})
+    for device in ("cpu", torch.device("cpu")):
+        assert msg.tensor("h", (2, 3), np.float32, device) is h
+    assert moved == []
+    assert msg.tensor("h", (2, 3), np.float32, "meta").device.type == "meta"
+    assert moved == [("meta",)]
+
+
 dtypes = st.sampled_from(["<f8", "<f4", "<f2", "<i8", "<i4", "|u1", "|b1", ">f8", "<i2"])
 arrays = dtypes.flatmap(
     lambda dt: hnp.arrays(np.dtype(dt), hnp.array_shapes(min_dims=0, max_dims=3, max_side=4))

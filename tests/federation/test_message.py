@@ -1,3 +1,5 @@
+import dataclasses
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -281,3 +283,17 @@ def test_a_message_made_by_a_party_is_checked_as_one_made_by_hand(fields, match)
     assert made.header() == Message("fwd", "a", "b", 2, {"3": np.zeros(2)}, {"k": 1}).header()
     assert isinstance(made.arrays["3"], np.ndarray) and made.meta == {"k": 1}
     assert made.encode() == Message("fwd", "a", "b", 2, {"3": [1.0, 2.0]}, {"k": 1}).encode()
+
+
+def test_a_headers_fields_are_its_own_not_the_log_entry_it_caches():
+    """A header keeps the log entry it made last (one per header and size), but that cache is
+    not one of its fields: what iterates them (``dataclasses.fields``, ``asdict``, equality)
+    sees the message's header only."""
+    msg = Message("grad", "a", "b", 3, {"x": np.zeros((2, 3))}, {"k": 1})
+    head, other = msg.header(), msg.header()
+    entry = head.entry(100)
+    assert head.entry(100) is entry and head.entry(101) is not entry
+    names = ["kind", "sender", "receiver", "round", "names", "shapes", "meta"]
+    assert [f.name for f in dataclasses.fields(head)] == names
+    assert list(dataclasses.asdict(head)) == names
+    assert head == other and hash(head) == hash(other)

@@ -19,7 +19,11 @@ on CUDA ``step()`` takes the multi-tensor form too. An optimiser steps by its ow
 optimiser other than exactly ``torch.optim.SGD`` or ``torch.optim.Adam``, step hooks (its
 own or global) or a patched ``step``, a group that asks for the for-loop or the fused
 form, ``differentiable`` or ``capturable``, a tensor learning rate or betas, sparse
-gradients, and a state not yet created (its first step creates it lazily).
+gradients, and a state not yet created (its first step creates it lazily). torch has no
+public way to ask whether an optimiser has step hooks: this reads torch's private tables of
+them, and checks at a process's first step that a hook registered by torch's public API
+shows up there (:func:`check_hook_tables`: a clear error, not joint steps that skip hooks,
+where a torch keeps them elsewhere).
 """
 
 from __future__ import annotations
@@ -29,16 +33,22 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, cast
 
-from fedviews.errors import MissingDependency
+from fedviews.errors import FedViewsError, MissingDependency
 from fedviews.federation import Backward
 
 try:
     import torch
+    from torch.optim import optimizer as torch_optimizer
     from torch.optim.adam import adam
-    from torch.optim.optimizer import _global_optimizer_post_hooks, _global_optimizer_pre_hooks
     from torch.optim.sgd import sgd
 except ImportError as exc:  # pragma: no cover - depends on the environment
     raise MissingDependency("torch", "torch") from exc
+
+#: where torch keeps the step hooks of an optimiser (its attributes) and the global ones
+#: (``torch.optim.optimizer``'s): private names, since torch has no public way to ask whether
+#: an optimiser has a step hook; :func:`check_hook_tables` checks them at the first step
+OWN_HOOKS = ("_optimizer_step_pre_hooks", "_optimizer_step_post_hooks")
+GLOBAL_HOOKS = ("_global_optimizer_pre_hooks", "_global_optimizer_post_hooks")
 
 #: what this torch's functional Adam takes (it grew: ``has_complex`` in 2.2, AdamW's
 #: ``decoupled_weight_decay`` later)
@@ -54,6 +64,49 @@ HYPER = {
 #: one parameter group's part of a joint step: its parameters with a gradient and their
 #: states
 Part = tuple[list[Any], list[Any]]
+
+
+def check_hook_tables(opt: torch.optim.Optimizer) -> None:
+    """Check that a step hook registered by torch's public API (on ``opt``, a global one)
+    shows up where :func:`step_optimizers` looks for hooks (:data:`OWN_HOOKS`,
+    :data:`GLOBAL_HOOKS`), so that an optimiser with a hook steps by its own ``step()``
+    (each hook is removed again at once).
+
+    Raises
+    ------
+    FedViewsError
+        Naming the table, where this torch keeps them elsewhere (a renamed private name):
+        a clear error, not joint steps that skip the hooks.
+    """
+    registers = [
+        (opt.register_step_pre_hook, opt, OWN_HOOKS[0], "torch.optim.Optimizer"),
+        (opt.register_step_post_hook, opt, OWN_HOOKS[1], "torch.optim.Optimizer"),
+        (torch_optimizer.register_optimizer_step_pre_hook, torch_optimizer, GLOBAL_HOOKS[0], ""),
+        (torch_optimizer.register_optimizer_step_post_hook, torch_optimizer, GLOBAL_HOOKS[1], ""),
+    ]
+    for register, holder, name, owner in registers:
+
+        def hook(*_: Any) -> None:
+            return None
+
+        handle = register(hook)
+        try:
+            table = getattr(holder, name, None)
+            seen = isinstance(table, dict) and any(h is hook for h in table.values())
+        finally:
+            handle.remove()
+        if not seen:
+            where = f"{owner}.{name}" if owner else f"torch.optim.optimizer.{name}"
+            raise FedViewsError(
+                f"torch {torch.__version__} does not keep its optimiser step hooks in {where}, "
+                "where fedviews' joint optimiser step looks for them (torch has no public way "
+                "to ask): fedviews.deep._fusedstep needs updating for this torch"
+            )
+
+
+#: whether :func:`check_hook_tables` held in this process (run once, at its first step:
+#: making an optimiser to check at import would import ``torch._dynamo``, a CPU-second)
+_HOOKS_CHECKED = False
 
 
 @dataclass(frozen=True)
@@ -83,6 +136,10 @@ def step_optimizers(optimizers: Sequence[torch.optim.Optimizer]) -> None:
     """One step of every optimiser of ``optimizers`` (distinct, over disjoint parameters):
     one multi-tensor step for all their parameter groups of one type and hyper-parameters;
     the optimisers that must step alone (see the module), their own ``step()``."""
+    global _HOOKS_CHECKED
+    if not _HOOKS_CHECKED and optimizers:
+        check_hook_tables(optimizers[0])
+        _HOOKS_CHECKED = True
     joint: dict[tuple[Any, ...], list[Part]] = {}
     for opt in optimizers:
         parts = _parts(opt)
@@ -105,10 +162,11 @@ def _parts(opt: torch.optim.Optimizer) -> list[tuple[tuple[Any, ...], Part]] | N
     names = HYPER.get(type(opt))
     if (
         names is None
+        # (the tables of OWN_HOOKS and GLOBAL_HOOKS, checked by check_hook_tables)
         or opt._optimizer_step_pre_hooks
         or opt._optimizer_step_post_hooks
-        or _global_optimizer_pre_hooks
-        or _global_optimizer_post_hooks
+        or torch_optimizer._global_optimizer_pre_hooks
+        or torch_optimizer._global_optimizer_post_hooks
         or "step" in vars(opt)
         or getattr(opt, "grad_scale", None) is not None
         or getattr(opt, "found_inf", None) is not None

@@ -43,7 +43,7 @@ Run config of the Flower app (``flwr run APP CONNECTION -c "..."``):
 ``deploy-config``
     the deployment TOML (as for ``fedviews coordinator``); a relative path is a file of
     the app (``deploy.toml``, written by ``fedviews flower app``); also read by a node
-    whose node config has no ``config=PATH`` of its own.
+    whose node config has no ``config=PATH`` of its own, where it opts in (below).
 ``node-auth``
     ``true`` (default): every node must be registered under the party name it declares
     (see above); ``false``: the node configs say who is who (simulation engine, tests).
@@ -68,6 +68,13 @@ Run config of the Flower app (``flwr run APP CONNECTION -c "..."``):
     issuer, which every peer checks).
 ``ping``, ``ping-bytes``
     ``ping > 0``: only time that many echo round trips of ``ping-bytes`` bytes.
+
+A node takes these paths (``deploy-config``, ``data-dir``, ``out-dir``, ``resume``,
+``certs-dir``) for the ``config=``, ``data=``, ``out=``, ``certs=`` its node config leaves
+out only where its node config says ``run-config-paths=true`` (``fedviews flower launch``'s
+nodes) or it is a node of the simulation engine; otherwise a run config that names one is
+a ``ConfigError`` naming both keys: whoever submits the run writes the run config, and
+must not pick the files a node of another organisation reads and writes.
 """
 
 from __future__ import annotations

@@ -34,7 +34,7 @@ from fedviews.deploy._config import load_deploy_config
 from fedviews.deploy._data import party_files, write_demo_data
 from fedviews.deploy._flower import check_flower_config
 from fedviews.deploy._flower_exec import AVAILABLE as WARM_EXECUTOR
-from fedviews.deploy._flower_node import APP_MODULE
+from fedviews.deploy._flower_node import APP_MODULE, RUN_CONFIG_PATHS
 from fedviews.deploy._flower_transport import PEERS_NEED_A_LIVE_PARTY
 from fedviews.deploy._launch import free_port, make_certs
 from fedviews.deploy._roles import Printer
@@ -349,6 +349,7 @@ def launch_flower(
             for p, f in files.items():
                 node = {"party": p, "data": str(f), "out": str(run_dir / p)}
                 node["config"] = str(app_dir / APP_CONFIG)
+                node[RUN_CONFIG_PATHS] = "true"  # its certs-dir: this launcher submits the run
                 if any("'" in v for v in node.values()):
                     raise ConfigError(f"paths with a quote cannot go into a node config: {node}")
                 runtime = f"127.0.0.1:{free_port()}"  # its Runtime API (local)

@@ -128,6 +128,50 @@ def run_dir(rc: Mapping[str, Any], cfg: DeployConfig) -> Path:
     return run_config_path(rc, "out-dir") or Path(cfg.output_dir) / f"{cfg.name}-flower"
 
 
+#: the node config key by which a node takes the paths its node config leaves out from the
+#: run config (``fedviews flower launch`` sets it for the nodes it starts)
+RUN_CONFIG_PATHS = "run-config-paths"
+
+
+class _RunPaths:
+    """The run config's paths as a node may take them: only where its node config opts in
+    (:data:`RUN_CONFIG_PATHS`) or it is a node of the simulation engine (``partition-id``:
+    a virtual node of the SuperLink's host, without a node config of its own). Whoever
+    submits the run writes the run config: a node that took its paths from it would read
+    and write the files that the submitter picks."""
+
+    def __init__(self, nc: Mapping[str, Any], rc: Mapping[str, Any]) -> None:
+        self.rc = rc
+        opt_in = nc.get(RUN_CONFIG_PATHS, False)
+        if isinstance(opt_in, str) and opt_in.lower() in ("true", "false"):
+            opt_in = opt_in.lower() == "true"
+        if not isinstance(opt_in, bool):
+            raise ConfigError(f"node config {RUN_CONFIG_PATHS}={opt_in!r}: give true or false")
+        self.trusted = opt_in or "partition-id" in nc
+
+    def text(self, key: str, own: str) -> str:
+        """The run config's ``key`` for a node config without ``own=`` ("" where unset).
+
+        Raises
+        ------
+        ConfigError
+            Where the run config sets it and this node does not take the run config's paths.
+        """
+        value = _text(self.rc, key)
+        if value and not self.trusted:
+            raise ConfigError(
+                f"this node's config has no {own}= and it takes no path from the run config "
+                f"(its {key}={value!r} is chosen by whoever submits the run): add "
+                f"{own}='PATH' to its --node-config, or {RUN_CONFIG_PATHS}=true to take the "
+                "run config's"
+            )
+        return value
+
+    def path(self, key: str, own: str) -> Path | None:
+        """:meth:`text` as a path (:func:`run_config_path`); None where unset."""
+        return run_config_path(self.rc, key) if self.text(key, own) else None
+
+
 @dataclass(frozen=True)
 class NodeSettings:
     cfg: DeployConfig
@@ -141,9 +185,11 @@ class NodeSettings:
 
 
 def node_settings(context: Context) -> NodeSettings:
-    """This node's party, data file and folders, from its node config (or run config)."""
+    """This node's party, data file and folders, from its node config (or, where it opts in
+    or is a simulation node, the run config: :class:`_RunPaths`)."""
     nc, rc = context.node_config, context.run_config
-    cfg_path = node_config_path(nc, "config") or run_config_path(rc, "deploy-config")
+    run = _RunPaths(nc, rc)
+    cfg_path = node_config_path(nc, "config") or run.path("deploy-config", "config")
     if cfg_path is None:
         raise ConfigError(
             "no deployment config: set deploy-config in the run config or config=PATH "
@@ -167,19 +213,22 @@ def node_settings(context: Context) -> NodeSettings:
         raise ConfigError(f"party {party!r} (node config) is not one of {parties}")
     data = _text(nc, "data")
     if not data:
-        data_dir = _text(rc, "data-dir")
+        data_dir = run.text("data-dir", "data")
         if not data_dir:
             raise ConfigError(
                 f"no data file for party {party!r}: add data='PATH' to its --node-config"
             )
         found = [Path(data_dir) / f"{party}.{ext}" for ext in SUFFIXES]
         data = str(next((f for f in found if f.is_file()), found[0]))
-    out = node_config_path(nc, "out") or run_dir(rc, cfg) / party
+    out = node_config_path(nc, "out")
+    if out is None:
+        run.text("out-dir", "out")  # (refused where it is set and this node takes no path)
+        out = run_dir(rc, cfg) / party
     resume = node_config_path(nc, "resume")
-    if resume is None and "out" not in nc and (killed := run_config_path(rc, "resume")):
+    if resume is None and "out" not in nc and (killed := run.path("resume", "resume")):
         # the killed run's folder of this party, beside its coordinator's
         resume = killed.parent / party
-    certs = _text(nc, "certs") or _text(rc, "certs-dir")
+    certs = _text(nc, "certs") or run.text("certs-dir", "certs")
     return NodeSettings(cfg, party, Path(data), out, resume, Path(certs) if certs else None)
 
 

@@ -21,7 +21,7 @@ and the committed results file it is rendered from. An entry::
 (an ordinary run folder); ``--record`` writes the committed results file from
 that run (its tables and the provenance: command, date, machine, wall time);
 ``--check`` compares the fresh tables with the committed ones and names every
-number that moved by more than the tolerance.
+number that moved by more than the tolerance (every integer that moved at all).
 """
 
 from __future__ import annotations
@@ -66,6 +66,7 @@ __all__ = [
 MANIFEST = "reproductions.toml"
 TIERS = ("smoke", "full")
 _NUMBER = re.compile(r"[-+]?(?:\d+\.\d*|\.\d+|\d+)(?:[eE][-+]?\d+)?|nan|inf")
+_INTEGER = re.compile(r"[-+]?\d+")
 #: slack on top of an entry's tolerance, so that 0.01 admits one flip of a two-decimal rounding
 _SLACK = 1e-9
 
@@ -98,7 +99,8 @@ class Reproduction:
     """``key=value`` overrides of the config, as ``fedviews run CONFIG ...`` takes them."""
     tolerance: float = 0.01
     """Largest absolute difference between a committed and a fresh number that ``--check``
-    accepts, in the table's own units (percentage points for accuracies)."""
+    accepts, in the table's own units (percentage points for accuracies); integers (counts,
+    rounds, iterations: a number written without a point or an exponent) must be equal."""
     tables: tuple[int, ...] = ()
     """Indices of the run's tables (``metrics.json``'s ``tables``) that are committed,
     checked and rendered; empty: all."""
@@ -267,16 +269,17 @@ def machine(device: str) -> dict[str, Any]:
     }
 
 
-def _cells(value: Any) -> list[float] | None:
+def _cells(value: Any) -> list[float | int] | None:
     """The numbers of a table cell (a number, or the numbers in a string such as
-    ``"87.16 ± 0.86"``); ``None`` for a cell without numbers."""
+    ``"87.16 ± 0.86"``), an integer (a JSON integer, or digits without a point or an
+    exponent) as an ``int``; ``None`` for a cell without numbers."""
     if isinstance(value, bool):
         return None
     if isinstance(value, (int, float)):
-        return [float(value)]
+        return [value]
     if isinstance(value, str):
         nums = _NUMBER.findall(value)
-        return [float(n) for n in nums] if nums else None
+        return [int(n) if _INTEGER.fullmatch(n) else float(n) for n in nums] if nums else None
     return None
 
 
@@ -285,7 +288,16 @@ def _skeleton(value: Any) -> str:
     return _NUMBER.sub("#", value) if isinstance(value, str) else "#"
 
 
-def _close(a: float, b: float, tol: float) -> bool:
+def _exact(a: float | int, b: float | int) -> bool:
+    """Whether ``a`` and ``b`` compare exactly: either is an integer (a count, round or
+    iteration: a drift of one is a drift, whatever the tolerance)."""
+    return isinstance(a, int) or isinstance(b, int)
+
+
+def _close(a: float | int, b: float | int, tol: float) -> bool:
+    """``a`` and ``b`` within ``tol``, or equal where they compare exactly."""
+    if _exact(a, b):
+        return a == b
     if math.isnan(a) or math.isnan(b):
         return math.isnan(a) and math.isnan(b)
     if math.isinf(a) or math.isinf(b):
@@ -324,14 +336,14 @@ def compare_tables(
                 na, nb = _cells(a), _cells(b)
                 if na is None or nb is None:
                     same = a == b
+                    moved: list[tuple[float | int, float | int]] = []
                 else:
-                    same = (
-                        _skeleton(a) == _skeleton(b)
-                        and len(na) == len(nb)
-                        and all(_close(x, y, tol) for x, y in zip(na, nb, strict=True))
-                    )
+                    moved = [(x, y) for x, y in zip(na, nb, strict=False) if not _close(x, y, tol)]
+                    same = _skeleton(a) == _skeleton(b) and len(na) == len(nb) and not moved
                 if not same:
-                    drifts.append(Drift(entry, title, label, str(col), a, b, tol))
+                    # an integer's drift is measured against no tolerance: say so
+                    exact = moved and all(_exact(x, y) for x, y in moved)
+                    drifts.append(Drift(entry, title, label, str(col), a, b, 0 if exact else tol))
     return drifts
 
 

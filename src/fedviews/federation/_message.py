@@ -188,7 +188,7 @@ class Message:
                 checked, arr = False, arr.to(want)
         if arr.is_floating_point() and not checked:
             _check_finite(self, {name: arr}, cast=dtype is not None)
-        return arr if device is None else arr.to(device)
+        return arr if device is None or arr.device == torch.device(device) else arr.to(device)
 
     def _shaped(self, name: str, shape: tuple[int | None, ...]) -> Array:
         """The array ``name``, present and of ``shape`` (``None``: any length on that axis)."""
@@ -460,8 +460,9 @@ class Header:
     names: tuple[str, ...]
     shapes: tuple[tuple[int, ...], ...]
     meta: tuple[str, ...] = ()
-    #: the log entry that :meth:`entry` made last
-    _entry: LogEntry | None = field(default=None, init=False, repr=False, compare=False)
+    #: the log entry :meth:`entry` made last: a class attribute an instance's own shadows, not
+    #: a field (``dataclasses.fields``, ``asdict``, equality see no cache)
+    _entry: ClassVar[LogEntry | None] = None
 
     def entry(self, nbytes: int) -> LogEntry:
         """The log entry of a message of this header and ``nbytes`` bytes on the wire: one
