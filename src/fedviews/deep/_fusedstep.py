@@ -114,7 +114,7 @@ def _with_waiting(optimizers: list[torch.optim.Optimizer]) -> list[torch.optim.O
     are then no longer waiting; unless one of them is among ``optimizers`` (it steps once
     here: the waiting ones then step at the block's end)."""
     waiting = getattr(_WAITING, "optimizers", None)
-    if not waiting or any(w is o for w in waiting for o in optimizers):
+    if not waiting or not {id(o) for o in optimizers}.isdisjoint(map(id, waiting)):
         return optimizers
     taken = [*optimizers, *waiting]
     waiting.clear()
