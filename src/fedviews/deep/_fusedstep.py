@@ -15,7 +15,8 @@ trains with (the split NN's) steps inside the scatter (:func:`stepping_with_stag
 one process its optimiser joins the first staged step that runs there, one multi-tensor
 step over every party's parameters instead of two; elsewhere (the parties remote, or none
 staging) it steps alone when the scatter returns. Its parameters are the label owner's
-own, disjoint from the others', so when it steps changes no value.
+own, disjoint from the others', so when it steps changes no value (the message log counts
+the joint step's time in the staged parties' handlers).
 
 The result equals the optimisers' own ``step()``: torch's SGD and Adam compute the same
 element-wise operations, in the same order, in their for-loop and multi-tensor forms, and
