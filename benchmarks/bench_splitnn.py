@@ -8,8 +8,9 @@ passive parties' backward passes run as one). Prints the time ratio, the median 
 interleaved pairs of runs (goal <= 1.1 on a CPU, <= 1.3 on a GPU).
 
 It also times the same split as a hand-written loop without messages (every party's own
-SGD, the logits cloned at the cut, one backward pass for the passive parties): what any
-split of these networks costs; the federated epoch's time beyond it is the runtime's.
+SGD, the logits cloned at the cut, one backward pass for the passive parties, every party's
+optimiser stepping as one, as in the federated epoch): what any split of these networks
+costs; the federated epoch's time beyond it is the runtime's.
 
     python benchmarks/bench_splitnn.py [--samples 5000] [--parties 4] [--repeats 3] [--device cpu]
     python benchmarks/bench_splitnn.py --clock cpu --profile 30   # CPU seconds; + where they go
@@ -35,6 +36,7 @@ from _record import json_option, ratio_table, write_record
 from fedviews import data
 from fedviews.data import PartyData
 from fedviews.deep._common import as_strips, device_batches
+from fedviews.deep._fusedstep import step_optimizers
 from fedviews.deep.splitnn.parties import SplitNNActive
 from fedviews.deep.splitnn.spec import SplitNNParams, epoch_seed
 from fedviews.federation import (
@@ -100,8 +102,9 @@ def plain_epoch(fed: InProcessRun, clock: Callable[[], float]) -> float:
 
 def split_epoch(fed: InProcessRun, clock: Callable[[], float]) -> float:
     """Seconds of ``fed``'s split as a hand-written loop without messages: every party's own
-    SGD, the logits cloned at the cut, the passive parties' backward passes as one (what the
-    federated epoch computes; the rest of its time is the runtime's)."""
+    SGD, the logits cloned at the cut, the passive parties' backward passes as one, the
+    optimisers' steps as one (what the federated epoch computes; the rest of its time is the
+    runtime's)."""
     active = fed.parties["a"]
     assert isinstance(active, SplitNNActive)
     parties: list[Any] = [*(fed.parties[p] for p in active.passives), active]
@@ -115,14 +118,11 @@ def split_epoch(fed: InProcessRun, clock: Callable[[], float]) -> float:
         outs = [net(x[idx]) for net, x in zip(nets[:-1], xs[:-1], strict=True)]
         cut = [o.detach().clone().requires_grad_(True) for o in outs]
         loss = torch.nn.functional.cross_entropy(nets[-1](xs[-1][idx]) + sum(cut), yt[idx])
-        opts[-1].zero_grad()
-        loss.backward()
-        opts[-1].step()
-        for opt in opts[:-1]:
+        for opt in opts:
             opt.zero_grad()
+        loss.backward()
         torch.autograd.backward(outs, [c.grad.clone() for c in cut])
-        for opt in opts[:-1]:
-            opt.step()
+        step_optimizers(opts)
     if str(active.device).startswith("cuda"):
         torch.cuda.synchronize()
     return clock() - t0

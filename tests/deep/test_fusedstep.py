@@ -14,7 +14,11 @@ from _fusedspy import joint_calls, state_tensors  # noqa: E402
 from torch.utils.hooks import RemovableHandle  # noqa: E402
 
 from fedviews.deep import _fusedstep  # noqa: E402
-from fedviews.deep._fusedstep import OptimizerStep, step_together  # noqa: E402
+from fedviews.deep._fusedstep import (  # noqa: E402
+    OptimizerStep,
+    step_together,
+    stepping_with_staged,
+)
 from fedviews.errors import FedViewsError  # noqa: E402
 
 SGD, Adam = torch.optim.SGD, torch.optim.Adam
@@ -106,12 +110,51 @@ def test_only_optimisers_that_share_type_and_hyper_parameters_step_together(monk
         assert torch.equal(a, b)
 
 
+def test_a_waiting_optimiser_steps_with_the_first_staged_step_else_at_the_end(monkeypatch) -> None:
+    """An optimiser waiting in a block (a label owner's, its gradients computed before it
+    scatters) joins the first staged step that runs in it (one multi-tensor step), else steps
+    alone at its end: once either way, bit for bit as its own ``step()``; not where the block
+    fails; a staged step of its own is a step of its own."""
+    calls = joint_calls(monkeypatch)
+    alone, fused = _parties(), _parties()
+    opts_alone = [SGD(n.parameters(), lr=0.1, momentum=0.9) for n in alone]
+    opts_fused = [SGD(n.parameters(), lr=0.1, momentum=0.9) for n in fused]
+    for step in range(4):
+        _grads(alone, step)
+        _grads(fused, step)
+        for opt in opts_alone:
+            opt.step()
+        with stepping_with_staged(opts_fused[:1]):
+            if step % 2:  # the others' staged step takes the waiting one with it
+                step_together([OptimizerStep(opt) for opt in opts_fused[1:]])
+            else:  # none staged (the parties remote): it steps when the block ends
+                for opt in opts_fused[1:]:
+                    opt.step()
+    # (the first step creates the states) 3 x 4 parameters as one; the first alone at the end
+    assert calls == [12, 4, 12]
+    for a, b in zip(state_tensors(opts_alone), state_tensors(opts_fused), strict=True):
+        assert torch.equal(a, b)
+    before = [t.clone() for t in state_tensors(opts_fused)]
+    with pytest.raises(RuntimeError, match="failed"), stepping_with_staged(opts_fused[:1]):
+        raise RuntimeError("the scatter failed")
+    for a, b in zip(before, state_tensors(opts_fused), strict=True):
+        assert torch.equal(a, b)
+    calls.clear()
+    with stepping_with_staged(opts_fused[:1]):
+        step_together([OptimizerStep(opts_fused[0])])
+    assert calls == [4, 4]  # the staged step its own, then the waiting one
+    opts_alone[0].step()
+    opts_alone[0].step()
+    for a, b in zip(state_tensors(opts_alone), state_tensors(opts_fused), strict=True):
+        assert torch.equal(a, b)
+
+
 def test_a_staged_split_nn_epoch_takes_the_joint_step_and_equals_the_unstaged_one(
     monkeypatch,
 ) -> None:
-    """In a split NN run in one process, the passive parties' optimisers step as one after
-    their first batch, and every party ends bit for bit as in the run without staging (one
-    backward pass and one step of its own per party)."""
+    """In a split NN run in one process, every party's optimiser (the label owner's too) steps
+    as one after their first batch, and every party ends bit for bit as in the run without
+    staging (one backward pass and one step of its own per passive party)."""
     import numpy as np
 
     from fedviews.data import PartyData
@@ -133,17 +176,18 @@ def test_a_staged_split_nn_epoch_takes_the_joint_step_and_equals_the_unstaged_on
             spec, datas, transport=lambda p: InProcessTransport(p, batch_backward=batch_backward)
         )
         fed()
-        return {n: state_tensors([fed.parties[n].opt]) for n in names[:-1]}
+        return {n: state_tensors([fed.parties[n].opt]) for n in names}
 
     calls = joint_calls(monkeypatch)
     staged = run(True)
     # 7 batches an epoch; after the first (each optimiser's own step creates its momentum
-    # buffers) the label owner's step (4 parameters), then the passive parties' (3 x 4) as one
-    assert calls == [4, 12] * (2 * 7 - 1)
+    # buffers) the label owner's step (4 parameters) with the passive parties' (3 x 4) as one
+    assert calls == [16] * (2 * 7 - 1)
     calls.clear()
     unstaged = run(False)
-    assert calls == [4, 4, 4, 4] * (2 * 7 - 1)  # every party's own
-    for n in names[:-1]:
+    # every passive party's own; the label owner's with the first of them
+    assert calls == [8, 4, 4] * (2 * 7 - 1)
+    for n in names:
         for a, b in zip(staged[n], unstaged[n], strict=True):
             assert torch.equal(a, b)
 

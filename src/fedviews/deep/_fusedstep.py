@@ -10,6 +10,14 @@ checkpoints, ``save``/``load`` and a launched run see), only the arithmetic runs
 A party that steps alone (unstaged, a label owner) takes the same multi-tensor step over
 its own parameters (:func:`step_optimizers`), without ``step()``'s per-call wrappers.
 
+A label owner whose gradients are ready when it scatters their gradients to the parties it
+trains with (the split NN's) steps inside the scatter (:func:`stepping_with_staged`): in
+one process its optimiser joins the first staged step that runs there, one multi-tensor
+step over every party's parameters instead of two; elsewhere (the parties remote, or none
+staging) it steps alone when the scatter returns. Its parameters are the label owner's
+own, disjoint from the others', so when it steps changes no value (the message log counts
+the joint step's time in the staged parties' handlers).
+
 The result equals the optimisers' own ``step()``: torch's SGD and Adam compute the same
 element-wise operations, in the same order, in their for-loop and multi-tensor forms, and
 the parameters of different optimisers never meet. On a CPU, where ``step()`` takes the
@@ -29,7 +37,9 @@ where a torch keeps them elsewhere).
 from __future__ import annotations
 
 import inspect
-from collections.abc import Callable, Sequence
+import threading
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, cast
 
@@ -116,7 +126,7 @@ class OptimizerStep:
     optimizer: torch.optim.Optimizer
 
     def __call__(self) -> None:
-        step_optimizers([self.optimizer])
+        step_optimizers(_with_waiting([self.optimizer]))
 
 
 def staged_backward(output: Any, grad: Any, optimizer: torch.optim.Optimizer) -> Backward:
@@ -129,7 +139,40 @@ def staged_backward(output: Any, grad: Any, optimizer: torch.optim.Optimizer) ->
 def step_together(steps: Sequence[Callable[[], None]]) -> None:
     """Run ``steps``, :class:`OptimizerStep` of distinct optimisers, as one
     (:func:`step_optimizers`)."""
-    step_optimizers([cast(OptimizerStep, s).optimizer for s in steps])
+    step_optimizers(_with_waiting([cast(OptimizerStep, s).optimizer for s in steps]))
+
+
+#: per thread, the optimisers of the innermost :func:`stepping_with_staged` block not
+#: stepped yet (``.optimizers``)
+_WAITING = threading.local()
+
+
+@contextmanager
+def stepping_with_staged(optimizers: Sequence[torch.optim.Optimizer]) -> Iterator[None]:
+    """Step ``optimizers`` (their gradients computed) once during the block: with the first
+    staged step of other parties that runs in it in this thread (one multi-tensor step for
+    them all), else when it ends. Nothing steps them if the block fails."""
+    waiting = list(optimizers)
+    outer = getattr(_WAITING, "optimizers", None)
+    _WAITING.optimizers = waiting
+    try:
+        yield
+    finally:
+        _WAITING.optimizers = outer
+    if waiting:  # no staged step took them (the parties remote, or none staged)
+        step_optimizers(waiting)
+
+
+def _with_waiting(optimizers: list[torch.optim.Optimizer]) -> list[torch.optim.Optimizer]:
+    """``optimizers`` and those waiting in this thread (:func:`stepping_with_staged`), which
+    are then no longer waiting; unless one of them is among ``optimizers`` (it steps once
+    here: the waiting ones then step at the block's end)."""
+    waiting = getattr(_WAITING, "optimizers", None)
+    if not waiting or not {id(o) for o in optimizers}.isdisjoint(map(id, waiting)):
+        return optimizers
+    taken = [*optimizers, *waiting]
+    waiting.clear()
+    return taken
 
 
 def step_optimizers(optimizers: Sequence[torch.optim.Optimizer]) -> None:

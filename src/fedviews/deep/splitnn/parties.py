@@ -26,7 +26,7 @@ from fedviews.deep._common import (
 )
 from fedviews.deep._common import as_strips as strips
 from fedviews.deep._factory import build_network, logits, output_shape, resolve_factory
-from fedviews.deep._fusedstep import step_optimizers
+from fedviews.deep._fusedstep import stepping_with_staged
 from fedviews.deep._split import SplitBottom
 from fedviews.errors import MissingDependency, ProtocolError
 from fedviews.federation import Message, handles
@@ -228,9 +228,9 @@ class SplitNNActive(_MLPBottom):
             loss = nn.functional.cross_entropy(z, self.y[idx])
             zero_grads(self.opt)
             loss.backward()
-            step_optimizers([self.opt])
             grads = {p: {"grad_logits": t.grad} for p, t in zip(self.passives, theirs, strict=True)}
-            self.scatter("splitnn.backward", grads)
+            with stepping_with_staged([self.opt]):  # in one process: one step for every party
+                self.scatter("splitnn.backward", grads)
             total += loss.detach().double() * len(idx)
         out: dict[str, Any] = {"epoch": msg.round, "loss": float(total) / len(self._X)}
         if self._X_test is not None and self.y_test is not None:
