@@ -72,17 +72,21 @@ class ActiveOnly(StripEstimator):
         passive_clients = [p for p in fed.parties.values() if isinstance(p, PassiveClient)]
         self._keep_run(fed.parties[_ACTIVE], passive_clients, fed.transport)
 
-    def _paper_arch(self, channels: int) -> NetSpec | None:
+    _tables = True
+
+    def _paper_arch(self, channels: int | None) -> NetSpec | None:
         """The paper's networks only where a network of this fit is left to them (a user's
-        encoder, head and passive network take images of any channels)."""
+        encoder, head and passive network take images of any channels; on table columns,
+        ``channels`` None, the defaults are fedviews' MLPs)."""
         variant = getattr(self, "variant", None)  # SingleVL: no passive party
         nets = APFedNets(
             self.arch,
-            channels,
+            1 if channels is None else channels,
             self.encoder,
             self.head,
             getattr(self, "passive_encoder", ""),
             getattr(self, "decoder", ""),
+            table=channels is None,
         )
         return nets.arch_needed(variant)
 
@@ -94,7 +98,9 @@ class ActiveOnly(StripEstimator):
         return {**super()._live_state(), **info}
 
     def _trained_active(self, view: np.ndarray, state: dict[str, Any]) -> ActiveClient:
-        nets = APFedNets(self.arch, int(view.shape[1]), self.encoder, self.head)
+        table = view.ndim == 2
+        channels = 1 if table else int(view.shape[1])
+        nets = APFedNets(self.arch, channels, self.encoder, self.head, table=table)
         active = ActiveClient(
             view, np.zeros(0, np.int64), len(self.classes_), nets, seed=0, device=self.device_
         )
@@ -116,7 +122,7 @@ class ActiveOnly(StripEstimator):
             m=m,
             i=i,
             pad=pad,
-            image_shape=list(self.image_shape_),
+            image_shape=None if self.image_shape_ is None else list(self.image_shape_),
             settings=settings,
         )
 

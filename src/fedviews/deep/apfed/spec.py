@@ -189,12 +189,19 @@ class APFedParams(Checked):
     module on its strip returning as many features as ``h_A`` has (Eq. 15 takes their
     cosine). ``""``: ``encoder``'s factory."""
 
-    def networks(self, channels: int) -> APFedNets:
-        """The networks of a run on strips of ``channels`` channels."""
+    def networks(self, channels: int, table: bool = False) -> APFedNets:
+        """The networks of a run on strips of ``channels`` channels (``table``: on table
+        columns, whose default networks are fedviews' MLPs)."""
         from fedviews.deep._apfed_nets import APFedNets
 
         return APFedNets(
-            self.arch, channels, self.encoder, self.head, self.passive_encoder, self.decoder
+            self.arch,
+            channels,
+            self.encoder,
+            self.head,
+            self.passive_encoder,
+            self.decoder,
+            table=table,
         )
 
     def codecs(self) -> tuple[Codec, Codec]:
@@ -255,6 +262,7 @@ class APFedAlgorithm(ActivePassive):
     """APFed as a federated algorithm: one active party, passive parties, a driver."""
 
     name = "apfed"
+    tables = True
     predicts_alone = (
         "APFed's active party predicts alone with the model it exported: "
         "`fedviews apfed predict <run>/<active party>/model NEW.npy`"
@@ -281,22 +289,42 @@ class APFedAlgorithm(ActivePassive):
             )
 
     def party_info(self, run: RunSpec, party: str, local: Local) -> dict[str, Any]:
-        """Its strips' shape; the active party also the number of classes and the per-sample
-        shape of ``h_A`` (from its ``f_A``), which the passive parties then expect."""
+        """Its strips' shape (table columns: ``input``, their per-sample shape ``(k,)``); the
+        active party also the number of classes and the per-sample shape of ``h_A`` (from its
+        ``f_A``), which the passive parties then expect."""
         X = local.data.features
-        C = 1 if X.ndim == 3 else int(X.shape[1])
-        info: dict[str, Any] = {
-            "channels": C,
-            "height": int(X.shape[-2]),
-            "width": int(X.shape[-1]),
-        }
+        if X.ndim == 2:
+            info: dict[str, Any] = shape_info("input", X.shape[1:])
+            table, C = True, 1
+        else:
+            C = 1 if X.ndim == 3 else int(X.shape[1])
+            info = {"channels": C, "height": int(X.shape[-2]), "width": int(X.shape[-1])}
+            table = False
         if party == active_of(run):
             info["n_classes"] = int(len(np.unique(np.asarray(local.take("train")[2]))))
-            strip = (C, info["height"], info["width"])
-            info |= shape_info("h_A", run.params.networks(C).rep_shape(strip))
+            shape = (int(X.shape[1]),) if table else (C, info["height"], info["width"])
+            info |= shape_info("h_A", run.params.networks(C, table).rep_shape(shape))
         return info
 
     def make_setup(self, run: RunSpec, infos: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
+        """Strips: their one size (``channels``, ``height``, ``width``); table columns: every
+        party's ``input/<party>`` (widths may differ: each passive network is built for its
+        party's own). Both: the active party's ``n_samples`` and ``h_A``."""
+        active = infos[active_of(run)]
+        if int(active["n_classes"]) < 2:
+            raise DataError("the active party's labels must contain at least two classes")
+        rep = shape_text(reported_shape(active, "h_A", active_of(run)))
+        tables = {p for p, i in infos.items() if "channels" not in i}
+        if tables:
+            if len(tables) != len(infos):
+                raise DataError(
+                    f"APFed's parties hold all image strips or all table columns: {sorted(tables)} "
+                    f"hold table columns, {sorted(set(infos) - tables)} strips"
+                )
+            inputs = {
+                f"input/{p}": shape_text(reported_shape(i, "input", p)) for p, i in infos.items()
+            }
+            return {"n_samples": int(active["n/train"]), "h_A": rep, **inputs}
         shapes = {
             p: tuple(int(i[k]) for k in ("channels", "height", "width")) for p, i in infos.items()
         }
@@ -305,11 +333,7 @@ class APFedAlgorithm(ActivePassive):
                 f"APFed needs strips of equal size (C, h, W) at every party, got {shapes}; "
                 "cut the images into equal strips (pad them, see params.pad)"
             )
-        active = infos[active_of(run)]
-        if int(active["n_classes"]) < 2:
-            raise DataError("the active party's labels must contain at least two classes")
         C, h, w = shapes[active_of(run)]
-        rep = shape_text(reported_shape(active, "h_A", active_of(run)))
         return {
             "n_samples": int(active["n/train"]),
             "channels": C,
@@ -350,8 +374,9 @@ class APFedAlgorithm(ActivePassive):
         p: APFedParams = run.params
         parties, passives = list(run.federation.parties), passives_of(run)
         seeds = party_seeds(run.seed, len(parties))
-        C = int(setup["channels"])
-        nets = p.networks(C)
+        table = "channels" not in setup  # the parties hold table columns
+        C = 1 if table else int(setup["channels"])
+        nets = p.networks(C, table)
         common = sgd_settings(p, party_device(p.device, p.torch_threads))
         _, X, y = local.take("train")
         if party != active_of(run):
@@ -384,13 +409,15 @@ class APFedAlgorithm(ActivePassive):
             **common,
         )
         active.classes = classes
-        h, w, m = int(setup["height"]), int(setup["width"]), len(parties)
+        m = len(parties)
+        # full images given to the export must have m * h rows (none on table columns)
+        image = None if table else [C, m * int(setup["height"]), int(setup["width"])]
         active.model_info = {  # model.json of its export (fedviews.deep._export)
             "method": f"APFed-{p.variant}" if passives else "SingleVL",
             "m": m,
             "i": parties.index(party) + 1,
-            "pad": False,  # full images given to the export must have m * h rows
-            "image_shape": [C, m * h, w],
+            "pad": False,
+            "image_shape": image,
             "settings": {**asdict(p), "lam": lams, "random_state": run.seed},
         }
         if p.evaluate:
