@@ -471,16 +471,24 @@ def apfed_demo_data(cfg: Any) -> dict[str, PartyData]:
     party keeps this random fraction of the training images). Images are cut
     into ``m`` equal strips top to bottom in the order of ``federation.parties``
     (``params.pad``: zero rows at the bottom when the height is not a multiple of
-    ``m``), as :func:`fedviews.deep._apfed_nets.cut_strips`. The active party also
+    ``m``), as :func:`fedviews.deep._apfed_nets.cut_strips`; or, with ``views`` (one per
+    party, in the order of ``federation.parties``), each party holds the columns of its view
+    of a multi-view table (e.g. ``handwritten``; ``n_test``: a stratified held-out split).
+    The active party also
     gets the labels and its strip of the test images; every file lists its rows
     in its own random order.
     """
     spec, parties, active = cfg.data, list(cfg.federation.parties), active_of(cfg)
-    (Xtr, ytr, ids, Xte, yte, ids_te), rng = demo_image_split(
-        spec.dataset, spec.n_per_class, spec.n_test, cfg.seed
-    )
     pad, m = bool(cfg.params.pad), len(parties)
-    strips, test_strips = cut_images(Xtr, m, pad), cut_images(Xte, m, pad)
+    if spec.views:  # a multi-view table: one view's columns per party
+        from fedviews.deep.multivfl.demo import table_split
+
+        strips, ytr, ids, test_strips, yte, ids_te, rng = table_split(cfg, m)
+    else:
+        (Xtr, ytr, ids, Xte, yte, ids_te), rng = demo_image_split(
+            spec.dataset, spec.n_per_class, spec.n_test, cfg.seed
+        )
+        strips, test_strips = cut_images(Xtr, m, pad), cut_images(Xte, m, pad)
     files: dict[str, PartyData] = {}
     n = len(ytr)
     for k, name in enumerate(parties):
