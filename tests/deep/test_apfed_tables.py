@@ -85,7 +85,9 @@ def test_table_networks_that_do_not_fit_are_config_errors(views):
     Xs, y = [X[:100] for X in Xs], y[:100]
     kw = {**KW, "epochs": 1}
     fixed = lambda rep, cols: nn.Linear(rep[0], 64)  # noqa: E731 - kar's width, not pix's
-    with pytest.raises(ConfigError, match=r"<lambda> .* output is \(64,\), not the passive .*\(240,\)"):
+    with pytest.raises(
+        ConfigError, match=r"<lambda> .* output is \(64,\), not the passive .*\(240,\)"
+    ):
         APFed(decoder=fixed, **kw).fit(Xs, y)
     narrow = lambda cols: nn.Linear(cols[0], 8)  # noqa: E731
     with pytest.raises(ConfigError, match=r"passive_encoder .* 8 features, not the 32 of h_A"):

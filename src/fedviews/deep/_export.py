@@ -26,8 +26,8 @@ from typing import Any
 import numpy as np
 from scipy.special import softmax
 
-from fedviews.deep._apfed_nets import APFedNets, as_images, cut_strips
 from fedviews.data import check_numeric
+from fedviews.deep._apfed_nets import APFedNets, as_images, cut_strips
 from fedviews.deep._common import as_strips, net_logits, require_torch, resolve_device
 from fedviews.deep._factory import factory_name
 from fedviews.errors import DataError

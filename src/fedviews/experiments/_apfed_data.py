@@ -11,6 +11,7 @@ import numpy as np
 from fedviews.errors import ConfigError
 from fedviews.experiments._config import ExperimentConfig
 
+
 def _stratified(y: np.ndarray, n: int, seed: int) -> np.ndarray:
     """Row indices of a stratified subset of size ``n`` (all rows when ``n`` is 0 or too big)."""
     if n == 0 or n >= len(y):

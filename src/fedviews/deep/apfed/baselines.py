@@ -106,7 +106,8 @@ class TVFLActiveClient(SplitTop, Coordinator):
     ) -> None:
         super().__init__(name, view, y, **kw)
         self.position = position  # index of the active strip among the m views
-        hw = self.strip_hw
+        h, w = self.strip_hw  # TVFL's parties hold image strips
+        hw = (h, w)
         m = len(self.passives) + 1
         self.rep_shape = spec.out_shape(*hw)
         self.encoder = build_module(self._seed, lambda: Encoder(spec, hw), self.device)

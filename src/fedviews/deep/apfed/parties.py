@@ -331,7 +331,8 @@ class ActiveClient(SplitTop):
             "networks": {
                 k: factory_name(v) for k in ("encoder", "head") if (v := getattr(self.nets, k))
             },
-            **(  # table columns: their per-sample shape (k,); a strip: its (h, W)
+            # table columns: their per-sample shape (k,); a strip: its (h, W)
+            **(
                 {"strip_hw": None, "input_shape": list(self.input_shape)}
                 if self.nets.table
                 else {"strip_hw": list(self.strip_hw)}
