@@ -41,7 +41,9 @@ against what its loss compares, and refuses ``h_A`` of any other shape.
 
 Data (a :class:`~fedviews.data.PartyData` per party; ``fedviews launch`` writes
 them from ``[data]``, see :func:`apfed_demo_data`): every party holds ``ids`` and
-``X`` ``(n, h, W)`` (or ``(n, C, h, W)``), its strip of every image; the active
+``X`` ``(n, h, W)`` (or ``(n, C, h, W)``), its strip of every image, or every party its own
+table columns ``(n, k_p)`` (widths may differ; the setup then holds each party's
+``input/<party>`` shape, and the default networks are fedviews' MLPs); the active
 party also ``y`` and, to evaluate, ``ids_test``, ``X_test``, ``y_test``. ``uint8``
 pixels are scaled to ``[0, 1]`` (``X / 255``), other values are used as given.
 
