@@ -98,6 +98,9 @@ def test_table_networks_that_do_not_fit_are_config_errors(views):
         APFed(**kw).fit(Xs[:2], y)
     with pytest.raises(DataError, match="TVFL takes images"):
         TVFL(m=3, epochs=1).fit(Xs, y)
+    strip = np.random.default_rng(0).random((len(y), 4, 6))  # an image strip beside columns
+    with pytest.raises(DataError, match=r"all image strips or all table columns: \['active'\]"):
+        APFed(**{**kw, "m": 2}).fit([Xs[0], strip], y)
     bad = [Xs[0], Xs[1].copy(), Xs[2]]
     bad[1][0, 0] = np.nan
     with pytest.raises(DataError, match=r"X\[1\] contains NaN"):
