@@ -312,37 +312,33 @@ class APFedAlgorithm(ActivePassive):
         """Strips: their one size (``channels``, ``height``, ``width``); table columns: every
         party's ``input/<party>`` (widths may differ: each passive network is built for its
         party's own). Both: the active party's ``n_samples`` and ``h_A``."""
-        active = infos[active_of(run)]
-        if int(active["n_classes"]) < 2:
-            raise DataError("the active party's labels must contain at least two classes")
-        rep = shape_text(reported_shape(active, "h_A", active_of(run)))
         tables = {p for p, i in infos.items() if "channels" not in i}
-        if tables:
-            if len(tables) != len(infos):
-                raise DataError(
-                    f"APFed's parties hold all image strips or all table columns: {sorted(tables)} "
-                    f"hold table columns, {sorted(set(infos) - tables)} strips"
-                )
-            inputs = {
-                f"input/{p}": shape_text(reported_shape(i, "input", p)) for p, i in infos.items()
-            }
-            return {"n_samples": int(active["n/train"]), "h_A": rep, **inputs}
+        if tables and len(tables) != len(infos):
+            raise DataError(
+                f"APFed's parties hold all image strips or all table columns: {sorted(tables)} "
+                f"hold table columns, {sorted(set(infos) - tables)} strips"
+            )
         shapes = {
-            p: tuple(int(i[k]) for k in ("channels", "height", "width")) for p, i in infos.items()
+            p: tuple(int(i[k]) for k in ("channels", "height", "width"))
+            for p, i in infos.items()
+            if not tables
         }
-        if len(set(shapes.values())) != 1:
+        if len(set(shapes.values())) > 1:
             raise DataError(
                 f"APFed needs strips of equal size (C, h, W) at every party, got {shapes}; "
                 "cut the images into equal strips (pad them, see params.pad)"
             )
+        active = infos[active_of(run)]
+        if int(active["n_classes"]) < 2:
+            raise DataError("the active party's labels must contain at least two classes")
+        n, rep = int(active["n/train"]), shape_text(reported_shape(active, "h_A", active_of(run)))
+        if tables:
+            inputs = {
+                f"input/{p}": shape_text(reported_shape(i, "input", p)) for p, i in infos.items()
+            }
+            return {"n_samples": n, "h_A": rep, **inputs}
         C, h, w = shapes[active_of(run)]
-        return {
-            "n_samples": int(active["n/train"]),
-            "channels": C,
-            "height": h,
-            "width": w,
-            "h_A": rep,
-        }
+        return {"n_samples": n, "channels": C, "height": h, "width": w, "h_A": rep}
 
     def policy(self, run: RunSpec, setup: Mapping[str, Any]) -> PrivacyPolicy:
         return apfed_policy(len(passives_of(run)), run.params.codecs())
