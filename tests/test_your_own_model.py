@@ -330,14 +330,22 @@ def _run_example(tmp_path: Any, config: str, *args: str) -> Any:
     return out
 
 
-def test_fedviews_run_of_the_apfed_example(tmp_path):
-    args = ["params.n_train=300", "params.n_test=200", "params.epochs=1"]
-    out = _run_example(tmp_path, "apfed_mnist_cnn.toml", *args)
+@pytest.mark.parametrize(
+    ("config", "args", "setting", "above"),
+    [  # percent: ten classes, chance is 10
+        ("apfed_mnist_cnn.toml", ["params.n_train=300", "params.epochs=1"], "2-1", 20),
+        ("apfed_handwritten.toml", ["params.n_train=600", "params.epochs=3"], "3-1", 30),
+    ],
+)
+def test_fedviews_run_of_the_apfed_examples(tmp_path, config, args, setting, above):
+    out = _run_example(tmp_path, config, "params.n_test=200", *args)
     metrics = json.loads((out / "metrics.json").read_text())
-    acc = metrics["accuracy"]["2-1"]
+    acc = metrics["accuracy"][setting]
     assert set(acc) == {"SingleVL", "APFed-R", "APFed-C"}
-    assert all(a[0] > 20 for a in acc.values())  # percent; ten classes: chance is 10
+    assert all(a[0] >= above for a in acc.values())
     assert metrics["paper"] is None  # the paper's numbers are those of its networks
+    log = json.loads((out / "message_log.json").read_text())["APFed-R"]
+    assert set().union(*log["crossings"].values()) == {"h_A", "grad_h_A"}
 
 
 def test_apfed_launch_equals_in_process(tmp_path, my_models):
@@ -352,6 +360,52 @@ def test_apfed_launch_equals_in_process(tmp_path, my_models):
     assert meta["networks"] == {
         "encoder": "my_models:strip_encoder",
         "head": "my_models:strip_head",
+    }
+
+
+TABLE_NETS = {"encoder": "table_encoder", "head": "table_top", "decoder": "table_decoder"}
+
+
+def test_apfed_on_a_table_with_user_networks_as_an_estimator(tmp_path, my_models):
+    """Handwritten's views as APFed parties (fou active, kar and pix passive): the user's
+    encoder and head at the active party, the user's decoder onto each passive party's own
+    width; by import path the very same run; SingleVL trains the same active networks."""
+    Xs, y, Xt, yt = _handwritten(800)
+    kw: dict[str, Any] = {"m": 3, "i": 1, "epochs": 5, "batch_size": 32, "device": "cpu"}
+    nets = {k: getattr(my_models, f) for k, f in TABLE_NETS.items()}
+    est = APFed(**nets, **kw).fit(Xs, y)
+    assert est.score(Xt, yt) >= 0.3  # three times chance on ten classes
+    assert est.active_.net.state_dict()["head.1.weight"].shape == (10, 16)
+    decoders = [p.net.state_dict()["2.weight"].shape for p in est.passives_]
+    assert decoders == [(64, 32), (240, 32)]  # kar: 64 columns, pix: 240
+    assert set().union(*est.run_stats_["crossings"].values()) == {"h_A", "grad_h_A"}
+    paths = {k: f"my_models:{f}" for k, f in TABLE_NETS.items()}
+    by_path = APFed(**paths, **kw).fit(Xs, y)
+    assert by_path.history_ == est.history_
+    np.testing.assert_array_equal(by_path.predict(Xt), est.predict(Xt))
+    model = load_active_model(by_path.export(tmp_path / "model"))
+    np.testing.assert_array_equal(model.predict(Xt[0]), est.predict(Xt))
+    # APFed-C: each passive party encodes its own columns with the encoder's factory
+    contrastive = APFed(variant="C", encoder=nets["encoder"], head=nets["head"], **kw)
+    widths = [p.net.state_dict()["1.weight"].shape for p in contrastive.fit(Xs, y).passives_]
+    assert widths == [(32, 64), (32, 240)]
+    assert contrastive.score(Xt, yt) >= 0.3
+    single = SingleVL(encoder=nets["encoder"], head=nets["head"], **kw).fit(Xs, y)
+    assert single.active_.net.state_dict()["encoder.1.weight"].shape == (32, 76)
+
+
+def test_apfed_on_a_table_launch_equals_in_process(tmp_path, my_models):
+    """Each party holds its view's columns; the deployed models (the user's encoder and head,
+    a decoder per passive width), footprint and policy equal the run in one process."""
+    overrides = ["data.n_per_class=30", "data.n_test=100", "params.epochs=2"]
+    run, cfg, fed = _launch_equals_in_process(tmp_path, "deploy_apfed_handwritten.toml", overrides)
+    assert fed.setup["input/kar"] == "64" and fed.setup["h_A"] == "16"
+    assert fed.parties["pix"].results()["net/2.weight"].shape == (240, 32)
+    assert _crossed(run, cfg.federation.parties) >= {"h_A", "grad_h_A"}
+    meta = json.loads((run / "fou" / "model" / "model.json").read_text())
+    assert meta["input_shape"] == [76] and meta["networks"] == {
+        "encoder": "my_models:table_encoder",
+        "head": "my_models:table_top",
     }
 
 

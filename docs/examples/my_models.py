@@ -4,7 +4,8 @@ Multi-VFL: ``params.bottom = "my_models:table_bottom"`` and ``params.top =
 "my_models:table_top"`` (with this folder on PYTHONPATH) or ``MultiVFL(bottom=table_bottom,
 top=table_top)``. A bottom factory gets the per-sample shape of a data owner's features and
 its index; a top factory the per-sample shape of the joined activations and the number of
-classes. APFed: ``encoder``, ``head`` and ``decoder`` (``strip_*``); S-FedMV: ``extractor``
+classes. APFed: ``encoder``, ``head`` and ``decoder`` (``strip_*`` on image strips;
+``table_encoder``, ``table_top`` and ``table_decoder`` on table columns); S-FedMV: ``extractor``
 (``sequence_extractor``).
 """
 
@@ -64,3 +65,15 @@ class MeanConv(nn.Module):
 def sequence_extractor(n_channels: int, view: int) -> nn.Module:
     """S-FedMV's extractor of one view: ``(x (B, T, c), lengths (B,))`` -> ``(B, 16)``."""
     return MeanConv(n_channels)
+
+
+def table_encoder(input_shape: tuple[int, ...]) -> nn.Module:
+    """APFed's ``f_A`` on a party's table columns ``(k,)`` -> ``h_A``, 16 features."""
+    (k,) = input_shape
+    return nn.Sequential(nn.LayerNorm(k), nn.Linear(k, 32), nn.ReLU(), nn.Linear(32, 16))
+
+
+def table_decoder(input_shape: tuple[int, ...], output_shape: tuple[int, ...]) -> nn.Module:
+    """APFed-R's ``DEC_p``: ``h_A`` ``(16,)`` -> exactly a passive party's columns ``(k_p,)``."""
+    (k,) = output_shape
+    return nn.Sequential(nn.Linear(input_shape[0], 32), nn.ReLU(), nn.Linear(32, k))

@@ -179,10 +179,9 @@ def test_config_and_data_errors(files):
         one_lam = load_deploy_config({**_config(), "params": {"lam": [1.0]}})
         app.check_data(one_lam, "mid", load_party_data(files["mid"]))
     passive = load_party_data(files["top"])
-    with pytest.raises(DataError, match="image strips"):
-        app.check_data(
-            cfg, "top", PartyData(passive.ids, passive.features.reshape(len(passive.ids), -1))
-        )
+    five = passive.features.reshape(len(passive.ids), -1, 1, 1, 1)  # table columns (n, k) are fine
+    with pytest.raises(DataError, match=r"image strips .* or table columns \(n, k\)"):
+        app.check_data(cfg, "top", PartyData(passive.ids, five))
     infos = {p: {"channels": 1, "height": 10, "width": 28, "n/train": 5} for p in PARTIES}
     infos["mid"]["n_classes"] = 10
     infos["bot"] = {**infos["bot"], "height": 8}

@@ -19,6 +19,10 @@ bottom (right) to the smallest size that leaves a 1-pixel output; the decoder
 crops its output back to the strip size. Without this the CIFAR 3-x settings
 could not run at all.
 
+The papers define only these image CNNs. On table columns (per-sample ``(k,)``) the
+defaults are small MLPs of the same build (:func:`vector_encoder`, :func:`vector_head`,
+:func:`vector_decoder`): fedviews' own, not the paper's.
+
 :class:`APFedNets` builds a run's networks: these, or a user's factories in their place.
 """
 
@@ -258,6 +262,46 @@ class ActiveNet(nn.Module):
         return self.head(self.encoder(x))
 
 
+#: hidden units of the default MLPs on table columns
+VECTOR_HIDDEN = 64
+#: features of ``h_A`` of the default encoder on table columns
+VECTOR_REP = 32
+
+
+def vector_encoder(input_shape: tuple[int, ...]) -> nn.Module:
+    """The default ``f_A`` (and APFed-C's ``ENC_p``) on table columns ``(k,)``, fedviews' own
+    (the papers define only image CNNs): ``LayerNorm(k)`` (table columns come at any scale),
+    ``Linear(k, 64)``, ReLU, ``Linear(64, 32)``, ReLU, so ``h_A`` is 32 non-negative features,
+    as the paper's encoder ends in a ReLU."""
+    (k,) = input_shape
+    return nn.Sequential(
+        nn.LayerNorm(k),
+        nn.Linear(k, VECTOR_HIDDEN),
+        nn.ReLU(),
+        nn.Linear(VECTOR_HIDDEN, VECTOR_REP),
+        nn.ReLU(),
+    )
+
+
+def vector_head(input_shape: tuple[int, ...], n_classes: int) -> nn.Module:
+    """The default ``g_T`` on the ``h_A`` of table columns: the paper's :class:`Head` (flatten,
+    ``fc1``, ReLU, ``fc2``) with 64 hidden units."""
+    return Head(math.prod(input_shape), VECTOR_HIDDEN, n_classes)
+
+
+def vector_decoder(input_shape: tuple[int, ...], output_shape: tuple[int, ...]) -> nn.Module:
+    """The default APFed-R ``DEC_p`` onto table columns ``output_shape`` ``(k_p,)``: flatten,
+    ``Linear(d, 64)``, ReLU, ``Linear(64, k_p)`` (a linear last layer, as the paper's
+    decoder)."""
+    (k,) = output_shape
+    return nn.Sequential(
+        nn.Flatten(),
+        nn.Linear(math.prod(input_shape), VECTOR_HIDDEN),
+        nn.ReLU(),
+        nn.Linear(VECTOR_HIDDEN, k),
+    )
+
+
 def paper_encoder(spec: NetSpec, input_shape: tuple[int, ...]) -> nn.Module:
     """The paper's encoder of ``spec`` for strips of per-sample shape ``(C, h, W)``."""
     return Encoder(spec, (input_shape[1], input_shape[2]))
@@ -279,19 +323,23 @@ def paper_decoder(
 @dataclass(frozen=True)
 class APFedNets:
     """The networks of an APFed run: user factories (callables or import paths,
-    :mod:`fedviews.deep._factory`), ``""`` for the paper's network of ``arch``.
+    :mod:`fedviews.deep._factory`), ``""`` for the default network.
 
-    * ``encoder(input_shape)``: ``f_A`` on the active strip (per-sample ``(C, h, W)``);
+    * ``encoder(input_shape)``: ``f_A`` on the active party's features (per-sample
+      ``(C, h, W)`` of a strip, ``(k,)`` of table columns);
     * ``head(input_shape, n_classes)``: ``g_T`` on ``h_A`` (per-sample shape of ``f_A``'s
       output), returning ``n_classes`` logits;
     * ``decoder(input_shape, output_shape)``: APFed-R's ``DEC_p`` from ``h_A``
-      (``input_shape``) to exactly the passive strip ``output_shape``, which Eq. 12 compares
-      it with;
-    * ``passive_encoder(input_shape)``: APFed-C's ``ENC_p`` on a passive strip, with as many
-      output features as ``h_A`` (Eq. 15 takes their cosine); ``""``: ``encoder``'s factory.
+      (``input_shape``) to exactly the passive party's features ``output_shape``, which
+      Eq. 12 compares it with;
+    * ``passive_encoder(input_shape)``: APFed-C's ``ENC_p`` on a passive party's features,
+      with as many output features as ``h_A`` (Eq. 15 takes their cosine); ``""``:
+      ``encoder``'s factory.
 
-    ``arch`` and ``channels`` select the paper's networks (:func:`get_arch`), needed only
-    where a factory is ``""``.
+    The default of a network on (or onto) image strips is the paper's of ``arch`` and
+    ``channels`` (:func:`get_arch`), on table columns fedviews' MLP (:func:`vector_encoder`,
+    :func:`vector_head`, :func:`vector_decoder`). ``table``: the active party holds table
+    columns (its model uses no network of the paper).
     """
 
     arch: str = "auto"
@@ -300,6 +348,7 @@ class APFedNets:
     head: Any = ""
     passive_encoder: Any = ""
     decoder: Any = ""
+    table: bool = False
 
     @property
     def spec(self) -> NetSpec:
@@ -308,32 +357,40 @@ class APFedNets:
 
     def paper_arch(self) -> NetSpec | None:
         """:attr:`spec` where the active model uses a network of the paper, else None."""
-        return None if self.encoder and self.head else self.spec
+        return None if self.table or (self.encoder and self.head) else self.spec
 
     def arch_needed(self, variant: str | None) -> NetSpec | None:
-        """:attr:`spec` where a run uses a network of the paper: ``f_A``, ``g_T`` and the
-        passive parties' network of ``variant`` (``"R"``: the decoder, ``"C"``: the passive
-        encoder, ``encoder``'s factory by default; ``None``: no passive party). ``None`` where
-        every one is the user's, whatever the images' channels."""
+        """:attr:`spec` where a run on image strips uses a network of the paper: ``f_A``,
+        ``g_T`` and the passive parties' network of ``variant`` (``"R"``: the decoder, ``"C"``:
+        the passive encoder, ``encoder``'s factory by default; ``None``: no passive party).
+        ``None`` where every one is the user's, whatever the images' channels, or on table
+        columns."""
         passive = {"R": self.decoder, "C": self.passive_encoder or self.encoder, None: True}
-        return None if self.encoder and self.head and passive.get(variant) else self.spec
+        if self.table or (self.encoder and self.head and passive.get(variant)):
+            return None
+        return self.spec
 
-    def _encoder(self, factory: Any, field: str) -> Any:
-        return resolve_factory(factory, field) or partial(paper_encoder, self.spec)
+    def _encoder(self, factory: Any, field: str, shape: tuple[int, ...]) -> Any:
+        if made := resolve_factory(factory, field):
+            return made
+        return vector_encoder if len(shape) == 1 else partial(paper_encoder, self.spec)
 
     def rep_shape(self, strip: tuple[int, ...]) -> tuple[int, ...]:
-        """The per-sample shape of ``h_A`` that ``f_A`` gives on strips of shape ``strip``."""
-        made = self._encoder(self.encoder, "encoder")
+        """The per-sample shape of ``h_A`` that ``f_A`` gives on active features of per-sample
+        shape ``strip``."""
+        made = self._encoder(self.encoder, "encoder", strip)
         enc = build_network(made, (strip,), field="encoder", seed=0, input_shape=strip)
         return output_shape(enc, strip, "encoder")
 
     def active(self, strip: tuple[int, ...], n_classes: int, seed: int) -> ActiveNet:
-        """``g_T ∘ f_A`` for active strips of shape ``strip``: ``f_A``, then ``g_T``, drawn
-        from one stream seeded ``seed``."""
-        made = resolve_factory(self.head, "head") or partial(paper_head, self.spec)
+        """``g_T ∘ f_A`` for active features of per-sample shape ``strip``: ``f_A``, then
+        ``g_T``, drawn from one stream seeded ``seed``."""
+        made = resolve_factory(self.head, "head") or (
+            vector_head if len(strip) == 1 else partial(paper_head, self.spec)
+        )
         with torch_seed(seed):
             enc = build_network(
-                self._encoder(self.encoder, "encoder"),
+                self._encoder(self.encoder, "encoder", strip),
                 (strip,),
                 field="encoder",
                 seed=None,
@@ -351,12 +408,13 @@ class APFedNets:
         return ActiveNet(enc, head)
 
     def passive(self, variant: str, strip: tuple[int, ...], rep: tuple[int, ...]) -> nn.Module:
-        """A passive party's network for its strips of shape ``strip``, drawn from the
-        caller's stream: APFed-R's decoder from ``h_A`` (per-sample ``rep``) to the strip,
-        APFed-C's encoder of the strip to as many features as ``h_A``."""
+        """A passive party's network for its features of per-sample shape ``strip``, drawn from
+        the caller's stream: APFed-R's decoder from ``h_A`` (per-sample ``rep``) to the
+        features, APFed-C's encoder of the features to as many features as ``h_A``."""
         if variant == "R":
             return build_network(
-                resolve_factory(self.decoder, "decoder") or partial(paper_decoder, self.spec),
+                resolve_factory(self.decoder, "decoder")
+                or (vector_decoder if len(strip) == 1 else partial(paper_decoder, self.spec)),
                 (rep, strip),
                 field="decoder",
                 seed=None,
@@ -364,13 +422,14 @@ class APFedNets:
                 output=lambda out: (
                     None
                     if out == strip
-                    else f"is {out}, not the passive strip {strip} (Eq. 12 compares them)"
+                    else f"is {out}, not the passive party's features {strip} (Eq. 12 "
+                    "compares them)"
                 ),
             )
         field = "passive_encoder" if self.passive_encoder else "encoder"
         need = math.prod(rep)
         return build_network(
-            self._encoder(self.passive_encoder or self.encoder, field),
+            self._encoder(self.passive_encoder or self.encoder, field, strip),
             (strip,),
             field=field,
             seed=None,

@@ -4,7 +4,8 @@ An export is a folder::
 
     model_dir/
       active_model.pt    torch.save'd state dict of g_T ∘ f_A (loaded with weights_only=True)
-      model.json         architecture, m-i setting, strip/image shapes, classes, training settings
+      model.json         architecture, m-i setting, strip/image shapes (or the table columns'
+                         input_shape), classes, training settings
       active_model.ts    optional TorchScript module (same weights)
 
 :func:`load_active_model` rebuilds the network from ``model.json`` and the
@@ -25,8 +26,9 @@ from typing import Any
 import numpy as np
 from scipy.special import softmax
 
+from fedviews.data import check_numeric
 from fedviews.deep._apfed_nets import APFedNets, as_images, cut_strips
-from fedviews.deep._common import net_logits, require_torch, resolve_device
+from fedviews.deep._common import as_strips, net_logits, require_torch, resolve_device
 from fedviews.deep._factory import factory_name
 from fedviews.errors import DataError
 
@@ -60,10 +62,20 @@ def active_net(meta: Mapping[str, Any]) -> Any:
     unknown = set(networks) - {"encoder", "head"}
     if unknown:
         raise ValueError(f"unknown networks {sorted(unknown)}")
-    channels = int(meta["image_shape"][0])
-    nets = APFedNets("auto" if arch is None else str(arch["name"]), channels, **networks)
-    strip = (channels, int(meta["strip_hw"][0]), int(meta["strip_hw"][1]))
-    return nets.active(strip, len(meta["classes"]), 0)
+    shape = input_shape(meta)
+    table = len(shape) == 1
+    channels = 1 if table else shape[0]
+    name = "auto" if arch is None else str(arch["name"])
+    nets = APFedNets(name, channels, **networks, table=table)
+    return nets.active(shape, len(meta["classes"]), 0)
+
+
+def input_shape(meta: Mapping[str, Any]) -> tuple[int, ...]:
+    """The per-sample shape of the active party's features that ``meta`` describes: its
+    table columns' ``input_shape`` ``(k,)``, or its strip ``(C, h, W)``."""
+    if meta.get("input_shape") is not None:
+        return tuple(int(s) for s in meta["input_shape"])
+    return (int(meta["image_shape"][0]), *(int(s) for s in meta["strip_hw"]))
 
 
 def export_active_model(
@@ -90,8 +102,7 @@ def export_active_model(
     if torchscript:
         was_training = net.training
         net.eval()
-        shape = (1, int(meta["image_shape"][0]), *map(int, meta["strip_hw"]))
-        example = torch.zeros(shape, device=next(net.parameters()).device)
+        example = torch.zeros((1, *input_shape(meta)), device=next(net.parameters()).device)
         with torch.no_grad(), warnings.catch_warnings():
             # TorchScript is deprecated in recent torch but still the one self-contained format
             # that loads without the model's Python code (torch.jit.load)
@@ -121,7 +132,17 @@ class ExportedActiveModel:
         self.classes = np.asarray(meta["classes"])
 
     def active_strip(self, images: Any) -> np.ndarray:
-        """Accept full images (strip ``i`` is cut out) or already-cut active strips."""
+        """Accept full images (strip ``i`` is cut out) or already-cut active strips; a model
+        of table columns its columns ``(n, k)``."""
+        if self.meta.get("input_shape") is not None:
+            cols = as_strips(check_numeric(images, "X"))
+            shape = input_shape(self.meta)
+            if cols.ndim != 2 or cols.shape[1:] != shape or not np.isfinite(cols).all():
+                raise DataError(
+                    f"input of shape {cols.shape} is not the active party's table columns: "
+                    f"finite values of shape (n, {shape[0]})"
+                )
+            return cols
         X = as_images(images)
         full = tuple(self.meta["image_shape"])
         strip = (full[0], *self.meta["strip_hw"])

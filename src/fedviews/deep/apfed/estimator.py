@@ -72,17 +72,21 @@ class ActiveOnly(StripEstimator):
         passive_clients = [p for p in fed.parties.values() if isinstance(p, PassiveClient)]
         self._keep_run(fed.parties[_ACTIVE], passive_clients, fed.transport)
 
-    def _paper_arch(self, channels: int) -> NetSpec | None:
+    _tables = True
+
+    def _paper_arch(self, channels: int | None) -> NetSpec | None:
         """The paper's networks only where a network of this fit is left to them (a user's
-        encoder, head and passive network take images of any channels)."""
+        encoder, head and passive network take images of any channels; on table columns,
+        ``channels`` None, the defaults are fedviews' MLPs)."""
         variant = getattr(self, "variant", None)  # SingleVL: no passive party
         nets = APFedNets(
             self.arch,
-            channels,
+            1 if channels is None else channels,
             self.encoder,
             self.head,
             getattr(self, "passive_encoder", ""),
             getattr(self, "decoder", ""),
+            table=channels is None,
         )
         return nets.arch_needed(variant)
 
@@ -94,7 +98,9 @@ class ActiveOnly(StripEstimator):
         return {**super()._live_state(), **info}
 
     def _trained_active(self, view: np.ndarray, state: dict[str, Any]) -> ActiveClient:
-        nets = APFedNets(self.arch, int(view.shape[1]), self.encoder, self.head)
+        table = view.ndim == 2
+        channels = 1 if table else int(view.shape[1])
+        nets = APFedNets(self.arch, channels, self.encoder, self.head, table=table)
         active = ActiveClient(
             view, np.zeros(0, np.int64), len(self.classes_), nets, seed=0, device=self.device_
         )
@@ -116,7 +122,7 @@ class ActiveOnly(StripEstimator):
             m=m,
             i=i,
             pad=pad,
-            image_shape=list(self.image_shape_),
+            image_shape=None if self.image_shape_ is None else list(self.image_shape_),
             settings=settings,
         )
 
@@ -137,7 +143,8 @@ class APFed(ActiveOnly):
         APFed-R's ``ℓ_p``: the per-sample L2 norm of Eq. 12 averaged over samples
         (default) or the older per-pixel mean square (:func:`reconstruction_loss`).
     m, i : int
-        ``m-i`` setting: ``m`` horizontal strips, strip ``i`` (1-based) is active.
+        ``m-i`` setting: ``m`` horizontal strips (or ``m`` parties' features given as a list),
+        strip ``i`` (1-based) is active.
     lam : float or sequence of float
         ``λ_p`` (Eq. 8), one value for all ``m - 1`` passive clients or one each; ``>= 0``.
         Default 0.1: at λ = 1 (the paper's Table 2 configs) APFed-R's per-sample L2
@@ -156,11 +163,13 @@ class APFed(ActiveOnly):
         Networks of the paper's Table 3 (1 channel) or Table 4 (3 channels).
     encoder, head, decoder, passive_encoder : callable or str, default=""
         Your own networks (docs/your-own-model.md), as callables or import paths
-        ``"package.module:function"``; ``""``: those of ``arch``. ``encoder(input_shape)``
-        builds ``f_A`` on the active strip (per-sample ``(C, h, W)``); ``head(input_shape,
-        n_classes)`` ``g_T`` on ``h_A``; APFed-R's ``decoder(input_shape, output_shape)``
-        maps ``h_A`` to exactly a passive strip; APFed-C's ``passive_encoder(input_shape)``
-        (default: ``encoder``'s factory) a passive strip to as many features as ``h_A``.
+        ``"package.module:function"``; ``""``: those of ``arch`` (on table columns fedviews'
+        MLPs, :func:`~fedviews.deep._apfed_nets.vector_encoder`: the paper defines only image
+        CNNs). ``encoder(input_shape)`` builds ``f_A`` on the active features (per-sample
+        ``(C, h, W)``, or ``(k,)``); ``head(input_shape, n_classes)`` ``g_T`` on ``h_A``;
+        APFed-R's ``decoder(input_shape, output_shape)`` maps ``h_A`` to exactly a passive
+        party's features; APFed-C's ``passive_encoder(input_shape)`` (default: ``encoder``'s
+        factory) a passive party's features to as many features as ``h_A``.
     device : str
         ``"auto"``, ``"cpu"`` or ``"cuda"``.
     random_state : int
@@ -223,12 +232,15 @@ class APFed(ActiveOnly):
         store_params(self, locals())
 
     def fit(self, images: Any, y: Any) -> APFed:
-        """Train the active and passive clients together on full images.
+        """Train the active and passive clients together on full images or on the parties'
+        own features.
 
         Parameters
         ----------
-        images : array, shape (n, H, W) or (n, C, H, W)
-            Aligned images; strip ``k`` of each goes to client ``k``.
+        images : array, shape (n, H, W) or (n, C, H, W), or list of m arrays
+            Aligned images, strip ``k`` of each to client ``k``; or every client's own
+            features, e.g. its table columns ``(n, k_p)`` (widths may differ; client ``i`` is
+            active). :meth:`predict` then takes the same list and uses client ``i``'s alone.
         y : array, shape (n,)
             Labels (held by the active client only).
         """

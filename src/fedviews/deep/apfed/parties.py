@@ -103,7 +103,8 @@ def reconstruction_loss(x_hat: Any, x: Any, kind: str = "l2") -> Any:
 
 # -- APFed parties -----------------------------------------------------------
 class PassiveClient(SplitBottom):
-    """A passive client: its own strip and decoder (APFed-R) or encoder (APFed-C).
+    """A passive client: its own strip (or table columns) and decoder (APFed-R) or encoder
+    (APFed-C).
 
     Parameters
     ----------
@@ -201,13 +202,14 @@ class PassiveClient(SplitBottom):
 
 
 class ActiveClient(SplitTop):
-    """The active client: strip ``i``, all labels, ``f_A`` and ``g_T``; trains one epoch per
+    """The active client: strip ``i`` (or its table columns), all labels, ``f_A`` and ``g_T``; trains one epoch per
     ``apfed.train`` of the driver. With no passive clients it is SingleVL.
 
     Parameters
     ----------
     view, y : ndarray
-        Its strip ``(n, C, h, W)`` and the class indices ``0..n_classes-1``.
+        Its strip ``(n, C, h, W)`` (or its table columns ``(n, k)``) and the class indices
+        ``0..n_classes-1``.
     n_classes : int
     nets : APFedNets
         Its networks ``f_A`` and ``g_T`` (:meth:`APFedNets.active`).
@@ -234,8 +236,7 @@ class ActiveClient(SplitTop):
         super().__init__(name, view, y, **kw)
         self.act_codec, self.grad_codec = codecs  # how h_A leaves and grad_h_A arrives
         self.lams = [float(v) for v in lams]
-        strip = (int(view.shape[1]), *self.strip_hw)
-        self.net = nets.active(strip, n_classes, self._seed).to(self.device)
+        self.net = nets.active(self.input_shape, n_classes, self._seed).to(self.device)
         self.opt = sgd(self.net.parameters(), **self.sgd)
         self.nets = nets
         self.classes = np.arange(n_classes)  # the labels of the class indices
@@ -330,7 +331,12 @@ class ActiveClient(SplitTop):
             "networks": {
                 k: factory_name(v) for k in ("encoder", "head") if (v := getattr(self.nets, k))
             },
-            "strip_hw": list(self.strip_hw),
+            # table columns: their per-sample shape (k,); a strip: its (h, W)
+            **(
+                {"strip_hw": None, "input_shape": list(self.input_shape)}
+                if self.nets.table
+                else {"strip_hw": list(self.strip_hw)}
+            ),
             "classes": np.asarray(self.classes).tolist(),
         }
 

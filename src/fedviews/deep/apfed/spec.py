@@ -41,7 +41,9 @@ against what its loss compares, and refuses ``h_A`` of any other shape.
 
 Data (a :class:`~fedviews.data.PartyData` per party; ``fedviews launch`` writes
 them from ``[data]``, see :func:`apfed_demo_data`): every party holds ``ids`` and
-``X`` ``(n, h, W)`` (or ``(n, C, h, W)``), its strip of every image; the active
+``X`` ``(n, h, W)`` (or ``(n, C, h, W)``), its strip of every image, or every party its own
+table columns ``(n, k_p)`` (widths may differ; the setup then holds each party's
+``input/<party>`` shape, and the default networks are fedviews' MLPs); the active
 party also ``y`` and, to evaluate, ``ids_test``, ``X_test``, ``y_test``. ``uint8``
 pixels are scaled to ``[0, 1]`` (``X / 255``), other values are used as given.
 
@@ -189,12 +191,19 @@ class APFedParams(Checked):
     module on its strip returning as many features as ``h_A`` has (Eq. 15 takes their
     cosine). ``""``: ``encoder``'s factory."""
 
-    def networks(self, channels: int) -> APFedNets:
-        """The networks of a run on strips of ``channels`` channels."""
+    def networks(self, channels: int, table: bool = False) -> APFedNets:
+        """The networks of a run on strips of ``channels`` channels (``table``: on table
+        columns, whose default networks are fedviews' MLPs)."""
         from fedviews.deep._apfed_nets import APFedNets
 
         return APFedNets(
-            self.arch, channels, self.encoder, self.head, self.passive_encoder, self.decoder
+            self.arch,
+            channels,
+            self.encoder,
+            self.head,
+            self.passive_encoder,
+            self.decoder,
+            table=table,
         )
 
     def codecs(self) -> tuple[Codec, Codec]:
@@ -255,6 +264,7 @@ class APFedAlgorithm(ActivePassive):
     """APFed as a federated algorithm: one active party, passive parties, a driver."""
 
     name = "apfed"
+    tables = True
     predicts_alone = (
         "APFed's active party predicts alone with the model it exported: "
         "`fedviews apfed predict <run>/<active party>/model NEW.npy`"
@@ -281,26 +291,39 @@ class APFedAlgorithm(ActivePassive):
             )
 
     def party_info(self, run: RunSpec, party: str, local: Local) -> dict[str, Any]:
-        """Its strips' shape; the active party also the number of classes and the per-sample
-        shape of ``h_A`` (from its ``f_A``), which the passive parties then expect."""
+        """Its strips' shape (table columns: ``input``, their per-sample shape ``(k,)``); the
+        active party also the number of classes and the per-sample shape of ``h_A`` (from its
+        ``f_A``), which the passive parties then expect."""
         X = local.data.features
-        C = 1 if X.ndim == 3 else int(X.shape[1])
-        info: dict[str, Any] = {
-            "channels": C,
-            "height": int(X.shape[-2]),
-            "width": int(X.shape[-1]),
-        }
+        if X.ndim == 2:
+            info: dict[str, Any] = shape_info("input", X.shape[1:])
+            table, C = True, 1
+        else:
+            C = 1 if X.ndim == 3 else int(X.shape[1])
+            info = {"channels": C, "height": int(X.shape[-2]), "width": int(X.shape[-1])}
+            table = False
         if party == active_of(run):
             info["n_classes"] = int(len(np.unique(np.asarray(local.take("train")[2]))))
-            strip = (C, info["height"], info["width"])
-            info |= shape_info("h_A", run.params.networks(C).rep_shape(strip))
+            shape = (int(X.shape[1]),) if table else (C, info["height"], info["width"])
+            info |= shape_info("h_A", run.params.networks(C, table).rep_shape(shape))
         return info
 
     def make_setup(self, run: RunSpec, infos: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
+        """Strips: their one size (``channels``, ``height``, ``width``); table columns: every
+        party's ``input/<party>`` (widths may differ: each passive network is built for its
+        party's own). Both: the active party's ``n_samples`` and ``h_A``."""
+        tables = {p for p, i in infos.items() if "channels" not in i}
+        if tables and len(tables) != len(infos):
+            raise DataError(
+                f"APFed's parties hold all image strips or all table columns: {sorted(tables)} "
+                f"hold table columns, {sorted(set(infos) - tables)} strips"
+            )
         shapes = {
-            p: tuple(int(i[k]) for k in ("channels", "height", "width")) for p, i in infos.items()
+            p: tuple(int(i[k]) for k in ("channels", "height", "width"))
+            for p, i in infos.items()
+            if not tables
         }
-        if len(set(shapes.values())) != 1:
+        if len(set(shapes.values())) > 1:
             raise DataError(
                 f"APFed needs strips of equal size (C, h, W) at every party, got {shapes}; "
                 "cut the images into equal strips (pad them, see params.pad)"
@@ -308,15 +331,14 @@ class APFedAlgorithm(ActivePassive):
         active = infos[active_of(run)]
         if int(active["n_classes"]) < 2:
             raise DataError("the active party's labels must contain at least two classes")
+        n, rep = int(active["n/train"]), shape_text(reported_shape(active, "h_A", active_of(run)))
+        if tables:
+            inputs = {
+                f"input/{p}": shape_text(reported_shape(i, "input", p)) for p, i in infos.items()
+            }
+            return {"n_samples": n, "h_A": rep, **inputs}
         C, h, w = shapes[active_of(run)]
-        rep = shape_text(reported_shape(active, "h_A", active_of(run)))
-        return {
-            "n_samples": int(active["n/train"]),
-            "channels": C,
-            "height": h,
-            "width": w,
-            "h_A": rep,
-        }
+        return {"n_samples": n, "channels": C, "height": h, "width": w, "h_A": rep}
 
     def policy(self, run: RunSpec, setup: Mapping[str, Any]) -> PrivacyPolicy:
         return apfed_policy(len(passives_of(run)), run.params.codecs())
@@ -350,8 +372,9 @@ class APFedAlgorithm(ActivePassive):
         p: APFedParams = run.params
         parties, passives = list(run.federation.parties), passives_of(run)
         seeds = party_seeds(run.seed, len(parties))
-        C = int(setup["channels"])
-        nets = p.networks(C)
+        table = "channels" not in setup  # the parties hold table columns
+        C = 1 if table else int(setup["channels"])
+        nets = p.networks(C, table)
         common = sgd_settings(p, party_device(p.device, p.torch_threads))
         _, X, y = local.take("train")
         if party != active_of(run):
@@ -384,13 +407,15 @@ class APFedAlgorithm(ActivePassive):
             **common,
         )
         active.classes = classes
-        h, w, m = int(setup["height"]), int(setup["width"]), len(parties)
+        m = len(parties)
+        # full images given to the export must have m * h rows (none on table columns)
+        image = None if table else [C, m * int(setup["height"]), int(setup["width"])]
         active.model_info = {  # model.json of its export (fedviews.deep._export)
             "method": f"APFed-{p.variant}" if passives else "SingleVL",
             "m": m,
             "i": parties.index(party) + 1,
-            "pad": False,  # full images given to the export must have m * h rows
-            "image_shape": [C, m * h, w],
+            "pad": False,
+            "image_shape": image,
             "settings": {**asdict(p), "lam": lams, "random_state": run.seed},
         }
         if p.evaluate:
@@ -444,16 +469,24 @@ def apfed_demo_data(cfg: Any) -> dict[str, PartyData]:
     party keeps this random fraction of the training images). Images are cut
     into ``m`` equal strips top to bottom in the order of ``federation.parties``
     (``params.pad``: zero rows at the bottom when the height is not a multiple of
-    ``m``), as :func:`fedviews.deep._apfed_nets.cut_strips`. The active party also
+    ``m``), as :func:`fedviews.deep._apfed_nets.cut_strips`; or, with ``views`` (one per
+    party, in the order of ``federation.parties``), each party holds the columns of its view
+    of a multi-view table (e.g. ``handwritten``; ``n_test``: a stratified held-out split).
+    The active party also
     gets the labels and its strip of the test images; every file lists its rows
     in its own random order.
     """
     spec, parties, active = cfg.data, list(cfg.federation.parties), active_of(cfg)
-    (Xtr, ytr, ids, Xte, yte, ids_te), rng = demo_image_split(
-        spec.dataset, spec.n_per_class, spec.n_test, cfg.seed
-    )
     pad, m = bool(cfg.params.pad), len(parties)
-    strips, test_strips = cut_images(Xtr, m, pad), cut_images(Xte, m, pad)
+    if spec.views:  # a multi-view table: one view's columns per party
+        from fedviews.deep.multivfl.demo import table_split
+
+        strips, ytr, ids, test_strips, yte, ids_te, rng = table_split(cfg, m)
+    else:
+        (Xtr, ytr, ids, Xte, yte, ids_te), rng = demo_image_split(
+            spec.dataset, spec.n_per_class, spec.n_test, cfg.seed
+        )
+        strips, test_strips = cut_images(Xtr, m, pad), cut_images(Xte, m, pad)
     files: dict[str, PartyData] = {}
     n = len(ytr)
     for k, name in enumerate(parties):

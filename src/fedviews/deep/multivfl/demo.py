@@ -31,7 +31,7 @@ def multivfl_demo_data(cfg: Any) -> dict[str, PartyData]:
     spec, fed = cfg.data, cfg.federation
     dos, los = data_owners(cfg), fed.owners()
     if spec.views:
-        Xs, ytr, ids, tests, yte, ids_te, rng = _table_split(cfg, len(dos))
+        Xs, ytr, ids, tests, yte, ids_te, rng = table_split(cfg, len(dos))
     else:
         (Xtr, ytr, ids, Xte, yte, ids_te), rng = demo_image_split(
             spec.dataset, spec.n_per_class, spec.n_test, cfg.seed
@@ -64,9 +64,10 @@ def multivfl_demo_data(cfg: Any) -> dict[str, PartyData]:
     return files
 
 
-def _table_split(cfg: Any, n_owners: int) -> tuple[Any, ...]:
+def table_split(cfg: Any, n_owners: int) -> tuple[Any, ...]:
     """``(train views, labels, IDs, test views, labels, IDs, rng)`` of ``data.views`` of a
-    multi-view table, one per data owner (:func:`multivfl_demo_data`)."""
+    multi-view table, one per data owner (:func:`multivfl_demo_data`; an APFed party,
+    :func:`~fedviews.deep.apfed.spec.apfed_demo_data`)."""
     from fedviews.data import balanced_subsample, held_out_split, load
 
     spec = cfg.data
