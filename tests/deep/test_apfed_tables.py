@@ -129,3 +129,18 @@ def _head(shape: tuple[int, ...], n_classes: int) -> Any:
 
 def _decoder(shape: tuple[int, ...], out: tuple[int, ...]) -> Any:
     return nn.Linear(shape[0], out[0])
+
+
+def test_demo_data_with_a_view_per_party_missing_names_the_apfed_parties(tmp_path):
+    from fedviews.deploy import write_demo_data
+    from fedviews.deploy._config import load_deploy_config
+
+    cfg = load_deploy_config(
+        {
+            "algorithm": "apfed",
+            "federation": {"parties": ["fou", "kar", "pix"], "label_owner": "fou"},
+            "data": {"dataset": "handwritten", "views": ["fou", "kar"]},
+        }
+    )
+    with pytest.raises(ConfigError, match="2 views for 3 APFed parties"):
+        write_demo_data(cfg, tmp_path)

@@ -481,7 +481,7 @@ def apfed_demo_data(cfg: Any) -> dict[str, PartyData]:
     if spec.views:  # a multi-view table: one view's columns per party
         from fedviews.deep.multivfl.demo import table_split
 
-        strips, ytr, ids, test_strips, yte, ids_te, rng = table_split(cfg, m)
+        strips, ytr, ids, test_strips, yte, ids_te, rng = table_split(cfg, m, "APFed parties")
     else:
         (Xtr, ytr, ids, Xte, yte, ids_te), rng = demo_image_split(
             spec.dataset, spec.n_per_class, spec.n_test, cfg.seed

@@ -64,15 +64,15 @@ def multivfl_demo_data(cfg: Any) -> dict[str, PartyData]:
     return files
 
 
-def table_split(cfg: Any, n_owners: int) -> tuple[Any, ...]:
+def table_split(cfg: Any, n_owners: int, holders: str = "data owners") -> tuple[Any, ...]:
     """``(train views, labels, IDs, test views, labels, IDs, rng)`` of ``data.views`` of a
     multi-view table, one per data owner (:func:`multivfl_demo_data`; an APFed party,
-    :func:`~fedviews.deep.apfed.spec.apfed_demo_data`)."""
+    :func:`~fedviews.deep.apfed.spec.apfed_demo_data`); ``holders`` names them in errors."""
     from fedviews.data import balanced_subsample, held_out_split, load
 
     spec = cfg.data
     if len(spec.views) != n_owners:
-        raise ConfigError(f"data.views lists {len(spec.views)} views for {n_owners} data owners")
+        raise ConfigError(f"data.views lists {len(spec.views)} views for {n_owners} {holders}")
     seed = int(cfg.seed or 0)
     ds = load(spec.dataset, views=list(spec.views))
     if spec.n_per_class:
