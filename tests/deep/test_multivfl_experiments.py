@@ -50,7 +50,7 @@ def test_config_runs(tmp_path: Path) -> None:
     cfg = load_config(
         path,
         [
-            "params.rounds=4",
+            "params.rounds=2",
             "params.samples_per_owner=100",
             "params.eval_samples=300",
             "params.batch_size=20",
@@ -71,9 +71,10 @@ def test_config_runs(tmp_path: Path) -> None:
     assert [r[2] for r in result.tables[0].rows] == ["sgd", "sgd", "adam", "adam"]
     assert not list((out / "checkpoints").glob("*.npz"))  # removed once a curve is stored
     assert len(json.loads((out / "cells.json").read_text())) == 4
-    assert all(len(curve) == 4 for curve in metrics["accuracy"].values())
-    # a curve is the estimator's own, fitted alone; and it learns (chance: 10 %; plain SGD
-    # and FedYogi at server lr 1e-3, the paper's, barely leave the initial model in 4 rounds)
+    assert all(len(curve) == 2 for curve in metrics["accuracy"].values())
+    # a curve is the estimator's own, fitted alone (at any number of rounds: 2 keep this test
+    # short); and it learns (chance: 10 %; plain SGD and FedYogi at server lr 1e-3, the
+    # paper's, barely leave the initial model in a few rounds)
     curve = metrics["accuracy"]["4niid/fedavg/adam"]
     assert curve == _curve_alone(cfg, "4niid", "fedavg", "adam")
     assert curve[-1] > 0.3

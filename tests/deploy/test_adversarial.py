@@ -450,7 +450,7 @@ def test_a_non_member_holding_connections_cannot_stop_results_being_written(tmp_
                 held.append(tls.wrap_socket(sock))
             except OSError:  # refused past the cap (or closed at once): the attacker goes on
                 continue
-        text, _ = coord.communicate(timeout=60)
+        text, _ = coord.communicate(timeout=120)
     finally:
         if coord.poll() is None:
             os.kill(coord.pid, 9)

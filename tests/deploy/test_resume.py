@@ -184,7 +184,7 @@ def _start_until(
                 act(proc.pid)
                 break
         t0 = time.monotonic()
-        rest, _ = proc.communicate(timeout=60)
+        rest, _ = proc.communicate(timeout=150)  # past the launcher's own STOP_GRACE waits
     finally:
         if proc.poll() is None:
             proc.kill()

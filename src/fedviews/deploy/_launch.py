@@ -26,6 +26,11 @@ LAUNCH_INFO = "launch.json"
 LAUNCH_CONFIG = "config.toml"
 #: what a prediction session's run folder holds in place of ``launch.json``
 PREDICT_INFO = "predict.json"
+#: seconds a stopped run's processes get to write their results and exit on their own before
+#: they are terminated: the wait ends when they exit, so only a hung process costs it. 10 s
+#: left a machine 3-5x slower than usual little room (a coordinator terminated a second time,
+#: still closing its server, may not have written results.json yet)
+STOP_GRACE = 30.0
 
 
 def make_certs(directory: Path, cfg: DeployConfig) -> Path:
@@ -182,7 +187,7 @@ def launch(
         rc = procs[fed.coordinator].wait()
         # after a clean run parties exit on their own (give them time on a busy machine);
         # after a failure they were told to stop, and the rest are killed below
-        end = time.monotonic() + (party_wait if rc == 0 else min(party_wait, 10.0))
+        end = time.monotonic() + (party_wait if rc == 0 else min(party_wait, STOP_GRACE))
         failed = []
         for p in fed.parties:
             try:
@@ -221,10 +226,10 @@ def launch(
             # non-interactive shell inherits SIGINT ignored, and Python then leaves it so)
             coordinator.terminate()
             with contextlib.suppress(subprocess.TimeoutExpired):
-                coordinator.wait(10)
+                coordinator.wait(STOP_GRACE)
         # the coordinator told the parties that the run stopped: let them say so and exit
         # on their own (a loaded machine may take seconds), then never leave one behind
-        grace = time.monotonic() + 10.0
+        grace = time.monotonic() + STOP_GRACE
         for proc in procs.values():
             with contextlib.suppress(subprocess.TimeoutExpired):
                 proc.wait(max(0.1, grace - time.monotonic()))
