@@ -78,7 +78,7 @@ def test_lambda_tiny_run(tmp_path: Path) -> None:
     """λ = 0 is SingleVL (the paper's Sec. 5.3): the sweep's λ = 0 cell equals SingleVL's score
     for the same seed and data; a λ > 0 cell learns too."""
     _mnist_or_skip()
-    from fedviews.deep import SingleVL, parse_setting
+    from fedviews.deep import APFed, SingleVL, parse_setting
     from fedviews.experiments import apfed as apfed_exp
 
     cfg = load_config(
@@ -94,6 +94,11 @@ def test_lambda_tiny_run(tmp_path: Path) -> None:
     m, i = parse_setting(cfg.params.setting)
     single = SingleVL(m=m, i=i, **cfg.params.train_kwargs("cpu", cfg.seed)).fit(Xtr, ytr)
     assert acc["0.0"] == [100 * single.score(Xte, yte)]
+    # the λ = 1 cell is APFed-C at λ = 1 itself (a λ the sweep lost or mixed up would differ)
+    p = cfg.params
+    kw = p.train_kwargs("cpu", cfg.seed) | p.networks(passive=True)
+    apfed = APFed(variant="C", m=m, i=i, lam=1.0, tau=p.tau, recon_loss=p.recon_loss, **kw)
+    assert acc["1.0"] == [100 * apfed.fit(Xtr, ytr).score(Xte, yte)]
     assert acc["1.0"][0] > 30.0  # chance: 10 %
     assert (out / "lambda.png").is_file()
 
