@@ -8,7 +8,7 @@ import json
 import math
 import sys
 import threading
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import TYPE_CHECKING, Any, cast
@@ -85,20 +85,28 @@ class FiniteChecks:
 
     def add(self, msg: Message, tensors: Mapping[str, torch.Tensor]) -> None:
         """Queue the floating-point ``tensors`` of ``msg`` (handed over, by name)."""
+        self.add_many([(msg, tensors)])
+
+    def add_many(self, handed: Sequence[tuple[Message, Mapping[str, torch.Tensor]]]) -> None:
+        """Queue the floating-point tensors of several messages handed over together (each
+        with its tensors by name), in their order: those of one scatter, in one call."""
         torch = sys.modules["torch"]
         queue = self._queue()
-        for name, t in tensors.items():
-            if not t.numel():  # (no values: none to check, and no minimum)
-                continue
-            if not t.is_cpu:
-                wide = t.element_size() > 4
-                probes = tuple(torch.aminmax(t)) if wide else (t.sum(dtype=torch.float64),)
-            elif first_not_finite({name: t}) is None:
-                continue
-            else:
-                probes = (t.sum(),)  # NaN or infinite, as a sum of a NaN or an infinity is
-            queue.pending.append(_Pending(probes, msg.sender, msg.kind, name))
-        queue.since += len(tensors)
+        pending, count = queue.pending, 0
+        for msg, tensors in handed:
+            count += len(tensors)
+            for name, t in tensors.items():
+                if not t.numel():  # (no values: none to check, and no minimum)
+                    continue
+                if not t.is_cpu:
+                    wide = t.element_size() > 4
+                    probes = tuple(torch.aminmax(t)) if wide else (t.sum(dtype=torch.float64),)
+                elif math.isfinite(float(t.sum())) or first_not_finite({name: t}) is None:
+                    continue  # (a sum of finite values may overflow: then every value is read)
+                else:
+                    probes = (t.sum(),)  # NaN or infinite, as a sum of a NaN or an infinity is
+                pending.append(_Pending(probes, msg.sender, msg.kind, name))
+        queue.since += count
         if queue.since >= self.limit:
             self.settle()
 
@@ -168,6 +176,16 @@ def hand_over(msg: Message, checks: FiniteChecks) -> tuple[Message, Header, int]
     common compiled once, :func:`_route`); any other goes through its JSON, as decoding
     reads it.
     """
+    got, head, size, floats = handed_over(msg)
+    if floats:
+        checks.add(got, floats)
+    return got, head, size
+
+
+def handed_over(msg: Message) -> tuple[Message, Header, int, dict[str, torch.Tensor]]:
+    """:func:`hand_over` of ``msg`` but its finiteness checks, which the caller queues
+    (:meth:`FiniteChecks.add_many`: the in-process transport, once for the requests of a
+    scatter): also its floating-point tensors by name (the receiver's copies)."""
     arrays: dict[str, Array] = {}
     floats: dict[str, torch.Tensor] = {}
     keys = []
@@ -187,13 +205,12 @@ def hand_over(msg: Message, checks: FiniteChecks) -> tuple[Message, Header, int]
         keys.append((name, dtype.str, tuple(a.shape)))  # (a shape's lengths are ints)
     meta = None if not (plain and _plain_head(msg)) else _meta_length(msg.meta)
     if meta is not None:
-        got, head, size = _received(msg, arrays, tuple(keys), meta)
+        got, head, size = _received(msg, arrays, tuple(keys), meta, floats)
     else:
         got, head, size = _decoded(msg, arrays, [_spec(n, np.dtype(d), s) for n, d, s in keys])
-    if floats:
-        checks.add(got, floats)
-        object.__setattr__(got, "_finite", frozenset(floats))
-    return got, head, size
+        if floats:
+            object.__setattr__(got, "_finite", frozenset(floats))
+    return got, head, size, floats
 
 
 def _plain_head(msg: Message) -> bool:
@@ -272,6 +289,7 @@ def _received(
     arrays: dict[str, Array],
     keys: tuple[tuple[str, str, tuple[int, ...]], ...],
     meta: int,
+    floats: Mapping[str, Any],
 ) -> tuple[Message, Header, int]:
     """The receiver's message of a plain header (checked as :func:`read_header` checks it),
     its header and its encoding's length (``meta``: its meta table's JSON's); built without
@@ -282,15 +300,18 @@ def _received(
             f"{msg.sender!r} sent a message of round {msg.round}; rounds run from 0 to {MAX_ROUND}"
         )
     check_meta(msg.meta, msg.sender)
+    fields: dict[str, Any] = {
+        "kind": msg.kind,
+        "sender": msg.sender,
+        "receiver": msg.receiver,
+        "round": msg.round,
+        "arrays": arrays,
+        "meta": dict(msg.meta),
+    }
+    if floats:  # (their finiteness is the transport's check: :meth:`Message.tensor` skips it)
+        fields["_finite"] = frozenset(floats)
     got = object.__new__(Message)
-    vars(got).update(
-        kind=msg.kind,
-        sender=msg.sender,
-        receiver=msg.receiver,
-        round=msg.round,
-        arrays=arrays,
-        meta=dict(msg.meta),
-    )
+    object.__setattr__(got, "__dict__", fields)
     route = _route(msg.kind, msg.sender, msg.receiver, keys)
     return got, route.header(msg), route.fixed + len(str(msg.round)) + meta
 

@@ -7,12 +7,12 @@ import contextlib
 import threading
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from functools import partial
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from fedviews.errors import FedViewsError, PartyUnavailable, ProtocolError, RemoteError
-from fedviews.federation._handover import FiniteChecks, hand_over
+from fedviews.federation._handover import FiniteChecks, hand_over, handed_over
 from fedviews.federation._log import MessageLog
 from fedviews.federation._message import Header, Message
 from fedviews.federation._party import Party
@@ -234,12 +234,19 @@ class InProcessTransport(Transport):
         if not self._staged_delivery(msgs):
             return super().request_many(msgs)
         delivered = []
-        for msg in msgs:  # every check of request(), before any handler runs
-            party = self._receiver(msg)
-            self._check_send(msg)
-            got, head, wire_bytes = hand_over(msg, self.checks)
-            self._check_receive(head)
-            delivered.append((party, got, head, wire_bytes))
+        handed: list[tuple[Message, Mapping[str, Any]]] = []
+        try:  # every check of request(), before any handler runs
+            for msg in msgs:
+                party = self._receiver(msg)
+                self._check_send(msg)
+                got, head, wire_bytes, floats = handed_over(msg)
+                if floats:
+                    handed.append((got, floats))
+                self._check_receive(head)
+                delivered.append((party, got, head, wire_bytes))
+        finally:  # (the tensors handed over so far, also where one message was refused)
+            if handed:
+                self.checks.add_many(handed)
         staged = [
             (party, got, s)
             for party, got, _, _ in delivered
