@@ -117,6 +117,9 @@ class FiniteChecks:
         refusal made before in this thread is raised again, until ``outermost`` (the
         thread's outermost request ends) forgets it."""
         queue = self._queue()
+        if not queue.pending and queue.refused is None:  # (most settles: nothing to read)
+            queue.since = 0
+            return
         pending, queue.pending, queue.since = queue.pending, [], 0
         refused = queue.refused
         if refused is None and (refused := _refusal(pending)) is not None:
@@ -299,7 +302,8 @@ def _received(
         raise ProtocolError(
             f"{msg.sender!r} sent a message of round {msg.round}; rounds run from 0 to {MAX_ROUND}"
         )
-    check_meta(msg.meta, msg.sender)
+    if msg.meta:
+        check_meta(msg.meta, msg.sender)
     fields: dict[str, Any] = {
         "kind": msg.kind,
         "sender": msg.sender,
