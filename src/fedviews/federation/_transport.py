@@ -175,7 +175,8 @@ class InProcessTransport(Transport):
     other's tensors.
 
     ``batch_backward``: the messages of one :meth:`request_many` (a party's
-    :meth:`~Party.scatter`) to distinct parties are all checked and handed over first;
+    :meth:`~Party.scatter`) to distinct parties are all checked and handed over first, in
+    one pass (their tensors' finiteness checks queued in one call);
     the backward passes their receivers stage (:meth:`Party.stage`, e.g. the data owners'
     bottoms of split learning) run as one ``torch.autograd.backward``, then every handler
     runs in order. The messages, their checks and the log (its order too) are those of
