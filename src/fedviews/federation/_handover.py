@@ -196,7 +196,9 @@ def handed_over(msg: Message) -> tuple[Message, Header, int, dict[str, torch.Ten
     for name, a in msg.arrays.items():
         a, dtype, tensor = checked_array(name, a)  # as decoding the message checks its arrays
         if tensor:
-            t = cast("torch.Tensor", a).detach()
+            t = cast("torch.Tensor", a)
+            if t.requires_grad:  # (one without a graph needs no detaching: one op less)
+                t = t.detach()
             t = t.clone(memory_format=sys.modules["torch"].contiguous_format)
             arrays[name] = t
             if dtype.kind == "f":
