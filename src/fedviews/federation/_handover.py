@@ -208,7 +208,10 @@ def handed_over(msg: Message) -> tuple[Message, Header, int, dict[str, torch.Ten
             arrays[name] = np.array(a, dtype=dtype, order="C")
         plain = plain and type(name) is str
         keys.append((name, dtype.str, tuple(a.shape)))  # (a shape's lengths are ints)
-    meta = None if not (plain and _plain_head(msg)) else _meta_length(msg.meta)
+    if plain and _plain_head(msg):
+        meta = _meta_length(msg.meta) if msg.meta else 2  # ({}: most messages of a batch)
+    else:
+        meta = None
     if meta is not None:
         got, head, size = _received(msg, arrays, tuple(keys), meta, floats)
     else:
