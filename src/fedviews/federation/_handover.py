@@ -208,7 +208,13 @@ def handed_over(msg: Message) -> tuple[Message, Header, int, dict[str, torch.Ten
             arrays[name] = np.array(a, dtype=dtype, order="C")
         plain = plain and type(name) is str
         keys.append((name, dtype.str, tuple(a.shape)))  # (a shape's lengths are ints)
-    if plain and _plain_head(msg):
+    if (  # kind, parties and round of plain types (see hand_over)
+        plain
+        and type(msg.kind) is str
+        and type(msg.sender) is str
+        and type(msg.receiver) is str
+        and type(msg.round) is int
+    ):
         meta = _meta_length(msg.meta) if msg.meta else 2  # ({}: most messages of a batch)
     else:
         meta = None
@@ -219,16 +225,6 @@ def handed_over(msg: Message) -> tuple[Message, Header, int, dict[str, torch.Ten
         if floats:
             object.__setattr__(got, "_finite", frozenset(floats))
     return got, head, size, floats
-
-
-def _plain_head(msg: Message) -> bool:
-    """Whether ``msg``'s kind, parties and round are plain values (see :func:`hand_over`)."""
-    return (
-        type(msg.kind) is str
-        and type(msg.sender) is str
-        and type(msg.receiver) is str
-        and type(msg.round) is int
-    )
 
 
 def _meta_length(meta: Mapping[Any, Any]) -> int | None:
