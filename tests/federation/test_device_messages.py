@@ -439,3 +439,33 @@ def test_staged_thens_of_one_together_run_as_one_call_and_its_failure_names_them
     with pytest.raises(ProtocolError, match=r"optimiser step that \['b', 'c'\] staged together"):
         a.scatter("bwd", {p: {"g": torch.ones(4, 2)} for p in "bc"})
     assert t.log.handler_seconds["b"] > 0
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_a_scatter_handed_over_in_one_pass_refuses_its_first_bad_array_naming_its_sender(
+    device,
+) -> None:
+    """The requests of a staged scatter are handed over in one pass and their tensors'
+    finiteness queued in one call: the first one that is not finite, in the scatter's order,
+    is refused naming its sender and array (finite values whose sum overflows pass); a
+    message refused on the way (a gradient of the wrong shape, an unknown receiver) is named,
+    nothing steps, and the tensors handed over before it are still checked."""
+    a, b, c, d = Party("a"), *(Bottom(n, device=device) for n in "bcd")
+    t = federate([a, b, c, d], PrivacyPolicy.of("bwd", {("party", "party"): ["h", "g"]}))
+    ones, big = torch.ones(4, 2, device=device), torch.full((4, 2), 3e38, device=device)
+    nan, inf = ones.clone(), ones.clone()
+    nan[2, 1], inf[0, 0] = float("nan"), float("inf")
+    a.broadcast(["b", "c", "d"], "fwd")
+    bad = {"b": {"g": big}, "c": {"g": ones, "h": nan}, "d": {"g": inf}}
+    with pytest.raises(ProtocolError, match="'a' sent 'h' with NaN or infinite values in 'bwd'"):
+        a.scatter("bwd", bad)
+    assert (b.steps, c.steps, d.steps) == (1, 1, 1)  # (settled when the scatter returned)
+    a.broadcast(["b", "c", "d"], "fwd")
+    n = t.log.n_messages
+    with pytest.raises(ProtocolError, match=r"'a' sent 'g' of shape \(3, 2\)") as err:
+        a.scatter("bwd", {"b": {"g": big}, "c": {"g": ones}, "d": {"g": ones[1:]}})
+    assert err.value.party == "a" and t.log.n_messages == n
+    assert (b.steps, c.steps, d.steps) == (1, 1, 1)  # refused while staging: no pass ran
+    with pytest.raises(ProtocolError, match="'a' sent 'h' with NaN") as err:
+        a.scatter("bwd", {"b": {"g": ones}, "c": {"g": ones, "h": nan}, "zz": {"g": ones}})
+    assert isinstance(err.value.__cause__, PartyUnavailable) and t.log.n_messages == n

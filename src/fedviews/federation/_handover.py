@@ -8,7 +8,7 @@ import json
 import math
 import sys
 import threading
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import TYPE_CHECKING, Any, cast
@@ -85,20 +85,28 @@ class FiniteChecks:
 
     def add(self, msg: Message, tensors: Mapping[str, torch.Tensor]) -> None:
         """Queue the floating-point ``tensors`` of ``msg`` (handed over, by name)."""
+        self.add_many([(msg, tensors)])
+
+    def add_many(self, handed: Sequence[tuple[Message, Mapping[str, torch.Tensor]]]) -> None:
+        """Queue the floating-point tensors of several messages handed over together (each
+        with its tensors by name), in their order: those of one scatter, in one call."""
         torch = sys.modules["torch"]
         queue = self._queue()
-        for name, t in tensors.items():
-            if not t.numel():  # (no values: none to check, and no minimum)
-                continue
-            if not t.is_cpu:
-                wide = t.element_size() > 4
-                probes = tuple(torch.aminmax(t)) if wide else (t.sum(dtype=torch.float64),)
-            elif first_not_finite({name: t}) is None:
-                continue
-            else:
-                probes = (t.sum(),)  # NaN or infinite, as a sum of a NaN or an infinity is
-            queue.pending.append(_Pending(probes, msg.sender, msg.kind, name))
-        queue.since += len(tensors)
+        pending, count = queue.pending, 0
+        for msg, tensors in handed:
+            count += len(tensors)
+            for name, t in tensors.items():
+                if not t.numel():  # (no values: none to check, and no minimum)
+                    continue
+                if not t.is_cpu:
+                    wide = t.element_size() > 4
+                    probes = tuple(torch.aminmax(t)) if wide else (t.sum(dtype=torch.float64),)
+                elif first_not_finite({name: t}) is None:
+                    continue
+                else:
+                    probes = (t.sum(),)  # NaN or infinite, as a sum of a NaN or an infinity is
+                pending.append(_Pending(probes, msg.sender, msg.kind, name))
+        queue.since += count
         if queue.since >= self.limit:
             self.settle()
 
@@ -109,6 +117,9 @@ class FiniteChecks:
         refusal made before in this thread is raised again, until ``outermost`` (the
         thread's outermost request ends) forgets it."""
         queue = self._queue()
+        if not queue.pending and queue.refused is None:  # (most settles: nothing to read)
+            queue.since = 0
+            return
         pending, queue.pending, queue.since = queue.pending, [], 0
         refused = queue.refused
         if refused is None and (refused := _refusal(pending)) is not None:
@@ -168,6 +179,16 @@ def hand_over(msg: Message, checks: FiniteChecks) -> tuple[Message, Header, int]
     common compiled once, :func:`_route`); any other goes through its JSON, as decoding
     reads it.
     """
+    got, head, size, floats = handed_over(msg)
+    if floats:
+        checks.add(got, floats)
+    return got, head, size
+
+
+def handed_over(msg: Message) -> tuple[Message, Header, int, dict[str, torch.Tensor]]:
+    """:func:`hand_over` of ``msg`` but its finiteness checks, which the caller queues
+    (:meth:`FiniteChecks.add_many`: the in-process transport, once for the requests of a
+    scatter): also its floating-point tensors by name (the receiver's copies)."""
     arrays: dict[str, Array] = {}
     floats: dict[str, torch.Tensor] = {}
     keys = []
@@ -175,7 +196,9 @@ def hand_over(msg: Message, checks: FiniteChecks) -> tuple[Message, Header, int]
     for name, a in msg.arrays.items():
         a, dtype, tensor = checked_array(name, a)  # as decoding the message checks its arrays
         if tensor:
-            t = cast("torch.Tensor", a).detach()
+            t = cast("torch.Tensor", a)
+            if t.requires_grad:  # (one without a graph needs no detaching: one op less)
+                t = t.detach()
             t = t.clone(memory_format=sys.modules["torch"].contiguous_format)
             arrays[name] = t
             if dtype.kind == "f":
@@ -185,25 +208,23 @@ def hand_over(msg: Message, checks: FiniteChecks) -> tuple[Message, Header, int]
             arrays[name] = np.array(a, dtype=dtype, order="C")
         plain = plain and type(name) is str
         keys.append((name, dtype.str, tuple(a.shape)))  # (a shape's lengths are ints)
-    meta = None if not (plain and _plain_head(msg)) else _meta_length(msg.meta)
-    if meta is not None:
-        got, head, size = _received(msg, arrays, tuple(keys), meta)
-    else:
-        got, head, size = _decoded(msg, arrays, [_spec(n, np.dtype(d), s) for n, d, s in keys])
-    if floats:
-        checks.add(got, floats)
-        object.__setattr__(got, "_finite", frozenset(floats))
-    return got, head, size
-
-
-def _plain_head(msg: Message) -> bool:
-    """Whether ``msg``'s kind, parties and round are plain values (see :func:`hand_over`)."""
-    return (
-        type(msg.kind) is str
+    if (  # kind, parties and round of plain types (see hand_over)
+        plain
+        and type(msg.kind) is str
         and type(msg.sender) is str
         and type(msg.receiver) is str
         and type(msg.round) is int
-    )
+    ):
+        meta = _meta_length(msg.meta) if msg.meta else 2  # ({}: most messages of a batch)
+    else:
+        meta = None
+    if meta is not None:
+        got, head, size = _received(msg, arrays, tuple(keys), meta, floats)
+    else:
+        got, head, size = _decoded(msg, arrays, [_spec(n, np.dtype(d), s) for n, d, s in keys])
+        if floats:
+            object.__setattr__(got, "_finite", frozenset(floats))
+    return got, head, size, floats
 
 
 def _meta_length(meta: Mapping[Any, Any]) -> int | None:
@@ -272,6 +293,7 @@ def _received(
     arrays: dict[str, Array],
     keys: tuple[tuple[str, str, tuple[int, ...]], ...],
     meta: int,
+    floats: Mapping[str, Any],
 ) -> tuple[Message, Header, int]:
     """The receiver's message of a plain header (checked as :func:`read_header` checks it),
     its header and its encoding's length (``meta``: its meta table's JSON's); built without
@@ -281,16 +303,20 @@ def _received(
         raise ProtocolError(
             f"{msg.sender!r} sent a message of round {msg.round}; rounds run from 0 to {MAX_ROUND}"
         )
-    check_meta(msg.meta, msg.sender)
+    if msg.meta:
+        check_meta(msg.meta, msg.sender)
+    fields: dict[str, Any] = {
+        "kind": msg.kind,
+        "sender": msg.sender,
+        "receiver": msg.receiver,
+        "round": msg.round,
+        "arrays": arrays,
+        "meta": dict(msg.meta),
+    }
+    if floats:  # (their finiteness is the transport's check: :meth:`Message.tensor` skips it)
+        fields["_finite"] = frozenset(floats)
     got = object.__new__(Message)
-    vars(got).update(
-        kind=msg.kind,
-        sender=msg.sender,
-        receiver=msg.receiver,
-        round=msg.round,
-        arrays=arrays,
-        meta=dict(msg.meta),
-    )
+    object.__setattr__(got, "__dict__", fields)
     route = _route(msg.kind, msg.sender, msg.receiver, keys)
     return got, route.header(msg), route.fixed + len(str(msg.round)) + meta
 

@@ -357,7 +357,7 @@ def _checked(
         name = k if type(k) is str else str(k)
         carried[name] = check_array(name, v)
     strings = isinstance(kind, str) and isinstance(sender, str) and isinstance(receiver, str)
-    if not (strings and _integral(round)):
+    if not (strings and (type(round) is int or _integral(round))):
         raise ProtocolError(
             "a message's kind, sender and receiver are strings and its round an integer, "
             f"got {shown([kind, sender, receiver, round])}"

@@ -64,7 +64,11 @@ def check_meta(meta: Mapping[Any, Any], sender: str) -> None:
     most ``MAX_KEY_CHARS`` characters): a :class:`ProtocolError` names ``sender``."""
     if not meta:  # (most messages: nothing to check)
         return
-    long = next((k for k in meta if len(str(k)) > MAX_KEY_CHARS), None)
+    long = None
+    for k in meta:  # (a loop, not a generator: a message's few keys, checked per message)
+        if len(str(k)) > MAX_KEY_CHARS:
+            long = k
+            break
     if len(meta) > MAX_META_KEYS or long is not None:
         what = f"a key of {len(str(long))} characters" if long else f"{len(meta)} keys"
         raise ProtocolError(

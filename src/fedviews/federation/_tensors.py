@@ -81,9 +81,11 @@ def check_array(name: str, arr: Any) -> Array:
 def checked_array(name: str, arr: Any) -> tuple[Array, np.dtype[Any], bool]:
     """:func:`check_array` of ``arr``, the numpy dtype its values travel as and whether it
     is a tensor."""
-    tensor = is_tensor(arr)
-    if tensor:
-        if arr.layout is not sys.modules["torch"].strided:
+    torch = sys.modules.get("torch")  # (is_tensor, inline: once per array of a message)
+    tensor = False
+    if torch is not None and isinstance(arr, torch.Tensor):
+        tensor = True
+        if arr.layout is not torch.strided:
             raise ProtocolError(
                 f"array {name!r} is a {arr.layout} tensor; only dense ones are sent"
             )

@@ -231,7 +231,7 @@ class SplitNNActive(_MLPBottom):
             grads = {p: {"grad_logits": t.grad} for p, t in zip(self.passives, theirs, strict=True)}
             with stepping_with_staged([self.opt]):  # in one process: one step for every party
                 self.scatter("splitnn.backward", grads)
-            total += loss.detach().double() * len(idx)
+            total.add_(loss.detach(), alpha=len(idx))  # (in float64: exact, then rounded once)
         out: dict[str, Any] = {"epoch": msg.round, "loss": float(total) / len(self._X)}
         if self._X_test is not None and self.y_test is not None:
             out["accuracy"] = float(np.mean(self.predict_test() == self.y_test))
