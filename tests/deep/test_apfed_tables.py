@@ -103,7 +103,7 @@ def test_table_networks_that_do_not_fit_are_config_errors(views):
         APFed(**{**kw, "m": 2}).fit([Xs[0], strip], y)
     bad = [Xs[0], Xs[1].copy(), Xs[2]]
     bad[1][0, 0] = np.nan
-    with pytest.raises(DataError, match=r"X\[1\] contains NaN"):
+    with pytest.raises(DataError, match=r"X\[1\] \(party 1's features\) contains NaN"):
         APFed(**kw).fit(bad, y)
 
 

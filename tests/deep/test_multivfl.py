@@ -331,6 +331,10 @@ def test_errors(fmnist) -> None:
         )
     with pytest.raises(DataError, match="X has 2 arrays but n_data_owners=4"):
         MultiVFL(n_label_owners=1).fit([images[:, :14], images[:, 14:]], y)
+    nan = images[:, 21:].astype(np.float32)
+    nan[0, 0, 0] = np.nan  # the data owner is named, not only "X"
+    with pytest.raises(DataError, match=r"X\[3\] \(party 3's features\) contains NaN"):
+        MultiVFL(n_label_owners=1).fit([images[:, 0:7], images[:, 7:14], images[:, 14:21], nan], y)
     # 28 rows in 3 strips were 10, 9 and 9 rows, silently: Multi-VFL's strips are equal
     with pytest.raises(DataError, match="28-row images cannot be cut into 3 equal strips"):
         MultiVFL(n_data_owners=3, n_label_owners=1).fit(images, y)

@@ -367,7 +367,7 @@ def test_the_estimator_refuses_bad_input_with_clear_errors():
         est.predict([Xp, Xa])
     nan = Xa.astype(np.float32)
     nan[3, 1, 2] = np.nan
-    with pytest.raises(DataError, match="party 1's features contain NaN"):
+    with pytest.raises(DataError, match=r"X\[1\] \(party 1's features\) contains NaN"):
         est.fit([Xp, nan], y)
     with pytest.raises(DataError, match=r"mismatched shapes \[\(40, 4, 6\), \(39, 4, 6\)\]"):
         est.fit([Xp, Xa[:-1]], y)
@@ -386,8 +386,10 @@ def test_the_estimator_refuses_bad_input_with_clear_errors():
     est.fit([Xp, Xa], y)
     with pytest.raises(DataError, match=r"features of shapes \[\(4, 6\), \(4, 5\)\], the model "):
         est.predict([Xp, Xa[:, :, :5]])
-    with pytest.raises(DataError, match="party 0's features contain NaN"):
+    with pytest.raises(DataError, match=r"X\[0\] \(party 0's features\) contains NaN"):
         est.predict([nan, Xa])
+    with pytest.raises(DataError, match=r"^X contains NaN or infinite values"):
+        est.predict(np.full((2, 8, 6), np.nan))
     with pytest.raises(DataError, match="one label per sample"):
         est.score([Xp, Xa], y[:-1])
 

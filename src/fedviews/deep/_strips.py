@@ -96,8 +96,9 @@ def cut_images(X: np.ndarray, m: int, pad: bool) -> list[np.ndarray]:
 
 def party_features(X: Sequence[Any], n: int, name: str, count: str) -> list[np.ndarray]:
     """A list of ``n`` parties' features (strips ``(n, rows, W)``, table columns ``(n, k)``,
-    any non-empty ``(n_samples, ...)``), validated: numeric, one array per party, the same
-    samples in each (a :class:`DataError` naming ``name`` and the parameter ``count`` else)."""
+    any non-empty ``(n_samples, ...)``), validated: numeric, finite, one array per party, the
+    same samples in each (a :class:`DataError` naming ``name``, the party's index and the
+    parameter ``count`` else)."""
     if len(X) != n:
         raise DataError(
             f"{name} has {len(X)} arrays but {count}={n}; pass one array of features per party"
@@ -109,6 +110,8 @@ def party_features(X: Sequence[Any], n: int, name: str, count: str) -> list[np.n
                 f"{name}[{k}] must be a non-empty (n_samples, ...) array: a strip (n, rows, "
                 f"width) or table columns (n, k), got shape {a.shape}"
             )
+        if a.dtype.kind == "f" and not np.isfinite(a).all():
+            raise DataError(f"{name}[{k}] (party {k}'s features) contains NaN or infinite values")
     shapes = [a.shape for a in arrays]
     if len({s[0] for s in shapes}) != 1:
         raise DataError(

@@ -182,10 +182,9 @@ class SplitNN(Persistent, Classifier):
                     f"X must be images (n, H, W) or (n, C, H, W), or a list of {n_parties} "
                     f"parties' features (strips or table columns), got shape {images.shape}"
                 )
+            if images.dtype.kind == "f" and not np.isfinite(images).all():
+                raise DataError("X contains NaN or infinite values")
             views = cut_images(images, n_parties, bool(pad))
-        for k, v in enumerate(views):
-            if v.dtype.kind == "f" and not np.isfinite(v).all():
-                raise DataError(f"X: party {k}'s features contain NaN or infinite values")
         return views
 
     def fit(self, X: Any, y: Any) -> SplitNN:
