@@ -22,6 +22,8 @@ class LogEntry:
 
 #: distinct meta keys the log keeps per pair (more are counted in ``dropped_meta_keys``)
 MAX_PAIR_META_KEYS = 4096
+#: the entries a log records before it counts them, unread (``MessageLog._fold``)
+FOLD_EVERY = 4096
 #: the entry objects a log remembers having taken in (``MessageLog._take_in``)
 MAX_KNOWN = 1024
 
@@ -30,13 +32,18 @@ MAX_KNOWN = 1024
 class MessageLog:
     """Every message that crossed between parties, in order.
 
+    Recording a message appends its entry to a list (no lock: one ``list.append``); the
+    counts, names and entries are brought up to date from it when the log is read (or every
+    :data:`FOLD_EVERY` messages), in the order the messages came, so what a reader sees is
+    what recording each message at once would have made.
+
     Its budget: at most ``max_entries`` entries per sender are kept one by one (beyond,
     they only count: ``dropped_entries``), and at most :data:`MAX_PAIR_META_KEYS` distinct
     meta keys per pair (``dropped_meta_keys``), so that a dishonest peer cannot grow the log
     without bound.
     """
 
-    entries: list[LogEntry] = field(default_factory=list)
+    _entries: list[LogEntry] = field(default_factory=list)
     handler_seconds: dict[str, float] = field(default_factory=lambda: defaultdict(float))
     keep_entries: bool = True
     max_entries: int = 1_000_000
@@ -54,6 +61,14 @@ class MessageLog:
     #: the entries taken in (``_take_in``), by id
     _known: dict[int, LogEntry] = field(default_factory=dict, repr=False)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+    #: the entries recorded, not counted yet (:meth:`_fold`)
+    _new: list[LogEntry] = field(default_factory=list, repr=False)
+
+    @property
+    def entries(self) -> list[LogEntry]:
+        """Every entry kept, in order."""
+        self._fold()
+        return self._entries
 
     def add_seconds(self, party: str, seconds: float) -> None:
         """Count ``seconds`` more in ``party``'s handlers (``handler_seconds``; under the lock:
@@ -62,26 +77,44 @@ class MessageLog:
             self.handler_seconds[party] += seconds
 
     def record(self, entry: LogEntry) -> None:
-        """Count ``entry`` (and keep it, within the budget). An entry object recorded before
-        (:meth:`Header.entry` gives the messages of one header and size one) is only counted:
-        its array names, meta keys and exchange are in already."""
+        """Record ``entry`` (counted, and kept within the budget, when the log is read next:
+        :meth:`_fold`)."""
+        new = self._new
+        new.append(entry)  # (atomic: transports may deliver concurrently)
+        if len(new) >= FOLD_EVERY:
+            self._fold()
+
+    def _fold(self) -> None:
+        """Count the entries recorded since the last fold (and keep them, within the budget).
+        An entry object counted before (:meth:`Header.entry` gives the messages of one header
+        and size one) is only counted: its array names, meta keys and exchange are in
+        already."""
+        new = self._new
+        if not new:
+            return
+        with self._lock:  # (one list, never replaced: an append while folding stays in it)
+            n = len(new)
+            for entry in new[:n]:
+                self._count(entry)
+            del new[:n]
+
+    def _count(self, entry: LogEntry) -> None:
         pair = (entry.sender, entry.receiver)
-        with self._lock:  # transports may deliver concurrently
-            self._messages += 1
-            if entry.round > self._rounds:
-                self._rounds = entry.round
-            self._bytes_sent[entry.sender] += entry.nbytes
-            self._bytes_recv[entry.receiver] += entry.nbytes
-            self._pair_bytes[pair] += entry.nbytes
-            if self._known.get(id(entry)) is not entry:
-                self._take_in(entry, pair)
-            if not self.keep_entries:
-                return
-            if self._kept[entry.sender] < self.max_entries:
-                self._kept[entry.sender] += 1
-                self.entries.append(entry)
-            else:
-                self._dropped[entry.sender] += 1
+        self._messages += 1
+        if entry.round > self._rounds:
+            self._rounds = entry.round
+        self._bytes_sent[entry.sender] += entry.nbytes
+        self._bytes_recv[entry.receiver] += entry.nbytes
+        self._pair_bytes[pair] += entry.nbytes
+        if self._known.get(id(entry)) is not entry:
+            self._take_in(entry, pair)
+        if not self.keep_entries:
+            return
+        if self._kept[entry.sender] < self.max_entries:
+            self._kept[entry.sender] += 1
+            self._entries.append(entry)
+        else:
+            self._dropped[entry.sender] += 1
 
     def _take_in(self, entry: LogEntry, pair: tuple[str, str]) -> None:
         """Add the array names, meta keys (within the budget) and exchange of ``entry``; it
@@ -105,6 +138,7 @@ class MessageLog:
     # -- queries used by tests and reports -------------------------------
     def arrays_sent(self, sender: str | None = None, receiver: str | None = None) -> set[str]:
         """Names of every array that went from ``sender`` to ``receiver`` (None = any)."""
+        self._fold()
         out: set[str] = set()
         for (s, r), names in self._crossed.items():
             if (sender is None or s == sender) and (receiver is None or r == receiver):
@@ -113,6 +147,7 @@ class MessageLog:
 
     def crossings(self) -> dict[str, list[str]]:
         """``{"sender -> receiver": sorted array names}`` for every pair that exchanged arrays."""
+        self._fold()
         return {f"{s} -> {r}": sorted(n) for (s, r), n in sorted(self._crossed.items()) if n}
 
     def exchanges(self) -> list[tuple[str, str, str, tuple[str, ...]]]:
@@ -121,22 +156,27 @@ class MessageLog:
         The protocol's footprint: the same run in one process and deployed must
         produce the same set (up to the deployment's own session messages).
         """
+        self._fold()
         return sorted(self._exchanges)
 
     @property
     def n_messages(self) -> int:
+        self._fold()
         return self._messages
 
     @property
     def rounds(self) -> int:
+        self._fold()
         return self._rounds
 
     @property
     def total_bytes(self) -> int:
+        self._fold()
         return int(sum(self._bytes_sent.values()))
 
     def summary(self) -> dict[str, Any]:
         """Run statistics: rounds, messages, bytes sent/received and handler time per party."""
+        self._fold()
         parties = sorted(set(self._bytes_sent) | set(self._bytes_recv) | set(self.handler_seconds))
         out: dict[str, Any] = {
             "rounds": self._rounds,
@@ -171,5 +211,6 @@ class MessageLog:
         return out
 
     def to_records(self, limit: int | None = None) -> list[dict[str, Any]]:
-        entries = self.entries if limit is None else self.entries[:limit]
+        self._fold()
+        entries = self._entries if limit is None else self._entries[:limit]
         return [asdict(e) for e in entries]
