@@ -44,7 +44,7 @@ class MessageLog:
     """
 
     _entries: list[LogEntry] = field(default_factory=list)
-    handler_seconds: dict[str, float] = field(default_factory=lambda: defaultdict(float))
+    _seconds: dict[str, float] = field(default_factory=lambda: defaultdict(float))
     keep_entries: bool = True
     max_entries: int = 1_000_000
     _bytes_sent: dict[str, int] = field(default_factory=lambda: defaultdict(int))
@@ -63,6 +63,14 @@ class MessageLog:
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
     #: the entries recorded, not counted yet (:meth:`_fold`)
     _new: list[LogEntry] = field(default_factory=list, repr=False)
+    #: the handlers' seconds added, not summed yet (:meth:`_fold`)
+    _new_seconds: list[tuple[str, float]] = field(default_factory=list, repr=False)
+
+    @property
+    def handler_seconds(self) -> dict[str, float]:
+        """The seconds spent in each party's handlers."""
+        self._fold()
+        return self._seconds
 
     @property
     def entries(self) -> list[LogEntry]:
@@ -71,10 +79,12 @@ class MessageLog:
         return self._entries
 
     def add_seconds(self, party: str, seconds: float) -> None:
-        """Count ``seconds`` more in ``party``'s handlers (``handler_seconds``; under the lock:
-        the handlers of a transport's threads finish concurrently)."""
-        with self._lock:
-            self.handler_seconds[party] += seconds
+        """Count ``seconds`` more in ``party``'s handlers (``handler_seconds``, summed in the
+        order they came when it is read next: :meth:`_fold`)."""
+        new = self._new_seconds
+        new.append((party, seconds))  # (atomic: handlers of several threads finish together)
+        if len(new) >= FOLD_EVERY:
+            self._fold()
 
     def record(self, entry: LogEntry) -> None:
         """Record ``entry`` (counted, and kept within the budget, when the log is read next:
@@ -89,14 +99,19 @@ class MessageLog:
         An entry object counted before (:meth:`Header.entry` gives the messages of one header
         and size one) is only counted: its array names, meta keys and exchange are in
         already."""
-        new = self._new
-        if not new:
+        new, seconds = self._new, self._new_seconds
+        if not new and not seconds:
             return
-        with self._lock:  # (one list, never replaced: an append while folding stays in it)
+        with self._lock:  # (lists never replaced: an append while folding stays in them)
             n = len(new)
             for entry in new[:n]:
                 self._count(entry)
             del new[:n]
+            n = len(seconds)
+            summed = self._seconds
+            for party, s in seconds[:n]:
+                summed[party] += s
+            del seconds[:n]
 
     def _count(self, entry: LogEntry) -> None:
         pair = (entry.sender, entry.receiver)
@@ -177,7 +192,7 @@ class MessageLog:
     def summary(self) -> dict[str, Any]:
         """Run statistics: rounds, messages, bytes sent/received and handler time per party."""
         self._fold()
-        parties = sorted(set(self._bytes_sent) | set(self._bytes_recv) | set(self.handler_seconds))
+        parties = sorted(set(self._bytes_sent) | set(self._bytes_recv) | set(self._seconds))
         out: dict[str, Any] = {
             "rounds": self._rounds,
             "messages": self._messages,
@@ -186,7 +201,7 @@ class MessageLog:
                 p: {
                     "bytes_sent": int(self._bytes_sent.get(p, 0)),
                     "bytes_received": int(self._bytes_recv.get(p, 0)),
-                    "wall_seconds": round(float(self.handler_seconds.get(p, 0.0)), 6),
+                    "wall_seconds": round(float(self._seconds.get(p, 0.0)), 6),
                 }
                 for p in parties
             },

@@ -236,11 +236,11 @@ class InProcessTransport(Transport):
                 self._lanes.clear()
                 self._lanes_policy = self.policy
             lane = self._lanes.get((request, key))
-            if lane is not None:
-                got, floats = take(lane, msg)
+            if lane is not None and (took := take(lane, msg)) is not None:
+                got, floats, entry = took
                 if floats:
                     handed.append((got, floats))
-                return lane.party, got, lane.log_entry(msg.round)  # type: ignore[return-value]
+                return lane.party, got, entry  # type: ignore[return-value]
         party = self._receiver(msg) if request else self.local.get(msg.receiver)
         if request:
             self._check_send(msg)
@@ -248,11 +248,13 @@ class InProcessTransport(Transport):
         if floats:
             handed.append((got, floats))
         self._check_receive(head)
+        entry = head.entry(wire_bytes)
         if key is not None and len(self._lanes) < MAX_LANES:
             lane = lane_of(msg, party, head, wire_bytes, floats)
             if lane is not None:
+                lane.entry = entry
                 self._lanes[request, key] = lane
-        return party, got, head.entry(wire_bytes)  # type: ignore[return-value]
+        return party, got, entry  # type: ignore[return-value]
 
     def request_many(self, msgs: list[Message]) -> list[Message]:
         return self._settled(partial(self._request_many, msgs))
