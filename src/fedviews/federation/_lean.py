@@ -18,7 +18,7 @@ in full; so is one whose meta values are not plain.
 from __future__ import annotations
 
 import sys
-from collections.abc import Collection
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -76,7 +76,8 @@ def signature(msg: Message) -> tuple[Any, ...] | None:
     torch = sys.modules.get("torch")
     tensor = None if torch is None else torch.Tensor
     key: list[Any] = [msg.kind, msg.sender, msg.receiver, tuple(msg.meta) if msg.meta else ()]
-    for name, a in msg.arrays.items():
+    carried: Mapping[str, Any] = msg.arrays  # (tensors or numpy arrays, told apart by type)
+    for name, a in carried.items():
         t = type(a)
         if t is tensor:
             key.append((name, t, a.dtype, a.shape, a.layout))
@@ -128,7 +129,8 @@ def take(lane: Lane, msg: Message) -> tuple[Message, dict[str, torch.Tensor], Lo
     arrays: dict[str, Any] = {}
     floats: dict[str, torch.Tensor] = {}
     finite = lane.finite
-    for (name, tensor, dtype), a in zip(lane.arrays, msg.arrays.values(), strict=True):
+    carried: Mapping[str, Any] = msg.arrays
+    for (name, tensor, dtype), a in zip(lane.arrays, carried.values(), strict=True):
         if tensor:
             if a.requires_grad:  # (one without a graph needs no detaching: one op less)
                 a = a.detach()
