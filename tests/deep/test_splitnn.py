@@ -75,6 +75,23 @@ def test_tensors_handed_over_equal_the_wire_run():
     assert_same_run(fast, wire)
 
 
+def test_the_lean_path_equals_every_message_checked_in_full(monkeypatch):
+    """A message of a signature met before is handed over without its checks (``_lean``):
+    the run (models, messages, bytes, the log in order) is bit for bit that of a transport
+    that checks every message in full."""
+    import fedviews.federation._transport as transport
+
+    run, lean, *_ = _run()
+    lean()
+    assert lean.transport._lanes  # (the lanes were taken)
+    monkeypatch.setattr(transport, "signature", lambda msg: None)
+    full = build_in_process(run, _data()[0])
+    full()
+    assert not full.transport._lanes
+    assert_same_run(lean, full)
+    assert lean.transport.log.summary()["exchanges"] == full.transport.log.summary()["exchanges"]
+
+
 def test_passive_backward_passes_run_as_one_and_equal_one_each(monkeypatch):
     """In one process the gradients of the label owner's scatter go back through the passive
     parties' bottoms in one autograd call; every model and message is bit for bit that of

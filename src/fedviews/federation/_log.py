@@ -22,6 +22,8 @@ class LogEntry:
 
 #: distinct meta keys the log keeps per pair (more are counted in ``dropped_meta_keys``)
 MAX_PAIR_META_KEYS = 4096
+#: the entries a log records before it counts them, unread (``MessageLog._fold``)
+FOLD_EVERY = 4096
 #: the entry objects a log remembers having taken in (``MessageLog._take_in``)
 MAX_KNOWN = 1024
 
@@ -30,14 +32,19 @@ MAX_KNOWN = 1024
 class MessageLog:
     """Every message that crossed between parties, in order.
 
+    Recording a message appends its entry to a list (no lock: one ``list.append``); the
+    counts, names and entries are brought up to date from it when the log is read (or every
+    :data:`FOLD_EVERY` messages), in the order the messages came, so what a reader sees is
+    what recording each message at once would have made.
+
     Its budget: at most ``max_entries`` entries per sender are kept one by one (beyond,
     they only count: ``dropped_entries``), and at most :data:`MAX_PAIR_META_KEYS` distinct
     meta keys per pair (``dropped_meta_keys``), so that a dishonest peer cannot grow the log
     without bound.
     """
 
-    entries: list[LogEntry] = field(default_factory=list)
-    handler_seconds: dict[str, float] = field(default_factory=lambda: defaultdict(float))
+    _entries: list[LogEntry] = field(default_factory=list)
+    _seconds: dict[str, float] = field(default_factory=lambda: defaultdict(float))
     keep_entries: bool = True
     max_entries: int = 1_000_000
     _bytes_sent: dict[str, int] = field(default_factory=lambda: defaultdict(int))
@@ -54,34 +61,75 @@ class MessageLog:
     #: the entries taken in (``_take_in``), by id
     _known: dict[int, LogEntry] = field(default_factory=dict, repr=False)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+    #: the entries recorded, not counted yet (:meth:`_fold`)
+    _new: list[LogEntry] = field(default_factory=list, repr=False)
+    #: the handlers' seconds added, not summed yet (:meth:`_fold`)
+    _new_seconds: list[tuple[str, float]] = field(default_factory=list, repr=False)
+
+    @property
+    def handler_seconds(self) -> dict[str, float]:
+        """The seconds spent in each party's handlers."""
+        self._fold()
+        return self._seconds
+
+    @property
+    def entries(self) -> list[LogEntry]:
+        """Every entry kept, in order."""
+        self._fold()
+        return self._entries
 
     def add_seconds(self, party: str, seconds: float) -> None:
-        """Count ``seconds`` more in ``party``'s handlers (``handler_seconds``; under the lock:
-        the handlers of a transport's threads finish concurrently)."""
-        with self._lock:
-            self.handler_seconds[party] += seconds
+        """Count ``seconds`` more in ``party``'s handlers (``handler_seconds``, summed in the
+        order they came when it is read next: :meth:`_fold`)."""
+        new = self._new_seconds
+        new.append((party, seconds))  # (atomic: handlers of several threads finish together)
+        if len(new) >= FOLD_EVERY:
+            self._fold()
 
     def record(self, entry: LogEntry) -> None:
-        """Count ``entry`` (and keep it, within the budget). An entry object recorded before
-        (:meth:`Header.entry` gives the messages of one header and size one) is only counted:
-        its array names, meta keys and exchange are in already."""
+        """Record ``entry`` (counted, and kept within the budget, when the log is read next:
+        :meth:`_fold`)."""
+        new = self._new
+        new.append(entry)  # (atomic: transports may deliver concurrently)
+        if len(new) >= FOLD_EVERY:
+            self._fold()
+
+    def _fold(self) -> None:
+        """Count the entries recorded since the last fold (and keep them, within the budget).
+        An entry object counted before (:meth:`Header.entry` gives the messages of one header
+        and size one) is only counted: its array names, meta keys and exchange are in
+        already."""
+        new, seconds = self._new, self._new_seconds
+        if not new and not seconds:
+            return
+        with self._lock:  # (lists never replaced: an append while folding stays in them)
+            n = len(new)
+            for entry in new[:n]:
+                self._count(entry)
+            del new[:n]
+            n = len(seconds)
+            summed = self._seconds
+            for party, s in seconds[:n]:
+                summed[party] += s
+            del seconds[:n]
+
+    def _count(self, entry: LogEntry) -> None:
         pair = (entry.sender, entry.receiver)
-        with self._lock:  # transports may deliver concurrently
-            self._messages += 1
-            if entry.round > self._rounds:
-                self._rounds = entry.round
-            self._bytes_sent[entry.sender] += entry.nbytes
-            self._bytes_recv[entry.receiver] += entry.nbytes
-            self._pair_bytes[pair] += entry.nbytes
-            if self._known.get(id(entry)) is not entry:
-                self._take_in(entry, pair)
-            if not self.keep_entries:
-                return
-            if self._kept[entry.sender] < self.max_entries:
-                self._kept[entry.sender] += 1
-                self.entries.append(entry)
-            else:
-                self._dropped[entry.sender] += 1
+        self._messages += 1
+        if entry.round > self._rounds:
+            self._rounds = entry.round
+        self._bytes_sent[entry.sender] += entry.nbytes
+        self._bytes_recv[entry.receiver] += entry.nbytes
+        self._pair_bytes[pair] += entry.nbytes
+        if self._known.get(id(entry)) is not entry:
+            self._take_in(entry, pair)
+        if not self.keep_entries:
+            return
+        if self._kept[entry.sender] < self.max_entries:
+            self._kept[entry.sender] += 1
+            self._entries.append(entry)
+        else:
+            self._dropped[entry.sender] += 1
 
     def _take_in(self, entry: LogEntry, pair: tuple[str, str]) -> None:
         """Add the array names, meta keys (within the budget) and exchange of ``entry``; it
@@ -105,6 +153,7 @@ class MessageLog:
     # -- queries used by tests and reports -------------------------------
     def arrays_sent(self, sender: str | None = None, receiver: str | None = None) -> set[str]:
         """Names of every array that went from ``sender`` to ``receiver`` (None = any)."""
+        self._fold()
         out: set[str] = set()
         for (s, r), names in self._crossed.items():
             if (sender is None or s == sender) and (receiver is None or r == receiver):
@@ -113,6 +162,7 @@ class MessageLog:
 
     def crossings(self) -> dict[str, list[str]]:
         """``{"sender -> receiver": sorted array names}`` for every pair that exchanged arrays."""
+        self._fold()
         return {f"{s} -> {r}": sorted(n) for (s, r), n in sorted(self._crossed.items()) if n}
 
     def exchanges(self) -> list[tuple[str, str, str, tuple[str, ...]]]:
@@ -121,23 +171,28 @@ class MessageLog:
         The protocol's footprint: the same run in one process and deployed must
         produce the same set (up to the deployment's own session messages).
         """
+        self._fold()
         return sorted(self._exchanges)
 
     @property
     def n_messages(self) -> int:
+        self._fold()
         return self._messages
 
     @property
     def rounds(self) -> int:
+        self._fold()
         return self._rounds
 
     @property
     def total_bytes(self) -> int:
+        self._fold()
         return int(sum(self._bytes_sent.values()))
 
     def summary(self) -> dict[str, Any]:
         """Run statistics: rounds, messages, bytes sent/received and handler time per party."""
-        parties = sorted(set(self._bytes_sent) | set(self._bytes_recv) | set(self.handler_seconds))
+        self._fold()
+        parties = sorted(set(self._bytes_sent) | set(self._bytes_recv) | set(self._seconds))
         out: dict[str, Any] = {
             "rounds": self._rounds,
             "messages": self._messages,
@@ -146,7 +201,7 @@ class MessageLog:
                 p: {
                     "bytes_sent": int(self._bytes_sent.get(p, 0)),
                     "bytes_received": int(self._bytes_recv.get(p, 0)),
-                    "wall_seconds": round(float(self.handler_seconds.get(p, 0.0)), 6),
+                    "wall_seconds": round(float(self._seconds.get(p, 0.0)), 6),
                 }
                 for p in parties
             },
@@ -171,5 +226,6 @@ class MessageLog:
         return out
 
     def to_records(self, limit: int | None = None) -> list[dict[str, Any]]:
-        entries = self.entries if limit is None else self.entries[:limit]
+        self._fold()
+        entries = self._entries if limit is None else self._entries[:limit]
         return [asdict(e) for e in entries]
