@@ -209,7 +209,10 @@ def test_killed_party_then_resume_equals_uninterrupted(tmp_path):
     flat = " ".join(out.split())  # the error line may be wrapped
     assert "PartyUnavailable: party 'zer' is unavailable" in flat
     assert f"`fedviews run --resume {run}`" in out  # one line, ready to copy
-    assert seconds < 30  # detected at once (the stream breaks), no hang
+    # detected at once (the stream breaks), not by the 20 s heartbeat timeout (its reason);
+    # the cap only catches a hang (a loaded machine takes seconds to shut the run down)
+    assert "no message or heartbeat" not in flat, out
+    assert seconds < 120
     res = json.loads((run / "coordinator" / "results.json").read_text())
     assert res["unavailable_party"] == "zer" and "zer" in res["status"]
     done = res["last_checkpoint_round"]
