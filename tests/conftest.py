@@ -19,8 +19,9 @@ ROOT = Path(__file__).resolve().parents[1]
 # is descheduled spins out its time slice: a small torch training loop with 2 OpenMP threads
 # took 5-15 s instead of 0.4 s, 3,000 small numpy products with 2 OpenBLAS threads 10-27 s
 # instead of 2.2 s (benchmarks/bench_busy_threads.py). Threads that wait passively keep
-# torch's thread count, so its float32 sums are unchanged; OpenBLAS's threads cannot wait
-# passively, so numpy's BLAS has one (its products split rows and columns, not the sums).
+# torch's thread count, so its float32 sums are unchanged (checked bit for bit); OpenBLAS's
+# threads cannot wait passively, so numpy's BLAS has one thread everywhere, as the algorithms'
+# own computations already have (Algorithm.compute_limits, linear small_blas).
 # A variable set in the environment stays as set.
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
