@@ -1,7 +1,9 @@
-"""Fixtures shared by the test folders: the wheel, built once per session."""
+"""Fixtures shared by the test folders: the wheel, built once per session; the threads'
+waiting policy of the whole suite."""
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 import sys
@@ -11,6 +13,18 @@ from typing import NamedTuple
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
+
+# Set before numpy or torch loads here, and inherited by every process a test starts. On a
+# busy machine (2 cores shared with other jobs) a thread that waits at a barrier for one that
+# is descheduled spins out its time slice: a small torch training loop with 2 OpenMP threads
+# took 5-15 s instead of 0.4 s, 3,000 small numpy products with 2 OpenBLAS threads 10-27 s
+# instead of 2.2 s (benchmarks/bench_busy_threads.py). Threads that wait passively keep
+# torch's thread count, so its float32 sums are unchanged (checked bit for bit); OpenBLAS's
+# threads cannot wait passively, so numpy's BLAS has one thread everywhere, as the algorithms'
+# own computations already have (Algorithm.compute_limits, linear small_blas).
+# A variable set in the environment stays as set.
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
 
 class Wheel(NamedTuple):

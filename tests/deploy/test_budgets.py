@@ -167,8 +167,9 @@ def deploy(fed, tmp_path) -> Iterator[Callable[..., Deployment]]:
 def test_a_member_holding_hello_less_streams_keeps_no_party_process_out(deploy) -> None:
     """A party's 60 streams without hello held the hub's threads: another party could not join
     within 20 s, and the refusals named nobody. Now streams past ``max_streams_per_peer`` are
-    refused at once, naming the certificate, and a ``fedviews party`` process joins."""
-    d = deploy()
+    refused at once, naming the certificate, and a ``fedviews party`` process joins while the
+    member's streams within the budget are still held (no hello timeout ended them first)."""
+    d = deploy("hello_timeout = 300.0")  # the held streams end only when the test ends them
     coord = d.coordinator()
     never = threading.Event()
     streams = silent_streams(d.fed / "certs", d.port, ATTACKER, 60, never)
@@ -179,10 +180,13 @@ def test_a_member_holding_hello_less_streams_keeps_no_party_process_out(deploy) 
         while sum(call.done() for call in streams) < refused:  # refused at once
             assert time.monotonic() < deadline, "the streams past the budget were not refused"
             time.sleep(0.05)
-        t0 = time.monotonic()
         pix = d.party_process("pix")
-        joined = pix.wait_for("[pix] connected to", timeout=30) - t0
-        assert joined < 20, f"pix joined after {joined:.1f} s"  # the issue's 20 s
+        # the event, not a wall clock (a loaded machine starts a process slowly): pix joins
+        # while the member still holds its streams (before, they held the hub's threads
+        # until they ended); the cap only catches that
+        pix.wait_for("[pix] connected to", timeout=50)
+        held = [call for call in streams if not call.done()]
+        assert len(held) == cap, f"{len(held)} streams held when pix joined"
     finally:
         never.set()
         for call in streams:
@@ -200,7 +204,7 @@ def test_a_member_holding_hello_less_streams_keeps_no_party_process_out(deploy) 
 
 def _member_once_its_streams_ended(d: Deployment) -> None:
     """``fou`` joins as an honest party, once the hub has counted its cancelled streams out."""
-    deadline = time.monotonic() + 10
+    deadline = time.monotonic() + 60  # generous: a loaded machine
     while True:
         try:
             d.member(ATTACKER)

@@ -287,7 +287,10 @@ def test_stopped_party_is_unavailable_and_run_shuts_down(tmp_path):
         elapsed = time.monotonic() - t0
         assert coord.returncode == 2, text
         assert "PartyUnavailable" in text and "'zer'" in text
-        assert elapsed < 3.0 + 8.0  # the timeout plus shutdown
+        # detected by the 3 s heartbeat timeout (its reason), not by the 3600 s request
+        # timeout; the cap only catches a hang (a loaded machine takes seconds to shut down)
+        assert "no message or heartbeat for 3 s" in " ".join(text.split()), text
+        assert elapsed < 60.0
         res = json.loads((out / "coordinator" / "results.json").read_text())
         assert "zer" in res["status"] and len(res["objective"]) >= 1  # results so far written
         for p in ("pix", "fou"):  # the others are told to stop and exit
@@ -326,7 +329,7 @@ def test_session_kinds_from_a_party_are_refused_by_the_hub(two_cas):
             t.connect()
             threading.Thread(target=t.serve, daemon=True).start()
             parties[name] = t
-        hub.wait_for_parties(5)
+        hub.wait_for_parties(30)  # a hang cap
         honest = parties["a"].local["a"]
         with pytest.raises(PrivacyError, match="'a' \\(party\\) from sending a 'deploy:finish'"):
             honest.send("b", "deploy:finish")  # the honest sender's own check

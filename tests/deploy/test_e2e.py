@@ -98,7 +98,7 @@ def relay(tmp_path) -> Iterator[dict[str, Any]]:
             t.register(party)
             t.connect()
             threading.Thread(target=_serve, args=(t, errors), daemon=True).start()
-        hub.wait_for_parties(5)
+        hub.wait_for_parties(30)  # a hang cap
         yield {"hub": hub, "seen": seen, "b": receiver, "errors": errors, "real": real}
     finally:
         hub.close()
@@ -221,7 +221,7 @@ def test_a_hub_cannot_hand_out_an_end_to_end_key_in_its_own_name(relay, tmp_path
     frame = json.dumps({"session": hub.session.hex(), "peers": peers}).encode()
     for link in hub.links.values():
         link.post(PEERS, 0, frame)
-    deadline = time.monotonic() + 5
+    deadline = time.monotonic() + 30  # a hang cap, generous for a loaded machine
     while len(relay["errors"]) < 2 and time.monotonic() < deadline:
         time.sleep(0.05)
     assert len(relay["errors"]) == 2
@@ -285,7 +285,7 @@ def test_a_coordinator_cannot_use_a_party_as_a_psi_oracle(tmp_path) -> None:
             t.register(parties[name])
             t.connect()
             threading.Thread(target=_serve, args=(t, errors), daemon=True).start()
-        hub.wait_for_parties(5)
+        hub.wait_for_parties(30)  # a hang cap
         assert run_psi(coord, ["a", "b"], "g1") == 100
         np.testing.assert_array_equal(ids["a"][parties["a"].psi_rows["g1"]], np.arange(200, 300))
         relayed = {e.kind: e.arrays for e in hub.log.entries}

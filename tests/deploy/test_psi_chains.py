@@ -76,7 +76,7 @@ def _federation(
             t.register(party)
             t.connect()
             threading.Thread(target=_serve, args=(t, errors), daemon=True).start()
-        hub.wait_for_parties(5)
+        hub.wait_for_parties(30)  # a hang cap
         yield hub, coord
     finally:
         hub.close()

@@ -12,7 +12,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from datetime import datetime
 from pathlib import Path
 
@@ -283,6 +283,30 @@ def terminate_as_interrupt() -> Callable[[], None]:
         signal.signal(signal.SIGTERM, signal.SIG_DFL if old is None else old)
 
     return restore
+
+
+@contextlib.contextmanager
+def stop_signals_held() -> Iterator[list[int]]:
+    """A block that SIGTERM and SIGINT do not interrupt (the main thread's handlers; another
+    thread's block runs as it is): a process already stopping writes its results whole. A
+    launcher whose coordinator is slow to stop (a loaded machine) terminates it a second time;
+    that signal ended the writing, and the run lost its ``results.json``. The signals that
+    came are in the list the block gets; the process is ending anyway, so they are not
+    raised again."""
+    came: list[int] = []
+    if threading.current_thread() is not threading.main_thread():
+        yield came
+        return
+
+    def hold(signum: int, frame: object) -> None:
+        came.append(signum)
+
+    old = {sig: signal.signal(sig, hold) for sig in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        yield came
+    finally:
+        for sig, handler in old.items():
+            signal.signal(sig, signal.SIG_DFL if handler is None else handler)
 
 
 def resume_launch(run_dir: Path, echo: Callable[[str], None] = print) -> Path:

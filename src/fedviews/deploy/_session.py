@@ -14,6 +14,7 @@ import numpy as np
 
 from fedviews.data import PartyData
 from fedviews.deploy._config import DeployConfig
+from fedviews.deploy._launch import stop_signals_held
 from fedviews.deploy._model import load_model_part
 from fedviews.deploy._predict import PredictCoordinator, PredictParty
 from fedviews.deploy._roles import (
@@ -123,18 +124,20 @@ def run_coordinator(
         named = blame(exc)
         raise
     finally:
-        result = {
-            "status": status,
-            "seconds": round(time.perf_counter() - t0, 3),
-            **coord.results(),
-            **named,
-        }
-        try:  # the server stops first: its connections hold no descriptor the files need
-            hub.close()
-        finally:
-            for fd in reserve:
-                os.close(fd)
-            write_coordinator_outputs(out_dir, coord, result, unavailable, hub.log)
+        # a second stop (its launcher's, after a grace) no longer ends the writing
+        with stop_signals_held():
+            result = {
+                "status": status,
+                "seconds": round(time.perf_counter() - t0, 3),
+                **coord.results(),
+                **named,
+            }
+            try:  # the server stops first: its connections hold no descriptor the files need
+                hub.close()
+            finally:
+                for fd in reserve:
+                    os.close(fd)
+                write_coordinator_outputs(out_dir, coord, result, unavailable, hub.log)
         if status == "ok" and result.get("objective"):  # the results, then the status
             say(f"final objective {result['objective'][-1]:.10g}")
         say(f"{status}; results in {out_dir}")
