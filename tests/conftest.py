@@ -26,6 +26,15 @@ ROOT = Path(__file__).resolve().parents[1]
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
+# The CPU kernels of `fedviews reproduce` (fedviews._kernels: the AVX2 code paths on every
+# x86-64 CPU), also here, before numpy or torch loads: the tests that compare with committed
+# numbers get the numbers the records were made with on any such CPU.
+from fedviews._kernels import PINS, pins_missing  # noqa: E402
+
+if pins_missing():
+    for _k, _v in PINS.items():
+        os.environ.setdefault(_k, _v)
+
 
 class Wheel(NamedTuple):
     """A wheel built from the working tree, and the build's output (stdout + stderr)."""

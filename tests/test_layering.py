@@ -31,6 +31,7 @@ SHARED = (
     "fedviews._console",
     "fedviews._estimator",
     "fedviews._heap",
+    "fedviews._kernels",  # the CPU kernels of `fedviews reproduce` (the CLI, the tests)
     "fedviews._lazy",
     "fedviews._params",
     "fedviews._persist",  # the estimators' pickling, save and load (above federation)

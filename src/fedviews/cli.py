@@ -186,10 +186,18 @@ def reproduce(
     ] = None,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bars.")] = False,
 ) -> None:
-    """Re-make the published results tables (reproductions.toml) and check or record them."""
+    """Re-make the published results tables (reproductions.toml) and check or record them.
+
+    On an x86-64 CPU it computes with the libraries' AVX2 kernels, the same on every such CPU
+    (run again in a process of its own with them pinned where they are not)."""
     from datetime import datetime
 
     from rich.table import Table
+
+    from fedviews._kernels import pinned_run, pins_missing
+
+    if not list_ and pins_missing() and click.get_current_context().obj is OWN_PROCESS:
+        raise typer.Exit(pinned_run(sys.argv[1:]))
 
     from fedviews.experiments import (
         committed_cells,
