@@ -211,14 +211,19 @@ class InProcessTransport(Transport):
         return self._settled(partial(self._request, msg))
 
     def _request(self, msg: Message) -> Message:
+        party, got = self._delivered(msg, request=True)
+        return self._hand_over(self._handle(party, got))
+
+    def _delivered(self, msg: Message, *, request: bool) -> tuple[Party, Message]:
+        """:meth:`_taken` of ``msg`` alone, its finiteness checks queued, logged."""
         handed: list[tuple[Message, Mapping[str, Any]]] = []
         try:
-            party, got, entry = self._taken(msg, handed, request=True)
-        finally:
+            party, got, entry = self._taken(msg, handed, request=request)
+        finally:  # (its tensors, also where a check refused it)
             if handed:
                 self.checks.add_many(handed)
         self.log.record(entry)
-        return self._hand_over(self._handle(party, got))
+        return party, got
 
     def _taken(
         self, msg: Message, handed: list[tuple[Message, Mapping[str, Any]]], *, request: bool
@@ -342,14 +347,7 @@ class InProcessTransport(Transport):
     def _hand_over(self, msg: Message) -> Message:
         """``msg`` as its receiver gets it, after the receiver's policy check, logged with
         its wire size."""
-        handed: list[tuple[Message, Mapping[str, Any]]] = []
-        try:
-            _, got, entry = self._taken(msg, handed, request=False)
-        finally:
-            if handed:
-                self.checks.add_many(handed)
-        self.log.record(entry)
-        return got
+        return self._delivered(msg, request=False)[1]
 
     def _as_party(self, party: Party, msg: Message, fn: Callable[[], T]) -> T:
         t0 = time.perf_counter()  # (timed here, not by the base class: one call less)
