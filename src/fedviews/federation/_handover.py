@@ -160,6 +160,14 @@ def _refusal(pending: list[_Pending]) -> ProtocolError | None:
     return refused
 
 
+def receiver_copy(t: torch.Tensor) -> torch.Tensor:
+    """What the receiver of tensor ``t`` in the same process gets: a detached, contiguous copy
+    on its device (it shares neither memory nor an autograd graph with the sender's)."""
+    if t.requires_grad:  # (one without a graph needs no detaching: one op less)
+        t = t.detach()
+    return t.clone(memory_format=sys.modules["torch"].contiguous_format)
+
+
 def hand_over(msg: Message, checks: FiniteChecks) -> tuple[Message, Header, int]:
     """``msg`` as its receiver in the same process gets it, its header and the bytes its
     encoding takes (``len(msg.encode())``, without encoding its arrays).
@@ -196,11 +204,7 @@ def handed_over(msg: Message) -> tuple[Message, Header, int, dict[str, torch.Ten
     for name, a in msg.arrays.items():
         a, dtype, tensor = checked_array(name, a)  # as decoding the message checks its arrays
         if tensor:
-            t = cast("torch.Tensor", a)
-            if t.requires_grad:  # (one without a graph needs no detaching: one op less)
-                t = t.detach()
-            t = t.clone(memory_format=sys.modules["torch"].contiguous_format)
-            arrays[name] = t
+            t = arrays[name] = receiver_copy(cast("torch.Tensor", a))
             if dtype.kind == "f":
                 floats[name] = t
         else:

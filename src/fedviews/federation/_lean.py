@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from fedviews.federation._handover import _meta_length
+from fedviews.federation._handover import _meta_length, receiver_copy
 from fedviews.federation._log import LogEntry
 from fedviews.federation._message import MAX_ROUND, Header, Message, _little
 
@@ -125,16 +125,13 @@ def take(lane: Lane, msg: Message) -> tuple[Message, dict[str, torch.Tensor], Lo
     length = _meta_length(meta) if meta else 2
     if length is None:
         return None
-    contiguous = sys.modules["torch"].contiguous_format if "torch" in sys.modules else None
     arrays: dict[str, Any] = {}
     floats: dict[str, torch.Tensor] = {}
     finite = lane.finite
     carried: Mapping[str, Any] = msg.arrays
     for (name, tensor, dtype), a in zip(lane.arrays, carried.values(), strict=True):
         if tensor:
-            if a.requires_grad:  # (one without a graph needs no detaching: one op less)
-                a = a.detach()
-            a = arrays[name] = a.clone(memory_format=contiguous)
+            a = arrays[name] = receiver_copy(a)
             if name in finite:
                 floats[name] = a
         else:
