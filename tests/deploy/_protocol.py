@@ -65,11 +65,37 @@ def tls_hub(policy: object, certs: Path, parties: Iterable[str], options: object
     return hub
 
 
-def fedviews_process(*args: str, **kw: Any) -> subprocess.Popen[str]:
+def inherited(
+    cmd: Sequence[str], *, nofile: int | None = None, sigint_ignored: bool = False
+) -> list[str]:
+    """``cmd`` started by a shell that set what it inherits at exec: its descriptor limit,
+    soft and hard, at ``nofile`` and SIGINT ignored (as a background job of a script is).
+
+    Never a ``preexec_fn`` (nor ``os.fork``): that forks the test process with Python code to
+    run before the exec, and once the process has run a gRPC server, gRPC's fork handlers
+    restart its poller threads in the child; subprocess then closes the child's descriptors
+    (close_fds), the poller's epoll descriptor among them, and a poller that polls again
+    before the exec aborts the child ("Epoll1Poller ... encountered epoll_wait error: Bad
+    file descriptor": 17 of 1,200 such starts beside a running gRPC server on a loaded
+    machine, none of 1,200 through the shell; the coordinator of
+    test_a_non_member_holding_connections... once). A start without one is a vfork, which
+    runs no fork handler."""
+    steps = [f"ulimit -n {int(nofile)}"] if nofile is not None else []
+    steps += ["trap '' INT"] if sigint_ignored else []
+    if not steps:
+        return list(cmd)
+    return ["/bin/sh", "-c", " && ".join([*steps, 'exec "$@"']), "sh", *cmd]
+
+
+def fedviews_process(
+    *args: str, nofile: int | None = None, sigint_ignored: bool = False, **kw: Any
+) -> subprocess.Popen[str]:
     """``fedviews ARGS`` started as a user starts it (its output, stdout and stderr, in one
-    pipe; unbuffered)."""
+    pipe; unbuffered); ``nofile``, ``sigint_ignored``: see :func:`inherited`."""
     return subprocess.Popen(
-        [sys.executable, "-m", "fedviews", *args],
+        inherited(
+            [sys.executable, "-m", "fedviews", *args], nofile=nofile, sigint_ignored=sigint_ignored
+        ),
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,

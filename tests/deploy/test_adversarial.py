@@ -421,7 +421,6 @@ def test_a_non_member_holding_connections_cannot_stop_results_being_written(tmp_
     coordinator process with a low descriptor limit (160, so that 200 connections suffice)
     still writes it, and idle connections are closed after hello_timeout."""
     import os
-    import resource
     import socket
     import ssl
 
@@ -436,11 +435,7 @@ def test_a_non_member_holding_connections_cannot_stop_results_being_written(tmp_
         "connect_timeout = 8.0\nhello_timeout = 1.0\n"
     )
     out = tmp_path / "coordinator"
-
-    def few_descriptors() -> None:
-        resource.setrlimit(resource.RLIMIT_NOFILE, (160, 160))
-
-    coord, port = start_coordinator(config, tmp_path, out, preexec_fn=few_descriptors)
+    coord, port = start_coordinator(config, tmp_path, out, nofile=160)
     held: list[socket.socket] = []
     try:
         tls = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from _protocol import mmvfl_inputs
+from _protocol import fedviews_process, mmvfl_inputs
 
 from fedviews.deploy import load_deploy_config
 from fedviews.deploy._checkpoint import Checkpoints
@@ -146,10 +146,6 @@ def _party_pid(launcher: int, party: str) -> int:
     raise AssertionError(f"no process of party {party!r}")
 
 
-def _ignore_sigint() -> None:
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-
-
 def _start_until(
     tmp_path: Path,
     text: str,
@@ -167,13 +163,8 @@ def _start_until(
     config = tmp_path / "deploy.toml"
     config.write_text(text)
     run = tmp_path / "run"
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "fedviews", cmd, str(config), "--out", str(run), *args],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        env={**os.environ, "PYTHONUNBUFFERED": "1"},
-        preexec_fn=_ignore_sigint if sigint_ignored else None,
+    proc = fedviews_process(
+        cmd, str(config), "--out", str(run), *args, sigint_ignored=sigint_ignored
     )
     lines = []
     try:
