@@ -80,7 +80,7 @@ class TVFLPassiveClient(SplitBottom):
 
     @handles("tvfl.backward")
     def _on_backward(self, msg: Message) -> None:
-        self.backward_batch(msg, "grad_h_p")
+        self.backward_batch(msg)
 
 
 class TVFLActiveClient(SplitTop, Coordinator):
