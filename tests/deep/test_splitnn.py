@@ -203,7 +203,7 @@ def test_a_forward_request_is_checked_whole_before_its_gradient_changes_anything
     out = a.send("p", "splitnn.forward", meta={"batch": 0}).arrays["logits"]
     before = {k: v.copy() for k, v in p.state_dict().items()}
     for arrays, batch, match in [
-        ({}, 1, "'a' asked for batch 1.0 without returning the gradient 'grad_logits'"),
+        ({}, 1, "'a' asked for batch 1 without returning the gradient 'grad_logits'"),
         ({"grad_logits": grad[1:]}, 1, "'a' sent 'grad_logits' of shape \\(15, 3\\)"),
         ({"grad_logits": tampered(grad, "int64")}, 1, "'a' sent 'grad_logits' as int64"),
         ({"grad_logits": grad}, 3, "'a' asked for batch 3.0, not in the current epoch"),

@@ -188,8 +188,8 @@ class SplitBottom(Party):
             return rows, msg.tensor(name, shape, np.float32, self.device)
         if name is not None and self._pending is not None:
             raise ProtocolError(
-                f"{self.name}: {msg.sender!r} asked for batch {msg.number('batch')!r} without "
-                f"returning the gradient {name!r} of the previous batch",
+                f"{self.name}: {msg.sender!r} asked for batch {int(msg.number('batch'))} "
+                f"without returning the gradient {name!r} of the previous batch",
                 party=msg.sender,
             )
         return rows, None
