@@ -319,6 +319,21 @@ def test_tvfl_fills(images: tuple[np.ndarray, np.ndarray]) -> None:
         tv.predict(X, "median")
 
 
+def test_tvfl_is_one_round_trip_per_batch(images: tuple[np.ndarray, np.ndarray]) -> None:
+    """TVFL's passive client gets, per epoch of B batches, B ``tvfl.forward`` requests, every
+    one but the first with the gradient of the batch before (``grad_h_p``), and the epoch's
+    last gradient alone in one ``tvfl.backward``."""
+    X, y = images
+    tv = TVFL(m=2, i=1, **_fit_kw()).fit(X, y)
+    to_passive = [
+        (e.kind, e.arrays, e.shapes) for e in tv.transport_.log.entries if e.receiver != "active"
+    ]
+    grad = (("grad_h_p",), ((16, 64, 6, 20),))  # 96 rows by 16: 6 batches
+    epoch = [("tvfl.epoch", (), ()), ("tvfl.forward", (), ())]
+    epoch += [("tvfl.forward", *grad)] * 5 + [("tvfl.backward", *grad)]
+    assert to_passive == epoch * 2
+
+
 # -- errors ----------------------------------------------------------------------------------
 def test_clear_errors(images: tuple[np.ndarray, np.ndarray]) -> None:
     X, y = images

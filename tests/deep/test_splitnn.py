@@ -154,6 +154,72 @@ def test_a_refused_gradient_leaves_the_passive_party_as_it_was(batch_backward):
     assert err.value.party == "a"
 
 
+def test_one_round_trip_per_batch_the_gradient_rides_on_the_next_request():
+    """An epoch of B batches is B ``splitnn.forward`` requests and their replies per passive
+    party and one ``splitnn.backward``: the first request without a gradient, every later one
+    with the gradient of the batch before (``grad_logits`` of its rows), the last gradient
+    alone; the label owner's gradients per batch are those the passive party applied."""
+    run, fed, *_ = _run()
+    fed()
+    log = fed.transport.log
+    to_p = [(e.kind, e.arrays, e.shapes) for e in log.entries if e.receiver == "p"]
+    batch_rows = [16, 16, 8]  # 40 rows by 16
+    epoch = [("splitnn.epoch", (), ())]
+    epoch += [("splitnn.forward", (), ())]
+    epoch += [("splitnn.forward", ("grad_logits",), ((r, 3),)) for r in batch_rows[:-1]]
+    epoch += [("splitnn.backward", ("grad_logits",), ((batch_rows[-1], 3),))]
+    assert to_p == epoch * PARAMS.epochs
+    kinds = [e.kind for e in log.entries if "p" in (e.sender, e.receiver)]
+    assert kinds.count("splitnn.forward:reply") == len(batch_rows) * PARAMS.epochs
+    assert kinds.count("splitnn.backward:reply") == PARAMS.epochs
+
+
+@pytest.mark.parametrize("batch_backward", [True, False])
+def test_a_forward_request_is_checked_whole_before_its_gradient_changes_anything(
+    batch_backward,
+):
+    """A ``splitnn.forward`` without the gradient of the output still pending, one with a
+    gradient for no pending output, one whose gradient has the wrong shape or dtype, or one of
+    a batch the epoch does not have (with a valid gradient) is refused naming the label owner,
+    and the passive party stays bit for bit as it was (network, momentum, the pending output:
+    the right request then goes through), whether the transport stages the backward pass or
+    the handler runs it."""
+    from _tamper import tampered
+
+    from fedviews.errors import ProtocolError
+    from fedviews.federation import InProcessTransport
+
+    run, _, *_ = _run()
+    fed = build_in_process(
+        run, _data()[0], transport=lambda p: InProcessTransport(p, batch_backward=batch_backward)
+    )
+    fed()  # two epochs: the optimiser has momentum
+    p, a = fed.parties["p"], fed.parties["a"]
+    a.send("p", "splitnn.epoch", meta={"shuffle_seed": 1, "batch_size": 16})
+    grad = torch.randn((16, 3), generator=torch.Generator().manual_seed(0))
+    with pytest.raises(ProtocolError, match="'a' sent a gradient before a forward") as err:
+        a.scatter("splitnn.forward", {"p": {"grad_logits": grad}}, meta={"batch": 0})
+    assert err.value.party == "a"
+    out = a.send("p", "splitnn.forward", meta={"batch": 0}).arrays["logits"]
+    before = {k: v.copy() for k, v in p.state_dict().items()}
+    for arrays, batch, match in [
+        ({}, 1, "'a' asked for batch 1 without returning the gradient 'grad_logits'"),
+        ({"grad_logits": grad[1:]}, 1, "'a' sent 'grad_logits' of shape \\(15, 3\\)"),
+        ({"grad_logits": tampered(grad, "int64")}, 1, "'a' sent 'grad_logits' as int64"),
+        ({"grad_logits": grad}, 3, "'a' asked for batch 3.0, not in the current epoch"),
+    ]:
+        with pytest.raises(ProtocolError, match=match) as err:
+            a.scatter("splitnn.forward", {"p": arrays}, meta={"batch": batch})
+        assert err.value.party == "a"
+        after = p.state_dict()
+        for k, v in before.items():
+            np.testing.assert_array_equal(after[k], v, err_msg=k)
+        assert p._pending is not None and p._pending.shape == out.shape
+    a.scatter("splitnn.forward", {"p": {"grad_logits": grad}}, meta={"batch": 1})  # valid
+    assert any(not np.array_equal(v, before[k]) for k, v in p.state_dict().items())
+    assert p._pending is not None and p._pending.shape == (16, 3)
+
+
 def test_only_logits_and_their_gradients_cross_and_the_passive_sees_the_labels():
     run, fed, _, _, y = _run()
     rec = fed.record(["p"])["p"]

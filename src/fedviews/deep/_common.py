@@ -16,7 +16,7 @@ from __future__ import annotations
 import importlib
 import random
 import threading
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -287,24 +287,36 @@ def device_batches(
 
 
 def last_epoch_seen(
-    recording: Iterable[Any], kind: str, name: str, unpack: Callable[[Any], Any] | None = None
+    recording: Iterable[Any],
+    kinds: str | Collection[str],
+    name: str,
+    unpack: Callable[[Any], Any] | None = None,
+    *,
+    previous: bool = False,
 ) -> tuple[np.ndarray, np.ndarray] | None:
-    """``(rows, values)`` per sample of array ``name`` in the ``<protocol>.<kind>`` messages a
-    passive party of split learning received in the last epoch it saw, or None (values:
-    ``unpack(message)``, default the array as sent). The rows come from the epoch's shuffle
-    seed (``<protocol>.epoch``) and the batch of each ``<protocol>.forward``: the order is
-    :func:`batches` with ``default_rng(seed)`` over every row of the epoch, as both sides
-    derive it."""
-    protocol = kind.split(".")[0]
+    """``(rows, values)`` per sample of array ``name`` in the messages of ``kinds``
+    (``<protocol>.<kind>``) a passive party of split learning received in the last epoch it
+    saw, or None (values: ``unpack(message)``, default the array as sent). The rows come from
+    the epoch's shuffle seed (``<protocol>.epoch``) and the batch of each
+    ``<protocol>.forward``: the order is :func:`batches` with ``default_rng(seed)`` over every
+    row of the epoch, as both sides derive it. An array belongs to the batch its message asks
+    for, or with ``previous`` (a gradient of the party's output) to the batch of the forward
+    before its message: a gradient that travels with the request for the next batch, or
+    alone after the epoch's last one."""
+    protocol = (kinds if isinstance(kinds, str) else next(iter(kinds))).split(".")[0]
+    wanted = {kinds} if isinstance(kinds, str) else set(kinds)
     seed, bs, batch = 0, 1, 0
     seen: list[tuple[int, np.ndarray]] = []
     for m in recording:
         if m.kind == f"{protocol}.epoch":  # a new epoch: keep only the last one
             seed, bs, seen = int(m.number("shuffle_seed")), int(m.number("batch_size")), []
-        if m.kind == f"{protocol}.forward":
+        asked = m.kind == f"{protocol}.forward"
+        if asked and not previous:
             batch = int(m.number("batch"))
-        if m.kind == kind and name in m.arrays:
+        if m.kind in wanted and name in m.arrays:
             seen.append((batch, m.arrays[name] if unpack is None else unpack(m)))
+        if asked and previous:
+            batch = int(m.number("batch"))
     if not seen:
         return None
     order = list(batches(sum(len(v) for _, v in seen), bs, np.random.default_rng(seed)))

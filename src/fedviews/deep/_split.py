@@ -111,11 +111,16 @@ class SplitBottom(Party):
         self.opt = sgd(self.net.parameters(), lr, momentum, weight_decay)
         self._order: list[torch.Tensor] = []  # the batches' rows, on its device
         self._pending: Any = None  # the output of the batch whose gradient is awaited
-        self._staged: Message | None = None  # its backward pass ran in the transport (stage)
+        # a request whose backward pass ran in the transport (stage), and the rows it asks for
+        self._staged: tuple[Message, torch.Tensor | None] | None = None
 
-    #: the message kinds that carry the gradient of its output, with the gradient's array
-    #: name (their handler calls :meth:`backward_batch` with it)
+    #: the message kinds that carry only the gradient of its output, with the gradient's
+    #: array name (their handler calls :meth:`backward_batch`)
     gradient_kinds: ClassVar[Mapping[str, str]] = {}
+    #: the forward kinds (their handler calls :meth:`forward_batch`) whose request carries
+    #: the gradient of the previous batch's output, with the gradient's array name: one round
+    #: trip per batch; such a request without the gradient still pending is refused
+    carried_gradients: ClassVar[Mapping[str, str]] = {}
 
     def start_epoch(self, msg: Message) -> None:
         """The batches of a new epoch, from ``meta["shuffle_seed"]`` and ``meta["batch_size"]``."""
@@ -134,38 +139,78 @@ class SplitBottom(Party):
         return self._order[int(b)]
 
     def forward_batch(self, msg: Message, name: str) -> Message:
-        """Reply with its network's output on batch ``meta["batch"]`` as array ``name``."""
+        """Reply with its network's output on batch ``meta["batch"]`` as array ``name``, after
+        the backward pass and SGD step of the previous batch's gradient where the request
+        carries it (:attr:`carried_gradients`): the whole request is checked before that
+        gradient changes anything."""
+        rows = self._applied(msg, forward=True)
+        assert rows is not None
         train_mode(self.net)
-        self._pending = self.net(self._X[self.batch_rows(msg)])
+        self._pending = self.net(self._X[rows])
         return self.reply(msg, arrays={name: self._pending})
 
-    def backward_batch(self, msg: Message, name: str) -> None:
-        """Back-propagate the received gradient ``name`` of that output; one SGD step."""
-        if self._staged is msg:  # the transport ran it with other parties' (stage)
-            self._staged = None
-            return
-        staged = self._backward(msg, name)
-        torch.autograd.backward(staged.outputs, staged.grads)
-        staged.then()
+    def backward_batch(self, msg: Message) -> None:
+        """Back-propagate the received gradient of that output (the array that
+        :attr:`gradient_kinds` names for its kind); one SGD step."""
+        self._applied(msg, forward=False)
 
     def stage(self, msg: Message) -> Backward | None:
-        """The backward pass of a message of :attr:`gradient_kinds`, to run with other
-        parties' in one process; :meth:`backward_batch` then skips it."""
-        name = self.gradient_kinds.get(msg.kind)
-        if name is None:
+        """The backward pass of the gradient that a message of :attr:`gradient_kinds` or
+        :attr:`carried_gradients` carries, to run with other parties' in one process once
+        the whole request passed its checks (:meth:`_request`); its handler then skips both."""
+        forward = msg.kind in self.carried_gradients
+        name = self.carried_gradients.get(msg.kind) or self.gradient_kinds.get(msg.kind)
+        if name is None or (forward and name not in msg.arrays):
             return None
-        staged = self._backward(msg, name)
-        self._staged = msg
-        return staged
+        rows, grad = self._request(msg, forward)
+        assert grad is not None
+        self._staged = (msg, rows)
+        return self._backward(grad)
 
-    def _backward(self, msg: Message, name: str) -> Backward:
-        """The backward pass of the received gradient ``name`` (checked) through the pending
-        output, then one SGD step (its gradients zeroed now)."""
-        if self._pending is None:
+    def _request(
+        self, msg: Message, forward: bool
+    ) -> tuple[torch.Tensor | None, torch.Tensor | None]:
+        """Every check of a forward (``forward``) or backward request, before anything
+        changes: ``(rows, grad)``, the rows of the batch that a forward asks for (``None``
+        for a backward) and the gradient of the pending output that it carries (its name,
+        shape and dtype checked; ``None`` for a forward without one). A gradient for no
+        pending output is refused, and so is a forward of a protocol that carries the
+        gradient (:attr:`carried_gradients`) while one is still pending."""
+        rows = self.batch_rows(msg) if forward else None
+        name = (self.carried_gradients if forward else self.gradient_kinds).get(msg.kind)
+        if name is not None and (not forward or name in msg.arrays):
+            if self._pending is None:
+                raise ProtocolError(
+                    f"{self.name}: {msg.sender!r} sent a gradient before a forward",
+                    party=msg.sender,
+                )
+            shape = tuple(self._pending.shape)
+            return rows, msg.tensor(name, shape, np.float32, self.device)
+        if name is not None and self._pending is not None:
             raise ProtocolError(
-                f"{self.name}: {msg.sender!r} sent a gradient before a forward", party=msg.sender
+                f"{self.name}: {msg.sender!r} asked for batch {int(msg.number('batch'))} "
+                f"without returning the gradient {name!r} of the previous batch",
+                party=msg.sender,
             )
-        grad = msg.tensor(name, tuple(self._pending.shape), np.float32, self.device)
+        return rows, None
+
+    def _applied(self, msg: Message, forward: bool) -> torch.Tensor | None:
+        """The rows that request ``msg`` asks for (:meth:`_request`), after every check of it
+        and then the backward pass and SGD step of the gradient it carries (which the
+        transport ran if it was staged: :meth:`stage` checked it then)."""
+        if self._staged is not None and self._staged[0] is msg:
+            rows, self._staged = self._staged[1], None
+            return rows
+        rows, grad = self._request(msg, forward)
+        if grad is not None:
+            staged = self._backward(grad)
+            torch.autograd.backward(staged.outputs, staged.grads)
+            staged.then()
+        return rows
+
+    def _backward(self, grad: torch.Tensor) -> Backward:
+        """The backward pass of the checked gradient ``grad`` through the pending output
+        (no longer pending), then one SGD step (its gradients zeroed now)."""
         out, self._pending = self._pending, None
         zero_grads(self.opt)
         return staged_backward(out, grad, self.opt)

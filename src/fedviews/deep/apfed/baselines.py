@@ -59,13 +59,16 @@ def _check_fill(fill: str) -> str:
 
 
 class TVFLPassiveClient(SplitBottom):
-    """A TVFL client: its strip and encoder; sends ``h_p``, receives ``grad_h_p``.
+    """A TVFL client: its strip and encoder; sends ``h_p``, receives ``grad_h_p``: the gradient
+    of batch ``b`` with the request for batch ``b + 1`` (``tvfl.forward``), applied first, and
+    the epoch's last one alone (``tvfl.backward``).
 
     ``seed``, ``lr``, ``momentum``, ``weight_decay``, ``device``: as in
     :class:`~fedviews.deep._split.SplitBottom`.
     """
 
     gradient_kinds = {"tvfl.backward": "grad_h_p"}
+    carried_gradients = {"tvfl.forward": "grad_h_p"}
 
     def __init__(self, name: str, view: np.ndarray, spec: NetSpec, **kw: Any) -> None:
         super().__init__(name, view, lambda shape: Encoder(spec, (shape[1], shape[2])), **kw)
@@ -80,7 +83,7 @@ class TVFLPassiveClient(SplitBottom):
 
     @handles("tvfl.backward")
     def _on_backward(self, msg: Message) -> None:
-        self.backward_batch(msg, "grad_h_p")
+        self.backward_batch(msg)
 
 
 class TVFLActiveClient(SplitTop, Coordinator):
@@ -130,12 +133,15 @@ class TVFLActiveClient(SplitTop, Coordinator):
         for _ in range(self.epochs):
             # summed on the device, in float64 as Python would: no host sync per batch
             total = torch.zeros((), dtype=torch.float64, device=self.device)
+            # the gradients of batch b travel with the request for batch b + 1 (one round trip
+            # per batch); each passive party applies them before its forward of b + 1
+            grads: dict[str, dict[str, Any]] = {p: {} for p in self.passives}
             for b, idx in self.epoch_batches("tvfl.epoch", step):
                 train_mode(self.encoder)
                 train_mode(self.head)
                 h_a = self.encoder(self._X[idx])
                 shape = (len(idx), *self.rep_shape)
-                got = self.broadcast(self.passives, "tvfl.forward", meta={"batch": b}, round=step)
+                got = self.scatter("tvfl.forward", grads, meta={"batch": b}, round=step)
                 hps = [
                     got[p].tensor("h_p", shape, np.float32, self.device).requires_grad_(True)
                     for p in self.passives
@@ -148,9 +154,10 @@ class TVFLActiveClient(SplitTop, Coordinator):
                 for p, hp in zip(self.passives, hps, strict=True):
                     assert hp.grad is not None
                     grads[p] = {"grad_h_p": hp.grad}
-                self.scatter("tvfl.backward", grads, round=step)
                 total += loss.detach().double() * len(idx)
                 step += 1
+            if any(grads.values()):  # the epoch's last batch
+                self.scatter("tvfl.backward", grads, round=step - 1)
             self.history.append(float(total) / len(self._X))
             if on_epoch_end is not None:
                 on_epoch_end(len(self.history))

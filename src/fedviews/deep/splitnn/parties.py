@@ -114,9 +114,12 @@ class _MLPBottom(SplitBottom):
 
 
 class SplitNNPassive(_MLPBottom):
-    """A passive party: its strip and bottom MLP; sends ``logits``, receives ``grad_logits``."""
+    """A passive party: its strip and bottom MLP; sends ``logits``, receives ``grad_logits``:
+    the gradient of batch ``b`` with the request for batch ``b + 1`` (``splitnn.forward``),
+    applied first, and the epoch's last one alone (``splitnn.backward``)."""
 
     gradient_kinds = {"splitnn.backward": "grad_logits"}
+    carried_gradients = {"splitnn.forward": "grad_logits"}
 
     @handles("splitnn.epoch")
     def on_epoch(self, msg: Message) -> None:
@@ -128,7 +131,7 @@ class SplitNNPassive(_MLPBottom):
 
     @handles("splitnn.backward")
     def on_backward(self, msg: Message) -> None:
-        self.backward_batch(msg, "grad_logits")
+        self.backward_batch(msg)
 
     @handles("splitnn.infer")
     def on_infer(self, msg: Message) -> Message:
@@ -221,17 +224,25 @@ class SplitNNActive(_MLPBottom):
         # summed on the device, in float64 as Python would: no host sync per batch
         total = torch.zeros((), dtype=torch.float64, device=self.device)
         rng = np.random.default_rng(seed)
+        # the gradients of batch b travel with the request for batch b + 1: one round trip
+        # per batch; each passive party applies them (and steps) before its forward of b + 1,
+        # and this party steps before its own (in one process: one step for every party)
+        grads: dict[str, dict[str, Any]] = {p: {} for p in self.passives}
+        stepping: list[torch.optim.Optimizer] = []  # its own step, once its gradients are in
         for b, idx in enumerate(device_batches(len(self._X), self.batch_size, rng, self.device)):
-            got = self.broadcast(self.passives, "splitnn.forward", meta={"batch": b})
+            with stepping_with_staged(stepping):
+                got = self.scatter("splitnn.forward", grads, meta={"batch": b})
             theirs = self._logits(got, len(idx), grad=True)
             z = self._joined(self.net(self._X[idx]), theirs)
             loss = nn.functional.cross_entropy(z, self.y[idx])
             zero_grads(self.opt)
             loss.backward()
             grads = {p: {"grad_logits": t.grad} for p, t in zip(self.passives, theirs, strict=True)}
-            with stepping_with_staged([self.opt]):  # in one process: one step for every party
-                self.scatter("splitnn.backward", grads)
+            stepping = [self.opt]
             total.add_(loss.detach(), alpha=len(idx))  # (in float64: exact, then rounded once)
+        if stepping:  # the epoch's last batch
+            with stepping_with_staged(stepping):
+                self.scatter("splitnn.backward", grads)
         out: dict[str, Any] = {"epoch": msg.round, "loss": float(total) / len(self._X)}
         if self._X_test is not None and self.y_test is not None:
             out["accuracy"] = float(np.mean(self.predict_test() == self.y_test))

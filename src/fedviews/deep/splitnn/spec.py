@@ -11,7 +11,10 @@ published system of fedviews works like this; it is here so that the audit has
 the peers' reference point (:mod:`fedviews.privacy.attacks`).
 
 Only ``logits`` (passive → active) and ``grad_logits`` (active → passive) cross;
-the coordinator only starts the epochs. The parties live in
+the coordinator only starts the epochs. One round trip per batch: the label owner's
+``splitnn.forward`` request for batch ``b + 1`` carries the gradient of batch ``b``, which
+the passive party applies (one SGD step) before its forward pass; the epoch's last gradient
+goes alone (``splitnn.backward``). The parties live in
 :mod:`fedviews.deep.splitnn.parties` (torch), imported when one is built.
 
 Networks: ``params.bottom`` and ``params.top`` name user factories
@@ -114,7 +117,9 @@ class SplitNNParams(Checked):
 
 
 def splitnn_policy(evaluate: bool) -> PrivacyPolicy:
-    """The barrier: logits up, their gradients down; the coordinator only starts epochs."""
+    """The barrier: logits up (replies to ``splitnn.forward`` and ``splitnn.infer``), their
+    gradients down (with the request of the next ``splitnn.forward``, or in the epoch's last
+    ``splitnn.backward``); the coordinator only starts epochs."""
     kinds = ["splitnn.epoch", "splitnn.forward", "splitnn.backward"]
     return PrivacyPolicy.of(
         "splitnn",
@@ -242,7 +247,8 @@ class SplitNNAlgorithm(ActivePassive):
         active = active_of(run)
         if recording.party == active:
             return []
-        seen = last_epoch_seen(recording, "splitnn.backward", "grad_logits")
+        kinds = ("splitnn.forward", "splitnn.backward")  # batch b's with batch b + 1's request
+        seen = last_epoch_seen(recording, kinds, "grad_logits", previous=True)
         if seen is None:
             return []
         return [Observation("grad_logits", "softmax_gradient", "train", *seen, active)]
