@@ -23,6 +23,9 @@ run benchmarks/bench_splitnn.py --device "$D" --samples "$N" --repeats 3 --one-b
 run benchmarks/bench_apfed.py --device "$D" --samples $((N / 3)) --repeats 3 --json "docs/results/bench_apfed_$D.json"
 cp docs/results/bench_*_"$D".json "$O"/ 2>/dev/null
 run benchmarks/bench_handover.py --device "$D" --clock wall
+# where a federated epoch's time goes on the device (the profile the ratios alone do not show)
+run benchmarks/bench_multivfl.py --device "$D" --samples 5000 --repeats 1 --profile 40
+run benchmarks/bench_splitnn.py --device "$D" --samples 10000 --repeats 1 --profile 40
 if [ "${TF:-0}" -gt 0 ]; then
   F=$O/fig3long; [ -n "$FIG3_IN" ] && cp -r "$FIG3_IN" "$F"
   echo "=== fig3 long ($(date +%T))" >> "$B"
