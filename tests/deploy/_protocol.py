@@ -197,9 +197,9 @@ def silent_streams(certs: Path, port: int, who: str, n: int, never: threading.Ev
     from fedviews.federation import TLSFiles
     from fedviews.federation._grpc import _METHOD
 
-    def silence() -> Iterator[bytes]:
+    def silence() -> Iterator[bytes]:  # ends without a frame: never a (malformed) hello
         never.wait(60)
-        yield b""
+        yield from ()
 
     tls = TLSFiles.from_dir(certs, who)
     calls = []

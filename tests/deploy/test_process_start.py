@@ -4,6 +4,7 @@ through a shell that sets them before its exec, never a fork that runs Python fi
 from __future__ import annotations
 
 import re
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -22,17 +23,34 @@ REPORT = (
 
 @pytest.mark.skipif(sys.platform == "win32", reason="POSIX limits and signals")
 @pytest.mark.parametrize(
-    ("nofile", "sigint_ignored", "expected"),
-    [(160, True, "(160, 160) True"), (160, False, "(160, 160) False"), (None, True, "True")],
+    ("nofile", "sigint_ignored", "limit"),
+    [(160, True, "(160, 160)"), (160, False, "(160, 160)"), (None, True, None)],
 )
 def test_a_started_process_has_its_limit_and_sigint_ignored_from_its_start(
-    nofile: int | None, sigint_ignored: bool, expected: str
+    nofile: int | None, sigint_ignored: bool, limit: str | None
 ) -> None:
     """The limit and the ignored SIGINT are the child's own from its exec on, as a
-    ``preexec_fn`` set them (the limit soft and hard, as ``setrlimit(n, n)`` did)."""
+    ``preexec_fn`` set them (the limit soft and hard, as ``setrlimit(n, n)`` did). Without
+    ``sigint_ignored`` the child keeps what this process has: SIGINT ignored where the suite
+    itself runs as a background job of a script (which no shell can undo), else not."""
+    here = signal.getsignal(signal.SIGINT) is signal.SIG_IGN
     cmd = inherited([sys.executable, "-c", REPORT], nofile=nofile, sigint_ignored=sigint_ignored)
     out = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout.strip()
-    assert out.endswith(expected) if nofile is None else out == expected, out
+    ignored = str(sigint_ignored or here)
+    assert out.endswith(ignored) if limit is None else out == f"{limit} {ignored}", out
+
+
+def test_the_child_keeps_an_ignored_sigint_it_was_not_asked_to_ignore() -> None:
+    """What the test above expects of a suite run as a background job: a child started
+    without ``sigint_ignored`` by a process that ignores SIGINT ignores it too."""
+    script = (
+        "import signal, subprocess, sys; signal.signal(signal.SIGINT, signal.SIG_IGN); "
+        f"sys.exit(subprocess.run({inherited([sys.executable, '-c', REPORT], nofile=160)!r}).returncode)"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, check=True
+    ).stdout.strip()
+    assert out == "(160, 160) True", out
 
 
 def test_no_test_or_module_forks_a_process_that_runs_python_before_its_exec() -> None:

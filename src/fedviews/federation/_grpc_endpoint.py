@@ -264,12 +264,12 @@ class _Endpoint(Transport):
         if self.tls.is_revoked(pem):
             self._refuse(context, f"certificate of {sorted(names)} is revoked")
 
-    def _count_stream(self, context: Any) -> str:
+    def _count_stream(self, context: Any) -> str | None:
         """Count a new stream against its certificate's budget until it ends (refused, naming
-        the certificate, past ``max_streams_per_peer``); who opened it, for the refusals.
-        Without TLS nobody is authenticated, so nothing is counted."""
+        the certificate, past ``max_streams_per_peer``); the names of its certificate, for the
+        refusals. Without TLS nobody is authenticated, so nothing is counted (``None``)."""
         if self.tls is None:
-            return f"the unauthenticated peer at {context.peer()}"
+            return None
         names, _ = _certificate(context)
         who = ", ".join(sorted(names)) or "nobody"
         refused = self.budget.open_stream(who)
@@ -277,7 +277,7 @@ class _Endpoint(Transport):
             self._refuse(context, refused)
         if not context.add_callback(lambda: self.budget.close_stream(who)):
             self.budget.close_stream(who)  # the stream has ended already
-        return repr(who)
+        return who
 
     def _identify(self, context: Any, hello: Buffer) -> tuple[str, dict[str, Any]]:
         """The party a hello claims to be, checked against its certificate (exact name,
@@ -315,7 +315,8 @@ class _Endpoint(Transport):
 
     def _connect(self, request_iterator: Iterator[bytes], context: Any) -> Iterator[bytes]:
         self._screen(context)
-        who = self._count_stream(context)
+        certified = self._count_stream(context)
+        who = repr(certified) if certified else f"the unauthenticated peer at {context.peer()}"
         # a stream that does not say hello within hello_timeout is cancelled: it holds one
         # of the server's threads, and idle streams must not keep the parties out
         expired = threading.Event()
@@ -337,7 +338,7 @@ class _Endpoint(Transport):
             raise
         finally:
             silent.cancel()
-        probe = _Link("?", self.options, checksum=self.tls is None)
+        probe = _Link(certified or "?", self.options, checksum=self.tls is None)
         try:
             got = probe.receive(first)
         except ProtocolError as exc:  # refused (logged), not a traceback in a server thread
