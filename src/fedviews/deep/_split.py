@@ -44,7 +44,7 @@ from fedviews.deep._common import (
 from fedviews.deep._fusedstep import staged_backward
 from fedviews.deep._strips import party_features
 from fedviews.errors import DataError, MissingDependency, ProtocolError, check_fitted
-from fedviews.federation import Backward, Message, Party
+from fedviews.federation import Backward, Message, Party, lend
 
 try:
     import torch
@@ -147,7 +147,8 @@ class SplitBottom(Party):
         assert rows is not None
         train_mode(self.net)
         self._pending = self.net(self._X[rows])
-        return self.reply(msg, arrays={name: self._pending})
+        # lent: it never writes its output (kept for its graph), the receiver reads it
+        return self.reply(msg, arrays={name: lend(self._pending)})
 
     def backward_batch(self, msg: Message) -> None:
         """Back-propagate the received gradient of that output (the array that

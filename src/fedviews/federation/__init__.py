@@ -41,6 +41,7 @@ from fedviews.federation._defense import (
 )
 from fedviews.federation._e2e import E2EKeys, Trust, check_bundle
 from fedviews.federation._inprocess import InProcessRun, build_in_process
+from fedviews.federation._lend import lend
 from fedviews.federation._log import LogEntry, MessageLog
 from fedviews.federation._message import Header, Message, MetaValue
 from fedviews.federation._party import Coordinator, Party, handles
@@ -125,6 +126,7 @@ __all__ = [
     "MetaValue",
     "error_payload",
     "is_tensor",
+    "lend",
     "to_host",
     "raise_remote",
     "attributed",

@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from fedviews.errors import ConfigError, ProtocolError
+from fedviews.federation._lend import lend
 from fedviews.federation._message import Message
 from fedviews.federation._tensors import Array, is_tensor, to_host
 
@@ -60,11 +61,13 @@ class Codec:
         extra = {"int8": [f"{name}.scale"], "topk": [f"{name}.idx"]}.get(self.kind, [])
         return [name, *extra]
 
-    def pack(self, name: str, x: Array) -> dict[str, Array]:
+    def pack(self, name: str, x: Array, *, lent: bool = False) -> dict[str, Array]:
         """``x`` (float, first axis = samples) as the arrays to send: with ``"none"`` a
-        tensor stays a (float32) tensor on its device, the encodings compute on the host."""
+        tensor stays a (float32) tensor on its device, the encodings compute on the host.
+        ``lent``: a tensor sent as it is is lent (:func:`~fedviews.federation.lend`: its
+        sender never writes it again)."""
         if self.kind == "none" and is_tensor(x):
-            return {name: x.float()}
+            return {name: lend(x.float()) if lent else x.float()}
         x = np.asarray(to_host(x), dtype=np.float32)
         if self.kind == "none":
             return {name: x}

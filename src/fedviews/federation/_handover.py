@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any, cast
 import numpy as np
 
 from fedviews.errors import ProtocolError
+from fedviews.federation._lend import received
 from fedviews.federation._message import (
     MAX_ROUND,
     Header,
@@ -160,14 +161,6 @@ def _refusal(pending: list[_Pending]) -> ProtocolError | None:
     return refused
 
 
-def receiver_copy(t: torch.Tensor) -> torch.Tensor:
-    """What the receiver of tensor ``t`` in the same process gets: a detached, contiguous copy
-    on its device (it shares neither memory nor an autograd graph with the sender's)."""
-    if t.requires_grad:  # (one without a graph needs no detaching: one op less)
-        t = t.detach()
-    return t.clone(memory_format=sys.modules["torch"].contiguous_format)
-
-
 def hand_over(msg: Message, checks: FiniteChecks) -> tuple[Message, Header, int]:
     """``msg`` as its receiver in the same process gets it, its header and the bytes its
     encoding takes (``len(msg.encode())``, without encoding its arrays).
@@ -193,10 +186,14 @@ def hand_over(msg: Message, checks: FiniteChecks) -> tuple[Message, Header, int]
     return got, head, size
 
 
-def handed_over(msg: Message) -> tuple[Message, Header, int, dict[str, torch.Tensor]]:
+def handed_over(
+    msg: Message, lent: list[tuple[str, torch.Tensor]] | None = None
+) -> tuple[Message, Header, int, dict[str, torch.Tensor]]:
     """:func:`hand_over` of ``msg`` but its finiteness checks, which the caller queues
     (:meth:`FiniteChecks.add_many`: the in-process transport, once for the requests of a
-    scatter): also its floating-point tensors by name (the receiver's copies)."""
+    scatter): also its floating-point tensors by name (the receiver's copies). With
+    ``lent``, a tensor its sender lent is handed over as an alias and appended there
+    (``_lend``)."""
     arrays: dict[str, Array] = {}
     floats: dict[str, torch.Tensor] = {}
     keys = []
@@ -204,7 +201,7 @@ def handed_over(msg: Message) -> tuple[Message, Header, int, dict[str, torch.Ten
     for name, a in msg.arrays.items():
         a, dtype, tensor = checked_array(name, a)  # as decoding the message checks its arrays
         if tensor:
-            t = arrays[name] = receiver_copy(cast("torch.Tensor", a))
+            t = arrays[name] = received(cast("torch.Tensor", a), name, lent)
             if dtype.kind == "f":
                 floats[name] = t
         else:

@@ -24,7 +24,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from fedviews.federation._handover import _meta_length, receiver_copy
+from fedviews.federation._handover import _meta_length
+from fedviews.federation._lend import received
 from fedviews.federation._log import LogEntry
 from fedviews.federation._message import MAX_ROUND, Header, Message, _little
 
@@ -117,10 +118,13 @@ def lane_of(
     )
 
 
-def take(lane: Lane, msg: Message) -> tuple[Message, dict[str, torch.Tensor], LogEntry] | None:
+def take(
+    lane: Lane, msg: Message, lent: list[tuple[str, torch.Tensor]]
+) -> tuple[Message, dict[str, torch.Tensor], LogEntry] | None:
     """``msg`` (of ``lane``'s signature) as its receiver gets it, its floating-point tensors
     by name (the receiver's copies, for the deferred finiteness checks) and its log entry;
-    ``None`` for a meta value not plain (see :func:`hand_over`): checked in full."""
+    ``None`` for a meta value not plain (see :func:`hand_over`): checked in full. A tensor
+    its sender lent is handed over as an alias and appended to ``lent`` (``_lend``)."""
     meta = msg.meta
     length = _meta_length(meta) if meta else 2
     if length is None:
@@ -131,7 +135,7 @@ def take(lane: Lane, msg: Message) -> tuple[Message, dict[str, torch.Tensor], Lo
     carried: Mapping[str, Any] = msg.arrays
     for (name, tensor, dtype), a in zip(lane.arrays, carried.values(), strict=True):
         if tensor:
-            a = arrays[name] = receiver_copy(a)
+            a = arrays[name] = received(a, name, lent)
             if name in finite:
                 floats[name] = a
         else:

@@ -14,6 +14,7 @@ from typing import Any, TypeVar
 from fedviews.errors import FedViewsError, PartyUnavailable, ProtocolError, RemoteError
 from fedviews.federation._handover import FiniteChecks, handed_over
 from fedviews.federation._lean import MAX_LANES, Lane, lane_of, signature, take
+from fedviews.federation._lend import Lends
 from fedviews.federation._log import LogEntry, MessageLog
 from fedviews.federation._message import Header, Message
 from fedviews.federation._party import Party
@@ -155,7 +156,9 @@ class InProcessTransport(Transport):
     ways as over a wire, and its bytes counted as its encoding's (the footprint of a
     gRPC run), but it is handed over without a host round trip (``_handover``): numpy
     arrays as copies, torch tensors as detached copies on their device. The receiver never
-    shares memory nor an autograd graph with the sender.
+    shares memory nor an autograd graph with the sender, but for a tensor its sender lent
+    (:func:`~fedviews.federation.lend`: one it never writes again), handed over as a
+    detached alias, read-only: a write into it is refused naming its receiver (``_lend``).
 
     The floating-point tensors are checked finite on their device without a host
     synchronisation per message (``FiniteChecks``): each one on an accelerator gets one
@@ -193,6 +196,8 @@ class InProcessTransport(Transport):
         self.batch_backward = batch_backward
         #: the finiteness checks of the tensors handed over, deferred
         self.checks = FiniteChecks()
+        #: the tensors handed over lent, checked unwritten (``_lend``)
+        self.lends = Lends()
         self._calls = threading.local()  # the requests under way in this thread (.depth)
         #: the lanes of the signatures met (``_lean``), by (request or reply, signature)
         self._lanes: dict[tuple[bool, tuple[Any, ...]], Lane] = {}
@@ -234,25 +239,32 @@ class InProcessTransport(Transport):
         checks them; the message its receiver gets (its floating-point tensors appended to
         ``handed`` for the finiteness checks, also where a check refused it) and its log
         entry. Done once per signature (``_lean``): a message of a signature met before
-        passed them all by construction."""
+        passed them all by construction. A tensor its sender lent is handed over as an
+        alias (``_lend``); what its receiver lent before is checked unwritten first."""
+        self.lends.verify(msg.receiver)
+        lent: list[tuple[str, Any]] = []
         key = signature(msg)
         if key is not None:
             if self._lanes_policy is not self.policy:
                 self._lanes.clear()
                 self._lanes_policy = self.policy
             lane = self._lanes.get((request, key))
-            if lane is not None and (took := take(lane, msg)) is not None:
+            if lane is not None and (took := take(lane, msg, lent)) is not None:
                 got, floats, entry = took
                 if floats:
                     handed.append((got, floats))
+                if lent:
+                    self.lends.add(msg, lent)
                 return lane.party, got, entry  # type: ignore[return-value]
         party = self._receiver(msg) if request else self.local.get(msg.receiver)
         if request:
             self._check_send(msg)
-        got, head, wire_bytes, floats = handed_over(msg)
+        got, head, wire_bytes, floats = handed_over(msg, lent)
         if floats:
             handed.append((got, floats))
         self._check_receive(head)
+        if lent:
+            self.lends.add(msg, lent)
         entry = head.entry(wire_bytes)
         if key is not None and len(self._lanes) < MAX_LANES:
             lane = lane_of(msg, party, head, wire_bytes, floats)
@@ -272,12 +284,19 @@ class InProcessTransport(Transport):
         try:
             out = deliver()
         except Exception as exc:
+            if not depth:
+                self.lends.settle(failed=True)
             self.checks.settle(exc, outermost=not depth)
             raise
         finally:
             self._calls.depth = depth
         if not depth:
-            self.checks.settle(outermost=True)
+            try:
+                self.checks.settle(outermost=True)
+            except BaseException:
+                self.lends.settle(failed=True)
+                raise
+            self.lends.settle()
         return out
 
     def _request_many(self, msgs: list[Message]) -> list[Message]:

@@ -170,7 +170,7 @@ class PassiveClient(SplitBottom):
         grad = h.grad * msg.number("lam")
         step_optimizers([self.opt])
         self._unread.append(loss.detach())
-        return self.reply(msg, arrays=self.grad_codec.pack("grad_h_A", grad))
+        return self.reply(msg, arrays=self.grad_codec.pack("grad_h_A", grad, lent=True))
 
     @handles("apfed.epoch_done")
     def _on_epoch_done(self, msg: Message) -> None:
@@ -278,7 +278,8 @@ class ActiveClient(SplitTop):
             # every passive party at once (over gRPC they compute in parallel)
             replies = self.scatter(
                 "apfed.forward",
-                {p: self.act_codec.pack("h_A", h) for p in self.passives},
+                # lent: it never writes h (kept for its graph), the passive parties read it
+                {p: self.act_codec.pack("h_A", h, lent=True) for p in self.passives},
                 meta={"epoch": epoch, "batch": b},
                 meta_for={p: {"lam": lam} for p, lam in zip(self.passives, self.lams, strict=True)},
                 round=step,

@@ -115,6 +115,13 @@ def combine_activations(activations: Sequence[torch.Tensor]) -> torch.Tensor:
     return torch.cat(list(activations), dim=1 + cut_axis(activations[0].dim() - 1))
 
 
+def split_activations(joined: torch.Tensor, like: Sequence[torch.Tensor]) -> list[torch.Tensor]:
+    """The parts of ``joined`` (e.g. the gradient of :func:`combine_activations` of ``like``)
+    that belong to each of ``like``: views of it, in order (no copy)."""
+    dim = 1 + cut_axis(like[0].dim() - 1)
+    return list(torch.split(joined, [a.shape[dim] for a in like], dim=dim))
+
+
 class SplitNet(nn.Module):
     """All bottoms and the top in one module (the centralized reference).
 

@@ -70,7 +70,7 @@ from fedviews.deep.multivfl.dp import (
     private_bottom_gradients,
     private_gradients,
 )
-from fedviews.deep.multivfl.nets import combine_activations
+from fedviews.deep.multivfl.nets import combine_activations, split_activations
 from fedviews.deep.multivfl.protocol import epoch_order, model_input
 from fedviews.errors import DataError, MissingDependency, ProtocolError
 from fedviews.federation import (
@@ -129,14 +129,12 @@ def _activations(
     rows: int,
     device: torch.device,
     codec: Codec,
-    *,
-    grad: bool = False,
 ) -> list[torch.Tensor]:
-    """The data owners' activations of one batch as tensors on ``device`` (leaves that require
-    grad with ``grad``), checked by the label owner: the batch's rows, and each owner's
-    per-sample shape of the setup (``owners``)."""
+    """The data owners' activations of one batch as tensors on ``device``, checked by the
+    label owner: the batch's rows, and each owner's per-sample shape of the setup
+    (``owners``)."""
     return [
-        codec.tensor(replies[d], "activations", (rows, *shape), device).requires_grad_(grad)
+        codec.tensor(replies[d], "activations", (rows, *shape), device)
         for d, shape in owners.items()
     ]
 
@@ -238,7 +236,8 @@ class DataOwner(Party):
                 )
             self._batch[k] = (x, epoch, b)
         self._pending[k] = out
-        return self.reply(msg, self.act_codec.pack("activations", out))
+        # lent: it never writes them (it keeps them for their graph), the receiver reads them
+        return self.reply(msg, self.act_codec.pack("activations", out, lent=True))
 
     def _request(self, msg: Message) -> tuple[torch.Tensor | None, torch.Tensor | None]:
         """Every check of a ``forward`` or ``backward`` request, before anything changes:
@@ -438,15 +437,16 @@ class LabelOwner(SecureSumParty):
                 # every data owner at once (over gRPC they compute in parallel)
                 got = self.scatter("forward", grads_out, meta={"batch": b, "batch_size": bs})
                 rows = len(order[b * bs : (b + 1) * bs])
-                acts = _activations(
-                    got, self.activation_shapes, rows, self.device, self.act_codec, grad=True
-                )
+                acts = _activations(got, self.activation_shapes, rows, self.device, self.act_codec)
                 target = self.y.index_select(0, order[b * bs : (b + 1) * bs])
                 zero_grads(opt)
                 if self.dp is None:
-                    loss = nn.functional.cross_entropy(self.top(combine_activations(acts)), target)
+                    # the joined activations are the leaf: each data owner's gradient is a
+                    # view of its gradient (no copy, as the plain loop's backward through cat)
+                    joined = combine_activations(acts).requires_grad_(True)
+                    loss = nn.functional.cross_entropy(self.top(joined), target)
                     loss.backward()
-                    grads = [_grad(a) for a in acts]
+                    grads = split_activations(_grad(joined), acts)
                     total += loss.detach().to(torch.float64)
                 else:
                     gen = gen or self.dp.generator([msg.round], self.device)
@@ -455,7 +455,7 @@ class LabelOwner(SecureSumParty):
                         param.grad = g_par[k]
                 step_optimizers([opt])
                 grads_out = {
-                    d: self.grad_codec.pack("activation_grad", g)
+                    d: self.grad_codec.pack("activation_grad", g, lent=True)  # never read again
                     for d, g in zip(self.data_owners, grads, strict=True)
                 }
                 n_batches += 1

@@ -29,7 +29,7 @@ from fedviews.deep._factory import build_network, logits, output_shape, resolve_
 from fedviews.deep._fusedstep import stepping_with_staged
 from fedviews.deep._split import SplitBottom
 from fedviews.errors import MissingDependency, ProtocolError
-from fedviews.federation import Message, handles
+from fedviews.federation import Message, handles, lend
 
 try:
     import torch
@@ -237,7 +237,9 @@ class SplitNNActive(_MLPBottom):
             loss = nn.functional.cross_entropy(z, self.y[idx])
             zero_grads(self.opt)
             loss.backward()
-            grads = {p: {"grad_logits": t.grad} for p, t in zip(self.passives, theirs, strict=True)}
+            grads = {  # lent: never read again here
+                p: {"grad_logits": lend(t.grad)} for p, t in zip(self.passives, theirs, strict=True)
+            }
             stepping = [self.opt]
             total.add_(loss.detach(), alpha=len(idx))  # (in float64: exact, then rounded once)
         if stepping:  # the epoch's last batch
