@@ -43,12 +43,22 @@ class Reader(Party):
         return self.reply(msg, arrays={"g": msg.arrays["h"]})  # passed on
 
 
+@pytest.fixture
+def any_size(monkeypatch) -> None:
+    """Small tensors lent are handed over as aliases too (not only from LEND_MIN_BYTES)."""
+    import fedviews.federation._lend as lend_module
+
+    monkeypatch.setattr(lend_module, "LEND_MIN_BYTES", 0)
+
+
 def _federation(*parties: Party) -> Any:
     return federate([Party("a"), *parties], POLICY)
 
 
 @pytest.mark.parametrize("device", DEVICES)
-def test_a_lent_tensor_is_handed_over_without_a_copy_and_without_its_graph(device) -> None:
+def test_a_lent_tensor_is_handed_over_without_a_copy_and_without_its_graph(
+    device, any_size
+) -> None:
     t = _federation(b := Reader("b"))
     w = torch.ones(4, 6, device=device, requires_grad=True)
     h = (w * 3.0)[:, 1:4]  # a view in the sender's graph: handed over as one
@@ -69,14 +79,20 @@ def test_a_lent_tensor_is_handed_over_without_a_copy_and_without_its_graph(devic
     assert t.log.entries == plain.log.entries
 
 
-def test_a_tensor_not_lent_is_still_copied() -> None:
+def test_a_tensor_not_lent_or_lent_but_small_is_copied() -> None:
+    from fedviews.federation._lend import LEND_MIN_BYTES
+
     t = _federation(b := Reader("b"))
-    h = torch.ones(2, 3)
-    t.local["a"].send("b", "pass", arrays={"h": h})
-    assert b.got[0].arrays["h"].data_ptr() != h.data_ptr()
+    big, small = torch.ones(LEND_MIN_BYTES // 4), torch.ones(LEND_MIN_BYTES // 4 - 1)
+    for h in (big, lend(small)):
+        t.local["a"].send("b", "pass", arrays={"h": h})
+    assert [m.arrays["h"].data_ptr() for m in b.got] != [big.data_ptr(), small.data_ptr()]
+    assert all(m.arrays["h"].data_ptr() not in (big.data_ptr(), small.data_ptr()) for m in b.got)
+    t.local["a"].send("b", "pass", arrays={"h": lend(big)})
+    assert b.got[-1].arrays["h"].data_ptr() == big.data_ptr()
 
 
-def test_a_receiver_writing_into_a_lent_tensor_is_named_before_its_lender_runs() -> None:
+def test_a_receiver_writing_into_a_lent_tensor_is_named_before_its_lender_runs(any_size) -> None:
     """The write is refused when the reply comes back to the lender, naming the receiver."""
     t = _federation(Reader("b", write=True))
     with pytest.raises(
@@ -86,7 +102,7 @@ def test_a_receiver_writing_into_a_lent_tensor_is_named_before_its_lender_runs()
     assert e.value.party == "b"
 
 
-def test_of_two_receivers_of_views_of_one_lent_tensor_the_one_that_wrote_is_named() -> None:
+def test_of_two_receivers_of_views_of_one_lent_tensor_the_one_that_wrote_is_named(any_size) -> None:
     """Every alias has its own version counter: views of one gradient sent to two parties,
     and only the second writes into its own."""
     t = _federation(Reader("b"), Reader("c", write=True))
@@ -97,7 +113,9 @@ def test_of_two_receivers_of_views_of_one_lent_tensor_the_one_that_wrote_is_name
     assert e.value.party == "c" and "'c' wrote into 'h'" in str(e.value)
 
 
-def test_a_write_into_what_a_party_lent_is_refused_before_it_gets_its_next_message() -> None:
+def test_a_write_into_what_a_party_lent_is_refused_before_it_gets_its_next_message(
+    any_size,
+) -> None:
     """The lender (``b``) lends its tensor in a reply; the receiver (``a``) writes into it
     after its request returned; ``b``'s next message is refused naming ``a``, and ``b`` never
     runs on it."""
@@ -113,7 +131,7 @@ def test_a_write_into_what_a_party_lent_is_refused_before_it_gets_its_next_messa
     assert e.value.party == "a" and len(b.got) == 2
 
 
-def test_what_no_receiver_holds_any_more_is_forgotten() -> None:
+def test_what_no_receiver_holds_any_more_is_forgotten(any_size) -> None:
     t = _federation(Reader("b", lent=True))
     for _ in range(5):
         t.local["a"].send("b", "pass", arrays={"h": torch.ones(2, 3)})
@@ -154,12 +172,24 @@ def test_multivfl_hands_over_its_activations_and_gradients_without_a_copy(monkey
     assert all(s[0] != 32 for s in copied), copied  # no batch of activations or gradients
 
 
-def test_split_nn_and_apfed_hand_over_their_batches_without_a_copy(monkeypatch) -> None:
+def test_apfed_and_a_split_nn_of_large_outputs_hand_over_their_batches_without_a_copy(
+    monkeypatch,
+) -> None:
+    """(The default split NN's outputs are logits, copied: smaller than LEND_MIN_BYTES.)"""
     from fedviews.deep.apfed import APFed
     from fedviews.deep.splitnn import SplitNN
 
     X, y = _images()
     copied = _copies(monkeypatch)
-    SplitNN(n_parties=2, epochs=1, batch_size=32).fit(X, y)
     APFed(m=2, i=1, epochs=1, batch_size=32).fit(X, y)
+    SplitNN(n_parties=2, epochs=1, batch_size=32, bottom=_wide, top=_head).fit(X, y)
     assert all(s[0] != 32 for s in copied), copied
+
+
+def _wide(shape: tuple[int, ...], n_classes: int) -> Any:
+    """A bottom of 1024 outputs (128 KiB for a batch of 32)."""
+    return torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(int(np.prod(shape)), 1024))
+
+
+def _head(shape: tuple[int, ...], n_classes: int) -> Any:
+    return torch.nn.Linear(shape[0], n_classes)

@@ -16,6 +16,10 @@ before its result reaches the code that made it), it checks that no alias was wr
 receiver that made it, never its lender (each alias has its own counter, also where several
 receivers got views of one tensor, e.g. the parts of one gradient).
 
+A lent tensor smaller than :data:`LEND_MIN_BYTES` is copied all the same: copying it is
+cheaper than keeping track of an alias (on a CPU, a 64 KiB copy took about as long; a 1 MiB
+one 25 times as long, ``python benchmarks/bench_multivfl.py``'s batches being 1.6 MB).
+
 Over gRPC and Flower every array is encoded, lent or not (a receiver gets a contiguous array
 there, and in one process a contiguous copy of what is not lent). What a receiver keeps only
 through a view of a lent tensor, after dropping the tensor itself, is not checked.
@@ -42,6 +46,8 @@ T = TypeVar("T")
 
 #: the attribute that marks a tensor lent (see :func:`lend`)
 _LENT = "_fedviews_lent"
+#: the bytes from which a lent tensor is handed over as an alias (a smaller one is copied)
+LEND_MIN_BYTES = 1 << 16
 
 
 def lend(t: T) -> T:
@@ -62,10 +68,14 @@ def receiver_copy(t: torch.Tensor) -> torch.Tensor:
 
 
 def received(t: torch.Tensor, name: str, lent: list[tuple[str, torch.Tensor]] | None) -> Any:
-    """What the receiver of tensor ``t`` (array ``name``) gets: an alias of a lent one
-    (appended to ``lent`` for :meth:`Lends.add`), else :func:`receiver_copy` (always, where
-    ``lent`` is ``None``)."""
-    if lent is not None and getattr(t, _LENT, False):
+    """What the receiver of tensor ``t`` (array ``name``) gets: an alias of a lent one of at
+    least :data:`LEND_MIN_BYTES` (appended to ``lent`` for :meth:`Lends.add`), else
+    :func:`receiver_copy` (always, where ``lent`` is ``None``)."""
+    if (
+        lent is not None
+        and getattr(t, _LENT, False)
+        and t.numel() * t.element_size() >= LEND_MIN_BYTES
+    ):
         # its memory under a new tensor: no graph, a version counter of its own, not lent
         # (what its receiver passes on is copied)
         alias = t.new_empty(0).set_(t.untyped_storage(), t.storage_offset(), t.size(), t.stride())
