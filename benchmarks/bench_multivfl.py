@@ -11,6 +11,7 @@ activation/gradient sizes.
     python benchmarks/bench_multivfl.py [--samples 5000] [--data-owners 4] [--repeats 2] [--device cpu]
     python benchmarks/bench_multivfl.py --device cuda --profile 20   # + where one epoch's time goes
     python benchmarks/bench_multivfl.py --clock cpu   # CPU seconds: on a loaded machine
+    python benchmarks/bench_multivfl.py --clock cpu --without-finiteness   # + what those checks cost
 
 ``--clock cpu`` (``_clock.py``) times both with this process's CPU time: the federated
 epoch is the label owner's ``train_round``, inside which every data owner's handler runs.
@@ -19,10 +20,11 @@ epoch is the label owner's ``train_round``, inside which every data owner's hand
 from __future__ import annotations
 
 import argparse
+import contextlib
 import cProfile
 import pstats
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 import numpy as np
 import torch
@@ -34,6 +36,7 @@ from fedviews.deep.multivfl import MultiVFL, build_models, epoch_order, round_se
 from fedviews.deep.multivfl.nets import SplitNet
 from fedviews.deep.multivfl.parties import LabelOwner
 from fedviews.federation import InProcessTransport
+from fedviews.federation._handover import FiniteChecks
 
 
 def plain_epoch(
@@ -94,6 +97,19 @@ def federated_epoch(
     return est.fit(images, y, label_owner_ids=[np.arange(len(y))])
 
 
+@contextlib.contextmanager
+def finiteness_off(off: bool) -> Iterator[None]:
+    """With ``off``, the in-process transport queues no finiteness check (an ablation, to
+    time what the checks cost: never in a run)."""
+    add_many = FiniteChecks.add_many
+    if off:
+        FiniteChecks.add_many = lambda self, handed: None  # type: ignore[method-assign]
+    try:
+        yield
+    finally:
+        FiniteChecks.add_many = add_many  # type: ignore[method-assign]
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument(
@@ -103,6 +119,12 @@ def main() -> None:
     ap.add_argument("--batch-size", type=int, default=64)
     ap.add_argument("--repeats", type=int, default=2)
     ratio_options(ap, "data owner")
+    ap.add_argument(
+        "--without-finiteness",
+        action="store_true",
+        help="also time the federated run without the transport's finiteness checks (what "
+        "they cost; an ablation, never a run's setting)",
+    )
     json_option(ap)
     args = ap.parse_args()
     ds = data.load("fashion_mnist", subset="train")
@@ -111,21 +133,23 @@ def main() -> None:
     d, bs, lr = args.data_owners, args.batch_size, 1e-3
     clock = CLOCKS[args.clock]
 
-    def timed(batch_backward: bool) -> tuple[MultiVFL, float]:
-        with cpu_of(LabelOwner, "train_round") as cpu:
+    def timed(batch_backward: bool, unchecked: bool = False) -> tuple[MultiVFL, float]:
+        with cpu_of(LabelOwner, "train_round") as cpu, finiteness_off(unchecked):
             est = federated_epoch(images, y, d, bs, lr, args.device, batch_backward)
         return est, cpu[0] if args.clock == "cpu" else est.history_["train_seconds"][0]
 
-    def runs() -> tuple[float, float, float, MultiVFL]:
-        """Plain, federated and (``--one-backward-each``) unbatched seconds, in turn, and the
-        federated run's estimator."""
+    def runs() -> tuple[float, float, float, float, MultiVFL]:
+        """Plain, federated, (``--one-backward-each``) unbatched and
+        (``--without-finiteness``) unchecked seconds, in turn, and the federated run's
+        estimator."""
         plain = plain_epoch(images, y, d, bs, lr, args.device, clock)
         est, fed = timed(True)
         each = timed(False)[1] if args.one_backward_each else 0.0
-        return plain, fed, each, est
+        bare = timed(True, unchecked=True)[1] if args.without_finiteness else 0.0
+        return plain, fed, each, bare, est
 
     timings = warm_rounds(runs, args.repeats)  # interleaved: load hits all alike
-    plain_t, fed_t, each_t, ests = (list(t) for t in zip(*timings, strict=True))
+    plain_t, fed_t, each_t, bare_t, ests = (list(t) for t in zip(*timings, strict=True))
     est = ests[-1]
     s = est.run_stats_
     n_batches = int(s["batches_per_round"])
@@ -148,6 +172,12 @@ def main() -> None:
             f"(runs {', '.join(f'{t:.3f}' for t in each_t)})"
         )
         print_ratio("ratio, unbatched", each_t, plain_t)
+    if args.without_finiteness:
+        print(
+            f"without finiteness checks: {min(bare_t):.3f} s/epoch  "
+            f"(runs {', '.join(f'{t:.3f}' for t in bare_t)})"
+        )
+        print_ratio("ratio, unchecked", bare_t, plain_t)
     print(
         f"bytes per batch : {s['train_bytes_per_batch'] / 1e6:8.3f} MB on the wire vs {raw_batch / 1e6:.3f} MB raw activations + gradients"
     )
@@ -162,8 +192,10 @@ def main() -> None:
         prof.disable()
         print(f"\none more federated epoch, profiled ({args.profile} costliest by own time):")
         pstats.Stats(prof).sort_stats("tottime").print_stats(args.profile)
-    measured = {"Multi-VFL, in-process": fed_t} | (
-        {"one backward per data owner": each_t} if args.one_backward_each else {}
+    measured = (
+        {"Multi-VFL, in-process": fed_t}
+        | ({"one backward per data owner": each_t} if args.one_backward_each else {})
+        | ({"without finiteness checks (ablation)": bare_t} if args.without_finiteness else {})
     )
     title = (
         f"Multi-VFL epoch: D={d} data owners, K=1, FedAvg, {len(y)} Fashion-MNIST samples, batch "
