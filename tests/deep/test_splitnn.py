@@ -3,6 +3,8 @@ their gradients cross, and a passive party's observations name the right rows.""
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import pytest
 
@@ -103,6 +105,22 @@ def test_passive_backward_passes_run_as_one_and_equal_one_each(monkeypatch):
     assert calls == [2] * (PARAMS.epochs * 3)  # both passives, every batch (40 rows by 16)
 
 
+def _trained_pair(batch_backward: bool) -> tuple[Any, Any]:
+    """The passive party ``p`` and label owner ``a`` of a run trained two epochs (the
+    optimiser has momentum), a new epoch of batches of 16 begun (``batch_backward``: the
+    transport stages the backward passes)."""
+    from fedviews.federation import InProcessTransport
+
+    run, _, *_ = _run()
+    fed = build_in_process(
+        run, _data()[0], transport=lambda p: InProcessTransport(p, batch_backward=batch_backward)
+    )
+    fed()
+    p, a = fed.parties["p"], fed.parties["a"]
+    a.send("p", "splitnn.epoch", meta={"shuffle_seed": 1, "batch_size": 16})
+    return p, a
+
+
 @pytest.mark.parametrize("batch_backward", [True, False])
 def test_a_refused_gradient_leaves_the_passive_party_as_it_was(batch_backward):
     """A label owner's malformed ``splitnn.backward`` (a gradient of the wrong shape or dtype,
@@ -115,15 +133,8 @@ def test_a_refused_gradient_leaves_the_passive_party_as_it_was(batch_backward):
     from _tamper import tampered
 
     from fedviews.errors import ProtocolError
-    from fedviews.federation import InProcessTransport
 
-    run, _, *_ = _run()
-    fed = build_in_process(
-        run, _data()[0], transport=lambda p: InProcessTransport(p, batch_backward=batch_backward)
-    )
-    fed()  # two epochs: the optimiser has momentum
-    p, a = fed.parties["p"], fed.parties["a"]
-    a.send("p", "splitnn.epoch", meta={"shuffle_seed": 1, "batch_size": 16})
+    p, a = _trained_pair(batch_backward)
     for b in (0.5, 3, -1):  # 40 rows: batches 0, 1, 2 (0.5 was taken as batch 0)
         with pytest.raises(ProtocolError, match=f"'a' asked for batch {float(b)!r}, not in"):
             a.send("p", "splitnn.forward", meta={"batch": b})
@@ -187,15 +198,8 @@ def test_a_forward_request_is_checked_whole_before_its_gradient_changes_anything
     from _tamper import tampered
 
     from fedviews.errors import ProtocolError
-    from fedviews.federation import InProcessTransport
 
-    run, _, *_ = _run()
-    fed = build_in_process(
-        run, _data()[0], transport=lambda p: InProcessTransport(p, batch_backward=batch_backward)
-    )
-    fed()  # two epochs: the optimiser has momentum
-    p, a = fed.parties["p"], fed.parties["a"]
-    a.send("p", "splitnn.epoch", meta={"shuffle_seed": 1, "batch_size": 16})
+    p, a = _trained_pair(batch_backward)
     grad = torch.randn((16, 3), generator=torch.Generator().manual_seed(0))
     with pytest.raises(ProtocolError, match="'a' sent a gradient before a forward") as err:
         a.scatter("splitnn.forward", {"p": {"grad_logits": grad}}, meta={"batch": 0})
