@@ -43,8 +43,11 @@ and the two Flower engines (``ping`` run config: one node, then all 5 at once; t
 deployment engine with each executor); ``--pings-json`` writes it (``benchmarks/_record.py``).
 ``--algorithms`` without names: only Table 2. From it,
 the cost of per-batch split learning (Multi-VFL, MNIST, 4 data owners, 79 batches
-per epoch) if every batch went through the transport: at least two sequential
-exchanges per batch (activations up, gradients down).
+per epoch) if every batch went through the transport: one exchange per batch (the label
+owner's request carries the gradients of the batch before, the data owners' replies their
+activations), one round trip on the transports where the label owner sends it itself
+(in-process, fedviews' gRPC) and two in sequence on Flower, whose ServerApp relays it (the
+data owners' round trip, then the label owner's).
 """
 
 from __future__ import annotations
@@ -358,13 +361,15 @@ def bench_pings(args: argparse.Namespace, engines: list[str], tmp: Path) -> dict
             f"{s:18.4f}" if np.isnan(b) else f"{f'{s:.3f} | {b:.3f}':>18s}" for s, b in by.values()
         )
         batch_s, batch_b = by[BATCH]
-        per_batch = 2 * (batch_s if np.isnan(batch_b) else batch_b)  # up and down, in sequence
+        trips = 2 if name.startswith("Flower") else 1  # (the ServerApp relays each exchange)
+        per_batch = trips * (batch_s if np.isnan(batch_b) else batch_b)
         print(f"{name:30s}{cells}{BATCHES * per_batch:20.1f}")
         seconds = [NA if np.isnan(t) else round(t, 4) for pair in by.values() for t in pair]
         rows.append([name, *seconds, round(BATCHES * per_batch, 1)])
     note = (
-        f"Multi-VFL epoch s: {BATCHES} batches x 2 sequential exchanges of {BATCH / 1e6:.1f} MB "
-        "per data owner: the transport's share of an epoch, without any computation"
+        f"Multi-VFL epoch s: {BATCHES} batches x one exchange of {BATCH / 1e6:.1f} MB each way "
+        "per data owner (one round trip; on Flower two in sequence, the ServerApp relaying it): "
+        "the transport's share of an epoch, without any computation"
     )
     print(f"({note})")
     mb = f"{BATCH / 1e6:.1f} MB"
