@@ -5,7 +5,10 @@ One message is what a split-learning batch sends per party: one float32 tensor, 
 ``a`` to ``b`` through the transport's hand-over (the sender's and the receiver's policy
 checks, the copy, the finiteness check, the header and its byte count, the log record),
 without a handler. Prints, per shape, the median over ``--repeats`` timings of
-``--messages`` messages, and its ratio to the clone (the copy every hand-over makes).
+``--messages`` messages, and its ratio to the clone (the copy a hand-over makes); and the
+same tensor lent (``fedviews.federation.lend``: handed over as a read-only alias, whatever
+its size here, with its version recorded and checked), which is what sets the size from
+which a lent tensor is handed over without a copy (``_lend.LEND_MIN_BYTES``).
 
     python benchmarks/bench_handover.py [--device cpu] [--messages 20000] [--repeats 5]
 
@@ -17,14 +20,24 @@ from __future__ import annotations
 import argparse
 import statistics
 from collections.abc import Callable
+from functools import partial
 
 import torch
 from _clock import CLOCKS
 
-from fedviews.federation import InProcessTransport, Message, Party, PrivacyPolicy, federate
+import fedviews.federation._lend as lending
+from fedviews.federation import (
+    InProcessTransport,
+    Message,
+    Party,
+    PrivacyPolicy,
+    federate,
+    lend,
+)
 
-#: (batch rows, features): an activation batch, a 10-class logit batch, an image strip batch
-SHAPES = [(64, 256), (64, 10), (64, 1, 7, 28)]
+#: (batch rows, features): an activation batch, a 10-class logit batch, an image strip batch,
+#: a Multi-VFL activation batch (1.6 MB)
+SHAPES = [(64, 256), (64, 10), (64, 1, 7, 28), (64, 32, 7, 28)]
 
 
 def per_message(fn: Callable[[], object], n: int, clock: Callable[[], float]) -> float:
@@ -50,9 +63,11 @@ def main() -> None:
         f"in-process hand-over, device {args.device}, torch threads {torch.get_num_threads()}, "
         f"{args.clock} clock, {args.messages} messages x {args.repeats} repeats"
     )
+    lending.LEND_MIN_BYTES = 0  # (every lent tensor handed over as an alias, to time it)
     for shape in SHAPES:
         t = torch.randn(shape, device=args.device)
         msg = Message("pass", "a", "b", arrays={"h": t})
+        lent = Message("pass", "a", "b", arrays={"h": lend(t.clone())})
 
         def hand_over(msg: Message = msg) -> Message:
             transport._check_send(msg)
@@ -62,18 +77,21 @@ def main() -> None:
             return t.detach().clone()
 
         sync = torch.cuda.synchronize if t.is_cuda else (lambda: None)
-        pairs = []
-        for _ in range(args.repeats):  # interleaved: the machine's load hits both alike
+        runs = []
+        for _ in range(args.repeats):  # interleaved: the machine's load hits all alike
             h = per_message(hand_over, args.messages, clock)
             sync()
             c = per_message(clone, args.messages, clock)
             sync()
-            pairs.append((h, c))
-        h_us = statistics.median(h for h, _ in pairs)
-        c_us = statistics.median(c for _, c in pairs)
+            n = per_message(partial(hand_over, lent), args.messages, clock)
+            sync()
+            transport.lends.settle()  # (what a request's end does: forgets the dead aliases)
+            runs.append((h, c, n))
+        h_us, c_us, n_us = (statistics.median(r[i] for r in runs) for i in range(3))
         print(
             f"{str(shape):<16}: {h_us:7.1f} us/message, clone {c_us:6.1f} us, "
-            f"ratio {statistics.median(h / c for h, c in pairs):5.2f}"
+            f"ratio {statistics.median(h / c for h, c, _ in runs):5.2f}; "
+            f"lent {n_us:6.1f} us/message"
         )
 
 

@@ -17,8 +17,9 @@ receiver that made it, never its lender (each alias has its own counter, also wh
 receivers got views of one tensor, e.g. the parts of one gradient).
 
 A lent tensor smaller than :data:`LEND_MIN_BYTES` is copied all the same: copying it is
-cheaper than keeping track of an alias (on a CPU, a 64 KiB copy took about as long; a 1 MiB
-one 25 times as long, ``python benchmarks/bench_multivfl.py``'s batches being 1.6 MB).
+cheaper than keeping track of an alias (``python benchmarks/bench_handover.py`` times both per
+message: on a CPU they cost about the same for a 64 KiB tensor, and the copy many times more
+for a Multi-VFL activation batch of 1.6 MB).
 
 Over gRPC and Flower every array is encoded, lent or not (a receiver gets a contiguous array
 there, and in one process a contiguous copy of what is not lent). What a receiver keeps only
