@@ -18,8 +18,8 @@ receivers got views of one tensor, e.g. the parts of one gradient).
 
 A lent tensor smaller than :data:`LEND_MIN_BYTES` is copied all the same: copying it is
 cheaper than keeping track of an alias (``python benchmarks/bench_handover.py`` times both per
-message: on a CPU they cost about the same for a 64 KiB tensor, and the copy many times more
-for a Multi-VFL activation batch of 1.6 MB).
+message: on a CPU a 64 KiB tensor costs a little more lent than copied, a Multi-VFL activation
+batch of 1.6 MB several times more copied).
 
 Over gRPC and Flower every array is encoded, lent or not (a receiver gets a contiguous array
 there, and in one process a contiguous copy of what is not lent). What a receiver keeps only
@@ -48,7 +48,7 @@ T = TypeVar("T")
 #: the attribute that marks a tensor lent (see :func:`lend`)
 _LENT = "_fedviews_lent"
 #: the bytes from which a lent tensor is handed over as an alias (a smaller one is copied)
-LEND_MIN_BYTES = 1 << 16
+LEND_MIN_BYTES = 1 << 17
 
 
 def lend(t: T) -> T:
