@@ -54,7 +54,9 @@ LEND_MIN_BYTES = 1 << 17
 def lend(t: T) -> T:
     """Mark ``t`` (a torch tensor; anything else is returned as it is) as lent to whoever it
     is sent to in one process: handed over without a copy (see the module). Lend only a
-    tensor that its sender never writes again; its receivers may only read it."""
+    tensor that its sender never writes again, through it or through any tensor that shares
+    its memory (a write of the sender's own is not checked: its receivers would read it); its
+    receivers may only read it."""
     if is_tensor(t):
         setattr(t, _LENT, True)
     return t
