@@ -129,6 +129,21 @@ def test_a_write_into_what_a_party_lent_is_refused_before_it_gets_its_next_messa
     with pytest.raises(ProtocolError, match=r"'a' wrote into 'g' of a 'pass:reply' message") as e:
         a.send("b", "pass", arrays={"h": torch.ones(2, 3)})
     assert e.value.party == "a" and len(b.got) == 2
+    a.send("b", "pass", arrays={"h": torch.ones(2, 3)})  # the failed run's lends are forgotten
+    assert len(b.got) == 3
+
+
+def test_a_write_is_found_when_the_outermost_request_ends_if_its_lender_gets_no_message(
+    any_size,
+) -> None:
+    t = _federation(Reader("b", lent=True), c := Reader("c"))
+    a = t.local["a"]
+    got = a.send("b", "pass", arrays={"h": torch.ones(2, 3)}).arrays["g"]
+    got.add_(1.0)
+    with pytest.raises(ProtocolError, match=r"'a' wrote into 'g'") as e:
+        a.send("c", "pass", arrays={"h": torch.ones(2, 3)})
+    assert e.value.party == "a" and len(c.got) == 1  # (its reply came back first)
+    a.send("c", "pass", arrays={"h": torch.ones(2, 3)})
 
 
 def test_what_no_receiver_holds_any_more_is_forgotten(any_size) -> None:

@@ -2,19 +2,21 @@
 
 The in-process transport gives a receiver a detached copy of every tensor (``receiver_copy``):
 it shares neither memory nor an autograd graph with the sender and may write into what it
-got. Those copies are most of what an in-process split-learning batch costs beyond the plain
-loop (Multi-VFL on a CPU: 13 % of it, ``benchmarks/bench_multivfl.py``). A sender that never
-writes a tensor again (its activations, kept only for their autograd graph; the gradients it
-computed for a receiver) may :func:`lend` it instead: the receiver then gets an alias of it,
-the same memory (and layout: a view of a larger tensor stays one) under a tensor of its own,
-without the graph and with a version counter of its own. A lent tensor is read-only for its
-receiver. Torch has no read-only tensors, but any write in place moves the version counter of
-the tensor written and of its views; :class:`Lends` remembers each alias and its version, and
-before the transport hands its lender the next message (so before the lender runs again, e.g.
-its backward pass through the activations it lent), and when the outermost request ends (so
-before its result reaches the code that made it), it checks that no alias was written: a write is refused by a :class:`ProtocolError` naming the
-receiver that made it, never its lender (each alias has its own counter, also where several
-receivers got views of one tensor, e.g. the parts of one gradient).
+got. Those copies were most of what an in-process Multi-VFL batch cost on a CPU beyond the
+plain loop (``benchmarks/bench_multivfl.py``'s records, before and after lending). A sender
+that never writes a tensor again (its activations, kept only for their autograd graph; the
+gradients it computed for a receiver) may :func:`lend` it instead: the receiver then gets an
+alias of it, the same memory (and layout: a view of a larger tensor stays one) under a tensor
+of its own, without the graph and with a version counter of its own.
+
+A lent tensor is read-only for its receiver. Torch has no read-only tensors, but any write in
+place moves the version counter of the tensor written and of its views. :class:`Lends`
+remembers each alias and its version, and checks that no alias was written before the
+transport hands its lender the next message (so before the lender runs again, e.g. its
+backward pass through the activations it lent) and when the outermost request ends (so before
+its result reaches the code that made it). A write is refused by a :class:`ProtocolError`
+naming the receiver that made it, never its lender: each alias has its own counter, also
+where several receivers got views of one tensor (e.g. the parts of one gradient).
 
 A lent tensor smaller than :data:`LEND_MIN_BYTES` is copied all the same: copying it is
 cheaper than keeping track of an alias (``python benchmarks/bench_handover.py`` times both per
@@ -129,11 +131,15 @@ class Lends:
         """The outermost request ended: check everything lent and still held (its lender may
         be sent more later), or, if it ``failed``, forget everything lent."""
         by_lender = self._records()
-        if failed:
+        try:
+            if not failed:
+                for lender, records in list(by_lender.items()):
+                    by_lender[lender] = _unwritten(lender, records)
+                return
+        except ProtocolError:  # (the run fails on it: nothing of it is checked again)
             by_lender.clear()
-            return
-        for lender, records in list(by_lender.items()):
-            by_lender[lender] = _unwritten(lender, records)
+            raise
+        by_lender.clear()
 
 
 def _unwritten(lender: str, records: list[_Lent]) -> list[_Lent]:
