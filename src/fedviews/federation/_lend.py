@@ -123,9 +123,10 @@ class Lends:
     def verify(self, lender: str) -> None:
         """Before ``lender`` runs again: refuse a write into what it lent, naming the receiver
         that wrote; forget what no receiver holds any more."""
-        records = self._records().get(lender)
+        by_lender = self._records()
+        records = by_lender.get(lender)
         if records:
-            self._records()[lender] = _unwritten(lender, records)
+            by_lender[lender] = _unwritten(lender, records)
 
     def settle(self, *, failed: bool = False) -> None:
         """The outermost request ended: check everything lent and still held (its lender may
