@@ -41,8 +41,8 @@ docs: install-dev
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict
 
 lint:
-	$(BIN)/ruff check src tests benchmarks
-	$(BIN)/ruff format --check src tests benchmarks
+	$(BIN)/ruff check src tests benchmarks docs/examples
+	$(BIN)/ruff format --check src tests benchmarks docs/examples
 
 typecheck:
 	$(BIN)/mypy

@@ -268,3 +268,20 @@ def test_a_loaded_apfed_exports_the_same_model(tmp_path: Path) -> None:
     assert json.loads((a / "model.json").read_text()) == json.loads((b / "model.json").read_text())
     sa, sb = (torch.load(p / "active_model.pt", weights_only=True) for p in (a, b))
     assert sa.keys() == sb.keys() and all(torch.equal(sa[k], sb[k]) for k in sa)
+
+
+def test_an_apfed_saved_before_fits_kept_input_shapes_loads(tmp_path: Path) -> None:
+    """A save from before ``input_shapes_`` existed (fits took images only then) loads, the
+    strips' shapes taken from the images' shape and the setting, and predicts as it did."""
+    pytest.importorskip("torch")
+    case = next(c for c in CASES if c.name == "APFed")
+    data = case.data()
+    est = case.fit(case.cls()(**case.params), data)
+    folder = est.save(tmp_path / "saved")
+    meta = json.loads((folder / "model.json").read_text())
+    del meta["fitted"]["input_shapes_"]
+    (folder / "model.json").write_text(json.dumps(meta))
+    loaded = type(est).load(folder)
+    assert loaded.input_shapes_ == est.input_shapes_
+    predict = case.methods["predict"]
+    assert np.array_equal(loaded.predict(*predict(data)), est.predict(*predict(data)))

@@ -76,10 +76,10 @@ def inherited(
     restart its poller threads in the child; subprocess then closes the child's descriptors
     (close_fds), the poller's epoll descriptor among them, and a poller that polls again
     before the exec aborts the child ("Epoll1Poller ... encountered epoll_wait error: Bad
-    file descriptor": 17 of 1,200 such starts beside a running gRPC server on a loaded
-    machine, none of 1,200 through the shell; the coordinator of
-    test_a_non_member_holding_connections... once). A start without one is a vfork, which
-    runs no fork handler."""
+    file descriptor"). That was seen, now and then, for starts beside a running gRPC server on
+    a loaded machine (the coordinator of test_a_non_member_holding_connections... once), and
+    never for starts through the shell. A start without one is a vfork, which runs no fork
+    handler."""
     steps = [f"ulimit -n {int(nofile)}"] if nofile is not None else []
     steps += ["trap '' INT"] if sigint_ignored else []
     if not steps:

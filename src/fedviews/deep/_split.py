@@ -345,6 +345,14 @@ class StripEstimator(Persistent, Classifier):
     def _restore_live(self, state: dict[str, Any]) -> None:
         self.spec_ = None if state["spec"] is None else NetSpec(**state["spec"])
         self.device_ = resolve_device(self.device)
+        if not hasattr(self, "input_shapes_"):
+            # saved (or pickled) before fits kept it, when fits took images only: the
+            # strips' shapes follow from the images' shape and the setting
+            m, _, pad = self.setting_
+            assert self.image_shape_ is not None
+            one = np.zeros((1, *self.image_shape_), np.float32)
+            strips = cut_strips(one, m, pad=pad)
+            self.input_shapes_ = [tuple(int(s) for s in v.shape[1:]) for v in strips]
         view = np.zeros((0, *self.input_shapes_[self.setting_[1] - 1]), np.float32)
         self.active_ = self._trained_active(view, state)
         for k, sd in state["nets"].items():
