@@ -68,16 +68,19 @@ def plain_epoch(
     order = torch.as_tensor(np.random.default_rng(0).permutation(len(y)), device=device)
     for b in range(0, len(y), batch_size):
         idx = order[b : b + batch_size]
+        # the batch's rows as the parties take them (index_select: no advanced indexing)
+        ba, by = xa.index_select(0, idx), yt.index_select(0, idx)
+        bp = xp.index_select(0, idx) if method != "SingleVL" else None  # SingleVL: none
         if method == "TVFL":
-            h = torch.cat([enc_a(xa[idx]).flatten(1), enc_p(xp[idx]).flatten(1)], 1)
-            loss = F.cross_entropy(head(h), yt[idx])
+            h = torch.cat([enc_a(ba).flatten(1), enc_p(bp).flatten(1)], 1)
+            loss = F.cross_entropy(head(h), by)
         else:
-            h = active.encoder(xa[idx])
-            loss = F.cross_entropy(active.head(h), yt[idx])
+            h = active.encoder(ba)
+            loss = F.cross_entropy(active.head(h), by)
             if method == "APFed-R":
-                loss = loss + reconstruction_loss(passive(h), xp[idx])
+                loss = loss + reconstruction_loss(passive(h), bp)
             elif method == "APFed-C":
-                loss = loss + contrastive_loss(h, passive(xp[idx]), 0.5)
+                loss = loss + contrastive_loss(h, passive(bp), 0.5)
         opt.zero_grad(set_to_none=True)
         loss.backward()
         opt.step()

@@ -88,10 +88,10 @@ def plain_epoch(fed: InProcessRun, clock: Callable[[], float]) -> float:
     t0 = clock()
     rng = np.random.default_rng(epoch_seed(fed.run.seed, 1))
     for idx in device_batches(len(yt), p.batch_size, rng, active.device):
-        z = nets[-1](xs[-1][idx])
+        z = nets[-1](xs[-1].index_select(0, idx))
         for net, x in zip(nets[:-1], xs[:-1], strict=True):
-            z = z + net(x[idx])
-        loss = torch.nn.functional.cross_entropy(z, yt[idx])
+            z = z + net(x.index_select(0, idx))
+        loss = torch.nn.functional.cross_entropy(z, yt.index_select(0, idx))
         opt.zero_grad()
         loss.backward()
         opt.step()
@@ -115,9 +115,11 @@ def split_epoch(fed: InProcessRun, clock: Callable[[], float]) -> float:
     t0 = clock()
     rng = np.random.default_rng(epoch_seed(fed.run.seed, 1))
     for idx in device_batches(len(yt), p.batch_size, rng, active.device):
-        outs = [net(x[idx]) for net, x in zip(nets[:-1], xs[:-1], strict=True)]
+        outs = [net(x.index_select(0, idx)) for net, x in zip(nets[:-1], xs[:-1], strict=True)]
         cut = [o.detach().clone().requires_grad_(True) for o in outs]
-        loss = torch.nn.functional.cross_entropy(nets[-1](xs[-1][idx]) + sum(cut), yt[idx])
+        loss = torch.nn.functional.cross_entropy(
+            nets[-1](xs[-1].index_select(0, idx)) + sum(cut), yt.index_select(0, idx)
+        )
         for opt in opts:
             opt.zero_grad()
         loss.backward()

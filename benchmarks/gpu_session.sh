@@ -1,9 +1,11 @@
 #!/bin/bash
 # One prepared device session (see docs/benchmarks.md, "On a GPU"): the CUDA tests, the
 # plain-loop ratio benchmarks recorded with --json, the in-process hand-over cost, and as
-# much of the paper-length Multi-VFL Fig. 3b run as TF seconds allow -- resumable: a run
-# folder given as FIG3_IN (the FIG3 folder an earlier session brought back) is continued
-# from its checkpoints, and the run folder and committed cells are copied to $OUT.
+# much of the paper-length Multi-VFL Fig. 3b run (entry multivfl_fig3_fmnist_paper: 500
+# epochs, four server optimizers) as TF seconds allow -- resumable: its finished curves are
+# committed in docs/results/multivfl_fig3_fmnist_paper.cells.json, a run folder given as
+# FIG3_IN (the fig3paper folder an earlier session brought back) is continued from its
+# checkpoints, and the run folder and the cells are copied to $OUT.
 #
 #   OUT=/tmp/gpu TT=60 TB=80 TF=240 bash benchmarks/gpu_session.sh
 #
@@ -28,11 +30,11 @@ run benchmarks/bench_handover.py --device "$D" --clock wall
 run benchmarks/bench_multivfl.py --device "$D" --samples 5000 --repeats 1 --profile 40
 run benchmarks/bench_splitnn.py --device "$D" --samples 10000 --repeats 1 --profile 40
 if [ "${TF:-0}" -gt 0 ]; then
-  F=$O/fig3long; [ -n "$FIG3_IN" ] && cp -r "$FIG3_IN" "$F"
-  echo "=== fig3 long ($(date +%T))" >> "$B"
-  timeout "$TF" "$PY" -m fedviews reproduce multivfl_fig3_fmnist_long --record --continue \
-    --out "$F" >> "$O/fig3long.txt" 2>&1
+  F=$O/fig3paper; [ -n "$FIG3_IN" ] && cp -r "$FIG3_IN" "$F"
+  echo "=== fig3 paper-length ($(date +%T))" >> "$B"
+  timeout "$TF" "$PY" -m fedviews reproduce multivfl_fig3_fmnist_paper --record --continue \
+    --out "$F" >> "$O/fig3paper.txt" 2>&1
   echo "rc=$?" >> "$B"
-  cp docs/results/multivfl_fig3_fmnist_long*.json "$O"/ 2>/dev/null
+  cp docs/results/multivfl_fig3_fmnist_paper*.json "$O"/ 2>/dev/null
 fi
 date >> "$O/env.txt"

@@ -146,7 +146,7 @@ class SplitBottom(Party):
         rows = self._applied(msg, forward=True)
         assert rows is not None
         train_mode(self.net)
-        self._pending = self.net(self._X[rows])
+        self._pending = self.net(self._X.index_select(0, rows))
         # lent: it never writes its output (kept for its graph), the receiver reads it
         return self.reply(msg, arrays={name: lend(self._pending)})
 

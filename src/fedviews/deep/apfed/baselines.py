@@ -139,14 +139,16 @@ class TVFLActiveClient(SplitTop, Coordinator):
             for b, idx in self.epoch_batches("tvfl.epoch", step):
                 train_mode(self.encoder)
                 train_mode(self.head)
-                h_a = self.encoder(self._X[idx])
+                h_a = self.encoder(self._X.index_select(0, idx))
                 shape = (len(idx), *self.rep_shape)
                 got = self.scatter("tvfl.forward", grads, meta={"batch": b}, round=step)
                 hps = [
                     got[p].tensor("h_p", shape, np.float32, self.device).requires_grad_(True)
                     for p in self.passives
                 ]
-                loss = F.cross_entropy(self.head(self._join(h_a, hps)), self._y[idx])
+                loss = F.cross_entropy(
+                    self.head(self._join(h_a, hps)), self._y.index_select(0, idx)
+                )
                 zero_grads(self.opt)
                 loss.backward()
                 step_optimizers([self.opt])

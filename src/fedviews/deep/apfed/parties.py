@@ -163,7 +163,7 @@ class PassiveClient(SplitBottom):
         shape = (len(idx), *self.rep_shape)
         h = self.act_codec.tensor(msg, "h_A", shape, self.device).requires_grad_(True)
         train_mode(self.net)
-        loss = self.local_loss(h, self._X[idx])
+        loss = self.local_loss(h, self._X.index_select(0, idx))
         zero_grads(self.opt)
         loss.backward()
         assert h.grad is not None
@@ -270,9 +270,9 @@ class ActiveClient(SplitTop):
     def _step(self, epoch: int, b: int, idx: torch.Tensor, step: int) -> torch.Tensor:
         """One batch; its loss ``L_A`` (a detached tensor on the device)."""
         train_mode(self.net)
-        h = self.net.encoder(self._X[idx])
+        h = self.net.encoder(self._X.index_select(0, idx))
         h_cut = h.detach().requires_grad_(True)
-        loss = F.cross_entropy(self.net.head(h_cut), self._y[idx])
+        loss = F.cross_entropy(self.net.head(h_cut), self._y.index_select(0, idx))
         received = []
         if self.passives:
             # every passive party at once (over gRPC they compute in parallel)

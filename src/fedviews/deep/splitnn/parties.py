@@ -233,8 +233,8 @@ class SplitNNActive(_MLPBottom):
             with stepping_with_staged(stepping):
                 got = self.scatter("splitnn.forward", grads, meta={"batch": b})
             theirs = self._logits(got, len(idx), grad=True)
-            z = self._joined(self.net(self._X[idx]), theirs)
-            loss = nn.functional.cross_entropy(z, self.y[idx])
+            z = self._joined(self.net(self._X.index_select(0, idx)), theirs)
+            loss = nn.functional.cross_entropy(z, self.y.index_select(0, idx))
             zero_grads(self.opt)
             loss.backward()
             grads = {  # lent: never read again here
