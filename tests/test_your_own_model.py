@@ -146,6 +146,15 @@ def test_a_bad_factory_is_a_config_error(my_models):
         MultiVFL(bottom=3, **kw).fit(Xs, y)
     with pytest.raises(ConfigError, match="returned an object of type int, not a torch.nn"):
         MultiVFL(bottom=lambda shape, d: 3, **kw).fit(Xs, y)
+
+    def broken(shape: tuple[int, ...], index: int) -> Any:
+        raise RuntimeError("a bug of the user's")
+
+    # the call that failed, as the factory got it: per-sample shape and data-owner index
+    with pytest.raises(
+        ConfigError, match=r"broken failed when called as .*broken\(\(\d+,\), 0\): a bug"
+    ):
+        MultiVFL(bottom=broken, **kw).fit(Xs, y)
     # a top of the wrong number of classes; a CNN bottom on table columns
     with pytest.raises(ConfigError, match=r"top factory .* output is \(7,\), not \(10,\)"):
         MultiVFL(top=lambda shape, n: torch.nn.Linear(shape[0], 7), **kw).fit(Xs, y)

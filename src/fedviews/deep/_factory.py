@@ -96,7 +96,10 @@ def build_network(
         except ConfigError:
             raise
         except Exception as exc:
-            raise ConfigError(f"{field} factory {name} failed on {tuple(args)}: {exc}") from exc
+            call = f"{name.rpartition(':')[2] or name}({', '.join(map(repr, args))})"
+            raise ConfigError(
+                f"{field} factory {name} failed when called as {call}: {exc}"
+            ) from exc
         if not isinstance(module, torch.nn.Module):
             raise ConfigError(
                 f"{field} factory {name} returned an object of type {type(module).__name__}, "
