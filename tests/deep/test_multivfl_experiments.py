@@ -23,7 +23,7 @@ TINY = [
 
 
 def test_every_config_loads() -> None:
-    assert len(CONFIGS) == 8
+    assert len(CONFIGS) == 9
     for path in CONFIGS:
         cfg = load_config(path)
         assert cfg.experiment in ("multivfl_noniid", "multivfl_optimizers")
