@@ -96,7 +96,7 @@ def build_network(
         except ConfigError:
             raise
         except Exception as exc:
-            call = f"{name.rpartition(':')[2] or name}({', '.join(map(repr, args))})"
+            call = f"{name.rpartition(':')[2]}({', '.join(map(repr, args))})"  # (no ':': all)
             raise ConfigError(
                 f"{field} factory {name} failed when called as {call}: {exc}"
             ) from exc

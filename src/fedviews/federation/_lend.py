@@ -132,15 +132,15 @@ class Lends:
         """The outermost request ended: check everything lent and still held (its lender may
         be sent more later), or, if it ``failed``, forget everything lent."""
         by_lender = self._records()
+        if failed:
+            by_lender.clear()
+            return
         try:
-            if not failed:
-                for lender, records in list(by_lender.items()):
-                    by_lender[lender] = _unwritten(lender, records)
-                return
+            for lender, records in list(by_lender.items()):
+                by_lender[lender] = _unwritten(lender, records)
         except ProtocolError:  # (the run fails on it: nothing of it is checked again)
             by_lender.clear()
             raise
-        by_lender.clear()
 
 
 def _unwritten(lender: str, records: list[_Lent]) -> list[_Lent]:
