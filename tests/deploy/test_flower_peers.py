@@ -93,6 +93,30 @@ top_channels = 4
 hidden = 8
 device = "cpu"
 """,
+    # two label owners: the data owners' rows tagged with their label owner's group
+    "multivfl_two_label_owners": """
+algorithm = "multivfl"
+name = "flower_multivfl2_test"
+seed = 5
+[federation]
+parties = ["top", "bottom", "bank", "clinic"]
+label_owners = ["bank", "clinic"]
+alignment = "none"
+[data]
+dataset = "mnist"
+n_per_class = 6
+n_test = 20
+scenario = "iid"
+samples_per_owner = 8
+overlap = 1.0
+[params]
+rounds = 2
+batch_size = 8
+channels = 4
+top_channels = 4
+hidden = 8
+device = "cpu"
+""",
     "apfed": """
 algorithm = "apfed"
 name = "flower_apfed_test"

@@ -47,6 +47,21 @@ def _labels(y: Any, n: int, what: str) -> np.ndarray | None:
     return arr
 
 
+def _groups(group: Any, n: int) -> np.ndarray | None:
+    if group is None:
+        return None
+    arr = np.asarray(group)
+    if arr.shape != (n,):
+        raise DataError(f"group has shape {arr.shape} for {n} IDs (one group name per row)")
+    if arr.dtype.kind == "O" and all(isinstance(v, str) for v in arr.tolist()):
+        arr = arr.astype(str)
+    if arr.dtype.kind != "U":
+        raise DataError(f"group must hold group names (text), got dtype {arr.dtype}")
+    if n and (np.char.str_len(arr) == 0).any():
+        raise DataError("group has empty names: tag every row with its group")
+    return arr
+
+
 @dataclass(frozen=True)
 class PartyData:
     """What one organisation holds: IDs, features (possibly none), labels (label owners).
@@ -61,6 +76,13 @@ class PartyData:
     of valid time steps of every sample in every view (``lengths_test`` likewise);
     the padding is never read (:meth:`sequences`). Without ``lengths`` every
     sequence has all ``T_max`` steps.
+
+    ``group``: for a party in several alignment groups of the training split (a Multi-VFL
+    data owner with several label owners), the group of every training row, by name (a
+    Multi-VFL group is named after its label owner): the party offers a group only the rows
+    tagged with its name (:meth:`offered`). Without it the party offers every row to every
+    group. Files aligned outside the run (``alignment = "none"``, as on Flower) need it
+    where a party is in several groups: sorting the IDs then aligns each group's rows.
     """
 
     ids: np.ndarray
@@ -72,12 +94,14 @@ class PartyData:
     view_dims: tuple[int, ...] | None = None
     lengths: np.ndarray | None = None
     lengths_test: np.ndarray | None = None
+    group: np.ndarray | None = None
 
     def __post_init__(self) -> None:
         ids = check_ids(self.ids, name="ids")
         object.__setattr__(self, "ids", ids)
         object.__setattr__(self, "X", _features(self.X, len(ids), "X"))
         object.__setattr__(self, "y", _labels(self.y, len(ids), "y"))
+        object.__setattr__(self, "group", _groups(self.group, len(ids)))
         if self.view_dims is not None:
             dims = np.asarray(self.view_dims)
             if dims.ndim != 1 or not len(dims) or not np.issubdtype(dims.dtype, np.integer):
@@ -139,6 +163,14 @@ class PartyData:
             return self.ids_test, self.X_test, self.y_test
         raise DataError(f"unknown split {name!r}; use 'train' or 'test'")
 
+    def offered(self, group: str, split: str = "train") -> np.ndarray:
+        """The positions in ``split`` of the rows this party offers the alignment group
+        ``group``: those tagged with its name (:attr:`group`, training split only), else all."""
+        n = len(self.split(split)[0])
+        if split != "train" or self.group is None:
+            return np.arange(n)
+        return np.flatnonzero(self.group == group)
+
     def sequences(self, split: str, rows: np.ndarray) -> list[list[np.ndarray]]:
         """``views[k][i]``: the ``rows`` of a split of sequences, per view, without padding."""
         X = self.split(split)[1][rows]
@@ -183,7 +215,17 @@ class PartyData:
         return list(np.split(X, cuts, axis=-1))
 
     def arrays(self) -> dict[str, np.ndarray]:
-        names = ("ids", "X", "y", "ids_test", "X_test", "y_test", "lengths", "lengths_test")
+        names = (
+            "ids",
+            "X",
+            "y",
+            "ids_test",
+            "X_test",
+            "y_test",
+            "lengths",
+            "lengths_test",
+            "group",
+        )
         out = {k: getattr(self, k) for k in names if getattr(self, k) is not None}
         if self.view_dims is not None:
             out["view_dims"] = np.asarray(self.view_dims, dtype=np.int64)

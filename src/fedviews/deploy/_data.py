@@ -15,8 +15,15 @@ widths in the optional integer array ``view_dims`` (e.g. ``[240, 76, 216]`` for
 ``X`` is one view. Variable-length sequences are padded to one ``T`` and list their
 valid steps per sample and view in ``lengths`` ``(n, K)`` (``lengths_test``).
 ``.csv`` (a header row) or ``.parquet`` (needs ``pip install 'fedviews[parquet]'``):
-column ``id`` holds the sample IDs, an optional column ``label`` the labels, every
-other column is a numeric feature (2-D only, no test split).
+column ``id`` holds the sample IDs, an optional column ``label`` the labels, an optional
+column ``group`` the row's alignment group, every other column is a numeric feature
+(2-D only, no test split).
+
+``group`` (an ``.npz`` array of text, or the column): for a party in several alignment
+groups (a Multi-VFL data owner with several label owners), the group of every training
+row, named as the algorithm names its groups (Multi-VFL: after the label owner); the party
+offers each group only its rows (:meth:`fedviews.data.PartyData.offered`). Files aligned
+outside the run (``federation.alignment = "none"``) need it there.
 """
 
 from __future__ import annotations
@@ -65,7 +72,7 @@ def load_party_data(path: str | Path) -> PartyData:
         if "ids" not in got:
             raise DataError(f"{p} lacks the array 'ids' (needs ids[, X, y, ids_test, ...])")
         known = {"ids", "X", "y", "ids_test", "X_test", "y_test", "view_dims"}
-        known |= {"lengths", "lengths_test"}
+        known |= {"lengths", "lengths_test", "group"}
         extra = set(got) - known
         if extra:
             raise DataError(f"{p}: unknown arrays {sorted(extra)}; expected {sorted(known)}")
@@ -85,7 +92,8 @@ def load_party_data(path: str | Path) -> PartyData:
         body = [r for _, r in rows[1:]]
         i_id = head.index("id")
         i_y = head.index("label") if "label" in head else None
-        feats = [j for j in range(len(head)) if j not in (i_id, i_y)]
+        i_g = head.index("group") if "group" in head else None
+        feats = [j for j in range(len(head)) if j not in (i_id, i_y, i_g)]
         raw_ids = [r[i_id] for r in body]
         ids = np.array([int(v) for v in raw_ids]) if _integers(raw_ids) else np.array(raw_ids)
         try:
@@ -93,10 +101,18 @@ def load_party_data(path: str | Path) -> PartyData:
             y = None if i_y is None else np.array([_label(r[i_y]) for r in body])
         except ValueError as exc:
             raise DataError(f"{p}: non-numeric value ({exc})") from None
-        return PartyData(ids, X.reshape(len(body), len(feats)), y)
+        group = None if i_g is None else np.array([r[i_g] for r in body])
+        return _party(p, ids, X.reshape(len(body), len(feats)), y, group)
     if p.suffix == ".parquet":
         return _load_parquet(p)
     raise DataError(f"{p}: unsupported data file type {p.suffix!r}; use {_TYPES}")
+
+
+def _party(p: Path, ids: np.ndarray, X: np.ndarray, y: Any, group: Any) -> PartyData:
+    try:
+        return PartyData(ids, X, y, group=group)
+    except DataError as exc:
+        raise DataError(f"{p}: {exc}") from None
 
 
 def _integers(values: list[str]) -> bool:
@@ -136,13 +152,18 @@ def _load_parquet(p: Path) -> PartyData:
         if "label" in names
         else None
     )
-    feats = [n for n in names if n not in ("id", "label")]
+    group = (
+        np.asarray(table.column("group").to_numpy(zero_copy_only=False))
+        if "group" in names
+        else None
+    )
+    feats = [n for n in names if n not in ("id", "label", "group")]
     cols = [np.asarray(table.column(n).to_numpy(zero_copy_only=False)) for n in feats]
     bad = [n for n, c in zip(feats, cols, strict=True) if not np.issubdtype(c.dtype, np.number)]
     if bad:
         raise DataError(f"{p}: non-numeric feature columns {bad[:5]}")
     X = np.column_stack(cols).astype(np.float64) if cols else np.empty((len(ids), 0))
-    return PartyData(ids, X, y)
+    return _party(p, ids, X, y, group)
 
 
 def save_party_data(path: str | Path, data: PartyData) -> Path:
@@ -164,12 +185,14 @@ def save_party_data(path: str | Path, data: PartyData) -> Path:
                 [
                     "id",
                     *(["label"] if data.y is not None else []),
+                    *(["group"] if data.group is not None else []),
                     *[f"f{j}" for j in range(data.features.shape[1])],
                 ]
             )
             for i in range(len(data.ids)):
                 lab = [int(data.y[i])] if data.y is not None else []
-                w.writerow([data.ids[i], *lab, *[repr(float(v)) for v in data.features[i]]])
+                tag = [data.group[i]] if data.group is not None else []
+                w.writerow([data.ids[i], *lab, *tag, *[repr(float(v)) for v in data.features[i]]])
     elif p.suffix == ".parquet":
         _check_tabular(p, data)
         pa: Any = require("pyarrow", "parquet")
@@ -177,6 +200,8 @@ def save_party_data(path: str | Path, data: PartyData) -> Path:
         cols: dict[str, Any] = {"id": data.ids}
         if data.y is not None:
             cols["label"] = data.y
+        if data.group is not None:
+            cols["group"] = data.group
         cols.update({f"f{j}": data.features[:, j] for j in range(data.features.shape[1])})
         pq.write_table(pa.table(cols), p)
     else:
@@ -232,22 +257,38 @@ _ROW_ARRAYS = ("X", "y", "lengths")
 def write_demo_data(cfg: Any, out_dir: str | Path, *, aligned: bool = False) -> dict[str, Path]:
     """One file per party of a deployment config, dealt by its algorithm from ``[data]``.
 
-    ``aligned``: every party's rows cut to the samples that all of them hold, in the order
-    of the party that holds fewest (the files of a run without the PSI, ``alignment =
-    "none"``, as on Flower); a DataError if they share none.
+    ``aligned``: the files of a run without the PSI (``alignment = "none"``, as on Flower).
+    Every alignment group of the training split keeps the samples all its members hold, in
+    the order of the member that holds fewest; a party keeps the rows of its groups, and
+    where it is in several (a Multi-VFL data owner with several label owners) tags each row
+    with its group (:attr:`~fedviews.data.PartyData.group`). A DataError if a group's members
+    share no sample, or two of a party's groups share one (a row has one group).
     """
     from fedviews.federation import get_algorithm_spec
 
-    datas = get_algorithm_spec(cfg.algorithm).demo_data(cfg)
+    spec = get_algorithm_spec(cfg.algorithm)
+    datas = spec.demo_data(cfg)
     if aligned:
-        held = set.intersection(*(set(d.ids.tolist()) for d in datas.values()))
-        fewest = min((d.ids for d in datas.values()), key=len)
-        common = [v for v in fewest.tolist() if v in held]
-        if not common:
-            raise DataError(f"the demo files of {sorted(datas)} share no sample ID")
+        groups = [g for g in spec.groups(cfg) if g.split == "train"]
+        keep: dict[str, list[tuple[str, list[Any]]]] = {p: [] for p in datas}
+        for g in groups:
+            held = set.intersection(*(set(datas[p].ids.tolist()) for p in g.parties))
+            fewest = min((datas[p].ids for p in g.parties), key=len)
+            common = [v for v in fewest.tolist() if v in held]
+            if not common:
+                raise DataError(f"the demo files of {sorted(g.parties)} share no sample ID")
+            for p in g.parties:
+                keep[p].append((g.name, common))
         for p, d in datas.items():
+            if not keep[p]:
+                continue
+            ids = [v for _, common in keep[p] for v in common]
+            if len(set(ids)) != len(ids):
+                raise DataError(f"{p!r} holds samples of two alignment groups: a row has one")
             rows = {v: i for i, v in enumerate(d.ids.tolist())}
-            idx = np.array([rows[v] for v in common])
+            idx = np.array([rows[v] for v in ids])
             cut = {k: None if (a := getattr(d, k)) is None else a[idx] for k in _ROW_ARRAYS}
+            if len(keep[p]) > 1:
+                cut["group"] = np.array([g for g, common in keep[p] for _ in common])
             datas[p] = dataclasses.replace(d, ids=d.ids[idx], **cut)  # the test split kept
     return save_all(datas, out_dir, cfg.data.format)

@@ -104,7 +104,8 @@ class PredictParty(SessionParty):
         sizes = ", ".join(f"{g}: {len(r)}" for g, r in rows.items())
         self.echo(f"aligned new rows ({sizes}) of {len(self.ids)}")
         counts = {f"n/{g}": len(r) for g, r in rows.items()}
-        return self.reply(msg, meta={**counts, "model_run": self.model.run_id})
+        meta: dict[str, Any] = {**counts, **self.id_digests(rows), "model_run": self.model.run_id}
+        return self.reply(msg, meta=meta)
 
     @handles("deploy:build")
     def on_build(self, msg: Message) -> Message:
@@ -158,10 +159,7 @@ class PredictCoordinator(Coordinator):
                     "with its folder of the same run",
                     party=p,
                 )
-        none = self.cfg.federation.alignment == "none"
-        check_group_sizes(
-            groups, infos, " (with alignment = 'none' they must hold the same IDs)" if none else ""
-        )
+        check_group_sizes(groups, infos, same_ids=self.cfg.federation.alignment == "none")
         self.counts = {g.name: int(infos[g.parties[0]][f"n/{g.name}"]) for g in groups}
         setup = self.model.setup
         _widen(self.transport, run_policy(self.cfg, self.app.predict_policy(self.cfg, setup)))

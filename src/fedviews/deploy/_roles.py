@@ -48,6 +48,7 @@ from fedviews.federation import (
     SetupReport,
     Transport,
     agree_setup,
+    check_tags,
     get_algorithm_spec,
     handles,
     of_planned,
@@ -130,6 +131,17 @@ def align_groups(coord: Coordinator, groups: list[AlignGroup], echo: Printer) ->
         )
 
 
+def ids_digest(ids: np.ndarray) -> str:
+    """A SHA-256 of sample IDs in their order (sorted, as a group's rows are), so that
+    members who must hold the same IDs can compare them without showing them. The
+    coordinator sees it: it can confirm a guess of a group's whole ID list, nothing less."""
+    h = hashlib.sha256()
+    for v in ids.tolist():
+        b = str(v).encode()
+        h.update(len(b).to_bytes(4, "little") + b)
+    return h.hexdigest()
+
+
 class SessionParty(PSIParty):
     """A party process of a session (training, :class:`DeployParty`, or prediction,
     :class:`~._predict.PredictParty`): its PSI on the IDs of its file, its algorithm party
@@ -146,6 +158,7 @@ class SessionParty(PSIParty):
     ) -> None:
         self.app = get_algorithm_spec(cfg.algorithm)
         self.groups = {g.name: g for g in groups if name in g.parties}
+        check_tags(name, data, self.groups)
         # the PSI chains follow this party's own config, whatever the coordinator says
         chains = {g: group.parties for g, group in self.groups.items()}
         super().__init__(name, data.ids, role=self.app.role(cfg, name), chains=chains)
@@ -153,6 +166,10 @@ class SessionParty(PSIParty):
         self.algo: Any = None
         self.checkpoints: Checkpoints | None = None
         self.finished = False
+
+    def _offered(self, group: str) -> np.ndarray:
+        """Its positions in ``group``'s split of the rows it offers that group."""
+        return self.data.offered(group, self.groups[group].split)
 
     def psi_ids(self, group: str) -> np.ndarray:
         if self.cfg.federation.alignment != "psi":
@@ -162,20 +179,33 @@ class SessionParty(PSIParty):
             )
         if group not in self.groups:
             raise ProtocolError(f"{self.name!r} is not in the alignment group {group!r}")
-        return self.data.split(self.groups[group].split)[0]
+        return self.data.split(self.groups[group].split)[0][self._offered(group)]
 
     def aligned_rows(self) -> dict[str, np.ndarray]:
         """This party's rows of every group it is in: the common IDs by PSI, or (alignment
-        ``"none"``) all its IDs, sorted (the members hold the same IDs)."""
+        ``"none"``) all it offers the group, sorted by ID (the members hold the same IDs)."""
         rows: dict[str, np.ndarray] = {}
         for g, group in self.groups.items():
+            offered = self._offered(g)
             if self.cfg.federation.alignment == "psi":
                 if g not in self.psi_rows:
                     raise ProtocolError(f"deploy:setup before the PSI of group {g!r} finished")
-                rows[g] = self.psi_rows[g]
+                rows[g] = offered[self.psi_rows[g]]
             else:  # the members hold the same IDs: sorting aligns them
-                rows[g] = np.argsort(self.data.split(group.split)[0], kind="stable")
+                ids = self.data.split(group.split)[0][offered]
+                rows[g] = offered[np.argsort(ids, kind="stable")]
         return rows
+
+    def id_digests(self, rows: Mapping[str, np.ndarray]) -> dict[str, str]:
+        """Without the PSI (alignment ``"none"``), what it reports so that the coordinator
+        can check that every member of a group holds the same IDs (:func:`ids_digest`):
+        ``{"ids/<group>": digest}``; nothing after a PSI, whose rows agree by construction."""
+        if self.cfg.federation.alignment == "psi":
+            return {}
+        return {
+            f"ids/{g}": ids_digest(self.data.split(self.groups[g].split)[0][r])
+            for g, r in rows.items()
+        }
 
     def write_log(self) -> None:
         """``message_log.json``: what crossed to and from this party so far (and, over
@@ -260,7 +290,7 @@ class DeployParty(SessionParty):
         rows = self.aligned_rows()
         if self.entropy is None:  # one draw per party (a rebuilt Flower party keeps its own)
             self.entropy = self._private_entropy()
-        meta = self.member.report(rows, self.groups, self.entropy)
+        meta = {**self.member.report(rows, self.groups, self.entropy), **self.id_digests(rows)}
         self.local = self.member.defended
         assert self.local is not None
         digest = hashlib.sha256()
@@ -348,9 +378,9 @@ class DeployCoordinator(Coordinator):
         self.echo("setting up: every party aligns its rows and reports its data's shapes")
         replies = self.broadcast(self.parties, "deploy:setup")
         infos = {p: SetupReport(p, r.meta) for p, r in replies.items()}
-        none = fed.alignment == "none"
-        hint = " (with alignment = 'none' they must hold the same IDs)" if none else ""
-        self.setup, policy = agree_setup(self.app, self.cfg, infos, hint)
+        self.setup, policy = agree_setup(
+            self.app, self.cfg, infos, same_ids=fed.alignment == "none"
+        )
         fp = fingerprint(run=run_identity(self.cfg), setup=self.setup)
         if self.out_dir is not None:
             self.checkpoints = Checkpoints(self.out_dir / "checkpoints", fp)

@@ -82,13 +82,14 @@ class SetupReport(Mapping[str, Any]):
     """
 
     #: the keys whose values are text (a view layout, a list of checkpointed rounds, the
-    #: training run of a predicting party's model part)
+    #: training run of a predicting party's model part); also every ``ids/<group>`` (a
+    #: digest of the group's IDs, without the PSI)
     TEXT = ("view_dims", "checkpoints", "model_run")
 
     def __init__(self, party: str, info: Mapping[str, Any]) -> None:
         self.party = party
         for k, v in info.items():
-            text = k in self.TEXT
+            text = k in self.TEXT or k.startswith("ids/")
             if not (isinstance(v, str) if text else type(v) is int and v >= 0):
                 raise ProtocolError(
                     f"{party!r} reported {k} = {v!r} at setup, expected "
@@ -115,10 +116,30 @@ class SetupReport(Mapping[str, Any]):
         return len(self._info)
 
 
+def check_tags(name: str, data: PartyData, groups: Mapping[str, AlignGroup]) -> None:
+    """A member's row tags (:attr:`PartyData.group`) name training groups it is in (a
+    DataError naming it otherwise)."""
+    if data.group is None:
+        return
+    known = sorted(g for g, group in groups.items() if group.split == "train")
+    stray = sorted(set(data.group.tolist()) - set(known))
+    if stray:
+        raise DataError(
+            f"{name!r} tags rows with the groups {stray[:5]}, which it is not in; its training "
+            f"groups are {known} (the file's `group` names each row's group)"
+        )
+
+
 def check_group_sizes(
-    groups: Sequence[AlignGroup], infos: Mapping[str, Mapping[str, Any]], hint: str = ""
+    groups: Sequence[AlignGroup],
+    infos: Mapping[str, Mapping[str, Any]],
+    *,
+    same_ids: bool = False,
 ) -> None:
-    """Every member of a group must hold the same, non-zero number of aligned samples."""
+    """Every member of a group must hold the same, non-zero number of aligned samples;
+    with ``same_ids`` (a run without the PSI, whose members sort the IDs they hold) the
+    same IDs too, as the digests they reported (``ids/<group>``) show."""
+    hint = " (with alignment = 'none' they must hold the same IDs)" if same_ids else ""
     for g in groups:
         sizes = {p: int(infos[p][f"n/{g.name}"]) for p in g.parties}
         if len(set(sizes.values())) != 1:
@@ -128,6 +149,18 @@ def check_group_sizes(
             )
         if not next(iter(sizes.values())):
             raise DataError(f"the parties of alignment group {g.name!r} share no sample ID")
+        if same_ids:
+            digests: dict[str, list[str]] = {}
+            for p in g.parties:
+                digests.setdefault(str(infos[p][f"ids/{g.name}"]), []).append(p)
+            if len(digests) > 1:
+                alike = "; ".join(", ".join(ps) for ps in digests.values())
+                raise DataError(
+                    f"the parties of alignment group {g.name!r} hold as many samples but not "
+                    f"the same IDs (alignment = 'none' matches rows by sorting the IDs); those "
+                    f"that agree: {alike}. Align the files (or tag a party's rows with their "
+                    "group: a `group` column) or use alignment = 'psi'"
+                )
 
 
 def privacy_ledger(
@@ -264,11 +297,16 @@ class MemberSetup:
 
 
 def agree_setup(
-    algo: Algorithm, run: RunSpec, infos: Mapping[str, Mapping[str, Any]], hint: str = ""
+    algo: Algorithm,
+    run: RunSpec,
+    infos: Mapping[str, Mapping[str, Any]],
+    *,
+    same_ids: bool = False,
 ) -> tuple[dict[str, Any], PrivacyPolicy]:
     """Step 3, at the coordinator: ``(setup, policy)`` of the run from every member's report
-    (``hint``: added to the error when a group's members hold different sample counts)."""
-    check_group_sizes(algo.groups(run), infos, hint)
+    (``same_ids``: the members of a group must report the same IDs' digest,
+    :func:`check_group_sizes`)."""
+    check_group_sizes(algo.groups(run), infos, same_ids=same_ids)
     setup = algo.make_setup(run, infos)
     return setup, algo.policy(run, setup)
 
@@ -295,11 +333,16 @@ def set_up_members(algo: Algorithm, run: RunSpec, datas: Mapping[str, PartyData]
     coordinator = run.federation.coordinator
     names = parties + ([coordinator] if coordinator in datas else [])
     groups = algo.groups(run)
+    for p in names:
+        check_tags(p, datas[p], {g.name: g for g in groups if p in g.parties})
     rows: dict[str, dict[str, np.ndarray]] = {p: {} for p in names}
     for g in groups:
-        pos = align(*[datas[p].split(g.split)[0] for p in g.parties])
-        for p, at in zip(g.parties, pos, strict=True):
-            rows[p][g.name] = at
+        offered = [datas[p].offered(g.name, g.split) for p in g.parties]
+        pos = align(
+            *[datas[p].split(g.split)[0][o] for p, o in zip(g.parties, offered, strict=True)]
+        )
+        for p, o, at in zip(g.parties, offered, pos, strict=True):
+            rows[p][g.name] = o[at]
     by_name = {g.name: g for g in groups}
     members = {p: MemberSetup(algo, run, p, datas[p]) for p in names}
     infos = {p: m.report(rows[p], {g: by_name[g] for g in rows[p]}) for p, m in members.items()}
