@@ -20,7 +20,7 @@ same dropout and linear head to train it.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
@@ -142,9 +142,20 @@ def pad_batch(seqs: Sequence[np.ndarray], device: Any) -> tuple[torch.Tensor, to
 get_params = state_arrays
 
 
-def set_params(model: Extractor, params: dict[str, np.ndarray]) -> None:
-    """Copy ``params`` into ``model`` in place (an optimizer bound to it stays valid)."""
-    state = {k: torch.as_tensor(np.asarray(v)) for k, v in params.items()}
+def param_tensors(model: Extractor) -> dict[str, torch.Tensor]:
+    """All parameters of an extractor as tensors on its device, keyed by their state-dict
+    names: what crosses in a round (a device-resident message in one process: the transport
+    hands the receiver a copy on the device, never these tensors; a wire encodes them)."""
+    return {k: v.detach() for k, v in model.state_dict().items()}
+
+
+def set_params(model: Extractor, params: Mapping[str, Any]) -> None:
+    """Copy ``params`` (tensors, or arrays) into ``model`` in place (an optimizer bound to
+    it stays valid)."""
+    state = {
+        k: v if isinstance(v, torch.Tensor) else torch.as_tensor(np.asarray(v))
+        for k, v in params.items()
+    }
     model.load_state_dict(state, strict=True)
 
 

@@ -50,6 +50,7 @@ from fedviews.deep.sfedmv.nets import (
     get_params,
     make_extractor,
     new_rng_state,
+    param_tensors,
     sequence_embed,
     set_params,
     train_epochs,
@@ -70,6 +71,7 @@ from fedviews.federation import (
     handles,
     of_planned,
     secure_sum_setup,
+    to_host,
 )
 from fedviews.linear import HFEDMV_SPEC, HFedMVClient, HFedMVServer
 
@@ -134,7 +136,7 @@ class SequenceClient(SecureSumParty):
                 party=msg.sender,
             )
         model = self.model(int(k))
-        set_params(model, view_params(int(k), msg, get_params(model)))
+        set_params(model, view_params(int(k), msg, param_tensors(model)))
         return int(k), model
 
     @handles("train_view")
@@ -159,9 +161,9 @@ class SequenceClient(SecureSumParty):
             }
             values[f"masked_view{k}/loss"] = np.array([n * loss])
             return self.reply(msg, arrays=keys.mask(values, msg.round), meta={"n_samples": n})
-        return self.reply(
+        return self.reply(  # tensors on its device: the transport hands the server a copy
             msg,
-            arrays=view_prefixed(k, get_params(model)),
+            arrays=view_prefixed(k, param_tensors(model)),
             meta={"n_samples": n, "loss": loss},
         )
 
@@ -212,8 +214,26 @@ class SequenceClient(SecureSumParty):
                 load_optimizer(pre + "opt", self.optimizers[k], state)
 
 
+def on_host(params: Weights) -> dict[str, np.ndarray]:
+    """``params`` (tensors or arrays) as numpy arrays of their own (never a tensor's memory)."""
+    return {n: np.array(to_host(a), copy=True) for n, a in params.items()}
+
+
+def _like(params: Weights, arrays: Mapping[str, Any]) -> Weights:
+    """``arrays`` as tensors of ``params``' types on their device."""
+    return {
+        n: torch.as_tensor(np.asarray(arrays[n]), dtype=t.dtype, device=t.device)
+        for n, t in params.items()
+    }
+
+
 class SequenceServer(Coordinator):
-    """The stage-1 server: FedAvg of every view's extractor with weights ``N_l / N``."""
+    """The stage-1 server: FedAvg of every view's extractor with weights ``N_l / N``.
+
+    Its global parameters (:attr:`params`) are tensors on its models' device, and so are
+    the clients' that it receives in one process (device-resident messages: nothing goes
+    through host memory in a round); the secure sum is computed in fixed point on the host.
+    """
 
     def __init__(
         self,
@@ -227,7 +247,7 @@ class SequenceServer(Coordinator):
         self.frac_bits = frac_bits  # secure aggregation (None: the plain protocol)
         self.clients = list(clients)
         self.models = list(models)  # they hold the global parameters
-        self.params = [get_params(m) for m in models]
+        self.params = [{n: t.clone() for n, t in param_tensors(m).items()} for m in models]
         self.n_rounds = n_rounds
         self.on_round = on_round
         self.local: list[list[Weights]] = [[] for _ in models]
@@ -241,7 +261,7 @@ class SequenceServer(Coordinator):
         """The server's state after a round: every view's global parameters and losses."""
         state: dict[str, np.ndarray] = {"rounds_done": np.asarray(self.rounds_done, np.int64)}
         for k, params in enumerate(self.params):
-            state.update(view_prefixed(k, params))
+            state.update(view_prefixed(k, on_host(params)))
             state[f"loss/{k}"] = np.asarray(self.loss[k], dtype=np.float64)
         return state
 
@@ -254,7 +274,7 @@ class SequenceServer(Coordinator):
             missing = [n for n in params if f"view{k}/{n}" not in state]
             if missing:
                 raise DataError(f"the server state lacks view {k}'s parameters {missing}")
-            self.params[k] = {n: np.array(state[f"view{k}/{n}"]) for n in params}
+            self.params[k] = _like(params, {n: state[f"view{k}/{n}"] for n in params})
             self.loss[k] = [float(v) for v in state[f"loss/{k}"]]
             set_params(self.models[k], self.params[k])
         self.rounds_done = int(state["rounds_done"])
@@ -294,9 +314,8 @@ class SequenceServer(Coordinator):
                 )
                 sizes = [replies[c].count("n_samples") for c in self.clients]
                 if self.frac_bits is not None:  # only the sums over the clients
-                    self.params[k], loss = secure_average(
-                        replies, k, self.params[k], self.frac_bits
-                    )
+                    avg, loss = secure_average(replies, k, on_host(self.params[k]), self.frac_bits)
+                    self.params[k] = _like(self.params[k], avg)
                     self.loss[k].append(loss)
                 else:
                     local = [view_params(k, replies[c], self.params[k]) for c in self.clients]
@@ -403,7 +422,7 @@ class SFedMVServer(SequenceServer):
             **{k: v for k, v in fused.items() if k != "rounds_done"},
         }
         for k, ps in enumerate(self.params):
-            arrays.update(view_prefixed(k, ps))
+            arrays.update(view_prefixed(k, on_host(ps)))
         return metrics, arrays
 
 

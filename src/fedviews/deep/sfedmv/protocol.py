@@ -18,9 +18,12 @@ from fedviews._params import COUNT, FACTORY, POSITIVE, Checked, spec
 from fedviews.deep._common import prefixed, unprefixed
 from fedviews.deep._factory import resolve_factory
 from fedviews.errors import ProtocolError
-from fedviews.federation import Message, unmask_sum
+from fedviews.federation import Message, is_tensor, unmask_sum
+from fedviews.federation._tensors import numpy_dtype
 
-Weights = dict[str, np.ndarray]
+#: a view's parameters by name: numpy arrays, or (what crosses in a round) tensors on the
+#: party's device
+Weights = dict[str, Any]
 
 
 def view_seeds(random_state: int | None, view: int, client: int) -> tuple[int, int]:
@@ -49,14 +52,16 @@ def view_params(k: int, msg: Message, like: Weights) -> Weights:
         The view whose parameters ``msg`` carries (as ``view{k}/<name>``).
     msg : Message
         The server's broadcast or a client's reply.
-    like : dict of str to numpy.ndarray
+    like : dict of str to numpy.ndarray or torch.Tensor
         The receiver's own parameters of view ``k``: the names, shapes and floating point
         types that ``msg`` must carry, nothing else.
 
     Returns
     -------
-    dict of str to numpy.ndarray
-        The parameters by name, cast to ``like``'s types.
+    dict of str to numpy.ndarray or torch.Tensor
+        The parameters by name, cast to ``like``'s types: tensors on ``like``'s device where
+        ``like`` holds tensors (a tensor handed over in one process stays on its device, an
+        array from a wire is moved there), else arrays.
 
     Raises
     ------
@@ -71,17 +76,22 @@ def view_params(k: int, msg: Message, like: Weights) -> Weights:
             "that view's GRU parameters",
             party=msg.sender,
         )
-    return {n: msg.array(prefix + n, a.shape, dtype=a.dtype.type) for n, a in like.items()}
+    return {n: _received(msg, prefix + n, a) for n, a in like.items()}
+
+
+def _received(msg: Message, name: str, like: Any) -> Any:
+    if is_tensor(like):
+        dtype = numpy_dtype(like).type
+        return msg.tensor(name, tuple(like.shape), dtype=dtype, device=like.device)
+    return msg.array(name, like.shape, dtype=like.dtype.type)
 
 
 def fedavg(local: Sequence[Weights], sizes: Sequence[float]) -> Weights:
-    """``w = sum_l (N_l / N) w_l`` for every parameter (Algorithm 4)."""
+    """``w = sum_l (N_l / N) w_l`` for every parameter (Algorithm 4), of arrays or of
+    tensors (on their device); the sum starts from 0, as from a zero array."""
     N = float(sum(sizes))
     pairs = list(zip(sizes, local, strict=True))
-    return {
-        name: sum(((n / N) * p[name] for n, p in pairs), np.zeros_like(first))
-        for name, first in local[0].items()
-    }
+    return {name: sum((n / N) * p[name] for n, p in pairs) for name in local[0]}
 
 
 def secure_average(
