@@ -222,6 +222,27 @@ def test_on_flower_equals_in_process(name, tmp_path):
     _check_equal(path, tmp_path / "run", res, tmp_path / "ref", ref, transport)
 
 
+def test_the_shipped_multivfl_config_runs_on_flower(tmp_path):
+    """``configs/deploy_multivfl_flower.toml`` (two label owners, the data owners' rows tagged
+    with their group) on fewer images and one round: the ServerApp's run equals the
+    in-process session."""
+    shipped = Path(__file__).resolve().parents[2] / "configs" / "deploy_multivfl_flower.toml"
+    text = shipped.read_text()
+    for old, new in (("n_per_class = 100", "n_per_class = 6"), ("rounds = 3", "rounds = 2")):
+        assert old in text
+        text = text.replace(old, new)
+    path = tmp_path / "deploy.toml"
+    path.write_text(text.replace("n_test = 500", "n_test = 20"))
+    cfg = load_deploy_config(path)
+    write_demo_data(cfg, tmp_path / "data", aligned=True)
+    certs = make_certs(tmp_path / "certs", cfg)
+    strip = load_party_data(tmp_path / "data" / "strip0.npz")
+    assert strip.group is not None and set(strip.group.tolist()) == {"bank", "clinic"}
+    ref, transport = _in_process(path, tmp_path / "data", tmp_path / "ref")
+    res, _ = _on_flower(path, tmp_path / "data", certs, tmp_path / "run")
+    _check_equal(path, tmp_path / "run", res, tmp_path / "ref", ref, transport)
+
+
 def _check_equal(
     path: Path, run: Path, res: dict, ref_dir: Path, ref: dict, transport: InProcessTransport
 ) -> None:
