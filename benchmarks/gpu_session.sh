@@ -17,7 +17,7 @@ O=${OUT:-/tmp/gpu}; mkdir -p "$O"
 (date; nvidia-smi --query-gpu=name,driver_version --format=csv) > "$O/env.txt" 2>&1
 timeout "${TT:-100}" "$PY" -m pytest -q -p no:cacheprovider -k cuda tests/deep/test_multivfl.py \
   tests/deep/test_apfed.py tests/deep/test_splitnn.py tests/federation/test_device_messages.py \
-  tests/federation/test_lend.py \
+  tests/federation/test_lend.py tests/deep/test_sfedmv.py \
   > "$O/tests.txt" 2>&1
 B=$O/bench.txt
 run() { echo "=== $* ($(date +%T))" >> "$B"; timeout "${TB:-100}" "$PY" "$@" >> "$B" 2>&1; echo "rc=$?" >> "$B"; }

@@ -103,12 +103,23 @@ def test_aggregate_is_the_sample_weighted_mean(watch: MultiViewSequences) -> Non
     np.testing.assert_allclose(out["w"], [3.25, 6.5])
 
 
+@pytest.mark.parametrize(
+    "device",
+    [
+        "cpu",
+        pytest.param(
+            "cuda",
+            marks=pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device"),
+        ),
+    ],
+)
 def test_view_parameters_are_handed_over_as_tensors_and_equal_the_wire_run(
-    watch: MultiViewSequences, monkeypatch: pytest.MonkeyPatch
+    watch: MultiViewSequences, monkeypatch: pytest.MonkeyPatch, device: str
 ) -> None:
     """In one process every view's parameters cross as tensors on their device, both ways
     (issue #33: device-resident messages); through their encoding (as gRPC carries them,
-    numpy arrays) the run is the same: equal extractors, losses, messages and bytes."""
+    numpy arrays) the run is the same: equal extractors, losses, messages and bytes (on a
+    GPU, whose GRU kernels need not be bit-reproducible, the extractors to float rounding)."""
     from _wire import WireTransport
 
     import fedviews.deep.sfedmv.protocol as protocol
@@ -117,22 +128,31 @@ def test_view_parameters_are_handed_over_as_tensors_and_equal_the_wire_run(
     real = protocol._received
 
     def spy(msg, name, like):  # type: ignore[no-untyped-def]
-        seen.setdefault(msg.kind, set()).add(type(msg.arrays[name]).__module__.split(".")[0])
-        return real(msg, name, like)
+        got = msg.arrays[name]
+        where = f"torch:{got.device.type}" if isinstance(got, torch.Tensor) else "numpy"
+        seen.setdefault(msg.kind, set()).add(where)
+        out = real(msg, name, like)
+        assert out.device.type == device
+        return out
 
     monkeypatch.setattr(protocol, "_received", spy)
     clients = _clients(watch, 2, 20).by_client()
-    fast = SFedMV(**TINY, random_state=1).fit_extractors(clients)
+    fast = SFedMV(**TINY, random_state=1, device=device).fit_extractors(clients)
     kinds = ("train_view", "train_view:reply", "final_view")
-    assert seen == dict.fromkeys(kinds, {"torch"})
+    assert seen == dict.fromkeys(kinds, {f"torch:{device}"})
     seen.clear()
-    wire = SFedMV(**TINY, random_state=1, transport=WireTransport).fit_extractors(clients)
+    wire = SFedMV(**TINY, random_state=1, device=device, transport=WireTransport)
+    wire.fit_extractors(clients)
     assert seen == dict.fromkeys(kinds, {"numpy"})
     for k in range(2):
         a, b = get_params(fast.extractors_[k]), get_params(wire.extractors_[k])
         for name in a:
-            np.testing.assert_array_equal(a[name], b[name], err_msg=name)
-    assert fast.round_loss_ == wire.round_loss_
+            if device == "cpu":
+                np.testing.assert_array_equal(a[name], b[name], err_msg=name)
+            else:
+                np.testing.assert_allclose(a[name], b[name], rtol=1e-4, atol=1e-5, err_msg=name)
+    if device == "cpu":
+        assert fast.round_loss_ == wire.round_loss_
     la, lb = fast.transport_.log, wire.transport_.log
     assert la.to_records() == lb.to_records()
     assert la.summary()["crossing_bytes"] == lb.summary()["crossing_bytes"]
