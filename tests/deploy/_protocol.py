@@ -299,3 +299,21 @@ def doc_section(page: Path, start: str, end: str) -> tuple[list[list[list[str]]]
         lines = [shlex.split(line, comments=True) for line in code.splitlines()]
         blocks.append([c for c in lines if c])
     return blocks, section
+
+
+def in_process_session(path: Path, data: Path, out: Path) -> tuple[Any, dict, Any]:
+    """The deployed session of config ``path`` on the files ``data/<party>.npz``, run in one
+    process (InProcessTransport, the PSI included where the config asks for it): its
+    coordinator, results and transport; every party writes its outputs under ``out``."""
+    from fedviews.deploy import load_deploy_config, load_party_data
+    from fedviews.deploy._session import DeployCoordinator, DeployParty, session_policy
+    from fedviews.federation import InProcessTransport
+
+    cfg = load_deploy_config(path)
+    transport = InProcessTransport(session_policy(cfg))
+    coord = DeployCoordinator(cfg, lambda line: None, out / "coordinator")
+    transport.register(coord)
+    for p in cfg.federation.parties:
+        party = DeployParty(cfg, p, load_party_data(data / f"{p}.npz"), out / p, lambda _: None)
+        transport.register(party)
+    return coord, coord.run(), transport

@@ -34,6 +34,7 @@ import pytest
 
 pytest.importorskip("flwr")
 
+from _protocol import in_process_session  # noqa: E402
 from flwr.app import Context, Message, RecordDict  # noqa: E402
 from flwr.proto.node_pb2 import NodeInfo  # noqa: E402
 from flwr.serverapp import Grid  # noqa: E402
@@ -45,12 +46,11 @@ from fedviews.deploy import (  # noqa: E402
     _roles,
     launch_flower,
     load_deploy_config,
-    load_party_data,
     split_dataset,
     write_demo_data,
 )
 from fedviews.deploy._launch import make_certs  # noqa: E402
-from fedviews.deploy._session import DeployCoordinator, DeployParty, session_policy  # noqa: E402
+from fedviews.deploy._session import DeployCoordinator, session_policy  # noqa: E402
 from fedviews.errors import (  # noqa: E402
     ConfigError,
     PartyUnavailable,
@@ -58,8 +58,8 @@ from fedviews.errors import (  # noqa: E402
     ProtocolError,
     RemoteError,
 )
-from fedviews.federation import InProcessTransport, PrivacyPolicy, SecureSum  # noqa: E402
 from fedviews.federation import Message as FVMessage  # noqa: E402
+from fedviews.federation import PrivacyPolicy, SecureSum  # noqa: E402
 
 #: the real deployment engine: minutes per test on a small machine, so only on request
 deployment_engine = pytest.mark.skipif(
@@ -106,21 +106,6 @@ inner_max_iter = 10
 """
     )
     return path, data
-
-
-def in_process_session(
-    path: Path, data: Path, out: Path
-) -> tuple[DeployCoordinator, dict, InProcessTransport]:
-    """The deployed session of config ``path`` run in one process (InProcessTransport): its
-    coordinator, results and transport; every party writes its outputs under ``out``."""
-    cfg = load_deploy_config(path)
-    transport = InProcessTransport(session_policy(cfg))
-    coord = DeployCoordinator(cfg, lambda line: None, out / "coordinator")
-    transport.register(coord)
-    for p in cfg.federation.parties:
-        party = DeployParty(cfg, p, load_party_data(data / f"{p}.npz"), out / p, lambda _: None)
-        transport.register(party)
-    return coord, coord.run(), transport
 
 
 def _in_process(path: Path, data: Path, out: Path) -> tuple[dict, dict[str, np.ndarray]]:

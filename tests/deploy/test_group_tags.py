@@ -18,6 +18,8 @@ import pytest
 
 pytest.importorskip("torch")
 
+from _protocol import in_process_session  # noqa: E402
+
 from fedviews.data import PartyData  # noqa: E402
 from fedviews.deploy import (  # noqa: E402
     load_deploy_config,
@@ -25,7 +27,7 @@ from fedviews.deploy import (  # noqa: E402
     save_party_data,
     write_demo_data,
 )
-from fedviews.deploy._session import DeployCoordinator, DeployParty, session_policy  # noqa: E402
+from fedviews.deploy._session import DeployParty  # noqa: E402
 from fedviews.errors import DataError  # noqa: E402
 from fedviews.federation import InProcessTransport, get_algorithm_spec  # noqa: E402
 from fedviews.federation._setup import set_up_members  # noqa: E402
@@ -66,14 +68,8 @@ def _config(root: Path, alignment: str) -> Path:
 def _session(path: Path, data: Path, out: Path) -> tuple[dict, InProcessTransport]:
     """The deployed session of config ``path`` on the files in ``data``, in one process:
     the coordinator's results and the transport."""
-    cfg = load_deploy_config(path)
-    transport = InProcessTransport(session_policy(cfg))
-    coord = DeployCoordinator(cfg, lambda _: None, out / "coordinator")
-    transport.register(coord)
-    for p in cfg.federation.parties:
-        party = DeployParty(cfg, p, load_party_data(data / f"{p}.npz"), out / p, lambda _: None)
-        transport.register(party)
-    return coord.run(), transport
+    _, res, transport = in_process_session(path, data, out)
+    return res, transport
 
 
 def _outputs(out: Path) -> dict[str, dict[str, np.ndarray]]:
