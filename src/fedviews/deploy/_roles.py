@@ -4,7 +4,10 @@ Session protocol (all through the transport, so policy-checked and logged):
 
 1. PSI on the sample IDs (``federation.alignment = "psi"``), see :mod:`fedviews.privacy`;
 2. ``deploy:setup`` — every party restricts its data to the common IDs (sorted) and
-   reports ``n_samples``; the label owner also reports ``n_classes``;
+   reports ``n_samples``; the label owner also reports ``n_classes``. Without the PSI
+   (``alignment = "none"``) each party sorts the rows it offers a group (its tagged rows,
+   :attr:`~fedviews.data.PartyData.group`) and also reports a digest of their IDs, which
+   the coordinator compares;
 3. ``deploy:build`` — every party builds its algorithm party object from its own
    data with the in-process random streams; the coordinator builds the server.
    With ``--resume`` the coordinator announces ``resume_round`` (its last checkpoint)
