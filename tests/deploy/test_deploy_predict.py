@@ -450,3 +450,42 @@ def test_splitnn_predict_equals_the_in_process_run_and_the_estimator(tmp_path: P
     assert est.history_["loss"] == [r["loss"] for r in fed.coordinator.history]
     new_rows = [rows(datas[q], got["ids"], test=True) for q in ("top", "bottom")]
     np.testing.assert_array_equal(est.predict(new_rows), got["labels"])
+
+
+def test_multivfl_predict_without_the_psi_from_tagged_rows(tmp_path: Path) -> None:
+    """``fedviews predict`` without the PSI (as on Flower): each data owner's new rows are
+    tagged with the label owner that asks for them (``group``) and every member of a group
+    holds its IDs; the predictions equal those of the same rows aligned by the PSI, and a
+    data owner holding other IDs than a label owner asks for is refused by the coordinator."""
+    pytest.importorskip("torch")
+    cfg = _cfg(MULTIVFL)
+    files = write_demo_data(cfg, tmp_path / "data")
+    _train(cfg, files, tmp_path / "run")
+    D = {d: load_party_data(files[d]) for d in ("top", "bottom")}
+    test_ids = D["top"].ids_test
+    assert test_ids is not None
+    asked = {"bank": np.sort(test_ids[:12]), "clinic": np.sort(test_ids[12:])}
+
+    def new_rows(tagged: bool, bottom_ids: np.ndarray | None = None) -> dict[str, PartyData]:
+        out: dict[str, PartyData] = {lo: PartyData(ids) for lo, ids in asked.items()}
+        for d, data in D.items():
+            assert data.ids_test is not None and data.X_test is not None
+            ids = data.ids_test if bottom_ids is None or d == "top" else bottom_ids
+            group = np.where(np.isin(ids, asked["bank"]), "bank", "clinic")
+            out[d] = PartyData(ids, data.X_test, group=group if tagged else None)
+        return out
+
+    _predict(cfg, new_rows(tagged=False), tmp_path / "run", tmp_path / "psi")
+    none = _cfg(MULTIVFL, 'federation.alignment="none"')
+    res, transport = _predict(none, new_rows(tagged=True), tmp_path / "run", tmp_path / "none")
+    assert res["predicted_rows"] == {"bank": 12, "clinic": 8}
+    for lo in ("bank", "clinic"):
+        want, got = (_npz(tmp_path / o / lo / "predictions.npz") for o in ("psi", "none"))
+        np.testing.assert_array_equal(got["ids"], asked[lo])
+        np.testing.assert_array_equal(got["ids"], want["ids"])
+        np.testing.assert_array_equal(got["labels"], want["labels"])
+    assert not any(kind.startswith("psi:") for _, _, kind, _ in transport.log.exchanges())
+    other = test_ids.copy()
+    other[np.flatnonzero(np.isin(other, asked["clinic"]))[0]] = "nobody"
+    with pytest.raises(DataError, match="group 'clinic' hold as many samples but not the same"):
+        _predict(none, new_rows(True, other), tmp_path / "run", tmp_path / "bad")
