@@ -105,6 +105,11 @@ CONFIGS["hfedmv_secagg"] = (
     CONFIGS["hfedmv"].replace("deploy_hfedmv_test", "deploy_hfedmv_secagg_test")
     + '[defense]\nkind = "secagg"\n'
 )
+# the S-FedMV run again, with secure aggregation (both stages: the GRUs' FedAvg, H-FedMV)
+CONFIGS["sfedmv_secagg"] = (
+    CONFIGS["sfedmv"].replace("deploy_sfedmv_test", "deploy_sfedmv_secagg_test")
+    + '[defense]\nkind = "secagg"\n'
+)
 
 
 @pytest.fixture(scope="module")
@@ -378,6 +383,34 @@ def test_sfedmv_launch_equals_in_process(launched):
         torch.set_num_threads(threads)
     _same_protocol(cfg, run, fed)
     np.testing.assert_allclose(fed.coordinator.loss, res["round_loss"], rtol=1e-5)
+
+
+def test_sfedmv_secagg_launch_equals_in_process_and_the_plain_run(launched):
+    """S-FedMV's secure aggregation deployed (mutual TLS: the clients sign their X25519
+    keys): the server receives only masked sums in both stages, and the run equals the same
+    config in one process and, to the fixed point's rounding, the plain deployment."""
+    torch = pytest.importorskip("torch")
+    cfg, run, _, res = _finished(launched, "sfedmv_secagg")
+    _, _, _, plain = _finished(launched, "sfedmv")
+    np.testing.assert_allclose(res["round_loss"], plain["round_loss"], rtol=1e-4)
+    datas = {c: load_party_data(run / "data" / f"{c}.npz") for c in S_CLIENTS}
+    threads = torch.get_num_threads()
+    try:
+        fed = build_in_process(cfg, datas)
+        fed()
+    finally:
+        torch.set_num_threads(threads)
+    _same_protocol(cfg, run, fed)
+    np.testing.assert_allclose(fed.coordinator.loss, res["round_loss"], rtol=1e-5)
+    np.testing.assert_allclose(fed.coordinator.fusion.objective, res["fusion_objective"], rtol=1e-5)
+    crossed = _crossings(run)
+    for name in S_CLIENTS:
+        up = {n for n in crossed[f"{name} -> coordinator"] if n != "psi_set"}
+        assert up and all(n.startswith("masked_") for n in up), up
+        assert {n.split("/")[0] for n in up if n.startswith("masked_view")} == {
+            "masked_view0",
+            "masked_view1",
+        }
 
 
 # --------------------------------------------------------------------------- resume, files

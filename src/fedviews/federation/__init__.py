@@ -76,7 +76,7 @@ from fedviews.federation._setup import (
     run_privacy,
     setup_info,
 )
-from fedviews.federation._tensors import Array, Backward, is_tensor, to_host
+from fedviews.federation._tensors import Array, Backward, is_tensor, numpy_dtype, to_host
 from fedviews.federation._transport import InProcessTransport, Transport, attributed, federate
 
 if TYPE_CHECKING:
@@ -128,6 +128,7 @@ __all__ = [
     "MetaValue",
     "error_payload",
     "is_tensor",
+    "numpy_dtype",
     "lend",
     "to_host",
     "raise_remote",

@@ -18,8 +18,7 @@ from fedviews._params import COUNT, FACTORY, POSITIVE, Checked, spec
 from fedviews.deep._common import prefixed, unprefixed
 from fedviews.deep._factory import resolve_factory
 from fedviews.errors import ProtocolError
-from fedviews.federation import Message, is_tensor, unmask_sum
-from fedviews.federation._tensors import numpy_dtype
+from fedviews.federation import Message, is_tensor, numpy_dtype, unmask_sum
 
 #: a view's parameters by name: numpy arrays, or (what crosses in a round) tensors on the
 #: party's device
