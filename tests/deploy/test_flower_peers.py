@@ -28,6 +28,7 @@ from test_flower import (  # noqa: E402
     in_process_session,
     launch_deployment,
 )
+from test_group_tags import CONFIG as TAGS_CONFIG  # noqa: E402
 
 from fedviews.deploy import (  # noqa: E402
     _flower,
@@ -93,30 +94,9 @@ top_channels = 4
 hidden = 8
 device = "cpu"
 """,
-    # two label owners: the data owners' rows tagged with their label owner's group
-    "multivfl_two_label_owners": """
-algorithm = "multivfl"
-name = "flower_multivfl2_test"
-seed = 5
-[federation]
-parties = ["top", "bottom", "bank", "clinic"]
-label_owners = ["bank", "clinic"]
-alignment = "none"
-[data]
-dataset = "mnist"
-n_per_class = 6
-n_test = 20
-scenario = "iid"
-samples_per_owner = 8
-overlap = 1.0
-[params]
-rounds = 2
-batch_size = 8
-channels = 4
-top_channels = 4
-hidden = 8
-device = "cpu"
-""",
+    # two label owners, the data owners' rows tagged with their label owner's group: the
+    # config of the row-tag tests, without the PSI
+    "multivfl_two_label_owners": TAGS_CONFIG.format(alignment="none"),
     "apfed": """
 algorithm = "apfed"
 name = "flower_apfed_test"

@@ -172,9 +172,15 @@ def net_logits(net: Any, strip: np.ndarray, device: Any) -> np.ndarray:
     return np.concatenate(out).astype(np.float64)
 
 
+def host_copies(tensors: Mapping[str, Any]) -> dict[str, np.ndarray]:
+    """``tensors`` (or arrays) as numpy arrays of their own on the CPU (never a tensor's
+    memory), by the same names."""
+    return {k: to_numpy(v).copy() for k, v in tensors.items()}
+
+
 def state_arrays(module: torch.nn.Module) -> dict[str, np.ndarray]:
     """A copy of ``module``'s state dict as numpy arrays on the CPU, keyed by state-dict name."""
-    return {k: to_numpy(v).copy() for k, v in module.state_dict().items()}
+    return host_copies(module.state_dict())
 
 
 def module_arrays(prefix: str, module: Any) -> dict[str, np.ndarray]:

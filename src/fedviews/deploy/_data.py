@@ -76,10 +76,7 @@ def load_party_data(path: str | Path) -> PartyData:
         extra = set(got) - known
         if extra:
             raise DataError(f"{p}: unknown arrays {sorted(extra)}; expected {sorted(known)}")
-        try:
-            return PartyData(**got)
-        except DataError as exc:
-            raise DataError(f"{p}: {exc}") from None
+        return _party(p, **got)
     if p.suffix == ".csv":
         with p.open(newline="", encoding="utf-8-sig") as fh:  # -sig: a BOM (Excel) is no header
             rows = [(line, r) for line, r in enumerate(csv.reader(fh), start=1) if r]
@@ -102,15 +99,16 @@ def load_party_data(path: str | Path) -> PartyData:
         except ValueError as exc:
             raise DataError(f"{p}: non-numeric value ({exc})") from None
         group = None if i_g is None else np.array([r[i_g] for r in body])
-        return _party(p, ids, X.reshape(len(body), len(feats)), y, group)
+        return _party(p, ids=ids, X=X.reshape(len(body), len(feats)), y=y, group=group)
     if p.suffix == ".parquet":
         return _load_parquet(p)
     raise DataError(f"{p}: unsupported data file type {p.suffix!r}; use {_TYPES}")
 
 
-def _party(p: Path, ids: np.ndarray, X: np.ndarray, y: Any, group: Any) -> PartyData:
+def _party(p: Path, **fields: Any) -> PartyData:
+    """``PartyData(**fields)`` read from the file ``p``: a DataError names the file."""
     try:
-        return PartyData(ids, X, y, group=group)
+        return PartyData(**fields)
     except DataError as exc:
         raise DataError(f"{p}: {exc}") from None
 
@@ -163,7 +161,7 @@ def _load_parquet(p: Path) -> PartyData:
     if bad:
         raise DataError(f"{p}: non-numeric feature columns {bad[:5]}")
     X = np.column_stack(cols).astype(np.float64) if cols else np.empty((len(ids), 0))
-    return _party(p, ids, X, y, group)
+    return _party(p, ids=ids, X=X, y=y, group=group)
 
 
 def save_party_data(path: str | Path, data: PartyData) -> Path:

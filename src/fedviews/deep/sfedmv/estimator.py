@@ -42,10 +42,10 @@ from fedviews._params import check_value, factory_fields, spec
 from fedviews._persist import Persistent
 from fedviews._registry import register_estimator
 from fedviews.data import PartyData, check_classes, check_sequences
-from fedviews.deep._common import resolve_device
+from fedviews.deep._common import host_copies, resolve_device
 from fedviews.deep.sfedmv.baselines import train_local_extractors
 from fedviews.deep.sfedmv.nets import Extractor, make_extractor, sequence_embed
-from fedviews.deep.sfedmv.parties import RoundCallback, SFedMVServer, on_host
+from fedviews.deep.sfedmv.parties import RoundCallback, SFedMVServer
 from fedviews.deep.sfedmv.protocol import Weights, fusion_seed
 from fedviews.deep.sfedmv.spec import DEPLOY_ONLY, SFedMVParams
 from fedviews.errors import ConfigError, DataError, check_fitted
@@ -306,7 +306,7 @@ class SFedMV(Persistent, Classifier):
             self.transport_ = fed.transport
             self.privacy_ = fed.privacy
             self.extractors_ = server.models  # they hold the final global parameters
-            self.local_params_ = [[on_host(w) for w in view] for view in server.local]
+            self.local_params_ = [[host_copies(w) for w in view] for view in server.local]
             self.round_loss_ = server.loss
         else:
             self.extractors_ = self._train_alone(views, yi, p, on_round)

@@ -146,7 +146,7 @@ def param_tensors(model: Extractor) -> dict[str, torch.Tensor]:
     """All parameters of an extractor as tensors on its device, keyed by their state-dict
     names: what crosses in a round (a device-resident message in one process: the transport
     hands the receiver a copy on the device, never these tensors; a wire encodes them)."""
-    return {k: v.detach() for k, v in model.state_dict().items()}
+    return dict(model.state_dict())  # (detached: state_dict's tensors keep no graph)
 
 
 def set_params(model: Extractor, params: Mapping[str, Any]) -> None:

@@ -38,12 +38,14 @@ from typing import Any
 import numpy as np
 
 from fedviews.deep._common import (
+    host_copies,
     load_module,
     load_optimizer,
     module_arrays,
     optimizer_arrays,
     preload_optimizers,
     require_torch,
+    to_tensor,
 )
 from fedviews.deep.sfedmv.nets import (
     Extractor,
@@ -71,7 +73,6 @@ from fedviews.federation import (
     handles,
     of_planned,
     secure_sum_setup,
-    to_host,
 )
 from fedviews.linear import HFEDMV_SPEC, HFedMVClient, HFedMVServer
 
@@ -214,17 +215,9 @@ class SequenceClient(SecureSumParty):
                 load_optimizer(pre + "opt", self.optimizers[k], state)
 
 
-def on_host(params: Weights) -> dict[str, np.ndarray]:
-    """``params`` (tensors or arrays) as numpy arrays of their own (never a tensor's memory)."""
-    return {n: np.array(to_host(a), copy=True) for n, a in params.items()}
-
-
 def _like(params: Weights, arrays: Mapping[str, Any]) -> Weights:
     """``arrays`` as tensors of ``params``' types on their device."""
-    return {
-        n: torch.as_tensor(np.asarray(arrays[n]), dtype=t.dtype, device=t.device)
-        for n, t in params.items()
-    }
+    return {n: to_tensor(arrays[n], t.device, t.dtype) for n, t in params.items()}
 
 
 class SequenceServer(Coordinator):
@@ -261,7 +254,7 @@ class SequenceServer(Coordinator):
         """The server's state after a round: every view's global parameters and losses."""
         state: dict[str, np.ndarray] = {"rounds_done": np.asarray(self.rounds_done, np.int64)}
         for k, params in enumerate(self.params):
-            state.update(view_prefixed(k, on_host(params)))
+            state.update(view_prefixed(k, host_copies(params)))
             state[f"loss/{k}"] = np.asarray(self.loss[k], dtype=np.float64)
         return state
 
@@ -314,7 +307,9 @@ class SequenceServer(Coordinator):
                 )
                 sizes = [replies[c].count("n_samples") for c in self.clients]
                 if self.frac_bits is not None:  # only the sums over the clients
-                    avg, loss = secure_average(replies, k, on_host(self.params[k]), self.frac_bits)
+                    avg, loss = secure_average(
+                        replies, k, host_copies(self.params[k]), self.frac_bits
+                    )
                     self.params[k] = _like(self.params[k], avg)
                     self.loss[k].append(loss)
                 else:
@@ -422,7 +417,7 @@ class SFedMVServer(SequenceServer):
             **{k: v for k, v in fused.items() if k != "rounds_done"},
         }
         for k, ps in enumerate(self.params):
-            arrays.update(view_prefixed(k, on_host(ps)))
+            arrays.update(view_prefixed(k, host_copies(ps)))
         return metrics, arrays
 
 
