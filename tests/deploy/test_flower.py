@@ -35,7 +35,7 @@ import pytest
 pytest.importorskip("flwr")
 
 from _protocol import in_process_session  # noqa: E402
-from flwr.app import Context, Message, RecordDict  # noqa: E402
+from flwr.app import ConfigRecord, Context, Message, RecordDict  # noqa: E402
 from flwr.proto.node_pb2 import NodeInfo  # noqa: E402
 from flwr.serverapp import Grid  # noqa: E402
 
@@ -319,6 +319,18 @@ class LoopbackGrid(Grid):
     def close(self):
         for w in self.workers.values():
             w.shutdown(wait=True)
+
+
+def tagged_by_its_node(grid: LoopbackGrid, reply: Message) -> Message:
+    """``reply`` tagged anew by the node it comes from (its key of the hello), as a
+    dishonest node tags what it says in its own name."""
+    meta = reply.metadata
+    key = grid.contexts[meta.src_node_id].state.config_records[_flower._REPLY_KEY_STATE]["key"]
+    tag = _flower_transport.reply_tag(
+        key, meta.reply_to_message_id, meta.message_type, reply.content
+    )
+    reply.content[_flower_transport.AUTH] = ConfigRecord({"mac": tag})
+    return reply
 
 
 def _node_configs(data: Path, run: Path, parties=PARTIES) -> list[dict]:
@@ -738,6 +750,56 @@ def test_a_party_sends_only_from_a_handler_with_keys():
         node.request(FVMessage("forward", sender="a", receiver="b"))
 
 
+def test_a_reply_tag_covers_the_message_and_every_field_of_the_content():
+    """The tag of a reply changes with the key, the ID and type of the message it answers
+    and every field of its content (array bytes, dtype, shape, serialisation type; record
+    names and types; config values and their types), not with its own tag record; it
+    survives Flower's protobuf round trip."""
+    from flwr.app import Array, ArrayRecord, MetricRecord
+    from flwr.common.serde import recorddict_from_proto, recorddict_to_proto
+
+    def content(
+        data=b"abcd", dtype="uint8", shape=(4,), stype=_flower_transport.STYPE, extra=None
+    ) -> RecordDict:
+        arr = Array(dtype=dtype, shape=shape, stype=stype, data=data)
+        said = {"x": 1, "b": b"\x00", "l": [1.5, 2.0]} if extra is None else extra
+        return RecordDict({"fedviews": ArrayRecord({"message": arr}), "c": ConfigRecord(said)})
+
+    key, tag = bytes(32), _flower_transport.reply_tag
+    base = tag(key, "m1", "query.fedviews", content())
+    assert tag(key, "m1", "query.fedviews", content()) == base
+    variants = {
+        "key": tag(b"\x01" * 32, "m1", "query.fedviews", content()),
+        "message ID": tag(key, "m2", "query.fedviews", content()),
+        "type": tag(key, "m1", "query.fedviews_ping", content()),
+        "bytes": tag(key, "m1", "query.fedviews", content(data=b"abce")),
+        "dtype": tag(key, "m1", "query.fedviews", content(dtype="int8")),
+        "shape": tag(key, "m1", "query.fedviews", content(shape=(2, 2))),
+        "stype": tag(key, "m1", "query.fedviews", content(stype="numpy.ndarray")),
+        "an int as a bool": tag(
+            key, "m1", "query.fedviews", content(extra={"x": True, "b": b"\x00", "l": [1.5, 2.0]})
+        ),
+        "bytes as text": tag(
+            key, "m1", "query.fedviews", content(extra={"x": 1, "b": "00", "l": [1.5, 2.0]})
+        ),
+        "a list value": tag(
+            key, "m1", "query.fedviews", content(extra={"x": 1, "b": b"\x00", "l": [1.5]})
+        ),
+    }
+    moved = content()
+    moved["d"] = moved.pop("c")
+    variants["a record's name"] = tag(key, "m1", "query.fedviews", moved)
+    metric = content()
+    metric["c"] = MetricRecord({"x": 1, "l": [1.5, 2.0]})
+    variants["a record's type"] = tag(key, "m1", "query.fedviews", metric)
+    assert [k for k, v in variants.items() if v == base] == []
+    signed = content()
+    signed[_flower_transport.AUTH] = ConfigRecord({"mac": base})
+    assert tag(key, "m1", "query.fedviews", signed) == base
+    carried = recorddict_from_proto(recorddict_to_proto(signed))
+    assert tag(key, "m1", "query.fedviews", carried) == base
+
+
 def test_wire_round_trip_has_no_pickle():
     msg = FVMessage(
         "update", "coordinator", "pix", 2, arrays={"Z": np.arange(6.0).reshape(3, 2)}, meta={"k": 1}
@@ -800,6 +862,7 @@ class LyingGrid(LoopbackGrid):
             if FVMessage.peek(wire).kind == f"{self.kind}:reply":
                 lie = _flower_transport.pack(self.lie(wire))
                 content.array_records["fedviews"]["message"] = lie["fedviews"]["message"]
+                tagged_by_its_node(self, r)
                 self.done = True
         return got
 
@@ -870,6 +933,8 @@ class MisroutedGrid(LoopbackGrid):
             meta = r.metadata
             if not self.done and meta.src_node_id == self.node and meta.message_type == self.kind:
                 got[k] = self.forge(r, self.sent[meta.reply_to_message_id])
+                if not got[k].has_error() and got[k].metadata.src_node_id in self.contexts:
+                    tagged_by_its_node(self, got[k])  # the node that sent it tags it
                 self.done = True
         return got
 
@@ -975,6 +1040,124 @@ def test_a_reply_is_taken_only_from_the_node_it_was_sent_to(deployment, tmp_path
         assert res["culprit"] == who and "unavailable_party" not in res
 
 
+class ForgingGrid(LoopbackGrid):
+    """A loopback grid where another node answers node 1001's ('fou') first message of type
+    ``kind`` in its name, before 'fou' does: the reply bears 'fou''s node ID (the SuperLink
+    lets that through from any authenticated node) and what ``forge`` makes of 'fou''s
+    honest reply (``replies``: the node's earlier replies, by type)."""
+
+    def __init__(self, *args, kind: str, forge, **kw):
+        super().__init__(*args, **kw)
+        self.kind, self.forge, self.done = kind, forge, False
+        self.earlier: dict[str, list[Message]] = {}
+
+    def pull_messages(self, message_ids):
+        got = super().pull_messages(message_ids)
+        for k, r in enumerate(got):
+            meta = r.metadata
+            if meta.src_node_id != 1001:
+                continue
+            if not self.done and meta.message_type == self.kind:
+                self.done = True  # (the forgery may wait for a later message)
+                got[k] = self.forge(self, r)
+            self.earlier.setdefault(meta.message_type, []).append(r)
+        return got
+
+
+def _a_report_in_its_name(grid: ForgingGrid, reply: Message) -> Message:
+    """Another node's error report, as if 'fou' had failed ('zer' tags it with its own key)."""
+    reply.content = _flower_transport.error_content(ProtocolError("I refuse to go on", party="fou"))
+    reply.metadata.__dict__["_src_node_id"] = 1002
+    tagged_by_its_node(grid, reply)
+    reply.metadata.__dict__["_src_node_id"] = 1001
+    return reply
+
+
+def _untagged(grid: ForgingGrid, reply: Message) -> Message:
+    del reply.content[_flower_transport.AUTH]
+    return reply
+
+
+def _altered(grid: ForgingGrid, reply: Message) -> Message:
+    """'fou''s reply and tag, with one byte of its fedviews message changed."""
+    arr = reply.content.array_records["fedviews"]["message"]
+    data = bytearray(arr.data)
+    data[-1] ^= 1
+    arr.data = bytes(data)
+    return reply
+
+
+def _an_earlier_reply(grid: ForgingGrid, reply: Message) -> Message:
+    """'fou''s own, tagged reply to its previous message of this type, replayed."""
+    old = grid.earlier[reply.metadata.message_type][-1]
+    reply.content = old.content
+    return reply
+
+
+#: how another node answers in 'fou''s name: its type, the forgery, the text's start
+FORGED = {
+    "a-report-tagged-by-another-node": (
+        _ACTION,
+        _a_report_in_its_name,
+        "the reply to the 'query.fedviews' message sent to 'fou' (Flower node 1001) carries "
+        "a tag that is not its node's for that message",
+    ),
+    "a-hello-without-tag": (
+        _HELLO,
+        _untagged,
+        "the reply to the 'query.fedviews_hello' message sent to Flower node 1001 carries "
+        "no tag for that message",
+    ),
+    "an-altered-reply": (
+        _ACTION,
+        _altered,
+        "the reply to the 'query.fedviews' message sent to 'fou' (Flower node 1001) carries "
+        "a tag that is not its node's for that message",
+    ),
+    "a-replayed-reply": (
+        _ACTION,
+        None,  # (set below: the second message's reply is the first's)
+        "the reply to the 'query.fedviews' message sent to 'fou' (Flower node 1001) carries "
+        "a tag that is not its node's for that message",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", sorted(FORGED))
+def test_a_reply_in_another_nodes_name_is_refused_naming_no_one(deployment, tmp_path, case):
+    """Flower's SuperLink takes a reply whose ``src_node_id`` is the message's receiver from
+    any authenticated node. A reply in 'fou''s name that does not carry 'fou''s tag for that
+    very message (another node's report tagged with its own key, no tag, an altered reply,
+    'fou''s own earlier reply replayed) is refused naming no one: neither 'fou', whose name
+    it bears, nor a culprit in results.json; before tags, such a report was raised as
+    'fou''s."""
+    path, data = deployment
+    kind, forge, why = FORGED[case]
+    if forge is None:  # let the first reply through, replay it for the second
+        first = {"seen": False}
+
+        def forge(grid: ForgingGrid, reply: Message) -> Message:
+            if not first["seen"]:
+                first["seen"] = True
+                grid.done = False
+                return reply
+            return _an_earlier_reply(grid, reply)
+
+    rc = {"deploy-config": str(path)}
+    grid = ForgingGrid(_node_configs(data, tmp_path), rc, kind=kind, forge=forge)
+    try:
+        with pytest.raises(ProtocolError) as caught:
+            _flower.run_flower_coordinator(load_deploy_config(path), grid, tmp_path / "c")
+    finally:
+        grid.close()
+    assert grid.done and type(caught.value) is ProtocolError
+    assert caught.value.party is None
+    assert str(caught.value).startswith(why + ": refused, naming no one")
+    assert str(caught.value).endswith("is not blamed)")
+    res = json.loads((tmp_path / "c" / "results.json").read_text())
+    assert "culprit" not in res and "unavailable_party" not in res
+
+
 class HelloGrid(LoopbackGrid):
     """Node 1001's answer to the hello becomes what ``edit`` makes of its content."""
 
@@ -987,6 +1170,7 @@ class HelloGrid(LoopbackGrid):
         for r in got:
             if r.metadata.src_node_id == 1001 and "hello" in r.content.config_records:
                 self.edit(r.content)
+                tagged_by_its_node(self, r)
         return got
 
 

@@ -27,6 +27,7 @@ from test_flower import (  # noqa: E402
     deployment_engine,
     in_process_session,
     launch_deployment,
+    tagged_by_its_node,
 )
 from test_group_tags import CONFIG as TAGS_CONFIG  # noqa: E402
 
@@ -375,6 +376,7 @@ class LyingRelayGrid(LoopbackGrid):
         for r in got:
             if not self.done and r.metadata.src_node_id == self.liar and self.pick(r.content):
                 self.lie(r.content)
+                tagged_by_its_node(self, r)  # the dishonest node tags its lie
                 self.done = True
         return got
 

@@ -21,6 +21,9 @@ whatever the ServerApp sends; the parties' files come pre-aligned (``alignment =
   KEY.pub --name PARTY``) is refused, and with run config ``node-auth = true`` (the
   default) so is a node registered under no name. Every later Flower message carries
   one encoded fedviews message and is answered by that node's :class:`DeployParty`.
+  Every reply is tagged under a key the ServerApp sent in the node's hello only
+  (:func:`~fedviews.deploy._flower_transport.reply_tag`): Flower's SuperLink does not
+  bind a reply to the node that pushes it, the tag does.
 
 The pieces: :mod:`._flower_transport` (the transports and the wire format),
 :mod:`._flower_node` (a node's party, kept in ``Context.state`` across Flower's
@@ -122,9 +125,12 @@ from fedviews.deploy._flower_transport import (  # noqa: E402
     HELLO,
     PEERS,
     PING,
+    REPLY_KEY,
+    REPLY_KEY_BYTES,
     RESUME,
     FlowerGridTransport,
     FlowerOptions,
+    authenticated,
     error_content,
     pack,
     unpack,
@@ -286,34 +292,61 @@ def _count(rc: Mapping[str, Any], key: str) -> int:
 client_app = ClientApp()
 
 
+_REPLY_KEY_STATE = "fedviews-reply-key"  # Context.state record of the node's reply-tag key
+
+
+def _reply(msg: FlowerMessage, context: Context, content: RecordDict) -> FlowerMessage:
+    """The node's reply to ``msg``, tagged under the key of its hello (a node that was
+    given none answers without a tag, which the ServerApp refuses)."""
+    record = context.state.config_records.get(_REPLY_KEY_STATE)
+    key = record.get("key") if record is not None else None
+    if isinstance(key, bytes):
+        content = authenticated(content, key, msg)
+    return FlowerMessage(content, reply_to=msg)
+
+
+def _keep_reply_key(msg: FlowerMessage, context: Context) -> None:
+    """Keep the key of this node's reply tags that the ServerApp sent in its hello."""
+    record = msg.content.config_records.get("hello")
+    key = record.get(REPLY_KEY) if record is not None else None
+    if not isinstance(key, bytes) or len(key) != REPLY_KEY_BYTES:
+        raise ConfigError(
+            f"the ServerApp's hello carries no {REPLY_KEY_BYTES}-byte key for this node's "
+            "replies: its fedviews is older than this node's; run one fedviews version "
+            "on the ServerApp and every node"
+        )
+    context.state[_REPLY_KEY_STATE] = ConfigRecord({"key": key})
+
+
 @client_app.query(HELLO)
 def _on_hello(msg: FlowerMessage, context: Context) -> FlowerMessage:
     try:
+        _keep_reply_key(msg, context)
         s = node_settings(context)
         hello = ConfigRecord({"party": s.party, "run": fingerprint(run=run_identity(s.cfg))})
         bundle = hello_keys(context, s)
         if bundle is not None:
             hello["e2e"] = bundle
-        return FlowerMessage(RecordDict({"hello": hello}), reply_to=msg)
+        return _reply(msg, context, RecordDict({"hello": hello}))
     except Exception as exc:  # reported to the ServerApp, which raises it
-        return FlowerMessage(error_content(exc), reply_to=msg)
+        return _reply(msg, context, error_content(exc))
 
 
 @client_app.query(PING)
 def _on_ping(msg: FlowerMessage, context: Context) -> FlowerMessage:
     try:
-        return FlowerMessage(pack(unpack(msg.content)), reply_to=msg)
+        return _reply(msg, context, pack(unpack(msg.content)))
     except Exception as exc:  # reported to the ServerApp, which raises it
-        return FlowerMessage(error_content(exc), reply_to=msg)
+        return _reply(msg, context, error_content(exc))
 
 
 @client_app.query(PEERS)
 def _on_peers(msg: FlowerMessage, context: Context) -> FlowerMessage:
     try:
         take_peers(context, msg.content)
-        return FlowerMessage(RecordDict(), reply_to=msg)
+        return _reply(msg, context, RecordDict())
     except Exception as exc:  # reported to the ServerApp, which raises it
-        return FlowerMessage(error_content(exc), reply_to=msg)
+        return _reply(msg, context, error_content(exc))
 
 
 @client_app.query(ACTION)
@@ -349,10 +382,10 @@ def _answer(
                 node.save(context.state)
             if getattr(node.party, "finished", False):
                 forget(context)
-        return FlowerMessage(content_of(sent, wire), reply_to=msg)
+        return _reply(msg, context, content_of(sent, wire))
     except Exception as exc:  # reported to the ServerApp, which raises it
         forget(context)  # the live party may be half-updated: rebuild from the state
         forget_job(context)
         if not isinstance(exc, FedViewsError):
             log.exception("fedviews ClientApp failed")
-        return FlowerMessage(error_content(exc), reply_to=msg)
+        return _reply(msg, context, error_content(exc))

@@ -10,6 +10,13 @@ these" (:data:`SEND`), the ServerApp relays each sealed message to its receiver'
 reading only its header, and hands the sealed replies back (``query.fedviews_resume``)
 to the handler that waits for them in its live process (:mod:`._flower_relay`).
 
+Every reply a node sends carries a tag (:data:`AUTH`): an HMAC-SHA256, under a key that the
+ServerApp drew for that node and sent in its hello only, over the ID and type of the message
+it answers and a digest of its content (:func:`reply_tag`). Flower's SuperLink checks that a
+reply's ``src_node_id`` is the node its message went to, but not that this node pushed it;
+the tag is what binds a reply to its node, so that no node can answer in another's name
+(and have it blamed for what it says) or replay one of its earlier replies.
+
 Wire: the :meth:`Message.encode` bytes (no pickle) ride in an ``ArrayRecord`` as one
 ``uint8`` :class:`flwr.app.Array` of serialisation type :data:`STYPE` (Flower
 chunks large arrays); a handler failure comes back as a ``ConfigRecord``
@@ -20,6 +27,8 @@ wire messages (a party's sealed requests, their sealed replies) ride as the Arra
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 import json
 import secrets
 import threading
@@ -65,6 +74,9 @@ PEERS = "fedviews_peers"  # "query.fedviews_peers": the other parties' signed en
 RESUME = "fedviews_resume"  # "query.fedviews_resume": the sealed replies a handler waits for
 SEND = "fedviews-send"  # a node's answer "relay these sealed messages of my party's"
 REPLIES = "fedviews-replies"  # the sealed replies to them, in order
+AUTH = "fedviews-auth"  # a reply's record of its tag: {"mac": reply_tag(...)}
+REPLY_KEY = "reply-key"  # the hello's field of the node's key for its reply tags
+REPLY_KEY_BYTES = 32
 _PAYLOAD, _BYTES, _ERROR = "fedviews", "message", "fedviews-error"
 _GRPC_HINT = "fedviews' gRPC transport (fedviews launch / fedviews party)"
 
@@ -138,6 +150,55 @@ def unpack_all(content: RecordDict, record: str) -> list[bytes]:
             raise ProtocolError(f"unexpected Flower array type {arr.stype!r} (want {STYPE!r})")
         out.append(bytes(arr.data))
     return out
+
+
+def _content_digest(content: RecordDict) -> bytes:
+    """SHA-256 of every record of ``content`` but :data:`AUTH` (names, types, array
+    dtypes, shapes, serialisation types and bytes, config values), each field prefixed
+    with its length: two contents have one digest only if Flower carries them alike."""
+    h = hashlib.sha256()
+
+    def put(b: bytes) -> None:
+        h.update(len(b).to_bytes(8, "big"))
+        h.update(b)
+
+    def as_json(v: object) -> object:
+        if isinstance(v, bytes):
+            return {"bytes": v.hex()}
+        raise TypeError(type(v).__name__)
+
+    for name, record in sorted(content.items()):
+        if name == AUTH:
+            continue
+        put(name.encode())
+        put(type(record).__name__.encode())
+        for k in sorted(record):
+            put(k.encode())
+            v = record[k]
+            if isinstance(v, Array):
+                put(f"{v.dtype} {list(v.shape)} {v.stype}".encode())
+                put(bytes(v.data))
+            else:
+                put(json.dumps(v, default=as_json).encode())
+    return h.digest()
+
+
+def reply_tag(key: bytes, reply_to: str, kind: str, content: RecordDict) -> bytes:
+    """The HMAC-SHA256 (Python's :mod:`hmac`) under ``key`` of a reply of type ``kind`` to
+    the message with ID ``reply_to``, whose content is ``content`` (its :data:`AUTH` record
+    left out): it binds the reply to one message, so that it cannot be replayed for another."""
+    said = b"fedviews-reply-v1\0%s\0%s\0" % (reply_to.encode(), kind.encode())
+    return hmac.new(key, said + _content_digest(content), hashlib.sha256).digest()
+
+
+def authenticated(content: RecordDict, key: bytes, request: FlowerMessage) -> RecordDict:
+    """``content`` with its tag (:data:`AUTH`) as the reply to ``request``: what a node
+    answers, under the key the ServerApp gave it at its hello."""
+    meta = request.metadata
+    content[AUTH] = ConfigRecord(
+        {"mac": reply_tag(key, meta.message_id, meta.message_type, content)}
+    )
+    return content
 
 
 def asks_to_relay(reply: FlowerMessage) -> bool:
@@ -218,6 +279,8 @@ class FlowerGridTransport(Transport):
         self.options = options or FlowerOptions()
         self.nodes: dict[str, int] = {}
         self.registered: dict[int, str] = {}  # node ID -> the name its key was registered under
+        #: node ID -> the key of its reply tags, drawn here and sent in its hello only
+        self.reply_keys: dict[int, bytes] = {}
         self.exchanges: list[tuple[str, int, float]] = []  # (kind, messages, seconds)
         self.pings: dict[str, list[float]] = {}
         #: the parties' signed end-to-end keys from their hellos (per-batch algorithms)
@@ -244,9 +307,14 @@ class FlowerGridTransport(Transport):
             new = sorted(set(self.registered) - asked)
             if new:
                 asked.update(new)
-                content = ConfigRecord({"coordinator": coordinator, "run": run_fingerprint})
                 left = max(deadline - time.monotonic(), 5.0)
-                msgs = [self._query(RecordDict({"hello": content}), n, HELLO, left) for n in new]
+                msgs = []
+                for n in new:
+                    key = self.reply_keys[n] = secrets.token_bytes(REPLY_KEY_BYTES)
+                    said = ConfigRecord(
+                        {"coordinator": coordinator, "run": run_fingerprint, REPLY_KEY: key}
+                    )
+                    msgs.append(self._query(RecordDict({"hello": said}), n, HELLO, left))
                 for node, reply in zip(new, self._exchange(msgs, left, "hello"), strict=True):
                     self._declare(node, reply, run_fingerprint)
             missing = [p for p in self.expected if p not in self.nodes]
@@ -412,9 +480,10 @@ class FlowerGridTransport(Transport):
     def _check_origin(self, sent: FlowerMessage, reply: FlowerMessage) -> None:
         """Refuse a reply to ``sent`` that another node sent (a dishonest node answering in
         its place, or a replay) or that is of another message type, naming the node it came
-        from (:meth:`_node_name`), never the one whose reply it imitates. The SuperLink's
-        own error reply (a message that expired, a node that went away) comes from the
-        SuperLink's node ID and is taken as it is: :func:`node_error` raises it."""
+        from (:meth:`_node_name`), never the one whose reply it imitates; and one without
+        its node's tag (:meth:`_check_tag`), naming no one. The SuperLink's own error reply
+        (a message that expired, a node that went away) comes from the SuperLink's node ID
+        and is taken as it is: :func:`node_error` raises it."""
         src, dst = reply.metadata.src_node_id, sent.metadata.dst_node_id
         kind, got = sent.metadata.message_type, reply.metadata.message_type
         from_link = src == SUPERLINK_NODE_ID and reply.has_error()
@@ -425,11 +494,39 @@ class FlowerGridTransport(Transport):
                 f"{self._node_name(dst)!r} is not blamed)",
                 party=self._node_name(src),
             )
+        if not from_link:
+            self._check_tag(sent, reply)
         if got != kind:
             raise ProtocolError(
                 f"{self._described(src)} answered a {kind!r} message with a {got!r} one",
                 party=self._node_name(src),
             )
+
+    def _check_tag(self, sent: FlowerMessage, reply: FlowerMessage) -> None:
+        """Refuse a reply whose tag is missing or is not its node's for this very message
+        (:func:`reply_tag`). Only the node and the ServerApp know the node's key, yet
+        the node that pushed a forged reply is unknown: the SuperLink takes a reply whose
+        ``src_node_id`` is the message's receiver from any authenticated node. So the
+        refusal names no one: not the node whose name the reply bears, which may be its
+        victim. A Flower error reply (no content, so no tag) is taken as it is."""
+        if reply.has_error():
+            return
+        node, meta = reply.metadata.src_node_id, reply.metadata
+        key = self.reply_keys.get(node)
+        record = reply.content.config_records.get(AUTH)
+        mac = record.get("mac") if record is not None else None
+        if isinstance(mac, bytes) and key is not None:
+            want = reply_tag(key, meta.reply_to_message_id, meta.message_type, reply.content)
+            if hmac.compare_digest(mac, want):
+                return
+        name, kind = self._node_name(node), sent.metadata.message_type
+        why = "carries no tag" if mac is None else "carries a tag that is not its node's"
+        raise ProtocolError(
+            f"the reply to the {kind!r} message sent to {self._described(node)} {why} "
+            "for that message: refused, naming no one (another node may have answered in "
+            f"its name, which Flower's SuperLink lets through, or the reply was altered on "
+            f"its way; {name!r} is not blamed)"
+        )
 
     def _node_name(self, node: int) -> str:
         """Who Flower node ``node`` is: the party it declared at its hello, ``Flower node N``
