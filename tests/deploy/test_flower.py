@@ -1094,31 +1094,44 @@ def _an_earlier_reply(grid: ForgingGrid, reply: Message) -> Message:
     return reply
 
 
+def _a_flower_error(reply: Message) -> Message:
+    """What a SuperNode answers when its ClientApp fails: an error code, no content."""
+    from flwr.app import Error
+    from flwr.common.constant import ErrorCode
+
+    error = Error(code=ErrorCode.CLIENT_APP_RAISED_EXCEPTION, reason="ClientApp failed")
+    reply.__dict__.update(_content=None, _error=error)
+    return reply
+
+
+def _a_flower_error_in_its_name(grid: ForgingGrid, reply: Message) -> Message:
+    return _a_flower_error(reply)
+
+
+_NOT_ITS_TAG = (
+    "the reply to the 'query.fedviews' message sent to 'fou' (Flower node 1001) carries "
+    "a tag that is not its node's for that message"
+)
 #: how another node answers in 'fou''s name: its type, the forgery, the text's start
 FORGED = {
-    "a-report-tagged-by-another-node": (
-        _ACTION,
-        _a_report_in_its_name,
-        "the reply to the 'query.fedviews' message sent to 'fou' (Flower node 1001) carries "
-        "a tag that is not its node's for that message",
-    ),
+    "a-report-tagged-by-another-node": (_ACTION, _a_report_in_its_name, _NOT_ITS_TAG),
     "a-hello-without-tag": (
         _HELLO,
         _untagged,
         "the reply to the 'query.fedviews_hello' message sent to Flower node 1001 carries "
         "no tag for that message",
     ),
-    "an-altered-reply": (
-        _ACTION,
-        _altered,
-        "the reply to the 'query.fedviews' message sent to 'fou' (Flower node 1001) carries "
-        "a tag that is not its node's for that message",
-    ),
+    "an-altered-reply": (_ACTION, _altered, _NOT_ITS_TAG),
     "a-replayed-reply": (
         _ACTION,
         None,  # (set below: the second message's reply is the first's)
-        "the reply to the 'query.fedviews' message sent to 'fou' (Flower node 1001) carries "
-        "a tag that is not its node's for that message",
+        _NOT_ITS_TAG,
+    ),
+    "a-flower-error-in-its-name": (
+        _ACTION,
+        _a_flower_error_in_its_name,
+        "a Flower error reply (code 2: ClientApp failed) came to the 'query.fedviews' "
+        "message sent to 'fou' (Flower node 1001), whose node answers a ping",
     ),
 }
 
@@ -1128,9 +1141,10 @@ def test_a_reply_in_another_nodes_name_is_refused_naming_no_one(deployment, tmp_
     """Flower's SuperLink takes a reply whose ``src_node_id`` is the message's receiver from
     any authenticated node. A reply in 'fou''s name that does not carry 'fou''s tag for that
     very message (another node's report tagged with its own key, no tag, an altered reply,
-    'fou''s own earlier reply replayed) is refused naming no one: neither 'fou', whose name
-    it bears, nor a culprit in results.json; before tags, such a report was raised as
-    'fou''s."""
+    'fou''s own earlier reply replayed), or a Flower error reply (no content to tag) while
+    'fou''s node answers a ping, is refused naming no one: neither 'fou', whose name it
+    bears, nor a culprit or an unavailable party in results.json; before tags, such a report
+    was raised as 'fou''s, and such an error made 'fou' unavailable."""
     path, data = deployment
     kind, forge, why = FORGED[case]
     if forge is None:  # let the first reply through, replay it for the second
@@ -1152,10 +1166,45 @@ def test_a_reply_in_another_nodes_name_is_refused_naming_no_one(deployment, tmp_
         grid.close()
     assert grid.done and type(caught.value) is ProtocolError
     assert caught.value.party is None
-    assert str(caught.value).startswith(why + ": refused, naming no one")
+    assert str(caught.value).startswith(why + ": refused, naming no one (")
     assert str(caught.value).endswith("is not blamed)")
     res = json.loads((tmp_path / "c" / "results.json").read_text())
     assert "culprit" not in res and "unavailable_party" not in res
+
+
+class BrokenNodeGrid(LoopbackGrid):
+    """Node 1001 ('fou') answers every message with a Flower error from its first fedviews
+    request on (its ClientApp no longer starts), pings too."""
+
+    broken = False
+
+    def pull_messages(self, message_ids):
+        got = super().pull_messages(message_ids)
+        for r in got:
+            if r.metadata.src_node_id == 1001 and (
+                self.broken or r.metadata.message_type == _ACTION
+            ):
+                self.broken = True
+                _a_flower_error(r)
+        return got
+
+
+def test_a_node_that_answers_only_flower_errors_is_unavailable(deployment, tmp_path):
+    """A node whose ClientApp fails on a message and on the ping that follows it is
+    unavailable, by its party's name (the ping tells it from a forged error reply)."""
+    path, data = deployment
+    grid = BrokenNodeGrid(_node_configs(data, tmp_path), {"deploy-config": str(path)})
+    try:
+        with pytest.raises(PartyUnavailable) as caught:
+            _flower.run_flower_coordinator(load_deploy_config(path), grid, tmp_path / "c")
+    finally:
+        grid.close()
+    assert caught.value.party == "fou"
+    assert str(caught.value) == (
+        "party 'fou' is unavailable: Flower error 2 on 'deploy:setup': ClientApp failed"
+    )
+    res = json.loads((tmp_path / "c" / "results.json").read_text())
+    assert res["unavailable_party"] == "fou" and "culprit" not in res
 
 
 class HelloGrid(LoopbackGrid):

@@ -451,10 +451,12 @@ class FlowerGridTransport(Transport):
         return FlowerMessage(content, dst_node_id=node, message_type=kind, ttl=ttl, group_id=group)
 
     def _exchange(
-        self, msgs: list[FlowerMessage], timeout: float, what: str
+        self, msgs: list[FlowerMessage], timeout: float, what: str, *, probe: bool = True
     ) -> list[FlowerMessage | None]:
         """Push all messages, then pull until every reply is in (None: no reply in time);
-        a reply is taken only from its message's node, of its type (:meth:`_check_origin`)."""
+        a reply is taken only from its message's node, of its type, with its tag
+        (:meth:`_check_origin`); a node's Flower error reply only if the node does not
+        answer a ping either (``probe``, :meth:`_check_flower_error`)."""
         with self._grid_lock:
             ids = list(self.grid.push_messages(msgs))
         if len(ids) != len(msgs) or any(not i for i in ids):
@@ -469,6 +471,8 @@ class FlowerGridTransport(Transport):
                 k = pending.get(reply.metadata.reply_to_message_id)
                 if k is not None:
                     self._check_origin(msgs[k], reply)
+                    if probe and reply.has_error():
+                        self._check_flower_error(msgs[k], reply)
                     del pending[reply.metadata.reply_to_message_id]
                     out[k] = reply
             if pending:
@@ -526,6 +530,29 @@ class FlowerGridTransport(Transport):
             "for that message: refused, naming no one (another node may have answered in "
             f"its name, which Flower's SuperLink lets through, or the reply was altered on "
             f"its way; {name!r} is not blamed)"
+        )
+
+    def _check_flower_error(self, sent: FlowerMessage, reply: FlowerMessage) -> None:
+        """A Flower error reply in a node's name (an error code, no content, so no tag) is
+        taken only if that node does not answer a ping (its party is then unavailable:
+        :func:`node_error` says so). A node that answers one, with its tag, is alive: the
+        error may come from another node that pushed it in that node's name, so it is
+        refused naming no one. The SuperLink's own error replies are taken as they are."""
+        node = reply.metadata.src_node_id
+        if node == SUPERLINK_NODE_ID:
+            return
+        limit = self.options.join_timeout
+        ping = self._query(pack(b""), node, PING, ttl=limit)
+        (echo,) = self._exchange([ping], limit, "ping", probe=False)
+        if echo is None or echo.has_error():
+            return
+        err, kind = reply.error, sent.metadata.message_type
+        raise ProtocolError(
+            f"a Flower error reply (code {err.code}: {err.reason}) came to the {kind!r} "
+            f"message sent to {self._described(node)}, whose node answers a ping: refused, "
+            "naming no one (a Flower error reply carries no tag, so another node may have "
+            "pushed it in that node's name, or that node's ClientApp failed on this message "
+            f"alone; {self._node_name(node)!r} is not blamed)"
         )
 
     def _node_name(self, node: int) -> str:
