@@ -333,6 +333,16 @@ def tagged_by_its_node(grid: LoopbackGrid, reply: Message) -> Message:
     return reply
 
 
+def refused(grid: LoopbackGrid, path: Path, out: Path, error: type[Exception]):
+    """The ``error`` that stops the ServerApp of ``path`` on ``grid`` (closed after)."""
+    try:
+        with pytest.raises(error) as caught:
+            _flower.run_flower_coordinator(load_deploy_config(path), grid, out)
+    finally:
+        grid.close()
+    return caught
+
+
 def _node_configs(data: Path, run: Path, parties=PARTIES) -> list[dict]:
     return [{"party": p, "data": str(data / f"{p}.npz"), "out": str(run / p)} for p in parties]
 
@@ -899,11 +909,7 @@ def test_a_corrupt_reply_names_the_node_it_came_from(deployment, tmp_path, lie):
     make, why = LIES[lie]
     rc = {"deploy-config": str(path)}
     grid = LyingGrid(_node_configs(data, tmp_path), rc, liar=1001, kind="update", lie=make)
-    try:
-        with pytest.raises(ProtocolError) as caught:
-            _flower.run_flower_coordinator(load_deploy_config(path), grid, tmp_path / "c")
-    finally:
-        grid.close()
+    caught = refused(grid, path, tmp_path / "c", ProtocolError)
     assert grid.done and not isinstance(caught.value, RemoteError)
     assert caught.value.party == "fou" and str(caught.value) == why
     res = json.loads((tmp_path / "c" / "results.json").read_text())
@@ -1022,11 +1028,7 @@ def test_a_reply_is_taken_only_from_the_node_it_was_sent_to(deployment, tmp_path
     kind, forge, error, who, why = MISROUTED[case]
     rc = {"deploy-config": str(path)}
     grid = MisroutedGrid(_node_configs(data, tmp_path), rc, node=1001, kind=kind, forge=forge)
-    try:
-        with pytest.raises(ProtocolError) as caught:
-            _flower.run_flower_coordinator(load_deploy_config(path), grid, tmp_path / "c")
-    finally:
-        grid.close()
+    caught = refused(grid, path, tmp_path / "c", ProtocolError)
     assert grid.done and type(caught.value) is error
     assert caught.value.party == who
     if why is None:
@@ -1159,11 +1161,7 @@ def test_a_reply_in_another_nodes_name_is_refused_naming_no_one(deployment, tmp_
 
     rc = {"deploy-config": str(path)}
     grid = ForgingGrid(_node_configs(data, tmp_path), rc, kind=kind, forge=forge)
-    try:
-        with pytest.raises(ProtocolError) as caught:
-            _flower.run_flower_coordinator(load_deploy_config(path), grid, tmp_path / "c")
-    finally:
-        grid.close()
+    caught = refused(grid, path, tmp_path / "c", ProtocolError)
     assert grid.done and type(caught.value) is ProtocolError
     assert caught.value.party is None
     assert str(caught.value).startswith(why + ": refused, naming no one (")
@@ -1194,11 +1192,7 @@ def test_a_node_that_answers_only_flower_errors_is_unavailable(deployment, tmp_p
     unavailable, by its party's name (the ping tells it from a forged error reply)."""
     path, data = deployment
     grid = BrokenNodeGrid(_node_configs(data, tmp_path), {"deploy-config": str(path)})
-    try:
-        with pytest.raises(PartyUnavailable) as caught:
-            _flower.run_flower_coordinator(load_deploy_config(path), grid, tmp_path / "c")
-    finally:
-        grid.close()
+    caught = refused(grid, path, tmp_path / "c", PartyUnavailable)
     assert caught.value.party == "fou"
     assert str(caught.value) == (
         "party 'fou' is unavailable: Flower error 2 on 'deploy:setup': ClientApp failed"
@@ -1277,11 +1271,7 @@ def test_a_bad_hello_names_its_node(deployment, tmp_path, lie):
     path, data = deployment
     edit, error, why = HELLO_LIES[lie]
     grid = HelloGrid(_node_configs(data, tmp_path), {"deploy-config": str(path)}, edit=edit)
-    try:
-        with pytest.raises(error) as caught:
-            _flower.run_flower_coordinator(load_deploy_config(path), grid, tmp_path / "c")
-    finally:
-        grid.close()
+    caught = refused(grid, path, tmp_path / "c", error)
     assert type(caught.value) is error and not isinstance(caught.value, RemoteError)
     assert caught.value.party == "Flower node 1001" and str(caught.value) == why
     res = json.loads((tmp_path / "c" / "results.json").read_text())
