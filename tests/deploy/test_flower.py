@@ -23,6 +23,7 @@ import os
 import re
 import sys
 import threading
+import time
 import uuid
 from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
@@ -325,7 +326,12 @@ def tagged_by_its_node(grid: LoopbackGrid, reply: Message) -> Message:
     """``reply`` tagged anew by the node it comes from (its key of the hello), as a
     dishonest node tags what it says in its own name."""
     meta = reply.metadata
-    key = grid.contexts[meta.src_node_id].state.config_records[_flower._REPLY_KEY_STATE]["key"]
+    records = grid.contexts[meta.src_node_id].state.config_records
+    for _ in range(1000):  # (a node of this grid may still be answering its hello)
+        if _flower._REPLY_KEY_STATE in records:
+            break
+        time.sleep(0.01)
+    key = records[_flower._REPLY_KEY_STATE]["key"]
     tag = _flower_transport.reply_tag(
         key, meta.reply_to_message_id, meta.message_type, reply.content
     )
@@ -982,14 +988,14 @@ MISROUTED = {
         "(Flower node 1001): refused (a node answers only what was sent to it; 'fou' is not "
         "blamed)",
     ),
-    "from-an-unknown-node": (
+    "from-an-unknown-node": (  # no key of its own to tag with: who pushed it is unknown
         _ACTION,
         _from_node(4711),
         ProtocolError,
-        "unknown Flower node 4711",
-        "unknown Flower node 4711 answered the 'query.fedviews' message sent to 'fou' "
-        "(Flower node 1001): refused (a node answers only what was sent to it; 'fou' is not "
-        "blamed)",
+        None,
+        "a reply to the 'query.fedviews' message sent to 'fou' (Flower node 1001) came in "
+        "the name of unknown Flower node 4711 without that node's tag: refused, naming no one "
+        "(its pusher is unknown; 'fou' is not blamed)",
     ),
     "hello-from-another-node": (
         _HELLO,
@@ -1020,10 +1026,11 @@ MISROUTED = {
 
 @pytest.mark.parametrize("case", sorted(MISROUTED))
 def test_a_reply_is_taken_only_from_the_node_it_was_sent_to(deployment, tmp_path, case):
-    """A reply that names a message of node 1001 ('fou') but comes from another node (a
-    party's, or one the SuperLink never listed) or is of another message type is refused
-    naming the node it came from (``party``, ``culprit``), never 'fou'; the SuperLink's own
-    error reply (a node that went away) still says that 'fou' is unavailable."""
+    """A reply that names a message of node 1001 ('fou') but comes from another node that
+    tagged it (a party's), or that is of another message type, is refused naming the node
+    that tagged it (``party``, ``culprit``), never 'fou'; one in the name of a node that
+    has no key (the SuperLink never listed it) names no one; the SuperLink's own error reply
+    (a node that went away) still says that 'fou' is unavailable."""
     path, data = deployment
     kind, forge, error, who, why = MISROUTED[case]
     rc = {"deploy-config": str(path)}
@@ -1038,6 +1045,8 @@ def test_a_reply_is_taken_only_from_the_node_it_was_sent_to(deployment, tmp_path
     res = json.loads((tmp_path / "c" / "results.json").read_text())
     if error is PartyUnavailable:
         assert res["unavailable_party"] == who and "culprit" not in res
+    elif who is None:
+        assert "culprit" not in res and "unavailable_party" not in res
     else:
         assert res["culprit"] == who and "unavailable_party" not in res
 
@@ -1171,27 +1180,41 @@ def test_a_reply_in_another_nodes_name_is_refused_naming_no_one(deployment, tmp_
 
 
 class BrokenNodeGrid(LoopbackGrid):
-    """Node 1001 ('fou') answers every message with a Flower error from its first fedviews
-    request on (its ClientApp no longer starts), pings too."""
+    """Node 1001 ('fou') answers its first fedviews request with a Flower error; the ping
+    that follows gets what ``ping`` makes of its echo (the SuperLink's error for a node that
+    went away, or the node's Flower error again)."""
 
-    broken = False
+    def __init__(self, *args, ping, **kw):
+        super().__init__(*args, **kw)
+        self.ping, self.broken, self.sent = ping, False, {}
+
+    def push_messages(self, messages):
+        messages = list(messages)
+        ids = super().push_messages(messages)
+        self.sent.update(zip(ids, messages, strict=True))
+        return ids
 
     def pull_messages(self, message_ids):
         got = super().pull_messages(message_ids)
-        for r in got:
-            if r.metadata.src_node_id == 1001 and (
-                self.broken or r.metadata.message_type == _ACTION
-            ):
+        for k, r in enumerate(got):
+            meta = r.metadata
+            if meta.src_node_id == 1001 and not self.broken and meta.message_type == _ACTION:
                 self.broken = True
                 _a_flower_error(r)
+            elif meta.src_node_id == 1001 and self.broken and meta.message_type == _PING:
+                got[k] = self.ping(r, self.sent[meta.reply_to_message_id])
         return got
 
 
-def test_a_node_that_answers_only_flower_errors_is_unavailable(deployment, tmp_path):
-    """A node whose ClientApp fails on a message and on the ping that follows it is
-    unavailable, by its party's name (the ping tells it from a forged error reply)."""
+_PING = "query.fedviews_ping"
+
+
+def test_a_node_whose_ping_the_superlink_answers_is_unavailable(deployment, tmp_path):
+    """A Flower error reply in the name of a node that went away (the SuperLink answers its
+    ping: the node is gone) makes its party unavailable, by its name."""
     path, data = deployment
-    grid = BrokenNodeGrid(_node_configs(data, tmp_path), {"deploy-config": str(path)})
+    rc = {"deploy-config": str(path)}
+    grid = BrokenNodeGrid(_node_configs(data, tmp_path), rc, ping=_superlink_error)
     caught = refused(grid, path, tmp_path / "c", PartyUnavailable)
     assert caught.value.party == "fou"
     assert str(caught.value) == (
@@ -1199,6 +1222,26 @@ def test_a_node_that_answers_only_flower_errors_is_unavailable(deployment, tmp_p
     )
     res = json.loads((tmp_path / "c" / "results.json").read_text())
     assert res["unavailable_party"] == "fou" and "culprit" not in res
+
+
+def test_a_node_that_answers_only_flower_errors_is_not_named(deployment, tmp_path):
+    """Flower error replies in a node's name to a request and to the ping after it carry no
+    tag: another node may push them all, so the run stops naming no one (the text says that
+    the node's ClientApp may fail to start)."""
+    path, data = deployment
+    rc = {"deploy-config": str(path)}
+    grid = BrokenNodeGrid(
+        _node_configs(data, tmp_path), rc, ping=lambda r, sent: _a_flower_error(r)
+    )
+    caught = refused(grid, path, tmp_path / "c", ProtocolError)
+    assert type(caught.value) is ProtocolError and caught.value.party is None
+    assert str(caught.value).startswith(
+        "a Flower error reply (code 2: ClientApp failed) came to the 'query.fedviews' message "
+        "sent to 'fou' (Flower node 1001), whose node answers a ping with a Flower error too "
+        "(its ClientApp may fail to start): refused, naming no one ("
+    )
+    res = json.loads((tmp_path / "c" / "results.json").read_text())
+    assert "culprit" not in res and "unavailable_party" not in res
 
 
 class HelloGrid(LoopbackGrid):

@@ -306,7 +306,9 @@ def _reply(msg: FlowerMessage, context: Context, content: RecordDict) -> FlowerM
 
 
 def _keep_reply_key(msg: FlowerMessage, context: Context) -> None:
-    """Keep the key of this node's reply tags that the ServerApp sent in its hello."""
+    """Keep the key of this node's reply tags that the ServerApp sent in its hello (and
+    forget any earlier run's, which Flower may keep in ``Context.state``)."""
+    context.state.config_records.pop(_REPLY_KEY_STATE, None)
     record = msg.content.config_records.get("hello")
     key = record.get(REPLY_KEY) if record is not None else None
     if not isinstance(key, bytes) or len(key) != REPLY_KEY_BYTES:

@@ -15,7 +15,9 @@ ServerApp drew for that node and sent in its hello only, over the ID and type of
 it answers and a digest of its content (:func:`reply_tag`). Flower's SuperLink checks that a
 reply's ``src_node_id`` is the node its message went to, but not that this node pushed it;
 the tag is what binds a reply to its node, so that no node can answer in another's name
-(and have it blamed for what it says) or replay one of its earlier replies.
+(and have it blamed for what it says) or replay one of its earlier replies. The key crosses
+the SuperLink in the hello: the tags protect the nodes from each other, not from whoever
+runs the SuperLink.
 
 Wire: the :meth:`Message.encode` bytes (no pickle) ride in an ``ArrayRecord`` as one
 ``uint8`` :class:`flwr.app.Array` of serialisation type :data:`STYPE` (Flower
@@ -31,6 +33,7 @@ import hashlib
 import hmac
 import json
 import secrets
+import struct
 import threading
 import time
 from collections.abc import Mapping, Sequence
@@ -153,34 +156,56 @@ def unpack_all(content: RecordDict, record: str) -> list[bytes]:
 
 
 def _content_digest(content: RecordDict) -> bytes:
-    """SHA-256 of every record of ``content`` but :data:`AUTH` (names, types, array
-    dtypes, shapes, serialisation types and bytes, config values), each field prefixed
-    with its length: two contents have one digest only if Flower carries them alike."""
+    """SHA-256 of every record of ``content`` but :data:`AUTH`: the count of records, and
+    for each its name, type and count of entries; for each entry its key and either an
+    array's dtype, dimensions, serialisation type and bytes or a config value with its type
+    (:func:`_value_fields`). Every field is prefixed with its length, so the sequence reads
+    back one way only: two contents have one digest only if Flower carries them alike."""
     h = hashlib.sha256()
 
     def put(b: bytes) -> None:
         h.update(len(b).to_bytes(8, "big"))
         h.update(b)
 
-    def as_json(v: object) -> object:
-        if isinstance(v, bytes):
-            return {"bytes": v.hex()}
-        raise TypeError(type(v).__name__)
-
-    for name, record in sorted(content.items()):
-        if name == AUTH:
-            continue
+    records = sorted((n, r) for n, r in content.items() if n != AUTH)
+    put(str(len(records)).encode())
+    for name, record in records:
         put(name.encode())
         put(type(record).__name__.encode())
+        put(str(len(record)).encode())
         for k in sorted(record):
             put(k.encode())
             v = record[k]
             if isinstance(v, Array):
-                put(f"{v.dtype} {list(v.shape)} {v.stype}".encode())
+                put(b"array")
+                put(v.dtype.encode())
+                put(str(len(v.shape)).encode())
+                for d in v.shape:
+                    put(str(d).encode())
+                put(v.stype.encode())
                 put(bytes(v.data))
             else:
-                put(json.dumps(v, default=as_json).encode())
+                for field in _value_fields(v):
+                    put(field)
     return h.digest()
+
+
+def _value_fields(v: object) -> list[bytes]:
+    """A config value as fields: its type, then its bytes (a float's IEEE 754 bits, so that
+    every NaN and both zeros stay apart); a list: its length, then each item's fields."""
+    if isinstance(v, list):
+        return [b"list", str(len(v)).encode(), *(f for x in v for f in _value_fields(x))]
+    if isinstance(v, bool):
+        return [b"bool", b"1" if v else b"0"]
+    if isinstance(v, int):
+        return [b"int", str(v).encode()]
+    if isinstance(v, float):
+        return [b"float", struct.pack("<d", v)]
+    if isinstance(v, str):
+        return [b"str", v.encode()]
+    if isinstance(v, bytes):
+        return [b"bytes", v]
+    raise ProtocolError(f"a Flower record value of type {type(v).__name__}")
 
 
 def reply_tag(key: bytes, reply_to: str, kind: str, content: RecordDict) -> bytes:
@@ -454,9 +479,9 @@ class FlowerGridTransport(Transport):
         self, msgs: list[FlowerMessage], timeout: float, what: str, *, probe: bool = True
     ) -> list[FlowerMessage | None]:
         """Push all messages, then pull until every reply is in (None: no reply in time);
-        a reply is taken only from its message's node, of its type, with its tag
-        (:meth:`_check_origin`); a node's Flower error reply only if the node does not
-        answer a ping either (``probe``, :meth:`_check_flower_error`)."""
+        a reply is taken only from its message's node, with its tag, of its type
+        (:meth:`_check_origin`); once all are in, a node's Flower error reply only if the
+        node does not answer a ping either (``probe``, :meth:`_check_flower_error`)."""
         with self._grid_lock:
             ids = list(self.grid.push_messages(msgs))
         if len(ids) != len(msgs) or any(not i for i in ids):
@@ -471,88 +496,103 @@ class FlowerGridTransport(Transport):
                 k = pending.get(reply.metadata.reply_to_message_id)
                 if k is not None:
                     self._check_origin(msgs[k], reply)
-                    if probe and reply.has_error():
-                        self._check_flower_error(msgs[k], reply)
                     del pending[reply.metadata.reply_to_message_id]
                     out[k] = reply
             if pending:
                 if time.monotonic() > deadline:
                     break
                 time.sleep(self.options.poll_interval)
+        for sent, answer in zip(msgs, out, strict=True):
+            if probe and answer is not None and answer.has_error():
+                self._check_flower_error(sent, answer)
         return out
 
     def _check_origin(self, sent: FlowerMessage, reply: FlowerMessage) -> None:
-        """Refuse a reply to ``sent`` that another node sent (a dishonest node answering in
-        its place, or a replay) or that is of another message type, naming the node it came
-        from (:meth:`_node_name`), never the one whose reply it imitates; and one without
-        its node's tag (:meth:`_check_tag`), naming no one. The SuperLink's own error reply
+        """Refuse a reply to ``sent`` that does not carry its node's tag for that message
+        (:meth:`_tagged`; another node may have pushed it in that node's name, or altered or
+        replayed it), naming no one; one that another node sent and tagged (a dishonest node
+        answering in its place), or that is of another message type, naming the node that
+        tagged it, never the one whose reply it imitates. The SuperLink's own error reply
         (a message that expired, a node that went away) comes from the SuperLink's node ID
-        and is taken as it is: :func:`node_error` raises it."""
+        and is taken as it is (:func:`node_error` raises it), a node's Flower error reply
+        (no content, so no tag) by :meth:`_check_flower_error`."""
         src, dst = reply.metadata.src_node_id, sent.metadata.dst_node_id
         kind, got = sent.metadata.message_type, reply.metadata.message_type
-        from_link = src == SUPERLINK_NODE_ID and reply.has_error()
-        if src != dst and not from_link:
+        if src == SUPERLINK_NODE_ID and reply.has_error():
+            return
+        tagged = self._tagged(reply)
+        if src != dst:
+            if tagged:
+                raise ProtocolError(
+                    f"{self._described(src)} answered the {kind!r} message sent to "
+                    f"{self._described(dst)}: refused (a node answers only what was sent to "
+                    f"it; {self._node_name(dst)!r} is not blamed)",
+                    party=self._node_name(src),
+                )
             raise ProtocolError(
-                f"{self._described(src)} answered the {kind!r} message sent to "
-                f"{self._described(dst)}: refused (a node answers only what was sent to it; "
-                f"{self._node_name(dst)!r} is not blamed)",
-                party=self._node_name(src),
+                f"a reply to the {kind!r} message sent to {self._described(dst)} came in the "
+                f"name of {self._described(src)} without that node's tag: refused, naming no "
+                f"one (its pusher is unknown; {self._node_name(dst)!r} is not blamed)"
             )
-        if not from_link:
-            self._check_tag(sent, reply)
+        if reply.has_error():
+            return
+        if not tagged:
+            record = reply.content.config_records.get(AUTH)
+            why = "carries no tag" if record is None else "carries a tag that is not its node's"
+            raise ProtocolError(
+                f"the reply to the {kind!r} message sent to {self._described(src)} {why} "
+                "for that message: refused, naming no one (another node may have answered in "
+                "its name, which Flower's SuperLink lets through, or the reply was altered on "
+                "its way, or that node runs a fedviews older than the ServerApp's; "
+                f"{self._node_name(src)!r} is not blamed)"
+            )
         if got != kind:
             raise ProtocolError(
                 f"{self._described(src)} answered a {kind!r} message with a {got!r} one",
                 party=self._node_name(src),
             )
 
-    def _check_tag(self, sent: FlowerMessage, reply: FlowerMessage) -> None:
-        """Refuse a reply whose tag is missing or is not its node's for this very message
-        (:func:`reply_tag`). Only the node and the ServerApp know the node's key, yet
-        the node that pushed a forged reply is unknown: the SuperLink takes a reply whose
-        ``src_node_id`` is the message's receiver from any authenticated node. So the
-        refusal names no one: not the node whose name the reply bears, which may be its
-        victim. A Flower error reply (no content, so no tag) is taken as it is."""
+    def _tagged(self, reply: FlowerMessage) -> bool:
+        """Whether ``reply`` carries the tag (:func:`reply_tag`) of the node in whose name it
+        comes for the message it answers: only that node and the ServerApp know the node's
+        key (and the SuperLink, which carries the hello). A Flower error reply (no content)
+        carries none."""
         if reply.has_error():
-            return
-        node, meta = reply.metadata.src_node_id, reply.metadata
-        key = self.reply_keys.get(node)
+            return False
+        meta = reply.metadata
+        key = self.reply_keys.get(meta.src_node_id)
         record = reply.content.config_records.get(AUTH)
         mac = record.get("mac") if record is not None else None
-        if isinstance(mac, bytes) and key is not None:
-            want = reply_tag(key, meta.reply_to_message_id, meta.message_type, reply.content)
-            if hmac.compare_digest(mac, want):
-                return
-        name, kind = self._node_name(node), sent.metadata.message_type
-        why = "carries no tag" if mac is None else "carries a tag that is not its node's"
-        raise ProtocolError(
-            f"the reply to the {kind!r} message sent to {self._described(node)} {why} "
-            "for that message: refused, naming no one (another node may have answered in "
-            f"its name, which Flower's SuperLink lets through, or the reply was altered on "
-            f"its way; {name!r} is not blamed)"
-        )
+        if not isinstance(mac, bytes) or key is None:
+            return False
+        want = reply_tag(key, meta.reply_to_message_id, meta.message_type, reply.content)
+        return hmac.compare_digest(mac, want)
 
     def _check_flower_error(self, sent: FlowerMessage, reply: FlowerMessage) -> None:
-        """A Flower error reply in a node's name (an error code, no content, so no tag) is
-        taken only if that node does not answer a ping (its party is then unavailable:
-        :func:`node_error` says so). A node that answers one, with its tag, is alive: the
-        error may come from another node that pushed it in that node's name, so it is
-        refused naming no one. The SuperLink's own error replies are taken as they are."""
+        """A node's Flower error reply (an error code, no content, so no tag) is taken (its
+        party is then unavailable: :func:`node_error` says so) only if the node does not
+        answer a ping until the request's deadline either, or the SuperLink answers for it
+        (a node that went away). Any answer in the node's name, a tagged echo or another
+        Flower error, leaves the pusher unknown: refused naming no one."""
         node = reply.metadata.src_node_id
         if node == SUPERLINK_NODE_ID:
             return
-        limit = self.options.join_timeout
+        limit = self.options.request_timeout  # the node may still work on another message
         ping = self._query(pack(b""), node, PING, ttl=limit)
         (echo,) = self._exchange([ping], limit, "ping", probe=False)
-        if echo is None or echo.has_error():
+        if echo is None or echo.metadata.src_node_id == SUPERLINK_NODE_ID:
             return
         err, kind = reply.error, sent.metadata.message_type
+        answers = (
+            "answers a ping"
+            if not echo.has_error()
+            else "answers a ping with a Flower error too (its ClientApp may fail to start)"
+        )
         raise ProtocolError(
             f"a Flower error reply (code {err.code}: {err.reason}) came to the {kind!r} "
-            f"message sent to {self._described(node)}, whose node answers a ping: refused, "
+            f"message sent to {self._described(node)}, whose node {answers}: refused, "
             "naming no one (a Flower error reply carries no tag, so another node may have "
-            "pushed it in that node's name, or that node's ClientApp failed on this message "
-            f"alone; {self._node_name(node)!r} is not blamed)"
+            f"pushed it in that node's name; {self._node_name(node)!r} is not blamed)"
         )
 
     def _node_name(self, node: int) -> str:
