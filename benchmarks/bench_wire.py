@@ -106,10 +106,16 @@ def main() -> None:
     ap.add_argument("--samples", type=int, default=2000)
     ap.add_argument("--eval", type=int, default=1000)
     ap.add_argument("--rounds", type=int, default=5)
-    ap.add_argument("--plot", type=Path, help="default: docs/img/wire_codecs_<algorithms>.png")
+    ap.add_argument(
+        "--plot",
+        type=Path,
+        help="default: wire_codecs_<algorithms>.png beside --json (fedviews reproduce's run "
+        "folder, which --record copies to docs/img), else in docs/img",
+    )
     ap.add_argument("--json", type=Path, help="write one table per algorithm here as JSON")
     args = ap.parse_args()
-    args.plot = args.plot or Path(f"docs/img/wire_codecs_{'_'.join(args.algorithms)}.png")
+    figure = f"wire_codecs_{'_'.join(args.algorithms)}.png"
+    args.plot = args.plot or (args.json.parent if args.json else Path("docs/img")) / figure
     results = {(a, n): run(a, n, args) for a in args.algorithms for n in args.datasets}
     if args.json:
         args.json.write_text(json.dumps({"tables": tables(results, args)}, indent=1), "utf-8")

@@ -445,6 +445,48 @@ def test_a_script_entry_records_and_checks_a_benchmarks_tables(tmp_path):
     assert "ValueError: invalid literal" in r.stderr  # the end of the script's own output
 
 
+def test_record_copies_the_runs_figures_to_the_docs_and_check_leaves_them(tmp_path):
+    """``figures = {RUN FILE = DOCS PATH}``: ``--record`` copies the run's figure to the docs
+    (a page's figure is the committed run's); ``--check`` leaves the docs as they are; a
+    figure that the run did not make stops ``--record`` before it writes anything."""
+    (tmp_path / "bench.py").write_text(
+        "import json, sys, time, pathlib\n"
+        "out = pathlib.Path(sys.argv[sys.argv.index('--json') + 1])\n"
+        "json.dump({'tables': [{'title': 't', 'columns': ['x', 'MB'], "
+        "'rows': [['a', 1.0]], 'note': ''}]}, open(out, 'w'))\n"
+        "(out.parent / 'fig.png').write_text(f'made at {time.perf_counter()}')\n",
+        encoding="utf-8",
+    )
+    entry = (
+        '[b]\ntitle = "a benchmark"\ntier = "full"\nscript = "bench.py"\ncost_s = 1\n'
+        'results = "b.json"\npage = "p.md"\nfigures = {{ "{made}" = "img/b.png" }}\n'
+    )
+    manifest = tmp_path / MANIFEST
+    manifest.write_text(entry.format(made="fig.png"), encoding="utf-8")
+    out = tmp_path / "runs"
+    args = ["--manifest", str(manifest), "-q", "--out", str(out)]
+    r = fedviews("reproduce", "b", "--record", *args, cwd=tmp_path)
+    assert r.returncode == 0, r.stdout + r.stderr
+    recorded = (tmp_path / "img" / "b.png").read_text(encoding="utf-8")
+    assert recorded == (out / "b" / "fig.png").read_text(encoding="utf-8")
+    r = fedviews("reproduce", "b", "--check", *args, cwd=tmp_path)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert (out / "b" / "fig.png").read_text(encoding="utf-8") != recorded  # a new run
+    assert (tmp_path / "img" / "b.png").read_text(encoding="utf-8") == recorded
+    manifest.write_text(entry.format(made="other.png"), encoding="utf-8")
+    (tmp_path / "b.json").unlink()
+    r = fedviews("reproduce", "b", "--record", *args, cwd=tmp_path)
+    assert r.returncode != 0 and "b: the run made no " in r.stderr, r.stderr
+    assert "other.png (figures)" in r.stderr and not (tmp_path / "b.json").exists()
+
+
+def test_every_figure_of_the_manifest_is_in_the_docs():
+    """Each docs figure that an entry's run makes exists (a page shows it)."""
+    for entry in load_manifest(ROOT / MANIFEST).values():
+        for dest in entry.figures.values():
+            assert (ROOT / dest).is_file(), f"{entry.name}: {dest}"
+
+
 def test_the_audit_digest_spans_each_role_attack_and_metric():
     """``<!-- reproduce-digest: ... -->``: one row per audit, role, attack and metric; a score
     as its range, an error (MSE) as its ratio to chance; an audit not run yet says so."""

@@ -32,12 +32,13 @@ import os
 import platform
 import re
 import shlex
+import shutil
 import subprocess
 import sys
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -111,6 +112,10 @@ class Reproduction:
     """Folders, relative to the manifest's folder, on the Python path while the config is
     loaded (``PYTHONPATH=...`` before its command): where the ``modules`` of a config that
     fedviews does not ship live (``docs/examples``)."""
+    figures: dict[str, str] = field(default_factory=dict)
+    """The docs' figures that the run makes: ``{file in the run folder: path relative to the
+    manifest's folder}``, copied there by ``--record`` (never by ``--check``), so that a
+    page's figure is the committed run's."""
 
     def validate(self) -> None:
         if bool(self.config) == bool(self.script):
@@ -128,6 +133,12 @@ class Reproduction:
             raise ConfigError(f"reproduction {self.name!r}: cost_s must be a positive number")
         if any(i < 0 for i in self.tables):
             raise ConfigError(f"reproduction {self.name!r}: tables are indices >= 0")
+        for made, dest in self.figures.items():
+            if not isinstance(dest, str) or Path(made).is_absolute() or ".." in Path(made).parts:
+                raise ConfigError(
+                    f"reproduction {self.name!r}: figures maps a file of the run folder to a "
+                    f"docs path (both relative), not {made!r} = {dest!r}"
+                )
 
     @property
     def cells(self) -> str:
@@ -472,8 +483,15 @@ def reproduce(
             if total is not None:
                 rec["cells_seconds"] = round(total, 1)
         rec["tables"] = tables
+        figures = {run_dir / made: root / dest for made, dest in entry.figures.items()}
+        missing = [str(made) for made in figures if not made.is_file()]
+        if missing:
+            raise FedViewsError(f"{entry.name}: the run made no {', '.join(missing)} (figures)")
         results_path.parent.mkdir(parents=True, exist_ok=True)
         results_path.write_text(json.dumps(rec, indent=1, ensure_ascii=False) + "\n", "utf-8")
+        for made, dest in figures.items():
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(made, dest)
         outcome.recorded = results_path
         if mirror is not None:
             mirror.unlink(missing_ok=True)  # recorded: the partial cells are done with
