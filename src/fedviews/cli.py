@@ -236,7 +236,7 @@ def reproduce(
     drifted = _reproduce_all(chosen, path.parent, base, check, record, continue_, quiet)
     if drifted:
         for line in drifted:
-            err_console.print(f"drift: {line}", highlight=False, soft_wrap=True, markup=False)
+            err_console.print(line, highlight=False, soft_wrap=True, markup=False)
         raise typer.Exit(1)
 
 
@@ -249,7 +249,8 @@ def _reproduce_all(
     resume: bool,
     quiet: bool,
 ) -> list[str]:
-    """Run each entry into ``base/<name>``; print one line each; the drifts, as text."""
+    """Run each entry into ``base/<name>``; print one line each; the drifts (and, for an
+    entry that drifted, where this machine differs from its record's), as lines of text."""
     from fedviews.experiments import reproduce
 
     drifted: list[str] = []
@@ -276,7 +277,14 @@ def _reproduce_all(
         if res.recorded is not None:
             verdict += f", recorded {res.recorded}"
         console.print(f"  {res.run_dir} in {res.seconds:.1f} s{verdict}", highlight=False)
-        drifted += [str(d) for d in res.drifts]
+        drifted += [f"drift: {d}" for d in res.drifts]
+        if res.machine_changes:
+            drifted.append(
+                f"note: {e.name} was recorded on another machine ("
+                + "; ".join(res.machine_changes)
+                + "): deep runs can depend on the CPU beyond the kernel pins "
+                "(docs/known-gaps.md): run the recorded commit here to tell the two apart"
+            )
     return drifted
 
 

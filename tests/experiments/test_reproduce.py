@@ -79,6 +79,7 @@ def test_check_passes_then_names_a_number_changed_by_hand(tmp_path):
     committed = row[1]
     mean = float(committed.split(" ± ")[0])
     row[1] = committed.replace(f"{mean:.2f}", f"{mean - 0.5:.2f}", 1)
+    rec["machine"]["cpu"] = "Another CPU"
     results.write_text(json.dumps(rec), encoding="utf-8")
     r = fedviews(
         "reproduce",
@@ -96,6 +97,8 @@ def test_check_passes_then_names_a_number_changed_by_hand(tmp_path):
         f"drift: {FAST}: table {title!r}, row {row[0]!r}, column {column!r}: "
         f"committed {row[1]!r}, fresh {committed!r} (tolerance 0.01)" in r.stderr
     ), r.stderr
+    # where this machine differs from the record's (its CPU here), after the drifts
+    assert f"note: {FAST} was recorded on another machine (cpu: Another CPU -> " in r.stderr
     assert "Traceback" not in r.stderr
 
 

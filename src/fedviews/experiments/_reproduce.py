@@ -26,6 +26,7 @@ number that moved by more than the tolerance (every integer that moved at all).
 
 from __future__ import annotations
 
+import importlib.metadata
 import json
 import math
 import os
@@ -271,13 +272,36 @@ def machine(device: str) -> dict[str, Any]:
                 gpu = torch.cuda.get_device_name(0)
         except ImportError:
             pass
-    return {
+    out: dict[str, Any] = {
         "cpu": _cpu_model(),
         "cores": cores,
         "gpu": gpu,
         "os": platform.platform(terse=True),
         "python": platform.python_version(),
     }
+    for lib in ("numpy", "torch"):
+        try:
+            out[lib] = importlib.metadata.version(lib)
+        except importlib.metadata.PackageNotFoundError:
+            pass
+    return out
+
+
+#: what a record's ``machine`` says that can move a run's last digits
+_COMPUTE_KEYS = ("cpu", "cores", "gpu", "numpy", "torch")
+
+
+def machine_changes(committed: Any, now: dict[str, Any]) -> list[str]:
+    """How ``now`` (:func:`machine`) differs from a record's ``machine`` in what can move a
+    run's numbers (CPU model, cores, GPU, numpy and torch versions; a key that the record
+    lacks is not compared): ``["cpu: AMD EPYC -> Intel Xeon", ...]``."""
+    if not isinstance(committed, dict):
+        return []
+    return [
+        f"{k}: {committed[k]} -> {now[k]}"
+        for k in _COMPUTE_KEYS
+        if k in committed and k in now and str(committed[k]) != str(now[k])
+    ]
 
 
 def _cells(value: Any) -> list[float | int] | None:
@@ -399,6 +423,8 @@ class Outcome:
     drifts: list[Drift]
     checked: bool
     recorded: Path | None = None
+    #: where this machine differs from the drifted record's (:func:`machine_changes`)
+    machine_changes: list[str] = field(default_factory=list)
 
 
 def reproduce(
@@ -468,6 +494,8 @@ def reproduce(
         else []
     )
     outcome = Outcome(entry, run_dir, seconds, drifts, checked=check)
+    if drifts and committed is not None:
+        outcome.machine_changes = machine_changes(committed.get("machine"), machine(device))
     if record:
         rec: dict[str, Any] = {
             "entry": entry.name,
