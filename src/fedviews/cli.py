@@ -203,6 +203,7 @@ def reproduce(
         committed_cells,
         find_manifest,
         load_manifest,
+        read_results,
         select_entries,
     )
 
@@ -211,7 +212,11 @@ def reproduce(
     if list_:
         t = Table("name", "tier", "cost", "results", "reproduces", title=str(path))
         for e in select_entries(entries, names or [], tier):
-            done = "committed" if (path.parent / e.results).is_file() else "none yet"
+            made = read_results(path.parent / e.results)
+            done = "none yet" if made is None else "committed"
+            if made is not None and isinstance(made.get("machine"), dict):
+                # where: a deep record can depend on the CPU (docs/known-gaps.md)
+                done += f" {str(made.get('date', ''))[:10]} on {made['machine'].get('cpu')}"
             n = committed_cells(e, path.parent)
             done += f" ({n} cells)" if n else ""
             t.add_row(e.name, e.tier, f"~{e.cost_s:g} s", done, e.title)

@@ -14,6 +14,7 @@ from fedviews.experiments._reproduce import (
     Reproduction,
     find_manifest,
     load_manifest,
+    read_results,
     reproduce,
     select_entries,
 )
@@ -43,6 +44,7 @@ __all__ = [
     "list_experiments",
     "load_config",
     "load_manifest",
+    "read_results",
     "register_algorithm",
     "register_experiment",
     "reproduce",
