@@ -66,3 +66,4 @@ def test_the_run_again_is_this_command_with_the_pins(monkeypatch: pytest.MonkeyP
     assert seen["cmd"] == [sys.executable, "-m", "fedviews", "reproduce", "x", "--check"]
     env = seen["env"]
     assert isinstance(env, dict) and all(env[k] == v for k, v in PINS.items())
+    assert env["OMP_WAIT_POLICY"] == os.environ.get("OMP_WAIT_POLICY", "PASSIVE")

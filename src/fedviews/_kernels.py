@@ -42,8 +42,12 @@ def pins_missing(env: Mapping[str, str] | None = None) -> bool:
 
 def pinned_run(args: list[str]) -> int:
     """Run ``python -m fedviews ARGS`` with the pins set (its output to this process's), and
-    return its exit status."""
+    return its exit status. Unless the environment says otherwise, its OpenMP threads also
+    wait passively (``OMP_WAIT_POLICY=PASSIVE``, as the test suite's): a waiting thread no
+    longer spins out its time slice when other jobs share the cores (two reproductions at
+    once on two cores ran several times slower), and the sums are the same bit for bit."""
     env = {**os.environ, **PINS}
+    env.setdefault("OMP_WAIT_POLICY", "PASSIVE")
     return subprocess.run(
         [sys.executable, "-m", "fedviews", *args], env=env, check=False
     ).returncode
