@@ -44,6 +44,16 @@ def cpu_of(
         setattr(cls, method, real)
 
 
+def best(fn: Callable[[], Any], repeats: int) -> float:
+    """The shortest wall time of ``repeats`` calls of ``fn`` (seconds)."""
+    times = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+    return min(times)
+
+
 def warm_rounds(one_round: Callable[[], T], repeats: int) -> list[T]:
     """``repeats`` results of ``one_round`` (one round of interleaved runs at the full size),
     after one untimed round of the same, each round started from a collected heap.

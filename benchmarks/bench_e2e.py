@@ -12,23 +12,14 @@ from __future__ import annotations
 import argparse
 import os
 import tempfile
-import time
 from pathlib import Path
 
 import numpy as np
+from _clock import best
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
 from fedviews.federation import Message, TLSFiles, init_ca, issue_certificate
 from fedviews.federation._e2e import E2EKeys
-
-
-def best(fn, repeats: int) -> float:
-    times = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return min(times)
 
 
 def main() -> None:

@@ -13,21 +13,12 @@ from __future__ import annotations
 
 import argparse
 import os
-import time
 
 import numpy as np
+from _clock import best
 
 from fedviews.deploy._flower_transport import pack, reply_tag
 from fedviews.federation import Message
-
-
-def best(fn, repeats: int) -> float:
-    times = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return min(times)
 
 
 def main() -> None:

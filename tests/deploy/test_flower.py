@@ -265,6 +265,7 @@ class LoopbackGrid(Grid):
         self.lock = threading.Lock()
         self.delivered = 0
         self.wires: list[bytes] = []  # every fedviews message that crossed, both ways
+        self.sent: dict[str, Message] = {}  # every message pushed, by its ID
 
     def set_run(self, run):  # pragma: no cover - not used by the ServerApp
         raise NotImplementedError
@@ -292,6 +293,7 @@ class LoopbackGrid(Grid):
         for m in messages:
             mid = uuid.uuid4().hex
             m.metadata.__dict__["_message_id"] = mid
+            self.sent[mid] = m
             self.workers[m.metadata.dst_node_id].submit(self._deliver, m)
             ids.append(mid)
         return ids
@@ -931,13 +933,6 @@ class MisroutedGrid(LoopbackGrid):
     def __init__(self, *args, node: int, kind: str, forge, **kw):
         super().__init__(*args, **kw)
         self.node, self.kind, self.forge, self.done = node, kind, forge, False
-        self.sent: dict[str, Message] = {}
-
-    def push_messages(self, messages):
-        messages = list(messages)
-        ids = super().push_messages(messages)
-        self.sent.update(zip(ids, messages, strict=True))
-        return ids
 
     def pull_messages(self, message_ids):
         got = super().pull_messages(message_ids)
@@ -1186,13 +1181,7 @@ class BrokenNodeGrid(LoopbackGrid):
 
     def __init__(self, *args, ping, **kw):
         super().__init__(*args, **kw)
-        self.ping, self.broken, self.sent = ping, False, {}
-
-    def push_messages(self, messages):
-        messages = list(messages)
-        ids = super().push_messages(messages)
-        self.sent.update(zip(ids, messages, strict=True))
-        return ids
+        self.ping, self.broken = ping, False
 
     def pull_messages(self, message_ids):
         got = super().pull_messages(message_ids)
