@@ -1,4 +1,4 @@
-"""Cost of tagging a Flower reply (fedviews.deploy._flower_transport.reply_tag).
+"""Cost of tagging a Flower reply (fedviews.deploy._flower_wire.reply_tag).
 
 Every reply a Flower node sends carries an HMAC-SHA256 over a digest of its content; the
 node computes it and the ServerApp checks it. Times one tag of a Multi-VFL activation
@@ -13,12 +13,18 @@ from __future__ import annotations
 
 import argparse
 import os
+from functools import partial
 
 import numpy as np
 from _clock import best
 
-from fedviews.deploy._flower_transport import pack, reply_tag
+from fedviews.deploy._flower_wire import pack, reply_tag
 from fedviews.federation import Message
+
+
+def round_trip(msg: Message) -> Message:
+    """The message encoded and decoded, as the wire carries it."""
+    return Message.decode(msg.encode_buffer())
 
 
 def main() -> None:
@@ -31,8 +37,8 @@ def main() -> None:
         x = rng.random(shape, dtype=np.float32)
         msg = Message("forward", "a", "b", arrays={"activations": x}, meta={"batch": 1})
         content = pack(msg.encode_buffer())
-        plain = best(lambda msg=msg: Message.decode(msg.encode_buffer()), args.repeats)
-        tag = best(lambda c=content: reply_tag(key, "id", "query.fedviews", c), args.repeats)
+        plain = best(partial(round_trip, msg), args.repeats)
+        tag = best(partial(reply_tag, key, "id", "query.fedviews", content), args.repeats)
         print(
             f"{x.nbytes / 1e6:6.3f} MB: encode + decode {plain * 1e6:8.1f} us, "
             f"tag {tag * 1e6:8.1f} us ({tag / plain:.2f}x)"

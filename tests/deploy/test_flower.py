@@ -44,6 +44,7 @@ from fedviews.deploy import (  # noqa: E402
     _flower,
     _flower_node,
     _flower_transport,
+    _flower_wire,
     _roles,
     launch_flower,
     load_deploy_config,
@@ -285,8 +286,8 @@ class LoopbackGrid(Grid):
 
     def push_messages(self, messages):
         for m in messages:  # the ServerApp killed as it sends this fedviews message
-            if m.metadata.message_type == f"query.{_flower_transport.ACTION}":
-                sent = FVMessage.peek(_flower_transport.unpack(m.content))
+            if m.metadata.message_type == f"query.{_flower_wire.ACTION}":
+                sent = FVMessage.peek(_flower_wire.unpack(m.content))
                 if (sent.kind, sent.round) == self.kill_at:
                     raise KeyboardInterrupt
         ids = []
@@ -308,7 +309,7 @@ class LoopbackGrid(Grid):
         with self.lock:
             for content in (m.content, reply.content):
                 if "fedviews" in content.array_records:
-                    self.wires.append(_flower_transport.unpack(content))
+                    self.wires.append(_flower_wire.unpack(content))
             self.replies[m.metadata.message_id] = reply
             self.delivered += 1
 
@@ -334,10 +335,8 @@ def tagged_by_its_node(grid: LoopbackGrid, reply: Message) -> Message:
             break
         time.sleep(0.01)
     key = records[_flower._REPLY_KEY_STATE]["key"]
-    tag = _flower_transport.reply_tag(
-        key, meta.reply_to_message_id, meta.message_type, reply.content
-    )
-    reply.content[_flower_transport.AUTH] = ConfigRecord({"mac": tag})
+    tag = _flower_wire.reply_tag(key, meta.reply_to_message_id, meta.message_type, reply.content)
+    reply.content[_flower_wire.AUTH] = ConfigRecord({"mac": tag})
     return reply
 
 
@@ -513,16 +512,16 @@ class KeySwapGrid(LoopbackGrid):
     def push_messages(self, messages):
         messages = list(messages)
         for m in messages:
-            if m.metadata.message_type != f"query.{_flower_transport.ACTION}":
+            if m.metadata.message_type != f"query.{_flower_wire.ACTION}":
                 continue
-            sent = FVMessage.decode(_flower_transport.unpack(m.content))
+            sent = FVMessage.decode(_flower_wire.unpack(m.content))
             if (sent.kind, sent.receiver) != ("secagg:peers", "pix"):
                 continue
             bundles = json.loads(str(sent.meta["bundles"]))
             bundles["fou"]["x25519"] = SecureSum("coordinator").bundle()["x25519"]
             meta = {**sent.meta, "bundles": json.dumps(bundles)}
             wire = dataclasses.replace(sent, meta=meta).encode()
-            m.content.array_records["fedviews"] = _flower_transport.pack(wire)["fedviews"]
+            m.content.array_records["fedviews"] = _flower_wire.pack(wire)["fedviews"]
         return super().push_messages(messages)
 
 
@@ -777,13 +776,13 @@ def test_a_reply_tag_covers_the_message_and_every_field_of_the_content():
     from flwr.common.serde import recorddict_from_proto, recorddict_to_proto
 
     def content(
-        data=b"abcd", dtype="uint8", shape=(4,), stype=_flower_transport.STYPE, extra=None
+        data=b"abcd", dtype="uint8", shape=(4,), stype=_flower_wire.STYPE, extra=None
     ) -> RecordDict:
         arr = Array(dtype=dtype, shape=shape, stype=stype, data=data)
         said = {"x": 1, "b": b"\x00", "l": [1.5, 2.0]} if extra is None else extra
         return RecordDict({"fedviews": ArrayRecord({"message": arr}), "c": ConfigRecord(said)})
 
-    key, tag = bytes(32), _flower_transport.reply_tag
+    key, tag = bytes(32), _flower_wire.reply_tag
     base = tag(key, "m1", "query.fedviews", content())
     assert tag(key, "m1", "query.fedviews", content()) == base
     variants = {
@@ -812,7 +811,7 @@ def test_a_reply_tag_covers_the_message_and_every_field_of_the_content():
     variants["a record's type"] = tag(key, "m1", "query.fedviews", metric)
     assert [k for k, v in variants.items() if v == base] == []
     signed = content()
-    signed[_flower_transport.AUTH] = ConfigRecord({"mac": base})
+    signed[_flower_wire.AUTH] = ConfigRecord({"mac": base})
     assert tag(key, "m1", "query.fedviews", signed) == base
     carried = recorddict_from_proto(recorddict_to_proto(signed))
     assert tag(key, "m1", "query.fedviews", carried) == base
@@ -822,14 +821,14 @@ def test_wire_round_trip_has_no_pickle():
     msg = FVMessage(
         "update", "coordinator", "pix", 2, arrays={"Z": np.arange(6.0).reshape(3, 2)}, meta={"k": 1}
     )
-    content = _flower_transport.pack(msg.encode())
+    content = _flower_wire.pack(msg.encode())
     arr = content.array_records["fedviews"]["message"]
-    assert arr.stype == _flower_transport.STYPE and arr.dtype == "uint8"
-    back = FVMessage.decode(_flower_transport.unpack(content))
+    assert arr.stype == _flower_wire.STYPE and arr.dtype == "uint8"
+    back = FVMessage.decode(_flower_wire.unpack(content))
     np.testing.assert_array_equal(back.arrays["Z"], msg.arrays["Z"])
     assert (back.kind, back.round, dict(back.meta)) == ("update", 2, {"k": 1})
     with pytest.raises(ProtocolError, match="no fedviews message"):
-        _flower_transport.unpack(RecordDict())
+        _flower_wire.unpack(RecordDict())
 
 
 def test_pings_are_echoed_and_a_malformed_one_is_reported(deployment, tmp_path):
@@ -852,7 +851,7 @@ def test_pings_are_echoed_and_a_malformed_one_is_reported(deployment, tmp_path):
     assert res["status"] == "ok" and "objective" not in res
     assert {k: len(v) for k, v in res["ping_seconds"].items()} == {"single": 2, "broadcast": 2}
     with pytest.raises(RemoteError) as caught:
-        _flower_transport.node_error("Flower node 1000", "ping", reply)
+        _flower_wire.node_error("Flower node 1000", "ping", reply)
     assert str(caught.value) == (
         "'Flower node 1000' reported ProtocolError: the Flower message carries no fedviews message"
     )
@@ -876,9 +875,9 @@ class LyingGrid(LoopbackGrid):
             content = r.content if not r.has_error() else RecordDict()
             if self.done or r.metadata.src_node_id != self.liar or "fedviews" not in content:
                 continue
-            wire = _flower_transport.unpack(content)
+            wire = _flower_wire.unpack(content)
             if FVMessage.peek(wire).kind == f"{self.kind}:reply":
-                lie = _flower_transport.pack(self.lie(wire))
+                lie = _flower_wire.pack(self.lie(wire))
                 content.array_records["fedviews"]["message"] = lie["fedviews"]["message"]
                 tagged_by_its_node(self, r)
                 self.done = True
@@ -1072,7 +1071,7 @@ class ForgingGrid(LoopbackGrid):
 
 def _a_report_in_its_name(grid: ForgingGrid, reply: Message) -> Message:
     """Another node's error report, as if 'fou' had failed ('zer' tags it with its own key)."""
-    reply.content = _flower_transport.error_content(ProtocolError("I refuse to go on", party="fou"))
+    reply.content = _flower_wire.error_content(ProtocolError("I refuse to go on", party="fou"))
     reply.metadata.__dict__["_src_node_id"] = 1002
     tagged_by_its_node(grid, reply)
     reply.metadata.__dict__["_src_node_id"] = 1001
@@ -1080,7 +1079,7 @@ def _a_report_in_its_name(grid: ForgingGrid, reply: Message) -> Message:
 
 
 def _untagged(grid: ForgingGrid, reply: Message) -> Message:
-    del reply.content[_flower_transport.AUTH]
+    del reply.content[_flower_wire.AUTH]
     return reply
 
 

@@ -36,7 +36,7 @@ from test_flower import (  # noqa: E402
 
 from fedviews.deploy import _flower, _flower_exec, _flower_node, load_deploy_config  # noqa: E402
 from fedviews.deploy._flower_launch import write_flower_app  # noqa: E402
-from fedviews.deploy._flower_transport import pack  # noqa: E402
+from fedviews.deploy._flower_wire import pack  # noqa: E402
 
 pytestmark = pytest.mark.skipif(not _flower_exec.AVAILABLE, reason="needs flwr>=1.42")
 

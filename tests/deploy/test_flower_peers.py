@@ -35,6 +35,7 @@ from fedviews.deploy import (  # noqa: E402
     _flower,
     _flower_relay,
     _flower_transport,
+    _flower_wire,
     launch_flower,
     load_deploy_config,
     load_party_data,
@@ -347,7 +348,7 @@ class TamperGrid(LoopbackGrid):
             if Message.peek(wire).sender == "coordinator":
                 continue
             wire[-1] ^= 1  # the last byte of the AES-GCM tag's ciphertext
-            rec[name] = _flower_transport.pack(bytes(wire))["fedviews"]["message"]
+            rec[name] = _flower_wire.pack(bytes(wire))["fedviews"]["message"]
             self.done = True
         return super().push_messages(messages)
 
@@ -382,32 +383,32 @@ class LyingRelayGrid(LoopbackGrid):
 
 
 def _asks_to_relay(content) -> bool:
-    return _flower_transport.SEND in content.array_records
+    return _flower_wire.SEND in content.array_records
 
 
 def _a_peers_reply(content) -> bool:
     if "fedviews" not in content.array_records:
         return False
-    return Message.peek(_flower_transport.unpack(content)).receiver != "coordinator"
+    return Message.peek(_flower_wire.unpack(content)).receiver != "coordinator"
 
 
 def _to_nobody(content) -> None:
     """bottom asks the ServerApp to relay a message to a party it made up."""
-    rec = content.array_records[_flower_transport.SEND]
+    rec = content.array_records[_flower_wire.SEND]
     head = Message.peek(bytes(rec["0"].data))
     wire = Message(head.kind, "bottom", "mallory", head.round).encode()
-    rec["0"] = _flower_transport.pack_all([wire], "x")["x"]["0"]
+    rec["0"] = _flower_wire.pack_all([wire], "x")["x"]["0"]
 
 
 def _unnumbered(content) -> None:
-    rec = content.array_records[_flower_transport.SEND]
+    rec = content.array_records[_flower_wire.SEND]
     rec["7"] = rec.pop("0")
 
 
 def _garbage(content) -> None:
-    content.array_records["fedviews"]["message"] = _flower_transport.pack(b"garbage" * 3)[
-        "fedviews"
-    ]["message"]
+    content.array_records["fedviews"]["message"] = _flower_wire.pack(b"garbage" * 3)["fedviews"][
+        "message"
+    ]
 
 
 #: how a node lies while the ServerApp relays per-batch messages, and what the ServerApp says

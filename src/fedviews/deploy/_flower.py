@@ -22,10 +22,11 @@ whatever the ServerApp sends; the parties' files come pre-aligned (``alignment =
   default) so is a node registered under no name. Every later Flower message carries
   one encoded fedviews message and is answered by that node's :class:`DeployParty`.
   Every reply is tagged under a key the ServerApp sent in the node's hello only
-  (:func:`~fedviews.deploy._flower_transport.reply_tag`): Flower's SuperLink does not
+  (:func:`~fedviews.deploy._flower_wire.reply_tag`): Flower's SuperLink does not
   bind a reply to the node that pushes it, the tag does.
 
-The pieces: :mod:`._flower_transport` (the transports and the wire format),
+The pieces: :mod:`._flower_transport` (the transports), :mod:`._flower_wire` (the wire
+format and the reply tags),
 :mod:`._flower_node` (a node's party, kept in ``Context.state`` across Flower's
 per-message ClientApp processes), :mod:`._flower_launch` (the app project that
 ``flwr run`` submits, :func:`write_flower_app`, and :func:`launch_flower`, a whole
@@ -121,6 +122,10 @@ from fedviews.deploy._flower_relay import (  # noqa: E402
 )
 from fedviews.deploy._flower_transport import (  # noqa: E402
     _GRPC_HINT,
+    FlowerGridTransport,
+    FlowerOptions,
+)
+from fedviews.deploy._flower_wire import (  # noqa: E402
     ACTION,
     HELLO,
     PEERS,
@@ -128,8 +133,6 @@ from fedviews.deploy._flower_transport import (  # noqa: E402
     REPLY_KEY,
     REPLY_KEY_BYTES,
     RESUME,
-    FlowerGridTransport,
-    FlowerOptions,
     authenticated,
     error_content,
     pack,

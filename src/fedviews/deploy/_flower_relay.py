@@ -48,15 +48,8 @@ require("flwr", "flower")
 from flwr.app import Context, RecordDict  # noqa: E402
 
 from fedviews.deploy._flower_node import NodeSettings, _Node, forget, node_settings  # noqa: E402
-from fedviews.deploy._flower_transport import (  # noqa: E402
-    PEERS_NEED_A_LIVE_PARTY,
-    REPLIES,
-    SEND,
-    FlowerOptions,
-    pack,
-    pack_all,
-    unpack_all,
-)
+from fedviews.deploy._flower_transport import PEERS_NEED_A_LIVE_PARTY, FlowerOptions  # noqa: E402
+from fedviews.deploy._flower_wire import REPLIES, SEND, pack, pack_all, unpack_all  # noqa: E402
 from fedviews.federation import E2EKeys, TLSFiles, attributed, get_algorithm_spec  # noqa: E402
 
 _KEYS: dict[tuple[int, int], E2EKeys] = {}
