@@ -481,6 +481,11 @@ def test_record_copies_the_runs_figures_to_the_docs_and_check_leaves_them(tmp_pa
     r = fedviews("reproduce", "b", "--record", *args, cwd=tmp_path)
     assert r.returncode != 0 and "b: the run made no " in r.stderr, r.stderr
     assert "other.png (figures)" in r.stderr and not (tmp_path / "b.json").exists()
+    for made, dest in (("fig.png", "../b.png"), ("../fig.png", "img/b.png"), ("f", "/b.png")):
+        text = entry.format(made=made).replace('"img/b.png"', f'"{dest}"')
+        manifest.write_text(text, encoding="utf-8")
+        r = fedviews("reproduce", "b", "--record", *args, cwd=tmp_path)
+        assert r.returncode != 0 and "both relative" in r.stderr, r.stderr
 
 
 def test_every_figure_of_the_manifest_is_in_the_docs():

@@ -135,7 +135,9 @@ class Reproduction:
         if any(i < 0 for i in self.tables):
             raise ConfigError(f"reproduction {self.name!r}: tables are indices >= 0")
         for made, dest in self.figures.items():
-            if not isinstance(dest, str) or Path(made).is_absolute() or ".." in Path(made).parts:
+            paths = (made, dest) if isinstance(dest, str) else ()
+            inside = [not Path(p).is_absolute() and ".." not in Path(p).parts for p in paths]
+            if len(inside) != 2 or not all(inside):
                 raise ConfigError(
                     f"reproduction {self.name!r}: figures maps a file of the run folder to a "
                     f"docs path (both relative), not {made!r} = {dest!r}"
