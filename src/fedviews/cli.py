@@ -173,6 +173,20 @@ def reproduce(
             "progress from its checkpoints.",
         ),
     ] = False,
+    sample: Annotated[
+        int,
+        typer.Option(
+            "--sample",
+            metavar="K",
+            help="With --check: re-run K cells of the recorded run, drawn at random, and take "
+            "the others from the cells that --record kept (docs/results/cells/NAME.json.gz): "
+            "a long entry checked in minutes.",
+        ),
+    ] = 0,
+    sample_seed: Annotated[
+        int | None,
+        typer.Option(help="Draw the --sample cells with this seed (default: a fresh one, shown)."),
+    ] = None,
     list_: Annotated[
         bool, typer.Option("--list", help="List the entries with tier and expected cost.")
     ] = False,
@@ -192,35 +206,23 @@ def reproduce(
     (run again in a process of its own with them pinned where they are not)."""
     from datetime import datetime
 
-    from rich.table import Table
-
     from fedviews._kernels import pinned_run, pins_missing
 
     if not list_ and pins_missing() and click.get_current_context().obj is OWN_PROCESS:
         raise typer.Exit(pinned_run(sys.argv[1:]))
 
     from fedviews.experiments import (
-        committed_cells,
         find_manifest,
         load_manifest,
-        read_results,
+        reproduce_entries,
+        reproduction_table,
         select_entries,
     )
 
     path = manifest if manifest is not None else find_manifest()
     entries = load_manifest(path)
     if list_:
-        t = Table("name", "tier", "cost", "results", "reproduces", title=str(path))
-        for e in select_entries(entries, names or [], tier):
-            made = read_results(path.parent / e.results)
-            done = "none yet" if made is None else "committed"
-            if made is not None and isinstance(made.get("machine"), dict):
-                # where: a deep record can depend on the CPU (docs/known-gaps.md)
-                done += f" {str(made.get('date', ''))[:10]} on {made['machine'].get('cpu')}"
-            n = committed_cells(e, path.parent)
-            done += f" ({n} cells)" if n else ""
-            t.add_row(e.name, e.tier, f"~{e.cost_s:g} s", done, e.title)
-        console.print(t)
+        console.print(reproduction_table(path, entries, names or [], tier))
         return
     if check and record:
         raise ConfigError(
@@ -228,6 +230,8 @@ def reproduce(
         )
     if continue_ and not record:
         raise ConfigError("--continue goes with --record (it records a run made over sessions)")
+    if sample < 0 or (sample or sample_seed is not None) and not check:
+        raise ConfigError("--sample K (K >= 1) and --sample-seed go with --check")
     if not names and tier is None:
         raise ConfigError("give entry NAMEs or --tier smoke|full (--list shows them)")
     chosen = select_entries(entries, names or [], tier)
@@ -238,59 +242,18 @@ def reproduce(
             "(fedviews reproduce NAME --record)"
         )
     base = out or Path("runs") / f"reproduce-{datetime.now().strftime('%Y%m%d-%H%M%S')}"
-    drifted = _reproduce_all(chosen, path.parent, base, check, record, continue_, quiet)
+    if sample and sample_seed is None:
+        import random
+
+        sample_seed = random.SystemRandom().randrange(2**31)
+    sampling = (sample, sample_seed or 0)
+    drifted = reproduce_entries(
+        chosen, path.parent, base, console, check, record, continue_, quiet, sampling
+    )
     if drifted:
         for line in drifted:
             err_console.print(line, highlight=False, soft_wrap=True, markup=False)
         raise typer.Exit(1)
-
-
-def _reproduce_all(
-    chosen: list[Any],
-    root: Path,
-    base: Path,
-    check: bool,
-    record: bool,
-    resume: bool,
-    quiet: bool,
-) -> list[str]:
-    """Run each entry into ``base/<name>``; print one line each; the drifts (and, for an
-    entry that drifted, where this machine differs from its record's), as lines of text."""
-    from fedviews.experiments import reproduce
-
-    drifted: list[str] = []
-    for e in chosen:
-        console.print(
-            f"[bold]fedviews reproduce[/] {e.name} ({e.tier}, ~{e.cost_s:g} s): {e.run_command}",
-            highlight=False,
-        )
-        res = reproduce(
-            e,
-            root,
-            out_dir=base / e.name,
-            check=check,
-            record=record,
-            resume=resume,
-            console=console,
-            quiet=quiet,
-        )
-        verdict = ""
-        if res.checked:
-            verdict = (
-                f", {len(res.drifts)} drifted" if res.drifts else ", matches the committed results"
-            )
-        if res.recorded is not None:
-            verdict += f", recorded {res.recorded}"
-        console.print(f"  {res.run_dir} in {res.seconds:.1f} s{verdict}", highlight=False)
-        drifted += [f"drift: {d}" for d in res.drifts]
-        if res.machine_changes:
-            drifted.append(
-                f"note: {e.name} was recorded on another machine ("
-                + "; ".join(res.machine_changes)
-                + "): deep runs can depend on the CPU beyond the kernel pins "
-                "(docs/known-gaps.md): run the recorded commit here to tell the two apart"
-            )
-    return drifted
 
 
 def _show(run_dir: Path, result: Any) -> None:

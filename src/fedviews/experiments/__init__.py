@@ -18,6 +18,7 @@ from fedviews.experiments._reproduce import (
     reproduce,
     select_entries,
 )
+from fedviews.experiments._reproduce_cli import reproduce_entries, reproduction_table
 from fedviews.experiments._runner import (
     ExperimentResult,
     RunContext,
@@ -48,6 +49,8 @@ __all__ = [
     "register_algorithm",
     "register_experiment",
     "reproduce",
+    "reproduce_entries",
+    "reproduction_table",
     "resume_experiment",
     "run_experiment",
     "select_entries",

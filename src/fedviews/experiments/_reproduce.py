@@ -26,11 +26,9 @@ number that moved by more than the tolerance (every integer that moved at all).
 
 from __future__ import annotations
 
-import importlib.metadata
 import json
 import math
 import os
-import platform
 import re
 import shlex
 import shutil
@@ -48,7 +46,15 @@ from rich.console import Console
 
 from fedviews._tables import build_dataclass, closest, read_toml
 from fedviews.errors import ConfigError, FedViewsError
-from fedviews.experiments._sessions import cells_seconds, seed_cells
+from fedviews.experiments._machine import machine, machine_changes
+from fedviews.experiments._sessions import (
+    cell_changes,
+    cells_seconds,
+    keep_cells,
+    run_cells,
+    seed_cells,
+    seed_sample,
+)
 
 __all__ = [
     "MANIFEST",
@@ -148,6 +154,14 @@ class Reproduction:
         """The committed finished cells of an unfinished long run (``--continue``), relative
         to the manifest's folder: the results file's name with ``.cells.json``."""
         return str(Path(self.results).with_suffix(".cells.json"))
+
+    @property
+    def kept_cells(self) -> str:
+        """The cells of the recorded run (``--record`` keeps them; ``--check --sample K``
+        re-runs K of them), relative to the manifest's folder: ``cells/NAME.json.gz`` beside
+        the results file ``NAME.json``."""
+        results = Path(self.results)
+        return str(results.parent / "cells" / f"{results.stem}.json.gz")
 
     @property
     def run_command(self) -> str:
@@ -250,60 +264,6 @@ def select_entries(
     if not chosen:
         raise ConfigError("nothing to reproduce: give entry NAMEs or --tier smoke|full")
     return chosen
-
-
-def _cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text(encoding="utf-8").splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
-
-
-def machine(device: str) -> dict[str, Any]:
-    """Where a run ran: CPU model and cores (the ones this process may use), GPU, OS."""
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-    gpu = "none"
-    if device != "cpu":
-        try:
-            import torch
-
-            if torch.cuda.is_available():
-                gpu = torch.cuda.get_device_name(0)
-        except ImportError:
-            pass
-    out: dict[str, Any] = {
-        "cpu": _cpu_model(),
-        "cores": cores,
-        "gpu": gpu,
-        "os": platform.platform(terse=True),
-        "python": platform.python_version(),
-    }
-    for lib in ("numpy", "torch"):
-        try:
-            out[lib] = importlib.metadata.version(lib)
-        except importlib.metadata.PackageNotFoundError:
-            pass
-    return out
-
-
-#: what a record's ``machine`` says that can move a run's last digits
-_COMPUTE_KEYS = ("cpu", "cores", "gpu", "numpy", "torch")
-
-
-def machine_changes(committed: Any, now: dict[str, Any]) -> list[str]:
-    """How ``now`` (:func:`machine`) differs from a record's ``machine`` in what can move a
-    run's numbers (CPU model, cores, GPU, numpy and torch versions; a key that the record
-    lacks is not compared): ``["cpu: AMD EPYC -> Intel Xeon", ...]``."""
-    if not isinstance(committed, dict):
-        return []
-    return [
-        f"{k}: {committed[k]} -> {now[k]}"
-        for k in _COMPUTE_KEYS
-        if k in committed and k in now and str(committed[k]) != str(now[k])
-    ]
 
 
 def _cells(value: Any) -> list[float | int] | None:
@@ -427,6 +387,11 @@ class Outcome:
     recorded: Path | None = None
     #: where this machine differs from the drifted record's (:func:`machine_changes`)
     machine_changes: list[str] = field(default_factory=list)
+    #: ``--sample``: the cells run again (the others were the record's), and where they differ
+    sampled: list[str] = field(default_factory=list)
+    cell_changes: list[str] = field(default_factory=list)
+    #: ``--record``: how many of the run's cells the record kept
+    kept: int = 0
 
 
 def reproduce(
@@ -437,6 +402,8 @@ def reproduce(
     check: bool = False,
     record: bool = False,
     resume: bool = False,
+    sample: int = 0,
+    sample_seed: int = 0,
     console: Console | None = None,
     quiet: bool = True,
 ) -> Outcome:
@@ -469,6 +436,11 @@ def reproduce(
         raise ConfigError(
             "--continue records an experiment entry from committed cells; --check recomputes all"
         )
+    if sample and (not check or entry.script):
+        raise ConfigError(
+            f"{entry.name}: --sample goes with --check, and with an experiment entry (a "
+            "script's record keeps no cells)"
+        )
     t0 = time.perf_counter()
     mirror = root / entry.cells if resume else None
     if entry.script:
@@ -478,12 +450,15 @@ def reproduce(
             cfg = load_config(root / entry.config, entry.overrides)
         if mirror is not None:
             seed_cells(entry, cfg, mirror, out_dir)
+        drawn, recorded = (
+            seed_sample(entry, cfg, root, out_dir, sample, sample_seed) if sample else ([], {})
+        )
         run_dir, _ = run_experiment(
             cfg,
             console=console,
             quiet=quiet,
             out_dir=out_dir,
-            resume=mirror is not None,
+            resume=mirror is not None or bool(sample),
             mirror=mirror,
         )
         device = cfg.device
@@ -496,6 +471,11 @@ def reproduce(
         else []
     )
     outcome = Outcome(entry, run_dir, seconds, drifts, checked=check)
+    if sample:
+        fresh = run_cells(run_dir, None) or {}
+        outcome.sampled = drawn
+        for key in drawn:
+            outcome.cell_changes += cell_changes(key, recorded[key], fresh.get(key))
     if drifts and committed is not None:
         outcome.machine_changes = machine_changes(committed.get("machine"), machine(device))
     if record:
@@ -522,6 +502,8 @@ def reproduce(
         for made, dest in figures.items():
             dest.parent.mkdir(parents=True, exist_ok=True)
             shutil.copyfile(made, dest)
+        # the run's cells, so that a later --check --sample K re-runs K of them
+        outcome.kept = keep_cells(run_dir, root / entry.kept_cells) if not entry.script else 0
         outcome.recorded = results_path
         if mirror is not None:
             mirror.unlink(missing_ok=True)  # recorded: the partial cells are done with

@@ -1,14 +1,19 @@
-"""A long reproduction run over several sessions (``fedviews reproduce --continue``): its
-finished cells committed beside its results, and the run folder they seed or continue."""
+"""The cells of a reproduction committed beside its results: those of a long run made over
+several sessions (``fedviews reproduce --continue``), the run folder they seed or continue,
+and those of a recorded run (``--record`` keeps them), which ``--check --sample K`` re-runs
+K of."""
 
 from __future__ import annotations
 
 import dataclasses
+import gzip
 import json
+import math
+import random
 from pathlib import Path
 from typing import Any, Protocol
 
-from fedviews.errors import FedViewsError
+from fedviews.errors import ConfigError, FedViewsError
 from fedviews.report import to_jsonable
 
 
@@ -23,6 +28,8 @@ class Entry(Protocol):
     def overrides(self) -> tuple[str, ...]: ...
     @property
     def cells(self) -> str: ...
+    @property
+    def kept_cells(self) -> str: ...
 
 
 def committed_cells(entry: Entry, root: Path) -> int:
@@ -115,9 +122,9 @@ def seed_cells(entry: Entry, cfg: Any, mirror: Path, out_dir: Path) -> None:
     _write_json(out_dir / CELLS_FILE, cells)  # run_experiment(resume=True) writes config.json
 
 
-def run_cells(out_dir: Path, config: dict[str, Any]) -> dict[str, Any] | None:
+def run_cells(out_dir: Path, config: dict[str, Any] | None) -> dict[str, Any] | None:
     """The finished cells of ``out_dir`` when it is a run folder (``config.json`` and
-    ``cells.json``) made by ``config``, else ``None``."""
+    ``cells.json``) made by ``config`` (``None``: any), else ``None``."""
     from fedviews.experiments._runner import CELLS_FILE
 
     try:
@@ -125,4 +132,106 @@ def run_cells(out_dir: Path, config: dict[str, Any]) -> dict[str, Any] | None:
         ran = json.loads((out_dir / CELLS_FILE).read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return None
-    return ran if isinstance(ran, dict) and made_by == config else None
+    return ran if isinstance(ran, dict) and config in (None, made_by) else None
+
+
+def keep_cells(run_dir: Path, dest: Path) -> int:
+    """Write the finished cells of the run folder ``run_dir`` and its config to ``dest``
+    (gzipped JSON, the same bytes for the same cells); the number of cells. A run without
+    cells (a script's, an experiment that has none) removes ``dest`` and keeps nothing."""
+    cells = run_cells(run_dir, None)
+    if not cells:
+        dest.unlink(missing_ok=True)
+        return 0
+    config = json.loads((run_dir / "config.json").read_text(encoding="utf-8"))
+    lines = ",\n".join(f"{json.dumps(k)}: {json.dumps(v)}" for k, v in cells.items())
+    text = f'{{"config": {json.dumps(config)},\n"cells": {{\n{lines}\n}}}}\n'
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    with open(dest, "wb") as raw, gzip.GzipFile("", "wb", 9, raw, mtime=0) as out:
+        out.write(text.encode("utf-8"))
+    return len(cells)
+
+
+def kept_cells(entry: Entry, root: Path) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The config and the cells of ``entry``'s recorded run (:func:`keep_cells`).
+
+    Raises
+    ------
+    FedViewsError
+        When the record kept no cells (made before records kept them, or a script entry's)
+        or the file is not a kept-cells file.
+    """
+    path = root / entry.kept_cells
+    if not path.is_file():
+        raise FedViewsError(
+            f"{entry.name}: its record kept no cells ({entry.kept_cells}: recorded before "
+            f"records kept them, or a benchmark's): check it whole, or record it again "
+            f"(fedviews reproduce {entry.name} --record) to sample it from then on"
+        )
+    try:
+        saved = json.loads(gzip.decompress(path.read_bytes()).decode("utf-8"))
+        return dict(saved["config"]), dict(saved["cells"])
+    except (OSError, EOFError, ValueError, TypeError, KeyError) as exc:
+        raise FedViewsError(f"{path} is not a kept-cells file: {exc!r}") from None
+
+
+def seed_sample(
+    entry: Entry, cfg: Any, root: Path, out_dir: Path, k: int, seed: int
+) -> tuple[list[str], dict[str, Any]]:
+    """Start ``out_dir`` as a run folder holding every kept cell of ``entry``'s record but
+    ``k`` drawn at random (``random.Random(seed)``): the run computes those again and
+    takes the others as recorded. The drawn keys, and the recorded cells.
+
+    Raises
+    ------
+    ConfigError
+        ``k`` outside 1 .. the number of kept cells.
+    FedViewsError
+        No kept cells, cells made by another config than the entry's (the record is older
+        than its config: record it again), or an ``out_dir`` that is not empty.
+    """
+    from fedviews.experiments._runner import CELLS_FILE, _write_json
+
+    made_by, cells = kept_cells(entry, root)
+    config = json.loads(json.dumps(to_jsonable(cfg.to_dict())))
+    if made_by != with_new_defaults(config, made_by, cfg.params):
+        raise FedViewsError(
+            f"{entry.kept_cells} was made by another config than {entry.config} "
+            f"{' '.join(entry.overrides)}: record {entry.name} again"
+        )
+    if not 1 <= k <= len(cells):
+        raise ConfigError(f"--sample takes 1 to {len(cells)} cells of {entry.name}, not {k}")
+    if out_dir.exists() and any(out_dir.iterdir()):
+        raise FedViewsError(f"{out_dir} is not empty: give another --out")
+    drawn = random.Random(seed).sample(sorted(cells), k)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    _write_json(out_dir / CELLS_FILE, {key: v for key, v in cells.items() if key not in drawn})
+    return drawn, cells
+
+
+def cell_changes(key: str, recorded: Any, fresh: Any, shown: int = 3) -> list[str]:
+    """Where the cell ``key`` of a fresh run differs from the recorded one, leaf by leaf (a
+    path such as ``accuracy/3``), but for a run's own timings (any key that ends in
+    ``seconds``): at most ``shown`` lines, then how many more."""
+    found: list[str] = []
+
+    def walk(path: str, a: Any, b: Any) -> None:
+        if isinstance(a, dict) and isinstance(b, dict):
+            for name in sorted(set(a) | set(b)):
+                if not name.endswith("seconds"):
+                    walk(f"{path}/{name}", a.get(name), b.get(name))
+        elif isinstance(a, list) and isinstance(b, list) and len(a) == len(b):
+            for i, (x, y) in enumerate(zip(a, b, strict=True)):
+                walk(f"{path}/{i}", x, y)
+        elif not _same(a, b):
+            found.append(f"{key}: {path.lstrip('/') or 'value'}: recorded {a!r}, fresh {b!r}")
+
+    walk("", recorded, fresh)
+    more = [f"{key}: and {len(found) - shown} more"] if len(found) > shown else []
+    return found[:shown] + more
+
+
+def _same(a: Any, b: Any) -> bool:
+    if isinstance(a, float) and isinstance(b, float) and math.isnan(a) and math.isnan(b):
+        return True
+    return type(a) is type(b) and a == b

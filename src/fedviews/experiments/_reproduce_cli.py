@@ -1,0 +1,94 @@
+"""What ``fedviews reproduce`` prints: the manifest's entries (``--list``) and each entry's
+run, check or record, one line each."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from rich.console import Console
+from rich.table import Table
+
+from fedviews.experiments._reproduce import Reproduction, read_results, reproduce, select_entries
+from fedviews.experiments._sessions import committed_cells
+
+__all__ = ["reproduce_entries", "reproduction_table"]
+
+
+def reproduction_table(
+    path: Path, entries: dict[str, Reproduction], names: list[str], tier: str | None
+) -> Table:
+    """``--list``: each entry's tier, cost, record (date and CPU: a deep record can depend on
+    the CPU, docs/known-gaps.md), its cells (committed of an unfinished run, kept by its
+    record) and title."""
+    t = Table("name", "tier", "cost", "results", "reproduces", title=str(path))
+    for e in select_entries(entries, names, tier):
+        made = read_results(path.parent / e.results)
+        done = "none yet" if made is None else "committed"
+        if made is not None and isinstance(made.get("machine"), dict):
+            done += f" {str(made.get('date', ''))[:10]} on {made['machine'].get('cpu')}"
+        n = committed_cells(e, path.parent)
+        done += f" ({n} cells)" if n else ""
+        done += ", cells kept" if (path.parent / e.kept_cells).is_file() else ""
+        t.add_row(e.name, e.tier, f"~{e.cost_s:g} s", done, e.title)
+    return t
+
+
+def reproduce_entries(
+    chosen: list[Reproduction],
+    root: Path,
+    base: Path,
+    console: Console,
+    check: bool,
+    record: bool,
+    resume: bool,
+    quiet: bool,
+    sampling: tuple[int, int] = (0, 0),
+) -> list[str]:
+    """Run each entry into ``base/<name>``; print one line each; the drifts (and, for an
+    entry that drifted, where this machine differs from its record's), as lines of text.
+    ``sampling``: ``--sample K`` and its seed."""
+    drifted: list[str] = []
+    for e in chosen:
+        console.print(
+            f"[bold]fedviews reproduce[/] {e.name} ({e.tier}, ~{e.cost_s:g} s): {e.run_command}",
+            highlight=False,
+        )
+        res = reproduce(
+            e,
+            root,
+            out_dir=base / e.name,
+            check=check,
+            record=record,
+            resume=resume,
+            sample=sampling[0],
+            sample_seed=sampling[1],
+            console=console,
+            quiet=quiet,
+        )
+        if res.sampled:
+            console.print(
+                f"  re-ran {len(res.sampled)} cells (--sample {sampling[0]} --sample-seed "
+                f"{sampling[1]}), the others as recorded: {', '.join(res.sampled)}",
+                highlight=False,
+            )
+            for line in res.cell_changes:
+                console.print(f"  cell changed: {line}", highlight=False, markup=False)
+        verdict = ""
+        if res.checked:
+            verdict = (
+                f", {len(res.drifts)} drifted" if res.drifts else ", matches the committed results"
+            )
+        if res.recorded is not None:
+            verdict += f", recorded {res.recorded}" + (
+                f" ({res.kept} cells kept)" if res.kept else ""
+            )
+        console.print(f"  {res.run_dir} in {res.seconds:.1f} s{verdict}", highlight=False)
+        drifted += [f"drift: {d}" for d in res.drifts]
+        if res.machine_changes:
+            drifted.append(
+                f"note: {e.name} was recorded on another machine ("
+                + "; ".join(res.machine_changes)
+                + "): deep runs can depend on the CPU beyond the kernel pins "
+                "(docs/known-gaps.md): run the recorded commit here to tell the two apart"
+            )
+    return drifted
