@@ -302,8 +302,10 @@ def register(app: typer.Typer) -> None:
         certs: _Certs = None,
         insecure: _Insecure = False,
     ) -> None:
-        """Predict new rows together: the coordinator + every party as local processes, each with
-        its own part of a launched run's model; predictions land with the label owner."""
+        """Predict new rows together with a launched run's model; predictions land with the label owner.
+
+        The coordinator and every party run as local processes, each with its own part of the
+        model (its run folder of the training launch)."""
         from fedviews.errors import ConfigError
 
         if model is None:
