@@ -42,7 +42,8 @@ def render_page(markdown: str, root: Path = ROOT) -> str:
     def one(m: re.Match[str]) -> str:
         e = entry(m.group(1))
         done = committed_cells(e, root)
-        return render_markdown(e, read_results(root / e.results), done)
+        kept = (root / e.kept_cells).is_file()
+        return render_markdown(e, read_results(root / e.results), done, kept)
 
     def digest(m: re.Match[str]) -> str:
         chosen = [entry(name) for name in m.group(1).split()]

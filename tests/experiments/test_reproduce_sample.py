@@ -13,6 +13,7 @@ from test_reproduce import _copy_entry
 
 from fedviews.errors import ConfigError, FedViewsError
 from fedviews.experiments import RunContext, reproduce
+from fedviews.experiments._render import render_markdown
 from fedviews.experiments._reproduce import load_manifest
 from fedviews.experiments._sessions import cell_changes, kept_cells
 
@@ -38,6 +39,9 @@ def test_a_record_keeps_its_cells_and_a_sample_of_them_checks_it(tmp_path, monke
     assert config == json.loads((tmp_path / "rec" / "config.json").read_text(encoding="utf-8"))
     rec = json.loads((tmp_path / entry.results).read_text(encoding="utf-8"))
     assert rec["tables"] == committed["tables"]  # recording with cells changes no number
+    sampled = f"`fedviews reproduce {NAME} --check --sample K`"
+    assert sampled in render_markdown(entry, rec, kept=True)
+    assert sampled not in render_markdown(entry, rec)
     assert kept.read_bytes()[4:8] == bytes(4)  # no time stamp in the gzip header
     reproduce(entry, tmp_path, out_dir=tmp_path / "rec2", record=True)
     again = kept_cells(entry, tmp_path)[1]  # a deterministic run: the same cells but timings

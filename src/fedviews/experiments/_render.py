@@ -39,10 +39,13 @@ def render_tables(tables: Sequence[dict[str, Any]]) -> list[str]:
     return out
 
 
-def render_markdown(entry: Reproduction, rec: dict[str, Any] | None, cells: int = 0) -> str:
+def render_markdown(
+    entry: Reproduction, rec: dict[str, Any] | None, cells: int = 0, kept: bool = False
+) -> str:
     """The entry's committed tables as Markdown, with the command, date, machine and wall
     time of the run that made them (an admonition when none is committed yet, saying how
-    many ``cells`` of an unfinished run are committed)."""
+    many ``cells`` of an unfinished run are committed); ``kept``: the record kept its cells
+    (then the line names the sampled check too)."""
     if rec is None:
         if cells:
             return (
@@ -71,7 +74,14 @@ def render_markdown(entry: Reproduction, rec: dict[str, Any] | None, cells: int 
         f"<small>Made by `{rec['command']}` (`{rec['run_command']}`) on {rec['date']}, "
         f"{m['cpu']} ({m['cores']} cores{gpu}), wall time {rec['wall_seconds']:g} s{over}. "
         f"Checked by `fedviews reproduce {entry.name} --check` (tolerance "
-        f"{entry.tolerance:g}).</small>"
+        f"{entry.tolerance:g})"
+        + (
+            f", or in part by `fedviews reproduce {entry.name} --check --sample K` (K of the "
+            "run's recorded cells computed again)"
+            if kept
+            else ""
+        )
+        + ".</small>"
     )
     return "\n".join(out) + "\n"
 
