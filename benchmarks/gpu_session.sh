@@ -35,6 +35,6 @@ if [ "${TF:-0}" -gt 0 ]; then
   timeout "$TF" "$PY" -m fedviews reproduce multivfl_fig3_fmnist_paper --record --continue \
     --out "$F" >> "$O/fig3paper.txt" 2>&1
   echo "rc=$?" >> "$B"
-  cp docs/results/multivfl_fig3_fmnist_paper*.json "$O"/ 2>/dev/null
+  cp docs/results/multivfl_fig3_fmnist_paper*.json docs/results/cells/multivfl_fig3_fmnist_paper.json.gz "$O"/ 2>/dev/null
 fi
 date >> "$O/env.txt"
