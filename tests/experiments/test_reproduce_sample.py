@@ -32,7 +32,8 @@ def test_a_record_keeps_its_cells_and_a_sample_of_them_checks_it(tmp_path, monke
     out = reproduce(entry, tmp_path, out_dir=tmp_path / "rec", record=True)
     kept = tmp_path / entry.kept_cells
     assert kept.name == f"{NAME}.json.gz" and kept.parent.name == "cells"
-    config, cells = kept_cells(entry, tmp_path)
+    config, cells, took = kept_cells(entry, tmp_path)
+    assert set(took) == set(cells) and all(t >= 0 for t in took.values())  # compute times
     assert out.kept == len(cells) >= 3 and cells == json.loads(
         (tmp_path / "rec" / "cells.json").read_text(encoding="utf-8")
     )
@@ -44,7 +45,7 @@ def test_a_record_keeps_its_cells_and_a_sample_of_them_checks_it(tmp_path, monke
     assert sampled not in render_markdown(entry, rec)
     assert kept.read_bytes()[4:8] == bytes(4)  # no time stamp in the gzip header
     reproduce(entry, tmp_path, out_dir=tmp_path / "rec2", record=True)
-    again = kept_cells(entry, tmp_path)[1]  # a deterministic run: the same cells but timings
+    _, again, took = kept_cells(entry, tmp_path)  # a deterministic run: the same cells but timings
     assert [line for key in cells for line in cell_changes(key, cells[key], again[key])] == []
 
     computed: list[str] = []
@@ -57,6 +58,7 @@ def test_a_record_keeps_its_cells_and_a_sample_of_them_checks_it(tmp_path, monke
     res = reproduce(entry, tmp_path, out_dir=tmp_path / "s", check=True, sample=2, sample_seed=7)
     assert computed == sorted(res.sampled, key=list(cells).index) and len(computed) == 2
     assert set(res.sampled) <= set(cells) and not res.drifts and not res.cell_changes
+    assert res.sampled_seconds == pytest.approx(sum(took[k] for k in res.sampled))
     again = reproduce(entry, tmp_path, out_dir=tmp_path / "s2", check=True, sample=2, sample_seed=7)
     assert again.sampled == res.sampled  # the seed names the draw
 
@@ -101,7 +103,7 @@ def test_the_cli_samples_with_check_only_and_shows_the_draw(tmp_path):
     args = (*args[:-1], str(tmp_path / "c"), "--check", "--sample", "1")
     r = fedviews(*args, "--sample-seed", "5", cwd=tmp_path)
     assert r.returncode == 0, r.stdout + r.stderr
-    assert "re-ran 1 cells (--sample 1 --sample-seed 5)" in r.stdout
+    assert "re-ran 1 cell (--sample 1 --sample-seed 5; recorded in " in r.stdout
     assert "matches the committed results" in r.stdout and "cell changed" not in r.stdout
 
 

@@ -390,6 +390,8 @@ class Outcome:
     #: ``--sample``: the cells run again (the others were the record's), and where they differ
     sampled: list[str] = field(default_factory=list)
     cell_changes: list[str] = field(default_factory=list)
+    #: how long the sampled cells took when recorded (``None``: not known)
+    sampled_seconds: float | None = None
     #: ``--record``: how many of the run's cells the record kept
     kept: int = 0
 
@@ -450,8 +452,10 @@ def reproduce(
             cfg = load_config(root / entry.config, entry.overrides)
         if mirror is not None:
             seed_cells(entry, cfg, mirror, out_dir)
-        drawn, recorded = (
-            seed_sample(entry, cfg, root, out_dir, sample, sample_seed) if sample else ([], {})
+        drawn, recorded, took = (
+            seed_sample(entry, cfg, root, out_dir, sample, sample_seed)
+            if sample
+            else ([], {}, None)
         )
         run_dir, _ = run_experiment(
             cfg,
@@ -473,7 +477,7 @@ def reproduce(
     outcome = Outcome(entry, run_dir, seconds, drifts, checked=check)
     if sample:
         fresh = run_cells(run_dir, None) or {}
-        outcome.sampled = drawn
+        outcome.sampled, outcome.sampled_seconds = drawn, took
         for key in drawn:
             outcome.cell_changes += cell_changes(key, recorded[key], fresh.get(key))
     if drifts and committed is not None:

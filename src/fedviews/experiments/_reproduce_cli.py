@@ -66,9 +66,11 @@ def reproduce_entries(
             quiet=quiet,
         )
         if res.sampled:
+            took = res.sampled_seconds
             console.print(
-                f"  re-ran {len(res.sampled)} cells (--sample {sampling[0]} --sample-seed "
-                f"{sampling[1]}), the others as recorded: {', '.join(res.sampled)}",
+                f"  re-ran {_cells(len(res.sampled))} (--sample {sampling[0]} --sample-seed "
+                f"{sampling[1]}{'' if took is None else f'; recorded in {took:.0f} s'}), the "
+                f"others as recorded: {', '.join(res.sampled)}",
                 highlight=False,
             )
             for line in res.cell_changes:
@@ -80,7 +82,7 @@ def reproduce_entries(
             )
         if res.recorded is not None:
             verdict += f", recorded {res.recorded}" + (
-                f" ({res.kept} cells kept)" if res.kept else ""
+                f" ({_cells(res.kept)} kept)" if res.kept else ""
             )
         console.print(f"  {res.run_dir} in {res.seconds:.1f} s{verdict}", highlight=False)
         drifted += [f"drift: {d}" for d in res.drifts]
@@ -92,3 +94,7 @@ def reproduce_entries(
                 "(docs/known-gaps.md): run the recorded commit here to tell the two apart"
             )
     return drifted
+
+
+def _cells(n: int) -> str:
+    return f"{n} cell" if n == 1 else f"{n} cells"

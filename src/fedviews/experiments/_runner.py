@@ -31,6 +31,8 @@ from fedviews.report import format_value, to_jsonable, write_report
 
 #: finished units of work of a run (``RunContext.cell``): what ``--resume`` does not redo
 CELLS_FILE = "cells.json"
+#: each finished cell's compute time in seconds (a record keeps them with its cells)
+SECONDS_FILE = "cell_seconds.json"
 
 
 @dataclass
@@ -100,6 +102,9 @@ class RunContext:
             with contextlib.suppress(ValueError, TypeError, AttributeError):
                 saved = json.loads(mirror.read_text(encoding="utf-8")).get("seconds", {})
                 self.cell_seconds = {str(k): float(v) for k, v in saved.items()}
+        with contextlib.suppress(OSError, ValueError, TypeError, AttributeError):  # a resumed run's
+            saved = json.loads((out_dir / SECONDS_FILE).read_text(encoding="utf-8"))
+            self.cell_seconds.update({str(k): float(v) for k, v in saved.items()})
         path = out_dir / CELLS_FILE
         if path.is_file():
             try:
@@ -149,6 +154,7 @@ class RunContext:
         self.cells[key] = value
         self.cell_seconds[key] = round(time.perf_counter() - t0, 1)
         _write_json(self.path(CELLS_FILE), self.cells)
+        _write_json(self.path(SECONDS_FILE), self.cell_seconds)
         if self.mirror is not None:  # a committed copy, continued by a later session
             saved = {"config": self.cfg.to_dict(), "cells": self.cells}
             _write_json(self.mirror, {**saved, "seconds": self.cell_seconds})

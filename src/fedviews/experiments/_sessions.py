@@ -136,24 +136,33 @@ def run_cells(out_dir: Path, config: dict[str, Any] | None) -> dict[str, Any] | 
 
 
 def keep_cells(run_dir: Path, dest: Path) -> int:
-    """Write the finished cells of the run folder ``run_dir`` and its config to ``dest``
-    (gzipped JSON, the same bytes for the same cells); the number of cells. A run without
-    cells (a script's, an experiment that has none) removes ``dest`` and keeps nothing."""
+    """Write the finished cells of the run folder ``run_dir``, its config and the cells'
+    compute times where known to ``dest`` (gzipped JSON, no time stamp); the number of cells.
+    A run without cells (a script's, an experiment that has none) removes ``dest``."""
+    from fedviews.experiments._runner import SECONDS_FILE
+
     cells = run_cells(run_dir, None)
     if not cells:
         dest.unlink(missing_ok=True)
         return 0
     config = json.loads((run_dir / "config.json").read_text(encoding="utf-8"))
+    try:
+        took = json.loads((run_dir / SECONDS_FILE).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        took = {}
+    seconds = {k: took[k] for k in cells if k in took}
     lines = ",\n".join(f"{json.dumps(k)}: {json.dumps(v)}" for k, v in cells.items())
-    text = f'{{"config": {json.dumps(config)},\n"cells": {{\n{lines}\n}}}}\n'
+    text = f'{{"config": {json.dumps(config)},\n"seconds": {json.dumps(seconds)},\n'
+    text += f'"cells": {{\n{lines}\n}}}}\n'
     dest.parent.mkdir(parents=True, exist_ok=True)
     with open(dest, "wb") as raw, gzip.GzipFile("", "wb", 9, raw, mtime=0) as out:
         out.write(text.encode("utf-8"))
     return len(cells)
 
 
-def kept_cells(entry: Entry, root: Path) -> tuple[dict[str, Any], dict[str, Any]]:
-    """The config and the cells of ``entry``'s recorded run (:func:`keep_cells`).
+def kept_cells(entry: Entry, root: Path) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
+    """The config, the cells and the cells' known compute times (seconds) of ``entry``'s
+    recorded run (:func:`keep_cells`).
 
     Raises
     ------
@@ -170,17 +179,18 @@ def kept_cells(entry: Entry, root: Path) -> tuple[dict[str, Any], dict[str, Any]
         )
     try:
         saved = json.loads(gzip.decompress(path.read_bytes()).decode("utf-8"))
-        return dict(saved["config"]), dict(saved["cells"])
+        return dict(saved["config"]), dict(saved["cells"]), dict(saved.get("seconds", {}))
     except (OSError, EOFError, ValueError, TypeError, KeyError) as exc:
         raise FedViewsError(f"{path} is not a kept-cells file: {exc!r}") from None
 
 
 def seed_sample(
     entry: Entry, cfg: Any, root: Path, out_dir: Path, k: int, seed: int
-) -> tuple[list[str], dict[str, Any]]:
+) -> tuple[list[str], dict[str, Any], float | None]:
     """Start ``out_dir`` as a run folder holding every kept cell of ``entry``'s record but
     ``k`` drawn at random (``random.Random(seed)``): the run computes those again and
-    takes the others as recorded. The drawn keys, and the recorded cells.
+    takes the others as recorded. The drawn keys, the recorded cells, and how long the
+    drawn cells took when recorded (``None`` where unknown).
 
     Raises
     ------
@@ -192,7 +202,7 @@ def seed_sample(
     """
     from fedviews.experiments._runner import CELLS_FILE, _write_json
 
-    made_by, cells = kept_cells(entry, root)
+    made_by, cells, took = kept_cells(entry, root)
     config = json.loads(json.dumps(to_jsonable(cfg.to_dict())))
     if made_by != with_new_defaults(config, made_by, cfg.params):
         raise FedViewsError(
@@ -206,7 +216,8 @@ def seed_sample(
     drawn = random.Random(seed).sample(sorted(cells), k)
     out_dir.mkdir(parents=True, exist_ok=True)
     _write_json(out_dir / CELLS_FILE, {key: v for key, v in cells.items() if key not in drawn})
-    return drawn, cells
+    known = all(key in took for key in drawn)
+    return drawn, cells, float(sum(took[key] for key in drawn)) if known else None
 
 
 def cell_changes(key: str, recorded: Any, fresh: Any, shown: int = 3) -> list[str]:
