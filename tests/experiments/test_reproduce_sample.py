@@ -58,6 +58,7 @@ def test_a_record_keeps_its_cells_and_a_sample_of_them_checks_it(tmp_path, monke
     res = reproduce(entry, tmp_path, out_dir=tmp_path / "s", check=True, sample=2, sample_seed=7)
     assert computed == sorted(res.sampled, key=list(cells).index) and len(computed) == 2
     assert set(res.sampled) <= set(cells) and not res.drifts and not res.cell_changes
+    assert (res.cells_compared, res.cells_changed) == (2, 0)
     assert res.sampled_seconds == pytest.approx(sum(took[k] for k in res.sampled))
     again = reproduce(entry, tmp_path, out_dir=tmp_path / "s2", check=True, sample=2, sample_seed=7)
     assert again.sampled == res.sampled  # the seed names the draw
@@ -73,6 +74,12 @@ def test_a_record_keeps_its_cells_and_a_sample_of_them_checks_it(tmp_path, monke
     assert res.drifts, "a forged cell taken as recorded moves the committed tables"
     assert any(line.startswith(f"{drawn}: ") for line in res.cell_changes)
     assert not any(line.startswith(f"{other}: ") for line in res.cell_changes)
+
+    # a whole check compares every fresh cell with the kept ones
+    whole = reproduce(entry, tmp_path, out_dir=tmp_path / "w", check=True)
+    assert (whole.cells_compared, whole.cells_changed) == (len(cells), 2) and not whole.sampled
+    assert {line.split(": ")[0] for line in whole.cell_changes} == {drawn, other}
+    assert not whole.drifts  # every cell fresh: the tables are the record's
 
     config["seed"] += 1  # cells of another config are refused
     _write_kept(kept, config, cells)

@@ -51,6 +51,7 @@ from fedviews.experiments._sessions import (
     cell_changes,
     cells_seconds,
     keep_cells,
+    recorded_cells,
     run_cells,
     seed_cells,
     seed_sample,
@@ -392,6 +393,10 @@ class Outcome:
     cell_changes: list[str] = field(default_factory=list)
     #: how long the sampled cells took when recorded (``None``: not known)
     sampled_seconds: float | None = None
+    #: ``--check`` of a record that kept its cells: how many fresh cells were compared with
+    #: the recorded ones (the sample's, or all), and how many of them differ
+    cells_compared: int = 0
+    cells_changed: int = 0
     #: ``--record``: how many of the run's cells the record kept
     kept: int = 0
 
@@ -416,7 +421,15 @@ def reproduce(
     series of sessions: the run starts from the cells committed in ``entry.cells`` and
     writes each cell it finishes there, so a run killed at any point (or a session that
     ends) loses at most the cell in progress, and the next ``--continue`` goes on from the
-    committed file. The file is removed once the results are recorded.
+    committed file. The file is removed once the results are recorded. ``record`` keeps the
+    run's cells in ``entry.kept_cells``.
+
+    ``sample`` (with ``check``; ``--check --sample K``) checks a long entry in minutes: the
+    run takes the cells that the record kept but ``sample`` drawn with
+    ``random.Random(sample_seed)``, computes those again, and compares the tables as
+    ``check`` does; :attr:`Outcome.cell_changes` says where a fresh cell differs from the
+    recorded one at all (on the recording machine none does). A whole ``check`` of a record
+    that kept its cells compares every fresh cell with them the same way.
 
     Raises
     ------
@@ -445,6 +458,9 @@ def reproduce(
         )
     t0 = time.perf_counter()
     mirror = root / entry.cells if resume else None
+    drawn: list[str] = []  # --sample: the cells run again; the record's kept cells, if any
+    recorded: dict[str, Any] = {}
+    took: float | None = None
     if entry.script:
         run_dir, device = _run_script(entry, root, out_dir, quiet), "auto"
     else:
@@ -452,11 +468,10 @@ def reproduce(
             cfg = load_config(root / entry.config, entry.overrides)
         if mirror is not None:
             seed_cells(entry, cfg, mirror, out_dir)
-        drawn, recorded, took = (
-            seed_sample(entry, cfg, root, out_dir, sample, sample_seed)
-            if sample
-            else ([], {}, None)
-        )
+        if sample:
+            drawn, recorded, took = seed_sample(entry, cfg, root, out_dir, sample, sample_seed)
+        elif check:
+            recorded = recorded_cells(entry, cfg, root)
         run_dir, _ = run_experiment(
             cfg,
             console=console,
@@ -475,11 +490,14 @@ def reproduce(
         else []
     )
     outcome = Outcome(entry, run_dir, seconds, drifts, checked=check)
-    if sample:
+    if recorded:  # the cells that the record kept: every one, or the sample
         fresh = run_cells(run_dir, None) or {}
         outcome.sampled, outcome.sampled_seconds = drawn, took
-        for key in drawn:
-            outcome.cell_changes += cell_changes(key, recorded[key], fresh.get(key))
+        outcome.cells_compared = len(drawn or recorded)
+        for key in drawn or recorded:
+            changes = cell_changes(key, recorded[key], fresh.get(key))
+            outcome.cells_changed += bool(changes)
+            outcome.cell_changes += changes
     if drifts and committed is not None:
         outcome.machine_changes = machine_changes(committed.get("machine"), machine(device))
     if record:

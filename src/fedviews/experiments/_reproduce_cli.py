@@ -73,8 +73,17 @@ def reproduce_entries(
                 f"others as recorded: {', '.join(res.sampled)}",
                 highlight=False,
             )
-            for line in res.cell_changes:
-                console.print(f"  cell changed: {line}", highlight=False, markup=False)
+        if res.cells_changed and not res.sampled:
+            console.print(
+                f"  {res.cells_changed} of the {_cells(res.cells_compared)} that the record "
+                "kept differ from the fresh ones:",
+                highlight=False,
+            )
+        shown = res.cell_changes[:12]
+        for line in shown:
+            console.print(f"  cell changed: {line}", highlight=False, markup=False)
+        if len(res.cell_changes) > len(shown):
+            console.print(f"  ... and {len(res.cell_changes) - len(shown)} more lines")
         verdict = ""
         if res.checked:
             verdict = (

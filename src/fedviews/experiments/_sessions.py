@@ -203,8 +203,7 @@ def seed_sample(
     from fedviews.experiments._runner import CELLS_FILE, _write_json
 
     made_by, cells, took = kept_cells(entry, root)
-    config = json.loads(json.dumps(to_jsonable(cfg.to_dict())))
-    if made_by != with_new_defaults(config, made_by, cfg.params):
+    if not _made_by(made_by, cfg):
         raise FedViewsError(
             f"{entry.kept_cells} was made by another config than {entry.config} "
             f"{' '.join(entry.overrides)}: record {entry.name} again"
@@ -218,6 +217,26 @@ def seed_sample(
     _write_json(out_dir / CELLS_FILE, {key: v for key, v in cells.items() if key not in drawn})
     known = all(key in took for key in drawn)
     return drawn, cells, float(sum(took[key] for key in drawn)) if known else None
+
+
+def recorded_cells(entry: Entry, cfg: Any, root: Path) -> dict[str, Any]:
+    """The cells that ``entry``'s record kept, when it kept cells made by ``cfg`` (a whole
+    ``--check`` compares every fresh cell with them); else ``{}``.
+
+    Raises
+    ------
+    FedViewsError
+        When the kept-cells file is not one.
+    """
+    if not (root / entry.kept_cells).is_file():
+        return {}
+    made_by, cells, _ = kept_cells(entry, root)
+    return cells if _made_by(made_by, cfg) else {}
+
+
+def _made_by(made_by: dict[str, Any], cfg: Any) -> bool:
+    config = json.loads(json.dumps(to_jsonable(cfg.to_dict())))
+    return made_by == with_new_defaults(config, made_by, cfg.params)
 
 
 def cell_changes(key: str, recorded: Any, fresh: Any, shown: int = 3) -> list[str]:
