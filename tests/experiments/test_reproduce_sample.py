@@ -127,3 +127,24 @@ def test_cell_changes_name_each_leaf_but_the_timings():
     many = cell_changes("k", list(range(6)), [x + 1 for x in range(6)], shown=2)
     assert many[-1] == "k: and 4 more" and len(many) == 3
     assert cell_changes("k", [1, 2], [1]) == ["k: value: recorded [1, 2], fresh [1]"]
+
+
+def test_sampling_several_entries_skips_and_names_those_without_kept_cells(tmp_path):
+    manifest = _copy_entry(tmp_path / "repo", NAME)
+    other = "vfedmv_smoke"  # a record without kept cells (its experiment has no cells)
+    copied = _copy_entry(tmp_path / "other", other)
+    for rel in (load_manifest(copied)[other].config, load_manifest(copied)[other].results):
+        (tmp_path / "repo" / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / "repo" / rel).write_bytes((tmp_path / "other" / rel).read_bytes())
+    with open(manifest, "a", encoding="utf-8") as fh:
+        fh.write("\n" + copied.read_text(encoding="utf-8"))
+    base = ("reproduce", "-q", "--manifest", str(manifest))
+    r = fedviews(*base, NAME, "--record", "--out", str(tmp_path / "o"), cwd=tmp_path)
+    assert r.returncode == 0, r.stdout + r.stderr
+    r = fedviews(*base, NAME, other, "--check", "--sample", "1", "--out", str(tmp_path / "c"))
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "re-ran 1 cell" in r.stdout and f"not checked: {other}: their records kept no" in (
+        r.stdout
+    )
+    r = fedviews(*base, other, "--check", "--sample", "1", "--out", str(tmp_path / "d"))
+    assert r.returncode != 0 and "kept no cells" in r.stdout + r.stderr

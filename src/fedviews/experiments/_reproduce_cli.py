@@ -48,7 +48,11 @@ def reproduce_entries(
     entry that drifted, where this machine differs from its record's), as lines of text.
     ``sampling``: ``--sample K`` and its seed."""
     drifted: list[str] = []
+    unsampled: list[str] = []
     for e in chosen:
+        if sampling[0] and len(chosen) > 1 and not (root / e.kept_cells).is_file():
+            unsampled.append(e.name)  # alone, reproduce() says why it cannot sample it
+            continue
         console.print(
             f"[bold]fedviews reproduce[/] {e.name} ({e.tier}, ~{e.cost_s:g} s): {e.run_command}",
             highlight=False,
@@ -102,6 +106,12 @@ def reproduce_entries(
                 + "): deep runs can depend on the CPU beyond the kernel pins "
                 "(docs/known-gaps.md): run the recorded commit here to tell the two apart"
             )
+    if unsampled:
+        console.print(
+            f"not checked: {', '.join(unsampled)}: their records kept no cells to sample "
+            "(check them whole, or record them again)",
+            highlight=False,
+        )
     return drifted
 
 
