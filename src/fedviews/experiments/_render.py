@@ -65,7 +65,8 @@ def render_markdown(
     m = rec["machine"]
     gpu = "" if m.get("gpu", "none") == "none" else f", GPU {m['gpu']}"
     over = (
-        f" (this session's part of a run continued over sessions; its cells took "
+        f" (recorded with `--continue`, over one or more sessions: the wall time is the last "
+        f"session's; its cells took "
         f"{rec['cells_seconds']:g} s in all)"
         if "cells_seconds" in rec
         else ""
