@@ -102,7 +102,7 @@ def seed_cells(entry: Entry, cfg: Any, mirror: Path, out_dir: Path) -> None:
             cells, made_by = dict(saved["cells"]), saved["config"]
         except (ValueError, TypeError, KeyError) as exc:
             raise FedViewsError(f"{mirror} is not a committed cells file: {exc!r}") from None
-        if made_by != with_new_defaults(config, made_by, cfg.params):
+        if not _made_by(made_by, cfg):
             raise FedViewsError(
                 f"{mirror} was made by another config than {entry.config} "
                 f"{' '.join(entry.overrides)}: delete it to start {entry.name} over"
