@@ -237,6 +237,38 @@ def test_mutual_tls_round_trip_and_refusals(two_cas):
         hub.close()
 
 
+def test_a_party_that_fails_before_joining_stops_the_launch_at_once(tmp_path):
+    """`fedviews launch` whose party cannot load its file: the launch fails at once naming
+    that party and its own error (the coordinator would wait its 60 s join timeout), and
+    the folder of a launch that failed before any process started is taken again."""
+    config = _write_config(tmp_path, timeout=60.0)
+    data = tmp_path / "data"
+    split_dataset("handwritten", data, views=PARTIES, label_owner="fou", n_per_class=15, seed=0)
+    with np.load(data / "zer.npz") as z:
+        broken = {k: z[k] for k in z.files}
+    broken["X"] = broken["X"].copy()
+    broken["X"][3, 2] = np.nan
+    np.savez(data / "zer.npz", **broken)
+    run = tmp_path / "run"
+    missing = _fedviews(
+        "launch", str(config), "--data-dir", str(tmp_path / "nowhere"), "--out", str(run)
+    )
+    text, _ = missing.communicate(timeout=60)
+    assert missing.returncode == 2 and "nowhere" in text, text
+    t0 = time.monotonic()
+    proc = _fedviews("launch", str(config), "--data-dir", str(data), "--out", str(run))
+    text, _ = proc.communicate(timeout=150)
+    elapsed = time.monotonic() - t0
+    assert proc.returncode == 2, text
+    last = text.strip().splitlines()[-1]
+    assert last.startswith(
+        "error: PartyUnavailable: party 'zer' is unavailable: its process "
+        "exited with status 2 before it joined: DataError:"
+    ), last
+    assert "NaN" in last or "nan" in last, last
+    assert elapsed < 45, elapsed  # not the coordinator's 60 s join timeout
+
+
 def test_stopped_party_is_unavailable_and_run_shuts_down(tmp_path):
     """A party that stops answering (SIGSTOP: no heartbeats) -> PartyUnavailable naming it."""
     config = _write_config(tmp_path, timeout=3.0, heartbeat=0.5, max_iter=500, tol=0.0)

@@ -12,7 +12,7 @@ from typer.testing import CliRunner  # noqa: E402
 
 from fedviews.cli import app  # noqa: E402
 from fedviews.deploy import PartyData, load_deploy_config, load_party_data, save_party_data  # noqa: E402
-from fedviews.errors import ConfigError, DataError  # noqa: E402
+from fedviews.errors import ConfigError, DataError, ProtocolError  # noqa: E402
 
 runner = CliRunner()
 
@@ -291,8 +291,20 @@ def test_launch_refuses_the_folder_of_another_run(tmp_path):
     cfg = load_deploy_config(config)
     for held in ("launch.json", "config.json"):  # a launched run; an experiment
         run = tmp_path / held
-        run.mkdir()
+        (run / "coordinator").mkdir(parents=True)
         (run / held).write_text("{}")
         with pytest.raises(ConfigError, match=rf"{run} holds a run already: .*--resume {run}"):
             launch(config, cfg, out_dir=run, insecure=True)
-        assert sorted(p.name for p in run.iterdir()) == [held]
+        assert sorted(p.name for p in run.iterdir()) == sorted([held, "coordinator"])
+    run = tmp_path / "predicted"
+    (run / "coordinator").mkdir(parents=True)
+    (run / "predict.json").write_text("{}")
+    with pytest.raises(ConfigError, match="holds a prediction session already.*another --out"):
+        launch(config, cfg, out_dir=run, insecure=True)
+    # a launch that failed before any process started (no data here) leaves its config copy
+    # and launch.json only: the same --out is taken again, not refused as a run to resume
+    run = tmp_path / "failed"
+    for _ in range(2):
+        with pytest.raises(ProtocolError, match="nowhere"):
+            launch(config, cfg, out_dir=run, data_dir=tmp_path / "nowhere", insecure=True)
+    assert sorted(p.name for p in run.iterdir()) == ["config.toml", "launch.json"]

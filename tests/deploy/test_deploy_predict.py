@@ -10,6 +10,7 @@ prediction sessions then run in one process too, and once as `fedviews launch` +
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import subprocess
 import sys
@@ -343,7 +344,7 @@ def test_multivfl_predict_equals_the_estimator(tmp_path: Path) -> None:
         transport.local["top"].algo.handle(forged)
 
 
-def test_fedviews_predict_over_grpc(tmp_path: Path) -> None:
+def test_fedviews_predict_over_grpc(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """`fedviews launch` trains, `fedviews predict` predicts: processes over gRPC with mutual
     TLS and PSI, each with its own model part and file of new rows; the estimator's labels."""
     pytest.importorskip("grpc")
@@ -381,6 +382,27 @@ def test_fedviews_predict_over_grpc(tmp_path: Path) -> None:
     log = json.loads((pred / "coordinator" / "message_log.json").read_text())
     for p in ("pix", "fou"):
         assert set(log["crossings"][f"{p} -> coordinator"]) == {"Z_k_test", "psi_set", "psi_sealed"}
+
+    # the docs' recipe for new rows (docs/deployment.md: the training files' held-out rows)
+    page = (Path(__file__).parents[2] / "docs" / "deployment.md").read_text()
+    (block,) = re.findall(r"```python\n(.*?)```", page, re.S)
+    monkeypatch.chdir(tmp_path)
+    exec(block, {})  # the page's own code
+    pred = tmp_path / "pred_docs"
+    fedviews(
+        "predict",
+        str(config),
+        "--model",
+        str(run),
+        "--data-dir",
+        str(tmp_path / "new"),
+        "--out",
+        str(pred),
+    )
+    ids, labels, _ = _vfedmv_reference(_cfg(VFEDMV), files, _vfedmv_new_rows(files, drop=0))
+    got = _npz(pred / "fou" / "predictions.npz")
+    np.testing.assert_array_equal(got["ids"], ids)
+    np.testing.assert_array_equal(got["labels"], labels)
 
 
 SPLITNN = """

@@ -43,6 +43,33 @@ def test_run_falls_back_to_a_shipped_config(tmp_path, name):
     assert missing.returncode == 2 and "nor does a shipped config" in missing.stderr
 
 
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["launch"],
+        ["predict", "--model", "nowhere"],
+        ["coordinator"],
+        ["flower", "launch"],
+        ["split-data", "handwritten", "out", "--config"],
+    ],
+)
+def test_deployment_commands_fall_back_to_a_shipped_config(tmp_path, command):
+    """The deployment commands take a shipped config's name (or the docs' ``configs/NAME.toml``)
+    outside the repository as ``fedviews run`` does (here up to the config check)."""
+    name = "configs/deploy_vfedmv_handwritten.toml"
+    if command[0] == "split-data":  # its config is an option; it takes no overrides
+        out = fedviews(*command, name, cwd=tmp_path)
+        assert out.returncode == 0, out.stderr
+        assert "the shipped config" in out.stdout and (tmp_path / "out").is_dir()
+        return
+    out = fedviews(*command, name, "params.no_such_key=1", cwd=tmp_path)
+    assert out.returncode == 2
+    assert "the shipped config" in out.stdout
+    assert "unknown key params.no_such_key" in out.stderr
+    missing = fedviews(*command, "configs/no_such_config.toml", cwd=tmp_path)
+    assert missing.returncode == 2 and "nor does a shipped config" in missing.stderr
+
+
 @pytest.mark.slow
 def test_the_wheel_ships_the_configs_and_the_license(wheel):
     """The wheel (built by the session's ``wheel`` fixture) lists the configs and the license."""

@@ -107,6 +107,15 @@ def register(app: typer.Typer) -> None:
             )
         return TLSFiles.from_dir(certs, name, operator=operator)
 
+    def config_file(config: Path) -> Path:
+        """``config``, or the shipped config of that name where no such file exists (a bare
+        name or ``configs/NAME.toml`` run outside the repository), as ``fedviews run`` takes it."""
+        from fedviews._configs import resolve_config
+
+        if (found := resolve_config(config)) != config:
+            console.print(f"{config}: the shipped config {found}", highlight=False, soft_wrap=True)
+        return found
+
     def launch_all(
         config: Path, overrides: list[str] | None, insecure: bool, **options: Any
     ) -> None:
@@ -115,6 +124,7 @@ def register(app: typer.Typer) -> None:
         from fedviews.deploy._config import load_deploy_config
         from fedviews.deploy._launch import launch as _launch
 
+        config = config_file(config)
         cfg = load_deploy_config(config, overrides or [])
         if insecure:
             tls_for(None, True, "")
@@ -184,6 +194,7 @@ def register(app: typer.Typer) -> None:
         from fedviews.deploy._session import run_coordinator
 
         setup_logging()
+        config = config_file(config)
         cfg = load_deploy_config(config, overrides or [])
         tls = tls_for(certs, insecure, cfg.federation.coordinator, operator=True)
         if listen is None:  # plain text stays on this machine unless asked otherwise
@@ -236,6 +247,7 @@ def register(app: typer.Typer) -> None:
         setup_logging()
         if not party or data is None or not coordinator:
             raise ConfigError("--party, --data and --coordinator are required")
+        config = config_file(config)
         cfg = load_deploy_config(config, overrides or [])
         tls = tls_for(certs, insecure, party)
         stop = terminate_as_interrupt()  # `kill` stops it with its message log written
@@ -336,6 +348,7 @@ def register(app: typer.Typer) -> None:
         """Write the Flower App (code, deployment config copy) that `flwr run DIRECTORY` submits."""
         from fedviews.deploy._flower_launch import write_flower_app
 
+        config = config_file(config)
         where = write_flower_app(directory, config, overrides or [])
         console.print(f"Flower app: {where}")
         console.print(
@@ -371,6 +384,7 @@ def register(app: typer.Typer) -> None:
 
         if engine not in ("deployment", "simulation"):
             raise ConfigError("--engine must be 'deployment' or 'simulation'")
+        config = config_file(config)
         cfg = load_deploy_config(config, overrides or [])  # a bad override fails here, at once
         if insecure:
             tls_for(None, True, "")
@@ -443,6 +457,7 @@ def register(app: typer.Typer) -> None:
             from fedviews.deploy._config import load_deploy_config
             from fedviews.deploy._data import write_demo_data
 
+            config = config_file(config)
             cfg = load_deploy_config(config, [f"data.dataset={dataset}", f"seed={seed}"])
             for name, path in write_demo_data(cfg, outdir).items():
                 console.print(f"{name}: {path}")

@@ -26,6 +26,8 @@ LAUNCH_INFO = "launch.json"
 LAUNCH_CONFIG = "config.toml"
 #: what a prediction session's run folder holds in place of ``launch.json``
 PREDICT_INFO = "predict.json"
+#: what a party prints once it has joined the run (the launcher watches for it)
+CONNECTED = "connected to"
 #: seconds a stopped run's processes get to write their results and exit on their own before
 #: they are terminated: the wait ends when they exit, so only a hung process costs it. 10 s
 #: left a machine 3-5x slower than usual little room (a coordinator terminated a second time,
@@ -70,11 +72,30 @@ def process_env(n_processes: int) -> dict[str, str]:
     return env
 
 
-def _pump(proc: subprocess.Popen[str], echo: Callable[[str], None], lock: threading.Lock) -> None:
+class _Output:
+    """What the launcher keeps of one process's output while echoing it: whether it said
+    that it joined (:data:`~fedviews.deploy._session.CONNECTED`), and its last error line."""
+
+    def __init__(self) -> None:
+        self.joined = False
+        self.error = ""
+
+
+def _pump(
+    proc: subprocess.Popen[str],
+    echo: Callable[[str], None],
+    lock: threading.Lock,
+    seen: _Output,
+) -> None:
     assert proc.stdout is not None
     for line in proc.stdout:
+        line = line.rstrip("\n")
+        if CONNECTED in line:
+            seen.joined = True
+        if line.startswith("error: "):
+            seen.error = line.removeprefix("error: ")
         with lock:  # one process's line never splits another's
-            echo(line.rstrip("\n"))
+            echo(line)
 
 
 def launch(
@@ -119,13 +140,8 @@ def launch(
         if certs_dir is None and not insecure and (resume / "certs" / "ca.crt").is_file():
             certs_dir = resume / "certs"
     run_dir = out_dir or Path(cfg.output_dir) / f"{cfg.name}-{datetime.now():%Y%m%d-%H%M%S}"
-    held = (LAUNCH_INFO, PREDICT_INFO, "config.json")
-    if resume is None and any((run_dir / f).exists() for f in held):
-        # a finished or killed run (or an experiment): its results and checkpoints must stay
-        raise ConfigError(
-            f"{run_dir} holds a run already: continue it with `fedviews run --resume "
-            f"{run_dir}`, or choose another --out"
-        )
+    if resume is None:
+        refuse_held(run_dir, cfg.federation.coordinator)
     run_dir.mkdir(parents=True, exist_ok=True)
     if resume is None:  # what `fedviews run --resume RUN_DIR` needs to continue this run
         shutil.copyfile(config, run_dir / LAUNCH_CONFIG)
@@ -150,6 +166,7 @@ def launch(
     port_file = run_dir / "coordinator.port"
     port_file.unlink(missing_ok=True)
     procs: dict[str, subprocess.Popen[str]] = {}
+    seen: dict[str, _Output] = {}
     pumps: list[threading.Thread] = []
     lines = threading.Lock()
 
@@ -170,7 +187,10 @@ def launch(
             start_new_session=True,  # a terminal's Ctrl-C reaches the launcher only: it stops them
         )
         procs[name] = proc
-        pumps.append(threading.Thread(target=_pump, args=(proc, echo, lines), daemon=True))
+        seen[name] = _Output()
+        pumps.append(
+            threading.Thread(target=_pump, args=(proc, echo, lines, seen[name]), daemon=True)
+        )
         pumps[-1].start()
 
     stop = terminate_as_interrupt()
@@ -184,7 +204,14 @@ def launch(
         address = f"127.0.0.1:{port_file.read_text().strip()}"
         for p in fed.parties:
             start(p, "party", party=p, data=str(files[p]), coordinator=address)
-        rc = procs[fed.coordinator].wait()
+        rc, unjoined = _wait_for_coordinator(procs, seen, fed.coordinator)
+        if unjoined is not None:  # the coordinator would wait for it: stopped instead
+            failure = seen[unjoined].error or "see its output above"
+            raise PartyUnavailable(
+                unjoined,
+                f"its process exited with status {procs[unjoined].returncode} before it "
+                f"joined: {failure}",
+            )
         # after a clean run parties exit on their own (give them time on a busy machine);
         # after a failure they were told to stop, and the rest are killed below
         end = time.monotonic() + (party_wait if rc == 0 else min(party_wait, STOP_GRACE))
@@ -244,6 +271,58 @@ def launch(
         for pump in pumps:  # every process has exited: echo the rest of its output first
             pump.join(5)
         stop()
+
+
+def _wait_for_coordinator(
+    procs: dict[str, subprocess.Popen[str]], seen: dict[str, _Output], coordinator: str
+) -> tuple[int, str | None]:
+    """Wait for the coordinator's process to end; return its exit status and ``None``, or,
+    as soon as a party's process fails before it joined the run (a bad data file, say; the
+    coordinator would wait its whole join timeout for it), stop the coordinator as Ctrl-C
+    does and return its status and that party. A party that joined and then failed is left
+    to the coordinator, which names who broke the run."""
+    main = procs[coordinator]
+    left = {coordinator}  # the coordinator, and the parties that joined and then failed
+    while (rc := main.poll()) is None:
+        for name, proc in procs.items():
+            if name in left or proc.poll() in (None, 0):
+                continue
+            left.add(name)
+            deadline = time.monotonic() + 1.0  # its last lines may still be on their way
+            while not seen[name].error and time.monotonic() < deadline:
+                time.sleep(0.05)
+            if not seen[name].joined:
+                main.terminate()  # its command turns SIGTERM into an interrupt
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    main.wait(STOP_GRACE)
+                return main.returncode if main.returncode is not None else -1, name
+        time.sleep(0.1)
+    return rc, None
+
+
+def refuse_held(run_dir: Path, coordinator: str) -> None:
+    """Refuse to start a launch in ``run_dir`` where another run's results and checkpoints
+    are (a launch that started its coordinator, a prediction session, an experiment); the
+    folder of a launch that failed before any process started (its config copy and its
+    ``launch.json`` only) is taken again.
+
+    Raises
+    ------
+    ConfigError
+        Naming what to do instead: resume the run, or choose another ``--out``.
+    """
+    if (run_dir / "config.json").exists() or (
+        (run_dir / LAUNCH_INFO).exists() and (run_dir / coordinator).exists()
+    ):
+        raise ConfigError(
+            f"{run_dir} holds a run already: continue it with `fedviews run --resume "
+            f"{run_dir}`, or choose another --out"
+        )
+    if (run_dir / PREDICT_INFO).exists() and (run_dir / coordinator).exists():
+        raise ConfigError(
+            f"{run_dir} holds a prediction session already (its predictions stay): "
+            "choose another --out"
+        )
 
 
 def check_model_parts(

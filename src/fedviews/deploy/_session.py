@@ -14,7 +14,7 @@ import numpy as np
 
 from fedviews.data import PartyData
 from fedviews.deploy._config import DeployConfig
-from fedviews.deploy._launch import stop_signals_held
+from fedviews.deploy._launch import CONNECTED, stop_signals_held
 from fedviews.deploy._model import load_model_part
 from fedviews.deploy._predict import PredictCoordinator, PredictParty
 from fedviews.deploy._roles import (
@@ -236,7 +236,7 @@ def run_party(
     transport.connect()
     if transport.server is not None:
         say(f"listening for direct links on port {transport.port}")
-    say(f"connected to {coordinator}")
+    say(f"{CONNECTED} {coordinator}")
     outcome: list[BaseException] = []
 
     def serve() -> None:
