@@ -35,6 +35,35 @@ def my_models() -> Any:
         yield module
 
 
+def test_the_page_s_blocks_are_the_example_module() -> None:
+    """The definitions and imports that docs/your-own-model.md shows, copied into one file in
+    the order of the page, run and are those of docs/examples/my_models.py, to the character
+    (a page without `import math` read well and failed in a user's copy)."""
+    import ast
+    import re
+
+    page = (EXAMPLES.parent / "your-own-model.md").read_text()
+    blocks = re.findall(r"```python\n(.*?)```", page, re.S)
+    defining = [b for b in blocks if re.search(r"^(def|class) ", b, re.M)]
+    copied = "\n\n".join(defining)
+    namespace: dict[str, Any] = {}
+    # a user's copy of the page (not under this file's `from __future__ import annotations`)
+    exec(compile(copied, "my_models.py", "exec", dont_inherit=True), namespace)
+
+    def definitions(source: str) -> dict[str, str]:
+        tree = ast.parse(source)
+        kinds = (ast.FunctionDef, ast.ClassDef, ast.Import, ast.ImportFrom)
+        return {
+            getattr(n, "name", ast.unparse(n)): ast.get_source_segment(source, n) or ""
+            for n in tree.body
+            if isinstance(n, kinds)
+        }
+
+    shipped = (EXAMPLES / "my_models.py").read_text()
+    assert definitions(copied) == definitions(shipped)
+    assert all(callable(namespace[n]) for n in definitions(shipped) if " " not in n)
+
+
 def _fedviews(*args: str, env: dict[str, str] | None = None) -> Any:
     return fedviews(*args, env=env or {**example_env(), "OMP_NUM_THREADS": "1"}, timeout=400)
 
