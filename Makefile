@@ -17,16 +17,16 @@ install: $(BIN)/python
 	  $$SUDO apt-get install -y -q dataset-fashion-mnist >/dev/null 2>&1 || \
 	  { $$SUDO apt-get update -q >/dev/null && $$SUDO apt-get install -y -q dataset-fashion-mnist >/dev/null; } || \
 	  echo "warning: could not install dataset-fashion-mnist (Fashion-MNIST experiments and tests will fail)"; fi
+	$(BIN)/pip install -q torch==2.13.0 || $(BIN)/pip install -q "torch>=2.2"
+	$(BIN)/pip install -q -e ".[torch,grpc]"
+
+install-dev: install
 	@# Debian's headless Chromium: the report tests load report.html in it
 	@if ! command -v chromium >/dev/null 2>&1; then \
 	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
 	  $$SUDO apt-get install -y -q chromium >/dev/null 2>&1 || \
 	  { $$SUDO apt-get update -q >/dev/null && $$SUDO apt-get install -y -q chromium >/dev/null; } || \
 	  echo "warning: could not install chromium (the report tests will be skipped)"; fi
-	$(BIN)/pip install -q torch==2.13.0 || $(BIN)/pip install -q "torch>=2.2"
-	$(BIN)/pip install -q -e ".[torch,grpc]"
-
-install-dev: install
 	$(BIN)/pip install -q -e ".[torch,grpc,dev,flower,parquet,privacy,docs]"
 
 data: install

@@ -145,6 +145,13 @@ def test_run_prints_a_clickable_report_link_and_a_summary(mmvfl_run, monkeypatch
     # one clause per line, indented, none cut mid-word (by a terminal narrower than the summary)
     assert len(summary) >= 3 and all(line.startswith("  ") for line in summary[1:])
     assert "messages" in summary[-1] and "MB across the privacy barrier" in summary[-1]
+    # the message log is one fit's: the line and the report say whose (it was read as the run's)
+    cfg = json.loads((mmvfl_run / "config.json").read_text())["params"]
+    fits = cfg["n_folds"] * len(cfg["betas"]) * (1 + len(cfg["zeta_sweep"]))
+    assert fits > 1 and summary[-1].endswith(f"in the first of this run's {fits} MMVFL fits")
+    assert f"messages in the first of this run&#x27;s {fits} MMVFL fits" in (
+        mmvfl_run / "report.html"
+    ).read_text()
 
 
 def test_report_of_a_folder_that_is_not_a_run(tmp_path: Path):

@@ -396,7 +396,13 @@ def _run(cfg: ExperimentConfig, ctx: RunContext, horizontal: bool) -> Experiment
     return ExperimentResult(
         metrics=metrics,
         tables=tables,
-        message_log=keep.get("log"),
+        message_log=None
+        if keep.get("log") is None  # the report and the summary line say whose traffic it is
+        else {
+            **keep["log"],
+            "scope": f"the first repeat's {setting} fit (the run made more: "
+            "the tuning grid's, one per repeat, the baselines')",
+        },
         summary=f"{msg}best: {best} ({summary[best]['accuracy'][0]:.2f})",
     )
 

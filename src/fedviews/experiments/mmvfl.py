@@ -390,7 +390,10 @@ def run_mmvfl_feature_selection(cfg: ExperimentConfig, ctx: RunContext) -> Exper
             )
         )
     summary = "; ".join(verdicts)
-    return ExperimentResult(metrics, tables, figures, keep.get("log"), summary)
+    log = keep.get("log")
+    if log is not None:  # the report and the run's summary line say whose traffic it is
+        log = {**log, "scope": f"the first of this run's {n_units} MMVFL fits"}
+    return ExperimentResult(metrics, tables, figures, log, summary)
 
 
 def _paired_by_fold(

@@ -114,8 +114,10 @@ def run_summary(rec: RunRecord) -> str:
         parts.append(summary)
     head = rec.headline()
     if "messages" in head:
+        scope = rec.log_scope()
         parts.append(
             f"{head['messages']:,} messages, {format_bytes(head[BYTES])} across the privacy barrier"
+            + (f" in {scope}" if scope else "")
         )
     return "; ".join(parts)
 
@@ -182,8 +184,11 @@ def _barrier(rec: RunRecord) -> list[str]:
     if not sums:
         return []
     label, first = next(iter(sums.items()))
+    scope = rec.log_scope()
     out = [
-        "<p>Every (sender, receiver) pair that exchanged messages in this run is an arrow "
+        "<p>Every (sender, receiver) pair that exchanged messages in "
+        + (html.escape(scope) + " (the message log keeps that fit's)" if scope else "this run")
+        + " is an arrow "
         f"(with more than {MAX_ARROWS} pairs, a filled cell of a sender × receiver table), "
         "labelled with the arrays that crossed and the bytes on the wire. What the "
         "algorithm's privacy policy forbids has none: the runtime refuses such a "

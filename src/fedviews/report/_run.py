@@ -97,6 +97,13 @@ class RunRecord:
             return {"": log}
         return {str(k): v for k, v in log.items() if isinstance(v, dict) and "per_party" in v}
 
+    def log_scope(self) -> str:
+        """Whose traffic the message log holds where it is not the whole run's (an
+        experiment of many fits keeps one's: ``"the first of this run's 35 MMVFL fits"``);
+        empty otherwise."""
+        scope = (self.message_log or {}).get("scope")
+        return scope if isinstance(scope, str) else ""
+
     def curves(self) -> dict[str, dict[str, tuple[list[float], list[float]]]]:
         """Per-round (or per-iteration) curves: ``{quantity: {series: (x, y)}}``.
 
