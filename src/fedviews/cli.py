@@ -506,7 +506,7 @@ def _register_plugins() -> None:
         if exc.name is not None and (exc.name.startswith("fedviews") or exc.name in _OPTIONAL):
             return  # subsystem not present, or its optional extra is not installed
         raise
-    mod.register(app)
+    mod.register(app, show_run=lambda run_dir: _show_deployment(run_dir))
 
 
 _register_plugins()

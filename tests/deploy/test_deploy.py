@@ -92,6 +92,12 @@ def test_launch_equals_in_process(tmp_path):
     assert re.search(r"\[coordinator\] set up in [\d.]+ s; training\n", out)
     assert re.search(r"\[coordinator\] round 1/4: objective \S+; \d+ s elapsed\n", out)
     assert out.index("[coordinator] final objective") < out.index("[coordinator] ok; results in")
+    # it ends as `fedviews run` of a deployment does: run folder, report, summary
+    tail = out.strip().splitlines()[-5:]
+    assert tail[0] == f"run folder: {run}" and tail[1].startswith("report: "), tail
+    assert re.fullmatch(r"deploy_test: MMVFL deployment ok in [\d.]+ s", tail[2]), tail
+    assert re.fullmatch(r"  final objective \S+", tail[3]), tail
+    assert re.fullmatch(r"  \d+ messages, \S+ \S+ across the privacy barrier", tail[4]), tail
     cfg = load_deploy_config(config)
     # in-process reference on the same files: plain alignment, each party standardises its view
     Xs, y = mmvfl_inputs(run / "data", PARTIES, owner=1)

@@ -149,9 +149,10 @@ def test_run_prints_a_clickable_report_link_and_a_summary(mmvfl_run, monkeypatch
     cfg = json.loads((mmvfl_run / "config.json").read_text())["params"]
     fits = cfg["n_folds"] * len(cfg["betas"]) * (1 + len(cfg["zeta_sweep"]))
     assert fits > 1 and summary[-1].endswith(f"in the first of this run's {fits} MMVFL fits")
-    assert f"messages in the first of this run&#x27;s {fits} MMVFL fits" in (
-        mmvfl_run / "report.html"
-    ).read_text()
+    assert (
+        f"messages in the first of this run&#x27;s {fits} MMVFL fits"
+        in (mmvfl_run / "report.html").read_text()
+    )
 
 
 def test_report_of_a_folder_that_is_not_a_run(tmp_path: Path):

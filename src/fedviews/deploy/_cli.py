@@ -79,8 +79,9 @@ def leaves_at_once(command: F) -> F:
     return cast(F, wrapper)
 
 
-def register(app: typer.Typer) -> None:
-    """Add the deployment commands to the ``fedviews`` app."""
+def register(app: typer.Typer, show_run: Callable[[Path], None] | None = None) -> None:
+    """Add the deployment commands to the ``fedviews`` app; ``show_run(run_dir)`` ends a
+    training launch's output as ``fedviews run`` ends it (run folder, report, summary)."""
     from fedviews._console import console, err_console, friendly
 
     certs_app = typer.Typer(
@@ -129,7 +130,10 @@ def register(app: typer.Typer) -> None:
         if insecure:
             tls_for(None, True, "")
         run_dir = _launch(config, cfg, overrides or [], insecure=insecure, **options)
-        console.print(f"run folder: [bold]{run_dir}[/]")
+        if show_run is not None and options.get("model") is None:
+            show_run(run_dir)
+        else:  # a prediction session writes no report: its predictions are with the label owner
+            console.print(f"run folder: [bold]{run_dir}[/]")
 
     def setup_logging() -> None:
         logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")

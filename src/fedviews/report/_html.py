@@ -97,6 +97,10 @@ def _ledgers(rec: RunRecord) -> dict[str, Mapping[str, Any]]:
     }
 
 
+#: the result a run's summary line names first, the first of these it has
+_HEADLINE_KEYS = ("final_accuracy", "test_accuracy", "accuracy", "objective_final")
+
+
 def run_summary(rec: RunRecord) -> str:
     """One line: what ran, how long, its headline result and the traffic."""
     parts = [f"{rec.name}: {rec.title}"]
@@ -104,10 +108,14 @@ def run_summary(rec: RunRecord) -> str:
         parts[0] += f" {rec.results.get('status', '?')}"
     if rec.seconds is not None:
         parts[0] += f" in {rec.seconds:.1f} s"
-    for key in ("final_accuracy", "accuracy", "objective_final"):
-        v = rec.results.get(key)
+    objective = rec.results.get("objective")  # a deployment's per-round objective
+    last = {"final objective": objective[-1]} if isinstance(objective, list) and objective else {}
+    for key, v in [
+        *((k.replace("_", " "), rec.results.get(k)) for k in _HEADLINE_KEYS),
+        *last.items(),
+    ]:
         if isinstance(v, (int, float)) and not isinstance(v, bool):
-            parts.append(f"{key.replace('_', ' ')} {v:.4g}")
+            parts.append(f"{key} {v:.4g}")
             break
     summary = rec.results.get("headline")  # the experiment's one-line summary
     if isinstance(summary, str) and summary:
