@@ -90,6 +90,23 @@ def test_help_texts_show_no_code_marks():
     assert "with a [federation] table) is run as fedviews launch:" in " ".join(out.stdout.split())
 
 
+def test_a_help_paragraph_is_one_line_that_the_terminal_wraps():
+    """A command's help paragraphs reach the terminal as single lines (rich kept the
+    docstrings' line breaks: a 200-column terminal showed lines cut at 90 columns)."""
+    import click
+
+    from fedviews.cli import app, plain_help
+
+    def helps(command: click.Command) -> list[str]:
+        subs = command.commands.values() if isinstance(command, click.Group) else ()
+        return [command.help or ""] + [h for sub in subs for h in helps(sub)]
+
+    shown = helps(plain_help(typer.main.get_command(app)))
+    assert sum("\n\n" in h for h in shown) >= 5  # several paragraphs, kept apart
+    cut = [p for h in shown for p in h.split("\n\n") if "\n" in p]
+    assert not cut, cut
+
+
 def test_a_table_note_is_printed_below_the_table_at_the_consoles_width(monkeypatch):
     """A note as the rich caption of a narrow table broke every few words."""
     import io

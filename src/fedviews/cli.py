@@ -8,6 +8,7 @@ tracebacks are shown only with ``--debug``.
 
 from __future__ import annotations
 
+import inspect
 import re
 import sys
 from pathlib import Path
@@ -515,14 +516,29 @@ _register_plugins()
 _CODE = re.compile(r"``(.+?)``|`([^`\n]+)`")
 
 
+def _reflow(text: str) -> str:
+    """``text`` with each paragraph on one line (the terminal wraps it at its own width; rich
+    kept the docstring's line breaks, so a wide terminal showed lines cut at 90 columns),
+    but for paragraphs of list items or indented lines."""
+    paragraphs = inspect.cleandoc(text).split("\n\n")
+    return "\n\n".join(
+        p
+        if any(line.startswith(("-", "*", " ", "\b")) for line in p.splitlines())
+        else " ".join(line.strip() for line in p.splitlines())
+        for p in paragraphs
+    )
+
+
 def plain_help(command: click.Command) -> click.Command:
     """``command`` and its subcommands with help texts as a terminal shows them: the code marks
-    of the docstrings (````fedviews launch````, ```flwr run```) dropped, their text kept."""
+    of the docstrings (````fedviews launch````, ```flwr run```) dropped, their text kept, and
+    each paragraph of a command's help on one line."""
     for obj in (command, *command.params):
         for attr in ("help", "short_help"):
             text = getattr(obj, attr, None)
             if isinstance(text, str):
-                setattr(obj, attr, _CODE.sub(lambda m: m.group(1) or m.group(2), text))
+                text = _CODE.sub(lambda m: m.group(1) or m.group(2), text)
+                setattr(obj, attr, _reflow(text) if obj is command else text)
     if isinstance(command, click.Group):
         for sub in command.commands.values():
             plain_help(sub)
