@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import math
 import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -302,3 +303,38 @@ def test_malformed_key_bundles_from_the_hub_name_the_hub(fed, tmp_path):
         assert proc.returncode != 0
         _no_traceback(text)
         assert "'coordinator' sent key bundles that are no table" in text, text
+
+
+def test_a_party_that_runs_another_config_is_refused_and_named_at_its_hello(fed, tmp_path):
+    """The coordinator and a party given different configs (here one override, another
+    params.beta) were accepted over gRPC and trained a different run (Flower compared them
+    at the hello): now the party is refused at its hello, saying why, and the coordinator,
+    which knows its certified name, stops at once naming it, not after its join timeout."""
+    run = tmp_path / "coordinator"
+    coord, port = start_coordinator(fed / "deploy.toml", fed / "certs", run)
+    address = f"127.0.0.1:{port}"
+    args = {p: party_args(fed / "deploy.toml", fed, p, address, tmp_path) for p in PARTIES}
+    config = args["zer"].index(str(fed / "deploy.toml"))
+    args["zer"].insert(config + 1, "params.beta=3.0")  # an override follows the config
+    t0 = time.monotonic()
+    procs = {p: _fedviews(*args[p]) for p in PARTIES}
+    try:
+        text, _ = coord.communicate(timeout=60)
+        elapsed = time.monotonic() - t0
+        zer, _ = procs["zer"].communicate(timeout=60)
+    finally:  # a party that had not joined yet retries its dial for a minute: not waited for
+        for proc in (coord, *procs.values()):
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+    assert coord.returncode == 2 and elapsed < 20, (elapsed, text)
+    _no_traceback(text)
+    res = json.loads((run / "results.json").read_text())
+    assert res["culprit"] == "zer", res
+    assert "'zer' runs another deployment config than the coordinator" in res["status"], res
+    assert procs["zer"].returncode == 2, zer
+    _no_traceback(zer)
+    assert (
+        "error: PrivacyError: the coordinator refused 'zer': party 'zer' runs another "
+        "deployment config" in zer
+    ), zer

@@ -222,6 +222,11 @@ def test_missing_certificates_advice_depends_on_the_role(tmp_path):
         assert "ask the organisation that runs the federation's CA" in text
         assert "`fedviews certs issue CA_DIR pix`" in text
         assert "certs init" not in text
+    # a misspelt party name is said as such, not as a certificate to ask for
+    misspelt = [x if x != "pix" else "pixx" for x in party]
+    res = runner.invoke(app, misspelt + ["--certs", str(tmp_path / "certs")])
+    assert res.exit_code == 2, res.output
+    assert "'pixx' is not a party of this federation" in res.output, res.output
     res = runner.invoke(app, ["coordinator", str(config), "--certs", str(tmp_path / "certs")])
     assert res.exit_code == 2, res.output
     text = " ".join(res.output.split())

@@ -346,7 +346,9 @@ def test_multivfl_predict_equals_the_estimator(tmp_path: Path) -> None:
 
 def test_fedviews_predict_over_grpc(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """`fedviews launch` trains, `fedviews predict` predicts: processes over gRPC with mutual
-    TLS and PSI, each with its own model part and file of new rows; the estimator's labels."""
+    TLS and PSI, each with its own model part and file of new rows; the estimator's labels.
+    The launch's overrides are the prediction's too, unsaid (predict refused the training
+    config without them: "trained with another config")."""
     pytest.importorskip("grpc")
     config = tmp_path / "vfedmv.toml"
     config.write_text(VFEDMV)
@@ -359,7 +361,8 @@ def test_fedviews_predict_over_grpc(tmp_path: Path, monkeypatch: pytest.MonkeyPa
         assert proc.returncode == 0, proc.stdout + proc.stderr
         return proc.stdout + proc.stderr
 
-    fedviews("launch", str(config), "--out", str(run))
+    fedviews("launch", str(config), "params.max_iter=3", "--out", str(run))
+    trained = _cfg(VFEDMV, "params.max_iter=3")
     files = {p: run / "data" / f"{p}.npz" for p in ("pix", "fou")}
     new = _vfedmv_new_rows(files, drop=3)
     for p, data in new.items():
@@ -375,7 +378,8 @@ def test_fedviews_predict_over_grpc(tmp_path: Path, monkeypatch: pytest.MonkeyPa
         str(pred),
     )
     assert "[fou] predicted 27 rows" in out and "PSI predict" in out
-    ids, labels, _ = _vfedmv_reference(_cfg(VFEDMV), files, new)
+    assert "the training run's overrides: params.max_iter=3" in out
+    ids, labels, _ = _vfedmv_reference(trained, files, new)
     got = _npz(pred / "fou" / "predictions.npz")
     np.testing.assert_array_equal(got["ids"], ids)
     np.testing.assert_array_equal(got["labels"], labels)
@@ -399,7 +403,7 @@ def test_fedviews_predict_over_grpc(tmp_path: Path, monkeypatch: pytest.MonkeyPa
         "--out",
         str(pred),
     )
-    ids, labels, _ = _vfedmv_reference(_cfg(VFEDMV), files, _vfedmv_new_rows(files, drop=0))
+    ids, labels, _ = _vfedmv_reference(trained, files, _vfedmv_new_rows(files, drop=0))
     got = _npz(pred / "fou" / "predictions.npz")
     np.testing.assert_array_equal(got["ids"], ids)
     np.testing.assert_array_equal(got["labels"], labels)

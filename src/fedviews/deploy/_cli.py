@@ -124,8 +124,14 @@ def register(app: typer.Typer, show_run: Callable[[Path], None] | None = None) -
         machine (``options``: those of :func:`fedviews.deploy.launch`)."""
         from fedviews.deploy._config import load_deploy_config
         from fedviews.deploy._launch import launch as _launch
+        from fedviews.deploy._launch import training_overrides
 
         config = config_file(config)
+        model = options.get("model")
+        trained = training_overrides(model) if model is not None else []
+        if trained:  # the training config, then what this session says
+            console.print(f"the training run's overrides: {' '.join(trained)}", highlight=False)
+            overrides = [*trained, *(overrides or [])]
         cfg = load_deploy_config(config, overrides or [])
         if insecure:
             tls_for(None, True, "")
@@ -245,7 +251,7 @@ def register(app: typer.Typer, show_run: Callable[[Path], None] | None = None) -
         from fedviews.deploy._config import load_deploy_config
         from fedviews.deploy._data import load_party_data
         from fedviews.deploy._launch import terminate_as_interrupt
-        from fedviews.deploy._session import run_party
+        from fedviews.deploy._session import check_member, run_party
         from fedviews.errors import ConfigError
 
         setup_logging()
@@ -253,6 +259,7 @@ def register(app: typer.Typer, show_run: Callable[[Path], None] | None = None) -
             raise ConfigError("--party, --data and --coordinator are required")
         config = config_file(config)
         cfg = load_deploy_config(config, overrides or [])
+        check_member(cfg, party)
         tls = tls_for(certs, insecure, party)
         stop = terminate_as_interrupt()  # `kill` stops it with its message log written
         try:

@@ -100,7 +100,6 @@ from flwr.app import Message as FlowerMessage  # noqa: E402
 from flwr.clientapp import ClientApp  # noqa: E402
 from flwr.serverapp import Grid, ServerApp  # noqa: E402
 
-from fedviews.deploy._checkpoint import fingerprint  # noqa: E402
 from fedviews.deploy._config import DeployConfig, load_deploy_config  # noqa: E402
 from fedviews.deploy._flower_node import (  # noqa: E402
     _Node,
@@ -141,7 +140,7 @@ from fedviews.deploy._flower_wire import (  # noqa: E402
 from fedviews.deploy._roles import (  # noqa: E402
     DeployCoordinator,
     Printer,
-    run_identity,
+    run_fingerprint,
     session_policy,
 )
 from fedviews.deploy._session import _print_to, blame, write_coordinator_outputs  # noqa: E402
@@ -189,7 +188,7 @@ def run_flower_coordinator(
     named: dict[str, str] = {}
     t0 = time.perf_counter()
     try:
-        nodes = transport.connect(fingerprint(run=run_identity(cfg)))
+        nodes = transport.connect(run_fingerprint(cfg))
         say(f"nodes: {nodes}")
         if coord.app.peer_to_peer:  # the parties seal what they send each other
             transport.hand_out_keys()
@@ -328,7 +327,7 @@ def _on_hello(msg: FlowerMessage, context: Context) -> FlowerMessage:
     try:
         _keep_reply_key(msg, context)
         s = node_settings(context)
-        hello = ConfigRecord({"party": s.party, "run": fingerprint(run=run_identity(s.cfg))})
+        hello = ConfigRecord({"party": s.party, "run": run_fingerprint(s.cfg)})
         bundle = hello_keys(context, s)
         if bundle is not None:
             hello["e2e"] = bundle

@@ -19,7 +19,7 @@ from pathlib import Path
 from fedviews._heap import heap_env
 from fedviews.deploy._config import DeployConfig
 from fedviews.deploy._data import party_files, write_demo_data
-from fedviews.errors import ConfigError, PartyUnavailable, ProtocolError
+from fedviews.errors import ConfigError, DataError, PartyUnavailable, ProtocolError
 from fedviews.federation import get_algorithm_spec, init_ca, issue_certificate
 
 LAUNCH_INFO = "launch.json"
@@ -207,11 +207,16 @@ def launch(
         rc, unjoined = _wait_for_coordinator(procs, seen, fed.coordinator)
         if unjoined is not None:  # the coordinator would wait for it: stopped instead
             failure = seen[unjoined].error or "see its output above"
-            raise PartyUnavailable(
+            exc = PartyUnavailable(
                 unjoined,
                 f"its process exited with status {procs[unjoined].returncode} before it "
                 f"joined: {failure}",
             )
+            for name, proc in procs.items():  # the others still dialing would retry a minute
+                if not seen[name].joined and proc.poll() is None:
+                    proc.terminate()
+            _record_cause(run_dir / fed.coordinator / "results.json", exc)
+            raise exc
         # after a clean run parties exit on their own (give them time on a busy machine);
         # after a failure they were told to stop, and the rest are killed below
         end = time.monotonic() + (party_wait if rc == 0 else min(party_wait, STOP_GRACE))
@@ -298,6 +303,46 @@ def _wait_for_coordinator(
                 return main.returncode if main.returncode is not None else -1, name
         time.sleep(0.1)
     return rc, None
+
+
+def _record_cause(results: Path, exc: PartyUnavailable) -> None:
+    """Say in the coordinator's ``results.json`` why the launcher stopped it: a party that
+    failed before it joined (the coordinator, interrupted, knows only that it was)."""
+    try:
+        info = json.loads(results.read_text()) if results.is_file() else {}
+    except (OSError, ValueError):
+        info = {}
+    if not isinstance(info, dict):
+        info = {}
+    info["coordinator_status"] = info.get("status", "")
+    info["status"] = f"{type(exc).__name__}: {exc}"
+    info["unavailable_party"] = exc.party
+    results.parent.mkdir(parents=True, exist_ok=True)
+    results.write_text(json.dumps(info, indent=2))
+
+
+def training_overrides(model: Path) -> list[str]:
+    """The overrides that the launch whose run folder is ``model`` trained with (its
+    ``launch.json``): a prediction session applies them before its own, so that its config is
+    the training one (``fedviews predict CONFIG --model RUN`` after ``fedviews launch CONFIG
+    params.max_iter=5 --out RUN``); none where the folder has no such record.
+
+    Raises
+    ------
+    DataError
+        When the record is not readable or its overrides are not a list of strings.
+    """
+    path = model / LAUNCH_INFO
+    if not path.is_file():
+        return []
+    try:
+        said = json.loads(path.read_text())
+    except (OSError, UnicodeDecodeError, ValueError) as exc:
+        raise DataError(f"{path} is not readable: {exc}") from None
+    overrides = said.get("overrides", []) if isinstance(said, dict) else None
+    if not isinstance(overrides, list) or not all(isinstance(o, str) for o in overrides):
+        raise DataError(f"{path}: its overrides are not a list of key=value strings")
+    return overrides
 
 
 def refuse_held(run_dir: Path, coordinator: str) -> None:

@@ -27,7 +27,6 @@ import numpy as np
 
 import fedviews
 from fedviews.data import read_npz
-from fedviews.deploy._checkpoint import fingerprint
 from fedviews.deploy._config import DeployConfig
 from fedviews.errors import ConfigError, DataError
 
@@ -52,9 +51,9 @@ def _digest(path: Path) -> str:
 
 
 def _identity(cfg: DeployConfig) -> str:
-    from fedviews.deploy._roles import run_identity
+    from fedviews.deploy._roles import run_fingerprint
 
-    return fingerprint(run=run_identity(cfg))
+    return run_fingerprint(cfg)
 
 
 def save_model_part(
@@ -99,7 +98,8 @@ def load_model_part(directory: Path, cfg: DeployConfig, member: str) -> ModelPar
     if meta.get("algorithm") != cfg.algorithm or meta.get("run") != _identity(cfg):
         raise ConfigError(
             f"{where} was trained with another config ({meta.get('algorithm')}; algorithm, "
-            "seed, parties, params or defense differ): predict with its training config"
+            "seed, parties, params or defense differ): predict with its training config and "
+            "overrides"
         )
     arrays: dict[str, np.ndarray] = {}
     for name, digest in dict(meta.get("arrays") or {}).items():

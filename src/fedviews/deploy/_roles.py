@@ -112,6 +112,12 @@ def run_identity(cfg: DeployConfig) -> dict[str, Any]:
     }
 
 
+def run_fingerprint(cfg: DeployConfig) -> str:
+    """A short hash of :func:`run_identity`: what every process of a run says in its hello
+    (a party with another config is refused there) and what a model part is tagged with."""
+    return fingerprint(run=run_identity(cfg))
+
+
 def _write_json(path: Path, obj: Any) -> None:
     path.write_text(json.dumps(obj, indent=2, default=str))
 

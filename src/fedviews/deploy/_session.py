@@ -22,6 +22,7 @@ from fedviews.deploy._roles import (
     DeployParty,
     Printer,
     _write_json,
+    run_fingerprint,
     session_policy,
 )
 from fedviews.errors import (
@@ -93,7 +94,14 @@ def run_coordinator(
             cfg, say, load_model_part(model, cfg, cfg.federation.coordinator)
         )
     out_dir.mkdir(parents=True, exist_ok=True)
-    hub = GrpcHub(session_policy(cfg), cfg.roles(), listen=listen, tls=tls, options=options_of(cfg))
+    hub = GrpcHub(
+        session_policy(cfg),
+        cfg.roles(),
+        listen=listen,
+        tls=tls,
+        options=options_of(cfg),
+        run=run_fingerprint(cfg),
+    )
     # results.json is always written: its descriptors are taken before anyone is told the port
     reserve = [os.open(os.devnull, os.O_RDONLY) for _ in range(RESERVED_FDS)]
     hub.register(coord)
@@ -186,6 +194,15 @@ def write_coordinator_outputs(
         write_report(out_dir)
 
 
+def check_member(cfg: DeployConfig, name: str) -> None:
+    """Raise DataError unless ``name`` is a party of ``cfg``'s federation (``fedviews party
+    --party`` checks it first: a misspelt name is not a missing certificate)."""
+    if name not in cfg.federation.parties:
+        raise DataError(
+            f"{name!r} is not a party of this federation: {list(cfg.federation.parties)}"
+        )
+
+
 def run_party(
     cfg: DeployConfig,
     name: str,
@@ -209,10 +226,7 @@ def run_party(
     predicts the rows of ``data`` with its part of that run's model (:mod:`._predict`).
     """
     say = _print_to(name, echo)
-    if name not in cfg.federation.parties:
-        raise DataError(
-            f"{name!r} is not a party of this federation: {list(cfg.federation.parties)}"
-        )
+    check_member(cfg, name)
     if listen is not None and name not in cfg.federation.listen:
         raise ConfigError(
             f"--listen binds {name!r}'s endpoint for direct links, but the config declares "
@@ -231,6 +245,7 @@ def run_party(
         options=options_of(cfg),
         direct=cfg.federation.listen,
         listen=listen,
+        run=run_fingerprint(cfg),
     )
     transport.register(party)
     transport.connect()

@@ -23,7 +23,7 @@ from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
-from fedviews.errors import FedViewsError, PartyUnavailable
+from fedviews.errors import ConfigError, FedViewsError, PartyUnavailable
 from fedviews.federation._e2e import check_bundle
 from fedviews.federation._grpc import (
     BYE,
@@ -76,9 +76,14 @@ class GrpcHub(_Endpoint):
         tls: TLSFiles | None = None,
         options: GrpcOptions | None = None,
         keep_entries: bool = True,
+        run: str = "",
     ) -> None:
         super().__init__(policy, options or GrpcOptions(), keep_entries)
         self.expected = dict(parties)
+        #: the run's fingerprint (its config); a party whose hello says another is refused
+        self.run = run
+        #: certified parties refused for running another config: the run stops, naming them
+        self.misconfigured: dict[str, str] = {}
         self.roles.update(self.expected)
         self.links: dict[str, _Link] = {}
         self.tls = tls
@@ -114,6 +119,17 @@ class GrpcHub(_Endpoint):
 
     def _identify(self, context: Any, hello: Buffer) -> tuple[str, dict[str, Any]]:
         claimed, said = super()._identify(context, hello)
+        if self.run and said.get("run") != self.run:
+            reason = (
+                f"party {claimed!r} runs another deployment config than the coordinator "
+                "(algorithm, seed, parties, label owners, params or defense differ): give "
+                "every process the same config file and overrides"
+            )
+            if self.tls is not None:  # its certificate proves who it is: stop the run now
+                with self._joined:
+                    self.misconfigured[claimed] = reason
+                    self._joined.notify_all()
+            self._refuse(context, reason)
         if self.tls is not None:
             bundle = said.get("e2e") if self.options.end_to_end else {}
             if not isinstance(bundle, dict) or not isinstance(said.get("nonce"), str):
@@ -162,11 +178,16 @@ class GrpcHub(_Endpoint):
         return [p for p, link in self.links.items() if link.closed.is_set()]
 
     def wait_for_parties(self, timeout: float | None = None) -> None:
-        """Block until every expected party has joined; else raise PartyUnavailable."""
+        """Block until every expected party has joined; else raise PartyUnavailable, or a
+        ConfigError naming a certified party that runs another config (:attr:`run`)."""
         limit = self.options.connect_timeout if timeout is None else timeout
         deadline = time.monotonic() + limit
         with self._joined:
             while True:
+                for party, reason in self.misconfigured.items():
+                    exc = ConfigError(reason)
+                    exc.party = party  # certified: named for it
+                    raise exc
                 missing = [p for p in self.expected if p not in self.links]
                 if not missing:
                     return

@@ -104,9 +104,12 @@ class GrpcPartyTransport(_Endpoint):
         keep_entries: bool = True,
         direct: Mapping[str, str] | None = None,
         listen: str | None = None,
+        run: str = "",
     ) -> None:
         super().__init__(policy, options or GrpcOptions(), keep_entries)
         self.address = coordinator
+        #: the run's fingerprint (this party's config), said in the hello: the hub compares
+        self.run = run
         self.tls = tls
         self.server_name = server_name
         self.direct = dict(direct or {})
@@ -147,6 +150,8 @@ class GrpcPartyTransport(_Endpoint):
             self._start_server(bind, "fedviews.Peer", 64)
             log.info("%r listens for direct links on %s", name, bind)
         hello = self._hello(name)
+        if self.run:
+            hello["run"] = self.run
         if self.tls is not None and self.options.end_to_end:
             self.e2e = E2EKeys(name, self.tls, hub=self.server_name)
             hello["e2e"] = self.e2e.bundle()
