@@ -367,22 +367,21 @@ def test_fedviews_predict_over_grpc(tmp_path: Path, monkeypatch: pytest.MonkeyPa
     new = _vfedmv_new_rows(files, drop=3)
     for p, data in new.items():
         save_party_data(tmp_path / "new" / f"{p}.npz", data)
-    out = fedviews(
-        "predict",
-        str(config),
-        "--model",
-        str(run),
-        "--data-dir",
-        str(tmp_path / "new"),
-        "--out",
-        str(pred),
-    )
+
+    def predict(new: dict[str, PartyData], pred: Path) -> str:
+        """`fedviews predict` of the files in ``tmp_path/new``: the estimator's labels of
+        ``new`` (the training overrides not repeated)."""
+        args = ["--model", str(run), "--data-dir", str(tmp_path / "new"), "--out", str(pred)]
+        out = fedviews("predict", str(config), *args)
+        assert "the training run's overrides: params.max_iter=3" in out
+        ids, labels, _ = _vfedmv_reference(trained, files, new)
+        got = _npz(pred / "fou" / "predictions.npz")
+        np.testing.assert_array_equal(got["ids"], ids)
+        np.testing.assert_array_equal(got["labels"], labels)
+        return out
+
+    out = predict(new, pred)
     assert "[fou] predicted 27 rows" in out and "PSI predict" in out
-    assert "the training run's overrides: params.max_iter=3" in out
-    ids, labels, _ = _vfedmv_reference(trained, files, new)
-    got = _npz(pred / "fou" / "predictions.npz")
-    np.testing.assert_array_equal(got["ids"], ids)
-    np.testing.assert_array_equal(got["labels"], labels)
     log = json.loads((pred / "coordinator" / "message_log.json").read_text())
     for p in ("pix", "fou"):
         assert set(log["crossings"][f"{p} -> coordinator"]) == {"Z_k_test", "psi_set", "psi_sealed"}
@@ -392,21 +391,7 @@ def test_fedviews_predict_over_grpc(tmp_path: Path, monkeypatch: pytest.MonkeyPa
     (block,) = re.findall(r"```python\n(.*?)```", page, re.S)
     monkeypatch.chdir(tmp_path)
     exec(block, {})  # the page's own code
-    pred = tmp_path / "pred_docs"
-    fedviews(
-        "predict",
-        str(config),
-        "--model",
-        str(run),
-        "--data-dir",
-        str(tmp_path / "new"),
-        "--out",
-        str(pred),
-    )
-    ids, labels, _ = _vfedmv_reference(trained, files, _vfedmv_new_rows(files, drop=0))
-    got = _npz(pred / "fou" / "predictions.npz")
-    np.testing.assert_array_equal(got["ids"], ids)
-    np.testing.assert_array_equal(got["labels"], labels)
+    predict(_vfedmv_new_rows(files, drop=0), tmp_path / "pred_docs")
 
 
 SPLITNN = """
