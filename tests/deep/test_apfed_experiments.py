@@ -71,6 +71,11 @@ def test_table2_tiny_run(tmp_path: Path) -> None:
     assert res.message_log is not None and res.message_log["APFed-C"]["crossings"][
         "passive2 -> active"
     ] == ["grad_h_A"]
+    # one training's log per group, not the run's traffic: the report and summary say so
+    groups = [k for k in res.message_log if k != "scope"]
+    assert res.message_log["scope"] == (
+        f"the last training of each method group ({2 * len(groups)} in this run)"
+    )
     assert (out / "table2.png").is_file() and (out / "report.html").is_file()
 
 

@@ -230,6 +230,8 @@ def run_table2(cfg: ExperimentConfig, ctx: RunContext) -> ExperimentResult:
                 curves[setting][meth].append(out["history"])
                 seconds[meth] += out["seconds"]
         log[group] = out["message_log"]
+    if len(cells) > len(groups):  # the report and the summary line say whose traffic it is
+        log["scope"] = f"the last training of each method group ({len(cells)} in this run)"
     own = {k: v for k, v in p.networks(passive=True).items() if v}
     # the paper's numbers are those of its networks: none beside a run of the user's
     paper = None if own else _paper(cfg.data.name)

@@ -230,6 +230,8 @@ def run_sfedmv(cfg: ExperimentConfig, ctx: RunContext) -> ExperimentResult:
         },
         tables=tables,
         figures=[fig],
-        message_log=log_summary,
+        message_log=log_summary
+        if log_summary is None or p.n_repeats == 1  # else: say whose traffic it is
+        else {**log_summary, "scope": f"the last of this run's {p.n_repeats} federated trainings"},
         summary="accuracy: " + ", ".join(f"{k} {v:.1f}%" for k, v in acc.items()),
     )
