@@ -74,7 +74,7 @@ def process_env(n_processes: int) -> dict[str, str]:
 
 class _Output:
     """What the launcher keeps of one process's output while echoing it: whether it said
-    that it joined (:data:`~fedviews.deploy._session.CONNECTED`), and its last error line."""
+    that it joined (:data:`CONNECTED`), and its last error line."""
 
     def __init__(self) -> None:
         self.joined = False

@@ -65,6 +65,10 @@ class GrpcHub(_Endpoint):
         name they claim. ``None`` means plain text (insecure; for tests only).
     options : GrpcOptions
         Timeouts, heartbeats, chunk size.
+    run : str
+        The run's fingerprint (a deployment's config); a party whose hello says another is
+        refused, and with TLS the run stops naming it (:meth:`wait_for_parties`). Empty:
+        not compared.
     """
 
     def __init__(

@@ -89,6 +89,9 @@ class GrpcPartyTransport(_Endpoint):
     listen : str or None
         The address this party binds for direct links, if not its ``direct`` entry
         (e.g. ``0.0.0.0:7101`` behind a NAT that peers reach as ``host:7101``).
+    run : str
+        The run's fingerprint (this party's deployment config), said in its hello: a hub
+        with another refuses it (``GrpcHub(run=...)``). Empty: not said.
     """
 
     _serves_peers = True
