@@ -431,3 +431,22 @@ def test_importing_linear_loads_neither_experiments_nor_rich() -> None:
     )
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "[]", done.stdout
+
+
+def test_subpackages_load_on_first_use_of_the_package() -> None:
+    """``import fedviews; fedviews.data.load(...)`` (multivfl.md's one-liner) failed with
+    "module 'fedviews' has no attribute 'data'" unless something had imported fedviews.data;
+    the subpackages now load on first use, and plain ``import fedviews`` still loads neither
+    torch nor grpc."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, fedviews\n"
+        "assert not {'torch', 'grpc', 'fedviews.data'} & set(sys.modules)\n"
+        "assert callable(fedviews.data.load) and fedviews.linear.MMVFL\n"
+        "try:\n    fedviews.no_such_thing\nexcept AttributeError as e:\n    print(e)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "module 'fedviews' has no attribute 'no_such_thing'"

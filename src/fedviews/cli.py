@@ -67,7 +67,14 @@ def run(
     out: Annotated[
         Path | None, typer.Option(help="Run folder (default runs/<name>-<timestamp>).")
     ] = None,
-    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bars.")] = False,
+    quiet: Annotated[
+        bool,
+        typer.Option(
+            "--quiet",
+            "-q",
+            help="No progress bars or progress lines (warnings, tables and the summary still print).",
+        ),
+    ] = False,
     resume: Annotated[
         Path | None,
         typer.Option(
@@ -199,7 +206,14 @@ def reproduce(
         Path | None,
         typer.Option(help="Folder of the entries' run folders (default runs/reproduce-<time>)."),
     ] = None,
-    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bars.")] = False,
+    quiet: Annotated[
+        bool,
+        typer.Option(
+            "--quiet",
+            "-q",
+            help="No progress bars or progress lines (warnings, tables and the summary still print).",
+        ),
+    ] = False,
 ) -> None:
     """Re-make the published results tables (reproductions.toml) and check or record them.
 

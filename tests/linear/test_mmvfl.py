@@ -168,6 +168,9 @@ def test_bad_input_errors():
     m = MMVFL(max_iter=2).fit(Xs, y)
     with pytest.raises(DataError, match="features"):
         m.predict(Xs[0], party=1)
+    # the view of the party that predicts is named, not the "X[0]" of a list
+    with pytest.raises(DataError, match=r"^X \(party 1's view\) contains 1 NaN"):
+        m.predict(bad[1], party=1)
 
 
 @pytest.mark.parametrize("name", ["MMVFL", "VFedMV"])

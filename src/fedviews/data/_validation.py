@@ -50,6 +50,26 @@ def check_numeric(X: Any, name: str) -> np.ndarray:
     return arr
 
 
+def check_view(X: Any, *, name: str = "X") -> np.ndarray:
+    """One view ``(n_samples, d)`` as a 2-D float64 array, named ``name`` in the errors (a
+    party's own view at prediction: ``"X (party 2's view)"``, not the ``X[0]`` of a list).
+
+    Raises
+    ------
+    DataError
+        If it is not 2-D, is empty, sparse, complex, or contains NaN or infinite values.
+    """
+    arr = check_numeric(X, name).astype(np.float64, copy=False)
+    if arr.ndim != 2:
+        raise DataError(f"{name} must be 2-D (n_samples, n_features), got shape {arr.shape}")
+    if arr.shape[0] == 0 or arr.shape[1] == 0:
+        raise DataError(f"{name} is empty (shape {arr.shape})")
+    if not np.isfinite(arr).all():
+        bad = int((~np.isfinite(arr)).sum())
+        raise DataError(f"{name} contains {bad} NaN or infinite values; impute or drop them first")
+    return arr
+
+
 def check_Xs(
     Xs: Any,
     *,
@@ -83,21 +103,7 @@ def check_Xs(
         raise DataError(f"{name} must be a non-empty list of 2-D arrays, got {type(Xs).__name__}")
     if n_views is not None and len(Xs) != n_views:
         raise DataError(f"{name} has {len(Xs)} views, expected {n_views}")
-    out: list[np.ndarray] = []
-    for k, X in enumerate(Xs):
-        arr = check_numeric(X, f"{name}[{k}]").astype(np.float64, copy=False)
-        if arr.ndim != 2:
-            raise DataError(
-                f"{name}[{k}] must be 2-D (n_samples, n_features), got shape {arr.shape}"
-            )
-        if arr.shape[0] == 0 or arr.shape[1] == 0:
-            raise DataError(f"{name}[{k}] is empty (shape {arr.shape})")
-        if not np.isfinite(arr).all():
-            bad = int((~np.isfinite(arr)).sum())
-            raise DataError(
-                f"{name}[{k}] contains {bad} NaN or infinite values; impute or drop them first"
-            )
-        out.append(arr)
+    out = [check_view(X, name=f"{name}[{k}]") for k, X in enumerate(Xs)]
     rows = {a.shape[0] for a in out}
     if len(rows) != 1:
         raise DataError(

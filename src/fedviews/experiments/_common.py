@@ -53,7 +53,7 @@ def unconverged_fits(ctx: RunContext, method: str, max_iter: int) -> Iterator[di
             warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
     record.update(unconverged_fits=n, converged=n == 0)
     if n:
-        ctx.log(
+        ctx.warn(
             f"converged: false — {n} {method} fits stopped at max_iter={max_iter} before "
             "their tol held (raise params.max_iter to converge)"
         )

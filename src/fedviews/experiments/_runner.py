@@ -119,6 +119,11 @@ class RunContext:
         if not self.quiet:
             self.console.log(text)
 
+    def warn(self, text: str) -> None:
+        """A line about the results' quality (fits that did not converge): printed with
+        ``--quiet`` too, which drops the progress, not what a reader of the tables needs."""
+        self.console.print(f"warning: {text}", highlight=False, soft_wrap=True)
+
     @contextlib.contextmanager
     def progress(self, total: int, description: str) -> Iterator[Callable[[int], None]]:
         """``with ctx.progress(n, "folds x beta") as advance: ... advance(1)``."""

@@ -212,9 +212,14 @@ def run_defense_sweep(cfg: ExperimentConfig, ctx: RunContext) -> ExperimentResul
         for seed in seeds
     }  # every setting's config is checked before the first one trains
 
+    logged: dict[str, Any] = {}  # the first training's message log that this process ran
+
     def compute(dep: Any, label: str, seed: int) -> dict[str, Any]:
         ctx.log(f"setting {label!r}, seed {seed}: {asdict(dep.defense)}")
         done = audit_once(dep, p, seed, ctx)
+        if not logged and done.message_log:
+            scope = f"one training: setting {label!r}, seed {seed} (of {len(deps)} in this run)"
+            logged.update(done.message_log, scope=scope)
         eps, delta = _epsilon(done.privacy)
         return {
             "seed": seed,
@@ -283,5 +288,6 @@ def run_defense_sweep(cfg: ExperimentConfig, ctx: RunContext) -> ExperimentResul
         metrics={"seeds": seeds, "settings": settings},
         tables=[summary, detail],
         figures=[fig],
+        message_log=logged or None,  # none where every cell was restored from an earlier run
         summary=f"{len(settings)} defense settings of {p.algorithm}, {n} seed(s) each",
     )

@@ -12,7 +12,7 @@ from threadpoolctl import threadpool_limits
 from fedviews._estimator import accuracy
 from fedviews._params import COUNT, POSITIVE, TOL, check_value
 from fedviews._persist import Persistent
-from fedviews.data import check_Xs
+from fedviews.data import check_view
 from fedviews.errors import ConfigError, DataError, check_fitted
 from fedviews.federation import Algorithm, Coordinator
 
@@ -86,7 +86,7 @@ class PartyPredictor(Persistent):
         check_fitted(self, "W_", "classes_")
         k = self._party(party)
         W = self.W_[k]
-        (X,) = check_Xs([X], name="X")
+        X = check_view(X, name=f"X (party {k}'s view)")
         if X.shape[1] != W.shape[0]:
             raise DataError(f"X has {X.shape[1]} features, party {party} was fit with {W.shape[0]}")
         scalers = getattr(self, "scalers_", None)
