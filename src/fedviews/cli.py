@@ -24,6 +24,14 @@ from fedviews._heap import keep_freed_memory
 from fedviews._tables import closest, read_toml
 from fedviews.errors import ConfigError, FedViewsError
 
+_Quiet = Annotated[
+    bool,
+    typer.Option(
+        "--quiet",
+        "-q",
+        help="No progress bars or progress lines (warnings, tables and the summary still print).",
+    ),
+]
 app = typer.Typer(
     name="fedviews",
     help="Multi-party vertical federated learning and multi-view learning.",
@@ -67,14 +75,7 @@ def run(
     out: Annotated[
         Path | None, typer.Option(help="Run folder (default runs/<name>-<timestamp>).")
     ] = None,
-    quiet: Annotated[
-        bool,
-        typer.Option(
-            "--quiet",
-            "-q",
-            help="No progress bars or progress lines (warnings, tables and the summary still print).",
-        ),
-    ] = False,
+    quiet: _Quiet = False,
     resume: Annotated[
         Path | None,
         typer.Option(
@@ -206,14 +207,7 @@ def reproduce(
         Path | None,
         typer.Option(help="Folder of the entries' run folders (default runs/reproduce-<time>)."),
     ] = None,
-    quiet: Annotated[
-        bool,
-        typer.Option(
-            "--quiet",
-            "-q",
-            help="No progress bars or progress lines (warnings, tables and the summary still print).",
-        ),
-    ] = False,
+    quiet: _Quiet = False,
 ) -> None:
     """Re-make the published results tables (reproductions.toml) and check or record them.
 

@@ -328,7 +328,8 @@ def register(app: typer.Typer, show_run: Callable[[Path], None] | None = None) -
         """Predict new rows together with a launched run's model; predictions land with the label owner.
 
         The coordinator and every party run as local processes, each with its own part of the
-        model (its run folder of the training launch)."""
+        model (its run folder of the training launch). The training launch's overrides (its
+        launch.json) apply first, then OVERRIDES."""
         from fedviews.errors import ConfigError
 
         if model is None:
