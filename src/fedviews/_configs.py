@@ -87,3 +87,15 @@ def resolve_config(path: Path) -> Path:
             "(`fedviews configs list` shows them)"
         )
     return Path(str(found)) if isinstance(found, Path) else path
+
+
+def config_file(path: Path) -> Path:
+    """:func:`resolve_config` of a command's CONFIG argument, saying on the terminal when it is
+    a shipped config (``configs/NAME.toml: the shipped config ...``): what ``fedviews run`` and
+    every deployment command take."""
+    from fedviews._console import console
+
+    found = resolve_config(path)
+    if found != path:
+        console.print(f"{path}: the shipped config {found}", highlight=False, soft_wrap=True)
+    return found

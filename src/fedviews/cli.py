@@ -18,7 +18,7 @@ import click
 import typer
 from rich.markup import escape
 
-from fedviews._configs import copy_config, list_configs, resolve_config
+from fedviews._configs import config_file, copy_config, list_configs
 from fedviews._console import DEBUG, OWN_PROCESS, console, err_console, friendly
 from fedviews._heap import keep_freed_memory
 from fedviews._tables import closest, read_toml
@@ -109,9 +109,7 @@ def run(
         return
     if config is None:
         raise ConfigError("give a CONFIG file (see configs/) or --resume RUN_DIR")
-    if (found := resolve_config(config)) != config:
-        console.print(f"{config}: the shipped config {found}", highlight=False, soft_wrap=True)
-        config = found
+    config = config_file(config)
     if "federation" in read_toml(config):  # a deployment (experiments name no federation)
         from fedviews.deploy import launch, load_deploy_config
 

@@ -82,6 +82,7 @@ def leaves_at_once(command: F) -> F:
 def register(app: typer.Typer, show_run: Callable[[Path], None] | None = None) -> None:
     """Add the deployment commands to the ``fedviews`` app; ``show_run(run_dir)`` ends a
     training launch's output as ``fedviews run`` ends it (run folder, report, summary)."""
+    from fedviews._configs import config_file
     from fedviews._console import console, err_console, friendly
 
     certs_app = typer.Typer(
@@ -107,15 +108,6 @@ def register(app: typer.Typer, show_run: Callable[[Path], None] | None = None) -
                 + certificate_advice(name, operator)
             )
         return TLSFiles.from_dir(certs, name, operator=operator)
-
-    def config_file(config: Path) -> Path:
-        """``config``, or the shipped config of that name where no such file exists (a bare
-        name or ``configs/NAME.toml`` run outside the repository), as ``fedviews run`` takes it."""
-        from fedviews._configs import resolve_config
-
-        if (found := resolve_config(config)) != config:
-            console.print(f"{config}: the shipped config {found}", highlight=False, soft_wrap=True)
-        return found
 
     def launch_all(
         config: Path, overrides: list[str] | None, insecure: bool, **options: Any

@@ -195,7 +195,7 @@ def _barrier(rec: RunRecord) -> list[str]:
     scope = rec.log_scope()
     out = [
         "<p>Every (sender, receiver) pair that exchanged messages in "
-        + (html.escape(scope) + " (the message log keeps that fit's)" if scope else "this run")
+        + (html.escape(scope) if scope else "this run")
         + " is an arrow "
         f"(with more than {MAX_ARROWS} pairs, a filled cell of a sender × receiver table), "
         "labelled with the arrays that crossed and the bytes on the wire. What the "
