@@ -142,6 +142,29 @@ def test_modules_key_of_deploy_config_is_validated():
         load_deploy_config({**base, "algorithm": "fedridge_nope"})
 
 
+def test_fedviews_experiments_lists_what_a_module_registers():
+    """`fedviews experiments` read no config and so never listed a user's registrations."""
+    r = fedviews("experiments", "--module", "fedridge", "-m", "fedridge_experiment")
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "fedridge_views" in r.stdout
+    specs = next(line for line in r.stdout.splitlines() if line.startswith("algorithms"))
+    assert "fedridge" in specs.split(": ")[1].split(", ") and "mmvfl" in specs
+    assert "fedridge" not in fedviews("experiments").stdout  # (not imported: not listed)
+    bad = fedviews("experiments", "--module", "no_such_fedviews_plugin")
+    assert bad.returncode == 2 and "--module: no module named" in bad.stderr
+
+
+def test_the_estimator_block_of_the_page_runs_as_printed():
+    """Its block used X_a, X_b, X_c and y without saying where they came from."""
+    page = (EXAMPLES.parent / "adding-an-algorithm.md").read_text(encoding="utf-8")
+    block = next(b for b in page.split("```python\n")[1:] if "FedRidge(alpha" in b)
+    namespace: dict = {}
+    with example_module("fedridge"):  # (the block's own sys.path line is relative)
+        exec(block.split("```")[0], namespace)
+    assert [w.shape for w in namespace["model"].coef_] == [(76,), (47,), (64,)]
+    assert set().union(*namespace["model"].transport_.log.crossings().values()) == DECLARED
+
+
 def test_fedviews_run_of_the_example_config(tmp_path):
     out = tmp_path / "run"
     config = "docs/examples/fedridge_handwritten.toml"

@@ -337,18 +337,36 @@ def compare(
 
 @app.command()
 @friendly
-def experiments() -> None:
-    """List the registered experiments and algorithms."""
+def experiments(
+    module: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--module",
+            "-m",
+            help="Import this module first (repeatable), as a config's `modules` list does: "
+            "what it registers is listed too.",
+        ),
+    ] = None,
+) -> None:
+    """List the registered experiments and algorithms (fedviews' own; with --module, also a
+    module's of your own)."""
     from rich.table import Table
 
+    from fedviews._tables import import_modules
     from fedviews.experiments import list_algorithms, list_experiments
+
+    import_modules(list(module or []), "--module")
 
     title = "experiments (use as `experiment = ...` in a config)"
     t = Table("name", "default data", "needs", "description", title=title)
     for spec in list_experiments():
         t.add_row(spec.name, spec.default_dataset, spec.needs or "", spec.description)
     console.print(t)
-    console.print("algorithms: " + ", ".join(list_algorithms()))
+    console.print("estimators: " + ", ".join(list_algorithms()))
+    from fedviews.federation import ALGORITHMS
+
+    specs = ", ".join(ALGORITHMS.names())
+    console.print(f"algorithms (`algorithm = ...` in a deployment config): {specs}")
 
 
 @datasets_app.command("list")

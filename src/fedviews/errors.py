@@ -123,6 +123,11 @@ class MissingDependency(FedViewsError, ImportError):
         )
 
 
+class DataWarning(UserWarning):
+    """Data that is used as given but looks like a mistake (e.g. float images in 0..255,
+    which only ``uint8`` pixels are scaled from)."""
+
+
 class ConvergenceWarning(UserWarning):
     """A fit stopped at its iteration limit (``max_iter``) before its stopping rule (``tol``)
     held: its result is that of an unconverged run (``converged_`` is False)."""

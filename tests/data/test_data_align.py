@@ -45,6 +45,8 @@ def test_alignment_errors() -> None:
         align(["a", "b", "a"], ["a"])
     with pytest.raises(DataError, match="share no sample ID"):
         align(["a", "b"], ["c", "d"])
+    with pytest.raises(DataError, match="ids of party 0 contains 1 NaN or infinite IDs"):
+        align(np.array([1.0, 2.0, np.nan]), np.array([1.0, 2.0]))  # (its row dropped unnamed)
     with pytest.raises(DataError, match="mix types"):
         align(["1", "2"], [1, 2])
     with pytest.raises(DataError, match="at least one"):

@@ -24,6 +24,7 @@ from fedviews.deep._apfed_nets import (  # noqa: E402
     APFedNets,
     Decoder,
     Encoder,
+    as_images,
     cut_strips,
     parse_setting,
 )
@@ -43,6 +44,7 @@ from fedviews.deep.apfed.spec import APFedAlgorithm, apfed_policy  # noqa: E402
 from fedviews.errors import (  # noqa: E402
     ConfigError,
     DataError,
+    DataWarning,
     NotFittedError,
     PrivacyError,
     ProtocolError,
@@ -716,3 +718,19 @@ def test_user_networks_take_images_the_paper_has_no_network_for() -> None:
             ConfigError, match="no APFed network for 2-channel images.*give your own networks"
         ):
             est.fit(X, y)
+
+
+def test_float_images_in_0_to_255_are_used_as_given_with_a_warning():
+    """Only uint8 pixels are scaled to [0, 1]: ``images.astype(np.float32)`` of raw pixels
+    made APFed-R diverge (loss 6.5e10) with no word. Now a DataWarning says so; uint8 pixels,
+    scaled floats and standardised features pass silently."""
+    raw = np.random.default_rng(0).integers(0, 256, size=(4, 6, 6))
+    with pytest.warns(DataWarning, match="whole values from 0 to 255, as raw 0..255 pixels"):
+        got = as_images(raw.astype(np.float32))
+    assert got.max() > 1  # (used as given)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", DataWarning)
+        assert as_images(raw.astype(np.uint8)).max() <= 1.0
+        as_images(raw / 255.0)
+        as_images(raw - 127.5)  # standardised: negative values
+        as_images(raw + 0.5)  # not whole values

@@ -84,6 +84,34 @@ def test_split_data_for_multivfl_and_nd_party_files(tmp_path):
         save_party_data(tmp_path / "x.csv", a)
 
 
+def test_split_data_with_a_config_writes_what_launch_writes(tmp_path):
+    """It took seed 0 (its option's default) over the config's seed, so its files were not
+    those of `fedviews launch` for a config of another seed; DATASET replaced the config's
+    dataset without a word when that failed."""
+    from fedviews.deploy import load_deploy_config
+    from fedviews.deploy._data import write_demo_data
+
+    config = tmp_path / "d.toml"
+    config.write_text(
+        'algorithm = "mmvfl"\nseed = 5\n[federation]\nparties = ["fou", "zer"]\n'
+        'label_owner = "fou"\n[data]\nn_per_class = 3\n'
+    )
+    launched = write_demo_data(load_deploy_config(config), tmp_path / "launch")
+    for seed, same in (([], True), (["--seed", "7"], False)):
+        out = tmp_path / f"split{len(seed)}"
+        res = runner.invoke(
+            app, ["split-data", "handwritten", str(out), "--config", str(config)] + seed
+        )
+        assert res.exit_code == 0, res.output
+        for name, path in launched.items():
+            got, want = load_party_data(out / path.name), load_party_data(path)
+            assert np.array_equal(got.ids, want.ids) == same, name
+    res = runner.invoke(app, ["split-data", "mnist", str(tmp_path / "m"), "--config", str(config)])
+    assert res.exit_code == 2
+    said = " ".join(res.output.split())
+    assert "DATASET 'mnist' replaces d.toml's data.dataset 'handwritten'" in said, said
+
+
 def test_deploy_config_validation(tmp_path):
     base = {
         "algorithm": "mmvfl",
@@ -246,7 +274,13 @@ def test_csv_party_files_blank_lines_ids_and_labels(tmp_path):
     with pytest.raises(DataError, match="line 3 has 2 fields, the header 3"):
         load_party_data(f)
     f.write_text("id,label,a\n1,0.5,0.5\n")
-    with pytest.raises(DataError, match="not a class index"):
+    with pytest.raises(DataError, match="'0.5' is not a class index.*regression.*.npz"):
+        load_party_data(f)  # (it said "non-numeric value" of a number)
+    f.write_text("id,label,a\n1,cat,0.5\n")
+    with pytest.raises(DataError, match="label 'cat' is not a class index"):
+        load_party_data(f)
+    f.write_text("id,label,a\n1,1,x\n")
+    with pytest.raises(DataError, match="non-numeric value"):
         load_party_data(f)
     # labels a .csv cannot hold: one clear error, and no half-written file
     d = PartyData(np.array([1, 2]), np.ones((2, 1)), np.array(["cat", "dog"]))

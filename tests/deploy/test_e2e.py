@@ -162,6 +162,23 @@ def test_a_sealed_reply_with_an_unreadable_shape_names_its_sender(relay, monkeyp
     assert relay["errors"] == []  # nobody's stream died
 
 
+def test_a_sealed_reply_with_a_nan_is_refused_by_its_reader_naming_its_sender(
+    relay, monkeypatch
+) -> None:
+    """Only ``a`` can read b's sealed reply: ``a`` refuses its NaN on arrival, naming b (its
+    handler read ``reply.arrays`` as they came), and reports that to the coordinator."""
+    poisoned = SECRET * np.where(np.arange(SECRET.size) == 5, np.nan, 1.0)
+    monkeypatch.setattr(
+        Receiver, "on_pass", lambda self, msg: self.reply(msg, arrays={"y": poisoned})
+    )
+    with pytest.raises(RemoteError) as caught:
+        relay["hub"].local["coordinator"].send("a", "go")
+    err = caught.value
+    assert err.reported_by == "a"
+    assert "'b' sent 'y' with NaN or infinite values in 'pass:reply'" in err.text
+    assert relay["errors"] == []
+
+
 def test_an_altered_replayed_or_forged_payload_is_refused(relay) -> None:
     hub = relay["hub"]
     hub.local["coordinator"].send("a", "go")

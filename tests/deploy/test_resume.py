@@ -18,6 +18,7 @@ from _protocol import fedviews_process, mmvfl_inputs
 
 from fedviews.deploy import load_deploy_config
 from fedviews.deploy._checkpoint import Checkpoints
+from fedviews.deploy._data import write_demo_data
 from fedviews.deploy._session import DeployCoordinator
 from fedviews.errors import ConfigError, DataError, PartyUnavailable, ProtocolError
 from fedviews.federation import SetupReport, federate
@@ -191,10 +192,13 @@ def _kill(party: str) -> Callable[[int], None]:
 @pytest.mark.skipif(not Path("/proc/self/task").is_dir(), reason="needs Linux /proc")
 def test_killed_party_then_resume_equals_uninterrupted(tmp_path):
     pytest.importorskip("grpc")
-    # a deployment config given to `fedviews run` is launched (TLS); SIGKILL `zer` once it
+    # a deployment config launched (TLS) on data files of the user's; SIGKILL `zer` once it
     # works on round 5
+    data = tmp_path / "files"
+    (tmp_path / "deploy.toml").write_text(CONFIG)
+    write_demo_data(load_deploy_config(tmp_path / "deploy.toml"), data)
     proc, run, out, seconds = _start_until(
-        tmp_path, CONFIG, "[zer] round 5", _kill("zer"), cmd="run"
+        tmp_path, CONFIG, "[zer] round 5", _kill("zer"), "--data-dir", str(data)
     )
     assert proc.returncode == 2, out
     flat = " ".join(out.split())  # the error line may be wrapped
@@ -212,7 +216,8 @@ def test_killed_party_then_resume_equals_uninterrupted(tmp_path):
     for p in PARTIES:  # every party holds (its own) checkpoint of that round
         assert done in Checkpoints(run / p / "checkpoints", "").rounds()
 
-    proc = subprocess.Popen(  # the command the error message suggests
+    assert not (run / "data").exists()
+    proc = subprocess.Popen(  # the command the error message suggests: on the same files
         [sys.executable, "-m", "fedviews", "run", "--resume", str(run)],
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
@@ -227,7 +232,8 @@ def test_killed_party_then_resume_equals_uninterrupted(tmp_path):
     assert f"[zer] resumed from its checkpoint of round {resumed}" in out
 
     cfg = load_deploy_config(tmp_path / "deploy.toml")
-    Xs, y = mmvfl_inputs(run / "data", PARTIES, owner=1)
+    assert not (run / "data").exists()  # (it dealt demo data and failed on them)
+    Xs, y = mmvfl_inputs(data, PARTIES, owner=1)
     p = cfg.params
     ref = MMVFL(
         beta=p.beta,
@@ -241,6 +247,17 @@ def test_killed_party_then_resume_equals_uninterrupted(tmp_path):
     for k, name in enumerate(PARTIES):
         with np.load(run / name / "result.npz") as z:
             np.testing.assert_array_equal(z["W"], ref.W_[k])
+
+    # resumed once more, the finished run is refused: it trained one round past its end and
+    # overwrote its results
+    again = subprocess.run(
+        [sys.executable, "-m", "fedviews", "run", "--resume", str(run)],
+        capture_output=True,
+        text=True,
+    )
+    assert again.returncode == 2, again.stdout + again.stderr
+    assert "finished" in again.stdout + again.stderr and "nothing to resume" in again.stderr
+    assert json.loads((run / "coordinator" / "results.json").read_text()) == res
 
 
 APFED = """

@@ -35,6 +35,22 @@ def test_policy_checks_kinds_and_their_replies():
         p.check("c", "coordinator", "a", "party", [], "update:reply")  # a reply the other way
 
 
+@pytest.mark.parametrize(
+    ("rules", "kinds", "says"),
+    [
+        ({("a", "b"): "Xw"}, None, r"got 'Xw' \(write \['Xw'\]\)"),  # not the names X and w
+        ({("a", "b"): ["x"]}, {("a", "b"): "upd"}, r"got 'upd'"),
+        ({("a",): ["x"]}, None, r"pair, got \('a',\)"),
+        ({"ab": ["x"]}, None, "pair, got 'ab'"),
+        ({("a", "b"): ["x", 3]}, None, r"list of strings, got \['x', 3\]"),
+    ],
+)
+def test_a_malformed_policy_is_a_config_error(rules, kinds, says):
+    """A bare string of names was taken letter by letter (allowing ``X`` and ``w``)."""
+    with pytest.raises(ConfigError, match=says):
+        PrivacyPolicy.of("t", rules, kinds)
+
+
 def test_open_policies_still_reserve_session_kinds_for_the_coordinator():
     algo = PrivacyPolicy.of("algo", {("party", "party"): ["h"]})  # kinds unchecked
     session = PrivacyPolicy.of("session", {}, kinds={("coordinator", "party"): ["deploy:finish"]})

@@ -84,7 +84,7 @@ def test_a_receiver_refuses_what_decodes_to_nan_or_infinity(codec, arrays):
     """Every encoding decoded NaN or infinite values as sent (a bf16 NaN, an int8 scale whose
     product overflows float32, a float64 beyond float32's range): one such gradient or
     activation made the receiver's model NaN without an error; now a ProtocolError names the
-    sender."""
-    msg = Message.decode(Message("k", "mallory", "b", arrays=arrays).encode())
+    sender (a NaN or an infinity sent as it is: already its decoding)."""
     with pytest.raises(ProtocolError, match="'mallory' sent"):
+        msg = Message.decode(Message("k", "mallory", "b", arrays=arrays).encode())
         Codec(codec, 0.1).unpack(msg, "g", (5, 12))

@@ -178,6 +178,9 @@ def check_ids(ids: Any, *, name: str = "ids") -> np.ndarray:
         _sortable(arr, name, "IDs")
         if len(arr) and all(isinstance(v, str) for v in arr):
             arr = arr.astype(str)
+    if arr.dtype.kind in "fc" and not np.isfinite(arr).all():  # (a NaN matches no ID, not even
+        bad = int((~np.isfinite(arr)).sum())  # another NaN: its row would vanish unnamed)
+        raise DataError(f"{name} contains {bad} NaN or infinite IDs; every row needs an ID")
     uniq, counts = np.unique(arr, return_counts=True)
     if (counts > 1).any():
         dup = uniq[counts > 1][:5].tolist()

@@ -37,7 +37,7 @@ import numpy as np
 
 from fedviews._estimator import is_int
 from fedviews.data import check_numeric
-from fedviews.deep._common import as_strips, torch_seed
+from fedviews.deep._common import as_strips, torch_seed, warn_raw_pixels
 from fedviews.deep._factory import build_network, logits, output_shape, resolve_factory
 from fedviews.errors import ConfigError, DataError, MissingDependency
 
@@ -79,7 +79,9 @@ def as_images(images: Any, name: str = "images") -> np.ndarray:
     (:func:`fedviews.deep._common.as_strips`); other values are used as given. Sparse,
     complex or non-numeric images are a :class:`DataError` (:func:`fedviews.data.check_numeric`).
     """
-    arr = as_strips(check_numeric(images, name))
+    given = check_numeric(images, name)
+    warn_raw_pixels(given, name)
+    arr = as_strips(given)
     if arr.ndim != 4 or min(arr.shape) == 0:
         raise DataError(
             f"{name} must have shape (n, H, W) or (n, C, H, W) (channels first), got {arr.shape}"

@@ -16,6 +16,7 @@ from __future__ import annotations
 import importlib
 import random
 import threading
+import warnings
 from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -23,7 +24,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import numpy as np
 
 from fedviews._params import spec
-from fedviews.errors import ConfigError, DataError, MissingDependency
+from fedviews.errors import ConfigError, DataError, DataWarning, MissingDependency
 from fedviews.federation import CODECS, to_host
 
 if TYPE_CHECKING:
@@ -156,6 +157,25 @@ def as_strips(X: np.ndarray) -> np.ndarray:
     X = np.asarray(X)
     X = X[:, None] if X.ndim == 3 else X
     return X.astype(np.float32) / 255.0 if X.dtype == np.uint8 else X.astype(np.float32)
+
+
+def warn_raw_pixels(images: np.ndarray, name: str) -> None:
+    """Warn (:class:`~fedviews.errors.DataWarning`) where float ``images`` hold whole values
+    from 0 up to more than 1 and at most 255, as raw pixels do: only ``uint8`` pixels are
+    scaled to ``[0, 1]``, and a network trained on 0..255 inputs can diverge without an error
+    (APFed-R did). Whole values are read on the first 256 samples only."""
+    if images.dtype.kind != "f" or not images.size:
+        return
+    top, low = float(images.max()), float(images.min())
+    head = images[:256]
+    if 1.0 < top <= 255.0 and low >= 0.0 and np.array_equal(head, np.round(head)):
+        warnings.warn(
+            f"{name} holds floats with whole values from {low:g} to {top:g}, as raw 0..255 "
+            "pixels do: they are used as given (only uint8 pixels are scaled to [0, 1]); "
+            "pass uint8 images or divide them by 255",
+            DataWarning,
+            stacklevel=3,
+        )
 
 
 def net_logits(net: Any, strip: np.ndarray, device: Any) -> np.ndarray:

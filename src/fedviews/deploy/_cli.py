@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Annotated, Any, TypeVar, cast
 import typer
 
 from fedviews._console import OWN_PROCESS
+from fedviews.errors import ConfigError
 
 if TYPE_CHECKING:
     from fedviews.federation import TLSFiles
@@ -440,7 +441,9 @@ def register(app: typer.Typer, show_run: Callable[[Path], None] | None = None) -
         n_per_class: Annotated[int, typer.Option(help="Balanced subsample (0 = all).")] = 0,
         overlap: Annotated[float, typer.Option(help="Fraction of samples each party keeps.")] = 1.0,
         fmt: Annotated[str, typer.Option("--format", help="npz, csv or parquet.")] = "npz",
-        seed: int = 0,
+        seed: Annotated[
+            int | None, typer.Option(help="Random seed (default 0; with --config, the config's).")
+        ] = None,
         config: Annotated[
             Path | None,
             typer.Option(
@@ -452,8 +455,8 @@ def register(app: typer.Typer, show_run: Callable[[Path], None] | None = None) -
         """Write one data file per party of a built-in dataset, IDs in each file.
 
         Without --config: one file per view (the first view, or --label-owner, gets the
-        labels). With --config: the parties of that deployment config, as
-        `fedviews launch` would write them.
+        labels). With --config: the parties of that deployment config, as `fedviews launch`
+        would write them (DATASET in place of the config's data.dataset where they differ).
         """
         from fedviews.deploy._data import split_dataset
 
@@ -462,8 +465,19 @@ def register(app: typer.Typer, show_run: Callable[[Path], None] | None = None) -
             from fedviews.deploy._data import write_demo_data
 
             config = config_file(config)
-            cfg = load_deploy_config(config, [f"data.dataset={dataset}", f"seed={seed}"])
-            for name, path in write_demo_data(cfg, outdir).items():
+            own = load_deploy_config(config).data.dataset
+            over = [] if dataset == own else [f"data.dataset={dataset}"]
+            try:
+                cfg = load_deploy_config(config, over + ([] if seed is None else [f"seed={seed}"]))
+                files = write_demo_data(cfg, outdir)
+            except ConfigError as exc:
+                if not over:
+                    raise
+                raise ConfigError(
+                    f"{exc} (DATASET {dataset!r} replaces {config.name}'s data.dataset "
+                    f"{own!r}; give {own!r} for the files `fedviews launch` writes)"
+                ) from None
+            for name, path in files.items():
                 console.print(f"{name}: {path}")
             return
         files = split_dataset(
@@ -474,7 +488,7 @@ def register(app: typer.Typer, show_run: Callable[[Path], None] | None = None) -
             n_per_class=n_per_class,
             overlap=overlap,
             fmt=fmt,
-            seed=seed,
+            seed=seed or 0,
         )
         for name, path in files.items():
             console.print(f"{name}: {path}")

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import csv
 import dataclasses
+import math
 import zipfile
 from collections.abc import Iterable
 from pathlib import Path
@@ -95,9 +96,15 @@ def load_party_data(path: str | Path) -> PartyData:
         ids = np.array([int(v) for v in raw_ids]) if _integers(raw_ids) else np.array(raw_ids)
         try:
             X = np.array([[float(r[j]) for j in feats] for r in body])
-            y = None if i_y is None else np.array([_label(r[i_y]) for r in body])
         except ValueError as exc:
             raise DataError(f"{p}: non-numeric value ({exc})") from None
+        try:
+            y = None if i_y is None else np.array([_label(r[i_y]) for r in body])
+        except ValueError as exc:
+            raise DataError(
+                f"{p}: {exc}: a .csv's label column holds class indices; a real-valued "
+                "target (regression) goes in a .npz or .parquet file"
+            ) from None
         group = None if i_g is None else np.array([r[i_g] for r in body])
         return _party(p, ids=ids, X=X.reshape(len(body), len(feats)), y=y, group=group)
     if p.suffix == ".parquet":
@@ -123,7 +130,10 @@ def _integers(values: list[str]) -> bool:
 
 def _label(v: str) -> int:
     """A class index written as ``3`` or ``3.0`` (what a float label column becomes)."""
-    f = float(v)
+    try:
+        f = float(v)
+    except ValueError:
+        f = math.nan
     if not f.is_integer():
         raise ValueError(f"label {v!r} is not a class index (an integer)")
     return int(f)

@@ -15,6 +15,7 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from datetime import datetime
 from pathlib import Path
+from typing import Any
 
 from fedviews._heap import heap_env
 from fedviews.deploy._config import DeployConfig
@@ -134,6 +135,14 @@ def launch(
             )
         if out_dir is not None and out_dir != resume:
             raise ProtocolError("--resume continues the run in its own folder; drop --out")
+        results, status = resume / cfg.federation.coordinator / "results.json", None
+        with contextlib.suppress(OSError, ValueError, AttributeError):
+            status = json.loads(results.read_text()).get("status")
+        if status == "ok":  # (resuming it would train past its end, overwriting it)
+            raise ConfigError(
+                f"the run in {resume} finished (its {results} says status ok): nothing to "
+                "resume; its results and models stay as they are"
+            )
         out_dir = resume
         if data_dir is None and (resume / "data").is_dir():
             data_dir = resume / "data"
@@ -145,7 +154,14 @@ def launch(
     run_dir.mkdir(parents=True, exist_ok=True)
     if resume is None:  # what `fedviews run --resume RUN_DIR` needs to continue this run
         shutil.copyfile(config, run_dir / LAUNCH_CONFIG)
-        record = {"config": LAUNCH_CONFIG, "overrides": list(overrides), "insecure": insecure}
+        record: dict[str, Any] = {
+            "config": LAUNCH_CONFIG,
+            "overrides": list(overrides),
+            "insecure": insecure,
+        }
+        for key, given in (("data_dir", data_dir), ("certs_dir", certs_dir)):
+            if given is not None:  # (a resume takes them again: `fedviews run --resume`)
+                record[key] = str(Path(given).resolve())
         if model is not None:  # a prediction session: nothing to resume, its model noted
             record["model"] = str(model)
         (run_dir / (LAUNCH_INFO if model is None else PREDICT_INFO)).write_text(json.dumps(record))
@@ -452,6 +468,22 @@ def resume_launch(run_dir: Path, echo: Callable[[str], None] = print) -> Path:
     config = run_dir / str(info["config"])
     overrides = [str(o) for o in info.get("overrides", [])]
     cfg = load_deploy_config(config, overrides)
+    given: dict[str, Any] = {}
+    for key, flag in (("data_dir", "--data-dir"), ("certs_dir", "--certs")):
+        if info.get(key):  # a folder the launch was given
+            folder = Path(str(info[key]))
+            if not folder.is_dir():
+                raise ConfigError(
+                    f"{run_dir} was launched with {flag} {folder}, which is gone: restore it, "
+                    f"or continue with `fedviews launch {config} {flag} DIR --resume {run_dir}`"
+                )
+            given[key] = folder
     return launch(
-        config, cfg, overrides, insecure=bool(info.get("insecure")), echo=echo, resume=run_dir
+        config,
+        cfg,
+        overrides,
+        insecure=bool(info.get("insecure")),
+        echo=echo,
+        resume=run_dir,
+        **given,
     )

@@ -55,6 +55,7 @@ from fedviews.federation._message import (
     read_arrays,
     write_arrays,
 )
+from fedviews.federation._tensors import refuse_not_finite
 
 _INFO = b"fedviews-e2e-v1"
 _HUB = b"fedviews-hub-v1"
@@ -365,7 +366,7 @@ class E2EKeys:
             raise ProtocolError(f"{sender!r} sealed a corrupt meta table") from None
         if not isinstance(meta, dict):
             raise ProtocolError(f"{sender!r} sealed a meta value that is not a table")
-        return Message(
+        msg = Message(
             kind=head["kind"],
             sender=sender,
             receiver=self.name,
@@ -373,6 +374,8 @@ class E2EKeys:
             arrays=read_arrays(memoryview(plain), n_meta, specs, copy=False),
             meta=meta,
         )
+        refuse_not_finite(sender, msg.kind, msg.arrays)
+        return msg
 
     def _check_replay(self, key: tuple[str, bytes, bytes], seq: int) -> None:
         sender = key[0]

@@ -24,7 +24,6 @@ from fedviews.federation._message import (
     _little,
     _spec,
     check_meta,
-    not_finite,
     prefix,
     read_header,
 )
@@ -33,6 +32,8 @@ from fedviews.federation._tensors import (
     Array,
     checked_array,
     first_not_finite,
+    not_finite,
+    refuse_not_finite,
 )
 
 if TYPE_CHECKING:
@@ -194,6 +195,7 @@ def handed_over(
     scatter): also its floating-point tensors by name (the receiver's copies). With
     ``lent``, a tensor its sender lent is handed over as an alias and appended there
     (``_lend``)."""
+    refuse_not_finite(msg.sender, msg.kind, msg.arrays)  # (its numpy arrays; tensors: deferred)
     arrays: dict[str, Array] = {}
     floats: dict[str, torch.Tensor] = {}
     keys = []

@@ -116,6 +116,8 @@ class InProcessRun:
             ``path`` is the checkpoint of a run with other parameters, seed, roster or defense.
         """
         path = Path(path)
+        if not path.is_file():
+            raise DataError(f"no checkpoint {path}: give the path save_state wrote")
         try:
             state = read_npz(path)
             saved = json.loads(str(state.pop(_IDENTITY)))

@@ -28,6 +28,7 @@ from fedviews.federation._handover import _meta_length
 from fedviews.federation._lend import received
 from fedviews.federation._log import LogEntry
 from fedviews.federation._message import MAX_ROUND, Header, Message, _little
+from fedviews.federation._tensors import refuse_not_finite
 
 if TYPE_CHECKING:
     import torch
@@ -133,6 +134,7 @@ def take(
     floats: dict[str, torch.Tensor] = {}
     finite = lane.finite
     carried: Mapping[str, Any] = msg.arrays
+    numpy = False
     for (name, tensor, dtype), a in zip(lane.arrays, carried.values(), strict=True):
         if tensor:
             a = arrays[name] = received(a, name, lent)
@@ -140,6 +142,9 @@ def take(
                 floats[name] = a
         else:
             arrays[name] = np.array(a, dtype=dtype, order="C")
+            numpy = True
+    if numpy:  # (refused at once; its tensors' finiteness is deferred)
+        refuse_not_finite(lane.sender, lane.kind, arrays)
     rnd = msg.round
     fields: dict[str, Any] = {
         "kind": lane.kind,

@@ -39,7 +39,9 @@ from fedviews.federation._tensors import (
     first_not_finite,
     is_tensor,
     nbytes,
+    not_finite,
     numpy_dtype,
+    refuse_not_finite,
     to_host,
     torch_dtype,
 )
@@ -332,7 +334,9 @@ class Message:
                 f"a message of {header['sender']!r} sealed end to end for "
                 f"{header['receiver']!r}: only that party can open it"
             )
-        return cls._of(header, read_arrays(view, offset, specs, copy=not owned))
+        msg = cls._of(header, read_arrays(view, offset, specs, copy=not owned))
+        refuse_not_finite(msg.sender, msg.kind, msg.arrays)
+        return msg
 
     @classmethod
     def _of(cls, header: Mapping[str, Any], arrays: Mapping[str, Array]) -> Message:
@@ -407,18 +411,6 @@ def _check_finite(msg: Message, tensors: Mapping[str, torch.Tensor], cast: bool 
     bad = first_not_finite(tensors)
     if bad is not None:
         msg._not_finite(bad, numpy_dtype(tensors[bad]) if cast else None)
-
-
-def not_finite(sender: str, kind: str, name: str, dtype: object | None = None) -> ProtocolError:
-    """The refusal of the array ``name`` of ``sender``'s message of ``kind`` (as ``dtype``,
-    where its receiver cast it) for its NaN or infinities: a :class:`ProtocolError` naming
-    ``sender``."""
-    return ProtocolError(
-        f"{sender!r} sent {name!r} with NaN or infinite values in {kind!r}"
-        + (f" (as {dtype})" if dtype is not None else "")
-        + ": refused (its model diverged, e.g. a learning rate too high, or it is poisoned)",
-        party=sender,
-    )
 
 
 def prefix(header: bytes) -> bytes:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
-from fedviews.errors import PrivacyError
+from fedviews.errors import ConfigError, PrivacyError
 
 #: kinds of the session (setup, PSI, secure-aggregation keys): only the coordinator may send them, and only
 #: when a policy lists them, whatever else the policy allows
@@ -105,7 +105,23 @@ class PrivacyPolicy:
 
 
 def _frozen(table: Mapping[Pair, Iterable[str]]) -> dict[Pair, frozenset[str]]:
-    return {k: frozenset(v) for k, v in table.items()}
+    """``table`` with each value a frozen set, checked: every key a ``(sender role, receiver
+    role)`` pair of strings, every value a collection of names (a bare string would allow each
+    of its letters: a :class:`ConfigError` says so)."""
+    out = {}
+    for key, names in table.items():
+        if not (isinstance(key, tuple) and len(key) == 2 and all(isinstance(r, str) for r in key)):
+            raise ConfigError(
+                f"a privacy policy's key is a (sender role, receiver role) pair, got {key!r}"
+            )
+        listed = [] if isinstance(names, (str, bytes)) else list(names)
+        if isinstance(names, (str, bytes)) or not all(isinstance(n, str) for n in listed):
+            raise ConfigError(
+                f"a privacy policy lists names for {key!r} as a list of strings, got "
+                f"{names!r}" + (f" (write [{names!r}])" if isinstance(names, str) else "")
+            )
+        out[key] = frozenset(listed)
+    return out
 
 
 def _union(*tables: Mapping[Pair, Iterable[str]]) -> dict[Pair, frozenset[str]]:

@@ -105,6 +105,33 @@ def nbytes(a: Array) -> int:
     return int(a.numel() * a.element_size()) if is_tensor(a) else int(a.nbytes)
 
 
+def refuse_not_finite(sender: str, kind: str, arrays: Mapping[str, Array]) -> None:
+    """Refuse ``sender``'s message of ``kind`` if one of its floating-point numpy ``arrays``
+    holds NaN or infinities (:func:`not_finite`; tensors are left to
+    :func:`first_not_finite`, on their device). Every transport refuses such an array on
+    arrival, as its receiver's handler may read ``msg.arrays`` as they came. By the sum
+    trick of :func:`first_not_finite`: a float64 sum is finite only if every term is, and
+    only an array whose sum is not is tested elementwise."""
+    for name, a in arrays.items():
+        if type(a) is np.ndarray and a.dtype.kind == "f" and a.size:
+            with np.errstate(all="ignore"):
+                if math.isfinite(float(a.sum(dtype=np.float64))) or np.isfinite(a).all():
+                    continue
+            raise not_finite(sender, kind, name)
+
+
+def not_finite(sender: str, kind: str, name: str, dtype: object | None = None) -> ProtocolError:
+    """The refusal of the array ``name`` of ``sender``'s message of ``kind`` (as ``dtype``,
+    where its receiver cast it) for its NaN or infinities: a :class:`ProtocolError` naming
+    ``sender``."""
+    return ProtocolError(
+        f"{sender!r} sent {name!r} with NaN or infinite values in {kind!r}"
+        + (f" (as {dtype})" if dtype is not None else "")
+        + ": refused (its model diverged, e.g. a learning rate too high, or it is poisoned)",
+        party=sender,
+    )
+
+
 def first_not_finite(tensors: Mapping[str, torch.Tensor]) -> str | None:
     """The name of the first of the floating-point ``tensors`` that holds NaN or infinities,
     or ``None``: checked on their device with one host synchronisation for them all.

@@ -30,6 +30,7 @@ from fedviews.data import PartyData, check_classes, check_ids, check_numeric, sp
 from fedviews.deep._common import (
     history_columns,
     resolve_device,
+    warn_raw_pixels,
 )
 from fedviews.deep._strips import party_features
 from fedviews.deep.multivfl.parties import DataOwner, LabelOwner
@@ -59,6 +60,7 @@ def _as_strips(X: Any, n_data_owners: int, name: str) -> list[np.ndarray]:
     if not isinstance(X, (list, tuple)):
         X = check_numeric(X, name)
     if isinstance(X, np.ndarray) and X.ndim == 3:
+        warn_raw_pixels(X, name)
         if X.shape[1] % n_data_owners:  # Multi-VFL gives every data owner an equal strip
             raise DataError(
                 f"{name}: {X.shape[1]}-row images cannot be cut into {n_data_owners} equal "

@@ -24,7 +24,7 @@ from fedviews._params import COUNT, check_value, factory_fields
 from fedviews._persist import Persistent
 from fedviews._registry import register_estimator
 from fedviews.data import PartyData, check_classes, check_numeric
-from fedviews.deep._common import history_columns
+from fedviews.deep._common import history_columns, warn_raw_pixels
 from fedviews.deep._strips import EpochDriver, cut_images, party_features
 from fedviews.deep.splitnn.parties import SplitNNActive
 from fedviews.deep.splitnn.spec import SPLITNN_SPEC, SplitNNParams
@@ -184,6 +184,7 @@ class SplitNN(Persistent, Classifier):
                 )
             if images.dtype.kind == "f" and not np.isfinite(images).all():
                 raise DataError("X contains NaN or infinite values")
+            warn_raw_pixels(images, "X")
             views = cut_images(images, n_parties, bool(pad))
         return views
 
