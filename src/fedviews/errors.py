@@ -123,6 +123,13 @@ class MissingDependency(FedViewsError, ImportError):
         )
 
 
+def described(exc: BaseException) -> str:
+    """``exc`` as a run's status says it: ``"Type: message"``, or ``"Type"`` for one without a
+    message (an interrupt), not ``"KeyboardInterrupt: "``."""
+    text = str(exc)
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
 class DataWarning(UserWarning):
     """Data that is used as given but looks like a mistake (e.g. float images in 0..255,
     which only ``uint8`` pixels are scaled from)."""

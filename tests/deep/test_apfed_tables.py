@@ -74,6 +74,10 @@ def test_a_table_model_saves_pickles_and_exports(tmp_path, views):
     np.testing.assert_allclose(model.predict_proba(Xt[0]), expected, rtol=1e-6, atol=1e-7)
     with pytest.raises(DataError, match=r"not the active party's table columns.*\(n, 76\)"):
         model.predict(Xt[1])
+    # the estimator's input (every party's features) too: it raised numpy's "inhomogeneous"
+    np.testing.assert_array_equal(model.predict(list(Xt)), est.predict(Xt))
+    with pytest.raises(DataError, match=r"a list of 2 arrays: this model's setting has 3"):
+        model.predict(list(Xt[:2]))
     with pytest.raises(DataError, match=r"per-sample shapes \[\(64,\), \(76,\), \(240,\)\]"):
         est.predict([Xt[1], Xt[0], Xt[2]])
 

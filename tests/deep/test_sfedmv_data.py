@@ -10,6 +10,7 @@ import pytest
 
 from fedviews.data import (
     MultiViewSequences,
+    check_sequences,
     list_sequence_datasets,
     load_sequences,
     sequences_from_arrays,
@@ -56,6 +57,11 @@ def test_user_data_validation_errors() -> None:
         sequences_from_arrays([acc], np.zeros(6), np.zeros(4))
     with pytest.raises(DataError, match="class_names"):
         sequences_from_arrays([acc], ["x"] * 6, np.zeros(6), class_names=["y"])
+    # a client's (views, y) pair where its views go (SFedMV.predict(by_client()[0])): numpy's
+    # "inhomogeneous shape" error named no mistake
+    with pytest.raises(DataError, match=r"a \(views, y\) pair.*pass its views alone"):
+        check_sequences(([acc, acc], np.zeros(6)))
+    assert len(check_sequences([acc, acc])) == 2
 
 
 def test_filter_lengths_drops_whole_samples_and_counts_them() -> None:

@@ -575,3 +575,14 @@ def test_continue_into_the_unfinished_run_folder_goes_on_from_it(tmp_path, monke
     rec = json.loads((tmp_path / entry.results).read_text(encoding="utf-8"))
     assert rec["tables"] == committed["tables"]
     assert len(computed) == len(set(computed))  # the first cell was not computed again
+
+
+def test_the_manifest_entry_that_experiments_md_prints_is_the_manifest_s():
+    """The page's example entry had lost an override of the real one."""
+    import tomllib
+
+    page = (ROOT / "docs" / "experiments.md").read_text(encoding="utf-8")
+    block = next(b for b in re.findall(r"```toml\n(.*?)```", page, re.S) if "[vfedmv_smoke]" in b)
+    shown = tomllib.loads(block)["vfedmv_smoke"]
+    real = tomllib.loads((ROOT / MANIFEST).read_text(encoding="utf-8"))["vfedmv_smoke"]
+    assert shown == real

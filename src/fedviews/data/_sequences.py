@@ -128,6 +128,17 @@ def check_sequences(
     """
     if not isinstance(views, (list, tuple)) or len(views) == 0:
         raise DataError(f"{name} must be a non-empty list with one entry per view")
+    if (
+        len(views) == 2
+        and isinstance(views[0], (list, tuple))
+        and isinstance(views[1], np.ndarray)
+        and views[1].ndim == 1
+        and views[1].dtype != object
+    ):  # (a client's (views, y) pair, as ``by_client()`` gives it: no view is 1-D)
+        raise DataError(
+            f"{name} is a (views, y) pair, as by_client() gives a client's data: pass its "
+            "views alone (pair[0])"
+        )
     if n_views is not None and len(views) != n_views:
         raise DataError(f"{name} has {len(views)} views, expected {n_views}")
     out = []

@@ -133,8 +133,17 @@ class ExportedActiveModel:
 
     def active_strip(self, images: Any) -> np.ndarray:
         """Accept full images (strip ``i`` is cut out) or already-cut active strips; a model
-        of table columns its columns ``(n, k)``."""
+        of table columns its columns ``(n, k)``, or the list of every party's features that
+        the estimator's ``predict`` takes (the active party's are used)."""
         if self.meta.get("input_shape") is not None:
+            m, i = int(self.meta["m"]), int(self.meta["i"])
+            if isinstance(images, (list, tuple)):
+                if len(images) != m:
+                    raise DataError(
+                        f"a list of {len(images)} arrays: this model's setting has {m} parties; "
+                        f"give the active party's columns (n, k), or all {m} parties' features"
+                    )
+                images = images[i - 1]
             cols = as_strips(check_numeric(images, "X"))
             shape = input_shape(self.meta)
             if cols.ndim != 2 or cols.shape[1:] != shape or not np.isfinite(cols).all():

@@ -91,7 +91,7 @@ from typing import Any
 
 import numpy as np
 
-from fedviews.errors import ConfigError, FedViewsError, PartyUnavailable, require
+from fedviews.errors import ConfigError, FedViewsError, PartyUnavailable, described, require
 
 require("flwr", "flower")
 
@@ -203,7 +203,7 @@ def run_flower_coordinator(
             with coord.app.compute_limits():
                 coord.run()
     except BaseException as exc:  # recorded in results.json, then raised: an interrupt is no "ok"
-        status = f"{type(exc).__name__}: {exc}"
+        status = described(exc)
         if isinstance(exc, PartyUnavailable):
             unavailable = exc.party
         named = blame(exc)

@@ -20,7 +20,7 @@ from typing import Any
 from fedviews._heap import heap_env
 from fedviews.deploy._config import DeployConfig
 from fedviews.deploy._data import party_files, write_demo_data
-from fedviews.errors import ConfigError, DataError, PartyUnavailable, ProtocolError
+from fedviews.errors import ConfigError, DataError, PartyUnavailable, ProtocolError, described
 from fedviews.federation import get_algorithm_spec, init_ca, issue_certificate
 
 LAUNCH_INFO = "launch.json"
@@ -87,7 +87,10 @@ def _pump(
     echo: Callable[[str], None],
     lock: threading.Lock,
     seen: _Output,
+    name: str = "",
 ) -> None:
+    """Echo process ``name``'s output line by line, each line its own (a line the process did
+    not mark as its own, e.g. its command's ``error:`` line, gets ``[name]``)."""
     assert proc.stdout is not None
     for line in proc.stdout:
         line = line.rstrip("\n")
@@ -95,6 +98,8 @@ def _pump(
             seen.joined = True
         if line.startswith("error: "):
             seen.error = line.removeprefix("error: ")
+        if name and line and not line.startswith("["):
+            line = f"[{name}] {line}"
         with lock:  # one process's line never splits another's
             echo(line)
 
@@ -205,7 +210,7 @@ def launch(
         procs[name] = proc
         seen[name] = _Output()
         pumps.append(
-            threading.Thread(target=_pump, args=(proc, echo, lines, seen[name]), daemon=True)
+            threading.Thread(target=_pump, args=(proc, echo, lines, seen[name], name), daemon=True)
         )
         pumps[-1].start()
 
@@ -331,7 +336,7 @@ def _record_cause(results: Path, exc: PartyUnavailable) -> None:
     if not isinstance(info, dict):
         info = {}
     info["coordinator_status"] = info.get("status", "")
-    info["status"] = f"{type(exc).__name__}: {exc}"
+    info["status"] = described(exc)
     info["unavailable_party"] = exc.party
     results.parent.mkdir(parents=True, exist_ok=True)
     results.write_text(json.dumps(info, indent=2))

@@ -32,6 +32,7 @@ from fedviews.errors import (
     PartyUnavailable,
     ProtocolError,
     RemoteError,
+    described,
 )
 from fedviews.federation import GrpcHub, GrpcOptions, GrpcPartyTransport, MessageLog, TLSFiles
 from fedviews.report import to_jsonable, write_report
@@ -124,7 +125,7 @@ def run_coordinator(
             coord.run()
         return coord.results()
     except BaseException as exc:  # also a bug or an interrupt: never recorded as "ok"
-        status = f"{type(exc).__name__}: {exc}"
+        status = described(exc)
         if isinstance(exc, PartyUnavailable):
             unavailable = exc.party
         elif gone := hub.departed():  # e.g. a peer's request to it failed in the relay

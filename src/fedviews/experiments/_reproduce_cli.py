@@ -17,15 +17,18 @@ __all__ = ["reproduce_entries", "reproduction_table"]
 def reproduction_table(
     path: Path, entries: dict[str, Reproduction], names: list[str], tier: str | None
 ) -> Table:
-    """``--list``: each entry's tier, cost, record (date and CPU: a deep record can depend on
-    the CPU, docs/known-gaps.md), its cells (committed of an unfinished run, kept by its
-    record) and title."""
+    """``--list``: each entry's tier, cost, record (date, CPU: a deep record can depend on
+    the CPU, docs/known-gaps.md; the seconds its cells took, for a run made over sessions,
+    or the run's wall time), its cells (committed of an unfinished run, kept by its record)
+    and title."""
     t = Table("name", "tier", "cost", "results", "reproduces", title=str(path))
     for e in select_entries(entries, names, tier):
         made = read_results(path.parent / e.results)
         done = "none yet" if made is None else "committed"
         if made is not None and isinstance(made.get("machine"), dict):
             done += f" {str(made.get('date', ''))[:10]} on {made['machine'].get('cpu')}"
+            took = made.get("cells_seconds", made.get("wall_seconds"))
+            done += f" in {took:.0f} s" if isinstance(took, (int, float)) else ""
         n = committed_cells(e, path.parent)
         done += f" ({n} cells)" if n else ""
         done += ", cells kept" if (path.parent / e.kept_cells).is_file() else ""

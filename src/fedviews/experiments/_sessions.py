@@ -173,8 +173,8 @@ def kept_cells(entry: Entry, root: Path) -> tuple[dict[str, Any], dict[str, Any]
     path = root / entry.kept_cells
     if not path.is_file():
         raise FedViewsError(
-            f"{entry.name}: its record kept no cells ({entry.kept_cells}: recorded before "
-            f"records kept them, or a benchmark's): check it whole, or record it again "
+            f"{entry.name}: its record kept no cells (no {entry.kept_cells}: recorded before "
+            f"records kept them (2026-11-29), or a benchmark's): check it whole, or record it again "
             f"(fedviews reproduce {entry.name} --record) to sample it from then on"
         )
     try:
