@@ -532,6 +532,8 @@ def _tiny(fmnist):
         ("a", "activation_grad", np.inf, "'a' sent 'activation_grad' with NaN"),
         ("a", "update/0.weight", np.nan, "'a' sent 'update/0.weight' with NaN"),
         ("a", "train_loss", np.nan, "'a': meta\\['train_loss'\\] must be float, got nan"),
+        # numpy's ValueError in the data owner's thread (a security review's finding)
+        ("a", "seed", -1, "'begin_epoch' from 'a': meta\\['seed'\\] must be a whole number >= 0"),
     ],
 )
 def test_receivers_refuse_nan_or_non_float_values(fmnist, monkeypatch, who, name, bad, match):

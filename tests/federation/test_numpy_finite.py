@@ -70,3 +70,58 @@ def test_a_float64_sum_that_overflows_is_not_taken_for_a_nan() -> None:
     with pytest.raises(ProtocolError, match="'a' sent 'h'"):
         c.send("a", "double", {"x": big})
     assert a.seen == 1  # the request itself, finite, was taken
+
+
+# -- what else a security review made a peer send (each refused, naming the sender) -------
+
+
+def test_a_json_bomb_from_a_peer_is_malformed_json() -> None:
+    """JSON nested too deeply (in a sealed meta table, a key bundle) raised a RecursionError
+    in the receiving party's thread; it is malformed JSON now, which every reader refuses
+    naming the peer."""
+    import json
+
+    from fedviews.federation._meta import loads
+
+    assert loads('{"a": [1, 2]}') == {"a": [1, 2]}
+    with pytest.raises(json.JSONDecodeError, match="nested too deeply"):
+        loads("[" * 200_000 + "]" * 200_000)
+
+
+def test_a_float_wider_than_64_bits_is_refused_by_sender_and_decoder() -> None:
+    """A Z_k of np.longdouble was taken and turned every honest model into float128."""
+    import json
+
+    from fedviews.federation._message import prefix
+
+    with pytest.raises(ProtocolError, match="has dtype float128; only bool, integer and float"):
+        Message("k", "a", "b", arrays={"x": np.zeros(2, np.longdouble)})
+    spec = {"name": "x", "dtype": "<f16", "shape": [2], "size": 32}
+    head = {"kind": "k", "sender": "a", "receiver": "b", "round": 0, "meta": {}, "arrays": [spec]}
+    wire = prefix(json.dumps(head).encode()) + bytes(32)
+    with pytest.raises(ProtocolError, match="forbidden dtype float128"):
+        Message.decode(wire)
+
+
+@pytest.mark.parametrize(
+    ("meta", "says"),
+    [
+        ({"n_test": -3, "accuracy": 0.5}, "'p' sent n_test = -3.0, expected a whole number >= 0"),
+        ({"n_test": 2.5, "accuracy": 0.5}, "n_test = 2.5"),
+        ({"n_test": 4, "accuracy": 7.5}, "'p' sent accuracy = 7.5, expected a share in"),
+        ({"n_test": 4, "accuracy": -0.1}, "accuracy = -0.1"),
+    ],
+)
+def test_a_reported_count_or_share_out_of_range_names_its_sender(meta, says) -> None:
+    """V-FedMV's server recorded 'accuracy 7.5000 on -3 samples' as a run's result."""
+    from fedviews.federation import reported_count, reported_share
+
+    msg = Message("score:reply", "p", "coordinator", meta=meta)
+    with pytest.raises(ProtocolError, match=says) as err:
+        reported_count(msg, "n_test"), reported_share(msg, "accuracy")
+    assert err.value.party == "p"
+    ok = Message("score:reply", "p", "coordinator", meta={"n": 3, "k": 3, "a": 1.0})
+    assert reported_count(ok, "k", at_most=reported_count(ok, "n")) == 3
+    assert reported_share(ok, "a") == 1.0
+    with pytest.raises(ProtocolError, match="at most 2"):
+        reported_count(ok, "k", at_most=2)

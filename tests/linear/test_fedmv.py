@@ -286,6 +286,9 @@ def test_hfedmv_label_skew_and_single_view_fl(hw) -> None:
         ("zeta", -1.0, "'party2' sent zeta = -1.0; each zeta_k must be > 0"),
         ("zeta", 0.0, "'party2' sent zeta = 0.0"),
         ("local_objective", np.nan, "'party2' sent meta\\['local_objective'\\]"),
+        # finite, but the consensus overflows: the sender is named, not the parties that
+        # would have received an infinite Z (a security review found them blamed)
+        ("Z_k", 1e300, "'party2' sent values so large .* the consensus overflows"),
     ],
 )
 def test_the_server_refuses_a_poisoned_z_k_or_zeta(hw, monkeypatch, name, value, match) -> None:
@@ -306,5 +309,26 @@ def test_the_server_refuses_a_poisoned_z_k_or_zeta(hw, monkeypatch, name, value,
         return honest(self, msg, arrays, meta)
 
     monkeypatch.setattr(ConsensusParty, "reply", reply)
-    with pytest.raises(ProtocolError, match=match):
+    with pytest.raises(ProtocolError, match=match) as err:
         VFedMV(max_iter=3, inner_max_iter=3).fit(Xs, y)
+    assert err.value.party == "party2"
+
+
+def test_a_test_view_of_another_row_count_names_its_sender(hw, monkeypatch) -> None:
+    """The server took the first party's Z_k_test row count as the one every party must send:
+    a first party with one row too many got the honest second named. The count most parties
+    send (in a deployment: the test rows the setup agreed) is the one expected."""
+    Xs, y, Xte, _ = hw
+    model = VFedMV(max_iter=3, inner_max_iter=3).fit(Xs, y)
+    honest = ConsensusParty.reply
+
+    def reply(self, msg, arrays=None, meta=None):
+        arrays = dict(arrays or {})
+        if self.name == "party0" and "Z_k_test" in arrays:
+            arrays["Z_k_test"] = np.vstack([arrays["Z_k_test"], arrays["Z_k_test"][:1]])
+        return honest(self, msg, arrays, meta)
+
+    monkeypatch.setattr(ConsensusParty, "reply", reply)
+    with pytest.raises(ProtocolError, match="'party0' sent 'Z_k_test' of shape") as err:
+        model.predict(Xte)
+    assert err.value.party == "party0"

@@ -291,3 +291,28 @@ def test_a_malformed_psi_set_names_its_sender(cut):
     short = np.zeros((3, 31), dtype=np.uint8)
     with pytest.raises(ProtocolError, match=r"'coordinator' sent a psi_set of uint8 \(3, 31\)"):
         driver.send("p0", "psi:reblind", arrays={"psi_set": short}, meta={"group": "g"})
+
+
+class _Miscounted(PSIParty):
+    """Answers psi:blind honestly but for its set size: ``n`` as given."""
+
+    def __init__(self, name, ids, n):
+        super().__init__(name, ids)
+        self.n = n
+
+    @handles("psi:blind")
+    def on_psi_blind(self, msg):
+        reply = super().on_psi_blind(msg)
+        return self.reply(msg, arrays=reply.arrays, meta={**reply.meta, "n": self.n})
+
+
+@pytest.mark.parametrize("n", [float("nan"), float("inf"), -5, 2.5, "7"])
+def test_a_set_size_that_is_no_count_names_its_sender(n):
+    """int(NaN) raised a raw ValueError in the coordinator (a traceback, no culprit)."""
+    parties = [PSIParty("p0", np.arange(40)), _Miscounted("liar", np.arange(20, 70), n)]
+    driver, _ = _federation(parties)
+    with pytest.raises(
+        ProtocolError, match=r"'liar' said its set holds n = .* expected a count"
+    ) as err:
+        driver.run()
+    assert err.value.party == "liar"

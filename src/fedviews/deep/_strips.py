@@ -19,7 +19,7 @@ from fedviews._params import COUNT, POSITIVE, check_value, spec
 from fedviews.data import PartyData, check_numeric
 from fedviews.deep._common import history_columns, history_records, history_summary, progress_tail
 from fedviews.errors import DataError, ProtocolError
-from fedviews.federation import Algorithm, Coordinator, RunSpec, spawn_streams
+from fedviews.federation import Algorithm, Coordinator, RunSpec, reported_share, spawn_streams
 
 #: SGD settings of a split-learning party: ``epochs``, ``batch_size``, ``lr``, ``momentum``
 #: and ``weight_decay`` (APFed, SingleVL, TVFL, split NN)
@@ -165,11 +165,12 @@ class EpochDriver(Coordinator):
             reply = self.send(self.active, self.train, meta=meta, round=epoch)
             if reply.number("epoch") != epoch:
                 raise ProtocolError(
-                    f"{self.active!r} reported epoch {reply.meta.get('epoch')!r}, expected {epoch}"
+                    f"{self.active!r} reported epoch {reply.meta.get('epoch')!r}, expected {epoch}",
+                    party=self.active,
                 )
             rec = {"epoch": float(epoch), "loss": reply.number("loss")}
             if "accuracy" in reply.meta:
-                rec["accuracy"] = reply.number("accuracy")
+                rec["accuracy"] = reported_share(reply, "accuracy")
             if self.done and self.passives:
                 self.broadcast(self.passives, self.done, round=epoch)
             rec["seconds"] = time.perf_counter() - t0

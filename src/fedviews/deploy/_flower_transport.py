@@ -253,7 +253,7 @@ class FlowerGridTransport(Transport):
         refuse it later."""
         try:
             bundle = json.loads(str(said))
-        except ValueError:
+        except (ValueError, RecursionError):  # (RecursionError: a "JSON bomb")
             bundle = None
         if (
             not isinstance(bundle, dict)

@@ -175,11 +175,14 @@ class Algorithm:
         # what the label owner reports sizes every party's allocations: it must be sane
         for k, v in counts.items():
             if isinstance(v, bool) or not isinstance(v, int) or v < 0:
-                raise ProtocolError(f"label owner {name!r} reported {k}={v!r} (not a count)")
+                raise ProtocolError(
+                    f"label owner {name!r} reported {k}={v!r} (not a count)", party=name
+                )
         if "n_classes" in counts and not 1 <= counts["n_classes"] <= max(n_samples, 1):
             raise ProtocolError(
                 f"label owner {name!r} reported {counts['n_classes']} classes for "
-                f"{n_samples} samples"
+                f"{n_samples} samples",
+                party=name,
             )
         return {"n_samples": n_samples, **counts}
 

@@ -55,6 +55,7 @@ from fedviews.federation._message import (
     read_arrays,
     write_arrays,
 )
+from fedviews.federation._meta import loads
 from fedviews.federation._tensors import refuse_not_finite
 
 _INFO = b"fedviews-e2e-v1"
@@ -361,7 +362,7 @@ class E2EKeys:
         self._check_replay(k, int(sealed["seq"]))
         n_meta = int(sealed["meta_bytes"])
         try:
-            meta = json.loads(plain[:n_meta].decode("utf-8"))
+            meta = loads(plain[:n_meta].decode("utf-8"))
         except (UnicodeDecodeError, json.JSONDecodeError):
             raise ProtocolError(f"{sender!r} sealed a corrupt meta table") from None
         if not isinstance(meta, dict):

@@ -33,8 +33,8 @@ from fedviews.errors import ProtocolError
 from fedviews.federation._log import LogEntry
 from fedviews.federation._meta import check_meta, check_meta_types, shown
 from fedviews.federation._tensors import (
-    ALLOWED_KINDS,
     Array,
+    allowed_dtype,
     check_array,
     first_not_finite,
     is_tensor,
@@ -567,7 +567,7 @@ def _check_spec(spec: Any) -> np.dtype[Any]:
         dtype = np.dtype(spec["dtype"])
     except (TypeError, ValueError):
         raise ProtocolError(f"corrupt array spec {shown(spec)}: not a numpy dtype") from None
-    if dtype.kind not in ALLOWED_KINDS:
+    if not allowed_dtype(dtype):
         raise ProtocolError(f"array {shown(spec['name'])} has forbidden dtype {dtype}")
     return dtype
 

@@ -4,6 +4,7 @@ one message, and how an error text shows what a peer sent (:func:`shown`, bounde
 
 from __future__ import annotations
 
+import json
 import reprlib
 from collections.abc import Mapping
 from typing import Any
@@ -75,3 +76,38 @@ def check_meta(meta: Mapping[Any, Any], sender: str) -> None:
             f"{sender!r} sent a meta table with {what}; at most {MAX_META_KEYS} keys of "
             f"{MAX_KEY_CHARS} characters are accepted"
         )
+
+
+def loads(text: str | bytes) -> Any:
+    """``json.loads`` of what a peer sent: JSON nested too deeply for the parser (a peer's
+    "JSON bomb", a RecursionError in the receiver's thread) is a :class:`json.JSONDecodeError`
+    as malformed JSON is, which every reader of peer JSON refuses naming the peer."""
+    try:
+        return json.loads(text)
+    except RecursionError:
+        raise json.JSONDecodeError("nested too deeply", str(text)[:80], 0) from None
+
+
+def reported_count(msg: Any, key: str, at_most: int | None = None) -> int:
+    """``msg.meta[key]`` (``msg`` a :class:`~fedviews.federation.Message`), a count a party reports (its test samples, those it got right): a
+    whole number ``>= 0`` (and ``<= at_most``); a :class:`ProtocolError` names the sender of
+    anything else (a negative count was recorded as a result)."""
+    n = msg.number(key)
+    if n < 0 or n != int(n) or (at_most is not None and n > at_most):
+        limit = "" if at_most is None else f" and at most {at_most}"
+        raise ProtocolError(
+            f"{msg.sender!r} sent {key} = {n!r}, expected a whole number >= 0{limit}",
+            party=msg.sender,
+        )
+    return int(n)
+
+
+def reported_share(msg: Any, key: str) -> float:
+    """``msg.meta[key]``, a share a party reports (an accuracy): in ``[0, 1]``; a
+    :class:`ProtocolError` names the sender of anything else."""
+    x = msg.number(key)
+    if not 0.0 <= x <= 1.0:
+        raise ProtocolError(
+            f"{msg.sender!r} sent {key} = {x!r}, expected a share in [0, 1]", party=msg.sender
+        )
+    return x

@@ -51,6 +51,7 @@ from fedviews.errors import ConfigError, DataError, PrivacyError, ProtocolError
 from fedviews.federation._certs import crypto
 from fedviews.federation._e2e import _b64, _Signer, _statement, _unb64, hkdf, x25519_secret
 from fedviews.federation._message import Message
+from fedviews.federation._meta import loads
 from fedviews.federation._party import Coordinator, Party, handles
 from fedviews.federation._policy import PrivacyPolicy
 
@@ -256,7 +257,7 @@ def secure_sum_setup(
     for p, r in replies.items():
         raw = r.meta.get("bundle")
         try:
-            bundles[p] = json.loads(str(raw))
+            bundles[p] = loads(str(raw))
         except json.JSONDecodeError:
             raise ProtocolError(f"{p!r} sent a malformed secure-aggregation key") from None
     meta = {
@@ -297,8 +298,8 @@ class SecureSumParty(Party):
         if self.secure_sum is None:
             raise ProtocolError(f"{self.name!r} got secagg:peers before secagg:keys")
         try:
-            members = json.loads(str(msg.meta.get("members")))
-            bundles = json.loads(str(msg.meta.get("bundles")))
+            members = loads(str(msg.meta.get("members")))
+            bundles = loads(str(msg.meta.get("bundles")))
             session = bytes.fromhex(str(msg.meta.get("session")))
         except (json.JSONDecodeError, ValueError):
             raise ProtocolError("the coordinator sent malformed secure-aggregation keys") from None

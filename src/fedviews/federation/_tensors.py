@@ -21,6 +21,13 @@ Array: TypeAlias = Union[np.ndarray, "torch.Tensor"]
 ALLOWED_KINDS = set("biuf")  # bool, signed, unsigned, float
 
 
+def allowed_dtype(dtype: np.dtype[Any]) -> bool:
+    """Whether a message may carry values of ``dtype``: bool, integers and floats of at most
+    64 bits (a ``longdouble``'s bytes mean different things on different machines, and one
+    let a party turn every model it entered into float128)."""
+    return dtype.kind in ALLOWED_KINDS and dtype.itemsize <= 8
+
+
 def is_tensor(a: object) -> TypeGuard[torch.Tensor]:
     """Whether ``a`` is a torch tensor (never, when nothing in this process imported torch)."""
     torch = sys.modules.get("torch")
@@ -93,9 +100,10 @@ def checked_array(name: str, arr: Any) -> tuple[Array, np.dtype[Any], bool]:
     else:
         arr = np.asarray(arr)
         dtype = arr.dtype
-    if dtype.kind not in ALLOWED_KINDS:
+    if not allowed_dtype(dtype):
         raise ProtocolError(
-            f"array {name!r} has dtype {dtype}; only numeric and bool arrays may be sent"
+            f"array {name!r} has dtype {dtype}; only bool, integer and float arrays of at most "
+            "64 bits may be sent"
         )
     return arr, dtype, tensor
 

@@ -41,6 +41,8 @@ resolution (``2^-frac_bits`` per value).
 
 from __future__ import annotations
 
+import math
+from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -52,6 +54,8 @@ from fedviews.federation import (
     Coordinator,
     Message,
     handles,
+    reported_count,
+    reported_share,
     secure_sum_setup,
     unmask_sum,
 )
@@ -230,6 +234,40 @@ class ConsensusParty(ConsensusTester):
         return out
 
 
+def overflowed(
+    parties: Sequence[str],
+    zetas: Sequence[float],
+    Zks: Sequence[np.ndarray],
+    local: Sequence[float],
+) -> ProtocolError:
+    """The refusal of a round whose consensus or objective overflowed from finite inputs
+    (e.g. a ``Z_k`` of 1e300, a ``zeta_k`` of 1e308): it names the party whose input is the
+    largest (``zeta_k * max |Z_k|``, or its local objective), not the parties that would
+    receive the overflowed ``Z`` and report infinities of their own."""
+    with np.errstate(over="ignore"):
+        size = [
+            max(abs(z) * float(np.abs(Zk).max(initial=0.0)), abs(f))
+            for z, Zk, f in zip(zetas, Zks, local, strict=True)
+        ]
+    k = int(np.argmax(size))
+    return ProtocolError(
+        f"{parties[k]!r} sent values so large (zeta_k * max |Z_k| = {size[k]:.3g}, local "
+        f"objective {local[k]:.3g}) that the consensus overflows: refused",
+        party=parties[k],
+    )
+
+
+def agreed_rows(replies: Mapping[str, Message], name: str, width: int) -> int:
+    """The number of rows of ``name`` that most of ``replies`` carry (taking the first
+    party's let a dishonest first party get the others named for its own count); a
+    :class:`ProtocolError` without a culprit where no count has a majority."""
+    rows = {p: len(r.array(name, (None, width))) for p, r in replies.items()}
+    ranked = Counter(rows.values()).most_common()
+    if len(ranked) > 1 and ranked[0][1] == ranked[1][1]:
+        raise ProtocolError(f"the parties sent {name} of different numbers of rows: {rows}")
+    return ranked[0][0]
+
+
 class ConsensusServer(Coordinator):
     """The server: averages the ``Z_k`` into ``Z``, tracks the objective, runs the test phase.
 
@@ -266,9 +304,13 @@ class ConsensusServer(Coordinator):
         label_owner: str | None = None,
         test: tuple[int, float] | None = None,
         frac_bits: int | None = None,
+        test_rows: int | None = None,
     ) -> None:
         super().__init__()
         self.frac_bits = frac_bits
+        #: the rows of ``Z_k_test`` every party must send (the aligned test samples, as the
+        #: setup agreed them); ``None``: those that most parties send
+        self.test_rows = test_rows
         self.parties = list(parties)
         self.zeta = None if zeta is None else [float(z) for z in zeta]
         self.Y, self.eta = Y, eta
@@ -299,7 +341,7 @@ class ConsensusServer(Coordinator):
         zetas = [replies[p].number("zeta") for p in self.parties]
         for p, z in zip(self.parties, zetas, strict=True):
             if not z > 0:
-                raise ProtocolError(f"{p!r} sent zeta = {z!r}; each zeta_k must be > 0")
+                raise ProtocolError(f"{p!r} sent zeta = {z!r}; each zeta_k must be > 0", party=p)
         return zetas
 
     def _z_step(self, replies: Mapping[str, Message]) -> float:
@@ -308,9 +350,15 @@ class ConsensusServer(Coordinator):
         if self.frac_bits is None:
             Zks = [replies[p].array("Z_k", self.Z.shape) for p in self.parties]
             zetas = self.zeta or self._zetas(replies)
-            f = float(sum(replies[p].number("local_objective") for p in self.parties))
-            self.Z = z_step(zetas, Zks, eta, Y)
-            f += sum(z * sq(Zk - self.Z) for z, Zk in zip(zetas, Zks, strict=True))
+            local = [replies[p].number("local_objective") for p in self.parties]
+            with np.errstate(over="ignore", invalid="ignore"):
+                Z = z_step(zetas, Zks, eta, Y)
+                f = float(sum(local)) + sum(
+                    z * sq(Zk - Z) for z, Zk in zip(zetas, Zks, strict=True)
+                )
+            if not (math.isfinite(f) and np.isfinite(Z).all()):
+                raise overflowed(self.parties, zetas, Zks, local)
+            self.Z = Z
         else:  # from the secure sums: sum_k zeta_k ||Z_k - Z||^2 = zsq - 2 <S, Z> + zsum ||Z||^2
             S, zsum, zsq, f = secure_sums(replies, "Z_k", self.Z.shape[1], self.frac_bits)
             self.Z = S / zsum if Y is None else (S + eta * Y) / (zsum + eta)
@@ -360,7 +408,8 @@ class ConsensusServer(Coordinator):
         replies = self.broadcast(self.parties, "test_init", round=r0 + 1)
         if self.frac_bits is None:
             w = consensus_weights(self._zetas(replies))
-            shape = replies[self.parties[0]].array("Z_k_test", (None, self.Z.shape[1])).shape
+            rows = self.test_rows or agreed_rows(replies, "Z_k_test", self.Z.shape[1])
+            shape = (rows, self.Z.shape[1])  # (a party that sends other rows is named)
         else:  # one "party": the securely summed average
             w = np.ones(1)
 
@@ -395,8 +444,8 @@ class ConsensusServer(Coordinator):
         )
         self.scores.update(
             Z_test=Z_test,
-            test_accuracy=reply.number("accuracy"),
-            n_test=int(reply.number("n_test")),
+            test_accuracy=reported_share(reply, "accuracy"),
+            n_test=reported_count(reply, "n_test"),
             test_iterations=self.test_iterations,
         )
 

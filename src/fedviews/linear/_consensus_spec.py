@@ -53,6 +53,8 @@ class ConsensusAlgorithm(LinearAlgorithm):
         setup["n_classes"] = int(infos[run.federation.owners()[0]]["n_classes"])
         if setup["n_classes"] < 2:
             raise DataError("y must contain at least two classes")
+        if "n/test" in infos[run.federation.owners()[0]]:  # (every member's, checked equal)
+            setup["n_test"] = int(infos[run.federation.owners()[0]]["n/test"])
         return setup
 
     def observations(

@@ -90,6 +90,7 @@ of a chain, the set size and the number of common rows.
 
 from __future__ import annotations
 
+import math
 import os
 import threading
 from collections.abc import Mapping, Sequence
@@ -393,7 +394,18 @@ def run_psi(coordinator: Party, parties: Sequence[str], group: str = "default") 
         if s == 0:
             reply = coordinator.send(target, "psi:blind", meta=hop)
             n = reply.meta.get("n")
-            sizes[k] = int(n) if isinstance(n, (int, float)) else -1
+            if n is not None and not (
+                isinstance(n, (int, float))
+                and not isinstance(n, bool)
+                and math.isfinite(n)
+                and n >= 0
+                and n == int(n)
+            ):  # (int(nan) raised a raw ValueError in the coordinator)
+                raise ProtocolError(
+                    f"{target!r} said its set holds n = {n!r} elements: expected a count",
+                    party=target,
+                )
+            sizes[k] = -1 if n is None else int(n)
             return _full_set(reply, target, None)
         name = "psi_sealed" if points.ndim == 1 else "psi_set"
         reply = coordinator.send(target, "psi:reblind", arrays={name: points}, meta=hop)

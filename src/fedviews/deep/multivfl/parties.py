@@ -110,6 +110,19 @@ def _meta(msg: Message, key: str, kind: type[T]) -> T:
     return val
 
 
+def _whole(msg: Message, key: str) -> int:
+    """``msg.meta[key]``, a part of a seed of numpy's generators (the seed, the epoch): a
+    whole number ``>= 0`` (a negative one raised numpy's ValueError in the receiver's thread)."""
+    val = _meta(msg, key, int)
+    if isinstance(val, bool) or not 0 <= val < 2**64:
+        raise ProtocolError(
+            f"{msg.kind!r} from {msg.sender!r}: meta[{key!r}] must be a whole number >= 0, "
+            f"got {val!r}",
+            party=msg.sender,
+        )
+    return val
+
+
 def _grad(t: torch.Tensor) -> torch.Tensor:
     if t.grad is None:
         raise ProtocolError("the top model did not back-propagate to the activations")
@@ -206,8 +219,8 @@ class DataOwner(Party):
 
     @handles("begin_epoch")
     def begin_epoch(self, msg: Message) -> None:
-        n, epoch = len(self.x[msg.sender]), _meta(msg, "epoch", int)
-        order = epoch_order(_meta(msg, "seed", int), msg.round, epoch, n)
+        n, epoch = len(self.x[msg.sender]), _whole(msg, "epoch")
+        order = epoch_order(_whole(msg, "seed"), msg.round, epoch, n)
         self._order[msg.sender] = torch.as_tensor(order, device=self.device)
         self._epoch[msg.sender] = epoch
 
@@ -421,7 +434,7 @@ class LabelOwner(SecureSumParty):
 
     @handles("train_round")
     def train_round(self, msg: Message) -> Message:
-        seed, n, bs = _meta(msg, "seed", int), len(self.y), self.batch_size
+        seed, n, bs = _whole(msg, "seed"), len(self.y), self.batch_size
         opt = _local_optimizer(self.local_optimizer, self.top.parameters(), self.lr)
         self.top.train()
         # the loss summed on the device (in float64, as Python would): no host sync per batch

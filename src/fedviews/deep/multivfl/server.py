@@ -26,6 +26,7 @@ from fedviews.errors import DataError, MissingDependency
 from fedviews.federation import (
     Coordinator,
     Message,
+    reported_share,
     secure_sum_setup,
     unmask_sum,
 )
@@ -136,7 +137,7 @@ class Server(Coordinator):
             }
             if self.evaluate:
                 rep = self.send(self.label_owners[0], "evaluate", meta={"split": "test"}, round=r)
-                rec["accuracy"] = _meta(rep, "accuracy", float)
+                rec["accuracy"] = reported_share(rep, "accuracy")
             rec["seconds"] = time.perf_counter() - t0
             self.history.append(rec)
             if self.callback is not None:

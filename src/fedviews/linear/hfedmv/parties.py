@@ -17,6 +17,7 @@ from fedviews.federation import (
     MetaValue,
     SecureSumParty,
     handles,
+    reported_count,
     secure_sum_setup,
     unmask_sum,
 )
@@ -359,9 +360,10 @@ class HFedMVServer(Coordinator):
         )
         if any("n_test" not in r.meta for r in replies.values()):
             return
-        counts = {
-            c: (int(r.number("n_test")), int(r.number("n_correct"))) for c, r in replies.items()
-        }
+        counts = {}
+        for c, r in replies.items():
+            n = reported_count(r, "n_test")
+            counts[c] = (n, reported_count(r, "n_correct", at_most=n))
         n_test = sum(n for n, _ in counts.values())
         correct = sum(k for _, k in counts.values())
         self.scores.update(

@@ -31,9 +31,10 @@ class VFedMVServer(ConsensusServer):
         label_owner: str | None = None,
         test: tuple[int, float] | None = None,
         frac_bits: int | None = None,
+        test_rows: int | None = None,
     ) -> None:
         n, c = Y.shape
         super().__init__(
             parties, n, c, seed, max_iter=max_iter, tol=tol, Y=Y, eta=eta,
-            label_owner=label_owner, test=test, frac_bits=frac_bits,
+            label_owner=label_owner, test=test, frac_bits=frac_bits, test_rows=test_rows,
         )  # fmt: skip

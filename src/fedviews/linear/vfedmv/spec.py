@@ -206,6 +206,7 @@ class VFedMVAlgorithm(ConsensusAlgorithm):
             label_owner=owner,
             test=(p.test_max_iter, p.test_tol) if p.evaluate else None,
             frac_bits=run.defense.secagg_bits,
+            test_rows=setup.get("n_test"),
         )
 
     # -- prediction ------------------------------------------------------------
