@@ -243,6 +243,25 @@ def test_mutual_tls_round_trip_and_refusals(two_cas):
         hub.close()
 
 
+def test_a_launch_that_fails_on_the_coordinator_s_own_error_says_that_error(tmp_path):
+    """Files that share no ID: the launch ended in "PartyUnavailable: party 'coordinator' is
+    unavailable: DataError: ...", as though the coordinator had died; it says the DataError."""
+    config = _write_config(tmp_path)
+    data = tmp_path / "data"
+    split_dataset("handwritten", data, views=PARTIES, label_owner="fou", n_per_class=5, seed=0)
+    with np.load(data / "zer.npz") as z:
+        moved = {k: z[k] for k in z.files}
+    moved["ids"] = np.array([f"other-{i}" for i in moved["ids"]])
+    np.savez(data / "zer.npz", **moved)
+    proc = _fedviews("launch", str(config), "--data-dir", str(data), "--out", str(tmp_path / "r"))
+    text, _ = proc.communicate(timeout=150)
+    assert proc.returncode == 2, text
+    last = text.strip().splitlines()[-1]
+    assert last.startswith("error: DataError: the parties of alignment group 'train' share no"), (
+        last
+    )
+
+
 def test_a_party_that_fails_before_joining_stops_the_launch_at_once(tmp_path):
     """`fedviews launch` whose party cannot load its file: the launch fails at once naming
     that party and its own error (the coordinator would wait its 60 s join timeout), and

@@ -264,6 +264,11 @@ def launch(
                 raise ProtocolError(f"{status}; {hint}", party=str(named))
             if "unavailable_party" in info:  # its status reads "PartyUnavailable: party 'x' ..."
                 status = status.partition(" is unavailable: ")[2] or status
+            else:  # the coordinator's own error (e.g. the files share no ID): as it is
+                kind, _, text = status.partition(": ")
+                own = {c.__name__: c for c in (ConfigError, DataError, ProtocolError)}.get(kind)
+                if own is not None and text:
+                    raise own(f"{text}; {hint}")
             raise PartyUnavailable(
                 info.get("unavailable_party", fed.coordinator), f"{status}; {hint}"
             )
