@@ -97,6 +97,14 @@ def run(
             raise ConfigError(
                 "--resume RUN_DIR continues a run with its own saved config: drop CONFIG"
             )
+        if not resume.is_dir():
+            raise ConfigError(f"--resume {resume}: no such folder")
+        if not (resume / "config.json").is_file() and not (resume / "launch.json").is_file():
+            raise ConfigError(
+                f"--resume {resume}: not the folder of a run (no config.json of an experiment, "
+                "no launch.json of a deployment); for a coordinator or party started by hand, "
+                "restart each process with --resume <its folder>"
+            )
         if (resume / "config.json").is_file():
             from fedviews.experiments import resume_experiment
 

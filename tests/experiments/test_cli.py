@@ -23,6 +23,16 @@ def test_missing_config_and_unknown_dataset(tmp_path):
     assert r.returncode == 2 and "handwritten" in r.stderr and "Traceback" not in r.stderr
 
 
+def test_resume_of_what_is_no_run_says_so(tmp_path):
+    """A missing folder and a folder of no run were both answered with advice for processes of
+    a deployment started by hand."""
+    r = fedviews("run", "--resume", str(tmp_path / "nope"))
+    assert r.returncode == 2 and "no such folder" in r.stderr, r.stderr
+    (tmp_path / "tools").mkdir()
+    r = fedviews("run", "--resume", str(tmp_path / "tools"))
+    assert r.returncode == 2 and "not the folder of a run (no config.json" in r.stderr, r.stderr
+
+
 def test_bad_data_in_run_is_clean_error(tmp_path):
     r = fedviews(
         "run",

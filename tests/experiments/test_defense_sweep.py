@@ -62,9 +62,14 @@ def test_a_sweep_puts_each_defense_beside_the_undefended_run(tmp_path):
     report = (out / "report.html").read_text()
     assert "tradeoff.png" in report
     assert "Privacy ledger" in report and "dp-accounting analytic Gaussian" in report  # DP's
-    # resumed from its cells: nothing is trained again and the tables are the same
+    # a finished run is not resumed (one without cells was computed again, overwritten)
+    r = fedviews("run", "--resume", str(out), "--quiet")
+    assert r.returncode == 2 and "finished (its metrics.json is written)" in r.stderr, r.stderr
+    # one killed after its last cell: resumed from its cells, nothing is trained again and
+    # the tables are the same
     cells_before = (out / "cells.json").read_text()
     assert len(json.loads(cells_before)) == 8  # settings x seeds
+    (out / "metrics.json").unlink()
     r = fedviews("run", "--resume", str(out), "--quiet")
     assert r.returncode == 0, r.stderr
     assert (out / "cells.json").read_text() == cells_before

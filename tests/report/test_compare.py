@@ -92,3 +92,25 @@ def test_compare_keeps_every_row_of_a_leakage_table(tmp_path):
                 f"{r['aux']} · {r['metric']} · value"
             )
             assert metrics[key][i] == round(r["value"], 2)
+
+
+def test_compare_shows_results_that_a_table_holds_as_text(tmp_path):
+    """V-FedMV's accuracy cells are text ("97.00 ± 0.00"): compare showed only seconds,
+    messages and bytes of two V-FedMV runs, none of their results."""
+    outs = []
+    for eta in (4, 16):
+        cfg = load_config(
+            ROOT / "configs" / "fedmv_vertical_handwritten.toml",
+            ["params.n_repeats=1", "params.zetas=[8]", f"params.etas=[{eta}]",
+             'params.methods=["vfedmv","single_view"]'],
+        )  # fmt: skip
+        outs.append(tmp_path / f"eta{eta}")
+        run_experiment(cfg, console=Console(quiet=True), quiet=True, out_dir=outs[-1])
+    metrics = dict(compare_runs(outs).metrics)
+    for i, out in enumerate(outs):
+        table = json.loads((out / "metrics.json").read_text())["tables"][0]
+        texts = [(r[0], c, v) for r in table["rows"] for c, v in zip(table["columns"][1:], r[1:])
+                 if isinstance(v, str) and " ± " in v]  # fmt: skip
+        assert texts, table
+        for name, col, v in texts:
+            assert metrics[f"{name} · {col}"][i] == v

@@ -271,6 +271,11 @@ def resume_experiment(
     path = Path(run_dir) / "config.json"
     if not path.is_file():
         raise FedViewsError(f"{run_dir} is not an experiment run folder (no config.json)")
+    if (Path(run_dir) / "metrics.json").is_file():  # (resumed, it was computed again)
+        raise FedViewsError(
+            f"the run in {run_dir} finished (its metrics.json is written): nothing to resume; "
+            f"`fedviews report {run_dir}` rebuilds its report"
+        )
     try:
         raw = json.loads(path.read_text(encoding="utf-8"))
     except ValueError as exc:

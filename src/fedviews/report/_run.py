@@ -140,7 +140,7 @@ class RunRecord:
             for t in self.tables[:1]:  # its headline table
                 cols = [str(c) for c in t.get("columns", [])]
                 rows = t.get("rows", [])
-                numeric = [i for r in rows for i, v in enumerate(r) if i and _number(v)]
+                numeric = [i for r in rows for i, v in enumerate(r) if i and _result(v)]
                 lead = min(numeric, default=1)
                 firsts = [str(r[0]) for r in rows if r]
                 for row in rows:
@@ -148,7 +148,7 @@ class RunRecord:
                     if firsts.count(name) > 1:
                         name = " · ".join(str(c) for c in row[:lead])
                     for col, v in zip(cols[1:], row[1:], strict=False):
-                        if _number(v):
+                        if _result(v):
                             out[f"{name} · {col}"] = v
         else:
             out = {
@@ -175,6 +175,16 @@ class RunRecord:
 
 def _number(v: Any) -> bool:
     return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
+#: a table cell that holds a number as text: ``"4.028"``, ``"97.00 ± 0.50"``, ``"+1.2 [+0.3, +2.1]"``
+_NUMERIC_TEXT = re.compile(r"[-+]?(\d[\d,]*\.?\d*|\.\d+)([eE][-+]?\d+)?( ± \S+| \[[^\]]*\])?")
+
+
+def _result(v: Any) -> bool:
+    """Whether a table cell is a result: a number, or a number as text (a mean ± std, an
+    interval; such cells, strings in ``metrics.json``, were left out of ``compare``)."""
+    return _number(v) or (isinstance(v, str) and _NUMERIC_TEXT.fullmatch(v.strip()) is not None)
 
 
 def _numbers(v: Any) -> bool:
