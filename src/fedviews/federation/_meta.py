@@ -89,9 +89,10 @@ def loads(text: str | bytes) -> Any:
 
 
 def reported_count(msg: Any, key: str, at_most: int | None = None) -> int:
-    """``msg.meta[key]`` (``msg`` a :class:`~fedviews.federation.Message`), a count a party reports (its test samples, those it got right): a
-    whole number ``>= 0`` (and ``<= at_most``); a :class:`ProtocolError` names the sender of
-    anything else (a negative count was recorded as a result)."""
+    """``msg.meta[key]`` (``msg`` a :class:`~fedviews.federation.Message`), a count a party
+    reports (its test samples, those it got right): a whole number ``>= 0`` (and ``<=
+    at_most``); a :class:`ProtocolError` names the sender of anything else (a negative count
+    was recorded as a result)."""
     n = msg.number(key)
     if n < 0 or n != int(n) or (at_most is not None and n > at_most):
         limit = "" if at_most is None else f" and at most {at_most}"
