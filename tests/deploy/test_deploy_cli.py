@@ -169,11 +169,13 @@ def test_a_label_owner_cannot_size_everyone_s_allocations():
     algo = get_algorithm_spec("mmvfl")
     run = RunSpec("mmvfl", MMVFLParams(), Roster(("a", "b"), "a"), 0)
     infos = {"a": {"n/train": 100, "n_classes": 10**9}, "b": {"n/train": 100}}
-    with pytest.raises(ProtocolError, match="label owner 'a' reported 1000000000 classes"):
+    with pytest.raises(ProtocolError, match="label owner 'a' reported 1000000000 classes") as e:
         algo.make_setup(run, infos)
+    assert e.value.party == "a"  # (results.json's culprit; it named no one)
     infos["a"]["n_classes"] = "many"
-    with pytest.raises(ProtocolError, match="not a count"):
+    with pytest.raises(ProtocolError, match="not a count") as e:
         algo.make_setup(run, infos)
+    assert e.value.party == "a"
     infos["a"]["n_classes"] = 3
     assert algo.make_setup(run, infos)["n_classes"] == 3
 

@@ -332,3 +332,19 @@ def test_a_test_view_of_another_row_count_names_its_sender(hw, monkeypatch) -> N
     with pytest.raises(ProtocolError, match="'party0' sent 'Z_k_test' of shape") as err:
         model.predict(Xte)
     assert err.value.party == "party0"
+
+
+def test_an_overflow_is_pinned_on_the_largest_input() -> None:
+    """A deployed party's zeta of 1.7e308 with Z_k of 10 made the consensus NaN, and the
+    parties that received it were named: the refusal names the largest zeta_k * max |Z_k|."""
+    from fedviews.linear._consensus import overflowed
+
+    err = overflowed(
+        ["a", "b", "c"],
+        [8.0, 1.7e308, 8.0],
+        [np.ones((2, 3)), np.full((2, 3), 10.0), -np.ones((2, 3))],
+        [1.0, 2.0, 3.0],
+    )
+    assert err.party == "b" and "the consensus overflows" in str(err)
+    err = overflowed(["a", "b"], [1.0, 1.0], [np.ones((2, 3)), np.ones((2, 3))], [1.0, np.inf])
+    assert err.party == "b"  # (its local objective)
