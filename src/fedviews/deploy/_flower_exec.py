@@ -33,7 +33,7 @@ import threading
 import zipfile
 from pathlib import Path
 
-from fedviews.errors import MissingDependency, require
+from fedviews.errors import MissingDependency, described, require
 
 require("flwr", "flower")
 
@@ -192,7 +192,7 @@ class WarmExecutor:
                     status, details = SubStatus.COMPLETED, ""
                 except Exception as exc:  # as flwr-clientapp: an error reply, the task failed
                     log.exception("fedviews ClientApp failed")
-                    details = f"{type(exc).__name__}: {exc}"
+                    details = described(exc)
                     reply = FlowerMessage(
                         Error(code=ErrorCode.CLIENT_APP_RAISED_EXCEPTION, reason=details),
                         reply_to=message,

@@ -140,10 +140,8 @@ def launch(
             )
         if out_dir is not None and out_dir != resume:
             raise ProtocolError("--resume continues the run in its own folder; drop --out")
-        results, status = resume / cfg.federation.coordinator / "results.json", None
-        with contextlib.suppress(OSError, ValueError, AttributeError):
-            status = json.loads(results.read_text()).get("status")
-        if status == "ok":  # (resuming it would train past its end, overwriting it)
+        results = resume / cfg.federation.coordinator / "results.json"
+        if _read_results(results).get("status") == "ok":  # (resumed: past its end, overwritten)
             raise ConfigError(
                 f"the run in {resume} finished (its {results} says status ok): nothing to "
                 "resume; its results and models stay as they are"
@@ -251,7 +249,7 @@ def launch(
                 failed.append(f"{p} (exit status {prc})" if prc is not None else f"{p} (running)")
         if rc != 0:
             results = run_dir / fed.coordinator / "results.json"
-            info = json.loads(results.read_text()) if results.is_file() else {}
+            info = _read_results(results)
             hint = f"see {results}"
             if info.get("last_checkpoint_round"):
                 hint += (
@@ -331,15 +329,20 @@ def _wait_for_coordinator(
     return rc, None
 
 
-def _record_cause(results: Path, exc: PartyUnavailable) -> None:
-    """Say in the coordinator's ``results.json`` why the launcher stopped it: a party that
-    failed before it joined (the coordinator, interrupted, knows only that it was)."""
+def _read_results(results: Path) -> dict[str, Any]:
+    """The coordinator's ``results.json`` as a table (``{}`` where it is missing, unreadable or
+    not a table: a coordinator killed mid-write, or none started)."""
     try:
         info = json.loads(results.read_text()) if results.is_file() else {}
     except (OSError, ValueError):
-        info = {}
-    if not isinstance(info, dict):
-        info = {}
+        return {}
+    return info if isinstance(info, dict) else {}
+
+
+def _record_cause(results: Path, exc: PartyUnavailable) -> None:
+    """Say in the coordinator's ``results.json`` why the launcher stopped it: a party that
+    failed before it joined (the coordinator, interrupted, knows only that it was)."""
+    info = _read_results(results)
     info["coordinator_status"] = info.get("status", "")
     info["status"] = described(exc)
     info["unavailable_party"] = exc.party

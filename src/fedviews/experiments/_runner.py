@@ -24,7 +24,7 @@ from rich.progress import (
 )
 from rich.table import Table as RichTable
 
-from fedviews.errors import FedViewsError
+from fedviews.errors import FedViewsError, described
 from fedviews.experiments._config import ExperimentConfig
 from fedviews.experiments._registry import get_experiment
 from fedviews.report import format_value, to_jsonable, write_report
@@ -234,7 +234,7 @@ def run_experiment(
         _write_json(
             out_dir / "error.json",
             {
-                "error": f"{type(exc).__name__}: {exc}",
+                "error": described(exc),
                 "traceback": None if isinstance(exc, FedViewsError) else traceback.format_exc(),
                 "seconds": time.perf_counter() - t0,
             },

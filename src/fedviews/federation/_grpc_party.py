@@ -23,7 +23,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
 from fedviews import errors
-from fedviews.errors import FedViewsError, PartyUnavailable, ProtocolError
+from fedviews.errors import FedViewsError, PartyUnavailable, ProtocolError, described
 from fedviews.federation._e2e import E2EKeys
 from fedviews.federation._grpc import (
     _METHOD,
@@ -355,7 +355,7 @@ class GrpcPartyTransport(_Endpoint):
             try:
                 link = self._dial_peer(peer, address)
             except (FedViewsError, _grpc().RpcError) as exc:
-                reason = f"{type(exc).__name__}: {exc}"
+                reason = described(exc)
                 if isinstance(exc, _grpc().RpcError):
                     reason = f"{exc.code().name}: {exc.details()}"
                 self.relayed[peer] = reason

@@ -36,6 +36,7 @@ from fedviews.federation._tensors import (
     Array,
     allowed_dtype,
     check_array,
+    finite_array,
     first_not_finite,
     is_tensor,
     nbytes,
@@ -156,7 +157,7 @@ class Message:
             self._floating(name, arr.dtype.kind == "f", arr.dtype)
             with np.errstate(over="ignore"):  # a value beyond ``dtype``'s range: inf, refused
                 arr = arr.astype(dtype, copy=False)
-        if arr.dtype.kind == "f" and not np.isfinite(arr).all():
+        if not finite_array(arr):
             self._not_finite(name, arr.dtype if dtype is not None else None)
         return arr
 

@@ -121,11 +121,17 @@ def refuse_not_finite(sender: str, kind: str, arrays: Mapping[str, Array]) -> No
     trick of :func:`first_not_finite`: a float64 sum is finite only if every term is, and
     only an array whose sum is not is tested elementwise."""
     for name, a in arrays.items():
-        if type(a) is np.ndarray and a.dtype.kind == "f" and a.size:
-            with np.errstate(all="ignore"):
-                if math.isfinite(float(a.sum(dtype=np.float64))) or np.isfinite(a).all():
-                    continue
+        if type(a) is np.ndarray and not finite_array(a):
             raise not_finite(sender, kind, name)
+
+
+def finite_array(a: np.ndarray) -> bool:
+    """Whether the numpy array ``a`` holds no NaN or infinity (true of any array not of
+    floats): a float64 sum first, each element only where the sum is not finite."""
+    if a.dtype.kind != "f" or not a.size:
+        return True
+    with np.errstate(all="ignore"):
+        return math.isfinite(float(a.sum(dtype=np.float64))) or bool(np.isfinite(a).all())
 
 
 def not_finite(sender: str, kind: str, name: str, dtype: object | None = None) -> ProtocolError:
