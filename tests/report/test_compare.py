@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import html
 import json
 from pathlib import Path
 
@@ -38,15 +39,19 @@ def test_compare_two_runs_table_config_differences_and_curves(
         assert cell == stored["tables"][0]["rows"][0][1]
         assert cell == pytest.approx(np.mean(stored["accuracy"]["mmvfl"]["pix"]["mean"]))
     assert a != b  # another seed and zeta: another run, not the first one twice
+    stored = json.loads((mmvfl_run / "metrics.json").read_text())
+    assert cmp.measures == stored["tables"][0]["title"]  # what the numbers are: metric, unit
     assert metrics["messages"] == [300, 300]
     assert set(cmp.curves()["mmvfl_objective_first_fit"]) == {mmvfl_run.name, other_run.name}
     page = tmp_path / "cmp.html"
     r = _compare(mmvfl_run, other_run, "--out", page)
     assert r.exit_code == 0, r.stderr
     assert "headline metrics" in r.stdout and "params.zeta" in r.stdout
+    assert "Accuracy (%)" in r.stdout  # the headline table's title names metric and unit
     assert "1000.0" in r.stdout and "1,000.00" not in r.stdout  # config values as in the TOML
     dom = render(page)
     assert "Traceback" not in dom and dom.count("<svg") == 1 and "party0 (pix) · MMVFL" in dom
+    assert html.escape(cmp.measures) in dom
     assert (mmvfl_run / "report.html").resolve().as_uri() in dom or "report.html" in dom
 
 

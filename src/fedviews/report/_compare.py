@@ -33,12 +33,17 @@ class Comparison:
         Headline numbers: ``(label, one value per run)`` (``"—"`` where a run has none).
     config : list of (str, list)
         The config keys whose values differ between the runs, with their values.
+    measures : str
+        What the headline table's numbers are (its title, with its metric and unit, e.g.
+        ``"APFed Table 2 — MNIST accuracy (%)"``; the runs' titles joined by `` | ``
+        where they differ); empty for deployments.
     """
 
     runs: list[RunRecord]
     labels: list[str]
     metrics: list[tuple[str, list[Any]]]
     config: list[tuple[str, list[Any]]]
+    measures: str = ""
 
     def curves(self) -> dict[str, dict[str, tuple[list[float], list[float]]]]:
         """Every run's curves, overlaid: ``{quantity: {"run · series": (x, y)}}``."""
@@ -54,8 +59,9 @@ class Comparison:
         from rich.table import Table
 
         out = []
+        head = f"headline metrics: {self.measures}" if self.measures else "headline metrics"
         for title, rows, first in (
-            ("headline metrics", self._metric_cells(), "metric"),
+            (head, self._metric_cells(), "metric"),
             ("config values that differ", self._config_cells(), "config key"),
         ):
             t = Table(title=title, title_justify="left")
@@ -100,6 +106,7 @@ class Comparison:
             )
             + "</ul>",
             "<h2>Headline metrics</h2>",
+            f"<p>{html.escape(self.measures)}</p>" if self.measures else "",
             table_html("", ["metric", *self.labels], self._metric_cells()),
             "<h2>Config values that differ</h2>",
             table_html("", ["config key", *self.labels], self._config_cells())
@@ -174,4 +181,5 @@ def compare_runs(folders: Sequence[Path | str]) -> Comparison:
         for k in ckeys
         if len({repr(f.get(k, _MISSING)) for f in flats}) > 1
     ]
-    return Comparison(runs, _labels(runs), metrics, config)
+    titles = list(dict.fromkeys(t for t in (r.headline_title() for r in runs) if t))
+    return Comparison(runs, _labels(runs), metrics, config, " | ".join(titles))

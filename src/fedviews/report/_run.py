@@ -164,6 +164,13 @@ class RunRecord:
             out[BYTES] = sum(int(s.get("total_bytes", 0)) for s in sums.values())
         return out
 
+    def headline_title(self) -> str:
+        """What the headline table's numbers are (its title: ``"APFed Table 2 — MNIST
+        accuracy (%)"``); empty for a deployment or a run without tables."""
+        if self.kind != "experiment" or not self.tables:
+            return ""
+        return str(self.tables[0].get("title", ""))
+
     def json_files(self) -> list[Path]:
         """The run's JSON files, to link from the report."""
         return sorted(self.folder.glob("*.json"))
