@@ -1,8 +1,9 @@
 """The clocks the speed benchmarks time with (``--clock``).
 
 ``wall`` is the wall clock. ``cpu`` is this process's CPU time: on a shared machine the
-other jobs then stay out of the ratio (the benchmarks run torch single-threaded there); it
-does not see GPU time, so on a GPU use the wall clock. A federated run's training is timed
+other jobs then stay out of the ratio. With it :func:`use_clock` runs torch on one thread
+(unless the script's ``--threads`` says otherwise), so that no thread's idle spinning is
+counted; it does not see GPU time, so on a GPU use the wall clock. A federated run's training is timed
 by wrapping the method of the party that drives it (:func:`cpu_of`): in one process every
 other party's handler runs inside it, and the run's setup stays out.
 """
@@ -16,6 +17,8 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any, TypeVar
+
+from _args import device_option, nonnegative_int
 
 T = TypeVar("T")
 
@@ -54,9 +57,20 @@ def best(fn: Callable[[], Any], repeats: int) -> float:
     return min(times)
 
 
-def warm_rounds(one_round: Callable[[], T], repeats: int) -> list[T]:
+def us_per_call(fn: Callable[[], object], n: int, clock: Callable[[], float]) -> float:
+    """Microseconds (by ``clock``) per call of ``fn`` over ``n`` calls in a row."""
+    t0 = clock()
+    for _ in range(n):
+        fn()
+    return (clock() - t0) / n * 1e6
+
+
+def warm_rounds(
+    one_round: Callable[[], T], repeats: int, warm_up: Callable[[], object] | None = None
+) -> list[T]:
     """``repeats`` results of ``one_round`` (one round of interleaved runs at the full size),
-    after one untimed round of the same, each round started from a collected heap.
+    after one untimed round of the same (or of ``warm_up``, where a whole round would cost too
+    much), each round started from a collected heap.
 
     The warm-up round meets everything the timed ones meet: a smaller one of whole batches left
     out the last, partial batch, whose shapes were new to the caches (the hand-over's byte counts,
@@ -64,11 +78,13 @@ def warm_rounds(one_round: Callable[[], T], repeats: int) -> list[T]:
     (reference cycles: federations, estimators) before the next round starts, not in whichever
     timed run's collection comes next.
     """
+    gc.collect()
+    (warm_up or one_round)()
     results = []
-    for _ in range(repeats + 1):
+    for _ in range(repeats):
         gc.collect()
         results.append(one_round())
-    return results[1:]
+    return results
 
 
 def print_ratio(label: str, federated: list[float], plain: list[float]) -> None:
@@ -80,12 +96,39 @@ def print_ratio(label: str, federated: list[float], plain: list[float]) -> None:
     )
 
 
+def clock_option(ap: argparse.ArgumentParser, default: str = "wall") -> None:
+    """The ``--clock`` option of a benchmark (read it with :func:`use_clock`)."""
+    ap.add_argument(
+        "--clock",
+        choices=sorted(CLOCKS),
+        default=default,
+        help="wall: the wall clock; cpu: this process's CPU time, with torch single-threaded "
+        "(where the script has --threads, as many as it says), so that other jobs on a shared "
+        f"machine stay out (default: {default})",
+    )
+
+
+def use_clock(args: argparse.Namespace) -> Callable[[], float]:
+    """The clock that ``args.clock`` names. ``cpu`` also sets torch to one thread, unless the
+    script has a ``--threads`` option that was given (``0``: torch's default); a ``--threads``
+    given sets that many whatever the clock. Call it before any work: the printed header
+    and the record's title then show the thread count it set."""
+    threads = getattr(args, "threads", None)
+    if threads is None and args.clock == "cpu":
+        threads = 1
+    if threads:
+        import torch
+
+        torch.set_num_threads(threads)
+    return CLOCKS[args.clock]
+
+
 def ratio_options(ap: argparse.ArgumentParser, parties: str) -> None:
     """The options of a benchmark of a split-learning epoch against its plain loop:
     ``--device``, ``--clock``, ``--one-backward-each`` (one backward pass per party of
     ``parties``, the ones that stage theirs) and ``--profile``."""
-    ap.add_argument("--device", default="cpu")
-    ap.add_argument("--clock", choices=sorted(CLOCKS), default="wall")
+    device_option(ap)
+    clock_option(ap)
     ap.add_argument(
         "--one-backward-each",
         action="store_true",
@@ -93,7 +136,7 @@ def ratio_options(ap: argparse.ArgumentParser, parties: str) -> None:
     )
     ap.add_argument(
         "--profile",
-        type=int,
+        type=nonnegative_int,
         default=0,
         metavar="N",
         help="also profile one more federated epoch and print its N costliest functions",

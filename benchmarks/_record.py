@@ -56,12 +56,19 @@ def command() -> str:
 
 
 def ratio_table(
-    title: str, plain: list[float], runs: dict[str, list[float]], unit: str = "s / epoch"
+    title: str,
+    plain: list[float],
+    runs: dict[str, list[float]],
+    unit: str = "s / epoch",
+    baseline: str = "plain loop",
+    ratio_column: str | None = None,
 ) -> dict[str, Any]:
-    """A federated-against-plain-loop table: a row for the plain loop and one per entry of
-    ``runs`` (its times, interleaved with ``plain``'s), each with its best time, every
-    time, and (federated rows) the median of the ratios of the interleaved pairs."""
-    rows: list[list[Any]] = [["plain loop", round(min(plain), 4), _joined(plain), NA, NA]]
+    """A federated-against-plain-loop table: a row for the plain loop (named ``baseline``:
+    whatever the others are timed against) and one per entry of ``runs`` (its times,
+    interleaved with ``plain``'s), each with its best time, every time, and (the rows of
+    ``runs``) the median of the ratios of the interleaved pairs, in the column
+    ``ratio_column`` (default ``× BASELINE (median of pairs)``)."""
+    rows: list[list[Any]] = [[baseline, round(min(plain), 4), _joined(plain), NA, NA]]
     for name, times in runs.items():
         ratios = [f / p for f, p in zip(times, plain, strict=True)]
         rows.append(
@@ -73,7 +80,8 @@ def ratio_table(
                 _joined(ratios),
             ]
         )
-    columns = ["run", f"{unit} (best)", "runs", "× plain loop (median of pairs)", "pairs"]
+    ratio_column = ratio_column or f"× {baseline} (median of pairs)"
+    columns = ["run", f"{unit} (best)", "runs", ratio_column, "pairs"]
     return {"title": title, "columns": columns, "rows": rows}
 
 

@@ -44,6 +44,7 @@ from typing import Any
 
 import numpy as np
 import torch
+from _args import positive_float, run_cli
 from _record import NA, write_record
 from apfed_collapse import (
     CONFIGS,
@@ -281,7 +282,9 @@ def _summary_row(key: list[Any], run: Run, est: float | None, seconds: float) ->
 
 def main() -> None:
     ap = options(__doc__ or "")
-    ap.add_argument("--tau", type=float, help="contrastive temperature (default: the config's)")
+    ap.add_argument(
+        "--tau", type=positive_float, help="contrastive temperature (default: the config's)"
+    )
     args = ap.parse_args()
     p, data, note = load(args.dataset, {"lr": args.lr, "epochs": args.epochs, "tau": args.tau})
     rows, trace = [], []
@@ -326,4 +329,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run_cli(main)

@@ -31,6 +31,7 @@ from typing import Any
 
 import numpy as np
 import torch
+from _args import nonnegative_float, nonnegative_int, parser, positive_float, positive_int, run_cli
 from _record import NA, json_option, write_record
 from torch.nn import functional as F
 
@@ -230,14 +231,18 @@ def num(x: float) -> Any:
 
 def options(doc: str) -> argparse.ArgumentParser:
     """The options this script and ``apfed_c_collapse.py`` share."""
-    ap = argparse.ArgumentParser(description=doc.splitlines()[0])
+    ap = parser(doc)
     ap.add_argument("--dataset", default="mnist", choices=sorted(CONFIGS))
     ap.add_argument("--setting", default="2-1", help="m-i setting (default 2-1)")
-    ap.add_argument("--seeds", type=int, nargs="+", default=[0], help="seeds of the cells")
-    ap.add_argument("--lams", type=float, nargs="+", help="λ values (default: the config's)")
-    ap.add_argument("--lr", type=float, help="SGD learning rate (default: the config's)")
-    ap.add_argument("--epochs", type=int, help="epochs (default: the config's)")
-    ap.add_argument("--every", type=int, default=10, help="print every this many steps")
+    ap.add_argument(
+        "--seeds", type=nonnegative_int, nargs="+", default=[0], help="seeds of the cells"
+    )
+    ap.add_argument(
+        "--lams", type=nonnegative_float, nargs="+", help="λ values (default: the config's)"
+    )
+    ap.add_argument("--lr", type=positive_float, help="SGD learning rate (default: the config's)")
+    ap.add_argument("--epochs", type=positive_int, help="epochs (default: the config's)")
+    ap.add_argument("--every", type=positive_int, default=10, help="print every this many steps")
     ap.add_argument(
         "--estimator", action="store_true", help="also fit APFed with each seed and compare"
     )
@@ -347,4 +352,4 @@ def _summary_row(seed: int, lam: float, run: Run, est: float | None, seconds: fl
 
 
 if __name__ == "__main__":
-    main()
+    run_cli(main)

@@ -1,7 +1,7 @@
 """Time small torch and numpy loops with 1 and 2 threads on a busy machine (the test suite's
 thread settings, tests/conftest.py).
 
-    OMP_NUM_THREADS=1 .venv/bin/python benchmarks/bench_busy_threads.py [--busy 2] [--repeats 3]
+    OMP_NUM_THREADS=1 .venv/bin/python benchmarks/bench_busy_threads.py [--busy 2] [--repeats 3] [--json PATH]
 
 ``--busy N`` starts N busy loops (``yes > /dev/null``, as issue #30's load) for the run and
 stops them at its end. Each loop runs in a fresh process (the waiting policy is read when
@@ -13,12 +13,12 @@ row is a ratio to the 1-thread loop run just before it (the machine is noisy).
 
 from __future__ import annotations
 
-import argparse
 import os
 import subprocess
 import sys
 import time
 
+from _args import nonnegative_int, parser, positive_int, run_cli
 from _record import json_option, ratio_table, write_record
 
 TORCH = """
@@ -60,12 +60,14 @@ def _seconds(code: str, threads: int, **env: str) -> float:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--busy", type=int, default=0, help="busy loops to start for the run")
-    ap.add_argument("--repeats", type=int, default=3)
+    ap = parser(__doc__)
+    ap.add_argument(
+        "--busy", type=nonnegative_int, default=0, help="busy loops to start for the run"
+    )
+    ap.add_argument("--repeats", type=positive_int, default=3, help="interleaved rounds of runs")
     json_option(ap)
     args = ap.parse_args()
-    busy = [subprocess.Popen(["yes"], stdout=subprocess.DEVNULL) for _ in range(max(0, args.busy))]
+    busy = [subprocess.Popen(["yes"], stdout=subprocess.DEVNULL) for _ in range(args.busy)]
     try:
         time.sleep(1.0 if busy else 0.0)
         one: list[float] = []
@@ -91,19 +93,19 @@ def main() -> None:
             "2 threads, OMP_WAIT_POLICY=PASSIVE": passive,
         },
         unit="s",
+        baseline="1 thread",
     )
-    torch_table["rows"][0][0] = "1 thread"
     numpy_table = ratio_table(
         f"numpy, 3,000 products 300x200 @ 200x100, {args.busy} busy loops",
         blas1,
         {"2 OpenBLAS threads": blas2},
         unit="s",
+        baseline="1 OpenBLAS thread",
     )
-    numpy_table["rows"][0][0] = "1 OpenBLAS thread"
     for table in (torch_table, numpy_table):
         print(table["title"])
         for row in table["rows"]:
-            print("  ", row[0], "best", row[1], "s; x 1 thread", row[3])
+            print("  ", row[0], "best", row[1], f"s; x {table['rows'][0][0]}", row[3])
     write_record(
         args.json,
         "Threads that wait at barriers on a busy machine",
@@ -114,4 +116,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run_cli(main)

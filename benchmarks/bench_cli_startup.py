@@ -13,7 +13,6 @@ average is printed before and after, as the cores may be shared.
 
 from __future__ import annotations
 
-import argparse
 import os
 import resource
 import statistics
@@ -21,6 +20,8 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+
+from _args import parser, positive_int, run_cli
 
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT = (
@@ -50,9 +51,9 @@ def _time(args: list[str], expect: str | None) -> tuple[float, float]:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap = parser(__doc__)
     ap.add_argument("configs", nargs="*", default=DEFAULT, help="config stems under configs/")
-    ap.add_argument("--repeat", type=int, default=5)
+    ap.add_argument("--repeat", type=positive_int, default=5, help="runs of each (median)")
     a = ap.parse_args()
     print(f"load average {os.getloadavg()[0]:.2f}")
     rows: list[tuple[str, list[str], str | None]] = [("fedviews --help", ["--help"], None)]
@@ -74,4 +75,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run_cli(main)

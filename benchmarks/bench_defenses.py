@@ -1,32 +1,33 @@
 """The cost of each Multi-VFL defense beside the plain run, in one process.
 
-MNIST, 4 data owners (7-row strips), 2 label owners, ``--images`` training images,
-``--rounds`` rounds of one local epoch; every defense fitted after the plain run, alternately,
-``--repeat`` times after one untimed pass (this machine is noisy: read the ratio of medians). Bytes are the message
-log's totals. ``grad_dp`` and ``act_dp`` compute per-sample gradients (``torch.func``), which
+MNIST, 4 data owners (7-row strips), 2 label owners, ``--images`` training images (MNIST's
+training split holds 8,000: a larger number uses them all, said on stderr), ``--rounds``
+rounds of one local epoch; every defense fitted after the plain run, alternately,
+``--repeat`` times after one untimed pass (this machine is noisy: read the ratio of
+medians). Bytes are the message log's totals. ``grad_dp`` and ``act_dp`` compute per-sample gradients (``torch.func``), which
 is where their time goes. ``--clock cpu`` (the default; ``_clock.py``) times each fit with this
 process's CPU time and torch on one thread, so that other jobs on a shared machine stay out of
 the ratios (every party runs in this process); ``--clock wall`` for the wall clock.
 
     python benchmarks/bench_defenses.py [--images 2000] [--rounds 3] [--repeat 2] [--clock cpu]
-                                        [--json FILE]
+                                        [--json PATH]
 
-``--json FILE`` writes the table as ``{"tables": [...]}`` (``fedviews reproduce
-defenses_cost_multivfl``).
+``--json PATH`` also writes the table as a record (``benchmarks/_record.py``), whose
+``tables`` ``fedviews reproduce defenses_cost_multivfl`` reads. Needs the ``privacy`` extra
+(``label_rr``, ``grad_dp``).
 """
 
 from __future__ import annotations
 
-import argparse
-import json
-from pathlib import Path
-
 import numpy as np
 import torch
-from _clock import CLOCKS
+from _args import capped, parser, positive_int, run_cli
+from _clock import clock_option, use_clock
+from _record import json_option, write_record
 
 from fedviews import data
 from fedviews.deep.multivfl import MultiVFL
+from fedviews.errors import require
 from fedviews.experiments import Table
 
 DEFENSES = {
@@ -39,18 +40,18 @@ DEFENSES = {
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__)
-    ap.add_argument("--images", type=int, default=2000)
-    ap.add_argument("--rounds", type=int, default=3)
-    ap.add_argument("--repeat", type=int, default=2)
-    ap.add_argument("--clock", choices=sorted(CLOCKS), default="cpu")
-    ap.add_argument("--json", type=Path, help="write the table here as JSON")
+    ap = parser(__doc__)
+    ap.add_argument("--images", type=positive_int, default=2000, help="MNIST training images")
+    ap.add_argument("--rounds", type=positive_int, default=3)
+    ap.add_argument("--repeat", type=positive_int, default=2, help="alternating runs of each")
+    clock_option(ap, default="cpu")
+    json_option(ap)
     args = ap.parse_args()
-    clock = CLOCKS[args.clock]
-    if args.clock == "cpu":
-        torch.set_num_threads(1)  # CPU time of one thread: no idle spinning counted
+    require("dp_accounting", "privacy")  # label_rr, grad_dp: before any fit
+    clock = use_clock(args)  # cpu: CPU time of one thread, no idle spinning counted
     Xtr, ytr, *_ = data.image_split("mnist", {}, 0, 0.2)  # MNIST: a stratified fifth
-    take = np.random.default_rng(0).permutation(len(ytr))[: args.images]
+    n = capped(args.images, len(ytr), "MNIST's training split", "--images")
+    take = np.random.default_rng(0).permutation(len(ytr))[:n]
     X, y = Xtr[take], ytr[take]
     halves = np.array_split(np.arange(len(y)), 2)  # the two label owners' samples
     times: dict[str, list[float]] = {k: [] for k in DEFENSES}
@@ -74,17 +75,16 @@ def main() -> None:
         t, b = float(np.median(times[name])), stats[name]["total_bytes"]
         rows.append([name, t, t / base_t, b / 1e6, f"{b / base_b:.3f}"])
         print(f"| {name} | {t:.2f} | {t / base_t:.2f} | {b / 1e6:.1f} | {b / base_b:.3f} |")
-    if args.json:
-        table = Table(
-            f"Multi-VFL defenses: cost beside the plain run ({args.rounds} rounds)",
-            ["defense", "seconds", "time ratio", "MB", "bytes ratio"],
-            rows,
-            f"MNIST, {args.images} images, 4 data owners, 2 label owners, Adam local step; "
-            f"median of {args.repeat} alternating runs in one process after an untimed pass; "
-            f"{args.clock} clock, torch threads {torch.get_num_threads()}.",
-        )
-        args.json.write_text(json.dumps({"tables": [table.to_dict()]}, indent=1), "utf-8")
+    table = Table(
+        f"Multi-VFL defenses: cost beside the plain run ({args.rounds} rounds)",
+        ["defense", "seconds", "time ratio", "MB", "bytes ratio"],
+        rows,
+        f"MNIST, {n} images, 4 data owners, 2 label owners, Adam local step; "
+        f"median of {args.repeat} alternating runs in one process after an untimed pass; "
+        f"{args.clock} clock, torch threads {torch.get_num_threads()}.",
+    )
+    write_record(args.json, table.title, [table.to_dict()])
 
 
 if __name__ == "__main__":
-    main()
+    run_cli(main)

@@ -1,14 +1,18 @@
-"""Time what a new user runs in the first hour, and commit the record that the docs render.
+"""Time what a new user runs in the first hour, and make the record that the docs render.
 
-    .venv/bin/python benchmarks/bench_first_hour.py [NAME ...]
+    .venv/bin/python benchmarks/bench_first_hour.py [NAME ...] [--json PATH]
+    .venv/bin/python benchmarks/bench_first_hour.py --json docs/results/first_hour_timings.json
 
-Runs each named command (default: all of :data:`COMMANDS`) once, in a fresh process, as a
-user types it, and writes its wall seconds, with the date, the machine and the load average
-just before it, into ``docs/results/first_hour_timings.json`` (the other names' records are
-kept, so one command can be timed again alone). A run that fails stops the benchmark and
-records nothing. The docs show these numbers where a page says ``<!-- timing: NAME -->``
+Runs each named command (default: all of :data:`COMMANDS`, ``make test`` included: minutes,
+and it installs the development tools) once, in a fresh process, as a user types it, and
+prints its wall seconds with the load average just before it. ``--json PATH`` also writes
+them, with the date and the machine, into the record at ``PATH`` (the other names' records
+are kept, so one command can be timed again alone); without it nothing is written. A run
+that fails stops the benchmark and records nothing. The second command above remakes the
+committed record, which the docs show where a page says ``<!-- timing: NAME -->``
 (``docs/hooks/timings.py``): no time in the docs is typed by hand
-(``tests/test_docs.py::test_no_page_states_a_time_by_hand``).
+(``tests/test_docs.py::test_no_page_states_a_time_by_hand``). The record's ``command`` is
+the command of the last run that timed every name.
 
 The commands:
 
@@ -23,7 +27,6 @@ The commands:
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import subprocess
@@ -34,10 +37,12 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from _args import parser, run_cli
+from _record import command, json_option
+
 from fedviews.experiments._reproduce import machine
 
 ROOT = Path(__file__).resolve().parents[1]
-RECORD = ROOT / "docs" / "results" / "first_hour_timings.json"
 #: name -> (the command as a user types it, whether it runs in the repository)
 COMMANDS: dict[str, tuple[list[str], bool]] = {
     "demo": (["fedviews", "run", "configs/mmvfl_handwritten.toml"], True),
@@ -71,22 +76,31 @@ def time_command(command: list[str], in_repository: bool) -> dict[str, Any]:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("names", nargs="*", metavar="NAME", help=f"of {list(COMMANDS)} (default: all)")
-    names = ap.parse_args().names or list(COMMANDS)
+    ap = parser(__doc__)
+    ap.add_argument(
+        "names", nargs="*", metavar="NAME", help=f"of {', '.join(COMMANDS)} (default: all)"
+    )
+    json_option(ap)
+    args = ap.parse_args()
+    names = args.names or list(COMMANDS)
     if unknown := [n for n in names if n not in COMMANDS]:
         ap.error(f"unknown command {unknown[0]!r}; known: {', '.join(COMMANDS)}")
-    record: dict[str, Any] = {"command": "python benchmarks/bench_first_hour.py", "timings": {}}
-    if RECORD.is_file():
-        record = json.loads(RECORD.read_text(encoding="utf-8"))
+    record: dict[str, Any] = {"command": command(), "timings": {}}
+    if args.json is not None and args.json.is_file():
+        record = json.loads(args.json.read_text(encoding="utf-8"))
+    if set(names) == set(COMMANDS):  # this command remakes the whole record
+        record["command"] = command()
     for name in names:
         timing = time_command(*COMMANDS[name])
         print(f"{name}: {timing['command']}: {timing['wall_seconds']} s "
               f"(load average {timing['load_average']})", flush=True)  # fmt: skip
         record["timings"][name] = timing
-        RECORD.write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
-    print(f"wrote {RECORD.relative_to(ROOT)}")
+        if args.json is not None:
+            args.json.parent.mkdir(parents=True, exist_ok=True)
+            args.json.write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
+    if args.json is not None:
+        print(f"wrote {args.json}")
 
 
 if __name__ == "__main__":
-    main()
+    run_cli(main)

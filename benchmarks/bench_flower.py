@@ -33,8 +33,10 @@ per-batch ones.
   and ``fedviews flower executor``: one long-lived ClientApp process per party).
 
 "exchange s": median wall time of one round's Flower exchange (the ServerApp pushes
-the round message of all parties, then pulls every reply). ``--json`` writes the table
-(and the command, date, machine, flwr version and load) for ``docs/flower.md``.
+the round message of all parties, then pulls every reply). ``--json PATH`` writes the table
+as a record (``benchmarks/_record.py``: a table per algorithm, with the command, date,
+machine, flwr version and load) for ``docs/flower.md``. Needs the ``flower`` extra (and
+``grpc``); without it, ``--help`` still works and a run says what to install.
 
 Table 2 (``--pings N``), one request/reply round trip with an echo handler (no party
 work), for 0 bytes and for one Multi-VFL activation batch each way (64 x 6272 float32 =
@@ -54,9 +56,7 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
-import json
 import os
-import platform
 import statistics
 import subprocess
 import sys
@@ -67,15 +67,13 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from _record import NA, write_record
+from _args import nonnegative_int, parser, positive_int, run_cli
+from _record import NA, json_option, write_record
 
-from fedviews.deploy import launch_flower, load_deploy_config, load_party_data, write_demo_data
-from fedviews.deploy._session import DeployCoordinator, DeployParty, session_policy
+from fedviews.deploy import load_deploy_config, load_party_data, write_demo_data
+from fedviews.errors import require
 from fedviews.federation import (
     Coordinator,
-    GrpcHub,
-    GrpcOptions,
-    GrpcPartyTransport,
     InProcessTransport,
     Party,
     PrivacyPolicy,
@@ -143,10 +141,13 @@ EXCHANGES = {
 }
 BATCH = 64 * 6272 * 4  # bytes of one data owner's activations of a Multi-VFL MNIST batch
 BATCHES = 79  # per epoch (5000 samples, batch size 64)
+ENGINES = ("simulation", "deployment")
+EXECUTORS = ("flower", "fedviews")
 
 
 def run_grpc(config: Path, data: Path, out: Path) -> dict[str, Any]:
-    from fedviews.deploy._session import options_of
+    from fedviews.deploy._session import DeployCoordinator, options_of, session_policy
+    from fedviews.federation import GrpcHub
 
     cfg = load_deploy_config(config)
     hub = GrpcHub(
@@ -180,6 +181,8 @@ def run_grpc(config: Path, data: Path, out: Path) -> dict[str, Any]:
 
 
 def run_in_process(config: Path, data: Path, out: Path) -> dict[str, Any]:
+    from fedviews.deploy._session import DeployCoordinator, DeployParty, session_policy
+
     cfg = load_deploy_config(config)
     transport = InProcessTransport(session_policy(cfg), keep_entries=False)
     coord = DeployCoordinator(cfg, lambda line: None, out / "coordinator")
@@ -221,6 +224,8 @@ def ping_in_process(nbytes: int, n: int) -> float:
 
 
 def ping_grpc(nbytes: int, n: int) -> float:
+    from fedviews.federation import GrpcHub, GrpcOptions, GrpcPartyTransport
+
     opts = GrpcOptions(connect_timeout=10.0)
     hub = GrpcHub(_ECHO, {"a": "party"}, options=opts)
     coord = Coordinator()
@@ -245,6 +250,8 @@ def _median(res: dict[str, Any], kinds: tuple[str, ...]) -> float | None:
 def _launch(
     config: Path, run: Path, data: Path, engine: str, executor: str | None
 ) -> dict[str, Any]:
+    from fedviews.deploy import launch_flower
+
     quiet = lambda line: None  # noqa: E731
     t0 = time.perf_counter()
     res = launch_flower(  # plain text, as the gRPC processes
@@ -324,6 +331,8 @@ def print_rounds(algorithm: str, table: dict[str, Any]) -> None:
 def bench_pings(args: argparse.Namespace, engines: list[str], tmp: Path) -> dict[str, Any]:
     """Table 2: one echo round trip on every transport (and a Multi-VFL epoch's share), as
     printed and as a table for :func:`write_record`."""
+    from fedviews.deploy import launch_flower
+
     config, data = tmp / "ping.toml", tmp / "ping-data"
     config.write_text(CONFIGS["mmvfl"].format(rounds=1))
     write_demo_data(load_deploy_config(config), data)
@@ -377,6 +386,29 @@ def bench_pings(args: argparse.Namespace, engines: list[str], tmp: Path) -> dict
     return {"title": title, "columns": columns, "rows": rows, "note": note}
 
 
+def rounds_table(algorithm: str, table: dict[str, Any]) -> dict[str, Any]:
+    """Table 1 of one algorithm (what :func:`print_rounds` prints) for :func:`write_record`."""
+    columns = ["transport", "rounds", "s / round", "× fedviews hub", "median exchange s"]
+    columns.append("equals in-process")
+    rows = [
+        [
+            r["transport"],
+            r["rounds"],
+            r["seconds_per_round"],
+            r["x_hub"],
+            NA if r["median_exchange_seconds"] is None else r["median_exchange_seconds"],
+            "yes" if r["equal_to_in_process"] else "no",
+        ]
+        for r in table["rows"]
+    ]
+    return {
+        "title": f"{algorithm}, {table['samples']} samples × {table['parties']} parties "
+        "(one Flower node each), loopback",
+        "columns": columns,
+        "rows": rows,
+    }
+
+
 def _flwr_version() -> str:
     import flwr
 
@@ -384,21 +416,26 @@ def _flwr_version() -> str:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = parser(__doc__)
     ap.add_argument("--algorithms", nargs="*", default=["mmvfl", "vfedmv"], choices=list(CONFIGS))
-    ap.add_argument("--rounds", type=int, default=10, help="in-process, gRPC and simulation")
-    ap.add_argument("--deployment-rounds", type=int, default=3, help="deployment engine")
-    ap.add_argument("--engines", nargs="*", default=["simulation", "deployment"])
-    ap.add_argument("--executors", nargs="*", default=["flower", "fedviews"])
-    ap.add_argument("--pings", type=int, default=0, help="echo round trips per Flower engine")
-    ap.add_argument("--json", type=Path, help="write Table 1 here (for docs/flower.md)")
-    ap.add_argument("--pings-json", type=Path, help="write Table 2 here (for docs/flower.md)")
+    ap.add_argument(
+        "--rounds", type=positive_int, default=10, help="in-process, gRPC and simulation"
+    )
+    ap.add_argument("--deployment-rounds", type=positive_int, default=3, help="deployment engine")
+    ap.add_argument("--engines", nargs="*", default=list(ENGINES), choices=ENGINES)
+    ap.add_argument("--executors", nargs="*", default=list(EXECUTORS), choices=EXECUTORS)
+    ap.add_argument(
+        "--pings", type=nonnegative_int, default=0, help="echo round trips per Flower engine"
+    )
+    json_option(ap)
+    ap.add_argument("--pings-json", type=Path, metavar="PATH", help="write Table 2 here")
     args = ap.parse_args()
+    require("flwr", "flower")  # before any run: the install hint, not a traceback
+    require("grpc", "grpc")
     engines = list(args.engines)
     if "simulation" in engines and importlib.util.find_spec("ray") is None:
         print("simulation engine skipped: pip install 'flwr[simulation]' (Ray)")
         engines.remove("simulation")
-    t0 = time.perf_counter()
     tables: dict[str, Any] = {}
     with tempfile.TemporaryDirectory() as tmp_:
         tmp = Path(tmp_)
@@ -408,23 +445,14 @@ def main() -> None:
         if args.pings > 0:
             pings = bench_pings(args, engines, tmp)
             write_record(args.pings_json, "Flower round trips", [pings], flwr=_flwr_version())
-    if args.json is not None:
-        args.json.write_text(
-            json.dumps(
-                {
-                    "command": "python " + " ".join(sys.argv),
-                    "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
-                    "machine": f"{platform.machine()}, {os.cpu_count()} cores",
-                    "flwr": _flwr_version(),
-                    "load_average_after": [round(x, 1) for x in os.getloadavg()],
-                    "wall_seconds": round(time.perf_counter() - t0, 1),
-                    "algorithms": tables,
-                },
-                indent=1,
-            )
-            + "\n"
+    if tables:
+        write_record(
+            args.json,
+            "Seconds per round through Flower vs fedviews' own hub",
+            [rounds_table(a, t) for a, t in tables.items()],
+            flwr=_flwr_version(),
         )
 
 
 if __name__ == "__main__":
-    main()
+    run_cli(main)

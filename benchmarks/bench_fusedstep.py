@@ -8,33 +8,27 @@ default local step, and Adam). Each step gets the same small gradients. Prints, 
 microseconds per batch (the median over ``--repeats`` interleaved timings of ``--batches``
 steps) and the saving per batch.
 
-    python benchmarks/bench_fusedstep.py [--batches 2000] [--repeats 5] [--device cpu]
+    python benchmarks/bench_fusedstep.py [--batches 2000] [--repeats 5] [--device cpu] [--json PATH]
 
+``--clock cpu`` (the default; ``_clock.py``) times with this process's CPU time and torch on
+one thread. ``--json PATH`` also writes the table as a record (``benchmarks/_record.py``).
 Run it with ``PYTHONPATH`` at another checkout's ``src`` to compare two versions.
 """
 
 from __future__ import annotations
 
-import argparse
 import statistics
-from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 import torch
-from _clock import CLOCKS
+from _args import device_option, parser, positive_int, run_cli
+from _clock import clock_option, us_per_call, use_clock
+from _record import json_option, write_record
 from bench_splitnn import federation
 
 from fedviews.deep._fusedstep import OptimizerStep, step_together
 from fedviews.deep.multivfl import build_models
-
-
-def per_batch(fn: Callable[[], object], n: int, clock: Callable[[], float]) -> float:
-    """Microseconds per call of ``fn`` over ``n`` calls."""
-    t0 = clock()
-    for _ in range(n):
-        fn()
-    return (clock() - t0) / n * 1e6
 
 
 def splitnn_optimizers(device: str) -> list[Any]:
@@ -61,23 +55,26 @@ def multivfl_optimizers(kind: str, device: str) -> list[Any]:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--device", default="cpu")
-    ap.add_argument("--batches", type=int, default=2000)
-    ap.add_argument("--repeats", type=int, default=5)
-    ap.add_argument("--clock", choices=sorted(CLOCKS), default="cpu")
+    ap = parser(__doc__)
+    device_option(ap)
+    ap.add_argument("--batches", type=positive_int, default=2000, help="steps per timing")
+    ap.add_argument("--repeats", type=positive_int, default=5, help="interleaved timings per set")
+    clock_option(ap, default="cpu")
+    json_option(ap)
     args = ap.parse_args()
-    clock = CLOCKS[args.clock]
+    clock = use_clock(args)
     sets = {
         "split NN, 3 passive parties, SGD momentum 0.9": splitnn_optimizers(args.device),
         "Multi-VFL, 4 data owners, SGD": multivfl_optimizers("sgd", args.device),
         "Multi-VFL, 4 data owners, Adam": multivfl_optimizers("adam", args.device),
     }
-    print(
+    title = (
         f"staged optimiser steps per batch, device {args.device}, torch threads "
         f"{torch.get_num_threads()}, {args.clock} clock, {args.batches} batches x "
         f"{args.repeats} repeats"
     )
+    print(title)
+    rows = []
     for name, opts in sets.items():
         gen = torch.Generator().manual_seed(0)
         for opt in opts:
@@ -95,13 +92,20 @@ def main() -> None:
         times: dict[str, list[float]] = {"own": [], "joint": []}
         for i in range(args.repeats):  # interleaved, so background load hits both alike
             for k in ("own", "joint") if i % 2 == 0 else ("joint", "own"):
-                times[k].append(per_batch(own if k == "own" else joint, args.batches, clock))
+                times[k].append(us_per_call(own if k == "own" else joint, args.batches, clock))
         mine, ours = statistics.median(times["own"]), statistics.median(times["joint"])
         print(
             f"{name:<48}: own step() {mine:7.1f} us, joint {ours:7.1f} us per batch "
             f"(saves {mine - ours:.1f} us, x{ours / mine:.2f})"
         )
+        rows.append(
+            [name, *(round(v, 2) for v in (mine, ours, mine - ours)), round(ours / mine, 3)]
+        )
+    columns = ["optimisers", "own step() µs", "joint µs", "saved µs", "joint ÷ own"]
+    note = f"µs per batch: medians of {args.repeats} interleaved timings of {args.batches} steps"
+    table = {"title": title, "columns": columns, "rows": rows, "note": note}
+    write_record(args.json, title, [table], args.device)
 
 
 if __name__ == "__main__":
-    main()
+    run_cli(main)

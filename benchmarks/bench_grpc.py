@@ -28,12 +28,11 @@ the loopback interface during the rounds (``/proc/net/dev``: TLS records, HTTP/2
 TCP/IP headers, heartbeats; other loopback traffic on the machine would be counted
 too). CPU seconds: of every process of the run during the training loop
 (``/proc/PID/stat``), which the load of a shared machine moves far less than the
-wall-clock time.
+wall-clock time. Needs the ``grpc`` extra.
 """
 
 from __future__ import annotations
 
-import argparse
 import os
 import subprocess
 import sys
@@ -43,6 +42,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from _args import parser, positive_int, run_cli
 from _record import NA, json_option, write_record
 
 from fedviews._heap import keep_freed_memory
@@ -54,10 +54,9 @@ from fedviews.deploy import (
     process_env,
     write_demo_data,
 )
-from fedviews.deploy._session import DeployCoordinator, options_of, session_policy
+from fedviews.errors import require
 from fedviews.federation import (
     Coordinator,
-    GrpcHub,
     InProcessTransport,
     Message,
     TLSFiles,
@@ -97,6 +96,9 @@ evaluate = false
 device = "cpu"
 """,
 }
+
+#: rounds of a run when --rounds is not given
+ROUNDS = {"mmvfl": 10, "multivfl": 2}
 
 
 def _loopback_bytes() -> int:
@@ -171,6 +173,9 @@ def run_grpc(
 ) -> dict[str, Any]:
     """One gRPC run: this process is the hub on ``host``; each party a process, started with
     ``launchers[party]`` in front of its command (e.g. ``ip netns exec NS``)."""
+    from fedviews.deploy._session import DeployCoordinator, options_of, session_policy
+    from fedviews.federation import GrpcHub  # the grpc extra
+
     app = get_algorithm_spec(cfg.algorithm)
     tls = None if certs is None else TLSFiles.from_dir(certs, "coordinator")
     hub = GrpcHub(
@@ -304,9 +309,13 @@ def e2e_table(
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = parser(__doc__)
     ap.add_argument("algorithm", choices=sorted(CONFIGS))
-    ap.add_argument("--rounds", type=int, default=0, help="default: 10 (mmvfl), 2 (multivfl)")
+    ap.add_argument(
+        "--rounds",
+        type=positive_int,
+        help=f"default: {', '.join(f'{r} ({a})' for a, r in ROUNDS.items())}",
+    )
     ap.add_argument("--insecure", action="store_true", help="plain-text gRPC instead of mutual TLS")
     ap.add_argument("--set", nargs="*", default=[], help="config overrides key=value")
     ap.add_argument(
@@ -324,10 +333,11 @@ def main() -> None:
     args = ap.parse_args()
     if args.e2e_cost and args.insecure:
         ap.error("--e2e-cost compares runs with mutual TLS: leave out --insecure")
+    require("grpc", "grpc")  # before the in-process run: the install hint, not a traceback
     # the malloc settings of every fedviews command (fedviews._heap), here too: the
     # in-process baseline and the hub get what the party processes get
     keep_freed_memory()
-    rounds = args.rounds or (10 if args.algorithm == "mmvfl" else 2)
+    rounds = ROUNDS[args.algorithm] if args.rounds is None else args.rounds
     with tempfile.TemporaryDirectory() as tmp_:
         tmp = Path(tmp_)
         config = tmp / "bench.toml"
@@ -374,4 +384,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run_cli(main)

@@ -8,28 +8,21 @@ each (``federation.max_message_mb``) and sends every chunk of each but the last,
 hub holds what arrived. Prints the hub's resident memory (``VmRSS``) before the attack,
 its peak (``VmHWM``) and whether the hub cut ``b`` off. Without a budget per peer the hub
 holds ``ids x message_mb``; with one, at most ``message_mb`` of ``b``'s half-sent bytes.
-Run it with ``PYTHONPATH`` pointing at the code to measure (e.g. two checkouts).
+Run it with ``PYTHONPATH`` pointing at the code to measure (e.g. two checkouts). Needs the
+``grpc`` extra.
 """
 
 from __future__ import annotations
 
-import argparse
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
-from fedviews.federation import (
-    GrpcOptions,
-    GrpcPartyTransport,
-    Party,
-    PrivacyPolicy,
-    TLSFiles,
-    init_ca,
-    issue_certificate,
-)
-from fedviews.federation._grpc import _HEADER, _MAGIC, REQUEST
+from _args import parser, positive_float, positive_int, run_cli
+
+from fedviews.federation import Party, PrivacyPolicy, TLSFiles, init_ca, issue_certificate
 
 POLICY = PrivacyPolicy.of("halfsent", {("party", "coordinator"): ["v"]})
 
@@ -60,10 +53,15 @@ def _status(pid: int, key: str) -> float:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--ids", type=int, default=8, help="message ids left half-sent")
-    parser.add_argument("--message-mb", type=float, default=64.0, help="federation.max_message_mb")
-    args = parser.parse_args()
+    ap = parser(__doc__)
+    ap.add_argument("--ids", type=positive_int, default=8, help="message ids left half-sent")
+    ap.add_argument(
+        "--message-mb", type=positive_float, default=64.0, help="federation.max_message_mb"
+    )
+    args = ap.parse_args()
+    from fedviews.federation import GrpcOptions, GrpcPartyTransport  # the grpc extra
+    from fedviews.federation._grpc import _HEADER, _MAGIC, REQUEST
+
     with tempfile.TemporaryDirectory() as tmp:
         certs = Path(tmp)
         init_ca(certs)
@@ -110,4 +108,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run_cli(main)

@@ -9,12 +9,11 @@ path, the wall time and the CPU milliseconds per message of ``--mb`` megabytes (
 counts as one message), relayed (a -> hub -> b) and direct (b declares an endpoint).
 On a shared machine compare the CPU column: the wall time follows the other load.
 ``--json PATH`` also writes a record (``benchmarks/_record.py``): per path, every run and the
-median CPU milliseconds per message.
+median CPU milliseconds per message. Needs the ``grpc`` extra.
 """
 
 from __future__ import annotations
 
-import argparse
 import statistics
 import tempfile
 import threading
@@ -22,14 +21,12 @@ import time
 from pathlib import Path
 
 import numpy as np
+from _args import parser, positive_float, positive_int, run_cli
 from _record import json_option, write_record
 
 from fedviews.deploy import free_port
 from fedviews.federation import (
     Coordinator,
-    GrpcHub,
-    GrpcOptions,
-    GrpcPartyTransport,
     Message,
     Party,
     PrivacyPolicy,
@@ -66,6 +63,8 @@ class Echo(Party):
 
 def measure(certs: Path, direct: bool, n: int, x: np.ndarray) -> tuple[float, float]:
     """``(wall seconds, CPU seconds)`` of ``n`` round trips."""
+    from fedviews.federation import GrpcHub, GrpcOptions, GrpcPartyTransport  # the grpc extra
+
     opts = GrpcOptions(timeout=60.0)
     hub = GrpcHub(
         POLICY,
@@ -100,10 +99,12 @@ def measure(certs: Path, direct: bool, n: int, x: np.ndarray) -> tuple[float, fl
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--messages", type=int, default=150, help="round trips per measurement")
-    ap.add_argument("--mb", type=float, default=1.0, help="megabytes per message")
-    ap.add_argument("--repeat", type=int, default=3, help="measurements per path")
+    ap = parser(__doc__)
+    ap.add_argument(
+        "--messages", type=positive_int, default=150, help="round trips per measurement"
+    )
+    ap.add_argument("--mb", type=positive_float, default=1.0, help="megabytes per message")
+    ap.add_argument("--repeat", type=positive_int, default=3, help="measurements per path")
     json_option(ap)
     args = ap.parse_args()
     x = np.random.default_rng(0).random(int(args.mb * 1e6) // 4).astype(np.float32)
@@ -135,4 +136,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run_cli(main)

@@ -9,34 +9,40 @@ solver, so only the order of magnitude is comparable).
 
     python benchmarks/bench_mmvfl.py [--rounds 20] [--inner 10] [--repeat 3] [--json PATH]
 
+Each of the ``--repeat`` rounds runs the fast fit, the naive one (one BLAS thread, then
+BLAS's default), and the linear-algebra floor in turn, after one untimed fast fit (the
+machine's load then hits them alike); supFL and MultiTaskLasso take turns the same way.
+Prints the best time of each and the median of the ratios of the rounds' pairs.
 ``--json PATH`` also writes the times as tables (``benchmarks/_record.py``).
 """
 
 from __future__ import annotations
 
-import argparse
+import statistics
 import time
 import warnings
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 import scipy.linalg as sla
-from _record import json_option, write_record
+from _args import parser, positive_float, positive_int, run_cli
+from _clock import warm_rounds
+from _record import json_option, ratio_table, write_record
 
 from fedviews.data import load, one_hot
 from fedviews.linear import MMVFL, SupFL, small_blas
 from fedviews.linear.mmvfl.reference import naive_mmvfl
 
 
-def best_of(fn, repeat):
-    times, out = [], None
-    for _ in range(repeat):
-        t0 = time.perf_counter()
-        out = fn()
-        times.append(time.perf_counter() - t0)
-    return min(times), out
+def timed(fn: Callable[[], Any]) -> tuple[float, Any]:
+    """The wall seconds of one call of ``fn``, and what it returned."""
+    t0 = time.perf_counter()
+    out = fn()
+    return time.perf_counter() - t0, out
 
 
-def floor(Xs: list[np.ndarray], c: int, steps: int, repeat: int) -> float:
+def floor(Xs: list[np.ndarray], c: int, steps: int) -> Callable[[], None]:
     """The linear-algebra floor of the fit: ``steps`` Cholesky factorisations and solves of
     each view's ``d x d`` system (``X^T X + beta A``) and nothing else."""
     rng = np.random.default_rng(0)
@@ -49,17 +55,20 @@ def floor(Xs: list[np.ndarray], c: int, steps: int, repeat: int) -> float:
                     cf = sla.cho_factor(M, lower=False, check_finite=False)
                     sla.cho_solve(cf, rhs, check_finite=False)
 
-    return best_of(run, repeat)[0]
+    return run
+
+
+def ratio(times: list[float], base: list[float]) -> float:
+    """The median of the ratios of the interleaved pairs."""
+    return statistics.median(t / b for t, b in zip(times, base, strict=True))
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-    ap.add_argument("--rounds", type=int, default=20)
-    ap.add_argument("--inner", type=int, default=10)
-    ap.add_argument("--beta", type=float, default=0.1)
-    ap.add_argument("--repeat", type=int, default=3)
+    ap = parser(__doc__)
+    ap.add_argument("--rounds", type=positive_int, default=20)
+    ap.add_argument("--inner", type=positive_int, default=10, help="IRLS iterations per round")
+    ap.add_argument("--beta", type=positive_float, default=0.1)
+    ap.add_argument("--repeat", type=positive_int, default=3, help="interleaved rounds of runs")
     json_option(ap)
     args = ap.parse_args()
 
@@ -67,7 +76,8 @@ def main() -> None:
     Xs = [(v - v.mean(0)) / np.where(v.std(0) > 0, v.std(0), 1) for v in ds.views]
     Y, _ = one_hot(ds.y)
     print(
-        f"Handwritten: {ds.n_samples} samples, views {ds.n_features}; {args.rounds} rounds x {args.inner} IRLS iterations"
+        f"Handwritten: {ds.n_samples} samples, views {ds.n_features}; {args.rounds} rounds x "
+        f"{args.inner} IRLS iterations; best of {args.repeat} interleaved rounds"
     )
 
     def fast():
@@ -83,66 +93,83 @@ def main() -> None:
     def naive():
         return naive_mmvfl(Xs, Y, args.beta, 1000.0, 1000.0, 0, args.rounds, args.inner, 0)
 
-    t_fast, m = best_of(fast, args.repeat)
-    with small_blas():  # the fair baseline: same BLAS threading as the fast code
-        t_naive, (_, _, obj) = best_of(naive, 1)
-    t_naive_mt, _ = best_of(naive, 1)
+    def naive_one_thread():
+        with small_blas():  # the fair baseline: same BLAS threading as the fast code
+            return naive()
+
+    lin_alg = floor(Xs, Y.shape[1], args.rounds * args.inner)
+    kept: dict[str, Any] = {}
+
+    def one_round() -> tuple[float, float, float, float]:
+        """Fast, naive (one BLAS thread, default BLAS) and floor seconds, in turn."""
+        t_fast, kept["fast"] = timed(fast)
+        t_naive, kept["naive"] = timed(naive_one_thread)
+        return t_fast, t_naive, timed(naive)[0], timed(lin_alg)[0]
+
+    rounds = warm_rounds(one_round, args.repeat, warm_up=fast)
+    fast_t, naive_t, naive_mt_t, floor_t = (list(t) for t in zip(*rounds, strict=True))
+    m, (_, _, obj) = kept["fast"], kept["naive"]
     rel = abs(m.objective_[-1] - obj[-1]) / abs(obj[-1])
-    print(f"MMVFL fast                  : {t_fast:8.3f} s   objective {m.objective_[-1]:.10g}")
+    speed_up, speed_up_mt = ratio(naive_t, fast_t), ratio(naive_mt_t, fast_t)
+    print(f"MMVFL fast                  : {min(fast_t):8.3f} s   objective {m.objective_[-1]:.10g}")
     print(
-        f"MMVFL naive (1 BLAS thread) : {t_naive:8.3f} s   objective {obj[-1]:.10g}   (relative difference {rel:.1e})"
+        f"MMVFL naive (1 BLAS thread) : {min(naive_t):8.3f} s   objective {obj[-1]:.10g}   (relative difference {rel:.1e})"
     )
-    print(f"MMVFL naive (default BLAS)  : {t_naive_mt:8.3f} s")
+    print(f"MMVFL naive (default BLAS)  : {min(naive_mt_t):8.3f} s")
     print(
-        f"speed-up vs naive           : {t_naive / t_fast:8.1f}x (1 thread), {t_naive_mt / t_fast:.1f}x (default)   goal >= 10x"
+        f"speed-up vs naive           : {speed_up:8.1f}x (1 thread), {speed_up_mt:.1f}x (default)   "
+        "goal >= 10x   (medians of the pairs)"
     )
     print(
         f"bytes on the wire: {m.run_stats_['total_bytes']:,} in {m.run_stats_['messages']} messages"
     )
-    t_floor = floor(Xs, Y.shape[1], args.rounds * args.inner, args.repeat)
     print(
-        f"floor (factor + solve only) : {t_floor:8.3f} s   = {t_floor / t_fast:.0%} of the fast fit; "
+        f"floor (factor + solve only) : {min(floor_t):8.3f} s   = {ratio(floor_t, fast_t):.0%} of the fast fit; "
         f"the rest is the Z_k steps, objectives and the in-process message round trips"
     )
 
     X = Xs[0]
-    t_sup, _ = best_of(
-        lambda: SupFL(beta=args.beta * 100, max_iter=100, tol=1e-6).fit([X], ds.y), args.repeat
-    )
-    from sklearn.linear_model import MultiTaskLasso
 
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        t_mtl, _ = best_of(
-            lambda: MultiTaskLasso(
-                alpha=args.beta * 100 / (2 * len(X)), max_iter=1000, tol=1e-6
-            ).fit(X, Y),
-            args.repeat,
-        )
-    print(f"supFL (pix, IRLS)          : {t_sup:8.3f} s")
-    print(f"sklearn MultiTaskLasso (CD): {t_mtl:8.3f} s   ratio {t_mtl / t_sup:.1f}x")
+    def mtl():
+        from sklearn.linear_model import MultiTaskLasso
+
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            alpha = args.beta * 100 / (2 * len(X))
+            return MultiTaskLasso(alpha=alpha, max_iter=1000, tol=1e-6).fit(X, Y)
+
+    def sup():
+        return SupFL(beta=args.beta * 100, max_iter=100, tol=1e-6).fit([X], ds.y)
+
+    pairs = warm_rounds(lambda: (timed(sup)[0], timed(mtl)[0]), args.repeat)
+    sup_t, mtl_t = (list(t) for t in zip(*pairs, strict=True))
+    print(f"supFL (pix, IRLS)          : {min(sup_t):8.3f} s")
+    print(f"sklearn MultiTaskLasso (CD): {min(mtl_t):8.3f} s   ratio {ratio(mtl_t, sup_t):.1f}x")
     fit = f"MMVFL fit, Handwritten, {args.rounds} rounds × {args.inner} IRLS iterations"
-    runs = [
-        ("MMVFL fast", t_fast),
-        ("MMVFL naive, 1 BLAS thread", t_naive),
-        ("MMVFL naive, default BLAS", t_naive_mt),
-        ("floor: factor + solve only", t_floor),
-    ]
-    sup = [("supFL (pix, IRLS)", t_sup), ("scikit-learn MultiTaskLasso (pix, CD)", t_mtl)]
     write_record(
         args.json,
         fit,
         [
-            {
-                "title": fit,
-                "columns": ["run", "s (best)", "÷ MMVFL fast"],
-                "rows": [[name, round(t, 4), round(t / t_fast, 2)] for name, t in runs],
-            },
-            {
-                "title": "supFL against scikit-learn on pix",
-                "columns": ["run", "s (best)", "÷ supFL"],
-                "rows": [[name, round(t, 4), round(t / t_sup, 1)] for name, t in sup],
-            },
+            ratio_table(
+                fit,
+                fast_t,
+                {
+                    "MMVFL naive, 1 BLAS thread": naive_t,
+                    "MMVFL naive, default BLAS": naive_mt_t,
+                    "floor: factor + solve only": floor_t,
+                },
+                unit="s",
+                baseline="MMVFL fast",
+                ratio_column="÷ MMVFL fast",
+            ),
+            ratio_table(
+                "supFL against scikit-learn on pix",
+                sup_t,
+                {"scikit-learn MultiTaskLasso (pix, CD)": mtl_t},
+                unit="s",
+                baseline="supFL (pix, IRLS)",
+                ratio_column="÷ supFL",
+            ),
         ],
         objective_relative_difference=f"{rel:.1e}",
         messages=m.run_stats_["messages"],
@@ -151,4 +178,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run_cli(main)

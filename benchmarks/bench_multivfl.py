@@ -13,13 +13,14 @@ activation/gradient sizes.
     python benchmarks/bench_multivfl.py --clock cpu   # CPU seconds: on a loaded machine
     python benchmarks/bench_multivfl.py --clock cpu --without-finiteness   # + what those checks cost
 
-``--clock cpu`` (``_clock.py``) times both with this process's CPU time: the federated
-epoch is the label owner's ``train_round``, inside which every data owner's handler runs.
+``--clock cpu`` (``_clock.py``) times both with this process's CPU time and torch on one
+thread: the federated epoch is the label owner's ``train_round``, inside which every data
+owner's handler runs. Fashion-MNIST's training set holds 60,000 images: a larger
+``--samples`` uses them all (said on stderr).
 """
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import cProfile
 import pstats
@@ -28,7 +29,8 @@ from collections.abc import Callable, Iterator
 
 import numpy as np
 import torch
-from _clock import CLOCKS, cpu_of, print_ratio, ratio_options, warm_rounds
+from _args import capped, parser, positive_int, run_cli
+from _clock import cpu_of, print_ratio, ratio_options, use_clock, warm_rounds
 from _record import json_option, ratio_table, write_record
 
 from fedviews import data
@@ -111,13 +113,16 @@ def finiteness_off(off: bool) -> Iterator[None]:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = parser(__doc__)
     ap.add_argument(
-        "--samples", type=int, default=5000, help="samples of the one label owner (paper: 5000)"
+        "--samples",
+        type=positive_int,
+        default=5000,
+        help="samples of the one label owner (paper: 5000; at most 60,000)",
     )
-    ap.add_argument("--data-owners", type=int, default=4)
-    ap.add_argument("--batch-size", type=int, default=64)
-    ap.add_argument("--repeats", type=int, default=2)
+    ap.add_argument("--data-owners", type=positive_int, default=4)
+    ap.add_argument("--batch-size", type=positive_int, default=64)
+    ap.add_argument("--repeats", type=positive_int, default=2, help="interleaved rounds of runs")
     ratio_options(ap, "data owner")
     ap.add_argument(
         "--without-finiteness",
@@ -127,11 +132,12 @@ def main() -> None:
     )
     json_option(ap)
     args = ap.parse_args()
+    clock = use_clock(args)
     ds = data.load("fashion_mnist", subset="train")
     assert ds.images is not None  # an image dataset
-    images, y = ds.images[: args.samples], ds.y[: args.samples]
+    n = capped(args.samples, len(ds.y), "Fashion-MNIST's training set")
+    images, y = ds.images[:n], ds.y[:n]
     d, bs, lr = args.data_owners, args.batch_size, 1e-3
-    clock = CLOCKS[args.clock]
 
     def timed(batch_backward: bool, unchecked: bool = False) -> tuple[MultiVFL, float]:
         with cpu_of(LabelOwner, "train_round") as cpu, finiteness_off(unchecked):
@@ -206,4 +212,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run_cli(main)

@@ -56,6 +56,7 @@ from typing import Any, TypeVar
 from unittest import mock
 
 import numpy as np
+from _args import fraction, int_at_least, nonnegative_int, parser, positive_int, run_cli
 from _record import NA, json_option, write_record
 
 from fedviews.privacy import _psi, _psi_group, psi_intersect
@@ -286,25 +287,31 @@ def _load() -> str:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("sizes", nargs="*", type=int, default=[100_000], metavar="N")
-    ap.add_argument("--overlap", type=float, default=0.5)
+    ap = parser(__doc__)
+    ap.add_argument(
+        "sizes", nargs="*", type=positive_int, default=[100_000], metavar="N", help="IDs per party"
+    )
+    ap.add_argument(
+        "--overlap", type=fraction, default=0.5, help="the share of IDs that all parties hold"
+    )
     ap.add_argument("--ids", choices=("int", "str"), default="int")
-    ap.add_argument("--parties", type=int, default=2)
+    ap.add_argument("--parties", type=int_at_least(2), default=2)
     ap.add_argument("--baseline", action="store_true", help="also time the previous code")
     ap.add_argument("--breakdown", action="store_true", help="per-ID costs and the floor")
-    ap.add_argument("--groups", type=int, default=1, help="alignment groups per session")
+    ap.add_argument("--groups", type=positive_int, default=1, help="alignment groups per session")
     ap.add_argument(
         "--layout",
         choices=("disjoint", "shared"),
         default="disjoint",
         help="with --groups: every group its own parties, or the same parties in every group",
     )
-    ap.add_argument("--repeat", type=int, default=1, help="with --groups: runs of each mode")
+    ap.add_argument(
+        "--repeat", type=positive_int, default=1, help="with --groups: runs of each mode"
+    )
     json_option(ap)
     ap.add_argument(
         "--party-threads",
-        type=int,
+        type=nonnegative_int,
         default=0,
         help="threads per blinding (default: one per core); 1 plays parties on hosts of "
         "their own with one core each",
@@ -379,4 +386,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run_cli(main)

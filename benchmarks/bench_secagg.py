@@ -9,20 +9,20 @@ with ``n x classes x (parties - 1)``; H-FedMV deals the same rows to 4 clients (
 pooled scaling), where it grows with ``features x classes x (clients - 1)``. Also checks
 that both runs reach the same model (``Z``, or H-FedMV's global ``W_k``).
 
-    python benchmarks/bench_secagg.py [--repeat 3] [--samples 20000] [--json FILE]
+    python benchmarks/bench_secagg.py [--repeat 3] [--samples 20000] [--json PATH]
 
-``--json FILE`` writes the table as ``{"tables": [...]}`` (``fedviews reproduce secagg_cost``).
+``--json PATH`` also writes the table as a record (``benchmarks/_record.py``), whose
+``tables`` ``fedviews reproduce secagg_cost`` reads.
 """
 
 from __future__ import annotations
 
-import argparse
-import json
 import time
-from pathlib import Path
 from typing import Any
 
 import numpy as np
+from _args import parser, positive_int, run_cli
+from _record import json_option, write_record
 
 from fedviews import data
 from fedviews.experiments import Table
@@ -58,11 +58,13 @@ def fit(Est: type, kind: str, Xs: list[np.ndarray], y: np.ndarray, rounds: int) 
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__)
-    ap.add_argument("--repeat", type=int, default=3)
-    ap.add_argument("--samples", type=int, default=20000)
-    ap.add_argument("--rounds", type=int, default=10)
-    ap.add_argument("--json", type=Path, help="write the table here as JSON")
+    ap = parser(__doc__)
+    ap.add_argument("--repeat", type=positive_int, default=3, help="alternating runs of each")
+    ap.add_argument(
+        "--samples", type=positive_int, default=20000, help="rows of the synthetic problem"
+    )
+    ap.add_argument("--rounds", type=positive_int, default=10)
+    json_option(ap)
     args = ap.parse_args()
     print("| " + " | ".join(COLUMNS) + " |")
     print("|" + "---|" * len(COLUMNS))
@@ -87,15 +89,14 @@ def main() -> None:
             row = [Est.__name__, name, tp, ts, ts / tp, bp, bs, bs / bp, f"{diff:.1e}"]
             rows.append(row)
             print("| " + " | ".join(f"{v:.2f}" if isinstance(v, float) else v for v in row) + " |")
-    if args.json:
-        note = (
-            f"{args.rounds} rounds; median of {args.repeat} alternating runs in one process; "
-            "H-FedMV deals the rows to 4 clients, pooled scaling; bytes: every message, key "
-            "exchange included."
-        )
-        table = Table("Secure summation: cost beside the plain run", COLUMNS, rows, note)
-        args.json.write_text(json.dumps({"tables": [table.to_dict()]}, indent=1), "utf-8")
+    note = (
+        f"{args.rounds} rounds; median of {args.repeat} alternating runs in one process; "
+        "H-FedMV deals the rows to 4 clients, pooled scaling; bytes: every message, key "
+        "exchange included."
+    )
+    table = Table("Secure summation: cost beside the plain run", COLUMNS, rows, note)
+    write_record(args.json, table.title, [table.to_dict()])
 
 
 if __name__ == "__main__":
-    main()
+    run_cli(main)

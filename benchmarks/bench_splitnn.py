@@ -16,12 +16,13 @@ costs; the federated epoch's time beyond it is the runtime's.
     python benchmarks/bench_splitnn.py --clock cpu --profile 30   # CPU seconds; + where they go
 
 The federated epoch is the label owner's ``splitnn.train`` handler (every passive party's
-handler runs inside it), timed with ``--clock`` (``_clock.py``); the plain loop, its loop.
+handler runs inside it), timed with ``--clock`` (``_clock.py``; ``cpu``: torch on one
+thread); the plain loop, its loop. MNIST holds 10,000 images: a larger ``--samples`` uses
+them all (said on stderr).
 """
 
 from __future__ import annotations
 
-import argparse
 import copy
 import cProfile
 import pstats
@@ -30,7 +31,8 @@ from typing import Any
 
 import numpy as np
 import torch
-from _clock import CLOCKS, cpu_of, print_ratio, ratio_options, warm_rounds
+from _args import capped, int_at_least, parser, positive_int, run_cli
+from _clock import cpu_of, print_ratio, ratio_options, use_clock, warm_rounds
 from _record import json_option, ratio_table, write_record
 
 from fedviews import data
@@ -138,18 +140,23 @@ def federated_epoch(fed: InProcessRun, clock: Callable[[], float]) -> float:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--samples", type=int, default=5000)
-    ap.add_argument("--parties", type=int, default=4, help="parties, the label owner included")
-    ap.add_argument("--batch-size", type=int, default=64)
-    ap.add_argument("--repeats", type=int, default=3)
+    ap = parser(__doc__)
+    ap.add_argument(
+        "--samples", type=positive_int, default=5000, help="MNIST images (at most 10,000)"
+    )
+    ap.add_argument(
+        "--parties", type=int_at_least(2), default=4, help="parties, the label owner included"
+    )
+    ap.add_argument("--batch-size", type=positive_int, default=64)
+    ap.add_argument("--repeats", type=positive_int, default=3, help="interleaved rounds of runs")
     ratio_options(ap, "passive party")
     json_option(ap)
     args = ap.parse_args()
+    clock = use_clock(args)
     ds = data.load("mnist")
     assert ds.images is not None  # an image dataset
-    images, y = ds.images[: args.samples], ds.y[: args.samples]
-    clock = CLOCKS[args.clock]
+    n = capped(args.samples, len(ds.y), "MNIST")
+    images, y = ds.images[:n], ds.y[:n]
 
     def runs() -> tuple[float, float, float, float]:
         """Plain, split-loop, federated and (``--one-backward-each``) unbatched seconds, in
@@ -209,4 +216,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run_cli(main)

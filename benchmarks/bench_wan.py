@@ -52,6 +52,7 @@ for _var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
     os.environ.setdefault(_var, "1")
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
+from _args import parser, positive_int, run_cli  # noqa: E402
 from bench_grpc import CONFIGS, run_grpc, run_in_process  # noqa: E402
 
 from fedviews.deploy import load_deploy_config, make_certs, write_demo_data  # noqa: E402
@@ -312,14 +313,16 @@ def run_algorithm(
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--algorithms", nargs="*", default=["multivfl", "apfed", "mmvfl"])
+    ap = parser(__doc__)
+    ap.add_argument(
+        "--algorithms", nargs="*", default=["multivfl", "apfed", "mmvfl"], choices=sorted(CONFIGS)
+    )
     ap.add_argument("--profiles", nargs="*", default=list(PROFILES), choices=list(PROFILES))
-    ap.add_argument("--rounds", type=int, default=1, help="rounds (epochs) per run")
+    ap.add_argument("--rounds", type=positive_int, default=1, help="rounds (epochs) per run")
     ap.add_argument("--insecure", action="store_true", help="plain-text gRPC instead of mutual TLS")
     ap.add_argument("--set", nargs="*", default=[], help="config overrides key=value")
     ap.add_argument("--relayed-only", action="store_true", help="skip the direct-link runs")
-    ap.add_argument("--mtu", type=int, default=9000, help="MTU of the emulated links")
+    ap.add_argument("--mtu", type=positive_int, default=9000, help="MTU of the emulated links")
     ap.add_argument("--cleanup", action="store_true", help="remove namespaces a killed run left")
     ap.add_argument("--worker", help=argparse.SUPPRESS)
     args = ap.parse_args()
@@ -330,9 +333,6 @@ def main() -> None:
         return
     if os.geteuid() != 0 or shutil.which("tc") is None or shutil.which("ip") is None:
         raise SystemExit("bench_wan needs root and iproute2 (ip, tc): network namespaces + netem")
-    unknown = sorted(set(args.algorithms) - set(CONFIGS))
-    if unknown:
-        raise SystemExit(f"unknown algorithms {unknown}; choose from {sorted(CONFIGS)}")
     rows = {}
     with tempfile.TemporaryDirectory() as tmp_:
         for algorithm in args.algorithms:
@@ -374,4 +374,4 @@ def describe(profile: str) -> str:
 
 
 if __name__ == "__main__":
-    main()
+    run_cli(main)

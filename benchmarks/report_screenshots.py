@@ -15,12 +15,13 @@ wide) and prints the command behind each. Needs ``chromium`` (Debian package) on
 
 from __future__ import annotations
 
-import argparse
 import shutil
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
+
+from _args import parser, positive_int, run_cli
 
 FEDVIEWS = [sys.executable, "-m", "fedviews"]
 RUNS = {
@@ -70,10 +71,16 @@ def _screenshot(chromium: str, page: Path, png: Path, height: int) -> None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--out", type=Path, default=Path("docs/img/screenshots"))
-    parser.add_argument("--height", type=int, default=2400, help="page height in pixels")
-    args = parser.parse_args()
+    ap = parser(__doc__)
+    ap.add_argument(
+        "--out",
+        type=Path,
+        required=True,
+        metavar="DIR",
+        help="where to write the screenshots (the docs' are in docs/img/screenshots)",
+    )
+    ap.add_argument("--height", type=positive_int, default=2400, help="page height in pixels")
+    args = ap.parse_args()
     chromium = shutil.which("chromium") or shutil.which("chromium-browser")
     if chromium is None:
         raise SystemExit("needs chromium on PATH (apt install chromium)")
@@ -86,4 +93,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run_cli(main)

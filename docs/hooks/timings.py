@@ -44,7 +44,7 @@ def render_page(markdown: str, root: Path = ROOT) -> str:
         if m.group(1) not in timings:
             raise PluginError(
                 f"<!-- timing: {m.group(1)} -->: not in {RECORD} "
-                f"(python benchmarks/bench_first_hour.py {m.group(1)})"
+                f"(python benchmarks/bench_first_hour.py {m.group(1)} --json {RECORD})"
             )
         return render_timing(timings[m.group(1)])
 
