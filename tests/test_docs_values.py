@@ -205,6 +205,49 @@ def test_no_page_types_a_measured_number_in_prose() -> None:
     assert not gone, "no longer typed: drop from TYPED_IN_PROSE:\n" + "\n".join(gone)
 
 
+def typed_in_tables(markdown: str) -> list[str]:
+    """The numbers :func:`typed_numbers` would find in the cells of ``markdown``'s tables
+    (outside fenced code): a hand-written table row quotes measurements too."""
+    rows = []
+    for i, part in enumerate(re.split(r"^\s*```.*$", markdown, flags=re.M)):
+        if not i % 2:
+            rows += [line for line in part.splitlines() if line.lstrip().startswith("|")]
+    return typed_numbers("\n".join(row.replace("|", " ; ") for row in rows))
+
+
+#: numbers typed in the cells of each page's hand-written tables, none a result of a
+#: committed run (the rules of TYPED_IN_PROSE); deployment-benchmarks.md's typed tables are
+#: its dated historical measurements (BENCH_HAND_TYPED, tests/experiments/test_reproduce.py);
+#: shrink this, never grow it
+TYPED_IN_TABLES: dict[str, str] = {
+    # the emulated links' round-trip times (settings)
+    "docs/benchmarks.md": "1 ms · 20 ms · 50 ms",
+    # a dataset's shape
+    "docs/data.md": "2000 ×",
+    # timeouts (settings); a message's size; the attack runs' dated memory and time, each
+    # beside the test that asserts its bound; the PSI's historical 10⁶-ID run
+    "docs/threat-model.md": "10 s · 600 s · 1.6 MB · 10 s · 3,296 MiB · 64 GiB · 1 MiB · 48 MiB · 36 MiB · 64 MiB · 577 MiB · +680 MiB · 240 MB · 30 MiB · 11 MiB · 162 MiB · +73 MiB · 70 s · +1.0 · 1.2 MiB · +6.7 MiB · −1 · 496 MiB · 645 MiB · 164 MiB · 1016 MiB · 1142 MiB · 371 MiB · 1058 s · 174.1 s · 1.04 × · 196 MB · 823 s · 174.2 s · 1.04 × · 196 MB",
+}
+
+
+def test_no_page_types_a_measured_number_in_a_table() -> None:
+    typed, gone = [], []
+    for page in _pages():
+        rel = page.relative_to(ROOT).as_posix()
+        if rel == "docs/deployment-benchmarks.md":
+            continue
+        found = Counter(typed_in_tables(page.read_text(encoding="utf-8")))
+        allowed = Counter(TYPED_IN_TABLES.get(rel, "").split(" · ")) - Counter([""])
+        typed += [f"{rel}: {n!r}" for n in (found - allowed).elements()]
+        gone += [f"{rel}: {n!r}" for n in (allowed - found).elements()]
+    assert not typed, (
+        "typed in a table: render the table from its results file (<!-- bench: NAME -->, "
+        "<!-- reproduce: NAME -->) or each number with <!-- value: NAME PATH -->:\n"
+        + "\n".join(typed)
+    )
+    assert not gone, "no longer typed: drop from TYPED_IN_TABLES:\n" + "\n".join(gone)
+
+
 def test_typed_numbers_finds_measured_numbers_and_skips_the_rest() -> None:
     text = (
         "The fit takes 0.24 s, **14.2×** the naive code, +0.92 points, 96 % right, "
@@ -214,3 +257,4 @@ def test_typed_numbers_finds_measured_numbers_and_skips_the_rest() -> None:
         "| 0.5 | 3 s |\n```\n9.9 s\n```\n"
     )
     assert typed_numbers(text) == ["0.24 s", "14.2 ×", "+0.92 points", "96 %", "12.40", "1.15 %"]
+    assert typed_in_tables(text) == ["0.5", "3 s"]

@@ -331,7 +331,10 @@ def test_a_party_that_runs_another_config_is_refused_and_named_at_its_hello(fed,
     _no_traceback(text)
     res = json.loads((run / "results.json").read_text())
     assert res["culprit"] == "zer", res
-    assert "'zer' runs another deployment config than the coordinator" in res["status"], res
+    assert (
+        "'zer' runs another deployment config than the coordinator (different: params.beta)"
+        in (res["status"])
+    ), res  # what differs, by config key
     assert procs["zer"].returncode == 2, zer
     _no_traceback(zer)
     assert (

@@ -110,6 +110,12 @@ def test_split_data_with_a_config_writes_what_launch_writes(tmp_path):
     assert res.exit_code == 2
     said = " ".join(res.output.split())
     assert "DATASET 'mnist' replaces d.toml's data.dataset 'handwritten'" in said, said
+    # the options of a split without a config were dropped without a word
+    args = ["split-data", "handwritten", str(tmp_path / "o"), "--config", str(config)]
+    res = runner.invoke(app, [*args, "--overlap", "0.5", "--format", "csv"])
+    said = " ".join(res.output.split())
+    assert res.exit_code == 2 and "--overlap, --format: not with --config" in said, said
+    assert not (tmp_path / "o").exists()
 
 
 def test_deploy_config_validation(tmp_path):
@@ -349,3 +355,26 @@ def test_launch_refuses_the_folder_of_another_run(tmp_path):
         with pytest.raises(ProtocolError, match="nowhere"):
             launch(config, cfg, out_dir=run, data_dir=tmp_path / "nowhere", insecure=True)
     assert sorted(p.name for p in run.iterdir()) == ["config.toml", "launch.json"]
+
+
+def test_a_hello_names_the_config_keys_that_differ(tmp_path):
+    """Two processes of one run with different configs: the refusal names the keys (it said
+    'algorithm, seed, parties, label owner or params differ', leaving the user to guess)."""
+    from fedviews.deploy._roles import run_hello
+    from fedviews.federation import run_differences
+
+    config = tmp_path / "d.toml"
+    config.write_text(
+        'algorithm = "mmvfl"\nseed = 5\n[federation]\nparties = ["fou", "zer"]\n'
+        'label_owner = "fou"\n'
+    )
+    mine = run_hello(load_deploy_config(config))
+    assert run_differences(mine, mine) == ""
+    for overrides, differ in (
+        (["params.beta=3.0"], "params.beta"),
+        (["seed=6", "params.max_iter=7"], "params.max_iter, seed"),
+        (["federation.label_owner=zer"], "label_owners"),
+    ):
+        assert run_differences(mine, run_hello(load_deploy_config(config, overrides))) == differ
+    for theirs in ("0" * 16, None, 7, "x" * 70_000):  # another version's, or a liar's
+        assert run_differences(mine, theirs) == "its run identity"

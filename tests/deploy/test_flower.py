@@ -1255,6 +1255,14 @@ def _hello_says(key: str, value: Any):
     return edit
 
 
+def _another_seed(content: RecordDict) -> None:
+    """The node's run identity with another seed (and the rest its own)."""
+    hello = content.config_records["hello"]
+    parts = dict(p.split("=") for p in str(hello["run"]).split(";"))
+    parts["seed"] = "0" * 12
+    hello["run"] = ";".join(f"{k}={v}" for k, v in parts.items())
+
+
 def _no_party(content: RecordDict) -> None:
     del content.config_records["hello"]["party"]
 
@@ -1282,8 +1290,16 @@ HELLO_LIES = {
     "another-config": (
         _hello_says("run", "0" * 16),
         ConfigError,
-        "party 'fou' (Flower node 1001) runs another deployment config (algorithm, seed, "
-        "parties, label owner or params differ from the coordinator's)",
+        "party 'fou' (Flower node 1001) runs another deployment config than the coordinator "
+        "(different: its run identity; give every node the config the app runs, with its "
+        "overrides (its deploy.toml))",
+    ),
+    "another-seed": (
+        _another_seed,
+        ConfigError,
+        "party 'fou' (Flower node 1001) runs another deployment config than the coordinator "
+        "(different: seed; give every node the config the app runs, with its overrides (its "
+        "deploy.toml))",
     ),
     "an-error-report-without-payload": (
         _a_report_without_its_text,
@@ -1569,6 +1585,8 @@ def test_flower_launch_takes_overrides_and_refuses_bad_ones(tmp_path, monkeypatc
         (["params.max_iter=zero"], "params.max_iter"),
         (["params.nope=1"], "nope"),
         (["--engine", "ray"], "--engine must be"),
+        (["--ping", "-1"], "--ping"),  # checked before anything starts
+        (["--ping-bytes", "-5"], "--ping-bytes"),
     ):
         bad = runner.invoke(app, ["flower", "launch", str(config), *args, "--out", str(out)])
         assert bad.exit_code == 2 and why in bad.output, bad.output

@@ -240,6 +240,16 @@ def test_executor_command_serves_the_given_runtime_api(tmp_path, monkeypatch):
     res = runner.invoke(app, args)
     assert res.exit_code == 0, res.output
     assert served == [("127.0.0.1:9094", None), ("h:1", b"CA")]
+    for args, why in (  # refused in one line, before serving (it retried forever)
+        (["--runtime-api", "nonsense"], "expected HOST:PORT"),
+        (["--runtime-api", "127.0.0.1:0"], "expected HOST:PORT"),
+        (["--runtime-api", "h:1", "--root-certificates", str(tmp_path / "no")], "no such file"),
+    ):
+        res = runner.invoke(app, ["flower", "executor", *args])
+        assert res.exit_code == 2 and why in res.output and "Traceback" not in res.output, (
+            res.output
+        )
+    assert len(served) == 2
 
 
 def test_a_failed_task_does_not_stop_the_executor(monkeypatch):

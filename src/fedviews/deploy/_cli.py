@@ -338,7 +338,8 @@ def register(app: typer.Typer, show_run: Callable[[Path], None] | None = None) -
         )
 
     flower_app = typer.Typer(
-        help="Run coarse-round deployments (MMVFL, FedMV) on Flower infrastructure (flwr).",
+        help="Run deployments on Flower infrastructure (flwr): MMVFL, V/H/S-FedMV; split NN, "
+        "Multi-VFL and APFed on the simulation engine or with `fedviews flower executor`.",
         no_args_is_help=True,
     )
     app.add_typer(flower_app, name="flower")
@@ -379,8 +380,8 @@ def register(app: typer.Typer, show_run: Callable[[Path], None] | None = None) -
                 "TLS with a fresh CA and every SuperNode's key registered under its party.",
             ),
         ] = False,
-        ping: Annotated[int, typer.Option(help="Only time N echo round trips.")] = 0,
-        ping_bytes: Annotated[int, typer.Option(help="Bytes per echo message.")] = 0,
+        ping: Annotated[int, typer.Option(min=0, help="Only time N echo round trips.")] = 0,
+        ping_bytes: Annotated[int, typer.Option(min=0, help="Bytes per echo message.")] = 0,
     ) -> None:
         """A whole Flower deployment on this machine over loopback (one SuperNode per party)."""
         from fedviews.deploy._config import load_deploy_config
@@ -426,6 +427,14 @@ def register(app: typer.Typer, show_run: Callable[[Path], None] | None = None) -
         process, so that the party stays live between messages (no process start, no rebuild)."""
         from fedviews.deploy._flower_exec import WarmExecutor
 
+        host, _, port = runtime_api.rpartition(":")
+        if not host or not port.isdigit() or not 0 < int(port) < 65536:
+            raise ConfigError(
+                f"--runtime-api {runtime_api!r}: expected HOST:PORT, the SuperNode's Runtime "
+                "API (its --port), e.g. 127.0.0.1:9094"
+            )
+        if root_certificates is not None and not root_certificates.is_file():
+            raise ConfigError(f"--root-certificates {root_certificates}: no such file")
         console.print(f"fedviews executor for the SuperNode at {runtime_api}")
         WarmExecutor(runtime_api, root_certificates=root_certificates).serve()
 
@@ -463,6 +472,20 @@ def register(app: typer.Typer, show_run: Callable[[Path], None] | None = None) -
         if config is not None:
             from fedviews.deploy._config import load_deploy_config
             from fedviews.deploy._data import write_demo_data
+
+            given = {
+                "--views": views != "",
+                "--label-owner": label_owner != "",
+                "--n-per-class": n_per_class != 0,
+                "--overlap": overlap != 1.0,
+                "--format": fmt != "npz",
+            }
+            if any(given.values()):
+                raise ConfigError(
+                    f"{', '.join(k for k, v in given.items() if v)}: not with --config, "
+                    "whose parties, label owners and [data] table make the files (as "
+                    "`fedviews launch` writes them); drop --config to choose these"
+                )
 
             config = config_file(config)
             own = load_deploy_config(config).data.dataset

@@ -14,7 +14,8 @@ whatever the ServerApp sends; the parties' files come pre-aligned (``alignment =
   in-process (:meth:`Transport._check_and_log`);
 * the **ClientApp** (:data:`client_app`) runs on one SuperNode per party. The node
   says which party it is in its *node config*
-  (``--node-config "party='pix' data='/data/pix.npz' out='/runs/pix'"``); the
+  (``--node-config "party='pix' data='/data/pix.npz' out='/runs/pix'
+  config='/configs/deploy.toml'"``); the
   ServerApp asks every node first (``query.fedviews_hello``) and maps parties to
   node IDs. A node's claim is bound to its SuperNode authentication key: a node whose
   key the SuperLink registered under another party's name (``flwr supernode register
@@ -140,7 +141,7 @@ from fedviews.deploy._flower_wire import (  # noqa: E402
 from fedviews.deploy._roles import (  # noqa: E402
     DeployCoordinator,
     Printer,
-    run_fingerprint,
+    run_hello,
     session_policy,
 )
 from fedviews.deploy._session import _print_to, blame, write_coordinator_outputs  # noqa: E402
@@ -188,7 +189,7 @@ def run_flower_coordinator(
     named: dict[str, str] = {}
     t0 = time.perf_counter()
     try:
-        nodes = transport.connect(run_fingerprint(cfg))
+        nodes = transport.connect(run_hello(cfg))
         say(f"nodes: {nodes}")
         if coord.app.peer_to_peer:  # the parties seal what they send each other
             transport.hand_out_keys()
@@ -327,7 +328,7 @@ def _on_hello(msg: FlowerMessage, context: Context) -> FlowerMessage:
     try:
         _keep_reply_key(msg, context)
         s = node_settings(context)
-        hello = ConfigRecord({"party": s.party, "run": run_fingerprint(s.cfg)})
+        hello = ConfigRecord({"party": s.party, "run": run_hello(s.cfg)})
         bundle = hello_keys(context, s)
         if bundle is not None:
             hello["e2e"] = bundle

@@ -36,7 +36,12 @@ from fedviews.deploy._flower import check_flower_config
 from fedviews.deploy._flower_exec import AVAILABLE as WARM_EXECUTOR
 from fedviews.deploy._flower_node import APP_MODULE, RUN_CONFIG_PATHS
 from fedviews.deploy._flower_transport import PEERS_NEED_A_LIVE_PARTY
-from fedviews.deploy._launch import free_port, make_certs
+from fedviews.deploy._launch import (
+    free_port,
+    make_certs,
+    stop_signals_held,
+    terminate_as_interrupt,
+)
 from fedviews.deploy._roles import Printer
 from fedviews.errors import ConfigError, MissingDependency, ProtocolError, require
 from fedviews.federation import crypto, get_algorithm_spec
@@ -253,6 +258,9 @@ def launch_flower(
     """
     if engine not in ("deployment", "simulation"):
         raise ConfigError(f"engine must be 'deployment' or 'simulation', not {engine!r}")
+    for option, n in (("ping", ping), ("ping_bytes", ping_bytes)):
+        if isinstance(n, bool) or not isinstance(n, int) or n < 0:
+            raise ConfigError(f"{option} must be a whole number >= 0, not {n!r}")
     config = Path(config).absolute()
     run_dir = Path(run_dir).absolute()
     cfg = load_deploy_config(config, overrides)
@@ -342,6 +350,7 @@ def launch_flower(
         run_config["certs-dir"] = str(certs_dir)
     names = "|".join(map(re.escape, [cfg.federation.coordinator, *files]))
     mine = re.compile(rf"\[({names})\] ")
+    restore = terminate_as_interrupt()  # `kill` stops the Flower processes too, as Ctrl-C does
     try:
         superlink = start([_flwr_bin("flower-superlink"), *link], "superlink")
         _wait_health(port, superlink, ca, 60.0)
@@ -398,7 +407,9 @@ def launch_flower(
         finally:
             timer.cancel()
     finally:
-        _stop(procs)
+        restore()
+        with stop_signals_held():  # a second `kill` does not leave them running
+            _stop(procs)
     results = run_dir / cfg.federation.coordinator / "results.json"
     if not results.is_file():
         tail = (logs / "flwr-run.log").read_text(errors="replace")[-3000:]

@@ -44,6 +44,7 @@ from flwr.app import Array, ArrayRecord, ConfigRecord, Context, RecordDict  # no
 from fedviews.deploy._config import DeployConfig, load_deploy_config  # noqa: E402
 from fedviews.deploy._data import SUFFIXES, load_party_data  # noqa: E402
 from fedviews.deploy._flower_transport import _GRPC_HINT  # noqa: E402
+from fedviews.deploy._flower_wire import NODE_CONFIG_HINT  # noqa: E402
 from fedviews.deploy._roles import DeployParty, session_policy  # noqa: E402
 from fedviews.deploy._session import _print_to  # noqa: E402
 from fedviews.federation import (  # noqa: E402
@@ -66,8 +67,10 @@ PSI_NEEDS_SEALED_CHAINS = (
     'federation.alignment = "psi" cannot run on Flower: its nodes have no end-to-end keys, '
     "so the PSI chains cannot be sealed and the ServerApp could have a node re-blind a "
     "dictionary of guessed IDs (and so learn which of them the party holds). Pre-align the "
-    "parties' files (every party the same sample IDs) and set federation.alignment = "
-    '"none", or deploy with ' + _GRPC_HINT + " and TLS, which seals the chains"
+    "files of every alignment group (its parties the same sample IDs; H-FedMV's and "
+    "S-FedMV's clients, each a group of its own, need nothing) and set "
+    'federation.alignment = "none" (an override: federation.alignment=none), or deploy '
+    "with " + _GRPC_HINT + " and TLS, which seals the chains"
 )
 
 _STATE, _STATE_ALGO = "fedviews", "fedviews.algo"
@@ -206,8 +209,7 @@ def node_settings(context: Context) -> NodeSettings:
         party = parties[k]
     if not party:
         raise ConfigError(
-            "this SuperNode does not say which party it is: start it with "
-            "--node-config \"party='NAME' data='PATH'\""
+            "this SuperNode does not say which party it is: start it with " + NODE_CONFIG_HINT
         )
     if party not in parties:
         raise ConfigError(f"party {party!r} (node config) is not one of {parties}")

@@ -45,6 +45,7 @@ from fedviews.deploy._flower_wire import (  # noqa: E402
     ACTION,
     AUTH,
     HELLO,
+    NODE_CONFIG_HINT,
     PEERS,
     PING,
     REPLIES,
@@ -68,6 +69,7 @@ from fedviews.federation import (  # noqa: E402
     Trust,
     attributed,
     check_bundle,
+    run_differences,
 )
 
 _GRPC_HINT = "fedviews' gRPC transport (fedviews launch / fedviews party)"
@@ -202,7 +204,7 @@ class FlowerGridTransport(Transport):
                     ", ".join(missing),
                     f"no Flower node declared it within {limit:g} s (nodes: "
                     f"{self.nodes or 'none'}); start one SuperNode per party with "
-                    "--node-config \"party='NAME' data='PATH'\"",
+                    + NODE_CONFIG_HINT,
                 )
             time.sleep(0.25)
 
@@ -232,15 +234,10 @@ class FlowerGridTransport(Transport):
                 f"Flower nodes {self.nodes[party]} and {node} both declare party {party!r}; "
                 "give every SuperNode its own --node-config party=..."
             )
-        theirs = str(rec.get("run", ""))
-        if run_fingerprint and theirs != run_fingerprint:
-            raise _named(
-                ConfigError(
-                    f"party {party!r} ({where}) runs another deployment config (algorithm, "
-                    "seed, parties, label owner or params differ from the coordinator's)"
-                ),
-                where,
-            )
+        if differ := run_differences(run_fingerprint, rec.get("run")):
+            why = f"party {party!r} ({where}) runs another deployment config than the coordinator"
+            fix = "give every node the config the app runs, with its overrides (its deploy.toml)"
+            raise _named(ConfigError(f"{why} (different: {differ}; {fix})"), where)
         if "e2e" in rec:
             self.bundles[party] = self._checked_bundle(where, party, rec["e2e"])
         self.nodes[party] = node

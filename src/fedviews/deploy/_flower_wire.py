@@ -48,6 +48,12 @@ AUTH = "fedviews-auth"  # a reply's record of its tag: {"mac": reply_tag(...)}
 REPLY_KEY = "reply-key"  # the hello's field of the node's key for its reply tags
 REPLY_KEY_BYTES = 32
 
+#: how a SuperNode says who it is (the hint of every error about a node's config)
+NODE_CONFIG_HINT = (
+    "--node-config \"party='NAME' data='PATH' out='DIR' config='DEPLOY_TOML'\" (its "
+    "party, its data file, its run folder and its copy of the deployment config)"
+)
+
 
 def pack(wire: bytes | bytearray) -> RecordDict:
     """A fedviews wire message as Flower content (one uint8 Array, no pickle)."""

@@ -30,6 +30,7 @@ import secrets
 import threading
 import time
 from collections.abc import Callable, Mapping
+from dataclasses import asdict, is_dataclass
 from pathlib import Path
 from typing import Any
 
@@ -116,6 +117,20 @@ def run_fingerprint(cfg: DeployConfig) -> str:
     """A short hash of :func:`run_identity`: what every process of a run says in its hello
     (a party with another config is refused there) and what a model part is tagged with."""
     return fingerprint(run=run_identity(cfg))
+
+
+def run_hello(cfg: DeployConfig) -> str:
+    """What every process of a run says in its hello: a short hash of each part of
+    :func:`run_identity` (each of ``params`` on its own), ``key=hash`` joined by ``;``, so
+    that a process with another config is refused naming the keys that differ
+    (:func:`fedviews.federation.run_differences`)."""
+    ident = run_identity(cfg)
+    params = ident.pop("params")
+    if is_dataclass(params) and not isinstance(params, type):
+        params = asdict(params)
+    each = params.items() if isinstance(params, dict) else [("", params)]
+    parts = {**ident, **{f"params.{k}".rstrip("."): v for k, v in each}}
+    return ";".join(f"{k}={fingerprint(v=v)[:12]}" for k, v in sorted(parts.items()))
 
 
 def _write_json(path: Path, obj: Any) -> None:

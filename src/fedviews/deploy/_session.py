@@ -22,7 +22,7 @@ from fedviews.deploy._roles import (
     DeployParty,
     Printer,
     _write_json,
-    run_fingerprint,
+    run_hello,
     session_policy,
 )
 from fedviews.errors import (
@@ -101,7 +101,7 @@ def run_coordinator(
         listen=listen,
         tls=tls,
         options=options_of(cfg),
-        run=run_fingerprint(cfg),
+        run=run_hello(cfg),
     )
     # results.json is always written: its descriptors are taken before anyone is told the port
     reserve = [os.open(os.devnull, os.O_RDONLY) for _ in range(RESERVED_FDS)]
@@ -246,7 +246,7 @@ def run_party(
         options=options_of(cfg),
         direct=cfg.federation.listen,
         listen=listen,
-        run=run_fingerprint(cfg),
+        run=run_hello(cfg),
     )
     transport.register(party)
     transport.connect()

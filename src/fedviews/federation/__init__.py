@@ -44,7 +44,7 @@ from fedviews.federation._inprocess import InProcessRun, build_in_process
 from fedviews.federation._lend import lend
 from fedviews.federation._log import LogEntry, MessageLog
 from fedviews.federation._message import Header, Message, MetaValue
-from fedviews.federation._meta import reported_count, reported_share
+from fedviews.federation._meta import reported_count, reported_share, run_differences
 from fedviews.federation._party import Coordinator, Party, handles
 from fedviews.federation._policy import PrivacyPolicy
 from fedviews.federation._record import Observation, Observed, Recording
@@ -157,6 +157,7 @@ __all__ = [
     "Message",
     "reported_count",
     "reported_share",
+    "run_differences",
     "MessageLog",
     "Party",
     "Prediction",

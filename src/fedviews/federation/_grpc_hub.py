@@ -40,6 +40,7 @@ from fedviews.federation._grpc import (
 from fedviews.federation._grpc_endpoint import _Endpoint
 from fedviews.federation._grpc_options import GrpcOptions
 from fedviews.federation._message import Message
+from fedviews.federation._meta import run_differences
 from fedviews.federation._policy import PrivacyPolicy
 from fedviews.federation._reports import stamp_report
 from fedviews.federation._transport import attributed
@@ -123,11 +124,10 @@ class GrpcHub(_Endpoint):
 
     def _identify(self, context: Any, hello: Buffer) -> tuple[str, dict[str, Any]]:
         claimed, said = super()._identify(context, hello)
-        if self.run and said.get("run") != self.run:
+        if differ := run_differences(self.run, said.get("run")):
             reason = (
                 f"party {claimed!r} runs another deployment config than the coordinator "
-                "(algorithm, seed, parties, label owners, params or defense differ): give "
-                "every process the same config file and overrides"
+                f"(different: {differ}); give every process the same config file and overrides"
             )
             if self.tls is not None:  # its certificate proves who it is: stop the run now
                 with self._joined:

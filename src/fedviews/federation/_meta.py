@@ -112,3 +112,26 @@ def reported_share(msg: Any, key: str) -> float:
             f"{msg.sender!r} sent {key} = {x!r}, expected a share in [0, 1]", party=msg.sender
         )
     return x
+
+
+def run_differences(mine: str, theirs: object) -> str:
+    """What differs between the run identity a process sent in its hello (``theirs``) and
+    the receiver's own (``mine``): ``"params.lr, seed"``, or ``""`` where they are equal.
+
+    An identity is ``key=hash`` pairs joined by ``;`` (``deploy._roles.run_hello``: the
+    algorithm, seed, roster, each of ``params``, the defense), so that a refusal names the
+    config keys to look at; one that is not such a string (a peer of another version, or a
+    dishonest one) differs in ``"its run identity"``. No identity of its own (``mine`` empty):
+    nothing to compare, ``""``."""
+    if not mine or theirs == mine:
+        return ""
+
+    def parts(text: object) -> dict[str, str]:
+        if not isinstance(text, str) or len(text) > 64 * 1024:
+            return {}
+        return dict(p.partition("=")[::2] for p in text.split(";") if "=" in p)
+
+    a, b = parts(mine), parts(theirs)
+    if not b:
+        return "its run identity"
+    return ", ".join(sorted(k for k in a.keys() | b.keys() if a.get(k) != b.get(k)))

@@ -159,7 +159,7 @@ def check_group_sizes(
                     f"the parties of alignment group {g.name!r} hold as many samples but not "
                     f"the same IDs (alignment = 'none' matches rows by sorting the IDs); those "
                     f"that agree: {alike}. Align the files (or tag a party's rows with their "
-                    "group: a `group` column) or use alignment = 'psi'"
+                    "group: a `group` column) or use alignment = 'psi' (not on Flower)"
                 )
 
 
