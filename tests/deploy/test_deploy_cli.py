@@ -378,3 +378,6 @@ def test_a_hello_names_the_config_keys_that_differ(tmp_path):
         assert run_differences(mine, run_hello(load_deploy_config(config, overrides))) == differ
     for theirs in ("0" * 16, None, 7, "x" * 70_000):  # another version's, or a liar's
         assert run_differences(mine, theirs) == "its run identity"
+    flood = mine + "".join(f";k{i:04d}{'y' * 50}=0" for i in range(1000))  # keys of its own
+    said = run_differences(mine, flood)
+    assert said.endswith(", 995 more") and len(said) < 300, said

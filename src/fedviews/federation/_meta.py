@@ -134,4 +134,7 @@ def run_differences(mine: str, theirs: object) -> str:
     a, b = parts(mine), parts(theirs)
     if not b:
         return "its run identity"
-    return ", ".join(sorted(k for k in a.keys() | b.keys() if a.get(k) != b.get(k)))
+    differ = sorted(k for k in a if a[k] != b.get(k))
+    extra = sorted(b.keys() - a.keys())  # the peer's own keys: a few named, cut short
+    differ += [k if len(k) <= 40 else k[:37] + "..." for k in extra[:5]]
+    return ", ".join(differ + ([f"{len(extra) - 5} more"] if len(extra) > 5 else []))
