@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import re
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
 
@@ -190,14 +191,25 @@ TYPED_IN_PROSE: dict[str, str] = {
 }
 
 
-def test_no_page_types_a_measured_number_in_prose() -> None:
+def _against(
+    find: Callable[[str], list[str]], allowance: dict[str, str], skip: str = ""
+) -> tuple[list[str], list[str]]:
+    """The numbers ``find`` sees in every page beyond its ``allowance``, and those of the
+    allowance no longer there (``page: number``)."""
     typed, gone = [], []
     for page in _pages():
         rel = page.relative_to(ROOT).as_posix()
-        found = Counter(typed_numbers(page.read_text(encoding="utf-8")))
-        allowed = Counter(TYPED_IN_PROSE.get(rel, "").split(" · ")) - Counter([""])
+        if rel == skip:
+            continue
+        found = Counter(find(page.read_text(encoding="utf-8")))
+        allowed = Counter(allowance.get(rel, "").split(" · ")) - Counter([""])
         typed += [f"{rel}: {n!r}" for n in (found - allowed).elements()]
         gone += [f"{rel}: {n!r}" for n in (allowed - found).elements()]
+    return typed, gone
+
+
+def test_no_page_types_a_measured_number_in_prose() -> None:
+    typed, gone = _against(typed_numbers, TYPED_IN_PROSE)
     assert not typed, (
         "typed in prose: render each from its committed results file with <!-- value: NAME "
         "PATH --> (docs/hooks/values.py), or link the rendered table:\n" + "\n".join(typed)
@@ -231,15 +243,7 @@ TYPED_IN_TABLES: dict[str, str] = {
 
 
 def test_no_page_types_a_measured_number_in_a_table() -> None:
-    typed, gone = [], []
-    for page in _pages():
-        rel = page.relative_to(ROOT).as_posix()
-        if rel == "docs/deployment-benchmarks.md":
-            continue
-        found = Counter(typed_in_tables(page.read_text(encoding="utf-8")))
-        allowed = Counter(TYPED_IN_TABLES.get(rel, "").split(" · ")) - Counter([""])
-        typed += [f"{rel}: {n!r}" for n in (found - allowed).elements()]
-        gone += [f"{rel}: {n!r}" for n in (allowed - found).elements()]
+    typed, gone = _against(typed_in_tables, TYPED_IN_TABLES, "docs/deployment-benchmarks.md")
     assert not typed, (
         "typed in a table: render the table from its results file (<!-- bench: NAME -->, "
         "<!-- reproduce: NAME -->) or each number with <!-- value: NAME PATH -->:\n"
