@@ -125,7 +125,7 @@ class Deployment:
             tls=TLSFiles.from_dir(self.fed / "certs", name),
             server_name=cfg.federation.coordinator,
             options=_session.options_of(cfg),
-            run=_session.run_fingerprint(cfg),
+            run=_session.run_hello(cfg),
         )
         t.register(_session.DeployParty(cfg, name, data, self.run / name, lambda line: None))
         t.connect()
