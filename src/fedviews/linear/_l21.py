@@ -79,16 +79,29 @@ def _check_beta(beta: float | np.ndarray, d: int) -> float | np.ndarray:
     return b
 
 
-def _cholesky(M: np.ndarray, beta: float | np.ndarray) -> tuple[np.ndarray, bool]:
-    """Cholesky factor of an IRLS system; a DataError where it is numerically singular."""
-    try:
-        return sla.cho_factor(M, lower=False, check_finite=False)
-    except np.linalg.LinAlgError as exc:
-        raise DataError(
-            f"the IRLS system is numerically singular ({exc}): beta={np.min(beta):g} is too "
-            "small for the scale of X (or X has duplicated / collinear columns); raise beta "
-            "or standardize the features"
-        ) from None
+def _cho_solve(M: np.ndarray, rhs: np.ndarray, beta: float | np.ndarray) -> np.ndarray:
+    """``M⁻¹ rhs`` for the symmetric positive definite IRLS system ``M`` (overwritten) by its
+    Cholesky factor; a DataError where it is numerically singular.
+
+    LAPACK's ``potrf``/``potrs`` directly: what ``scipy.linalg.cho_factor``/``cho_solve``
+    call (the same factor, the same solution to the last bit), without their per-call
+    argument handling, which cost as much as the factorisations of an MMVFL fit's thousand
+    small systems (``benchmarks/bench_mmvfl.py``)."""
+    potrf, potrs = _LAPACK
+    c, info = potrf(M, lower=0, clean=0, overwrite_a=1)
+    if info == 0:
+        x, info = potrs(c, rhs, lower=0)
+        if info == 0:
+            return np.asarray(x)
+    raise DataError(
+        f"the IRLS system is numerically singular (LAPACK info {info}): "
+        f"beta={np.min(beta):g} is too small for the scale of X (or X has duplicated / "
+        "collinear columns); raise beta or standardize the features"
+    )
+
+
+#: LAPACK's double-precision Cholesky factorisation and solve
+_LAPACK = sla.get_lapack_funcs(("potrf", "potrs"), (np.empty(1, dtype=np.float64),))
 
 
 class L21Problem:
@@ -140,16 +153,16 @@ class L21Problem:
         if self.method == "primal":
             assert self.gram is not None
             M = self.gram.copy()
-            M[np.diag_indices_from(M)] += beta / a_inv
+            M.flat[:: d + 1] += beta / a_inv  # its diagonal
             rhs = self.X.T @ T if XtT is None else XtT
-            return sla.cho_solve(_cholesky(M, beta), rhs, check_finite=False)
+            return _cho_solve(M, rhs, beta)
         # Woodbury / push-through with D = beta A (diagonal):
         # (X^T X + D)^{-1} X^T T = D^{-1} X^T (X D^{-1} X^T + I)^{-1} T
         d_inv = a_inv / beta
         XD = self.X * d_inv
         K = XD @ self.X.T
-        K[np.diag_indices_from(K)] += 1.0
-        return XD.T @ sla.cho_solve(_cholesky(K, beta), T, check_finite=False)
+        K.flat[:: K.shape[0] + 1] += 1.0  # its diagonal
+        return XD.T @ _cho_solve(K, T, beta)
 
     def solve(
         self,
