@@ -381,3 +381,24 @@ def test_a_hello_names_the_config_keys_that_differ(tmp_path):
     flood = mine + "".join(f";k{i:04d}{'y' * 50}=0" for i in range(1000))  # keys of its own
     said = run_differences(mine, flood)
     assert said.endswith(", 995 more") and len(said) < 300, said
+
+
+def test_a_hub_closes_while_a_party_is_still_joining():
+    """A party refused at its hello stopped the coordinator while others were joining: the
+    hub's close iterated its live table of links as another thread added one (`dictionary
+    changed size during iteration`), its server kept running and the process hung."""
+    from fedviews.federation import GrpcHub, PrivacyPolicy
+    from fedviews.federation._grpc import _Link
+
+    hub = GrpcHub(PrivacyPolicy.of("t", {}), {"a": "party", "b": "party"}, listen="127.0.0.1:0")
+    first, late = _Link("a", hub.options), _Link("b", hub.options)
+    post = first.post
+
+    def joins_meanwhile(*args, **kwargs):  # as "b"'s stream attaches during the goodbyes
+        hub.links["b"] = late
+        return post(*args, **kwargs)
+
+    first.post = joins_meanwhile  # type: ignore[method-assign]
+    hub.links["a"] = first
+    hub.close(grace=0.1)
+    assert first.closed.is_set() and late.closed.is_set()  # the late one is closed too

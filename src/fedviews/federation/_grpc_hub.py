@@ -179,7 +179,7 @@ class GrpcHub(_Endpoint):
     def departed(self) -> list[str]:
         """The parties whose stream to this hub has closed: what the hub saw itself (a
         party's report that another is unavailable arrives as a mere ProtocolError)."""
-        return [p for p, link in self.links.items() if link.closed.is_set()]
+        return [p for p, link in list(self.links.items()) if link.closed.is_set()]
 
     def wait_for_parties(self, timeout: float | None = None) -> None:
         """Block until every expected party has joined; else raise PartyUnavailable, or a
@@ -256,18 +256,24 @@ class GrpcHub(_Endpoint):
     @property
     def wire_bytes(self) -> int:
         """Frame bytes sent and received by the hub (message bytes plus frame headers)."""
-        return int(sum(lk.bytes_out + lk.bytes_in for lk in self.links.values()))
+        return int(sum(lk.bytes_out + lk.bytes_in for lk in self._links()))
 
     def close(self, grace: float = 2.0) -> None:
-        """Say goodbye to every party and stop the server."""
-        for link in self.links.values():
+        """Say goodbye to every party and stop the server.
+
+        It goes through a copy of the links: a party may still be joining (another thread
+        adds its link), and iterating the live table then raised ``dictionary changed size``,
+        which left the server running and the coordinator's process hung after its error
+        (a party refused at its hello while the others joined)."""
+        links = self._links()
+        for link in links:
             link.post(BYE)
         deadline = time.monotonic() + grace
-        for link in self.links.values():  # a closed link (a party gone) sends nothing more
+        for link in links:  # a closed link (a party gone) sends nothing more
             while not link.closed.is_set() and not link.out.empty() and time.monotonic() < deadline:
                 time.sleep(0.02)
         self._stop.set()
-        for link in self.links.values():
+        for link in self._links():  # with one that joined meanwhile
             link.close("coordinator shut down")
         self.server.stop(grace).wait(grace + 1.0)
         self._pool.shutdown(wait=False, cancel_futures=True)
