@@ -19,6 +19,7 @@ from contextlib import contextmanager
 from typing import Any, TypeVar
 
 from _args import device_option, nonnegative_int
+from _record import pair_ratios
 
 T = TypeVar("T")
 
@@ -89,7 +90,7 @@ def warm_rounds(
 
 def print_ratio(label: str, federated: list[float], plain: list[float]) -> None:
     """Print the median of the ratios of the interleaved pairs of runs, and every pair's."""
-    ratios = [f / p for f, p in zip(federated, plain, strict=True)]
+    ratios = pair_ratios(federated, plain)
     print(
         f"{label:<16}: {statistics.median(ratios):8.3f}  (median of the pairs "
         f"{', '.join(f'{r:.3f}' for r in ratios)}; goal <= 1.1 on a CPU, <= 1.3 on a GPU)"

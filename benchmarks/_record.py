@@ -28,7 +28,7 @@ from typing import Any
 
 from fedviews.experiments._reproduce import machine
 
-__all__ = ["NA", "json_option", "ratio_table", "write_record"]
+__all__ = ["NA", "json_option", "median_ratio", "pair_ratios", "ratio_table", "write_record"]
 
 #: a table cell that does not apply (JSON has no NaN)
 NA = "—"
@@ -55,6 +55,16 @@ def command() -> str:
     return " ".join([*env, "python", shlex.join(sys.argv)])
 
 
+def pair_ratios(times: list[float], base: list[float]) -> list[float]:
+    """The ratio of every interleaved pair of runs: ``times[i] / base[i]``."""
+    return [t / b for t, b in zip(times, base, strict=True)]
+
+
+def median_ratio(times: list[float], base: list[float]) -> float:
+    """The median of :func:`pair_ratios`: what every benchmark reports against its baseline."""
+    return statistics.median(pair_ratios(times, base))
+
+
 def ratio_table(
     title: str,
     plain: list[float],
@@ -70,7 +80,7 @@ def ratio_table(
     ``ratio_column`` (default ``× BASELINE (median of pairs)``)."""
     rows: list[list[Any]] = [[baseline, round(min(plain), 4), _joined(plain), NA, NA]]
     for name, times in runs.items():
-        ratios = [f / p for f, p in zip(times, plain, strict=True)]
+        ratios = pair_ratios(times, plain)
         rows.append(
             [
                 name,

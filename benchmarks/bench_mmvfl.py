@@ -18,7 +18,6 @@ Prints the best time of each and the median of the ratios of the rounds' pairs.
 
 from __future__ import annotations
 
-import statistics
 import time
 import warnings
 from collections.abc import Callable
@@ -27,7 +26,7 @@ from typing import Any
 import numpy as np
 from _args import parser, positive_float, positive_int, run_cli
 from _clock import warm_rounds
-from _record import json_option, ratio_table, write_record
+from _record import json_option, median_ratio, ratio_table, write_record
 
 from fedviews.data import load, one_hot
 from fedviews.linear import MMVFL, SupFL, small_blas
@@ -55,11 +54,6 @@ def floor(Xs: list[np.ndarray], c: int, steps: int) -> Callable[[], None]:
                     _cho_solve(M.copy(), rhs, 1.0)  # as the fit factors: LAPACK directly
 
     return run
-
-
-def ratio(times: list[float], base: list[float]) -> float:
-    """The median of the ratios of the interleaved pairs."""
-    return statistics.median(t / b for t, b in zip(times, base, strict=True))
 
 
 def main() -> None:
@@ -109,7 +103,7 @@ def main() -> None:
     fast_t, naive_t, naive_mt_t, floor_t = (list(t) for t in zip(*rounds, strict=True))
     m, (_, _, obj) = kept["fast"], kept["naive"]
     rel = abs(m.objective_[-1] - obj[-1]) / abs(obj[-1])
-    speed_up, speed_up_mt = ratio(naive_t, fast_t), ratio(naive_mt_t, fast_t)
+    speed_up, speed_up_mt = median_ratio(naive_t, fast_t), median_ratio(naive_mt_t, fast_t)
     print(f"MMVFL fast                  : {min(fast_t):8.3f} s   objective {m.objective_[-1]:.10g}")
     print(
         f"MMVFL naive (1 BLAS thread) : {min(naive_t):8.3f} s   objective {obj[-1]:.10g}   (relative difference {rel:.1e})"
@@ -123,7 +117,7 @@ def main() -> None:
         f"bytes on the wire: {m.run_stats_['total_bytes']:,} in {m.run_stats_['messages']} messages"
     )
     print(
-        f"floor (factor + solve only) : {min(floor_t):8.3f} s   = {ratio(floor_t, fast_t):.0%} of the fast fit; "
+        f"floor (factor + solve only) : {min(floor_t):8.3f} s   = {median_ratio(floor_t, fast_t):.0%} of the fast fit; "
         f"the rest is the Z_k steps, objectives and the in-process message round trips"
     )
 
@@ -143,7 +137,9 @@ def main() -> None:
     pairs = warm_rounds(lambda: (timed(sup)[0], timed(mtl)[0]), args.repeat)
     sup_t, mtl_t = (list(t) for t in zip(*pairs, strict=True))
     print(f"supFL (pix, IRLS)          : {min(sup_t):8.3f} s")
-    print(f"sklearn MultiTaskLasso (CD): {min(mtl_t):8.3f} s   ratio {ratio(mtl_t, sup_t):.1f}x")
+    print(
+        f"sklearn MultiTaskLasso (CD): {min(mtl_t):8.3f} s   ratio {median_ratio(mtl_t, sup_t):.1f}x"
+    )
     fit = f"MMVFL fit, Handwritten, {args.rounds} rounds × {args.inner} IRLS iterations"
     write_record(
         args.json,
