@@ -30,7 +30,7 @@ import secrets
 import threading
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import asdict, is_dataclass
+from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
@@ -125,11 +125,8 @@ def run_hello(cfg: DeployConfig) -> str:
     that a process with another config is refused naming the keys that differ
     (:func:`fedviews.federation.run_differences`)."""
     ident = run_identity(cfg)
-    params = ident.pop("params")
-    if is_dataclass(params) and not isinstance(params, type):
-        params = asdict(params)
-    each = params.items() if isinstance(params, dict) else [("", params)]
-    parts = {**ident, **{f"params.{k}".rstrip("."): v for k, v in each}}
+    params = ident.pop("params")  # the algorithm's Params dataclass (build_dataclass)
+    parts = {**ident, **{f"params.{f.name}": getattr(params, f.name) for f in fields(params)}}
     return ";".join(f"{k}={fingerprint(v=v)[:12]}" for k, v in sorted(parts.items()))
 
 
