@@ -26,7 +26,7 @@ import threading
 import time
 import uuid
 from collections.abc import Iterable
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -267,6 +267,7 @@ class LoopbackGrid(Grid):
         self.delivered = 0
         self.wires: list[bytes] = []  # every fedviews message that crossed, both ways
         self.sent: dict[str, Message] = {}  # every message pushed, by its ID
+        self.deliveries: list[Future] = []  # a delivery that raised fails the next pull
 
     def set_run(self, run):  # pragma: no cover - not used by the ServerApp
         raise NotImplementedError
@@ -295,7 +296,7 @@ class LoopbackGrid(Grid):
             mid = uuid.uuid4().hex
             m.metadata.__dict__["_message_id"] = mid
             self.sent[mid] = m
-            self.workers[m.metadata.dst_node_id].submit(self._deliver, m)
+            self.deliveries.append(self.workers[m.metadata.dst_node_id].submit(self._deliver, m))
             ids.append(mid)
         return ids
 
@@ -314,6 +315,12 @@ class LoopbackGrid(Grid):
             self.delivered += 1
 
     def pull_messages(self, message_ids):
+        # A delivery that raised in its worker thread is not a node's answer (a ClientApp's
+        # failure is an error reply): it is this grid's own failure (e.g. installing the
+        # FAB), which would otherwise show only as a node that never answered.
+        for f in self.deliveries:
+            if f.done() and f.exception() is not None:
+                raise RuntimeError("a delivery of the test grid failed") from f.exception()
         with self.lock:
             return [self.replies.pop(i) for i in list(message_ids) if i in self.replies]
 
