@@ -602,11 +602,11 @@ def test_the_active_refuses_nan_or_non_float_arrays(images, monkeypatch, party, 
     X, y = images
     honest = party.reply
 
-    def reply(self, msg, arrays=None, meta=None):
+    def reply(self, msg, arrays=None, meta=None, **kw):
         arrays = dict(arrays or {})
         if name in arrays:
             arrays[name] = tampered(arrays[name], bad)
-        return honest(self, msg, arrays, meta)
+        return honest(self, msg, arrays, meta, **kw)
 
     monkeypatch.setattr(party, "reply", reply)
     est = make().set_params(**_fit_kw(epochs=1))

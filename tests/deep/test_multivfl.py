@@ -530,6 +530,10 @@ def _tiny(fmnist):
         ("v", "activations", np.nan, "'v' sent 'activations' with NaN"),
         ("v", "activations", "int64", "'v' sent 'activations' as int64"),
         ("a", "activation_grad", np.inf, "'a' sent 'activation_grad' with NaN"),
+        # finite but huge: the victim's values overflow, the sender is named
+        # (tests/deep/test_overflow_blame.py)
+        ("v", "activations", 3e38, "'v' sent 'activations' with values so large"),
+        ("a", "activation_grad", 3e38, "'a' sent 'activation_grad' with values so large"),
         ("a", "update/0.weight", np.nan, "'a' sent 'update/0.weight' with NaN"),
         ("a", "train_loss", np.nan, "'a': meta\\['train_loss'\\] must be float, got nan"),
         # numpy's ValueError in the data owner's thread (a security review's finding)

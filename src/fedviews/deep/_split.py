@@ -39,12 +39,13 @@ from fedviews.deep._common import (
     to_tensor,
     torch_seed,
     train_mode,
+    weights_max,
     zero_grads,
 )
 from fedviews.deep._fusedstep import staged_backward
 from fedviews.deep._strips import party_features
 from fedviews.errors import DataError, MissingDependency, ProtocolError, check_fitted
-from fedviews.federation import Backward, Message, Party, lend
+from fedviews.federation import Backward, Blame, Message, Party, largest_input, lend
 
 try:
     import torch
@@ -113,6 +114,11 @@ class SplitBottom(Party):
         self._pending: Any = None  # the output of the batch whose gradient is awaited
         # a request whose backward pass ran in the transport (stage), and the rows it asks for
         self._staged: tuple[Message, torch.Tensor | None] | None = None
+        # the last gradient it applied, whose sender and its own weights before the step:
+        # who its next output names if that is not finite (``largest_input``)
+        self._stepped: tuple[str, str, torch.Tensor, dict[str, Any]] | None = None
+
+    _transient: ClassVar[Mapping[str, Callable[[], Any]]] = {"_stepped": lambda: None}
 
     #: the message kinds that carry only the gradient of its output, with the gradient's
     #: array name (their handler calls :meth:`backward_batch`)
@@ -146,9 +152,21 @@ class SplitBottom(Party):
         rows = self._applied(msg, forward=True)
         assert rows is not None
         train_mode(self.net)
-        self._pending = self.net(self._X.index_select(0, rows))
+        x = self._X.index_select(0, rows)
+        self._pending = self.net(x)
         # lent: it never writes its output (kept for its graph), the receiver reads it
-        return self.reply(msg, arrays={name: lend(self._pending)})
+        return self.reply(msg, arrays={name: lend(self._pending)}, blame=self._blame(x))
+
+    def _blame(self, x: torch.Tensor) -> Blame | None:
+        """Who its output on ``x`` names if it is not finite: the sender of the gradient it
+        applied last, where that gradient is larger than its weights before that step and
+        ``x`` (huge gradients made its weights overflow), or itself."""
+        if self._stepped is None:
+            return None
+        sender, name, grad, weights = self._stepped
+        return largest_input(
+            self.name, {sender: {name: grad}, self.name: {**weights, "features": x}}
+        )
 
     def backward_batch(self, msg: Message) -> None:
         """Back-propagate the received gradient of that output (the array that
@@ -166,7 +184,7 @@ class SplitBottom(Party):
         rows, grad = self._request(msg, forward)
         assert grad is not None
         self._staged = (msg, rows)
-        return self._backward(grad)
+        return self._backward(grad, msg.sender, name)
 
     def _request(
         self, msg: Message, forward: bool
@@ -204,15 +222,18 @@ class SplitBottom(Party):
             return rows
         rows, grad = self._request(msg, forward)
         if grad is not None:
-            staged = self._backward(grad)
+            name = (self.carried_gradients if forward else self.gradient_kinds)[msg.kind]
+            staged = self._backward(grad, msg.sender, name)
             torch.autograd.backward(staged.outputs, staged.grads)
             staged.then()
         return rows
 
-    def _backward(self, grad: torch.Tensor) -> Backward:
-        """The backward pass of the checked gradient ``grad`` through the pending output
-        (no longer pending), then one SGD step (its gradients zeroed now)."""
+    def _backward(self, grad: torch.Tensor, sender: str, name: str) -> Backward:
+        """The backward pass of the checked gradient ``grad`` (array ``name`` of ``sender``)
+        through the pending output (no longer pending), then one SGD step (its gradients
+        zeroed now)."""
         out, self._pending = self._pending, None
+        self._stepped = (sender, name, grad, weights_max(self.net))
         zero_grads(self.opt)
         return staged_backward(out, grad, self.opt)
 

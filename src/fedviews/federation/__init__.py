@@ -77,7 +77,15 @@ from fedviews.federation._setup import (
     run_privacy,
     setup_info,
 )
-from fedviews.federation._tensors import Array, Backward, is_tensor, numpy_dtype, to_host
+from fedviews.federation._tensors import (
+    Array,
+    Backward,
+    Blame,
+    is_tensor,
+    largest_input,
+    numpy_dtype,
+    to_host,
+)
 from fedviews.federation._transport import InProcessTransport, Transport, attributed, federate
 
 if TYPE_CHECKING:
@@ -126,6 +134,8 @@ __all__ = [
     "GrpcPartyTransport",
     "Array",
     "Backward",
+    "Blame",
+    "largest_input",
     "MetaValue",
     "error_payload",
     "is_tensor",

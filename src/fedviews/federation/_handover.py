@@ -30,6 +30,7 @@ from fedviews.federation._message import (
 from fedviews.federation._meta import META_INTS
 from fedviews.federation._tensors import (
     Array,
+    Blame,
     checked_array,
     first_not_finite,
     not_finite,
@@ -49,6 +50,7 @@ class _Pending:
     sender: str
     kind: str
     name: str
+    blame: Blame | None = None  # the message's :meth:`~Message.sender_blame`
 
 
 class FiniteChecks:
@@ -107,7 +109,7 @@ class FiniteChecks:
                     continue
                 else:
                     probes = (t.sum(),)  # NaN or infinite, as a sum of a NaN or an infinity is
-                pending.append(_Pending(probes, msg.sender, msg.kind, name))
+                pending.append(_Pending(probes, msg.sender, msg.kind, name, msg.sender_blame()))
         queue.since += count
         if queue.since >= self.limit:
             self.settle()
@@ -157,7 +159,8 @@ def _refusal(pending: list[_Pending]) -> ProtocolError | None:
     if not bad:
         return None
     first = pending[min(bad)]
-    refused = not_finite(first.sender, first.kind, first.name)
+    blamed = None if first.blame is None else first.blame(first.name)
+    refused = blamed or not_finite(first.sender, first.kind, first.name)
     refused.__suppress_context__ = True
     return refused
 
@@ -227,6 +230,9 @@ def handed_over(
         got, head, size = _decoded(msg, arrays, [_spec(n, np.dtype(d), s) for n, d, s in keys])
         if floats:
             object.__setattr__(got, "_finite", frozenset(floats))
+    blame = msg.sender_blame()
+    if blame is not None:  # (for the deferred check: see Message.sender_blame)
+        object.__setattr__(got, "_blame", blame)
     return got, head, size, floats
 
 

@@ -156,6 +156,9 @@ def take(
     }
     if floats:  # (their finiteness is the transport's check: :meth:`Message.tensor` skips it)
         fields["_finite"] = finite
+    blame = msg.sender_blame()
+    if blame is not None:  # (for the deferred check: see Message.sender_blame)
+        fields["_blame"] = blame
     got = object.__new__(Message)
     object.__setattr__(got, "__dict__", fields)
     nbytes = lane.fixed + len(str(rnd)) + length

@@ -34,6 +34,7 @@ from fedviews.federation._log import LogEntry
 from fedviews.federation._meta import check_meta, check_meta_types, shown
 from fedviews.federation._tensors import (
     Array,
+    Blame,
     allowed_dtype,
     check_array,
     finite_array,
@@ -43,6 +44,7 @@ from fedviews.federation._tensors import (
     not_finite,
     numpy_dtype,
     refuse_not_finite,
+    refuse_outgoing,
     to_host,
     torch_dtype,
 )
@@ -222,6 +224,15 @@ class Message:
                 party=self.sender,
             )
 
+    def sender_blame(self) -> Blame | None:
+        """Who its sender names if one of its arrays is not finite (:func:`largest_input`,
+        in its ``_blame`` attribute; set by :meth:`Party.scatter` / :meth:`Party.reply` with
+        ``blame``): read in the sender's process only — as it encodes the message, or as the
+        in-process transport checks it — and never sent: a receiver names the sender of what
+        arrives, whatever this says."""
+        blame: Blame | None = vars(self).get("_blame")
+        return blame
+
     def _not_finite(self, name: str, dtype: object | None) -> NoReturn:
         raise not_finite(self.sender, self.kind, name, dtype)
 
@@ -278,6 +289,11 @@ class Message:
         for a in self.arrays.values():
             c = np.asarray(to_host(a), order="C")
             payloads.append(c.astype(_little(c.dtype), copy=False))
+        blame = self.sender_blame()
+        if blame is not None:  # its sender's own check
+            refuse_outgoing(
+                self.sender, self.kind, dict(zip(self.arrays, payloads, strict=True)), blame
+            )
         specs = [_spec(n, c.dtype, c.shape) for n, c in zip(self.arrays, payloads, strict=True)]
         return self._head(specs), payloads
 

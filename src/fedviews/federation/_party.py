@@ -9,7 +9,7 @@ import numpy as np
 
 from fedviews.errors import ProtocolError
 from fedviews.federation._message import Message, MetaValue
-from fedviews.federation._tensors import Array, Backward
+from fedviews.federation._tensors import Array, Backward, Blame
 
 if TYPE_CHECKING:
     from fedviews.federation._log import MessageLog
@@ -89,6 +89,17 @@ class Party:
     def __repr__(self) -> str:
         return f"{type(self).__name__}(name={self.name!r}, role={self.role!r})"
 
+    #: attributes that a pickled party holds as new (the value of ``factory()``): what it
+    #: keeps between messages for ``blame`` (closures, the last batch's tensors)
+    _transient: ClassVar[Mapping[str, Callable[[], Any]]] = {}
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = dict(vars(self))
+        for name, factory in self._transient.items():
+            if name in state:
+                state[name] = factory()
+        return state
+
     # -- checkpoints -----------------------------------------------------------
     def state_dict(self) -> dict[str, np.ndarray]:
         """This party's private state at a round boundary (a checkpoint; it never leaves).
@@ -157,9 +168,13 @@ class Party:
         msg: Message,
         arrays: Mapping[str, Array] | None = None,
         meta: Mapping[str, MetaValue] | None = None,
+        *,
+        blame: Blame | None = None,
     ) -> Message:
-        """Build the reply to ``msg``."""
-        return self._message(msg.sender, f"{msg.kind}:reply", arrays, meta, msg.round)
+        """Build the reply to ``msg``. ``blame``: as for :meth:`scatter`."""
+        return _blamed(
+            self._message(msg.sender, f"{msg.kind}:reply", arrays, meta, msg.round), blame
+        )
 
     # -- sending ---------------------------------------------------------
     def _transport(self) -> Sender:
@@ -212,20 +227,37 @@ class Party:
         meta: Mapping[str, MetaValue] | None = None,
         round: int | None = None,
         meta_for: Mapping[str, Mapping[str, MetaValue]] | None = None,
+        *,
+        blame: Blame | None = None,
     ) -> dict[str, Message]:
         """Send ``arrays[receiver]`` to every receiver (one message each); replies by name.
 
         ``meta`` goes to everyone, ``meta_for[receiver]`` (if given) is added for that
         receiver only. Like :meth:`broadcast`, the transport may deliver them
         concurrently; the messages are built and listed in the order of ``arrays``.
+        ``blame`` (:func:`~fedviews.federation.largest_input`), where the arrays were
+        computed from what other parties sent: one that is not finite is refused naming the
+        party whose values made it overflow, not this one (:meth:`Message.sender_blame`).
         """
         transport = self._transport()
         msgs = [
-            self._message(r, kind, a, {**(meta or {}), **((meta_for or {}).get(r) or {})}, round)
+            _blamed(
+                self._message(
+                    r, kind, a, {**(meta or {}), **((meta_for or {}).get(r) or {})}, round
+                ),
+                blame,
+            )
             for r, a in arrays.items()
         ]
         replies = self._received(transport.request_many(msgs))
         return dict(zip(arrays, replies, strict=True))
+
+
+def _blamed(msg: Message, blame: Blame | None) -> Message:
+    """``msg`` with its sender's ``blame`` (:meth:`Message.sender_blame`), if any."""
+    if blame is not None:
+        object.__setattr__(msg, "_blame", blame)
+    return msg
 
 
 class Coordinator(Party):

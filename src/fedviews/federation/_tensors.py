@@ -201,3 +201,76 @@ def backward(staged: Sequence[Backward]) -> None:
         sys.modules["torch"].autograd.backward(
             [o for s in staged for o in s.outputs], [g for s in staged for g in s.grads]
         )
+
+
+#: what a sender attaches to a message it computed from what others sent
+#: (:func:`largest_input`): given the name of one of its arrays that is not finite, the
+#: refusal that names the party whose values made it overflow, or ``None`` (its own)
+Blame: TypeAlias = Callable[[str], "ProtocolError | None"]
+
+
+#: the values that :func:`largest_input` takes to explain an overflow: those whose square
+#: overflows float32 (``sqrt(3.4e38)``); an honest model's activations, gradients and
+#: weights are many orders of magnitude below
+HUGE = float(np.sqrt(np.finfo(np.float32).max))
+
+
+def largest_input(party: str, inputs: Mapping[str, Mapping[str, Array]]) -> Blame:
+    """The :data:`Blame` of a message that ``party`` computed from ``inputs`` (by the party
+    they come from, each its arrays by name; ``party``'s own, e.g. its model's parameters,
+    under its own name).
+
+    What arrives is refused when it is not finite, so an array that ``party`` computed from
+    finite inputs and that is not finite overflowed: finite but huge values (a data owner's
+    activations of 3e38 make the label owner's gradients infinite). Its refusal names the
+    party whose input is the largest in magnitude, as MMVFL's server names the largest
+    ``zeta_k * max |Z_k|`` — not ``party``, their victim, which its receivers would name —
+    provided that input is :data:`HUGE`: modest inputs explain no overflow, and the refusal
+    names ``party`` (whose own computation, or its lie, made the values). So does an input of
+    ``party``'s own that is the largest (or not finite: its own model diverged). Read only
+    when an array is refused: the maxima cost a host synchronisation, which an honest run
+    never pays.
+
+    In a deployment this is the honest sender's own check as it encodes the message (the
+    run stops there, with its report naming the culprit); its receivers still check what
+    arrives and name its sender, whatever the sender says. In one process, where the
+    hand-over's check is both, it names the culprit.
+    """
+
+    def blame(name: str) -> ProtocolError | None:
+        sizes: dict[tuple[str, str], float] = {}
+        for who, arrays in inputs.items():
+            for what, a in arrays.items():
+                top = _abs_max(a)
+                sizes[who, what] = top if math.isfinite(top) else math.inf
+        if not sizes:
+            return None
+        who, what = max(sizes, key=lambda k: sizes[k])
+        if who == party or sizes[who, what] < HUGE:
+            return None
+        return ProtocolError(
+            f"{who!r} sent {what!r} with values so large (max |x| = {sizes[who, what]:.3g}) "
+            f"that what {party!r} computed from them ({name!r}) is not finite: refused (its "
+            "model diverged, e.g. a learning rate too high, or it is poisoned)",
+            party=who,
+        )
+
+    return blame
+
+
+def _abs_max(a: Array) -> float:
+    """``max |a|`` as a Python float (0 for an empty array, NaN where ``a`` holds NaN)."""
+    if is_tensor(a):
+        return float(a.detach().abs().max()) if a.numel() else 0.0
+    arr = np.asarray(a)
+    with np.errstate(all="ignore"):
+        return float(np.abs(arr).max(initial=0.0)) if arr.size else 0.0
+
+
+def refuse_outgoing(sender: str, kind: str, arrays: Mapping[str, np.ndarray], blame: Blame) -> None:
+    """The honest sender's check of the (host) ``arrays`` of a message it attached ``blame``
+    to, as it encodes it: one that is not finite is refused there (by ``blame``'s refusal,
+    or naming the sender), never sent for its receivers to name the sender."""
+    for name, a in arrays.items():
+        if not finite_array(a):
+            raise blame(name) or not_finite(sender, kind, name)

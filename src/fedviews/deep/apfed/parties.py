@@ -34,10 +34,10 @@ SingleVL and the TVFL baselines are in :mod:`fedviews.deep.apfed.baselines`.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
@@ -49,6 +49,7 @@ from fedviews.deep._common import (
     net_logits,
     optimizer_arrays,
     train_mode,
+    weights_max,
     zero_grads,
 )
 from fedviews.deep._factory import factory_name
@@ -56,9 +57,11 @@ from fedviews.deep._fusedstep import step_optimizers
 from fedviews.deep._split import SplitBottom, SplitTop, sgd
 from fedviews.errors import DataError, MissingDependency, ProtocolError
 from fedviews.federation import (
+    Blame,
     Codec,
     Message,
     handles,
+    largest_input,
 )
 
 try:
@@ -163,14 +166,25 @@ class PassiveClient(SplitBottom):
         shape = (len(idx), *self.rep_shape)
         h = self.act_codec.tensor(msg, "h_A", shape, self.device).requires_grad_(True)
         train_mode(self.net)
-        loss = self.local_loss(h, self._X.index_select(0, idx))
+        x = self._X.index_select(0, idx)
+        loss = self.local_loss(h, x)
         zero_grads(self.opt)
         loss.backward()
         assert h.grad is not None
-        grad = h.grad * msg.number("lam")
+        lam = msg.number("lam")
+        grad = h.grad * lam
+        # (the largest input: the active party's h_A or lam, or its own weights or features)
+        blame = largest_input(
+            self.name,
+            {
+                msg.sender: {"h_A": h, "lam": np.asarray(lam, dtype=np.float64)},
+                self.name: {**weights_max(self.net), "features": x},
+            },
+        )
         step_optimizers([self.opt])
         self._unread.append(loss.detach())
-        return self.reply(msg, arrays=self.grad_codec.pack("grad_h_A", grad, lent=True))
+        arrays = self.grad_codec.pack("grad_h_A", grad, lent=True)
+        return self.reply(msg, arrays=arrays, blame=blame)
 
     @handles("apfed.epoch_done")
     def _on_epoch_done(self, msg: Message) -> None:
@@ -221,6 +235,8 @@ class ActiveClient(SplitTop):
         As in :class:`~fedviews.deep._split.SplitTop`.
     """
 
+    _transient: ClassVar[Mapping[str, Callable[[], Any]]] = {"_blame_next": lambda: None}
+
     def __init__(
         self,
         view: np.ndarray,
@@ -243,6 +259,7 @@ class ActiveClient(SplitTop):
         #: how its export describes the model (m-i setting, image shape, settings)
         self.model_info: dict[str, Any] = {}
         self._test: tuple[np.ndarray, np.ndarray] | None = None
+        self._blame_next: Blame | None = None  # who its next h_A names if it is not finite
 
     @handles("apfed.train")
     def _on_train(self, msg: Message) -> Message:
@@ -283,6 +300,7 @@ class ActiveClient(SplitTop):
                 meta={"epoch": epoch, "batch": b},
                 meta_for={p: {"lam": lam} for p, lam in zip(self.passives, self.lams, strict=True)},
                 round=step,
+                blame=self._blame_next,
             )
             shape = tuple(h.shape)
             received = [
@@ -296,6 +314,13 @@ class ActiveClient(SplitTop):
         for g in received:
             grad = grad + g
         h.backward(grad)
+        # who its next h_A names if it is not finite: a passive party whose gradient is
+        # larger than its weights before this step (huge gradients made them overflow)
+        inputs: dict[str, dict[str, Any]] = {
+            p: {"grad_h_A": g} for p, g in zip(self.passives, received, strict=True)
+        }
+        inputs[self.name] = weights_max(self.net)
+        self._blame_next = largest_input(self.name, inputs) if received else None
         step_optimizers([self.opt])
         return loss.detach()
 

@@ -47,8 +47,8 @@ from __future__ import annotations
 
 import copy
 import math
-from collections.abc import Mapping
-from typing import Any, TypeVar
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, ClassVar, TypeVar
 
 import numpy as np
 
@@ -60,6 +60,7 @@ from fedviews.deep._common import (
     state_arrays,
     to_numpy,
     to_tensor,
+    weights_max,
     zero_grads,
 )
 from fedviews.deep._fusedstep import staged_backward, step_optimizers
@@ -76,12 +77,14 @@ from fedviews.errors import DataError, MissingDependency, ProtocolError
 from fedviews.federation import (
     Array,
     Backward,
+    Blame,
     Codec,
     Message,
     MetaValue,
     Party,
     SecureSumParty,
     handles,
+    largest_input,
 )
 
 try:
@@ -162,6 +165,8 @@ def _local_optimizer(name: str, params: Any, lr: float) -> torch.optim.Optimizer
 class DataOwner(Party):
     """Holds one strip of every image and ``K`` copies of its bottom model."""
 
+    _transient: ClassVar[Mapping[str, Callable[[], Any]]] = {"_stepped": dict}
+
     def __init__(
         self,
         name: str,
@@ -196,6 +201,8 @@ class DataOwner(Party):
         self.split_x: dict[str, torch.Tensor] = {}
         self._order: dict[str, torch.Tensor] = {}  # each label owner's epoch, on the device
         self._pending: dict[str, torch.Tensor] = {}
+        # by label owner: the gradient it applied last and its weights before that step
+        self._stepped: dict[str, tuple[torch.Tensor, dict[str, Any]]] = {}
         self._batch: dict[str, tuple[torch.Tensor, int, int]] = {}  # act_dp: x, epoch, batch
         self._epoch: dict[str, int] = {}
         # a request whose backward pass ran in the transport (stage) and its batch's rows
@@ -250,7 +257,20 @@ class DataOwner(Party):
             self._batch[k] = (x, epoch, b)
         self._pending[k] = out
         # lent: it never writes them (it keeps them for their graph), the receiver reads them
-        return self.reply(msg, self.act_codec.pack("activations", out, lent=True))
+        arrays = self.act_codec.pack("activations", out, lent=True)
+        return self.reply(msg, arrays, blame=self._blame(k, x))
+
+    def _blame(self, k: str, x: torch.Tensor) -> Blame | None:
+        """Who its activations on ``x`` for label owner ``k`` name if they are not finite:
+        ``k``, where the gradient it applied last is larger than this copy's weights before
+        that step and ``x`` (huge gradients made its weights overflow), or itself."""
+        stepped = self._stepped.pop(k, None)
+        if stepped is None:
+            return None
+        grad, weights = stepped
+        return largest_input(
+            self.name, {k: {"activation_grad": grad}, self.name: {**weights, "features": x}}
+        )
 
     def _request(self, msg: Message) -> tuple[torch.Tensor | None, torch.Tensor | None]:
         """Every check of a ``forward`` or ``backward`` request, before anything changes:
@@ -301,13 +321,15 @@ class DataOwner(Party):
             return None
         rows, grad = self._request(msg)
         assert grad is not None
-        out, opt = self._take(msg.sender)
+        out, opt = self._take(msg.sender, grad)
         self._staged = (msg, rows)
         return staged_backward(out, grad, opt)
 
-    def _take(self, k: str) -> tuple[torch.Tensor, torch.optim.Optimizer]:
+    def _take(self, k: str, grad: torch.Tensor) -> tuple[torch.Tensor, torch.optim.Optimizer]:
         """The pending activations of label owner ``k`` (no longer pending) and the optimizer
-        of that bottom copy, its gradients zeroed."""
+        of that bottom copy, its gradients zeroed; ``grad``, the gradient about to be applied,
+        is kept with the copy's weights before the step (:meth:`_blame`)."""
+        self._stepped[k] = (grad, weights_max(self.copies[k]))
         opt = self.optims[k]
         zero_grads(opt)
         return self._pending.pop(k), opt
@@ -323,7 +345,7 @@ class DataOwner(Party):
         if grad is None:
             return rows
         k = msg.sender
-        out, opt = self._take(k)
+        out, opt = self._take(k, grad)
         if self.dp is None:
             out.backward(grad)
         else:
@@ -446,9 +468,11 @@ class LabelOwner(SecureSumParty):
             # the gradients of batch b travel with the request for batch b + 1: one round
             # trip per batch instead of two; each data owner still applies them first
             grads_out: dict[str, dict[str, Array]] = {d: {} for d in self.data_owners}
+            blame: Blame | None = None  # who made grads_out overflow, if they did
             for b in range((n + bs - 1) // bs):
                 # every data owner at once (over gRPC they compute in parallel)
-                got = self.scatter("forward", grads_out, meta={"batch": b, "batch_size": bs})
+                at = {"batch": b, "batch_size": bs}
+                got = self.scatter("forward", grads_out, meta=at, blame=blame)
                 rows = len(order[b * bs : (b + 1) * bs])
                 acts = _activations(got, self.activation_shapes, rows, self.device, self.act_codec)
                 target = self.y.index_select(0, order[b * bs : (b + 1) * bs])
@@ -466,6 +490,7 @@ class LabelOwner(SecureSumParty):
                     g_par, grads = private_gradients(self.top, acts, target, self.dp, gen)
                     for k, param in self.top.named_parameters():
                         param.grad = g_par[k]
+                blame = self._blame(acts)  # (its weights before the step)
                 step_optimizers([opt])
                 grads_out = {
                     d: self.grad_codec.pack("activation_grad", g, lent=True)  # never read again
@@ -473,7 +498,7 @@ class LabelOwner(SecureSumParty):
                 }
                 n_batches += 1
             if n:  # the epoch's last batch
-                self.scatter("backward", grads_out)
+                self.scatter("backward", grads_out, blame=blame)
         update = {f"update/{k}": v - self._global[k] for k, v in state_arrays(self.top).items()}
         if self.secure:
             masked = {f"masked_{k}": v for k, v in update.items()}
@@ -482,6 +507,16 @@ class LabelOwner(SecureSumParty):
         if self.dp is None:  # under grad_dp the loss of the true labels is not released
             meta["train_loss"] = float(total) / max(n_batches, 1)
         return self.reply(msg, update, meta=meta)
+
+    def _blame(self, acts: Sequence[torch.Tensor]) -> Blame:
+        """Who is named if the gradients of ``acts`` are not finite: the data owner whose
+        activations are the largest, or this label owner where its top model's parameters
+        are larger (``largest_input``)."""
+        inputs: dict[str, dict[str, Array]] = {
+            d: {"activations": a} for d, a in zip(self.data_owners, acts, strict=True)
+        }
+        inputs[self.name] = weights_max(self.top)
+        return largest_input(self.name, inputs)
 
     def top_state(self) -> dict[str, np.ndarray]:
         """This label owner's top model (the global one after ``set_top``)."""

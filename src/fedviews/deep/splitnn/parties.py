@@ -22,6 +22,7 @@ from fedviews.deep._common import (
     module_arrays,
     to_numpy,
     to_tensor,
+    weights_max,
     zero_grads,
 )
 from fedviews.deep._common import as_strips as strips
@@ -29,7 +30,7 @@ from fedviews.deep._factory import build_network, logits, output_shape, resolve_
 from fedviews.deep._fusedstep import stepping_with_staged
 from fedviews.deep._split import SplitBottom
 from fedviews.errors import MissingDependency, ProtocolError
-from fedviews.federation import Message, handles, lend
+from fedviews.federation import Blame, Message, handles, largest_input, lend
 
 try:
     import torch
@@ -228,23 +229,31 @@ class SplitNNActive(_MLPBottom):
         # per batch; each passive party applies them (and steps) before its forward of b + 1,
         # and this party steps before its own (in one process: one step for every party)
         grads: dict[str, dict[str, Any]] = {p: {} for p in self.passives}
+        blame: Blame | None = None  # who made grads overflow, if they did
         stepping: list[torch.optim.Optimizer] = []  # its own step, once its gradients are in
         for b, idx in enumerate(device_batches(len(self._X), self.batch_size, rng, self.device)):
             with stepping_with_staged(stepping):
-                got = self.scatter("splitnn.forward", grads, meta={"batch": b})
+                got = self.scatter("splitnn.forward", grads, meta={"batch": b}, blame=blame)
             theirs = self._logits(got, len(idx), grad=True)
-            z = self._joined(self.net(self._X.index_select(0, idx)), theirs)
+            own = self.net(self._X.index_select(0, idx))
+            z = self._joined(own, theirs)
             loss = nn.functional.cross_entropy(z, self.y.index_select(0, idx))
             zero_grads(self.opt)
             loss.backward()
             grads = {  # lent: never read again here
                 p: {"grad_logits": lend(t.grad)} for p, t in zip(self.passives, theirs, strict=True)
             }
+            # (the largest input: a passive party's logits, or its own output or weights)
+            inputs: dict[str, dict[str, Any]] = {
+                p: {"logits": t} for p, t in zip(self.passives, theirs, strict=True)
+            }
+            inputs[self.name] = {"logits": own, **weights_max(self.net, self.top)}
+            blame = largest_input(self.name, inputs)
             stepping = [self.opt]
             total.add_(loss.detach(), alpha=len(idx))  # (in float64: exact, then rounded once)
         if stepping:  # the epoch's last batch
             with stepping_with_staged(stepping):
-                self.scatter("splitnn.backward", grads)
+                self.scatter("splitnn.backward", grads, blame=blame)
         out: dict[str, Any] = {"epoch": msg.round, "loss": float(total) / len(self._X)}
         if self._X_test is not None and self.y_test is not None:
             out["accuracy"] = float(np.mean(self.predict_test() == self.y_test))
