@@ -25,7 +25,7 @@ import math
 import struct
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, ClassVar, NoReturn
+from typing import TYPE_CHECKING, Any, ClassVar, NoReturn, cast
 
 import numpy as np
 
@@ -225,13 +225,8 @@ class Message:
             )
 
     def sender_blame(self) -> Blame | None:
-        """Who its sender names if one of its arrays is not finite (:func:`largest_input`,
-        in its ``_blame`` attribute; set by :meth:`Party.scatter` / :meth:`Party.reply` with
-        ``blame``): read in the sender's process only — as it encodes the message, or as the
-        in-process transport checks it — and never sent: a receiver names the sender of what
-        arrives, whatever this says."""
-        blame: Blame | None = vars(self).get("_blame")
-        return blame
+        """Its sender's ``blame`` (``Party.scatter``): never sent, a receiver names the sender."""
+        return cast("Blame | None", vars(self).get("_blame"))
 
     def _not_finite(self, name: str, dtype: object | None) -> NoReturn:
         raise not_finite(self.sender, self.kind, name, dtype)
@@ -289,11 +284,8 @@ class Message:
         for a in self.arrays.values():
             c = np.asarray(to_host(a), order="C")
             payloads.append(c.astype(_little(c.dtype), copy=False))
-        blame = self.sender_blame()
-        if blame is not None:  # its sender's own check
-            refuse_outgoing(
-                self.sender, self.kind, dict(zip(self.arrays, payloads, strict=True)), blame
-            )
+        if (blame := self.sender_blame()) is not None:  # its sender's own check
+            refuse_outgoing(self.sender, self.kind, list(self.arrays), payloads, blame)
         specs = [_spec(n, c.dtype, c.shape) for n, c in zip(self.arrays, payloads, strict=True)]
         return self._head(specs), payloads
 

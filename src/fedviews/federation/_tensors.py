@@ -267,10 +267,12 @@ def _abs_max(a: Array) -> float:
         return float(np.abs(arr).max(initial=0.0)) if arr.size else 0.0
 
 
-def refuse_outgoing(sender: str, kind: str, arrays: Mapping[str, np.ndarray], blame: Blame) -> None:
-    """The honest sender's check of the (host) ``arrays`` of a message it attached ``blame``
-    to, as it encodes it: one that is not finite is refused there (by ``blame``'s refusal,
-    or naming the sender), never sent for its receivers to name the sender."""
-    for name, a in arrays.items():
+def refuse_outgoing(
+    sender: str, kind: str, names: Sequence[str], arrays: Sequence[np.ndarray], blame: Blame
+) -> None:
+    """The honest sender's check of the (host) ``arrays`` (by ``names``) of a message it
+    attached ``blame`` to, as it encodes it: one that is not finite is refused there (by
+    ``blame``'s refusal, or naming the sender), never sent for its receivers to name it."""
+    for name, a in zip(names, arrays, strict=True):
         if not finite_array(a):
             raise blame(name) or not_finite(sender, kind, name)
