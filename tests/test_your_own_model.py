@@ -89,6 +89,7 @@ def test_a_table_with_a_user_mlp_as_an_estimator(my_models):
     allowed = est.transport_.policy.allowed[("label_owner", "coordinator")]
     assert allowed == {f"update/{k}" for k in top}
     bottom = {k: v.shape for k, v in est.data_owners_[1].state_dict().items()}
+    assert bottom.pop("bottom#structure")[0] > 0  # (its layers, checked when it loads)
     assert bottom == {  # kar: 64 columns
         "bottom/0.weight": (64,),
         "bottom/0.bias": (64,),
@@ -392,7 +393,7 @@ def test_apfed_launch_equals_in_process(tmp_path, my_models):
     overrides = ["data.n_per_class=20", "data.n_test=100", "params.epochs=2"]
     run, cfg, fed = _launch_equals_in_process(tmp_path, "deploy_apfed_mnist_cnn.toml", overrides)
     assert "head.1.weight" in {k.removeprefix("net/") for k in fed.parties["bank"].results()}
-    assert set(fed.parties["shop"].results()) == {"net/weight", "net/bias"}
+    assert set(fed.parties["shop"].results()) == {"net/weight", "net/bias", "net#structure"}
     assert _crossed(run, cfg.federation.parties) >= {"h_A", "grad_h_A"}
     meta = json.loads((run / "bank" / "model" / "model.json").read_text())
     assert meta["networks"] == {

@@ -46,3 +46,10 @@ def test_a_real_target_is_data_but_no_classes() -> None:
     with pytest.raises(DataError, match=r"y holds continuous values \(e.g. 0.0169492; 60 distinct"):
         check_classes(target, 60)
     np.testing.assert_array_equal(check_classes(np.arange(60.0) % 3, 60), np.arange(60.0) % 3)
+
+
+def test_an_empty_string_id_is_refused() -> None:
+    """An ID "" (an empty cell of a table, a blank in an .npz) matched no other party's row
+    and was dropped without a word."""
+    with pytest.raises(DataError, match="ids contains 2 empty ID\\(s\\) \\(row 1 first\\)"):
+        PartyData(np.array(["a", "", " "]), np.ones((3, 1)))

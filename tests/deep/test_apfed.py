@@ -293,6 +293,16 @@ def test_export_predicts_like_the_trained_active_model(
         model.predict(X[:, :20])
     with pytest.raises(DataError, match="not an exported"):
         load_active_model(tmp_path)
+    (tmp_path / "new.csv").write_text("1,2\n")
+    with pytest.raises(DataError, match="new.csv: not a .npy file"):
+        predict_exported(folder, tmp_path / "new.csv")  # (it said "pickled (object) data")
+    # a factory that does not import is the user's to fix: its ConfigError, not "damaged"
+    meta = json.loads((folder / "model.json").read_text())
+    (folder / "model.json").write_text(
+        json.dumps({**meta, "networks": {"head": "no_such_module_zz:head"}})
+    )
+    with pytest.raises(ConfigError, match="cannot import 'no_such_module_zz'"):
+        load_active_model(folder)
 
 
 # -- TVFL baselines ----------------------------------------------------------------------
@@ -663,6 +673,8 @@ def test_a_tampered_export_is_a_data_error_naming_the_file(images, tmp_path, tam
     out = proc.stdout + proc.stderr
     assert proc.returncode != 0 and "Traceback" not in out, out
     assert "active_model.pt is not the weights" in " ".join(out.split()), out
+    # one line, without torch's warning nor its advice to load the file unsafely
+    assert "weights_only" not in out and "Warning" not in out, out
 
 
 def test_a_damaged_model_description_is_a_data_error(images, tmp_path) -> None:
@@ -734,3 +746,14 @@ def test_float_images_in_0_to_255_are_used_as_given_with_a_warning():
         as_images(raw / 255.0)
         as_images(raw - 127.5)  # standardised: negative values
         as_images(raw + 0.5)  # not whole values
+
+
+def test_apfed_takes_a_defense_and_reports_its_ledger(images) -> None:
+    """``defense=`` of the APFed estimator (the defenses page offered ``label_rr``; the
+    estimator refused the keyword): the active client's labels randomized, ε in the ledger."""
+    X, y = images
+    est = APFed(m=2, i=1, defense={"kind": "label_rr", "epsilon": 2.0}, **_fit_kw(epochs=1))
+    est.fit(X, y)
+    assert est.privacy_["parties"]["active"]["epsilon"] == pytest.approx(2.0)
+    with pytest.raises(ConfigError, match="defense 'secagg' does not apply to apfed"):
+        APFed(m=2, i=1, defense="secagg", **_fit_kw(epochs=1)).fit(X, y)

@@ -407,7 +407,8 @@ def test_only_logits_and_their_gradients_cross_in_the_estimators_run():
     }
     assert log.arrays_sent("coordinator") == set() and log.arrays_sent(None, "coordinator") == set()
     assert est.run_stats_ == log.summary()
-    assert all(k.startswith("net/") for k in est.models_["party_2"])  # no top: logits summed
+    # no top: logits summed (its net's weights, and its structure, checked when they load)
+    assert {k.split("/")[0] for k in est.models_["party_2"]} == {"net", "net#structure"}
     fitted = len(log.entries)
     est.predict([Xp[:5], Xa[:5], Xa[:5, ::-1]])  # the prediction session's messages follow
     crossed = {(e.sender, e.receiver, e.kind, e.arrays, e.shapes) for e in log.entries[fitted:]}
@@ -514,3 +515,47 @@ def test_set_params_after_fit_waits_for_the_next_fit():
     est.set_params(n_parties=3, label_owner=2, pad=True)
     np.testing.assert_array_equal(est.decision_function([Xp, Xa]), expected)
     assert est.label_owner_ == "party_1" and est.parties_ == ("party_0", "party_1")
+
+
+def test_parties_that_share_no_id_are_refused_with_the_alignment_error():
+    """The label owner's setup report took ``max`` of its labels of no aligned row: numpy's
+    "zero-size array to reduction operation" in a deployment, not the alignment's error."""
+    datas, *_ = _data()
+    datas["p"] = PartyData(np.arange(100, 140), datas["p"].X)
+    run = RunSpec("splitnn", PARAMS, Roster(("p", "a"), label_owner="a"), seed=3)
+    with pytest.raises(DataError, match="share no sample ID"):
+        build_in_process(run, datas)()
+
+
+def test_the_demo_data_of_a_table_gives_each_party_one_view():
+    """``data.views`` gave each party one view's columns for Multi-VFL and APFed, but the
+    split NN cut images only ("dataset 'handwritten' has no images; Multi-VFL needs ...")."""
+    from fedviews.deep.splitnn.spec import SPLITNN_SPEC
+    from fedviews.deploy import load_deploy_config
+
+    cfg = load_deploy_config(
+        {
+            "algorithm": "splitnn",
+            "federation": {"parties": ["a", "b"], "label_owner": "a"},
+            "data": {"dataset": "handwritten", "views": ["fou", "kar"], "n_test": 100},
+        }
+    )
+    out = SPLITNN_SPEC.demo_data(cfg)
+    assert [out[p].X.shape for p in ("a", "b")] == [(1900, 76), (1900, 64)]
+    assert out["a"].y is not None and out["b"].y is None
+    assert out["a"].X_test is not None and len(out["a"].X_test) == 100
+
+
+def test_the_estimator_takes_a_defense_and_reports_its_ledger():
+    """The defenses page offered ``label_rr`` for the split NN, but its estimator had no
+    ``defense=`` (Python's TypeError): it takes one, as a config does."""
+    from fedviews.deep import SplitNN
+    from fedviews.errors import ConfigError
+
+    _, Xp, Xa, y = _data()
+    kw = {"epochs": 1, "batch_size": 16, "hidden": 8, "device": "cpu"}
+    est = SplitNN(defense={"kind": "label_rr", "epsilon": 2.0}, **kw).fit([Xp, Xa], y)
+    assert est.privacy_["parties"]["party_0"]["epsilon"] == pytest.approx(2.0, abs=1e-3)
+    assert SplitNN(**kw).fit([Xp, Xa], y).privacy_ == {}
+    with pytest.raises(ConfigError, match="defense 'grad_dp' does not apply to splitnn"):
+        SplitNN(defense="grad_dp", **kw).fit([Xp, Xa], y)

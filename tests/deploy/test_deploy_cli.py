@@ -164,6 +164,10 @@ def test_certificates_are_not_overwritten_and_keys_are_private(tmp_path):
     issue_certificate(tmp_path, "pix", replace=True)  # the old one is revoked first
     assert "pix" in (tmp_path / "revoked.txt").read_text()
     assert (tmp_path / "pix.crt").read_bytes() != first
+    # 'PIX' beside 'pix' was issued (one file on a case-insensitive file system)
+    with pytest.raises(ConfigError, match="'PIX' differs from the certified party 'pix' only"):
+        issue_certificate(tmp_path, "PIX")
+    assert not (tmp_path / "PIX.crt").exists()
 
 
 def test_a_label_owner_cannot_size_everyone_s_allocations():
@@ -289,6 +293,11 @@ def test_csv_party_files_blank_lines_ids_and_labels(tmp_path):
         load_party_data(f)
     f.write_text("id,label,a\n1,1,x\n")
     with pytest.raises(DataError, match="non-numeric value"):
+        load_party_data(f)
+    # an empty id cell was the ID "" (its row silently dropped) and made every other ID of
+    # the file a string (integer IDs then matched no other party's)
+    f.write_text("id,label,a\n1614,0,0.5\n,1,1.5\n")
+    with pytest.raises(DataError, match="a.csv: line 3 has an empty id"):
         load_party_data(f)
     # labels a .csv cannot hold: one clear error, and no half-written file
     d = PartyData(np.array([1, 2]), np.ones((2, 1)), np.array(["cat", "dog"]))

@@ -181,6 +181,13 @@ def check_ids(ids: Any, *, name: str = "ids") -> np.ndarray:
     if arr.dtype.kind in "fc" and not np.isfinite(arr).all():  # (a NaN matches no ID, not even
         bad = int((~np.isfinite(arr)).sum())  # another NaN: its row would vanish unnamed)
         raise DataError(f"{name} contains {bad} NaN or infinite IDs; every row needs an ID")
+    if arr.dtype.kind == "U" and len(arr):  # an empty cell read as the ID "" matches no row
+        blank = np.flatnonzero(np.char.strip(arr) == "")
+        if len(blank):
+            raise DataError(
+                f"{name} contains {len(blank)} empty ID(s) (row {int(blank[0])} first); every "
+                "row needs an ID"
+            )
     uniq, counts = np.unique(arr, return_counts=True)
     if (counts > 1).any():
         dup = uniq[counts > 1][:5].tolist()

@@ -130,7 +130,9 @@ def image_split(
     ds = load(name, **opts)
     if ds.images is None:
         raise ConfigError(
-            f"dataset {name!r} has no images; Multi-VFL needs an image dataset (fashion_mnist, mnist)"
+            f"dataset {name!r} has no images to cut into strips (fashion_mnist and mnist have "
+            "them); to give each party one view's columns of a multi-view table, set "
+            "data.views (one view per party)"
         )
     rng = np.random.default_rng(seed)
     test = np.concatenate(

@@ -217,9 +217,17 @@ def state_arrays(module: torch.nn.Module) -> dict[str, np.ndarray]:
     return host_copies(module.state_dict())
 
 
+#: the key suffix of a network's structure in :func:`module_arrays`
+STRUCTURE = "#structure"
+
+
 def module_arrays(prefix: str, module: Any) -> dict[str, np.ndarray]:
-    """A network's parameters and buffers as ``{prefix/name: array}``."""
-    return prefixed(prefix + "/", state_arrays(module))
+    """A network's parameters and buffers as ``{prefix/name: array}``, and its structure
+    (``repr(module)``: its layers and their settings, as UTF-8 bytes) under
+    ``prefix#structure``, which :func:`load_module` checks."""
+    out = prefixed(prefix + "/", state_arrays(module))
+    out[prefix + STRUCTURE] = np.frombuffer(repr(module).encode("utf-8"), np.uint8).copy()
+    return out
 
 
 def optimizer_arrays(prefix: str, opt: Any) -> dict[str, np.ndarray]:
@@ -243,6 +251,24 @@ def load_module(prefix: str, module: Any, state: Mapping[str, np.ndarray], who: 
     )
     if bad:
         raise DataError(f"{who}: checkpointed {prefix!r} does not fit its network ({bad})")
+    saved = state.get(prefix + STRUCTURE)  # (absent from what older versions wrote)
+    if saved is not None and (was := bytes(np.asarray(saved, np.uint8))) != (
+        now := repr(module).encode("utf-8")
+    ):
+        old, new = was.decode("utf-8", "replace").splitlines(), now.decode().splitlines()
+        line = next(
+            (
+                f"{a.strip()!r} is now {b.strip()!r}"
+                for a, b in zip(old, new, strict=False)
+                if a != b
+            ),
+            f"{len(old)} lines of layers are now {len(new)}",
+        )
+        raise DataError(
+            f"{who}: checkpointed {prefix!r} was saved from another network than its factory "
+            f"builds now ({line}); its weights would compute something else: load it with "
+            "the code that trained it"
+        )
     torch = require_torch()
     module.load_state_dict({k: torch.as_tensor(np.asarray(v)) for k, v in got.items()})
 

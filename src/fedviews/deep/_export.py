@@ -30,7 +30,7 @@ from fedviews.data import check_numeric
 from fedviews.deep._apfed_nets import APFedNets, as_images, cut_strips
 from fedviews.deep._common import as_strips, net_logits, require_torch, resolve_device
 from fedviews.deep._factory import factory_name
-from fedviews.errors import DataError
+from fedviews.errors import ConfigError, DataError
 
 FORMAT = "fedviews.apfed.active/1"
 STATE_FILE = "active_model.pt"
@@ -200,15 +200,27 @@ def load_active_model(path: str | Path, device: str = "cpu") -> ExportedActiveMo
     dev = resolve_device(device)
     try:
         net = active_net(meta)
+    except ConfigError:  # (a factory it names that does not import: the user's to fix)
+        raise
     except (KeyError, TypeError, ValueError, AttributeError) as exc:
         raise DataError(f"{meta_path} does not describe an active model: {exc!r}") from None
     state_path = folder / STATE_FILE
     try:  # weights only: a tampered file cannot run code, it fails to load
-        net.load_state_dict(torch.load(state_path, map_location=dev, weights_only=True))
-    except (pickle.UnpicklingError, RuntimeError, ValueError, EOFError, TypeError) as exc:
+        with warnings.catch_warnings():  # (torch's own warnings and advice are not ours)
+            warnings.simplefilter("ignore")
+            state = torch.load(state_path, map_location=dev, weights_only=True)
+        net.load_state_dict(state)
+    except pickle.UnpicklingError:  # (torch's message advises loading it unsafely: not relayed)
+        raise DataError(
+            f"{state_path} is not the weights of the model {META_FILE} describes: it holds "
+            "more than tensors (objects or code a pickle would run) or damaged bytes; refused "
+            "unread (tampered with, or not an export)"
+        ) from None
+    except (RuntimeError, ValueError, EOFError, TypeError) as exc:
+        first = (str(exc).strip().splitlines() or [""])[0][:200]
         raise DataError(
             f"{state_path} is not the weights of the model {META_FILE} describes (damaged, "
-            f"tampered with or of another export): {type(exc).__name__}: {str(exc)[:300]}"
+            f"tampered with or of another export): {type(exc).__name__}: {first}"
         ) from None
     net.to(dev).eval()
     return ExportedActiveModel(net, meta, dev)
@@ -234,6 +246,8 @@ def predict_exported(model_path: str | Path, images_or_npy_path: Any) -> np.ndar
         p = Path(images_or_npy_path)
         if not p.is_file():
             raise DataError(f"data file {str(p)!r} does not exist")
+        if p.suffix != ".npy":  # (numpy's error for a .csv spoke of pickled data)
+            raise DataError(f"{p}: not a .npy file; the images (or rows) go in a numeric .npy")
         try:
             images = np.load(p, allow_pickle=False)
         except ValueError as exc:

@@ -93,6 +93,9 @@ def load_party_data(path: str | Path) -> PartyData:
         i_g = head.index("group") if "group" in head else None
         feats = [j for j in range(len(head)) if j not in (i_id, i_y, i_g)]
         raw_ids = [r[i_id] for r in body]
+        blank = next((line for line, r in rows[1:] if not r[i_id].strip()), None)
+        if blank is not None:  # (it would also make every other ID of the file a string)
+            raise DataError(f"{p}: line {blank} has an empty id; every row needs an ID")
         ids = np.array([int(v) for v in raw_ids]) if _integers(raw_ids) else np.array(raw_ids)
         try:
             X = np.array([[float(r[j]) for j in feats] for r in body])

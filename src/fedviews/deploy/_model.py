@@ -81,7 +81,7 @@ def load_model_part(directory: Path, cfg: DeployConfig, member: str) -> ModelPar
     """``member``'s model part in ``directory`` (its folder of a finished training run of
     ``cfg``); a :class:`DataError` or :class:`ConfigError` naming ``member`` otherwise."""
     path = Path(directory) / MODEL_FILE
-    where = f"{member!r}'s model part ({path})"
+    where = f"the model part of {member!r} ({path})"
     if not path.is_file():
         raise DataError(
             f"{member!r} has no model part: {path} does not exist; pass its folder of a "

@@ -175,7 +175,8 @@ class SplitNNAlgorithm(ActivePassive):
         y = np.asarray(local.take("train")[2])
         if not np.issubdtype(y.dtype, np.integer) or (y < 0).any():
             raise DataError(f"{party!r}: labels must be class indices 0..C-1 (integers)")
-        return {**info, "n_classes": int(y.max()) + 1}
+        # (no aligned row: the setup refuses the run, naming the group that shares no ID)
+        return {**info, "n_classes": int(y.max()) + 1 if y.size else 0}
 
     def make_setup(self, run: RunSpec, infos: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
         parties = run.federation.parties
@@ -302,13 +303,23 @@ class SplitNNAlgorithm(ActivePassive):
 
     def demo_data(self, cfg: Any) -> dict[str, PartyData]:
         """``[data]`` images (``dataset``, ``n_per_class``, ``n_test``) cut into one strip per
-        party, top to bottom in the order of ``federation.parties``; the label owner also
-        holds the labels. Every party keeps all training and test images."""
+        party, top to bottom in the order of ``federation.parties``; or, with ``views`` (one
+        per party, in that order), the columns of one view of a multi-view table each (e.g.
+        ``handwritten``; ``n_test``: a stratified held-out split). The label owner also
+        holds the labels. Every party keeps all training and test rows."""
         spec, parties, pad = cfg.data, list(cfg.federation.parties), cfg.params.pad
-        (Xtr, ytr, ids, Xte, yte, ids_te), _ = demo_image_split(
-            spec.dataset, spec.n_per_class, spec.n_test, cfg.seed
-        )
-        strips, tests = cut_images(Xtr, len(parties), pad), cut_images(Xte, len(parties), pad)
+        if spec.views:  # a multi-view table: one view's columns per party
+            from fedviews.deep.multivfl.demo import table_split
+
+            strips, ytr, ids, tests, yte, ids_te, _ = table_split(
+                cfg, len(parties), "split NN parties"
+            )
+        else:
+            (Xtr, ytr, ids, Xte, yte, ids_te), _ = demo_image_split(
+                spec.dataset, spec.n_per_class, spec.n_test, cfg.seed
+            )
+            strips = cut_images(Xtr, len(parties), pad)
+            tests = cut_images(Xte, len(parties), pad)
         out = {}
         for k, name in enumerate(parties):
             labels = {"y": ytr, "y_test": yte} if name == active_of(cfg) else {}
