@@ -173,9 +173,10 @@ def kept_cells(entry: Entry, root: Path) -> tuple[dict[str, Any], dict[str, Any]
     path = root / entry.kept_cells
     if not path.is_file():
         raise FedViewsError(
-            f"{entry.name}: its record kept no cells (no {entry.kept_cells}: recorded before "
-            f"records kept them (2026-11-29), or a benchmark's): check it whole, or record it again "
-            f"(fedviews reproduce {entry.name} --record) to sample it from then on"
+            f"{entry.name}: its record kept no cells (no {entry.kept_cells}: its experiment "
+            "computes no cells, e.g. a closed-form one, or a script's, or it was recorded before "
+            "records kept them, 2026-11-29): check it whole; if its run folder has a cells.json, "
+            f"record it again (fedviews reproduce {entry.name} --record) to sample it from then on"
         )
     try:
         saved = json.loads(gzip.decompress(path.read_bytes()).decode("utf-8"))

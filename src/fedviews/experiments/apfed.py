@@ -102,8 +102,9 @@ class _TrainParams:
         return {k: getattr(self, k) for k in names}
 
     def validate(self) -> None:
-        if self.n_seeds < 1 or self.epochs < 1 or self.batch_size < 2:
-            raise ConfigError("n_seeds and epochs must be >= 1 and batch_size >= 2")
+        for key, least in (("n_seeds", 1), ("epochs", 1), ("batch_size", 2)):
+            if getattr(self, key) < least:
+                raise ConfigError(f"params.{key} must be >= {least}, got {getattr(self, key)}")
         if self.lr <= 0 or not 0 <= self.momentum < 1 or self.weight_decay < 0:
             raise ConfigError("lr must be > 0, momentum in [0, 1), weight_decay >= 0")
         if self.tau <= 0:

@@ -13,7 +13,7 @@ process. This module never imports the spec.
   every passive client.
 * A **passive client** (:class:`PassiveClient`, role ``"passive"``) computes its
   loss ``L_p`` on the batch of its own strip: APFed-R reconstructs the strip from
-  ``h_A`` with a decoder (mean squared error); APFed-C encodes its strip to
+  ``h_A`` with a decoder (Eq. 12's per-sample L2 norm by default, ``recon_loss``); APFed-C encodes its strip to
   ``h_p`` and uses the contrastive loss of Eq. 14/16 with temperature ``tau``. It
   updates its own parameters with the *unscaled* ``∂L_p/∂Θ_p`` (Eq. 10) and
   replies with ``grad_h_A = λ_p ∂L_p/∂h_A``.

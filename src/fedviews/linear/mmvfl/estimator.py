@@ -44,8 +44,9 @@ class MMVFL(ConsensusFit, PartyPredictor, Classifier):
         The label owner's target ``Y`` (Eq. 11): the paper's one-hot matrix, or its
         columns divided by the square root of the class counts so that ``Y^T Y = I``
         (Sec. 4.4 states that ``Y`` satisfies it; the one-hot ``Y`` does only up to
-        the diagonal of class counts). :meth:`predict` takes ``argmax X W_k``, which
-        the scaling does not change with balanced classes.
+        the diagonal of class counts). With balanced classes the scale is one common
+        factor ``s``, and fitting ``s Y`` at ``beta`` is ``s`` times the fit of ``Y`` at
+        ``beta / s``: the predictions differ from the one-hot fit at the same ``beta``.
     random_state : int or None
         Seed of the random initial ``Z`` / ``Z_k``.
     transport : callable, optional
