@@ -170,3 +170,22 @@ def test_defense_config_is_checked():
         Defense.of({"kind": "secagg", "strenght": 1})
     with pytest.raises(ConfigError, match="frac_bits"):
         Defense.of({"kind": "secagg", "frac_bits": 60})
+    # a setting the kind does not read was ignored: a secagg run "with epsilon 2" spent none
+    with pytest.raises(ConfigError, match="defense.epsilon does not apply to .* 'secagg'"):
+        Defense.of({"kind": "secagg", "epsilon": 2.0})
+    with pytest.raises(ConfigError, match="defense.clip does not apply to .* 'label_rr'"):
+        Defense.of({"kind": "label_rr", "epsilon": 2.0, "clip": 5.0})
+    # a negative seed reached numpy's SeedSequence (a traceback, in a deployment a party's)
+    with pytest.raises(ConfigError, match=r"defense.seed must be an integer in \[0, 2\*\*31\)"):
+        Defense.of({"kind": "label_rr", "epsilon": 1.0, "seed": -1})
+
+
+def test_a_defense_the_algorithm_does_not_take_is_said_before_its_settings():
+    """MMVFL with ``grad_dp`` and no budget said "grad_dp takes either ... epsilon", and only
+    once that was given that grad_dp does not apply to MMVFL."""
+    from fedviews.data import load
+    from fedviews.linear import MMVFL
+
+    ds = load("handwritten", views=["fou", "kar"])
+    with pytest.raises(ConfigError, match="defense 'grad_dp' does not apply to mmvfl"):
+        MMVFL(defense="grad_dp", max_iter=1).fit(ds.views, ds.y)

@@ -232,3 +232,17 @@ def test_sfedmv_server_averages_the_extractors_it_sent_and_labels_known_sequence
         ("c0", "labels of c2"),
     }
     assert all(r.value >= 80 and r.n_scored == 20 for r in rows)  # the classes are far apart
+
+
+def test_more_auxiliary_rows_than_observed_warn_and_say_how_many_are_used() -> None:
+    """``params.labelled=5000`` (or ``known_features``) on fewer rows was cut without a
+    word, and the attack then scored on one row (100 % against a chance of 100 %)."""
+    from fedviews.errors import DataWarning
+
+    run, fed, _ = _mmvfl_run()
+    recs = fed.record(["coordinator"])
+    fed()
+    truth, setup = Truth.of_run(fed.locals), dict(fed.setup)
+    with pytest.warns(DataWarning, match=r"params.known_features = 5000 is more than 'coordin"):
+        rows = audit(fed.algorithm, run, setup, recs, truth, AuxKnowledge(known_features=5000))
+    assert {r.aux for r in rows if r.secret.startswith("features")} == {"59 rows' raw features"}

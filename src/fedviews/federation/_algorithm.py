@@ -37,7 +37,7 @@ from fedviews._params import Checked, check_params
 from fedviews._registry import Registry
 from fedviews.data import PartyData, deal_views
 from fedviews.errors import ConfigError, DataError, ProtocolError, require
-from fedviews.federation._defense import GAUSSIAN, Defense
+from fedviews.federation._defense import DEFENSES, GAUSSIAN, Defense
 from fedviews.federation._party import Coordinator, Party
 from fedviews.federation._policy import PrivacyPolicy
 from fedviews.federation._record import Observation, Recording
@@ -125,13 +125,14 @@ class Algorithm:
 
     def check_defense(self, defense: Defense, fed: Roster | None = None) -> None:
         """Raise :class:`ConfigError` when ``defense`` does not apply to this algorithm (or, with
-        ``fed``, to this roster: a secure sum needs two members)."""
-        defense.validate()
-        if defense.kind not in self.defenses:
+        ``fed``, to this roster: a secure sum needs two members). Whether it applies is said
+        first: the settings of a defense the algorithm does not take do not matter."""
+        if defense.kind in DEFENSES and defense.kind not in self.defenses:
             raise ConfigError(
                 f"defense {defense.kind!r} does not apply to {self.name}; it takes "
                 f"{sorted(self.defenses)}"
             )
+        defense.validate()
         if fed is not None and defense.kind == "secagg":
             check_secure_sum_members(self.secure_sum_members(fed), self.secure_sum_of)
         if defense.kind in GAUSSIAN:  # its noise and ledger need the accountant: say so now

@@ -124,6 +124,15 @@ def issue_certificate(
         raise ConfigError("'ca' names the federation's CA files; choose another party name")
     if not (d / "ca.key").is_file():
         raise ConfigError(f"no CA in {d}; create one with: fedviews certs init {d}")
+    other = next(  # ('Alice' beside 'alice': one file on a case-insensitive file system)
+        (f.stem for f in d.glob("*.crt") if f.stem != name and f.stem.lower() == name.lower()),
+        None,
+    )
+    if other is not None:
+        raise ConfigError(
+            f"{name!r} differs from the certified party {other!r} only in letter case; party "
+            "names are unique up to letter case (their files would collide on some systems)"
+        )
     if (d / f"{name}.crt").exists():
         if not replace:
             raise ConfigError(

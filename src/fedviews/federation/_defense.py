@@ -98,6 +98,15 @@ DEFENSES = ("none", "secagg", "label_rr", "grad_dp", "act_dp", "model_dp")
 RANDOMIZED = frozenset({"label_rr", "grad_dp", "act_dp", "model_dp"})
 #: the Gaussian kinds (clip + noise, accounted with dp-accounting)
 GAUSSIAN = frozenset({"grad_dp", "act_dp", "model_dp"})
+_GAUSS = ("epsilon", "noise_multiplier", "clip", "delta", "seed")
+#: the settings each kind reads
+_READS: dict[str, tuple[str, ...]] = {
+    "secagg": ("frac_bits",),
+    "label_rr": ("epsilon", "seed"),
+    "grad_dp": _GAUSS,
+    "model_dp": _GAUSS,
+    "act_dp": (*_GAUSS, "grad_clip"),
+}
 
 
 @dataclass(frozen=True)
@@ -147,9 +156,30 @@ class Defense:
         if self.kind in GAUSSIAN:
             self._check_gaussian()
         if self.seed is not None and (
-            isinstance(self.seed, bool) or not isinstance(self.seed, int)
+            isinstance(self.seed, bool)
+            or not isinstance(self.seed, int)
+            or not 0 <= self.seed < 2**31
         ):
-            raise ConfigError(f"defense.seed must be an integer, got {self.seed!r}")
+            raise ConfigError(f"defense.seed must be an integer in [0, 2**31), got {self.seed!r}")
+        self._check_applies()
+
+    def _check_applies(self) -> None:
+        """A setting that the kind does not read (``epsilon`` of ``secagg``: the user believes
+        a privacy budget is spent, and none is) is a :class:`ConfigError`, not ignored."""
+        reads = set(_READS.get(self.kind, ()))
+        default = Defense()
+        ignored = [
+            key
+            for key in ("frac_bits", "epsilon", "seed", "clip", "noise_multiplier", "delta")
+            + ("grad_clip",)
+            if key not in reads and getattr(self, key) != getattr(default, key)
+        ]
+        if ignored:
+            takes = ", ".join(f"defense.{k}" for k in _READS.get(self.kind, ())) or "no setting"
+            raise ConfigError(
+                f"defense.{ignored[0]} does not apply to defense.kind {self.kind!r} (it takes "
+                f"{takes})"
+            )
 
     def _check_gaussian(self) -> None:
         for key, lo, hi in (
@@ -191,8 +221,10 @@ class Defense:
         return self.kind != "none"
 
     @classmethod
-    def of(cls, value: Any) -> Defense:
-        """A defense from ``None`` (none), a kind (``"secagg"``), a table or a :class:`Defense`."""
+    def of(cls, value: Any, *, validate: bool = True) -> Defense:
+        """A defense from ``None`` (none), a kind (``"secagg"``), a table or a :class:`Defense`;
+        ``validate=False`` where the algorithm's ``check_defense`` follows (it says first
+        whether the kind applies, then validates)."""
         if value is None:
             value = cls()
         elif isinstance(value, str):
@@ -203,7 +235,8 @@ class Defense:
             raise ConfigError(
                 f"defense must be a kind (e.g. 'secagg'), a table or a Defense, got {value!r}"
             )
-        value.validate()
+        if validate:
+            value.validate()
         return value
 
 

@@ -51,7 +51,9 @@ class ConsensusFit:
         names = tuple(f"party{k}" for k in range(len(Xs)))
         holder = "coordinator" if owner is None else names[owner]
         roster = Roster(names, label_owner=holder)
-        run = RunSpec(algorithm, params, roster, self.random_state, Defense.of(self.defense))
+        run = RunSpec(
+            algorithm, params, roster, self.random_state, Defense.of(self.defense, validate=False)
+        )
         ids = np.arange(len(y))
         datas = {
             p: PartyData(ids, X, y if p == holder else None) for p, X in zip(names, Xs, strict=True)

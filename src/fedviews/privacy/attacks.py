@@ -13,6 +13,7 @@ keeps the attacker side and the scoring side apart (see docs/privacy/leakage.md)
 
 from __future__ import annotations
 
+import warnings
 import zlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -22,7 +23,7 @@ from typing import Any
 import numpy as np
 
 from fedviews.data import read_npz, save_npz
-from fedviews.errors import ConfigError, DataError
+from fedviews.errors import ConfigError, DataError, DataWarning
 from fedviews.federation import Algorithm, Observation, Recording, RunSpec
 from fedviews.privacy._attacks import (
     auc,
@@ -166,13 +167,24 @@ class _Context:
     attacker: str
 
 
-def _aux_rows(n: int, k: int, obs: Observation, ctx: _Context, *, spare: int = 1) -> np.ndarray:
+def _aux_rows(
+    n: int, k: int, obs: Observation, ctx: _Context, *, spare: int = 1, what: str = "labelled"
+) -> np.ndarray:
     """``k`` of the ``n`` rows (leaving at least ``spare`` to score), drawn from a stream of
     their own for this attacker, observation and kind of aux, so the draw does not depend
-    on what ran before."""
+    on what ran before; a :class:`DataWarning` where ``k`` (``params.<what>``) asks for more
+    than that (the rows it uses are in the table, the score is on what is left)."""
     key = f"{ctx.attacker}/{obs.name}/{obs.group}/{k}".encode()
     rng = np.random.default_rng([ctx.aux.seed, zlib.crc32(key)])
-    return np.sort(rng.choice(n, size=min(k, max(n - spare, 0)), replace=False))
+    size = min(k, max(n - spare, 0))
+    if size < k:
+        warnings.warn(
+            f"params.{what} = {k} is more than {ctx.attacker!r} can know of {obs.name!r} "
+            f"({n} rows{f', {spare} left to score' if spare else ''}): {size} used",
+            DataWarning,
+            stacklevel=3,
+        )
+    return np.sort(rng.choice(n, size=size, replace=False))
 
 
 def _labels(obs: Observation, ctx: _Context) -> np.ndarray:
@@ -205,7 +217,7 @@ def _reconstruction(obs: Observation, ctx: _Context) -> tuple[str, list[_Score]]
     assert obs.features_of is not None
     n = len(obs.rows)
     X = ctx.truth.get("features", obs.features_of, obs.group)[obs.rows]
-    idx = _aux_rows(n, ctx.aux.known_features, obs, ctx)
+    idx = _aux_rows(n, ctx.aux.known_features, obs, ctx, what="known_features")
     X_hat = reconstruct_features(obs.values.reshape(n, -1), aux_rows=idx, X_aux=X[idx])
     rest = np.setdiff1d(np.arange(n), idx)
     got = reconstruction_quality(X_hat[rest], X[rest])
@@ -223,7 +235,9 @@ def _model_on_known_features(obs: Observation, ctx: _Context) -> tuple[str, list
     assert obs.predict is not None and obs.labels_of is not None
     y = ctx.truth.get("labels", obs.labels_of, obs.group)
     X = ctx.truth.get("features", obs.labels_of, obs.group)
-    idx = _aux_rows(len(y), ctx.aux.known_features, obs, ctx, spare=0)  # scored on these
+    idx = _aux_rows(
+        len(y), ctx.aux.known_features, obs, ctx, spare=0, what="known_features"
+    )  # scored on these
     lengths = ctx.truth.lengths.get((obs.labels_of, obs.group))
     pred = obs.predict(X[idx], None if lengths is None else lengths[idx])
     score = ("label recovery %", label_recovery(pred, y[idx]), chance_level(y[idx]), len(idx))

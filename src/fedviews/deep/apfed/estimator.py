@@ -27,6 +27,7 @@ from fedviews.deep.apfed.parties import ActiveClient, PassiveClient
 from fedviews.deep.apfed.spec import DEPLOY_ONLY, APFedParams
 from fedviews.errors import check_fitted
 from fedviews.federation import (
+    Defense,
     Roster,
     RunSpec,
     build_in_process,
@@ -66,9 +67,11 @@ class ActiveOnly(StripEstimator):
             if passives or name == _ACTIVE
         }
         roster = Roster(tuple(datas), label_owner=_ACTIVE)
-        run = RunSpec("apfed", params, roster, self.random_state)
+        defense = Defense.of(getattr(self, "defense", None), validate=False)  # (APFed only)
+        run = RunSpec("apfed", params, roster, self.random_state, defense)
         fed = build_in_process(run, datas, transport=self.transport)
         run_in_process(fed, type(self).__name__, self.epochs, self.verbose)
+        self.privacy_ = dict(fed.privacy)
         passive_clients = [p for p in fed.parties.values() if isinstance(p, PassiveClient)]
         self._keep_run(fed.parties[_ACTIVE], passive_clients, fed.transport)
 
@@ -179,10 +182,17 @@ class APFed(ActiveOnly):
     verbose : bool, default=False
         Show the progress of ``fit`` on stderr: a bar per epoch with its mean loss (a line
         per epoch when stderr is no terminal); silent when False.
+    defense : str or dict, optional
+        The run's defense (:class:`~fedviews.federation.Defense`): ``"label_rr"`` with an
+        ``epsilon`` (``{"kind": "label_rr", "epsilon": 2.0}``: the label owner trains on
+        randomized-response labels, ε-label-DP); ``None``: none.
 
     Attributes
     ----------
     classes_ : ndarray
+    privacy_ : dict
+        The privacy ledger of the run's defense (``epsilon``, ``delta``, accountant); empty
+        without one.
     active_ : ActiveClient
         The trained active client (``active_.net`` is ``g_T ∘ f_A``).
     setting_ : (int, int, bool)
@@ -229,6 +239,7 @@ class APFed(ActiveOnly):
         random_state: int | None = 0,
         transport: Any = None,
         verbose: bool = False,
+        defense: Any = None,
     ) -> None:
         store_params(self, locals())
 

@@ -390,7 +390,7 @@ class MultiVFL(Persistent, Classifier):
             params,
             Roster(do_names + lo_names, label_owners=lo_names, coordinator="server"),
             self.random_state,
-            Defense.of(self.defense),
+            Defense.of(self.defense, validate=False),
         )
 
     #: saved as the members' models; loaded, they are built again by the spec

@@ -291,7 +291,7 @@ class SFedMV(Persistent, Classifier):
                 p,
                 Roster(names, label_owners=names),
                 self.random_state,
-                Defense.of(self.defense),
+                Defense.of(self.defense, validate=False),
             )
             datas = {
                 n: PartyData.from_sequences(np.arange(len(y)), v, y)

@@ -31,6 +31,7 @@ from fedviews.deep.splitnn.spec import SPLITNN_SPEC, SplitNNParams
 from fedviews.errors import ConfigError, DataError, check_fitted
 from fedviews.federation import (
     AlignGroup,
+    Defense,
     Local,
     Roster,
     RunSpec,
@@ -94,10 +95,17 @@ class SplitNN(Persistent, Classifier):
         per epoch when stderr is no terminal); silent when False.
     transport : callable, optional
         ``transport(policy) -> Transport`` of the training run (default: in-process).
+    defense : str or dict, optional
+        The run's defense (:class:`~fedviews.federation.Defense`): ``"label_rr"`` with an
+        ``epsilon`` (``{"kind": "label_rr", "epsilon": 2.0}``: the label owner trains on
+        randomized-response labels, ε-label-DP); ``None``: none.
 
     Attributes
     ----------
     classes_ : ndarray
+    privacy_ : dict
+        The privacy ledger of the run's defense (``epsilon``, ``delta``, accountant); empty
+        without one.
     parties_ : tuple of str
         ``party_0`` ... the party names, in the order of the strips (or of ``X``).
     label_owner_ : str
@@ -145,6 +153,7 @@ class SplitNN(Persistent, Classifier):
         random_state: int = 0,
         verbose: bool = False,
         transport: Any = None,
+        defense: Any = None,
     ) -> None:
         store_params(self, locals())
 
@@ -166,7 +175,8 @@ class SplitNN(Persistent, Classifier):
         (checked where the run is built)."""
         params = estimator_params(SplitNNParams, self, evaluate=False)
         roster = Roster(parties, label_owner=label_owner)
-        return RunSpec(SPLITNN_SPEC.name, params, roster, self.random_state)
+        defense = Defense.of(self.defense, validate=False)  # (checked as the run is built)
+        return RunSpec(SPLITNN_SPEC.name, params, roster, self.random_state, defense)
 
     @staticmethod
     def _views(X: Any, n_parties: int, pad: bool) -> list[np.ndarray]:
@@ -223,6 +233,7 @@ class SplitNN(Persistent, Classifier):
         self.history_["epoch"] = [int(e) for e in self.history_["epoch"]]
         self.transport_ = fed.transport
         self.run_stats_ = self.message_log_ = fed.transport.log.summary()
+        self.privacy_ = dict(fed.privacy)
         return self
 
     def decision_function(self, X: Any) -> np.ndarray:
