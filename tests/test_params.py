@@ -44,7 +44,7 @@ ESTIMATOR_PARAMS: dict[str, tuple[str, set[str], set[str]]] = {
     ),
     "apfed": (
         "apfed",
-        {"m", "i", "random_state", "transport", "verbose"},
+        {"m", "i", "random_state", "transport", "verbose", "defense"},
         {"evaluate", "torch_threads"},
     ),
     # the active client alone: no passive loss or network, no wire between parties
@@ -67,7 +67,7 @@ ESTIMATOR_PARAMS: dict[str, tuple[str, set[str], set[str]]] = {
     ),
     "splitnn": (
         "splitnn",
-        {"n_parties", "label_owner", "random_state", "transport", "verbose"},
+        {"n_parties", "label_owner", "random_state", "transport", "verbose", "defense"},
         {"evaluate"},
     ),
     "sfedmv": (
