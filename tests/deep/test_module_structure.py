@@ -46,3 +46,33 @@ def test_a_state_without_its_structure_still_loads():
     saved = module_arrays("bottom", _net(nn.Tanh))
     del saved["bottom" + STRUCTURE]
     load_module("bottom", _net(nn.Sigmoid), saved, "alice")
+
+
+def test_a_saved_apfed_refuses_a_head_factory_that_now_builds_another_network(
+    tmp_path, monkeypatch
+):
+    """APFed's estimator kept torch state dicts, checked by names and shapes only: a head
+    factory edited after the fit (``Tanh`` to ``Sigmoid``) loaded and predicted otherwise."""
+    import sys
+
+    from fedviews.deep import APFed
+
+    mod = tmp_path / "heads_zz.py"
+    code = (
+        "import math\nfrom torch import nn\n\n\ndef head(shape, n):\n"
+        "    return nn.Sequential(nn.Flatten(), nn.Linear(math.prod(shape), 8), nn.ACT(), "
+        "nn.Linear(8, n))\n"
+    )
+    mod.write_text(code.replace("ACT", "Tanh"))
+    monkeypatch.syspath_prepend(str(tmp_path))
+    rng = np.random.default_rng(0)
+    X, y = rng.random((48, 28, 28)).astype(np.float32), np.arange(48) % 3
+    kw = {"epochs": 1, "batch_size": 16, "device": "cpu", "random_state": 3}
+    est = APFed(m=2, i=1, head="heads_zz:head", **kw).fit(X, y)
+    est.save(tmp_path / "m")
+    again = APFed.load(tmp_path / "m")
+    np.testing.assert_array_equal(again.predict(X), est.predict(X))
+    mod.write_text(code.replace("ACT", "Sigmoid"))
+    monkeypatch.delitem(sys.modules, "heads_zz")
+    with pytest.raises(DataError, match=r"'net' was saved from another network.*Tanh.*Sigmoid"):
+        APFed.load(tmp_path / "m")

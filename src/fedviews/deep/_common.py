@@ -14,7 +14,6 @@ own streams (:func:`torch_seed` around a model's construction, numpy
 from __future__ import annotations
 
 import importlib
-import math
 import random
 import threading
 import warnings
@@ -197,19 +196,6 @@ def host_copies(tensors: Mapping[str, Any]) -> dict[str, np.ndarray]:
     """``tensors`` (or arrays) as numpy arrays of their own on the CPU (never a tensor's
     memory), by the same names."""
     return {k: to_numpy(v).copy() for k, v in tensors.items()}
-
-
-def weights_max(*modules: Any) -> dict[str, Any]:
-    """``max |w|`` over the parameters of ``modules`` (those that are not ``None``) as they
-    are now, as a 0-d tensor on their device (no host synchronisation): a party's own input
-    for :func:`~fedviews.federation.largest_input`, taken before its optimiser steps (a step
-    on gradients that overflowed makes its weights NaN)."""
-    import torch
-
-    params = [p.detach() for m in modules if m is not None for p in m.parameters()]
-    if not params:
-        return {}
-    return {"weights": torch.stack(torch._foreach_norm(params, math.inf)).max()}
 
 
 def state_arrays(module: torch.nn.Module) -> dict[str, np.ndarray]:

@@ -39,7 +39,6 @@ from fedviews.deep._common import (
     to_tensor,
     torch_seed,
     train_mode,
-    weights_max,
     zero_grads,
 )
 from fedviews.deep._fusedstep import staged_backward
@@ -114,9 +113,9 @@ class SplitBottom(Party):
         self._pending: Any = None  # the output of the batch whose gradient is awaited
         # a request whose backward pass ran in the transport (stage), and the rows it asks for
         self._staged: tuple[Message, torch.Tensor | None] | None = None
-        # the last gradient it applied, whose sender and its own weights before the step:
-        # who its next output names if that is not finite (``largest_input``)
-        self._stepped: tuple[str, str, torch.Tensor, dict[str, Any]] | None = None
+        # the last gradient it applied (sender, array name, values): who its next output
+        # names if that is not finite (``largest_input``)
+        self._stepped: tuple[str, str, torch.Tensor] | None = None
 
     _transient: ClassVar[Mapping[str, Callable[[], Any]]] = {"_stepped": lambda: None}
 
@@ -159,14 +158,12 @@ class SplitBottom(Party):
 
     def _blame(self, x: torch.Tensor) -> Blame | None:
         """Who its output on ``x`` names if it is not finite: the sender of the gradient it
-        applied last, where that gradient is larger than its weights before that step and
-        ``x`` (huge gradients made its weights overflow), or itself."""
+        applied last, where that gradient is huge and larger than ``x`` (it made its weights
+        overflow), or itself."""
         if self._stepped is None:
             return None
-        sender, name, grad, weights = self._stepped
-        return largest_input(
-            self.name, {sender: {name: grad}, self.name: {**weights, "features": x}}
-        )
+        sender, name, grad = self._stepped
+        return largest_input(self.name, {sender: {name: grad}, self.name: {"features": x}})
 
     def backward_batch(self, msg: Message) -> None:
         """Back-propagate the received gradient of that output (the array that
@@ -233,7 +230,7 @@ class SplitBottom(Party):
         through the pending output (no longer pending), then one SGD step (its gradients
         zeroed now)."""
         out, self._pending = self._pending, None
-        self._stepped = (sender, name, grad, weights_max(self.net))
+        self._stepped = (sender, name, grad)
         zero_grads(self.opt)
         return staged_backward(out, grad, self.opt)
 
@@ -358,10 +355,12 @@ class StripEstimator(Persistent, Classifier):
     _active_nets: tuple[str, ...] = ("net",)
 
     def _live_state(self) -> dict[str, Any]:
-        return {
-            "spec": None if self.spec_ is None else dataclasses.asdict(self.spec_),
-            "nets": {k: getattr(self.active_, k).state_dict() for k in self._active_nets},
-        }
+        # each network's arrays with its structure, which loading checks (load_module)
+        arrays: dict[str, Any] = {}
+        for k in self._active_nets:
+            arrays.update(module_arrays(k, getattr(self.active_, k)))
+        spec = None if self.spec_ is None else dataclasses.asdict(self.spec_)
+        return {"spec": spec, "modules": arrays}
 
     def _restore_live(self, state: dict[str, Any]) -> None:
         self.spec_ = None if state["spec"] is None else NetSpec(**state["spec"])
@@ -376,8 +375,13 @@ class StripEstimator(Persistent, Classifier):
             self.input_shapes_ = [tuple(int(s) for s in v.shape[1:]) for v in strips]
         view = np.zeros((0, *self.input_shapes_[self.setting_[1] - 1]), np.float32)
         self.active_ = self._trained_active(view, state)
-        for k, sd in state["nets"].items():
-            getattr(self.active_, k).load_state_dict(sd)
+        if "modules" in state:
+            arrays = {k: np.asarray(v) for k, v in state["modules"].items()}
+            for k in self._active_nets:
+                load_module(k, getattr(self.active_, k), arrays, "the saved active model")
+        else:  # (saved before networks kept their structure: torch state dicts, unchecked)
+            for k, sd in state["nets"].items():
+                getattr(self.active_, k).load_state_dict(sd)
         self.active_.history = self.history_
         self.passives_ = []
 

@@ -49,7 +49,6 @@ from fedviews.deep._common import (
     net_logits,
     optimizer_arrays,
     train_mode,
-    weights_max,
     zero_grads,
 )
 from fedviews.deep._factory import factory_name
@@ -178,7 +177,7 @@ class PassiveClient(SplitBottom):
             self.name,
             {
                 msg.sender: {"h_A": h, "lam": np.asarray(lam, dtype=np.float64)},
-                self.name: {**weights_max(self.net), "features": x},
+                self.name: {"features": x},
             },
         )
         step_optimizers([self.opt])
@@ -314,12 +313,9 @@ class ActiveClient(SplitTop):
         for g in received:
             grad = grad + g
         h.backward(grad)
-        # who its next h_A names if it is not finite: a passive party whose gradient is
-        # larger than its weights before this step (huge gradients made them overflow)
-        inputs: dict[str, dict[str, Any]] = {
-            p: {"grad_h_A": g} for p, g in zip(self.passives, received, strict=True)
-        }
-        inputs[self.name] = weights_max(self.net)
+        # who its next h_A names if it is not finite: a passive party whose huge gradient
+        # made its weights overflow in this step
+        inputs = {p: {"grad_h_A": g} for p, g in zip(self.passives, received, strict=True)}
         self._blame_next = largest_input(self.name, inputs) if received else None
         step_optimizers([self.opt])
         return loss.detach()

@@ -60,7 +60,6 @@ from fedviews.deep._common import (
     state_arrays,
     to_numpy,
     to_tensor,
-    weights_max,
     zero_grads,
 )
 from fedviews.deep._fusedstep import staged_backward, step_optimizers
@@ -202,7 +201,7 @@ class DataOwner(Party):
         self._order: dict[str, torch.Tensor] = {}  # each label owner's epoch, on the device
         self._pending: dict[str, torch.Tensor] = {}
         # by label owner: the gradient it applied last and its weights before that step
-        self._stepped: dict[str, tuple[torch.Tensor, dict[str, Any]]] = {}
+        self._stepped: dict[str, torch.Tensor] = {}
         self._batch: dict[str, tuple[torch.Tensor, int, int]] = {}  # act_dp: x, epoch, batch
         self._epoch: dict[str, int] = {}
         # a request whose backward pass ran in the transport (stage) and its batch's rows
@@ -262,15 +261,12 @@ class DataOwner(Party):
 
     def _blame(self, k: str, x: torch.Tensor) -> Blame | None:
         """Who its activations on ``x`` for label owner ``k`` name if they are not finite:
-        ``k``, where the gradient it applied last is larger than this copy's weights before
-        that step and ``x`` (huge gradients made its weights overflow), or itself."""
-        stepped = self._stepped.pop(k, None)
-        if stepped is None:
+        ``k``, where the gradient it applied last is huge and larger than ``x`` (it made this
+        copy's weights overflow), or itself."""
+        grad = self._stepped.pop(k, None)
+        if grad is None:
             return None
-        grad, weights = stepped
-        return largest_input(
-            self.name, {k: {"activation_grad": grad}, self.name: {**weights, "features": x}}
-        )
+        return largest_input(self.name, {k: {"activation_grad": grad}, self.name: {"features": x}})
 
     def _request(self, msg: Message) -> tuple[torch.Tensor | None, torch.Tensor | None]:
         """Every check of a ``forward`` or ``backward`` request, before anything changes:
@@ -328,8 +324,8 @@ class DataOwner(Party):
     def _take(self, k: str, grad: torch.Tensor) -> tuple[torch.Tensor, torch.optim.Optimizer]:
         """The pending activations of label owner ``k`` (no longer pending) and the optimizer
         of that bottom copy, its gradients zeroed; ``grad``, the gradient about to be applied,
-        is kept with the copy's weights before the step (:meth:`_blame`)."""
-        self._stepped[k] = (grad, weights_max(self.copies[k]))
+        is kept for :meth:`_blame`."""
+        self._stepped[k] = grad
         opt = self.optims[k]
         zero_grads(opt)
         return self._pending.pop(k), opt
@@ -490,7 +486,7 @@ class LabelOwner(SecureSumParty):
                     g_par, grads = private_gradients(self.top, acts, target, self.dp, gen)
                     for k, param in self.top.named_parameters():
                         param.grad = g_par[k]
-                blame = self._blame(acts)  # (its weights before the step)
+                blame = self._blame(acts)
                 step_optimizers([opt])
                 grads_out = {
                     d: self.grad_codec.pack("activation_grad", g, lent=True)  # never read again
@@ -510,12 +506,11 @@ class LabelOwner(SecureSumParty):
 
     def _blame(self, acts: Sequence[torch.Tensor]) -> Blame:
         """Who is named if the gradients of ``acts`` are not finite: the data owner whose
-        activations are the largest, or this label owner where its top model's parameters
-        are larger (``largest_input``)."""
+        activations are the largest, if they are huge (``largest_input``); else this label
+        owner (its own top model diverged)."""
         inputs: dict[str, dict[str, Array]] = {
             d: {"activations": a} for d, a in zip(self.data_owners, acts, strict=True)
         }
-        inputs[self.name] = weights_max(self.top)
         return largest_input(self.name, inputs)
 
     def top_state(self) -> dict[str, np.ndarray]:

@@ -22,7 +22,6 @@ from fedviews.deep._common import (
     module_arrays,
     to_numpy,
     to_tensor,
-    weights_max,
     zero_grads,
 )
 from fedviews.deep._common import as_strips as strips
@@ -247,7 +246,7 @@ class SplitNNActive(_MLPBottom):
             inputs: dict[str, dict[str, Any]] = {
                 p: {"logits": t} for p, t in zip(self.passives, theirs, strict=True)
             }
-            inputs[self.name] = {"logits": own, **weights_max(self.net, self.top)}
+            inputs[self.name] = {"logits": own}
             blame = largest_input(self.name, inputs)
             stepping = [self.opt]
             total.add_(loss.detach(), alpha=len(idx))  # (in float64: exact, then rounded once)
