@@ -217,8 +217,8 @@ HUGE = float(np.sqrt(np.finfo(np.float32).max))
 
 def largest_input(party: str, inputs: Mapping[str, Mapping[str, Array]]) -> Blame:
     """The :data:`Blame` of a message that ``party`` computed from ``inputs`` (by the party
-    they come from, each its arrays by name; ``party``'s own, e.g. its model's parameters,
-    under its own name).
+    they come from, each its arrays by name; ``party``'s own, e.g. its features or its own
+    output, under its own name).
 
     What arrives is refused when it is not finite, so an array that ``party`` computed from
     finite inputs and that is not finite overflowed: finite but huge values (a data owner's
