@@ -113,7 +113,7 @@ class SplitBottom(Party):
         self._pending: Any = None  # the output of the batch whose gradient is awaited
         # a request whose backward pass ran in the transport (stage), and the rows it asks for
         self._staged: tuple[Message, torch.Tensor | None] | None = None
-        # the last gradient it applied (sender, array name, values): who its next output
+        # the last gradient it applied (sender, message kind, values): who its next output
         # names if that is not finite (``largest_input``)
         self._stepped: tuple[str, str, torch.Tensor] | None = None
 
@@ -162,8 +162,14 @@ class SplitBottom(Party):
         overflow), or itself."""
         if self._stepped is None:
             return None
-        sender, name, grad = self._stepped
+        sender, kind, grad = self._stepped
+        name = self._gradient_name(kind)
+        assert name is not None  # (only a message that carries a gradient steps)
         return largest_input(self.name, {sender: {name: grad}, self.name: {"features": x}})
+
+    def _gradient_name(self, kind: str) -> str | None:
+        """The array name of the gradient that a message of ``kind`` carries, if any."""
+        return self.carried_gradients.get(kind) or self.gradient_kinds.get(kind)
 
     def backward_batch(self, msg: Message) -> None:
         """Back-propagate the received gradient of that output (the array that
@@ -175,13 +181,13 @@ class SplitBottom(Party):
         :attr:`carried_gradients` carries, to run with other parties' in one process once
         the whole request passed its checks (:meth:`_request`); its handler then skips both."""
         forward = msg.kind in self.carried_gradients
-        name = self.carried_gradients.get(msg.kind) or self.gradient_kinds.get(msg.kind)
+        name = self._gradient_name(msg.kind)
         if name is None or (forward and name not in msg.arrays):
             return None
         rows, grad = self._request(msg, forward)
         assert grad is not None
         self._staged = (msg, rows)
-        return self._backward(grad, msg.sender, name)
+        return self._backward(grad, msg)
 
     def _request(
         self, msg: Message, forward: bool
@@ -219,18 +225,17 @@ class SplitBottom(Party):
             return rows
         rows, grad = self._request(msg, forward)
         if grad is not None:
-            name = (self.carried_gradients if forward else self.gradient_kinds)[msg.kind]
-            staged = self._backward(grad, msg.sender, name)
+            staged = self._backward(grad, msg)
             torch.autograd.backward(staged.outputs, staged.grads)
             staged.then()
         return rows
 
-    def _backward(self, grad: torch.Tensor, sender: str, name: str) -> Backward:
-        """The backward pass of the checked gradient ``grad`` (array ``name`` of ``sender``)
-        through the pending output (no longer pending), then one SGD step (its gradients
-        zeroed now)."""
+    def _backward(self, grad: torch.Tensor, msg: Message) -> Backward:
+        """The backward pass of the checked gradient ``grad`` (that ``msg`` carries) through
+        the pending output (no longer pending), then one SGD step (its gradients zeroed
+        now)."""
         out, self._pending = self._pending, None
-        self._stepped = (sender, name, grad)
+        self._stepped = (msg.sender, msg.kind, grad)
         zero_grads(self.opt)
         return staged_backward(out, grad, self.opt)
 

@@ -84,7 +84,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import Any
 
 import numpy as np
@@ -166,16 +166,15 @@ class Defense:
     def _check_applies(self) -> None:
         """A setting that the kind does not read (``epsilon`` of ``secagg``: the user believes
         a privacy budget is spent, and none is) is a :class:`ConfigError`, not ignored."""
-        reads = set(_READS.get(self.kind, ()))
+        reads = _READS.get(self.kind, ())
         default = Defense()
         ignored = [
-            key
-            for key in ("frac_bits", "epsilon", "seed", "clip", "noise_multiplier", "delta")
-            + ("grad_clip",)
-            if key not in reads and getattr(self, key) != getattr(default, key)
+            f.name
+            for f in fields(self)
+            if f.name not in (*reads, "kind") and getattr(self, f.name) != getattr(default, f.name)
         ]
         if ignored:
-            takes = ", ".join(f"defense.{k}" for k in _READS.get(self.kind, ())) or "no setting"
+            takes = ", ".join(f"defense.{k}" for k in reads) or "no setting"
             raise ConfigError(
                 f"defense.{ignored[0]} does not apply to defense.kind {self.kind!r} (it takes "
                 f"{takes})"

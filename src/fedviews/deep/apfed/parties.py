@@ -13,8 +13,8 @@ process. This module never imports the spec.
   every passive client.
 * A **passive client** (:class:`PassiveClient`, role ``"passive"``) computes its
   loss ``L_p`` on the batch of its own strip: APFed-R reconstructs the strip from
-  ``h_A`` with a decoder (Eq. 12's per-sample L2 norm by default, ``recon_loss``); APFed-C encodes its strip to
-  ``h_p`` and uses the contrastive loss of Eq. 14/16 with temperature ``tau``. It
+  ``h_A`` with a decoder (Eq. 12's per-sample L2 norm by default, ``recon_loss``);
+  APFed-C encodes its strip to ``h_p`` and uses the contrastive loss of Eq. 14/16 with temperature ``tau``. It
   updates its own parameters with the *unscaled* ``∂L_p/∂Θ_p`` (Eq. 10) and
   replies with ``grad_h_A = λ_p ∂L_p/∂h_A``.
 * **Where λ is applied**: ``λ_p`` belongs to the active client's objective
@@ -172,7 +172,7 @@ class PassiveClient(SplitBottom):
         assert h.grad is not None
         lam = msg.number("lam")
         grad = h.grad * lam
-        # (the largest input: the active party's h_A or lam, or its own weights or features)
+        # (the largest input: the active party's h_A or lam, or its own features)
         blame = largest_input(
             self.name,
             {

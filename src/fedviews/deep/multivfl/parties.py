@@ -200,7 +200,7 @@ class DataOwner(Party):
         self.split_x: dict[str, torch.Tensor] = {}
         self._order: dict[str, torch.Tensor] = {}  # each label owner's epoch, on the device
         self._pending: dict[str, torch.Tensor] = {}
-        # by label owner: the gradient it applied last and its weights before that step
+        # by label owner: the gradient it applied last (who its next activations name)
         self._stepped: dict[str, torch.Tensor] = {}
         self._batch: dict[str, tuple[torch.Tensor, int, int]] = {}  # act_dp: x, epoch, batch
         self._epoch: dict[str, int] = {}

@@ -242,7 +242,7 @@ class SplitNNActive(_MLPBottom):
             grads = {  # lent: never read again here
                 p: {"grad_logits": lend(t.grad)} for p, t in zip(self.passives, theirs, strict=True)
             }
-            # (the largest input: a passive party's logits, or its own output or weights)
+            # (the largest input: a passive party's logits, or its own output)
             inputs: dict[str, dict[str, Any]] = {
                 p: {"logits": t} for p, t in zip(self.passives, theirs, strict=True)
             }
