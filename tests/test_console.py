@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 
 import pytest
@@ -121,3 +122,21 @@ def test_a_table_note_is_printed_below_the_table_at_the_consoles_width(monkeypat
     monkeypatch.setattr(cli, "console", Console(file=out, width=120))
     cli._print_table(Table("t", ["a", "b"], [["x", 1.0]], note=note))
     assert out.getvalue().splitlines()[-1] == note
+
+
+@pytest.mark.parametrize("preset", [None, "ACTIVE"])
+def test_commands_let_openmp_threads_wait_passively(monkeypatch, preset):
+    """Every command sets ``OMP_WAIT_POLICY=PASSIVE`` before torch loads (as ``reproduce`` and
+    the test suite did already), unless the user set it: spinning threads made a run on a
+    shared machine several times slower."""
+    from typer.testing import CliRunner
+
+    from fedviews.cli import app
+
+    if preset is None:
+        monkeypatch.delenv("OMP_WAIT_POLICY", raising=False)
+    else:
+        monkeypatch.setenv("OMP_WAIT_POLICY", preset)
+    r = CliRunner().invoke(app, ["datasets", "list"])
+    assert r.exit_code == 0, r.output
+    assert os.environ["OMP_WAIT_POLICY"] == (preset or "PASSIVE")

@@ -9,6 +9,7 @@ tracebacks are shown only with ``--debug``.
 from __future__ import annotations
 
 import inspect
+import os
 import re
 import sys
 from pathlib import Path
@@ -54,6 +55,13 @@ def _main(
     debug: Annotated[bool, typer.Option("--debug", help="Show full tracebacks.")] = False,
 ) -> None:
     DEBUG["on"] = debug
+    # OpenMP threads (torch's) that wait at a barrier sleep instead of spinning out their time
+    # slice: on a machine other jobs share, spinning made a run several times slower (a
+    # defense-sweep cell took 72 s wall against 29 s; docs/benchmarks.md, "Threads on a busy
+    # machine") and the sums are the same bit for bit. Set before torch loads (no command of
+    # ours has imported it yet); the processes a command starts inherit it; a user's own
+    # setting wins.
+    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
     # every command of ours may move or train on megabyte arrays in a loop: keep freed
     # memory in the heap instead of page-faulting it back for each one (fedviews._heap)
     keep_freed_memory()
