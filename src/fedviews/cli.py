@@ -56,7 +56,7 @@ def _main(
 ) -> None:
     DEBUG["on"] = debug
     # OpenMP threads (torch's) that wait at a barrier sleep instead of spinning out their time
-    # slice: on a machine other jobs share, spinning made a run several times slower (a
+    # slice: on a machine other jobs share, spinning made a run more than twice as slow (a
     # defense-sweep cell took 72 s wall against 29 s; docs/benchmarks.md, "Threads on a busy
     # machine") and the sums are the same bit for bit. Set before torch loads (no command of
     # ours has imported it yet); the processes a command starts inherit it; a user's own
