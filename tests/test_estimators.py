@@ -574,10 +574,16 @@ def test_verbose_fit_shows_its_rounds_on_stderr(
     case.fit(cls(**case.params, verbose=True), d)
     out, err = capsys.readouterr()
     assert out == ""
-    rounds = re.findall(r"\[(\d+)/(\d+)\] (?:round|epoch) \d+: .*(?:loss|objective) [-\d.e+]+", err)
-    done = [int(r) for r, _ in rounds]  # S-FedMV: rounds of every view, one after the other
-    assert done == list(range(1, len(done) + 1)) and len(done) % case.rounds == 0
-    assert {int(total) for _, total in rounds} == {len(done)}
+    shown = (
+        r"\[(\d+)/(\d+)\] (fusion )?(?:round|epoch) \d+(?:/\d+)?: .*(?:loss|objective) [-\d.e+]+"
+    )
+    rounds = re.findall(shown, err)
+    done = [int(r) for r, _, _ in rounds]  # S-FedMV: rounds of every view, then the fusion's
+    fused = [r for r, _, fusion in rounds if fusion]
+    assert done == list(range(1, len(done) + 1))
+    assert (len(done) - len(fused)) % case.rounds == 0
+    assert len(fused) == case.params.get("fusion_rounds", 0)
+    assert {int(total) for _, total, _ in rounds} == {len(done)}
 
 
 def test_verbose_fit_draws_a_progress_bar_on_a_terminal(monkeypatch: pytest.MonkeyPatch) -> None:

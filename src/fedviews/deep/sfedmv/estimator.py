@@ -36,7 +36,7 @@ from typing import Any
 
 import numpy as np
 
-from fedviews._classifier import Classifier, accuracy, round_progress, run_in_process
+from fedviews._classifier import Classifier, accuracy, round_progress
 from fedviews._estimator import store_params
 from fedviews._params import check_value, factory_fields, spec
 from fedviews._persist import Persistent
@@ -143,9 +143,9 @@ class SFedMV(Persistent, Classifier):
     transport : callable, optional
         ``transport(policy) -> Transport`` for both stages (default in-process).
     verbose : bool, default=False
-        Show the progress of ``fit`` on stderr: a bar per extractor round (with its train
-        loss when federated), then one per H-FedMV fusion round run apart (a line per
-        round when stderr is no terminal); silent when False.
+        Show the progress of ``fit`` on stderr: a bar through the extractor rounds (with
+        their train loss when federated) and the H-FedMV fusion rounds (with the objective;
+        a line per round when stderr is no terminal); silent when False.
 
     Attributes
     ----------
@@ -306,8 +306,14 @@ class SFedMV(Persistent, Classifier):
             server = fed.coordinator
             assert isinstance(server, SFedMVServer)
             server.on_round, server.fuse = on_round, fuse
-            # the runner: the spec drives the server, as a deployment does
-            run_in_process(fed, "S-FedMV", K * p.n_rounds, self.verbose)
+            # the runner: the spec drives the server, as a deployment does; the bar goes on
+            # through the fusion rounds (shown, not checkpointed)
+            stage1, lines = K * p.n_rounds, fed.algorithm.progress
+            total = stage1 + (p.fusion().n_rounds if fuse else 0)
+            with round_progress("S-FedMV", total, lambda: lines(server), self.verbose) as hook:
+                if hook is not None:
+                    server.on_fusion_round = lambda r: hook(stage1 + r)
+                fed(hook)
             self.transport_ = fed.transport
             self.privacy_ = fed.privacy
             self.extractors_ = server.models  # they hold the final global parameters

@@ -385,6 +385,9 @@ class SFedMVServer(SequenceServer):
         super().__init__(*args, **kwargs)
         self.fusion = fusion
         self.fuse = True
+        #: called after each fusion round ``r`` (1..fusion rounds) to show it, never to
+        #: checkpoint: the fusion is not resumable mid-way (``on_round_end`` is stage 1's)
+        self.on_fusion_round: Callable[[int], None] | None = None
 
     def run(self, on_round_end: Callable[[int], None] | None = None) -> Any:
         """Stage 1 (checkpointed by ``on_round_end``), then (:attr:`fuse`) the fusion."""
@@ -395,7 +398,7 @@ class SFedMVServer(SequenceServer):
         self.fusion.name, self.fusion.transport = self.name, self.transport
         self.fusion.recording = self.recording
         with HFEDMV_SPEC.compute_limits():
-            return self.fusion.run()
+            return self.fusion.run(self.on_fusion_round)
 
     def progress(self) -> list[str]:
         R = self.n_rounds
