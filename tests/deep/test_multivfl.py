@@ -496,6 +496,41 @@ def test_a_label_owner_checks_what_data_owners_send(fmnist) -> None:
         fed()
 
 
+def test_label_owners_holding_the_same_samples_are_warned_of(fmnist) -> None:
+    """Two label owners that both hold some samples (the paper's hold distinct ones) train on
+    them twice a round, and conflicting labels could not be seen: the first data owner, which
+    sees both groups' rows, says so, naming them and the count; distinct samples: no word."""
+    import warnings
+
+    from fedviews.data import PartyData
+    from fedviews.errors import DataWarning
+    from fedviews.federation import Roster, RunSpec, build_in_process
+
+    images, y, params = _tiny(fmnist)
+    ids = np.arange(32)
+    roster = Roster(("u", "v", "a", "b"), label_owners=("a", "b"))
+    for b_rows, shared in ((slice(16, 32), 0), (slice(10, 32), 6)):
+        datas = {
+            "u": PartyData(ids, images[:, :14]),
+            "v": PartyData(ids, images[:, 14:]),
+            "a": PartyData(ids[:16], None, y[:16]),
+            "b": PartyData(ids[b_rows], None, y[b_rows]),
+        }
+        with warnings.catch_warnings(record=True) as seen:
+            warnings.simplefilter("always")
+            build_in_process(RunSpec("multivfl", params, roster, seed=1), datas)
+        said = [str(w.message) for w in seen if issubclass(w.category, DataWarning)]
+        assert said == (
+            [
+                f"label owners 'a' and 'b' both hold {shared} of the same training samples: "
+                "each trains on them every round, and conflicting labels would go unnoticed "
+                "(Multi-VFL's label owners hold distinct samples)"
+            ]
+            if shared
+            else []
+        )
+
+
 def _two_data_owners(fmnist):
     """The party data and run of a tiny Multi-VFL: data owners u, v (top and bottom halves),
     label owner a."""

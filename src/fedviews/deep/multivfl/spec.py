@@ -32,6 +32,7 @@ follows from them.
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -269,6 +270,27 @@ def multivfl_policy(
 # --------------------------------------------------------------------------- the spec
 
 
+def _warn_shared_samples(rows: Mapping[str, np.ndarray]) -> None:
+    """A :class:`~fedviews.errors.DataWarning` where two label owners hold some of the same
+    training samples (the first data owner sees it from the alignment: its rows of each
+    label owner's group). The paper's label owners hold distinct samples; a shared one trains
+    at each of them every round, and whether their labels agree cannot be checked without
+    one of them seeing the other's labels."""
+    from fedviews.errors import DataWarning
+
+    owners = list(rows)
+    for i, a in enumerate(owners):
+        for b in owners[i + 1 :]:
+            if n := len(np.intersect1d(rows[a], rows[b])):
+                warnings.warn(
+                    f"label owners {a!r} and {b!r} both hold {n} of the same training samples: "
+                    "each trains on them every round, and conflicting labels would go unnoticed "
+                    "(Multi-VFL's label owners hold distinct samples)",
+                    DataWarning,
+                    stacklevel=2,
+                )
+
+
 def data_owners(run: RunSpec) -> list[str]:
     """The data owners of a run, in strip order (top to bottom)."""
     owners = set(run.federation.owners())
@@ -490,6 +512,8 @@ class MultiVFLAlgorithm(Algorithm):
         )
         if "test" in local.rows:
             do.set_split("test", scaled_strip(local.take("test")[1], "X_test"))
+        if party == data_owners(run)[0]:
+            _warn_shared_samples({lo: local.rows[lo] for lo in los})
         return do
 
     def build_coordinator(
