@@ -68,11 +68,13 @@ class ConfigError(FedViewsError, ValueError):
 
 class ProtocolError(FedViewsError, RuntimeError):
     """A party sent an unexpected message or failed while handling one (``party``: the
-    sender of the message that broke the protocol, where the receiver knows it)."""
+    sender of the message that broke the protocol, where the receiver knows it; ``array``:
+    the array refused for its NaN or infinities, where that is the refusal)."""
 
-    def __init__(self, *args: object, party: str | None = None) -> None:
+    def __init__(self, *args: object, party: str | None = None, array: str | None = None) -> None:
         super().__init__(*args)
         self.party = party
+        self.array = array
 
 
 class PartyUnavailable(ProtocolError):

@@ -314,6 +314,48 @@ def test_the_server_refuses_a_poisoned_z_k_or_zeta(hw, monkeypatch, name, value,
     assert err.value.party == "party2"
 
 
+@pytest.mark.parametrize(
+    ("who", "match"),
+    [
+        # client0 replies first: its own reply is refused for its NaN
+        ("client0", "'client0' sent 'W_local_0' with NaN"),
+        # client0, honest, overflowed first: client1 is named, not client0
+        ("client1", "'client1' sent 'W_local_0' with values so large .* what 'client0' comput"),
+    ],
+    ids=["culprit-first", "victim-first"],
+)
+@pytest.mark.parametrize("wire", [False, True], ids=["handed-over", "encoded"])
+def test_hfedmv_names_the_client_whose_huge_w_local_overflowed_another(
+    hw, monkeypatch, who, match, wire
+):
+    """A client's finite but huge ``W_local`` (1e300) averages into a finite, poisoned global
+    ``W``; the next round's local steps overflow on it and the first client to reply with
+    NaN was named, an honest one unless the culprit replied first. The server names the
+    client whose ``W_local`` of the round before was the largest (and huge), in one process
+    and where every message is encoded and decoded (a gRPC hub's path)."""
+    from fedviews.federation import InProcessTransport
+    from fedviews.linear.hfedmv.parties import HFedMVClient
+
+    class Wire(InProcessTransport):
+        def request(self, msg):
+            return self._loopback(self.local[msg.receiver], msg)
+
+    Xs, y, _, _ = hw
+    honest = HFedMVClient.reply
+
+    def reply(self, msg, arrays=None, meta=None):
+        arrays = dict(arrays or {})
+        if self.name == who and msg.round == 1 and "W_local_0" in arrays:
+            arrays["W_local_0"] = arrays["W_local_0"] * 1e300
+        return honest(self, msg, arrays, meta)
+
+    monkeypatch.setattr(HFedMVClient, "reply", reply)
+    with pytest.raises(ProtocolError, match=match) as err:
+        kw = {"transport": Wire} if wire else {}
+        HFedMV(n_rounds=3, local_iter=1, inner_max_iter=2, **kw).fit(_clients(Xs, y, 3))
+    assert err.value.party == who
+
+
 def test_a_test_view_of_another_row_count_names_its_sender(hw, monkeypatch) -> None:
     """The server took the first party's Z_k_test row count as the one every party must send:
     a first party with one row too many got the honest second named. The count most parties

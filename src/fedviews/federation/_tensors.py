@@ -143,6 +143,7 @@ def not_finite(sender: str, kind: str, name: str, dtype: object | None = None) -
         + (f" (as {dtype})" if dtype is not None else "")
         + ": refused (its model diverged, e.g. a learning rate too high, or it is poisoned)",
         party=sender,
+        array=name,
     )
 
 

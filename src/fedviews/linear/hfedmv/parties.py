@@ -5,7 +5,7 @@ helpers of their secure sums, pooled scaling and client-level DP; see
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
@@ -17,6 +17,7 @@ from fedviews.federation import (
     MetaValue,
     SecureSumParty,
     handles,
+    largest_input,
     reported_count,
     secure_sum_setup,
     unmask_sum,
@@ -134,7 +135,10 @@ class HFedMVClient(SecureSumParty):
         W_global = [
             msg.array(f"W_{k}", (pr.X.shape[1], c)) for k, pr in enumerate(learner.problems)
         ]
-        self.W_local = sent = learner.passes(W_global, self.local_iter)
+        # a poisoned W_global overflows here (numpy's warning would precede the refusal of
+        # the NaN, which names the client that poisoned it: HFedMVServer._overflowed)
+        with np.errstate(over="ignore", invalid="ignore"):
+            self.W_local = sent = learner.passes(W_global, self.local_iter)
         meta: dict[str, MetaValue] = {"n_samples": self.n_samples}
         if self.dp is not None:
             clip, sigma, stream = self.dp
@@ -269,6 +273,8 @@ class HFedMVServer(Coordinator):
     the clients' test counts into :attr:`scores`.
     """
 
+    _transient: ClassVar[Mapping[str, Callable[[], Any]]] = {"_averaged": dict}
+
     def __init__(
         self,
         clients: Sequence[str],
@@ -286,6 +292,9 @@ class HFedMVServer(Coordinator):
         self.pooled = pooled
         self.objective: list[float] = []
         self.scores: dict[str, Any] = {}
+        #: the clients' ``W_local`` of the last round, averaged into ``W`` (kept one round, to
+        #: name the client whose huge values made another's step overflow: :meth:`_overflowed`)
+        self._averaged: dict[str, list[np.ndarray]] = {}
 
     @staticmethod
     def aggregate(
@@ -329,7 +338,10 @@ class HFedMVServer(Coordinator):
         if self.pooled:
             self.pool_statistics()
         for r in range(len(self.objective) + 1, self.n_rounds + 1):
-            replies = self.broadcast(self.clients, "local_train", arrays=self.arrays(), round=r)
+            try:
+                replies = self.broadcast(self.clients, "local_train", arrays=self.arrays(), round=r)
+            except ProtocolError as exc:
+                raise self._overflowed(exc) from exc
             msgs = [replies[c] for c in self.clients]
             if self.frac_bits is not None:  # sum_l N_l W^l_k, divided by N: nothing per client
                 self.W, f = secure_mean_W(replies, [W.shape for W in self.W], self.frac_bits)
@@ -337,6 +349,7 @@ class HFedMVServer(Coordinator):
                 local = [
                     [m.array(f"W_local_{k}", W.shape) for k, W in enumerate(self.W)] for m in msgs
                 ]
+                self._averaged = dict(zip(self.clients, local, strict=True))
                 self.W = self.aggregate(local, [m.count("n_samples") for m in msgs])
                 reported = [m.meta.get("local_objective") for m in msgs]
                 f = (  # NaN under model_dp: the clients report none
@@ -349,6 +362,20 @@ class HFedMVServer(Coordinator):
                 on_round_end(r)
         self._final()
         return self.W
+
+    def _overflowed(self, exc: ProtocolError) -> ProtocolError:
+        """The refusal of a client's ``W_local`` that is not finite, naming the client whose
+        own ``W_local`` of the round before was huge (:data:`~fedviews.federation._tensors.HUGE`) and the
+        largest (:func:`~fedviews.federation.largest_input`): the weighted average is finite,
+        so the server sends a poisoned ``W_k`` and an honest client's local step overflows
+        on it. Anything else (or nothing to compare: the first round, secure aggregation,
+        which sees no client's ``W_local``) is ``exc`` as it came."""
+        if exc.array is None or exc.party not in self._averaged:
+            return exc
+        inputs = {
+            c: {f"W_local_{k}": W for k, W in enumerate(Ws)} for c, Ws in self._averaged.items()
+        }
+        return largest_input(exc.party, inputs)(exc.array) or exc
 
     def arrays(self) -> dict[str, np.ndarray]:
         """The global model as it is sent: ``W_0 .. W_{K-1}``."""
