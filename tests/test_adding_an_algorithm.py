@@ -200,6 +200,7 @@ def test_fedviews_launch_equals_in_process(tmp_path, fedridge):
     out = r.stdout + r.stderr
     assert r.returncode == 0, out
     assert "[coordinator] round 6: objective" in out and "[fou] aligned samples" in out
+    assert "wrote no checkpoint" not in out
     res = json.loads((run / "coordinator" / "results.json").read_text())
     assert res["status"] == "ok" and len(res["objective"]) == 6
     # the same config in one process, on the same data files (aligned in the clear)
@@ -222,3 +223,35 @@ def test_fedviews_launch_equals_in_process(tmp_path, fedridge):
     deployed = {tuple(e[:3]) + (tuple(e[3]),) for e in log["exchanges"]}
     deployed = {e for e in deployed if not e[2].startswith(("deploy:", "psi:"))}
     assert deployed == set(fed.transport.log.exchanges())
+
+
+def test_a_round_message_that_never_comes_is_said_at_the_end(tmp_path, fedridge):
+    """An algorithm whose parties never answer its ``round_message`` (another kind, or sent
+    with no round number) wrote no party checkpoint without a word: a killed run could not
+    resume. Each party says so when the run finishes."""
+    pytest.importorskip("grpc")
+    pytest.importorskip("cryptography")
+    pytest.importorskip("rbcl")
+    (tmp_path / "fedridge_noround.py").write_text(
+        "import fedridge\nfrom fedviews import federation as fv\n\n\n"
+        "class NoRound(fedridge.FedRidgeAlgorithm):\n    name = 'fedridge_noround'\n\n"
+        "    def round_message(self, role):\n        return 'never_sent'\n\n\n"
+        "fv.register_algorithm_spec(NoRound())\n"
+    )
+    config = (EXAMPLES / "deploy_fedridge.toml").read_text()
+    config = config.replace('algorithm = "fedridge"', 'algorithm = "fedridge_noround"')
+    config = config.replace('modules = ["fedridge"]', 'modules = ["fedridge_noround"]')
+    (tmp_path / "deploy.toml").write_text(config)
+    env = example_env()
+    env["PYTHONPATH"] = f"{tmp_path}:{env['PYTHONPATH']}"
+    overrides = ["data.n_per_class=8", "params.max_iter=3"]
+    r = fedviews(
+        "launch", str(tmp_path / "deploy.toml"), *overrides, "--out", str(tmp_path / "r"), env=env
+    )
+    out = " ".join((r.stdout + r.stderr).split())
+    assert r.returncode == 0, out
+    for p in ("fou", "zer", "kar"):
+        assert (
+            f"[{p}] warning: 3 rounds ran but this party wrote no checkpoint: it answered no "
+            "'never_sent' message numbered 1 or more" in out
+        ), out

@@ -250,26 +250,8 @@ def launch(
         if rc != 0:
             results = run_dir / fed.coordinator / "results.json"
             info = _read_results(results)
-            hint = f"see {results}"
-            if info.get("last_checkpoint_round"):
-                hint += (
-                    f"; checkpoint of round {info['last_checkpoint_round']} kept: "
-                    f"`fedviews run --resume {run_dir}`"
-                )
-            status = str(info.get("status", f"the coordinator exited with status {rc}"))
-            named = info.get("culprit") or info.get("reported_by")
-            if "unavailable_party" not in info and named:  # a party broke or stopped the run
-                raise ProtocolError(f"{status}; {hint}", party=str(named))
-            if "unavailable_party" in info:  # its status reads "PartyUnavailable: party 'x' ..."
-                status = status.partition(" is unavailable: ")[2] or status
-            else:  # the coordinator's own error (e.g. the files share no ID): as it is
-                kind, _, text = status.partition(": ")
-                own = {c.__name__: c for c in (ConfigError, DataError, ProtocolError)}.get(kind)
-                if own is not None and text:
-                    raise own(f"{text}; {hint}")
-            raise PartyUnavailable(
-                info.get("unavailable_party", fed.coordinator), f"{status}; {hint}"
-            )
+            hint = f"see {results}" + _resume_hint(run_dir, fed.coordinator, fed.parties)
+            raise _failure(info, rc, hint, fed.coordinator)
         if failed:
             raise ProtocolError(f"party processes {failed} did not finish cleanly")
         return run_dir
@@ -327,6 +309,49 @@ def _wait_for_coordinator(
                 return main.returncode if main.returncode is not None else -1, name
         time.sleep(0.1)
     return rc, None
+
+
+def _failure(info: dict[str, Any], rc: int, hint: str, coordinator: str) -> Exception:
+    """The error of a launch whose coordinator exited with status ``rc`` and wrote ``info``
+    (its results.json): naming the party that broke or stopped the run, the unavailable
+    one, or the coordinator's own error."""
+    status = str(info.get("status", f"the coordinator exited with status {rc}"))
+    named = info.get("culprit") or info.get("reported_by")
+    if "unavailable_party" not in info and named:  # a party broke or stopped the run
+        return ProtocolError(f"{status}; {hint}", party=str(named))
+    if "unavailable_party" in info:  # its status reads "PartyUnavailable: party 'x' ..."
+        status = status.partition(" is unavailable: ")[2] or status
+    else:  # the coordinator's own error (e.g. the files share no ID): as it is
+        kind, _, text = status.partition(": ")
+        own = {c.__name__: c for c in (ConfigError, DataError, ProtocolError)}.get(kind)
+        if own is not None and text:
+            return own(f"{text}; {hint}")
+        if text and kind not in ("KeyboardInterrupt", "SystemExit"):
+            # its own code failed (e.g. an algorithm's coordinator that adds up replies
+            # without reading them by shape): nothing is unavailable
+            return ProtocolError(f"the coordinator failed: {status}; {hint}", party=coordinator)
+    return PartyUnavailable(info.get("unavailable_party", coordinator), f"{status}; {hint}")
+
+
+def _resume_hint(run_dir: Path, coordinator: str, parties: Sequence[str]) -> str:
+    """What ``fedviews run --resume RUN_DIR`` would continue from: the last round that the
+    coordinator and every party have a checkpoint of (as a resumed run looks for it), or
+    which processes have none ("" where the coordinator has none: nothing to resume)."""
+    from fedviews.deploy._checkpoint import Checkpoints
+
+    have = {
+        p: Checkpoints(run_dir / p / "checkpoints", "").rounds() for p in (coordinator, *parties)
+    }
+    if not have[coordinator]:
+        return ""
+    common = set(have[coordinator]).intersection(*map(set, have.values()))
+    if common:
+        return f"; checkpoint of round {max(common)} kept: `fedviews run --resume {run_dir}`"
+    return (
+        f"; no round is checkpointed by every process ({coordinator}: {have[coordinator]}; "
+        + ", ".join(f"{p}: {have[p] or 'none'}" for p in parties)
+        + "): a resumed run cannot continue it"
+    )
 
 
 def _read_results(results: Path) -> dict[str, Any]:

@@ -359,6 +359,16 @@ class DeployParty(SessionParty):
         self.app.write_party_results(self.algo, self.out_dir)
         save_model_part(self.out_dir, self.cfg, self.name, str(msg.meta.get("run_id")), self.setup)
         self.write_log()
+        rounds, every = msg.meta.get("rounds"), self.cfg.federation.checkpoint_every
+        ckpt = self.checkpoints
+        if ckpt is not None and isinstance(rounds, int) and rounds >= every and not ckpt.rounds():
+            # an algorithm's author's trap: a resumed run would find no round of this party
+            kind = self.app.round_message(self.role)
+            self.echo(
+                f"warning: {rounds} rounds ran but this party wrote no checkpoint: it answered "
+                f"no {kind!r} message numbered 1 or more (the algorithm's round_message for "
+                f"role {self.role!r}, sent with round=r), so the run cannot be resumed"
+            )
         self.echo(f"finished; results in {self.out_dir}")
         self.finished = True
         return self.reply(msg)
@@ -441,7 +451,8 @@ class DeployCoordinator(Coordinator):
             done.set()
             progress.join()
         run_id = secrets.token_hex(8)  # the model parts of this run say it (fedviews predict)
-        self.broadcast(self.parties, "deploy:finish", meta={"run_id": run_id})
+        meta = {"run_id": run_id, "rounds": self.rounds_run}
+        self.broadcast(self.parties, "deploy:finish", meta=meta)
         if self.out_dir is not None:
             save_model_part(self.out_dir, self.cfg, self.name, run_id, self.setup)
         return self.results()
@@ -453,9 +464,8 @@ class DeployCoordinator(Coordinator):
         if common:
             return max(common)
         if mine:
-            detail = ", ".join(
-                f"{p}: {sorted(r) or 'none (started without --resume?)'}" for p, r in have.items()
-            )
+            none = "none (started without --resume, or it answered no round message numbered 1+)"
+            detail = ", ".join(f"{p}: {sorted(r) or none}" for p, r in have.items())
             raise ProtocolError(
                 f"no round is checkpointed by every process (coordinator: {mine}; {detail}); "
                 "resume every process from its folder of the same killed run"
