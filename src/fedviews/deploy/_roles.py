@@ -48,6 +48,7 @@ from fedviews.federation import (
     Local,
     MemberSetup,
     Message,
+    MetaValue,
     PrivacyPolicy,
     SetupReport,
     Transport,
@@ -451,7 +452,7 @@ class DeployCoordinator(Coordinator):
             done.set()
             progress.join()
         run_id = secrets.token_hex(8)  # the model parts of this run say it (fedviews predict)
-        meta = {"run_id": run_id, "rounds": self.rounds_run}
+        meta: dict[str, MetaValue] = {"run_id": run_id, "rounds": self.rounds_run}
         self.broadcast(self.parties, "deploy:finish", meta=meta)
         if self.out_dir is not None:
             save_model_part(self.out_dir, self.cfg, self.name, run_id, self.setup)
