@@ -3,12 +3,16 @@ wheel): ``fedviews configs list|copy`` and ``fedviews run NAME`` outside the rep
 
 from __future__ import annotations
 
+import re
 from importlib import resources
 from importlib.resources.abc import Traversable
 from pathlib import Path
 
 from fedviews._tables import closest
 from fedviews.errors import ConfigError
+
+
+_SENTENCE_END = re.compile(r"[.?!](?=\s+[A-Z(`]|$)")
 
 
 def _shipped() -> dict[str, Traversable]:
@@ -21,11 +25,23 @@ def _shipped() -> dict[str, Traversable]:
 
 def list_configs() -> dict[str, str]:
     """``{name: description}`` of the shipped configs, sorted by name; the description is the
-    first line of the file's leading comment."""
+    first line of the file's leading comment, continued to the end of its sentence (a line
+    cut at "CIFAR cannot be" hid how to run the CIFAR configs)."""
     out: dict[str, str] = {}
     for name, f in sorted(_shipped().items()):
-        first = f.read_text(encoding="utf-8").lstrip().partition("\n")[0]
-        out[name] = first.lstrip("#").strip() if first.startswith("#") else ""
+        lines = []
+        for line in f.read_text(encoding="utf-8").lstrip().splitlines():
+            text = line.lstrip("#").strip()
+            # the paragraph ends at a blank line, a command or an indented (code) line
+            code = text.startswith("fedviews ") or line.lstrip("#").startswith("  ")
+            if not line.startswith("#") or not text or code:
+                break
+            lines.append(text)
+        paragraph = " ".join(lines)
+        first = len(lines[0]) if lines else 0
+        # a sentence ends at . ? or ! before a capital (not "Eq. 12", "e.g. the") or the end
+        end = _SENTENCE_END.search(paragraph, max(first - 1, 0))
+        out[name] = paragraph[: end.end()].strip() if end else paragraph
     return out
 
 
@@ -68,9 +84,11 @@ def copy_config(name: str, dest: Path | None = None, *, force: bool = False) -> 
 
 
 def resolve_config(path: Path) -> Path:
-    """``path`` if it is a file; otherwise the shipped config of that name, when ``path`` is a
-    bare name or ``configs/NAME[.toml]`` (the commands of the docs, run outside the
-    repository); otherwise ``path`` (whose reader then says that it does not exist).
+    """``path`` if it is a file; for a bare ``NAME``, ``NAME.toml`` where that is a file (the
+    copy ``fedviews configs copy NAME`` wrote, edited); otherwise the shipped config of that
+    name, when ``path`` is a bare name or ``configs/NAME[.toml]`` (the commands of the docs,
+    run outside the repository); otherwise ``path`` (whose reader then says that it does
+    not exist).
 
     Raises
     ------
@@ -80,6 +98,9 @@ def resolve_config(path: Path) -> Path:
     """
     if path.is_file() or path.parent not in (Path("."), Path("configs")):
         return path
+    copy = path.with_name(path.name + ".toml")
+    if path.parent == Path(".") and not path.name.endswith(".toml") and copy.is_file():
+        return copy
     found = _shipped().get(path.name.removesuffix(".toml"))
     if found is None:
         raise ConfigError(
@@ -96,6 +117,11 @@ def config_file(path: Path) -> Path:
     from fedviews._console import console
 
     found = resolve_config(path)
-    if found != path:
-        console.print(f"{path}: the shipped config {found}", highlight=False, soft_wrap=True)
+    if found == path.with_name(path.name + ".toml"):
+        said = f"{path}: the file {found} (`configs/{path.name}` runs the shipped one)"
+    elif found != path:
+        said = f"{path}: the shipped config {found}"
+    else:
+        return found
+    console.print(said, highlight=False, soft_wrap=True)
     return found

@@ -477,16 +477,12 @@ def configs_list() -> None:
     from rich.table import Table
 
     configs = list_configs()
-    t = Table(title="shipped configs")  # one line per config: whole names, descriptions cut
+    t = Table(title="shipped configs")  # whole names; descriptions wrapped, never cut (a
+    # cut "CIFAR cannot be" hid how to run the CIFAR configs)
     width = max(map(len, configs), default=4)
     t.add_column("name", no_wrap=True, min_width=width)
     # the rest of the line (7: the borders and padding)
-    t.add_column(
-        "description",
-        no_wrap=True,
-        overflow="ellipsis",
-        max_width=max(console.width - width - 7, 10),
-    )
+    t.add_column("description", overflow="fold", max_width=max(console.width - width - 7, 10))
     for name, description in configs.items():
         t.add_row(name, description)
     console.print(t)

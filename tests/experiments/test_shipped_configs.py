@@ -15,9 +15,12 @@ def test_configs_list_and_copy_outside_the_repository(tmp_path):
     listed = fedviews("configs", "list", cwd=tmp_path)
     assert listed.returncode == 0, listed.stderr
     rows = [line for line in listed.stdout.splitlines() if "│" in line]
-    assert all(row.rstrip().endswith("│") for row in rows)  # one line each, none cut off
-    names = {row.split("│")[1].strip() for row in rows}
+    assert all(row.rstrip().endswith("│") for row in rows)  # whole lines, none cut off
+    names = {row.split("│")[1].strip() for row in rows} - {""}  # (a description wraps)
     assert names == {n.removesuffix(".toml") for n in CONFIGS}
+    # a description is its first sentence, never cut: the CIFAR configs say how to run them
+    listed_text = " ".join(row.split("│")[2].strip() for row in rows)
+    assert "CIFAR cannot be downloaded by fedviews" in listed_text and "…" not in listed_text
 
     copied = fedviews("configs", "copy", "mmvfl_handwritten", cwd=tmp_path)
     assert copied.returncode == 0, copied.stderr
@@ -81,3 +84,18 @@ def test_the_wheel_ships_the_configs_and_the_license(wheel):
         license_file.replace("licenses/LICENSE", "METADATA")
     )
     assert b"License-Expression: MIT" in metadata
+
+
+def test_run_by_name_takes_the_copy_beside_it(tmp_path):
+    """``fedviews configs copy NAME``, edit ``NAME.toml``, ``fedviews run NAME``: the edited
+    copy runs (it was the shipped config, silently), and the run says which file."""
+    assert fedviews("configs", "copy", "mmvfl_handwritten", cwd=tmp_path).returncode == 0
+    copy = tmp_path / "mmvfl_handwritten.toml"
+    copy.write_text(copy.read_text() + "\n[not_a_table]\n")
+    out = fedviews("run", "mmvfl_handwritten", cwd=tmp_path)
+    assert out.returncode == 2
+    said = " ".join(out.stdout.split())
+    assert "mmvfl_handwritten: the file mmvfl_handwritten.toml" in said
+    assert "not_a_table" in out.stderr  # the copy's own key was read
+    shipped = fedviews("run", "configs/mmvfl_handwritten", "params.no_such_key=1", cwd=tmp_path)
+    assert "the shipped config" in shipped.stdout
