@@ -11,7 +11,6 @@ from pathlib import Path
 from fedviews._tables import closest
 from fedviews.errors import ConfigError
 
-
 _SENTENCE_END = re.compile(r"[.?!](?=\s+[A-Z(`]|$)")
 
 
