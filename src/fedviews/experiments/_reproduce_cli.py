@@ -4,6 +4,7 @@ run, check or record, one line each."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 from rich.console import Console
 from rich.table import Table
@@ -27,13 +28,21 @@ def reproduction_table(
         done = "none yet" if made is None else "committed"
         if made is not None and isinstance(made.get("machine"), dict):
             done += f" {str(made.get('date', ''))[:10]} on {made['machine'].get('cpu')}"
-            took = made.get("cells_seconds", made.get("wall_seconds"))
-            done += f" in {took:.0f} s" if isinstance(took, (int, float)) else ""
         n = committed_cells(e, path.parent)
         done += f" ({n} cells)" if n else ""
         done += ", cells kept" if (path.parent / e.kept_cells).is_file() else ""
-        t.add_row(e.name, e.tier, f"~{e.cost_s:g} s", done, e.title)
+        t.add_row(e.name, e.tier, cost(e, made), done, e.title)
     return t
+
+
+def cost(e: Reproduction, made: dict[str, Any] | None) -> str:
+    """How long the entry takes: what its committed run took (the seconds of its cells, for
+    a run made over sessions; its wall time), else the manifest's estimate (``cost_s``,
+    marked as one: estimates typed by hand were off by up to 18 times)."""
+    took = None if made is None else made.get("cells_seconds", made.get("wall_seconds"))
+    if isinstance(took, (int, float)) and not isinstance(took, bool):
+        return f"{took:.0f} s recorded"
+    return f"~{e.cost_s:g} s (estimate)"
 
 
 def reproduce_entries(
@@ -56,8 +65,9 @@ def reproduce_entries(
         if sampling[0] and len(chosen) > 1 and not (root / e.kept_cells).is_file():
             unsampled.append(e.name)  # alone, reproduce() says why it cannot sample it
             continue
+        took = cost(e, read_results(root / e.results))
         console.print(
-            f"[bold]fedviews reproduce[/] {e.name} ({e.tier}, ~{e.cost_s:g} s): {e.run_command}",
+            f"[bold]fedviews reproduce[/] {e.name} ({e.tier}, {took}): {e.run_command}",
             highlight=False,
         )
         res = reproduce(
