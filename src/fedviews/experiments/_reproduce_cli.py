@@ -85,9 +85,10 @@ def reproduce_entries(
         if res.sampled:
             took = res.sampled_seconds
             console.print(
-                f"  re-ran {_cells(len(res.sampled))} (--sample {sampling[0]} --sample-seed "
-                f"{sampling[1]}{'' if took is None else f'; recorded in {took:.0f} s'}), the "
-                f"others as recorded: {', '.join(res.sampled)}",
+                f"  re-ran {_cells(len(res.sampled))}: {'; '.join(res.sampled)} (--sample "
+                f"{sampling[0]} --sample-seed {sampling[1]}"
+                f"{'' if took is None else f'; recorded in {took:.0f} s'}); the others are "
+                "as recorded",
                 highlight=False,
             )
         if res.cells_changed and not res.sampled:
