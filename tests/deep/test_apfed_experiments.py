@@ -197,5 +197,6 @@ def test_an_interrupted_run_resumes_to_the_same_tables(tmp_path: Path, monkeypat
     assert [t["rows"] for t in resumed["tables"]] == [t.rows for t in whole.tables]
     assert len(whole.tables) == 2  # Table 2 and the paired APFed − SingleVL table
     assert not (tmp_path / "cut" / "error.json").exists()
-    with pytest.raises(FedViewsError, match="holds a run already"):  # never mixed with a new run
+    # never mixed with a new run, nor offered a resume that has nothing left to do
+    with pytest.raises(FedViewsError, match="holds a finished run .*: choose another --out"):
         run_experiment(cfg, out_dir=tmp_path / "cut", quiet=True)

@@ -352,6 +352,13 @@ def test_launch_refuses_the_folder_of_another_run(tmp_path):
         with pytest.raises(ConfigError, match=rf"{run} holds a run already: .*--resume {run}"):
             launch(config, cfg, out_dir=run, insecure=True)
         assert sorted(p.name for p in run.iterdir()) == sorted([held, "coordinator"])
+    # a finished one: nothing to resume (the advice to resume it failed with just that)
+    run = tmp_path / "finished"
+    (run / "coordinator").mkdir(parents=True)
+    (run / "launch.json").write_text("{}")
+    (run / "coordinator" / "results.json").write_text('{"status": "ok"}')
+    with pytest.raises(ConfigError, match=rf"{run} holds a finished run .*: choose another --out"):
+        launch(config, cfg, out_dir=run, insecure=True)
     run = tmp_path / "predicted"
     (run / "coordinator").mkdir(parents=True)
     (run / "predict.json").write_text("{}")

@@ -410,6 +410,11 @@ def refuse_held(run_dir: Path, coordinator: str) -> None:
     ConfigError
         Naming what to do instead: resume the run, or choose another ``--out``.
     """
+    results = run_dir / coordinator / "results.json"
+    if (run_dir / LAUNCH_INFO).exists() and _read_results(results).get("status") == "ok":
+        raise ConfigError(f"{run_dir} holds a finished run ({results}): choose another --out")
+    if (run_dir / "config.json").exists() and (run_dir / "metrics.json").exists():
+        raise ConfigError(f"{run_dir} holds a finished experiment: choose another --out")
     if (run_dir / "config.json").exists() or (
         (run_dir / LAUNCH_INFO).exists() and (run_dir / coordinator).exists()
     ):

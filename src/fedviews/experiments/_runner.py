@@ -210,6 +210,11 @@ def run_experiment(
             raise FedViewsError(f"cannot resume: {out_dir} is not a run folder")
     elif out_dir is not None and any((out_dir / f).exists() for f in (CELLS_FILE, "config.json")):
         # also a run killed before its first cell: its checkpoints must not seed a new run
+        if (out_dir / "metrics.json").is_file():  # finished: nothing to continue
+            raise FedViewsError(
+                f"{out_dir} holds a finished run (its metrics.json is written): choose another "
+                "--out"
+            )
         raise FedViewsError(
             f"{out_dir} holds a run already: continue it with `fedviews run --resume {out_dir}`, "
             "or choose another --out"
