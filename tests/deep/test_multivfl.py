@@ -25,7 +25,7 @@ from fedviews.deep.multivfl import (  # noqa: E402
     round_seed,
 )
 from fedviews.deep.multivfl.nets import SplitNet  # noqa: E402
-from fedviews.errors import ConfigError, DataError  # noqa: E402
+from fedviews.errors import ConfigError, DataError, DataWarning  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -242,7 +242,9 @@ def test_fedavg_identical_owners_equals_one_owner(fmnist) -> None:
         n_data_owners=2, rounds=2, batch_size=64, device="cpu", random_state=3, optimizer="fedavg"
     )
     one = MultiVFL(n_label_owners=1, **kw).fit(images, y, label_owner_ids=[np.arange(192)])
-    three = MultiVFL(n_label_owners=3, **kw).fit(images, y, label_owner_ids=[np.arange(192)] * 3)
+    with pytest.warns(DataWarning, match="'label_owner_1' and 'label_owner_2' both hold 192\\)"):
+        three = MultiVFL(n_label_owners=3, **kw)
+        three.fit(images, y, label_owner_ids=[np.arange(192)] * 3)
     for k in one.server_.params:
         np.testing.assert_allclose(
             three.server_.params[k], one.server_.params[k], rtol=1e-4, atol=1e-5
@@ -522,7 +524,7 @@ def test_label_owners_holding_the_same_samples_are_warned_of(fmnist) -> None:
         said = [str(w.message) for w in seen if issubclass(w.category, DataWarning)]
         assert said == (
             [
-                f"label owners 'a' and 'b' both hold {shared} of the same training samples: "
+                f"label owners share training samples ('a' and 'b' both hold {shared}): "
                 "each trains on them every round, and conflicting labels would go unnoticed "
                 "(Multi-VFL's label owners hold distinct samples)"
             ]

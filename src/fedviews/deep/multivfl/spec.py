@@ -279,16 +279,20 @@ def _warn_shared_samples(rows: Mapping[str, np.ndarray]) -> None:
     from fedviews.errors import DataWarning
 
     owners = list(rows)
-    for i, a in enumerate(owners):
-        for b in owners[i + 1 :]:
-            if n := len(np.intersect1d(rows[a], rows[b])):
-                warnings.warn(
-                    f"label owners {a!r} and {b!r} both hold {n} of the same training samples: "
-                    "each trains on them every round, and conflicting labels would go unnoticed "
-                    "(Multi-VFL's label owners hold distinct samples)",
-                    DataWarning,
-                    stacklevel=2,
-                )
+    shared = [
+        f"{a!r} and {b!r} both hold {n}"
+        for i, a in enumerate(owners)
+        for b in owners[i + 1 :]
+        if (n := len(np.intersect1d(rows[a], rows[b])))
+    ]
+    if shared:
+        warnings.warn(
+            f"label owners share training samples ({'; '.join(shared)}): each trains on them "
+            "every round, and conflicting labels would go unnoticed (Multi-VFL's label owners "
+            "hold distinct samples)",
+            DataWarning,
+            stacklevel=2,
+        )
 
 
 def data_owners(run: RunSpec) -> list[str]:
