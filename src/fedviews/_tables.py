@@ -29,9 +29,11 @@ else:  # pragma: no cover
 T = TypeVar("T")
 
 
-def closest(key: str, valid: Sequence[str]) -> str:
+def closest(key: str, valid: Sequence[str], what: str = "keys") -> str:
+    """``; did you mean 'x'?`` for the closest of ``valid`` to ``key``, else ``; valid WHAT:
+    [...]`` (``what``: ``keys``, ``datasets``, ...)."""
     match = difflib.get_close_matches(key, list(valid), n=1, cutoff=0.5)
-    return f"; did you mean {match[0]!r}?" if match else f"; valid keys: {sorted(valid)}"
+    return f"; did you mean {match[0]!r}?" if match else f"; valid {what}: {sorted(valid)}"
 
 
 def coerce(value: Any, tp: Any, where: str) -> Any:

@@ -23,7 +23,7 @@ from fedviews._configs import config_file, copy_config, list_configs
 from fedviews._console import DEBUG, OWN_PROCESS, console, err_console, friendly
 from fedviews._heap import keep_freed_memory
 from fedviews._tables import closest, read_toml
-from fedviews.errors import ConfigError, FedViewsError
+from fedviews.errors import ConfigError, DataError, FedViewsError
 
 _Quiet = Annotated[
     bool,
@@ -402,11 +402,18 @@ def datasets_list() -> None:
         caption="fetch: fedviews datasets fetch NAME ...; load: fedviews.data.load (tables), "
         "fedviews.data.load_sequences (sequences)",
     )
-    kinds = {"table": list_datasets(), "sequences": list_sequence_datasets()}
+    from fedviews.data._cifar import CIFAR_INFO
+
+    kinds = {
+        "table": list_datasets(),
+        "sequences": list_sequence_datasets(),
+        "images": list(CIFAR_INFO),
+    }
     for kind, names in kinds.items():
         for name in names:
             meta = info(name)
             available = "yes" if meta["available"] else "no"
+            available = "your copy" if kind == "images" else available
             t.add_row(name, kind, available, str(meta["description"]))
     console.print(t)
 
@@ -433,11 +440,12 @@ def datasets_fetch(
     Every name is tried; those that fail are named at the end (exit status 2).
     """
     from fedviews.data import list_datasets, list_sequence_datasets
+    from fedviews.data._cifar import CIFAR_INFO
 
-    known = list_datasets() + list_sequence_datasets()
+    known = list_datasets() + list_sequence_datasets() + list(CIFAR_INFO)
     unknown = [n for n in names if n not in known]
     if unknown:
-        raise ConfigError(f"unknown dataset {unknown[0]!r}{closest(unknown[0], known)}")
+        raise ConfigError(f"unknown dataset {unknown[0]!r}{closest(unknown[0], known, 'datasets')}")
     failed = []
     for name in names:
         try:
@@ -458,7 +466,10 @@ def _fetch_one(name: str) -> str:
     """Fetch the dataset ``name`` (table or sequences) and load it once: a line saying what
     is in the cache."""
     from fedviews.data import fetch, fetch_sequences, list_sequence_datasets, load, load_sequences
+    from fedviews.data._cifar import _HINT, CIFAR_INFO
 
+    if name in CIFAR_INFO:
+        raise DataError(f"{name} cannot be fetched by fedviews: {_HINT}")
     if name in list_sequence_datasets():
         path = fetch_sequences(name)
         seqs = load_sequences(name)

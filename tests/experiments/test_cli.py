@@ -42,6 +42,19 @@ def test_bad_data_in_run_is_clean_error(tmp_path):
         str(tmp_path / "r"),
     )
     assert r.returncode == 2 and "nope" in r.stderr and "Traceback" not in r.stderr
+    # nothing ran: no folder of it is left (it held config.json and error.json only)
+    assert not (tmp_path / "r").exists()
+    # a folder that the user made is kept, with the error beside the config
+    (tmp_path / "mine").mkdir()
+    r = fedviews(
+        "run",
+        "configs/mmvfl_handwritten.toml",
+        "data.name=handwriten",
+        "--out",
+        str(tmp_path / "mine"),
+    )
+    assert r.returncode == 2 and "did you mean 'handwritten'" in r.stderr
+    assert sorted(p.name for p in (tmp_path / "mine").iterdir()) == ["config.json", "error.json"]
 
 
 def _knn1_on_every_pixel(n_folds: int) -> float:
@@ -105,7 +118,16 @@ def test_datasets_list_shows_every_fetchable_dataset_as_a_row():
     assert r.returncode == 0, r.stderr
     rows = [line.split("│")[1:4] for line in r.stdout.splitlines() if line.startswith("│ ")]
     rows = [[cell.strip() for cell in row] for row in rows if row[0].strip()]
-    assert [name for name, _, _ in rows] == list_datasets() + list_sequence_datasets()
+    # and the CIFAR images that APFed's configs read from the user's copy (a newcomer saw a
+    # shipped config load 'cifar10' that `datasets info cifar10` called unknown)
+    images = ["cifar10", "cifar100"]
+    assert [name for name, _, _ in rows] == list_datasets() + list_sequence_datasets() + images
     kinds = {name: kind for name, kind, _ in rows}
     assert kinds["handwritten"] == "table" and kinds["watch"] == "sequences"
-    assert all(available in ("yes", "no") for _, _, available in rows)
+    assert kinds["cifar10"] == "images"
+    assert all(a in ("yes", "no") for n, _, a in rows if n not in images)
+    assert {a for n, _, a in rows if n in images} == {"your copy"}
+    info = fedviews("datasets", "info", "cifar10")
+    assert info.returncode == 0 and "data.path=FOLDER" in " ".join(info.stdout.split())
+    fetch = fedviews("datasets", "fetch", "cifar10")
+    assert fetch.returncode == 2 and "cifar10 cannot be fetched by fedviews" in fetch.stderr

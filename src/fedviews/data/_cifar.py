@@ -28,8 +28,26 @@ _LAYOUT = {
 }
 _HINT = (
     "download the python version from https://www.cs.toronto.edu/~kriz/cifar.html, "
-    "extract it and pass the extracted folder (or its parent) as the path"
+    "extract it and pass the extracted folder (or its parent) as the path (in a config: "
+    "data.path=FOLDER)"
 )
+
+#: ``fedviews datasets list|info``: the CIFAR images, read from a user's copy (APFed's
+#: experiments take them with ``data.path``; :func:`load_cifar` in Python)
+CIFAR_INFO: dict[str, dict[str, str]] = {
+    "cifar10": {
+        "description": "CIFAR-10 (Krizhevsky 2009): 60,000 32x32 colour images of 10 classes, "
+        "50,000 for training and 10,000 for testing. Images for APFed, read from your copy: "
+        f"{_HINT}.",
+        "size": "60,000 images (3 x 32 x 32), 10 classes",
+    },
+    "cifar100": {
+        "description": "CIFAR-100 (Krizhevsky 2009): 60,000 32x32 colour images of 100 fine (20 "
+        "coarse) classes, 50,000 for training and 10,000 for testing. Images for APFed, read "
+        f"from your copy: {_HINT}.",
+        "size": "60,000 images (3 x 32 x 32), 100 fine / 20 coarse classes",
+    },
+}
 
 
 def _folder(path: str | Path, name: str) -> Path:

@@ -174,9 +174,20 @@ def info(name: str) -> dict[str, Any]:
         ``available`` (whether :func:`load` or :func:`~fedviews.data.load_sequences` works
         now, without fetching).
     """
-    known = _DATASETS.names() + SEQUENCE_DATASETS.names()
+    from fedviews.data._cifar import CIFAR_INFO
+
+    if name in CIFAR_INFO:  # images that fedviews cannot fetch: where to get them, how to pass
+        return {
+            "name": name,
+            **CIFAR_INFO[name],
+            "source": "https://www.cs.toronto.edu/~kriz/cifar.html (the python version)",
+            "options": {"path": None, "label": "fine"},
+            "location": None,
+            "available": False,
+        }
+    known = _DATASETS.names() + SEQUENCE_DATASETS.names() + list(CIFAR_INFO)
     if name not in known:
-        raise ConfigError(f"unknown dataset {name!r}{closest(name, known)}")
+        raise ConfigError(f"unknown dataset {name!r}{closest(name, known, 'datasets')}")
     spec: DatasetSpec[Any] = (
         SEQUENCE_DATASETS.get(name) if name in SEQUENCE_DATASETS else _DATASETS.get(name)
     )

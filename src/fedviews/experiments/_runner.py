@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import json
+import shutil
 import time
 import traceback
 from collections.abc import Callable, Iterator, Mapping
@@ -24,7 +25,7 @@ from rich.progress import (
 )
 from rich.table import Table as RichTable
 
-from fedviews.errors import FedViewsError, described
+from fedviews.errors import ConfigError, DataError, FedViewsError, described
 from fedviews.experiments._config import ExperimentConfig
 from fedviews.experiments._registry import get_experiment
 from fedviews.report import format_value, to_jsonable, write_report
@@ -226,6 +227,7 @@ def run_experiment(
         while out_dir.exists():
             out_dir = Path(cfg.output_dir) / f"{cfg.name}-{stamp}-{k}"
             k += 1
+    made = not out_dir.exists()
     out_dir.mkdir(parents=True, exist_ok=True)
     _write_json(out_dir / "config.json", cfg.to_dict())
     (out_dir / "error.json").unlink(missing_ok=True)
@@ -236,6 +238,11 @@ def run_experiment(
     try:
         result: ExperimentResult = spec.run(cfg, ctx)
     except BaseException as exc:
+        if made and isinstance(exc, (ConfigError, DataError)) and _untouched(out_dir):
+            # a bad input found before anything ran (a misspelt dataset or view): no folder of
+            # a run that never started is left to clutter runs/
+            shutil.rmtree(out_dir, ignore_errors=True)
+            raise
         _write_json(
             out_dir / "error.json",
             {
@@ -260,6 +267,12 @@ def run_experiment(
     (out_dir / "partial_metrics.json").unlink(missing_ok=True)
     write_report(out_dir)
     return out_dir, result
+
+
+def _untouched(out_dir: Path) -> bool:
+    """Whether the run folder ``out_dir`` holds its config and nothing else (no cell, no
+    checkpoint, no partial table)."""
+    return [p.name for p in out_dir.iterdir()] == ["config.json"]
 
 
 def resume_experiment(
