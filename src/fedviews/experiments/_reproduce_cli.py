@@ -65,9 +65,9 @@ def reproduce_entries(
         if sampling[0] and len(chosen) > 1 and not (root / e.kept_cells).is_file():
             unsampled.append(e.name)  # alone, reproduce() says why it cannot sample it
             continue
-        took = cost(e, read_results(root / e.results))
         console.print(
-            f"[bold]fedviews reproduce[/] {e.name} ({e.tier}, {took}): {e.run_command}",
+            f"[bold]fedviews reproduce[/] {e.name} ({e.tier}, "
+            f"{cost(e, read_results(root / e.results))}): {e.run_command}",
             highlight=False,
         )
         res = reproduce(
