@@ -140,3 +140,17 @@ def test_commands_let_openmp_threads_wait_passively(monkeypatch, preset):
     r = CliRunner().invoke(app, ["datasets", "list"])
     assert r.exit_code == 0, r.output
     assert os.environ["OMP_WAIT_POLICY"] == (preset or "PASSIVE")
+
+
+def test_version_and_short_help():
+    """``fedviews --version`` and ``-h`` (a newcomer tried both: "No such option")."""
+    from typer.testing import CliRunner
+
+    from fedviews import __version__
+    from fedviews.cli import app
+
+    r = CliRunner().invoke(app, ["--version"])
+    assert r.exit_code == 0 and r.output.strip() == f"fedviews {__version__}"
+    for args in (["-h"], ["run", "-h"]):
+        r = CliRunner().invoke(app, args, env={"COLUMNS": "200"})
+        assert r.exit_code == 0 and "Usage: fedviews" in r.output, r.output

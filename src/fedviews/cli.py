@@ -50,9 +50,23 @@ configs_app = typer.Typer(
 app.add_typer(configs_app, name="configs")
 
 
-@app.callback()
+def _version(shown: bool) -> None:
+    if shown:
+        from fedviews import __version__
+
+        console.print(f"fedviews {__version__}", highlight=False)
+        raise typer.Exit()
+
+
+@app.callback(context_settings={"help_option_names": ["-h", "--help"]})
 def _main(
     debug: Annotated[bool, typer.Option("--debug", help="Show full tracebacks.")] = False,
+    version: Annotated[
+        bool,
+        typer.Option(
+            "--version", callback=_version, is_eager=True, help="Print the version and exit."
+        ),
+    ] = False,
 ) -> None:
     DEBUG["on"] = debug
     # OpenMP threads (torch's) that wait at a barrier sleep instead of spinning out their time

@@ -117,8 +117,11 @@ class RunContext:
         return self.out_dir / name
 
     def log(self, text: str) -> None:
+        """A progress line with the time of day (not ``console.log``, which also printed
+        rich's source location, ``_runner.py:120``, and wrapped the line for it)."""
         if not self.quiet:
-            self.console.log(text)
+            stamp = time.strftime("%H:%M:%S")
+            self.console.print(f"[{stamp}] {text}", highlight=False, soft_wrap=True, markup=False)
 
     def warn(self, text: str) -> None:
         """A line about the results' quality (fits that did not converge): printed with
