@@ -20,6 +20,12 @@ from fedviews.errors import ConfigError
 T = TypeVar("T")
 
 
+def _origin(obj: object) -> str:
+    """Where ``obj`` (a function, a class, or an instance of one) was defined: ``module.name``."""
+    of = obj if callable(obj) and hasattr(obj, "__qualname__") else type(obj)
+    return f"{getattr(of, '__module__', '?')}.{getattr(of, '__qualname__', repr(of))}"
+
+
 class Registry(Generic[T]):
     """A table of named entries of one kind (``what``: "algorithm", "dataset", ...).
 
@@ -37,7 +43,10 @@ class Registry(Generic[T]):
         """Register ``obj`` under ``name``; a second registration of ``name`` is an error."""
         old = self._table.get(name)
         if old is not None and old is not obj:
-            raise ConfigError(f"{self.what} {name!r} is registered twice ({old!r} and {obj!r})")
+            raise ConfigError(
+                f"{self.what} {name!r} is registered twice (by {_origin(old)} and by "
+                f"{_origin(obj)}): give one of them another name"
+            )
         self._table[name] = obj
         return obj
 

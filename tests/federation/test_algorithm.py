@@ -92,10 +92,89 @@ def test_registering_an_algorithm_twice_is_an_error():
     assert get_algorithm_spec("mmvfl") is MMVFL_SPEC
     register_algorithm_spec(MMVFL_SPEC)  # the same object again: a no-op
     clone = type(MMVFL_SPEC)()
-    with pytest.raises(ConfigError, match="registered twice"):
+    # where each comes from, not two object reprs
+    with pytest.raises(
+        ConfigError,
+        match=r"registered twice \(by fedviews\.linear\.mmvfl\.spec\.MMVFLAlgorithm and",
+    ):
         register_algorithm_spec(clone)
     with pytest.raises(ConfigError, match="did you mean 'mmvfl'"):
         get_algorithm_spec("mmvf")
+
+
+def test_an_incomplete_spec_is_refused_when_it_registers():
+    """A spec without build_coordinator registered and failed at its first run with a bare
+    ``NotImplementedError``; one without ``name`` with an AttributeError; a mutable
+    ``Params`` was taken."""
+    import dataclasses
+
+    from fedviews.federation import Algorithm
+
+    @dataclasses.dataclass(frozen=True)
+    class P:
+        rounds: int = 1
+
+    class NoCoordinator(Algorithm):
+        name, Params = "x_incomplete", P
+
+        def policy(self, run, setup):
+            return PrivacyPolicy.of("x", {})
+
+        def build_party(self, run, party, local, setup):
+            return Party(party)
+
+    with pytest.raises(
+        ConfigError, match=r"NoCoordinator \('x_incomplete'\) does not define build_coordinator:"
+    ):
+        register_algorithm_spec(NoCoordinator())
+
+    class Complete(NoCoordinator):
+        def build_coordinator(self, run, setup, local=None):
+            return Coordinator()
+
+    class Unnamed(Complete):
+        name = ""
+
+    with pytest.raises(ConfigError, match="Unnamed: set the class attribute name"):
+        register_algorithm_spec(Unnamed())
+
+    @dataclasses.dataclass
+    class Mutable:
+        rounds: int = 1
+
+    class MutableParams(Complete):
+        Params = Mutable
+
+    with pytest.raises(ConfigError, match=r"Params \(Mutable\) must be a frozen dataclass"):
+        register_algorithm_spec(MutableParams())
+    with pytest.raises(ConfigError, match="takes an Algorithm instance, got type"):
+        register_algorithm_spec(Complete)  # the class, not an instance
+
+
+def test_a_coordinator_run_without_on_round_end_is_named():
+    """``def run(self)``, as the base class reads, failed with Python's TypeError (``takes 1
+    positional argument but 2 were given``) when the runner passed ``on_round_end``."""
+    from fedviews.federation import Algorithm
+
+    class NoHook(Coordinator):
+        def run(self):
+            return None
+
+    with pytest.raises(
+        ConfigError,
+        match=r"NoHook.run takes no on_round_end: define run\(self, on_round_end=None\)",
+    ):
+        Algorithm.run_coordinator(MMVFL_SPEC, NoHook(), None)
+
+
+def test_a_label_owner_outside_the_roster_is_named():
+    from fedviews.federation import Roster
+
+    with pytest.raises(
+        ConfigError, match=r"label owner 'zz' is not one of the parties \['a', 'b'\]"
+    ):
+        Roster(("a", "b"), "zz")
+    assert Roster(("a", "b"), "coordinator").owners() == ("coordinator",)  # V-FedMV's server
 
 
 def test_receiver_checks_the_policy_too():

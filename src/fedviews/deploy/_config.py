@@ -94,6 +94,9 @@ class FederationSpec(Roster):
     #: ``{party: "HOST:PORT"}``: where a party listens for direct links from its peers
     listen: Mapping[str, str] = field(default_factory=dict)
 
+    def __post_init__(self) -> None:
+        """(The roster's check waits: :meth:`validate` names the config keys.)"""
+
     def validate(self) -> None:
         if len(self.parties) < 1 or len(set(self.parties)) != len(self.parties):
             raise ConfigError("federation.parties must list unique party names")

@@ -23,6 +23,8 @@ builds its part from that setup.
 
 from __future__ import annotations
 
+import dataclasses
+import inspect
 import re
 from collections.abc import Callable, Collection, Mapping
 from contextlib import AbstractContextManager, nullcontext
@@ -229,6 +231,14 @@ class Algorithm:
     ) -> Any:
         """Drive the protocol (default: ``coord.run(on_round_end)``)."""
         runner: Any = coord
+        try:
+            inspect.signature(runner.run).bind(on_round_end)
+        except TypeError:
+            raise ConfigError(
+                f"{type(coord).__name__}.run takes no on_round_end: define "
+                "run(self, on_round_end=None) and call on_round_end(r) after each round r "
+                "(a deployment checkpoints there; docs/adding-an-algorithm.md)"
+            ) from None
         return runner.run(on_round_end)
 
     def progress(self, coord: Coordinator) -> list[str]:
@@ -362,8 +372,40 @@ ALGORITHMS: Registry[Algorithm] = Registry(
 
 
 def register_algorithm_spec(spec: Algorithm) -> Algorithm:
-    """Make ``spec`` runnable (and deployable) under ``spec.name``; a second one is an error."""
-    return ALGORITHMS.add(spec.name, spec)
+    """Make ``spec`` runnable (and deployable) under ``spec.name``; a second one is an error.
+
+    Raises
+    ------
+    ConfigError
+        ``spec`` is no :class:`Algorithm`, lacks ``name`` or ``Params``, or does not define
+        :meth:`~Algorithm.policy`, :meth:`~Algorithm.build_party` and
+        :meth:`~Algorithm.build_coordinator` (found here, not when a run first needs them).
+    """
+    kind = type(spec).__name__
+    if not isinstance(spec, Algorithm):
+        raise ConfigError(f"register_algorithm_spec takes an Algorithm instance, got {kind}")
+    name = getattr(spec, "name", None)
+    if not isinstance(name, str) or not name:
+        raise ConfigError(f"{kind}: set the class attribute name = '<algorithm name>'")
+    params = getattr(spec, "Params", None)
+    if not isinstance(params, type):
+        raise ConfigError(f"{kind} ({name!r}): set the class attribute Params (its params class)")
+    if not dataclasses.is_dataclass(params) or not params.__dataclass_params__.frozen:  # type: ignore[attr-defined]
+        raise ConfigError(
+            f"{kind} ({name!r}): Params ({params.__name__}) must be a frozen dataclass "
+            "(@dataclass(frozen=True)): a run's params never change under it"
+        )
+    missing = [
+        m
+        for m in ("policy", "build_party", "build_coordinator")
+        if getattr(type(spec), m) is getattr(Algorithm, m)
+    ]
+    if missing:
+        raise ConfigError(
+            f"{kind} ({name!r}) does not define {', '.join(missing)}: every algorithm defines "
+            "policy, build_party and build_coordinator (docs/adding-an-algorithm.md)"
+        )
+    return ALGORITHMS.add(name, spec)
 
 
 def get_algorithm_spec(name: str) -> Algorithm:

@@ -272,8 +272,10 @@ class Coordinator(Party):
         super().__init__(name, role)
 
     def run(self) -> Any:  # pragma: no cover - abstract
-        """Drive the protocol to its end (an algorithm's coordinator usually takes
-        ``on_round_end``: called after round ``r``, e.g. to write a checkpoint)."""
+        """Drive the protocol to its end. An algorithm's coordinator defines
+        ``run(self, on_round_end=None)`` and calls ``on_round_end(r)`` after round ``r`` (a
+        deployment writes its checkpoint there): :meth:`Algorithm.run_coordinator` calls
+        ``run(on_round_end)``. (The session's own coordinators take nothing.)"""
         raise NotImplementedError
 
     def progress(self) -> list[str]:

@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 
 from fedviews.data import PartyData
-from fedviews.errors import DataError
+from fedviews.errors import ConfigError, DataError
 from fedviews.federation._defense import Defense
 
 
@@ -29,6 +29,17 @@ class Roster:
     """Several label owners (Multi-VFL; the first also holds the test labels)."""
     coordinator: str = "coordinator"
     """The coordinator's name (its certificate's common name in a TLS deployment)."""
+
+    def __post_init__(self) -> None:
+        # a label owner outside the roster made another party's labels the error ("'a' is
+        # not a label owner but its data holds labels"), naming no unknown one
+        known = (*self.parties, self.coordinator)
+        unknown = [o for o in self.owners() if o not in known]
+        if unknown and self.parties:
+            raise ConfigError(
+                f"label owner {unknown[0]!r} is not one of the parties {list(self.parties)} "
+                f"(nor the coordinator {self.coordinator!r})"
+            )
 
     def owners(self) -> tuple[str, ...]:
         """The label owners, in order."""
