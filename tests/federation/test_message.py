@@ -302,3 +302,14 @@ def test_a_headers_fields_are_its_own_not_the_log_entry_it_caches():
     assert [f.name for f in dataclasses.fields(head)] == names
     assert list(dataclasses.asdict(head)) == names
     assert head == other and hash(head) == hash(other)
+
+
+def test_a_vector_of_another_length_is_named_with_its_expected_shape():
+    """``expected (40)`` lacked the tuple's comma: the expected shape reads as Python's."""
+    from fedviews.errors import ProtocolError
+
+    msg = Message("update", sender="c", arrays={"g": np.zeros(39)})
+    with pytest.raises(
+        ProtocolError, match=r"'c' sent 'g' of shape \(39,\) in 'update', expected \(40,\)$"
+    ):
+        msg.array("g", (40,))

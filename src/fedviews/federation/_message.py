@@ -209,7 +209,7 @@ class Message:
             want is None or g == want for g, want in zip(got, shape, strict=True)
         )
         if not ok:
-            want = ", ".join("*" if s is None else str(s) for s in shape)
+            want = ", ".join("*" if s is None else str(s) for s in shape) + "," * (len(shape) == 1)
             raise ProtocolError(
                 f"{self.sender!r} sent {name!r} of shape {got} in {self.kind!r}, expected ({want})",
                 party=self.sender,
