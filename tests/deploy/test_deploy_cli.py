@@ -125,6 +125,9 @@ def test_deploy_config_validation(tmp_path):
     }
     cfg = load_deploy_config(base, ["params.max_iter=3"])
     assert cfg.params.max_iter == 3 and cfg.roles() == {"a": "party", "b": "party"}
+    # the key as the config spells it (it read "max_iter must be ...")
+    with pytest.raises(ConfigError, match=r"^params\.max_iter must be an integer >= 1, got 0$"):
+        load_deploy_config(base, ["params.max_iter=0"])
     with pytest.raises(ConfigError, match="label_owner"):
         load_deploy_config({**base, "federation": {"parties": ["a"], "label_owner": "z"}})
     with pytest.raises(ConfigError, match="did you mean 'max_iter'"):

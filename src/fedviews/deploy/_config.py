@@ -39,6 +39,7 @@ A deployment TOML file (``configs/deploy_*.toml``)::
 
 from __future__ import annotations
 
+import dataclasses
 import ipaddress
 import math
 from collections.abc import Mapping, Sequence
@@ -268,7 +269,15 @@ def load_deploy_config(
     app.check_federation(fed)
     split = build_dataclass(SplitSpec, raw.get("data", {}), "data")
     params: Any = build_dataclass(app.Params, raw.get("params", {}), "params", validate=False)
-    app.check_params(params, fed)  # once, with the roster (per-party lists)
+    try:
+        app.check_params(params, fed)  # once, with the roster (per-party lists)
+    except ConfigError as exc:  # "rounds must be ...": the key as the config spells it
+        first = str(exc).split(" ", 1)[0]
+        if dataclasses.is_dataclass(params) and first in {
+            f.name for f in dataclasses.fields(params)
+        }:
+            raise ConfigError(f"params.{exc}") from None
+        raise
     defense = Defense.of(raw.get("defense"), validate=False)  # (check_defense validates)
     app.check_defense(defense, fed)
     seed = raw.get("seed", 0)
