@@ -30,6 +30,13 @@ def fedridge():
         yield module
 
 
+def _allowing(policy, pair, name):
+    """``policy`` allowing ``name`` from role to role too."""
+    from fedviews.federation import PrivacyPolicy
+
+    return policy.merged(PrivacyPolicy.of("more", {pair: [name]}))
+
+
 def _views(seed: int = 0, n: int = 80, dims: tuple[int, ...] = (5, 3, 4)):
     rng = np.random.default_rng(seed)
     Xs = [rng.normal(size=(n, d)) for d in dims]
@@ -58,6 +65,11 @@ def test_estimator_equals_closed_form_ridge(fedridge):
         "party2 -> coordinator": ["Xw"],
     }
     assert log.arrays_sent() == DECLARED
+    # and the policy declares nothing the protocol never sends
+    roles = model.transport_.roles
+    assert fedridge.POLICY.unused(log.crossings(), roles) == {}
+    wider = _allowing(fedridge.POLICY, ("party", "coordinator"), "w")
+    assert wider.unused(log.crossings(), roles) == {("party", "coordinator"): ["w"]}
 
 
 def test_a_forbidden_array_is_stopped_before_it_leaves(fedridge):

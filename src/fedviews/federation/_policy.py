@@ -104,6 +104,25 @@ class PrivacyPolicy:
             self._passed.add(key)
 
 
+    def unused(
+        self, crossings: Mapping[str, Iterable[str]], roles: Mapping[str, str]
+    ) -> dict[Pair, list[str]]:
+        """The array names this policy allows from role to role that no message of a run
+        sent: ``crossings`` is the run's :meth:`MessageLog.crossings` (``"sender ->
+        receiver"``: names), ``roles`` each party's role (an in-process transport's
+        ``roles``). A policy that declares only what the protocol sends has none, which a
+        test of an algorithm asserts (the runtime already refuses anything undeclared)."""
+        sent: dict[Pair, set[str]] = {}
+        for link, names in crossings.items():
+            sender, _, receiver = link.partition(" -> ")
+            sent.setdefault((roles[sender], roles[receiver]), set()).update(names)
+        return {
+            pair: sorted(names - sent.get(pair, set()))
+            for pair, names in self.allowed.items()
+            if names - sent.get(pair, set())
+        }
+
+
 def _frozen(table: Mapping[Pair, Iterable[str]]) -> dict[Pair, frozenset[str]]:
     """``table`` with each value a frozen set, checked: every key a ``(sender role, receiver
     role)`` pair of strings, every value a collection of names (a bare string would allow each
