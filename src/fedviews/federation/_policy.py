@@ -103,7 +103,6 @@ class PrivacyPolicy:
         if len(self._passed) < MAX_PASSED:  # (a peer's made-up kinds cannot grow it)
             self._passed.add(key)
 
-
     def unused(
         self, crossings: Mapping[str, Iterable[str]], roles: Mapping[str, str]
     ) -> dict[Pair, list[str]]:
