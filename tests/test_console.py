@@ -40,6 +40,10 @@ def test_debug_shows_the_traceback_of_an_expected_failure(monkeypatch, capsys, t
     monkeypatch.setattr(sys, "argv", ["fedviews", "--debug", "run", missing])
     with pytest.raises(ConfigError, match="does not exist"):
         main()
+    # after the command too (click took only `fedviews --debug run`: "No such option")
+    monkeypatch.setattr(sys, "argv", ["fedviews", "run", missing, "--debug"])
+    with pytest.raises(ConfigError, match="does not exist"):
+        main()
 
 
 def test_help_keeps_table_names_in_brackets():

@@ -608,8 +608,11 @@ def plain_help(command: click.Command) -> click.Command:
 
 def main() -> None:
     """Console-script entry point."""
+    args = sys.argv[1:]
+    if "--debug" in args[1:]:  # `fedviews run CONFIG --debug` (click knows it before the command)
+        args = ["--debug", *(a for a in args if a != "--debug")]
     try:
-        plain_help(typer.main.get_command(app))(obj=OWN_PROCESS)
+        plain_help(typer.main.get_command(app))(args=args, obj=OWN_PROCESS)
     except FedViewsError as exc:  # errors outside commands, and any with --debug
         if DEBUG["on"]:
             raise
