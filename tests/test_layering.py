@@ -27,6 +27,7 @@ SRC = Path(fedviews.__file__).resolve().parent
 #: lower modules every layer may import, private names included
 SHARED = (
     "fedviews._classifier",
+    "fedviews._cli_datasets",  # the CLI's `datasets` commands (cli.py stays under MAX_LINES)
     "fedviews._configs",
     "fedviews._console",
     "fedviews._estimator",

@@ -21,7 +21,7 @@ caltech7_substitute   7 Fashion-MNIST classes x 6 hand-crafted feature views (no
 from fedviews.data import _caltech, _handwritten, _mnist  # noqa: F401  (register the datasets)
 from fedviews.data._align import align, align_views, register_intersection
 from fedviews.data._cache import cache_dir, read_npz, save_npz, write_npz
-from fedviews.data._cifar import load_cifar
+from fedviews.data._cifar import CIFAR_HINT, CIFAR_INFO, load_cifar
 from fedviews.data._dataset import MultiViewDataset
 from fedviews.data._idx import read_idx
 from fedviews.data._party import PartyData, deal_views, standardized, standardized_with
@@ -56,6 +56,8 @@ __all__ = [
     "save_npz",
     "write_npz",
     "load_cifar",
+    "CIFAR_HINT",
+    "CIFAR_INFO",
     "MultiViewDataset",
     "MultiViewSequences",
     "PartyData",

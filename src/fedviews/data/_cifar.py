@@ -26,7 +26,7 @@ _LAYOUT = {
     "cifar10": ("cifar-10-batches-py", [f"data_batch_{k}" for k in range(1, 6)], ["test_batch"]),
     "cifar100": ("cifar-100-python", ["train"], ["test"]),
 }
-_HINT = (
+CIFAR_HINT = (
     "download the python version from https://www.cs.toronto.edu/~kriz/cifar.html, "
     "extract it and pass the extracted folder (or its parent) as the path (in a config: "
     "data.path=FOLDER)"
@@ -38,13 +38,13 @@ CIFAR_INFO: dict[str, dict[str, str]] = {
     "cifar10": {
         "description": "CIFAR-10 (Krizhevsky 2009): 60,000 32x32 colour images of 10 classes, "
         "50,000 for training and 10,000 for testing. Images for APFed, read from your copy: "
-        f"{_HINT}.",
+        f"{CIFAR_HINT}.",
         "size": "60,000 images (3 x 32 x 32), 10 classes",
     },
     "cifar100": {
         "description": "CIFAR-100 (Krizhevsky 2009): 60,000 32x32 colour images of 100 fine (20 "
         "coarse) classes, 50,000 for training and 10,000 for testing. Images for APFed, read "
-        f"from your copy: {_HINT}.",
+        f"from your copy: {CIFAR_HINT}.",
         "size": "60,000 images (3 x 32 x 32), 100 fine / 20 coarse classes",
     },
 }
@@ -57,13 +57,13 @@ def _folder(path: str | Path, name: str) -> Path:
         if (cand / _LAYOUT[name][1][0]).is_file():
             return cand
     raise DataError(
-        f"{name}: no {sub!r} folder with {_LAYOUT[name][1][0]!r} under {str(root)!r}; {_HINT}"
+        f"{name}: no {sub!r} folder with {_LAYOUT[name][1][0]!r} under {str(root)!r}; {CIFAR_HINT}"
     )
 
 
 def _read_batch(file: Path) -> dict[bytes, Any]:
     if not file.is_file():
-        raise DataError(f"CIFAR batch file {str(file)!r} is missing; {_HINT}")
+        raise DataError(f"CIFAR batch file {str(file)!r} is missing; {CIFAR_HINT}")
     try:
         with file.open("rb") as fh:
             batch = NumpyOnlyUnpickler(fh, encoding="bytes").load()

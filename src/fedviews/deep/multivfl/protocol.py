@@ -10,7 +10,8 @@ paper Table 3), and the shapes of the split network (:func:`input_shape`,
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+import warnings
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 
@@ -201,3 +202,28 @@ def partition_label_owners(
             pools[c] = pools[c][q:]
         parts[k] = np.sort(np.asarray(taken, dtype=np.int64))
     return parts
+
+
+def warn_shared_samples(rows: Mapping[str, np.ndarray]) -> None:
+    """A :class:`~fedviews.errors.DataWarning` where two label owners hold some of the same
+    training samples (the first data owner sees it from the alignment: its rows of each
+    label owner's group). The paper's label owners hold distinct samples; a shared one trains
+    at each of them every round, and whether their labels agree cannot be checked without
+    one of them seeing the other's labels."""
+    from fedviews.errors import DataWarning
+
+    owners = list(rows)
+    shared = [
+        f"{a!r} and {b!r} both hold {n}"
+        for i, a in enumerate(owners)
+        for b in owners[i + 1 :]
+        if (n := len(np.intersect1d(rows[a], rows[b])))
+    ]
+    if shared:
+        warnings.warn(
+            f"label owners share training samples ({'; '.join(shared)}): each trains on them "
+            "every round, and conflicting labels would go unnoticed (Multi-VFL's label owners "
+            "hold distinct samples)",
+            DataWarning,
+            stacklevel=2,
+        )

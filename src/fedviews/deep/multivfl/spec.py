@@ -32,7 +32,6 @@ follows from them.
 
 from __future__ import annotations
 
-import warnings
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -55,6 +54,7 @@ from fedviews.deep.multivfl.protocol import (
     combined_shape,
     epoch_order,
     input_shape,
+    warn_shared_samples,
 )
 from fedviews.errors import ConfigError, DataError
 from fedviews.federation import (
@@ -268,31 +268,6 @@ def multivfl_policy(
 
 
 # --------------------------------------------------------------------------- the spec
-
-
-def _warn_shared_samples(rows: Mapping[str, np.ndarray]) -> None:
-    """A :class:`~fedviews.errors.DataWarning` where two label owners hold some of the same
-    training samples (the first data owner sees it from the alignment: its rows of each
-    label owner's group). The paper's label owners hold distinct samples; a shared one trains
-    at each of them every round, and whether their labels agree cannot be checked without
-    one of them seeing the other's labels."""
-    from fedviews.errors import DataWarning
-
-    owners = list(rows)
-    shared = [
-        f"{a!r} and {b!r} both hold {n}"
-        for i, a in enumerate(owners)
-        for b in owners[i + 1 :]
-        if (n := len(np.intersect1d(rows[a], rows[b])))
-    ]
-    if shared:
-        warnings.warn(
-            f"label owners share training samples ({'; '.join(shared)}): each trains on them "
-            "every round, and conflicting labels would go unnoticed (Multi-VFL's label owners "
-            "hold distinct samples)",
-            DataWarning,
-            stacklevel=2,
-        )
 
 
 def data_owners(run: RunSpec) -> list[str]:
@@ -517,7 +492,7 @@ class MultiVFLAlgorithm(Algorithm):
         if "test" in local.rows:
             do.set_split("test", scaled_strip(local.take("test")[1], "X_test"))
         if party == data_owners(run)[0]:
-            _warn_shared_samples({lo: local.rows[lo] for lo in los})
+            warn_shared_samples({lo: local.rows[lo] for lo in los})
         return do
 
     def build_coordinator(
