@@ -204,6 +204,26 @@ def test_vfedmv_predict_equals_the_estimator(vfedmv, tmp_path: Path, alignment: 
     assert_tight(spec.predict_policy(cfg, setup), footprint(transport.log.exchanges(), roles))
 
 
+def test_vfedmv_predict_takes_new_rows_of_any_number_after_an_evaluated_training(
+    tmp_path: Path,
+) -> None:
+    """A training run that scored its test rows (``params.evaluate``, as the shipped config)
+    kept their count in its setup, and the prediction session's server expected it: 26 new
+    rows of 30 test rows named the honest label owner (``'pix' sent 'Z_k_test' of shape
+    (26, 10) ..., expected (30, 10)``). The server expects the rows the session aligned."""
+    cfg = _cfg(VFEDMV, "params.evaluate=true")
+    files = write_demo_data(cfg, tmp_path / "data")
+    _train(cfg, files, tmp_path / "run")
+    assert load_model_part(tmp_path / "run" / "fou", cfg, "fou").setup["n_test"] == 30
+    new = _vfedmv_new_rows(files, drop=4)
+    res, _ = _predict(cfg, new, tmp_path / "run", tmp_path / "out")
+    ids, labels, scores = _vfedmv_reference(cfg, files, new)
+    assert res["predicted_rows"] == {"predict": 26} and len(ids) == 26
+    got = _npz(tmp_path / "out" / "fou" / "predictions.npz")
+    np.testing.assert_array_equal(got["labels"], labels)
+    np.testing.assert_allclose(got["scores"], scores, rtol=1e-9, atol=1e-12)
+
+
 def test_vfedmv_predict_with_secure_aggregation(tmp_path: Path) -> None:
     """Under ``defense.kind = "secagg"`` the parties' ``Z_k_test`` leave only masked, as in
     the estimator's federated testing phase, which predicts the same."""

@@ -42,7 +42,7 @@ def test_the_coordinator_s_own_failure_is_no_unavailable_party():
             {"status": "ProtocolError: 'fou' sent 'z' of shape (3,)", "culprit": "fou"},
             ProtocolError,
             "fou",
-            "ProtocolError: 'fou' sent 'z' of shape (3,)",
+            "'fou' sent 'z' of shape (3,)",  # (it read "ProtocolError: ProtocolError: ...")
         ),
         ({"status": "KeyboardInterrupt: "}, PartyUnavailable, "coordinator", "party 'coordinator'"),
     ],

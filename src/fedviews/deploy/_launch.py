@@ -318,7 +318,10 @@ def _failure(info: dict[str, Any], rc: int, hint: str, coordinator: str) -> Exce
     status = str(info.get("status", f"the coordinator exited with status {rc}"))
     named = info.get("culprit") or info.get("reported_by")
     if "unavailable_party" not in info and named:  # a party broke or stopped the run
-        return ProtocolError(f"{status}; {hint}", party=str(named))
+        kind, _, text = status.partition(": ")  # (not "ProtocolError: ProtocolError: ...")
+        return ProtocolError(
+            f"{text if kind == 'ProtocolError' else status}; {hint}", party=str(named)
+        )
     if "unavailable_party" in info:  # its status reads "PartyUnavailable: party 'x' ..."
         status = status.partition(" is unavailable: ")[2] or status
     else:  # the coordinator's own error (e.g. the files share no ID): as it is

@@ -161,7 +161,9 @@ class PredictCoordinator(Coordinator):
                 )
         check_group_sizes(groups, infos, same_ids=self.cfg.federation.alignment == "none")
         self.counts = {g.name: int(infos[g.parties[0]][f"n/{g.name}"]) for g in groups}
-        setup = self.model.setup
+        # the training setup, and how many new rows each group aligned (``n/predict``: a
+        # server that expected the training's test rows named an honest party)
+        setup = {**self.model.setup, **{f"n/{g}": n for g, n in self.counts.items()}}
         _widen(self.transport, run_policy(self.cfg, self.app.predict_policy(self.cfg, setup)))
         self.broadcast(self.parties, "deploy:build")
         self.server = self.app.build_predict_coordinator(self.cfg, setup)

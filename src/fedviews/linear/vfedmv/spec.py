@@ -271,6 +271,7 @@ class VFedMVAlgorithm(ConsensusAlgorithm):
         """The server, to run the testing phase only (:meth:`VFedMVServer.predict`)."""
         server = self.build_coordinator(run, setup)
         server.test = (run.params.test_max_iter, run.params.test_tol)
+        server.test_rows = int(setup["n/predict"])  # the new rows, not the training's test rows
         return server
 
     def predictions(self, party: Party) -> Prediction | None:
