@@ -224,6 +224,32 @@ def test_vfedmv_predict_takes_new_rows_of_any_number_after_an_evaluated_training
     np.testing.assert_allclose(got["scores"], scores, rtol=1e-9, atol=1e-12)
 
 
+def test_a_party_s_own_error_is_said_on_its_own_console(vfedmv, tmp_path: Path) -> None:
+    """A party whose new rows have other columns reported its DataError to the coordinator
+    only (another organisation's host); its own console said just that the coordinator
+    stopped the run. It now says its error where its operator reads."""
+    cfg, files, run = vfedmv
+    new = _vfedmv_new_rows(files, drop=0)
+    new["pix"] = PartyData(new["pix"].ids, new["pix"].X[:, :10])
+    said: dict[str, list[str]] = {"pix": [], "fou": []}
+    transport = InProcessTransport(session_policy(cfg))
+    name = cfg.federation.coordinator
+    transport.register(
+        PredictCoordinator(cfg, lambda line: None, load_model_part(run / name, cfg, name))
+    )
+    for p, data in new.items():
+        part = load_model_part(run / p, cfg, p)
+        transport.register(PredictParty(cfg, p, data, part, tmp_path / p, said[p].append))
+    with pytest.raises(DataError, match="'pix': its new rows have 10 features"):
+        transport.local[name].run()
+    assert [line for line in said["pix"] if line.startswith("error")] == [
+        "error answering 'deploy:build' from 'coordinator': DataError: 'pix': its new rows "
+        "have 10 features, but its model part holds W of shape (240, 10) (features x the 10 "
+        "trained classes): give it rows of the columns it trained on"
+    ]
+    assert not [line for line in said["fou"] if line.startswith("error")]
+
+
 def test_vfedmv_predict_with_secure_aggregation(tmp_path: Path) -> None:
     """Under ``defense.kind = "secagg"`` the parties' ``Z_k_test`` leave only masked, as in
     the estimator's federated testing phase, which predicts the same."""

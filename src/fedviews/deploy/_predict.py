@@ -90,9 +90,9 @@ class PredictParty(SessionParty):
         self.model = model
         self.local: Local | None = None
 
-    def handle(self, msg: Message) -> Message:
+    def answer(self, msg: Message) -> Message:
         if msg.kind in self._handlers:
-            return super().handle(msg)
+            return super().answer(msg)
         if self.algo is None:
             raise ProtocolError(f"{self.name!r} got {msg.kind!r} before deploy:build")
         return self.algo.handle(msg)

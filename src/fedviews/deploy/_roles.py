@@ -40,7 +40,7 @@ from fedviews.data import PartyData
 from fedviews.deploy._checkpoint import Checkpoints, fingerprint
 from fedviews.deploy._config import DeployConfig
 from fedviews.deploy._model import save_model_part
-from fedviews.errors import ConfigError, PrivacyError, ProtocolError
+from fedviews.errors import ConfigError, PrivacyError, ProtocolError, described
 from fedviews.federation import (
     AlignGroup,
     Coordinator,
@@ -188,6 +188,23 @@ class SessionParty(PSIParty):
         self.algo: Any = None
         self.checkpoints: Checkpoints | None = None
         self.finished = False
+        #: this party's own failure while answering (its report goes to the requester only:
+        #: the operator of this process would otherwise see just "the coordinator stopped")
+        self.own_error: str | None = None
+
+    def handle(self, msg: Message) -> Message:
+        """:meth:`answer` ``msg``; a failure is also said here, on this party's console (its
+        report goes to the requester, on another organisation's host)."""
+        try:
+            return self.answer(msg)
+        except Exception as exc:
+            self.own_error = described(exc)
+            self.echo(f"error answering {msg.kind!r} from {msg.sender!r}: {self.own_error}")
+            raise
+
+    def answer(self, msg: Message) -> Message:
+        """The reply to ``msg`` (the session's own kinds here; subclasses add the algorithm's)."""
+        return super().handle(msg)
 
     def _offered(self, group: str) -> np.ndarray:
         """Its positions in ``group``'s split of the rows it offers that group."""
@@ -288,9 +305,9 @@ class DeployParty(SessionParty):
             f.write(f"{entropy}\n")
         return entropy
 
-    def handle(self, msg: Message) -> Message:
+    def answer(self, msg: Message) -> Message:
         if msg.kind in self._handlers:
-            return super().handle(msg)
+            return super().answer(msg)
         if self.algo is None:
             raise ProtocolError(f"{self.name!r} got {msg.kind!r} before deploy:build")
         # the training rounds, numbered as the coordinator numbers them: other messages

@@ -289,8 +289,13 @@ def run_party(
         raise outcome[0]
     if not finished:  # the coordinator said goodbye before the end
         kept = party.checkpoints.latest() if party.checkpoints is not None else 0
+        why = (
+            f"after this party's own error ({party.own_error})"
+            if getattr(party, "own_error", None)
+            else "(its results.json says why)"
+        )
         raise ProtocolError(
-            "the coordinator stopped the run before it finished (its results.json says why); "
+            f"the coordinator stopped the run before it finished {why}; "
             + (f"checkpoint of round {kept} kept in {out_dir}" if kept else "no results written")
         )
     # `fedviews report` builds its local report

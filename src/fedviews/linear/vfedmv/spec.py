@@ -249,8 +249,9 @@ class VFedMVAlgorithm(ConsensusAlgorithm):
         W = np.asarray(model.get("W", np.zeros((0, 0))))
         if W.shape != (X.shape[1], c):
             raise DataError(
-                f"{party!r}: its new rows have {X.shape[1]} features and {c} classes were "
-                f"trained, but its model part holds W of shape {W.shape}"
+                f"{party!r}: its new rows have {X.shape[1]} features, but its model part "
+                f"holds W of shape {W.shape} (features x the {c} trained classes): give it rows "
+                "of the columns it trained on"
             )
         scaler = (model["x_mean"], model["x_scale"]) if "x_mean" in model else None
         classes = model.get("classes") if party == self._owner(run) else None
