@@ -215,6 +215,11 @@ def test_killed_party_then_resume_equals_uninterrupted(tmp_path):
     assert Checkpoints(run / "coordinator" / "checkpoints", "").rounds()[-1] == done
     for p in PARTIES:  # every party holds (its own) checkpoint of that round
         assert done in Checkpoints(run / p / "checkpoints", "").rounds()
+    # each checkpoint keeps the message log up to its round (a resumed run's log covered
+    # only its last session: the privacy audit of a resumed run under-counted)
+    with np.load(Checkpoints(run / "coordinator" / "checkpoints", "").path(done)) as z:
+        before = json.loads(str(z["message_log_summary"]))
+    assert before["rounds"] == done
 
     assert not (run / "data").exists()
     proc = subprocess.Popen(  # the command the error message suggests: on the same files
@@ -230,6 +235,12 @@ def test_killed_party_then_resume_equals_uninterrupted(tmp_path):
     resumed = res["resumed_from_round"]
     assert res["status"] == "ok" and resumed == done
     assert f"[zer] resumed from its checkpoint of round {resumed}" in out
+    log = json.loads((run / "coordinator" / "message_log.json").read_text())
+    assert log["sessions"] == 2 and log["rounds"] == ROUNDS
+    assert log["messages"] > before["messages"] and log["total_bytes"] > before["total_bytes"]
+    assert all(log["crossing_bytes"][k] > n for k, n in before["crossing_bytes"].items())
+    for p in PARTIES:
+        assert json.loads((run / p / "message_log.json").read_text())["sessions"] == 2
 
     cfg = load_deploy_config(tmp_path / "deploy.toml")
     assert not (run / "data").exists()  # (it dealt demo data and failed on them)

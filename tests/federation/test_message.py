@@ -313,3 +313,49 @@ def test_a_vector_of_another_length_is_named_with_its_expected_shape():
         ProtocolError, match=r"'c' sent 'g' of shape \(39,\) in 'update', expected \(40,\)$"
     ):
         msg.array("g", (40,))
+
+
+def test_the_summaries_of_two_sessions_add_up():
+    """A resumed deployment's message log is the killed session's (kept in its checkpoint)
+    and the resumed one's together."""
+    from fedviews.federation import merge_summaries
+
+    before = {
+        "rounds": 4,
+        "messages": 10,
+        "total_bytes": 100,
+        "per_party": {"a": {"bytes_sent": 60, "bytes_received": 40, "wall_seconds": 1.5}},
+        "crossings": {"a -> c": ["Z_k"]},
+        "crossing_bytes": {"a -> c": 60, "c -> a": 40},
+        "meta_keys": {},
+        "exchanges": [["a", "c", "update:reply", ["Z_k"]]],
+    }
+    now = {
+        "rounds": 9,
+        "messages": 7,
+        "total_bytes": 50,
+        "per_party": {
+            "a": {"bytes_sent": 30, "bytes_received": 10, "wall_seconds": 0.25},
+            "b": {"bytes_sent": 10, "bytes_received": 0, "wall_seconds": 0.0},
+        },
+        "crossings": {"a -> c": ["Z_k", "psi_set"], "b -> c": ["x"]},
+        "crossing_bytes": {"a -> c": 30, "b -> c": 10, "c -> a": 10},
+        "meta_keys": {"a -> c": ["n"]},
+        "exchanges": [["b", "c", "x:reply", ["x"]]],
+    }
+    merged = merge_summaries(before, now)
+    assert merged == {
+        "rounds": 9,
+        "messages": 17,
+        "total_bytes": 150,
+        "per_party": {
+            "a": {"bytes_sent": 90, "bytes_received": 50, "wall_seconds": 1.75},
+            "b": {"bytes_sent": 10, "bytes_received": 0, "wall_seconds": 0.0},
+        },
+        "crossings": {"a -> c": ["Z_k", "psi_set"], "b -> c": ["x"]},
+        "crossing_bytes": {"a -> c": 90, "b -> c": 10, "c -> a": 50},
+        "meta_keys": {"a -> c": ["n"]},
+        "exchanges": [["a", "c", "update:reply", ["Z_k"]], ["b", "c", "x:reply", ["x"]]],
+        "sessions": 2,
+    }
+    assert merge_summaries(merged, now)["sessions"] == 3

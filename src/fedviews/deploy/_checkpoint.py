@@ -37,6 +37,30 @@ from fedviews.errors import ConfigError, DataError
 
 _NAME = re.compile(r"round-(\d+)\.npz")
 _FINGERPRINT = "checkpoint_fingerprint"
+#: the process's message-log summary up to the checkpoint's round (JSON text), so that the
+#: message log of a resumed run covers its killed session too (it covered the last one only)
+_LOG = "message_log_summary"
+
+
+def with_log(arrays: Mapping[str, np.ndarray], summary: Mapping[str, Any]) -> dict[str, Any]:
+    """``arrays`` and the message-log ``summary`` to keep with them in a checkpoint."""
+    return {**arrays, _LOG: np.array(json.dumps(summary))}
+
+
+def split_log(state: Mapping[str, np.ndarray]) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
+    """A loaded checkpoint's arrays without its message-log summary, and that summary
+    (``{}`` in a checkpoint written before they kept one)."""
+    arrays = dict(state)
+    text = arrays.pop(_LOG, None)
+    if text is None:
+        return arrays, {}
+    try:
+        summary = json.loads(str(text))
+    except ValueError:
+        raise DataError(
+            "a checkpoint's message log is not JSON: restore it, or start anew"
+        ) from None
+    return arrays, summary if isinstance(summary, dict) else {}
 
 
 def _plain(obj: Any) -> Any:

@@ -37,7 +37,7 @@ from typing import Any
 import numpy as np
 
 from fedviews.data import PartyData
-from fedviews.deploy._checkpoint import Checkpoints, fingerprint
+from fedviews.deploy._checkpoint import Checkpoints, fingerprint, split_log, with_log
 from fedviews.deploy._config import DeployConfig
 from fedviews.deploy._model import save_model_part
 from fedviews.errors import ConfigError, PrivacyError, ProtocolError, described
@@ -56,6 +56,7 @@ from fedviews.federation import (
     check_tags,
     get_algorithm_spec,
     handles,
+    merge_summaries,
     of_planned,
     run_privacy,
 )
@@ -191,6 +192,14 @@ class SessionParty(PSIParty):
         #: this party's own failure while answering (its report goes to the requester only:
         #: the operator of this process would otherwise see just "the coordinator stopped")
         self.own_error: str | None = None
+        #: the message log of the sessions before (from the checkpoint resumed from)
+        self.prior_log: dict[str, Any] = {}
+
+    def log_summary(self) -> dict[str, Any]:
+        """What crossed to and from this party in this session, and in those before it."""
+        assert self.transport is not None
+        now = self.transport.log.summary()
+        return merge_summaries(self.prior_log, now) if self.prior_log else now
 
     def handle(self, msg: Message) -> Message:
         """:meth:`answer` ``msg``; a failure is also said here, on this party's console (its
@@ -249,8 +258,7 @@ class SessionParty(PSIParty):
     def write_log(self) -> None:
         """``message_log.json``: what crossed to and from this party so far (and, over
         gRPC, what went direct and what the hub relayed)."""
-        assert self.transport is not None
-        log = self.transport.log.summary()
+        log = self.log_summary()
         if isinstance(self.transport, GrpcPartyTransport):
             log["links"] = self.transport.link_summary()
         self.out_dir.mkdir(parents=True, exist_ok=True)
@@ -321,7 +329,7 @@ class DeployParty(SessionParty):
         ckpt = self.checkpoints
         if ckpt is not None and training and msg.round % every == 0:
             # before the reply leaves: whatever round the coordinator completed, we have it
-            ckpt.save(msg.round, self.algo.state_dict())
+            ckpt.save(msg.round, with_log(self.algo.state_dict(), self.log_summary()))
         return reply
 
     @handles("deploy:setup")
@@ -364,9 +372,10 @@ class DeployParty(SessionParty):
                     f"the coordinator resumes after round {resume_round} but {self.name!r} "
                     "was started without --resume (pass its run folder of the killed run)"
                 )
-            state = Checkpoints(self.resume / "checkpoints", fp).load(resume_round)
+            loaded = Checkpoints(self.resume / "checkpoints", fp).load(resume_round)
+            state, self.prior_log = split_log(loaded)
             self.algo.load_state(state)
-            self.checkpoints.save(resume_round, state)
+            self.checkpoints.save(resume_round, loaded)
             self._shown = resume_round
             self.echo(f"resumed from its checkpoint of round {resume_round}")
         return self.reply(msg)
@@ -417,6 +426,14 @@ class DeployCoordinator(Coordinator):
         self.train_seconds = 0.0
         #: rounds (or epochs, as the algorithm counts them) this run trained, resumed ones aside
         self.rounds_run = 0
+        #: the message log of the sessions before (from the checkpoint resumed from)
+        self.prior_log: dict[str, Any] = {}
+
+    def log_summary(self) -> dict[str, Any]:
+        """``message_log.json``: what crossed in this session, and in those before it."""
+        assert self.transport is not None
+        now = self.transport.log.summary()
+        return merge_summaries(self.prior_log, now) if self.prior_log else now
 
     def run(self) -> dict[str, Any]:
         fed = self.cfg.federation
@@ -438,7 +455,7 @@ class DeployCoordinator(Coordinator):
             source = Checkpoints(self.resume / "checkpoints", fp)
             self.resumed_from = self._resume_round(source.rounds(), infos)
             if self.resumed_from:
-                state = source.load(self.resumed_from)
+                state, self.prior_log = split_log(source.load(self.resumed_from))
             else:
                 self.echo(f"no checkpoint in {source.directory}: starting from round 1")
         _widen(self.transport, run_policy(self.cfg, policy))
@@ -451,7 +468,7 @@ class DeployCoordinator(Coordinator):
         if state is not None:
             self.server.load_state(state)
             if self.checkpoints is not None:
-                self.checkpoints.save(self.resumed_from, state)
+                self.checkpoints.save(self.resumed_from, with_log(state, self.prior_log))
             self.echo(f"resuming after round {self.resumed_from}")
         self.echo(f"set up in {time.perf_counter() - t0:.1f} s; training")
         done = threading.Event()
@@ -494,7 +511,7 @@ class DeployCoordinator(Coordinator):
         """After each round (or epoch): count it, write its checkpoint when one is due."""
         self.rounds_run += 1
         if self.checkpoints is not None and round % self.cfg.federation.checkpoint_every == 0:
-            self.checkpoints.save(round, self.server.state_dict())
+            self.checkpoints.save(round, with_log(self.server.state_dict(), self.log_summary()))
 
     def _progress(
         self, done: threading.Event, shown: int, planned: int | None, start: float

@@ -189,7 +189,8 @@ def write_coordinator_outputs(
     if training and coord.server is not None:
         final: dict[str, Any] = dict(coord.app.coordinator_results(coord.server)[1])
         np.savez(out_dir / "result.npz", **final)
-    _write_json(out_dir / "message_log.json", log.summary())
+    summary = coord.log_summary() if isinstance(coord, DeployCoordinator) else log.summary()
+    _write_json(out_dir / "message_log.json", summary)
     _write_json(out_dir / "config.json", to_jsonable(coord.cfg))
     if training and result.get("status") == "ok":  # a failed run shuts down at once
         write_report(out_dir)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import threading
 from collections import defaultdict
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -229,3 +230,51 @@ class MessageLog:
         self._fold()
         entries = self._entries if limit is None else self._entries[:limit]
         return [asdict(e) for e in entries]
+
+
+def merge_summaries(before: Mapping[str, Any], now: Mapping[str, Any]) -> dict[str, Any]:
+    """One :meth:`MessageLog.summary` of a run made in two sessions: ``before`` (what the
+    killed session's checkpoint kept, up to the round it resumed from) and ``now`` (the
+    resumed session's). Counts and bytes add up, names and exchanges unite, ``rounds`` is the
+    last; ``sessions`` counts them (a resumed run's log covered its last session only)."""
+    out: dict[str, Any] = dict(now)
+    for key in ("messages", "total_bytes"):
+        out[key] = int(before.get(key, 0)) + int(now.get(key, 0))
+    out["rounds"] = max(int(before.get("rounds", 0)), int(now.get("rounds", 0)))
+    per: dict[str, dict[str, Any]] = {}
+    for table in (before.get("per_party", {}), now.get("per_party", {})):
+        for party, row in table.items():
+            mine = per.setdefault(
+                party, {"bytes_sent": 0, "bytes_received": 0, "wall_seconds": 0.0}
+            )
+            for k in mine:
+                mine[k] += row.get(k, 0)
+    out["per_party"] = {
+        p: {**r, "wall_seconds": round(r["wall_seconds"], 6)} for p, r in sorted(per.items())
+    }
+    for key in ("crossings", "meta_keys"):
+        pairs = set(before.get(key, {})) | set(now.get(key, {}))
+        out[key] = {
+            pair: sorted(
+                set(before.get(key, {}).get(pair, [])) | set(now.get(key, {}).get(pair, []))
+            )
+            for pair in sorted(pairs)
+        }
+    pairs = set(before.get("crossing_bytes", {})) | set(now.get("crossing_bytes", {}))
+    out["crossing_bytes"] = {
+        pair: int(before.get("crossing_bytes", {}).get(pair, 0))
+        + int(now.get("crossing_bytes", {}).get(pair, 0))
+        for pair in sorted(pairs)
+    }
+    seen = {tuple(map(str, e[:3])) + (tuple(e[3]),) for e in before.get("exchanges", [])}
+    seen |= {tuple(map(str, e[:3])) + (tuple(e[3]),) for e in now.get("exchanges", [])}
+    out["exchanges"] = [[s, r, k, list(n)] for s, r, k, n in sorted(seen)]
+    for key in ("dropped_entries", "dropped_meta_keys"):
+        if key in before or key in now:
+            names = set(before.get(key, {})) | set(now.get(key, {}))
+            out[key] = {
+                n: int(before.get(key, {}).get(n, 0)) + int(now.get(key, {}).get(n, 0))
+                for n in sorted(names)
+            }
+    out["sessions"] = int(before.get("sessions", 1)) + 1
+    return out
