@@ -421,3 +421,18 @@ def test_a_hub_closes_while_a_party_is_still_joining():
     hub.links["a"] = first
     hub.close(grace=0.1)
     assert first.closed.is_set() and late.closed.is_set()  # the late one is closed too
+
+
+@pytest.mark.parametrize("command", ["coordinator", "party"])
+def test_a_resume_folder_that_does_not_exist_is_refused(tmp_path, command):
+    """A misspelt ``--resume`` of the coordinator started it from round 1 without a word,
+    and every party's checkpoints were overwritten."""
+    from pathlib import Path
+
+    config = str(Path(__file__).parents[2] / "configs" / "deploy_mmvfl_handwritten.toml")
+    args = [command, config, "--insecure", "--resume", str(tmp_path / "coordinatr")]
+    if command == "party":
+        args += ["--party", "pix", "--data", str(tmp_path / "pix.npz"), "--coordinator", "x:1"]
+    r = CliRunner().invoke(app, args)
+    assert r.exit_code == 2, r.output
+    assert f"--resume {tmp_path / 'coordinatr'}: no such folder" in " ".join(r.output.split())

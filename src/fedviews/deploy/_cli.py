@@ -49,6 +49,17 @@ _Resume = Annotated[
 ]
 
 
+def check_resume(resume: Path | None) -> None:
+    """A ``--resume`` folder that does not exist is a typo: refused (a coordinator started
+    from round 1 without a word, and the parties' checkpoints were overwritten)."""
+    if resume is not None and not resume.is_dir():
+        from fedviews.errors import ConfigError
+
+        raise ConfigError(
+            f"--resume {resume}: no such folder (give this process's folder of the killed run)"
+        )
+
+
 def leaves_at_once(command: F) -> F:
     """End a deployment command's process as soon as the command returns or fails (its
     results, or its error line, written and flushed).
@@ -199,6 +210,7 @@ def register(app: typer.Typer, show_run: Callable[[Path], None] | None = None) -
         setup_logging()
         config = config_file(config)
         cfg = load_deploy_config(config, overrides or [])
+        check_resume(resume)
         tls = tls_for(certs, insecure, cfg.federation.coordinator, operator=True)
         if listen is None:  # plain text stays on this machine unless asked otherwise
             listen = "127.0.0.1:50051" if insecure else "0.0.0.0:50051"
@@ -253,6 +265,7 @@ def register(app: typer.Typer, show_run: Callable[[Path], None] | None = None) -
         config = config_file(config)
         cfg = load_deploy_config(config, overrides or [])
         check_member(cfg, party)
+        check_resume(resume)
         tls = tls_for(certs, insecure, party)
         stop = terminate_as_interrupt()  # `kill` stops it with its message log written
         try:
