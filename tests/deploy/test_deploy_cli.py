@@ -244,7 +244,26 @@ def test_bad_command_line_input_is_one_error_line(tmp_path):
         + ["--out", str(tmp_path / "c")],
     )
     assert res.exit_code == 2, res.output
-    assert "ConfigError" in res.output and "cannot listen on 'notanaddress'" in res.output
+    assert "ConfigError" in res.output and "--listen = 'notanaddress': expected HOST:PORT" in (
+        " ".join(res.output.split())
+    )
+    # gRPC took a bare host as port 443 and a port beyond 65535 modulo 65536
+    for bad in ("localhost", "localhost:99999"):
+        res = runner.invoke(
+            app,
+            [
+                "coordinator",
+                str(config),
+                "--insecure",
+                "--listen",
+                bad,
+                "--out",
+                str(tmp_path / "c"),
+            ],
+        )
+        assert res.exit_code == 2 and f"--listen = '{bad}': expected HOST:PORT" in (
+            " ".join(res.output.split())
+        ), res.output
 
 
 def test_missing_certificates_advice_depends_on_the_role(tmp_path):

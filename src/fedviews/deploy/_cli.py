@@ -203,7 +203,7 @@ def register(app: typer.Typer, show_run: Callable[[Path], None] | None = None) -
         model: _Model = None,
     ) -> None:
         """Run the coordinator of a deployment: listen, wait for the parties, drive the run."""
-        from fedviews.deploy._config import load_deploy_config
+        from fedviews.deploy._config import check_address, load_deploy_config
         from fedviews.deploy._launch import terminate_as_interrupt
         from fedviews.deploy._session import run_coordinator
 
@@ -214,6 +214,7 @@ def register(app: typer.Typer, show_run: Callable[[Path], None] | None = None) -
         tls = tls_for(certs, insecure, cfg.federation.coordinator, operator=True)
         if listen is None:  # plain text stays on this machine unless asked otherwise
             listen = "127.0.0.1:50051" if insecure else "0.0.0.0:50051"
+        check_address(listen, "--listen", any_port=True)
         stop = terminate_as_interrupt()  # `kill` (or its launcher) stops it with its results
         try:
             run_coordinator(
@@ -253,7 +254,7 @@ def register(app: typer.Typer, show_run: Callable[[Path], None] | None = None) -
         model: _Model = None,
     ) -> None:
         """Run one party: load only its own data, dial out to the coordinator, serve the run."""
-        from fedviews.deploy._config import load_deploy_config
+        from fedviews.deploy._config import check_address, load_deploy_config
         from fedviews.deploy._data import load_party_data
         from fedviews.deploy._launch import terminate_as_interrupt
         from fedviews.deploy._session import check_member, run_party
@@ -266,6 +267,9 @@ def register(app: typer.Typer, show_run: Callable[[Path], None] | None = None) -
         cfg = load_deploy_config(config, overrides or [])
         check_member(cfg, party)
         check_resume(resume)
+        check_address(coordinator, "--coordinator")
+        if listen is not None:
+            check_address(listen, "--listen")
         tls = tls_for(certs, insecure, party)
         stop = terminate_as_interrupt()  # `kill` stops it with its message log written
         try:

@@ -167,11 +167,14 @@ class FederationSpec(Roster):
             check_address(address, f"federation.listen.{party}")
 
 
-def check_address(address: object, where: str) -> str:
-    """``address`` if it is ``HOST:PORT`` with a port peers can dial (1-65535), else
-    ConfigError; an IPv6 host goes in brackets (``[::1]:7101``)."""
+def check_address(address: object, where: str, *, any_port: bool = False) -> str:
+    """``address`` if it is ``HOST:PORT`` with a port peers can dial (1-65535; ``any_port``:
+    also 0, a port the system picks, for a listener that reports it), else ConfigError; an
+    IPv6 host goes in brackets (``[::1]:7101``). (gRPC took ``localhost`` as port 443 and
+    99999 as 34463.)"""
     host, sep, port = str(address).rpartition(":")
-    ok = isinstance(address, str) and sep and host and port.isdigit() and 0 < int(port) < 65536
+    low = 0 if any_port else 1
+    ok = isinstance(address, str) and sep and host and port.isdigit() and low <= int(port) < 65536
     if ok and host.startswith("["):
         try:
             ok = host.endswith("]") and bool(ipaddress.IPv6Address(host[1:-1]))
