@@ -46,6 +46,13 @@ def test_split_data_and_party_files(tmp_path):
     assert fou.X.shape == (24, 76) and zer.X.shape == (24, 47)
     assert fou.y is None and zer.y is not None and set(zer.y) <= set(range(10))
     assert len(np.intersect1d(fou.ids, zer.ids)) < 30
+    # the files are not replaced without a word (they were)
+    again = ["split-data", "handwritten", str(tmp_path), "--views", "fou,zer", "--format", "csv"]
+    res = runner.invoke(app, again)
+    assert res.exit_code == 2 and "holds party files already (fou.csv, zer.csv)" in res.output
+    assert load_party_data(tmp_path / "fou.csv").X.shape == (24, 76)
+    res = runner.invoke(app, [*again, "--n-per-class", "2", "--force"])
+    assert res.exit_code == 0 and load_party_data(tmp_path / "fou.csv").X.shape[0] < 24
     d = PartyData(np.array([3, 1, 2]), np.arange(6.0).reshape(3, 2), np.array([0, 1, 0]))
     for ext in ("npz", "csv"):
         back = load_party_data(save_party_data(tmp_path / f"p.{ext}", d))

@@ -49,6 +49,10 @@ _Resume = Annotated[
 ]
 
 
+#: the suffixes of party data files (``fedviews split-data`` refuses to overwrite them)
+DATA_SUFFIXES = (".npz", ".csv", ".parquet")
+
+
 def check_resume(resume: Path | None) -> None:
     """A ``--resume`` folder that does not exist is a typo: refused (a coordinator started
     from round 1 without a word, and the parties' checkpoints were overwritten)."""
@@ -477,6 +481,9 @@ def register(app: typer.Typer, show_run: Callable[[Path], None] | None = None) -
                 "label owners, \\[data] table; e.g. Multi-VFL image strips), from DATASET."
             ),
         ] = None,
+        force: Annotated[
+            bool, typer.Option("--force", help="Replace the party files OUTDIR holds.")
+        ] = False,
     ) -> None:
         """Write one data file per party of a built-in dataset, IDs in each file.
 
@@ -486,6 +493,17 @@ def register(app: typer.Typer, show_run: Callable[[Path], None] | None = None) -
         """
         from fedviews.deploy._data import split_dataset
 
+        held = sorted(
+            p.name
+            for p in (outdir.iterdir() if outdir.is_dir() else [])
+            if p.suffix in DATA_SUFFIXES
+        )
+        if held and not force:  # (they were replaced without a word)
+            raise ConfigError(
+                f"{outdir} holds party files already ({', '.join(held[:4])}"
+                f"{', ...' if len(held) > 4 else ''}): choose another folder, or --force to "
+                "replace them"
+            )
         if config is not None:
             from fedviews.deploy._config import load_deploy_config
             from fedviews.deploy._data import write_demo_data
