@@ -87,7 +87,12 @@ class PartyUnavailable(ProtocolError):
     """
 
     def __init__(self, party: str, detail: str = "") -> None:
-        msg = f"party {party!r} is unavailable"
+        names = party.split(", ")  # (several, as "a, b": the parties that did not join)
+        msg = (
+            f"party {party!r} is unavailable"
+            if len(names) == 1
+            else f"parties {', '.join(map(repr, names))} are unavailable"
+        )
         super().__init__(f"{msg}: {detail}" if detail else msg, party=party)
         self.party: str = party
 

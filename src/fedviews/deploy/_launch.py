@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import shutil
 import signal
 import socket
@@ -323,7 +324,7 @@ def _failure(info: dict[str, Any], rc: int, hint: str, coordinator: str) -> Exce
             f"{text if kind == 'ProtocolError' else status}; {hint}", party=str(named)
         )
     if "unavailable_party" in info:  # its status reads "PartyUnavailable: party 'x' ..."
-        status = status.partition(" is unavailable: ")[2] or status
+        status = re.split(r" (?:is|are) unavailable: ", status, maxsplit=1)[-1]
     else:  # the coordinator's own error (e.g. the files share no ID): as it is
         kind, _, text = status.partition(": ")
         own = {c.__name__: c for c in (ConfigError, DataError, ProtocolError)}.get(kind)
