@@ -174,7 +174,7 @@ def launch(
     if data_dir is None:
         data_dir = run_dir / "data"
         write_demo_data(cfg, data_dir)
-    files = party_files(fed.parties, data_dir, ProtocolError)
+    files = party_files(fed.parties, data_dir, DataError)
     security: list[str]
     if insecure:
         security = ["--insecure"]
