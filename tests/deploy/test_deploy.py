@@ -213,6 +213,34 @@ def two_cas(tmp_path):
     return good, evil
 
 
+def test_a_certificate_of_another_name_is_refused_before_any_connection(two_cas, tmp_path):
+    """A coordinator started with a party's certificate ran, and every party then said it
+    was unreachable (gRPC: "Hostname Verification Check failed") and retried for a minute."""
+    import shutil
+
+    from fedviews.federation import Coordinator, GrpcHub
+
+    good, _ = two_cas
+    mixed = tmp_path / "mixed"
+    mixed.mkdir()
+    shutil.copy(good / "ca.crt", mixed)
+    for ext in ("crt", "key"):
+        shutil.copy(good / f"a.{ext}", mixed / f"coordinator.{ext}")
+    with pytest.raises(ConfigError, match=r"coordinator\.crt is issued to 'a', not 'coordinator'"):
+        TLSFiles.from_dir(mixed, "coordinator")
+    # a server that presents it anyway (no fedviews coordinator) is refused at once
+    tls = TLSFiles(mixed / "ca.crt", mixed / "coordinator.crt", mixed / "coordinator.key")
+    hub = GrpcHub(_POLICY, {"a": "party"}, tls=tls, options=_FAST)
+    hub.register(Coordinator())
+    try:
+        t0 = time.monotonic()
+        with pytest.raises(PrivacyError, match="presented a certificate that is not issued to"):
+            _dial(hub, good, "a", "a")
+        assert time.monotonic() - t0 < 10  # not the minute of retries
+    finally:
+        hub.close()
+
+
 def test_mutual_tls_round_trip_and_refusals(two_cas):
     good, evil = two_cas
     hub = _hub(good, parties=("a", "b"))

@@ -231,6 +231,23 @@ def revoked_serials(directory: Path) -> frozenset[str]:
     return frozenset(line.split()[0] for line in rl.read_text().splitlines() if line.strip())
 
 
+def _check_issued_to(cert: Path, name: str) -> None:
+    """A ConfigError unless the PEM certificate ``cert`` is issued to ``name`` (its common
+    name, case aside): a coordinator started with a party's certificate was refused by every
+    party only at TLS's name check, each saying the coordinator was unreachable."""
+    c = crypto()
+    try:
+        loaded = c.x509.load_pem_x509_certificate(cert.read_bytes())
+    except ValueError:
+        raise ConfigError(f"{cert} is not a PEM certificate") from None
+    names = [a.value for a in loaded.subject.get_attributes_for_oid(c.NameOID.COMMON_NAME)]
+    if [str(n).lower() for n in names] != [name.lower()]:
+        raise ConfigError(
+            f"{cert} is issued to {', '.join(map(repr, names)) or 'no name'}, not {name!r}: "
+            f"give {name!r} its own certificate (its peers check the name)"
+        )
+
+
 @dataclass(frozen=True)
 class TLSFiles:
     """The PEM files one process needs: the federation CA, its certificate and key.
@@ -256,6 +273,7 @@ class TLSFiles:
         for p in (files.ca, files.cert, files.key):
             if not p.is_file():
                 raise ConfigError(f"missing {p}; {certificate_advice(name, operator, d)}")
+        _check_issued_to(files.cert, name)
         return cls(files.ca, files.cert, files.key, revoked_serials(d))
 
     def server_credentials(self) -> Any:

@@ -52,6 +52,12 @@ def _unresolved(code: Any, details: str) -> bool:
     return bool(code == _grpc().StatusCode.UNAVAILABLE and "resolv" in details.lower())
 
 
+def _misnamed(details: str) -> bool:
+    """Whether a failed dial failed at TLS's check of the coordinator's name (gRPC:
+    "Hostname Verification Check failed"): its certificate is issued to another name."""
+    return "hostname verification" in details.lower()
+
+
 def _short(details: str) -> str:
     """The reason in gRPC's failure text, without its address list: "failed to connect to
     all addresses; last error: UNKNOWN: ipv4:10.0.0.5:50051: Connection refused" ->
@@ -180,6 +186,13 @@ class GrpcPartyTransport(_Endpoint):
                         f"({exc.details()}): check --coordinator HOST:PORT (spelling, DNS, "
                         "or use its IP address)"
                     ) from None
+                if _misnamed(str(exc.details())):  # nor does a certificate of another name
+                    raise errors.PrivacyError(
+                        f"the server at {self.address} presented a certificate that is not "
+                        f"issued to {self.server_name!r} ({_short(str(exc.details()))}): it is "
+                        "not the federation's coordinator, or runs with another party's "
+                        "certificate; not connecting"
+                    ) from None
                 if attempt == 1 and retries > 1:  # one line, however long it retries
                     log.warning(
                         "waiting for the coordinator at %s (unreachable: %s), retrying for "
@@ -207,7 +220,13 @@ class GrpcPartyTransport(_Endpoint):
             if attempt < retries:
                 time.sleep(pause)
                 pause *= 2
-        tls = ", that this party's certificate is signed by the federation's CA" if self.tls else ""
+        tls = (
+            f", and that this party's certificate and the coordinator's are signed by the same "
+            f"CA (ca.crt) and the coordinator's is issued to {self.server_name!r} (a TLS "
+            "handshake that fails reads 'Socket closed' here)"
+            if self.tls
+            else ""
+        )
         raise PartyUnavailable(
             self.server_name,
             f"could not reach the coordinator at {self.address} ({retries} attempts over "
