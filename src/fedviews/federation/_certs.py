@@ -198,8 +198,9 @@ def revoke_certificate(directory: str | Path, name: str) -> int:
     if not path.is_file():
         raise ConfigError(f"no certificate {path}")
     serial = int(x509.load_pem_x509_certificate(path.read_bytes()).serial_number)
-    with (d / "revoked.txt").open("a") as fh:
-        fh.write(f"{serial:x} {name}\n")
+    if f"{serial:x}" not in revoked_serials(d):  # (revoked once: issue --replace revokes too)
+        with (d / "revoked.txt").open("a") as fh:
+            fh.write(f"{serial:x} {name}\n")
     return serial
 
 
