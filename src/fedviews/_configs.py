@@ -117,7 +117,10 @@ def config_file(path: Path) -> Path:
 
     found = resolve_config(path)
     if found == path.with_name(path.name + ".toml"):
-        said = f"{path}: the file {found} (`configs/{path.name}` runs the shipped one)"
+        shipped = path.name in _shipped()
+        said = f"{path}: the file {found}" + (
+            f" (`configs/{path.name}` runs the shipped one)" if shipped else ""
+        )
     elif found != path:
         said = f"{path}: the shipped config {found}"
     else:
