@@ -245,7 +245,7 @@ def test_bad_configs_are_clear_errors():
         build_in_process(
             RunSpec("splitnn", SplitNNParams(lr=0), Roster(("p", "a"), label_owner="a")), datas
         )
-    with pytest.raises(ConfigError, match="one of them federation.label_owner"):
+    with pytest.raises(ConfigError, match="label owner .x. is not one of the parties"):
         build_in_process(RunSpec("splitnn", PARAMS, Roster(("p", "a"), label_owner="x")), datas)
     with pytest.raises(DataError, match="no test split"):
         build_in_process(

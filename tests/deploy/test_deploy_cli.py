@@ -398,7 +398,7 @@ def test_launch_refuses_the_folder_of_another_run(tmp_path):
     # and launch.json only: the same --out is taken again, not refused as a run to resume
     run = tmp_path / "failed"
     for _ in range(2):
-        with pytest.raises(ProtocolError, match="nowhere"):
+        with pytest.raises(DataError, match="nowhere"):
             launch(config, cfg, out_dir=run, data_dir=tmp_path / "nowhere", insecure=True)
     assert sorted(p.name for p in run.iterdir()) == ["config.toml", "launch.json"]
 
