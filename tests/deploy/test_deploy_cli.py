@@ -12,7 +12,7 @@ from typer.testing import CliRunner  # noqa: E402
 
 from fedviews.cli import app  # noqa: E402
 from fedviews.deploy import PartyData, load_deploy_config, load_party_data, save_party_data  # noqa: E402
-from fedviews.errors import ConfigError, DataError, ProtocolError  # noqa: E402
+from fedviews.errors import ConfigError, DataError  # noqa: E402
 
 runner = CliRunner()
 
