@@ -276,7 +276,10 @@ def test_model_parts_missing_changed_or_of_another_config_are_named(vfedmv, tmp_
     copy = tmp_path / "run"
     shutil.copytree(run, copy)
     check_model_parts(copy, cfg, tmp_path, None)  # all there
-    with pytest.raises(ConfigError, match="another config.*params"):
+    # the key that differs is named (it said "algorithm, seed, parties, params or defense")
+    with pytest.raises(
+        ConfigError, match=r"another config \(vfedmv; different: params\.max_iter\)"
+    ):
         load_model_part(copy / "pix", _cfg(VFEDMV, "params.max_iter=5"), "pix")
     (copy / "fou" / "model.json").unlink()
     with pytest.raises(DataError, match="'fou' has no model part"):

@@ -29,6 +29,7 @@ import fedviews
 from fedviews.data import read_npz
 from fedviews.deploy._config import DeployConfig
 from fedviews.errors import ConfigError, DataError
+from fedviews.federation import run_differences
 
 MODEL_FILE = "model.json"
 #: the arrays a party keeps (its results, :meth:`Algorithm.write_party_results`)
@@ -56,6 +57,13 @@ def _identity(cfg: DeployConfig) -> str:
     return run_fingerprint(cfg)
 
 
+def _keys(cfg: DeployConfig) -> str:
+    """The run identity key by key (:func:`~._roles.run_hello`), to name what differs."""
+    from fedviews.deploy._roles import run_hello
+
+    return run_hello(cfg)
+
+
 def save_model_part(
     out_dir: Path, cfg: DeployConfig, member: str, run_id: str, setup: dict[str, Any]
 ) -> Path:
@@ -69,6 +77,7 @@ def save_model_part(
         "member": member,
         "run_id": run_id,
         "run": _identity(cfg),
+        "run_keys": _keys(cfg),
         "setup": setup,
         "arrays": {ARRAYS_FILE: _digest(arrays)} if arrays.is_file() else {},
     }
@@ -96,10 +105,15 @@ def load_model_part(directory: Path, cfg: DeployConfig, member: str) -> ModelPar
     if meta.get("member") != member:
         raise DataError(f"{where} is the part of {meta.get('member')!r}")
     if meta.get("algorithm") != cfg.algorithm or meta.get("run") != _identity(cfg):
+        differ = run_differences(_keys(cfg), meta["run_keys"]) if "run_keys" in meta else ""
         raise ConfigError(
-            f"{where} was trained with another config ({meta.get('algorithm')}; algorithm, "
-            "seed, parties, params or defense differ): predict with its training config and "
-            "overrides"
+            f"{where} was trained with another config ({meta.get('algorithm')}; "
+            + (
+                f"different: {differ}"
+                if differ
+                else "algorithm, seed, parties, params or defense differ"
+            )
+            + "): predict with its training config and overrides"
         )
     arrays: dict[str, np.ndarray] = {}
     for name, digest in dict(meta.get("arrays") or {}).items():
