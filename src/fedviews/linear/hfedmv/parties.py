@@ -341,7 +341,10 @@ class HFedMVServer(Coordinator):
             try:
                 replies = self.broadcast(self.clients, "local_train", arrays=self.arrays(), round=r)
             except ProtocolError as exc:
-                raise self._overflowed(exc) from exc
+                blamed = self._overflowed(exc)
+                if blamed is exc:
+                    raise
+                raise blamed from exc
             msgs = [replies[c] for c in self.clients]
             if self.frac_bits is not None:  # sum_l N_l W^l_k, divided by N: nothing per client
                 self.W, f = secure_mean_W(replies, [W.shape for W in self.W], self.frac_bits)
@@ -365,8 +368,8 @@ class HFedMVServer(Coordinator):
 
     def _overflowed(self, exc: ProtocolError) -> ProtocolError:
         """The refusal of a client's ``W_local`` that is not finite, naming the client whose
-        own ``W_local`` of the round before was huge (:data:`~fedviews.federation._tensors.HUGE`) and the
-        largest (:func:`~fedviews.federation.largest_input`): the weighted average is finite,
+        own ``W_local`` of the round before was huge and the largest
+        (:func:`~fedviews.federation.largest_input`): the weighted average is finite,
         so the server sends a poisoned ``W_k`` and an honest client's local step overflows
         on it. Anything else (or nothing to compare: the first round, secure aggregation,
         which sees no client's ``W_local``) is ``exc`` as it came."""
