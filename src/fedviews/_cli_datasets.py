@@ -20,7 +20,8 @@ datasets_app = typer.Typer(
 @datasets_app.command("list")
 @friendly
 def datasets_list() -> None:
-    """List the built-in datasets, the tables and the sequence datasets, each fetchable."""
+    """List the datasets: tables and sequences (fetchable, but Caltech7: your copy) and the
+    CIFAR images APFed reads from your copy."""
     from rich.table import Table
 
     from fedviews.data import info, list_datasets, list_sequence_datasets
