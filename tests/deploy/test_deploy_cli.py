@@ -463,3 +463,45 @@ def test_a_resume_folder_that_does_not_exist_is_refused(tmp_path, command):
     r = CliRunner().invoke(app, args)
     assert r.exit_code == 2, r.output
     assert f"--resume {tmp_path / 'coordinatr'}: no such folder" in " ".join(r.output.split())
+
+
+def test_a_party_sharing_few_of_its_rows_says_so(tmp_path):
+    """5 common IDs of 950 trained without a word (IDs that should match but do not: a
+    prefix, an int column against strings): a party sharing under a tenth of its training
+    rows warns on its console; sharing none, the run stops naming the likely cause."""
+    from fedviews.deploy import write_demo_data
+    from fedviews.deploy._session import DeployCoordinator, DeployParty, session_policy
+    from fedviews.federation import InProcessTransport
+
+    config = tmp_path / "d.toml"
+    config.write_text(
+        'algorithm = "mmvfl"\n[federation]\nparties = ["fou", "zer"]\nlabel_owner = "fou"\n'
+        "[data]\nn_per_class = 6\n[params]\nmax_iter = 2\n"
+    )
+    cfg = load_deploy_config(config)
+    files = write_demo_data(cfg, tmp_path / "data")
+
+    def run(kept: int) -> list[str]:
+        """A session where zer's IDs but the first ``kept`` carry a prefix; zer's lines."""
+        datas = {p: load_party_data(path) for p, path in files.items()}
+        zer = datas["zer"]
+        ids = np.array([i if k < kept else f"id{i}" for k, i in enumerate(zer.ids)])
+        datas["zer"] = PartyData(ids, zer.X)
+        said: list[str] = []
+        transport = InProcessTransport(session_policy(cfg))
+        coord = DeployCoordinator(cfg, lambda line: None)
+        transport.register(coord)
+        for p, d in datas.items():
+            echo = said.append if p == "zer" else (lambda line: None)
+            transport.register(DeployParty(cfg, p, d, tmp_path / "out" / p, echo))
+        coord.run()
+        return said
+
+    said = run(3)
+    assert [line for line in said if line.startswith("warning")] == [
+        "warning: only 3 of this party's 60 training rows are shared with the other parties: "
+        "check that their IDs match this file's (7 and '7', or 'id7' and '7', differ)"
+    ]
+    assert not [line for line in run(60) if line.startswith("warning")]
+    with pytest.raises(DataError, match=r"share no sample ID \(check that their files' IDs"):
+        run(0)

@@ -352,7 +352,21 @@ class DeployParty(SessionParty):
             meta["checkpoints"] = ",".join(map(str, have))
         sizes = ", ".join(f"{g}: {len(r)}" for g, r in rows.items())
         self.echo(f"aligned samples ({sizes}) of {len(self.ids)}")
+        self._warn_few_shared(rows)
         return self.reply(msg, meta=meta)
+
+    def _warn_few_shared(self, rows: Mapping[str, np.ndarray]) -> None:
+        """Say so where under a tenth of this party's training rows are shared with the
+        others (5 of 950 trained without a word): IDs that should match but do not."""
+        train = [r for g, r in rows.items() if self.groups[g].split == "train"]
+        n = len(self.data.split("train")[0])
+        shared = len(np.unique(np.concatenate(train))) if train else 0
+        if 0 < shared < 0.1 * n:
+            self.echo(
+                f"warning: only {shared} of this party's {n} training rows are shared with "
+                "the other parties: check that their IDs match this file's (7 and '7', or "
+                "'id7' and '7', differ)"
+            )
 
     @handles("deploy:build")
     def on_build(self, msg: Message) -> Message:

@@ -148,7 +148,10 @@ def check_group_sizes(
                 f"aligned samples: {sizes}{hint}"
             )
         if not next(iter(sizes.values())):
-            raise DataError(f"the parties of alignment group {g.name!r} share no sample ID")
+            raise DataError(
+                f"the parties of alignment group {g.name!r} share no sample ID (check that "
+                "their files' IDs match: 7 and '7', or 'id7' and '7', differ)"
+            )
         if same_ids:
             digests: dict[str, list[str]] = {}
             for p in g.parties:
