@@ -231,9 +231,12 @@ def test_killed_party_then_resume_equals_uninterrupted(tmp_path):
     )
     out, _ = proc.communicate(timeout=120)
     assert proc.returncode == 0, out
+    killed = res
     res = json.loads((run / "coordinator" / "results.json").read_text())
     resumed = res["resumed_from_round"]
     assert res["status"] == "ok" and resumed == done
+    # the killed session's results are kept beside (they were overwritten)
+    assert json.loads((run / "coordinator" / "results.session-1.json").read_text()) == killed
     assert f"[zer] resumed from its checkpoint of round {resumed}" in out
     log = json.loads((run / "coordinator" / "message_log.json").read_text())
     assert log["sessions"] == 2 and log["rounds"] == ROUNDS

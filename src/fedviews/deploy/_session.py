@@ -5,6 +5,7 @@ ends, and what each leaves in its folder."""
 from __future__ import annotations
 
 import os
+import shutil
 import threading
 import time
 from pathlib import Path
@@ -95,6 +96,8 @@ def run_coordinator(
             cfg, say, load_model_part(model, cfg, cfg.federation.coordinator)
         )
     out_dir.mkdir(parents=True, exist_ok=True)
+    if resume is not None:
+        keep_earlier_results(out_dir)
     hub = GrpcHub(
         session_policy(cfg),
         cfg.roles(),
@@ -155,6 +158,20 @@ def run_coordinator(
                 f"checkpoint of round {result['last_checkpoint_round']} kept: continue with "
                 f"--resume {out_dir} (and --resume <its folder> for every party)"
             )
+
+
+def keep_earlier_results(out_dir: Path) -> Path | None:
+    """Before a resumed session writes ``results.json``, keep the one there (the killed
+    session's, or a failed resume's: each was overwritten) as ``results.session-K.json``,
+    K counting the sessions; the path kept, or ``None``."""
+    done = out_dir / "results.json"
+    if not done.is_file():
+        return None
+    k = 1
+    while (kept := out_dir / f"results.session-{k}.json").exists():
+        k += 1
+    shutil.copyfile(done, kept)
+    return kept
 
 
 def blame(exc: BaseException) -> dict[str, str]:
