@@ -379,6 +379,9 @@ def test_a_terminated_launch_keeps_its_results_and_leaves_no_process(tmp_path, s
     assert flat.count("error: ProtocolError: the coordinator stopped the run before") == 3
     for p in PARTIES:
         assert f"kept in {run / p}" in flat, out
+    # and the launcher says how to go on (it did only for a party that died)
+    assert f"interrupted; checkpoint of round {res['last_checkpoint_round']} kept: " in flat
+    assert f"`fedviews run --resume {run}`" in flat
 
 
 def test_a_second_stop_while_the_coordinator_writes_keeps_its_results(tmp_path, monkeypatch):

@@ -283,6 +283,9 @@ def launch(
         for pump in pumps:  # every process has exited: echo the rest of its output first
             pump.join(5)
         stop()
+        if sys.exc_info()[0] is KeyboardInterrupt:  # Ctrl-C, or `kill` (SIGTERM) to it
+            hint = _resume_hint(run_dir, fed.coordinator, fed.parties)
+            echo(f"interrupted{hint or ': no checkpoint to resume from'}")
 
 
 def _wait_for_coordinator(
