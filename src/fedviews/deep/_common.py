@@ -259,6 +259,16 @@ def load_module(prefix: str, module: Any, state: Mapping[str, np.ndarray], who: 
     module.load_state_dict({k: torch.as_tensor(np.asarray(v)) for k, v in got.items()})
 
 
+def load_saved_module(prefix: str, module: Any, saved: Mapping[str, Any], who: str) -> None:
+    """Restore what an estimator saved of one network: :func:`module_arrays` (checked by
+    :func:`load_module`), or a torch ``state_dict`` that a version before networks kept
+    their structure wrote (loaded by names and shapes only)."""
+    if any(k.startswith(prefix + "/") for k in saved):
+        load_module(prefix, module, {k: np.asarray(v) for k, v in saved.items()}, who)
+    else:
+        module.load_state_dict(saved)
+
+
 def load_optimizer(prefix: str, opt: Any, state: Mapping[str, np.ndarray]) -> None:
     """Restore :func:`optimizer_arrays`."""
     torch = require_torch()

@@ -49,10 +49,6 @@ _Resume = Annotated[
 ]
 
 
-#: the suffixes of party data files (``fedviews split-data`` refuses to overwrite them)
-DATA_SUFFIXES = (".npz", ".csv", ".parquet")
-
-
 def check_resume(resume: Path | None) -> None:
     """A ``--resume`` folder that does not exist is a typo: refused (a coordinator started
     from round 1 without a word, and the parties' checkpoints were overwritten)."""
@@ -491,12 +487,12 @@ def register(app: typer.Typer, show_run: Callable[[Path], None] | None = None) -
         labels). With --config: the parties of that deployment config, as `fedviews launch`
         would write them (DATASET in place of the config's data.dataset where they differ).
         """
-        from fedviews.deploy._data import split_dataset
+        from fedviews.deploy._data import SUFFIXES, split_dataset
 
         held = sorted(
             p.name
             for p in (outdir.iterdir() if outdir.is_dir() else [])
-            if p.suffix in DATA_SUFFIXES
+            if p.suffix.lstrip(".") in SUFFIXES
         )
         if held and not force:  # (they were replaced without a word)
             raise ConfigError(

@@ -132,6 +132,14 @@ def run_hello(cfg: DeployConfig) -> str:
     return ";".join(f"{k}={fingerprint(v=v)[:12]}" for k, v in sorted(parts.items()))
 
 
+def _all_sessions(transport: Any, prior: Mapping[str, Any]) -> dict[str, Any]:
+    """The summary of ``transport``'s message log, with ``prior`` (the log of the sessions
+    before, kept in the checkpoint a resumed process started from) where there is one."""
+    assert transport is not None
+    now: dict[str, Any] = transport.log.summary()
+    return merge_summaries(prior, now) if prior else now
+
+
 def _write_json(path: Path, obj: Any) -> None:
     path.write_text(json.dumps(obj, indent=2, default=str))
 
@@ -197,9 +205,7 @@ class SessionParty(PSIParty):
 
     def log_summary(self) -> dict[str, Any]:
         """What crossed to and from this party in this session, and in those before it."""
-        assert self.transport is not None
-        now = self.transport.log.summary()
-        return merge_summaries(self.prior_log, now) if self.prior_log else now
+        return _all_sessions(self.transport, self.prior_log)
 
     def handle(self, msg: Message) -> Message:
         """:meth:`answer` ``msg``; a failure is also said here, on this party's console (its
@@ -445,9 +451,7 @@ class DeployCoordinator(Coordinator):
 
     def log_summary(self) -> dict[str, Any]:
         """``message_log.json``: what crossed in this session, and in those before it."""
-        assert self.transport is not None
-        now = self.transport.log.summary()
-        return merge_summaries(self.prior_log, now) if self.prior_log else now
+        return _all_sessions(self.transport, self.prior_log)
 
     def run(self) -> dict[str, Any]:
         fed = self.cfg.federation

@@ -309,7 +309,7 @@ def run_party(
         kept = party.checkpoints.latest() if party.checkpoints is not None else 0
         why = (
             f"after this party's own error ({party.own_error})"
-            if getattr(party, "own_error", None)
+            if party.own_error
             else "(its results.json says why)"
         )
         raise ProtocolError(

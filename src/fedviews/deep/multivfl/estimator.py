@@ -29,7 +29,7 @@ from fedviews._registry import register_estimator
 from fedviews.data import PartyData, check_classes, check_ids, check_numeric, split_strips
 from fedviews.deep._common import (
     history_columns,
-    load_module,
+    load_saved_module,
     module_arrays,
     resolve_device,
     warn_raw_pixels,
@@ -434,10 +434,7 @@ class MultiVFL(Persistent, Classifier):
         for do, bottom in zip(self.data_owners_, state["bottoms"], strict=True):
             do.load_state(bottom)
         for lo, top in zip(self.label_owners_, state["tops"], strict=True):
-            if any(k.startswith("top/") for k in top):
-                load_module("top", lo.top, {k: np.asarray(v) for k, v in top.items()}, lo.name)
-            else:  # (saved before networks kept their structure: a torch state dict, unchecked)
-                lo.top.load_state_dict(top)
+            load_saved_module("top", lo.top, top, lo.name)
         self.server_.load_state(state["server"])
         log = self.transport_.log
         members = [self.server_, *self.data_owners_, *self.label_owners_]

@@ -42,7 +42,12 @@ from fedviews._params import check_value, factory_fields, spec
 from fedviews._persist import Persistent
 from fedviews._registry import register_estimator
 from fedviews.data import PartyData, check_classes, check_sequences
-from fedviews.deep._common import host_copies, load_module, module_arrays, resolve_device
+from fedviews.deep._common import (
+    host_copies,
+    load_saved_module,
+    module_arrays,
+    resolve_device,
+)
 from fedviews.deep.sfedmv.baselines import train_local_extractors
 from fedviews.deep.sfedmv.nets import Extractor, make_extractor, sequence_embed
 from fedviews.deep.sfedmv.parties import RoundCallback, SFedMVServer
@@ -241,12 +246,8 @@ class SFedMV(Persistent, Classifier):
         groups = []
         for group in state["extractors"]:
             models = [make_extractor(ch, c, p, 0, view=k) for k, ch in enumerate(self.n_channels_)]
-            for k, (m, sd) in enumerate(zip(models, group, strict=True)):
-                if any(key.startswith("extractor/") for key in sd):
-                    arrays = {key: np.asarray(v) for key, v in sd.items()}
-                    load_module("extractor", m, arrays, f"view {k}'s saved extractor")
-                else:  # (saved before networks kept their structure: unchecked)
-                    m.load_state_dict(sd)
+            for k, (m, saved) in enumerate(zip(models, group, strict=True)):
+                load_saved_module("extractor", m, saved, f"view {k}'s saved extractor")
             groups.append([m.to(self.device_) for m in models])
         self.extractors_ = groups if self.setting_[0] == "local" else groups[0]
 
