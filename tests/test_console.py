@@ -10,7 +10,7 @@ import typer
 
 from fedviews._console import DEBUG, friendly
 from fedviews.cli import main
-from fedviews.errors import ConfigError
+from fedviews.errors import ConfigError, Terminated
 
 
 def test_error_text_in_brackets_is_printed_not_read_as_markup(capsys):
@@ -24,6 +24,24 @@ def test_error_text_in_brackets_is_printed_not_read_as_markup(capsys):
     err = capsys.readouterr().err
     assert "remove [federation.listen] or deploy with [bold]fedviews launch[/]" in err
     assert err.startswith("error: ConfigError: ")
+
+
+@pytest.mark.parametrize(
+    ("stop", "code", "said"),
+    [(KeyboardInterrupt, 130, "interrupted"), (Terminated, 143, "terminated (SIGTERM)")],
+)
+def test_a_stopped_command_says_which_signal_stopped_it(capsys, stop, code, said):
+    """Ctrl-C exits 130 and `kill` 143, the shells' statuses for SIGINT and SIGTERM (a kill
+    read "interrupted" with 130, and its run's status "KeyboardInterrupt")."""
+
+    @friendly
+    def command() -> None:
+        raise stop()
+
+    with pytest.raises(typer.Exit) as info:
+        command()
+    assert info.value.exit_code == code
+    assert capsys.readouterr().err.startswith(f"{said}: partial results (if any) are in ")
 
 
 def test_debug_shows_the_traceback_of_an_expected_failure(monkeypatch, capsys, tmp_path):

@@ -13,7 +13,7 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
-from fedviews.errors import FedViewsError
+from fedviews.errors import FedViewsError, Terminated
 
 console = Console()
 if not console.is_terminal:  # pipes and CI logs: keep wide tables on one line
@@ -45,10 +45,12 @@ def friendly(fn: F) -> F:
                 soft_wrap=True,
             )
             raise typer.Exit(2) from None
-        except KeyboardInterrupt:
+        except KeyboardInterrupt as exc:  # Ctrl-C (130), or `kill` (SIGTERM, 143)
+            killed = isinstance(exc, Terminated)
             err_console.print(
-                "[bold red]interrupted[/]: partial results (if any) are in the run folder"
+                f"[bold red]{'terminated (SIGTERM)' if killed else 'interrupted'}[/]: "
+                "partial results (if any) are in the run folder"
             )
-            raise typer.Exit(130) from None
+            raise typer.Exit(143 if killed else 130) from None
 
     return cast(F, wrapper)

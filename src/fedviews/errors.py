@@ -130,6 +130,16 @@ class MissingDependency(FedViewsError, ImportError):
         )
 
 
+class Terminated(KeyboardInterrupt):
+    """The process was stopped by SIGTERM (``kill``, or the launcher that started it). Handled
+    as Ctrl-C is (what the process knows is written, its processes are stopped: it *is* a
+    ``KeyboardInterrupt``), but a run's status and the command's exit status (143) say which
+    signal ended it."""
+
+    def __init__(self) -> None:
+        super().__init__("stopped by SIGTERM")
+
+
 def described(exc: BaseException) -> str:
     """``exc`` as a run's status says it: ``"Type: message"``, or ``"Type"`` for one without a
     message (an interrupt), not ``"KeyboardInterrupt: "``."""

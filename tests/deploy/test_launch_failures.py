@@ -45,6 +45,12 @@ def test_the_coordinator_s_own_failure_is_no_unavailable_party():
             "'fou' sent 'z' of shape (3,)",  # (it read "ProtocolError: ProtocolError: ...")
         ),
         ({"status": "KeyboardInterrupt: "}, PartyUnavailable, "coordinator", "party 'coordinator'"),
+        (
+            {"status": "Terminated: stopped by SIGTERM"},
+            PartyUnavailable,
+            "coordinator",
+            "party 'coordinator' is unavailable: Terminated: stopped by SIGTERM",
+        ),
     ],
 )
 def test_other_endings_keep_their_kind_and_name(info, kind, party, text):

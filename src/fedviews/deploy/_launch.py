@@ -21,7 +21,14 @@ from typing import Any
 from fedviews._heap import heap_env
 from fedviews.deploy._config import DeployConfig
 from fedviews.deploy._data import party_files, write_demo_data
-from fedviews.errors import ConfigError, DataError, PartyUnavailable, ProtocolError, described
+from fedviews.errors import (
+    ConfigError,
+    DataError,
+    PartyUnavailable,
+    ProtocolError,
+    Terminated,
+    described,
+)
 from fedviews.federation import get_algorithm_spec, init_ca, issue_certificate
 
 LAUNCH_INFO = "launch.json"
@@ -283,7 +290,7 @@ def launch(
         for pump in pumps:  # every process has exited: echo the rest of its output first
             pump.join(5)
         stop()
-        if sys.exc_info()[0] is KeyboardInterrupt:  # Ctrl-C, or `kill` (SIGTERM) to it
+        if isinstance(sys.exc_info()[1], KeyboardInterrupt):  # Ctrl-C, or `kill` (SIGTERM)
             hint = _resume_hint(run_dir, fed.coordinator, fed.parties)
             echo(f"interrupted{hint or ': no checkpoint to resume from'}")
 
@@ -333,7 +340,7 @@ def _failure(info: dict[str, Any], rc: int, hint: str, coordinator: str) -> Exce
         own = {c.__name__: c for c in (ConfigError, DataError, ProtocolError)}.get(kind)
         if own is not None and text:
             return own(f"{text}; {hint}")
-        if text and kind not in ("KeyboardInterrupt", "SystemExit"):
+        if text and kind not in ("KeyboardInterrupt", "Terminated", "SystemExit"):
             # its own code failed (e.g. an algorithm's coordinator that adds up replies
             # without reading them by shape): nothing is unavailable
             return ProtocolError(f"the coordinator failed: {status}; {hint}", party=coordinator)
@@ -458,14 +465,15 @@ def check_model_parts(
 
 
 def terminate_as_interrupt() -> Callable[[], None]:
-    """Until the returned function is called, SIGTERM raises KeyboardInterrupt (as Ctrl-C):
+    """Until the returned function is called, SIGTERM raises :class:`Terminated` (a
+    ``KeyboardInterrupt``, so handled as Ctrl-C):
     a launcher ended by ``kill`` stops its processes too instead of orphaning them, and a
     coordinator ended by ``kill`` (or by its launcher) writes its ``results.json``."""
     if threading.current_thread() is not threading.main_thread():
         return lambda: None
 
     def interrupt(signum: int, frame: object) -> None:
-        raise KeyboardInterrupt
+        raise Terminated
 
     old = signal.signal(signal.SIGTERM, interrupt)
 
