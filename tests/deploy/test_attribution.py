@@ -338,6 +338,6 @@ def test_a_party_that_runs_another_config_is_refused_and_named_at_its_hello(fed,
     assert procs["zer"].returncode == 2, zer
     _no_traceback(zer)
     assert (
-        "error: PrivacyError: the coordinator refused 'zer': party 'zer' runs another "
+        "error: ConfigError: the coordinator refused 'zer': party 'zer' runs another "
         "deployment config" in zer
     ), zer

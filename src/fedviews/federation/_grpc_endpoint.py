@@ -238,10 +238,14 @@ class _Endpoint(Transport):
             raise ProtocolError(f"could not listen on {listen!r} (address in use?)")
         self.server.start()
 
-    def _refuse(self, context: Any, reason: str) -> NoReturn:
+    def _refuse(self, context: Any, reason: str, config: bool = False) -> NoReturn:
+        """Refuse a dial: PERMISSION_DENIED (a ``PrivacyError`` at the dialer), or, for a
+        dialer that runs another config (``config``), FAILED_PRECONDITION (a ``ConfigError``:
+        a mistake to correct, not an intrusion)."""
         log.warning("refused a connection from %s: %s", context.peer(), reason)
         self.refusals.append(reason)
-        context.abort(_grpc().StatusCode.PERMISSION_DENIED, reason)
+        code = _grpc().StatusCode
+        context.abort(code.FAILED_PRECONDITION if config else code.PERMISSION_DENIED, reason)
         raise AssertionError("unreachable")  # context.abort raises
 
     def _members(self) -> set[str]:

@@ -133,7 +133,7 @@ class GrpcHub(_Endpoint):
                 with self._joined:
                     self.misconfigured[claimed] = reason
                     self._joined.notify_all()
-            self._refuse(context, reason)
+            self._refuse(context, reason, config=True)
         if self.tls is not None:
             bundle = said.get("e2e") if self.options.end_to_end else {}
             if not isinstance(bundle, dict) or not isinstance(said.get("nonce"), str):

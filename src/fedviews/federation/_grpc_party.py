@@ -180,6 +180,10 @@ class GrpcPartyTransport(_Endpoint):
                     raise errors.PrivacyError(
                         f"the coordinator refused {name!r}: {exc.details()}"
                     ) from None
+                if code == grpc.StatusCode.FAILED_PRECONDITION:  # another config: a mistake
+                    raise errors.ConfigError(
+                        f"the coordinator refused {name!r}: {exc.details()}"
+                    ) from None
                 if _unresolved(code, str(exc.details())):  # a typo does not fix itself
                     raise errors.ConfigError(
                         f"cannot resolve the coordinator's host name in {self.address!r} "
