@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from fedviews.deploy._launch import _failure, _resume_hint
-from fedviews.errors import DataError, PartyUnavailable, ProtocolError
+from fedviews.errors import DataError, PartyUnavailable, ProtocolError, RemoteError
 
 HINT = "see results.json"
 
@@ -43,6 +43,12 @@ def test_the_coordinator_s_own_failure_is_no_unavailable_party():
             ProtocolError,
             "fou",
             "'fou' sent 'z' of shape (3,)",  # (it read "ProtocolError: ProtocolError: ...")
+        ),
+        (
+            {"status": "RemoteError: 'fou' reported ConfigError: its file", "reported_by": "fou"},
+            RemoteError,
+            "fou",
+            "'fou' reported ConfigError: its file",  # (it read "ProtocolError: RemoteError: ")
         ),
         ({"status": "KeyboardInterrupt: "}, PartyUnavailable, "coordinator", "party 'coordinator'"),
         (

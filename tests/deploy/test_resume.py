@@ -222,6 +222,25 @@ def test_killed_party_then_resume_equals_uninterrupted(tmp_path):
     assert before["rounds"] == done
 
     assert not (run / "data").exists()
+    # zer's file changed since: its checkpoints are refused by zer, named (the coordinator's
+    # checkpoint, which fingerprints the parties' setups, was blamed where shapes changed)
+    original = (data / "zer.npz").read_bytes()
+    with np.load(data / "zer.npz") as z:
+        changed = {k: z[k] for k in z.files}
+    changed["X"] = changed["X"] + 1.0
+    np.savez(data / "zer.npz", **changed)
+    refused = subprocess.run(
+        [sys.executable, "-m", "fedviews", "run", "--resume", str(run)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    said = " ".join((refused.stdout + refused.stderr).split())
+    assert refused.returncode == 2, said
+    assert "'zer''s checkpoints of rounds" in said and "other data than it has now" in said, said
+    assert "error: RemoteError: 'zer' reported ConfigError: 'zer''s checkpoints" in said, said
+    assert "Traceback" not in said and "ProtocolError: RemoteError" not in said, said
+    (data / "zer.npz").write_bytes(original)
     proc = subprocess.Popen(  # the command the error message suggests: on the same files
         [sys.executable, "-m", "fedviews", "run", "--resume", str(run)],
         stdout=subprocess.PIPE,

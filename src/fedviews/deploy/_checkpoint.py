@@ -145,6 +145,21 @@ class Checkpoints:
             )
         return arrays
 
+    def written_by_this_run(self) -> tuple[list[int], list[int]]:
+        """The checkpointed rounds that carry this run's fingerprint, and those that carry
+        another (a changed data file or config since they were written; an unreadable file
+        counts as another's). Reads only each file's fingerprint entry."""
+        ours: list[int] = []
+        other: list[int] = []
+        for r in self.rounds():
+            try:
+                with np.load(self.path(r), allow_pickle=False) as npz:
+                    saved = str(npz[_FINGERPRINT]) if _FINGERPRINT in npz.files else ""
+            except (OSError, ValueError, EOFError, zipfile.BadZipFile):
+                saved = ""
+            (ours if saved == self.fingerprint else other).append(r)
+        return ours, other
+
     def latest(self) -> int:
         """The last round with a checkpoint (0 if none)."""
         rounds = self.rounds()

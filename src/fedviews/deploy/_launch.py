@@ -26,6 +26,7 @@ from fedviews.errors import (
     DataError,
     PartyUnavailable,
     ProtocolError,
+    RemoteError,
     Terminated,
     described,
 )
@@ -330,6 +331,9 @@ def _failure(info: dict[str, Any], rc: int, hint: str, coordinator: str) -> Exce
     named = info.get("culprit") or info.get("reported_by")
     if "unavailable_party" not in info and named:  # a party broke or stopped the run
         kind, _, text = status.partition(": ")  # (not "ProtocolError: ProtocolError: ...")
+        report = re.fullmatch(r"'(.*?)' reported (\w+): (.*)", text, re.S)
+        if kind == "RemoteError" and report and report[1] == named:  # its report, as such
+            return RemoteError(str(named), report[2], f"{report[3]}; {hint}")
         return ProtocolError(
             f"{text if kind == 'ProtocolError' else status}; {hint}", party=str(named)
         )

@@ -354,12 +354,28 @@ class DeployParty(SessionParty):
             run=run_identity(self.cfg), party=self.name, X=digest.hexdigest()
         )
         if self.resume is not None:  # the rounds this party could resume from
-            have = Checkpoints(self.resume / "checkpoints", self.fingerprint).rounds()
+            have = self._resumable()
             meta["checkpoints"] = ",".join(map(str, have))
         sizes = ", ".join(f"{g}: {len(r)}" for g, r in rows.items())
         self.echo(f"aligned samples ({sizes}) of {len(self.ids)}")
         self._warn_few_shared(rows)
         return self.reply(msg, meta=meta)
+
+    def _resumable(self) -> list[int]:
+        """The rounds of its ``--resume`` folder written with this config and these data. Its
+        own refusal where none is (a data file changed since: the coordinator's checkpoint,
+        which the party setups fingerprint, was blamed, or the party's own at build)."""
+        assert self.resume is not None
+        source = Checkpoints(self.resume / "checkpoints", self.fingerprint)
+        ours, other = source.written_by_this_run()
+        if other and not ours:
+            raise ConfigError(
+                f"{self.name!r}'s checkpoints of rounds {other} in {source.directory} were "
+                "written with another config or other data than it has now (its data file, "
+                "its --data-dir, or the config's overrides changed since): resume with those "
+                "of the killed run, or start the run anew"
+            )
+        return ours
 
     def _warn_few_shared(self, rows: Mapping[str, np.ndarray]) -> None:
         """Say so where under a tenth of this party's training rows are shared with the
