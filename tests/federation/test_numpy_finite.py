@@ -9,7 +9,15 @@ import numpy as np
 import pytest
 
 from fedviews.errors import ProtocolError
-from fedviews.federation import Coordinator, Message, Party, PrivacyPolicy, federate, handles
+from fedviews.federation import (
+    Coordinator,
+    Message,
+    Party,
+    PrivacyPolicy,
+    federate,
+    handles,
+    largest_input,
+)
 
 POLICY = PrivacyPolicy.of(
     "finite", {("coordinator", "party"): ["x"], ("party", "coordinator"): ["h"]}
@@ -125,3 +133,32 @@ def test_a_reported_count_or_share_out_of_range_names_its_sender(meta, says) -> 
     assert reported_share(ok, "a") == 1.0
     with pytest.raises(ProtocolError, match="at most 2"):
         reported_count(ok, "k", at_most=2)
+
+
+class Squarer(Party):
+    """Answers ``square`` with the square of what it got, blaming its largest input."""
+
+    @handles("square")
+    def on_square(self, msg: Message) -> Message:
+        x = msg.arrays["x"]
+        with np.errstate(over="ignore"):
+            h = x * x
+        return self.reply(
+            msg, arrays={"h": h}, blame=largest_input(self.name, {msg.sender: {"x": x}})
+        )
+
+
+def test_a_numpy_overflow_names_the_largest_input_s_sender_in_one_process() -> None:
+    """The in-process hand-over's check of numpy arrays ignored the sender's ``blame`` (the
+    encoding sender's and the tensors' deferred checks read it): 1e200 squared named the
+    honest squarer, which a gRPC run of the same code did not."""
+    c, a = Asker("c"), Squarer("a")
+    federate(
+        [c, a],
+        PrivacyPolicy.of("sq", {("coordinator", "party"): ["x"], ("party", "coordinator"): ["h"]}),
+    )
+    assert c.send("a", "square", {"x": np.full(3, 2.0)}).arrays["h"].tolist() == [4.0] * 3
+    for _ in range(2):  # in full, then by lane
+        with pytest.raises(ProtocolError, match="'c' sent 'x' with values so large") as err:
+            c.send("a", "square", {"x": np.full(3, 1e200)})
+        assert err.value.party == "c"

@@ -198,7 +198,8 @@ def handed_over(
     scatter): also its floating-point tensors by name (the receiver's copies). With
     ``lent``, a tensor its sender lent is handed over as an alias and appended there
     (``_lend``)."""
-    refuse_not_finite(msg.sender, msg.kind, msg.arrays)  # (its numpy arrays; tensors: deferred)
+    # its numpy arrays (tensors: deferred), by its sender's blame as an encoding sender's
+    refuse_not_finite(msg.sender, msg.kind, msg.arrays, msg.sender_blame())
     arrays: dict[str, Array] = {}
     floats: dict[str, torch.Tensor] = {}
     keys = []

@@ -144,7 +144,7 @@ def take(
             arrays[name] = np.array(a, dtype=dtype, order="C")
             numpy = True
     if numpy:  # (refused at once; its tensors' finiteness is deferred)
-        refuse_not_finite(lane.sender, lane.kind, arrays)
+        refuse_not_finite(lane.sender, lane.kind, arrays, msg.sender_blame())
     rnd = msg.round
     fields: dict[str, Any] = {
         "kind": lane.kind,

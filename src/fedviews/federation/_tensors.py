@@ -113,16 +113,19 @@ def nbytes(a: Array) -> int:
     return int(a.numel() * a.element_size()) if is_tensor(a) else int(a.nbytes)
 
 
-def refuse_not_finite(sender: str, kind: str, arrays: Mapping[str, Array]) -> None:
+def refuse_not_finite(
+    sender: str, kind: str, arrays: Mapping[str, Array], blame: Blame | None = None
+) -> None:
     """Refuse ``sender``'s message of ``kind`` if one of its floating-point numpy ``arrays``
-    holds NaN or infinities (:func:`not_finite`; tensors are left to
+    holds NaN or infinities (by its sender's ``blame``'s refusal where it names another
+    party, as :func:`refuse_outgoing`; else :func:`not_finite`; tensors are left to
     :func:`first_not_finite`, on their device). Every transport refuses such an array on
     arrival, as its receiver's handler may read ``msg.arrays`` as they came. By the sum
     trick of :func:`first_not_finite`: a float64 sum is finite only if every term is, and
     only an array whose sum is not is tested elementwise."""
     for name, a in arrays.items():
         if type(a) is np.ndarray and not finite_array(a):
-            raise not_finite(sender, kind, name)
+            raise (blame(name) if blame is not None else None) or not_finite(sender, kind, name)
 
 
 def finite_array(a: np.ndarray) -> bool:
