@@ -55,3 +55,12 @@ def test_the_multivfl_page_example_learns() -> None:
     assert est.history_["accuracy"][-1] >= 0.30
     assert est.predict(namespace["te"].images[:10]).shape == (10,)
     assert est.transport_.log.crossings()
+
+
+def test_the_runtime_page_example_runs_as_printed(capsys: pytest.CaptureFixture[str]) -> None:
+    """docs/runtime.md's first federation: the sums, the crossings and the refusal it prints."""
+    exec(compile(first_python_block("runtime.md"), "runtime.md", "exec"), {"__name__": "page"})
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[1] == "{'a -> coordinator': ['s'], 'b -> coordinator': ['s']}"
+    assert lines[2].startswith("LogEntry(sender='a', receiver='coordinator', round=0, kind=")
+    assert lines[3].startswith("privacy policy 'colsum' forbids 'a' (party) from sending ['X']")

@@ -374,12 +374,16 @@ class InProcessTransport(Transport):
             return fn()
         except FedViewsError:
             raise
-        except Exception as exc:  # a party crashed: report it by name, keep the cause
-            raise PartyUnavailable(
-                msg.receiver, f"failed while handling {msg.kind!r}: {exc!r}"
-            ) from exc
+        except Exception as exc:  # its handler failed: named, as a deployment reports it
+            raise RemoteError(msg.receiver, type(exc).__name__, _failure_text(msg, exc)) from exc
         finally:
             self.log.add_seconds(party.name, time.perf_counter() - t0)
+
+
+def _failure_text(msg: Message, exc: Exception) -> str:
+    """What a party whose handler of ``msg`` raised ``exc`` reports (a gRPC party's error
+    reply says ``str(exc)``; here, where the receiver raised it, also which message)."""
+    return f"{exc} (handling {msg.kind!r} from {msg.sender!r})"
 
 
 def federate(
