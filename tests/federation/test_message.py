@@ -1,4 +1,6 @@
 import dataclasses
+import json
+import struct
 
 import numpy as np
 import pytest
@@ -359,3 +361,30 @@ def test_the_summaries_of_two_sessions_add_up():
         "sessions": 2,
     }
     assert merge_summaries(merged, now)["sessions"] == 3
+
+
+def test_a_header_naming_an_array_twice_or_a_huge_number_is_refused_plainly() -> None:
+    """A second ``x`` silently replaced the first; a number of 5000 digits quoted Python's
+    advice to raise an interpreter limit."""
+    buf = bytes(Message("k", "a", "b", 0, arrays={"x": np.ones(1), "y": np.ones(1)}).encode())
+    (hlen,) = struct.unpack("<I", buf[4:8])
+    head = json.loads(buf[8 : 8 + hlen])
+
+    def encoded(text: bytes) -> bytes:
+        return buf[:4] + struct.pack("<I", len(text)) + text + buf[8 + hlen :]
+
+    head["arrays"][1]["name"] = "x"
+    with pytest.raises(ProtocolError, match="^array 'x' appears twice in the header$"):
+        Message.decode(encoded(json.dumps(head).encode()))
+    huge = json.dumps(head).encode().replace(b'"round": 0', b'"round": ' + b"9" * 5000)
+    with pytest.raises(ProtocolError, match="^corrupt message header: a number of thousands of"):
+        Message.decode(encoded(huge))
+
+
+def test_a_message_of_text_or_a_numpy_bool_in_meta_is_refused_naming_its_sender() -> None:
+    with pytest.raises(ProtocolError, match="^'a' cannot send 'k': array 's' has dtype <U1") as err:
+        Message("k", "a", "b", 0, arrays={"s": np.array(["t"])})
+    assert err.value.party == "a"
+    # (it read "of type bool: meta values are str, int (64 bits), float, bool or None")
+    with pytest.raises(ProtocolError, match=r"= np.True_, of type numpy.bool: meta values"):
+        Message("k", "a", "b", 0, meta={"x": np.bool_(True)})

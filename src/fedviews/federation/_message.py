@@ -5,10 +5,9 @@ Wire format (little-endian)::
 
     b"FVM1" | u32 header_len | header (UTF-8 JSON) | array payloads, concatenated
 
-The JSON header holds ``kind``, ``sender``, ``receiver``, ``round``, ``meta``
-(string keys; str/int/float/bool/None values, integers of at most 64 bits) and, per array,
-its ``name``, ``dtype``
-(numpy ``dtype.str``, e.g. ``"<f8"``), ``shape`` and byte ``size``. Only plain
+The JSON header holds ``kind``, ``sender``, ``receiver``, ``round``, ``meta`` (string keys;
+str/int/float/bool/None values, integers of at most 64 bits) and, per array, its ``name``,
+``dtype`` (numpy ``dtype.str``, e.g. ``"<f8"``), ``shape`` and byte ``size``. Only plain
 numeric/bool dtypes are accepted, so decoding never executes code. A receiver's budget
 (what one message may make it log): at most ``MAX_META_KEYS`` meta keys of at most
 ``MAX_KEY_CHARS`` characters, and a ``round`` from 0 to ``MAX_ROUND``.
@@ -365,16 +364,19 @@ def _checked(
 ) -> dict[str, Any]:
     """The fields of a message, checked (:class:`Message`): its arrays as it carries them and
     a meta table of its own (the caller's may change afterwards)."""
-    carried = {}
-    for k, v in arrays.items():
-        name = k if type(k) is str else str(k)
-        carried[name] = check_array(name, v)
     strings = isinstance(kind, str) and isinstance(sender, str) and isinstance(receiver, str)
     if not (strings and (type(round) is int or _integral(round))):
         raise ProtocolError(
             "a message's kind, sender and receiver are strings and its round an integer, "
             f"got {shown([kind, sender, receiver, round])}"
         )
+    carried = {}
+    for k, v in arrays.items():
+        name = k if type(k) is str else str(k)
+        try:
+            carried[name] = check_array(name, v)
+        except ProtocolError as exc:  # named: whose message, which kind
+            raise ProtocolError(f"{sender!r} cannot send {kind!r}: {exc}", party=sender) from None
     own = dict(meta)
     if own:
         check_meta_types(kind, sender, own)
@@ -403,14 +405,9 @@ def _little(dtype: np.dtype[Any]) -> np.dtype[Any]:
 
 def _spec(name: str, dtype: np.dtype[Any], shape: tuple[int, ...]) -> dict[str, Any]:
     """The header entry of an array of ``dtype`` (little-endian) and ``shape``."""
-    dims = [int(d) for d in shape]
-    dtype = _little(dtype)
-    return {
-        "name": name,
-        "dtype": dtype.str,
-        "shape": dims,
-        "size": dtype.itemsize * math.prod(dims),
-    }
+    dims, dtype = [int(d) for d in shape], _little(dtype)
+    size = dtype.itemsize * math.prod(dims)
+    return {"name": name, "dtype": dtype.str, "shape": dims, "size": size}
 
 
 def _check_finite(msg: Message, tensors: Mapping[str, torch.Tensor], cast: bool = False) -> None:
@@ -472,16 +469,8 @@ class Header:
         taking in its names again (:meth:`MessageLog.record`)."""
         entry = self._entry
         if entry is None or entry.nbytes != nbytes:
-            entry = LogEntry(
-                self.sender,
-                self.receiver,
-                self.round,
-                self.kind,
-                self.names,
-                self.shapes,
-                nbytes,
-                self.meta,
-            )
+            head = (self.sender, self.receiver, self.round, self.kind, self.names, self.shapes)
+            entry = LogEntry(*head, nbytes, self.meta)
             object.__setattr__(self, "_entry", entry)
         return entry
 
@@ -492,8 +481,10 @@ def parse_header(view: memoryview) -> tuple[dict[str, Any], list[dict[str, Any]]
     specs = list(header["arrays"])
     offset = 8 + struct.unpack("<I", view[4:8])[0]
     total = offset + _sealed_overhead(header)
-    for spec in specs:
+    for i, spec in enumerate(specs):
         dtype = _check_spec(spec)
+        if any(spec["name"] == other["name"] for other in specs[:i]):  # it would replace it
+            raise ProtocolError(f"array {shown(spec['name'])} appears twice in the header")
         # Python integers: a shape such as [2**32, 2**32] must not wrap around to 0 bytes
         if spec["size"] != dtype.itemsize * math.prod(spec["shape"]):
             raise ProtocolError(f"array {shown(spec['name'])}: size does not match its shape")
@@ -517,7 +508,8 @@ def read_header(view: memoryview) -> dict[str, Any]:
     try:
         header = json.loads(bytes(view[8 : 8 + hlen]).decode("utf-8"))
     except (UnicodeDecodeError, ValueError) as exc:  # (ValueError: also a number too long)
-        raise ProtocolError(f"corrupt message header: {exc}") from None
+        why = "a number of thousands of digits" if "digits" in str(exc) else str(exc)
+        raise ProtocolError(f"corrupt message header: {why}") from None
     except RecursionError:
         raise ProtocolError("corrupt message header: nested too deeply") from None
     if not isinstance(header, dict):

@@ -53,7 +53,9 @@ def check_meta_types(kind: str, sender: str, meta: Mapping[Any, Any]) -> None:
             )
         if v is None or isinstance(v, (str, float)) or (isinstance(v, int) and v in META_INTS):
             continue
-        what = "an int beyond 64 bits" if isinstance(v, int) else f"of type {type(v).__name__}"
+        cls = type(v)
+        typ = cls.__name__ if cls.__module__ == "builtins" else f"{cls.__module__}.{cls.__name__}"
+        what = "an int beyond 64 bits" if isinstance(v, int) else f"of type {typ}"
         raise ProtocolError(
             f"{sender!r} sent {kind!r} with meta[{shown(k)}] = {shown(v)}, {what}: meta "
             "values are str, int (64 bits), float, bool or None"
