@@ -1,7 +1,7 @@
 import numpy as np
 import pytest
 
-from fedviews.errors import PartyUnavailable, PrivacyError, ProtocolError, RemoteError
+from fedviews.errors import ConfigError, PartyUnavailable, PrivacyError, ProtocolError, RemoteError
 from fedviews.federation import (
     Coordinator,
     LogEntry,
@@ -220,3 +220,17 @@ def test_a_log_entry_recorded_again_counts_again_and_so_do_its_dropped_meta_keys
     assert s["messages"] == 3 and s["per_party"]["b"]["bytes_sent"] == 30
     assert log.entries == [entry] * 3 and s["exchanges"] == [["b", "c", "x", ["h"]]]
     assert s["dropped_meta_keys"] == {"b -> c": 15}
+
+
+@pytest.mark.parametrize("name", ["", " ", "x -> y", 3])
+def test_a_party_name_that_the_log_cannot_tell_apart_is_refused(name):
+    """ "x -> y" made crossings 'x -> y -> coordinator' (and the policy's `unused` a bare
+    KeyError); an empty name, or one that is no string, named nobody."""
+    with pytest.raises(ConfigError, match="a party's name is a non-empty string without '->'"):
+        Holder(name, np.ones((3, 2)))
+
+
+@pytest.mark.parametrize("kind", [123, "", "colsum:reply"])
+def test_handles_takes_a_request_kind(kind):
+    with pytest.raises(ConfigError, match="@handles takes a message kind"):
+        handles(kind)

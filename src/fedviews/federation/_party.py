@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Protocol, TypeVar
 
 import numpy as np
 
-from fedviews.errors import ProtocolError
+from fedviews.errors import ConfigError, ProtocolError
 from fedviews.federation._message import Message, MetaValue
 from fedviews.federation._tensors import Array, Backward, Blame
 
@@ -41,6 +41,12 @@ def handles(kind: str) -> Callable[[F], F]:
     (a :class:`Message`, usually built with :meth:`Party.reply`) or ``None``
     for a bare acknowledgement.
     """
+
+    if not isinstance(kind, str) or not kind or kind.endswith(":reply"):
+        raise ConfigError(
+            f"@handles takes a message kind, a non-empty string (not a reply's '...:reply'), "
+            f"got {kind!r}"
+        )
 
     def deco(fn: F) -> F:
         fn.__dict__["_fedviews_kind"] = kind  # read back by Party.__init_subclass__
@@ -79,6 +85,11 @@ class Party:
         cls._handlers = handlers
 
     def __init__(self, name: str, role: str = "party") -> None:
+        for what, value in (("name", name), ("role", role)):
+            if not isinstance(value, str) or not value.strip() or "->" in value:
+                raise ConfigError(  # ("a -> b" names a link in the message log)
+                    f"a party's {what} is a non-empty string without '->', got {value!r}"
+                )
         self.name = name
         self.role = role
         self.transport: Sender | None = None
