@@ -235,7 +235,8 @@ def _factory_hint(name: str, factory: Callable[..., Any]) -> str:
     module = getattr(factory, "__module__", None)
     qualname = getattr(factory, "__qualname__", "")
     shown = f"{module}.{qualname}" if module and qualname else repr(factory)
-    if module and module != "__main__" and qualname and "<" not in qualname:
+    local = "<" in qualname  # a lambda or a local function: pickle cannot name it either
+    if module and module != "__main__" and qualname and not local:
         path = f"give it by its import path: set_params({name}={module + ':' + qualname!r})"
     else:  # a lambda, a local function or one of a script: no path another process imports
         path = (
@@ -244,8 +245,12 @@ def _factory_hint(name: str, factory: Callable[..., Any]) -> str:
         )
     return (
         f"cannot save parameter {name}, the callable {shown}: save writes no code. To save, "
-        f"{path} (the same networks: fit and predict take the path as well), then save; or "
-        "pickle the estimator (pickle and joblib keep the callable)"
+        f"{path} (the same networks: fit and predict take the path as well), then save"
+        + (
+            " (pickle and joblib cannot keep a lambda or a local function either)"
+            if local
+            else "; or pickle the estimator (pickle and joblib keep the callable)"
+        )
     )
 
 
@@ -274,7 +279,21 @@ class Persistent:
 
     def __reduce_ex__(self, protocol: Any) -> tuple[Any, ...]:
         buf = io.BytesIO()
-        _StatePickler(buf, protocol=pickle.HIGHEST_PROTOCOL).dump(self)
+        try:
+            _StatePickler(buf, protocol=pickle.HIGHEST_PROTOCOL).dump(self)
+        except (AttributeError, pickle.PicklingError) as exc:  # a lambda, a local function
+            local = [
+                f"{k}={v!r}"
+                for k in self._factories
+                if callable(v := getattr(self, k, None)) and "<" in getattr(v, "__qualname__", "")
+            ]
+            if not local:
+                raise
+            raise ConfigError(
+                f"cannot pickle this {type(self).__name__}: its {', '.join(local)} is a lambda "
+                "or a local function, which pickle cannot name; define it at the top level of "
+                "a module (or give its import path 'package.module:function')"
+            ) from exc
         return _unpickle, (buf.getvalue(),)
 
     def _live_state(self) -> dict[str, Any]:

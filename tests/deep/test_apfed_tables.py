@@ -96,7 +96,7 @@ def test_table_networks_that_do_not_fit_are_config_errors(views):
     narrow = lambda cols: nn.Linear(cols[0], 8)  # noqa: E731
     with pytest.raises(ConfigError, match=r"passive_encoder .* 8 features, not the 32 of h_A"):
         APFed(variant="C", passive_encoder=narrow, **kw).fit(Xs, y)
-    with pytest.raises(ConfigError, match=r"fails on an input of per-sample shape \(76,\)"):
+    with pytest.raises(ConfigError, match=r"fails on a batch of float32 samples of shape \(76,\)"):
         APFed(encoder=lambda s: nn.Conv2d(1, 4, 3), **kw).fit(Xs, y)
     with pytest.raises(DataError, match="X has 2 arrays but m=3"):
         APFed(**kw).fit(Xs[:2], y)

@@ -73,12 +73,15 @@ def build_network(
     init: Callable[[Any], Any] | None = None,
     output: Callable[[tuple[int, ...]], str | None] | None = None,
     inputs: Callable[[Any], tuple[Any, ...]] | None = None,
+    trained_alone: bool = False,
 ) -> Any:
     """``factory(*args)`` under torch seed ``seed`` (then ``init(module)``, in the same seeded
     stream; ``seed=None``: in the caller's stream, e.g. the second network drawn under one
     seed), checked: a ``torch.nn.Module`` that maps a zero batch of one ``input_shape``
     sample to an output whose per-sample shape ``output`` accepts (it returns what is wrong,
     or None). ``inputs`` (:func:`output_shape`): the arguments of the module's forward.
+    ``trained_alone``: the module gets an optimizer of its own, so it must have trainable
+    parameters (one that joins another network's optimizer may have none).
 
     Raises
     ------
@@ -107,6 +110,19 @@ def build_network(
             )
         if init is not None:
             module = init(module)
+    params = list(module.parameters())
+    if trained_alone and not any(p.requires_grad for p in params):  # (torch: "an empty
+        raise ConfigError(  # parameter list", from the optimizer, at the first round)
+            f"{field} factory {name} builds a module without trainable parameters: it is "
+            "trained with an optimizer of its own (an identity is a Linear layer to train)"
+        )
+    odd = sorted({str(p.dtype) for p in params if p.is_floating_point()} - {"torch.float32"})
+    if odd:  # ("mixed dtype (CPU): expect parameter to have scalar type of Float")
+        raise ConfigError(
+            f"{field} factory {name} builds a module of {', '.join(odd)} parameters: the "
+            "networks run on float32 inputs, so they must be float32 (drop .double() or "
+            ".to(dtype))"
+        )
     shape = output_shape(module, input_shape, f"{field} factory {name}", inputs)
     wrong = None if output is None else output(shape)
     if wrong is not None:
@@ -130,26 +146,30 @@ def output_shape(
     what: str,
     inputs: Callable[[Any], tuple[Any, ...]] | None = None,
 ) -> tuple[int, ...]:
-    """The per-sample shape of ``module``'s output on a zero batch of one ``input_shape``
-    sample (run without gradients, the module's RNG state and mode restored); ``inputs``
-    turns that batch into the forward's arguments (default: the batch alone)."""
+    """The per-sample shape of ``module``'s output on a zero batch of two ``input_shape``
+    samples (two: a batch norm without running statistics needs more than one; run without
+    gradients, the module's RNG state and mode restored), which must be floating point;
+    ``inputs`` turns that batch into the forward's arguments (default: the batch alone)."""
     import torch
 
     training = module.training
     module.eval()
     try:
         with torch.no_grad():
-            x = torch.zeros((1, *input_shape))
+            x = torch.zeros((2, *input_shape))
             out = module(*(inputs(x) if inputs is not None else (x,)))
     except Exception as exc:
         raise ConfigError(
-            f"{what}: its module fails on an input of per-sample shape {tuple(input_shape)}: {exc}"
+            f"{what}: its module fails on a batch of float32 samples of shape "
+            f"{tuple(input_shape)}: {exc}"
         ) from exc
     finally:
         module.train(training)
-    if not isinstance(out, torch.Tensor) or out.dim() < 2 or out.shape[0] != 1:
+    if not isinstance(out, torch.Tensor) or out.dim() < 2 or out.shape[0] != 2:
         got = tuple(out.shape) if isinstance(out, torch.Tensor) else type(out).__name__
         raise ConfigError(f"{what}: its module must return a (batch, ...) tensor, got {got}")
+    if not out.is_floating_point():  # (no gradient flows back through integers)
+        raise ConfigError(f"{what}: its module returns {out.dtype} values, not floating point")
     return tuple(int(s) for s in out.shape[1:])
 
 

@@ -208,6 +208,7 @@ def make_bottom(
         seed=random_state * 1000 + index + 1,
         input_shape=shape,
         init=lambda m: init_weights(m, init),
+        trained_alone=True,
     )
 
 
@@ -234,6 +235,7 @@ def make_top(
         input_shape=shape,
         init=lambda m: init_weights(m, init),
         output=logits(n_classes),
+        trained_alone=True,
     )
 
 

@@ -362,7 +362,7 @@ class DataOwner(Party):
     @handles("average_bottoms")
     def average_bottoms(self, msg: Message) -> None:
         states = [m.state_dict() for m in self.copies.values()]
-        mean = {n: torch.stack([s[n] for s in states]).mean(0) for n in states[0]}
+        mean = {n: _mean([s[n] for s in states]) for n in states[0]}
         for m in self.copies.values():
             m.load_state_dict(mean)
         self._new_optimizers()
@@ -395,11 +395,29 @@ class DataOwner(Party):
                 f"{self.name!r} " + ("does not hold" if rows is None else f"has {len(rows)} of")
             )
         x = rows[start:stop]
+        bottom, training = self.bottom, self.bottom.training
+        bottom.eval()  # dropout off, batch norm's running statistics (and not updated)
+        try:
+            with torch.no_grad():
+                out = bottom(x)
+        finally:
+            bottom.train(training)
         with torch.no_grad():
-            out = self.bottom(x)
             if self.dp is not None:  # evaluation rows: clipped as in training, not noised
                 out = clip_rows(out, self.dp.clip)
         return self.reply(msg, self.act_codec.pack("activations", out))
+
+
+def _mean(tensors: list[torch.Tensor]) -> torch.Tensor:
+    """The average of one state entry over the bottom copies: floating point as it is, an
+    integer buffer (batch norm's ``num_batches_tracked``) rounded back to its type, a bool
+    one as the first copy's."""
+    t = torch.stack(tensors)
+    if t.is_floating_point() or t.is_complex():
+        return t.mean(0)
+    if t.dtype == torch.bool:
+        return t[0]
+    return t.double().mean(0).round().to(t.dtype)
 
 
 class LabelOwner(SecureSumParty):

@@ -70,7 +70,13 @@ class SplitNets:
             return None if len(out) == 1 else f"is {out}, not a vector (e,)"
 
         return build_network(
-            made, (shape, n), field="bottom", seed=seed, input_shape=shape, output=fits
+            made,
+            (shape, n),
+            field="bottom",
+            seed=seed,
+            input_shape=shape,
+            output=fits,
+            trained_alone=True,
         )
 
     def width(self, shape: tuple[int, ...]) -> int:
