@@ -199,7 +199,7 @@ class FedRidge(BaseEstimator):
         self.alpha, self.max_iter, self.tol = alpha, max_iter, tol
 
     def fit(self, Xs: list[np.ndarray], y: np.ndarray) -> FedRidge:
-        names, ids = tuple(f"party{k}" for k in range(len(Xs))), np.arange(len(y))
+        names, ids = tuple(f"party{k}" for k in range(len(Xs))), np.arange(len(Xs[0]))
         datas = {
             p: PartyData(ids, X, y if p == names[0] else None)
             for p, X in zip(names, Xs, strict=True)

@@ -18,6 +18,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 
 pytest.importorskip("grpc")
@@ -149,6 +150,27 @@ def test_an_error_reply_is_its_sender_s_report_never_the_accused_party_s(
     assert res["reported_by"] == ATTACKER
     assert res["status"].startswith("RemoteError: 'fou' reported PrivacyError: "), res
     assert "culprit" not in res and res.get("unavailable_party") in (None, ATTACKER)
+
+
+def test_a_party_whose_own_reply_breaks_the_policy_says_so_on_its_console(
+    fed, tmp_path, monkeypatch
+):
+    """Its transport refused the reply (nothing left it) and reported that to the
+    coordinator only: the party's console read "the coordinator stopped the run"."""
+    answer = _session.DeployParty.answer
+
+    def leaky(self, msg: Message) -> Message:
+        reply = answer(self, msg)
+        if self.name == ATTACKER and msg.kind == "update":
+            return self.reply(msg, arrays={**reply.arrays, "X": np.zeros(3)})
+        return reply
+
+    monkeypatch.setattr(_session.DeployParty, "answer", leaky)
+    rc, _, res, ended = _run(fed, tmp_path / "run")
+    assert rc != 0 and res["reported_by"] == ATTACKER, res
+    said = str(ended[ATTACKER])
+    assert "after this party's own error (PrivacyError: privacy policy 'mmvfl+" in said, said
+    assert "forbids 'fou' (party) from sending ['X']" in said, said
 
 
 # -- item 11: malformed error replies, misshapen arrays, lying setup reports ----------

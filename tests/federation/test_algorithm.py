@@ -151,6 +151,12 @@ def test_an_incomplete_spec_is_refused_when_it_registers():
         register_algorithm_spec(Complete)  # the class, not an instance
 
 
+def test_an_unknown_algorithm_says_that_one_of_your_own_is_imported_first():
+    """'fedrige' (its module not imported) read "did you mean 'apfed'?" and nothing else."""
+    with pytest.raises(ConfigError, match=r"unknown algorithm 'fedrige'.* import the module"):
+        get_algorithm_spec("fedrige")
+
+
 def test_a_coordinator_run_without_on_round_end_is_named():
     """``def run(self)``, as the base class reads, failed with Python's TypeError (``takes 1
     positional argument but 2 were given``) when the runner passed ``on_round_end``."""

@@ -262,7 +262,7 @@ def load_deploy_config(
         raise ConfigError('the deployment config needs `algorithm = ...` (e.g. "mmvfl")')
     modules = import_modules(raw.get("modules", []))
     try:
-        app = get_algorithm_spec(str(raw["algorithm"]))
+        app = get_algorithm_spec(str(raw["algorithm"]), own_hint="")
     except ConfigError as exc:  # "unknown algorithm 'x'; did you mean ...?"
         hint = str(exc).split("; ", 1)[-1]
         raise ConfigError(

@@ -211,7 +211,15 @@ class SessionParty(PSIParty):
         """:meth:`answer` ``msg``; a failure is also said here, on this party's console (its
         report goes to the requester, on another organisation's host)."""
         try:
-            return self.answer(msg)
+            reply = self.answer(msg)
+            policy, roles = (
+                getattr(self.transport, "policy", None),
+                getattr(self.transport, "roles", {}),
+            )
+            if reply is not None and policy is not None:  # its transport's check, said here
+                keys, to = reply.arrays.keys(), reply.receiver
+                policy.check(self.name, self.role, to, roles.get(to, "?"), keys, reply.kind)
+            return reply
         except Exception as exc:
             self.own_error = described(exc)
             self.echo(f"error answering {msg.kind!r} from {msg.sender!r}: {self.own_error}")

@@ -408,9 +408,17 @@ def register_algorithm_spec(spec: Algorithm) -> Algorithm:
     return ALGORITHMS.add(name, spec)
 
 
-def get_algorithm_spec(name: str) -> Algorithm:
-    """The spec registered under ``name`` (a :class:`ConfigError` naming the closest otherwise)."""
-    return ALGORITHMS.get(name)
+#: how an algorithm of one's own becomes known, in Python
+OWN_ALGORITHM_HINT = " (one of your own: import the module that registers it first)"
+
+
+def get_algorithm_spec(name: str, own_hint: str = OWN_ALGORITHM_HINT) -> Algorithm:
+    """The spec registered under ``name`` (a :class:`ConfigError` naming the closest
+    otherwise, then ``own_hint``: a config says to list the module in ``modules``)."""
+    try:
+        return ALGORITHMS.get(name)
+    except ConfigError as exc:  # ("did you mean 'apfed'?" for "fedrige" not imported)
+        raise ConfigError(f"{exc}{own_hint}") from None
 
 
 #: the start of a round's progress line (see :meth:`Algorithm.progress`)
