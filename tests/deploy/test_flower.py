@@ -640,6 +640,33 @@ def test_a_killed_flower_run_resumes_to_the_uninterrupted_result(
     _check_against(reference, resumed, res)
 
 
+class SilentGrid(LoopbackGrid):
+    """``zer``'s node answers no round message (its ClientApp hangs, its host is gone)."""
+
+    def _deliver(self, m: Message) -> None:
+        action = m.metadata.message_type == f"query.{_flower_wire.ACTION}"
+        if action and self.names[m.metadata.dst_node_id] == "zer":
+            if FVMessage.peek(_flower_wire.unpack(m.content)).kind == "update":
+                return
+        super()._deliver(m)
+
+
+def test_a_silent_flower_node_is_unavailable_after_the_request_timeout(deployment, tmp_path):
+    """The ServerApp waited FlowerOptions' hour whatever federation.request_timeout said."""
+    path, data = deployment
+    run = tmp_path / "run"
+    rc = {"deploy-config": str(path), "out-dir": str(run)}
+    cfg = load_deploy_config(path, ["federation.request_timeout=3"])
+    grid = SilentGrid(_node_configs(data, run), rc)
+    t0 = time.monotonic()
+    try:
+        with pytest.raises(PartyUnavailable, match="'zer'") as err:
+            _flower.run_flower_coordinator(cfg, grid, run / "coordinator")
+    finally:
+        grid.close()
+    assert err.value.party == "zer" and time.monotonic() - t0 < 60
+
+
 def test_an_interrupted_flower_run_is_not_recorded_as_ok(deployment, tmp_path, monkeypatch):
     """Ctrl-C (or any BaseException) in the ServerApp: results.json says so, no report."""
     path, data = deployment

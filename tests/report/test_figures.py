@@ -49,3 +49,18 @@ def test_a_run_of_one_round_has_that_round_as_its_only_tick(monkeypatch):
     (ax,) = [a for a in fig.axes if a.get_lines()]
     assert list(ax.get_xticks()) == [1.0]
     _figures.pyplot().close(fig)
+
+
+def test_a_value_near_the_float_maximum_is_a_gap_not_a_crash(monkeypatch):
+    """A party's reported objective of 1.7e308 (finite, so accepted) made the finished run's
+    report fail with matplotlib's "arange: cannot compute length"."""
+    kept = []
+    svg_of = _figures.svg_of
+    monkeypatch.setattr(_figures, "svg_of", lambda fig, plt: kept.append(fig) or svg_of(fig, plt))
+    svg = _figures.curves_figure(
+        {"objective": {"": ([1, 2, 3, 4], [4.2e4, 1.7e308, float("inf"), 2.0e4])}}, xlabel="round"
+    )
+    assert svg.startswith("<svg") or "<svg" in svg[:200]
+    (ax,) = [a for a in kept[0].axes if a.get_lines()]
+    (line,) = ax.get_lines()
+    assert [str(v) for v in line.get_ydata()] == ["42000.0", "nan", "nan", "20000.0"]

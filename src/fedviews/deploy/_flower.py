@@ -152,6 +152,17 @@ log = logging.getLogger("fedviews.flower")
 # -- ServerApp ----------------------------------------------------------------
 
 
+def flower_options(cfg: DeployConfig, node_auth: bool = False) -> FlowerOptions:
+    """How the ServerApp of ``cfg`` waits: ``federation.connect_timeout`` for the nodes to
+    declare their parties, ``federation.request_timeout`` for one request (a party that never
+    answers is unavailable then; it waited an hour whatever the config said). Flower has no
+    heartbeat, so ``federation.timeout`` does not apply."""
+    fed = cfg.federation
+    return FlowerOptions(
+        join_timeout=fed.connect_timeout, request_timeout=fed.request_timeout, node_auth=node_auth
+    )
+
+
 def run_flower_coordinator(
     cfg: DeployConfig,
     grid: Grid,
@@ -175,7 +186,7 @@ def run_flower_coordinator(
     :class:`FlowerGridTransport`).
     """
     say = _print_to(cfg.federation.coordinator, echo)
-    opts = options or FlowerOptions(join_timeout=cfg.federation.connect_timeout)
+    opts = options or flower_options(cfg)
     check_flower_config(cfg)
     out_dir.mkdir(parents=True, exist_ok=True)
     transport = FlowerGridTransport(
@@ -271,7 +282,7 @@ def _server_main(grid: Grid, context: Context) -> None:
         run_dir(rc, cfg) / "coordinator",
         echo=printer,
         resume=run_config_path(rc, "resume"),
-        options=FlowerOptions(join_timeout=cfg.federation.connect_timeout, node_auth=node_auth),
+        options=flower_options(cfg, node_auth=node_auth),
         ping=_count(rc, "ping"),
         ping_bytes=_count(rc, "ping-bytes"),
         trust=Trust.from_dir(certs) if (certs := str(rc.get("certs-dir", "") or "")) else None,

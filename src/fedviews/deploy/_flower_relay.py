@@ -48,7 +48,7 @@ require("flwr", "flower")
 from flwr.app import Context, RecordDict  # noqa: E402
 
 from fedviews.deploy._flower_node import NodeSettings, _Node, forget, node_settings  # noqa: E402
-from fedviews.deploy._flower_transport import PEERS_NEED_A_LIVE_PARTY, FlowerOptions  # noqa: E402
+from fedviews.deploy._flower_transport import PEERS_NEED_A_LIVE_PARTY  # noqa: E402
 from fedviews.deploy._flower_wire import REPLIES, SEND, pack, pack_all, unpack_all  # noqa: E402
 from fedviews.federation import E2EKeys, TLSFiles, attributed, get_algorithm_spec  # noqa: E402
 
@@ -170,7 +170,7 @@ def start(context: Context, node: _Node, data: bytes) -> tuple[list[bytes], byte
                 party=transport.coordinator,
             )
         transport.e2e = _KEYS.get(key)
-        job = _Job(FlowerOptions.request_timeout)
+        job = _Job(node.settings.cfg.federation.request_timeout)
         _JOBS[key] = job
     transport.outbox = job.ask
     job.begin(lambda: node.handle(data))

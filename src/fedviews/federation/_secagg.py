@@ -229,7 +229,8 @@ def unmask_sum(
             a = msg.array(name, shape)
             if a.dtype != np.uint64:
                 raise ProtocolError(
-                    f"{msg.sender!r} sent {name!r} as {a.dtype}: a masked array is uint64"
+                    f"{msg.sender!r} sent {name!r} as {a.dtype}: a masked array is uint64",
+                    party=msg.sender,
                 )
             np.add(sums[name], a, out=sums[name])  # modulo 2^64
     return {name: decode(s, frac_bits) for name, s in sums.items()}

@@ -180,7 +180,7 @@ class ConsensusParty(ConsensusTester):
 
     @handles("update")
     def on_update(self, msg: Message) -> Message:
-        local = self.local_update(msg.array("Z", self.Z_k.shape))
+        local = self.local_update(msg.array("Z", self.Z_k.shape, np.float64))
         return self._send_Z(msg, "Z_k", self.Z_k, local)
 
     def state_dict(self) -> dict[str, np.ndarray]:
@@ -213,7 +213,7 @@ class ConsensusParty(ConsensusTester):
         _, classes, y_test = self._labels()
         if y_test is None:
             raise ProtocolError(f"{self.name!r} holds no test labels (y_test)")
-        Z = msg.array("Z_test", (len(y_test), len(classes)))
+        Z = msg.array("Z_test", (len(y_test), len(classes)), np.float64)
         self.y_test_pred = classes[np.argmax(Z, axis=1)]
         accuracy = float(np.mean(self.y_test_pred == y_test))
         return self.reply(msg, meta={"accuracy": accuracy, "n_test": len(y_test)})
@@ -348,7 +348,7 @@ class ConsensusServer(Coordinator):
         """The Z step (MMVFL Eq. 14; FedMV Eq. 10 with ``Y``); returns the round's objective."""
         Y, eta = self.Y, self.eta
         if self.frac_bits is None:
-            Zks = [replies[p].array("Z_k", self.Z.shape) for p in self.parties]
+            Zks = [replies[p].array("Z_k", self.Z.shape, np.float64) for p in self.parties]
             zetas = self.zeta or self._zetas(replies)
             local = [replies[p].number("local_objective") for p in self.parties]
             with np.errstate(over="ignore", invalid="ignore"):
@@ -415,7 +415,7 @@ class ConsensusServer(Coordinator):
 
         def received(replies: Mapping[str, Message]) -> list[np.ndarray]:
             if self.frac_bits is None:
-                return [replies[p].array("Z_k_test", shape) for p in self.parties]
+                return [replies[p].array("Z_k_test", shape, np.float64) for p in self.parties]
             S, zsum, _, _ = secure_sums(replies, "Z_k_test", self.Z.shape[1], self.frac_bits)
             return [S / zsum]
 

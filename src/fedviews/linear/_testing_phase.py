@@ -195,7 +195,7 @@ class ConsensusTester(SecureSumParty):
     def on_test_update(self, msg: Message) -> Message:
         if self.P_test is None:
             raise ProtocolError(f"{self.name!r} got test_update before test_init")
-        Z_test = msg.array("Z_test", self.P_test.shape)
+        Z_test = msg.array("Z_test", self.P_test.shape, np.float64)
         self.Z_k_test = z_k_step(self.P_test, Z_test, self.zeta)  # Eq. (13)
         return self._send_Z(msg, "Z_k_test", self.Z_k_test, None)
 
@@ -207,5 +207,5 @@ class ConsensusTester(SecureSumParty):
             raise ProtocolError(f"{self.name!r} holds no labels: only the label owner predicts")
         if self.P_test is None:
             raise ProtocolError(f"{self.name!r} got predict before test_init")
-        self.Z_test = msg.array("Z_test", (len(self.P_test), len(self.classes)))
+        self.Z_test = msg.array("Z_test", (len(self.P_test), len(self.classes)), np.float64)
         self.y_test_pred = self.classes[np.argmax(self.Z_test, axis=1)]

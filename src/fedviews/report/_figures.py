@@ -6,6 +6,7 @@ from __future__ import annotations
 import base64
 import io
 import itertools
+import math
 import re
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -118,6 +119,10 @@ def curves_figure(
     fig, axes = _panels(plt, len(panels), ncols, (4.1, 3.0))
     for ax, (pname, series) in zip(axes, panels.items(), strict=False):
         for j, (label, (x, y)) in enumerate(series.items()):
+            # a value beyond 1e300 (a party's reported objective of 1.7e308) or not finite
+            # is a gap: the axis's margins around it overflow (matplotlib: "arange: cannot
+            # compute length"); results.json keeps it
+            y = [v if abs(v) <= 1e300 else math.nan for v in map(float, y)]
             ax.plot(x, y, label=label, **_series_style(j, len(series)))
         ax.set_title(pname.replace("_", " "), fontsize=10)
         ax.set_xlabel(xlabel)

@@ -123,7 +123,10 @@ class HFedMVClient(SecureSumParty):
     @handles("scale")
     def on_scale(self, msg: Message) -> Message:
         width = sum(v.shape[1] for v in self.views)
-        mean, scale = msg.array("x_mean", (width,)), msg.array("x_scale", (width,))
+        mean, scale = (
+            msg.array("x_mean", (width,), np.float64),
+            msg.array("x_scale", (width,), np.float64),
+        )
         if not (scale > 0).all():
             raise ProtocolError(f"{msg.sender!r} sent a pooled scale that is not positive")
         self._build((mean, scale))
@@ -133,7 +136,8 @@ class HFedMVClient(SecureSumParty):
     def on_local_train(self, msg: Message) -> Message:
         learner, c = self._learner(), self.Y.shape[1]
         W_global = [
-            msg.array(f"W_{k}", (pr.X.shape[1], c)) for k, pr in enumerate(learner.problems)
+            msg.array(f"W_{k}", (pr.X.shape[1], c), np.float64)
+            for k, pr in enumerate(learner.problems)
         ]
         # a poisoned W_global overflows here (numpy's warning would precede the refusal of
         # the NaN, which names the client that poisoned it: HFedMVServer._overflowed)
@@ -158,7 +162,9 @@ class HFedMVClient(SecureSumParty):
     def on_final(self, msg: Message) -> Message:
         """Keep the final global ``W_k``; predict this client's own test samples with it."""
         c = self.Y.shape[1]
-        self.W = [msg.array(f"W_{k}", (v.shape[1], c)) for k, v in enumerate(self.views)]
+        self.W = [
+            msg.array(f"W_{k}", (v.shape[1], c), np.float64) for k, v in enumerate(self.views)
+        ]
         if self.test is None:
             return self.reply(msg)
         test_views, y_test = self.test
@@ -244,7 +250,9 @@ def pooled_scaler(
     the feature sums and sums of squares are learnt (a constant feature gets scale 1)."""
     if frac_bits is None:
         msgs = list(replies.values())
-        sums, m2 = (np.stack([m.array(k, (width,)) for m in msgs]) for k in ("x_sum", "x_m2"))
+        sums, m2 = (
+            np.stack([m.array(k, (width,), np.float64) for m in msgs]) for k in ("x_sum", "x_m2")
+        )
         return pooled_moments(np.array([m.count("n_samples") for m in msgs]), sums, m2)
     got = unmask_sum(replies, {"masked_x_sum": (width,), "masked_x_sq": (width,)}, frac_bits)
     N = float(sum(m.count("n_samples") for m in replies.values()))
@@ -350,7 +358,8 @@ class HFedMVServer(Coordinator):
                 self.W, f = secure_mean_W(replies, [W.shape for W in self.W], self.frac_bits)
             else:
                 local = [
-                    [m.array(f"W_local_{k}", W.shape) for k, W in enumerate(self.W)] for m in msgs
+                    [m.array(f"W_local_{k}", W.shape, np.float64) for k, W in enumerate(self.W)]
+                    for m in msgs
                 ]
                 self._averaged = dict(zip(self.clients, local, strict=True))
                 self.W = self.aggregate(local, [m.count("n_samples") for m in msgs])
