@@ -53,9 +53,14 @@ class FedViewsError(Exception):
     party : str or None
         The peer whose message this error is about, where a receiver attributed it (the
         authenticated sender of what it received; ``None``: not attributed to a peer).
+    at : str or None
+        The party whose code raised it, where the transport knows it (a handler's own error
+        in one process; a :class:`RemoteError`'s reporter): the party that *failed*, which
+        is not always the party to blame (its input may have been poisoned).
     """
 
     party: str | None = None
+    at: str | None = None
 
 
 class DataError(FedViewsError, ValueError):
@@ -114,6 +119,7 @@ class RemoteError(ProtocolError):
     def __init__(self, reported_by: str, kind: str, text: str) -> None:
         super().__init__(f"{reported_by!r} reported {kind}: {text}", party=reported_by)
         self.reported_by, self.kind, self.text = reported_by, kind, text
+        self.at = reported_by
 
 
 class PrivacyError(FedViewsError, PermissionError):

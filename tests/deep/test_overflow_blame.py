@@ -142,3 +142,20 @@ def test_largest_input_names_only_a_huge_input_of_another_party():
     numpy = largest_input("a", {"v": {"h": np.full(3, -1e20)}, "a": {}})("g")
     assert numpy is not None and numpy.party == "v"
     assert largest_input("a", {})("g") is None
+
+
+def test_failed_on_huge_input_names_only_another_party_s_huge_input():
+    """A party's failure (its report, deployed; its own error, in one process: ``at``) on
+    what was computed from huge inputs names the party that sent the largest, where that is
+    another party's and huge; the failure of a party that nobody's values explain is its own."""
+    from fedviews.errors import DataError, RemoteError
+    from fedviews.federation import failed_on_huge_input
+
+    report = RemoteError("a", "DataError", "the IRLS system is numerically singular")
+    err = failed_on_huge_input(report, {"v": {"Z_k": np.array(2e19)}, "a": {"Z_k": np.ones(2)}})
+    assert err is not None and err.party == "v"
+    assert str(err).startswith("'v' sent 'Z_k' with values so large (max |x| = 2e+19) that 'a' ")
+    assert "failed on what was computed from them (DataError: the IRLS system is" in str(err)
+    assert failed_on_huge_input(report, {"v": {"Z_k": np.array(1e18)}}) is None  # not huge
+    assert failed_on_huge_input(report, {"a": {"Z_k": np.array(1e30)}}) is None  # its own
+    assert failed_on_huge_input(DataError("x"), {"v": {"Z_k": np.array(1e30)}}) is None  # who?

@@ -9,6 +9,7 @@ from fedviews import data
 from fedviews.data import one_hot, partition_clients
 from fedviews.errors import DataError, PrivacyError, ProtocolError
 from fedviews.linear import (
+    MMVFL,
     VFEDMV_POLICY,
     HFedMV,
     LocalMVL,
@@ -390,3 +391,28 @@ def test_an_overflow_is_pinned_on_the_largest_input() -> None:
     assert err.party == "b" and "the consensus overflows" in str(err)
     err = overflowed(["a", "b"], [1.0, 1.0], [np.ones((2, 3)), np.ones((2, 3))], [1.0, np.inf])
     assert err.party == "b"  # (its local objective)
+
+
+def test_a_huge_z_k_that_makes_another_party_s_solver_fail_names_its_sender(monkeypatch):
+    """A Z_k of 1e20 x (finite, nothing overflows) made round 3's IRLS of an honest party
+    numerically singular, rounds later, when every party's Z_k had grown towards the
+    poisoned Z: the honest party was the one named (its report told it to raise beta). The
+    server names the party that sent the largest Z_k so far, where it is huge."""
+    import fedviews.linear._testing_phase as tp
+
+    ds = data.load("handwritten", views=["pix", "fou", "zer"])
+    rows = np.random.default_rng(0).permutation(len(ds.y))[:100]
+    honest = tp.ConsensusTester._send_Z
+
+    def send(self, msg, name, Z_k, local):
+        if self.name == "party2" and msg.round == 1 and name == "Z_k":
+            Z_k = Z_k * 1e20
+        return honest(self, msg, name, Z_k, local)
+
+    monkeypatch.setattr(tp.ConsensusTester, "_send_Z", send)
+    est = MMVFL(beta=0.5, max_iter=3, tol=0.0, inner_max_iter=10, standardize=True)
+    with pytest.raises(ProtocolError, match=r"^'party2' sent 'Z_k' with values so large") as err:
+        est.fit([X[rows] for X in ds.views], ds.y[rows])
+    assert err.value.party == "party2" and "failed on what was computed from them (Data" in str(
+        err.value
+    )

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any, TypeAlias, TypeGuard, Union
 
 import numpy as np
 
-from fedviews.errors import ProtocolError
+from fedviews.errors import FedViewsError, ProtocolError, RemoteError, described
 
 if TYPE_CHECKING:
     import torch
@@ -242,24 +242,61 @@ def largest_input(party: str, inputs: Mapping[str, Mapping[str, Array]]) -> Blam
     """
 
     def blame(name: str) -> ProtocolError | None:
-        sizes: dict[tuple[str, str], float] = {}
-        for who, arrays in inputs.items():
-            for what, a in arrays.items():
-                top = _abs_max(a)
-                sizes[who, what] = top if math.isfinite(top) else math.inf
-        if not sizes:
+        found = _huge_input(party, inputs)
+        if found is None:
             return None
-        who, what = max(sizes, key=lambda k: sizes[k])
-        if who == party or sizes[who, what] < HUGE:
-            return None
+        who, what, size = found
         return ProtocolError(
-            f"{who!r} sent {what!r} with values so large (max |x| = {sizes[who, what]:.3g}) "
+            f"{who!r} sent {what!r} with values so large (max |x| = {size:.3g}) "
             f"that what {party!r} computed from them ({name!r}) is not finite: refused (its "
             "model diverged, e.g. a learning rate too high, or it is poisoned)",
             party=who,
         )
 
     return blame
+
+
+def _huge_input(
+    party: str, inputs: Mapping[str, Mapping[str, Array]]
+) -> tuple[str, str, float] | None:
+    """The largest of ``inputs`` in magnitude (its party, name and ``max |x|``) where it is
+    another party's than ``party`` and :data:`HUGE`; else None."""
+    sizes: dict[tuple[str, str], float] = {}
+    for who, arrays in inputs.items():
+        for what, a in arrays.items():
+            top = _abs_max(a)
+            sizes[who, what] = top if math.isfinite(top) else math.inf
+    if not sizes:
+        return None
+    who, what = max(sizes, key=lambda k: sizes[k])
+    if who == party or sizes[who, what] < HUGE:
+        return None
+    return who, what, sizes[who, what]
+
+
+def failed_on_huge_input(
+    exc: FedViewsError, inputs: Mapping[str, Mapping[str, Array]]
+) -> ProtocolError | None:
+    """The refusal that names the party whose huge input (:data:`HUGE`, the largest of
+    ``inputs``, by party and name, of another party than the one that failed) made ``exc``
+    happen, where ``exc`` is the failure of a party (its :attr:`~FedViewsError.at`: in one
+    process its own error, deployed its report) on what a coordinator computed from
+    ``inputs``: a finite but huge ``Z_k`` averaged into the consensus makes another party's
+    solver fail ("numerically singular") though nothing overflowed. None where no such
+    input explains it (the failure is the failing party's own)."""
+    if exc.at is None:
+        return None
+    found = _huge_input(exc.at, inputs)
+    if found is None:
+        return None
+    who, what, size = found
+    why = f"{exc.kind}: {exc.text}" if isinstance(exc, RemoteError) else described(exc)
+    return ProtocolError(
+        f"{who!r} sent {what!r} with values so large (max |x| = {size:.3g}) that {exc.at!r} "
+        f"failed on what was computed from them ({why}): refused (its model diverged, or "
+        "it is poisoned)",
+        party=who,
+    )
 
 
 def _abs_max(a: Array) -> float:

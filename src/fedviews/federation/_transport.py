@@ -372,7 +372,9 @@ class InProcessTransport(Transport):
         t0 = time.perf_counter()  # (timed here, not by the base class: one call less)
         try:
             return fn()
-        except FedViewsError:
+        except FedViewsError as exc:  # its own refusal, as it is (where it failed: ``at``)
+            if exc.at is None:
+                exc.at = msg.receiver
             raise
         except Exception as exc:  # its handler failed: named, as a deployment reports it
             raise RemoteError(msg.receiver, type(exc).__name__, _failure_text(msg, exc)) from exc

@@ -45,14 +45,15 @@ import math
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
-from fedviews.errors import ProtocolError
+from fedviews.errors import FedViewsError, ProtocolError
 from fedviews.federation import (
     Coordinator,
     Message,
+    failed_on_huge_input,
     handles,
     reported_count,
     reported_share,
@@ -289,6 +290,12 @@ class ConsensusServer(Coordinator):
         many fractional bits, and the server learns only their sums; ``None``: plain.
     """
 
+    #: the largest ``max |Z_k|`` each party sent so far, to name the one whose huge values
+    #: made another party fail on the consensus, rounds later (every party's ``Z_k`` grows
+    #: towards the poisoned ``Z``; :func:`~fedviews.federation.failed_on_huge_input`); not
+    #: pickled, not checkpointed (a resumed run compares the rounds since)
+    _transient: ClassVar[Mapping[str, Callable[[], Any]]] = {"_Zk_max": dict}
+
     def __init__(
         self,
         parties: Sequence[str],
@@ -321,6 +328,7 @@ class ConsensusServer(Coordinator):
         self.converged = False
         self.test_iterations = 0
         self.scores: dict[str, Any] = {}
+        self._Zk_max: dict[str, float] = {}
 
     def state_dict(self) -> dict[str, np.ndarray]:
         """The server's state after a round: ``Z``, the objective history, ``converged``."""
@@ -359,6 +367,8 @@ class ConsensusServer(Coordinator):
             if not (math.isfinite(f) and np.isfinite(Z).all()):
                 raise overflowed(self.parties, zetas, Zks, local)
             self.Z = Z
+            for p, Zk in zip(self.parties, Zks, strict=True):
+                self._Zk_max[p] = max(self._Zk_max.get(p, 0.0), float(np.abs(Zk).max(initial=0)))
         else:  # from the secure sums: sum_k zeta_k ||Z_k - Z||^2 = zsq - 2 <S, Z> + zsum ||Z||^2
             S, zsum, zsq, f = secure_sums(replies, "Z_k", self.Z.shape[1], self.frac_bits)
             self.Z = S / zsum if Y is None else (S + eta * Y) / (zsum + eta)
@@ -385,7 +395,14 @@ class ConsensusServer(Coordinator):
         prev = self.objective[-1] if self.objective else np.inf
         while not self.converged and r < self.max_iter:
             r += 1
-            replies = self.broadcast(self.parties, "update", arrays={"Z": self.Z}, round=r)
+            try:
+                replies = self.broadcast(self.parties, "update", arrays={"Z": self.Z}, round=r)
+            except FedViewsError as exc:  # a party failed on Z: one poisoned by a huge Z_k?
+                sent = {p: {"Z_k": np.array(m)} for p, m in self._Zk_max.items()}
+                blamed = failed_on_huge_input(exc, sent)
+                if blamed is None:
+                    raise
+                raise blamed from exc
             f = self._z_step(replies)
             self.objective.append(f)
             self.converged = relative_change_below(prev, f, self.tol)

@@ -10,12 +10,13 @@ from typing import Any, ClassVar
 import numpy as np
 
 from fedviews.data import standardized_with
-from fedviews.errors import ProtocolError
+from fedviews.errors import FedViewsError, ProtocolError
 from fedviews.federation import (
     Coordinator,
     Message,
     MetaValue,
     SecureSumParty,
+    failed_on_huge_input,
     handles,
     largest_input,
     reported_count,
@@ -281,7 +282,7 @@ class HFedMVServer(Coordinator):
     the clients' test counts into :attr:`scores`.
     """
 
-    _transient: ClassVar[Mapping[str, Callable[[], Any]]] = {"_averaged": dict}
+    _transient: ClassVar[Mapping[str, Callable[[], Any]]] = {"_averaged": dict, "_W_max": dict}
 
     def __init__(
         self,
@@ -303,6 +304,9 @@ class HFedMVServer(Coordinator):
         #: the clients' ``W_local`` of the last round, averaged into ``W`` (kept one round, to
         #: name the client whose huge values made another's step overflow: :meth:`_overflowed`)
         self._averaged: dict[str, list[np.ndarray]] = {}
+        #: the largest ``max |W_local|`` each client sent so far: a client fails on a
+        #: poisoned ``W`` rounds later, when every client's model has grown towards it
+        self._W_max: dict[str, float] = {}
 
     @staticmethod
     def aggregate(
@@ -348,7 +352,7 @@ class HFedMVServer(Coordinator):
         for r in range(len(self.objective) + 1, self.n_rounds + 1):
             try:
                 replies = self.broadcast(self.clients, "local_train", arrays=self.arrays(), round=r)
-            except ProtocolError as exc:
+            except FedViewsError as exc:
                 blamed = self._overflowed(exc)
                 if blamed is exc:
                     raise
@@ -362,6 +366,9 @@ class HFedMVServer(Coordinator):
                     for m in msgs
                 ]
                 self._averaged = dict(zip(self.clients, local, strict=True))
+                for c, Ws in self._averaged.items():
+                    top = max(float(np.abs(W).max(initial=0)) for W in Ws)
+                    self._W_max[c] = max(self._W_max.get(c, 0.0), top)
                 self.W = self.aggregate(local, [m.count("n_samples") for m in msgs])
                 reported = [m.meta.get("local_objective") for m in msgs]
                 f = (  # NaN under model_dp: the clients report none
@@ -375,19 +382,25 @@ class HFedMVServer(Coordinator):
         self._final()
         return self.W
 
-    def _overflowed(self, exc: ProtocolError) -> ProtocolError:
-        """The refusal of a client's ``W_local`` that is not finite, naming the client whose
-        own ``W_local`` of the round before was huge and the largest
-        (:func:`~fedviews.federation.largest_input`): the weighted average is finite,
+    def _overflowed(self, exc: FedViewsError) -> FedViewsError:
+        """The refusal of a client's ``W_local`` that is not finite, or of a client's failure
+        on ``W`` (its solver's "numerically singular"), naming the client whose own
+        ``W_local`` of the round before was huge and the largest
+        (:func:`~fedviews.federation.largest_input`,
+        :func:`~fedviews.federation.failed_on_huge_input`): the weighted average is finite,
         so the server sends a poisoned ``W_k`` and an honest client's local step overflows
-        on it. Anything else (or nothing to compare: the first round, secure aggregation,
-        which sees no client's ``W_local``) is ``exc`` as it came."""
-        if exc.array is None or exc.party not in self._averaged:
-            return exc
+        or fails on it. Anything else (or nothing to compare: the first round, secure
+        aggregation, which sees no client's ``W_local``) is ``exc`` as it came."""
+        if exc.at is not None:  # a client failed on W (its solver: "numerically singular")
+            sent = {c: {"W_local": np.array(m)} for c, m in self._W_max.items()}
+            return failed_on_huge_input(exc, sent) or exc
         inputs = {
             c: {f"W_local_{k}": W for k, W in enumerate(Ws)} for c, Ws in self._averaged.items()
         }
-        return largest_input(exc.party, inputs)(exc.array) or exc
+        array = getattr(exc, "array", None)
+        if array is None or exc.party not in self._averaged:
+            return exc
+        return largest_input(exc.party, inputs)(array) or exc
 
     def arrays(self) -> dict[str, np.ndarray]:
         """The global model as it is sent: ``W_0 .. W_{K-1}``."""
