@@ -50,6 +50,15 @@ def test_the_coordinator_s_own_failure_is_no_unavailable_party():
             "fou",
             "'fou' reported ConfigError: its file",  # (it read "ProtocolError: RemoteError: ")
         ),
+        (
+            {
+                "status": "DataError: sizes differ; 'zer' differs from all the others",
+                "culprit": "zer",
+            },
+            DataError,
+            "zer",
+            "sizes differ; 'zer' differs",  # (it read "ProtocolError: DataError: ...")
+        ),
         ({"status": "KeyboardInterrupt: "}, PartyUnavailable, "coordinator", "party 'coordinator'"),
         (
             {"status": "Terminated: stopped by SIGTERM"},

@@ -10,6 +10,7 @@ messages never hold more than the link's budget.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import struct
@@ -29,7 +30,7 @@ pytest.importorskip("cryptography")
 
 from fedviews.deploy import _roles, load_deploy_config  # noqa: E402
 from fedviews.deploy._checkpoint import Checkpoints  # noqa: E402
-from fedviews.errors import FedViewsError, ProtocolError, RemoteError  # noqa: E402
+from fedviews.errors import DataError, FedViewsError, ProtocolError, RemoteError  # noqa: E402
 from fedviews.federation import (  # noqa: E402
     Coordinator,
     GrpcHub,
@@ -385,8 +386,8 @@ def test_a_setup_report_is_used_or_refused_naming_its_sender(meta, liar, drop) -
         rounds = {p: _roles._rounds(i) for p, i in infos.items()}
     except ProtocolError as exc:
         assert exc.party == liar, exc
-    except FedViewsError:
-        pass  # e.g. the groups' sizes differ: a DataError naming them all
+    except FedViewsError as exc:  # e.g. the groups' sizes differ: a DataError naming them all
+        assert exc.party in (None, liar), exc  # (the one that differs from the others)
     else:
         assert type(setup["n_samples"]) is int and all(isinstance(r, set) for r in rounds.values())
 
@@ -468,3 +469,23 @@ def test_key_bundles_are_accepted_or_refused_naming_who_sent_them(
         assert party._dispatch(party.link, PEERS, 0, frame)
     except FedViewsError as exc:
         assert exc.party == HUB, exc
+
+
+def test_a_party_whose_count_or_ids_differ_from_all_the_others_is_named() -> None:
+    """'zer' reporting 99 aligned samples where both others report 100 named nobody."""
+    groups = get_algorithm_spec("mmvfl").groups(CFG)
+    infos = {p: SetupReport(p, {"n/train": 100, "ids/train": "d1"}) for p in ("pix", PEER)}
+    infos["zer"] = SetupReport("zer", {"n/train": 99, "ids/train": "d1"})
+    with pytest.raises(DataError, match="'zer' differs from all the others") as err:
+        check_group_sizes(groups, infos)
+    assert err.value.party == "zer"
+    infos["zer"] = SetupReport("zer", {"n/train": 100, "ids/train": "d2"})
+    with pytest.raises(DataError, match="not the same IDs.*'zer' differs from all") as err:
+        check_group_sizes(groups, infos, same_ids=True)
+    assert err.value.party == "zer"
+    two = {p: infos[p] for p in ("pix", "zer")}  # one against one: nobody is named
+    with pytest.raises(DataError) as err:
+        check_group_sizes(
+            [dataclasses.replace(groups[0], parties=("pix", "zer"))], two, same_ids=True
+        )
+    assert err.value.party is None

@@ -334,9 +334,10 @@ def _failure(info: dict[str, Any], rc: int, hint: str, coordinator: str) -> Exce
         report = re.fullmatch(r"'(.*?)' reported (\w+): (.*)", text, re.S)
         if kind == "RemoteError" and report and report[1] == named:  # its report, as such
             return RemoteError(str(named), report[2], f"{report[3]}; {hint}")
-        return ProtocolError(
-            f"{text if kind == 'ProtocolError' else status}; {hint}", party=str(named)
-        )
+        own = {c.__name__: c for c in (ConfigError, DataError, ProtocolError)}.get(kind)
+        err = (own or ProtocolError)(f"{text if own else status}; {hint}")  # (not "X: X: ...")
+        err.party = str(named)
+        return err
     if "unavailable_party" in info:  # its status reads "PartyUnavailable: party 'x' ..."
         status = re.split(r" (?:is|are) unavailable: ", status, maxsplit=1)[-1]
     else:  # the coordinator's own error (e.g. the files share no ID): as it is

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections import Counter
 from collections.abc import Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -143,9 +144,14 @@ def check_group_sizes(
     for g in groups:
         sizes = {p: int(infos[p][f"n/{g.name}"]) for p in g.parties}
         if len(set(sizes.values())) != 1:
-            raise DataError(
-                f"the parties of alignment group {g.name!r} hold different numbers of "
-                f"aligned samples: {sizes}{hint}"
+            odd = _odd_one(sizes)
+            raise _named(
+                odd,
+                DataError(
+                    f"the parties of alignment group {g.name!r} hold different numbers of "
+                    f"aligned samples: {sizes}{hint}"
+                    + (f"; {odd!r} differs from all the others" if odd else "")
+                ),
             )
         if not next(iter(sizes.values())):
             raise DataError(
@@ -158,12 +164,33 @@ def check_group_sizes(
                 digests.setdefault(str(infos[p][f"ids/{g.name}"]), []).append(p)
             if len(digests) > 1:
                 alike = "; ".join(", ".join(ps) for ps in digests.values())
-                raise DataError(
-                    f"the parties of alignment group {g.name!r} hold as many samples but not "
-                    f"the same IDs (alignment = 'none' matches rows by sorting the IDs); those "
-                    f"that agree: {alike}. Align the files (or tag a party's rows with their "
-                    "group: a `group` column) or use alignment = 'psi' (not on Flower)"
+                odd = _odd_one({p: d for d, ps in digests.items() for p in ps})
+                raise _named(
+                    odd,
+                    DataError(
+                        f"the parties of alignment group {g.name!r} hold as many samples but not "
+                        f"the same IDs (alignment = 'none' matches rows by sorting the IDs); those "
+                        f"that agree: {alike}. Align the files (or tag a party's rows with their "
+                        "group: a `group` column) or use alignment = 'psi' (not on Flower)"
+                        + (f"; {odd!r} differs from all the others" if odd else "")
+                    ),
                 )
+
+
+def _odd_one(values: Mapping[str, Any]) -> str | None:
+    """The one party whose value differs where every other party (two at least) reports the
+    same: named for it, a majority being all a coordinator can go by (each value is what its
+    party says); None otherwise."""
+    if len(values) < 3:
+        return None
+    (common, n), *_ = Counter(values.values()).most_common()
+    odd = [p for p, v in values.items() if v != common]
+    return odd[0] if n == len(values) - 1 and len(odd) == 1 else None
+
+
+def _named(party: str | None, err: DataError) -> DataError:
+    err.party = party
+    return err
 
 
 def privacy_ledger(
