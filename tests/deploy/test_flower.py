@@ -1766,3 +1766,28 @@ def test_a_node_takes_no_path_from_the_run_config_unless_it_opts_in(deployment, 
     # a run config without paths: the node's own config's defaults, nothing refused
     bare = settings({k: v for k, v in own.items() if k != "out"}, {})
     assert bare.out_dir == Path(s.cfg.output_dir) / "flower_test-flower" / "pix"
+
+
+@pytest.mark.skipif(not Path("/proc/self/task").is_dir(), reason="needs Linux /proc")
+def test_a_stopped_launch_leaves_no_process_its_processes_started_elsewhere():
+    """The SuperLink starts flwr-serverapp in a session of its own: a `kill` of `fedviews
+    flower launch` stopped the SuperLink's process group and the ServerApp ran on."""
+    import subprocess
+
+    from fedviews.deploy import _flower_launch
+
+    child = (
+        "import subprocess, sys, time; subprocess.Popen([sys.executable, '-c', "
+        "'import time; time.sleep(120)'], start_new_session=True); time.sleep(120)"
+    )
+    proc = subprocess.Popen([sys.executable, "-c", child], start_new_session=True)
+    deadline = time.monotonic() + 30
+    while not _flower_launch._descendants(proc.pid) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    (grandchild,) = _flower_launch._descendants(proc.pid)
+    _flower_launch._stop([proc])
+    assert proc.poll() is not None
+    assert (
+        not Path(f"/proc/{grandchild}").exists()
+        or "Z" in Path(f"/proc/{grandchild}/stat").read_text().split()[2]
+    )

@@ -167,7 +167,10 @@ def _wait_health(port: int, proc: subprocess.Popen[bytes], ca: Path | None, time
 
 
 def _stop(procs: list[subprocess.Popen[bytes]]) -> None:
-    """Stop the process groups that :func:`launch_flower` started (SIGTERM, then SIGKILL)."""
+    """Stop the process groups that :func:`launch_flower` started (SIGTERM, then SIGKILL),
+    and every process they started in a group of its own (the SuperLink's ``flwr-serverapp``
+    outlived a stopped launch by up to a minute)."""
+    spawned = [d for proc in procs for d in _descendants(proc.pid)]
     for proc in procs:
         if proc.poll() is None:
             with contextlib.suppress(ProcessLookupError):
@@ -179,6 +182,33 @@ def _stop(procs: list[subprocess.Popen[bytes]]) -> None:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        alive = [d for d in spawned if Path(f"/proc/{d}").exists()]
+        for d in alive:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(d, sig)
+        deadline = time.monotonic() + 5
+        while alive and time.monotonic() < deadline:
+            time.sleep(0.1)
+            alive = [d for d in alive if Path(f"/proc/{d}").exists()]
+
+
+def _descendants(pid: int) -> list[int]:
+    """Every process below ``pid`` (Linux's ``/proc``; none where there is no ``/proc``)."""
+    found: list[int] = []
+    todo = [pid]
+    while todo:
+        p = todo.pop()
+        try:
+            tasks = list(Path(f"/proc/{p}/task").iterdir())
+        except OSError:
+            continue
+        for task in tasks:
+            with contextlib.suppress(OSError):
+                kids = [int(c) for c in (task / "children").read_text().split()]
+                found += kids
+                todo += kids
+    return found
 
 
 def _flower_env(home: Path, superexec_poll: float) -> dict[str, str]:
