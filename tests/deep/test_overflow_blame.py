@@ -159,3 +159,26 @@ def test_failed_on_huge_input_names_only_another_party_s_huge_input():
     assert failed_on_huge_input(report, {"v": {"Z_k": np.array(1e18)}}) is None  # not huge
     assert failed_on_huge_input(report, {"a": {"Z_k": np.array(1e30)}}) is None  # its own
     assert failed_on_huge_input(DataError("x"), {"v": {"Z_k": np.array(1e30)}}) is None  # who?
+
+
+def test_one_huge_message_that_poisons_the_top_model_names_its_sender(monkeypatch):
+    """A passive party's logits of 4.7e37 once (finite float32): the label owner's top model
+    stepped on them, and its gradients overflowed batches later, when the logits at hand were
+    modest: the label owner was named ("'a' sent 'grad_logits' with NaN"). The largest
+    logits of the epoch so far are the inputs the label owner's blame compares."""
+    datas, run = _splitnn()
+    honest = Party._message
+    sent = []
+
+    def message(self, receiver, kind, arrays, meta, round):
+        arrays = dict(arrays or {})
+        if self.name == "p" and "logits" in arrays and not sent:
+            t = arrays["logits"].detach()
+            arrays["logits"] = t / t.abs().max() * 4.7e37
+            sent.append(kind)
+        return honest(self, receiver, kind, arrays, meta, round)
+
+    monkeypatch.setattr(Party, "_message", message)
+    with pytest.raises(ProtocolError, match=r"^'p' sent 'logits' with values so large") as err:
+        build_in_process(run, datas)()
+    assert err.value.party == "p" and sent

@@ -235,6 +235,10 @@ class SplitNNActive(_MLPBottom):
         # and this party steps before its own (in one process: one step for every party)
         grads: dict[str, dict[str, Any]] = {p: {} for p in self.passives}
         blame: Blame | None = None  # who made grads overflow, if they did
+        # the largest |logits| of each party this epoch (its own too), on the device (no
+        # sync): a party whose huge logits poisoned the top model, batches before the
+        # gradients or the loss overflow, is still the largest input then
+        seen: dict[str, Any] = {}
         stepping: list[torch.optim.Optimizer] = []  # its own step, once its gradients are in
         for b, idx in enumerate(device_batches(len(self._X), self.batch_size, rng, self.device)):
             with stepping_with_staged(stepping):
@@ -249,17 +253,18 @@ class SplitNNActive(_MLPBottom):
                 p: {"grad_logits": lend(t.grad)} for p, t in zip(self.passives, theirs, strict=True)
             }
             # (the largest input: a passive party's logits, or its own output)
-            inputs: dict[str, dict[str, Any]] = {
-                p: {"logits": t} for p, t in zip(self.passives, theirs, strict=True)
-            }
-            inputs[self.name] = {"logits": own}
-            blame = largest_input(self.name, inputs)
+            for p, t in [*zip(self.passives, theirs, strict=True), (self.name, own)]:
+                top = t.detach().abs().amax()
+                seen[p] = top if p not in seen else torch.maximum(seen[p], top)
+            blame = largest_input(self.name, {p: {"logits": m} for p, m in seen.items()})
             stepping = [self.opt]
             total.add_(loss.detach(), alpha=len(idx))  # (in float64: exact, then rounded once)
         if stepping:  # the epoch's last batch
             with stepping_with_staged(stepping):
                 self.scatter("splitnn.backward", grads, blame=blame)
         out: dict[str, Any] = {"epoch": msg.round, "loss": float(total) / len(self._X)}
+        if not math.isfinite(out["loss"]) and blame is not None and (err := blame("loss")):
+            raise err  # (else its receiver names this party for the loss it reports)
         if self._X_test is not None and self.y_test is not None:
             out["accuracy"] = float(np.mean(self.predict_test() == self.y_test))
         return self.reply(msg, meta=out)
