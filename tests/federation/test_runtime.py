@@ -85,11 +85,15 @@ def test_privacy_violation_raises_before_sending():
     a = Holder("a", np.ones((3, 2)))
     server = Summer()
     t = federate([server, a], POLICY)
-    with pytest.raises(PrivacyError, match=r"forbids 'a' \(party\) from sending \['secret'\]"):
+    with pytest.raises(
+        PrivacyError, match=r"forbids 'a' \(party\) from sending \['secret'\]"
+    ) as err:
         server.send("a", "leak")
+    assert err.value.party == "a"  # its sender, as the gRPC hub names it (it was None here)
     assert "secret" not in t.log.arrays_sent()
-    with pytest.raises(PrivacyError, match="coordinator"):
+    with pytest.raises(PrivacyError, match="coordinator") as err:
         server.send("a", "partial", arrays={"raw_view": np.ones(3)})
+    assert err.value.party == "coordinator"
 
 
 def test_a_policy_remembers_only_passed_checks_and_a_bounded_number(monkeypatch):

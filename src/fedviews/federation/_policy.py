@@ -88,18 +88,18 @@ class PrivacyPolicy:
         key = (sender_role, receiver_role, kind, tuple(names))
         if key in self._passed:
             return
+        forbids = f"privacy policy {self.name!r} forbids {sender!r} ({sender_role}) from sending"
+        what = None
         if kind is not None and not self.kind_allowed(sender_role, receiver_role, kind):
-            raise PrivacyError(
-                f"privacy policy {self.name!r} forbids {sender!r} ({sender_role}) from sending "
-                f"a {kind!r} message to {receiver!r} ({receiver_role})"
-            )
+            what = f"a {kind!r} message to {receiver!r} ({receiver_role})"
         ok = self.allowed.get((sender_role, receiver_role), frozenset())
         bad = [n for n in key[3] if n not in ok]
-        if bad:
-            raise PrivacyError(
-                f"privacy policy {self.name!r} forbids {sender!r} ({sender_role}) from sending "
-                f"{bad} to {receiver!r} ({receiver_role}); allowed: {sorted(ok) or 'nothing'}"
-            )
+        if what is None and bad:
+            what = f"{bad} to {receiver!r} ({receiver_role}); allowed: {sorted(ok) or 'nothing'}"
+        if what is not None:  # the sender's (its party: in one process as deployed)
+            err = PrivacyError(f"{forbids} {what}")
+            err.party = sender
+            raise err
         if len(self._passed) < MAX_PASSED:  # (a peer's made-up kinds cannot grow it)
             self._passed.add(key)
 
