@@ -44,6 +44,22 @@ def test_a_stopped_command_says_which_signal_stopped_it(capsys, stop, code, said
     assert capsys.readouterr().err.startswith(f"{said}: partial results (if any) are in ")
 
 
+def test_a_path_that_cannot_be_written_is_one_line(capsys, tmp_path):
+    """`--out` an existing file, `compare --out` a folder, `configs copy` onto a file: the
+    OSError was a 39-line traceback (exit 1)."""
+    taken = tmp_path / "full.log"
+    taken.write_text("")
+
+    @friendly
+    def command() -> None:
+        taken.mkdir()
+
+    with pytest.raises(typer.Exit) as info:
+        command()
+    assert info.value.exit_code == 2
+    assert capsys.readouterr().err == f"error: FileExistsError: File exists: {taken}\n"
+
+
 def test_debug_shows_the_traceback_of_an_expected_failure(monkeypatch, capsys, tmp_path):
     """``fedviews --debug`` promises the traceback; the entry point used to catch the
     re-raised error and print the same one line as without --debug."""

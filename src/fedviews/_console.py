@@ -45,6 +45,17 @@ def friendly(fn: F) -> F:
                 soft_wrap=True,
             )
             raise typer.Exit(2) from None
+        except OSError as exc:  # a path of the user's: exists, is a folder, not writable...
+            if DEBUG["on"]:
+                raise
+            where = f": {exc.filename}" if exc.filename else ""
+            err_console.print(
+                f"[bold red]error:[/] {type(exc).__name__}: {escape(exc.strerror or str(exc))}"
+                f"{escape(str(where))}",
+                highlight=False,
+                soft_wrap=True,
+            )
+            raise typer.Exit(2) from None
         except KeyboardInterrupt as exc:  # Ctrl-C (130), or `kill` (SIGTERM, 143)
             killed = isinstance(exc, Terminated)
             err_console.print(
