@@ -55,8 +55,9 @@ def shipped_config(name: str) -> Traversable:
     configs = _shipped()
     stem = name.removesuffix(".toml")
     if stem not in configs:
+        near = closest(stem, list(configs))  # (not the list of every name: that is below)
         raise ConfigError(
-            f"no shipped config named {name!r}{closest(stem, list(configs))} "
+            f"no shipped config named {name!r}{near if near.startswith('; did you') else ''} "
             "(`fedviews configs list` shows them)"
         )
     return configs[stem]
@@ -102,8 +103,10 @@ def resolve_config(path: Path) -> Path:
         return copy
     found = _shipped().get(path.name.removesuffix(".toml"))
     if found is None:
+        near = closest(path.name.removesuffix(".toml"), list(_shipped()))
         raise ConfigError(
-            f"config file {str(path)!r} does not exist, nor does a shipped config of that name "
+            f"config file {str(path)!r} does not exist, nor does a shipped config of that name"
+            f"{near if near.startswith('; did you mean') else ''} "
             "(`fedviews configs list` shows them)"
         )
     return Path(str(found)) if isinstance(found, Path) else path

@@ -17,8 +17,8 @@ from fedviews.report import format_config, format_value
         (-0.004464, "-0.00446"),  # Table 2's small differences: not -0.00
         (-0.0, "0"),
         (0.0, "0"),
-        (1e-05, "1e-05"),  # a delta: not 0.00
-        (-0.4, "-0.4"),
+        (1e-05, "1.00e-05"),  # a delta: not 0.00
+        (-0.4, "-0.400"),  # three digits as beside -0.833 (it read -0.4)
         (float("nan"), "n/a"),
         (None, "n/a"),
         (True, "true"),

@@ -14,3 +14,13 @@ def paper_tables() -> dict[str, Any]:
     text = resources.files("fedviews.experiments").joinpath("paper_tables.json").read_text("utf-8")
     data: dict[str, Any] = json.loads(text)
     return data
+
+
+def fedmv_paper_tables() -> list[str]:
+    """The FedMV paper's tables a FedMV experiment may print beside its results."""
+    return [k for k in paper_tables() if k.startswith("fedmv_table")]
+
+
+def mmvfl_paper_rows() -> list[str]:
+    """The datasets of MMVFL's Table 2 (the rows an MMVFL experiment may print)."""
+    return [k for k in paper_tables()["mmvfl_table2_performance_differences"] if k != "_about"]

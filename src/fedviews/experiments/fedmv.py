@@ -45,6 +45,7 @@ from fedviews.experiments._metrics import (
     pm,
 )
 from fedviews.experiments._metrics import summarize as _summarize
+from fedviews.experiments._paper import fedmv_paper_tables
 from fedviews.experiments._registry import register_experiment
 from fedviews.experiments._runner import ExperimentResult, RunContext
 
@@ -110,6 +111,8 @@ class FedMVVerticalParams:
 
     def validate(self) -> None:
         check_choice("methods", self.methods, self.METHODS)
+        # (a misspelt table dropped the paper's numbers from the results without a word)
+        check_choice("paper_table", self.paper_table, ["", *fedmv_paper_tables()])
         if self.n_repeats < 1:
             raise ConfigError("params.n_repeats must be >= 1")
         if not (

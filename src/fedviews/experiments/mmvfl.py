@@ -37,7 +37,7 @@ from fedviews.experiments._metrics import (
     paired_difference,
     verdict_line,
 )
-from fedviews.experiments._paper import paper_tables
+from fedviews.experiments._paper import mmvfl_paper_rows, paper_tables
 from fedviews.experiments._registry import register_experiment
 from fedviews.experiments._runner import ExperimentResult, RunContext, Table
 from fedviews.report import pyplot, save_figure
@@ -98,6 +98,7 @@ class MMVFLParams:
         check_choice("algorithms", self.algorithms, ALGORITHMS)
         check_choice("classifier", self.classifier, CLASSIFIERS)
         check_choice("label_scale", self.label_scale, LABEL_SCALES)
+        check_choice("paper_table", self.paper_table, ["", *mmvfl_paper_rows()])
         if self.n_folds < 2:
             raise ConfigError("params.n_folds must be >= 2")
         if not self.betas or any(b <= 0 for b in self.betas):

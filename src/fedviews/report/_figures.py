@@ -22,11 +22,16 @@ _FIGURES = itertools.count(1)
 def pyplot() -> Any:
     """``matplotlib.pyplot`` on the non-interactive Agg backend (imported on first use:
     ``fedviews.report`` is imported by the runner, which must not pay for matplotlib)."""
+    import logging
+
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    # a math label falls back from the STIX fonts that a slim install lacks to DejaVu, as it
+    # should: its 21 "findfont: Font family ... not found" lines a run printed are noise
+    logging.getLogger("matplotlib.font_manager").setLevel(logging.ERROR)
     return plt
 
 

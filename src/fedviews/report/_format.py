@@ -29,7 +29,8 @@ def format_value(v: Any) -> str:
     -------
     str
         Floats from 1 up with two decimals and thousands separators (``1,234.50``), below 1
-        with three significant digits (``0.912``, ``-0.00446``, ``1e-05``), zero as ``0``
+        with three significant digits, trailing zeros kept (``0.912``, ``0.500``,
+        ``-0.00446``, ``1.00e-05``), zero as ``0``
         (never ``-0.00``); integers with thousands separators; ``true`` / ``false``; NaN and
         ``None`` as ``n/a``; anything else as :class:`str` does.
     """
@@ -40,7 +41,7 @@ def format_value(v: Any) -> str:
             return "n/a"
         if v == 0:
             return "0"
-        return f"{v:,.2f}" if abs(v) >= 1 else f"{v:.3g}"
+        return f"{v:,.2f}" if abs(v) >= 1 else f"{v:#.3g}"  # ("0.5" beside "0.833": no)
     if isinstance(v, int):
         return f"{v:,}"
     return "n/a" if v is None else str(v)
