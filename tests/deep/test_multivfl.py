@@ -171,6 +171,21 @@ def test_a_killed_fit_continues_from_its_checkpoint(fmnist, tmp_path) -> None:
         for pa, pb in zip(_params(a.bottom), _params(b.bottom), strict=True):
             np.testing.assert_array_equal(pa, pb)
     np.testing.assert_array_equal(resumed.predict(images[500:]), whole.predict(images[500:]))
+    # the traffic of every session (it counted the resumed rounds only: a report of a
+    # resumed experiment showed half the messages and bytes of the uninterrupted run); the
+    # resumed session's start sends the global top model to the label owners once more
+    got, ref = resumed.run_stats_, whole.run_stats_
+    assert got["sessions"] == 2 and got["rounds"] == ref["rounds"]
+    assert got["crossings"] == ref["crossings"]
+    again = {f"server -> label_owner_{k}" for k in range(2)}
+    again |= {f"label_owner_{k} -> server" for k in range(2)}
+    for link, n in ref["crossing_bytes"].items():
+        assert (
+            (got["crossing_bytes"][link] > n)
+            if link in again
+            else (got["crossing_bytes"][link] == n)
+        ), link
+    assert got["messages"] == ref["messages"] + 4  # the top model and its acknowledgement
 
 
 def test_checkpoint_of_another_run_or_no_interval_is_refused(fmnist, tmp_path) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -85,13 +86,17 @@ def class_separation(A: np.ndarray, y: np.ndarray) -> dict[str, float]:
 
 
 def mean_std(values: Sequence[float] | np.ndarray) -> tuple[float, float]:
-    """Mean and population standard deviation (``ddof=0``)."""
+    """Mean and population standard deviation (``ddof=0``); the deviation of one value is
+    NaN (there is no spread to measure: "± 0.00" claimed one)."""
     arr = np.asarray(values, dtype=float)
-    return float(arr.mean()), float(arr.std(ddof=0))
+    return float(arr.mean()), float(arr.std(ddof=0)) if arr.size > 1 else math.nan
 
 
-def pm(mean: float, std: float) -> str:
-    """``"mean ± std"`` with two decimals, as every table prints it."""
+def pm(mean: float, std: float | None) -> str:
+    """``"mean ± std"`` with two decimals, as every table prints it; the mean alone where
+    there is no deviation (one repeat: NaN, or ``None`` once through JSON)."""
+    if std is None or math.isnan(std):
+        return f"{mean:.2f}"
     return f"{mean:.2f} ± {std:.2f}"
 
 

@@ -31,6 +31,7 @@ from fedviews.experiments._metrics import (
 )
 from fedviews.experiments._registry import register_experiment
 from fedviews.experiments._runner import ExperimentResult, RunContext, Table
+from fedviews.federation import SUMMARY_KEYS
 
 # ``image_split`` now lives in :mod:`fedviews.data`; it stays importable from here
 __all__ = [
@@ -303,7 +304,8 @@ def _run(cfg: ExperimentConfig, ctx: RunContext) -> ExperimentResult:
                 return {
                     "accuracy": [float(a) for a in est.history_["accuracy"]],
                     "run_stats": est.run_stats_,
-                    "message_log": est.transport_.log.summary(),
+                    # every session's, where it was resumed (transport_.log: the last one's)
+                    "message_log": {k: v for k, v in est.run_stats_.items() if k in SUMMARY_KEYS},
                 }
 
             restored = ctx.restored

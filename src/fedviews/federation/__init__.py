@@ -42,7 +42,7 @@ from fedviews.federation._defense import (
 from fedviews.federation._e2e import E2EKeys, Trust, check_bundle
 from fedviews.federation._inprocess import InProcessRun, build_in_process
 from fedviews.federation._lend import lend
-from fedviews.federation._log import LogEntry, MessageLog, merge_summaries
+from fedviews.federation._log import SUMMARY_KEYS, LogEntry, MessageLog, merge_summaries
 from fedviews.federation._message import Header, Message, MetaValue
 from fedviews.federation._meta import reported_count, reported_share, run_differences
 from fedviews.federation._party import Coordinator, Party, handles
@@ -172,6 +172,7 @@ __all__ = [
     "run_differences",
     "MessageLog",
     "merge_summaries",
+    "SUMMARY_KEYS",
     "Party",
     "Prediction",
     "PrivacyPolicy",

@@ -16,6 +16,7 @@ import numpy as np
 from fedviews.data import PartyData, read_npz, save_npz
 from fedviews.errors import ConfigError, DataError
 from fedviews.federation._algorithm import Algorithm, get_algorithm_spec
+from fedviews.federation._log import merge_summaries
 from fedviews.federation._party import Coordinator, Party
 from fedviews.federation._policy import PrivacyPolicy
 from fedviews.federation._record import Recording
@@ -38,6 +39,18 @@ class InProcessRun:
     locals: dict[str, Local] = field(default_factory=dict)
     #: the privacy the run's defense spends, per party (:func:`privacy_ledger`)
     privacy: dict[str, Any] = field(default_factory=dict)
+    #: the message log summary of the sessions before this one, and the seconds they ran
+    #: (from the checkpoint :meth:`load_state` read: a resumed run counts every session)
+    before: dict[str, Any] = field(default_factory=dict)
+
+    def log_summary(self) -> dict[str, Any]:
+        """What crossed in this run: this session's log with the sessions' before it."""
+        now = self.transport.log.summary()
+        return merge_summaries(self.before["log"], now) if self.before.get("log") else now
+
+    def seconds(self, now: float) -> float:
+        """The seconds of every session, with ``now`` this session's."""
+        return float(self.before.get("seconds", 0.0)) + now
 
     def __call__(self, on_round_end: Callable[[int], None] | None = None) -> Any:
         """Run the protocol to the end; returns what the coordinator's run returns."""
@@ -89,13 +102,14 @@ class InProcessRun:
             out[f"the data of {name}"] = _digest(local)
         return out
 
-    def save_state(self, path: Path) -> None:
+    def save_state(self, path: Path, seconds: float = 0.0) -> None:
         """Write every party's and the coordinator's ``state_dict`` to one ``.npz`` (atomically).
 
         Call it at a round boundary; :meth:`load_state` on a freshly built run of
         the same data and parameters then continues with the next round, as a
         deployment resumes from its per-process checkpoints. The file also holds
-        :meth:`identity`, which :meth:`load_state` checks.
+        :meth:`identity`, which :meth:`load_state` checks, and the log summary and seconds
+        (``seconds``: this session's so far) of every session up to this round.
         """
         arrays = {
             f"{name}/{key}": np.asarray(value)
@@ -103,6 +117,8 @@ class InProcessRun:
             for key, value in member.state_dict().items()
         }
         arrays[_IDENTITY] = np.array(json.dumps(self.identity(), sort_keys=True))
+        sessions = {"log": self.log_summary(), "seconds": self.seconds(seconds)}
+        arrays[_SESSIONS] = np.array(json.dumps(sessions))
         save_npz(Path(path), **arrays)
 
     def load_state(self, path: Path) -> None:
@@ -121,6 +137,7 @@ class InProcessRun:
         try:
             state = read_npz(path)
             saved = json.loads(str(state.pop(_IDENTITY)))
+            before = json.loads(str(state.pop(_SESSIONS, "{}")))  # (none in older files)
             if not isinstance(saved, dict):
                 raise ValueError(f"its run identity is {type(saved).__name__}, not a mapping")
         except (OSError, ValueError, EOFError, zipfile.BadZipFile) as exc:
@@ -149,10 +166,13 @@ class InProcessRun:
             member.load_state(
                 {k[len(prefix) :]: v for k, v in state.items() if k.startswith(prefix)}
             )
+        self.before = before if isinstance(before, dict) else {}
 
 
 #: the key of :meth:`InProcessRun.identity` in a checkpoint (no member's key: those have a ``/``)
 _IDENTITY = "run_identity"
+#: the key of the sessions' log summary and seconds in a checkpoint
+_SESSIONS = "run_sessions"
 
 
 def _plain(obj: Any) -> Any:

@@ -232,6 +232,22 @@ class MessageLog:
         return [asdict(e) for e in entries]
 
 
+#: the keys a :meth:`MessageLog.summary` may hold (with ``sessions``, a merged one's)
+SUMMARY_KEYS = (
+    "rounds",
+    "messages",
+    "total_bytes",
+    "per_party",
+    "crossings",
+    "crossing_bytes",
+    "meta_keys",
+    "exchanges",
+    "dropped_entries",
+    "dropped_meta_keys",
+    "sessions",
+)
+
+
 def merge_summaries(before: Mapping[str, Any], now: Mapping[str, Any]) -> dict[str, Any]:
     """One :meth:`MessageLog.summary` of a run made in two sessions: ``before`` (what the
     killed session's checkpoint kept, up to the round it resumed from) and ``now`` (the

@@ -326,7 +326,7 @@ class MultiVFL(Persistent, Classifier):
             ``checkpoint_every`` rounds and after the last one; if it exists when
             ``fit`` starts, training continues after the rounds it holds (the same
             data and parameters give the same model as an uninterrupted fit;
-            ``run_stats_`` then count the resumed rounds only). A checkpoint of a fit
+            ``run_stats_`` count every session's messages, bytes and seconds). A checkpoint of a fit
             with other parameters (``device`` aside), ``random_state``, ``defense``
             or data raises :class:`ConfigError` (:class:`DataError` if only the
             data differ), one that cannot be read :class:`DataError`.
@@ -452,10 +452,11 @@ class MultiVFL(Persistent, Classifier):
         the seconds its rounds took."""
         if checkpoint is not None and Path(checkpoint).is_file():
             fed.load_state(Path(checkpoint))
+        t0 = time.perf_counter()
 
         def save(r: int) -> None:
             if checkpoint is not None and (r % checkpoint_every == 0 or r == self.rounds):
-                fed.save_state(Path(checkpoint))
+                fed.save_state(Path(checkpoint), seconds=time.perf_counter() - t0)
 
         _as(Server, fed.coordinator).callback = callback
         if self.verbose:
@@ -468,7 +469,7 @@ class MultiVFL(Persistent, Classifier):
             )
         t0 = time.perf_counter()
         run_in_process(fed, "Multi-VFL", self.rounds, self.verbose, then=save)
-        return time.perf_counter() - t0
+        return fed.seconds(time.perf_counter() - t0)  # (with the sessions' before it)
 
     def _read_fitted(self, fed: InProcessRun, seconds: float) -> None:
         """The fitted attributes, read from the parties and the transport's log of ``fed``."""
@@ -488,9 +489,9 @@ class MultiVFL(Persistent, Classifier):
         act = 4 * sum(  # float32 bytes per sample
             int(np.prod(shape)) for shape in self.label_owners_[0].activation_shapes.values()
         )
-        log = self.transport_.log
+        summary = fed.log_summary()  # (a resumed fit's: every session's)
         self.run_stats_ = {
-            **log.summary(),
+            **summary,
             "seconds": seconds,
             "train_seconds": float(sum(self.history_["train_seconds"])),
             "rounds": self.rounds,
@@ -498,8 +499,8 @@ class MultiVFL(Persistent, Classifier):
             "train_bytes_per_round": float(np.mean(self.history_["train_bytes"])),
             "train_bytes_per_batch": float(sum(self.history_["train_bytes"]) / n_batches),
             "raw_activation_bytes_per_sample": act,
-            "total_bytes": log.total_bytes,
-            "messages": log.n_messages,
+            "total_bytes": summary["total_bytes"],
+            "messages": summary["messages"],
             "device": str(resolve_device(self.device)),
         }
 
