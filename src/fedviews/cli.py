@@ -113,8 +113,10 @@ def run(
     """
     if resume is not None:
         if config is not None:
+            what = "overrides" if "=" in str(config) else "CONFIG"  # (an override comes first)
             raise ConfigError(
-                "--resume RUN_DIR continues a run with its own saved config: drop CONFIG"
+                f"--resume RUN_DIR continues a run with its own saved config: drop {what} "
+                f"({config}); to run it with other settings, start a new run"
             )
         if not resume.is_dir():
             raise ConfigError(f"--resume {resume}: no such folder")

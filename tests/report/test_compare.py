@@ -119,3 +119,25 @@ def test_compare_shows_results_that_a_table_holds_as_text(tmp_path):
         assert texts, table
         for name, col, v in texts:
             assert metrics[f"{name} · {col}"][i] == v
+
+
+def test_an_experiment_that_lists_its_rounds_has_its_accuracy_curves(tmp_path):
+    """Multi-VFL's metrics.json lists `rounds` and an `accuracy` per curve: compare (and the
+    report) drew no curve, as only objective/loss/history keys counted."""
+    from fedviews.report import load_run
+
+    metrics = {
+        "experiment": "multivfl_convergence",
+        "rounds": [1, 2, 3],
+        "accuracy": {"2niid/fedavg": [0.5, 0.6, 0.7], "4niid/fedavg": [0.4, 0.5, 0.55]},
+        "folds": [0.9, 0.8, 0.7, 0.6],  # not a quality: no curve
+        "tables": [],
+    }
+    (tmp_path / "metrics.json").write_text(json.dumps(metrics))
+    curves = load_run(tmp_path).curves()
+    assert curves == {
+        "accuracy": {
+            "2niid/fedavg": ([1.0, 2.0, 3.0], [0.5, 0.6, 0.7]),
+            "4niid/fedavg": ([1.0, 2.0, 3.0], [0.4, 0.5, 0.55]),
+        }
+    }

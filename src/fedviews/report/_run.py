@@ -108,7 +108,9 @@ class RunRecord:
         """Per-round (or per-iteration) curves: ``{quantity: {series: (x, y)}}``.
 
         A deployment's ``history`` (against its ``round``); an experiment's numeric
-        lists under keys naming an objective, a loss, a history or a per-round value.
+        lists under keys naming an objective, a loss, a history or a per-round value, and,
+        where it lists its ``rounds``, a quality's (accuracy, loss, ...) lists of as many
+        values, against them.
         """
         out: dict[str, dict[str, tuple[list[float], list[float]]]] = {}
         hist = self.results.get("history")
@@ -119,12 +121,19 @@ class RunRecord:
                 if _QUALITY.search(key) and _numbers(ys) and len(ys) == len(x):
                     out[key] = {"": (x, [float(y) for y in ys])}
             return out
+        # an experiment that lists its rounds (Multi-VFL's `rounds` beside `accuracy` per
+        # curve): a quality's lists of as many values are curves against them
+        listed: Any = self.results.get("rounds")
+        rounds = [float(r) for r in listed] if _numbers(listed) and len(listed) > 1 else None
         for path, ys in _lists(self.results):
             hit = next((k for k in path if _CURVE_KEY.search(k)), None)
+            x = [float(i) for i in range(1, len(ys) + 1)]
+            if hit is None and rounds and len(ys) == len(rounds) and _QUALITY.search(path[0]):
+                hit, x = path[0], rounds
             if hit is None or len(ys) < 2:
                 continue
             rest = " / ".join(method_name(k) for k in path if k != hit)
-            out.setdefault(hit, {})[rest] = ([float(i) for i in range(1, len(ys) + 1)], ys)
+            out.setdefault(hit, {})[rest] = (x, ys)
         return out
 
     def headline(self) -> dict[str, Any]:
