@@ -52,6 +52,13 @@ def test_overrides_and_types():
         load_config(ROOT / "configs/mmvfl_handwritten.toml", ["params.classifier=svm"])
     with pytest.raises(ConfigError, match="key=value"):
         load_config(ROOT / "configs/mmvfl_handwritten.toml", ["params.zeta"])
+    # an experiment without torch took any device; a misspelt table dropped the paper's
+    with pytest.raises(ConfigError, match="device must be 'auto', 'cpu'.*got 'tpu'"):
+        load_config(ROOT / "configs/mmvfl_handwritten.toml", ["device=tpu"])
+    with pytest.raises(ConfigError, match=r"paper_table must be one of \['', 'handwritten'"):
+        load_config(ROOT / "configs/mmvfl_handwritten.toml", ["params.paper_table=handwriten"])
+    with pytest.raises(ConfigError, match="paper_table must be one of"):
+        load_config(ROOT / "configs/fedmv_vertical_handwritten.toml", ["params.paper_table=x"])
 
 
 @pytest.mark.parametrize(
