@@ -322,8 +322,9 @@ def test_csv_party_files_blank_lines_ids_and_labels(tmp_path):
     with pytest.raises(DataError, match="label 'cat' is not a class index"):
         load_party_data(f)
     f.write_text("id,label,a\n1,1,x\n")
-    with pytest.raises(DataError, match="non-numeric value"):
-        load_party_data(f)
+    with pytest.raises(DataError, match="a.csv: line 2, column 'a': 'x' is not a number"):
+        load_party_data(f)  # (it said "non-numeric value (could not convert ...)": where?)
+
     # an empty id cell was the ID "" (its row silently dropped) and made every other ID of
     # the file a string (integer IDs then matched no other party's)
     f.write_text("id,label,a\n1614,0,0.5\n,1,1.5\n")
@@ -340,6 +341,49 @@ def test_csv_party_files_blank_lines_ids_and_labels(tmp_path):
         save_party_data(tmp_path / "f.csv", PartyData(np.array([1, 2]), np.ones((2, 1)), [1.0, 0]))
     )
     assert back.y is not None and back.y.tolist() == [1, 0]
+
+
+@pytest.mark.parametrize(
+    ("content", "says"),
+    [
+        (",id,a\n0,1,0.5\n", r"column 1 has no name \(a row index\? pandas: to_csv\(index="),
+        ("id,a,a\n1,0.5,0.5\n", r"columns named twice: \['a'\]"),
+        ("id,id,a\n1,1,0.5\n", r"columns named twice: \['id'\]"),
+        ("id;a\n1;0.5\n", r"it reads \['id;a'\] \(is it delimited by another character"),
+        ("ID,a\n1,0.5\n", r"it reads \['ID', 'a'\] \(names are case- and space-sensitive"),
+        ("id,a\n", "the file has a header but no data rows"),
+        ("", "the file is empty"),
+        ("id,label,a\n1,one,0.5\n", "line 2: label 'one' .*text class names.*.npz or .parquet"),
+    ],
+)
+def test_a_csv_mistake_is_named_where_it_is(tmp_path, content, says):
+    """A pandas row index (a column without a name) or a second `id` became a feature
+    without a word; a semicolon-delimited file, `ID` and an empty file all read "the header
+    must contain an `id` column"; an empty file was "no shared ID" at the coordinator."""
+    f = tmp_path / "a.csv"
+    f.write_text(content)
+    with pytest.raises(DataError, match=says):
+        load_party_data(f)
+
+
+def test_a_csv_that_is_not_utf8_or_an_npz_without_rows_is_a_data_error(tmp_path):
+    f = tmp_path / "a.csv"
+    f.write_bytes("id,a\n1,0.5\n".encode("utf-16"))  # Excel's "Unicode Text"
+    with pytest.raises(DataError, match="a.csv: not UTF-8 text .* save it as a UTF-8 CSV"):
+        load_party_data(f)  # (a UnicodeDecodeError traceback)
+    np.savez(tmp_path / "b.npz", ids=np.array([], dtype=np.int64))
+    with pytest.raises(DataError, match="b.npz: its ids are empty"):
+        load_party_data(tmp_path / "b.npz")
+
+
+def test_two_files_of_one_party_are_refused_naming_both(tmp_path):
+    """`fou.npz` beside `fou.csv`: the first found trained, without a word."""
+    from fedviews.deploy._data import party_files
+
+    for name in ("fou.npz", "fou.csv"):
+        (tmp_path / name).write_text("")
+    with pytest.raises(DataError, match="holds fou.npz and fou.csv for party 'fou'"):
+        party_files(["fou"], tmp_path, DataError)
 
 
 def test_split_data_overlap_out_of_range_is_one_error_line(tmp_path):

@@ -217,3 +217,22 @@ def test_a_view_of_numeric_strings_or_objects_is_refused(dtype):
     m = MMVFL(max_iter=2).fit(Xs, y)
     with pytest.raises(DataError, match="it must be numbers"):
         m.predict(Xs[0].astype(dtype), party=0)
+
+
+def test_a_party_without_features_is_refused_before_the_run():
+    """A party file without `X` (or a CSV of IDs only) loaded and set up, and round 1 failed
+    with numpy's "unexpected array size" as the party's report."""
+    from fedviews.data import PartyData
+    from fedviews.errors import DataError
+    from fedviews.federation import Roster, RunSpec, build_in_process
+    from fedviews.linear.mmvfl import MMVFLParams
+
+    ids = np.arange(30)
+    rng = np.random.default_rng(0)
+    datas = {
+        "a": PartyData(ids, rng.normal(size=(30, 4)), np.arange(30) % 3),
+        "b": PartyData(ids, None),
+    }
+    run = RunSpec("mmvfl", MMVFLParams(), Roster(("a", "b"), label_owner="a"))
+    with pytest.raises(DataError, match="'b' holds no features \\(X\\): every mmvfl party"):
+        build_in_process(run, datas)

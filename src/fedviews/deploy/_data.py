@@ -56,6 +56,9 @@ def party_files(
         found = [data_dir / f"{p}.{ext}" for ext in SUFFIXES if (data_dir / f"{p}.{ext}").is_file()]
         if not found:
             raise error(f"no data file {data_dir / p}.npz, .csv or .parquet for party {p!r}")
+        if len(found) > 1:  # (the first was taken without a word: a stale file trained)
+            names = " and ".join(f.name for f in found)
+            raise error(f"{data_dir} holds {names} for party {p!r}: keep the one to use")
         files[p] = found[0]
     return files
 
@@ -72,6 +75,8 @@ def load_party_data(path: str | Path) -> PartyData:
             raise DataError(f"{p}: not a readable .npz data file ({exc})") from None
         if "ids" not in got:
             raise DataError(f"{p} lacks the array 'ids' (needs ids[, X, y, ids_test, ...])")
+        if not len(got["ids"]):
+            raise DataError(f"{p}: its ids are empty (a party file holds its rows)")
         known = {"ids", "X", "y", "ids_test", "X_test", "y_test", "view_dims"}
         known |= {"lengths", "lengths_test", "group"}
         extra = set(got) - known
@@ -79,15 +84,35 @@ def load_party_data(path: str | Path) -> PartyData:
             raise DataError(f"{p}: unknown arrays {sorted(extra)}; expected {sorted(known)}")
         return _party(p, **got)
     if p.suffix == ".csv":
-        with p.open(newline="", encoding="utf-8-sig") as fh:  # -sig: a BOM (Excel) is no header
-            rows = [(line, r) for line, r in enumerate(csv.reader(fh), start=1) if r]
-        if not rows or "id" not in rows[0][1]:
-            raise DataError(f"{p}: the header must contain an `id` column")
+        try:
+            with p.open(newline="", encoding="utf-8-sig") as fh:  # -sig: a BOM is no header
+                rows = [(line, r) for line, r in enumerate(csv.reader(fh), start=1) if r]
+        except UnicodeDecodeError as exc:
+            raise DataError(
+                f"{p}: not UTF-8 text ({exc.reason} at byte {exc.start}): save it as a UTF-8 "
+                "CSV (Excel: 'CSV UTF-8')"
+            ) from None
+        if not rows:
+            raise DataError(f"{p}: the file is empty (a header with an `id` column, then rows)")
         head = rows[0][1]
+        if "id" not in head:
+            hint = (
+                " (is it delimited by another character than a comma?)"
+                if len(head) == 1
+                else " (names are case- and space-sensitive)"
+                if any(h.strip().lower() == "id" for h in head)
+                else ""
+            )
+            raise DataError(
+                f"{p}: the header must contain an `id` column; it reads {head[:8]}{hint}"
+            )
+        _check_names(p, head)
         for line, r in rows[1:]:
             if len(r) != len(head):
                 raise DataError(f"{p}: line {line} has {len(r)} fields, the header {len(head)}")
         body = [r for _, r in rows[1:]]
+        if not body:
+            raise DataError(f"{p}: the file has a header but no data rows")
         i_id = head.index("id")
         i_y = head.index("label") if "label" in head else None
         i_g = head.index("group") if "group" in head else None
@@ -97,19 +122,29 @@ def load_party_data(path: str | Path) -> PartyData:
         if blank is not None:  # (it would also make every other ID of the file a string)
             raise DataError(f"{p}: line {blank} has an empty id; every row needs an ID")
         ids = np.array([int(v) for v in raw_ids]) if _integers(raw_ids) else np.array(raw_ids)
+        X = np.empty((len(body), len(feats)))
+        for (line, r), out in zip(rows[1:], X, strict=True):
+            try:
+                out[:] = [float(r[j]) for j in feats]
+            except ValueError:
+                j = next(j for j in feats if not _is_float(r[j]))
+                raise DataError(
+                    f"{p}: line {line}, column {head[j]!r}: {r[j]!r} is not a number"
+                ) from None
+        y = None
         try:
-            X = np.array([[float(r[j]) for j in feats] for r in body])
+            if i_y is not None:
+                y = np.array([_label(r[i_y]) for r in body])
         except ValueError as exc:
-            raise DataError(f"{p}: non-numeric value ({exc})") from None
-        try:
-            y = None if i_y is None else np.array([_label(r[i_y]) for r in body])
-        except ValueError as exc:
+            assert i_y is not None
+            line = next(line for line, r in rows[1:] if not _is_label(r[i_y]))
             raise DataError(
-                f"{p}: {exc}: a .csv's label column holds class indices; a real-valued "
-                "target (regression) goes in a .npz or .parquet file"
+                f"{p}: line {line}: {exc}: a .csv's label column holds class indices; text "
+                "class names, or a real-valued target (regression), go in a .npz or .parquet "
+                "file"
             ) from None
         group = None if i_g is None else np.array([r[i_g] for r in body])
-        return _party(p, ids=ids, X=X.reshape(len(body), len(feats)), y=y, group=group)
+        return _party(p, ids=ids, X=X, y=y, group=group)
     if p.suffix == ".parquet":
         return _load_parquet(p)
     raise DataError(f"{p}: unsupported data file type {p.suffix!r}; use {_TYPES}")
@@ -121,6 +156,40 @@ def _party(p: Path, **fields: Any) -> PartyData:
         return PartyData(**fields)
     except DataError as exc:
         raise DataError(f"{p}: {exc}") from None
+
+
+def _check_names(p: Path, names: list[str]) -> None:
+    """A table's column names, each once and none empty: pandas' ``to_csv`` writes its row
+    index as a first column of no name (and Parquet as ``__index_level_0__``), which became
+    a feature without a word, as did a second ``id``."""
+    empty = [k + 1 for k, n in enumerate(names) if not n.strip()]
+    index = [n for n in names if n.startswith("__index_level_")]
+    twice = sorted({n for n in names if names.count(n) > 1})
+    if empty or index or twice:
+        why = (
+            f"column {empty[0]} has no name (a row index? pandas: to_csv(index=False))"
+            if empty
+            else f"column {index[0]!r} is a row index (pandas: to_parquet(index=False))"
+            if index
+            else f"columns named twice: {twice[:5]}"
+        )
+        raise DataError(f"{p}: {why}")
+
+
+def _is_float(v: str) -> bool:
+    try:
+        float(v)
+    except ValueError:
+        return False
+    return True
+
+
+def _is_label(v: str) -> bool:
+    try:
+        _label(v)
+    except ValueError:
+        return False
+    return True
 
 
 def _integers(values: list[str]) -> bool:
@@ -152,6 +221,9 @@ def _load_parquet(p: Path) -> PartyData:
     names = list(table.column_names)
     if "id" not in names:
         raise DataError(f"{p}: the table needs an `id` column (has {names[:8]})")
+    _check_names(p, names)
+    if not table.num_rows:
+        raise DataError(f"{p}: the table has no rows")
     for name in names:
         if table.column(name).null_count:
             raise DataError(f"{p}: column {name!r} has missing values")

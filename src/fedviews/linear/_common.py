@@ -12,9 +12,9 @@ from threadpoolctl import threadpool_limits
 from fedviews._estimator import accuracy
 from fedviews._params import COUNT, POSITIVE, TOL, check_value
 from fedviews._persist import Persistent
-from fedviews.data import check_view
+from fedviews.data import PartyData, check_view
 from fedviews.errors import ConfigError, DataError, check_fitted
-from fedviews.federation import Algorithm, Coordinator
+from fedviews.federation import Algorithm, Coordinator, RunSpec
 
 
 @contextlib.contextmanager
@@ -58,6 +58,16 @@ class LinearAlgorithm(Algorithm):
     ) -> Any:
         with small_blas():
             return super().run_coordinator(coord, on_round_end)
+
+    def check_data(self, run: RunSpec, party: str, data: PartyData) -> None:
+        """Also: every party holds feature columns (a file without ``X`` loaded, and round 1
+        failed with numpy's "unexpected array size")."""
+        super().check_data(run, party, data)
+        if not int(np.prod(data.features.shape[1:])):
+            raise DataError(
+                f"{party!r} holds no features (X): every {self.name} party learns from "
+                "feature columns of its own"
+            )
 
 
 class PartyPredictor(Persistent):
