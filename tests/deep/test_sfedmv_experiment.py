@@ -73,7 +73,7 @@ def test_sfedmv_experiment_smoke(tmp_path: Path) -> None:
     # S-FedMV's row is its own test accuracy, fitted alone on the same clients and seed
     y_true, y_pred = _sfedmv_alone(cfg)
     acc = 100.0 * float(np.mean(y_pred == y_true))
-    assert metrics["summary"]["S-FedMV"]["accuracy"] == [acc, 0.0]
+    assert metrics["summary"]["S-FedMV"]["accuracy"] == [acc, None]  # one repeat: no std
     majority = 100.0 * np.bincount(y_true).max() / len(y_true)
     for name, vals in metrics["summary"].items():  # every method learns
         assert vals["accuracy"][0] > 2 * majority, name
