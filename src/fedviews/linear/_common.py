@@ -63,7 +63,7 @@ class LinearAlgorithm(Algorithm):
         """Also: every party holds feature columns (a file without ``X`` loaded, and round 1
         failed with numpy's "unexpected array size")."""
         super().check_data(run, party, data)
-        if not int(np.prod(data.features.shape[1:])):
+        if party in run.federation.parties and not int(np.prod(data.features.shape[1:])):
             raise DataError(
                 f"{party!r} holds no features (X): every {self.name} party learns from "
                 "feature columns of its own"
