@@ -32,7 +32,7 @@ import csv
 import dataclasses
 import math
 import zipfile
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -127,7 +127,7 @@ def load_party_data(path: str | Path) -> PartyData:
             try:
                 out[:] = [float(r[j]) for j in feats]
             except ValueError:
-                j = next(j for j in feats if not _is_float(r[j]))
+                j = next(j for j in feats if not _parses(float, r[j]))
                 raise DataError(
                     f"{p}: line {line}, column {head[j]!r}: {r[j]!r} is not a number"
                 ) from None
@@ -137,7 +137,7 @@ def load_party_data(path: str | Path) -> PartyData:
                 y = np.array([_label(r[i_y]) for r in body])
         except ValueError as exc:
             assert i_y is not None
-            line = next(line for line, r in rows[1:] if not _is_label(r[i_y]))
+            line = next(line for line, r in rows[1:] if not _parses(_label, r[i_y]))
             raise DataError(
                 f"{p}: line {line}: {exc}: a .csv's label column holds class indices; text "
                 "class names, or a real-valued target (regression), go in a .npz or .parquet "
@@ -176,17 +176,10 @@ def _check_names(p: Path, names: list[str]) -> None:
         raise DataError(f"{p}: {why}")
 
 
-def _is_float(v: str) -> bool:
+def _parses(convert: Callable[[str], Any], v: str) -> bool:
+    """Whether ``convert(v)`` succeeds (which cell of a failed row is the culprit)."""
     try:
-        float(v)
-    except ValueError:
-        return False
-    return True
-
-
-def _is_label(v: str) -> bool:
-    try:
-        _label(v)
+        convert(v)
     except ValueError:
         return False
     return True
