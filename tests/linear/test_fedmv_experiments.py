@@ -123,9 +123,9 @@ def test_fedmv_fig6_table_is_the_estimators_score(tmp_path: Path) -> None:
     fou = [accuracy([8, z, 8, 8, 8], 8) for z in (1, 32)]
     eta1 = accuracy([8] * 5, 1)
     assert [a for a, _ in metrics["results"]["ζ_2 (fou)"]["accuracy"]] == fou
-    assert metrics["results"]["η"]["accuracy"][0] == [eta1, 0.0]
+    assert metrics["results"]["η"]["accuracy"][0] == [eta1, None]  # one split: no std
     rows = {r[0]: r for r in res.tables[0].rows}
-    assert rows["ζ_2 (fou)"][1:3] == [pm(a, 0.0) for a in fou]
+    assert rows["ζ_2 (fou)"][1:3] == [pm(a, None) for a in fou]  # the mean alone
     assert rows["ζ_2 (fou)"][4] == max(fou) - min(fou)
     assert min(fou) > 55.0  # 10 classes: at most half of chance's error
     assert eta1 > 20.0  # eta = 1 pulls Z to the labels slowly: 3 rounds are far from converged
