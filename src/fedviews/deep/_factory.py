@@ -5,8 +5,8 @@ A deep algorithm's ``Params`` name its networks' factories (``bottom``, ``top``,
 deployment: every process imports it) or, in Python, the callable itself. Each algorithm
 documents the arguments its factories get. :func:`resolve_factory` turns a value into the
 callable (torch-free); :func:`build_network` calls it under its own torch seed and checks
-what it built: a ``torch.nn.Module`` whose output on one zero sample has the shape the
-algorithm needs (a :class:`~fedviews.errors.ConfigError` naming the factory otherwise).
+what it built: a ``torch.nn.Module`` of float32 parameters whose floating-point output on a
+zero batch has the shape the algorithm needs (a :class:`~fedviews.errors.ConfigError` naming the factory otherwise).
 """
 
 from __future__ import annotations
@@ -77,9 +77,9 @@ def build_network(
 ) -> Any:
     """``factory(*args)`` under torch seed ``seed`` (then ``init(module)``, in the same seeded
     stream; ``seed=None``: in the caller's stream, e.g. the second network drawn under one
-    seed), checked: a ``torch.nn.Module`` that maps a zero batch of one ``input_shape``
-    sample to an output whose per-sample shape ``output`` accepts (it returns what is wrong,
-    or None). ``inputs`` (:func:`output_shape`): the arguments of the module's forward.
+    seed), checked: a ``torch.nn.Module`` of float32 parameters that maps a zero batch of
+    ``input_shape`` samples to a floating-point output whose per-sample shape ``output``
+    accepts (it returns what is wrong, or None). ``inputs`` (:func:`output_shape`): the arguments of the module's forward.
     ``trained_alone``: the module gets an optimizer of its own, so it must have trainable
     parameters (one that joins another network's optimizer may have none).
 

@@ -167,7 +167,12 @@ def _check_names(p: Path, names: list[str]) -> None:
     twice = sorted({n for n in names if names.count(n) > 1})
     if empty or index or twice:
         why = (
-            f"column {empty[0]} has no name (a row index? pandas: to_csv(index=False))"
+            f"column {empty[0]} has no name ("
+            + (
+                "a row index? pandas: to_csv(index=False))"
+                if empty[0] == 1
+                else "a trailing comma?)"
+            )
             if empty
             else f"column {index[0]!r} is a row index (pandas: to_parquet(index=False))"
             if index

@@ -452,9 +452,8 @@ class MultiVFL(Persistent, Classifier):
         the seconds its rounds took."""
         if checkpoint is not None and Path(checkpoint).is_file():
             fed.load_state(Path(checkpoint))
-        t0 = time.perf_counter()
 
-        def save(r: int) -> None:
+        def save(r: int) -> None:  # (t0: set below, before the first round)
             if checkpoint is not None and (r % checkpoint_every == 0 or r == self.rounds):
                 fed.save_state(Path(checkpoint), seconds=time.perf_counter() - t0)
 
