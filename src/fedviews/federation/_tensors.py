@@ -299,6 +299,26 @@ def failed_on_huge_input(
     )
 
 
+class LargestSent:
+    """Each party's largest ``max |x|`` of the arrays ``name`` it sent so far (what a
+    coordinator averaged: a party fails on a poisoned average rounds later, when every
+    party's values have grown towards it), and the refusal of a party's failure that a
+    huge one of them explains (:func:`failed_on_huge_input`)."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.top: dict[str, float] = {}
+
+    def add(self, party: str, *arrays: Array) -> None:
+        """Count what ``party`` sent (arrays checked finite on arrival)."""
+        self.top[party] = max(self.top.get(party, 0.0), *(_abs_max(a) for a in arrays))
+
+    def failure(self, exc: FedViewsError) -> ProtocolError | None:
+        """:func:`failed_on_huge_input` of ``exc`` on what was sent so far."""
+        sent = {p: {self.name: np.array(m)} for p, m in self.top.items()}
+        return failed_on_huge_input(exc, sent)
+
+
 def _abs_max(a: Array) -> float:
     """``max |a|`` as a Python float (0 for an empty array, NaN where ``a`` holds NaN)."""
     if is_tensor(a):

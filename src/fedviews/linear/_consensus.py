@@ -52,8 +52,8 @@ import numpy as np
 from fedviews.errors import FedViewsError, ProtocolError
 from fedviews.federation import (
     Coordinator,
+    LargestSent,
     Message,
-    failed_on_huge_input,
     handles,
     reported_count,
     reported_share,
@@ -294,7 +294,7 @@ class ConsensusServer(Coordinator):
     #: made another party fail on the consensus, rounds later (every party's ``Z_k`` grows
     #: towards the poisoned ``Z``; :func:`~fedviews.federation.failed_on_huge_input`); not
     #: pickled, not checkpointed (a resumed run compares the rounds since)
-    _transient: ClassVar[Mapping[str, Callable[[], Any]]] = {"_Zk_max": dict}
+    _transient: ClassVar[Mapping[str, Callable[[], Any]]] = {"_sent": lambda: LargestSent("Z_k")}
 
     def __init__(
         self,
@@ -328,7 +328,7 @@ class ConsensusServer(Coordinator):
         self.converged = False
         self.test_iterations = 0
         self.scores: dict[str, Any] = {}
-        self._Zk_max: dict[str, float] = {}
+        self._sent = LargestSent("Z_k")
 
     def state_dict(self) -> dict[str, np.ndarray]:
         """The server's state after a round: ``Z``, the objective history, ``converged``."""
@@ -368,7 +368,7 @@ class ConsensusServer(Coordinator):
                 raise overflowed(self.parties, zetas, Zks, local)
             self.Z = Z
             for p, Zk in zip(self.parties, Zks, strict=True):
-                self._Zk_max[p] = max(self._Zk_max.get(p, 0.0), float(np.abs(Zk).max(initial=0)))
+                self._sent.add(p, Zk)
         else:  # from the secure sums: sum_k zeta_k ||Z_k - Z||^2 = zsq - 2 <S, Z> + zsum ||Z||^2
             S, zsum, zsq, f = secure_sums(replies, "Z_k", self.Z.shape[1], self.frac_bits)
             self.Z = S / zsum if Y is None else (S + eta * Y) / (zsum + eta)
@@ -398,8 +398,7 @@ class ConsensusServer(Coordinator):
             try:
                 replies = self.broadcast(self.parties, "update", arrays={"Z": self.Z}, round=r)
             except FedViewsError as exc:  # a party failed on Z: one poisoned by a huge Z_k?
-                sent = {p: {"Z_k": np.array(m)} for p, m in self._Zk_max.items()}
-                blamed = failed_on_huge_input(exc, sent)
+                blamed = self._sent.failure(exc)
                 if blamed is None:
                     raise
                 raise blamed from exc

@@ -13,10 +13,10 @@ from fedviews.data import standardized_with
 from fedviews.errors import FedViewsError, ProtocolError
 from fedviews.federation import (
     Coordinator,
+    LargestSent,
     Message,
     MetaValue,
     SecureSumParty,
-    failed_on_huge_input,
     handles,
     largest_input,
     reported_count,
@@ -282,7 +282,10 @@ class HFedMVServer(Coordinator):
     the clients' test counts into :attr:`scores`.
     """
 
-    _transient: ClassVar[Mapping[str, Callable[[], Any]]] = {"_averaged": dict, "_W_max": dict}
+    _transient: ClassVar[Mapping[str, Callable[[], Any]]] = {
+        "_averaged": dict,
+        "_sent": lambda: LargestSent("W_local"),
+    }
 
     def __init__(
         self,
@@ -304,9 +307,9 @@ class HFedMVServer(Coordinator):
         #: the clients' ``W_local`` of the last round, averaged into ``W`` (kept one round, to
         #: name the client whose huge values made another's step overflow: :meth:`_overflowed`)
         self._averaged: dict[str, list[np.ndarray]] = {}
-        #: the largest ``max |W_local|`` each client sent so far: a client fails on a
-        #: poisoned ``W`` rounds later, when every client's model has grown towards it
-        self._W_max: dict[str, float] = {}
+        #: the largest ``max |W_local|`` each client sent so far (a client fails on a
+        #: poisoned ``W`` rounds later, when every client's model has grown towards it)
+        self._sent = LargestSent("W_local")
 
     @staticmethod
     def aggregate(
@@ -367,8 +370,7 @@ class HFedMVServer(Coordinator):
                 ]
                 self._averaged = dict(zip(self.clients, local, strict=True))
                 for c, Ws in self._averaged.items():
-                    top = max(float(np.abs(W).max(initial=0)) for W in Ws)
-                    self._W_max[c] = max(self._W_max.get(c, 0.0), top)
+                    self._sent.add(c, *Ws)
                 self.W = self.aggregate(local, [m.count("n_samples") for m in msgs])
                 reported = [m.meta.get("local_objective") for m in msgs]
                 f = (  # NaN under model_dp: the clients report none
@@ -392,8 +394,7 @@ class HFedMVServer(Coordinator):
         or fails on it. Anything else (or nothing to compare: the first round, secure
         aggregation, which sees no client's ``W_local``) is ``exc`` as it came."""
         if exc.at is not None:  # a client failed on W (its solver: "numerically singular")
-            sent = {c: {"W_local": np.array(m)} for c, m in self._W_max.items()}
-            return failed_on_huge_input(exc, sent) or exc
+            return self._sent.failure(exc) or exc
         inputs = {
             c: {f"W_local_{k}": W for k, W in enumerate(Ws)} for c, Ws in self._averaged.items()
         }
