@@ -67,7 +67,7 @@ def main() -> None:
         lent = Message("pass", "a", "b", arrays={"h": lend(t.clone())})
 
         def hand_over(msg: Message = msg) -> Message:
-            transport._check_send(msg)
+            transport.check_send(msg)
             return transport._hand_over(msg)
 
         def clone(t: torch.Tensor = t) -> torch.Tensor:

@@ -424,7 +424,7 @@ def test_session_kinds_from_a_party_are_refused_by_the_hub(two_cas):
         honest = parties["a"].local["a"]
         with pytest.raises(PrivacyError, match="'a' \\(party\\) from sending a 'deploy:finish'"):
             honest.send("b", "deploy:finish")  # the honest sender's own check
-        parties["a"]._check_send = lambda msg: None  # type: ignore[method-assign]
+        parties["a"].check_send = lambda msg: None  # type: ignore[method-assign]
         parties["a"]._check_and_log = lambda msg, n: None  # type: ignore[method-assign]
         with pytest.raises(
             RemoteError, match="'coordinator' reported PrivacyError: .*'a' \\(party\\) from sending"

@@ -197,7 +197,7 @@ def test_receiver_checks_the_policy_too():
     policy = PrivacyPolicy.of("t", {}, kinds={("coordinator", "party"): ["update"]})
     a, b, c = Sink("a"), Sink("b"), Hub()
     t = federate([c, a, b], policy)
-    t._check_send = lambda msg: None  # type: ignore[method-assign]  # a dishonest sender
+    t.check_send = lambda msg: None  # type: ignore[method-assign]  # a dishonest sender
     with pytest.raises(PrivacyError, match="'a' \\(party\\) from sending a 'update'"):
         a.send("b", "update")
     assert t.log.n_messages == 0

@@ -467,7 +467,7 @@ class FlowerNodeTransport(Transport):
                     f"{m.sender!r} cannot send {m.kind!r} to {m.receiver!r} over Flower: "
                     "a party sends its own messages to the other parties only"
                 )
-            self._check_send(m)
+            self.check_send(m)
             wire = bytes(self.e2e.seal(m))
             self._check_and_log(m, len(wire))
             wires.append(wire)
@@ -510,7 +510,7 @@ class FlowerNodeTransport(Transport):
             self._check_request(msg)
             self._check_and_log(msg, len(data))
         reply = self._handle(party, msg)
-        self._check_send(reply)
+        self.check_send(reply)
         wire = bytes(self.e2e.seal(reply)) if peer and self.e2e is not None else reply.encode()
         self._check_and_log(reply, len(wire))
         return wire

@@ -474,7 +474,7 @@ class FlowerGridTransport(Transport):
             node = self.nodes.get(m.receiver)
             if node is None:
                 raise PartyUnavailable(m.receiver, "no Flower node declared this party")
-            self._check_send(m)
+            self.check_send(m)
             wire = m.encode()
             self._check_and_log(m, len(wire))
             out.append(self._query(pack(wire), node, ACTION, group=str(m.round)))

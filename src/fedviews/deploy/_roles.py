@@ -212,13 +212,8 @@ class SessionParty(PSIParty):
         report goes to the requester, on another organisation's host)."""
         try:
             reply = self.answer(msg)
-            policy, roles = (
-                getattr(self.transport, "policy", None),
-                getattr(self.transport, "roles", {}),
-            )
-            if reply is not None and policy is not None:  # its transport's check, said here
-                keys, to = reply.arrays.keys(), reply.receiver
-                policy.check(self.name, self.role, to, roles.get(to, "?"), keys, reply.kind)
+            if reply is not None and isinstance(self.transport, Transport):
+                self.transport.check_send(reply)  # (its transport's check, said here too)
             return reply
         except Exception as exc:
             self.own_error = described(exc)

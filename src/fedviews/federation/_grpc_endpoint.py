@@ -134,7 +134,7 @@ class _Endpoint(Transport):
 
     def _remote_request(self, link: _Link, msg: Message) -> Message:
         """Send ``msg`` over ``link`` and wait for the reply (policy checked, both logged)."""
-        self._check_send(msg)
+        self.check_send(msg)
         wire = self._encode(msg, link)
         self._check_and_log(msg, _nbytes(wire))
         msg_id, slot = self.calls.new(link)

@@ -48,7 +48,7 @@ class Transport(ABC):
         self.local[party.name] = party
         party.transport = self
 
-    def _check_send(self, msg: Message) -> None:
+    def check_send(self, msg: Message) -> None:
         """The sender's policy check, before ``msg`` is encoded: a forbidden array never leaves."""
         self.policy.check(
             msg.sender,
@@ -130,7 +130,7 @@ class Transport(ABC):
     def _loopback(self, party: Party, msg: Message) -> Message:
         """Deliver ``msg`` to ``party`` (hosted here) as over a wire: policy-checked and logged
         both ways, encoded and decoded, so the receiver never shares memory with the sender."""
-        self._check_send(msg)
+        self.check_send(msg)
         wire = msg.encode_buffer()
         self._check_and_log(msg, len(wire))
         reply = self._handle(party, Message.decode(wire))
@@ -258,7 +258,7 @@ class InProcessTransport(Transport):
                 return lane.party, got, entry  # type: ignore[return-value]
         party = self._receiver(msg) if request else self.local.get(msg.receiver)
         if request:
-            self._check_send(msg)
+            self.check_send(msg)
         got, head, wire_bytes, floats = handed_over(msg, lent)
         if floats:
             handed.append((got, floats))
