@@ -34,24 +34,16 @@ def friendly(fn: F) -> F:
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         try:
             return fn(*args, **kwargs)
-        except FedViewsError as exc:
+        except (FedViewsError, OSError) as exc:  # OSError: a path of the user's (exists...)
             if DEBUG["on"]:
                 raise
+            text = str(exc)
+            if isinstance(exc, OSError) and not isinstance(exc, FedViewsError):
+                text = (exc.strerror or text) + (f": {exc.filename}" if exc.filename else "")
             # soft wrap: a path or a command in the message stays on one line (copy-paste);
             # escaped: "[federation.listen]" in a message is text, not rich markup
             err_console.print(
-                f"[bold red]error:[/] {type(exc).__name__}: {escape(str(exc))}",
-                highlight=False,
-                soft_wrap=True,
-            )
-            raise typer.Exit(2) from None
-        except OSError as exc:  # a path of the user's: exists, is a folder, not writable...
-            if DEBUG["on"]:
-                raise
-            where = f": {exc.filename}" if exc.filename else ""
-            err_console.print(
-                f"[bold red]error:[/] {type(exc).__name__}: {escape(exc.strerror or str(exc))}"
-                f"{escape(str(where))}",
+                f"[bold red]error:[/] {type(exc).__name__}: {escape(text)}",
                 highlight=False,
                 soft_wrap=True,
             )
