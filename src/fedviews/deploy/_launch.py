@@ -24,6 +24,7 @@ from fedviews.deploy._data import party_files, write_demo_data
 from fedviews.errors import (
     ConfigError,
     DataError,
+    FedViewsError,
     PartyUnavailable,
     ProtocolError,
     RemoteError,
@@ -323,6 +324,12 @@ def _wait_for_coordinator(
     return rc, None
 
 
+#: the errors a coordinator's status names that a launch raises again as their kind
+_OWN_KINDS: dict[str, type[FedViewsError]] = {
+    c.__name__: c for c in (ConfigError, DataError, ProtocolError)
+}
+
+
 def _failure(info: dict[str, Any], rc: int, hint: str, coordinator: str) -> Exception:
     """The error of a launch whose coordinator exited with status ``rc`` and wrote ``info``
     (its results.json): naming the party that broke or stopped the run, the unavailable
@@ -334,7 +341,7 @@ def _failure(info: dict[str, Any], rc: int, hint: str, coordinator: str) -> Exce
         report = re.fullmatch(r"'(.*?)' reported (\w+): (.*)", text, re.S)
         if kind == "RemoteError" and report and report[1] == named:  # its report, as such
             return RemoteError(str(named), report[2], f"{report[3]}; {hint}")
-        own = {c.__name__: c for c in (ConfigError, DataError, ProtocolError)}.get(kind)
+        own = _OWN_KINDS.get(kind)
         err = (own or ProtocolError)(f"{text if own else status}; {hint}")  # (not "X: X: ...")
         err.party = str(named)
         return err
@@ -342,7 +349,7 @@ def _failure(info: dict[str, Any], rc: int, hint: str, coordinator: str) -> Exce
         status = re.split(r" (?:is|are) unavailable: ", status, maxsplit=1)[-1]
     else:  # the coordinator's own error (e.g. the files share no ID): as it is
         kind, _, text = status.partition(": ")
-        own = {c.__name__: c for c in (ConfigError, DataError, ProtocolError)}.get(kind)
+        own = _OWN_KINDS.get(kind)
         if own is not None and text:
             return own(f"{text}; {hint}")
         if text and kind not in ("KeyboardInterrupt", "Terminated", "SystemExit"):
