@@ -198,6 +198,12 @@ TOL = spec(float, low=0, finite=False)
 POSITIVE = spec(float, low=0, low_open=True)
 #: True or False
 FLAG = spec(bool)
+#: a torch device name a config may give (the deep algorithms' and every experiment's)
+DEVICE = spec(
+    str,
+    pattern=r"auto|cpu|mps|cuda(:\d+)?",
+    text="'auto', 'cpu', 'cuda', 'cuda:<index>' or 'mps'",
+)
 #: a finite number > 0, or a list of one per party
 WEIGHTS = spec(float, low=0, low_open=True, per="party")
 #: a finite number > 0, or a list of one per view

@@ -89,12 +89,6 @@ def resolve_device(device: str = "auto") -> torch.device:
         raise ConfigError(f"unknown device {device!r}; use 'auto', 'cpu' or 'cuda'") from None
 
 
-#: a torch device name a config may give
-DEVICE = spec(
-    str,
-    pattern=r"auto|cpu|mps|cuda(:\d+)?",
-    text="'auto', 'cpu', 'cuda', 'cuda:<index>' or 'mps'",
-)
 #: how an array of split learning travels (``wire_activations``, ``wire_gradients``)
 WIRE = spec(str, choices=CODECS)
 #: the fraction of each sample's gradient entries that ``"topk"`` keeps

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import dataclasses
-import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from fedviews._params import DEVICE, check_value
 from fedviews._tables import (
     MODULES_HINT,
     build_dataclass,
@@ -132,10 +132,7 @@ def load_config(
     name = coerce(raw.get("name", default_name), str, "name")
     output_dir = coerce(raw.get("output_dir", "runs"), str, "output_dir")
     device = coerce(raw.get("device", "auto"), str, "device")
-    if re.fullmatch(r"auto|cpu|mps|cuda(:\d+)?", device) is None:  # (an experiment without
-        raise ConfigError(  # torch took device = "tpu" without a word)
-            f"device must be 'auto', 'cpu', 'cuda', 'cuda:<index>' or 'mps', got {device!r}"
-        )
+    check_value("device", device, DEVICE)  # (an experiment without torch took "tpu")
     # last: the params' validate() may import the algorithm's package (keys and types first)
     params: Any = build_dataclass(
         spec.params, coerce(raw.get("params", {}), dict, "params"), "params"

@@ -63,9 +63,9 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from fedviews._params import FACTORY, FLAG, POSITIVE, Checked, spec
+from fedviews._params import DEVICE, FACTORY, FLAG, POSITIVE, Checked, spec
 from fedviews.data import PartyData, demo_image_split
-from fedviews.deep._common import DEVICE, TOPK_RATIO, WIRE, as_strips, last_epoch_seen
+from fedviews.deep._common import TOPK_RATIO, WIRE, as_strips, last_epoch_seen
 from fedviews.deep._factory import (
     parse_shape,
     reported_shape,

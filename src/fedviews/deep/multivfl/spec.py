@@ -38,9 +38,9 @@ from typing import Any
 
 import numpy as np
 
-from fedviews._params import COUNT, FACTORY, FLAG, POSITIVE, Checked, spec
+from fedviews._params import COUNT, DEVICE, FACTORY, FLAG, POSITIVE, Checked, spec
 from fedviews.data import PartyData
-from fedviews.deep._common import DEVICE, INITS, TOPK_RATIO, WIRE
+from fedviews.deep._common import INITS, TOPK_RATIO, WIRE
 from fedviews.deep._factory import (
     output_shape,
     parse_shape,

@@ -34,9 +34,9 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from fedviews._params import COUNT, FACTORY, FLAG, POSITIVE, Checked
+from fedviews._params import COUNT, DEVICE, FACTORY, FLAG, POSITIVE, Checked
 from fedviews.data import PartyData, demo_image_split
-from fedviews.deep._common import DEVICE, last_epoch_seen
+from fedviews.deep._common import last_epoch_seen
 from fedviews.deep._factory import (
     parse_shape,
     reported_shape,
